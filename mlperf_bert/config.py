@@ -1,0 +1,46 @@
+"""bert_config.json, with the reference's keys."""
+import dataclasses
+import json
+
+from .errors import UserError
+
+
+@dataclasses.dataclass
+class BertConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 1024
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 16
+    intermediate_size: int = 4096
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+
+    @classmethod
+    def from_dict(cls, d):
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    @classmethod
+    def from_json_file(cls, path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except OSError as e:
+            raise UserError("cannot read BERT config %s: %s" % (path, e.strerror))
+        except ValueError as e:
+            raise UserError("BERT config %s is not valid JSON: %s" % (path, e))
+        cfg = cls.from_dict(d)
+        if cfg.hidden_size % cfg.num_attention_heads:
+            raise UserError("BERT config %s: hidden_size %d is not a multiple of num_attention_heads %d"
+                            % (path, cfg.hidden_size, cfg.num_attention_heads))
+        return cfg
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    def to_json_string(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"

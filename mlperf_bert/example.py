@@ -1,0 +1,173 @@
+"""tf.train.Example encoding and decoding without TensorFlow.
+
+Features are written in a fixed order (``PRETRAINING_FEATURES``), so the same
+example always gives the same bytes; the reference's order varies per process.
+"""
+import numpy as np
+
+from .errors import UserError
+
+# (name, kind, length key) in the fixed order of REFERENCE.md section 2.
+PRETRAINING_FEATURES = (
+    ("input_ids", "int64", "seq"),
+    ("input_mask", "int64", "seq"),
+    ("segment_ids", "int64", "seq"),
+    ("masked_lm_positions", "int64", "pred"),
+    ("masked_lm_ids", "int64", "pred"),
+    ("masked_lm_weights", "float", "pred"),
+    ("next_sentence_labels", "int64", 1),
+)
+
+
+def feature_lengths(max_seq_length, max_predictions_per_seq):
+    """{name: expected length} of a pre-training example."""
+    size = {"seq": max_seq_length, "pred": max_predictions_per_seq}
+    return {name: size.get(n, n) for name, _, n in PRETRAINING_FEATURES}
+
+
+def _varint(v):
+    if v < 0:
+        v += 1 << 64
+    out = bytearray()
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _field(num, payload):
+    return _varint((num << 3) | 2) + _varint(len(payload)) + payload
+
+
+def encode_example(features):
+    """Serialize ``[(name, kind, values), ...]`` (kind 'int64' or 'float') in the given order."""
+    entries = []
+    for name, kind, values in features:
+        if kind == "int64":
+            packed = b"".join(_varint(int(v)) for v in values)
+            feature = _field(3, _field(1, packed) if len(values) else b"")
+        elif kind == "float":
+            packed = np.asarray(values, dtype="<f4").tobytes()
+            feature = _field(2, _field(1, packed) if len(values) else b"")
+        else:
+            raise ValueError("unknown feature kind %r" % kind)
+        entries.append(_field(1, _field(1, name.encode()) + _field(2, feature)))
+    return _field(1, b"".join(entries))
+
+
+def _read_varint(buf, pos):
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _messages(buf):
+    """Yield (field number, value) of a protobuf message; length-delimited values as memoryview."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        key, pos = _read_varint(buf, pos)
+        num, wire = key >> 3, key & 7
+        if wire == 2:
+            n, pos = _read_varint(buf, pos)
+            if pos + n > end:
+                raise ValueError("field overruns the message")
+            yield num, buf[pos:pos + n]
+            pos += n
+        elif wire == 0:
+            v, pos = _read_varint(buf, pos)
+            yield num, v
+        elif wire == 5:
+            yield num, buf[pos:pos + 4]
+            pos += 4
+        elif wire == 1:
+            yield num, buf[pos:pos + 8]
+            pos += 8
+        else:
+            raise ValueError("unsupported wire type %d" % wire)
+
+
+def decode_packed_varints(buf):
+    """Decode a packed run of varints (non-negative, < 2**63) with NumPy."""
+    a = np.frombuffer(buf, dtype=np.uint8)
+    if a.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.flatnonzero(a < 0x80)
+    if ends.size == 0 or ends[-1] != a.size - 1:
+        raise ValueError("truncated varint")
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    if (ends - starts).max() == 0:
+        return a.astype(np.int64)
+    vals = (a & 0x7F).astype(np.int64)
+    pos_in = np.arange(a.size) - np.repeat(starts, ends - starts + 1)
+    vals <<= 7 * pos_in
+    return np.add.reduceat(vals, starts)
+
+
+def decode_example(data):
+    """Parse a serialized tf.train.Example into {name: numpy array} (int64 or float32)."""
+    out = {}
+    buf = memoryview(data)
+    try:
+        for num, features in _messages(buf):
+            if num != 1:
+                continue
+            for num2, entry in _messages(features):
+                if num2 != 1:
+                    continue
+                name, value = None, np.zeros(0, dtype=np.int64)
+                for num3, v in _messages(entry):
+                    if num3 == 1:
+                        name = bytes(v).decode()
+                    elif num3 == 2:
+                        value = _decode_feature(v)
+                out[name] = value
+    except (ValueError, IndexError) as e:
+        raise ValueError("malformed tf.train.Example: %s" % e)
+    return out
+
+
+def _decode_feature(buf):
+    for kind, lst in _messages(buf):
+        parts = []
+        for num, v in _messages(lst):
+            if num != 1:
+                continue
+            if kind == 3:
+                parts.append(np.array([v], dtype=np.int64) if isinstance(v, int)
+                             else decode_packed_varints(v))
+            elif kind == 2:
+                parts.append(np.frombuffer(bytes(v), dtype="<f4"))
+            elif kind == 1:
+                parts.append(np.array([bytes(v)], dtype=object))
+        if kind == 3:
+            arr = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            # int64 values are two's complement in 64 bits
+            return arr.astype(np.uint64).view(np.int64) if arr.dtype != np.int64 else arr
+        if kind == 2:
+            return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=object)
+    return np.zeros(0, dtype=np.int64)
+
+
+def decode_pretraining_example(data, max_seq_length, max_predictions_per_seq, where=""):
+    """Decode and check one pre-training example against the expected feature lengths."""
+    try:
+        feats = decode_example(data)
+    except ValueError as e:
+        raise UserError("%s: %s" % (where or "record", e))
+    for name, length in feature_lengths(max_seq_length, max_predictions_per_seq).items():
+        if name not in feats:
+            raise UserError("%s: feature %s is missing: not a BERT pre-training record" % (where, name))
+        if feats[name].shape[0] != length:
+            raise UserError("%s: feature %s has length %d, expected %d: check --max_seq_length and "
+                            "--max_predictions_per_seq against the data"
+                            % (where, name, feats[name].shape[0], length))
+    return feats

@@ -1,0 +1,40 @@
+"""Atomic outputs: write to a temporary name beside the target, rename when complete."""
+import contextlib
+import os
+
+from .errors import UserError
+
+
+def check_writable_dir(path):
+    """Raise a UserError unless ``path``'s directory exists (or can be made) and is writable."""
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise UserError("cannot create output directory %s: %s" % (d, e.strerror))
+    if not os.access(d, os.W_OK):
+        raise UserError("output directory %s is not writable: choose another output path" % d)
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yield a temporary path; on success it is renamed to ``path``, on failure removed."""
+    check_writable_dir(path)
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode="wb", **kwargs):
+    """Open a temporary file for writing; it becomes ``path`` only when the block completes."""
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())

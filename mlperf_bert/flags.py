@@ -1,0 +1,27 @@
+"""absl-style flags (``--name=value``, ``--noname``) without absl's process-global state.
+
+Each command defines its flags on its own ``FlagValues`` so several commands can run
+in one process (tests) and so a bad flag becomes one UserError line.
+"""
+from absl import flags as _absl
+
+from .errors import UserError
+
+FlagValues = _absl.FlagValues
+DEFINE_string = _absl.DEFINE_string
+DEFINE_integer = _absl.DEFINE_integer
+DEFINE_float = _absl.DEFINE_float
+DEFINE_bool = _absl.DEFINE_bool
+DEFINE_enum = _absl.DEFINE_enum
+
+
+def parse(fv, argv, required=()):
+    """Parse ``argv`` (argv[0] is the program) into ``fv``; return the leftover positionals."""
+    try:
+        rest = fv(list(argv))
+    except _absl.Error as e:
+        raise UserError("%s (see --help)" % str(e).splitlines()[0])
+    for name in required:
+        if fv[name].value is None:
+            raise UserError("flag --%s is required" % name)
+    return rest[1:]

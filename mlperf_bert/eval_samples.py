@@ -1,0 +1,65 @@
+"""pick_eval_samples: keep records int(i * N / num) of an eval TFRecord (the reference's eval_10k step)."""
+import sys
+
+from . import flags
+from .errors import UserError
+from .example import PRETRAINING_FEATURES, decode_pretraining_example, encode_example
+from .tfrecord import TFRecordWriter, read_records
+
+
+def pick_indexes(total, num_examples_to_pick):
+    """The reference's picks: record int(i * N / num) for i in 0..num-1."""
+    return [int(i * total / num_examples_to_pick) for i in range(num_examples_to_pick)]
+
+
+def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_length,
+                      max_predictions_per_seq, progress=True):
+    """Write the picked records (re-encoded in the fixed feature order) to ``output_file``; return the count."""
+    if num_examples_to_pick < 1:
+        raise UserError("--num_examples_to_pick=%d must be at least 1" % num_examples_to_pick)
+    total = sum(1 for _ in read_records(input_file))  # verifies every CRC once
+    if total < num_examples_to_pick:
+        raise UserError("%s has %d records, fewer than --num_examples_to_pick=%d: give a larger input "
+                        "or pick fewer" % (input_file, total, num_examples_to_pick))
+    wanted = pick_indexes(total, num_examples_to_pick)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=total, unit="rec", desc="picking", file=sys.stderr, dynamic_ncols=True)
+    k = 0
+    with TFRecordWriter(output_file) as writer:
+        for index, data in enumerate(read_records(input_file, verify=False)):
+            if bar is not None and index % 1024 == 0:
+                bar.update(min(1024, total - index))
+            if k >= len(wanted):
+                break
+            if index != wanted[k]:
+                continue
+            feats = decode_pretraining_example(data, max_seq_length, max_predictions_per_seq,
+                                               where="%s: record %d" % (input_file, index))
+            record = encode_example([(name, kind, feats[name]) for name, kind, _ in PRETRAINING_FEATURES])
+            while k < len(wanted) and wanted[k] == index:  # written once per pick, as the reference
+                writer.write(record)
+                k += 1
+    if bar is not None:
+        bar.close()
+    return writer.count
+
+
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_string("input_tfrecord", "", "Input tfrecord path", flag_values=fv)
+    flags.DEFINE_string("output_tfrecord", "", "Output tfrecord path", flag_values=fv)
+    flags.DEFINE_integer("num_examples_to_pick", 10000, "Number of examples to pick", flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", 512, "The maximum number of tokens within a sequence.",
+                         flag_values=fv)
+    flags.DEFINE_integer("max_predictions_per_seq", 76, "The maximum number of predictions within a sequence.",
+                         flag_values=fv)
+    flags.parse(fv, argv)
+    for name in ("input_tfrecord", "output_tfrecord"):
+        if not fv[name].value:
+            raise UserError("flag --%s is required" % name)
+    n = pick_eval_samples(fv.input_tfrecord, fv.output_tfrecord, fv.num_examples_to_pick,
+                          fv.max_seq_length, fv.max_predictions_per_seq)
+    print("wrote %d records to %s" % (n, fv.output_tfrecord), file=sys.stderr)
+    return 0

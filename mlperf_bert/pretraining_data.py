@@ -1,0 +1,309 @@
+"""create_pretraining_data: text shards -> BERT pre-training TFRecords, record for record the reference.
+
+One ``random.Random(seed)`` drives everything in the reference's order (REFERENCE.md
+section 2).  The random draws and the per-instance work (pair truncation, masking,
+Example encoding) live in a "kernel": ``_fastrng`` (C, when built) or ``PyKernel``
+(pure Python); both consume the Mersenne Twister stream identically.
+"""
+import contextlib
+import random
+import sys
+
+from . import flags
+from .errors import UserError
+from .example import encode_pretraining_instance
+from .fileio import check_writable_dir
+from .tfrecord import TFRecordWriter, expand_paths, frame
+from .tokenization import FastTokenizer, load_vocab
+
+try:
+    from . import _fastrng
+except ImportError:  # the optional C accelerator was not built
+    _fastrng = None
+
+
+class PyKernel:
+    """Pure-Python kernel: Python's own ``random.Random`` plus the per-instance steps."""
+
+    def __init__(self, seed, vocab_ids, cls_id, sep_id, mask_id, max_seq_length, max_predictions_per_seq):
+        self._rng = random.Random(seed)
+        self.random = self._rng.random
+        self.randint = self._rng.randint
+        self.shuffle = self._rng.shuffle
+        self.vocab_ids = vocab_ids
+        self.cls_id, self.sep_id, self.mask_id = cls_id, sep_id, mask_id
+        self.max_seq_length = max_seq_length
+        self.max_predictions_per_seq = max_predictions_per_seq
+
+    def truncate(self, len_a, len_b, max_num_tokens):
+        """Reference truncate_seq_pair on lengths: return (a_start, a_stop, b_start, b_stop)."""
+        a0, a1, b0, b1 = 0, len_a, 0, len_b
+        random_ = self.random
+        while (a1 - a0) + (b1 - b0) > max_num_tokens:
+            if a1 - a0 > b1 - b0:
+                if random_() < 0.5:
+                    a0 += 1
+                else:
+                    a1 -= 1
+            else:
+                if random_() < 0.5:
+                    b0 += 1
+                else:
+                    b1 -= 1
+        return a0, a1, b0, b1
+
+    def mask_encode(self, tokens, len_a, is_random_next, num_to_predict):
+        """Reference create_masked_lm_predictions on ids, then the serialized Example."""
+        cls_id, sep_id = self.cls_id, self.sep_id
+        cands = [i for i, t in enumerate(tokens) if t != cls_id and t != sep_id]
+        self.shuffle(cands)
+        output = list(tokens)
+        random_, randint, vocab_ids = self.random, self.randint, self.vocab_ids
+        last = len(vocab_ids) - 1
+        picked = []
+        for index in cands:
+            if len(picked) >= num_to_predict:
+                break
+            if random_() < 0.8:
+                output[index] = self.mask_id
+            elif random_() < 0.5:
+                pass  # keep the original token
+            else:
+                output[index] = vocab_ids[randint(0, last)]
+            picked.append(index)
+        picked.sort()
+        return encode_pretraining_instance(output, len_a + 2, picked, [tokens[i] for i in picked],
+                                           is_random_next, self.max_seq_length,
+                                           self.max_predictions_per_seq)
+
+
+def make_kernel(seed, vocab_ids, cls_id, sep_id, mask_id, max_seq_length, max_predictions_per_seq,
+                fast=None):
+    """The C kernel when available (``fast=None``) or requested (``fast=True``), else PyKernel."""
+    args = (vocab_ids, cls_id, sep_id, mask_id, max_seq_length, max_predictions_per_seq)
+    if fast is None:
+        fast = _fastrng is not None
+    if fast:
+        if _fastrng is None:
+            raise RuntimeError("the C accelerator mlperf_bert._fastrng is not built")
+        return _fastrng.Kernel(random.Random(seed).getstate()[1], *args)
+    return PyKernel(seed, *args)
+
+
+def read_documents(input_files, tokenizer, progress=False):
+    """Documents (lists of non-empty id lists) as the reference reads them.
+
+    Lines are split on "\\n" only (as TF's GFile.readline) and stripped; an empty line
+    starts a new document; documents continue across file boundaries.
+    """
+    documents = [[]]
+    ids = tokenizer.ids
+    bar = _bar(progress, total=len(input_files), unit="file", desc="tokenizing")
+    with bar:
+        for path in input_files:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                raise UserError("cannot read input file %s: %s" % (path, e.strerror or e))
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                line = data.count(b"\n", 0, e.start) + 1
+                raise UserError("input file %s is not UTF-8 text (line %d): convert it to UTF-8"
+                                % (path, line))
+            del data
+            lines = text.split("\n")
+            del text
+            if lines[-1] == "":
+                lines.pop()  # readline() gives no empty line after a final newline
+            for line in lines:
+                line = line.strip()
+                if not line:
+                    documents.append([])
+                    continue
+                tokens = ids(line)
+                if tokens:
+                    documents[-1].append(tokens)
+            bar.update(1)
+    return [d for d in documents if d]
+
+
+def _bar(progress, **kwargs):
+    if progress:
+        from tqdm import tqdm
+        return tqdm(file=sys.stderr, dynamic_ncols=True, **kwargs)
+    return _NoBar()
+
+
+class _NoBar:
+    def update(self, n=1):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def instances_from_document(documents, document_index, kernel, max_seq_length, short_seq_prob,
+                            masked_lm_prob, max_predictions_per_seq, out):
+    """Reference create_instances_from_document; appends serialized Examples to ``out``."""
+    document = documents[document_index]
+    max_num_tokens = max_seq_length - 3
+    random_, randint = kernel.random, kernel.randint
+    target = max_num_tokens
+    if random_() < short_seq_prob:
+        target = randint(2, max_num_tokens)
+    cls_, sep_ = [kernel.cls_id], [kernel.sep_id]
+    last_doc = len(documents) - 1
+    chunk = []
+    length = 0
+    i = 0
+    n = len(document)
+    while i < n:
+        segment = document[i]
+        chunk.append(segment)
+        length += len(segment)
+        if i == n - 1 or length >= target:
+            a_end = 1
+            if len(chunk) >= 2:
+                a_end = randint(1, len(chunk) - 1)
+            tokens_a = chunk[0] if a_end == 1 else [t for s in chunk[:a_end] for t in s]
+            if len(chunk) == 1 or random_() < 0.5:
+                is_random_next = True
+                target_b = target - len(tokens_a)
+                for _ in range(10):
+                    random_index = randint(0, last_doc)
+                    if random_index != document_index:
+                        break
+                random_document = documents[random_index]
+                tokens_b = []
+                for j in range(randint(0, len(random_document) - 1), len(random_document)):
+                    tokens_b += random_document[j]
+                    if len(tokens_b) >= target_b:
+                        break
+                i -= len(chunk) - a_end
+            else:
+                is_random_next = False
+                tokens_b = [t for s in chunk[a_end:] for t in s]
+            a0, a1, b0, b1 = kernel.truncate(len(tokens_a), len(tokens_b), max_num_tokens)
+            tokens = cls_ + tokens_a[a0:a1] + sep_ + tokens_b[b0:b1] + sep_
+            num_to_predict = min(max_predictions_per_seq,
+                                 max(1, int(round(len(tokens) * masked_lm_prob))))
+            out.append(kernel.mask_encode(tokens, a1 - a0, is_random_next, num_to_predict))
+            chunk = []
+            length = 0
+        i += 1
+
+
+def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob):
+    if max_seq_length < 5:
+        raise UserError("--max_seq_length=%d is too small: it must be at least 5 ([CLS] a [SEP] b [SEP])"
+                        % max_seq_length)
+    if max_predictions_per_seq < 0 or max_predictions_per_seq > max_seq_length:
+        raise UserError("--max_predictions_per_seq=%d is too large for --max_seq_length=%d: it must be "
+                        "between 0 and max_seq_length (MLPerf uses 76 with 512)"
+                        % (max_predictions_per_seq, max_seq_length))
+    if not 0.0 <= masked_lm_prob <= 1.0:
+        raise UserError("--masked_lm_prob=%g must be between 0 and 1" % masked_lm_prob)
+    if not 0.0 <= short_seq_prob <= 1.0:
+        raise UserError("--short_seq_prob=%g must be between 0 and 1" % short_seq_prob)
+    if dupe_factor < 0:
+        raise UserError("--dupe_factor=%d must not be negative" % dupe_factor)
+
+
+def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case=True,
+                            max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15,
+                            random_seed=12345, dupe_factor=10, short_seq_prob=0.1, progress=True,
+                            fast=None):
+    """Write the reference's records for ``input_files`` round-robin to ``output_files``; return the count.
+
+    ``input_files``/``output_files``: lists of paths or comma-separated strings (inputs may be globs).
+    ``fast``: None = C kernel if built, True/False to force (tests compare both).
+    """
+    if isinstance(input_files, str):
+        input_files = expand_paths(input_files, "input file")
+    else:
+        input_files = [p for spec in input_files for p in expand_paths(spec, "input file")]
+    if isinstance(output_files, str):
+        output_files = [p.strip() for p in output_files.split(",") if p.strip()]
+    if not output_files:
+        raise UserError("no output file given: set --output_file")
+    check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob)
+    for path in output_files:
+        check_writable_dir(path)
+    vocab = load_vocab(vocab_file)
+    tokenizer = FastTokenizer(vocab=vocab, do_lower_case=do_lower_case)
+    vocab_ids = [vocab[w] for w in vocab]  # reference vocab_words (first-seen order) as ids
+    kernel = make_kernel(random_seed, vocab_ids, vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"],
+                         max_seq_length, max_predictions_per_seq, fast)
+
+    documents = read_documents(input_files, tokenizer, progress)
+    if not documents:
+        raise UserError("input %s holds no documents (no line yields a token): give non-empty text "
+                        "shards, one sentence per line" % ",".join(input_files))
+    kernel.shuffle(documents)
+
+    records = []
+    with _bar(progress, total=dupe_factor * len(documents), unit="doc", desc="instances") as bar:
+        for _ in range(dupe_factor):
+            for index in range(len(documents)):
+                instances_from_document(documents, index, kernel, max_seq_length, short_seq_prob,
+                                        masked_lm_prob, max_predictions_per_seq, records)
+                if index % 256 == 255:
+                    bar.update(256)
+            bar.update(len(documents) % 256)
+    del documents
+    kernel.shuffle(records)
+    write_round_robin(records, output_files, progress)
+    return len(records)
+
+
+def write_round_robin(records, output_files, progress=False, batch=512):
+    """Frame and write records, record k to output k % len(outputs), each file atomically."""
+    n_out = len(output_files)
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(TFRecordWriter(p)) for p in output_files]
+        with _bar(progress, total=len(records), unit="rec", desc="writing") as bar:
+            for w, writer in enumerate(writers):
+                mine = records[w::n_out] if n_out > 1 else records
+                for start in range(0, len(mine), batch):
+                    part = mine[start:start + batch]
+                    writer.write_framed(b"".join(map(frame, part)), len(part))
+                    bar.update(len(part))
+    return len(records)
+
+
+def define_flags(fv):
+    """The reference's flags, names and defaults."""
+    flags.DEFINE_string("input_file", None, "Input raw text file (or comma-separated list of files).",
+                        flag_values=fv)
+    flags.DEFINE_string("output_file", None, "Output TF example file (or comma-separated list of files).",
+                        flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.",
+                        flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text.", flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.", flag_values=fv)
+    flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.",
+                         flag_values=fv)
+    flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.", flag_values=fv)
+    flags.DEFINE_integer("dupe_factor", 10, "Number of times to duplicate the input data (with different masks).",
+                         flag_values=fv)
+    flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.", flag_values=fv)
+    flags.DEFINE_float("short_seq_prob", 0.1, "Probability of creating sequences shorter than the maximum length.",
+                       flag_values=fv)
+
+
+def main(argv):
+    fv = flags.FlagValues()
+    define_flags(fv)
+    flags.parse(fv, argv, required=["input_file", "output_file", "vocab_file"])
+    n = create_pretraining_data(
+        fv.input_file, fv.output_file, fv.vocab_file, do_lower_case=fv.do_lower_case,
+        max_seq_length=fv.max_seq_length, max_predictions_per_seq=fv.max_predictions_per_seq,
+        masked_lm_prob=fv.masked_lm_prob, random_seed=fv.random_seed, dupe_factor=fv.dupe_factor,
+        short_seq_prob=fv.short_seq_prob, progress=True)
+    print("wrote %d records to %s" % (n, fv.output_file), file=sys.stderr)
+    return 0

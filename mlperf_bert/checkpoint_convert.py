@@ -1,0 +1,48 @@
+"""convert_checkpoint.py: a .pt checkpoint of this project <-> a TF checkpoint prefix.
+
+A path ending in ``.pt`` is ours; any other path is a TF prefix. Weights are checked
+against the BERT config on the way; ``global_step`` travels both ways.
+"""
+import logging
+
+import torch
+
+from . import flags, tf_checkpoint
+from .errors import UserError
+from .config import BertConfig
+from .fileio import atomic_path
+from .model import BertForPreTraining
+
+
+def convert(bert_config_file, src, dst):
+    cfg = BertConfig.from_json_file(bert_config_file)
+    model = BertForPreTraining(cfg)
+    info = tf_checkpoint.load_init_checkpoint(model, src)
+    step = info["global_step"]
+    if dst.endswith(".pt"):
+        ckpt = {"model": model.state_dict(), "bert_config": cfg.to_dict()}
+        if step is not None:
+            ckpt["global_step"] = int(step)
+        with atomic_path(dst) as tmp:
+            torch.save(ckpt, tmp)
+    else:
+        tf_checkpoint.save_tf_checkpoint(model, dst, global_step=step)
+    return info
+
+
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model", flag_values=fv)
+    flags.DEFINE_string("input", None, "checkpoint to read: a .pt file or a TF prefix", flag_values=fv)
+    flags.DEFINE_string("output", None, "checkpoint to write: a .pt file or a TF prefix", flag_values=fv)
+    flags.parse(fv, argv, required=["bert_config_file", "input", "output"])
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    src, dst = fv.input, fv.output
+    if src.endswith(".pt") == dst.endswith(".pt"):
+        kind = ".pt" if src.endswith(".pt") else "TF"
+        raise UserError("--input and --output are both %s checkpoints: one of them must end in .pt "
+                              "and the other be a TF prefix" % kind)
+    info = convert(fv.bert_config_file, src, dst)
+    print("wrote %s (global_step %s, %d non-model variable(s) dropped)"
+          % (dst, info["global_step"], len(info["ignored"])))
+    return 0

@@ -1,0 +1,226 @@
+"""BERT for pre-training, numerically the reference's (google BERT, TF1) in PyTorch.
+
+Post-LN blocks, tanh GELU, LayerNorm eps 1e-12, additive -10000 attention mask, pooler on
+[CLS], MLM head only at the gathered masked positions with tied word embeddings.
+Module names mirror the TF variable names so ``tf_checkpoint`` maps them one to one.
+"""
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LN_EPS = 1e-12
+
+
+class PretrainingOutput(NamedTuple):
+    loss: torch.Tensor          # mlm_loss + nsp_loss
+    mlm_loss: torch.Tensor      # sum(w * nll) / (sum(w) + 1e-5)
+    nsp_loss: torch.Tensor      # mean cross-entropy
+    mlm_correct: torch.Tensor   # sum(w * [argmax == label])
+    mlm_weight: torch.Tensor    # sum(w)
+    mlm_nll_sum: torch.Tensor   # sum(w * nll)
+    nsp_correct: torch.Tensor   # number of correct NSP predictions
+    nsp_count: torch.Tensor     # number of NSP examples
+    nsp_nll_sum: torch.Tensor   # sum of NSP nll
+
+
+def gelu(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def _activation(name):
+    acts = {"gelu": gelu, "relu": F.relu, "tanh": torch.tanh}
+    if name not in acts:
+        raise ValueError("unsupported hidden_act %r" % name)
+    return acts[name]
+
+
+class Embeddings(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.word_embeddings = nn.Parameter(torch.empty(cfg.vocab_size, cfg.hidden_size))
+        self.token_type_embeddings = nn.Parameter(torch.empty(cfg.type_vocab_size, cfg.hidden_size))
+        self.position_embeddings = nn.Parameter(torch.empty(cfg.max_position_embeddings, cfg.hidden_size))
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=LN_EPS)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def forward(self, input_ids, segment_ids):
+        seq = input_ids.shape[1]
+        x = F.embedding(input_ids, self.word_embeddings)
+        x = x + F.embedding(segment_ids, self.token_type_embeddings)
+        x = x + self.position_embeddings[:seq].unsqueeze(0)
+        return self.dropout(self.LayerNorm(x))
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        h = cfg.hidden_size
+        self.query = nn.Linear(h, h)
+        self.key = nn.Linear(h, h)
+        self.value = nn.Linear(h, h)
+        self.heads = cfg.num_attention_heads
+        self.p = cfg.attention_probs_dropout_prob
+
+
+class AttentionOutput(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=LN_EPS)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.self = SelfAttention(cfg)
+        self.output = AttentionOutput(cfg)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def forward(self, x, mask_add):
+        s = self.self
+        b, t, h = x.shape
+        d = h // s.heads
+
+        def split(y):
+            return y.view(b, t, s.heads, d).transpose(1, 2)
+
+        q, k, v = split(s.query(x)), split(s.key(x)), split(s.value(x))
+        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_add.to(q.dtype),
+                                             dropout_p=s.p if self.training else 0.0,
+                                             scale=1.0 / math.sqrt(d))
+        ctx = ctx.transpose(1, 2).reshape(b, t, h)
+        return self.output.LayerNorm(self.dropout(self.output.dense(ctx)) + x)
+
+
+class Dense(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.dense = nn.Linear(n_in, n_out)
+
+
+class DenseLayerNorm(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.dense = nn.Linear(n_in, n_out)
+        self.LayerNorm = nn.LayerNorm(n_out, eps=LN_EPS)
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.attention = Attention(cfg)
+        self.intermediate = Dense(cfg.hidden_size, cfg.intermediate_size)
+        self.output = DenseLayerNorm(cfg.intermediate_size, cfg.hidden_size)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.act = _activation(cfg.hidden_act)
+
+    def forward(self, x, mask_add):
+        a = self.attention(x, mask_add)
+        y = self.output.dense(self.act(self.intermediate.dense(a)))
+        return self.output.LayerNorm(self.dropout(y) + a)
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.layer = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_hidden_layers))
+
+    def forward(self, x, mask_add):
+        for layer in self.layer:
+            x = layer(x, mask_add)
+        return x
+
+
+class Bert(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embeddings = Embeddings(cfg)
+        self.encoder = Encoder(cfg)
+        self.pooler = Dense(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, input_ids, segment_ids, input_mask):
+        # The reference adds (1 - mask) * -10000 to the attention scores.
+        mask_add = (1.0 - input_mask[:, None, None, :].float()) * -10000.0
+        seq = self.encoder(self.embeddings(input_ids, segment_ids), mask_add)
+        pooled = torch.tanh(self.pooler.dense(seq[:, 0]))
+        return seq, pooled
+
+
+class MLMHead(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.transform = DenseLayerNorm(cfg.hidden_size, cfg.hidden_size)
+        self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.act = _activation(cfg.hidden_act)
+
+
+class NSPHead(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.output_weights = nn.Parameter(torch.empty(2, cfg.hidden_size))
+        self.output_bias = nn.Parameter(torch.zeros(2))
+
+
+class Cls(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.predictions = MLMHead(cfg)
+        self.seq_relationship = NSPHead(cfg)
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with the MLM and NSP heads; ``forward`` returns losses and exact metric sums."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.bert = Bert(config)
+        self.cls = Cls(config)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        """The reference's init: truncated normal (+-2 stddev) weights, zero biases, unit LayerNorm."""
+        std = self.config.initializer_range
+        for name, p in self.named_parameters():
+            if name.endswith("LayerNorm.weight"):
+                p.fill_(1.0)
+            elif name.endswith("bias") or name.endswith("LayerNorm.bias"):
+                p.zero_()
+            else:
+                nn.init.trunc_normal_(p, std=std, a=-2 * std, b=2 * std)
+
+    def forward(self, input_ids, segment_ids, input_mask, masked_lm_positions, masked_lm_ids,
+                masked_lm_weights, next_sentence_labels):
+        seq, pooled = self.bert(input_ids, segment_ids, input_mask)
+        b, t, h = seq.shape
+        pred = self.cls.predictions
+
+        # Gather the masked positions first: no logits over unmasked tokens.
+        flat = (masked_lm_positions + torch.arange(b, device=seq.device)[:, None] * t).reshape(-1)
+        x = seq.reshape(b * t, h).index_select(0, flat)
+        x = pred.transform.LayerNorm(pred.act(pred.transform.dense(x)))
+        logits = x @ self.bert.embeddings.word_embeddings.t().to(x.dtype) + pred.output_bias.to(x.dtype)
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        labels = masked_lm_ids.reshape(-1)
+        w = masked_lm_weights.reshape(-1).float()
+        nll = -log_probs.gather(1, labels[:, None]).squeeze(1)
+        mlm_nll_sum = (w * nll).sum()
+        mlm_weight = w.sum()
+        mlm_loss = mlm_nll_sum / (mlm_weight + 1e-5)
+        mlm_correct = (w * (log_probs.argmax(-1) == labels).float()).sum()
+
+        nsp = self.cls.seq_relationship
+        nsp_logits = pooled @ nsp.output_weights.t().to(pooled.dtype) + nsp.output_bias.to(pooled.dtype)
+        nsp_log_probs = F.log_softmax(nsp_logits.float(), dim=-1)
+        nsp_labels = next_sentence_labels.reshape(-1)
+        nsp_nll = -nsp_log_probs.gather(1, nsp_labels[:, None]).squeeze(1)
+        nsp_nll_sum = nsp_nll.sum()
+        nsp_count = torch.tensor(float(nsp_nll.numel()), device=seq.device)
+        nsp_loss = nsp_nll_sum / nsp_count
+        nsp_correct = (nsp_log_probs.argmax(-1) == nsp_labels).float().sum()
+        return PretrainingOutput(mlm_loss + nsp_loss, mlm_loss, nsp_loss, mlm_correct, mlm_weight,
+                                 mlm_nll_sum, nsp_correct, nsp_count, nsp_nll_sum)

@@ -1,0 +1,173 @@
+"""The reference's LAMB and AdamW (weight-decay Adam), and global-norm gradient clipping.
+
+Exclusions follow the reference: weight decay (and LAMB's trust ratio) are skipped for
+variables whose *TF name* contains "LayerNorm", "layer_norm" or "bias". Each optimizer has
+a per-tensor path and a multi-tensor (``torch._foreach_*``) path doing the same operations
+in the same order; the multi-tensor path is the default on GPU.
+"""
+import torch
+
+from .tf_checkpoint import tf_name
+
+EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+
+
+def is_excluded(name):
+    return any(s in name for s in EXCLUDE_FROM_WEIGHT_DECAY)
+
+
+def _tf_name(param_name):
+    # DDP / torch.compile wrappers prefix the names.
+    for prefix in ("module.", "_orig_mod."):
+        while param_name.startswith(prefix):
+            param_name = param_name[len(prefix):]
+    return tf_name(param_name)
+
+
+class BertOptimizer(torch.optim.Optimizer):
+    """LAMB (``kind="lamb"``) or the reference's AdamWeightDecayOptimizer (``kind="adamw"``).
+
+    Param groups carry ``exclude`` (skip weight decay / trust ratio) and ``names`` (TF names,
+    used for optimizer slots ``<name>/adam_m``, ``<name>/adam_v``). LAMB's bias-correction
+    power counts calls of ``step()``, i.e. optimizer updates.
+    """
+
+    def __init__(self, groups, kind="lamb", lr=1e-4, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                 weight_decay_rate=0.01, foreach=None):
+        if kind not in ("lamb", "adamw"):
+            raise ValueError("optimizer must be lamb or adamw, not %r" % kind)
+        defaults = dict(lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                        weight_decay_rate=weight_decay_rate, exclude=False, names=None)
+        super().__init__(groups, defaults)
+        self.kind = kind
+        self.foreach = foreach
+
+    def _use_foreach(self, params):
+        if self.foreach is not None:
+            return self.foreach
+        return bool(params) and params[0].is_cuda
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            ms, vs = [], []
+            for p in params:
+                st = self.state[p]
+                if not st:
+                    st["step"] = 0
+                    st["adam_m"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["adam_v"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                st["step"] += 1
+                ms.append(st["adam_m"])
+                vs.append(st["adam_v"])
+            t = self.state[params[0]]["step"]
+            grads = [p.grad for p in params]
+            if self._use_foreach(params):
+                self._step_foreach(group, params, grads, ms, vs, t)
+            else:
+                for p, g, m, v in zip(params, grads, ms, vs):
+                    self._step_one(group, p, g, m, v, t)
+        return loss
+
+    def _step_one(self, group, p, g, m, v, t):
+        b1, b2, eps, lr = group["beta_1"], group["beta_2"], group["epsilon"], group["lr"]
+        wd, exclude = group["weight_decay_rate"], group["exclude"]
+        m.mul_(b1).add_(g, alpha=1.0 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+        if self.kind == "lamb":
+            update = (m / (1.0 - b1 ** t)) / ((v / (1.0 - b2 ** t)).sqrt_().add_(eps))
+        else:
+            update = m / (v.sqrt().add_(eps))
+        if not exclude:
+            update.add_(p, alpha=wd)
+        if self.kind == "lamb" and not exclude:
+            scale = _trust_ratio(torch.linalg.vector_norm(p), torch.linalg.vector_norm(update)) * lr
+            p.sub_(update.mul_(scale))
+        else:
+            p.add_(update, alpha=-lr)
+
+    def _step_foreach(self, group, params, grads, ms, vs, t):
+        b1, b2, eps, lr = group["beta_1"], group["beta_2"], group["epsilon"], group["lr"]
+        wd, exclude = group["weight_decay_rate"], group["exclude"]
+        fe = torch
+        fe._foreach_mul_(ms, b1)
+        fe._foreach_add_(ms, grads, alpha=1.0 - b1)
+        fe._foreach_mul_(vs, b2)
+        fe._foreach_addcmul_(vs, grads, grads, value=1.0 - b2)
+        if self.kind == "lamb":
+            num = fe._foreach_div(ms, 1.0 - b1 ** t)
+            den = fe._foreach_div(vs, 1.0 - b2 ** t)
+            fe._foreach_sqrt_(den)
+        else:
+            num = ms
+            den = fe._foreach_sqrt(vs)
+        fe._foreach_add_(den, eps)
+        update = fe._foreach_div(num, den)
+        if not exclude:
+            fe._foreach_add_(update, params, alpha=wd)
+        if self.kind == "lamb" and not exclude:
+            wn = fe._foreach_norm(params)
+            un = fe._foreach_norm(update)
+            scales = [_trust_ratio(w, u) * lr for w, u in zip(wn, un)]
+            fe._foreach_mul_(update, scales)
+            fe._foreach_sub_(params, update)
+        else:
+            fe._foreach_add_(params, update, alpha=-lr)
+
+    def slot_arrays(self):
+        """{"<tf name>/adam_m" | "/adam_v": ndarray}: the optimizer slots in the reference's names."""
+        out = {}
+        for group in self.param_groups:
+            for name, p in zip(group["names"] or [], group["params"]):
+                st = self.state.get(p)
+                if st:
+                    for k in ("adam_m", "adam_v"):
+                        a = st[k].detach().cpu().float().numpy()
+                        out["%s/%s" % (name, k)] = a.T if name.endswith("/kernel") else a
+        return out
+
+
+def _trust_ratio(w_norm, u_norm):
+    one = torch.ones_like(w_norm)
+    return torch.where(w_norm > 0, torch.where(u_norm > 0, w_norm / u_norm, one), one)
+
+
+def create_optimizer(model, name="lamb", learning_rate=1e-4, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                     weight_decay_rate=0.01, foreach=None):
+    """LAMB or AdamW over ``model``'s trainable parameters, grouped by the reference exclusions."""
+    groups = {False: ([], []), True: ([], [])}
+    for pname, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        tname = _tf_name(pname)
+        params, names = groups[is_excluded(tname)]
+        params.append(p)
+        names.append(tname)
+    param_groups = [dict(params=params, names=names, exclude=ex)
+                    for ex, (params, names) in groups.items() if params]
+    return BertOptimizer(param_groups, kind=name, lr=learning_rate, beta_1=beta_1, beta_2=beta_2,
+                         epsilon=epsilon, weight_decay_rate=weight_decay_rate, foreach=foreach)
+
+
+@torch.no_grad()
+def clip_by_global_norm_(tensors, clip_norm=1.0):
+    """Scale ``tensors`` in place as tf.clip_by_global_norm does; return the global norm.
+
+    scale = clip_norm * min(1 / global_norm, 1 / clip_norm): a non-finite norm makes
+    every value non-finite, as in TF.
+    """
+    tensors = [t for t in tensors if t is not None]
+    if not tensors:
+        return torch.tensor(0.0)
+    norms = torch._foreach_norm(tensors)
+    gnorm = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+    scale = clip_norm * torch.minimum(1.0 / gnorm, torch.tensor(1.0 / clip_norm, device=gnorm.device))
+    torch._foreach_mul_(tensors, scale.to(tensors[0].dtype))
+    return gnorm

@@ -1,0 +1,195 @@
+"""TF checkpoints in the reference (google BERT) layout: name mapping, reading, writing.
+
+TensorFlow is imported lazily, only by the functions that read or write TF files, so the
+rest of the project (and training from a ``.pt``) does not need it.
+"""
+import collections
+import logging
+import os
+import re
+
+import numpy as np
+import torch
+
+from .errors import UserError
+from .fileio import check_writable_dir
+
+log = logging.getLogger(__name__)
+
+# A TF2 object-based checkpoint stores each variable under this suffix.
+TF2_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def tf_name(torch_name):
+    """Reference TF variable name of a parameter of ``model.BertForPreTraining``."""
+    parts = torch_name.split(".")
+    out = []
+    i = 0
+    while i < len(parts):
+        p = parts[i]
+        if p == "layer" and i + 1 < len(parts) and parts[i + 1].isdigit():
+            out.append("layer_%s" % parts[i + 1])
+            i += 2
+            continue
+        out.append(p)
+        i += 1
+    last = out[-1]
+    if len(out) > 1 and out[-2] == "LayerNorm":
+        out[-1] = {"weight": "gamma", "bias": "beta"}[last]
+    elif last == "weight":
+        out[-1] = "kernel"
+    return "/".join(out)
+
+
+def is_kernel(torch_name):
+    """True for nn.Linear weights, stored transposed ([in, out]) in TF."""
+    return tf_name(torch_name).endswith("/kernel")
+
+
+def to_tf_arrays(state_dict):
+    """{TF name: float32 ndarray in TF layout} for a model state dict."""
+    out = collections.OrderedDict()
+    for name, t in state_dict.items():
+        a = t.detach().cpu().float().numpy()
+        out[tf_name(name)] = np.ascontiguousarray(a.T if is_kernel(name) else a)
+    return out
+
+
+def _import_tf():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # silences a startup banner; TF only does I/O here
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise UserError("reading or writing TF checkpoints needs tensorflow-cpu: "
+                        "pip install -r requirements.txt")
+    return tf
+
+
+def is_tf_prefix(path):
+    return os.path.exists(path + ".index")
+
+
+def read_tf_checkpoint(prefix):
+    """{name: ndarray} of every variable in a TF checkpoint (TF1 names or TF2 object names)."""
+    if not is_tf_prefix(prefix):
+        raise UserError("TF checkpoint %s not found: give the prefix whose .index file exists "
+                        "(e.g. model.ckpt-28252)" % prefix)
+    tf = _import_tf()
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        names = sorted(reader.get_variable_to_shape_map())
+        return collections.OrderedDict((n, np.asarray(reader.get_tensor(n))) for n in names)
+    except (tf.errors.OpError, ValueError) as e:
+        raise UserError("cannot read TF checkpoint %s: %s" % (prefix, str(e).splitlines()[0]))
+
+
+def write_tf_checkpoint(arrays, prefix):
+    """Write {name: ndarray} as a TF (V2 format) checkpoint at ``prefix``, atomically."""
+    tf = _import_tf()
+    check_writable_dir(prefix)
+    tmp = "%s.tmp-%d" % (prefix, os.getpid())
+    names = list(arrays)
+    try:
+        tf.raw_ops.SaveV2(prefix=tmp, tensor_names=names, shape_and_slices=[""] * len(names),
+                          tensors=[tf.convert_to_tensor(arrays[n]) for n in names])
+        # Data first, index last: a prefix whose .index exists is complete.
+        files = sorted(f for f in os.listdir(os.path.dirname(os.path.abspath(tmp)))
+                       if f.startswith(os.path.basename(tmp) + "."))
+        for f in sorted(files, key=lambda f: f.endswith(".index")):
+            d = os.path.dirname(os.path.abspath(tmp))
+            os.replace(os.path.join(d, f), os.path.join(d, os.path.basename(prefix) + f[len(os.path.basename(tmp)):]))
+    except BaseException:
+        d = os.path.dirname(os.path.abspath(tmp))
+        for f in os.listdir(d):
+            if f.startswith(os.path.basename(tmp) + "."):
+                os.remove(os.path.join(d, f))
+        raise
+
+
+def save_tf_checkpoint(model_or_state_dict, prefix, global_step=None):
+    """Save model weights under their reference names (plus ``global_step`` if given)."""
+    sd = model_or_state_dict
+    if isinstance(sd, torch.nn.Module):
+        sd = sd.state_dict()
+    arrays = to_tf_arrays(sd)
+    if global_step is not None:
+        arrays["global_step"] = np.asarray(global_step, dtype=np.int64)
+    write_tf_checkpoint(arrays, prefix)
+
+
+def _canonical(name):
+    """Reference name of a checkpoint variable: TF2 object names lose their suffix/prefix."""
+    if name.endswith(TF2_SUFFIX):
+        name = name[:-len(TF2_SUFFIX)]
+    m = re.search(r"(?:^|/)((?:bert|cls)/.*)$", name)
+    return m.group(1) if m else name
+
+
+def _summarize(names):
+    """Short description of ignored variables: counts per trailing component."""
+    groups = collections.Counter(n.rsplit("/", 1)[-1] if "/" in n else n for n in names)
+    return ", ".join("%d x %s" % (c, g) for g, c in sorted(groups.items()))
+
+
+def load_state_from_arrays(model, arrays, source):
+    """Copy reference-named arrays into ``model``; return the names that were not used."""
+    by_name = {}
+    for n, a in arrays.items():
+        by_name.setdefault(_canonical(n), (n, a))
+    sd = model.state_dict()
+    missing, misshaped, new = [], [], {}
+    used = set()
+    for pname, p in sd.items():
+        tname = tf_name(pname)
+        if tname not in by_name:
+            missing.append(tname)
+            continue
+        orig, a = by_name[tname]
+        used.add(orig)
+        if is_kernel(pname):
+            a = a.T
+        if tuple(a.shape) != tuple(p.shape):
+            misshaped.append("%s %s (model expects %s)" % (
+                tname, list(a.T.shape if is_kernel(pname) else a.shape),
+                list(p.T.shape if is_kernel(pname) else p.shape)))
+            continue
+        new[pname] = torch.from_numpy(np.ascontiguousarray(a)).to(p.dtype)
+    if missing:
+        raise UserError("checkpoint %s lacks %d model variable(s), e.g. %s: use a checkpoint of this "
+                        "BERT model or the matching bert_config.json" % (source, len(missing), missing[0]))
+    if misshaped:
+        raise UserError("checkpoint %s: variable %s; use the bert_config.json this checkpoint was made "
+                        "with" % (source, misshaped[0]))
+    model.load_state_dict(new)
+    ignored = [n for n in arrays if n not in used]
+    if ignored:
+        log.info("checkpoint %s: ignored %d non-model variable(s): %s", source, len(ignored),
+                 _summarize(ignored))
+    return ignored
+
+
+def load_pt(path):
+    """The dict of a ``.pt`` checkpoint of this project (``{"model": state_dict, ...}``)."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise UserError("checkpoint %s not found" % path)
+    except Exception as e:  # torch raises many kinds for a corrupt file
+        raise UserError("cannot read checkpoint %s: %s" % (path, str(e).splitlines()[0]))
+    if not isinstance(ckpt, dict) or "model" not in ckpt:
+        raise UserError("checkpoint %s is not a checkpoint of this project (no 'model' key)" % path)
+    return ckpt
+
+
+def load_init_checkpoint(model, path):
+    """Load weights from a TF prefix (TF1 or TF2) or a ``.pt``; return {"global_step", "ignored"}."""
+    if path.endswith(".pt"):
+        ckpt = load_pt(path)
+        arrays = to_tf_arrays(ckpt["model"])
+        ignored = load_state_from_arrays(model, arrays, path)
+        return {"global_step": ckpt.get("global_step"), "ignored": ignored}
+    arrays = read_tf_checkpoint(path)
+    ignored = load_state_from_arrays(model, arrays, path)
+    step = arrays.get("global_step")
+    return {"global_step": None if step is None else int(step), "ignored": ignored}

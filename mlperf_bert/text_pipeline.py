@@ -1,0 +1,149 @@
+"""``text-pipeline``: WikiExtractor output -> ``part-*`` text shards, ``eval.txt``, ``eval.md5``.
+
+REFERENCE.md section 6: clean-up (wiki_cleanup), one sentence per line (sentences),
+seeded train/eval separation per input file, then the training text gathered in sorted
+order into shards of about ``--block_size_mb`` MiB. Input files are processed in a pool.
+"""
+import glob
+import hashlib
+import multiprocessing
+import os
+import random
+import shutil
+
+from . import flags
+from .errors import UserError
+from .fileio import atomic_open, check_writable_dir
+from .sentences import split_sentences
+from .wiki_cleanup import clean_lines
+
+MIB = 1024 * 1024
+
+
+def segment_file(path):
+    """The cleaned, sentence-per-line text of one WikiExtractor file (the reference's ``.3`` file)."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in clean_lines(f):
+            if line == "":
+                out.append("\n")
+            else:
+                out.extend(s + "\n" for s in split_sentences(line))
+    out.append("\n")  # every segmented file ends with one more blank line
+    return "".join(out)
+
+
+def num_eval_articles(k, num_files, num_test_articles):
+    """How many eval articles file ``k`` (0-based, sorted order) gives."""
+    return int((k + 1) * num_test_articles * 1.0 / num_files) - int(k * num_test_articles * 1.0 / num_files)
+
+
+def pick_eval_ids(num_articles, num_tests, seed):
+    """The eval article ids of one file, in the order drawn."""
+    rng = random.Random(seed)
+    ids, chosen = [], set()
+    while len(ids) < num_tests:
+        new_id = int(rng.random() * num_articles)
+        if new_id not in chosen:
+            chosen.add(new_id)
+            ids.append(new_id)
+    return ids
+
+
+def separate(text, k, num_files, num_test_articles, seed, name="input"):
+    """Split one segmented file's text into (training text, [eval articles]) as the reference does."""
+    articles = text.split("\n\n")
+    num_tests = num_eval_articles(k, num_files, num_test_articles)
+    if num_tests > len(articles):
+        raise UserError("%s has %d articles but must give %d eval articles: give more input files or a "
+                        "smaller --num_test_articles" % (name, len(articles), num_tests))
+    chosen = set(pick_eval_ids(len(articles), num_tests, seed + 13 * k))
+    train = "".join(a + "\n\n" for i, a in enumerate(articles) if i not in chosen)
+    return train, [a for i, a in enumerate(articles) if i in chosen]
+
+
+def _process_one(job):
+    k, path, num_files, num_test_articles, seed, work_dir = job
+    train, evals = separate(segment_file(path), k, num_files, num_test_articles, seed, path)
+    out = os.path.join(work_dir, "%08d.train" % k)
+    with atomic_open(out, "w", encoding="utf-8", newline="\n") as f:
+        f.write(train)
+    return out, evals
+
+
+def gather_plan(sizes, block_size):
+    """Groups of input indexes: a new group starts when the next input would pass ``block_size``."""
+    groups, current, total = [], [], 0
+    for i, size in enumerate(sizes):
+        if current and total + size > block_size:
+            groups.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += size
+    if current:
+        groups.append(current)
+    return groups
+
+
+def write_eval(output_dir, eval_articles):
+    with atomic_open(os.path.join(output_dir, "eval.txt"), "w", encoding="utf-8", newline="\n") as txt, \
+            atomic_open(os.path.join(output_dir, "eval.md5"), "w", encoding="utf-8", newline="\n") as md5:
+        for article in eval_articles:
+            txt.write(article + "\n\n")
+            md5.write(hashlib.md5(article.rstrip().encode("utf-8")).hexdigest() + "\n")
+
+
+def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, seed=12345, workers=None,
+        progress=True):
+    """Run the whole pipeline; return the list of part files written."""
+    from tqdm import tqdm
+    if not input_files:
+        raise UserError("no input files: --wiki_glob matched nothing")
+    input_files = sorted(input_files)
+    check_writable_dir(os.path.join(output_dir, "eval.txt"))
+    work_dir = os.path.join(output_dir, ".text_pipeline_work")
+    os.makedirs(work_dir, exist_ok=True)
+    n = len(input_files)
+    jobs = [(k, p, n, num_test_articles, seed, work_dir) for k, p in enumerate(input_files)]
+    workers = max(1, min(workers or os.cpu_count() or 1, n))
+    train_files, eval_articles = [], []
+    try:
+        with multiprocessing.Pool(workers) as pool:
+            for out, evals in tqdm(pool.imap(_process_one, jobs), total=n, desc="clean+split",
+                                   unit="file", disable=not progress):
+                train_files.append(out)
+                eval_articles.extend(evals)
+        write_eval(output_dir, eval_articles)
+        groups = gather_plan([os.path.getsize(p) for p in train_files], block_size_mb * MIB)
+        parts = []
+        for g, group in enumerate(tqdm(groups, desc="gather", unit="shard", disable=not progress)):
+            part = os.path.join(output_dir, "part-%05d-of-%05d" % (g, len(groups)))
+            with atomic_open(part, "wb") as fout:
+                for i in group:
+                    with open(train_files[i], "rb") as fin:
+                        shutil.copyfileobj(fin, fout)
+            parts.append(part)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return parts
+
+
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_string("wiki_glob", None, "WikiExtractor output files, e.g. 'text/*/wiki_??'", flag_values=fv)
+    flags.DEFINE_string("output_dir", None, "where part-*, eval.txt and eval.md5 go", flag_values=fv)
+    flags.DEFINE_integer("num_test_articles", 10000, "articles held out for eval.txt", flag_values=fv)
+    flags.DEFINE_float("block_size_mb", 26.92, "size of a text shard in MiB", flag_values=fv)
+    flags.DEFINE_integer("seed", 12345, "base seed of the eval selection", flag_values=fv)
+    flags.DEFINE_integer("workers", None, "processes (default: all cores)", flag_values=fv)
+    flags.parse(fv, argv, required=["wiki_glob", "output_dir"])
+    files = sorted(glob.glob(os.path.expanduser(fv.wiki_glob)))
+    files = [f for f in files if os.path.isfile(f)]
+    if not files:
+        raise UserError("--wiki_glob=%s matches no file: give the WikiExtractor output, e.g. 'text/*/wiki_??'"
+                        % fv.wiki_glob)
+    if fv.block_size_mb <= 0 or fv.num_test_articles < 0:
+        raise UserError("--block_size_mb must be > 0 and --num_test_articles >= 0")
+    parts = run(files, fv.output_dir, fv.num_test_articles, fv.block_size_mb, fv.seed, fv.workers)
+    print("wrote %d text shards, eval.txt and eval.md5 to %s" % (len(parts), fv.output_dir))
+    return 0

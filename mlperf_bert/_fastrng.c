@@ -1,0 +1,417 @@
+/* Optional C kernel of the pre-training data generator.
+ *
+ * Kernel reproduces Python's random.Random exactly (MT19937 seeded from
+ * random.Random(seed).getstate(); getrandbits(k<=32) = top k bits of one word;
+ * random() = two words; _randbelow = rejection on bit_length(n) bits), and does
+ * the per-instance steps of the reference (pair truncation, masking, Example
+ * encoding) without Python objects per token.  PyKernel in pretraining_data.py
+ * is the pure-Python twin; tests check both give identical streams and bytes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MT_N 624
+#define MT_M 397
+
+typedef struct {
+    PyObject_HEAD
+    uint32_t mt[MT_N];
+    int index;
+    long *vocab_ids;
+    Py_ssize_t n_vocab;
+    long cls_id, sep_id, mask_id;
+    Py_ssize_t max_seq_length, max_pred;
+} Kernel;
+
+static uint32_t genrand(Kernel *k)
+{
+    static const uint32_t mag01[2] = {0x0U, 0x9908b0dfU};
+    uint32_t y, *mt = k->mt;
+    if (k->index >= MT_N) {
+        int kk;
+        for (kk = 0; kk < MT_N - MT_M; kk++) {
+            y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU);
+            mt[kk] = mt[kk + MT_M] ^ (y >> 1) ^ mag01[y & 1U];
+        }
+        for (; kk < MT_N - 1; kk++) {
+            y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU);
+            mt[kk] = mt[kk + (MT_M - MT_N)] ^ (y >> 1) ^ mag01[y & 1U];
+        }
+        y = (mt[MT_N - 1] & 0x80000000U) | (mt[0] & 0x7fffffffU);
+        mt[MT_N - 1] = mt[MT_M - 1] ^ (y >> 1) ^ mag01[y & 1U];
+        k->index = 0;
+    }
+    y = mt[k->index++];
+    y ^= (y >> 11);
+    y ^= (y << 7) & 0x9d2c5680U;
+    y ^= (y << 15) & 0xefc60000U;
+    y ^= (y >> 18);
+    return y;
+}
+
+static double rand_double(Kernel *k)
+{
+    uint32_t a = genrand(k) >> 5, b = genrand(k) >> 6;
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+/* Python's _randbelow_with_getrandbits for 1 <= n < 2**32. */
+static uint32_t randbelow(Kernel *k, uint64_t n)
+{
+    int bits = 0;
+    uint64_t t = n;
+    while (t) { bits++; t >>= 1; }
+    uint32_t r = genrand(k) >> (32 - bits);
+    while (r >= n)
+        r = genrand(k) >> (32 - bits);
+    return r;
+}
+
+static int check_width(uint64_t n)
+{
+    if (n == 0 || n > 0xffffffffULL) {
+        PyErr_SetString(PyExc_ValueError, "range width must be between 1 and 2**32-1");
+        return -1;
+    }
+    return 0;
+}
+
+static void Kernel_dealloc(Kernel *self)
+{
+    PyMem_Free(self->vocab_ids);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static long *long_array(PyObject *seq, Py_ssize_t *n_out, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    long *a = PyMem_Malloc((n ? n : 1) * sizeof(long));
+    if (!a) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        a[i] = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (a[i] == -1 && PyErr_Occurred()) {
+            PyMem_Free(a);
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    *n_out = n;
+    return a;
+}
+
+static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
+{
+    PyObject *state, *vocab;
+    if (!PyArg_ParseTuple(args, "OOlllnn", &state, &vocab, &self->cls_id, &self->sep_id,
+                          &self->mask_id, &self->max_seq_length, &self->max_pred))
+        return -1;
+    Py_ssize_t n;
+    long *st = long_array(state, &n, "state must be a sequence");
+    if (!st)
+        return -1;
+    if (n != MT_N + 1 || st[MT_N] < 0 || st[MT_N] > MT_N) {
+        PyMem_Free(st);
+        PyErr_SetString(PyExc_ValueError, "state must be random.Random().getstate()[1]");
+        return -1;
+    }
+    for (int i = 0; i < MT_N; i++)
+        self->mt[i] = (uint32_t)st[i];
+    self->index = (int)st[MT_N];
+    PyMem_Free(st);
+    PyMem_Free(self->vocab_ids);
+    self->vocab_ids = long_array(vocab, &self->n_vocab, "vocab_ids must be a sequence");
+    if (!self->vocab_ids)
+        return -1;
+    if (self->n_vocab < 1 || check_width((uint64_t)self->n_vocab) < 0)
+        return -1;
+    return 0;
+}
+
+static PyObject *Kernel_random(Kernel *self, PyObject *unused)
+{
+    return PyFloat_FromDouble(rand_double(self));
+}
+
+static PyObject *Kernel_randint(Kernel *self, PyObject *args)
+{
+    long long a, b;
+    if (!PyArg_ParseTuple(args, "LL", &a, &b))
+        return NULL;
+    if (b < a) {
+        PyErr_Format(PyExc_ValueError, "empty range for randint(%lld, %lld)", a, b);
+        return NULL;
+    }
+    uint64_t width = (uint64_t)(b - a) + 1;
+    if (check_width(width) < 0)
+        return NULL;
+    return PyLong_FromLongLong(a + (long long)randbelow(self, width));
+}
+
+static PyObject *Kernel_shuffle(Kernel *self, PyObject *x)
+{
+    if (!PyList_Check(x)) {
+        PyErr_SetString(PyExc_TypeError, "shuffle needs a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(x);
+    if (n > 1 && check_width((uint64_t)n) < 0)
+        return NULL;
+    PyObject **items = ((PyListObject *)x)->ob_item;
+    for (Py_ssize_t i = n - 1; i > 0; i--) {
+        Py_ssize_t j = randbelow(self, (uint64_t)i + 1);
+        PyObject *t = items[i];
+        items[i] = items[j];
+        items[j] = t;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Kernel_getstate(Kernel *self, PyObject *unused)
+{
+    PyObject *t = PyTuple_New(MT_N + 1);
+    if (!t)
+        return NULL;
+    for (int i = 0; i < MT_N; i++)
+        PyTuple_SET_ITEM(t, i, PyLong_FromUnsignedLong(self->mt[i]));
+    PyTuple_SET_ITEM(t, MT_N, PyLong_FromLong(self->index));
+    return t;
+}
+
+static PyObject *Kernel_truncate(Kernel *self, PyObject *args)
+{
+    Py_ssize_t a0 = 0, a1, b0 = 0, b1, max_num;
+    if (!PyArg_ParseTuple(args, "nnn", &a1, &b1, &max_num))
+        return NULL;
+    while ((a1 - a0) + (b1 - b0) > max_num) {
+        int front = rand_double(self) < 0.5;
+        if (a1 - a0 > b1 - b0) {
+            if (front) a0++; else a1--;
+        } else {
+            if (front) b0++; else b1--;
+        }
+    }
+    return Py_BuildValue("nnnn", a0, a1, b0, b1);
+}
+
+static int vlen(uint64_t v)
+{
+    int n = 1;
+    while (v > 0x7f) { v >>= 7; n++; }
+    return n;
+}
+
+static uint8_t *putv(uint8_t *p, uint64_t v)
+{
+    while (v > 0x7f) { *p++ = (uint8_t)((v & 0x7f) | 0x80); v >>= 7; }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+enum { F_IDS, F_MASK, F_SEG, F_POS, F_LBL, F_W, F_NSL, F_COUNT };
+static const char *FEATURE_NAMES[F_COUNT] = {"input_ids", "input_mask", "segment_ids",
+    "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "next_sentence_labels"};
+
+/* mask_encode(tokens, len_a, is_random_next, num_to_predict) -> serialized Example. */
+static PyObject *Kernel_mask_encode(Kernel *self, PyObject *args)
+{
+    PyObject *tokens_obj;
+    Py_ssize_t len_a, num_to_predict;
+    int is_random_next;
+    if (!PyArg_ParseTuple(args, "Onpn", &tokens_obj, &len_a, &is_random_next, &num_to_predict))
+        return NULL;
+    Py_ssize_t n;
+    long *ids = long_array(tokens_obj, &n, "tokens must be a list of ids");
+    if (!ids)
+        return NULL;
+    Py_ssize_t L = self->max_seq_length, P = self->max_pred, num_a = len_a + 2;
+    PyObject *result = NULL;
+    long *out = PyMem_Malloc(sizeof(long) * (3 * n + 1));
+    if (!out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    long *cands = out + n, *picked = out + 2 * n;
+    if (n > L || num_a > n || num_to_predict > P) {
+        PyErr_SetString(PyExc_ValueError, "instance longer than max_seq_length/max_predictions_per_seq");
+        goto done;
+    }
+    Py_ssize_t nc = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = ids[i];
+        if (ids[i] != self->cls_id && ids[i] != self->sep_id)
+            cands[nc++] = i;
+    }
+    for (Py_ssize_t i = nc - 1; i > 0; i--) {
+        Py_ssize_t j = randbelow(self, (uint64_t)i + 1);
+        long t = cands[i]; cands[i] = cands[j]; cands[j] = t;
+    }
+    Py_ssize_t k = 0;
+    for (Py_ssize_t c = 0; c < nc && k < num_to_predict; c++) {
+        long index = cands[c];
+        if (rand_double(self) < 0.8)
+            out[index] = self->mask_id;
+        else if (rand_double(self) < 0.5)
+            ; /* keep the original token */
+        else
+            out[index] = self->vocab_ids[randbelow(self, (uint64_t)self->n_vocab)];
+        picked[k++] = index;
+    }
+    qsort(picked, k, sizeof(long), cmp_long);
+
+    /* Sizes first: every length prefix precedes its payload. */
+    Py_ssize_t plen[F_COUNT], flen[F_COUNT], elen[F_COUNT], total = 0;
+    plen[F_IDS] = L - n;
+    for (Py_ssize_t i = 0; i < n; i++)
+        plen[F_IDS] += vlen((uint64_t)out[i]);
+    plen[F_MASK] = plen[F_SEG] = L;
+    plen[F_POS] = plen[F_LBL] = P - k;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        plen[F_POS] += vlen((uint64_t)picked[i]);
+        plen[F_LBL] += vlen((uint64_t)ids[picked[i]]);
+    }
+    plen[F_W] = 4 * P;
+    plen[F_NSL] = 1;
+    for (int f = 0; f < F_COUNT; f++) {
+        Py_ssize_t inner = plen[f] ? 1 + vlen(plen[f]) + plen[f] : 0;
+        Py_ssize_t nl = (Py_ssize_t)strlen(FEATURE_NAMES[f]);
+        flen[f] = inner;
+        Py_ssize_t feature = 1 + vlen(inner) + inner;
+        elen[f] = 1 + vlen(nl) + nl + 1 + vlen(feature) + feature;
+        total += 1 + vlen(elen[f]) + elen[f];
+    }
+    result = PyBytes_FromStringAndSize(NULL, 1 + vlen(total) + total);
+    if (!result)
+        goto done;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
+    *p++ = 0x0a;
+    p = putv(p, total);
+    for (int f = 0; f < F_COUNT; f++) {
+        Py_ssize_t nl = (Py_ssize_t)strlen(FEATURE_NAMES[f]);
+        Py_ssize_t inner = flen[f];
+        *p++ = 0x0a;
+        p = putv(p, elen[f]);
+        *p++ = 0x0a;
+        p = putv(p, nl);
+        memcpy(p, FEATURE_NAMES[f], nl);
+        p += nl;
+        *p++ = 0x12;
+        p = putv(p, 1 + vlen(inner) + inner);
+        *p++ = f == F_W ? 0x12 : 0x1a;
+        p = putv(p, inner);
+        if (!plen[f])
+            continue;
+        *p++ = 0x0a;
+        p = putv(p, plen[f]);
+        switch (f) {
+        case F_IDS:
+            for (Py_ssize_t i = 0; i < n; i++)
+                p = putv(p, (uint64_t)out[i]);
+            memset(p, 0, L - n);
+            p += L - n;
+            break;
+        case F_MASK:
+            memset(p, 1, n);
+            memset(p + n, 0, L - n);
+            p += L;
+            break;
+        case F_SEG:
+            memset(p, 0, num_a);
+            memset(p + num_a, 1, n - num_a);
+            memset(p + n, 0, L - n);
+            p += L;
+            break;
+        case F_POS:
+        case F_LBL:
+            for (Py_ssize_t i = 0; i < k; i++)
+                p = putv(p, (uint64_t)(f == F_POS ? picked[i] : ids[picked[i]]));
+            memset(p, 0, P - k);
+            p += P - k;
+            break;
+        case F_W: {
+            static const uint8_t one[4] = {0x00, 0x00, 0x80, 0x3f}; /* 1.0f little-endian */
+            for (Py_ssize_t i = 0; i < k; i++, p += 4)
+                memcpy(p, one, 4);
+            memset(p, 0, 4 * (P - k));
+            p += 4 * (P - k);
+            break;
+        }
+        case F_NSL:
+            *p++ = is_random_next ? 1 : 0;
+            break;
+        }
+    }
+done:
+    PyMem_Free(ids);
+    PyMem_Free(out);
+    return result;
+}
+
+static PyMethodDef Kernel_methods[] = {
+    {"random", (PyCFunction)Kernel_random, METH_NOARGS, "random.Random.random()"},
+    {"randint", (PyCFunction)Kernel_randint, METH_VARARGS, "random.Random.randint(a, b)"},
+    {"shuffle", (PyCFunction)Kernel_shuffle, METH_O, "random.Random.shuffle(list)"},
+    {"getstate", (PyCFunction)Kernel_getstate, METH_NOARGS, "the 624 words and index"},
+    {"truncate", (PyCFunction)Kernel_truncate, METH_VARARGS,
+     "truncate(len_a, len_b, max_num_tokens) -> (a_start, a_stop, b_start, b_stop)"},
+    {"mask_encode", (PyCFunction)Kernel_mask_encode, METH_VARARGS,
+     "mask_encode(tokens, len_a, is_random_next, num_to_predict) -> serialized Example"},
+    {NULL}
+};
+
+static PyObject *Kernel_get_cls(Kernel *self, void *c) { return PyLong_FromLong(self->cls_id); }
+static PyObject *Kernel_get_sep(Kernel *self, void *c) { return PyLong_FromLong(self->sep_id); }
+
+static PyGetSetDef Kernel_getset[] = {
+    {"cls_id", (getter)Kernel_get_cls, NULL, NULL, NULL},
+    {"sep_id", (getter)Kernel_get_sep, NULL, NULL, NULL},
+    {NULL}
+};
+
+static PyTypeObject KernelType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mlperf_bert._fastrng.Kernel",
+    .tp_basicsize = sizeof(Kernel),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Kernel(state, vocab_ids, cls_id, sep_id, mask_id, max_seq_length, max_predictions_per_seq)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Kernel_init,
+    .tp_dealloc = (destructor)Kernel_dealloc,
+    .tp_methods = Kernel_methods,
+    .tp_getset = Kernel_getset,
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_fastrng", "C kernel of the pre-training data generator.", -1, NULL
+};
+
+PyMODINIT_FUNC PyInit__fastrng(void)
+{
+    if (PyType_Ready(&KernelType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m)
+        return NULL;
+    Py_INCREF(&KernelType);
+    if (PyModule_AddObject(m, "Kernel", (PyObject *)&KernelType) < 0) {
+        Py_DECREF(&KernelType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

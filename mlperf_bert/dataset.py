@@ -1,0 +1,151 @@
+"""``make-dataset``: text shards -> every TFRecord of the training set, plus eval_10k.
+
+Each ``part-*`` text shard becomes a TFRecord of the same name, and ``eval.txt`` becomes
+``eval_intermediate`` then ``eval_10k``, all with the standard command of REFERENCE.md
+section 2 (seq 512, 76 predictions, dupe 10, seed 12345; each shard run on its own with
+the same seed). Shards run in a process pool. Every output is written under a temporary
+name and renamed when complete, so a killed run leaves only finished outputs and a rerun
+with the same flags produces the rest. At the end ``manifest.tsv`` lists name, bytes,
+records and md5 of every output; ``verify`` checks a directory against it.
+"""
+import json
+import multiprocessing
+import os
+import re
+import time
+
+from . import flags
+from .checksums import MANIFEST_NAME, file_md5, write_manifest
+from .errors import UserError
+from .eval_samples import pick_eval_samples
+from .fileio import atomic_open, check_writable_dir
+from .pretraining_data import create_pretraining_data
+from .tfrecord import count_records
+
+SETTINGS_NAME = "make_dataset_settings.json"
+STANDARD = dict(do_lower_case=True, max_seq_length=512, max_predictions_per_seq=76, masked_lm_prob=0.15,
+                random_seed=12345, dupe_factor=10, short_seq_prob=0.1)
+_PART = re.compile(r"^part-\d+-of-\d+$")
+
+
+def find_text_shards(text_dir):
+    """The sorted ``part-*`` text shards of ``text_dir`` and its ``eval.txt`` (or None)."""
+    if not os.path.isdir(text_dir):
+        raise UserError("--text_dir=%s is not a directory: give the directory of part-* text shards" % text_dir)
+    parts = sorted(n for n in os.listdir(text_dir) if _PART.match(n))
+    if not parts:
+        raise UserError("%s holds no part-XXXXX-of-XXXXX text shard: give the text-pipeline output "
+                        "or the downloaded results4/ directory" % text_dir)
+    eval_txt = os.path.join(text_dir, "eval.txt")
+    return [os.path.join(text_dir, p) for p in parts], (eval_txt if os.path.isfile(eval_txt) else None)
+
+
+def output_stats(path):
+    """(bytes, records, md5) of one finished output."""
+    return os.path.getsize(path), count_records(path), file_md5(path)
+
+
+def _run_job(job):
+    """Produce one output unless it already exists; return its manifest rows."""
+    kind, src, out_dir, settings, num_eval = job
+    t0 = time.time()
+    if kind == "part":
+        out = os.path.join(out_dir, os.path.basename(src))
+        if not os.path.exists(out):
+            create_pretraining_data([src], [out], progress=False, **settings)
+        outs = [out]
+    else:
+        inter = os.path.join(out_dir, "eval_intermediate")
+        final = os.path.join(out_dir, "eval_10k")
+        if not os.path.exists(final):
+            if not os.path.exists(inter):
+                create_pretraining_data([src], [inter], progress=False, **settings)
+            pick_eval_samples(inter, final, num_eval, settings["max_seq_length"],
+                              settings["max_predictions_per_seq"], progress=False)
+        outs = [inter, final]
+    rows = [(os.path.basename(p),) + output_stats(p) for p in outs]
+    return src, rows, time.time() - t0
+
+
+def _remove_stale_temporaries(out_dir, names):
+    """Delete temporaries (``NAME.tmp-PID``) a killed run left behind for our output names."""
+    pattern = re.compile(r"^(%s)\.tmp-\d+$" % "|".join(re.escape(n) for n in names))
+    for n in os.listdir(out_dir):
+        if pattern.match(n):
+            os.remove(os.path.join(out_dir, n))
+
+
+def _check_settings(out_dir, record):
+    path = os.path.join(out_dir, SETTINGS_NAME)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+        if old != record:
+            diff = ", ".join("%s=%s (was %s)" % (k, record.get(k), old.get(k))
+                             for k in sorted(set(old) | set(record)) if old.get(k) != record.get(k))
+            raise UserError("%s was started with other settings: %s; rerun with the same flags or use a new "
+                            "--output_dir" % (out_dir, diff))
+    else:
+        with atomic_open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1, sort_keys=True)
+
+
+def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_examples=10000, progress=True,
+                 **overrides):
+    """Generate every output (skipping finished ones), write the manifest, return its rows."""
+    from tqdm import tqdm
+    settings = dict(STANDARD, **overrides)
+    settings["vocab_file"] = os.path.abspath(vocab_file)
+    if not os.path.isfile(vocab_file):
+        raise UserError("--vocab_file=%s does not exist: run `python -m mlperf_bert fetch-vocab` or give "
+                        "the path of vocab.txt" % vocab_file)
+    parts, eval_txt = find_text_shards(text_dir)
+    check_writable_dir(os.path.join(output_dir, MANIFEST_NAME))
+    _check_settings(output_dir, dict(settings, vocab_file=os.path.basename(vocab_file),
+                                     num_eval_examples=num_eval_examples))
+    names = [os.path.basename(p) for p in parts] + ["eval_intermediate", "eval_10k", MANIFEST_NAME]
+    _remove_stale_temporaries(output_dir, names)
+
+    jobs = [("part", p, output_dir, settings, None) for p in parts]
+    if eval_txt:
+        # The eval text is the largest input: start it first so it does not finish last alone.
+        jobs.insert(0, ("eval", eval_txt, output_dir, settings, num_eval_examples))
+    sizes = {j[1]: os.path.getsize(j[1]) for j in jobs}
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    rows = []
+    with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="make-dataset",
+              disable=not progress, smoothing=0.05) as bar:
+        with multiprocessing.Pool(workers, maxtasksperchild=8) as pool:
+            for src, out_rows, _ in pool.imap_unordered(_run_job, jobs):
+                rows += out_rows
+                bar.update(sizes[src])
+    rows.sort()
+    write_manifest(os.path.join(output_dir, MANIFEST_NAME), rows)
+    return rows
+
+
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_string("text_dir", None, "directory of part-* text shards (and eval.txt)", flag_values=fv)
+    flags.DEFINE_string("output_dir", None, "where the TFRecords and manifest.tsv go", flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "vocab.txt (python -m mlperf_bert fetch-vocab gets it)",
+                        flag_values=fv)
+    flags.DEFINE_integer("workers", None, "processes (default: all cores)", flag_values=fv)
+    flags.DEFINE_integer("num_eval_examples", 10000, "records picked from eval_intermediate into eval_10k",
+                         flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", STANDARD["max_seq_length"], "override for tests", flag_values=fv)
+    flags.DEFINE_integer("max_predictions_per_seq", STANDARD["max_predictions_per_seq"], "override for tests",
+                         flag_values=fv)
+    flags.DEFINE_integer("dupe_factor", STANDARD["dupe_factor"], "override for tests", flag_values=fv)
+    flags.DEFINE_integer("random_seed", STANDARD["random_seed"], "override for tests", flag_values=fv)
+    flags.DEFINE_bool("progress", True, "show a progress bar", flag_values=fv)
+    flags.parse(fv, argv, required=["text_dir", "output_dir", "vocab_file"])
+    if fv.workers is not None and fv.workers < 1:
+        raise UserError("--workers=%d must be at least 1" % fv.workers)
+    rows = make_dataset(fv.text_dir, fv.output_dir, fv.vocab_file, fv.workers, fv.num_eval_examples,
+                        fv.progress, max_seq_length=fv.max_seq_length,
+                        max_predictions_per_seq=fv.max_predictions_per_seq, dupe_factor=fv.dupe_factor,
+                        random_seed=fv.random_seed)
+    print("wrote %d outputs (%d records) and %s to %s" % (
+        len(rows), sum(r[2] for r in rows), MANIFEST_NAME, fv.output_dir))
+    return 0

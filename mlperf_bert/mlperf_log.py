@@ -6,7 +6,7 @@ logger), so several runs in one process (tests) never write into each other's fi
 import itertools
 import logging
 
-from mlperf_logging import mllog
+from mlperf_logging.mllog.mllog import MLLogger
 from mlperf_logging.mllog import constants as C
 
 from .errors import UserError
@@ -44,7 +44,7 @@ class MLPerfLog:
         for h in self._handlers:
             logger.addHandler(h)
         self._logger = logger
-        self._mllogger = mllog.MLLogger(logger=logger, default_stack_offset=2)
+        self._mllogger = MLLogger(logger=logger, default_stack_offset=2)
 
     def event(self, key, value=None, metadata=None):
         if self._mllogger:

@@ -1,0 +1,101 @@
+"""torchrun helpers: process group setup, gradient all-reduce, small collective utilities.
+
+The trainer does not wrap the model in DDP: it all-reduces the gradients itself when
+the accumulator applies an update, so clipping can happen per replica (the reference)
+or after the all-reduce, and accumulation never communicates.
+"""
+import os
+
+import torch
+import torch.distributed as dist
+
+_BUCKET_BYTES = 32 << 20
+
+
+def setup(device_kind):
+    """Join the torchrun process group if WORLD_SIZE > 1; return (rank, world_size, local_rank)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, 0
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_kind == "cuda":
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def active():
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def teardown():
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def allreduce_mean(tensors):
+    """Average ``tensors`` in place over all ranks, in flat buckets (few large messages)."""
+    if not active():
+        return
+    world = dist.get_world_size()
+    bucket, size = [], 0
+    for t in tensors:
+        bucket.append(t)
+        size += t.numel() * t.element_size()
+        if size >= _BUCKET_BYTES:
+            _reduce_bucket(bucket, world)
+            bucket, size = [], 0
+    if bucket:
+        _reduce_bucket(bucket, world)
+
+
+def _reduce_bucket(tensors, world):
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for t in tensors:
+        n = t.numel()
+        t.copy_(flat[offset:offset + n].view_as(t))
+        offset += n
+
+
+def sum_values(values, device):
+    """Sum a list of floats over ranks, in float64."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if active():
+        dist.all_reduce(t)
+    return t.tolist()
+
+
+def any_rank(flag, device):
+    """True on every rank if ``flag`` is true on any rank."""
+    if not active():
+        return bool(flag)
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def gather_objects(obj):
+    """[obj of rank 0, obj of rank 1, ...] on every rank."""
+    if not active():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj):
+    """Rank 0's ``obj`` on every rank."""
+    if not active():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier():
+    if active():
+        dist.barrier()

@@ -1,0 +1,469 @@
+"""run_pretraining.py: train BERT with online evaluation, MLPerf logging, exact resume and torchrun.
+
+One file, top to bottom: flags -> setup (devices, data, model, optimizer, resume) -> the
+loop (micro-step, accumulate, maybe update, maybe eval, maybe checkpoint) -> the end.
+``global_step`` counts micro-steps, as in the reference; the data position, the learning
+rate schedule and checkpoint names all follow it.
+"""
+import contextlib
+import math
+import os
+import random
+import re
+import signal
+import time
+
+import numpy as np
+import torch
+
+from . import data, distributed, flags
+from .config import BertConfig
+from .errors import UserError
+from .fileio import atomic_open, atomic_path, check_writable_dir
+from .mlperf_log import MLPerfLog, eval_frequency
+from mlperf_logging.mllog import constants as C
+
+CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
+TPU_FLAGS = ("tpu_name", "tpu_zone", "gcp_project", "master")
+
+
+def define_flags():
+    fv = flags.FlagValues()
+    S, I, F, B = flags.DEFINE_string, flags.DEFINE_integer, flags.DEFINE_float, flags.DEFINE_bool
+    # The reference trainer's flags, same names and defaults.
+    S("bert_config_file", None, "bert_config.json of the model.", flag_values=fv)
+    S("input_file", None, "Training TFRecord/HDF5 files: glob or comma-separated list.", flag_values=fv)
+    S("output_dir", None, "Where checkpoints (model.ckpt-<step>.pt) and eval_results.txt go.", flag_values=fv)
+    S("init_checkpoint", None, "Initial weights: TF checkpoint prefix or a .pt of this project.", flag_values=fv)
+    I("max_seq_length", 128, "Sequence length of the data.", flag_values=fv)
+    I("max_predictions_per_seq", 20, "Masked positions per sequence in the data.", flag_values=fv)
+    B("do_train", False, "Train.", flag_values=fv)
+    B("do_eval", False, "Evaluate (alone: --init_checkpoint on --input_file).", flag_values=fv)
+    I("train_batch_size", 32, "Global batch per micro-step, over all ranks.", flag_values=fv)
+    I("eval_batch_size", 8, "Global eval batch, over all ranks.", flag_values=fv)
+    flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "The optimizer.", flag_values=fv)
+    F("learning_rate", 5e-5, "Initial learning rate.", flag_values=fv)
+    F("poly_power", 1.0, "Power of the polynomial decay.", flag_values=fv)
+    I("num_train_steps", 100000, "Training micro-steps.", flag_values=fv)
+    I("num_warmup_steps", 10000, "Warmup steps.", flag_values=fv)
+    I("start_warmup_step", 0, "Step at which warmup starts.", flag_values=fv)
+    I("save_checkpoints_steps", 1000, "Checkpoint every this many micro-steps.", flag_values=fv)
+    I("iterations_per_loop", 1000, "Accepted for compatibility (TPU estimator loop); no effect.",
+      flag_values=fv)
+    I("max_eval_steps", 100, "Batches of --do_eval alone.", flag_values=fv)
+    I("steps_per_update", 1, "Micro-steps accumulated per optimizer update.", flag_values=fv)
+    I("keep_checkpoint_max", 5, "Newest checkpoints kept.", flag_values=fv)
+    F("lamb_weight_decay_rate", 0.01, "Weight decay rate.", flag_values=fv)
+    F("lamb_beta_1", 0.9, "Adam/LAMB beta_1.", flag_values=fv)
+    F("lamb_beta_2", 0.999, "Adam/LAMB beta_2.", flag_values=fv)
+    F("log_epsilon", -6.0, "epsilon = 10 ** log_epsilon.", flag_values=fv)
+    I("num_gpus", 0, "Accepted; use torchrun --nproc_per_node for several GPUs.", flag_values=fv)
+    # TPU flags of the reference: accepted, refused if used.
+    B("use_tpu", False, "Not supported (TPU).", flag_values=fv)
+    for name in TPU_FLAGS:
+        S(name, None, "Not supported (TPU).", flag_values=fv)
+    I("num_tpu_cores", 8, "Not supported (TPU); ignored.", flag_values=fv)
+    # This harness.
+    S("eval_input_file", None, "Online eval set (eval_10k): evaluate every eval_frequency samples.",
+      flag_values=fv)
+    F("target_mlm_accuracy", 0.720, "Stop at the first eval with masked LM accuracy >= this.",
+      flag_values=fv)
+    I("max_samples_termination", 0, "Stop (aborted) after this many training samples; 0: none.",
+      flag_values=fv)
+    I("eval_frequency", 0, "Samples between evals; 0: the MLPerf formula of the global batch.",
+      flag_values=fv)
+    B("eval_at_start", False, "Also evaluate before training (at 0 samples).", flag_values=fv)
+    I("seed", None, "Random seed (model init, dropout, data order); default: random, logged.",
+      flag_values=fv)
+    B("shuffle", True, "Shuffle files and records (seeded); --noshuffle reads them in order.",
+      flag_values=fv)
+    I("shuffle_buffer", 1000, "Records in the shuffle buffer.", flag_values=fv)
+    I("num_workers", 2, "DataLoader worker processes per rank.", flag_values=fv)
+    S("mlperf_log", None, "MLPerf log file (appended to); default output_dir/mlperf.log.",
+      flag_values=fv)
+    flags.DEFINE_enum("submission_division", "open", ["open", "closed"], "MLPerf division.",
+                      flag_values=fv)
+    S("submission_org", "unknown", "MLPerf submitter.", flag_values=fv)
+    S("submission_platform", "unknown", "MLPerf platform.", flag_values=fv)
+    flags.DEFINE_enum("dtype", "fp32", ["fp32", "bf16"], "Compute dtype (bf16: autocast).",
+                      flag_values=fv)
+    flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"], "auto: cuda if available.",
+                      flag_values=fv)
+    B("clip_after_allreduce", False, "Clip the all-reduced gradient instead of each replica's.",
+      flag_values=fv)
+    B("progress", True, "Show a progress bar.", flag_values=fv)
+    return fv
+
+
+def _check_flags(fv):
+    if fv.use_tpu or any(fv[n].value for n in TPU_FLAGS):
+        raise UserError("TPU flags (--use_tpu, --tpu_name, --tpu_zone, --gcp_project, --master) are "
+                        "not supported: this trainer runs on CPUs and GPUs; drop them")
+    if not (fv.do_train or fv.do_eval):
+        raise UserError("nothing to do: give --do_train and/or --do_eval")
+    for name in ("train_batch_size", "eval_batch_size", "steps_per_update", "save_checkpoints_steps",
+                 "num_train_steps", "max_eval_steps", "max_seq_length", "max_predictions_per_seq"):
+        if fv[name].value <= 0:
+            raise UserError("--%s must be positive, got %d" % (name, fv[name].value))
+    if fv.keep_checkpoint_max < 0 or fv.num_warmup_steps < 0:
+        raise UserError("--keep_checkpoint_max and --num_warmup_steps must be >= 0")
+    if fv.do_eval and not fv.do_train and not fv.init_checkpoint:
+        raise UserError("--do_eval without --do_train needs --init_checkpoint (the weights to evaluate)")
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def list_checkpoints(output_dir):
+    """[(global step, path)] of complete checkpoints, oldest first (temp files never match)."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = [(int(m.group(1)), os.path.join(output_dir, n))
+             for n in os.listdir(output_dir) for m in [CKPT_RE.match(n)] if m]
+    return sorted(found)
+
+
+def rng_state(device):
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state, device):
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def save_checkpoint(path, state, keep):
+    """Write ``state`` atomically, then drop all but the newest ``keep`` checkpoints."""
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+    if keep > 0:
+        for _, old in list_checkpoints(os.path.dirname(path))[:-keep]:
+            with contextlib.suppress(OSError):
+                os.remove(old)
+
+
+def load_resume(path):
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # a damaged file: name it, and how to go on
+        raise UserError("cannot read checkpoint %s (%s): delete it to resume from the one before"
+                        % (path, str(e).splitlines()[0] if str(e) else type(e).__name__))
+
+
+# ---------------------------------------------------------------- evaluation
+
+@torch.no_grad()
+def evaluate(model, batches, device, autocast):
+    """Exact metrics over every batch: sums in float64, all-reduced over ranks."""
+    model.eval()
+    keys = ("mlm_correct", "mlm_weight", "mlm_nll_sum", "nsp_correct", "nsp_count", "nsp_nll_sum")
+    sums = torch.zeros(len(keys), dtype=torch.float64, device=device)
+    for batch in batches:
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with autocast():
+            out = model(**batch)
+        sums += torch.stack([getattr(out, k).double() for k in keys])
+    model.train()
+    s = dict(zip(keys, distributed.sum_values(sums.tolist(), device)))
+    return {
+        "masked_lm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1e-30),
+        "masked_lm_loss": s["mlm_nll_sum"] / max(s["mlm_weight"], 1e-30),
+        "next_sentence_accuracy": s["nsp_correct"] / max(s["nsp_count"], 1),
+        "next_sentence_loss": s["nsp_nll_sum"] / max(s["nsp_count"], 1),
+        "samples": int(s["nsp_count"]),
+    }
+
+
+def write_eval_results(output_dir, metrics, global_step):
+    """output_dir/eval_results.txt with the reference's ``key = value`` lines."""
+    path = os.path.join(output_dir, "eval_results.txt")
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        for key in ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
+                    "next_sentence_loss"):
+            f.write("%s = %s\n" % (key, repr(float(metrics[key]))))
+        f.write("global_step = %d\n" % global_step)
+    return path
+
+
+# ---------------------------------------------------------------- main
+
+class _Stop:
+    """SIGTERM sets ``requested``; the loop checkpoints at the next step and exits."""
+
+    def __init__(self):
+        self.requested = False
+        self._old = None
+
+    def __enter__(self):
+        with contextlib.suppress(ValueError):  # not the main thread: no handler
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+        return False
+
+
+def main(argv):
+    fv = define_flags()
+    flags.parse(fv, argv, required=["bert_config_file", "input_file", "output_dir"])
+    _check_flags(fv)
+    with _Stop() as stop:
+        try:
+            return run(fv, stop)
+        finally:
+            distributed.teardown()
+
+
+def run(fv, stop):
+    t_init = time.time()
+    kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device=cuda but no CUDA device is available: use --device=cpu")
+    rank, world, local_rank = distributed.setup(kind)
+    if fv.num_gpus > 1 and world == 1:
+        raise UserError("--num_gpus=%d in one process: launch with torchrun --nproc_per_node=%d"
+                        % (fv.num_gpus, fv.num_gpus))
+    device = torch.device(kind, local_rank) if kind == "cuda" else torch.device("cpu")
+    dtype = torch.bfloat16 if fv.dtype == "bf16" else None
+
+    def autocast():
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=dtype)
+
+    # ---- inputs, checked before anything is written
+    config = BertConfig.from_json_file(fv.bert_config_file)
+    if fv.max_seq_length > config.max_position_embeddings:
+        raise UserError("--max_seq_length=%d exceeds max_position_embeddings=%d of %s"
+                        % (fv.max_seq_length, config.max_position_embeddings, fv.bert_config_file))
+    train_files = data.input_files(fv.input_file, "--input_file")
+    data.check_seq_length(train_files, fv.max_seq_length, fv.max_predictions_per_seq)
+    eval_files = None
+    if fv.eval_input_file:
+        eval_files = data.input_files(fv.eval_input_file, "--eval_input_file")
+        data.check_seq_length(eval_files, fv.max_seq_length, fv.max_predictions_per_seq)
+    check_writable_dir(os.path.join(fv.output_dir, "model.ckpt-0.pt"))
+    for name in ("train_batch_size", "eval_batch_size"):
+        if fv[name].value % world:
+            raise UserError("--%s=%d is not a multiple of the %d ranks" % (name, fv[name].value, world))
+
+    from . import model as modeling, tf_checkpoint
+
+    if not fv.do_train:
+        return run_eval_only(fv, config, train_files, device, autocast, rank, world, modeling,
+                             tf_checkpoint)
+
+    resume = list_checkpoints(fv.output_dir)
+    ckpt = load_resume(resume[-1][1]) if resume else None
+    seed = fv.seed if fv.seed is not None else (ckpt["seed"] if ckpt else None)
+    if seed is None:
+        seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
+    global_batch = fv.train_batch_size * fv.steps_per_update
+    log = MLPerfLog(fv.mlperf_log or os.path.join(fv.output_dir, "mlperf.log"), rank)
+    log.event(C.CACHE_CLEAR, True)
+    log.start(C.INIT_START)
+    log.submission(fv.submission_division, fv.submission_org, fv.submission_platform)
+    log.hyperparameters(global_batch, fv.learning_rate, 10.0 ** fv.log_epsilon, fv.num_train_steps,
+                        fv.num_warmup_steps, fv.start_warmup_step, fv.lamb_beta_1, fv.lamb_beta_2,
+                        fv.lamb_weight_decay_rate, fv.steps_per_update, seed, fv.max_seq_length,
+                        fv.target_mlm_accuracy)
+
+    # ---- model, optimizer, accumulator (same init on every rank: same seed)
+    torch.manual_seed(seed)
+    model = modeling.BertForPreTraining(config).to(device)
+    if fv.init_checkpoint and not ckpt:
+        tf_checkpoint.load_init_checkpoint(model, fv.init_checkpoint)
+    from . import accumulation, optimizer as optim, schedule
+    opt = optim.create_optimizer(model, fv.optimizer, fv.learning_rate, fv.lamb_beta_1,
+                                 fv.lamb_beta_2, 10.0 ** fv.log_epsilon, fv.lamb_weight_decay_rate)
+
+    def lr_fn(step):
+        return schedule.learning_rate(step, fv.learning_rate, fv.num_train_steps,
+                                      fv.num_warmup_steps, fv.start_warmup_step, fv.poly_power)
+
+    acc = accumulation.GradientAccumulator(
+        model, opt, fv.steps_per_update, lr_fn, clip_norm=1.0,
+        allreduce=distributed.allreduce_mean if world > 1 else None,
+        clip_before_allreduce=not fv.clip_after_allreduce)
+
+    step, next_eval, evals = 0, 0, []
+    freq = fv.eval_frequency or eval_frequency(global_batch)
+    if ckpt:
+        try:
+            model.load_state_dict(ckpt["model"])
+        except RuntimeError as e:
+            raise UserError("checkpoint %s does not fit %s (%s): use the matching config or another "
+                            "--output_dir" % (resume[-1][1], fv.bert_config_file,
+                                              str(e).splitlines()[0]))
+        opt.load_state_dict(ckpt["optimizer"])
+        if len(ckpt["ranks"]) != world:
+            raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "
+                            "the same number" % (resume[-1][1], len(ckpt["ranks"]), world))
+        try:
+            acc.load_state_dict(ckpt["ranks"][rank]["accumulator"])
+        except ValueError as e:
+            raise UserError("checkpoint %s: %s: resume with the same --steps_per_update"
+                            % (resume[-1][1], e))
+        step, next_eval, evals = ckpt["global_step"], ckpt["next_eval"], ckpt["evals"]
+    # Dropout differs between ranks; the RNG is restored after anything that draws from it.
+    torch.manual_seed(seed + 7919 * rank)
+    np.random.seed((seed + rank) % 2**32)
+    random.seed(seed + rank)
+    if ckpt:
+        set_rng_state(ckpt["ranks"][rank]["rng"], device)
+
+    def batches(start):
+        ds = data.PretrainingBatches(train_files, fv.max_seq_length, fv.max_predictions_per_seq,
+                                     fv.train_batch_size, rank, world, fv.shuffle, seed,
+                                     fv.shuffle_buffer, start_batch=start)
+        return iter(data.make_loader(ds, fv.num_workers))
+
+    def eval_batches():
+        ds = data.PretrainingBatches(eval_files, fv.max_seq_length, fv.max_predictions_per_seq,
+                                     fv.eval_batch_size, rank, world, shuffle=False, repeat=False)
+        return data.make_loader(ds, min(fv.num_workers, 1))
+
+    def checkpoint(at):
+        states = distributed.gather_objects({"rng": rng_state(device), "accumulator": acc.state_dict()})
+        if rank == 0:
+            save_checkpoint(os.path.join(fv.output_dir, "model.ckpt-%d.pt" % at), {
+                "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "accumulator": states[0]["accumulator"], "ranks": states, "global_step": at,
+                "seed": seed, "next_eval": next_eval, "evals": evals,
+                "config": config.to_dict(), "world_size": world,
+            }, fv.keep_checkpoint_max)
+        distributed.barrier()
+
+    def online_eval(samples):
+        log.start(C.EVAL_START, metadata={C.EPOCH_NUM: samples})
+        m = evaluate(model, eval_batches(), device, autocast)
+        log.end(C.EVAL_STOP, metadata={C.EPOCH_NUM: samples})
+        log.event(C.EVAL_ACCURACY, m["masked_lm_accuracy"], metadata={C.EPOCH_NUM: samples})
+        evals.append((samples, m["masked_lm_accuracy"]))
+        return m
+
+    log.event("eval_frequency", freq)
+    n_eval = None
+    if eval_files:
+        n_eval = data.count_records(eval_files)
+    log.event(C.EVAL_SAMPLES, n_eval or 0)
+    log.end(C.INIT_STOP)
+    log.start(C.RUN_START)
+    t_run = time.time()
+
+    status, metrics, last = C.ABORTED, None, None
+    max_steps = fv.num_train_steps
+    if fv.max_samples_termination:
+        max_steps = min(max_steps, -(-fv.max_samples_termination // fv.train_batch_size))
+    if eval_files and fv.eval_at_start and step == 0 and not evals:
+        metrics = online_eval(0)
+        if metrics["masked_lm_accuracy"] >= fv.target_mlm_accuracy:
+            status = C.SUCCESS
+    if eval_files and next_eval == 0:
+        next_eval = freq
+    bar = None
+    if rank == 0 and fv.progress:
+        from tqdm import tqdm
+        bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, leave=False)
+    block_open, block_first = False, 0
+    it = batches(step)
+    t0, s0 = time.time(), step
+    while status != C.SUCCESS and step < max_steps:
+        if not block_open:
+            # BERT counts "epochs" in samples: a block is the eval interval starting here.
+            log.start(C.BLOCK_START, metadata={C.FIRST_EPOCH_NUM: step * fv.train_batch_size,
+                                               C.EPOCH_COUNT: freq})
+            block_first = step * fv.train_batch_size
+            block_open = True
+        batch = {k: v.to(device, non_blocking=True) for k, v in next(it).items()}
+        with autocast():
+            out = model(**batch)
+        out.loss.backward()
+        updated = acc.after_backward(step)
+        step += 1
+        last = out.loss.detach()
+        samples = step * fv.train_batch_size
+        if bar is not None and (step % 10 == 0 or step == max_steps):
+            rate = (step - s0) * fv.train_batch_size / max(time.time() - t0, 1e-9)
+            bar.set_postfix(loss="%.4f" % last.item(), lr="%.3g" % lr_fn(step - 1),
+                            seq_s="%.1f" % rate, refresh=False)
+        if bar is not None:
+            bar.update(1)
+        if updated and eval_files and samples >= next_eval:
+            log.end(C.BLOCK_STOP, metadata={C.FIRST_EPOCH_NUM: block_first, C.EPOCH_COUNT: freq})
+            block_open = False
+            metrics = online_eval(samples)
+            while next_eval <= samples:
+                next_eval += freq
+            if metrics["masked_lm_accuracy"] >= fv.target_mlm_accuracy:
+                status = C.SUCCESS
+        halt = distributed.any_rank(stop.requested, device) if world > 1 else stop.requested
+        if step % fv.save_checkpoints_steps == 0 or halt or step == max_steps or status == C.SUCCESS:
+            checkpoint(step)
+        if halt:
+            if bar is not None:
+                bar.close()
+            print("SIGTERM: checkpoint model.ckpt-%d.pt written; rerun the same command to resume"
+                  % step, flush=True)
+            log.close()
+            return 143
+    if bar is not None:
+        bar.close()
+    if block_open:
+        log.end(C.BLOCK_STOP, metadata={C.FIRST_EPOCH_NUM: block_first, C.EPOCH_COUNT: freq})
+    log.event(C.TRAIN_SAMPLES, step * fv.train_batch_size)
+    log.end(C.RUN_STOP, metadata={C.STATUS: status, C.SAMPLES_COUNT: step * fv.train_batch_size})
+    log.close()
+    seconds = time.time() - t_run
+    if rank == 0:
+        print("trained %d steps (%d samples) in %.1f s; final loss %s; status %s"
+              % (step, step * fv.train_batch_size, seconds,
+                 "n/a" if last is None else "%.4f" % last.item(), status), flush=True)
+    if fv.do_eval:
+        if metrics is None or not eval_files:
+            metrics = evaluate(model, eval_only_batches(fv, train_files, rank, world), device,
+                               autocast)
+        if rank == 0:
+            print(write_eval_results(fv.output_dir, metrics, step))
+    del t_init
+    return 0
+
+
+def eval_only_batches(fv, files, rank, world):
+    """The reference's eval input: files in order, repeated, ``max_eval_steps`` full batches."""
+    ds = data.PretrainingBatches(files, fv.max_seq_length, fv.max_predictions_per_seq,
+                                 fv.eval_batch_size, rank, world, shuffle=False, repeat=True,
+                                 max_batches=fv.max_eval_steps)
+    return data.make_loader(ds, min(fv.num_workers, 1))
+
+
+def run_eval_only(fv, config, files, device, autocast, rank, world, modeling, tf_checkpoint):
+    model = modeling.BertForPreTraining(config).to(device)
+    info = tf_checkpoint.load_init_checkpoint(model, fv.init_checkpoint)
+    step = info.get("global_step")
+    if step is None:
+        m = re.search(r"ckpt-(\d+)", os.path.basename(fv.init_checkpoint))
+        step = int(m.group(1)) if m else 0
+    metrics = evaluate(model, eval_only_batches(fv, files, rank, world), device, autocast)
+    if rank == 0:
+        path = write_eval_results(fv.output_dir, metrics, int(step))
+        for key in ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
+                    "next_sentence_loss"):
+            print("%s = %.6f" % (key, metrics[key]))
+        print("wrote %s" % path)
+    return 0
+
+
+if __name__ == "__main__":
+    from .errors import run_main
+    run_main(main)

@@ -1,0 +1,21 @@
+# shellcheck shell=bash
+# The built-in demo: a tiny BERT on one CPU process, LAMB with gradient accumulation
+# (global batch 64 = 32 x 2), online eval, open division with a target it can reach.
+PRESET_NUM_GPUS=1
+PRESET_BERT_CONFIG=configs/bert_config_demo.json
+PRESET_FLAGS=(
+  --max_seq_length=128
+  --max_predictions_per_seq=20
+  --train_batch_size=32
+  --steps_per_update=2
+  --learning_rate=2e-3
+  --optimizer=lamb
+  --num_train_steps=10000
+  --num_warmup_steps=200
+  --start_warmup_step=0
+  --save_checkpoints_steps=2500
+  --eval_batch_size=128
+  --max_eval_steps=8
+  --target_mlm_accuracy=0.20
+  --submission_division=open
+)

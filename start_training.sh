@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The container's root process: a timed MLPerf run, like the reference's run_and_time.sh.
+#
+# Prints STARTING/ENDING TIMING RUN AT and the elapsed seconds, clears the page cache when
+# allowed (CLEAR_CACHES=1 and a writable /proc/sys/vm/drop_caches, i.e. --privileged) and
+# logs `cache_clear` either way, runs train_model.sh (forwarding SIGTERM/SIGINT so the
+# trainer checkpoints), then checks $LOGDIR/mlperf.log with `check-log`, and exits with the
+# training's status.  With DATA_DIR unset it announces and runs the built-in demo.
+#
+# Environment: everything train_model.sh reads (PRESET, DATA_DIR, EVAL_FILE, INIT_CHECKPOINT,
+# BERT_CONFIG, OUTPUT_DIR [./output], LOGDIR [$OUTPUT_DIR], NUM_GPUS, NNODES, NODE_RANK,
+# MASTER_ADDR, MASTER_PORT, SEED, PYTHON), plus
+#   CLEAR_CACHES   1 = try to drop the page cache before the run            [1]
+#   CHECK_LOG      1 = run the log checker after training                    [1]
+#   TRAIN_MODEL    the training script                                       [./train_model.sh]
+# Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512).
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
+fi
+export PYTHON
+OUTPUT_DIR="$(realpath -m "${OUTPUT_DIR:-$PWD/output}")"
+LOGDIR="$(realpath -m "${LOGDIR:-$OUTPUT_DIR}")"
+export OUTPUT_DIR LOGDIR
+
+if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
+  echo "start_training.sh: DATA_DIR is not set: running the built-in demo (python -m mlperf_bert demo)"
+  cd "$HERE" || exit 2
+  exec "$PYTHON" -m mlperf_bert demo "--output_dir=$OUTPUT_DIR/demo"
+fi
+
+mkdir -p "$OUTPUT_DIR" "$LOGDIR" || exit 2
+MLPERF_LOG="$LOGDIR/mlperf.log"
+
+start=$(date +%s)
+start_fmt=$(date +'%Y-%m-%d %r')
+echo "STARTING TIMING RUN AT $start_fmt"
+
+cleared=False
+if [[ "${CLEAR_CACHES:-1}" == 1 ]]; then
+  if sync && { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
+    cleared=True
+  else
+    echo "start_training.sh: cannot drop the page cache (run the container with --privileged); logging cache_clear=False"
+  fi
+fi
+"$PYTHON" - "$MLPERF_LOG" "$cleared" <<'PY'
+import logging, sys
+from mlperf_logging.mllog import constants
+from mlperf_logging.mllog.mllog import MLLogger
+logger = logging.getLogger("start_training")
+logger.propagate = False
+logger.setLevel(logging.INFO)
+logger.addHandler(logging.FileHandler(sys.argv[1], mode="a"))
+MLLogger(logger=logger).event(constants.CACHE_CLEAR, sys.argv[2] == "True")
+PY
+
+"${TRAIN_MODEL:-$HERE/train_model.sh}" "$@" &
+child=$!
+forward() { echo "start_training.sh: got $1, forwarding to the trainer"; kill "-$1" "$child" 2>/dev/null; }
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+wait "$child"
+status=$?
+# `wait` returns early when a trapped signal arrives; wait for the trainer's own exit status.
+while kill -0 "$child" 2>/dev/null; do
+  wait "$child"
+  status=$?
+done
+trap - TERM INT
+
+end=$(date +%s)
+end_fmt=$(date +'%Y-%m-%d %r')
+echo "ENDING TIMING RUN AT $end_fmt"
+result=$((end - start))
+echo "RESULT,bert,${SEED:-},$result,${USER:-$(id -un 2>/dev/null)},$start_fmt"
+echo "start_training.sh: training exited with status $status after $result s"
+
+if [[ "${CHECK_LOG:-1}" == 1 ]]; then
+  if [[ -f "$MLPERF_LOG" ]]; then
+    (cd "$HERE" && "$PYTHON" -m mlperf_bert check-log "$MLPERF_LOG") || echo "start_training.sh: $MLPERF_LOG does not pass the log checker"
+  else
+    echo "start_training.sh: no $MLPERF_LOG to check"
+  fi
+fi
+exit "$status"

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Training entry point: a preset (configs/presets/NAME.sh) plus overrides -> torchrun run_pretraining.py.
+#
+# usage: train_model.sh [--preset=NAME] [--dry_run] [--trainer_flag=value ...]
+# Trainer flags given here replace the preset's flag of the same name.
+# Environment (defaults in brackets):
+#   PRESET          reference_gpu | tpu_8192 | demo_cpu                          [reference_gpu]
+#   DATA_DIR        directory of the training TFRecords (part-*)                 [required]
+#   INPUT_FILES     training files, comma list/glob                              [$DATA_DIR/part-*]
+#   EVAL_FILE       online eval set                                              [$DATA_DIR/eval_10k]
+#   INIT_CHECKPOINT TF checkpoint prefix or .pt to start from                    [none]
+#   BERT_CONFIG     bert_config.json                                             [the preset's]
+#   OUTPUT_DIR      checkpoints                                                  [./output]
+#   LOGDIR          where mlperf.log goes                                        [$OUTPUT_DIR]
+#   NUM_GPUS        processes per node                                           [the preset's]
+#   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT  multi-node rendezvous           [1, 0, 127.0.0.1, 29500]
+#   SEED            --seed for the trainer                                       [trainer default]
+#   SUBMISSION_ORG, SUBMISSION_PLATFORM  MLPerf log fields                       [trainer defaults]
+#   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
+#   DRY_RUN=1       print the command instead of running it (same as --dry_run)
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+die() { echo "error: train_model.sh: $*" >&2; exit 2; }
+
+PRESET="${PRESET:-reference_gpu}"
+DRY_RUN="${DRY_RUN:-0}"
+overrides=()
+for arg in "$@"; do
+  case "$arg" in
+    --preset=*) PRESET="${arg#--preset=}" ;;
+    --dry_run) DRY_RUN=1 ;;
+    --*) overrides+=("$arg") ;;
+    *) die "unexpected argument '$arg': pass trainer flags as --name=value" ;;
+  esac
+done
+
+preset_file="$HERE/configs/presets/$PRESET.sh"
+[[ -f "$preset_file" ]] || die "unknown preset '$PRESET': choose one of $(cd "$HERE/configs/presets" && ls -- *.sh | sed 's/\.sh$//' | tr '\n' ' ')"
+PRESET_FLAGS=()
+PRESET_NUM_GPUS=1
+PRESET_BERT_CONFIG=""
+# shellcheck source=/dev/null
+source "$preset_file"
+
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
+fi
+[[ -n "${DATA_DIR:-}" || -n "${INPUT_FILES:-}" ]] || die "set DATA_DIR (directory of part-* TFRecords) or INPUT_FILES"
+INPUT_FILES="${INPUT_FILES:-$DATA_DIR/part-*}"
+EVAL_FILE="${EVAL_FILE:-${DATA_DIR:-}/eval_10k}"
+BERT_CONFIG="${BERT_CONFIG:-$HERE/$PRESET_BERT_CONFIG}"
+OUTPUT_DIR="${OUTPUT_DIR:-$PWD/output}"
+LOGDIR="${LOGDIR:-$OUTPUT_DIR}"
+NUM_GPUS="${NUM_GPUS:-$PRESET_NUM_GPUS}"
+NNODES="${NNODES:-1}"
+
+# flag name of --name=value / --name / --noname, to let an override replace the preset's flag
+flag_name() { local f="${1#--}"; f="${f%%=*}"; echo "$f"; }
+overridden() {
+  local name o on
+  name="$(flag_name "$1")"
+  for o in "${overrides[@]+"${overrides[@]}"}"; do
+    on="$(flag_name "$o")"
+    [[ "$on" == "$name" || "$on" == "no$name" || "no$on" == "$name" ]] && return 0
+  done
+  return 1
+}
+
+flags=(
+  "--bert_config_file=$BERT_CONFIG"
+  "--input_file=$INPUT_FILES"
+  "--eval_input_file=$EVAL_FILE"
+  "--output_dir=$OUTPUT_DIR"
+  "--mlperf_log=$LOGDIR/mlperf.log"
+  --do_train
+  --do_eval
+)
+[[ -n "${INIT_CHECKPOINT:-}" ]] && flags+=("--init_checkpoint=$INIT_CHECKPOINT")
+[[ -n "${SEED:-}" ]] && flags+=("--seed=$SEED")
+[[ -n "${SUBMISSION_ORG:-}" ]] && flags+=("--submission_org=$SUBMISSION_ORG")
+[[ -n "${SUBMISSION_PLATFORM:-}" ]] && flags+=("--submission_platform=$SUBMISSION_PLATFORM")
+kept=()
+for f in "${flags[@]}" "${PRESET_FLAGS[@]}"; do
+  overridden "$f" || kept+=("$f")
+done
+
+if [[ -x "$(dirname "$PYTHON")/torchrun" ]]; then launcher=("$(dirname "$PYTHON")/torchrun")
+else launcher=("$PYTHON" -m torch.distributed.run); fi
+if [[ "$NNODES" == 1 ]]; then
+  launcher+=(--standalone --nnodes=1 "--nproc_per_node=$NUM_GPUS")
+else
+  launcher+=("--nnodes=$NNODES" "--node_rank=${NODE_RANK:-0}" "--nproc_per_node=$NUM_GPUS"
+             "--master_addr=${MASTER_ADDR:-127.0.0.1}" "--master_port=${MASTER_PORT:-29500}")
+fi
+cmd=("${launcher[@]}" "$HERE/run_pretraining.py" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}")
+
+if [[ "$DRY_RUN" == 1 ]]; then
+  printf '%q ' "${cmd[@]}"; echo
+  exit 0
+fi
+mkdir -p "$OUTPUT_DIR" "$LOGDIR"
+echo "train_model.sh: preset $PRESET: ${cmd[*]}"
+exec "${cmd[@]}"

@@ -1,0 +1,253 @@
+"""TF checkpoints written by TensorFlow itself: loading, the name mapping, conversion, add-gradacc.
+
+The model run on a loaded checkpoint is compared with an independent NumPy (float64)
+transcription of the reference BERT computed straight from the TF-named arrays.
+"""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from mlperf_bert import checkpoint_convert, gradacc, tf_checkpoint
+from mlperf_bert.config import BertConfig
+from mlperf_bert.errors import UserError
+from mlperf_bert.model import BertForPreTraining
+
+tf = pytest.importorskip("tensorflow")
+
+CFG = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+           intermediate_size=48, max_position_embeddings=16, type_vocab_size=2)
+
+
+def reference_shapes(cfg):
+    """The reference variable set, written out from REFERENCE.md (not from our mapping)."""
+    h, i = cfg["hidden_size"], cfg["intermediate_size"]
+    s = {"bert/embeddings/word_embeddings": (cfg["vocab_size"], h),
+         "bert/embeddings/token_type_embeddings": (cfg["type_vocab_size"], h),
+         "bert/embeddings/position_embeddings": (cfg["max_position_embeddings"], h),
+         "bert/embeddings/LayerNorm/gamma": (h,), "bert/embeddings/LayerNorm/beta": (h,),
+         "bert/pooler/dense/kernel": (h, h), "bert/pooler/dense/bias": (h,),
+         "cls/predictions/transform/dense/kernel": (h, h), "cls/predictions/transform/dense/bias": (h,),
+         "cls/predictions/transform/LayerNorm/gamma": (h,), "cls/predictions/transform/LayerNorm/beta": (h,),
+         "cls/predictions/output_bias": (cfg["vocab_size"],),
+         "cls/seq_relationship/output_weights": (2, h), "cls/seq_relationship/output_bias": (2,)}
+    for n in range(cfg["num_hidden_layers"]):
+        p = "bert/encoder/layer_%d/" % n
+        for d in ("attention/self/query", "attention/self/key", "attention/self/value",
+                  "attention/output/dense"):
+            s[p + d + "/kernel"], s[p + d + "/bias"] = (h, h), (h,)
+        s[p + "intermediate/dense/kernel"], s[p + "intermediate/dense/bias"] = (h, i), (i,)
+        s[p + "output/dense/kernel"], s[p + "output/dense/bias"] = (i, h), (h,)
+        for ln in ("attention/output/LayerNorm", "output/LayerNorm"):
+            s[p + ln + "/gamma"], s[p + ln + "/beta"] = (h,), (h,)
+    return s
+
+
+def random_weights(cfg, seed=0):
+    rng = np.random.RandomState(seed)
+    out = {}
+    for name, shape in reference_shapes(cfg).items():
+        a = rng.normal(0, 0.3 if name.endswith("embeddings") else 0.15, shape)
+        if name.endswith("gamma"):
+            a = 1.0 + 0.1 * a
+        out[name] = a.astype(np.float32)
+    return out
+
+
+def write_tf1(prefix, arrays, step, extras=("adam_m", "adam_v", "LAMB")):
+    """A TF1 name-based checkpoint as the reference Estimator writes it, with optimizer slots."""
+    g = tf.Graph()
+    with g.as_default():
+        for name, a in arrays.items():
+            tf.compat.v1.get_variable(name, initializer=tf.constant(a))
+            for e in extras:
+                tf.compat.v1.get_variable(name + "/" + e, initializer=tf.constant(a * 0 + 0.5), trainable=False)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(gs.assign(step))
+            return saver.save(sess, prefix, global_step=step, write_meta_graph=False, write_state=False)
+
+
+def write_tf2(prefix, arrays):
+    """A TF2 object-based, weights-only checkpoint whose object path is the reference name."""
+    root = tf.Module()
+    for name, a in arrays.items():
+        node = root
+        parts = name.split("/")
+        for p in parts[:-1]:
+            if not hasattr(node, p):
+                setattr(node, p, tf.Module())
+            node = getattr(node, p)
+        setattr(node, parts[-1], tf.Variable(a))
+    return tf.train.Checkpoint(model=root).write(prefix)
+
+
+def numpy_bert(v, cfg, batch):
+    """Reference BERT pre-training loss in float64, straight from TF-named arrays."""
+    v = {k: a.astype(np.float64) for k, a in v.items()}
+    ids, seg, mask, pos, lab, w, nsp = batch
+    b, t = ids.shape
+    nh = cfg["num_attention_heads"]
+
+    def ln(x, name):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-12) * v[name + "/gamma"] + v[name + "/beta"]
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+    def dense(x, name):
+        return x @ v[name + "/kernel"] + v[name + "/bias"]
+
+    def log_softmax(z):
+        z = z - z.max(-1, keepdims=True)
+        return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+    e = "bert/embeddings/"
+    x = v[e + "word_embeddings"][ids] + v[e + "token_type_embeddings"][seg] + v[e + "position_embeddings"][:t]
+    x = ln(x, e + "LayerNorm")
+    add = (1.0 - mask[:, None, None, :]) * -10000.0
+    for n in range(cfg["num_hidden_layers"]):
+        p = "bert/encoder/layer_%d/" % n
+
+        def heads(y):
+            return y.reshape(b, t, nh, -1).transpose(0, 2, 1, 3)
+
+        q, k, vv = (heads(dense(x, p + "attention/self/" + s)) for s in ("query", "key", "value"))
+        sc = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1]) + add
+        pr = np.exp(log_softmax(sc))
+        ctx = (pr @ vv).transpose(0, 2, 1, 3).reshape(b, t, -1)
+        a = ln(dense(ctx, p + "attention/output/dense") + x, p + "attention/output/LayerNorm")
+        x = ln(dense(gelu(dense(a, p + "intermediate/dense")), p + "output/dense") + a, p + "output/LayerNorm")
+    pooled = np.tanh(dense(x[:, 0], "bert/pooler/dense"))
+    gx = x[np.arange(b)[:, None], pos]
+    hx = ln(gelu(dense(gx, "cls/predictions/transform/dense")), "cls/predictions/transform/LayerNorm")
+    lp = log_softmax(hx @ v[e + "word_embeddings"].T + v["cls/predictions/output_bias"])
+    nll = -np.take_along_axis(lp, lab[..., None], -1)[..., 0]
+    mlm = (w * nll).sum() / (w.sum() + 1e-5)
+    acc = (w * (lp.argmax(-1) == lab)).sum() / w.sum()
+    nlp = log_softmax(pooled @ v["cls/seq_relationship/output_weights"].T + v["cls/seq_relationship/output_bias"])
+    nsp_loss = -nlp[np.arange(b), nsp.reshape(-1)].mean()
+    return mlm, nsp_loss, acc
+
+
+def make_batch(cfg, seed=1, b=3, t=12, p=4):
+    rng = np.random.RandomState(seed)
+    ids = rng.randint(0, cfg["vocab_size"], (b, t))
+    seg = (np.arange(t)[None] >= rng.randint(3, 8, (b, 1))).astype(np.int64)
+    lens = np.array([t, t - 3, 6])[:b]
+    mask = (np.arange(t)[None] < lens[:, None]).astype(np.int64)
+    pos = np.stack([rng.choice(np.arange(1, l), p, replace=False) for l in lens])
+    lab = rng.randint(0, cfg["vocab_size"], (b, p))
+    w = np.ones((b, p), np.float32)
+    w[2, 3] = 0.0
+    nsp = rng.randint(0, 2, (b, 1))
+    return ids, seg, mask, pos, lab, w, nsp
+
+
+def run_model(model, batch):
+    model.eval()
+    with torch.no_grad():
+        return model(*[torch.from_numpy(np.asarray(a)) for a in batch])
+
+
+@pytest.fixture(scope="module")
+def tf1_ckpt(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tf1")
+    arrays = random_weights(CFG)
+    prefix = write_tf1(str(d / "model.ckpt"), arrays, step=28)
+    return prefix, arrays
+
+
+def test_tf1_checkpoint_loads_and_matches_numpy_reference(tf1_ckpt, caplog):
+    prefix, arrays = tf1_ckpt
+    assert prefix.endswith("model.ckpt-28")
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    with caplog.at_level("INFO"):
+        info = tf_checkpoint.load_init_checkpoint(model, prefix)
+    assert info["global_step"] == 28
+    n = len(arrays)
+    assert len(info["ignored"]) == 3 * n + 1  # adam_m, adam_v, LAMB slots and global_step
+    assert "ignored %d non-model variable(s)" % (3 * n + 1) in caplog.text
+    # Every parameter mapped: shapes agree, kernels transposed, a hand-checked element each.
+    sd = model.state_dict()
+    assert len(sd) == n
+    q = arrays["bert/encoder/layer_1/attention/self/query/kernel"]
+    assert sd["bert.encoder.layer.1.attention.self.query.weight"][5, 2].item() == q[2, 5]
+    assert sd["bert.embeddings.word_embeddings"][7, 3].item() == arrays["bert/embeddings/word_embeddings"][7, 3]
+    assert sd["cls.seq_relationship.output_weights"][1, 4].item() == arrays["cls/seq_relationship/output_weights"][1, 4]
+    assert tuple(sd["bert.encoder.layer.0.intermediate.dense.weight"].shape) == (48, 32)
+
+    batch = make_batch(CFG)
+    out = run_model(model, batch)
+    mlm, nsp, acc = numpy_bert(arrays, CFG, batch)
+    assert out.mlm_loss.item() == pytest.approx(mlm, rel=2e-5)
+    assert out.nsp_loss.item() == pytest.approx(nsp, rel=2e-5)
+    assert out.loss.item() == pytest.approx(mlm + nsp, rel=2e-5)
+    assert (out.mlm_correct / out.mlm_weight).item() == pytest.approx(acc)
+    assert out.mlm_weight.item() == 11.0
+
+
+def test_tf2_object_checkpoint_loads(tmp_path):
+    arrays = random_weights(CFG, seed=3)
+    prefix = write_tf2(str(tmp_path / "tf2" / "ckpt"), arrays)
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    tf_checkpoint.load_init_checkpoint(model, prefix)
+    batch = make_batch(CFG)
+    mlm, nsp, _ = numpy_bert(arrays, CFG, batch)
+    assert run_model(model, batch).loss.item() == pytest.approx(mlm + nsp, rel=2e-5)
+
+
+def test_missing_and_misshaped_variables_are_one_line_errors(tmp_path):
+    arrays = random_weights(CFG)
+    del arrays["bert/encoder/layer_1/output/LayerNorm/beta"]
+    prefix = write_tf1(str(tmp_path / "a"), arrays, 1, extras=())
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    with pytest.raises(UserError, match="bert/encoder/layer_1/output/LayerNorm/beta") as e:
+        tf_checkpoint.load_init_checkpoint(model, prefix)
+    assert "\n" not in str(e.value)
+    arrays = random_weights(dict(CFG, intermediate_size=40))
+    prefix = write_tf1(str(tmp_path / "b"), arrays, 1, extras=())
+    with pytest.raises(UserError, match=r"intermediate/dense/kernel \[32, 40\] \(model expects \[32, 48\]\)"):
+        tf_checkpoint.load_init_checkpoint(model, prefix)
+    with pytest.raises(UserError, match="not found"):
+        tf_checkpoint.load_init_checkpoint(model, str(tmp_path / "nothere"))
+
+
+def test_convert_round_trip_tf_pt_tf_is_exact(tf1_ckpt, tmp_path):
+    prefix, arrays = tf1_ckpt
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    pt, back = str(tmp_path / "m.pt"), str(tmp_path / "back" / "model.ckpt-28")
+    assert checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + prefix, "--output=" + pt]) == 0
+    assert torch.load(pt, weights_only=True)["global_step"] == 28
+    assert checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + pt, "--output=" + back]) == 0
+    reader = tf.train.load_checkpoint(back)
+    shapes = reader.get_variable_to_shape_map()
+    assert set(shapes) == set(arrays) | {"global_step"}
+    for name, a in arrays.items():
+        assert np.array_equal(reader.get_tensor(name), a), name
+    assert reader.get_tensor("global_step") == 28
+    assert not [f for f in os.listdir(tmp_path / "back") if ".tmp-" in f]
+    with pytest.raises(UserError, match="both"):
+        checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + pt, "--output=b.pt"])
+
+
+def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):
+    prefix, _ = tf1_ckpt
+    new = str(tmp_path / "ga" / "model.ckpt-28")
+    assert gradacc.main(["x", "--old=" + prefix, "--new=" + new]) == 0
+    old_r, new_r = tf.train.load_checkpoint(prefix), tf.train.load_checkpoint(new)
+    old_s, new_s = old_r.get_variable_to_shape_map(), new_r.get_variable_to_shape_map()
+    old_t, new_t = old_r.get_variable_to_dtype_map(), new_r.get_variable_to_dtype_map()
+    assert set(new_s) == set(old_s) | {n + "/GradientAccumulator" for n in old_s}
+    for n in old_s:
+        assert np.array_equal(new_r.get_tensor(n), old_r.get_tensor(n))
+        acc = new_r.get_tensor(n + "/GradientAccumulator")
+        assert new_s[n + "/GradientAccumulator"] == old_s[n] and new_t[n + "/GradientAccumulator"] == old_t[n]
+        assert not np.any(acc)
+    assert new_t["global_step/GradientAccumulator"] == tf.int64

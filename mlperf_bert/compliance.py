@@ -40,10 +40,10 @@ def eval_frequency(global_batch_size):
     return int(math.floor(0.05 * (230.23 * global_batch_size + 3000000) / 25000)) * 25000
 
 
-def eval_points(global_batch_size, count, at_zero=False):
+def eval_points(global_batch_size, count, at_zero=False, freq=None):
     """Samples counts of the first ``count`` evals: the first update boundary at or past each
     multiple of eval_frequency (a global batch is never split), optionally one at 0 first."""
-    freq = eval_frequency(global_batch_size)
+    freq = freq or eval_frequency(global_batch_size)
     pts = [0] if at_zero else []
     k = 1
     while len(pts) < count:
@@ -137,17 +137,23 @@ def _evals(records):
     return _find(records, "eval_accuracy")
 
 
-def rule_eval_grid(records):
+def rule_eval_grid(records, division):
     gbs = _one_value(records, "global_batch_size")
     if not isinstance(gbs, int) or gbs <= 0:
         return _res("eval_grid", False, "no single positive integer global_batch_size line",
                     (_find(records, "global_batch_size") or [None])[0])
     freq = eval_frequency(gbs)
+    logged = _find(records, "eval_frequency")  # our trainer's key; open runs may choose their own
+    if logged and logged[0].value != freq:
+        if division == "closed":
+            return _res("eval_grid", False, "closed division needs eval_frequency %d for global_batch_size"
+                        " %d" % (freq, gbs), logged[0])
+        freq = logged[0].value
     evals = _evals(records)
     if not evals:
         return _res("eval_grid", False, "no eval_accuracy lines")
     first = samples_of(evals[0])
-    grid = eval_points(gbs, len(evals) + 1, at_zero=first == 0)
+    grid = eval_points(gbs, len(evals) + 1, at_zero=first == 0, freq=freq)
     for rec, expected in zip(evals, grid):
         s = samples_of(rec)
         if s is None:
@@ -211,7 +217,7 @@ def rule_samples_monotonic(records):
 
 
 def rule_train_samples(records):
-    """train_samples = the samples trained when the run stopped, a whole number of global batches."""
+    """train_samples = the samples trained when the run stopped, a whole number of micro-batches."""
     found = _find(records, "train_samples")
     if len(found) != 1:
         return _res("train_samples", False, "%d train_samples lines, expected 1" % len(found))
@@ -224,9 +230,11 @@ def rule_train_samples(records):
     if value != trained:
         return _res("train_samples", False, "train_samples %s but the log's last samples count is %s"
                     % (value, trained), rec)
-    if isinstance(gbs, int) and gbs > 0 and value % gbs:
-        return _res("train_samples", False, "train_samples %d is not a multiple of global_batch_size %d"
-                    % (value, gbs), rec)
+    accum = _one_value(records, "gradient_accumulation_steps")
+    micro = gbs // accum if isinstance(gbs, int) and isinstance(accum, int) and accum > 0 else None
+    if micro and value % micro:
+        return _res("train_samples", False, "train_samples %d is not a whole number of micro-batches"
+                    " of %d" % (value, micro), rec)
     return _res("train_samples", True, "train_samples %d" % value)
 
 
@@ -246,7 +254,7 @@ def bert_rules(records):
     results += [
         rule_hyperparameters(records),
         rule_eval_samples(records, division),
-        rule_eval_grid(records),
+        rule_eval_grid(records, division),
         rule_stop_at_target(records, division),
         rule_run_stop(records),
         rule_samples_monotonic(records),

@@ -133,9 +133,19 @@ def test_aborted_run_without_target_passes_bert_rules(tmp_path):
     ("open_without_target", {"division": "open", "eval_samples": 500}, "stop_at_target"),
     ("open_target_not_reached", {"division": "open", "target": 0.8, "eval_samples": 500}, "stop_at_target"),
     ("train_samples_wrong", {"train_samples": 12345}, "train_samples"),
+    ("closed_own_frequency", {"extra": [("eval_frequency", 100000)]}, "eval_grid"),
 ])
 def test_each_broken_log_fails_its_rule(tmp_path, name, kwargs, rule):
     assert only_failure(write_log(tmp_path / (name + ".txt"), **kwargs)) == rule
+
+
+def test_open_division_uses_logged_eval_frequency(tmp_path):
+    log = write_log(tmp_path / "log.txt", division="open", target=0.3, accs=(0.1, 0.2, 0.31),
+                    eval_samples=500, freq=25600, extra=[("eval_frequency", 25600)])
+    assert all(r.ok for r in results(log, official=True).values())
+    log = write_log(tmp_path / "log2.txt", division="open", target=0.3, accs=(0.1, 0.2, 0.31),
+                    eval_samples=500, freq=25600, extra=[("eval_frequency", 12800)])
+    assert only_failure(log) == "eval_grid"
 
 
 def test_skipped_eval(tmp_path):

@@ -1,0 +1,115 @@
+"""``download``: fetch reference files, resuming interrupted transfers, and check their md5.
+
+Bytes go to ``NAME.partial`` beside the target; a rerun continues from its size (HTTP
+``Range`` request, or a seek for ``file://`` URLs). When the transfer is complete the file
+is checked against the md5 and size that results/ lists for its name (or ``--md5``) and
+only then renamed to ``NAME``. A file already present with the right md5 is kept.
+"""
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from . import flags
+from .checksums import RESULTS_DIR, file_md5, known_tables
+from .errors import UserError
+
+CHUNK = 1 << 20
+
+
+def expected_for(name, results_dir=RESULTS_DIR):
+    """(bytes, md5) that results/ lists for a file name, or (None, None)."""
+    for table in known_tables(results_dir).values():
+        if name in table and table[name][1]:
+            return table[name]
+    return None, None
+
+
+def _open_from(url, offset):
+    """(stream, total size or None, whether the stream starts at ``offset``)."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file":
+        path = urllib.request.url2pathname(parsed.path)
+        try:
+            f = open(path, "rb")
+        except OSError as e:
+            raise UserError("cannot read %s: %s" % (url, e.strerror))
+        size = os.fstat(f.fileno()).st_size
+        f.seek(min(offset, size))
+        return f, size, True
+    if parsed.scheme not in ("http", "https"):
+        raise UserError("unsupported URL %s: use http://, https:// or file://" % url)
+    req = urllib.request.Request(url, headers={"Range": "bytes=%d-" % offset} if offset else {})
+    try:
+        resp = urllib.request.urlopen(req, timeout=60)
+    except urllib.error.HTTPError as e:
+        if e.code == 416:  # nothing left to fetch
+            return None, offset, True
+        raise UserError("download of %s failed: HTTP %d %s" % (url, e.code, e.reason))
+    except urllib.error.URLError as e:
+        raise UserError("cannot reach %s: %s (check the URL and the network)" % (url, e.reason))
+    resumed = resp.status == 206
+    length = resp.headers.get("Content-Length")
+    total = (int(length) + (offset if resumed else 0)) if length else None
+    return resp, total, resumed
+
+
+def download(url, output, md5=None, size=None, progress=True, results_dir=RESULTS_DIR):
+    """Fetch ``url`` to ``output`` (resuming), check md5/size, return the md5."""
+    from tqdm import tqdm
+    name = os.path.basename(output)
+    if md5 is None and size is None:
+        size, md5 = expected_for(name, results_dir)
+    if os.path.exists(output):
+        have = file_md5(output)
+        if md5 is None or have == md5:
+            return have
+        raise UserError("%s exists with md5 %s, expected %s: delete it and run again" % (output, have, md5))
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    partial = output + ".partial"
+    offset = os.path.getsize(partial) if os.path.exists(partial) else 0
+    stream, total, resumed = _open_from(url, offset)
+    if not resumed:
+        offset = 0  # the server ignored the Range request: start over
+    if stream is not None:
+        with stream, open(partial, "ab" if offset else "wb") as out, \
+                tqdm(total=total, initial=offset, unit="B", unit_scale=True, desc=name,
+                     disable=not progress) as bar:
+            while True:
+                buf = stream.read(CHUNK)
+                if not buf:
+                    break
+                out.write(buf)
+                bar.update(len(buf))
+            out.flush()
+            os.fsync(out.fileno())
+    got_size = os.path.getsize(partial)
+    if total is not None and got_size < total:
+        raise UserError("download of %s stopped at %d of %d bytes: run the same command again to resume"
+                        % (url, got_size, total))
+    got = file_md5(partial)
+    if (size is not None and got_size != size) or (md5 is not None and got != md5):
+        os.remove(partial)
+        raise UserError("%s: got %d bytes md5 %s, expected %s bytes md5 %s; the partial file was removed, "
+                        "check the URL and run again" % (name, got_size, got, size, md5))
+    os.replace(partial, output)
+    return got
+
+
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_string("url", None, "URL of the file (http, https or file)", flag_values=fv)
+    flags.DEFINE_string("output", None, "where to store it (default: the URL's file name in --output_dir)",
+                        flag_values=fv)
+    flags.DEFINE_string("output_dir", ".", "directory for --output's default", flag_values=fv)
+    flags.DEFINE_string("md5", None, "expected md5 (default: the one results/ lists for the name)",
+                        flag_values=fv)
+    flags.DEFINE_bool("progress", True, "show a progress bar", flag_values=fv)
+    flags.parse(fv, argv, required=["url"])
+    output = fv.output or os.path.join(fv.output_dir, os.path.basename(urllib.parse.urlparse(fv.url).path))
+    if not os.path.basename(output):
+        raise UserError("cannot tell a file name from --url=%s: give --output" % fv.url)
+    md5 = download(fv.url, output, md5=fv.md5, progress=fv.progress)
+    exp = fv.md5 or expected_for(os.path.basename(output))[1]
+    print("OK %s md5 %s%s" % (output, md5, "" if exp else " (no published md5 to compare)"))
+    return 0

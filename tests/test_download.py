@@ -1,0 +1,38 @@
+import hashlib
+import os
+
+import pytest
+
+from mlperf_bert import download
+from mlperf_bert.errors import UserError
+
+
+def test_resumes_a_partial_file_url_download_and_checks_md5(shared, tmp_path):
+    src = os.path.join(shared, "data", "vocab.txt")
+    data = open(src, "rb").read()
+    out = tmp_path / "vocab.txt"
+    (tmp_path / "vocab.txt.partial").write_bytes(data[:100000])
+    md5 = download.download("file://" + src, str(out), progress=False)
+    assert md5 == "64800d5d8528ce344256daf115d4965e"  # the md5 results/ lists for vocab.txt
+    assert out.read_bytes() == data and not (tmp_path / "vocab.txt.partial").exists()
+
+
+def test_wrong_content_is_rejected_and_not_kept(tmp_path):
+    src = tmp_path / "src" / "vocab.txt"
+    src.parent.mkdir()
+    src.write_bytes(b"not the vocab\n")
+    out = tmp_path / "out" / "vocab.txt"
+    with pytest.raises(UserError, match="expected 231508 bytes"):
+        download.download("file://%s" % src, str(out), progress=False)
+    assert not out.exists() and not os.path.exists(str(out) + ".partial")
+
+
+def test_explicit_md5_for_an_unlisted_file(tmp_path):
+    src = tmp_path / "blob.bin"
+    src.write_bytes(os.urandom(3 * download.CHUNK + 17))
+    want = hashlib.md5(src.read_bytes()).hexdigest()
+    out = tmp_path / "dl" / "blob.bin"
+    assert download.download("file://%s" % src, str(out), md5=want, progress=False) == want
+    assert out.read_bytes() == src.read_bytes()
+    with pytest.raises(UserError, match="unsupported URL"):
+        download.download("ftp://example/x", str(tmp_path / "x"), md5=want, progress=False)

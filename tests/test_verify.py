@@ -1,0 +1,119 @@
+import hashlib
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from mlperf_bert import checksums
+from mlperf_bert.tfrecord import write_records
+
+
+def run_verify(args):
+    lines = []
+    ok = checksums.verify(args, out=lines.append)
+    return ok, lines
+
+
+def md5_of(path):
+    return hashlib.md5(open(path, "rb").read()).hexdigest()
+
+
+def test_results_tables_parse_and_hold_only_reference_values():
+    tables = checksums.known_tables()
+    assert tables["text"]["eval.md5"] == (330000, "71a58382a68947e93e88aa0d42431b6c")
+    assert tables["checkpoint_tf1"]["vocab.txt"] == (231508, "64800d5d8528ce344256daf115d4965e")
+    assert tables["tfrecord"]["eval_10k"] == (25382591, None)
+    assert len(tables["text"]) == 8 and len(tables["checkpoint_tf2"]) == 2
+
+
+def test_real_files_match_their_listed_md5(shared):
+    data = os.path.join(shared, "data")
+    ok, lines = run_verify([os.path.join(data, "eval.md5"), os.path.join(data, "vocab.txt")])
+    assert ok, lines
+    assert [l.split()[0] for l in lines] == ["OK", "OK"]
+    # and md5sum itself accepts the results/ files
+    if shutil.which("md5sum"):
+        for table in ("bert_reference_results_text_md5.txt", "bert_reference_checkpoint_tf1_md5.txt"):
+            r = subprocess.run(["md5sum", "--check", "--ignore-missing",
+                                os.path.join(checksums.RESULTS_DIR, table)], cwd=data, capture_output=True)
+            assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_corrupted_copy_is_a_mismatch_and_fails(shared, tmp_path):
+    src = os.path.join(shared, "data", "vocab.txt")
+    bad = tmp_path / "vocab.txt"
+    data = bytearray(open(src, "rb").read())
+    data[1000] ^= 1  # same size, different content: only the md5 can tell
+    bad.write_bytes(bytes(data))
+    ok, lines = run_verify([str(bad)])
+    assert not ok and lines[0].startswith("MISMATCH %s" % bad)
+    assert checksums.main(["verify", str(bad)]) != 0
+    assert checksums.main(["verify", src]) == 0
+
+
+def test_directory_set_reports_missing_and_lists_unknown(shared, tmp_path):
+    shutil.copy(os.path.join(shared, "data", "eval.md5"), tmp_path / "eval.md5")
+    (tmp_path / "notes.txt").write_text("hello")
+    ok, lines = run_verify([str(tmp_path)])
+    assert not ok
+    missing = [l for l in lines if l.startswith("MISSING")]
+    assert len(missing) == 501  # 500 parts + eval.txt
+    assert any(l.startswith("UNKNOWN %s" % (tmp_path / "notes.txt")) for l in lines)
+    assert any(l.startswith("OK %s" % (tmp_path / "eval.md5")) for l in lines)
+    # an unknown file alone does not fail
+    ok, lines = run_verify([str(tmp_path / "notes.txt")])
+    assert ok and lines[0].startswith("UNKNOWN")
+
+
+def test_tfrecord_size_is_checked(tmp_path):
+    path = tmp_path / "eval_10k"
+    write_records(str(path), [b"x" * 10])
+    assert checksums.is_tfrecord(str(path))
+    ok, lines = run_verify([str(path)])
+    assert not ok and lines[0].startswith("MISMATCH") and "25382591" in lines[0]
+
+
+def test_eval_txt_checked_article_by_article(tmp_path):
+    articles = ["\nFirst article.\nSecond line.", "", "Third one.  \n"]
+    (tmp_path / "eval.txt").write_text("".join(a + "\n\n" for a in articles), encoding="utf-8")
+    md5s = [hashlib.md5(a.rstrip().encode("utf-8")).hexdigest() for a in articles]
+    (tmp_path / "eval.md5").write_text("".join(m + "\n" for m in md5s))
+    good, line = checksums.check_eval_articles(str(tmp_path / "eval.txt"), str(tmp_path / "eval.md5"))
+    assert good and "(3)" in line
+    md5s[2] = "0" * 32
+    (tmp_path / "eval.md5").write_text("".join(m + "\n" for m in md5s))
+    good, line = checksums.check_eval_articles(str(tmp_path / "eval.txt"), str(tmp_path / "eval.md5"))
+    assert not good and "article 2" in line
+
+
+def test_manifest_round_trip(tmp_path):
+    a, b = tmp_path / "part-a", tmp_path / "part-b"
+    a.write_bytes(b"alpha")
+    b.write_bytes(b"beta!")
+    checksums.write_manifest(str(tmp_path / "manifest.tsv"),
+                             [("part-a", 5, 1, md5_of(a)), ("part-b", 5, 1, md5_of(b))])
+    assert checksums.main(["verify", str(tmp_path / "manifest.tsv")]) == 0
+    b.write_bytes(b"BETA!")
+    ok, lines = run_verify([str(tmp_path / "manifest.tsv")])
+    assert not ok and any(l.startswith("MISMATCH %s" % b) for l in lines)
+    os.remove(a)
+    ok, lines = run_verify([str(tmp_path / "manifest.tsv")])
+    assert "MISSING %s" % a in lines
+    # --manifest checks another directory against the same table
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "part-a").write_bytes(b"alpha")
+    lines = []
+    ok = checksums.verify([str(other)], manifest=checksums.read_manifest(str(tmp_path / "manifest.tsv")),
+                          out=lines.append)
+    assert not ok and "MISSING %s" % (other / "part-b") in lines
+    assert any(l.startswith("OK %s" % (other / "part-a")) for l in lines)
+
+
+def test_bad_input_is_a_one_line_user_error(tmp_path):
+    from mlperf_bert.errors import UserError
+    with pytest.raises(UserError, match="does not exist"):
+        checksums.main(["verify", str(tmp_path / "nope")])
+    with pytest.raises(UserError, match="at least one"):
+        checksums.main(["verify"])

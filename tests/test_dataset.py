@@ -1,0 +1,115 @@
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mlperf_bert import checksums, dataset
+from mlperf_bert.errors import UserError
+from mlperf_bert.eval_samples import pick_eval_samples
+from mlperf_bert.pretraining_data import create_pretraining_data
+from mlperf_bert.tfrecord import read_records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=1", "--num_eval_examples=50",
+        "--noprogress"]
+TINY_KW = dict(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=1)
+
+
+@pytest.fixture(scope="module")
+def text_dir(golden_dir, tmp_path_factory):
+    d = tmp_path_factory.mktemp("text")
+    for k in (0, 1):
+        shutil.copy(os.path.join(golden_dir, "input", "part-0000%d-of-00004" % k), d / ("part-0000%d-of-00002" % k))
+    # eval.txt: the first articles of shard 1, cut at an article boundary
+    text = open(os.path.join(golden_dir, "input", "part-00001-of-00004"), encoding="utf-8").read()
+    (d / "eval.txt").write_text(text[:text.index("\n\n", 150000) + 2], encoding="utf-8")
+    return str(d)
+
+
+def cmd(text_dir, out, vocab_file, workers=2):
+    return ["make-dataset", "--text_dir=%s" % text_dir, "--output_dir=%s" % out,
+            "--vocab_file=%s" % vocab_file, "--workers=%d" % workers] + TINY
+
+
+@pytest.fixture(scope="module")
+def full_run(text_dir, vocab_file, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("full"))
+    assert dataset.main(cmd(text_dir, out, vocab_file)) == 0
+    return out
+
+
+def md5(path):
+    return hashlib.md5(open(path, "rb").read()).hexdigest()
+
+
+def test_outputs_equal_the_generator_run_by_hand(full_run, text_dir, vocab_file, tmp_path):
+    names = sorted(n for n in os.listdir(full_run))
+    assert names == ["eval_10k", "eval_intermediate", "make_dataset_settings.json", "manifest.tsv",
+                     "part-00000-of-00002", "part-00001-of-00002"]
+    for part in ("part-00000-of-00002", "part-00001-of-00002"):
+        ref = str(tmp_path / part)
+        create_pretraining_data([os.path.join(text_dir, part)], [ref], vocab_file, random_seed=12345,
+                                masked_lm_prob=0.15, progress=False, **TINY_KW)
+        assert md5(ref) == md5(os.path.join(full_run, part))
+    inter = str(tmp_path / "inter")
+    create_pretraining_data([os.path.join(text_dir, "eval.txt")], [inter], vocab_file, progress=False, **TINY_KW)
+    assert md5(inter) == md5(os.path.join(full_run, "eval_intermediate"))
+    pick_eval_samples(inter, str(tmp_path / "e10k"), 50, 128, 20, progress=False)
+    assert md5(str(tmp_path / "e10k")) == md5(os.path.join(full_run, "eval_10k"))
+
+
+def test_manifest_lists_every_output_and_verify_accepts_it(full_run):
+    rows = open(os.path.join(full_run, "manifest.tsv")).read().splitlines()
+    assert rows[0] == "name\tbytes\trecords\tmd5"
+    for row in rows[1:]:
+        name, size, records, digest = row.split("\t")
+        path = os.path.join(full_run, name)
+        assert int(size) == os.path.getsize(path)
+        assert int(records) == sum(1 for _ in read_records(path))
+        assert digest == md5(path)
+    assert len(rows) == 5
+    assert rows[1].startswith("eval_10k\t") and rows[1].split("\t")[2] == "50"
+    assert checksums.main(["verify", os.path.join(full_run, "manifest.tsv")]) == 0
+
+
+def test_killed_run_resumes_to_identical_outputs(full_run, text_dir, vocab_file, tmp_path):
+    out = str(tmp_path / "resumed")
+    proc = subprocess.Popen([sys.executable, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=1),
+                            cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    finished = []
+    while time.time() < deadline and proc.poll() is None:
+        finished = [n for n in ("eval_intermediate", "part-00000-of-00002", "part-00001-of-00002")
+                    if os.path.exists(os.path.join(out, n))]
+        if finished:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its pool workers, mid-run
+    proc.wait()
+    assert finished, "the run ended before any output appeared"
+    assert not os.path.exists(os.path.join(out, "manifest.tsv"))
+    before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in finished}
+    assert dataset.main(cmd(text_dir, out, vocab_file)) == 0
+    for n in finished:  # finished outputs were kept, not redone
+        assert os.stat(os.path.join(out, n)).st_mtime_ns == before[n]
+    assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))  # no temporaries left
+    for n in os.listdir(full_run):
+        if n != "make_dataset_settings.json":
+            assert md5(os.path.join(out, n)) == md5(os.path.join(full_run, n)), n
+
+
+def test_rerun_with_other_settings_is_refused(full_run, text_dir, vocab_file):
+    argv = cmd(text_dir, full_run, vocab_file)
+    argv[argv.index("--dupe_factor=1")] = "--dupe_factor=2"
+    with pytest.raises(UserError, match="dupe_factor=2 \\(was 1\\)"):
+        dataset.main(argv)
+
+
+def test_bad_text_dir_is_a_user_error(tmp_path, vocab_file):
+    with pytest.raises(UserError, match="no part-XXXXX-of-XXXXX"):
+        dataset.main(cmd(str(tmp_path), str(tmp_path / "o"), vocab_file))

@@ -11,6 +11,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 
 #define MT_N 624
 #define MT_M 397
@@ -23,6 +24,9 @@ typedef struct {
     Py_ssize_t n_vocab;
     long cls_id, sep_id, mask_id;
     Py_ssize_t max_seq_length, max_pred;
+    int32_t *tokens;
+    int64_t *seg_off, *doc_first, *doc_stop;
+    Py_ssize_t n_docs;
 } Kernel;
 
 static uint32_t genrand(Kernel *k)
@@ -81,6 +85,10 @@ static int check_width(uint64_t n)
 static void Kernel_dealloc(Kernel *self)
 {
     PyMem_Free(self->vocab_ids);
+    PyMem_Free(self->tokens);
+    PyMem_Free(self->seg_off);
+    PyMem_Free(self->doc_first);
+    PyMem_Free(self->doc_stop);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -227,18 +235,10 @@ enum { F_IDS, F_MASK, F_SEG, F_POS, F_LBL, F_W, F_NSL, F_COUNT };
 static const char *FEATURE_NAMES[F_COUNT] = {"input_ids", "input_mask", "segment_ids",
     "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "next_sentence_labels"};
 
-/* mask_encode(tokens, len_a, is_random_next, num_to_predict) -> serialized Example. */
-static PyObject *Kernel_mask_encode(Kernel *self, PyObject *args)
+/* Reference create_masked_lm_predictions on ids, then the serialized Example. */
+static PyObject *mask_encode(Kernel *self, const long *ids, Py_ssize_t n, Py_ssize_t len_a,
+                             int is_random_next, Py_ssize_t num_to_predict)
 {
-    PyObject *tokens_obj;
-    Py_ssize_t len_a, num_to_predict;
-    int is_random_next;
-    if (!PyArg_ParseTuple(args, "Onpn", &tokens_obj, &len_a, &is_random_next, &num_to_predict))
-        return NULL;
-    Py_ssize_t n;
-    long *ids = long_array(tokens_obj, &n, "tokens must be a list of ids");
-    if (!ids)
-        return NULL;
     Py_ssize_t L = self->max_seq_length, P = self->max_pred, num_a = len_a + 2;
     PyObject *result = NULL;
     long *out = PyMem_Malloc(sizeof(long) * (3 * n + 1));
@@ -357,9 +357,166 @@ static PyObject *Kernel_mask_encode(Kernel *self, PyObject *args)
         }
     }
 done:
-    PyMem_Free(ids);
     PyMem_Free(out);
     return result;
+}
+
+/* mask_encode(tokens, len_a, is_random_next, num_to_predict) -> serialized Example. */
+static PyObject *Kernel_mask_encode(Kernel *self, PyObject *args)
+{
+    PyObject *tokens_obj;
+    Py_ssize_t len_a, num_to_predict, n;
+    int is_random_next;
+    if (!PyArg_ParseTuple(args, "Onpn", &tokens_obj, &len_a, &is_random_next, &num_to_predict))
+        return NULL;
+    long *ids = long_array(tokens_obj, &n, "tokens must be a list of ids");
+    if (!ids)
+        return NULL;
+    PyObject *r = mask_encode(self, ids, n, len_a, is_random_next, num_to_predict);
+    PyMem_Free(ids);
+    return r;
+}
+
+static int copy_buffer(PyObject *obj, int itemsize, void **dst, Py_ssize_t *n, const char *what)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view.itemsize != itemsize) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_TypeError, "%s must hold %d-byte integers", what, itemsize);
+        return -1;
+    }
+    PyMem_Free(*dst);
+    *dst = PyMem_Malloc(view.len ? view.len : 1);
+    if (!*dst) {
+        PyBuffer_Release(&view);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(*dst, view.buf, view.len);
+    *n = view.len / itemsize;
+    PyBuffer_Release(&view);
+    return 0;
+}
+
+/* set_corpus(tokens int32, seg_off int64, doc_first int64, doc_stop int64): the documents,
+ * flat; segment s is tokens[seg_off[s]:seg_off[s+1]], document d is segments
+ * [doc_first[d], doc_stop[d]) in the (shuffled) order the instances are made. */
+static PyObject *Kernel_set_corpus(Kernel *self, PyObject *args)
+{
+    PyObject *t, *so, *df, *ds;
+    Py_ssize_t nt, ns, nd, nd2;
+    if (!PyArg_ParseTuple(args, "OOOO", &t, &so, &df, &ds))
+        return NULL;
+    if (copy_buffer(t, 4, (void **)&self->tokens, &nt, "tokens") < 0
+        || copy_buffer(so, 8, (void **)&self->seg_off, &ns, "seg_off") < 0
+        || copy_buffer(df, 8, (void **)&self->doc_first, &nd, "doc_first") < 0
+        || copy_buffer(ds, 8, (void **)&self->doc_stop, &nd2, "doc_stop") < 0)
+        return NULL;
+    if (nd != nd2 || nd < 1) {
+        PyErr_SetString(PyExc_ValueError, "doc_first and doc_stop must be equally long, non-empty");
+        return NULL;
+    }
+    for (Py_ssize_t d = 0; d < nd; d++)
+        if (self->doc_first[d] < 0 || self->doc_stop[d] <= self->doc_first[d] || self->doc_stop[d] >= ns) {
+            PyErr_SetString(PyExc_ValueError, "bad document bounds");
+            return NULL;
+        }
+    for (Py_ssize_t s = 0; s + 1 < ns; s++)
+        if (self->seg_off[s] < 0 || self->seg_off[s + 1] <= self->seg_off[s] || self->seg_off[s + 1] > nt) {
+            PyErr_SetString(PyExc_ValueError, "bad segment offsets");
+            return NULL;
+        }
+    self->n_docs = nd;
+    Py_RETURN_NONE;
+}
+
+/* document_instances(d, short_seq_prob, masked_lm_prob, out): reference
+ * create_instances_from_document; appends serialized Examples to the list out.
+ * A chunk, tokens_a and tokens_b are always runs of consecutive segments, so they
+ * are token ranges of the flat corpus. */
+static PyObject *Kernel_document_instances(Kernel *self, PyObject *args)
+{
+    Py_ssize_t d;
+    double short_seq_prob, masked_lm_prob;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "nddO!", &d, &short_seq_prob, &masked_lm_prob, &PyList_Type, &out))
+        return NULL;
+    if (!self->tokens || d < 0 || d >= self->n_docs) {
+        PyErr_SetString(PyExc_IndexError, "no corpus set or document index out of range");
+        return NULL;
+    }
+    const int64_t *so = self->seg_off;
+    const int32_t *tok = self->tokens;
+    Py_ssize_t L = self->max_seq_length, max_num = L - 3;
+    long *buf = PyMem_Malloc(sizeof(long) * (L + 1));
+    if (!buf)
+        return PyErr_NoMemory();
+    Py_ssize_t s0 = self->doc_first[d], s1 = self->doc_stop[d];
+    Py_ssize_t target = max_num;
+    if (rand_double(self) < short_seq_prob)
+        target = 2 + randbelow(self, (uint64_t)(max_num - 1));
+    Py_ssize_t c0 = s0;
+    for (Py_ssize_t i = s0; i < s1; i++) {
+        if (!(i == s1 - 1 || so[i + 1] - so[c0] >= target))
+            continue;
+        Py_ssize_t nchunk = i - c0 + 1;
+        Py_ssize_t a_end = nchunk < 2 ? 1 : 1 + randbelow(self, (uint64_t)(nchunk - 1));
+        int64_t a_lo = so[c0], a_hi = so[c0 + a_end], b_lo, b_hi;
+        int is_random_next;
+        if (nchunk == 1 || rand_double(self) < 0.5) {
+            is_random_next = 1;
+            int64_t target_b = target - (a_hi - a_lo);
+            Py_ssize_t r = 0;
+            for (int t = 0; t < 10; t++) {
+                r = randbelow(self, (uint64_t)self->n_docs);
+                if (r != d)
+                    break;
+            }
+            Py_ssize_t r1 = self->doc_stop[r];
+            Py_ssize_t j = self->doc_first[r] + randbelow(self, (uint64_t)(r1 - self->doc_first[r]));
+            b_lo = so[j];
+            do {
+                b_hi = so[++j];
+            } while (b_hi - b_lo < target_b && j < r1);
+            i -= nchunk - a_end;
+        } else {
+            is_random_next = 0;
+            b_lo = so[c0 + a_end];
+            b_hi = so[i + 1];
+        }
+        /* truncate_seq_pair */
+        while ((a_hi - a_lo) + (b_hi - b_lo) > max_num) {
+            int front = rand_double(self) < 0.5;
+            if (a_hi - a_lo > b_hi - b_lo) {
+                if (front) a_lo++; else a_hi--;
+            } else {
+                if (front) b_lo++; else b_hi--;
+            }
+        }
+        Py_ssize_t n = 0;
+        buf[n++] = self->cls_id;
+        for (int64_t t = a_lo; t < a_hi; t++)
+            buf[n++] = tok[t];
+        buf[n++] = self->sep_id;
+        for (int64_t t = b_lo; t < b_hi; t++)
+            buf[n++] = tok[t];
+        buf[n++] = self->sep_id;
+        Py_ssize_t num = (Py_ssize_t)nearbyint((double)n * masked_lm_prob);
+        if (num < 1) num = 1;
+        if (num > self->max_pred) num = self->max_pred;
+        PyObject *rec = mask_encode(self, buf, n, a_hi - a_lo, is_random_next, num);
+        if (!rec || PyList_Append(out, rec) < 0) {
+            Py_XDECREF(rec);
+            PyMem_Free(buf);
+            return NULL;
+        }
+        Py_DECREF(rec);
+        c0 = i + 1;
+    }
+    PyMem_Free(buf);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef Kernel_methods[] = {
@@ -371,6 +528,10 @@ static PyMethodDef Kernel_methods[] = {
      "truncate(len_a, len_b, max_num_tokens) -> (a_start, a_stop, b_start, b_stop)"},
     {"mask_encode", (PyCFunction)Kernel_mask_encode, METH_VARARGS,
      "mask_encode(tokens, len_a, is_random_next, num_to_predict) -> serialized Example"},
+    {"set_corpus", (PyCFunction)Kernel_set_corpus, METH_VARARGS,
+     "set_corpus(tokens, seg_off, doc_first, doc_stop): the flat documents"},
+    {"document_instances", (PyCFunction)Kernel_document_instances, METH_VARARGS,
+     "document_instances(d, short_seq_prob, masked_lm_prob, out): append d's instances to out"},
     {NULL}
 };
 

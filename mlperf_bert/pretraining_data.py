@@ -5,6 +5,7 @@ section 2).  The random draws and the per-instance work (pair truncation, maskin
 Example encoding) live in a "kernel": ``_fastrng`` (C, when built) or ``PyKernel``
 (pure Python); both consume the Mersenne Twister stream identically.
 """
+import array
 import contextlib
 import random
 import sys
@@ -34,6 +35,58 @@ class PyKernel:
         self.cls_id, self.sep_id, self.mask_id = cls_id, sep_id, mask_id
         self.max_seq_length = max_seq_length
         self.max_predictions_per_seq = max_predictions_per_seq
+
+    def set_corpus(self, tokens, seg_off, doc_first, doc_stop):
+        self.tokens, self.seg_off, self.doc_first, self.doc_stop = tokens, seg_off, doc_first, doc_stop
+
+    def document_instances(self, d, short_seq_prob, masked_lm_prob, out):
+        """Reference create_instances_from_document for document ``d``; appends Examples to ``out``.
+
+        A chunk, tokens_a and tokens_b are always runs of consecutive segments, hence token
+        ranges of the flat corpus: ``seg_off[s]`` is where segment ``s`` starts.
+        """
+        random_, randint = self.random, self.randint
+        tokens, so = self.tokens, self.seg_off
+        s0, s1 = self.doc_first[d], self.doc_stop[d]
+        last_doc = len(self.doc_first) - 1
+        max_num_tokens = self.max_seq_length - 3
+        cls_, sep_ = [self.cls_id], [self.sep_id]
+        target = max_num_tokens
+        if random_() < short_seq_prob:
+            target = randint(2, max_num_tokens)
+        c0 = i = s0
+        while i < s1:
+            if i == s1 - 1 or so[i + 1] - so[c0] >= target:
+                nchunk = i - c0 + 1
+                a_end = 1 if nchunk < 2 else randint(1, nchunk - 1)
+                a_lo, a_hi = so[c0], so[c0 + a_end]
+                if nchunk == 1 or random_() < 0.5:
+                    is_random_next = True
+                    target_b = target - (a_hi - a_lo)
+                    for _ in range(10):
+                        r = randint(0, last_doc)
+                        if r != d:
+                            break
+                    r0, r1 = self.doc_first[r], self.doc_stop[r]
+                    j = r0 + randint(0, r1 - r0 - 1)
+                    b_lo = so[j]
+                    while True:  # whole segments until tokens_b reaches target_b
+                        j += 1
+                        b_hi = so[j]
+                        if b_hi - b_lo >= target_b or j == r1:
+                            break
+                    i -= nchunk - a_end  # the chunk's unused segments go back
+                else:
+                    is_random_next = False
+                    b_lo, b_hi = so[c0 + a_end], so[i + 1]
+                a0, a1, b0, b1 = self.truncate(a_hi - a_lo, b_hi - b_lo, max_num_tokens)
+                ids = (cls_ + tokens[a_lo + a0:a_lo + a1].tolist() + sep_
+                       + tokens[b_lo + b0:b_lo + b1].tolist() + sep_)
+                num_to_predict = min(self.max_predictions_per_seq,
+                                     max(1, int(round(len(ids) * masked_lm_prob))))
+                out.append(self.mask_encode(ids, a1 - a0, is_random_next, num_to_predict))
+                c0 = i + 1
+            i += 1
 
     def truncate(self, len_a, len_b, max_num_tokens):
         """Reference truncate_seq_pair on lengths: return (a_start, a_stop, b_start, b_stop)."""
@@ -90,16 +143,29 @@ def make_kernel(seed, vocab_ids, cls_id, sep_id, mask_id, max_seq_length, max_pr
     return PyKernel(seed, *args)
 
 
+class Corpus:
+    """Documents stored flat: segment ``s`` is ``tokens[seg_off[s]:seg_off[s+1]]``, document ``d``
+    is segments ``[doc_seg[d], doc_seg[d+1])``.  Compact (4 bytes a token) for 27 MB shards."""
+
+    def __init__(self):
+        self.tokens = array.array("i")
+        self.seg_off = array.array("q", [0])
+        self.doc_seg = array.array("q", [0])
+
+    def __len__(self):
+        return len(self.doc_seg) - 1
+
+
 def read_documents(input_files, tokenizer, progress=False):
-    """Documents (lists of non-empty id lists) as the reference reads them.
+    """The reference's documents (non-empty runs of non-empty token lines) as a ``Corpus``.
 
     Lines are split on "\\n" only (as TF's GFile.readline) and stripped; an empty line
-    starts a new document; documents continue across file boundaries.
+    starts a new document; documents continue across file boundaries; empty ones are dropped.
     """
-    documents = [[]]
+    corpus = Corpus()
+    tokens, seg_off, doc_seg = corpus.tokens, corpus.seg_off, corpus.doc_seg
     ids = tokenizer.ids
-    bar = _bar(progress, total=len(input_files), unit="file", desc="tokenizing")
-    with bar:
+    with _bar(progress, total=len(input_files), unit="file", desc="tokenizing") as bar:
         for path in input_files:
             try:
                 with open(path, "rb") as f:
@@ -120,13 +186,17 @@ def read_documents(input_files, tokenizer, progress=False):
             for line in lines:
                 line = line.strip()
                 if not line:
-                    documents.append([])
+                    if doc_seg[-1] != len(seg_off) - 1:  # close a non-empty document
+                        doc_seg.append(len(seg_off) - 1)
                     continue
-                tokens = ids(line)
-                if tokens:
-                    documents[-1].append(tokens)
+                line_ids = ids(line)
+                if line_ids:
+                    tokens.extend(line_ids)
+                    seg_off.append(len(tokens))
             bar.update(1)
-    return [d for d in documents if d]
+    if doc_seg[-1] != len(seg_off) - 1:
+        doc_seg.append(len(seg_off) - 1)
+    return corpus
 
 
 def _bar(progress, **kwargs):
@@ -145,57 +215,6 @@ class _NoBar:
 
     def __exit__(self, *exc):
         return False
-
-
-def instances_from_document(documents, document_index, kernel, max_seq_length, short_seq_prob,
-                            masked_lm_prob, max_predictions_per_seq, out):
-    """Reference create_instances_from_document; appends serialized Examples to ``out``."""
-    document = documents[document_index]
-    max_num_tokens = max_seq_length - 3
-    random_, randint = kernel.random, kernel.randint
-    target = max_num_tokens
-    if random_() < short_seq_prob:
-        target = randint(2, max_num_tokens)
-    cls_, sep_ = [kernel.cls_id], [kernel.sep_id]
-    last_doc = len(documents) - 1
-    chunk = []
-    length = 0
-    i = 0
-    n = len(document)
-    while i < n:
-        segment = document[i]
-        chunk.append(segment)
-        length += len(segment)
-        if i == n - 1 or length >= target:
-            a_end = 1
-            if len(chunk) >= 2:
-                a_end = randint(1, len(chunk) - 1)
-            tokens_a = chunk[0] if a_end == 1 else [t for s in chunk[:a_end] for t in s]
-            if len(chunk) == 1 or random_() < 0.5:
-                is_random_next = True
-                target_b = target - len(tokens_a)
-                for _ in range(10):
-                    random_index = randint(0, last_doc)
-                    if random_index != document_index:
-                        break
-                random_document = documents[random_index]
-                tokens_b = []
-                for j in range(randint(0, len(random_document) - 1), len(random_document)):
-                    tokens_b += random_document[j]
-                    if len(tokens_b) >= target_b:
-                        break
-                i -= len(chunk) - a_end
-            else:
-                is_random_next = False
-                tokens_b = [t for s in chunk[a_end:] for t in s]
-            a0, a1, b0, b1 = kernel.truncate(len(tokens_a), len(tokens_b), max_num_tokens)
-            tokens = cls_ + tokens_a[a0:a1] + sep_ + tokens_b[b0:b1] + sep_
-            num_to_predict = min(max_predictions_per_seq,
-                                 max(1, int(round(len(tokens) * masked_lm_prob))))
-            out.append(kernel.mask_encode(tokens, a1 - a0, is_random_next, num_to_predict))
-            chunk = []
-            length = 0
-        i += 1
 
 
 def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob):
@@ -240,22 +259,26 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
     kernel = make_kernel(random_seed, vocab_ids, vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"],
                          max_seq_length, max_predictions_per_seq, fast)
 
-    documents = read_documents(input_files, tokenizer, progress)
-    if not documents:
+    corpus = read_documents(input_files, tokenizer, progress)
+    n_docs = len(corpus)
+    if not n_docs:
         raise UserError("input %s holds no documents (no line yields a token): give non-empty text "
                         "shards, one sentence per line" % ",".join(input_files))
-    kernel.shuffle(documents)
+    order = list(range(n_docs))
+    kernel.shuffle(order)  # the same draws as shuffling the documents themselves
+    doc_seg = corpus.doc_seg
+    kernel.set_corpus(corpus.tokens, corpus.seg_off, array.array("q", [doc_seg[o] for o in order]),
+                      array.array("q", [doc_seg[o + 1] for o in order]))
+    del corpus
 
     records = []
-    with _bar(progress, total=dupe_factor * len(documents), unit="doc", desc="instances") as bar:
+    with _bar(progress, total=dupe_factor * n_docs, unit="doc", desc="instances") as bar:
         for _ in range(dupe_factor):
-            for index in range(len(documents)):
-                instances_from_document(documents, index, kernel, max_seq_length, short_seq_prob,
-                                        masked_lm_prob, max_predictions_per_seq, records)
+            for index in range(n_docs):
+                kernel.document_instances(index, short_seq_prob, masked_lm_prob, records)
                 if index % 256 == 255:
                     bar.update(256)
-            bar.update(len(documents) % 256)
-    del documents
+            bar.update(n_docs % 256)
     kernel.shuffle(records)
     write_round_robin(records, output_files, progress)
     return len(records)

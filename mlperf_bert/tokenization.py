@@ -8,6 +8,7 @@ Memoising per whitespace token is exact because the reference lower-cases,
 strips accents and splits punctuation per whitespace token (so Python's
 context-sensitive lowering, e.g. Greek final sigma, sees the same string).
 """
+import re
 import unicodedata
 
 from .errors import UserError
@@ -182,6 +183,10 @@ class FullTokenizer:
         return [self.vocab[t] for t in tokens]
 
 
+# After cleaning, an ASCII whitespace token holds only printable chars 33..126.
+_ASCII_SPLIT = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]").findall
+
+
 class _LineTable(dict):
     """str.translate table filled on first sight of each code point."""
 
@@ -211,13 +216,22 @@ class FastTokenizer:
         self._unk = (self.vocab["[UNK]"],)
         self._max_len = max(len(t) for t in self.vocab)
 
-    def _word_ids(self, word):
-        """Ids of one whitespace token (lower, strip accents, split punctuation, WordPiece)."""
+    def _pieces(self, word):
+        """The reference's basic tokens of one whitespace token."""
+        if word.isascii():
+            # ASCII: lowering is context-free, nothing to strip, punctuation = non-alnum
+            if self.do_lower_case:
+                word = word.lower()
+            return [word] if word.isalnum() else _ASCII_SPLIT(word)
         if self.do_lower_case:
             word = self._basic._run_strip_accents(word.lower())
+        return " ".join(self._basic._run_split_on_punc(word)).split()
+
+    def _word_ids(self, word):
+        """Ids of one whitespace token (lower, strip accents, split punctuation, WordPiece)."""
         out = []
         vocab, max_len = self.vocab, self._max_len
-        for piece in " ".join(self._basic._run_split_on_punc(word)).split():
+        for piece in self._pieces(word):
             n = len(piece)
             if n > MAX_INPUT_CHARS_PER_WORD:
                 out.extend(self._unk)

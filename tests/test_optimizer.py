@@ -1,0 +1,199 @@
+"""LAMB / AdamW, the schedule and gradient accumulation against a plain NumPy transcription of
+REFERENCE.md section 4 (float64), over several updates with accumulation and warmup."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from mlperf_bert.accumulation import GradientAccumulator
+from mlperf_bert.config import BertConfig
+from mlperf_bert.model import BertForPreTraining
+from mlperf_bert.optimizer import clip_by_global_norm_, create_optimizer
+from mlperf_bert.schedule import learning_rate
+from mlperf_bert.tf_checkpoint import tf_name
+
+CFG = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=24, max_position_embeddings=8)
+
+
+# ---- NumPy transcription of REFERENCE.md ----------------------------------------------------
+
+def np_lr(s, init_lr, T, W, start=0, power=1.0):
+    lr = init_lr * (1 - min(s, T) / T) ** power
+    if W and s - start < W:
+        lr = init_lr * (s - start) / W
+    return lr
+
+
+def np_train(weights, grad_seq, n, kind, lr_args, b1, b2, eps, wd):
+    """weights: {tf name: array}; grad_seq: list of {tf name: grad} per micro-step."""
+    w = {k: a.astype(np.float64) for k, a in weights.items()}
+    m = {k: np.zeros_like(a) for k, a in w.items()}
+    v = {k: np.zeros_like(a) for k, a in w.items()}
+    acc = {k: np.zeros_like(a) for k, a in w.items()}
+    t = 0
+    for k, grads in enumerate(grad_seq):
+        gn = np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads.values()))
+        for name, g in grads.items():
+            acc[name] += g * (1.0 / max(gn, 1.0)) / n
+        if k % n != n - 1:
+            continue
+        t += 1
+        lr = np_lr(k, *lr_args)
+        for name in w:
+            g = acc[name]
+            skip = any(s in name for s in ("LayerNorm", "layer_norm", "bias"))
+            m[name] = b1 * m[name] + (1 - b1) * g
+            v[name] = b2 * v[name] + (1 - b2) * g * g
+            if kind == "lamb":
+                u = (m[name] / (1 - b1 ** t)) / (np.sqrt(v[name] / (1 - b2 ** t)) + eps)
+            else:
+                u = m[name] / (np.sqrt(v[name]) + eps)
+            if not skip:
+                u = u + wd * w[name]
+            ratio = 1.0
+            if kind == "lamb" and not skip:
+                wn, un = np.linalg.norm(w[name]), np.linalg.norm(u)
+                ratio = wn / un if wn > 0 and un > 0 else 1.0
+            w[name] = w[name] - ratio * lr * u
+            acc[name] = np.zeros_like(g)
+    return w
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+def grad_sequence(model, steps, seed=0):
+    """Per micro-step gradients {torch name: tensor}; some norms above 1 (clipped), some below."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for k in range(steps):
+        scale = [0.002, 0.5, 0.01, 3.0][k % 4]
+        out.append({n: torch.randn(p.shape, generator=g) * scale for n, p in model.named_parameters()})
+    return out
+
+
+def run_torch(kind, n, steps, foreach, lr_args, hp):
+    torch.manual_seed(0)
+    model = BertForPreTraining(CFG)
+    with torch.no_grad():  # a zero weight matrix exercises the trust ratio's w_norm == 0 branch
+        model.bert.encoder.layer[0].intermediate.dense.weight.zero_()
+    init = {n_: p.detach().clone() for n_, p in model.named_parameters()}
+    grads = grad_sequence(model, steps)
+    opt = create_optimizer(model, kind, learning_rate=lr_args[0], foreach=foreach, **hp)
+    acc = GradientAccumulator(model, opt, n, lambda s: learning_rate(s, *lr_args))
+    applied = []
+    for k in range(steps):
+        for name, p in model.named_parameters():
+            p.grad = grads[k][name].clone()
+        applied.append(acc.after_backward(k))
+    return model, init, grads, applied
+
+
+HP = dict(beta_1=0.9, beta_2=0.999, epsilon=1e-6, weight_decay_rate=0.01)
+
+
+@pytest.mark.parametrize("kind,n,foreach,hp,lr_args", [
+    ("lamb", 3, False, HP, (1e-2, 40, 5, 0, 1.0)),
+    ("lamb", 3, True, HP, (1e-2, 40, 5, 0, 1.0)),
+    # The TPU reference's hyperparameters: negative start_warmup_step, beta_2 0.88.
+    ("lamb", 2, True, dict(beta_1=0.88, beta_2=0.88, epsilon=1e-6, weight_decay_rate=0.0166629),
+     (2.88293e-3, 30, 6, -2, 1.0)),
+    ("lamb", 1, False, HP, (1e-2, 8, 3, 0, 0.5)),
+    ("adamw", 2, False, HP, (1e-2, 40, 5, 0, 1.0)),
+    ("adamw", 2, True, HP, (1e-2, 40, 5, 0, 1.0)),
+])
+def test_optimizer_matches_numpy_reference(kind, n, foreach, hp, lr_args):
+    steps = 12
+    model, init, grads, applied = run_torch(kind, n, steps, foreach, lr_args, hp)
+    assert applied == [(k + 1) % n == 0 for k in range(steps)]
+    tf_w = {tf_name(k): v.numpy() for k, v in init.items()}
+    tf_g = [{tf_name(k): v.numpy() for k, v in g.items()} for g in grads]
+    expect = np_train(tf_w, tf_g, n, kind, lr_args, hp["beta_1"], hp["beta_2"], hp["epsilon"],
+                      hp["weight_decay_rate"])
+    moved = 0
+    for name, p in model.named_parameters():
+        e = expect[tf_name(name)]
+        np.testing.assert_allclose(p.detach().numpy(), e, rtol=2e-5, atol=2e-7, err_msg=name)
+        moved += not np.allclose(e, init[name].numpy())
+    assert moved == len(expect)
+
+
+def test_foreach_path_equals_per_tensor_path():
+    for kind in ("lamb", "adamw"):
+        a = run_torch(kind, 2, 6, False, (1e-2, 40, 5, 0, 1.0), HP)[0]
+        b = run_torch(kind, 2, 6, True, (1e-2, 40, 5, 0, 1.0), HP)[0]
+        for (name, p), q in zip(a.named_parameters(), b.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-9, msg=name)
+
+
+def test_exclusions_follow_reference_names():
+    opt = create_optimizer(BertForPreTraining(CFG))
+    excluded = {n for g in opt.param_groups if g["exclude"] for n in g["names"]}
+    decayed = {n for g in opt.param_groups if not g["exclude"] for n in g["names"]}
+    assert "cls/predictions/output_bias" in excluded
+    assert "bert/embeddings/LayerNorm/gamma" in excluded
+    assert "bert/encoder/layer_0/attention/self/query/bias" in excluded
+    assert decayed == {"bert/embeddings/word_embeddings", "bert/embeddings/token_type_embeddings",
+                       "bert/embeddings/position_embeddings", "bert/pooler/dense/kernel",
+                       "cls/predictions/transform/dense/kernel", "cls/seq_relationship/output_weights"} | {
+        "bert/encoder/layer_0/%s/kernel" % d for d in ("attention/self/query", "attention/self/key",
+                                                       "attention/self/value", "attention/output/dense",
+                                                       "intermediate/dense", "output/dense")}
+
+
+def test_schedule_hand_values():
+    # Warmup from a negative start: step 0 is already 2 steps into the 10-step warmup.
+    assert learning_rate(0, 1e-3, 100, 10, start_warmup_step=-2) == pytest.approx(2e-4)
+    assert learning_rate(7, 1e-3, 100, 10, start_warmup_step=-2) == pytest.approx(9e-4)
+    assert learning_rate(8, 1e-3, 100, 10, start_warmup_step=-2) == pytest.approx(9.2e-4)  # poly: 1-8/100
+    assert learning_rate(0, 1e-3, 100, 10) == 0.0
+    assert learning_rate(50, 1e-3, 100, 10, poly_power=2.0) == pytest.approx(2.5e-4)
+    assert learning_rate(100, 1e-3, 100, 10) == 0.0
+    assert learning_rate(250, 1e-3, 100, 10) == 0.0
+    assert learning_rate(30, 1e-3, 100, 0) == pytest.approx(7e-4)
+
+
+def test_clip_matches_tensorflow():
+    tf = pytest.importorskip("tensorflow")
+    rng = np.random.RandomState(0)
+    for scale in (0.01, 5.0):
+        arrays = [rng.normal(0, scale, s).astype(np.float32) for s in [(3, 4), (7,), (2, 2, 2)]]
+        ts = [torch.from_numpy(a.copy()) for a in arrays]
+        gn = clip_by_global_norm_(ts, 1.0)
+        clipped, tgn = tf.clip_by_global_norm([tf.constant(a) for a in arrays], 1.0)
+        assert gn.item() == pytest.approx(float(tgn), rel=1e-6)
+        for t, c in zip(ts, clipped):
+            np.testing.assert_allclose(t.numpy(), c.numpy(), rtol=1e-6)
+
+
+def test_accumulator_resume_is_exact():
+    """Checkpoint mid-accumulation (model, optimizer, accumulator) and continue: same weights."""
+    lr_args = (1e-2, 40, 5, 0, 1.0)
+    torch.manual_seed(0)
+    model = BertForPreTraining(CFG)
+    grads = grad_sequence(model, 9)
+
+    def make(m):
+        opt = create_optimizer(m, "lamb", learning_rate=1e-2)
+        return opt, GradientAccumulator(m, opt, 3, lambda s: learning_rate(s, *lr_args))
+
+    def feed(m, acc, ks):
+        for k in ks:
+            for name, p in m.named_parameters():
+                p.grad = grads[k][name].clone()
+            acc.after_backward(k)
+
+    opt, acc = make(model)
+    feed(model, acc, range(5))
+    saved = copy.deepcopy((model.state_dict(), opt.state_dict(), acc.state_dict()))
+    feed(model, acc, range(5, 9))
+
+    model2 = BertForPreTraining(CFG)
+    opt2, acc2 = make(model2)
+    model2.load_state_dict(saved[0])
+    opt2.load_state_dict(saved[1])
+    acc2.load_state_dict(saved[2])
+    feed(model2, acc2, range(5, 9))
+    for (name, p), q in zip(model.named_parameters(), model2.parameters()):
+        assert torch.equal(p, q), name

@@ -1,0 +1,116 @@
+"""The trainer's input pipeline on the golden seq-128 file: order, sharding, resume, workers."""
+import os
+
+import pytest
+
+from mlperf_bert import data, tfrecord
+from mlperf_bert.errors import UserError
+from mlperf_bert.example import decode_pretraining_example
+
+SEQ, PRED = 128, 20
+
+
+@pytest.fixture(scope="module")
+def shards(golden_dir, tmp_path_factory):
+    """Three small shards cut from the golden file (40, 24 and 33 records) and their records."""
+    recs = []
+    for i, r in enumerate(tfrecord.read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord"))):
+        if i >= 97:
+            break
+        recs.append(r)
+    d = tmp_path_factory.mktemp("shards")
+    paths, start = [], 0
+    for n in (40, 24, 33):
+        p = str(d / ("part-%d.tfrecord" % len(paths)))
+        tfrecord.write_records(p, recs[start:start + n])
+        paths.append(p)
+        start += n
+    return paths, recs
+
+
+def ids_of(batches):
+    return [tuple(row) for b in batches for row in b["input_ids"].numpy()]
+
+
+def expected_ids(recs):
+    return [tuple(decode_pretraining_example(r, SEQ, PRED)["input_ids"]) for r in recs]
+
+
+def test_noshuffle_is_file_order_and_decodes_every_feature(shards):
+    paths, recs = shards
+    batches = list(data.PretrainingBatches(paths, SEQ, PRED, 8, shuffle=False, repeat=False))
+    assert ids_of(batches) == expected_ids(recs)
+    assert [b["input_ids"].shape[0] for b in batches] == [8] * 12 + [1]
+    first = decode_pretraining_example(recs[0], SEQ, PRED)
+    b = batches[0]
+    for name in ("input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids"):
+        assert b[name][0].tolist() == first[name].tolist()
+    assert b["masked_lm_weights"].dtype.is_floating_point
+    assert b["masked_lm_weights"][0].tolist() == first["masked_lm_weights"].tolist()
+    assert b["next_sentence_labels"][0].item() == int(first["next_sentence_labels"][0])
+
+
+def test_ranks_take_contiguous_slices_of_each_global_batch(shards):
+    paths, recs = shards
+    full = ids_of(data.PretrainingBatches(paths, SEQ, PRED, 8, shuffle=False, max_batches=5))
+    parts = [list(data.PretrainingBatches(paths, SEQ, PRED, 8, rank=r, world_size=2, shuffle=False,
+                                          max_batches=5)) for r in range(2)]
+    assert all(b["input_ids"].shape[0] == 4 for p in parts for b in p)
+    merged = [row for b0, b1 in zip(*parts) for row in ids_of([b0]) + ids_of([b1])]
+    assert merged == full == expected_ids(recs)[:40]
+
+
+def test_shuffle_is_a_seeded_permutation_per_epoch(shards):
+    paths, recs = shards
+    n = len(recs)
+
+    def epoch(seed, e=0):
+        ds = data.PretrainingBatches(paths, SEQ, PRED, 1, shuffle=True, seed=seed, buffer_size=16,
+                                     max_batches=n * (e + 1))
+        return ids_of(ds)[n * e:]
+
+    a, again, other, second = epoch(1), epoch(1), epoch(2), epoch(1, e=1)
+    assert a == again
+    assert sorted(a) == sorted(expected_ids(recs)) == sorted(second)
+    assert a != expected_ids(recs) and a != other and a != second
+
+
+def test_resume_position_and_workers_give_the_same_stream(shards):
+    paths, _ = shards
+    kw = dict(shuffle=True, seed=5, buffer_size=10)
+    full = list(data.PretrainingBatches(paths, SEQ, PRED, 6, max_batches=30, **kw))
+    tail = list(data.PretrainingBatches(paths, SEQ, PRED, 6, start_batch=17, max_batches=30, **kw))
+    assert ids_of(tail) == ids_of(full[17:])
+    loader = data.make_loader(data.PretrainingBatches(paths, SEQ, PRED, 6, start_batch=17,
+                                                      max_batches=30, **kw), num_workers=2)
+    assert ids_of(loader) == ids_of(full[17:])
+
+
+def test_bad_inputs_are_one_line_errors(shards, tmp_path):
+    paths, recs = shards
+    with pytest.raises(UserError, match="expected 512"):
+        data.check_seq_length(paths, 512, 76)
+    bad = tmp_path / "bad.tfrecord"
+    raw = bytearray(open(paths[1], "rb").read())
+    raw[len(raw) // 2] ^= 0xFF
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(UserError, match="bad.tfrecord: record .* corrupt"):
+        list(data.PretrainingBatches([str(bad)], SEQ, PRED, 8, shuffle=False, repeat=False))
+    with pytest.raises(UserError, match="does not exist"):
+        data.input_files(str(tmp_path / "missing-*"))
+    empty = tmp_path / "empty.tfrecord"
+    empty.write_bytes(b"")
+    with pytest.raises(UserError, match="hold no records"):
+        next(iter(data.PretrainingBatches([str(empty)], SEQ, PRED, 8)))
+
+
+def test_hdf5_input_reads_the_same_examples(shards, tmp_path):
+    from mlperf_bert import hdf5
+    paths, recs = shards
+    p = str(tmp_path / "part-0.hdf5")
+    assert hdf5.tfrecords_to_hdf5(paths[:1], p, SEQ, PRED, progress=False) == 40
+    a = list(data.PretrainingBatches([p], SEQ, PRED, 8, shuffle=True, seed=3, max_batches=5))
+    b = list(data.PretrainingBatches(paths[:1], SEQ, PRED, 8, shuffle=True, seed=3, max_batches=5))
+    for x, y in zip(a, b):
+        for k in x:
+            assert x[k].tolist() == y[k].tolist(), k

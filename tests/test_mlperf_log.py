@@ -1,0 +1,50 @@
+"""MLPerf logger: the eval-frequency formula, one writer (rank 0), lines the official parser reads."""
+import json
+
+import pytest
+
+from mlperf_bert.mlperf_log import MLPerfLog, eval_frequency
+
+
+@pytest.mark.parametrize("batch,expected", [
+    (256, 150000), (1024, 150000), (1536, 150000), (2048, 150000),
+    (3072, 175000), (4096, 175000), (8192, 225000)])
+def test_eval_frequency_matches_the_rules_examples(batch, expected):
+    assert eval_frequency(batch) == expected
+
+
+def _lines(path):
+    return [json.loads(l[len(":::MLLOG "):]) for l in open(path, encoding="utf-8")
+            if l.startswith(":::MLLOG ")]
+
+
+def test_only_rank_zero_writes_and_runs_do_not_mix(tmp_path):
+    a, b, other = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "rank1.log"
+    la, lb, l1 = MLPerfLog(str(a)), MLPerfLog(str(b)), MLPerfLog(str(other), rank=1)
+    la.event("seed", 1)
+    lb.event("seed", 2)
+    l1.event("seed", 3)
+    la.start("eval_start", metadata={"epoch_num": 150000})
+    for log in (la, lb, l1):
+        log.close()
+    la.event("seed", 4)  # after close: dropped, not an error
+    assert [(r["key"], r["value"]) for r in _lines(a)] == [("seed", 1), ("eval_start", None)]
+    assert [(r["key"], r["value"]) for r in _lines(b)] == [("seed", 2)]
+    assert not other.exists()
+    rec = _lines(a)[1]
+    assert rec["event_type"] == "INTERVAL_START" and rec["metadata"]["epoch_num"] == 150000
+
+
+def test_hyperparameters_each_key_once(tmp_path):
+    p = tmp_path / "h.log"
+    log = MLPerfLog(str(p))
+    log.hyperparameters(256, 0.00035, 1e-6, 13700, 0, 0, 0.9, 0.999, 0.01, 1, 42, 512, 0.72)
+    log.close()
+    keys = [r["key"] for r in _lines(p)]
+    required = ["global_batch_size", "opt_base_learning_rate", "opt_lamb_epsilon",
+                "opt_learning_rate_training_steps", "opt_learning_rate_warmup_steps",
+                "num_warmup_steps", "start_warmup_step", "opt_lamb_beta_1", "opt_lamb_beta_2",
+                "opt_lamb_weight_decay_rate", "gradient_accumulation_steps", "seed", "target_accuracy"]
+    assert sorted(k for k in keys if k in required) == sorted(required)
+    values = {r["key"]: r["value"] for r in _lines(p)}
+    assert values["global_batch_size"] == 256 and values["opt_lamb_epsilon"] == 1e-6

@@ -226,3 +226,78 @@ def decode_pretraining_example(data, max_seq_length, max_predictions_per_seq, wh
                             "--max_predictions_per_seq against the data"
                             % (where, name, feats[name].shape[0], length))
     return feats
+
+
+def _feature_payloads(data):
+    """{name: (kind field, packed payload bytes)} of a serialized Example, in any feature order.
+
+    Unpacked repeated values (valid protobuf, never written by TF) are re-packed.
+    """
+    found = {}
+    for num, features in _messages(memoryview(data)):
+        if num != 1:
+            continue
+        for num2, entry in _messages(features):
+            if num2 != 1:
+                continue
+            name, kind, chunks = None, None, []
+            for num3, v in _messages(entry):
+                if num3 == 1:
+                    name = bytes(v).decode()
+                elif num3 == 2:
+                    for kind, lst in _messages(v):
+                        for num5, x in _messages(lst):
+                            if num5 == 1:
+                                chunks.append(_varint(x) if isinstance(x, int) else bytes(x))
+            found[name] = (kind, b"".join(chunks))
+    return found
+
+
+def decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq, where="record"):
+    """Decode serialized pre-training Examples (any feature order) into batch arrays.
+
+    Returns {name: array}: int32 arrays (N, max_seq_length) for input_ids, input_mask,
+    segment_ids; (N, max_predictions_per_seq) int32 masked_lm_positions/ids and float32
+    masked_lm_weights; (N, 1) int32 next_sentence_labels.  A malformed or short record
+    raises a one-line UserError naming ``where`` and the record's index.
+    """
+    lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
+    payloads = {name: [] for name in lengths}
+    n_records = 0
+    for index, data in enumerate(records):
+        try:
+            found = _feature_payloads(data)
+        except (ValueError, IndexError, UnicodeDecodeError) as e:
+            raise UserError("%s %d: malformed tf.train.Example (%s)" % (where, index, e))
+        for name, kind, _ in PRETRAINING_FEATURES:
+            want = 2 if kind == "float" else 3
+            if name not in found or found[name][0] != want:
+                raise UserError("%s %d: feature %s is missing or not %s: not a BERT pre-training record"
+                                % (where, index, name, kind))
+            payloads[name].append(found[name][1])
+        n_records += 1
+    out = {}
+    for name, kind, _ in PRETRAINING_FEATURES:
+        n = lengths[name]
+        parts = payloads[name]
+        sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=n_records)
+        buf = np.frombuffer(b"".join(parts), dtype=np.uint8)
+        if kind == "float":
+            counts = sizes // 4
+            bad = np.flatnonzero((sizes % 4 != 0) | (counts != n))
+        else:
+            ends = np.concatenate(([0], np.cumsum(sizes)))
+            last_ok = (sizes == 0) | (buf[np.maximum(ends[1:] - 1, 0)] < 0x80) if buf.size else sizes == 0
+            term = np.concatenate(([0], np.cumsum(buf < 0x80)))
+            counts = term[ends[1:]] - term[ends[:-1]]
+            bad = np.flatnonzero((counts != n) | ~last_ok)
+        if bad.size:
+            i = int(bad[0])
+            raise UserError("%s %d: feature %s has %d values, expected %d: check --max_seq_length and "
+                            "--max_predictions_per_seq against the data" % (where, i, name, counts[i], n))
+        if kind == "float":
+            arr = buf.view("<f4").astype(np.float32)
+        else:
+            arr = decode_packed_varints(buf.tobytes()).astype(np.int32) if buf.size else np.zeros(0, np.int32)
+        out[name] = arr.reshape(n_records, n)
+    return out

@@ -1,0 +1,242 @@
+"""create_pretraining_data gives the reference's records: golden digests, an independent
+transcription of the reference algorithm on unseen text, C kernel == pure Python, errors."""
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mlperf_bert import pretraining_data
+from mlperf_bert.errors import UserError
+from mlperf_bert.example import PRETRAINING_FEATURES, decode_example, decode_pretraining_batch
+from mlperf_bert.pretraining_data import create_pretraining_data, main
+from mlperf_bert.tfrecord import read_records
+from mlperf_bert.tokenization import FullTokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNELS = [False] + ([True] if pretraining_data._fastrng is not None else [])
+
+
+def reference_instances(input_files, tokenizer, max_seq_length, max_predictions_per_seq,
+                        masked_lm_prob, seed, dupe_factor, short_seq_prob):
+    """Plain transcription of the reference create_training_instances (token strings, random.Random)."""
+    rng = random.Random(seed)
+    docs = [[]]
+    for path in input_files:
+        with open(path, encoding="utf-8", newline="\n") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    docs.append([])
+                tokens = tokenizer.tokenize(line)
+                if tokens:
+                    docs[-1].append(tokens)
+    docs = [d for d in docs if d]
+    rng.shuffle(docs)
+    vocab_words = list(tokenizer.vocab.keys())
+    instances = []
+    for _ in range(dupe_factor):
+        for di in range(len(docs)):
+            doc = docs[di]
+            max_num = max_seq_length - 3
+            target = max_num
+            if rng.random() < short_seq_prob:
+                target = rng.randint(2, max_num)
+            chunk, length, i = [], 0, 0
+            while i < len(doc):
+                chunk.append(doc[i])
+                length += len(doc[i])
+                if i == len(doc) - 1 or length >= target:
+                    a_end = 1
+                    if len(chunk) >= 2:
+                        a_end = rng.randint(1, len(chunk) - 1)
+                    a = [t for s in chunk[:a_end] for t in s]
+                    b = []
+                    if len(chunk) == 1 or rng.random() < 0.5:
+                        is_random = True
+                        for _ in range(10):
+                            r = rng.randint(0, len(docs) - 1)
+                            if r != di:
+                                break
+                        for j in range(rng.randint(0, len(docs[r]) - 1), len(docs[r])):
+                            b.extend(docs[r][j])
+                            if len(b) >= target - len(a):
+                                break
+                        i -= len(chunk) - a_end
+                    else:
+                        is_random = False
+                        b = [t for s in chunk[a_end:] for t in s]
+                    while len(a) + len(b) > max_num:
+                        trunc = a if len(a) > len(b) else b
+                        if rng.random() < 0.5:
+                            del trunc[0]
+                        else:
+                            trunc.pop()
+                    tokens = ["[CLS]"] + a + ["[SEP]"] + b + ["[SEP]"]
+                    segs = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+                    cands = [k for k, t in enumerate(tokens) if t not in ("[CLS]", "[SEP]")]
+                    rng.shuffle(cands)
+                    out = list(tokens)
+                    num = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
+                    lms = []
+                    for k in cands:
+                        if len(lms) >= num:
+                            break
+                        if rng.random() < 0.8:
+                            out[k] = "[MASK]"
+                        elif rng.random() < 0.5:
+                            out[k] = tokens[k]
+                        else:
+                            out[k] = vocab_words[rng.randint(0, len(vocab_words) - 1)]
+                        lms.append((k, tokens[k]))
+                    lms.sort()
+                    instances.append((out, segs, lms, is_random))
+                    chunk, length = [], 0
+                i += 1
+    rng.shuffle(instances)
+    L, P = max_seq_length, max_predictions_per_seq
+    feats = []
+    for out, segs, lms, is_random in instances:
+        ids = tokenizer.convert_tokens_to_ids(out)
+        n, k = len(ids), len(lms)
+        feats.append({
+            "input_ids": ids + [0] * (L - n), "input_mask": [1] * n + [0] * (L - n),
+            "segment_ids": segs + [0] * (L - n),
+            "masked_lm_positions": [p for p, _ in lms] + [0] * (P - k),
+            "masked_lm_ids": tokenizer.convert_tokens_to_ids([t for _, t in lms]) + [0] * (P - k),
+            "masked_lm_weights": [1.0] * k + [0.0] * (P - k), "next_sentence_labels": [int(is_random)]})
+    return feats
+
+
+@pytest.fixture(scope="module")
+def unseen_inputs(tmp_path_factory, golden_dir):
+    """Two files of text the fixtures never used: golden part-00001 lines plus odd Unicode."""
+    d = tmp_path_factory.mktemp("unseen")
+    with open(os.path.join(golden_dir, "input", "part-00001-of-00004"), encoding="utf-8") as f:
+        lines = f.read().split("\n")[:700]
+    extra = ["ΟΔΥΣΣΕΥΣ came HOME.\tNaïve café — 東京 is big.", "\x00\u200b\u00a0 ", "",
+             "One line doc.", "", "", "Σ" * 250 + " long word", "x\r\ny", "last"]
+    (d / "a.txt").write_text("\n".join(lines[:400]) + "\n", encoding="utf-8")
+    (d / "b.txt").write_text("\n".join(lines[400:] + extra), encoding="utf-8")  # no final newline
+    return [str(d / "a.txt"), str(d / "b.txt")]
+
+
+@pytest.mark.parametrize("fast", KERNELS)
+def test_matches_reference_transcription_on_unseen_text(tmp_path, unseen_inputs, vocab_file, fast):
+    kw = dict(max_seq_length=64, max_predictions_per_seq=10, masked_lm_prob=0.2, random_seed=7,
+              dupe_factor=3, short_seq_prob=0.3)
+    outs = [str(tmp_path / "o1"), str(tmp_path / "o2"), str(tmp_path / "o3")]
+    n = create_pretraining_data(",".join(unseen_inputs), ",".join(outs), vocab_file, progress=False,
+                                fast=fast, **kw)
+    expected = reference_instances(unseen_inputs, FullTokenizer(vocab_file), kw["max_seq_length"],
+                                   kw["max_predictions_per_seq"], kw["masked_lm_prob"], kw["random_seed"],
+                                   kw["dupe_factor"], kw["short_seq_prob"])
+    assert n == len(expected) > 100
+    per_file = [list(read_records(p)) for p in outs]
+    assert [len(r) for r in per_file] == [len(expected[w::3]) for w in range(3)]  # round robin
+    for w, records in enumerate(per_file):
+        for rec, exp in zip(records, expected[w::3]):
+            got = decode_example(rec)
+            assert list(got) == [name for name, _, _ in PRETRAINING_FEATURES]  # fixed order
+            for name, value in exp.items():
+                np.testing.assert_array_equal(got[name], np.asarray(value, dtype=got[name].dtype), name)
+
+
+def _digest(path, shared):
+    out = subprocess.run([sys.executable, os.path.join(shared, "tools", "tfrecord_digest.py"), path],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("name, flags_", [
+    ("part-00000.s128.tfrecord", ["--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=2"]),
+    ("part-00000.s512.tfrecord", ["--max_seq_length=512", "--max_predictions_per_seq=76", "--dupe_factor=10"]),
+])
+def test_golden_digests_and_byte_stability(tmp_path, shared, golden_dir, vocab_file, name, flags_):
+    golden = {}
+    with open(os.path.join(golden_dir, "digests.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            golden[row["file"]] = row
+    out1, out2 = str(tmp_path / "a"), str(tmp_path / "b")
+    for out in (out1, out2):
+        subprocess.run([sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
+                        "--input_file=%s/input/part-00000-of-00004" % golden_dir, "--output_file=" + out,
+                        "--vocab_file=" + vocab_file, "--do_lower_case=True", "--masked_lm_prob=0.15",
+                        "--random_seed=12345"] + flags_, check=True, capture_output=True)
+    got = _digest(out1, shared)
+    assert (got["records"], got["bytes"], got["digest"]) == \
+        (golden[name]["records"], golden[name]["bytes"], golden[name]["digest"])
+    with open(out1, "rb") as a, open(out2, "rb") as b:
+        assert a.read() == b.read()
+
+
+@pytest.mark.skipif(len(KERNELS) < 2, reason="the C kernel is not built")
+def test_c_kernel_equals_python_kernel(tmp_path, golden_dir, vocab_file):
+    outs = []
+    for fast in (False, True):
+        out = str(tmp_path / ("o%d" % fast))
+        create_pretraining_data(golden_dir + "/input/part-0000*-of-00004", out, vocab_file,
+                                max_seq_length=128, max_predictions_per_seq=20, dupe_factor=1,
+                                short_seq_prob=0.5, random_seed=3, progress=False, fast=fast)
+        outs.append(open(out, "rb").read())
+    assert outs[0] == outs[1]
+
+
+def test_batch_decoder_matches_example_decoder(golden_dir):
+    records = list(read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))[:300]
+    batch = decode_pretraining_batch(records, 128, 20)
+    for i in (0, 7, 299):
+        one = decode_example(records[i])  # the golden file's feature order is arbitrary
+        for name, arr in batch.items():
+            np.testing.assert_array_equal(arr[i], one[name].astype(arr.dtype))
+    with pytest.raises(UserError, match="record 2: malformed"):
+        decode_pretraining_batch(records[:2] + [records[2][:-3]], 128, 20)
+    with pytest.raises(UserError, match="record 0: feature input_ids has 128 values, expected 512"):
+        decode_pretraining_batch(records[:2], 512, 20)
+
+
+def _run_error(argv):
+    with pytest.raises(UserError) as e:
+        main(["create_pretraining_data.py"] + argv)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_errors_are_one_line(tmp_path, vocab_file):
+    text = tmp_path / "in.txt"
+    text.write_text("Hello world.\nSecond line.\n\nAnother doc.\n", encoding="utf-8")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n\x00\n", encoding="utf-8")
+    out = str(tmp_path / "out.tfrecord")
+    base = ["--vocab_file=" + vocab_file, "--output_file=" + out]
+    assert "does not exist" in _run_error(base + ["--input_file=" + str(tmp_path / "nope.txt")])
+    assert "no documents" in _run_error(base + ["--input_file=" + str(empty)])
+    bad_vocab = tmp_path / "v.txt"
+    bad_vocab.write_text("a\nb\n")
+    assert "not a BERT vocab" in _run_error(["--input_file=" + str(text), "--output_file=" + out,
+                                             "--vocab_file=" + str(bad_vocab)])
+    assert "cannot read vocab" in _run_error(["--input_file=" + str(text), "--output_file=" + out,
+                                              "--vocab_file=" + str(tmp_path / "none.txt")])
+    assert "too large" in _run_error(base + ["--input_file=" + str(text), "--max_seq_length=16",
+                                             "--max_predictions_per_seq=20"])
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if not os.access(str(ro), os.W_OK):  # root can write anywhere
+        assert "not writable" in _run_error(["--input_file=" + str(text), "--vocab_file=" + vocab_file,
+                                             "--output_file=" + str(ro / "x.tfrecord")])
+    assert not os.path.exists(out) and os.listdir(str(tmp_path)).count("out.tfrecord") == 0
+
+
+def test_command_line_exit_status_and_atomic_output(tmp_path, vocab_file):
+    out = tmp_path / "o.tfrecord"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
+                        "--input_file=" + str(tmp_path / "missing.txt"), "--output_file=" + str(out),
+                        "--vocab_file=" + vocab_file], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error:")
+    assert os.listdir(str(tmp_path)) == []

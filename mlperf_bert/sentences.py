@@ -5,9 +5,8 @@ fetched at run time by ``nltk.download('punkt')``). Nothing may be downloaded he
 this is a small rule segmenter tuned on the reference-format shards made from the
 shared Wikipedia sample: a sentence ends at ``.``, ``?`` or ``!`` directly followed by
 white space when the next token starts with an ASCII capital, a digit or an opening
-quote or bracket. Like Punkt's output on that sample it splits after initials and
-abbreviations before a capital ("St. Imier" -> two lines) and never inside
-``."`` or ``.)``. docs/dataset.md gives the measured agreement; the official text shards
+quote or bracket. As those shards show, it splits after initials and abbreviations
+before a capital ("St. Imier" -> two lines) and never inside ``."`` or ``.)``. docs/dataset.md gives the measured agreement; the official text shards
 remain the only way to the reference data bit for bit.
 """
 import re

@@ -1,0 +1,56 @@
+"""pick_eval_samples keeps records int(i * N / num), re-encoded in the fixed feature order."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mlperf_bert.errors import UserError
+from mlperf_bert.eval_samples import main, pick_eval_samples
+from mlperf_bert.example import PRETRAINING_FEATURES, decode_example
+from mlperf_bert.tfrecord import read_records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def golden_records(golden_dir):
+    return list(read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))
+
+
+@pytest.mark.parametrize("num", [1, 7, 1000, 4366])
+def test_picks_reference_indexes_with_same_content(tmp_path, golden_dir, golden_records, num):
+    out = str(tmp_path / "eval")
+    n = pick_eval_samples(os.path.join(golden_dir, "part-00000.s128.tfrecord"), out, num, 128, 20,
+                          progress=False)
+    picked = list(read_records(out))
+    total = len(golden_records)
+    assert n == len(picked) == num
+    # independent index rule: floor(i * N / num) in exact integer arithmetic
+    for i in sorted({0, num // 2, num - 1}):
+        want = decode_example(golden_records[i * total // num])
+        got = decode_example(picked[i])
+        assert list(got) == [name for name, _, _ in PRETRAINING_FEATURES]
+        assert sorted(want) == sorted(got)
+        for name in got:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_command_line_and_errors(tmp_path, golden_dir):
+    src = os.path.join(golden_dir, "part-00000.s128.tfrecord")
+    out = tmp_path / "eval_10"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "pick_eval_samples.py"), "--input_tfrecord=" + src,
+                        "--output_tfrecord=" + str(out), "--num_examples_to_pick=10",
+                        "--max_seq_length=128", "--max_predictions_per_seq=20"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert len(list(read_records(str(out)))) == 10
+    with pytest.raises(UserError, match="fewer than --num_examples_to_pick=5000"):
+        main(["p", "--input_tfrecord=" + src, "--output_tfrecord=" + str(tmp_path / "x"),
+              "--num_examples_to_pick=5000", "--max_seq_length=128", "--max_predictions_per_seq=20"])
+    with pytest.raises(UserError, match="expected 512"):  # default --max_seq_length=512 vs s128 data
+        main(["p", "--input_tfrecord=" + src, "--output_tfrecord=" + str(tmp_path / "y"),
+              "--num_examples_to_pick=10"])
+    with pytest.raises(UserError, match="cannot read"):
+        main(["p", "--input_tfrecord=" + str(tmp_path / "none"), "--output_tfrecord=" + str(tmp_path / "z")])
+    assert sorted(os.listdir(str(tmp_path))) == ["eval_10"]  # failed runs leave nothing behind

@@ -148,4 +148,6 @@ def main(argv):
                         random_seed=fv.random_seed)
     print("wrote %d outputs (%d records) and %s to %s" % (
         len(rows), sum(r[2] for r in rows), MANIFEST_NAME, fv.output_dir))
+    if not any(r[0] == "eval_10k" for r in rows):
+        print("note: %s has no eval.txt, so eval_intermediate and eval_10k were not made" % fv.text_dir)
     return 0

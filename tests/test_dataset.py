@@ -113,3 +113,20 @@ def test_rerun_with_other_settings_is_refused(full_run, text_dir, vocab_file):
 def test_bad_text_dir_is_a_user_error(tmp_path, vocab_file):
     with pytest.raises(UserError, match="no part-XXXXX-of-XXXXX"):
         dataset.main(cmd(str(tmp_path), str(tmp_path / "o"), vocab_file))
+
+
+def test_default_settings_are_the_standard_command(golden_dir, vocab_file, tmp_path):
+    # No overrides: the golden s512 output of the reference script, by content digest.
+    import json
+    text = tmp_path / "text"
+    text.mkdir()
+    shutil.copy(os.path.join(golden_dir, "input", "part-00000-of-00004"), text / "part-00000-of-00001")
+    out = tmp_path / "out"
+    assert dataset.main(["make-dataset", "--text_dir=%s" % text, "--output_dir=%s" % out,
+                         "--vocab_file=%s" % vocab_file, "--workers=1", "--noprogress"]) == 0
+    want = [json.loads(l) for l in open(os.path.join(golden_dir, "digests.jsonl"))]
+    want = [w for w in want if w["file"] == "part-00000.s512.tfrecord"][0]
+    tool = os.path.join(os.path.dirname(golden_dir), "tools", "tfrecord_digest.py")
+    got = json.loads(subprocess.run([sys.executable, tool, str(out / "part-00000-of-00001"), "--show", "0"],
+                                    capture_output=True, text=True, check=True).stdout)
+    assert (got["records"], got["bytes"], got["digest"]) == (want["records"], want["bytes"], want["digest"])

@@ -18,6 +18,28 @@ log = logging.getLogger(__name__)
 
 # A TF2 object-based checkpoint stores each variable under this suffix.
 TF2_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
+
+# Variable names of the TF2 Model Garden BERT (BertEncoder + pre-training heads) -> reference names.
+V2_NAMES = [(re.compile(r"(?:^|/)" + a + "$"), b) for a, b in [
+    (r"word_embeddings/embeddings", r"bert/embeddings/word_embeddings"),
+    (r"type_embeddings/embeddings", r"bert/embeddings/token_type_embeddings"),
+    (r"position_embedding/embeddings", r"bert/embeddings/position_embeddings"),
+    (r"embeddings/layer_norm/(gamma|beta)", r"bert/embeddings/LayerNorm/\1"),
+    (r"transformer/layer_(\d+)/self_attention/(query|key|value)/(kernel|bias)",
+     r"bert/encoder/layer_\1/attention/self/\2/\3"),
+    (r"transformer/layer_(\d+)/self_attention/attention_output/(kernel|bias)",
+     r"bert/encoder/layer_\1/attention/output/dense/\2"),
+    (r"transformer/layer_(\d+)/self_attention_layer_norm/(gamma|beta)",
+     r"bert/encoder/layer_\1/attention/output/LayerNorm/\2"),
+    (r"transformer/layer_(\d+)/intermediate/(kernel|bias)", r"bert/encoder/layer_\1/intermediate/dense/\2"),
+    (r"transformer/layer_(\d+)/output/(kernel|bias)", r"bert/encoder/layer_\1/output/dense/\2"),
+    (r"transformer/layer_(\d+)/output_layer_norm/(gamma|beta)", r"bert/encoder/layer_\1/output/LayerNorm/\2"),
+    (r"pooler_transform/(kernel|bias)", r"bert/pooler/dense/\1"),
+    (r"cls/predictions/output_bias/bias", r"cls/predictions/output_bias"),
+    (r"predictions/transform/logits/kernel", r"cls/seq_relationship/output_weights"),
+    (r"predictions/transform/logits/bias", r"cls/seq_relationship/output_bias"),
+]]
 
 
 def tf_name(torch_name):
@@ -70,8 +92,13 @@ def is_tf_prefix(path):
     return os.path.exists(path + ".index")
 
 
-def read_tf_checkpoint(prefix):
-    """{name: ndarray} of every variable in a TF checkpoint (TF1 names or TF2 object names)."""
+def read_tf_checkpoint(prefix, variable_names=False):
+    """{name: ndarray} of every variable in a TF checkpoint.
+
+    With ``variable_names``, a TF2 object-based checkpoint's variables are keyed by the
+    variable names its object graph records (e.g. ``transformer/layer_0/...``) instead of
+    their object paths, and the object graph itself is left out.
+    """
     if not is_tf_prefix(prefix):
         raise UserError("TF checkpoint %s not found: give the prefix whose .index file exists "
                         "(e.g. model.ckpt-28252)" % prefix)
@@ -79,9 +106,24 @@ def read_tf_checkpoint(prefix):
     try:
         reader = tf.train.load_checkpoint(prefix)
         names = sorted(reader.get_variable_to_shape_map())
-        return collections.OrderedDict((n, np.asarray(reader.get_tensor(n))) for n in names)
+        rename = {}
+        if variable_names and OBJECT_GRAPH in names:
+            rename = _object_graph_names(reader.get_tensor(OBJECT_GRAPH))
+            names.remove(OBJECT_GRAPH)
+        return collections.OrderedDict((rename.get(n, n), np.asarray(reader.get_tensor(n))) for n in names)
     except (tf.errors.OpError, ValueError) as e:
         raise UserError("cannot read TF checkpoint %s: %s" % (prefix, str(e).splitlines()[0]))
+
+
+def _object_graph_names(serialized):
+    """{checkpoint key: variable name} from a TF2 object graph (keys kept where names clash)."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(serialized)
+    pairs = [(a.checkpoint_key, a.full_name.split(":")[0])
+             for node in graph.nodes for a in node.attributes if a.full_name]
+    counts = collections.Counter(full for _, full in pairs)
+    return {key: full for key, full in pairs if counts[full] == 1}
 
 
 def write_tf_checkpoint(arrays, prefix):
@@ -119,11 +161,26 @@ def save_tf_checkpoint(model_or_state_dict, prefix, global_step=None):
 
 
 def _canonical(name):
-    """Reference name of a checkpoint variable: TF2 object names lose their suffix/prefix."""
+    """Reference name of a checkpoint variable (TF1 name, TF2 object path or TF2 variable name)."""
     if name.endswith(TF2_SUFFIX):
         name = name[:-len(TF2_SUFFIX)]
-    m = re.search(r"(?:^|/)((?:bert|cls)/.*)$", name)
+    for pattern, ref in V2_NAMES:
+        m = pattern.search(name)
+        if m:
+            return m.expand(ref)
+    m = re.search(r"(?:^|/)((?:bert|cls)/(?:embeddings|encoder|pooler|predictions|seq_relationship)/.*)$", name)
     return m.group(1) if m else name
+
+
+def _fit(tname, a, shape):
+    """TF2 layouts that hold the same numbers in another shape, brought to the reference's."""
+    if a.shape == shape:
+        return a
+    if "/attention/" in tname and a.size == int(np.prod(shape)):
+        return a.reshape(shape)  # [hidden, heads, head_dim] and friends: same row-major order
+    if tname == "cls/seq_relationship/output_weights" and a.shape == shape[::-1]:
+        return a.T
+    return a
 
 
 def _summarize(names):
@@ -147,14 +204,12 @@ def load_state_from_arrays(model, arrays, source):
             continue
         orig, a = by_name[tname]
         used.add(orig)
-        if is_kernel(pname):
-            a = a.T
-        if tuple(a.shape) != tuple(p.shape):
-            misshaped.append("%s %s (model expects %s)" % (
-                tname, list(a.T.shape if is_kernel(pname) else a.shape),
-                list(p.T.shape if is_kernel(pname) else p.shape)))
+        want = tuple(p.shape[::-1]) if is_kernel(pname) else tuple(p.shape)
+        a = _fit(tname, a, want)
+        if tuple(a.shape) != want:
+            misshaped.append("%s %s (model expects %s)" % (tname, list(a.shape), list(want)))
             continue
-        new[pname] = torch.from_numpy(np.ascontiguousarray(a)).to(p.dtype)
+        new[pname] = torch.from_numpy(np.ascontiguousarray(a.T if is_kernel(pname) else a)).to(p.dtype)
     if missing:
         raise UserError("checkpoint %s lacks %d model variable(s), e.g. %s: use a checkpoint of this "
                         "BERT model or the matching bert_config.json" % (source, len(missing), missing[0]))
@@ -189,7 +244,7 @@ def load_init_checkpoint(model, path):
         arrays = to_tf_arrays(ckpt["model"])
         ignored = load_state_from_arrays(model, arrays, path)
         return {"global_step": ckpt.get("global_step"), "ignored": ignored}
-    arrays = read_tf_checkpoint(path)
+    arrays = read_tf_checkpoint(path, variable_names=True)
     ignored = load_state_from_arrays(model, arrays, path)
     step = arrays.get("global_step")
     return {"global_step": None if step is None else int(step), "ignored": ignored}

@@ -202,6 +202,48 @@ def test_tf2_object_checkpoint_loads(tmp_path):
     assert run_model(model, batch).loss.item() == pytest.approx(mlm + nsp, rel=2e-5)
 
 
+def v2_layout(arrays, cfg):
+    """The same weights under TF2 Model Garden variable names and shapes (attention kernels
+    [hidden, heads, head_dim], NSP kernel [hidden, 2])."""
+    nh = cfg["num_attention_heads"]
+    out = {}
+    for name, a in arrays.items():
+        n = name
+        for old, new in [("bert/embeddings/word_embeddings", "word_embeddings/embeddings"),
+                         ("bert/embeddings/token_type_embeddings", "type_embeddings/embeddings"),
+                         ("bert/embeddings/position_embeddings", "position_embedding/embeddings"),
+                         ("bert/embeddings/LayerNorm", "embeddings/layer_norm"),
+                         ("bert/encoder/", "transformer/"), ("attention/self", "self_attention"),
+                         ("attention/output/dense", "self_attention/attention_output"),
+                         ("attention/output/LayerNorm", "self_attention_layer_norm"),
+                         ("intermediate/dense", "intermediate"), ("output/dense", "output"),
+                         ("output/LayerNorm", "output_layer_norm"), ("bert/pooler/dense", "pooler_transform"),
+                         ("cls/predictions/output_bias", "cls/predictions/output_bias/bias"),
+                         ("cls/seq_relationship/output_bias", "predictions/transform/logits/bias"),
+                         ("cls/seq_relationship/output_weights", "predictions/transform/logits/kernel")]:
+            n = n.replace(old, new)
+        if "self_attention/" in n and "attention_output" not in n:
+            a = a.reshape(a.shape[:-1] + (nh, -1))
+        elif n.endswith("attention_output/kernel"):
+            a = a.reshape(nh, -1, a.shape[-1])
+        elif n == "predictions/transform/logits/kernel":
+            a = a.T
+        out[n] = a
+    return out
+
+
+def test_tf2_model_garden_names_and_shapes_load(tmp_path):
+    arrays = random_weights(CFG, seed=4)
+    root = tf.Module()
+    root.layers = [tf.Variable(a, name=n) for n, a in v2_layout(arrays, CFG).items()]
+    prefix = tf.train.Checkpoint(encoder=root).write(str(tmp_path / "v2" / "ckpt"))
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    tf_checkpoint.load_init_checkpoint(model, prefix)
+    batch = make_batch(CFG)
+    mlm, nsp, _ = numpy_bert(arrays, CFG, batch)
+    assert run_model(model, batch).loss.item() == pytest.approx(mlm + nsp, rel=2e-5)
+
+
 def test_missing_and_misshaped_variables_are_one_line_errors(tmp_path):
     arrays = random_weights(CFG)
     del arrays["bert/encoder/layer_1/output/LayerNorm/beta"]

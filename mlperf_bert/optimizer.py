@@ -113,10 +113,10 @@ class BertOptimizer(torch.optim.Optimizer):
         if not exclude:
             fe._foreach_add_(update, params, alpha=wd)
         if self.kind == "lamb" and not exclude:
-            wn = fe._foreach_norm(params)
-            un = fe._foreach_norm(update)
-            scales = [_trust_ratio(w, u) * lr for w, u in zip(wn, un)]
-            fe._foreach_mul_(update, scales)
+            # One kernel per step for all trust ratios, not one per tensor.
+            wn = torch.stack(fe._foreach_norm(params))
+            un = torch.stack(fe._foreach_norm(update))
+            fe._foreach_mul_(update, (_trust_ratio(wn, un) * lr).unbind())
             fe._foreach_sub_(params, update)
         else:
             fe._foreach_add_(params, update, alpha=-lr)

@@ -149,12 +149,14 @@ def write_tf_checkpoint(arrays, prefix):
         raise
 
 
-def save_tf_checkpoint(model_or_state_dict, prefix, global_step=None):
-    """Save model weights under their reference names (plus ``global_step`` if given)."""
+def save_tf_checkpoint(model_or_state_dict, prefix, global_step=None, extra=None):
+    """Save model weights under their reference names, plus ``global_step`` if given and
+    ``extra`` {TF name: array} (e.g. ``BertOptimizer.slot_arrays()``)."""
     sd = model_or_state_dict
     if isinstance(sd, torch.nn.Module):
         sd = sd.state_dict()
     arrays = to_tf_arrays(sd)
+    arrays.update(extra or {})
     if global_step is not None:
         arrays["global_step"] = np.asarray(global_step, dtype=np.int64)
     write_tf_checkpoint(arrays, prefix)

@@ -197,3 +197,17 @@ def test_accumulator_resume_is_exact():
     feed(model2, acc2, range(5, 9))
     for (name, p), q in zip(model.named_parameters(), model2.parameters()):
         assert torch.equal(p, q), name
+
+
+def test_slot_arrays_use_reference_names_and_layout():
+    model, _, _, _ = run_torch("lamb", 1, 2, False, (1e-2, 40, 5, 0, 1.0), HP)
+    opt = create_optimizer(model)
+    for name, p in model.named_parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    slots = opt.slot_arrays()
+    names = {tf_name(n) for n, _ in model.named_parameters()}
+    assert set(slots) == {n + s for n in names for s in ("/adam_m", "/adam_v")}
+    w = model.bert.encoder.layer[0].intermediate.dense.weight  # torch [out, in], TF [in, out]
+    assert slots["bert/encoder/layer_0/intermediate/dense/kernel/adam_m"].shape == tuple(w.shape[::-1])
+    np.testing.assert_allclose(slots["cls/predictions/output_bias/adam_v"], 0.001, rtol=1e-6)  # (1-b2) g^2

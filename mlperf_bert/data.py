@@ -219,7 +219,10 @@ class PretrainingBatches(torch.utils.data.IterableDataset):
 
 def make_loader(dataset, num_workers):
     """DataLoader over ready-made batches; workers prefetch so the accelerator never waits."""
-    kwargs = dict(batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available())
+    # Its own generator: creating an iterator must not draw from the global RNG (dropout),
+    # or a resumed run would see a different dropout stream.
+    kwargs = dict(batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available(),
+                  generator=torch.Generator())
     if num_workers > 0:
         kwargs.update(prefetch_factor=4, persistent_workers=False)
     return torch.utils.data.DataLoader(dataset, **kwargs)

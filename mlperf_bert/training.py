@@ -123,7 +123,11 @@ def list_checkpoints(output_dir):
 
 
 def rng_state(device):
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    # Only tensors and plain values, so checkpoints load with torch.load(weights_only=True).
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                       float(gauss)]}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
     return state
@@ -131,7 +135,8 @@ def rng_state(device):
 
 def set_rng_state(state, device):
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
     random.setstate(state["python"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
@@ -149,7 +154,7 @@ def save_checkpoint(path, state, keep):
 
 def load_resume(path):
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a damaged file: name it, and how to go on
         raise UserError("cannot read checkpoint %s (%s): delete it to resume from the one before"
                         % (path, str(e).splitlines()[0] if str(e) else type(e).__name__))

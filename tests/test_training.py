@@ -1,0 +1,274 @@
+"""The trainer end to end with a tiny BERT on golden seq-128 records: resume exactness after
+SIGKILL/SIGTERM, torchrun equivalence, online eval and stopping, the official log checker,
+--do_eval alone against an independent computation, and one-line errors for bad input."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from mlperf_bert import tfrecord, training
+from mlperf_bert.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+TINY = {"vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 32, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 128, "type_vocab_size": 2,
+        "initializer_range": 0.02}
+
+
+@pytest.fixture(scope="module")
+def files(golden_dir, tmp_path_factory):
+    d = tmp_path_factory.mktemp("train")
+    recs = list(tfrecord.read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))
+    out = {}
+    for name, part in (("train", recs[:96]), ("eval", recs[4000:4040])):
+        out[name] = str(d / ("%s.tfrecord" % name))
+        tfrecord.write_records(out[name], part)
+    for name, dropout in (("config", 0.1), ("config_nodrop", 0.0)):
+        cfg = dict(TINY, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+        out[name] = str(d / ("%s.json" % name))
+        with open(out[name], "w") as f:
+            json.dump(cfg, f)
+    return out
+
+
+def flags_for(files, out, **kw):
+    f = {"bert_config_file": files["config"], "input_file": files["train"], "output_dir": out,
+         "do_train": True, "train_batch_size": 4, "num_train_steps": 8, "num_warmup_steps": 2,
+         "save_checkpoints_steps": 3, "optimizer": "lamb", "learning_rate": 1e-2,
+         "steps_per_update": 2, "seed": 7, "num_workers": 1, "shuffle_buffer": 16,
+         "progress": False}
+    f.update(kw)
+    argv = ["run_pretraining.py"]
+    for k, v in f.items():
+        if isinstance(v, bool):
+            argv.append("--%s%s" % ("" if v else "no", k))
+        elif v is not None:
+            argv.append("--%s=%s" % (k, v))
+    return argv
+
+
+def weights(path):
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    return ckpt["model"], ckpt["optimizer"]["state"]
+
+
+def assert_bit_identical(a, b):
+    (ma, sa), (mb, sb) = weights(a), weights(b)
+    assert ma.keys() == mb.keys()
+    for k in ma:
+        assert torch.equal(ma[k], mb[k]), k
+    assert len(sa) == len(sb)
+    for k in sa:
+        for slot in sa[k]:
+            if torch.is_tensor(sa[k][slot]):
+                assert torch.equal(sa[k][slot], sb[k][slot]), (k, slot)
+
+
+def start(argv):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.Popen([PY] + argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(path, proc, timeout=120):
+    t = time.time()
+    while not os.path.exists(path):
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.time() - t < timeout, "no %s after %d s" % (path, timeout)
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(files, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("full"))
+    assert training.main(flags_for(files, out)) == 0
+    names = sorted(os.listdir(out))
+    return out, names
+
+
+def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
+    out, names = uninterrupted
+    # save every 3 of 8 micro-steps; keep 5: 3, 6 and the final 8; nothing temporary left
+    assert [n for n in names if n.endswith(".pt")] == ["model.ckpt-3.pt", "model.ckpt-6.pt",
+                                                       "model.ckpt-8.pt"]
+    assert not [n for n in names if ".tmp" in n]
+    a, _ = weights(os.path.join(out, "model.ckpt-3.pt"))
+    b, _ = weights(os.path.join(out, "model.ckpt-8.pt"))
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_and_rerun_ends_bit_identical(files, uninterrupted, tmp_path, sig):
+    full, _ = uninterrupted
+    out = str(tmp_path / "run")
+    argv = flags_for(files, out)
+    proc = start(argv)
+    wait_for(os.path.join(out, "model.ckpt-3.pt"), proc)  # mid-accumulation (steps_per_update 2)
+    proc.send_signal(sig)
+    log = proc.communicate(timeout=120)[0]
+    if sig == signal.SIGTERM:
+        assert proc.returncode in (143, 0), log  # 0: it had already finished
+        assert proc.returncode == 0 or "SIGTERM: checkpoint" in log
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    assert training.main(argv) == 0
+    assert_bit_identical(os.path.join(full, "model.ckpt-8.pt"), os.path.join(out, "model.ckpt-8.pt"))
+
+
+def test_torchrun_two_ranks_equal_one_process_with_accumulation(files, tmp_path):
+    common = dict(bert_config_file=files["config_nodrop"], shuffle=False, num_warmup_steps=0,
+                  poly_power=0.0, save_checkpoints_steps=100, num_workers=0)
+    one = str(tmp_path / "one")
+    assert training.main(flags_for(files, one, train_batch_size=4, steps_per_update=2,
+                                   num_train_steps=8, **common)) == 0
+    two = str(tmp_path / "two")
+    argv = flags_for(files, two, train_batch_size=8, steps_per_update=1, num_train_steps=4, **common)
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    r = subprocess.run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+                       + argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (m1, _), (m2, _) = weights(os.path.join(one, "model.ckpt-8.pt")), \
+        weights(os.path.join(two, "model.ckpt-4.pt"))
+    init = torch.load(os.path.join(one, "model.ckpt-8.pt"), weights_only=False)
+    assert init["global_step"] == 8
+    worst = max((m1[k] - m2[k]).abs().max().item() for k in m1)
+    assert worst < 1e-5, worst
+    # and it did train: the 1-process run differs from its own initialisation
+    torch.manual_seed(7)
+    from mlperf_bert import model
+    from mlperf_bert.config import BertConfig
+    fresh = model.BertForPreTraining(BertConfig.from_json_file(files["config_nodrop"])).state_dict()
+    assert max((m1[k] - fresh[k]).abs().max().item() for k in m1) > 1e-3
+
+
+def _evals(log_path):
+    recs = [json.loads(l.split(":::MLLOG ", 1)[1]) for l in open(log_path) if ":::MLLOG " in l]
+    return recs, [(r["metadata"]["epoch_num"], r["value"]) for r in recs if r["key"] == "eval_accuracy"]
+
+
+def _official_checker(log_path, cwd):
+    r = subprocess.run([PY, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+                        "--ruleset", "5.0.0", log_path], cwd=cwd, capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
+    kw = dict(eval_input_file=files["eval"], eval_frequency=16, eval_at_start=True,
+              steps_per_update=1, num_train_steps=16, save_checkpoints_steps=100,
+              learning_rate=2e-2, num_workers=0)
+    first = str(tmp_path / "first")
+    assert training.main(flags_for(files, first, target_mlm_accuracy=1.0, **kw)) == 0
+    recs, evals = _evals(os.path.join(first, "mlperf.log"))
+    assert [s for s, _ in evals] == [0, 16, 32, 48, 64]
+    assert {r["key"]: r["metadata"].get("status") for r in recs}["run_stop"] == "aborted"
+    rc, text = _official_checker(os.path.join(first, "mlperf.log"), str(tmp_path))
+    assert rc == 0, text
+    # a target the run reaches after training started: it must stop at the first eval >= target
+    target = max(a for _, a in evals[1:])
+    assert target > evals[0][1]
+    k = next(i for i, (_, a) in enumerate(evals) if a >= target)
+    second = str(tmp_path / "second")
+    assert training.main(flags_for(files, second, target_mlm_accuracy=target, **kw)) == 0
+    recs2, evals2 = _evals(os.path.join(second, "mlperf.log"))
+    assert evals2 == evals[:k + 1]
+    keys = {r["key"]: r for r in recs2}
+    assert keys["run_stop"]["metadata"]["status"] == "success"
+    assert keys["train_samples"]["value"] == evals[k][0]
+    assert keys["target_accuracy"]["value"] == target
+    assert os.path.exists(os.path.join(second, "model.ckpt-%d.pt" % (evals[k][0] // 4)))
+    rc, text = _official_checker(os.path.join(second, "mlperf.log"), str(tmp_path))
+    assert rc == 0, text
+
+
+def test_do_eval_alone_matches_an_independent_computation(files, uninterrupted, tmp_path):
+    full, _ = uninterrupted
+    ckpt = os.path.join(full, "model.ckpt-8.pt")
+    out = str(tmp_path / "eval")
+    argv = ["run_pretraining.py", "--bert_config_file=" + files["config"], "--input_file=" + files["eval"],
+            "--output_dir=" + out, "--do_eval", "--init_checkpoint=" + ckpt, "--eval_batch_size=8",
+            "--max_eval_steps=6", "--num_workers=0"]
+    assert training.main(argv) == 0
+    got = dict(l.strip().split(" = ") for l in open(os.path.join(out, "eval_results.txt")))
+    assert set(got) == {"masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
+                        "next_sentence_loss", "global_step"}
+    assert got["global_step"] == "8"
+    # independent: example by example, plain argmax/log-softmax, 48 = 40 records + 8 repeated
+    from mlperf_bert import model
+    from mlperf_bert.config import BertConfig
+    from mlperf_bert.example import decode_pretraining_example
+    m = model.BertForPreTraining(BertConfig.from_json_file(files["config"]))
+    m.load_state_dict(weights(ckpt)[0])
+    m.eval()
+    recs = list(tfrecord.read_records(files["eval"]))
+    correct = weight = nll = nsp_ok = nsp_nll = 0.0
+    with torch.no_grad():
+        for r in (recs + recs)[:48]:
+            f = {k: torch.tensor(v)[None] for k, v in decode_pretraining_example(r, 128, 20).items()}
+            seq, pooled = m.bert(f["input_ids"], f["segment_ids"], f["input_mask"])
+            x = seq[0, f["masked_lm_positions"][0]]
+            p = m.cls.predictions
+            x = p.transform.LayerNorm(p.act(p.transform.dense(x)))
+            logp = torch.log_softmax(x @ m.bert.embeddings.word_embeddings.t() + p.output_bias, -1)
+            w, ids = f["masked_lm_weights"][0].double(), f["masked_lm_ids"][0]
+            correct += float((w * (logp.argmax(-1) == ids)).sum())
+            weight += float(w.sum())
+            nll += float(-(w * logp[torch.arange(20), ids].double()).sum())
+            s = m.cls.seq_relationship
+            lp = torch.log_softmax(pooled @ s.output_weights.t() + s.output_bias, -1)[0]
+            label = int(f["next_sentence_labels"][0, 0])
+            nsp_ok += float(lp.argmax() == label)
+            nsp_nll += -float(lp[label])
+    assert float(got["masked_lm_accuracy"]) == pytest.approx(correct / weight, abs=1e-9)
+    assert float(got["masked_lm_loss"]) == pytest.approx(nll / weight, rel=1e-5)
+    assert float(got["next_sentence_accuracy"]) == pytest.approx(nsp_ok / 48, abs=1e-9)
+    assert float(got["next_sentence_loss"]) == pytest.approx(nsp_nll / 48, rel=1e-5)
+
+
+def _no_checkpoints(path):
+    return not os.path.isdir(path) or not [n for n in os.listdir(path) if ".pt" in n]
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"max_seq_length": 512, "max_predictions_per_seq": 76, "config": "big"}, "expected 512"),
+    ({"eval_input_file": "/nonexistent/eval_10k/*"}, "eval_input_file /nonexistent"),
+    ({"use_tpu": True}, "TPU flags"),
+    ({"init_checkpoint": "wrong-config"}, "hidden_size|shape|config"),
+    ({"output_dir": "unwritable"}, "not writable|cannot create"),
+])
+def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tmp_path, change, message):
+    out = str(tmp_path / "out")
+    change = dict(change)
+    if change.pop("config", None):
+        big = dict(TINY, max_position_embeddings=512)
+        change["bert_config_file"] = str(tmp_path / "big.json")
+        with open(change["bert_config_file"], "w") as f:
+            json.dump(big, f)
+    if change.get("init_checkpoint") == "wrong-config":
+        change["init_checkpoint"] = os.path.join(uninterrupted[0], "model.ckpt-8.pt")
+        wide = dict(TINY, hidden_size=32, intermediate_size=64)
+        change["bert_config_file"] = str(tmp_path / "wide.json")
+        with open(change["bert_config_file"], "w") as f:
+            json.dump(wide, f)
+    if change.get("output_dir") == "unwritable":
+        blocker = tmp_path / "file"
+        blocker.write_text("x")
+        change["output_dir"] = out = str(blocker / "out")
+    with pytest.raises(UserError, match=message) as e:
+        training.main(flags_for(files, out, **change))
+    assert "\n" not in str(e.value)
+    assert _no_checkpoints(out)
+
+
+def test_command_line_error_exits_2_with_one_line(files, tmp_path):
+    r = subprocess.run([PY, os.path.join(ROOT, "run_pretraining.py")]
+                       + flags_for(files, str(tmp_path / "o"), input_file=str(tmp_path / "none"))[1:],
+                       capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error: --input_file")

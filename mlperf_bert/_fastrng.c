@@ -64,9 +64,7 @@ static double rand_double(Kernel *k)
 /* Python's _randbelow_with_getrandbits for 1 <= n < 2**32. */
 static uint32_t randbelow(Kernel *k, uint64_t n)
 {
-    int bits = 0;
-    uint64_t t = n;
-    while (t) { bits++; t >>= 1; }
+    int bits = 64 - __builtin_clzll(n);
     uint32_t r = genrand(k) >> (32 - bits);
     while (r >= n)
         r = genrand(k) >> (32 - bits);
@@ -211,6 +209,70 @@ static PyObject *Kernel_truncate(Kernel *self, PyObject *args)
     return Py_BuildValue("nnnn", a0, a1, b0, b1);
 }
 
+/* CRC-32C (Castagnoli) for TFRecord framing: SSE4.2 when the CPU has it, else slicing-by-8. */
+static uint32_t crc_table[8][256];
+static int have_sse42;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int j = 0; j < 8; j++)
+            c = c & 1 ? (c >> 1) ^ 0x82f63b78U : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2")))
+static uint32_t crc_hw(const uint8_t *p, size_t n)
+{
+    uint64_t c = 0xffffffffU;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+    }
+    uint32_t c32 = (uint32_t)c;
+    for (; n; n--)
+        c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return ~c32;
+}
+#endif
+
+static uint32_t crc32c(const uint8_t *p, size_t n)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (have_sse42)
+        return crc_hw(p, n);
+#endif
+    uint32_t c = 0xffffffffU;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        c = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff]
+            ^ crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]]
+            ^ crc_table[0][p[7]];
+    }
+    for (; n; n--)
+        c = crc_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    return ~c;
+}
+
+static void put_masked_crc(uint8_t *dst, const uint8_t *p, size_t n)
+{
+    uint32_t c = crc32c(p, n);
+    c = ((c >> 15) | (c << 17)) + 0xa282ead8U;
+    for (int i = 0; i < 4; i++)
+        dst[i] = (uint8_t)(c >> (8 * i));
+}
+
 static int vlen(uint64_t v)
 {
     int n = 1;
@@ -235,7 +297,7 @@ enum { F_IDS, F_MASK, F_SEG, F_POS, F_LBL, F_W, F_NSL, F_COUNT };
 static const char *FEATURE_NAMES[F_COUNT] = {"input_ids", "input_mask", "segment_ids",
     "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "next_sentence_labels"};
 
-/* Reference create_masked_lm_predictions on ids, then the serialized Example. */
+/* Reference create_masked_lm_predictions on ids, then the Example as one framed TFRecord. */
 static PyObject *mask_encode(Kernel *self, const long *ids, Py_ssize_t n, Py_ssize_t len_a,
                              int is_random_next, Py_ssize_t num_to_predict)
 {
@@ -295,10 +357,14 @@ static PyObject *mask_encode(Kernel *self, const long *ids, Py_ssize_t n, Py_ssi
         elen[f] = 1 + vlen(nl) + nl + 1 + vlen(feature) + feature;
         total += 1 + vlen(elen[f]) + elen[f];
     }
-    result = PyBytes_FromStringAndSize(NULL, 1 + vlen(total) + total);
+    Py_ssize_t data_len = 1 + vlen(total) + total;
+    result = PyBytes_FromStringAndSize(NULL, 12 + data_len + 4);
     if (!result)
         goto done;
-    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
+    uint8_t *head = (uint8_t *)PyBytes_AS_STRING(result), *data = head + 12, *p = data;
+    for (int i = 0; i < 8; i++)
+        head[i] = (uint8_t)((uint64_t)data_len >> (8 * i));
+    put_masked_crc(head + 8, head, 8);
     *p++ = 0x0a;
     p = putv(p, total);
     for (int f = 0; f < F_COUNT; f++) {
@@ -356,6 +422,7 @@ static PyObject *mask_encode(Kernel *self, const long *ids, Py_ssize_t n, Py_ssi
             break;
         }
     }
+    put_masked_crc(p, data, data_len);
 done:
     PyMem_Free(out);
     return result;
@@ -433,7 +500,7 @@ static PyObject *Kernel_set_corpus(Kernel *self, PyObject *args)
 }
 
 /* document_instances(d, short_seq_prob, masked_lm_prob, out): reference
- * create_instances_from_document; appends serialized Examples to the list out.
+ * create_instances_from_document; appends framed TFRecords to the list out.
  * A chunk, tokens_a and tokens_b are always runs of consecutive segments, so they
  * are token ranges of the flat corpus. */
 static PyObject *Kernel_document_instances(Kernel *self, PyObject *args)
@@ -527,7 +594,7 @@ static PyMethodDef Kernel_methods[] = {
     {"truncate", (PyCFunction)Kernel_truncate, METH_VARARGS,
      "truncate(len_a, len_b, max_num_tokens) -> (a_start, a_stop, b_start, b_stop)"},
     {"mask_encode", (PyCFunction)Kernel_mask_encode, METH_VARARGS,
-     "mask_encode(tokens, len_a, is_random_next, num_to_predict) -> serialized Example"},
+     "mask_encode(tokens, len_a, is_random_next, num_to_predict) -> framed TFRecord of the Example"},
     {"set_corpus", (PyCFunction)Kernel_set_corpus, METH_VARARGS,
      "set_corpus(tokens, seg_off, doc_first, doc_stop): the flat documents"},
     {"document_instances", (PyCFunction)Kernel_document_instances, METH_VARARGS,
@@ -563,6 +630,7 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__fastrng(void)
 {
+    crc_init();
     if (PyType_Ready(&KernelType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);

@@ -15,7 +15,7 @@ from .errors import UserError
 from .example import encode_pretraining_instance
 from .fileio import check_writable_dir
 from .tfrecord import TFRecordWriter, expand_paths, frame
-from .tokenization import FastTokenizer, load_vocab
+from .tokenization import FastTokenizer, FullTokenizer, load_vocab
 
 try:
     from . import _fastrng
@@ -106,7 +106,7 @@ class PyKernel:
         return a0, a1, b0, b1
 
     def mask_encode(self, tokens, len_a, is_random_next, num_to_predict):
-        """Reference create_masked_lm_predictions on ids, then the serialized Example."""
+        """Reference create_masked_lm_predictions on ids, then the Example as one framed TFRecord."""
         cls_id, sep_id = self.cls_id, self.sep_id
         cands = [i for i, t in enumerate(tokens) if t != cls_id and t != sep_id]
         self.shuffle(cands)
@@ -125,9 +125,17 @@ class PyKernel:
                 output[index] = vocab_ids[randint(0, last)]
             picked.append(index)
         picked.sort()
-        return encode_pretraining_instance(output, len_a + 2, picked, [tokens[i] for i in picked],
-                                           is_random_next, self.max_seq_length,
-                                           self.max_predictions_per_seq)
+        return frame(encode_pretraining_instance(output, len_a + 2, picked, [tokens[i] for i in picked],
+                                                 is_random_next, self.max_seq_length,
+                                                 self.max_predictions_per_seq))
+
+
+class _ReferenceIds(FullTokenizer):
+    def __init__(self, vocab, do_lower_case):
+        super().__init__(vocab=vocab, do_lower_case=do_lower_case)
+
+    def ids(self, line):
+        return self.convert_tokens_to_ids(self.tokenize(line))
 
 
 def make_kernel(seed, vocab_ids, cls_id, sep_id, mask_id, max_seq_length, max_predictions_per_seq,
@@ -236,11 +244,12 @@ def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe
 def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case=True,
                             max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15,
                             random_seed=12345, dupe_factor=10, short_seq_prob=0.1, progress=True,
-                            fast=None):
+                            fast=None, reference_tokenizer=False):
     """Write the reference's records for ``input_files`` round-robin to ``output_files``; return the count.
 
     ``input_files``/``output_files``: lists of paths or comma-separated strings (inputs may be globs).
     ``fast``: None = C kernel if built, True/False to force (tests compare both).
+    ``reference_tokenizer``: tokenize with the plain reference transcription (slow; for benchmarks).
     """
     if isinstance(input_files, str):
         input_files = expand_paths(input_files, "input file")
@@ -254,7 +263,10 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
     for path in output_files:
         check_writable_dir(path)
     vocab = load_vocab(vocab_file)
-    tokenizer = FastTokenizer(vocab=vocab, do_lower_case=do_lower_case)
+    if reference_tokenizer:
+        tokenizer = _ReferenceIds(vocab, do_lower_case)
+    else:
+        tokenizer = FastTokenizer(vocab=vocab, do_lower_case=do_lower_case)
     vocab_ids = [vocab[w] for w in vocab]  # reference vocab_words (first-seen order) as ids
     kernel = make_kernel(random_seed, vocab_ids, vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"],
                          max_seq_length, max_predictions_per_seq, fast)
@@ -285,7 +297,7 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
 
 
 def write_round_robin(records, output_files, progress=False, batch=512):
-    """Frame and write records, record k to output k % len(outputs), each file atomically."""
+    """Write framed records, record k to output k % len(outputs), each file atomically."""
     n_out = len(output_files)
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(TFRecordWriter(p)) for p in output_files]
@@ -294,7 +306,7 @@ def write_round_robin(records, output_files, progress=False, batch=512):
                 mine = records[w::n_out] if n_out > 1 else records
                 for start in range(0, len(mine), batch):
                     part = mine[start:start + batch]
-                    writer.write_framed(b"".join(map(frame, part)), len(part))
+                    writer.write_framed(b"".join(part), len(part))
                     bar.update(len(part))
     return len(records)
 

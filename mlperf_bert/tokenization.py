@@ -10,6 +10,7 @@ context-sensitive lowering, e.g. Greek final sigma, sees the same string).
 """
 import re
 import unicodedata
+from itertools import chain
 
 from .errors import UserError
 
@@ -256,14 +257,15 @@ class FastTokenizer:
 
     def ids(self, line):
         """Token ids of one line of text."""
+        words = line.translate(self._table).split()
         memo = self._memo
-        out = []
-        for word in line.translate(self._table).split():
-            ids = memo.get(word)
-            if ids is None:
-                ids = memo[word] = self._word_ids(word)
-            out.extend(ids)
-        return out
+        try:  # the common case, every word seen before: no Python-level loop
+            return list(chain.from_iterable(map(memo.__getitem__, words)))
+        except KeyError:
+            for word in words:
+                if word not in memo:
+                    memo[word] = self._word_ids(word)
+            return list(chain.from_iterable(map(memo.__getitem__, words)))
 
     def tokenize(self, line):
         inv = {i: t for t, i in self.vocab.items()}

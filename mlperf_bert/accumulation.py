@@ -30,6 +30,7 @@ class GradientAccumulator:
         self.allreduce = allreduce
         self.clip_before_allreduce = clip_before_allreduce
         self.buffers = None
+        self.pending = 0  # micro-batches absorbed since the last update
         self.last_grad_norm = None
         self.last_lr = None
 
@@ -45,34 +46,43 @@ class GradientAccumulator:
         self.last_grad_norm = clip_by_global_norm_(grads, self.clip_norm)
         if self.n > 1:
             torch._foreach_div_(grads, float(self.n))
-        if self.buffers is None:
-            self.buffers = [torch.zeros_like(p) for p in self.params]
-        torch._foreach_add_(self.buffers, grads)
+            if self.buffers is None:
+                self.buffers = [torch.zeros_like(p) for p in self.params]
+            torch._foreach_add_(self.buffers, grads)
+            grads = self.buffers
+        # n == 1: 0 + g is g, so the clipped gradients serve as the buffer (no copy).
+        self.pending += 1
         for p in self.params:
             p.grad = None
         if (global_step + 1) % self.n:
             return False
         if self.allreduce is not None and self.clip_before_allreduce:
-            self.allreduce(self.buffers)
+            self.allreduce(grads)
         self.last_lr = self.lr_fn(global_step)
         for group in self.optimizer.param_groups:
             group["lr"] = self.last_lr
-        for p, b in zip(self.params, self.buffers):
-            p.grad = b
+        for p, g in zip(self.params, grads):
+            p.grad = g
         self.optimizer.step()
         for p in self.params:
             p.grad = None
-        torch._foreach_zero_(self.buffers)
+        if self.buffers is not None:
+            torch._foreach_zero_(self.buffers)
+        self.pending = 0
         return True
 
     def state_dict(self):
-        return {"steps_per_update": self.n,
-                "buffers": None if self.buffers is None else [b.detach().clone() for b in self.buffers]}
+        """Accumulated gradients (None at an update boundary, where they are all zero)."""
+        bufs = None
+        if self.pending and self.buffers is not None:
+            bufs = [b.detach().clone() for b in self.buffers]
+        return {"steps_per_update": self.n, "pending": self.pending, "buffers": bufs}
 
     def load_state_dict(self, state):
         if state["steps_per_update"] != self.n:
             raise ValueError("accumulator state has steps_per_update %d, this run %d"
                              % (state["steps_per_update"], self.n))
+        self.pending = state["pending"]
         bufs = state["buffers"]
         self.buffers = None if bufs is None else [
             b.to(device=p.device, dtype=p.dtype).clone() for b, p in zip(bufs, self.params)]

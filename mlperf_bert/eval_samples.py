@@ -1,9 +1,11 @@
 """pick_eval_samples: keep records int(i * N / num) of an eval TFRecord (the reference's eval_10k step)."""
+import os
 import sys
 
 from . import flags
 from .errors import UserError
 from .example import PRETRAINING_FEATURES, decode_pretraining_example, encode_example
+from .fileio import check_writable_dir
 from .tfrecord import TFRecordWriter, read_records
 
 
@@ -17,6 +19,9 @@ def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_len
     """Write the picked records (re-encoded in the fixed feature order) to ``output_file``; return the count."""
     if num_examples_to_pick < 1:
         raise UserError("--num_examples_to_pick=%d must be at least 1" % num_examples_to_pick)
+    if os.path.isdir(output_file):
+        raise UserError("--output_tfrecord %s is a directory: give a file path" % output_file)
+    check_writable_dir(output_file)
     total = sum(1 for _ in read_records(input_file))  # verifies every CRC once
     if total < num_examples_to_pick:
         raise UserError("%s has %d records, fewer than --num_examples_to_pick=%d: give a larger input "

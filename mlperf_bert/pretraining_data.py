@@ -7,6 +7,7 @@ Example encoding) live in a "kernel": ``_fastrng`` (C, when built) or ``PyKernel
 """
 import array
 import contextlib
+import os
 import random
 import sys
 
@@ -261,6 +262,9 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
         raise UserError("no output file given: set --output_file")
     check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob)
     for path in output_files:
+        if os.path.isdir(path):
+            raise UserError("output file %s is a directory: give a file path such as %s/part-00000"
+                            % (path, path.rstrip("/")))
         check_writable_dir(path)
     vocab = load_vocab(vocab_file)
     if reference_tokenizer:

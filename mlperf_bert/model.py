@@ -219,7 +219,7 @@ class BertForPreTraining(nn.Module):
         nsp_labels = next_sentence_labels.reshape(-1)
         nsp_nll = -nsp_log_probs.gather(1, nsp_labels[:, None]).squeeze(1)
         nsp_nll_sum = nsp_nll.sum()
-        nsp_count = torch.tensor(float(nsp_nll.numel()), device=seq.device)
+        nsp_count = nsp_nll.new_full((), float(nsp_nll.numel()))  # no host-to-device copy
         nsp_loss = nsp_nll_sum / nsp_count
         nsp_correct = (nsp_log_probs.argmax(-1) == nsp_labels).float().sum()
         return PretrainingOutput(mlm_loss + nsp_loss, mlm_loss, nsp_loss, mlm_correct, mlm_weight,

@@ -7,6 +7,7 @@ import collections
 import logging
 import os
 import re
+import zipfile
 
 import numpy as np
 import torch
@@ -228,12 +229,15 @@ def load_state_from_arrays(model, arrays, source):
 
 def load_pt(path):
     """The dict of a ``.pt`` checkpoint of this project (``{"model": state_dict, ...}``)."""
+    if not os.path.isfile(path):
+        raise UserError("checkpoint %s not found" % path)
+    if not zipfile.is_zipfile(path):
+        raise UserError("checkpoint %s is not a PyTorch (.pt) file: give a .pt written by this project "
+                        "or a TF checkpoint prefix" % path)
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise UserError("checkpoint %s not found" % path)
     except Exception as e:  # torch raises many kinds for a corrupt file
-        raise UserError("cannot read checkpoint %s: %s" % (path, str(e).splitlines()[0]))
+        raise UserError("cannot read checkpoint %s: %s" % (path, str(e).split(". ")[0][:200]))
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise UserError("checkpoint %s is not a checkpoint of this project (no 'model' key)" % path)
     return ckpt

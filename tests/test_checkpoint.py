@@ -293,3 +293,20 @@ def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):
         assert new_s[n + "/GradientAccumulator"] == old_s[n] and new_t[n + "/GradientAccumulator"] == old_t[n]
         assert not np.any(acc)
     assert new_t["global_step/GradientAccumulator"] == tf.int64
+
+
+def test_bad_pt_inputs_are_one_line_errors(tmp_path):
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="is not a PyTorch"):
+        tf_checkpoint.load_init_checkpoint(model, str(bad))
+    torch.save({"weights": {}}, str(bad))
+    with pytest.raises(UserError, match="no 'model' key"):
+        tf_checkpoint.load_init_checkpoint(model, str(bad))
+    with pytest.raises(UserError, match="not found"):
+        tf_checkpoint.load_init_checkpoint(model, str(tmp_path / "none.pt"))
+    sd = BertForPreTraining(BertConfig.from_dict(dict(CFG, hidden_size=16))).state_dict()
+    torch.save({"model": sd}, str(bad))
+    with pytest.raises(UserError, match=r"word_embeddings \[40, 16\] \(model expects \[40, 32\]\)"):
+        tf_checkpoint.load_init_checkpoint(model, str(bad))

@@ -586,6 +586,208 @@ static PyObject *Kernel_document_instances(Kernel *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+
+/* ---- Batch decoder of pre-training Examples (any feature order) ---- */
+
+typedef struct { const uint8_t *p, *end; } Cursor;
+
+static int read_varint(Cursor *c, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (c->p >= c->end)
+            return -1;
+        uint8_t b = *c->p++;
+        r |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = r;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Next field of a message: its number, wire type, and for wire 2 the payload cursor,
+ * for wire 0 the value. 1 = a field, 0 = end, -1 = malformed. */
+static int next_field(Cursor *c, int *num, int *wire, Cursor *sub, uint64_t *val)
+{
+    uint64_t key, n;
+    if (c->p >= c->end)
+        return 0;
+    if (read_varint(c, &key) < 0)
+        return -1;
+    *num = (int)(key >> 3);
+    *wire = (int)(key & 7);
+    switch (*wire) {
+    case 0:
+        return read_varint(c, val) < 0 ? -1 : 1;
+    case 1:
+    case 5: {
+        size_t w = *wire == 1 ? 8 : 4;
+        if ((size_t)(c->end - c->p) < w)
+            return -1;
+        sub->p = c->p;
+        sub->end = c->p + w;
+        c->p += w;
+        return 1;
+    }
+    case 2:
+        if (read_varint(c, &n) < 0 || n > (uint64_t)(c->end - c->p))
+            return -1;
+        sub->p = c->p;
+        sub->end = c->p + n;
+        c->p += n;
+        return 1;
+    }
+    return -1;
+}
+
+/* Values of one Feature into dst (int32 or float32); returns their count or -1. */
+static Py_ssize_t feature_values(Cursor feature, int is_float, void *dst, Py_ssize_t cap, int *kind)
+{
+    Cursor lst, item;
+    int num, wire, r;
+    uint64_t v;
+    Py_ssize_t count = 0;
+    *kind = 0;
+    while ((r = next_field(&feature, &num, &wire, &lst, &v)) == 1) {
+        if (wire != 2)
+            continue;
+        *kind = num;
+        if (num != (is_float ? 2 : 3))
+            continue;
+        while ((r = next_field(&lst, &num, &wire, &item, &v)) == 1) {
+            if (num != 1)
+                continue;
+            if (is_float) {
+                if (wire != 2 && wire != 5)
+                    return -1;
+                for (const uint8_t *q = item.p; q + 4 <= item.end; q += 4, count++)
+                    if (count < cap)
+                        memcpy((float *)dst + count, q, 4);
+                if ((item.end - item.p) % 4)
+                    return -1;
+            } else if (wire == 0) {
+                if (count < cap)
+                    ((int32_t *)dst)[count] = (int32_t)v;
+                count++;
+            } else if (wire == 2) {
+                while (item.p < item.end) {
+                    if (read_varint(&item, &v) < 0)
+                        return -1;
+                    if (count < cap)
+                        ((int32_t *)dst)[count] = (int32_t)v;
+                    count++;
+                }
+            } else {
+                return -1;
+            }
+        }
+        if (r < 0)
+            return -1;
+    }
+    return r < 0 ? -1 : count;
+}
+
+/* decode_batch(records, max_seq_length, max_predictions_per_seq) -> 7 bytearrays
+ * (int32 / float32 rows, in PRETRAINING_FEATURES order); ValueError "record i: ..." */
+static PyObject *decode_batch(PyObject *module, PyObject *args)
+{
+    PyObject *records;
+    Py_ssize_t L, P;
+    if (!PyArg_ParseTuple(args, "Onn", &records, &L, &P))
+        return NULL;
+    PyObject *fast = PySequence_Fast(records, "records must be a sequence of bytes");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    Py_ssize_t width[F_COUNT] = {L, L, L, P, P, P, 1};
+    PyObject *outs[F_COUNT] = {NULL};
+    char *buf[F_COUNT];
+    PyObject *result = NULL;
+    for (int f = 0; f < F_COUNT; f++) {
+        outs[f] = PyByteArray_FromStringAndSize(NULL, 4 * width[f] * n);  /* writable arrays */
+        if (!outs[f])
+            goto done;
+        buf[f] = PyByteArray_AS_STRING(outs[f]);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, i), &view, PyBUF_SIMPLE) < 0)
+            goto done;
+        Cursor ex = {view.buf, (const uint8_t *)view.buf + view.len}, feats, entry, x, name, feature;
+        int num, wire, r = 0, r2 = 0, seen[F_COUNT] = {0};
+        uint64_t v;
+        const char *err = NULL;
+        int bad_f = -1;
+        Py_ssize_t bad_count = 0;
+        while (!err && (r = next_field(&ex, &num, &wire, &feats, &v)) == 1) {
+            if (num != 1 || wire != 2)
+                continue;
+            while (!err && (r2 = next_field(&feats, &num, &wire, &entry, &v)) == 1) {
+                if (num != 1 || wire != 2)
+                    continue;
+                int have_name = 0, have_feature = 0;
+                while ((r = next_field(&entry, &num, &wire, &x, &v)) == 1) {
+                    if (wire != 2)
+                        continue;
+                    if (num == 1) { name = x; have_name = 1; }
+                    else if (num == 2) { feature = x; have_feature = 1; }
+                }
+                if (r < 0) { err = "malformed tf.train.Example"; break; }
+                if (!have_name)
+                    continue;
+                for (int f = 0; f < F_COUNT; f++) {
+                    size_t nl = strlen(FEATURE_NAMES[f]);
+                    if ((size_t)(name.end - name.p) != nl || memcmp(name.p, FEATURE_NAMES[f], nl))
+                        continue;
+                    int kind = 0;
+                    Py_ssize_t count = 0;
+                    if (have_feature)
+                        count = feature_values(feature, f == F_W, buf[f] + 4 * width[f] * i, width[f], &kind);
+                    if (count < 0) { err = "malformed tf.train.Example"; break; }
+                    if (kind != (f == F_W ? 2 : 3)) { err = "wrong kind"; bad_f = f; break; }
+                    if (count != width[f]) { err = "length"; bad_f = f; bad_count = count; break; }
+                    seen[f] = 1;
+                }
+            }
+            if (r2 < 0 && !err) err = "malformed tf.train.Example";
+        }
+        if (r < 0 && !err) err = "malformed tf.train.Example";
+        PyBuffer_Release(&view);
+        for (int f = 0; f < F_COUNT && !err; f++)
+            if (!seen[f]) { err = "wrong kind"; bad_f = f; }
+        if (err) {
+            if (bad_f < 0)
+                PyErr_Format(PyExc_ValueError, "%zd: malformed tf.train.Example", i);
+            else if (!strcmp(err, "length"))
+                PyErr_Format(PyExc_ValueError, "%zd: feature %s has %zd values, expected %zd", i,
+                             FEATURE_NAMES[bad_f], bad_count, width[bad_f]);
+            else
+                PyErr_Format(PyExc_ValueError, "%zd: feature %s is missing or not %s", i,
+                             FEATURE_NAMES[bad_f], bad_f == F_W ? "float" : "int64");
+            goto done;
+        }
+    }
+    result = PyTuple_New(F_COUNT);
+    if (result)
+        for (int f = 0; f < F_COUNT; f++) {
+            PyTuple_SET_ITEM(result, f, outs[f]);
+            outs[f] = NULL;
+        }
+done:
+    for (int f = 0; f < F_COUNT; f++)
+        Py_XDECREF(outs[f]);
+    Py_DECREF(fast);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"decode_batch", decode_batch, METH_VARARGS,
+     "decode_batch(records, max_seq_length, max_predictions_per_seq) -> 7 bytearrays of int32/float32 rows"},
+    {NULL}
+};
+
 static PyMethodDef Kernel_methods[] = {
     {"random", (PyCFunction)Kernel_random, METH_NOARGS, "random.Random.random()"},
     {"randint", (PyCFunction)Kernel_randint, METH_VARARGS, "random.Random.randint(a, b)"},
@@ -625,7 +827,7 @@ static PyTypeObject KernelType = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "_fastrng", "C kernel of the pre-training data generator.", -1, NULL
+    PyModuleDef_HEAD_INIT, "_fastrng", "C kernel of the pre-training data generator.", -1, module_methods
 };
 
 PyMODINIT_FUNC PyInit__fastrng(void)

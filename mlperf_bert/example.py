@@ -8,6 +8,11 @@ import struct
 
 from .errors import UserError
 
+try:
+    from . import _fastrng  # optional C accelerator (batch decoder)
+except ImportError:
+    _fastrng = None
+
 
 class _LazyModule:
     """A module imported on first attribute use (then bound in its place)."""
@@ -270,14 +275,37 @@ def _feature_payloads(data):
     return found
 
 
-def decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq, where="record"):
+_LENGTH_HINT = ": check --max_seq_length and --max_predictions_per_seq against the data"
+_KIND_HINT = ": not a BERT pre-training record"
+
+
+def decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq, where="record", fast=None):
     """Decode serialized pre-training Examples (any feature order) into batch arrays.
 
     Returns {name: array}: int32 arrays (N, max_seq_length) for input_ids, input_mask,
     segment_ids; (N, max_predictions_per_seq) int32 masked_lm_positions/ids and float32
     masked_lm_weights; (N, 1) int32 next_sentence_labels.  A malformed or short record
     raises a one-line UserError naming ``where`` and the record's index.
+    ``fast``: None = the C decoder when built, False = the pure-Python one.
     """
+    if fast is None:
+        fast = _fastrng is not None
+    if not fast:
+        return _decode_batch_py(records, max_seq_length, max_predictions_per_seq, where)
+    records = records if isinstance(records, (list, tuple)) else list(records)
+    try:
+        parts = _fastrng.decode_batch(records, max_seq_length, max_predictions_per_seq)
+    except ValueError as e:
+        msg = str(e)
+        hint = _LENGTH_HINT if "expected" in msg else _KIND_HINT if "missing" in msg else ""
+        raise UserError("%s %s%s" % (where, msg, hint))
+    lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
+    return {name: np.frombuffer(part, dtype=np.float32 if kind == "float" else np.int32)
+            .reshape(len(records), lengths[name])
+            for (name, kind, _), part in zip(PRETRAINING_FEATURES, parts)}
+
+
+def _decode_batch_py(records, max_seq_length, max_predictions_per_seq, where):
     lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
     payloads = {name: [] for name in lengths}
     n_records = 0
@@ -289,8 +317,8 @@ def decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq, w
         for name, kind, _ in PRETRAINING_FEATURES:
             want = 2 if kind == "float" else 3
             if name not in found or found[name][0] != want:
-                raise UserError("%s %d: feature %s is missing or not %s: not a BERT pre-training record"
-                                % (where, index, name, kind))
+                raise UserError("%s %d: feature %s is missing or not %s%s"
+                                % (where, index, name, kind, _KIND_HINT))
             payloads[name].append(found[name][1])
         n_records += 1
     out = {}
@@ -310,8 +338,8 @@ def decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq, w
             bad = np.flatnonzero((counts != n) | ~last_ok)
         if bad.size:
             i = int(bad[0])
-            raise UserError("%s %d: feature %s has %d values, expected %d: check --max_seq_length and "
-                            "--max_predictions_per_seq against the data" % (where, i, name, counts[i], n))
+            raise UserError("%s %d: feature %s has %d values, expected %d%s"
+                            % (where, i, name, counts[i], n, _LENGTH_HINT))
         if kind == "float":
             arr = buf.view("<f4").astype(np.float32)
         else:

@@ -186,17 +186,25 @@ def test_c_kernel_equals_python_kernel(tmp_path, golden_dir, vocab_file):
     assert outs[0] == outs[1]
 
 
-def test_batch_decoder_matches_example_decoder(golden_dir):
+@pytest.mark.parametrize("fast", KERNELS)
+def test_batch_decoder_matches_example_decoder(golden_dir, fast):
     records = list(read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))[:300]
-    batch = decode_pretraining_batch(records, 128, 20)
+    batch = decode_pretraining_batch(records, 128, 20, fast=fast)
+    assert {k: (v.shape, v.dtype.name) for k, v in batch.items()} == {
+        "input_ids": ((300, 128), "int32"), "input_mask": ((300, 128), "int32"),
+        "segment_ids": ((300, 128), "int32"), "masked_lm_positions": ((300, 20), "int32"),
+        "masked_lm_ids": ((300, 20), "int32"), "masked_lm_weights": ((300, 20), "float32"),
+        "next_sentence_labels": ((300, 1), "int32")}
     for i in (0, 7, 299):
         one = decode_example(records[i])  # the golden file's feature order is arbitrary
         for name, arr in batch.items():
             np.testing.assert_array_equal(arr[i], one[name].astype(arr.dtype))
     with pytest.raises(UserError, match="record 2: malformed"):
-        decode_pretraining_batch(records[:2] + [records[2][:-3]], 128, 20)
-    with pytest.raises(UserError, match="record 0: feature input_ids has 128 values, expected 512"):
-        decode_pretraining_batch(records[:2], 512, 20)
+        decode_pretraining_batch(records[:2] + [records[2][:-3]], 128, 20, fast=fast)
+    with pytest.raises(UserError, match="record 1: feature input_ids is missing"):
+        decode_pretraining_batch(records[:1] + [b""], 128, 20, fast=fast)
+    with pytest.raises(UserError, match=r"record 0: feature \w+ has 128 values, expected 512"):
+        decode_pretraining_batch(records[:2], 512, 20, fast=fast)
 
 
 def _run_error(argv):

@@ -174,7 +174,8 @@ def read_documents(input_files, tokenizer, progress=False):
     corpus = Corpus()
     tokens, seg_off, doc_seg = corpus.tokens, corpus.seg_off, corpus.doc_seg
     ids = tokenizer.ids
-    with _bar(progress, total=len(input_files), unit="file", desc="tokenizing") as bar:
+    total = sum(os.path.getsize(p) for p in input_files)
+    with _bar(progress, total=total, unit="B", unit_scale=True, desc="tokenizing") as bar:
         for path in input_files:
             try:
                 with open(path, "rb") as f:
@@ -187,12 +188,17 @@ def read_documents(input_files, tokenizer, progress=False):
                 line = data.count(b"\n", 0, e.start) + 1
                 raise UserError("input file %s is not UTF-8 text (line %d): convert it to UTF-8"
                                 % (path, line))
+            size = len(data)
             del data
             lines = text.split("\n")
             del text
             if lines[-1] == "":
                 lines.pop()  # readline() gives no empty line after a final newline
-            for line in lines:
+            step, shown = max(1, len(lines) // 50), 0  # ~50 progress updates a file
+            for n, line in enumerate(lines):
+                if n % step == 0 and n:
+                    bar.update(size * step // len(lines))
+                    shown += size * step // len(lines)
                 line = line.strip()
                 if not line:
                     if doc_seg[-1] != len(seg_off) - 1:  # close a non-empty document
@@ -202,7 +208,7 @@ def read_documents(input_files, tokenizer, progress=False):
                 if line_ids:
                     tokens.extend(line_ids)
                     seg_off.append(len(tokens))
-            bar.update(1)
+            bar.update(size - shown)
     if doc_seg[-1] != len(seg_off) - 1:
         doc_seg.append(len(seg_off) - 1)
     return corpus

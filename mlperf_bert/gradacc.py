@@ -1,18 +1,48 @@
 """checkpoint_add_gradacc.py: copy a TF checkpoint adding a zero ``<name>/GradientAccumulator``
 of the same shape and dtype for every variable, as the reference tool does."""
+import collections.abc
+
 import numpy as np
 
 from . import flags, tf_checkpoint
 from .errors import UserError
 
 
-def add_gradacc(old, new):
-    arrays = tf_checkpoint.read_tf_checkpoint(old)
-    out = dict(arrays)
-    for name, a in arrays.items():
-        out[name + "/GradientAccumulator"] = np.zeros(a.shape, a.dtype)
-    tf_checkpoint.write_tf_checkpoint(out, new)
-    return len(arrays)
+class WithAccumulators(collections.abc.Mapping):
+    """Every variable of ``ckpt`` plus a zero ``<name>/GradientAccumulator``, read lazily."""
+    SUFFIX = "/GradientAccumulator"
+
+    def __init__(self, ckpt):
+        self.ckpt = ckpt
+
+    def _source(self, name):
+        return name[:-len(self.SUFFIX)] if name.endswith(self.SUFFIX) and name[:-len(self.SUFFIX)] in self.ckpt else None
+
+    def __getitem__(self, name):
+        src = self._source(name)
+        if src is None:
+            return self.ckpt[name]
+        return np.zeros(self.ckpt.shapes[src], self.ckpt.dtypes[src])
+
+    def __iter__(self):
+        for n in self.ckpt:
+            yield n
+            yield n + self.SUFFIX
+
+    def __len__(self):
+        return 2 * len(self.ckpt)
+
+    def nbytes(self, name):
+        src = self._source(name)
+        return self.ckpt.nbytes(name if src is None else src)
+
+
+def add_gradacc(old, new, shard_bytes=1 << 30):
+    ckpt = tf_checkpoint.LazyCheckpoint(old)
+    if any(n + WithAccumulators.SUFFIX in ckpt.shapes for n in ckpt):
+        raise UserError("TF checkpoint %s already has GradientAccumulator variables" % old)
+    tf_checkpoint.write_tf_checkpoint(WithAccumulators(ckpt), new, shard_bytes)
+    return len(ckpt)
 
 
 def main(argv):

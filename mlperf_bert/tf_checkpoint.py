@@ -4,9 +4,11 @@ TensorFlow is imported lazily, only by the functions that read or write TF files
 rest of the project (and training from a ``.pt``) does not need it.
 """
 import collections
+import collections.abc
 import logging
 import os
 import re
+import shutil
 import zipfile
 
 import numpy as np
@@ -127,27 +129,82 @@ def _object_graph_names(serialized):
     return {key: full for key, full in pairs if counts[full] == 1}
 
 
-def write_tf_checkpoint(arrays, prefix):
-    """Write {name: ndarray} as a TF (V2 format) checkpoint at ``prefix``, atomically."""
+class LazyCheckpoint(collections.abc.Mapping):
+    """The variables of a TF checkpoint, each read only when asked for (checkpoints of 4+ GB)."""
+
+    def __init__(self, prefix):
+        if not is_tf_prefix(prefix):
+            raise UserError("TF checkpoint %s not found: give the prefix whose .index file exists "
+                            "(e.g. model.ckpt-28252)" % prefix)
+        tf = _import_tf()
+        self.prefix = prefix
+        try:
+            self.reader = tf.train.load_checkpoint(prefix)
+        except (tf.errors.OpError, ValueError) as e:
+            raise UserError("cannot read TF checkpoint %s: %s" % (prefix, str(e).splitlines()[0]))
+        self.shapes = self.reader.get_variable_to_shape_map()
+        self.dtypes = {n: d.as_numpy_dtype for n, d in self.reader.get_variable_to_dtype_map().items()}
+
+    def __getitem__(self, name):
+        return np.asarray(self.reader.get_tensor(name))
+
+    def __iter__(self):
+        return iter(sorted(self.shapes))
+
+    def __len__(self):
+        return len(self.shapes)
+
+    def nbytes(self, name):
+        return int(np.prod(self.shapes[name], dtype=np.int64)) * np.dtype(self.dtypes[name]).itemsize
+
+
+def _shards(arrays, shard_bytes):
+    sizes = getattr(arrays, "nbytes", None)
+    shards, size = [[]], 0
+    for n in arrays:
+        b = sizes(n) if sizes else arrays[n].nbytes
+        if shards[-1] and size + b > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(n)
+        size += b
+    return shards
+
+
+def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
+    """Write {name: ndarray} as a TF (V2 format) checkpoint at ``prefix``, atomically.
+
+    ``arrays`` may be lazy (e.g. ``LazyCheckpoint``, with ``nbytes(name)``): values are read
+    one data shard of about ``shard_bytes`` at a time, so memory stays bounded; several
+    shards are merged into one checkpoint (data-0000i-of-0000N files), as TF's sharded Saver does.
+    """
     tf = _import_tf()
     check_writable_dir(prefix)
-    tmp = "%s.tmp-%d" % (prefix, os.getpid())
-    names = list(arrays)
+    d, base = os.path.split(os.path.abspath(prefix))
+    tmp = "%s.tmp-%d" % (base, os.getpid())
+    parts = os.path.join(d, tmp + ".parts")
     try:
-        tf.raw_ops.SaveV2(prefix=tmp, tensor_names=names, shape_and_slices=[""] * len(names),
-                          tensors=[tf.convert_to_tensor(arrays[n]) for n in names])
+        shards = _shards(arrays, shard_bytes)
+        targets = [os.path.join(d, tmp)] if len(shards) == 1 else [
+            os.path.join(parts, "part-%05d" % i) for i in range(len(shards))]
+        for target, names in zip(targets, shards):
+            tf.raw_ops.SaveV2(prefix=target, tensor_names=names, shape_and_slices=[""] * len(names),
+                              tensors=[tf.convert_to_tensor(arrays[n]) for n in names])
+        if len(shards) > 1:
+            tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=targets, destination_prefix=os.path.join(d, tmp),
+                                          delete_old_dirs=True)
         # Data first, index last: a prefix whose .index exists is complete.
-        files = sorted(f for f in os.listdir(os.path.dirname(os.path.abspath(tmp)))
-                       if f.startswith(os.path.basename(tmp) + "."))
+        files = [f for f in os.listdir(d) if f.startswith(tmp + ".") and f != tmp + ".parts"]
         for f in sorted(files, key=lambda f: f.endswith(".index")):
-            d = os.path.dirname(os.path.abspath(tmp))
-            os.replace(os.path.join(d, f), os.path.join(d, os.path.basename(prefix) + f[len(os.path.basename(tmp)):]))
+            os.replace(os.path.join(d, f), os.path.join(d, base + f[len(tmp):]))
     except BaseException:
-        d = os.path.dirname(os.path.abspath(tmp))
         for f in os.listdir(d):
-            if f.startswith(os.path.basename(tmp) + "."):
+            if f.startswith(tmp + ".") and f != tmp + ".parts":
                 os.remove(os.path.join(d, f))
+        shutil.rmtree(parts, ignore_errors=True)
         raise
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
 
 
 def save_tf_checkpoint(model_or_state_dict, prefix, global_step=None, extra=None):

@@ -283,16 +283,26 @@ def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):
     prefix, _ = tf1_ckpt
     new = str(tmp_path / "ga" / "model.ckpt-28")
     assert gradacc.main(["x", "--old=" + prefix, "--new=" + new]) == 0
-    old_r, new_r = tf.train.load_checkpoint(prefix), tf.train.load_checkpoint(new)
-    old_s, new_s = old_r.get_variable_to_shape_map(), new_r.get_variable_to_shape_map()
-    old_t, new_t = old_r.get_variable_to_dtype_map(), new_r.get_variable_to_dtype_map()
-    assert set(new_s) == set(old_s) | {n + "/GradientAccumulator" for n in old_s}
-    for n in old_s:
-        assert np.array_equal(new_r.get_tensor(n), old_r.get_tensor(n))
-        acc = new_r.get_tensor(n + "/GradientAccumulator")
-        assert new_s[n + "/GradientAccumulator"] == old_s[n] and new_t[n + "/GradientAccumulator"] == old_t[n]
-        assert not np.any(acc)
-    assert new_t["global_step/GradientAccumulator"] == tf.int64
+    # Small shards: the streaming path (several data files merged) gives the same checkpoint.
+    sharded = str(tmp_path / "ga2" / "model.ckpt-28")
+    gradacc.add_gradacc(prefix, sharded, shard_bytes=20000)
+    assert len([f for f in os.listdir(tmp_path / "ga2") if ".data-" in f]) > 2
+    assert sorted(os.listdir(tmp_path / "ga2"))[-1] == "model.ckpt-28.index"
+    assert not [f for f in os.listdir(tmp_path / "ga2") if ".tmp-" in f]
+    old_r = tf.train.load_checkpoint(prefix)
+    old_s, old_t = old_r.get_variable_to_shape_map(), old_r.get_variable_to_dtype_map()
+    for path in (new, sharded):
+        new_r = tf.train.load_checkpoint(path)
+        new_s, new_t = new_r.get_variable_to_shape_map(), new_r.get_variable_to_dtype_map()
+        assert set(new_s) == set(old_s) | {n + "/GradientAccumulator" for n in old_s}
+        for n in old_s:
+            assert np.array_equal(new_r.get_tensor(n), old_r.get_tensor(n))
+            acc = new_r.get_tensor(n + "/GradientAccumulator")
+            assert new_s[n + "/GradientAccumulator"] == old_s[n] and new_t[n + "/GradientAccumulator"] == old_t[n]
+            assert not np.any(acc)
+        assert new_t["global_step/GradientAccumulator"] == tf.int64
+    with pytest.raises(UserError, match="already has GradientAccumulator"):
+        gradacc.add_gradacc(new, str(tmp_path / "again"))
 
 
 def test_bad_pt_inputs_are_one_line_errors(tmp_path):

@@ -95,29 +95,6 @@ def is_tf_prefix(path):
     return os.path.exists(path + ".index")
 
 
-def read_tf_checkpoint(prefix, variable_names=False):
-    """{name: ndarray} of every variable in a TF checkpoint.
-
-    With ``variable_names``, a TF2 object-based checkpoint's variables are keyed by the
-    variable names its object graph records (e.g. ``transformer/layer_0/...``) instead of
-    their object paths, and the object graph itself is left out.
-    """
-    if not is_tf_prefix(prefix):
-        raise UserError("TF checkpoint %s not found: give the prefix whose .index file exists "
-                        "(e.g. model.ckpt-28252)" % prefix)
-    tf = _import_tf()
-    try:
-        reader = tf.train.load_checkpoint(prefix)
-        names = sorted(reader.get_variable_to_shape_map())
-        rename = {}
-        if variable_names and OBJECT_GRAPH in names:
-            rename = _object_graph_names(reader.get_tensor(OBJECT_GRAPH))
-            names.remove(OBJECT_GRAPH)
-        return collections.OrderedDict((rename.get(n, n), np.asarray(reader.get_tensor(n))) for n in names)
-    except (tf.errors.OpError, ValueError) as e:
-        raise UserError("cannot read TF checkpoint %s: %s" % (prefix, str(e).splitlines()[0]))
-
-
 def _object_graph_names(serialized):
     """{checkpoint key: variable name} from a TF2 object graph (keys kept where names clash)."""
     from tensorflow.core.protobuf import trackable_object_graph_pb2
@@ -132,7 +109,10 @@ def _object_graph_names(serialized):
 class LazyCheckpoint(collections.abc.Mapping):
     """The variables of a TF checkpoint, each read only when asked for (checkpoints of 4+ GB)."""
 
-    def __init__(self, prefix):
+    def __init__(self, prefix, variable_names=False):
+        """With ``variable_names``, a TF2 object-based checkpoint's variables are keyed by the
+        variable names its object graph records (e.g. ``transformer/layer_0/...``) instead of
+        their object paths, and the object graph itself is left out."""
         if not is_tf_prefix(prefix):
             raise UserError("TF checkpoint %s not found: give the prefix whose .index file exists "
                             "(e.g. model.ckpt-28252)" % prefix)
@@ -140,13 +120,20 @@ class LazyCheckpoint(collections.abc.Mapping):
         self.prefix = prefix
         try:
             self.reader = tf.train.load_checkpoint(prefix)
+            shapes = self.reader.get_variable_to_shape_map()
+            dtypes = self.reader.get_variable_to_dtype_map()
+            rename = {}
+            if variable_names and OBJECT_GRAPH in shapes:
+                rename = _object_graph_names(self.reader.get_tensor(OBJECT_GRAPH))
+                del shapes[OBJECT_GRAPH]
         except (tf.errors.OpError, ValueError) as e:
             raise UserError("cannot read TF checkpoint %s: %s" % (prefix, str(e).splitlines()[0]))
-        self.shapes = self.reader.get_variable_to_shape_map()
-        self.dtypes = {n: d.as_numpy_dtype for n, d in self.reader.get_variable_to_dtype_map().items()}
+        self.keys_ = {rename.get(k, k): k for k in shapes}
+        self.shapes = {n: shapes[k] for n, k in self.keys_.items()}
+        self.dtypes = {n: dtypes[k].as_numpy_dtype for n, k in self.keys_.items()}
 
     def __getitem__(self, name):
-        return np.asarray(self.reader.get_tensor(name))
+        return np.asarray(self.reader.get_tensor(self.keys_[name]))
 
     def __iter__(self):
         return iter(sorted(self.shapes))
@@ -252,8 +239,8 @@ def _summarize(names):
 def load_state_from_arrays(model, arrays, source):
     """Copy reference-named arrays into ``model``; return the names that were not used."""
     by_name = {}
-    for n, a in arrays.items():
-        by_name.setdefault(_canonical(n), (n, a))
+    for n in arrays:  # values are read only for the model's variables (arrays may be lazy)
+        by_name.setdefault(_canonical(n), n)
     sd = model.state_dict()
     missing, misshaped, new = [], [], {}
     used = set()
@@ -262,7 +249,8 @@ def load_state_from_arrays(model, arrays, source):
         if tname not in by_name:
             missing.append(tname)
             continue
-        orig, a = by_name[tname]
+        orig = by_name[tname]
+        a = np.asarray(arrays[orig])
         used.add(orig)
         want = tuple(p.shape[::-1]) if is_kernel(pname) else tuple(p.shape)
         a = _fit(tname, a, want)
@@ -307,7 +295,7 @@ def load_init_checkpoint(model, path):
         arrays = to_tf_arrays(ckpt["model"])
         ignored = load_state_from_arrays(model, arrays, path)
         return {"global_step": ckpt.get("global_step"), "ignored": ignored}
-    arrays = read_tf_checkpoint(path, variable_names=True)
+    arrays = LazyCheckpoint(path, variable_names=True)
     ignored = load_state_from_arrays(model, arrays, path)
-    step = arrays.get("global_step")
+    step = arrays["global_step"] if "global_step" in arrays.shapes else None
     return {"global_step": None if step is None else int(step), "ignored": ignored}

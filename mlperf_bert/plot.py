@@ -1,0 +1,69 @@
+"""``plot-log LOG --output=PNG``: masked-LM accuracy (and any logged loss) against training samples.
+
+Reads the MLPerf log through check-log's parser; the target line is the run's own
+(``target_accuracy``, else 0.720).  Loss keys (any key with "loss" in its name logged with a
+samples position) are drawn on a second axis when present.
+"""
+import os
+
+from . import flags
+from .compliance import CLOSED_TARGET, TARGET_KEY, read_log, samples_of
+from .errors import UserError
+from .fileio import atomic_path
+
+
+def curves(records):
+    """{key: [(samples, value), ...]} for eval_accuracy and every numeric *loss* key."""
+    out = {}
+    for r in records:
+        if (r.key == "eval_accuracy" or "loss" in r.key) and isinstance(r.value, (int, float)) \
+                and samples_of(r) is not None:
+            out.setdefault(r.key, []).append((samples_of(r), float(r.value)))
+    return out
+
+
+def plot_log(log, output):
+    records = read_log(log)
+    data = curves(records)
+    if "eval_accuracy" not in data:
+        raise UserError("%s has no eval_accuracy lines to plot: was it run with --eval_input_file?" % log)
+    target = next((r.value for r in records if r.key == TARGET_KEY), CLOSED_TARGET)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    xs, ys = zip(*data["eval_accuracy"])
+    ax.plot(xs, ys, "o-", color="tab:blue", label="eval masked-LM accuracy")
+    ax.axhline(target, ls="--", color="tab:green", label="target %.3g" % target)
+    ax.set_xlabel("training samples")
+    ax.set_ylabel("masked-LM accuracy")
+    losses = {k: v for k, v in data.items() if k != "eval_accuracy"}
+    handles, labels = ax.get_legend_handles_labels()
+    if losses:
+        ax2 = ax.twinx()
+        for k, pts in sorted(losses.items()):
+            lx, ly = zip(*pts)
+            ax2.plot(lx, ly, ".-", color="tab:red", alpha=0.7, label=k)
+        ax2.set_ylabel("loss")
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    ax.legend(handles, labels, loc="center right")
+    status = next((r.metadata.get("status") for r in records if r.key == "run_stop"), "running")
+    ax.set_title("%s: %d evals, run %s" % (os.path.basename(log), len(xs), status))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with atomic_path(output) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+    return output
+
+
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_string("output", None, "PNG to write", flag_values=fv)
+    rest = flags.parse(fv, argv, required=["output"])
+    if len(rest) != 1:
+        raise UserError("usage: plot-log LOG --output=PNG (one MLPerf log file)")
+    print("wrote %s" % plot_log(rest[0], fv.output))
+    return 0

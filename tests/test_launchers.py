@@ -1,0 +1,173 @@
+"""train_model.sh / start_training.sh / Dockerfile: what the image runs, tested outside Docker."""
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.path.join(ROOT, "train_model.sh")
+START = os.path.join(ROOT, "start_training.sh")
+
+# REFERENCE.md section 3, typed in independently of configs/presets/.
+REFERENCE_GPU = {"train_batch_size": "24", "learning_rate": "1e-4", "num_train_steps": "107538",
+                 "num_warmup_steps": "1562", "start_warmup_step": "0", "max_seq_length": "512",
+                 "max_predictions_per_seq": "76", "optimizer": "lamb", "save_checkpoints_steps": "6250",
+                 "eval_batch_size": "8", "max_eval_steps": "1250"}
+TPU_8192 = {"train_batch_size": "8192", "learning_rate": "0.00288293", "lamb_beta_1": "0.88",
+            "lamb_beta_2": "0.88", "lamb_weight_decay_rate": "0.0166629", "log_epsilon": "-6",
+            "num_train_steps": "600", "num_warmup_steps": "287", "start_warmup_step": "-76",
+            "steps_per_update": "1", "eval_batch_size": "640", "max_eval_steps": "125"}
+
+
+def dry_run(*args, **env):
+    e = dict(os.environ, DATA_DIR="/data", **env)
+    e.pop("PRESET", None)
+    proc = subprocess.run([TRAIN, "--dry_run", *args], capture_output=True, text=True, env=e)
+    assert proc.returncode == 0, proc.stderr
+    return shlex.split(proc.stdout)
+
+
+def trainer_flags(cmd):
+    i = next(k for k, a in enumerate(cmd) if a.endswith("run_pretraining.py"))
+    out = {}
+    for a in cmd[i + 1:]:
+        name, _, value = a[2:].partition("=")
+        assert name not in out, "flag %s given twice" % name
+        out[name] = value
+    return cmd[:i], out
+
+
+@pytest.mark.parametrize("preset,expected,gpus", [("reference_gpu", REFERENCE_GPU, "8"),
+                                                  ("tpu_8192", TPU_8192, "8")])
+def test_presets_are_the_reference_hyperparameters(preset, expected, gpus):
+    launcher, fl = trainer_flags(dry_run("--preset=" + preset))
+    for k, v in expected.items():
+        assert float(fl[k]) == float(v) if k != "optimizer" else fl[k] == v, k
+    assert "--nproc_per_node=" + gpus in launcher and "--standalone" in launcher
+    assert fl["input_file"] == "/data/part-*" and fl["eval_input_file"] == "/data/eval_10k"
+    assert fl["bert_config_file"].endswith("configs/bert_config_large.json")
+    assert fl["target_mlm_accuracy"] == "0.720" and fl["submission_division"] == "closed"
+    assert "do_train" in fl and "do_eval" in fl
+
+
+def test_bert_large_config_is_the_reference_file():
+    import hashlib
+    with open(os.path.join(ROOT, "configs", "bert_config_large.json"), "rb") as f:
+        assert hashlib.md5(f.read()).hexdigest() == "7f59165e21b7d566db610ff6756c926b"
+
+
+def test_overrides_replace_preset_flags_and_env_is_used():
+    launcher, fl = trainer_flags(dry_run(
+        "--preset=reference_gpu", "--train_batch_size=48", "--noshuffle",
+        NNODES="2", NODE_RANK="1", MASTER_ADDR="node0", NUM_GPUS="4", OUTPUT_DIR="/out",
+        LOGDIR="/logs", INIT_CHECKPOINT="/ckpt/model.ckpt-28252", SEED="7"))
+    assert fl["train_batch_size"] == "48" and "noshuffle" in fl
+    assert fl["output_dir"] == "/out" and fl["mlperf_log"] == "/logs/mlperf.log"
+    assert fl["init_checkpoint"] == "/ckpt/model.ckpt-28252" and fl["seed"] == "7"
+    for a in ("--nnodes=2", "--node_rank=1", "--master_addr=node0", "--nproc_per_node=4"):
+        assert a in launcher
+    assert "--standalone" not in launcher
+
+
+def test_dry_run_command_is_accepted_by_the_trainer_flags():
+    from mlperf_bert import training
+    for preset in ("reference_gpu", "tpu_8192", "demo_cpu"):
+        _, fl = trainer_flags(dry_run("--preset=" + preset))
+        fv = training.define_flags()
+        argv = ["run_pretraining.py"] + ["--%s=%s" % (k, v) if v else "--" + k for k, v in fl.items()]
+        fv(argv)  # raises on an unknown flag or a bad value
+        assert fv.do_train and fv.do_eval
+
+
+def test_bad_preset_and_missing_data_dir():
+    e = dict(os.environ, DATA_DIR="/data")
+    proc = subprocess.run([TRAIN, "--preset=nope"], capture_output=True, text=True, env=e)
+    assert proc.returncode == 2 and "unknown preset 'nope'" in proc.stderr and "demo_cpu" in proc.stderr
+    e.pop("DATA_DIR")
+    e.pop("INPUT_FILES", None)
+    proc = subprocess.run([TRAIN, "--dry_run"], capture_output=True, text=True, env=e)
+    assert proc.returncode == 2 and "DATA_DIR" in proc.stderr
+
+
+FAKE_TRAINER = """#!/usr/bin/env bash
+# stands in for train_model.sh: writes a valid log through mllog, then exits as told
+echo "args: $*" > "$OUTPUT_DIR/args.txt"
+"$PYTHON" -c "import sys, pathlib; sys.path.insert(0, '%s'); from test_compliance import write_log; write_log(pathlib.Path(sys.argv[1]), division='open', target=0.3, accs=(0.1, 0.31), eval_samples=500)" "$LOGDIR/body.log"
+cat "$LOGDIR/body.log" >> "$LOGDIR/mlperf.log"
+if [ -n "${FAKE_SLEEP:-}" ]; then
+  sleep "$FAKE_SLEEP" &
+  sp=$!
+  trap 'echo TERM > "$OUTPUT_DIR/got_term"; kill $sp; exit 143' TERM
+  touch "$OUTPUT_DIR/ready"
+  wait $sp
+fi
+exit "${FAKE_STATUS:-0}"
+"""
+
+
+@pytest.fixture
+def fake_env(tmp_path):
+    fake = tmp_path / "fake_train.sh"
+    fake.write_text(FAKE_TRAINER % os.path.join(ROOT, "tests"))
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    return dict(os.environ, DATA_DIR=str(tmp_path), OUTPUT_DIR=str(out), TRAIN_MODEL=str(fake),
+                PYTHON=sys.executable, CLEAR_CACHES="1"), out
+
+
+def test_start_training_times_logs_checks_and_keeps_status(fake_env):
+    env, out = fake_env
+    env["FAKE_STATUS"] = "3"
+    proc = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("STARTING TIMING RUN AT "))
+    end = next(i for i, l in enumerate(lines) if l.startswith("ENDING TIMING RUN AT "))
+    assert start < end and any(l.startswith("RESULT,bert,") for l in lines[end:])
+    assert (out / "args.txt").read_text().strip() == "args: --preset=demo_cpu"
+    log = (out / "mlperf.log").read_text().splitlines()
+    assert '"key": "cache_clear"' in log[0]
+    dropped = os.access("/proc/sys/vm/drop_caches", os.W_OK)
+    assert ('"value": true' in log[0]) == dropped
+    # check-log ran on the combined log and it passes (both checkers)
+    assert "PASS official_checker" in proc.stdout and "PASSED (8/8 rules passed)" in proc.stdout
+
+
+def test_start_training_forwards_sigterm(fake_env):
+    env, out = fake_env
+    env.update(FAKE_SLEEP="30", CHECK_LOG="0")
+    proc = subprocess.Popen([START], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    deadline = time.time() + 20
+    while not (out / "ready").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=20)
+    assert (out / "got_term").exists()
+    assert proc.returncode == 143 and "ENDING TIMING RUN AT" in stdout
+
+
+def test_start_training_without_data_runs_the_demo(tmp_path):
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/bin/sh\necho "python $*"\n')
+    fake_python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "INPUT_FILES")}
+    env.update(PYTHON=str(fake_python), OUTPUT_DIR=str(tmp_path / "o"))
+    proc = subprocess.run([START], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0
+    assert "DATA_DIR is not set: running the built-in demo" in proc.stdout
+    assert "python -m mlperf_bert demo --output_dir=%s/o/demo" % tmp_path in proc.stdout
+
+
+def test_dockerfile_lints_clean_and_runs_start_training():
+    hadolint = os.path.join(os.path.dirname(sys.executable), "hadolint")
+    proc = subprocess.run([hadolint, "--failure-threshold", "warning", os.path.join(ROOT, "Dockerfile")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = open(os.path.join(ROOT, "Dockerfile")).read()
+    assert 'CMD ["./start_training.sh"]' in text and "COPY requirements.txt" in text
+    assert "WORKDIR /workspace/bert" in text
+    assert os.access(START, os.X_OK) and os.access(TRAIN, os.X_OK)

@@ -135,8 +135,8 @@ class _ReferenceIds(FullTokenizer):
     def __init__(self, vocab, do_lower_case):
         super().__init__(vocab=vocab, do_lower_case=do_lower_case)
 
-    def ids(self, line):
-        return self.convert_tokens_to_ids(self.tokenize(line))
+    def extend_ids(self, line, out):
+        out += self.convert_tokens_to_ids(self.tokenize(line))
 
 
 def make_kernel(seed, vocab_ids, cls_id, sep_id, mask_id, max_seq_length, max_predictions_per_seq,
@@ -172,8 +172,9 @@ def read_documents(input_files, tokenizer, progress=False):
     starts a new document; documents continue across file boundaries; empty ones are dropped.
     """
     corpus = Corpus()
-    tokens, seg_off, doc_seg = corpus.tokens, corpus.seg_off, corpus.doc_seg
-    ids = tokenizer.ids
+    seg_off, doc_seg = corpus.seg_off, corpus.doc_seg
+    tokens = []  # a list grows faster than an array; converted once at the end
+    extend_ids = tokenizer.extend_ids
     total = sum(os.path.getsize(p) for p in input_files)
     with _bar(progress, total=total, unit="B", unit_scale=True, desc="tokenizing") as bar:
         for path in input_files:
@@ -204,13 +205,13 @@ def read_documents(input_files, tokenizer, progress=False):
                     if doc_seg[-1] != len(seg_off) - 1:  # close a non-empty document
                         doc_seg.append(len(seg_off) - 1)
                     continue
-                line_ids = ids(line)
-                if line_ids:
-                    tokens.extend(line_ids)
+                extend_ids(line, tokens)
+                if len(tokens) != seg_off[-1]:
                     seg_off.append(len(tokens))
             bar.update(size - shown)
     if doc_seg[-1] != len(seg_off) - 1:
         doc_seg.append(len(seg_off) - 1)
+    corpus.tokens = array.array("i", tokens)
     return corpus
 
 

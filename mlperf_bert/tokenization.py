@@ -255,17 +255,25 @@ class FastTokenizer:
             out.extend(self._unk if subs is None else subs)
         return tuple(out)
 
-    def ids(self, line):
-        """Token ids of one line of text."""
+    def extend_ids(self, line, out):
+        """Append the token ids of one line of text to the list ``out``."""
         words = line.translate(self._table).split()
         memo = self._memo
+        start = len(out)
         try:  # the common case, every word seen before: no Python-level loop
-            return list(chain.from_iterable(map(memo.__getitem__, words)))
+            out += chain.from_iterable(map(memo.__getitem__, words))
         except KeyError:
+            del out[start:]
             for word in words:
                 if word not in memo:
                     memo[word] = self._word_ids(word)
-            return list(chain.from_iterable(map(memo.__getitem__, words)))
+            out += chain.from_iterable(map(memo.__getitem__, words))
+
+    def ids(self, line):
+        """Token ids of one line of text."""
+        out = []
+        self.extend_ids(line, out)
+        return out
 
     def tokenize(self, line):
         inv = {i: t for t, i in self.vocab.items()}

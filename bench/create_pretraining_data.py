@@ -22,16 +22,18 @@ FLAGS = dict(max_seq_length=512, max_predictions_per_seq=76, dupe_factor=10)
 
 
 def run(code):
-    """Run python code pinned to one core; return (wall seconds, peak RSS MB)."""
+    """Run python code pinned to one core; return (wall seconds, peak RSS MB); print its CPU time."""
     cmd = [sys.executable, "-c", code]
     if hasattr(os, "sched_setaffinity"):
         cmd = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] + cmd
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=ROOT)
+    p = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.DEVNULL)  # no progress bars
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
     if status:
         sys.exit("benchmark run failed: %s" % code)
+    print("    [process: %.2f s wall, %.2f s CPU (user+sys), load average %.1f]"
+          % (wall, usage.ru_utime + usage.ru_stime, os.getloadavg()[0]), file=sys.stderr)
     return wall, usage.ru_maxrss / 1024.0
 
 

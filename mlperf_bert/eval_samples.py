@@ -1,4 +1,4 @@
-"""pick_eval_samples: keep records int(i * N / num) of an eval TFRecord (the reference's eval_10k step)."""
+"""pick_eval_samples: keep records int(i * (N / num)) of an eval TFRecord (the reference's eval_10k step)."""
 import os
 import sys
 
@@ -10,8 +10,13 @@ from .tfrecord import TFRecordWriter, read_records
 
 
 def pick_indexes(total, num_examples_to_pick):
-    """The reference's picks: record int(i * N / num) for i in 0..num-1."""
-    return [int(i * total / num_examples_to_pick) for i in range(num_examples_to_pick)]
+    """The reference's picks: record int(i * ratio), ratio = N / num, for i in 0..num-1.
+
+    The float ratio is multiplied, as the reference does: int(i * (N / num)) is sometimes one
+    less than the exact floor(i * N / num) (e.g. N=4366, num=407, i=187 gives 2005, not 2006).
+    """
+    ratio = total / num_examples_to_pick
+    return [int(i * ratio) for i in range(num_examples_to_pick)]
 
 
 def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_length,

@@ -1,4 +1,4 @@
-"""pick_eval_samples keeps records int(i * N / num), re-encoded in the fixed feature order."""
+"""pick_eval_samples keeps records int(i * (N / num)), re-encoded in the fixed feature order."""
 import os
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.eval_samples import main, pick_eval_samples
+from mlperf_bert.eval_samples import main, pick_eval_samples, pick_indexes
 from mlperf_bert.example import PRETRAINING_FEATURES, decode_example
 from mlperf_bert.tfrecord import read_records
 
@@ -19,7 +19,15 @@ def golden_records(golden_dir):
     return list(read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))
 
 
-@pytest.mark.parametrize("num", [1, 7, 1000, 4366])
+def test_pick_indexes_use_the_float_ratio_like_the_reference():
+    # reference: pick_ratio = N / num; records[int(i * pick_ratio)]; differs from exact floor here
+    assert pick_indexes(4366, 407)[187] == 2005 and 187 * 4366 // 407 == 2006
+    assert pick_indexes(122, 14) == [int(i * (122 / 14)) for i in range(14)]
+    assert pick_indexes(10, 10) == list(range(10))
+    assert pick_indexes(20, 3) == [0, 6, 13]
+
+
+@pytest.mark.parametrize("num", [1, 7, 407, 4366])
 def test_picks_reference_indexes_with_same_content(tmp_path, golden_dir, golden_records, num):
     out = str(tmp_path / "eval")
     n = pick_eval_samples(os.path.join(golden_dir, "part-00000.s128.tfrecord"), out, num, 128, 20,
@@ -27,9 +35,8 @@ def test_picks_reference_indexes_with_same_content(tmp_path, golden_dir, golden_
     picked = list(read_records(out))
     total = len(golden_records)
     assert n == len(picked) == num
-    # independent index rule: floor(i * N / num) in exact integer arithmetic
-    for i in sorted({0, num // 2, num - 1}):
-        want = decode_example(golden_records[i * total // num])
+    for i in sorted({0, num // 2, num - 1} | ({187} if num == 407 else set())):
+        want = decode_example(golden_records[int(i * (total / num))])
         got = decode_example(picked[i])
         assert list(got) == [name for name, _, _ in PRETRAINING_FEATURES]
         assert sorted(want) == sorted(got)

@@ -22,7 +22,7 @@ from .fileio import atomic_open
 from .sentences import split_sentences
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SEQ, PRED = 128, 20
+SEQ, PRED = 32, 5
 
 
 def corpus_documents():
@@ -83,6 +83,7 @@ def main(argv):
           % (sys.version_info[0], sys.version_info[1], n_train, n_eval, text_dir))
 
     data_dir = os.path.join(out, "tfrecords")
+    shutil.rmtree(data_dir, ignore_errors=True)  # seconds to remake; the demo's flags may have changed
     if _run([py, "-m", "mlperf_bert", "make-dataset", "--text_dir=" + text_dir, "--output_dir=" + data_dir,
              "--vocab_file=" + vocab_file, "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PRED,
              "--dupe_factor=%d" % fv.dupe_factor, "--num_eval_examples=500", "--workers=2"],

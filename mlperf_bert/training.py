@@ -230,7 +230,6 @@ def main(argv):
 
 
 def run(fv, stop):
-    t_init = time.time()
     kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if kind == "cuda" and not torch.cuda.is_available():
         raise UserError("--device=cuda but no CUDA device is available: use --device=cpu")
@@ -339,6 +338,7 @@ def run(fv, stop):
         return data.make_loader(ds, min(fv.num_workers, 1))
 
     def checkpoint(at):
+        # Every rank's accumulator travels to rank 0; at update boundaries it holds no buffers.
         states = distributed.gather_objects({"rng": rng_state(device), "accumulator": acc.state_dict()})
         if rank == 0:
             save_checkpoint(os.path.join(fv.output_dir, "model.ckpt-%d.pt" % at), {
@@ -440,7 +440,6 @@ def run(fv, stop):
                                autocast)
         if rank == 0:
             print(write_eval_results(fv.output_dir, metrics, step))
-    del t_init
     return 0
 
 

@@ -208,3 +208,21 @@ def test_records_are_json_lines_written_by_mllog(tmp_path):
     recs = compliance.read_log(str(log))
     first = json.loads(log.read_text().splitlines()[0].split(":::MLLOG", 1)[1])
     assert recs[0].key == first["key"] == "submission_benchmark"
+
+
+def test_plot_log_draws_the_eval_curve(tmp_path):
+    from mlperf_bert import plot
+    log = write_log(tmp_path / "log.txt", extra=[("eval_loss", 2.5)])
+    recs = compliance.read_log(str(log))
+    data = plot.curves(recs)
+    assert [v for _, v in data["eval_accuracy"]] == [0.5, 0.6, 0.73]
+    assert [s for s, _ in data["eval_accuracy"]] == [150016, 300032, 450048]
+    assert "eval_loss" not in data  # logged without a samples position: nothing to plot against
+    png = tmp_path / "curve.png"
+    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "plot-log", str(log), "--output=%s" % png],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = edit(write_log(tmp_path / "noeval.txt"), lambda ls: [l for l in ls if "eval_accuracy" not in l])
+    with pytest.raises(UserError, match="no eval_accuracy lines"):
+        plot.plot_log(str(empty), str(tmp_path / "x.png"))

@@ -217,6 +217,22 @@ class PretrainingBatches(torch.utils.data.IterableDataset):
         return self._batches(info.id, info.num_workers)
 
 
+class _Loader:
+    """A DataLoader whose workers' UserErrors come out as the original one line."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        try:
+            yield from self.loader
+        except UserError as e:
+            lines = str(e).strip().splitlines()
+            if len(lines) > 1:  # "Caught UserError in DataLoader worker ... Traceback ...: msg"
+                raise UserError(lines[-1].split("UserError: ", 1)[-1]) from None
+            raise
+
+
 def make_loader(dataset, num_workers):
     """DataLoader over ready-made batches; workers prefetch so the accelerator never waits."""
     # Its own generator: creating an iterator must not draw from the global RNG (dropout),
@@ -225,7 +241,7 @@ def make_loader(dataset, num_workers):
                   generator=torch.Generator())
     if num_workers > 0:
         kwargs.update(prefetch_factor=4, persistent_workers=False)
-    return torch.utils.data.DataLoader(dataset, **kwargs)
+    return _Loader(torch.utils.data.DataLoader(dataset, **kwargs))
 
 
 def input_files(spec, what="--input_file"):

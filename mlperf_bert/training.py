@@ -303,6 +303,9 @@ def run(fv, stop):
     step, next_eval, evals = 0, 0, []
     freq = fv.eval_frequency or eval_frequency(global_batch)
     if ckpt:
+        if ckpt.get("config") not in (None, config.to_dict()):
+            raise UserError("checkpoint %s was trained with another model config than %s: use "
+                            "that config or another --output_dir" % (resume[-1][1], fv.bert_config_file))
         try:
             model.load_state_dict(ckpt["model"])
         except RuntimeError as e:

@@ -96,6 +96,10 @@ def test_bad_inputs_are_one_line_errors(shards, tmp_path):
     bad.write_bytes(bytes(raw))
     with pytest.raises(UserError, match="bad.tfrecord: record .* corrupt"):
         list(data.PretrainingBatches([str(bad)], SEQ, PRED, 8, shuffle=False, repeat=False))
+    # from a worker process: the same single line
+    with pytest.raises(UserError, match="^[^\n]*bad.tfrecord: record [0-9]+ [^\\n]*corrupt[^\n]*$"):
+        list(data.make_loader(data.PretrainingBatches([str(bad)], SEQ, PRED, 8, shuffle=False,
+                                                      repeat=False), num_workers=1))
     with pytest.raises(UserError, match="does not exist"):
         data.input_files(str(tmp_path / "missing-*"))
     empty = tmp_path / "empty.tfrecord"

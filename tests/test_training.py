@@ -193,6 +193,8 @@ def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
     assert os.path.exists(os.path.join(second, "model.ckpt-%d.pt" % (evals[k][0] // 4)))
     rc, text = _official_checker(os.path.join(second, "mlperf.log"), str(tmp_path))
     assert rc == 0, text
+    from mlperf_bert import compliance
+    assert compliance.main(["check-log", "--noofficial", os.path.join(second, "mlperf.log")]) == 0
 
 
 def test_do_eval_alone_matches_an_independent_computation(files, uninterrupted, tmp_path):
@@ -281,3 +283,31 @@ def test_command_line_error_exits_2_with_one_line(files, tmp_path):
                        env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error: --input_file")
+
+
+def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninterrupted, tmp_path):
+    """pre_eval.sh of the reference (paths, sizes and seq 128 changed) on a TF1-layout prefix."""
+    from mlperf_bert import tf_checkpoint
+    prefix = str(tmp_path / "tf1_ckpt" / "model.ckpt-28252")
+    os.makedirs(os.path.dirname(prefix))
+    tf_checkpoint.save_tf_checkpoint(weights(os.path.join(uninterrupted[0], "model.ckpt-30.pt"))[0],
+                                     prefix, global_step=28252)
+    out = str(tmp_path / "output")
+    argv = ["run_pretraining.py", "--bert_config_file=" + files["config"], "--output_dir=" + out,
+            "--input_file=" + files["eval"], "--do_eval", "--nodo_train", "--eval_batch_size=8",
+            "--init_checkpoint=" + prefix, "--iterations_per_loop=1000", "--learning_rate=0.0001",
+            "--max_eval_steps=5", "--max_predictions_per_seq=20", "--max_seq_length=128",
+            "--num_gpus=1", "--num_train_steps=107538", "--num_warmup_steps=1562", "--optimizer=lamb",
+            "--save_checkpoints_steps=1562", "--start_warmup_step=0", "--train_batch_size=24",
+            "--nouse_tpu"]
+    assert training.main(argv) == 0
+    got = dict(l.strip().split(" = ") for l in open(os.path.join(out, "eval_results.txt")))
+    assert got["global_step"] == "28252"
+    # the same weights from the .pt give the same metrics
+    pt = str(tmp_path / "pt")
+    argv_pt = [a for a in argv if not a.startswith(("--init_checkpoint", "--output_dir"))]
+    assert training.main(argv_pt + ["--output_dir=" + pt, "--init_checkpoint=" +
+                                    os.path.join(uninterrupted[0], "model.ckpt-30.pt")]) == 0
+    got_pt = dict(l.strip().split(" = ") for l in open(os.path.join(pt, "eval_results.txt")))
+    assert {k: v for k, v in got.items() if k != "global_step"} == \
+        {k: v for k, v in got_pt.items() if k != "global_step"}

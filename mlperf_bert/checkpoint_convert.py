@@ -16,7 +16,8 @@ from .model import BertForPreTraining
 
 def convert(bert_config_file, src, dst):
     cfg = BertConfig.from_json_file(bert_config_file)
-    model = BertForPreTraining(cfg)
+    with torch.device("meta"):  # weights come from the checkpoint: skip the random init
+        model = BertForPreTraining(cfg)
     info = tf_checkpoint.load_init_checkpoint(model, src)
     step = info["global_step"]
     if dst.endswith(".pt"):

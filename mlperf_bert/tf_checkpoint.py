@@ -204,7 +204,7 @@ def save_tf_checkpoint(model_or_state_dict, prefix, global_step=None, extra=None
     arrays.update(extra or {})
     if global_step is not None:
         arrays["global_step"] = np.asarray(global_step, dtype=np.int64)
-    write_tf_checkpoint(arrays, prefix)
+    write_tf_checkpoint(arrays, prefix, shard_bytes=float("inf"))  # in memory already: one data file
 
 
 def _canonical(name):
@@ -264,7 +264,9 @@ def load_state_from_arrays(model, arrays, source):
     if misshaped:
         raise UserError("checkpoint %s: variable %s; use the bert_config.json this checkpoint was made "
                         "with" % (source, misshaped[0]))
-    model.load_state_dict(new)
+    # A model built on the meta device (converters: no pointless random init) takes the
+    # loaded tensors as they are; a real model keeps its parameters (device, dtype).
+    model.load_state_dict(new, assign=any(p.is_meta for p in sd.values()))
     ignored = [n for n in arrays if n not in used]
     if ignored:
         log.info("checkpoint %s: ignored %d non-model variable(s): %s", source, len(ignored),

@@ -168,6 +168,7 @@ def clip_by_global_norm_(tensors, clip_norm=1.0):
         return torch.tensor(0.0)
     norms = torch._foreach_norm(tensors)
     gnorm = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
-    scale = clip_norm * torch.minimum(1.0 / gnorm, torch.tensor(1.0 / clip_norm, device=gnorm.device))
+    scale = clip_norm * torch.minimum(1.0 / gnorm, torch.full_like(gnorm, 1.0 / clip_norm))
+    scale = scale + (gnorm - gnorm)  # NaN when the norm is inf or NaN, as TF does
     torch._foreach_mul_(tensors, scale.to(tensors[0].dtype))
     return gnorm

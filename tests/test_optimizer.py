@@ -165,6 +165,12 @@ def test_clip_matches_tensorflow():
         assert gn.item() == pytest.approx(float(tgn), rel=1e-6)
         for t, c in zip(ts, clipped):
             np.testing.assert_allclose(t.numpy(), c.numpy(), rtol=1e-6)
+    arrays[1][2] = np.inf  # a non-finite norm poisons every gradient, in TF and here
+    ts = [torch.from_numpy(a.copy()) for a in arrays]
+    clip_by_global_norm_(ts, 1.0)
+    clipped, _ = tf.clip_by_global_norm([tf.constant(a) for a in arrays], 1.0)
+    assert all(np.isnan(c.numpy()).all() for c in clipped)
+    assert all(torch.isnan(t).all() for t in ts)
 
 
 def test_accumulator_resume_is_exact():

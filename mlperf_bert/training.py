@@ -79,6 +79,8 @@ def define_flags():
       flag_values=fv)
     I("shuffle_buffer", 1000, "Records in the shuffle buffer.", flag_values=fv)
     I("num_workers", 2, "DataLoader worker processes per rank.", flag_values=fv)
+    I("log_frequency", 50, "Log train_loss, learning rate and throughput every this many steps.",
+      flag_values=fv)
     S("mlperf_log", None, "MLPerf log file (appended to); default output_dir/mlperf.log.",
       flag_values=fv)
     flags.DEFINE_enum("submission_division", "open", ["open", "closed"], "MLPerf division.",
@@ -357,6 +359,7 @@ def run(fv, stop):
         m = evaluate(model, eval_batches(), device, autocast)
         log.end(C.EVAL_STOP, metadata={C.EPOCH_NUM: samples})
         log.event(C.EVAL_ACCURACY, m["masked_lm_accuracy"], metadata={C.EPOCH_NUM: samples})
+        log.event("eval_mlm_loss", m["masked_lm_loss"], metadata={C.EPOCH_NUM: samples})
         evals.append((samples, m["masked_lm_accuracy"]))
         return m
 
@@ -386,6 +389,7 @@ def run(fv, stop):
     block_open, block_first = False, 0
     it = batches(step)
     t0, s0 = time.time(), step
+    loss_sum, loss_n = torch.zeros((), device=device), 0
     while status != C.SUCCESS and step < max_steps:
         if not block_open:
             # BERT counts "epochs" in samples: a block is the eval interval starting here.
@@ -400,11 +404,20 @@ def run(fv, stop):
         updated = acc.after_backward(step)
         step += 1
         last = out.loss.detach()
+        loss_sum += last
+        loss_n += 1
         samples = step * fv.train_batch_size
+        rate = (step - s0) * fv.train_batch_size / max(time.time() - t0, 1e-9)
         if bar is not None and (step % 10 == 0 or step == max_steps):
-            rate = (step - s0) * fv.train_batch_size / max(time.time() - t0, 1e-9)
             bar.set_postfix(loss="%.4f" % last.item(), lr="%.3g" % lr_fn(step - 1),
                             seq_s="%.1f" % rate, refresh=False)
+        if step % fv.log_frequency == 0 or step == max_steps:
+            # mean loss since the last line; samples_count places it on the training axis
+            log.event("train_loss", loss_sum.item() / loss_n, metadata={
+                C.SAMPLES_COUNT: samples, "step": step, "learning_rate": lr_fn(step - 1),
+                "seq_per_s": rate})
+            loss_sum.zero_()
+            loss_n = 0
         if bar is not None:
             bar.update(1)
         if updated and eval_files and samples >= next_eval:

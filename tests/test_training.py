@@ -170,12 +170,15 @@ def _official_checker(log_path, cwd):
 def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
     kw = dict(eval_input_file=files["eval"], eval_frequency=16, eval_at_start=True,
               steps_per_update=1, num_train_steps=16, save_checkpoints_steps=100,
-              learning_rate=2e-2, num_workers=0)
+              learning_rate=2e-2, num_workers=0, log_frequency=4)
     first = str(tmp_path / "first")
     assert training.main(flags_for(files, first, target_mlm_accuracy=1.0, **kw)) == 0
     recs, evals = _evals(os.path.join(first, "mlperf.log"))
     assert [s for s, _ in evals] == [0, 16, 32, 48, 64]
     assert {r["key"]: r["metadata"].get("status") for r in recs}["run_stop"] == "aborted"
+    losses = [(r["metadata"]["samples_count"], r["value"]) for r in recs if r["key"] == "train_loss"]
+    assert [s for s, _ in losses] == [16, 32, 48, 64]
+    assert all(0 < v < 20 for _, v in losses) and losses[-1][1] < losses[0][1]
     rc, text = _official_checker(os.path.join(first, "mlperf.log"), str(tmp_path))
     assert rc == 0, text
     # a target the run reaches after training started: it must stop at the first eval >= target

@@ -373,6 +373,8 @@ def run(fv, stop):
     t_run = time.time()
 
     status, metrics, last = C.ABORTED, None, None
+    if evals and evals[-1][1] >= fv.target_mlm_accuracy:  # resumed after reaching the target
+        status = C.SUCCESS
     max_steps = fv.num_train_steps
     if fv.max_samples_termination:
         max_steps = min(max_steps, -(-fv.max_samples_termination // fv.train_batch_size))

@@ -16,7 +16,9 @@ class WithAccumulators(collections.abc.Mapping):
         self.ckpt = ckpt
 
     def _source(self, name):
-        return name[:-len(self.SUFFIX)] if name.endswith(self.SUFFIX) and name[:-len(self.SUFFIX)] in self.ckpt else None
+        """The variable an accumulator name belongs to, or None for a copied variable."""
+        base = name[:-len(self.SUFFIX)]
+        return base if name.endswith(self.SUFFIX) and base in self.ckpt.shapes else None
 
     def __getitem__(self, name):
         src = self._source(name)

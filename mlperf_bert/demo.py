@@ -64,11 +64,11 @@ def _run(cmd, what, env=None):
 
 def main(argv):
     fv = flags.FlagValues()
-    flags.DEFINE_string("output_dir", "demo_output", "where everything goes", flag_values=fv)
+    flags.DEFINE_string("output_dir", "demo_out", "where everything goes", flag_values=fv)
     flags.DEFINE_integer("dupe_factor", 5, "create_pretraining_data passes over the corpus", flag_values=fv)
-    flags.DEFINE_integer("eval_frequency", 3200, "samples between online evals", flag_values=fv)
-    flags.DEFINE_integer("max_samples", 60000, "stop (aborted) after this many samples", flag_values=fv)
-    flags.DEFINE_float("target", 0.20, "masked-LM accuracy target of the open-division run", flag_values=fv)
+    flags.DEFINE_integer("eval_frequency", 1600, "samples between online evals", flag_values=fv)
+    flags.DEFINE_integer("max_samples", 32000, "stop (aborted) after this many samples", flag_values=fv)
+    flags.DEFINE_float("target", 0.14, "masked-LM accuracy target of the open-division run", flag_values=fv)
     flags.DEFINE_integer("seed", 12345, "training seed", flag_values=fv)
     flags.parse(fv, argv)
     out = os.path.abspath(fv.output_dir)

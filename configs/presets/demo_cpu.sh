@@ -8,14 +8,14 @@ PRESET_FLAGS=(
   --max_predictions_per_seq=5
   --train_batch_size=16
   --steps_per_update=2
-  --learning_rate=5e-3
+  --learning_rate=2e-2
   --optimizer=lamb
   --num_train_steps=2000
-  --num_warmup_steps=50
+  --num_warmup_steps=20
   --start_warmup_step=0
   --save_checkpoints_steps=2500
   --eval_batch_size=128
   --max_eval_steps=8
-  --target_mlm_accuracy=0.20
+  --target_mlm_accuracy=0.14
   --submission_division=open
 )

@@ -171,3 +171,23 @@ def test_dockerfile_lints_clean_and_runs_start_training():
     assert 'CMD ["./start_training.sh"]' in text and "COPY requirements.txt" in text
     assert "WORKDIR /workspace/bert" in text
     assert os.access(START, os.X_OK) and os.access(TRAIN, os.X_OK)
+
+
+def test_demo_corpus_shards_are_reference_format(tmp_path):
+    from pydoc_data.topics import topics
+    from mlperf_bert import demo
+    n_train, n_eval = demo.write_text_shards(str(tmp_path))
+    nonempty = [k for k in sorted(topics) if topics[k].strip()]
+    assert n_train + n_eval == len(nonempty) and n_eval == len(nonempty) // 8
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["eval.txt", "part-00000-of-00002", "part-00001-of-00002"]
+    docs = []
+    for name in names:
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert text.endswith("\n\n") and "\n\n\n" not in text
+        docs += [d.split("\n") for d in text.split("\n\n")[:-1]]
+        assert all(line == line.strip() and line for d in docs for line in d)
+    assert len(docs) == n_train + n_eval
+    # every word of the corpus survives, in order, within its document
+    first = " ".join(topics[sorted(nonempty)[0]].split())
+    assert " ".join(" ".join(d) for d in docs if " ".join(d) == first) == first

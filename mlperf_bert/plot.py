@@ -42,9 +42,9 @@ def plot_log(log, output):
     handles, labels = ax.get_legend_handles_labels()
     if losses:
         ax2 = ax.twinx()
-        for k, pts in sorted(losses.items()):
+        for (k, pts), color in zip(sorted(losses.items()), ["tab:red", "tab:orange", "tab:purple", "tab:brown"] * 4):
             lx, ly = zip(*pts)
-            ax2.plot(lx, ly, ".-", color="tab:red", alpha=0.7, label=k)
+            ax2.plot(lx, ly, ".-", color=color, alpha=0.8, label=k)
         ax2.set_ylabel("loss")
         h2, l2 = ax2.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2

@@ -16,7 +16,14 @@ DEFINE_enum = _absl.DEFINE_enum
 
 
 def parse(fv, argv, required=()):
-    """Parse ``argv`` (argv[0] is the program) into ``fv``; return the leftover positionals."""
+    """Parse ``argv`` (argv[0] is the program) into ``fv``; return the leftover positionals.
+
+    ``--help`` / ``-h`` print every flag with its help and default, and exit 0.
+    """
+    if any(a in ("--help", "-h", "--helpfull", "--helpshort") for a in list(argv)[1:]):
+        print("usage: %s [--flag=value ...]\n" % argv[0])
+        print(fv.get_help())
+        raise SystemExit(0)
     try:
         rest = fv(list(argv))
     except _absl.Error as e:

@@ -314,3 +314,32 @@ def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninte
     got_pt = dict(l.strip().split(" = ") for l in open(os.path.join(pt, "eval_results.txt")))
     assert {k: v for k, v in got.items() if k != "global_step"} == \
         {k: v for k, v in got_pt.items() if k != "global_step"}
+
+
+REFERENCE_FLAGS = (
+    "bert_config_file input_file output_dir init_checkpoint max_seq_length max_predictions_per_seq "
+    "do_train do_eval train_batch_size eval_batch_size optimizer learning_rate poly_power "
+    "num_train_steps num_warmup_steps start_warmup_step save_checkpoints_steps iterations_per_loop "
+    "max_eval_steps steps_per_update keep_checkpoint_max lamb_weight_decay_rate lamb_beta_1 "
+    "lamb_beta_2 log_epsilon num_gpus use_tpu tpu_name tpu_zone gcp_project master num_tpu_cores").split()
+
+
+def test_help_lists_every_reference_flag_with_the_reference_defaults(capsys):
+    with pytest.raises(SystemExit) as e:
+        training.main(["run_pretraining.py", "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    for name in REFERENCE_FLAGS:
+        assert "--%s" % name in text or "--[no]%s" % name in text, name
+    fv = training.define_flags()
+    defaults = {name: fv[name].default for name in REFERENCE_FLAGS}
+    assert defaults["max_seq_length"] == 128 and defaults["max_predictions_per_seq"] == 20
+    assert defaults["train_batch_size"] == 32 and defaults["eval_batch_size"] == 8
+    assert defaults["optimizer"] == "adamw" and defaults["learning_rate"] == 5e-5
+    assert (defaults["num_train_steps"], defaults["num_warmup_steps"]) == (100000, 10000)
+    assert (defaults["save_checkpoints_steps"], defaults["iterations_per_loop"]) == (1000, 1000)
+    assert (defaults["max_eval_steps"], defaults["steps_per_update"]) == (100, 1)
+    assert (defaults["keep_checkpoint_max"], defaults["lamb_weight_decay_rate"]) == (5, 0.01)
+    assert (defaults["lamb_beta_1"], defaults["lamb_beta_2"], defaults["log_epsilon"]) == \
+        (0.9, 0.999, -6.0)
+    assert (defaults["poly_power"], defaults["start_warmup_step"], defaults["num_gpus"]) == (1.0, 0, 0)

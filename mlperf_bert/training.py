@@ -109,6 +109,9 @@ def _check_flags(fv):
             raise UserError("--%s must be positive, got %d" % (name, fv[name].value))
     if fv.keep_checkpoint_max < 0 or fv.num_warmup_steps < 0:
         raise UserError("--keep_checkpoint_max and --num_warmup_steps must be >= 0")
+    if fv.submission_division == "closed" and (fv.eval_frequency or fv.target_mlm_accuracy != 0.720):
+        raise UserError("--submission_division=closed needs the MLPerf eval frequency and target: "
+                        "drop --eval_frequency and --target_mlm_accuracy, or use open")
     if fv.do_eval and not fv.do_train and not fv.init_checkpoint:
         raise UserError("--do_eval without --do_train needs --init_checkpoint (the weights to evaluate)")
 

@@ -252,6 +252,7 @@ def _no_checkpoints(path):
     ({"max_seq_length": 512, "max_predictions_per_seq": 76, "config": "big"}, "expected 512"),
     ({"eval_input_file": "/nonexistent/eval_10k/*"}, "eval_input_file /nonexistent"),
     ({"use_tpu": True}, "TPU flags"),
+    ({"submission_division": "closed", "eval_frequency": 16}, "closed needs the MLPerf"),
     ({"init_checkpoint": "wrong-config"}, "hidden_size|shape|config"),
     ({"output_dir": "unwritable"}, "not writable|cannot create"),
 ])

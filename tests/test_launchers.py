@@ -116,7 +116,7 @@ def fake_env(tmp_path):
     fake.chmod(0o755)
     out = tmp_path / "out"
     return dict(os.environ, DATA_DIR=str(tmp_path), OUTPUT_DIR=str(out), TRAIN_MODEL=str(fake),
-                PYTHON=sys.executable, CLEAR_CACHES="1"), out
+                PYTHON=sys.executable, CLEAR_CACHES="0"), out
 
 
 def test_start_training_times_logs_checks_and_keeps_status(fake_env):
@@ -131,8 +131,7 @@ def test_start_training_times_logs_checks_and_keeps_status(fake_env):
     assert (out / "args.txt").read_text().strip() == "args: --preset=demo_cpu"
     log = (out / "mlperf.log").read_text().splitlines()
     assert '"key": "cache_clear"' in log[0]
-    dropped = os.access("/proc/sys/vm/drop_caches", os.W_OK)
-    assert ('"value": true' in log[0]) == dropped
+    assert '"value": false' in log[0]  # CLEAR_CACHES=0: tests never drop the host's page cache
     # check-log ran on the combined log and it passes (both checkers)
     assert "PASS official_checker" in proc.stdout and "PASSED (8/8 rules passed)" in proc.stdout
 

@@ -46,16 +46,8 @@ if [[ "${CLEAR_CACHES:-1}" == 1 ]]; then
     echo "start_training.sh: cannot drop the page cache (run the container with --privileged); logging cache_clear=False"
   fi
 fi
-"$PYTHON" - "$MLPERF_LOG" "$cleared" <<'PY'
-import logging, sys
-from mlperf_logging.mllog import constants
-from mlperf_logging.mllog.mllog import MLLogger
-logger = logging.getLogger("start_training")
-logger.propagate = False
-logger.setLevel(logging.INFO)
-logger.addHandler(logging.FileHandler(sys.argv[1], mode="a"))
-MLLogger(logger=logger).event(constants.CACHE_CLEAR, sys.argv[2] == "True")
-PY
+# The trainer logs cache_clear (first line of its log) from this variable.
+export MLPERF_CACHE_CLEARED=$cleared
 
 "${TRAIN_MODEL:-$HERE/train_model.sh}" "$@" &
 child=$!

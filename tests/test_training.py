@@ -176,6 +176,8 @@ def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
     recs, evals = _evals(os.path.join(first, "mlperf.log"))
     assert [s for s, _ in evals] == [0, 16, 32, 48, 64]
     assert {r["key"]: r["metadata"].get("status") for r in recs}["run_stop"] == "aborted"
+    # run directly (not by start_training.sh), nobody cleared the page cache: the log says so
+    assert recs[0]["key"] == "cache_clear" and recs[0]["value"] is False
     losses = [(r["metadata"]["samples_count"], r["value"]) for r in recs if r["key"] == "train_loss"]
     assert [s for s, _ in losses] == [16, 32, 48, 64]
     assert all(0 < v < 20 for _, v in losses) and losses[-1][1] < losses[0][1]

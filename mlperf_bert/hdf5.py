@@ -108,8 +108,11 @@ def read_examples(path, start=0, stop=None):
 
 def num_examples(path):
     import h5py
-    with h5py.File(path, "r") as h:
-        return int(h["input_ids"].shape[0])
+    try:
+        with h5py.File(path, "r") as h:
+            return int(h["input_ids"].shape[0])
+    except (OSError, KeyError) as e:
+        raise UserError("cannot read HDF5 file %s (%s): convert it again with to-hdf5" % (path, e))
 
 
 def iter_batches(path, batch_size, start=0, drop_remainder=False):

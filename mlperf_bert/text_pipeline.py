@@ -23,12 +23,15 @@ MIB = 1024 * 1024
 def segment_file(path):
     """The cleaned, sentence-per-line text of one WikiExtractor file (the reference's ``.3`` file)."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for line in clean_lines(f):
-            if line == "":
-                out.append("\n")
-            else:
-                out.extend(s + "\n" for s in split_sentences(line))
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in clean_lines(f):
+                if line == "":
+                    out.append("\n")
+                else:
+                    out.extend(s + "\n" for s in split_sentences(line))
+    except UnicodeDecodeError:
+        raise UserError("%s is not UTF-8 text: give WikiExtractor output files" % path)
     out.append("\n")  # every segmented file ends with one more blank line
     return "".join(out)
 

@@ -97,8 +97,8 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     settings = dict(STANDARD, **overrides)
     settings["vocab_file"] = os.path.abspath(vocab_file)
     if not os.path.isfile(vocab_file):
-        raise UserError("--vocab_file=%s does not exist: run `python -m mlperf_bert fetch-vocab` or give "
-                        "the path of vocab.txt" % vocab_file)
+        raise UserError("--vocab_file=%s does not exist: run `python -m mlperf_bert fetch-vocab --output=%s` "
+                        "or give the path of vocab.txt" % (vocab_file, vocab_file))
     parts, eval_txt = find_text_shards(text_dir)
     check_writable_dir(os.path.join(output_dir, MANIFEST_NAME))
     _check_settings(output_dir, dict(settings, vocab_file=os.path.basename(vocab_file),
@@ -128,8 +128,8 @@ def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_string("text_dir", None, "directory of part-* text shards (and eval.txt)", flag_values=fv)
     flags.DEFINE_string("output_dir", None, "where the TFRecords and manifest.tsv go", flag_values=fv)
-    flags.DEFINE_string("vocab_file", None, "vocab.txt (python -m mlperf_bert fetch-vocab gets it)",
-                        flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "vocab.txt (`python -m mlperf_bert fetch-vocab --output=vocab.txt` "
+                        "gets it)", flag_values=fv)
     flags.DEFINE_integer("workers", None, "processes (default: all cores)", flag_values=fv)
     flags.DEFINE_integer("num_eval_examples", 10000, "records picked from eval_intermediate into eval_10k",
                          flag_values=fv)

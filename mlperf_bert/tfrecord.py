@@ -78,39 +78,65 @@ def write_records(path, records):
     return w.count
 
 
-def read_records(path, verify=True):
-    """Yield the data of every record in ``path``, checking lengths and CRCs."""
+def _open(path):
     try:
-        f = open(path, "rb")
+        return open(path, "rb")
     except OSError as e:
         raise UserError("cannot read TFRecord file %s: %s" % (path, e.strerror))
-    with f:
-        index = 0
-        while True:
-            head = f.read(12)
-            if not head:
-                return
-            if len(head) < 12:
-                raise UserError("%s: record %d is truncated (header of %d bytes): the file is "
-                                "incomplete, regenerate or re-download it" % (path, index, len(head)))
-            if verify and _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8]):
-                raise UserError("%s: record %d has a corrupt length (CRC mismatch): the file is "
-                                "damaged, regenerate or re-download it" % (path, index))
-            (n,) = _U64.unpack_from(head)
+
+
+def _truncated(path, index):
+    return UserError("%s: record %d is truncated: the file is incomplete, regenerate or re-download it"
+                     % (path, index))
+
+
+def _check_head(path, index, head, verify):
+    """The data length of a record header, after checking the header is whole (and its CRC)."""
+    if len(head) < 12:
+        raise _truncated(path, index)
+    if verify and _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8]):
+        raise UserError("%s: record %d has a corrupt length (CRC mismatch): the file is "
+                        "damaged, regenerate or re-download it" % (path, index))
+    return _U64.unpack_from(head)[0]
+
+
+def read_records(path, verify=True):
+    """Yield the data of every record in ``path``, checking lengths and CRCs."""
+    with _open(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        pos = index = 0
+        while pos < size:
+            n = _check_head(path, index, f.read(12), verify)
+            if pos + 16 + n > size:  # also keeps a corrupt length from asking for a huge read
+                raise _truncated(path, index)
             data = f.read(n)
             tail = f.read(4)
-            if len(data) < n or len(tail) < 4:
-                raise UserError("%s: record %d is truncated: the file is incomplete, regenerate "
-                                "or re-download it" % (path, index))
             if verify and _U32.unpack(tail)[0] != masked_crc32c(data):
                 raise UserError("%s: record %d is corrupt (data CRC mismatch): the file is "
                                 "damaged, regenerate or re-download it" % (path, index))
             yield data
+            pos += 16 + n
+            index += 1
+
+
+def scan_records(path):
+    """Yield (offset of the data, length) of every record of ``path``, reading only the headers."""
+    with _open(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        pos = index = 0
+        while pos < size:
+            n = _check_head(path, index, f.read(12), True)
+            if pos + 16 + n > size:
+                raise _truncated(path, index)
+            yield pos + 12, n
+            pos += 16 + n
+            f.seek(pos)
             index += 1
 
 
 def count_records(path):
-    return sum(1 for _ in read_records(path, verify=False))
+    """The number of records of ``path`` (headers only: lengths and their CRCs are checked)."""
+    return sum(1 for _ in scan_records(path))
 
 
 def expand_paths(spec, what="input file"):

@@ -6,7 +6,7 @@ from . import flags
 from .errors import UserError
 from .example import PRETRAINING_FEATURES, decode_pretraining_example, encode_example
 from .fileio import check_writable_dir
-from .tfrecord import TFRecordWriter, read_records
+from .tfrecord import TFRecordWriter, count_records, read_records
 
 
 def pick_indexes(total, num_examples_to_pick):
@@ -27,7 +27,7 @@ def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_len
     if os.path.isdir(output_file):
         raise UserError("--output_tfrecord %s is a directory: give a file path" % output_file)
     check_writable_dir(output_file)
-    total = sum(1 for _ in read_records(input_file))  # verifies every CRC once
+    total = count_records(input_file)  # headers only; the read below checks each record's CRC
     if total < num_examples_to_pick:
         raise UserError("%s has %d records, fewer than --num_examples_to_pick=%d: give a larger input "
                         "or pick fewer" % (input_file, total, num_examples_to_pick))
@@ -38,11 +38,11 @@ def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_len
         bar = tqdm(total=total, unit="rec", desc="picking", file=sys.stderr, dynamic_ncols=True)
     k = 0
     with TFRecordWriter(output_file) as writer:
-        for index, data in enumerate(read_records(input_file, verify=False)):
-            if bar is not None and index % 1024 == 0:
-                bar.update(min(1024, total - index))
+        for index, data in enumerate(read_records(input_file)):
             if k >= len(wanted):
                 break
+            if bar is not None and index % 1024 == 1023:
+                bar.update(1024)
             if index != wanted[k]:
                 continue
             feats = decode_pretraining_example(data, max_seq_length, max_predictions_per_seq,
@@ -52,6 +52,7 @@ def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_len
                 writer.write(record)
                 k += 1
     if bar is not None:
+        bar.update(total - bar.n)
         bar.close()
     return writer.count
 

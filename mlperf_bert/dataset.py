@@ -139,7 +139,7 @@ def main(argv):
     flags.DEFINE_integer("dupe_factor", STANDARD["dupe_factor"], "override for tests", flag_values=fv)
     flags.DEFINE_integer("random_seed", STANDARD["random_seed"], "override for tests", flag_values=fv)
     flags.DEFINE_bool("progress", True, "show a progress bar", flag_values=fv)
-    flags.parse(fv, argv, required=["text_dir", "output_dir", "vocab_file"])
+    flags.parse(fv, argv, required=["text_dir", "output_dir", "vocab_file"], positional=False)
     if fv.workers is not None and fv.workers < 1:
         raise UserError("--workers=%d must be at least 1" % fv.workers)
     rows = make_dataset(fv.text_dir, fv.output_dir, fv.vocab_file, fv.workers, fv.num_eval_examples,

@@ -105,7 +105,7 @@ def main(argv):
     flags.DEFINE_string("md5", None, "expected md5 (default: the one results/ lists for the name)",
                         flag_values=fv)
     flags.DEFINE_bool("progress", True, "show a progress bar", flag_values=fv)
-    flags.parse(fv, argv, required=["url"])
+    flags.parse(fv, argv, required=["url"], positional=False)
     output = fv.output or os.path.join(fv.output_dir, os.path.basename(urllib.parse.urlparse(fv.url).path))
     if not os.path.basename(output):
         raise UserError("cannot tell a file name from --url=%s: give --output" % fv.url)

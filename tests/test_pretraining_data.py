@@ -232,6 +232,9 @@ def test_errors_are_one_line(tmp_path, vocab_file):
                                               "--vocab_file=" + str(tmp_path / "none.txt")])
     assert "too large" in _run_error(base + ["--input_file=" + str(text), "--max_seq_length=16",
                                              "--max_predictions_per_seq=20"])
+    assert "unexpected argument" in _run_error(base + ["--input_file=" + str(text) + ",", str(text)])
+    assert "names a file twice" in _run_error(["--input_file=" + str(text), "--vocab_file=" + vocab_file,
+                                               "--output_file=%s,%s" % (out, out)])
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)

@@ -108,3 +108,7 @@ def test_too_few_articles_is_a_user_error(wiki_files, tmp_path):
     with pytest.raises(UserError, match="matches no file"):
         text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % (tmp_path / "none*"),
                             "--output_dir=%s" % tmp_path])
+    latin1 = tmp_path / "wiki_00"
+    latin1.write_bytes('<doc id="1">\nTitle\nCaf\xe9 au lait.\n</doc>\n'.encode("latin-1"))
+    with pytest.raises(UserError, match="wiki_00 is not UTF-8"):
+        text_pipeline.run([str(latin1)], str(tmp_path / "out"), num_test_articles=0, workers=1, progress=False)

@@ -39,6 +39,16 @@ def test_writer_is_atomic_and_reader_names_corruption(tmp_path):
     trunc.write_bytes(out.read_bytes()[:-3])
     with pytest.raises(UserError, match=r"trunc.tfrecord: record 9 is truncated"):
         list(tfrecord.read_records(str(trunc)))
+    with pytest.raises(UserError, match=r"trunc.tfrecord: record 9 is truncated"):
+        tfrecord.count_records(str(trunc))
+    assert tfrecord.count_records(str(out)) == 10
+    assert [n for _, n in tfrecord.scan_records(str(out))] == [len(r) for r in recs]
+    huge = tmp_path / "huge.tfrecord"  # a corrupt length must not become a huge read, even unverified
+    huge.write_bytes(b"\xff" * 8 + out.read_bytes()[8:])
+    with pytest.raises(UserError, match=r"huge.tfrecord: record 0 is truncated"):
+        list(tfrecord.read_records(str(huge), verify=False))
+    with pytest.raises(UserError, match=r"huge.tfrecord: record 0 has a corrupt length"):
+        tfrecord.count_records(str(huge))
 
 
 def test_packed_varint_decoder_matches_python():

@@ -60,6 +60,8 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
     name = os.path.basename(output)
     if md5 is None and size is None:
         size, md5 = expected_for(name, results_dir)
+    if os.path.isdir(output):
+        raise UserError("--output=%s is a directory: give a file path, or use --output_dir" % output)
     if os.path.exists(output):
         have = file_md5(output)
         if md5 is None or have == md5:

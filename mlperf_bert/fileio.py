@@ -19,6 +19,8 @@ def check_writable_dir(path):
 @contextlib.contextmanager
 def atomic_path(path):
     """Yield a temporary path; on success it is renamed to ``path``, on failure removed."""
+    if os.path.isdir(path):
+        raise UserError("output %s is a directory: give a file path" % path)
     check_writable_dir(path)
     tmp = "%s.tmp-%d" % (path, os.getpid())
     try:

@@ -18,7 +18,7 @@ from . import flags
 from .checksums import MANIFEST_NAME, file_md5, write_manifest
 from .errors import UserError
 from .eval_samples import pick_eval_samples
-from .fileio import atomic_open, check_writable_dir
+from .fileio import atomic_open, check_writable_dir, remove_stale_temporaries
 from .pretraining_data import create_pretraining_data
 from .tfrecord import count_records
 
@@ -67,14 +67,6 @@ def _run_job(job):
     return src, rows, time.time() - t0
 
 
-def _remove_stale_temporaries(out_dir, names):
-    """Delete temporaries (``NAME.tmp-PID``) a killed run left behind for our output names."""
-    pattern = re.compile(r"^(%s)\.tmp-\d+$" % "|".join(re.escape(n) for n in names))
-    for n in os.listdir(out_dir):
-        if pattern.match(n):
-            os.remove(os.path.join(out_dir, n))
-
-
 def _check_settings(out_dir, record):
     path = os.path.join(out_dir, SETTINGS_NAME)
     if os.path.exists(path):
@@ -104,7 +96,7 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     _check_settings(output_dir, dict(settings, vocab_file=os.path.basename(vocab_file),
                                      num_eval_examples=num_eval_examples))
     names = [os.path.basename(p) for p in parts] + ["eval_intermediate", "eval_10k", MANIFEST_NAME]
-    _remove_stale_temporaries(output_dir, names)
+    remove_stale_temporaries(output_dir, names)
 
     jobs = [("part", p, output_dir, settings, None) for p in parts]
     if eval_txt:

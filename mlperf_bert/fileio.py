@@ -1,6 +1,7 @@
 """Atomic outputs: write to a temporary name beside the target, rename when complete."""
 import contextlib
 import os
+import re
 
 from .errors import UserError
 
@@ -22,7 +23,7 @@ def atomic_path(path):
     if os.path.isdir(path):
         raise UserError("output %s is a directory: give a file path" % path)
     check_writable_dir(path)
-    tmp = "%s.tmp-%d" % (path, os.getpid())
+    tmp = "%s.tmp-%d" % (path, os.getpid())  # remove_stale_temporaries knows this form
     try:
         yield tmp
         os.replace(tmp, path)
@@ -40,3 +41,11 @@ def atomic_open(path, mode="wb", **kwargs):
             yield f
             f.flush()
             os.fsync(f.fileno())
+
+
+def remove_stale_temporaries(directory, names):
+    """Delete the temporaries (``NAME.tmp-PID``) a killed run left in ``directory`` for ``names``."""
+    pattern = re.compile(r"^(%s)\.tmp-\d+$" % "|".join(re.escape(n) for n in names))
+    for n in os.listdir(directory):
+        if pattern.match(n):
+            os.remove(os.path.join(directory, n))

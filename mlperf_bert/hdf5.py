@@ -10,7 +10,8 @@ import numpy as np
 
 from . import flags
 from .errors import UserError
-from .example import PRETRAINING_FEATURES, decode_pretraining_example, feature_lengths
+from .example import (PRETRAINING_FEATURES, decode_pretraining_batch, decode_pretraining_example,
+                      feature_lengths)
 from .fileio import atomic_path
 from .tfrecord import count_records, expand_paths, read_records
 
@@ -54,35 +55,43 @@ def tfrecords_to_hdf5(input_files, output_file, max_seq_length, max_predictions_
             shape = (total,) if name == "next_sentence_labels" else (total, lengths[name])
             dsets[name] = h.create_dataset(name, shape=shape, dtype=STORAGE_DTYPES[name])
         pos = 0
-        buf = {name: [] for name in FEATURE_NAMES}
 
-        def flush():
+        def flush(path, first, records):
             nonlocal pos
-            if not buf["input_ids"]:
+            if not records:
                 return
-            n = len(buf["input_ids"])
+            n = len(records)
+            feats = _decode_block(path, first, records, max_seq_length, max_predictions_per_seq)
             where = "%s: records %d..%d" % (output_file, pos, pos + n - 1)
             for name in FEATURE_NAMES:
-                arr = np.stack(buf[name])
-                if name == "next_sentence_labels":
-                    arr = arr.reshape(-1)
+                arr = feats[name].reshape(-1) if name == "next_sentence_labels" else feats[name]
                 dsets[name][pos:pos + n] = _store(name, arr, where)
-                buf[name].clear()
             pos += n
+            records.clear()
 
         with tqdm(total=total, unit="rec", desc="to-hdf5", disable=not progress) as bar:
             for path in input_files:
+                records, first = [], 0
                 for i, data in enumerate(read_records(path)):
-                    feats = decode_pretraining_example(data, max_seq_length, max_predictions_per_seq,
-                                                       where="%s: record %d" % (path, i))
-                    for name in FEATURE_NAMES:
-                        buf[name].append(feats[name])
-                    if len(buf["input_ids"]) >= block:
-                        bar.update(len(buf["input_ids"]))
-                        flush()
-            bar.update(len(buf["input_ids"]))
-            flush()
+                    records.append(data)
+                    if len(records) >= block:
+                        bar.update(len(records))
+                        flush(path, first, records)
+                        first = i + 1
+                bar.update(len(records))
+                flush(path, first, records)
     return total
+
+
+def _decode_block(path, first, records, max_seq_length, max_predictions_per_seq):
+    """Decode a block of records at once; on a bad one, name it by its index in ``path``."""
+    try:
+        return decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq)
+    except UserError:
+        for i, data in enumerate(records):
+            decode_pretraining_example(data, max_seq_length, max_predictions_per_seq,
+                                       where="%s: record %d" % (path, first + i))
+        raise
 
 
 def _as_decoded(name, arr):

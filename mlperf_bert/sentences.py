@@ -6,8 +6,9 @@ this is a small rule segmenter tuned on the reference-format shards made from th
 shared Wikipedia sample: a sentence ends at ``.``, ``?`` or ``!`` directly followed by
 white space when the next token starts with an ASCII capital, a digit or an opening
 quote or bracket. As those shards show, it splits after initials and abbreviations
-before a capital ("St. Imier" -> two lines) and never inside ``."`` or ``.)``. docs/dataset.md gives the measured agreement; the official text shards
-remain the only way to the reference data bit for bit.
+before a capital ("St. Imier" -> two lines) and never inside ``."`` or ``.)``.
+docs/dataset.md gives the measured agreement; the official text shards remain the only
+way to the reference data bit for bit.
 """
 import re
 

@@ -2,8 +2,8 @@
 
 Each ``<doc ...>`` line and the title line after it become blank lines (the article
 separator), ``</doc>`` lines and empty lines are dropped, and wiki markup that
-WikiExtractor leaves behind is stripped (links keep their text, ``[x]`` -> x, tags go). A line that the stripping empties stays as a
-blank line, as in the reference's shards.
+WikiExtractor leaves behind is stripped (links keep their text, ``[x]`` -> x, tags go).
+A line that the stripping empties stays as a blank line, as in the reference's shards.
 """
 import re
 

@@ -92,6 +92,9 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
         raise UserError("--vocab_file=%s does not exist: run `python -m mlperf_bert fetch-vocab --output=%s` "
                         "or give the path of vocab.txt" % (vocab_file, vocab_file))
     parts, eval_txt = find_text_shards(text_dir)
+    if os.path.realpath(output_dir) == os.path.realpath(text_dir):
+        raise UserError("--output_dir is --text_dir: the TFRecords take the text shards' names, give another "
+                        "--output_dir")
     check_writable_dir(os.path.join(output_dir, MANIFEST_NAME))
     _check_settings(output_dir, dict(settings, vocab_file=os.path.basename(vocab_file),
                                      num_eval_examples=num_eval_examples))

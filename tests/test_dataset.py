@@ -111,6 +111,12 @@ def test_rerun_with_other_settings_is_refused(full_run, text_dir, vocab_file):
 
 
 def test_bad_text_dir_is_a_user_error(tmp_path, vocab_file):
+    same = tmp_path / "same"
+    same.mkdir()
+    (same / "part-00000-of-00001").write_text("A sentence.\n\n", encoding="utf-8")
+    with pytest.raises(UserError, match="--output_dir is --text_dir"):
+        dataset.main(cmd(str(same), str(same) + "/", vocab_file))
+    assert os.listdir(str(same)) == ["part-00000-of-00001"]
     with pytest.raises(UserError, match="no part-XXXXX-of-XXXXX"):
         dataset.main(cmd(str(tmp_path), str(tmp_path / "o"), vocab_file))
 

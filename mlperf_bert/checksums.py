@@ -286,6 +286,8 @@ def main(argv):
     paths = flags.parse(fv, argv)
     if not paths:
         raise UserError("give at least one file, directory or manifest.tsv to verify")
+    if fv.workers is not None and fv.workers < 1:
+        raise UserError("--workers=%d must be at least 1" % fv.workers)
     manifest = read_manifest(fv.manifest) if fv.manifest else None
     ok = verify(paths, fv.results_dir, manifest, fv.workers)
     return 0 if ok else 1

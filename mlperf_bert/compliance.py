@@ -6,7 +6,6 @@ rule prints PASS/FAIL with the offending log line; the exit status is 0 only if 
 """
 import collections
 import json
-import math
 import os
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import tempfile
 
 from . import flags
 from .errors import UserError
+from .mlperf_log import eval_frequency  # the trainer's formula (REFERENCE.md section 3), tested here too
 
 RULESET = "5.0.0"
 CLOSED_TARGET = 0.720
@@ -33,11 +33,6 @@ _MARK = ":::MLLOG"
 
 Record = collections.namedtuple("Record", "lineno line key value metadata event_type time_ms")
 Result = collections.namedtuple("Result", "rule ok detail lineno line")
-
-
-def eval_frequency(global_batch_size):
-    """Training samples between evaluations (REFERENCE.md section 3)."""
-    return int(math.floor(0.05 * (230.23 * global_batch_size + 3000000) / 25000)) * 25000
 
 
 def eval_points(global_batch_size, count, at_zero=False, freq=None):

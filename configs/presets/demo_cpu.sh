@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The built-in demo: a tiny BERT on one CPU process, LAMB with gradient accumulation
-# (global batch 64 = 32 x 2), online eval, open division with a target it can reach.
+# (global batch 32 = 16 x 2), online eval, open division with a target it can reach.
 PRESET_NUM_GPUS=1
 PRESET_BERT_CONFIG=configs/bert_config_demo.json
 PRESET_FLAGS=(

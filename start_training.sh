@@ -51,7 +51,8 @@ export MLPERF_CACHE_CLEARED=$cleared
 
 "${TRAIN_MODEL:-$HERE/train_model.sh}" "$@" &
 child=$!
-forward() { echo "start_training.sh: got $1, forwarding to the trainer"; kill "-$1" "$child" 2>/dev/null; }
+# SIGINT goes on as SIGTERM: the trainer checkpoints only on SIGTERM (and a background job ignores SIGINT).
+forward() { echo "start_training.sh: got SIG$1, sending SIGTERM to the trainer"; kill -TERM "$child" 2>/dev/null; }
 trap 'forward TERM' TERM
 trap 'forward INT' INT
 wait "$child"

@@ -105,11 +105,14 @@ def _check_flags(fv):
     if not (fv.do_train or fv.do_eval):
         raise UserError("nothing to do: give --do_train and/or --do_eval")
     for name in ("train_batch_size", "eval_batch_size", "steps_per_update", "save_checkpoints_steps",
-                 "num_train_steps", "max_eval_steps", "max_seq_length", "max_predictions_per_seq"):
+                 "num_train_steps", "max_eval_steps", "max_seq_length", "max_predictions_per_seq",
+                 "log_frequency", "shuffle_buffer"):
         if fv[name].value <= 0:
             raise UserError("--%s must be positive, got %d" % (name, fv[name].value))
-    if fv.keep_checkpoint_max < 0 or fv.num_warmup_steps < 0:
-        raise UserError("--keep_checkpoint_max and --num_warmup_steps must be >= 0")
+    for name in ("keep_checkpoint_max", "num_warmup_steps", "num_workers", "eval_frequency",
+                 "max_samples_termination"):
+        if fv[name].value < 0:
+            raise UserError("--%s must be >= 0, got %d" % (name, fv[name].value))
     if fv.submission_division == "closed" and (fv.eval_frequency or fv.target_mlm_accuracy != 0.720):
         raise UserError("--submission_division=closed needs the MLPerf eval frequency and target: "
                         "drop --eval_frequency and --target_mlm_accuracy, or use open")
@@ -159,11 +162,11 @@ def save_checkpoint(path, state, keep):
 
 
 def load_resume(path):
+    from .tf_checkpoint import load_pt
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a damaged file: name it, and how to go on
-        raise UserError("cannot read checkpoint %s (%s): delete it to resume from the one before"
-                        % (path, str(e).splitlines()[0] if str(e) else type(e).__name__))
+        return load_pt(path)
+    except UserError as e:  # a damaged file: name it, and how to go on
+        raise UserError("%s; delete it to resume from the one before" % str(e).split(": give ")[0])
 
 
 # ---------------------------------------------------------------- evaluation
@@ -460,9 +463,12 @@ def run(fv, stop):
               % (step, step * fv.train_batch_size, seconds,
                  "n/a" if last is None else "%.4f" % last.item(), status), flush=True)
     if fv.do_eval:
-        if metrics is None or not eval_files:
+        if not eval_files:
             metrics = evaluate(model, eval_only_batches(fv, train_files, rank, world), device,
                                autocast)
+        elif metrics is None or evals[-1][0] != step * fv.train_batch_size:
+            # the last online eval (if any) saw older weights than these final ones
+            metrics = evaluate(model, eval_batches(), device, autocast)
         if rank == 0:
             print(write_eval_results(fv.output_dir, metrics, step))
     return 0

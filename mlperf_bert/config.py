@@ -4,6 +4,8 @@ import json
 
 from .errors import UserError
 
+HIDDEN_ACTS = ("gelu", "relu", "tanh")  # the activations model.py implements
+
 
 @dataclasses.dataclass
 class BertConfig:
@@ -33,7 +35,18 @@ class BertConfig:
             raise UserError("cannot read BERT config %s: %s" % (path, e.strerror))
         except ValueError as e:
             raise UserError("BERT config %s is not valid JSON: %s" % (path, e))
+        if not isinstance(d, dict):
+            raise UserError("BERT config %s must be a JSON object of the bert_config.json keys" % path)
+        for f in dataclasses.fields(cls):
+            v = d.get(f.name, f.default)
+            want = (int, float) if f.type is float else f.type
+            if isinstance(v, bool) or not isinstance(v, want) or (f.type is int and v <= 0):
+                raise UserError("BERT config %s: %s must be a %s, got %r"
+                                % (path, f.name, "positive int" if f.type is int else f.type.__name__, v))
         cfg = cls.from_dict(d)
+        if cfg.hidden_act not in HIDDEN_ACTS:
+            raise UserError("BERT config %s: hidden_act %r is not one of %s"
+                            % (path, cfg.hidden_act, ", ".join(HIDDEN_ACTS)))
         if cfg.hidden_size % cfg.num_attention_heads:
             raise UserError("BERT config %s: hidden_size %d is not a multiple of num_attention_heads %d"
                             % (path, cfg.hidden_size, cfg.num_attention_heads))

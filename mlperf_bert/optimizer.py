@@ -109,7 +109,11 @@ class BertOptimizer(torch.optim.Optimizer):
             num = ms
             den = fe._foreach_sqrt(vs)
         fe._foreach_add_(den, eps)
-        update = fe._foreach_div(num, den)
+        if num is ms:
+            update = fe._foreach_div(num, den)
+        else:  # num is a temporary: divide in place, one parameter-sized copy fewer
+            fe._foreach_div_(num, den)
+            update = num
         if not exclude:
             fe._foreach_add_(update, params, alpha=wd)
         if self.kind == "lamb" and not exclude:

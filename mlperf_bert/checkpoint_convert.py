@@ -21,7 +21,7 @@ def convert(bert_config_file, src, dst):
     info = tf_checkpoint.load_init_checkpoint(model, src)
     step = info["global_step"]
     if dst.endswith(".pt"):
-        ckpt = {"model": model.state_dict(), "bert_config": cfg.to_dict()}
+        ckpt = {"model": model.state_dict(), "config": cfg.to_dict()}
         if step is not None:
             ckpt["global_step"] = int(step)
         with atomic_path(dst) as tmp:

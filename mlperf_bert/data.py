@@ -58,10 +58,9 @@ def scan_tfrecord(path):
 
 
 def _hdf5_count(path):
-    import h5py
+    from .hdf5 import num_examples
     try:
-        with h5py.File(path, "r") as h:
-            return int(h["input_ids"].shape[0])
+        return num_examples(path)
     except (OSError, KeyError) as e:
         raise UserError("cannot read HDF5 input %s (%s): convert it again with to-hdf5" % (path, e))
 

@@ -188,7 +188,7 @@ class BertForPreTraining(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("LayerNorm.weight"):
                 p.fill_(1.0)
-            elif name.endswith("bias") or name.endswith("LayerNorm.bias"):
+            elif name.endswith("bias"):  # also LayerNorm beta and the heads' output_bias
                 p.zero_()
             else:
                 nn.init.trunc_normal_(p, std=std, a=-2 * std, b=2 * std)

@@ -26,6 +26,7 @@ from mlperf_logging.mllog import constants as C
 
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
 TPU_FLAGS = ("tpu_name", "tpu_zone", "gcp_project", "master")
+EVAL_KEYS = ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy", "next_sentence_loss")
 
 
 def define_flags():
@@ -113,6 +114,8 @@ def _check_flags(fv):
                  "max_samples_termination"):
         if fv[name].value < 0:
             raise UserError("--%s must be >= 0, got %d" % (name, fv[name].value))
+    if fv.seed is not None and fv.seed < 0:
+        raise UserError("--seed must be >= 0, got %d" % fv.seed)
     if fv.submission_division == "closed" and (fv.eval_frequency or fv.target_mlm_accuracy != 0.720):
         raise UserError("--submission_division=closed needs the MLPerf eval frequency and target: "
                         "drop --eval_frequency and --target_mlm_accuracy, or use open")
@@ -197,8 +200,7 @@ def write_eval_results(output_dir, metrics, global_step):
     """output_dir/eval_results.txt with the reference's ``key = value`` lines."""
     path = os.path.join(output_dir, "eval_results.txt")
     with atomic_open(path, "w", encoding="utf-8") as f:
-        for key in ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
-                    "next_sentence_loss"):
+        for key in EVAL_KEYS:
             f.write("%s = %s\n" % (key, repr(float(metrics[key]))))
         f.write("global_step = %d\n" % global_step)
     return path
@@ -492,8 +494,7 @@ def run_eval_only(fv, config, files, device, autocast, rank, world, modeling, tf
     metrics = evaluate(model, eval_only_batches(fv, files, rank, world), device, autocast)
     if rank == 0:
         path = write_eval_results(fv.output_dir, metrics, int(step))
-        for key in ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
-                    "next_sentence_loss"):
+        for key in EVAL_KEYS:
             print("%s = %.6f" % (key, metrics[key]))
         print("wrote %s" % path)
     return 0

@@ -37,13 +37,14 @@ Result = collections.namedtuple("Result", "rule ok detail lineno line")
 
 def eval_points(global_batch_size, count, at_zero=False, freq=None):
     """Samples counts of the first ``count`` evals: the first update boundary at or past each
-    multiple of eval_frequency (a global batch is never split), optionally one at 0 first."""
+    multiple of eval_frequency (a global batch is never split), optionally one at 0 first.
+    One eval covers every multiple it passed (an open run's eval_frequency may be < the batch)."""
     freq = freq or eval_frequency(global_batch_size)
     pts = [0] if at_zero else []
     k = 1
     while len(pts) < count:
         pts.append(-(-k * freq // global_batch_size) * global_batch_size)
-        k += 1
+        k = pts[-1] // freq + 1
     return pts
 
 

@@ -94,6 +94,19 @@ def test_eval_frequency_matches_reference_examples():
         assert compliance.eval_frequency(gbs) == freq
 
 
+@pytest.mark.parametrize("gbs,freq", [(256, 150000), (192, 150000), (32, 1600), (32, 10), (64, 48)])
+def test_eval_points_are_where_a_training_loop_evaluates(gbs, freq):
+    # a loop over updates that evaluates once the samples reach the next multiple of freq not yet covered
+    expected, next_eval, samples = [], freq, 0
+    while len(expected) < 6:
+        samples += gbs
+        if samples >= next_eval:
+            expected.append(samples)
+            next_eval = (samples // freq + 1) * freq
+    assert compliance.eval_points(gbs, 6, freq=freq) == expected
+    assert compliance.eval_points(gbs, 7, at_zero=True, freq=freq) == [0] + expected
+
+
 @pytest.mark.parametrize("division,kwargs", [
     ("closed", {}),
     ("open", {"target": 0.3, "accs": (0.1, 0.2, 0.31), "eval_samples": 500, "eval_at_zero": True}),

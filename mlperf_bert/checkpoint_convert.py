@@ -44,6 +44,7 @@ def main(argv):
         raise UserError("--input and --output are both %s checkpoints: one of them must end in .pt "
                               "and the other be a TF prefix" % kind)
     info = convert(fv.bert_config_file, src, dst)
+    dropped = [n for n in info["ignored"] if n != "global_step"]  # global_step is carried over
     print("wrote %s (global_step %s, %d non-model variable(s) dropped)"
-          % (dst, info["global_step"], len(info["ignored"])))
+          % (dst, info["global_step"], len(dropped)))
     return 0

@@ -94,8 +94,8 @@ def main(argv):
     shutil.rmtree(train_dir, ignore_errors=True)  # a fresh run, never a resume of an old one
     env = dict(os.environ, DATA_DIR=data_dir, OUTPUT_DIR=train_dir, LOGDIR=train_dir, PYTHON=py,
                NUM_GPUS="1", NNODES="1")
-    env.pop("INPUT_FILES", None)
-    env.pop("EVAL_FILE", None)
+    for name in ("INPUT_FILES", "EVAL_FILE", "INIT_CHECKPOINT", "BERT_CONFIG", "DRY_RUN"):
+        env.pop(name, None)  # a real run's settings (e.g. the container's) must not reach the tiny model
     status = _run([os.path.join(ROOT, "train_model.sh"), "--preset=demo_cpu", "--device=cpu",
                    "--eval_frequency=%d" % fv.eval_frequency, "--eval_at_start",
                    "--max_samples_termination=%d" % fv.max_samples, "--target_mlm_accuracy=%g" % fv.target,

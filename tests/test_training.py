@@ -257,12 +257,16 @@ def _no_checkpoints(path):
     ({"submission_division": "closed", "eval_frequency": 16}, "closed needs the MLPerf"),
     ({"init_checkpoint": "wrong-config"}, "hidden_size|shape|config"),
     ({"output_dir": "unwritable"}, "not writable|cannot create"),
+    ({"eval_frequency": -5}, "--eval_frequency must be >= 0"),  # was an endless loop
+    ({"log_frequency": 0}, "--log_frequency must be positive"),
+    ({"config": "swish"}, "hidden_act 'swish'"),
 ])
 def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tmp_path, change, message):
     out = str(tmp_path / "out")
     change = dict(change)
-    if change.pop("config", None):
-        big = dict(TINY, max_position_embeddings=512)
+    config = change.pop("config", None)
+    if config:
+        big = dict(TINY, max_position_embeddings=512, **({"hidden_act": config} if config != "big" else {}))
         change["bert_config_file"] = str(tmp_path / "big.json")
         with open(change["bert_config_file"], "w") as f:
             json.dump(big, f)
@@ -280,6 +284,15 @@ def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tm
         training.main(flags_for(files, out, **change))
     assert "\n" not in str(e.value)
     assert _no_checkpoints(out)
+
+
+def test_damaged_newest_checkpoint_is_a_one_line_error(files, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.ckpt-5.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match=r"model\.ckpt-5\.pt is not a PyTorch .*delete it") as e:
+        training.main(flags_for(files, str(out)))
+    assert "\n" not in str(e.value)
 
 
 def test_command_line_error_exits_2_with_one_line(files, tmp_path):

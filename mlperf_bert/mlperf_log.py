@@ -3,6 +3,7 @@
 Each run gets its own ``logging.Logger`` with a file handler (not the package's global
 logger), so several runs in one process (tests) never write into each other's files.
 """
+import functools
 import itertools
 import logging
 
@@ -46,9 +47,10 @@ class MLPerfLog:
         self._logger = logger
         self._mllogger = MLLogger(logger=logger, default_stack_offset=2)
 
-    def event(self, key, value=None, metadata=None):
+    def event(self, key, value=None, metadata=None, depth=0):
+        """``depth``: frames between the caller named in the metadata and this method."""
         if self._mllogger:
-            self._mllogger.event(key=key, value=value, metadata=metadata)
+            self._mllogger.event(key=key, value=value, metadata=metadata, stack_offset=2 + depth)
 
     def start(self, key, value=None, metadata=None):
         if self._mllogger:
@@ -67,28 +69,30 @@ class MLPerfLog:
         self._mllogger = None
 
     def submission(self, division, org, platform, status="onprem"):
-        self.event(C.SUBMISSION_BENCHMARK, C.BERT)
-        self.event(C.SUBMISSION_ORG, org)
-        self.event(C.SUBMISSION_DIVISION, division)
-        self.event(C.SUBMISSION_STATUS, status)
-        self.event(C.SUBMISSION_PLATFORM, platform)
+        event = functools.partial(self.event, depth=1)  # file/lineno of our caller, not of this file
+        event(C.SUBMISSION_BENCHMARK, C.BERT)
+        event(C.SUBMISSION_ORG, org)
+        event(C.SUBMISSION_DIVISION, division)
+        event(C.SUBMISSION_STATUS, status)
+        event(C.SUBMISSION_PLATFORM, platform)
 
     def hyperparameters(self, global_batch_size, learning_rate, epsilon, train_steps, warmup_steps,
                         start_warmup_step, beta_1, beta_2, weight_decay_rate, accumulation_steps,
                         seed, max_sequence_length, target_accuracy):
         """Every hyperparameter key of the closed BERT rules, each exactly once."""
-        self.event(C.GLOBAL_BATCH_SIZE, global_batch_size)
-        self.event(C.OPT_BASE_LR, learning_rate)
-        self.event(C.OPT_LAMB_EPSILON, epsilon)
-        self.event(C.OPT_LR_TRAINING_STEPS, train_steps)
-        self.event(C.OPT_LR_WARMUP_STEPS, warmup_steps)
-        self.event(C.NUM_WARMUP_STEPS, warmup_steps)
-        self.event(C.START_WARMUP_STEP, start_warmup_step)
-        self.event(C.OPT_LAMB_BETA_1, beta_1)
-        self.event(C.OPT_LAMB_BETA_2, beta_2)
-        self.event(C.OPT_LAMB_WEIGHT_DECAY, weight_decay_rate)
-        self.event(C.GRADIENT_ACCUMULATION_STEPS, accumulation_steps)
-        self.event(C.SEED, seed)
-        self.event("max_sequence_length", max_sequence_length)
+        event = functools.partial(self.event, depth=1)
+        event(C.GLOBAL_BATCH_SIZE, global_batch_size)
+        event(C.OPT_BASE_LR, learning_rate)
+        event(C.OPT_LAMB_EPSILON, epsilon)
+        event(C.OPT_LR_TRAINING_STEPS, train_steps)
+        event(C.OPT_LR_WARMUP_STEPS, warmup_steps)
+        event(C.NUM_WARMUP_STEPS, warmup_steps)
+        event(C.START_WARMUP_STEP, start_warmup_step)
+        event(C.OPT_LAMB_BETA_1, beta_1)
+        event(C.OPT_LAMB_BETA_2, beta_2)
+        event(C.OPT_LAMB_WEIGHT_DECAY, weight_decay_rate)
+        event(C.GRADIENT_ACCUMULATION_STEPS, accumulation_steps)
+        event(C.SEED, seed)
+        event("max_sequence_length", max_sequence_length)
         # Not an official key: tells this project's log checker which target the run used.
-        self.event("target_accuracy", target_accuracy)
+        event("target_accuracy", target_accuracy)

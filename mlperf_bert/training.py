@@ -358,7 +358,7 @@ def run(fv, stop):
         if rank == 0:
             save_checkpoint(os.path.join(fv.output_dir, "model.ckpt-%d.pt" % at), {
                 "model": model.state_dict(), "optimizer": opt.state_dict(),
-                "accumulator": states[0]["accumulator"], "ranks": states, "global_step": at,
+                "ranks": states, "global_step": at,
                 "seed": seed, "next_eval": next_eval, "evals": evals,
                 "config": config.to_dict(), "world_size": world,
             }, fv.keep_checkpoint_max)

@@ -48,7 +48,8 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 [[ -n "${DATA_DIR:-}" || -n "${INPUT_FILES:-}" ]] || die "set DATA_DIR (directory of part-* TFRecords) or INPUT_FILES"
 INPUT_FILES="${INPUT_FILES:-$DATA_DIR/part-*}"
-EVAL_FILE="${EVAL_FILE:-${DATA_DIR:-}/eval_10k}"
+[[ -n "${EVAL_FILE:-}" || -n "${DATA_DIR:-}" ]] || die "set EVAL_FILE (the eval_10k TFRecord) when DATA_DIR is not set"
+EVAL_FILE="${EVAL_FILE:-$DATA_DIR/eval_10k}"
 BERT_CONFIG="${BERT_CONFIG:-$HERE/$PRESET_BERT_CONFIG}"
 OUTPUT_DIR="${OUTPUT_DIR:-$PWD/output}"
 LOGDIR="${LOGDIR:-$OUTPUT_DIR}"

@@ -179,15 +179,18 @@ def evaluate(model, batches, device, autocast):
     """Exact metrics over every batch: sums in float64, all-reduced over ranks."""
     model.eval()
     keys = ("mlm_correct", "mlm_weight", "mlm_nll_sum", "nsp_correct", "nsp_count", "nsp_nll_sum")
-    sums = torch.zeros(len(keys), dtype=torch.float64, device=device)
+    sums = torch.zeros(len(keys) + 2, dtype=torch.float64, device=device)
+    one = torch.ones((), dtype=torch.float64, device=device)
     for batch in batches:
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         with autocast():
             out = model(**batch)
-        sums += torch.stack([getattr(out, k).double() for k in keys])
+        # + the batch's total loss and a batch count: the estimator's `loss` is their mean
+        sums += torch.stack([getattr(out, k).double() for k in keys] + [out.loss.double(), one])
     model.train()
-    s = dict(zip(keys, distributed.sum_values(sums.tolist(), device)))
+    s = dict(zip(keys + ("loss_sum", "batches"), distributed.sum_values(sums.tolist(), device)))
     return {
+        "loss": s["loss_sum"] / max(s["batches"], 1),
         "masked_lm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1e-30),
         "masked_lm_loss": s["mlm_nll_sum"] / max(s["mlm_weight"], 1e-30),
         "next_sentence_accuracy": s["nsp_correct"] / max(s["nsp_count"], 1),
@@ -197,12 +200,12 @@ def evaluate(model, batches, device, autocast):
 
 
 def write_eval_results(output_dir, metrics, global_step):
-    """output_dir/eval_results.txt with the reference's ``key = value`` lines."""
+    """output_dir/eval_results.txt: the reference's ``key = value`` lines, keys sorted."""
     path = os.path.join(output_dir, "eval_results.txt")
+    values = {k: repr(float(metrics[k])) for k in ("loss",) + EVAL_KEYS}
+    values["global_step"] = "%d" % global_step
     with atomic_open(path, "w", encoding="utf-8") as f:
-        for key in EVAL_KEYS:
-            f.write("%s = %s\n" % (key, repr(float(metrics[key]))))
-        f.write("global_step = %d\n" % global_step)
+        f.writelines("%s = %s\n" % (k, values[k]) for k in sorted(values))
     return path
 
 

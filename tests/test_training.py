@@ -211,8 +211,8 @@ def test_do_eval_alone_matches_an_independent_computation(files, uninterrupted, 
             "--max_eval_steps=6", "--num_workers=0"]
     assert training.main(argv) == 0
     got = dict(l.strip().split(" = ") for l in open(os.path.join(out, "eval_results.txt")))
-    assert set(got) == {"masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
-                        "next_sentence_loss", "global_step"}
+    assert list(got) == ["global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
+                         "next_sentence_accuracy", "next_sentence_loss"]  # sorted, as the reference
     assert got["global_step"] == "30"
     # independent: example by example, plain argmax/log-softmax, 48 = 40 records + 8 repeated
     from mlperf_bert import model
@@ -223,8 +223,11 @@ def test_do_eval_alone_matches_an_independent_computation(files, uninterrupted, 
     m.eval()
     recs = list(tfrecord.read_records(files["eval"]))
     correct = weight = nll = nsp_ok = nsp_nll = 0.0
+    batch_losses = []  # per batch of 8: MLM sum(w nll)/(sum(w)+1e-5) + mean NSP nll
     with torch.no_grad():
-        for r in (recs + recs)[:48]:
+        for i, r in enumerate((recs + recs)[:48]):
+            if i % 8 == 0:
+                batch_losses.append([0.0, 0.0, 0.0])
             f = {k: torch.tensor(v)[None] for k, v in decode_pretraining_example(r, 128, 20).items()}
             seq, pooled = m.bert(f["input_ids"], f["segment_ids"], f["input_mask"])
             x = seq[0, f["masked_lm_positions"][0]]
@@ -240,6 +243,12 @@ def test_do_eval_alone_matches_an_independent_computation(files, uninterrupted, 
             label = int(f["next_sentence_labels"][0, 0])
             nsp_ok += float(lp.argmax() == label)
             nsp_nll += -float(lp[label])
+            b = batch_losses[-1]
+            b[0] += float(-(w * logp[torch.arange(20), ids].double()).sum())
+            b[1] += float(w.sum())
+            b[2] += -float(lp[label]) / 8
+    loss = sum(b[0] / (b[1] + 1e-5) + b[2] for b in batch_losses) / len(batch_losses)
+    assert float(got["loss"]) == pytest.approx(loss, rel=1e-5)
     assert float(got["masked_lm_accuracy"]) == pytest.approx(correct / weight, abs=1e-9)
     assert float(got["masked_lm_loss"]) == pytest.approx(nll / weight, rel=1e-5)
     assert float(got["next_sentence_accuracy"]) == pytest.approx(nsp_ok / 48, abs=1e-9)

@@ -248,6 +248,9 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
     """Check ``paths``; print one line per file; return True when everything present and expected is OK."""
     tables = known_tables(results_dir)
     p = plan(paths, tables, manifest)
+    if not p.files and not p.missing:
+        raise UserError("nothing to verify in %s: give the files or a directory holding them"
+                        % ", ".join(paths))
     # Hash only where a known md5 could still decide: a size mismatch alone fails a file.
     to_hash = [f for f, exps in p.files.items()
                if any(e[2] and e[1] in (None, os.path.getsize(f)) for e in exps)]

@@ -117,6 +117,9 @@ def test_bad_input_is_a_one_line_user_error(tmp_path):
         checksums.main(["verify", str(tmp_path / "nope")])
     with pytest.raises(UserError, match="at least one"):
         checksums.main(["verify"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="nothing to verify in .*empty"):
+        checksums.main(["verify", str(tmp_path / "empty")])
     with pytest.raises(UserError, match="cannot read manifest"):
         checksums.main(["verify", "--manifest=%s" % (tmp_path / "none.tsv"), str(tmp_path)])
     with pytest.raises(UserError, match="cannot read checksum table"):

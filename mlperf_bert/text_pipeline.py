@@ -126,6 +126,11 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
                     with open(train_files[i], "rb") as fin:
                         shutil.copyfileobj(fin, fout)
             parts.append(part)
+        # A rerun with another shard count would leave the old set beside the new one, and
+        # make-dataset takes every part-*: keep only this run's shards.
+        for stale in sorted(set(glob.glob(os.path.join(output_dir, "part-*-of-*"))) - set(parts)):
+            os.remove(stale)
+            print("text-pipeline: removed %s (from an earlier run with another shard count)" % stale)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
     return parts

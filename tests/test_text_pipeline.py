@@ -112,3 +112,16 @@ def test_too_few_articles_is_a_user_error(wiki_files, tmp_path):
     latin1.write_bytes('<doc id="1">\nTitle\nCaf\xe9 au lait.\n</doc>\n'.encode("latin-1"))
     with pytest.raises(UserError, match="wiki_00 is not UTF-8"):
         text_pipeline.run([str(latin1)], str(tmp_path / "out"), num_test_articles=0, workers=1, progress=False)
+
+
+def test_rerun_with_another_block_size_leaves_only_the_new_shards(wiki_files, outputs, tmp_path):
+    d = tmp_path / "rerun"
+    for block in (1.9, 0.95):
+        parts = text_pipeline.run(wiki_files, str(d), num_test_articles=NUM_TEST, block_size_mb=block,
+                                  workers=1, progress=False)
+    assert len(parts) == 4
+    assert sorted(os.listdir(d)) == ["eval.md5", "eval.txt"] + ["part-%05d-of-00004" % i for i in range(4)]
+    # the same training text, now in four shards
+    a = outputs[0]
+    old = b"".join(open(os.path.join(a, n), "rb").read() for n in sorted(os.listdir(a)) if n.startswith("part-"))
+    assert b"".join(open(p, "rb").read() for p in parts) == old

@@ -13,14 +13,13 @@ record headers, and decodes nothing before batch ``k``. DataLoader worker ``w`` 
 builds batches ``w, w+W, ...``; PyTorch hands them out round-robin, i.e. in order.
 """
 import os
-import struct
 
 import numpy as np
 import torch
 
 from .errors import UserError
 from .example import decode_pretraining_example
-from .tfrecord import _U32, _U64, expand_paths, masked_crc32c
+from .tfrecord import check_data, expand_paths, scan_records
 
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids")
 HDF5_SUFFIXES = (".hdf5", ".h5")
@@ -28,33 +27,6 @@ HDF5_SUFFIXES = (".hdf5", ".h5")
 
 def is_hdf5(path):
     return path.endswith(HDF5_SUFFIXES)
-
-
-def scan_tfrecord(path):
-    """Yield (offset of the data, length) of every record of ``path``, reading only headers."""
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise UserError("cannot read input file %s: %s" % (path, e.strerror))
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        pos, index = 0, 0
-        while pos < size:
-            head = f.read(12)
-            if len(head) < 12:
-                raise UserError("%s: record %d is truncated: the file is incomplete, regenerate "
-                                "or re-download it" % (path, index))
-            if _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8]):
-                raise UserError("%s: record %d has a corrupt length (CRC mismatch): the file is "
-                                "damaged, regenerate or re-download it" % (path, index))
-            (n,) = _U64.unpack_from(head)
-            if pos + 16 + n > size:
-                raise UserError("%s: record %d is truncated: the file is incomplete, regenerate "
-                                "or re-download it" % (path, index))
-            yield pos + 12, n
-            pos += 16 + n
-            f.seek(pos)
-            index += 1
 
 
 def _hdf5_count(path):
@@ -69,7 +41,7 @@ def scan(path):
     """Descriptors of the records of one file: (offset, length) for TFRecords, (index, 0) for HDF5."""
     if is_hdf5(path):
         return ((i, 0) for i in range(_hdf5_count(path)))
-    return scan_tfrecord(path)
+    return scan_records(path)
 
 
 class _Reader:
@@ -102,9 +74,7 @@ class _Reader:
             return _check_lengths(out, self.seq, self.pred, "%s: record %d" % (path, offset))
         f.seek(offset)
         buf = f.read(length + 4)
-        if len(buf) < length + 4 or _U32.unpack_from(buf, length)[0] != masked_crc32c(buf[:length]):
-            raise UserError("%s: record %d is corrupt (data CRC mismatch): the file is damaged, "
-                            "regenerate or re-download it" % (path, index))
+        check_data(path, index, buf[:length], buf[length:])
         return decode_pretraining_example(buf[:length], self.seq, self.pred,
                                           where="%s: record %d" % (path, index))
 

@@ -100,6 +100,13 @@ def _check_head(path, index, head, verify):
     return _U64.unpack_from(head)[0]
 
 
+def check_data(path, index, data, tail):
+    """Raise unless ``tail`` (4 bytes) is the masked CRC-32C of record ``index``'s ``data``."""
+    if len(tail) < 4 or _U32.unpack_from(tail)[0] != masked_crc32c(data):
+        raise UserError("%s: record %d is corrupt (data CRC mismatch): the file is "
+                        "damaged, regenerate or re-download it" % (path, index))
+
+
 def read_records(path, verify=True):
     """Yield the data of every record in ``path``, checking lengths and CRCs."""
     with _open(path) as f:
@@ -110,10 +117,10 @@ def read_records(path, verify=True):
             if pos + 16 + n > size:  # also keeps a corrupt length from asking for a huge read
                 raise _truncated(path, index)
             data = f.read(n)
-            tail = f.read(4)
-            if verify and _U32.unpack(tail)[0] != masked_crc32c(data):
-                raise UserError("%s: record %d is corrupt (data CRC mismatch): the file is "
-                                "damaged, regenerate or re-download it" % (path, index))
+            if verify:
+                check_data(path, index, data, f.read(4))
+            else:
+                f.seek(4, os.SEEK_CUR)
             yield data
             pos += 16 + n
             index += 1

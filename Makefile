@@ -8,7 +8,7 @@ PYTHON ?= python3
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt setup.py pyproject.toml $(wildcard mlperf_bert/*.c)
+$(STAMP): requirements.txt setup.py pyproject.toml $(wildcard mlperf_bert/*/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
@@ -22,4 +22,4 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 clean:
-	rm -rf build *.egg-info mlperf_bert/*.so
+	rm -rf build *.egg-info mlperf_bert/*/*.so

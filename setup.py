@@ -3,6 +3,6 @@ import glob
 
 from setuptools import Extension, setup
 
-ext = [Extension("mlperf_bert." + p.split("/")[-1][:-2], [p], optional=True, extra_compile_args=["-O3"])
-       for p in sorted(glob.glob("mlperf_bert/*.c"))]
+ext = [Extension(p[:-2].replace("/", "."), [p], optional=True, extra_compile_args=["-O3"])
+       for p in sorted(glob.glob("mlperf_bert/**/*.c", recursive=True))]
 setup(ext_modules=ext)

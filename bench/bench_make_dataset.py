@@ -12,7 +12,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mlperf_bert import dataset, text_pipeline  # noqa: E402
+from mlperf_bert.dataset import make_dataset  # noqa: E402
+from mlperf_bert.dataset import text_pipeline
 
 SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
 SHARD_BYTES = 27150902  # part-00000-of-00500
@@ -34,7 +35,7 @@ def main():
         with open(os.path.join(tdir, "part-00000-of-00001"), "w", encoding="utf-8") as f:
             f.write(body)
         t0 = time.time()
-        rows = dataset.make_dataset(tdir, odir, os.path.join(SHARED, "data", "vocab.txt"), workers=1,
+        rows = make_dataset.make_dataset(tdir, odir, os.path.join(SHARED, "data", "vocab.txt"), workers=1,
                                     progress=False)
         dt = time.time() - t0
     mb = len(body.encode()) / 1e6

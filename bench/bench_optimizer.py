@@ -11,9 +11,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mlperf_bert.config import BertConfig  # noqa: E402
-from mlperf_bert.model import BertForPreTraining  # noqa: E402
-from mlperf_bert.optimizer import create_optimizer  # noqa: E402
+from mlperf_bert.trainer.config import BertConfig  # noqa: E402
+from mlperf_bert.trainer.model import BertForPreTraining  # noqa: E402
+from mlperf_bert.trainer.optimizer import create_optimizer  # noqa: E402
 
 
 def timed(fn, device, reps=3):

@@ -43,7 +43,7 @@ def generate(inp, out, fast, reference_tokenizer=False):
                    "'--vocab_file=%s', '--max_seq_length=512', '--max_predictions_per_seq=76', '--dupe_factor=10'];"
                    "import runpy; runpy.run_path('create_pretraining_data.py', run_name='__main__')"
                    % (inp, out, VOCAB))
-    return run("from mlperf_bert.pretraining_data import create_pretraining_data as c; "
+    return run("from mlperf_bert.dataset.pretraining_data import create_pretraining_data as c; "
                "c(%r, %r, %r, progress=False, fast=False, reference_tokenizer=%r, **%r)"
                % (inp, out, VOCAB, reference_tokenizer, FLAGS))
 

@@ -17,12 +17,13 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mlperf_bert import data, flags  # noqa: E402
-from mlperf_bert.accumulation import GradientAccumulator  # noqa: E402
-from mlperf_bert.config import BertConfig  # noqa: E402
+from mlperf_bert.trainer import loader  # noqa: E402
+from mlperf_bert import flags
+from mlperf_bert.trainer.accumulation import GradientAccumulator  # noqa: E402
+from mlperf_bert.trainer.config import BertConfig  # noqa: E402
 from mlperf_bert.errors import run_main  # noqa: E402
-from mlperf_bert.model import BertForPreTraining  # noqa: E402
-from mlperf_bert.optimizer import create_optimizer  # noqa: E402
+from mlperf_bert.trainer.model import BertForPreTraining  # noqa: E402
+from mlperf_bert.trainer.optimizer import create_optimizer  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 
@@ -123,7 +124,7 @@ def main(argv):
     device, dtype = torch.device(kind), (torch.bfloat16 if fv.dtype == "bf16" else None)
     b, seq, pred = fv.train_batch_size, fv.max_seq_length, fv.max_predictions_per_seq
     if fv.input_file:
-        ds = data.PretrainingBatches(data.input_files(fv.input_file), seq, pred, b, shuffle=False,
+        ds = loader.PretrainingBatches(loader.input_files(fv.input_file), seq, pred, b, shuffle=False,
                                      max_batches=4)
         cpu_batches = list(ds)
     else:

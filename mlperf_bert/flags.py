@@ -5,7 +5,7 @@ in one process (tests) and so a bad flag becomes one UserError line.
 """
 from absl import flags as _absl
 
-from .errors import UserError
+from mlperf_bert.errors import UserError
 
 FlagValues = _absl.FlagValues
 DEFINE_string = _absl.DEFINE_string

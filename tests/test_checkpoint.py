@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from mlperf_bert import checkpoint_convert, gradacc, tf_checkpoint
-from mlperf_bert.config import BertConfig
+from mlperf_bert.trainer import checkpoint_convert
+from mlperf_bert.trainer import gradacc
+from mlperf_bert.trainer import tf_checkpoint
+from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.errors import UserError
-from mlperf_bert.model import BertForPreTraining
+from mlperf_bert.trainer.model import BertForPreTraining
 
 tf = pytest.importorskip("tensorflow")
 

@@ -11,7 +11,7 @@ import pytest
 from mlperf_logging import mllog
 from mlperf_logging.mllog.mllog import MLLogger
 
-from mlperf_bert import compliance
+from mlperf_bert.harness import compliance
 from mlperf_bert.errors import UserError
 
 _ids = itertools.count()
@@ -224,7 +224,7 @@ def test_records_are_json_lines_written_by_mllog(tmp_path):
 
 
 def test_plot_log_draws_the_eval_curve(tmp_path):
-    from mlperf_bert import plot
+    from mlperf_bert.harness import plot
     log = write_log(tmp_path / "log.txt", extra=[("eval_loss", 2.5)])
     recs = compliance.read_log(str(log))
     data = plot.curves(recs)

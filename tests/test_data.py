@@ -3,9 +3,10 @@ import os
 
 import pytest
 
-from mlperf_bert import data, tfrecord
+from mlperf_bert.trainer import loader
+from mlperf_bert.dataset import tfrecord
 from mlperf_bert.errors import UserError
-from mlperf_bert.example import decode_pretraining_example
+from mlperf_bert.dataset.example import decode_pretraining_example
 
 SEQ, PRED = 128, 20
 
@@ -38,7 +39,7 @@ def expected_ids(recs):
 
 def test_noshuffle_is_file_order_and_decodes_every_feature(shards):
     paths, recs = shards
-    batches = list(data.PretrainingBatches(paths, SEQ, PRED, 8, shuffle=False, repeat=False))
+    batches = list(loader.PretrainingBatches(paths, SEQ, PRED, 8, shuffle=False, repeat=False))
     assert ids_of(batches) == expected_ids(recs)
     assert [b["input_ids"].shape[0] for b in batches] == [8] * 12 + [1]
     first = decode_pretraining_example(recs[0], SEQ, PRED)
@@ -52,8 +53,8 @@ def test_noshuffle_is_file_order_and_decodes_every_feature(shards):
 
 def test_ranks_take_contiguous_slices_of_each_global_batch(shards):
     paths, recs = shards
-    full = ids_of(data.PretrainingBatches(paths, SEQ, PRED, 8, shuffle=False, max_batches=5))
-    parts = [list(data.PretrainingBatches(paths, SEQ, PRED, 8, rank=r, world_size=2, shuffle=False,
+    full = ids_of(loader.PretrainingBatches(paths, SEQ, PRED, 8, shuffle=False, max_batches=5))
+    parts = [list(loader.PretrainingBatches(paths, SEQ, PRED, 8, rank=r, world_size=2, shuffle=False,
                                           max_batches=5)) for r in range(2)]
     assert all(b["input_ids"].shape[0] == 4 for p in parts for b in p)
     merged = [row for b0, b1 in zip(*parts) for row in ids_of([b0]) + ids_of([b1])]
@@ -65,7 +66,7 @@ def test_shuffle_is_a_seeded_permutation_per_epoch(shards):
     n = len(recs)
 
     def epoch(seed, e=0):
-        ds = data.PretrainingBatches(paths, SEQ, PRED, 1, shuffle=True, seed=seed, buffer_size=16,
+        ds = loader.PretrainingBatches(paths, SEQ, PRED, 1, shuffle=True, seed=seed, buffer_size=16,
                                      max_batches=n * (e + 1))
         return ids_of(ds)[n * e:]
 
@@ -78,43 +79,43 @@ def test_shuffle_is_a_seeded_permutation_per_epoch(shards):
 def test_resume_position_and_workers_give_the_same_stream(shards):
     paths, _ = shards
     kw = dict(shuffle=True, seed=5, buffer_size=10)
-    full = list(data.PretrainingBatches(paths, SEQ, PRED, 6, max_batches=30, **kw))
-    tail = list(data.PretrainingBatches(paths, SEQ, PRED, 6, start_batch=17, max_batches=30, **kw))
+    full = list(loader.PretrainingBatches(paths, SEQ, PRED, 6, max_batches=30, **kw))
+    tail = list(loader.PretrainingBatches(paths, SEQ, PRED, 6, start_batch=17, max_batches=30, **kw))
     assert ids_of(tail) == ids_of(full[17:])
-    loader = data.make_loader(data.PretrainingBatches(paths, SEQ, PRED, 6, start_batch=17,
-                                                      max_batches=30, **kw), num_workers=2)
-    assert ids_of(loader) == ids_of(full[17:])
+    workers = loader.make_loader(loader.PretrainingBatches(paths, SEQ, PRED, 6, start_batch=17,
+                                                           max_batches=30, **kw), num_workers=2)
+    assert ids_of(workers) == ids_of(full[17:])
 
 
 def test_bad_inputs_are_one_line_errors(shards, tmp_path):
     paths, recs = shards
     with pytest.raises(UserError, match="expected 512"):
-        data.check_seq_length(paths, 512, 76)
+        loader.check_seq_length(paths, 512, 76)
     bad = tmp_path / "bad.tfrecord"
     raw = bytearray(open(paths[1], "rb").read())
     raw[len(raw) // 2] ^= 0xFF
     bad.write_bytes(bytes(raw))
     with pytest.raises(UserError, match="bad.tfrecord: record .* corrupt"):
-        list(data.PretrainingBatches([str(bad)], SEQ, PRED, 8, shuffle=False, repeat=False))
+        list(loader.PretrainingBatches([str(bad)], SEQ, PRED, 8, shuffle=False, repeat=False))
     # from a worker process: the same single line
     with pytest.raises(UserError, match="^[^\n]*bad.tfrecord: record [0-9]+ [^\\n]*corrupt[^\n]*$"):
-        list(data.make_loader(data.PretrainingBatches([str(bad)], SEQ, PRED, 8, shuffle=False,
+        list(loader.make_loader(loader.PretrainingBatches([str(bad)], SEQ, PRED, 8, shuffle=False,
                                                       repeat=False), num_workers=1))
     with pytest.raises(UserError, match="does not exist"):
-        data.input_files(str(tmp_path / "missing-*"))
+        loader.input_files(str(tmp_path / "missing-*"))
     empty = tmp_path / "empty.tfrecord"
     empty.write_bytes(b"")
     with pytest.raises(UserError, match="hold no records"):
-        next(iter(data.PretrainingBatches([str(empty)], SEQ, PRED, 8)))
+        next(iter(loader.PretrainingBatches([str(empty)], SEQ, PRED, 8)))
 
 
 def test_hdf5_input_reads_the_same_examples(shards, tmp_path):
-    from mlperf_bert import hdf5
+    from mlperf_bert.dataset import hdf5
     paths, recs = shards
     p = str(tmp_path / "part-0.hdf5")
     assert hdf5.tfrecords_to_hdf5(paths[:1], p, SEQ, PRED, progress=False) == 40
-    a = list(data.PretrainingBatches([p], SEQ, PRED, 8, shuffle=True, seed=3, max_batches=5))
-    b = list(data.PretrainingBatches(paths[:1], SEQ, PRED, 8, shuffle=True, seed=3, max_batches=5))
+    a = list(loader.PretrainingBatches([p], SEQ, PRED, 8, shuffle=True, seed=3, max_batches=5))
+    b = list(loader.PretrainingBatches(paths[:1], SEQ, PRED, 8, shuffle=True, seed=3, max_batches=5))
     for x, y in zip(a, b):
         for k in x:
             assert x[k].tolist() == y[k].tolist(), k

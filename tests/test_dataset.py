@@ -8,11 +8,12 @@ import time
 
 import pytest
 
-from mlperf_bert import checksums, dataset
+from mlperf_bert.dataset import checksums
+from mlperf_bert.dataset import make_dataset
 from mlperf_bert.errors import UserError
-from mlperf_bert.eval_samples import pick_eval_samples
-from mlperf_bert.pretraining_data import create_pretraining_data
-from mlperf_bert.tfrecord import read_records
+from mlperf_bert.dataset.eval_samples import pick_eval_samples
+from mlperf_bert.dataset.pretraining_data import create_pretraining_data
+from mlperf_bert.dataset.tfrecord import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=1", "--num_eval_examples=50",
@@ -39,7 +40,7 @@ def cmd(text_dir, out, vocab_file, workers=2):
 @pytest.fixture(scope="module")
 def full_run(text_dir, vocab_file, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("full"))
-    assert dataset.main(cmd(text_dir, out, vocab_file)) == 0
+    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
     return out
 
 
@@ -94,7 +95,7 @@ def test_killed_run_resumes_to_identical_outputs(full_run, text_dir, vocab_file,
     assert finished, "the run ended before any output appeared"
     assert not os.path.exists(os.path.join(out, "manifest.tsv"))
     before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in finished}
-    assert dataset.main(cmd(text_dir, out, vocab_file)) == 0
+    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
     for n in finished:  # finished outputs were kept, not redone
         assert os.stat(os.path.join(out, n)).st_mtime_ns == before[n]
     assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))  # no temporaries left
@@ -107,7 +108,7 @@ def test_rerun_with_other_settings_is_refused(full_run, text_dir, vocab_file):
     argv = cmd(text_dir, full_run, vocab_file)
     argv[argv.index("--dupe_factor=1")] = "--dupe_factor=2"
     with pytest.raises(UserError, match="dupe_factor=2 \\(was 1\\)"):
-        dataset.main(argv)
+        make_dataset.main(argv)
 
 
 def test_bad_text_dir_is_a_user_error(tmp_path, vocab_file):
@@ -115,10 +116,10 @@ def test_bad_text_dir_is_a_user_error(tmp_path, vocab_file):
     same.mkdir()
     (same / "part-00000-of-00001").write_text("A sentence.\n\n", encoding="utf-8")
     with pytest.raises(UserError, match="--output_dir is --text_dir"):
-        dataset.main(cmd(str(same), str(same) + "/", vocab_file))
+        make_dataset.main(cmd(str(same), str(same) + "/", vocab_file))
     assert os.listdir(str(same)) == ["part-00000-of-00001"]
     with pytest.raises(UserError, match="no part-XXXXX-of-XXXXX"):
-        dataset.main(cmd(str(tmp_path), str(tmp_path / "o"), vocab_file))
+        make_dataset.main(cmd(str(tmp_path), str(tmp_path / "o"), vocab_file))
 
 
 def test_default_settings_are_the_standard_command(golden_dir, vocab_file, tmp_path):
@@ -128,7 +129,7 @@ def test_default_settings_are_the_standard_command(golden_dir, vocab_file, tmp_p
     text.mkdir()
     shutil.copy(os.path.join(golden_dir, "input", "part-00000-of-00004"), text / "part-00000-of-00001")
     out = tmp_path / "out"
-    assert dataset.main(["make-dataset", "--text_dir=%s" % text, "--output_dir=%s" % out,
+    assert make_dataset.main(["make-dataset", "--text_dir=%s" % text, "--output_dir=%s" % out,
                          "--vocab_file=%s" % vocab_file, "--workers=1", "--noprogress"]) == 0
     want = [json.loads(l) for l in open(os.path.join(golden_dir, "digests.jsonl"))]
     want = [w for w in want if w["file"] == "part-00000.s512.tfrecord"][0]

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from mlperf_bert import download
+from mlperf_bert.dataset import download
 from mlperf_bert.errors import UserError
 
 

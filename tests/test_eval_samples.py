@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.eval_samples import main, pick_eval_samples, pick_indexes
-from mlperf_bert.example import PRETRAINING_FEATURES, decode_example
-from mlperf_bert.tfrecord import read_records
+from mlperf_bert.dataset.eval_samples import main, pick_eval_samples, pick_indexes
+from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_example
+from mlperf_bert.dataset.tfrecord import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

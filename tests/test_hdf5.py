@@ -4,10 +4,10 @@ import h5py
 import numpy as np
 import pytest
 
-from mlperf_bert import hdf5
+from mlperf_bert.dataset import hdf5
 from mlperf_bert.errors import UserError
-from mlperf_bert.example import PRETRAINING_FEATURES, decode_pretraining_example, encode_example
-from mlperf_bert.tfrecord import read_records, write_records
+from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_pretraining_example, encode_example
+from mlperf_bert.dataset.tfrecord import read_records, write_records
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_values_that_do_not_fit_are_refused(tmp_path):
 
 def test_trainer_batches_from_hdf5_equal_those_from_the_tfrecord(golden_tfrecord, converted):
     torch = pytest.importorskip("torch")
-    from mlperf_bert.data import PretrainingBatches
+    from mlperf_bert.trainer.loader import PretrainingBatches
     for shuffle in (False, True):
         kw = dict(shuffle=shuffle, seed=3, repeat=False, max_batches=4)
         a = list(PretrainingBatches([golden_tfrecord], 128, 20, 64, **kw))

@@ -74,7 +74,7 @@ def test_overrides_replace_preset_flags_and_env_is_used():
 
 
 def test_dry_run_command_is_accepted_by_the_trainer_flags():
-    from mlperf_bert import training
+    from mlperf_bert.trainer import training
     for preset in ("reference_gpu", "tpu_8192", "demo_cpu"):
         _, fl = trainer_flags(dry_run("--preset=" + preset))
         fv = training.define_flags()

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from mlperf_bert.mlperf_log import MLPerfLog, eval_frequency
+from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
 
 
 @pytest.mark.parametrize("batch,expected", [

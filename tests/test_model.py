@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from mlperf_bert.config import BertConfig
-from mlperf_bert.model import BertForPreTraining
+from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.trainer.model import BertForPreTraining
 
 CFG = BertConfig(vocab_size=20, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=32, max_position_embeddings=10)

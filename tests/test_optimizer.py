@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from mlperf_bert.accumulation import GradientAccumulator
-from mlperf_bert.config import BertConfig
-from mlperf_bert.model import BertForPreTraining
-from mlperf_bert.optimizer import clip_by_global_norm_, create_optimizer
-from mlperf_bert.schedule import learning_rate
-from mlperf_bert.tf_checkpoint import tf_name
+from mlperf_bert.trainer.accumulation import GradientAccumulator
+from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.trainer.model import BertForPreTraining
+from mlperf_bert.trainer.optimizer import clip_by_global_norm_, create_optimizer
+from mlperf_bert.trainer.schedule import learning_rate
+from mlperf_bert.trainer.tf_checkpoint import tf_name
 
 CFG = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                  intermediate_size=24, max_position_embeddings=8)

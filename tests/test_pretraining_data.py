@@ -9,12 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from mlperf_bert import pretraining_data
+from mlperf_bert.dataset import pretraining_data
 from mlperf_bert.errors import UserError
-from mlperf_bert.example import PRETRAINING_FEATURES, decode_example, decode_pretraining_batch
-from mlperf_bert.pretraining_data import create_pretraining_data, main
-from mlperf_bert.tfrecord import read_records
-from mlperf_bert.tokenization import FullTokenizer
+from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_example, decode_pretraining_batch
+from mlperf_bert.dataset.pretraining_data import create_pretraining_data, main
+from mlperf_bert.dataset.tfrecord import read_records
+from mlperf_bert.dataset.tokenization import FullTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = [False] + ([True] if pretraining_data._fastrng is not None else [])

@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from mlperf_bert import text_pipeline
+from mlperf_bert.dataset import text_pipeline
 from mlperf_bert.errors import UserError
-from mlperf_bert.sentences import split_sentences
+from mlperf_bert.dataset.sentences import split_sentences
 
 NUM_TEST = 22  # not a multiple of 4 files, so per-file counts differ (5, 6, 5, 6)
 

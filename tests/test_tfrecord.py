@@ -3,7 +3,8 @@ import os
 import numpy as np
 import pytest
 
-from mlperf_bert import example, tfrecord
+from mlperf_bert.dataset import example
+from mlperf_bert.dataset import tfrecord
 from mlperf_bert.errors import UserError
 
 

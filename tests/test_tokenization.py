@@ -4,7 +4,7 @@ import random
 import pytest
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.tokenization import BasicTokenizer, FastTokenizer, FullTokenizer, load_vocab
+from mlperf_bert.dataset.tokenization import BasicTokenizer, FastTokenizer, FullTokenizer, load_vocab
 
 # Code points that exercise every branch: ASCII, accents, Greek sigma, combining marks,
 # CJK (BMP and astral), control/format chars, Unicode whitespace, punctuation, 0 and U+FFFD.

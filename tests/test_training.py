@@ -11,7 +11,8 @@ import time
 import pytest
 import torch
 
-from mlperf_bert import tfrecord, training
+from mlperf_bert.dataset import tfrecord
+from mlperf_bert.trainer import training
 from mlperf_bert.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -150,8 +151,8 @@ def test_torchrun_two_ranks_equal_one_process_with_accumulation(files, tmp_path)
     assert worst < 1e-5, worst
     # and it did train: the 1-process run differs from its own initialisation
     torch.manual_seed(7)
-    from mlperf_bert import model
-    from mlperf_bert.config import BertConfig
+    from mlperf_bert.trainer import model
+    from mlperf_bert.trainer.config import BertConfig
     fresh = model.BertForPreTraining(BertConfig.from_json_file(files["config_nodrop"])).state_dict()
     assert max((m1[k] - fresh[k]).abs().max().item() for k in m1) > 1e-3
 
@@ -198,7 +199,7 @@ def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
     assert os.path.exists(os.path.join(second, "model.ckpt-%d.pt" % (evals[k][0] // 4)))
     rc, text = _official_checker(os.path.join(second, "mlperf.log"), str(tmp_path))
     assert rc == 0, text
-    from mlperf_bert import compliance
+    from mlperf_bert.harness import compliance
     assert compliance.main(["check-log", "--noofficial", os.path.join(second, "mlperf.log")]) == 0
 
 
@@ -215,9 +216,9 @@ def test_do_eval_alone_matches_an_independent_computation(files, uninterrupted, 
                          "next_sentence_accuracy", "next_sentence_loss"]  # sorted, as the reference
     assert got["global_step"] == "30"
     # independent: example by example, plain argmax/log-softmax, 48 = 40 records + 8 repeated
-    from mlperf_bert import model
-    from mlperf_bert.config import BertConfig
-    from mlperf_bert.example import decode_pretraining_example
+    from mlperf_bert.trainer import model
+    from mlperf_bert.trainer.config import BertConfig
+    from mlperf_bert.dataset.example import decode_pretraining_example
     m = model.BertForPreTraining(BertConfig.from_json_file(files["config"]))
     m.load_state_dict(weights(ckpt)[0])
     m.eval()
@@ -315,7 +316,7 @@ def test_command_line_error_exits_2_with_one_line(files, tmp_path):
 
 def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninterrupted, tmp_path):
     """pre_eval.sh of the reference (paths, sizes and seq 128 changed) on a TF1-layout prefix."""
-    from mlperf_bert import tf_checkpoint
+    from mlperf_bert.trainer import tf_checkpoint
     prefix = str(tmp_path / "tf1_ckpt" / "model.ckpt-28252")
     os.makedirs(os.path.dirname(prefix))
     tf_checkpoint.save_tf_checkpoint(weights(os.path.join(uninterrupted[0], "model.ckpt-30.pt"))[0],

@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from mlperf_bert import checksums
-from mlperf_bert.tfrecord import write_records
+from mlperf_bert.dataset import checksums
+from mlperf_bert.dataset.tfrecord import write_records
 
 
 def run_verify(args):

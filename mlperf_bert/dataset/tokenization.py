@@ -12,7 +12,7 @@ import re
 import unicodedata
 from itertools import chain
 
-from .errors import UserError
+from mlperf_bert.errors import UserError
 
 MAX_INPUT_CHARS_PER_WORD = 200  # the reference WordpieceTokenizer's default
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")

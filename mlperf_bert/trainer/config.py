@@ -2,7 +2,7 @@
 import dataclasses
 import json
 
-from .errors import UserError
+from mlperf_bert.errors import UserError
 
 HIDDEN_ACTS = ("gelu", "relu", "tanh")  # the activations model.py implements
 

@@ -7,7 +7,7 @@ in the same order; the multi-tensor path is the default on GPU.
 """
 import torch
 
-from .tf_checkpoint import tf_name
+from mlperf_bert.trainer.tf_checkpoint import tf_name
 
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 

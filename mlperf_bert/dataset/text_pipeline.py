@@ -10,12 +10,12 @@ import os
 import random
 import shutil
 
-from . import flags
-from .checksums import article_md5
-from .errors import UserError
-from .fileio import atomic_open, check_writable_dir
-from .sentences import split_sentences
-from .wiki_cleanup import clean_lines
+from mlperf_bert import flags
+from mlperf_bert.dataset.checksums import article_md5
+from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import atomic_open, check_writable_dir
+from mlperf_bert.dataset.sentences import split_sentences
+from mlperf_bert.dataset.wiki_cleanup import clean_lines
 
 MIB = 1024 * 1024
 

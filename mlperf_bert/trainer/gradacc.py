@@ -4,8 +4,9 @@ import collections.abc
 
 import numpy as np
 
-from . import flags, tf_checkpoint
-from .errors import UserError
+from mlperf_bert import flags
+from mlperf_bert.trainer import tf_checkpoint
+from mlperf_bert.errors import UserError
 
 
 class WithAccumulators(collections.abc.Mapping):

@@ -10,7 +10,7 @@ import logging
 from mlperf_logging.mllog.mllog import MLLogger
 from mlperf_logging.mllog import constants as C
 
-from .errors import UserError
+from mlperf_bert.errors import UserError
 
 _ids = itertools.count()
 

@@ -17,11 +17,13 @@ import time
 import numpy as np
 import torch
 
-from . import data, distributed, flags
-from .config import BertConfig
-from .errors import UserError
-from .fileio import atomic_open, atomic_path, check_writable_dir
-from .mlperf_log import MLPerfLog, eval_frequency
+from mlperf_bert.trainer import loader
+from mlperf_bert.trainer import distributed
+from mlperf_bert import flags
+from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import atomic_open, atomic_path, check_writable_dir
+from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
 from mlperf_logging.mllog import constants as C
 
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
@@ -165,7 +167,7 @@ def save_checkpoint(path, state, keep):
 
 
 def load_resume(path):
-    from .tf_checkpoint import load_pt
+    from mlperf_bert.trainer.tf_checkpoint import load_pt
     try:
         return load_pt(path)
     except UserError as e:  # a damaged file: name it, and how to go on
@@ -264,18 +266,19 @@ def run(fv, stop):
     if fv.max_seq_length > config.max_position_embeddings:
         raise UserError("--max_seq_length=%d exceeds max_position_embeddings=%d of %s"
                         % (fv.max_seq_length, config.max_position_embeddings, fv.bert_config_file))
-    train_files = data.input_files(fv.input_file, "--input_file")
-    data.check_seq_length(train_files, fv.max_seq_length, fv.max_predictions_per_seq)
+    train_files = loader.input_files(fv.input_file, "--input_file")
+    loader.check_seq_length(train_files, fv.max_seq_length, fv.max_predictions_per_seq)
     eval_files = None
     if fv.eval_input_file:
-        eval_files = data.input_files(fv.eval_input_file, "--eval_input_file")
-        data.check_seq_length(eval_files, fv.max_seq_length, fv.max_predictions_per_seq)
+        eval_files = loader.input_files(fv.eval_input_file, "--eval_input_file")
+        loader.check_seq_length(eval_files, fv.max_seq_length, fv.max_predictions_per_seq)
     check_writable_dir(os.path.join(fv.output_dir, "model.ckpt-0.pt"))
     for name in ("train_batch_size", "eval_batch_size"):
         if fv[name].value % world:
             raise UserError("--%s=%d is not a multiple of the %d ranks" % (name, fv[name].value, world))
 
-    from . import model as modeling, tf_checkpoint
+    from mlperf_bert.trainer import model as modeling
+    from mlperf_bert.trainer import tf_checkpoint
 
     if not fv.do_train:
         return run_eval_only(fv, config, train_files, device, autocast, rank, world, modeling,
@@ -302,7 +305,9 @@ def run(fv, stop):
     model = modeling.BertForPreTraining(config).to(device)
     if fv.init_checkpoint and not ckpt:
         tf_checkpoint.load_init_checkpoint(model, fv.init_checkpoint)
-    from . import accumulation, optimizer as optim, schedule
+    from mlperf_bert.trainer import accumulation
+    from mlperf_bert.trainer import optimizer as optim
+    from mlperf_bert.trainer import schedule
     opt = optim.create_optimizer(model, fv.optimizer, fv.learning_rate, fv.lamb_beta_1,
                                  fv.lamb_beta_2, 10.0 ** fv.log_epsilon, fv.lamb_weight_decay_rate)
 
@@ -345,15 +350,15 @@ def run(fv, stop):
         set_rng_state(ckpt["ranks"][rank]["rng"], device)
 
     def batches(start):
-        ds = data.PretrainingBatches(train_files, fv.max_seq_length, fv.max_predictions_per_seq,
+        ds = loader.PretrainingBatches(train_files, fv.max_seq_length, fv.max_predictions_per_seq,
                                      fv.train_batch_size, rank, world, fv.shuffle, seed,
                                      fv.shuffle_buffer, start_batch=start)
-        return iter(data.make_loader(ds, fv.num_workers))
+        return iter(loader.make_loader(ds, fv.num_workers))
 
     def eval_batches():
-        ds = data.PretrainingBatches(eval_files, fv.max_seq_length, fv.max_predictions_per_seq,
+        ds = loader.PretrainingBatches(eval_files, fv.max_seq_length, fv.max_predictions_per_seq,
                                      fv.eval_batch_size, rank, world, shuffle=False, repeat=False)
-        return data.make_loader(ds, min(fv.num_workers, 1))
+        return loader.make_loader(ds, min(fv.num_workers, 1))
 
     def checkpoint(at):
         # Every rank's accumulator travels to rank 0; at update boundaries it holds no buffers.
@@ -379,7 +384,7 @@ def run(fv, stop):
     log.event("eval_frequency", freq)
     n_eval = None
     if eval_files:
-        n_eval = data.count_records(eval_files)
+        n_eval = loader.count_records(eval_files)
     log.event(C.EVAL_SAMPLES, n_eval or 0)
     log.end(C.INIT_STOP)
     log.start(C.RUN_START)
@@ -481,10 +486,10 @@ def run(fv, stop):
 
 def eval_only_batches(fv, files, rank, world):
     """The reference's eval input: files in order, repeated, ``max_eval_steps`` full batches."""
-    ds = data.PretrainingBatches(files, fv.max_seq_length, fv.max_predictions_per_seq,
+    ds = loader.PretrainingBatches(files, fv.max_seq_length, fv.max_predictions_per_seq,
                                  fv.eval_batch_size, rank, world, shuffle=False, repeat=True,
                                  max_batches=fv.max_eval_steps)
-    return data.make_loader(ds, min(fv.num_workers, 1))
+    return loader.make_loader(ds, min(fv.num_workers, 1))
 
 
 def run_eval_only(fv, config, files, device, autocast, rank, world, modeling, tf_checkpoint):
@@ -504,5 +509,5 @@ def run_eval_only(fv, config, files, device, autocast, rank, world, modeling, tf
 
 
 if __name__ == "__main__":
-    from .errors import run_main
+    from mlperf_bert.errors import run_main
     run_main(main)

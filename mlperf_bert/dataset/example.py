@@ -6,10 +6,10 @@ example always gives the same bytes; the reference's order varies per process.
 import importlib
 import struct
 
-from .errors import UserError
+from mlperf_bert.errors import UserError
 
 try:
-    from . import _fastrng  # optional C accelerator (batch decoder)
+    from mlperf_bert.dataset import _fastrng  # optional C accelerator (batch decoder)
 except ImportError:
     _fastrng = None
 

@@ -9,8 +9,8 @@ import struct
 
 from crc32c import crc32c
 
-from .errors import UserError
-from .fileio import atomic_open
+from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import atomic_open
 
 _MASK_DELTA = 0xA282EAD8
 _U64 = struct.Struct("<Q")

@@ -7,11 +7,12 @@ import logging
 
 import torch
 
-from . import flags, tf_checkpoint
-from .errors import UserError
-from .config import BertConfig
-from .fileio import atomic_path
-from .model import BertForPreTraining
+from mlperf_bert import flags
+from mlperf_bert.trainer import tf_checkpoint
+from mlperf_bert.errors import UserError
+from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.fileio import atomic_path
+from mlperf_bert.trainer.model import BertForPreTraining
 
 
 def convert(bert_config_file, src, dst):

@@ -17,9 +17,9 @@ import os
 import numpy as np
 import torch
 
-from .errors import UserError
-from .example import decode_pretraining_example
-from .tfrecord import check_data, expand_paths, scan_records
+from mlperf_bert.errors import UserError
+from mlperf_bert.dataset.example import decode_pretraining_example
+from mlperf_bert.dataset.tfrecord import check_data, expand_paths, scan_records
 
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids")
 HDF5_SUFFIXES = (".hdf5", ".h5")
@@ -30,7 +30,7 @@ def is_hdf5(path):
 
 
 def _hdf5_count(path):
-    from .hdf5 import num_examples
+    from mlperf_bert.dataset.hdf5 import num_examples
     try:
         return num_examples(path)
     except (OSError, KeyError) as e:
@@ -85,7 +85,7 @@ class _Reader:
 
 
 def _check_lengths(feats, seq, pred, where):
-    from .example import feature_lengths
+    from mlperf_bert.dataset.example import feature_lengths
     for name, length in feature_lengths(seq, pred).items():
         if feats[name].shape[0] != length:
             raise UserError("%s: feature %s has length %d, expected %d: check --max_seq_length and "

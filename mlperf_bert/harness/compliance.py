@@ -11,9 +11,9 @@ import subprocess
 import sys
 import tempfile
 
-from . import flags
-from .errors import UserError
-from .mlperf_log import eval_frequency  # the trainer's formula (REFERENCE.md section 3), tested here too
+from mlperf_bert import flags
+from mlperf_bert.errors import UserError
+from mlperf_bert.harness.mlperf_log import eval_frequency  # the trainer's formula (REFERENCE.md section 3), tested here too
 
 RULESET = "5.0.0"
 CLOSED_TARGET = 0.720

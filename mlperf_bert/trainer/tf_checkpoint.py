@@ -14,8 +14,8 @@ import zipfile
 import numpy as np
 import torch
 
-from .errors import UserError
-from .fileio import check_writable_dir
+from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import check_writable_dir
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ import hashlib
 import os
 import re
 
-from . import flags
-from .errors import UserError
-from .fileio import atomic_open
-from .tfrecord import _U32, masked_crc32c
+from mlperf_bert import flags
+from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import atomic_open
+from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c
 
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results")
 MANIFEST_NAME = "manifest.tsv"
 MANIFEST_HEADER = "name\tbytes\trecords\tmd5"
 NUM_PARTS = 500

@@ -6,10 +6,10 @@ samples position) are drawn on a second axis when present.
 """
 import os
 
-from . import flags
-from .compliance import CLOSED_TARGET, division_of, read_log, samples_of, target_of
-from .errors import UserError
-from .fileio import atomic_path
+from mlperf_bert import flags
+from mlperf_bert.harness.compliance import CLOSED_TARGET, division_of, read_log, samples_of, target_of
+from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import atomic_path
 
 
 def curves(records):

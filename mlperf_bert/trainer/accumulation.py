@@ -6,7 +6,7 @@ micro-steps) at the learning rate of that micro-step, and the buffer is zeroed.
 """
 import torch
 
-from .optimizer import clip_by_global_norm_
+from mlperf_bert.trainer.optimizer import clip_by_global_norm_
 
 
 class GradientAccumulator:

@@ -10,9 +10,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from . import flags
-from .checksums import RESULTS_DIR, file_md5, known_tables
-from .errors import UserError
+from mlperf_bert import flags
+from mlperf_bert.dataset.checksums import RESULTS_DIR, file_md5, known_tables
+from mlperf_bert.errors import UserError
 
 CHUNK = 1 << 20
 

@@ -14,13 +14,13 @@ import os
 import re
 import time
 
-from . import flags
-from .checksums import MANIFEST_NAME, file_md5, write_manifest
-from .errors import UserError
-from .eval_samples import pick_eval_samples
-from .fileio import atomic_open, check_writable_dir, remove_stale_temporaries
-from .pretraining_data import create_pretraining_data
-from .tfrecord import count_records
+from mlperf_bert import flags
+from mlperf_bert.dataset.checksums import MANIFEST_NAME, file_md5, write_manifest
+from mlperf_bert.errors import UserError
+from mlperf_bert.dataset.eval_samples import pick_eval_samples
+from mlperf_bert.fileio import atomic_open, check_writable_dir, remove_stale_temporaries
+from mlperf_bert.dataset.pretraining_data import create_pretraining_data
+from mlperf_bert.dataset.tfrecord import count_records
 
 SETTINGS_NAME = "make_dataset_settings.json"
 STANDARD = dict(do_lower_case=True, max_seq_length=512, max_predictions_per_seq=76, masked_lm_prob=0.15,

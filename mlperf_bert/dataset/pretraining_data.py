@@ -11,15 +11,15 @@ import os
 import random
 import sys
 
-from . import flags
-from .errors import UserError
-from .example import encode_pretraining_instance
-from .fileio import check_writable_dir
-from .tfrecord import TFRecordWriter, expand_paths, frame
-from .tokenization import FastTokenizer, FullTokenizer, load_vocab
+from mlperf_bert import flags
+from mlperf_bert.errors import UserError
+from mlperf_bert.dataset.example import encode_pretraining_instance
+from mlperf_bert.fileio import check_writable_dir
+from mlperf_bert.dataset.tfrecord import TFRecordWriter, expand_paths, frame
+from mlperf_bert.dataset.tokenization import FastTokenizer, FullTokenizer, load_vocab
 
 try:
-    from . import _fastrng
+    from mlperf_bert.dataset import _fastrng
 except ImportError:  # the optional C accelerator was not built
     _fastrng = None
 
@@ -147,7 +147,7 @@ def make_kernel(seed, vocab_ids, cls_id, sep_id, mask_id, max_seq_length, max_pr
         fast = _fastrng is not None
     if fast:
         if _fastrng is None:
-            raise RuntimeError("the C accelerator mlperf_bert._fastrng is not built")
+            raise RuntimeError("the C accelerator mlperf_bert.dataset._fastrng is not built")
         return _fastrng.Kernel(random.Random(seed).getstate()[1], *args)
     return PyKernel(seed, *args)
 

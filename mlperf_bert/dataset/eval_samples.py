@@ -2,11 +2,11 @@
 import os
 import sys
 
-from . import flags
-from .errors import UserError
-from .example import PRETRAINING_FEATURES, decode_pretraining_example, encode_example
-from .fileio import check_writable_dir
-from .tfrecord import TFRecordWriter, count_records, read_records
+from mlperf_bert import flags
+from mlperf_bert.errors import UserError
+from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_pretraining_example, encode_example
+from mlperf_bert.fileio import check_writable_dir
+from mlperf_bert.dataset.tfrecord import TFRecordWriter, count_records, read_records
 
 
 def pick_indexes(total, num_examples_to_pick):

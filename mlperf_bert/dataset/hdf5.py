@@ -8,12 +8,12 @@ truncated); ``masked_lm_weights`` stays float32. Reading back with ``read_exampl
 """
 import numpy as np
 
-from . import flags
-from .errors import UserError
-from .example import (PRETRAINING_FEATURES, decode_pretraining_batch, decode_pretraining_example,
+from mlperf_bert import flags
+from mlperf_bert.errors import UserError
+from mlperf_bert.dataset.example import (PRETRAINING_FEATURES, decode_pretraining_batch, decode_pretraining_example,
                       feature_lengths)
-from .fileio import atomic_path
-from .tfrecord import count_records, expand_paths, read_records
+from mlperf_bert.fileio import atomic_path
+from mlperf_bert.dataset.tfrecord import count_records, expand_paths, read_records
 
 # Storage types: ids fit uint16 for any vocab of up to 65,536 tokens; values are checked.
 STORAGE_DTYPES = {

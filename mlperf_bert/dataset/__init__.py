@@ -1,0 +1,1 @@
+"""The dataset pipeline: Wikipedia text -> text shards -> reference-exact TFRecords, checksums."""

@@ -1,0 +1,1 @@
+"""The harness: MLPerf logging, the log checker and plots."""

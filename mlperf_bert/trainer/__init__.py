@@ -1,0 +1,1 @@
+"""The trainer: BERT, LAMB, the schedule, TF checkpoints, the input pipeline and the training loop."""

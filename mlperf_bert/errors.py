@@ -1,4 +1,6 @@
 """One-line user errors and the wrapper every command-line entry point uses."""
+import os
+import signal
 import sys
 
 
@@ -6,9 +8,51 @@ class UserError(Exception):
     """A problem with the user's input: printed as one line, exit status 2."""
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so ``finally`` blocks (and the atomic writer's
+    removal of its temporary) run before the process exits. Not an Exception: nothing
+    that catches errors swallows it."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def install_sigterm_handler():
+    """Make SIGTERM raise Terminated in this process (and in children it forks, such as pool
+    workers: their temporaries are removed too when the pool terminates them)."""
+    try:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread
+        pass
+
+
+def _exit_quietly(signum, frame):
+    sys.exit(143)
+
+
+def init_worker(parent_pid):
+    """Pool initializer: SIGTERM ends the worker quietly after its atomic writer removed its
+    temporary, and the death of the parent (even by SIGKILL) sends it SIGTERM (Linux), so no
+    worker goes on writing into an output directory after its command ended."""
+    signal.signal(signal.SIGTERM, _exit_quietly)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which ends the pool
+    if sys.platform.startswith("linux"):
+        import ctypes
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        sys.exit(143)
+
+
 def run_main(main, argv=None):
-    """Run ``main(argv)`` and turn a UserError into one line on stderr and exit 2."""
+    """Run ``main(argv)``: a UserError is one line on stderr and exit 2; SIGTERM and Ctrl-C end
+    it with one line (143, 130) after the atomic writers removed their temporaries; an I/O
+    error while writing outside the atomic writer is one line too."""
     argv = sys.argv if argv is None else argv
+    install_sigterm_handler()
     try:
         status = main(argv)
     except UserError as e:
@@ -17,4 +61,15 @@ def run_main(main, argv=None):
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Terminated:
+        print("error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on",
+              file=sys.stderr)
+        sys.exit(143)
+    except OSError as e:
+        from mlperf_bert.fileio import is_write_error, write_error
+        if not is_write_error(e):
+            raise
+        print("error: %s" % write_error(e.filename or "an output", e, left="outputs written under a "
+                                        "temporary name were removed"), file=sys.stderr)
+        sys.exit(2)
     sys.exit(status or 0)

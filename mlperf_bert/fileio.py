@@ -1,9 +1,85 @@
-"""Atomic outputs: write to a temporary name beside the target, rename when complete."""
+"""The one writer of outputs: a temporary name beside the target, renamed when complete.
+
+Every output goes through ``atomic_path``/``atomic_open``/``atomic_save``, so two rules are
+implemented once:
+
+- a file is never seen half-written: a failure (or SIGTERM, see ``errors.run_main``) removes
+  the temporary ``NAME.tmp-PID``, and a rerun removes temporaries whose process is gone;
+- out of space, quota, I/O error or read-only file system while writing is one UserError
+  naming the file, with (for space) what was needed and what is free, and the fix: free
+  space and rerun the same command (finished outputs are kept, so the rerun goes on).
+"""
 import contextlib
+import errno
 import os
 import re
 
 from mlperf_bert.errors import UserError
+
+# errno -> what the user should do about it (the error line ends with it)
+WRITE_ERRNOS = {
+    errno.ENOSPC: "free space, then rerun the same command",
+    errno.EDQUOT: "free space within your quota (or raise it), then rerun the same command",
+    errno.EFBIG: "write to a file system that allows larger files (or raise ulimit -f), then rerun the "
+                 "same command",
+    errno.EIO: "check the disk or the network file system (dmesg), then rerun the same command",
+    errno.EROFS: "give an output path on a writable file system, then rerun the same command",
+}
+_TMP = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)$")
+
+
+def temporary_name(path):
+    """The temporary ``path`` is written under by this process (``remove_stale_temporaries`` knows it)."""
+    return "%s.tmp-%d" % (path, os.getpid())
+
+
+def free_bytes(path):
+    """Bytes an unprivileged user may still write on the file system holding ``path``."""
+    d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    st = os.statvfs(d)
+    return st.f_bavail * st.f_frsize
+
+
+def _size(n):
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return ("%d %s" % (n, unit)) if unit == "bytes" else ("%.1f %s" % (n, unit))
+        n /= 1024.0
+
+
+def write_error(path, e, needed=None, written=None, left="no partial file was left"):
+    """The one-line UserError for OSError ``e`` raised while writing ``path``."""
+    what = os.strerror(e.errno).lower()
+    detail = []
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if needed is not None:
+            detail.append("needs %s" % _size(needed))
+        elif written is not None:
+            detail.append("needs more than the %s written" % _size(written))
+        with contextlib.suppress(OSError):
+            detail.append("%s free in %s" % (_size(free_bytes(path)), os.path.dirname(os.path.abspath(path))))
+    return UserError("cannot write %s: %s%s; %s: %s"
+                     % (path, what, " (%s)" % ", ".join(detail) if detail else "", left, WRITE_ERRNOS[e.errno]))
+
+
+def is_write_error(e):
+    return isinstance(e, OSError) and e.errno in WRITE_ERRNOS
+
+
+def ensure_space(needs):
+    """Refuse at once (before hours of work) when ``{path: bytes}`` cannot fit where it goes.
+
+    Sums per file system (the error names the first path of the one that is short).
+    """
+    per_dev = {}
+    for path, n in needs.items():
+        d = os.path.dirname(os.path.abspath(path))
+        dev = os.stat(d).st_dev
+        first, total = per_dev.get(dev, (path, 0))
+        per_dev[dev] = (first, total + n)
+    for first, total in per_dev.values():
+        if total > free_bytes(first):
+            raise write_error(first, OSError(errno.ENOSPC, "no space"), needed=total)
 
 
 def check_writable_dir(path):
@@ -17,35 +93,134 @@ def check_writable_dir(path):
         raise UserError("output directory %s is not writable: choose another output path" % d)
 
 
+def same_file(a, b):
+    """Whether paths ``a`` and ``b`` name one file (real paths, or the same inode)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def refuse_overwriting_inputs(outputs, inputs, what="output"):
+    """UserError when an output would replace one of the inputs (compared by real path)."""
+    for out in outputs:
+        for inp in inputs:
+            if same_file(out, inp):
+                raise UserError("%s %s is the input %s: writing it would destroy the input; give another "
+                                "output path" % (what, out, inp))
+
+
+def _pid_alive(pid):
+    """Whether process ``pid`` runs on this host (a zombie, killed and not yet reaped, does not)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory, names=None):
+    """Delete the temporaries (``NAME.tmp-PID``) of ``names`` (default: any) in ``directory``
+    whose process is gone; a live process's temporary (another worker, another run) is kept."""
+    if not os.path.isdir(directory):
+        return []
+    names = None if names is None else set(names)
+    removed = []
+    for n in os.listdir(directory):
+        m = _TMP.match(n)
+        if not m or (names is not None and m.group("name") not in names):
+            continue
+        pid = int(m.group("pid"))
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            os.remove(os.path.join(directory, n))
+            removed.append(n)
+    return removed
+
+
 @contextlib.contextmanager
-def atomic_path(path):
-    """Yield a temporary path; on success it is renamed to ``path``, on failure removed."""
+def atomic_path(path, needed=None):
+    """Yield a temporary path; on success it is renamed to ``path``, on failure removed.
+
+    ``needed``: bytes the output will take, when known: checked against the free space
+    before anything is written, and named in the error if the disk fills anyway.
+    """
     if os.path.isdir(path):
         raise UserError("output %s is a directory: give a file path" % path)
     check_writable_dir(path)
-    tmp = "%s.tmp-%d" % (path, os.getpid())  # remove_stale_temporaries knows this form
+    remove_stale_temporaries(os.path.dirname(os.path.abspath(path)), [os.path.basename(path)])
+    if needed is not None:
+        ensure_space({path: needed})
+    tmp = temporary_name(path)
     try:
         yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        written = None
+        with contextlib.suppress(OSError):
+            written = os.path.getsize(tmp)
         with contextlib.suppress(OSError):
             os.remove(tmp)
+        if is_write_error(e):
+            raise write_error(path, e, needed, written) from e
         raise
 
 
 @contextlib.contextmanager
-def atomic_open(path, mode="wb", **kwargs):
+def atomic_open(path, mode="wb", needed=None, **kwargs):
     """Open a temporary file for writing; it becomes ``path`` only when the block completes."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, needed) as tmp:
         with open(tmp, mode, **kwargs) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
 
 
-def remove_stale_temporaries(directory, names):
-    """Delete the temporaries (``NAME.tmp-PID``) a killed run left in ``directory`` for ``names``."""
-    pattern = re.compile(r"^(%s)\.tmp-\d+$" % "|".join(re.escape(n) for n in names))
-    for n in os.listdir(directory):
-        if pattern.match(n):
-            os.remove(os.path.join(directory, n))
+class _Recorder:
+    """A binary file whose first write error is kept: libraries such as torch.save turn it into
+    a RuntimeError without the errno ("unexpected pos ..."), and the errno decides the message."""
+
+    def __init__(self, f):
+        self._f = f
+        self.error = None
+
+    def write(self, data):
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def atomic_save(path, save, needed=None):
+    """Call ``save(f)`` with a binary file that becomes ``path`` when it returns, e.g.
+    ``atomic_save(path, lambda f: torch.save(state, f))``; write errors as in ``atomic_path``."""
+    rec = None
+    try:
+        with atomic_open(path, "wb", needed) as f:
+            rec = _Recorder(f)
+            save(rec)
+            if rec.error is not None:  # swallowed by ``save``: the file is incomplete
+                raise rec.error
+    except UserError:
+        raise
+    except Exception as e:
+        if rec is not None and rec.error is not None and is_write_error(rec.error):
+            raise write_error(path, rec.error, needed) from e
+        raise
+    return path

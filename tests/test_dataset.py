@@ -44,6 +44,17 @@ def full_run(text_dir, vocab_file, tmp_path_factory):
     return out
 
 
+def wait_group_gone(pgid, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    raise AssertionError("process group %d still alive" % pgid)
+
+
 def md5(path):
     return hashlib.md5(open(path, "rb").read()).hexdigest()
 
@@ -92,6 +103,7 @@ def test_killed_run_resumes_to_identical_outputs(full_run, text_dir, vocab_file,
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and its pool workers, mid-run
     proc.wait()
+    wait_group_gone(proc.pid)  # a worker still dying holds the lock: a rerun then is refused
     assert finished, "the run ended before any output appeared"
     assert not os.path.exists(os.path.join(out, "manifest.tsv"))
     before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in finished}

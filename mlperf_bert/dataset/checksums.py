@@ -12,6 +12,7 @@ import re
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open
+from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results")
@@ -211,7 +212,8 @@ def plan(paths, tables, manifest=None):
                     p.missing.append(f)
             continue
         if os.path.isdir(path):
-            names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
+            names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n))
+                           and not is_lock_file(n))  # a run's lock, or one a killed run left
             if manifest is not None:
                 for name in names:
                     if name != MANIFEST_NAME:

@@ -13,6 +13,8 @@ import urllib.request
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import RESULTS_DIR, file_md5, known_tables
 from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import is_write_error, write_error
+from mlperf_bert.locking import lock_file
 
 CHUNK = 1 << 20
 
@@ -56,7 +58,6 @@ def _open_from(url, offset):
 
 def download(url, output, md5=None, size=None, progress=True, results_dir=RESULTS_DIR):
     """Fetch ``url`` to ``output`` (resuming), check md5/size, return the md5."""
-    from tqdm import tqdm
     name = os.path.basename(output)
     if md5 is None and size is None:
         size, md5 = expected_for(name, results_dir)
@@ -68,23 +69,35 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
             return have
         raise UserError("%s exists with md5 %s, expected %s: delete it and run again" % (output, have, md5))
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with lock_file(output, "--output"):
+        return _fetch(url, output, name, md5, size, progress)
+
+
+def _fetch(url, output, name, md5, size, progress):
+    from tqdm import tqdm
     partial = output + ".partial"
     offset = os.path.getsize(partial) if os.path.exists(partial) else 0
     stream, total, resumed = _open_from(url, offset)
     if not resumed:
         offset = 0  # the server ignored the Range request: start over
     if stream is not None:
-        with stream, open(partial, "ab" if offset else "wb") as out, \
-                tqdm(total=total, initial=offset, unit="B", unit_scale=True, desc=name,
-                     disable=not progress) as bar:
-            while True:
-                buf = stream.read(CHUNK)
-                if not buf:
-                    break
-                out.write(buf)
-                bar.update(len(buf))
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            with stream, open(partial, "ab" if offset else "wb") as out, \
+                    tqdm(total=total, initial=offset, unit="B", unit_scale=True, desc=name,
+                         disable=not progress) as bar:
+                while True:
+                    buf = stream.read(CHUNK)
+                    if not buf:
+                        break
+                    out.write(buf)
+                    bar.update(len(buf))
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as e:
+            if not is_write_error(e):
+                raise
+            raise write_error(output, e, needed=None if total is None else total - offset,
+                              left="the bytes fetched so far are kept in %s" % partial) from e
     got_size = os.path.getsize(partial)
     if total is not None and got_size < total:
         raise UserError("download of %s stopped at %d of %d bytes: run the same command again to resume"

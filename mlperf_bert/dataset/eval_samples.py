@@ -5,7 +5,8 @@ import sys
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_pretraining_example, encode_example
-from mlperf_bert.fileio import check_writable_dir
+from mlperf_bert.fileio import check_writable_dir, refuse_overwriting_inputs
+from mlperf_bert.locking import lock_file
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, count_records, read_records
 
 
@@ -27,6 +28,13 @@ def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_len
     if os.path.isdir(output_file):
         raise UserError("--output_tfrecord %s is a directory: give a file path" % output_file)
     check_writable_dir(output_file)
+    refuse_overwriting_inputs([output_file], [input_file], "--output_tfrecord")
+    with lock_file(output_file, "--output_tfrecord"):
+        return _pick(input_file, output_file, num_examples_to_pick, max_seq_length, max_predictions_per_seq,
+                     progress)
+
+
+def _pick(input_file, output_file, num_examples_to_pick, max_seq_length, max_predictions_per_seq, progress):
     total = count_records(input_file)  # headers only; the read below checks each record's CRC
     if total < num_examples_to_pick:
         raise UserError("%s has %d records, fewer than --num_examples_to_pick=%d: give a larger input "

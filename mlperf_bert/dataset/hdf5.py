@@ -12,7 +12,8 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import (PRETRAINING_FEATURES, decode_pretraining_batch, decode_pretraining_example,
                       feature_lengths)
-from mlperf_bert.fileio import atomic_path
+from mlperf_bert.fileio import atomic_path, refuse_overwriting_inputs
+from mlperf_bert.locking import lock_file
 from mlperf_bert.dataset.tfrecord import count_records, expand_paths, read_records
 
 # Storage types: ids fit uint16 for any vocab of up to 65,536 tokens; values are checked.
@@ -41,12 +42,20 @@ def _store(name, values, where):
 def tfrecords_to_hdf5(input_files, output_file, max_seq_length, max_predictions_per_seq, block=4096,
                       progress=True):
     """Convert ``input_files`` (in order) into ``output_file``; return the number of examples."""
+    refuse_overwriting_inputs([output_file], input_files, "--output")
+    with lock_file(output_file, "--output"):
+        return _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress)
+
+
+def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress):
     import h5py
     from tqdm import tqdm
     counts = [count_records(p) for p in input_files]
     total = sum(counts)
     lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
-    with atomic_path(output_file) as tmp, h5py.File(tmp, "w") as h:
+    needed = total * sum(np.dtype(STORAGE_DTYPES[n]).itemsize * (1 if n == "next_sentence_labels" else lengths[n])
+                         for n in FEATURE_NAMES)
+    with atomic_path(output_file, needed) as tmp, h5py.File(tmp, "w") as h:
         h.attrs["max_seq_length"] = max_seq_length
         h.attrs["max_predictions_per_seq"] = max_predictions_per_seq
         h.attrs["source_files"] = [str(p) for p in input_files]

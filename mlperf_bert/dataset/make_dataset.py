@@ -16,10 +16,12 @@ import time
 
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import MANIFEST_NAME, file_md5, write_manifest
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import UserError, init_worker
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
-from mlperf_bert.fileio import atomic_open, check_writable_dir, remove_stale_temporaries
-from mlperf_bert.dataset.pretraining_data import create_pretraining_data
+from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries
+from mlperf_bert.locking import lock_dir
+from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
+from mlperf_bert.dataset.tokenization import load_vocab
 from mlperf_bert.dataset.tfrecord import count_records
 
 SETTINGS_NAME = "make_dataset_settings.json"
@@ -67,17 +69,40 @@ def _run_job(job):
     return src, rows, time.time() - t0
 
 
+def _outputs_of(src):
+    """The outputs made from input ``src`` (a text shard or eval.txt)."""
+    name = os.path.basename(src)
+    return ["eval_intermediate", "eval_10k"] if name == "eval.txt" else [name]
+
+
 def _check_settings(out_dir, record):
+    """Refuse a resume that would mix settings; write ``record`` (after validation).
+
+    Global settings (flags, vocab md5) must match once any output exists; an input's name
+    and size must match where that input's output exists. So a run stopped by bad input can
+    be corrected and rerun, and nothing made from one vocab or text is mixed with another.
+    """
     path = os.path.join(out_dir, SETTINGS_NAME)
+    old = None
     if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            old = json.load(f)
-        if old != record:
-            diff = ", ".join("%s=%s (was %s)" % (k, record.get(k), old.get(k))
-                             for k in sorted(set(old) | set(record)) if old.get(k) != record.get(k))
-            raise UserError("%s was started with other settings: %s; rerun with the same flags or use a new "
-                            "--output_dir" % (out_dir, diff))
-    else:
+        try:
+            with open(path, encoding="utf-8") as f:
+                old = json.load(f)
+        except (OSError, ValueError) as e:
+            raise UserError("cannot read %s (%s): delete it only if %s holds no outputs" % (path, e, out_dir))
+    if old is not None and old != record:
+        made = [n for n in record["inputs"] if any(os.path.exists(os.path.join(out_dir, o)) for o in _outputs_of(n))]
+        diffs = []
+        if made:
+            diffs = ["%s=%s (was %s)" % (k, record.get(k), old.get(k))
+                     for k in sorted(set(old) | set(record)) if k != "inputs" and old.get(k) != record.get(k)]
+        old_inputs = old.get("inputs") or {}
+        diffs += ["input %s is %d bytes (was %s)" % (n, record["inputs"][n], old_inputs.get(n, "not recorded"))
+                  for n in made if old_inputs.get(n) != record["inputs"][n]]
+        if diffs:
+            raise UserError("%s was started with other settings: %s; rerun with the same flags and inputs or use "
+                            "a new --output_dir" % (out_dir, ", ".join(diffs[:4] + (["..."] if len(diffs) > 4 else []))))
+    if old != record:
         with atomic_open(path, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1, sort_keys=True)
 
@@ -85,7 +110,6 @@ def _check_settings(out_dir, record):
 def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_examples=10000, progress=True,
                  **overrides):
     """Generate every output (skipping finished ones), write the manifest, return its rows."""
-    from tqdm import tqdm
     settings = dict(STANDARD, **overrides)
     settings["vocab_file"] = os.path.abspath(vocab_file)
     if not os.path.isfile(vocab_file):
@@ -95,11 +119,31 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     if os.path.realpath(output_dir) == os.path.realpath(text_dir):
         raise UserError("--output_dir is --text_dir: the TFRecords take the text shards' names, give another "
                         "--output_dir")
+    if num_eval_examples < 1:
+        raise UserError("--num_eval_examples=%d must be at least 1" % num_eval_examples)
+    # Validate everything a worker would before anything is written (settings file included).
+    check_settings(settings["max_seq_length"], settings["max_predictions_per_seq"], settings["masked_lm_prob"],
+                   settings["dupe_factor"], settings["short_seq_prob"])
+    load_vocab(vocab_file)
+    inputs = parts + ([eval_txt] if eval_txt else [])
+    names = [os.path.basename(p) for p in parts] + ["eval_intermediate", "eval_10k", MANIFEST_NAME,
+                                                   SETTINGS_NAME]
+    refuse_overwriting_inputs([os.path.join(output_dir, n) for n in names], inputs + [vocab_file])
     check_writable_dir(os.path.join(output_dir, MANIFEST_NAME))
-    _check_settings(output_dir, dict(settings, vocab_file=os.path.basename(vocab_file),
-                                     num_eval_examples=num_eval_examples))
-    names = [os.path.basename(p) for p in parts] + ["eval_intermediate", "eval_10k", MANIFEST_NAME]
+    lock = lock_dir(output_dir, "--output_dir")
+    try:
+        return _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names,
+                     dict(settings, vocab_file=os.path.basename(vocab_file), vocab_md5=file_md5(vocab_file),
+                          num_eval_examples=num_eval_examples,
+                          inputs={os.path.basename(p): os.path.getsize(p) for p in inputs}))
+    finally:
+        lock.release()
+
+
+def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, record):
+    from tqdm import tqdm
     remove_stale_temporaries(output_dir, names)
+    _check_settings(output_dir, record)
 
     jobs = [("part", p, output_dir, settings, None) for p in parts]
     if eval_txt:
@@ -110,7 +154,7 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     rows = []
     with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="make-dataset",
               disable=not progress, smoothing=0.05) as bar:
-        with multiprocessing.Pool(workers, maxtasksperchild=8) as pool:
+        with multiprocessing.Pool(workers, init_worker, (os.getpid(),), maxtasksperchild=8) as pool:
             for src, out_rows, _ in pool.imap_unordered(_run_job, jobs):
                 rows += out_rows
                 bar.update(sizes[src])

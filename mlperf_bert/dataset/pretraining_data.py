@@ -14,7 +14,8 @@ import sys
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import encode_pretraining_instance
-from mlperf_bert.fileio import check_writable_dir
+from mlperf_bert.fileio import check_writable_dir, ensure_space, refuse_overwriting_inputs
+from mlperf_bert.locking import lock_files
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, expand_paths, frame
 from mlperf_bert.dataset.tokenization import FastTokenizer, FullTokenizer, load_vocab
 
@@ -275,6 +276,15 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
             raise UserError("output file %s is a directory: give a file path such as %s/part-00000"
                             % (path, path.rstrip("/")))
         check_writable_dir(path)
+    refuse_overwriting_inputs(output_files, input_files + [vocab_file], "--output_file")
+    with lock_files(output_files, "--output_file"):
+        return _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length,
+                       max_predictions_per_seq, masked_lm_prob, random_seed, dupe_factor, short_seq_prob,
+                       progress, fast, reference_tokenizer)
+
+
+def _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length, max_predictions_per_seq,
+            masked_lm_prob, random_seed, dupe_factor, short_seq_prob, progress, fast, reference_tokenizer):
     vocab = load_vocab(vocab_file)
     if reference_tokenizer:
         tokenizer = _ReferenceIds(vocab, do_lower_case)
@@ -312,8 +322,10 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
 def write_round_robin(records, output_files, progress=False, batch=512):
     """Write framed records, record k to output k % len(outputs), each file atomically."""
     n_out = len(output_files)
+    needed = {p: sum(map(len, records[w::n_out])) for w, p in enumerate(output_files)}
+    ensure_space(needed)  # all outputs at once: fail now, not after writing some of them
     with contextlib.ExitStack() as stack:
-        writers = [stack.enter_context(TFRecordWriter(p)) for p in output_files]
+        writers = [stack.enter_context(TFRecordWriter(p, needed[p])) for p in output_files]
         with _bar(progress, total=len(records), unit="rec", desc="writing") as bar:
             for w, writer in enumerate(writers):
                 mine = records[w::n_out] if n_out > 1 else records

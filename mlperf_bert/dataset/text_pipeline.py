@@ -12,8 +12,9 @@ import shutil
 
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import article_md5
-from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, check_writable_dir
+from mlperf_bert.errors import UserError, init_worker
+from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs
+from mlperf_bert.locking import lock_dir
 from mlperf_bert.dataset.sentences import split_sentences
 from mlperf_bert.dataset.wiki_cleanup import clean_lines
 
@@ -111,7 +112,7 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
     workers = max(1, min(workers or os.cpu_count() or 1, n))
     train_files, eval_articles = [], []
     try:
-        with multiprocessing.Pool(workers) as pool:
+        with multiprocessing.Pool(workers, init_worker, (os.getpid(),)) as pool:
             for out, evals in tqdm(pool.imap(_process_one, jobs), total=n, desc="clean+split",
                                    unit="file", disable=not progress):
                 train_files.append(out)
@@ -152,6 +153,10 @@ def main(argv):
                         % fv.wiki_glob)
     if fv.block_size_mb <= 0 or fv.num_test_articles < 0:
         raise UserError("--block_size_mb must be > 0 and --num_test_articles >= 0")
-    parts = run(files, fv.output_dir, fv.num_test_articles, fv.block_size_mb, fv.seed, fv.workers)
+    outputs = glob.glob(os.path.join(fv.output_dir, "part-*-of-*")) + [
+        os.path.join(fv.output_dir, n) for n in ("eval.txt", "eval.md5")]
+    refuse_overwriting_inputs(outputs, files)
+    with lock_dir(fv.output_dir, "--output_dir"):
+        parts = run(files, fv.output_dir, fv.num_test_articles, fv.block_size_mb, fv.seed, fv.workers)
     print("wrote %d text shards, eval.txt and eval.md5 to %s" % (len(parts), fv.output_dir))
     return 0

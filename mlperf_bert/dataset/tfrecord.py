@@ -32,11 +32,12 @@ class TFRecordWriter:
     """Writes records to a temporary file that becomes ``path`` on ``close()``.
 
     Use as a context manager: if the block raises, nothing named ``path`` is left.
+    ``needed``: the bytes to be written, when known (see ``fileio.atomic_path``).
     """
 
-    def __init__(self, path):
+    def __init__(self, path, needed=None):
         self.path = path
-        self._ctx = atomic_open(path, "wb")
+        self._ctx = atomic_open(path, "wb", needed)
         self._f = self._ctx.__enter__()
         self.count = 0
 

@@ -1,5 +1,7 @@
-"""bert_config.json, with the reference's keys."""
+"""bert_config.json, with exactly the reference's keys (a missing or misspelt key is an error,
+never a silent BERT-Large default)."""
 import dataclasses
+import difflib
 import json
 
 from mlperf_bert.errors import UserError
@@ -37,8 +39,17 @@ class BertConfig:
             raise UserError("BERT config %s is not valid JSON: %s" % (path, e))
         if not isinstance(d, dict):
             raise UserError("BERT config %s must be a JSON object of the bert_config.json keys" % path)
+        known = [f.name for f in dataclasses.fields(cls)]
+        for k in sorted(set(d) - set(known)):
+            close = difflib.get_close_matches(k, known, n=1)
+            raise UserError("BERT config %s: unknown key %r%s; the keys are those of the reference "
+                            "bert_config.json" % (path, k, " (did you mean %r?)" % close[0] if close else ""))
+        missing = [k for k in known if k not in d]
+        if missing:
+            raise UserError("BERT config %s lacks %s: give every key of the reference bert_config.json "
+                            "(BERT-Large: configs/bert_config_large.json)" % (path, ", ".join(missing)))
         for f in dataclasses.fields(cls):
-            v = d.get(f.name, f.default)
+            v = d[f.name]
             want = (int, float) if f.type is float else f.type
             if isinstance(v, bool) or not isinstance(v, want) or (f.type is int and v <= 0):
                 raise UserError("BERT config %s: %s must be a %s, got %r"

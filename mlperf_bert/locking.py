@@ -1,0 +1,145 @@
+"""One writer per output: an exclusive, non-blocking lock held for the whole run.
+
+A directory output is locked through ``DIR/.mlperf_bert.lock``, a file output through
+``.NAME.lock`` beside it. The lock is ``flock(LOCK_EX | LOCK_NB)`` on that file, so the
+kernel releases it when the holder dies (SIGKILL, node crash as seen by the NFS server):
+a rerun after a crash goes on, while a second run during a live one is refused at once
+with the holder's host, pid, start time and command, which the holder writes into the file.
+Children forked by the holder (pool workers, DataLoader workers) share the lock and keep
+it until they exit too. On Linux NFS clients ``flock`` is carried out as a POSIX lock
+on the server (NLM for NFSv3, the protocol's own locks for NFSv4), so runs on different
+hosts exclude each other unless the file system is mounted ``nolock`` or
+``local_lock=flock|all`` (then only runs on one host do); Lustre needs the ``flock`` mount
+option. A file system without locks gets a warning and the run goes on unprotected.
+"""
+import contextlib
+import errno
+import json
+import os
+import socket
+import sys
+import time
+
+from mlperf_bert.errors import UserError
+
+DIR_LOCK_NAME = ".mlperf_bert.lock"
+_held = []  # locks of this process, kept referenced so their descriptors stay open
+
+
+def lock_path_for(path, is_dir):
+    if is_dir:
+        return os.path.join(path, DIR_LOCK_NAME)
+    d, name = os.path.split(os.path.abspath(path))
+    return os.path.join(d, ".%s.lock" % name)
+
+
+def is_lock_file(name):
+    return name == DIR_LOCK_NAME or (name.startswith(".") and name.endswith(".lock"))
+
+
+def _holder_text(lock_file):
+    try:
+        with open(lock_file, encoding="utf-8") as f:
+            h = json.loads(f.read() or "{}")
+    except (OSError, ValueError):
+        h = {}
+    if not h:
+        return "another process (it has not written its name yet)"
+    return "pid %s on host %s, started %s: %s" % (h.get("pid"), h.get("host"), h.get("started"),
+                                                 h.get("command"))
+
+
+class OutputLock:
+    """An exclusive lock on one output (directory or file). Use ``lock_dir``/``lock_file``."""
+
+    def __init__(self, path, is_dir, what):
+        self.path, self.what = path, what
+        self.lock_file = lock_path_for(path, is_dir)
+        self.fd = None
+
+    def acquire(self):
+        import fcntl
+        while True:
+            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise UserError(
+                        "%s %s is in use by another run (%s): wait for it to end or stop it; two runs on "
+                        "one output would mix their results" % (self.what, self.path,
+                                                                _holder_text(self.lock_file)))
+                print("warning: cannot lock %s (%s): this file system has no locks, so a second run on "
+                      "%s would not be detected" % (self.lock_file, e.strerror, self.path), file=sys.stderr)
+                return self
+            # The previous holder removes the file when it releases: if the name now points to
+            # another file, this lock guards nothing; take the new one.
+            try:
+                same = os.stat(self.lock_file).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        info = {"host": socket.gethostname(), "pid": os.getpid(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(sys.argv)}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        self.fd = fd
+        _held.append(self)
+        return self
+
+    def release(self):
+        if self.fd is None:
+            return
+        import fcntl
+        with contextlib.suppress(OSError):
+            os.remove(self.lock_file)  # before unlocking: a waiter then re-opens the name
+        with contextlib.suppress(OSError):
+            fcntl.flock(self.fd, fcntl.LOCK_UN)  # also for forked children sharing the descriptor
+        os.close(self.fd)
+        self.fd = None
+        with contextlib.suppress(ValueError):
+            _held.remove(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
+def _lock(path, is_dir, what):
+    target = path if is_dir else os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(target, exist_ok=True)
+    except OSError as e:
+        raise UserError("cannot create output directory %s: %s" % (target, e.strerror))
+    try:
+        return OutputLock(path, is_dir, what).acquire()
+    except OSError as e:
+        raise UserError("cannot create the lock file in %s: %s; choose a writable output path"
+                        % (target, e.strerror))
+
+
+def lock_dir(directory, what="output directory"):
+    """Take the exclusive lock of output directory ``directory`` (made if missing), or refuse with
+    one line naming the holder. Held until ``release()``, the end of a ``with`` block, or the
+    end of the process."""
+    return _lock(directory, True, what)
+
+
+def lock_file(path, what="output file"):
+    """The same for one output file (the lock file is ``.NAME.lock`` beside it)."""
+    return _lock(path, False, what)
+
+
+@contextlib.contextmanager
+def lock_files(paths, what="output file"):
+    """Lock several output files (in sorted order) for the block; refuse if any is in use."""
+    with contextlib.ExitStack() as stack:
+        for p in sorted(set(os.path.abspath(p) for p in paths)):
+            stack.enter_context(lock_file(p, what))
+        yield

@@ -55,7 +55,7 @@ def write_error(path, e, needed=None, written=None, left="no partial file was le
         if needed is not None:
             detail.append("needs %s" % _size(needed))
         elif written is not None:
-            detail.append("needs more than the %s written" % _size(written))
+            detail.append("needs more than the %s it wrote before the disk filled" % _size(written))
         with contextlib.suppress(OSError):
             detail.append("%s free in %s" % (_size(free_bytes(path)), os.path.dirname(os.path.abspath(path))))
     return UserError("cannot write %s: %s%s; %s: %s"
@@ -150,12 +150,19 @@ def remove_stale_temporaries(directory, names=None):
     return removed
 
 
+def _mentions(e, tmp):
+    """Whether OSError ``e`` is about file ``tmp`` (h5py names it only in the message)."""
+    return tmp in (e.filename, getattr(e, "filename2", None)) or tmp in str(e)
+
+
 @contextlib.contextmanager
-def atomic_path(path, needed=None):
+def atomic_path(path, needed=None, _owns=None):
     """Yield a temporary path; on success it is renamed to ``path``, on failure removed.
 
     ``needed``: bytes the output will take, when known: checked against the free space
-    before anything is written, and named in the error if the disk fills anyway.
+    before anything is written, and named in the error if the disk fills anyway. A write
+    error is reported against ``path`` only when it is about this file (another output
+    written in the same block reports its own).
     """
     if os.path.isdir(path):
         raise UserError("output %s is a directory: give a file path" % path)
@@ -173,28 +180,20 @@ def atomic_path(path, needed=None):
             written = os.path.getsize(tmp)
         with contextlib.suppress(OSError):
             os.remove(tmp)
-        if is_write_error(e):
+        if is_write_error(e) and (_mentions(e, tmp) or (_owns is not None and _owns(e))):
             raise write_error(path, e, needed, written) from e
         raise
 
 
-@contextlib.contextmanager
-def atomic_open(path, mode="wb", needed=None, **kwargs):
-    """Open a temporary file for writing; it becomes ``path`` only when the block completes."""
-    with atomic_path(path, needed) as tmp:
-        with open(tmp, mode, **kwargs) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-
-
 class _Recorder:
-    """A binary file whose first write error is kept: libraries such as torch.save turn it into
-    a RuntimeError without the errno ("unexpected pos ..."), and the errno decides the message."""
+    """The file ``atomic_open`` yields: a real file whose write errors are kept, so that an
+    error is told apart from another file's, and found again when a library (torch.save)
+    turns it into a RuntimeError without the errno ("unexpected pos ...")."""
 
     def __init__(self, f):
         self._f = f
         self.error = None
+        self.closing = False
 
     def write(self, data):
         try:
@@ -203,24 +202,45 @@ class _Recorder:
             self.error = self.error or e
             raise
 
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
     def __getattr__(self, name):
         return getattr(self._f, name)
+
+    def __iter__(self):
+        return iter(self._f)
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode="wb", needed=None, **kwargs):
+    """Open a temporary file for writing; it becomes ``path`` only when the block completes."""
+    box = []
+
+    def owns(e):
+        return bool(box) and (e is box[0].error or box[0].closing)
+
+    with atomic_path(path, needed, owns) as tmp:
+        with open(tmp, mode, **kwargs) as f:
+            rec = _Recorder(f)
+            box.append(rec)
+            yield rec
+            rec.closing = True  # errors from here on (flush, fsync, close) are this file's
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def atomic_save(path, save, needed=None):
     """Call ``save(f)`` with a binary file that becomes ``path`` when it returns, e.g.
     ``atomic_save(path, lambda f: torch.save(state, f))``; write errors as in ``atomic_path``."""
-    rec = None
-    try:
-        with atomic_open(path, "wb", needed) as f:
-            rec = _Recorder(f)
-            save(rec)
-            if rec.error is not None:  # swallowed by ``save``: the file is incomplete
-                raise rec.error
-    except UserError:
-        raise
-    except Exception as e:
-        if rec is not None and rec.error is not None and is_write_error(rec.error):
-            raise write_error(path, rec.error, needed) from e
-        raise
+    with atomic_open(path, "wb", needed) as f:
+        try:
+            save(f)
+        except Exception as e:
+            if f.error is not None:  # the real cause, which ``save`` replaced
+                raise f.error from e
+            raise
+        if f.error is not None:  # swallowed by ``save``: the file is incomplete
+            raise f.error
     return path

@@ -1,0 +1,370 @@
+"""The one writer and the one lock: write errors (disk full, quota, I/O, read-only) are one line
+naming the file and leave no partial file, for the generator, the text pipeline, HDF5 and
+torch checkpoints; a second writer of an output is refused while the first runs untouched;
+SIGTERM and a killed parent leave no temporaries and no stray workers."""
+import errno
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mlperf_bert import fileio, locking
+from mlperf_bert.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+ENV = dict(os.environ, PYTHONPATH=ROOT)
+
+
+class FullDisk:
+    """A file that takes ``room`` bytes, then fails every write with ``code`` (ENOSPC: disk full)."""
+
+    def __init__(self, f, room, code):
+        self._f, self.room, self.code = f, room, code
+
+    def write(self, data):
+        n = len(data)
+        if n > self.room:
+            self._f.write(data[:self.room])
+            self.room = 0
+            raise OSError(self.code, os.strerror(self.code))
+        self.room -= n
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+        return False
+
+
+@pytest.fixture
+def disk_full(monkeypatch):
+    """After ``room`` bytes, every write through the atomic writer fails with ``code``."""
+
+    def arm(room=1000, code=errno.ENOSPC):
+        real_open = open
+        monkeypatch.setattr(fileio, "open", lambda *a, **kw: FullDisk(real_open(*a, **kw), room, code),
+                            raising=False)
+
+    return arm
+
+
+def no_temporaries(d):
+    return [n for n in os.listdir(d) if ".tmp-" in n] == []
+
+
+@pytest.mark.parametrize("code,fix", [(errno.ENOSPC, "free space, then rerun the same command"),
+                                      (errno.EDQUOT, "quota"), (errno.EIO, "dmesg"),
+                                      (errno.EROFS, "writable file system")])
+def test_write_errors_are_one_line_naming_the_file_and_keep_the_old_file(tmp_path, disk_full, code, fix):
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"complete older version")
+    disk_full(room=10, code=code)
+    with pytest.raises(UserError) as e:
+        with fileio.atomic_open(str(out), "wb") as f:
+            f.write(b"x" * 100)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("cannot write %s: %s" % (out, os.strerror(code).lower()))
+    assert fix in msg and "no partial file was left" in msg
+    if code == errno.ENOSPC:
+        assert "needs more than the 10 bytes it wrote" in msg and " free in %s" % tmp_path in msg
+    assert out.read_bytes() == b"complete older version" and no_temporaries(tmp_path)
+
+
+def test_known_size_is_checked_before_writing(tmp_path, monkeypatch):
+    monkeypatch.setattr(fileio, "free_bytes", lambda path: 1000)
+    with pytest.raises(UserError, match=r"needs 2\.0 KiB, 1000 bytes free in .*free space, then rerun"):
+        with fileio.atomic_open(str(tmp_path / "x"), "wb", needed=2048) as f:
+            raise AssertionError("the block must not run")
+    assert os.listdir(tmp_path) == []
+
+
+def test_generator_disk_full(golden_dir, vocab_file, tmp_path, disk_full):
+    from mlperf_bert.dataset.pretraining_data import main
+    inp = os.path.join(golden_dir, "input", "part-00000-of-00004")
+    out = "%s,%s" % (tmp_path / "a.tfrecord", tmp_path / "b.tfrecord")
+    argv = ["x", "--input_file=" + inp, "--output_file=%s" % out, "--vocab_file=" + vocab_file,
+            "--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=1"]
+    disk_full(room=500000)  # the disk fills while the first output is written
+    with pytest.raises(UserError, match=r"cannot write .*/a\.tfrecord: no space left on device \(needs "
+                                        r"879\.3 KiB, .* free in .*\); no partial file"):
+        main(argv)
+    assert os.listdir(tmp_path) == []  # the outputs are written together: neither is left
+
+
+def test_text_pipeline_disk_full(shared, tmp_path, disk_full):
+    from mlperf_bert.dataset import text_pipeline
+    disk_full(room=100000)
+    out = tmp_path / "text"
+    with pytest.raises(UserError, match=r"cannot write .*: no space left on device .*rerun the same command"):
+        text_pipeline.main(["x", "--wiki_glob=%s/data/wiki_sample/wiki_0[01]" % shared, "--output_dir=%s" % out,
+                            "--num_test_articles=4", "--workers=1"])
+    assert os.listdir(out) == []
+
+
+def test_hdf5_disk_full(golden_dir, tmp_path, monkeypatch):
+    """h5py writes through C: the error comes as h5py raises it (OSError errno 28 naming the file)."""
+    import h5py
+    from mlperf_bert.dataset import hdf5
+    real = h5py.Dataset.__setitem__
+    calls = []
+
+    def full(self, key, value):
+        calls.append(key)
+        if len(calls) > 3:
+            raise OSError(errno.ENOSPC, "Can't synchronously write data (file write failed: filename = '%s', "
+                          "errno = 28, error message = 'No space left on device')" % self.file.filename)
+        return real(self, key, value)
+
+    monkeypatch.setattr(h5py.Dataset, "__setitem__", full)
+    out = str(tmp_path / "x.hdf5")
+    with pytest.raises(UserError, match=r"cannot write .*x\.hdf5: no space left on device \(needs 2\.8 MiB"):
+        hdf5.main(["x", "--input=%s/part-00000.s128.tfrecord" % golden_dir, "--output=" + out,
+                   "--max_seq_length=128", "--max_predictions_per_seq=20"])
+    assert os.listdir(tmp_path) == []
+
+
+def test_checkpoint_disk_full_keeps_the_older_checkpoint(tmp_path, disk_full):
+    """torch.save hides the errno ("unexpected pos"); atomic_save recovers it."""
+    torch = pytest.importorskip("torch")
+    old = str(tmp_path / "model.ckpt-10.pt")
+    fileio.atomic_save(old, lambda f: torch.save({"step": 10}, f))
+    disk_full(room=4096)
+    new = str(tmp_path / "model.ckpt-20.pt")
+    with pytest.raises(UserError, match=r"cannot write .*model\.ckpt-20\.pt: no space left on device .* free in"):
+        fileio.atomic_save(new, lambda f: torch.save({"w": torch.zeros(100000)}, f))
+    assert sorted(os.listdir(tmp_path)) == ["model.ckpt-10.pt"]
+    assert torch.load(old)["step"] == 10
+
+
+def _real_tmpfs_available():
+    try:
+        return subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k none /mnt"],
+                              capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_real_full_disk(golden_dir, vocab_file, tmp_path):
+    """The generator and to-hdf5 on a real 600 KB tmpfs (Linux, unprivileged mount namespace)."""
+    if not _real_tmpfs_available():
+        pytest.skip("cannot mount a tmpfs in a user namespace here (unshare -rm)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = textwrap.dedent("""\
+        mount -t tmpfs -o size=600k none {m}
+        {py} -m mlperf_bert create-pretraining-data --input_file={g}/input/part-00000-of-00004 \
+            --output_file={m}/out.tfrecord --vocab_file={v} --max_seq_length=128 --max_predictions_per_seq=20 \
+            --dupe_factor=1 2>{m}/../gen.err; echo $? >{m}/../gen.rc
+        {py} -m mlperf_bert to-hdf5 --input={g}/part-00000.s128.tfrecord --output={m}/x.hdf5 \
+            --max_seq_length=128 --max_predictions_per_seq=20 2>{m}/../h5.err; echo $? >{m}/../h5.rc
+        ls -A {m} >{m}/../left
+        """).format(m=mnt, py=PY, g=golden_dir, v=vocab_file)
+    subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT, env=ENV, check=True, timeout=300)
+    for name, out in (("gen", "out.tfrecord"), ("h5", "x.hdf5")):
+        assert (tmp_path / (name + ".rc")).read_text().strip() == "2"
+        err = (tmp_path / (name + ".err")).read_text().strip().splitlines()[-1]
+        assert err.startswith("error: cannot write %s/%s: no space left on device (needs " % (mnt, out)), err
+        assert "free space, then rerun the same command" in err
+    assert (tmp_path / "left").read_text() == ""
+
+
+# ---------------------------------------------------------------- the lock
+
+HOLD = textwrap.dedent("""\
+    import sys, time
+    from mlperf_bert import locking
+    lock = locking.lock_dir(sys.argv[1])
+    print("locked", flush=True)
+    time.sleep(60)
+    """)
+
+
+def test_second_holder_is_refused_with_the_holders_name_until_it_dies(tmp_path):
+    d = str(tmp_path / "out")
+    proc = subprocess.Popen([PY, "-c", HOLD, d], stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        with pytest.raises(UserError) as e:
+            locking.lock_dir(d, "--output_dir")
+        msg = str(e.value)
+        assert msg.startswith("--output_dir %s is in use by another run (pid %d on host " % (d, proc.pid)), msg
+        assert "started 20" in msg and "wait for it to end or stop it" in msg and "\n" not in msg
+    finally:
+        proc.kill()  # SIGKILL: no cleanup runs; the kernel drops the lock
+        proc.wait()
+    with locking.lock_dir(d) as lock:  # a rerun after a crash goes on
+        assert lock.fd is not None
+    assert os.listdir(d) == []  # released: the lock file is gone
+
+
+def test_the_lock_excludes_within_one_process_too(tmp_path):
+    with locking.lock_file(str(tmp_path / "x")):
+        with pytest.raises(UserError, match="output file .*x is in use by another run"):
+            locking.lock_file(str(tmp_path / "x"))
+    locking.lock_file(str(tmp_path / "x")).release()
+
+
+def test_two_make_datasets_on_one_directory(full_run, text_dir, vocab_file, tmp_path):
+    """The second is refused at once; the first completes untouched and its manifest verifies."""
+    from mlperf_bert.dataset import checksums, make_dataset
+    from test_dataset import cmd, md5
+    out = str(tmp_path / "out")
+    first = subprocess.Popen([PY, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=1), cwd=ROOT,
+                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock_file = os.path.join(out, locking.DIR_LOCK_NAME)
+    deadline = time.time() + 60
+    while not (os.path.exists(lock_file) and os.path.getsize(lock_file)) and time.time() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(UserError, match="--output_dir %s is in use by another run \\(pid %d " % (out, first.pid)):
+        make_dataset.main(cmd(text_dir, out, vocab_file))
+    stdout, stderr = first.communicate(timeout=120)
+    assert first.returncode == 0, stderr
+    assert checksums.main(["verify", os.path.join(out, "manifest.tsv")]) == 0
+    assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))
+    for n in os.listdir(full_run):
+        if n != "make_dataset_settings.json":
+            assert md5(os.path.join(out, n)) == md5(os.path.join(full_run, n)), n
+
+
+def test_two_generators_on_one_output_file(golden_dir, vocab_file, tmp_path):
+    from mlperf_bert.dataset.pretraining_data import main
+    out = str(tmp_path / "a.tfrecord")
+    with locking.lock_file(out):  # as a generator running on it holds it
+        with pytest.raises(UserError, match="--output_file .*a.tfrecord is in use by another run"):
+            main(["x", "--input_file=%s/input/part-00000-of-00004" % golden_dir, "--output_file=" + out,
+                  "--vocab_file=" + vocab_file])
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------- temporaries and signals
+
+def test_stale_temporaries_only_of_processes_that_are_gone(tmp_path):
+    live = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([PY, "-c", "pass"])
+    dead.wait()
+    try:
+        for pid in (live.pid, dead.pid):
+            (tmp_path / ("part.tmp-%d" % pid)).write_text("x")
+        (tmp_path / ("other.tmp-%d" % dead.pid)).write_text("x")
+        assert fileio.remove_stale_temporaries(str(tmp_path), ["part"]) == ["part.tmp-%d" % dead.pid]
+        assert sorted(os.listdir(tmp_path)) == sorted(["part.tmp-%d" % live.pid, "other.tmp-%d" % dead.pid])
+        # a rerun's writer removes its output's stale temporaries itself
+        with fileio.atomic_open(str(tmp_path / "other"), "w") as f:
+            f.write("done")
+        assert sorted(os.listdir(tmp_path)) == sorted(["part.tmp-%d" % live.pid, "other"])
+    finally:
+        live.kill()
+        live.wait()
+
+
+SLOW_WRITER = textwrap.dedent("""\
+    import sys, time
+    from mlperf_bert.errors import run_main
+    from mlperf_bert.fileio import atomic_open
+    def main(argv):
+        with atomic_open(argv[1], "w") as f:
+            f.write("partial")
+            f.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+    run_main(main, sys.argv)
+    """)
+
+
+def test_sigterm_removes_the_temporary_and_is_one_line(tmp_path):
+    out = str(tmp_path / "out")
+    proc = subprocess.Popen([PY, "-c", SLOW_WRITER, out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV)
+    assert proc.stdout.readline().strip() == "writing"
+    assert len(glob.glob(out + ".tmp-*")) == 1
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143
+    assert err.strip() == ("error: terminated (SIGTERM); finished outputs are kept, rerun the same command "
+                           "to go on")
+    assert os.listdir(tmp_path) == []
+
+
+def children(pid):
+    out = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat, "rb") as f:
+                if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                    out.append(int(stat.split("/")[2]))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, sig):
+    """Only the driver is signalled (as a scheduler or `kill PID` does): its workers must not go on
+    writing into the output directory after it is gone, and nothing half-written stays."""
+    from mlperf_bert.dataset import make_dataset
+    from test_dataset import cmd
+    out = str(tmp_path / "out")
+    proc = subprocess.Popen([PY, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=2), cwd=ROOT,
+                            env=ENV, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while len(children(proc.pid)) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # the workers are generating
+    os.kill(proc.pid, sig)
+    proc.wait()
+    at_exit = finished(out)
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("workers of the killed make-dataset still run")
+    assert finished(out) == at_exit  # no output appeared after the command ended
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143
+        assert no_temporaries(out)
+    else:  # a rerun removes what the killed run left
+        assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
+        assert no_temporaries(out)
+
+
+def finished(d):
+    return sorted(n for n in os.listdir(d) if ".tmp-" not in n and not locking.is_lock_file(n))
+
+
+@pytest.fixture(scope="module")
+def text_dir(golden_dir, tmp_path_factory):
+    return _text_dir(golden_dir, tmp_path_factory)
+
+
+def _text_dir(golden_dir, tmp_path_factory):
+    d = tmp_path_factory.mktemp("text")
+    for k in (0, 1):
+        shutil.copy(os.path.join(golden_dir, "input", "part-0000%d-of-00004" % k), d / ("part-0000%d-of-00002" % k))
+    text = open(os.path.join(golden_dir, "input", "part-00001-of-00004"), encoding="utf-8").read()
+    (d / "eval.txt").write_text(text[:text.index("\n\n", 150000) + 2], encoding="utf-8")
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def full_run(text_dir, vocab_file, tmp_path_factory):
+    from mlperf_bert.dataset import make_dataset
+    from test_dataset import cmd
+    out = str(tmp_path_factory.mktemp("full"))
+    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
+    return out

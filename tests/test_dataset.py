@@ -149,3 +149,67 @@ def test_default_settings_are_the_standard_command(golden_dir, vocab_file, tmp_p
     got = json.loads(subprocess.run([sys.executable, tool, str(out / "part-00000-of-00001"), "--show", "0"],
                                     capture_output=True, text=True, check=True).stdout)
     assert (got["records"], got["bytes"], got["digest"]) == (want["records"], want["bytes"], want["digest"])
+
+
+def _copy_run(full_run, tmp_path):
+    out = str(tmp_path / "copy")
+    shutil.copytree(full_run, out)
+    return out
+
+
+def test_resume_with_another_vocab_of_the_same_name_is_refused(full_run, text_dir, vocab_file, tmp_path):
+    """Issue 16.3: the settings file stored only the vocab's file name."""
+    out = _copy_run(full_run, tmp_path)
+    other = tmp_path / "v" / "vocab.txt"
+    other.parent.mkdir()
+    lines = open(vocab_file, encoding="utf-8").read().split("\n")
+    lines[2000], lines[2001] = lines[2001], lines[2000]  # two tokens swap ids: another vocab
+    other.write_text("\n".join(lines), encoding="utf-8")
+    before = {n: md5(os.path.join(out, n)) for n in os.listdir(out)}
+    with pytest.raises(UserError, match=r"was started with other settings: vocab_md5=\w{32} \(was \w{32}\)"):
+        make_dataset.main(cmd(text_dir, out, str(other)))
+    assert {n: md5(os.path.join(out, n)) for n in os.listdir(out)} == before
+
+
+def test_resume_with_a_changed_text_shard_is_refused(full_run, text_dir, vocab_file, tmp_path):
+    out = _copy_run(full_run, tmp_path)
+    changed = str(tmp_path / "text")
+    shutil.copytree(text_dir, changed)
+    with open(os.path.join(changed, "part-00001-of-00002"), "a", encoding="utf-8") as f:
+        f.write("One more sentence.\n\n")
+    size = os.path.getsize(os.path.join(changed, "part-00001-of-00002"))
+    with pytest.raises(UserError, match=r"other settings: input part-00001-of-00002 is %d bytes \(was %d\)"
+                       % (size, size - 20)):
+        make_dataset.main(cmd(changed, out, vocab_file))
+
+
+def test_failed_validation_writes_no_settings_and_a_corrected_rerun_goes_on(golden_dir, vocab_file, tmp_path):
+    """Issue 16.8: a run refused for bad settings or bad input must not block the corrected rerun."""
+    text = tmp_path / "text"
+    text.mkdir()
+    good = open(os.path.join(golden_dir, "input", "part-00000-of-00004"), encoding="utf-8").read()
+    good = good[:good.index("\n", 20000) + 1] + "\n"  # one article, cut at a line
+    (text / "part-00000-of-00002").write_text(good, encoding="utf-8")
+    (text / "part-00001-of-00002").write_bytes(b"\xff\xfe not UTF-8\n")
+    out = tmp_path / "out"
+    bad = cmd(str(text), str(out), vocab_file, workers=1)
+    bad[bad.index("--max_predictions_per_seq=20")] = "--max_predictions_per_seq=200"
+    with pytest.raises(UserError, match="--max_predictions_per_seq=200 is too large"):
+        make_dataset.main(bad)
+    assert not out.exists() or os.listdir(out) == []
+    with pytest.raises(UserError, match="part-00001-of-00002 is not UTF-8"):
+        make_dataset.main(cmd(str(text), str(out), vocab_file, workers=1))
+    (text / "part-00001-of-00002").write_text(good, encoding="utf-8")  # corrected input, other size
+    assert make_dataset.main(cmd(str(text), str(out), vocab_file, workers=1)) == 0
+    assert md5(str(out / "part-00000-of-00002")) == md5(str(out / "part-00001-of-00002"))
+
+
+def test_output_dir_inside_text_dir_may_not_replace_inputs(text_dir, vocab_file, tmp_path):
+    """Issue 16.2 for make-dataset: the vocab as an output name (real paths compared)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    vocab = out / "manifest.tsv"
+    shutil.copy(vocab_file, vocab)
+    with pytest.raises(UserError, match="output .*manifest.tsv is the input"):
+        make_dataset.main(cmd(text_dir, str(out), str(vocab)))
+    assert os.listdir(out) == ["manifest.tsv"]

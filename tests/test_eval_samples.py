@@ -61,3 +61,15 @@ def test_command_line_and_errors(tmp_path, golden_dir):
     with pytest.raises(UserError, match="cannot read"):
         main(["p", "--input_tfrecord=" + str(tmp_path / "none"), "--output_tfrecord=" + str(tmp_path / "z")])
     assert sorted(os.listdir(str(tmp_path))) == ["eval_10"]  # failed runs leave nothing behind
+
+
+def test_output_that_is_the_input_is_refused(golden_dir, tmp_path):
+    """Issue 16.2: outputs never overwrite inputs (compared by real path)."""
+    src = tmp_path / "eval_intermediate"
+    src.write_bytes(open(os.path.join(golden_dir, "part-00000.s128.tfrecord"), "rb").read())
+    before = src.read_bytes()
+    with pytest.raises(UserError, match="--output_tfrecord .* is the input"):
+        main(["x", "--input_tfrecord=%s" % src, "--output_tfrecord=%s/../%s/eval_intermediate"
+              % (tmp_path, tmp_path.name), "--num_examples_to_pick=10", "--max_seq_length=128",
+              "--max_predictions_per_seq=20"])
+    assert src.read_bytes() == before and os.listdir(tmp_path) == ["eval_intermediate"]

@@ -89,3 +89,20 @@ def test_trainer_batches_from_hdf5_equal_those_from_the_tfrecord(golden_tfrecord
         for x, y in zip(a, b):
             for name in x:
                 assert x[name].dtype == y[name].dtype and torch.equal(x[name], y[name]), name
+
+
+def test_output_that_is_the_input_is_refused(golden_tfrecord, tmp_path):
+    """Issue 16.2: `--output` equal to `--input` (also through a symlink) replaced the TFRecord."""
+    src = str(tmp_path / "part.tfrecord")
+    with open(golden_tfrecord, "rb") as f:
+        data = f.read()
+    with open(src, "wb") as f:
+        f.write(data)
+    os.symlink(src, str(tmp_path / "link"))
+    for out in (src, str(tmp_path / "link"), str(tmp_path / "." / "part.tfrecord")):
+        with pytest.raises(UserError, match="--output .* is the input .*part.tfrecord: writing it would destroy"):
+            hdf5.main(["to-hdf5", "--input=%s" % src, "--output=%s" % out, "--max_seq_length=128",
+                       "--max_predictions_per_seq=20"])
+    with open(src, "rb") as f:
+        assert f.read() == data
+    assert sorted(os.listdir(tmp_path)) == ["link", "part.tfrecord"]

@@ -251,3 +251,15 @@ def test_command_line_exit_status_and_atomic_output(tmp_path, vocab_file):
                         "--vocab_file=" + vocab_file], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error:")
     assert os.listdir(str(tmp_path)) == []
+
+
+def test_output_that_is_an_input_is_refused(tmp_path, golden_dir, vocab_file):
+    """Issue 16.2: outputs never overwrite inputs (the text shard or the vocab), by real path."""
+    src = tmp_path / "part-00000"
+    src.write_bytes(open(os.path.join(golden_dir, "input", "part-00000-of-00004"), "rb").read())
+    before = src.read_bytes()
+    os.symlink(str(src), str(tmp_path / "link"))
+    for out in ("%s" % src, "%s,%s" % (tmp_path / "other", tmp_path / "link"), vocab_file):
+        with pytest.raises(UserError, match="--output_file .* is the input .*: writing it would destroy the input"):
+            main(["x", "--input_file=%s" % src, "--output_file=%s" % out, "--vocab_file=%s" % vocab_file])
+    assert src.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["link", "part-00000"]

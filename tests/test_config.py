@@ -1,0 +1,52 @@
+"""bert_config.json holds exactly the reference's keys: a missing or misspelt key is an error
+naming it (issue 16.6: a 2-layer config with `num_hidden_layer` trained 24 layers)."""
+import json
+import os
+
+import pytest
+
+from mlperf_bert.errors import UserError
+from mlperf_bert.trainer.config import BertConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO = os.path.join(ROOT, "configs", "bert_config_demo.json")
+
+
+def write(tmp_path, d):
+    path = str(tmp_path / "bert_config.json")
+    with open(path, "w") as f:
+        json.dump(d, f)
+    return path
+
+
+def demo():
+    with open(DEMO) as f:
+        return json.load(f)
+
+
+def test_shipped_configs_load_as_written():
+    for name in ("bert_config_demo.json", "bert_config_large.json"):
+        path = os.path.join(ROOT, "configs", name)
+        with open(path) as f:
+            assert BertConfig.from_json_file(path).to_dict() == json.load(f)
+
+
+def test_misspelt_key_is_an_error_with_the_closest_name(tmp_path):
+    d = demo()
+    d["num_hidden_layer"] = d.pop("num_hidden_layers")
+    with pytest.raises(UserError) as e:
+        BertConfig.from_json_file(write(tmp_path, d))
+    assert str(e.value) == ("BERT config %s: unknown key 'num_hidden_layer' (did you mean 'num_hidden_layers'?); "
+                            "the keys are those of the reference bert_config.json" % (tmp_path / "bert_config.json"))
+
+
+def test_unknown_key_without_a_close_name(tmp_path):
+    with pytest.raises(UserError, match="unknown key 'use_fp16'; the keys"):
+        BertConfig.from_json_file(write(tmp_path, dict(demo(), use_fp16=True)))
+
+
+def test_missing_keys_are_named_not_defaulted_to_bert_large(tmp_path):
+    d = demo()
+    del d["hidden_size"], d["intermediate_size"]
+    with pytest.raises(UserError, match=r"bert_config.json lacks hidden_size, intermediate_size: give every key"):
+        BertConfig.from_json_file(write(tmp_path, d))

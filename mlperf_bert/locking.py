@@ -83,7 +83,7 @@ class OutputLock:
                 break
             os.close(fd)
         info = {"host": socket.gethostname(), "pid": os.getpid(),
-                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(sys.argv)}
+                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])[:300]}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         self.fd = fd

@@ -49,8 +49,8 @@ def init_worker(parent_pid):
 
 def run_main(main, argv=None):
     """Run ``main(argv)``: a UserError is one line on stderr and exit 2; SIGTERM and Ctrl-C end
-    it with one line (143, 130) after the atomic writers removed their temporaries; an I/O
-    error while writing outside the atomic writer is one line too."""
+    it with one line (143, 130) after the atomic writers removed their temporaries; a disk-full
+    or I/O error elsewhere is one line too (exit 2)."""
     argv = sys.argv if argv is None else argv
     install_sigterm_handler()
     try:
@@ -66,10 +66,13 @@ def run_main(main, argv=None):
               file=sys.stderr)
         sys.exit(143)
     except OSError as e:
-        from mlperf_bert.fileio import is_write_error, write_error
-        if not is_write_error(e):
+        # Not raised while writing through the atomic writer (that gives its own line): say
+        # what failed, and where when known, without guessing whether it was a read or a write.
+        from mlperf_bert.fileio import WRITE_ERRNOS
+        if e.errno not in WRITE_ERRNOS:
             raise
-        print("error: %s" % write_error(e.filename or "an output", e, left="outputs written under a "
-                                        "temporary name were removed"), file=sys.stderr)
+        print("error: %s%s; outputs written under a temporary name were removed: %s"
+              % (os.strerror(e.errno).lower(), " (%s)" % e.filename if e.filename else "",
+                 WRITE_ERRNOS[e.errno]), file=sys.stderr)
         sys.exit(2)
     sys.exit(status or 0)

@@ -368,3 +368,35 @@ def full_run(text_dir, vocab_file, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("full"))
     assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
     return out
+
+
+def test_io_error_outside_the_writer_is_one_line(tmp_path):
+    """EIO while reading an input (here raised by hand) is not blamed on an output, and is one line."""
+    code = textwrap.dedent("""\
+        import errno, os, sys
+        from mlperf_bert.errors import run_main
+        def main(argv):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), "/data/part-00007")
+        run_main(main, sys.argv)
+        """)
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=ENV)
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: input/output error (/data/part-00007); outputs written under a temporary "
+                           "name were removed: check the disk or the network file system (dmesg), then rerun "
+                           "the same command\n")
+
+
+def test_text_pipeline_and_to_hdf5_refuse_an_output_in_use(shared, golden_dir, tmp_path):
+    from mlperf_bert.dataset import hdf5, text_pipeline
+    out = str(tmp_path / "text")
+    with locking.lock_dir(out):
+        with pytest.raises(UserError, match="--output_dir .*text is in use by another run \\(pid %d " % os.getpid()):
+            text_pipeline.main(["x", "--wiki_glob=%s/data/wiki_sample/wiki_00" % shared, "--output_dir=" + out,
+                                "--num_test_articles=1", "--workers=1"])
+    assert os.listdir(out) == []
+    h5 = str(tmp_path / "x.hdf5")
+    with locking.lock_file(h5):
+        with pytest.raises(UserError, match="--output .*x.hdf5 is in use by another run"):
+            hdf5.main(["x", "--input=%s/part-00000.s128.tfrecord" % golden_dir, "--output=" + h5,
+                       "--max_seq_length=128", "--max_predictions_per_seq=20"])
+    assert os.listdir(tmp_path) == ["text"]

@@ -400,3 +400,22 @@ def test_text_pipeline_and_to_hdf5_refuse_an_output_in_use(shared, golden_dir, t
             hdf5.main(["x", "--input=%s/part-00000.s128.tfrecord" % golden_dir, "--output=" + h5,
                        "--max_seq_length=128", "--max_predictions_per_seq=20"])
     assert os.listdir(tmp_path) == ["text"]
+
+
+def test_sigterm_during_the_generators_write_leaves_nothing(golden_dir, vocab_file, tmp_path):
+    """Issue 16.7: create_pretraining_data.py killed while writing left its *.tmp-PID files."""
+    outs = ",".join(str(tmp_path / n) for n in "abcd")
+    proc = subprocess.Popen([PY, "create_pretraining_data.py", "--input_file=%s/input/part-00000-of-00004" % golden_dir,
+                             "--output_file=" + outs, "--vocab_file=" + vocab_file, "--max_seq_length=512",
+                             "--max_predictions_per_seq=76", "--dupe_factor=10"],
+                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None and not glob.glob(str(tmp_path / "*.tmp-*")):
+        time.sleep(0.001)
+    writing = glob.glob(str(tmp_path / "*.tmp-*"))
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1]
+    if not writing:
+        pytest.skip("the generator finished before a temporary was seen")
+    assert proc.returncode == 143
+    assert err.strip().splitlines()[-1].split("\r")[-1].startswith("error: terminated (SIGTERM)")
+    assert os.listdir(tmp_path) == []  # temporaries and lock files removed

@@ -5,8 +5,8 @@ A directory output is locked through ``DIR/.mlperf_bert.lock``, a file output th
 kernel releases it when the holder dies (SIGKILL, node crash as seen by the NFS server):
 a rerun after a crash goes on, while a second run during a live one is refused at once
 with the holder's host, pid, start time and command, which the holder writes into the file.
-Children forked by the holder (pool workers, DataLoader workers) share the lock and keep
-it until they exit too. On Linux NFS clients ``flock`` is carried out as a POSIX lock
+Children forked by the holder (pool workers, DataLoader workers) share the lock (local file
+systems) and keep it until they exit too. On Linux NFS clients ``flock`` is carried out as a POSIX lock
 on the server (NLM for NFSv3, the protocol's own locks for NFSv4), so runs on different
 hosts exclude each other unless the file system is mounted ``nolock`` or
 ``local_lock=flock|all`` (then only runs on one host do); Lustre needs the ``flock`` mount
@@ -83,7 +83,8 @@ class OutputLock:
                 break
             os.close(fd)
         info = {"host": socket.gethostname(), "pid": os.getpid(),
-                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])[:300]}
+                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])[:300]}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         self.fd = fd

@@ -100,8 +100,9 @@ def _check_settings(out_dir, record):
         diffs += ["input %s is %d bytes (was %s)" % (n, record["inputs"][n], old_inputs.get(n, "not recorded"))
                   for n in made if old_inputs.get(n) != record["inputs"][n]]
         if diffs:
+            shown = ", ".join(diffs[:4] + (["..."] if len(diffs) > 4 else []))
             raise UserError("%s was started with other settings: %s; rerun with the same flags and inputs or use "
-                            "a new --output_dir" % (out_dir, ", ".join(diffs[:4] + (["..."] if len(diffs) > 4 else []))))
+                            "a new --output_dir" % (out_dir, shown))
     if old != record:
         with atomic_open(path, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1, sort_keys=True)

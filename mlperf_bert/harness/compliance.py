@@ -1,51 +1,48 @@
-"""``check-log LOG``: the official MLPerf compliance checker plus the BERT rules it lacks.
+"""``check-log LOG|DIR ...``: the official MLPerf compliance checker plus the BERT rules it lacks.
 
-The official checker (training ruleset 5.0.0, the last one with BERT) checks key presence
-and structure; it does not know the BERT eval-frequency grid or the stopping rule.  Each
-rule prints PASS/FAIL with the offending log line; the exit status is 0 only if all pass.
+The official checker (training ruleset 5.0.0, the last one with BERT) checks key presence and
+structure; it does not know the BERT eval grid or the stopping rule.  Each rule gives PASS,
+WARN (legal, worth a look) or FAIL with the log line it is about; the exit status is 0 when
+nothing fails.  docs/compliance.md quotes the rule text behind each check.
 """
 import collections
+import datetime
+import glob
 import json
+import logging
+import multiprocessing
 import os
-import subprocess
+import signal
 import sys
-import tempfile
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.harness.mlperf_log import eval_frequency  # the trainer's formula (REFERENCE.md section 3), tested here too
+from mlperf_bert.harness.mlperf_log import eval_frequency  # the trainer's formula (REFERENCE.md section 3)
 
 RULESET = "5.0.0"
 CLOSED_TARGET = 0.720
 CLOSED_EVAL_SAMPLES = 10000
-# Logged once per run by the trainer in either division (the closed BERT ruleset's keys
-# plus the common ones); the official checker only enforces part of this for open runs.
+# Keys a BERT run logs exactly once (the closed ruleset's hyperparameters); the seed, eval_samples
+# and train_samples have rules of their own.
 HYPERPARAMETERS = (
     "global_batch_size", "opt_base_learning_rate", "opt_lamb_epsilon",
     "opt_learning_rate_training_steps", "opt_learning_rate_warmup_steps",
     "num_warmup_steps", "start_warmup_step", "opt_lamb_beta_1", "opt_lamb_beta_2",
-    "opt_lamb_weight_decay_rate", "gradient_accumulation_steps", "seed",
-    "train_samples", "eval_samples",
+    "opt_lamb_weight_decay_rate", "gradient_accumulation_steps",
 )
+# Seeds must be logged from Training v4.1 on; the runs of v4.0 and earlier were made before this.
+SEED_REQUIRED_FROM = datetime.datetime(2024, 7, 1, tzinfo=datetime.timezone.utc)
+# A packed run places eval k where its average packing rate says k x F is reached; real packed
+# runs (NVIDIA's code and its reuses) land within 1% of k x F, plus the one batch the rules let
+# an eval point be rounded up by.  A wrong frequency (e.g. 200,000 for 225,000) misses at k = 1.
+PACKED_TOLERANCE = 0.01
 # Custom key (not in mllog.constants) with which our trainer states an open-division target.
 TARGET_KEY = "target_accuracy"
 _MARK = ":::MLLOG"
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 
 Record = collections.namedtuple("Record", "lineno line key value metadata event_type time_ms")
-Result = collections.namedtuple("Result", "rule ok detail lineno line")
-
-
-def eval_points(global_batch_size, count, at_zero=False, freq=None):
-    """Samples counts of the first ``count`` evals: the first update boundary at or past each
-    multiple of eval_frequency (a global batch is never split), optionally one at 0 first.
-    One eval covers every multiple it passed (an open run's eval_frequency may be < the batch)."""
-    freq = freq or eval_frequency(global_batch_size)
-    pts = [0] if at_zero else []
-    k = 1
-    while len(pts) < count:
-        pts.append(-(-k * freq // global_batch_size) * global_batch_size)
-        k = pts[-1] // freq + 1
-    return pts
+Result = collections.namedtuple("Result", "rule level detail lineno line")
 
 
 def read_log(path):
@@ -59,7 +56,7 @@ def read_log(path):
     for i, line in enumerate(lines, 1):
         at = line.find(_MARK)
         if at < 0:
-            continue  # torchrun and progress output may be interleaved with the log
+            continue  # launcher and progress output may be interleaved with the log
         try:
             d = json.loads(line[at + len(_MARK):])
             rec = Record(i, line.strip(), d["key"], d.get("value"), d.get("metadata") or {},
@@ -72,12 +69,19 @@ def read_log(path):
     return records
 
 
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def samples_of(rec):
-    """The training-samples position a line is logged at (BERT logs samples as epoch_num)."""
+    """The training position of a line, in samples.  BERT's epoch is the training sample
+    (``epoch_num``); ``samples_count`` counts only outside evals (some logs put the eval-set
+    size there)."""
     md = rec.metadata
-    for k in ("samples_count", "epoch_num"):
-        if isinstance(md.get(k), (int, float)) and not isinstance(md.get(k), bool):
-            return md[k]
+    if _number(md.get("epoch_num")):
+        return md["epoch_num"]
+    if _number(md.get("samples_count")) and not rec.key.startswith("eval_"):
+        return md["samples_count"]
     return None
 
 
@@ -90,80 +94,121 @@ def _one_value(records, key):
     return found[0].value if len(found) == 1 else None
 
 
-def _res(rule, ok, detail, rec=None):
-    return Result(rule, ok, detail, rec.lineno if rec else None, rec.line if rec else None)
+def _res(rule, level, detail, rec=None):
+    return Result(rule, level, detail, rec.lineno if rec else None, rec.line if rec else None)
 
 
-def rule_hyperparameters(records):
+def _worst(results):
+    levels = {r.level for r in results}
+    return FAIL if FAIL in levels else WARN if WARN in levels else PASS
+
+
+def _run_time(records):
+    stamp = next((r.time_ms for r in records if r.key == "run_start" and _number(r.time_ms)), None)
+    return datetime.datetime.fromtimestamp(stamp / 1000, datetime.timezone.utc) if stamp else None
+
+
+def rule_hyperparameters(records, division):
     counts = collections.Counter(r.key for r in records)
-    for key in HYPERPARAMETERS:
-        if counts[key] != 1:
-            extra = _find(records, key)
-            return _res("hyperparameters_once", False, "%s logged %d times, expected exactly once"
-                        % (key, counts[key]), extra[1] if len(extra) > 1 else None)
-    return _res("hyperparameters_once", True, "%d hyperparameters each logged once" % len(HYPERPARAMETERS))
-
-
-def rule_run_stop(records):
-    stops = _find(records, "run_stop")
-    if len(stops) != 1:
-        return _res("run_stop", False, "%d run_stop lines, expected 1" % len(stops),
-                    stops[1] if len(stops) > 1 else None)
-    status = stops[0].metadata.get("status")
-    if status not in ("success", "aborted"):
-        return _res("run_stop", False, "run_stop status is %r, expected success or aborted" % status, stops[0])
-    if stops[0] is not records[-1] and any(r.key != "run_stop" and r.lineno > stops[0].lineno
-                                           and samples_of(r) is not None for r in records):
-        return _res("run_stop", False, "training or eval logged after run_stop", stops[0])
-    return _res("run_stop", True, "run_stop status %s" % status)
+    for key in HYPERPARAMETERS + ("eval_samples",):
+        if counts[key] > 1:
+            return _res("hyperparameters_once", FAIL, "%s logged %d times, expected once" % (key, counts[key]),
+                        _find(records, key)[1])
+        if counts[key] == 0:
+            return _res("hyperparameters_once", FAIL if division == "closed" else WARN,
+                        "%s is not logged" % key)
+    seeds = _find(records, "seed")
+    if not seeds:
+        when = _run_time(records)
+        if when and when < SEED_REQUIRED_FROM:
+            return _res("hyperparameters_once", WARN, "no seed line: allowed for a run of %s, before"
+                        " Training v4.1 made seeds mandatory" % when.date())
+        return _res("hyperparameters_once", FAIL, "no seed line (required from Training v4.1 on)")
+    if len(seeds) > 1:
+        return _res("hyperparameters_once", WARN, "seed logged %d times (the rules warn)" % len(seeds), seeds[1])
+    return _res("hyperparameters_once", PASS, "%d hyperparameters and the seed each logged once"
+                % len(HYPERPARAMETERS + ("eval_samples",)))
 
 
 def rule_eval_samples(records, division):
-    value = _one_value(records, "eval_samples")
+    rec = (_find(records, "eval_samples") or [None])[0]
+    value = rec.value if rec else None
     if division != "closed":
-        return _res("eval_samples", True, "%s division: eval_samples %s not restricted" % (division, value))
-    if value != CLOSED_EVAL_SAMPLES:
-        rec = (_find(records, "eval_samples") or [None])[0]
-        return _res("eval_samples", False, "closed division needs eval_samples %d, log has %s"
+        return _res("eval_samples", PASS, "%s division: eval_samples %s not restricted" % (division, value))
+    if not _number(value) or value < CLOSED_EVAL_SAMPLES:
+        return _res("eval_samples", FAIL, "closed division evaluates at least %d samples, log has %s"
                     % (CLOSED_EVAL_SAMPLES, value), rec)
-    return _res("eval_samples", True, "eval_samples %d" % CLOSED_EVAL_SAMPLES)
+    if value > CLOSED_EVAL_SAMPLES:
+        return _res("eval_samples", WARN, "eval_samples %s > %d (rounded up to whole eval batches?)"
+                    % (value, CLOSED_EVAL_SAMPLES), rec)
+    return _res("eval_samples", PASS, "eval_samples %d" % CLOSED_EVAL_SAMPLES)
 
 
-def _evals(records):
-    return _find(records, "eval_accuracy")
+def _positioned(records, key):
+    return [(r, samples_of(r)) for r in _find(records, key)]
 
 
 def rule_eval_grid(records, division):
+    """Every eval at or after its grid point k x F (rounded up to the batch), none skipped.
+    Packed runs (positions not whole micro-batches) must stay within PACKED_TOLERANCE of it."""
+    gbs_rec = (_find(records, "global_batch_size") or [None])[0]
     gbs = _one_value(records, "global_batch_size")
-    if not isinstance(gbs, int) or gbs <= 0:
-        return _res("eval_grid", False, "no single positive integer global_batch_size line",
-                    (_find(records, "global_batch_size") or [None])[0])
+    if not _number(gbs) or gbs <= 0 or gbs != int(gbs):
+        return _res("eval_grid", FAIL, "no single positive integer global_batch_size line", gbs_rec)
+    gbs = int(gbs)
     freq = eval_frequency(gbs)
     logged = _find(records, "eval_frequency")  # our trainer's key; open runs may choose their own
     if logged and logged[0].value != freq:
         if division == "closed":
-            return _res("eval_grid", False, "closed division needs eval_frequency %d for global_batch_size"
-                        " %d" % (freq, gbs), logged[0])
+            return _res("eval_grid", FAIL, "closed division evaluates every %d samples for"
+                        " global_batch_size %d" % (freq, gbs), logged[0])
         freq = logged[0].value
-    evals = _evals(records)
+    evals = _positioned(records, "eval_accuracy")
     if not evals:
-        return _res("eval_grid", False, "no eval_accuracy lines")
-    first = samples_of(evals[0])
-    grid = eval_points(gbs, len(evals) + 1, at_zero=first == 0, freq=freq)
-    for rec, expected in zip(evals, grid):
-        s = samples_of(rec)
+        return _res("eval_grid", FAIL, "no eval_accuracy lines")
+    for rec, s in evals:
         if s is None:
-            return _res("eval_grid", False, "eval_accuracy without epoch_num/samples_count", rec)
-        if s != expected:
-            return _res("eval_grid", False, "eval at %s samples, expected %d (eval_frequency %d for "
-                        "global_batch_size %d)" % (s, expected, freq, gbs), rec)
-    trained = max(samples_of(r) for r in records if samples_of(r) is not None)
-    if trained >= grid[-1]:
+            return _res("eval_grid", FAIL, "eval_accuracy without epoch_num", rec)
+    accum = _one_value(records, "gradient_accumulation_steps")
+    micro = gbs // accum if isinstance(accum, int) and accum > 0 and gbs % accum == 0 else gbs
+    packed = any(s % micro for _, s in evals)
+    kind = "packed" if packed else "unpacked"
+    k, late, late_rec = 1, 0, None
+    for rec, s in evals:
+        if s == 0:
+            continue  # an extra eval before training
+        point = k * freq
+        boundary = -(-point // gbs) * gbs  # the first update at or after the grid point
+        if packed:
+            lo, hi = point - PACKED_TOLERANCE * point, boundary + PACKED_TOLERANCE * point
+            if s < lo or s > hi:
+                return _res("eval_grid", FAIL, "packed run: eval at %s samples, more than %g%% of the grid"
+                            " point %d away (eval_frequency %d for global_batch_size %d): wrong frequency"
+                            " or a skipped eval" % (s, 100 * PACKED_TOLERANCE, point, freq, gbs), rec)
+            k += 1
+            continue
+        if s < point:
+            return _res("eval_grid", FAIL, "eval at %s samples, before the grid point %d (eval_frequency %d"
+                        " for global_batch_size %d): eval points may only be rounded up"
+                        % (s, point, freq, gbs), rec)
+        if s >= point + freq and boundary < point + freq:
+            return _res("eval_grid", FAIL, "no eval between %d and %d samples (skipped); next eval at %s"
+                        % (point, point + freq, s), rec)
+        if s - boundary > late:
+            late, late_rec = s - boundary, rec
+        k = int(s // freq) + 1
+    trained = max(s for s in (samples_of(r) for r in records) if s is not None)
+    point = k * freq
+    due = -(-point // gbs) * gbs + (PACKED_TOLERANCE * point if packed else 0)
+    if trained >= due and trained > evals[-1][1]:
         last = max((r for r in records if samples_of(r) == trained), key=lambda r: r.lineno)
-        return _res("eval_grid", False, "trained %s samples but no eval at %d (skipped)"
-                    % (trained, grid[-1]), last)
-    return _res("eval_grid", True, "%d evals every %d samples (global_batch_size %d)"
-                % (len(evals), freq, gbs))
+        return _res("eval_grid", FAIL, "trained %s samples but no eval at the grid point %d (skipped)"
+                    % (trained, point), last)
+    detail = "%d evals every %d samples (global_batch_size %d, %s)" % (len(evals), freq, gbs, kind)
+    if late:
+        return _res("eval_grid", WARN, detail + "; evals up to %s samples after the first update past"
+                    " their grid point (legal: rounded up)" % late, late_rec)
+    return _res("eval_grid", PASS, detail)
 
 
 def target_of(records, division):
@@ -171,32 +216,46 @@ def target_of(records, division):
     if division == "closed":
         return CLOSED_TARGET
     value = _one_value(records, TARGET_KEY)
-    return value if isinstance(value, (int, float)) else None
+    return value if _number(value) else None
 
 
 def rule_stop_at_target(records, division):
     target = target_of(records, division)
     if target is None:
-        return _res("stop_at_target", False, "open-division log states no single %s line"
+        return _res("stop_at_target", FAIL, "open-division log states no single %s line"
                     " (the trainer logs it)" % TARGET_KEY)
-    evals = _evals(records)
+    evals = _find(records, "eval_accuracy")
     stops = _find(records, "run_stop")
     stop = stops[-1] if stops else None
     status = stop.metadata.get("status") if stop else None
-    hit = next((r for r in evals if isinstance(r.value, (int, float)) and r.value >= target), None)
+    hit = next((r for r in evals if _number(r.value) and r.value >= target), None)
     if hit is None:
         if status == "success":
-            return _res("stop_at_target", False, "status success but no eval reached %.4g" % target, stop)
-        return _res("stop_at_target", True, "target %.4g not reached, status %s" % (target, status))
+            return _res("stop_at_target", FAIL, "status success but no eval reached %.4g" % target, stop)
+        return _res("stop_at_target", FAIL, "did not converge: no eval reached %.4g, status %s (a submission"
+                    " may drop one such run of its set)" % (target, status), stop)
     later = [r for r in records if r.lineno > hit.lineno and r.key in ("eval_accuracy", "block_start", "epoch_start")]
     if later:
-        return _res("stop_at_target", False, "run went on after the first eval >= %.4g (line %d)"
+        return _res("stop_at_target", FAIL, "run went on after the first eval >= %.4g (line %d)"
                     % (target, hit.lineno), later[0])
     if status != "success":
-        return _res("stop_at_target", False, "eval reached %.4g (line %d) but run_stop status is %s"
+        return _res("stop_at_target", FAIL, "eval reached %.4g (line %d) but run_stop status is %s"
                     % (target, hit.lineno, status), stop)
-    return _res("stop_at_target", True, "stopped at first eval >= %.4g: %.5f at %s samples"
+    return _res("stop_at_target", PASS, "stopped at the first eval >= %.4g: %.5f at %s samples"
                 % (target, hit.value, samples_of(hit)))
+
+
+def rule_run_stop(records):
+    stops = _find(records, "run_stop")
+    if len(stops) != 1:
+        return _res("run_stop", FAIL, "%d run_stop lines, expected 1" % len(stops), stops[1] if len(stops) > 1 else None)
+    status = stops[0].metadata.get("status")
+    if status not in ("success", "aborted"):
+        return _res("run_stop", FAIL, "run_stop status is %r, expected success or aborted" % status, stops[0])
+    after = [r for r in records if r.lineno > stops[0].lineno and samples_of(r) is not None]
+    if after:
+        return _res("run_stop", FAIL, "training or eval logged after run_stop (line %d)" % stops[0].lineno, after[0])
+    return _res("run_stop", PASS, "run_stop status %s" % status)
 
 
 def rule_samples_monotonic(records):
@@ -206,32 +265,33 @@ def rule_samples_monotonic(records):
         if s is None:
             continue
         if s < 0 or (prev is not None and s < samples_of(prev)):
-            return _res("samples_monotonic", False, "samples count %s after %s (line %d)"
+            return _res("samples_monotonic", FAIL, "training position %s after %s (line %d)"
                         % (s, samples_of(prev) if prev else None, prev.lineno if prev else 0), rec)
         prev = rec
-    return _res("samples_monotonic", True, "samples counts never decrease")
+    return _res("samples_monotonic", PASS, "training positions (epoch_num) never decrease")
 
 
 def rule_train_samples(records):
-    """train_samples = the samples trained when the run stopped, a whole number of micro-batches."""
+    """Optional: the samples to converge, logged at the end (read by the RCP checker)."""
     found = _find(records, "train_samples")
-    if len(found) != 1:
-        return _res("train_samples", False, "%d train_samples lines, expected 1" % len(found))
+    if not found:
+        return _res("train_samples", WARN, "no train_samples line (optional; the RCP checker then reads"
+                    " the last eval's epoch_num)")
+    if len(found) > 1:
+        return _res("train_samples", FAIL, "%d train_samples lines, expected at most 1" % len(found), found[1])
     rec, value = found[0], found[0].value
-    gbs = _one_value(records, "global_batch_size")
-    counts = [samples_of(r) for r in records if samples_of(r) is not None]
-    trained = max(counts) if counts else None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        return _res("train_samples", False, "train_samples %r is not a non-negative integer" % (value,), rec)
+    evals = _find(records, "eval_accuracy")
+    if not _number(value) or value < 0:
+        return _res("train_samples", FAIL, "train_samples %r is not a non-negative number" % (value,), rec)
+    if not evals or rec.lineno < evals[0].lineno:
+        return _res("train_samples", WARN, "train_samples %s logged before training: a budget, not the"
+                    " samples to converge (the RCP checker's --rcp-bert-train-samples would read it)"
+                    % (value,), rec)
+    trained = max(s for s in (samples_of(r) for r in records) if s is not None)
     if value != trained:
-        return _res("train_samples", False, "train_samples %s but the log's last samples count is %s"
+        return _res("train_samples", FAIL, "train_samples %s but the run's last training position is %s"
                     % (value, trained), rec)
-    accum = _one_value(records, "gradient_accumulation_steps")
-    micro = gbs // accum if isinstance(gbs, int) and isinstance(accum, int) and accum > 0 else None
-    if micro and value % micro:
-        return _res("train_samples", False, "train_samples %d is not a whole number of micro-batches"
-                    " of %d" % (value, micro), rec)
-    return _res("train_samples", True, "train_samples %d" % value)
+    return _res("train_samples", PASS, "train_samples %s" % (value,))
 
 
 def division_of(records):
@@ -244,11 +304,11 @@ def bert_rules(records):
     division = division_of(records)
     results = []
     if division is None:
-        results.append(_res("division", False, "no single submission_division line with closed/open",
+        results.append(_res("division", FAIL, "no single submission_division line with closed/open",
                             (_find(records, "submission_division") or [None])[0]))
         division = "closed"  # check the strictest rules
-    results += [
-        rule_hyperparameters(records),
+    return results + [
+        rule_hyperparameters(records, division),
         rule_eval_samples(records, division),
         rule_eval_grid(records, division),
         rule_stop_at_target(records, division),
@@ -256,23 +316,29 @@ def bert_rules(records):
         rule_samples_monotonic(records),
         rule_train_samples(records),
     ]
-    return results
 
 
 def official_check(path):
-    """Run mlperf_logging's compliance checker (division from the log) in a subprocess."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-               "--ruleset", RULESET, "--log_output", os.path.join(tmp, "checker.log"), os.path.abspath(path)]
-        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
-    out = [l for l in (proc.stdout + proc.stderr).splitlines()
-           if l.strip() and "Logging output also at" not in l]
-    if proc.returncode == 0:
-        return _res("official_checker", True, "mlperf_logging training %s: SUCCESS" % RULESET)
-    # keep the verdicts and offending lines, not the checker's JSON dumps of its state
-    problems = [l for l in out if l.startswith(("WARNING", "ERROR", ":::MLLOG", "failed test"))] or out
-    return Result("official_checker", False, "mlperf_logging training %s failed" % RULESET,
-                  None, "\n      ".join(problems[-15:]))
+    """mlperf_logging's compliance checker, training 5.0.0 (division from the log), in this process."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+    checker = mlp_compliance.make_checker("training", RULESET, False, False)
+    root = logging.getLogger()
+    level = root.level
+    logging.disable(logging.CRITICAL)  # it reports through the root logger; we keep its messages
+    try:
+        valid = checker.check_file(os.path.abspath(path), "training_%s/common.yaml" % RULESET)
+    finally:
+        logging.disable(logging.NOTSET)
+        root.setLevel(level)
+    messages = list(checker.overwritable.values()) + list(checker.not_overwritable)
+    if valid:
+        warnings = list(checker.warnings.values())
+        if warnings:
+            return Result("official_checker", WARN, "mlperf_logging training %s: SUCCESS with warnings" % RULESET,
+                          None, "\n      ".join(w.strip() for w in warnings[:5]))
+        return _res("official_checker", PASS, "mlperf_logging training %s: SUCCESS" % RULESET)
+    return Result("official_checker", FAIL, "mlperf_logging training %s failed" % RULESET,
+                  None, "\n      ".join(m.strip() for m in messages[:10]))
 
 
 def check_log(path, official=True):
@@ -282,23 +348,85 @@ def check_log(path, official=True):
     return results + bert_rules(records)
 
 
-def format_result(r):
-    text = "%s %-20s %s" % ("PASS" if r.ok else "FAIL", r.rule, r.detail)
-    if not r.ok and r.line:
-        text += "\n      %s%s" % ("line %d: " % r.lineno if r.lineno else "", r.line)
+def format_result(r, indent=""):
+    text = "%s%s %-20s %s" % (indent, r.level, r.rule, r.detail)
+    if r.level != PASS and r.line:
+        text += "\n%s      %s%s" % (indent, "line %d: " % r.lineno if r.lineno else "", r.line)
     return text
+
+
+def expand(paths):
+    """Log files from paths: files as given, directories by their ``result_*.txt`` (any depth)."""
+    logs = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(glob.glob(os.path.join(p, "**", "result_*.txt"), recursive=True))
+            if not found:
+                raise UserError("%s holds no result_*.txt logs: pass log files or a results/<system>/bert/"
+                                " directory" % p)
+            logs += found
+        elif os.path.exists(p):
+            logs.append(p)
+        else:
+            raise UserError("cannot read log %s: No such file or directory" % p)
+    return logs
+
+
+def _check_one(args):
+    path, official = args
+    try:
+        return path, check_log(path, official=official), None
+    except UserError as e:
+        return path, [], str(e)
+
+
+def _worker_init():
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool ends its workers with SIGTERM
+
+
+def check_logs(paths, official=True, workers=None):
+    """(path, results, error) for each log, checked in parallel when there are several."""
+    jobs = [(p, official) for p in paths]
+    if len(jobs) < 4:
+        return [_check_one(j) for j in jobs]
+    with multiprocessing.get_context("fork").Pool(workers or os.cpu_count(), _worker_init) as pool:
+        return pool.map(_check_one, jobs, chunksize=8)
 
 
 def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_bool("official", True, "also run mlperf_logging's compliance checker", flag_values=fv)
+    flags.DEFINE_bool("json", False, "print one JSON object instead of text", flag_values=fv)
     rest = flags.parse(fv, argv)
-    if len(rest) != 1:
-        raise UserError("usage: check-log [--noofficial] LOG (one MLPerf log file)")
-    results = check_log(rest[0], official=fv.official)
-    for r in results:
-        print(format_result(r))
-    failed = sum(not r.ok for r in results)
-    print("%s: %s (%d/%d rules passed)" % (rest[0], "FAILED" if failed else "PASSED",
-                                           len(results) - failed, len(results)))
-    return 1 if failed else 0
+    if not rest:
+        raise UserError("usage: check-log [--noofficial] [--json] LOG|DIR ... (MLPerf logs, or a"
+                        " results/<system>/bert/ directory)")
+    checked = check_logs(expand(rest), official=fv.official)
+    verdicts = collections.Counter()
+    report = []
+    for path, results, error in checked:
+        verdict = FAIL if error else _worst(results)
+        verdicts[verdict] += 1
+        report.append({"log": path, "verdict": verdict, "error": error,
+                       "rules": [r._asdict() for r in results]})
+        if fv.json:
+            continue
+        if len(checked) == 1:
+            for r in results:
+                print(format_result(r))
+        if error:
+            print("%s %s: %s" % (FAIL, path, error))
+            continue
+        counts = collections.Counter(r.level for r in results)
+        print("%s %s (%d pass, %d warn, %d fail)" % (verdict, path, counts[PASS], counts[WARN], counts[FAIL]))
+        if len(checked) > 1:
+            for r in results:
+                if r.level != PASS:
+                    print(format_result(r, indent="    "))
+    total = "%d logs: %d pass, %d warn, %d fail" % (len(checked), verdicts[PASS], verdicts[WARN], verdicts[FAIL])
+    if fv.json:
+        json.dump({"logs": report, "total": dict(verdicts), "ok": not verdicts[FAIL]}, sys.stdout)
+        print()
+    elif len(checked) > 1:
+        print(total)
+    return 1 if verdicts[FAIL] else 0

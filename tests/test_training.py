@@ -81,10 +81,10 @@ def assert_bit_identical(a, b):
                 assert torch.equal(sa[k][slot], sb[k][slot]), (k, slot)
 
 
-def start(argv):
+def start(argv, new_group=False):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     return subprocess.Popen([PY] + argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=new_group)
 
 
 def wait_for(path, proc, timeout=120):
@@ -114,14 +114,18 @@ def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_killed_and_rerun_ends_bit_identical(files, uninterrupted, tmp_path, sig):
+@pytest.mark.parametrize("sig,group", [(signal.SIGKILL, False), (signal.SIGTERM, False),
+                                       (signal.SIGTERM, True)])
+def test_killed_and_rerun_ends_bit_identical(files, uninterrupted, tmp_path, sig, group):
     full, _ = uninterrupted
     out = str(tmp_path / "run")
-    argv = flags_for(files, out)
-    proc = start(argv)
+    argv = flags_for(files, out)  # with a DataLoader worker
+    proc = start(argv, new_group=group)
     wait_for(os.path.join(out, "model.ckpt-3.pt"), proc)  # mid-accumulation (steps_per_update 2)
-    proc.send_signal(sig)
+    if group:  # the whole process group, as torchrun's shutdown or kill -- -PGID sends it
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     log = proc.communicate(timeout=120)[0]
     if sig == signal.SIGTERM:
         assert proc.returncode == 143 and "SIGTERM: checkpoint" in log, log
@@ -369,3 +373,126 @@ def test_help_lists_every_reference_flag_with_the_reference_defaults(capsys):
     assert (defaults["lamb_beta_1"], defaults["lamb_beta_2"], defaults["log_epsilon"]) == \
         (0.9, 0.999, -6.0)
     assert (defaults["poly_power"], defaults["start_warmup_step"], defaults["num_gpus"]) == (1.0, 0, 0)
+
+
+def _log_keys(out):
+    return [json.loads(l.split(":::MLLOG ", 1)[1])["key"]
+            for l in open(os.path.join(out, "mlperf.log")) if ":::MLLOG " in l]
+
+
+def test_second_run_on_one_output_dir_is_refused_and_the_first_ends_clean(files, tmp_path):
+    from mlperf_bert.harness import compliance
+    out = str(tmp_path / "run")
+    argv = flags_for(files, out, eval_input_file=files["eval"], eval_frequency=64, steps_per_update=1,
+                     num_train_steps=40, target_mlm_accuracy=0.0, num_workers=0)
+    first = start(argv)
+    lock = os.path.join(out, ".mlperf_bert.lock")
+    wait_for(lock, first)
+    while not open(lock).read().strip():
+        time.sleep(0.02)
+    first.send_signal(signal.SIGSTOP)  # hold the first run while the second one tries
+    try:
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        second = subprocess.run([PY] + argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    err = second.stderr.strip().splitlines()
+    assert second.returncode == 2 and len(err) == 1, second.stderr
+    assert "in use by another run" in err[0] and str(first.pid) in err[0]
+    assert first.wait(timeout=300) == 0, first.stdout.read()
+    keys = _log_keys(out)
+    assert keys.count("init_start") == 1 and keys.count("run_start") == 1 and keys.count("run_stop") == 1
+    results = compliance.check_log(os.path.join(out, "mlperf.log"), official=True)
+    assert all(r.level == "PASS" for r in results), results
+
+
+def test_rerun_of_a_finished_run_says_so_and_changes_nothing(files, uninterrupted, capsys):
+    out, names = uninterrupted
+    before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    assert "run_finished.json" in before
+    assert training.main(flags_for(files, out)) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"learning_rate": 2e-2}, "--learning_rate=0.02 differs from the run being resumed"),
+    ({"train_batch_size": 8}, "--train_batch_size=8 differs"),
+    ({"seed": 8}, "--seed=8 differs"),
+    ({"input_file": "other"}, "the training files"),
+])
+def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_path, change, message):
+    out = tmp_path / "run"
+    out.mkdir()
+    ckpt = os.path.join(uninterrupted[0], "model.ckpt-18.pt")
+    (out / "model.ckpt-18.pt").write_bytes(open(ckpt, "rb").read())  # a run stopped at step 18
+    if change.get("input_file") == "other":
+        change["input_file"] = str(tmp_path / "copy.tfrecord")
+        with open(change["input_file"], "wb") as f:
+            f.write(open(files["train"], "rb").read())
+    with pytest.raises(UserError, match=message) as e:
+        training.main(flags_for(files, str(out), **change))
+    assert "\n" not in str(e.value) and "another --output_dir" in str(e.value)
+    assert sorted(os.listdir(out)) == ["model.ckpt-18.pt"]  # nothing written, not even the log
+    assert training.main(flags_for(files, str(out), num_train_steps=30)) == 0  # the same flags resume
+
+
+def test_ids_beyond_vocab_size_are_one_line(files, tmp_path):
+    small = str(tmp_path / "small.json")
+    with open(small, "w") as f:
+        json.dump(dict(TINY, vocab_size=1000), f)
+    with pytest.raises(UserError, match=r"has token id \d+ but the model's vocab_size is 1000") as e:
+        training.main(flags_for(files, str(tmp_path / "out"), bert_config_file=small))
+    assert "\n" not in str(e.value) and "train.tfrecord: record" in str(e.value)
+
+
+def test_damaged_training_data_fails_before_training(files, tmp_path):
+    data = open(files["train"], "rb").read()
+    cut = str(tmp_path / "cut.tfrecord")
+    with open(cut, "wb") as f:
+        f.write(data[:-100])  # the last record truncated: found by reading the headers
+    out = str(tmp_path / "out")
+    with pytest.raises(UserError, match="cut.tfrecord.*truncated"):
+        training.main(flags_for(files, out, input_file=cut))
+    assert _no_checkpoints(out) and not os.path.exists(os.path.join(out, "mlperf.log"))
+    flipped = str(tmp_path / "flipped.tfrecord")
+    with open(flipped, "wb") as f:
+        f.write(data[:-50] + bytes([data[-50] ^ 0xFF]) + data[-49:])  # data of the last record
+    with pytest.raises(UserError, match="flipped.tfrecord.*(CRC|crc)"):
+        training.main(flags_for(files, out, input_file=flipped, check_data="full"))
+    assert _no_checkpoints(out)
+
+
+def test_disk_full_at_a_checkpoint_keeps_the_last_one_and_the_rerun_resumes(files, uninterrupted,
+                                                                            tmp_path, monkeypatch):
+    import errno
+    full, _ = uninterrupted
+    out = str(tmp_path / "run")
+    argv = flags_for(files, out)
+    real_save = torch.save
+
+    class Full:  # the real file, full after 4 KB
+        def __init__(self, f):
+            self.f, self.left = f, 4096
+
+        def write(self, data):
+            if len(data) > self.left:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.left -= len(data)
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    def save(state, f, *a, **k):
+        if state.get("global_step") == 9:
+            f._f = Full(f._f)  # under the atomic writer's file, as the kernel would refuse
+        return real_save(state, f, *a, **k)
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(UserError, match="model.ckpt-9.pt.*(space|No space)") as e:
+        training.main(argv)
+    assert "\n" not in str(e.value)
+    assert sorted(n for n in os.listdir(out) if "ckpt" in n) == ["model.ckpt-3.pt", "model.ckpt-6.pt"]
+    monkeypatch.setattr(torch, "save", real_save)  # space freed: the same command goes on
+    assert training.main(argv) == 0
+    assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))

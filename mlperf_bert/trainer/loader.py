@@ -12,14 +12,16 @@ Resuming at batch ``k`` replays the stream of descriptors, which only reads the 
 record headers, and decodes nothing before batch ``k``. DataLoader worker ``w`` of ``W``
 builds batches ``w, w+W, ...``; PyTorch hands them out round-robin, i.e. in order.
 """
+import contextlib
 import os
+import signal
 
 import numpy as np
 import torch
 
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import decode_pretraining_example
-from mlperf_bert.dataset.tfrecord import check_data, expand_paths, scan_records
+from mlperf_bert.dataset.tfrecord import check_data, expand_paths, read_records, scan_records
 
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids")
 HDF5_SUFFIXES = (".hdf5", ".h5")
@@ -47,8 +49,8 @@ def scan(path):
 class _Reader:
     """Reads and decodes records by descriptor; keeps files open."""
 
-    def __init__(self, max_seq_length, max_predictions_per_seq):
-        self.seq, self.pred = max_seq_length, max_predictions_per_seq
+    def __init__(self, max_seq_length, max_predictions_per_seq, vocab_size=None):
+        self.seq, self.pred, self.vocab_size = max_seq_length, max_predictions_per_seq, vocab_size
         self.files = {}
 
     def _open(self, path):
@@ -71,12 +73,20 @@ class _Reader:
             out = {}
             for name in INT_FEATURES + ("masked_lm_weights", "next_sentence_labels"):
                 out[name] = np.asarray(f[name][offset]).reshape(-1)
-            return _check_lengths(out, self.seq, self.pred, "%s: record %d" % (path, offset))
-        f.seek(offset)
-        buf = f.read(length + 4)
-        check_data(path, index, buf[:length], buf[length:])
-        return decode_pretraining_example(buf[:length], self.seq, self.pred,
-                                          where="%s: record %d" % (path, index))
+            out = _check_lengths(out, self.seq, self.pred, "%s: record %d" % (path, offset))
+        else:
+            f.seek(offset)
+            buf = f.read(length + 4)
+            check_data(path, index, buf[:length], buf[length:])
+            out = decode_pretraining_example(buf[:length], self.seq, self.pred,
+                                             where="%s: record %d" % (path, index))
+        if self.vocab_size is not None:
+            top = max(int(out["input_ids"].max()), int(out["masked_lm_ids"].max()))
+            if top >= self.vocab_size:
+                raise UserError("%s: record %d has token id %d but the model's vocab_size is %d: use the "
+                                "bert_config.json that matches the vocab the data was made with"
+                                % (path, offset if is_hdf5(path) else index, top, self.vocab_size))
+        return out
 
     def close(self):
         for f in self.files.values():
@@ -145,8 +155,9 @@ class PretrainingBatches(torch.utils.data.IterableDataset):
 
     def __init__(self, files, max_seq_length, max_predictions_per_seq, global_batch, rank=0,
                  world_size=1, shuffle=True, seed=0, buffer_size=1000, start_batch=0,
-                 repeat=True, max_batches=None):
+                 repeat=True, max_batches=None, vocab_size=None):
         super().__init__()
+        self.vocab_size = vocab_size
         if global_batch % world_size:
             raise UserError("batch size %d is not a multiple of the %d ranks: choose a multiple"
                             % (global_batch, world_size))
@@ -159,7 +170,7 @@ class PretrainingBatches(torch.utils.data.IterableDataset):
     def _batches(self, worker, num_workers):
         per_rank = self.global_batch // self.world_size
         lo, hi = self.rank * per_rank, (self.rank + 1) * per_rank
-        reader = _Reader(self.seq, self.pred)
+        reader = _Reader(self.seq, self.pred, self.vocab_size)
         stream = record_stream(self.files, self.seed, self.shuffle, self.buffer_size, self.repeat)
         try:
             i, pos, mine = 0, 0, []
@@ -202,12 +213,22 @@ class _Loader:
             raise
 
 
+def _worker_init(worker_id):
+    # The trainer decides what a stop means (checkpoint, then exit 143): a SIGTERM or Ctrl-C sent
+    # to its process group (torchrun's shutdown, kill -- -PGID, a terminal) must not kill the
+    # workers first. Their own group keeps them out of it; the trainer still ends them (by pid),
+    # and PyTorch's watchdog ends them if the trainer dies.
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def make_loader(dataset, num_workers):
     """DataLoader over ready-made batches; workers prefetch so the accelerator never waits."""
     # Its own generator: creating an iterator must not draw from the global RNG (dropout),
     # or a resumed run would see a different dropout stream.
     kwargs = dict(batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available(),
-                  generator=torch.Generator())
+                  generator=torch.Generator(), worker_init_fn=_worker_init)
     if num_workers > 0:
         kwargs.update(prefetch_factor=4, persistent_workers=False)
     return _Loader(torch.utils.data.DataLoader(dataset, **kwargs))
@@ -219,6 +240,18 @@ def input_files(spec, what="--input_file"):
 
 def count_records(files):
     return sum(1 for f in files for _ in scan(f))
+
+
+def check_records(files, full=False):
+    """Read every record's header (TFRecord length and its CRC, truncation; HDF5 shapes), and with
+    ``full`` every record's data CRC too, so a damaged file fails before training, not hours in."""
+    for f in files:
+        if full and not is_hdf5(f):
+            for _ in read_records(f, verify=True):
+                pass
+        else:
+            for _ in scan(f):
+                pass
 
 
 def check_seq_length(files, max_seq_length, max_predictions_per_seq):

@@ -6,6 +6,7 @@ loop (micro-step, accumulate, maybe update, maybe eval, maybe checkpoint) -> the
 rate schedule and checkpoint names all follow it.
 """
 import contextlib
+import json
 import math
 import os
 import random
@@ -22,7 +23,8 @@ from mlperf_bert.trainer import distributed
 from mlperf_bert import flags
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, atomic_path, check_writable_dir
+from mlperf_bert.fileio import atomic_open, atomic_save, check_writable_dir
+from mlperf_bert import locking
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
 from mlperf_logging.mllog import constants as C
 
@@ -98,6 +100,9 @@ def define_flags():
     B("clip_after_allreduce", False, "Clip the all-reduced gradient instead of each replica's.",
       flag_values=fv)
     B("progress", True, "Show a progress bar.", flag_values=fv)
+    flags.DEFINE_enum("check_data", "headers", ["none", "headers", "full"],
+                      "Before training, read every record's header (and with full its CRC-checked "
+                      "data) so a damaged file fails at once.", flag_values=fv)
     return fv
 
 
@@ -158,8 +163,7 @@ def set_rng_state(state, device):
 
 def save_checkpoint(path, state, keep):
     """Write ``state`` atomically, then drop all but the newest ``keep`` checkpoints."""
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    atomic_save(path, lambda f: torch.save(state, f))
     if keep > 0:
         for _, old in list_checkpoints(os.path.dirname(path))[:-keep]:
             with contextlib.suppress(OSError):
@@ -172,6 +176,36 @@ def load_resume(path):
         return load_pt(path)
     except UserError as e:  # a damaged file: name it, and how to go on
         raise UserError("%s; delete it to resume from the one before" % str(e).split(": give ")[0])
+
+
+# Flags that define a run: a resume with another value would mix two runs in one output_dir.
+RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate", "poly_power",
+             "num_train_steps", "num_warmup_steps", "start_warmup_step", "lamb_weight_decay_rate",
+             "lamb_beta_1", "lamb_beta_2", "log_epsilon", "max_seq_length", "max_predictions_per_seq",
+             "eval_frequency", "target_mlm_accuracy", "max_samples_termination", "shuffle",
+             "shuffle_buffer", "clip_after_allreduce", "dtype", "submission_division")
+FINISHED = "run_finished.json"
+
+
+def run_identity(fv, seed, train_files, eval_files):
+    """What a resumed run must share with the checkpoint: defining flags, seed, data files."""
+    files = lambda paths: [[os.path.abspath(p), os.path.getsize(p)] for p in paths or []]  # noqa: E731
+    ident = {name: fv[name].value for name in RUN_FLAGS}
+    ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files))
+    return ident
+
+
+def check_same_run(saved, ident, ckpt_path):
+    """Refuse a resume whose defining flags or data differ from the checkpoint's, in one line."""
+    for name, value in ident.items():
+        if name in saved and saved[name] != value:
+            what = {"input_file": "the training files (names or sizes)",
+                    "eval_input_file": "the eval files (names or sizes)"}.get(name)
+            raise UserError("%s differs from the run being resumed in %s (%s): rerun with the same value, "
+                            "or use another --output_dir for a new run"
+                            % (what or "--%s=%s" % (name, value), os.path.dirname(ckpt_path),
+                               "checkpoint %s" % os.path.basename(ckpt_path) if what
+                               else "it has %s" % (saved[name],)))
 
 
 # ---------------------------------------------------------------- evaluation
@@ -238,14 +272,14 @@ def main(argv):
     fv = define_flags()
     flags.parse(fv, argv, required=["bert_config_file", "input_file", "output_dir"])
     _check_flags(fv)
-    with _Stop() as stop:
+    with _Stop() as stop, contextlib.ExitStack() as locks:
         try:
-            return run(fv, stop)
+            return run(fv, stop, locks)
         finally:
             distributed.teardown()
 
 
-def run(fv, stop):
+def run(fv, stop, locks):
     kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if kind == "cuda" and not torch.cuda.is_available():
         raise UserError("--device=cuda but no CUDA device is available: use --device=cpu")
@@ -276,6 +310,13 @@ def run(fv, stop):
     for name in ("train_batch_size", "eval_batch_size"):
         if fv[name].value % world:
             raise UserError("--%s=%d is not a multiple of the %d ranks" % (name, fv[name].value, world))
+    log_path = fv.mlperf_log or os.path.join(fv.output_dir, "mlperf.log")
+    if rank == 0:  # one run per output: a second one is refused before it writes anything
+        locks.enter_context(locking.lock_dir(fv.output_dir, "--output_dir"))
+        if os.path.dirname(os.path.abspath(log_path)) != os.path.abspath(fv.output_dir):
+            locks.enter_context(locking.lock_file(log_path, "--mlperf_log"))
+    if fv.check_data != "none":  # each rank a share of the files, in parallel
+        loader.check_records(train_files[rank::world], full=fv.check_data == "full")
 
     from mlperf_bert.trainer import model as modeling
     from mlperf_bert.trainer import tf_checkpoint
@@ -284,13 +325,30 @@ def run(fv, stop):
         return run_eval_only(fv, config, train_files, device, autocast, rank, world, modeling,
                              tf_checkpoint)
 
-    resume = list_checkpoints(fv.output_dir)
+    # Rank 0 decides what is in output_dir (ranks on other nodes may see other local disks).
+    finished, resume = distributed.broadcast_object(
+        (_read_finished(fv.output_dir), list_checkpoints(fv.output_dir)) if rank == 0 else None)
+    if finished:
+        if rank == 0:
+            print("%s: this run already finished (status %s after %d samples, %s): nothing to do; "
+                  "use another --output_dir for a new run" % (fv.output_dir, finished.get("status"),
+                                                              finished.get("samples", 0), FINISHED))
+        return 0
     ckpt = load_resume(resume[-1][1]) if resume else None
     seed = fv.seed if fv.seed is not None else (ckpt["seed"] if ckpt else None)
     if seed is None:
         seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
+    identity = run_identity(fv, seed, train_files, eval_files)
+    if ckpt:
+        check_same_run(ckpt.get("run", {}), identity, resume[-1][1])
+        if ckpt.get("config") not in (None, config.to_dict()):
+            raise UserError("checkpoint %s was trained with another model config than %s: use "
+                            "that config or another --output_dir" % (resume[-1][1], fv.bert_config_file))
+        if len(ckpt["ranks"]) != world:
+            raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "
+                            "the same number" % (resume[-1][1], len(ckpt["ranks"]), world))
     global_batch = fv.train_batch_size * fv.steps_per_update
-    log = MLPerfLog(fv.mlperf_log or os.path.join(fv.output_dir, "mlperf.log"), rank)
+    log = MLPerfLog(log_path, rank)
     # start_training.sh drops the page cache when it may and says so; run directly, nothing was.
     log.event(C.CACHE_CLEAR, os.environ.get("MLPERF_CACHE_CLEARED", "False") in ("True", "true", "1"))
     log.start(C.INIT_START)
@@ -323,9 +381,6 @@ def run(fv, stop):
     step, next_eval, evals = 0, 0, []
     freq = fv.eval_frequency or eval_frequency(global_batch)
     if ckpt:
-        if ckpt.get("config") not in (None, config.to_dict()):
-            raise UserError("checkpoint %s was trained with another model config than %s: use "
-                            "that config or another --output_dir" % (resume[-1][1], fv.bert_config_file))
         try:
             model.load_state_dict(ckpt["model"])
         except RuntimeError as e:
@@ -333,9 +388,6 @@ def run(fv, stop):
                             "--output_dir" % (resume[-1][1], fv.bert_config_file,
                                               str(e).splitlines()[0]))
         opt.load_state_dict(ckpt["optimizer"])
-        if len(ckpt["ranks"]) != world:
-            raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "
-                            "the same number" % (resume[-1][1], len(ckpt["ranks"]), world))
         try:
             acc.load_state_dict(ckpt["ranks"][rank]["accumulator"])
         except ValueError as e:
@@ -352,12 +404,13 @@ def run(fv, stop):
     def batches(start):
         ds = loader.PretrainingBatches(train_files, fv.max_seq_length, fv.max_predictions_per_seq,
                                      fv.train_batch_size, rank, world, fv.shuffle, seed,
-                                     fv.shuffle_buffer, start_batch=start)
+                                     fv.shuffle_buffer, start_batch=start, vocab_size=config.vocab_size)
         return iter(loader.make_loader(ds, fv.num_workers))
 
     def eval_batches():
         ds = loader.PretrainingBatches(eval_files, fv.max_seq_length, fv.max_predictions_per_seq,
-                                     fv.eval_batch_size, rank, world, shuffle=False, repeat=False)
+                                     fv.eval_batch_size, rank, world, shuffle=False, repeat=False,
+                                     vocab_size=config.vocab_size)
         return loader.make_loader(ds, min(fv.num_workers, 1))
 
     def checkpoint(at):
@@ -368,7 +421,7 @@ def run(fv, stop):
                 "model": model.state_dict(), "optimizer": opt.state_dict(),
                 "ranks": states, "global_step": at,
                 "seed": seed, "next_eval": next_eval, "evals": evals,
-                "config": config.to_dict(), "world_size": world,
+                "config": config.to_dict(), "world_size": world, "run": identity,
             }, fv.keep_checkpoint_max)
         distributed.barrier()
 
@@ -481,7 +534,22 @@ def run(fv, stop):
             metrics = evaluate(model, eval_batches(), device, autocast)
         if rank == 0:
             print(write_eval_results(fv.output_dir, metrics, step))
+    if rank == 0:  # a rerun of this command now says so and changes nothing
+        with atomic_open(os.path.join(fv.output_dir, FINISHED), "w", encoding="utf-8") as f:
+            json.dump({"status": status, "global_step": step, "samples": step * fv.train_batch_size,
+                       "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z")}, f)
     return 0
+
+
+def _read_finished(output_dir):
+    path = os.path.join(output_dir, FINISHED)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise UserError("cannot read %s (%s): delete it to resume the run" % (path, e))
 
 
 def eval_only_batches(fv, files, rank, world):

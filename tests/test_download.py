@@ -7,8 +7,8 @@ from mlperf_bert.dataset import download
 from mlperf_bert.errors import UserError
 
 
-def test_resumes_a_partial_file_url_download_and_checks_md5(shared, tmp_path):
-    src = os.path.join(shared, "data", "vocab.txt")
+def test_resumes_a_partial_file_url_download_and_checks_md5(ref_data, tmp_path):
+    src = os.path.join(ref_data, "data", "vocab.txt")
     data = open(src, "rb").read()
     out = tmp_path / "vocab.txt"
     (tmp_path / "vocab.txt.partial").write_bytes(data[:100000])

@@ -103,12 +103,12 @@ def test_generator_disk_full(golden_dir, vocab_file, tmp_path, disk_full):
     assert os.listdir(tmp_path) == []  # the outputs are written together: neither is left
 
 
-def test_text_pipeline_disk_full(shared, tmp_path, disk_full):
+def test_text_pipeline_disk_full(ref_data, tmp_path, disk_full):
     from mlperf_bert.dataset import text_pipeline
     disk_full(room=100000)
     out = tmp_path / "text"
     with pytest.raises(UserError, match=r"cannot write .*: no space left on device .*rerun the same command"):
-        text_pipeline.main(["x", "--wiki_glob=%s/data/wiki_sample/wiki_0[01]" % shared, "--output_dir=%s" % out,
+        text_pipeline.main(["x", "--wiki_glob=%s/data/wiki_sample/wiki_0[01]" % ref_data, "--output_dir=%s" % out,
                             "--num_test_articles=4", "--workers=1"])
     assert os.listdir(out) == []
 
@@ -386,12 +386,12 @@ def test_io_error_outside_the_writer_is_one_line(tmp_path):
                            "the same command\n")
 
 
-def test_text_pipeline_and_to_hdf5_refuse_an_output_in_use(shared, golden_dir, tmp_path):
+def test_text_pipeline_and_to_hdf5_refuse_an_output_in_use(ref_data, golden_dir, tmp_path):
     from mlperf_bert.dataset import hdf5, text_pipeline
     out = str(tmp_path / "text")
     with locking.lock_dir(out):
         with pytest.raises(UserError, match="--output_dir .*text is in use by another run \\(pid %d " % os.getpid()):
-            text_pipeline.main(["x", "--wiki_glob=%s/data/wiki_sample/wiki_00" % shared, "--output_dir=" + out,
+            text_pipeline.main(["x", "--wiki_glob=%s/data/wiki_sample/wiki_00" % ref_data, "--output_dir=" + out,
                                 "--num_test_articles=1", "--workers=1"])
     assert os.listdir(out) == []
     h5 = str(tmp_path / "x.hdf5")

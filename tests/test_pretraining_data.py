@@ -145,8 +145,8 @@ def test_matches_reference_transcription_on_unseen_text(tmp_path, unseen_inputs,
                 np.testing.assert_array_equal(got[name], np.asarray(value, dtype=got[name].dtype), name)
 
 
-def _digest(path, shared):
-    out = subprocess.run([sys.executable, os.path.join(shared, "tools", "tfrecord_digest.py"), path],
+def _digest(path, ref_data):
+    out = subprocess.run([sys.executable, os.path.join(ref_data, "tools", "tfrecord_digest.py"), path],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -155,7 +155,7 @@ def _digest(path, shared):
     ("part-00000.s128.tfrecord", ["--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=2"]),
     ("part-00000.s512.tfrecord", ["--max_seq_length=512", "--max_predictions_per_seq=76", "--dupe_factor=10"]),
 ])
-def test_golden_digests_and_byte_stability(tmp_path, shared, golden_dir, vocab_file, name, flags_):
+def test_golden_digests_and_byte_stability(tmp_path, ref_data, golden_dir, vocab_file, name, flags_):
     golden = {}
     with open(os.path.join(golden_dir, "digests.jsonl")) as f:
         for line in f:
@@ -167,7 +167,7 @@ def test_golden_digests_and_byte_stability(tmp_path, shared, golden_dir, vocab_f
                         "--input_file=%s/input/part-00000-of-00004" % golden_dir, "--output_file=" + out,
                         "--vocab_file=" + vocab_file, "--do_lower_case=True", "--masked_lm_prob=0.15",
                         "--random_seed=12345"] + flags_, check=True, capture_output=True)
-    got = _digest(out1, shared)
+    got = _digest(out1, ref_data)
     assert (got["records"], got["bytes"], got["digest"]) == \
         (golden[name]["records"], golden[name]["bytes"], golden[name]["digest"])
     with open(out1, "rb") as a, open(out2, "rb") as b:

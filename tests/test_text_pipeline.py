@@ -13,8 +13,8 @@ NUM_TEST = 22  # not a multiple of 4 files, so per-file counts differ (5, 6, 5, 
 
 
 @pytest.fixture(scope="module")
-def wiki_files(shared):
-    return sorted(glob.glob(os.path.join(shared, "data", "wiki_sample", "wiki_*")))
+def wiki_files(ref_data):
+    return sorted(glob.glob(os.path.join(ref_data, "data", "wiki_sample", "wiki_*")))
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +34,10 @@ def read(path):
         return f.read()
 
 
-def test_cleanup_and_segmentation_reproduce_the_golden_shards(shared, wiki_files):
+def test_cleanup_and_segmentation_reproduce_the_golden_shards(ref_data, wiki_files):
     # The golden shards were made from wiki_00 and wiki_01 with the reference's steps 1-3.
     for k in (0, 1):
-        gold = read(os.path.join(shared, "golden", "input", "part-0000%d-of-00004" % k))
+        gold = read(os.path.join(ref_data, "golden", "input", "part-0000%d-of-00004" % k))
         assert text_pipeline.segment_file(wiki_files[k]) == gold
 
 

@@ -27,8 +27,8 @@ def test_results_tables_parse_and_hold_only_reference_values():
     assert len(tables["text"]) == 8 and len(tables["checkpoint_tf2"]) == 2
 
 
-def test_real_files_match_their_listed_md5(shared):
-    data = os.path.join(shared, "data")
+def test_real_files_match_their_listed_md5(ref_data):
+    data = os.path.join(ref_data, "data")
     ok, lines = run_verify([os.path.join(data, "eval.md5"), os.path.join(data, "vocab.txt")])
     assert ok, lines
     assert [l.split()[0] for l in lines] == ["OK", "OK"]
@@ -40,8 +40,8 @@ def test_real_files_match_their_listed_md5(shared):
             assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_corrupted_copy_is_a_mismatch_and_fails(shared, tmp_path):
-    src = os.path.join(shared, "data", "vocab.txt")
+def test_corrupted_copy_is_a_mismatch_and_fails(ref_data, tmp_path):
+    src = os.path.join(ref_data, "data", "vocab.txt")
     bad = tmp_path / "vocab.txt"
     data = bytearray(open(src, "rb").read())
     data[1000] ^= 1  # same size, different content: only the md5 can tell
@@ -52,8 +52,8 @@ def test_corrupted_copy_is_a_mismatch_and_fails(shared, tmp_path):
     assert checksums.main(["verify", src]) == 0
 
 
-def test_directory_set_reports_missing_and_lists_unknown(shared, tmp_path):
-    shutil.copy(os.path.join(shared, "data", "eval.md5"), tmp_path / "eval.md5")
+def test_directory_set_reports_missing_and_lists_unknown(ref_data, tmp_path):
+    shutil.copy(os.path.join(ref_data, "data", "eval.md5"), tmp_path / "eval.md5")
     (tmp_path / "notes.txt").write_text("hello")
     ok, lines = run_verify([str(tmp_path)])
     assert not ok

@@ -217,3 +217,79 @@ def test_slot_arrays_use_reference_names_and_layout():
     w = model.bert.encoder.layer[0].intermediate.dense.weight  # torch [out, in], TF [in, out]
     assert slots["bert/encoder/layer_0/intermediate/dense/kernel/adam_m"].shape == tuple(w.shape[::-1])
     np.testing.assert_allclose(slots["cls/predictions/output_bias/adam_v"], 0.001, rtol=1e-6)  # (1-b2) g^2
+
+
+# ---- the reference's update run by TensorFlow itself ------------------------------------------
+
+def tf_train(weights, grad_seq, n, lr_args, b1, b2, eps, wd):
+    """The reference's training step in TensorFlow ops (float32, as the reference runs): per
+    micro-step tf.clip_by_global_norm(1.0) and accumulation / n into variables; after micro-steps
+    n-1, 2n-1, ... LAMB with the learning rate of tf.compat.v1.train.polynomial_decay and the
+    reference's linear warmup from start_warmup_step; bias correction by update count."""
+    tf = pytest.importorskip("tensorflow")
+    init_lr, T, W, start, power = lr_args
+    names = sorted(weights)
+    w = {k: tf.Variable(weights[k], dtype=tf.float32) for k in names}
+    m = {k: tf.Variable(tf.zeros_like(w[k])) for k in names}
+    v = {k: tf.Variable(tf.zeros_like(w[k])) for k in names}
+    acc = {k: tf.Variable(tf.zeros_like(w[k])) for k in names}
+    t = 0
+    for k, grads in enumerate(grad_seq):
+        clipped, _ = tf.clip_by_global_norm([tf.constant(grads[x], tf.float32) for x in names], 1.0)
+        for x, g in zip(names, clipped):
+            acc[x].assign_add(g / n)
+        if k % n != n - 1:
+            continue
+        t += 1
+        lr = tf.compat.v1.train.polynomial_decay(init_lr, k, T, end_learning_rate=0.0, power=power)
+        lr = tf.cast(lr() if callable(lr) else lr, tf.float32)
+        if W:
+            done = tf.cast(k - start, tf.float32) / float(W)
+            is_warmup = tf.cast(k - start < W, tf.float32)
+            lr = (1.0 - is_warmup) * lr + is_warmup * (init_lr * done)
+        for x in names:
+            g = acc[x]
+            m[x].assign(b1 * m[x] + (1.0 - b1) * g)
+            v[x].assign(b2 * v[x] + (1.0 - b2) * tf.square(g))
+            update = (m[x] / (1.0 - b1 ** t)) / (tf.sqrt(v[x] / (1.0 - b2 ** t)) + eps)
+            excluded = any(s in x for s in ("LayerNorm", "layer_norm", "bias"))
+            ratio = 1.0
+            if not excluded:
+                update += wd * w[x]
+                w_norm, u_norm = tf.norm(w[x]), tf.norm(update)
+                ratio = tf.where(w_norm > 0, tf.where(u_norm > 0, w_norm / u_norm, 1.0), 1.0)
+            w[x].assign_sub(ratio * lr * update)
+            acc[x].assign(tf.zeros_like(g))
+    return {x: w[x].numpy() for x in names}
+
+
+@pytest.mark.parametrize("n,hp,lr_args", [
+    (3, HP, (1e-2, 40, 5, 0, 1.0)),
+    # the TPU reference's hyperparameters: negative start_warmup_step, beta_2 0.88
+    (2, dict(beta_1=0.88, beta_2=0.88, epsilon=1e-6, weight_decay_rate=0.0166629), (2.88293e-3, 30, 6, -2, 1.0)),
+    (1, HP, (1e-2, 8, 3, 0, 0.5)),
+])
+def test_lamb_matches_the_reference_update_run_by_tensorflow(n, hp, lr_args):
+    steps = 12
+    model, init, grads, _ = run_torch("lamb", n, steps, True, lr_args, hp)
+    expect = tf_train({tf_name(k): v.numpy() for k, v in init.items()},
+                      [{tf_name(k): v.numpy() for k, v in g.items()} for g in grads], n, lr_args,
+                      hp["beta_1"], hp["beta_2"], hp["epsilon"], hp["weight_decay_rate"])
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(p.detach().numpy(), expect[tf_name(name)], rtol=1e-4, atol=1e-6,
+                                   err_msg=name)
+        assert not np.allclose(expect[tf_name(name)], init[name].numpy()), name  # it moved
+
+
+def test_schedule_matches_tensorflow_polynomial_decay_with_reference_warmup():
+    tf = pytest.importorskip("tensorflow")
+    for init_lr, T, W, start, power in [(1e-4, 1000, 100, 0, 1.0), (2.88293e-3, 600, 287, -76, 1.0),
+                                        (3.5e-4, 137, 0, 0, 1.0), (1e-3, 50, 10, 0, 0.5)]:
+        for s in list(range(0, 30)) + [W - 77, W - 76, W - 1, W, W + 1, T - 1, T, T + 5]:
+            if s < 0:
+                continue
+            lr = float(tf.compat.v1.train.polynomial_decay(  # float64: the formula, not float32 rounding
+                tf.constant(init_lr, tf.float64), s, T, end_learning_rate=0.0, power=power)())
+            if W and s - start < W:
+                lr = init_lr * (s - start) / W
+            assert learning_rate(s, init_lr, T, W, start, power) == pytest.approx(lr, rel=1e-6, abs=1e-12)

@@ -12,6 +12,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PATH=/opt/venv/bin:$PATH \
     PYTHON=/opt/venv/bin/python \
     OUTPUT_DIR=/output \
+    DROP_CACHES=1 \
     MLPERF_BERT_CACHE=/opt/cache
 
 # The distribution's Python 3.12 (the image's security updates decide the patch level).

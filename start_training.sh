@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # The container's root process: a timed MLPerf run, like the reference's run_and_time.sh.
 #
-# Prints STARTING/ENDING TIMING RUN AT and the elapsed seconds, clears the page cache when
-# allowed (CLEAR_CACHES=1 and a writable /proc/sys/vm/drop_caches, i.e. --privileged) and
-# logs `cache_clear` either way, runs train_model.sh (forwarding SIGTERM/SIGINT so the
+# Prints STARTING/ENDING TIMING RUN AT and the elapsed seconds, drops the page cache when
+# asked and allowed (DROP_CACHES=1, set by the image, and a writable /proc/sys/vm/drop_caches,
+# i.e. --privileged; never by default on a shared host) and logs `cache_clear` either way, runs train_model.sh (forwarding SIGTERM/SIGINT so the
 # trainer checkpoints), then checks $LOGDIR/mlperf.log with `check-log`, and exits with the
-# training's status.  With DATA_DIR unset it announces and runs the built-in demo.
+# training's status.  With DATA_DIR unset and no arguments it announces and runs the built-in demo.
 #
 # Environment: everything train_model.sh reads (PRESET, DATA_DIR, EVAL_FILE, INIT_CHECKPOINT,
 # BERT_CONFIG, OUTPUT_DIR [./output], LOGDIR [$OUTPUT_DIR], NUM_GPUS, NNODES, NODE_RANK,
 # MASTER_ADDR, MASTER_PORT, SEED, PYTHON), plus
-#   CLEAR_CACHES   1 = try to drop the page cache before the run            [1]
+#   DROP_CACHES    1 = drop the page cache before the run (root and --privileged)
+#                  [1 in the container image, 0 elsewhere]
 #   CHECK_LOG      1 = run the log checker after training                    [1]
 #   TRAIN_MODEL    the training script                                       [./train_model.sh]
-# Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512).
+# Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512);
+# --help prints this.
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'; exit 0 ;;
+  esac
+done
+case "${DROP_CACHES:-0}" in 0|1) ;; *) echo "error: start_training.sh: DROP_CACHES=$DROP_CACHES must be 0 or 1" >&2; exit 2 ;; esac
 
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
@@ -26,6 +35,10 @@ LOGDIR="$(realpath -m "${LOGDIR:-$OUTPUT_DIR}")"
 export OUTPUT_DIR LOGDIR
 
 if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
+  if (( $# )); then
+    echo "error: start_training.sh: arguments ($*) but no DATA_DIR: set DATA_DIR (or INPUT_FILES) for a run; run without arguments for the demo" >&2
+    exit 2
+  fi
   echo "start_training.sh: DATA_DIR is not set: running the built-in demo (python -m mlperf_bert demo)"
   cd "$HERE" || exit 2
   exec "$PYTHON" -m mlperf_bert demo "--output_dir=$OUTPUT_DIR/demo"
@@ -39,7 +52,7 @@ start_fmt=$(date +'%Y-%m-%d %r')
 echo "STARTING TIMING RUN AT $start_fmt"
 
 cleared=False
-if [[ "${CLEAR_CACHES:-1}" == 1 ]]; then
+if [[ "${DROP_CACHES:-0}" == 1 ]]; then
   if sync && { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
     cleared=True
   else

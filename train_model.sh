@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Training entry point: a preset (configs/presets/NAME.sh) plus overrides -> torchrun run_pretraining.py.
+# Training entry point: a preset (configs/presets/NAME.sh) plus overrides -> run_pretraining.py
+# (one process: run directly; several: under torchrun, its errors shown as the trainer's own line).
 #
 # usage: train_model.sh [--preset=NAME] [--dry_run] [--trainer_flag=value ...]
 # Trainer flags given here replace the preset's flag of the same name.
@@ -18,10 +19,16 @@
 #   SUBMISSION_ORG, SUBMISSION_PLATFORM  MLPerf log fields                       [trainer defaults]
 #   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
 #   DRY_RUN=1       print the command instead of running it (same as --dry_run)
+#   --help          print this and exit
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 die() { echo "error: train_model.sh: $*" >&2; exit 2; }
+usage() { sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'; }
+int_env() {  # NAME MIN: the variable must be a whole number >= MIN
+  local v="${!1}"
+  [[ "$v" =~ ^[0-9]+$ ]] && (( v >= $2 )) || die "$1=$v is not a whole number >= $2: fix the environment setting"
+}
 
 PRESET="${PRESET:-reference_gpu}"
 DRY_RUN="${DRY_RUN:-0}"
@@ -30,6 +37,7 @@ for arg in "$@"; do
   case "$arg" in
     --preset=*) PRESET="${arg#--preset=}" ;;
     --dry_run) DRY_RUN=1 ;;
+    -h|--help) usage; exit 0 ;;
     --*) overrides+=("$arg") ;;
     *) die "unexpected argument '$arg': pass trainer flags as --name=value" ;;
   esac
@@ -55,6 +63,13 @@ OUTPUT_DIR="${OUTPUT_DIR:-$PWD/output}"
 LOGDIR="${LOGDIR:-$OUTPUT_DIR}"
 NUM_GPUS="${NUM_GPUS:-$PRESET_NUM_GPUS}"
 NNODES="${NNODES:-1}"
+NODE_RANK="${NODE_RANK:-0}"
+MASTER_PORT="${MASTER_PORT:-29500}"
+int_env NUM_GPUS 1
+int_env NNODES 1
+int_env NODE_RANK 0
+int_env MASTER_PORT 1
+(( NODE_RANK < NNODES )) || die "NODE_RANK=$NODE_RANK must be below NNODES=$NNODES"
 
 # flag name of --name=value / --name / --noname, to let an override replace the preset's flag
 flag_name() { local f="${1#--}"; f="${f%%=*}"; echo "$f"; }
@@ -86,15 +101,20 @@ for f in "${flags[@]}" "${PRESET_FLAGS[@]}"; do
   overridden "$f" || kept+=("$f")
 done
 
-if [[ -x "$(dirname "$PYTHON")/torchrun" ]]; then launcher=("$(dirname "$PYTHON")/torchrun")
-else launcher=("$PYTHON" -m torch.distributed.run); fi
-if [[ "$NNODES" == 1 ]]; then
-  launcher+=(--standalone --nnodes=1 "--nproc_per_node=$NUM_GPUS")
+if (( NUM_GPUS * NNODES == 1 )); then
+  # one process: no launcher between the user and the trainer's own error line and exit status
+  cmd=("$PYTHON" "$HERE/run_pretraining.py" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}")
 else
-  launcher+=("--nnodes=$NNODES" "--node_rank=${NODE_RANK:-0}" "--nproc_per_node=$NUM_GPUS"
-             "--master_addr=${MASTER_ADDR:-127.0.0.1}" "--master_port=${MASTER_PORT:-29500}")
+  if [[ -x "$(dirname "$PYTHON")/torchrun" ]]; then launcher=("$(dirname "$PYTHON")/torchrun")
+  else launcher=("$PYTHON" -m torch.distributed.run); fi
+  if [[ "$NNODES" == 1 ]]; then
+    launcher+=(--standalone --nnodes=1 "--nproc_per_node=$NUM_GPUS")
+  else
+    launcher+=("--nnodes=$NNODES" "--node_rank=$NODE_RANK" "--nproc_per_node=$NUM_GPUS"
+               "--master_addr=${MASTER_ADDR:-127.0.0.1}" "--master_port=$MASTER_PORT")
+  fi
+  cmd=("${launcher[@]}" "$HERE/run_pretraining.py" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}")
 fi
-cmd=("${launcher[@]}" "$HERE/run_pretraining.py" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}")
 
 if [[ "$DRY_RUN" == 1 ]]; then
   printf '%q ' "${cmd[@]}"; echo
@@ -102,4 +122,27 @@ if [[ "$DRY_RUN" == 1 ]]; then
 fi
 mkdir -p "$OUTPUT_DIR" "$LOGDIR"
 echo "train_model.sh: preset $PRESET: ${cmd[*]}"
-exec "${cmd[@]}"
+if (( NUM_GPUS * NNODES == 1 )); then
+  exec "${cmd[@]}"
+fi
+# torchrun: its stderr goes through launch_filter (the ranks' lines once, not torchrun's
+# traceback), SIGTERM/SIGINT go on to it (it passes SIGTERM to every rank, which checkpoints),
+# and the exit status is the first failed rank's.
+exit_file="$(mktemp)"
+fifo="$exit_file.stderr"
+mkfifo "$fifo"
+trap 'rm -f "$exit_file" "$fifo"' EXIT
+(cd "$HERE" && exec "$PYTHON" -m mlperf_bert.harness.launch_filter "$exit_file" <"$fifo" >&2) &
+filter=$!
+"${cmd[@]}" 2>"$fifo" &
+child=$!
+got_term=0
+set +e  # the statuses below are read, not fatal
+trap 'got_term=1; kill -TERM "$child" 2>/dev/null' TERM INT
+wait "$child"
+status=$?
+while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done
+wait "$filter"
+if [[ -s "$exit_file" ]]; then status="$(cat "$exit_file")"; fi
+if (( got_term )) && (( status != 0 )); then status=143; fi
+exit "$status"

@@ -1,11 +1,10 @@
 """Time make-dataset on one ~27 MB text shard (standard command) and project the full set.
 
-Builds the shard by repeating text made from the shared Wikipedia sample (article
+Builds the shard by repeating text made from the real Wikipedia sample in tests/data (article
 statistics like the real shards), runs make-dataset with one worker, and prints the time
 per shard and projected wall times for 500 shards + eval on N cores (work divides by
 shard; I/O is not modelled). Usage: .venv/bin/python bench/bench_make_dataset.py [--cores=2,64]
 """
-import glob
 import os
 import sys
 import tempfile
@@ -15,17 +14,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mlperf_bert.dataset import make_dataset  # noqa: E402
 from mlperf_bert.dataset import text_pipeline
 
-SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
+from _data import VOCAB, help_requested, unpacked  # noqa: E402
 SHARD_BYTES = 27150902  # part-00000-of-00500
 EVAL_BYTES = 32851144   # eval.txt
 
 
 def main():
+    if help_requested(__doc__):
+        return
     cores = [2, 64]
     for a in sys.argv[1:]:
         if a.startswith("--cores="):
             cores = [int(c) for c in a.split("=", 1)[1].split(",")]
-    wiki = sorted(glob.glob(os.path.join(SHARED, "data", "wiki_sample", "wiki_*")))
+    wiki = unpacked("wiki_sample")
     text = "".join(text_pipeline.segment_file(p) for p in wiki)
     with tempfile.TemporaryDirectory() as tmp:
         tdir, odir = os.path.join(tmp, "text"), os.path.join(tmp, "out")
@@ -35,7 +36,7 @@ def main():
         with open(os.path.join(tdir, "part-00000-of-00001"), "w", encoding="utf-8") as f:
             f.write(body)
         t0 = time.time()
-        rows = make_dataset.make_dataset(tdir, odir, os.path.join(SHARED, "data", "vocab.txt"), workers=1,
+        rows = make_dataset.make_dataset(tdir, odir, VOCAB, workers=1,
                                     progress=False)
         dt = time.time() - t0
     mb = len(body.encode()) / 1e6

@@ -29,6 +29,9 @@ def timed(fn, device, reps=3):
 
 
 def main():
+    if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:
+        print(__doc__.strip())
+        return
     device = "cuda" if "--device=cuda" in sys.argv else "cpu"
     cfg = BertConfig() if "--large" in sys.argv else BertConfig(hidden_size=512, num_hidden_layers=6,
                                                                 num_attention_heads=8, intermediate_size=2048)

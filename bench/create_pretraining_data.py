@@ -13,9 +13,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
-GOLDEN = os.path.join(SHARED, "golden", "input")
-VOCAB = os.path.join(SHARED, "data", "vocab.txt")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _data import VOCAB, help_requested, unpacked  # noqa: E402
 REF_1MB_S, REF_27MB_S, REF_27MB_MB = 16.9, 263.0, 2551.0
 SHARD_BYTES = 27150902
 FLAGS = dict(max_seq_length=512, max_predictions_per_seq=76, dupe_factor=10)
@@ -49,10 +48,11 @@ def generate(inp, out, fast, reference_tokenizer=False):
 
 
 def main():
-    if not os.path.isdir(GOLDEN):
-        sys.exit("needs ../shared/golden beside the repository")
+    if help_requested(__doc__):
+        return
+    golden = os.path.dirname(unpacked("golden", "input")[0])
     with tempfile.TemporaryDirectory() as tmp:
-        small = os.path.join(GOLDEN, "part-00000-of-00004")
+        small = os.path.join(golden, "part-00000-of-00004")
         fast_s, fast_mb = generate(small, os.path.join(tmp, "fast"), True)
         slow_s, slow_mb = generate(small, os.path.join(tmp, "slow"), False, reference_tokenizer=True)
         same = open(os.path.join(tmp, "fast"), "rb").read() == open(os.path.join(tmp, "slow"), "rb").read()
@@ -64,8 +64,8 @@ def main():
         if "--skip-27mb" in sys.argv:
             return
         big = os.path.join(tmp, "part-27mb")
-        with open(os.path.join(GOLDEN, "part-00000-of-00004"), "rb") as a, \
-                open(os.path.join(GOLDEN, "part-00001-of-00004"), "rb") as b:
+        with open(os.path.join(golden, "part-00000-of-00004"), "rb") as a, \
+                open(os.path.join(golden, "part-00001-of-00004"), "rb") as b:
             pair = a.read() + b.read()
         with open(big, "wb") as f:
             f.write((pair * (SHARD_BYTES // len(pair) + 1))[:SHARD_BYTES])

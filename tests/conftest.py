@@ -50,3 +50,24 @@ def vocab_file():
 @pytest.fixture(scope="session")
 def golden_dir(ref_data):
     return os.path.join(ref_data, "golden")
+
+
+S512_FLAGS = ["--max_seq_length=512", "--max_predictions_per_seq=76", "--dupe_factor=10"]
+
+
+@pytest.fixture(scope="session")
+def golden_s512(golden_dir, vocab_file, tmp_path_factory):
+    """Our generator's output for the reference's golden s512 command (the MLPerf command on
+    golden/input/part-00000-of-00004), made once per run by the script as users run it;
+    test_pretraining_data proves it equal to the reference's by content digest."""
+    import subprocess
+    out = str(tmp_path_factory.mktemp("golden_s512") / "part-00000.s512.tfrecord")
+    subprocess.run([sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
+                    "--input_file=%s/input/part-00000-of-00004" % golden_dir, "--output_file=" + out,
+                    "--vocab_file=" + vocab_file, "--do_lower_case=True", "--masked_lm_prob=0.15",
+                    "--random_seed=12345"] + S512_FLAGS, check=True, capture_output=True)
+    return out
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: end-to-end tests over ~3 s (pytest -m 'not slow' skips them)")

@@ -216,6 +216,7 @@ def test_the_lock_excludes_within_one_process_too(tmp_path):
     locking.lock_file(str(tmp_path / "x")).release()
 
 
+@pytest.mark.slow
 def test_two_make_datasets_on_one_directory(full_run, text_dir, vocab_file, tmp_path):
     """The second is refused at once; the first completes untouched and its manifest verifies."""
     from mlperf_bert.dataset import checksums, make_dataset
@@ -309,6 +310,7 @@ def children(pid):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, sig):
     """Only the driver is signalled (as a scheduler or `kill PID` does): its workers must not go on

@@ -117,7 +117,7 @@ def fake_env(tmp_path):
     fake.chmod(0o755)
     out = tmp_path / "out"
     return dict(os.environ, DATA_DIR=str(tmp_path), OUTPUT_DIR=str(out), TRAIN_MODEL=str(fake),
-                PYTHON=sys.executable, CLEAR_CACHES="0"), out
+                PYTHON=sys.executable, DROP_CACHES="0"), out
 
 
 def test_start_training_times_logs_checks_and_keeps_status(fake_env):
@@ -130,7 +130,7 @@ def test_start_training_times_logs_checks_and_keeps_status(fake_env):
     end = next(i for i, l in enumerate(lines) if l.startswith("ENDING TIMING RUN AT "))
     assert start < end and any(l.startswith("RESULT,bert,") for l in lines[end:])
     assert (out / "args.txt").read_text().strip() == "args: --preset=demo_cpu"
-    # CLEAR_CACHES=0: tests never drop the host's page cache, and the trainer is told so
+    # DROP_CACHES=0: tests never drop the host's page cache, and the trainer is told so
     assert (out / "cleared.txt").read_text().strip() == "False"
     # check-log ran on the combined log and it passes (both checkers)
     assert "PASS official_checker" in proc.stdout and "(8 pass, 0 warn, 0 fail)" in proc.stdout
@@ -190,3 +190,110 @@ def test_demo_corpus_shards_are_reference_format(tmp_path):
     # every word of the corpus survives, in order, within its document
     first = " ".join(topics[sorted(nonempty)[0]].split())
     assert " ".join(" ".join(d) for d in docs if " ".join(d) == first) == first
+
+
+def _env(**kw):
+    e = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "INPUT_FILES", "PRESET", "NUM_GPUS")}
+    e.update(kw)
+    return e
+
+
+def test_help_everywhere_and_numeric_settings_are_checked(tmp_path):
+    for script, words in ((TRAIN, "usage: train_model.sh"), (START, "DROP_CACHES")):
+        proc = subprocess.run([script, "--help"], capture_output=True, text=True, env=_env())
+        assert proc.returncode == 0 and words in proc.stdout, proc.stderr
+    for bench in ("bench_make_dataset.py", "bench_optimizer.py", "create_pretraining_data.py",
+                  "train_throughput.py", "check_logs.py"):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", bench), "--help"],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and proc.stdout.strip(), bench
+    for name, value in (("NUM_GPUS", "0"), ("NUM_GPUS", "abc"), ("NNODES", "-1"), ("MASTER_PORT", "x")):
+        proc = subprocess.run([TRAIN, "--dry_run"], capture_output=True, text=True,
+                              env=_env(DATA_DIR="/data", **{name: value}))
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and "%s=%s" % (name, value) in lines[0], proc.stderr
+    # arguments without DATA_DIR: an error, not the demo
+    proc = subprocess.run([START, "--preset=reference_gpu"], capture_output=True, text=True,
+                          env=_env(OUTPUT_DIR=str(tmp_path / "o")))
+    assert proc.returncode == 2 and "no DATA_DIR" in proc.stderr and "demo" not in proc.stdout
+
+
+def test_one_process_runs_the_trainer_directly():
+    launcher, _ = trainer_flags(dry_run("--preset=demo_cpu"))
+    assert len(launcher) == 1 and "torchrun" not in launcher[0] and "python" in os.path.basename(launcher[0])
+
+
+def test_page_cache_is_dropped_only_when_asked(fake_env):
+    env, out = fake_env
+    env.pop("DROP_CACHES")  # outside the image the default is off: the host's cache is never touched
+    proc = subprocess.run([START], capture_output=True, text=True, env=dict(env, CHECK_LOG="0"), cwd=ROOT)
+    assert proc.returncode == 0 and (out / "cleared.txt").read_text().strip() == "False"
+    assert "cannot drop the page cache" not in proc.stdout  # not even tried
+    with open(os.path.join(ROOT, "Dockerfile")) as f:
+        assert "DROP_CACHES=1" in f.read()  # the image asks for it (needs --privileged)
+    with open(os.path.join(ROOT, "examples", "slurm_multinode.sbatch")) as f:
+        assert "/results/" not in f.read()  # results/ holds the checksum tables
+
+
+@pytest.mark.slow
+def test_torchrun_errors_are_the_trainers_one_line_and_status(tmp_path):
+    env = _env(INPUT_FILES=str(tmp_path / "missing-*"), EVAL_FILE=str(tmp_path / "eval"), NUM_GPUS="2",
+               OUTPUT_DIR=str(tmp_path / "out"), PYTHON=sys.executable, OMP_NUM_THREADS="1")
+    proc = subprocess.run([TRAIN, "--preset=demo_cpu", "--device=cpu"], capture_output=True, text=True,
+                          env=env, timeout=180)
+    errors = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(errors) == 1 and errors[0].startswith("error: ") and "missing-*" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_run(golden_dir, tmp_path_factory):
+    """Data, a tiny BERT config and the start_training.sh arguments of a short real run."""
+    import json
+    from mlperf_bert.dataset import tfrecord
+    d = tmp_path_factory.mktemp("tiny_run")
+    recs = list(tfrecord.read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))
+    tfrecord.write_records(str(d / "train.tfrecord"), recs[:96])
+    tfrecord.write_records(str(d / "eval.tfrecord"), recs[4000:4016])
+    cfg = {"vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+           "intermediate_size": 32, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+           "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 128, "type_vocab_size": 2,
+           "initializer_range": 0.02}
+    (d / "config.json").write_text(json.dumps(cfg))
+    args = ["--preset=demo_cpu", "--bert_config_file=%s" % (d / "config.json"), "--max_seq_length=128",
+            "--max_predictions_per_seq=20", "--train_batch_size=4", "--num_train_steps=30",
+            "--save_checkpoints_steps=3", "--seed=7", "--num_workers=1", "--target_mlm_accuracy=1.0",
+            "--eval_batch_size=8", "--eval_frequency=48", "--noprogress"]
+    env = _env(INPUT_FILES=str(d / "train.tfrecord"), EVAL_FILE=str(d / "eval.tfrecord"), PYTHON=sys.executable,
+               DROP_CACHES="0", CHECK_LOG="0", OMP_NUM_THREADS="1")
+    full = d / "full"
+    proc = subprocess.run([START] + args, capture_output=True, text=True, env=dict(env, OUTPUT_DIR=str(full)),
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return args, env, full
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", [False, True])
+def test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical(tiny_run, tmp_path, group):
+    import torch
+    args, env, full = tiny_run
+    env = dict(env, OUTPUT_DIR=str(tmp_path / "run"))
+    proc = subprocess.Popen([START] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=ROOT, start_new_session=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "run" / "model.ckpt-3.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
+        time.sleep(0.05)
+    if group:  # docker stop / scancel style: every process of the job gets it
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:      # docker stop: the container's root process
+        proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 143 and "SIGTERM: checkpoint" in out, out
+    again = subprocess.run([START] + args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    a = torch.load(full / "model.ckpt-30.pt", weights_only=False)
+    b = torch.load(tmp_path / "run" / "model.ckpt-30.pt", weights_only=False)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

@@ -116,6 +116,7 @@ def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
 
 @pytest.mark.parametrize("sig,group", [(signal.SIGKILL, False), (signal.SIGTERM, False),
                                        (signal.SIGTERM, True)])
+@pytest.mark.slow
 def test_killed_and_rerun_ends_bit_identical(files, uninterrupted, tmp_path, sig, group):
     full, _ = uninterrupted
     out = str(tmp_path / "run")
@@ -135,6 +136,7 @@ def test_killed_and_rerun_ends_bit_identical(files, uninterrupted, tmp_path, sig
     assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_equal_one_process_with_accumulation(files, tmp_path):
     common = dict(bert_config_file=files["config_nodrop"], shuffle=False, num_warmup_steps=0,
                   poly_power=0.0, save_checkpoints_steps=100, num_workers=0)
@@ -172,6 +174,7 @@ def _official_checker(log_path, cwd):
     return r.returncode, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
     kw = dict(eval_input_file=files["eval"], eval_frequency=16, eval_at_start=True,
               steps_per_update=1, num_train_steps=16, save_checkpoints_steps=100,
@@ -380,6 +383,7 @@ def _log_keys(out):
             for l in open(os.path.join(out, "mlperf.log")) if ":::MLLOG " in l]
 
 
+@pytest.mark.slow
 def test_second_run_on_one_output_dir_is_refused_and_the_first_ends_clean(files, tmp_path):
     from mlperf_bert.harness import compliance
     out = str(tmp_path / "run")
@@ -421,6 +425,7 @@ def test_rerun_of_a_finished_run_says_so_and_changes_nothing(files, uninterrupte
     ({"seed": 8}, "--seed=8 differs"),
     ({"input_file": "other"}, "the training files"),
 ])
+@pytest.mark.slow
 def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_path, change, message):
     out = tmp_path / "run"
     out.mkdir()
@@ -463,6 +468,7 @@ def test_damaged_training_data_fails_before_training(files, tmp_path):
     assert _no_checkpoints(out)
 
 
+@pytest.mark.slow
 def test_disk_full_at_a_checkpoint_keeps_the_last_one_and_the_rerun_resumes(files, uninterrupted,
                                                                             tmp_path, monkeypatch):
     import errno

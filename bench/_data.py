@@ -1,0 +1,33 @@
+"""The benches' real inputs: tests/data (gzipped, shipped with the repository) unpacked once."""
+import gzip
+import os
+import shutil
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data")
+VOCAB = os.path.join(DATA, "vocab.txt")
+
+
+def unpacked(*parts):
+    """Paths of tests/data/<parts...>/*.gz decompressed into a temporary directory (kept until exit)."""
+    src = os.path.join(DATA, *parts)
+    dst = tempfile.mkdtemp(prefix="bench_data_")
+    out = []
+    for name in sorted(os.listdir(src)):
+        if name.endswith(".gz"):
+            out.append(os.path.join(dst, name[:-3]))
+            with gzip.open(os.path.join(src, name), "rb") as f, open(out[-1], "wb") as g:
+                shutil.copyfileobj(f, g)
+    import atexit
+    atexit.register(shutil.rmtree, dst, True)
+    return out
+
+
+def help_requested(doc):
+    """--help/-h: print the bench's docstring and say so (the benches take few flags)."""
+    if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:
+        print(doc.strip())
+        return True
+    return False

@@ -1,8 +1,9 @@
 """``text-pipeline``: WikiExtractor output -> ``part-*`` text shards, ``eval.txt``, ``eval.md5``.
 
-REFERENCE.md section 6: clean-up (wiki_cleanup), one sentence per line (sentences),
-seeded train/eval separation per input file, then the training text gathered in sorted
-order into shards of about ``--block_size_mb`` MiB. Input files are processed in a pool.
+The reference's ``process_wiki.sh`` steps, byte for byte: clean-up (wiki_cleanup: cleanup_file.py,
+clean.sh), one sentence per line (sentences: do_sentence_segmentation.py), seeded train/eval
+separation per input file (seperate_test_set.py), then the training text gathered in sorted order
+into shards of ``--block_size_mb`` MiB of raw input (do_gather.py). Files are processed in a pool.
 """
 import glob
 import multiprocessing
@@ -15,26 +16,19 @@ from mlperf_bert.dataset.checksums import article_md5
 from mlperf_bert.errors import UserError, init_worker
 from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs
 from mlperf_bert.locking import lock_dir
-from mlperf_bert.dataset.sentences import split_sentences
-from mlperf_bert.dataset.wiki_cleanup import clean_lines
+from mlperf_bert.dataset.sentences import segment
+from mlperf_bert.dataset.wiki_cleanup import clean
 
 MIB = 1024 * 1024
 
 
 def segment_file(path):
     """The cleaned, sentence-per-line text of one WikiExtractor file (the reference's ``.3`` file)."""
-    out = []
     try:
         with open(path, encoding="utf-8") as f:
-            for line in clean_lines(f):
-                if line == "":
-                    out.append("\n")
-                else:
-                    out.extend(s + "\n" for s in split_sentences(line))
+            return segment(clean(f.read()))
     except UnicodeDecodeError:
         raise UserError("%s is not UTF-8 text: give WikiExtractor output files" % path)
-    out.append("\n")  # every segmented file ends with one more blank line
-    return "".join(out)
 
 
 def num_eval_articles(k, num_files, num_test_articles):
@@ -76,7 +70,9 @@ def _process_one(job):
 
 
 def gather_plan(sizes, block_size):
-    """Groups of input indexes: a new group starts when the next input would pass ``block_size``."""
+    """Groups of input indexes: a new group starts when the next input would pass ``block_size``
+    (sizes of the RAW input files, as do_gather.py counts; an input larger than a block alone
+    gets its own shard, where the reference crashes)."""
     groups, current, total = [], [], 0
     for i, size in enumerate(sizes):
         if current and total + size > block_size:
@@ -89,6 +85,16 @@ def gather_plan(sizes, block_size):
     return groups
 
 
+def gathered(path):
+    """One separated file as do_gather.py copies it: read as UTF-8 with a BOM dropped and universal
+    newlines, one trailing newline removed when it ends in two."""
+    with open(path, encoding="utf-8-sig") as f:
+        content = f.read()
+    if content.endswith("\n\n"):
+        content = content[:-1]
+    return content
+
+
 def write_eval(output_dir, eval_articles):
     with atomic_open(os.path.join(output_dir, "eval.txt"), "w", encoding="utf-8", newline="\n") as txt, \
             atomic_open(os.path.join(output_dir, "eval.md5"), "w", encoding="utf-8", newline="\n") as md5:
@@ -98,7 +104,7 @@ def write_eval(output_dir, eval_articles):
 
 
 def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, seed=12345, workers=None,
-        progress=True):
+        progress=True, num_outputs=500):
     """Run the whole pipeline; return the list of part files written."""
     from tqdm import tqdm
     if not input_files:
@@ -118,14 +124,13 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
                 train_files.append(out)
                 eval_articles.extend(evals)
         write_eval(output_dir, eval_articles)
-        groups = gather_plan([os.path.getsize(p) for p in train_files], block_size_mb * MIB)
+        groups = gather_plan([os.path.getsize(p) for p in input_files], block_size_mb * MIB)
         parts = []
         for g, group in enumerate(tqdm(groups, desc="gather", unit="shard", disable=not progress)):
-            part = os.path.join(output_dir, "part-%05d-of-%05d" % (g, len(groups)))
-            with atomic_open(part, "wb") as fout:
+            part = os.path.join(output_dir, "part-%05d-of-%05d" % (g, num_outputs))
+            with atomic_open(part, "w", encoding="utf-8", newline="\n") as fout:
                 for i in group:
-                    with open(train_files[i], "rb") as fin:
-                        shutil.copyfileobj(fin, fout)
+                    fout.write(gathered(train_files[i]))
             parts.append(part)
         # A rerun with another shard count would leave the old set beside the new one, and
         # make-dataset takes every part-*: keep only this run's shards.
@@ -145,6 +150,8 @@ def main(argv):
     flags.DEFINE_float("block_size_mb", 26.92, "size of a text shard in MiB", flag_values=fv)
     flags.DEFINE_integer("seed", 12345, "base seed of the eval selection", flag_values=fv)
     flags.DEFINE_integer("workers", None, "processes (default: all cores)", flag_values=fv)
+    flags.DEFINE_integer("num_outputs", 500, "the N of part-XXXXX-of-N in shard names (the reference "
+                         "names every shard -of-00500, whatever their count)", flag_values=fv)
     flags.parse(fv, argv, required=["wiki_glob", "output_dir"], positional=False)
     files = sorted(glob.glob(os.path.expanduser(fv.wiki_glob)))
     files = [f for f in files if os.path.isfile(f)]
@@ -157,6 +164,7 @@ def main(argv):
         os.path.join(fv.output_dir, n) for n in ("eval.txt", "eval.md5")]
     refuse_overwriting_inputs(outputs, files)
     with lock_dir(fv.output_dir, "--output_dir"):
-        parts = run(files, fv.output_dir, fv.num_test_articles, fv.block_size_mb, fv.seed, fv.workers)
+        parts = run(files, fv.output_dir, fv.num_test_articles, fv.block_size_mb, fv.seed, fv.workers,
+                    num_outputs=fv.num_outputs)
     print("wrote %d text shards, eval.txt and eval.md5 to %s" % (len(parts), fv.output_dir))
     return 0

@@ -5,7 +5,8 @@
 # usage: train_model.sh [--preset=NAME] [--dry_run] [--trainer_flag=value ...]
 # Trainer flags given here replace the preset's flag of the same name.
 # Environment (defaults in brackets):
-#   PRESET          reference_gpu | tpu_8192 | demo_cpu                          [reference_gpu]
+#   PRESET          reference_gpu | tpu_8192 | demo_cpu | rcp_<global batch>     [reference_gpu]
+#   MAX_PER_GPU_BATCH  rcp_*: largest per-GPU micro-batch; sets the accumulation   [48]
 #   DATA_DIR        directory of the training TFRecords (part-*)                 [required]
 #   INPUT_FILES     training files, comma list/glob                              [$DATA_DIR/part-*]
 #   EVAL_FILE       online eval set                                              [$DATA_DIR/eval_10k]
@@ -44,7 +45,8 @@ for arg in "$@"; do
 done
 
 preset_file="$HERE/configs/presets/$PRESET.sh"
-[[ -f "$preset_file" ]] || die "unknown preset '$PRESET': choose one of $(cd "$HERE/configs/presets" && ls -- *.sh | sed 's/\.sh$//' | tr '\n' ' ')"
+[[ "$PRESET" =~ ^rcp_[0-9]+$ ]] && preset_file="$HERE/configs/presets/rcp.sh"
+[[ -f "$preset_file" ]] || die "unknown preset '$PRESET': choose one of $(cd "$HERE/configs/presets" && ls -- *.sh | sed 's/\.sh$//' | grep -vx rcp | tr '\n' ' ')or rcp_<global batch> (a reference convergence point)"
 PRESET_FLAGS=()
 PRESET_NUM_GPUS=1
 PRESET_BERT_CONFIG=""
@@ -70,6 +72,15 @@ int_env NNODES 1
 int_env NODE_RANK 0
 int_env MASTER_PORT 1
 (( NODE_RANK < NNODES )) || die "NODE_RANK=$NODE_RANK must be below NNODES=$NNODES"
+if [[ "$PRESET" =~ ^rcp_([0-9]+)$ ]]; then
+  # generated from mlperf_logging's rcps_bert.json for this number of GPUs (harness/rcp.py)
+  rcp_batch="${BASH_REMATCH[1]}"
+  MAX_PER_GPU_BATCH="${MAX_PER_GPU_BATCH:-48}"
+  int_env MAX_PER_GPU_BATCH 1
+  rcp="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.rcp "--batch_size=$rcp_batch" \
+        "--world=$((NUM_GPUS * NNODES))" "--max_per_gpu=$MAX_PER_GPU_BATCH")" || exit 2
+  eval "$rcp"
+fi
 
 # flag name of --name=value / --name / --noname, to let an override replace the preset's flag
 flag_name() { local f="${1#--}"; f="${f%%=*}"; echo "$f"; }

@@ -297,3 +297,58 @@ def test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical(tiny_ru
     a = torch.load(full / "model.ckpt-30.pt", weights_only=False)
     b = torch.load(tmp_path / "run" / "model.ckpt-30.pt", weights_only=False)
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def _rcps():
+    import json
+    import mlperf_logging
+    path = os.path.join(os.path.dirname(mlperf_logging.__file__), "rcp_checker", "training_5.0.0", "rcps_bert.json")
+    with open(path) as f:
+        return {int(v["BS"]): v["Hyperparams"] for v in json.load(f).values()}
+
+
+@pytest.mark.parametrize("gpus", ["8", "64"])
+def test_rcp_presets_are_the_installed_rcps(gpus):
+    rcps = _rcps()
+    assert sorted(rcps) == [256, 448, 1536, 3072, 4096, 4608, 6144, 6912, 8192, 8704, 12288, 13056, 16384]
+    for bs, hp in rcps.items():
+        if bs % int(gpus):
+            continue
+        _, fl = trainer_flags(dry_run("--preset=rcp_%d" % bs, NUM_GPUS=gpus))
+        n, micro = int(fl["steps_per_update"]), int(fl["train_batch_size"])
+        assert micro * n == bs and micro % int(gpus) == 0 and micro // int(gpus) <= 48
+        assert float(fl["learning_rate"]) == hp["opt_base_learning_rate"]
+        assert (float(fl["lamb_beta_1"]), float(fl["lamb_beta_2"])) == (hp["opt_lamb_beta_1"], hp["opt_lamb_beta_2"])
+        assert float(fl["lamb_weight_decay_rate"]) == hp["opt_lamb_weight_decay_rate"]
+        assert 10 ** float(fl["log_epsilon"]) == pytest.approx(hp["opt_epsilon"], rel=1e-12)
+        assert int(fl["num_train_steps"]) == hp["opt_learning_rate_training_steps"] * n
+        assert int(fl["num_warmup_steps"]) == hp["num_warmup_steps"] * n
+        assert int(fl["start_warmup_step"]) == hp["start_warmup_step"] * n
+        assert fl["dtype"] == "bf16" and fl["submission_division"] == "closed"
+    proc = subprocess.run([TRAIN, "--preset=rcp_300", "--dry_run"], capture_output=True, text=True, env=_env(DATA_DIR="/d"))
+    assert proc.returncode == 2 and "rcp_3072" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters(tiny_run, tmp_path):
+    import json
+    args, env, _ = tiny_run
+    overrides = [a for a in args if a.split("=")[0] in ("--bert_config_file", "--max_seq_length",
+                                                        "--max_predictions_per_seq", "--num_workers", "--noprogress")]
+    out = tmp_path / "run"
+    proc = subprocess.run([START, "--preset=rcp_256", "--max_samples_termination=256", "--dtype=fp32"] + overrides,
+                          capture_output=True, text=True, env=dict(env, NUM_GPUS="1", OUTPUT_DIR=str(out)),
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    logged = {}
+    for line in open(out / "mlperf.log"):
+        if ":::MLLOG" in line:
+            rec = json.loads(line.split(":::MLLOG", 1)[1])
+            logged.setdefault(rec["key"], rec["value"])
+    hp = _rcps()[256]
+    assert logged["global_batch_size"] == 256 and logged["submission_division"] == "closed"
+    for key in ("opt_base_learning_rate", "opt_learning_rate_training_steps", "num_warmup_steps",
+                "start_warmup_step", "opt_lamb_beta_1", "opt_lamb_beta_2", "opt_lamb_weight_decay_rate"):
+        assert logged[key] == hp[key], key
+    assert logged["opt_lamb_epsilon"] == pytest.approx(hp["opt_epsilon"])
+    assert logged["opt_learning_rate_warmup_steps"] == hp["num_warmup_steps"]

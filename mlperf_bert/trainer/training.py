@@ -353,8 +353,12 @@ def run(fv, stop, locks):
     log.event(C.CACHE_CLEAR, os.environ.get("MLPERF_CACHE_CLEARED", "False") in ("True", "true", "1"))
     log.start(C.INIT_START)
     log.submission(fv.submission_division, fv.submission_org, fv.submission_platform)
-    log.hyperparameters(global_batch, fv.learning_rate, 10.0 ** fv.log_epsilon, fv.num_train_steps,
-                        fv.num_warmup_steps, fv.start_warmup_step, fv.lamb_beta_1, fv.lamb_beta_2,
+    # The flags count micro-steps (as the reference's); the log counts optimizer updates at the
+    # global batch, the unit of the RCPs (docs/training.md).
+    n = fv.steps_per_update
+    updates = lambda steps: steps // n if steps % n == 0 else steps / n  # noqa: E731
+    log.hyperparameters(global_batch, fv.learning_rate, 10.0 ** fv.log_epsilon, updates(fv.num_train_steps),
+                        updates(fv.num_warmup_steps), updates(fv.start_warmup_step), fv.lamb_beta_1, fv.lamb_beta_2,
                         fv.lamb_weight_decay_rate, fv.steps_per_update, seed, fv.max_seq_length,
                         fv.target_mlm_accuracy)
 

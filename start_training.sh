@@ -13,6 +13,8 @@
 #   DROP_CACHES    1 = drop the page cache before the run (root and --privileged)
 #                  [1 in the container image, 0 elsewhere]
 #   CHECK_LOG      1 = run the log checker after training                    [1]
+#   NUM_RUNS       runs in a row, each in $OUTPUT_DIR/run_N with its own seed, its log kept as
+#                  $LOGDIR/result_N.txt (a submission has 10)                 [1]
 #   TRAIN_MODEL    the training script                                       [./train_model.sh]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512);
 # --help prints this.
@@ -45,6 +47,33 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
 fi
 
 mkdir -p "$OUTPUT_DIR" "$LOGDIR" || exit 2
+
+NUM_RUNS="${NUM_RUNS:-1}"
+[[ "$NUM_RUNS" =~ ^[0-9]+$ ]] && (( NUM_RUNS >= 1 )) || { echo "error: start_training.sh: NUM_RUNS=$NUM_RUNS must be a whole number >= 1" >&2; exit 2; }
+if (( NUM_RUNS > 1 )); then
+  # A submission's runs, one after the other: run i in $OUTPUT_DIR/run_i with its own seed (SEED+i
+  # when SEED is set, else the trainer's random one, kept in its checkpoints), its log copied to
+  # $LOGDIR/result_i.txt once the run has finished. Rerunning skips finished runs and resumes the
+  # one that stopped.
+  self="${BASH_SOURCE[0]}"
+  run_pid=
+  trap '[[ -n "$run_pid" ]] && kill -TERM "$run_pid" 2>/dev/null' TERM INT
+  for (( i = 0; i < NUM_RUNS; i++ )); do
+    run_dir="$OUTPUT_DIR/run_$i"
+    env NUM_RUNS=1 OUTPUT_DIR="$run_dir" LOGDIR="$run_dir" ${SEED:+SEED=$((SEED + i))} "$self" "$@" &
+    run_pid=$!
+    wait "$run_pid"; status=$?
+    while kill -0 "$run_pid" 2>/dev/null; do wait "$run_pid"; status=$?; done
+    run_pid=
+    if [[ ! -f "$run_dir/run_finished.json" ]]; then
+      echo "start_training.sh: run $i of $NUM_RUNS stopped (status $status); rerun the same command to go on"
+      exit "$(( status == 0 ? 1 : status ))"
+    fi
+    cp "$run_dir/mlperf.log" "$LOGDIR/.result_$i.txt.tmp" && mv "$LOGDIR/.result_$i.txt.tmp" "$LOGDIR/result_$i.txt" || exit 2
+    echo "start_training.sh: run $i of $NUM_RUNS done: $LOGDIR/result_$i.txt"
+  done
+  exit 0
+fi
 MLPERF_LOG="$LOGDIR/mlperf.log"
 
 start=$(date +%s)

@@ -19,6 +19,7 @@ COMMANDS = {
     "add-gradacc": ("trainer.gradacc", "add zero GradientAccumulator variables (checkpoint_add_gradacc.py)"),
     "check-log": ("harness.compliance", "check an MLPerf log: official checker + BERT rules"),
     "plot-log": ("harness.plot", "plot loss and accuracy curves from an MLPerf log"),
+    "package": ("harness.package", "ten run logs -> an MLPerf submission package (results, systems, source)"),
     "score": ("harness.score", "official package checker + result summarizer on a submission package"),
     "demo": ("demo", "the built-in end-to-end demo"),
 }

@@ -13,6 +13,7 @@ DEFINE_integer = _absl.DEFINE_integer
 DEFINE_float = _absl.DEFINE_float
 DEFINE_bool = _absl.DEFINE_bool
 DEFINE_enum = _absl.DEFINE_enum
+DEFINE_list = _absl.DEFINE_list
 
 
 def parse(fv, argv, required=(), positional=True):

@@ -352,3 +352,34 @@ def test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters(tiny_run, t
         assert logged[key] == hp[key], key
     assert logged["opt_lamb_epsilon"] == pytest.approx(hp["opt_epsilon"])
     assert logged["opt_learning_rate_warmup_steps"] == hp["num_warmup_steps"]
+
+
+@pytest.mark.slow
+def test_ten_runs_make_a_package_the_official_checker_passes(tiny_run, tmp_path):
+    """NUM_RUNS=10 through start_training.sh, package, score: an open-division CPU submission."""
+    import json
+    args, env, _ = tiny_run
+    args = [a for a in args if not a.startswith(("--target_mlm_accuracy", "--eval_frequency", "--num_workers", "--seed"))]
+    out = tmp_path / "runs"
+    run = [START] + args + ["--target_mlm_accuracy=0.0", "--eval_frequency=16", "--num_workers=0"]
+    proc = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env=dict(env, NUM_RUNS="10", OUTPUT_DIR=str(out)))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(p.name for p in out.glob("result_*.txt")) == sorted("result_%d.txt" % i for i in range(10))
+    seeds = set()
+    for i in range(10):
+        for line in open(out / ("result_%d.txt" % i)):
+            if '"key": "seed"' in line:
+                seeds.add(json.loads(line.split(":::MLLOG", 1)[1])["value"])
+    assert len(seeds) == 10  # a fresh seed each, logged once
+    pkg = tmp_path / "pkg"
+    subprocess.run([sys.executable, "-m", "mlperf_bert", "package", "--org=Test", "--system=cpu_tiny",
+                    "--runs=%s" % out, "--output=%s" % pkg], check=True, cwd=ROOT, capture_output=True)
+    desc = json.loads((pkg / "Test" / "systems" / "cpu_tiny.json").read_text())
+    assert desc["division"] == "open" and desc["accelerators_per_node"] == "0"
+    assert (pkg / "Test" / "benchmarks" / "bert" / "implementations" / "cpu_tiny" / "run_pretraining.py").exists()
+    score = subprocess.run([sys.executable, "-m", "mlperf_bert", "score", "--json", str(pkg)],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert score.returncode == 0, score.stdout + score.stderr
+    assert json.loads(score.stdout.splitlines()[-1])["package_check"] == "pass"
+    assert (pkg / "score_times.png").read_bytes()[:4] == b"\x89PNG"

@@ -17,6 +17,7 @@ import tempfile
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.harness.compliance import RULESET, read_log, samples_of
+from mlperf_bert.harness.plot import curves
 
 _OK = "PACKAGE CHECKER FOUND NO ERRORS"
 
@@ -70,16 +71,53 @@ def score(package):
             summary = next((r for r in rows if r.get("bert:time_to_train") is not None), rows[0] if rows else {})
         logs = sorted(glob.glob(os.path.join(tmp, org, "results", "*", "bert", "result_*.txt")))
         runs = [(os.path.relpath(p, tmp),) + run_summary(p) for p in logs]
+        evals = {os.path.basename(p): curves(read_log(p)).get("eval_accuracy", []) for p in logs}
     return {"package_check": "pass" if ok else "fail", "errors": errors, "runs": runs,
             "time_to_train_min": summary.get("bert:time_to_train"),
             "rcp_scaling_factor": summary.get("bert:rcp_scaling_factor"),
             "samples_to_converge": summary.get("bert:samples_to_converge"),
-            "rcp": summary.get("bert:RCP"), "system": summary.get("system")}
+            "rcp": summary.get("bert:RCP"), "system": summary.get("system"), "evals": evals}
+
+
+def plot(s, out_dir):
+    """A bar chart of the runs' minutes and their eval curves: score_times.png, score_convergence.png."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    paths = []
+    names = [os.path.basename(r[0])[:-4] for r in s["runs"]]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    ax.bar(names, [r[3] or 0 for r in s["runs"]],
+           color=["tab:blue" if r[4] == "success" else "tab:red" for r in s["runs"]])
+    if s["time_to_train_min"] is not None:
+        ax.axhline(s["time_to_train_min"], ls="--", color="tab:green",
+                   label="time to train %.4g min" % s["time_to_train_min"])
+        ax.legend()
+    ax.set_ylabel("minutes (run_start to run_stop)")
+    ax.tick_params(axis="x", labelrotation=45)
+    fig.tight_layout()
+    paths.append(os.path.join(out_dir, "score_times.png"))
+    fig.savefig(paths[-1])
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for name, points in s["evals"].items():
+        if points:
+            ax.plot(*zip(*points), ".-", label=name[:-4])
+    ax.set_xlabel("training samples")
+    ax.set_ylabel("eval masked-LM accuracy")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    paths.append(os.path.join(out_dir, "score_convergence.png"))
+    fig.savefig(paths[-1])
+    plt.close(fig)
+    return paths
 
 
 def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_bool("json", False, "end with one JSON object of the score", flag_values=fv)
+    flags.DEFINE_bool("plots", True, "write score_times.png and score_convergence.png into the package dir",
+                      flag_values=fv)
     rest = flags.parse(fv, argv)
     if len(rest) != 1 or not os.path.isdir(rest[0]):
         raise UserError("usage: score [--json] PACKAGE_DIR (a directory holding ORG/results and ORG/systems)")
@@ -92,6 +130,8 @@ def main(argv):
         print("  " + e)
     print("RCP: %s, scaling factor %s; samples to converge %s; time to train %s minutes"
           % (s["rcp"], s["rcp_scaling_factor"], s["samples_to_converge"], s["time_to_train_min"]))
+    if fv.plots and s["runs"]:
+        print("plots: %s" % ", ".join(plot(s, rest[0])))
     if fv.json:
         print(json.dumps({k: s[k] for k in ("time_to_train_min", "rcp_scaling_factor", "samples_to_converge",
                                             "package_check")}))

@@ -69,5 +69,27 @@ def golden_s512(golden_dir, vocab_file, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def text_dir(golden_dir, tmp_path_factory):
+    """Two reference-format text shards (the golden generator inputs) and an eval.txt cut from
+    the second at an article boundary: make-dataset's input."""
+    d = tmp_path_factory.mktemp("text")
+    for k in (0, 1):
+        shutil.copy(os.path.join(golden_dir, "input", "part-0000%d-of-00004" % k), d / ("part-0000%d-of-00002" % k))
+    text = open(os.path.join(golden_dir, "input", "part-00001-of-00004"), encoding="utf-8").read()
+    (d / "eval.txt").write_text(text[:text.index("\n\n", 150000) + 2], encoding="utf-8")
+    return str(d)
+
+
+@pytest.fixture(scope="session")
+def full_run(text_dir, vocab_file, tmp_path_factory):
+    """A complete tiny make-dataset run (test_dataset.cmd's flags); tests copy it before changing it."""
+    from mlperf_bert.dataset import make_dataset
+    from test_dataset import cmd
+    out = str(tmp_path_factory.mktemp("full"))
+    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
+    return out
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end tests over ~3 s (pytest -m 'not slow' skips them)")

@@ -21,27 +21,9 @@ TINY = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=1
 TINY_KW = dict(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=1)
 
 
-@pytest.fixture(scope="module")
-def text_dir(golden_dir, tmp_path_factory):
-    d = tmp_path_factory.mktemp("text")
-    for k in (0, 1):
-        shutil.copy(os.path.join(golden_dir, "input", "part-0000%d-of-00004" % k), d / ("part-0000%d-of-00002" % k))
-    # eval.txt: the first articles of shard 1, cut at an article boundary
-    text = open(os.path.join(golden_dir, "input", "part-00001-of-00004"), encoding="utf-8").read()
-    (d / "eval.txt").write_text(text[:text.index("\n\n", 150000) + 2], encoding="utf-8")
-    return str(d)
-
-
 def cmd(text_dir, out, vocab_file, workers=2):
     return ["make-dataset", "--text_dir=%s" % text_dir, "--output_dir=%s" % out,
             "--vocab_file=%s" % vocab_file, "--workers=%d" % workers] + TINY
-
-
-@pytest.fixture(scope="module")
-def full_run(text_dir, vocab_file, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("full"))
-    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
-    return out
 
 
 def wait_group_gone(pgid, timeout=30):

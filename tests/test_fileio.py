@@ -349,29 +349,6 @@ def finished(d):
     return sorted(n for n in os.listdir(d) if ".tmp-" not in n and not locking.is_lock_file(n))
 
 
-@pytest.fixture(scope="module")
-def text_dir(golden_dir, tmp_path_factory):
-    return _text_dir(golden_dir, tmp_path_factory)
-
-
-def _text_dir(golden_dir, tmp_path_factory):
-    d = tmp_path_factory.mktemp("text")
-    for k in (0, 1):
-        shutil.copy(os.path.join(golden_dir, "input", "part-0000%d-of-00004" % k), d / ("part-0000%d-of-00002" % k))
-    text = open(os.path.join(golden_dir, "input", "part-00001-of-00004"), encoding="utf-8").read()
-    (d / "eval.txt").write_text(text[:text.index("\n\n", 150000) + 2], encoding="utf-8")
-    return str(d)
-
-
-@pytest.fixture(scope="module")
-def full_run(text_dir, vocab_file, tmp_path_factory):
-    from mlperf_bert.dataset import make_dataset
-    from test_dataset import cmd
-    out = str(tmp_path_factory.mktemp("full"))
-    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
-    return out
-
-
 def test_io_error_outside_the_writer_is_one_line(tmp_path):
     """EIO while reading an input (here raised by hand) is not blamed on an output, and is one line."""
     code = textwrap.dedent("""\

@@ -9,6 +9,7 @@ PRESET_FLAGS=(
   --train_batch_size=24
   --learning_rate=1e-4
   --optimizer=lamb
+  --dtype=bf16
   --num_train_steps=107538
   --num_warmup_steps=1562
   --start_warmup_step=0

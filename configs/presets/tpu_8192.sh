@@ -10,6 +10,7 @@ PRESET_FLAGS=(
   --train_batch_size=8192
   --learning_rate=0.00288293
   --optimizer=lamb
+  --dtype=bf16
   --lamb_beta_1=0.88
   --lamb_beta_2=0.88
   --lamb_weight_decay_rate=0.0166629

@@ -75,7 +75,7 @@ class GradientAccumulator:
         """Accumulated gradients (None at an update boundary, where they are all zero)."""
         bufs = None
         if self.pending and self.buffers is not None:
-            bufs = [b.detach().clone() for b in self.buffers]
+            bufs = [b.detach().to("cpu", copy=True) for b in self.buffers]  # gathered to rank 0 on the host
         return {"steps_per_update": self.n, "pending": self.pending, "buffers": bufs}
 
     def load_state_dict(self, state):

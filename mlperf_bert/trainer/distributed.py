@@ -79,11 +79,12 @@ def any_rank(flag, device):
 
 
 def gather_objects(obj):
-    """[obj of rank 0, obj of rank 1, ...] on every rank."""
+    """[obj of rank 0, obj of rank 1, ...] on rank 0 (None elsewhere): each rank's state goes to
+    the one rank that writes the checkpoint, not to every rank."""
     if not active():
         return [obj]
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
+    out = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(obj, out, dst=0)
     return out
 
 

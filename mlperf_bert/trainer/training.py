@@ -288,6 +288,9 @@ def run(fv, stop, locks):
         raise UserError("--num_gpus=%d in one process: launch with torchrun --nproc_per_node=%d"
                         % (fv.num_gpus, fv.num_gpus))
     device = torch.device(kind, local_rank) if kind == "cuda" else torch.device("cpu")
+    if kind == "cuda":  # TF32 for what stays fp32 (the bf16 presets autocast the rest)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     dtype = torch.bfloat16 if fv.dtype == "bf16" else None
 
     def autocast():
@@ -487,10 +490,12 @@ def run(fv, stop, locks):
         loss_n += 1
         samples = step * fv.train_batch_size
         rate = (step - s0) * fv.train_batch_size / max(time.time() - t0, 1e-9)
-        if bar is not None and (step % 10 == 0 or step == max_steps):
-            bar.set_postfix(loss="%.4f" % last.item(), lr="%.3g" % lr_fn(step - 1),
-                            seq_s="%.1f" % rate, refresh=False)
         if step % fv.log_frequency == 0 or step == max_steps:
+            # host syncs (.item(), collectives) only at log, update, eval and checkpoint
+            # boundaries, so the CPU can queue micro-steps ahead of the GPU
+            if bar is not None:
+                bar.set_postfix(loss="%.4f" % last.item(), lr="%.3g" % lr_fn(step - 1),
+                                seq_s="%.1f" % rate, refresh=False)
             # mean loss since the last line; samples_count places it on the training axis
             log.event("train_loss", loss_sum.item() / loss_n, metadata={
                 C.SAMPLES_COUNT: samples, "step": step, "learning_rate": lr_fn(step - 1),
@@ -507,7 +512,8 @@ def run(fv, stop, locks):
                 next_eval += freq
             if metrics["masked_lm_accuracy"] >= fv.target_mlm_accuracy:
                 status = C.SUCCESS
-        halt = distributed.any_rank(stop.requested, device) if world > 1 else stop.requested
+        # ranks agree on a SIGTERM at update boundaries (one all-reduce per update, not per micro-step)
+        halt = stop.requested if world == 1 else (updated and distributed.any_rank(stop.requested, device))
         if step % fv.save_checkpoints_steps == 0 or halt or step == max_steps or status == C.SUCCESS:
             checkpoint(step)
         if halt:

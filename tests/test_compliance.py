@@ -277,7 +277,7 @@ def test_real_published_logs_get_the_rules_verdict(real_logs, name):
     verdict, flagged = REAL_LOGS[name]
     got = levels(real_logs / (name + ".txt"), official=True)
     assert {rule: level for rule, level in got.items() if level != "PASS"} == flagged
-    assert compliance._worst(compliance.check_log(str(real_logs / (name + ".txt")))) == verdict
+    assert compliance.worst_level(compliance.check_log(str(real_logs / (name + ".txt")))) == verdict
 
 
 def test_real_log_reasons(real_logs):

@@ -98,7 +98,8 @@ def _res(rule, level, detail, rec=None):
     return Result(rule, level, detail, rec.lineno if rec else None, rec.line if rec else None)
 
 
-def _worst(results):
+def worst_level(results):
+    """FAIL if any rule fails, else WARN if any warns, else PASS: the verdict of a log."""
     levels = {r.level for r in results}
     return FAIL if FAIL in levels else WARN if WARN in levels else PASS
 
@@ -405,7 +406,7 @@ def main(argv):
     verdicts = collections.Counter()
     report = []
     for path, results, error in checked:
-        verdict = FAIL if error else _worst(results)
+        verdict = FAIL if error else worst_level(results)
         verdicts[verdict] += 1
         report.append({"log": path, "verdict": verdict, "error": error,
                        "rules": [r._asdict() for r in results]})

@@ -37,6 +37,26 @@ def is_lock_file(name):
     return name == DIR_LOCK_NAME or (name.startswith(".") and name.endswith(".lock"))
 
 
+def remove_stale_locks(directory, names):
+    """Remove the lock files of outputs ``names`` in ``directory`` that no live process holds
+    (left by a run killed with SIGKILL): nobody holds a lock we can take at once."""
+    import fcntl
+    for name in names:
+        path = lock_path_for(os.path.join(directory, name), False)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        except OSError:
+            pass  # held: a live run's
+        finally:
+            os.close(fd)
+
+
 def _holder_text(lock_file):
     try:
         with open(lock_file, encoding="utf-8") as f:

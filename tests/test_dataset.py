@@ -193,3 +193,16 @@ def test_output_dir_inside_text_dir_may_not_replace_inputs(text_dir, vocab_file,
     with pytest.raises(UserError, match="output .*manifest.tsv is the input"):
         make_dataset.main(cmd(text_dir, str(out), str(vocab)))
     assert os.listdir(out) == ["manifest.tsv"]
+
+
+def test_rerun_removes_lock_files_a_killed_run_left(full_run, text_dir, vocab_file, tmp_path):
+    from mlperf_bert import locking
+    out = _copy_run(full_run, tmp_path)
+    stale = os.path.join(out, ".eval_intermediate.lock")  # SIGKILL between a rename and the release
+    open(stale, "w").close()
+    os.remove(os.path.join(out, "manifest.tsv"))  # so that the rerun has something to do
+    with locking.lock_file(os.path.join(out, "part-00000-of-00002")):  # a live holder's lock stays
+        locking.remove_stale_locks(out, ["part-00000-of-00002"])
+        assert os.path.exists(os.path.join(out, ".part-00000-of-00002.lock"))
+    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
+    assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))

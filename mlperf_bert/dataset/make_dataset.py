@@ -19,7 +19,7 @@ from mlperf_bert.dataset.checksums import MANIFEST_NAME, file_md5, write_manifes
 from mlperf_bert.errors import UserError, init_worker
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
 from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries
-from mlperf_bert.locking import lock_dir
+from mlperf_bert.locking import lock_dir, remove_stale_locks
 from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
 from mlperf_bert.dataset.tokenization import load_vocab
 from mlperf_bert.dataset.tfrecord import count_records
@@ -144,6 +144,7 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
 def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, record):
     from tqdm import tqdm
     remove_stale_temporaries(output_dir, names)
+    remove_stale_locks(output_dir, names)  # per-file locks of a killed run's generators
     _check_settings(output_dir, record)
 
     jobs = [("part", p, output_dir, settings, None) for p in parts]

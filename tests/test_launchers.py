@@ -24,7 +24,7 @@ TPU_8192 = {"train_batch_size": "8192", "learning_rate": "0.00288293", "lamb_bet
 
 
 def dry_run(*args, **env):
-    e = dict(os.environ, DATA_DIR="/data", **env)
+    e = dict(os.environ, DATA_DIR="/data", PYTHON=sys.executable, **env)
     e.pop("PRESET", None)
     proc = subprocess.run([TRAIN, "--dry_run", *args], capture_output=True, text=True, env=e)
     assert proc.returncode == 0, proc.stderr

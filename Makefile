@@ -23,7 +23,7 @@ submission-demo: $(STAMP)
 	$(PY) -m mlperf_bert demo --runs=10 --output_dir=demo_submission
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
 clean:
 	rm -rf build *.egg-info mlperf_bert/*/*.so

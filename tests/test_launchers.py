@@ -194,6 +194,7 @@ def test_demo_corpus_shards_are_reference_format(tmp_path):
 
 def _env(**kw):
     e = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "INPUT_FILES", "PRESET", "NUM_GPUS")}
+    e["PYTHON"] = sys.executable
     e.update(kw)
     return e
 

@@ -64,7 +64,12 @@ def run_main(main, argv=None):
     except Terminated:
         print("error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on",
               file=sys.stderr)
-        sys.exit(143)
+        # The finally blocks (temporaries removed, locks released) ran on the way here. Leave now:
+        # a half-built object the signal interrupted (a progress bar) must not add its own noise
+        # when the interpreter tears it down.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(143)
     except OSError as e:
         # Not raised while writing through the atomic writer (that gives its own line): say
         # what failed, and where when known, without guessing whether it was a read or a write.

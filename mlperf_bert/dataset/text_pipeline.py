@@ -1,8 +1,11 @@
 """``text-pipeline``: WikiExtractor output -> ``part-*`` text shards, ``eval.txt``, ``eval.md5``.
 
-REFERENCE.md section 6: clean-up (wiki_cleanup), one sentence per line (sentences),
-seeded train/eval separation per input file, then the training text gathered in sorted
-order into shards of about ``--block_size_mb`` MiB. Input files are processed in a pool.
+The reference's ``process_wiki.sh`` steps (REFERENCE.md section 6), each as its script does it,
+so that the outputs are byte for byte the reference's: clean-up (``cleanup_file.py`` and
+``clean.sh``: wiki_cleanup), one sentence per line (``do_sentence_segmentation.py``: NLTK 3.4.5
+Punkt, sentences), the seeded train/eval separation per input file (``seperate_test_set.py``),
+then the training text gathered in sorted order into shards (``do_gather.py``).  Input files
+are processed in a pool; only the gather is serial.
 """
 import glob
 import multiprocessing
@@ -15,26 +18,37 @@ from mlperf_bert.dataset.checksums import article_md5
 from mlperf_bert.errors import UserError, init_worker
 from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs
 from mlperf_bert.locking import lock_dir
-from mlperf_bert.dataset.sentences import split_sentences
-from mlperf_bert.dataset.wiki_cleanup import clean_lines
+from mlperf_bert.dataset.sentences import sent_tokenize
+from mlperf_bert.dataset.wiki_cleanup import clean_text, universal_lines
 
 MIB = 1024 * 1024
+NUM_OUTPUTS = 500  # do_gather.py's --num_outputs: in every shard name, whatever the shard count
+
+
+def read_wiki_file(path):
+    """One WikiExtractor file's text (UTF-8, newlines untranslated: the clean-up translates them)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read()
+    except UnicodeDecodeError:
+        raise UserError("%s is not UTF-8 text: give WikiExtractor output files" % path)
+
+
+def segment_text(cleaned):
+    """``do_sentence_segmentation.py`` on a cleaned file's text: the reference's ``.3`` file."""
+    out = []
+    for line in universal_lines(cleaned):
+        if len(line) == 1:
+            out.append("\n")
+        # the line goes to Punkt with its newline, as the reference passes it
+        out.extend(s.strip() + "\n" for s in sent_tokenize(line))
+    out.append("\n")
+    return "".join(out)
 
 
 def segment_file(path):
     """The cleaned, sentence-per-line text of one WikiExtractor file (the reference's ``.3`` file)."""
-    out = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in clean_lines(f):
-                if line == "":
-                    out.append("\n")
-                else:
-                    out.extend(s + "\n" for s in split_sentences(line))
-    except UnicodeDecodeError:
-        raise UserError("%s is not UTF-8 text: give WikiExtractor output files" % path)
-    out.append("\n")  # every segmented file ends with one more blank line
-    return "".join(out)
+    return segment_text(clean_text(read_wiki_file(path)))
 
 
 def num_eval_articles(k, num_files, num_test_articles):
@@ -66,17 +80,31 @@ def separate(text, k, num_files, num_test_articles, seed, name="input"):
     return train, [a for i, a in enumerate(articles) if i in chosen]
 
 
+def gather_piece(train):
+    """What ``do_gather.py`` appends to a shard for one file's training text."""
+    # It reads the text as utf-8-sig (a leading BOM goes) and drops one of two final newlines.
+    if train.startswith("\ufeff"):
+        train = train[1:]
+    if train.endswith("\n\n"):
+        train = train[:-1]
+    return train
+
+
 def _process_one(job):
     k, path, num_files, num_test_articles, seed, work_dir = job
     train, evals = separate(segment_file(path), k, num_files, num_test_articles, seed, path)
     out = os.path.join(work_dir, "%08d.train" % k)
     with atomic_open(out, "w", encoding="utf-8", newline="\n") as f:
-        f.write(train)
+        f.write(gather_piece(train))
     return out, evals
 
 
 def gather_plan(sizes, block_size):
-    """Groups of input indexes: a new group starts when the next input would pass ``block_size``."""
+    """Groups of input indexes, as ``do_gather.py`` makes them from the RAW input files' sizes.
+
+    A new group starts when the next input would take the group past ``block_size``; an input
+    larger than a block makes a group of its own (the reference crashes when the first does).
+    """
     groups, current, total = [], [], 0
     for i, size in enumerate(sizes):
         if current and total + size > block_size:
@@ -87,6 +115,10 @@ def gather_plan(sizes, block_size):
     if current:
         groups.append(current)
     return groups
+
+
+def part_name(index):
+    return "part-%05d-of-%05d" % (index, NUM_OUTPUTS)
 
 
 def write_eval(output_dir, eval_articles):
@@ -118,10 +150,10 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
                 train_files.append(out)
                 eval_articles.extend(evals)
         write_eval(output_dir, eval_articles)
-        groups = gather_plan([os.path.getsize(p) for p in train_files], block_size_mb * MIB)
+        groups = gather_plan([os.path.getsize(p) for p in input_files], block_size_mb * MIB)
         parts = []
         for g, group in enumerate(tqdm(groups, desc="gather", unit="shard", disable=not progress)):
-            part = os.path.join(output_dir, "part-%05d-of-%05d" % (g, len(groups)))
+            part = os.path.join(output_dir, part_name(g))
             with atomic_open(part, "wb") as fout:
                 for i in group:
                     with open(train_files[i], "rb") as fin:

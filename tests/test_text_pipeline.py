@@ -1,104 +1,232 @@
-import glob
+import gzip
 import hashlib
+import io
 import os
 import random
 
 import pytest
 
 from mlperf_bert.dataset import text_pipeline
+from mlperf_bert.dataset.sentences import sent_tokenize, split_sentences
+from mlperf_bert.dataset.wiki_cleanup import clean_line, clean_text
 from mlperf_bert.errors import UserError
-from mlperf_bert.dataset.sentences import split_sentences
 
-NUM_TEST = 22  # not a multiple of 4 files, so per-file counts differ (5, 6, 5, 6)
-
-
-@pytest.fixture(scope="module")
-def wiki_files(shared):
-    return sorted(glob.glob(os.path.join(shared, "data", "wiki_sample", "wiki_*")))
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+GOLDEN = os.path.join(DATA, "golden", "text")
 
 
 @pytest.fixture(scope="module")
-def outputs(wiki_files, tmp_path_factory):
-    dirs = []
-    for run in range(2):
-        d = str(tmp_path_factory.mktemp("text%d" % run))
-        text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % os.path.join(os.path.dirname(wiki_files[0]), "wiki_*"),
-                            "--output_dir=%s" % d, "--num_test_articles=%d" % NUM_TEST,
-                            "--block_size_mb=1.9", "--workers=2"])
-        dirs.append(d)
-    return dirs
+def wiki_files(tmp_path_factory):
+    """The four real WikiExtractor files of tests/data/wiki_sample, decompressed."""
+    d = tmp_path_factory.mktemp("wiki_sample")
+    paths = []
+    for i in range(4):
+        path = d / ("wiki_%02d" % i)
+        with gzip.open(os.path.join(DATA, "wiki_sample", "wiki_%02d.gz" % i), "rb") as f:
+            path.write_bytes(f.read())
+        paths.append(str(path))
+    return paths
 
 
-def read(path):
-    with open(path, encoding="utf-8", newline="\n") as f:
-        return f.read()
+def md5_file(path):
+    with open(path, "rb") as f:
+        return hashlib.md5(f.read()).hexdigest()
 
 
-def test_cleanup_and_segmentation_reproduce_the_golden_shards(shared, wiki_files):
-    # The golden shards were made from wiki_00 and wiki_01 with the reference's steps 1-3.
-    for k in (0, 1):
-        gold = read(os.path.join(shared, "golden", "input", "part-0000%d-of-00004" % k))
-        assert text_pipeline.segment_file(wiki_files[k]) == gold
+def test_sample_gives_the_reference_outputs_byte_for_byte(wiki_files, tmp_path):
+    # MD5SUMS: the reference scripts' outputs on this sample, 22 test articles, 26.92 MiB blocks.
+    out = tmp_path / "out"
+    assert text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % os.path.join(os.path.dirname(wiki_files[0]), "wiki_*"),
+                               "--output_dir=%s" % out, "--num_test_articles=22", "--block_size_mb=26.92",
+                               "--workers=2"]) == 0
+    with open(os.path.join(GOLDEN, "MD5SUMS")) as f:
+        want = dict(reversed(line.split()) for line in f)
+    assert sorted(os.listdir(out)) == sorted(want)
+    assert {name: md5_file(out / name) for name in want} == want
+    with open(os.path.join(GOLDEN, "eval.md5"), "rb") as f:
+        assert (out / "eval.md5").read_bytes() == f.read()
 
 
-def test_outputs_exist_and_are_deterministic(outputs):
-    a, b = outputs
-    names = sorted(os.listdir(a))
-    # 4 files of ~0.93 MB training text each, gathered two by two into 1.9 MiB shards
-    assert names == ["eval.md5", "eval.txt", "part-00000-of-00002", "part-00001-of-00002"]
-    assert names == sorted(os.listdir(b))
-    for n in names:
-        assert open(os.path.join(a, n), "rb").read() == open(os.path.join(b, n), "rb").read(), n
+# --- an independent, serial transcription of the reference's five scripts -----------------
+# It shares only the per-line rules with the product (clean.sh's substitutions and Punkt,
+# which the sample's md5s and the tests below check); the file handling (universal newlines,
+# blank lines, separation, utf-8-sig, raw-size blocks) is written here again, the scripts' way.
 
-
-def test_eval_md5_lines_are_the_md5s_of_the_eval_articles(outputs):
-    text = read(os.path.join(outputs[0], "eval.txt"))
-    pieces = text.split("\n\n")
-    assert pieces[-1] == ""
-    md5s = read(os.path.join(outputs[0], "eval.md5")).splitlines()
-    assert len(md5s) == len(pieces) - 1 == NUM_TEST
-    for piece, line in zip(pieces[:-1], md5s):
-        assert line == hashlib.md5(piece.rstrip().encode("utf-8")).hexdigest()
-
-
-def test_eval_selection_follows_the_reference_rule(wiki_files, outputs):
-    # Recompute the selection from the published rule, independently of the module's code.
-    n = len(wiki_files)
-    want_eval, want_train = [], []
-    for k, path in enumerate(wiki_files):
-        articles = text_pipeline.segment_file(path).split("\n\n")
-        count = int((k + 1) * NUM_TEST / n) - int(k * NUM_TEST / n)
-        rng = random.Random(12345 + 13 * k)
-        ids = []
+def reference_outputs(paths, num_test, block_mb, seed=12345):
+    stage3 = []
+    for path in paths:
+        kept, skip = [], False
+        with io.open(path, "r", encoding="utf-8") as f:  # cleanup_file.py
+            for line in f:
+                if skip:
+                    skip = False
+                elif "<doc" in line:
+                    skip = True
+                    kept.append("\n")
+                elif "</doc>" not in line and len(line) != 1:
+                    kept.append(line)
+        cleaned = []  # clean.sh
+        for line in kept:
+            line = clean_line(line[:-1] if line.endswith("\n") else line)
+            if line is not None:
+                cleaned.append(line + "\n")
+        segmented = []  # do_sentence_segmentation.py
+        for line in io.StringIO("".join(cleaned), newline=None):
+            if len(line) == 1:
+                segmented.append("\n")
+            segmented.extend(s.strip() + "\n" for s in sent_tokenize(line))
+        segmented.append("\n")
+        stage3.append("".join(segmented))
+    outputs, evals, trains = {}, [], []
+    for k, text in enumerate(stage3):  # seperate_test_set.py
+        articles = text.split("\n\n")
+        count = int((k + 1) * num_test * 1.0 / len(paths)) - int(k * num_test * 1.0 / len(paths))
+        rng, ids = random.Random(seed + k * 13), []
         while len(ids) < count:
             i = int(rng.random() * len(articles))
             if i not in ids:
                 ids.append(i)
-        assert len(ids) == (5 if k % 2 == 0 else 6)
-        want_eval += [a for i, a in enumerate(articles) if i in ids]
-        want_train += [a for i, a in enumerate(articles) if i not in ids]
-    assert read(os.path.join(outputs[0], "eval.txt")) == "".join(a + "\n\n" for a in want_eval)
-    parts = sorted(glob.glob(os.path.join(outputs[0], "part-*")))
-    assert "".join(read(p) for p in parts) == "".join(a + "\n\n" for a in want_train)
-    # eval articles are absent from the training shards
-    train_articles = set("".join(read(p) for p in parts).split("\n\n"))
-    for a in want_eval:
-        if a.strip():
-            assert a not in train_articles
+        evals += [a for i, a in enumerate(articles) if i in ids]
+        trains.append("".join(a + "\n\n" for i, a in enumerate(articles) if i not in ids))
+    outputs["eval.txt"] = "".join(a + "\n\n" for a in evals)
+    outputs["eval.md5"] = "".join(hashlib.md5(a.rstrip().encode("utf-8")).hexdigest() + "\n" for a in evals)
+    shard, total = -1, 0
+    for path, train in zip(paths, trains):  # do_gather.py, one worker
+        size = os.path.getsize(path)
+        if shard < 0 or block_mb * 1024 * 1024 < total + size:
+            shard, total = shard + 1, 0
+        content = io.TextIOWrapper(io.BytesIO(train.encode("utf-8")), encoding="utf-8-sig").read()
+        if len(content) > 1 and content[-1] == content[-2] == "\n":
+            content = content[:-1]
+        name = "part-%05d-of-00500" % shard
+        outputs[name] = outputs.get(name, "") + content
+        total += size
+    return {name: text.encode("utf-8") for name, text in outputs.items()}
 
 
-def test_gather_plan_starts_a_new_shard_before_passing_the_block():
+EDGE_LINES = [
+    "A line with a carriage return\rin the middle.",
+    "Ends a paragraph</doc> and goes on after it.",
+    "Hides a </alt=doc> end tag that clean.sh makes.",
+    "   \t",  # white space only: gone after segmentation
+    "x",
+    "\ufeffStarts with a byte-order mark. It stays.",
+    "He was born in St. Imier. The U.S. Congress met. He said \"Stop.\" This ended it.",
+    "See [[Category:Things]] here.",
+    "A [[link]], a [[target|label]], [[File:a.jpg|thumb|alt=b]], <ref name=\"r\">cite</ref> and <math>x</math>.",
+    "a stray <doc line inside an article",
+    "Selznick was the Big Producer.\u00a0... Producer was king.",
+]
+
+
+def make_wiki_files(real_files, out_dir, num_files, seed):
+    """WikiExtractor-format files: articles of the real sample, mixed with the edge cases above."""
+    rng = random.Random(seed)
+    paragraphs = []
+    for path in real_files:
+        with open(path, encoding="utf-8") as f:
+            paragraphs += [line.rstrip("\n") for line in f if line.strip() and not line.startswith("<")]
+    os.makedirs(out_dir)
+    paths = []
+    for k in range(num_files):
+        parts = ["\ufeff"] if k == 1 else []
+        for a in range(rng.randint(3, 12)):
+            parts.append('<doc id="%d" url="https://en.wikipedia.org/wiki?curid=%d" title="T%d">\nT%d\n\n'
+                         % (a, a, a, a))
+            for _ in range(rng.randint(0, 8)):
+                line = rng.choice(EDGE_LINES) if rng.random() < 0.3 else rng.choice(paragraphs)
+                parts.append(line + rng.choice(["\n", "\n", "\n", "\r\n", "\r"]))
+            parts.append("\n" if rng.random() < 0.5 else "")
+            parts.append("</doc>\n")
+        if k == num_files - 1:
+            parts.append("A last line without a newline.")
+        path = os.path.join(out_dir, "wiki_%02d" % k)
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write("".join(parts))
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("num_files,num_test,block_mb", [(5, 7, 0.02), (3, 0, 1.0), (6, 13, 0.001)])
+def test_other_inputs_counts_and_blocks_give_what_the_reference_steps_give(wiki_files, tmp_path, num_files,
+                                                                          num_test, block_mb):
+    paths = make_wiki_files(wiki_files, str(tmp_path / "in"), num_files, seed=num_files * 100 + num_test)
+    out = tmp_path / "out"
+    parts = text_pipeline.run(paths, str(out), num_test_articles=num_test, block_size_mb=block_mb, workers=2,
+                              progress=False)
+    want = reference_outputs(paths, num_test, block_mb)
+    assert sorted(os.listdir(out)) == sorted(want)
+    for name, data in want.items():
+        assert (out / name).read_bytes() == data, name
+    assert [os.path.basename(p) for p in parts] == sorted(n for n in want if n.startswith("part-"))
+    assert len(want["eval.md5"].splitlines()) == num_test
+    if block_mb == 0.001:  # every file is larger than a block: one shard each (the reference crashes)
+        assert len(parts) == num_files
+
+
+def test_punkt_splits_as_nltk_3_4_5():
+    # Expected values: NLTK 3.4.5's sent_tokenize with its English model.
+    cases = {
+        "He was born in St. Imier in 1900.\n": ["He was born in St. Imier in 1900."],
+        "The U.S. Congress passed it.\n": ["The U.S. Congress passed it."],
+        "Maj. Gen. Smith arrived.\n": ["Maj. Gen. Smith arrived."],
+        "In Baker v. Carr the court ruled.\n": ["In Baker v. Carr the court ruled."],
+        "It ended.. Then more.\n": ["It ended.. Then more."],
+        'He said "Stop." This ended it.\n': ['He said "Stop."', "This ended it."],
+        "It ended (as planned.) In May it began.\n": ["It ended (as planned.)", "In May it began."],
+        "Some, e.g. within cities, grew.\n": ["Some, e.g.", "within cities, grew."],
+        "Apples, pears, etc.), and more.\n": ["Apples, pears, etc.", "), and more."],
+        "J. S. Bach wrote it. He died.\n": ["J. S. Bach wrote it.", "He died."],
+        "Very bad acting!!! I promise.\n": ["Very bad acting!!!", "I promise."],
+        # U+00A0 ends the word before a period, as \s does (later NLTK releases differ here)
+        'Hitchcock said: "Selznick was the Big Producer.\u00a0... Producer was king.\n':
+            ['Hitchcock said: "Selznick was the Big Producer.', "... Producer was king."],
+        # curly quotes are word characters in 3.4.5 (later releases split here)
+        "He said \u201cGo.\u201d Then he left.\n": ["He said \u201cGo.\u201d Then he left."],
+        "No end here\n": ["No end here"],
+        "   \n": [],
+    }
+    for text, want in cases.items():
+        assert split_sentences(text) == want, text
+    assert sent_tokenize("One.  Two. ") == ["One.", "Two."]
+
+
+def test_clean_sh_rules():
+    # Expected values: the reference's clean.sh (GNU grep and sed) on these lines.
+    cases = {
+        "See [[Category:Foo]] here.": None,
+        "A [[link]] and [[target|shown]] and [[a|b|c]].": "A link and shown and .",
+        "Pic [[File:x.jpg|thumb|alt=Alt text]] end.": "Pic  end.",
+        "Pic [[:file:x.jpg]] [[Media:m.ogg]] [[image:i.png]] end.": "Pic :file:x.jpg Media:m.ogg image:i.png end.",
+        "One [x] two [[a[b]]] three [[a]b]].": "One x two  three [ab]].",
+        "Math <math>x^2</math> and <chem>H2O</chem> and <ins>new</ins>.": "Math x^2 and >H2O and >new.",
+        'Ref<ref name="a">cite</ref> and<ref name="b"/> and <, ref x</ref>.': "Ref and and .",
+        'Sec <section begin="a"/> <meta a/> <hr/> <hr\\ x/> done.': "Sec  <hr\\ x/> done.",
+        'Map <mapframe a="1"/> <mapframe b>x</mapframe> end.': "Map  x end.",
+        'Tags <sup>1</sup><br><BR><Br></br><del>d</del><nowiki>n</nowiki><small>s</small><poem>p</poem>'
+        '<poem style="x">q end.': "Tags 1dnspq end.",
+        'Div <div class="a">x</div><div>y</div style></div x> <gallery mode="x">g</gallery> <graph>{g}</graph>'
+        '</references>': "Div xy g ",
+        "Weird </d[[File:q]]oc> and al[[x]]t= alt=x.": "Weird </dFile:qoc> and alxt= x.",
+        "Http <http://x.y> <Ref name=q> <includeonly>i</includeonly> <graph a>g</graph>.": "Http    .",
+        "A </alt=doc> B": "A \r B",
+    }
+    for line, want in cases.items():
+        assert clean_line(line) == want, line
+
+
+def test_cleanup_keeps_one_blank_line_per_article_and_universal_newlines():
+    text = '\ufeff<doc id="1">\nTitle\n\nFirst.\r\nSecond.\rThird.\n  \n</doc>\n<doc id="2">\n<doc title line>\n</doc>\nlast'
+    assert clean_text(text) == "\nFirst.\nSecond.\nThird.\n  \n\nlast\n"
+
+
+def test_gather_plan_counts_raw_sizes_and_never_makes_an_empty_shard():
     assert text_pipeline.gather_plan([5, 5, 5], 10) == [[0, 1], [2]]
     assert text_pipeline.gather_plan([5, 5, 5], 9.9) == [[0], [1], [2]]
     assert text_pipeline.gather_plan([20, 1], 10) == [[0], [1]]
-
-
-def test_sentence_rules():
-    assert split_sentences("He met Mrs. Ward. Then he left!  Why? no") == [
-        "He met Mrs.", "Ward.", "Then he left!", "Why? no"]
-    assert split_sentences('It was "Here." This (e.g. in U.S. law) ends.) Next') == [
-        'It was "Here." This (e.g. in U.S. law) ends.) Next']
-    assert split_sentences("   ") == []
+    assert text_pipeline.gather_piece("\ufeffa\n\n") == "a\n"
+    assert text_pipeline.gather_piece("a\n") == "a\n"
+    assert text_pipeline.gather_piece("") == ""
 
 
 def test_too_few_articles_is_a_user_error(wiki_files, tmp_path):
@@ -114,14 +242,13 @@ def test_too_few_articles_is_a_user_error(wiki_files, tmp_path):
         text_pipeline.run([str(latin1)], str(tmp_path / "out"), num_test_articles=0, workers=1, progress=False)
 
 
-def test_rerun_with_another_block_size_leaves_only_the_new_shards(wiki_files, outputs, tmp_path):
+def test_rerun_with_another_block_size_leaves_only_the_new_shards(wiki_files, tmp_path):
     d = tmp_path / "rerun"
-    for block in (1.9, 0.95):
-        parts = text_pipeline.run(wiki_files, str(d), num_test_articles=NUM_TEST, block_size_mb=block,
-                                  workers=1, progress=False)
-    assert len(parts) == 4
-    assert sorted(os.listdir(d)) == ["eval.md5", "eval.txt"] + ["part-%05d-of-00004" % i for i in range(4)]
-    # the same training text, now in four shards
-    a = outputs[0]
-    old = b"".join(open(os.path.join(a, n), "rb").read() for n in sorted(os.listdir(a)) if n.startswith("part-"))
-    assert b"".join(open(p, "rb").read() for p in parts) == old
+    runs = []
+    for block in (0.5, 2.0):
+        parts = text_pipeline.run(wiki_files, str(d), num_test_articles=22, block_size_mb=block,
+                                  workers=2, progress=False)
+        runs.append(b"".join(open(p, "rb").read() for p in parts))
+        assert sorted(os.listdir(d)) == ["eval.md5", "eval.txt"] + sorted(os.path.basename(p) for p in parts)
+    assert len(parts) == 2  # four 0.98 MiB files, two to a 2 MiB block; the 0.5 MiB run made four
+    assert runs[0] == runs[1]  # the same training text, in other shards

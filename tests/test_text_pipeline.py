@@ -129,7 +129,7 @@ def make_wiki_files(real_files, out_dir, num_files, seed):
     os.makedirs(out_dir)
     paths = []
     for k in range(num_files):
-        parts = ["\ufeff"] if k == 1 else []
+        parts = ["\ufeffText before the first article. It has no doc line.\n"] if k == 1 else []
         for a in range(rng.randint(3, 12)):
             parts.append('<doc id="%d" url="https://en.wikipedia.org/wiki?curid=%d" title="T%d">\nT%d\n\n'
                          % (a, a, a, a))

@@ -36,7 +36,8 @@ def md5_file(path):
 def test_sample_gives_the_reference_outputs_byte_for_byte(wiki_files, tmp_path):
     # MD5SUMS: the reference scripts' outputs on this sample, 22 test articles, 26.92 MiB blocks.
     out = tmp_path / "out"
-    assert text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % os.path.join(os.path.dirname(wiki_files[0]), "wiki_*"),
+    wiki_glob = os.path.join(os.path.dirname(wiki_files[0]), "wiki_*")
+    assert text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % wiki_glob,
                                "--output_dir=%s" % out, "--num_test_articles=22", "--block_size_mb=26.92",
                                "--workers=2"]) == 0
     with open(os.path.join(GOLDEN, "MD5SUMS")) as f:
@@ -216,7 +217,8 @@ def test_clean_sh_rules():
 
 
 def test_cleanup_keeps_one_blank_line_per_article_and_universal_newlines():
-    text = '\ufeff<doc id="1">\nTitle\n\nFirst.\r\nSecond.\rThird.\n  \n</doc>\n<doc id="2">\n<doc title line>\n</doc>\nlast'
+    text = ('\ufeff<doc id="1">\nTitle\n\nFirst.\r\nSecond.\rThird.\n  \n</doc>\n'
+            '<doc id="2">\n<doc title line>\n</doc>\nlast')
     assert clean_text(text) == "\nFirst.\nSecond.\nThird.\n  \n\nlast\n"
 
 

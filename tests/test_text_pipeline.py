@@ -1,125 +1,237 @@
-"""text-pipeline against the reference text pipeline: the md5s of what process_wiki.sh (NLTK 3.4.5
-Punkt) made of the real WikiExtractor sample, sentences the reference split, and the reference's
-separation and gather rules on inputs made here, for other test-article counts and block sizes."""
-import glob
+import gzip
 import hashlib
+import io
 import os
 import random
 
 import pytest
 
 from mlperf_bert.dataset import text_pipeline
-from mlperf_bert.dataset.sentences import segment, split_sentences
-from mlperf_bert.dataset.wiki_cleanup import clean
+from mlperf_bert.dataset.sentences import sent_tokenize, split_sentences
+from mlperf_bert.dataset.wiki_cleanup import clean_line, clean_text
 from mlperf_bert.errors import UserError
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+GOLDEN = os.path.join(DATA, "golden", "text")
 
 
 @pytest.fixture(scope="module")
-def wiki_files(ref_data):
-    return sorted(glob.glob(os.path.join(ref_data, "data", "wiki_sample", "wiki_*")))
+def wiki_files(tmp_path_factory):
+    """The four real WikiExtractor files of tests/data/wiki_sample, decompressed."""
+    d = tmp_path_factory.mktemp("wiki_sample")
+    paths = []
+    for i in range(4):
+        path = d / ("wiki_%02d" % i)
+        with gzip.open(os.path.join(DATA, "wiki_sample", "wiki_%02d.gz" % i), "rb") as f:
+            path.write_bytes(f.read())
+        paths.append(str(path))
+    return paths
 
 
-def md5(path):
+def md5_file(path):
     with open(path, "rb") as f:
         return hashlib.md5(f.read()).hexdigest()
 
 
-def test_reference_outputs_byte_for_byte(wiki_files, tmp_path):
-    # tests/data/golden/text/MD5SUMS: process_wiki.sh's steps with --num_test_articles=22, --block_size=26.92
-    want = dict(reversed(line.split()) for line in open(os.path.join(DATA, "golden", "text", "MD5SUMS")))
+def test_sample_gives_the_reference_outputs_byte_for_byte(wiki_files, tmp_path):
+    # MD5SUMS: the reference scripts' outputs on this sample, 22 test articles, 26.92 MiB blocks.
     out = tmp_path / "out"
-    text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % os.path.join(os.path.dirname(wiki_files[0]), "wiki_*"),
-                        "--output_dir=%s" % out, "--num_test_articles=22", "--block_size_mb=26.92", "--workers=2"])
-    assert sorted(os.listdir(out)) == ["eval.md5", "eval.txt", "part-00000-of-00500"]
-    assert {name: md5(out / name) for name in want} == want
-    with open(out / "eval.md5") as f, open(os.path.join(DATA, "golden", "text", "eval.md5")) as g:
-        assert f.read() == g.read()
+    wiki_glob = os.path.join(os.path.dirname(wiki_files[0]), "wiki_*")
+    assert text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % wiki_glob,
+                               "--output_dir=%s" % out, "--num_test_articles=22", "--block_size_mb=26.92",
+                               "--workers=2"]) == 0
+    with open(os.path.join(GOLDEN, "MD5SUMS")) as f:
+        want = dict(reversed(line.split()) for line in f)
+    assert sorted(os.listdir(out)) == sorted(want)
+    assert {name: md5_file(out / name) for name in want} == want
+    with open(os.path.join(GOLDEN, "eval.md5"), "rb") as f:
+        assert (out / "eval.md5").read_bytes() == f.read()
 
 
-def test_sentences_as_the_reference_split_them():
-    # lines of the reference's output (golden part-00000-of-00500) where a regular expression goes wrong
-    assert split_sentences('In a later interview, Hitchcock said: "Selznick was the Big Producer.\xa0... '
-                           'Producer was king.') == [
-        'In a later interview, Hitchcock said: "Selznick was the Big Producer.', "... Producer was king."]
-    assert split_sentences("Of these, 10,000 were in Missouri under Missouri State Guard Maj. Gen. Sterling "
-                           "Price. Maj. Gen. Polk ignored the problems of the forts when he took command.") == [
-        "Of these, 10,000 were in Missouri under Missouri State Guard Maj. Gen. Sterling Price.",
-        "Maj. Gen. Polk ignored the problems of the forts when he took command."]
-    assert split_sentences('the Voting Rights Act of 1965 by the U.S. Congress. In "Baker v. Carr" (1962) '
-                           'the court ruled.') == [
-        "the Voting Rights Act of 1965 by the U.S. Congress.", 'In "Baker v. Carr" (1962) the court ruled.']
-    assert split_sentences("   \n") == [] and split_sentences("") == []
+# --- an independent, serial transcription of the reference's five scripts -----------------
+# It shares only the per-line rules with the product (clean.sh's substitutions and Punkt,
+# which the sample's md5s and the tests below check); the file handling (universal newlines,
+# blank lines, separation, utf-8-sig, raw-size blocks) is written here again, the scripts' way.
 
-
-def test_cleanup_as_the_reference_scripts():
-    raw = ('<doc id="1" url="u" title="T">\nT\n\nFirst [[a|link]] and [[plain]] [[File:x.png|thumb]] text.\n'
-           '   \n[[Category:Gone]] line\nSecond<ref name="x">cite</ref> line.<br>\n</doc>\n'
-           '<doc id="2" url="u" title="U">\nU\nThird.\n</doc>\n')
-    # cleanup_file.py: one blank line per article, title and </doc> dropped, white-space lines kept
-    # (segmentation drops them); clean.sh: category lines dropped, links keep their text (a piped
-    # File link too: its |-rule runs first), tags go
-    assert clean(raw) == "\nFirst link and plain thumb text.\n   \nSecond line.\n\nThird.\n"
-    assert segment(clean(raw)) == "\nFirst link and plain thumb text.\nSecond line.\n\nThird.\n\n"
-
-
-def _wiki_file(path, rng, docs, bom=False):
-    words = "alpha beta gamma delta Dr. Smith U.S. Army e.g. this etc. that".split()
-    with open(path, "w", encoding="utf-8-sig" if bom else "utf-8", newline="") as f:
-        for d in range(docs):
-            f.write('<doc id="%d" url="x" title="Doc %d">\nDoc %d\n\n' % (d, d, d))
-            for _ in range(rng.randint(1, 4)):
-                sents = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 9))).capitalize() + rng.choice(".?!")
-                         for _ in range(rng.randint(1, 5))]
-                f.write(" ".join(sents) + rng.choice(["\n", "\r\n", "\n   \n"]))
-            f.write("</doc>\n")
-
-
-def _reference_rules(files, num_test, block_mib, num_outputs=500):
-    """seperate_test_set.py and do_gather.py (nworker 1), serially, over the segmented files."""
-    evals, trains = [], []
-    for k, path in enumerate(files):
-        articles = text_pipeline.segment_file(path).split("\n\n")
-        n = int((k + 1) * num_test * 1.0 / len(files)) - int(k * num_test * 1.0 / len(files))
-        rng, ids = random.Random(12345 + 13 * k), []
-        while len(ids) < n:
+def reference_outputs(paths, num_test, block_mb, seed=12345):
+    stage3 = []
+    for path in paths:
+        kept, skip = [], False
+        with io.open(path, "r", encoding="utf-8") as f:  # cleanup_file.py
+            for line in f:
+                if skip:
+                    skip = False
+                elif "<doc" in line:
+                    skip = True
+                    kept.append("\n")
+                elif "</doc>" not in line and len(line) != 1:
+                    kept.append(line)
+        cleaned = []  # clean.sh
+        for line in kept:
+            line = clean_line(line[:-1] if line.endswith("\n") else line)
+            if line is not None:
+                cleaned.append(line + "\n")
+        segmented = []  # do_sentence_segmentation.py
+        for line in io.StringIO("".join(cleaned), newline=None):
+            if len(line) == 1:
+                segmented.append("\n")
+            segmented.extend(s.strip() + "\n" for s in sent_tokenize(line))
+        segmented.append("\n")
+        stage3.append("".join(segmented))
+    outputs, evals, trains = {}, [], []
+    for k, text in enumerate(stage3):  # seperate_test_set.py
+        articles = text.split("\n\n")
+        count = int((k + 1) * num_test * 1.0 / len(paths)) - int(k * num_test * 1.0 / len(paths))
+        rng, ids = random.Random(seed + k * 13), []
+        while len(ids) < count:
             i = int(rng.random() * len(articles))
             if i not in ids:
                 ids.append(i)
         evals += [a for i, a in enumerate(articles) if i in ids]
         trains.append("".join(a + "\n\n" for i, a in enumerate(articles) if i not in ids))
-    parts, total = [[]], 0
-    for path, train in zip(files, trains):
+    outputs["eval.txt"] = "".join(a + "\n\n" for a in evals)
+    outputs["eval.md5"] = "".join(hashlib.md5(a.rstrip().encode("utf-8")).hexdigest() + "\n" for a in evals)
+    shard, total = -1, 0
+    for path, train in zip(paths, trains):  # do_gather.py, one worker
         size = os.path.getsize(path)
-        if parts[-1] and block_mib * 1024 * 1024 < total + size:
-            parts.append([])
-            total = 0
+        if shard < 0 or block_mb * 1024 * 1024 < total + size:
+            shard, total = shard + 1, 0
+        content = io.TextIOWrapper(io.BytesIO(train.encode("utf-8")), encoding="utf-8-sig").read()
+        if len(content) > 1 and content[-1] == content[-2] == "\n":
+            content = content[:-1]
+        name = "part-%05d-of-00500" % shard
+        outputs[name] = outputs.get(name, "") + content
         total += size
-        parts[-1].append(train[:-1] if train.endswith("\n\n") else train)
-    shards = {"part-%05d-of-%05d" % (i, num_outputs): "".join(p).encode() for i, p in enumerate(parts)}
-    return ("".join(a + "\n\n" for a in evals).encode(),
-            "".join(hashlib.md5(a.rstrip().encode()).hexdigest() + "\n" for a in evals).encode(), shards)
+    return {name: text.encode("utf-8") for name, text in outputs.items()}
 
 
-@pytest.mark.parametrize("num_test,block", [(7, 0.004), (3, 0.02), (0, 1.0), (12, 0.0001)])
-def test_other_counts_block_sizes_and_inputs_follow_the_reference_rules(tmp_path, num_test, block):
-    rng = random.Random(num_test)
-    wiki = tmp_path / "text"
-    wiki.mkdir()
-    for i in range(5):
-        _wiki_file(wiki / ("wiki_%02d" % i), rng, rng.randint(4, 9), bom=i == 2)
-    files = sorted(str(p) for p in wiki.iterdir())
-    want_txt, want_md5, want_parts = _reference_rules(files, num_test, block)
+EDGE_LINES = [
+    "A line with a carriage return\rin the middle.",
+    "Ends a paragraph</doc> and goes on after it.",
+    "Hides a </alt=doc> end tag that clean.sh makes.",
+    "   \t",  # white space only: gone after segmentation
+    "x",
+    "\ufeffStarts with a byte-order mark. It stays.",
+    "He was born in St. Imier. The U.S. Congress met. He said \"Stop.\" This ended it.",
+    "See [[Category:Things]] here.",
+    "A [[link]], a [[target|label]], [[File:a.jpg|thumb|alt=b]], <ref name=\"r\">cite</ref> and <math>x</math>.",
+    "a stray <doc line inside an article",
+    "Selznick was the Big Producer.\u00a0... Producer was king.",
+]
+
+
+def make_wiki_files(real_files, out_dir, num_files, seed):
+    """WikiExtractor-format files: articles of the real sample, mixed with the edge cases above."""
+    rng = random.Random(seed)
+    paragraphs = []
+    for path in real_files:
+        with open(path, encoding="utf-8") as f:
+            paragraphs += [line.rstrip("\n") for line in f if line.strip() and not line.startswith("<")]
+    os.makedirs(out_dir)
+    paths = []
+    for k in range(num_files):
+        parts = ["\ufeffText before the first article. It has no doc line.\n"] if k == 1 else []
+        for a in range(rng.randint(3, 12)):
+            parts.append('<doc id="%d" url="https://en.wikipedia.org/wiki?curid=%d" title="T%d">\nT%d\n\n'
+                         % (a, a, a, a))
+            for _ in range(rng.randint(0, 8)):
+                line = rng.choice(EDGE_LINES) if rng.random() < 0.3 else rng.choice(paragraphs)
+                parts.append(line + rng.choice(["\n", "\n", "\n", "\r\n", "\r"]))
+            parts.append("\n" if rng.random() < 0.5 else "")
+            parts.append("</doc>\n")
+        if k == num_files - 1:
+            parts.append("A last line without a newline.")
+        path = os.path.join(out_dir, "wiki_%02d" % k)
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write("".join(parts))
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("num_files,num_test,block_mb", [(5, 7, 0.02), (3, 0, 1.0), (6, 13, 0.001)])
+def test_other_inputs_counts_and_blocks_give_what_the_reference_steps_give(wiki_files, tmp_path, num_files,
+                                                                          num_test, block_mb):
+    paths = make_wiki_files(wiki_files, str(tmp_path / "in"), num_files, seed=num_files * 100 + num_test)
     out = tmp_path / "out"
-    parts = text_pipeline.run(files, str(out), num_test, block, workers=2, progress=False)
-    assert (out / "eval.txt").read_bytes() == want_txt and (out / "eval.md5").read_bytes() == want_md5
-    assert {os.path.basename(p): open(p, "rb").read() for p in parts} == want_parts
-    if block == 0.0001:  # every file larger than a block: one shard each (the reference crashes here)
-        assert len(parts) == 5
+    parts = text_pipeline.run(paths, str(out), num_test_articles=num_test, block_size_mb=block_mb, workers=2,
+                              progress=False)
+    want = reference_outputs(paths, num_test, block_mb)
+    assert sorted(os.listdir(out)) == sorted(want)
+    for name, data in want.items():
+        assert (out / name).read_bytes() == data, name
+    assert [os.path.basename(p) for p in parts] == sorted(n for n in want if n.startswith("part-"))
+    assert len(want["eval.md5"].splitlines()) == num_test
+    if block_mb == 0.001:  # every file is larger than a block: one shard each (the reference crashes)
+        assert len(parts) == num_files
 
 
-def test_too_few_articles_and_bad_input_are_user_errors(wiki_files, tmp_path):
+def test_punkt_splits_as_nltk_3_4_5():
+    # Expected values: NLTK 3.4.5's sent_tokenize with its English model.
+    cases = {
+        "He was born in St. Imier in 1900.\n": ["He was born in St. Imier in 1900."],
+        "The U.S. Congress passed it.\n": ["The U.S. Congress passed it."],
+        "Maj. Gen. Smith arrived.\n": ["Maj. Gen. Smith arrived."],
+        "In Baker v. Carr the court ruled.\n": ["In Baker v. Carr the court ruled."],
+        "It ended.. Then more.\n": ["It ended.. Then more."],
+        'He said "Stop." This ended it.\n': ['He said "Stop."', "This ended it."],
+        "It ended (as planned.) In May it began.\n": ["It ended (as planned.)", "In May it began."],
+        "Some, e.g. within cities, grew.\n": ["Some, e.g.", "within cities, grew."],
+        "Apples, pears, etc.), and more.\n": ["Apples, pears, etc.", "), and more."],
+        "J. S. Bach wrote it. He died.\n": ["J. S. Bach wrote it.", "He died."],
+        "Very bad acting!!! I promise.\n": ["Very bad acting!!!", "I promise."],
+        # U+00A0 ends the word before a period, as \s does (later NLTK releases differ here)
+        'Hitchcock said: "Selznick was the Big Producer.\u00a0... Producer was king.\n':
+            ['Hitchcock said: "Selznick was the Big Producer.', "... Producer was king."],
+        # curly quotes are word characters in 3.4.5 (later releases split here)
+        "He said \u201cGo.\u201d Then he left.\n": ["He said \u201cGo.\u201d Then he left."],
+        "No end here\n": ["No end here"],
+        "   \n": [],
+    }
+    for text, want in cases.items():
+        assert split_sentences(text) == want, text
+    assert sent_tokenize("One.  Two. ") == ["One.", "Two."]
+
+
+def test_clean_sh_rules():
+    # Expected values: the reference's clean.sh (GNU grep and sed) on these lines.
+    cases = {
+        "See [[Category:Foo]] here.": None,
+        "A [[link]] and [[target|shown]] and [[a|b|c]].": "A link and shown and .",
+        "Pic [[File:x.jpg|thumb|alt=Alt text]] end.": "Pic  end.",
+        "Pic [[:file:x.jpg]] [[Media:m.ogg]] [[image:i.png]] end.": "Pic :file:x.jpg Media:m.ogg image:i.png end.",
+        "One [x] two [[a[b]]] three [[a]b]].": "One x two  three [ab]].",
+        "Math <math>x^2</math> and <chem>H2O</chem> and <ins>new</ins>.": "Math x^2 and >H2O and >new.",
+        'Ref<ref name="a">cite</ref> and<ref name="b"/> and <, ref x</ref>.': "Ref and and .",
+        'Sec <section begin="a"/> <meta a/> <hr/> <hr\\ x/> done.': "Sec  <hr\\ x/> done.",
+        'Map <mapframe a="1"/> <mapframe b>x</mapframe> end.': "Map  x end.",
+        'Tags <sup>1</sup><br><BR><Br></br><del>d</del><nowiki>n</nowiki><small>s</small><poem>p</poem>'
+        '<poem style="x">q end.': "Tags 1dnspq end.",
+        'Div <div class="a">x</div><div>y</div style></div x> <gallery mode="x">g</gallery> <graph>{g}</graph>'
+        '</references>': "Div xy g ",
+        "Weird </d[[File:q]]oc> and al[[x]]t= alt=x.": "Weird </dFile:qoc> and alxt= x.",
+        "Http <http://x.y> <Ref name=q> <includeonly>i</includeonly> <graph a>g</graph>.": "Http    .",
+        "A </alt=doc> B": "A \r B",
+    }
+    for line, want in cases.items():
+        assert clean_line(line) == want, line
+
+
+def test_cleanup_keeps_one_blank_line_per_article_and_universal_newlines():
+    text = ('\ufeff<doc id="1">\nTitle\n\nFirst.\r\nSecond.\rThird.\n  \n</doc>\n'
+            '<doc id="2">\n<doc title line>\n</doc>\nlast')
+    assert clean_text(text) == "\nFirst.\nSecond.\nThird.\n  \n\nlast\n"
+
+
+def test_gather_plan_counts_raw_sizes_and_never_makes_an_empty_shard():
+    assert text_pipeline.gather_plan([5, 5, 5], 10) == [[0, 1], [2]]
+    assert text_pipeline.gather_plan([5, 5, 5], 9.9) == [[0], [1], [2]]
+    assert text_pipeline.gather_plan([20, 1], 10) == [[0], [1]]
+    assert text_pipeline.gather_piece("\ufeffa\n\n") == "a\n"
+    assert text_pipeline.gather_piece("a\n") == "a\n"
+    assert text_pipeline.gather_piece("") == ""
+
+
+def test_too_few_articles_is_a_user_error(wiki_files, tmp_path):
     with pytest.raises(UserError, match="must give 2500 eval articles"):
         text_pipeline.run(wiki_files, str(tmp_path), num_test_articles=10000, workers=1, progress=False)
     assert not os.path.exists(tmp_path / ".text_pipeline_work")
@@ -134,11 +246,11 @@ def test_too_few_articles_and_bad_input_are_user_errors(wiki_files, tmp_path):
 
 def test_rerun_with_another_block_size_leaves_only_the_new_shards(wiki_files, tmp_path):
     d = tmp_path / "rerun"
-    shards = {}
-    for block in (1.5, 26.92):  # four shards (each ~1 MiB file alone), then one
+    runs = []
+    for block in (0.5, 2.0):
         parts = text_pipeline.run(wiki_files, str(d), num_test_articles=22, block_size_mb=block,
-                                  workers=1, progress=False)
-        shards[block] = b"".join(open(p, "rb").read() for p in parts)
-    assert sorted(os.listdir(d)) == ["eval.md5", "eval.txt"] + ["part-%05d-of-00500" % i for i in range(len(parts))]
-    assert len(parts) == 1
-    assert shards[1.5] == shards[26.92]  # the same training text, only cut differently
+                                  workers=2, progress=False)
+        runs.append(b"".join(open(p, "rb").read() for p in parts))
+        assert sorted(os.listdir(d)) == ["eval.md5", "eval.txt"] + sorted(os.path.basename(p) for p in parts)
+    assert len(parts) == 2  # four 0.98 MiB files, two to a 2 MiB block; the 0.5 MiB run made four
+    assert runs[0] == runs[1]  # the same training text, in other shards

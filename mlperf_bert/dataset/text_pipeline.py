@@ -1,9 +1,11 @@
 """``text-pipeline``: WikiExtractor output -> ``part-*`` text shards, ``eval.txt``, ``eval.md5``.
 
-The reference's ``process_wiki.sh`` steps, byte for byte: clean-up (wiki_cleanup: cleanup_file.py,
-clean.sh), one sentence per line (sentences: do_sentence_segmentation.py), seeded train/eval
-separation per input file (seperate_test_set.py), then the training text gathered in sorted order
-into shards of ``--block_size_mb`` MiB of raw input (do_gather.py). Files are processed in a pool.
+The reference's ``process_wiki.sh`` steps (REFERENCE.md section 6), each as its script does it,
+so that the outputs are byte for byte the reference's: clean-up (``cleanup_file.py`` and
+``clean.sh``: wiki_cleanup), one sentence per line (``do_sentence_segmentation.py``: NLTK 3.4.5
+Punkt, sentences), the seeded train/eval separation per input file (``seperate_test_set.py``),
+then the training text gathered in sorted order into shards (``do_gather.py``).  Input files
+are processed in a pool; only the gather is serial.
 """
 import glob
 import multiprocessing
@@ -16,19 +18,37 @@ from mlperf_bert.dataset.checksums import article_md5
 from mlperf_bert.errors import UserError, init_worker
 from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs
 from mlperf_bert.locking import lock_dir
-from mlperf_bert.dataset.sentences import segment
-from mlperf_bert.dataset.wiki_cleanup import clean
+from mlperf_bert.dataset.sentences import sent_tokenize
+from mlperf_bert.dataset.wiki_cleanup import clean_text, universal_lines
 
 MIB = 1024 * 1024
+NUM_OUTPUTS = 500  # do_gather.py's --num_outputs: in every shard name, whatever the shard count
+
+
+def read_wiki_file(path):
+    """One WikiExtractor file's text (UTF-8, newlines untranslated: the clean-up translates them)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read()
+    except UnicodeDecodeError:
+        raise UserError("%s is not UTF-8 text: give WikiExtractor output files" % path)
+
+
+def segment_text(cleaned):
+    """``do_sentence_segmentation.py`` on a cleaned file's text: the reference's ``.3`` file."""
+    out = []
+    for line in universal_lines(cleaned):
+        if len(line) == 1:
+            out.append("\n")
+        # the line goes to Punkt with its newline, as the reference passes it
+        out.extend(s.strip() + "\n" for s in sent_tokenize(line))
+    out.append("\n")
+    return "".join(out)
 
 
 def segment_file(path):
     """The cleaned, sentence-per-line text of one WikiExtractor file (the reference's ``.3`` file)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return segment(clean(f.read()))
-    except UnicodeDecodeError:
-        raise UserError("%s is not UTF-8 text: give WikiExtractor output files" % path)
+    return segment_text(clean_text(read_wiki_file(path)))
 
 
 def num_eval_articles(k, num_files, num_test_articles):
@@ -60,19 +80,31 @@ def separate(text, k, num_files, num_test_articles, seed, name="input"):
     return train, [a for i, a in enumerate(articles) if i in chosen]
 
 
+def gather_piece(train):
+    """What ``do_gather.py`` appends to a shard for one file's training text."""
+    # It reads the text as utf-8-sig (a leading BOM goes) and drops one of two final newlines.
+    if train.startswith("\ufeff"):
+        train = train[1:]
+    if train.endswith("\n\n"):
+        train = train[:-1]
+    return train
+
+
 def _process_one(job):
     k, path, num_files, num_test_articles, seed, work_dir = job
     train, evals = separate(segment_file(path), k, num_files, num_test_articles, seed, path)
     out = os.path.join(work_dir, "%08d.train" % k)
     with atomic_open(out, "w", encoding="utf-8", newline="\n") as f:
-        f.write(train)
+        f.write(gather_piece(train))
     return out, evals
 
 
 def gather_plan(sizes, block_size):
-    """Groups of input indexes: a new group starts when the next input would pass ``block_size``
-    (sizes of the RAW input files, as do_gather.py counts; an input larger than a block alone
-    gets its own shard, where the reference crashes)."""
+    """Groups of input indexes, as ``do_gather.py`` makes them from the RAW input files' sizes.
+
+    A new group starts when the next input would take the group past ``block_size``; an input
+    larger than a block makes a group of its own (the reference crashes when the first does).
+    """
     groups, current, total = [], [], 0
     for i, size in enumerate(sizes):
         if current and total + size > block_size:
@@ -85,14 +117,8 @@ def gather_plan(sizes, block_size):
     return groups
 
 
-def gathered(path):
-    """One separated file as do_gather.py copies it: read as UTF-8 with a BOM dropped and universal
-    newlines, one trailing newline removed when it ends in two."""
-    with open(path, encoding="utf-8-sig") as f:
-        content = f.read()
-    if content.endswith("\n\n"):
-        content = content[:-1]
-    return content
+def part_name(index):
+    return "part-%05d-of-%05d" % (index, NUM_OUTPUTS)
 
 
 def write_eval(output_dir, eval_articles):
@@ -104,7 +130,7 @@ def write_eval(output_dir, eval_articles):
 
 
 def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, seed=12345, workers=None,
-        progress=True, num_outputs=500):
+        progress=True):
     """Run the whole pipeline; return the list of part files written."""
     from tqdm import tqdm
     if not input_files:
@@ -127,10 +153,11 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
         groups = gather_plan([os.path.getsize(p) for p in input_files], block_size_mb * MIB)
         parts = []
         for g, group in enumerate(tqdm(groups, desc="gather", unit="shard", disable=not progress)):
-            part = os.path.join(output_dir, "part-%05d-of-%05d" % (g, num_outputs))
-            with atomic_open(part, "w", encoding="utf-8", newline="\n") as fout:
+            part = os.path.join(output_dir, part_name(g))
+            with atomic_open(part, "wb") as fout:
                 for i in group:
-                    fout.write(gathered(train_files[i]))
+                    with open(train_files[i], "rb") as fin:
+                        shutil.copyfileobj(fin, fout)
             parts.append(part)
         # A rerun with another shard count would leave the old set beside the new one, and
         # make-dataset takes every part-*: keep only this run's shards.
@@ -150,8 +177,6 @@ def main(argv):
     flags.DEFINE_float("block_size_mb", 26.92, "size of a text shard in MiB", flag_values=fv)
     flags.DEFINE_integer("seed", 12345, "base seed of the eval selection", flag_values=fv)
     flags.DEFINE_integer("workers", None, "processes (default: all cores)", flag_values=fv)
-    flags.DEFINE_integer("num_outputs", 500, "the N of part-XXXXX-of-N in shard names (the reference "
-                         "names every shard -of-00500, whatever their count)", flag_values=fv)
     flags.parse(fv, argv, required=["wiki_glob", "output_dir"], positional=False)
     files = sorted(glob.glob(os.path.expanduser(fv.wiki_glob)))
     files = [f for f in files if os.path.isfile(f)]
@@ -164,7 +189,6 @@ def main(argv):
         os.path.join(fv.output_dir, n) for n in ("eval.txt", "eval.md5")]
     refuse_overwriting_inputs(outputs, files)
     with lock_dir(fv.output_dir, "--output_dir"):
-        parts = run(files, fv.output_dir, fv.num_test_articles, fv.block_size_mb, fv.seed, fv.workers,
-                    num_outputs=fv.num_outputs)
+        parts = run(files, fv.output_dir, fv.num_test_articles, fv.block_size_mb, fv.seed, fv.workers)
     print("wrote %d text shards, eval.txt and eval.md5 to %s" % (len(parts), fv.output_dir))
     return 0

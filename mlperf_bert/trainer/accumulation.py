@@ -1,8 +1,12 @@
-"""Gradient accumulation with the reference's semantics.
+"""Gradient accumulation with the reference's two clipping modes.
 
-Every micro-batch gradient is clipped by global norm, divided by n and added to a buffer;
-the optimizer is applied after micro-steps n-1, 2n-1, ... (0-based global step counting
-micro-steps) at the learning rate of that micro-step, and the buffer is zeroed.
+Default (the reference's pre-training): every micro-batch gradient is clipped by global norm,
+divided by n and added to a buffer; the optimizer is applied after micro-steps n-1, 2n-1, ...
+(0-based global step counting micro-steps) at the learning rate of that micro-step.
+
+``clip_after_reduce`` (the reference's --clip_by_global_norm_after_gradient_allreduce): the
+micro-batch gradients are summed unclipped (left in ``p.grad``, where autograd and DDP's
+``no_sync`` accumulate them), reduced over ranks, divided by n and clipped once per update.
 """
 import torch
 
@@ -12,14 +16,13 @@ from mlperf_bert.trainer.optimizer import clip_by_global_norm_
 class GradientAccumulator:
     """Drives ``optimizer`` from the gradients ``loss.backward()`` leaves on ``model``.
 
-    ``allreduce(tensors)``, if given, averages a list of gradient tensors across workers in
-    place. With ``clip_before_allreduce`` each worker clips its own micro-batch gradients
-    and the accumulated buffer is all-reduced once per update; otherwise every micro-batch
-    gradient is all-reduced first and then clipped.
+    ``allreduce(tensors)``, if given, averages gradient tensors over ranks in place, once per
+    update: the clipped buffer by default; with ``clip_after_reduce`` the summed gradients before
+    clipping (pass None when DDP has already averaged them).
     """
 
     def __init__(self, model, optimizer, steps_per_update, lr_fn, clip_norm=1.0, allreduce=None,
-                 clip_before_allreduce=True):
+                 clip_after_reduce=False):
         if steps_per_update < 1:
             raise ValueError("steps_per_update must be >= 1")
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -28,7 +31,7 @@ class GradientAccumulator:
         self.lr_fn = lr_fn
         self.clip_norm = clip_norm
         self.allreduce = allreduce
-        self.clip_before_allreduce = clip_before_allreduce
+        self.clip_after_reduce = clip_after_reduce
         self.buffers = None
         self.pending = 0  # micro-batches absorbed since the last update
         self.last_grad_norm = None
@@ -37,12 +40,25 @@ class GradientAccumulator:
     def _grads(self):
         return [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
 
+    def is_update(self, global_step):
+        """Whether micro-step ``global_step`` ends an update (DDP must reduce on it)."""
+        return (global_step + 1) % self.n == 0
+
     @torch.no_grad()
     def after_backward(self, global_step):
         """Absorb this micro-batch's gradients; apply the optimizer if ``global_step`` ends an update."""
+        self.pending += 1
+        if self.clip_after_reduce:
+            if not self.is_update(global_step):
+                return False  # the sum builds up in p.grad
+            grads = self._grads()
+            if self.allreduce is not None:
+                self.allreduce(grads)
+            if self.n > 1:
+                torch._foreach_div_(grads, float(self.n))
+            self.last_grad_norm = clip_by_global_norm_(grads, self.clip_norm)
+            return self._apply(global_step, grads)
         grads = self._grads()
-        if self.allreduce is not None and not self.clip_before_allreduce:
-            self.allreduce(grads)
         self.last_grad_norm = clip_by_global_norm_(grads, self.clip_norm)
         if self.n > 1:
             torch._foreach_div_(grads, float(self.n))
@@ -51,13 +67,15 @@ class GradientAccumulator:
             torch._foreach_add_(self.buffers, grads)
             grads = self.buffers
         # n == 1: 0 + g is g, so the clipped gradients serve as the buffer (no copy).
-        self.pending += 1
         for p in self.params:
             p.grad = None
-        if (global_step + 1) % self.n:
+        if not self.is_update(global_step):
             return False
-        if self.allreduce is not None and self.clip_before_allreduce:
+        if self.allreduce is not None:
             self.allreduce(grads)
+        return self._apply(global_step, grads)
+
+    def _apply(self, global_step, grads):
         self.last_lr = self.lr_fn(global_step)
         for group in self.optimizer.param_groups:
             group["lr"] = self.last_lr
@@ -72,17 +90,27 @@ class GradientAccumulator:
         return True
 
     def state_dict(self):
-        """Accumulated gradients (None at an update boundary, where they are all zero)."""
+        """This rank's accumulated gradients on the host (None at an update boundary)."""
         bufs = None
-        if self.pending and self.buffers is not None:
-            bufs = [b.detach().to("cpu", copy=True) for b in self.buffers]  # gathered to rank 0 on the host
-        return {"steps_per_update": self.n, "pending": self.pending, "buffers": bufs}
+        if self.pending:
+            source = self._grads() if self.clip_after_reduce else self.buffers
+            if source is not None:
+                bufs = [b.detach().to("cpu", copy=True) for b in source]
+        return {"steps_per_update": self.n, "pending": self.pending, "buffers": bufs,
+                "clip_after_reduce": self.clip_after_reduce}
 
     def load_state_dict(self, state):
         if state["steps_per_update"] != self.n:
             raise ValueError("accumulator state has steps_per_update %d, this run %d"
                              % (state["steps_per_update"], self.n))
+        if state.get("clip_after_reduce", False) != self.clip_after_reduce:
+            raise ValueError("accumulator state was saved with another clipping mode")
         self.pending = state["pending"]
         bufs = state["buffers"]
-        self.buffers = None if bufs is None else [
+        restored = None if bufs is None else [
             b.to(device=p.device, dtype=p.dtype).clone() for b, p in zip(bufs, self.params)]
+        if self.clip_after_reduce:
+            for p, b in zip(self.params, restored or [None] * len(self.params)):
+                p.grad = b
+        else:
+            self.buffers = restored

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.dataset.example import decode_pretraining_example
+from mlperf_bert.dataset.example import decode_pretraining_batch, decode_pretraining_example
 from mlperf_bert.dataset.tfrecord import check_data, expand_paths, read_records, scan_records
 
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids")
@@ -68,21 +68,45 @@ class _Reader:
         return f
 
     def read(self, path, offset, length, index):
+        """One decoded record (arrays of length [seq] / [pred] / [1])."""
+        return {name: a[0] for name, a in self.read_batch([(path, offset, length, index)]).items()}
+
+    def _read_data(self, path, offset, length, index):
         f = self._open(path)
-        if is_hdf5(path):
-            out = {}
-            for name in INT_FEATURES + ("masked_lm_weights", "next_sentence_labels"):
-                out[name] = np.asarray(f[name][offset]).reshape(-1)
-            out = _check_lengths(out, self.seq, self.pred, "%s: record %d" % (path, offset))
+        f.seek(offset)
+        buf = f.read(length + 4)
+        check_data(path, index, buf[:length], buf[length:])
+        return buf[:length]
+
+    def _read_one(self, path, offset, length, index):
+        if not is_hdf5(path):
+            return decode_pretraining_example(self._read_data(path, offset, length, index), self.seq, self.pred,
+                                              where="%s: record %d" % (path, index))
+        f = self._open(path)
+        row = {name: np.asarray(f[name][offset]).reshape(-1)
+               for name in INT_FEATURES + ("masked_lm_weights", "next_sentence_labels")}
+        return _check_lengths(row, self.seq, self.pred, "%s: record %d" % (path, offset))
+
+    def read_batch(self, items):
+        """Decoded records [(path, offset, length, index)] as batch arrays: one C call for
+        TFRecords (decode_pretraining_batch), row reads for HDF5."""
+        if any(is_hdf5(item[0]) for item in items):
+            rows = [self._read_one(*item) for item in items]
+            out = {name: np.stack([r[name] for r in rows]) for name in rows[0]}
         else:
-            f.seek(offset)
-            buf = f.read(length + 4)
-            check_data(path, index, buf[:length], buf[length:])
-            out = decode_pretraining_example(buf[:length], self.seq, self.pred,
-                                             where="%s: record %d" % (path, index))
+            datas = [self._read_data(*item) for item in items]
+            try:
+                out = decode_pretraining_batch(datas, self.seq, self.pred)
+            except UserError:  # name the record as the file counts it
+                for item, data in zip(items, datas):
+                    decode_pretraining_example(data, self.seq, self.pred, where="%s: record %d" % (item[0], item[3]))
+                raise
         if self.vocab_size is not None:
             top = max(int(out["input_ids"].max()), int(out["masked_lm_ids"].max()))
             if top >= self.vocab_size:
+                row = int(np.flatnonzero((out["input_ids"] >= self.vocab_size).any(1)
+                                         | (out["masked_lm_ids"] >= self.vocab_size).any(1))[0])
+                path, offset, _, index = items[row]
                 raise UserError("%s: record %d has token id %d but the model's vocab_size is %d: use the "
                                 "bert_config.json that matches the vocab the data was made with"
                                 % (path, offset if is_hdf5(path) else index, top, self.vocab_size))
@@ -134,14 +158,12 @@ def record_stream(files, seed, shuffle, buffer_size, repeat=True):
         epoch += 1
 
 
-def collate(examples):
-    """List of decoded examples -> dict of tensors (int64 features, float32 weights, labels [b])."""
-    out = {name: torch.from_numpy(np.stack([e[name] for e in examples]).astype(np.int64))
-           for name in INT_FEATURES}
-    out["masked_lm_weights"] = torch.from_numpy(
-        np.stack([e["masked_lm_weights"] for e in examples]).astype(np.float32))
+def to_tensors(arrays):
+    """Batch arrays -> dict of tensors (int64 features, float32 weights, labels [b])."""
+    out = {name: torch.from_numpy(np.asarray(arrays[name]).astype(np.int64)) for name in INT_FEATURES}
+    out["masked_lm_weights"] = torch.from_numpy(np.asarray(arrays["masked_lm_weights"], np.float32))
     out["next_sentence_labels"] = torch.from_numpy(
-        np.array([int(e["next_sentence_labels"][0]) for e in examples], dtype=np.int64))
+        np.asarray(arrays["next_sentence_labels"]).reshape(-1).astype(np.int64))
     return out
 
 
@@ -179,14 +201,14 @@ class PretrainingBatches(torch.utils.data.IterableDataset):
                     return
                 if i >= self.start_batch and (i - self.start_batch) % num_workers == worker \
                         and lo <= pos < hi:
-                    mine.append(reader.read(*item))
+                    mine.append(item)
                 pos += 1
                 if pos == self.global_batch:
                     if mine:
-                        yield collate(mine)
+                        yield to_tensors(reader.read_batch(mine))
                     i, pos, mine = i + 1, 0, []
             if mine and (self.max_batches is None or i < self.max_batches):
-                yield collate(mine)
+                yield to_tensors(reader.read_batch(mine))
         finally:
             reader.close()
 

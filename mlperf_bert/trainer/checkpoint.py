@@ -1,0 +1,117 @@
+"""Training checkpoints: model.ckpt-<step>.pt files, RNG state, run identity, the finished marker.
+
+A checkpoint holds the model, the optimizer, every rank's RNG and accumulator state (gathered to
+rank 0 on the host), the step, the eval state, the config and the run's identity (its defining
+flags, seed and data files), so a resume continues bit for bit or is refused in one line.
+"""
+import contextlib
+import json
+import os
+import random
+import re
+import time
+
+import numpy as np
+import torch
+
+from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import atomic_open, atomic_save
+
+CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
+FINISHED = "run_finished.json"
+# Flags that define a run: a resume with another value would mix two runs in one output_dir.
+RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate", "poly_power",
+             "num_train_steps", "num_warmup_steps", "start_warmup_step", "lamb_weight_decay_rate",
+             "lamb_beta_1", "lamb_beta_2", "log_epsilon", "max_seq_length", "max_predictions_per_seq",
+             "eval_frequency", "target_mlm_accuracy", "max_samples_termination", "shuffle",
+             "shuffle_buffer", "clip_by_global_norm_after_gradient_allreduce", "dtype",
+             "submission_division")
+
+
+def path_for(output_dir, step):
+    return os.path.join(output_dir, "model.ckpt-%d.pt" % step)
+
+
+def list_checkpoints(output_dir):
+    """[(global step, path)] of complete checkpoints, oldest first (temp files never match)."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = [(int(m.group(1)), os.path.join(output_dir, n))
+             for n in os.listdir(output_dir) for m in [CKPT_RE.match(n)] if m]
+    return sorted(found)
+
+
+def rng_state(device):
+    # Only tensors and plain values, so checkpoints load with torch.load(weights_only=True).
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                       float(gauss)]}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state, device):
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    random.setstate(state["python"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def save(path, state, keep):
+    """Write ``state`` atomically, then drop all but the newest ``keep`` checkpoints."""
+    atomic_save(path, lambda f: torch.save(state, f))
+    if keep > 0:
+        for _, old in list_checkpoints(os.path.dirname(path))[:-keep]:
+            with contextlib.suppress(OSError):
+                os.remove(old)
+
+
+def load(path):
+    from mlperf_bert.trainer.tf_checkpoint import load_pt
+    try:
+        return load_pt(path)
+    except UserError as e:  # a damaged file: name it, and how to go on
+        raise UserError("%s; delete it to resume from the one before" % str(e).split(": give ")[0])
+
+
+def run_identity(fv, seed, train_files, eval_files):
+    """What a resumed run must share with the checkpoint: defining flags, seed, data files."""
+    files = lambda paths: [[os.path.abspath(p), os.path.getsize(p)] for p in paths or []]  # noqa: E731
+    ident = {name: fv[name].value for name in RUN_FLAGS}
+    ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files))
+    return ident
+
+
+def check_same_run(saved, ident, ckpt_path):
+    """Refuse a resume whose defining flags or data differ from the checkpoint's, in one line."""
+    for name, value in ident.items():
+        if name in saved and saved[name] != value:
+            what = {"input_file": "the training files (names or sizes)",
+                    "eval_input_file": "the eval files (names or sizes)"}.get(name)
+            raise UserError("%s differs from the run being resumed in %s (%s): rerun with the same value, "
+                            "or use another --output_dir for a new run"
+                            % (what or "--%s=%s" % (name, value), os.path.dirname(ckpt_path),
+                               "checkpoint %s" % os.path.basename(ckpt_path) if what
+                               else "it has %s" % (saved[name],)))
+
+
+def read_finished(output_dir):
+    """The finished marker of a run that ended (dict), or None."""
+    path = os.path.join(output_dir, FINISHED)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise UserError("cannot read %s (%s): delete it to resume the run" % (path, e))
+
+
+def write_finished(output_dir, status, step, samples):
+    with atomic_open(os.path.join(output_dir, FINISHED), "w", encoding="utf-8") as f:
+        json.dump({"status": status, "global_step": step, "samples": samples,
+                   "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z")}, f)

@@ -1,0 +1,68 @@
+"""Evaluation: exact masked-LM / NSP metrics over an eval set, the eval set kept in memory, and
+the reference's eval_results.txt."""
+import os
+
+import torch
+
+from mlperf_bert.fileio import atomic_open
+from mlperf_bert.trainer import distributed, loader
+
+EVAL_KEYS = ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy", "next_sentence_loss")
+_SUMS = ("mlm_correct", "mlm_weight", "mlm_nll_sum", "nsp_correct", "nsp_count", "nsp_nll_sum")
+
+
+class EvalSet:
+    """This rank's share of the eval files, read and decoded once (the online eval runs every few
+    minutes on the same 10,000 records) and moved to ``device`` once."""
+
+    def __init__(self, files, max_seq_length, max_predictions_per_seq, global_batch, rank, world, device,
+                 vocab_size=None):
+        ds = loader.PretrainingBatches(files, max_seq_length, max_predictions_per_seq, global_batch, rank,
+                                       world, shuffle=False, repeat=False, vocab_size=vocab_size)
+        self.batches = [{k: v.to(device) for k, v in b.items()} for b in ds]
+        self.num_records = loader.count_records(files)
+
+    def __iter__(self):
+        return iter(self.batches)
+
+
+@torch.no_grad()
+def evaluate(model, batches, device, autocast):
+    """Exact metrics over every batch: sums in float64, all-reduced over ranks."""
+    was_training = model.training
+    model.eval()
+    sums = torch.zeros(len(_SUMS) + 2, dtype=torch.float64, device=device)
+    one = torch.ones((), dtype=torch.float64, device=device)
+    for batch in batches:
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with autocast():
+            out = model(**batch)
+        # + the batch's total loss and a batch count: the estimator's `loss` is their mean
+        sums += torch.stack([getattr(out, k).double() for k in _SUMS] + [out.loss.double(), one])
+    model.train(was_training)
+    s = dict(zip(_SUMS + ("loss_sum", "batches"), distributed.sum_values(sums.tolist(), device)))
+    return {
+        "loss": s["loss_sum"] / max(s["batches"], 1),
+        "masked_lm_accuracy": s["mlm_correct"] / max(s["mlm_weight"], 1e-30),
+        "masked_lm_loss": s["mlm_nll_sum"] / max(s["mlm_weight"], 1e-30),
+        "next_sentence_accuracy": s["nsp_correct"] / max(s["nsp_count"], 1),
+        "next_sentence_loss": s["nsp_nll_sum"] / max(s["nsp_count"], 1),
+        "samples": int(s["nsp_count"]),
+    }
+
+
+def reference_eval_batches(fv, files, rank, world):
+    """The reference's --do_eval input: files in order, repeated, ``max_eval_steps`` full batches."""
+    ds = loader.PretrainingBatches(files, fv.max_seq_length, fv.max_predictions_per_seq, fv.eval_batch_size,
+                                   rank, world, shuffle=False, repeat=True, max_batches=fv.max_eval_steps)
+    return loader.make_loader(ds, min(fv.num_workers, 1))
+
+
+def write_eval_results(output_dir, metrics, global_step):
+    """output_dir/eval_results.txt: the reference's ``key = value`` lines, keys sorted."""
+    path = os.path.join(output_dir, "eval_results.txt")
+    values = {k: repr(float(metrics[k])) for k in ("loss",) + EVAL_KEYS}
+    values["global_step"] = "%d" % global_step
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.writelines("%s = %s\n" % (k, values[k]) for k in sorted(values))
+    return path

@@ -221,11 +221,14 @@ def test_slot_arrays_use_reference_names_and_layout():
 
 # ---- the reference's update run by TensorFlow itself ------------------------------------------
 
-def tf_train(weights, grad_seq, n, lr_args, b1, b2, eps, wd):
+def tf_train(weights, grad_seq, n, lr_args, b1, b2, eps, wd, clip_after=False):
     """The reference's training step in TensorFlow ops (float32, as the reference runs): per
     micro-step tf.clip_by_global_norm(1.0) and accumulation / n into variables; after micro-steps
     n-1, 2n-1, ... LAMB with the learning rate of tf.compat.v1.train.polynomial_decay and the
-    reference's linear warmup from start_warmup_step; bias correction by update count."""
+    reference's linear warmup from start_warmup_step; bias correction by update count.
+    ``clip_after``: --clip_by_global_norm_after_gradient_allreduce, where the micro-step gradients
+    are accumulated / n unclipped (GradientAggregationOptimizer) and LAMB's apply_gradients clips
+    the accumulated gradients once."""
     tf = pytest.importorskip("tensorflow")
     init_lr, T, W, start, power = lr_args
     names = sorted(weights)
@@ -235,12 +238,18 @@ def tf_train(weights, grad_seq, n, lr_args, b1, b2, eps, wd):
     acc = {k: tf.Variable(tf.zeros_like(w[k])) for k in names}
     t = 0
     for k, grads in enumerate(grad_seq):
-        clipped, _ = tf.clip_by_global_norm([tf.constant(grads[x], tf.float32) for x in names], 1.0)
-        for x, g in zip(names, clipped):
+        micro = [tf.constant(grads[x], tf.float32) for x in names]
+        if not clip_after:
+            micro, _ = tf.clip_by_global_norm(micro, 1.0)
+        for x, g in zip(names, micro):
             acc[x].assign_add(g / n)
         if k % n != n - 1:
             continue
         t += 1
+        if clip_after:
+            clipped, _ = tf.clip_by_global_norm([acc[x].value() for x in names], 1.0)
+            for x, g in zip(names, clipped):
+                acc[x].assign(g)
         lr = tf.compat.v1.train.polynomial_decay(init_lr, k, T, end_learning_rate=0.0, power=power)
         lr = tf.cast(lr() if callable(lr) else lr, tf.float32)
         if W:
@@ -293,3 +302,78 @@ def test_schedule_matches_tensorflow_polynomial_decay_with_reference_warmup():
             if W and s - start < W:
                 lr = init_lr * (s - start) / W
             assert learning_rate(s, init_lr, T, W, start, power) == pytest.approx(lr, rel=1e-6, abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [3, 2])
+def test_clip_after_allreduce_from_a_tf_checkpoint_matches_the_reference_run_by_tensorflow(n, tmp_path):
+    """--clip_by_global_norm_after_gradient_allreduce: six micro-steps with accumulation from a
+    checkpoint written by TensorFlow, real backward passes (gradients summed by autograd in
+    p.grad, as in training), against the reference's update in TensorFlow with the same flag."""
+    from test_checkpoint import CFG as TF_CFG, make_batch, random_weights, write_tf1
+    from mlperf_bert.trainer import tf_checkpoint
+    prefix = write_tf1(str(tmp_path / "model.ckpt"), random_weights(TF_CFG, seed=5), step=6)
+    model = BertForPreTraining(BertConfig.from_dict(dict(TF_CFG, hidden_dropout_prob=0.0,
+                                                         attention_probs_dropout_prob=0.0)))
+    tf_checkpoint.load_init_checkpoint(model, prefix)
+    init = {k: v.detach().clone() for k, v in model.named_parameters()}
+    lr_args = (5e-2, 20, 2, 0, 1.0)
+    opt = create_optimizer(model, "lamb", learning_rate=lr_args[0], **HP)
+    acc = GradientAccumulator(model, opt, n, lambda s: learning_rate(s, *lr_args), clip_after_reduce=True)
+    grads, norms = [], []
+    for k in range(6):
+        before = {name: (p.grad.clone() if p.grad is not None else torch.zeros_like(p))
+                  for name, p in model.named_parameters()}
+        batch = [torch.from_numpy(np.asarray(a)) for a in make_batch(TF_CFG, seed=10 + k)]
+        (model(*batch).loss * (1.0 if k % 2 else 40.0)).backward()  # some updates clipped, some not
+        grads.append({name: p.grad - before[name] for name, p in model.named_parameters()})
+        if acc.after_backward(k):
+            norms.append(acc.last_grad_norm.item())
+    assert any(g > 1.0 for g in norms), norms  # clipping was exercised
+    expect = tf_train({tf_name(k): v.numpy() for k, v in init.items()},
+                      [{tf_name(k): v.numpy() for k, v in g.items()} for g in grads], n, lr_args,
+                      HP["beta_1"], HP["beta_2"], HP["epsilon"], HP["weight_decay_rate"], clip_after=True)
+    default = tf_train({tf_name(k): v.numpy() for k, v in init.items()},
+                       [{tf_name(k): v.numpy() for k, v in g.items()} for g in grads], n, lr_args,
+                       HP["beta_1"], HP["beta_2"], HP["epsilon"], HP["weight_decay_rate"])
+    differs = 0
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(p.detach().numpy(), expect[tf_name(name)], rtol=1e-4, atol=1e-6, err_msg=name)
+        assert not np.allclose(expect[tf_name(name)], init[name].numpy()), name  # it moved
+        differs += not np.allclose(expect[tf_name(name)], default[tf_name(name)], rtol=1e-4, atol=1e-6)
+    assert differs  # the flag changes the result: the test tells the two modes apart
+
+
+def test_clip_after_reduce_resume_is_exact():
+    """Mid-accumulation state of the clip-after mode (the unclipped sum in p.grad) survives a
+    checkpoint: continuing from it gives the same weights bit for bit."""
+    lr_args = (1e-2, 40, 5, 0, 1.0)
+    torch.manual_seed(0)
+    model = BertForPreTraining(CFG)
+    grads = grad_sequence(model, 9)
+
+    def make(m):
+        opt = create_optimizer(m, "lamb", learning_rate=1e-2)
+        return opt, GradientAccumulator(m, opt, 3, lambda s: learning_rate(s, *lr_args), clip_after_reduce=True)
+
+    def feed(m, acc, ks):
+        for k in ks:
+            for name, p in m.named_parameters():  # backward adds to p.grad
+                p.grad = grads[k][name].clone() if p.grad is None else p.grad + grads[k][name]
+            acc.after_backward(k)
+
+    opt, acc = make(model)
+    feed(model, acc, range(5))
+    saved = copy.deepcopy((model.state_dict(), opt.state_dict(), acc.state_dict()))
+    assert saved[2]["pending"] == 2 and saved[2]["buffers"] is not None
+    feed(model, acc, range(5, 9))
+
+    model2 = BertForPreTraining(CFG)
+    opt2, acc2 = make(model2)
+    model2.load_state_dict(saved[0])
+    opt2.load_state_dict(saved[1])
+    acc2.load_state_dict(saved[2])
+    feed(model2, acc2, range(5, 9))
+    for (name, p), q in zip(model.named_parameters(), model2.parameters()):
+        assert torch.equal(p, q), name
+    with pytest.raises(ValueError, match="clipping mode"):
+        GradientAccumulator(model2, opt2, 3, lambda s: 0.0).load_state_dict(saved[2])

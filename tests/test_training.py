@@ -114,13 +114,25 @@ def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
+CLIP_AFTER = "clip_by_global_norm_after_gradient_allreduce"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_clip_after(files, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("full_clip_after"))
+    assert training.main(flags_for(files, out, **{CLIP_AFTER: True})) == 0
+    return out
+
+
 # SIGTERM to the process group reaches the trainer too: it covers SIGTERM to the trainer alone
 @pytest.mark.parametrize("sig,group", [(signal.SIGKILL, False), (signal.SIGTERM, True)])
+@pytest.mark.parametrize("clip_after", [False, True])
 @pytest.mark.slow
-def test_killed_and_rerun_ends_bit_identical(files, uninterrupted, tmp_path, sig, group):
-    full, _ = uninterrupted
+def test_killed_and_rerun_ends_bit_identical(files, uninterrupted, uninterrupted_clip_after, tmp_path, sig, group,
+                                             clip_after):
+    full = uninterrupted_clip_after if clip_after else uninterrupted[0]
     out = str(tmp_path / "run")
-    argv = flags_for(files, out)  # with a DataLoader worker
+    argv = flags_for(files, out, **{CLIP_AFTER: clip_after})  # with a DataLoader worker
     proc = start(argv, new_group=group)
     wait_for(os.path.join(out, "model.ckpt-3.pt"), proc)  # mid-accumulation (steps_per_update 2)
     if group:  # the whole process group, as torchrun's shutdown or kill -- -PGID sends it
@@ -136,31 +148,81 @@ def test_killed_and_rerun_ends_bit_identical(files, uninterrupted, tmp_path, sig
     assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
 
 
-@pytest.mark.slow
-def test_torchrun_two_ranks_equal_one_process_with_accumulation(files, tmp_path):
-    common = dict(bert_config_file=files["config_nodrop"], shuffle=False, num_warmup_steps=0,
-                  poly_power=0.0, save_checkpoints_steps=100, num_workers=0)
-    one = str(tmp_path / "one")
-    assert training.main(flags_for(files, one, train_batch_size=4, steps_per_update=2,
-                                   num_train_steps=8, **common)) == 0
-    two = str(tmp_path / "two")
-    argv = flags_for(files, two, train_batch_size=8, steps_per_update=1, num_train_steps=4, **common)
+def test_clipping_modes_train_differently(uninterrupted, uninterrupted_clip_after):
+    (a, _), (b, _) = weights(os.path.join(uninterrupted[0], "model.ckpt-30.pt")), \
+        weights(os.path.join(uninterrupted_clip_after, "model.ckpt-30.pt"))
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def _torchrun(argv, *launch, timeout=300):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    r = subprocess.run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-                       + argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (m1, _), (m2, _) = weights(os.path.join(one, "model.ckpt-8.pt")), \
-        weights(os.path.join(two, "model.ckpt-4.pt"))
-    init = torch.load(os.path.join(one, "model.ckpt-8.pt"), weights_only=False)
-    assert init["global_step"] == 8
+    return subprocess.Popen([PY, "-m", "torch.distributed.run"] + list(launch) + argv, cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clip_after", [False, True])
+def test_torchrun_two_ranks_equal_one_process_with_accumulation(files, tmp_path, clip_after):
+    """2 ranks x batch 8 x 2 micro-steps per update = 1 process x batch 4 x 4 micro-steps per update,
+    in both clipping modes (per replica and micro-batch; DDP with no_sync, clipped once after)."""
+    common = dict(bert_config_file=files["config_nodrop"], shuffle=False, num_warmup_steps=0,
+                  poly_power=0.0, save_checkpoints_steps=100, num_workers=0, **{CLIP_AFTER: clip_after})
+    one = str(tmp_path / "one")
+    assert training.main(flags_for(files, one, train_batch_size=4, steps_per_update=4,
+                                   num_train_steps=16, **common)) == 0
+    two = str(tmp_path / "two")
+    argv = flags_for(files, two, train_batch_size=8, steps_per_update=2, num_train_steps=8, **common)
+    proc = _torchrun(argv, "--standalone", "--nproc_per_node=2")
+    log = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, log[-3000:]
+    (m1, _), (m2, _) = weights(os.path.join(one, "model.ckpt-16.pt")), \
+        weights(os.path.join(two, "model.ckpt-8.pt"))
     worst = max((m1[k] - m2[k]).abs().max().item() for k in m1)
     assert worst < 1e-5, worst
     # and it did train: the 1-process run differs from its own initialisation
     torch.manual_seed(7)
     from mlperf_bert.trainer import model
     from mlperf_bert.trainer.config import BertConfig
-    fresh = model.BertForPreTraining(BertConfig.from_json_file(files["config_nodrop"])).state_dict()
+    fresh = model.BertForPreTraining(BertConfig.from_dict(TINY)).state_dict()
     assert max((m1[k] - fresh[k]).abs().max().item() for k in m1) > 1e-3
+
+
+@pytest.mark.slow
+def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run(files, tmp_path):
+    """Two torchrun "nodes" (--nnodes=2, gloo on loopback), each with its own output directory (as
+    node-local disks): killed mid-run and rerun, they end with the weights of an uninterrupted run.
+    Only rank 0's directory holds checkpoints; node 1's rank follows rank 0's resume decision."""
+    kw = dict(bert_config_file=files["config"], train_batch_size=8, num_train_steps=12, save_checkpoints_steps=2,
+              num_workers=0, **{CLIP_AFTER: True})
+    full = str(tmp_path / "full")
+    p = _torchrun(flags_for(files, full, **kw), "--standalone", "--nproc_per_node=2")
+    assert p.wait(timeout=300) == 0, p.stdout.read()[-3000:]
+
+    def launch(port):
+        procs = []
+        for node in (0, 1):
+            out = str(tmp_path / ("node%d" % node))
+            procs.append(_torchrun(flags_for(files, out, **kw), "--nnodes=2", "--nproc_per_node=1",
+                                   "--node_rank=%d" % node, "--master_addr=127.0.0.1", "--master_port=%d" % port))
+        return procs
+
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = launch(port)
+    wait_for(os.path.join(str(tmp_path / "node0"), "model.ckpt-4.pt"), procs[0], timeout=240)
+    for p in procs:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=60)
+    assert not os.path.exists(os.path.join(str(tmp_path / "node0"), "run_finished.json"))
+    procs = launch(port + 1 if port < 65000 else port - 1)
+    for p in procs:
+        out = p.communicate(timeout=300)[0]
+        assert p.returncode == 0, out[-3000:]
+    assert not [n for n in os.listdir(str(tmp_path / "node1")) if n.endswith(".pt")]
+    assert_bit_identical(os.path.join(full, "model.ckpt-12.pt"), os.path.join(str(tmp_path / "node0"),
+                                                                               "model.ckpt-12.pt"))
 
 
 def _evals(log_path):

@@ -331,10 +331,11 @@ def run(fv, stop, locks):
                         fv.target_mlm_accuracy)
 
     trainer = Trainer(fv, config, device, rank, world, seed, None if ckpt else fv.init_checkpoint)
-    state = {"step": 0, "next_eval": 0, "evals": []}
+    state = {"step": 0, "next_eval": 0, "evals": [], "samples": 0}
     if ckpt:
         trainer.resume(ckpt, ckpt_path)
-        state = {"step": ckpt["global_step"], "next_eval": ckpt["next_eval"], "evals": ckpt["evals"]}
+        state = {"step": ckpt["global_step"], "next_eval": ckpt["next_eval"], "evals": ckpt["evals"],
+                 "samples": ckpt.get("samples", ckpt["global_step"] * fv.train_batch_size)}
     trainer.seed_ranks(seed, ckpt)
     eval_set = None
     if eval_files:
@@ -354,13 +355,13 @@ def train(fv, trainer, state, train_files, eval_set, freq, seed, log, stop, extr
     """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM."""
     rank, world, device = trainer.rank, trainer.world, trainer.device
     batch_size = fv.train_batch_size
-    step, evals = state["step"], state["evals"]
+    step, evals, samples = state["step"], state["evals"], state["samples"]
     log.start(C.RUN_START)
     t_run = time.time()
 
     def save(at):
         trainer.save(checkpoint.path_for(fv.output_dir, at),
-                     dict(extra, global_step=at, next_eval=state["next_eval"], evals=evals))
+                     dict(extra, global_step=at, samples=samples, next_eval=state["next_eval"], evals=evals))
 
     def online_eval(samples):
         log.start(C.EVAL_START, metadata={C.EPOCH_NUM: samples})
@@ -375,8 +376,7 @@ def train(fv, trainer, state, train_files, eval_set, freq, seed, log, stop, extr
     if evals and evals[-1][1] >= fv.target_mlm_accuracy:  # resumed after reaching the target
         status = C.SUCCESS
     max_steps = fv.num_train_steps
-    if fv.max_samples_termination:
-        max_steps = min(max_steps, -(-fv.max_samples_termination // batch_size))
+    max_samples = fv.max_samples_termination or float("inf")
     if eval_set and fv.eval_at_start and step == 0 and not evals:
         metrics = online_eval(0)
         if metrics["masked_lm_accuracy"] >= fv.target_mlm_accuracy:
@@ -394,23 +394,26 @@ def train(fv, trainer, state, train_files, eval_set, freq, seed, log, stop, extr
                                    world, fv.shuffle, seed, fv.shuffle_buffer, start_batch=step,
                                    vocab_size=trainer.model.config.vocab_size)
     batches = iter(loader.make_loader(ds, fv.num_workers))
-    t0, s0 = time.time(), step
+    t0, samples0 = time.time(), samples
     loss_sum, loss_n = torch.zeros((), device=device), 0
-    while status != C.SUCCESS and step < max_steps:
+    while status != C.SUCCESS and step < max_steps and samples < max_samples:
         if not block_open:
             # BERT counts "epochs" in samples: a block is the eval interval starting here.
-            block_first = step * batch_size
+            block_first = samples
             log.start(C.BLOCK_START, metadata={C.FIRST_EPOCH_NUM: block_first, C.EPOCH_COUNT: freq})
             block_open = True
-        last, updated = trainer.step(next(batches), step)
+        batch = next(batches)
+        # packed rows hold several sequences: the loader counts the real ones of the global batch
+        samples += int(batch.pop("global_sequences", batch_size))
+        last, updated = trainer.step(batch, step)
         step += 1
         loss_sum += last
         loss_n += 1
-        samples = step * batch_size
-        if step % fv.log_frequency == 0 or step == max_steps:
+        end = step == max_steps or samples >= max_samples
+        if step % fv.log_frequency == 0 or end:
             # host syncs (.item(), collectives) only at log, update, eval and checkpoint
             # boundaries, so the CPU can queue micro-steps ahead of the GPU
-            rate = (step - s0) * batch_size / max(time.time() - t0, 1e-9)
+            rate = (samples - samples0) / max(time.time() - t0, 1e-9)
             lr = trainer.learning_rate(step - 1)
             if bar is not None:
                 bar.set_postfix(loss="%.4f" % last.item(), lr="%.3g" % lr, seq_s="%.1f" % rate, refresh=False)
@@ -431,7 +434,7 @@ def train(fv, trainer, state, train_files, eval_set, freq, seed, log, stop, extr
                 status = C.SUCCESS
         # ranks agree on a SIGTERM at update boundaries (one all-reduce per update, not per micro-step)
         halt = stop.requested if world == 1 else (updated and distributed.any_rank(stop.requested, device))
-        if step % fv.save_checkpoints_steps == 0 or halt or step == max_steps or status == C.SUCCESS:
+        if step % fv.save_checkpoints_steps == 0 or halt or end or status == C.SUCCESS:
             save(step)
         if halt:
             if bar is not None:
@@ -444,23 +447,23 @@ def train(fv, trainer, state, train_files, eval_set, freq, seed, log, stop, extr
         bar.close()
     if block_open:
         log.end(C.BLOCK_STOP, metadata={C.FIRST_EPOCH_NUM: block_first, C.EPOCH_COUNT: freq})
-    log.event(C.TRAIN_SAMPLES, step * batch_size)
-    log.end(C.RUN_STOP, metadata={C.STATUS: status, C.SAMPLES_COUNT: step * batch_size})
+    log.event(C.TRAIN_SAMPLES, samples)
+    log.end(C.RUN_STOP, metadata={C.STATUS: status, C.SAMPLES_COUNT: samples})
     log.close()
     if rank == 0:
         print("trained %d steps (%d samples) in %.1f s; final loss %s; status %s"
-              % (step, step * batch_size, time.time() - t_run,
+              % (step, samples, time.time() - t_run,
                  "n/a" if last is None else "%.4f" % last.item(), status), flush=True)
     if fv.do_eval:
         if not eval_set:
             metrics = trainer.evaluate(evaluation.reference_eval_batches(fv, train_files, rank, world))
-        elif metrics is None or evals[-1][0] != step * batch_size:
+        elif metrics is None or evals[-1][0] != samples:
             # the last online eval (if any) saw older weights than these final ones
             metrics = trainer.evaluate(eval_set)
         if rank == 0:
             print(evaluation.write_eval_results(fv.output_dir, metrics, step))
     if rank == 0:  # a rerun of this command now says so and changes nothing
-        checkpoint.write_finished(fv.output_dir, status, step, step * batch_size)
+        checkpoint.write_finished(fv.output_dir, status, step, samples)
     return 0
 
 

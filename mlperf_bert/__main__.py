@@ -14,6 +14,7 @@ COMMANDS = {
     "make-dataset": ("dataset.make_dataset", "text shards -> all TFRecords + eval_10k, in parallel, resumable"),
     "verify": ("dataset.checksums", "check files or a directory against results/ md5 sums and sizes"),
     "to-hdf5": ("dataset.hdf5", "TFRecords -> HDF5 for the PyTorch loader"),
+    "pack": ("dataset.packing", "TFRecords -> packed HDF5 rows (up to 3 sequences per row, no padding waste)"),
     "train": ("trainer.training", "the trainer (run_pretraining.py)"),
     "convert-checkpoint": ("trainer.checkpoint_convert", "TF checkpoint <-> .pt (convert_checkpoint.py)"),
     "add-gradacc": ("trainer.gradacc", "add zero GradientAccumulator variables (checkpoint_add_gradacc.py)"),

@@ -15,6 +15,8 @@ P = max_predictions_per_seq), used by the ``pack`` command, the loader and the m
 
 A sequence's length is its unpacked ``input_mask`` sum (the generator's mask is a prefix).
 """
+import os
+
 import numpy as np
 
 PACKED_FEATURES = ("input_ids", "segment_ids", "input_mask", "position_ids", "masked_lm_positions",
@@ -90,3 +92,205 @@ def unpack_arrays(packed, max_seq_length):
             seq["next_sentence_labels"] = np.array([packed["next_sentence_labels"][r, j]], np.int64)
             rows.append(seq)
     return {name: np.stack([row[name] for row in rows]) for name in rows[0]} if rows else {}
+
+
+# ---------------------------------------------------------------- packing algorithm
+
+def pack_groups(lengths, max_seq_length, max_sequences_per_pack):
+    """Groups of sequence indices, each fitting one row: histogram best-fit, longest first.
+
+    After Krell et al. 2021 (shortest-pack-first histogram packing), on the histogram of lengths:
+    lengths are taken from the longest down; each goes into the open pack whose space left fits
+    it most tightly (fewest tokens left over) among packs with fewer than K sequences, or opens a
+    pack. Whole counts move at once, so the cost grows with the number of distinct lengths, not
+    sequences. Sequences of one length are placed in input order: the result is deterministic.
+    """
+    s, k = int(max_seq_length), int(max_sequences_per_pack)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size and (lengths.min() < 1 or lengths.max() > s):
+        raise ValueError("sequence lengths must be in 1..%d" % s)
+    by_length = {}
+    for length in np.unique(lengths)[::-1]:
+        by_length[int(length)] = list(np.flatnonzero(lengths == length))
+    packs = []  # packs[i]: sequence indices
+    # open[(space left, sequences)] -> ids of packs in that state that can take more
+    open_ = {}
+    for length, idx in by_length.items():
+        idx = idx[::-1]  # pop() takes them in input order
+        while idx:
+            best = None
+            for space in range(length, s):
+                for n in range(1, k):
+                    if open_.get((space, n)):
+                        best = (space, n)
+                        break
+                if best:
+                    break
+            if best is None:  # new packs, each with as many of this length as fit
+                per = min(k, s // length)
+                while idx:
+                    group = [int(idx.pop()) for _ in range(min(per, len(idx)))]
+                    packs.append(group)
+                    space_left = s - length * len(group)
+                    if len(group) < k and space_left > 0:
+                        open_.setdefault((space_left, len(group)), []).append(len(packs) - 1)
+                break
+            space, n = best
+            ids = open_[best]
+            take = min(len(ids), len(idx))
+            moved, open_[best] = ids[:take], ids[take:]
+            for p in moved:
+                packs[p].append(int(idx.pop()))
+            if n + 1 < k and space - length > 0:
+                open_.setdefault((space - length, n + 1), []).extend(moved)
+    return packs
+
+
+# ---------------------------------------------------------------- packed HDF5 files
+
+# Storage types; values are checked before they are stored.
+STORAGE = {"input_ids": np.uint16, "segment_ids": np.uint8, "input_mask": np.uint8, "position_ids": np.uint16,
+           "masked_lm_positions": np.uint16, "masked_lm_ids": np.uint16, "masked_lm_weights": np.float32,
+           "next_sentence_labels": np.int8, "nsp_positions": np.uint16}
+ATTRS = ("max_seq_length", "max_predictions_per_seq", "max_sequences_per_pack", "num_sequences", "num_rows",
+         "packing_rate", "seed")
+
+
+def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, max_sequences_per_pack, seed):
+    """Pack one TFRecord file into one packed HDF5 file (rows in a seeded random order); return
+    (sequences, rows, real tokens)."""
+    import h5py
+    from mlperf_bert.dataset.example import decode_pretraining_batch, decode_pretraining_example
+    from mlperf_bert.dataset.tfrecord import read_records
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.fileio import atomic_path
+    records = list(read_records(input_path))
+    if not records:
+        raise UserError("%s holds no records: check --input" % input_path)
+    try:
+        arrays = decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq)
+    except UserError:  # name the record by its index in the file
+        for i, data in enumerate(records):
+            decode_pretraining_example(data, max_seq_length, max_predictions_per_seq,
+                                       where="%s: record %d" % (input_path, i))
+        raise
+    lengths = sequence_lengths(arrays["input_mask"])
+    groups = pack_groups(lengths, max_seq_length, max_sequences_per_pack)
+    order = np.random.Generator(np.random.PCG64([seed, zlib_crc(os.path.basename(input_path))])).permutation(
+        len(groups))
+    packed = pack_arrays(arrays, [groups[i] for i in order], max_sequences_per_pack)
+    with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as h:
+        for name in PACKED_FEATURES:
+            values = packed[name]
+            if name != "masked_lm_weights":
+                info = np.iinfo(STORAGE[name])
+                if values.min() < info.min or values.max() > info.max:
+                    raise UserError("%s: %s holds %d..%d, outside %s" % (input_path, name, values.min(),
+                                                                         values.max(), np.dtype(STORAGE[name]).name))
+            h.create_dataset(name, data=values.astype(STORAGE[name]))
+        h.attrs.update(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
+                       max_sequences_per_pack=max_sequences_per_pack, num_sequences=len(lengths),
+                       num_rows=len(groups), packing_rate=len(lengths) / len(groups), seed=seed,
+                       source_file=os.path.basename(input_path))
+    return len(lengths), len(groups), int(lengths.sum())
+
+
+def zlib_crc(text):
+    import zlib
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def is_packed(path):
+    """Whether ``path`` is a packed HDF5 file (made by ``pack``)."""
+    if not path.endswith((".hdf5", ".h5")):
+        return False
+    import h5py
+    try:
+        with h5py.File(path, "r") as h:
+            return "max_sequences_per_pack" in h.attrs
+    except OSError:
+        return False
+
+
+def read_attrs(path):
+    """The attributes of a packed file (dict), or a one-line UserError."""
+    import h5py
+    from mlperf_bert.errors import UserError
+    try:
+        with h5py.File(path, "r") as h:
+            attrs = {name: h.attrs[name].item() if hasattr(h.attrs[name], "item") else h.attrs[name]
+                     for name in ATTRS}
+            missing = [n for n in PACKED_FEATURES if n not in h]
+    except (OSError, KeyError) as e:
+        raise UserError("%s is not a packed file (%s): make it with python -m mlperf_bert pack" % (path, e))
+    if missing:
+        raise UserError("%s is not a packed file (no %s): make it with python -m mlperf_bert pack"
+                        % (path, ", ".join(missing)))
+    return attrs
+
+
+def read_packed(path):
+    """All rows of a packed file as arrays of the format (int64, weights float32)."""
+    import h5py
+    read_attrs(path)
+    with h5py.File(path, "r") as h:
+        return {name: h[name][:].astype(np.float32 if name == "masked_lm_weights" else np.int64)
+                for name in PACKED_FEATURES}
+
+
+# ---------------------------------------------------------------- the pack command
+
+def _pack_job(job):
+    return pack_file(*job)
+
+
+def main(argv):
+    from mlperf_bert import flags
+    from mlperf_bert.dataset.tfrecord import expand_paths
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.fileio import refuse_overwriting_inputs
+    fv = flags.FlagValues()
+    flags.DEFINE_string("input", None, "TFRecord file(s) of unpacked sequences: comma list or glob", flag_values=fv)
+    flags.DEFINE_string("output", None, "packed HDF5 file (one input) or directory (one <input>.packed.hdf5 "
+                        "per input)", flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", 512, "row length (the records' sequence length)", flag_values=fv)
+    flags.DEFINE_integer("max_predictions_per_seq", 76, "masked positions per record", flag_values=fv)
+    flags.DEFINE_integer("max_sequences_per_pack", 3, "at most this many sequences per row", flag_values=fv)
+    flags.DEFINE_integer("seed", 12345, "seed of the row order", flag_values=fv)
+    flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "input files packed in parallel", flag_values=fv)
+    flags.DEFINE_bool("progress", True, "show a progress bar", flag_values=fv)
+    flags.parse(fv, argv, required=["input", "output"], positional=False)
+    if fv.max_sequences_per_pack < 1:
+        raise UserError("--max_sequences_per_pack must be >= 1, got %d" % fv.max_sequences_per_pack)
+    files = expand_paths(fv.input, "--input file")
+    if len(files) == 1 and not os.path.isdir(fv.output):
+        outputs = [fv.output]
+    else:
+        if os.path.exists(fv.output) and not os.path.isdir(fv.output):
+            raise UserError("--output=%s: several inputs need an output directory" % fv.output)
+        os.makedirs(fv.output, exist_ok=True)
+        outputs = [os.path.join(fv.output, os.path.basename(p) + ".packed.hdf5") for p in files]
+    refuse_overwriting_inputs(outputs, files, "--output")
+    jobs = [(p, o, fv.max_seq_length, fv.max_predictions_per_seq, fv.max_sequences_per_pack, fv.seed)
+            for p, o in zip(files, outputs)]
+    from tqdm import tqdm
+    workers = max(1, min(fv.num_workers, len(jobs)))
+    with tqdm(total=len(jobs), unit="file", desc="pack", disable=not fv.progress) as bar:
+        if workers == 1:
+            results = []
+            for job in jobs:
+                results.append(_pack_job(job))
+                bar.update(1)
+        else:
+            import multiprocessing
+            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+                results = []
+                for r in pool.imap(_pack_job, jobs):
+                    results.append(r)
+                    bar.update(1)
+    seqs, rows, tokens = (sum(r[i] for r in results) for i in range(3))
+    slots = fv.max_seq_length
+    print("packed %d sequences into %d rows of %d tokens: %.4f sequences per row; padding %.1f%% of token "
+          "positions before, %.1f%% after; wrote %s" % (seqs, rows, slots, seqs / rows, 100 * (1 - tokens / (seqs * slots)),
+                                                       100 * (1 - tokens / (rows * slots)), ", ".join(outputs)))
+    return 0

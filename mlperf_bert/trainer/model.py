@@ -46,11 +46,14 @@ class Embeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=LN_EPS)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, input_ids, segment_ids):
+    def forward(self, input_ids, segment_ids, position_ids=None):
         seq = input_ids.shape[1]
         x = F.embedding(input_ids, self.word_embeddings)
         x = x + F.embedding(segment_ids, self.token_type_embeddings)
-        x = x + self.position_embeddings[:seq].unsqueeze(0)
+        if position_ids is None:
+            x = x + self.position_embeddings[:seq].unsqueeze(0)
+        else:  # packed rows: positions restart at each sequence
+            x = x + F.embedding(position_ids, self.position_embeddings)
         return self.dropout(self.LayerNorm(x))
 
 
@@ -141,11 +144,21 @@ class Bert(nn.Module):
         self.encoder = Encoder(cfg)
         self.pooler = Dense(cfg.hidden_size, cfg.hidden_size)
 
-    def forward(self, input_ids, segment_ids, input_mask):
-        # The reference adds (1 - mask) * -10000 to the attention scores.
-        mask_add = (1.0 - input_mask[:, None, None, :].float()) * -10000.0
-        seq = self.encoder(self.embeddings(input_ids, segment_ids), mask_add)
-        pooled = torch.tanh(self.pooler.dense(seq[:, 0]))
+    def forward(self, input_ids, segment_ids, input_mask, position_ids=None, nsp_positions=None):
+        if position_ids is None:
+            # The reference adds (1 - mask) * -10000 to the attention scores.
+            mask_add = (1.0 - input_mask[:, None, None, :].float()) * -10000.0
+        else:
+            # Packed rows (input_mask = sequence number, 0 on padding): the same -10000 on every key
+            # outside the query's own sequence, so each sequence sees exactly what it sees unpacked.
+            same = (input_mask[:, :, None] == input_mask[:, None, :]) & (input_mask[:, None, :] > 0)
+            mask_add = (~same).float()[:, None] * -10000.0
+        seq = self.encoder(self.embeddings(input_ids, segment_ids, position_ids), mask_add)
+        if nsp_positions is None:
+            first = seq[:, 0]
+        else:  # each sequence's first token: [b, K, h]
+            first = seq.gather(1, nsp_positions[:, :, None].expand(-1, -1, seq.shape[-1]))
+        pooled = torch.tanh(self.pooler.dense(first))
         return seq, pooled
 
 
@@ -194,8 +207,13 @@ class BertForPreTraining(nn.Module):
                 nn.init.trunc_normal_(p, std=std, a=-2 * std, b=2 * std)
 
     def forward(self, input_ids, segment_ids, input_mask, masked_lm_positions, masked_lm_ids,
-                masked_lm_weights, next_sentence_labels):
-        seq, pooled = self.bert(input_ids, segment_ids, input_mask)
+                masked_lm_weights, next_sentence_labels, position_ids=None, nsp_positions=None,
+                return_logits=False):
+        """Losses and metric sums of a batch. Packed rows (dataset/packing.py) also give
+        ``position_ids`` and ``nsp_positions``; their ``next_sentence_labels`` are -1 on empty
+        slots, which do not count. ``return_logits``: also (MLM logits [slots, vocab], NSP logits
+        [sequences, 2]) of the counted slots and sequences."""
+        seq, pooled = self.bert(input_ids, segment_ids, input_mask, position_ids, nsp_positions)
         b, t, h = seq.shape
         pred = self.cls.predictions
 
@@ -214,13 +232,24 @@ class BertForPreTraining(nn.Module):
         mlm_correct = (w * (log_probs.argmax(-1) == labels).float()).sum()
 
         nsp = self.cls.seq_relationship
+        pooled = pooled.reshape(-1, pooled.shape[-1])
         nsp_logits = pooled @ nsp.output_weights.t().to(pooled.dtype) + nsp.output_bias.to(pooled.dtype)
         nsp_log_probs = F.log_softmax(nsp_logits.float(), dim=-1)
         nsp_labels = next_sentence_labels.reshape(-1)
-        nsp_nll = -nsp_log_probs.gather(1, nsp_labels[:, None]).squeeze(1)
-        nsp_nll_sum = nsp_nll.sum()
-        nsp_count = nsp_nll.new_full((), float(nsp_nll.numel()))  # no host-to-device copy
+        if nsp_positions is None:
+            nsp_nll = -nsp_log_probs.gather(1, nsp_labels[:, None]).squeeze(1)
+            nsp_nll_sum = nsp_nll.sum()
+            nsp_count = nsp_nll.new_full((), float(nsp_nll.numel()))  # no host-to-device copy
+            nsp_correct = (nsp_log_probs.argmax(-1) == nsp_labels).float().sum()
+        else:  # empty slots of packed rows (label -1) do not count
+            real = (nsp_labels >= 0).float()
+            nsp_nll = -nsp_log_probs.gather(1, nsp_labels.clamp(min=0)[:, None]).squeeze(1)
+            nsp_nll_sum = (real * nsp_nll).sum()
+            nsp_count = real.sum()
+            nsp_correct = (real * (nsp_log_probs.argmax(-1) == nsp_labels).float()).sum()
         nsp_loss = nsp_nll_sum / nsp_count
-        nsp_correct = (nsp_log_probs.argmax(-1) == nsp_labels).float().sum()
-        return PretrainingOutput(mlm_loss + nsp_loss, mlm_loss, nsp_loss, mlm_correct, mlm_weight,
-                                 mlm_nll_sum, nsp_correct, nsp_count, nsp_nll_sum)
+        out = PretrainingOutput(mlm_loss + nsp_loss, mlm_loss, nsp_loss, mlm_correct, mlm_weight,
+                                mlm_nll_sum, nsp_correct, nsp_count, nsp_nll_sum)
+        if return_logits:
+            return out, (logits[w != 0], nsp_logits[nsp_labels >= 0])
+        return out

@@ -1,0 +1,111 @@
+"""Input pipeline for packed rows (``pack`` output): deterministic, resumable, sharded over ranks.
+
+The same contract as loader.PretrainingBatches, over rows instead of records: epoch ``e`` visits
+the files in an order drawn from ``rng(seed, e)`` and each file's rows in a permutation drawn
+from the same generator; global batch ``i`` is stream rows ``[i*B, (i+1)*B)`` and rank ``r`` of
+``R`` takes the contiguous slice ``[i*B + r*B/R, i*B + (r+1)*B/R)``. Every batch also carries
+``global_sequences``, the real sequences in the whole global batch (every rank knows it from
+the files' per-row counts, without communication): the trainer counts samples with it.
+"""
+import numpy as np
+import torch
+
+from mlperf_bert.dataset import packing
+from mlperf_bert.errors import UserError
+
+
+def check_files(files, max_seq_length, max_predictions_per_seq):
+    """Attributes of every packed file, checked against the flags and each other."""
+    attrs = [packing.read_attrs(f) for f in files]
+    for f, a in zip(files, attrs):
+        if (a["max_seq_length"], a["max_predictions_per_seq"]) != (max_seq_length, max_predictions_per_seq):
+            raise UserError("%s was packed with --max_seq_length=%d --max_predictions_per_seq=%d, not %d and %d: "
+                            "use matching flags or data" % (f, a["max_seq_length"], a["max_predictions_per_seq"],
+                                                            max_seq_length, max_predictions_per_seq))
+    if len({a["max_sequences_per_pack"] for a in attrs}) > 1:
+        raise UserError("packed files %s differ in max_sequences_per_pack: pack them alike" % ",".join(files))
+    return attrs
+
+
+def packing_rate(files):
+    """Real sequences per row over all ``files``."""
+    attrs = [packing.read_attrs(f) for f in files]
+    return sum(a["num_sequences"] for a in attrs) / sum(a["num_rows"] for a in attrs)
+
+
+class PackedBatches(torch.utils.data.IterableDataset):
+    """This rank's batches of packed rows, from global batch ``start_batch`` on."""
+
+    def __init__(self, files, global_batch, rank=0, world_size=1, shuffle=True, seed=0, start_batch=0,
+                 repeat=True):
+        super().__init__()
+        if global_batch % world_size:
+            raise UserError("batch size %d is not a multiple of the %d ranks: choose a multiple"
+                            % (global_batch, world_size))
+        self.files = list(files)
+        self.global_batch, self.rank, self.world_size = global_batch, rank, world_size
+        self.shuffle, self.seed, self.start_batch, self.repeat = shuffle, seed, start_batch, repeat
+
+    def _stream(self, counts):
+        """(file index, row) of the global row stream, epoch after epoch."""
+        epoch = 0
+        while True:
+            rng = np.random.Generator(np.random.PCG64([self.seed, epoch]))
+            order = rng.permutation(len(self.files)) if self.shuffle else range(len(self.files))
+            for fi in order:
+                rows = rng.permutation(len(counts[fi])) if self.shuffle else np.arange(len(counts[fi]))
+                for r in rows.tolist():
+                    yield fi, r
+            if not self.repeat:
+                return
+            epoch += 1
+
+    def _batches(self, worker, num_workers):
+        import h5py
+        handles = [h5py.File(f, "r") for f in self.files]
+        try:
+            counts = [(h["next_sentence_labels"][:] >= 0).sum(axis=1) for h in handles]
+            if not sum(len(c) for c in counts):
+                raise UserError("packed files %s hold no rows: check the paths" % ",".join(self.files))
+            per_rank = self.global_batch // self.world_size
+            lo, hi = self.rank * per_rank, (self.rank + 1) * per_rank
+            i, pos, mine, total = 0, 0, [], 0
+            for fi, r in self._stream(counts):
+                wanted = i >= self.start_batch and (i - self.start_batch) % num_workers == worker
+                if wanted:
+                    total += int(counts[fi][r])
+                    if lo <= pos < hi:
+                        mine.append((fi, r))
+                pos += 1
+                if pos == self.global_batch:
+                    if wanted:
+                        yield self._read(handles, mine, total)
+                    i, pos, mine, total = i + 1, 0, [], 0
+            if mine:
+                yield self._read(handles, mine, total)
+        finally:
+            for h in handles:
+                h.close()
+
+    def _read(self, handles, items, total):
+        out = {name: [None] * len(items) for name in packing.PACKED_FEATURES}
+        by_file = {}
+        for j, (fi, r) in enumerate(items):
+            by_file.setdefault(fi, []).append((r, j))
+        for fi, pairs in by_file.items():
+            pairs.sort()
+            rows = [r for r, _ in pairs]
+            for name in packing.PACKED_FEATURES:
+                block = handles[fi][name][rows]  # h5py reads increasing indices
+                for (_, j), value in zip(pairs, block):
+                    out[name][j] = value
+        batch = {name: torch.from_numpy(np.stack(v).astype(np.float32 if name == "masked_lm_weights" else np.int64))
+                 for name, v in out.items()}
+        batch["global_sequences"] = torch.tensor(total)
+        return batch
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return self._batches(0, 1)
+        return self._batches(info.id, info.num_workers)

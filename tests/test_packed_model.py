@@ -1,0 +1,122 @@
+"""The model on packed rows: per-sequence MLM/NSP logits, loss, metric sums and gradients equal to
+the unpacked forward of the same real sequences (fp32), no cross-contamination, bf16 runs."""
+import numpy as np
+import pytest
+import torch
+
+from mlperf_bert.dataset import packing, tfrecord
+from mlperf_bert.dataset.example import decode_pretraining_batch
+from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.trainer.model import BertForPreTraining
+
+CFG = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=128, max_position_embeddings=512, hidden_dropout_prob=0.0,
+                 attention_probs_dropout_prob=0.0)
+
+
+@pytest.fixture(scope="module")
+def sequences(golden_s512):
+    """12 real seq-512 sequences of varied lengths (short ones that pack, and full ones)."""
+    recs = [r for _, r in zip(range(400), tfrecord.read_records(golden_s512))]
+    a = decode_pretraining_batch(recs, 512, 76)
+    lengths = packing.sequence_lengths(a["input_mask"])
+    short = [i for i in np.argsort(lengths, kind="stable") if lengths[i] >= 20][:9]
+    full = [i for i in range(len(lengths)) if lengths[i] == 512][:3]
+    pick = sorted(short + full)
+    return {k: v[pick].astype(np.float32 if k == "masked_lm_weights" else np.int64) for k, v in a.items()}
+
+
+def tensors(arrays):
+    return {k: torch.from_numpy(np.asarray(v)) for k, v in arrays.items()}
+
+
+def unpacked_batch(a):
+    b = tensors(a)
+    b["next_sentence_labels"] = b["next_sentence_labels"].reshape(-1)
+    return b
+
+
+def packed_batch(a, k=3):
+    lengths = packing.sequence_lengths(a["input_mask"])
+    groups = packing.pack_groups(lengths, 512, k)
+    assert len(groups) < len(lengths) and max(len(g) for g in groups) > 1  # it really packs
+    p = tensors(packing.pack_arrays(a, groups, k))
+    return {name: v.long() if name != "masked_lm_weights" else v.float() for name, v in p.items()}, groups
+
+
+def model():
+    torch.manual_seed(0)
+    m = BertForPreTraining(CFG)
+    m.eval()
+    return m
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
+
+
+def test_packed_forward_equals_unpacked_per_sequence(sequences):
+    m = model()
+    out_u, (mlm_u, nsp_u) = m(**unpacked_batch(sequences), return_logits=True)
+    packed, groups = packed_batch(sequences)
+    out_p, (mlm_p, nsp_p) = m(**packed, return_logits=True)
+    # logits of each sequence: unpacked order is sequence order; packed order is row/slot order
+    order = [i for g in groups for i in g]
+    w = sequences["masked_lm_weights"]
+    per_seq = np.split(np.arange(int((w != 0).sum())), np.cumsum((w != 0).sum(1))[:-1])
+    mlm_u_by_packed = torch.cat([mlm_u[per_seq[i]] for i in order])
+    assert mlm_p.shape == mlm_u_by_packed.shape and nsp_p.shape == (len(order), 2)
+    assert rel(mlm_p, mlm_u_by_packed) < 1e-5
+    assert rel(nsp_p, nsp_u[order]) < 1e-5
+    for name in ("loss", "mlm_loss", "nsp_loss", "mlm_nll_sum", "nsp_nll_sum"):
+        assert rel(getattr(out_p, name), getattr(out_u, name)) < 1e-5, name
+    for name in ("mlm_correct", "mlm_weight", "nsp_correct", "nsp_count"):
+        assert getattr(out_p, name).item() == getattr(out_u, name).item(), name
+    assert out_p.nsp_count.item() == len(order)
+
+
+def test_packed_gradients_equal_unpacked(sequences):
+    grads = []
+    for batch in (unpacked_batch(sequences), packed_batch(sequences)[0]):
+        m = model()
+        m(**batch).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
+    # the key bias's gradient is zero in exact arithmetic (softmax ignores a per-query constant):
+    # its rounding noise (1e-13) is measured against the largest gradient of all
+    scale = max(g.abs().max().item() for g in grads[0].values())
+    for name in grads[0]:
+        diff = (grads[1][name].double() - grads[0][name].double()).abs().max().item()
+        assert diff <= 1e-5 * max(grads[0][name].abs().max().item(), 1e-3 * scale), name
+
+
+def test_no_cross_contamination_and_positions_restart(sequences):
+    m = model()
+    packed, groups = packed_batch(sequences)
+    row = next(r for r, g in enumerate(groups) if len(g) >= 2)
+    _, (mlm, nsp) = m(**packed, return_logits=True)
+    changed = {k: v.clone() for k, v in packed.items()}
+    second = changed["input_mask"][row] == 2
+    changed["input_ids"][row][second] = 1000 + torch.arange(int(second.sum())) % 500  # other tokens
+    _, (mlm2, nsp2) = m(**changed, return_logits=True)
+    # sequence 1 of that row: its NSP logit and its MLM slots are unchanged; sequence 2's change
+    seq_index = sum(len(g) for g in groups[:row])
+    assert torch.equal(nsp[seq_index], nsp2[seq_index])
+    assert not torch.equal(nsp[seq_index + 1], nsp2[seq_index + 1])
+    p = packed["masked_lm_positions"].shape[1] // 3
+    w = packed["masked_lm_weights"]
+    before = int((w[:row] != 0).sum())
+    first_slots = int((w[row, :p] != 0).sum())
+    assert torch.equal(mlm[before:before + first_slots], mlm2[before:before + first_slots])
+    # positions restart: the second sequence's first token has position 0
+    start = int(packed["nsp_positions"][row, 1])
+    assert start > 0 and packed["position_ids"][row, start].item() == 0
+
+
+def test_packed_bf16_autocast_runs(sequences):
+    m = model()
+    packed, _ = packed_batch(sequences)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(**packed)
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and abs(out.loss.item() - model()(**packed).loss.item()) < 0.1

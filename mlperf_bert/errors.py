@@ -1,4 +1,5 @@
 """One-line user errors and the wrapper every command-line entry point uses."""
+import contextlib
 import os
 import signal
 import sys
@@ -45,6 +46,23 @@ def init_worker(parent_pid):
             pass
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         sys.exit(143)
+
+
+@contextlib.contextmanager
+def worker_pool(workers, start_method=None):
+    """A multiprocessing pool of ``init_worker`` workers. On success it is closed and joined:
+    ``Pool.__exit__`` terminates instead, and a worker killed while it holds the task queue's
+    lock leaves any worker that then waits on that lock (one the pool just started) hanging the
+    join for ever. On an error or a signal the workers are terminated."""
+    import multiprocessing
+    pool = multiprocessing.get_context(start_method).Pool(workers, init_worker, (os.getpid(),))
+    try:
+        yield pool
+    except BaseException:
+        pool.terminate()
+        raise
+    pool.close()
+    pool.join()
 
 
 def run_main(main, argv=None):

@@ -85,7 +85,7 @@ def test_write_errors_are_one_line_naming_the_file_and_keep_the_old_file(tmp_pat
 def test_known_size_is_checked_before_writing(tmp_path, monkeypatch):
     monkeypatch.setattr(fileio, "free_bytes", lambda path: 1000)
     with pytest.raises(UserError, match=r"needs 2\.0 KiB, 1000 bytes free in .*free space, then rerun"):
-        with fileio.atomic_open(str(tmp_path / "x"), "wb", needed=2048) as f:
+        with fileio.atomic_open(str(tmp_path / "x"), "wb", needed=2048):
             raise AssertionError("the block must not run")
     assert os.listdir(tmp_path) == []
 
@@ -317,13 +317,22 @@ def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, si
     writing into the output directory after it is gone, and nothing half-written stays."""
     from mlperf_bert.dataset import make_dataset
     from test_dataset import cmd
+    # 30 shards (~2 s of work): the whole job on the two test shards takes ~0.4 s, less than it
+    # takes to see the workers start, so the signal could arrive after the end.
+    many = tmp_path / "text"
+    many.mkdir()
+    shards = sorted(n for n in os.listdir(text_dir) if n.startswith("part-"))
+    for k in range(30):
+        shutil.copy(os.path.join(text_dir, shards[k % len(shards)]), many / ("part-%05d-of-00030" % k))
+    shutil.copy(os.path.join(text_dir, "eval.txt"), many / "eval.txt")
+    text_dir = str(many)
     out = str(tmp_path / "out")
     proc = subprocess.Popen([PY, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=2), cwd=ROOT,
                             env=ENV, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
-    while len(children(proc.pid)) < 2 and time.time() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.3)  # the workers are generating
+    while not (os.path.isdir(out) and not no_temporaries(out)) and time.time() < deadline:
+        time.sleep(0.005)  # until a worker is writing an output
+    assert proc.poll() is None, "make-dataset ended before it could be signalled"
     os.kill(proc.pid, sig)
     proc.wait()
     at_exit = finished(out)

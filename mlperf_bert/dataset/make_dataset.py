@@ -9,14 +9,13 @@ with the same flags produces the rest. At the end ``manifest.tsv`` lists name, b
 records and md5 of every output; ``verify`` checks a directory against it.
 """
 import json
-import multiprocessing
 import os
 import re
 import time
 
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import MANIFEST_NAME, file_md5, write_manifest
-from mlperf_bert.errors import UserError, init_worker
+from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
 from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries
 from mlperf_bert.locking import lock_dir, remove_stale_locks
@@ -156,7 +155,7 @@ def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, pro
     rows = []
     with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="make-dataset",
               disable=not progress, smoothing=0.05) as bar:
-        with multiprocessing.Pool(workers, init_worker, (os.getpid(),), maxtasksperchild=8) as pool:
+        with worker_pool(workers) as pool:
             for src, out_rows, _ in pool.imap_unordered(_run_job, jobs):
                 rows += out_rows
                 bar.update(sizes[src])

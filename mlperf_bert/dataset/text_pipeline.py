@@ -8,14 +8,13 @@ then the training text gathered in sorted order into shards (``do_gather.py``). 
 are processed in a pool; only the gather is serial.
 """
 import glob
-import multiprocessing
 import os
 import random
 import shutil
 
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import article_md5
-from mlperf_bert.errors import UserError, init_worker
+from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs
 from mlperf_bert.locking import lock_dir
 from mlperf_bert.dataset.sentences import sent_tokenize
@@ -144,7 +143,7 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
     workers = max(1, min(workers or os.cpu_count() or 1, n))
     train_files, eval_articles = [], []
     try:
-        with multiprocessing.Pool(workers, init_worker, (os.getpid(),)) as pool:
+        with worker_pool(workers) as pool:
             for out, evals in tqdm(pool.imap(_process_one, jobs), total=n, desc="clean+split",
                                    unit="file", disable=not progress):
                 train_files.append(out)

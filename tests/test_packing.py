@@ -129,3 +129,24 @@ def test_packed_loader_ranks_resume_and_sequence_counts(packed_s512):
                                          num_workers=2)
     assert rows_of(loader) == rows_of(one)
     assert packing_rate(f) == pytest.approx(7343 / len(rows_of(one)))
+
+
+def test_packed_loader_keeps_every_prediction_in_fewer_slots(packed_s512):
+    """The loader cuts the K*P = 228 prediction slots to the file's max_predictions_per_row (78
+    here): the MLM head then computes 78 slots a row, and no real prediction is dropped."""
+    f = packed_s512[0]
+    rows = packing.read_packed(f)
+    width = packing.read_attrs(f)["max_predictions_per_row"]
+    real = (rows["masked_lm_weights"] != 0).sum(1)
+    assert width == real.max() and width < 3 * 76
+    by_row = {tuple(r): i for i, r in enumerate(rows["input_ids"])}
+    for b in PackedBatches([f], 16, shuffle=True, seed=1, repeat=False):
+        assert b["masked_lm_positions"].shape == (16, width) or len(b["input_ids"]) < 16
+        for j, ids in enumerate(b["input_ids"].numpy()):
+            i = by_row[tuple(ids)]
+            keep = rows["masked_lm_weights"][i] != 0
+            n = int(keep.sum())
+            for name in packing.PREDICTION_FEATURES:
+                got = b[name][j].numpy()
+                assert (got[:n] == rows[name][i][keep]).all()  # the real ones, in their order
+                assert (got[n:] == 0).all()

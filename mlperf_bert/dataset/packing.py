@@ -14,6 +14,10 @@ P = max_predictions_per_seq), used by the ``pack`` command, the loader and the m
 - ``nsp_positions`` [N, K]: row position of sequence j's first token ([CLS]); 0 if absent.
 
 A sequence's length is its unpacked ``input_mask`` sum (the generator's mask is a prefix).
+
+A file's ``max_predictions_per_row`` attribute bounds the real predictions of any of its rows
+(at most about 0.15 * S + K/2 for the reference's generator, far below K*P): the loader keeps
+that many slots per row (``compact_predictions``), so the MLM head does not compute K*P.
 """
 import os
 
@@ -153,7 +157,22 @@ STORAGE = {"input_ids": np.uint16, "segment_ids": np.uint8, "input_mask": np.uin
            "masked_lm_positions": np.uint16, "masked_lm_ids": np.uint16, "masked_lm_weights": np.float32,
            "next_sentence_labels": np.int8, "nsp_positions": np.uint16}
 ATTRS = ("max_seq_length", "max_predictions_per_seq", "max_sequences_per_pack", "num_sequences", "num_rows",
-         "packing_rate", "seed")
+         "packing_rate", "max_predictions_per_row", "seed")
+PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+
+
+def compact_predictions(arrays, width):
+    """The prediction slots of packed rows ([N, K*P]) cut to ``width``, each row's real ones
+    first and in their order: the same predictions, in a narrower array."""
+    weights = np.asarray(arrays["masked_lm_weights"])
+    real = (weights != 0).sum(axis=1)
+    if real.size and real.max() > width:
+        raise ValueError("a row has %d predictions, more than %d slots" % (real.max(), width))
+    order = np.argsort(weights == 0, axis=1, kind="stable")[:, :width]
+    out = dict(arrays)
+    for name in PREDICTION_FEATURES:
+        out[name] = np.take_along_axis(np.asarray(arrays[name]), order, axis=1)
+    return out
 
 
 def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, max_sequences_per_pack, seed):
@@ -191,6 +210,7 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
         h.attrs.update(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
                        max_sequences_per_pack=max_sequences_per_pack, num_sequences=len(lengths),
                        num_rows=len(groups), packing_rate=len(lengths) / len(groups), seed=seed,
+                       max_predictions_per_row=int((packed["masked_lm_weights"] != 0).sum(axis=1).max()),
                        source_file=os.path.basename(input_path))
     return len(lengths), len(groups), int(lengths.sum())
 
@@ -282,8 +302,8 @@ def main(argv):
                 results.append(_pack_job(job))
                 bar.update(1)
         else:
-            import multiprocessing
-            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            from mlperf_bert.errors import worker_pool
+            with worker_pool(workers, "spawn") as pool:
                 results = []
                 for r in pool.imap(_pack_job, jobs):
                     results.append(r)

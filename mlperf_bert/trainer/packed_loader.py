@@ -37,7 +37,7 @@ class PackedBatches(torch.utils.data.IterableDataset):
     """This rank's batches of packed rows, from global batch ``start_batch`` on."""
 
     def __init__(self, files, global_batch, rank=0, world_size=1, shuffle=True, seed=0, start_batch=0,
-                 repeat=True):
+                 repeat=True, vocab_size=None):
         super().__init__()
         if global_batch % world_size:
             raise UserError("batch size %d is not a multiple of the %d ranks: choose a multiple"
@@ -45,6 +45,9 @@ class PackedBatches(torch.utils.data.IterableDataset):
         self.files = list(files)
         self.global_batch, self.rank, self.world_size = global_batch, rank, world_size
         self.shuffle, self.seed, self.start_batch, self.repeat = shuffle, seed, start_batch, repeat
+        self.vocab_size = vocab_size
+        # real predictions of the fullest row: the slots kept per row (dataset/packing.py)
+        self.slots = max(packing.read_attrs(f)["max_predictions_per_row"] for f in self.files)
 
     def _stream(self, counts):
         """(file index, row) of the global row stream, epoch after epoch."""
@@ -99,8 +102,19 @@ class PackedBatches(torch.utils.data.IterableDataset):
                 block = handles[fi][name][rows]  # h5py reads increasing indices
                 for (_, j), value in zip(pairs, block):
                     out[name][j] = value
-        batch = {name: torch.from_numpy(np.stack(v).astype(np.float32 if name == "masked_lm_weights" else np.int64))
+        try:
+            out = packing.compact_predictions({name: np.stack(v) for name, v in out.items()}, self.slots)
+        except ValueError as e:
+            raise UserError("%s: %s, as its max_predictions_per_row says: the file is damaged, pack it again"
+                            % (",".join(sorted({self.files[fi] for fi, _ in items})), e))
+        batch = {name: torch.from_numpy(v.astype(np.float32 if name == "masked_lm_weights" else np.int64))
                  for name, v in out.items()}
+        if self.vocab_size is not None:
+            top = int(max(batch["input_ids"].max(), batch["masked_lm_ids"].max()))
+            if top >= self.vocab_size:
+                raise UserError("%s: a row has token id %d but the model's vocab_size is %d: use the "
+                                "bert_config.json that matches the vocab the data was made with"
+                                % (self.files[items[0][0]], top, self.vocab_size))
         batch["global_sequences"] = torch.tensor(total)
         return batch
 

@@ -73,6 +73,8 @@ def main(argv):
     flags.DEFINE_integer("seed", 12345, "training seed (with --runs > 1: each run draws its own)", flag_values=fv)
     flags.DEFINE_integer("runs", 1, "runs; more than 1: a submission (start_training.sh NUM_RUNS, "
                          "package, score)", flag_values=fv)
+    flags.DEFINE_bool("packed", False, "pack the training records (pack, up to 3 sequences a row) and train "
+                      "on the packed rows", flag_values=fv)
     flags.parse(fv, argv)
     out = os.path.abspath(fv.output_dir)
     t0 = time.time()
@@ -93,12 +95,23 @@ def main(argv):
             "make-dataset (our create_pretraining_data, seq %d)" % SEQ):
         raise UserError("demo: make-dataset failed (see above)")
 
+    packed_dir = os.path.join(out, "packed")
+    shutil.rmtree(packed_dir, ignore_errors=True)
+    if fv.packed:
+        os.makedirs(packed_dir)
+        if _run([py, "-m", "mlperf_bert", "pack", "--input=" + os.path.join(data_dir, "part-*"),
+                 "--output=" + packed_dir, "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PRED,
+                 "--max_sequences_per_pack=3", "--num_workers=2"], "pack (up to 3 sequences a row)"):
+            raise UserError("demo: pack failed (see above)")
+
     train_dir = os.path.join(out, "train")
     shutil.rmtree(train_dir, ignore_errors=True)  # a fresh run, never a resume of an old one
     env = dict(os.environ, DATA_DIR=data_dir, OUTPUT_DIR=train_dir, LOGDIR=train_dir, PYTHON=py,
                NUM_GPUS="1", NNODES="1")
     for name in ("INPUT_FILES", "EVAL_FILE", "INIT_CHECKPOINT", "BERT_CONFIG", "DRY_RUN"):
         env.pop(name, None)  # a real run's settings (e.g. the container's) must not reach the tiny model
+    if fv.packed:  # the eval set stays unpacked eval_10k, as in NVIDIA's packed runs
+        env["INPUT_FILES"] = os.path.join(packed_dir, "*.packed.hdf5")
     run_flags = ["--preset=demo_cpu", "--device=cpu", "--eval_frequency=%d" % fv.eval_frequency,
                  "--max_samples_termination=%d" % fv.max_samples, "--target_mlm_accuracy=%g" % fv.target,
                  "--num_workers=1", "--submission_org=mlperf_bert-demo", "--submission_platform=cpu"]
@@ -114,8 +127,8 @@ def main(argv):
     figure = os.path.join(out, "demo_curve.png")
     _run([py, "-m", "mlperf_bert", "plot-log", log, "--output=" + figure], "plot-log")
     print("\ndemo finished in %.0f s:" % (time.time() - t0))
-    for what, path in [("vocab", vocab_file), ("text shards", text_dir), ("TFRecords + manifest", data_dir),
-                       ("checkpoints", train_dir), ("MLPerf log", log), ("curve", figure)]:
+    for what, path in [("vocab", vocab_file), ("text shards", text_dir), ("TFRecords + manifest", data_dir)] + (
+            [("packed rows", packed_dir)] if fv.packed else []) + [("checkpoints", train_dir), ("MLPerf log", log), ("curve", figure)]:
         print("  %-22s %s" % (what, path))
     print("  log checker            %s" % ("PASSED" if check == 0 else "FAILED"))
     return 0 if check == 0 else 1

@@ -328,9 +328,23 @@ def _packed(ks, off, gbs=768):
     (_packed((1, 2, 3), -0.03), "FAIL"),          # too early: a wrong frequency
     (_packed((1, 3, 4), 0.0), "FAIL"),            # a skipped interval
     ([int(k * 140000) + 7 for k in (1, 2, 3)], "FAIL"),   # every 140,000
+    (_packed((1, 2, 3), 0.03), "FAIL"),           # too late: more than a batch + 1% after
 ])
 def test_packed_runs_stay_close_to_the_grid(tmp_path, samples, level):
     log = write_log(tmp_path / "log.txt", gbs=768, samples=samples)
+    assert results(log)["eval_grid"].level == level
+    assert "packed" in results(log)["eval_grid"].detail
+
+
+@pytest.mark.parametrize("samples,level", [
+    ([k * 225000 + 8000 for k in (1, 2, 3)], "PASS"),   # at the first update past k x F (ours)
+    ([k * 225000 + 10900 for k in (1, 2, 3)], "FAIL"),  # a batch and more than 1% after
+])
+def test_packed_evals_at_the_first_update_past_the_grid_point(tmp_path, samples, level):
+    """GBS 8192 (F = 225,000): an update is more than 1% of F, and 225,000 falls 4,376 samples
+    before an update boundary, so the first packed update whose real count reaches k x F may
+    end nearly a batch after it: inside the band, which NVIDIA's convention also meets."""
+    log = write_log(tmp_path / "log.txt", gbs=8192, samples=samples)
     assert results(log)["eval_grid"].level == level
     assert "packed" in results(log)["eval_grid"].detail
 

@@ -32,9 +32,10 @@ HYPERPARAMETERS = (
 )
 # Seeds must be logged from Training v4.1 on; the runs of v4.0 and earlier were made before this.
 SEED_REQUIRED_FROM = datetime.datetime(2024, 7, 1, tzinfo=datetime.timezone.utc)
-# A packed run places eval k where its average packing rate says k x F is reached; real packed
-# runs (NVIDIA's code and its reuses) land within 1% of k x F, plus the one batch the rules let
-# an eval point be rounded up by.  A wrong frequency (e.g. 200,000 for 225,000) misses at k = 1.
+# A packed run's updates hold a varying number of real sequences. NVIDIA's code places eval k
+# where its average packing rate says k x F is reached; ours at the first update whose real count
+# reaches k x F. Both land within one global batch past k x F (the rounding up the rules allow)
+# give or take 1% of k x F; a wrong frequency (e.g. 200,000 for 225,000) misses at k = 1.
 PACKED_TOLERANCE = 0.01
 # Custom key (not in mllog.constants) with which our trainer states an open-division target.
 TARGET_KEY = "target_accuracy"
@@ -181,7 +182,7 @@ def rule_eval_grid(records, division):
         point = k * freq
         boundary = -(-point // gbs) * gbs  # the first update at or after the grid point
         if packed:
-            lo, hi = point - PACKED_TOLERANCE * point, boundary + PACKED_TOLERANCE * point
+            lo, hi = point - PACKED_TOLERANCE * point, point + gbs + PACKED_TOLERANCE * point
             if s < lo or s > hi:
                 return _res("eval_grid", FAIL, "packed run: eval at %s samples, more than %g%% of the grid"
                             " point %d away (eval_frequency %d for global_batch_size %d): wrong frequency"
@@ -200,7 +201,7 @@ def rule_eval_grid(records, division):
         k = int(s // freq) + 1
     trained = max(s for s in (samples_of(r) for r in records) if s is not None)
     point = k * freq
-    due = -(-point // gbs) * gbs + (PACKED_TOLERANCE * point if packed else 0)
+    due = point + gbs + PACKED_TOLERANCE * point if packed else -(-point // gbs) * gbs
     if trained >= due and trained > evals[-1][1]:
         last = max((r for r in records if samples_of(r) == trained), key=lambda r: r.lineno)
         return _res("eval_grid", FAIL, "trained %s samples but no eval at the grid point %d (skipped)"

@@ -271,7 +271,13 @@ def run(fv, stop, locks):
         raise UserError("--max_seq_length=%d exceeds max_position_embeddings=%d of %s"
                         % (fv.max_seq_length, config.max_position_embeddings, fv.bert_config_file))
     train_files = loader.input_files(fv.input_file, "--input_file")
-    loader.check_seq_length(train_files, fv.max_seq_length, fv.max_predictions_per_seq)
+    packed = _packed_input(train_files)
+    if packed:  # rows of up to K sequences (pack): samples are counted in real sequences
+        from mlperf_bert.trainer import packed_loader
+        packed_loader.check_files(train_files, fv.max_seq_length, fv.max_predictions_per_seq)
+        rate = packed_loader.packing_rate(train_files)
+    else:
+        loader.check_seq_length(train_files, fv.max_seq_length, fv.max_predictions_per_seq)
     eval_files = None
     if fv.eval_input_file:
         eval_files = loader.input_files(fv.eval_input_file, "--eval_input_file")
@@ -318,6 +324,8 @@ def run(fv, stop, locks):
     # ---- MLPerf init: the flags count micro-steps (as the reference's); the log counts optimizer
     # updates at the global batch, the unit of the RCPs (docs/training.md)
     global_batch = fv.train_batch_size * fv.steps_per_update
+    if packed:  # NVIDIA's convention: rows x average sequences per row
+        global_batch = int(round(global_batch * rate))
     log = MLPerfLog(log_path, rank)
     # start_training.sh drops the page cache when it may and says so; run directly, nothing was.
     log.event(C.CACHE_CLEAR, os.environ.get("MLPERF_CACHE_CLEARED", "False") in ("True", "true", "1"))
@@ -346,12 +354,20 @@ def run(fv, stop, locks):
     log.event(C.EVAL_SAMPLES, eval_set.num_records if eval_set else 0)
     log.end(C.INIT_STOP)
     extra = {"seed": seed, "config": config.to_dict(), "run": identity}
-    return train(fv, trainer, state, train_files, eval_set, freq, seed, log, stop, extra)
+    return train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra)
+
+
+def _packed_input(files):
+    from mlperf_bert.dataset.packing import is_packed
+    kinds = {is_packed(f) for f in files}
+    if len(kinds) > 1:
+        raise UserError("--input_file mixes packed files (pack) with unpacked records: use one kind")
+    return kinds.pop()
 
 
 # ---------------------------------------------------------------- the loop
 
-def train(fv, trainer, state, train_files, eval_set, freq, seed, log, stop, extra):
+def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra):
     """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM."""
     rank, world, device = trainer.rank, trainer.world, trainer.device
     batch_size = fv.train_batch_size
@@ -390,9 +406,14 @@ def train(fv, trainer, state, train_files, eval_set, freq, seed, log, stop, extr
         bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, leave=False,
                    mininterval=0.1 if sys.stderr.isatty() else 30)
     block_open, block_first = False, 0
-    ds = loader.PretrainingBatches(train_files, fv.max_seq_length, fv.max_predictions_per_seq, batch_size, rank,
-                                   world, fv.shuffle, seed, fv.shuffle_buffer, start_batch=step,
-                                   vocab_size=trainer.model.config.vocab_size)
+    if packed:
+        from mlperf_bert.trainer.packed_loader import PackedBatches
+        ds = PackedBatches(train_files, batch_size, rank, world, fv.shuffle, seed, start_batch=step,
+                           vocab_size=trainer.model.config.vocab_size)
+    else:
+        ds = loader.PretrainingBatches(train_files, fv.max_seq_length, fv.max_predictions_per_seq, batch_size,
+                                       rank, world, fv.shuffle, seed, fv.shuffle_buffer, start_batch=step,
+                                       vocab_size=trainer.model.config.vocab_size)
     batches = iter(loader.make_loader(ds, fv.num_workers))
     t0, samples0 = time.time(), samples
     loss_sum, loss_n = torch.zeros((), device=device), 0

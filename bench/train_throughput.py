@@ -2,16 +2,24 @@
 
 Usage: .venv/bin/python bench/train_throughput.py --bert_config_file=CONFIG --max_seq_length=128
          --max_predictions_per_seq=20 --train_batch_size=8 --steps=10 [--dtype=bf16] [--device=cuda]
-         [--input_file=TFRECORDS]
+         [--input_file=TFRECORDS [--packed | --compare_packed]] [--compile | --compare_compile]
 Without --input_file the batches are synthetic (random ids, masked positions and labels).
-When ``transformers`` is installed, Hugging Face ``BertForPreTraining`` with the same config
-and batch (labels at the same masked positions; clip, then torch AdamW) is timed in
-alternation with ours, and the ratio printed. The last line is JSON.
-On CUDA it also reports model FLOP utilisation (6 x params x tokens, plus attention).
+--packed packs the input itself (the ``pack`` command's code, to a temporary directory) and
+times steps of --train_batch_size packed rows; --compare_packed times unpacked and packed in
+alternation. --compile times the torch.compile'd model; --compare_compile eager and compiled
+in alternation. When ``transformers`` is installed, Hugging Face ``BertForPreTraining`` with the
+same config and batch (labels at the same masked positions; clip, then torch AdamW) is timed
+in alternation with ours (unpacked, eager), and the ratio printed.
+The last line is JSON: ``seq_per_s`` (rows or records per second of the first timed variant)
+and ``real_seq_per_s`` (real sequences per second, packed or not) per variant; on CUDA also
+model FLOP utilisation (6 x params x tokens of the rows computed, plus attention) and peak
+memory.
 """
+import itertools
 import json
 import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -21,7 +29,7 @@ from mlperf_bert.trainer import loader  # noqa: E402
 from mlperf_bert import flags
 from mlperf_bert.trainer.accumulation import GradientAccumulator  # noqa: E402
 from mlperf_bert.trainer.config import BertConfig  # noqa: E402
-from mlperf_bert.errors import run_main  # noqa: E402
+from mlperf_bert.errors import UserError, run_main  # noqa: E402
 from mlperf_bert.trainer.model import BertForPreTraining  # noqa: E402
 from mlperf_bert.trainer.optimizer import create_optimizer  # noqa: E402
 
@@ -38,17 +46,35 @@ def synthetic_batch(cfg, b, seq, pred, gen):
                                                                                         generator=gen)}
 
 
-def ours(cfg, device, dtype):
+def ours(cfg, device, dtype, compile=False):
+    torch.manual_seed(0)
     model = BertForPreTraining(cfg).to(device)
     opt = create_optimizer(model, "lamb", 1e-4, 0.9, 0.999, 1e-6, 0.01)
     acc = GradientAccumulator(model, opt, 1, lambda s: 1e-4)
+    forward = torch.compile(model) if compile else model
 
     def step(batch, i):
         with autocast(device, dtype):
-            out = model(**batch)
+            out = forward(**batch)
         out.loss.backward()
         acc.after_backward(i)
     return model, step
+
+
+def packed_batches(files, seq, pred, rows, n):
+    """The first ``n`` batches of ``rows`` packed rows made from ``files`` by the pack command's code."""
+    from mlperf_bert.dataset.packing import pack_file
+    from mlperf_bert.trainer.packed_loader import PackedBatches
+    tmp = tempfile.mkdtemp(prefix="packed-bench-")
+    outs = []
+    for f in files:
+        outs.append(os.path.join(tmp, os.path.basename(f) + ".packed.hdf5"))
+        pack_file(f, outs[-1], seq, pred, 3, 12345)
+    batches = list(itertools.islice(PackedBatches(outs, rows, shuffle=False, repeat=False), n))
+    for out in outs:
+        os.remove(out)
+    os.rmdir(tmp)
+    return batches
 
 
 def huggingface(cfg, device, dtype):
@@ -84,13 +110,14 @@ def autocast(device, dtype):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def timed(step, batches, device, steps):
-    step(batches[0], 0)  # warm-up
+def timed(step, batches, device, steps, warmup=1):
+    for i in range(warmup):  # the compiled model compiles here
+        step(batches[i % len(batches)], i)
     if device.type == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
     for i in range(steps):
-        step(batches[i % len(batches)], i + 1)
+        step(batches[i % len(batches)], warmup + i)
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t
@@ -118,48 +145,80 @@ def main(argv):
     flags.DEFINE_enum("dtype", "fp32", ["fp32", "bf16"], "compute dtype", flag_values=fv)
     flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"], "device", flag_values=fv)
     flags.DEFINE_bool("compare", True, "also time Hugging Face when installed", flag_values=fv)
+    flags.DEFINE_bool("packed", False, "pack --input_file and time packed rows", flag_values=fv)
+    flags.DEFINE_bool("compare_packed", False, "time unpacked and packed (--input_file) side by side",
+                      flag_values=fv)
+    flags.DEFINE_bool("compile", False, "time the torch.compile'd model", flag_values=fv)
+    flags.DEFINE_bool("compare_compile", False, "time eager and compiled side by side", flag_values=fv)
     flags.parse(fv, argv, required=["bert_config_file"])
+    if (fv.packed or fv.compare_packed) and not fv.input_file:
+        raise UserError("--packed and --compare_packed need --input_file=TFRECORDS (real sequences to pack)")
     cfg = BertConfig.from_json_file(fv.bert_config_file)
     kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     device, dtype = torch.device(kind), (torch.bfloat16 if fv.dtype == "bf16" else None)
     b, seq, pred = fv.train_batch_size, fv.max_seq_length, fv.max_predictions_per_seq
+    inputs = {}  # name -> (batches on the device, real sequences per batch)
     if fv.input_file:
-        ds = loader.PretrainingBatches(loader.input_files(fv.input_file), seq, pred, b, shuffle=False,
-                                     max_batches=4)
-        cpu_batches = list(ds)
+        files = loader.input_files(fv.input_file, "--input_file")
+        if not fv.packed or fv.compare_packed:
+            inputs["unpacked"] = list(loader.PretrainingBatches(files, seq, pred, b, shuffle=False, max_batches=4))
+        if fv.packed or fv.compare_packed:
+            inputs["packed"] = packed_batches(files, seq, pred, b, 4)
     else:
         gen = torch.Generator().manual_seed(0)
-        cpu_batches = [synthetic_batch(cfg, b, seq, pred, gen) for _ in range(4)]
-    batches = [{k: v.to(device) for k, v in x.items()} for x in cpu_batches]
-    torch.manual_seed(0)
-    model, step = ours(cfg, device, dtype)
+        inputs["unpacked"] = [synthetic_batch(cfg, b, seq, pred, gen) for _ in range(4)]
+    for name, cpu_batches in inputs.items():
+        counts = [int(x.pop("global_sequences", b)) for x in cpu_batches]
+        inputs[name] = ([{k: v.to(device) for k, v in x.items()} for x in cpu_batches], counts)
+    modes = [False, True] if fv.compare_compile else [fv.compile]
+    contenders = []  # (name, step, input)
+    for compiled in modes:
+        model, step = ours(cfg, device, dtype, compiled)
+        for name in inputs:
+            contenders.append(("ours" + ("_compiled" if compiled else "") + ("_packed" if name == "packed" else ""),
+                               step, name))
     n_params = sum(p.numel() for p in model.parameters())
-    contenders = [("ours", step)]
     try:
-        if fv.compare:
-            contenders.append(("huggingface", huggingface(cfg, device, dtype)[1]))
+        if fv.compare and "unpacked" in inputs:
+            contenders.append(("huggingface", huggingface(cfg, device, dtype)[1], "unpacked"))
     except ImportError:
         pass
-    times = {name: [] for name, _ in contenders}
+    times = {name: [] for name, _, _ in contenders}
+    peak = {}
     for _ in range(fv.rounds if len(contenders) > 1 else 1):
-        for name, fn in contenders:
-            times[name].append(timed(fn, batches, device, fv.steps))
+        for name, fn, inp in contenders:
+            if kind == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            times[name].append(timed(fn, inputs[inp][0], device, fv.steps, warmup=2 if "compiled" in name else 1))
+            if kind == "cuda":
+                peak[name] = max(peak.get(name, 0), torch.cuda.max_memory_allocated())
     result = {"device": torch.cuda.get_device_name() if kind == "cuda" else "cpu (%d threads)"
-              % torch.get_num_threads(), "dtype": fv.dtype, "batch": b, "seq": seq, "params": n_params}
-    for name, ts in times.items():
-        best = min(ts)
-        result["%s_seq_per_s" % name if name != "ours" else "seq_per_s"] = b * fv.steps / best
-        print("%-12s %8.2f seq/s  (best of %d rounds of %d steps)" % (name, b * fv.steps / best,
-                                                                      len(ts), fv.steps))
-    if "huggingface" in times:
-        result["ratio_vs_huggingface"] = result["seq_per_s"] / result["huggingface_seq_per_s"]
-    if kind == "cuda":
-        flops = model_flops_per_seq(cfg, seq, pred, n_params) * result["seq_per_s"]
-        result["model_tflops"] = flops / 1e12
-        name = torch.cuda.get_device_name()
-        peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-        if peak and fv.dtype == "bf16":
-            result["mfu"] = flops / 1e12 / peak
+              % torch.get_num_threads(), "dtype": fv.dtype, "batch": b, "seq": seq, "params": n_params,
+              "steps": fv.steps, "rounds": len(times[contenders[0][0]])}
+    gpu = torch.cuda.get_device_name() if kind == "cuda" else ""
+    peak_tflops = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None)
+    for name, _, inp in contenders:
+        best = min(times[name])
+        counts = inputs[inp][1]
+        real = sum(counts[i % len(counts)] for i in range(1, fv.steps + 1)) / best
+        rows = b * fv.steps / best
+        key = "" if name == contenders[0][0] else name + "_"
+        result[key + "seq_per_s"] = rows
+        result[key + "real_seq_per_s"] = real
+        print("%-22s %8.2f %s/s, %8.2f real sequences/s  (best of %d rounds of %d steps)"
+              % (name, rows, "row" if inp == "packed" else "seq", real, len(times[name]), fv.steps))
+        if kind == "cuda":
+            # the work of the rows computed, padding included: what the GPU did, packed or not
+            flops = model_flops_per_seq(cfg, seq, pred, n_params) * rows
+            result[key + "model_tflops"] = flops / 1e12
+            if peak_tflops and fv.dtype == "bf16":
+                result[key + "mfu"] = flops / 1e12 / peak_tflops
+            result[key + "peak_memory_gib"] = peak[name] / 2 ** 30
+    first = contenders[0][0]
+    for name, _, _ in contenders[1:]:
+        ratio = result[name + "_real_seq_per_s"] / result["real_seq_per_s"]
+        result["ratio_%s_vs_%s" % (name, first)] = ratio
+        print("%s / %s: %.3fx real sequences per second" % (name, first, ratio))
     print(json.dumps(result))
     return 0
 

@@ -1,9 +1,10 @@
 """torchrun helpers: process group setup, gradient all-reduce, small collective utilities.
 
-The trainer does not wrap the model in DDP: it all-reduces the gradients itself when
-the accumulator applies an update, so clipping can happen per replica (the reference)
-or after the all-reduce, and accumulation never communicates.
+With per-replica clipping (the reference's default) the accumulator all-reduces the
+clipped gradients itself, once per update, in flat buckets; with clipping after the
+reduction the trainer wraps the model in DDP instead (training.Trainer).
 """
+import gc
 import os
 
 import torch
@@ -29,9 +30,20 @@ def active():
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def teardown():
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def teardown(clean=True):
+    """Leave the process group. ``clean``: the run ended normally on every rank.
+
+    DDP's reducer and gloo's threads must go before the group does, and no rank may
+    destroy it while another still uses it (else a rank can abort at exit with
+    "terminate called without an active exception"): free them, then meet at a barrier.
+    After an error the other ranks may never reach the barrier, so it is skipped.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    if clean and dist.get_world_size() > 1:
+        dist.barrier()
+    dist.destroy_process_group()
 
 
 def allreduce_mean(tensors):

@@ -158,10 +158,13 @@ def main(argv):
     flags.parse(fv, argv, required=["bert_config_file", "input_file", "output_dir"])
     _check_flags(fv)
     with _Stop() as stop, contextlib.ExitStack() as locks:
+        clean = False
         try:
-            return run(fv, stop, locks)
+            rc = run(fv, stop, locks)
+            clean = True
+            return rc
         finally:
-            distributed.teardown()
+            distributed.teardown(clean)
 
 
 # ---------------------------------------------------------------- the trainer

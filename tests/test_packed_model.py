@@ -1,11 +1,14 @@
 """The model on packed rows: per-sequence MLM/NSP logits, loss, metric sums and gradients equal to
-the unpacked forward of the same real sequences (fp32), no cross-contamination, bf16 runs."""
+the unpacked forward of the same real sequences (fp32), with the dense block mask and with the
+variable-length segments FlashAttention gets on CUDA (run here by the per-segment reference
+kernel), no cross-contamination, bf16 runs."""
 import numpy as np
 import pytest
 import torch
 
 from mlperf_bert.dataset import packing, tfrecord
 from mlperf_bert.dataset.example import decode_pretraining_batch
+from mlperf_bert.trainer import attention
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.model import BertForPreTraining
 
@@ -56,7 +59,29 @@ def rel(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
 
 
-def test_packed_forward_equals_unpacked_per_sequence(sequences):
+@pytest.fixture(params=["dense", "varlen"])
+def kernel(request, monkeypatch):
+    """The packed attention path: the dense mask (CPU), or segments (FlashAttention's layout)."""
+    if request.param == "varlen":
+        monkeypatch.setattr(attention, "varlen_kernel", lambda device, dtype, head_dim: attention.reference_varlen)
+    return request.param
+
+
+def test_packed_segments_are_each_rows_sequences_then_its_padding():
+    mask = torch.tensor([[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 1, 1], [1, 2, 3, 3, 0, 0]])
+    assert attention.packed_segments(mask, 3).tolist() == [0, 3, 5, 5, 6, 12, 12, 12, 12, 13, 14, 16, 18]
+    assert attention.packed_segments(mask, 3).dtype == torch.int32
+
+
+def test_packed_rows_use_the_dense_mask_where_flash_does_not_run():
+    mask = torch.tensor([[1, 1, 2, 0]])
+    for dtype in (torch.float32, torch.bfloat16):
+        assert attention.varlen_kernel(torch.device("cpu"), dtype, 64) is None
+        dense = attention.packed_mask(mask, 3, dtype, 64)
+        assert torch.equal(dense, attention.packed_additive_mask(mask)) and dense.shape == (1, 1, 4, 4)
+
+
+def test_packed_forward_equals_unpacked_per_sequence(sequences, kernel):
     m = model()
     out_u, (mlm_u, nsp_u) = m(**unpacked_batch(sequences), return_logits=True)
     packed, groups = packed_batch(sequences)
@@ -76,7 +101,7 @@ def test_packed_forward_equals_unpacked_per_sequence(sequences):
     assert out_p.nsp_count.item() == len(order)
 
 
-def test_packed_gradients_equal_unpacked(sequences):
+def test_packed_gradients_equal_unpacked(sequences, kernel):
     grads = []
     for batch in (unpacked_batch(sequences), packed_batch(sequences)[0]):
         m = model()

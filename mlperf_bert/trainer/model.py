@@ -1,7 +1,7 @@
 """BERT for pre-training, numerically the reference's (google BERT, TF1) in PyTorch.
 
-Post-LN blocks, tanh GELU, LayerNorm eps 1e-12, additive -10000 attention mask, pooler on
-[CLS], MLM head only at the gathered masked positions with tied word embeddings.
+Post-LN blocks, tanh GELU, LayerNorm eps 1e-12, additive -10000 attention mask (packed rows:
+``attention``), pooler on [CLS], MLM head only at the gathered masked positions with tied word embeddings.
 Module names mirror the TF variable names so ``tf_checkpoint`` maps them one to one.
 """
 import math
@@ -10,6 +10,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from mlperf_bert.trainer import attention
 
 LN_EPS = 1e-12
 
@@ -82,19 +84,11 @@ class Attention(nn.Module):
         self.output = AttentionOutput(cfg)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, x, mask_add):
+    def forward(self, x, mask):
         s = self.self
         b, t, h = x.shape
-        d = h // s.heads
-
-        def split(y):
-            return y.view(b, t, s.heads, d).transpose(1, 2)
-
-        q, k, v = split(s.query(x)), split(s.key(x)), split(s.value(x))
-        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_add.to(q.dtype),
-                                             dropout_p=s.p if self.training else 0.0,
-                                             scale=1.0 / math.sqrt(d))
-        ctx = ctx.transpose(1, 2).reshape(b, t, h)
+        q, k, v = (y.view(b, t, s.heads, h // s.heads) for y in (s.query(x), s.key(x), s.value(x)))
+        ctx = attention.attend(q, k, v, mask, s.p if self.training else 0.0, 1.0 / math.sqrt(h // s.heads))
         return self.output.LayerNorm(self.dropout(self.output.dense(ctx)) + x)
 
 
@@ -120,8 +114,8 @@ class Layer(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.act = _activation(cfg.hidden_act)
 
-    def forward(self, x, mask_add):
-        a = self.attention(x, mask_add)
+    def forward(self, x, mask):
+        a = self.attention(x, mask)
         y = self.output.dense(self.act(self.intermediate.dense(a)))
         return self.output.LayerNorm(self.dropout(y) + a)
 
@@ -131,9 +125,9 @@ class Encoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_hidden_layers))
 
-    def forward(self, x, mask_add):
+    def forward(self, x, mask):
         for layer in self.layer:
-            x = layer(x, mask_add)
+            x = layer(x, mask)
         return x
 
 
@@ -143,17 +137,15 @@ class Bert(nn.Module):
         self.embeddings = Embeddings(cfg)
         self.encoder = Encoder(cfg)
         self.pooler = Dense(cfg.hidden_size, cfg.hidden_size)
+        self.head_dim = cfg.hidden_size // cfg.num_attention_heads
 
     def forward(self, input_ids, segment_ids, input_mask, position_ids=None, nsp_positions=None):
         if position_ids is None:
-            # The reference adds (1 - mask) * -10000 to the attention scores.
-            mask_add = (1.0 - input_mask[:, None, None, :].float()) * -10000.0
-        else:
-            # Packed rows (input_mask = sequence number, 0 on padding): the same -10000 on every key
-            # outside the query's own sequence, so each sequence sees exactly what it sees unpacked.
-            same = (input_mask[:, :, None] == input_mask[:, None, :]) & (input_mask[:, None, :] > 0)
-            mask_add = (~same).float()[:, None] * -10000.0
-        seq = self.encoder(self.embeddings(input_ids, segment_ids, position_ids), mask_add)
+            mask = attention.additive_mask(input_mask)
+        else:  # packed rows: each sequence attends only to itself
+            dtype = attention.compute_dtype(input_ids.device, self.pooler.dense.weight.dtype)
+            mask = attention.packed_mask(input_mask, nsp_positions.shape[1], dtype, self.head_dim)
+        seq = self.encoder(self.embeddings(input_ids, segment_ids, position_ids), mask)
         if nsp_positions is None:
             first = seq[:, 0]
         else:  # each sequence's first token: [b, K, h]

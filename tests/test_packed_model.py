@@ -145,3 +145,14 @@ def test_packed_bf16_autocast_runs(sequences):
         out = m(**packed)
     out.loss.backward()
     assert torch.isfinite(out.loss) and abs(out.loss.item() - model()(**packed).loss.item()) < 0.1
+
+
+def test_flash_varlen_call_matches_the_installed_torch_schema():
+    """The CUDA call checked without a GPU: fake CUDA tensors run the op's shape function, so
+    a signature or layout this torch does not accept fails here (the kernel itself is not run)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q = torch.empty(2 * 16, 4, 64, dtype=torch.bfloat16, device="cuda")
+        cu = torch.zeros(2 * 4 + 1, dtype=torch.int32, device="cuda")
+        out = attention.flash_varlen(q, q, q, cu, 16, 0.1, 0.125)
+        assert out.shape == q.shape and out.dtype == torch.bfloat16 and out.device.type == "cuda"

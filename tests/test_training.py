@@ -1,6 +1,7 @@
 """The trainer end to end with a tiny BERT on golden seq-128 records: resume exactness after
 SIGKILL/SIGTERM, torchrun equivalence, online eval and stopping, the official log checker,
 --do_eval alone against an independent computation, and one-line errors for bad input."""
+import contextlib
 import json
 import os
 import signal
@@ -154,9 +155,9 @@ def test_clipping_modes_train_differently(uninterrupted, uninterrupted_clip_afte
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
-def _torchrun(argv, *launch, timeout=300):
+def _torchrun(argv, *launch, timeout=300, cwd=ROOT):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    return subprocess.Popen([PY, "-m", "torch.distributed.run"] + list(launch) + argv, cwd=ROOT, env=env,
+    return subprocess.Popen([PY, "-m", "torch.distributed.run"] + list(launch) + argv, cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -187,42 +188,73 @@ def test_torchrun_two_ranks_equal_one_process_with_accumulation(files, tmp_path,
     assert max((m1[k] - fresh[k]).abs().max().item() for k in m1) > 1e-3
 
 
+def _kill_tree(pid):
+    """SIGKILL a torchrun agent and its workers (torchrun starts each worker in a session of its
+    own, so killing the agent's process group would leave them running)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                with open("/proc/%s/stat" % entry) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+
+
 @pytest.mark.slow
 def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run(files, tmp_path):
-    """Two torchrun "nodes" (--nnodes=2, gloo on loopback), each with its own output directory (as
-    node-local disks): killed mid-run and rerun, they end with the weights of an uninterrupted run.
-    Only rank 0's directory holds checkpoints; node 1's rank follows rank 0's resume decision."""
-    kw = dict(bert_config_file=files["config"], train_batch_size=8, num_train_steps=12, save_checkpoints_steps=2,
-              num_workers=0, **{CLIP_AFTER: True})
+    """Two torchrun "nodes" (--nnodes=2, gloo on loopback), each with its own disk: the same
+    relative --output_dir=out from its own working directory, so node 1 cannot read node 0's
+    files. Killed mid-run (checkpoints mid-accumulation) and rerun, they end with the weights of
+    an uninterrupted run: only node 0's disk holds checkpoints, node 1's rank gets its state
+    (weights, optimizer, its own RNG and accumulated gradients) from rank 0."""
+    kw = dict(bert_config_file=files["config"], train_batch_size=8, num_train_steps=12, steps_per_update=4,
+              save_checkpoints_steps=3, num_workers=0, **{CLIP_AFTER: True})
     full = str(tmp_path / "full")
     p = _torchrun(flags_for(files, full, **kw), "--standalone", "--nproc_per_node=2")
     assert p.wait(timeout=300) == 0, p.stdout.read()[-3000:]
+    disks = [tmp_path / ("node%d" % node) for node in (0, 1)]
+    for disk in disks:
+        disk.mkdir()
+
+    argv = flags_for(files, "out", **kw)
+    argv[0] = os.path.join(ROOT, argv[0])
 
     def launch(port):
-        procs = []
-        for node in (0, 1):
-            out = str(tmp_path / ("node%d" % node))
-            procs.append(_torchrun(flags_for(files, out, **kw), "--nnodes=2", "--nproc_per_node=1",
-                                   "--node_rank=%d" % node, "--master_addr=127.0.0.1", "--master_port=%d" % port))
-        return procs
+        return [_torchrun(argv, "--nnodes=2", "--nproc_per_node=1",
+                          "--node_rank=%d" % node, "--master_addr=127.0.0.1", "--master_port=%d" % port,
+                          cwd=str(disk)) for node, disk in enumerate(disks)]
 
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = launch(port)
-    wait_for(os.path.join(str(tmp_path / "node0"), "model.ckpt-4.pt"), procs[0], timeout=240)
+    wait_for(str(disks[0] / "out" / "model.ckpt-3.pt"), procs[0], timeout=240)
     for p in procs:
-        os.killpg(p.pid, signal.SIGKILL)
+        _kill_tree(p.pid)
         p.wait(timeout=60)
-    assert not os.path.exists(os.path.join(str(tmp_path / "node0"), "run_finished.json"))
+    # The kill lands a little after ckpt-3 (a later checkpoint, or even the end, may be written
+    # by then): what is on disk after a kill right at ckpt-3 is ckpt-3 alone, mid-accumulation
+    # (3 of 4 micro-steps, each rank's own gradients in it).
+    for name in os.listdir(str(disks[0] / "out")):
+        if name.endswith(".pt") and name != "model.ckpt-3.pt" or name == "run_finished.json":
+            os.remove(str(disks[0] / "out" / name))
+    ranks = torch.load(str(disks[0] / "out" / "model.ckpt-3.pt"), weights_only=False)["ranks"]
+    assert [r["accumulator"]["pending"] for r in ranks] == [3, 3]
+    assert not all(torch.equal(a, b) for a, b in zip(ranks[0]["accumulator"]["buffers"],
+                                                      ranks[1]["accumulator"]["buffers"]))
     procs = launch(port + 1 if port < 65000 else port - 1)
     for p in procs:
         out = p.communicate(timeout=300)[0]
         assert p.returncode == 0, out[-3000:]
-    assert not [n for n in os.listdir(str(tmp_path / "node1")) if n.endswith(".pt")]
-    assert_bit_identical(os.path.join(full, "model.ckpt-12.pt"), os.path.join(str(tmp_path / "node0"),
-                                                                               "model.ckpt-12.pt"))
+    assert not [n for n in os.listdir(str(disks[1] / "out")) if n.endswith(".pt")]
+    assert_bit_identical(os.path.join(full, "model.ckpt-12.pt"), str(disks[0] / "out" / "model.ckpt-12.pt"))
 
 
 def _evals(log_path):

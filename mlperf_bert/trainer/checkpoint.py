@@ -3,6 +3,7 @@
 A checkpoint holds the model, the optimizer, every rank's RNG and accumulator state (gathered to
 rank 0 on the host), the step, the eval state, the config and the run's identity (its defining
 flags, seed and data files), so a resume continues bit for bit or is refused in one line.
+Only rank 0 reads and writes these files (other nodes may have other disks).
 """
 import contextlib
 import json
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.trainer import distributed
 from mlperf_bert.fileio import atomic_open, atomic_save
 
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
@@ -76,6 +78,31 @@ def load(path):
         return load_pt(path)
     except UserError as e:  # a damaged file: name it, and how to go on
         raise UserError("%s; delete it to resume from the one before" % str(e).split(": give ")[0])
+
+
+def load_on_every_rank(path, rank, device, check):
+    """The checkpoint at ``path`` (on rank 0's disk) on every rank, read by rank 0 alone.
+
+    Rank 0 loads it and calls ``check(ckpt)``; a UserError there is raised on every rank.
+    Every rank gets the step and eval state, the model and optimizer state (their tensors
+    sent by collectives on ``device``) and, as ``rank_state``, its own entry of ``ranks`` only.
+    """
+    ckpt, problem = None, None
+    if rank == 0:
+        try:
+            ckpt = load(path)
+            check(ckpt)
+        except UserError as e:
+            problem = str(e)
+    problem = distributed.broadcast_object(problem)
+    if problem:
+        raise UserError(problem)
+    big = ("model", "optimizer", "ranks")
+    out = distributed.broadcast_object({k: v for k, v in ckpt.items() if k not in big} if rank == 0 else None)
+    for key in ("model", "optimizer"):
+        out[key] = distributed.broadcast_state(ckpt[key] if rank == 0 else None, device)
+    out["rank_state"] = distributed.scatter_objects(ckpt["ranks"] if rank == 0 else None)
+    return out
 
 
 def run_identity(fv, seed, train_files, eval_files):

@@ -6,6 +6,7 @@ reduction the trainer wraps the model in DDP instead (training.Trainer).
 """
 import gc
 import os
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -107,6 +108,62 @@ def broadcast_object(obj):
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def scatter_objects(objs):
+    """``objs[i]`` (given on rank 0) on rank i: each rank receives only its own."""
+    if not active():
+        return objs[0]
+    box = [None]
+    dist.scatter_object_list(box, objs if dist.get_rank() == 0 else None, src=0)
+    return box[0]
+
+
+class _Slot(NamedTuple):
+    """A tensor's place in a state sent by ``broadcast_state``."""
+    shape: tuple
+    dtype: torch.dtype
+
+
+def broadcast_state(obj, device):
+    """Rank 0's ``obj`` (dicts, lists and tuples of tensors and plain values, such as a
+    state_dict) on every rank: the structure pickled, each tensor sent by a collective on
+    ``device`` (the backend's: CUDA for NCCL), so gigabytes of weights are never pickled.
+    Other ranks get the tensors on ``device``; rank 0 keeps its own."""
+    if not active():
+        return obj
+    rank0 = dist.get_rank() == 0
+    tensors = []
+
+    def strip(x):
+        if isinstance(x, torch.Tensor):
+            tensors.append(x)
+            return _Slot(tuple(x.shape), x.dtype)
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(strip(v) for v in x)
+        return x
+
+    skeleton = broadcast_object(strip(obj) if rank0 else None)
+    sent = iter(tensors)
+
+    def fill(x):
+        if isinstance(x, _Slot):
+            if rank0:
+                t = next(sent)
+                dist.broadcast(t.to(device), src=0)
+                return t
+            t = torch.empty(x.shape, dtype=x.dtype, device=device)
+            dist.broadcast(t, src=0)
+            return t
+        if isinstance(x, dict):
+            return {k: fill(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(fill(v) for v in x)
+        return x
+
+    return fill(skeleton)
 
 
 def barrier():

@@ -8,6 +8,7 @@ rate schedule and checkpoint names all follow it. Checkpoint files are trainer/c
 metrics trainer/evaluation.py.
 """
 import contextlib
+import functools
 import os
 import random
 import re
@@ -239,7 +240,7 @@ class Trainer:
                             "--output_dir" % (path, self.fv.bert_config_file, str(e).splitlines()[0]))
         self.optimizer.load_state_dict(ckpt["optimizer"])
         try:
-            self.accumulator.load_state_dict(ckpt["ranks"][self.rank]["accumulator"])
+            self.accumulator.load_state_dict(ckpt["rank_state"]["accumulator"])
         except ValueError as e:
             raise UserError("checkpoint %s: %s: resume with the same --steps_per_update and "
                             "--clip_by_global_norm_after_gradient_allreduce" % (path, e))
@@ -250,7 +251,7 @@ class Trainer:
         np.random.seed((seed + self.rank) % 2**32)
         random.seed(seed + self.rank)
         if ckpt:
-            checkpoint.set_rng_state(ckpt["ranks"][self.rank]["rng"], self.device)
+            checkpoint.set_rng_state(ckpt["rank_state"]["rng"], self.device)
 
 
 # ---------------------------------------------------------------- setup
@@ -309,20 +310,14 @@ def run(fv, stop, locks):
                   "use another --output_dir for a new run" % (fv.output_dir, finished.get("status"),
                                                               finished.get("samples", 0), checkpoint.FINISHED))
         return 0
-    ckpt_path = found[-1][1] if found else None
-    ckpt = checkpoint.load(ckpt_path) if ckpt_path else None
+    ckpt_path = found[-1][1] if found else None  # on rank 0's disk: only rank 0 reads it
+    ckpt = checkpoint.load_on_every_rank(
+        ckpt_path, rank, device, functools.partial(_check_resume, fv, config, world, train_files, eval_files,
+                                                   ckpt_path)) if ckpt_path else None
     seed = fv.seed if fv.seed is not None else (ckpt["seed"] if ckpt else None)
     if seed is None:
         seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
     identity = checkpoint.run_identity(fv, seed, train_files, eval_files)
-    if ckpt:
-        checkpoint.check_same_run(ckpt.get("run", {}), identity, ckpt_path)
-        if ckpt.get("config") not in (None, config.to_dict()):
-            raise UserError("checkpoint %s was trained with another model config than %s: use "
-                            "that config or another --output_dir" % (ckpt_path, fv.bert_config_file))
-        if len(ckpt["ranks"]) != world:
-            raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "
-                            "the same number" % (ckpt_path, len(ckpt["ranks"]), world))
 
     # ---- MLPerf init: the flags count micro-steps (as the reference's); the log counts optimizer
     # updates at the global batch, the unit of the RCPs (docs/training.md)
@@ -489,6 +484,19 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
     if rank == 0:  # a rerun of this command now says so and changes nothing
         checkpoint.write_finished(fv.output_dir, status, step, samples)
     return 0
+
+
+def _check_resume(fv, config, world, train_files, eval_files, path, ckpt):
+    """Refuse, in one line, a resume from a checkpoint of another run, config or rank count."""
+    seed = fv.seed if fv.seed is not None else ckpt["seed"]
+    checkpoint.check_same_run(ckpt.get("run", {}), checkpoint.run_identity(fv, seed, train_files, eval_files),
+                              path)
+    if ckpt.get("config") not in (None, config.to_dict()):
+        raise UserError("checkpoint %s was trained with another model config than %s: use "
+                        "that config or another --output_dir" % (path, fv.bert_config_file))
+    if len(ckpt["ranks"]) != world:
+        raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "
+                        "the same number" % (path, len(ckpt["ranks"]), world))
 
 
 def run_eval_only(fv, config, files, device, rank, world):

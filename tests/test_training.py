@@ -249,6 +249,15 @@ def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_ru
     assert [r["accumulator"]["pending"] for r in ranks] == [3, 3]
     assert not all(torch.equal(a, b) for a, b in zip(ranks[0]["accumulator"]["buffers"],
                                                       ranks[1]["accumulator"]["buffers"]))
+    # rank 0 alone reads the checkpoint; a resume it refuses is refused on node 1 too, in one line
+    changed = [a if not a.startswith("--learning_rate=") else "--learning_rate=0.02" for a in argv]
+    refused = [_torchrun(changed, "--nnodes=2", "--nproc_per_node=1", "--node_rank=%d" % node,
+                         "--master_addr=127.0.0.1", "--master_port=%d" % (port + 2 if port < 65000 else port - 2),
+                         cwd=str(disk)) for node, disk in enumerate(disks)]
+    for p in refused:
+        out = p.communicate(timeout=300)[0]
+        assert p.returncode != 0 and "error: --learning_rate=0.02 differs from the run being resumed" in out, \
+            out[-3000:]
     procs = launch(port + 1 if port < 65000 else port - 1)
     for p in procs:
         out = p.communicate(timeout=300)[0]

@@ -25,7 +25,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mlperf_bert.trainer import loader  # noqa: E402
+from mlperf_bert.trainer import loader, training  # noqa: E402
 from mlperf_bert import flags
 from mlperf_bert.trainer.accumulation import GradientAccumulator  # noqa: E402
 from mlperf_bert.trainer.config import BertConfig  # noqa: E402
@@ -46,7 +46,7 @@ def synthetic_batch(cfg, b, seq, pred, gen):
                                                                                         generator=gen)}
 
 
-def ours(cfg, device, dtype, compile=False):
+def ours(cfg, device, autocast, compile=False):
     torch.manual_seed(0)
     model = BertForPreTraining(cfg).to(device)
     opt = create_optimizer(model, "lamb", 1e-4, 0.9, 0.999, 1e-6, 0.01)
@@ -54,7 +54,7 @@ def ours(cfg, device, dtype, compile=False):
     forward = torch.compile(model) if compile else model
 
     def step(batch, i):
-        with autocast(device, dtype):
+        with autocast():
             out = forward(**batch)
         out.loss.backward()
         acc.after_backward(i)
@@ -77,7 +77,7 @@ def packed_batches(files, seq, pred, rows, n):
     return batches
 
 
-def huggingface(cfg, device, dtype):
+def huggingface(cfg, device, autocast):
     import transformers
     hf_cfg = transformers.BertConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
@@ -92,7 +92,7 @@ def huggingface(cfg, device, dtype):
     def step(batch, i):
         labels = torch.full_like(batch["input_ids"], -100)
         labels.scatter_(1, batch["masked_lm_positions"], batch["masked_lm_ids"])
-        with autocast(device, dtype):
+        with autocast():
             out = model(input_ids=batch["input_ids"], token_type_ids=batch["segment_ids"],
                         attention_mask=batch["input_mask"], labels=labels,
                         next_sentence_label=batch["next_sentence_labels"])
@@ -101,13 +101,6 @@ def huggingface(cfg, device, dtype):
         opt.step()
         opt.zero_grad(set_to_none=True)
     return model, step
-
-
-def autocast(device, dtype):
-    import contextlib
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def timed(step, batches, device, steps, warmup=1):
@@ -153,9 +146,10 @@ def main(argv):
     flags.parse(fv, argv, required=["bert_config_file"])
     if (fv.packed or fv.compare_packed) and not fv.input_file:
         raise UserError("--packed and --compare_packed need --input_file=TFRECORDS (real sequences to pack)")
-    cfg = BertConfig.from_json_file(fv.bert_config_file)
+    cfg = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
     kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    device, dtype = torch.device(kind), (torch.bfloat16 if fv.dtype == "bf16" else None)
+    device = torch.device(kind)
+    autocast = training.autocast(device, fv.dtype)
     b, seq, pred = fv.train_batch_size, fv.max_seq_length, fv.max_predictions_per_seq
     inputs = {}  # name -> (batches on the device, real sequences per batch)
     if fv.input_file:
@@ -173,14 +167,14 @@ def main(argv):
     modes = [False, True] if fv.compare_compile else [fv.compile]
     contenders = []  # (name, step, input)
     for compiled in modes:
-        model, step = ours(cfg, device, dtype, compiled)
+        model, step = ours(cfg, device, autocast, compiled)
         for name in inputs:
             contenders.append(("ours" + ("_compiled" if compiled else "") + ("_packed" if name == "packed" else ""),
                                step, name))
     n_params = sum(p.numel() for p in model.parameters())
     try:
         if fv.compare and "unpacked" in inputs:
-            contenders.append(("huggingface", huggingface(cfg, device, dtype)[1], "unpacked"))
+            contenders.append(("huggingface", huggingface(cfg, device, autocast)[1], "unpacked"))
     except ImportError:
         pass
     times = {name: [] for name, _, _ in contenders}

@@ -208,6 +208,12 @@ def test_help_everywhere_and_numeric_settings_are_checked(tmp_path):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", bench), "--help"],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0 and proc.stdout.strip(), bench
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train_throughput.py"),
+                           "--bert_config_file=" + os.path.join(ROOT, "configs", "bert_config_demo.json"),
+                           "--max_seq_length=128"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: --max_seq_length=128 exceeds max_position_embeddings=32 of %s"
+        % os.path.join(ROOT, "configs", "bert_config_demo.json")], proc.stderr
     for name, value in (("NUM_GPUS", "0"), ("NUM_GPUS", "abc"), ("NNODES", "-1"), ("MASTER_PORT", "x")):
         proc = subprocess.run([TRAIN, "--dry_run"], capture_output=True, text=True,
                               env=_env(DATA_DIR="/data", **{name: value}))

@@ -380,6 +380,7 @@ def _no_checkpoints(path):
     ({"eval_frequency": -5}, "--eval_frequency must be >= 0"),  # was an endless loop
     ({"log_frequency": 0}, "--log_frequency must be positive"),
     ({"config": "swish"}, "hidden_act 'swish'"),
+    ({"max_seq_length": 512, "max_predictions_per_seq": 76}, "--max_seq_length=512 exceeds max_position_embeddings=128"),
 ])
 def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tmp_path, change, message):
     out = str(tmp_path / "out")

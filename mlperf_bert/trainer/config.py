@@ -29,7 +29,8 @@ class BertConfig:
         return cls(**{k: v for k, v in d.items() if k in known})
 
     @classmethod
-    def from_json_file(cls, path):
+    def from_json_file(cls, path, max_seq_length=None):
+        """The config at ``path``, checked (and, given ``max_seq_length``, that it has positions for it)."""
         try:
             with open(path, encoding="utf-8") as f:
                 d = json.load(f)
@@ -61,6 +62,9 @@ class BertConfig:
         if cfg.hidden_size % cfg.num_attention_heads:
             raise UserError("BERT config %s: hidden_size %d is not a multiple of num_attention_heads %d"
                             % (path, cfg.hidden_size, cfg.num_attention_heads))
+        if max_seq_length is not None and max_seq_length > cfg.max_position_embeddings:
+            raise UserError("--max_seq_length=%d exceeds max_position_embeddings=%d of %s"
+                            % (max_seq_length, cfg.max_position_embeddings, path))
         return cfg
 
     def to_dict(self):

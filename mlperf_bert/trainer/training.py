@@ -170,6 +170,13 @@ def main(argv):
 
 # ---------------------------------------------------------------- the trainer
 
+def autocast(device, dtype):
+    """The context (a factory) that computes in ``--dtype`` on ``device``: bf16 autocast, or none."""
+    if dtype == "fp32":
+        return contextlib.nullcontext
+    return functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16)
+
+
 class Trainer:
     """Model, optimizer and accumulator of one rank, and what is done with them."""
 
@@ -178,9 +185,7 @@ class Trainer:
         from mlperf_bert.trainer import model as modeling
         from mlperf_bert.trainer import optimizer as optim
         self.fv, self.device, self.rank, self.world = fv, device, rank, world
-        dtype = torch.bfloat16 if fv.dtype == "bf16" else None
-        self.autocast = (lambda: torch.autocast(device_type=device.type, dtype=dtype)) if dtype \
-            else contextlib.nullcontext
+        self.autocast = autocast(device, fv.dtype)
         torch.manual_seed(seed)  # the same initial weights on every rank
         self.model = modeling.BertForPreTraining(config).to(device)
         if init_checkpoint:
@@ -270,10 +275,7 @@ def run(fv, stop, locks):
         torch.backends.cudnn.allow_tf32 = True
 
     # ---- inputs, checked before anything is written
-    config = BertConfig.from_json_file(fv.bert_config_file)
-    if fv.max_seq_length > config.max_position_embeddings:
-        raise UserError("--max_seq_length=%d exceeds max_position_embeddings=%d of %s"
-                        % (fv.max_seq_length, config.max_position_embeddings, fv.bert_config_file))
+    config = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
     train_files = loader.input_files(fv.input_file, "--input_file")
     packed = _packed_input(train_files)
     if packed:  # rows of up to K sequences (pack): samples are counted in real sequences
@@ -509,10 +511,8 @@ def run_eval_only(fv, config, files, device, rank, world):
     if step is None:
         m = re.search(r"ckpt-(\d+)", os.path.basename(fv.init_checkpoint))
         step = int(m.group(1)) if m else 0
-    dtype = torch.bfloat16 if fv.dtype == "bf16" else None
-    autocast = (lambda: torch.autocast(device_type=device.type, dtype=dtype)) if dtype else contextlib.nullcontext
     metrics = evaluation.evaluate(model, evaluation.reference_eval_batches(fv, files, rank, world), device,
-                                  autocast)
+                                  autocast(device, fv.dtype))
     if rank == 0:
         path = evaluation.write_eval_results(fv.output_dir, metrics, int(step))
         for key in evaluation.EVAL_KEYS:

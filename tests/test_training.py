@@ -225,16 +225,16 @@ def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_ru
     argv = flags_for(files, "out", **kw)
     argv[0] = os.path.join(ROOT, argv[0])
 
-    def launch(port):
-        return [_torchrun(argv, "--nnodes=2", "--nproc_per_node=1",
+    def launch(args):
+        import socket
+        with socket.socket() as s:  # a fresh port each time: the killed run's may linger
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        return [_torchrun(args, "--nnodes=2", "--nproc_per_node=1",
                           "--node_rank=%d" % node, "--master_addr=127.0.0.1", "--master_port=%d" % port,
                           cwd=str(disk)) for node, disk in enumerate(disks)]
 
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = launch(port)
+    procs = launch(argv)
     wait_for(str(disks[0] / "out" / "model.ckpt-3.pt"), procs[0], timeout=240)
     for p in procs:
         _kill_tree(p.pid)
@@ -251,14 +251,12 @@ def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_ru
                                                       ranks[1]["accumulator"]["buffers"]))
     # rank 0 alone reads the checkpoint; a resume it refuses is refused on node 1 too, in one line
     changed = [a if not a.startswith("--learning_rate=") else "--learning_rate=0.02" for a in argv]
-    refused = [_torchrun(changed, "--nnodes=2", "--nproc_per_node=1", "--node_rank=%d" % node,
-                         "--master_addr=127.0.0.1", "--master_port=%d" % (port + 2 if port < 65000 else port - 2),
-                         cwd=str(disk)) for node, disk in enumerate(disks)]
+    refused = launch(changed)
     for p in refused:
         out = p.communicate(timeout=300)[0]
         assert p.returncode != 0 and "error: --learning_rate=0.02 differs from the run being resumed" in out, \
             out[-3000:]
-    procs = launch(port + 1 if port < 65000 else port - 1)
+    procs = launch(argv)
     for p in procs:
         out = p.communicate(timeout=300)[0]
         assert p.returncode == 0, out[-3000:]

@@ -14,6 +14,7 @@ from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
 from mlperf_bert.dataset.pretraining_data import create_pretraining_data
 from mlperf_bert.dataset.tfrecord import read_records
+from test_fileio import signal_while
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=1", "--num_eval_examples=50",
@@ -76,18 +77,17 @@ def test_killed_run_resumes_to_identical_outputs(full_run, text_dir, vocab_file,
     out = str(tmp_path / "resumed")
     proc = subprocess.Popen([sys.executable, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=1),
                             cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
     finished = []
-    while time.time() < deadline and proc.poll() is None:
-        finished = [n for n in ("eval_intermediate", "part-00000-of-00002", "part-00001-of-00002")
-                    if os.path.exists(os.path.join(out, n))]
-        if finished:
-            break
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its pool workers, mid-run
-    proc.wait()
-    wait_group_gone(proc.pid)  # a worker still dying holds the lock: a rerun then is refused
-    assert finished, "the run ended before any output appeared"
+
+    def some_finished():
+        finished[:] = [n for n in ("eval_intermediate", "part-00000-of-00002", "part-00001-of-00002")
+                       if os.path.exists(os.path.join(out, n))]
+        return finished and not os.path.exists(os.path.join(out, "manifest.tsv"))
+
+    # the driver and its pool workers, mid-run
+    assert signal_while(proc, some_finished, signal.SIGKILL, group=True), "the run ended before it was killed"
+    proc.wait(timeout=120)
+    wait_group_gone(proc.pid, 120)  # a worker still dying holds the lock: a rerun then is refused
     assert not os.path.exists(os.path.join(out, "manifest.tsv"))
     before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in finished}
     assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0

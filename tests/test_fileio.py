@@ -310,6 +310,45 @@ def children(pid):
     return out
 
 
+def _group_stopped(pgid):
+    """Whether every live process of group ``pgid`` is stopped (SIGSTOP has taken effect)."""
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == pgid and fields[0] not in (b"T", b"t", b"Z", b"X"):
+            return False
+    return True
+
+
+def signal_while(proc, condition, sig, timeout=120, group=False):
+    """Send ``sig`` to ``proc`` at a moment ``condition()`` holds, however slow the machine.
+
+    ``proc`` leads its own process group (``start_new_session``). When ``condition()`` is seen,
+    the whole group is frozen (SIGSTOP), the condition is checked again while nothing moves, and
+    only then is ``sig`` sent to ``proc`` (as a scheduler or ``kill PID`` does; with ``group``, to
+    the whole group) before SIGCONT; so the signal cannot arrive after the state that was seen is
+    gone. False if ``proc`` ended first.
+    """
+    deadline = time.time() + timeout
+    while proc.poll() is None and time.time() < deadline:
+        if condition():
+            os.killpg(proc.pid, signal.SIGSTOP)
+            until = time.time() + 30
+            while not _group_stopped(proc.pid) and time.time() < until:
+                time.sleep(0.001)
+            try:
+                if condition():
+                    (os.killpg if group else os.kill)(proc.pid, sig)
+                    return True
+            finally:
+                os.killpg(proc.pid, signal.SIGCONT)
+        time.sleep(0.002)
+    return False
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, sig):
@@ -317,8 +356,7 @@ def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, si
     writing into the output directory after it is gone, and nothing half-written stays."""
     from mlperf_bert.dataset import make_dataset
     from test_dataset import cmd
-    # 30 shards (~2 s of work): the whole job on the two test shards takes ~0.4 s, less than it
-    # takes to see the workers start, so the signal could arrive after the end.
+    # 30 shards (~2 s of work), so that the signal lands while workers write
     many = tmp_path / "text"
     many.mkdir()
     shards = sorted(n for n in os.listdir(text_dir) if n.startswith("part-"))
@@ -329,14 +367,12 @@ def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, si
     out = str(tmp_path / "out")
     proc = subprocess.Popen([PY, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=2), cwd=ROOT,
                             env=ENV, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while not (os.path.isdir(out) and not no_temporaries(out)) and time.time() < deadline:
-        time.sleep(0.005)  # until a worker is writing an output
-    assert proc.poll() is None, "make-dataset ended before it could be signalled"
-    os.kill(proc.pid, sig)
-    proc.wait()
+    # until a worker is writing an output
+    assert signal_while(proc, lambda: os.path.isdir(out) and not no_temporaries(out), sig), \
+        "make-dataset ended before it could be signalled"
+    proc.wait(timeout=120)
     at_exit = finished(out)
-    deadline = time.time() + 15
+    deadline = time.time() + 120
     while time.time() < deadline:
         try:
             os.killpg(proc.pid, 0)
@@ -395,15 +431,43 @@ def test_sigterm_during_the_generators_write_leaves_nothing(golden_dir, vocab_fi
     outs = ",".join(str(tmp_path / n) for n in "abcd")
     proc = subprocess.Popen([PY, "create_pretraining_data.py", "--input_file=%s/input/part-00000-of-00004" % golden_dir,
                              "--output_file=" + outs, "--vocab_file=" + vocab_file, "--max_seq_length=512",
-                             "--max_predictions_per_seq=76", "--dupe_factor=10"],
+                             "--max_predictions_per_seq=76", "--dupe_factor=10"], start_new_session=True,
                             cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while proc.poll() is None and not glob.glob(str(tmp_path / "*.tmp-*")):
-        time.sleep(0.001)
-    writing = glob.glob(str(tmp_path / "*.tmp-*"))
-    proc.send_signal(signal.SIGTERM)
-    err = proc.communicate(timeout=60)[1]
-    if not writing:
+    if not signal_while(proc, lambda: glob.glob(str(tmp_path / "*.tmp-*")), signal.SIGTERM):
+        proc.communicate(timeout=120)
         pytest.skip("the generator finished before a temporary was seen")
+    err = proc.communicate(timeout=120)[1]
     assert proc.returncode == 143
     assert err.strip().splitlines()[-1].split("\r")[-1].startswith("error: terminated (SIGTERM)")
     assert os.listdir(tmp_path) == []  # temporaries and lock files removed
+
+
+LATE_SIGNAL = textwrap.dedent("""\
+    import contextlib, os, signal, sys, time
+    from mlperf_bert.errors import run_main
+    from mlperf_bert.dataset.tfrecord import TFRecordWriter
+
+    class Late(TFRecordWriter):
+        def __enter__(self):  # the signal comes after the temporary exists, before the ExitStack has it
+            os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+            return super().__enter__()
+
+    def main(argv):
+        with contextlib.ExitStack() as stack:  # as the generator enters its writers
+            for path in argv[2:]:
+                stack.enter_context(Late(path))
+            time.sleep(60)
+    run_main(main, sys.argv)
+    """)
+
+
+@pytest.mark.parametrize("sig,status,line", [("SIGTERM", 143, "error: terminated (SIGTERM)"),
+                                             ("SIGINT", 130, "error: interrupted")])
+def test_a_signal_before_the_with_block_takes_the_temporary_leaves_nothing(tmp_path, sig, status, line):
+    """Issue 23: under load the generator left d.tmp-PID after SIGTERM. The signal had landed
+    after the writer made its temporary and before the ExitStack registered the writer, so no
+    ``with`` block removed it. Made deterministic here: the process signals itself there."""
+    proc = subprocess.run([PY, "-c", LATE_SIGNAL, sig, str(tmp_path / "a"), str(tmp_path / "b")],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == status and proc.stderr.startswith(line), proc.stderr
+    assert os.listdir(tmp_path) == []

@@ -206,3 +206,53 @@ def test_rerun_removes_lock_files_a_killed_run_left(full_run, text_dir, vocab_fi
         assert os.path.exists(os.path.join(out, ".part-00000-of-00002.lock"))
     assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
     assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))
+
+
+def test_resume_with_a_text_shard_changed_to_the_same_size_is_refused(full_run, text_dir, vocab_file, tmp_path):
+    """Issue 23: only the name and size of a shard were recorded, so a changed shard of the same
+    size kept its stale TFRecord."""
+    out = _copy_run(full_run, tmp_path)
+    changed = tmp_path / "text"
+    shutil.copytree(text_dir, changed)
+    shard = changed / "part-00001-of-00002"
+    data = shard.read_bytes()
+    i = data.index(b"the ")
+    shard.write_bytes(data[:i] + b"The " + data[i + 4:])  # one letter capitalised: same size
+    before = {n: md5(os.path.join(out, n)) for n in os.listdir(out)}
+    with pytest.raises(UserError, match=r"other settings: input part-00001-of-00002 changed \(md5 \w{32}, was "
+                                        r"\w{32}; same size\)"):
+        make_dataset.main(cmd(str(changed), out, vocab_file))
+    assert {n: md5(os.path.join(out, n)) for n in os.listdir(out)} == before
+    # a shard only touched (same bytes, new mtime) is not a change
+    shard.write_bytes(data)
+    os.utime(shard, ns=(1, 1))
+    os.remove(os.path.join(out, "manifest.tsv"))
+    assert make_dataset.main(cmd(str(changed), out, vocab_file)) == 0
+
+
+def test_too_few_eval_records_says_the_fix_and_the_corrected_rerun_goes_on(full_run, text_dir, vocab_file, tmp_path,
+                                                                           monkeypatch):
+    """Issue 27: make-dataset as the README shows it (10,000 eval records) on a small corpus failed,
+    and the corrected rerun was refused: 'started with other settings (was 10000)'."""
+    from mlperf_bert.dataset.tfrecord import count_records
+    out = str(tmp_path / "out")
+    have = count_records(os.path.join(full_run, "eval_intermediate"))
+    readme = cmd(text_dir, out, vocab_file, workers=1)
+    readme.remove("--num_eval_examples=50")  # the default, 10000
+    with pytest.raises(UserError) as e:
+        make_dataset.main(readme)
+    assert str(e.value) == ("%s/eval_intermediate has %d records, fewer than --num_eval_examples=10000: rerun with "
+                            "--num_eval_examples=%d or fewer (the MLPerf eval set is 10,000 records from the full "
+                            "eval.txt); finished outputs are kept" % (out, have, have))
+    # the same command again is refused at once, before any other shard is made
+    made = sorted(os.listdir(out))
+    monkeypatch.setattr(make_dataset, "create_pretraining_data", lambda *a, **k: pytest.fail("generated"))
+    with pytest.raises(UserError, match="fewer than --num_eval_examples=10000"):
+        make_dataset.main(readme)
+    assert sorted(os.listdir(out)) == made
+    monkeypatch.undo()
+    # the corrected rerun goes on, keeps what was made, and gives the uninterrupted run's outputs
+    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
+    for n in os.listdir(full_run):
+        if n != "make_dataset_settings.json":
+            assert md5(os.path.join(out, n)) == md5(os.path.join(full_run, n)), n

@@ -227,8 +227,8 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
                 if name != "masked_lm_weights":
                     info = np.iinfo(STORAGE[name])
                     if values.min() < info.min or values.max() > info.max:
-                        raise UserError("%s: %s holds %d..%d, outside %s" % (input_path, name, values.min(),
-                                                                             values.max(), np.dtype(STORAGE[name]).name))
+                        raise UserError("%s: %s holds %d..%d, outside %s" % (
+                            input_path, name, values.min(), values.max(), np.dtype(STORAGE[name]).name))
                 stored = values.astype(STORAGE[name])
                 dsets[name][start:start + len(stored)] = stored
                 sums.update(name, stored)

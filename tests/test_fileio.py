@@ -2,6 +2,7 @@
 naming the file and leave no partial file, for the generator, the text pipeline, HDF5 and
 torch checkpoints; a second writer of an output is refused while the first runs untouched;
 SIGTERM and a killed parent leave no temporaries and no stray workers."""
+import contextlib
 import errno
 import glob
 import os
@@ -223,14 +224,14 @@ def test_two_make_datasets_on_one_directory(full_run, text_dir, vocab_file, tmp_
     from test_dataset import cmd, md5
     out = str(tmp_path / "out")
     first = subprocess.Popen([PY, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=1), cwd=ROOT,
-                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lock_file = os.path.join(out, locking.DIR_LOCK_NAME)
-    deadline = time.time() + 60
-    while not (os.path.exists(lock_file) and os.path.getsize(lock_file)) and time.time() < deadline:
-        time.sleep(0.01)
-    with pytest.raises(UserError, match="--output_dir %s is in use by another run \\(pid %d " % (out, first.pid)):
-        make_dataset.main(cmd(text_dir, out, vocab_file))
-    stdout, stderr = first.communicate(timeout=120)
+    # the second run meets the first holding its lock, however slow the machine (the first is frozen)
+    with frozen_when(first, lambda: os.path.exists(lock_file) and os.path.getsize(lock_file)) as frozen:
+        assert frozen, "the first run ended before its lock was seen"
+        with pytest.raises(UserError, match="--output_dir %s is in use by another run \\(pid %d " % (out, first.pid)):
+            make_dataset.main(cmd(text_dir, out, vocab_file))
+    stdout, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     assert checksums.main(["verify", os.path.join(out, "manifest.tsv")]) == 0
     assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))
@@ -323,14 +324,15 @@ def _group_stopped(pgid):
     return True
 
 
-def signal_while(proc, condition, sig, timeout=120, group=False):
-    """Send ``sig`` to ``proc`` at a moment ``condition()`` holds, however slow the machine.
+@contextlib.contextmanager
+def frozen_when(proc, condition, timeout=120):
+    """Yield True at a moment ``condition()`` holds, with ``proc``'s process group frozen, however
+    slow the machine (False if ``proc`` ended first).
 
     ``proc`` leads its own process group (``start_new_session``). When ``condition()`` is seen,
-    the whole group is frozen (SIGSTOP), the condition is checked again while nothing moves, and
-    only then is ``sig`` sent to ``proc`` (as a scheduler or ``kill PID`` does; with ``group``, to
-    the whole group) before SIGCONT; so the signal cannot arrive after the state that was seen is
-    gone. False if ``proc`` ended first.
+    the whole group is stopped (SIGSTOP) and the condition checked again while nothing moves: what
+    the block then does (signal it, run a second command) meets that state, not a later one.
+    The group is continued (SIGCONT) when the block ends.
     """
     deadline = time.time() + timeout
     while proc.poll() is None and time.time() < deadline:
@@ -341,12 +343,21 @@ def signal_while(proc, condition, sig, timeout=120, group=False):
                 time.sleep(0.001)
             try:
                 if condition():
-                    (os.killpg if group else os.kill)(proc.pid, sig)
-                    return True
+                    yield True
+                    return
             finally:
                 os.killpg(proc.pid, signal.SIGCONT)
         time.sleep(0.002)
-    return False
+    yield False
+
+
+def signal_while(proc, condition, sig, timeout=120, group=False):
+    """Send ``sig`` to ``proc`` (as a scheduler or ``kill PID`` does; with ``group``, to its whole
+    group) at a moment ``condition()`` holds (``frozen_when``). False if ``proc`` ended first."""
+    with frozen_when(proc, condition, timeout) as frozen:
+        if frozen:
+            (os.killpg if group else os.kill)(proc.pid, sig)
+    return frozen
 
 
 @pytest.mark.slow

@@ -100,7 +100,7 @@ def main(argv):
     if fv.packed:
         os.makedirs(packed_dir)
         if _run([py, "-m", "mlperf_bert", "pack", "--input=" + os.path.join(data_dir, "part-*"),
-                 "--output=" + packed_dir, "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PRED,
+                 "--output_dir=" + packed_dir, "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PRED,
                  "--max_sequences_per_pack=3", "--num_workers=2"], "pack (up to 3 sequences a row)"):
             raise UserError("demo: pack failed (see above)")
 

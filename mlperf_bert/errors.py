@@ -28,6 +28,11 @@ def install_sigterm_handler():
         pass
 
 
+def _remove_own_temporaries():
+    from mlperf_bert.fileio import remove_own_temporaries
+    remove_own_temporaries()
+
+
 def _exit_quietly(signum, frame):
     sys.exit(143)
 
@@ -77,6 +82,7 @@ def run_main(main, argv=None):
         print("error: %s" % e, file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
+        _remove_own_temporaries()
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
     except Terminated:
@@ -85,6 +91,7 @@ def run_main(main, argv=None):
         # The finally blocks (temporaries removed, locks released) ran on the way here. Leave now:
         # a half-built object the signal interrupted (a progress bar) must not add its own noise
         # when the interpreter tears it down.
+        _remove_own_temporaries()  # those whose ``with`` block the signal did not reach
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(143)

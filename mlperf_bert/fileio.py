@@ -4,7 +4,10 @@ Every output goes through ``atomic_path``/``atomic_open``/``atomic_save``, so tw
 implemented once:
 
 - a file is never seen half-written: a failure (or SIGTERM, see ``errors.run_main``) removes
-  the temporary ``NAME.tmp-PID``, and a rerun removes temporaries whose process is gone;
+  the temporary ``NAME.tmp-PID``, and a rerun removes temporaries whose process is gone; every
+  temporary is also registered until it is renamed or removed, so a signal that lands where no
+  ``with`` block can clean up (after the temporary was made, before the caller's ``with`` or
+  ``ExitStack`` took it over) still removes it (``remove_own_temporaries``, at the exit);
 - out of space, quota, I/O error or read-only file system while writing is one UserError
   naming the file, with (for space) what was needed and what is free, and the fix: free
   space and rerun the same command (finished outputs are kept, so the rerun goes on).
@@ -26,11 +29,24 @@ WRITE_ERRNOS = {
     errno.EROFS: "give an output path on a writable file system, then rerun the same command",
 }
 _TMP = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)$")
+_own = {}  # temporary path -> pid of the process that made it (forked children inherit the dict)
 
 
 def temporary_name(path):
     """The temporary ``path`` is written under by this process (``remove_stale_temporaries`` knows it)."""
     return "%s.tmp-%d" % (path, os.getpid())
+
+
+def remove_own_temporaries():
+    """Remove the temporaries this process made and has not renamed or removed yet: called when
+    the process ends on a signal or an error. A temporary is registered before it can exist, so
+    none escapes, wherever the signal lands."""
+    pid = os.getpid()
+    for tmp, owner in list(_own.items()):
+        if owner == pid:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            _own.pop(tmp, None)
 
 
 def free_bytes(path):
@@ -171,15 +187,18 @@ def atomic_path(path, needed=None, _owns=None):
     if needed is not None:
         ensure_space({path: needed})
     tmp = temporary_name(path)
+    _own[tmp] = os.getpid()
     try:
         yield tmp
         os.replace(tmp, path)
+        _own.pop(tmp, None)
     except BaseException as e:
         written = None
         with contextlib.suppress(OSError):
             written = os.path.getsize(tmp)
         with contextlib.suppress(OSError):
             os.remove(tmp)
+        _own.pop(tmp, None)
         if is_write_error(e) and (_mentions(e, tmp) or (_owns is not None and _owns(e))):
             raise write_error(path, e, needed, written) from e
         raise

@@ -14,6 +14,7 @@ from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
 from mlperf_bert.dataset.pretraining_data import create_pretraining_data
 from mlperf_bert.dataset.tfrecord import read_records
+from test_fileio import signal_while
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=1", "--num_eval_examples=50",
@@ -76,18 +77,17 @@ def test_killed_run_resumes_to_identical_outputs(full_run, text_dir, vocab_file,
     out = str(tmp_path / "resumed")
     proc = subprocess.Popen([sys.executable, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=1),
                             cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
     finished = []
-    while time.time() < deadline and proc.poll() is None:
-        finished = [n for n in ("eval_intermediate", "part-00000-of-00002", "part-00001-of-00002")
-                    if os.path.exists(os.path.join(out, n))]
-        if finished:
-            break
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its pool workers, mid-run
-    proc.wait()
-    wait_group_gone(proc.pid)  # a worker still dying holds the lock: a rerun then is refused
-    assert finished, "the run ended before any output appeared"
+
+    def some_finished():
+        finished[:] = [n for n in ("eval_intermediate", "part-00000-of-00002", "part-00001-of-00002")
+                       if os.path.exists(os.path.join(out, n))]
+        return finished and not os.path.exists(os.path.join(out, "manifest.tsv"))
+
+    # the driver and its pool workers, mid-run
+    assert signal_while(proc, some_finished, signal.SIGKILL, group=True), "the run ended before it was killed"
+    proc.wait(timeout=120)
+    wait_group_gone(proc.pid, 120)  # a worker still dying holds the lock: a rerun then is refused
     assert not os.path.exists(os.path.join(out, "manifest.tsv"))
     before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in finished}
     assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
@@ -206,3 +206,53 @@ def test_rerun_removes_lock_files_a_killed_run_left(full_run, text_dir, vocab_fi
         assert os.path.exists(os.path.join(out, ".part-00000-of-00002.lock"))
     assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
     assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))
+
+
+def test_resume_with_a_text_shard_changed_to_the_same_size_is_refused(full_run, text_dir, vocab_file, tmp_path):
+    """Issue 23: only the name and size of a shard were recorded, so a changed shard of the same
+    size kept its stale TFRecord."""
+    out = _copy_run(full_run, tmp_path)
+    changed = tmp_path / "text"
+    shutil.copytree(text_dir, changed)
+    shard = changed / "part-00001-of-00002"
+    data = shard.read_bytes()
+    i = data.index(b"the ")
+    shard.write_bytes(data[:i] + b"The " + data[i + 4:])  # one letter capitalised: same size
+    before = {n: md5(os.path.join(out, n)) for n in os.listdir(out)}
+    with pytest.raises(UserError, match=r"other settings: input part-00001-of-00002 changed \(md5 \w{32}, was "
+                                        r"\w{32}; same size\)"):
+        make_dataset.main(cmd(str(changed), out, vocab_file))
+    assert {n: md5(os.path.join(out, n)) for n in os.listdir(out)} == before
+    # a shard only touched (same bytes, new mtime) is not a change
+    shard.write_bytes(data)
+    os.utime(shard, ns=(1, 1))
+    os.remove(os.path.join(out, "manifest.tsv"))
+    assert make_dataset.main(cmd(str(changed), out, vocab_file)) == 0
+
+
+def test_too_few_eval_records_says_the_fix_and_the_corrected_rerun_goes_on(full_run, text_dir, vocab_file, tmp_path,
+                                                                           monkeypatch):
+    """Issue 27: make-dataset as the README shows it (10,000 eval records) on a small corpus failed,
+    and the corrected rerun was refused: 'started with other settings (was 10000)'."""
+    from mlperf_bert.dataset.tfrecord import count_records
+    out = str(tmp_path / "out")
+    have = count_records(os.path.join(full_run, "eval_intermediate"))
+    readme = cmd(text_dir, out, vocab_file, workers=1)
+    readme.remove("--num_eval_examples=50")  # the default, 10000
+    with pytest.raises(UserError) as e:
+        make_dataset.main(readme)
+    assert str(e.value) == ("%s/eval_intermediate has %d records, fewer than --num_eval_examples=10000: rerun with "
+                            "--num_eval_examples=%d or fewer (the MLPerf eval set is 10,000 records from the full "
+                            "eval.txt); finished outputs are kept" % (out, have, have))
+    # the same command again is refused at once, before any other shard is made
+    made = sorted(os.listdir(out))
+    monkeypatch.setattr(make_dataset, "create_pretraining_data", lambda *a, **k: pytest.fail("generated"))
+    with pytest.raises(UserError, match="fewer than --num_eval_examples=10000"):
+        make_dataset.main(readme)
+    assert sorted(os.listdir(out)) == made
+    monkeypatch.undo()
+    # the corrected rerun goes on, keeps what was made, and gives the uninterrupted run's outputs
+    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
+    for n in os.listdir(full_run):
+        if n != "make_dataset_settings.json":
+            assert md5(os.path.join(out, n)) == md5(os.path.join(full_run, n)), n

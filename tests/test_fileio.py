@@ -2,6 +2,7 @@
 naming the file and leave no partial file, for the generator, the text pipeline, HDF5 and
 torch checkpoints; a second writer of an output is refused while the first runs untouched;
 SIGTERM and a killed parent leave no temporaries and no stray workers."""
+import contextlib
 import errno
 import glob
 import os
@@ -110,7 +111,7 @@ def test_text_pipeline_disk_full(ref_data, tmp_path, disk_full):
     with pytest.raises(UserError, match=r"cannot write .*: no space left on device .*rerun the same command"):
         text_pipeline.main(["x", "--wiki_glob=%s/data/wiki_sample/wiki_0[01]" % ref_data, "--output_dir=%s" % out,
                             "--num_test_articles=4", "--workers=1"])
-    assert os.listdir(out) == []
+    assert os.listdir(out) == [text_pipeline.RECORD_NAME]  # what it may write there: no output
 
 
 def test_hdf5_disk_full(golden_dir, tmp_path, monkeypatch):
@@ -223,14 +224,14 @@ def test_two_make_datasets_on_one_directory(full_run, text_dir, vocab_file, tmp_
     from test_dataset import cmd, md5
     out = str(tmp_path / "out")
     first = subprocess.Popen([PY, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=1), cwd=ROOT,
-                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lock_file = os.path.join(out, locking.DIR_LOCK_NAME)
-    deadline = time.time() + 60
-    while not (os.path.exists(lock_file) and os.path.getsize(lock_file)) and time.time() < deadline:
-        time.sleep(0.01)
-    with pytest.raises(UserError, match="--output_dir %s is in use by another run \\(pid %d " % (out, first.pid)):
-        make_dataset.main(cmd(text_dir, out, vocab_file))
-    stdout, stderr = first.communicate(timeout=120)
+    # the second run meets the first holding its lock, however slow the machine (the first is frozen)
+    with frozen_when(first, lambda: os.path.exists(lock_file) and os.path.getsize(lock_file)) as frozen:
+        assert frozen, "the first run ended before its lock was seen"
+        with pytest.raises(UserError, match="--output_dir %s is in use by another run \\(pid %d " % (out, first.pid)):
+            make_dataset.main(cmd(text_dir, out, vocab_file))
+    stdout, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     assert checksums.main(["verify", os.path.join(out, "manifest.tsv")]) == 0
     assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))
@@ -310,6 +311,55 @@ def children(pid):
     return out
 
 
+def _group_stopped(pgid):
+    """Whether every live process of group ``pgid`` is stopped (SIGSTOP has taken effect)."""
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == pgid and fields[0] not in (b"T", b"t", b"Z", b"X"):
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def frozen_when(proc, condition, timeout=120):
+    """Yield True at a moment ``condition()`` holds, with ``proc``'s process group frozen, however
+    slow the machine (False if ``proc`` ended first).
+
+    ``proc`` leads its own process group (``start_new_session``). When ``condition()`` is seen,
+    the whole group is stopped (SIGSTOP) and the condition checked again while nothing moves: what
+    the block then does (signal it, run a second command) meets that state, not a later one.
+    The group is continued (SIGCONT) when the block ends.
+    """
+    deadline = time.time() + timeout
+    while proc.poll() is None and time.time() < deadline:
+        if condition():
+            os.killpg(proc.pid, signal.SIGSTOP)
+            until = time.time() + 30
+            while not _group_stopped(proc.pid) and time.time() < until:
+                time.sleep(0.001)
+            try:
+                if condition():
+                    yield True
+                    return
+            finally:
+                os.killpg(proc.pid, signal.SIGCONT)
+        time.sleep(0.002)
+    yield False
+
+
+def signal_while(proc, condition, sig, timeout=120, group=False):
+    """Send ``sig`` to ``proc`` (as a scheduler or ``kill PID`` does; with ``group``, to its whole
+    group) at a moment ``condition()`` holds (``frozen_when``). False if ``proc`` ended first."""
+    with frozen_when(proc, condition, timeout) as frozen:
+        if frozen:
+            (os.killpg if group else os.kill)(proc.pid, sig)
+    return frozen
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, sig):
@@ -317,8 +367,7 @@ def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, si
     writing into the output directory after it is gone, and nothing half-written stays."""
     from mlperf_bert.dataset import make_dataset
     from test_dataset import cmd
-    # 30 shards (~2 s of work): the whole job on the two test shards takes ~0.4 s, less than it
-    # takes to see the workers start, so the signal could arrive after the end.
+    # 30 shards (~2 s of work), so that the signal lands while workers write
     many = tmp_path / "text"
     many.mkdir()
     shards = sorted(n for n in os.listdir(text_dir) if n.startswith("part-"))
@@ -329,14 +378,12 @@ def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, si
     out = str(tmp_path / "out")
     proc = subprocess.Popen([PY, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=2), cwd=ROOT,
                             env=ENV, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while not (os.path.isdir(out) and not no_temporaries(out)) and time.time() < deadline:
-        time.sleep(0.005)  # until a worker is writing an output
-    assert proc.poll() is None, "make-dataset ended before it could be signalled"
-    os.kill(proc.pid, sig)
-    proc.wait()
+    # until a worker is writing an output
+    assert signal_while(proc, lambda: os.path.isdir(out) and not no_temporaries(out), sig), \
+        "make-dataset ended before it could be signalled"
+    proc.wait(timeout=120)
     at_exit = finished(out)
-    deadline = time.time() + 15
+    deadline = time.time() + 120
     while time.time() < deadline:
         try:
             os.killpg(proc.pid, 0)
@@ -395,15 +442,43 @@ def test_sigterm_during_the_generators_write_leaves_nothing(golden_dir, vocab_fi
     outs = ",".join(str(tmp_path / n) for n in "abcd")
     proc = subprocess.Popen([PY, "create_pretraining_data.py", "--input_file=%s/input/part-00000-of-00004" % golden_dir,
                              "--output_file=" + outs, "--vocab_file=" + vocab_file, "--max_seq_length=512",
-                             "--max_predictions_per_seq=76", "--dupe_factor=10"],
+                             "--max_predictions_per_seq=76", "--dupe_factor=10"], start_new_session=True,
                             cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while proc.poll() is None and not glob.glob(str(tmp_path / "*.tmp-*")):
-        time.sleep(0.001)
-    writing = glob.glob(str(tmp_path / "*.tmp-*"))
-    proc.send_signal(signal.SIGTERM)
-    err = proc.communicate(timeout=60)[1]
-    if not writing:
+    if not signal_while(proc, lambda: glob.glob(str(tmp_path / "*.tmp-*")), signal.SIGTERM):
+        proc.communicate(timeout=120)
         pytest.skip("the generator finished before a temporary was seen")
+    err = proc.communicate(timeout=120)[1]
     assert proc.returncode == 143
     assert err.strip().splitlines()[-1].split("\r")[-1].startswith("error: terminated (SIGTERM)")
     assert os.listdir(tmp_path) == []  # temporaries and lock files removed
+
+
+LATE_SIGNAL = textwrap.dedent("""\
+    import contextlib, os, signal, sys, time
+    from mlperf_bert.errors import run_main
+    from mlperf_bert.dataset.tfrecord import TFRecordWriter
+
+    class Late(TFRecordWriter):
+        def __enter__(self):  # the signal comes after the temporary exists, before the ExitStack has it
+            os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+            return super().__enter__()
+
+    def main(argv):
+        with contextlib.ExitStack() as stack:  # as the generator enters its writers
+            for path in argv[2:]:
+                stack.enter_context(Late(path))
+            time.sleep(60)
+    run_main(main, sys.argv)
+    """)
+
+
+@pytest.mark.parametrize("sig,status,line", [("SIGTERM", 143, "error: terminated (SIGTERM)"),
+                                             ("SIGINT", 130, "error: interrupted")])
+def test_a_signal_before_the_with_block_takes_the_temporary_leaves_nothing(tmp_path, sig, status, line):
+    """Issue 23: under load the generator left d.tmp-PID after SIGTERM. The signal had landed
+    after the writer made its temporary and before the ExitStack registered the writer, so no
+    ``with`` block removed it. Made deterministic here: the process signals itself there."""
+    proc = subprocess.run([PY, "-c", LATE_SIGNAL, sig, str(tmp_path / "a"), str(tmp_path / "b")],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == status and proc.stderr.startswith(line), proc.stderr
+    assert os.listdir(tmp_path) == []

@@ -1,4 +1,5 @@
 import os
+import re
 
 import h5py
 import numpy as np
@@ -106,3 +107,118 @@ def test_output_that_is_the_input_is_refused(golden_tfrecord, tmp_path):
     with open(src, "rb") as f:
         assert f.read() == data
     assert sorted(os.listdir(tmp_path)) == ["link", "part.tfrecord"]
+
+
+# ---------------------------------------------------------------- checksums and misread files
+
+def flip_byte(path, dataset, index=1000):
+    """Flip one byte of ``dataset``'s data in the file (a bit rot HDF5 itself never notices)."""
+    with h5py.File(path, "r") as h:
+        offset = h[dataset].id.get_offset()
+    with open(path, "r+b") as f:
+        f.seek(offset + index)
+        byte = f.read(1)
+        f.seek(offset + index)
+        f.write(bytes([byte[0] ^ 0x10]))
+
+
+@pytest.fixture(scope="module")
+def made(golden_tfrecord, tmp_path_factory):
+    """A to-hdf5 file and a packed file of the first 500 golden records."""
+    from mlperf_bert.dataset import packing
+    from mlperf_bert.dataset.tfrecord import write_records
+    d = tmp_path_factory.mktemp("made")
+    src = str(d / "part-00000")
+    write_records(src, list(read_records(golden_tfrecord))[:500])
+    plain = str(d / "part.hdf5")
+    hdf5.tfrecords_to_hdf5([src], plain, 128, 20, progress=False)
+    assert packing.main(["pack", "--input=" + src, "--output_dir=%s" % d, "--max_seq_length=128",
+                         "--max_predictions_per_seq=20", "--noprogress"]) == 0
+    return {"plain": plain, "packed": str(d / "part-00000.packed.hdf5"), "tfrecord": src}
+
+
+@pytest.mark.parametrize("kind,dataset,fix", [("plain", "input_ids", "convert it again with to-hdf5"),
+                                              ("plain", "masked_lm_weights", "convert it again with to-hdf5"),
+                                              ("packed", "input_mask", "pack it again"),
+                                              ("packed", "masked_lm_ids", "pack it again")])
+def test_check_data_full_finds_a_flipped_byte(made, tmp_path, kind, dataset, fix):
+    """Issue 23: flipped bytes in an HDF5 or packed file trained silently, even with --check_data=full."""
+    from mlperf_bert.trainer import loader
+    path = str(tmp_path / os.path.basename(made[kind]))
+    with open(made[kind], "rb") as a, open(path, "wb") as b:
+        b.write(a.read())
+    loader.check_records([path], full=True)  # intact: passes
+    flip_byte(path, dataset)
+    loader.check_records([path], full=False)  # the shapes are whole: headers do not see it
+    with pytest.raises(UserError) as e:
+        loader.check_records([path], full=True)
+    assert str(e.value) == ("%s: dataset %s does not match the checksum written when the file was made: the file "
+                            "is damaged, %s" % (path, dataset, fix) + (" (python -m mlperf_bert pack)"
+                                                                       if kind == "packed" else ""))
+
+
+def test_the_trainer_refuses_a_flipped_packed_file_before_training(made, tmp_path):
+    from mlperf_bert.trainer import training
+    from test_training import TINY, flags_for
+    import json
+    path = str(tmp_path / "part-00000.packed.hdf5")
+    with open(made["packed"], "rb") as a, open(path, "wb") as b:
+        b.write(a.read())
+    flip_byte(path, "input_ids")
+    config = str(tmp_path / "config.json")
+    with open(config, "w") as f:
+        json.dump(TINY, f)
+    files = {"config": config, "train": path}
+    out = str(tmp_path / "out")
+    with pytest.raises(UserError, match="part-00000.packed.hdf5: dataset input_ids does not match the checksum"):
+        training.main(flags_for(files, out, max_seq_length=128, max_predictions_per_seq=20, check_data="full"))
+    assert not os.path.exists(os.path.join(out, "mlperf.log"))
+
+
+def test_a_file_made_before_checksums_is_named_not_failed(made, tmp_path, capsys):
+    from mlperf_bert.trainer import loader
+    for kind, fix in (("plain", "convert it again with to-hdf5"), ("packed", "pack it again")):
+        path = str(tmp_path / os.path.basename(made[kind]))
+        with open(made[kind], "rb") as a, open(path, "wb") as b:
+            b.write(a.read())
+        with h5py.File(path, "r+") as h:
+            for name in h:
+                del h[name].attrs[hdf5.CHECKSUM_ATTR]
+        loader.check_records([path], full=True)
+        err = capsys.readouterr().err
+        assert err == ("warning: %s has no checksums (made before they were written): --check_data=full cannot "
+                       "check its contents; %s to add them\n" % (path, fix + (" (python -m mlperf_bert pack)"
+                                                                               if kind == "packed" else "")))
+
+
+def test_misread_hdf5_and_packed_files_name_the_right_tool(made, tmp_path):
+    """Issue 23: a packed file as the eval set blamed --max_predictions_per_seq; a truncated packed
+    file said 'convert it again with to-hdf5' (or, among packed files, that the input mixed kinds)."""
+    from mlperf_bert.trainer import training
+    from test_training import TINY, flags_for
+    import json
+    config = str(tmp_path / "config.json")
+    with open(config, "w") as f:
+        json.dump(TINY, f)
+    cut = str(tmp_path / "cut.packed.hdf5")
+    with open(made["packed"], "rb") as a, open(cut, "wb") as b:
+        b.write(a.read()[:100000])
+    cut_plain = str(tmp_path / "cut.hdf5")
+    with open(made["plain"], "rb") as a, open(cut_plain, "wb") as b:
+        b.write(a.read()[:100000])
+    junk = str(tmp_path / "junk.hdf5")
+    with open(junk, "w") as f:
+        f.write("not HDF5\n")
+    cases = [
+        (dict(input_file=made["tfrecord"], eval_input_file=made["packed"]),
+         re.escape("%s holds packed rows (made by pack), but this input takes unpacked records" % made["packed"])),
+        (dict(input_file=cut), r"cannot read HDF5 file %s \(.*\): it is truncated or damaged: pack it again" % cut),
+        (dict(input_file=made["packed"] + "," + cut), "cut.packed.hdf5 .*truncated or damaged: pack it again"),
+        (dict(input_file=cut_plain), r"cut.hdf5 .*truncated or damaged: make it again with to-hdf5 \(or pack"),
+        (dict(input_file=junk), "junk.hdf5 is not an HDF5 file: give a file that to-hdf5 or pack made"),
+    ]
+    for kw, message in cases:
+        kw = dict(dict(max_seq_length=128, max_predictions_per_seq=20, num_train_steps=1, num_workers=0), **kw)
+        with pytest.raises(UserError, match=message) as e:
+            training.main(flags_for({"config": config, "train": None}, str(tmp_path / "out"), **kw))
+        assert "\n" not in str(e.value)

@@ -33,10 +33,10 @@ def one_thread():
 def files(golden_s512, tmp_path_factory):
     """All 7,343 golden s512 sequences packed (5,741 rows of up to 3); 40 unpacked eval records."""
     d = tmp_path_factory.mktemp("packed_train")
-    out = {"train": str(d / "train.packed.hdf5"), "unpacked": golden_s512, "eval": str(d / "eval.tfrecord"),
-           "config": str(d / "config.json")}
+    out = {"train": str(d / (os.path.basename(golden_s512) + ".packed.hdf5")), "unpacked": golden_s512,
+           "eval": str(d / "eval.tfrecord"), "config": str(d / "config.json")}
     r = subprocess.run([sys.executable, "-m", "mlperf_bert", "pack", "--noprogress", "--input=" + golden_s512,
-                        "--output=" + out["train"]], cwd=ROOT, capture_output=True, text=True)
+                        "--output_dir=%s" % d], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     tfrecord.write_records(out["eval"], list(itertools.islice(tfrecord.read_records(golden_s512), 7000, 7040)))
     with open(out["config"], "w") as f:

@@ -1,6 +1,7 @@
 """pack: every sequence kept exactly once, rows within max_seq_length and K, deterministic,
 parallel = serial, one-line errors; the packed loader's order, sharding and resume."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import torch
 
 from mlperf_bert.dataset import packing, tfrecord
 from mlperf_bert.dataset.example import decode_pretraining_batch
+from mlperf_bert.errors import UserError
 from mlperf_bert.trainer.packed_loader import PackedBatches, packing_rate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,10 +39,10 @@ def sequence_keys(arrays):
 
 @pytest.fixture(scope="module")
 def packed_s512(golden_s512, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("packed") / "s512.packed.hdf5")
-    r = pack("--input=" + golden_s512, "--output=" + out)
+    d = tmp_path_factory.mktemp("packed")
+    r = pack("--input=" + golden_s512, "--output_dir=%s" % d)
     assert r.returncode == 0, r.stderr
-    return out, r.stdout
+    return str(d / (os.path.basename(golden_s512) + ".packed.hdf5")), r.stdout
 
 
 def test_pack_keeps_every_sequence_once_within_the_row_limits(golden_s512, packed_s512):
@@ -80,15 +82,16 @@ def test_pack_is_deterministic_and_parallel_equals_serial(golden_s512, packed_s5
     tfrecord.write_records(parts[0], recs[:3000])
     tfrecord.write_records(parts[1], recs[3000:])
     for name, workers in (("serial", 1), ("parallel", 2)):
-        r = pack("--input=" + ",".join(parts), "--output=" + str(tmp_path / name), "--num_workers=%d" % workers)
+        r = pack("--input=" + ",".join(parts), "--output_dir=" + str(tmp_path / name), "--num_workers=%d" % workers)
         assert r.returncode == 0, r.stderr
     for p in parts:
         a, b = (packing.read_packed(str(tmp_path / d / (os.path.basename(p) + ".packed.hdf5")))
                 for d in ("serial", "parallel"))
         assert all(np.array_equal(a[k], b[k]) for k in a)
-    again = str(tmp_path / "again.hdf5")
-    assert pack("--input=" + golden_s512, "--output=" + again).returncode == 0
-    a, b = packing.read_packed(packed_s512[0]), packing.read_packed(again)
+    again = str(tmp_path / "again")
+    assert pack("--input=" + golden_s512, "--output_dir=" + again).returncode == 0
+    a, b = packing.read_packed(packed_s512[0]), packing.read_packed(os.path.join(again, os.path.basename(
+        packed_s512[0])))
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert not [n for n in os.listdir(tmp_path / "serial") if ".tmp" in n]
 
@@ -96,28 +99,134 @@ def test_pack_is_deterministic_and_parallel_equals_serial(golden_s512, packed_s5
 @pytest.mark.parametrize("args,message", [
     (["--input=/nonexistent/x.tfrecord"], "/nonexistent/x.tfrecord"),
     (["--max_seq_length=128"], "record 0"),
-    (["--max_sequences_per_pack=0"], "--max_sequences_per_pack must be >= 1"),
+    (["--max_sequences_per_pack=0"], "--max_sequences_per_pack=0 must be 1..16"),
 ])
 def test_pack_errors_are_one_line(golden_s512, tmp_path, args, message):
-    argv = ["--input=" + golden_s512, "--output=" + str(tmp_path / "o.hdf5")]
+    argv = ["--input=" + golden_s512, "--output_dir=" + str(tmp_path / "o")]
     argv = [a for a in argv if not any(a.split("=")[0] == b.split("=")[0] for b in args)] + args
     r = pack(*argv)
     assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert not os.path.exists(tmp_path / "o.hdf5")
+    assert not os.path.exists(tmp_path / "o") or os.listdir(tmp_path / "o") == []
+
+
+@pytest.fixture(scope="module")
+def small(golden_dir, tmp_path_factory):
+    """Two small seq-128 TFRecord files (300 and 200 of the reference's golden records)."""
+    d = tmp_path_factory.mktemp("small")
+    recs = list(tfrecord.read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))
+    paths = [str(d / "part-00000"), str(d / "part-00001")]
+    tfrecord.write_records(paths[0], recs[:300])
+    tfrecord.write_records(paths[1], recs[300:500])
+    return paths
+
+
+S128 = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--noprogress", "--num_workers=1"]
+
+
+def pack_here(*args):
+    """The pack command in this process (its UserErrors are the one-line errors run_main prints)."""
+    return packing.main(["pack"] + S128 + list(args))
+
+
+def test_one_input_into_a_directory_not_yet_made(small, tmp_path, capsys):
+    """Issue 27: --input='tfrecords/part-*' --output=packed with one shard and no packed/ wrote a
+    FILE named packed, and the README's next step ('packed/*.packed.hdf5') matched nothing; and
+    issue 23: packing into a folder not yet made was a traceback."""
+    import glob
+    out = tmp_path / "new" / "packed"
+    assert pack_here("--input=%s" % small[0].replace("part-00000", "part-0000[0]"), "--output_dir=%s" % out) == 0
+    assert glob.glob(str(out / "*.packed.hdf5")) == [str(out / "part-00000.packed.hdf5")]
+    assert packing.read_attrs(str(out / "part-00000.packed.hdf5"))["num_sequences"] == 300
+    assert "packed 300 sequences" in capsys.readouterr().out
+    with pytest.raises(UserError, match=r"^--output is gone: .* give --output_dir=packed$"):
+        pack_here("--input=" + small[0], "--output=packed")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="--output_dir=.*file is a file: give a directory"):
+        pack_here("--input=" + small[0], "--output_dir=%s" % (tmp_path / "file"))
+
+
+def test_an_input_given_twice_or_two_inputs_of_one_name_are_refused(small, tmp_path, capsys):
+    """Issue 23: a/shard,b/shard wrote one output and lost the other's sequences (exit 0); X,X
+    reported twice the sequences it wrote."""
+    other = tmp_path / "b"
+    other.mkdir()
+    shutil.copy(small[1], other / "part-00000")  # the same name as small[0], other records
+    os.symlink(small[0], str(tmp_path / "link"))
+    out = tmp_path / "out"
+    for inputs, message in (([small[0], str(other / "part-00000")], "have one name, so both would be packed into "
+                                                                    "part-00000.packed.hdf5"),
+                            ([small[0], small[0]], "names .*part-00000 twice"),
+                            ([small[0], str(tmp_path / "link")], "names one file twice")):
+        with pytest.raises(UserError, match=message):
+            pack_here("--input=" + ",".join(inputs), "--output_dir=%s" % out)
+        assert not out.exists() or os.listdir(out) == []
+    # distinct inputs: the count reported is what the files hold
+    assert pack_here("--input=" + ",".join(small), "--output_dir=%s" % out) == 0
+    held = sum(packing.read_attrs(str(out / n))["num_sequences"] for n in os.listdir(out))
+    assert held == 500 and "packed 500 sequences" in capsys.readouterr().out
+
+
+def test_a_second_pack_into_one_directory_is_refused(small, tmp_path):
+    """Issue 23: two runs into one directory both exited 0 with a mix of K=1 and K=3 files."""
+    from mlperf_bert import locking
+    out = str(tmp_path / "out")
+    with locking.lock_dir(out, "--output_dir"):  # as a pack running there holds it
+        with pytest.raises(UserError, match="--output_dir %s is in use by another run \\(pid %d " % (out, os.getpid())):
+            pack_here("--input=" + small[0], "--output_dir=" + out)
+    assert os.listdir(out) == []
+    assert pack_here("--input=" + small[0], "--output_dir=" + out) == 0  # released: the run goes on
+    assert os.listdir(out) == ["part-00000.packed.hdf5"]
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--max_seq_length=-5", "--max_seq_length=-5 must be at least 1"),
+    ("--max_predictions_per_seq=0", "--max_predictions_per_seq=0 must be at least 1"),
+    ("--seed=-1", "--seed=-1 must be at least 0"),
+    ("--max_sequences_per_pack=17", "--max_sequences_per_pack=17 must be 1..16"),
+    ("--max_sequences_per_pack=100000000", "--max_sequences_per_pack=100000000 must be 1..16"),
+])
+def test_bad_numbers_are_one_line_errors(small, tmp_path, flag, message):
+    """Issue 23: tracebacks before (a negative size, a negative seed, a 3.6 GiB allocation)."""
+    with pytest.raises(UserError, match=message) as e:
+        pack_here("--input=" + small[0], "--output_dir=%s" % (tmp_path / "o"), flag)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_hdf5_input_is_named_as_such(small, tmp_path):
+    """Issue 23: an HDF5 file given as --input was 'record 0 has a corrupt length ... regenerate or
+    re-download it', a fault of the file it is not."""
+    from mlperf_bert.dataset import hdf5
+    h5 = str(tmp_path / "x.hdf5")
+    hdf5.tfrecords_to_hdf5([small[1]], h5, 128, 20, progress=False)
+    with pytest.raises(UserError, match=r"x\.hdf5 is an HDF5 file, not TFRecords: pack reads the TFRecords"):
+        pack_here("--input=" + h5, "--output_dir=%s" % (tmp_path / "o"))
+    with pytest.raises(UserError, match=r"x\.hdf5 is an HDF5 file, not TFRecords: to-hdf5 reads"):
+        hdf5.main(["to-hdf5", "--input=" + h5, "--output=%s" % (tmp_path / "y.hdf5"), "--max_seq_length=128",
+                   "--max_predictions_per_seq=20"])
 
 
 def rows_of(batches):
     return [tuple(r) for b in batches for r in b["input_ids"].numpy()]
 
 
-def test_packed_loader_ranks_resume_and_sequence_counts(packed_s512):
-    f = [packed_s512[0]]
+@pytest.fixture(scope="module")
+def packed_small(small, tmp_path_factory):
+    """The 300 seq-128 sequences of small[0], packed (a few hundred rows: the loader tests stay cheap)."""
+    d = tmp_path_factory.mktemp("packed_small")
+    assert pack_here("--input=" + small[0], "--output_dir=%s" % d) == 0
+    return str(d / "part-00000.packed.hdf5")
+
+
+def test_packed_loader_ranks_resume_and_sequence_counts(packed_small):
+    f = [packed_small]
     one = list(PackedBatches(f, 8, shuffle=True, seed=4, repeat=False))
-    assert sum(int(b["global_sequences"]) for b in one) == 7343
+    assert sum(int(b["global_sequences"]) for b in one) == 300
     for b in one:
         assert int(b["global_sequences"]) == int((b["next_sentence_labels"] >= 0).sum())
     two = [list(PackedBatches(f, 8, rank=r, world_size=2, shuffle=True, seed=4, repeat=False)) for r in range(2)]
-    assert rows_of(one) == [row for b0, b1 in zip(*two) for row in rows_of([b0]) + rows_of([b1])]
+    paired = [row for b0, b1 in zip(*two) for row in rows_of([b0]) + rows_of([b1])]
+    assert rows_of(one) == paired + rows_of(two[0][len(two[1]):])  # a short last batch may be rank 0's alone
     assert all(int(b0["global_sequences"]) == int(b1["global_sequences"]) for b0, b1 in zip(*two))
     resumed = list(PackedBatches(f, 8, shuffle=True, seed=4, repeat=False, start_batch=5))
     assert rows_of(resumed) == rows_of(one[5:])
@@ -128,7 +237,7 @@ def test_packed_loader_ranks_resume_and_sequence_counts(packed_s512):
     loader = torch.utils.data.DataLoader(PackedBatches(f, 8, shuffle=True, seed=4, repeat=False), batch_size=None,
                                          num_workers=2)
     assert rows_of(loader) == rows_of(one)
-    assert packing_rate(f) == pytest.approx(7343 / len(rows_of(one)))
+    assert packing_rate(f) == pytest.approx(300 / len(rows_of(one)))
 
 
 def test_packed_loader_keeps_every_prediction_in_fewer_slots(packed_s512):

@@ -28,6 +28,14 @@ def wiki_files(tmp_path_factory):
     return paths
 
 
+def listing(d):
+    """The files of output directory ``d``, less text-pipeline's record of them (which must list them)."""
+    names = sorted(os.listdir(d))
+    names.remove(text_pipeline.RECORD_NAME)
+    assert sorted(text_pipeline.read_record(str(d))) == names
+    return names
+
+
 def md5_file(path):
     with open(path, "rb") as f:
         return hashlib.md5(f.read()).hexdigest()
@@ -42,7 +50,7 @@ def test_sample_gives_the_reference_outputs_byte_for_byte(wiki_files, tmp_path):
                                "--workers=2"]) == 0
     with open(os.path.join(GOLDEN, "MD5SUMS")) as f:
         want = dict(reversed(line.split()) for line in f)
-    assert sorted(os.listdir(out)) == sorted(want)
+    assert listing(out) == sorted(want)
     assert {name: md5_file(out / name) for name in want} == want
     with open(os.path.join(GOLDEN, "eval.md5"), "rb") as f:
         assert (out / "eval.md5").read_bytes() == f.read()
@@ -156,7 +164,7 @@ def test_other_inputs_counts_and_blocks_give_what_the_reference_steps_give(wiki_
     parts = text_pipeline.run(paths, str(out), num_test_articles=num_test, block_size_mb=block_mb, workers=2,
                               progress=False)
     want = reference_outputs(paths, num_test, block_mb)
-    assert sorted(os.listdir(out)) == sorted(want)
+    assert listing(out) == sorted(want)
     for name, data in want.items():
         assert (out / name).read_bytes() == data, name
     assert [os.path.basename(p) for p in parts] == sorted(n for n in want if n.startswith("part-"))
@@ -251,6 +259,32 @@ def test_rerun_with_another_block_size_leaves_only_the_new_shards(wiki_files, tm
         parts = text_pipeline.run(wiki_files, str(d), num_test_articles=22, block_size_mb=block,
                                   workers=2, progress=False)
         runs.append(b"".join(open(p, "rb").read() for p in parts))
-        assert sorted(os.listdir(d)) == ["eval.md5", "eval.txt"] + sorted(os.path.basename(p) for p in parts)
+        assert listing(d) == ["eval.md5", "eval.txt"] + sorted(os.path.basename(p) for p in parts)
     assert len(parts) == 2  # four 0.98 MiB files, two to a 2 MiB block; the 0.5 MiB run made four
     assert runs[0] == runs[1]  # the same training text, in other shards
+
+
+def test_files_it_did_not_write_are_never_removed_or_overwritten(wiki_files, tmp_path):
+    """Issue 23: run into a folder of downloaded official shards, text-pipeline removed their
+    part-*-of-* files ("from an earlier run with another shard count")."""
+    d = tmp_path / "results4"
+    d.mkdir()
+    official = {"part-00000-of-00500": b"official shard 0\n", "part-00499-of-00500": b"official shard 499\n",
+                "eval.txt": b"official eval\n"}
+    for name, data in official.items():
+        (d / name).write_bytes(data)
+    argv = ["text-pipeline", "--wiki_glob=%s" % os.path.join(os.path.dirname(wiki_files[0]), "wiki_*"),
+            "--output_dir=%s" % d, "--num_test_articles=22", "--workers=1"]
+    with pytest.raises(UserError, match=r"--output_dir .*results4 holds 3 file\(s\) text-pipeline did not write "
+                                        r"\(eval.txt, part-00000-of-00500, part-00499-of-00500\): give an empty"):
+        text_pipeline.main(argv)
+    assert sorted(os.listdir(d)) == sorted(official)
+    assert all((d / n).read_bytes() == data for n, data in official.items())
+    # its own earlier outputs it replaces; a foreign shard that appears beside them stops it again
+    own = tmp_path / "own"
+    text_pipeline.run(wiki_files, str(own), num_test_articles=22, block_size_mb=0.5, workers=1, progress=False)
+    (own / "part-00007-of-00500").write_bytes(b"someone else's\n")
+    with pytest.raises(UserError, match=r"holds 1 file\(s\) text-pipeline did not write \(part-00007-of-00500\)"):
+        text_pipeline.run(wiki_files, str(own), num_test_articles=22, block_size_mb=2.0, workers=1, progress=False)
+    assert (own / "part-00007-of-00500").read_bytes() == b"someone else's\n"
+    assert len([n for n in os.listdir(own) if n.startswith("part-")]) == 5

@@ -124,3 +124,13 @@ def test_bad_input_is_a_one_line_user_error(tmp_path):
         checksums.main(["verify", "--manifest=%s" % (tmp_path / "none.tsv"), str(tmp_path)])
     with pytest.raises(UserError, match="cannot read checksum table"):
         checksums.main(["verify", "--results_dir=%s" % (tmp_path / "none"), str(tmp_path)])
+
+
+@pytest.mark.skipif(not hasattr(__import__("mlperf_bert.flags").flags, "usage"),
+                    reason="needs flags.usage (the positional-argument usage lines of issue 27)")
+def test_usage_line_names_the_paths(capsys):
+    """Issue 27: verify's usage line did not show the paths it takes."""
+    with pytest.raises(SystemExit):
+        checksums.main(["mlperf_bert verify", "--help"])
+    assert capsys.readouterr().out.splitlines()[0] == \
+        "usage: mlperf_bert verify [--flag=value ...] FILE|DIR|MANIFEST ..."

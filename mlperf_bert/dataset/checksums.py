@@ -288,7 +288,7 @@ def main(argv):
                         "instead of results/", flag_values=fv)
     flags.DEFINE_string("results_dir", RESULTS_DIR, "directory of the known md5/size tables", flag_values=fv)
     flags.DEFINE_integer("workers", None, "hashing threads (default: all cores)", flag_values=fv)
-    paths = flags.parse(fv, argv)
+    paths = flags.parse(fv, argv, positional="FILE|DIR|MANIFEST ...")
     if not paths:
         raise UserError("give at least one file, directory or manifest.tsv to verify")
     if fv.workers is not None and fv.workers < 1:

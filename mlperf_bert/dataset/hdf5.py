@@ -5,7 +5,13 @@ is (N,)), examples in input order, contiguous layout so one example is one small
 Integer features use the smallest unsigned type their values need (checked, never
 truncated); ``masked_lm_weights`` stays float32. Reading back with ``read_examples`` or
 ``iter_batches`` gives int64/float32 arrays equal to decoding the TFRecords.
+
+Every dataset carries a ``crc32c`` attribute, the CRC-32C of its stored bytes (C order,
+little-endian) written as it was made, here and by ``pack``: HDF5 has no checksum of its own
+over data, so ``--check_data=full`` verifies it (``verify_checksums``), as TFRecords' CRCs are.
 """
+import os
+
 import numpy as np
 
 from mlperf_bert import flags
@@ -27,6 +33,98 @@ STORAGE_DTYPES = {
     "next_sentence_labels": np.uint8,
 }
 FEATURE_NAMES = tuple(name for name, _, _ in PRETRAINING_FEATURES)
+
+
+CHECKSUM_ATTR = "crc32c"
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _le_bytes(values):
+    """The stored bytes of an array: C order, little-endian."""
+    values = np.ascontiguousarray(values)
+    return values.astype(values.dtype.newbyteorder("<"), copy=False).data.cast("B")
+
+
+class Checksums:
+    """CRC-32C of each dataset's bytes, fed block by block in row order as the file is written."""
+
+    def __init__(self):
+        self.crcs = {}
+
+    def update(self, name, stored):
+        from crc32c import crc32c
+        self.crcs[name] = crc32c(_le_bytes(stored), self.crcs.get(name, 0))
+
+    def write(self, h):
+        for name in h:
+            h[name].attrs[CHECKSUM_ATTR] = np.uint32(self.crcs.get(name, 0))
+
+
+def remake_hint(path, packed=None):
+    """How to make ``path`` again: by what made it when known, else by its name."""
+    if packed is None:
+        packed = path.endswith((".packed.hdf5", ".packed.h5"))
+        if not packed:
+            return "make it again with to-hdf5 (or pack, if pack made it)"
+    return "pack it again (python -m mlperf_bert pack)" if packed else "convert it again with to-hdf5"
+
+
+def is_hdf5_file(path):
+    """Whether ``path`` starts with the HDF5 signature (whatever its name)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(8) == HDF5_SIGNATURE
+    except OSError:
+        return False
+
+
+def open_file(path):
+    """An open ``h5py.File`` for reading, or one UserError saying what is wrong and which
+    command makes the file again."""
+    import h5py
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        if not os.path.exists(path):
+            raise UserError("cannot read %s: no such file: check the path" % path)
+        if os.path.isfile(path) and not is_hdf5_file(path):
+            raise UserError("%s is not an HDF5 file: give a file that to-hdf5 or pack made" % path)
+        raise UserError("cannot read HDF5 file %s (%s): it is truncated or damaged: %s"
+                        % (path, str(e).splitlines()[0], remake_hint(path)))
+
+
+def refuse_hdf5_inputs(files, command):
+    """The TFRecord readers would call an HDF5 file's first bytes a corrupt record: say what it is."""
+    for f in files:
+        if is_hdf5_file(f):
+            raise UserError("%s is an HDF5 file, not TFRecords: %s reads the TFRecords that make-dataset or "
+                            "create_pretraining_data.py write" % (f, command))
+
+
+def verify_checksums(path, packed=False, block_bytes=1 << 24):
+    """Compare every dataset of ``path`` with the CRC-32C written when it was made: one UserError
+    naming the file, the dataset and the fix on a mismatch. False (nothing checked) for a file
+    made before checksums were written."""
+    from crc32c import crc32c
+    with open_file(path) as h:
+        names = sorted(h)
+        if not names or any(CHECKSUM_ATTR not in h[n].attrs for n in names):
+            return False
+        for name in names:
+            ds = h[name]
+            row = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize)
+            step = max(1, block_bytes // row)
+            crc = 0
+            try:
+                for i in range(0, ds.shape[0], step):
+                    crc = crc32c(_le_bytes(ds[i:i + step]), crc)
+            except OSError as e:
+                raise UserError("cannot read %s of HDF5 file %s (%s): it is truncated or damaged: %s"
+                                % (name, path, str(e).splitlines()[0], remake_hint(path, packed)))
+            if crc != int(ds.attrs[CHECKSUM_ATTR]):
+                raise UserError("%s: dataset %s does not match the checksum written when the file was made: "
+                                "the file is damaged, %s" % (path, name, remake_hint(path, packed)))
+    return True
 
 
 def _store(name, values, where):
@@ -59,7 +157,7 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
         h.attrs["max_seq_length"] = max_seq_length
         h.attrs["max_predictions_per_seq"] = max_predictions_per_seq
         h.attrs["source_files"] = [str(p) for p in input_files]
-        dsets = {}
+        dsets, sums = {}, Checksums()
         for name in FEATURE_NAMES:
             shape = (total,) if name == "next_sentence_labels" else (total, lengths[name])
             dsets[name] = h.create_dataset(name, shape=shape, dtype=STORAGE_DTYPES[name])
@@ -74,7 +172,9 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
             where = "%s: records %d..%d" % (output_file, pos, pos + n - 1)
             for name in FEATURE_NAMES:
                 arr = feats[name].reshape(-1) if name == "next_sentence_labels" else feats[name]
-                dsets[name][pos:pos + n] = _store(name, arr, where)
+                stored = _store(name, arr, where)
+                dsets[name][pos:pos + n] = stored
+                sums.update(name, stored)
             pos += n
             records.clear()
 
@@ -89,6 +189,7 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
                         first = i + 1
                 bar.update(len(records))
                 flush(path, first, records)
+        sums.write(h)
     return total
 
 
@@ -112,25 +213,33 @@ def read_examples(path, start=0, stop=None):
 
     ``next_sentence_labels`` has shape (n, 1), like the decoded TFRecord feature.
     """
-    import h5py
-    try:
-        with h5py.File(path, "r") as h:
+    with open_file(path) as h:
+        check_unpacked(h, path)
+        try:
             out = {}
             for name in FEATURE_NAMES:
                 arr = _as_decoded(name, h[name][start:stop])
                 out[name] = arr.reshape(-1, 1) if name == "next_sentence_labels" else arr
             return out
-    except (OSError, KeyError) as e:
-        raise UserError("cannot read HDF5 file %s (%s): convert it again with to-hdf5" % (path, e))
+        except (OSError, KeyError) as e:
+            raise UserError("cannot read HDF5 file %s (%s): %s" % (path, str(e).splitlines()[0], remake_hint(path)))
+
+
+def check_unpacked(h, path):
+    """One line for a packed file (``pack`` output) where records are read, e.g. as the eval set."""
+    if "max_sequences_per_pack" in h.attrs:
+        raise UserError("%s holds packed rows (made by pack), but this input takes unpacked records (the eval set "
+                        "is never packed): give its TFRecords or their to-hdf5 file" % path)
+    missing = [n for n in FEATURE_NAMES if n not in h]
+    if missing:
+        raise UserError("%s has no dataset %s: it is not a to-hdf5 file; convert the TFRecords with to-hdf5"
+                        % (path, ", ".join(missing)))
 
 
 def num_examples(path):
-    import h5py
-    try:
-        with h5py.File(path, "r") as h:
-            return int(h["input_ids"].shape[0])
-    except (OSError, KeyError) as e:
-        raise UserError("cannot read HDF5 file %s (%s): convert it again with to-hdf5" % (path, e))
+    with open_file(path) as h:
+        check_unpacked(h, path)
+        return int(h["input_ids"].shape[0])
 
 
 def iter_batches(path, batch_size, start=0, drop_remainder=False):
@@ -151,6 +260,7 @@ def main(argv):
     flags.DEFINE_integer("max_predictions_per_seq", 76, "masked positions per record", flag_values=fv)
     flags.parse(fv, argv, required=["input", "output"], positional=False)
     files = expand_paths(fv.input, "--input file")
+    refuse_hdf5_inputs(files, "to-hdf5")
     n = tfrecords_to_hdf5(files, fv.output, fv.max_seq_length, fv.max_predictions_per_seq)
     print("wrote %d examples from %d file(s) to %s" % (n, len(files), fv.output))
     return 0

@@ -46,6 +46,12 @@ def output_stats(path):
     return os.path.getsize(path), count_records(path), file_md5(path)
 
 
+def eval_count_error(path, total, num_eval):
+    return UserError("%s has %d records, fewer than --num_eval_examples=%d: rerun with --num_eval_examples=%d "
+                     "or fewer (the MLPerf eval set is 10,000 records from the full eval.txt); finished outputs "
+                     "are kept" % (path, total, num_eval, total))
+
+
 def _run_job(job):
     """Produce one output unless it already exists; return its manifest rows."""
     kind, src, out_dir, settings, num_eval = job
@@ -61,6 +67,9 @@ def _run_job(job):
         if not os.path.exists(final):
             if not os.path.exists(inter):
                 create_pretraining_data([src], [inter], progress=False, **settings)
+            total = count_records(inter)
+            if total < num_eval:
+                raise eval_count_error(inter, total, num_eval)
             pick_eval_samples(inter, final, num_eval, settings["max_seq_length"],
                               settings["max_predictions_per_seq"], progress=False)
         outs = [inter, final]
@@ -74,36 +83,84 @@ def _outputs_of(src):
     return ["eval_intermediate", "eval_10k"] if name == "eval.txt" else [name]
 
 
-def _check_settings(out_dir, record):
-    """Refuse a resume that would mix settings; write ``record`` (after validation).
+def input_stats(paths, old_inputs, workers=None):
+    """``{name: {"bytes", "mtime_ns", "md5"}}`` of the inputs. An input whose size and mtime are
+    those recorded keeps its recorded md5; the others are hashed (in threads: hashlib releases the
+    GIL), so a rerun reads only what was touched and a content change of the same size is seen."""
+    import concurrent.futures
+    stats, to_hash = {}, []
+    for p in paths:
+        st = os.stat(p)
+        name = os.path.basename(p)
+        stats[name] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+        old = old_inputs.get(name)
+        if isinstance(old, dict) and old.get("md5") and (old.get("bytes"), old.get("mtime_ns")) == (
+                st.st_size, st.st_mtime_ns):
+            stats[name]["md5"] = old["md5"]
+        else:
+            to_hash.append(p)
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(workers or os.cpu_count() or 1, 32))) as pool:
+        for p, digest in zip(to_hash, pool.map(file_md5, to_hash)):
+            stats[os.path.basename(p)]["md5"] = digest
+    return stats
 
-    Global settings (flags, vocab md5) must match once any output exists; an input's name
-    and size must match where that input's output exists. So a run stopped by bad input can
-    be corrected and rerun, and nothing made from one vocab or text is mixed with another.
-    """
+
+def read_settings(out_dir):
+    """The settings recorded in ``out_dir`` (None when there are none)."""
     path = os.path.join(out_dir, SETTINGS_NAME)
-    old = None
-    if os.path.exists(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                old = json.load(f)
-        except (OSError, ValueError) as e:
-            raise UserError("cannot read %s (%s): delete it only if %s holds no outputs" % (path, e, out_dir))
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError("cannot read %s (%s): delete it only if %s holds no outputs" % (path, e, out_dir))
+
+
+def _input_change(name, old, new):
+    """How input ``name`` differs from what was recorded when its output was made, or None."""
+    if old is None:
+        return "input %s was not recorded" % name
+    if not isinstance(old, dict):  # recorded before md5s were: the size alone
+        old = {"bytes": old}
+    if old.get("bytes") != new["bytes"]:
+        return "input %s is %d bytes (was %s)" % (name, new["bytes"], old.get("bytes"))
+    if old.get("md5") and old["md5"] != new["md5"]:
+        return "input %s changed (md5 %s, was %s; same size)" % (name, new["md5"], old["md5"])
+    return None
+
+
+def _check_settings(out_dir, old, record):
+    """Refuse a resume that would mix settings, before anything is written; then record ``record``.
+
+    Each output is compared only with what it depends on, and only if it exists: every output on
+    the flags and the vocab's md5, a TFRecord on its input's size and md5, eval_10k also on
+    --num_eval_examples. So a run stopped by bad input or a too large --num_eval_examples can be
+    corrected and rerun, and nothing made from one vocab, text or setting is mixed with another.
+    """
     if old is not None and old != record:
-        made = [n for n in record["inputs"] if any(os.path.exists(os.path.join(out_dir, o)) for o in _outputs_of(n))]
+        exists = lambda name: os.path.exists(os.path.join(out_dir, name))  # noqa: E731
+        made = [n for n in record["inputs"] if any(exists(o) for o in _outputs_of(n))]
         diffs = []
         if made:
             diffs = ["%s=%s (was %s)" % (k, record.get(k), old.get(k))
-                     for k in sorted(set(old) | set(record)) if k != "inputs" and old.get(k) != record.get(k)]
+                     for k in sorted(set(old) | set(record))
+                     if k not in ("inputs", "num_eval_examples") and old.get(k) != record.get(k)]
+        if exists("eval_10k") and old.get("num_eval_examples") != record["num_eval_examples"]:
+            diffs.append("num_eval_examples=%s (was %s)" % (record["num_eval_examples"], old.get("num_eval_examples")))
         old_inputs = old.get("inputs") or {}
-        diffs += ["input %s is %d bytes (was %s)" % (n, record["inputs"][n], old_inputs.get(n, "not recorded"))
-                  for n in made if old_inputs.get(n) != record["inputs"][n]]
+        diffs += [d for d in (_input_change(n, old_inputs.get(n), record["inputs"][n]) for n in made) if d]
         if diffs:
             shown = ", ".join(diffs[:4] + (["..."] if len(diffs) > 4 else []))
             raise UserError("%s was started with other settings: %s; rerun with the same flags and inputs or use "
                             "a new --output_dir" % (out_dir, shown))
-    if old != record:
-        with atomic_open(path, "w", encoding="utf-8") as f:
+    inter, final = (os.path.join(out_dir, n) for n in ("eval_intermediate", "eval_10k"))
+    if os.path.exists(inter) and not os.path.exists(final):  # refused now, not after the other shards
+        total = count_records(inter)
+        if total < record["num_eval_examples"]:
+            raise eval_count_error(inter, total, record["num_eval_examples"])
+    if old != record:  # accepted: only now is anything written
+        with atomic_open(os.path.join(out_dir, SETTINGS_NAME), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1, sort_keys=True)
 
 
@@ -132,19 +189,21 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     check_writable_dir(os.path.join(output_dir, MANIFEST_NAME))
     lock = lock_dir(output_dir, "--output_dir")
     try:
-        return _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names,
-                     dict(settings, vocab_file=os.path.basename(vocab_file), vocab_md5=file_md5(vocab_file),
-                          num_eval_examples=num_eval_examples,
-                          inputs={os.path.basename(p): os.path.getsize(p) for p in inputs}))
+        old = read_settings(output_dir)
+        record = dict(settings, vocab_file=os.path.basename(vocab_file), vocab_md5=file_md5(vocab_file),
+                      num_eval_examples=num_eval_examples,
+                      inputs=input_stats(inputs, (old or {}).get("inputs") or {}, workers))
+        return _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, old,
+                     record)
     finally:
         lock.release()
 
 
-def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, record):
+def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, old, record):
     from tqdm import tqdm
     remove_stale_temporaries(output_dir, names)
     remove_stale_locks(output_dir, names)  # per-file locks of a killed run's generators
-    _check_settings(output_dir, record)
+    _check_settings(output_dir, old, record)
 
     jobs = [("part", p, output_dir, settings, None) for p in parts]
     if eval_txt:

@@ -175,11 +175,24 @@ def compact_predictions(arrays, width):
     return out
 
 
+MAX_SEQUENCES_PER_PACK = 16  # rows of seq-512 Wikipedia records never hold more than 12 (docs/dataset.md)
+ROWS_PER_BLOCK = 4096  # rows packed and written at a time: memory stays bounded whatever the file's size
+
+
+def row_bytes(max_seq_length, max_predictions_per_seq, max_sequences_per_pack):
+    """Bytes one row takes in the file."""
+    s, k, p = max_seq_length, max_sequences_per_pack, max_predictions_per_seq
+    size = {"input_ids": s, "segment_ids": s, "input_mask": s, "position_ids": s, "masked_lm_positions": k * p,
+            "masked_lm_ids": k * p, "masked_lm_weights": k * p, "next_sentence_labels": k, "nsp_positions": k}
+    return sum(np.dtype(STORAGE[name]).itemsize * n for name, n in size.items())
+
+
 def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, max_sequences_per_pack, seed):
     """Pack one TFRecord file into one packed HDF5 file (rows in a seeded random order); return
     (sequences, rows, real tokens)."""
     import h5py
     from mlperf_bert.dataset.example import decode_pretraining_batch, decode_pretraining_example
+    from mlperf_bert.dataset.hdf5 import Checksums
     from mlperf_bert.dataset.tfrecord import read_records
     from mlperf_bert.errors import UserError
     from mlperf_bert.fileio import atomic_path
@@ -193,26 +206,39 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
             decode_pretraining_example(data, max_seq_length, max_predictions_per_seq,
                                        where="%s: record %d" % (input_path, i))
         raise
+    del records
     lengths = sequence_lengths(arrays["input_mask"])
     groups = pack_groups(lengths, max_seq_length, max_sequences_per_pack)
     order = np.random.Generator(np.random.PCG64([seed, zlib_crc(os.path.basename(input_path))])).permutation(
         len(groups))
-    packed = pack_arrays(arrays, [groups[i] for i in order], max_sequences_per_pack)
-    with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as h:
-        for name in PACKED_FEATURES:
-            values = packed[name]
-            if name != "masked_lm_weights":
-                info = np.iinfo(STORAGE[name])
-                if values.min() < info.min or values.max() > info.max:
-                    raise UserError("%s: %s holds %d..%d, outside %s" % (input_path, name, values.min(),
-                                                                         values.max(), np.dtype(STORAGE[name]).name))
-            h.create_dataset(name, data=values.astype(STORAGE[name]))
+    groups = [groups[i] for i in order]
+    n, k, p = len(groups), max_sequences_per_pack, max_predictions_per_seq
+    shapes = {name: (n, max_seq_length) for name in ("input_ids", "segment_ids", "input_mask", "position_ids")}
+    shapes.update({name: (n, k * p) for name in PREDICTION_FEATURES})
+    shapes.update(next_sentence_labels=(n, k), nsp_positions=(n, k))
+    needed = n * row_bytes(max_seq_length, max_predictions_per_seq, max_sequences_per_pack)
+    with atomic_path(output_path, needed) as tmp, h5py.File(tmp, "w") as h:
+        dsets = {name: h.create_dataset(name, shape=shapes[name], dtype=STORAGE[name]) for name in PACKED_FEATURES}
+        sums, most_predictions = Checksums(), 0
+        for start in range(0, n, ROWS_PER_BLOCK):
+            packed = pack_arrays(arrays, groups[start:start + ROWS_PER_BLOCK], max_sequences_per_pack)
+            for name in PACKED_FEATURES:
+                values = packed[name]
+                if name != "masked_lm_weights":
+                    info = np.iinfo(STORAGE[name])
+                    if values.min() < info.min or values.max() > info.max:
+                        raise UserError("%s: %s holds %d..%d, outside %s" % (
+                            input_path, name, values.min(), values.max(), np.dtype(STORAGE[name]).name))
+                stored = values.astype(STORAGE[name])
+                dsets[name][start:start + len(stored)] = stored
+                sums.update(name, stored)
+            most_predictions = max(most_predictions, int((packed["masked_lm_weights"] != 0).sum(axis=1).max()))
+        sums.write(h)
         h.attrs.update(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
                        max_sequences_per_pack=max_sequences_per_pack, num_sequences=len(lengths),
-                       num_rows=len(groups), packing_rate=len(lengths) / len(groups), seed=seed,
-                       max_predictions_per_row=int((packed["masked_lm_weights"] != 0).sum(axis=1).max()),
-                       source_file=os.path.basename(input_path))
-    return len(lengths), len(groups), int(lengths.sum())
+                       num_rows=n, packing_rate=len(lengths) / n, seed=seed,
+                       max_predictions_per_row=most_predictions, source_file=os.path.basename(input_path))
+    return len(lengths), n, int(lengths.sum())
 
 
 def zlib_crc(text):
@@ -221,39 +247,40 @@ def zlib_crc(text):
 
 
 def is_packed(path):
-    """Whether ``path`` is a packed HDF5 file (made by ``pack``)."""
+    """Whether ``path`` is a packed HDF5 file (made by ``pack``); an unreadable ``.hdf5`` file is
+    one UserError saying so (not taken for an unpacked file)."""
     if not path.endswith((".hdf5", ".h5")):
         return False
-    import h5py
-    try:
-        with h5py.File(path, "r") as h:
-            return "max_sequences_per_pack" in h.attrs
-    except OSError:
-        return False
+    from mlperf_bert.dataset.hdf5 import open_file
+    with open_file(path) as h:
+        return "max_sequences_per_pack" in h.attrs
 
 
 def read_attrs(path):
     """The attributes of a packed file (dict), or a one-line UserError."""
-    import h5py
+    from mlperf_bert.dataset.hdf5 import open_file
     from mlperf_bert.errors import UserError
-    try:
-        with h5py.File(path, "r") as h:
+    with open_file(path) as h:
+        if "max_sequences_per_pack" not in h.attrs:
+            raise UserError("%s is not a packed file (no max_sequences_per_pack attribute): make packed rows "
+                            "with python -m mlperf_bert pack" % path)
+        try:
             attrs = {name: h.attrs[name].item() if hasattr(h.attrs[name], "item") else h.attrs[name]
                      for name in ATTRS}
-            missing = [n for n in PACKED_FEATURES if n not in h]
-    except (OSError, KeyError) as e:
-        raise UserError("%s is not a packed file (%s): make it with python -m mlperf_bert pack" % (path, e))
+        except (OSError, KeyError) as e:
+            raise UserError("%s: packed file without its attributes (%s): it is damaged, pack it again" % (path, e))
+        missing = [n for n in PACKED_FEATURES if n not in h]
     if missing:
-        raise UserError("%s is not a packed file (no %s): make it with python -m mlperf_bert pack"
+        raise UserError("%s: packed file without dataset %s: it is damaged, pack it again"
                         % (path, ", ".join(missing)))
     return attrs
 
 
 def read_packed(path):
     """All rows of a packed file as arrays of the format (int64, weights float32)."""
-    import h5py
+    from mlperf_bert.dataset.hdf5 import open_file
     read_attrs(path)
-    with h5py.File(path, "r") as h:
+    with open_file(path) as h:
         return {name: h[name][:].astype(np.float32 if name == "masked_lm_weights" else np.int64)
                 for name in PACKED_FEATURES}
 
@@ -264,53 +291,96 @@ def _pack_job(job):
     return pack_file(*job)
 
 
+def output_paths(files, output_dir):
+    """One ``<input name>.packed.hdf5`` per input in ``output_dir``; an input given twice, or two
+    inputs of one name (whose outputs would overwrite each other), is a UserError."""
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.fileio import same_file
+    seen = {}
+    for f in files:
+        name = os.path.basename(f)
+        if name in seen:
+            if same_file(f, seen[name]):
+                raise UserError("--input names %s twice: give each file once" % f)
+            raise UserError("--input files %s and %s have one name, so both would be packed into %s: pack each "
+                            "folder into its own --output_dir" % (seen[name], f, name + ".packed.hdf5"))
+        seen[name] = f
+    real = {}
+    for f in files:  # one file under two names (a symlink, ``..``)
+        key = os.path.realpath(f)
+        if key in real:
+            raise UserError("--input names one file twice: %s and %s: give each file once" % (real[key], f))
+        real[key] = f
+    return [os.path.join(output_dir, os.path.basename(p) + ".packed.hdf5") for p in files]
+
+
 def main(argv):
     from mlperf_bert import flags
+    from mlperf_bert.dataset.hdf5 import refuse_hdf5_inputs
     from mlperf_bert.dataset.tfrecord import expand_paths
     from mlperf_bert.errors import UserError
     from mlperf_bert.fileio import refuse_overwriting_inputs
+    from mlperf_bert.locking import lock_dir
     fv = flags.FlagValues()
     flags.DEFINE_string("input", None, "TFRecord file(s) of unpacked sequences: comma list or glob", flag_values=fv)
-    flags.DEFINE_string("output", None, "packed HDF5 file (one input) or directory (one <input>.packed.hdf5 "
-                        "per input)", flag_values=fv)
+    flags.DEFINE_string("output_dir", None, "directory (made if missing) for one <input name>.packed.hdf5 per "
+                        "input", flag_values=fv)
+    flags.DEFINE_string("output", None, "removed: use --output_dir", flag_values=fv)
     flags.DEFINE_integer("max_seq_length", 512, "row length (the records' sequence length)", flag_values=fv)
     flags.DEFINE_integer("max_predictions_per_seq", 76, "masked positions per record", flag_values=fv)
-    flags.DEFINE_integer("max_sequences_per_pack", 3, "at most this many sequences per row", flag_values=fv)
-    flags.DEFINE_integer("seed", 12345, "seed of the row order", flag_values=fv)
+    flags.DEFINE_integer("max_sequences_per_pack", 3, "at most this many sequences per row (1..%d)"
+                         % MAX_SEQUENCES_PER_PACK, flag_values=fv)
+    flags.DEFINE_integer("seed", 12345, "seed of the row order (>= 0)", flag_values=fv)
     flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "input files packed in parallel", flag_values=fv)
     flags.DEFINE_bool("progress", True, "show a progress bar", flag_values=fv)
-    flags.parse(fv, argv, required=["input", "output"], positional=False)
-    if fv.max_sequences_per_pack < 1:
-        raise UserError("--max_sequences_per_pack must be >= 1, got %d" % fv.max_sequences_per_pack)
+    flags.parse(fv, argv, positional=False)
+    if fv.output is not None:
+        raise UserError("--output is gone: pack writes one <input name>.packed.hdf5 per input into a directory; "
+                        "give --output_dir=%s" % (fv.output if not fv.output.endswith((".hdf5", ".h5"))
+                                                  else os.path.dirname(fv.output) or "."))
+    for name in ("input", "output_dir"):
+        if fv[name].value is None:
+            raise UserError("flag --%s is required" % name)
+    for name, low in (("max_seq_length", 1), ("max_predictions_per_seq", 1), ("seed", 0), ("num_workers", 1)):
+        if fv[name].value < low:
+            raise UserError("--%s=%d must be at least %d" % (name, fv[name].value, low))
+    if not 1 <= fv.max_sequences_per_pack <= MAX_SEQUENCES_PER_PACK:
+        raise UserError("--max_sequences_per_pack=%d must be 1..%d (each allowed sequence adds "
+                        "--max_predictions_per_seq slots to every row; seq-512 Wikipedia rows never hold more "
+                        "than 12, and 3 gives nearly all the gain)" % (fv.max_sequences_per_pack,
+                                                                      MAX_SEQUENCES_PER_PACK))
+    if os.path.exists(fv.output_dir) and not os.path.isdir(fv.output_dir):
+        raise UserError("--output_dir=%s is a file: give a directory (made if missing)" % fv.output_dir)
     files = expand_paths(fv.input, "--input file")
-    if len(files) == 1 and not os.path.isdir(fv.output):
-        outputs = [fv.output]
-    else:
-        if os.path.exists(fv.output) and not os.path.isdir(fv.output):
-            raise UserError("--output=%s: several inputs need an output directory" % fv.output)
-        os.makedirs(fv.output, exist_ok=True)
-        outputs = [os.path.join(fv.output, os.path.basename(p) + ".packed.hdf5") for p in files]
-    refuse_overwriting_inputs(outputs, files, "--output")
+    refuse_hdf5_inputs(files, "pack")
+    outputs = output_paths(files, fv.output_dir)
+    refuse_overwriting_inputs(outputs, files, "--output_dir")
+    with lock_dir(fv.output_dir, "--output_dir"):  # one run per output directory (made if missing)
+        results = _pack_all(files, outputs, fv)
+    seqs, rows, tokens = (sum(r[i] for r in results) for i in range(3))
+    slots = fv.max_seq_length
+    print("packed %d sequences into %d rows of %d tokens: %.4f sequences per row; padding %.1f%% of token "
+          "positions before, %.1f%% after; wrote %d file(s) to %s"
+          % (seqs, rows, slots, seqs / rows, 100 * (1 - tokens / (seqs * slots)), 100 * (1 - tokens / (rows * slots)),
+             len(outputs), fv.output_dir))
+    return 0
+
+
+def _pack_all(files, outputs, fv):
+    from tqdm import tqdm
     jobs = [(p, o, fv.max_seq_length, fv.max_predictions_per_seq, fv.max_sequences_per_pack, fv.seed)
             for p, o in zip(files, outputs)]
-    from tqdm import tqdm
     workers = max(1, min(fv.num_workers, len(jobs)))
+    results = []
     with tqdm(total=len(jobs), unit="file", desc="pack", disable=not fv.progress) as bar:
         if workers == 1:
-            results = []
             for job in jobs:
                 results.append(_pack_job(job))
                 bar.update(1)
         else:
             from mlperf_bert.errors import worker_pool
             with worker_pool(workers, "spawn") as pool:
-                results = []
                 for r in pool.imap(_pack_job, jobs):
                     results.append(r)
                     bar.update(1)
-    seqs, rows, tokens = (sum(r[i] for r in results) for i in range(3))
-    slots = fv.max_seq_length
-    print("packed %d sequences into %d rows of %d tokens: %.4f sequences per row; padding %.1f%% of token "
-          "positions before, %.1f%% after; wrote %s" % (seqs, rows, slots, seqs / rows, 100 * (1 - tokens / (seqs * slots)),
-                                                       100 * (1 - tokens / (rows * slots)), ", ".join(outputs)))
-    return 0
+    return results

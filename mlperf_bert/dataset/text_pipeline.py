@@ -6,8 +6,13 @@ so that the outputs are byte for byte the reference's: clean-up (``cleanup_file.
 Punkt, sentences), the seeded train/eval separation per input file (``seperate_test_set.py``),
 then the training text gathered in sorted order into shards (``do_gather.py``).  Input files
 are processed in a pool; only the gather is serial.
+
+``.text_pipeline.json`` in the output directory names every file this command wrote there, so a
+rerun with another shard count removes its own earlier shards and nothing else: files of the
+names it writes that it did not write (downloaded official shards) make it refuse the directory.
 """
 import glob
+import json
 import os
 import random
 import shutil
@@ -15,12 +20,13 @@ import shutil
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import article_md5
 from mlperf_bert.errors import UserError, worker_pool
-from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs
+from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries
 from mlperf_bert.locking import lock_dir
 from mlperf_bert.dataset.sentences import sent_tokenize
 from mlperf_bert.dataset.wiki_cleanup import clean_text, universal_lines
 
 MIB = 1024 * 1024
+RECORD_NAME = ".text_pipeline.json"  # hidden: the directory otherwise holds what the reference makes
 NUM_OUTPUTS = 500  # do_gather.py's --num_outputs: in every shard name, whatever the shard count
 
 
@@ -120,6 +126,39 @@ def part_name(index):
     return "part-%05d-of-%05d" % (index, NUM_OUTPUTS)
 
 
+def _is_output_name(name):
+    return name in ("eval.txt", "eval.md5") or (name.startswith("part-") and "-of-" in name)
+
+
+def read_record(output_dir):
+    """The names of the files text-pipeline runs wrote in ``output_dir`` (empty if none did)."""
+    path = os.path.join(output_dir, RECORD_NAME)
+    if not os.path.exists(path):
+        return set()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return set(json.load(f)["outputs"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError("cannot read %s (%s): give an empty --output_dir" % (path, e))
+
+
+def write_record(output_dir, names):
+    with atomic_open(os.path.join(output_dir, RECORD_NAME), "w", encoding="utf-8") as f:
+        json.dump({"outputs": sorted(names)}, f, indent=1)
+
+
+def refuse_foreign_outputs(output_dir, recorded):
+    """A file named as an output that no text-pipeline run wrote (downloaded official shards) is
+    neither overwritten nor removed: the run is refused."""
+    if not os.path.isdir(output_dir):
+        return
+    foreign = sorted(n for n in os.listdir(output_dir) if _is_output_name(n) and n not in recorded)
+    if foreign:
+        shown = ", ".join(foreign[:3] + (["..."] if len(foreign) > 3 else []))
+        raise UserError("--output_dir %s holds %d file(s) text-pipeline did not write (%s): give an empty "
+                        "--output_dir; these are not removed or overwritten" % (output_dir, len(foreign), shown))
+
+
 def write_eval(output_dir, eval_articles):
     with atomic_open(os.path.join(output_dir, "eval.txt"), "w", encoding="utf-8", newline="\n") as txt, \
             atomic_open(os.path.join(output_dir, "eval.md5"), "w", encoding="utf-8", newline="\n") as md5:
@@ -136,6 +175,12 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
         raise UserError("no input files: --wiki_glob matched nothing")
     input_files = sorted(input_files)
     check_writable_dir(os.path.join(output_dir, "eval.txt"))
+    recorded = read_record(output_dir)
+    refuse_foreign_outputs(output_dir, recorded)
+    groups = gather_plan([os.path.getsize(p) for p in input_files], block_size_mb * MIB)
+    names = ["eval.txt", "eval.md5"] + [part_name(g) for g in range(len(groups))]
+    remove_stale_temporaries(output_dir, names + sorted(recorded) + [RECORD_NAME])
+    write_record(output_dir, recorded | set(names))  # before any output: a killed run's files are ours too
     work_dir = os.path.join(output_dir, ".text_pipeline_work")
     os.makedirs(work_dir, exist_ok=True)
     n = len(input_files)
@@ -149,7 +194,6 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
                 train_files.append(out)
                 eval_articles.extend(evals)
         write_eval(output_dir, eval_articles)
-        groups = gather_plan([os.path.getsize(p) for p in input_files], block_size_mb * MIB)
         parts = []
         for g, group in enumerate(tqdm(groups, desc="gather", unit="shard", disable=not progress)):
             part = os.path.join(output_dir, part_name(g))
@@ -159,10 +203,13 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
                         shutil.copyfileobj(fin, fout)
             parts.append(part)
         # A rerun with another shard count would leave the old set beside the new one, and
-        # make-dataset takes every part-*: keep only this run's shards.
-        for stale in sorted(set(glob.glob(os.path.join(output_dir, "part-*-of-*"))) - set(parts)):
-            os.remove(stale)
-            print("text-pipeline: removed %s (from an earlier run with another shard count)" % stale)
+        # make-dataset takes every part-*: remove the earlier runs' shards (only those).
+        for stale in sorted(recorded - set(names)):
+            path = os.path.join(output_dir, stale)
+            if os.path.exists(path):
+                os.remove(path)
+                print("text-pipeline: removed %s (written by an earlier run with another shard count)" % path)
+        write_record(output_dir, names)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
     return parts

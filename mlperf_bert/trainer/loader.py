@@ -32,11 +32,13 @@ def is_hdf5(path):
 
 
 def _hdf5_count(path):
-    from mlperf_bert.dataset.hdf5 import num_examples
-    try:
-        return num_examples(path)
-    except (OSError, KeyError) as e:
-        raise UserError("cannot read HDF5 input %s (%s): convert it again with to-hdf5" % (path, e))
+    from mlperf_bert.dataset import hdf5, packing
+    with hdf5.open_file(path) as h:  # packed files are counted in rows
+        if "max_sequences_per_pack" not in h.attrs:
+            hdf5.check_unpacked(h, path)
+        elif "input_ids" not in h:
+            packing.read_attrs(path)  # its one-line error
+        return int(h["input_ids"].shape[0])
 
 
 def scan(path):
@@ -57,8 +59,13 @@ class _Reader:
         f = self.files.get(path)
         if f is None:
             if is_hdf5(path):
-                import h5py
-                f = h5py.File(path, "r")
+                from mlperf_bert.dataset import hdf5
+                f = hdf5.open_file(path)
+                try:
+                    hdf5.check_unpacked(f, path)
+                except UserError:
+                    f.close()
+                    raise
                 if f["input_ids"].shape[1] != self.seq:
                     raise UserError("%s holds sequences of length %d, not --max_seq_length=%d: use "
                                     "matching data" % (path, f["input_ids"].shape[1], self.seq))
@@ -266,14 +273,28 @@ def count_records(files):
 
 def check_records(files, full=False):
     """Read every record's header (TFRecord length and its CRC, truncation; HDF5 shapes), and with
-    ``full`` every record's data CRC too, so a damaged file fails before training, not hours in."""
+    ``full`` every record's data CRC too (HDF5 and packed files: each dataset's CRC-32C written when
+    it was made), so a damaged file fails before training, not hours in."""
+    import sys
+    from mlperf_bert.dataset import hdf5
     for f in files:
-        if full and not is_hdf5(f):
+        if full and is_hdf5(f):
+            packed = _is_packed_file(f)
+            if not hdf5.verify_checksums(f, packed):
+                print("warning: %s has no checksums (made before they were written): --check_data=full cannot "
+                      "check its contents; %s to add them" % (f, hdf5.remake_hint(f, packed)), file=sys.stderr)
+        elif full:
             for _ in read_records(f, verify=True):
                 pass
         else:
             for _ in scan(f):
                 pass
+
+
+def _is_packed_file(path):
+    from mlperf_bert.dataset import hdf5
+    with hdf5.open_file(path) as h:
+        return "max_sequences_per_pack" in h.attrs
 
 
 def check_seq_length(files, max_seq_length, max_predictions_per_seq):

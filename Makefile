@@ -1,10 +1,11 @@
 # `make demo`: set up .venv and run the built-in end-to-end demo.  `make test`: the test suite.
+# `make container-test`: build the image and run it as a user would (minutes; needs docker or podman).
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: demo submission-demo test venv bench clean
+.PHONY: demo submission-demo test container-test venv bench clean
 
 venv: $(STAMP)
 
@@ -24,6 +25,11 @@ submission-demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile tests
+
+# builds the image (docker or podman) and runs it as a user would; not part of `make test`
+# (tests/container/check_image.py: engine and site flags from CONTAINER_* variables)
+container-test: $(STAMP)
+	$(PY) tests/container/check_image.py
 
 clean:
 	rm -rf build *.egg-info mlperf_bert/*/*.so

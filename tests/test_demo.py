@@ -1,0 +1,82 @@
+"""The built-in demo: a stop (docker stop, SIGTERM) and the rerun that resumes it; its threads."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mlperf_bert import demo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def finish(folder):
+    """The trainer's marker of a run that ended (trainer/checkpoint.py writes it)."""
+    (folder / demo.run_state.FINISHED).write_text(json.dumps({"status": "success", "global_step": 4}))
+
+
+def test_training_folder_is_kept_only_for_a_stopped_run_of_the_same_settings(tmp_path):
+    train = tmp_path / "train"
+    settings = {"seed": 1, "max_samples": 3200}
+    assert not demo.prepare_training_dir(str(train), settings, 1)  # nothing there: a fresh run
+    (train / "model.ckpt-4.pt").write_bytes(b"x")
+    assert demo.prepare_training_dir(str(train), settings, 1)  # stopped: resumed
+    assert (train / "model.ckpt-4.pt").exists()
+    assert not demo.prepare_training_dir(str(train), dict(settings, seed=2), 1)  # other settings: afresh
+    assert not (train / "model.ckpt-4.pt").exists()
+    assert json.loads((train / demo.SETTINGS).read_text()) == dict(settings, seed=2)
+    (train / "model.ckpt-4.pt").write_bytes(b"x")
+    finish(train)  # finished: the demo runs again
+    assert not demo.prepare_training_dir(str(train), dict(settings, seed=2), 1)
+    assert not (train / "model.ckpt-4.pt").exists()
+    # --runs: resumed while one run of the series has not finished
+    (train / "run_0").mkdir()
+    finish(train / "run_0")
+    assert demo.prepare_training_dir(str(train), dict(settings, seed=2), 2)
+
+
+def test_training_runs_on_one_thread_unless_told(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("SEED", "5")  # a real run's setting must not reach the demo's run
+    env = demo.training_env("/d", "/t")
+    assert env["OMP_NUM_THREADS"] == demo.DEMO_THREADS == "1" and "SEED" not in env
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert demo.training_env("/d", "/t")["OMP_NUM_THREADS"] == "2"
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_the_rerun_resumes(tmp_path):
+    """docker stop on the demo (SIGTERM to it alone, process 1 of its container): the training
+    checkpoints, the demo says how to go on, and the same command resumes instead of starting over.
+    Stopped after the eval at 800 samples (accuracy 0.042); the target 0.06 is reached at 1600."""
+    out = tmp_path / "demo"
+    cmd = [sys.executable, "-m", "mlperf_bert", "demo", "--output_dir=%s" % out, "--dupe_factor=2",
+           "--max_samples=4800", "--eval_frequency=800", "--target=0.06"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    log = out / "train" / "mlperf.log"
+    deadline = time.time() + 300
+    while not (log.exists() and log.read_text().count('"key": "eval_accuracy"') >= 2):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    first = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 143, first
+    saved = [n for n in os.listdir(out / "train") if n.endswith(".pt")]
+    assert len(saved) == 1 and "SIGTERM: checkpoint %s written" % saved[0] in first, first
+    assert "demo: stopped by SIGTERM during train_model.sh --preset=demo_cpu; rerun the same command" in first
+    step = int(saved[0].split("-")[1].split(".")[0])
+
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "demo: resuming the stopped run in %s" % (out / "train") in again.stdout
+    assert "log checker            PASSED" in again.stdout
+    assert (out / "train" / saved[0]).exists()  # kept: the run went on from it
+    finished = json.loads((out / "train" / "run_finished.json").read_text())
+    assert finished["global_step"] > step
+    # one run in the log: its start once, the stop and the resume in between
+    assert log.read_text().count('"key": "run_start"') == 1

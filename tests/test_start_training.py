@@ -1,0 +1,231 @@
+"""start_training.sh and the image's entrypoint: seeds, stops, failures, finished runs and series.
+
+A stand-in trainer (bash) records what it was given and exits as told, so these run in seconds;
+tests/test_launchers.py runs the real trainer through start_training.sh.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+START = os.path.join(ROOT, "start_training.sh")
+ENTRY = os.path.join(ROOT, "docker-entrypoint.sh")
+
+# Stands in for train_model.sh: records SEED and its arguments, logs the seed it runs with as
+# the trainer does (a random one when SEED is unset), writes a checkpoint, and then either waits
+# for SIGTERM (FAKE_WAIT names the run folder that waits), fails with FAKE_STATUS, or finishes.
+FAKE = r"""#!/usr/bin/env bash
+echo "${SEED:-unset} $*" >> "$FAKE_RECORD"
+mkdir -p "$OUTPUT_DIR"
+seed="${SEED:-$((4000 + RANDOM % 1000))}"
+echo ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": "seed", "value": '"$seed"', "metadata": {"file": "t.py", "lineno": 1}}' >> "$LOGDIR/mlperf.log"
+touch "$OUTPUT_DIR/model.ckpt-3.pt" "$OUTPUT_DIR/model.ckpt-12.pt"
+if [[ "$(basename "$OUTPUT_DIR")" == "${FAKE_WAIT:-none}" ]]; then
+  sleep 60 &
+  trap 'kill $!; touch "$OUTPUT_DIR/model.ckpt-15.pt"; echo "SIGTERM: checkpoint model.ckpt-15.pt written"; exit 143' TERM
+  touch "$OUTPUT_DIR/ready"
+  wait
+  exit 0
+fi
+(( ${FAKE_STATUS:-0} )) && exit "$FAKE_STATUS"
+echo '{"status": "success", "global_step": 30, "samples": 120}' > "$OUTPUT_DIR/run_finished.json"
+"""
+
+
+@pytest.fixture
+def fake(tmp_path):
+    script = tmp_path / "fake_train.sh"
+    script.write_text(FAKE)
+    script.chmod(0o755)
+    record = tmp_path / "record.txt"
+    env = {k: v for k, v in os.environ.items() if k not in ("SEED", "NUM_RUNS", "LOGDIR", "INPUT_FILES")}
+    env.update(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), TRAIN_MODEL=str(script),
+               PYTHON=sys.executable, DROP_CACHES="0", CHECK_LOG="0", FAKE_RECORD=str(record))
+
+    def run(*args, **extra):
+        return subprocess.run([START, *args], capture_output=True, text=True, env=dict(env, **extra), cwd=ROOT,
+                              timeout=120)
+    run.env, run.out, run.record = env, tmp_path / "out", record
+    return run
+
+
+def calls(fake):
+    return fake.record.read_text().splitlines() if fake.record.exists() else []
+
+
+def result_lines(proc):
+    return [line for line in proc.stdout.splitlines() if line.startswith("RESULT,")]
+
+
+@pytest.mark.parametrize("seed,expected", [("010", ["10", "11"]), ("08", ["8", "9"]), ("7", ["7", "8"])])
+def test_seed_is_decimal(fake, seed, expected):
+    proc = fake("--preset=demo_cpu", SEED=seed, NUM_RUNS="2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [c.split()[0] for c in calls(fake)] == expected
+    assert [r.split(",")[2] for r in result_lines(proc)] == expected
+
+
+@pytest.mark.parametrize("name,value", [("SEED", "abc"), ("SEED", "-1"), ("SEED", "1e3"), ("NUM_RUNS", "0"),
+                                        ("NUM_RUNS", "two"), ("DROP_CACHES", "yes")])
+def test_bad_settings_are_one_line(fake, name, value):
+    proc = fake("--preset=demo_cpu", **{name: value})
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: start_training.sh: %s=%s" % (name, value)), proc.stderr
+    assert not calls(fake)
+
+
+def test_a_positional_argument_is_refused_before_the_run(fake):
+    proc = fake("--preset=demo_cpu", "bash")
+    assert proc.returncode == 2 and "unexpected argument 'bash'" in proc.stderr and not calls(fake)
+    assert "STARTING" not in proc.stdout
+
+
+def test_result_line_has_the_seed_the_run_used(fake):
+    proc = fake("--preset=demo_cpu")  # SEED unset: the trainer draws one and logs it
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = result_lines(proc)
+    logged = (fake.out / "mlperf.log").read_text().split('"value": ')[1].split(",")[0]
+    assert result.split(",")[2] == logged and 4000 <= int(logged) < 5000, result
+
+
+def _start_and_wait(fake, ready, **extra):
+    proc = subprocess.Popen([START, "--preset=demo_cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(fake.env, **extra), cwd=ROOT)
+    deadline = time.time() + 60
+    while not ready.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
+
+def test_a_stopped_run_says_where_it_is_and_is_not_checked(fake):
+    proc = _start_and_wait(fake, fake.out / "ready", FAKE_WAIT="out", CHECK_LOG="1")
+    proc.send_signal(signal.SIGTERM)  # docker stop: SIGTERM to the container's process 1
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out + err
+    lines = out.splitlines()
+    assert lines[0].startswith("STARTING TIMING RUN AT") and lines[1] == "SIGTERM: checkpoint model.ckpt-15.pt written"
+    # one line of its own: stopped, the newest checkpoint (by step, not by name), the same command
+    assert lines[2:] == ["start_training.sh: the run stopped by SIGTERM after %s s: %s holds it; rerun the same "
+                         "command to resume" % (lines[2].split("after ")[1].split(" s")[0],
+                                                fake.out / "model.ckpt-15.pt")], out
+    assert err == ""
+
+
+def test_sigint_is_passed_on_as_sigterm_and_exits_130(fake):
+    proc = _start_and_wait(fake, fake.out / "ready", FAKE_WAIT="out")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "SIGTERM: checkpoint model.ckpt-15.pt written" in out, out + err
+    assert "stopped by SIGINT" in out and "RESULT" not in out
+
+
+def test_a_failed_run_is_one_line_and_not_checked(fake):
+    proc = fake("--preset=demo_cpu", FAKE_STATUS="3", CHECK_LOG="1")
+    assert proc.returncode == 3
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("STARTING TIMING RUN AT"), proc.stdout
+    assert lines[1].startswith("start_training.sh: the run failed with status 3 after ")
+    assert "model.ckpt-12.pt holds it" in lines[1] and "FAIL" not in proc.stdout and "RESULT" not in proc.stdout
+
+
+def test_a_finished_run_is_not_run_again(fake):
+    first = fake("--preset=demo_cpu", SEED="5")
+    assert first.returncode == 0 and len(result_lines(first)) == 1
+    again = fake("--preset=demo_cpu", "--learning_rate=1")
+    assert again.returncode == 0 and len(calls(fake)) == 1, again.stdout + again.stderr
+    assert not result_lines(again) and "STARTING" not in again.stdout
+    assert "finished earlier (success, seed 5): nothing to do" in again.stdout
+    other = fake("--preset=demo_cpu", SEED="6")  # a run with another seed is a new run: not here
+    assert other.returncode == 2 and "finished earlier with seed 5, not SEED=6" in other.stderr
+    assert len(calls(fake)) == 1
+
+
+def test_series_stopped_in_run_1_resumes_there_and_keeps_its_seeds(fake):
+    proc = _start_and_wait(fake, fake.out / "run_1" / "ready", FAKE_WAIT="run_1", NUM_RUNS="3", SEED="20")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out + err
+    mine = [line for line in out.splitlines() if line.startswith("start_training.sh:")]
+    assert mine[-1] == ("start_training.sh: run 1 of 3 stopped by SIGTERM after %s s: %s holds it; rerun the same "
+                        "command to resume" % (mine[-1].split("after ")[1].split(" s")[0],
+                                               fake.out / "run_1" / "model.ckpt-15.pt")), out
+    assert len(mine) == 2 and (fake.out / "result_0.txt").exists() and not (fake.out / "result_1.txt").exists()
+    again = fake("--preset=demo_cpu", NUM_RUNS="3", SEED="20")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [c.split()[0] for c in calls(fake)] == ["20", "21", "21", "22"]  # run 0 not run again
+    assert "run 0 of 3 finished earlier (success, seed 20)" in again.stdout
+    assert [r.split(",")[2] for r in result_lines(again)] == ["21", "22"]
+    # the finished series, rerun without SEED: nothing runs, it says so with its own seeds
+    done = fake("--preset=demo_cpu", "--learning_rate=1", NUM_RUNS="3")
+    assert done.returncode == 0 and len(calls(fake)) == 4 and not result_lines(done), done.stdout + done.stderr
+    assert "the series of 3 runs in %s is finished (seeds 20 21 22)" % fake.out in done.stdout
+    refused = fake("--preset=demo_cpu", NUM_RUNS="3", SEED="99")
+    assert refused.returncode == 2 and "run 0 of 3" in refused.stderr and "not SEED=99" in refused.stderr
+
+
+def test_series_without_seed_reports_each_runs_own(fake):
+    proc = fake("--preset=demo_cpu", NUM_RUNS="2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seeds = [r.split(",")[2] for r in result_lines(proc)]
+    assert len(seeds) == 2 and all(4000 <= int(s) < 5000 for s in seeds)
+    done = fake("--preset=demo_cpu", NUM_RUNS="2")
+    assert "(seeds %s)" % " ".join(seeds) in done.stdout
+
+
+def test_run_state_reads_the_trainers_marker_and_log(tmp_path):
+    from mlperf_bert.harness import run_state
+    from mlperf_bert.trainer import checkpoint
+    assert run_state.FINISHED == checkpoint.FINISHED
+    assert run_state.finished_status(str(tmp_path)) is None
+    (tmp_path / checkpoint.FINISHED).write_text('{"status": "aborted", "global_step": 3}')
+    assert run_state.finished_status(str(tmp_path)) == "aborted"
+    assert run_state.logged_seed(str(tmp_path / "missing.log")) is None
+
+
+# ---- the image's entrypoint, run outside the image
+
+def _entry(tmp_path, *args, **env):
+    e = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "INPUT_FILES")}
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/bin/sh\necho "python $*"\n')
+    fake_python.chmod(0o755)
+    e.update(PYTHON=str(fake_python), OUTPUT_DIR=str(tmp_path / "o"), **env)
+    return subprocess.run([ENTRY, *args], capture_output=True, text=True, env=e, timeout=60)
+
+
+def test_entrypoint_flags_go_to_start_training(tmp_path):
+    proc = _entry(tmp_path)
+    assert proc.returncode == 0 and "running the built-in demo" in proc.stdout
+    proc = _entry(tmp_path, "--help")
+    assert proc.returncode == 0 and "The container's root process" in proc.stdout
+    proc = _entry(tmp_path, "--preset=demo_cpu")  # flags without DATA_DIR: start_training.sh's own error
+    assert proc.returncode == 2 and "no DATA_DIR" in proc.stderr
+
+
+def test_entrypoint_runs_commands_and_explains_a_wrong_word(tmp_path):
+    proc = _entry(tmp_path, "echo", "hello")
+    assert proc.returncode == 0 and proc.stdout == "hello\n"
+    proc = _entry(tmp_path, "preset=demo_cpu")
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert "'preset=demo_cpu' is neither a flag nor a command" in proc.stderr and "--name=value" in proc.stderr
+
+
+def test_docs_show_the_commands_the_container_test_runs():
+    """README and docs/running.md give the image's commands as tests/container/check_image.py runs them."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "container"))
+    import check_image
+    assert check_image.IMAGE == "mlperf-bert"
+    for doc in ("README.md", os.path.join("docs", "running.md")):
+        with open(os.path.join(ROOT, doc)) as f:
+            text = f.read()
+        for command in ("docker build -t mlperf-bert .",
+                        'docker run --rm --user "$(id -u):$(id -g)" -v "$PWD/out":/output mlperf-bert',
+                        "mlperf-bert python -m mlperf_bert score /output/",
+                        "docker stop -t %s" % check_image.STOP_TIMEOUT):
+            assert command in text, (doc, command)

@@ -26,7 +26,11 @@ except ImportError:  # the optional C accelerator was not built
 
 
 class PyKernel:
-    """Pure-Python kernel: Python's own ``random.Random`` plus the per-instance steps."""
+    """Pure-Python kernel: Python's own ``random.Random`` plus the per-instance steps.
+
+    Same interface as ``_fastrng.Kernel``: ``set_corpus``, ``documents`` (instances kept in
+    the kernel), ``shuffle_instances``, ``output_sizes``, ``encode_into``.
+    """
 
     def __init__(self, seed, vocab_ids, cls_id, sep_id, mask_id, max_seq_length, max_predictions_per_seq):
         self._rng = random.Random(seed)
@@ -37,12 +41,23 @@ class PyKernel:
         self.cls_id, self.sep_id, self.mask_id = cls_id, sep_id, mask_id
         self.max_seq_length = max_seq_length
         self.max_predictions_per_seq = max_predictions_per_seq
+        self.records = []  # framed records (no compact form needed on this path)
+        self.max_record = 0
+
+    @property
+    def count(self):
+        return len(self.records)
 
     def set_corpus(self, tokens, seg_off, doc_first, doc_stop):
         self.tokens, self.seg_off, self.doc_first, self.doc_stop = tokens, seg_off, doc_first, doc_stop
 
-    def document_instances(self, d, short_seq_prob, masked_lm_prob, out):
-        """Reference create_instances_from_document for document ``d``; appends Examples to ``out``.
+    def documents(self, start, stop, short_seq_prob, masked_lm_prob):
+        for d in range(start, stop):
+            self.document_instances(d, short_seq_prob, masked_lm_prob)
+        return len(self.records)
+
+    def document_instances(self, d, short_seq_prob, masked_lm_prob):
+        """Reference create_instances_from_document for document ``d``.
 
         A chunk, tokens_a and tokens_b are always runs of consecutive segments, hence token
         ranges of the flat corpus: ``seg_off[s]`` is where segment ``s`` starts.
@@ -86,7 +101,9 @@ class PyKernel:
                        + tokens[b_lo + b0:b_lo + b1].tolist() + sep_)
                 num_to_predict = min(self.max_predictions_per_seq,
                                      max(1, int(round(len(ids) * masked_lm_prob))))
-                out.append(self.mask_encode(ids, a1 - a0, is_random_next, num_to_predict))
+                record = self.mask_encode(ids, a1 - a0, is_random_next, num_to_predict)
+                self.records.append(record)
+                self.max_record = max(self.max_record, len(record))
                 c0 = i + 1
             i += 1
 
@@ -130,6 +147,26 @@ class PyKernel:
         return frame(encode_pretraining_instance(output, len_a + 2, picked, [tokens[i] for i in picked],
                                                  is_random_next, self.max_seq_length,
                                                  self.max_predictions_per_seq))
+
+    def shuffle_instances(self):
+        self.shuffle(self.records)
+
+    def output_sizes(self, n_out):
+        return [sum(map(len, self.records[w::n_out])) for w in range(n_out)]
+
+    def encode_into(self, buffer, pos, step):
+        """Framed records pos, pos+step, ... into ``buffer`` while they fit: (nbytes, next_pos)."""
+        view, used, records = memoryview(buffer), 0, self.records
+        while pos < len(records) and used + len(records[pos]) <= len(view):
+            view[used:used + len(records[pos])] = records[pos]
+            used += len(records[pos])
+            pos += step
+        if not used and pos < len(records):
+            raise ValueError("buffer smaller than one record (see max_record)")
+        return used, pos
+
+    def clear(self):
+        self.records = []
 
 
 class _ReferenceIds(FullTokenizer):
@@ -306,34 +343,43 @@ def _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length
                       array.array("q", [doc_seg[o + 1] for o in order]))
     del corpus
 
-    records = []
     with _bar(progress, total=dupe_factor * n_docs, unit="doc", desc="instances") as bar:
         for _ in range(dupe_factor):
-            for index in range(n_docs):
-                kernel.document_instances(index, short_seq_prob, masked_lm_prob, records)
-                if index % 256 == 255:
-                    bar.update(256)
-            bar.update(n_docs % 256)
-    kernel.shuffle(records)
-    write_round_robin(records, output_files, progress)
-    return len(records)
+            for start in range(0, n_docs, DOCS_PER_CALL):
+                stop = min(n_docs, start + DOCS_PER_CALL)
+                kernel.documents(start, stop, short_seq_prob, masked_lm_prob)
+                bar.update(stop - start)
+    kernel.shuffle_instances()
+    try:
+        return write_round_robin(kernel, output_files, progress)
+    finally:
+        kernel.clear()
 
 
-def write_round_robin(records, output_files, progress=False, batch=512):
-    """Write framed records, record k to output k % len(outputs), each file atomically."""
-    n_out = len(output_files)
-    needed = {p: sum(map(len, records[w::n_out])) for w, p in enumerate(output_files)}
+DOCS_PER_CALL = 64  # documents per kernel call: a SIGTERM handler runs between calls
+WRITE_BUFFER = 4 << 20  # bytes of records encoded per write
+
+
+def write_round_robin(kernel, output_files, progress=False):
+    """Write the kernel's instances as framed records, record k to output k % len(outputs),
+    each file atomically; return the count."""
+    n_out, count = len(output_files), kernel.count
+    needed = dict(zip(output_files, kernel.output_sizes(n_out)))
     ensure_space(needed)  # all outputs at once: fail now, not after writing some of them
+    buf = bytearray(max(WRITE_BUFFER, kernel.max_record))
+    view = memoryview(buf)
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(TFRecordWriter(p, needed[p])) for p in output_files]
-        with _bar(progress, total=len(records), unit="rec", desc="writing") as bar:
+        with _bar(progress, total=count, unit="rec", desc="writing") as bar:
             for w, writer in enumerate(writers):
-                mine = records[w::n_out] if n_out > 1 else records
-                for start in range(0, len(mine), batch):
-                    part = mine[start:start + batch]
-                    writer.write_framed(b"".join(part), len(part))
-                    bar.update(len(part))
-    return len(records)
+                pos = w
+                while pos < count:
+                    nbytes, nxt = kernel.encode_into(buf, pos, n_out)
+                    done = len(range(pos, nxt, n_out))
+                    writer.write_framed(view[:nbytes], done)
+                    bar.update(done)
+                    pos = nxt
+    return count
 
 
 def define_flags(fv):

@@ -203,16 +203,16 @@ class Corpus:
         return len(self.doc_seg) - 1
 
 
-def read_documents(input_files, tokenizer, progress=False):
+def read_documents(input_files, tokenizer, progress=False, fast=None):
     """The reference's documents (non-empty runs of non-empty token lines) as a ``Corpus``.
 
     Lines are split on "\\n" only (as TF's GFile.readline) and stripped; an empty line
     starts a new document; documents continue across file boundaries; empty ones are dropped.
+    ``fast``: None = the C tokenizer when the tokenizer has one, False = Python (same corpus).
     """
     corpus = Corpus()
-    seg_off, doc_seg = corpus.seg_off, corpus.doc_seg
-    tokens = []  # a list grows faster than an array; converted once at the end
-    extend_ids = tokenizer.extend_ids
+    c_tok = tokenizer.corpus_tokenizer() if fast is not False and hasattr(tokenizer, "corpus_tokenizer") else None
+    tokens = []  # Python path: a list grows faster than an array; converted once at the end
     total = sum(os.path.getsize(p) for p in input_files)
     with _bar(progress, total=total, unit="B", unit_scale=True, desc="tokenizing") as bar:
         for path in input_files:
@@ -221,36 +221,69 @@ def read_documents(input_files, tokenizer, progress=False):
                     data = f.read()
             except OSError as e:
                 raise UserError("cannot read input file %s: %s" % (path, e.strerror or e))
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                line = data.count(b"\n", 0, e.start) + 1
-                raise UserError("input file %s is not UTF-8 text (line %d): convert it to UTF-8"
-                                % (path, line))
-            size = len(data)
-            del data
-            lines = text.split("\n")
-            del text
-            if lines[-1] == "":
-                lines.pop()  # readline() gives no empty line after a final newline
-            step, shown = max(1, len(lines) // 50), 0  # ~50 progress updates a file
-            for n, line in enumerate(lines):
-                if n % step == 0 and n:
-                    bar.update(size * step // len(lines))
-                    shown += size * step // len(lines)
-                line = line.strip()
-                if not line:
-                    if doc_seg[-1] != len(seg_off) - 1:  # close a non-empty document
-                        doc_seg.append(len(seg_off) - 1)
-                    continue
-                extend_ids(line, tokens)
-                if len(tokens) != seg_off[-1]:
-                    seg_off.append(len(tokens))
-            bar.update(size - shown)
-    if doc_seg[-1] != len(seg_off) - 1:
-        doc_seg.append(len(seg_off) - 1)
+            if c_tok is not None:
+                _feed(c_tok, path, data, bar)
+            else:
+                _read_lines(corpus, tokenizer, _decode(path, data), tokens, len(data), bar)
+    if c_tok is not None:
+        for name, (typecode, raw) in zip(("tokens", "seg_off", "doc_seg"), zip("iqq", c_tok.finish())):
+            a = array.array(typecode)
+            a.frombytes(raw)
+            setattr(corpus, name, a)
+        return corpus
+    if corpus.doc_seg[-1] != len(corpus.seg_off) - 1:
+        corpus.doc_seg.append(len(corpus.seg_off) - 1)
     corpus.tokens = array.array("i", tokens)
     return corpus
+
+
+FEED_BYTES = 1 << 20  # text per C tokenizer call: progress and SIGTERM handled between calls
+
+
+def _feed(c_tok, path, data, bar):
+    view, start = memoryview(data), 0
+    while start < len(data):
+        stop = data.find(b"\n", min(len(data), start + FEED_BYTES))
+        stop = len(data) if stop < 0 else stop + 1
+        try:
+            c_tok.feed(view[start:stop])
+        except ValueError:  # invalid UTF-8: Python's decoder names the place
+            _decode(path, data)
+            raise
+        bar.update(stop - start)
+        start = stop
+
+
+def _decode(path, data):
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UserError("input file %s is not UTF-8 text (line %d): convert it to UTF-8" % (path, line))
+
+
+def _read_lines(corpus, tokenizer, text, tokens, size, bar):
+    """Python path of ``read_documents`` for the text of one file."""
+    seg_off, doc_seg = corpus.seg_off, corpus.doc_seg
+    extend_ids = tokenizer.extend_ids
+    lines = text.split("\n")
+    del text
+    if lines[-1] == "":
+        lines.pop()  # readline() gives no empty line after a final newline
+    step, shown = max(1, len(lines) // 50), 0  # ~50 progress updates a file
+    for n, line in enumerate(lines):
+        if n % step == 0 and n:
+            bar.update(size * step // len(lines))
+            shown += size * step // len(lines)
+        line = line.strip()
+        if not line:
+            if doc_seg[-1] != len(seg_off) - 1:  # close a non-empty document
+                doc_seg.append(len(seg_off) - 1)
+            continue
+        extend_ids(line, tokens)
+        if len(tokens) != seg_off[-1]:
+            seg_off.append(len(tokens))
+    bar.update(size - shown)
 
 
 def _bar(progress, **kwargs):
@@ -331,7 +364,7 @@ def _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length
     kernel = make_kernel(random_seed, vocab_ids, vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"],
                          max_seq_length, max_predictions_per_seq, fast)
 
-    corpus = read_documents(input_files, tokenizer, progress)
+    corpus = read_documents(input_files, tokenizer, progress, fast)
     n_docs = len(corpus)
     if not n_docs:
         raise UserError("input %s holds no documents (no line yields a token): give non-empty text "

@@ -534,9 +534,11 @@ static PyObject *Tokenizer_finish(Tokenizer *self, PyObject *unused)
     if (self->doc_seg[self->n_doc - 1] != (int64_t)self->n_seg - 1
         && push_doc(self, (int64_t)self->n_seg - 1) < 0)
         return NULL;
-    return Py_BuildValue("y#y#y#", (const char *)self->tokens, (Py_ssize_t)(self->n_tokens * 4),
-                         (const char *)self->seg_off, (Py_ssize_t)(self->n_seg * 8),
-                         (const char *)self->doc_seg, (Py_ssize_t)(self->n_doc * 8));
+    /* no tokens: tokens is NULL, which "y#" would give as None */
+    return Py_BuildValue("y#y#y#", self->tokens ? (const char *)self->tokens : "",
+                         (Py_ssize_t)(self->n_tokens * 4), (const char *)self->seg_off,
+                         (Py_ssize_t)(self->n_seg * 8), (const char *)self->doc_seg,
+                         (Py_ssize_t)(self->n_doc * 8));
 }
 
 static PyObject *Tokenizer_get_words(Tokenizer *self, void *c)

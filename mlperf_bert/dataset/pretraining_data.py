@@ -390,7 +390,6 @@ def _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length
 
 
 DOCS_PER_CALL = 64  # documents per kernel call: a SIGTERM handler runs between calls
-WRITE_BUFFER = 4 << 20  # bytes of records encoded per write
 
 
 def write_round_robin(kernel, output_files, progress=False):
@@ -399,19 +398,18 @@ def write_round_robin(kernel, output_files, progress=False):
     n_out, count = len(output_files), kernel.count
     needed = dict(zip(output_files, kernel.output_sizes(n_out)))
     ensure_space(needed)  # all outputs at once: fail now, not after writing some of them
-    buf = bytearray(max(WRITE_BUFFER, kernel.max_record))
-    view = memoryview(buf)
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(TFRecordWriter(p, needed[p])) for p in output_files]
         with _bar(progress, total=count, unit="rec", desc="writing") as bar:
             for w, writer in enumerate(writers):
-                pos = w
-                while pos < count:
-                    nbytes, nxt = kernel.encode_into(buf, pos, n_out)
-                    done = len(range(pos, nxt, n_out))
-                    writer.write_framed(view[:nbytes], done)
-                    bar.update(done)
-                    pos = nxt
+                with writer.stream(kernel.max_record + 4) as out:
+                    pos = w
+                    while pos < count:
+                        nbytes, nxt = kernel.encode_into(out.space(), pos, n_out)
+                        done = len(range(pos, nxt, n_out))
+                        out.commit(nbytes, done)
+                        bar.update(done)
+                        pos = nxt
     return count
 
 

@@ -339,17 +339,21 @@ static void put_masked_crc(uint8_t *dst, const uint8_t *p, size_t n)
  * ids mix 2- and 3-byte varints unpredictably). */
 static inline int vlen(uint64_t v)
 {
-    return (70 - __builtin_clzll(v | 1)) / 7;
+    if (__builtin_expect(v < (1U << 21), 1))
+        return 1 + (v >= 0x80) + (v >= 0x4000);
+    int n = 3;
+    for (v >>= 21; v; v >>= 7) n++;
+    return n;
 }
 
 static inline uint8_t *putv(uint8_t *p, uint64_t v)
 {
     if (__builtin_expect(v < (1U << 21), 1)) {
-        int n = vlen(v);
-        uint32_t w = (uint32_t)(v & 0x7f) | (uint32_t)((v >> 7) & 0x7f) << 8 | (uint32_t)(v >> 14) << 16;
-        w |= 0x8080U & ((1U << (8 * (n - 1))) - 1);  /* continuation bits of all bytes but the last */
+        uint32_t two = v >= 0x80, three = v >= 0x4000;
+        uint32_t w = ((uint32_t)v & 0x7f) | two << 7 | ((uint32_t)(v >> 7) & 0x7f) << 8 | three << 15
+                     | (uint32_t)(v >> 14) << 16;
         memcpy(p, &w, 4);  /* callers leave 4 bytes of room: later fields overwrite the spare */
-        return p + n;
+        return p + 1 + two + three;
     }
     while (v > 0x7f) { *p++ = (uint8_t)((v & 0x7f) | 0x80); v >>= 7; }
     *p++ = (uint8_t)v;
@@ -457,7 +461,7 @@ static int mask_store(Kernel *self, int64_t a_lo, Py_ssize_t len_a, int64_t b_lo
         long t = cands[i]; cands[i] = cands[j]; cands[j] = t;
     }
     /* chosen[index] = 1 at a masked position, outid[index] its output id */
-    memset(chosen, 0, n);
+    memset(chosen, 0, (size_t)n & 0xffffffffU);  /* n <= max_seq_length < 2**31 */
     Py_ssize_t k = 0;
     for (Py_ssize_t c = 0; c < nc && k < num_to_predict; c++, k++) {
         long index = cands[c], id = ids[index];
@@ -776,6 +780,14 @@ static PyObject *Kernel_encode_into(Kernel *self, PyObject *args)
     uint8_t *dst = view.buf;
     Py_ssize_t used = 0;
     for (; pos < self->n_inst; pos += step) {
+        if (pos + step < self->n_inst) {  /* the next record's instance and tokens: random places */
+            const Inst *next = self->inst[pos + step];
+            __builtin_prefetch(next + 1);
+            __builtin_prefetch(self->tokens + next->a_lo);
+            __builtin_prefetch(self->tokens + next->b_lo);
+        }
+        if (pos + 2 * step < self->n_inst)
+            __builtin_prefetch(self->inst[pos + 2 * step]);
         Py_ssize_t size = self->inst[pos]->framed;
         if (used + size + 4 > view.len)  /* putv may write 3 spare bytes past the record */
             break;

@@ -18,7 +18,7 @@
 
 #define MT_N 624
 #define MT_M 397
-#define BLOCK_BYTES (8 << 20)  /* instance storage grows by blocks: no large reallocs */
+#define BLOCK_BYTES (1 << 20)  /* instance storage grows by blocks: no large reallocs */
 
 /* One instance: tokens_a = tokens[a_lo, a_lo+len_a), tokens_b = tokens[b_lo, b_lo+len_b);
  * followed by k int32 masked positions (increasing) and k int32 output ids. */

@@ -41,7 +41,9 @@ typedef struct {
     int32_t *tokens;
     int64_t *seg_off, *doc_first, *doc_stop;
     Py_ssize_t n_docs;
-    long *buf;              /* scratch: ids, candidates, output ids of one instance */
+    int32_t *buf;           /* scratch: ids, candidates, output ids of one instance */
+    uint32_t *vtab;         /* varint of v < n_vtab: bytes in the low 3 bytes, length in the top one */
+    Py_ssize_t n_vtab;
     uint8_t *marks;         /* scratch: masked positions of one instance */
     char **blocks;          /* instance storage */
     Py_ssize_t n_blocks;
@@ -150,6 +152,7 @@ static void Kernel_dealloc(Kernel *self)
     PyMem_Free(self->doc_stop);
     PyMem_Free(self->buf);
     PyMem_Free(self->marks);
+    PyMem_Free(self->vtab);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -177,6 +180,8 @@ static long *long_array(PyObject *seq, Py_ssize_t *n_out, const char *what)
     *n_out = n;
     return a;
 }
+
+static int make_vtab(Kernel *self);
 
 static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
 {
@@ -211,14 +216,14 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
         return -1;
     PyMem_Free(self->buf);
     PyMem_Free(self->marks);
-    self->buf = PyMem_Malloc(sizeof(long) * 3 * (self->max_seq_length + 1));
+    self->buf = PyMem_Malloc(sizeof(int32_t) * 3 * (self->max_seq_length + 1));
     self->marks = PyMem_Malloc(self->max_seq_length + 1);
     if (!self->buf || !self->marks) {
         PyErr_NoMemory();
         return -1;
     }
     free_instances(self);
-    return 0;
+    return make_vtab(self);
 }
 
 static PyObject *Kernel_random(Kernel *self, PyObject *unused)
@@ -360,6 +365,52 @@ static inline uint8_t *putv(uint8_t *p, uint64_t v)
     return p;
 }
 
+/* The varint table: ids and positions below 2**21 (all of them with a BERT vocab). */
+static int make_vtab(Kernel *self)
+{
+    long top = self->max_seq_length;
+    for (Py_ssize_t i = 0; i < self->n_vocab; i++)
+        if (self->vocab_ids[i] > top)
+            top = self->vocab_ids[i];
+    if (self->cls_id > top) top = self->cls_id;
+    if (self->sep_id > top) top = self->sep_id;
+    if (self->mask_id > top) top = self->mask_id;
+    PyMem_Free(self->vtab);
+    self->vtab = NULL;
+    self->n_vtab = 0;
+    if (top >= (1L << 21))
+        return 0;  /* putv for every value */
+    self->vtab = PyMem_Malloc(sizeof(uint32_t) * (top + 1));
+    if (!self->vtab) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (long v = 0; v <= top; v++) {
+        uint8_t b[8] = {0};
+        uint32_t e;
+        int n = (int)(putv(b, (uint64_t)v) - b);
+        memcpy(&e, b, 4);
+        self->vtab[v] = (e & 0xffffff) | (uint32_t)n << 24;
+    }
+    self->n_vtab = top + 1;
+    return 0;
+}
+
+static inline int id_len(const Kernel *self, int64_t v)
+{
+    return (uint64_t)v < (uint64_t)self->n_vtab ? (int)(self->vtab[v] >> 24) : vlen((uint64_t)v);
+}
+
+static inline uint8_t *put_id(const Kernel *self, uint8_t *p, int64_t v)
+{
+    if ((uint64_t)v < (uint64_t)self->n_vtab) {
+        uint32_t e = self->vtab[v];
+        memcpy(p, &e, 4);  /* as putv: 4 bytes of room */
+        return p + (e >> 24);
+    }
+    return putv(p, (uint64_t)v);
+}
+
 enum { F_IDS, F_MASK, F_SEG, F_POS, F_LBL, F_W, F_NSL, F_COUNT };
 static const char *FEATURE_NAMES[F_COUNT] = {"input_ids", "input_mask", "segment_ids",
     "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "next_sentence_labels"};
@@ -398,18 +449,14 @@ static Py_ssize_t framed_size(const Kernel *self, const Inst *in)
 
 /* The ids [CLS] a [SEP] b [SEP] of an instance into ids; returns their count. */
 static Py_ssize_t instance_ids(const Kernel *self, int64_t a_lo, Py_ssize_t len_a, int64_t b_lo,
-                               Py_ssize_t len_b, long *ids)
+                               Py_ssize_t len_b, int32_t *ids)
 {
-    const int32_t *tok = self->tokens;
-    Py_ssize_t n = 0;
-    ids[n++] = self->cls_id;
-    for (Py_ssize_t t = 0; t < len_a; t++)
-        ids[n++] = tok[a_lo + t];
-    ids[n++] = self->sep_id;
-    for (Py_ssize_t t = 0; t < len_b; t++)
-        ids[n++] = tok[b_lo + t];
-    ids[n++] = self->sep_id;
-    return n;
+    ids[0] = (int32_t)self->cls_id;
+    memcpy(ids + 1, self->tokens + a_lo, len_a * sizeof(int32_t));
+    ids[len_a + 1] = (int32_t)self->sep_id;
+    memcpy(ids + len_a + 2, self->tokens + b_lo, len_b * sizeof(int32_t));
+    ids[len_a + len_b + 2] = (int32_t)self->sep_id;
+    return len_a + len_b + 3;
 }
 
 static Inst *new_inst(Kernel *self, Py_ssize_t k)
@@ -444,7 +491,7 @@ static Inst *new_inst(Kernel *self, Py_ssize_t k)
 static int mask_store(Kernel *self, int64_t a_lo, Py_ssize_t len_a, int64_t b_lo, Py_ssize_t len_b,
                       int is_random_next, double masked_lm_prob)
 {
-    long *ids = self->buf, *cands = ids + self->max_seq_length + 1, *outid = cands + self->max_seq_length + 1;
+    int32_t *ids = self->buf, *cands = ids + self->max_seq_length + 1, *outid = cands + self->max_seq_length + 1;
     uint8_t *chosen = self->marks;
     Py_ssize_t n = instance_ids(self, a_lo, len_a, b_lo, len_b, ids);
     Py_ssize_t num_to_predict = (Py_ssize_t)nearbyint((double)n * masked_lm_prob);
@@ -452,19 +499,20 @@ static int mask_store(Kernel *self, int64_t a_lo, Py_ssize_t len_a, int64_t b_lo
     if (num_to_predict > self->max_pred) num_to_predict = self->max_pred;
     Py_ssize_t nc = 0, ids_bytes = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        ids_bytes += vlen((uint64_t)ids[i]);
+        ids_bytes += id_len(self, ids[i]);
         if (ids[i] != self->cls_id && ids[i] != self->sep_id)
             cands[nc++] = i;
     }
     for (Py_ssize_t i = nc - 1; i > 0; i--) {
         Py_ssize_t j = randbelow(self, (uint64_t)i + 1);
-        long t = cands[i]; cands[i] = cands[j]; cands[j] = t;
+        int32_t t = cands[i]; cands[i] = cands[j]; cands[j] = t;
     }
     /* chosen[index] = 1 at a masked position, outid[index] its output id */
     memset(chosen, 0, (size_t)n & 0xffffffffU);  /* n <= max_seq_length < 2**31 */
     Py_ssize_t k = 0;
     for (Py_ssize_t c = 0; c < nc && k < num_to_predict; c++, k++) {
-        long index = cands[c], id = ids[index];
+        int32_t index = cands[c];
+        long id = ids[index];
         if (rand_double(self) < 0.8)
             id = self->mask_id;
         else if (rand_double(self) < 0.5)
@@ -472,7 +520,7 @@ static int mask_store(Kernel *self, int64_t a_lo, Py_ssize_t len_a, int64_t b_lo
         else
             id = self->vocab_ids[randbelow(self, (uint64_t)self->n_vocab)];
         chosen[index] = 1;
-        outid[index] = id;
+        outid[index] = (int32_t)id;
     }
     Inst *in = new_inst(self, k);
     if (!in)
@@ -486,16 +534,16 @@ static int mask_store(Kernel *self, int64_t a_lo, Py_ssize_t len_a, int64_t b_lo
     int32_t *pos = (int32_t *)(in + 1), *out = pos + k;
     Py_ssize_t c = 0, pos_bytes = 0, lbl_bytes = 0;
     for (Py_ssize_t i = 0; i < n; i++) {  /* positions in increasing order, branch-free */
-        cands[c] = i;
+        cands[c] = (int32_t)i;
         c += chosen[i];
     }
     for (c = 0; c < k; c++) {
-        long i = cands[c];
-        pos[c] = (int32_t)i;
-        out[c] = (int32_t)outid[i];
-        pos_bytes += vlen((uint64_t)i);
-        lbl_bytes += vlen((uint64_t)ids[i]);
-        ids_bytes += vlen((uint64_t)outid[i]) - vlen((uint64_t)ids[i]);
+        int32_t i = cands[c];
+        pos[c] = i;
+        out[c] = outid[i];
+        pos_bytes += id_len(self, i);
+        lbl_bytes += id_len(self, ids[i]);
+        ids_bytes += id_len(self, outid[i]) - id_len(self, ids[i]);
     }
     in->ids_bytes = (uint32_t)ids_bytes;
     in->pos_bytes = (uint32_t)pos_bytes;
@@ -518,10 +566,14 @@ static void encode(const Kernel *self, const Inst *in, uint8_t *head)
     Py_ssize_t plen[F_COUNT], flen[F_COUNT], elen[F_COUNT];
     Py_ssize_t total = layout(self, in, plen, flen, elen);
     Py_ssize_t data_len = 1 + vlen(total) + total, k = in->k;
-    long *ids = self->buf;
-    Py_ssize_t n = instance_ids(self, in->a_lo, in->len_a, in->b_lo, in->len_b, ids);
-    Py_ssize_t num_a = in->len_a + 2;
     const int32_t *pos = (const int32_t *)(in + 1), *out = pos + k;
+    int32_t *ids = self->buf, *labels = ids + self->max_seq_length + 1;
+    Py_ssize_t n = instance_ids(self, in->a_lo, in->len_a, in->b_lo, in->len_b, ids);
+    for (Py_ssize_t c = 0; c < k; c++) {  /* the masked tokens become labels, their outputs go in */
+        labels[c] = ids[pos[c]];
+        ids[pos[c]] = out[c];
+    }
+    Py_ssize_t num_a = in->len_a + 2;
     uint8_t *data = head + 12, *p = data;
     for (int i = 0; i < 8; i++)
         head[i] = (uint8_t)((uint64_t)data_len >> (8 * i));
@@ -546,18 +598,12 @@ static void encode(const Kernel *self, const Inst *in, uint8_t *head)
         *p++ = 0x0a;
         p = putv(p, plen[f]);
         switch (f) {
-        case F_IDS: {
-            Py_ssize_t c = 0;
-            for (Py_ssize_t i = 0; i < n; i++) {
-                long v = ids[i];
-                if (c < k && pos[c] == i)
-                    v = out[c++];
-                p = putv(p, (uint64_t)v);
-            }
+        case F_IDS:
+            for (Py_ssize_t i = 0; i < n; i++)
+                p = put_id(self, p, ids[i]);
             memset(p, 0, L - n);
             p += L - n;
             break;
-        }
         case F_MASK:
             memset(p, 1, n);
             memset(p + n, 0, L - n);
@@ -572,7 +618,7 @@ static void encode(const Kernel *self, const Inst *in, uint8_t *head)
         case F_POS:
         case F_LBL:
             for (Py_ssize_t i = 0; i < k; i++)
-                p = putv(p, (uint64_t)(f == F_POS ? pos[i] : ids[pos[i]]));
+                p = put_id(self, p, f == F_POS ? pos[i] : labels[i]);
             memset(p, 0, P - k);
             p += P - k;
             break;

@@ -366,3 +366,33 @@ def test_direct_writes_refused_fall_back_to_ordinary_writes(monkeypatch, tmp_pat
     for a, b in (("a1", "b1"), ("a2", "b2")):
         assert (tmp_path / a).read_bytes() == (tmp_path / b).read_bytes()
     assert sorted(os.listdir(tmp_path)) == ["a1", "a2", "b1", "b2"]
+
+
+@pytest.mark.skipif(len(KERNELS) < 2, reason="the C kernel is not built")
+@pytest.mark.parametrize("mask_id", [103, 3_000_000])  # a 4-byte varint: beyond the C kernel's table
+def test_kernels_agree_on_random_corpora(mask_id):
+    import array
+    rng = random.Random(mask_id)
+    vocab_ids = list(range(1000)) + [70000] + ([2 ** 22] if mask_id > 2 ** 21 else [])
+    seg_off, tokens = [0], []
+    for _ in range(400):
+        tokens += [rng.choice(vocab_ids[:1000] + [70000]) for _ in range(rng.randint(1, 40))]
+        seg_off.append(len(tokens))
+    cuts = sorted(rng.sample(range(1, 400), 30))
+    doc_first, doc_stop = [0] + cuts, cuts + [400]
+    streams = []
+    for fast in (False, True):
+        k = pretraining_data.make_kernel(9, vocab_ids, 101, 102, mask_id, 64, 12, fast=fast)
+        k.set_corpus(array.array("i", tokens), array.array("q", seg_off), array.array("q", doc_first),
+                     array.array("q", doc_stop))
+        for _ in range(3):
+            k.documents(0, 10, 0.3, 0.2)
+            k.documents(10, len(doc_first), 0.3, 0.2)
+        k.shuffle_instances()
+        chunks, pos, buf = [], 1, bytearray(k.max_record + 600)  # a few records a call
+        while pos < k.count:
+            n, pos = k.encode_into(buf, pos, 2)
+            chunks.append(bytes(buf[:n]))
+        streams.append((k.count, k.output_sizes(2), b"".join(chunks)))
+    assert streams[0] == streams[1]
+    assert streams[0][0] > 100 and len(streams[0][2]) == streams[0][1][1]

@@ -22,12 +22,19 @@ enum { K_DROP = 1, K_SEP = 2, K_ALONE = 3, K_WORD = 4 };
 #define MAX_CP 0x110000
 #define MAX_INPUT_CHARS_PER_WORD 200
 
-/* ---- byte-string -> int32 ids hash map (open addressing, power-of-two slots) ---- */
+/* ---- byte-string -> int32 ids hash map (open addressing, power-of-two slots) ----
+ * A slot is half a cache line and holds keys up to 8 bytes and up to 2 ids itself: most
+ * lookups of a word touch one slot and nothing else. */
 
 typedef struct {
-    uint64_t hash;
-    uint32_t key, key_len;  /* in keys arena */
-    uint32_t val, val_len;  /* in vals arena */
+    uint64_t key8;       /* the key's first 8 bytes, zero padded */
+    uint32_t tag;        /* high hash bits | 1; 0 = empty slot */
+    uint32_t key_off;    /* the key's bytes after the 8th, in the keys arena */
+    uint32_t key_len, val_len;
+    union {
+        int32_t ids[2];  /* val_len <= 2 */
+        uint32_t off;    /* else in the vals arena */
+    } v;
 } Slot;
 
 typedef struct {
@@ -39,25 +46,27 @@ typedef struct {
     size_t vals_len, vals_cap;
 } Map;
 
-static uint64_t hash_bytes(const uint8_t *p, size_t n)
+typedef struct {
+    uint64_t h, key8;
+} Key;
+
+static inline Key hash_key(const uint8_t *p, size_t n)
 {
-    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (n * 0xff51afd7ed558ccdULL);
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
+    Key k;
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (n * 0xff51afd7ed558ccdULL), v = 0;
+    memcpy(&v, p, n < 8 ? n : 8);
+    k.key8 = v;
+    h = (h ^ v) * 0x94d049bb133111ebULL;
+    h ^= h >> 29;
+    for (size_t i = 8; i < n; i += 8) {
+        v = 0;
+        memcpy(&v, p + i, n - i < 8 ? n - i : 8);
         h = (h ^ v) * 0xbf58476d1ce4e5b9ULL;
         h ^= h >> 31;
-        p += 8;
-        n -= 8;
-    }
-    if (n) {
-        uint64_t v = 0;
-        memcpy(&v, p, n);
-        h = (h ^ v) * 0x94d049bb133111ebULL;
-        h ^= h >> 29;
     }
     h *= 0xc4ceb9fe1a85ec53ULL;
-    return h ^ (h >> 32);
+    k.h = h ^ (h >> 32);
+    return k;
 }
 
 static void map_free(Map *m)
@@ -80,18 +89,25 @@ static int map_init(Map *m, size_t cap)
     return 0;
 }
 
-/* The slot holding key, or the empty slot where it would go. */
-static inline Slot *map_find(const Map *m, const uint8_t *key, size_t n, uint64_t h)
+/* The slot holding the key, or the empty slot where it would go. */
+static inline Slot *map_find(const Map *m, const uint8_t *key, size_t n, Key k)
 {
-    size_t mask = m->cap - 1, i = h & mask;
+    size_t mask = m->cap - 1, i = k.h & mask;
+    uint32_t tag = (uint32_t)(k.h >> 32) | 1;
     for (;;) {
         Slot *s = &m->slots[i];
-        if (!s->hash)  /* a used slot's hash is never 0 */
+        if (!s->tag)
             return s;
-        if (s->hash == h && s->key_len == n && !memcmp(m->keys + s->key, key, n))
+        if (s->tag == tag && s->key8 == k.key8 && s->key_len == n
+            && (n <= 8 || !memcmp(m->keys + s->key_off, key + 8, n - 8)))
             return s;
         i = (i + 1) & mask;
     }
+}
+
+static inline const int32_t *slot_ids(const Map *m, const Slot *s)
+{
+    return s->val_len <= 2 ? s->v.ids : m->vals + s->v.off;
 }
 
 static int grow(void **buf, size_t *cap, size_t need, size_t item)
@@ -121,10 +137,23 @@ static int map_rehash(Map *m)
     }
     for (size_t i = 0; i < m->cap; i++) {
         Slot *s = &m->slots[i];
-        if (!s->hash)
+        if (!s->tag)
             continue;
-        size_t j = s->hash & (cap - 1);
-        while (slots[j].hash)
+        /* the slot index came from the hash's low bits, which the slot does not keep */
+        const uint8_t *tail = m->keys + s->key_off;
+        uint8_t key[8 + 4096], *full = key;
+        if (s->key_len > sizeof(key) && !(full = PyMem_Malloc(s->key_len))) {
+            PyMem_Free(slots);
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(full, &s->key8, 8);
+        if (s->key_len > 8)
+            memcpy(full + 8, tail, s->key_len - 8);
+        size_t j = hash_key(full, s->key_len).h & (cap - 1);
+        if (full != key)
+            PyMem_Free(full);
+        while (slots[j].tag)
             j = (j + 1) & (cap - 1);
         slots[j] = *s;
     }
@@ -134,33 +163,37 @@ static int map_rehash(Map *m)
     return 0;
 }
 
-/* Insert key -> vals (the key must be absent; h = map_hash(key), never 0). */
-static Slot *map_put(Map *m, const uint8_t *key, size_t n, uint64_t h, const int32_t *vals, size_t nv)
+/* Insert key -> vals (the key must be absent). */
+static Slot *map_put(Map *m, const uint8_t *key, size_t n, Key k, const int32_t *vals, size_t nv)
 {
     if ((m->used + 1) * 4 > m->cap * 3 && map_rehash(m) < 0)
         return NULL;
-    if (n > 0xffffffffU || nv > 0xffffffffU
-        || grow((void **)&m->keys, &m->keys_cap, m->keys_len + n, 1) < 0
-        || grow((void **)&m->vals, &m->vals_cap, m->vals_len + nv, sizeof(int32_t)) < 0)
+    if (n > 0xffffffffU || nv > 0xffffffffU || m->keys_len + n > 0xffffffffU || m->vals_len + nv > 0xffffffffU) {
+        PyErr_SetString(PyExc_OverflowError, "tokenizer memo larger than 4 GB");
         return NULL;
-    Slot *s = map_find(m, key, n, h);
-    memcpy(m->keys + m->keys_len, key, n);
-    memcpy(m->vals + m->vals_len, vals, nv * sizeof(int32_t));
-    s->hash = h;
-    s->key = (uint32_t)m->keys_len;
+    }
+    if ((n > 8 && grow((void **)&m->keys, &m->keys_cap, m->keys_len + n - 8, 1) < 0)
+        || (nv > 2 && grow((void **)&m->vals, &m->vals_cap, m->vals_len + nv, sizeof(int32_t)) < 0))
+        return NULL;
+    Slot *s = map_find(m, key, n, k);
+    s->tag = (uint32_t)(k.h >> 32) | 1;
+    s->key8 = k.key8;
     s->key_len = (uint32_t)n;
-    s->val = (uint32_t)m->vals_len;
     s->val_len = (uint32_t)nv;
-    m->keys_len += n;
-    m->vals_len += nv;
+    s->key_off = (uint32_t)m->keys_len;
+    if (n > 8) {
+        memcpy(m->keys + m->keys_len, key + 8, n - 8);
+        m->keys_len += n - 8;
+    }
+    if (nv > 2) {
+        s->v.off = (uint32_t)m->vals_len;
+        memcpy(m->vals + m->vals_len, vals, nv * sizeof(int32_t));
+        m->vals_len += nv;
+    } else {
+        memcpy(s->v.ids, vals, nv * sizeof(int32_t));
+    }
     m->used++;
     return s;
-}
-
-static inline uint64_t map_hash(const uint8_t *key, size_t n)
-{
-    uint64_t h = hash_bytes(key, n);
-    return h ? h : 1;
 }
 
 /* ---- the tokenizer ---- */
@@ -173,8 +206,11 @@ typedef struct {
     int lower;
     PyObject *classify, *word_ids;
     uint8_t *cls;            /* MAX_CP code point classes */
-    uint8_t *word, *piece;   /* scratch */
+    uint8_t *word, *piece;   /* scratch: the words of a line end to end; a piece */
     size_t word_cap, piece_cap;
+    size_t *wend;            /* scratch: where each word of the line ends in word */
+    Key *wkey;
+    size_t wend_cap, wkey_cap;
     int32_t *ids;            /* scratch ids of one token */
     size_t ids_cap;
     int32_t *tokens;         /* the corpus */
@@ -191,6 +227,8 @@ static void Tokenizer_dealloc(Tokenizer *self)
     PyMem_Free(self->cls);
     PyMem_Free(self->word);
     PyMem_Free(self->piece);
+    PyMem_Free(self->wend);
+    PyMem_Free(self->wkey);
     PyMem_Free(self->ids);
     PyMem_Free(self->tokens);
     PyMem_Free(self->seg_off);
@@ -251,10 +289,10 @@ static int Tokenizer_init(Tokenizer *self, PyObject *args, PyObject *kw)
         if (id == -1 && PyErr_Occurred())
             return -1;
         int32_t v = (int32_t)id;
-        uint64_t h = map_hash((const uint8_t *)s, n);
-        if (map_find(&self->vocab, (const uint8_t *)s, n, h)->hash)
+        Key k = hash_key((const uint8_t *)s, n);
+        if (map_find(&self->vocab, (const uint8_t *)s, n, k)->tag)
             continue;  /* a dict has each key once; kept for safety */
-        if (!map_put(&self->vocab, (const uint8_t *)s, n, h, &v, 1))
+        if (!map_put(&self->vocab, (const uint8_t *)s, n, k, &v, 1))
             return -1;
         if ((size_t)n > self->max_len)
             self->max_len = n;
@@ -327,8 +365,8 @@ static int wordpiece(Tokenizer *self, const uint8_t *p, size_t n, size_t *nids)
                 key = sub;
                 len += 2;
             }
-            Slot *s = map_find(&self->vocab, key, len, map_hash(key, len));
-            if (s->hash) {
+            Slot *s = map_find(&self->vocab, key, len, hash_key(key, len));
+            if (s->tag) {
                 found = s;
                 break;
             }
@@ -337,7 +375,7 @@ static int wordpiece(Tokenizer *self, const uint8_t *p, size_t n, size_t *nids)
             *nids = first;
             return add_id(self, nids, self->unk_id);
         }
-        if (add_id(self, nids, self->vocab.vals[found->val]) < 0)
+        if (add_id(self, nids, found->v.ids[0]) < 0)
             return -1;
         start = end;
     }
@@ -345,7 +383,7 @@ static int wordpiece(Tokenizer *self, const uint8_t *p, size_t n, size_t *nids)
 }
 
 /* Ids of a whitespace token seen for the first time, memoised. */
-static Slot *new_word(Tokenizer *self, const uint8_t *w, size_t n, uint64_t h)
+static Slot *new_word(Tokenizer *self, const uint8_t *w, size_t n, Key h)
 {
     size_t nids = 0, ascii = 1;
     for (size_t i = 0; i < n; i++)
@@ -393,16 +431,13 @@ static Slot *new_word(Tokenizer *self, const uint8_t *w, size_t n, uint64_t h)
     return map_put(&self->memo, w, n, h, self->ids, nids);
 }
 
-static int end_word(Tokenizer *self, size_t n)
+/* The ids of word w (n bytes, hash k) onto the corpus. */
+static int word_ids(Tokenizer *self, const uint8_t *w, size_t n, Key k)
 {
-    if (!n)
-        return 0;
-    const uint8_t *w = self->word;
-    uint64_t h = map_hash(w, n);
-    Slot *s = map_find(&self->memo, w, n, h);
-    if (!s->hash && !(s = new_word(self, w, n, h)))
+    Slot *s = map_find(&self->memo, w, n, k);
+    if (!s->tag && !(s = new_word(self, w, n, k)))
         return -1;
-    return push_ids(self, self->memo.vals + s->val, s->val_len);
+    return push_ids(self, slot_ids(&self->memo, s), s->val_len);
 }
 
 /* Length of the valid UTF-8 sequence at p (< end) and its code point; 0 if invalid
@@ -442,45 +477,50 @@ static inline int utf8_next(const uint8_t *p, const uint8_t *end, uint32_t *cp)
     return 0;
 }
 
-/* One line (without its "\n"): a document boundary, nothing, or a segment. */
+/* One line (without its "\n"): a document boundary, nothing, or a segment.  The words are
+ * gathered first and their memo slots prefetched, then looked up: the lookups of a line
+ * wait for memory together, not one after the other. */
 static int line(Tokenizer *self, const uint8_t *p, const uint8_t *end, Py_ssize_t *bad)
 {
-    if (grow((void **)&self->word, &self->word_cap, (end - p) + 8, 1) < 0)
+    size_t size = (end - p) + 8;
+    if (grow((void **)&self->word, &self->word_cap, size, 1) < 0
+        || grow((void **)&self->wend, &self->wend_cap, size, sizeof(size_t)) < 0
+        || grow((void **)&self->wkey, &self->wkey_cap, size, sizeof(Key)) < 0)
         return -1;
-    size_t nw = 0, before = self->n_tokens;
+    size_t nb = 0, start = 0, nw = 0, before = self->n_tokens, mask = self->memo.cap - 1;
     int empty = 1;
-    for (const uint8_t *q = p; q < end;) {
-        uint32_t cp;
-        int len = utf8_next(q, end, &cp);
-        if (!len) {
-            *bad = 1;
-            return -1;
+    for (const uint8_t *q = p; q <= end;) {
+        uint32_t cp = 0;
+        int len = 0, c = K_SEP;  /* the line's end ends a word */
+        if (q < end) {
+            if (!(len = utf8_next(q, end, &cp))) {
+                *bad = 1;
+                return -1;
+            }
+            if (!(c = self->cls[cp]) && (c = class_of(self, cp)) < 0)
+                return -1;
+            empty &= (c & C_SPACE) != 0;
         }
-        int c = self->cls[cp];
-        if (!c && (c = class_of(self, cp)) < 0)
-            return -1;
-        empty &= (c & C_SPACE) != 0;
-        switch (c & C_KIND) {
-        case K_WORD:
-            memcpy(self->word + nw, q, len);
-            nw += len;
-            break;
-        case K_SEP:
-            if (end_word(self, nw) < 0)
-                return -1;
-            nw = 0;
-            break;
-        case K_ALONE:
-            if (end_word(self, nw) < 0)
-                return -1;
-            memcpy(self->word, q, len);
-            if (end_word(self, len) < 0)
-                return -1;
-            nw = 0;
-            break;
-        default:  /* K_DROP */
-            break;
+        int kind = c & C_KIND;
+        if (kind == K_WORD) {
+            memcpy(self->word + nb, q, len);
+            nb += len;
+        } else if (kind != K_DROP) {  /* SEP or ALONE: a word ends; ALONE is one more */
+            for (int alone = 0; alone < 2; alone++) {
+                if (nb > start) {
+                    Key k = hash_key(self->word + start, nb - start);
+                    __builtin_prefetch(&self->memo.slots[k.h & mask]);
+                    self->wkey[nw] = k;
+                    self->wend[nw++] = start = nb;
+                }
+                if (kind != K_ALONE || alone)
+                    break;
+                memcpy(self->word + nb, q, len);
+                nb += len;
+            }
         }
+        if (q == end)
+            break;
         q += len;
     }
     if (empty) {  /* closes a non-empty document */
@@ -488,8 +528,9 @@ static int line(Tokenizer *self, const uint8_t *p, const uint8_t *end, Py_ssize_
             return push_doc(self, (int64_t)self->n_seg - 1);
         return 0;
     }
-    if (end_word(self, nw) < 0)
-        return -1;
+    for (size_t i = 0, from = 0; i < nw; from = self->wend[i++])
+        if (word_ids(self, self->word + from, self->wend[i] - from, self->wkey[i]) < 0)
+            return -1;
     if (self->n_tokens != before)
         return push_seg(self, (int64_t)self->n_tokens);
     return 0;

@@ -120,6 +120,35 @@ static inline uint32_t randbelow(Kernel *k, uint64_t n)
     return r;
 }
 
+/* The draws of random.shuffle on n < 2**31 items: js[i] = randbelow(i + 1) for i = n-1 ... 1.
+ * A word is taken, or rejected and the next one tried, for the same i; taking every word in
+ * turn and stepping i only when a word is taken keeps the loop free of branches on the draws
+ * (the rejection branch would be mispredicted a third of the time). */
+static void shuffle_draws(Kernel *k, Py_ssize_t n, int32_t *js)
+{
+    if (n < 2)
+        return;
+    uint32_t i = (uint32_t)(n - 1);
+    while (i > 0) {
+        int bits = 32 - __builtin_clz(i + 1), shift = 32 - bits;
+        uint32_t low = (1U << (bits - 1)) - 1;  /* randbelow(i + 1) keeps bit_length(i + 1) down to i = low */
+        if (low < 1)
+            low = 1;
+        if (k->index >= MT_N) {
+            refill(k);
+            temper(k, 0);
+        }
+        const uint32_t *out = k->out;
+        int idx = k->index;
+        while (idx < MT_N && i >= low) {
+            uint32_t r = out[idx++] >> shift;
+            js[i] = (int32_t)r;
+            i -= r <= i;  /* r < i + 1: taken */
+        }
+        k->index = idx;
+    }
+}
+
 static int check_width(uint64_t n)
 {
     if (n == 0 || n > 0xffffffffULL) {
@@ -253,15 +282,21 @@ static PyObject *Kernel_shuffle(Kernel *self, PyObject *x)
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(x);
-    if (n > 1 && check_width((uint64_t)n) < 0)
+    if (n > 0x7fffffff) {
+        PyErr_SetString(PyExc_ValueError, "shuffle of more than 2**31-1 items");
         return NULL;
+    }
+    int32_t *js = PyMem_Malloc(sizeof(int32_t) * (n > 1 ? n : 1));
+    if (!js)
+        return PyErr_NoMemory();
+    shuffle_draws(self, n, js);
     PyObject **items = ((PyListObject *)x)->ob_item;
     for (Py_ssize_t i = n - 1; i > 0; i--) {
-        Py_ssize_t j = randbelow(self, (uint64_t)i + 1);
         PyObject *t = items[i];
-        items[i] = items[j];
-        items[j] = t;
+        items[i] = items[js[i]];
+        items[js[i]] = t;
     }
+    PyMem_Free(js);
     Py_RETURN_NONE;
 }
 
@@ -503,9 +538,11 @@ static int mask_store(Kernel *self, int64_t a_lo, Py_ssize_t len_a, int64_t b_lo
         if (ids[i] != self->cls_id && ids[i] != self->sep_id)
             cands[nc++] = i;
     }
+    shuffle_draws(self, nc, outid);
     for (Py_ssize_t i = nc - 1; i > 0; i--) {
-        Py_ssize_t j = randbelow(self, (uint64_t)i + 1);
-        int32_t t = cands[i]; cands[i] = cands[j]; cands[j] = t;
+        int32_t j = outid[i], t = cands[i];
+        cands[i] = cands[j];
+        cands[j] = t;
     }
     /* chosen[index] = 1 at a masked position, outid[index] its output id */
     memset(chosen, 0, (size_t)n & 0xffffffffU);  /* n <= max_seq_length < 2**31 */
@@ -772,14 +809,21 @@ static PyObject *Kernel_documents(Kernel *self, PyObject *args)
 static PyObject *Kernel_shuffle_instances(Kernel *self, PyObject *unused)
 {
     Inst **x = self->inst;
-    if (self->n_inst > 1 && check_width((uint64_t)self->n_inst) < 0)
+    Py_ssize_t n = self->n_inst;
+    if (n > 0x7fffffff) {
+        PyErr_SetString(PyExc_ValueError, "more than 2**31-1 instances");
         return NULL;
-    for (Py_ssize_t i = self->n_inst - 1; i > 0; i--) {
-        Py_ssize_t j = randbelow(self, (uint64_t)i + 1);
-        Inst *t = x[i];
-        x[i] = x[j];
-        x[j] = t;
     }
+    int32_t *js = PyMem_Malloc(sizeof(int32_t) * (n > 1 ? n : 1));
+    if (!js)
+        return PyErr_NoMemory();
+    shuffle_draws(self, n, js);
+    for (Py_ssize_t i = n - 1; i > 0; i--) {
+        Inst *t = x[i];
+        x[i] = x[js[i]];
+        x[js[i]] = t;
+    }
+    PyMem_Free(js);
     Py_RETURN_NONE;
 }
 

@@ -195,7 +195,7 @@ def main():
             ref = reference(args.reference, big, os.path.join(tmp, "big_ref"))
             same = digest(os.path.join(tmp, "big_ref")) == digest(os.path.join(tmp, "big"))
             ref_s, ref_mb = ref["wall"], ref["rss_mb"]
-            note = "measured now (same content: %s)" % ("yes" if same else "NO")
+            note = "measured now, same content: %s" % ("yes" if same else "NO")
         else:
             ref_s, ref_mb, note = REF_27MB_S, REF_27MB_MB, "measured here before"
         print("  27 MB: reference %.0f s, %.0f MB peak RSS (%s); this tree %.2f s, %.0f MB: %.0fx faster, "

@@ -142,6 +142,7 @@ def test_c_tokenizer_equals_python_on_random_unicode_files(tmp_path, vocab_file,
         for f in range(3):  # documents go on across files; the second has no final newline
             lines = ["" if r < 0.1 else " \t\x1c\u3000\x85" if r < 0.15 else _random_text(rng, rng.randint(0, 60))
                      for r in (rng.random() for _ in range(300))]
+            lines[7] = " ".join(lines[8:200])  # more words than the C tokenizer looks up at once
             paths.append(tmp_path / ("f%d.txt" % f))
             paths[-1].write_bytes(("\n".join(lines) + ("" if f == 1 else "\n")).encode("utf-8"))
         c, py = _corpora([str(p) for p in paths], vocab, do_lower_case)

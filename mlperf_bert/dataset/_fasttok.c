@@ -477,17 +477,26 @@ static inline int utf8_next(const uint8_t *p, const uint8_t *end, uint32_t *cp)
     return 0;
 }
 
-/* One line (without its "\n"): a document boundary, nothing, or a segment.  The words are
- * gathered first and their memo slots prefetched, then looked up: the lookups of a line
+#define WORD_BATCH 256  /* words looked up together */
+
+/* The ids of the words gathered in word (ends in wend, hashes in wkey) onto the corpus. */
+static int flush_words(Tokenizer *self, size_t nw)
+{
+    for (size_t i = 0, from = 0; i < nw; from = self->wend[i++])
+        if (word_ids(self, self->word + from, self->wend[i] - from, self->wkey[i]) < 0)
+            return -1;
+    return 0;
+}
+
+/* One line (without its "\n"): a document boundary, nothing, or a segment.  Words are
+ * gathered a batch at a time and their memo slots prefetched, then looked up: the lookups
  * wait for memory together, not one after the other. */
 static int line(Tokenizer *self, const uint8_t *p, const uint8_t *end, Py_ssize_t *bad)
 {
-    size_t size = (end - p) + 8;
-    if (grow((void **)&self->word, &self->word_cap, size, 1) < 0
-        || grow((void **)&self->wend, &self->wend_cap, size, sizeof(size_t)) < 0
-        || grow((void **)&self->wkey, &self->wkey_cap, size, sizeof(Key)) < 0)
+    if (grow((void **)&self->wend, &self->wend_cap, WORD_BATCH, sizeof(size_t)) < 0
+        || grow((void **)&self->wkey, &self->wkey_cap, WORD_BATCH, sizeof(Key)) < 0)
         return -1;
-    size_t nb = 0, start = 0, nw = 0, before = self->n_tokens, mask = self->memo.cap - 1;
+    size_t nb = 0, start = 0, nw = 0, before = self->n_tokens;
     int empty = 1;
     for (const uint8_t *q = p; q <= end;) {
         uint32_t cp = 0;
@@ -502,6 +511,10 @@ static int line(Tokenizer *self, const uint8_t *p, const uint8_t *end, Py_ssize_
             empty &= (c & C_SPACE) != 0;
         }
         int kind = c & C_KIND;
+        if (kind == K_WORD || kind == K_ALONE) {
+            if (grow((void **)&self->word, &self->word_cap, nb + 4, 1) < 0)
+                return -1;
+        }
         if (kind == K_WORD) {
             memcpy(self->word + nb, q, len);
             nb += len;
@@ -509,9 +522,14 @@ static int line(Tokenizer *self, const uint8_t *p, const uint8_t *end, Py_ssize_
             for (int alone = 0; alone < 2; alone++) {
                 if (nb > start) {
                     Key k = hash_key(self->word + start, nb - start);
-                    __builtin_prefetch(&self->memo.slots[k.h & mask]);
+                    __builtin_prefetch(&self->memo.slots[k.h & (self->memo.cap - 1)]);
                     self->wkey[nw] = k;
                     self->wend[nw++] = start = nb;
+                    if (nw == WORD_BATCH) {  /* a word: the line is not empty */
+                        if (flush_words(self, nw) < 0)
+                            return -1;
+                        nw = nb = start = 0;
+                    }
                 }
                 if (kind != K_ALONE || alone)
                     break;
@@ -528,9 +546,8 @@ static int line(Tokenizer *self, const uint8_t *p, const uint8_t *end, Py_ssize_
             return push_doc(self, (int64_t)self->n_seg - 1);
         return 0;
     }
-    for (size_t i = 0, from = 0; i < nw; from = self->wend[i++])
-        if (word_ids(self, self->word + from, self->wend[i] - from, self->wkey[i]) < 0)
-            return -1;
+    if (flush_words(self, nw) < 0)
+        return -1;
     if (self->n_tokens != before)
         return push_seg(self, (int64_t)self->n_tokens);
     return 0;

@@ -13,7 +13,7 @@ peak RSS of that process), measured side by side in this one invocation:
        plus tokenizing the shard alone (this tree's tokenizer, its own process);
   2. the MLCommons reference create_pretraining_data.py run by TensorFlow (--reference=DIR,
      a directory with its create_pretraining_data.py and tokenization.py, e.g.
-     retired_benchmarks/bert/cleanup_scripts of a github.com/mlcommons/training checkout)
+     retired_benchmarks/bert/cleanup_scripts of a checkout of the mlcommons/training repository)
      on golden part-00000 (1.03 MB) and, with --reference_27mb, on the 27 MB shard (~5 min,
      2.5 GB), side by side with this tree; the contents are compared by digest.  Without
      --reference the ratio uses the reference's figures measured on this machine before

@@ -9,6 +9,8 @@ peak RSS of that process), measured side by side in this one invocation:
      words than a real shard: step 3 measures first-seen text on its own;
      - this tree, --runs times, alternating with --against=REV (an earlier revision built
        in a temporary git worktree), with the outputs' md5s compared;
+     - where this tree's CPU time goes: tokenizing, making the instances, shuffling +
+       encoding + writing (timed inside one process);
      - the floor: writing as many bytes with `dd conv=fdatasync` (what any writer pays),
        plus tokenizing the shard alone (this tree's tokenizer, its own process);
   2. the MLCommons reference create_pretraining_data.py run by TensorFlow (--reference=DIR,
@@ -81,6 +83,38 @@ def tokenize_only(inp):
             "from mlperf_bert.dataset.tokenization import FastTokenizer, load_vocab; "
             "read_documents([%r], FastTokenizer(vocab=load_vocab(%r)))" % (inp, VOCAB))
     return run([sys.executable, "-c", code])
+
+
+STAGES = """
+import array, json, random, sys, time
+from mlperf_bert.dataset import pretraining_data as P
+from mlperf_bert.dataset.tokenization import FastTokenizer, load_vocab
+inp, out, vocab_file = sys.argv[1:4]
+t = [time.process_time()]
+vocab = load_vocab(vocab_file)
+corpus = P.read_documents([inp], FastTokenizer(vocab=vocab))
+t.append(time.process_time())
+k = P.make_kernel(12345, [vocab[w] for w in vocab], vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"], 512, 76)
+order = list(range(len(corpus)))
+k.shuffle(order)
+k.set_corpus(corpus.tokens, corpus.seg_off, array.array("q", [corpus.doc_seg[o] for o in order]),
+             array.array("q", [corpus.doc_seg[o + 1] for o in order]))
+for _ in range(10):
+    k.documents(0, len(corpus), 0.1, 0.15)
+t.append(time.process_time())
+k.shuffle_instances()
+P.write_round_robin(k, [out])
+t.append(time.process_time())
+print(json.dumps([b - a for a, b in zip(t, t[1:])]))
+"""
+
+
+def stages(inp, out):
+    """CPU seconds of tokenizing, making the instances, shuffling + encoding + writing (in one process)."""
+    cmd = [sys.executable, "-c", STAGES, inp, out, VOCAB]
+    if CORE is not None and shutil.which("taskset"):
+        cmd = ["taskset", "-c", CORE] + cmd
+    return json.loads(subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout)
 
 
 def dd(path, nbytes):
@@ -174,6 +208,9 @@ def main():
         write_s = statistics.median(dd(os.path.join(tmp, "dd"), size) for _ in range(args.runs))
         tok = [tokenize_only(big) for _ in range(args.runs)]
         floor = write_s + median(tok, "wall")
+        parts = [stages(big, os.path.join(tmp, "stages")) for _ in range(args.runs)]
+        print("  where the CPU time goes (in one process, median): tokenizing %.2f s, instances %.2f s, "
+              "shuffling + encoding + writing %.2f s" % tuple(statistics.median(p[i] for p in parts) for i in range(3)))
         print("  floor: dd %s bytes + fdatasync %.2f s + tokenizing the shard alone %.2f s wall (%.2f s CPU) "
               "= %.2f s;\n  the shard takes %.2fx the floor (%s)"
               % (format(size, ","), write_s, median(tok, "wall"), median(tok, "cpu"), floor,

@@ -1,5 +1,6 @@
 """create_pretraining_data gives the reference's records: golden digests, an independent
 transcription of the reference algorithm on unseen text, C kernel == pure Python, errors."""
+import errno
 import json
 import os
 import random
@@ -14,7 +15,7 @@ from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_example, decode_pretraining_batch
 from mlperf_bert.dataset.pretraining_data import create_pretraining_data, main
 from mlperf_bert.dataset.tfrecord import read_records
-from mlperf_bert.dataset.tokenization import FullTokenizer
+from mlperf_bert.dataset.tokenization import FastTokenizer, FullTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = [False] + ([True] if pretraining_data._fastrng is not None else [])
@@ -266,3 +267,132 @@ def test_output_that_is_an_input_is_refused(tmp_path, golden_dir, vocab_file):
         with pytest.raises(UserError, match="--output_file .* is the input .*: writing it would destroy the input"):
             main(["x", "--input_file=%s" % src, "--output_file=%s" % out, "--vocab_file=%s" % vocab_file])
     assert src.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["link", "part-00000"]
+
+
+@pytest.mark.skipif(len(KERNELS) < 2, reason="the C kernel is not built")
+def test_c_kernel_random_stream_is_pythons():
+    """The C Mersenne Twister (tempered a block at a time, rejection sampling two words at a
+    time) gives random.Random's draws, across block boundaries and for every range width."""
+    state = random.Random(12345).getstate()[1]
+    c, py = pretraining_data._fastrng.Kernel(state, [5, 6, 7], 1, 2, 3, 8, 2), random.Random(12345)
+    rng = random.Random(0)
+    for _ in range(5000):
+        r = rng.random()
+        if r < 0.3:
+            assert c.random() == py.random()
+        elif r < 0.9:
+            hi = rng.choice([1, 2, 3, 255, 256, 257, 511, 512, 513, 30521, 2 ** 31, 2 ** 32 - 1, rng.randint(1, 10 ** 6)])
+            assert c.randint(0, hi - 1) == py.randint(0, hi - 1)
+        else:
+            x = list(range(rng.randint(0, 700)))
+            y = list(x)
+            c.shuffle(x)
+            py.shuffle(y)
+            assert x == y
+    assert list(c.getstate()) == list(py.getstate()[1])
+
+
+@pytest.mark.skipif(len(KERNELS) < 2, reason="the C kernel is not built")
+def test_instances_are_kept_compact(golden_dir, vocab_file):
+    """Issue 26: the generator held every serialized Example (2.7 KB at seq 512, 505 MB for a
+    27 MB shard) until the final shuffle; the C kernel keeps ~600 bytes an instance and
+    encodes the records as they are written."""
+    import array
+    import tracemalloc
+    from mlperf_bert.dataset.tokenization import load_vocab
+    vocab = load_vocab(vocab_file)
+    corpus = pretraining_data.read_documents([golden_dir + "/input/part-00000-of-00004"], FastTokenizer(vocab=vocab))
+    kernel = pretraining_data.make_kernel(12345, [vocab[w] for w in vocab], vocab["[CLS]"], vocab["[SEP]"],
+                                          vocab["[MASK]"], 512, 76)
+    tracemalloc.start()
+    try:
+        kernel.set_corpus(corpus.tokens, corpus.seg_off, array.array("q", corpus.doc_seg[:-1]),
+                          array.array("q", corpus.doc_seg[1:]))
+        for _ in range(10):
+            kernel.documents(0, len(corpus), 0.1, 0.15)
+        kernel.shuffle_instances()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    size = sum(kernel.output_sizes(1))
+    assert kernel.count > 7000 and size > 18e6  # seq-512 records of 2.6 KB
+    assert peak < 0.4 * size, (peak, size)
+
+
+def test_without_the_c_accelerators(monkeypatch, tmp_path, golden_dir, vocab_file):
+    """No compiler: the pure-Python tokenizer and kernel give the same bytes."""
+    from mlperf_bert.dataset import tokenization
+    inp = golden_dir + "/input/part-00001-of-00004"
+    kw = dict(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=1, progress=False)
+    create_pretraining_data(inp, str(tmp_path / "a"), vocab_file, **kw)
+    monkeypatch.setattr(pretraining_data, "_fastrng", None)
+    monkeypatch.setattr(tokenization, "_fasttok", None)
+    assert FastTokenizer(vocab_file).corpus_tokenizer() is None
+    create_pretraining_data(inp, str(tmp_path / "b"), vocab_file, **kw)
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+
+
+class _NoDirect:
+    """A file on a file system that takes O_DIRECT in fcntl but refuses direct writes."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, data):
+        import fcntl
+        if fcntl.fcntl(self._f.fileno(), fcntl.F_GETFL) & getattr(os, "O_DIRECT", 0):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+        return False
+
+
+def test_direct_writes_refused_fall_back_to_ordinary_writes(monkeypatch, tmp_path, golden_dir, vocab_file):
+    from mlperf_bert import fileio
+    inp = golden_dir + "/input/part-00000-of-00004"
+    kw = dict(max_seq_length=512, max_predictions_per_seq=76, dupe_factor=3, progress=False)
+    create_pretraining_data(inp, "%s,%s" % (tmp_path / "a1", tmp_path / "a2"), vocab_file, **kw)
+    real_open = open
+    monkeypatch.setattr(fileio, "open", lambda *a, **k: _NoDirect(real_open(*a, **k)), raising=False)
+    create_pretraining_data(inp, "%s,%s" % (tmp_path / "b1", tmp_path / "b2"), vocab_file, **kw)
+    for a, b in (("a1", "b1"), ("a2", "b2")):
+        assert (tmp_path / a).read_bytes() == (tmp_path / b).read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["a1", "a2", "b1", "b2"]
+
+
+@pytest.mark.skipif(len(KERNELS) < 2, reason="the C kernel is not built")
+@pytest.mark.parametrize("mask_id", [103, 3_000_000])  # a 4-byte varint: beyond the C kernel's table
+def test_kernels_agree_on_random_corpora(mask_id):
+    import array
+    rng = random.Random(mask_id)
+    vocab_ids = list(range(1000)) + [70000] + ([2 ** 22] if mask_id > 2 ** 21 else [])
+    seg_off, tokens = [0], []
+    for _ in range(400):
+        tokens += [rng.choice(vocab_ids[:1000] + [70000]) for _ in range(rng.randint(1, 40))]
+        seg_off.append(len(tokens))
+    cuts = sorted(rng.sample(range(1, 400), 30))
+    doc_first, doc_stop = [0] + cuts, cuts + [400]
+    streams = []
+    for fast in (False, True):
+        k = pretraining_data.make_kernel(9, vocab_ids, 101, 102, mask_id, 64, 12, fast=fast)
+        k.set_corpus(array.array("i", tokens), array.array("q", seg_off), array.array("q", doc_first),
+                     array.array("q", doc_stop))
+        for _ in range(3):
+            k.documents(0, 10, 0.3, 0.2)
+            k.documents(10, len(doc_first), 0.3, 0.2)
+        k.shuffle_instances()
+        chunks, pos, buf = [], 1, bytearray(k.max_record + 600)  # a few records a call
+        while pos < k.count:
+            n, pos = k.encode_into(buf, pos, 2)
+            chunks.append(bytes(buf[:n]))
+        streams.append((k.count, k.output_sizes(2), b"".join(chunks)))
+    assert streams[0] == streams[1]
+    assert streams[0][0] > 100 and len(streams[0][2]) == streams[0][1][1]

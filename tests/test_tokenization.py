@@ -1,9 +1,11 @@
-"""The fast tokenizer gives the reference tokenizer's ids on any Unicode text."""
+"""The fast tokenizers (Python memo, C whole-file) give the reference tokenizer's ids on any Unicode text."""
 import random
 
 import pytest
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.dataset import tokenization
+from mlperf_bert.dataset.pretraining_data import read_documents
 from mlperf_bert.dataset.tokenization import BasicTokenizer, FastTokenizer, FullTokenizer, load_vocab
 
 # Code points that exercise every branch: ASCII, accents, Greek sigma, combining marks,
@@ -116,3 +118,68 @@ def test_bad_vocab_is_one_line_error(tmp_path, content, fix):
     with pytest.raises(UserError, match=fix.replace("[", r"\[").replace("]", r"\]")) as e:
         load_vocab(str(path))
     assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+# ---- the C tokenizer of whole files (_fasttok) gives the Python path's corpus ----
+
+needs_c = pytest.mark.skipif(tokenization._fasttok is None, reason="the C tokenizer is not built")
+
+
+def _corpora(paths, vocab, do_lower_case):
+    out = []
+    for fast in (None, False):
+        c = read_documents(paths, FastTokenizer(vocab=vocab, do_lower_case=do_lower_case), fast=fast)
+        out.append((c.tokens.tolist(), c.seg_off.tolist(), c.doc_seg.tolist()))
+    return out
+
+
+@needs_c
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_c_tokenizer_equals_python_on_random_unicode_files(tmp_path, vocab_file, do_lower_case):
+    rng = random.Random(3)
+    for vocab in (_small_vocab(), load_vocab(vocab_file)):
+        paths = []
+        for f in range(3):  # documents go on across files; the second has no final newline
+            lines = ["" if r < 0.1 else " \t\x1c\u3000\x85" if r < 0.15 else _random_text(rng, rng.randint(0, 60))
+                     for r in (rng.random() for _ in range(300))]
+            lines[7] = " ".join(lines[8:200])  # more words than the C tokenizer looks up at once
+            paths.append(tmp_path / ("f%d.txt" % f))
+            paths[-1].write_bytes(("\n".join(lines) + ("" if f == 1 else "\n")).encode("utf-8"))
+        c, py = _corpora([str(p) for p in paths], vocab, do_lower_case)
+        assert c == py and len(c[0]) > 5000 and len(c[2]) > 50
+
+
+@needs_c
+def test_c_tokenizer_equals_python_on_every_code_point(tmp_path, vocab_file):
+    # planes 0-3 (every assigned character), the tags and samples of the private-use planes
+    cps = [cp for cp in list(range(1, 0x32000)) + list(range(0xE0000, 0xE0200)) + list(range(0xF0000, 0x110000, 97))
+           if not 0xD800 <= cp <= 0xDFFF and cp != 10]
+    text = "\n".join("x" + "".join(map(chr, cps[i:i + 40])) + "Ab, " + chr(cps[i]) for i in range(0, len(cps), 40))
+    path = tmp_path / "all.txt"
+    path.write_text(text, encoding="utf-8")
+    c, py = _corpora([str(path)], load_vocab(vocab_file), True)
+    assert c == py
+
+
+@needs_c
+def test_c_tokenizer_refuses_invalid_utf8_where_python_does(tmp_path, vocab_file):
+    vocab = load_vocab(vocab_file)
+    rng = random.Random(4)
+    special = [0x80, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xed, 0xef, 0xf0, 0xf4, 0xf5, 0xff]
+    tok = FastTokenizer(vocab=vocab).corpus_tokenizer()
+    for _ in range(3000):
+        data = bytes(rng.choice([rng.randint(0, 255), rng.randint(0x80, 0xbf), rng.choice(special)])
+                     for _ in range(rng.randint(1, 6)))
+        try:
+            data.decode("utf-8")
+            tok.feed(data)
+        except UnicodeDecodeError:
+            with pytest.raises(ValueError, match="invalid UTF-8"):
+                tok.feed(data)
+    # the one-line error names the file and the line, as on the Python path
+    for bad in (b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe0\x80\xaf", b"\xc3"):
+        path = tmp_path / "bad.txt"
+        path.write_bytes(b"fine line\n\nsecond doc\nx " + bad + b" y\nlast\n")
+        for fast in (None, False):
+            with pytest.raises(UserError, match=r"input file .*bad\.txt is not UTF-8 text \(line 4\): convert"):
+                read_documents([str(path)], FastTokenizer(vocab=vocab), fast=fast)

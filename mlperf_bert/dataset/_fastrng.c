@@ -3,9 +3,12 @@
  * Kernel reproduces Python's random.Random exactly (MT19937 seeded from
  * random.Random(seed).getstate(); getrandbits(k<=32) = top k bits of one word;
  * random() = two words; _randbelow = rejection on bit_length(n) bits), and does
- * the per-instance steps of the reference (pair truncation, masking, Example
- * encoding) without Python objects per token.  PyKernel in pretraining_data.py
- * is the pure-Python twin; tests check both give identical streams and bytes.
+ * the reference's per-instance steps (pair truncation, masking) without Python
+ * objects per token.  Instances are kept compact (token ranges of the corpus plus
+ * the masked positions and their output ids, ~600 bytes at seq 512 instead of a
+ * 2.7 KB Example) and encoded as framed TFRecords only when written, in the order
+ * of the final shuffle.  PyKernel in pretraining_data.py is the pure-Python twin;
+ * tests check both give identical streams and bytes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -15,10 +18,21 @@
 
 #define MT_N 624
 #define MT_M 397
+#define BLOCK_BYTES (1 << 20)  /* instance storage grows by blocks: no large reallocs */
+
+/* One instance: tokens_a = tokens[a_lo, a_lo+len_a), tokens_b = tokens[b_lo, b_lo+len_b);
+ * followed by k int32 masked positions (increasing) and k int32 output ids. */
+typedef struct {
+    int64_t a_lo, b_lo;
+    int32_t len_a, len_b;
+    uint32_t k, ids_bytes, pos_bytes, lbl_bytes;  /* varint bytes of the three id lists */
+    uint32_t is_random_next, framed;  /* framed: bytes of its TFRecord */
+} Inst;
 
 typedef struct {
     PyObject_HEAD
     uint32_t mt[MT_N];
+    uint32_t out[MT_N + 1];  /* mt tempered: the next outputs are out[index:] */
     int index;
     long *vocab_ids;
     Py_ssize_t n_vocab;
@@ -27,48 +41,112 @@ typedef struct {
     int32_t *tokens;
     int64_t *seg_off, *doc_first, *doc_stop;
     Py_ssize_t n_docs;
+    int32_t *buf;           /* scratch: ids, candidates, output ids of one instance */
+    uint32_t *vtab;         /* varint of v < n_vtab: bytes in the low 3 bytes, length in the top one */
+    Py_ssize_t n_vtab;
+    uint8_t *marks;         /* scratch: masked positions of one instance */
+    char **blocks;          /* instance storage */
+    Py_ssize_t n_blocks;
+    size_t block_used;
+    Inst **inst;            /* instances in creation order, then in shuffled order */
+    Py_ssize_t n_inst, cap_inst;
+    Py_ssize_t max_record;  /* largest framed record so far */
 } Kernel;
 
-static uint32_t genrand(Kernel *k)
+static void refill(Kernel *k)
 {
     static const uint32_t mag01[2] = {0x0U, 0x9908b0dfU};
     uint32_t y, *mt = k->mt;
-    if (k->index >= MT_N) {
-        int kk;
-        for (kk = 0; kk < MT_N - MT_M; kk++) {
-            y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU);
-            mt[kk] = mt[kk + MT_M] ^ (y >> 1) ^ mag01[y & 1U];
-        }
-        for (; kk < MT_N - 1; kk++) {
-            y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU);
-            mt[kk] = mt[kk + (MT_M - MT_N)] ^ (y >> 1) ^ mag01[y & 1U];
-        }
-        y = (mt[MT_N - 1] & 0x80000000U) | (mt[0] & 0x7fffffffU);
-        mt[MT_N - 1] = mt[MT_M - 1] ^ (y >> 1) ^ mag01[y & 1U];
-        k->index = 0;
+    int kk;
+    for (kk = 0; kk < MT_N - MT_M; kk++) {
+        y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU);
+        mt[kk] = mt[kk + MT_M] ^ (y >> 1) ^ mag01[y & 1U];
     }
-    y = mt[k->index++];
-    y ^= (y >> 11);
-    y ^= (y << 7) & 0x9d2c5680U;
-    y ^= (y << 15) & 0xefc60000U;
-    y ^= (y >> 18);
-    return y;
+    for (; kk < MT_N - 1; kk++) {
+        y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU);
+        mt[kk] = mt[kk + (MT_M - MT_N)] ^ (y >> 1) ^ mag01[y & 1U];
+    }
+    y = (mt[MT_N - 1] & 0x80000000U) | (mt[0] & 0x7fffffffU);
+    mt[MT_N - 1] = mt[MT_M - 1] ^ (y >> 1) ^ mag01[y & 1U];
+    k->index = 0;
 }
 
-static double rand_double(Kernel *k)
+/* Temper mt[from:] into out[from:]; a loop the compiler vectorizes. */
+static void temper(Kernel *k, int from)
+{
+    for (int i = from; i < MT_N; i++) {
+        uint32_t y = k->mt[i];
+        y ^= (y >> 11);
+        y ^= (y << 7) & 0x9d2c5680U;
+        y ^= (y << 15) & 0xefc60000U;
+        y ^= (y >> 18);
+        k->out[i] = y;
+    }
+}
+
+static inline uint32_t genrand(Kernel *k)
+{
+    if (__builtin_expect(k->index >= MT_N, 0)) {
+        refill(k);
+        temper(k, 0);
+    }
+    return k->out[k->index++];
+}
+
+static inline double rand_double(Kernel *k)
 {
     uint32_t a = genrand(k) >> 5, b = genrand(k) >> 6;
     return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
 }
 
 /* Python's _randbelow_with_getrandbits for 1 <= n < 2**32. */
-static uint32_t randbelow(Kernel *k, uint64_t n)
+static inline uint32_t randbelow(Kernel *k, uint64_t n)
 {
-    int bits = 64 - __builtin_clzll(n);
-    uint32_t r = genrand(k) >> (32 - bits);
+    int shift = __builtin_clzll(n) - 32;  /* 32 - bit_length(n) */
+    if (__builtin_expect(k->index < MT_N - 1, 1)) {
+        /* two words at once: the first rejection costs a conditional move, not a mispredicted
+         * branch (a third of the shuffle's draws are rejected) */
+        uint32_t r0 = k->out[k->index] >> shift, r1 = k->out[k->index + 1] >> shift;
+        int ok0 = r0 < n;
+        if (ok0 | (r1 < n)) {
+            k->index += 2 - ok0;
+            return ok0 ? r0 : r1;
+        }
+        k->index += 2;
+    }
+    uint32_t r = genrand(k) >> shift;
     while (r >= n)
-        r = genrand(k) >> (32 - bits);
+        r = genrand(k) >> shift;
     return r;
+}
+
+/* The draws of random.shuffle on n < 2**31 items: js[i] = randbelow(i + 1) for i = n-1 ... 1.
+ * A word is taken, or rejected and the next one tried, for the same i; taking every word in
+ * turn and stepping i only when a word is taken keeps the loop free of branches on the draws
+ * (the rejection branch would be mispredicted a third of the time). */
+static void shuffle_draws(Kernel *k, Py_ssize_t n, int32_t *js)
+{
+    if (n < 2)
+        return;
+    uint32_t i = (uint32_t)(n - 1);
+    while (i > 0) {
+        int bits = 32 - __builtin_clz(i + 1), shift = 32 - bits;
+        uint32_t low = (1U << (bits - 1)) - 1;  /* randbelow(i + 1) keeps bit_length(i + 1) down to i = low */
+        if (low < 1)
+            low = 1;
+        if (k->index >= MT_N) {
+            refill(k);
+            temper(k, 0);
+        }
+        const uint32_t *out = k->out;
+        int idx = k->index;
+        while (idx < MT_N && i >= low) {
+            uint32_t r = out[idx++] >> shift;
+            js[i] = (int32_t)r;
+            i -= r <= i;  /* r < i + 1: taken */
+        }
+        k->index = idx;
+    }
 }
 
 static int check_width(uint64_t n)
@@ -80,13 +158,30 @@ static int check_width(uint64_t n)
     return 0;
 }
 
+static void free_instances(Kernel *self)
+{
+    for (Py_ssize_t b = 0; b < self->n_blocks; b++)
+        PyMem_Free(self->blocks[b]);
+    PyMem_Free(self->blocks);
+    PyMem_Free(self->inst);
+    self->blocks = NULL;
+    self->inst = NULL;
+    self->n_blocks = self->n_inst = self->cap_inst = 0;
+    self->block_used = 0;
+    self->max_record = 0;
+}
+
 static void Kernel_dealloc(Kernel *self)
 {
+    free_instances(self);
     PyMem_Free(self->vocab_ids);
     PyMem_Free(self->tokens);
     PyMem_Free(self->seg_off);
     PyMem_Free(self->doc_first);
     PyMem_Free(self->doc_stop);
+    PyMem_Free(self->buf);
+    PyMem_Free(self->marks);
+    PyMem_Free(self->vtab);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -115,12 +210,19 @@ static long *long_array(PyObject *seq, Py_ssize_t *n_out, const char *what)
     return a;
 }
 
+static int make_vtab(Kernel *self);
+
 static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
 {
     PyObject *state, *vocab;
     if (!PyArg_ParseTuple(args, "OOlllnn", &state, &vocab, &self->cls_id, &self->sep_id,
                           &self->mask_id, &self->max_seq_length, &self->max_pred))
         return -1;
+    if (self->max_seq_length < 5 || self->max_seq_length > 0x7fffffff || self->max_pred < 0
+        || self->max_pred > self->max_seq_length) {
+        PyErr_SetString(PyExc_ValueError, "need 5 <= max_seq_length < 2**31, 0 <= max_predictions <= it");
+        return -1;
+    }
     Py_ssize_t n;
     long *st = long_array(state, &n, "state must be a sequence");
     if (!st)
@@ -133,6 +235,7 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
     for (int i = 0; i < MT_N; i++)
         self->mt[i] = (uint32_t)st[i];
     self->index = (int)st[MT_N];
+    temper(self, 0);
     PyMem_Free(st);
     PyMem_Free(self->vocab_ids);
     self->vocab_ids = long_array(vocab, &self->n_vocab, "vocab_ids must be a sequence");
@@ -140,7 +243,16 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kw)
         return -1;
     if (self->n_vocab < 1 || check_width((uint64_t)self->n_vocab) < 0)
         return -1;
-    return 0;
+    PyMem_Free(self->buf);
+    PyMem_Free(self->marks);
+    self->buf = PyMem_Malloc(sizeof(int32_t) * 3 * (self->max_seq_length + 1));
+    self->marks = PyMem_Malloc(self->max_seq_length + 1);
+    if (!self->buf || !self->marks) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    free_instances(self);
+    return make_vtab(self);
 }
 
 static PyObject *Kernel_random(Kernel *self, PyObject *unused)
@@ -170,15 +282,21 @@ static PyObject *Kernel_shuffle(Kernel *self, PyObject *x)
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(x);
-    if (n > 1 && check_width((uint64_t)n) < 0)
+    if (n > 0x7fffffff) {
+        PyErr_SetString(PyExc_ValueError, "shuffle of more than 2**31-1 items");
         return NULL;
+    }
+    int32_t *js = PyMem_Malloc(sizeof(int32_t) * (n > 1 ? n : 1));
+    if (!js)
+        return PyErr_NoMemory();
+    shuffle_draws(self, n, js);
     PyObject **items = ((PyListObject *)x)->ob_item;
     for (Py_ssize_t i = n - 1; i > 0; i--) {
-        Py_ssize_t j = randbelow(self, (uint64_t)i + 1);
         PyObject *t = items[i];
-        items[i] = items[j];
-        items[j] = t;
+        items[i] = items[js[i]];
+        items[js[i]] = t;
     }
+    PyMem_Free(js);
     Py_RETURN_NONE;
 }
 
@@ -191,22 +309,6 @@ static PyObject *Kernel_getstate(Kernel *self, PyObject *unused)
         PyTuple_SET_ITEM(t, i, PyLong_FromUnsignedLong(self->mt[i]));
     PyTuple_SET_ITEM(t, MT_N, PyLong_FromLong(self->index));
     return t;
-}
-
-static PyObject *Kernel_truncate(Kernel *self, PyObject *args)
-{
-    Py_ssize_t a0 = 0, a1, b0 = 0, b1, max_num;
-    if (!PyArg_ParseTuple(args, "nnn", &a1, &b1, &max_num))
-        return NULL;
-    while ((a1 - a0) + (b1 - b0) > max_num) {
-        int front = rand_double(self) < 0.5;
-        if (a1 - a0 > b1 - b0) {
-            if (front) a0++; else a1--;
-        } else {
-            if (front) b0++; else b1--;
-        }
-    }
-    return Py_BuildValue("nnnn", a0, a1, b0, b1);
 }
 
 /* CRC-32C (Castagnoli) for TFRecord framing: SSE4.2 when the CPU has it, else slicing-by-8. */
@@ -273,10 +375,12 @@ static void put_masked_crc(uint8_t *dst, const uint8_t *p, size_t n)
         dst[i] = (uint8_t)(c >> (8 * i));
 }
 
+/* Varint length and writer, without data-dependent branches for values below 2**21 (token
+ * ids mix 2- and 3-byte varints unpredictably). */
 static inline int vlen(uint64_t v)
 {
-    if (v < 0x80) return 1;      /* token ids are almost always 1-3 bytes */
-    if (v < 0x4000) return 2;
+    if (__builtin_expect(v < (1U << 21), 1))
+        return 1 + (v >= 0x80) + (v >= 0x4000);
     int n = 3;
     for (v >>= 21; v; v >>= 7) n++;
     return n;
@@ -284,98 +388,237 @@ static inline int vlen(uint64_t v)
 
 static inline uint8_t *putv(uint8_t *p, uint64_t v)
 {
-    if (v < 0x80) {
-        *p++ = (uint8_t)v;
-        return p;
+    if (__builtin_expect(v < (1U << 21), 1)) {
+        uint32_t two = v >= 0x80, three = v >= 0x4000;
+        uint32_t w = ((uint32_t)v & 0x7f) | two << 7 | ((uint32_t)(v >> 7) & 0x7f) << 8 | three << 15
+                     | (uint32_t)(v >> 14) << 16;
+        memcpy(p, &w, 4);  /* callers leave 4 bytes of room: later fields overwrite the spare */
+        return p + 1 + two + three;
     }
     while (v > 0x7f) { *p++ = (uint8_t)((v & 0x7f) | 0x80); v >>= 7; }
     *p++ = (uint8_t)v;
     return p;
 }
 
+/* The varint table: ids and positions below 2**21 (all of them with a BERT vocab). */
+static int make_vtab(Kernel *self)
+{
+    long top = self->max_seq_length;
+    for (Py_ssize_t i = 0; i < self->n_vocab; i++)
+        if (self->vocab_ids[i] > top)
+            top = self->vocab_ids[i];
+    if (self->cls_id > top) top = self->cls_id;
+    if (self->sep_id > top) top = self->sep_id;
+    if (self->mask_id > top) top = self->mask_id;
+    PyMem_Free(self->vtab);
+    self->vtab = NULL;
+    self->n_vtab = 0;
+    if (top >= (1L << 21))
+        return 0;  /* putv for every value */
+    self->vtab = PyMem_Malloc(sizeof(uint32_t) * (top + 1));
+    if (!self->vtab) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (long v = 0; v <= top; v++) {
+        uint8_t b[8] = {0};
+        uint32_t e;
+        int n = (int)(putv(b, (uint64_t)v) - b);
+        memcpy(&e, b, 4);
+        self->vtab[v] = (e & 0xffffff) | (uint32_t)n << 24;
+    }
+    self->n_vtab = top + 1;
+    return 0;
+}
+
+static inline int id_len(const Kernel *self, int64_t v)
+{
+    return (uint64_t)v < (uint64_t)self->n_vtab ? (int)(self->vtab[v] >> 24) : vlen((uint64_t)v);
+}
+
+static inline uint8_t *put_id(const Kernel *self, uint8_t *p, int64_t v)
+{
+    if ((uint64_t)v < (uint64_t)self->n_vtab) {
+        uint32_t e = self->vtab[v];
+        memcpy(p, &e, 4);  /* as putv: 4 bytes of room */
+        return p + (e >> 24);
+    }
+    return putv(p, (uint64_t)v);
+}
+
 enum { F_IDS, F_MASK, F_SEG, F_POS, F_LBL, F_W, F_NSL, F_COUNT };
 static const char *FEATURE_NAMES[F_COUNT] = {"input_ids", "input_mask", "segment_ids",
     "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "next_sentence_labels"};
+static const Py_ssize_t NAME_LEN[F_COUNT] = {9, 10, 11, 19, 13, 17, 20};
 
-/* Reference create_masked_lm_predictions on ids, then the Example as one framed TFRecord. */
-static PyObject *mask_encode(Kernel *self, const long *ids, Py_ssize_t n, Py_ssize_t len_a,
-                             int is_random_next, Py_ssize_t num_to_predict)
+/* Byte sizes of the Example of an instance: payloads plen, Feature contents flen, map entries
+ * elen; returns the serialized Example's length. */
+static Py_ssize_t layout(const Kernel *self, const Inst *in, Py_ssize_t plen[F_COUNT],
+                         Py_ssize_t flen[F_COUNT], Py_ssize_t elen[F_COUNT])
 {
-    Py_ssize_t L = self->max_seq_length, P = self->max_pred, num_a = len_a + 2;
-    PyObject *result = NULL;
-    long *out = PyMem_Malloc(sizeof(long) * (3 * n + 1) + n + 1);
-    if (!out) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    long *cands = out + n, *picked = out + 2 * n;
-    uint8_t *chosen = (uint8_t *)(out + 3 * n);
-    if (n > L || num_a > n || num_to_predict > P) {
-        PyErr_SetString(PyExc_ValueError, "instance longer than max_seq_length/max_predictions_per_seq");
-        goto done;
-    }
-    Py_ssize_t nc = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        out[i] = ids[i];
-        if (ids[i] != self->cls_id && ids[i] != self->sep_id)
-            cands[nc++] = i;
-    }
-    for (Py_ssize_t i = nc - 1; i > 0; i--) {
-        Py_ssize_t j = randbelow(self, (uint64_t)i + 1);
-        long t = cands[i]; cands[i] = cands[j]; cands[j] = t;
-    }
-    Py_ssize_t k = 0;
-    for (Py_ssize_t c = 0; c < nc && k < num_to_predict; c++) {
-        long index = cands[c];
-        if (rand_double(self) < 0.8)
-            out[index] = self->mask_id;
-        else if (rand_double(self) < 0.5)
-            ; /* keep the original token */
-        else
-            out[index] = self->vocab_ids[randbelow(self, (uint64_t)self->n_vocab)];
-        picked[k++] = index;
-    }
-    /* positions in increasing order: mark, then sweep (cheaper than sorting) */
-    memset(chosen, 0, n);
-    for (Py_ssize_t c = 0; c < k; c++)
-        chosen[picked[c]] = 1;
-    for (Py_ssize_t i = 0, c = 0; i < n; i++)
-        if (chosen[i])
-            picked[c++] = i;
-
-    /* Sizes first: every length prefix precedes its payload. */
-    Py_ssize_t plen[F_COUNT], flen[F_COUNT], elen[F_COUNT], total = 0;
-    plen[F_IDS] = L - n;
-    for (Py_ssize_t i = 0; i < n; i++)
-        plen[F_IDS] += vlen((uint64_t)out[i]);
+    Py_ssize_t L = self->max_seq_length, P = self->max_pred, total = 0;
+    Py_ssize_t n = in->len_a + in->len_b + 3, k = in->k;
+    plen[F_IDS] = L - n + in->ids_bytes;
     plen[F_MASK] = plen[F_SEG] = L;
-    plen[F_POS] = plen[F_LBL] = P - k;
-    for (Py_ssize_t i = 0; i < k; i++) {
-        plen[F_POS] += vlen((uint64_t)picked[i]);
-        plen[F_LBL] += vlen((uint64_t)ids[picked[i]]);
-    }
+    plen[F_POS] = P - k + in->pos_bytes;
+    plen[F_LBL] = P - k + in->lbl_bytes;
     plen[F_W] = 4 * P;
     plen[F_NSL] = 1;
     for (int f = 0; f < F_COUNT; f++) {
         Py_ssize_t inner = plen[f] ? 1 + vlen(plen[f]) + plen[f] : 0;
-        Py_ssize_t nl = (Py_ssize_t)strlen(FEATURE_NAMES[f]);
+        Py_ssize_t nl = NAME_LEN[f];
         flen[f] = inner;
         Py_ssize_t feature = 1 + vlen(inner) + inner;
         elen[f] = 1 + vlen(nl) + nl + 1 + vlen(feature) + feature;
         total += 1 + vlen(elen[f]) + elen[f];
     }
-    Py_ssize_t data_len = 1 + vlen(total) + total;
-    result = PyBytes_FromStringAndSize(NULL, 12 + data_len + 4);
-    if (!result)
-        goto done;
-    uint8_t *head = (uint8_t *)PyBytes_AS_STRING(result), *data = head + 12, *p = data;
+    return total;
+}
+
+static Py_ssize_t framed_size(const Kernel *self, const Inst *in)
+{
+    Py_ssize_t plen[F_COUNT], flen[F_COUNT], elen[F_COUNT];
+    Py_ssize_t total = layout(self, in, plen, flen, elen);
+    return 12 + 1 + vlen(total) + total + 4;
+}
+
+/* The ids [CLS] a [SEP] b [SEP] of an instance into ids; returns their count. */
+static Py_ssize_t instance_ids(const Kernel *self, int64_t a_lo, Py_ssize_t len_a, int64_t b_lo,
+                               Py_ssize_t len_b, int32_t *ids)
+{
+    ids[0] = (int32_t)self->cls_id;
+    memcpy(ids + 1, self->tokens + a_lo, len_a * sizeof(int32_t));
+    ids[len_a + 1] = (int32_t)self->sep_id;
+    memcpy(ids + len_a + 2, self->tokens + b_lo, len_b * sizeof(int32_t));
+    ids[len_a + len_b + 2] = (int32_t)self->sep_id;
+    return len_a + len_b + 3;
+}
+
+static Inst *new_inst(Kernel *self, Py_ssize_t k)
+{
+    size_t need = (sizeof(Inst) + 8 * (size_t)k + 7) & ~(size_t)7;
+    if (self->n_inst == self->cap_inst) {
+        Py_ssize_t cap = self->cap_inst ? 2 * self->cap_inst : 4096;
+        Inst **p = PyMem_Realloc(self->inst, cap * sizeof(Inst *));
+        if (!p)
+            return (Inst *)PyErr_NoMemory();
+        self->inst = p;
+        self->cap_inst = cap;
+    }
+    if (!self->n_blocks || self->block_used + need > BLOCK_BYTES) {
+        size_t size = need > BLOCK_BYTES ? need : BLOCK_BYTES;
+        char **b = PyMem_Realloc(self->blocks, (self->n_blocks + 1) * sizeof(char *));
+        if (!b)
+            return (Inst *)PyErr_NoMemory();
+        self->blocks = b;
+        if (!(b[self->n_blocks] = PyMem_Malloc(size)))
+            return (Inst *)PyErr_NoMemory();
+        self->n_blocks++;
+        self->block_used = 0;
+    }
+    Inst *in = (Inst *)(self->blocks[self->n_blocks - 1] + self->block_used);
+    self->block_used += need;
+    self->inst[self->n_inst++] = in;
+    return in;
+}
+
+/* Reference create_masked_lm_predictions on the instance's ids; stores it compactly. */
+static int mask_store(Kernel *self, int64_t a_lo, Py_ssize_t len_a, int64_t b_lo, Py_ssize_t len_b,
+                      int is_random_next, double masked_lm_prob)
+{
+    int32_t *ids = self->buf, *cands = ids + self->max_seq_length + 1, *outid = cands + self->max_seq_length + 1;
+    uint8_t *chosen = self->marks;
+    Py_ssize_t n = instance_ids(self, a_lo, len_a, b_lo, len_b, ids);
+    Py_ssize_t num_to_predict = (Py_ssize_t)nearbyint((double)n * masked_lm_prob);
+    if (num_to_predict < 1) num_to_predict = 1;
+    if (num_to_predict > self->max_pred) num_to_predict = self->max_pred;
+    Py_ssize_t nc = 0, ids_bytes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ids_bytes += id_len(self, ids[i]);
+        if (ids[i] != self->cls_id && ids[i] != self->sep_id)
+            cands[nc++] = i;
+    }
+    shuffle_draws(self, nc, outid);
+    for (Py_ssize_t i = nc - 1; i > 0; i--) {
+        int32_t j = outid[i], t = cands[i];
+        cands[i] = cands[j];
+        cands[j] = t;
+    }
+    /* chosen[index] = 1 at a masked position, outid[index] its output id */
+    memset(chosen, 0, (size_t)n & 0xffffffffU);  /* n <= max_seq_length < 2**31 */
+    Py_ssize_t k = 0;
+    for (Py_ssize_t c = 0; c < nc && k < num_to_predict; c++, k++) {
+        int32_t index = cands[c];
+        long id = ids[index];
+        if (rand_double(self) < 0.8)
+            id = self->mask_id;
+        else if (rand_double(self) < 0.5)
+            ; /* keep the original token */
+        else
+            id = self->vocab_ids[randbelow(self, (uint64_t)self->n_vocab)];
+        chosen[index] = 1;
+        outid[index] = (int32_t)id;
+    }
+    Inst *in = new_inst(self, k);
+    if (!in)
+        return -1;
+    in->a_lo = a_lo;
+    in->b_lo = b_lo;
+    in->len_a = (int32_t)len_a;
+    in->len_b = (int32_t)len_b;
+    in->k = (uint32_t)k;
+    in->is_random_next = is_random_next;
+    int32_t *pos = (int32_t *)(in + 1), *out = pos + k;
+    Py_ssize_t c = 0, pos_bytes = 0, lbl_bytes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* positions in increasing order, branch-free */
+        cands[c] = (int32_t)i;
+        c += chosen[i];
+    }
+    for (c = 0; c < k; c++) {
+        int32_t i = cands[c];
+        pos[c] = i;
+        out[c] = outid[i];
+        pos_bytes += id_len(self, i);
+        lbl_bytes += id_len(self, ids[i]);
+        ids_bytes += id_len(self, outid[i]) - id_len(self, ids[i]);
+    }
+    in->ids_bytes = (uint32_t)ids_bytes;
+    in->pos_bytes = (uint32_t)pos_bytes;
+    in->lbl_bytes = (uint32_t)lbl_bytes;
+    Py_ssize_t size = framed_size(self, in);
+    if (size > 0xffffffffLL) {
+        PyErr_SetString(PyExc_OverflowError, "record larger than 4 GB");
+        return -1;
+    }
+    in->framed = (uint32_t)size;
+    if (size > self->max_record)
+        self->max_record = size;
+    return 0;
+}
+
+/* The framed TFRecord of instance in at dst (framed_size(in) bytes). */
+static void encode(const Kernel *self, const Inst *in, uint8_t *head)
+{
+    Py_ssize_t L = self->max_seq_length, P = self->max_pred;
+    Py_ssize_t plen[F_COUNT], flen[F_COUNT], elen[F_COUNT];
+    Py_ssize_t total = layout(self, in, plen, flen, elen);
+    Py_ssize_t data_len = 1 + vlen(total) + total, k = in->k;
+    const int32_t *pos = (const int32_t *)(in + 1), *out = pos + k;
+    int32_t *ids = self->buf, *labels = ids + self->max_seq_length + 1;
+    Py_ssize_t n = instance_ids(self, in->a_lo, in->len_a, in->b_lo, in->len_b, ids);
+    for (Py_ssize_t c = 0; c < k; c++) {  /* the masked tokens become labels, their outputs go in */
+        labels[c] = ids[pos[c]];
+        ids[pos[c]] = out[c];
+    }
+    Py_ssize_t num_a = in->len_a + 2;
+    uint8_t *data = head + 12, *p = data;
     for (int i = 0; i < 8; i++)
         head[i] = (uint8_t)((uint64_t)data_len >> (8 * i));
     put_masked_crc(head + 8, head, 8);
     *p++ = 0x0a;
     p = putv(p, total);
     for (int f = 0; f < F_COUNT; f++) {
-        Py_ssize_t nl = (Py_ssize_t)strlen(FEATURE_NAMES[f]);
+        Py_ssize_t nl = NAME_LEN[f];
         Py_ssize_t inner = flen[f];
         *p++ = 0x0a;
         p = putv(p, elen[f]);
@@ -394,7 +637,7 @@ static PyObject *mask_encode(Kernel *self, const long *ids, Py_ssize_t n, Py_ssi
         switch (f) {
         case F_IDS:
             for (Py_ssize_t i = 0; i < n; i++)
-                p = putv(p, (uint64_t)out[i]);
+                p = put_id(self, p, ids[i]);
             memset(p, 0, L - n);
             p += L - n;
             break;
@@ -412,7 +655,7 @@ static PyObject *mask_encode(Kernel *self, const long *ids, Py_ssize_t n, Py_ssi
         case F_POS:
         case F_LBL:
             for (Py_ssize_t i = 0; i < k; i++)
-                p = putv(p, (uint64_t)(f == F_POS ? picked[i] : ids[picked[i]]));
+                p = put_id(self, p, f == F_POS ? pos[i] : labels[i]);
             memset(p, 0, P - k);
             p += P - k;
             break;
@@ -425,30 +668,11 @@ static PyObject *mask_encode(Kernel *self, const long *ids, Py_ssize_t n, Py_ssi
             break;
         }
         case F_NSL:
-            *p++ = is_random_next ? 1 : 0;
+            *p++ = in->is_random_next ? 1 : 0;
             break;
         }
     }
     put_masked_crc(p, data, data_len);
-done:
-    PyMem_Free(out);
-    return result;
-}
-
-/* mask_encode(tokens, len_a, is_random_next, num_to_predict) -> serialized Example. */
-static PyObject *Kernel_mask_encode(Kernel *self, PyObject *args)
-{
-    PyObject *tokens_obj;
-    Py_ssize_t len_a, num_to_predict, n;
-    int is_random_next;
-    if (!PyArg_ParseTuple(args, "Onpn", &tokens_obj, &len_a, &is_random_next, &num_to_predict))
-        return NULL;
-    long *ids = long_array(tokens_obj, &n, "tokens must be a list of ids");
-    if (!ids)
-        return NULL;
-    PyObject *r = mask_encode(self, ids, n, len_a, is_random_next, num_to_predict);
-    PyMem_Free(ids);
-    return r;
 }
 
 static int copy_buffer(PyObject *obj, int itemsize, void **dst, Py_ssize_t *n, const char *what)
@@ -483,6 +707,7 @@ static PyObject *Kernel_set_corpus(Kernel *self, PyObject *args)
     Py_ssize_t nt, ns, nd, nd2;
     if (!PyArg_ParseTuple(args, "OOOO", &t, &so, &df, &ds))
         return NULL;
+    self->n_docs = 0;
     if (copy_buffer(t, 4, (void **)&self->tokens, &nt, "tokens") < 0
         || copy_buffer(so, 8, (void **)&self->seg_off, &ns, "seg_off") < 0
         || copy_buffer(df, 8, (void **)&self->doc_first, &nd, "doc_first") < 0
@@ -506,27 +731,13 @@ static PyObject *Kernel_set_corpus(Kernel *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* document_instances(d, short_seq_prob, masked_lm_prob, out): reference
- * create_instances_from_document; appends framed TFRecords to the list out.
- * A chunk, tokens_a and tokens_b are always runs of consecutive segments, so they
- * are token ranges of the flat corpus. */
-static PyObject *Kernel_document_instances(Kernel *self, PyObject *args)
+/* Reference create_instances_from_document for document d.  A chunk, tokens_a and
+ * tokens_b are always runs of consecutive segments, so they are token ranges of the
+ * flat corpus. */
+static int document_instances(Kernel *self, Py_ssize_t d, double short_seq_prob, double masked_lm_prob)
 {
-    Py_ssize_t d;
-    double short_seq_prob, masked_lm_prob;
-    PyObject *out;
-    if (!PyArg_ParseTuple(args, "nddO!", &d, &short_seq_prob, &masked_lm_prob, &PyList_Type, &out))
-        return NULL;
-    if (!self->tokens || d < 0 || d >= self->n_docs) {
-        PyErr_SetString(PyExc_IndexError, "no corpus set or document index out of range");
-        return NULL;
-    }
     const int64_t *so = self->seg_off;
-    const int32_t *tok = self->tokens;
-    Py_ssize_t L = self->max_seq_length, max_num = L - 3;
-    long *buf = PyMem_Malloc(sizeof(long) * (L + 1));
-    if (!buf)
-        return PyErr_NoMemory();
+    Py_ssize_t max_num = self->max_seq_length - 3;
     Py_ssize_t s0 = self->doc_first[d], s1 = self->doc_stop[d];
     Py_ssize_t target = max_num;
     if (rand_double(self) < short_seq_prob)
@@ -569,30 +780,123 @@ static PyObject *Kernel_document_instances(Kernel *self, PyObject *args)
                 if (front) b_lo++; else b_hi--;
             }
         }
-        Py_ssize_t n = 0;
-        buf[n++] = self->cls_id;
-        for (int64_t t = a_lo; t < a_hi; t++)
-            buf[n++] = tok[t];
-        buf[n++] = self->sep_id;
-        for (int64_t t = b_lo; t < b_hi; t++)
-            buf[n++] = tok[t];
-        buf[n++] = self->sep_id;
-        Py_ssize_t num = (Py_ssize_t)nearbyint((double)n * masked_lm_prob);
-        if (num < 1) num = 1;
-        if (num > self->max_pred) num = self->max_pred;
-        PyObject *rec = mask_encode(self, buf, n, a_hi - a_lo, is_random_next, num);
-        if (!rec || PyList_Append(out, rec) < 0) {
-            Py_XDECREF(rec);
-            PyMem_Free(buf);
-            return NULL;
-        }
-        Py_DECREF(rec);
+        if (mask_store(self, a_lo, a_hi - a_lo, b_lo, b_hi - b_lo, is_random_next, masked_lm_prob) < 0)
+            return -1;
         c0 = i + 1;
     }
-    PyMem_Free(buf);
+    return 0;
+}
+
+/* documents(start, stop, short_seq_prob, masked_lm_prob) -> instances so far: the
+ * instances of documents [start, stop), kept in the kernel. */
+static PyObject *Kernel_documents(Kernel *self, PyObject *args)
+{
+    Py_ssize_t start, stop;
+    double short_seq_prob, masked_lm_prob;
+    if (!PyArg_ParseTuple(args, "nndd", &start, &stop, &short_seq_prob, &masked_lm_prob))
+        return NULL;
+    if (!self->n_docs || start < 0 || stop > self->n_docs || start > stop) {
+        PyErr_SetString(PyExc_IndexError, "no corpus set or document range out of range");
+        return NULL;
+    }
+    for (Py_ssize_t d = start; d < stop; d++)
+        if (document_instances(self, d, short_seq_prob, masked_lm_prob) < 0)
+            return NULL;
+    return PyLong_FromSsize_t(self->n_inst);
+}
+
+/* shuffle_instances(): rng.shuffle(instances), the reference's last draw. */
+static PyObject *Kernel_shuffle_instances(Kernel *self, PyObject *unused)
+{
+    Inst **x = self->inst;
+    Py_ssize_t n = self->n_inst;
+    if (n > 0x7fffffff) {
+        PyErr_SetString(PyExc_ValueError, "more than 2**31-1 instances");
+        return NULL;
+    }
+    int32_t *js = PyMem_Malloc(sizeof(int32_t) * (n > 1 ? n : 1));
+    if (!js)
+        return PyErr_NoMemory();
+    shuffle_draws(self, n, js);
+    for (Py_ssize_t i = n - 1; i > 0; i--) {
+        Inst *t = x[i];
+        x[i] = x[js[i]];
+        x[js[i]] = t;
+    }
+    PyMem_Free(js);
     Py_RETURN_NONE;
 }
 
+/* output_sizes(n_out) -> bytes of the framed records k, k+n_out, ... for each output k. */
+static PyObject *Kernel_output_sizes(Kernel *self, PyObject *arg)
+{
+    Py_ssize_t n_out = PyLong_AsSsize_t(arg);
+    if (n_out == -1 && PyErr_Occurred())
+        return NULL;
+    if (n_out < 1) {
+        PyErr_SetString(PyExc_ValueError, "n_out must be positive");
+        return NULL;
+    }
+    PyObject *list = PyList_New(n_out);
+    if (!list)
+        return NULL;
+    for (Py_ssize_t w = 0; w < n_out; w++) {
+        long long sum = 0;
+        for (Py_ssize_t i = w; i < self->n_inst; i += n_out)
+            sum += self->inst[i]->framed;
+        PyObject *v = PyLong_FromLongLong(sum);
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, w, v);
+    }
+    return list;
+}
+
+/* encode_into(buffer, pos, step) -> (nbytes, next_pos): framed records pos, pos+step, ...
+ * of the instances (in their current order) into the writable buffer, as many as fit. */
+static PyObject *Kernel_encode_into(Kernel *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, step;
+    if (!PyArg_ParseTuple(args, "w*nn", &view, &pos, &step))
+        return NULL;
+    if (pos < 0 || step < 1) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "pos must be >= 0 and step >= 1");
+        return NULL;
+    }
+    uint8_t *dst = view.buf;
+    Py_ssize_t used = 0;
+    for (; pos < self->n_inst; pos += step) {
+        if (pos + step < self->n_inst) {  /* the next record's instance and tokens: random places */
+            const Inst *next = self->inst[pos + step];
+            __builtin_prefetch(next + 1);
+            __builtin_prefetch(self->tokens + next->a_lo);
+            __builtin_prefetch(self->tokens + next->b_lo);
+        }
+        if (pos + 2 * step < self->n_inst)
+            __builtin_prefetch(self->inst[pos + 2 * step]);
+        Py_ssize_t size = self->inst[pos]->framed;
+        if (used + size + 4 > view.len)  /* putv may write 3 spare bytes past the record */
+            break;
+        encode(self, self->inst[pos], dst + used);
+        used += size;
+    }
+    PyBuffer_Release(&view);
+    if (!used && pos < self->n_inst) {
+        PyErr_SetString(PyExc_ValueError, "buffer smaller than one record (see max_record)");
+        return NULL;
+    }
+    return Py_BuildValue("nn", used, pos);
+}
+
+static PyObject *Kernel_clear(Kernel *self, PyObject *unused)
+{
+    free_instances(self);
+    Py_RETURN_NONE;
+}
 
 /* ---- Batch decoder of pre-training Examples (any feature order) ---- */
 
@@ -800,23 +1104,26 @@ static PyMethodDef Kernel_methods[] = {
     {"randint", (PyCFunction)Kernel_randint, METH_VARARGS, "random.Random.randint(a, b)"},
     {"shuffle", (PyCFunction)Kernel_shuffle, METH_O, "random.Random.shuffle(list)"},
     {"getstate", (PyCFunction)Kernel_getstate, METH_NOARGS, "the 624 words and index"},
-    {"truncate", (PyCFunction)Kernel_truncate, METH_VARARGS,
-     "truncate(len_a, len_b, max_num_tokens) -> (a_start, a_stop, b_start, b_stop)"},
-    {"mask_encode", (PyCFunction)Kernel_mask_encode, METH_VARARGS,
-     "mask_encode(tokens, len_a, is_random_next, num_to_predict) -> framed TFRecord of the Example"},
     {"set_corpus", (PyCFunction)Kernel_set_corpus, METH_VARARGS,
      "set_corpus(tokens, seg_off, doc_first, doc_stop): the flat documents"},
-    {"document_instances", (PyCFunction)Kernel_document_instances, METH_VARARGS,
-     "document_instances(d, short_seq_prob, masked_lm_prob, out): append d's instances to out"},
+    {"documents", (PyCFunction)Kernel_documents, METH_VARARGS,
+     "documents(start, stop, short_seq_prob, masked_lm_prob) -> instances so far"},
+    {"shuffle_instances", (PyCFunction)Kernel_shuffle_instances, METH_NOARGS,
+     "shuffle_instances(): rng.shuffle of the instances"},
+    {"output_sizes", (PyCFunction)Kernel_output_sizes, METH_O,
+     "output_sizes(n_out) -> framed bytes of each round-robin output"},
+    {"encode_into", (PyCFunction)Kernel_encode_into, METH_VARARGS,
+     "encode_into(buffer, pos, step) -> (nbytes, next_pos): framed records pos, pos+step, ..."},
+    {"clear", (PyCFunction)Kernel_clear, METH_NOARGS, "drop the instances"},
     {NULL}
 };
 
-static PyObject *Kernel_get_cls(Kernel *self, void *c) { return PyLong_FromLong(self->cls_id); }
-static PyObject *Kernel_get_sep(Kernel *self, void *c) { return PyLong_FromLong(self->sep_id); }
+static PyObject *Kernel_get_count(Kernel *self, void *c) { return PyLong_FromSsize_t(self->n_inst); }
+static PyObject *Kernel_get_max_record(Kernel *self, void *c) { return PyLong_FromSsize_t(self->max_record); }
 
 static PyGetSetDef Kernel_getset[] = {
-    {"cls_id", (getter)Kernel_get_cls, NULL, NULL, NULL},
-    {"sep_id", (getter)Kernel_get_sep, NULL, NULL, NULL},
+    {"count", (getter)Kernel_get_count, NULL, "instances made so far", NULL},
+    {"max_record", (getter)Kernel_get_max_record, NULL, "bytes of the largest framed record", NULL},
     {NULL}
 };
 

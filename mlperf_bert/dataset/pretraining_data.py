@@ -1,9 +1,12 @@
 """create_pretraining_data: text shards -> BERT pre-training TFRecords, record for record the reference.
 
 One ``random.Random(seed)`` drives everything in the reference's order (REFERENCE.md
-section 2).  The random draws and the per-instance work (pair truncation, masking,
-Example encoding) live in a "kernel": ``_fastrng`` (C, when built) or ``PyKernel``
-(pure Python); both consume the Mersenne Twister stream identically.
+section 2).  Text files become a flat corpus of token ids (``_fasttok`` in C when built,
+else ``FastTokenizer``).  The random draws and the per-instance work (pair truncation,
+masking) live in a "kernel": ``_fastrng`` (C, when built) or ``PyKernel`` (pure Python);
+both consume the Mersenne Twister stream identically.  The C kernel keeps the instances
+compact and encodes their Examples in the final shuffled order as they are written
+(``tfrecord.RecordStream``): a 27 MB shard takes ~160 MB, not the 505 MB of its records.
 """
 import array
 import contextlib
@@ -26,7 +29,11 @@ except ImportError:  # the optional C accelerator was not built
 
 
 class PyKernel:
-    """Pure-Python kernel: Python's own ``random.Random`` plus the per-instance steps."""
+    """Pure-Python kernel: Python's own ``random.Random`` plus the per-instance steps.
+
+    Same interface as ``_fastrng.Kernel``: ``set_corpus``, ``documents`` (instances kept in
+    the kernel), ``shuffle_instances``, ``output_sizes``, ``encode_into``.
+    """
 
     def __init__(self, seed, vocab_ids, cls_id, sep_id, mask_id, max_seq_length, max_predictions_per_seq):
         self._rng = random.Random(seed)
@@ -37,12 +44,23 @@ class PyKernel:
         self.cls_id, self.sep_id, self.mask_id = cls_id, sep_id, mask_id
         self.max_seq_length = max_seq_length
         self.max_predictions_per_seq = max_predictions_per_seq
+        self.records = []  # framed records (no compact form needed on this path)
+        self.max_record = 0
+
+    @property
+    def count(self):
+        return len(self.records)
 
     def set_corpus(self, tokens, seg_off, doc_first, doc_stop):
         self.tokens, self.seg_off, self.doc_first, self.doc_stop = tokens, seg_off, doc_first, doc_stop
 
-    def document_instances(self, d, short_seq_prob, masked_lm_prob, out):
-        """Reference create_instances_from_document for document ``d``; appends Examples to ``out``.
+    def documents(self, start, stop, short_seq_prob, masked_lm_prob):
+        for d in range(start, stop):
+            self.document_instances(d, short_seq_prob, masked_lm_prob)
+        return len(self.records)
+
+    def document_instances(self, d, short_seq_prob, masked_lm_prob):
+        """Reference create_instances_from_document for document ``d``.
 
         A chunk, tokens_a and tokens_b are always runs of consecutive segments, hence token
         ranges of the flat corpus: ``seg_off[s]`` is where segment ``s`` starts.
@@ -86,7 +104,9 @@ class PyKernel:
                        + tokens[b_lo + b0:b_lo + b1].tolist() + sep_)
                 num_to_predict = min(self.max_predictions_per_seq,
                                      max(1, int(round(len(ids) * masked_lm_prob))))
-                out.append(self.mask_encode(ids, a1 - a0, is_random_next, num_to_predict))
+                record = self.mask_encode(ids, a1 - a0, is_random_next, num_to_predict)
+                self.records.append(record)
+                self.max_record = max(self.max_record, len(record))
                 c0 = i + 1
             i += 1
 
@@ -131,6 +151,26 @@ class PyKernel:
                                                  is_random_next, self.max_seq_length,
                                                  self.max_predictions_per_seq))
 
+    def shuffle_instances(self):
+        self.shuffle(self.records)
+
+    def output_sizes(self, n_out):
+        return [sum(map(len, self.records[w::n_out])) for w in range(n_out)]
+
+    def encode_into(self, buffer, pos, step):
+        """Framed records pos, pos+step, ... into ``buffer`` while they fit: (nbytes, next_pos)."""
+        view, used, records = memoryview(buffer), 0, self.records
+        while pos < len(records) and used + len(records[pos]) <= len(view):
+            view[used:used + len(records[pos])] = records[pos]
+            used += len(records[pos])
+            pos += step
+        if not used and pos < len(records):
+            raise ValueError("buffer smaller than one record (see max_record)")
+        return used, pos
+
+    def clear(self):
+        self.records = []
+
 
 class _ReferenceIds(FullTokenizer):
     def __init__(self, vocab, do_lower_case):
@@ -166,16 +206,16 @@ class Corpus:
         return len(self.doc_seg) - 1
 
 
-def read_documents(input_files, tokenizer, progress=False):
+def read_documents(input_files, tokenizer, progress=False, fast=None):
     """The reference's documents (non-empty runs of non-empty token lines) as a ``Corpus``.
 
     Lines are split on "\\n" only (as TF's GFile.readline) and stripped; an empty line
     starts a new document; documents continue across file boundaries; empty ones are dropped.
+    ``fast``: None = the C tokenizer when the tokenizer has one, False = Python (same corpus).
     """
     corpus = Corpus()
-    seg_off, doc_seg = corpus.seg_off, corpus.doc_seg
-    tokens = []  # a list grows faster than an array; converted once at the end
-    extend_ids = tokenizer.extend_ids
+    c_tok = tokenizer.corpus_tokenizer() if fast is not False and hasattr(tokenizer, "corpus_tokenizer") else None
+    tokens = []  # Python path: a list grows faster than an array; converted once at the end
     total = sum(os.path.getsize(p) for p in input_files)
     with _bar(progress, total=total, unit="B", unit_scale=True, desc="tokenizing") as bar:
         for path in input_files:
@@ -184,36 +224,69 @@ def read_documents(input_files, tokenizer, progress=False):
                     data = f.read()
             except OSError as e:
                 raise UserError("cannot read input file %s: %s" % (path, e.strerror or e))
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                line = data.count(b"\n", 0, e.start) + 1
-                raise UserError("input file %s is not UTF-8 text (line %d): convert it to UTF-8"
-                                % (path, line))
-            size = len(data)
-            del data
-            lines = text.split("\n")
-            del text
-            if lines[-1] == "":
-                lines.pop()  # readline() gives no empty line after a final newline
-            step, shown = max(1, len(lines) // 50), 0  # ~50 progress updates a file
-            for n, line in enumerate(lines):
-                if n % step == 0 and n:
-                    bar.update(size * step // len(lines))
-                    shown += size * step // len(lines)
-                line = line.strip()
-                if not line:
-                    if doc_seg[-1] != len(seg_off) - 1:  # close a non-empty document
-                        doc_seg.append(len(seg_off) - 1)
-                    continue
-                extend_ids(line, tokens)
-                if len(tokens) != seg_off[-1]:
-                    seg_off.append(len(tokens))
-            bar.update(size - shown)
-    if doc_seg[-1] != len(seg_off) - 1:
-        doc_seg.append(len(seg_off) - 1)
+            if c_tok is not None:
+                _feed(c_tok, path, data, bar)
+            else:
+                _read_lines(corpus, tokenizer, _decode(path, data), tokens, len(data), bar)
+    if c_tok is not None:
+        for name, (typecode, raw) in zip(("tokens", "seg_off", "doc_seg"), zip("iqq", c_tok.finish())):
+            a = array.array(typecode)
+            a.frombytes(raw)
+            setattr(corpus, name, a)
+        return corpus
+    if corpus.doc_seg[-1] != len(corpus.seg_off) - 1:
+        corpus.doc_seg.append(len(corpus.seg_off) - 1)
     corpus.tokens = array.array("i", tokens)
     return corpus
+
+
+FEED_BYTES = 1 << 20  # text per C tokenizer call: progress and SIGTERM handled between calls
+
+
+def _feed(c_tok, path, data, bar):
+    view, start = memoryview(data), 0
+    while start < len(data):
+        stop = data.find(b"\n", min(len(data), start + FEED_BYTES))
+        stop = len(data) if stop < 0 else stop + 1
+        try:
+            c_tok.feed(view[start:stop])
+        except ValueError:  # invalid UTF-8: Python's decoder names the place
+            _decode(path, data)
+            raise
+        bar.update(stop - start)
+        start = stop
+
+
+def _decode(path, data):
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UserError("input file %s is not UTF-8 text (line %d): convert it to UTF-8" % (path, line))
+
+
+def _read_lines(corpus, tokenizer, text, tokens, size, bar):
+    """Python path of ``read_documents`` for the text of one file."""
+    seg_off, doc_seg = corpus.seg_off, corpus.doc_seg
+    extend_ids = tokenizer.extend_ids
+    lines = text.split("\n")
+    del text
+    if lines[-1] == "":
+        lines.pop()  # readline() gives no empty line after a final newline
+    step, shown = max(1, len(lines) // 50), 0  # ~50 progress updates a file
+    for n, line in enumerate(lines):
+        if n % step == 0 and n:
+            bar.update(size * step // len(lines))
+            shown += size * step // len(lines)
+        line = line.strip()
+        if not line:
+            if doc_seg[-1] != len(seg_off) - 1:  # close a non-empty document
+                doc_seg.append(len(seg_off) - 1)
+            continue
+        extend_ids(line, tokens)
+        if len(tokens) != seg_off[-1]:
+            seg_off.append(len(tokens))
+    bar.update(size - shown)
 
 
 def _bar(progress, **kwargs):
@@ -257,7 +330,7 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
     """Write the reference's records for ``input_files`` round-robin to ``output_files``; return the count.
 
     ``input_files``/``output_files``: lists of paths or comma-separated strings (inputs may be globs).
-    ``fast``: None = C kernel if built, True/False to force (tests compare both).
+    ``fast``: None = the C kernel and tokenizer if built, True/False to force (tests compare both).
     ``reference_tokenizer``: tokenize with the plain reference transcription (slow; for benchmarks).
     """
     if isinstance(input_files, str):
@@ -294,7 +367,7 @@ def _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length
     kernel = make_kernel(random_seed, vocab_ids, vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"],
                          max_seq_length, max_predictions_per_seq, fast)
 
-    corpus = read_documents(input_files, tokenizer, progress)
+    corpus = read_documents(input_files, tokenizer, progress, fast)
     n_docs = len(corpus)
     if not n_docs:
         raise UserError("input %s holds no documents (no line yields a token): give non-empty text "
@@ -306,34 +379,41 @@ def _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length
                       array.array("q", [doc_seg[o + 1] for o in order]))
     del corpus
 
-    records = []
     with _bar(progress, total=dupe_factor * n_docs, unit="doc", desc="instances") as bar:
         for _ in range(dupe_factor):
-            for index in range(n_docs):
-                kernel.document_instances(index, short_seq_prob, masked_lm_prob, records)
-                if index % 256 == 255:
-                    bar.update(256)
-            bar.update(n_docs % 256)
-    kernel.shuffle(records)
-    write_round_robin(records, output_files, progress)
-    return len(records)
+            for start in range(0, n_docs, DOCS_PER_CALL):
+                stop = min(n_docs, start + DOCS_PER_CALL)
+                kernel.documents(start, stop, short_seq_prob, masked_lm_prob)
+                bar.update(stop - start)
+    kernel.shuffle_instances()
+    try:
+        return write_round_robin(kernel, output_files, progress)
+    finally:
+        kernel.clear()
 
 
-def write_round_robin(records, output_files, progress=False, batch=512):
-    """Write framed records, record k to output k % len(outputs), each file atomically."""
-    n_out = len(output_files)
-    needed = {p: sum(map(len, records[w::n_out])) for w, p in enumerate(output_files)}
+DOCS_PER_CALL = 64  # documents per kernel call: a SIGTERM handler runs between calls
+
+
+def write_round_robin(kernel, output_files, progress=False):
+    """Write the kernel's instances as framed records, record k to output k % len(outputs),
+    each file atomically; return the count."""
+    n_out, count = len(output_files), kernel.count
+    needed = dict(zip(output_files, kernel.output_sizes(n_out)))
     ensure_space(needed)  # all outputs at once: fail now, not after writing some of them
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(TFRecordWriter(p, needed[p])) for p in output_files]
-        with _bar(progress, total=len(records), unit="rec", desc="writing") as bar:
+        with _bar(progress, total=count, unit="rec", desc="writing") as bar:
             for w, writer in enumerate(writers):
-                mine = records[w::n_out] if n_out > 1 else records
-                for start in range(0, len(mine), batch):
-                    part = mine[start:start + batch]
-                    writer.write_framed(b"".join(part), len(part))
-                    bar.update(len(part))
-    return len(records)
+                with writer.stream(kernel.max_record + 4) as out:
+                    pos = w
+                    while pos < count:
+                        nbytes, nxt = kernel.encode_into(out.space(), pos, n_out)
+                        done = len(range(pos, nxt, n_out))
+                        out.commit(nbytes, done)
+                        bar.update(done)
+                        pos = nxt
+    return count
 
 
 def define_flags(fv):

@@ -3,7 +3,10 @@
 The reader verifies every length and CRC and names the file and record index of a
 corrupt or truncated record, so a damaged shard never trains silently.
 """
+import concurrent.futures
+import errno
 import glob
+import mmap
 import os
 import struct
 
@@ -50,6 +53,10 @@ class TFRecordWriter:
         self._f.write(framed_bytes)
         self.count += count
 
+    def stream(self, min_space=0):
+        """A ``RecordStream`` writing to this file in the background (see there)."""
+        return RecordStream(self, min_space)
+
     def close(self):
         if self._ctx is not None:
             ctx, self._ctx = self._ctx, None
@@ -69,6 +76,109 @@ class TFRecordWriter:
         else:
             self.abort(exc)
         return False
+
+
+class RecordStream:
+    """Framed records written while the next ones are made: encode into ``space()``,
+    hand them over with ``commit(nbytes, count)``; ``with`` it, the end writes the rest.
+
+    Two page-aligned buffers take turns: one is written by a worker thread while the
+    caller fills the other.  Writes bypass the page cache (O_DIRECT, whole 4 KiB blocks;
+    the last partial block is written normally) where the file system allows it, which
+    saves the copy into the cache and the wait in the final fsync; elsewhere they are
+    ordinary writes.  Errors of a write are raised by the next ``commit`` or the end,
+    through the file's own ``write`` (so ``fileio`` reports them as for any output).
+    """
+
+    BLOCK = 4096
+    SIZE = 4 << 20
+
+    def __init__(self, writer, min_space=0):
+        self._w = writer
+        size = max(self.SIZE, min_space + 2 * self.BLOCK)
+        size = -(-size // self.BLOCK) * self.BLOCK
+        self._bufs = [mmap.mmap(-1, size), mmap.mmap(-1, size)]
+        self._cur, self._carry, self._pending = 0, 0, None
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tfrecord-write")
+        writer._f.flush()  # O_DIRECT takes whole blocks: nothing may stay buffered
+        self._pos = writer._f.tell()
+        self._direct = self._pos % self.BLOCK == 0 and _set_direct(writer._f, True)
+
+    def space(self):
+        """The writable memory to put the next framed records in."""
+        return memoryview(self._bufs[self._cur])[self._carry:]
+
+    def commit(self, nbytes, count):
+        """The first ``nbytes`` of ``space()`` hold ``count`` new records: write them."""
+        buf = self._bufs[self._cur]
+        total = self._carry + nbytes
+        full = total - total % self.BLOCK if self._direct else total
+        self._wait()
+        nxt = self._bufs[1 - self._cur]
+        nxt[:total - full] = buf[full:total]  # a partial block waits for the next records
+        if full:
+            self._pending = self._pool.submit(self._write, memoryview(buf)[:full])
+        self._cur, self._carry = 1 - self._cur, total - full
+        self._w.count += count
+
+    def _write(self, data):
+        start = self._pos
+        f = self._w._f
+        try:
+            f.write(data)
+        except OSError as e:
+            if not (self._direct and e.errno == errno.EINVAL):
+                raise
+            # O_DIRECT refused at write time (file system or device limits): write normally;
+            # the atomic writer's file keeps its first error, and this one was handled
+            if getattr(f, "error", None) is e:
+                f.error = None
+            self._direct = False
+            _set_direct(f, False)
+            f.seek(start)
+            f.write(data)
+        self._pos = start + len(data)
+
+    def _wait(self):
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self._wait()
+            if exc is None:
+                if self._direct:
+                    _set_direct(self._w._f, False)
+                self._write(memoryview(self._bufs[self._cur])[:self._carry])
+        finally:
+            if exc is not None and self._pending is not None:
+                concurrent.futures.wait([self._pending])  # never leave a write running
+            self._pool.shutdown()
+            for b in self._bufs:
+                try:
+                    b.close()
+                except BufferError:  # a view is still held (by a traceback): freed with it
+                    pass
+        return False
+
+
+def _set_direct(f, on):
+    """Turn O_DIRECT on or off for open file ``f``; whether it could be."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    import fcntl
+    try:
+        fd = f.fileno()
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, (flags | flag) if on else (flags & ~flag))
+    except (OSError, AttributeError, ValueError):
+        return False
+    return True
 
 
 def write_records(path, records):

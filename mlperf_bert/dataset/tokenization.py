@@ -7,12 +7,19 @@ whitespace to " ", CJK chars spaced) and memoises the ids of each whitespace tok
 Memoising per whitespace token is exact because the reference lower-cases,
 strips accents and splits punctuation per whitespace token (so Python's
 context-sensitive lowering, e.g. Greek final sigma, sees the same string).
+``FastTokenizer.corpus_tokenizer`` is the same algorithm in C (``_fasttok``, when built)
+for whole text files.
 """
 import re
 import unicodedata
 from itertools import chain
 
 from mlperf_bert.errors import UserError
+
+try:
+    from mlperf_bert.dataset import _fasttok  # optional C accelerator
+except ImportError:
+    _fasttok = None
 
 MAX_INPUT_CHARS_PER_WORD = 200  # the reference WordpieceTokenizer's default
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
@@ -205,6 +212,22 @@ class _LineTable(dict):
         return value
 
 
+# Code point classes of the C tokenizer (_fasttok.c): what _LineTable and str.split() do with it.
+DROP, SEP, ALONE, WORD, SPACE = 1, 2, 3, 4, 0x10
+
+
+def char_class(cp):
+    """The class of code point ``cp``: DROP, SEP (splits words), ALONE (a word of its own,
+    CJK) or WORD, plus SPACE when ``str.strip`` strips it."""
+    value = _LineTable().__missing__(cp)
+    space = SPACE if chr(cp).isspace() else 0
+    if value is None:
+        return DROP | space
+    if value == cp:
+        return (SEP if space else WORD) | space
+    return (SEP if value == " " else ALONE) | space
+
+
 class FastTokenizer:
     """Same ids as ``FullTokenizer`` (tested on random Unicode), memoised per whitespace token."""
 
@@ -268,6 +291,13 @@ class FastTokenizer:
                 if word not in memo:
                     memo[word] = self._word_ids(word)
             out += chain.from_iterable(map(memo.__getitem__, words))
+
+    def corpus_tokenizer(self):
+        """The C tokenizer of text files (``feed``/``finish``) with these settings, or None
+        when the accelerator is not built."""
+        if _fasttok is None:
+            return None
+        return _fasttok.Tokenizer(self.vocab, self._unk[0], self.do_lower_case, char_class, self._word_ids)
 
     def ids(self, line):
         """Token ids of one line of text."""

@@ -236,15 +236,17 @@ def bench_help(path):
     src = open(os.path.join(ROOT, path), encoding="utf-8").read()
     if not re.search(r"argparse|DEFINE_", src):
         return ""
-    saved = list(sys.argv)
+    saved, saved_path, saved_env = list(sys.argv), list(sys.path), dict(os.environ)
     sys.argv = [path, "--help"]
-    try:
+    try:  # a bench script may put its folder on sys.path: the other tests of this process must not see it
         ns = runpy.run_path(os.path.join(ROOT, path), run_name="docs_help")
         main = ns["main"]
         takes_argv = bool(inspect.signature(main).parameters)
         return _capture_help(lambda: main([path, "--help"]) if takes_argv else main())
     finally:
-        sys.argv = saved
+        sys.argv, sys.path[:] = saved, saved_path
+        os.environ.clear()
+        os.environ.update(saved_env)
 
 
 @functools.lru_cache(maxsize=None)

@@ -460,8 +460,9 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         if halt:
             if bar is not None:
                 bar.close()
-            print("SIGTERM: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % step,
-                  flush=True)
+            if rank == 0:  # one line for the run, not one per rank
+                print("SIGTERM: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % step,
+                      flush=True)
             log.close()
             return 143
     if bar is not None:

@@ -161,7 +161,8 @@ def main(argv):
     with _Stop() as stop, contextlib.ExitStack() as locks:
         clean = False
         try:
-            rc = run(fv, stop, locks)
+            with distributed.peer_loss_is_one_line(), loader.worker_death_is_one_line():
+                rc = run(fv, stop, locks)
             clean = True
             return rc
         finally:

@@ -245,3 +245,13 @@ def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_pat
     assert lines == ["error: rank 1: its data loader worker (pid %d) was killed by SIGKILL: the checkpoints "
                      "written so far are kept; rerun the same command to resume from the newest" % worker]
     assert (out / "model.ckpt-3.pt").exists()
+
+
+def test_the_wrapper_is_a_command_with_usage(capsys):
+    from mlperf_bert import __main__ as entry
+    from mlperf_bert.trainer import launch
+    assert launch.main(["mlperf_bert torchrun", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m mlperf_bert torchrun [torchrun options] SCRIPT") and "143" in out
+    assert launch.main(["mlperf_bert torchrun"]) == 2
+    assert "torchrun" in entry.COMMANDS and "torchrun" in entry.usage()

@@ -282,6 +282,8 @@ def worker_death_is_one_line():
     instead of PyTorch's traceback; checkpoints written so far are kept."""
     try:
         yield
+    except UserError:
+        raise
     except Exception as e:
         # PyTorch's SIGCHLD handler raises its own report of the death at any later bytecode
         # (while we look, while we leave): the process is ending with an error anyway

@@ -255,3 +255,18 @@ def test_the_wrapper_is_a_command_with_usage(capsys):
     assert out.startswith("usage: python -m mlperf_bert torchrun [torchrun options] SCRIPT") and "143" in out
     assert launch.main(["mlperf_bert torchrun"]) == 2
     assert "torchrun" in entry.COMMANDS and "torchrun" in entry.usage()
+
+
+def test_documented_launch_commands_use_the_wrapper():
+    """Issue 23 item 2: the README's bare `torchrun ... run_pretraining.py` answered SIGTERM with
+    torchrun's traceback and exit 1; every launch command the docs show goes through the wrapper."""
+    import glob
+    bare = []
+    for path in ["README.md"] + glob.glob(os.path.join(ROOT, "docs", "*.md")) + \
+            glob.glob(os.path.join(ROOT, "examples", "*")):
+        with open(os.path.join(ROOT, path)) as f:
+            for n, line in enumerate(f, 1):
+                code = line.strip().lstrip("`$ ")
+                if code.startswith("torchrun ") or " -m torch.distributed.run " in code:
+                    bare.append("%s:%d: %s" % (os.path.relpath(os.path.join(ROOT, path), ROOT), n, code))
+    assert not bare, bare

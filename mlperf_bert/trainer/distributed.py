@@ -13,12 +13,9 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
+from mlperf_bert.trainer.launch import PEER_LOST, PEER_LOST_STATUS
+
 _BUCKET_BYTES = 32 << 20
-# A rank whose collective failed because another rank went away says so with this and exits
-# PEER_LOST_STATUS (EX_TEMPFAIL: rerunning resumes); the launcher (trainer/launch.py) shows the
-# line only when no rank of its node explains the failure.
-PEER_LOST = "lost contact with another rank"
-PEER_LOST_STATUS = 75
 
 
 def setup(device_kind):

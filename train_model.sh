@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Training entry point: a preset (configs/presets/NAME.sh) plus overrides -> run_pretraining.py
-# (one process: run directly; several: under torchrun, its errors shown as the trainer's own line).
+# (one process: run directly; several: `python -m mlperf_bert torchrun`, which shows a failure as
+# the trainer's own line and answers SIGTERM with a checkpoint, one line and exit 143).
 #
 # usage: train_model.sh [--preset=NAME] [--dry_run] [--trainer_flag=value ...]
-# Trainer flags given here replace the preset's flag of the same name.
+# Trainer flags given here replace the preset's flag of the same name. Before it runs it says what
+# the preset asks of each GPU (sequences per GPU per micro-step = --train_batch_size / GPUs; global
+# batch = that x GPUs x --steps_per_update) and warns above MAX_PER_GPU_BATCH sequences per GPU,
+# naming the --steps_per_update that fits (a memory plan: bench/gpu_plan.py, docs/training.md).
 # Environment (defaults in brackets):
 #   PRESET          reference_gpu | tpu_8192 | demo_cpu | rcp_<global batch>     [reference_gpu]
-#   MAX_PER_GPU_BATCH  rcp_*: largest per-GPU micro-batch; sets the accumulation   [48]
-#   DATA_DIR        directory of the training TFRecords (part-*)                 [required]
+#   MAX_PER_GPU_BATCH  largest per-GPU micro-batch: rcp_* choose their accumulation
+#                   by it; above it any preset is warned about                   [48]
+#   DATA_DIR        directory of the training TFRecords (part-*)                 [required; --dry_run
+#                   without it shows the placeholder /DATA_DIR-not-set]
 #   INPUT_FILES     training files, comma list/glob                              [$DATA_DIR/part-*]
 #   EVAL_FILE       online eval set                                              [$DATA_DIR/eval_10k]
 #   INIT_CHECKPOINT TF checkpoint prefix or .pt to start from                    [none]
@@ -20,12 +26,24 @@
 #   SUBMISSION_ORG, SUBMISSION_PLATFORM  MLPerf log fields                       [trainer defaults]
 #   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
 #   DRY_RUN=1       print the command instead of running it (same as --dry_run)
-#   --help          print this and exit
+#   --help          print this and the presets, and exit
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 die() { echo "error: train_model.sh: $*" >&2; exit 2; }
-usage() { sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'; }
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
+fi
+# the package importable with any PYTHON, without changing the directory relative paths are in
+export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"
+rcp_presets() {  # the rcp_<B> of every reference convergence point installed (mlperf_logging)
+  "$PYTHON" -c 'from mlperf_bert.harness.rcp import load_rcps; print(" ".join("rcp_%d" % b for b in sorted(load_rcps())))' \
+    2>/dev/null || echo "rcp_<B> (cannot list them: $PYTHON -c 'import mlperf_logging' fails)"
+}
+usage() {
+  sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
+  echo "presets: $(cd "$HERE/configs/presets" && ls -- *.sh | sed 's/\.sh$//' | grep -vx rcp | tr '\n' ' ')$(rcp_presets)"
+}
 int_env() {  # NAME MIN: the variable must be a whole number >= MIN
   local v="${!1}"
   [[ "$v" =~ ^[0-9]+$ ]] && (( v >= $2 )) || die "$1=$v is not a whole number >= $2: fix the environment setting"
@@ -44,6 +62,7 @@ for arg in "$@"; do
   esac
 done
 
+[[ "$PRESET" == rcp ]] && die "--preset=rcp needs the global batch of a reference convergence point: choose one of $(rcp_presets)"
 preset_file="$HERE/configs/presets/$PRESET.sh"
 [[ "$PRESET" =~ ^rcp_[0-9]+$ ]] && preset_file="$HERE/configs/presets/rcp.sh"
 [[ -f "$preset_file" ]] || die "unknown preset '$PRESET': choose one of $(cd "$HERE/configs/presets" && ls -- *.sh | sed 's/\.sh$//' | grep -vx rcp | tr '\n' ' ')or rcp_<global batch> (a reference convergence point)"
@@ -53,8 +72,10 @@ PRESET_BERT_CONFIG=""
 # shellcheck source=/dev/null
 source "$preset_file"
 
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
+if [[ -z "${DATA_DIR:-}" && "$DRY_RUN" == 1 ]]; then
+  # a command to read, not to run: the data's place clearly marked
+  DATA_DIR=/DATA_DIR-not-set
+  echo "train_model.sh: DATA_DIR is not set: the command shows /DATA_DIR-not-set in its place" >&2
 fi
 [[ -n "${DATA_DIR:-}" || -n "${INPUT_FILES:-}" ]] || die "set DATA_DIR (directory of part-* TFRecords) or INPUT_FILES"
 INPUT_FILES="${INPUT_FILES:-$DATA_DIR/part-*}"
@@ -71,12 +92,12 @@ int_env NUM_GPUS 1
 int_env NNODES 1
 int_env NODE_RANK 0
 int_env MASTER_PORT 1
+MAX_PER_GPU_BATCH="${MAX_PER_GPU_BATCH:-48}"
+int_env MAX_PER_GPU_BATCH 1
 (( NODE_RANK < NNODES )) || die "NODE_RANK=$NODE_RANK must be below NNODES=$NNODES"
 if [[ "$PRESET" =~ ^rcp_([0-9]+)$ ]]; then
   # generated from mlperf_logging's rcps_bert.json for this number of GPUs (harness/rcp.py)
   rcp_batch="${BASH_REMATCH[1]}"
-  MAX_PER_GPU_BATCH="${MAX_PER_GPU_BATCH:-48}"
-  int_env MAX_PER_GPU_BATCH 1
   rcp="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.rcp "--batch_size=$rcp_batch" \
         "--world=$((NUM_GPUS * NNODES))" "--max_per_gpu=$MAX_PER_GPU_BATCH")" || exit 2
   eval "$rcp"
@@ -116,8 +137,9 @@ if (( NUM_GPUS * NNODES == 1 )); then
   # one process: no launcher between the user and the trainer's own error line and exit status
   cmd=("$PYTHON" "$HERE/run_pretraining.py" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}")
 else
-  if [[ -x "$(dirname "$PYTHON")/torchrun" ]]; then launcher=("$(dirname "$PYTHON")/torchrun")
-  else launcher=("$PYTHON" -m torch.distributed.run); fi
+  # torchrun through python -m mlperf_bert torchrun (mlperf_bert/trainer/launch.py): SIGTERM -> every
+  # rank checkpoints, one line, exit 143; a failed or killed rank -> its one line and status
+  launcher=("$PYTHON" -m mlperf_bert torchrun)
   if [[ "$NNODES" == 1 ]]; then
     launcher+=(--standalone --nnodes=1 "--nproc_per_node=$NUM_GPUS")
   else
@@ -127,33 +149,44 @@ else
   cmd=("${launcher[@]}" "$HERE/run_pretraining.py" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}")
 fi
 
+# What the preset asks of each GPU: the trainer's --train_batch_size is the global batch of one
+# micro-step, split over the ranks; --steps_per_update micro-steps make one update.
+flag_value() {  # NAME DEFAULT: the value the trainer gets (the last one given wins)
+  local v="$2" a
+  for a in "${kept[@]}" "${overrides[@]+"${overrides[@]}"}"; do [[ "$a" == "--$1="* ]] && v="${a#--$1=}"; done
+  echo "$v"
+}
+gpus=$((NUM_GPUS * NNODES))
+micro="$(flag_value train_batch_size 32)"
+accum="$(flag_value steps_per_update 1)"
+seq_len="$(flag_value max_seq_length 128)"
+plan=""
+if [[ "$micro" =~ ^[0-9]+$ && "$accum" =~ ^[0-9]+$ ]] && (( micro % gpus == 0 && accum > 0 )); then
+  per_gpu=$((micro / gpus))
+  unit=GPU
+  [[ "$PRESET" == demo_cpu || "$(flag_value device auto)" == cpu ]] && unit="CPU process"
+  plan="global batch $((micro * accum)) = $gpus ${unit}(s) x $per_gpu sequences of $seq_len per $unit per micro-step x $accum micro-step(s) per update"
+  if (( per_gpu > MAX_PER_GPU_BATCH )); then
+    global=$((micro * accum))
+    warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; a memory plan: bench/gpu_plan.py, docs/training.md)"
+    for (( n = accum + 1; n <= global; n++ )); do  # the smallest accumulation that fits
+      if (( global % (gpus * n) == 0 && global / (gpus * n) <= MAX_PER_GPU_BATCH )); then
+        ratio=$((n / accum)); (( n % accum == 0 )) || ratio="$n/$accum"
+        warning+="; to keep the global batch $global use --train_batch_size=$((global / n)) --steps_per_update=$n and multiply --num_train_steps, --num_warmup_steps and --start_warmup_step by $ratio (they count micro-steps)"
+        break
+      fi
+    done
+  fi
+fi
+
 if [[ "$DRY_RUN" == 1 ]]; then
+  [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan" >&2
+  [[ -n "${warning:-}" ]] && echo "$warning" >&2
   printf '%q ' "${cmd[@]}"; echo
   exit 0
 fi
 mkdir -p "$OUTPUT_DIR" "$LOGDIR"
+[[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan"
+[[ -n "${warning:-}" ]] && echo "$warning" >&2
 echo "train_model.sh: preset $PRESET: ${cmd[*]}"
-if (( NUM_GPUS * NNODES == 1 )); then
-  exec "${cmd[@]}"
-fi
-# torchrun: its stderr goes through launch_filter (the ranks' lines once, not torchrun's
-# traceback), SIGTERM/SIGINT go on to it (it passes SIGTERM to every rank, which checkpoints),
-# and the exit status is the first failed rank's.
-exit_file="$(mktemp)"
-fifo="$exit_file.stderr"
-mkfifo "$fifo"
-trap 'rm -f "$exit_file" "$fifo"' EXIT
-(cd "$HERE" && exec "$PYTHON" -m mlperf_bert.harness.launch_filter "$exit_file" <"$fifo" >&2) &
-filter=$!
-"${cmd[@]}" 2>"$fifo" &
-child=$!
-got_term=0
-set +e  # the statuses below are read, not fatal
-trap 'got_term=1; kill -TERM "$child" 2>/dev/null' TERM INT
-wait "$child"
-status=$?
-while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done
-wait "$filter"
-if [[ -s "$exit_file" ]]; then status="$(cat "$exit_file")"; fi
-if (( got_term )) && (( status != 0 )); then status=143; fi
-exit "$status"
+exec "${cmd[@]}"

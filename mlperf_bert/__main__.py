@@ -16,6 +16,7 @@ COMMANDS = {
     "to-hdf5": ("dataset.hdf5", "TFRecords -> HDF5 for the PyTorch loader"),
     "pack": ("dataset.packing", "TFRecords -> packed HDF5 rows (up to 3 sequences per row, no padding waste)"),
     "train": ("trainer.training", "the trainer (run_pretraining.py)"),
+    "torchrun": ("trainer.launch", "torchrun for several ranks: one line and exit 143 on SIGTERM, no tracebacks"),
     "convert-checkpoint": ("trainer.checkpoint_convert", "TF checkpoint <-> .pt (convert_checkpoint.py)"),
     "add-gradacc": ("trainer.gradacc", "add zero GradientAccumulator variables (checkpoint_add_gradacc.py)"),
     "check-log": ("harness.compliance", "check an MLPerf log: official checker + BERT rules"),

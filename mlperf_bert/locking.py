@@ -5,8 +5,9 @@ A directory output is locked through ``DIR/.mlperf_bert.lock``, a file output th
 kernel releases it when the holder dies (SIGKILL, node crash as seen by the NFS server):
 a rerun after a crash goes on, while a second run during a live one is refused at once
 with the holder's host, pid, start time and command, which the holder writes into the file.
-Children forked by the holder (pool workers, DataLoader workers) share the lock (local file
-systems) and keep it until they exit too. On Linux NFS clients ``flock`` is carried out as a POSIX lock
+The lock is the holder's alone: children it forks (pool workers, DataLoader workers) close their
+copy of the descriptor at once, so a child that outlives a killed holder for a few seconds does
+not keep a rerun out, and a refusal names a live process, never the dead one. On Linux NFS clients ``flock`` is carried out as a POSIX lock
 on the server (NLM for NFSv3, the protocol's own locks for NFSv4), so runs on different
 hosts exclude each other unless the file system is mounted ``nolock`` or
 ``local_lock=flock|all`` (then only runs on one host do); Lustre needs the ``flock`` mount
@@ -23,7 +24,25 @@ import time
 from mlperf_bert.errors import UserError
 
 DIR_LOCK_NAME = ".mlperf_bert.lock"
+# How long a refused run waits when the lock file names a holder that is not alive (its file is
+# being rewritten by a new holder, or a process it left behind is ending) before it says so.
+DEAD_HOLDER_WAIT = 10.0
 _held = []  # locks of this process, kept referenced so their descriptors stay open
+
+
+def _drop_in_child():
+    # flock belongs to the open file description, which fork shares: a child keeping the
+    # descriptor would keep the lock after the holder died. Close only (LOCK_UN would unlock
+    # the parent's lock too); the child never releases, so the parent's file stays.
+    for lock in _held:
+        with contextlib.suppress(OSError):
+            os.close(lock.fd)
+        lock.fd = None
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_in_child)
 
 
 def lock_path_for(path, is_dir):
@@ -57,16 +76,57 @@ def remove_stale_locks(directory, names):
             os.close(fd)
 
 
-def _holder_text(lock_file):
+def _read_holder(lock_file):
     try:
         with open(lock_file, encoding="utf-8") as f:
             h = json.loads(f.read() or "{}")
     except (OSError, ValueError):
         h = {}
-    if not h:
-        return "another process (it has not written its name yet)"
-    return "pid %s on host %s, started %s: %s" % (h.get("pid"), h.get("host"), h.get("started"),
-                                                 h.get("command"))
+    return h if isinstance(h, dict) else {}
+
+
+def _alive(h):
+    """False only when the holder named is known to be gone: a pid of this host that no process has."""
+    if not h or h.get("host") != socket.gethostname():
+        return bool(h)
+    try:
+        os.kill(int(h.get("pid")), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except OSError:  # EPERM: it exists (another user's)
+        pass
+    return True
+
+
+def _openers(lock_file):
+    """Pids of this host's processes (those /proc lets us see) with ``lock_file`` open."""
+    try:
+        target = os.stat(lock_file)
+    except OSError:
+        return []
+    pids = []
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in os.listdir("/proc/%s/fd" % pid):
+                with contextlib.suppress(OSError):
+                    st = os.stat("/proc/%s/fd/%s" % (pid, fd))
+                    if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+                        pids.append(int(pid))
+                        break
+    return pids
+
+
+def _holder_text(lock_file, h):
+    if _alive(h):
+        return "pid %s on host %s, started %s: %s" % (h.get("pid"), h.get("host"), h.get("started"),
+                                                     h.get("command"))
+    pids = _openers(lock_file)
+    ended = " (pid %s, which wrote the lock, has ended)" % h["pid"] if h.get("pid") else ""
+    if pids:
+        return "pid %s, which keeps its lock file open%s" % (", ".join(map(str, pids)), ended)
+    return "a process this host cannot name%s" % ended
 
 
 class OutputLock:
@@ -79,6 +139,7 @@ class OutputLock:
 
     def acquire(self):
         import fcntl
+        deadline = None
         while True:
             fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -86,10 +147,16 @@ class OutputLock:
             except OSError as e:
                 os.close(fd)
                 if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    h = _read_holder(self.lock_file)
+                    if not _alive(h):  # a new holder writing its name, or what a dead one left
+                        deadline = deadline or time.monotonic() + DEAD_HOLDER_WAIT
+                        if time.monotonic() < deadline:
+                            time.sleep(0.1)
+                            continue
                     raise UserError(
                         "%s %s is in use by another run (%s): wait for it to end or stop it; two runs on "
                         "one output would mix their results" % (self.what, self.path,
-                                                                _holder_text(self.lock_file)))
+                                                                _holder_text(self.lock_file, h)))
                 print("warning: cannot lock %s (%s): this file system has no locks, so a second run on "
                       "%s would not be detected" % (self.lock_file, e.strerror, self.path), file=sys.stderr)
                 return self

@@ -89,8 +89,57 @@ def test_bad_preset_and_missing_data_dir():
     assert proc.returncode == 2 and "unknown preset 'nope'" in proc.stderr and "demo_cpu" in proc.stderr
     e.pop("DATA_DIR")
     e.pop("INPUT_FILES", None)
-    proc = subprocess.run([TRAIN, "--dry_run"], capture_output=True, text=True, env=e)
+    proc = subprocess.run([TRAIN], capture_output=True, text=True, env=e)  # a run needs the data
     assert proc.returncode == 2 and "DATA_DIR" in proc.stderr
+
+
+def test_dry_run_without_data_dir_shows_a_marked_placeholder():
+    """Issue 27: `--dry_run` needed DATA_DIR to print anything."""
+    proc = subprocess.run([TRAIN, "--dry_run", "--preset=reference_gpu"], capture_output=True, text=True,
+                          env=_env())
+    assert proc.returncode == 0, proc.stderr
+    _, fl = trainer_flags(shlex.split(proc.stdout))
+    assert fl["input_file"] == "/DATA_DIR-not-set/part-*" and fl["eval_input_file"] == "/DATA_DIR-not-set/eval_10k"
+    assert "DATA_DIR is not set: the command shows /DATA_DIR-not-set in its place" in proc.stderr
+
+
+def test_bare_rcp_preset_is_one_line_listing_the_rcp_presets():
+    """Issue 23: `--preset=rcp` ran torchrun with no hyperparameters at all."""
+    proc = subprocess.run([TRAIN, "--preset=rcp", "--dry_run"], capture_output=True, text=True,
+                          env=_env(DATA_DIR="/d"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", proc.stdout + proc.stderr
+    assert lines[0].startswith("error: train_model.sh: --preset=rcp needs the global batch")
+    assert lines[0].endswith(" ".join("rcp_%d" % b for b in sorted(_rcps())))
+
+
+@pytest.mark.parametrize("script", [TRAIN, START])
+def test_launchers_help_lists_every_preset_with_the_rcp_sizes(script):
+    proc = subprocess.run([script, "--help"], capture_output=True, text=True, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    listed = next(l for l in proc.stdout.splitlines() if l.startswith("presets: ")).split()[1:]
+    assert listed == ["demo_cpu", "reference_gpu", "tpu_8192"] + ["rcp_%d" % b for b in sorted(_rcps())]
+
+
+def test_each_preset_says_what_it_asks_of_a_gpu_and_warns_when_implausible():
+    """Issue 27: tpu_8192 on 8 GPUs is 1,024 sequences per GPU per micro-step, without a word."""
+    def plan(*args, **env):
+        proc = subprocess.run([TRAIN, "--dry_run"] + list(args), capture_output=True, text=True,
+                              env=_env(DATA_DIR="/d", **env))
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr.strip().splitlines()
+    assert plan("--preset=reference_gpu") == [
+        "train_model.sh: preset reference_gpu: global batch 24 = 8 GPU(s) x 3 sequences of 512 per GPU per "
+        "micro-step x 1 micro-step(s) per update"]
+    lines = plan("--preset=tpu_8192")
+    assert "8 GPU(s) x 1024 sequences of 512 per GPU per micro-step" in lines[0]
+    assert lines[1].startswith("warning: train_model.sh: 1024 sequences per GPU per micro-step is above "
+                               "MAX_PER_GPU_BATCH=48") and "bench/gpu_plan.py" in lines[1]
+    assert "use --train_batch_size=256 --steps_per_update=32 and multiply --num_train_steps" in lines[1]
+    # the suggestion, applied, is not warned about; nor is an rcp preset (it fits by construction)
+    assert len(plan("--preset=tpu_8192", "--train_batch_size=256", "--steps_per_update=32")) == 1
+    assert len(plan("--preset=rcp_8192", NUM_GPUS="8")) == 1
+    assert len(plan("--preset=tpu_8192", MAX_PER_GPU_BATCH="1024")) == 1
 
 
 FAKE_TRAINER = """#!/usr/bin/env bash

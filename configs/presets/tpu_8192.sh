@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # The reference TPU hyperparameters at global batch 8192 (mlcommons/training
 # retired_benchmarks/bert/README.md, "On TPU-v3-128").
-# On GPUs keep the global batch: e.g. --train_batch_size=1024 --steps_per_update=8, and scale
-# the step counts by 8 (the reference's step counter counts micro-steps).
+# As it stands it asks 1,024 sequences per GPU per micro-step of 8 GPUs (train_model.sh warns).
+# On 8 GPUs keep the global batch: e.g. --train_batch_size=256 --steps_per_update=32 (32 per GPU),
+# and scale the step counts by 32 (the reference's step counter counts micro-steps).
 PRESET_NUM_GPUS=8
 PRESET_BERT_CONFIG=configs/bert_config_large.json
 PRESET_FLAGS=(

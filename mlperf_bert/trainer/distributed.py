@@ -4,12 +4,16 @@ With per-replica clipping (the reference's default) the accumulator all-reduces 
 clipped gradients itself, once per update, in flat buckets; with clipping after the
 reduction the trainer wraps the model in DDP instead (training.Trainer).
 """
+import contextlib
 import gc
 import os
+import sys
 from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
+
+from mlperf_bert.trainer.launch import PEER_LOST, PEER_LOST_STATUS
 
 _BUCKET_BYTES = 32 << 20
 
@@ -41,10 +45,40 @@ def teardown(clean=True):
     """
     if not (dist.is_available() and dist.is_initialized()):
         return
+    if not clean:  # a peer may be gone: leaving must not add an error of its own
+        with contextlib.suppress(Exception):
+            gc.collect()
+            dist.destroy_process_group()
+        return
     gc.collect()
-    if clean and dist.get_world_size() > 1:
+    if dist.get_world_size() > 1:
         dist.barrier()
     dist.destroy_process_group()
+
+
+def _peer_lost(e):
+    if isinstance(e, getattr(dist, "DistError", ())):
+        return True
+    text = str(e)
+    return isinstance(e, (RuntimeError, ConnectionError)) and any(
+        s in text for s in ("gloo", "Gloo", "NCCL", "Connection closed by peer", "Connection reset by peer",
+                            "Broken pipe"))
+
+
+@contextlib.contextmanager
+def peer_loss_is_one_line():
+    """In a run of several ranks, a collective that fails because another rank died (killed, out of
+    memory, its node gone) ends this rank with one line and PEER_LOST_STATUS, not a traceback:
+    the dead rank is the news, and the launcher names it."""
+    try:
+        yield
+    except Exception as e:
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1 and _peer_lost(e)):
+            raise
+        print("error: rank %d %s (%s): the checkpoints written so far are kept; rerun the same command to "
+              "resume from the newest" % (dist.get_rank(), PEER_LOST, str(e).strip().splitlines()[0][:200]),
+              file=sys.stderr, flush=True)
+        raise SystemExit(PEER_LOST_STATUS) from None
 
 
 def allreduce_mean(tensors):

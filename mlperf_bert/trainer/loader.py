@@ -14,7 +14,11 @@ builds batches ``w, w+W, ...``; PyTorch hands them out round-robin, i.e. in orde
 """
 import contextlib
 import os
+import re
 import signal
+import sys
+import time
+import weakref
 
 import numpy as np
 import torch
@@ -233,13 +237,71 @@ class _Loader:
         self.loader = loader
 
     def __iter__(self):
+        it = iter(self.loader)
+        _iterators.add(it)
         try:
-            yield from self.loader
+            yield from it
         except UserError as e:
             lines = str(e).strip().splitlines()
             if len(lines) > 1:  # "Caught UserError in DataLoader worker ... Traceback ...: msg"
                 raise UserError(lines[-1].split("UserError: ", 1)[-1]) from None
             raise
+
+
+_iterators = weakref.WeakSet()  # live DataLoader iterators, whose workers a failure may be about
+
+
+def _dead_worker(e):
+    """(pid, exit code) of a loader worker that has died, if one has; the worker's death can reach
+    the trainer first as a broken connection, before the worker is seen gone: then wait a little."""
+    likely = isinstance(e, (ConnectionError, EOFError)) or "DataLoader worker" in str(e)
+    deadline = time.monotonic() + (5.0 if likely else 0.0)
+    while True:
+        for it in list(_iterators):
+            if getattr(it, "_shutdown", False):  # its workers were ended by the loader itself
+                continue
+            for w in getattr(it, "_workers", ()):
+                code = w.exitcode
+                if code:
+                    return w.pid, code
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    m = re.search(r"DataLoader worker \(pid (\d+)\) is killed by signal: (.+?)\.? *$", str(e))
+    if m:  # PyTorch's own report of it (its SIGCHLD handler), the worker already reaped
+        names = {signal.strsignal(s): s for s in signal.Signals}
+        if m.group(2) in names:
+            return int(m.group(1)), -names[m.group(2)]
+    return None
+
+
+@contextlib.contextmanager
+def worker_death_is_one_line():
+    """A loader worker killed (the OOM killer, a stray kill) ends the trainer with one line naming it,
+    the signal and the rank, and exit status 128 + the signal (the worker's status if it exited),
+    instead of PyTorch's traceback; checkpoints written so far are kept."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as e:
+        # PyTorch's SIGCHLD handler raises its own report of the death at any later bytecode
+        # (while we look, while we leave): the process is ending with an error anyway
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        dead = _dead_worker(e)
+        if dead is None:
+            raise
+        pid, code = dead
+        for it in list(_iterators):  # no SIGCHLD report of the same death later, while leaving
+            with contextlib.suppress(Exception):
+                it._shutdown_workers()
+        how = "was killed by %s" % signal.Signals(-code).name if code < 0 else "exited with status %d" % code
+        dist = torch.distributed
+        who = "rank %d: its" % dist.get_rank() if dist.is_available() and dist.is_initialized() else "the"
+        print("error: %s data loader worker (pid %d) %s: the checkpoints written so far are kept; rerun the "
+              "same command to resume from the newest" % (who, pid, how), file=sys.stderr, flush=True)
+        raise SystemExit(128 - code if code < 0 else code) from None
 
 
 def _worker_init(worker_id):

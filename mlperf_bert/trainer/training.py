@@ -161,7 +161,8 @@ def main(argv):
     with _Stop() as stop, contextlib.ExitStack() as locks:
         clean = False
         try:
-            rc = run(fv, stop, locks)
+            with distributed.peer_loss_is_one_line(), loader.worker_death_is_one_line():
+                rc = run(fv, stop, locks)
             clean = True
             return rc
         finally:
@@ -460,8 +461,9 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         if halt:
             if bar is not None:
                 bar.close()
-            print("SIGTERM: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % step,
-                  flush=True)
+            if rank == 0:  # one line for the run, not one per rank
+                print("SIGTERM: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % step,
+                      flush=True)
             log.close()
             return 143
     if bar is not None:

@@ -1,0 +1,195 @@
+"""``python -m mlperf_bert torchrun [torchrun options] SCRIPT [flags]``: torchrun, answering as the
+trainer does (one line, the trainer's exit status).
+
+Bare torchrun answers a SIGTERM with its agent's SignalException traceback and exit 1 (raised in
+torchrun's own process: no rank can prevent it), a rank killed by a signal with a ChildFailedError
+report and exit 1, a busy ``--master_port`` with a DistNetworkError traceback. This runs
+``python -m torch.distributed.run`` with the same arguments in a process group of its own and:
+
+- passes SIGTERM or SIGINT (to it alone or to its process group: a terminal, ``kill -- -PGID``,
+  a scheduler) to torchrun once, as SIGTERM; torchrun passes it to every rank, which checkpoint.
+  Exit 143 (130 after SIGINT); the one line is rank 0's ``SIGTERM: checkpoint ... written``. The
+  ranks have ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (300 unless set; torchrun's own default is
+  30) to write it before torchrun kills them;
+- drops torchrun's log lines and tracebacks, shows an error line the ranks print once (every rank
+  says the same) and exits with the failed rank's status (2 for bad input);
+- a rank killed by a signal: one line naming the rank, its pid and host and the signal, exit
+  128 + the signal's number; lines of ranks that only lost contact with it are not shown;
+- a busy ``--master_port``: one line naming the port and the fix, exit 2.
+
+If this process is killed (SIGKILL), torchrun gets SIGTERM (Linux: the parent-death signal).
+"""
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+
+SHUTDOWN_TIMEOUT = "300"
+# A rank whose collective failed because another rank went away says so with this and exits
+# PEER_LOST_STATUS (EX_TEMPFAIL: rerunning resumes; trainer/distributed.py); the line is shown
+# only when no rank of this node explains the failure. Here, not there: this process needs no torch.
+PEER_LOST = "lost contact with another rank"
+PEER_LOST_STATUS = 75
+USAGE = """usage: python -m mlperf_bert torchrun [torchrun options] SCRIPT [SCRIPT flags]
+
+torchrun (python -m torch.distributed.run, the same options) with one line instead of its
+tracebacks and the trainer's exit status: SIGTERM or Ctrl-C -> every rank checkpoints, exit 143
+(130); a rank killed by signal N -> one line naming it, exit 128+N; a busy --master_port -> one
+line, exit 2. The ranks get TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to checkpoint [%s].
+e.g. python -m mlperf_bert torchrun --standalone --nproc_per_node=8 run_pretraining.py --do_train ...
+torchrun's options: python -m torch.distributed.run --help""" % SHUTDOWN_TIMEOUT
+
+# torchrun's own logging lines ("W1122 11:57:17.099000 13773 torch/distributed/run.py:874] ...")
+_AGENT_LOG = re.compile(r"^[IWEF]\d{4} [\d:.]+ \d+ \S*torch/distributed/\S+\] ")
+_TORCHRUN_END = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
+                 "torch.distributed.elastic.multiprocessing.api.SignalException")
+_PORT_IN_USE = re.compile(r"DistNetworkError: .*port: (\d+).*(EADDRINUSE|address already in use)")
+_ENTRY = re.compile(r"^\[\d+\]:")
+_FIELD = re.compile(r"^\s+(rank|exitcode|host)\s*:\s*(.*?)\s*$")
+
+
+class Filter:
+    """torchrun's stderr in (``feed`` each line), the ranks' own lines out; ``status`` at the end."""
+
+    def __init__(self, out):
+        self.out = out
+        self.seen, self.block, self.report = set(), None, False
+        self.failures = []  # torchrun's report: root cause first, then the others
+        self.lost = []      # "lost contact" lines: shown only if nothing else explains the failure
+        self.port = None
+        self.shown_error = False
+        self._root = False  # in the report's "Root Cause" part
+
+    def feed(self, line):
+        if self.report:  # torchrun's failure report, its last words
+            if line.startswith("Root Cause"):
+                self.failures.insert(0, {})
+                self._root = True
+            elif _ENTRY.match(line) and not self._root:
+                self.failures.append({})
+            m = _FIELD.match(line)
+            if m and self.failures:
+                entry = self.failures[0] if self._root else self.failures[-1]
+                entry[m.group(1)] = m.group(2)
+            return
+        if _AGENT_LOG.match(line):
+            return
+        if line.startswith("Traceback (most recent call last):"):
+            self.block = [line]
+            return
+        if self.block is not None:
+            self.block.append(line)
+            if line[:1].isspace():
+                return
+            block, self.block = self.block, None
+            m = _PORT_IN_USE.search(line)
+            if m:
+                self.port = int(m.group(1))
+            elif line.startswith(_TORCHRUN_END[0]):
+                self.report = True
+            elif not line.startswith(_TORCHRUN_END):  # a rank's own traceback: a bug, shown
+                self._write("".join(block))
+            return
+        if line.startswith("error: "):
+            if PEER_LOST in line:
+                self.lost.append(line)
+                return
+            if line in self.seen:
+                return  # the same one-line error from every rank: say it once
+            self.seen.add(line)
+            self.shown_error = True
+        self._write(line)
+
+    def _write(self, text):
+        self.out.write(text)
+        self.out.flush()
+
+    def status(self, returncode):
+        """Say what the report means, in one line where needed; the exit status."""
+        if self.block:
+            self._write("".join(self.block))
+        if self.port is not None:
+            self._write("error: --master_port %d (MASTER_PORT) is in use on this host: another run or program "
+                        "listens on it; choose a free port (e.g. MASTER_PORT=%d) or end what holds it\n"
+                        % (self.port, self.port + 1))
+            return 2
+        failures = [f for f in self.failures if "exitcode" in f]
+        for f in failures:
+            f["code"] = int(re.match(r"-?\d+", f["exitcode"]).group(0))
+            m = re.search(r"pid: (\d+)", f["exitcode"])
+            f["pid"] = m.group(1) if m else "?"
+            m = re.match(r"(\d+) \(local_rank: (\d+)\)", f.get("rank", ""))
+            f["who"] = "rank %s (local rank %s" % m.groups() if m else "rank %s (" % f.get("rank", "?")
+
+        def cause(f):  # which failure explains the others (torchrun SIGTERMs the ranks left)
+            code = f["code"]
+            if code < 0 and code != -signal.SIGTERM:
+                return 0  # killed: nobody else will say so
+            if code not in (PEER_LOST_STATUS, 128 + signal.SIGTERM, -signal.SIGTERM):
+                return 1  # failed with its own line
+            return 2 if code != PEER_LOST_STATUS else 3
+        if not failures:
+            if self.lost and not self.shown_error:
+                self._write(self.lost[0])
+            return returncode
+        f = sorted(failures, key=cause)[0]  # stable: torchrun's root cause first among equals
+        if f["code"] < 0:
+            sig = -f["code"]
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = "signal %d" % sig
+            self._write("error: %s, pid %s on host %s) was killed by %s: the checkpoints written so far are "
+                        "kept; rerun the same command to resume from the newest\n"
+                        % (f["who"], f["pid"], f.get("host", "?"), name))
+            return 128 + sig
+        if f["code"] == PEER_LOST_STATUS and self.lost:
+            self._write(self.lost[0])  # another node's rank failed: this node only saw it go
+        return f["code"]
+
+
+def _in_own_group(parent):
+    def setup():
+        os.setpgid(0, 0)  # a terminal's or a group's signal reaches torchrun only through us
+        if sys.platform.startswith("linux"):
+            try:
+                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass
+            if os.getppid() != parent:  # we died before prctl took effect
+                os._exit(143)
+    return setup
+
+
+def main(argv):
+    args = list(argv[1:])
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else 2
+    env = dict(os.environ)
+    env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT)
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run"] + args, env=env,
+                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=_in_own_group(os.getpid()))
+    got = []
+
+    def on_signal(signum, frame):
+        if not got:  # once: a second SIGTERM would cut torchrun's wait for the ranks' checkpoints
+            got.append(signum)
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    filt = Filter(sys.stderr)
+    for raw in proc.stderr:
+        filt.feed(raw.decode("utf-8", "replace"))
+    returncode = proc.wait()
+    status = filt.status(returncode)
+    if got and status != 0:
+        return 130 if got[0] == signal.SIGINT else 143
+    return status

@@ -1,0 +1,272 @@
+"""Stops and restarts on every launch path (issue 23): SIGKILL and an immediate rerun, SIGTERM
+under the torchrun wrapper, a rank or its loader worker killed, a busy MASTER_PORT."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mlperf_bert import locking
+from mlperf_bert.errors import UserError
+from test_training import files, one_thread, uninterrupted  # noqa: F401 (fixtures; one thread, as there)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+ENV = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+
+
+def wait_until(condition, proc=None, timeout=120, what="the condition"):
+    """Poll ``condition`` (a slow, loaded machine: never a fixed sleep)."""
+    t = time.time()
+    while not condition():
+        assert proc is None or proc.poll() is None, "the process ended before %s" % what
+        assert time.time() - t < timeout, "no %s after %d s" % (what, timeout)
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------- the lock
+
+FORKING_HOLDER = textwrap.dedent("""\
+    import os, sys, time
+    from mlperf_bert import locking
+    locking.lock_dir(sys.argv[1])
+    child = os.fork()  # as a DataLoader or pool worker is made
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(child, flush=True)
+    time.sleep(60)
+    """)
+
+
+def test_a_child_of_a_killed_holder_does_not_keep_the_lock(tmp_path):
+    """Issue 23: a SIGKILLed trainer's DataLoader worker lived on for seconds holding the flock, so
+    the same command rerun at once was refused, naming the dead trainer."""
+    d = str(tmp_path / "out")
+    proc = subprocess.Popen([PY, "-c", FORKING_HOLDER, d], stdout=subprocess.PIPE, text=True, env=ENV)
+    child = int(proc.stdout.readline())
+    try:
+        proc.kill()
+        proc.wait()
+        os.kill(child, 0)  # the child still runs, as a worker does for a moment
+        with locking.lock_dir(d, "--output_dir") as lock:  # the rerun, at once
+            assert lock.fd is not None
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_the_refusal_never_names_a_dead_holder(tmp_path, monkeypatch):
+    """A lock file naming a process that has ended while something else holds the lock: the
+    message names the live holder, not the dead pid."""
+    d = tmp_path / "out"
+    d.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    info = json.dumps({"host": socket.gethostname(), "pid": dead.pid, "started": "then", "command": "x"})
+    hold = textwrap.dedent("""\
+        import fcntl, os, sys, time
+        fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, sys.argv[2].encode())
+        print("held", flush=True)
+        time.sleep(60)
+        """)
+    proc = subprocess.Popen([PY, "-c", hold, str(d / locking.DIR_LOCK_NAME), info], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        monkeypatch.setattr(locking, "DEAD_HOLDER_WAIT", 0.3, raising=False)
+        with pytest.raises(UserError) as e:
+            locking.lock_dir(str(d), "--output_dir")
+        msg = str(e.value)
+        assert "pid %d on host" % dead.pid not in msg, msg
+        assert "pid %d, which keeps its lock file open (pid %d, which wrote the lock, has ended)" % (
+            proc.pid, dead.pid) in msg, msg
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ---------------------------------------------------------------- the trainer
+
+@pytest.mark.slow
+def test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical(files, uninterrupted, tmp_path):
+    """The same command rerun the moment the killed trainer is gone (its DataLoader worker may still
+    run: the old test waited for the worker to close the output pipe) starts, resumes, and ends
+    bit-identical to the uninterrupted run."""
+    from mlperf_bert.trainer import training
+    from test_training import assert_bit_identical, flags_for
+    out = str(tmp_path / "run")
+    argv = flags_for(files, out)  # one DataLoader worker
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen([PY] + argv, cwd=ROOT, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(lambda: os.path.exists(os.path.join(out, "model.ckpt-3.pt")), proc, what="model.ckpt-3.pt")
+        proc.kill()
+        assert proc.wait() == -signal.SIGKILL
+    assert training.main(argv) == 0  # at once: the worker may still be alive
+    assert_bit_identical(os.path.join(uninterrupted[0], "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
+
+
+# ---------------------------------------------------------------- torchrun, through the wrapper
+
+TORCHRUN = os.path.join(ROOT, "tests", "data", "torchrun")
+
+
+def filtered(name):
+    """torchrun's real stderr of a case (tests/data/torchrun) through the wrapper's filter."""
+    import io
+    from mlperf_bert.trainer.launch import Filter
+    out = io.StringIO()
+    f = Filter(out)
+    with open(os.path.join(TORCHRUN, "torchrun_%s.txt" % name)) as lines:
+        for line in lines:
+            f.feed(line)
+    status = f.status(1)  # torchrun's own exit status in every case
+    return out.getvalue().splitlines(), status
+
+
+def test_torchrun_sigterm_traceback_is_dropped():
+    lines, _ = filtered("sigterm")  # the wrapper exits 143 itself after a SIGTERM
+    assert lines == []
+
+
+def test_a_killed_rank_is_one_line_with_its_signals_status():
+    """Issue 23 sweep: 98 lines and exit 247 (bash's -9) for a rank SIGKILLed under NUM_GPUS=2."""
+    lines, status = filtered("rank_killed")
+    assert status == 137
+    assert len(lines) == 1 and lines[0].startswith("error: rank 1 (local rank 1, pid ") and \
+        "was killed by SIGKILL" in lines[0] and "rerun the same command to resume" in lines[0], lines
+
+
+def test_a_ranks_killed_loader_worker_is_the_ranks_one_line():
+    """The rank whose worker died says so (exit 137); rank 0, SIGTERMed by torchrun after it lost
+    its peer, is not the news."""
+    lines, status = filtered("worker_killed")
+    assert status == 137
+    assert len(lines) == 1 and lines[0].startswith("error: rank 1: its data loader worker (pid ") and \
+        "killed by SIGKILL" in lines[0], lines
+
+
+def test_master_port_in_use_is_one_line_naming_the_port():
+    lines, status = filtered("port_in_use")
+    assert status == 2 and lines == [
+        "error: --master_port 29511 (MASTER_PORT) is in use on this host: another run or program listens on it; "
+        "choose a free port (e.g. MASTER_PORT=29512) or end what holds it"]
+
+
+def test_a_rank_that_only_lost_its_peer_on_another_node_says_so():
+    """On a node whose ranks only saw another node's rank go, their line is the one shown."""
+    import io
+    from mlperf_bert.trainer.distributed import PEER_LOST, PEER_LOST_STATUS
+    from mlperf_bert.trainer.launch import Filter
+    out = io.StringIO()
+    f = Filter(out)
+    report = ["error: rank 2 %s (Connection closed by peer): ...\n" % PEER_LOST,
+              "Traceback (most recent call last):\n", "  File x\n",
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n",
+              "Root Cause (first observed failure):\n", "[0]:\n", "  host      : node1\n",
+              "  rank      : 2 (local_rank: 0)\n", "  exitcode  : %d (pid: 7)\n" % PEER_LOST_STATUS]
+    for line in report:
+        f.feed(line)
+    assert f.status(1) == PEER_LOST_STATUS and out.getvalue() == report[0]
+
+
+def _tiny_args(files, out):
+    return ["--preset=demo_cpu", "--bert_config_file=%s" % files["config"], "--max_seq_length=128",
+            "--max_predictions_per_seq=20", "--train_batch_size=4", "--num_train_steps=3000",
+            "--save_checkpoints_steps=3", "--seed=7", "--num_workers=1", "--noprogress", "--device=cpu",
+            "--nodo_eval", "--eval_frequency=100000"]
+
+
+def _launch(files, tmp_path, **env):
+    out = tmp_path / "run"
+    e = {k: v for k, v in ENV.items() if k not in ("DATA_DIR", "PRESET")}
+    e.update(INPUT_FILES=files["train"], EVAL_FILE=files["eval"], NUM_GPUS="2", OUTPUT_DIR=str(out),
+             PYTHON=PY, **env)
+    stdout, stderr = open(tmp_path / "stdout", "w+"), open(tmp_path / "stderr", "w+")
+    proc = subprocess.Popen([os.path.join(ROOT, "train_model.sh")] + _tiny_args(files, out), env=e,
+                            stdout=stdout, stderr=stderr, start_new_session=True)
+    return proc, out, stdout, stderr
+
+
+def _read(f):
+    f.seek(0)
+    return f.read()
+
+
+def _ranks(wrapper_pid):
+    """{local rank: pid} of the torchrun under the wrapper."""
+    import contextlib
+    found = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            env = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
+            stat = open("/proc/%s/stat" % pid).read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            grandparent = int(open("/proc/%d/stat" % ppid).read().rsplit(")", 1)[1].split()[1])
+            if grandparent == wrapper_pid and any(v.startswith(b"TORCHELASTIC_RUN_ID=") for v in env):
+                rank = next(int(v.split(b"=")[1]) for v in env if v.startswith(b"LOCAL_RANK="))
+                found[rank] = int(pid)
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_under_two_ranks_is_one_line_once_and_143(files, tmp_path):
+    """Issue 23 item 2: `NUM_GPUS=2 ./train_model.sh` (the wrapper), SIGTERM to it: every rank
+    checkpoints, rank 0 says so once, no torchrun traceback, exit 143; the checkpoint is kept."""
+    proc, out, stdout, stderr = _launch(files, tmp_path)
+    wait_until(lambda: os.path.exists(out / "model.ckpt-3.pt"), proc, what="model.ckpt-3.pt")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 143
+    lines = [l for l in _read(stdout).splitlines() if not l.startswith("train_model.sh: preset")]
+    assert len(lines) == 1 and lines[0].startswith("SIGTERM: checkpoint model.ckpt-"), _read(stdout)
+    assert _read(stderr) == ""
+    assert (out / lines[0].split()[2]).exists()
+
+
+@pytest.mark.slow
+def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_path):
+    """Issue 23 sweep: rank 1's DataLoader worker SIGKILLed under NUM_GPUS=2 -> the rank's one line,
+    exit 137, the checkpoints kept (a rerun resumes)."""
+    proc, out, stdout, stderr = _launch(files, tmp_path)
+    wait_until(lambda: os.path.exists(out / "model.ckpt-3.pt"), proc, what="model.ckpt-3.pt")
+    rank1 = _ranks(proc.pid)[1]  # train_model.sh execs the wrapper: proc.pid is the wrapper
+    worker = int(open("/proc/%d/task/%d/children" % (rank1, rank1)).read().split()[0])
+    os.kill(worker, signal.SIGKILL)
+    assert proc.wait(timeout=300) == 137, _read(stderr)
+    lines = _read(stderr).splitlines()
+    assert lines == ["error: rank 1: its data loader worker (pid %d) was killed by SIGKILL: the checkpoints "
+                     "written so far are kept; rerun the same command to resume from the newest" % worker]
+    assert (out / "model.ckpt-3.pt").exists()
+
+
+def test_the_wrapper_is_a_command_with_usage(capsys):
+    from mlperf_bert import __main__ as entry
+    from mlperf_bert.trainer import launch
+    assert launch.main(["mlperf_bert torchrun", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m mlperf_bert torchrun [torchrun options] SCRIPT") and "143" in out
+    assert launch.main(["mlperf_bert torchrun"]) == 2
+    assert "torchrun" in entry.COMMANDS and "torchrun" in entry.usage()
+
+
+def test_documented_launch_commands_use_the_wrapper():
+    """Issue 23 item 2: the README's bare `torchrun ... run_pretraining.py` answered SIGTERM with
+    torchrun's traceback and exit 1; every launch command the docs show goes through the wrapper."""
+    import glob
+    bare = []
+    for path in ["README.md"] + glob.glob(os.path.join(ROOT, "docs", "*.md")) + \
+            glob.glob(os.path.join(ROOT, "examples", "*")):
+        with open(os.path.join(ROOT, path)) as f:
+            for n, line in enumerate(f, 1):
+                code = line.strip().lstrip("`$ ")
+                if code.startswith("torchrun ") or " -m torch.distributed.run " in code:
+                    bare.append("%s:%d: %s" % (os.path.relpath(os.path.join(ROOT, path), ROOT), n, code))
+    assert not bare, bare

@@ -531,8 +531,9 @@ def test_rerun_of_a_finished_run_says_so_and_changes_nothing(files, uninterrupte
 def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_path, change, message):
     out = tmp_path / "run"
     out.mkdir()
-    ckpt = os.path.join(uninterrupted[0], "model.ckpt-18.pt")
-    (out / "model.ckpt-18.pt").write_bytes(open(ckpt, "rb").read())  # a run stopped at step 18
+    for name in ("model.ckpt-18.pt", "mlperf.log"):  # a run stopped at step 18
+        (out / name).write_bytes(open(os.path.join(uninterrupted[0], name), "rb").read())
+    log = (out / "mlperf.log").read_bytes()
     if change.get("input_file") == "other":
         change["input_file"] = str(tmp_path / "copy.tfrecord")
         with open(change["input_file"], "wb") as f:
@@ -540,7 +541,8 @@ def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_p
     with pytest.raises(UserError, match=message) as e:
         training.main(flags_for(files, str(out), **change))
     assert "\n" not in str(e.value) and "another --output_dir" in str(e.value)
-    assert sorted(os.listdir(out)) == ["model.ckpt-18.pt"]  # nothing written, not even the log
+    assert sorted(os.listdir(out)) == ["mlperf.log", "model.ckpt-18.pt"]  # nothing written
+    assert (out / "mlperf.log").read_bytes() == log
     assert training.main(flags_for(files, str(out), num_train_steps=30)) == 0  # the same flags resume
 
 

@@ -350,7 +350,7 @@ def run(fv, stop, locks):
         if fv[name].value % world:
             raise UserError("--%s=%d is not a multiple of the %d ranks" % (name, fv[name].value, world))
     log_path = fv.mlperf_log or os.path.join(fv.output_dir, "mlperf.log")
-    if fv.do_train:
+    if fv.do_train and rank == 0:  # rank 0 alone writes the log (on its disk)
         _check_log_path(fv, log_path, train_files, eval_files)
     if rank == 0:  # one run per output: a second one is refused before it writes anything
         locks.enter_context(locking.lock_dir(fv.output_dir, "--output_dir"))

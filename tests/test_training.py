@@ -875,3 +875,21 @@ def test_closed_division_hyperparameters_of_published_runs_are_accepted(files, t
     assert 4608 in warned and "reference convergence point bert_ref_4608" in warned[4608]
     assert "opt_base_learning_rate 0.00258 (RCP 0.0035)" in warned[4608] and "--preset=rcp_4608" in warned[4608]
     assert all(b in (256, 448, 1536, 3072, 4096, 4608, 6144, 6912, 8192, 8704, 12288, 13056, 16384) for b in warned)
+
+
+def test_a_log_outside_output_dir_is_emptied_only_by_the_run_that_wrote_it(files, tmp_path):
+    log = str(tmp_path / "logs" / "mlperf.log")
+    os.makedirs(os.path.dirname(log))
+    first = str(tmp_path / "first")
+    kw = dict(mlperf_log=log, num_train_steps=4, save_checkpoints_steps=0)
+    assert training.main(flags_for(files, first, **kw)) == 0
+    before = open(log, "rb").read()
+    with pytest.raises(UserError, match="--mlperf_log .*logs/mlperf.log holds an MLPerf log that no run in "
+                                        "--output_dir .*second wrote: it was left as it is") as e:
+        training.main(flags_for(files, str(tmp_path / "second"), **kw))
+    assert "\n" not in str(e.value) and open(log, "rb").read() == before
+    for name in os.listdir(first):  # the first run killed before its first checkpoint: it starts over
+        if name.endswith(".pt") or name == "run_finished.json":
+            os.remove(os.path.join(first, name))
+    assert training.main(flags_for(files, first, **kw)) == 0
+    assert [r["key"] for r in _records(log)].count("init_start") == 1

@@ -711,8 +711,8 @@ def test_a_full_disk_at_a_log_line_stops_the_run_and_the_rerun_ends_with_the_who
             room[0] -= n
             return n
     monkeypatch.setattr(mlperf_log, "os", FullDisk())
-    with pytest.raises(UserError, match=r"cannot write .*mlperf\.log: no space left on device.*checkpoints it wrote are kept") \
-            as e:
+    with pytest.raises(UserError, match=r"cannot write .*mlperf\.log: no space left on device.*"
+                                        r"checkpoints it wrote are kept") as e:
         training.main(argv)
     assert "\n" not in str(e.value)
     assert not os.path.exists(os.path.join(out, "run_finished.json"))
@@ -829,7 +829,8 @@ def test_truncated_tf_checkpoint_is_one_line_in_convert_eval_and_init(files, uni
     ({"optimizer": "adamw"}, "closed trains BERT with LAMB, not --optimizer=adamw"),
     ({"poly_power": 2.0}, r"closed decays the learning rate linearly \(poly power 1.0\), not --poly_power=2.0"),
     ({"eval_input_file": None}, "closed evaluates on the 10,000-sample eval set while training: give --eval_input_file"),
-    ({}, "closed evaluates on the 10000 samples of eval_10k, --eval_input_file .*eval.tfrecord has 40"),
+    ({}, "closed evaluates on the 10,000 samples of eval_10k, --eval_input_file .*eval.tfrecord has 40: "
+         "give eval_10k"),
 ])
 def test_closed_division_refuses_at_start_what_the_rules_decide(files, tmp_path, change, message):
     out = str(tmp_path / "out")

@@ -114,8 +114,8 @@ def _check_flags(fv):
                         "not supported: this trainer runs on CPUs and GPUs; drop them")
     if not (fv.do_train or fv.do_eval):
         raise UserError("nothing to do: give --do_train and/or --do_eval")
-    for name in ("train_batch_size", "eval_batch_size", "steps_per_update", "num_train_steps", "max_eval_steps", "max_seq_length", "max_predictions_per_seq",
-                 "log_frequency", "shuffle_buffer"):
+    for name in ("train_batch_size", "eval_batch_size", "steps_per_update", "num_train_steps", "max_eval_steps",
+                 "max_seq_length", "max_predictions_per_seq", "log_frequency", "shuffle_buffer"):
         if fv[name].value <= 0:
             raise UserError("--%s must be positive, got %d" % (name, fv[name].value))
     for name in ("keep_checkpoint_max", "num_warmup_steps", "num_workers", "eval_frequency",
@@ -159,10 +159,9 @@ def _check_closed_data(fv, eval_files, global_batch, rank):
     from mlperf_bert.harness import compliance, rcp
     n = loader.count_records(eval_files)
     if n != compliance.CLOSED_EVAL_SAMPLES:
-        raise UserError("--submission_division=closed evaluates on the %d samples of eval_10k, --eval_input_file "
-                        "%s has %d: give eval_10k (pick_eval_samples --num_examples_to_pick=%d), or %s"
-                        % (compliance.CLOSED_EVAL_SAMPLES, fv.eval_input_file, n, compliance.CLOSED_EVAL_SAMPLES,
-                           _CLOSED_FIX))
+        raise UserError("--submission_division=closed evaluates on the {0:,} samples of eval_10k, --eval_input_file "
+                        "{1} has {2:,}: give eval_10k (pick_eval_samples --num_examples_to_pick={0}), or {3}".format(
+                            compliance.CLOSED_EVAL_SAMPLES, fv.eval_input_file, n, _CLOSED_FIX))
     entry = rcp.rcp_entry(global_batch)
     if entry is None or rank != 0:
         return

@@ -23,7 +23,7 @@ CFG = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_hea
 
 
 def reference_shapes(cfg):
-    """The reference variable set, written out from REFERENCE.md (not from our mapping)."""
+    """The reference variable set, written out from the reference's modeling.py and run_pretraining.py (not from our mapping)."""
     h, i = cfg["hidden_size"], cfg["intermediate_size"]
     s = {"bert/embeddings/word_embeddings": (cfg["vocab_size"], h),
          "bert/embeddings/token_type_embeddings": (cfg["type_vocab_size"], h),

@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "train_model.sh")
 START = os.path.join(ROOT, "start_training.sh")
 
-# REFERENCE.md section 3, typed in independently of configs/presets/.
+# mlcommons/training retired_benchmarks/bert/README.md, "On GPU-V100-8", typed in independently of configs/presets/.
 REFERENCE_GPU = {"train_batch_size": "24", "learning_rate": "1e-4", "num_train_steps": "107538",
                  "num_warmup_steps": "1562", "start_warmup_step": "0", "max_seq_length": "512",
                  "max_predictions_per_seq": "76", "optimizer": "lamb", "save_checkpoints_steps": "6250",

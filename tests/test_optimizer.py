@@ -1,5 +1,6 @@
-"""LAMB / AdamW, the schedule and gradient accumulation against a plain NumPy transcription of
-REFERENCE.md section 4 (float64), over several updates with accumulation and warmup."""
+"""LAMB / AdamW, the schedule and gradient accumulation against a plain NumPy transcription of the
+reference's optimization.py, lamb_optimizer_v1.py and deferred_grad_optimizer.py (float64), over
+several updates with accumulation and warmup."""
 import copy
 
 import numpy as np
@@ -17,7 +18,7 @@ CFG = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attenti
                  intermediate_size=24, max_position_embeddings=8)
 
 
-# ---- NumPy transcription of REFERENCE.md ----------------------------------------------------
+# ---- NumPy transcription of the reference ----------------------------------------------------
 
 def np_lr(s, init_lr, T, W, start=0, power=1.0):
     lr = init_lr * (1 - min(s, T) / T) ** power

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# The reference 8-GPU run (REFERENCE.md section 3): BERT-Large, seq 512, LAMB.
+# The reference 8-GPU run: BERT-Large, seq 512, LAMB (mlcommons/training
+# retired_benchmarks/bert/README.md, "On GPU-V100-8").
 # --train_batch_size is the global batch of one micro-step across all ranks.
 PRESET_NUM_GPUS=8
 PRESET_BERT_CONFIG=configs/bert_config_large.json

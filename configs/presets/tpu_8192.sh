@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# The reference TPU hyperparameters at global batch 8192 (REFERENCE.md section 3).
+# The reference TPU hyperparameters at global batch 8192 (mlcommons/training
+# retired_benchmarks/bert/README.md, "On TPU-v3-128").
 # On GPUs keep the global batch: e.g. --train_batch_size=1024 --steps_per_update=8, and scale
 # the step counts by 8 (the reference's step counter counts micro-steps).
 PRESET_NUM_GPUS=8

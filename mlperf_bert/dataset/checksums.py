@@ -108,7 +108,7 @@ def is_tfrecord(path):
 
 
 def article_md5(article):
-    """An eval article's ``eval.md5`` line: md5 of the rstripped text, UTF-8 (REFERENCE.md 6.4)."""
+    """An eval article's ``eval.md5`` line: md5 of the rstripped text, UTF-8 (the reference's seperate_test_set.py)."""
     return hashlib.md5(article.rstrip().encode("utf-8")).hexdigest()
 
 

@@ -29,7 +29,7 @@ class _LazyModule:
 # The data generator's C path never touches NumPy; importing it lazily saves ~0.15 s of start-up.
 np = _LazyModule("numpy")
 
-# (name, kind, length key) in the fixed order of REFERENCE.md section 2.
+# (name, kind, length key) in the order the reference's create_pretraining_data.py builds them.
 PRETRAINING_FEATURES = (
     ("input_ids", "int64", "seq"),
     ("input_mask", "int64", "seq"),

@@ -1,9 +1,9 @@
 """``make-dataset``: text shards -> every TFRecord of the training set, plus eval_10k.
 
 Each ``part-*`` text shard becomes a TFRecord of the same name, and ``eval.txt`` becomes
-``eval_intermediate`` then ``eval_10k``, all with the standard command of REFERENCE.md
-section 2 (seq 512, 76 predictions, dupe 10, seed 12345; each shard run on its own with
-the same seed). Shards run in a process pool. Every output is written under a temporary
+``eval_intermediate`` then ``eval_10k``, all with the standard command of the reference README
+(mlcommons/training retired_benchmarks/bert/README.md: seq 512, 76 predictions, dupe 10,
+seed 12345; each shard run on its own with the same seed). Shards run in a process pool. Every output is written under a temporary
 name and renamed when complete, so a killed run leaves only finished outputs and a rerun
 with the same flags produces the rest. At the end ``manifest.tsv`` lists name, bytes,
 records and md5 of every output; ``verify`` checks a directory against it.

@@ -1,7 +1,7 @@
 """create_pretraining_data: text shards -> BERT pre-training TFRecords, record for record the reference.
 
-One ``random.Random(seed)`` drives everything in the reference's order (REFERENCE.md
-section 2).  Text files become a flat corpus of token ids (``_fasttok`` in C when built,
+One ``random.Random(seed)`` drives everything in the reference's order (of its
+``create_pretraining_data.py``).  Text files become a flat corpus of token ids (``_fasttok`` in C when built,
 else ``FastTokenizer``).  The random draws and the per-instance work (pair truncation,
 masking) live in a "kernel": ``_fastrng`` (C, when built) or ``PyKernel`` (pure Python);
 both consume the Mersenne Twister stream identically.  The C kernel keeps the instances

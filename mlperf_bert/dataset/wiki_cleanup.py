@@ -1,4 +1,4 @@
-"""WikiExtractor output -> cleaned text, as the reference's clean-up steps make it (REFERENCE.md section 6).
+"""WikiExtractor output -> cleaned text, as the reference's clean-up steps make it (process_wiki.sh).
 
 Two reference steps, transcribed rule for rule:
 

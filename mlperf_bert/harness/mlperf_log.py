@@ -24,7 +24,7 @@ MARK = b":::MLLOG "
 
 
 def eval_frequency(global_batch_size):
-    """Training samples between evaluations (the MLPerf BERT rules' formula)."""
+    """Training samples between evaluations (mlcommons/training retired_benchmarks/bert/README.md, "Stopping criteria")."""
     return int(0.05 * (230.23 * global_batch_size + 3000000) / 25000) * 25000
 
 

@@ -1,0 +1,452 @@
+"""The docs against the code: every command of ours that README.md, docs/*.md and
+tests/data/README.md show (code blocks, and inline code that starts with one of our commands),
+and every ``--flag`` it uses, exists in that command's own ``--help``; every environment variable
+the docs set for the launchers is read by them; every make target named exists; the md5 table of
+docs/dataset.md is the one of ``results/``.
+
+``--help`` runs in-process for Python commands (``main([prog, "--help"])``) and as ``bash SCRIPT
+--help`` for the launchers, so the whole file takes a few seconds."""
+import contextlib
+import functools
+import glob
+import importlib
+import inspect
+import io
+import os
+import re
+import runpy
+import shlex
+import subprocess
+import sys
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from mlperf_bert.__main__ import COMMANDS  # noqa: E402
+
+DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))) \
+    + ["tests/data/README.md"]
+SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py")) if not p.endswith("setup.py"))
+LAUNCHERS = ("train_model.sh", "start_training.sh")
+# What the launchers run: the environment they read is read in one of these.
+LAUNCHER_FILES = ("train_model.sh", "start_training.sh", "docker-entrypoint.sh")
+IMAGE = "mlperf-bert"
+PYTHONS = {"python", "python3", ".venv/bin/python", "$(PY)", "$PYTHON", "/opt/venv/bin/python"}
+# Placeholders the docs write in usage lines: --flag=value, --trainer_flag=value, --name=value.
+PLACEHOLDER_FLAGS = {"flag", "trainer_flag", "name"}
+# Words in backticks that look like variables but are verdicts or placeholders.
+NOT_VARIABLES = {"PASS", "WARN", "FAIL", "OK", "UNKNOWN", "MISSING", "MISMATCH", "RESULT", "NAME", "ORG"}
+# Variables the docs name that belong to other programs: Docker's predefined build arguments.
+OTHERS_VARIABLES = {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"}
+
+# Flags of other programs that the docs show (the union check below knows only ours).
+OTHERS_FLAGS = {
+    "docker/podman": {"build-arg", "gpus", "ipc", "rm", "ulimit", "user", "privileged", "format", "name",
+                      "env", "network", "runtime"},
+    "md5sum": {"check", "ignore-missing"},
+    "pip": {"no-deps", "dry-run", "report"},
+    "hadolint": {"failure-threshold"},
+    "mmdebstrap": {"variant", "include"},
+    "torchrun": {"nnodes"},
+    "mlperf_logging": {"usage", "ruleset", "rcp-bert-train-samples"},
+    "the reference's do_gather.py": {"block_size"},
+}
+
+# Flags other helpers are adding on their branches at the same time (issue 27). Each entry is
+# (command, flag); remove it once that branch is merged (the test then checks the flag for real).
+PENDING_FLAGS = {
+}
+
+
+# ---- reading the docs -------------------------------------------------------------------------
+
+def _snippets(path, inline=True, blocks=True):
+    """(line number, text) of each shell snippet of a Markdown file: fenced blocks (no language,
+    sh, bash, shell, console), indented blocks, and inline code spans."""
+    out, fence, block, start, prev_blank = [], None, [], 0, True
+    lines = open(os.path.join(ROOT, path), encoding="utf-8").read().splitlines()
+    for n, line in enumerate(lines, 1):
+        m = re.match(r"^\s*```\s*(\S*)", line)
+        if fence is not None:
+            if m and not m.group(1):
+                if blocks and fence in ("", "sh", "bash", "shell", "console"):
+                    out.append((start, "\n".join(block)))
+                fence, block = None, []
+            else:
+                block.append(line)
+            continue
+        if m:
+            fence, block, start = m.group(1), [], n + 1
+            continue
+        if line.startswith("    ") and (prev_blank or block):
+            if not block:
+                start = n
+            block.append(line[4:])
+            continue
+        if block and blocks:
+            out.append((start, "\n".join(block)))
+        block = []
+        prev_blank = not line.strip()
+        if inline:
+            out += [(n, span) for span in re.findall(r"`([^`]+)`", line)]
+    if block and blocks:
+        out.append((start, "\n".join(block)))
+    return out
+
+
+def _logical_lines(text):
+    """Lines with backslash continuations joined."""
+    return text.replace("\\\n", " ").splitlines()
+
+
+def _split_commands(line):
+    """Token lists of the simple commands of one shell line (comments dropped)."""
+    try:
+        tokens = shlex.split(line, comments=True)
+    except ValueError:  # unbalanced quotes: prose in an inline span
+        return []
+    cmds, cur = [], []
+    for t in tokens:
+        if t in ("&&", "||", ";", "|", "&"):
+            cmds.append(cur)
+            cur = []
+        else:
+            cur.append(t.rstrip(";"))
+    return cmds + [cur]
+
+
+def _is_assignment(token):
+    return re.match(r"^[A-Z_][A-Z0-9_]*=", token) is not None
+
+
+def _flags(tokens):
+    """The --flag names among ``tokens`` (usage brackets stripped); stops at a shell redirection."""
+    names = []
+    for t in tokens:
+        t = t.strip("[]")
+        if t.startswith((">", "<", "2>")):
+            break
+        m = re.match(r"^--([A-Za-z][\w-]*)", t)
+        if m:
+            names.append(m.group(1))
+    return names
+
+
+def _recognise(tokens, env=()):
+    """Commands of ours in one simple command: a list of (kind, name, flags, env) with kind one of
+    module (``python -m mlperf_bert NAME``), script (a top-level script), launcher, bench, make."""
+    env = list(env)
+    i = 0
+    while i < len(tokens) and _is_assignment(tokens[i]):
+        env.append(tokens[i].split("=", 1)[0])
+        i += 1
+    tokens = tokens[i:]
+    if not tokens:
+        return []
+    head = tokens[0]
+    if head in ("docker", "podman") and "run" in tokens[1:2]:
+        docker_env = [tokens[k + 1].split("=", 1)[0] for k, t in enumerate(tokens[:-1]) if t == "-e"]
+        if IMAGE not in tokens:
+            return []
+        rest = tokens[tokens.index(IMAGE) + 1:]
+        if not rest or rest[0].lstrip("[").startswith("--"):
+            return [("launcher", "start_training.sh", _flags(rest), env + docker_env)]
+        return _recognise(rest, env + docker_env)
+    if head == "make":
+        return [("make", t, [], env) for t in tokens[1:] if not t.startswith("-") and "=" not in t]
+    if head in COMMANDS:  # the docs' shorthand `pack --input=...` for python -m mlperf_bert pack
+        return [("module", head, _flags(tokens[1:]), env)]
+    for k, t in enumerate(tokens):
+        if t in PYTHONS and tokens[k + 1:k + 3] and tokens[k + 1] == "-m":
+            if tokens[k + 2:k + 3] == ["mlperf_bert"]:
+                sub = tokens[k + 3] if len(tokens) > k + 3 else ""
+                return [("module", sub, _flags(tokens[k + 4:]), env)]
+            return []  # another module (pytest, pip, ...)
+        base = t[2:] if t.startswith("./") else t
+        if base in SCRIPTS:
+            return [("script", base, _flags(tokens[k + 1:]), env)]
+        if os.path.basename(t) in LAUNCHERS:
+            return [("launcher", os.path.basename(t), _flags(tokens[k + 1:]), env)]
+        if re.match(r"^(\./)?(bench|tests/container)/\w+\.py$", t):
+            return [("bench", t[2:] if t.startswith("./") else t, _flags(tokens[k + 1:]), env)]
+        if t in PYTHONS or t in ("flock", "/usr/bin/time", "time", "nice", "torchrun", "env", "exec") \
+                or t.startswith(("-", "/tmp/")) or _is_assignment(t):
+            continue  # wrappers and their arguments: look further
+        return []
+    return []
+
+
+def doc_commands(doc_files=DOCS):
+    """Every command of ours in the docs: (doc, line, kind, name, flags, env)."""
+    found = []
+    for doc in doc_files:
+        for line_no, text in _snippets(doc):
+            for line in _logical_lines(text):
+                for tokens in _split_commands(line):
+                    for kind, name, flags, env in _recognise(tokens):
+                        found.append((doc, line_no, kind, name, flags, env))
+    return found
+
+
+# ---- what the code accepts ---------------------------------------------------------------------
+
+def _capture_help(call):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            call()
+        except SystemExit as e:
+            assert e.code in (0, None), "--help exited %r" % e.code
+    return buf.getvalue()
+
+
+def _help_flags(text):
+    """Flag names in a --help text, absl (``--[no]name:``) or argparse style; booleans marked."""
+    flags, booleans = set(), set()
+    for m in re.finditer(r"--(\[no\])?([A-Za-z][\w-]*)", text):
+        flags.add(m.group(2))
+        if m.group(1):
+            booleans.add(m.group(2))
+    return flags, booleans
+
+
+@functools.lru_cache(maxsize=None)
+def module_help(name):
+    module = importlib.import_module("mlperf_bert." + COMMANDS[name][0])
+    return _capture_help(lambda: module.main(["mlperf_bert " + name, "--help"]))
+
+
+def _script_module(script):
+    src = open(os.path.join(ROOT, script), encoding="utf-8").read()
+    m = re.search(r"^from mlperf_bert\.([\w.]+) import main", src, re.M)
+    assert m, "%s: no `from mlperf_bert.X import main`" % script
+    return m.group(1)
+
+
+@functools.lru_cache(maxsize=None)
+def script_help(script):
+    module = importlib.import_module("mlperf_bert." + _script_module(script))
+    return _capture_help(lambda: module.main([script, "--help"]))
+
+
+@functools.lru_cache(maxsize=None)
+def bench_help(path):
+    """A bench script's --help; '' for one that takes no flags (it is then not run at all)."""
+    src = open(os.path.join(ROOT, path), encoding="utf-8").read()
+    if not re.search(r"argparse|DEFINE_", src):
+        return ""
+    saved, saved_path, saved_env = list(sys.argv), list(sys.path), dict(os.environ)
+    sys.argv = [path, "--help"]
+    try:  # a bench script may put its folder on sys.path: the other tests of this process must not see it
+        ns = runpy.run_path(os.path.join(ROOT, path), run_name="docs_help")
+        main = ns["main"]
+        takes_argv = bool(inspect.signature(main).parameters)
+        return _capture_help(lambda: main([path, "--help"]) if takes_argv else main())
+    finally:
+        sys.argv, sys.path[:] = saved, saved_path
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+@functools.lru_cache(maxsize=None)
+def launcher_help(script):
+    return subprocess.run(["bash", os.path.join(ROOT, script), "--help"], capture_output=True, text=True,
+                          check=True, cwd=ROOT, timeout=60).stdout
+
+
+@functools.lru_cache(maxsize=None)
+def accepted(kind, name):
+    """(flags, boolean flags) that command ``name`` of ``kind`` accepts."""
+    if kind == "module":
+        return _help_flags(module_help(name))
+    if kind == "script":
+        return _help_flags(script_help(name))
+    if kind == "bench":
+        return _help_flags(bench_help(name))
+    if kind == "launcher":
+        own, _ = _help_flags(launcher_help("train_model.sh"))
+        own = (own - {"trainer_flag"}) | {"help"}
+        if name == "start_training.sh":
+            # start_training.sh hands every argument to train_model.sh; its --help says so.
+            assert "passed to train_model.sh" in launcher_help(name)
+        trainer, booleans = accepted("script", "run_pretraining.py")
+        return own | trainer, booleans | {"dry_run"}
+    raise AssertionError(kind)
+
+
+def flag_known(kind, name, flag):
+    flags, booleans = accepted(kind, name)
+    if flag in flags or flag in ("help", "helpfull"):
+        return True
+    return flag.startswith("no") and flag[2:] in booleans
+
+
+def _code(path):
+    """A script's text without its comment lines (a variable named in a comment is not read)."""
+    text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def read_by(paths, var):
+    """Whether a file of ``paths`` reads ``var``: ``$VAR``/``${VAR...}`` in shell, Dockerfile and
+    Makefile (also ``ARG``/``ENV VAR`` and ``$(VAR)``), the string ``"VAR"`` in Python."""
+    v = re.escape(var)
+    patterns = {".py": r"[\"']%s[\"']" % v,
+                "Dockerfile": r"\$\{?%s\b|^\s*(ARG\s+|ENV\s+)?%s=|^ARG\s+%s$" % (v, v, v),
+                "Makefile": r"\$[({]%s[)}]|^%s\s*[:?+]?=" % (v, v)}
+    for path in paths:
+        kind = ".py" if path.endswith(".py") else os.path.basename(path)
+        if re.search(patterns.get(kind, r"\$\{?%s\b" % v), _code(path), re.M):
+            return True
+    return False
+
+
+def make_targets():
+    text = open(os.path.join(ROOT, "Makefile"), encoding="utf-8").read()
+    return set(re.findall(r"^([\w-]+):", text, re.M))
+
+
+def problems(found):
+    """One line per statement of the docs that the code contradicts."""
+    out = []
+    targets = make_targets()
+    for doc, line, kind, name, flags, env in found:
+        where = "%s:%d" % (doc, line)
+        if kind == "make":
+            if name not in targets:
+                out.append("%s: make %s: no such target in the Makefile" % (where, name))
+            if name == "container-test":
+                out += ["%s: %s=...: tests/container/check_image.py does not read it" % (where, v)
+                        for v in env if not read_by(["tests/container/check_image.py"], v)]
+            continue
+        if kind == "module" and name not in COMMANDS:
+            if not name.startswith("<"):
+                out.append("%s: python -m mlperf_bert %s: no such command" % (where, name))
+            continue
+        if kind == "bench" and not os.path.exists(os.path.join(ROOT, name)):
+            out.append("%s: %s does not exist" % (where, name))
+            continue
+        for flag in flags:
+            if flag in PLACEHOLDER_FLAGS or (name, flag) in PENDING_FLAGS:
+                continue
+            if not flag_known(kind, name, flag):
+                out.append("%s: %s has no flag --%s (see its --help)" % (where, name, flag))
+        if kind == "launcher":
+            out += ["%s: %s=...: %s does not read it" % (where, v, "/".join(LAUNCHER_FILES))
+                    for v in env if not read_by(LAUNCHER_FILES, v)]
+    return out
+
+
+# ---- the tests ---------------------------------------------------------------------------------
+
+def test_every_documented_command_and_flag_exists():
+    found = doc_commands()
+    kinds = {k for _, _, k, _, _, _ in found}
+    # The docs show all of these; finding fewer means the reader above broke, not the docs.
+    assert kinds == {"module", "script", "launcher", "bench", "make"}, kinds
+    assert len(found) > 100 and sum(len(f[4]) for f in found) > 120, len(found)
+    bad = problems(found)
+    assert not bad, "\n".join(bad)
+
+
+def test_a_wrong_flag_or_command_in_the_docs_is_reported(tmp_path):
+    doc = tmp_path / "bad.md"
+    doc.write_text("Text `python -m mlperf_bert verify --workers=2 --worker=2 DIR`.\n\n"
+                   "```sh\nDATA_DIR=d NO_SUCH_VAR=1 ./start_training.sh --preset=demo_cpu \\\n"
+                   "  --train_batch_size=8 --nodo_eval --nolearning_rate=1 --no_such_flag=3\n"
+                   "python -m mlperf_bert no-such-command --x=1\nmake demo no-such-target\n```\n\n"
+                   "    .venv/bin/python create_pretraining_data.py --input_file=a --block_size=3\n")
+    found = doc_commands([str(doc)])
+    assert [p.split(": ", 1)[1] for p in problems(found)] == [
+        "verify has no flag --worker (see its --help)",
+        "start_training.sh has no flag --nolearning_rate (see its --help)",
+        "start_training.sh has no flag --no_such_flag (see its --help)",
+        "NO_SUCH_VAR=...: train_model.sh/start_training.sh/docker-entrypoint.sh does not read it",
+        "python -m mlperf_bert no-such-command: no such command",
+        "make no-such-target: no such target in the Makefile",
+        "create_pretraining_data.py has no flag --block_size (see its --help)",
+    ]
+
+
+def test_every_variable_the_docs_name_is_read_somewhere():
+    """A backticked ``NAME`` or ``NAME=value`` (alone, or assignments before a command) in
+    README.md or docs/running.md is an environment variable, build argument or image setting that
+    some file of ours reads or sets."""
+    readers = list(LAUNCHER_FILES) + ["Dockerfile", "Makefile", "tests/container/check_image.py"] \
+        + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "mlperf_bert", "**", "*.py"),
+                                                             recursive=True))
+    missing = []
+    for doc in ("README.md", "docs/running.md"):
+        for _, span in _snippets(doc, blocks=False):
+            words = span.split()
+            names = [w.split("=", 1)[0] for w in words if _is_assignment(w)] if len(words) > 1 else words
+            for var in names:
+                if not re.match(r"^[A-Z][A-Z0-9_]*[A-Z0-9](=.*)?$", var):
+                    continue
+                var = var.split("=", 1)[0]
+                if var in NOT_VARIABLES | OTHERS_VARIABLES or var.startswith("SLURM_"):
+                    continue
+                if not read_by(readers, var):
+                    missing.append("%s: %s" % (doc, var))
+    assert not missing, "\n".join(sorted(set(missing)))
+
+
+def test_the_launchers_environment_list_is_what_they_read():
+    """running.md's "Environment (defaults)" list names only variables the launchers read."""
+    text = open(os.path.join(ROOT, "docs", "running.md"), encoding="utf-8").read()
+    para = text[text.index("Environment (defaults):"):]
+    para = para[:para.index("\n\n")]
+    names = re.findall(r"`([A-Z][A-Z0-9_]+)`", para)
+    assert len(names) > 15
+    assert [v for v in names if not read_by(LAUNCHER_FILES, v)] == []
+    assert not read_by(LAUNCHER_FILES, "CLEAR_CACHES")  # the name running.md once gave DROP_CACHES
+
+
+def test_every_flag_the_docs_name_is_a_flag_of_ours_or_of_the_program_named():
+    """Flags in prose (`--check_data=full`, `--noshuffle`) are not tied to a command line: each
+    must be a flag of some command of ours, or of another program the docs show (OTHERS_FLAGS)."""
+    ours = set(PLACEHOLDER_FLAGS)
+    for name in COMMANDS:
+        ours |= accepted("module", name)[0]
+    for script in SCRIPTS:
+        ours |= accepted("script", script)[0]
+    ours |= accepted("launcher", "train_model.sh")[0]
+    for path in glob.glob(os.path.join(ROOT, "bench", "*.py")) + [os.path.join(ROOT, "tests", "container",
+                                                                                 "check_image.py")]:
+        ours |= accepted("bench", os.path.relpath(path, ROOT))[0]
+    others = set().union(*OTHERS_FLAGS.values())
+    unknown, seen = [], 0
+    for doc in DOCS:
+        for line, text in _snippets(doc):
+            for m in re.finditer(r"(?<![\w-])--(?:\[no\])?([A-Za-z][\w-]*)", text):
+                flag, seen = m.group(1), seen + 1
+                if not ({flag, flag[2:] if flag.startswith("no") else flag} & (ours | others)) \
+                        and not any(flag == f for _, f in PENDING_FLAGS):
+                    unknown.append("%s:%d: --%s" % (doc, line, flag))
+    assert seen > 300
+    assert not unknown, "\n".join(unknown)
+
+
+def _results_table():
+    """{name: (bytes, md5)} of results/, checkpoint files under tf1_ckpt/ or tf2_ckpt/."""
+    table = {}
+    for path in glob.glob(os.path.join(ROOT, "results", "*_md5.txt")):
+        kind = "tf2" if "tf2" in path else "tf1" if "tf1" in path else ""
+        sizes = dict(reversed(line.split()) for line in open(path.replace("_md5.txt", "_sizes.txt")))
+        for line in open(path, encoding="utf-8"):
+            md5, name = line.split()
+            key = "%s_ckpt/%s" % (kind, name) if name.startswith("model.ckpt") else name
+            table[key] = (int(sizes[name]), md5)
+    return table
+
+
+def test_dataset_md_lists_the_sizes_and_md5s_of_results():
+    text = open(os.path.join(ROOT, "docs", "dataset.md"), encoding="utf-8").read()
+    rows = re.findall(r"^\| `([^`]+)`[^|]* \| ([\d,]+) \| ([0-9a-f]{32}) \|$", text, re.M)
+    assert {name: (int(size.replace(",", "")), md5) for name, size, md5 in rows} == _results_table()
+
+
+if __name__ == "__main__":
+    for p in problems(doc_commands()):
+        print(p)

@@ -531,8 +531,9 @@ def test_rerun_of_a_finished_run_says_so_and_changes_nothing(files, uninterrupte
 def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_path, change, message):
     out = tmp_path / "run"
     out.mkdir()
-    ckpt = os.path.join(uninterrupted[0], "model.ckpt-18.pt")
-    (out / "model.ckpt-18.pt").write_bytes(open(ckpt, "rb").read())  # a run stopped at step 18
+    for name in ("model.ckpt-18.pt", "mlperf.log"):  # a run stopped at step 18
+        (out / name).write_bytes(open(os.path.join(uninterrupted[0], name), "rb").read())
+    log = (out / "mlperf.log").read_bytes()
     if change.get("input_file") == "other":
         change["input_file"] = str(tmp_path / "copy.tfrecord")
         with open(change["input_file"], "wb") as f:
@@ -540,7 +541,8 @@ def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_p
     with pytest.raises(UserError, match=message) as e:
         training.main(flags_for(files, str(out), **change))
     assert "\n" not in str(e.value) and "another --output_dir" in str(e.value)
-    assert sorted(os.listdir(out)) == ["model.ckpt-18.pt"]  # nothing written, not even the log
+    assert sorted(os.listdir(out)) == ["mlperf.log", "model.ckpt-18.pt"]  # nothing written
+    assert (out / "mlperf.log").read_bytes() == log
     assert training.main(flags_for(files, str(out), num_train_steps=30)) == 0  # the same flags resume
 
 
@@ -619,3 +621,276 @@ def test_compile_trains_as_eager(files, tmp_path):
     assert a.keys() == b.keys()
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst < 1e-4, worst
+
+
+# ---------------------------------------------------------------- start checks, MLPerf log, resume
+
+def _records(path):
+    return [json.loads(l.split(":::MLLOG ", 1)[1]) for l in open(path) if ":::MLLOG " in l]
+
+
+def _check_log(path, aborted=False):
+    """check-log's verdicts (an aborted run fails only its stop_at_target rule): 0 when all pass."""
+    from mlperf_bert.harness import compliance
+    results = compliance.check_log(path, official=False)
+    return [r for r in results if r.level != "PASS" and not (aborted and r.rule == "stop_at_target")]
+
+
+LOGGED = dict(eval_frequency=16, log_frequency=2, steps_per_update=1, num_train_steps=20,
+              save_checkpoints_steps=3, target_mlm_accuracy=1.0)
+
+
+@pytest.fixture(scope="module")
+def logged_run(files, tmp_path_factory):
+    """An uninterrupted run with evals and a train_loss line every 2 steps: the log a stopped and
+    resumed run must end with."""
+    out = str(tmp_path_factory.mktemp("logged"))
+    assert training.main(flags_for(files, out, eval_input_file=files["eval"], **LOGGED)) == 0
+    return out
+
+
+def _same_log(got, want):
+    """The same lines but for wall-clock times and throughput."""
+    def strip(r):
+        meta = {k: v for k, v in r["metadata"].items() if k != "seq_per_s"}
+        return r["key"], r["event_type"], r["value"], meta
+    a, b = _records(got), _records(want)
+    assert [strip(r) for r in a] == [strip(r) for r in b]
+
+
+@pytest.mark.parametrize("what", ["input_file", "eval", "config", "text"])
+def test_mlperf_log_on_an_input_or_another_file_is_refused_and_the_file_untouched(files, tmp_path, what):
+    target = {"input_file": files["train"], "eval": files["eval"], "config": files["config"]}.get(what)
+    if what == "text":
+        target = str(tmp_path / "notes.txt")
+        with open(target, "w") as f:
+            f.write("my notes\n")
+    before = open(target, "rb").read()
+    out = str(tmp_path / "out")
+    with pytest.raises(UserError, match="--mlperf_log %s (is the|exists and is not an MLPerf log)" % target) as e:
+        training.main(flags_for(files, out, eval_input_file=files["eval"], mlperf_log=target))
+    assert "\n" not in str(e.value)
+    assert open(target, "rb").read() == before and _no_checkpoints(out)
+
+
+def test_a_refused_start_leaves_no_log_and_the_corrected_run_passes_check_log(files, uninterrupted, tmp_path):
+    out = str(tmp_path / "out")
+    kw = dict(eval_input_file=files["eval"], eval_frequency=16, steps_per_update=1, num_train_steps=8,
+              target_mlm_accuracy=0.0)
+    cut = str(tmp_path / "cut.pt")
+    good = os.path.join(uninterrupted[0], "model.ckpt-30.pt")
+    with open(good, "rb") as f, open(cut, "wb") as g:
+        g.write(f.read()[:5000])
+    for init, message in ((str(tmp_path / "missing.pt"), "missing.pt not found"),
+                          (cut, "cut.pt is truncated or not a PyTorch")):
+        with pytest.raises(UserError, match=message):
+            training.main(flags_for(files, out, init_checkpoint=init, **kw))
+        assert not os.path.exists(os.path.join(out, "mlperf.log")) and _no_checkpoints(out)
+    assert training.main(flags_for(files, out, init_checkpoint=good, **kw)) == 0
+    keys = [r["key"] for r in _records(os.path.join(out, "mlperf.log"))]
+    assert keys.count("init_start") == 1 and keys.count("seed") == 1
+    assert _check_log(os.path.join(out, "mlperf.log")) == []
+
+
+def test_a_full_disk_at_a_log_line_stops_the_run_and_the_rerun_ends_with_the_whole_log(
+        files, logged_run, tmp_path, monkeypatch):
+    import errno
+    from mlperf_bert.harness import mlperf_log
+    out = str(tmp_path / "run")
+    argv = flags_for(files, out, eval_input_file=files["eval"], **LOGGED)
+    room = [os.path.getsize(os.path.join(logged_run, "mlperf.log")) * 2 // 3]
+
+    class FullDisk:  # the kernel's behaviour: a short write, then ENOSPC
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def write(self, fd, data):
+            if room[0] <= 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            n = os.write(fd, data[:room[0]])
+            room[0] -= n
+            return n
+    monkeypatch.setattr(mlperf_log, "os", FullDisk())
+    with pytest.raises(UserError, match=r"cannot write .*mlperf\.log: no space left on device.*"
+                                        r"checkpoints it wrote are kept") as e:
+        training.main(argv)
+    assert "\n" not in str(e.value)
+    assert not os.path.exists(os.path.join(out, "run_finished.json"))
+    kept = [n for n in os.listdir(out) if n.endswith(".pt")]
+    assert kept and "model.ckpt-20.pt" not in kept
+    monkeypatch.setattr(mlperf_log, "os", os)  # space freed: the same command goes on
+    assert training.main(argv) == 0
+    _same_log(os.path.join(out, "mlperf.log"), os.path.join(logged_run, "mlperf.log"))
+    keys = [r["key"] for r in _records(os.path.join(out, "mlperf.log"))]
+    assert keys.count("train_loss") == 10 and keys.count("block_start") == keys.count("block_stop") == 5
+    assert _check_log(os.path.join(out, "mlperf.log"), aborted=True) == []
+    assert_bit_identical(os.path.join(logged_run, "model.ckpt-20.pt"), os.path.join(out, "model.ckpt-20.pt"))
+
+
+def test_a_resume_cuts_the_log_back_to_its_checkpoint_or_refuses_a_log_that_changed(files, logged_run, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    log = open(os.path.join(logged_run, "mlperf.log"), "rb").read()
+    (out / "model.ckpt-9.pt").write_bytes(open(os.path.join(logged_run, "model.ckpt-9.pt"), "rb").read())
+    argv = flags_for(files, str(out), eval_input_file=files["eval"], **LOGGED)
+    (out / "mlperf.log").write_bytes(log.replace(b'"key": "seed"', b'"key": "Seed"'))  # edited
+    with pytest.raises(UserError, match="mlperf.log does not begin with the .* model.ckpt-9.pt recorded") as e:
+        training.main(argv)
+    assert "\n" not in str(e.value)
+    (out / "mlperf.log").write_bytes(log)  # the whole log of the finished run: cut back to step 9
+    assert training.main(argv) == 0
+    _same_log(str(out / "mlperf.log"), os.path.join(logged_run, "mlperf.log"))
+
+
+def test_resume_with_another_init_checkpoint_is_refused(files, uninterrupted, tmp_path):
+    init = str(tmp_path / "init.pt")
+    with open(init, "wb") as f:
+        f.write(open(os.path.join(uninterrupted[0], "model.ckpt-30.pt"), "rb").read())
+    full = str(tmp_path / "full")
+    kw = dict(init_checkpoint=init, num_train_steps=6)
+    assert training.main(flags_for(files, full, **kw)) == 0
+    out = tmp_path / "run"
+    out.mkdir()
+    for name in ("model.ckpt-3.pt", "mlperf.log"):  # a run stopped at step 3
+        (out / name).write_bytes(open(os.path.join(full, name), "rb").read())
+    other = str(tmp_path / "other.pt")
+    with open(other, "wb") as f:
+        f.write(open(os.path.join(uninterrupted[0], "model.ckpt-27.pt"), "rb").read())
+    with pytest.raises(UserError, match=r"--init_checkpoint \(its path, size or content\) differs from the run"):
+        training.main(flags_for(files, str(out), **dict(kw, init_checkpoint=other)))
+    with open(init, "wb") as f:  # the same path, other weights
+        f.write(open(other, "rb").read())
+    with pytest.raises(UserError, match=r"--init_checkpoint \(its path, size or content\) differs"):
+        training.main(flags_for(files, str(out), **kw))
+    assert sorted(os.listdir(out)) == ["mlperf.log", "model.ckpt-3.pt"]
+
+
+def test_a_finished_run_rerun_with_other_flags_is_refused_naming_them(files, uninterrupted):
+    out, _ = uninterrupted
+    before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    with pytest.raises(UserError, match=r"already finished .* other settings .*--learning_rate=0.02 \(was 0.01\); "
+                                        r"--seed=8 \(was 7\)") as e:
+        training.main(flags_for(files, out, learning_rate=2e-2, seed=8))
+    assert "\n" not in str(e.value) and "nothing to do" not in str(e.value)
+    assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
+
+
+def test_save_checkpoints_steps_0_checkpoints_at_the_end_and_on_sigterm_only(files, uninterrupted, tmp_path,
+                                                                             monkeypatch):
+    out = str(tmp_path / "run")
+    argv = flags_for(files, out, save_checkpoints_steps=0)
+    real_step = training.Trainer.step
+
+    def step(self, batch, global_step):  # SIGTERM arrives during micro-step 7
+        if global_step == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(self, batch, global_step)
+    monkeypatch.setattr(training.Trainer, "step", step)
+    assert training.main(argv) == 143
+    assert sorted(n for n in os.listdir(out) if ".pt" in n) == ["model.ckpt-7.pt"]  # mid-update (one process)
+    monkeypatch.setattr(training.Trainer, "step", real_step)
+    assert training.main(argv) == 0
+    assert sorted(n for n in os.listdir(out) if ".pt" in n) == ["model.ckpt-30.pt", "model.ckpt-7.pt"]
+    assert_bit_identical(os.path.join(uninterrupted[0], "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
+
+
+def _truncated_tf_checkpoint(uninterrupted, tmp_path):
+    from mlperf_bert.trainer import tf_checkpoint
+    prefix = str(tmp_path / "tf" / "model.ckpt-30")
+    os.makedirs(os.path.dirname(prefix))
+    tf_checkpoint.save_tf_checkpoint(weights(os.path.join(uninterrupted[0], "model.ckpt-30.pt"))[0], prefix)
+    data = prefix + ".data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    return prefix
+
+
+def test_truncated_tf_checkpoint_is_one_line_in_convert_eval_and_init(files, uninterrupted, tmp_path):
+    from mlperf_bert.trainer import checkpoint_convert
+    prefix = _truncated_tf_checkpoint(uninterrupted, tmp_path)
+    message = r"TF checkpoint .*model.ckpt-30 .*truncated or damaged; copy the checkpoint's .index and .data"
+    out = str(tmp_path / "out")
+    calls = [
+        lambda: checkpoint_convert.main(["convert_checkpoint.py", "--bert_config_file=" + files["config"],
+                                         "--input=" + prefix, "--output=" + str(tmp_path / "x.pt")]),
+        lambda: training.main(["run_pretraining.py", "--bert_config_file=" + files["config"], "--do_eval",
+                               "--input_file=" + files["eval"], "--output_dir=" + out, "--init_checkpoint=" + prefix,
+                               "--max_eval_steps=2", "--num_workers=0"]),
+        lambda: training.main(flags_for(files, out, init_checkpoint=prefix, eval_input_file=files["eval"])),
+    ]
+    for call in calls:
+        with pytest.raises(UserError, match=message) as e:
+            call()
+        assert "\n" not in str(e.value)
+    assert not os.path.exists(str(tmp_path / "x.pt")) and not os.path.exists(os.path.join(out, "mlperf.log"))
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"optimizer": "adamw"}, "closed trains BERT with LAMB, not --optimizer=adamw"),
+    ({"poly_power": 2.0}, r"closed decays the learning rate linearly \(poly power 1.0\), not --poly_power=2.0"),
+    ({"eval_input_file": None}, "closed evaluates on the 10,000-sample eval set while training: give --eval_input_file"),
+    ({}, "closed evaluates on the 10,000 samples of eval_10k, --eval_input_file .*eval.tfrecord has 40: "
+         "give eval_10k"),
+])
+def test_closed_division_refuses_at_start_what_the_rules_decide(files, tmp_path, change, message):
+    out = str(tmp_path / "out")
+    kw = dict(dict(submission_division="closed", eval_input_file=files["eval"]), **change)
+    with pytest.raises(UserError, match=message) as e:
+        training.main(flags_for(files, out, **kw))
+    assert "\n" not in str(e.value) and "--submission_division=open" in str(e.value)
+    assert not os.path.exists(os.path.join(out, "mlperf.log")) and _no_checkpoints(out)
+
+
+def test_closed_division_hyperparameters_of_published_runs_are_accepted(files, tmp_path, capsys):
+    """Closed runs accepted by MLCommons at a global batch with an RCP used other hyperparameters
+    than the RCP's (the RCP check compares convergence): a warning naming the entry, not a refusal."""
+    import gzip
+    eval_10k = str(tmp_path / "eval_10k.tfrecord")
+    recs = list(tfrecord.read_records(files["eval"]))
+    tfrecord.write_records(eval_10k, (recs * 250)[:10000])
+    seen = {}
+    for name in sorted(os.listdir(os.path.join(ROOT, "tests", "data", "mlperf_logs"))):
+        with gzip.open(os.path.join(ROOT, "tests", "data", "mlperf_logs", name), "rt") as f:
+            hp = {}
+            for line in f:
+                if ":::MLLOG" in line:
+                    r = json.loads(line.split(":::MLLOG", 1)[1])
+                    hp.setdefault(r["key"], r["value"])
+        if hp.get("submission_division") != "closed" or "opt_lamb_beta_1" not in hp:
+            continue
+        import math
+        n = hp.get("gradient_accumulation_steps", 1)
+        fv = training.define_flags()
+        fv(flags_for(files, str(tmp_path / "o"), submission_division="closed", eval_input_file=eval_10k,
+                     train_batch_size=hp["global_batch_size"] // n, steps_per_update=n,
+                     learning_rate=hp["opt_base_learning_rate"], lamb_beta_1=hp["opt_lamb_beta_1"],
+                     lamb_beta_2=hp["opt_lamb_beta_2"], lamb_weight_decay_rate=hp["opt_lamb_weight_decay_rate"],
+                     log_epsilon=math.log10(hp["opt_lamb_epsilon"]),
+                     num_train_steps=int(hp["opt_learning_rate_training_steps"] * n),
+                     num_warmup_steps=int(hp["num_warmup_steps"] * n), start_warmup_step=int(hp["start_warmup_step"] * n)))
+        training._check_flags(fv)
+        training._check_closed_data(fv, [eval_10k], hp["global_batch_size"], 0)  # no refusal
+        seen[name] = (hp["global_batch_size"], capsys.readouterr().err)
+    assert len(seen) >= 8
+    warned = {b: err for b, err in seen.values() if err}
+    assert 4608 in warned and "reference convergence point bert_ref_4608" in warned[4608]
+    assert "opt_base_learning_rate 0.00258 (RCP 0.0035)" in warned[4608] and "--preset=rcp_4608" in warned[4608]
+    assert all(b in (256, 448, 1536, 3072, 4096, 4608, 6144, 6912, 8192, 8704, 12288, 13056, 16384) for b in warned)
+
+
+def test_a_log_outside_output_dir_is_emptied_only_by_the_run_that_wrote_it(files, tmp_path):
+    log = str(tmp_path / "logs" / "mlperf.log")
+    os.makedirs(os.path.dirname(log))
+    first = str(tmp_path / "first")
+    kw = dict(mlperf_log=log, num_train_steps=4, save_checkpoints_steps=0)
+    assert training.main(flags_for(files, first, **kw)) == 0
+    before = open(log, "rb").read()
+    with pytest.raises(UserError, match="--mlperf_log .*logs/mlperf.log holds an MLPerf log that no run in "
+                                        "--output_dir .*second wrote: it was left as it is") as e:
+        training.main(flags_for(files, str(tmp_path / "second"), **kw))
+    assert "\n" not in str(e.value) and open(log, "rb").read() == before
+    for name in os.listdir(first):  # the first run killed before its first checkpoint: it starts over
+        if name.endswith(".pt") or name == "run_finished.json":
+            os.remove(os.path.join(first, name))
+    assert training.main(flags_for(files, first, **kw)) == 0
+    assert [r["key"] for r in _records(log)].count("init_start") == 1

@@ -1,11 +1,18 @@
 """MLPerf logging through ``mlperf_logging.mllog``: one logger per run, only rank 0 writes.
 
-Each run gets its own ``logging.Logger`` with a file handler (not the package's global
-logger), so several runs in one process (tests) never write into each other's files.
+Each run gets its own ``logging.Logger`` (not the package's global logger), so several runs in
+one process (tests) never write into each other's files. Lines are held in memory until
+``open`` (the trainer opens the file only once every start check has passed, so a refused start
+leaves no log), then each is written with one ``write`` as it comes. The writer keeps the file's
+length and sha256: a checkpoint records them (``mark``), and a resume cuts the log back to that
+point (``open(position, digest)``), so a resumed log is the one an uninterrupted run writes.
+A failed write (disk full) is a UserError naming the file, raised by the call that logged.
 """
 import functools
+import hashlib
 import itertools
 import logging
+import os
 
 from mlperf_logging.mllog.mllog import MLLogger
 from mlperf_logging.mllog import constants as C
@@ -13,6 +20,7 @@ from mlperf_logging.mllog import constants as C
 from mlperf_bert.errors import UserError
 
 _ids = itertools.count()
+MARK = b":::MLLOG "
 
 
 def eval_frequency(global_batch_size):
@@ -20,53 +28,147 @@ def eval_frequency(global_batch_size):
     return int(0.05 * (230.23 * global_batch_size + 3000000) / 25000) * 25000
 
 
-class MLPerfLog:
-    """``event``/``start``/``end`` write ``:::MLLOG`` lines to ``path`` on rank 0; no-ops elsewhere."""
+def is_mlperf_log(path):
+    """Whether ``path`` is empty or starts with an ``:::MLLOG`` line (what this writer writes)."""
+    with open(path, "rb") as f:
+        head = f.read(len(MARK))
+    return head == b"" or head == MARK
 
-    def __init__(self, path, rank=0, echo=False):
-        self.enabled = rank == 0 and (path is not None or echo)
-        self._handlers = []
+
+def check_prefix(path, position, digest, what):
+    """Refuse (one line) unless ``path``'s first ``position`` bytes have sha256 ``digest``."""
+    sha = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            left = position
+            while left:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                sha.update(chunk)
+                left -= len(chunk)
+    except FileNotFoundError:
+        left = position
+    if left or sha.hexdigest() != digest:
+        raise UserError("MLPerf log %s does not begin with the %d bytes %s recorded (%s): restore that "
+                        "log, or use another --output_dir for a new run"
+                        % (path, position, what, "it is shorter" if left else "its content differs"))
+    return sha
+
+
+class _Handler(logging.Handler):
+    def __init__(self, log):
+        super().__init__()
+        self._log = log
+
+    def emit(self, record):
+        self._log._write(self.format(record) + "\n")
+
+
+class MLPerfLog:
+    """``event``/``start``/``end`` log ``:::MLLOG`` lines on rank 0; no-ops elsewhere."""
+
+    def __init__(self, path, rank=0, held=False):
+        """``held``: keep the lines in memory until ``open``; else open ``path`` now (appending)."""
+        self.path = path
+        self.enabled = rank == 0 and path is not None
+        self._fd, self._pending, self._error = None, [], None
+        self._size, self._sha = 0, hashlib.sha256()
         self._mllogger = None
         if not self.enabled:
             return
         logger = logging.getLogger("mlperf_bert.mllog.%d" % next(_ids))
         logger.propagate = False
         logger.setLevel(logging.INFO)
-        if path is not None:
-            try:
-                h = logging.FileHandler(path, mode="a", encoding="utf-8")
-            except OSError as e:
-                raise UserError("cannot write MLPerf log %s: %s (choose a writable --mlperf_log)"
-                                % (path, e.strerror))
-            self._handlers.append(h)
-        if echo:
-            import sys
-            self._handlers.append(logging.StreamHandler(sys.stdout))
-        for h in self._handlers:
-            logger.addHandler(h)
+        self._handler = _Handler(self)
+        logger.addHandler(self._handler)
         self._logger = logger
         self._mllogger = MLLogger(logger=logger, default_stack_offset=2)
+        if not held:
+            self.open(append=True)
+
+    def open(self, position=0, digest=None, what="the checkpoint", append=False):
+        """Open the file, cut to ``position`` bytes whose sha256 must be ``digest`` (0: emptied;
+        ``append``: kept whole), and write the lines held so far."""
+        if not self.enabled or self._fd is not None:
+            return
+        try:
+            if append:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+                with open(self.path, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        self._sha.update(chunk)
+                        position += len(chunk)
+            else:
+                self._sha = (check_prefix(self.path, position, digest, what) if position
+                             else hashlib.sha256())
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                os.ftruncate(fd, position)
+                os.lseek(fd, position, os.SEEK_SET)
+        except OSError as e:
+            raise UserError("cannot write MLPerf log %s: %s (choose a writable --mlperf_log)"
+                            % (self.path, e.strerror))
+        self._fd, self._size = fd, position
+        pending, self._pending = self._pending, []
+        for line in pending:
+            self._write(line)
+        self._check()
+
+    def mark(self):
+        """(bytes written, their sha256): where a resume from this moment cuts the log."""
+        return self._size, self._sha.hexdigest()
+
+    def _write(self, line):
+        if self._error is not None:
+            return
+        if self._fd is None:
+            self._pending.append(line)
+            return
+        data = line.encode("utf-8")
+        try:
+            while data:
+                n = os.write(self._fd, data)
+                self._sha.update(data[:n])
+                self._size += n
+                data = data[n:]
+        except OSError as e:
+            self._error = e  # mllog catches what a handler raises: raised by _check instead
+
+    def _check(self):
+        if self._error is None:
+            return
+        from mlperf_bert.fileio import WRITE_ERRNOS, write_error
+        e = self._error
+        left = "the run stopped; the checkpoints it wrote are kept"
+        if e.errno in WRITE_ERRNOS:
+            raise write_error(self.path, e, left=left)
+        raise UserError("cannot write MLPerf log %s: %s; %s: fix that, then rerun the same command"
+                        % (self.path, e.strerror, left))
 
     def event(self, key, value=None, metadata=None, depth=0):
         """``depth``: frames between the caller named in the metadata and this method."""
         if self._mllogger:
             self._mllogger.event(key=key, value=value, metadata=metadata, stack_offset=2 + depth)
+            self._check()
 
     def start(self, key, value=None, metadata=None):
         if self._mllogger:
             self._mllogger.start(key=key, value=value, metadata=metadata)
+            self._check()
 
     def end(self, key, value=None, metadata=None):
         if self._mllogger:
             self._mllogger.end(key=key, value=value, metadata=metadata)
+            self._check()
 
     def close(self):
-        for h in self._handlers:
-            h.flush()
-            h.close()
-            self._logger.removeHandler(h)
-        self._handlers = []
+        if self._mllogger:
+            self._logger.removeHandler(self._handler)
         self._mllogger = None
+        self._pending = []
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def submission(self, division, org, platform, status="onprem"):
         event = functools.partial(self.event, depth=1)  # file/lineno of our caller, not of this file

@@ -30,6 +30,13 @@ def load_rcps():
         return {int(v["BS"]): v["Hyperparams"] for v in json.load(f).values()}
 
 
+def rcp_entry(batch_size):
+    """(name, hyperparameters) of the RCP of global batch ``batch_size``, or None."""
+    with open(rcp_file()) as f:
+        found = [(name, v["Hyperparams"]) for name, v in json.load(f).items() if int(v["BS"]) == batch_size]
+    return found[0] if found else None
+
+
 def accumulation(batch_size, world, max_per_gpu):
     """The smallest n with batch_size = world x per-GPU batch x n and per-GPU batch <= max_per_gpu."""
     for n in range(1, batch_size + 1):

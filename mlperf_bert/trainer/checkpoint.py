@@ -21,6 +21,7 @@ from mlperf_bert.fileio import atomic_open, atomic_save
 
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
 FINISHED = "run_finished.json"
+LOG_OWNER = "mlperf_log_path.json"
 # Flags that define a run: a resume with another value would mix two runs in one output_dir.
 RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate", "poly_power",
              "num_train_steps", "num_warmup_steps", "start_warmup_step", "lamb_weight_decay_rate",
@@ -105,25 +106,56 @@ def load_on_every_rank(path, rank, device, check):
     return out
 
 
-def run_identity(fv, seed, train_files, eval_files):
-    """What a resumed run must share with the checkpoint: defining flags, seed, data files."""
+def run_identity(fv, seed, train_files, eval_files, init_checkpoint=None):
+    """What a resumed run must share with the checkpoint: defining flags, seed, data files and the
+    initial checkpoint (``tf_checkpoint.fingerprint``: path, bytes, digest)."""
     files = lambda paths: [[os.path.abspath(p), os.path.getsize(p)] for p in paths or []]  # noqa: E731
     ident = {name: fv[name].value for name in RUN_FLAGS}
-    ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files))
+    ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
+                 init_checkpoint=init_checkpoint)
     return ident
+
+
+_FILES = {"input_file": "the training files (names or sizes)", "eval_input_file": "the eval files (names or sizes)",
+          "init_checkpoint": "--init_checkpoint (its path, size or content)"}
+
+
+def differences(saved, ident):
+    """The entries of ``ident`` that ``saved`` (an older identity) has with another value, as
+    ``--flag=now (was then)`` or a description of the files that changed."""
+    out = []
+    for name, value in ident.items():
+        if name in saved and saved[name] != value:
+            out.append(_FILES.get(name) or "--%s=%s (was %s)" % (name, value, saved[name]))
+    return out
 
 
 def check_same_run(saved, ident, ckpt_path):
     """Refuse a resume whose defining flags or data differ from the checkpoint's, in one line."""
     for name, value in ident.items():
         if name in saved and saved[name] != value:
-            what = {"input_file": "the training files (names or sizes)",
-                    "eval_input_file": "the eval files (names or sizes)"}.get(name)
+            what = _FILES.get(name)
             raise UserError("%s differs from the run being resumed in %s (%s): rerun with the same value, "
                             "or use another --output_dir for a new run"
                             % (what or "--%s=%s" % (name, value), os.path.dirname(ckpt_path),
                                "checkpoint %s" % os.path.basename(ckpt_path) if what
                                else "it has %s" % (saved[name],)))
+
+
+def write_log_owner(output_dir, log_path):
+    """Record that this output_dir's run writes ``log_path``: its restart before the first
+    checkpoint may empty that log (an MLPerf log outside output_dir is otherwise left alone)."""
+    with atomic_open(os.path.join(output_dir, LOG_OWNER), "w", encoding="utf-8") as f:
+        json.dump({"mlperf_log": os.path.abspath(log_path)}, f)
+
+
+def read_log_owner(output_dir):
+    """The MLPerf log path this output_dir's run writes, or None."""
+    try:
+        with open(os.path.join(output_dir, LOG_OWNER), encoding="utf-8") as f:
+            return json.load(f).get("mlperf_log")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def read_finished(output_dir):
@@ -138,7 +170,8 @@ def read_finished(output_dir):
         raise UserError("cannot read %s (%s): delete it to resume the run" % (path, e))
 
 
-def write_finished(output_dir, status, step, samples):
+def write_finished(output_dir, status, step, samples, run=None):
+    """The finished marker; ``run``: the run's identity, so a rerun with other flags is refused."""
     with atomic_open(os.path.join(output_dir, FINISHED), "w", encoding="utf-8") as f:
         json.dump({"status": status, "global_step": step, "samples": samples,
-                   "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z")}, f)
+                   "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "run": run}, f)

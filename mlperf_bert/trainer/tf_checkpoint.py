@@ -5,6 +5,8 @@ rest of the project (and training from a ``.pt``) does not need it.
 """
 import collections
 import collections.abc
+import hashlib
+import json
 import logging
 import os
 import re
@@ -128,12 +130,18 @@ class LazyCheckpoint(collections.abc.Mapping):
                 del shapes[OBJECT_GRAPH]
         except (tf.errors.OpError, ValueError) as e:
             raise UserError("cannot read TF checkpoint %s: %s" % (prefix, str(e).splitlines()[0]))
+        self._read_errors = (tf.errors.OpError, IndexError, ValueError, RuntimeError)
         self.keys_ = {rename.get(k, k): k for k in shapes}
         self.shapes = {n: shapes[k] for n, k in self.keys_.items()}
         self.dtypes = {n: dtypes[k].as_numpy_dtype for n, k in self.keys_.items()}
 
     def __getitem__(self, name):
-        return np.asarray(self.reader.get_tensor(self.keys_[name]))
+        try:
+            return np.asarray(self.reader.get_tensor(self.keys_[name]))
+        except self._read_errors as e:  # TF's reader: IndexError for a short data file
+            raise UserError("cannot read variable %s of TF checkpoint %s (%s): its data file is truncated or "
+                            "damaged; copy the checkpoint's .index and .data-* files again"
+                            % (name, self.prefix, str(e).splitlines()[0] if str(e) else type(e).__name__))
 
     def __iter__(self):
         return iter(sorted(self.shapes))
@@ -272,6 +280,33 @@ def load_state_from_arrays(model, arrays, source):
         log.info("checkpoint %s: ignored %d non-model variable(s): %s", source, len(ignored),
                  _summarize(ignored))
     return ignored
+
+
+def fingerprint(path):
+    """[absolute path, bytes, sha256] of a checkpoint, cheap for files of gigabytes: the sha256 of
+    a .pt's zip directory (every entry's name, size and CRC-32) or of a TF prefix's .index (which
+    holds every tensor's CRC-32C), and the bytes of all its files. Missing or damaged: one line."""
+    files = [path]
+    if path.endswith(".pt"):
+        load_what = "--init_checkpoint %s" % path
+        if not os.path.isfile(path):
+            raise UserError("%s not found: give an existing .pt or TF checkpoint prefix" % load_what)
+        try:
+            with zipfile.ZipFile(path) as z:
+                entries = [[i.filename, i.file_size, i.CRC] for i in z.infolist()]
+        except (zipfile.BadZipFile, OSError) as e:
+            raise UserError("%s is truncated or not a PyTorch (.pt) file (%s): copy it again, or give a .pt "
+                            "written by this project or a TF checkpoint prefix" % (load_what, e))
+        digest = hashlib.sha256(json.dumps(entries).encode()).hexdigest()
+    else:
+        if not is_tf_prefix(path):
+            raise UserError("TF checkpoint %s not found: give the prefix whose .index file exists "
+                            "(e.g. model.ckpt-28252)" % path)
+        import glob
+        files = [path + ".index"] + sorted(glob.glob(glob.escape(path) + ".data-*"))
+        with open(files[0], "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    return [os.path.abspath(path), sum(os.path.getsize(f) for f in files), digest]
 
 
 def load_pt(path):

@@ -50,7 +50,8 @@ def define_flags():
     I("num_train_steps", 100000, "Training micro-steps.", flag_values=fv)
     I("num_warmup_steps", 10000, "Warmup steps.", flag_values=fv)
     I("start_warmup_step", 0, "Step at which warmup starts.", flag_values=fv)
-    I("save_checkpoints_steps", 1000, "Checkpoint every this many micro-steps.", flag_values=fv)
+    I("save_checkpoints_steps", 1000, "Checkpoint every this many micro-steps; 0: only at the end and on "
+      "SIGTERM (a run killed otherwise starts over).", flag_values=fv)
     I("iterations_per_loop", 1000, "Accepted for compatibility (TPU estimator loop); no effect.",
       flag_values=fv)
     I("max_eval_steps", 100, "Batches of --do_eval alone.", flag_values=fv)
@@ -84,7 +85,8 @@ def define_flags():
     I("num_workers", 2, "DataLoader worker processes per rank.", flag_values=fv)
     I("log_frequency", 50, "Log train_loss, learning rate and throughput every this many steps.",
       flag_values=fv)
-    S("mlperf_log", None, "MLPerf log file (appended to); default output_dir/mlperf.log.",
+    S("mlperf_log", None, "MLPerf log file; default output_dir/mlperf.log. A resume cuts it back to its "
+      "checkpoint's point; an existing file that is not this run's MLPerf log is refused.",
       flag_values=fv)
     flags.DEFINE_enum("submission_division", "open", ["open", "closed"], "MLPerf division.",
                       flag_values=fv)
@@ -112,13 +114,12 @@ def _check_flags(fv):
                         "not supported: this trainer runs on CPUs and GPUs; drop them")
     if not (fv.do_train or fv.do_eval):
         raise UserError("nothing to do: give --do_train and/or --do_eval")
-    for name in ("train_batch_size", "eval_batch_size", "steps_per_update", "save_checkpoints_steps",
-                 "num_train_steps", "max_eval_steps", "max_seq_length", "max_predictions_per_seq",
-                 "log_frequency", "shuffle_buffer"):
+    for name in ("train_batch_size", "eval_batch_size", "steps_per_update", "num_train_steps", "max_eval_steps",
+                 "max_seq_length", "max_predictions_per_seq", "log_frequency", "shuffle_buffer"):
         if fv[name].value <= 0:
             raise UserError("--%s must be positive, got %d" % (name, fv[name].value))
     for name in ("keep_checkpoint_max", "num_warmup_steps", "num_workers", "eval_frequency",
-                 "max_samples_termination"):
+                 "max_samples_termination", "save_checkpoints_steps"):
         if fv[name].value < 0:
             raise UserError("--%s must be >= 0, got %d" % (name, fv[name].value))
     if fv.seed is not None and fv.seed < 0:
@@ -126,11 +127,57 @@ def _check_flags(fv):
     if fv.submission_division == "closed" and (fv.eval_frequency or fv.target_mlm_accuracy != 0.720):
         raise UserError("--submission_division=closed needs the MLPerf eval frequency and target: "
                         "drop --eval_frequency and --target_mlm_accuracy, or use open")
+    if fv.submission_division == "closed" and fv.do_train:
+        _check_closed_flags(fv)
     if fv.do_eval and not fv.do_train and not fv.init_checkpoint:
         raise UserError("--do_eval without --do_train needs --init_checkpoint (the weights to evaluate)")
     if fv.clip_by_global_norm_after_gradient_allreduce and fv.optimizer != "lamb":
         raise UserError("--clip_by_global_norm_after_gradient_allreduce is an option of LAMB (with "
                         "--optimizer=adamw the reference clips nothing): use --optimizer=lamb")
+
+
+_CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"
+
+
+def _check_closed_flags(fv):
+    """What the closed BERT rules fix before training: LAMB, its polynomial decay of power 1.0, and
+    the online eval on eval_10k (the eval frequency and target: ``_check_flags``)."""
+    if fv.optimizer != "lamb":
+        raise UserError("--submission_division=closed trains BERT with LAMB, not --optimizer=%s: use "
+                        "--optimizer=lamb, or %s" % (fv.optimizer, _CLOSED_FIX))
+    if fv.poly_power != 1.0:
+        raise UserError("--submission_division=closed decays the learning rate linearly (poly power 1.0), "
+                        "not --poly_power=%s: drop it, or %s" % (fv.poly_power, _CLOSED_FIX))
+    if not fv.eval_input_file:
+        raise UserError("--submission_division=closed evaluates on the 10,000-sample eval set while training: "
+                        "give --eval_input_file (eval_10k), or %s" % _CLOSED_FIX)
+
+
+def _check_closed_data(fv, eval_files, global_batch, rank):
+    """The eval set must be the 10,000 samples; hyperparameters that differ from the RCP of this
+    global batch are allowed by the rules (published closed runs did so) and get a warning."""
+    from mlperf_bert.harness import compliance, rcp
+    n = loader.count_records(eval_files)
+    if n != compliance.CLOSED_EVAL_SAMPLES:
+        raise UserError("--submission_division=closed evaluates on the {0:,} samples of eval_10k, --eval_input_file "
+                        "{1} has {2:,}: give eval_10k (pick_eval_samples --num_examples_to_pick={0}), or {3}".format(
+                            compliance.CLOSED_EVAL_SAMPLES, fv.eval_input_file, n, _CLOSED_FIX))
+    entry = rcp.rcp_entry(global_batch)
+    if entry is None or rank != 0:
+        return
+    name, hp = entry
+    k = fv.steps_per_update
+    ours = {"opt_base_learning_rate": fv.learning_rate, "opt_epsilon": 10.0 ** fv.log_epsilon,
+            "opt_learning_rate_training_steps": fv.num_train_steps / k, "num_warmup_steps": fv.num_warmup_steps / k,
+            "start_warmup_step": fv.start_warmup_step / k, "opt_lamb_beta_1": fv.lamb_beta_1,
+            "opt_lamb_beta_2": fv.lamb_beta_2, "opt_lamb_weight_decay_rate": fv.lamb_weight_decay_rate}
+    other = ["%s %s (RCP %s)" % (key, "%.10g" % value, hp[key]) for key, value in ours.items()
+             if key in hp and abs(value - hp[key]) > 1e-9 * max(abs(hp[key]), 1e-30)]
+    if other:
+        print("warning: closed division at global batch %d, which has the reference convergence point %s: this "
+              "run has %s; the rules allow it (the RCP check compares convergence, not hyperparameters), "
+              "train_model.sh --preset=rcp_%d uses the RCP's" % (global_batch, name, ", ".join(other), global_batch),
+              file=sys.stderr, flush=True)
 
 
 class _Stop:
@@ -289,11 +336,22 @@ def run(fv, stop, locks):
     if fv.eval_input_file:
         eval_files = loader.input_files(fv.eval_input_file, "--eval_input_file")
         loader.check_seq_length(eval_files, fv.max_seq_length, fv.max_predictions_per_seq)
+    # The flags count micro-steps (as the reference's); the log counts optimizer updates at the
+    # global batch, the unit of the RCPs (docs/training.md)
+    global_batch = fv.train_batch_size * fv.steps_per_update
+    if packed:  # NVIDIA's convention: rows x average sequences per row
+        global_batch = int(round(global_batch * rate))
+    if fv.submission_division == "closed" and fv.do_train:
+        _check_closed_data(fv, eval_files, global_batch, rank)
+    from mlperf_bert.trainer import tf_checkpoint
+    init_ckpt = tf_checkpoint.fingerprint(fv.init_checkpoint) if fv.init_checkpoint else None
     check_writable_dir(checkpoint.path_for(fv.output_dir, 0))
     for name in ("train_batch_size", "eval_batch_size"):
         if fv[name].value % world:
             raise UserError("--%s=%d is not a multiple of the %d ranks" % (name, fv[name].value, world))
     log_path = fv.mlperf_log or os.path.join(fv.output_dir, "mlperf.log")
+    if fv.do_train and rank == 0:  # rank 0 alone writes the log (on its disk)
+        _check_log_path(fv, log_path, train_files, eval_files)
     if rank == 0:  # one run per output: a second one is refused before it writes anything
         locks.enter_context(locking.lock_dir(fv.output_dir, "--output_dir"))
         if os.path.dirname(os.path.abspath(log_path)) != os.path.abspath(fv.output_dir):
@@ -308,54 +366,123 @@ def run(fv, stop, locks):
         (checkpoint.read_finished(fv.output_dir), checkpoint.list_checkpoints(fv.output_dir))
         if rank == 0 else None)
     if finished:
-        if rank == 0:
-            print("%s: this run already finished (status %s after %d samples, %s): nothing to do; "
-                  "use another --output_dir for a new run" % (fv.output_dir, finished.get("status"),
-                                                              finished.get("samples", 0), checkpoint.FINISHED))
-        return 0
+        return _finished_before(fv, finished, rank, train_files, eval_files, init_ckpt)
     ckpt_path = found[-1][1] if found else None  # on rank 0's disk: only rank 0 reads it
     ckpt = checkpoint.load_on_every_rank(
         ckpt_path, rank, device, functools.partial(_check_resume, fv, config, world, train_files, eval_files,
-                                                   ckpt_path)) if ckpt_path else None
+                                                   init_ckpt, log_path, ckpt_path)) if ckpt_path else None
+    if rank == 0 and not ckpt:
+        _check_log_owner(fv.output_dir, log_path)
     seed = fv.seed if fv.seed is not None else (ckpt["seed"] if ckpt else None)
     if seed is None:
         seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
-    identity = checkpoint.run_identity(fv, seed, train_files, eval_files)
+    identity = checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt)
+    # A checkpoint that recorded the log's length and digest continues the log from there, as
+    # if never stopped; without one (a fresh start) the log is written from its first line.
+    continues = bool(ckpt and ckpt.get("mlperf_log"))
 
-    # ---- MLPerf init: the flags count micro-steps (as the reference's); the log counts optimizer
-    # updates at the global batch, the unit of the RCPs (docs/training.md)
-    global_batch = fv.train_batch_size * fv.steps_per_update
-    if packed:  # NVIDIA's convention: rows x average sequences per row
-        global_batch = int(round(global_batch * rate))
-    log = MLPerfLog(log_path, rank)
-    # start_training.sh drops the page cache when it may and says so; run directly, nothing was.
-    log.event(C.CACHE_CLEAR, os.environ.get("MLPERF_CACHE_CLEARED", "False") in ("True", "true", "1"))
-    log.start(C.INIT_START)
-    log.submission(fv.submission_division, fv.submission_org, fv.submission_platform)
-    n = fv.steps_per_update
-    updates = lambda steps: steps // n if steps % n == 0 else steps / n  # noqa: E731
-    log.hyperparameters(global_batch, fv.learning_rate, 10.0 ** fv.log_epsilon, updates(fv.num_train_steps),
-                        updates(fv.num_warmup_steps), updates(fv.start_warmup_step), fv.lamb_beta_1, fv.lamb_beta_2,
-                        fv.lamb_weight_decay_rate, fv.steps_per_update, seed, fv.max_seq_length,
-                        fv.target_mlm_accuracy)
+    # ---- MLPerf init: lines held in memory until every start check has passed
+    log = MLPerfLog(log_path, rank, held=True)
+    if not continues:
+        # start_training.sh drops the page cache when it may and says so; run directly, nothing was.
+        log.event(C.CACHE_CLEAR, os.environ.get("MLPERF_CACHE_CLEARED", "False") in ("True", "true", "1"))
+        log.start(C.INIT_START)
+        log.submission(fv.submission_division, fv.submission_org, fv.submission_platform)
+        n = fv.steps_per_update
+        updates = lambda steps: steps // n if steps % n == 0 else steps / n  # noqa: E731
+        log.hyperparameters(global_batch, fv.learning_rate, 10.0 ** fv.log_epsilon, updates(fv.num_train_steps),
+                            updates(fv.num_warmup_steps), updates(fv.start_warmup_step), fv.lamb_beta_1,
+                            fv.lamb_beta_2, fv.lamb_weight_decay_rate, fv.steps_per_update, seed,
+                            fv.max_seq_length, fv.target_mlm_accuracy)
 
     trainer = Trainer(fv, config, device, rank, world, seed, None if ckpt else fv.init_checkpoint)
-    state = {"step": 0, "next_eval": 0, "evals": [], "samples": 0}
+    state = {"step": 0, "next_eval": 0, "evals": [], "samples": 0, "continues": continues}
     if ckpt:
         trainer.resume(ckpt, ckpt_path)
-        state = {"step": ckpt["global_step"], "next_eval": ckpt["next_eval"], "evals": ckpt["evals"],
-                 "samples": ckpt.get("samples", ckpt["global_step"] * fv.train_batch_size)}
+        state.update(step=ckpt["global_step"], next_eval=ckpt["next_eval"], evals=ckpt["evals"],
+                     samples=ckpt.get("samples", ckpt["global_step"] * fv.train_batch_size),
+                     block=ckpt.get("block"), loss=ckpt.get("loss"))
     trainer.seed_ranks(seed, ckpt)
     eval_set = None
     if eval_files:
         eval_set = evaluation.EvalSet(eval_files, fv.max_seq_length, fv.max_predictions_per_seq, fv.eval_batch_size,
                                       rank, world, device, config.vocab_size)
     freq = fv.eval_frequency or eval_frequency(global_batch)
-    log.event("eval_frequency", freq)
-    log.event(C.EVAL_SAMPLES, eval_set.num_records if eval_set else 0)
-    log.end(C.INIT_STOP)
+    if not continues:
+        log.event("eval_frequency", freq)
+        log.event(C.EVAL_SAMPLES, eval_set.num_records if eval_set else 0)
+        log.end(C.INIT_STOP)
+    if rank == 0:
+        if continues:
+            log.open(*ckpt["mlperf_log"], what="checkpoint %s" % os.path.basename(ckpt_path))
+        elif ckpt:  # a checkpoint of an older version, which appended its resumes to the log
+            log.open(append=True)
+        else:
+            checkpoint.write_log_owner(fv.output_dir, log_path)
+            log.open()
     extra = {"seed": seed, "config": config.to_dict(), "run": identity}
     return train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra)
+
+
+def _check_log_path(fv, log_path, train_files, eval_files):
+    """Refuse a log path that is an input or an existing file other than an MLPerf log: nothing
+    may be appended to, or cut from, a file that is not this run's log."""
+    from mlperf_bert.fileio import same_file
+    from mlperf_bert.harness.mlperf_log import is_mlperf_log
+    inputs = [("--input_file", f) for f in train_files] + [("--eval_input_file", f) for f in eval_files or []]
+    inputs.append(("--bert_config_file", fv.bert_config_file))
+    if fv.init_checkpoint:
+        import glob
+        inputs += [("--init_checkpoint", f) for f in [fv.init_checkpoint] + glob.glob(glob.escape(fv.init_checkpoint)
+                                                                                     + ".*")]
+    for flag, path in inputs:
+        if same_file(log_path, path):
+            raise UserError("--mlperf_log %s is the %s file %s: give the MLPerf log a path of its own (default "
+                            "OUTPUT_DIR/mlperf.log); the file was left as it is" % (log_path, flag, path))
+    if os.path.isdir(log_path):
+        raise UserError("--mlperf_log %s is a directory: give a file path (default OUTPUT_DIR/mlperf.log)" % log_path)
+    try:
+        ours = not os.path.exists(log_path) or is_mlperf_log(log_path)
+    except OSError as e:
+        raise UserError("cannot read --mlperf_log %s: %s; give a readable path" % (log_path, e.strerror))
+    if not ours:
+        raise UserError("--mlperf_log %s exists and is not an MLPerf log (it does not start with an :::MLLOG "
+                        "line): it was left as it is; give a new path (default OUTPUT_DIR/mlperf.log)" % log_path)
+
+
+def _check_log_owner(output_dir, log_path):
+    """A fresh start writes its log from the first line: refuse to empty a log of another run."""
+    try:
+        if os.path.getsize(log_path) == 0:
+            return
+    except FileNotFoundError:
+        return
+    if os.path.dirname(os.path.abspath(log_path)) == os.path.abspath(output_dir):
+        return  # in the locked output_dir of this run, which has no checkpoint: restarted from scratch
+    if checkpoint.read_log_owner(output_dir) == os.path.abspath(log_path):
+        return  # this run's, written before its first checkpoint
+    raise UserError("--mlperf_log %s holds an MLPerf log that no run in --output_dir %s wrote: it was left as it "
+                    "is; give a new path, or delete it to start this run's log there" % (log_path, output_dir))
+
+
+def _finished_before(fv, finished, rank, train_files, eval_files, init_ckpt):
+    """A rerun of a finished run: nothing to do with the same settings, refused with others."""
+    problem = None
+    if rank == 0:
+        saved = finished.get("run") or {}
+        seed = fv.seed if fv.seed is not None else saved.get("seed")
+        diff = checkpoint.differences(saved, checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt))
+        what = "%s: this run already finished (status %s after %d samples, %s)" % (
+            fv.output_dir, finished.get("status"), finished.get("samples", 0), checkpoint.FINISHED)
+        if diff:
+            problem = ("%s with other settings than this command's: %s; rerun with its settings, or use another "
+                       "--output_dir for a new run" % (what, "; ".join(diff)))
+        else:
+            print("%s: nothing to do; use another --output_dir for a new run" % what)
+    problem = distributed.broadcast_object(problem)
+    if problem:
+        raise UserError(problem)
+    return 0
 
 
 def _packed_input(files):
@@ -373,12 +500,16 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
     rank, world, device = trainer.rank, trainer.world, trainer.device
     batch_size = fv.train_batch_size
     step, evals, samples = state["step"], state["evals"], state["samples"]
-    log.start(C.RUN_START)
+    if not state["continues"]:
+        log.start(C.RUN_START)
     t_run = time.time()
 
     def save(at):
+        # where the log and its open block and loss mean stand: a resume goes on from there
         trainer.save(checkpoint.path_for(fv.output_dir, at),
-                     dict(extra, global_step=at, samples=samples, next_eval=state["next_eval"], evals=evals))
+                     dict(extra, global_step=at, samples=samples, next_eval=state["next_eval"], evals=evals,
+                          mlperf_log=list(log.mark()), block=[block_open, block_first],
+                          loss=[loss_sum.item(), loss_n]))
 
     def online_eval(samples):
         log.start(C.EVAL_START, metadata={C.EPOCH_NUM: samples})
@@ -406,7 +537,7 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         # in a log file (no terminal) a line every 30 s, not one per step
         bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, leave=False,
                    mininterval=0.1 if sys.stderr.isatty() else 30)
-    block_open, block_first = False, 0
+    block_open, block_first = state.get("block") or (False, 0)
     if packed:
         from mlperf_bert.trainer.packed_loader import PackedBatches
         ds = PackedBatches(train_files, batch_size, rank, world, fv.shuffle, seed, start_batch=step,
@@ -418,6 +549,9 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
     batches = iter(loader.make_loader(ds, fv.num_workers))
     t0, samples0 = time.time(), samples
     loss_sum, loss_n = torch.zeros((), device=device), 0
+    if state.get("loss"):
+        loss_sum.fill_(state["loss"][0])
+        loss_n = state["loss"][1]
     while status != C.SUCCESS and step < max_steps and samples < max_samples:
         if not block_open:
             # BERT counts "epochs" in samples: a block is the eval interval starting here.
@@ -456,7 +590,8 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
                 status = C.SUCCESS
         # ranks agree on a SIGTERM at update boundaries (one all-reduce per update, not per micro-step)
         halt = stop.requested if world == 1 else (updated and distributed.any_rank(stop.requested, device))
-        if step % fv.save_checkpoints_steps == 0 or halt or end or status == C.SUCCESS:
+        periodic = fv.save_checkpoints_steps and step % fv.save_checkpoints_steps == 0
+        if periodic or halt or end or status == C.SUCCESS:
             save(step)
         if halt:
             if bar is not None:
@@ -486,21 +621,25 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         if rank == 0:
             print(evaluation.write_eval_results(fv.output_dir, metrics, step))
     if rank == 0:  # a rerun of this command now says so and changes nothing
-        checkpoint.write_finished(fv.output_dir, status, step, samples)
+        checkpoint.write_finished(fv.output_dir, status, step, samples, extra["run"])
     return 0
 
 
-def _check_resume(fv, config, world, train_files, eval_files, path, ckpt):
-    """Refuse, in one line, a resume from a checkpoint of another run, config or rank count."""
+def _check_resume(fv, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):
+    """Refuse, in one line, a resume from a checkpoint of another run, config or rank count, or
+    onto a log that no longer begins with what the checkpoint's run had written."""
+    from mlperf_bert.harness.mlperf_log import check_prefix
     seed = fv.seed if fv.seed is not None else ckpt["seed"]
-    checkpoint.check_same_run(ckpt.get("run", {}), checkpoint.run_identity(fv, seed, train_files, eval_files),
-                              path)
+    checkpoint.check_same_run(ckpt.get("run", {}),
+                              checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt), path)
     if ckpt.get("config") not in (None, config.to_dict()):
         raise UserError("checkpoint %s was trained with another model config than %s: use "
                         "that config or another --output_dir" % (path, fv.bert_config_file))
     if len(ckpt["ranks"]) != world:
         raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "
                         "the same number" % (path, len(ckpt["ranks"]), world))
+    if ckpt.get("mlperf_log"):
+        check_prefix(log_path, *ckpt["mlperf_log"], what="checkpoint %s" % os.path.basename(path))
 
 
 def run_eval_only(fv, config, files, device, rank, world):

@@ -164,3 +164,53 @@ def _running(pid):
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+# package: names, unfinished runs, a systems JSON filled in by hand (issue 23)
+from mlperf_bert.harness import package as pkg_mod  # noqa: E402
+
+
+@pytest.fixture
+def two_runs(package, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for i in (0, 1):
+        (runs / ("result_%d.txt" % i)).write_bytes((package / BERT / ("result_%d.txt" % i)).read_bytes())
+    return runs
+
+
+@pytest.mark.parametrize("flag,value", [("system", "../../x"), ("org", ""), ("system", "a/b"), ("org", "..")])
+def test_package_names_stay_inside_the_output(two_runs, tmp_path, flag, value):
+    argv = {"org": "Org", "system": "sys"}
+    argv[flag] = value
+    with pytest.raises(UserError, match="--%s=" % flag):
+        pkg_mod.main(["package", "--org=%s" % argv["org"], "--system=%s" % argv["system"],
+                      "--runs=%s" % two_runs, "--output=%s" % (tmp_path / "out" / "pkg")])
+    assert not (tmp_path / "out").exists() and not (tmp_path / "x").exists()
+
+
+def test_package_refuses_a_log_without_run_stop(two_runs, tmp_path):
+    log = two_runs / "result_1.txt"
+    log.write_text("".join(l for l in log.read_text().splitlines(keepends=True) if '"run_stop"' not in l))
+    with pytest.raises(UserError, match=r"result_1.txt has no run_stop line"):
+        pkg_mod.main(["package", "--org=Org", "--system=sys", "--runs=%s" % two_runs,
+                      "--output=%s" % (tmp_path / "pkg")])
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_package_rerun_keeps_a_hand_filled_system_json(two_runs, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(pkg_mod, "system_description",  # what this machine knows; torch not needed here
+                        lambda org, system, division, status, nodes: (dict.fromkeys(pkg_mod.SYSTEM_FIELDS, ""), ["cooling"]))
+    out = tmp_path / "pkg"
+    argv = ["package", "--org=Org", "--system=sys", "--runs=%s" % two_runs, "--output=%s" % out]
+    assert pkg_mod.main(argv) == 0
+    system_json = out / "Org" / "systems" / "sys.json"
+    filled = json.loads(system_json.read_text())
+    filled["cooling"] = "air, filled in by hand"
+    system_json.write_text(json.dumps(filled))
+    for log in (out / "Org" / "results" / "sys" / "bert").iterdir():
+        log.unlink()  # the user redoes the results with other runs
+    capsys.readouterr()
+    assert pkg_mod.main(argv) == 0
+    assert json.loads(system_json.read_text())["cooling"] == "air, filled in by hand"
+    assert "kept the existing Org/systems/sys.json" in capsys.readouterr().out

@@ -17,7 +17,7 @@ import sys
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.harness.mlperf_log import eval_frequency  # the trainer's formula (REFERENCE.md section 3)
+from mlperf_bert.harness.mlperf_log import eval_frequency  # the trainer's formula (the BERT rules' eval_interval_samples)
 
 RULESET = "5.0.0"
 CLOSED_TARGET = 0.720

@@ -78,11 +78,16 @@ def test_real_package_verdicts_and_olympic_drops(nyx_score):
     assert score.rcp_line(s) == "RCP check: Pass, scaling factor 1.0028470154; samples to converge 2436995.375"
 
 
-def test_open_division_says_the_rcp_check_does_not_apply(nyx_score):
-    """Issue 23: the demo package printed "RCP: , scaling factor 1.0; samples to converge None"
-    (what the summarizer gives for open division)."""
-    s = dict(nyx_score, division="open", rcp="", rcp_scaling_factor=1.0, samples_to_converge=None)
-    assert score.rcp_line(s).startswith("RCP check: does not apply (open division")
+def test_open_division_says_the_rcp_check_does_not_apply(package, capsys):
+    """Issue 23: an open-division package printed "RCP: , scaling factor 1.0; samples to
+    converge None" (what the summarizer gives there); the same package declared open here."""
+    for path in list((package / BERT).glob("result_*.txt")) + list(package.glob("NVIDIA/systems/*.json")):
+        path.write_text(path.read_text().replace('"closed"', '"open"'))
+    score.main(["score", "--noplots", str(package)])
+    out = capsys.readouterr().out
+    assert "RCP check: does not apply (open division: reference convergence points bind closed-division" \
+        " runs only); no scaling factor, no samples to converge" in out
+    assert "RCP: ," not in out and "None" not in out.split("package checker")[1]
 
 
 def test_truncated_log_among_ten_gets_no_score(package):

@@ -193,9 +193,10 @@ def score(package):
         reasons.append("the official package checker failed")
     invalid = [(r[0], v[2]) for r, v in zip(runs, verdicts) if v[1] == "invalid"]
     if invalid:
-        reasons.append("%d run log%s break%s the rules (%s)" % (
+        name, why = invalid[0]
+        reasons.append("%d run log%s break%s the rules (%s: %s%s)" % (
             len(invalid), "s" if len(invalid) > 1 else "", "" if len(invalid) > 1 else "s",
-            "; ".join("%s: %s" % (os.path.basename(n), why) for n, why in invalid)))
+            os.path.basename(name), why, "; the others: see the check-log column" if len(invalid) > 1 else ""))
     not_converged = sum(v[1] == "not converged" for v in verdicts)
     if not_converged > 1:
         reasons.append("%d runs did not converge (a submission may drop one)" % not_converged)

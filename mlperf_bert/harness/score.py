@@ -147,11 +147,11 @@ def _official(cwd, tool, org):
 
 
 def olympic_dropped(runs):
-    """Indexes of the runs the olympic mean drops: the fastest and the slowest, a run that did
-    not succeed counting as the slowest."""
+    """Indexes of the runs the olympic mean drops: the fastest, then the slowest (a run that did
+    not succeed counts as the slowest)."""
     timed = sorted(range(len(runs)), key=lambda i: runs[i][3] if runs[i][4] == "success"
                    and runs[i][3] is not None else math.inf)
-    return {timed[0], timed[-1]} if len(timed) > 2 else set()
+    return [timed[0], timed[-1]] if len(timed) > 2 else []
 
 
 def score(package):
@@ -213,7 +213,7 @@ def score(package):
             "samples_to_converge": summary.get("bert:samples_to_converge"),
             "rcp": summary.get("bert:RCP"), "system": summary.get("system"), "evals": evals,
             "division": division, "target": targets.pop() if len(targets) == 1 else None,
-            "dropped": sorted(olympic_dropped(runs))}
+            "dropped": olympic_dropped(runs)}
 
 
 def rcp_line(s):
@@ -304,6 +304,9 @@ def main(argv):
     for e in s["errors"]:
         print("  " + e)
     print(rcp_line(s))
+    if s["dropped"]:
+        print("olympic mean: drops %s" % " and ".join(
+            os.path.basename(s["runs"][i][0]) for i in s["dropped"]))
     if s["verdict"] == "pass":
         print("time to train: %s minutes" % s["time_to_train_min"])
     else:

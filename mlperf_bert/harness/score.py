@@ -180,13 +180,14 @@ def score(package):
         rel = os.path.relpath(p, root)
         verdicts.append(run_verdict(p))
         try:
-            runs.append((rel,) + run_summary(p))
-            records = read_log(p)
-            evals[os.path.basename(p)] = curves(records).get("eval_accuracy", [])
-            divisions.add(division_of(records))
-            targets.add(target_of(records, division_of(records) or "closed"))
-        except UserError:
+            row, records = (rel,) + run_summary(p), read_log(p)
+        except UserError:  # its check-log verdict says why
             runs.append((rel, None, None, None, None))
+            continue
+        runs.append(row)
+        evals[os.path.basename(p)] = curves(records).get("eval_accuracy", [])
+        divisions.add(division_of(records))
+        targets.add(target_of(records, division_of(records) or "closed"))
     division = divisions.pop() if len(divisions) == 1 else None
     reasons = []
     if not ok:

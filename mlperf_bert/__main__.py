@@ -36,7 +36,11 @@ def usage():
 def main(argv=None):
     argv = sys.argv if argv is None else argv
     if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
-        print(usage())
+        try:
+            print(usage(), flush=True)
+        except BrokenPipeError:  # ``--help | head``
+            from mlperf_bert.flags import quiet_stdout
+            quiet_stdout()
         return 0 if len(argv) >= 2 else 2
     name = argv[1]
     if name not in COMMANDS:

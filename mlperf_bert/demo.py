@@ -232,6 +232,6 @@ def submission(fv, out, env, run_flags_, py, t0):
              "--runs=" + runs_dir, "--output=" + package], "package"):
         raise UserError("demo: package failed (see above)")
     status = _run([py, "-m", "mlperf_bert", "score", package], "score (official package checker + summarizer)")
-    print("\nsubmission demo finished in %.0f s: %d runs in %s, package %s (score plots inside)"
+    print("\nsubmission demo finished in %.0f s: %d runs in %s, package %s (score plots beside it)"
           % (time.time() - t0, fv.runs, runs_dir, package))
     return status

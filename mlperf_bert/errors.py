@@ -95,6 +95,12 @@ def run_main(main, argv=None):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(143)
+    except BrokenPipeError:
+        # The reader of our output went away (``... | head``): stop quietly, as a pipeline expects.
+        from mlperf_bert.flags import quiet_stdout
+        quiet_stdout()
+        _remove_own_temporaries()
+        sys.exit(141)  # 128 + SIGPIPE, what a tool killed by SIGPIPE reports
     except OSError as e:
         # Not raised while writing through the atomic writer (that gives its own line): say
         # what failed, and where when known, without guessing whether it was a read or a write.

@@ -445,4 +445,4 @@ def test_ten_runs_make_a_package_the_official_checker_passes(tiny_run, tmp_path)
                            capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert score.returncode == 0, score.stdout + score.stderr
     assert json.loads(score.stdout.splitlines()[-1])["package_check"] == "pass"
-    assert (pkg / "score_times.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "pkg.score_times.png").read_bytes()[:4] == b"\x89PNG"  # beside the package

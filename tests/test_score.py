@@ -2,12 +2,16 @@
 (NVIDIA nyx, tests/data), and on the same package broken in the ways the rules reject."""
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
+from mlperf_bert.errors import UserError
 from mlperf_bert.harness import score
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -22,6 +26,7 @@ def package(tmp_path):
 
 
 def test_real_package_gets_its_official_score(package):
+    before = sorted(p.relative_to(package) for p in package.rglob("*"))
     proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "score", "--json", str(package)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -29,9 +34,16 @@ def test_real_package_gets_its_official_score(package):
     # what mlperf-logging 4.1.68 says of this package (tests/data/README.md)
     assert got == {"time_to_train_min": pytest.approx(3.5022071145, abs=1e-9),
                    "rcp_scaling_factor": pytest.approx(1.0028470154, abs=1e-9),
-                   "samples_to_converge": 2436995.375, "package_check": "pass"}
-    assert "result_0.txt        27912      2550982    3.6711  success" in proc.stdout
-    assert not (package / "summary.json").exists()  # the official tools ran on a copy
+                   "samples_to_converge": 2436995.375, "package_check": "pass", "verdict": "pass"}
+    assert "result_0.txt        27912      2550982    3.6711  success  PASS" in proc.stdout
+    assert proc.stdout.count("  success  PASS\n") == 10  # each run's check-log verdict
+    assert "RCP check: Pass, scaling factor 1.0028470154; samples to converge 2436995.375" in proc.stdout
+    # the fastest (2.7828 min) and the slowest (3.8963 min) run
+    assert "olympic mean: drops result_6.txt and result_1.txt" in proc.stdout
+    # the package stays as submitted (the official tools ran on a copy, the plots go beside it)
+    assert sorted(p.relative_to(package) for p in package.rglob("*")) == before
+    for name in ("score_times", "score_convergence"):
+        assert (package.parent / ("%s.%s.png" % (package.name, name))).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_missing_log_fails_with_the_checkers_reason(package):
@@ -50,3 +62,147 @@ def test_two_aborted_runs_fail(package):
     assert proc.returncode == 1, proc.stdout
     assert "package checker (mlperf_logging, training 5.0.0): FAIL" in proc.stdout
     assert "RCP Test Failed: Insufficient convergence" in proc.stdout  # the checker's reason
+
+
+def test_open_division_says_the_rcp_check_does_not_apply(package, capsys):
+    """Issue 23: an open-division package printed "RCP: , scaling factor 1.0; samples to
+    converge None" (what the summarizer gives there); the same package declared open here."""
+    for path in list((package / BERT).glob("result_*.txt")) + list(package.glob("NVIDIA/systems/*.json")):
+        path.write_text(path.read_text().replace('"closed"', '"open"'))
+    score.main(["score", "--noplots", str(package)])
+    out = capsys.readouterr().out
+    assert "RCP check: does not apply (open division: reference convergence points bind closed-division" \
+        " runs only); no scaling factor, no samples to converge" in out
+    assert "RCP: ," not in out and "None" not in out.split("package checker")[1]
+
+
+def test_truncated_log_among_ten_gets_no_score(package):
+    """Issue 23: the official tools PASS a package with one log cut off (they drop it as a
+    non-converged run); its log breaks the rules, so there is no score."""
+    log = package / BERT / "result_5.txt"
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:300]))
+    s = score.score(str(package))
+    assert s["package_check"] == "pass"  # what the official checker says
+    assert s["verdict"] == "fail" and s["time_to_train_min"] is None
+    assert s["run_verdicts"][5][:2] == ("FAIL", "invalid") and "run_stop" in s["run_verdicts"][5][2]
+    assert "result_5.txt: run_stop" in s["reasons"][0]
+    assert s["target"] == 0.720 and s["dropped"] == [6, 5]  # the cut-off run counts as the slowest
+
+
+def test_all_runs_aborted_get_no_time_to_train(package, capsys):
+    for log in (package / BERT).glob("result_*.txt"):
+        log.write_text(log.read_text().replace('"status": "success"', '"status": "aborted"'))
+    assert score.main(["score", "--noplots", str(package)]) == 1
+    out = capsys.readouterr().out
+    assert "time to train: none:" in out and "10 runs did not converge" in out
+    assert "submission: FAIL" in out and "(not converged: run_stop status aborted)" in out
+
+
+def test_plots_go_beside_the_package_never_into_it(package, tmp_path):
+    """Issue 23/27: score wrote its PNGs into the package it scored."""
+    with pytest.raises(UserError, match="inside the package"):
+        score.main(["score", "--plots_dir=%s" % (package / "NVIDIA"), str(package / "NVIDIA")])
+    assert score.plot_paths(str(package), None) == (str(package) + ".score_times.png",
+                                                    str(package) + ".score_convergence.png")
+
+
+@pytest.mark.parametrize("target", ["loop", ".."])
+def test_symlink_loop_is_one_line(package, target):
+    """Issue 23: a symlink loop gave a 51 KB message."""
+    os.symlink(target, package / "NVIDIA" / "results" / "loop")
+    with pytest.raises(UserError, match=r"package link .*loop -> %s .*(loop)" % re.escape(target)):
+        score.score(str(package))
+
+
+def test_sigkill_leaves_no_official_tool_running_and_no_copy(package, tmp_path):
+    """Issue 23: a SIGKILLed score left result_summarizer running and its copy of the package
+    in the temp folder; the tools die with score, the next score removes the copy."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "mlperf_bert", "score", "--noplots", str(package)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = None
+    deadline = time.monotonic() + 120
+    while child is None and time.monotonic() < deadline and proc.poll() is None:
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == proc.pid and b"mlperf_logging." in cmd:
+                child = int(pid)
+        time.sleep(0.05)
+    assert child is not None, "score never started an official tool"
+    os.kill(child, signal.SIGSTOP)  # it cannot finish on its own: only score's death may end it
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _running(child):
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the official tool outlived score")
+    copies = list(tmp_path.glob("mlperf_bert_score-*"))
+    assert copies  # SIGKILL skips every cleanup ...
+    assert sorted(score.remove_stale_copies(str(tmp_path))) == sorted(str(c) for c in copies)  # ... the next run's
+    assert not list(tmp_path.glob("mlperf_bert_score-*"))
+
+
+def _running(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+# package: names, unfinished runs, a systems JSON filled in by hand (issue 23)
+from mlperf_bert.harness import package as pkg_mod  # noqa: E402
+
+
+@pytest.fixture
+def two_runs(package, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for i in (0, 1):
+        (runs / ("result_%d.txt" % i)).write_bytes((package / BERT / ("result_%d.txt" % i)).read_bytes())
+    return runs
+
+
+@pytest.mark.parametrize("flag,value", [("system", "../../x"), ("org", ""), ("system", "a/b"), ("org", "..")])
+def test_package_names_stay_inside_the_output(two_runs, tmp_path, flag, value):
+    argv = {"org": "Org", "system": "sys"}
+    argv[flag] = value
+    with pytest.raises(UserError, match="--%s=" % flag):
+        pkg_mod.main(["package", "--org=%s" % argv["org"], "--system=%s" % argv["system"],
+                      "--runs=%s" % two_runs, "--output=%s" % (tmp_path / "out" / "pkg")])
+    assert not (tmp_path / "out").exists() and not (tmp_path / "x").exists()
+
+
+def test_package_refuses_a_log_without_run_stop(two_runs, tmp_path):
+    log = two_runs / "result_1.txt"
+    log.write_text("".join(l for l in log.read_text().splitlines(keepends=True) if '"run_stop"' not in l))
+    with pytest.raises(UserError, match=r"result_1.txt has no run_stop line"):
+        pkg_mod.main(["package", "--org=Org", "--system=sys", "--runs=%s" % two_runs,
+                      "--output=%s" % (tmp_path / "pkg")])
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_package_rerun_keeps_a_hand_filled_system_json(two_runs, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(pkg_mod, "system_description",  # what this machine knows; torch not needed here
+                        lambda org, system, division, status, nodes: (dict.fromkeys(pkg_mod.SYSTEM_FIELDS, ""), ["cooling"]))
+    out = tmp_path / "pkg"
+    argv = ["package", "--org=Org", "--system=sys", "--runs=%s" % two_runs, "--output=%s" % out]
+    assert pkg_mod.main(argv) == 0
+    system_json = out / "Org" / "systems" / "sys.json"
+    filled = json.loads(system_json.read_text())
+    filled["cooling"] = "air, filled in by hand"
+    system_json.write_text(json.dumps(filled))
+    for log in (out / "Org" / "results" / "sys" / "bert").iterdir():
+        log.unlink()  # the user redoes the results with other runs
+    capsys.readouterr()
+    assert pkg_mod.main(argv) == 0
+    assert json.loads(system_json.read_text())["cooling"] == "air, filled in by hand"
+    assert "kept the existing Org/systems/sys.json" in capsys.readouterr().out

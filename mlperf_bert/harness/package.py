@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 
@@ -141,9 +142,37 @@ def copy_source(dest):
     return len(files)
 
 
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def check_name(flag, value):
+    """``--org``/``--system`` name directories and files of the package: one path component."""
+    if not value or not _NAME.match(value):
+        raise UserError("--%s=%s: give a name of letters, digits, '.', '_' and '-' (it names a directory of"
+                        " the package, so no '/' and no leading '.')" % (flag, value))
+
+
+def read_runs(logs):
+    """The records of each run log; a log that did not end (no run_stop: still running, killed or
+    cut off) is refused, naming it."""
+    runs = []
+    for p in logs:
+        records = read_log(p)
+        if not any(r.key == "run_stop" for r in records):
+            raise UserError("%s has no run_stop line: the run is still going, was stopped, or the log was cut"
+                            " off; a package holds finished runs only (finish or rerun it, or leave it out of"
+                            " --runs)" % p)
+        runs.append(records)
+    return runs
+
+
 def make_package(org, system, run_specs, output, status="Research, Development, or Internal (RDI)", nodes=1):
+    """Lay the package out; return (logs, fields to fill by hand, source files, whether an existing
+    systems/<system>.json was kept)."""
+    check_name("org", org)
+    check_name("system", system)
     logs = find_logs(run_specs)
-    divisions = {division_of(read_log(p)) for p in logs}
+    divisions = {division_of(records) for records in read_runs(logs)}
     if len(divisions) != 1 or None in divisions:
         raise UserError("the runs' logs name divisions %s: a package holds runs of one division"
                         % sorted(str(d) for d in divisions))
@@ -158,11 +187,14 @@ def make_package(org, system, run_specs, output, status="Research, Development, 
             shutil.copyfileobj(f, out)
     desc, todo = system_description(org, system, division, status, nodes)
     os.makedirs(os.path.join(top, "systems"), exist_ok=True)
-    with atomic_open(os.path.join(top, "systems", system + ".json"), "w", encoding="utf-8") as f:
-        json.dump(desc, f, indent=4)
-        f.write("\n")
+    system_json = os.path.join(top, "systems", system + ".json")
+    kept = os.path.exists(system_json)  # filled in by hand after an earlier run: never replaced
+    if not kept:
+        with atomic_open(system_json, "w", encoding="utf-8") as f:
+            json.dump(desc, f, indent=4)
+            f.write("\n")
     n = copy_source(os.path.join(top, "benchmarks", "bert", "implementations", system))
-    return logs, todo, n
+    return logs, todo, n, kept
 
 
 def main(argv):
@@ -174,9 +206,12 @@ def main(argv):
     flags.DEFINE_string("status", "Research, Development, or Internal (RDI)", "system availability", flag_values=fv)
     flags.DEFINE_integer("nodes", 1, "number of nodes", flag_values=fv)
     flags.parse(fv, argv, required=["org", "system", "runs", "output"], positional=False)
-    logs, todo, n = make_package(fv.org, fv.system, fv.runs, fv.output, fv.status, fv.nodes)
+    logs, todo, n, kept = make_package(fv.org, fv.system, fv.runs, fv.output, fv.status, fv.nodes)
     print("package %s: %d runs in %s/results/%s/bert, %d source files, systems/%s.json"
           % (fv.output, len(logs), fv.org, fv.system, n, fv.system))
-    if todo:
+    if kept:
+        print("kept the existing %s/systems/%s.json as it is (delete it to have it written from this machine)"
+              % (fv.org, fv.system))
+    elif todo:
         print("fill in by hand in systems/%s.json (not known on this machine): %s" % (fv.system, ", ".join(todo)))
     return 0

@@ -59,11 +59,35 @@ def plot_log(log, output):
     return output
 
 
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def check_output(output, inputs=()):
+    """Refuse an ``output`` that would overwrite one of ``inputs`` or any existing file that is not a
+    PNG (a log, a config: a typo must not turn it into a picture)."""
+    if not os.path.lexists(output):
+        return
+    if os.path.isdir(output):
+        raise UserError("--output %s is a directory: give the PNG file to write" % output)
+    for path in inputs:
+        if os.path.exists(path) and os.path.samefile(output, path):
+            raise UserError("--output %s is the input log: choose another file for the PNG" % output)
+    try:
+        with open(output, "rb") as f:
+            head = f.read(len(PNG_MAGIC))
+    except OSError as e:
+        raise UserError("--output %s: %s" % (output, e.strerror))
+    if head != PNG_MAGIC:
+        raise UserError("--output %s exists and is not a PNG: refusing to overwrite it (choose another"
+                        " file, or remove it)" % output)
+
+
 def main(argv):
     fv = flags.FlagValues()
-    flags.DEFINE_string("output", None, "PNG to write", flag_values=fv)
-    rest = flags.parse(fv, argv, required=["output"])
+    flags.DEFINE_string("output", None, "PNG to write (a new file, or a PNG to replace)", flag_values=fv)
+    rest = flags.parse(fv, argv, required=["output"], positional="LOG")
     if len(rest) != 1:
-        raise UserError("usage: plot-log LOG --output=PNG (one MLPerf log file)")
+        raise UserError("%s --output=PNG (one MLPerf log file)" % flags.usage("plot-log", "LOG"))
+    check_output(fv.output, rest)
     print("wrote %s" % plot_log(rest[0], fv.output))
     return 0

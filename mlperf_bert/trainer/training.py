@@ -206,8 +206,13 @@ class Trainer:
             allreduce=distributed.allreduce_mean if world > 1 and self.ddp is None else None,
             clip_after_reduce=clip_after)
         self.forward = self.ddp or self.model
-        if fv.compile:
+        self.after_backward = self.accumulator.after_backward
+        self.eval_forward = None
+        if fv.compile:  # trainer/step.py: no graph breaks, no recompiles after the first update/eval
+            from mlperf_bert.trainer import step
             self.forward = torch.compile(self.forward)
+            self.eval_forward = torch.compile(self.model)
+            self.after_backward = step.CompiledUpdate(self.accumulator).after_backward
         self._schedule = schedule
 
     def learning_rate(self, step):
@@ -223,10 +228,10 @@ class Trainer:
             with self.autocast():
                 out = self.forward(**batch)
             out.loss.backward()
-        return out.loss.detach(), self.accumulator.after_backward(global_step)
+        return out.loss.detach(), self.after_backward(global_step)
 
     def evaluate(self, batches):
-        return evaluation.evaluate(self.model, batches, self.device, self.autocast)
+        return evaluation.evaluate(self.model, batches, self.device, self.autocast, self.eval_forward)
 
     def save(self, path, extra):
         """Checkpoint at ``path``: every rank's RNG and accumulator go to rank 0 on the host."""

@@ -98,7 +98,8 @@ def define_flags():
       "The reference's LAMB option: clip the accumulated, all-reduced gradient once per update (DDP "
       "overlaps the reduction with backward) instead of each micro-batch gradient of each replica.",
       flag_values=fv)
-    B("compile", False, "torch.compile the model (first steps slower while it compiles).", flag_values=fv)
+    B("compile", False, "torch.compile the model, its eval and the clipping/accumulation/optimizer step "
+      "(trainer/step.py; the first update and eval are slower while they compile).", flag_values=fv)
     B("progress", True, "Show a progress bar.", flag_values=fv)
     flags.DEFINE_enum("check_data", "headers", ["none", "headers", "full"],
                       "Before training, read every record's header (and with full its CRC-checked "

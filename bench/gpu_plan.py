@@ -94,7 +94,7 @@ def _autocast(dtype):
     return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
 
 
-def fake_step(config, b, seq, pred, dtype):
+def fake_step(config, b, seq, pred, dtype, flops=True):
     """(memory by kind at the peak of a forward+backward, FLOPs) of the real model on fake tensors."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -117,14 +117,15 @@ def fake_step(config, b, seq, pred, dtype):
             for p in model.parameters():
                 p.grad = None
             counter = FlopCounterMode(display=False)
-            with counter:
-                with _autocast(dtype):
-                    out = model(**inputs)
-                out.loss.backward()
+            if flops:
+                with counter:
+                    with _autocast(dtype):
+                        out = model(**inputs)
+                    out.loss.backward()
     finally:
         BertForPreTraining.reset_parameters = init
     kinds = {str(k.value if hasattr(k, "value") else k): v for k, v in peak.items()}
-    return kinds, counter.get_total_flops()
+    return kinds, counter.get_total_flops() if flops else None
 
 
 def activation(kinds):
@@ -154,7 +155,7 @@ def plan(gpus):
 
     def act(b, seq, pred, dtype):
         if (b, seq, pred, dtype) not in act_cache:
-            act_cache[b, seq, pred, dtype] = fake_step(cfg, b, seq, pred, dtype)
+            act_cache[b, seq, pred, dtype] = fake_step(cfg, b, seq, pred, dtype, flops=b == 1)
         kinds, flops = act_cache[b, seq, pred, dtype]
         return activation(kinds), flops
 
@@ -174,7 +175,8 @@ def plan(gpus):
         while fixed + act(best + 1, seq, pred, dtype)[0] <= BUDGET:
             best += 1
         a_b = act(per_gpu, seq, pred, dtype)[0]
-        rows.append(dict(preset=preset, per_gpu=per_gpu, accum=accum, seq=seq, dtype=dtype, static=static,
+        split = next(k for k in range(1, per_gpu + 1) if per_gpu % k == 0 and per_gpu // k <= max(best, 1))
+        rows.append(dict(preset=preset, per_gpu=per_gpu, accum=accum, split=split, seq=seq, dtype=dtype, static=static,
                          act=a_b, total=fixed + a_b, fits=fixed + a_b <= BUDGET, best=best, flops=flops1))
     return n, rows
 
@@ -182,14 +184,14 @@ def plan(gpus):
 def print_plan(n, rows, gpus):
     print("BERT-Large: %d parameters (%.1f M); %d GPUs; budget 78 GiB a GPU (80 GiB less 2 GiB)" % (n, n / 1e6, gpus))
     print("\n| preset | per-GPU batch x accumulation | params GiB | grads GiB | LAMB state GiB | accum buffer GiB "
-          "| activation peak GiB | total GiB | fits 80 GB | largest per-GPU batch |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
+          "| activation peak GiB | total GiB | fits 80 GB | largest per-GPU batch | to fit |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
     for r in rows:
         s = r["static"]
-        print("| %s | %d x %d (seq %d, %s) | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %s | %d |" % (
+        print("| %s | %d x %d (seq %d, %s) | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %s | %d | %s |" % (
             r["preset"], r["per_gpu"], r["accum"], r["seq"], r["dtype"], s["params"] / GIB, s["grads"] / GIB,
             s["lamb"] / GIB, s["buffer"] / GIB, r["act"] / GIB, r["total"] / GIB, "yes" if r["fits"] else "no",
-            r["best"]))
+            r["best"], "as is" if r["fits"] else "%d x %d" % (r["per_gpu"] // r["split"], r["accum"] * r["split"])))
     print("\n| preset | model TFLOP / sequence (fwd+bwd) | " + " | ".join(
         "seq/s a GPU at %d%% MFU" % (m * 100) for m in MFU) + " | seq/s 8 GPUs at 50% |")
     print("|---|---:|" + "---:|" * len(MFU) + "---:|")

@@ -351,6 +351,8 @@ def run(fv, stop, locks):
         state = {"step": ckpt["global_step"], "next_eval": ckpt["next_eval"], "evals": ckpt["evals"],
                  "samples": ckpt.get("samples", ckpt["global_step"] * fv.train_batch_size)}
     trainer.seed_ranks(seed, ckpt)
+    # the checkpoint's weights (on the device) are copied into the model: not held for the whole run
+    ckpt = None
     eval_set = None
     if eval_files:
         eval_set = evaluation.EvalSet(eval_files, fv.max_seq_length, fv.max_predictions_per_seq, fv.eval_batch_size,

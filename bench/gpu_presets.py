@@ -5,7 +5,7 @@ SIGTERM after its first checkpoint and rerun, and must end bit-identical to the 
 without a stop.
 
 Usage: flock /tmp/heavy.lock .venv/bin/python bench/gpu_presets.py [--presets=a,b] [--seq=128|512]
-         [--modes=4] [--keep]
+         [--modes=4] [--only=packed:clip_after,...] [--keep]
 
 Per preset two runs by default, between them both clipping modes and both inputs (per-replica
 clipping on unpacked records, clipping after the all-reduce on packed rows); --modes=4 runs all
@@ -80,7 +80,7 @@ def command(preset, data, kind, clip_after, out, seq, pred, steps):
     args = ["--train_batch_size=2", "--max_seq_length=%d" % seq, "--max_predictions_per_seq=%d" % pred,
             "--num_train_steps=%d" % steps, "--save_checkpoints_steps=2",
             "--eval_batch_size=4", "--submission_division=open", "--eval_frequency=1",
-            "--target_mlm_accuracy=1.0", "--num_workers=1", "--noprogress", "--log_frequency=1",
+            "--target_mlm_accuracy=1.0", "--num_workers=0", "--noprogress", "--log_frequency=1",
             "--%sclip_by_global_norm_after_gradient_allreduce" % ("" if clip_after else "no")]
     if n:
         args.insert(1, "--steps_per_update=%d" % n)
@@ -136,6 +136,8 @@ def main(argv):
             if opts.get("modes") != "4" and (kind == "unpacked") == clip_after:
                 continue
             name = "%s %s %s" % (preset, kind, "clip_after" if clip_after else "clip_each")
+            if "only" in opts and name.split(" ", 1)[1].replace(" ", ":") not in opts["only"].split(","):
+                continue
             full, stopped = os.path.join(work, "full"), os.path.join(work, "stopped")
             log = os.path.join(work, "log.txt")
             steps = 3 * 2 if preset.startswith("rcp_") else 4  # rcp: 3 updates of 2 micro-steps

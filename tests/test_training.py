@@ -894,3 +894,29 @@ def test_a_log_outside_output_dir_is_emptied_only_by_the_run_that_wrote_it(files
             os.remove(os.path.join(first, name))
     assert training.main(flags_for(files, first, **kw)) == 0
     assert [r["key"] for r in _records(log)].count("init_start") == 1
+
+def test_resumed_run_does_not_keep_the_checkpoint(files, uninterrupted, tmp_path, monkeypatch):
+    """The loaded checkpoint's weights (a model's worth of device memory) are freed once copied
+    into the model, not held for the rest of the run."""
+    import shutil
+    import weakref
+    from mlperf_bert.trainer import checkpoint
+    full, _ = uninterrupted
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    shutil.copy(os.path.join(full, "model.ckpt-27.pt"), out)
+    loaded, alive = [], []
+    real_load, real_step = checkpoint.load_on_every_rank, training.Trainer.step
+
+    def load(*a, **k):
+        ckpt = real_load(*a, **k)
+        loaded.extend(weakref.ref(t) for t in ckpt["model"].values())
+        return ckpt
+
+    def step(self, batch, global_step):
+        alive.append(sum(r() is not None for r in loaded))
+        return real_step(self, batch, global_step)
+    monkeypatch.setattr(checkpoint, "load_on_every_rank", load)
+    monkeypatch.setattr(training.Trainer, "step", step)
+    assert training.main(flags_for(files, out)) == 0
+    assert loaded and alive == [0, 0, 0]

@@ -27,16 +27,20 @@ class EvalSet:
 
 
 @torch.no_grad()
-def evaluate(model, batches, device, autocast):
-    """Exact metrics over every batch: sums in float64, all-reduced over ranks."""
+def evaluate(model, batches, device, autocast, compiled=None):
+    """Exact metrics over every batch: sums in float64, all-reduced over ranks. ``compiled``
+    (torch.compile of ``model``) runs the batches of the first batch's shape; a shorter last
+    batch runs eagerly rather than compile a second graph."""
     was_training = model.training
     model.eval()
     sums = torch.zeros(len(_SUMS) + 2, dtype=torch.float64, device=device)
     one = torch.ones((), dtype=torch.float64, device=device)
+    shape = None
     for batch in batches:
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        shape = shape or batch["input_ids"].shape
         with autocast():
-            out = model(**batch)
+            out = (compiled if compiled is not None and batch["input_ids"].shape == shape else model)(**batch)
         # + the batch's total loss and a batch count: the estimator's `loss` is their mean
         sums += torch.stack([getattr(out, k).double() for k in _SUMS] + [out.loss.double(), one])
     model.train(was_training)

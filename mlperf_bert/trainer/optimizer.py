@@ -94,36 +94,8 @@ class BertOptimizer(torch.optim.Optimizer):
             p.add_(update, alpha=-lr)
 
     def _step_foreach(self, group, params, grads, ms, vs, t):
-        b1, b2, eps, lr = group["beta_1"], group["beta_2"], group["epsilon"], group["lr"]
-        wd, exclude = group["weight_decay_rate"], group["exclude"]
-        fe = torch
-        fe._foreach_mul_(ms, b1)
-        fe._foreach_add_(ms, grads, alpha=1.0 - b1)
-        fe._foreach_mul_(vs, b2)
-        fe._foreach_addcmul_(vs, grads, grads, value=1.0 - b2)
-        if self.kind == "lamb":
-            num = fe._foreach_div(ms, 1.0 - b1 ** t)
-            den = fe._foreach_div(vs, 1.0 - b2 ** t)
-            fe._foreach_sqrt_(den)
-        else:
-            num = ms
-            den = fe._foreach_sqrt(vs)
-        fe._foreach_add_(den, eps)
-        if num is ms:
-            update = fe._foreach_div(num, den)
-        else:  # num is a temporary: divide in place, one parameter-sized copy fewer
-            fe._foreach_div_(num, den)
-            update = num
-        if not exclude:
-            fe._foreach_add_(update, params, alpha=wd)
-        if self.kind == "lamb" and not exclude:
-            # One kernel per step for all trust ratios, not one per tensor.
-            wn = torch.stack(fe._foreach_norm(params))
-            un = torch.stack(fe._foreach_norm(update))
-            fe._foreach_mul_(update, (_trust_ratio(wn, un) * lr).unbind())
-            fe._foreach_sub_(params, update)
-        else:
-            fe._foreach_add_(params, update, alpha=-lr)
+        foreach_update_(self.kind, params, grads, ms, vs, t, group["lr"], group["beta_1"], group["beta_2"],
+                        group["epsilon"], group["weight_decay_rate"], group["exclude"])
 
     def slot_arrays(self):
         """{"<tf name>/adam_m" | "/adam_v": ndarray}: the optimizer slots in the reference's names."""
@@ -136,6 +108,46 @@ class BertOptimizer(torch.optim.Optimizer):
                         a = st[k].detach().cpu().float().numpy()
                         out["%s/%s" % (name, k)] = a.T if name.endswith("/kernel") else a
         return out
+
+
+def foreach_update_(kind, params, grads, ms, vs, t, lr, b1, b2, eps, wd, exclude):
+    """One LAMB/AdamW update of a group with multi-tensor ops. ``t`` (the update count) and ``lr``
+    are Python numbers (eager) or 0-dim tensors (the compiled step, trainer/step.py: a changing
+    Python number would recompile); with numbers these are the exact ops of the eager default."""
+    fe = torch
+    fe._foreach_mul_(ms, b1)
+    fe._foreach_add_(ms, grads, alpha=1.0 - b1)
+    fe._foreach_mul_(vs, b2)
+    fe._foreach_addcmul_(vs, grads, grads, value=1.0 - b2)
+    if kind == "lamb":
+        c1, c2 = 1.0 - b1 ** t, 1.0 - b2 ** t
+        if torch.is_tensor(t):  # float64 as the Python number, then the tensors' type as eager
+            c1, c2 = c1.to(ms[0].dtype), c2.to(vs[0].dtype)
+        num = fe._foreach_div(ms, c1)
+        den = fe._foreach_div(vs, c2)
+        fe._foreach_sqrt_(den)
+    else:
+        num = ms
+        den = fe._foreach_sqrt(vs)
+    fe._foreach_add_(den, eps)
+    if num is ms:
+        update = fe._foreach_div(num, den)
+    else:  # num is a temporary: divide in place, one parameter-sized copy fewer
+        fe._foreach_div_(num, den)
+        update = num
+    if not exclude:
+        fe._foreach_add_(update, params, alpha=wd)
+    if kind == "lamb" and not exclude:
+        # One kernel per step for all trust ratios, not one per tensor.
+        wn = torch.stack(fe._foreach_norm(params))
+        un = torch.stack(fe._foreach_norm(update))
+        fe._foreach_mul_(update, (_trust_ratio(wn, un) * lr).unbind())
+        fe._foreach_sub_(params, update)
+    elif torch.is_tensor(lr):
+        fe._foreach_mul_(update, lr)
+        fe._foreach_sub_(params, update)
+    else:
+        fe._foreach_add_(params, update, alpha=-lr)
 
 
 def _trust_ratio(w_norm, u_norm):

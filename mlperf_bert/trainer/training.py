@@ -100,7 +100,8 @@ def define_flags():
       "The reference's LAMB option: clip the accumulated, all-reduced gradient once per update (DDP "
       "overlaps the reduction with backward) instead of each micro-batch gradient of each replica.",
       flag_values=fv)
-    B("compile", False, "torch.compile the model (first steps slower while it compiles).", flag_values=fv)
+    B("compile", False, "torch.compile the model, its eval and the clipping/accumulation/optimizer step "
+      "(trainer/step.py; the first update and eval are slower while they compile).", flag_values=fv)
     B("progress", True, "Show a progress bar.", flag_values=fv)
     flags.DEFINE_enum("check_data", "headers", ["none", "headers", "full"],
                       "Before training, read every record's header (and with full its CRC-checked "
@@ -254,8 +255,13 @@ class Trainer:
             allreduce=distributed.allreduce_mean if world > 1 and self.ddp is None else None,
             clip_after_reduce=clip_after)
         self.forward = self.ddp or self.model
-        if fv.compile:
+        self.after_backward = self.accumulator.after_backward
+        self.eval_forward = None
+        if fv.compile:  # trainer/step.py: no graph breaks, no recompiles after the first update/eval
+            from mlperf_bert.trainer import step
             self.forward = torch.compile(self.forward)
+            self.eval_forward = torch.compile(self.model)
+            self.after_backward = step.CompiledUpdate(self.accumulator).after_backward
         self._schedule = schedule
 
     def learning_rate(self, step):
@@ -271,10 +277,10 @@ class Trainer:
             with self.autocast():
                 out = self.forward(**batch)
             out.loss.backward()
-        return out.loss.detach(), self.accumulator.after_backward(global_step)
+        return out.loss.detach(), self.after_backward(global_step)
 
     def evaluate(self, batches):
-        return evaluation.evaluate(self.model, batches, self.device, self.autocast)
+        return evaluation.evaluate(self.model, batches, self.device, self.autocast, self.eval_forward)
 
     def save(self, path, extra):
         """Checkpoint at ``path``: every rank's RNG and accumulator go to rank 0 on the host."""
@@ -403,6 +409,8 @@ def run(fv, stop, locks):
                      samples=ckpt.get("samples", ckpt["global_step"] * fv.train_batch_size),
                      block=ckpt.get("block"), loss=ckpt.get("loss"))
     trainer.seed_ranks(seed, ckpt)
+    # the checkpoint's weights (on the device) are copied into the model: not held for the whole run
+    ckpt = None
     eval_set = None
     if eval_files:
         eval_set = evaluation.EvalSet(eval_files, fv.max_seq_length, fv.max_predictions_per_seq, fv.eval_batch_size,

@@ -1,0 +1,288 @@
+"""Memory and FLOP plan of every GPU preset on an 80 GB H100, from the real model code on fake
+tensors (no GPU, no memory used), and its check against what this CPU measures.
+
+Usage: flock /tmp/heavy.lock .venv/bin/python bench/gpu_plan.py [--gpus=8] [--nocheck]
+
+Per preset (its flags as train_model.sh gives them for --gpus GPUs), per GPU:
+- parameter, gradient, LAMB state (adam_m, adam_v) and accumulation buffer bytes: the real
+  model's parameters (fp32), the buffer only when the preset accumulates (steps_per_update > 1)
+  with the reference's per-replica clipping;
+- the activation peak of one training micro-step at the preset's per-GPU batch in bf16: the
+  model's forward and backward under torch autocast run on FakeTensorMode tensors, measured by
+  torch.distributed._tools.mem_tracker.MemTracker (every live tensor of the peak that is not a
+  parameter, gradient or optimizer state); it grows linearly with the batch, so two traced
+  batches give the largest per-GPU batch that fits (then traced again to confirm);
+- whether it fits 80 GiB less 2 GiB for the CUDA context and allocator (an allowance, not a
+  measurement) and the largest per-GPU batch that does;
+- model FLOPs of one sequence, forward and backward (torch.utils.flop_counter.FlopCounterMode on
+  the same fake step), and the sequences/s per GPU and per 8-GPU node that 30-60 % MFU mean at
+  989 TFLOP/s (H100 SXM, dense bf16).
+The autocast policy traced is the CPU one (no CUDA here): matmuls in bf16, softmax/LayerNorm
+outputs as the CPU kernels give them; attention is scaled_dot_product_attention as on the GPU
+(a fused kernel that keeps no [t, t] matrix). Unpacked rows; packed rows on a GPU use the
+variable-length FlashAttention kernel, no larger.
+
+The check (unless --nocheck) runs real forward+backward steps of BERT-base and a tiny BERT on
+this CPU, each in a fresh process with glibc returning freed memory at once, and compares the
+peak resident-memory growth (VmHWM after - VmRSS before, /proc/self/clear_refs resetting the
+peak) and the FLOPs counted on the real kernels with the plan's fake-tensor figures; the
+closed-form 6 x parameters x tokens + attention estimate is printed beside the counted FLOPs.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _data  # noqa: E402
+
+ROOT = _data.ROOT
+PEAK_TFLOPS = 989.0  # H100 SXM dense bf16
+GIB = 2.0 ** 30
+BUDGET = 80 * GIB - 2 * GIB
+MFU = (0.30, 0.40, 0.50, 0.60)
+TINY = {"vocab_size": 30522, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 512, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
+        "initializer_range": 0.02}
+
+
+def preset_flags(preset, gpus):
+    """The trainer flags train_model.sh runs for ``preset`` on ``gpus`` GPUs."""
+    env = dict(os.environ, DATA_DIR="/data", NUM_GPUS=str(gpus))
+    out = subprocess.run([os.path.join(ROOT, "train_model.sh"), "--preset=" + preset, "--dry_run"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    return dict(m.groups() for m in re.finditer(r"--(\w+)=(\S+)", out))
+
+
+def gpu_presets():
+    from mlperf_bert.harness.rcp import load_rcps
+    sizes = sorted(load_rcps())
+    return ["reference_gpu", "tpu_8192"] + ["rcp_%d" % b for b in (sizes[0], sizes[-1])]
+
+
+def _config(path_or_dict, seq):
+    from mlperf_bert.trainer.config import BertConfig
+    if isinstance(path_or_dict, dict):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(path_or_dict, f)
+        path_or_dict = f.name
+    return BertConfig.from_json_file(path_or_dict, seq)
+
+
+def batch(b, seq, pred, gen=None):
+    import torch
+    if gen is None:  # fake tensors: the values are never read
+        z = lambda *s, **k: torch.zeros(*s, dtype=k.get("dtype", torch.long))  # noqa: E731
+        return {"input_ids": z(b, seq), "segment_ids": z(b, seq), "input_mask": torch.ones(b, seq, dtype=torch.long),
+                "masked_lm_positions": z(b, pred), "masked_lm_ids": z(b, pred),
+                "masked_lm_weights": torch.ones(b, pred), "next_sentence_labels": z(b)}
+    pos = torch.stack([torch.randperm(seq - 1, generator=gen)[:pred] + 1 for _ in range(b)]).sort(1).values
+    return {"input_ids": torch.randint(1000, 30000, (b, seq), generator=gen),
+            "segment_ids": (torch.arange(seq) >= seq // 2).long().expand(b, seq).clone(),
+            "input_mask": torch.ones(b, seq, dtype=torch.long), "masked_lm_positions": pos,
+            "masked_lm_ids": torch.randint(1000, 30000, (b, pred), generator=gen),
+            "masked_lm_weights": torch.ones(b, pred), "next_sentence_labels": torch.randint(0, 2, (b,), generator=gen)}
+
+
+def _autocast(dtype):
+    import contextlib
+    import torch
+    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
+
+
+def fake_step(config, b, seq, pred, dtype, flops=True):
+    """(memory by kind at the peak of a forward+backward, FLOPs) of the real model on fake tensors."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.utils.flop_counter import FlopCounterMode
+    from mlperf_bert.trainer.model import BertForPreTraining
+    init = BertForPreTraining.reset_parameters
+    BertForPreTraining.reset_parameters = lambda self: None  # values are never read
+    try:
+        with FakeTensorMode():
+            model = BertForPreTraining(config)
+            inputs = batch(b, seq, pred)
+            mt = MemTracker()
+            mt.track_external(model)
+            with mt:
+                with _autocast(dtype):
+                    out = model(**inputs)
+                out.loss.backward()
+            peak = mt.get_tracker_snapshot("peak")[torch.device("cpu")]
+            for p in model.parameters():
+                p.grad = None
+            counter = FlopCounterMode(display=False)
+            if flops:
+                with counter:
+                    with _autocast(dtype):
+                        out = model(**inputs)
+                    out.loss.backward()
+    finally:
+        BertForPreTraining.reset_parameters = init
+    kinds = {str(k.value if hasattr(k, "value") else k): v for k, v in peak.items()}
+    return kinds, counter.get_total_flops() if flops else None
+
+
+def activation(kinds):
+    """Peak bytes that are not parameters, gradients or optimizer state."""
+    return kinds["Total"] - kinds["Parameter"] - kinds["Gradient"] - kinds["Optstate"]
+
+
+def n_params(config):
+    import torch
+    from mlperf_bert.trainer.model import BertForPreTraining
+    with torch.device("meta"):
+        return sum(p.numel() for p in BertForPreTraining(config).parameters())
+
+
+def closed_form_flops(config, seq, pred):
+    """The usual estimate: 6 x non-embedding parameters x tokens, attention scores and context
+    (2 x 2 x t^2 x h a layer, x3 for backward), the MLM head on the ``pred`` masked tokens only."""
+    h, L, V = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    layer = 4 * h * h + 2 * h * config.intermediate_size
+    return 6 * (L * layer * seq + h * h) + 3 * L * 4 * seq * seq * h + 6 * pred * (h * h + h * V)
+
+
+def plan(gpus):
+    cfg = _config(os.path.join(ROOT, "configs", "bert_config_large.json"), 512)
+    n = n_params(cfg)
+    rows, act_cache = [], {}
+
+    def act(b, seq, pred, dtype):
+        if (b, seq, pred, dtype) not in act_cache:
+            act_cache[b, seq, pred, dtype] = fake_step(cfg, b, seq, pred, dtype, flops=b == 1)
+        kinds, flops = act_cache[b, seq, pred, dtype]
+        return activation(kinds), flops
+
+    for preset in gpu_presets():
+        f = preset_flags(preset, gpus)
+        seq, pred, dtype = int(f["max_seq_length"]), int(f["max_predictions_per_seq"]), f.get("dtype", "fp32")
+        per_gpu = int(f["train_batch_size"]) // gpus
+        accum = int(f.get("steps_per_update", 1))
+        static = {"params": 4 * n, "grads": 4 * n, "lamb": 8 * n, "buffer": 4 * n if accum > 1 else 0}
+        a1, flops1 = act(1, seq, pred, dtype)
+        a2, _ = act(2, seq, pred, dtype)
+        slope = a2 - a1
+        fixed = sum(static.values())
+        best = int((BUDGET - fixed - (a1 - slope)) // slope)
+        while best > 0 and fixed + act(best, seq, pred, dtype)[0] > BUDGET:  # confirm by tracing
+            best -= 1
+        while fixed + act(best + 1, seq, pred, dtype)[0] <= BUDGET:
+            best += 1
+        a_b = act(per_gpu, seq, pred, dtype)[0]
+        split = next(k for k in range(1, per_gpu + 1) if per_gpu % k == 0 and per_gpu // k <= max(best, 1))
+        rows.append(dict(preset=preset, per_gpu=per_gpu, accum=accum, split=split, seq=seq, dtype=dtype, static=static,
+                         act=a_b, total=fixed + a_b, fits=fixed + a_b <= BUDGET, best=best, flops=flops1))
+    return n, rows
+
+
+def print_plan(n, rows, gpus):
+    print("BERT-Large: %d parameters (%.1f M); %d GPUs; budget 78 GiB a GPU (80 GiB less 2 GiB)" % (n, n / 1e6, gpus))
+    print("\n| preset | per-GPU batch x accumulation | params GiB | grads GiB | LAMB state GiB | accum buffer GiB "
+          "| activation peak GiB | total GiB | fits 80 GB | largest per-GPU batch | to fit |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
+    for r in rows:
+        s = r["static"]
+        print("| %s | %d x %d (seq %d, %s) | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %s | %d | %s |" % (
+            r["preset"], r["per_gpu"], r["accum"], r["seq"], r["dtype"], s["params"] / GIB, s["grads"] / GIB,
+            s["lamb"] / GIB, s["buffer"] / GIB, r["act"] / GIB, r["total"] / GIB, "yes" if r["fits"] else "no",
+            r["best"], "as is" if r["fits"] else "%d x %d" % (r["per_gpu"] // r["split"], r["accum"] * r["split"])))
+    print("\n| preset | model TFLOP / sequence (fwd+bwd) | " + " | ".join(
+        "seq/s a GPU at %d%% MFU" % (m * 100) for m in MFU) + " | seq/s 8 GPUs at 50% |")
+    print("|---|---:|" + "---:|" * len(MFU) + "---:|")
+    for r in rows:
+        rate = [m * PEAK_TFLOPS * 1e12 / r["flops"] for m in MFU]
+        print("| %s | %.3f | %s | %.0f |" % (r["preset"], r["flops"] / 1e12, " | ".join("%.0f" % x for x in rate),
+                                            8 * 0.5 * PEAK_TFLOPS * 1e12 / r["flops"]))
+
+
+MEASURE = r'''
+import json, os, sys, torch
+sys.path.insert(0, %(root)r); sys.path.insert(0, %(bench)r)
+import gpu_plan
+from mlperf_bert.trainer.model import BertForPreTraining
+from torch.utils.flop_counter import FlopCounterMode
+torch.set_num_threads(1)
+cfg = gpu_plan._config(%(config)r, %(seq)d)
+torch.manual_seed(0)
+model = BertForPreTraining(cfg)
+inputs = gpu_plan.batch(%(b)d, %(seq)d, %(pred)d, torch.Generator().manual_seed(0))
+def step():
+    with gpu_plan._autocast(%(dtype)r):
+        out = model(**inputs)
+    out.loss.backward()
+    for p in model.parameters():
+        p.grad = None
+step()  # one-time allocations (kernels' caches) out of the way
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # VmHWM := VmRSS
+before = status("VmRSS:")
+with gpu_plan._autocast(%(dtype)r):
+    out = model(**inputs)
+out.loss.backward()
+peak = status("VmHWM:") - before
+for p in model.parameters():
+    p.grad = None
+counter = FlopCounterMode(display=False)
+with counter:
+    step()
+print(json.dumps({"peak": peak, "flops": counter.get_total_flops()}))
+'''
+
+
+def check():
+    """(name, planned bytes, measured bytes, planned FLOPs, measured FLOPs, closed form) per case."""
+    out = []
+    cases = [("tiny", TINY, 8, 128, 20, "fp32"), ("tiny", TINY, 8, 128, 20, "bf16"),
+             ("BERT-base", os.path.join(ROOT, "configs", "bert_config_base.json"), 8, 128, 20, "fp32"),
+             ("BERT-base", os.path.join(ROOT, "configs", "bert_config_base.json"), 8, 128, 20, "bf16")]
+    for name, config, b, seq, pred, dtype in cases:
+        cfg = _config(config, seq)
+        kinds, flops = fake_step(cfg, b, seq, pred, dtype)
+        planned = kinds["Total"] - kinds["Parameter"]  # the measured growth includes the gradients
+        code = MEASURE % dict(root=ROOT, bench=os.path.dirname(os.path.abspath(__file__)), config=config, seq=seq,
+                              b=b, pred=pred, dtype=dtype)
+        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0", OMP_NUM_THREADS="1")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        if r.returncode:
+            raise SystemExit(r.stderr)
+        m = json.loads(r.stdout.strip().splitlines()[-1])
+        out.append(("%s b=%d seq=%d %s" % (name, b, seq, dtype), planned, m["peak"], flops, m["flops"],
+                    b * closed_form_flops(cfg, seq, pred)))
+    return out
+
+
+def main(argv):
+    if _data.help_requested(__doc__):
+        return 0
+    gpus = int(dict(a[2:].split("=", 1) for a in argv if a.startswith("--gpus=")).get("gpus", 8))
+    t = time.time()
+    n, rows = plan(gpus)
+    print_plan(n, rows, gpus)
+    print("\nplan: %.0f s" % (time.time() - t))
+    if "--nocheck" in argv:
+        return 0
+    t = time.time()
+    print("\nCPU check (activation peak + gradients of one forward+backward; FLOPs of the same):")
+    print("| case | planned MiB | measured MiB | error | planned GFLOP | counted on real kernels | error "
+          "| closed form GFLOP | plan vs closed form |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, pm, mm, pf, mf, cf in check():
+        print("| %s | %.0f | %.0f | %+.1f%% | %.2f | %.2f | %+.2f%% | %.2f | %+.1f%% |" % (
+            name, pm / 2 ** 20, mm / 2 ** 20, 100 * (pm - mm) / mm, pf / 1e9, mf / 1e9, 100 * (pf - mf) / mf,
+            cf / 1e9, 100 * (pf - cf) / cf))
+    print("check: %.0f s" % (time.time() - t))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,153 @@
+"""The compiled training step (--compile).
+
+The model's forward (and with it, through AOTAutograd, its backward) is one torch.compile'd
+graph; gradient clipping, accumulation and the LAMB/AdamW update are others. None has a graph
+break, and nothing recompiles after the first update and the first eval: the learning rate and
+the optimizer's step count enter as 0-dim device tensors filled in place (``fill_`` with a
+Python number: no host-to-device copy, no host sync), not as Python numbers that dynamo would
+specialise on. tests/test_compiled_step.py checks both with torch._dynamo's own tools.
+
+Each compiled function has its own code object, so the few that one run uses (absorb a
+micro-batch; absorb and update; update after an all-reduce; reduce-clip-update) each compile
+once instead of recompiling one another. The state stays GradientAccumulator's and
+BertOptimizer's (buffers, pending count, slots, per-parameter step), so checkpoints of compiled
+and eager runs are interchangeable. Eager runs never come here: their numbers are the
+accumulator's and the optimizer's own code, bit for bit.
+"""
+import torch
+
+from mlperf_bert.trainer.optimizer import clip_by_global_norm_, foreach_update_
+
+
+def _absorb(grads, buffers, clip_norm, n):
+    """Per-replica clipping: clip this micro-batch's gradients, divide by n, add to the buffers."""
+    norm = clip_by_global_norm_(grads, clip_norm)
+    if buffers is not None:
+        torch._foreach_div_(grads, float(n))
+        torch._foreach_add_(buffers, grads)
+    return norm
+
+
+def _update(groups, lr, t):
+    """The optimizer on every group: (kind, params, grads, ms, vs, hyper) with hyper (b1, b2, eps,
+    wd, exclude)."""
+    for kind, params, grads, ms, vs, hyper in groups:
+        foreach_update_(kind, params, grads, ms, vs, t, lr, *hyper)
+
+
+@torch.no_grad()
+def absorb(grads, buffers, clip_norm, n):
+    return _absorb(grads, buffers, clip_norm, n)
+
+
+@torch.no_grad()
+def absorb_and_update(grads, buffers, clip_norm, n, groups, lr, t):
+    norm = _absorb(grads, buffers, clip_norm, n)
+    _update(groups, lr, t)
+    if buffers is not None:
+        torch._foreach_zero_(buffers)
+    return norm
+
+
+@torch.no_grad()
+def update(groups, lr, t, buffers):
+    _update(groups, lr, t)
+    if buffers is not None:
+        torch._foreach_zero_(buffers)
+
+
+@torch.no_grad()
+def reduce_clip_update(grads, clip_norm, n, groups, lr, t):
+    """Clipping after the reduction: the summed (and all-reduced) gradients / n, clipped, applied."""
+    if n > 1:
+        torch._foreach_div_(grads, float(n))
+    norm = clip_by_global_norm_(grads, clip_norm)
+    _update(groups, lr, t)
+    return norm
+
+
+class CompiledUpdate:
+    """``after_backward`` of a GradientAccumulator, with its arithmetic compiled."""
+
+    def __init__(self, accumulator, compile=None):
+        acc = self.acc = accumulator
+        device = acc.params[0].device
+        self.lr = torch.zeros((), device=device)
+        self.t = torch.zeros((), dtype=torch.float64, device=device)  # b ** t as the eager float64
+        self.absorb, self.absorb_and_update, self.update, self.reduce_clip_update = (
+            (compile or torch.compile)(f) for f in (absorb, absorb_and_update, update, reduce_clip_update))
+
+    def _groups(self, grads):
+        """The optimizer's groups in its own order, each parameter with its gradient; the slots
+        are created (zeros) on the first update as the optimizer itself does."""
+        opt = self.acc.optimizer
+        grad_of = {id(p): g for p, g in zip(self.acc.params, grads)}
+        out, t = [], None
+        for group in opt.param_groups:
+            params = [p for p in group["params"] if id(p) in grad_of]
+            if not params:
+                continue
+            ms, vs = [], []
+            for p in params:
+                st = opt.state[p]
+                if not st:
+                    st["step"] = 0
+                    st["adam_m"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["adam_v"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                st["step"] += 1  # a Python int, as the optimizer's: checkpoints stay the same
+                ms.append(st["adam_m"])
+                vs.append(st["adam_v"])
+            t = opt.state[params[0]]["step"]
+            hyper = (group["beta_1"], group["beta_2"], group["epsilon"], group["weight_decay_rate"],
+                     group["exclude"])
+            out.append((opt.kind, params, [grad_of[id(p)] for p in params], ms, vs, hyper))
+        return out, t
+
+    def _set_scalars(self, global_step, t):
+        acc = self.acc
+        acc.last_lr = acc.lr_fn(global_step)
+        for group in acc.optimizer.param_groups:
+            group["lr"] = acc.last_lr
+        self.lr.fill_(acc.last_lr)
+        self.t.fill_(t)
+
+    def after_backward(self, global_step):
+        """As GradientAccumulator.after_backward: -> whether the optimizer was applied."""
+        acc = self.acc
+        acc.pending += 1
+        upd = acc.is_update(global_step)
+        if acc.clip_after_reduce:
+            if not upd:
+                return False
+            grads = acc._grads()
+            if acc.allreduce is not None:
+                acc.allreduce(grads)
+            groups, t = self._groups(grads)
+            self._set_scalars(global_step, t)
+            acc.last_grad_norm = self.reduce_clip_update(grads, acc.clip_norm, acc.n, groups, self.lr, self.t)
+        else:
+            grads = acc._grads()
+            if acc.n > 1 and acc.buffers is None:
+                acc.buffers = [torch.zeros_like(p) for p in acc.params]
+            buffers = acc.buffers if acc.n > 1 else None
+            for p in acc.params:
+                p.grad = None
+            if not upd:
+                acc.last_grad_norm = self.absorb(grads, buffers, acc.clip_norm, acc.n)
+                return False
+            summed = buffers if buffers is not None else grads  # n == 1: the clipped gradients
+            if acc.allreduce is None:
+                groups, t = self._groups(summed)
+                self._set_scalars(global_step, t)
+                acc.last_grad_norm = self.absorb_and_update(grads, buffers, acc.clip_norm, acc.n, groups,
+                                                            self.lr, self.t)
+            else:
+                acc.last_grad_norm = self.absorb(grads, buffers, acc.clip_norm, acc.n)
+                acc.allreduce(summed)
+                groups, t = self._groups(summed)
+                self._set_scalars(global_step, t)
+                self.update(groups, self.lr, self.t, buffers)
+        for p in acc.params:
+            p.grad = None
+        acc.pending = 0
+        return True

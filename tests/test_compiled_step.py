@@ -1,0 +1,137 @@
+"""--compile: the trainer's real step (forward, backward, clipping, accumulation, LAMB) and its
+eval compile with zero graph breaks and never recompile after the first update and eval, packed
+and unpacked, checked with torch._dynamo's own counters and ``error_on_recompile``; and the
+compiled step trains as the eager one. Graph breaks and recompiles are dynamo's, whatever the
+backend: the tests compile with "aot_eager" (dynamo and AOTAutograd, so the backward is traced
+too) to stay fast; test_training.py::test_compile_trains_as_eager runs inductor end to end."""
+import functools
+import json
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from mlperf_bert import flags
+from mlperf_bert.trainer import training
+from mlperf_bert.trainer.config import BertConfig
+
+TINY = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 32, "hidden_act": "gelu", "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0, "max_position_embeddings": 32, "type_vocab_size": 2,
+        "initializer_range": 0.02}
+B, T, P, K = 4, 32, 5, 2
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo(monkeypatch):
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+    torch.set_num_threads(n)
+
+
+def _batch(gen, packed):
+    """A batch as the loaders give it: unpacked rows, or packed rows of up to K sequences."""
+    ids = torch.randint(5, TINY["vocab_size"], (B, T), generator=gen)
+    pos = torch.stack([torch.randperm(T - 1, generator=gen)[:P] + 1 for _ in range(B)]).sort(1).values
+    b = {"input_ids": ids, "segment_ids": (torch.arange(T) >= T // 2).long().expand(B, T).clone(),
+         "masked_lm_positions": pos, "masked_lm_ids": torch.randint(5, TINY["vocab_size"], (B, P), generator=gen),
+         "masked_lm_weights": torch.ones(B, P)}
+    if not packed:
+        b["input_mask"] = torch.ones(B, T, dtype=torch.long)
+        b["next_sentence_labels"] = torch.randint(0, 2, (B,), generator=gen)
+        return b
+    # row r: sequence 1 of length 10 + r, sequence 2 up to T - 4 (row 0: one sequence), padding
+    mask, position, nsp, labels = (torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T, dtype=torch.long),
+                                   torch.zeros(B, K, dtype=torch.long), torch.full((B, K), -1))
+    for r in range(B):
+        first = 10 + r
+        mask[r, :first] = 1
+        position[r, :first] = torch.arange(first)
+        labels[r, 0] = r % 2
+        if r:
+            mask[r, first:T - 4] = 2
+            position[r, first:T - 4] = torch.arange(T - 4 - first)
+            nsp[r, 1] = first
+            labels[r, 1] = (r + 1) % 2
+    b.update(input_mask=mask, position_ids=position, nsp_positions=nsp, next_sentence_labels=labels)
+    return b
+
+
+def _trainer(tmp_path, compile, clip_after, steps_per_update=2):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    fv = training.define_flags()
+    flags.parse(fv, ["x", "--bert_config_file=%s" % config, "--input_file=unused", "--output_dir=unused",
+                     "--do_train", "--optimizer=lamb", "--learning_rate=1e-2", "--num_train_steps=100",
+                     "--num_warmup_steps=10",  # the learning rate changes every update
+                     "--steps_per_update=%d" % steps_per_update,
+                     "--%scompile" % ("" if compile else "no"),
+                     "--%sclip_by_global_norm_after_gradient_allreduce" % ("" if clip_after else "no")],
+                required=[])
+    return training.Trainer(fv, BertConfig.from_json_file(str(config), T), torch.device("cpu"), 0, 1, seed=1)
+
+
+def _run(trainer, batches, steps, first=0):
+    for i in range(first, first + steps):
+        trainer.step(batches[i % len(batches)], i)
+
+
+@pytest.mark.parametrize("packed, clip_after", [(False, False), (True, True)],
+                         ids=["unpacked-clip_each", "packed-clip_after"])
+def test_compiled_step_has_no_graph_breaks_and_no_recompiles(tmp_path, packed, clip_after):
+    gen = torch.Generator().manual_seed(0)
+    batches = [_batch(gen, packed) for _ in range(3)]
+    evals = [_batch(gen, packed) for _ in range(2)]
+    trainer = _trainer(tmp_path, True, clip_after)
+    _run(trainer, batches, 2)  # a micro-step, then one that updates: every graph compiled
+    trainer.evaluate(evals)
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs > 0
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        _run(trainer, batches, 6, first=2)  # 3 more updates, each at another learning rate and t
+        metrics = trainer.evaluate(evals)
+        _run(trainer, batches, 2, first=8)
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert 0 <= metrics["masked_lm_accuracy"] <= 1
+
+
+def test_explain_finds_one_graph_per_function(tmp_path):
+    """torch._dynamo.explain of the forward (train and eval) and of the update: one graph, no break."""
+    from mlperf_bert.trainer import step
+    gen = torch.Generator().manual_seed(0)
+    batch = _batch(gen, True)
+    trainer = _trainer(tmp_path, False, False, steps_per_update=1)
+    for mode in (True, False):
+        trainer.model.train(mode)
+        out = torch._dynamo.explain(trainer.model)(**batch)
+        assert (out.graph_count, out.graph_break_count) == (1, 0), out.break_reasons
+    trainer.model.train()
+    trainer.model(**batch).loss.backward()
+    acc = trainer.accumulator
+    upd = step.CompiledUpdate(acc, compile=lambda f: f)
+    grads = acc._grads()
+    groups, t = upd._groups(grads)
+    out = torch._dynamo.explain(step.absorb_and_update)(grads, None, 1.0, 1, groups, upd.lr, upd.t)
+    assert (out.graph_count, out.graph_break_count) == (1, 0), out.break_reasons
+
+
+@pytest.mark.parametrize("clip_after", [False, True], ids=["clip_each", "clip_after"])
+def test_compiled_step_trains_as_eager(tmp_path, clip_after):
+    gen = torch.Generator().manual_seed(0)
+    batches = [_batch(gen, False) for _ in range(3)]
+    eager, compiled = (_trainer(tmp_path, c, clip_after) for c in (False, True))
+    for t in (eager, compiled):
+        _run(t, batches, 6)
+    a, b = eager.model.state_dict(), compiled.model.state_dict()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-5, worst
+    sa, sb = eager.optimizer.state_dict()["state"], compiled.optimizer.state_dict()["state"]
+    assert [s["step"] for s in sa.values()] == [s["step"] for s in sb.values()] == [3] * len(sa)
+    assert eager.accumulator.last_lr == compiled.accumulator.last_lr

@@ -1,0 +1,112 @@
+"""No host syncs between logging boundaries: over several updates the micro-step loop (loader,
+forward, backward, clipping, accumulation, LAMB) calls nothing that would make the host wait for
+the GPU. This machine has no GPU (torch.cuda.set_sync_debug_mode needs one), so every Tensor
+method that reads a value back to the host is counted while the loop runs on CPU: .item(),
+.cpu(), .tolist(), .numpy(), bool()/int()/float() of a tensor, and nonzero (a data-dependent
+shape). The loader's own host-side batches (still in host memory) are not the device's and do
+not count."""
+import json
+import os
+import traceback
+
+import pytest
+import torch
+
+from mlperf_bert.dataset import packing, tfrecord
+from mlperf_bert.trainer import loader, training
+
+TINY = {"vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 32, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 128, "type_vocab_size": 2,
+        "initializer_range": 0.02}
+SYNCS = ("item", "cpu", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero")
+STEPS = 8  # 4 updates of 2 micro-steps
+
+
+@pytest.fixture(scope="module")
+def files(golden_dir, tmp_path_factory):
+    d = tmp_path_factory.mktemp("syncs")
+    unpacked = str(d / "train.tfrecord")
+    recs = list(tfrecord.read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))
+    tfrecord.write_records(unpacked, recs[:200])
+    packed = str(d / "train.packed.hdf5")
+    packing.pack_file(unpacked, packed, 128, 20, 3, 1)
+    config = str(d / "config.json")
+    with open(config, "w") as f:
+        json.dump(TINY, f)
+    return {"unpacked": unpacked, "packed": packed, "config": config}
+
+
+def _argv(files, kind, out, clip_after):
+    # logs and checkpoints only at the end: every micro-step before the last is between boundaries
+    return ["run_pretraining.py", "--bert_config_file=" + files["config"], "--input_file=" + files[kind],
+            "--output_dir=" + out, "--do_train", "--train_batch_size=4", "--steps_per_update=2",
+            "--num_train_steps=%d" % STEPS, "--num_warmup_steps=2", "--optimizer=lamb", "--seed=3",
+            "--num_workers=0", "--log_frequency=1000", "--save_checkpoints_steps=1000", "--noprogress",
+            "--learning_rate=1e-3", "--%sclip_by_global_norm_after_gradient_allreduce" % ("" if clip_after else "no")]
+
+
+def _count_syncs(monkeypatch):
+    """Patch the read-back methods; return (calls, window): calls counted while window[0] is set."""
+    calls, window, host, alive = [], [False], set(), []
+    for name in SYNCS:
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _real=real, _name=name, **k):
+            if window[0] and id(self) not in host:
+                calls.append((_name, "".join(traceback.format_stack(limit=6)[:-1])))
+            return _real(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    real_make = loader.make_loader
+
+    def make_loader(ds, n):
+        # The loader (worker processes on a GPU machine) reads host memory: it waits for no
+        # device, and neither does the loop reading the batch it hands over.
+        batches = iter(real_make(ds, n))
+        while True:
+            was, window[0] = window[0], False
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            finally:
+                window[0] = was
+            host.update(id(v) for v in batch.values())
+            alive.append(batch)  # so no other tensor takes their ids
+            yield batch
+    monkeypatch.setattr(loader, "make_loader", make_loader)
+    real_step = training.Trainer.step
+
+    def step(self, batch, global_step):
+        window[0] = True  # from the first micro-step to the end of the last one
+        try:
+            return real_step(self, batch, global_step)
+        finally:
+            if global_step == STEPS - 1:
+                window[0] = False
+    monkeypatch.setattr(training.Trainer, "step", step)
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["unpacked", "packed"])
+@pytest.mark.parametrize("clip_after", [False, True], ids=["clip_each", "clip_after"])
+def test_micro_step_loop_never_waits_for_the_device(files, kind, clip_after, tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    calls = _count_syncs(monkeypatch)
+    assert training.main(_argv(files, kind, str(tmp_path / "out"), clip_after)) == 0
+    assert os.path.exists(tmp_path / "out" / ("model.ckpt-%d.pt" % STEPS))
+    assert not calls, "%d host syncs, the first:\n%s %s" % (len(calls), calls[0][0], calls[0][1])
+
+
+def test_the_counter_sees_a_sync(files, tmp_path, monkeypatch):
+    """The same counting fails a loop that reads the loss back every micro-step."""
+    real = training.Trainer.step
+
+    def step(self, batch, global_step):
+        loss, updated = real(self, batch, global_step)
+        loss.item()
+        return loss, updated
+    monkeypatch.setattr(training.Trainer, "step", step)
+    calls = _count_syncs(monkeypatch)
+    assert training.main(_argv(files, "unpacked", str(tmp_path / "out"), False)) == 0
+    assert [name for name, _ in calls] == ["item"] * STEPS

@@ -9,6 +9,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data")
 sys.path.insert(0, ROOT)
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers on a machine of a few cores: one thread each (torch reads
+    # this at import, here and in the subprocesses tests start) instead of two contending ones
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+# torch.compile (inductor) compiles its kernels in this process instead of starting a pool of
+# compile workers, each importing torch again
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 
 def _unpack(src_dir, dst_dir):
     """Copy ``src_dir`` to ``dst_dir``, decompressing ``*.gz`` files (tests/data keeps them small)."""
@@ -93,3 +101,80 @@ def full_run(text_dir, vocab_file, tmp_path_factory):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end tests over ~3 s (pytest -m 'not slow' skips them)")
+
+
+# ---- scheduling for `make test` (pytest -n 2 --dist loadgroup --no-loadscope-reorder)
+# Tests that use a module-scoped fixture of their file (a trained run, a packed file) share one
+# worker, as --dist loadfile would; every other test is a unit of its own. Units start longest
+# first, so the two workers finish together instead of one waiting on a heavy file at the end.
+
+# module-scoped fixtures cheap enough to make on each worker (keep their tests free to move)
+CHEAP_SHARED = {"one_thread", "test_training.py::files"}
+
+# seconds per test on this 2-core machine under `make test` (measured with --durations; a
+# missing name counts as SLOW_DEFAULT if marked slow, else DEFAULT): only the order depends on it
+COST = {
+    "test_ten_runs_make_a_package_the_official_checker_passes": 60,
+    "test_compile_trains_as_eager": 35,
+    "test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run": 35,
+    "test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters": 15,
+    "test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical": 22,  # with tiny_run
+    "test_sigterm_checkpoints_and_the_rerun_resumes": 15,
+    "test_demo_runs_packed": 15,
+    "test_packed_run_killed_and_rerun_ends_bit_identical": 14,  # with uninterrupted
+    "test_torchrun_two_ranks_equal_one_process_with_accumulation": 11,
+    "test_killed_and_rerun_ends_bit_identical": 9,
+    "test_second_run_on_one_output_dir_is_refused_and_the_first_ends_clean": 9,
+    "test_packed_run_counts_real_sequences_and_its_log_is_compliant": 8,
+    "test_help_everywhere_and_numeric_settings_are_checked": 8,
+    "test_golden_s512_digest": 7,
+    "test_online_eval_stops_at_first_eval_reaching_target": 6,
+    "test_clip_after_allreduce_from_a_tf_checkpoint_matches_the_reference_run_by_tensorflow": 5,
+    "test_packed_forward_equals_unpacked_per_sequence": 4,
+    "test_batch_decoding_equals_record_by_record_python_decoding": 5,
+    "test_torchrun_errors_are_the_trainers_one_line_and_status": 4.5,
+    "test_two_aborted_runs_fail": 6,
+    "test_a_missing_log_fails_with_the_checkers_reason": 4.5,
+    "test_real_package_gets_its_official_score": 4.5,
+}
+DEFAULT, SLOW_DEFAULT = 0.3, 5.0
+
+
+def _unit(item):
+    """The xdist_group of ``item``: its file if it uses a module-scoped fixture of that file."""
+    path = item.nodeid.split("::", 1)[0]
+    name = os.path.basename(path)
+    for fixture in item.fixturenames:
+        defs = item._fixtureinfo.name2fixturedefs.get(fixture)
+        if not defs or defs[-1].scope not in ("module", "class", "package"):
+            continue
+        if defs[-1].baseid.split("::", 1)[0] == path and fixture not in CHEAP_SHARED \
+                and "%s::%s" % (name, fixture) not in CHEAP_SHARED:
+            return name
+    return None
+
+
+def _cost(item):
+    cost = COST.get(item.originalname if hasattr(item, "originalname") else item.name)
+    if cost is None:
+        cost = SLOW_DEFAULT if item.get_closest_marker("slow") else DEFAULT
+    return cost
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    if not getattr(config.option, "loadgroup", False):  # set on xdist workers under --dist loadgroup
+        return
+    units, cost = [], {}
+    for item in items:
+        group = _unit(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+        key = group or item.nodeid
+        if key not in cost:
+            units.append(key)
+            cost[key] = 0.0
+        cost[key] += _cost(item)
+    order = {key: (-cost[key], i) for i, key in enumerate(units)}
+    # stable: a group's tests keep their order; equal units keep the order of collection
+    items.sort(key=lambda item: order[_unit(item) or item.nodeid])

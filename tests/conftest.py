@@ -144,8 +144,11 @@ def _unit(item):
     """The xdist_group of ``item``: its file if it uses a module-scoped fixture of that file."""
     path = item.nodeid.split("::", 1)[0]
     name = os.path.basename(path)
+    info = getattr(item, "_fixtureinfo", None)  # pytest's; without it, loadfile's grouping
+    if info is None:
+        return name
     for fixture in item.fixturenames:
-        defs = item._fixtureinfo.name2fixturedefs.get(fixture)
+        defs = info.name2fixturedefs.get(fixture)
         if not defs or defs[-1].scope not in ("module", "class", "package"):
             continue
         if defs[-1].baseid.split("::", 1)[0] == path and fixture not in CHEAP_SHARED \

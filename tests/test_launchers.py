@@ -400,7 +400,7 @@ def test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters(tiny_run, t
     eval_10k = str(tmp_path / "eval_10k.tfrecord")
     tfrecord.write_records(eval_10k, list(tfrecord.read_records(env["EVAL_FILE"])) * 625)
     proc = subprocess.run([START, "--preset=rcp_256", "--max_samples_termination=256", "--dtype=fp32",
-                           "--eval_batch_size=500"] + overrides, capture_output=True, text=True,
+                           "--eval_batch_size=500", "--nodo_eval"] + overrides, capture_output=True, text=True,
                           env=dict(env, NUM_GPUS="1", OUTPUT_DIR=str(out), EVAL_FILE=eval_10k), cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     logged = {}

@@ -155,12 +155,14 @@ def _recognise(tokens, env=()):
         return _recognise(rest, env + docker_env)
     if head == "make":
         return [("make", t, [], env) for t in tokens[1:] if not t.startswith("-") and "=" not in t]
-    if head in COMMANDS:  # the docs' shorthand `pack --input=...` for python -m mlperf_bert pack
+    if head in COMMANDS and head != "torchrun":  # (bare torchrun is torch's) the docs' shorthand `pack --input=...` for python -m mlperf_bert pack
         return [("module", head, _flags(tokens[1:]), env)]
     for k, t in enumerate(tokens):
         if t in PYTHONS and tokens[k + 1:k + 3] and tokens[k + 1] == "-m":
             if tokens[k + 2:k + 3] == ["mlperf_bert"]:
                 sub = tokens[k + 3] if len(tokens) > k + 3 else ""
+                if sub == "torchrun":  # the wrapper: flags after the script are the script's
+                    return _recognise(tokens[k + 4:], env)
                 return [("module", sub, _flags(tokens[k + 4:]), env)]
             return []  # another module (pytest, pip, ...)
         base = t[2:] if t.startswith("./") else t

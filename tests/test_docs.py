@@ -30,7 +30,8 @@ DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.pat
 SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py")) if not p.endswith("setup.py"))
 LAUNCHERS = ("train_model.sh", "start_training.sh")
 # What the launchers run: the environment they read is read in one of these.
-LAUNCHER_FILES = ("train_model.sh", "start_training.sh", "docker-entrypoint.sh")
+# train_model.sh execs the torchrun wrapper (trainer/launch.py) for several ranks: it reads the launch environment too
+LAUNCHER_FILES = ("train_model.sh", "start_training.sh", "docker-entrypoint.sh", "mlperf_bert/trainer/launch.py")
 IMAGE = "mlperf-bert"
 PYTHONS = {"python", "python3", ".venv/bin/python", "$(PY)", "$PYTHON", "/opt/venv/bin/python"}
 # Placeholders the docs write in usage lines: --flag=value, --trainer_flag=value, --name=value.
@@ -236,7 +237,7 @@ def script_help(script):
 def bench_help(path):
     """A bench script's --help; '' for one that takes no flags (it is then not run at all)."""
     src = open(os.path.join(ROOT, path), encoding="utf-8").read()
-    if not re.search(r"argparse|DEFINE_", src):
+    if os.path.basename(path).startswith("_") or not re.search(r"argparse|DEFINE_|help_requested", src):
         return ""
     saved, saved_path, saved_env = list(sys.argv), list(sys.path), dict(os.environ)
     sys.argv = [path, "--help"]
@@ -364,7 +365,7 @@ def test_a_wrong_flag_or_command_in_the_docs_is_reported(tmp_path):
         "verify has no flag --worker (see its --help)",
         "start_training.sh has no flag --nolearning_rate (see its --help)",
         "start_training.sh has no flag --no_such_flag (see its --help)",
-        "NO_SUCH_VAR=...: train_model.sh/start_training.sh/docker-entrypoint.sh does not read it",
+        "NO_SUCH_VAR=...: train_model.sh/start_training.sh/docker-entrypoint.sh/mlperf_bert/trainer/launch.py does not read it",
         "python -m mlperf_bert no-such-command: no such command",
         "make no-such-target: no such target in the Makefile",
         "create_pretraining_data.py has no flag --block_size (see its --help)",

@@ -16,7 +16,16 @@ from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer.model import BertForPreTraining
 
-tf = pytest.importorskip("tensorflow")
+
+class _TensorFlow:
+    """tensorflow, imported by the first test that uses it: at module level every xdist worker
+    would import it while collecting (about 4 s of CPU each)."""
+    def __getattr__(self, name):
+        return getattr(pytest.importorskip("tensorflow"), name)
+
+
+tf = _TensorFlow()
+
 
 CFG = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
            intermediate_size=48, max_position_embeddings=16, type_vocab_size=2)

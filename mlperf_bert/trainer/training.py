@@ -409,6 +409,7 @@ def run(fv, stop, locks):
                      samples=ckpt.get("samples", ckpt["global_step"] * fv.train_batch_size),
                      block=ckpt.get("block"), loss=ckpt.get("loss"))
     trainer.seed_ranks(seed, ckpt)
+    resumed, log_record = ckpt is not None, ckpt.get("mlperf_log") if ckpt else None
     # the checkpoint's weights (on the device) are copied into the model: not held for the whole run
     ckpt = None
     eval_set = None
@@ -422,8 +423,8 @@ def run(fv, stop, locks):
         log.end(C.INIT_STOP)
     if rank == 0:
         if continues:
-            log.open(*ckpt["mlperf_log"], what="checkpoint %s" % os.path.basename(ckpt_path))
-        elif ckpt:  # a checkpoint of an older version, which appended its resumes to the log
+            log.open(*log_record, what="checkpoint %s" % os.path.basename(ckpt_path))
+        elif resumed:  # a checkpoint of an older version, which appended its resumes to the log
             log.open(append=True)
         else:
             checkpoint.write_log_owner(fv.output_dir, log_path)

@@ -114,7 +114,7 @@ CHEAP_SHARED = {"one_thread", "test_training.py::files"}
 # seconds per test on this 2-core machine under `make test` (measured with --durations; a
 # missing name counts as SLOW_DEFAULT if marked slow, else DEFAULT): only the order depends on it
 COST = {
-    "test_ten_runs_make_a_package_the_official_checker_passes": 60,
+    "test_ten_runs_make_a_package_the_official_checker_passes": 15,
     "test_compile_trains_as_eager": 35,
     "test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run": 35,
     "test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters": 15,

@@ -39,7 +39,7 @@ PLACEHOLDER_FLAGS = {"flag", "trainer_flag", "name"}
 # Words in backticks that look like variables but are verdicts or placeholders.
 NOT_VARIABLES = {"PASS", "WARN", "FAIL", "OK", "UNKNOWN", "MISSING", "MISMATCH", "RESULT", "NAME", "ORG"}
 # Variables the docs name that belong to other programs: Docker's predefined build arguments.
-OTHERS_VARIABLES = {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"}
+OTHERS_VARIABLES = {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "TORCHINDUCTOR_CACHE_DIR"}  # read by pip, torch
 
 # Flags of other programs that the docs show (the union check below knows only ours).
 OTHERS_FLAGS = {

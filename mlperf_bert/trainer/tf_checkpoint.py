@@ -317,7 +317,9 @@ def load_pt(path):
         raise UserError("checkpoint %s is not a PyTorch (.pt) file: give a .pt written by this project "
                         "or a TF checkpoint prefix" % path)
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        # mmap: the tensors stay in the page cache until copied where they go (a BERT-Large
+        # checkpoint with LAMB state is 4 GB, which rank 0 would otherwise hold twice on resume)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # torch raises many kinds for a corrupt file
         raise UserError("cannot read checkpoint %s: %s" % (path, str(e).split(". ")[0][:200]))
     if not isinstance(ckpt, dict) or "model" not in ckpt:

@@ -43,14 +43,20 @@ def init_worker(parent_pid):
     worker goes on writing into an output directory after its command ended."""
     signal.signal(signal.SIGTERM, _exit_quietly)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which ends the pool
+    die_with_parent(parent_pid, signal.SIGTERM, 143)
+
+
+def die_with_parent(parent_pid, sig, status):
+    """In a child (a pool initializer, a ``preexec_fn``): the death of ``parent_pid``, even by
+    SIGKILL, sends this process ``sig`` (Linux); if the parent is already gone, exit ``status``."""
     if sys.platform.startswith("linux"):
         import ctypes
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        sys.exit(143)
+        os._exit(status)
 
 
 @contextlib.contextmanager

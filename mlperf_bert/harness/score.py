@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import UserError, die_with_parent
 from mlperf_bert.fileio import _pid_alive, atomic_path
 from mlperf_bert.harness.compliance import (FAIL, RULESET, check_log, division_of, read_log, samples_of,
                                             target_of, worst_level)
@@ -128,16 +128,7 @@ def run_verdict(path):
 
 def _die_with_parent(parent):
     """preexec_fn: the official tool gets SIGKILL when score dies, even by SIGKILL (Linux)."""
-    def set_pdeathsig():
-        if sys.platform.startswith("linux"):
-            import ctypes
-            try:
-                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-            except (OSError, AttributeError):
-                pass
-        if os.getppid() != parent:  # score died before prctl took effect
-            os._exit(1)
-    return set_pdeathsig
+    return lambda: die_with_parent(parent, signal.SIGKILL, 1)
 
 
 def _official(cwd, tool, org):

@@ -19,12 +19,13 @@ report and exit 1, a busy ``--master_port`` with a DistNetworkError traceback. T
 
 If this process is killed (SIGKILL), torchrun gets SIGTERM (Linux: the parent-death signal).
 """
-import ctypes
 import os
 import re
 import signal
 import subprocess
 import sys
+
+from mlperf_bert.errors import die_with_parent
 
 SHUTDOWN_TIMEOUT = "300"
 # A rank whose collective failed because another rank went away says so with this and exits
@@ -153,13 +154,7 @@ class Filter:
 def _in_own_group(parent):
     def setup():
         os.setpgid(0, 0)  # a terminal's or a group's signal reaches torchrun only through us
-        if sys.platform.startswith("linux"):
-            try:
-                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-            except (OSError, AttributeError):
-                pass
-            if os.getppid() != parent:  # we died before prctl took effect
-                os._exit(143)
+        die_with_parent(parent, signal.SIGTERM, 143)
     return setup
 
 

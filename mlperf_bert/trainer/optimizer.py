@@ -57,17 +57,7 @@ class BertOptimizer(torch.optim.Optimizer):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
-            ms, vs = [], []
-            for p in params:
-                st = self.state[p]
-                if not st:
-                    st["step"] = 0
-                    st["adam_m"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    st["adam_v"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                st["step"] += 1
-                ms.append(st["adam_m"])
-                vs.append(st["adam_v"])
-            t = self.state[params[0]]["step"]
+            ms, vs, t = self.advance_slots(params)
             grads = [p.grad for p in params]
             if self._use_foreach(params):
                 self._step_foreach(group, params, grads, ms, vs, t)
@@ -75,6 +65,22 @@ class BertOptimizer(torch.optim.Optimizer):
                 for p, g, m, v in zip(params, grads, ms, vs):
                     self._step_one(group, p, g, m, v, t)
         return loss
+
+    def advance_slots(self, params):
+        """-> (adam_m slots, adam_v slots, update count t) of ``params`` after counting one more
+        update; the slots are created (zeros) on the first. The count is a Python int, saved so in
+        checkpoints."""
+        ms, vs = [], []
+        for p in params:
+            st = self.state[p]
+            if not st:
+                st["step"] = 0
+                st["adam_m"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                st["adam_v"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            st["step"] += 1
+            ms.append(st["adam_m"])
+            vs.append(st["adam_v"])
+        return ms, vs, self.state[params[0]]["step"]
 
     def _step_one(self, group, p, g, m, v, t):
         b1, b2, eps, lr = group["beta_1"], group["beta_2"], group["epsilon"], group["lr"]

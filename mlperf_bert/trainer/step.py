@@ -78,8 +78,7 @@ class CompiledUpdate:
             (compile or torch.compile)(f) for f in (absorb, absorb_and_update, update, reduce_clip_update))
 
     def _groups(self, grads):
-        """The optimizer's groups in its own order, each parameter with its gradient; the slots
-        are created (zeros) on the first update as the optimizer itself does."""
+        """The optimizer's groups in its own order, each parameter with its gradient and slots."""
         opt = self.acc.optimizer
         grad_of = {id(p): g for p, g in zip(self.acc.params, grads)}
         out, t = [], None
@@ -87,17 +86,7 @@ class CompiledUpdate:
             params = [p for p in group["params"] if id(p) in grad_of]
             if not params:
                 continue
-            ms, vs = [], []
-            for p in params:
-                st = opt.state[p]
-                if not st:
-                    st["step"] = 0
-                    st["adam_m"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    st["adam_v"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                st["step"] += 1  # a Python int, as the optimizer's: checkpoints stay the same
-                ms.append(st["adam_m"])
-                vs.append(st["adam_v"])
-            t = opt.state[params[0]]["step"]
+            ms, vs, t = opt.advance_slots(params)
             hyper = (group["beta_1"], group["beta_2"], group["epsilon"], group["weight_decay_rate"],
                      group["exclude"])
             out.append((opt.kind, params, [grad_of[id(p)] for p in params], ms, vs, hyper))

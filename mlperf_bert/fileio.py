@@ -128,7 +128,7 @@ def refuse_overwriting_inputs(outputs, inputs, what="output"):
                                 "output path" % (what, out, inp))
 
 
-def _pid_alive(pid):
+def pid_alive(pid):
     """Whether process ``pid`` runs on this host (a zombie, killed and not yet reaped, does not)."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
@@ -158,7 +158,7 @@ def remove_stale_temporaries(directory, names=None):
         if not m or (names is not None and m.group("name") not in names):
             continue
         pid = int(m.group("pid"))
-        if pid == os.getpid() or _pid_alive(pid):
+        if pid == os.getpid() or pid_alive(pid):
             continue
         with contextlib.suppress(FileNotFoundError, IsADirectoryError):
             os.remove(os.path.join(directory, n))

@@ -22,6 +22,7 @@ import sys
 import time
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import pid_alive
 
 DIR_LOCK_NAME = ".mlperf_bert.lock"
 # How long a refused run waits when the lock file names a holder that is not alive (its file is
@@ -90,12 +91,9 @@ def _alive(h):
     if not h or h.get("host") != socket.gethostname():
         return bool(h)
     try:
-        os.kill(int(h.get("pid")), 0)
-    except (TypeError, ValueError, ProcessLookupError):
+        return pid_alive(int(h.get("pid")))
+    except (TypeError, ValueError):
         return False
-    except OSError:  # EPERM: it exists (another user's)
-        pass
-    return True
 
 
 def _openers(lock_file):

@@ -23,7 +23,7 @@ import tempfile
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, die_with_parent
-from mlperf_bert.fileio import _pid_alive, atomic_path
+from mlperf_bert.fileio import pid_alive, atomic_path
 from mlperf_bert.harness.compliance import (FAIL, RULESET, check_log, division_of, read_log, samples_of,
                                             target_of, worst_level)
 from mlperf_bert.harness.plot import check_output, curves
@@ -82,7 +82,7 @@ def remove_stale_copies(tmpdir=None):
             mine = os.lstat(d).st_uid == os.getuid()
         except OSError:
             continue
-        if not pid.isdigit() or not mine or int(pid) == os.getpid() or _pid_alive(int(pid)):
+        if not pid.isdigit() or not mine or int(pid) == os.getpid() or pid_alive(int(pid)):
             continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)

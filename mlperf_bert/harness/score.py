@@ -89,9 +89,8 @@ def remove_stale_copies(tmpdir=None):
     return removed
 
 
-def run_summary(path):
-    """(seed, samples to converge, minutes, status) of one result log."""
-    records = read_log(path)
+def run_summary(records):
+    """(seed, samples to converge, minutes, status) of one result log's records."""
     by_key = {}
     for r in records:
         by_key.setdefault(r.key, []).append(r)
@@ -105,13 +104,12 @@ def run_summary(path):
     return seed, samples, minutes, stop.metadata.get("status") if stop else None
 
 
-def run_verdict(path):
-    """(verdict, kind, reason) of one run's log under check-log: kind is "ok", "not converged"
-    (aborted, and only the rules about reaching the target fail: a submission may drop one such
-    run) or "invalid" (the log breaks a rule or cannot be read: no score)."""
+def run_verdict(path, status):
+    """(verdict, kind, reason) of one run's log (its run_stop ``status``) under check-log: kind is
+    "ok", "not converged" (aborted, and only the rules about reaching the target fail: a submission
+    may drop one such run) or "invalid" (the log breaks a rule or cannot be read: no score)."""
     try:
         results = check_log(path, official=True)
-        status = run_summary(path)[3]
     except UserError as e:
         return FAIL, "invalid", str(e)
     verdict = worst_level(results)
@@ -169,12 +167,14 @@ def score(package):
     runs, verdicts, evals, divisions, targets = [], [], {}, set(), set()
     for p in logs:
         rel = os.path.relpath(p, root)
-        verdicts.append(run_verdict(p))
         try:
-            row, records = (rel,) + run_summary(p), read_log(p)
-        except UserError:  # its check-log verdict says why
+            records = read_log(p)
+        except UserError as e:
+            verdicts.append((FAIL, "invalid", str(e)))
             runs.append((rel, None, None, None, None))
             continue
+        row = (rel,) + run_summary(records)
+        verdicts.append(run_verdict(p, row[4]))
         runs.append(row)
         evals[os.path.basename(p)] = curves(records).get("eval_accuracy", [])
         divisions.add(division_of(records))

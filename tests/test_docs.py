@@ -241,6 +241,7 @@ def bench_help(path):
         return ""
     saved, saved_path, saved_env = list(sys.argv), list(sys.path), dict(os.environ)
     sys.argv = [path, "--help"]
+    sys.path.insert(0, os.path.dirname(os.path.join(ROOT, path)))  # as `python bench/x.py` has it
     try:  # a bench script may put its folder on sys.path: the other tests of this process must not see it
         ns = runpy.run_path(os.path.join(ROOT, path), run_name="docs_help")
         main = ns["main"]

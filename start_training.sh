@@ -23,6 +23,8 @@
 #                  $LOGDIR/result_N.txt (a submission has 10); a rerun skips finished runs and
 #                  resumes the one that stopped                                [1]
 #   TRAIN_MODEL    the training script                                       [./train_model.sh]
+#   TORCHINDUCTOR_CACHE_DIR  torch.compile's cache (--compile), shared by every run of a series,
+#                  so only the first compiles from scratch (in its untimed init) [$OUTPUT_DIR/compile_cache]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512);
 # --help prints this and the presets (train_model.sh --help: what a preset asks of each GPU).
 set -uo pipefail
@@ -56,6 +58,8 @@ fi
 export PYTHON
 OUTPUT_DIR="$(realpath -m "${OUTPUT_DIR:-$PWD/output}")"
 LOGDIR="$(realpath -m "${LOGDIR:-$OUTPUT_DIR}")"
+# one compile cache for the series: runs 1..N-1 (and reruns) load what run 0 compiled
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$OUTPUT_DIR/compile_cache}"
 
 if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   if (( $# )); then

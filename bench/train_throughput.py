@@ -12,8 +12,8 @@ same config and batch (labels at the same masked positions; clip, then torch Ada
 in alternation with ours (unpacked, eager), and the ratio printed.
 The last line is JSON: ``seq_per_s`` (rows or records per second of the first timed variant)
 and ``real_seq_per_s`` (real sequences per second, packed or not) per variant; on CUDA also
-model FLOP utilisation (6 x params x tokens of the rows computed, plus attention) and peak
-memory.
+model FLOP utilisation (mlperf_bert/trainer/throughput.py's count of the rows computed) and
+peak memory.
 """
 import itertools
 import json
@@ -32,18 +32,8 @@ from mlperf_bert.trainer.config import BertConfig  # noqa: E402
 from mlperf_bert.errors import UserError, run_main  # noqa: E402
 from mlperf_bert.trainer.model import BertForPreTraining  # noqa: E402
 from mlperf_bert.trainer.optimizer import create_optimizer  # noqa: E402
-
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
-
-
-def synthetic_batch(cfg, b, seq, pred, gen):
-    ids = torch.randint(1000, cfg.vocab_size, (b, seq), generator=gen)
-    pos = torch.stack([torch.randperm(seq - 1, generator=gen)[:pred] + 1 for _ in range(b)]).sort(1).values
-    return {"input_ids": ids, "segment_ids": (torch.arange(seq) >= seq // 2).long().expand(b, seq).clone(),
-            "input_mask": torch.ones(b, seq, dtype=torch.long), "masked_lm_positions": pos,
-            "masked_lm_ids": torch.randint(1000, cfg.vocab_size, (b, pred), generator=gen),
-            "masked_lm_weights": torch.ones(b, pred), "next_sentence_labels": torch.randint(0, 2, (b,),
-                                                                                        generator=gen)}
+from mlperf_bert.trainer.throughput import flops_per_row, peak_tflops  # noqa: E402
+from mlperf_bert.trainer.warmup import synthetic_batch  # noqa: E402
 
 
 def ours(cfg, device, autocast, compile=False):
@@ -116,16 +106,6 @@ def timed(step, batches, device, steps, warmup=1):
     return time.perf_counter() - t
 
 
-def model_flops_per_seq(cfg, seq, pred, n_params):
-    """Training FLOPs per sequence: 6 x (non-embedding params x tokens + attention + MLM head)."""
-    h, layers = cfg.hidden_size, cfg.num_hidden_layers
-    emb = cfg.vocab_size * h + cfg.max_position_embeddings * h + cfg.type_vocab_size * h
-    dense = (n_params - emb) * seq
-    attention = 2 * layers * seq * seq * h  # QK^T and AV
-    head = pred * cfg.vocab_size * h
-    return 6 * (dense + attention + head)
-
-
 def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_string("bert_config_file", None, "bert_config.json", flag_values=fv)
@@ -189,8 +169,7 @@ def main(argv):
     result = {"device": torch.cuda.get_device_name() if kind == "cuda" else "cpu (%d threads)"
               % torch.get_num_threads(), "dtype": fv.dtype, "batch": b, "seq": seq, "params": n_params,
               "steps": fv.steps, "rounds": len(times[contenders[0][0]])}
-    gpu = torch.cuda.get_device_name() if kind == "cuda" else ""
-    peak_tflops = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None)
+    peak = peak_tflops(torch.cuda.get_device_name() if kind == "cuda" else "", fv.dtype)
     for name, _, inp in contenders:
         best = min(times[name])
         counts = inputs[inp][1]
@@ -203,10 +182,10 @@ def main(argv):
               % (name, rows, "row" if inp == "packed" else "seq", real, len(times[name]), fv.steps))
         if kind == "cuda":
             # the work of the rows computed, padding included: what the GPU did, packed or not
-            flops = model_flops_per_seq(cfg, seq, pred, n_params) * rows
+            flops = flops_per_row(cfg, seq, pred) * rows
             result[key + "model_tflops"] = flops / 1e12
-            if peak_tflops and fv.dtype == "bf16":
-                result[key + "mfu"] = flops / 1e12 / peak_tflops
+            if peak:
+                result[key + "mfu"] = flops / 1e12 / peak
             result[key + "peak_memory_gib"] = peak[name] / 2 ** 30
     first = contenders[0][0]
     for name, _, _ in contenders[1:]:

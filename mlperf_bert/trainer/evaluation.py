@@ -11,19 +11,65 @@ EVAL_KEYS = ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy", "
 _SUMS = ("mlm_correct", "mlm_weight", "mlm_nll_sum", "nsp_correct", "nsp_count", "nsp_nll_sum")
 
 
+CPU_MICRO_BATCH = 32  # per-rank eval rows a forward on CPU, where larger batches gain little
+MAX_MICRO_BATCH = 256  # on a GPU: seq-512 BERT-Large eval ran no faster per row at 256 than at 64 (issue 30)
+ALLOWANCE = 2 * 2 ** 30  # CUDA context, cuBLAS workspaces, the allocator's fragmentation
+
+
 class EvalSet:
     """This rank's share of the eval files, read and decoded once (the online eval runs every few
-    minutes on the same 10,000 records) and moved to ``device`` once."""
+    minutes on the same 10,000 records) and moved to ``device`` once, in batches of ``micro_batch``
+    rows (the eval micro-batch, capped at what balances the share: ceil(share / batches)). The
+    last batch is padded to that shape with copies of a row whose predictions and NSP label do
+    not count (weight 0, label -1), so every batch runs one compiled graph; the metric sums are
+    those of the real records whatever the batching."""
 
-    def __init__(self, files, max_seq_length, max_predictions_per_seq, global_batch, rank, world, device,
+    def __init__(self, files, max_seq_length, max_predictions_per_seq, micro_batch, rank, world, device,
                  vocab_size=None):
-        ds = loader.PretrainingBatches(files, max_seq_length, max_predictions_per_seq, global_batch, rank,
-                                       world, shuffle=False, repeat=False, vocab_size=vocab_size)
-        self.batches = [{k: v.to(device) for k, v in b.items()} for b in ds]
         self.num_records = loader.count_records(files)
+        share = -(-self.num_records // world)
+        batches = -(-share // micro_batch)
+        self.micro_batch = max(1, -(-share // max(batches, 1)))
+        self.shape = (self.micro_batch, max_seq_length, max_predictions_per_seq)
+        ds = loader.PretrainingBatches(files, max_seq_length, max_predictions_per_seq, self.micro_batch * world,
+                                       rank, world, shuffle=False, repeat=False, vocab_size=vocab_size)
+        self.batches = [{k: v.to(device) for k, v in pad(b, self.micro_batch).items()} for b in ds]
 
     def __iter__(self):
         return iter(self.batches)
+
+
+def pad(batch, rows):
+    """``batch`` with rows appended up to ``rows``: copies of its first, counting for nothing."""
+    n = batch["input_ids"].shape[0]
+    if n >= rows:
+        return batch
+    out = {k: torch.cat([v, v[:1].expand(rows - n, *v.shape[1:])]) for k, v in batch.items()}
+    out["masked_lm_weights"][n:] = 0
+    out["next_sentence_labels"][n:] = -1
+    return out
+
+
+def largest_micro_batch(model, device, autocast, seq, pred, reserve):
+    """The largest eval micro-batch (a multiple of 8, at most MAX_MICRO_BATCH) whose forward fits
+    the GPU beside what is allocated now and ``reserve`` bytes more (the optimizer state that the
+    first update creates): one eager forward of 8 synthetic rows measures the memory of a row
+    (the compiled forward needs no more)."""
+    from mlperf_bert.trainer.warmup import synthetic_batch
+    probe = 8
+    batch = {k: v.to(device) for k, v in
+             synthetic_batch(model.config, probe, seq, pred, torch.Generator().manual_seed(0)).items()}
+    torch.cuda.synchronize(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), autocast():
+        model(**batch)
+    model.train(was_training)
+    per_row = max(torch.cuda.max_memory_allocated(device) - base, 1) / probe
+    free = torch.cuda.get_device_properties(device).total_memory - base - reserve - ALLOWANCE
+    return int(max(8, min(MAX_MICRO_BATCH, free // per_row // 8 * 8)))
 
 
 @torch.no_grad()

@@ -228,17 +228,13 @@ class BertForPreTraining(nn.Module):
         nsp_logits = pooled @ nsp.output_weights.t().to(pooled.dtype) + nsp.output_bias.to(pooled.dtype)
         nsp_log_probs = F.log_softmax(nsp_logits.float(), dim=-1)
         nsp_labels = next_sentence_labels.reshape(-1)
-        if nsp_positions is None:
-            nsp_nll = -nsp_log_probs.gather(1, nsp_labels[:, None]).squeeze(1)
-            nsp_nll_sum = nsp_nll.sum()
-            nsp_count = nsp_nll.new_full((), float(nsp_nll.numel()))  # no host-to-device copy
-            nsp_correct = (nsp_log_probs.argmax(-1) == nsp_labels).float().sum()
-        else:  # empty slots of packed rows (label -1) do not count
-            real = (nsp_labels >= 0).float()
-            nsp_nll = -nsp_log_probs.gather(1, nsp_labels.clamp(min=0)[:, None]).squeeze(1)
-            nsp_nll_sum = (real * nsp_nll).sum()
-            nsp_count = real.sum()
-            nsp_correct = (real * (nsp_log_probs.argmax(-1) == nsp_labels).float()).sum()
+        # label -1 does not count: empty slots of packed rows, the eval's padding rows (x 1.0 is
+        # exact, so real labels sum as they would alone)
+        real = (nsp_labels >= 0).float()
+        nsp_nll = -nsp_log_probs.gather(1, nsp_labels.clamp(min=0)[:, None]).squeeze(1)
+        nsp_nll_sum = (real * nsp_nll).sum()
+        nsp_count = real.sum()
+        nsp_correct = (real * (nsp_log_probs.argmax(-1) == nsp_labels).float()).sum()
         nsp_loss = nsp_nll_sum / nsp_count
         out = PretrainingOutput(mlm_loss + nsp_loss, mlm_loss, nsp_loss, mlm_correct, mlm_weight,
                                 mlm_nll_sum, nsp_correct, nsp_count, nsp_nll_sum)

@@ -33,6 +33,13 @@ def packing_rate(files):
     return sum(a["num_sequences"] for a in attrs) / sum(a["num_rows"] for a in attrs)
 
 
+def row_shape(files):
+    """(prediction slots, sequences) of a batch's rows: the real predictions of the fullest row of
+    any file (the slots the loader keeps, dataset/packing.py) and the files' K."""
+    attrs = [packing.read_attrs(f) for f in files]
+    return max(a["max_predictions_per_row"] for a in attrs), max(a["max_sequences_per_pack"] for a in attrs)
+
+
 class PackedBatches(torch.utils.data.IterableDataset):
     """This rank's batches of packed rows, from global batch ``start_batch`` on."""
 
@@ -47,7 +54,7 @@ class PackedBatches(torch.utils.data.IterableDataset):
         self.shuffle, self.seed, self.start_batch, self.repeat = shuffle, seed, start_batch, repeat
         self.vocab_size = vocab_size
         # real predictions of the fullest row: the slots kept per row (dataset/packing.py)
-        self.slots = max(packing.read_attrs(f)["max_predictions_per_row"] for f in self.files)
+        self.slots = row_shape(self.files)[0]
 
     def _stream(self, counts):
         """(file index, row) of the global row stream, epoch after epoch."""

@@ -23,7 +23,7 @@ from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import check_writable_dir
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
-from mlperf_bert.trainer import checkpoint, distributed, evaluation, loader
+from mlperf_bert.trainer import checkpoint, distributed, evaluation, loader, throughput
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_logging.mllog import constants as C
 
@@ -43,7 +43,8 @@ def define_flags():
     B("do_train", False, "Train.", flag_values=fv)
     B("do_eval", False, "Evaluate (alone: --init_checkpoint on --input_file).", flag_values=fv)
     I("train_batch_size", 32, "Global batch per micro-step, over all ranks.", flag_values=fv)
-    I("eval_batch_size", 8, "Global eval batch, over all ranks.", flag_values=fv)
+    I("eval_batch_size", 8, "Global eval batch, over all ranks, of --do_eval alone (the online eval's is "
+      "--eval_micro_batch_size).", flag_values=fv)
     flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "The optimizer.", flag_values=fv)
     F("learning_rate", 5e-5, "Initial learning rate.", flag_values=fv)
     F("poly_power", 1.0, "Power of the polynomial decay.", flag_values=fv)
@@ -101,7 +102,13 @@ def define_flags():
       "overlaps the reduction with backward) instead of each micro-batch gradient of each replica.",
       flag_values=fv)
     B("compile", False, "torch.compile the model, its eval and the clipping/accumulation/optimizer step "
-      "(trainer/step.py; the first update and eval are slower while they compile).", flag_values=fv)
+      "(trainer/step.py), compiled before run_start by the warm-up.", flag_values=fv)
+    B("warm_up", True, "With --compile or on CUDA: before run_start (untimed init), run one update and one "
+      "eval on synthetic batches of the run's shapes, compiling every graph, then restore weights, optimizer "
+      "and RNG exactly (trainer/warmup.py).", flag_values=fv)
+    I("eval_micro_batch_size", 0, "Online eval rows per rank per forward; 0: the largest that fits the GPU "
+      "(at most %d), %d on CPU. The metrics are exact sums: any value gives the same." % (
+          evaluation.MAX_MICRO_BATCH, evaluation.CPU_MICRO_BATCH), flag_values=fv)
     B("progress", True, "Show a progress bar.", flag_values=fv)
     flags.DEFINE_enum("check_data", "headers", ["none", "headers", "full"],
                       "Before training, read every record's header (and with full its CRC-checked "
@@ -120,7 +127,7 @@ def _check_flags(fv):
         if fv[name].value <= 0:
             raise UserError("--%s must be positive, got %d" % (name, fv[name].value))
     for name in ("keep_checkpoint_max", "num_warmup_steps", "num_workers", "eval_frequency",
-                 "max_samples_termination", "save_checkpoints_steps"):
+                 "max_samples_termination", "save_checkpoints_steps", "eval_micro_batch_size"):
         if fv[name].value < 0:
             raise UserError("--%s must be >= 0, got %d" % (name, fv[name].value))
     if fv.seed is not None and fv.seed < 0:
@@ -259,8 +266,10 @@ class Trainer:
         self.eval_forward = None
         if fv.compile:  # trainer/step.py: no graph breaks, no recompiles after the first update/eval
             from mlperf_bert.trainer import step
-            self.forward = torch.compile(self.forward)
-            self.eval_forward = torch.compile(self.model)
+            # static shapes: the warm-up compiles the run's (training and eval differ in batch;
+            # automatic dynamic shapes would recompile the second as a dynamic graph)
+            self.forward = torch.compile(self.forward, dynamic=False)
+            self.eval_forward = torch.compile(self.model, dynamic=False)
             self.after_backward = step.CompiledUpdate(self.accumulator).after_backward
         self._schedule = schedule
 
@@ -278,6 +287,50 @@ class Trainer:
                 out = self.forward(**batch)
             out.loss.backward()
         return out.loss.detach(), self.after_backward(global_step)
+
+    def row_flops(self, pred=None):
+        """Training FLOPs of one row (trainer/throughput.py), ``pred`` MLM slots (default the flag's)."""
+        fv = self.fv
+        return throughput.flops_per_row(self.model.config, fv.max_seq_length, pred or fv.max_predictions_per_seq)
+
+    def meter(self, packed, start=None):
+        """The throughput of the log intervals; FLOPs and MFU on CUDA, where they mean something."""
+        cuda = self.device.type == "cuda"
+        m = throughput.Meter(packed, self.row_flops() if cuda else None, self.world,
+                             throughput.peak_tflops(torch.cuda.get_device_name(self.device), self.fv.dtype)
+                             if cuda else None, sync=torch.cuda.synchronize if cuda else None)
+        if start is not None:
+            m.start = start
+        return m
+
+    def eval_micro_batch(self):
+        """--eval_micro_batch_size, or the automatic one: on CUDA the largest that fits beside the
+        training's state (the LAMB slots and accumulation buffers are not allocated yet)."""
+        if self.fv.eval_micro_batch_size:
+            return self.fv.eval_micro_batch_size
+        if self.device.type != "cuda":
+            return evaluation.CPU_MICRO_BATCH
+        params = sum(p.numel() * p.element_size() for p in self.accumulator.params)
+        reserve = params * (2 if not self.optimizer.state else 0)
+        if self.accumulator.n > 1 and not self.accumulator.clip_after_reduce and self.accumulator.buffers is None:
+            reserve += params
+        return evaluation.largest_micro_batch(self.model, self.device, self.autocast, self.fv.max_seq_length,
+                                              self.fv.max_predictions_per_seq, reserve)
+
+    def warm_up(self, packed_files, eval_set):
+        """The untimed warm-up (trainer/warmup.py) at this run's shapes: per-rank rows of the
+        training files (packed: their prediction slots and sequences a row), the eval set's batch."""
+        from mlperf_bert.trainer import warmup
+        fv = self.fv
+        shape = (fv.train_batch_size // self.world, fv.max_seq_length, fv.max_predictions_per_seq, None)
+        if packed_files:
+            from mlperf_bert.trainer import packed_loader
+            shape = shape[:2] + packed_loader.row_shape(packed_files)
+        t = time.time()
+        warmup.warm_up(self, shape, eval_set.shape if eval_set else None)
+        if self.rank == 0:
+            print("warm-up (untimed init): one update and one eval on synthetic batches%s in %.1f s" % (
+                ", every graph compiled," if fv.compile else "", time.time() - t), flush=True)
 
     def evaluate(self, batches):
         return evaluation.evaluate(self.model, batches, self.device, self.autocast, self.eval_forward)
@@ -402,6 +455,12 @@ def run(fv, stop, locks):
                             fv.max_seq_length, fv.target_mlm_accuracy)
 
     trainer = Trainer(fv, config, device, rank, world, seed, None if ckpt else fv.init_checkpoint)
+    eval_set = None
+    if eval_files:
+        eval_set = evaluation.EvalSet(eval_files, fv.max_seq_length, fv.max_predictions_per_seq,
+                                      trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
+    if fv.warm_up and (fv.compile or device.type == "cuda"):
+        trainer.warm_up(train_files if packed else None, eval_set)
     state = {"step": 0, "next_eval": 0, "evals": [], "samples": 0, "continues": continues}
     if ckpt:
         trainer.resume(ckpt, ckpt_path)
@@ -412,10 +471,6 @@ def run(fv, stop, locks):
     resumed, log_record = ckpt is not None, ckpt.get("mlperf_log") if ckpt else None
     # the checkpoint's weights (on the device) are copied into the model: not held for the whole run
     ckpt = None
-    eval_set = None
-    if eval_files:
-        eval_set = evaluation.EvalSet(eval_files, fv.max_seq_length, fv.max_predictions_per_seq, fv.eval_batch_size,
-                                      rank, world, device, config.vocab_size)
     freq = fv.eval_frequency or eval_frequency(global_batch)
     if not continues:
         log.event("eval_frequency", freq)
@@ -511,19 +566,21 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
     step, evals, samples = state["step"], state["evals"], state["samples"]
     if not state["continues"]:
         log.start(C.RUN_START)
-    t_run = time.time()
+    t_run, clock_start = time.time(), time.perf_counter()
 
     def save(at):
         # where the log and its open block and loss mean stand: a resume goes on from there
-        trainer.save(checkpoint.path_for(fv.output_dir, at),
-                     dict(extra, global_step=at, samples=samples, next_eval=state["next_eval"], evals=evals,
-                          mlperf_log=list(log.mark()), block=[block_open, block_first],
-                          loss=[loss_sum.item(), loss_n]))
+        with meter.excluded():
+            trainer.save(checkpoint.path_for(fv.output_dir, at),
+                         dict(extra, global_step=at, samples=samples, next_eval=state["next_eval"], evals=evals,
+                              mlperf_log=list(log.mark()), block=[block_open, block_first],
+                              loss=[loss_sum.item(), loss_n]))
 
     def online_eval(samples):
-        log.start(C.EVAL_START, metadata={C.EPOCH_NUM: samples})
-        m = trainer.evaluate(eval_set)
-        log.end(C.EVAL_STOP, metadata={C.EPOCH_NUM: samples})
+        with meter.excluded():  # the eval's time is its own log lines', not the training's rate
+            log.start(C.EVAL_START, metadata={C.EPOCH_NUM: samples})
+            m = trainer.evaluate(eval_set)
+            log.end(C.EVAL_STOP, metadata={C.EPOCH_NUM: samples})
         log.event(C.EVAL_ACCURACY, m["masked_lm_accuracy"], metadata={C.EPOCH_NUM: samples})
         log.event("eval_mlm_loss", m["masked_lm_loss"], metadata={C.EPOCH_NUM: samples})
         evals.append((samples, m["masked_lm_accuracy"]))
@@ -534,6 +591,7 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         status = C.SUCCESS
     max_steps = fv.num_train_steps
     max_samples = fv.max_samples_termination or float("inf")
+    meter = trainer.meter(packed, start=clock_start)
     if eval_set and fv.eval_at_start and step == 0 and not evals:
         metrics = online_eval(0)
         if metrics["masked_lm_accuracy"] >= fv.target_mlm_accuracy:
@@ -555,8 +613,10 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         ds = loader.PretrainingBatches(train_files, fv.max_seq_length, fv.max_predictions_per_seq, batch_size,
                                        rank, world, fv.shuffle, seed, fv.shuffle_buffer, start_batch=step,
                                        vocab_size=trainer.model.config.vocab_size)
+    if packed and meter.row_flops:  # the MLM head computes the loader's prediction slots of a row
+        meter.row_flops = trainer.row_flops(ds.slots)
     batches = iter(loader.make_loader(ds, fv.num_workers))
-    t0, samples0 = time.time(), samples
+    step0, samples0 = step, samples
     loss_sum, loss_n = torch.zeros((), device=device), 0
     if state.get("loss"):
         loss_sum.fill_(state["loss"][0])
@@ -577,14 +637,17 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         end = step == max_steps or samples >= max_samples
         if step % fv.log_frequency == 0 or end:
             # host syncs (.item(), collectives) only at log, update, eval and checkpoint
-            # boundaries, so the CPU can queue micro-steps ahead of the GPU
-            rate = (samples - samples0) / max(time.time() - t0, 1e-9)
+            # boundaries, so the CPU can queue micro-steps ahead of the GPU; this read waits for
+            # the interval's work, so its rates are those of the work done (mean loss since the
+            # last line; samples_count places it on the training axis)
+            mean_loss = loss_sum.item() / loss_n
+            rates = meter.interval(batch_size * (step - step0), samples - samples0)
+            step0, samples0 = step, samples
             lr = trainer.learning_rate(step - 1)
             if bar is not None:
-                bar.set_postfix(loss="%.4f" % last.item(), lr="%.3g" % lr, seq_s="%.1f" % rate, refresh=False)
-            # mean loss since the last line; samples_count places it on the training axis
-            log.event("train_loss", loss_sum.item() / loss_n, metadata={
-                C.SAMPLES_COUNT: samples, "step": step, "learning_rate": lr, "seq_per_s": rate})
+                bar.set_postfix(_postfix(last.item(), lr, rates), refresh=False)
+            log.event("train_loss", mean_loss, metadata=dict(
+                {C.SAMPLES_COUNT: samples, "step": step, "learning_rate": lr}, **rates))
             loss_sum.zero_()
             loss_n = 0
         if bar is not None:
@@ -632,6 +695,18 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
     if rank == 0:  # a rerun of this command now says so and changes nothing
         checkpoint.write_finished(fv.output_dir, status, step, samples, extra["run"])
     return 0
+
+
+def _postfix(loss, lr, rates):
+    """The progress bar's numbers: the loss of the last micro-step, the interval's rates."""
+    out = {"loss": "%.4f" % loss, "lr": "%.3g" % lr, "seq/s": "%.1f" % rates["seq_per_s"]}
+    if "rows_per_s" in rates:
+        out["rows/s"] = "%.1f" % rates["rows_per_s"]
+    if "tflops_per_gpu" in rates:
+        out["TFLOP/s"] = "%.0f" % rates["tflops_per_gpu"]
+    if "mfu" in rates:
+        out["MFU"] = "%.1f%%" % (100 * rates["mfu"])
+    return out
 
 
 def _check_resume(fv, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):

@@ -1,0 +1,89 @@
+"""The warm-up in MLPerf's untimed model initialisation (before ``run_start``).
+
+Every graph the run uses (the training micro-steps and the update at the run's exact shapes,
+packed or not, and the eval forward at the eval micro-batch's) is compiled and run once on
+synthetic batches, so that compiling is not on the clock. No dataset is read: the batches are
+random ids, masked positions and labels in the loaders' layout. Then the trainer is put back
+exactly as it was: weights, optimizer state and learning rates, accumulated gradients, and
+the RNG streams (torch, CUDA, NumPy, Python), so a run with the warm-up is bit-identical to
+one without (tests/test_warmup.py).
+"""
+import torch
+
+from mlperf_bert.trainer import checkpoint
+
+
+def synthetic_batch(config, rows, seq, pred, gen, max_sequences=None):
+    """A batch of ``rows`` random rows as the loaders give it: unpacked records, or, with
+    ``max_sequences`` (K), packed rows of two sequences each (K >= 2; slots past 2 empty) with
+    ``pred`` prediction slots a row. ``gen``: a torch.Generator (the global RNG is not drawn)."""
+    ints = lambda hi, *shape: torch.randint(0, hi, shape, generator=gen)  # noqa: E731
+    real = seq - seq // 8 if max_sequences else seq  # packed rows end in padding
+    pos = torch.stack([torch.randperm(real - 1, generator=gen)[:pred] + 1 for _ in range(rows)]).sort(1).values
+    batch = {"input_ids": ints(config.vocab_size, rows, seq), "segment_ids": ints(config.type_vocab_size, rows, seq),
+             "masked_lm_positions": pos, "masked_lm_ids": ints(config.vocab_size, rows, pred),
+             "masked_lm_weights": torch.ones(rows, pred)}
+    if not max_sequences:
+        batch.update(input_mask=torch.ones(rows, seq, dtype=torch.long), next_sentence_labels=ints(2, rows))
+        return batch
+    k, first = max_sequences, real // 2
+    token = torch.arange(seq)
+    mask = (token < real).long() + (token >= first).long() * (token < real).long()  # 1, then 2, then 0
+    position = torch.where(token < first, token, torch.where(token < real, token - first, 0))
+    nsp = torch.zeros(rows, k, dtype=torch.long)
+    nsp[:, 1] = first
+    labels = torch.full((rows, k), -1, dtype=torch.long)
+    labels[:, :2] = ints(2, rows, 2)
+    batch.update(input_mask=mask.expand(rows, seq).clone(), position_ids=position.expand(rows, seq).clone(),
+                 nsp_positions=nsp, next_sentence_labels=labels)
+    return batch
+
+
+def _clone(x):
+    return x.detach().clone() if torch.is_tensor(x) else x
+
+
+def snapshot(trainer):
+    """Everything of ``trainer`` that a step or an eval changes."""
+    acc, opt = trainer.accumulator, trainer.optimizer
+    return {"weights": {k: v.detach().clone() for k, v in trainer.model.state_dict().items()},
+            "grads": [_clone(p.grad) for p in acc.params],
+            "opt_state": {p: {k: _clone(v) for k, v in st.items()} for p, st in opt.state.items()},
+            "lrs": [g["lr"] for g in opt.param_groups],
+            "acc": (None if acc.buffers is None else [b.clone() for b in acc.buffers], acc.pending,
+                    _clone(acc.last_grad_norm), acc.last_lr),
+            "rng": checkpoint.rng_state(trainer.device)}
+
+
+def restore(trainer, snap):
+    """Put ``trainer`` back as ``snapshot`` found it; parameters are copied into in place, so
+    the optimizer and the compiled graphs keep theirs."""
+    acc, opt = trainer.accumulator, trainer.optimizer
+    trainer.model.load_state_dict(snap["weights"])
+    for p, g in zip(acc.params, snap["grads"]):
+        p.grad = g
+    opt.state.clear()
+    for p, st in snap["opt_state"].items():
+        opt.state[p] = st
+    for g, lr in zip(opt.param_groups, snap["lrs"]):
+        g["lr"] = lr
+    acc.buffers, acc.pending, acc.last_grad_norm, acc.last_lr = snap["acc"]
+    checkpoint.set_rng_state(snap["rng"], trainer.device)
+
+
+def warm_up(trainer, train_shape, eval_shape=None):
+    """One update (``--steps_per_update`` micro-steps) on synthetic batches of ``train_shape``
+    (rows per rank, seq, prediction slots, K for packed rows or None), an eval of one batch of
+    ``eval_shape`` (rows, seq, pred) if given, then the trainer as before."""
+    snap = snapshot(trainer)
+    gen = torch.Generator().manual_seed(0)
+    config = trainer.model.config
+    rows, seq, pred, k = train_shape
+    try:
+        for i in range(trainer.accumulator.n):
+            loss, _ = trainer.step(synthetic_batch(config, rows, seq, pred, gen, k), i)
+        loss.item()  # the work done, not only queued
+        if eval_shape is not None:
+            trainer.evaluate([synthetic_batch(config, *eval_shape, gen)])
+    finally:
+        restore(trainer, snap)

@@ -1,0 +1,96 @@
+"""Throughput in the log and the progress bar: the rates of each log interval (not averages since
+the start), evals and checkpoints set apart, rows/s for packed rows, TFLOP/s and MFU where a GPU's
+peak is known; the closed-form FLOPs of a row against torch's FLOP counter on the real model."""
+import json
+import os
+import time
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from mlperf_bert.trainer import throughput, training
+from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.trainer.model import BertForPreTraining
+from mlperf_bert.trainer.warmup import synthetic_batch
+from test_training import files, flags_for, one_thread  # noqa: F401  (module fixtures)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_meter_rates_are_those_of_the_interval_less_the_time_set_apart():
+    clock = Clock()
+    m = throughput.Meter(packed=True, row_flops=2e12, world=4, peak=989.0, clock=clock)
+    clock.t += 10.0
+    with m.excluded():  # an eval of 5 s inside the interval
+        clock.t += 5.0
+    got = m.interval(rows=80, sequences=100)
+    assert got == pytest.approx({"seq_per_s": 10.0, "rows_per_s": 8.0, "tflops_per_gpu": 4.0, "mfu": 4.0 / 989.0})
+    clock.t += 2.0  # the next interval starts where the last ended: its own rate, not the run's
+    assert m.interval(rows=80, sequences=80)["seq_per_s"] == pytest.approx(40.0)
+    cpu = throughput.Meter(clock=clock)
+    clock.t += 4.0
+    assert cpu.interval(rows=8, sequences=8) == {"seq_per_s": 2.0}  # no rows_per_s unpacked, no FLOPs on CPU
+
+
+def test_peak_is_known_for_bf16_on_listed_gpus_only():
+    assert throughput.peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.0
+    assert throughput.peak_tflops("NVIDIA A100-SXM4-80GB", "bf16") == 312.0
+    assert throughput.peak_tflops("NVIDIA H100 80GB HBM3", "fp32") is None
+    assert throughput.peak_tflops("Some GPU", "bf16") is None
+
+
+def test_progress_bar_shows_the_rates():
+    out = training._postfix(7.5, 1e-4, {"seq_per_s": 297.2, "rows_per_s": 226.0, "tflops_per_gpu": 372.4,
+                                        "mfu": 0.3765})
+    assert out == {"loss": "7.5000", "lr": "0.0001", "seq/s": "297.2", "rows/s": "226.0", "TFLOP/s": "372",
+                   "MFU": "37.6%"}
+    assert training._postfix(7.5, 1e-4, {"seq_per_s": 3.0}) == {"loss": "7.5000", "lr": "0.0001", "seq/s": "3.0"}
+
+
+@pytest.mark.parametrize("seq, pred", [(128, 20), (64, 5)])
+def test_flops_of_a_row_are_those_torch_counts(seq, pred):
+    cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=256, max_position_embeddings=128)
+    model = BertForPreTraining(cfg)
+    batch = synthetic_batch(cfg, 3, seq, pred, torch.Generator().manual_seed(0))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(**batch).loss.backward()
+    # what the count leaves out (the NSP head's 2 x h outputs) is under 0.1%
+    assert throughput.flops_per_row(cfg, seq, pred) * 3 == pytest.approx(counter.get_total_flops(), rel=1e-3)
+
+
+def _train_loss(path):
+    recs = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in open(path) if ":::MLLOG " in line]
+    return [r for r in recs if r["key"] == "train_loss"]
+
+
+def test_logged_rate_is_the_last_intervals(files, tmp_path, monkeypatch):  # noqa: F811
+    """A slow second interval shows in its own line only: the third is fast again (an average since
+    the start would stay low), and each line's rate is its samples over its time in the log."""
+    real_step = training.Trainer.step
+
+    def step(self, batch, global_step):
+        time.sleep(0.6 if 8 <= global_step < 16 else 0.0)
+        return real_step(self, batch, global_step)
+    monkeypatch.setattr(training.Trainer, "step", step)
+    out = str(tmp_path / "run")
+    assert training.main(flags_for(files, out, num_train_steps=24, log_frequency=8, save_checkpoints_steps=100,
+                                   num_workers=0, progress=True)) == 0
+    lines = _train_loss(os.path.join(out, "mlperf.log"))
+    rates = [r["metadata"]["seq_per_s"] for r in lines]
+    assert len(rates) == 3 and rates[1] < rates[0] / 2 and rates[2] > rates[1] * 2, rates
+    assert rates[2] == pytest.approx(rates[0], rel=0.5)
+    for a, b in zip(lines, lines[1:]):
+        seconds = (b["time_ms"] - a["time_ms"]) / 1000
+        samples = b["metadata"]["samples_count"] - a["metadata"]["samples_count"]
+        assert b["metadata"]["seq_per_s"] == pytest.approx(samples / seconds, rel=0.1)
+    assert all(set(r["metadata"]) >= {"seq_per_s", "step", "learning_rate"} and "rows_per_s" not in r["metadata"]
+               for r in lines)

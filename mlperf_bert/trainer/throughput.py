@@ -10,6 +10,9 @@ variable-length attention kernel does less: the count is the model's, not the ke
 """
 import time
 
+# The train_loss metadata of ``Meter.interval``: wall-clock rates, different in every run
+RATES = ("seq_per_s", "rows_per_s", "tflops_per_gpu", "mfu")
+
 # Dense bf16 tensor-core peak, TFLOP/s, by a name fragment of torch.cuda.get_device_name()
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "B200": 2250.0, "A100": 312.0}
 

@@ -1,0 +1,192 @@
+"""Nothing but training on the clock: the warm-up before run_start runs (and with --compile
+compiles) every graph of the run on synthetic batches and leaves no trace; the online eval's
+micro-batch is the trainer's choice and the metrics do not depend on it; the compile cache of
+a series of runs is shared, so later runs start faster."""
+import functools
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from mlperf_bert import flags
+from mlperf_bert.harness.mlperf_log import MLPerfLog
+from mlperf_bert.trainer import evaluation, loader, training, warmup
+from mlperf_bert.trainer.config import BertConfig
+from test_training import ROOT, assert_bit_identical, files, flags_for, one_thread, weights  # noqa: F401
+from test_training import _same_log
+
+T, P = 128, 20
+
+
+def _trainer(files, **kw):  # noqa: F811
+    fv = training.define_flags()
+    argv = flags_for(files, "unused", steps_per_update=2, **kw)
+    flags.parse(fv, argv, required=[])
+    config = BertConfig.from_json_file(files["config"], T)
+    trainer = training.Trainer(fv, config, torch.device("cpu"), 0, 1, seed=3)
+    trainer.seed_ranks(11)
+    return trainer
+
+
+def _batches(trainer, packed, n):
+    gen = torch.Generator().manual_seed(5)
+    return [warmup.synthetic_batch(trainer.model.config, 4, T, P, gen, 3 if packed else None) for _ in range(n)]
+
+
+def _state(trainer):
+    """Everything the warm-up must leave as it found it, for comparison."""
+    opt = trainer.optimizer
+    return ({k: v.clone() for k, v in trainer.model.state_dict().items()},
+            [None if p.grad is None else p.grad.clone() for p in trainer.accumulator.params],
+            [(st["step"], st["adam_m"].clone(), st["adam_v"].clone()) for st in opt.state.values()],
+            [g["lr"] for g in opt.param_groups], trainer.accumulator.pending,
+            None if trainer.accumulator.buffers is None else [b.clone() for b in trainer.accumulator.buffers],
+            torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+
+
+def _equal(a, b):
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if torch.is_tensor(a):
+        return torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b
+
+
+@pytest.mark.parametrize("packed, clip_after", [(False, False), (True, True)],
+                         ids=["unpacked-clip_each", "packed-clip_after"])
+def test_warm_up_mid_accumulation_leaves_no_trace(files, packed, clip_after):  # noqa: F811
+    """Warmed up between two micro-steps of an update (buffers, pending gradients, optimizer state
+    and learning rate all set): every tensor, counter and RNG stream is as before, and training on
+    gives the weights of a trainer that never warmed up, bit for bit."""
+    ref = _trainer(files, clip_by_global_norm_after_gradient_allreduce=clip_after)
+    batches = _batches(ref, packed, 5)
+    for i in range(5):
+        ref.step(batches[i], i)
+    ref_end = _state(ref)
+    warm = _trainer(files, clip_by_global_norm_after_gradient_allreduce=clip_after)  # the same RNG streams again
+    for i in range(3):  # one update, then half of the next
+        warm.step(batches[i], i)
+    before = _state(warm)
+    assert before[4] == 1 and before[2]  # mid-update, optimizer slots exist
+    shape = (4, T, P, 3) if packed else (4, T, P, None)
+    warmup.warm_up(warm, shape, (7, T, P))
+    assert _equal(_state(warm), before)
+    for i in range(3, 5):
+        warm.step(batches[i], i)
+    assert _equal(_state(warm), ref_end)
+
+
+def test_eval_metrics_are_the_same_at_any_micro_batch(files):  # noqa: F811
+    """Batch 1, the default and an uneven 7 (last batch padded) give the same metrics (1e-6);
+    two ranks' shares hold every record once."""
+    trainer = _trainer(files)
+    for i, batch in enumerate(loader.PretrainingBatches([files["train"]], T, P, 8, seed=1, max_batches=40)):
+        trainer.step(batch, i)  # predicting some masked tokens: accuracy 0 would prove nothing
+    got = {}
+    for micro in (1, 7, evaluation.CPU_MICRO_BATCH):
+        eval_set = evaluation.EvalSet([files["eval"]], T, P, micro, 0, 1, torch.device("cpu"), 30522)
+        assert {b["input_ids"].shape for b in eval_set} == {(eval_set.micro_batch, T)}  # one shape: one graph
+        got[micro] = trainer.evaluate(eval_set)
+    assert evaluation.EvalSet([files["eval"]], T, P, 32, 0, 1, "cpu").micro_batch == 20  # 40 in 2 even batches
+    base = got[evaluation.CPU_MICRO_BATCH]
+    assert base["samples"] == 40 and 0 < base["masked_lm_accuracy"] < 1
+    for micro, m in got.items():
+        assert m["samples"] == 40
+        for key in evaluation.EVAL_KEYS:
+            assert m[key] == pytest.approx(base[key], abs=1e-6), (micro, key)
+    shares = [evaluation.EvalSet([files["eval"]], T, P, 8, r, 2, torch.device("cpu")) for r in (0, 1)]
+    rows = [tuple(row.tolist()) for s in shares for b in s for row, w in
+            zip(b["input_ids"], b["next_sentence_labels"]) if w >= 0]
+    assert len(rows) == 40 == len(set(rows))
+    assert sum(trainer.evaluate(s)["samples"] for s in shares) == 40
+
+
+def test_compiled_run_compiles_everything_before_run_start_and_equals_a_run_without_warm_up(
+        files, tmp_path, monkeypatch):  # noqa: F811
+    """--compile: every graph exists at run_start (no graph is made on the clock, evals included),
+    and the run ends bit-identical to the same run without the warm-up (weights, optimizer, log).
+    aot_eager: the graphs are dynamo's whatever the backend; inductor runs in the slow test below."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    at_start = []
+    real_start = MLPerfLog.start
+
+    def start(self, key, *a, **k):
+        if key == "run_start":
+            at_start.append(counters["stats"]["unique_graphs"])
+        return real_start(self, key, *a, **k)
+    monkeypatch.setattr(MLPerfLog, "start", start)
+    outs = {}
+    for warm in (True, False):
+        torch._dynamo.reset()
+        counters.clear()
+        outs[warm] = str(tmp_path / ("warm" if warm else "cold"))
+        assert training.main(flags_for(files, outs[warm], compile=True, warm_up=warm, num_train_steps=8,
+                                       save_checkpoints_steps=100, eval_input_file=files["eval"], eval_frequency=12,
+                                       eval_micro_batch_size=16, target_mlm_accuracy=1.0, num_workers=0,
+                                       log_frequency=2)) == 0
+        at_start.append(counters["stats"]["unique_graphs"])
+    warm_start, warm_end, cold_start, cold_end = at_start
+    assert warm_start == warm_end > 0 and cold_start == 0 and cold_end == warm_end
+    assert not counters["graph_break"]
+    assert_bit_identical(os.path.join(outs[True], "model.ckpt-8.pt"), os.path.join(outs[False], "model.ckpt-8.pt"))
+    _same_log(os.path.join(outs[True], "mlperf.log"), os.path.join(outs[False], "mlperf.log"))
+
+
+def _log(path):
+    return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in open(path) if ":::MLLOG " in line]
+
+
+@pytest.mark.slow
+def test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_run_start(files, tmp_path):  # noqa: F811
+    """start_training.sh NUM_RUNS=2 --compile (inductor): both runs compile in init, so the first
+    log interval after run_start runs at the second's rate (within 20%); run 1 finds run 0's
+    compiled graphs in OUTPUT_DIR/compile_cache and its init is shorter. The compiled run's weights
+    equal an eager run's up to fused-kernel rounding, its checkpoint holds the plain module's names."""
+    out = tmp_path / "series"
+    common = ["--max_seq_length=%d" % T, "--max_predictions_per_seq=%d" % P, "--train_batch_size=4",
+              "--num_train_steps=75", "--log_frequency=25", "--save_checkpoints_steps=100", "--eval_frequency=200",
+              "--target_mlm_accuracy=1.0", "--num_workers=1", "--noprogress", "--shuffle_buffer=16"]
+    env = {k: v for k, v in os.environ.items() if k not in ("SEED", "LOGDIR", "DATA_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+    env.update(INPUT_FILES=files["train"], EVAL_FILE=files["eval"], BERT_CONFIG=files["config_nodrop"],
+               OUTPUT_DIR=str(out), NUM_RUNS="2", SEED="7", PRESET="demo_cpu", CHECK_LOG="0", DROP_CACHES="0",
+               PYTHON=sys.executable, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    proc = subprocess.run([os.path.join(ROOT, "start_training.sh")] + common + ["--compile"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert os.listdir(out / "compile_cache")
+    inits = []
+    for i in (0, 1):
+        recs = _log(out / ("run_%d" % i) / "mlperf.log")
+        times = {r["key"]: r["time_ms"] for r in recs if r["key"] in ("init_start", "run_start")}
+        inits.append(times["run_start"] - times["init_start"])
+        rates = [r["metadata"]["seq_per_s"] for r in recs if r["key"] == "train_loss"]
+        assert len(rates) == 3 and rates[0] == pytest.approx(rates[1], rel=0.2), (i, rates)
+    assert inits[1] < inits[0], inits
+    # the compiled run against the eager one (seed 7, same flags)
+    eager = str(tmp_path / "eager")
+    argv = ["run_pretraining.py", "--bert_config_file=" + files["config_nodrop"], "--input_file=" + files["train"],
+            "--eval_input_file=" + files["eval"], "--output_dir=" + eager, "--do_train", "--seed=7"] + common
+    argv += [a for a in _preset_flags("demo_cpu") if a.split("=")[0] not in {c.split("=")[0] for c in common}]
+    assert training.main(argv) == 0
+    (a, _), (b, _) = weights(os.path.join(eager, "model.ckpt-75.pt")), weights(out / "run_0" / "model.ckpt-75.pt")
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-4, worst
+
+
+def _preset_flags(name):
+    """The preset's trainer flags (what train_model.sh passes)."""
+    out = subprocess.run(["bash", "-c", "source configs/presets/%s.sh; printf '%%s\\n' \"${PRESET_FLAGS[@]}\"" % name],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return out.split()

@@ -115,7 +115,7 @@ CHEAP_SHARED = {"one_thread", "test_training.py::files"}
 # missing name counts as SLOW_DEFAULT if marked slow, else DEFAULT): only the order depends on it
 COST = {
     "test_ten_runs_make_a_package_the_official_checker_passes": 15,
-    "test_compile_trains_as_eager": 35,
+    "test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_run_start": 100,
     "test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run": 35,
     "test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters": 15,
     "test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical": 22,  # with tiny_run

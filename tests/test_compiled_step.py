@@ -3,7 +3,7 @@ eval compile with zero graph breaks and never recompile after the first update a
 and unpacked, checked with torch._dynamo's own counters and ``error_on_recompile``; and the
 compiled step trains as the eager one. Graph breaks and recompiles are dynamo's, whatever the
 backend: the tests compile with "aot_eager" (dynamo and AOTAutograd, so the backward is traced
-too) to stay fast; test_training.py::test_compile_trains_as_eager runs inductor end to end."""
+too) to stay fast; test_warmup.py::test_series_of_compiled_runs_... runs inductor end to end."""
 import functools
 import json
 

@@ -74,6 +74,12 @@ def test_packed_run_counts_real_sequences_and_its_log_is_compliant(files, tmp_pa
     assert keys["train_samples"]["value"] == trained[k]
     losses = [r["metadata"]["samples_count"] for r in recs if r["key"] == "train_loss"]
     assert losses == [trained[i - 1] for i in range(every, k + 2, every)] + ([trained[k]] if (k + 1) % every else [])
+    # each line's rates are its interval's: real sequences / rows = the interval's sequences per row
+    samples, step = 0, 0
+    for r in (r["metadata"] for r in recs if r["key"] == "train_loss"):
+        per_row = (r["samples_count"] - samples) / (rows * (r["step"] - step))
+        assert per_row > 1 and r["seq_per_s"] / r["rows_per_s"] == pytest.approx(per_row)
+        samples, step = r["samples_count"], r["step"]
     rc, text = _official_checker(log, str(tmp_path))
     assert rc == 0, text
     results = {r.rule: r for r in compliance.check_log(log, official=False)}

@@ -609,21 +609,6 @@ def test_disk_full_at_a_checkpoint_keeps_the_last_one_and_the_rerun_resumes(file
     assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
 
 
-@pytest.mark.slow
-def test_compile_trains_as_eager(files, tmp_path):
-    """--compile (torch.compile of the model; inductor on CPU) gives the eager run's weights up to
-    fused-kernel rounding, and its checkpoints hold the plain module's names."""
-    kw = dict(bert_config_file=files["config_nodrop"], num_train_steps=4, save_checkpoints_steps=100,
-              num_workers=0)
-    eager, compiled = str(tmp_path / "eager"), str(tmp_path / "compiled")
-    assert training.main(flags_for(files, eager, **kw)) == 0
-    assert training.main(flags_for(files, compiled, compile=True, **kw)) == 0
-    (a, _), (b, _) = weights(os.path.join(eager, "model.ckpt-4.pt")), weights(os.path.join(compiled, "model.ckpt-4.pt"))
-    assert a.keys() == b.keys()
-    worst = max((a[k] - b[k]).abs().max().item() for k in a)
-    assert worst < 1e-4, worst
-
-
 # ---------------------------------------------------------------- start checks, MLPerf log, resume
 
 def _records(path):

@@ -151,11 +151,12 @@ def _log(path):
 def test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_run_start(files, tmp_path):  # noqa: F811
     """start_training.sh NUM_RUNS=2 --compile (inductor): both runs compile in init, so the first
     log interval after run_start runs at the second's rate (within 20%); run 1 finds run 0's
-    compiled graphs in OUTPUT_DIR/compile_cache and its init is shorter. The compiled run's weights
+    compiled graphs in OUTPUT_DIR/compile_cache and its init is shorter. (Intervals of 150 micro-steps:
+    the loader worker's start, on the clock and not a compile, costs the first few tenths of a second.) The compiled run's weights
     equal an eager run's up to fused-kernel rounding, its checkpoint holds the plain module's names."""
     out = tmp_path / "series"
     common = ["--max_seq_length=%d" % T, "--max_predictions_per_seq=%d" % P, "--train_batch_size=4",
-              "--num_train_steps=75", "--log_frequency=25", "--save_checkpoints_steps=100", "--eval_frequency=200",
+              "--num_train_steps=300", "--log_frequency=150", "--save_checkpoints_steps=1000", "--eval_frequency=600",
               "--target_mlm_accuracy=1.0", "--num_workers=1", "--noprogress", "--shuffle_buffer=16"]
     env = {k: v for k, v in os.environ.items() if k not in ("SEED", "LOGDIR", "DATA_DIR", "TORCHINDUCTOR_CACHE_DIR")}
     env.update(INPUT_FILES=files["train"], EVAL_FILE=files["eval"], BERT_CONFIG=files["config_nodrop"],
@@ -171,7 +172,7 @@ def test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_
         times = {r["key"]: r["time_ms"] for r in recs if r["key"] in ("init_start", "run_start")}
         inits.append(times["run_start"] - times["init_start"])
         rates = [r["metadata"]["seq_per_s"] for r in recs if r["key"] == "train_loss"]
-        assert len(rates) == 3 and rates[0] == pytest.approx(rates[1], rel=0.2), (i, rates)
+        assert len(rates) == 2 and rates[0] == pytest.approx(rates[1], rel=0.2), (i, rates)
     assert inits[1] < inits[0], inits
     # the compiled run against the eager one (seed 7, same flags)
     eager = str(tmp_path / "eager")
@@ -179,7 +180,7 @@ def test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_
             "--eval_input_file=" + files["eval"], "--output_dir=" + eager, "--do_train", "--seed=7"] + common
     argv += [a for a in _preset_flags("demo_cpu") if a.split("=")[0] not in {c.split("=")[0] for c in common}]
     assert training.main(argv) == 0
-    (a, _), (b, _) = weights(os.path.join(eager, "model.ckpt-75.pt")), weights(out / "run_0" / "model.ckpt-75.pt")
+    (a, _), (b, _) = weights(os.path.join(eager, "model.ckpt-300.pt")), weights(out / "run_0" / "model.ckpt-300.pt")
     assert a.keys() == b.keys()
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst < 1e-4, worst

@@ -63,7 +63,7 @@ def _check_closed_flags(fv):
                         "give --eval_input_file (eval_10k), or %s" % _CLOSED_FIX)
 
 
-def _check_closed_data(fv, eval_files, global_batch, rank):
+def check_closed_data(fv, eval_files, global_batch, rank):
     """The eval set must be the 10,000 samples; hyperparameters that differ from the RCP of this
     global batch are allowed by the rules (published closed runs did so) and get a warning."""
     from mlperf_bert.harness import compliance, rcp
@@ -122,7 +122,7 @@ def check_start(fv, rank, world, locks):
     if packed:  # NVIDIA's convention: rows x average sequences per row
         global_batch = int(round(global_batch * rate))
     if fv.submission_division == "closed" and fv.do_train:
-        _check_closed_data(fv, eval_files, global_batch, rank)
+        check_closed_data(fv, eval_files, global_batch, rank)
     from mlperf_bert.trainer import tf_checkpoint
     init_ckpt = tf_checkpoint.fingerprint(fv.init_checkpoint) if fv.init_checkpoint else None
     check_writable_dir(checkpoint.path_for(fv.output_dir, 0))

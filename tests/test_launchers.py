@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "train_model.sh")
 START = os.path.join(ROOT, "start_training.sh")
@@ -20,7 +22,9 @@ REFERENCE_GPU = {"train_batch_size": "24", "learning_rate": "1e-4", "num_train_s
 TPU_8192 = {"train_batch_size": "8192", "learning_rate": "0.00288293", "lamb_beta_1": "0.88",
             "lamb_beta_2": "0.88", "lamb_weight_decay_rate": "0.0166629", "log_epsilon": "-6",
             "num_train_steps": "600", "num_warmup_steps": "287", "start_warmup_step": "-76",
-            "steps_per_update": "1", "eval_batch_size": "640", "max_eval_steps": "125"}
+            "eval_batch_size": "640", "max_eval_steps": "125"}
+# counted in updates at the global batch: a preset that accumulates n micro-steps has n times them
+PER_UPDATE = {"train_batch_size": 1, "num_train_steps": -1, "num_warmup_steps": -1, "start_warmup_step": -1}
 
 
 def dry_run(*args, **env):
@@ -45,8 +49,9 @@ def trainer_flags(cmd):
                                                   ("tpu_8192", TPU_8192, "8")])
 def test_presets_are_the_reference_hyperparameters(preset, expected, gpus):
     launcher, fl = trainer_flags(dry_run("--preset=" + preset))
+    n = int(fl.get("steps_per_update", 1))
     for k, v in expected.items():
-        assert float(fl[k]) == float(v) if k != "optimizer" else fl[k] == v, k
+        assert float(fl[k]) * n ** PER_UPDATE.get(k, 0) == float(v) if k != "optimizer" else fl[k] == v, k
     assert "--nproc_per_node=" + gpus in launcher and "--standalone" in launcher
     assert fl["input_file"] == "/data/part-*" and fl["eval_input_file"] == "/data/eval_10k"
     assert fl["bert_config_file"].endswith("configs/bert_config_large.json")
@@ -131,15 +136,20 @@ def test_each_preset_says_what_it_asks_of_a_gpu_and_warns_when_implausible():
     assert plan("--preset=reference_gpu") == [
         "train_model.sh: preset reference_gpu: global batch 24 = 8 GPU(s) x 3 sequences of 512 per GPU per "
         "micro-step x 1 micro-step(s) per update"]
-    lines = plan("--preset=tpu_8192")
-    assert "8 GPU(s) x 1024 sequences of 512 per GPU per micro-step" in lines[0]
-    assert lines[1].startswith("warning: train_model.sh: 1024 sequences per GPU per micro-step is above "
-                               "MAX_PER_GPU_BATCH=48") and "bench/gpu_plan.py" in lines[1]
-    assert "use --train_batch_size=256 --steps_per_update=32 and multiply --num_train_steps" in lines[1]
+    # tpu_8192 accumulates 8 micro-steps to fit 8 GPUs (the memory plan's MAX_PER_GPU_BATCH, 129)
+    assert plan("--preset=tpu_8192") == [
+        "train_model.sh: preset tpu_8192: global batch 8192 = 8 GPU(s) x 128 sequences of 512 per GPU per "
+        "micro-step x 8 micro-step(s) per update"]
+    lines = plan("--preset=tpu_8192", NUM_GPUS="4")
+    assert "4 GPU(s) x 256 sequences of 512 per GPU per micro-step" in lines[0]
+    assert lines[1].startswith("warning: train_model.sh: 256 sequences per GPU per micro-step is above "
+                               "MAX_PER_GPU_BATCH=129") and "mlperf_bert.trainer.memory_plan" in lines[1]
+    assert "use --train_batch_size=512 --steps_per_update=16 and multiply --num_train_steps" in lines[1]
+    assert "by 2 (they count micro-steps)" in lines[1]
     # the suggestion, applied, is not warned about; nor is an rcp preset (it fits by construction)
-    assert len(plan("--preset=tpu_8192", "--train_batch_size=256", "--steps_per_update=32")) == 1
+    assert len(plan("--preset=tpu_8192", "--train_batch_size=512", "--steps_per_update=16", NUM_GPUS="4")) == 1
     assert len(plan("--preset=rcp_8192", NUM_GPUS="8")) == 1
-    assert len(plan("--preset=tpu_8192", MAX_PER_GPU_BATCH="1024")) == 1
+    assert len(plan("--preset=tpu_8192", NUM_GPUS="4", MAX_PER_GPU_BATCH="256")) == 1
 
 
 FAKE_TRAINER = """#!/usr/bin/env bash
@@ -376,7 +386,9 @@ def test_rcp_presets_are_the_installed_rcps(gpus):
             continue
         _, fl = trainer_flags(dry_run("--preset=rcp_%d" % bs, NUM_GPUS=gpus))
         n, micro = int(fl["steps_per_update"]), int(fl["train_batch_size"])
-        assert micro * n == bs and micro % int(gpus) == 0 and micro // int(gpus) <= 48
+        assert micro * n == bs and micro % int(gpus) == 0 and micro // int(gpus) <= MAX_PER_GPU_BATCH
+        # the fewest micro-steps that fit: one fewer would not split or not fit
+        assert n == 1 or bs % (int(gpus) * (n - 1)) or bs // (int(gpus) * (n - 1)) > MAX_PER_GPU_BATCH
         assert float(fl["learning_rate"]) == hp["opt_base_learning_rate"]
         assert (float(fl["lamb_beta_1"]), float(fl["lamb_beta_2"])) == (hp["opt_lamb_beta_1"], hp["opt_lamb_beta_2"])
         assert float(fl["lamb_weight_decay_rate"]) == hp["opt_lamb_weight_decay_rate"]

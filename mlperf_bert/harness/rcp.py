@@ -31,6 +31,13 @@ def load_rcps():
         return {int(v["BS"]): v["Hyperparams"] for v in json.load(f).values()}
 
 
+def samples_to_converge():
+    """{global batch size: the mean of its RCP runs' samples to converge} ("Epochs to converge",
+    which counts samples for BERT)."""
+    with open(rcp_file()) as f:
+        return {int(v["BS"]): sum(v["Epochs to converge"]) / len(v["Epochs to converge"]) for v in json.load(f).values()}
+
+
 def rcp_entry(batch_size):
     """(name, hyperparameters) of the RCP of global batch ``batch_size``, or None."""
     with open(rcp_file()) as f:

@@ -27,8 +27,8 @@ BERT-Large, seq 512/76, bf16 autocast, LAMB, one GPU (no DDP). Rows, in order:
   warnings on CUDA; on a CPU the Tensor read-backs (.item(), .cpu(), ...) are counted instead;
 - projected time to train on 8 and 64 GPUs: for each reference convergence point's global batch
   (mlperf_logging's rcps_bert.json: the mean samples to converge of its runs), split by the memory
-  plan's MAX_PER_GPU_BATCH, at the measured eager rate of the nearest swept batch at or below the
-  per-GPU micro-batch (real sequences: rows x this data's packing rate) scaled linearly (no
+  plan's MAX_PER_GPU_BATCH, at the measured eager real sequences/s (this data's packing rate) of
+  the nearest swept batch at or below the per-GPU micro-batch, scaled linearly with the GPUs (no
   all-reduce cost: not measured), plus the evals (eval_10k every eval_frequency samples, at the
   fastest measured eval batch) and, apart, the start-up (the warm compile). The global batch with
   the shortest total is shown. Skipped, with a note, without mlperf_logging.
@@ -73,7 +73,7 @@ def define():
     S("compile_backend", "inductor", "torch.compile backend (aot_eager: the CPU test)", flag_values=fv)
     I("hf_batch", 24, "batch of the Hugging Face comparison (0: none)", flag_values=fv)
     S("eval_batches", "", "per-GPU eval batches (default: 1, the trainer's default, 256)", flag_values=fv)
-    I("eval_samples", 2000, "eval samples timed at each eval batch", flag_values=fv)
+    I("eval_samples", 1000, "eval samples timed at each eval batch", flag_values=fv)
     I("steps", 10, "timed micro-steps (after 2 warm-up steps)", flag_values=fv)
     S("gpus", "8,64", "GPU counts of the projection", flag_values=fv)
     flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"], "device", flag_values=fv)
@@ -87,16 +87,8 @@ def define():
 def make_records(fv, work):
     """The first --records seq-512 records: --input_file, or made from the golden input."""
     from mlperf_bert.dataset import tfrecord
-    src = fv.input_file
-    if not src:
-        src = os.path.join(work, "golden.s512.tfrecord")
-        subprocess.run([sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
-                        "--input_file=" + [p for p in _data.unpacked("golden", "input")
-                                           if p.endswith("part-00000-of-00004")][0],
-                        "--output_file=" + src, "--vocab_file=" + _data.VOCAB, "--do_lower_case=True",
-                        "--masked_lm_prob=0.15", "--random_seed=12345", "--max_seq_length=%d" % fv.max_seq_length,
-                        "--max_predictions_per_seq=%d" % fv.max_predictions_per_seq, "--dupe_factor=10"],
-                       check=True, capture_output=True)
+    src = fv.input_file or _data.golden_records(os.path.join(work, "golden.tfrecord"), fv.max_seq_length,
+                                                fv.max_predictions_per_seq)
     recs = list(itertools.islice(tfrecord.read_records(src), fv.records))
     path = os.path.join(work, "records.tfrecord")
     tfrecord.write_records(path, recs)
@@ -348,7 +340,7 @@ def compiled(fv, packed_file, work):
     return runs
 
 
-def projection(fv, steps_rows, evals, packing_rate, startup_s):
+def projection(fv, steps_rows, evals, startup_s):
     """Per GPU count, the RCP global batch with the shortest projected time, or a note."""
     try:
         import mlperf_logging  # noqa: F401
@@ -357,7 +349,7 @@ def projection(fv, steps_rows, evals, packing_rate, startup_s):
     from mlperf_bert.harness import rcp
     from mlperf_bert.harness.mlperf_log import eval_frequency
     from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH
-    rates = sorted((r["batch"], r["rows_per_s"] * packing_rate) for r in steps_rows if "rows_per_s" in r)
+    rates = sorted((r["batch"], r["real_seq_per_s"]) for r in steps_rows if "real_seq_per_s" in r)
     eval_s = min(evals.values()) if evals else 0.0  # a GPU's seconds per 10,000 eval samples
     out = {}
     for gpus in ints(fv.gpus):
@@ -391,7 +383,7 @@ def pick_device(fv):
     kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if kind == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-    return torch.device(kind)
+    return torch.device(kind, 0) if kind == "cuda" else torch.device(kind)
 
 
 def fmt(x, spec="%.1f"):
@@ -517,6 +509,7 @@ def main(argv):
         print("  eager batch %d: %s" % (b, res["eager_steps"][-1]), flush=True)
 
     lap("eager steps")
+    reset_memory(device)  # the --compile processes get the GPU's memory
     if fv.compile:
         runs = compiled(fv, packed_file, work)
         for run in runs:
@@ -547,7 +540,7 @@ def main(argv):
     startup = None
     if "compiled" in res and "compile_s" in res["compiled"][1][0]:
         startup = res["compiled"][1][0]["compile_s"]
-    res["projection"] = projection(fv, res["eager_steps"], res["eval_s_per_10k"], packing_rate, startup)
+    res["projection"] = projection(fv, res["eager_steps"], res["eval_s_per_10k"], startup)
     res["seconds"] = time.time() - t_all
     text = table(res)
     print(text)

@@ -50,15 +50,7 @@ def make_data(work, seq):
     if seq == 128:
         src = [p for p in _data.unpacked("golden") if p.endswith("part-00000.s128.tfrecord")][0]
     else:
-        src = os.path.join(work, "s512.tfrecord")
-        golden_in = os.path.join(work, "golden_in")
-        os.makedirs(golden_in)
-        shutil.copy(os.path.join(_data.DATA, "golden", "input", "part-00000-of-00004"), golden_in)
-        subprocess.run([PY, os.path.join(ROOT, "create_pretraining_data.py"),
-                        "--input_file=%s/part-00000-of-00004" % golden_in, "--output_file=" + src,
-                        "--vocab_file=" + _data.VOCAB, "--do_lower_case=True", "--masked_lm_prob=0.15",
-                        "--random_seed=12345", "--max_seq_length=512", "--max_predictions_per_seq=76",
-                        "--dupe_factor=1"], check=True, capture_output=True)
+        src = _data.golden_records(os.path.join(work, "s512.tfrecord"), 512, 76, dupe_factor=1)
     recs = list(tfrecord.read_records(src))
     d = {"unpacked": os.path.join(work, "unpacked"), "packed": os.path.join(work, "packed"),
          "eval": os.path.join(work, "eval.tfrecord")}

@@ -54,3 +54,18 @@ def test_gpu_check_runs_end_to_end_and_writes_its_table_and_json(golden_s512, tm
         assert p["global_batch"] == int(gpus) * p["per_gpu_batch"] * p["accumulation"]
         assert p["train_s"] == pytest.approx(p["samples"] / (int(gpus) * p["real_seq_per_s_per_gpu"]))
         assert p["total_s"] == pytest.approx(p["train_s"] + p["eval_s"]) and p["startup_s"] == warm[0]["compile_s"]
+
+
+def test_without_mlperf_logging_it_says_what_to_install(tmp_path):
+    """The GPU machine has no mlperf-logging unless its wheel is carried: one line, exit 2."""
+    blocker = tmp_path / "mlperf_logging"
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ImportError(\"No module named 'mlperf_logging'\", name='mlperf_logging')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--records=10"],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: gpu_check: the trainer needs mlperf_logging: pip install mlperf-logging (on the GPU machine: carry "
+        "the wheel, shared/tools/device_wheels.sh)"]
+    assert not (tmp_path / "gpu_check.json").exists()

@@ -5,6 +5,9 @@ Usage: python bench/gpu_check.py [--json=gpu_check.json] [--bert_config_file=con
          [--compile_batches=96] [--hf_batch=24] [--eval_batches=1,8,256] [--steps=10] [--nocompile]
          [--compile_backend=inductor] [--device=auto]
 
+On a GPU machine without mlperf-logging and crc32c (the trainer and the TFRecord reader import
+them), install their wheels first; without transformers the Hugging Face row is skipped.
+
 Without --input_file it makes its own seq-512 records: create_pretraining_data.py on tests/data's
 golden input shard part-00000 (the reference's golden s512 command, dupe factor 10), the first
 --records of them; they are packed (up to 3 sequences a row) by the ``pack`` command's code.

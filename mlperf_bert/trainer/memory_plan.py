@@ -155,15 +155,15 @@ def main(argv):
     flags.DEFINE_integer("max_predictions_per_seq", 76, "masked positions (slots of a packed row)", flag_values=fv)
     flags.parse(fv, argv, positional=False)
     print("BERT-Large, seq %d, bf16, LAMB; budget %.0f GiB a GPU" % (fv.max_seq_length, BUDGET / GIB))
-    print("| input | GiB a row | GiB fixed (params, bf16 weights, grads at the peak, LAMB) | largest per-GPU batch "
-          "(no accumulation / with its buffer) |")
+    print("| input | GiB a row | GiB fixed (params, bf16 weights, LAMB) | largest per-GPU batch: one GPU / "
+          "several, accumulating (DDP buckets, accumulation buffer) |")
     print("|---|---:|---:|---|")
     for packed in (True, False):
         p = bert_large_plan(packed, fv.max_seq_length, fv.max_predictions_per_seq)
         print("| %s | %.3f | %.2f | %d / %d |" % ("packed" if packed else "unpacked", p.per_row / GIB,
-                                                 (p.fixed + p.static()) / GIB, p.largest_batch(accum=1),
-                                                 p.largest_batch(accum=2)))
-    print("MAX_PER_GPU_BATCH = %d" % MAX_PER_GPU_BATCH)
+                                                 (p.fixed + p.static()) / GIB,
+                                                 p.largest_batch(accum=1, ddp=False), p.largest_batch()))
+    print("MAX_PER_GPU_BATCH (seq 512, several GPUs, accumulating) = %d" % MAX_PER_GPU_BATCH)
     return 0
 
 

@@ -118,7 +118,7 @@ def trainer(fv, config, device, b, compile=False):
     tf(["x", "--bert_config_file=" + fv.bert_config_file, "--input_file=unused", "--output_dir=unused",
         "--train_batch_size=%d" % b, "--max_seq_length=%d" % fv.max_seq_length, "--dtype=bf16",
         "--max_predictions_per_seq=%d" % fv.max_predictions_per_seq, "--optimizer=lamb", "--learning_rate=1e-4",
-        "--num_train_steps=1000", "--num_warmup_steps=10"] + (["--compile"] if compile else []))
+        "--num_train_steps=100000", "--num_warmup_steps=10"] + (["--compile"] if compile else []))
     return training.Trainer(tf, config, device, 0, 1, seed=0)
 
 
@@ -169,7 +169,8 @@ def step_row(fv, config, device, b, batches, tr, plan, peak_tflops, flops_per_ro
 
 
 def is_oom(e):
-    return "out of memory" in str(e).lower()
+    """CUDA's out-of-memory error, or cuBLAS failing to allocate its workspace at the limit."""
+    return "out of memory" in str(e).lower() or "ALLOC_FAILED" in str(e)
 
 
 def equivalence(fv, config, recs, device):

@@ -90,6 +90,40 @@ def test_truncated_log_among_ten_gets_no_score(package):
     assert s["target"] == 0.720 and s["dropped"] == [6, 5]  # the cut-off run counts as the slowest
 
 
+def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
+    """Issue 31: score said FAIL with no reason for a broken or incomplete systems JSON or an empty
+    results folder, and PASS on logs of another org. Each reason is its own line under "time to train"."""
+    system_json = package / "NVIDIA" / "systems" / (BERT.split(os.sep)[2] + ".json")
+    desc = json.loads(system_json.read_text())
+    del desc["cooling"]
+    desc["status"] = "Research, Development, or Internal (RDI)"
+    system_json.write_text(json.dumps(desc))
+    for n in (2, 7):
+        log = package / BERT / ("result_%d.txt" % n)
+        log.write_text(log.read_text().replace('"submission_org", "value": "NVIDIA"', '"submission_org", "value": "ACME"'))
+    assert score.main(["score", "--noplots", str(package)]) == 1
+    out = capsys.readouterr().out
+    reasons = out.split("time to train: none:\n", 1)[1].split("submission: FAIL")[0].splitlines()
+    assert reasons == [
+        "  the official package checker failed (its 2 ERROR lines above)",
+        "  NVIDIA/systems/nyx_n1_ngc25.04_pytorch.json lacks 1 field the official checker requires: cooling",
+        "  2 logs (result_2.txt, result_7.txt): submission_org 'ACME', the package's submitter is 'NVIDIA' (a log"
+        " must name its submitter: runs made with SUBMISSION_ORG=NVIDIA)",
+        "  10 logs (result_0.txt ... result_9.txt): submission_status 'onprem', the systems JSON's status"
+        " 'Research, Development, or Internal (RDI)' needs 'research'"], out
+    # no logs at all, and a systems JSON that is not JSON
+    system_json.write_text('{"submitter": "NVIDIA"')
+    for log in (package / BERT).iterdir():
+        log.unlink()
+    assert score.main(["score", "--noplots", str(package)]) == 1
+    out = capsys.readouterr().out
+    reasons = out.split("time to train: none:\n", 1)[1].split("submission: FAIL")[0].splitlines()
+    assert len(reasons) == 3, out
+    assert reasons[0].startswith("  the official package checker failed (")
+    assert re.match(r"  systems JSON .*nyx_n1_ngc25.04_pytorch.json is not JSON \(.*\): fix the file$", reasons[1])
+    assert reasons[2] == "  %s holds no results/<system>/bert/result_*.txt logs" % (package / "NVIDIA")
+
+
 def test_all_runs_aborted_get_no_time_to_train(package, capsys):
     for log in (package / BERT).glob("result_*.txt"):
         log.write_text(log.read_text().replace('"status": "success"', '"status": "aborted"'))

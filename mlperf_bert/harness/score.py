@@ -224,7 +224,9 @@ def identity_reasons(root, org, parsed):
     e.g. NVIDIA's "1xNVIDIA HGX B200" for system "Nyx (1x NVIDIA DGX B200)": it is not compared with
     the system's name here; ``package`` does compare it.)"""
     reasons = []
-    for system in sorted(parsed):
+    systems = sorted(set(parsed) | {d for d in os.listdir(os.path.join(root, org, "results"))
+                                    if os.path.isdir(os.path.join(root, org, "results", d))})
+    for system in systems:
         rel = os.path.join(org, "systems", system + ".json")
         try:
             desc = load_system_json(os.path.join(root, rel))
@@ -234,8 +236,8 @@ def identity_reasons(root, org, parsed):
         reasons += system_json_problems(desc, rel)
         if desc.get("submitter") != org:
             reasons.append("%s: submitter %r, the package's org folder is %r" % (rel, desc.get("submitter"), org))
-        reasons += [("%s: %s" % (system, p) if len(parsed) > 1 else p)
-                    for p in identity_problems(parsed[system], org, desc.get("division"), desc.get("status"))]
+        reasons += [("%s: %s" % (system, p) if len(systems) > 1 else p)
+                    for p in identity_problems(parsed.get(system, []), org, desc.get("division"), desc.get("status"))]
     return reasons
 
 

@@ -193,7 +193,7 @@ def _running(pid):
         return False
 
 
-# package: names, unfinished runs, a systems JSON filled in by hand (issue 23)
+# package: names, unfinished runs (issue 23); the systems JSON and the identity of the runs, MANIFEST.txt, a kill (issue 31, 33)
 from mlperf_bert.harness import package as pkg_mod  # noqa: E402
 
 

@@ -5,9 +5,12 @@ checker (compliance of every log, seeds, RCP check with its scaling factor) and 
 summarizer (olympic mean of the run times, times the scaling factor), training ruleset 5.0.0,
 the last with BERT. Each run's log also goes through check-log (the official checker and the
 BERT rules): a log that breaks the rules, or more than one run that did not converge, leaves the
-submission without a score whatever the official tools say. Prints per run: seed, samples to
-converge, minutes, status, check-log verdict; then the submission's verdict, RCP check, scaling
-factor and time to train (or why there is none). Exit 1 when the package fails.
+submission without a score whatever the official tools say; so does a systems JSON that is not a
+JSON object with the required fields and ORG as submitter, or a log whose submission_org, division
+or status disagrees with the package and its systems JSON (``identity_reasons``). Prints per run:
+seed, samples to converge, minutes, status, check-log verdict; then the submission's verdict, RCP
+check, scaling factor and time to train (or each reason there is none, one a line). Exit 1 when
+the package fails.
 The package is only read: plots go beside it or to --plots_dir.
 """
 import errno

@@ -23,7 +23,7 @@ from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import check_writable_dir
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
-from mlperf_bert.trainer import checkpoint, distributed, evaluation, loader
+from mlperf_bert.trainer import checkpoint, distributed, evaluation, levers, loader
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_logging.mllog import constants as C
 
@@ -106,6 +106,7 @@ def define_flags():
     flags.DEFINE_enum("check_data", "headers", ["none", "headers", "full"],
                       "Before training, read every record's header (and with full its CRC-checked "
                       "data) so a damaged file fails at once.", flag_values=fv)
+    levers.define_flags(fv)  # speed levers, off by default: not measured on a GPU
     return fv
 
 
@@ -135,6 +136,7 @@ def _check_flags(fv):
     if fv.clip_by_global_norm_after_gradient_allreduce and fv.optimizer != "lamb":
         raise UserError("--clip_by_global_norm_after_gradient_allreduce is an option of LAMB (with "
                         "--optimizer=adamw the reference clips nothing): use --optimizer=lamb")
+    levers.check_flags(fv)
 
 
 _CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"
@@ -258,10 +260,14 @@ class Trainer:
         self.after_backward = self.accumulator.after_backward
         self.eval_forward = None
         if fv.compile:  # trainer/step.py: no graph breaks, no recompiles after the first update/eval
+            self.forward = torch.compile(self.forward, **levers.compile_options(fv))
+            self.eval_forward = torch.compile(self.model, **levers.compile_options(fv))
+        if fv.compile or fv.fused_update:
             from mlperf_bert.trainer import step
-            self.forward = torch.compile(self.forward)
-            self.eval_forward = torch.compile(self.model)
-            self.after_backward = step.CompiledUpdate(self.accumulator).after_backward
+            compile_update = functools.partial(torch.compile, **levers.compile_options(fv, update=True))
+            self.after_backward = step.CompiledUpdate(self.accumulator, compile_update,
+                                                      graphed=fv.cuda_graphs).after_backward
+        self.levers = levers.Levers(self)  # --cuda_graphs, --bf16_weights, --fp8
         self._schedule = schedule
 
     def learning_rate(self, step):
@@ -303,6 +309,7 @@ class Trainer:
         except ValueError as e:
             raise UserError("checkpoint %s: %s: resume with the same --steps_per_update and "
                             "--clip_by_global_norm_after_gradient_allreduce" % (path, e))
+        self.levers.loaded()
 
     def seed_ranks(self, seed, ckpt=None):
         """Dropout differs between ranks; a resume restores each rank's RNG exactly."""

@@ -343,3 +343,14 @@ def test_fp8_refuses_sizes_its_matmul_cannot_take(tmp_path):
     with pytest.raises(UserError, match=r"--fp8 multiplies matrices whose sizes are multiples of 16; this config "
                                         r"has a 24x16 dense layer: drop --fp8"):
         _trainer(tmp_path, "--fp8", cfg=dict(TINY, intermediate_size=24))
+
+
+def test_a_run_resumed_with_fp8_switched_is_refused(tmp_path):
+    """--fp8 changes the arithmetic: a checkpoint's run and its resume must agree on it (the
+    other levers compute what the plain step computes and may change between the two)."""
+    def identity(*extra):
+        return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
+    saved = identity("--bf16_weights")
+    checkpoint.check_same_run(saved, identity("--fused_update"), "out/model.ckpt-2.pt")
+    with pytest.raises(UserError, match=r"--fp8=True differs from the run being resumed in out \(it has False\)"):
+        checkpoint.check_same_run(saved, identity("--fp8"), "out/model.ckpt-2.pt")

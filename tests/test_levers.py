@@ -205,13 +205,18 @@ def test_fused_update_equals_the_eager_lamb(tmp_path, compiled, clip_after):
 
 # ---------------------------------------------------------------- --cuda_graphs
 
-def test_cuda_graphs_needs_compile_and_refuses_a_cpu_in_one_line(files, tmp_path):
+def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files, tmp_path):
     with pytest.raises(UserError, match="--cuda_graphs replays the compiled step: add --compile") as e:
         training.main(flags_for(files, str(tmp_path / "a"), cuda_graphs=True))
     assert "\n" not in str(e.value)
     with pytest.raises(UserError, match=r"--cuda_graphs needs a CUDA device \(this run is on cpu\): drop") as e:
         training.main(flags_for(files, str(tmp_path / "b"), cuda_graphs=True, compile=True, num_workers=0))
     assert "\n" not in str(e.value)
+    fv = training.define_flags()
+    flags.parse(fv, ["x", "--cuda_graphs", "--compile"], required=[])
+    with pytest.raises(UserError, match=r"--cuda_graphs runs on one GPU \(this run has 2 ranks; DDP and the "
+                                        r"all-reduce are not captured\): drop --cuda_graphs"):
+        levers.check_device(fv, torch.device("cuda", 0), 2)
 
 
 def _scribble_graph_outputs(trainer):

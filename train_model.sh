@@ -23,7 +23,7 @@
 #   NUM_GPUS        processes per node                                           [the preset's]
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT  multi-node rendezvous           [1, 0, 127.0.0.1, 29500]
 #   SEED            --seed for the trainer                                       [trainer default]
-#   SUBMISSION_ORG, SUBMISSION_PLATFORM  MLPerf log fields                       [trainer defaults]
+#   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults]
 #   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
 #   DRY_RUN=1       print the command instead of running it (same as --dry_run)
 #   --help          print this and the presets, and exit
@@ -128,6 +128,7 @@ flags=(
 [[ -n "${SEED:-}" ]] && flags+=("--seed=$SEED")
 [[ -n "${SUBMISSION_ORG:-}" ]] && flags+=("--submission_org=$SUBMISSION_ORG")
 [[ -n "${SUBMISSION_PLATFORM:-}" ]] && flags+=("--submission_platform=$SUBMISSION_PLATFORM")
+[[ -n "${SUBMISSION_STATUS:-}" ]] && flags+=("--submission_status=$SUBMISSION_STATUS")
 kept=()
 for f in "${flags[@]}" "${PRESET_FLAGS[@]}"; do
   overridden "$f" || kept+=("$f")

@@ -29,11 +29,12 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mlperf_bert.trainer import loader, training  # noqa: E402
+from mlperf_bert.trainer import loader, preflight, training  # noqa: E402
 from mlperf_bert import flags
 from mlperf_bert.trainer.accumulation import GradientAccumulator  # noqa: E402
 from mlperf_bert.trainer.config import BertConfig  # noqa: E402
-from mlperf_bert.errors import UserError, run_main  # noqa: E402
+from mlperf_bert.cli import run_main  # noqa: E402
+from mlperf_bert.errors import UserError  # noqa: E402
 from mlperf_bert.trainer.model import BertForPreTraining  # noqa: E402
 from mlperf_bert.trainer.optimizer import create_optimizer  # noqa: E402
 
@@ -75,7 +76,7 @@ def trainer_step(config_file, cfg, device, dtype, compile, levers):
                      "--output_dir=unused", "--do_train", "--optimizer=lamb", "--learning_rate=1e-4",
                      "--dtype=" + dtype, "--%scompile" % ("" if compile else "no")] + ["--" + x for x in levers],
                 required=[])
-    training._check_flags(fv)
+    preflight.check_flags(fv)
     trainer = training.Trainer(fv, cfg, device, 0, 1, seed=0)
     return trainer.model, lambda batch, i: trainer.step(batch, i)
 

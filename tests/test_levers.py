@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import checkpoint, levers, step, training
+from mlperf_bert.trainer import checkpoint, levers, preflight, step, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.model import BertForPreTraining
 
@@ -55,7 +55,7 @@ def _trainer(tmp_path, *extra, steps_per_update=2, cfg=DROPOUT, dtype="bf16"):
                      "--do_train", "--optimizer=lamb", "--learning_rate=1e-2", "--num_train_steps=100",
                      "--num_warmup_steps=10", "--steps_per_update=%d" % steps_per_update, "--dtype=" + dtype]
                 + list(extra), required=[])
-    training._check_flags(fv)
+    preflight.check_flags(fv)
     return training.Trainer(fv, BertConfig.from_json_file(str(config), T), torch.device("cpu"), 0, 1, seed=1)
 
 

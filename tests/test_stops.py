@@ -135,6 +135,21 @@ def test_torchrun_sigterm_traceback_is_dropped():
     assert lines == []
 
 
+def test_torchrun_sigterm_traceback_after_a_progress_bars_redraw_is_dropped():
+    """Issue 33: a progress bar's last redraw (carriage returns and spaces, no newline) and the
+    traceback's first line arrived as one line, so the traceback was shown; the redraw is kept."""
+    import io
+    from mlperf_bert.trainer.launch import Filter
+    out = io.StringIO()
+    f = Filter(out)
+    redraw = "\r  0%|          | 3/3000 [00:09<2:30:00, 3.0s/step]\r" + " " * 60 + "\r"
+    with open(os.path.join(TORCHRUN, "torchrun_sigterm.txt")) as lines:
+        for n, line in enumerate(lines):
+            f.feed(redraw + line if line.startswith("Traceback") else line)
+    f.status(1)
+    assert out.getvalue() == redraw
+
+
 def test_a_killed_rank_is_one_line_with_its_signals_status():
     """Issue 23 sweep: 98 lines and exit 247 (bash's -9) for a rank SIGKILLed under NUM_GPUS=2."""
     lines, status = filtered("rank_killed")
@@ -176,20 +191,20 @@ def test_a_rank_that_only_lost_its_peer_on_another_node_says_so():
     assert f.status(1) == PEER_LOST_STATUS and out.getvalue() == report[0]
 
 
-def _tiny_args(files, out):
+def _tiny_args(files, out, progress=False):
     return ["--preset=demo_cpu", "--bert_config_file=%s" % files["config"], "--max_seq_length=128",
             "--max_predictions_per_seq=20", "--train_batch_size=4", "--num_train_steps=3000",
-            "--save_checkpoints_steps=3", "--seed=7", "--num_workers=1", "--noprogress", "--device=cpu",
-            "--nodo_eval", "--eval_frequency=100000"]
+            "--save_checkpoints_steps=3", "--seed=7", "--num_workers=1", "--device=cpu",
+            "--nodo_eval", "--eval_frequency=100000"] + ([] if progress else ["--noprogress"])
 
 
-def _launch(files, tmp_path, **env):
+def _launch(files, tmp_path, progress=False, **env):
     out = tmp_path / "run"
     e = {k: v for k, v in ENV.items() if k not in ("DATA_DIR", "PRESET")}
     e.update(INPUT_FILES=files["train"], EVAL_FILE=files["eval"], NUM_GPUS="2", OUTPUT_DIR=str(out),
              PYTHON=PY, **env)
     stdout, stderr = open(tmp_path / "stdout", "w+"), open(tmp_path / "stderr", "w+")
-    proc = subprocess.Popen([os.path.join(ROOT, "train_model.sh")] + _tiny_args(files, out), env=e,
+    proc = subprocess.Popen([os.path.join(ROOT, "train_model.sh")] + _tiny_args(files, out, progress), env=e,
                             stdout=stdout, stderr=stderr, start_new_session=True)
     return proc, out, stdout, stderr
 
@@ -218,16 +233,25 @@ def _ranks(wrapper_pid):
 
 
 @pytest.mark.slow
-def test_sigterm_under_two_ranks_is_one_line_once_and_143(files, tmp_path):
+@pytest.mark.parametrize("progress", [False, True])
+def test_sigterm_under_two_ranks_is_one_line_once_and_143(files, tmp_path, progress):
     """Issue 23 item 2: `NUM_GPUS=2 ./train_model.sh` (the wrapper), SIGTERM to it: every rank
-    checkpoints, rank 0 says so once, no torchrun traceback, exit 143; the checkpoint is kept."""
-    proc, out, stdout, stderr = _launch(files, tmp_path)
+    checkpoints, rank 0 says so once, no torchrun traceback, exit 143; the checkpoint is kept.
+    Issue 33: with the progress bar on (the default), its last redraw (carriage returns, no
+    newline) and torchrun's traceback arrived as one line, and the traceback was shown."""
+    proc, out, stdout, stderr = _launch(files, tmp_path, progress)
     wait_until(lambda: os.path.exists(out / "model.ckpt-3.pt"), proc, what="model.ckpt-3.pt")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=300) == 143
     lines = [l for l in _read(stdout).splitlines() if not l.startswith("train_model.sh: preset")]
     assert len(lines) == 1 and lines[0].startswith("SIGTERM: checkpoint model.ckpt-"), _read(stdout)
-    assert _read(stderr) == ""
+    err = _read(stderr)
+    if progress:  # the bar, a line per redraw in a file, and nothing else
+        import re
+        bar = [l for l in err.splitlines() if re.match(r"^ *\d+%\|.*\| \d+/3000 \[", l)]
+        assert bar and err == "".join(l + "\n" for l in bar), err
+    else:
+        assert err == ""
     assert (out / lines[0].split()[2]).exists()
 
 

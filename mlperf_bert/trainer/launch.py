@@ -64,6 +64,14 @@ class Filter:
         self._root = False  # in the report's "Root Cause" part
 
     def feed(self, line):
+        if "\r" in line.rstrip("\r\n"):
+            # a progress bar's redraw (no newline) and the next line, arriving as one: the redraw
+            # is passed on, the line judged on its own
+            bar, _, line = line.rpartition("\r")
+            if line.strip():
+                self._write(bar + "\r")
+            else:
+                line = bar + "\r" + line
         if self.report:  # torchrun's failure report, its last words
             if line.startswith("Root Cause"):
                 self.failures.insert(0, {})

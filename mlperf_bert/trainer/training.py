@@ -504,6 +504,23 @@ def _packed_input(files):
 
 # ---------------------------------------------------------------- the loop
 
+class _BarLines:
+    """The progress bar's output to a file or a pipe: each redraw a line of its own, the final
+    erase dropped. tqdm begins a redraw with a carriage return and ends none with a newline, so
+    the next line another process writes there (torchrun's, in the same pipe) would continue it."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def write(self, text):
+        text = text.replace("\r", "").rstrip()
+        if text:
+            self.out.write(text + "\n")
+
+    def flush(self):
+        self.out.flush()
+
+
 def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra):
     """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM."""
     rank, world, device = trainer.rank, trainer.world, trainer.device
@@ -543,9 +560,10 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
     bar = None
     if rank == 0 and fv.progress:
         from tqdm import tqdm
+        tty = sys.stderr.isatty()
         # in a log file (no terminal) a line every 30 s, not one per step
         bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, leave=False,
-                   mininterval=0.1 if sys.stderr.isatty() else 30)
+                   mininterval=0.1 if tty else 30, file=sys.stderr if tty else _BarLines(sys.stderr))
     block_open, block_first = state.get("block") or (False, 0)
     if packed:
         from mlperf_bert.trainer.packed_loader import PackedBatches

@@ -281,6 +281,30 @@ def test_the_wrapper_is_a_command_with_usage(capsys):
     assert "torchrun" in entry.COMMANDS and "torchrun" in entry.usage()
 
 
+@pytest.mark.parametrize("value", ["abc", "0"])
+def test_a_bad_nproc_per_node_is_one_line_and_2(value):
+    """Issue 33: torchrun answered --nproc_per_node=abc with a ValueError traceback, 0 with an
+    AssertionError one."""
+    r = subprocess.run([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=" + value,
+                        os.path.join(ROOT, "run_pretraining.py"), "--help"], env=ENV, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("error: --nproc_per_node=%s is not a number "
+                                                                        "of processes per node" % value), r.stderr
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_a_launch_through_the_wrapper_leaves_nothing_in_tmpdir(tmp_path):
+    """Issue 33: every launch left a torchelastic_* folder in $TMPDIR (one per job on a cluster)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = tmp_path / "hello.py"
+    script.write_text("import os\nprint('rank', os.environ['RANK'])\n")
+    r = subprocess.run([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=1", str(script)],
+                       env=dict(ENV, TMPDIR=str(tmp)), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout == "rank 0\n", r.stderr
+    assert os.listdir(tmp) == []
+
+
 def test_documented_launch_commands_use_the_wrapper():
     """Issue 23 item 2: the README's bare `torchrun ... run_pretraining.py` answered SIGTERM with
     torchrun's traceback and exit 1; every launch command the docs show goes through the wrapper."""

@@ -44,9 +44,13 @@ usage() {
   sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
   echo "presets: $(cd "$HERE/configs/presets" && ls -- *.sh | sed 's/\.sh$//' | grep -vx rcp | tr '\n' ' ')$(rcp_presets)"
 }
-int_env() {  # NAME MIN: the variable must be a whole number >= MIN
-  local v="${!1}"
-  [[ "$v" =~ ^[0-9]+$ ]] && (( v >= $2 )) || die "$1=$v is not a whole number >= $2: fix the environment setting"
+int_env() {  # NAME MIN: the variable must be a whole number >= MIN; set to it in decimal (08 is 8)
+  local v="${!1}" n
+  [[ "$v" =~ ^[0-9]+$ ]] || die "$1=$v is not a whole number >= $2: fix the environment setting"
+  [[ "${v#"${v%%[!0]*}"}" =~ ^[0-9]{0,9}$ ]] || die "$1=$v is too large: fix the environment setting"
+  n=$((10#$v))  # bash reads a leading 0 as octal
+  (( n >= $2 )) || die "$1=$v is not a whole number >= $2: fix the environment setting"
+  printf -v "$1" '%d' "$n"
 }
 
 PRESET="${PRESET:-reference_gpu}"
@@ -176,6 +180,23 @@ if [[ "$micro" =~ ^[0-9]+$ && "$accum" =~ ^[0-9]+$ ]] && (( micro % gpus == 0 &&
         break
       fi
     done
+  fi
+fi
+
+# Processes per node against what this host has (not for --dry_run: a command to read, maybe for
+# another host): GPUs as torch counts them; without one, the trainer runs on the CPU, where more
+# processes than cores only slow each other down.
+if [[ "$DRY_RUN" != 1 ]] && (( NUM_GPUS > 1 )); then
+  device="$(flag_value device auto)"
+  found=0
+  if [[ "$device" != cpu ]]; then
+    found="$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null)" || found=0
+  fi
+  if (( found > 0 )); then
+    (( NUM_GPUS <= found )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has $found GPU(s) (torch.cuda.device_count()): set NUM_GPUS=$found or fewer"
+  elif [[ "$device" != cuda ]]; then  # --device=cuda without a GPU: the trainer says so
+    cores="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"
+    (( NUM_GPUS <= cores )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has no GPU and $cores CPU cores (nproc), one process each at most: set NUM_GPUS=$cores or fewer"
   fi
 fi
 

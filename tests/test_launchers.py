@@ -275,6 +275,26 @@ def test_help_everywhere_and_numeric_settings_are_checked(tmp_path):
     assert proc.returncode == 2 and "no DATA_DIR" in proc.stderr and "demo" not in proc.stdout
 
 
+def test_num_gpus_is_decimal_and_checked_against_the_host(tmp_path):
+    """Issue 33: NUM_GPUS=08 printed bash's octal error before the right line; NUM_GPUS=99999 was
+    accepted (nothing compared it with the GPUs, or on a CPU host the cores, present)."""
+    proc = subprocess.run([TRAIN, "--dry_run", "--preset=demo_cpu"], capture_output=True, text=True,
+                          env=_env(DATA_DIR="/data", NUM_GPUS="08"))
+    assert proc.returncode == 0 and "--nproc_per_node=8 " in proc.stdout and "error" not in proc.stderr, proc.stderr
+    out = tmp_path / "out"
+    proc = subprocess.run([TRAIN, "--preset=demo_cpu"], capture_output=True, text=True, timeout=120,
+                          env=_env(DATA_DIR=str(tmp_path), NUM_GPUS="99999", OUTPUT_DIR=str(out)))
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    import re
+    m = re.match(r"error: train_model.sh: NUM_GPUS=99999 processes per node, but this host has (no GPU and )?(\d+) ",
+                 lines[0])
+    assert m, lines
+    if m.group(1):  # no GPU: the trainer would run NUM_GPUS processes on the CPU cores
+        assert int(m.group(2)) == len(os.sched_getaffinity(0))
+    assert not out.exists()
+
+
 def test_one_process_runs_the_trainer_directly():
     launcher, _ = trainer_flags(dry_run("--preset=demo_cpu"))
     assert len(launcher) == 1 and "torchrun" not in launcher[0] and "python" in os.path.basename(launcher[0])

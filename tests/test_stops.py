@@ -201,8 +201,9 @@ def _tiny_args(files, out, progress=False):
 def _launch(files, tmp_path, progress=False, **env):
     out = tmp_path / "run"
     e = {k: v for k, v in ENV.items() if k not in ("DATA_DIR", "PRESET")}
+    (tmp_path / "tmp").mkdir()  # $TMPDIR: left empty (issue 33); torch's compile cache, one per user, elsewhere
     e.update(INPUT_FILES=files["train"], EVAL_FILE=files["eval"], NUM_GPUS="2", OUTPUT_DIR=str(out),
-             PYTHON=PY, **env)
+             PYTHON=PY, TMPDIR=str(tmp_path / "tmp"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), **env)
     stdout, stderr = open(tmp_path / "stdout", "w+"), open(tmp_path / "stderr", "w+")
     proc = subprocess.Popen([os.path.join(ROOT, "train_model.sh")] + _tiny_args(files, out, progress), env=e,
                             stdout=stdout, stderr=stderr, start_new_session=True)
@@ -253,6 +254,7 @@ def test_sigterm_under_two_ranks_is_one_line_once_and_143(files, tmp_path, progr
     else:
         assert err == ""
     assert (out / lines[0].split()[2]).exists()
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 @pytest.mark.slow
@@ -269,6 +271,7 @@ def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_pat
     assert lines == ["error: rank 1: its data loader worker (pid %d) was killed by SIGKILL: the checkpoints "
                      "written so far are kept; rerun the same command to resume from the newest" % worker]
     assert (out / "model.ckpt-3.pt").exists()
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 def test_the_wrapper_is_a_command_with_usage(capsys):

@@ -406,6 +406,25 @@ def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tm
     assert _no_checkpoints(out)
 
 
+def test_a_file_named_twice_is_refused_as_pack_refuses_it(files, tmp_path):
+    """Issue 33: --input_file=X,X (or X and a symlink to X) trained, reading X twice every epoch,
+    where pack refused the same list (one check now: fileio.refuse_repeated_files)."""
+    link = str(tmp_path / "link.tfrecord")
+    os.symlink(files["train"], link)
+    out = str(tmp_path / "out")
+    for flag, value, message in (
+            ("input_file", "%s,%s" % (files["train"], files["train"]), "--input_file names .*train.tfrecord twice"),
+            ("input_file", "%s,%s" % (files["train"], link), "--input_file names one file twice: .*train.tfrecord "
+                                                              "and .*link.tfrecord: give each file once"),
+            ("input_file", "%s,%s*" % (link, os.path.dirname(files["train"]) + "/tra"), "names one file twice"),
+            ("eval_input_file", "%s,%s" % (files["eval"], files["eval"]), "--eval_input_file names .*eval.tfrecord "
+                                                                          "twice")):
+        with pytest.raises(UserError, match=message) as e:
+            training.main(flags_for(files, out, **{flag: value}))
+        assert "\n" not in str(e.value)
+        assert not os.path.exists(out)
+
+
 def test_damaged_newest_checkpoint_is_a_one_line_error(files, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -571,6 +590,23 @@ def test_damaged_training_data_fails_before_training(files, tmp_path):
     with pytest.raises(UserError, match="flipped.tfrecord.*(CRC|crc)"):
         training.main(flags_for(files, out, input_file=flipped, check_data="full"))
     assert _no_checkpoints(out)
+
+
+def test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir(files, tmp_path):
+    """Issue 33: a record found corrupt mid-run (its data CRC, read as it is read) ended the run in
+    one line but left $TMPDIR/pymp-*/listener-* (its DataLoader worker's, ended by the loader)."""
+    data = open(files["train"], "rb").read()
+    flipped = str(tmp_path / "flipped.tfrecord")
+    with open(flipped, "wb") as f:
+        f.write(data[:-50] + bytes([data[-50] ^ 0xFF]) + data[-49:])  # data of the last record
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    argv = flags_for(files, str(tmp_path / "out"), input_file=flipped, shuffle=False, num_train_steps=60)
+    r = subprocess.run([PY] + argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TMPDIR=str(tmp),
+                                TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))  # a cache per user, kept
+    assert r.returncode == 2 and "flipped.tfrecord: record 95 is corrupt" in r.stderr, r.stderr
+    assert os.listdir(tmp) == []
 
 
 @pytest.mark.slow

@@ -20,7 +20,8 @@
 #   BERT_CONFIG     bert_config.json                                             [the preset's]
 #   OUTPUT_DIR      checkpoints                                                  [./output]
 #   LOGDIR          where mlperf.log goes                                        [$OUTPUT_DIR]
-#   NUM_GPUS        processes per node                                           [the preset's]
+#   NUM_GPUS        processes per node: at most the GPUs present (without one,   [the preset's]
+#                   or with --device=cpu, the CPU cores)
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT  multi-node rendezvous           [1, 0, 127.0.0.1, 29500]
 #   SEED            --seed for the trainer                                       [trainer default]
 #   SUBMISSION_ORG, SUBMISSION_PLATFORM  MLPerf log fields                       [trainer defaults]

@@ -196,7 +196,8 @@ if [[ "$DRY_RUN" != 1 ]] && (( NUM_GPUS > 1 )); then
   if (( found > 0 )); then
     (( NUM_GPUS <= found )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has $found GPU(s) (torch.cuda.device_count()): set NUM_GPUS=$found or fewer"
   elif [[ "$device" != cuda ]]; then  # --device=cuda without a GPU: the trainer says so
-    cores="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"
+    # the cores this process may run on (nproc would report OMP_NUM_THREADS instead when it is set)
+    cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"
     (( NUM_GPUS <= cores )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has no GPU and $cores CPU cores (nproc), one process each at most: set NUM_GPUS=$cores or fewer"
   fi
 fi

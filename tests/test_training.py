@@ -546,6 +546,9 @@ def test_rerun_of_a_finished_run_says_so_and_changes_nothing(files, uninterrupte
     ({"train_batch_size": 8}, "--train_batch_size=8 differs"),
     ({"seed": 8}, "--seed=8 differs"),
     ({"input_file": "other"}, "the training files"),
+    ({"bert_config_file": "config_nodrop"}, r"the model config of --bert_config_file: attention_probs_dropout_prob=0.0 "
+                                            r"\(was 0.1\), hidden_dropout_prob=0.0 \(was 0.1\) differs from the run "
+                                            r"being resumed in .* \(checkpoint model.ckpt-18.pt\)"),
 ])
 @pytest.mark.slow
 def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_path, change, message):
@@ -554,6 +557,8 @@ def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_p
     for name in ("model.ckpt-18.pt", "mlperf.log"):  # a run stopped at step 18
         (out / name).write_bytes(open(os.path.join(uninterrupted[0], name), "rb").read())
     log = (out / "mlperf.log").read_bytes()
+    if "bert_config_file" in change:
+        change["bert_config_file"] = files[change["bert_config_file"]]
     if change.get("input_file") == "other":
         change["input_file"] = str(tmp_path / "copy.tfrecord")
         with open(change["input_file"], "wb") as f:
@@ -809,6 +814,19 @@ def test_a_finished_run_rerun_with_other_flags_is_refused_naming_them(files, uni
                                         r"--seed=8 \(was 7\)") as e:
         training.main(flags_for(files, out, learning_rate=2e-2, seed=8))
     assert "\n" not in str(e.value) and "nothing to do" not in str(e.value)
+    assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
+
+
+def test_a_finished_run_rerun_with_another_model_config_is_refused_naming_it(files, uninterrupted, capsys):
+    """Issue 33: a finished run rerun with another --bert_config_file said "nothing to do", exit 0."""
+    out, _ = uninterrupted
+    before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    with pytest.raises(UserError, match=r"already finished .* other settings than this command's: the model config of "
+                                        r"--bert_config_file: attention_probs_dropout_prob=0.0 \(was 0.1\), "
+                                        r"hidden_dropout_prob=0.0 \(was 0.1\); rerun with its settings, or use "
+                                        r"another --output_dir") as e:
+        training.main(flags_for(files, out, bert_config_file=files["config_nodrop"]))
+    assert "\n" not in str(e.value) and "nothing to do" not in capsys.readouterr().out
     assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
 
 

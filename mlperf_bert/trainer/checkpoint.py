@@ -106,13 +106,14 @@ def load_on_every_rank(path, rank, device, check):
     return out
 
 
-def run_identity(fv, seed, train_files, eval_files, init_checkpoint=None):
-    """What a resumed run must share with the checkpoint: defining flags, seed, data files and the
-    initial checkpoint (``tf_checkpoint.fingerprint``: path, bytes, digest)."""
+def run_identity(fv, seed, train_files, eval_files, init_checkpoint=None, config=None):
+    """What a resumed run must share with the checkpoint: defining flags, seed, the model config
+    (``BertConfig.to_dict()``), data files and the initial checkpoint
+    (``tf_checkpoint.fingerprint``: path, bytes, digest)."""
     files = lambda paths: [[os.path.abspath(p), os.path.getsize(p)] for p in paths or []]  # noqa: E731
     ident = {name: fv[name].value for name in RUN_FLAGS}
     ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
-                 init_checkpoint=init_checkpoint)
+                 init_checkpoint=init_checkpoint, config=config)
     return ident
 
 
@@ -120,26 +121,37 @@ _FILES = {"input_file": "the training files (names or sizes)", "eval_input_file"
           "init_checkpoint": "--init_checkpoint (its path, size or content)"}
 
 
+def _described(name, value, was):
+    """How a difference in an identity entry that is not a flag's value is named, or None."""
+    if name == "config":
+        keys = sorted(k for k in set(value or {}) | set(was or {}) if (value or {}).get(k) != (was or {}).get(k))
+        return "the model config of --bert_config_file: %s" % ", ".join(
+            "%s=%s (was %s)" % (k, (value or {}).get(k), (was or {}).get(k)) for k in keys)
+    return _FILES.get(name)
+
+
+def _differing(saved, ident):
+    """[(name, value, saved value)] of the entries that ``saved`` (an older identity) holds with
+    another value (an entry it lacks, written by an older version, is not compared)."""
+    return [(name, value, saved[name]) for name, value in ident.items() if name in saved and saved[name] != value]
+
+
 def differences(saved, ident):
     """The entries of ``ident`` that ``saved`` (an older identity) has with another value, as
-    ``--flag=now (was then)`` or a description of the files that changed."""
-    out = []
-    for name, value in ident.items():
-        if name in saved and saved[name] != value:
-            out.append(_FILES.get(name) or "--%s=%s (was %s)" % (name, value, saved[name]))
-    return out
+    ``--flag=now (was then)`` or a description of what changed."""
+    return [_described(name, value, was) or "--%s=%s (was %s)" % (name, value, was)
+            for name, value, was in _differing(saved, ident)]
 
 
 def check_same_run(saved, ident, ckpt_path):
-    """Refuse a resume whose defining flags or data differ from the checkpoint's, in one line."""
-    for name, value in ident.items():
-        if name in saved and saved[name] != value:
-            what = _FILES.get(name)
-            raise UserError("%s differs from the run being resumed in %s (%s): rerun with the same value, "
-                            "or use another --output_dir for a new run"
-                            % (what or "--%s=%s" % (name, value), os.path.dirname(ckpt_path),
-                               "checkpoint %s" % os.path.basename(ckpt_path) if what
-                               else "it has %s" % (saved[name],)))
+    """Refuse a resume whose defining flags, model config or data differ from the checkpoint's,
+    in one line."""
+    for name, value, was in _differing(saved, ident)[:1]:
+        what = _described(name, value, was)
+        raise UserError("%s differs from the run being resumed in %s (%s): rerun with the same value, "
+                        "or use another --output_dir for a new run"
+                        % (what or "--%s=%s" % (name, value), os.path.dirname(ckpt_path),
+                           "checkpoint %s" % os.path.basename(ckpt_path) if what else "it has %s" % (was,)))
 
 
 def write_log_owner(output_dir, log_path):

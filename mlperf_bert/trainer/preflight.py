@@ -179,13 +179,15 @@ def check_log_owner(output_dir, log_path):
                     "is; give a new path, or delete it to start this run's log there" % (log_path, output_dir))
 
 
-def finished_before(fv, finished, rank, train_files, eval_files, init_ckpt):
-    """A rerun of a finished run: nothing to do with the same settings, refused with others."""
+def finished_before(fv, finished, rank, config, train_files, eval_files, init_ckpt):
+    """A rerun of a finished run: nothing to do with the same settings (model config included),
+    refused with others."""
     problem = None
     if rank == 0:
         saved = finished.get("run") or {}
         seed = fv.seed if fv.seed is not None else saved.get("seed")
-        diff = checkpoint.differences(saved, checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt))
+        diff = checkpoint.differences(saved, checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt,
+                                                                     config.to_dict()))
         what = "%s: this run already finished (status %s after %d samples, %s)" % (
             fv.output_dir, finished.get("status"), finished.get("samples", 0), checkpoint.FINISHED)
         if diff:
@@ -203,11 +205,11 @@ def check_resume(fv, config, world, train_files, eval_files, init_ckpt, log_path
     """Refuse, in one line, a resume from a checkpoint of another run, config or rank count, or
     onto a log that no longer begins with what the checkpoint's run had written."""
     seed = fv.seed if fv.seed is not None else ckpt["seed"]
-    checkpoint.check_same_run(ckpt.get("run", {}),
-                              checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt), path)
-    if ckpt.get("config") not in (None, config.to_dict()):
-        raise UserError("checkpoint %s was trained with another model config than %s: use "
-                        "that config or another --output_dir" % (path, fv.bert_config_file))
+    saved = dict(ckpt.get("run", {}))
+    if ckpt.get("config") is not None:  # a checkpoint of an older version has it beside its identity
+        saved.setdefault("config", ckpt["config"])
+    checkpoint.check_same_run(saved, checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt,
+                                                             config.to_dict()), path)
     if len(ckpt["ranks"]) != world:
         raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "
                         "the same number" % (path, len(ckpt["ranks"]), world))

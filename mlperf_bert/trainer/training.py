@@ -267,7 +267,7 @@ def run(fv, stop, locks):
         (checkpoint.read_finished(fv.output_dir), checkpoint.list_checkpoints(fv.output_dir))
         if rank == 0 else None)
     if finished:
-        return preflight.finished_before(fv, finished, rank, train_files, eval_files, init_ckpt)
+        return preflight.finished_before(fv, finished, rank, config, train_files, eval_files, init_ckpt)
     ckpt_path = found[-1][1] if found else None  # on rank 0's disk: only rank 0 reads it
     ckpt = checkpoint.load_on_every_rank(
         ckpt_path, rank, device, functools.partial(preflight.check_resume, fv, config, world, train_files, eval_files,
@@ -277,7 +277,7 @@ def run(fv, stop, locks):
     seed = fv.seed if fv.seed is not None else (ckpt["seed"] if ckpt else None)
     if seed is None:
         seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
-    identity = checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt)
+    identity = checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt, config.to_dict())
     # A checkpoint that recorded the log's length and digest continues the log from there, as
     # if never stopped; without one (a fresh start) the log is written from its first line.
     continues = bool(ckpt and ckpt.get("mlperf_log"))

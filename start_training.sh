@@ -66,6 +66,12 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   exec "$PYTHON" -m mlperf_bert demo "--output_dir=$OUTPUT_DIR/demo"
 fi
 
+# The settings (preset, environment, a closed run's INIT_CHECKPOINT) checked once, before the first
+# timed run: a mistake is train_model.sh's one error line, not a started and failed run.
+if [[ -z "${TRAIN_MODEL:-}" ]]; then
+  CHECK_ONLY=1 "$HERE/train_model.sh" "$@" || exit 2
+fi
+
 # SIGTERM/SIGINT go on to the trainer as SIGTERM (it checkpoints only on SIGTERM, and a background
 # job ignores SIGINT); the run that was going on then says it stopped.
 child=

@@ -24,8 +24,10 @@ TPU_8192 = {"train_batch_size": "8192", "learning_rate": "0.00288293", "lamb_bet
 
 
 def dry_run(*args, **env):
-    e = dict(os.environ, DATA_DIR="/data", PYTHON=sys.executable, **env)
+    e = dict(os.environ, DATA_DIR="/data", PYTHON=sys.executable)
     e.pop("PRESET", None)
+    e.pop("INIT_CHECKPOINT", None)
+    e.update(env)
     proc = subprocess.run([TRAIN, "--dry_run", *args], capture_output=True, text=True, env=e)
     assert proc.returncode == 0, proc.stderr
     return shlex.split(proc.stdout)
@@ -101,6 +103,31 @@ def test_dry_run_without_data_dir_shows_a_marked_placeholder():
     _, fl = trainer_flags(shlex.split(proc.stdout))
     assert fl["input_file"] == "/DATA_DIR-not-set/part-*" and fl["eval_input_file"] == "/DATA_DIR-not-set/eval_10k"
     assert "DATA_DIR is not set: the command shows /DATA_DIR-not-set in its place" in proc.stderr
+    # a closed preset without INIT_CHECKPOINT: the same kind of marked placeholder (a run is refused)
+    assert fl["init_checkpoint"] == "/INIT_CHECKPOINT-not-set"
+    assert "INIT_CHECKPOINT is not set: the command shows /INIT_CHECKPOINT-not-set in its place" in proc.stderr
+
+
+CLOSED_NEEDS_INIT = ("closed division, which starts from the reference's phase-1 checkpoint: download "
+                     "tf1_ckpt/model.ckpt-28252.* (the MLCommons BERT files, README 'From text to verified "
+                     "TFRecords'), check it with `python -m mlperf_bert verify DIR/tf1_ckpt` and set "
+                     "INIT_CHECKPOINT=DIR/tf1_ckpt/model.ckpt-28252, or pass --submission_division=open")
+
+
+@pytest.mark.parametrize("script", [TRAIN, START])
+@pytest.mark.parametrize("preset", ["rcp_3072", "reference_gpu", "tpu_8192"])
+def test_closed_presets_without_init_checkpoint_are_refused_in_one_line(script, preset, tmp_path):
+    """Issue 31: a closed run without --init_checkpoint trained from random weights without a word."""
+    env = _env(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), NUM_GPUS="8", DROP_CACHES="0")
+    proc = subprocess.run([script, "--preset=" + preset], capture_output=True, text=True, env=env, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and proc.stdout == "" and len(lines) == 1, proc.stdout + proc.stderr
+    assert lines[0] == "error: train_model.sh: this run (preset %s) is %s" % (preset, CLOSED_NEEDS_INIT)
+    assert not (tmp_path / "out").exists()  # nothing started: no STARTING TIMING RUN, no folder
+    # an open run of the same preset needs none
+    proc = subprocess.run([TRAIN, "--preset=" + preset, "--submission_division=open", "--dry_run"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0 and "--init_checkpoint" not in proc.stdout, proc.stderr
 
 
 def test_bare_rcp_preset_is_one_line_listing_the_rcp_presets():
@@ -125,7 +152,7 @@ def test_each_preset_says_what_it_asks_of_a_gpu_and_warns_when_implausible():
     """Issue 27: tpu_8192 on 8 GPUs is 1,024 sequences per GPU per micro-step, without a word."""
     def plan(*args, **env):
         proc = subprocess.run([TRAIN, "--dry_run"] + list(args), capture_output=True, text=True,
-                              env=_env(DATA_DIR="/d", **env))
+                              env=_env(DATA_DIR="/d", INIT_CHECKPOINT="/d/tf1_ckpt/model.ckpt-28252", **env))
         assert proc.returncode == 0, proc.stderr
         return proc.stderr.strip().splitlines()
     assert plan("--preset=reference_gpu") == [
@@ -243,7 +270,8 @@ def test_demo_corpus_shards_are_reference_format(tmp_path):
 
 
 def _env(**kw):
-    e = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "INPUT_FILES", "PRESET", "NUM_GPUS")}
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("DATA_DIR", "INPUT_FILES", "PRESET", "NUM_GPUS", "INIT_CHECKPOINT")}
     e["PYTHON"] = sys.executable
     e.update(kw)
     return e
@@ -399,9 +427,18 @@ def test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters(tiny_run, t
     from mlperf_bert.dataset import tfrecord  # closed: the eval set must hold 10,000 samples
     eval_10k = str(tmp_path / "eval_10k.tfrecord")
     tfrecord.write_records(eval_10k, list(tfrecord.read_records(env["EVAL_FILE"])) * 625)
+    # closed: from an initial checkpoint in the phase-1 checkpoint's format (a TF prefix), made here
+    from mlperf_bert.trainer import tf_checkpoint
+    from mlperf_bert.trainer.config import BertConfig
+    from mlperf_bert.trainer.model import BertForPreTraining
+    config = next(a.split("=", 1)[1] for a in args if a.startswith("--bert_config_file="))
+    phase1 = str(tmp_path / "tf1_ckpt" / "model.ckpt-28252")
+    os.makedirs(os.path.dirname(phase1))
+    tf_checkpoint.save_tf_checkpoint(BertForPreTraining(BertConfig.from_json_file(config)), phase1, global_step=28252)
     proc = subprocess.run([START, "--preset=rcp_256", "--max_samples_termination=256", "--dtype=fp32",
                            "--eval_batch_size=500", "--nodo_eval"] + overrides, capture_output=True, text=True,
-                          env=dict(env, NUM_GPUS="1", OUTPUT_DIR=str(out), EVAL_FILE=eval_10k), cwd=ROOT, timeout=300)
+                          env=dict(env, NUM_GPUS="1", OUTPUT_DIR=str(out), EVAL_FILE=eval_10k, INIT_CHECKPOINT=phase1),
+                          cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     logged = {}
     for line in open(out / "mlperf.log"):

@@ -826,16 +826,32 @@ def test_truncated_tf_checkpoint_is_one_line_in_convert_eval_and_init(files, uni
     assert not os.path.exists(str(tmp_path / "x.pt")) and not os.path.exists(os.path.join(out, "mlperf.log"))
 
 
+@pytest.fixture(scope="module")
+def phase1(files, tmp_path_factory):
+    """A small initial checkpoint in the phase-1 checkpoint's format: a TF prefix of the tiny model."""
+    from mlperf_bert.trainer import tf_checkpoint
+    from mlperf_bert.trainer.config import BertConfig
+    from mlperf_bert.trainer.model import BertForPreTraining
+    torch.manual_seed(28252)
+    prefix = str(tmp_path_factory.mktemp("phase1") / "model.ckpt-28252")
+    tf_checkpoint.save_tf_checkpoint(BertForPreTraining(BertConfig.from_json_file(files["config"])), prefix,
+                                     global_step=28252)
+    return prefix
+
+
 @pytest.mark.parametrize("change,message", [
+    ({"init_checkpoint": None}, r"closed starts from the reference's phase-1 checkpoint: download "
+                                r"tf1_ckpt/model.ckpt-28252.* .*`python -m mlperf_bert verify DIR/tf1_ckpt` and give "
+                                r"--init_checkpoint=DIR/tf1_ckpt/model.ckpt-28252"),
     ({"optimizer": "adamw"}, "closed trains BERT with LAMB, not --optimizer=adamw"),
     ({"poly_power": 2.0}, r"closed decays the learning rate linearly \(poly power 1.0\), not --poly_power=2.0"),
     ({"eval_input_file": None}, "closed evaluates on the 10,000-sample eval set while training: give --eval_input_file"),
     ({}, "closed evaluates on the 10,000 samples of eval_10k, --eval_input_file .*eval.tfrecord has 40: "
          "give eval_10k"),
 ])
-def test_closed_division_refuses_at_start_what_the_rules_decide(files, tmp_path, change, message):
+def test_closed_division_refuses_at_start_what_the_rules_decide(files, phase1, tmp_path, change, message):
     out = str(tmp_path / "out")
-    kw = dict(dict(submission_division="closed", eval_input_file=files["eval"]), **change)
+    kw = dict(dict(submission_division="closed", eval_input_file=files["eval"], init_checkpoint=phase1), **change)
     with pytest.raises(UserError, match=message) as e:
         training.main(flags_for(files, out, **kw))
     assert "\n" not in str(e.value) and "--submission_division=open" in str(e.value)
@@ -864,6 +880,7 @@ def test_closed_division_hyperparameters_of_published_runs_are_accepted(files, t
         n = hp.get("gradient_accumulation_steps", 1)
         fv = training.define_flags()
         fv(flags_for(files, str(tmp_path / "o"), submission_division="closed", eval_input_file=eval_10k,
+                     init_checkpoint="phase1/model.ckpt-28252",
                      train_batch_size=hp["global_batch_size"] // n, steps_per_update=n,
                      learning_rate=hp["opt_base_learning_rate"], lamb_beta_1=hp["opt_lamb_beta_1"],
                      lamb_beta_2=hp["opt_lamb_beta_2"], lamb_weight_decay_rate=hp["opt_lamb_weight_decay_rate"],

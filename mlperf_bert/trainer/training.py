@@ -138,6 +138,12 @@ def _check_flags(fv):
 
 
 _CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"
+# The one line a closed run without the phase-1 checkpoint gets (train_model.sh says the same).
+CLOSED_NEEDS_INIT = (
+    "--submission_division=closed starts from the reference's phase-1 checkpoint: download tf1_ckpt/model.ckpt-28252.* "
+    "(the MLCommons BERT files, README 'From text to verified TFRecords'), check it with "
+    "`python -m mlperf_bert verify DIR/tf1_ckpt` and give --init_checkpoint=DIR/tf1_ckpt/model.ckpt-28252 "
+    "(INIT_CHECKPOINT= for train_model.sh and start_training.sh)")
 
 
 def _check_closed_flags(fv):
@@ -152,6 +158,8 @@ def _check_closed_flags(fv):
     if not fv.eval_input_file:
         raise UserError("--submission_division=closed evaluates on the 10,000-sample eval set while training: "
                         "give --eval_input_file (eval_10k), or %s" % _CLOSED_FIX)
+    if not fv.init_checkpoint:
+        raise UserError(CLOSED_NEEDS_INIT + ", or use --submission_division=open")
 
 
 def _check_closed_data(fv, eval_files, global_batch, rank):

@@ -115,6 +115,43 @@ def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
+def test_checkpoints_written_while_training_goes_on_hold_their_step_and_resume_bit_identical(
+        files, uninterrupted, tmp_path, monkeypatch):
+    """A slow disk: each background write takes longer than the micro-steps between checkpoints, so
+    training changes the weights while their checkpoint is written. Each file holds its step's state
+    (the uninterrupted run's checkpoint of that step, bit for bit), and a resume from one ends
+    bit-identical."""
+    import threading
+    from mlperf_bert.trainer import checkpoint
+    steps, overlapped, real_save, real_step = [0], [], checkpoint.save, training.Trainer.step
+
+    def slow_save(path, state, keep):
+        assert threading.current_thread().name == "checkpoint-writer"
+        before = steps[0]
+        time.sleep(0.3)
+        overlapped.append(steps[0] - before)
+        real_save(path, state, keep)
+
+    def counted_step(self, batch, global_step):
+        steps[0] += 1
+        return real_step(self, batch, global_step)
+
+    monkeypatch.setattr(checkpoint, "save", slow_save)
+    monkeypatch.setattr(training.Trainer, "step", counted_step)
+    out = str(tmp_path / "run")
+    assert training.main(flags_for(files, out)) == 0
+    monkeypatch.undo()
+    assert len(overlapped) == 10 and max(overlapped) > 0  # micro-steps ran during the writes
+    full = uninterrupted[0]
+    assert sorted(os.listdir(out)) == uninterrupted[1]
+    for step in (18, 21, 24, 27, 30):
+        assert_bit_identical(os.path.join(full, "model.ckpt-%d.pt" % step), os.path.join(out, "model.ckpt-%d.pt" % step))
+    for name in ("model.ckpt-24.pt", "model.ckpt-27.pt", "model.ckpt-30.pt", "run_finished.json"):
+        os.remove(os.path.join(out, name))
+    assert training.main(flags_for(files, out)) == 0  # resumes from model.ckpt-21.pt
+    assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
+
+
 CLIP_AFTER = "clip_by_global_norm_after_gradient_allreduce"
 
 

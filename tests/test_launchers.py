@@ -442,6 +442,7 @@ def test_rcp_presets_are_the_installed_rcps(gpus):
         assert int(fl["num_warmup_steps"]) == hp["num_warmup_steps"] * n
         assert int(fl["start_warmup_step"]) == hp["start_warmup_step"] * n
         assert fl["dtype"] == "bf16" and fl["submission_division"] == "closed"
+        assert fl["save_checkpoints_steps"] == "0"  # timed: checkpoints at the end and on SIGTERM only
     proc = subprocess.run([TRAIN, "--preset=rcp_300", "--dry_run"], capture_output=True, text=True, env=_env(DATA_DIR="/d"))
     assert proc.returncode == 2 and "rcp_3072" in proc.stderr
 

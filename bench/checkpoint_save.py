@@ -23,9 +23,11 @@ tokens, on this CPU) in each of four modes, run one after the other, ``--rounds`
          after run_stop;
   end    only the last checkpoint (--save_checkpoints_steps=0), after the last update.
 For each: the seconds of the timed part (first update to the end of the last, what MLPerf's clock
-sees) per update, the seconds the training path stood still per checkpoint (sync: the write; async:
-the copy and any wait for the write before), the seconds after the clock (waiting for the last
-write), and the cost per update at the rcp presets' interval of 100 updates. Needs about 11 GB of
+sees) per update, the seconds the training path stood still per periodic checkpoint (sync: the
+write; async: the copy and any wait for the write before), what each checkpoint added to the timed
+part against none (the stops and, async, the writer's use of the cores), that per update at one
+checkpoint per 100 updates (the rcp presets' interval before issue 31), and the seconds after the
+clock (waiting for the last write). Needs about 11 GB of
 memory (model, gradients, LAMB moments and one host copy).
 """
 import argparse
@@ -142,18 +144,22 @@ def train_compare(args, config):
                                                  "/".join("%.1f" % s for s in stalls) or "0", after), flush=True)
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
-    base = sum(t for t, _, _ in results["none"]) / len(results["none"]) / args.updates
-    print("\n| mode | timed s per update | vs none | stall s per checkpoint | per update at 1 checkpoint "
-          "per %d updates | s after the clock |" % RCP_INTERVAL)
-    print("|---|---:|---:|---:|---:|---:|")
+    base = sum(t for t, _, _ in results["none"]) / len(results["none"])
+    print("\n| mode | timed s per update | vs none | training path stopped s per periodic checkpoint | clock s per "
+          "checkpoint | per update at 1 checkpoint per %d updates | s after the clock |" % RCP_INTERVAL)
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for mode in modes:
-        per = sum(t for t, _, _ in results[mode]) / len(results[mode]) / args.updates
+        timed = sum(t for t, _, _ in results[mode]) / len(results[mode])
         periodic = [s for _, st, _ in results[mode] for s in st[:-1]]  # the last one: see "after"
-        stall = sum(periodic) / len(periodic) if periodic else 0.0
+        made = sum(len(st) for _, st, _ in results[mode]) / len(results[mode])
+        # what the checkpoints added to the timed part (stops, and a writer's use of the cores), each
+        clock = (timed - base) / made if made else 0.0
         after = sum(a for _, _, a in results[mode]) / len(results[mode])
-        print("| %s | %.2f | %+.2f | %s | %.3f | %.1f |" % (
-            mode, per, per - base, "%.2f" % stall if periodic else "-", stall / RCP_INTERVAL, after))
-    print("(stall per checkpoint: the periodic ones; sync's last one is also on the clock: it is in 'timed')")
+        print("| %s | %.2f | %+.2f | %s | %s | %s | %.1f |" % (
+            mode, timed / args.updates, (timed - base) / args.updates,
+            "%.2f" % (sum(periodic) / len(periodic)) if periodic else "-",
+            "%.1f" % clock if made else "-", "%.3f" % (clock / RCP_INTERVAL) if made else "-", after))
+    print("(clock s per checkpoint: (timed - none's timed) / checkpoints made in the timed part)")
     print("load average: %s (%d cores)" % (load, os.cpu_count()))
 
 

@@ -17,7 +17,8 @@
 #                   without it shows the placeholder /DATA_DIR-not-set]
 #   INPUT_FILES     training files, comma list/glob                              [$DATA_DIR/part-*]
 #   EVAL_FILE       online eval set                                              [$DATA_DIR/eval_10k]
-#   INIT_CHECKPOINT TF checkpoint prefix or .pt to start from                    [none]
+#   INIT_CHECKPOINT TF checkpoint prefix or .pt to start from; closed-division   [none; required
+#                   presets need the phase-1 model.ckpt-28252 (a run without it is refused) when closed]
 #   BERT_CONFIG     bert_config.json                                             [the preset's]
 #   OUTPUT_DIR      checkpoints                                                  [./output]
 #   LOGDIR          where mlperf.log goes                                        [$OUTPUT_DIR]
@@ -28,6 +29,8 @@
 #   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults]
 #   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
 #   DRY_RUN=1       print the command instead of running it (same as --dry_run)
+#   CHECK_ONLY=1    check the settings (an error line, status 2) and run nothing: start_training.sh
+#                   does so before its first run
 #   --help          print this and the presets, and exit
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -139,6 +142,23 @@ kept=()
 for f in "${flags[@]}" "${PRESET_FLAGS[@]}"; do
   overridden "$f" || kept+=("$f")
 done
+
+# A closed-division run starts from the reference's phase-1 checkpoint (the trainer refuses it
+# too; said here, before a launcher starts). --dry_run shows a marked placeholder instead.
+given() {  # NAME: whether the trainer gets --NAME=... or --NAME
+  local a
+  for a in "${kept[@]}" "${overrides[@]+"${overrides[@]}"}"; do [[ "$a" == "--$1" || "$a" == "--$1="* ]] && return 0; done
+  return 1
+}
+if given do_train && given submission_division=closed && ! given init_checkpoint; then
+  if [[ "$DRY_RUN" == 1 ]]; then
+    kept+=("--init_checkpoint=/INIT_CHECKPOINT-not-set")
+    echo "train_model.sh: INIT_CHECKPOINT is not set: the command shows /INIT_CHECKPOINT-not-set in its place" >&2
+  else
+    die "this run (preset $PRESET) is closed division, which starts from the reference's phase-1 checkpoint: download tf1_ckpt/model.ckpt-28252.* (the MLCommons BERT files, README 'From text to verified TFRecords'), check it with \`python -m mlperf_bert verify DIR/tf1_ckpt\` and set INIT_CHECKPOINT=DIR/tf1_ckpt/model.ckpt-28252, or pass --submission_division=open"
+  fi
+fi
+[[ "${CHECK_ONLY:-0}" == 1 ]] && exit 0  # start_training.sh: the settings are checked, nothing is run
 
 if (( NUM_GPUS * NNODES == 1 )); then
   # one process: no launcher between the user and the trainer's own error line and exit status

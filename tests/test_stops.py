@@ -92,6 +92,46 @@ def test_the_refusal_never_names_a_dead_holder(tmp_path, monkeypatch):
         proc.wait()
 
 
+# ---------------------------------------------------------------- the background checkpoint writer
+
+BACKGROUND_WRITES = textwrap.dedent("""\
+    import sys, torch
+    from mlperf_bert.trainer import checkpoint
+    out, writer = sys.argv[1], checkpoint.BackgroundWriter()
+    weights = torch.zeros(16 * 2**20 // 4)  # 16 MB: each write takes a while
+    for step in range(1, 10000):
+        weights.fill_(step)  # an update
+        writer.submit(checkpoint.path_for(out, step), checkpoint.host_copy({"model": {"w": weights}}), keep=2)
+        weights.fill_(-1)  # training goes on while the copy is written
+    """)
+
+
+def test_a_kill_during_a_background_write_leaves_no_file_that_looks_finished(tmp_path):
+    """SIGKILL while the writer thread writes: the checkpoints with a finished name are complete and
+    hold their step's state (the copy, not the weights training changed since); the one cut off
+    has a temporary name, which list_checkpoints never takes and the next run removes."""
+    from mlperf_bert.fileio import remove_stale_temporaries
+    from mlperf_bert.trainer import checkpoint
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([PY, "-c", BACKGROUND_WRITES, str(out)], env=ENV)
+    try:
+        # past the first checkpoint, into a later write
+        wait_until(lambda: any(".pt.tmp-" in n for n in os.listdir(out)) and checkpoint.list_checkpoints(str(out)),
+                   proc, what="a write in progress")
+    finally:
+        proc.kill()
+        proc.wait()
+    cut = [n for n in os.listdir(out) if ".pt.tmp-" in n]
+    done = checkpoint.list_checkpoints(str(out))
+    assert done and len(done) <= 2 and len(cut) == 1, os.listdir(out)  # killed during a write
+    for step, path in done:
+        w = checkpoint.load(path)["model"]["w"]
+        assert w.numel() == 4 * 2**20 and bool((w == step).all()), path
+    assert sorted(os.listdir(out)) == sorted(cut + [os.path.basename(p) for _, p in done])
+    assert remove_stale_temporaries(str(out)) == cut  # the trainer does this when it starts
+
+
 # ---------------------------------------------------------------- the trainer
 
 @pytest.mark.slow

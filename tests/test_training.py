@@ -115,6 +115,43 @@ def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
+def test_checkpoints_written_while_training_goes_on_hold_their_step_and_resume_bit_identical(
+        files, uninterrupted, tmp_path, monkeypatch):
+    """A slow disk: each background write takes longer than the micro-steps between checkpoints, so
+    training changes the weights while their checkpoint is written. Each file holds its step's state
+    (the uninterrupted run's checkpoint of that step, bit for bit), and a resume from one ends
+    bit-identical."""
+    import threading
+    from mlperf_bert.trainer import checkpoint
+    steps, overlapped, real_save, real_step = [0], [], checkpoint.save, training.Trainer.step
+
+    def slow_save(path, state, keep):
+        assert threading.current_thread().name == "checkpoint-writer"
+        before = steps[0]
+        time.sleep(0.3)
+        overlapped.append(steps[0] - before)
+        real_save(path, state, keep)
+
+    def counted_step(self, batch, global_step):
+        steps[0] += 1
+        return real_step(self, batch, global_step)
+
+    monkeypatch.setattr(checkpoint, "save", slow_save)
+    monkeypatch.setattr(training.Trainer, "step", counted_step)
+    out = str(tmp_path / "run")
+    assert training.main(flags_for(files, out)) == 0
+    monkeypatch.undo()
+    assert len(overlapped) == 10 and max(overlapped) > 0  # micro-steps ran during the writes
+    full = uninterrupted[0]
+    assert sorted(os.listdir(out)) == uninterrupted[1]
+    for step in (18, 21, 24, 27, 30):
+        assert_bit_identical(os.path.join(full, "model.ckpt-%d.pt" % step), os.path.join(out, "model.ckpt-%d.pt" % step))
+    for name in ("model.ckpt-24.pt", "model.ckpt-27.pt", "model.ckpt-30.pt", "run_finished.json"):
+        os.remove(os.path.join(out, name))
+    assert training.main(flags_for(files, out)) == 0  # resumes from model.ckpt-21.pt
+    assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
+
+
 CLIP_AFTER = "clip_by_global_norm_after_gradient_allreduce"
 
 
@@ -880,16 +917,32 @@ def test_truncated_tf_checkpoint_is_one_line_in_convert_eval_and_init(files, uni
     assert not os.path.exists(str(tmp_path / "x.pt")) and not os.path.exists(os.path.join(out, "mlperf.log"))
 
 
+@pytest.fixture(scope="module")
+def phase1(files, tmp_path_factory):
+    """A small initial checkpoint in the phase-1 checkpoint's format: a TF prefix of the tiny model."""
+    from mlperf_bert.trainer import tf_checkpoint
+    from mlperf_bert.trainer.config import BertConfig
+    from mlperf_bert.trainer.model import BertForPreTraining
+    torch.manual_seed(28252)
+    prefix = str(tmp_path_factory.mktemp("phase1") / "model.ckpt-28252")
+    tf_checkpoint.save_tf_checkpoint(BertForPreTraining(BertConfig.from_json_file(files["config"])), prefix,
+                                     global_step=28252)
+    return prefix
+
+
 @pytest.mark.parametrize("change,message", [
+    ({"init_checkpoint": None}, r"closed starts from the reference's phase-1 checkpoint: download "
+                                r"tf1_ckpt/model.ckpt-28252.* .*`python -m mlperf_bert verify DIR/tf1_ckpt` and give "
+                                r"--init_checkpoint=DIR/tf1_ckpt/model.ckpt-28252"),
     ({"optimizer": "adamw"}, "closed trains BERT with LAMB, not --optimizer=adamw"),
     ({"poly_power": 2.0}, r"closed decays the learning rate linearly \(poly power 1.0\), not --poly_power=2.0"),
     ({"eval_input_file": None}, "closed evaluates on the 10,000-sample eval set while training: give --eval_input_file"),
     ({}, "closed evaluates on the 10,000 samples of eval_10k, --eval_input_file .*eval.tfrecord has 40: "
          "give eval_10k"),
 ])
-def test_closed_division_refuses_at_start_what_the_rules_decide(files, tmp_path, change, message):
+def test_closed_division_refuses_at_start_what_the_rules_decide(files, phase1, tmp_path, change, message):
     out = str(tmp_path / "out")
-    kw = dict(dict(submission_division="closed", eval_input_file=files["eval"]), **change)
+    kw = dict(dict(submission_division="closed", eval_input_file=files["eval"], init_checkpoint=phase1), **change)
     with pytest.raises(UserError, match=message) as e:
         training.main(flags_for(files, out, **kw))
     assert "\n" not in str(e.value) and "--submission_division=open" in str(e.value)
@@ -918,6 +971,7 @@ def test_closed_division_hyperparameters_of_published_runs_are_accepted(files, t
         n = hp.get("gradient_accumulation_steps", 1)
         fv = training.define_flags()
         fv(flags_for(files, str(tmp_path / "o"), submission_division="closed", eval_input_file=eval_10k,
+                     init_checkpoint="phase1/model.ckpt-28252",
                      train_batch_size=hp["global_batch_size"] // n, steps_per_update=n,
                      learning_rate=hp["opt_base_learning_rate"], lamb_beta_1=hp["opt_lamb_beta_1"],
                      lamb_beta_2=hp["opt_lamb_beta_2"], lamb_weight_decay_rate=hp["opt_lamb_weight_decay_rate"],

@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import threading
 import time
 
 import numpy as np
@@ -71,6 +72,64 @@ def save(path, state, keep):
         for _, old in list_checkpoints(os.path.dirname(path))[:-keep]:
             with contextlib.suppress(OSError):
                 os.remove(old)
+
+
+def host_copy(obj, _memo=None):
+    """``obj`` (dicts, lists, tuples of tensors and plain values) with every tensor copied to host
+    memory, so that training may change the originals while a background writer saves the copy.
+    Views of one storage stay views of one copy, so ``torch.save`` writes the same file as it
+    would of the originals."""
+    memo = {} if _memo is None else _memo
+    if torch.is_tensor(obj):
+        storage = obj.untyped_storage()
+        key = (storage.device, storage.data_ptr(), storage.nbytes())
+        if key not in memo:
+            memo[key] = storage.clone() if storage.device.type == "cpu" else storage.cpu()
+        return torch.empty(0, dtype=obj.dtype).set_(memo[key], obj.storage_offset(), obj.size(), obj.stride())
+    if isinstance(obj, dict):
+        out = type(obj)((k, host_copy(v, memo)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):  # a module's state_dict: its version numbers
+            out._metadata = obj._metadata
+        return out
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(host_copy(v, memo) for v in obj)
+    return obj
+
+
+class BackgroundWriter:
+    """Checkpoints written on a thread while training goes on (a BERT-Large checkpoint with its
+    LAMB state is 4 GB): ``submit`` hands over a state that nothing changes any more (a
+    ``host_copy``) and returns; it first waits for the write before it, so one state is held at a
+    time. Each write is ``save``'s (a temporary name, renamed when complete), so a process killed
+    during a write leaves no file that looks finished. ``wait`` returns once nothing is being
+    written and raises the last write's error (a full disk: the one-line UserError)."""
+
+    def __init__(self):
+        self._thread = None
+        self._error = None
+        self.path = None  # the checkpoint being written, or None
+
+    def submit(self, path, state, keep):
+        self.wait()
+
+        def write():
+            try:
+                save(path, state, keep)
+            except BaseException as e:  # raised in the training thread by the next wait()
+                self._error = e
+
+        self.path = path
+        self._thread = threading.Thread(target=write, name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def wait(self, raise_error=True):
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.path = None
+        error, self._error = self._error, None
+        if error is not None and raise_error:
+            raise error
 
 
 def load(path):

@@ -10,7 +10,7 @@ import sys
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import check_writable_dir, same_file
+from mlperf_bert.fileio import check_writable_dir, remove_stale_temporaries, same_file
 from mlperf_bert.harness.mlperf_log import check_prefix, is_mlperf_log
 from mlperf_bert.trainer import checkpoint, distributed, loader
 
@@ -47,6 +47,12 @@ def check_flags(fv):
 
 
 _CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"
+# The one line a closed run without the phase-1 checkpoint gets (train_model.sh says the same).
+CLOSED_NEEDS_INIT = (
+    "--submission_division=closed starts from the reference's phase-1 checkpoint: download tf1_ckpt/model.ckpt-28252.* "
+    "(the MLCommons BERT files, README 'From text to verified TFRecords'), check it with "
+    "`python -m mlperf_bert verify DIR/tf1_ckpt` and give --init_checkpoint=DIR/tf1_ckpt/model.ckpt-28252 "
+    "(INIT_CHECKPOINT= for train_model.sh and start_training.sh)")
 
 
 def _check_closed_flags(fv):
@@ -61,6 +67,8 @@ def _check_closed_flags(fv):
     if not fv.eval_input_file:
         raise UserError("--submission_division=closed evaluates on the 10,000-sample eval set while training: "
                         "give --eval_input_file (eval_10k), or %s" % _CLOSED_FIX)
+    if not fv.init_checkpoint:
+        raise UserError(CLOSED_NEEDS_INIT + ", or use --submission_division=open")
 
 
 def check_closed_data(fv, eval_files, global_batch, rank):
@@ -134,6 +142,8 @@ def check_start(fv, rank, world, locks):
         _check_log_path(fv, log_path, train_files, eval_files)
     if rank == 0:  # one run per output: a second one is refused before it writes anything
         locks.enter_context(locking.lock_dir(fv.output_dir, "--output_dir"))
+        # a checkpoint of a killed run's write, cut off (a temporary name: never taken for one)
+        remove_stale_temporaries(fv.output_dir)
         if os.path.dirname(os.path.abspath(log_path)) != os.path.abspath(fv.output_dir):
             locks.enter_context(locking.lock_file(log_path, "--mlperf_log"))
     if fv.check_data != "none":  # each rank a share of the files, in parallel

@@ -193,6 +193,7 @@ class Trainer:
             self.eval_forward = torch.compile(self.model)
             self.after_backward = step.CompiledUpdate(self.accumulator).after_backward
         self._schedule = schedule
+        self.writer = checkpoint.BackgroundWriter()
 
     def learning_rate(self, step):
         fv = self.fv
@@ -212,13 +213,23 @@ class Trainer:
     def evaluate(self, batches):
         return evaluation.evaluate(self.model, batches, self.device, self.autocast, self.eval_forward)
 
-    def save(self, path, extra):
-        """Checkpoint at ``path``: every rank's RNG and accumulator go to rank 0 on the host."""
+    def save(self, path, extra, final=False):
+        """Checkpoint at ``path``: every rank's RNG and accumulator go to rank 0 on the host, which
+        copies the state to host memory and writes it on a thread while training goes on (the copy
+        is all the training path waits for; the write before it must have ended). ``final``: no
+        update follows, so the state is written as it is, without a copy. ``flush`` waits."""
         states = distributed.gather_objects({"rng": checkpoint.rng_state(self.device),
                                              "accumulator": self.accumulator.state_dict()})
         if self.rank == 0:
-            checkpoint.save(path, dict(extra, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
-                                       ranks=states, world_size=self.world), self.fv.keep_checkpoint_max)
+            self.writer.wait()  # one state held at a time; a failed write is raised here
+            state = dict(extra, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+                         ranks=states, world_size=self.world)
+            self.writer.submit(path, state if final else checkpoint.host_copy(state), self.fv.keep_checkpoint_max)
+
+    def flush(self):
+        """Wait until the checkpoint being written is complete (every rank: none exits before it)."""
+        if self.rank == 0:
+            self.writer.wait()
         distributed.barrier()
 
     def resume(self, ckpt, path):
@@ -328,7 +339,10 @@ def run(fv, stop, locks):
             checkpoint.write_log_owner(fv.output_dir, log_path)
             log.open()
     extra = {"seed": seed, "config": config.to_dict(), "run": identity}
-    return train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra)
+    try:
+        return train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra)
+    finally:  # an error mid-run: the checkpoint being written is completed, not cut off
+        trainer.writer.wait(raise_error=False)
 
 
 # ---------------------------------------------------------------- the loop
@@ -359,12 +373,12 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         log.start(C.RUN_START)
     t_run = time.time()
 
-    def save(at):
+    def save(at, final=False):
         # where the log and its open block and loss mean stand: a resume goes on from there
         trainer.save(checkpoint.path_for(fv.output_dir, at),
-                     dict(extra, global_step=at, samples=samples, next_eval=state["next_eval"], evals=evals,
+                     dict(extra, global_step=at, samples=samples, next_eval=state["next_eval"], evals=list(evals),
                           mlperf_log=list(log.mark()), block=[block_open, block_first],
-                          loss=[loss_sum.item(), loss_n]))
+                          loss=[loss_sum.item(), loss_n]), final=final)
 
     def online_eval(samples):
         log.start(C.EVAL_START, metadata={C.EPOCH_NUM: samples})
@@ -448,8 +462,10 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         halt = stop.requested if world == 1 else (updated and distributed.any_rank(stop.requested, device))
         periodic = fv.save_checkpoints_steps and step % fv.save_checkpoints_steps == 0
         if periodic or halt or end or status == C.SUCCESS:
-            save(step)
+            # the last one (a stop, the end): no update follows, nothing to copy
+            save(step, final=halt or end or status == C.SUCCESS)
         if halt:
+            trainer.flush()
             if bar is not None:
                 bar.close()
             if rank == 0:  # one line for the run, not one per rank
@@ -476,6 +492,7 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
             metrics = trainer.evaluate(eval_set)
         if rank == 0:
             print(evaluation.write_eval_results(fv.output_dir, metrics, step))
+    trainer.flush()  # the last checkpoint, written while the above ran, is complete
     if rank == 0:  # a rerun of this command now says so and changes nothing
         checkpoint.write_finished(fv.output_dir, status, step, samples, extra["run"])
     return 0

@@ -114,6 +114,8 @@ CHEAP_SHARED = {"one_thread", "test_training.py::files"}
 # seconds per test on this 2-core machine under `make test` (measured with --durations; a
 # missing name counts as SLOW_DEFAULT if marked slow, else DEFAULT): only the order depends on it
 COST = {
+    "test_gpu_check_runs_end_to_end_and_writes_its_table_and_json": 45,  # two --compile processes
+    "test_the_plan_predicts_the_h100s_measured_peaks_within_10_percent": 10,  # with the plans
     "test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail": 30,
     "test_compile_trains_as_eager": 35,
     "test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run": 35,

@@ -6,7 +6,8 @@ synthetic batches, so that compiling is not on the clock. No dataset is read: th
 random ids, masked positions and labels in the loaders' layout. Then the trainer is put back
 exactly as it was: weights, optimizer state and learning rates, accumulated gradients, and
 the RNG streams (torch, CUDA, NumPy, Python), so a run with the warm-up is bit-identical to
-one without (tests/test_warmup.py).
+one without (tests/test_warmup.py). Optimizer slots and accumulation buffers that the warm-up
+created stay, zeroed (an update on zero slots with step 0 is the first update's arithmetic).
 """
 import torch
 
@@ -55,19 +56,30 @@ def snapshot(trainer):
             "rng": checkpoint.rng_state(trainer.device)}
 
 
+@torch.no_grad()
 def restore(trainer, snap):
-    """Put ``trainer`` back as ``snapshot`` found it; parameters are copied into in place, so
-    the optimizer and the compiled graphs keep theirs."""
+    """Put ``trainer`` back as ``snapshot`` found it, into the same tensors (the compiled graphs,
+    and CUDA graphs' static addresses, keep theirs): what the warm-up created (optimizer slots,
+    accumulation buffers) stays, zeroed, as the first update would have created it."""
     acc, opt = trainer.accumulator, trainer.optimizer
-    trainer.model.load_state_dict(snap["weights"])
+    trainer.model.load_state_dict(snap["weights"])  # copies into the parameters
     for p, g in zip(acc.params, snap["grads"]):
         p.grad = g
-    opt.state.clear()
-    for p, st in snap["opt_state"].items():
-        opt.state[p] = st
+    for p, st in opt.state.items():
+        old = snap["opt_state"].get(p)
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                v.copy_(old[k]) if old else v.zero_()
+            else:
+                st[k] = old[k] if old else 0
     for g, lr in zip(opt.param_groups, snap["lrs"]):
         g["lr"] = lr
-    acc.buffers, acc.pending, acc.last_grad_norm, acc.last_lr = snap["acc"]
+    buffers, acc.pending, acc.last_grad_norm, acc.last_lr = snap["acc"]
+    if acc.buffers is not None:
+        for b, old in zip(acc.buffers, buffers or [None] * len(acc.buffers)):
+            b.copy_(old) if old is not None else b.zero_()
+    if getattr(trainer, "levers", None) is not None:
+        trainer.levers.loaded()  # --bf16_weights: the copies of the restored weights
     checkpoint.set_rng_state(snap["rng"], trainer.device)
 
 

@@ -63,18 +63,22 @@ def _equal(a, b):
     return a == b
 
 
-@pytest.mark.parametrize("packed, clip_after", [(False, False), (True, True)],
-                         ids=["unpacked-clip_each", "packed-clip_after"])
-def test_warm_up_mid_accumulation_leaves_no_trace(files, packed, clip_after):  # noqa: F811
+@pytest.mark.parametrize("packed, clip_after, bf16_weights", [(False, False, False), (True, True, False),
+                                                             (False, False, True)],
+                         ids=["unpacked-clip_each", "packed-clip_after", "bf16_weights"])
+def test_warm_up_mid_accumulation_leaves_no_trace(files, packed, clip_after, bf16_weights):  # noqa: F811
     """Warmed up between two micro-steps of an update (buffers, pending gradients, optimizer state
     and learning rate all set): every tensor, counter and RNG stream is as before, and training on
-    gives the weights of a trainer that never warmed up, bit for bit."""
-    ref = _trainer(files, clip_by_global_norm_after_gradient_allreduce=clip_after)
+    gives the weights of a trainer that never warmed up, bit for bit (with --bf16_weights the
+    forward's bf16 copies are those of the restored weights)."""
+    kw = dict(clip_by_global_norm_after_gradient_allreduce=clip_after, bf16_weights=bf16_weights,
+              dtype="bf16" if bf16_weights else "fp32")
+    ref = _trainer(files, **kw)
     batches = _batches(ref, packed, 5)
     for i in range(5):
         ref.step(batches[i], i)
     ref_end = _state(ref)
-    warm = _trainer(files, clip_by_global_norm_after_gradient_allreduce=clip_after)  # the same RNG streams again
+    warm = _trainer(files, **kw)  # the same RNG streams again
     for i in range(3):  # one update, then half of the next
         warm.step(batches[i], i)
     before = _state(warm)

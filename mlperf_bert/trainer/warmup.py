@@ -16,7 +16,7 @@ from mlperf_bert.trainer import checkpoint
 
 def synthetic_batch(config, rows, seq, pred, gen, max_sequences=None):
     """A batch of ``rows`` random rows as the loaders give it: unpacked records, or, with
-    ``max_sequences`` (K), packed rows of two sequences each (K >= 2; slots past 2 empty) with
+    ``max_sequences`` (K), packed rows of two sequences each (one where K is 1; slots past 2 empty) with
     ``pred`` prediction slots a row. ``gen``: a torch.Generator (the global RNG is not drawn)."""
     ints = lambda hi, *shape: torch.randint(0, hi, shape, generator=gen)  # noqa: E731
     real = seq - seq // 8 if max_sequences else seq  # packed rows end in padding
@@ -27,14 +27,16 @@ def synthetic_batch(config, rows, seq, pred, gen, max_sequences=None):
     if not max_sequences:
         batch.update(input_mask=torch.ones(rows, seq, dtype=torch.long), next_sentence_labels=ints(2, rows))
         return batch
-    k, first = max_sequences, real // 2
+    k = max_sequences
+    first, n = (real // 2, 2) if k > 1 else (real, 1)
     token = torch.arange(seq)
     mask = (token < real).long() + (token >= first).long() * (token < real).long()  # 1, then 2, then 0
     position = torch.where(token < first, token, torch.where(token < real, token - first, 0))
     nsp = torch.zeros(rows, k, dtype=torch.long)
-    nsp[:, 1] = first
+    if n > 1:
+        nsp[:, 1] = first
     labels = torch.full((rows, k), -1, dtype=torch.long)
-    labels[:, :2] = ints(2, rows, 2)
+    labels[:, :n] = ints(2, rows, n)
     batch.update(input_mask=mask.expand(rows, seq).clone(), position_ids=position.expand(rows, seq).clone(),
                  nsp_positions=nsp, next_sentence_labels=labels)
     return batch

@@ -87,7 +87,6 @@ def test_logged_rate_is_the_last_intervals(files, tmp_path, monkeypatch):  # noq
     lines = _train_loss(os.path.join(out, "mlperf.log"))
     rates = [r["metadata"]["seq_per_s"] for r in lines]
     assert len(rates) == 3 and rates[1] < rates[0] / 2 and rates[2] > rates[1] * 2, rates
-    assert rates[2] == pytest.approx(rates[0], rel=0.5)
     for a, b in zip(lines, lines[1:]):
         seconds = (b["time_ms"] - a["time_ms"]) / 1000
         samples = b["metadata"]["samples_count"] - a["metadata"]["samples_count"]

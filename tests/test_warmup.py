@@ -154,7 +154,7 @@ def _log(path):
 @pytest.mark.slow
 def test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_run_start(files, tmp_path):  # noqa: F811
     """start_training.sh NUM_RUNS=2 --compile (inductor): both runs compile in init, so the first
-    log interval after run_start runs at the second's rate (within 20%); run 1 finds run 0's
+    log interval after run_start runs at least at 80% of the second's rate; run 1 finds run 0's
     compiled graphs in OUTPUT_DIR/compile_cache and its init is shorter. (Intervals of 150 micro-steps
     and no loader worker: a worker's start, on the clock but not a compile, slows the first 30 on this
     shared 2-core CPU. A rate on a loaded machine can still swing more than 20 %.) The compiled run's weights
@@ -177,7 +177,8 @@ def test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_
         times = {r["key"]: r["time_ms"] for r in recs if r["key"] in ("init_start", "run_start")}
         inits.append(times["run_start"] - times["init_start"])
         rates = [r["metadata"]["seq_per_s"] for r in recs if r["key"] == "train_loss"]
-        assert len(rates) == 2 and rates[0] == pytest.approx(rates[1], rel=0.2), (i, rates)
+        # compiling on the clock would make the first many times slower; faster is load noise
+        assert len(rates) == 2 and rates[0] >= 0.8 * rates[1], (i, rates)
     assert inits[1] < inits[0], inits
     # the compiled run against the eager one (seed 7, same flags)
     eager = str(tmp_path / "eager")

@@ -634,21 +634,33 @@ def test_damaged_training_data_fails_before_training(files, tmp_path):
     assert _no_checkpoints(out)
 
 
-def test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir(files, tmp_path):
+def test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir(files, tmp_path, short_tmpdir):
     """Issue 33: a record found corrupt mid-run (its data CRC, read as it is read) ended the run in
     one line but left $TMPDIR/pymp-*/listener-* (its DataLoader worker's, ended by the loader)."""
     data = open(files["train"], "rb").read()
     flipped = str(tmp_path / "flipped.tfrecord")
     with open(flipped, "wb") as f:
         f.write(data[:-50] + bytes([data[-50] ^ 0xFF]) + data[-49:])  # data of the last record
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmpdir
     argv = flags_for(files, str(tmp_path / "out"), input_file=flipped, shuffle=False, num_train_steps=60)
     r = subprocess.run([PY] + argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TMPDIR=str(tmp),
                                 TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))  # a cache per user, kept
     assert r.returncode == 2 and "flipped.tfrecord: record 95 is corrupt" in r.stderr, r.stderr
     assert os.listdir(tmp) == []
+
+
+def test_a_tmpdir_too_long_for_the_loaders_sockets_is_one_line(files, tmp_path):
+    """A $TMPDIR past 75 characters made the workers' socket path longer than a Unix socket may be:
+    the worker could not hand over a batch and the run waited forever at its first step."""
+    tmp = tmp_path / ("t" * max(1, 80 - len(str(tmp_path))))
+    tmp.mkdir()
+    argv = flags_for(files, str(tmp_path / "out"), num_train_steps=4)
+    r = subprocess.run([PY] + argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TMPDIR=str(tmp),
+                                TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: $TMPDIR %s is too long" % tmp) and len(r.stderr.splitlines()) == 1, r.stderr
 
 
 @pytest.mark.slow

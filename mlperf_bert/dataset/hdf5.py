@@ -9,6 +9,9 @@ truncated); ``masked_lm_weights`` stays float32. Reading back with ``read_exampl
 Every dataset carries a ``crc32c`` attribute, the CRC-32C of its stored bytes (C order,
 little-endian) written as it was made, here and by ``pack``: HDF5 has no checksum of its own
 over data, so ``--check_data=full`` verifies it (``verify_checksums``), as TFRecords' CRCs are.
+The ``row_crc32c`` dataset holds one CRC-32C per example (row): its stored bytes, feature after
+feature in file order. The loaders check every row they read against it (``check_rows``), so
+damage is caught mid-run under the default ``--check_data=headers``, as a TFRecord's is.
 """
 import os
 
@@ -36,6 +39,7 @@ FEATURE_NAMES = tuple(name for name, _, _ in PRETRAINING_FEATURES)
 
 
 CHECKSUM_ATTR = "crc32c"
+ROW_CHECKSUMS = "row_crc32c"
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
@@ -43,6 +47,39 @@ def _le_bytes(values):
     """The stored bytes of an array: C order, little-endian."""
     values = np.ascontiguousarray(values)
     return values.astype(values.dtype.newbyteorder("<"), copy=False).data.cast("B")
+
+
+def row_checksums(stored, names):
+    """CRC-32C of each row of ``stored`` ({name: [n, ...] array as stored}): the row's bytes of
+    every feature in ``names``, one after the other."""
+    from crc32c import crc32c
+    n = len(stored[names[0]])
+    rows = np.concatenate([np.asarray(_le_bytes(stored[name])).reshape(n, -1) for name in names], axis=1)
+    return np.fromiter((crc32c(row) for row in rows), np.uint32, n)
+
+
+def check_rows(path, stored, names, crcs, rows, what="record"):
+    """Raise one UserError naming ``path`` and the first row whose bytes do not match its stored
+    CRC-32C (``crcs``, for row numbers ``rows``)."""
+    bad = np.flatnonzero(row_checksums(stored, names) != np.asarray(crcs, np.uint32))
+    if bad.size:
+        packed = what == "row"
+        raise UserError("%s: %s %d does not match the checksum written when the file was made: the file is "
+                        "damaged, %s" % (path, what, rows[int(bad[0])], remake_hint(path, packed)))
+
+
+def read_rows(h, path, names, rows, what="record"):
+    """{name: stored array} of ``rows`` (increasing indices) of an open file, checked against its
+    row checksums when it has them; a read error is one UserError naming the file."""
+    try:
+        stored = {name: h[name][rows] for name in names}
+        crcs = h[ROW_CHECKSUMS][rows] if ROW_CHECKSUMS in h else None
+    except (OSError, ValueError) as e:
+        raise UserError("cannot read HDF5 file %s (%s): it is truncated or damaged: %s"
+                        % (path, str(e).splitlines()[0], remake_hint(path, what == "row")))
+    if crcs is not None:
+        check_rows(path, stored, names, crcs, rows, what)
+    return stored
 
 
 class Checksums:
@@ -152,7 +189,7 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
     total = sum(counts)
     lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
     needed = total * sum(np.dtype(STORAGE_DTYPES[n]).itemsize * (1 if n == "next_sentence_labels" else lengths[n])
-                         for n in FEATURE_NAMES)
+                         for n in FEATURE_NAMES) + total * 4  # + row_crc32c
     with atomic_path(output_file, needed) as tmp, h5py.File(tmp, "w") as h:
         h.attrs["max_seq_length"] = max_seq_length
         h.attrs["max_predictions_per_seq"] = max_predictions_per_seq
@@ -161,6 +198,7 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
         for name in FEATURE_NAMES:
             shape = (total,) if name == "next_sentence_labels" else (total, lengths[name])
             dsets[name] = h.create_dataset(name, shape=shape, dtype=STORAGE_DTYPES[name])
+        dsets[ROW_CHECKSUMS] = h.create_dataset(ROW_CHECKSUMS, shape=(total,), dtype=np.uint32)
         pos = 0
 
         def flush(path, first, records):
@@ -170,11 +208,14 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
             n = len(records)
             feats = _decode_block(path, first, records, max_seq_length, max_predictions_per_seq)
             where = "%s: records %d..%d" % (output_file, pos, pos + n - 1)
+            block = {}
             for name in FEATURE_NAMES:
                 arr = feats[name].reshape(-1) if name == "next_sentence_labels" else feats[name]
-                stored = _store(name, arr, where)
+                block[name] = stored = _store(name, arr, where)
                 dsets[name][pos:pos + n] = stored
                 sums.update(name, stored)
+            dsets[ROW_CHECKSUMS][pos:pos + n] = crcs = row_checksums(block, FEATURE_NAMES)
+            sums.update(ROW_CHECKSUMS, crcs)
             pos += n
             records.clear()
 

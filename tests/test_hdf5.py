@@ -288,3 +288,25 @@ def test_a_file_made_before_row_checksums_is_named(made, tmp_path, capsys):
         assert capsys.readouterr().err == (
             "warning: %s has no row checksums (made before they were written): damage in it is not caught while "
             "training; %s to add them\n" % (path, fix + (" (python -m mlperf_bert pack)" if kind == "packed" else "")))
+
+
+@pytest.mark.parametrize("lengths", [dict(), dict(max_seq_length=128, max_predictions_per_seq=20)])
+def test_a_packed_file_without_its_attributes_is_called_damaged_not_blamed_on_the_flags(made, tmp_path, lengths):
+    """Issue 33: a packed file whose attributes were stripped was read as an unpacked file, and the
+    length check blamed --max_seq_length (or, with matching flags, said 'convert it again with to-hdf5')."""
+    from mlperf_bert.trainer import training
+    from test_training import TINY, flags_for
+    import json
+    path = _copy(made["packed"], str(tmp_path / "part-00000.packed.hdf5"))
+    with h5py.File(path, "r+") as h:
+        for name in list(h.attrs):
+            del h.attrs[name]
+    config = str(tmp_path / "config.json")
+    with open(config, "w") as f:
+        json.dump(TINY, f)
+    with pytest.raises(UserError) as e:
+        training.main(flags_for({"config": config, "train": path}, str(tmp_path / "out"), num_train_steps=2,
+                                **lengths))
+    assert str(e.value) == ("%s has packed rows (dataset position_ids, nsp_positions) but not the attributes pack "
+                            "writes: it is damaged or not a packed file: pack it again (python -m mlperf_bert pack)"
+                            % path)

@@ -36,6 +36,7 @@ STORAGE_DTYPES = {
     "next_sentence_labels": np.uint8,
 }
 FEATURE_NAMES = tuple(name for name, _, _ in PRETRAINING_FEATURES)
+PACKED_ONLY = ("position_ids", "nsp_positions")  # datasets only packed files have (dataset/packing.py)
 
 
 CHECKSUM_ATTR = "crc32c"
@@ -271,6 +272,10 @@ def check_unpacked(h, path):
     if "max_sequences_per_pack" in h.attrs:
         raise UserError("%s holds packed rows (made by pack), but this input takes unpacked records (the eval set "
                         "is never packed): give its TFRecords or their to-hdf5 file" % path)
+    packed_only = [n for n in PACKED_ONLY if n in h]
+    if packed_only:  # pack's datasets without pack's attributes: not something the flags can fix
+        raise UserError("%s has packed rows (dataset %s) but not the attributes pack writes: it is damaged or not a "
+                        "packed file: pack it again (python -m mlperf_bert pack)" % (path, ", ".join(packed_only)))
     missing = [n for n in FEATURE_NAMES if n not in h]
     if missing:
         raise UserError("%s has no dataset %s: it is not a to-hdf5 file; convert the TFRecords with to-hdf5"

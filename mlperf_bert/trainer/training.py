@@ -61,7 +61,7 @@ def define_flags():
     F("lamb_beta_1", 0.9, "Adam/LAMB beta_1.", flag_values=fv)
     F("lamb_beta_2", 0.999, "Adam/LAMB beta_2.", flag_values=fv)
     F("log_epsilon", -6.0, "epsilon = 10 ** log_epsilon.", flag_values=fv)
-    I("num_gpus", 0, "Accepted; use torchrun --nproc_per_node for several GPUs.", flag_values=fv)
+    I("num_gpus", 0, "Accepted; use python -m mlperf_bert torchrun --nproc_per_node for several GPUs.", flag_values=fv)
     # TPU flags of the reference: accepted, refused if used.
     B("use_tpu", False, "Not supported (TPU).", flag_values=fv)
     for name in TPU_FLAGS:
@@ -138,6 +138,7 @@ def _check_flags(fv):
 
 
 _CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"
+_OPEN = "or use --submission_division=open"  # where a preset would not fix it
 
 
 def _check_closed_flags(fv):
@@ -161,8 +162,9 @@ def _check_closed_data(fv, eval_files, global_batch, rank):
     n = loader.count_records(eval_files)
     if n != compliance.CLOSED_EVAL_SAMPLES:
         raise UserError("--submission_division=closed evaluates on the {0:,} samples of eval_10k, --eval_input_file "
-                        "{1} has {2:,}: give eval_10k (pick_eval_samples --num_examples_to_pick={0}), or {3}".format(
-                            compliance.CLOSED_EVAL_SAMPLES, fv.eval_input_file, n, _CLOSED_FIX))
+                        "{1} has {2:,}: make eval_10k from eval_intermediate with pick_eval_samples.py "
+                        "--num_examples_to_pick={0} and give it, {3}".format(
+                            compliance.CLOSED_EVAL_SAMPLES, fv.eval_input_file, n, _OPEN))
     entry = rcp.rcp_entry(global_batch)
     if entry is None or rank != 0:
         return
@@ -321,8 +323,9 @@ def run(fv, stop, locks):
         raise UserError("--device=cuda but no CUDA device is available: use --device=cpu")
     rank, world, local_rank = distributed.setup(kind)
     if fv.num_gpus > 1 and world == 1:
-        raise UserError("--num_gpus=%d in one process: launch with torchrun --nproc_per_node=%d"
-                        % (fv.num_gpus, fv.num_gpus))
+        raise UserError("--num_gpus=%d in one process: launch with python -m mlperf_bert torchrun "
+                        "--nproc_per_node=%d run_pretraining.py ... (or NUM_GPUS=%d train_model.sh)"
+                        % (fv.num_gpus, fv.num_gpus, fv.num_gpus))
     device = torch.device(kind, local_rank) if kind == "cuda" else torch.device("cpu")
     if kind == "cuda":  # TF32 for what stays fp32 (the bf16 presets autocast the rest)
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Convert a checkpoint between this project's .pt and a TF checkpoint prefix."""
 from mlperf_bert.trainer.checkpoint_convert import main
-from mlperf_bert.errors import run_main
+from mlperf_bert.cli import run_main
 
 if __name__ == "__main__":
     run_main(main)

@@ -1,5 +1,5 @@
 """Pick the eval samples from eval_intermediate (the reference's flags)."""
-from mlperf_bert.errors import run_main
+from mlperf_bert.cli import run_main
 from mlperf_bert.dataset.eval_samples import main
 
 if __name__ == "__main__":

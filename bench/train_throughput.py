@@ -29,7 +29,8 @@ from mlperf_bert.trainer import loader, training  # noqa: E402
 from mlperf_bert import flags
 from mlperf_bert.trainer.accumulation import GradientAccumulator  # noqa: E402
 from mlperf_bert.trainer.config import BertConfig  # noqa: E402
-from mlperf_bert.errors import UserError, run_main  # noqa: E402
+from mlperf_bert.cli import run_main  # noqa: E402
+from mlperf_bert.errors import UserError  # noqa: E402
 from mlperf_bert.trainer.model import BertForPreTraining  # noqa: E402
 from mlperf_bert.trainer.optimizer import create_optimizer  # noqa: E402
 

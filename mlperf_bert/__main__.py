@@ -2,7 +2,7 @@
 import importlib
 import sys
 
-from mlperf_bert.errors import run_main
+from mlperf_bert.cli import run_main
 
 # command -> (module, help). Each module has main(argv) taking absl-style flags.
 COMMANDS = {

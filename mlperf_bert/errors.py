@@ -1,4 +1,7 @@
-"""One-line user errors and the wrapper every command-line entry point uses."""
+"""The exception types every module raises (UserError, Terminated) and the process-signal helpers of
+pool workers and children. Imports nothing of mlperf_bert, so that every module can import it;
+``run_main``, the wrapper of the command-line entry points that turns these into one line and an
+exit status, is mlperf_bert/cli.py, above fileio and flags."""
 import contextlib
 import os
 import signal
@@ -26,11 +29,6 @@ def install_sigterm_handler():
         signal.signal(signal.SIGTERM, _raise_terminated)
     except ValueError:  # not the main thread
         pass
-
-
-def _remove_own_temporaries():
-    from mlperf_bert.fileio import remove_own_temporaries
-    remove_own_temporaries()
 
 
 def _exit_quietly(signum, frame):
@@ -74,47 +72,3 @@ def worker_pool(workers, start_method=None):
         raise
     pool.close()
     pool.join()
-
-
-def run_main(main, argv=None):
-    """Run ``main(argv)``: a UserError is one line on stderr and exit 2; SIGTERM and Ctrl-C end
-    it with one line (143, 130) after the atomic writers removed their temporaries; a disk-full
-    or I/O error elsewhere is one line too (exit 2)."""
-    argv = sys.argv if argv is None else argv
-    install_sigterm_handler()
-    try:
-        status = main(argv)
-    except UserError as e:
-        print("error: %s" % e, file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        _remove_own_temporaries()
-        print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except Terminated:
-        print("error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on",
-              file=sys.stderr)
-        # The finally blocks (temporaries removed, locks released) ran on the way here. Leave now:
-        # a half-built object the signal interrupted (a progress bar) must not add its own noise
-        # when the interpreter tears it down.
-        _remove_own_temporaries()  # those whose ``with`` block the signal did not reach
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(143)
-    except BrokenPipeError:
-        # The reader of our output went away (``... | head``): stop quietly, as a pipeline expects.
-        from mlperf_bert.flags import quiet_stdout
-        quiet_stdout()
-        _remove_own_temporaries()
-        sys.exit(141)  # 128 + SIGPIPE, what a tool killed by SIGPIPE reports
-    except OSError as e:
-        # Not raised while writing through the atomic writer (that gives its own line): say
-        # what failed, and where when known, without guessing whether it was a read or a write.
-        from mlperf_bert.fileio import WRITE_ERRNOS
-        if e.errno not in WRITE_ERRNOS:
-            raise
-        print("error: %s%s; outputs written under a temporary name were removed: %s"
-              % (os.strerror(e.errno).lower(), " (%s)" % e.filename if e.filename else "",
-                 WRITE_ERRNOS[e.errno]), file=sys.stderr)
-        sys.exit(2)
-    sys.exit(status or 0)

@@ -3,7 +3,7 @@
 Every output goes through ``atomic_path``/``atomic_open``/``atomic_save``, so two rules are
 implemented once:
 
-- a file is never seen half-written: a failure (or SIGTERM, see ``errors.run_main``) removes
+- a file is never seen half-written: a failure (or SIGTERM, see ``cli.run_main``) removes
   the temporary ``NAME.tmp-PID``, and a rerun removes temporaries whose process is gone; every
   temporary is also registered until it is renamed or removed, so a signal that lands where no
   ``with`` block can clean up (after the temporary was made, before the caller's ``with`` or

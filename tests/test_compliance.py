@@ -518,7 +518,7 @@ def test_help_into_a_closed_pipe_exits_quietly(monkeypatch):
     through flags.parse, checked here in-process on a pipe whose reader is gone."""
     import importlib
     from mlperf_bert.__main__ import COMMANDS
-    from mlperf_bert.errors import run_main
+    from mlperf_bert.cli import run_main
     from mlperf_bert import __main__ as top
     for name in ("check-log", "plot-log", "package", "score", "verify", "pack", None):
         r, w = os.pipe()

@@ -273,7 +273,7 @@ def test_stale_temporaries_only_of_processes_that_are_gone(tmp_path):
 
 SLOW_WRITER = textwrap.dedent("""\
     import sys, time
-    from mlperf_bert.errors import run_main
+    from mlperf_bert.cli import run_main
     from mlperf_bert.fileio import atomic_open
     def main(argv):
         with atomic_open(argv[1], "w") as f:
@@ -409,7 +409,7 @@ def test_io_error_outside_the_writer_is_one_line(tmp_path):
     """EIO while reading an input (here raised by hand) is not blamed on an output, and is one line."""
     code = textwrap.dedent("""\
         import errno, os, sys
-        from mlperf_bert.errors import run_main
+        from mlperf_bert.cli import run_main
         def main(argv):
             raise OSError(errno.EIO, os.strerror(errno.EIO), "/data/part-00007")
         run_main(main, sys.argv)
@@ -455,7 +455,7 @@ def test_sigterm_during_the_generators_write_leaves_nothing(golden_dir, vocab_fi
 
 LATE_SIGNAL = textwrap.dedent("""\
     import contextlib, os, signal, sys, time
-    from mlperf_bert.errors import run_main
+    from mlperf_bert.cli import run_main
     from mlperf_bert.dataset.tfrecord import TFRecordWriter
 
     class Late(TFRecordWriter):

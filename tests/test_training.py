@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mlperf_bert.dataset import tfrecord
-from mlperf_bert.trainer import training
+from mlperf_bert.trainer import preflight, training
 from mlperf_bert.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -871,8 +871,8 @@ def test_closed_division_hyperparameters_of_published_runs_are_accepted(files, t
                      log_epsilon=math.log10(hp["opt_lamb_epsilon"]),
                      num_train_steps=int(hp["opt_learning_rate_training_steps"] * n),
                      num_warmup_steps=int(hp["num_warmup_steps"] * n), start_warmup_step=int(hp["start_warmup_step"] * n)))
-        training._check_flags(fv)
-        training._check_closed_data(fv, [eval_10k], hp["global_batch_size"], 0)  # no refusal
+        preflight.check_flags(fv)
+        preflight.check_closed_data(fv, [eval_10k], hp["global_batch_size"], 0)  # no refusal
         seen[name] = (hp["global_batch_size"], capsys.readouterr().err)
     assert len(seen) >= 8
     warned = {b: err for b, err in seen.values() if err}

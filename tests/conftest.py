@@ -114,7 +114,9 @@ CHEAP_SHARED = {"one_thread", "test_training.py::files"}
 # seconds per test on this 2-core machine under `make test` (measured with --durations; a
 # missing name counts as SLOW_DEFAULT if marked slow, else DEFAULT): only the order depends on it
 COST = {
-    "test_ten_runs_make_a_package_the_official_checker_passes": 15,
+    "test_gpu_check_runs_end_to_end_and_writes_its_table_and_json": 45,  # two --compile processes
+    "test_the_plan_predicts_the_h100s_measured_peaks_within_10_percent": 10,  # with the plans
+    "test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail": 30,
     "test_compile_trains_as_eager": 35,
     "test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run": 35,
     "test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters": 15,
@@ -136,6 +138,7 @@ COST = {
     "test_two_aborted_runs_fail": 6,
     "test_a_missing_log_fails_with_the_checkers_reason": 4.5,
     "test_real_package_gets_its_official_score": 4.5,
+    "test_score_says_why_it_fails_one_line_per_reason": 6,
 }
 DEFAULT, SLOW_DEFAULT = 0.3, 5.0
 

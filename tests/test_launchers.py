@@ -2,12 +2,15 @@
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
+
+from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "train_model.sh")
@@ -21,7 +24,9 @@ REFERENCE_GPU = {"train_batch_size": "24", "learning_rate": "1e-4", "num_train_s
 TPU_8192 = {"train_batch_size": "8192", "learning_rate": "0.00288293", "lamb_beta_1": "0.88",
             "lamb_beta_2": "0.88", "lamb_weight_decay_rate": "0.0166629", "log_epsilon": "-6",
             "num_train_steps": "600", "num_warmup_steps": "287", "start_warmup_step": "-76",
-            "steps_per_update": "1", "eval_batch_size": "640", "max_eval_steps": "125"}
+            "eval_batch_size": "640", "max_eval_steps": "125"}
+# counted in updates at the global batch: a preset that accumulates n micro-steps has n times them
+PER_UPDATE = {"train_batch_size": 1, "num_train_steps": -1, "num_warmup_steps": -1, "start_warmup_step": -1}
 
 
 def dry_run(*args, **env):
@@ -46,8 +51,9 @@ def trainer_flags(cmd):
                                                   ("tpu_8192", TPU_8192, "8")])
 def test_presets_are_the_reference_hyperparameters(preset, expected, gpus):
     launcher, fl = trainer_flags(dry_run("--preset=" + preset))
+    n = int(fl.get("steps_per_update", 1))
     for k, v in expected.items():
-        assert float(fl[k]) == float(v) if k != "optimizer" else fl[k] == v, k
+        assert float(fl[k]) * n ** PER_UPDATE.get(k, 0) == float(v) if k != "optimizer" else fl[k] == v, k
     assert "--nproc_per_node=" + gpus in launcher and "--standalone" in launcher
     assert fl["input_file"] == "/data/part-*" and fl["eval_input_file"] == "/data/eval_10k"
     assert fl["bert_config_file"].endswith("configs/bert_config_large.json")
@@ -160,15 +166,20 @@ def test_each_preset_says_what_it_asks_of_a_gpu_and_warns_when_implausible():
     assert plan("--preset=reference_gpu") == [
         "train_model.sh: preset reference_gpu: global batch 24 = 8 GPU(s) x 3 sequences of 512 per GPU per "
         "micro-step x 1 micro-step(s) per update"]
-    lines = plan("--preset=tpu_8192")
-    assert "8 GPU(s) x 1024 sequences of 512 per GPU per micro-step" in lines[0]
-    assert lines[1].startswith("warning: train_model.sh: 1024 sequences per GPU per micro-step is above "
-                               "MAX_PER_GPU_BATCH=48") and "bench/gpu_plan.py" in lines[1]
-    assert "use --train_batch_size=256 --steps_per_update=32 and multiply --num_train_steps" in lines[1]
+    # tpu_8192 accumulates 8 micro-steps to fit 8 GPUs (the memory plan's MAX_PER_GPU_BATCH, 129)
+    assert plan("--preset=tpu_8192") == [
+        "train_model.sh: preset tpu_8192: global batch 8192 = 8 GPU(s) x 128 sequences of 512 per GPU per "
+        "micro-step x 8 micro-step(s) per update"]
+    lines = plan("--preset=tpu_8192", NUM_GPUS="4")
+    assert "4 GPU(s) x 256 sequences of 512 per GPU per micro-step" in lines[0]
+    assert lines[1].startswith("warning: train_model.sh: 256 sequences per GPU per micro-step is above "
+                               "MAX_PER_GPU_BATCH=129") and "mlperf_bert.trainer.memory_plan" in lines[1]
+    assert "use --train_batch_size=512 --steps_per_update=16 and multiply --num_train_steps" in lines[1]
+    assert "by 2 (they count micro-steps)" in lines[1]
     # the suggestion, applied, is not warned about; nor is an rcp preset (it fits by construction)
-    assert len(plan("--preset=tpu_8192", "--train_batch_size=256", "--steps_per_update=32")) == 1
+    assert len(plan("--preset=tpu_8192", "--train_batch_size=512", "--steps_per_update=16", NUM_GPUS="4")) == 1
     assert len(plan("--preset=rcp_8192", NUM_GPUS="8")) == 1
-    assert len(plan("--preset=tpu_8192", MAX_PER_GPU_BATCH="1024")) == 1
+    assert len(plan("--preset=tpu_8192", NUM_GPUS="4", MAX_PER_GPU_BATCH="256")) == 1
 
 
 FAKE_TRAINER = """#!/usr/bin/env bash
@@ -405,7 +416,9 @@ def test_rcp_presets_are_the_installed_rcps(gpus):
             continue
         _, fl = trainer_flags(dry_run("--preset=rcp_%d" % bs, NUM_GPUS=gpus))
         n, micro = int(fl["steps_per_update"]), int(fl["train_batch_size"])
-        assert micro * n == bs and micro % int(gpus) == 0 and micro // int(gpus) <= 48
+        assert micro * n == bs and micro % int(gpus) == 0 and micro // int(gpus) <= MAX_PER_GPU_BATCH
+        # the fewest micro-steps that fit: one fewer would not split or not fit
+        assert n == 1 or bs % (int(gpus) * (n - 1)) or bs // (int(gpus) * (n - 1)) > MAX_PER_GPU_BATCH
         assert float(fl["learning_rate"]) == hp["opt_base_learning_rate"]
         assert (float(fl["lamb_beta_1"]), float(fl["lamb_beta_2"])) == (hp["opt_lamb_beta_1"], hp["opt_lamb_beta_2"])
         assert float(fl["lamb_weight_decay_rate"]) == hp["opt_lamb_weight_decay_rate"]
@@ -446,22 +459,40 @@ def test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters(tiny_run, t
     assert logged["opt_learning_rate_warmup_steps"] == hp["num_warmup_steps"]
 
 
+def _path_without_git(bin_dir):
+    """A PATH of one folder linking every program of this PATH but git (as in the image)."""
+    bin_dir.mkdir()
+    for d in os.environ["PATH"].split(os.pathsep):
+        for name in (os.listdir(d) if os.path.isdir(d) else ()):
+            if name != "git" and not os.path.lexists(bin_dir / name):
+                os.symlink(os.path.join(d, name), bin_dir / name)
+    assert shutil.which("git", path=str(bin_dir)) is None
+    return str(bin_dir)
+
+
 @pytest.mark.slow
-def test_ten_runs_make_a_package_the_official_checker_passes(tiny_run, tmp_path):
-    """NUM_RUNS=10 through start_training.sh, package, score: an open-division CPU submission.
-    Runs 2-9 are train_model.sh's own command (its --dry_run) run in this process, so that the
-    series skips them as finished earlier and takes their logs: 8 torch imports fewer."""
+def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail(tiny_run, tmp_path):
+    """Issue 31's whole path on CPU. Ten runs as a closed submission makes them (NUM_RUNS=10 through
+    start_training.sh, from an initial checkpoint, the submitter's org, platform and status logged),
+    in open division: a tiny model on a CPU cannot reach 0.720 within the RCP window. Runs 2-9 are
+    train_model.sh's own command (its --dry_run) run in this process, so that the series skips them
+    as finished earlier and takes their logs: 8 torch imports fewer. Then a package made from a copy
+    of the repository without .git and without git on PATH (as in the image); the packaged
+    implementation's train_model.sh --dry_run, and that command run (a real run of the packaged
+    trainer); the packaged score: PASS, and FAIL with its reason for the package with logs of another org."""
     import json
     from mlperf_bert.trainer import training
-    args, env, _ = tiny_run
+    args, env, full = tiny_run
     args = [a for a in args if not a.startswith(("--target_mlm_accuracy", "--eval_frequency", "--num_workers", "--seed"))]
+    env = dict(env, INIT_CHECKPOINT=str(full / "model.ckpt-30.pt"), SUBMISSION_ORG="Test",
+               SUBMISSION_PLATFORM="cpu_tiny", SUBMISSION_STATUS="research")
     out = tmp_path / "runs"
     run = [START] + args + ["--target_mlm_accuracy=0.0", "--eval_frequency=16", "--num_workers=0"]
     for i in range(2, 10):
         dry = subprocess.run([TRAIN, "--dry_run"] + run[1:], capture_output=True, text=True, cwd=ROOT, timeout=60,
                              env=dict(env, OUTPUT_DIR=str(out / ("run_%d" % i)), SEED=str(100 + i)), check=True)
         command = shlex.split(dry.stdout.strip().splitlines()[-1])
-        assert command[1].endswith("run_pretraining.py"), dry.stdout
+        assert command[1].endswith("run_pretraining.py") and "--init_checkpoint=%s" % env["INIT_CHECKPOINT"] in command
         assert training.main(command[1:]) == 0
     proc = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=600,
                           env=dict(env, NUM_RUNS="10", OUTPUT_DIR=str(out)))
@@ -473,14 +504,58 @@ def test_ten_runs_make_a_package_the_official_checker_passes(tiny_run, tmp_path)
             if '"key": "seed"' in line:
                 seeds.add(json.loads(line.split(":::MLLOG", 1)[1])["value"])
     assert len(seeds) == 10  # a fresh seed each, logged once
+
+    # the repository as the image holds it: no .git, no git
+    from mlperf_bert.harness import package
+    copy = tmp_path / "copy"
+    for f in package.source_files():
+        os.makedirs((copy / f).parent, exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, f), copy / f)
+    plain = dict(env, PATH=_path_without_git(tmp_path / "bin"), PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
+    where = subprocess.run([sys.executable, "-c", "import mlperf_bert; print(mlperf_bert.__file__)"], env=plain,
+                           cwd=copy, capture_output=True, text=True, check=True)
+    assert where.stdout.startswith(str(copy)), where.stdout
+    system_json = tmp_path / "cpu_tiny.json"  # the submitter's description of the system
+    system_json.write_text(json.dumps({
+        "system_name": "cpu_tiny", "host_processors_per_node": "1", "host_processor_model_name": "a test CPU",
+        "host_processor_core_count": "2", "accelerators_per_node": "0", "accelerator_model_name": "none (CPU)",
+        "framework": "PyTorch", "other_software_stack": {}, "operating_system": "Linux"}))
     pkg = tmp_path / "pkg"
-    subprocess.run([sys.executable, "-m", "mlperf_bert", "package", "--org=Test", "--system=cpu_tiny",
-                    "--runs=%s" % out, "--output=%s" % pkg], check=True, cwd=ROOT, capture_output=True)
+    made = subprocess.run([sys.executable, "-m", "mlperf_bert", "package", "--org=Test", "--system=cpu_tiny",
+                           "--runs=%s" % out, "--output=%s" % pkg, "--system_json=%s" % system_json,
+                           "--status=Research, Development, or Internal (RDI)", "--nodes=1",
+                           "--system_field=cooling=air"], cwd=copy, env=plain, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
     desc = json.loads((pkg / "Test" / "systems" / "cpu_tiny.json").read_text())
-    assert desc["division"] == "open" and desc["accelerators_per_node"] == "0"
-    assert (pkg / "Test" / "benchmarks" / "bert" / "implementations" / "cpu_tiny" / "run_pretraining.py").exists()
+    assert (desc["division"], desc["submitter"], desc["number_of_nodes"], desc["cooling"]) == ("open", "Test", "1", "air")
+    impl = pkg / "Test" / "benchmarks" / "bert" / "implementations" / "cpu_tiny"
+    assert sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file()) == sorted(package.source_files())
+
+    # the packaged implementation runs: its train_model.sh (configs/presets are there) and its trainer
+    impl_env = dict(plain, PYTHONPATH=str(impl), OUTPUT_DIR=str(tmp_path / "impl_run"), SEED="7")
+    dry = subprocess.run([str(impl / "train_model.sh"), "--dry_run"] + run[1:], capture_output=True, text=True,
+                         cwd=impl, env=impl_env, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    command = shlex.split(dry.stdout.strip().splitlines()[-1])
+    assert command[1] == str(impl / "run_pretraining.py"), command
+    trained = subprocess.run(command, capture_output=True, text=True, cwd=impl, env=impl_env, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert '"status": "success"' in (tmp_path / "impl_run" / "mlperf.log").read_text()
+
+    # the packaged score: PASS; FAIL with the reason when the logs name another org
     score = subprocess.run([sys.executable, "-m", "mlperf_bert", "score", "--json", str(pkg)],
-                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+                           capture_output=True, text=True, cwd=impl, env=impl_env, timeout=300)
     assert score.returncode == 0, score.stdout + score.stderr
-    assert json.loads(score.stdout.splitlines()[-1])["package_check"] == "pass"
+    assert json.loads(score.stdout.splitlines()[-1])["verdict"] == "pass"
     assert (tmp_path / "pkg.score_times.png").read_bytes()[:4] == b"\x89PNG"  # beside the package
+    other = tmp_path / "other"
+    shutil.copytree(pkg, other)
+    for log in (other / "Test" / "results" / "cpu_tiny" / "bert").iterdir():
+        log.write_text(log.read_text().replace('"submission_org", "value": "Test"', '"submission_org", "value": "ACME"'))
+    score = subprocess.run([sys.executable, "-m", "mlperf_bert", "score", "--noplots", str(other)],
+                           capture_output=True, text=True, cwd=impl, env=impl_env, timeout=300)
+    assert score.returncode == 1, score.stdout + score.stderr
+    assert "package checker (mlperf_logging, training 5.0.0): PASS" in score.stdout  # it does not look
+    assert score.stdout.endswith("time to train: none:\n  10 logs (result_0.txt ... result_9.txt): submission_org"
+                                 " 'ACME', the package's submitter is 'Test' (a log must name its submitter: runs made"
+                                 " with SUBMISSION_ORG=Test)\nsubmission: FAIL\n"), score.stdout

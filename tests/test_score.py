@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,6 +90,40 @@ def test_truncated_log_among_ten_gets_no_score(package):
     assert s["target"] == 0.720 and s["dropped"] == [6, 5]  # the cut-off run counts as the slowest
 
 
+def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
+    """Issue 31: score said FAIL with no reason for a broken or incomplete systems JSON or an empty
+    results folder, and PASS on logs of another org. Each reason is its own line under "time to train"."""
+    system_json = package / "NVIDIA" / "systems" / (BERT.split(os.sep)[2] + ".json")
+    desc = json.loads(system_json.read_text())
+    del desc["cooling"]
+    desc["status"] = "Research, Development, or Internal (RDI)"
+    system_json.write_text(json.dumps(desc))
+    for n in (2, 7):
+        log = package / BERT / ("result_%d.txt" % n)
+        log.write_text(log.read_text().replace('"submission_org", "value": "NVIDIA"', '"submission_org", "value": "ACME"'))
+    assert score.main(["score", "--noplots", str(package)]) == 1
+    out = capsys.readouterr().out
+    reasons = out.split("time to train: none:\n", 1)[1].split("submission: FAIL")[0].splitlines()
+    assert reasons == [
+        "  the official package checker failed (its 2 ERROR lines above)",
+        "  NVIDIA/systems/nyx_n1_ngc25.04_pytorch.json lacks 1 field the official checker requires: cooling",
+        "  2 logs (result_2.txt, result_7.txt): submission_org 'ACME', the package's submitter is 'NVIDIA' (a log"
+        " must name its submitter: runs made with SUBMISSION_ORG=NVIDIA)",
+        "  10 logs (result_0.txt ... result_9.txt): submission_status 'onprem', the systems JSON's status"
+        " 'Research, Development, or Internal (RDI)' needs 'research'"], out
+    # no logs at all, and a systems JSON that is not JSON
+    system_json.write_text('{"submitter": "NVIDIA"')
+    for log in (package / BERT).iterdir():
+        log.unlink()
+    assert score.main(["score", "--noplots", str(package)]) == 1
+    out = capsys.readouterr().out
+    reasons = out.split("time to train: none:\n", 1)[1].split("submission: FAIL")[0].splitlines()
+    assert len(reasons) == 3, out
+    assert reasons[0].startswith("  the official package checker failed (")
+    assert re.match(r"  systems JSON .*nyx_n1_ngc25.04_pytorch.json is not JSON \(.*\): fix the file$", reasons[1])
+    assert reasons[2] == "  %s holds no results/<system>/bert/result_*.txt logs" % (package / "NVIDIA")
+
+
 def test_all_runs_aborted_get_no_time_to_train(package, capsys):
     for log in (package / BERT).glob("result_*.txt"):
         log.write_text(log.read_text().replace('"status": "success"', '"status": "aborted"'))
@@ -158,8 +193,12 @@ def _running(pid):
         return False
 
 
-# package: names, unfinished runs, a systems JSON filled in by hand (issue 23)
+# package: names, unfinished runs (issue 23); the systems JSON and the identity of the runs, MANIFEST.txt, a kill (issue 31, 33)
 from mlperf_bert.harness import package as pkg_mod  # noqa: E402
+
+
+NYX = "nyx_n1_ngc25.04_pytorch"
+NYX_PLATFORM = "1xNVIDIA HGX B200"  # what NVIDIA's logs name: neither the folder nor the system_name
 
 
 @pytest.fixture
@@ -185,15 +224,159 @@ def test_package_refuses_a_log_without_run_stop(two_runs, tmp_path):
     log = two_runs / "result_1.txt"
     log.write_text("".join(l for l in log.read_text().splitlines(keepends=True) if '"run_stop"' not in l))
     with pytest.raises(UserError, match=r"result_1.txt has no run_stop line"):
-        pkg_mod.main(["package", "--org=Org", "--system=sys", "--runs=%s" % two_runs,
-                      "--output=%s" % (tmp_path / "pkg")])
+        pkg_mod.main(["package", "--org=NVIDIA", "--system=%s" % NYX, "--runs=%s" % two_runs,
+                      "--output=%s" % (tmp_path / "pkg"), "--system_json=%s" % nyx_json(two_runs.parent)])
     assert not (tmp_path / "pkg").exists()
 
 
-def test_package_rerun_keeps_a_hand_filled_system_json(two_runs, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pkg_mod, "system_description",  # what this machine knows; torch not needed here
-                        lambda org, system, division, status, nodes: (dict.fromkeys(pkg_mod.SYSTEM_FIELDS, ""), ["cooling"]))
+def nyx_json(package_root):
+    return package_root / "submission_v5.0_NVIDIA_nyx_n1" / "NVIDIA" / "systems" / (NYX + ".json")
+
+
+def nyx_argv(runs, out):
+    """package's arguments for NVIDIA's runs with NVIDIA's systems JSON (out's folder holds the package)."""
+    return ["package", "--org=NVIDIA", "--system=%s" % NYX, "--runs=%s" % runs, "--output=%s" % out,
+            "--system_json=%s" % nyx_json(out.parent), "--platform=%s" % NYX_PLATFORM]
+
+
+def test_manifest_is_git_ls_files():
+    """package copies the files MANIFEST.txt lists (no git where it runs, e.g. in the image): the
+    list must be this repository's `git ls-files`."""
+    if shutil.which("git") is None or not os.path.exists(os.path.join(pkg_mod.ROOT, ".git")):
+        pytest.skip("not a git checkout (MANIFEST.txt is checked where git is)")
+    tracked = subprocess.run(["git", "-C", pkg_mod.ROOT, "ls-files"], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    with open(os.path.join(pkg_mod.ROOT, pkg_mod.MANIFEST)) as f:
+        listed = f.read().splitlines()
+    assert pkg_mod.MANIFEST in tracked
+    assert sorted(listed) == sorted(tracked), "MANIFEST.txt is not `git ls-files`: run `make manifest` and commit it"
+
+
+def test_nvidias_runs_repackaged_with_their_systems_json_are_the_published_package(package, tmp_path, capsys):
+    """The real v5.0 package: its ten logs and NVIDIA's own systems JSON through package give the
+    published results and description (and the implementation: every file of MANIFEST.txt)."""
+    runs = package / BERT
     out = tmp_path / "pkg"
+    assert pkg_mod.main(nyx_argv(runs, out)) == 0
+    top = out / "NVIDIA"
+    for i in range(10):
+        name = "result_%d.txt" % i
+        assert (top / "results" / NYX / "bert" / name).read_bytes() == (runs / name).read_bytes()
+    assert json.loads((top / "systems" / (NYX + ".json")).read_text()) == json.loads(nyx_json(tmp_path).read_text())
+    impl = top / "benchmarks" / "bert" / "implementations" / NYX
+    copied = sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file())
+    assert copied == sorted(pkg_mod.source_files())
+    assert {"configs/presets/rcp.sh", "mlperf_bert/dataset/_fasttok.c", "Makefile", "train_model.sh",
+            "configs/bert_config_large.json"} <= set(copied)
+    assert not [p for p in copied if p.startswith("tests/data/")]
+    assert sorted(os.listdir(out)) == ["NVIDIA"]  # the build folder went with the rename
+    assert "left empty in systems/%s.json" % NYX in capsys.readouterr().out  # as NVIDIA left them
+
+
+@pytest.mark.parametrize("change,flags_,match", [
+    (('"submission_org", "value": "NVIDIA"', '"submission_org", "value": "ACME"'), [],
+     r"result_1.txt: submission_org 'ACME', the package's submitter is 'NVIDIA'"),
+    (('"submission_status", "value": "onprem"', '"submission_status", "value": "cloud"'), [],
+     r"result_1.txt: submission_status 'cloud', the systems JSON's status 'Available on-premise' needs 'onprem'"),
+    (('"submission_platform", "value": "1xNVIDIA HGX B200"', '"submission_platform", "value": "cpu"'), [],
+     r"result_1.txt: submission_platform 'cpu', the package's system is '1xNVIDIA HGX B200'"),
+    (None, ["--platform="], r"2 logs \(result_0.txt, result_1.txt\): submission_platform '1xNVIDIA HGX B200',"
+     r" the package's system is 'nyx_n1_ngc25.04_pytorch' or 'Nyx \(1x NVIDIA DGX B200\)' \(--platform="),
+    (None, ["--status=Research, Development, or Internal (RDI)"], r"--status=Research.* but .* says status="),
+    (None, ["--system_field=status=Available cloud"], r"2 logs .*submission_status 'onprem', .*'Available cloud'"),
+    (None, ["--system_field=division=open"], r"says division='open', but the package is closed"),
+    (None, ["--system_field=cooling"], r"--system_field=cooling: give KEY=VALUE"),
+    (None, ["--system_field=accelerator_model_name="], r"needs accelerator_model_name: give them in --system_json"),
+])
+def test_package_refuses_runs_that_are_not_the_packages_system(two_runs, tmp_path, change, flags_, match):
+    """Issue 31: package took logs of org mlperf_bert-demo, platform cpu as ACME's h100x8 without a word."""
+    if change:
+        log = two_runs / "result_1.txt"
+        assert change[0] in log.read_text()
+        log.write_text(log.read_text().replace(*change))
+    argv = nyx_argv(two_runs, tmp_path / "pkg")
+    if flags_ == ["--platform="]:
+        argv = argv[:-1]
+    else:
+        argv += flags_
+    with pytest.raises(UserError, match=match):
+        pkg_mod.main(argv)
+    assert not (tmp_path / "pkg" / "NVIDIA").exists()
+
+
+def test_package_needs_a_system_description_and_says_which_fields(two_runs, tmp_path, capsys):
+    argv = nyx_argv(two_runs, tmp_path / "pkg")
+    with pytest.raises(UserError, match=r"needs the system the runs ran on: --system_json=FILE.*nothing is read"
+                                        r" from the machine"):
+        pkg_mod.main([a for a in argv if not a.startswith("--system_json")])
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"submitter": "NVIDIA",')
+    with pytest.raises(UserError, match=r"systems JSON .*bad.json is not JSON"):
+        pkg_mod.main(argv + ["--system_json=%s" % bad])
+    with pytest.raises(SystemExit):
+        pkg_mod.main(["package", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for field in pkg_mod.SYSTEM_FIELDS:  # every field the official checker requires, and the two flags
+        assert field in help_text.replace("on- chip", "on-chip"), field
+    assert "--status: <Available on-premise|" in help_text and "--nodes: number of nodes" in help_text
+
+
+def _killed_at_copy(argv, after):
+    """Run package in a forked child that SIGKILLs itself after ``after`` source files were copied."""
+    import multiprocessing
+
+    def child():
+        copy2, n = shutil.copy2, [0]
+
+        def dying_copy(*a, **k):
+            n[0] += 1
+            if n[0] > after:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return copy2(*a, **k)
+        shutil.copy2 = dying_copy
+        pkg_mod.main(argv)
+    p = multiprocessing.get_context("fork").Process(target=child)
+    p.start()
+    p.join(60)
+    assert p.exitcode == -signal.SIGKILL
+
+
+def test_package_killed_midway_leaves_nothing_the_rerun_trips_on(package, tmp_path, capsys):
+    """Issue 33: a SIGKILLed package left ten result files without systems/ or source, and the same
+    command was then refused ("already holds results")."""
+    out = tmp_path / "pkg"
+    argv = nyx_argv(package / BERT, out)
+    _killed_at_copy(argv, 20)
+    assert not (out / "NVIDIA").exists()  # nothing half-made where score would look
+    assert [p.name for p in out.iterdir()][0].startswith(".NVIDIA.tmp-")
+    assert pkg_mod.main(argv) == 0  # the same command: removes the dead build, makes the package
+    assert sorted(os.listdir(out)) == ["NVIDIA"]
+    assert len(list((out / "NVIDIA" / "results" / NYX / "bert").iterdir())) == 10
+    assert score.find_org(str(out)) == (str(out), "NVIDIA")
+    with pytest.raises(UserError, match="already holds a package of %s" % NYX):
+        pkg_mod.main(argv)  # a complete package is not replaced
+    # a second system into the same ORG/, killed while its pieces were moved in: the rerun redoes it
+    real_rename = os.rename
+    calls = []
+
+    def child_rename(a, b):
+        calls.append(b)
+        if len(calls) == 3:  # the implementation and the systems JSON moved in, not the results
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_rename(a, b)
+    second = [a.replace("--system=%s" % NYX, "--system=nyx2") for a in argv]
+    import multiprocessing
+    p = multiprocessing.get_context("fork").Process(target=lambda: (setattr(os, "rename", child_rename),
+                                                                    pkg_mod.main(second)))
+    p.start()
+    p.join(60)
+    assert p.exitcode == -signal.SIGKILL
+    assert (out / "NVIDIA" / "systems" / "nyx2.json").exists() and not (out / "NVIDIA" / "results" / "nyx2").exists()
+    assert pkg_mod.main(second) == 0
+    assert len(list((out / "NVIDIA" / "results" / "nyx2" / "bert").iterdir())) == 10
+    assert not [p for p in os.listdir(out / "NVIDIA") if p.startswith(".")]
+    assert sorted(os.listdir(out)) == ["NVIDIA"]
+
     argv = ["package", "--org=Org", "--system=sys", "--runs=%s" % two_runs, "--output=%s" % out]
     assert pkg_mod.main(argv) == 0
     system_json = out / "Org" / "systems" / "sys.json"

@@ -356,6 +356,78 @@ def division_of(records):
     return value if value in ("closed", "open") else None
 
 
+# A systems JSON's "status" (the system-description checker's choices) and the submission_status
+# values a log may carry for it (mllog's onprem/cloud/research; a Preview system is run on premises
+# or in a cloud before it ships).
+SYSTEM_STATUSES = {
+    "Available on-premise": ("onprem",),
+    "Available cloud": ("cloud",),
+    "Research, Development, or Internal (RDI)": ("research",),
+    "Preview": ("onprem", "cloud"),
+}
+# What a log says when nobody named the submitter or platform: our trainer's default, and the
+# placeholders of NVIDIA's scripts that some published logs still carry.
+PLACEHOLDERS = ("", "unknown")
+
+
+def placeholder(value):
+    return not isinstance(value, str) or value.strip().lower() in PLACEHOLDERS or "PLACEHOLDER" in value
+
+
+def identity_of(records):
+    """{org, platform, division, status} a log declares (its submission_* lines; None where the
+    line is missing or repeated with another value)."""
+    out = {}
+    for field in ("org", "platform", "division", "status"):
+        values = {json.dumps(r.value) for r in _find(records, "submission_" + field)}
+        out[field] = json.loads(values.pop()) if len(values) == 1 else None
+    return out
+
+
+def identity_problems(logs, org, division, status, platforms=None):
+    """Why the logs' declared identity disagrees with a package's: ``logs`` is [(name, records)];
+    ``org``: the package's submitter; ``division``/``status``: its systems JSON's; ``platforms``:
+    the names the logs' submission_platform may take (None: any, but one for all logs and not a
+    placeholder). One line per field and value, naming the logs."""
+    seen = collections.defaultdict(list)  # (field, value) -> log names
+    for name, records in logs:
+        ident = identity_of(records)
+        for field in ("org", "platform", "division", "status"):
+            seen[field, ident[field]].append(name)
+    allowed_status = SYSTEM_STATUSES.get(status, ())
+    problems = []
+    platforms_seen = sorted({v for (f, v) in seen if f == "platform"}, key=str)
+    for (field, value), names in sorted(seen.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        which = _names(names)
+        if value is None:
+            problems.append("%s: no single submission_%s line" % (which, field))
+        elif field == "org" and value != org:
+            problems.append("%s: submission_org %r, the package's submitter is %r (a log must name its"
+                            " submitter: runs made with SUBMISSION_ORG=%s)" % (which, value, org, org))
+        elif field == "division" and value != division:
+            problems.append("%s: submission_division %r, the systems JSON says %r" % (which, value, division))
+        elif field == "status" and value not in allowed_status:
+            problems.append("%s: submission_status %r, the systems JSON's status %r needs %s"
+                            % (which, value, status, " or ".join(repr(s) for s in allowed_status) or
+                               "one of %s" % ", ".join(repr(s) for s in SYSTEM_STATUSES)))
+        elif field == "platform" and placeholder(value):
+            problems.append("%s: submission_platform %r names no platform (runs made with"
+                            " SUBMISSION_PLATFORM=<the system>)" % (which, value))
+        elif field == "platform" and platforms is not None and value not in platforms:
+            problems.append("%s: submission_platform %r, the package's system is %s (--platform=%r if the"
+                            " logs name this system so)" % (which, value, " or ".join(repr(p) for p in platforms), value))
+    if len(platforms_seen) > 1 and None not in platforms_seen:
+        problems.append("the logs name %d platforms (%s): a package holds the runs of one system"
+                        % (len(platforms_seen), ", ".join(repr(p) for p in platforms_seen)))
+    return problems
+
+
+def _names(names):
+    names = [os.path.basename(n) for n in names]
+    return names[0] if len(names) == 1 else "%d logs (%s)" % (
+        len(names), ", ".join(names) if len(names) <= 3 else "%s ... %s" % (names[0], names[-1]))
+
+
 def bert_rules(records):
     """All BERT rules on parsed records, in a fixed order."""
     division = division_of(records)

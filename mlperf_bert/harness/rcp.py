@@ -7,7 +7,7 @@ count micro-steps (``--num_train_steps``, ``--num_warmup_steps``, ``--start_warm
 them in updates again (docs/training.md). n is the smallest accumulation that splits the global
 batch into whole per-GPU batches of at most ``max_per_gpu``.
 
-``python -m mlperf_bert.harness.rcp --batch_size=3072 --world=8 [--max_per_gpu=48]`` prints the
+``python -m mlperf_bert.harness.rcp --batch_size=3072 --world=8 [--max_per_gpu=129]`` prints the
 preset as bash assignments (train_model.sh evaluates them); ``--list --world=8`` each RCP's
 per-GPU batch and accumulation on that many GPUs.
 """
@@ -18,6 +18,7 @@ import shlex
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
+from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH
 
 
 def rcp_file():
@@ -29,6 +30,13 @@ def load_rcps():
     """{global batch size: hyperparameters} of every BERT RCP."""
     with open(rcp_file()) as f:
         return {int(v["BS"]): v["Hyperparams"] for v in json.load(f).values()}
+
+
+def samples_to_converge():
+    """{global batch size: the mean of its RCP runs' samples to converge} ("Epochs to converge",
+    which counts samples for BERT)."""
+    with open(rcp_file()) as f:
+        return {int(v["BS"]): sum(v["Epochs to converge"]) / len(v["Epochs to converge"]) for v in json.load(f).values()}
 
 
 def rcp_entry(batch_size):
@@ -47,7 +55,7 @@ def accumulation(batch_size, world, max_per_gpu):
                     % (batch_size, world))
 
 
-def preset_flags(batch_size, world, max_per_gpu=48):
+def preset_flags(batch_size, world, max_per_gpu=MAX_PER_GPU_BATCH):
     """The trainer flags of the RCP of ``batch_size`` on ``world`` GPUs."""
     rcps = load_rcps()
     if batch_size not in rcps:
@@ -75,7 +83,8 @@ def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_integer("batch_size", None, "global batch of the RCP", flag_values=fv)
     flags.DEFINE_integer("world", 1, "GPUs in all (NUM_GPUS x NNODES)", flag_values=fv)
-    flags.DEFINE_integer("max_per_gpu", 48, "largest per-GPU micro-batch", flag_values=fv)
+    flags.DEFINE_integer("max_per_gpu", MAX_PER_GPU_BATCH, "largest per-GPU micro-batch (trainer/memory_plan.py)",
+                         flag_values=fv)
     flags.DEFINE_bool("list", False, "print 'rcp_<B> <per-GPU batch> <accumulation>' for every RCP on --world "
                       "GPUs instead (train_model.sh --help shows them)", flag_values=fv)
     flags.parse(fv, argv, positional=False)

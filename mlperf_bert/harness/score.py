@@ -5,9 +5,12 @@ checker (compliance of every log, seeds, RCP check with its scaling factor) and 
 summarizer (olympic mean of the run times, times the scaling factor), training ruleset 5.0.0,
 the last with BERT. Each run's log also goes through check-log (the official checker and the
 BERT rules): a log that breaks the rules, or more than one run that did not converge, leaves the
-submission without a score whatever the official tools say. Prints per run: seed, samples to
-converge, minutes, status, check-log verdict; then the submission's verdict, RCP check, scaling
-factor and time to train (or why there is none). Exit 1 when the package fails.
+submission without a score whatever the official tools say; so does a systems JSON that is not a
+JSON object with the required fields and ORG as submitter, or a log whose submission_org, division
+or status disagrees with the package and its systems JSON (``identity_reasons``). Prints per run:
+seed, samples to converge, minutes, status, check-log verdict; then the submission's verdict, RCP
+check, scaling factor and time to train (or each reason there is none, one a line). Exit 1 when
+the package fails.
 The package is only read: plots go beside it or to --plots_dir.
 """
 import errno
@@ -24,8 +27,9 @@ import tempfile
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, die_with_parent
 from mlperf_bert.fileio import pid_alive, atomic_path
-from mlperf_bert.harness.compliance import (FAIL, RULESET, check_log, division_of, read_log, samples_of,
-                                            target_of, worst_level)
+from mlperf_bert.harness.compliance import (FAIL, RULESET, check_log, division_of, identity_problems, read_log,
+                                            samples_of, target_of, worst_level)
+from mlperf_bert.harness.package import load_system_json, system_json_problems
 from mlperf_bert.harness.plot import check_output, curves
 
 _OK = "PACKAGE CHECKER FOUND NO ERRORS"
@@ -43,7 +47,8 @@ def find_org(package):
     if os.path.isdir(os.path.join(package, "results")) and os.path.isdir(os.path.join(package, "systems")):
         return os.path.dirname(package), os.path.basename(package)
     try:
-        orgs = [d for d in sorted(os.listdir(package)) if os.path.isdir(os.path.join(package, d, "results"))]
+        orgs = [d for d in sorted(os.listdir(package)) if os.path.isdir(os.path.join(package, d, "results"))
+                and not d.startswith(".")]  # .ORG.tmp-PID: a package being built, or killed while it was
     except OSError as e:
         raise UserError("cannot read package %s: %s" % (package, e.strerror))
     if len(orgs) != 1:
@@ -165,6 +170,7 @@ def score(package):
                 rows = json.load(f)
             summary = next((r for r in rows if r.get("bert:time_to_train") is not None), rows[0] if rows else {})
     runs, verdicts, evals, divisions, targets = [], [], {}, set(), set()
+    parsed = {}  # system -> [(log, records)]
     for p in logs:
         rel = os.path.relpath(p, root)
         try:
@@ -173,6 +179,7 @@ def score(package):
             verdicts.append((FAIL, "invalid", str(e)))
             runs.append((rel, None, None, None, None))
             continue
+        parsed.setdefault(rel.split(os.sep)[2], []).append((p, records))
         row = (rel,) + run_summary(records)
         verdicts.append(run_verdict(p, row[4]))
         runs.append(row)
@@ -182,7 +189,11 @@ def score(package):
     division = divisions.pop() if len(divisions) == 1 else None
     reasons = []
     if not ok:
-        reasons.append("the official package checker failed")
+        last = [l for l in checker.splitlines() if l.strip()][-1:] or ["no output"]
+        reasons.append("the official package checker failed (%s)" % (
+            "its %d ERROR line%s above" % (len(errors), "s" if len(errors) > 1 else "") if errors
+            else "no ERROR line; its last line: %s" % last[0].strip()))
+    reasons += identity_reasons(root, org, parsed)
     invalid = [(r[0], v[2]) for r, v in zip(runs, verdicts) if v[1] == "invalid"]
     if invalid:
         name, why = invalid[0]
@@ -193,7 +204,7 @@ def score(package):
     if not_converged > 1:
         reasons.append("%d runs did not converge (a submission may drop one)" % not_converged)
     if not runs:
-        reasons.append("no result_*.txt logs")
+        reasons.append("%s holds no results/<system>/bert/result_*.txt logs" % os.path.join(root, org))
     time_to_train = summary.get("bert:time_to_train")
     if not reasons and time_to_train is None:
         reasons.append("the result summarizer gave no time to train")
@@ -226,6 +237,31 @@ def plot_title(s):
     system = s.get("system") or next((r[0].split(os.sep)[2] for r in s["runs"] if r[0].count(os.sep) >= 3), "?")
     return "%s, %s division: %d runs, submission %s" % (system, s.get("division") or "unknown", len(s["runs"]),
                                                        s["verdict"].upper())
+
+
+def identity_reasons(root, org, parsed):
+    """Why a package's systems JSONs or its logs' declared identity fail: for each system under
+    results/, its systems/<system>.json must be a JSON object with every field the official checker
+    requires, name ORG as submitter, and agree with every log's submission_org, division and status;
+    the logs must name one platform, not a placeholder. (Published packages name the platform freely,
+    e.g. NVIDIA's "1xNVIDIA HGX B200" for system "Nyx (1x NVIDIA DGX B200)": it is not compared with
+    the system's name here; ``package`` does compare it.)"""
+    reasons = []
+    systems = sorted(set(parsed) | {d for d in os.listdir(os.path.join(root, org, "results"))
+                                    if os.path.isdir(os.path.join(root, org, "results", d))})
+    for system in systems:
+        rel = os.path.join(org, "systems", system + ".json")
+        try:
+            desc = load_system_json(os.path.join(root, rel))
+        except UserError as e:
+            reasons.append(str(e))
+            continue
+        reasons += system_json_problems(desc, rel)
+        if desc.get("submitter") != org:
+            reasons.append("%s: submitter %r, the package's org folder is %r" % (rel, desc.get("submitter"), org))
+        reasons += [("%s: %s" % (system, p) if len(systems) > 1 else p)
+                    for p in identity_problems(parsed.get(system, []), org, desc.get("division"), desc.get("status"))]
+    return reasons
 
 
 def rcp_line(s):
@@ -322,7 +358,9 @@ def main(argv):
     if s["verdict"] == "pass":
         print("time to train: %s minutes" % s["time_to_train_min"])
     else:
-        print("time to train: none: %s" % "; ".join(s["reasons"]))
+        print("time to train: none:")
+        for reason in s["reasons"]:
+            print("  " + reason)
     print("submission: %s" % s["verdict"].upper())
     if paths and s["runs"]:
         print("plots: %s" % ", ".join(plot(s, paths)))

@@ -91,6 +91,9 @@ def define_flags():
                       flag_values=fv)
     S("submission_org", "unknown", "MLPerf submitter.", flag_values=fv)
     S("submission_platform", "unknown", "MLPerf platform.", flag_values=fv)
+    flags.DEFINE_enum("submission_status", "onprem", ["onprem", "cloud", "research"], "MLPerf system status"
+                      " (package's --status: onprem for 'Available on-premise', cloud for 'Available cloud',"
+                      " research for RDI).", flag_values=fv)
     flags.DEFINE_enum("dtype", "fp32", ["fp32", "bf16"], "Compute dtype (bf16: autocast).",
                       flag_values=fv)
     flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"], "auto: cuda if available.",
@@ -289,7 +292,7 @@ def run(fv, stop, locks):
         # start_training.sh drops the page cache when it may and says so; run directly, nothing was.
         log.event(C.CACHE_CLEAR, os.environ.get("MLPERF_CACHE_CLEARED", "False") in ("True", "true", "1"))
         log.start(C.INIT_START)
-        log.submission(fv.submission_division, fv.submission_org, fv.submission_platform)
+        log.submission(fv.submission_division, fv.submission_org, fv.submission_platform, fv.submission_status)
         n = fv.steps_per_update
         updates = lambda steps: steps // n if steps % n == 0 else steps / n  # noqa: E731
         log.hyperparameters(global_batch, fv.learning_rate, 10.0 ** fv.log_epsilon, updates(fv.num_train_steps),

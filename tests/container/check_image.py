@@ -37,6 +37,8 @@ TRAIN_FLAGS = ["--preset=demo_cpu", "--device=cpu", "--max_samples_termination=7
 LAST_STEP = 48
 STOP_AFTER = "model.ckpt-16.pt"  # in run_1: docker stop once it exists (a third of the way in)
 STOP_TIMEOUT = "300"  # docker stop -t, as the README and docs/running.md advise
+# Who the runs are for: every log names them, and package checks them against the package's.
+SUBMITTER = ["SUBMISSION_ORG=ContainerTest", "SUBMISSION_PLATFORM=cpu_container", "SUBMISSION_STATUS=research"]
 
 
 class Failed(Exception):
@@ -157,7 +159,7 @@ def entrypoint():
 
 def series(data, out, user, name=None):
     return docker_run(*TRAIN_FLAGS, user=user, name=name, mounts=[(data, "/data:ro"), (out, "/output")],
-                      env=["DATA_DIR=/data", "NUM_RUNS=2", "SEED=100", "OMP_NUM_THREADS=1"])
+                      env=["DATA_DIR=/data", "NUM_RUNS=2", "SEED=100", "OMP_NUM_THREADS=1"] + SUBMITTER)
 
 
 @step("training series, uninterrupted (NUM_RUNS=2, data read-only)")
@@ -233,9 +235,23 @@ def _equal(a, b):
 
 @step("package and score in the image")
 def package_and_score(full, user):
+    import json
+    from mlperf_bert.harness.package import source_files
     mounts = [(full, "/output")]
+    with open(os.path.join(full, "cpu_container.json"), "w") as f:  # the submitter's description
+        json.dump({"system_name": "cpu_container", "number_of_nodes": "1", "host_processors_per_node": "1",
+                   "host_processor_model_name": "the test host's CPU", "host_processor_core_count": "1",
+                   "accelerators_per_node": "0", "accelerator_model_name": "none (CPU)", "framework": "PyTorch",
+                   "operating_system": "Debian 12 (the image)"}, f)
     run(docker_run("python", "-m", "mlperf_bert", "package", "--org=ContainerTest", "--system=cpu_container",
-                   "--runs=/output", "--output=/output/package", user=user, mounts=mounts), tail=6)
+                   "--runs=/output", "--output=/output/package", "--system_json=/output/cpu_container.json",
+                   "--status=Research, Development, or Internal (RDI)", user=user, mounts=mounts), tail=6)
+    # the image has no .git and no git: the implementation is still every file of MANIFEST.txt
+    impl = os.path.join(full, "package", "ContainerTest", "benchmarks", "bert", "implementations", "cpu_container")
+    copied = sorted(os.path.relpath(os.path.join(d, n), impl) for d, _, names in os.walk(impl) for n in names)
+    if copied != sorted(source_files()):
+        raise Failed("the package made in the image holds %d files, MANIFEST.txt lists %d (%s missing)" % (
+            len(copied), len(source_files()), ", ".join(sorted(set(source_files()) - set(copied))[:5])))
     # two runs: the official package checker wants ten for BERT, so the verdict is a fail that says why
     status, text = run(docker_run("python", "-m", "mlperf_bert", "score", "/output/package", user=user,
                                   mounts=mounts), expect=None, tail=20)

@@ -377,19 +377,6 @@ def test_package_killed_midway_leaves_nothing_the_rerun_trips_on(package, tmp_pa
     assert not [p for p in os.listdir(out / "NVIDIA") if p.startswith(".")]
     assert sorted(os.listdir(out)) == ["NVIDIA"]
 
-    argv = ["package", "--org=Org", "--system=sys", "--runs=%s" % two_runs, "--output=%s" % out]
-    assert pkg_mod.main(argv) == 0
-    system_json = out / "Org" / "systems" / "sys.json"
-    filled = json.loads(system_json.read_text())
-    filled["cooling"] = "air, filled in by hand"
-    system_json.write_text(json.dumps(filled))
-    for log in (out / "Org" / "results" / "sys" / "bert").iterdir():
-        log.unlink()  # the user redoes the results with other runs
-    capsys.readouterr()
-    assert pkg_mod.main(argv) == 0
-    assert json.loads(system_json.read_text())["cooling"] == "air, filled in by hand"
-    assert "kept the existing Org/systems/sys.json" in capsys.readouterr().out
-
 
 def _summary(seeds):
     """A score() result for runs of the real nyx package's shape, with these seeds."""

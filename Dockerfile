@@ -1,7 +1,7 @@
 # MLPerf BERT pre-training (PyTorch) on NVIDIA GPUs; docs/running.md says what is inside and why.
 #   docker build -t mlperf-bert .
 #   docker run --rm --gpus all --ipc=host -v /data/bert:/data:ro -v "$PWD/out":/output \
-#     -e DATA_DIR=/data/tfrecords -e INIT_CHECKPOINT=/data/phase1/model.ckpt-28252 mlperf-bert [--flag=value ...]
+#     -e DATA_DIR=/data/tfrecords -e INIT_CHECKPOINT=/data/tf1_ckpt/model.ckpt-28252 mlperf-bert [--flag=value ...]
 #   docker run --rm -v "$PWD/out":/output mlperf-bert                    # no DATA_DIR: the CPU demo
 #   docker run --rm -v "$PWD/out":/output mlperf-bert python -m mlperf_bert score /output/package
 #

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The container's root process: a timed MLPerf run, like the reference's run_and_time.sh.
 #
-# Prints STARTING TIMING RUN AT, drops the page cache when asked and allowed (DROP_CACHES=1, set
-# by the image, and a writable /proc/sys/vm/drop_caches, i.e. --privileged; never by default on a
-# shared host) and logs `cache_clear` either way, runs train_model.sh with the arguments. A run
+# Prints STARTING TIMING RUN AT, drops the page cache where it can (root with a writable
+# /proc/sys/vm/drop_caches: in a container --privileged) and says so in one line, the trainer
+# logging `cache_clear` true only after a drop that succeeded; runs train_model.sh with the arguments. A run
 # that finishes: ENDING TIMING RUN AT, RESULT,bert,<seed>,<seconds>,<user>,<start>, then
 # `check-log $LOGDIR/mlperf.log`. A run stopped by SIGTERM/SIGINT (docker stop, a scheduler, Ctrl-C;
 # forwarded so the trainer checkpoints) or one that fails: one line saying so, which checkpoint
@@ -17,8 +17,9 @@
 # PYTHON), plus
 #   SEED           the trainer's --seed, a decimal number; NUM_RUNS: run i gets SEED+i
 #                  [the trainer's: random, logged and kept in its checkpoints]
-#   DROP_CACHES    1 = drop the page cache before the run (root and --privileged)
-#                  [1 in the container image, 0 elsewhere]
+#   DROP_CACHES    auto = drop the page cache before each run when root (sync; echo 3 >
+#                  /proc/sys/vm/drop_caches), 1 = try even when not root, 0 = never (a shared
+#                  host whose cache must stay)                                [auto; 1 in the image]
 #   CHECK_LOG      1 = run the log checker after a finished run                [1]
 #   NUM_RUNS       runs in a row, each in $OUTPUT_DIR/run_N with its own seed, its log kept as
 #                  $LOGDIR/result_N.txt (a submission has 10); a rerun skips finished runs and
@@ -42,7 +43,8 @@ for arg in "$@"; do
     *) die "unexpected argument '$arg': pass trainer flags as --name=value (settings as environment variables, see --help)" ;;
   esac
 done
-case "${DROP_CACHES:-0}" in 0|1) ;; *) die "DROP_CACHES=$DROP_CACHES must be 0 or 1" ;; esac
+case "${DROP_CACHES:=auto}" in 0|1|auto) ;; *) die "DROP_CACHES=$DROP_CACHES must be 0, 1 or auto" ;; esac
+DROP_CACHES_FILE="${MLPERF_DROP_CACHES_FILE:-/proc/sys/vm/drop_caches}"  # another file: the tests only
 # Decimal whole numbers (bash would read 010 as octal and fail on 08 or abc).
 [[ "${NUM_RUNS:=1}" =~ ^[0-9]{1,9}$ ]] && (( 10#$NUM_RUNS >= 1 )) || die "NUM_RUNS=$NUM_RUNS must be a whole number >= 1"
 NUM_RUNS=$((10#$NUM_RUNS))
@@ -65,6 +67,12 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   echo "$ME: DATA_DIR is not set: running the built-in demo (python -m mlperf_bert demo)"
   cd "$HERE" || exit 2
   exec "$PYTHON" -m mlperf_bert demo "--output_dir=$OUTPUT_DIR/demo"
+fi
+
+# The settings (preset, environment, a closed run's INIT_CHECKPOINT) checked once, before the first
+# timed run: a mistake is train_model.sh's one error line, not a started and failed run.
+if [[ -z "${TRAIN_MODEL:-}" ]]; then
+  CHECK_ONLY=1 "$HERE/train_model.sh" "$@" || exit 2
 fi
 
 # SIGTERM/SIGINT go on to the trainer as SIGTERM (it checkpoints only on SIGTERM, and a background
@@ -124,15 +132,19 @@ run_one() {
   start_fmt=$(date +'%Y-%m-%d %r')
   echo "STARTING TIMING RUN AT $start_fmt"
 
+  # The trainer logs cache_clear (first line of its log) true only when MLPERF_CACHE_CLEARED says
+  # that this drop succeeded.
   local cleared=False
-  if [[ "${DROP_CACHES:-0}" == 1 ]]; then
-    if sync && { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
-      cleared=True
-    else
-      echo "$ME: cannot drop the page cache (run the container with --privileged); logging cache_clear=False"
-    fi
+  if [[ "$DROP_CACHES" == 0 ]]; then
+    :  # asked for: nothing to say
+  elif [[ "$DROP_CACHES" == auto && "$(id -u)" != 0 ]]; then
+    echo "$ME: not root: the page cache is not dropped (run as root; a container with --privileged); logging cache_clear=False"
+  elif sync && { echo 3 > "$DROP_CACHES_FILE"; } 2>/dev/null; then
+    cleared=True
+    echo "$ME: dropped the page cache (sync; echo 3 > $DROP_CACHES_FILE); logging cache_clear=True"
+  else
+    echo "$ME: cannot drop the page cache ($DROP_CACHES_FILE is not writable: run the container with --privileged); logging cache_clear=False"
   fi
-  # The trainer logs cache_clear (first line of its log) from MLPERF_CACHE_CLEARED.
   OUTPUT_DIR="$dir" LOGDIR="$logdir" SEED="$seed" MLPERF_CACHE_CLEARED=$cleared \
     "${TRAIN_MODEL:-$HERE/train_model.sh}" "$@" &
   child=$!

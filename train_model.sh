@@ -17,16 +17,20 @@
 #                   without it shows the placeholder /DATA_DIR-not-set]
 #   INPUT_FILES     training files, comma list/glob                              [$DATA_DIR/part-*]
 #   EVAL_FILE       online eval set                                              [$DATA_DIR/eval_10k]
-#   INIT_CHECKPOINT TF checkpoint prefix or .pt to start from                    [none]
+#   INIT_CHECKPOINT TF checkpoint prefix or .pt to start from; closed-division   [none; required
+#                   presets need the phase-1 model.ckpt-28252 (a run without it is refused) when closed]
 #   BERT_CONFIG     bert_config.json                                             [the preset's]
 #   OUTPUT_DIR      checkpoints                                                  [./output]
 #   LOGDIR          where mlperf.log goes                                        [$OUTPUT_DIR]
-#   NUM_GPUS        processes per node                                           [the preset's]
+#   NUM_GPUS        processes per node: at most the GPUs present (without one,   [the preset's]
+#                   or with --device=cpu, the CPU cores)
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT  multi-node rendezvous           [1, 0, 127.0.0.1, 29500]
 #   SEED            --seed for the trainer                                       [trainer default]
 #   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults]
 #   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
 #   DRY_RUN=1       print the command instead of running it (same as --dry_run)
+#   CHECK_ONLY=1    check the settings (an error line, status 2) and run nothing: start_training.sh
+#                   does so before its first run
 #   --help          print this and the presets, and exit
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -92,9 +96,13 @@ preset_table() {  # NODES MAX_PER_GPU: preset_line of every preset
     echo "  $(rcp_presets)"
   fi
 }
-int_env() {  # NAME MIN: the variable must be a whole number >= MIN
-  local v="${!1}"
-  [[ "$v" =~ ^[0-9]+$ ]] && (( v >= $2 )) || die "$1=$v is not a whole number >= $2: fix the environment setting"
+int_env() {  # NAME MIN: the variable must be a whole number >= MIN; set to it in decimal (08 is 8)
+  local v="${!1}" n
+  [[ "$v" =~ ^[0-9]+$ ]] || die "$1=$v is not a whole number >= $2: fix the environment setting"
+  [[ "${v#"${v%%[!0]*}"}" =~ ^[0-9]{0,9}$ ]] || die "$1=$v is too large: fix the environment setting"
+  n=$((10#$v))  # bash reads a leading 0 as octal
+  (( n >= $2 )) || die "$1=$v is not a whole number >= $2: fix the environment setting"
+  printf -v "$1" '%d' "$n"
 }
 
 PRESET="${PRESET:-reference_gpu}"
@@ -181,6 +189,23 @@ for f in "${flags[@]}" "${PRESET_FLAGS[@]}"; do
   overridden "$f" || kept+=("$f")
 done
 
+# A closed-division run starts from the reference's phase-1 checkpoint (the trainer refuses it
+# too; said here, before a launcher starts). --dry_run shows a marked placeholder instead.
+given() {  # NAME: whether the trainer gets --NAME=... or --NAME
+  local a
+  for a in "${kept[@]}" "${overrides[@]+"${overrides[@]}"}"; do [[ "$a" == "--$1" || "$a" == "--$1="* ]] && return 0; done
+  return 1
+}
+if given do_train && given submission_division=closed && ! given init_checkpoint; then
+  if [[ "$DRY_RUN" == 1 ]]; then
+    kept+=("--init_checkpoint=/INIT_CHECKPOINT-not-set")
+    echo "train_model.sh: INIT_CHECKPOINT is not set: the command shows /INIT_CHECKPOINT-not-set in its place" >&2
+  else
+    die "this run (preset $PRESET) is closed division, which starts from the reference's phase-1 checkpoint: download tf1_ckpt/model.ckpt-28252.* (the MLCommons BERT files, README 'From text to verified TFRecords'), check it with \`python -m mlperf_bert verify DIR/tf1_ckpt\` and set INIT_CHECKPOINT=DIR/tf1_ckpt/model.ckpt-28252, or pass --submission_division=open"
+  fi
+fi
+[[ "${CHECK_ONLY:-0}" == 1 ]] && exit 0  # start_training.sh: the settings are checked, nothing is run
+
 if (( NUM_GPUS * NNODES == 1 )); then
   # one process: no launcher between the user and the trainer's own error line and exit status
   cmd=("$PYTHON" "$HERE/run_pretraining.py" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}")
@@ -224,6 +249,24 @@ if [[ "$micro" =~ ^[0-9]+$ && "$accum" =~ ^[0-9]+$ ]] && (( micro % gpus == 0 &&
         break
       fi
     done
+  fi
+fi
+
+# Processes per node against what this host has (not for --dry_run: a command to read, maybe for
+# another host): GPUs as torch counts them; without one, the trainer runs on the CPU, where more
+# processes than cores only slow each other down.
+if [[ "$DRY_RUN" != 1 ]] && (( NUM_GPUS > 1 )); then
+  device="$(flag_value device auto)"
+  found=0
+  if [[ "$device" != cpu ]]; then
+    found="$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null)" || found=0
+  fi
+  if (( found > 0 )); then
+    (( NUM_GPUS <= found )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has $found GPU(s) (torch.cuda.device_count()): set NUM_GPUS=$found or fewer"
+  elif [[ "$device" != cuda ]]; then  # --device=cuda without a GPU: the trainer says so
+    # the cores this process may run on (nproc would report OMP_NUM_THREADS instead when it is set)
+    cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"
+    (( NUM_GPUS <= cores )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has no GPU and $cores CPU cores (nproc), one process each at most: set NUM_GPUS=$cores or fewer"
   fi
 fi
 

@@ -3,6 +3,10 @@
 Usage: .venv/bin/python bench/train_throughput.py --bert_config_file=CONFIG --max_seq_length=128
          --max_predictions_per_seq=20 --train_batch_size=8 --steps=10 [--dtype=bf16] [--device=cuda]
          [--input_file=TFRECORDS [--packed | --compare_packed]] [--compile | --compare_compile]
+--levers=LIST (comma-separated: fused_update, bf16_weights, fp8, cuda_graphs; or all) times the
+trainer's own step (training.Trainer, at this --dtype and --compile) plain and with each lever
+(trainer/levers.py), then with all those this device and dtype take, in alternation, and prints
+each one's ratio to the plain step; a lever refused is skipped with its one-line reason.
 Without --input_file the batches are synthetic (random ids, masked positions and labels).
 --packed packs the input itself (the ``pack`` command's code, to a temporary directory) and
 times steps of --train_batch_size packed rows; --compare_packed times unpacked and packed in
@@ -25,7 +29,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mlperf_bert.trainer import loader, training  # noqa: E402
+from mlperf_bert.trainer import loader, preflight, training  # noqa: E402
 from mlperf_bert import flags
 from mlperf_bert.trainer.accumulation import GradientAccumulator  # noqa: E402
 from mlperf_bert.trainer.config import BertConfig  # noqa: E402
@@ -60,6 +64,21 @@ def ours(cfg, device, autocast, compile=False):
         out.loss.backward()
         acc.after_backward(i)
     return model, step
+
+
+LEVERS = ("fused_update", "bf16_weights", "fp8", "cuda_graphs")
+
+
+def trainer_step(config_file, cfg, device, dtype, compile, levers):
+    """The trainer's step (training.Trainer) with the flags --``levers``; UserError if refused."""
+    fv = training.define_flags()
+    flags.parse(fv, ["train_throughput", "--bert_config_file=" + config_file, "--input_file=unused",
+                     "--output_dir=unused", "--do_train", "--optimizer=lamb", "--learning_rate=1e-4",
+                     "--dtype=" + dtype, "--%scompile" % ("" if compile else "no")] + ["--" + x for x in levers],
+                required=[])
+    preflight.check_flags(fv)
+    trainer = training.Trainer(fv, cfg, device, 0, 1, seed=0)
+    return trainer.model, lambda batch, i: trainer.step(batch, i)
 
 
 def packed_batches(files, seq, pred, rows, n):
@@ -144,7 +163,13 @@ def main(argv):
                       flag_values=fv)
     flags.DEFINE_bool("compile", False, "time the torch.compile'd model", flag_values=fv)
     flags.DEFINE_bool("compare_compile", False, "time eager and compiled side by side", flag_values=fv)
+    flags.DEFINE_list("levers", [], "time the trainer's step plain and with each of these levers (%s, or all)"
+                      % ", ".join(LEVERS), flag_values=fv)
     flags.parse(fv, argv, required=["bert_config_file"])
+    levers = list(LEVERS) if fv.levers == ["all"] else fv.levers
+    if set(levers) - set(LEVERS):
+        raise UserError("--levers: unknown %s; choose from %s, or all"
+                        % (", ".join(sorted(set(levers) - set(LEVERS))), ", ".join(LEVERS)))
     if (fv.packed or fv.compare_packed) and not fv.input_file:
         raise UserError("--packed and --compare_packed need --input_file=TFRECORDS (real sequences to pack)")
     cfg = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
@@ -167,14 +192,31 @@ def main(argv):
         inputs[name] = ([{k: v.to(device) for k, v in x.items()} for x in cpu_batches], counts)
     modes = [False, True] if fv.compare_compile else [fv.compile]
     contenders = []  # (name, step, input)
-    for compiled in modes:
-        model, step = ours(cfg, device, autocast, compiled)
-        for name in inputs:
-            contenders.append(("ours" + ("_compiled" if compiled else "") + ("_packed" if name == "packed" else ""),
-                               step, name))
+    if levers:  # the trainer's step, plain and with each lever, on the first input
+        first = next(iter(inputs))
+        accepted = []
+        for on in [[]] + [[x] for x in levers] + [None]:
+            if on is None:  # all the levers this device and dtype took, together
+                if len(accepted) < 2:
+                    break
+                on = accepted
+            name = "trainer" + "".join("+" + x for x in on) if len(on) < 2 else "trainer+all"
+            try:
+                model, step = trainer_step(fv.bert_config_file, cfg, device, fv.dtype, fv.compile, on)
+            except UserError as e:
+                print("%-22s skipped: %s" % (name, e))
+                continue
+            accepted += on if len(on) == 1 else []
+            contenders.append((name, step, first))
+    else:
+        for compiled in modes:
+            model, step = ours(cfg, device, autocast, compiled)
+            for name in inputs:
+                contenders.append(("ours" + ("_compiled" if compiled else "") + ("_packed" if name == "packed" else ""),
+                                   step, name))
     n_params = sum(p.numel() for p in model.parameters())
     try:
-        if fv.compare and "unpacked" in inputs:
+        if fv.compare and "unpacked" in inputs and not levers:
             contenders.append(("huggingface", huggingface(cfg, device, autocast)[1], "unpacked"))
     except ImportError:
         pass
@@ -184,7 +226,8 @@ def main(argv):
         for name, fn, inp in contenders:
             if kind == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            times[name].append(timed(fn, inputs[inp][0], device, fv.steps, warmup=2 if "compiled" in name else 1))
+            compiling = "compiled" in name or (levers and (fv.compile or "fused_update" in name or name.endswith("all")))
+            times[name].append(timed(fn, inputs[inp][0], device, fv.steps, warmup=2 if compiling else 1))
             if kind == "cuda":
                 peak[name] = max(peak.get(name, 0), torch.cuda.max_memory_allocated())
     result = {"device": torch.cuda.get_device_name() if kind == "cuda" else "cpu (%d threads)"

@@ -35,12 +35,21 @@ def _exit_quietly(signum, frame):
     sys.exit(143)
 
 
+def _exit_now(signum, frame):
+    os._exit(143)
+
+
 def init_worker(parent_pid):
     """Pool initializer: SIGTERM ends the worker quietly after its atomic writer removed its
     temporary, and the death of the parent (even by SIGKILL) sends it SIGTERM (Linux), so no
     worker goes on writing into an output directory after its command ended."""
+    from multiprocessing import util
     signal.signal(signal.SIGTERM, _exit_quietly)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which ends the pool
+    # Once its task loop has ended (the first thing its exit runs), a SIGTERM (pool.terminate()
+    # after an error can reach a worker already leaving) ends it at once: raised in an atexit
+    # callback of a spawned worker, SystemExit was printed as "Exception ignored in atexit callback".
+    util.Finalize(None, signal.signal, (signal.SIGTERM, _exit_now), exitpriority=1000)
     die_with_parent(parent_pid, signal.SIGTERM, 143)
 
 

@@ -119,6 +119,23 @@ def same_file(a, b):
         return False
 
 
+def refuse_repeated_files(files, what):
+    """UserError when ``files`` names one file twice (the same path, a symlink or hard link, ``..``):
+    it would be read twice (or written over by itself)."""
+    seen = {}
+    for f in files:
+        try:
+            st = os.stat(f)
+            key = (st.st_dev, st.st_ino)
+        except OSError:
+            key = os.path.realpath(f)
+        if key in seen:
+            if seen[key] == f:
+                raise UserError("%s names %s twice: give each file once" % (what, f))
+            raise UserError("%s names one file twice: %s and %s: give each file once" % (what, seen[key], f))
+        seen[key] = f
+
+
 def refuse_overwriting_inputs(outputs, inputs, what="output"):
     """UserError when an output would replace one of the inputs (compared by real path)."""
     for out in outputs:

@@ -453,6 +453,43 @@ def test_dataset_md_lists_the_sizes_and_md5s_of_results():
     assert {name: (int(size.replace(",", "")), md5) for name, size, md5 in rows} == _results_table()
 
 
+def test_the_readme_reference_gpu_command_is_the_presets():
+    """Issue 33 (1): README's run_pretraining.py closed command said --train_batch_size=192 while the
+    reference_gpu preset (the reference's 8-GPU command) says 24: every hyperparameter the preset
+    sets is the README command's, and the command starts from the phase-1 checkpoint."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    cmds = [line for _, block in _snippets("README.md", inline=False) for line in _logical_lines(block)
+            if "run_pretraining.py" in line and "--do_train" in line and "--submission_division=closed" in line]
+    assert len(cmds) == 1, cmds
+    readme = dict(t[2:].partition("=")[::2] for t in shlex.split(cmds[0]) if t.startswith("--"))
+    env = dict(os.environ, DATA_DIR="/d", INIT_CHECKPOINT="/c", PYTHON=sys.executable)
+    out = subprocess.run(["bash", os.path.join(ROOT, "train_model.sh"), "--preset=reference_gpu", "--dry_run"],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    tokens = shlex.split(out)
+    preset = dict(t[2:].partition("=")[::2] for t in tokens[tokens.index(next(t for t in tokens
+                  if t.endswith("run_pretraining.py"))) + 1:] if t.startswith("--"))
+    paths = {"bert_config_file", "input_file", "eval_input_file", "output_dir", "mlperf_log", "init_checkpoint",
+             "target_mlm_accuracy"}  # target: the closed default, which the README command leaves as it is
+    assert {k: v for k, v in preset.items() if k not in paths} == {k: v for k, v in readme.items() if k in preset
+                                                                   and k not in paths}
+    assert "reference_gpu` | the reference 8-GPU command: BERT-Large, seq 512/76, batch %s," % preset[
+        "train_batch_size"] in text
+    assert readme["init_checkpoint"] == "tf1_ckpt/model.ckpt-28252"
+
+
+def test_the_phase1_checkpoint_has_one_place_in_the_docs():
+    """Issue 33 (9): the phase-1 checkpoint was /data/phase1/model.ckpt-28252 in one README section
+    and tf1_ckpt/ in the others: every path to it names the folder the MLCommons files give it."""
+    found, other = 0, []
+    for path in DOCS + ["Dockerfile", "examples/slurm_multinode.sbatch", "train_model.sh", "start_training.sh"]:
+        for n, line in enumerate(open(os.path.join(ROOT, path), encoding="utf-8"), 1):
+            for folder in re.findall(r"([\w.$-]*)/model\.ckpt-28252", line):
+                found += 1
+                if folder not in ("tf1_ckpt", "tf2_ckpt", "gradacc"):  # gradacc/: checkpoint_add_gradacc's output
+                    other.append("%s:%d: %s/model.ckpt-28252" % (path, n, folder))
+    assert found > 10 and not other, other
+
+
 # ---- help lines against what the commands do -----------------------------------------------------
 
 def _help_defaults(text):

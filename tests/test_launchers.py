@@ -1,4 +1,5 @@
 """train_model.sh / start_training.sh / Dockerfile: what the image runs, tested outside Docker."""
+import contextlib
 import os
 import re
 import shlex
@@ -30,8 +31,10 @@ PER_UPDATE = {"train_batch_size": 1, "num_train_steps": -1, "num_warmup_steps": 
 
 
 def dry_run(*args, **env):
-    e = dict(os.environ, DATA_DIR="/data", PYTHON=sys.executable, **env)
+    e = dict(os.environ, DATA_DIR="/data", PYTHON=sys.executable)
     e.pop("PRESET", None)
+    e.pop("INIT_CHECKPOINT", None)
+    e.update(env)
     proc = subprocess.run([TRAIN, "--dry_run", *args], capture_output=True, text=True, env=e)
     assert proc.returncode == 0, proc.stderr
     return shlex.split(proc.stdout)
@@ -108,6 +111,31 @@ def test_dry_run_without_data_dir_shows_a_marked_placeholder():
     _, fl = trainer_flags(shlex.split(proc.stdout))
     assert fl["input_file"] == "/DATA_DIR-not-set/part-*" and fl["eval_input_file"] == "/DATA_DIR-not-set/eval_10k"
     assert "DATA_DIR is not set: the command shows /DATA_DIR-not-set in its place" in proc.stderr
+    # a closed preset without INIT_CHECKPOINT: the same kind of marked placeholder (a run is refused)
+    assert fl["init_checkpoint"] == "/INIT_CHECKPOINT-not-set"
+    assert "INIT_CHECKPOINT is not set: the command shows /INIT_CHECKPOINT-not-set in its place" in proc.stderr
+
+
+CLOSED_NEEDS_INIT = ("closed division, which starts from the reference's phase-1 checkpoint: download "
+                     "tf1_ckpt/model.ckpt-28252.* (the MLCommons BERT files, README 'From text to verified "
+                     "TFRecords'), check it with `python -m mlperf_bert verify DIR/tf1_ckpt` and set "
+                     "INIT_CHECKPOINT=DIR/tf1_ckpt/model.ckpt-28252, or pass --submission_division=open")
+
+
+@pytest.mark.parametrize("script", [TRAIN, START])
+@pytest.mark.parametrize("preset", ["rcp_3072", "reference_gpu", "tpu_8192"])
+def test_closed_presets_without_init_checkpoint_are_refused_in_one_line(script, preset, tmp_path):
+    """Issue 31: a closed run without --init_checkpoint trained from random weights without a word."""
+    env = _env(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), NUM_GPUS="8", DROP_CACHES="0")
+    proc = subprocess.run([script, "--preset=" + preset], capture_output=True, text=True, env=env, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and proc.stdout == "" and len(lines) == 1, proc.stdout + proc.stderr
+    assert lines[0] == "error: train_model.sh: this run (preset %s) is %s" % (preset, CLOSED_NEEDS_INIT)
+    assert not (tmp_path / "out").exists()  # nothing started: no STARTING TIMING RUN, no folder
+    # an open run of the same preset needs none
+    proc = subprocess.run([TRAIN, "--preset=" + preset, "--submission_division=open", "--dry_run"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0 and "--init_checkpoint" not in proc.stdout, proc.stderr
 
 
 def test_bare_rcp_preset_is_one_line_listing_the_rcp_presets():
@@ -160,7 +188,7 @@ def test_each_preset_says_what_it_asks_of_a_gpu_and_warns_when_implausible():
     """Issue 27: tpu_8192 on 8 GPUs is 1,024 sequences per GPU per micro-step, without a word."""
     def plan(*args, **env):
         proc = subprocess.run([TRAIN, "--dry_run"] + list(args), capture_output=True, text=True,
-                              env=_env(DATA_DIR="/d", **env))
+                              env=_env(DATA_DIR="/d", INIT_CHECKPOINT="/d/tf1_ckpt/model.ckpt-28252", **env))
         assert proc.returncode == 0, proc.stderr
         return proc.stderr.strip().splitlines()
     assert plan("--preset=reference_gpu") == [
@@ -283,7 +311,8 @@ def test_demo_corpus_shards_are_reference_format(tmp_path):
 
 
 def _env(**kw):
-    e = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "INPUT_FILES", "PRESET", "NUM_GPUS")}
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("DATA_DIR", "INPUT_FILES", "PRESET", "NUM_GPUS", "INIT_CHECKPOINT")}
     e["PYTHON"] = sys.executable
     e.update(kw)
     return e
@@ -315,17 +344,65 @@ def test_help_everywhere_and_numeric_settings_are_checked(tmp_path):
     assert proc.returncode == 2 and "no DATA_DIR" in proc.stderr and "demo" not in proc.stdout
 
 
+def test_num_gpus_is_decimal_and_checked_against_the_host(tmp_path):
+    """Issue 33: NUM_GPUS=08 printed bash's octal error before the right line; NUM_GPUS=99999 was
+    accepted (nothing compared it with the GPUs, or on a CPU host the cores, present)."""
+    proc = subprocess.run([TRAIN, "--dry_run", "--preset=demo_cpu"], capture_output=True, text=True,
+                          env=_env(DATA_DIR="/data", NUM_GPUS="08"))
+    assert proc.returncode == 0 and "--nproc_per_node=8 " in proc.stdout and "error" not in proc.stderr, proc.stderr
+    out = tmp_path / "out"
+    proc = subprocess.run([TRAIN, "--preset=demo_cpu"], capture_output=True, text=True, timeout=120,
+                          env=_env(DATA_DIR=str(tmp_path), NUM_GPUS="99999", OUTPUT_DIR=str(out)))
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    import re
+    m = re.match(r"error: train_model.sh: NUM_GPUS=99999 processes per node, but this host has (no GPU and )?(\d+) ",
+                 lines[0])
+    assert m, lines
+    if m.group(1):  # no GPU: the trainer would run NUM_GPUS processes on the CPU cores
+        assert int(m.group(2)) == len(os.sched_getaffinity(0))
+    assert not out.exists()
+
+
 def test_one_process_runs_the_trainer_directly():
     launcher, _ = trainer_flags(dry_run("--preset=demo_cpu"))
     assert len(launcher) == 1 and "torchrun" not in launcher[0] and "python" in os.path.basename(launcher[0])
 
 
-def test_page_cache_is_dropped_only_when_asked(fake_env):
+def test_page_cache_is_dropped_where_it_can_be_and_logged_true_only_then(fake_env, tmp_path):
+    """Issue 31: outside the container every log said cache_clear false. start_training.sh drops the
+    cache where it can (root), says what it did in one line, and tells the trainer true only after a
+    drop that succeeded. The drop is made on a stand-in for /proc/sys/vm/drop_caches: a test never
+    drops the host's page cache."""
     env, out = fake_env
-    env.pop("DROP_CACHES")  # outside the image the default is off: the host's cache is never touched
-    proc = subprocess.run([START], capture_output=True, text=True, env=dict(env, CHECK_LOG="0"), cwd=ROOT)
-    assert proc.returncode == 0 and (out / "cleared.txt").read_text().strip() == "False"
-    assert "cannot drop the page cache" not in proc.stdout  # not even tried
+    env = dict(env, CHECK_LOG="0")
+    env.pop("DROP_CACHES")  # the default: auto
+
+    def run(**extra):
+        for name in ("cleared.txt", "run_finished.json", "mlperf.log"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(out / name)
+        proc = subprocess.run([START], capture_output=True, text=True, env=dict(env, **extra), cwd=ROOT)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return [l for l in proc.stdout.splitlines() if "page cache" in l], (out / "cleared.txt").read_text().strip()
+
+    dropper = tmp_path / "drop_caches"
+    dropper.write_text("")
+    root = os.getuid() == 0
+    lines, told = run(MLPERF_DROP_CACHES_FILE=str(dropper))
+    if root:
+        assert lines == ["start_training.sh: dropped the page cache (sync; echo 3 > %s); logging cache_clear=True"
+                         % dropper] and told == "True" and dropper.read_text() == "3\n"
+    else:
+        assert lines == ["start_training.sh: not root: the page cache is not dropped (run as root; a container "
+                         "with --privileged); logging cache_clear=False"] and told == "False"
+    # root, but the file cannot be written (a container without --privileged)
+    lines, told = run(MLPERF_DROP_CACHES_FILE=str(tmp_path / "no" / "drop_caches"), DROP_CACHES="1")
+    assert lines == ["start_training.sh: cannot drop the page cache (%s is not writable: run the container with "
+                     "--privileged); logging cache_clear=False" % (tmp_path / "no" / "drop_caches")] and told == "False"
+    dropper.write_text("")
+    lines, told = run(MLPERF_DROP_CACHES_FILE=str(dropper), DROP_CACHES="0")  # a shared host's cache kept
+    assert lines == [] and told == "False" and dropper.read_text() == ""
     with open(os.path.join(ROOT, "Dockerfile")) as f:
         assert "DROP_CACHES=1" in f.read()  # the image asks for it (needs --privileged)
     with open(os.path.join(ROOT, "examples", "slurm_multinode.sbatch")) as f:
@@ -427,6 +504,7 @@ def test_rcp_presets_are_the_installed_rcps(gpus):
         assert int(fl["num_warmup_steps"]) == hp["num_warmup_steps"] * n
         assert int(fl["start_warmup_step"]) == hp["start_warmup_step"] * n
         assert fl["dtype"] == "bf16" and fl["submission_division"] == "closed"
+        assert fl["save_checkpoints_steps"] == "0"  # timed: checkpoints at the end and on SIGTERM only
     proc = subprocess.run([TRAIN, "--preset=rcp_300", "--dry_run"], capture_output=True, text=True, env=_env(DATA_DIR="/d"))
     assert proc.returncode == 2 and "rcp_3072" in proc.stderr
 
@@ -441,9 +519,18 @@ def test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters(tiny_run, t
     from mlperf_bert.dataset import tfrecord  # closed: the eval set must hold 10,000 samples
     eval_10k = str(tmp_path / "eval_10k.tfrecord")
     tfrecord.write_records(eval_10k, list(tfrecord.read_records(env["EVAL_FILE"])) * 625)
+    # closed: from an initial checkpoint in the phase-1 checkpoint's format (a TF prefix), made here
+    from mlperf_bert.trainer import tf_checkpoint
+    from mlperf_bert.trainer.config import BertConfig
+    from mlperf_bert.trainer.model import BertForPreTraining
+    config = next(a.split("=", 1)[1] for a in args if a.startswith("--bert_config_file="))
+    phase1 = str(tmp_path / "tf1_ckpt" / "model.ckpt-28252")
+    os.makedirs(os.path.dirname(phase1))
+    tf_checkpoint.save_tf_checkpoint(BertForPreTraining(BertConfig.from_json_file(config)), phase1, global_step=28252)
     proc = subprocess.run([START, "--preset=rcp_256", "--max_samples_termination=256", "--dtype=fp32",
                            "--eval_batch_size=500", "--nodo_eval"] + overrides, capture_output=True, text=True,
-                          env=dict(env, NUM_GPUS="1", OUTPUT_DIR=str(out), EVAL_FILE=eval_10k), cwd=ROOT, timeout=300)
+                          env=dict(env, NUM_GPUS="1", OUTPUT_DIR=str(out), EVAL_FILE=eval_10k, INIT_CHECKPOINT=phase1),
+                          cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     logged = {}
     for line in open(out / "mlperf.log"):

@@ -184,6 +184,7 @@ def test_a_second_pack_into_one_directory_is_refused(small, tmp_path):
     ("--seed=-1", "--seed=-1 must be at least 0"),
     ("--max_sequences_per_pack=17", "--max_sequences_per_pack=17 must be 1..16"),
     ("--max_sequences_per_pack=100000000", "--max_sequences_per_pack=100000000 must be 1..16"),
+    ("--seed=99999999999999999999", r"--seed=99999999999999999999 must be below 2\*\*63"),  # issue 33: h5py's TypeError
 ])
 def test_bad_numbers_are_one_line_errors(small, tmp_path, flag, message):
     """Issue 23: tracebacks before (a negative size, a negative seed, a 3.6 GiB allocation)."""

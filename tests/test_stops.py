@@ -92,6 +92,46 @@ def test_the_refusal_never_names_a_dead_holder(tmp_path, monkeypatch):
         proc.wait()
 
 
+# ---------------------------------------------------------------- the background checkpoint writer
+
+BACKGROUND_WRITES = textwrap.dedent("""\
+    import sys, torch
+    from mlperf_bert.trainer import checkpoint
+    out, writer = sys.argv[1], checkpoint.BackgroundWriter()
+    weights = torch.zeros(16 * 2**20 // 4)  # 16 MB: each write takes a while
+    for step in range(1, 10000):
+        weights.fill_(step)  # an update
+        writer.submit(checkpoint.path_for(out, step), checkpoint.host_copy({"model": {"w": weights}}), keep=2)
+        weights.fill_(-1)  # training goes on while the copy is written
+    """)
+
+
+def test_a_kill_during_a_background_write_leaves_no_file_that_looks_finished(tmp_path):
+    """SIGKILL while the writer thread writes: the checkpoints with a finished name are complete and
+    hold their step's state (the copy, not the weights training changed since); the one cut off
+    has a temporary name, which list_checkpoints never takes and the next run removes."""
+    from mlperf_bert.fileio import remove_stale_temporaries
+    from mlperf_bert.trainer import checkpoint
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([PY, "-c", BACKGROUND_WRITES, str(out)], env=ENV)
+    try:
+        # past the first checkpoint, into a later write
+        wait_until(lambda: any(".pt.tmp-" in n for n in os.listdir(out)) and checkpoint.list_checkpoints(str(out)),
+                   proc, what="a write in progress")
+    finally:
+        proc.kill()
+        proc.wait()
+    cut = [n for n in os.listdir(out) if ".pt.tmp-" in n]
+    done = checkpoint.list_checkpoints(str(out))
+    assert done and len(done) <= 2 and len(cut) == 1, os.listdir(out)  # killed during a write
+    for step, path in done:
+        w = checkpoint.load(path)["model"]["w"]
+        assert w.numel() == 4 * 2**20 and bool((w == step).all()), path
+    assert sorted(os.listdir(out)) == sorted(cut + [os.path.basename(p) for _, p in done])
+    assert remove_stale_temporaries(str(out)) == cut  # the trainer does this when it starts
+
+
 # ---------------------------------------------------------------- the trainer
 
 @pytest.mark.slow
@@ -135,6 +175,21 @@ def test_torchrun_sigterm_traceback_is_dropped():
     assert lines == []
 
 
+def test_torchrun_sigterm_traceback_after_a_progress_bars_redraw_is_dropped():
+    """Issue 33: a progress bar's last redraw (carriage returns and spaces, no newline) and the
+    traceback's first line arrived as one line, so the traceback was shown; the redraw is kept."""
+    import io
+    from mlperf_bert.trainer.launch import Filter
+    out = io.StringIO()
+    f = Filter(out)
+    redraw = "\r  0%|          | 3/3000 [00:09<2:30:00, 3.0s/step]\r" + " " * 60 + "\r"
+    with open(os.path.join(TORCHRUN, "torchrun_sigterm.txt")) as lines:
+        for n, line in enumerate(lines):
+            f.feed(redraw + line if line.startswith("Traceback") else line)
+    f.status(1)
+    assert out.getvalue() == redraw
+
+
 def test_a_killed_rank_is_one_line_with_its_signals_status():
     """Issue 23 sweep: 98 lines and exit 247 (bash's -9) for a rank SIGKILLed under NUM_GPUS=2."""
     lines, status = filtered("rank_killed")
@@ -176,20 +231,21 @@ def test_a_rank_that_only_lost_its_peer_on_another_node_says_so():
     assert f.status(1) == PEER_LOST_STATUS and out.getvalue() == report[0]
 
 
-def _tiny_args(files, out):
+def _tiny_args(files, out, progress=False):
     return ["--preset=demo_cpu", "--bert_config_file=%s" % files["config"], "--max_seq_length=128",
             "--max_predictions_per_seq=20", "--train_batch_size=4", "--num_train_steps=3000",
-            "--save_checkpoints_steps=3", "--seed=7", "--num_workers=1", "--noprogress", "--device=cpu",
-            "--nodo_eval", "--eval_frequency=100000"]
+            "--save_checkpoints_steps=3", "--seed=7", "--num_workers=1", "--device=cpu",
+            "--nodo_eval", "--eval_frequency=100000"] + ([] if progress else ["--noprogress"])
 
 
-def _launch(files, tmp_path, **env):
+def _launch(files, tmp_path, progress=False, **env):
     out = tmp_path / "run"
     e = {k: v for k, v in ENV.items() if k not in ("DATA_DIR", "PRESET")}
+    (tmp_path / "tmp").mkdir()  # $TMPDIR: left empty (issue 33); torch's compile cache, one per user, elsewhere
     e.update(INPUT_FILES=files["train"], EVAL_FILE=files["eval"], NUM_GPUS="2", OUTPUT_DIR=str(out),
-             PYTHON=PY, **env)
+             PYTHON=PY, TMPDIR=str(tmp_path / "tmp"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), **env)
     stdout, stderr = open(tmp_path / "stdout", "w+"), open(tmp_path / "stderr", "w+")
-    proc = subprocess.Popen([os.path.join(ROOT, "train_model.sh")] + _tiny_args(files, out), env=e,
+    proc = subprocess.Popen([os.path.join(ROOT, "train_model.sh")] + _tiny_args(files, out, progress), env=e,
                             stdout=stdout, stderr=stderr, start_new_session=True)
     return proc, out, stdout, stderr
 
@@ -218,17 +274,27 @@ def _ranks(wrapper_pid):
 
 
 @pytest.mark.slow
-def test_sigterm_under_two_ranks_is_one_line_once_and_143(files, tmp_path):
+@pytest.mark.parametrize("progress", [False, True])
+def test_sigterm_under_two_ranks_is_one_line_once_and_143(files, tmp_path, progress):
     """Issue 23 item 2: `NUM_GPUS=2 ./train_model.sh` (the wrapper), SIGTERM to it: every rank
-    checkpoints, rank 0 says so once, no torchrun traceback, exit 143; the checkpoint is kept."""
-    proc, out, stdout, stderr = _launch(files, tmp_path)
+    checkpoints, rank 0 says so once, no torchrun traceback, exit 143; the checkpoint is kept.
+    Issue 33: with the progress bar on (the default), its last redraw (carriage returns, no
+    newline) and torchrun's traceback arrived as one line, and the traceback was shown."""
+    proc, out, stdout, stderr = _launch(files, tmp_path, progress)
     wait_until(lambda: os.path.exists(out / "model.ckpt-3.pt"), proc, what="model.ckpt-3.pt")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=300) == 143
     lines = [l for l in _read(stdout).splitlines() if not l.startswith("train_model.sh: preset")]
     assert len(lines) == 1 and lines[0].startswith("SIGTERM: checkpoint model.ckpt-"), _read(stdout)
-    assert _read(stderr) == ""
+    err = _read(stderr)
+    if progress:  # the bar, a line per redraw in a file, and nothing else
+        import re
+        bar = [l for l in err.splitlines() if re.match(r"^ *\d+%\|.*\| \d+/3000 \[", l)]
+        assert bar and err == "".join(l + "\n" for l in bar), err
+    else:
+        assert err == ""
     assert (out / lines[0].split()[2]).exists()
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 @pytest.mark.slow
@@ -245,6 +311,7 @@ def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_pat
     assert lines == ["error: rank 1: its data loader worker (pid %d) was killed by SIGKILL: the checkpoints "
                      "written so far are kept; rerun the same command to resume from the newest" % worker]
     assert (out / "model.ckpt-3.pt").exists()
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 def test_the_wrapper_is_a_command_with_usage(capsys):
@@ -255,6 +322,30 @@ def test_the_wrapper_is_a_command_with_usage(capsys):
     assert out.startswith("usage: python -m mlperf_bert torchrun [torchrun options] SCRIPT") and "143" in out
     assert launch.main(["mlperf_bert torchrun"]) == 2
     assert "torchrun" in entry.COMMANDS and "torchrun" in entry.usage()
+
+
+@pytest.mark.parametrize("value", ["abc", "0"])
+def test_a_bad_nproc_per_node_is_one_line_and_2(value):
+    """Issue 33: torchrun answered --nproc_per_node=abc with a ValueError traceback, 0 with an
+    AssertionError one."""
+    r = subprocess.run([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=" + value,
+                        os.path.join(ROOT, "run_pretraining.py"), "--help"], env=ENV, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("error: --nproc_per_node=%s is not a number "
+                                                                        "of processes per node" % value), r.stderr
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_a_launch_through_the_wrapper_leaves_nothing_in_tmpdir(tmp_path):
+    """Issue 33: every launch left a torchelastic_* folder in $TMPDIR (one per job on a cluster)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = tmp_path / "hello.py"
+    script.write_text("import os\nprint('rank', os.environ['RANK'])\n")
+    r = subprocess.run([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=1", str(script)],
+                       env=dict(ENV, TMPDIR=str(tmp)), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout == "rank 0\n", r.stderr
+    assert os.listdir(tmp) == []
 
 
 def test_documented_launch_commands_use_the_wrapper():

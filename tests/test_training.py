@@ -115,6 +115,43 @@ def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
+def test_checkpoints_written_while_training_goes_on_hold_their_step_and_resume_bit_identical(
+        files, uninterrupted, tmp_path, monkeypatch):
+    """A slow disk: each background write takes longer than the micro-steps between checkpoints, so
+    training changes the weights while their checkpoint is written. Each file holds its step's state
+    (the uninterrupted run's checkpoint of that step, bit for bit), and a resume from one ends
+    bit-identical."""
+    import threading
+    from mlperf_bert.trainer import checkpoint
+    steps, overlapped, real_save, real_step = [0], [], checkpoint.save, training.Trainer.step
+
+    def slow_save(path, state, keep):
+        assert threading.current_thread().name == "checkpoint-writer"
+        before = steps[0]
+        time.sleep(0.3)
+        overlapped.append(steps[0] - before)
+        real_save(path, state, keep)
+
+    def counted_step(self, batch, global_step):
+        steps[0] += 1
+        return real_step(self, batch, global_step)
+
+    monkeypatch.setattr(checkpoint, "save", slow_save)
+    monkeypatch.setattr(training.Trainer, "step", counted_step)
+    out = str(tmp_path / "run")
+    assert training.main(flags_for(files, out)) == 0
+    monkeypatch.undo()
+    assert len(overlapped) == 10 and max(overlapped) > 0  # micro-steps ran during the writes
+    full = uninterrupted[0]
+    assert sorted(os.listdir(out)) == uninterrupted[1]
+    for step in (18, 21, 24, 27, 30):
+        assert_bit_identical(os.path.join(full, "model.ckpt-%d.pt" % step), os.path.join(out, "model.ckpt-%d.pt" % step))
+    for name in ("model.ckpt-24.pt", "model.ckpt-27.pt", "model.ckpt-30.pt", "run_finished.json"):
+        os.remove(os.path.join(out, name))
+    assert training.main(flags_for(files, out)) == 0  # resumes from model.ckpt-21.pt
+    assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
+
+
 CLIP_AFTER = "clip_by_global_norm_after_gradient_allreduce"
 
 
@@ -406,6 +443,25 @@ def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tm
     assert _no_checkpoints(out)
 
 
+def test_a_file_named_twice_is_refused_as_pack_refuses_it(files, tmp_path):
+    """Issue 33: --input_file=X,X (or X and a symlink to X) trained, reading X twice every epoch,
+    where pack refused the same list (one check now: fileio.refuse_repeated_files)."""
+    link = str(tmp_path / "link.tfrecord")
+    os.symlink(files["train"], link)
+    out = str(tmp_path / "out")
+    for flag, value, message in (
+            ("input_file", "%s,%s" % (files["train"], files["train"]), "--input_file names .*train.tfrecord twice"),
+            ("input_file", "%s,%s" % (files["train"], link), "--input_file names one file twice: .*train.tfrecord "
+                                                              "and .*link.tfrecord: give each file once"),
+            ("input_file", "%s,%s*" % (link, os.path.dirname(files["train"]) + "/tra"), "names one file twice"),
+            ("eval_input_file", "%s,%s" % (files["eval"], files["eval"]), "--eval_input_file names .*eval.tfrecord "
+                                                                          "twice")):
+        with pytest.raises(UserError, match=message) as e:
+            training.main(flags_for(files, out, **{flag: value}))
+        assert "\n" not in str(e.value)
+        assert not os.path.exists(out)
+
+
 def test_damaged_newest_checkpoint_is_a_one_line_error(files, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -527,6 +583,9 @@ def test_rerun_of_a_finished_run_says_so_and_changes_nothing(files, uninterrupte
     ({"train_batch_size": 8}, "--train_batch_size=8 differs"),
     ({"seed": 8}, "--seed=8 differs"),
     ({"input_file": "other"}, "the training files"),
+    ({"bert_config_file": "config_nodrop"}, r"the model config of --bert_config_file: attention_probs_dropout_prob=0.0 "
+                                            r"\(was 0.1\), hidden_dropout_prob=0.0 \(was 0.1\) differs from the run "
+                                            r"being resumed in .* \(checkpoint model.ckpt-18.pt\)"),
 ])
 @pytest.mark.slow
 def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_path, change, message):
@@ -535,6 +594,8 @@ def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_p
     for name in ("model.ckpt-18.pt", "mlperf.log"):  # a run stopped at step 18
         (out / name).write_bytes(open(os.path.join(uninterrupted[0], name), "rb").read())
     log = (out / "mlperf.log").read_bytes()
+    if "bert_config_file" in change:
+        change["bert_config_file"] = files[change["bert_config_file"]]
     if change.get("input_file") == "other":
         change["input_file"] = str(tmp_path / "copy.tfrecord")
         with open(change["input_file"], "wb") as f:
@@ -571,6 +632,23 @@ def test_damaged_training_data_fails_before_training(files, tmp_path):
     with pytest.raises(UserError, match="flipped.tfrecord.*(CRC|crc)"):
         training.main(flags_for(files, out, input_file=flipped, check_data="full"))
     assert _no_checkpoints(out)
+
+
+def test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir(files, tmp_path):
+    """Issue 33: a record found corrupt mid-run (its data CRC, read as it is read) ended the run in
+    one line but left $TMPDIR/pymp-*/listener-* (its DataLoader worker's, ended by the loader)."""
+    data = open(files["train"], "rb").read()
+    flipped = str(tmp_path / "flipped.tfrecord")
+    with open(flipped, "wb") as f:
+        f.write(data[:-50] + bytes([data[-50] ^ 0xFF]) + data[-49:])  # data of the last record
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    argv = flags_for(files, str(tmp_path / "out"), input_file=flipped, shuffle=False, num_train_steps=60)
+    r = subprocess.run([PY] + argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TMPDIR=str(tmp),
+                                TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))  # a cache per user, kept
+    assert r.returncode == 2 and "flipped.tfrecord: record 95 is corrupt" in r.stderr, r.stderr
+    assert os.listdir(tmp) == []
 
 
 @pytest.mark.slow
@@ -776,6 +854,19 @@ def test_a_finished_run_rerun_with_other_flags_is_refused_naming_them(files, uni
     assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
 
 
+def test_a_finished_run_rerun_with_another_model_config_is_refused_naming_it(files, uninterrupted, capsys):
+    """Issue 33: a finished run rerun with another --bert_config_file said "nothing to do", exit 0."""
+    out, _ = uninterrupted
+    before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    with pytest.raises(UserError, match=r"already finished .* other settings than this command's: the model config of "
+                                        r"--bert_config_file: attention_probs_dropout_prob=0.0 \(was 0.1\), "
+                                        r"hidden_dropout_prob=0.0 \(was 0.1\); rerun with its settings, or use "
+                                        r"another --output_dir") as e:
+        training.main(flags_for(files, out, bert_config_file=files["config_nodrop"]))
+    assert "\n" not in str(e.value) and "nothing to do" not in capsys.readouterr().out
+    assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
+
+
 def test_save_checkpoints_steps_0_checkpoints_at_the_end_and_on_sigterm_only(files, uninterrupted, tmp_path,
                                                                              monkeypatch):
     out = str(tmp_path / "run")
@@ -826,7 +917,23 @@ def test_truncated_tf_checkpoint_is_one_line_in_convert_eval_and_init(files, uni
     assert not os.path.exists(str(tmp_path / "x.pt")) and not os.path.exists(os.path.join(out, "mlperf.log"))
 
 
+@pytest.fixture(scope="module")
+def phase1(files, tmp_path_factory):
+    """A small initial checkpoint in the phase-1 checkpoint's format: a TF prefix of the tiny model."""
+    from mlperf_bert.trainer import tf_checkpoint
+    from mlperf_bert.trainer.config import BertConfig
+    from mlperf_bert.trainer.model import BertForPreTraining
+    torch.manual_seed(28252)
+    prefix = str(tmp_path_factory.mktemp("phase1") / "model.ckpt-28252")
+    tf_checkpoint.save_tf_checkpoint(BertForPreTraining(BertConfig.from_json_file(files["config"])), prefix,
+                                     global_step=28252)
+    return prefix
+
+
 @pytest.mark.parametrize("change,message", [
+    ({"init_checkpoint": None}, r"closed starts from the reference's phase-1 checkpoint: download "
+                                r"tf1_ckpt/model.ckpt-28252.* .*`python -m mlperf_bert verify DIR/tf1_ckpt` and give "
+                                r"--init_checkpoint=DIR/tf1_ckpt/model.ckpt-28252"),
     ({"optimizer": "adamw"}, "closed trains BERT with LAMB, not --optimizer=adamw"),
     ({"poly_power": 2.0}, r"closed decays the learning rate linearly \(poly power 1.0\), not --poly_power=2.0"),
     ({"eval_input_file": None}, "closed evaluates on the 10,000-sample eval set while training: give --eval_input_file"),
@@ -834,9 +941,9 @@ def test_truncated_tf_checkpoint_is_one_line_in_convert_eval_and_init(files, uni
          "make eval_10k from eval_intermediate with pick_eval_samples.py --num_examples_to_pick=10000 and give it, "
          "or use --submission_division=open$"),  # issue 33: not "a --preset=rcp_<B>", which keeps the eval set
 ])
-def test_closed_division_refuses_at_start_what_the_rules_decide(files, tmp_path, change, message):
+def test_closed_division_refuses_at_start_what_the_rules_decide(files, phase1, tmp_path, change, message):
     out = str(tmp_path / "out")
-    kw = dict(dict(submission_division="closed", eval_input_file=files["eval"]), **change)
+    kw = dict(dict(submission_division="closed", eval_input_file=files["eval"], init_checkpoint=phase1), **change)
     with pytest.raises(UserError, match=message) as e:
         training.main(flags_for(files, out, **kw))
     assert "\n" not in str(e.value) and "--submission_division=open" in str(e.value)
@@ -865,6 +972,7 @@ def test_closed_division_hyperparameters_of_published_runs_are_accepted(files, t
         n = hp.get("gradient_accumulation_steps", 1)
         fv = training.define_flags()
         fv(flags_for(files, str(tmp_path / "o"), submission_division="closed", eval_input_file=eval_10k,
+                     init_checkpoint="phase1/model.ckpt-28252",
                      train_batch_size=hp["global_batch_size"] // n, steps_per_update=n,
                      learning_rate=hp["opt_base_learning_rate"], lamb_beta_1=hp["opt_lamb_beta_1"],
                      lamb_beta_2=hp["opt_lamb_beta_2"], lamb_weight_decay_rate=hp["opt_lamb_weight_decay_rate"],

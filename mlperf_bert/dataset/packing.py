@@ -300,22 +300,15 @@ def output_paths(files, output_dir):
     """One ``<input name>.packed.hdf5`` per input in ``output_dir``; an input given twice, or two
     inputs of one name (whose outputs would overwrite each other), is a UserError."""
     from mlperf_bert.errors import UserError
-    from mlperf_bert.fileio import same_file
+    from mlperf_bert.fileio import refuse_repeated_files
+    refuse_repeated_files(files, "--input")
     seen = {}
     for f in files:
         name = os.path.basename(f)
         if name in seen:
-            if same_file(f, seen[name]):
-                raise UserError("--input names %s twice: give each file once" % f)
             raise UserError("--input files %s and %s have one name, so both would be packed into %s: pack each "
                             "folder into its own --output_dir" % (seen[name], f, name + ".packed.hdf5"))
         seen[name] = f
-    real = {}
-    for f in files:  # one file under two names (a symlink, ``..``)
-        key = os.path.realpath(f)
-        if key in real:
-            raise UserError("--input names one file twice: %s and %s: give each file once" % (real[key], f))
-        real[key] = f
     return [os.path.join(output_dir, os.path.basename(p) + ".packed.hdf5") for p in files]
 
 
@@ -349,6 +342,8 @@ def main(argv):
     for name, low in (("max_seq_length", 1), ("max_predictions_per_seq", 1), ("seed", 0), ("num_workers", 1)):
         if fv[name].value < low:
             raise UserError("--%s=%d must be at least %d" % (name, fv[name].value, low))
+    if fv.seed >= 2 ** 63:  # each output file records it as a 64-bit integer
+        raise UserError("--seed=%d must be below 2**63 (%d): give a smaller seed" % (fv.seed, 2 ** 63))
     if not 1 <= fv.max_sequences_per_pack <= MAX_SEQUENCES_PER_PACK:
         raise UserError("--max_sequences_per_pack=%d must be 1..%d (each allowed sequence adds "
                         "--max_predictions_per_seq slots to every row; seq-512 Wikipedia rows never hold more "

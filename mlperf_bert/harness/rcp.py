@@ -74,7 +74,9 @@ def preset_flags(batch_size, world, max_per_gpu=MAX_PER_GPU_BATCH):
         "--num_train_steps=%d" % (hp["opt_learning_rate_training_steps"] * n),
         "--num_warmup_steps=%d" % (hp["num_warmup_steps"] * n),
         "--start_warmup_step=%d" % (hp["start_warmup_step"] * n),
-        "--save_checkpoints_steps=%d" % (100 * n), "--eval_batch_size=%d" % (8 * world),
+        # a timed run: a checkpoint at the end and on SIGTERM only (bench/checkpoint_save.py --train:
+        # periodic ones cost the clock even when written in the background; docs/training.md)
+        "--save_checkpoints_steps=0", "--eval_batch_size=%d" % (8 * world),
         "--target_mlm_accuracy=0.720", "--submission_division=closed",
     ]
 

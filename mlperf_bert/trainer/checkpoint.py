@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import threading
 import time
 
 import numpy as np
@@ -28,7 +29,7 @@ RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate
              "lamb_beta_1", "lamb_beta_2", "log_epsilon", "max_seq_length", "max_predictions_per_seq",
              "eval_frequency", "target_mlm_accuracy", "max_samples_termination", "shuffle",
              "shuffle_buffer", "clip_by_global_norm_after_gradient_allreduce", "dtype",
-             "submission_division")
+             "submission_division", "fp8")  # fp8 changes the arithmetic; the other levers round as without
 
 
 def path_for(output_dir, step):
@@ -73,6 +74,64 @@ def save(path, state, keep):
                 os.remove(old)
 
 
+def host_copy(obj, _memo=None):
+    """``obj`` (dicts, lists, tuples of tensors and plain values) with every tensor copied to host
+    memory, so that training may change the originals while a background writer saves the copy.
+    Views of one storage stay views of one copy, so ``torch.save`` writes the same file as it
+    would of the originals."""
+    memo = {} if _memo is None else _memo
+    if torch.is_tensor(obj):
+        storage = obj.untyped_storage()
+        key = (storage.device, storage.data_ptr(), storage.nbytes())
+        if key not in memo:
+            memo[key] = storage.clone() if storage.device.type == "cpu" else storage.cpu()
+        return torch.empty(0, dtype=obj.dtype).set_(memo[key], obj.storage_offset(), obj.size(), obj.stride())
+    if isinstance(obj, dict):
+        out = type(obj)((k, host_copy(v, memo)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):  # a module's state_dict: its version numbers
+            out._metadata = obj._metadata
+        return out
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(host_copy(v, memo) for v in obj)
+    return obj
+
+
+class BackgroundWriter:
+    """Checkpoints written on a thread while training goes on (a BERT-Large checkpoint with its
+    LAMB state is 4 GB): ``submit`` hands over a state that nothing changes any more (a
+    ``host_copy``) and returns; it first waits for the write before it, so one state is held at a
+    time. Each write is ``save``'s (a temporary name, renamed when complete), so a process killed
+    during a write leaves no file that looks finished. ``wait`` returns once nothing is being
+    written and raises the last write's error (a full disk: the one-line UserError)."""
+
+    def __init__(self):
+        self._thread = None
+        self._error = None
+        self.path = None  # the checkpoint being written, or None
+
+    def submit(self, path, state, keep):
+        self.wait()
+
+        def write():
+            try:
+                save(path, state, keep)
+            except BaseException as e:  # raised in the training thread by the next wait()
+                self._error = e
+
+        self.path = path
+        self._thread = threading.Thread(target=write, name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def wait(self, raise_error=True):
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.path = None
+        error, self._error = self._error, None
+        if error is not None and raise_error:
+            raise error
+
+
 def load(path):
     from mlperf_bert.trainer.tf_checkpoint import load_pt
     try:
@@ -106,13 +165,14 @@ def load_on_every_rank(path, rank, device, check):
     return out
 
 
-def run_identity(fv, seed, train_files, eval_files, init_checkpoint=None):
-    """What a resumed run must share with the checkpoint: defining flags, seed, data files and the
-    initial checkpoint (``tf_checkpoint.fingerprint``: path, bytes, digest)."""
+def run_identity(fv, seed, train_files, eval_files, init_checkpoint=None, config=None):
+    """What a resumed run must share with the checkpoint: defining flags, seed, the model config
+    (``BertConfig.to_dict()``), data files and the initial checkpoint
+    (``tf_checkpoint.fingerprint``: path, bytes, digest)."""
     files = lambda paths: [[os.path.abspath(p), os.path.getsize(p)] for p in paths or []]  # noqa: E731
     ident = {name: fv[name].value for name in RUN_FLAGS}
     ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
-                 init_checkpoint=init_checkpoint)
+                 init_checkpoint=init_checkpoint, config=config)
     return ident
 
 
@@ -120,26 +180,37 @@ _FILES = {"input_file": "the training files (names or sizes)", "eval_input_file"
           "init_checkpoint": "--init_checkpoint (its path, size or content)"}
 
 
+def _described(name, value, was):
+    """How a difference in an identity entry that is not a flag's value is named, or None."""
+    if name == "config":
+        keys = sorted(k for k in set(value or {}) | set(was or {}) if (value or {}).get(k) != (was or {}).get(k))
+        return "the model config of --bert_config_file: %s" % ", ".join(
+            "%s=%s (was %s)" % (k, (value or {}).get(k), (was or {}).get(k)) for k in keys)
+    return _FILES.get(name)
+
+
+def _differing(saved, ident):
+    """[(name, value, saved value)] of the entries that ``saved`` (an older identity) holds with
+    another value (an entry it lacks, written by an older version, is not compared)."""
+    return [(name, value, saved[name]) for name, value in ident.items() if name in saved and saved[name] != value]
+
+
 def differences(saved, ident):
     """The entries of ``ident`` that ``saved`` (an older identity) has with another value, as
-    ``--flag=now (was then)`` or a description of the files that changed."""
-    out = []
-    for name, value in ident.items():
-        if name in saved and saved[name] != value:
-            out.append(_FILES.get(name) or "--%s=%s (was %s)" % (name, value, saved[name]))
-    return out
+    ``--flag=now (was then)`` or a description of what changed."""
+    return [_described(name, value, was) or "--%s=%s (was %s)" % (name, value, was)
+            for name, value, was in _differing(saved, ident)]
 
 
 def check_same_run(saved, ident, ckpt_path):
-    """Refuse a resume whose defining flags or data differ from the checkpoint's, in one line."""
-    for name, value in ident.items():
-        if name in saved and saved[name] != value:
-            what = _FILES.get(name)
-            raise UserError("%s differs from the run being resumed in %s (%s): rerun with the same value, "
-                            "or use another --output_dir for a new run"
-                            % (what or "--%s=%s" % (name, value), os.path.dirname(ckpt_path),
-                               "checkpoint %s" % os.path.basename(ckpt_path) if what
-                               else "it has %s" % (saved[name],)))
+    """Refuse a resume whose defining flags, model config or data differ from the checkpoint's,
+    in one line."""
+    for name, value, was in _differing(saved, ident)[:1]:
+        what = _described(name, value, was)
+        raise UserError("%s differs from the run being resumed in %s (%s): rerun with the same value, "
+                        "or use another --output_dir for a new run"
+                        % (what or "--%s=%s" % (name, value), os.path.dirname(ckpt_path),
+                           "checkpoint %s" % os.path.basename(ckpt_path) if what else "it has %s" % (was,)))
 
 
 def write_log_owner(output_dir, log_path):

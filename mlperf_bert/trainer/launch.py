@@ -15,17 +15,22 @@ report and exit 1, a busy ``--master_port`` with a DistNetworkError traceback. T
   says the same) and exits with the failed rank's status (2 for bad input);
 - a rank killed by a signal: one line naming the rank, its pid and host and the signal, exit
   128 + the signal's number; lines of ranks that only lost contact with it are not shown;
-- a busy ``--master_port``: one line naming the port and the fix, exit 2.
+- a busy ``--master_port``: one line naming the port and the fix, exit 2;
+- a ``--nproc_per_node`` that is not a number of processes: one line, exit 2;
+- torchrun's log folder (without ``--log_dir``, a ``torchelastic_*`` folder in $TMPDIR that torchrun
+  leaves behind) is a temporary folder of this process, removed when torchrun ends.
 
 If this process is killed (SIGKILL), torchrun gets SIGTERM (Linux: the parent-death signal).
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
-from mlperf_bert.errors import die_with_parent
+from mlperf_bert.errors import UserError, die_with_parent
 
 SHUTDOWN_TIMEOUT = "300"
 # A rank whose collective failed because another rank went away says so with this and exits
@@ -64,6 +69,14 @@ class Filter:
         self._root = False  # in the report's "Root Cause" part
 
     def feed(self, line):
+        if "\r" in line.rstrip("\r\n"):
+            # a progress bar's redraw (no newline) and the next line, arriving as one: the redraw
+            # is passed on, the line judged on its own
+            bar, _, line = line.rpartition("\r")
+            if line.strip():
+                self._write(bar + "\r")
+            else:
+                line = bar + "\r" + line
         if self.report:  # torchrun's failure report, its last words
             if line.startswith("Root Cause"):
                 self.failures.insert(0, {})
@@ -158,13 +171,55 @@ def _in_own_group(parent):
     return setup
 
 
+_NPROC = re.compile(r"^--nproc[-_]per[-_]node(=|$)")
+
+
+def _torchrun_option(args, pattern):
+    """The value of the torchrun option ``pattern`` matches (``--name=V`` or ``--name V``) among
+    the options before the script, or None."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg.endswith(".py") or arg in ("-m", "--module", "--no-python", "--no_python"):
+            break  # the script: what follows is its own flags
+        m = pattern.match(arg)
+        if m:
+            value = arg[m.end():] if m.group(1) else (args[i + 1] if i + 1 < len(args) else "")
+    return value
+
+
+def check_nproc(args, environ):
+    """Refuse, in one line, a ``--nproc_per_node`` that torchrun would answer with a traceback."""
+    value = _torchrun_option(args, _NPROC)
+    if value is None:
+        value = environ.get("PET_NPROC_PER_NODE")  # torchrun reads its options from PET_* too
+    if value is None or value in ("auto", "cpu", "gpu", "xpu"):
+        return
+    if not re.fullmatch(r"\d+", value.strip()) or int(value) < 1:
+        raise UserError("--nproc_per_node=%s is not a number of processes per node (a whole number >= 1, or auto, "
+                        "cpu, gpu, xpu): fix it (train_model.sh: the NUM_GPUS setting)" % value)
+
+
 def main(argv):
     args = list(argv[1:])
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if args else 2
+    check_nproc(args, os.environ)
     env = dict(os.environ)
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT)
+    log_dir = None
+    if _torchrun_option(args, re.compile(r"^--log[-_]dir(=|$)")) is None and "PET_LOG_DIR" not in env:
+        # torchrun's own would be a torchelastic_* folder in $TMPDIR that nothing removes: one per job
+        log_dir = tempfile.mkdtemp(prefix="mlperf_bert_torchrun_")
+        args = ["--log-dir=" + log_dir] + args
+    try:
+        return _run(args, env)
+    finally:
+        if log_dir:
+            shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _run(args, env):
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run"] + args, env=env,
                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             preexec_fn=_in_own_group(os.getpid()))

@@ -339,11 +339,21 @@ def make_loader(dataset, num_workers):
                   generator=torch.Generator(), worker_init_fn=_worker_init)
     if num_workers > 0:
         kwargs.update(prefetch_factor=4, persistent_workers=False)
+        # multiprocessing's folder (pymp-* in $TMPDIR, where a worker's resource-sharing socket
+        # goes) made here, before the workers: theirs would be their own, left behind by a worker
+        # that the loader ends on an error; this process removes its own when it exits.
+        from multiprocessing import util
+        util.get_temp_dir()
     return _Loader(torch.utils.data.DataLoader(dataset, **kwargs))
 
 
 def input_files(spec, what="--input_file"):
-    return expand_paths(spec, what)
+    """The files of a comma list of paths and globs, each once (a file named twice would be read
+    twice every epoch)."""
+    from mlperf_bert.fileio import refuse_repeated_files
+    files = expand_paths(spec, what)
+    refuse_repeated_files(files, what)
+    return files
 
 
 def count_records(files):

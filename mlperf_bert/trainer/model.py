@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlperf_bert.trainer import attention
+from mlperf_bert.trainer import attention, levers
 
 LN_EPS = 1e-12
 
@@ -26,6 +26,20 @@ class PretrainingOutput(NamedTuple):
     nsp_correct: torch.Tensor   # number of correct NSP predictions
     nsp_count: torch.Tensor     # number of NSP examples
     nsp_nll_sum: torch.Tensor   # sum of NSP nll
+
+
+class Linear(nn.Linear):
+    """nn.Linear that takes the speed levers of trainer/levers.py where they are on: its weights'
+    bf16 copies (--bf16_weights) and float8 matmuls (--fp8, the encoder's dense layers). Without
+    them it is nn.Linear, op for op."""
+
+    fp8 = False
+
+    def forward(self, x):
+        weight, bias = levers.weight(self, "weight"), levers.weight(self, "bias")
+        if self.fp8:
+            return levers.fp8_linear(x, weight, bias)
+        return F.linear(x, weight, bias)
 
 
 def gelu(x):
@@ -63,9 +77,9 @@ class SelfAttention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         h = cfg.hidden_size
-        self.query = nn.Linear(h, h)
-        self.key = nn.Linear(h, h)
-        self.value = nn.Linear(h, h)
+        self.query = Linear(h, h)
+        self.key = Linear(h, h)
+        self.value = Linear(h, h)
         self.heads = cfg.num_attention_heads
         self.p = cfg.attention_probs_dropout_prob
 
@@ -73,7 +87,7 @@ class SelfAttention(nn.Module):
 class AttentionOutput(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dense = Linear(cfg.hidden_size, cfg.hidden_size)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=LN_EPS)
 
 
@@ -95,13 +109,13 @@ class Attention(nn.Module):
 class Dense(nn.Module):
     def __init__(self, n_in, n_out):
         super().__init__()
-        self.dense = nn.Linear(n_in, n_out)
+        self.dense = Linear(n_in, n_out)
 
 
 class DenseLayerNorm(nn.Module):
     def __init__(self, n_in, n_out):
         super().__init__()
-        self.dense = nn.Linear(n_in, n_out)
+        self.dense = Linear(n_in, n_out)
         self.LayerNorm = nn.LayerNorm(n_out, eps=LN_EPS)
 
 
@@ -213,7 +227,8 @@ class BertForPreTraining(nn.Module):
         flat = (masked_lm_positions + torch.arange(b, device=seq.device)[:, None] * t).reshape(-1)
         x = seq.reshape(b * t, h).index_select(0, flat)
         x = pred.transform.LayerNorm(pred.act(pred.transform.dense(x)))
-        logits = x @ self.bert.embeddings.word_embeddings.t().to(x.dtype) + pred.output_bias.to(x.dtype)
+        logits = (x @ levers.weight(self.bert.embeddings, "word_embeddings", x.dtype).t()
+                  + levers.weight(pred, "output_bias", x.dtype))
         log_probs = F.log_softmax(logits.float(), dim=-1)
         labels = masked_lm_ids.reshape(-1)
         w = masked_lm_weights.reshape(-1).float()
@@ -225,7 +240,8 @@ class BertForPreTraining(nn.Module):
 
         nsp = self.cls.seq_relationship
         pooled = pooled.reshape(-1, pooled.shape[-1])
-        nsp_logits = pooled @ nsp.output_weights.t().to(pooled.dtype) + nsp.output_bias.to(pooled.dtype)
+        nsp_logits = (pooled @ levers.weight(nsp, "output_weights", pooled.dtype).t()
+                      + levers.weight(nsp, "output_bias", pooled.dtype))
         nsp_log_probs = F.log_softmax(nsp_logits.float(), dim=-1)
         nsp_labels = next_sentence_labels.reshape(-1)
         if nsp_positions is None:

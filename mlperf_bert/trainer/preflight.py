@@ -10,9 +10,9 @@ import sys
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import check_writable_dir, same_file
+from mlperf_bert.fileio import check_writable_dir, remove_stale_temporaries, same_file
 from mlperf_bert.harness.mlperf_log import check_prefix, is_mlperf_log
-from mlperf_bert.trainer import checkpoint, distributed, loader
+from mlperf_bert.trainer import checkpoint, distributed, levers, loader
 
 TPU_FLAGS = ("tpu_name", "tpu_zone", "gcp_project", "master")
 
@@ -44,10 +44,17 @@ def check_flags(fv):
     if fv.clip_by_global_norm_after_gradient_allreduce and fv.optimizer != "lamb":
         raise UserError("--clip_by_global_norm_after_gradient_allreduce is an option of LAMB (with "
                         "--optimizer=adamw the reference clips nothing): use --optimizer=lamb")
+    levers.check_flags(fv)
 
 
 _CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"
 _OPEN = "or use --submission_division=open"  # where a preset would not fix it
+# The one line a closed run without the phase-1 checkpoint gets (train_model.sh says the same).
+CLOSED_NEEDS_INIT = (
+    "--submission_division=closed starts from the reference's phase-1 checkpoint: download tf1_ckpt/model.ckpt-28252.* "
+    "(the MLCommons BERT files, README 'From text to verified TFRecords'), check it with "
+    "`python -m mlperf_bert verify DIR/tf1_ckpt` and give --init_checkpoint=DIR/tf1_ckpt/model.ckpt-28252 "
+    "(INIT_CHECKPOINT= for train_model.sh and start_training.sh)")
 
 
 def _check_closed_flags(fv):
@@ -62,6 +69,8 @@ def _check_closed_flags(fv):
     if not fv.eval_input_file:
         raise UserError("--submission_division=closed evaluates on the 10,000-sample eval set while training: "
                         "give --eval_input_file (eval_10k), or %s" % _CLOSED_FIX)
+    if not fv.init_checkpoint:
+        raise UserError(CLOSED_NEEDS_INIT + ", or use --submission_division=open")
 
 
 def check_closed_data(fv, eval_files, global_batch, rank):
@@ -136,6 +145,8 @@ def check_start(fv, rank, world, locks):
         _check_log_path(fv, log_path, train_files, eval_files)
     if rank == 0:  # one run per output: a second one is refused before it writes anything
         locks.enter_context(locking.lock_dir(fv.output_dir, "--output_dir"))
+        # a checkpoint of a killed run's write, cut off (a temporary name: never taken for one)
+        remove_stale_temporaries(fv.output_dir)
         if os.path.dirname(os.path.abspath(log_path)) != os.path.abspath(fv.output_dir):
             locks.enter_context(locking.lock_file(log_path, "--mlperf_log"))
     if fv.check_data != "none":  # each rank a share of the files, in parallel
@@ -181,13 +192,15 @@ def check_log_owner(output_dir, log_path):
                     "is; give a new path, or delete it to start this run's log there" % (log_path, output_dir))
 
 
-def finished_before(fv, finished, rank, train_files, eval_files, init_ckpt):
-    """A rerun of a finished run: nothing to do with the same settings, refused with others."""
+def finished_before(fv, finished, rank, config, train_files, eval_files, init_ckpt):
+    """A rerun of a finished run: nothing to do with the same settings (model config included),
+    refused with others."""
     problem = None
     if rank == 0:
         saved = finished.get("run") or {}
         seed = fv.seed if fv.seed is not None else saved.get("seed")
-        diff = checkpoint.differences(saved, checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt))
+        diff = checkpoint.differences(saved, checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt,
+                                                                     config.to_dict()))
         what = "%s: this run already finished (status %s after %d samples, %s)" % (
             fv.output_dir, finished.get("status"), finished.get("samples", 0), checkpoint.FINISHED)
         if diff:
@@ -205,11 +218,11 @@ def check_resume(fv, config, world, train_files, eval_files, init_ckpt, log_path
     """Refuse, in one line, a resume from a checkpoint of another run, config or rank count, or
     onto a log that no longer begins with what the checkpoint's run had written."""
     seed = fv.seed if fv.seed is not None else ckpt["seed"]
-    checkpoint.check_same_run(ckpt.get("run", {}),
-                              checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt), path)
-    if ckpt.get("config") not in (None, config.to_dict()):
-        raise UserError("checkpoint %s was trained with another model config than %s: use "
-                        "that config or another --output_dir" % (path, fv.bert_config_file))
+    saved = dict(ckpt.get("run", {}))
+    if ckpt.get("config") is not None:  # a checkpoint of an older version has it beside its identity
+        saved.setdefault("config", ckpt["config"])
+    checkpoint.check_same_run(saved, checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt,
+                                                             config.to_dict()), path)
     if len(ckpt["ranks"]) != world:
         raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "
                         "the same number" % (path, len(ckpt["ranks"]), world))

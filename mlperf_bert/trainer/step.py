@@ -69,13 +69,41 @@ def reduce_clip_update(grads, clip_norm, n, groups, lr, t):
 class CompiledUpdate:
     """``after_backward`` of a GradientAccumulator, with its arithmetic compiled."""
 
-    def __init__(self, accumulator, compile=None):
+    def __init__(self, accumulator, compile=None, graphed=False):
+        """``graphed`` (--cuda_graphs, trainer/levers.py): the functions replay as CUDA graphs,
+        whose outputs the next replay overwrites; the state they mutate is marked static, and
+        with clipping after the reduction the summed gradients live in buffers of their own."""
         acc = self.acc = accumulator
         device = acc.params[0].device
         self.lr = torch.zeros((), device=device)
         self.t = torch.zeros((), dtype=torch.float64, device=device)  # b ** t as the eager float64
         self.absorb, self.absorb_and_update, self.update, self.reduce_clip_update = (
             (compile or torch.compile)(f) for f in (absorb, absorb_and_update, update, reduce_clip_update))
+        self.graphed = graphed
+        self._static = set()  # ids of the tensors marked static
+        self._sums = None  # graphed, clipping after the reduction: where p.grad sums up
+        if graphed:
+            self._mark_static([self.lr, self.t])
+
+    def _mark_static(self, tensors):
+        from mlperf_bert.trainer import levers
+        new = [x for x in tensors if id(x) not in self._static]
+        if new:
+            levers.static_inputs(new)
+            self._static.update(id(x) for x in new)
+
+    def _keep_sums(self):
+        """Graphed, clipping after the reduction, between updates: the gradient sum in p.grad is
+        moved out of the graph's memory (bit for bit) into buffers the next backward adds to."""
+        acc = self.acc
+        if self._sums is None:
+            self._sums = [torch.empty_like(p) for p in acc.params]
+            self._mark_static(self._sums)
+        moved = [(p, s) for p, s in zip(acc.params, self._sums) if p.grad is not None and p.grad is not s]
+        if moved:
+            torch._foreach_copy_([s for _, s in moved], [p.grad for p, _ in moved])
+            for p, s in moved:
+                p.grad = s
 
     def _groups(self, grads):
         """The optimizer's groups in its own order, each parameter with its gradient and slots."""
@@ -87,6 +115,8 @@ class CompiledUpdate:
             if not params:
                 continue
             ms, vs, t = opt.advance_slots(params)
+            if self.graphed:
+                self._mark_static(ms + vs)
             hyper = (group["beta_1"], group["beta_2"], group["epsilon"], group["weight_decay_rate"],
                      group["exclude"])
             out.append((opt.kind, params, [grad_of[id(p)] for p in params], ms, vs, hyper))
@@ -107,6 +137,8 @@ class CompiledUpdate:
         upd = acc.is_update(global_step)
         if acc.clip_after_reduce:
             if not upd:
+                if self.graphed:
+                    self._keep_sums()
                 return False
             grads = acc._grads()
             if acc.allreduce is not None:
@@ -118,6 +150,8 @@ class CompiledUpdate:
             grads = acc._grads()
             if acc.n > 1 and acc.buffers is None:
                 acc.buffers = [torch.zeros_like(p) for p in acc.params]
+                if self.graphed:
+                    self._mark_static(acc.buffers)
             buffers = acc.buffers if acc.n > 1 else None
             for p in acc.params:
                 p.grad = None

@@ -23,7 +23,7 @@ import torch
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
-from mlperf_bert.trainer import checkpoint, distributed, evaluation, loader, preflight
+from mlperf_bert.trainer import checkpoint, distributed, evaluation, levers, loader, preflight
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_logging.mllog import constants as C
 
@@ -108,6 +108,7 @@ def define_flags():
     flags.DEFINE_enum("check_data", "headers", ["none", "headers", "full"],
                       "Before training, read every record's header (and with full its CRC-checked "
                       "data) so a damaged file fails at once.", flag_values=fv)
+    levers.define_flags(fv)  # speed levers, off by default: not measured on a GPU
     return fv
 
 
@@ -188,11 +189,16 @@ class Trainer:
         self.after_backward = self.accumulator.after_backward
         self.eval_forward = None
         if fv.compile:  # trainer/step.py: no graph breaks, no recompiles after the first update/eval
+            self.forward = torch.compile(self.forward, **levers.compile_options(fv))
+            self.eval_forward = torch.compile(self.model, **levers.compile_options(fv))
+        if fv.compile or fv.fused_update:
             from mlperf_bert.trainer import step
-            self.forward = torch.compile(self.forward)
-            self.eval_forward = torch.compile(self.model)
-            self.after_backward = step.CompiledUpdate(self.accumulator).after_backward
+            compile_update = functools.partial(torch.compile, **levers.compile_options(fv, update=True))
+            self.after_backward = step.CompiledUpdate(self.accumulator, compile_update,
+                                                      graphed=fv.cuda_graphs).after_backward
+        self.levers = levers.Levers(self)  # --cuda_graphs, --bf16_weights, --fp8
         self._schedule = schedule
+        self.writer = checkpoint.BackgroundWriter()
 
     def learning_rate(self, step):
         fv = self.fv
@@ -212,13 +218,23 @@ class Trainer:
     def evaluate(self, batches):
         return evaluation.evaluate(self.model, batches, self.device, self.autocast, self.eval_forward)
 
-    def save(self, path, extra):
-        """Checkpoint at ``path``: every rank's RNG and accumulator go to rank 0 on the host."""
+    def save(self, path, extra, final=False):
+        """Checkpoint at ``path``: every rank's RNG and accumulator go to rank 0 on the host, which
+        copies the state to host memory and writes it on a thread while training goes on (the copy
+        is all the training path waits for; the write before it must have ended). ``final``: no
+        update follows, so the state is written as it is, without a copy. ``flush`` waits."""
         states = distributed.gather_objects({"rng": checkpoint.rng_state(self.device),
                                              "accumulator": self.accumulator.state_dict()})
         if self.rank == 0:
-            checkpoint.save(path, dict(extra, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
-                                       ranks=states, world_size=self.world), self.fv.keep_checkpoint_max)
+            self.writer.wait()  # one state held at a time; a failed write is raised here
+            state = dict(extra, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+                         ranks=states, world_size=self.world)
+            self.writer.submit(path, state if final else checkpoint.host_copy(state), self.fv.keep_checkpoint_max)
+
+    def flush(self):
+        """Wait until the checkpoint being written is complete (every rank: none exits before it)."""
+        if self.rank == 0:
+            self.writer.wait()
         distributed.barrier()
 
     def resume(self, ckpt, path):
@@ -233,6 +249,7 @@ class Trainer:
         except ValueError as e:
             raise UserError("checkpoint %s: %s: resume with the same --steps_per_update and "
                             "--clip_by_global_norm_after_gradient_allreduce" % (path, e))
+        self.levers.loaded()
 
     def seed_ranks(self, seed, ckpt=None):
         """Dropout differs between ranks; a resume restores each rank's RNG exactly."""
@@ -271,7 +288,7 @@ def run(fv, stop, locks):
         (checkpoint.read_finished(fv.output_dir), checkpoint.list_checkpoints(fv.output_dir))
         if rank == 0 else None)
     if finished:
-        return preflight.finished_before(fv, finished, rank, train_files, eval_files, init_ckpt)
+        return preflight.finished_before(fv, finished, rank, config, train_files, eval_files, init_ckpt)
     ckpt_path = found[-1][1] if found else None  # on rank 0's disk: only rank 0 reads it
     ckpt = checkpoint.load_on_every_rank(
         ckpt_path, rank, device, functools.partial(preflight.check_resume, fv, config, world, train_files, eval_files,
@@ -281,7 +298,7 @@ def run(fv, stop, locks):
     seed = fv.seed if fv.seed is not None else (ckpt["seed"] if ckpt else None)
     if seed is None:
         seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
-    identity = checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt)
+    identity = checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt, config.to_dict())
     # A checkpoint that recorded the log's length and digest continues the log from there, as
     # if never stopped; without one (a fresh start) the log is written from its first line.
     continues = bool(ckpt and ckpt.get("mlperf_log"))
@@ -329,10 +346,30 @@ def run(fv, stop, locks):
             checkpoint.write_log_owner(fv.output_dir, log_path)
             log.open()
     extra = {"seed": seed, "config": config.to_dict(), "run": identity}
-    return train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra)
+    try:
+        return train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra)
+    finally:  # an error mid-run: the checkpoint being written is completed, not cut off
+        trainer.writer.wait(raise_error=False)
 
 
 # ---------------------------------------------------------------- the loop
+
+class _BarLines:
+    """The progress bar's output to a file or a pipe: each redraw a line of its own, the final
+    erase dropped. tqdm begins a redraw with a carriage return and ends none with a newline, so
+    the next line another process writes there (torchrun's, in the same pipe) would continue it."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def write(self, text):
+        text = text.replace("\r", "").rstrip()
+        if text:
+            self.out.write(text + "\n")
+
+    def flush(self):
+        self.out.flush()
+
 
 def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra):
     """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM."""
@@ -343,12 +380,12 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         log.start(C.RUN_START)
     t_run = time.time()
 
-    def save(at):
+    def save(at, final=False):
         # where the log and its open block and loss mean stand: a resume goes on from there
         trainer.save(checkpoint.path_for(fv.output_dir, at),
-                     dict(extra, global_step=at, samples=samples, next_eval=state["next_eval"], evals=evals,
+                     dict(extra, global_step=at, samples=samples, next_eval=state["next_eval"], evals=list(evals),
                           mlperf_log=list(log.mark()), block=[block_open, block_first],
-                          loss=[loss_sum.item(), loss_n]))
+                          loss=[loss_sum.item(), loss_n]), final=final)
 
     def online_eval(samples):
         log.start(C.EVAL_START, metadata={C.EPOCH_NUM: samples})
@@ -373,9 +410,10 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
     bar = None
     if rank == 0 and fv.progress:
         from tqdm import tqdm
+        tty = sys.stderr.isatty()
         # in a log file (no terminal) a line every 30 s, not one per step
         bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, leave=False,
-                   mininterval=0.1 if sys.stderr.isatty() else 30)
+                   mininterval=0.1 if tty else 30, file=sys.stderr if tty else _BarLines(sys.stderr))
     block_open, block_first = state.get("block") or (False, 0)
     if packed:
         from mlperf_bert.trainer.packed_loader import PackedBatches
@@ -431,8 +469,10 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         halt = stop.requested if world == 1 else (updated and distributed.any_rank(stop.requested, device))
         periodic = fv.save_checkpoints_steps and step % fv.save_checkpoints_steps == 0
         if periodic or halt or end or status == C.SUCCESS:
-            save(step)
+            # the last one (a stop, the end): no update follows, nothing to copy
+            save(step, final=halt or end or status == C.SUCCESS)
         if halt:
+            trainer.flush()
             if bar is not None:
                 bar.close()
             if rank == 0:  # one line for the run, not one per rank
@@ -459,6 +499,7 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
             metrics = trainer.evaluate(eval_set)
         if rank == 0:
             print(evaluation.write_eval_results(fv.output_dir, metrics, step))
+    trainer.flush()  # the last checkpoint, written while the above ran, is complete
     if rank == 0:  # a rerun of this command now says so and changes nothing
         checkpoint.write_finished(fv.output_dir, status, step, samples, extra["run"])
     return 0

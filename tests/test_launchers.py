@@ -176,8 +176,9 @@ def test_help_shows_what_each_preset_asks_of_each_gpu_as_the_run_does(script, en
             assert global_batch == int(name[4:])
         if name not in ("reference_gpu", "tpu_8192", "demo_cpu", "rcp_448", "rcp_16384"):
             continue  # every fixed preset and two RCPs, against the plan of their dry run
-        plan = subprocess.run([TRAIN, "--dry_run", "--preset=" + name], capture_output=True, text=True,
-                              env=_env(DATA_DIR="/d", **env)).stderr.splitlines()[0]
+        said = subprocess.run([TRAIN, "--dry_run", "--preset=" + name], capture_output=True, text=True,
+                              env=_env(DATA_DIR="/d", **env)).stderr.splitlines()
+        plan = next(l for l in said if l.startswith("train_model.sh: preset %s: global batch" % name))
         unit = "CPU process" if name == "demo_cpu" else "GPU"
         assert re.match(r"train_model.sh: preset %s: global batch %d = %d %s\(s\) x %d sequences of \d+ per %s per "
                         r"micro-step x %d micro-step\(s\) per update$"

@@ -26,7 +26,7 @@
 #                  resumes the one that stopped                                [1]
 #   TRAIN_MODEL    the training script                                       [./train_model.sh]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512);
-# --help prints this and the presets (train_model.sh --help: what a preset asks of each GPU).
+# --help prints this and the presets with what each asks of each GPU (as train_model.sh --help does).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ME=start_training.sh
@@ -37,7 +37,7 @@ for arg in "$@"; do
   case "$arg" in
     -h|--help)
       sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
-      "${TRAIN_MODEL:-$HERE/train_model.sh}" --help | grep '^presets: '  # with the rcp_<B> installed
+      "${TRAIN_MODEL:-$HERE/train_model.sh}" --help | sed -n '/^presets: /,$p'  # with the rcp_<B> installed
       exit 0 ;;
     -*) ;;
     *) die "unexpected argument '$arg': pass trainer flags as --name=value (settings as environment variables, see --help)" ;;

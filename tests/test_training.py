@@ -950,7 +950,8 @@ def phase1(files, tmp_path_factory):
     ({"poly_power": 2.0}, r"closed decays the learning rate linearly \(poly power 1.0\), not --poly_power=2.0"),
     ({"eval_input_file": None}, "closed evaluates on the 10,000-sample eval set while training: give --eval_input_file"),
     ({}, "closed evaluates on the 10,000 samples of eval_10k, --eval_input_file .*eval.tfrecord has 40: "
-         "give eval_10k"),
+         "make eval_10k from eval_intermediate with pick_eval_samples.py --num_examples_to_pick=10000 and give it, "
+         "or use --submission_division=open$"),  # issue 33: not "a --preset=rcp_<B>", which keeps the eval set
 ])
 def test_closed_division_refuses_at_start_what_the_rules_decide(files, phase1, tmp_path, change, message):
     out = str(tmp_path / "out")
@@ -1043,3 +1044,12 @@ def test_resumed_run_does_not_keep_the_checkpoint(files, uninterrupted, tmp_path
     monkeypatch.setattr(training.Trainer, "step", step)
     assert training.main(flags_for(files, out)) == 0
     assert loaded and alive == [0, 0, 0]
+
+
+def test_num_gpus_in_one_process_points_to_the_wrapper_not_bare_torchrun(files, tmp_path):
+    """Issue 33: the error said "launch with torchrun --nproc_per_node=2"; README says not to use bare
+    torchrun (its SIGTERM traceback): the wrapper is python -m mlperf_bert torchrun."""
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(tmp_path / "out"), num_gpus=2))
+    assert str(e.value) == ("--num_gpus=2 in one process: launch with python -m mlperf_bert torchrun "
+                            "--nproc_per_node=2 run_pretraining.py ... (or NUM_GPUS=2 train_model.sh)")

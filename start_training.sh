@@ -28,7 +28,7 @@
 #   TORCHINDUCTOR_CACHE_DIR  torch.compile's cache (--compile), shared by every run of a series,
 #                  so only the first compiles from scratch (in its untimed init) [$OUTPUT_DIR/compile_cache]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512);
-# --help prints this and the presets (train_model.sh --help: what a preset asks of each GPU).
+# --help prints this and the presets with what each asks of each GPU (as train_model.sh --help does).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ME=start_training.sh
@@ -39,7 +39,7 @@ for arg in "$@"; do
   case "$arg" in
     -h|--help)
       sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
-      "${TRAIN_MODEL:-$HERE/train_model.sh}" --help | grep '^presets: '  # with the rcp_<B> installed
+      "${TRAIN_MODEL:-$HERE/train_model.sh}" --help | sed -n '/^presets: /,$p'  # with the rcp_<B> installed
       exit 0 ;;
     -*) ;;
     *) die "unexpected argument '$arg': pass trainer flags as --name=value (settings as environment variables, see --help)" ;;

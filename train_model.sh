@@ -36,6 +36,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 die() { echo "error: train_model.sh: $*" >&2; exit 2; }
+# mlperf_bert/trainer/memory_plan.py's MAX_PER_GPU_BATCH (tests/test_memory_plan.py); --help shows it
+MAX_PER_GPU_BATCH="${MAX_PER_GPU_BATCH:-129}"
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi
@@ -45,9 +47,54 @@ rcp_presets() {  # the rcp_<B> of every reference convergence point installed (m
   "$PYTHON" -c 'from mlperf_bert.harness.rcp import load_rcps; print(" ".join("rcp_%d" % b for b in sorted(load_rcps())))' \
     2>/dev/null || echo "rcp_<B> (cannot list them: $PYTHON -c 'import mlperf_logging' fails)"
 }
+preset_line() {  # NAME GPUS PER_GPU ACCUM: one line of --help's preset table
+  local unit=GPU
+  [[ "$1" == demo_cpu ]] && unit="CPU process"
+  if [[ "$3" == - ]]; then
+    printf '  %-14s %3s %s(s): its global batch cannot be split over them\n' "$1" "$2" "$unit"
+  else
+    printf '  %-14s %3s %s(s) x %5s per %s per micro-step x %3s micro-step(s) = global batch %s\n' \
+      "$1" "$2" "$unit" "$3" "$unit" "$4" "$(($2 * $3 * $4))"
+  fi
+}
 usage() {
   sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
-  echo "presets: $(cd "$HERE/configs/presets" && ls -- *.sh | sed 's/\.sh$//' | grep -vx rcp | tr '\n' ' ')$(rcp_presets)"
+  local nodes=1 max="$MAX_PER_GPU_BATCH"
+  [[ "${NNODES:-}" =~ ^[1-9][0-9]*$ ]] && nodes="$NNODES"
+  [[ "$max" =~ ^[1-9][0-9]*$ ]] || max=129  # (not a number: the run refuses it; the table shows the default)
+  local table
+  table="$(preset_table "$nodes" "$max")"
+  echo "presets: $(awk '{printf "%s ", $1}' <<< "$table")"
+  echo "What each asks of each GPU (NUM_GPUS x NNODES GPUs, NUM_GPUS the preset's unless set; rcp_* split"
+  echo "by MAX_PER_GPU_BATCH=$max):"
+  echo "$table"
+}
+preset_table() {  # NODES MAX_PER_GPU: preset_line of every preset
+  local nodes="$1" max="$2" gpus f name
+  for f in "$HERE"/configs/presets/*.sh; do
+    name="$(basename "$f" .sh)"
+    [[ "$name" == rcp ]] && continue
+    (
+      PRESET_FLAGS=() PRESET_NUM_GPUS=1
+      # shellcheck source=/dev/null
+      source "$f"
+      micro=32 accum=1
+      for a in "${PRESET_FLAGS[@]}"; do
+        case "$a" in --train_batch_size=*) micro="${a#*=}" ;; --steps_per_update=*) accum="${a#*=}" ;; esac
+      done
+      gpus=$(( ${NUM_GPUS:-$PRESET_NUM_GPUS} * nodes ))
+      [[ "${NUM_GPUS:-}" =~ ^[1-9][0-9]*$ ]] || gpus=$((PRESET_NUM_GPUS * nodes))
+      if (( micro % gpus )); then preset_line "$name" "$gpus" - -; else preset_line "$name" "$gpus" $((micro / gpus)) "$accum"; fi
+    )
+  done
+  gpus=$((8 * nodes))  # rcp.sh's PRESET_NUM_GPUS
+  [[ "${NUM_GPUS:-}" =~ ^[1-9][0-9]*$ ]] && gpus=$((NUM_GPUS * nodes))
+  local listed
+  if listed="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.rcp --list "--world=$gpus" "--max_per_gpu=$max" 2>/dev/null)"; then
+    while read -r name per accum; do preset_line "$name" "$gpus" "$per" "$accum"; done <<< "$listed"
+  else
+    echo "  $(rcp_presets)"
+  fi
 }
 int_env() {  # NAME MIN: the variable must be a whole number >= MIN; set to it in decimal (08 is 8)
   local v="${!1}" n
@@ -101,7 +148,6 @@ int_env NUM_GPUS 1
 int_env NNODES 1
 int_env NODE_RANK 0
 int_env MASTER_PORT 1
-MAX_PER_GPU_BATCH="${MAX_PER_GPU_BATCH:-129}"
 int_env MAX_PER_GPU_BATCH 1
 (( NODE_RANK < NNODES )) || die "NODE_RANK=$NODE_RANK must be below NNODES=$NNODES"
 if [[ "$PRESET" =~ ^rcp_([0-9]+)$ ]]; then

@@ -1,10 +1,15 @@
-"""Sequences/s of one loader process at seq 512: batch decoding (one C call per batch, what the
-trainer does) vs record-by-record pure-Python decoding (the loader before), side by side.
+"""Sequences/s of one loader process at seq 512, each pair side by side (alternated rounds):
+
+- TFRecords: batch decoding (one C call per batch, what the trainer does) vs record-by-record
+  pure-Python decoding (the loader before);
+- the same records as a to-hdf5 file and as a packed file (``pack``, defaults): each row checked
+  against its row checksum as it is read (the loaders now) vs the same file without its
+  ``row_crc32c`` dataset (read unchecked, as before the checksums; packed: rows/s).
 
 Usage: .venv/bin/python bench/loader_throughput.py [--input_file=RECORDS] [--batch=32] [--rounds=3]
 Without --input_file it makes seq-512 records from tests/data/golden/input/part-00000 with our
 generator (the MLPerf flags, dupe factor 10: 7,343 records). Shuffled, one process, no workers;
-the last line is JSON with both rates and their ratio.
+the last line is JSON with the rates and their ratios.
 """
 import json
 import os
@@ -50,6 +55,37 @@ def rate(files, batch, reader_cls):
         loader._Reader = orig
 
 
+def hdf5_files(files):
+    """A to-hdf5 file and a packed file of ``files`` (the first), each with a copy without row checksums."""
+    import shutil
+    import h5py
+    from mlperf_bert.dataset import hdf5, packing
+    d = tempfile.mkdtemp(prefix="bench_loader_h5_")
+    plain = os.path.join(d, "plain.hdf5")
+    hdf5.tfrecords_to_hdf5(files, plain, 512, 76, progress=False)
+    packing.main(["pack", "--input=" + files[0], "--output_dir=" + d, "--num_workers=1", "--noprogress"])
+    packed = os.path.join(d, os.path.basename(files[0]) + ".packed.hdf5")
+    out = {}
+    for kind, path in (("hdf5", plain), ("packed", packed)):
+        bare = path.replace(".hdf5", ".unchecked.hdf5")
+        shutil.copy(path, bare)
+        with h5py.File(bare, "r+") as h:
+            del h[hdf5.ROW_CHECKSUMS]
+        out[kind] = (path, bare)
+    return out
+
+
+def hdf5_rate(kind, path, batch):
+    from mlperf_bert.trainer import packed_loader
+    t = time.perf_counter()
+    if kind == "packed":
+        ds = packed_loader.PackedBatches([path], batch, seed=1, repeat=False)
+    else:
+        ds = loader.PretrainingBatches([path], 512, 76, batch, seed=1, repeat=False)
+    n = sum(b["input_ids"].shape[0] for b in ds)
+    return n / (time.perf_counter() - t)
+
+
 def main():
     if help_requested(__doc__):
         return
@@ -64,8 +100,18 @@ def main():
         new.append(rate(files, batch, loader._Reader))
         print("round %d: record by record %.0f seq/s, batch decoding %.0f seq/s" % (r, old[-1], new[-1]))
     best_old, best_new = max(old), max(new)
-    print(json.dumps({"seq_len": 512, "batch": batch, "record_by_record_seq_per_s": round(best_old),
-                      "batch_decoding_seq_per_s": round(best_new), "ratio": round(best_new / best_old, 2)}))
+    result = {"seq_len": 512, "batch": batch, "record_by_record_seq_per_s": round(best_old),
+              "batch_decoding_seq_per_s": round(best_new), "ratio": round(best_new / best_old, 2)}
+    for kind, (checked, bare) in hdf5_files(files).items():
+        off, on = [], []
+        for r in range(rounds):
+            off.append(hdf5_rate(kind, bare, batch))
+            on.append(hdf5_rate(kind, checked, batch))
+            print("round %d: %s unchecked %.0f, row checksums checked %.0f %s/s"
+                  % (r, kind, off[-1], on[-1], "rows" if kind == "packed" else "seq"))
+        result.update({kind + "_unchecked_per_s": round(max(off)), kind + "_checked_per_s": round(max(on)),
+                       kind + "_checked_ratio": round(max(on) / max(off), 3)})
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -184,3 +184,13 @@ def pytest_collection_modifyitems(config, items):
     order = {key: (-cost[key], i) for i, key in enumerate(units)}
     # stable: a group's tests keep their order; equal units keep the order of collection
     items.sort(key=lambda item: order[_unit(item) or item.nodeid])
+
+
+@pytest.fixture
+def short_tmpdir():
+    """An empty folder for $TMPDIR whose path is short: under pytest's deep tmp_path (with xdist's
+    popen-gwN) the DataLoader workers' socket path passes the 107 bytes a Unix socket may have."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="mb-", dir="/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

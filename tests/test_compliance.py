@@ -558,3 +558,34 @@ def test_plot_log_refuses_to_overwrite_its_input_or_other_files(real_logs, tmp_p
     assert plot.main(["plot-log", str(log), "--output=%s" % png]) == 0
     assert plot.main(["plot-log", str(log), "--output=%s" % png]) == 0  # a PNG may be replaced
     assert png.read_bytes()[:8] == plot.PNG_MAGIC
+
+
+def test_an_eval_accuracy_of_nan_fails(tmp_path):
+    """Issue 33: check-log passed a log with an eval_accuracy of NaN (json reads NaN as a float)."""
+    log = edit(write_log(tmp_path / "nan.txt", accs=(0.5, 0.6, 0.73)),
+               lambda ls: [l.replace('"value": 0.6,', '"value": NaN,') if '"eval_accuracy"' in l else l for l in ls])
+    assert sum('"value": NaN' in l for l in log.read_text().splitlines()) == 1
+    r = results(log)["eval_grid"]
+    assert only_failure(log) == "eval_grid"
+    assert r.detail == "eval_accuracy nan at 300032 samples is not an accuracy (a number in 0..1)" and "NaN" in r.line
+    assert compliance.main(["check-log", "--noofficial", str(log)]) == 1
+
+
+def test_check_log_json_reports_a_missing_log_as_json(tmp_path, capsys):
+    """Issue 33: `check-log --json nothere` printed no JSON, only the error line."""
+    good = write_log(tmp_path / "good.txt")
+    assert compliance.main(["check-log", "--json", "--noofficial", "nothere", str(good)]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert [(l["log"], l["verdict"]) for l in out["logs"]] == [("nothere", "ERROR"), (str(good), "PASS")]
+    assert out["logs"][0]["error"] == "cannot read log nothere: No such file or directory" and out["ok"] is False
+    assert compliance.main(["check-log", "--json", "nothere"]) == 2
+    assert json.loads(capsys.readouterr().out)["total"] == {"ERROR": 1}
+    with pytest.raises(UserError, match="cannot read log nothere"):  # without --json: the one error line
+        compliance.main(["check-log", "nothere"])
+
+
+def test_train_samples_logged_after_training_is_not_called_before_it(tmp_path):
+    """Issue 33: a run with no eval logs train_samples at its end; check-log said 'logged before training'."""
+    r = results(write_log(tmp_path / "noeval.txt", accs=(), status="aborted"))["train_samples"]
+    assert r.level == "WARN" and "before training" not in r.detail
+    assert r.detail.startswith("train_samples 0 logged before any eval: not the samples to converge")

@@ -2,7 +2,9 @@
 tests/data/README.md show (code blocks, and inline code that starts with one of our commands),
 and every ``--flag`` it uses, exists in that command's own ``--help``; every environment variable
 the docs set for the launchers is read by them; every make target named exists; the md5 table of
-docs/dataset.md is the one of ``results/``.
+docs/dataset.md is the one of ``results/``, and the counts and sizes the docs quote from ``results/``
+are its files'; each command's one-line help agrees with its --help (flags, defaults, scripts); no
+message or doc sends users to bare torchrun; eval_results.txt's keys are the ones written.
 
 ``--help`` runs in-process for Python commands (``main([prog, "--help"])``) and as ``bash SCRIPT
 --help`` for the launchers, so the whole file takes a few seconds."""
@@ -486,6 +488,174 @@ def test_the_phase1_checkpoint_has_one_place_in_the_docs():
                 if folder not in ("tf1_ckpt", "tf2_ckpt", "gradacc"):  # gradacc/: checkpoint_add_gradacc's output
                     other.append("%s:%d: %s/model.ckpt-28252" % (path, n, folder))
     assert found > 10 and not other, other
+
+
+# ---- help lines against what the commands do -----------------------------------------------------
+
+def _help_defaults(text):
+    """{flag: default as printed} of an absl --help text."""
+    out, flag = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^\s*--(?:\[no\])?([\w-]+):", line)
+        if m:
+            flag = m.group(1)
+        m = re.search(r"\(default: '([^']*)'\)", line)
+        if m and flag:
+            out[flag] = m.group(1)
+    return out
+
+
+def help_line_problems(name, line, help_text):
+    """What the one-line help of command ``name`` (``python -m mlperf_bert --help``) says that the
+    command's own --help contradicts: a flag it lacks; ``--flag=N`` where N is not the default;
+    a bare number that is one of its flags' defaults (a default shown as a fixed limit); a
+    script ``(X.py)`` that does not run this command."""
+    out = []
+    flags, _ = _help_flags(help_text)
+    defaults = _help_defaults(help_text)
+    for flag, value in re.findall(r"--([A-Za-z][\w]*)(?:=([\w.]+))?", line):
+        if flag not in flags:
+            out.append("%s: its help line names --%s, which it does not have" % (name, flag))
+        elif value and defaults.get(flag) != value:
+            out.append("%s: its help line says --%s=%s, the default is %r" % (name, flag, value, defaults.get(flag)))
+    bare = re.sub(r"--[A-Za-z][\w]*(=[\w.]+)?", "", line)
+    for number in re.findall(r"(?<![\w.-])(\d+(?:\.\d+)?)(?![\w.])", bare):
+        named = sorted(f for f, v in defaults.items() if v == number)
+        if named:
+            out.append("%s: its help line gives %s, the default of --%s, as if fixed: write --%s=%s"
+                       % (name, number, named[0], named[0], number))
+    for script in re.findall(r"\b(\w+\.py)\b", line):
+        if script not in SCRIPTS:
+            out.append("%s: its help line names %s, which is no script of ours" % (name, script))
+        elif "mlperf_bert." + _script_module(script) != "mlperf_bert." + COMMANDS[name][0]:
+            out.append("%s: its help line names %s, which runs another module" % (name, script))
+    return out
+
+
+def test_each_command_help_line_agrees_with_the_command():
+    """Issue 33: `pack` said "up to 3 sequences per row" (3 is the default of 1..16); `download`
+    said it downloads "the official files" (it fetches the --url given)."""
+    bad = []
+    for name, (_, line) in COMMANDS.items():
+        if name == "torchrun":  # torch's own argparse help
+            continue
+        bad += help_line_problems(name, line, module_help(name))
+    assert not bad, "\n".join(bad)
+    assert "--url" in COMMANDS["download"][1] and "official" not in COMMANDS["download"][1]
+
+
+def test_a_help_line_that_disagrees_is_reported():
+    pack = module_help("pack")
+    assert help_line_problems("pack", "TFRecords -> packed HDF5 rows (up to 3 sequences per row)", pack) == [
+        "pack: its help line gives 3, the default of --max_sequences_per_pack, as if fixed: write "
+        "--max_sequences_per_pack=3"]
+    assert help_line_problems("pack", "rows (up to --max_sequences_per_pack=4, --max_rows)", pack) == [
+        "pack: its help line says --max_sequences_per_pack=4, the default is '3'",
+        "pack: its help line names --max_rows, which it does not have"]
+    assert help_line_problems("train", "the trainer (pick_eval_samples.py)", module_help("train")) == [
+        "train: its help line names pick_eval_samples.py, which runs another module"]
+
+
+def test_no_message_or_doc_sends_users_to_bare_torchrun():
+    """Issue 33: the trainer's --num_gpus error said "launch with torchrun --nproc_per_node", which
+    README says not to use (bare torchrun prints tracebacks on SIGTERM): the wrapper is
+    `python -m mlperf_bert torchrun`."""
+    files = [d for d in DOCS if d != "tests/data/README.md"] + list(LAUNCHERS) + sorted(  # (it records how
+        os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "mlperf_bert", "**", "*.py"),  # data was
+                                                    recursive=True))  # captured, with bare torchrun)
+    bad = []
+    for path in files:
+        for n, line in enumerate(open(os.path.join(ROOT, path), encoding="utf-8"), 1):
+            if re.search(r"(?<!mlperf_bert )(?<![\w/.-])torchrun --", line):
+                bad.append("%s:%d: %s" % (path, n, line.strip()))
+    assert not bad, "\n".join(bad)
+
+
+def test_eval_results_keys_in_training_md_are_the_ones_written(tmp_path):
+    """Issue 33: docs/training.md's keys of eval_results.txt left out `loss`."""
+    from mlperf_bert.trainer import evaluation
+    metrics = {k: 0.5 for k in ("loss",) + evaluation.EVAL_KEYS}
+    path = evaluation.write_eval_results(str(tmp_path), metrics, 7)
+    written = [line.split(" = ")[0] for line in open(path)]
+    text = open(os.path.join(ROOT, "docs", "training.md"), encoding="utf-8").read()
+    sentence = text[text.index("`eval_results.txt` has "):]
+    sentence = sentence[:sentence.index(" as `key = value` lines")]
+    assert re.findall(r"`(\w+)`", sentence.split(" has ", 1)[1]) == written
+
+
+# ---- numbers the docs quote from files of the repository ----------------------------------------------
+
+def results_facts():
+    """Counts and totals of results/: the text shards and TFRecord parts with published values, the
+    500 parts' total bytes (results/README.md)."""
+    def names(f):
+        return [line.split()[1] for line in open(os.path.join(ROOT, "results", f)) if line.strip()]
+    shards = sorted(int(n[5:10]) for n in names("bert_reference_results_text_md5.txt") if n.startswith("part-"))
+    assert shards == sorted(int(n[5:10]) for n in names("bert_reference_results_text_sizes.txt")
+                            if n.startswith("part-"))
+    parts = [n for n in names("bert_reference_tfrecord_sizes.txt") if n.startswith("part-")]
+    readme = open(os.path.join(ROOT, "results", "README.md"), encoding="utf-8").read()
+    total = int(re.search(r"the 500 parts total ([\d,]+) bytes", readme).group(1).replace(",", ""))
+    return {"shards": shards, "tfrecord_parts": len(parts), "total_bytes": total}
+
+
+def _ranges(numbers):
+    out, start = [], None
+    for i, n in enumerate(numbers):
+        start = n if start is None else start
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            out.append("%d-%d" % (start, n) if n > start else "%d" % n)
+            start = None
+    return " and ".join([", ".join(out[:-1]), out[-1]] if len(out) > 1 else out)
+
+
+def quoted_number_problems(doc, text, facts):
+    """Each number ``doc`` quotes from results/ against the files: published shards and TFRecords
+    (how many, which), the shards without a value, and any size within 20% of the 500 TFRecords'
+    total, which must be that total in GB (or in GiB, written as such)."""
+    out, shards = [], facts["shards"]
+    checks = [(r"\b(\d+) of the 500 text shards", len(shards)),
+              (r"\b(\d+) of the 500 TFRecords", facts["tfrecord_parts"]),
+              (r"the other (\d+) text shards", 500 - len(shards))]
+    for pattern, want in checks:
+        for m in re.finditer(pattern, text):
+            if int(m.group(1)) != want:
+                out.append("%s: %r: results/ says %d" % (doc, m.group(0), want))
+    for m in re.finditer(r"of the 500 text shards, parts ([\d\-, and]+\d)", text):
+        if m.group(1) != _ranges(shards):
+            out.append("%s: %r: results/ has parts %s" % (doc, m.group(0), _ranges(shards)))
+    gb, gib = facts["total_bytes"] / 1e9, facts["total_bytes"] / 2 ** 30
+    for m in re.finditer(r"(\d+(?:\.\d+)?) (GB|GiB)\b", text):
+        value, unit = float(m.group(1)), m.group(2)
+        exact = gb if unit == "GB" else gib
+        if abs(value - exact) < 0.2 * exact and abs(value - exact) > 0.5:
+            out.append("%s: %r: the 500 TFRecords of results/ are %.0f GB (%.1f GiB)" % (doc, m.group(0), gb, gib))
+    return out
+
+
+def test_numbers_the_docs_quote_from_results_are_the_files():
+    """Issue 33: README said `verify` checks "every input and output against the published
+    checksums" (results/ has 6 of 500 text shards, 2 of 500 TFRecords) and "~365 GB" for 391 GB."""
+    facts = results_facts()
+    assert facts["total_bytes"] == 391434110129 and len(facts["shards"]) == 6
+    bad, seen = [], 0
+    for doc in DOCS:
+        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
+        seen += len(re.findall(r"of the 500 (?:text shards|TFRecords)|\d GB \(", text))
+        bad += quoted_number_problems(doc, text, facts)
+    assert seen >= 4
+    assert not bad, "\n".join(bad)
+
+
+def test_a_number_quoted_wrongly_from_results_is_reported():
+    facts = results_facts()
+    text = ("verify checks 7 of the 500 text shards and 2 of the 500 TFRecords; the other 493 text shards "
+            "... of the 500 text shards, parts 0-2 and 497-498. Writing ~365 GB, i.e. 364.6 GiB or 391 GB.")
+    assert quoted_number_problems("x.md", text, facts) == [
+        "x.md: '7 of the 500 text shards': results/ says 6",
+        "x.md: 'the other 493 text shards': results/ says 494",
+        "x.md: 'of the 500 text shards, parts 0-2 and 497-498': results/ has parts 0-2 and 497-499",
+        "x.md: '365 GB': the 500 TFRecords of results/ are 391 GB (364.6 GiB)"]
 
 
 if __name__ == "__main__":

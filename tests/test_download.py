@@ -36,3 +36,21 @@ def test_explicit_md5_for_an_unlisted_file(tmp_path):
     assert out.read_bytes() == src.read_bytes()
     with pytest.raises(UserError, match="unsupported URL"):
         download.download("ftp://example/x", str(tmp_path / "x"), md5=want, progress=False)
+
+
+def test_a_wrong_md5_says_what_was_expected(tmp_path):
+    """Issue 33: with --md5 (no size known) the error said 'expected None bytes'."""
+    src = tmp_path / "blob.bin"
+    src.write_bytes(b"0123456789")
+    got = hashlib.md5(b"0123456789").hexdigest()
+    out = tmp_path / "dl" / "blob.bin"
+    with pytest.raises(UserError) as e:
+        download.main(["download", "--url=file://%s" % src, "--output=%s" % out, "--md5=" + "0" * 32, "--noprogress"])
+    assert str(e.value) == ("blob.bin: got 10 bytes md5 %s, expected md5 %s; the partial file was removed, check "
+                            "the URL and run again" % (got, "0" * 32))
+    src = tmp_path / "src" / "vocab.txt"  # a listed name: both are known
+    src.parent.mkdir()
+    src.write_bytes(b"0123456789")
+    with pytest.raises(UserError, match="got 10 bytes md5 %s, expected 231508 bytes md5 "
+                                        "64800d5d8528ce344256daf115d4965e;" % got):
+        download.download("file://%s" % src, str(tmp_path / "out" / "vocab.txt"), progress=False)

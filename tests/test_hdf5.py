@@ -36,7 +36,8 @@ def test_every_example_kept_in_order_with_equal_values(golden_tfrecord, converte
 
 def test_one_compact_dataset_per_feature(converted, golden_tfrecord):
     with h5py.File(converted, "r") as h:
-        assert sorted(h.keys()) == sorted(name for name, _, _ in PRETRAINING_FEATURES)
+        assert sorted(h.keys()) == sorted([name for name, _, _ in PRETRAINING_FEATURES] + ["row_crc32c"])
+        assert h["row_crc32c"].dtype == np.uint32 and h["row_crc32c"].shape == (4366,)
         assert h["input_ids"].dtype == np.uint16 and h["input_mask"].dtype == np.uint8
         assert h["segment_ids"].dtype == np.uint8 and h["next_sentence_labels"].shape == (4366,)
         assert h["masked_lm_weights"].dtype == np.float32 and h["masked_lm_positions"].shape == (4366, 20)
@@ -222,3 +223,98 @@ def test_misread_hdf5_and_packed_files_name_the_right_tool(made, tmp_path):
         with pytest.raises(UserError, match=message) as e:
             training.main(flags_for({"config": config, "train": None}, str(tmp_path / "out"), **kw))
         assert "\n" not in str(e.value)
+
+
+def _copy(src, dst):
+    with open(src, "rb") as a, open(dst, "wb") as b:
+        b.write(a.read())
+    return dst
+
+
+@pytest.mark.parametrize("kind,dataset,index,what,fix", [
+    ("plain", "input_ids", 1000, "record 3", "convert it again with to-hdf5"),  # 256 bytes a row
+    ("plain", "masked_lm_weights", 1000, "record 12", "convert it again with to-hdf5"),  # 80 bytes a row
+    ("packed", "input_mask", 1000, "row 7", "pack it again (python -m mlperf_bert pack)"),  # 128 bytes a row
+    ("packed", "row_crc32c", 8, "row 2", "pack it again (python -m mlperf_bert pack)")])
+def test_a_flipped_byte_is_caught_as_it_is_read(made, tmp_path, kind, dataset, index, what, fix):
+    """Issue 33: damaged HDF5 and packed files trained under the default --check_data=headers (a
+    TFRecord's CRCs are checked as records are read): each row is now checked as it is read."""
+    from mlperf_bert.trainer import loader, packed_loader
+    path = _copy(made[kind], str(tmp_path / os.path.basename(made[kind])))
+    flip_byte(path, dataset, index)
+    loader.check_records([path], full=False)  # the headers are whole
+
+    def read_all():
+        if kind == "packed":
+            ds = packed_loader.PackedBatches([path], 8, repeat=False)
+        else:
+            ds = loader.PretrainingBatches([path], 128, 20, 8, repeat=False)
+        return sum(len(b["input_ids"]) for b in ds)
+
+    with pytest.raises(UserError) as e:
+        read_all()
+    assert str(e.value) == ("%s: %s does not match the checksum written when the file was made: the file is "
+                            "damaged, %s" % (path, what, fix))
+    flip_byte(path, dataset, index)  # flipped back: every row reads
+    assert read_all() == (500 if kind == "plain" else packed_loader.packing.read_attrs(path)["num_rows"])
+
+
+def test_the_trainer_stops_on_a_damaged_packed_file_under_default_checks(made, tmp_path):
+    """What users get: the default --check_data=headers, a loader worker, one line naming the file."""
+    from mlperf_bert.trainer import training
+    from test_training import TINY, flags_for
+    import json
+    path = _copy(made["packed"], str(tmp_path / "part-00000.packed.hdf5"))
+    flip_byte(path, "input_ids", 3000)  # row 11
+    config = str(tmp_path / "config.json")
+    with open(config, "w") as f:
+        json.dump(TINY, f)
+    argv = flags_for({"config": config, "train": path}, str(tmp_path / "out"), max_seq_length=128,
+                     max_predictions_per_seq=20, num_train_steps=4, shuffle=False)
+    assert "--check_data" not in " ".join(argv)
+    with pytest.raises(UserError) as e:
+        training.main(argv)
+    assert str(e.value) == ("%s: row 11 does not match the checksum written when the file was made: the file is "
+                            "damaged, pack it again (python -m mlperf_bert pack)" % path)
+
+
+def test_a_file_made_before_row_checksums_is_named(made, tmp_path, capsys):
+    from mlperf_bert.trainer import loader
+    for kind, fix in (("plain", "convert it again with to-hdf5"), ("packed", "pack it again")):
+        path = _copy(made[kind], str(tmp_path / os.path.basename(made[kind])))
+        with h5py.File(path, "r+") as h:
+            del h[hdf5.ROW_CHECKSUMS]
+        loader.check_records([path], full=False)
+        assert capsys.readouterr().err == (
+            "warning: %s has no row checksums (made before they were written): damage in it is not caught while "
+            "training; %s to add them\n" % (path, fix + (" (python -m mlperf_bert pack)" if kind == "packed" else "")))
+
+
+@pytest.mark.parametrize("lengths", [dict(), dict(max_seq_length=128, max_predictions_per_seq=20)])
+def test_a_packed_file_without_its_attributes_is_called_damaged_not_blamed_on_the_flags(made, tmp_path, lengths):
+    """Issue 33: a packed file whose attributes were stripped was read as an unpacked file, and the
+    length check blamed --max_seq_length (or, with matching flags, said 'convert it again with to-hdf5')."""
+    from mlperf_bert.trainer import training
+    from test_training import TINY, flags_for
+    import json
+    path = _copy(made["packed"], str(tmp_path / "part-00000.packed.hdf5"))
+    with h5py.File(path, "r+") as h:
+        for name in list(h.attrs):
+            del h.attrs[name]
+    config = str(tmp_path / "config.json")
+    with open(config, "w") as f:
+        json.dump(TINY, f)
+    with pytest.raises(UserError) as e:
+        training.main(flags_for({"config": config, "train": path}, str(tmp_path / "out"), num_train_steps=2,
+                                **lengths))
+    assert str(e.value) == ("%s has packed rows (dataset position_ids, nsp_positions) but not the attributes pack "
+                            "writes: it is damaged or not a packed file: pack it again (python -m mlperf_bert pack)"
+                            % path)
+
+
+def test_read_examples_checks_the_rows_it_reads(made, tmp_path):
+    path = _copy(made["plain"], str(tmp_path / "part.hdf5"))
+    flip_byte(path, "segment_ids", 1000)  # 128 bytes a row: record 7
+    assert len(hdf5.read_examples(path, 0, 7)["input_ids"]) == 7  # the rows before it are whole
+    with pytest.raises(UserError, match=re.escape("%s: record 7 does not match the checksum" % path)):
+        hdf5.read_examples(path, 5, 20)

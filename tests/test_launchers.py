@@ -1,6 +1,7 @@
 """train_model.sh / start_training.sh / Dockerfile: what the image runs, tested outside Docker."""
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -153,6 +154,35 @@ def test_launchers_help_lists_every_preset_with_the_rcp_sizes(script):
     assert proc.returncode == 0, proc.stderr
     listed = next(l for l in proc.stdout.splitlines() if l.startswith("presets: ")).split()[1:]
     assert listed == ["demo_cpu", "reference_gpu", "tpu_8192"] + ["rcp_%d" % b for b in sorted(_rcps())]
+
+
+@pytest.mark.parametrize("script,env", [(TRAIN, {}), (START, {}), (TRAIN, {"NUM_GPUS": "4"})])
+def test_help_shows_what_each_preset_asks_of_each_gpu_as_the_run_does(script, env):
+    """Issue 33: start_training.sh --help said train_model.sh --help shows what a preset asks of each
+    GPU; it listed names. Each row of the table is the plan train_model.sh prints before that run."""
+    proc = subprocess.run([script, "--help"], capture_output=True, text=True, env=_env(**env))
+    lines = proc.stdout.splitlines()
+    names = next(l for l in lines if l.startswith("presets: ")).split()[1:]
+    rows = {}
+    for line in lines[lines.index(next(l for l in lines if l.startswith("What each asks of each GPU"))) + 2:]:
+        m = re.match(r"^  (\S+) +(\d+) (GPU|CPU process)\(s\) x +(\d+) per \3 per micro-step x +(\d+) micro-step\(s\) "
+                     r"= global batch (\d+)$", line)
+        assert m, line
+        rows[m.group(1)] = tuple(int(m.group(i)) for i in (2, 4, 5, 6))
+    assert list(rows) == names and len(names) == 3 + len(_rcps())
+    for name, (gpus, per_gpu, accum, global_batch) in rows.items():
+        assert gpus * per_gpu * accum == global_batch
+        if name.startswith("rcp_"):
+            assert global_batch == int(name[4:])
+        if name not in ("reference_gpu", "tpu_8192", "demo_cpu", "rcp_448", "rcp_16384"):
+            continue  # every fixed preset and two RCPs, against the plan of their dry run
+        said = subprocess.run([TRAIN, "--dry_run", "--preset=" + name], capture_output=True, text=True,
+                              env=_env(DATA_DIR="/d", **env)).stderr.splitlines()
+        plan = next(l for l in said if l.startswith("train_model.sh: preset %s: global batch" % name))
+        unit = "CPU process" if name == "demo_cpu" else "GPU"
+        assert re.match(r"train_model.sh: preset %s: global batch %d = %d %s\(s\) x %d sequences of \d+ per %s per "
+                        r"micro-step x %d micro-step\(s\) per update$"
+                        % (name, global_batch, gpus, unit, per_gpu, unit, accum), plan), (plan, rows[name])
 
 
 def test_each_preset_says_what_it_asks_of_a_gpu_and_warns_when_implausible():

@@ -376,3 +376,45 @@ def test_package_killed_midway_leaves_nothing_the_rerun_trips_on(package, tmp_pa
     assert len(list((out / "NVIDIA" / "results" / "nyx2" / "bert").iterdir())) == 10
     assert not [p for p in os.listdir(out / "NVIDIA") if p.startswith(".")]
     assert sorted(os.listdir(out)) == ["NVIDIA"]
+
+
+def _summary(seeds):
+    """A score() result for runs of the real nyx package's shape, with these seeds."""
+    runs = [(os.path.join(BERT, "result_%d.txt" % i), seed, 2550982 + i, 3.5 + i / 10, "success")
+            for i, seed in enumerate(seeds)]
+    return {"runs": runs, "run_verdicts": [("PASS", "", "")] * len(runs), "dropped": [0, 1],
+            "time_to_train_min": 3.6, "evals": {"result_%d.txt" % i: [(1000, 0.5), (2000, 0.72)]
+                                                 for i in range(len(runs))},
+            "target": 0.72, "verdict": "pass", "division": "closed", "system": None}
+
+
+def test_score_table_columns_stay_in_line_with_a_long_seed():
+    """Issue 33: a 9-digit seed shifted the samples, minutes and status columns of its row."""
+    lines = score.run_table(_summary([27912, 123456789, 5]))
+    assert len({len(line.rstrip()) for line in lines[1:]}) == 1  # the rows end alike: PASS
+    for col in ("seed", "samples", "minutes"):  # right-aligned: each ends where its header does
+        end = lines[0].index(col) + len(col)
+        assert [line[end:end + 1] for line in lines[1:]] == [" "] * 3 and all(line[end - 1] != " " for line in lines)
+    assert lines[2].split() == [os.path.join(BERT, "result_1.txt"), "123456789", "2550983", "3.6000", "success",
+                                "PASS"]
+    # an ordinary seed keeps the table as it was
+    assert score.run_table(_summary([27912]))[1] == "%-60s %8s %12s %9s  %-8s %s" % (
+        os.path.join(BERT, "result_0.txt"), 27912, 2550982, "3.5000", "success", "PASS")
+
+
+def test_score_plots_have_titles(tmp_path, monkeypatch):
+    """Issue 33: the score plots had no title."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    titles, save = [], Figure.savefig
+
+    def savefig(fig, *args, **kw):
+        titles.append([ax.get_title() for ax in fig.axes])
+        return save(fig, *args, **kw)
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    paths = (str(tmp_path / "t.png"), str(tmp_path / "c.png"))
+    score.plot(_summary([1, 2, 3]), paths)
+    assert titles == [["Time to train per run\nnyx_n1_ngc25.04_pytorch, closed division: 3 runs, submission PASS"],
+                      ["Eval accuracy per run\nnyx_n1_ngc25.04_pytorch, closed division: 3 runs, submission PASS"]]
+    assert all(open(p, "rb").read(4) == b"\x89PNG" for p in paths)

@@ -238,12 +238,13 @@ def _tiny_args(files, out, progress=False):
             "--nodo_eval", "--eval_frequency=100000"] + ([] if progress else ["--noprogress"])
 
 
-def _launch(files, tmp_path, progress=False, **env):
+def _launch(files, tmp_path, tmpdir, progress=False, **env):
     out = tmp_path / "run"
     e = {k: v for k, v in ENV.items() if k not in ("DATA_DIR", "PRESET")}
-    (tmp_path / "tmp").mkdir()  # $TMPDIR: left empty (issue 33); torch's compile cache, one per user, elsewhere
+    # $TMPDIR (a short path, see conftest.short_tmpdir): left empty (issue 33); torch's compile
+    # cache, one per user, elsewhere
     e.update(INPUT_FILES=files["train"], EVAL_FILE=files["eval"], NUM_GPUS="2", OUTPUT_DIR=str(out),
-             PYTHON=PY, TMPDIR=str(tmp_path / "tmp"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), **env)
+             PYTHON=PY, TMPDIR=tmpdir, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), **env)
     stdout, stderr = open(tmp_path / "stdout", "w+"), open(tmp_path / "stderr", "w+")
     proc = subprocess.Popen([os.path.join(ROOT, "train_model.sh")] + _tiny_args(files, out, progress), env=e,
                             stdout=stdout, stderr=stderr, start_new_session=True)
@@ -275,12 +276,12 @@ def _ranks(wrapper_pid):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("progress", [False, True])
-def test_sigterm_under_two_ranks_is_one_line_once_and_143(files, tmp_path, progress):
+def test_sigterm_under_two_ranks_is_one_line_once_and_143(files, tmp_path, short_tmpdir, progress):
     """Issue 23 item 2: `NUM_GPUS=2 ./train_model.sh` (the wrapper), SIGTERM to it: every rank
     checkpoints, rank 0 says so once, no torchrun traceback, exit 143; the checkpoint is kept.
     Issue 33: with the progress bar on (the default), its last redraw (carriage returns, no
     newline) and torchrun's traceback arrived as one line, and the traceback was shown."""
-    proc, out, stdout, stderr = _launch(files, tmp_path, progress)
+    proc, out, stdout, stderr = _launch(files, tmp_path, short_tmpdir, progress)
     wait_until(lambda: os.path.exists(out / "model.ckpt-3.pt"), proc, what="model.ckpt-3.pt")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=300) == 143
@@ -294,14 +295,14 @@ def test_sigterm_under_two_ranks_is_one_line_once_and_143(files, tmp_path, progr
     else:
         assert err == ""
     assert (out / lines[0].split()[2]).exists()
-    assert os.listdir(tmp_path / "tmp") == []
+    assert os.listdir(short_tmpdir) == []
 
 
 @pytest.mark.slow
-def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_path):
+def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_path, short_tmpdir):
     """Issue 23 sweep: rank 1's DataLoader worker SIGKILLed under NUM_GPUS=2 -> the rank's one line,
     exit 137, the checkpoints kept (a rerun resumes)."""
-    proc, out, stdout, stderr = _launch(files, tmp_path)
+    proc, out, stdout, stderr = _launch(files, tmp_path, short_tmpdir)
     wait_until(lambda: os.path.exists(out / "model.ckpt-3.pt"), proc, what="model.ckpt-3.pt")
     rank1 = _ranks(proc.pid)[1]  # train_model.sh execs the wrapper: proc.pid is the wrapper
     worker = int(open("/proc/%d/task/%d/children" % (rank1, rank1)).read().split()[0])
@@ -311,7 +312,7 @@ def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_pat
     assert lines == ["error: rank 1: its data loader worker (pid %d) was killed by SIGKILL: the checkpoints "
                      "written so far are kept; rerun the same command to resume from the newest" % worker]
     assert (out / "model.ckpt-3.pt").exists()
-    assert os.listdir(tmp_path / "tmp") == []
+    assert os.listdir(short_tmpdir) == []
 
 
 def test_the_wrapper_is_a_command_with_usage(capsys):
@@ -336,10 +337,9 @@ def test_a_bad_nproc_per_node_is_one_line_and_2(value):
     assert len(r.stderr.splitlines()) == 1, r.stderr
 
 
-def test_a_launch_through_the_wrapper_leaves_nothing_in_tmpdir(tmp_path):
+def test_a_launch_through_the_wrapper_leaves_nothing_in_tmpdir(tmp_path, short_tmpdir):
     """Issue 33: every launch left a torchelastic_* folder in $TMPDIR (one per job on a cluster)."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmpdir
     script = tmp_path / "hello.py"
     script.write_text("import os\nprint('rank', os.environ['RANK'])\n")
     r = subprocess.run([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=1", str(script)],

@@ -288,3 +288,20 @@ def test_files_it_did_not_write_are_never_removed_or_overwritten(wiki_files, tmp
         text_pipeline.run(wiki_files, str(own), num_test_articles=22, block_size_mb=2.0, workers=1, progress=False)
     assert (own / "part-00007-of-00500").read_bytes() == b"someone else's\n"
     assert len([n for n in os.listdir(own) if n.startswith("part-")]) == 5
+
+
+def test_articles_are_counted_as_they_are_and_noprogress_is_quiet(tmp_path):
+    """Issue 33: an empty file 'has 1 articles' (the piece after the last blank line was counted);
+    there was no --noprogress."""
+    import subprocess
+    import sys
+    empty, one = tmp_path / "wiki_00", tmp_path / "wiki_01"
+    empty.write_bytes(b"")
+    one.write_text('<doc id="1" url="u" title="T">\nT\n\nOne sentence. And a second one.\n</doc>\n')
+    for path, count in ((empty, "0 articles"), (one, "1 article")):
+        proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "text-pipeline", "--wiki_glob=%s" % path,
+                               "--output_dir=%s" % (tmp_path / "out"), "--workers=1", "--noprogress"],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2 and not proc.stdout
+        assert proc.stderr == ("error: %s has %s but must give 10000 eval articles: give more input files or a "
+                               "smaller --num_test_articles\n" % (path, count))

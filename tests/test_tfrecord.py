@@ -56,3 +56,40 @@ def test_packed_varint_decoder_matches_python():
     vals = np.array([0, 1, 127, 128, 300, 16383, 16384, 30521, 2**40], dtype=np.int64)
     buf = b"".join(example._varint(int(v)) for v in vals)
     assert example.decode_packed_varints(buf).tolist() == vals.tolist()
+
+
+def test_a_json_file_caught_by_a_glob_is_named_as_no_tfrecord(golden_dir, tmp_path):
+    """Issue 33: a JSON file an input glob caught was called a damaged TFRecord (a corrupt length)."""
+    import json
+    import shutil
+    from mlperf_bert.dataset import packing
+    from mlperf_bert.trainer import training
+    from test_training import TINY, flags_for
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(os.path.join(golden_dir, "part-00000.s128.tfrecord"), str(data / "part-00000"))
+    info = str(data / "info.json")
+    with open(info, "w") as f:
+        json.dump({"records": 4366}, f)
+    config = str(tmp_path / "config.json")
+    with open(config, "w") as f:
+        json.dump(TINY, f)
+    message = ("%s is not a TFRecord or HDF5 file (it starts with text: '{\"records\": '): if a glob named it, narrow "
+               "the glob to the data files" % info)
+    runs = [lambda: training.main(flags_for({"config": config, "train": str(data / "*")}, str(tmp_path / "out"),
+                                            max_predictions_per_seq=20, num_train_steps=1)),
+            lambda: packing.main(["pack", "--input=%s/*" % data, "--output_dir=%s" % (tmp_path / "packed"),
+                                  "--max_seq_length=128", "--max_predictions_per_seq=20", "--noprogress"])]
+    for run in runs:
+        with pytest.raises(UserError) as e:
+            run()
+        assert str(e.value) == message
+    # a TFRecord damaged in its first header is still called damaged
+    bad = str(tmp_path / "bad")
+    with open(os.path.join(golden_dir, "part-00000.s128.tfrecord"), "rb") as f:
+        head = bytearray(f.read(100))
+    head[9] ^= 1
+    with open(bad, "wb") as f:
+        f.write(bytes(head))
+    with pytest.raises(UserError, match="bad: record 0 has a corrupt length .CRC mismatch.: the file is damaged"):
+        list(tfrecord.scan_records(bad))

@@ -634,21 +634,33 @@ def test_damaged_training_data_fails_before_training(files, tmp_path):
     assert _no_checkpoints(out)
 
 
-def test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir(files, tmp_path):
+def test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir(files, tmp_path, short_tmpdir):
     """Issue 33: a record found corrupt mid-run (its data CRC, read as it is read) ended the run in
     one line but left $TMPDIR/pymp-*/listener-* (its DataLoader worker's, ended by the loader)."""
     data = open(files["train"], "rb").read()
     flipped = str(tmp_path / "flipped.tfrecord")
     with open(flipped, "wb") as f:
         f.write(data[:-50] + bytes([data[-50] ^ 0xFF]) + data[-49:])  # data of the last record
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmpdir
     argv = flags_for(files, str(tmp_path / "out"), input_file=flipped, shuffle=False, num_train_steps=60)
     r = subprocess.run([PY] + argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TMPDIR=str(tmp),
                                 TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))  # a cache per user, kept
     assert r.returncode == 2 and "flipped.tfrecord: record 95 is corrupt" in r.stderr, r.stderr
     assert os.listdir(tmp) == []
+
+
+def test_a_tmpdir_too_long_for_the_loaders_sockets_is_one_line(files, tmp_path):
+    """A $TMPDIR past 75 characters made the workers' socket path longer than a Unix socket may be:
+    the worker could not hand over a batch and the run waited forever at its first step."""
+    tmp = tmp_path / ("t" * max(1, 80 - len(str(tmp_path))))
+    tmp.mkdir()
+    argv = flags_for(files, str(tmp_path / "out"), num_train_steps=4)
+    r = subprocess.run([PY] + argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TMPDIR=str(tmp),
+                                TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: $TMPDIR %s is too long" % tmp) and len(r.stderr.splitlines()) == 1, r.stderr
 
 
 @pytest.mark.slow
@@ -923,7 +935,8 @@ def phase1(files, tmp_path_factory):
     ({"poly_power": 2.0}, r"closed decays the learning rate linearly \(poly power 1.0\), not --poly_power=2.0"),
     ({"eval_input_file": None}, "closed evaluates on the 10,000-sample eval set while training: give --eval_input_file"),
     ({}, "closed evaluates on the 10,000 samples of eval_10k, --eval_input_file .*eval.tfrecord has 40: "
-         "give eval_10k"),
+         "make eval_10k from eval_intermediate with pick_eval_samples.py --num_examples_to_pick=10000 and give it, "
+         "or use --submission_division=open$"),  # issue 33: not "a --preset=rcp_<B>", which keeps the eval set
 ])
 def test_closed_division_refuses_at_start_what_the_rules_decide(files, phase1, tmp_path, change, message):
     out = str(tmp_path / "out")
@@ -1016,3 +1029,12 @@ def test_resumed_run_does_not_keep_the_checkpoint(files, uninterrupted, tmp_path
     monkeypatch.setattr(training.Trainer, "step", step)
     assert training.main(flags_for(files, out)) == 0
     assert loaded and alive == [0, 0, 0]
+
+
+def test_num_gpus_in_one_process_points_to_the_wrapper_not_bare_torchrun(files, tmp_path):
+    """Issue 33: the error said "launch with torchrun --nproc_per_node=2"; README says not to use bare
+    torchrun (its SIGTERM traceback): the wrapper is python -m mlperf_bert torchrun."""
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(tmp_path / "out"), num_gpus=2))
+    assert str(e.value) == ("--num_gpus=2 in one process: launch with python -m mlperf_bert torchrun "
+                            "--nproc_per_node=2 run_pretraining.py ... (or NUM_GPUS=2 train_model.sh)")

@@ -105,8 +105,10 @@ def _fetch(url, output, name, md5, size, progress):
     got = file_md5(partial)
     if (size is not None and got_size != size) or (md5 is not None and got != md5):
         os.remove(partial)
-        raise UserError("%s: got %d bytes md5 %s, expected %s bytes md5 %s; the partial file was removed, "
-                        "check the URL and run again" % (name, got_size, got, size, md5))
+        wanted = " ".join(w for w in ("" if size is None else "%d bytes" % size,
+                                      "" if md5 is None else "md5 %s" % md5) if w)
+        raise UserError("%s: got %d bytes md5 %s, expected %s; the partial file was removed, "
+                        "check the URL and run again" % (name, got_size, got, wanted))
     os.replace(partial, output)
     return got
 

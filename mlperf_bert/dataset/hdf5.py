@@ -9,6 +9,9 @@ truncated); ``masked_lm_weights`` stays float32. Reading back with ``read_exampl
 Every dataset carries a ``crc32c`` attribute, the CRC-32C of its stored bytes (C order,
 little-endian) written as it was made, here and by ``pack``: HDF5 has no checksum of its own
 over data, so ``--check_data=full`` verifies it (``verify_checksums``), as TFRecords' CRCs are.
+The ``row_crc32c`` dataset holds one CRC-32C per example (row): its stored bytes, feature after
+feature in file order. The loaders check every row they read against it (``check_rows``), so
+damage is caught mid-run under the default ``--check_data=headers``, as a TFRecord's is.
 """
 import os
 
@@ -33,9 +36,11 @@ STORAGE_DTYPES = {
     "next_sentence_labels": np.uint8,
 }
 FEATURE_NAMES = tuple(name for name, _, _ in PRETRAINING_FEATURES)
+PACKED_ONLY = ("position_ids", "nsp_positions")  # datasets only packed files have (dataset/packing.py)
 
 
 CHECKSUM_ATTR = "crc32c"
+ROW_CHECKSUMS = "row_crc32c"
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
@@ -43,6 +48,39 @@ def _le_bytes(values):
     """The stored bytes of an array: C order, little-endian."""
     values = np.ascontiguousarray(values)
     return values.astype(values.dtype.newbyteorder("<"), copy=False).data.cast("B")
+
+
+def row_checksums(stored, names):
+    """CRC-32C of each row of ``stored`` ({name: [n, ...] array as stored}): the row's bytes of
+    every feature in ``names``, one after the other."""
+    from crc32c import crc32c
+    n = len(stored[names[0]])
+    rows = np.concatenate([np.asarray(_le_bytes(stored[name])).reshape(n, -1) for name in names], axis=1)
+    return np.fromiter((crc32c(row) for row in rows), np.uint32, n)
+
+
+def check_rows(path, stored, names, crcs, rows, what="record"):
+    """Raise one UserError naming ``path`` and the first row whose bytes do not match its stored
+    CRC-32C (``crcs``, for row numbers ``rows``)."""
+    bad = np.flatnonzero(row_checksums(stored, names) != np.asarray(crcs, np.uint32))
+    if bad.size:
+        packed = what == "row"
+        raise UserError("%s: %s %d does not match the checksum written when the file was made: the file is "
+                        "damaged, %s" % (path, what, rows[int(bad[0])], remake_hint(path, packed)))
+
+
+def read_rows(h, path, names, rows, what="record"):
+    """{name: stored array} of ``rows`` (increasing indices) of an open file, checked against its
+    row checksums when it has them; a read error is one UserError naming the file."""
+    try:
+        stored = {name: h[name][rows] for name in names}
+        crcs = h[ROW_CHECKSUMS][rows] if ROW_CHECKSUMS in h else None
+    except (OSError, ValueError) as e:
+        raise UserError("cannot read HDF5 file %s (%s): it is truncated or damaged: %s"
+                        % (path, str(e).splitlines()[0], remake_hint(path, what == "row")))
+    if crcs is not None:
+        check_rows(path, stored, names, crcs, rows, what)
+    return stored
 
 
 class Checksums:
@@ -152,7 +190,7 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
     total = sum(counts)
     lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
     needed = total * sum(np.dtype(STORAGE_DTYPES[n]).itemsize * (1 if n == "next_sentence_labels" else lengths[n])
-                         for n in FEATURE_NAMES)
+                         for n in FEATURE_NAMES) + total * 4  # + row_crc32c
     with atomic_path(output_file, needed) as tmp, h5py.File(tmp, "w") as h:
         h.attrs["max_seq_length"] = max_seq_length
         h.attrs["max_predictions_per_seq"] = max_predictions_per_seq
@@ -161,6 +199,7 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
         for name in FEATURE_NAMES:
             shape = (total,) if name == "next_sentence_labels" else (total, lengths[name])
             dsets[name] = h.create_dataset(name, shape=shape, dtype=STORAGE_DTYPES[name])
+        dsets[ROW_CHECKSUMS] = h.create_dataset(ROW_CHECKSUMS, shape=(total,), dtype=np.uint32)
         pos = 0
 
         def flush(path, first, records):
@@ -170,11 +209,14 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
             n = len(records)
             feats = _decode_block(path, first, records, max_seq_length, max_predictions_per_seq)
             where = "%s: records %d..%d" % (output_file, pos, pos + n - 1)
+            block = {}
             for name in FEATURE_NAMES:
                 arr = feats[name].reshape(-1) if name == "next_sentence_labels" else feats[name]
-                stored = _store(name, arr, where)
+                block[name] = stored = _store(name, arr, where)
                 dsets[name][pos:pos + n] = stored
                 sums.update(name, stored)
+            dsets[ROW_CHECKSUMS][pos:pos + n] = crcs = row_checksums(block, FEATURE_NAMES)
+            sums.update(ROW_CHECKSUMS, crcs)
             pos += n
             records.clear()
 
@@ -211,18 +253,20 @@ def _as_decoded(name, arr):
 def read_examples(path, start=0, stop=None):
     """Examples ``[start, stop)`` of an HDF5 file as {feature: array}, int64 (weights float32).
 
-    ``next_sentence_labels`` has shape (n, 1), like the decoded TFRecord feature.
+    ``next_sentence_labels`` has shape (n, 1), like the decoded TFRecord feature. Each row is
+    checked against its row checksum (when the file has them).
     """
     with open_file(path) as h:
         check_unpacked(h, path)
         try:
-            out = {}
-            for name in FEATURE_NAMES:
-                arr = _as_decoded(name, h[name][start:stop])
-                out[name] = arr.reshape(-1, 1) if name == "next_sentence_labels" else arr
-            return out
+            stored = {name: h[name][start:stop] for name in FEATURE_NAMES}
+            crcs = h[ROW_CHECKSUMS][start:stop] if ROW_CHECKSUMS in h else None
         except (OSError, KeyError) as e:
             raise UserError("cannot read HDF5 file %s (%s): %s" % (path, str(e).splitlines()[0], remake_hint(path)))
+        if crcs is not None:
+            check_rows(path, stored, FEATURE_NAMES, crcs, range(start, start + len(crcs)))
+        return {name: _as_decoded(name, v).reshape(-1, 1) if name == "next_sentence_labels" else _as_decoded(name, v)
+                for name, v in stored.items()}
 
 
 def check_unpacked(h, path):
@@ -230,6 +274,10 @@ def check_unpacked(h, path):
     if "max_sequences_per_pack" in h.attrs:
         raise UserError("%s holds packed rows (made by pack), but this input takes unpacked records (the eval set "
                         "is never packed): give its TFRecords or their to-hdf5 file" % path)
+    packed_only = [n for n in PACKED_ONLY if n in h]
+    if packed_only:  # pack's datasets without pack's attributes: not something the flags can fix
+        raise UserError("%s has packed rows (dataset %s) but not the attributes pack writes: it is damaged or not a "
+                        "packed file: pack it again (python -m mlperf_bert pack)" % (path, ", ".join(packed_only)))
     missing = [n for n in FEATURE_NAMES if n not in h]
     if missing:
         raise UserError("%s has no dataset %s: it is not a to-hdf5 file; convert the TFRecords with to-hdf5"

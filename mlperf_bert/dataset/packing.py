@@ -184,7 +184,7 @@ def row_bytes(max_seq_length, max_predictions_per_seq, max_sequences_per_pack):
     s, k, p = max_seq_length, max_sequences_per_pack, max_predictions_per_seq
     size = {"input_ids": s, "segment_ids": s, "input_mask": s, "position_ids": s, "masked_lm_positions": k * p,
             "masked_lm_ids": k * p, "masked_lm_weights": k * p, "next_sentence_labels": k, "nsp_positions": k}
-    return sum(np.dtype(STORAGE[name]).itemsize * n for name, n in size.items())
+    return sum(np.dtype(STORAGE[name]).itemsize * n for name, n in size.items()) + 4  # + its row_crc32c
 
 
 def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, max_sequences_per_pack, seed):
@@ -192,7 +192,7 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
     (sequences, rows, real tokens)."""
     import h5py
     from mlperf_bert.dataset.example import decode_pretraining_batch, decode_pretraining_example
-    from mlperf_bert.dataset.hdf5 import Checksums
+    from mlperf_bert.dataset.hdf5 import ROW_CHECKSUMS, Checksums, row_checksums
     from mlperf_bert.dataset.tfrecord import read_records
     from mlperf_bert.errors import UserError
     from mlperf_bert.fileio import atomic_path
@@ -219,9 +219,11 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
     needed = n * row_bytes(max_seq_length, max_predictions_per_seq, max_sequences_per_pack)
     with atomic_path(output_path, needed) as tmp, h5py.File(tmp, "w") as h:
         dsets = {name: h.create_dataset(name, shape=shapes[name], dtype=STORAGE[name]) for name in PACKED_FEATURES}
+        dsets[ROW_CHECKSUMS] = h.create_dataset(ROW_CHECKSUMS, shape=(n,), dtype=np.uint32)
         sums, most_predictions = Checksums(), 0
         for start in range(0, n, ROWS_PER_BLOCK):
             packed = pack_arrays(arrays, groups[start:start + ROWS_PER_BLOCK], max_sequences_per_pack)
+            block = {}
             for name in PACKED_FEATURES:
                 values = packed[name]
                 if name != "masked_lm_weights":
@@ -229,9 +231,12 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
                     if values.min() < info.min or values.max() > info.max:
                         raise UserError("%s: %s holds %d..%d, outside %s" % (
                             input_path, name, values.min(), values.max(), np.dtype(STORAGE[name]).name))
-                stored = values.astype(STORAGE[name])
+                block[name] = stored = values.astype(STORAGE[name])
                 dsets[name][start:start + len(stored)] = stored
                 sums.update(name, stored)
+            crcs = row_checksums(block, PACKED_FEATURES)
+            dsets[ROW_CHECKSUMS][start:start + len(crcs)] = crcs
+            sums.update(ROW_CHECKSUMS, crcs)
             most_predictions = max(most_predictions, int((packed["masked_lm_weights"] != 0).sum(axis=1).max()))
         sums.write(h)
         h.attrs.update(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,

@@ -78,9 +78,10 @@ def separate(text, k, num_files, num_test_articles, seed, name="input"):
     """Split one segmented file's text into (training text, [eval articles]) as the reference does."""
     articles = text.split("\n\n")
     num_tests = num_eval_articles(k, num_files, num_test_articles)
-    if num_tests > len(articles):
-        raise UserError("%s has %d articles but must give %d eval articles: give more input files or a "
-                        "smaller --num_test_articles" % (name, len(articles), num_tests))
+    if num_tests > len(articles):  # the reference's count (with the piece after the last blank line)
+        real = sum(1 for a in articles if a.strip())
+        raise UserError("%s has %d article%s but must give %d eval articles: give more input files or a "
+                        "smaller --num_test_articles" % (name, real, "" if real == 1 else "s", num_tests))
     chosen = set(pick_eval_ids(len(articles), num_tests, seed + 13 * k))
     train = "".join(a + "\n\n" for i, a in enumerate(articles) if i not in chosen)
     return train, [a for i, a in enumerate(articles) if i in chosen]
@@ -224,6 +225,7 @@ def main(argv):
     flags.DEFINE_float("block_size_mb", 26.92, "size of a text shard in MiB", flag_values=fv)
     flags.DEFINE_integer("seed", 12345, "base seed of the eval selection", flag_values=fv)
     flags.DEFINE_integer("workers", None, "processes (default: all cores)", flag_values=fv)
+    flags.DEFINE_bool("progress", True, "show progress bars", flag_values=fv)
     flags.parse(fv, argv, required=["wiki_glob", "output_dir"], positional=False)
     files = sorted(glob.glob(os.path.expanduser(fv.wiki_glob)))
     files = [f for f in files if os.path.isfile(f)]
@@ -236,6 +238,7 @@ def main(argv):
         os.path.join(fv.output_dir, n) for n in ("eval.txt", "eval.md5")]
     refuse_overwriting_inputs(outputs, files)
     with lock_dir(fv.output_dir, "--output_dir"):
-        parts = run(files, fv.output_dir, fv.num_test_articles, fv.block_size_mb, fv.seed, fv.workers)
+        parts = run(files, fv.output_dir, fv.num_test_articles, fv.block_size_mb, fv.seed, fv.workers,
+                    progress=fv.progress)
     print("wrote %d text shards, eval.txt and eval.md5 to %s" % (len(parts), fv.output_dir))
     return 0

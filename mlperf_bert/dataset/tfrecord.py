@@ -201,8 +201,25 @@ def _truncated(path, index):
                      % (path, index))
 
 
+def _is_text(head):
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return bool(text) and all(c.isprintable() or c in "\t\r\n" for c in text)
+
+
+def _not_records(path, head):
+    """A file whose first bytes are text is no TFRecord (a JSON file or notes caught by a glob), not a
+    damaged one."""
+    return UserError("%s is not a TFRecord or HDF5 file (it starts with text: %r): if a glob named it, narrow the "
+                     "glob to the data files" % (path, head.decode("utf-8")))
+
+
 def _check_head(path, index, head, verify):
     """The data length of a record header, after checking the header is whole (and its CRC)."""
+    if index == 0 and _is_text(head) and (len(head) < 12 or _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8])):
+        raise _not_records(path, head)
     if len(head) < 12:
         raise _truncated(path, index)
     if verify and _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8]):

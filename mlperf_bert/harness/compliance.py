@@ -216,6 +216,9 @@ def rule_eval_grid(records, division):
     for rec, s in evals:
         if s is None:
             return _res("eval_grid", FAIL, "eval_accuracy without epoch_num", rec)
+        if not 0 <= rec.value <= 1:  # NaN too: a diverged model's, or a broken logger's
+            return _res("eval_grid", FAIL, "eval_accuracy %s at %s samples is not an accuracy (a number in 0..1)"
+                        % (rec.value, s), rec)
     accum = _one_value(records, "gradient_accumulation_steps")
     micro = gbs // accum if isinstance(accum, int) and accum > 0 and gbs % accum == 0 else gbs
     packed = any(s % micro for _, s in evals)
@@ -332,9 +335,14 @@ def rule_train_samples(records):
     evals = _find(records, "eval_accuracy")
     if not _number(value) or value < 0:
         return _res("train_samples", FAIL, "train_samples %r is not a non-negative number" % (value,), rec)
-    if not evals or rec.lineno < evals[0].lineno:
+    start = next((r for r in records if r.key in ("run_start", "block_start")), None)
+    if start is not None and rec.lineno < start.lineno:
         return _res("train_samples", WARN, "train_samples %s logged before training: a budget, not the"
                     " samples to converge (the RCP checker's --rcp-bert-train-samples would read it)"
+                    % (value,), rec)
+    if not evals or rec.lineno < evals[0].lineno:
+        return _res("train_samples", WARN, "train_samples %s logged before any eval: not the samples to"
+                    " converge of a run that evaluated (the RCP checker's --rcp-bert-train-samples would read it)"
                     % (value,), rec)
     trained = max(s for s in (samples_of(r) for r in records) if s is not None)
     if value != trained:
@@ -560,7 +568,18 @@ def main(argv):
     if not rest:
         raise UserError("%s (MLPerf logs, or a results/<system>/bert/ directory)"
                         % flags.usage("check-log", USAGE_ARGS))
-    checked = check_logs(expand(rest), official=fv.official)
+    groups = []  # per argument: its logs, or (with --json) why it has none
+    for p in rest:
+        try:
+            groups.append((p, expand([p]), None))
+        except UserError as e:
+            if not fv.json:
+                raise
+            groups.append((p, [], str(e)))
+    done = iter(check_logs([f for _, logs, _ in groups for f in logs], official=fv.official))
+    checked = []
+    for p, logs, error in groups:
+        checked += [next(done) for _ in logs] if error is None else [(p, [], error)]
     if len(checked) == 1 and checked[0][2] and not fv.json:
         raise UserError(checked[0][2])
     verdicts = collections.Counter()

@@ -8,7 +8,8 @@ them in updates again (docs/training.md). n is the smallest accumulation that sp
 batch into whole per-GPU batches of at most ``max_per_gpu``.
 
 ``python -m mlperf_bert.harness.rcp --batch_size=3072 --world=8 [--max_per_gpu=129]`` prints the
-preset as bash assignments (train_model.sh evaluates them).
+preset as bash assignments (train_model.sh evaluates them); ``--list --world=8`` each RCP's
+per-GPU batch and accumulation on that many GPUs.
 """
 import json
 import math
@@ -86,9 +87,21 @@ def main(argv):
     flags.DEFINE_integer("world", 1, "GPUs in all (NUM_GPUS x NNODES)", flag_values=fv)
     flags.DEFINE_integer("max_per_gpu", MAX_PER_GPU_BATCH, "largest per-GPU micro-batch (trainer/memory_plan.py)",
                          flag_values=fv)
-    flags.parse(fv, argv, required=["batch_size"], positional=False)
+    flags.DEFINE_bool("list", False, "print 'rcp_<B> <per-GPU batch> <accumulation>' for every RCP on --world "
+                      "GPUs instead (train_model.sh --help shows them)", flag_values=fv)
+    flags.parse(fv, argv, positional=False)
     if fv.world < 1 or fv.max_per_gpu < 1:
         raise UserError("--world and --max_per_gpu must be positive")
+    if fv.list:
+        for b in sorted(load_rcps()):
+            try:
+                n = accumulation(b, fv.world, fv.max_per_gpu)
+                print("rcp_%d %d %d" % (b, b // (fv.world * n), n))
+            except UserError:
+                print("rcp_%d - -" % b)  # cannot be split over this many GPUs
+        return 0
+    if fv.batch_size is None:
+        raise UserError("flag --batch_size is required")
     preset = preset_flags(fv.batch_size, fv.world, fv.max_per_gpu)
     print("PRESET_FLAGS=(%s)" % " ".join(shlex.quote(f) for f in preset))
     return 0

@@ -219,6 +219,26 @@ def score(package):
             "dropped": olympic_dropped(runs)}
 
 
+def run_table(s):
+    """The per-run lines: run, seed, samples, minutes, status, check-log verdict; each column as wide as
+    its widest value (a 9-digit seed or a long path keeps the columns in line)."""
+    rows = [("run", "seed", "samples", "minutes", "status", "check-log")]
+    for (path, seed, samples, minutes, status), (verdict, kind, why) in zip(s["runs"], s["run_verdicts"]):
+        rows.append((path, str(seed), str(samples), "%.4f" % minutes if minutes is not None else "-", str(status),
+                     verdict + (" (%s: %s)" % (kind, why) if why else "")))
+    widths = [max([least] + [len(r[i]) for r in rows]) for i, least in enumerate((60, 8, 12, 9, 8))]
+    return ["%-*s %*s %*s %*s  %-*s %s" % (widths[0], r[0], widths[1], r[1], widths[2], r[2], widths[3], r[3],
+                                           widths[4], r[4], r[5]) for r in rows]
+
+
+def plot_title(s):
+    """What the plots are of: the system (the result summarizer's name, else the results/ folder),
+    the division and the verdict."""
+    system = s.get("system") or next((r[0].split(os.sep)[2] for r in s["runs"] if r[0].count(os.sep) >= 3), "?")
+    return "%s, %s division: %d runs, submission %s" % (system, s.get("division") or "unknown", len(s["runs"]),
+                                                       s["verdict"].upper())
+
+
 def identity_reasons(root, org, parsed):
     """Why a package's systems JSONs or its logs' declared identity fail: for each system under
     results/, its systems/<system>.json must be a JSON object with every field the official checker
@@ -291,6 +311,7 @@ def plot(s, paths):
     if s["dropped"] or s["time_to_train_min"] is not None:
         ax.legend(fontsize=8)
     ax.set_ylabel("minutes (run_start to run_stop)")
+    ax.set_title("Time to train per run\n" + plot_title(s), fontsize=9)
     ax.tick_params(axis="x", labelrotation=45)
     fig.tight_layout()
     with atomic_path(paths[0]) as tmp:
@@ -304,6 +325,7 @@ def plot(s, paths):
         ax.axhline(s["target"], ls="--", color="black", label="target %.3f" % s["target"])
     ax.set_xlabel("training samples")
     ax.set_ylabel("eval masked-LM accuracy")
+    ax.set_title("Eval accuracy per run\n" + plot_title(s), fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     with atomic_path(paths[1]) as tmp:
@@ -324,10 +346,8 @@ def main(argv):
     root = find_org(rest[0])[0]
     paths = plot_paths(root, fv.plots_dir) if fv.plots else None
     s = score(rest[0])
-    print("%-60s %8s %12s %9s  %-8s %s" % ("run", "seed", "samples", "minutes", "status", "check-log"))
-    for (path, seed, samples, minutes, status), (verdict, kind, why) in zip(s["runs"], s["run_verdicts"]):
-        print("%-60s %8s %12s %9s  %-8s %s" % (path, seed, samples, "%.4f" % minutes if minutes is not None else "-",
-                                              status, verdict + (" (%s: %s)" % (kind, why) if why else "")))
+    for line in run_table(s):
+        print(line)
     print("package checker (mlperf_logging, training %s): %s" % (RULESET, s["package_check"].upper()))
     for e in s["errors"]:
         print("  " + e)

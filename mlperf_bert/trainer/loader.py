@@ -93,16 +93,33 @@ class _Reader:
         if not is_hdf5(path):
             return decode_pretraining_example(self._read_data(path, offset, length, index), self.seq, self.pred,
                                               where="%s: record %d" % (path, index))
-        f = self._open(path)
-        row = {name: np.asarray(f[name][offset]).reshape(-1)
-               for name in INT_FEATURES + ("masked_lm_weights", "next_sentence_labels")}
-        return _check_lengths(row, self.seq, self.pred, "%s: record %d" % (path, offset))
+        return self._read_hdf5(path, [offset])[0]
+
+    def _read_hdf5(self, path, rows):
+        """Records ``rows`` of an HDF5 file, in that order, each checked against its row checksum
+        (hdf5.read_rows) as it is read."""
+        from mlperf_bert.dataset import hdf5
+        uniq, inverse = np.unique(np.asarray(rows, np.int64), return_inverse=True)
+        stored = hdf5.read_rows(self._open(path), path, hdf5.FEATURE_NAMES, uniq)
+        out = []
+        for i in inverse.tolist():
+            row = {name: stored[name][i].reshape(-1) for name in hdf5.FEATURE_NAMES}
+            out.append(_check_lengths(row, self.seq, self.pred, "%s: record %d" % (path, uniq[i])))
+        return out
 
     def read_batch(self, items):
         """Decoded records [(path, offset, length, index)] as batch arrays: one C call for
-        TFRecords (decode_pretraining_batch), row reads for HDF5."""
+        TFRecords (decode_pretraining_batch), one read per feature and HDF5 file."""
         if any(is_hdf5(item[0]) for item in items):
-            rows = [self._read_one(*item) for item in items]
+            rows, by_file = [None] * len(items), {}
+            for j, item in enumerate(items):
+                if is_hdf5(item[0]):
+                    by_file.setdefault(item[0], []).append(j)
+                else:
+                    rows[j] = self._read_one(*item)
+            for path, js in by_file.items():
+                for j, row in zip(js, self._read_hdf5(path, [items[j][1] for j in js])):
+                    rows[j] = row
             out = {name: np.stack([r[name] for r in rows]) for name in rows[0]}
         else:
             datas = [self._read_data(*item) for item in items]
@@ -325,7 +342,15 @@ def make_loader(dataset, num_workers):
         # multiprocessing's folder (pymp-* in $TMPDIR, where a worker's resource-sharing socket
         # goes) made here, before the workers: theirs would be their own, left behind by a worker
         # that the loader ends on an error; this process removes its own when it exits.
+        import tempfile
         from multiprocessing import util
+        base = tempfile.gettempdir()
+        # The workers hand batches over through a Unix socket, $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX:
+        # past the 107 bytes a socket path may have, a worker cannot bind it and the loader waits forever.
+        if len(base) + len("/pymp-12345678/listener-12345678") > 107:
+            raise UserError("$TMPDIR %s is too long (%d characters) for the data loader workers' sockets, "
+                            "whose paths may have 107: set TMPDIR to a shorter folder (e.g. /tmp), or give "
+                            "--num_workers=0" % (base, len(base)))
         util.get_temp_dir()
     return _Loader(torch.utils.data.DataLoader(dataset, **kwargs))
 
@@ -346,7 +371,8 @@ def count_records(files):
 def check_records(files, full=False):
     """Read every record's header (TFRecord length and its CRC, truncation; HDF5 shapes), and with
     ``full`` every record's data CRC too (HDF5 and packed files: each dataset's CRC-32C written when
-    it was made), so a damaged file fails before training, not hours in."""
+    it was made), so a damaged file fails before training, not hours in. Without ``full``, the data
+    is checked as the loaders read it (TFRecord CRCs, HDF5 row checksums)."""
     import sys
     from mlperf_bert.dataset import hdf5
     for f in files:
@@ -361,12 +387,18 @@ def check_records(files, full=False):
         else:
             for _ in scan(f):
                 pass
+            if is_hdf5(f):
+                packed, rows_checked = _is_packed_file(f, with_row_checksums=True)
+                if not rows_checked:
+                    print("warning: %s has no row checksums (made before they were written): damage in it is not "
+                          "caught while training; %s to add them" % (f, hdf5.remake_hint(f, packed)), file=sys.stderr)
 
 
-def _is_packed_file(path):
+def _is_packed_file(path, with_row_checksums=False):
     from mlperf_bert.dataset import hdf5
     with hdf5.open_file(path) as h:
-        return "max_sequences_per_pack" in h.attrs
+        packed = "max_sequences_per_pack" in h.attrs
+        return (packed, hdf5.ROW_CHECKSUMS in h) if with_row_checksums else packed
 
 
 def check_seq_length(files, max_seq_length, max_predictions_per_seq):

@@ -10,7 +10,7 @@ the files' per-row counts, without communication): the trainer counts samples wi
 import numpy as np
 import torch
 
-from mlperf_bert.dataset import packing
+from mlperf_bert.dataset import hdf5, packing
 from mlperf_bert.errors import UserError
 
 
@@ -103,12 +103,12 @@ class PackedBatches(torch.utils.data.IterableDataset):
         for j, (fi, r) in enumerate(items):
             by_file.setdefault(fi, []).append((r, j))
         for fi, pairs in by_file.items():
-            pairs.sort()
-            rows = [r for r, _ in pairs]
+            # h5py reads increasing indices; each row is checked against its checksum as it is read
+            uniq, inverse = np.unique([r for r, _ in pairs], return_inverse=True)
+            block = hdf5.read_rows(handles[fi], self.files[fi], packing.PACKED_FEATURES, uniq, "row")
             for name in packing.PACKED_FEATURES:
-                block = handles[fi][name][rows]  # h5py reads increasing indices
-                for (_, j), value in zip(pairs, block):
-                    out[name][j] = value
+                for (_, j), i in zip(pairs, inverse.tolist()):
+                    out[name][j] = block[name][i]
         try:
             out = packing.compact_predictions({name: np.stack(v) for name, v in out.items()}, self.slots)
         except ValueError as e:

@@ -48,6 +48,7 @@ def check_flags(fv):
 
 
 _CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"
+_OPEN = "or use --submission_division=open"  # where a preset would not fix it
 # The one line a closed run without the phase-1 checkpoint gets (train_model.sh says the same).
 CLOSED_NEEDS_INIT = (
     "--submission_division=closed starts from the reference's phase-1 checkpoint: download tf1_ckpt/model.ckpt-28252.* "
@@ -79,8 +80,9 @@ def check_closed_data(fv, eval_files, global_batch, rank):
     n = loader.count_records(eval_files)
     if n != compliance.CLOSED_EVAL_SAMPLES:
         raise UserError("--submission_division=closed evaluates on the {0:,} samples of eval_10k, --eval_input_file "
-                        "{1} has {2:,}: give eval_10k (pick_eval_samples --num_examples_to_pick={0}), or {3}".format(
-                            compliance.CLOSED_EVAL_SAMPLES, fv.eval_input_file, n, _CLOSED_FIX))
+                        "{1} has {2:,}: make eval_10k from eval_intermediate with pick_eval_samples.py "
+                        "--num_examples_to_pick={0} and give it, {3}".format(
+                            compliance.CLOSED_EVAL_SAMPLES, fv.eval_input_file, n, _OPEN))
     entry = rcp.rcp_entry(global_batch)
     if entry is None or rank != 0:
         return

@@ -61,7 +61,7 @@ def define_flags():
     F("lamb_beta_1", 0.9, "Adam/LAMB beta_1.", flag_values=fv)
     F("lamb_beta_2", 0.999, "Adam/LAMB beta_2.", flag_values=fv)
     F("log_epsilon", -6.0, "epsilon = 10 ** log_epsilon.", flag_values=fv)
-    I("num_gpus", 0, "Accepted; use torchrun --nproc_per_node for several GPUs.", flag_values=fv)
+    I("num_gpus", 0, "Accepted; use python -m mlperf_bert torchrun --nproc_per_node for several GPUs.", flag_values=fv)
     # TPU flags of the reference: accepted, refused if used.
     B("use_tpu", False, "Not supported (TPU).", flag_values=fv)
     for name in preflight.TPU_FLAGS:
@@ -321,8 +321,9 @@ def run(fv, stop, locks):
         raise UserError("--device=cuda but no CUDA device is available: use --device=cpu")
     rank, world, local_rank = distributed.setup(kind)
     if fv.num_gpus > 1 and world == 1:
-        raise UserError("--num_gpus=%d in one process: launch with torchrun --nproc_per_node=%d"
-                        % (fv.num_gpus, fv.num_gpus))
+        raise UserError("--num_gpus=%d in one process: launch with python -m mlperf_bert torchrun "
+                        "--nproc_per_node=%d run_pretraining.py ... (or NUM_GPUS=%d train_model.sh)"
+                        % (fv.num_gpus, fv.num_gpus, fv.num_gpus))
     device = torch.device(kind, local_rank) if kind == "cuda" else torch.device("cpu")
     if kind == "cuda":  # TF32 for what stays fp32 (the bf16 presets autocast the rest)
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -388,7 +388,8 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
     closed = division != "open"
     return {"system": system, "system_name": row.get("system") or (desc.get("system_name") if isinstance(desc, dict)
                                                                    else None),
-            "package_check": "fail" if errors or checker_failed else "pass", "errors": errors, "verdict": "pass" if passed else "fail", "reasons": reasons,
+            "package_check": "fail" if errors or checker_failed else "pass", "errors": errors,
+            "verdict": "pass" if passed else "fail", "reasons": reasons,
             "warnings": warnings, "runs": runs, "run_verdicts": verdicts,
             "time_to_train_min": time_to_train if passed else None,
             "rcp_scaling_factor": row.get("bert:rcp_scaling_factor") if closed else None,

@@ -118,10 +118,13 @@ def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
     assert score.main(["score", "--noplots", str(package)]) == 1
     out = capsys.readouterr().out
     reasons = out.split("time to train: none:\n", 1)[1].split("submission: FAIL")[0].splitlines()
-    assert reasons == [
+    assert reasons[:3] == [
         "  the official package checker failed for this system (its 1 ERROR line above)",
         "  NVIDIA/systems/nyx_n1_ngc25.04_pytorch.json lacks 1 field the official checker requires: cooling",
         "  result_4.txt: submission_division 'open', the systems JSON says 'closed'"], out
+    # judged as open (what it says), the log lacks what an open log needs
+    assert reasons[3:] == ["  1 run log breaks the rules (result_4.txt: stop_at_target: open-division log states"
+                           " no single target_accuracy line (the trainer logs it))"], out
     warnings = [l for l in out.splitlines() if l.startswith("warning: ")]
     assert warnings == [
         "warning: 2 logs (result_2.txt, result_7.txt): submission_org 'ACME', the package's submitter is 'NVIDIA'"
@@ -135,10 +138,11 @@ def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
     assert score.main(["score", "--noplots", str(package)]) == 1
     out = capsys.readouterr().out
     reasons = out.split("time to train: none:\n", 1)[1].split("submission: FAIL")[0].splitlines()
-    assert len(reasons) == 3, out
+    assert len(reasons) == 4, out
     assert re.match(r"  systems JSON .*nyx_n1_ngc25.04_pytorch.json is not JSON \(.*\): fix the file$", reasons[0])
     assert reasons[1] == "  %s holds no result_*.txt logs" % (package / BERT)
-    assert reasons[2].startswith("  the official package checker did not finish (")
+    assert reasons[2].startswith("  the official package checker did not finish; its last line: ")
+    assert reasons[3].startswith("  the official result summarizer failed (exit status 1; its last line: ")
 
 
 def test_all_runs_aborted_get_no_time_to_train(package, capsys):
@@ -282,7 +286,7 @@ def test_nvidias_runs_repackaged_with_their_systems_json_are_the_published_packa
     assert json.loads((top / "systems" / (NYX + ".json")).read_text()) == json.loads(nyx_json(tmp_path).read_text())
     impl = top / "benchmarks" / "bert" / "implementations" / NYX
     copied = sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file())
-    assert copied == sorted(pkg_mod.source_files())
+    assert copied == sorted(pkg_mod.source_files() + [pkg_mod.LAUNCH])
     assert {"configs/presets/rcp.sh", "mlperf_bert/dataset/_fasttok.c", "Makefile", "train_model.sh",
             "configs/bert_config_large.json"} <= set(copied)
     assert not [p for p in copied if p.startswith("tests/data/")]
@@ -465,6 +469,8 @@ PUBLISHED = {
     "tyche_ngpu512_ngc25.04_pytorch": (0.3047, 1.0, 3967072.625),
     "7920T_2xA5000_hdd": (366.18525, 1.0, 3643896.0),
     "7920T_2xA5000_ssd": (343.08845625, 1.0, 3417208.0),
+    "AS-4126GS-NBR-LCC_N1": (3.576145833333333, 1.0, 2455085.5),
+    "8xBM.GPU.H200.8": (0.8818416666666667, 1.0, 2976612.75),
 }
 
 

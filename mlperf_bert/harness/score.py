@@ -276,7 +276,7 @@ def step_verdicts(outs, rows, systems):
         last = [l for l in checker.splitlines() if l.strip()][-1:] or ["no output"]
         verdicts["package_checker"] = ("fail", "%d ERROR line%s" % (len(errors), "" if len(errors) == 1 else "s")
                                        if "PACKAGE CHECKER FOUND" in checker else
-                                       "it did not finish; its last line: %s" % last[0].strip(), errors)
+                                       "did not finish; its last line: %s" % last[0].strip(), errors)
     status, out = outs["result_summarizer"]
     scored = sum(1 for s in systems if (rows.get(s) or {}).get("bert:time_to_train") is not None)
     if status == 0:  # what the verify script's `set -e` goes by
@@ -316,9 +316,11 @@ def score(package):
     per_errors, other_errors = checker_errors(outs["package_checker"][1], names)
     org_reasons = []
     unfinished = "PACKAGE CHECKER FOUND" not in outs["package_checker"][1]
+    # a failure the checker's lines do not pin on one system counts for every system
+    whole = unfinished or bool(other_errors) or steps["package_checker"][0] == "fail" and not per_errors
     if unfinished:
-        org_reasons.append("the official package checker did not finish (%s)" % steps["package_checker"][1])
-    elif other_errors:
+        org_reasons.append("the official package checker %s" % steps["package_checker"][1])
+    elif whole:
         org_reasons.append("the official package checker failed on the package as a whole (%d ERROR line%s"
                            " under its verdict)" % (len(other_errors), "" if len(other_errors) == 1 else "s"))
     if steps["result_summarizer"][0] == "fail":
@@ -328,7 +330,7 @@ def score(package):
                            " cannot be submitted" % steps["repo_checker"][1])
     results = [score_system(root, org, system, descs[system], per_errors.get(system, []), rows.get(system, {}),
                             _mentions(outs["result_summarizer"][1], system), org_reasons,
-                            unfinished or bool(other_errors))
+                            whole)
                for system in systems]
     if not systems:
         org_reasons.append("%s holds no <system>/bert/ folder of result_*.txt logs" % os.path.join(top, "results"))

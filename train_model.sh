@@ -280,4 +280,8 @@ mkdir -p "$OUTPUT_DIR" "$LOGDIR"
 [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan"
 [[ -n "${warning:-}" ]] && echo "$warning" >&2
 echo "train_model.sh: preset $PRESET: ${cmd[*]}"
+# how the run was launched, which the trainer keeps in run_finished.json and package in launch.json
+MLPERF_BERT_OVERRIDES=""
+(( ${#overrides[@]} == 0 )) || printf -v MLPERF_BERT_OVERRIDES '%q ' "${overrides[@]}"
+export MLPERF_BERT_PRESET="$PRESET" MLPERF_BERT_OVERRIDES="${MLPERF_BERT_OVERRIDES% }"
 exec "${cmd[@]}"

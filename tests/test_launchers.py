@@ -617,7 +617,18 @@ def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and
     desc = json.loads((pkg / "Test" / "systems" / "cpu_tiny.json").read_text())
     assert (desc["division"], desc["submitter"], desc["number_of_nodes"], desc["cooling"]) == ("open", "Test", "1", "air")
     impl = pkg / "Test" / "benchmarks" / "bert" / "implementations" / "cpu_tiny"
-    assert sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file()) == sorted(package.source_files())
+    assert sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file()) == sorted(
+        package.source_files() + [package.LAUNCH])
+    # how each run was launched (issue 37): runs 0 and 1 by start_training.sh --preset=demo_cpu, the
+    # others by the trainer's own command; the code they ran is the code packaged
+    launch = json.loads((impl / package.LAUNCH).read_text())
+    runs = launch["runs"]
+    assert [r["result"] for r in runs] == ["result_%d.txt" % i for i in range(10)]
+    assert [r["launch"]["preset"] for r in runs] == ["demo_cpu"] * 2 + [None] * 8
+    assert "--train_batch_size=4" in runs[0]["launch"]["overrides"].split()
+    assert all((r["launch"]["processes"], r["launch"]["nodes"]) == (1, 1) for r in runs)
+    assert {r["launch"]["source_sha256"] for r in runs} == {launch["implementation"]["source_sha256"]}
+    assert [r["seed"] for r in runs] == [r["run"]["seed"] for r in runs]
 
     # the packaged implementation runs: its train_model.sh (configs/presets are there) and its trainer
     impl_env = dict(plain, PYTHONPATH=str(impl), OUTPUT_DIR=str(tmp_path / "impl_run"), SEED="7")
@@ -630,7 +641,8 @@ def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert '"status": "success"' in (tmp_path / "impl_run" / "mlperf.log").read_text()
 
-    # the packaged score: PASS; FAIL with the reason when the logs name another org
+    # the packaged score: PASS; logs that name another org: PASS with a warning (the official tools
+    # do not compare it, and published packages carry placeholders: issue 37)
     score = subprocess.run([sys.executable, "-m", "mlperf_bert", "score", "--json", str(pkg)],
                            capture_output=True, text=True, cwd=impl, env=impl_env, timeout=300)
     assert score.returncode == 0, score.stdout + score.stderr
@@ -642,8 +654,8 @@ def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and
         log.write_text(log.read_text().replace('"submission_org", "value": "Test"', '"submission_org", "value": "ACME"'))
     score = subprocess.run([sys.executable, "-m", "mlperf_bert", "score", "--noplots", str(other)],
                            capture_output=True, text=True, cwd=impl, env=impl_env, timeout=300)
-    assert score.returncode == 1, score.stdout + score.stderr
+    assert score.returncode == 0, score.stdout + score.stderr
     assert "package checker (mlperf_logging, training 5.0.0): PASS" in score.stdout  # it does not look
-    assert score.stdout.endswith("time to train: none:\n  10 logs (result_0.txt ... result_9.txt): submission_org"
-                                 " 'ACME', the package's submitter is 'Test' (a log must name its submitter: runs made"
-                                 " with SUBMISSION_ORG=Test)\nsubmission: FAIL\n"), score.stdout
+    assert "\nwarning: 10 logs (result_0.txt ... result_9.txt): submission_org 'ACME', the package's submitter is" \
+        " 'Test' (a log must name its submitter: runs made with SUBMISSION_ORG=Test)\n" in score.stdout
+    assert score.stdout.endswith("submission: PASS\n\nTest: 1 system, 1 PASS, 0 FAIL\n"), score.stdout

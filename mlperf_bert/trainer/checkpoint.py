@@ -241,8 +241,24 @@ def read_finished(output_dir):
         raise UserError("cannot read %s (%s): delete it to resume the run" % (path, e))
 
 
-def write_finished(output_dir, status, step, samples, run=None):
-    """The finished marker; ``run``: the run's identity, so a rerun with other flags is refused."""
+def write_finished(output_dir, status, step, samples, run=None, launch=None):
+    """The finished marker; ``run``: the run's identity, so a rerun with other flags is refused;
+    ``launch``: how it was started (``launch_record``), which ``package`` puts in launch.json."""
     with atomic_open(os.path.join(output_dir, FINISHED), "w", encoding="utf-8") as f:
         json.dump({"status": status, "global_step": step, "samples": samples,
-                   "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "run": run}, f)
+                   "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "run": run, "launch": launch}, f,
+                  default=str)
+
+
+def launch_record(fv, world):
+    """How this run was started: train_model.sh's preset and the flags given over it
+    (MLPERF_BERT_PRESET, MLPERF_BERT_OVERRIDES; None when the trainer was started otherwise), every
+    flag the trainer was given, its processes and nodes (torchrun's LOCAL_WORLD_SIZE), and the code
+    (``harness.package.source_identity``: git commit, modified, digest of the implementation)."""
+    from mlperf_bert.harness.package import source_identity
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
+    record = {"preset": os.environ.get("MLPERF_BERT_PRESET"), "overrides": os.environ.get("MLPERF_BERT_OVERRIDES"),
+              "flags": {name: fv[name].value for name in sorted(fv) if fv[name].present},
+              "processes": world, "processes_per_node": local, "nodes": max(1, world // max(1, local))}
+    record.update(source_identity())
+    return record

@@ -564,7 +564,8 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
             print(evaluation.write_eval_results(fv.output_dir, metrics, step))
     trainer.flush()  # the last checkpoint, written while the above ran, is complete
     if rank == 0:  # a rerun of this command now says so and changes nothing
-        checkpoint.write_finished(fv.output_dir, status, step, samples, extra["run"])
+        checkpoint.write_finished(fv.output_dir, status, step, samples, extra["run"],
+                                  checkpoint.launch_record(fv, trainer.world))
     return 0
 
 

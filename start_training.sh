@@ -193,7 +193,7 @@ run_one() {
     # MLPerf scores is the log's run_start to run_stop: for a run stopped and resumed, the RESULT
     # line says so, and that span, which holds every invocation and the pauses between them.
     local note=
-    [[ -n "$resumed" ]] && note=",resumed from $(basename "$resumed"): $elapsed s counts this invocation only; MLPerf scores the log's run_start to run_stop, ${run_seconds:-?} s, which spans every invocation of the run and the pauses between them"
+    [[ -n "$resumed" ]] && note=",resumed from $(basename "$resumed"): $elapsed s counts this invocation only; MLPerf scores the log's run_start to run_stop: ${run_seconds:-?} s over every invocation of the run and the pauses between them"
     echo "RESULT,bert,${run_seed:-$seed},$elapsed,$(id -un 2>/dev/null || id -u),$start_fmt$note"
     return
   fi

@@ -26,11 +26,12 @@
 #                   or with --device=cpu, the CPU cores)
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT  multi-node rendezvous           [1, 0, 127.0.0.1, 29500]
 #   SEED            --seed for the trainer                                       [trainer default]
-#   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults]
+#   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults;
+#                   a closed run without SUBMISSION_ORG or SUBMISSION_PLATFORM is refused]
 #   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
 #   DRY_RUN=1       print the command instead of running it (same as --dry_run)
-#   CHECK_ONLY=1    check the settings (an error line, status 2) and run nothing: start_training.sh
-#                   does so before its first run
+#   CHECK_ONLY=1    check the settings as a run does (an error line, status 2; NUM_GPUS against
+#                   the host included) and run nothing: start_training.sh does so before its first run
 #   --help          print this and the presets, and exit
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

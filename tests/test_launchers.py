@@ -237,7 +237,8 @@ def test_each_preset_says_what_it_asks_of_a_gpu_and_warns_when_implausible():
     """Issue 27: tpu_8192 on 8 GPUs is 1,024 sequences per GPU per micro-step, without a word."""
     def plan(*args, **env):
         proc = subprocess.run([TRAIN, "--dry_run"] + list(args), capture_output=True, text=True,
-                              env=_env(DATA_DIR="/d", INIT_CHECKPOINT="/d/tf1_ckpt/model.ckpt-28252", **env))
+                              env=_env(DATA_DIR="/d", INIT_CHECKPOINT="/d/tf1_ckpt/model.ckpt-28252",
+                                       SUBMISSION_ORG="ACME", SUBMISSION_PLATFORM="gpu8", **env))
         assert proc.returncode == 0, proc.stderr
         return proc.stderr.strip().splitlines()
     assert plan("--preset=reference_gpu") == [

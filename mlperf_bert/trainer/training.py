@@ -165,9 +165,12 @@ class _Stop:
     def status(self):
         return 128 + (self.signum or signal.SIGTERM)
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
+        stopping = exc_type is not None and issubclass(exc_type, Terminated)
         for sig, old in self._old.items():
-            signal.signal(sig, old)
+            # leaving on a stop: a second signal (start_training.sh's SIGTERM after a SIGINT) must
+            # not interrupt the way out
+            signal.signal(sig, signal.SIG_IGN if stopping else old)
         return False
 
 

@@ -770,7 +770,8 @@ def test_the_launcher_commands_of_the_docs_run_as_written():
     assert launcher_problems("x", old, ["--num_train_steps=300"]) == [
         "x: refused as written: " + _launch(old, ["--num_train_steps=300"]).stderr.strip()]
     assert "INIT_CHECKPOINT" in launcher_problems("x", old, ["--num_train_steps=300"])[0]
-    assert launcher_problems("x", dict(old, INIT_CHECKPOINT="c"), ["--eval_frequency=5"]) == [
+    named = dict(old, INIT_CHECKPOINT="c", SUBMISSION_ORG="ORG", SUBMISSION_PLATFORM="NAME")  # issue 37 (3)
+    assert launcher_problems("x", named, ["--eval_frequency=5"]) == [
         "x: the trainer refuses it: --submission_division=closed needs the MLPerf eval frequency and target: "
         "drop --eval_frequency and --target_mlm_accuracy, or use open"]
 

@@ -350,12 +350,15 @@ def test_fp8_refuses_sizes_its_matmul_cannot_take(tmp_path):
         _trainer(tmp_path, "--fp8", cfg=dict(TINY, intermediate_size=24))
 
 
-def test_a_run_resumed_with_fp8_switched_is_refused(tmp_path):
-    """--fp8 changes the arithmetic: a checkpoint's run and its resume must agree on it (the
-    other levers compute what the plain step computes and may change between the two)."""
+def test_a_run_resumed_with_fp8_or_fused_update_switched_is_refused(tmp_path):
+    """--fp8 and --fused_update (issue 37 (8)) change the arithmetic: a checkpoint's run and its
+    resume must agree on them; --bf16_weights computes what the plain step computes, bit for bit,
+    and may change between the two (every flag: test_training.py::test_every_trainer_flag_...)."""
     def identity(*extra):
         return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
     saved = identity("--bf16_weights")
-    checkpoint.check_same_run(saved, identity("--fused_update"), "out/model.ckpt-2.pt")
-    with pytest.raises(UserError, match=r"--fp8=True differs from the run being resumed in out \(it has False\)"):
-        checkpoint.check_same_run(saved, identity("--fp8"), "out/model.ckpt-2.pt")
+    checkpoint.check_same_run(saved, identity(), "out/model.ckpt-2.pt")
+    for lever in ("fp8", "fused_update"):
+        with pytest.raises(UserError, match=r"--%s=True differs from the run being resumed in out \(it has False\)"
+                           % lever):
+            checkpoint.check_same_run(saved, identity("--" + lever), "out/model.ckpt-2.pt")

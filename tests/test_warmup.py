@@ -147,6 +147,33 @@ def test_compiled_run_compiles_everything_before_run_start_and_equals_a_run_with
     _same_log(os.path.join(outs[True], "mlperf.log"), os.path.join(outs[False], "mlperf.log"))
 
 
+def test_fused_update_without_compile_compiles_the_update_before_run_start(files, tmp_path, monkeypatch):  # noqa: F811
+    """Issue 37 (12): --fused_update without --compile compiled the update at the first update after
+    run_start, on the clock (55 s against 2 s on this CPU): the warm-up runs for it too. torch.compile
+    compiles a function at its first call: each function given to it is first called before
+    run_start. (Recorded, not compiled: dynamo's graphs and recompiles are the --compile tests'.)"""
+    started, first_calls = [], {}
+
+    def compile(fn=None, **kw):
+        def compiled(*a, **k):
+            first_calls.setdefault(fn.__name__, bool(started))
+            return fn(*a, **k)
+        return compiled
+    monkeypatch.setattr(torch, "compile", compile)
+    real_start = MLPerfLog.start
+
+    def start(self, key, *a, **k):
+        if key == "run_start":
+            started.append(True)
+        return real_start(self, key, *a, **k)
+    monkeypatch.setattr(MLPerfLog, "start", start)
+    out = str(tmp_path / "fused")
+    assert training.main(flags_for(files, out, fused_update=True, num_train_steps=6, save_checkpoints_steps=100,
+                                   num_workers=0, log_frequency=2)) == 0
+    assert started and len(first_calls) >= 2, first_calls  # the update's functions (absorb, update, ...)
+    assert not any(first_calls.values()), "compiled on the clock: %s" % sorted(k for k, v in first_calls.items() if v)
+
+
 def _log(path):
     return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in open(path) if ":::MLLOG " in line]
 

@@ -23,13 +23,53 @@ from mlperf_bert.fileio import atomic_open, atomic_save
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
 FINISHED = "run_finished.json"
 LOG_OWNER = "mlperf_log_path.json"
-# Flags that define a run: a resume with another value would mix two runs in one output_dir.
+# Every flag of the trainer is in exactly one of the three lists below
+# (tests/test_training.py::test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers
+# walks them all): a new flag fails that test until it is put in one.
+#
+# Flags that define a run: a resume with another value would mix two runs in one output_dir. Every
+# flag that changes the arithmetic is here, the levers that round otherwise included.
 RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate", "poly_power",
              "num_train_steps", "num_warmup_steps", "start_warmup_step", "lamb_weight_decay_rate",
              "lamb_beta_1", "lamb_beta_2", "log_epsilon", "max_seq_length", "max_predictions_per_seq",
              "eval_frequency", "target_mlm_accuracy", "max_samples_termination", "shuffle",
              "shuffle_buffer", "clip_by_global_norm_after_gradient_allreduce", "dtype",
-             "submission_division", "fp8")  # fp8 changes the arithmetic; the other levers round as without
+             "submission_division",
+             "compile",        # inductor's kernels round otherwise (1e-5 after 3 updates)
+             "fused_update",   # the update compiled: -lr * u multiplied, then subtracted (1e-7)
+             "fp8")            # float8 matmuls
+# Flags in the identity by what they name, not by their value (run_identity): the model config the
+# file holds, the data files and initial checkpoint with their sizes (and its digest), the seed.
+IDENTITY_BY_CONTENT = ("bert_config_file", "input_file", "eval_input_file", "init_checkpoint", "seed")
+# Flags that leave the numbers of the run as they are, each with why: a resume may change them.
+SAME_NUMBERS = {
+    "output_dir": "where the run is",
+    "mlperf_log": "where its log goes (a resume refuses a log that is not the checkpoint's)",
+    "do_train": "what to do",
+    "do_eval": "the eval after training (--do_eval alone: of --init_checkpoint), not the run's",
+    "eval_batch_size": "the batch of --do_eval's eval without an online eval set, not the run's",
+    "max_eval_steps": "the batches of that eval",
+    "eval_at_start": "an eval at 0 samples, before the first step (a resume never repeats it)",
+    "eval_micro_batch_size": "exact sums: any micro-batch gives the same metrics (tests/test_warmup.py)",
+    "save_checkpoints_steps": "when to write checkpoints",
+    "keep_checkpoint_max": "how many are kept",
+    "iterations_per_loop": "accepted for the TPU estimator; no effect",
+    "log_frequency": "how often train_loss is logged (the mean of the steps between two lines)",
+    "num_workers": "batch k is batch k whatever the workers (trainer/loader.py)",
+    "num_gpus": "accepted; no effect (the rank count is checked on its own)",
+    "progress": "the progress bar",
+    "check_data": "what is read before training, not what is trained on",
+    "warm_up": "restores weights, optimizer and RNG exactly (tests/test_warmup.py)",
+    "bf16_weights": "autocast's bf16 casts made once per update: bit for bit (tests/test_levers.py)",
+    "cuda_graphs": "the compiled step's kernels replayed (--compile is in the identity; tests/test_levers.py)",
+    "device": "where the run computes: a resume on another machine, as on another GPU model, goes on "
+              "from the same state (auto names no device to compare)",
+    "submission_org": "logged once, at the run's start",
+    "submission_platform": "logged once, at the run's start",
+    "submission_status": "logged once, at the run's start",
+    "use_tpu": "refused", "tpu_name": "refused", "tpu_zone": "refused", "gcp_project": "refused",
+    "master": "refused", "num_tpu_cores": "ignored",
+}
 
 
 def path_for(output_dir, step):

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import Terminated, UserError
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
 from mlperf_bert.trainer import checkpoint, distributed, evaluation, levers, loader, preflight, throughput
 from mlperf_bert.trainer.config import BertConfig
@@ -120,23 +120,57 @@ def define_flags():
 
 
 class _Stop:
-    """SIGTERM sets ``requested``; the loop checkpoints at the next update and exits."""
+    """SIGTERM or SIGINT (Ctrl-C; the launchers pass it on as itself). In the untimed init, before
+    run_start, nothing has been trained: the signal stops the run at once (``Terminated``, raised
+    where the main thread is: a compile, the warm-up, a data check), with nothing saved. From
+    run_start on (``started``) it sets ``requested``: the loop checkpoints at the next update and
+    exits 128 + the signal. The first signal decides (start_training.sh sends SIGTERM after a
+    SIGINT, in case the trainer had not started yet)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self):
         self.requested = False
-        self._old = None
+        self.signum = None
+        self.in_init = True
+        self._old = {}
 
     def __enter__(self):
-        with contextlib.suppress(ValueError):  # not the main thread: no handler
-            self._old = signal.signal(signal.SIGTERM, self._handle)
+        for sig in self.SIGNALS:
+            with contextlib.suppress(ValueError):  # not the main thread: no handler
+                self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame):
-        self.requested = True
+        if self.requested:
+            return
+        self.requested, self.signum = True, signum
+        if self.in_init:
+            name = signal.Signals(signum).name
+            # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
+            line = ("%s in the untimed init, before run_start: stopped at once, nothing trained and nothing saved; "
+                    "rerun the same command to start again" % name) if os.environ.get("RANK", "0") == "0" else ""
+            raise Terminated(line, 128 + signum)
 
-    def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+    def started(self):
+        """run_start: from here a signal checkpoints at the next update."""
+        self.in_init = False
+
+    @property
+    def name(self):
+        """The signal that stopped the run (another rank's, which this rank only heard of: SIGTERM)."""
+        return signal.Signals(self.signum or signal.SIGTERM).name
+
+    @property
+    def status(self):
+        return 128 + (self.signum or signal.SIGTERM)
+
+    def __exit__(self, exc_type, *exc):
+        stopping = exc_type is not None and issubclass(exc_type, Terminated)
+        for sig, old in self._old.items():
+            # leaving on a stop: a second signal (start_training.sh's SIGTERM after a SIGINT) must
+            # not interrupt the way out
+            signal.signal(sig, signal.SIG_IGN if stopping else old)
         return False
 
 
@@ -266,7 +300,8 @@ class Trainer:
         warmup.warm_up(self, shape, eval_set.shape if eval_set else None)
         if self.rank == 0:
             print("warm-up (untimed init): one update and one eval on synthetic batches%s in %.1f s" % (
-                ", every graph compiled," if fv.compile else "", time.time() - t), flush=True)
+                ", every graph compiled," if fv.compile else ", the update compiled," if fv.fused_update else "",
+                time.time() - t), flush=True)
 
     def evaluate(self, batches):
         return evaluation.evaluate(self.model, batches, self.device, self.autocast, self.eval_forward)
@@ -375,7 +410,7 @@ def run(fv, stop, locks):
     if eval_files:
         eval_set = evaluation.EvalSet(eval_files, fv.max_seq_length, fv.max_predictions_per_seq,
                                       trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
-    if fv.warm_up and (fv.compile or device.type == "cuda"):
+    if fv.warm_up and (fv.compile or fv.fused_update or device.type == "cuda"):
         trainer.warm_up(train_files if packed else None, eval_set)
     state = {"step": 0, "next_eval": 0, "evals": [], "samples": 0, "continues": continues}
     if ckpt:
@@ -427,10 +462,11 @@ class _BarLines:
 
 
 def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra):
-    """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM."""
+    """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM/SIGINT."""
     rank, world, device = trainer.rank, trainer.world, trainer.device
     batch_size = fv.train_batch_size
     step, evals, samples = state["step"], state["evals"], state["samples"]
+    stop.started()  # from here a signal checkpoints (before: it stopped the init at once)
     if not state["continues"]:
         log.start(C.RUN_START)
     t_run, clock_start = time.time(), time.perf_counter()
@@ -539,10 +575,10 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
             if bar is not None:
                 bar.close()
             if rank == 0:  # one line for the run, not one per rank
-                print("SIGTERM: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % step,
+                print("%s: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % (stop.name, step),
                       flush=True)
             log.close()
-            return 143
+            return stop.status
     if bar is not None:
         bar.close()
     if block_open:

@@ -213,10 +213,17 @@ def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files,
         training.main(flags_for(files, str(tmp_path / "b"), cuda_graphs=True, compile=True, num_workers=0))
     assert "\n" not in str(e.value)
     fv = training.define_flags()
-    flags.parse(fv, ["x", "--cuda_graphs", "--compile"], required=[])
-    with pytest.raises(UserError, match=r"--cuda_graphs runs on one GPU \(this run has 2 ranks; DDP and the "
-                                        r"all-reduce are not captured\): drop --cuda_graphs"):
+    flags.parse(fv, ["x", "--cuda_graphs", "--compile", "--clip_by_global_norm_after_gradient_allreduce"],
+                required=[])
+    with pytest.raises(UserError, match=r"--cuda_graphs on several ranks \(this run has 2\) needs per-replica "
+                                        r"clipping: with --clip_by_global_norm_after_gradient_allreduce DDP "
+                                        r"all-reduces from hooks inside the backward, which CUDA graphs cannot "
+                                        r"capture: drop one of the two flags") as e:
         levers.check_device(fv, torch.device("cuda", 0), 2)
+    assert "\n" not in str(e.value)
+    levers.check_device(fv, torch.device("cuda", 0), 1)  # one GPU: DDP is not used
+    fv["clip_by_global_norm_after_gradient_allreduce"].value = False
+    levers.check_device(fv, torch.device("cuda", 0), 8)  # per-replica clipping: the all-reduce between graphs
 
 
 def _scribble_graph_outputs(trainer):

@@ -222,7 +222,7 @@ def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files,
         levers.check_device(fv, torch.device("cuda", 0), 2)
     assert "\n" not in str(e.value)
     levers.check_device(fv, torch.device("cuda", 0), 1)  # one GPU: DDP is not used
-    fv["clip_by_global_norm_after_gradient_allreduce"].value = False
+    fv.clip_by_global_norm_after_gradient_allreduce = False
     levers.check_device(fv, torch.device("cuda", 0), 8)  # per-replica clipping: the all-reduce between graphs
 
 

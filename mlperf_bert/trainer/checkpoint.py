@@ -181,10 +181,11 @@ def _copied(obj, memo, copier):
 class BackgroundWriter:
     """Checkpoints written on a thread while training goes on (a BERT-Large checkpoint with its
     LAMB state is 4 GB): ``submit`` hands over a state that nothing changes any more (a
-    ``host_copy``, or a ``host_copy_async`` with its event) and returns; it first waits for the write before it, so one state is held at a
-    time. Each write is ``save``'s (a temporary name, renamed when complete), so a process killed
-    during a write leaves no file that looks finished. ``wait`` returns once nothing is being
-    written and raises the last write's error (a full disk: the one-line UserError)."""
+    ``host_copy``, or a ``host_copy_async`` with its event) and returns; it first waits for the
+    write before it, so one state is held at a time. Each write is ``save``'s (a temporary name,
+    renamed when complete), so a process killed during a write leaves no file that looks
+    finished. ``wait`` returns once nothing is being written and raises the last write's error
+    (a full disk: the one-line UserError)."""
 
     def __init__(self):
         self._thread = None

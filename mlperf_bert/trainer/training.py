@@ -105,9 +105,10 @@ def define_flags():
       flag_values=fv)
     B("compile", False, "torch.compile the model, its eval and the clipping/accumulation/optimizer step "
       "(trainer/step.py), compiled before run_start by the warm-up.", flag_values=fv)
-    B("warm_up", True, "With --compile or on CUDA: before run_start (untimed init), run one update and one "
-      "eval on synthetic batches of the run's shapes, compiling every graph, then restore weights, optimizer "
-      "and RNG exactly (trainer/warmup.py).", flag_values=fv)
+    B("warm_up", True, "With --compile or on CUDA: before run_start (untimed init), run two updates and an "
+      "eval of two batches on synthetic batches of the run's shapes, compiling (and with --cuda_graphs "
+      "recording) every graph, then restore weights, optimizer and RNG exactly (trainer/warmup.py).",
+      flag_values=fv)
     I("eval_micro_batch_size", 0, "Online eval rows per rank per forward; 0: the largest that fits the GPU "
       "(at most %d), %d on CPU. The metrics are exact sums: any value gives the same." % (
           evaluation.MAX_MICRO_BATCH, evaluation.CPU_MICRO_BATCH), flag_values=fv)
@@ -280,8 +281,9 @@ class Trainer:
         t = time.time()
         warmup.warm_up(self, shape, eval_set.shape if eval_set else None)
         if self.rank == 0:
-            print("warm-up (untimed init): one update and one eval on synthetic batches%s in %.1f s" % (
-                ", every graph compiled," if fv.compile else "", time.time() - t), flush=True)
+            print("warm-up (untimed init): %d updates and an eval of %d batches on synthetic batches%s in %.1f s" % (
+                warmup.ROUNDS, warmup.ROUNDS, ", every graph compiled," if fv.compile else "", time.time() - t),
+                flush=True)
 
     def evaluate(self, batches):
         return evaluation.evaluate(self.model, batches, self.device, self.autocast, self.eval_forward)

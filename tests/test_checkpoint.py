@@ -392,6 +392,8 @@ class _FakeCuda:
         monkeypatch.setattr(torch.Tensor, "copy_", copy_)
         monkeypatch.setattr(torch.Tensor, "record_stream", lambda t, s: fake.log.append(("record_stream",)))
         monkeypatch.setattr(checkpoint, "_pinned", pinned)
+        # every storage as if in GPU memory (host tensors of a state, e.g. RNG states, are cloned)
+        monkeypatch.setattr(checkpoint, "_on_device", lambda storage: True)
         self.Event = Event
 
 
@@ -445,6 +447,8 @@ def test_host_copy_elsewhere_is_a_plain_copy(monkeypatch):
     state = _a_state()
     copy, done = checkpoint.host_copy_async(state, torch.device("cpu"))
     assert done is None and fake.log == []
+    monkeypatch.undo()
+    assert not checkpoint._on_device(state["model"]["w"].untyped_storage())
     assert copy["model"]["w"].data_ptr() != state["model"]["w"].data_ptr()
     assert torch.equal(copy["model"]["w_t"], state["model"]["w_t"])
 

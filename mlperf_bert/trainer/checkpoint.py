@@ -99,6 +99,10 @@ def _pinned(nbytes):
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
 
+def _on_device(storage):
+    return storage.device.type != "cpu"
+
+
 class _Copier:
     """Copies storages to host memory. From a CUDA device: into pinned buffers, ``non_blocking``,
     on a side stream that first waits for the training stream (so it copies the values as they
@@ -113,7 +117,7 @@ class _Copier:
             self.stream.wait_stream(torch.cuda.current_stream(device))
 
     def __call__(self, storage):
-        if not self.cuda:
+        if not (self.cuda and _on_device(storage)):  # a state's host tensors (RNG states): cloned
             return storage.clone() if storage.device.type == "cpu" else storage.cpu()
         src = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
         dst = _pinned(src.numel())

@@ -105,6 +105,26 @@ def set_rng_state(state, device):
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+@torch.no_grad()
+def load_optimizer(optimizer, state):
+    """``optimizer.load_state_dict(state)`` into the slots that exist already (the warm-up's):
+    copied in place, so their addresses stay (CUDA graphs replay on them, marked static;
+    new tensors would make inductor record the update again or give up its graphs). A slot the
+    checkpoint lacks (saved before the first update) stays, zeroed, at step 0: the first update's
+    arithmetic on it is that of a new one."""
+    old = {p: dict(st) for p, st in optimizer.state.items()}
+    optimizer.load_state_dict(state)  # new tensors, cast to the parameters' device and dtype
+    for p, was in old.items():
+        st = optimizer.state.get(p)
+        if not st:
+            optimizer.state[p] = st = {k: v.zero_() if torch.is_tensor(v) else 0 for k, v in was.items()}
+            continue
+        for k, v in list(st.items()):
+            w = was.get(k)
+            if torch.is_tensor(v) and torch.is_tensor(w) and w.shape == v.shape and w.dtype == v.dtype:
+                st[k] = w.copy_(v)
+
+
 def save(path, state, keep):
     """Write ``state`` atomically, then drop all but the newest ``keep`` checkpoints."""
     atomic_save(path, lambda f: torch.save(state, f))
@@ -114,46 +134,117 @@ def save(path, state, keep):
                 os.remove(old)
 
 
-def host_copy(obj, _memo=None):
-    """``obj`` (dicts, lists, tuples of tensors and plain values) with every tensor copied to host
-    memory, so that training may change the originals while a background writer saves the copy.
-    Views of one storage stay views of one copy, so ``torch.save`` writes the same file as it
-    would of the originals."""
-    memo = {} if _memo is None else _memo
+def _pinned(nbytes):
+    """Page-locked host memory (torch's caching host allocator reuses it checkpoint after checkpoint)."""
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+
+def _on_device(storage):
+    return storage.device.type != "cpu"
+
+
+class _Copier:
+    """Copies storages to host memory. From a CUDA device: into pinned buffers, ``non_blocking``,
+    on a side stream that first waits for the training stream (so it copies the values as they
+    are now), with ``event`` recorded after the last copy; the training stream goes on at once.
+    Elsewhere: a plain copy."""
+
+    def __init__(self, device):
+        self.cuda = device is not None and torch.device(device).type == "cuda"
+        self.stream = None
+        if self.cuda:
+            self.stream = torch.cuda.Stream(device)
+            self.stream.wait_stream(torch.cuda.current_stream(device))
+
+    def __call__(self, storage):
+        if not (self.cuda and _on_device(storage)):  # a state's host tensors (RNG states): cloned
+            return storage.clone() if storage.device.type == "cpu" else storage.cpu()
+        src = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+        dst = _pinned(src.numel())
+        with torch.cuda.stream(self.stream):
+            dst.copy_(src, non_blocking=True)
+        src.record_stream(self.stream)  # the allocator keeps its memory until the copy is done
+        return dst.untyped_storage()
+
+    def done(self):
+        """The event after the last copy (None: nothing is in flight)."""
+        if not self.cuda:
+            return None
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        return event
+
+
+def host_copy_async(obj, device=None):
+    """-> (``obj`` with every tensor copied to host memory, an event to synchronise on before
+    the copy is read, or None). The copies from a CUDA ``device`` are queued (``_Copier``): the
+    device's tensors must not change before the training stream has waited on the event
+    (``torch.cuda.current_stream().wait_event``). Views of one storage stay views of one copy,
+    so ``torch.save`` writes the same file as it would of the originals."""
+    copier = _Copier(device)
+    out = _copied(obj, {}, copier)
+    return out, copier.done()
+
+
+def host_copy(obj):
+    """``obj`` with every tensor copied to host memory, complete (``host_copy_async`` waited for),
+    so that training may change the originals while a background writer saves the copy."""
+    out, done = host_copy_async(obj, _device_of(obj))
+    if done is not None:
+        done.synchronize()
+    return out
+
+
+def _device_of(obj):
+    if torch.is_tensor(obj):
+        return obj.device if obj.device.type == "cuda" else None
+    for v in (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()):
+        d = _device_of(v)
+        if d is not None:
+            return d
+    return None
+
+
+def _copied(obj, memo, copier):
     if torch.is_tensor(obj):
         storage = obj.untyped_storage()
         key = (storage.device, storage.data_ptr(), storage.nbytes())
         if key not in memo:
-            memo[key] = storage.clone() if storage.device.type == "cpu" else storage.cpu()
+            memo[key] = copier(storage)
         return torch.empty(0, dtype=obj.dtype).set_(memo[key], obj.storage_offset(), obj.size(), obj.stride())
     if isinstance(obj, dict):
-        out = type(obj)((k, host_copy(v, memo)) for k, v in obj.items())
+        out = type(obj)((k, _copied(v, memo, copier)) for k, v in obj.items())
         if hasattr(obj, "_metadata"):  # a module's state_dict: its version numbers
             out._metadata = obj._metadata
         return out
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
-        return type(obj)(host_copy(v, memo) for v in obj)
+        return type(obj)(_copied(v, memo, copier) for v in obj)
     return obj
 
 
 class BackgroundWriter:
     """Checkpoints written on a thread while training goes on (a BERT-Large checkpoint with its
     LAMB state is 4 GB): ``submit`` hands over a state that nothing changes any more (a
-    ``host_copy``) and returns; it first waits for the write before it, so one state is held at a
-    time. Each write is ``save``'s (a temporary name, renamed when complete), so a process killed
-    during a write leaves no file that looks finished. ``wait`` returns once nothing is being
-    written and raises the last write's error (a full disk: the one-line UserError)."""
+    ``host_copy``, or a ``host_copy_async`` with its event) and returns; it first waits for the
+    write before it, so one state is held at a time. Each write is ``save``'s (a temporary name,
+    renamed when complete), so a process killed during a write leaves no file that looks
+    finished. ``wait`` returns once nothing is being written and raises the last write's error
+    (a full disk: the one-line UserError)."""
 
     def __init__(self):
         self._thread = None
         self._error = None
         self.path = None  # the checkpoint being written, or None
 
-    def submit(self, path, state, keep):
+    def submit(self, path, state, keep, ready=None):
+        """``ready``: an event the copy in ``state`` is complete after (``host_copy_async``);
+        the thread synchronises on it before writing."""
         self.wait()
 
         def write():
             try:
+                if ready is not None:
+                    ready.synchronize()
                 save(path, state, keep)
             except BaseException as e:  # raised in the training thread by the next wait()
                 self._error = e

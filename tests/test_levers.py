@@ -25,6 +25,7 @@ from mlperf_bert.trainer import checkpoint, levers, preflight, step, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.model import BertForPreTraining
 
+import cuda_autocast
 from test_compiled_step import TINY, T, _batch
 from test_training import assert_bit_identical, files, flags_for, one_thread  # noqa: F401 (fixtures)
 
@@ -129,6 +130,21 @@ def test_bf16_copies_give_autocasts_forward_and_gradients_bit_for_bit_without_it
     with torch.no_grad():
         plain = model(**batch).loss
     assert plain.dtype == torch.float32
+
+
+def test_bf16_copies_are_read_under_cudas_autocast_policy_too():
+    """CUDA's autocast runs LayerNorm in fp32 (emulated here: tests/cuda_autocast.py), so the MLM
+    head's input is fp32 there: the decoder must still read the word embeddings' bf16 copy (it
+    asked for x's dtype and cast the 31M-parameter matrix at every forward), and the forward casts
+    no weight at all. CPU autocast keeps LayerNorm in bf16, where x's dtype happened to be right."""
+    model = BertForPreTraining(BertConfig(**DROPOUT))
+    levers.Bf16Weights(model)
+    batch = _batch(torch.Generator().manual_seed(0), True)
+    casts = cuda_autocast.Casts(list(model.parameters()))
+    with casts, cuda_autocast.cuda_policy():
+        model(**batch).loss.backward()
+    assert casts.count[("forward", "weight")] == 0, casts.count
+    assert casts.count[("forward", "activation")] > 0  # the policy is on: LayerNorm's fp32 output is cast
 
 
 @pytest.mark.parametrize("clip_after", [False, True], ids=["clip_each", "clip_after"])

@@ -227,7 +227,9 @@ class BertForPreTraining(nn.Module):
         flat = (masked_lm_positions + torch.arange(b, device=seq.device)[:, None] * t).reshape(-1)
         x = seq.reshape(b * t, h).index_select(0, flat)
         x = pred.transform.LayerNorm(pred.act(pred.transform.dense(x)))
-        logits = (x @ levers.weight(self.bert.embeddings, "word_embeddings", x.dtype).t()
+        # The weights as the matmul takes them (autocast's dtype, not x's: CUDA's autocast keeps
+        # LayerNorm, so x, in fp32); the biases in x's, as the plain add promotes them.
+        logits = (x @ levers.weight(self.bert.embeddings, "word_embeddings").t()
                   + levers.weight(pred, "output_bias", x.dtype))
         log_probs = F.log_softmax(logits.float(), dim=-1)
         labels = masked_lm_ids.reshape(-1)
@@ -240,7 +242,7 @@ class BertForPreTraining(nn.Module):
 
         nsp = self.cls.seq_relationship
         pooled = pooled.reshape(-1, pooled.shape[-1])
-        nsp_logits = (pooled @ levers.weight(nsp, "output_weights", pooled.dtype).t()
+        nsp_logits = (pooled @ levers.weight(nsp, "output_weights").t()
                       + levers.weight(nsp, "output_bias", pooled.dtype))
         nsp_log_probs = F.log_softmax(nsp_logits.float(), dim=-1)
         nsp_labels = next_sentence_labels.reshape(-1)

@@ -113,3 +113,52 @@ class Casts(TorchDispatchMode):
             for dst, src in zip(args[0], args[1]):
                 self._add(src, dst.dtype)
         return func(*args, **kwargs)
+
+
+def count_casts(model, batch, micro_steps=1, update=None):
+    """``Casts`` of ``micro_steps`` forwards and backwards of ``model`` on ``batch`` under
+    ``cuda_policy``, then ``update()`` (phase "update"), as one update of the trainer."""
+    casts = Casts(list(model.parameters()))
+    with casts:
+        for _ in range(micro_steps):
+            casts.phase = "forward"
+            with cuda_policy():
+                out = model(**batch)
+            casts.phase = "backward"
+            out.loss.backward()
+        casts.phase = "update"
+        if update is not None:
+            update()
+    return casts
+
+
+def main(argv=()):
+    """The casts of one BERT-Large micro-step (seq 512, 76 slots, unpacked rows; batch argv[0],
+    default 24) on fake tensors (no memory, no compute), plain and with --fused_qkv."""
+    import json
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from mlperf_bert.trainer import levers
+    from mlperf_bert.trainer.config import BertConfig
+    from mlperf_bert.trainer.memory_plan import CONFIG, fake_batch
+    from mlperf_bert.trainer.model import BertForPreTraining
+    b = int(argv[0]) if argv else 24
+    with open(CONFIG) as f:
+        cfg = BertConfig(**json.load(f))
+    init, BertForPreTraining.reset_parameters = BertForPreTraining.reset_parameters, lambda self: None
+    try:
+        for fused in (False, True):
+            with FakeTensorMode():
+                model = BertForPreTraining(cfg)
+                if fused:
+                    levers.enable_fused_qkv(model)
+                c = count_casts(model, fake_batch(b, 512, 76, packed=False))
+            print("%s: %s" % ("--fused_qkv" if fused else "plain", ", ".join(
+                "%s %s %d casts %.1fM elements" % (ph, kind, n, c.elements[ph, kind] / 1e6)
+                for (ph, kind), n in sorted(c.count.items()))))
+    finally:
+        BertForPreTraining.reset_parameters = init
+
+
+if __name__ == "__main__":
+    import sys
+    main(sys.argv[1:])

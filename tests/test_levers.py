@@ -10,6 +10,7 @@ GPU: what each test can and cannot show on a CPU is said in its docstring; none 
 --fp8: float8 scaling and torch._scaled_mm (which runs on CPU) against a reference, the layer's
   outputs and gradients within fp8 tolerance of bf16, and a few updates close to bf16's.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import checkpoint, levers, preflight, step, training
+from mlperf_bert.trainer import attention, checkpoint, levers, preflight, step, tf_checkpoint, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.model import BertForPreTraining
 
@@ -375,3 +376,169 @@ def test_a_run_resumed_with_fp8_switched_is_refused(tmp_path):
     checkpoint.check_same_run(saved, identity("--fused_update"), "out/model.ckpt-2.pt")
     with pytest.raises(UserError, match=r"--fp8=True differs from the run being resumed in out \(it has False\)"):
         checkpoint.check_same_run(saved, identity("--fp8"), "out/model.ckpt-2.pt")
+
+
+# ---------------------------------------------------------------- --fused_qkv, --pad_vocab
+
+def _grads(cfg, batch, ctx, fused=False, pad=False):
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**cfg))
+    if fused:
+        assert len(levers.enable_fused_qkv(model)) == cfg["num_hidden_layers"]
+    if pad:
+        assert levers.enable_pad_vocab(model) == -cfg["vocab_size"] % 8 > 0
+    with ctx():
+        out, (mlm_logits, nsp_logits) = model(**batch, return_logits=True)
+    out.loss.backward()
+    return model, out, mlm_logits, {n: p.grad for n, p in model.named_parameters()}
+
+
+CONTEXTS = {"fp32": contextlib.nullcontext, "bf16_cuda_policy": cuda_autocast.cuda_policy}
+VARLEN = dict(TINY, vocab_size=66, num_hidden_layers=2)  # 66: not a multiple of 8
+
+
+@pytest.mark.parametrize("dtype", CONTEXTS)
+@pytest.mark.parametrize("rows", ["unpacked", "packed", "packed_varlen"])
+def test_fused_qkv_equals_the_three_gemms(monkeypatch, rows, dtype):
+    """One GEMM over the stacked weights: the loss and logits equal the three GEMMs' and every
+    gradient is within rounding of theirs (the input's gradient is summed in another order: one
+    GEMM over 3h where three are added), in fp32 and in bf16 under CUDA's autocast policy,
+    unpacked, packed (dense mask) and packed through the variable-length kernel's path (its
+    reference, which runs here). The parameters and their names are the plain model's."""
+    if rows == "packed_varlen":
+        monkeypatch.setattr(attention, "varlen_kernel", lambda device, dt, head_dim: attention.reference_varlen)
+    batch = _batch(torch.Generator().manual_seed(0), rows != "unpacked")
+    (m0, out0, logits0, g0), (m1, out1, logits1, g1) = (
+        _grads(VARLEN, batch, CONTEXTS[dtype], fused=f) for f in (False, True))
+    assert m0.state_dict().keys() == m1.state_dict().keys()
+    assert torch.equal(out0.loss, out1.loss) and torch.equal(logits0, logits1)
+    scale = max(g.abs().max().item() for g in g0.values())
+    # fp32: summation order; bf16: the input's gradient rounded to bf16 once, not three times
+    rtol, atol = (1e-5, 1e-6) if dtype == "fp32" else (2 ** -7, 1e-5)
+    for n in g0:  # atol: the key bias's gradient is rounding noise on zero (softmax does not see it)
+        torch.testing.assert_close(g1[n], g0[n], rtol=rtol, atol=atol * scale, msg=n)
+    assert any(not torch.equal(g0[n], g1[n]) for n in g0)  # the GEMMs did differ: one ran, not three
+
+
+@pytest.mark.parametrize("dtype", CONTEXTS)
+@pytest.mark.parametrize("rows", ["unpacked", "packed"])
+def test_pad_vocab_gives_the_unpadded_loss_logits_and_gradients_bit_for_bit(rows, dtype):
+    """vocab 66 padded to 72 in the decoder: the loss, the logits (66 of them) and every gradient
+    equal the unpadded model's bit for bit on this CPU (a GPU's GEMM of another width may round
+    otherwise: the flag is in the run identity); the parameters keep the unpadded shapes."""
+    batch = _batch(torch.Generator().manual_seed(0), rows == "packed")
+    (m0, out0, logits0, g0), (m1, out1, logits1, g1) = (
+        _grads(VARLEN, batch, CONTEXTS[dtype], pad=p) for p in (False, True))
+    assert logits1.shape[-1] == 66 and m1.bert.embeddings.word_embeddings.shape[0] == 66
+    assert torch.equal(out0.loss, out1.loss) and torch.equal(logits0, logits1)
+    assert all(torch.equal(g0[n], g1[n]) for n in g0)
+
+
+@pytest.mark.parametrize("lever", ["fused_qkv", "pad_vocab"])
+def test_fused_qkv_and_pad_vocab_train_and_checkpoint_as_the_plain_step(tmp_path, lever):
+    """3 updates of 2 micro-steps, dropout on, packed rows, bf16, --compile's update functions:
+    the losses and the checkpoint's weights and LAMB slots equal the plain step's (--pad_vocab bit
+    for bit; --fused_qkv within fp32 rounding), under the same names and shapes, so either run's
+    checkpoint (and its TF export) is the other's."""
+    cfg = dict(DROPOUT, vocab_size=66)
+    batches = _batches()
+    extra = ["--compile", "--clip_by_global_norm_after_gradient_allreduce"]
+    plain, other = _trainer(tmp_path, *extra, cfg=cfg), _trainer(tmp_path, "--" + lever, *extra, cfg=cfg)
+    la, lb = _train(plain, batches, 6), _train(other, batches, 6)
+    paths = []
+    for name, trainer in (("plain", plain), (lever, other)):
+        paths.append(str(tmp_path / ("%s.pt" % name)))
+        trainer.save(paths[-1], {}, final=True)
+        trainer.flush()
+    a, b = plain.model.state_dict(), other.model.state_dict()
+    assert [(k, v.shape) for k, v in a.items()] == [(k, v.shape) for k, v in b.items()]
+    assert list(tf_checkpoint.to_tf_arrays(a)) == list(tf_checkpoint.to_tf_arrays(b))
+    if lever == "pad_vocab":
+        assert la == lb
+        assert_bit_identical(*paths)
+    else:
+        assert la == pytest.approx(lb, rel=1e-5)
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+def test_fused_qkv_and_pad_vocab_compile_as_eager(tmp_path, monkeypatch):
+    """torch.compile (aot_eager: dynamo's graph and AOTAutograd's backward, no codegen) of the
+    model with both levers: one graph, no break, and the loss and gradients of eager's."""
+    monkeypatch.undo()  # the real torch.compile (the fixture's stand-in returns the function)
+    cfg = dict(TINY, vocab_size=66)
+    batch = _batch(torch.Generator().manual_seed(0), True)
+    runs = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = BertForPreTraining(BertConfig(**cfg))
+        levers.enable_fused_qkv(model), levers.enable_pad_vocab(model)
+        if compiled:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                explain = torch._dynamo.explain(model)(**batch)
+            assert (explain.graph_count, explain.graph_break_count) == (1, 0), explain.break_reasons
+            torch._dynamo.reset()
+        fn = torch.compile(model, backend="aot_eager", dynamic=False) if compiled else model
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fn(**batch).loss
+        loss.backward()
+        runs.append((loss, [p.grad for p in model.parameters()]))
+    (l0, g0), (l1, g1) = runs
+    assert torch.equal(l0, l1)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+
+
+def test_a_run_resumed_with_fused_qkv_or_pad_vocab_switched_is_refused(tmp_path):
+    """A GEMM of another shape may take another GPU kernel, which rounds otherwise: the two levers
+    are defining flags of a run."""
+    def identity(*extra):
+        return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
+    saved = identity()
+    for lever in ("fused_qkv", "pad_vocab"):
+        with pytest.raises(UserError, match=r"--%s=True differs from the run being resumed in out \(it has "
+                                            r"False\)" % lever):
+            checkpoint.check_same_run(saved, identity("--" + lever), "out/model.ckpt-2.pt")
+
+
+def test_levers_lists_every_lever_flag():
+    """levers.LEVERS (what bench/ tries) is every bool flag levers.py defines, each off by default."""
+    fv = flags.FlagValues()
+    levers.define_flags(fv)
+    names = list(fv)
+    assert sorted(levers.LEVERS) == sorted(names)
+    assert all(fv[n].value is False for n in levers.LEVERS)
+
+
+def test_casts_per_update_with_cudas_autocast_policy():
+    """Issue 36.3, counted (tests/cuda_autocast.py: CUDA's fp32 LayerNorm emulated, attention one
+    op as on CUDA). --bf16_weights removes the forward's weight casts but adds as many in the
+    refresh after each update: at one micro-step an update casts as many weights as without it,
+    at 4 it saves 3 of 4; it leaves the backward's weight-gradient casts and every activation cast.
+    --fused_qkv casts LayerNorm's fp32 output once for q, k and v where autocast casts it three
+    times: 2 casts fewer a layer in the forward and 2 in the backward (their gradients)."""
+    cfg, layers = BertConfig(**VARLEN), VARLEN["num_hidden_layers"]
+    batch = _batch(torch.Generator().manual_seed(0), True)
+
+    def count(steps, copies=False, fused=False):
+        torch.manual_seed(0)
+        model = BertForPreTraining(cfg)
+        refresh = levers.Bf16Weights(model).refresh if copies else None
+        if fused:
+            levers.enable_fused_qkv(model)
+        c = cuda_autocast.count_casts(model, batch, steps, refresh)
+        assert not c.activation_shapes & c.shapes  # weight and activation casts told apart
+        return c.count
+
+    weights = len(levers.copied_parameters(BertForPreTraining(cfg)))
+    for steps in (1, 4):
+        plain, copied, fused = count(steps), count(steps, copies=True), count(steps, fused=True)
+        assert plain["forward", "weight"] == steps * (weights - 1)  # the MLM bias is added in fp32
+        assert copied["forward", "weight"] == 0 and copied["update", "weight"] == weights
+        assert copied["backward", "weight"] == plain["backward", "weight"] == steps * (weights - 1)
+        for phase in ("forward", "backward"):
+            assert copied[phase, "activation"] == plain[phase, "activation"] > 0
+            assert fused[phase, "activation"] == plain[phase, "activation"] - 2 * layers * steps
+            assert fused[phase, "weight"] == plain[phase, "weight"]
+    # per update: one micro-step saves nothing, four save three forwards' weight casts
+    assert count(1, copies=True)["update", "weight"] >= count(1)["forward", "weight"]

@@ -29,7 +29,10 @@ RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate
              "lamb_beta_1", "lamb_beta_2", "log_epsilon", "max_seq_length", "max_predictions_per_seq",
              "eval_frequency", "target_mlm_accuracy", "max_samples_termination", "shuffle",
              "shuffle_buffer", "clip_by_global_norm_after_gradient_allreduce", "dtype",
-             "submission_division", "fp8")  # fp8 changes the arithmetic; the other levers round as without
+             "submission_division",
+             # levers whose kernels may round otherwise (float8; a GEMM of another shape can take
+             # another cuBLAS kernel); the others compute what the plain step computes
+             "fp8", "fused_qkv", "pad_vocab")
 
 
 def path_for(output_dir, step):

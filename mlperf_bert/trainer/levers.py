@@ -14,6 +14,10 @@ computes (tests/test_levers.py):
 ``--fp8``           the encoder's dense layers multiply in float8 (torch._scaled_mm): e4m3
                     activations and weights, e5m2 gradients, each tensor scaled by its own amax.
                     A closed submission needs a convergence run within the RCPs with it first.
+``--fused_qkv``     each layer's query, key and value projections as one GEMM over their weights
+                    stacked [3h, h] (the parameters stay three, under the reference's names).
+``--pad_vocab``     the MLM decoder multiplies a vocabulary padded with zero rows to a multiple of
+                    8 (30522 -> 30528); the extra logits are sliced off, the parameters unpadded.
 """
 import torch
 import torch.nn.functional as F
@@ -22,6 +26,9 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 
 COPY = "_bf16"  # suffix of the non-persistent buffer holding a parameter's bf16 copy
+# The lever flags, for tools that try each (bench/): each is a bool flag defined here, off by default.
+LEVERS = ("cuda_graphs", "fused_update", "bf16_weights", "fp8", "fused_qkv", "pad_vocab")
+VOCAB_MULTIPLE = 8  # --pad_vocab: 16 bytes of bf16, cuBLAS's alignment for its fast GEMM kernels
 
 
 def define_flags(fv):
@@ -34,6 +41,11 @@ def define_flags(fv):
       "of autocast casting them at every forward; not measured on a GPU.", flag_values=fv)
     B("fp8", False, "The encoder's dense layers multiply in float8 (torch._scaled_mm, per-tensor scales); "
       "needs a convergence run within the RCPs before a closed submission; not measured on a GPU.",
+      flag_values=fv)
+    B("fused_qkv", False, "Each layer's query, key and value projections as one GEMM over their stacked weights "
+      "(the checkpoints keep the reference's three); not measured on a GPU.", flag_values=fv)
+    B("pad_vocab", False, "The MLM decoder's GEMMs over a vocabulary padded to a multiple of %d with zero rows, "
+      "the extra logits sliced off (checkpoints unpadded); not measured on a GPU." % VOCAB_MULTIPLE,
       flag_values=fv)
 
 
@@ -130,6 +142,22 @@ class Bf16Weights:
         torch._foreach_copy_(self.copies, self.masters)
 
 
+# ---------------------------------------------------------------- fused QKV, padded vocabulary
+
+def enable_fused_qkv(model):
+    from mlperf_bert.trainer import model as modeling
+    layers = [m for m in model.modules() if isinstance(m, modeling.SelfAttention)]
+    for m in layers:
+        m.fused = True
+    return layers
+
+
+def enable_pad_vocab(model, multiple=VOCAB_MULTIPLE):
+    """The rows the decoder's weight gets in the forward (0 where the vocabulary is a multiple)."""
+    model.vocab_pad = -model.config.vocab_size % multiple
+    return model.vocab_pad
+
+
 # ---------------------------------------------------------------- float8 matmuls
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -223,6 +251,10 @@ class Levers:
         self.copies = Bf16Weights(trainer.model) if fv.bf16_weights else None
         if fv.fp8:
             enable_fp8(trainer.model)
+        if fv.fused_qkv:
+            enable_fused_qkv(trainer.model)
+        if fv.pad_vocab:
+            enable_pad_vocab(trainer.model)
         self.shapes = None
         if fv.cuda_graphs:
             trainer.forward = self._graphed(trainer.forward)

@@ -74,6 +74,8 @@ class Embeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
+    fused = False  # --fused_qkv
+
     def __init__(self, cfg):
         super().__init__()
         h = cfg.hidden_size
@@ -82,6 +84,21 @@ class SelfAttention(nn.Module):
         self.value = Linear(h, h)
         self.heads = cfg.num_attention_heads
         self.p = cfg.attention_probs_dropout_prob
+
+    def qkv(self, x):
+        """(q, k, v) of x [b, t, h]: three GEMMs, or with --fused_qkv one over the three weights
+        stacked [3h, h]. The parameters stay three either way: the reference's names in every
+        checkpoint, and LAMB's trust ratio of each. Stacked after the cast to the compute dtype (the
+        cast autocast makes of each anyway), so x is cast once where autocast casts it for each of
+        the three (CUDA's autocast hands them LayerNorm's fp32 output)."""
+        layers = (self.query, self.key, self.value)
+        if not self.fused:
+            return tuple(m(x) for m in layers)
+        dtype = attention.compute_dtype(x.device, self.query.weight.dtype)
+        w = torch.cat([levers.weight(m, "weight", dtype) for m in layers])
+        b = torch.cat([levers.weight(m, "bias", dtype) for m in layers])
+        y = levers.fp8_linear(x, w, b) if self.query.fp8 else F.linear(x, w, b)
+        return y.split(self.query.out_features, dim=-1)
 
 
 class AttentionOutput(nn.Module):
@@ -101,7 +118,7 @@ class Attention(nn.Module):
     def forward(self, x, mask):
         s = self.self
         b, t, h = x.shape
-        q, k, v = (y.view(b, t, s.heads, h // s.heads) for y in (s.query(x), s.key(x), s.value(x)))
+        q, k, v = (y.view(b, t, s.heads, h // s.heads) for y in s.qkv(x))
         ctx = attention.attend(q, k, v, mask, s.p if self.training else 0.0, 1.0 / math.sqrt(h // s.heads))
         return self.output.LayerNorm(self.dropout(self.output.dense(ctx)) + x)
 
@@ -193,6 +210,8 @@ class Cls(nn.Module):
 class BertForPreTraining(nn.Module):
     """BERT with the MLM and NSP heads; ``forward`` returns losses and exact metric sums."""
 
+    vocab_pad = 0  # --pad_vocab: zero rows added to the MLM decoder's weight in the forward
+
     def __init__(self, config):
         super().__init__()
         self.config = config
@@ -229,8 +248,16 @@ class BertForPreTraining(nn.Module):
         x = pred.transform.LayerNorm(pred.act(pred.transform.dense(x)))
         # The weights as the matmul takes them (autocast's dtype, not x's: CUDA's autocast keeps
         # LayerNorm, so x, in fp32); the biases in x's, as the plain add promotes them.
-        logits = (x @ levers.weight(self.bert.embeddings, "word_embeddings").t()
-                  + levers.weight(pred, "output_bias", x.dtype))
+        decoder = levers.weight(self.bert.embeddings, "word_embeddings")
+        vocab = decoder.shape[0]
+        if self.vocab_pad:
+            # --pad_vocab: the decoder's GEMMs on a row pitch that is a multiple of 8 elements;
+            # padded after the cast (one fused kernel when compiled), the extra logits sliced off
+            decoder = F.pad(decoder.to(attention.compute_dtype(x.device, decoder.dtype)), (0, 0, 0, self.vocab_pad))
+        logits = x @ decoder.t()
+        if self.vocab_pad:
+            logits = logits[:, :vocab]
+        logits = logits + levers.weight(pred, "output_bias", x.dtype)
         log_probs = F.log_softmax(logits.float(), dim=-1)
         labels = masked_lm_ids.reshape(-1)
         w = masked_lm_weights.reshape(-1).float()

@@ -1,24 +1,22 @@
 """The speed levers (trainer/levers.py) compute what the plain step computes. This machine has no
 GPU: what each test can and cannot show on a CPU is said in its docstring; none shows a speed.
 
---bf16_weights: bit for bit autocast's step (forward, gradients, weights after updates, resume),
-  without autocast's weight casts.
 --fused_update: the update functions it compiles are within rounding of the eager LAMB.
 --cuda_graphs: the Trainer's graphed path (inductor skips CUDA graphs on a CPU) trains as the
   compiled step, keeps no gradient of the backward's memory between micro-steps, refuses batches
   of another shape and runs without a GPU only to refuse it.
 --fp8: float8 scaling and torch._scaled_mm (which runs on CPU) against a reference, the layer's
   outputs and gradients within fp8 tolerance of bf16, and a few updates close to bf16's.
+--fused_qkv, --pad_vocab: the plain model's loss, logits and gradients (within rounding, bit for
+  bit), its training and checkpoints, compiled as eager; the casts they save, counted.
+The casts a step makes are counted with CUDA's autocast policy emulated (tests/cuda_autocast.py).
 """
 import contextlib
 import json
-import os
-import shutil
 
 import pytest
 import torch
 import torch._dynamo
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
@@ -88,112 +86,17 @@ def _same_state(a, b):
             assert torch.equal(oa[k][slot], ob[k][slot]), (k, slot)
 
 
-# ---------------------------------------------------------------- --bf16_weights
+# ---------------------------------------------------------------- compiled
 
-class _WeightCasts(TorchDispatchMode):
-    """Counts casts (aten._to_copy) whose input is one of ``params``' memory."""
-
-    def __init__(self, params):
-        super().__init__()
-        self.ptrs, self.n = {p.data_ptr() for p in params}, 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in self.ptrs:
-            self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-def test_bf16_copies_give_autocasts_forward_and_gradients_bit_for_bit_without_its_weight_casts():
-    """The copies are the weights autocast would cast, cast once: the loss and every gradient
-    (fp32, on the parameters) equal autocast's bit for bit, and the forward casts no weight."""
-    cfg = BertConfig(**DROPOUT)
-    batch = _batch(torch.Generator().manual_seed(0), True)
-    runs = []
-    for copies in (False, True):
-        torch.manual_seed(0)
-        model = BertForPreTraining(cfg)
-        if copies:
-            levers.Bf16Weights(model)
-        casts = _WeightCasts(list(model.parameters()))
-        torch.manual_seed(1)  # the same dropout
-        with casts, torch.autocast("cpu", dtype=torch.bfloat16):
-            out = model(**batch)
-        out.loss.backward()
-        runs.append((out.loss, {n: p.grad for n, p in model.named_parameters()}, casts.n))
-    (loss, grads, casts), (loss_c, grads_c, casts_c) = runs
-    assert torch.equal(loss, loss_c)
-    assert grads.keys() == grads_c.keys()
-    for n in grads:
-        assert grads_c[n].dtype == torch.float32 and torch.equal(grads[n], grads_c[n]), n
-    assert casts >= len(levers.copied_parameters(model)) - 1  # autocast casts each weight (the MLM head
-    assert casts_c == 0                                      # bias once or more), the copies none
-    # without autocast the model reads its fp32 weights, as without the lever
-    with torch.no_grad():
-        plain = model(**batch).loss
-    assert plain.dtype == torch.float32
-
-
-def test_bf16_copies_are_read_under_cudas_autocast_policy_too():
-    """CUDA's autocast runs LayerNorm in fp32 (emulated here: tests/cuda_autocast.py), so the MLM
-    head's input is fp32 there: the decoder must still read the word embeddings' bf16 copy (it
-    asked for x's dtype and cast the 31M-parameter matrix at every forward), and the forward casts
-    no weight at all. CPU autocast keeps LayerNorm in bf16, where x's dtype happened to be right."""
-    model = BertForPreTraining(BertConfig(**DROPOUT))
-    levers.Bf16Weights(model)
-    batch = _batch(torch.Generator().manual_seed(0), True)
-    casts = cuda_autocast.Casts(list(model.parameters()))
-    with casts, cuda_autocast.cuda_policy():
-        model(**batch).loss.backward()
-    assert casts.count[("forward", "weight")] == 0, casts.count
-    assert casts.count[("forward", "activation")] > 0  # the policy is on: LayerNorm's fp32 output is cast
-
-
-@pytest.mark.parametrize("clip_after", [False, True], ids=["clip_each", "clip_after"])
-def test_bf16_weights_train_as_autocast_bit_for_bit(tmp_path, clip_after):
-    """3 updates of 2 micro-steps, dropout on, packed rows, --compile's update functions: the
-    weights and LAMB slots equal the autocast step's bit for bit (the copies are refreshed after
-    each update), and the copies are the weights in bf16."""
-    batches = _batches()
-    extra = ["--compile", "--%sclip_by_global_norm_after_gradient_allreduce" % ("" if clip_after else "no")]
-    plain, copied = _trainer(tmp_path, *extra), _trainer(tmp_path, "--bf16_weights", *extra)
-    assert _train(plain, batches, 6) == _train(copied, batches, 6)
-    _same_state(plain, copied)
-    copies = copied.levers.copies
-    assert all(torch.equal(c, m.to(torch.bfloat16)) for c, m in zip(copies.copies, copies.masters))
-
-
-def test_bf16_weights_and_fp8_compile_without_graph_breaks(tmp_path):
-    """The copies and the float8 layers trace into the compiled forward as one graph (dynamo's
-    explain of the training forward)."""
-    trainer = _trainer(tmp_path, "--bf16_weights", "--fp8", cfg=dict(TINY, intermediate_size=32))
+@pytest.mark.slow
+def test_fp8_fused_qkv_and_pad_vocab_compile_without_graph_breaks(tmp_path):
+    """The float8 layers (the fused q, k, v GEMM among them), the stacked weights and the padded
+    decoder trace into the compiled forward as one graph (dynamo's explain of the training forward)."""
+    trainer = _trainer(tmp_path, "--fp8", "--fused_qkv", "--pad_vocab", cfg=dict(TINY, vocab_size=66))
     batch = _batch(torch.Generator().manual_seed(0), True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = torch._dynamo.explain(trainer.model)(**batch)
     assert (out.graph_count, out.graph_break_count) == (1, 0), out.break_reasons
-
-
-def test_bf16_weights_checkpoint_holds_fp32_and_resume_is_bit_identical(files, tmp_path):
-    """run_pretraining.py --dtype=bf16 with and without --bf16_weights, 6 micro-steps of 2 per
-    update, and --bf16_weights resumed from its mid-update checkpoint model.ckpt-3.pt: the three
-    model.ckpt-6.pt are bit-identical; the checkpoint holds fp32 weights and no copies."""
-    kw = dict(dtype="bf16", num_train_steps=6, save_checkpoints_steps=3, num_workers=0)
-    plain, copied, resumed = (str(tmp_path / n) for n in ("plain", "copied", "resumed"))
-    assert training.main(flags_for(files, plain, **kw)) == 0
-    assert training.main(flags_for(files, copied, bf16_weights=True, **kw)) == 0
-    shutil.copytree(copied, resumed)
-    os.remove(os.path.join(resumed, "model.ckpt-6.pt"))
-    os.remove(os.path.join(resumed, checkpoint.FINISHED))
-    assert training.main(flags_for(files, resumed, bf16_weights=True, **kw)) == 0
-    for out in (copied, resumed):
-        assert_bit_identical(os.path.join(plain, "model.ckpt-6.pt"), os.path.join(out, "model.ckpt-6.pt"))
-    model = torch.load(os.path.join(resumed, "model.ckpt-3.pt"), map_location="cpu", weights_only=False)["model"]
-    assert not [k for k in model if k.endswith(levers.COPY)]
-    assert {v.dtype for v in model.values()} == {torch.float32}
-
-
-def test_bf16_weights_needs_bf16(tmp_path):
-    with pytest.raises(UserError, match="--bf16_weights keeps bf16 copies for bf16 autocast: add --dtype=bf16"):
-        _trainer(tmp_path, "--bf16_weights", dtype="fp32")
 
 
 # ---------------------------------------------------------------- --fused_update
@@ -372,7 +275,7 @@ def test_a_run_resumed_with_fp8_switched_is_refused(tmp_path):
     other levers compute what the plain step computes and may change between the two)."""
     def identity(*extra):
         return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
-    saved = identity("--bf16_weights")
+    saved = identity()
     checkpoint.check_same_run(saved, identity("--fused_update"), "out/model.ckpt-2.pt")
     with pytest.raises(UserError, match=r"--fp8=True differs from the run being resumed in out \(it has False\)"):
         checkpoint.check_same_run(saved, identity("--fp8"), "out/model.ckpt-2.pt")
@@ -462,9 +365,11 @@ def test_fused_qkv_and_pad_vocab_train_and_checkpoint_as_the_plain_step(tmp_path
             torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6, msg=k)
 
 
+@pytest.mark.slow
 def test_fused_qkv_and_pad_vocab_compile_as_eager(tmp_path, monkeypatch):
     """torch.compile (aot_eager: dynamo's graph and AOTAutograd's backward, no codegen) of the
-    model with both levers: one graph, no break, and the loss and gradients of eager's."""
+    model with both levers gives the loss and gradients of eager's (one graph with no break:
+    test_fp8_fused_qkv_and_pad_vocab_compile_without_graph_breaks)."""
     monkeypatch.undo()  # the real torch.compile (the fixture's stand-in returns the function)
     cfg = dict(TINY, vocab_size=66)
     batch = _batch(torch.Generator().manual_seed(0), True)
@@ -473,11 +378,6 @@ def test_fused_qkv_and_pad_vocab_compile_as_eager(tmp_path, monkeypatch):
         torch.manual_seed(0)
         model = BertForPreTraining(BertConfig(**cfg))
         levers.enable_fused_qkv(model), levers.enable_pad_vocab(model)
-        if compiled:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                explain = torch._dynamo.explain(model)(**batch)
-            assert (explain.graph_count, explain.graph_break_count) == (1, 0), explain.break_reasons
-            torch._dynamo.reset()
         fn = torch.compile(model, backend="aot_eager", dynamic=False) if compiled else model
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = fn(**batch).loss
@@ -512,33 +412,33 @@ def test_levers_lists_every_lever_flag():
 
 def test_casts_per_update_with_cudas_autocast_policy():
     """Issue 36.3, counted (tests/cuda_autocast.py: CUDA's fp32 LayerNorm emulated, attention one
-    op as on CUDA). --bf16_weights removes the forward's weight casts but adds as many in the
-    refresh after each update: at one micro-step an update casts as many weights as without it,
-    at 4 it saves 3 of 4; it leaves the backward's weight-gradient casts and every activation cast.
-    --fused_qkv casts LayerNorm's fp32 output once for q, k and v where autocast casts it three
-    times: 2 casts fewer a layer in the forward and 2 in the backward (their gradients)."""
+    op as on CUDA), at 1 and 4 micro-steps. Autocast casts each weight once a forward (its cache:
+    the backward reuses the cast) and each weight's gradient back once a backward: a copy of the
+    weights kept in bf16 (the removed --bf16_weights) could only save the forward's, and adds as
+    many in its refresh after each update: nothing at one micro-step, 3 of 4 forwards' at four.
+    The activation casts are LayerNorm's fp32 output cast again for each GEMM that reads it:
+    --fused_qkv casts it once for q, k and v where autocast casts it three times, 2 casts fewer a
+    layer in the forward and 2 in the backward (their gradients)."""
     cfg, layers = BertConfig(**VARLEN), VARLEN["num_hidden_layers"]
     batch = _batch(torch.Generator().manual_seed(0), True)
 
-    def count(steps, copies=False, fused=False):
+    def count(steps, fused=False):
         torch.manual_seed(0)
         model = BertForPreTraining(cfg)
-        refresh = levers.Bf16Weights(model).refresh if copies else None
         if fused:
             levers.enable_fused_qkv(model)
-        c = cuda_autocast.count_casts(model, batch, steps, refresh)
+        c = cuda_autocast.count_casts(model, batch, steps)
         assert not c.activation_shapes & c.shapes  # weight and activation casts told apart
-        return c.count
+        return c.count, model
 
-    weights = len(levers.copied_parameters(BertForPreTraining(cfg)))
     for steps in (1, 4):
-        plain, copied, fused = count(steps), count(steps, copies=True), count(steps, fused=True)
-        assert plain["forward", "weight"] == steps * (weights - 1)  # the MLM bias is added in fp32
-        assert copied["forward", "weight"] == 0 and copied["update", "weight"] == weights
-        assert copied["backward", "weight"] == plain["backward", "weight"] == steps * (weights - 1)
+        (plain, model), (fused, _) = count(steps), count(steps, fused=True)
+        # every parameter but the position and token type tables (looked up in fp32) and the MLM
+        # bias (added in fp32 under CUDA's policy); the word embeddings once, for the decoder
+        cast = [n for n, _ in model.named_parameters() if "LayerNorm" not in n and n.split(".")[-1] not in (
+            "position_embeddings", "token_type_embeddings", "output_bias") or n == "cls.seq_relationship.output_bias"]
+        assert plain["forward", "weight"] == plain["backward", "weight"] == steps * len(cast)
         for phase in ("forward", "backward"):
-            assert copied[phase, "activation"] == plain[phase, "activation"] > 0
+            assert plain[phase, "activation"] > 0
             assert fused[phase, "activation"] == plain[phase, "activation"] - 2 * layers * steps
             assert fused[phase, "weight"] == plain[phase, "weight"]
-    # per update: one micro-step saves nothing, four save three forwards' weight casts
-    assert count(1, copies=True)["update", "weight"] >= count(1)["forward", "weight"]

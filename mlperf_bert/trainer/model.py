@@ -29,17 +29,15 @@ class PretrainingOutput(NamedTuple):
 
 
 class Linear(nn.Linear):
-    """nn.Linear that takes the speed levers of trainer/levers.py where they are on: its weights'
-    bf16 copies (--bf16_weights) and float8 matmuls (--fp8, the encoder's dense layers). Without
-    them it is nn.Linear, op for op."""
+    """nn.Linear that multiplies in float8 where --fp8 is on (trainer/levers.py; the encoder's
+    dense layers). Without it it is nn.Linear, op for op."""
 
     fp8 = False
 
     def forward(self, x):
-        weight, bias = levers.weight(self, "weight"), levers.weight(self, "bias")
         if self.fp8:
-            return levers.fp8_linear(x, weight, bias)
-        return F.linear(x, weight, bias)
+            return levers.fp8_linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)
 
 
 def gelu(x):
@@ -95,8 +93,8 @@ class SelfAttention(nn.Module):
         if not self.fused:
             return tuple(m(x) for m in layers)
         dtype = attention.compute_dtype(x.device, self.query.weight.dtype)
-        w = torch.cat([levers.weight(m, "weight", dtype) for m in layers])
-        b = torch.cat([levers.weight(m, "bias", dtype) for m in layers])
+        w = torch.cat([m.weight.to(dtype) for m in layers])
+        b = torch.cat([m.bias.to(dtype) for m in layers])
         y = levers.fp8_linear(x, w, b) if self.query.fp8 else F.linear(x, w, b)
         return y.split(self.query.out_features, dim=-1)
 
@@ -246,9 +244,9 @@ class BertForPreTraining(nn.Module):
         flat = (masked_lm_positions + torch.arange(b, device=seq.device)[:, None] * t).reshape(-1)
         x = seq.reshape(b * t, h).index_select(0, flat)
         x = pred.transform.LayerNorm(pred.act(pred.transform.dense(x)))
-        # The weights as the matmul takes them (autocast's dtype, not x's: CUDA's autocast keeps
-        # LayerNorm, so x, in fp32); the biases in x's, as the plain add promotes them.
-        decoder = levers.weight(self.bert.embeddings, "word_embeddings")
+        # The weights as autocast gives them to the matmul; the biases in x's dtype (CUDA's
+        # autocast keeps LayerNorm, so x, in fp32: its bias add and logits are fp32 there).
+        decoder = self.bert.embeddings.word_embeddings
         vocab = decoder.shape[0]
         if self.vocab_pad:
             # --pad_vocab: the decoder's GEMMs on a row pitch that is a multiple of 8 elements;
@@ -257,7 +255,7 @@ class BertForPreTraining(nn.Module):
         logits = x @ decoder.t()
         if self.vocab_pad:
             logits = logits[:, :vocab]
-        logits = logits + levers.weight(pred, "output_bias", x.dtype)
+        logits = logits + pred.output_bias.to(x.dtype)
         log_probs = F.log_softmax(logits.float(), dim=-1)
         labels = masked_lm_ids.reshape(-1)
         w = masked_lm_weights.reshape(-1).float()
@@ -269,8 +267,7 @@ class BertForPreTraining(nn.Module):
 
         nsp = self.cls.seq_relationship
         pooled = pooled.reshape(-1, pooled.shape[-1])
-        nsp_logits = (pooled @ levers.weight(nsp, "output_weights").t()
-                      + levers.weight(nsp, "output_bias", pooled.dtype))
+        nsp_logits = pooled @ nsp.output_weights.t() + nsp.output_bias.to(pooled.dtype)
         nsp_log_probs = F.log_softmax(nsp_logits.float(), dim=-1)
         nsp_labels = next_sentence_labels.reshape(-1)
         # label -1 does not count: empty slots of packed rows, the eval's padding rows (x 1.0 is

@@ -79,7 +79,8 @@ class Casts(TorchDispatchMode):
     """Counts the dtype conversions (aten._to_copy; copy_ and _foreach_copy_ between dtypes) by
     phase (``self.phase``, set by the caller) and kind: "weight" where the source is a parameter
     or a view of one (a forward cast) or has a parameter's shape or its transpose (a weight
-    gradient cast back to fp32 in the backward), else "activation". ``elements``: the elements converted, per (phase, kind)."""
+    gradient cast back to fp32 in the backward), else "activation". ``elements``: the elements
+    converted, per (phase, kind)."""
 
     def __init__(self, params):
         super().__init__()
@@ -90,7 +91,8 @@ class Casts(TorchDispatchMode):
         self.activation_shapes = set()
 
     def _kind(self, src):
-        if id(src if src._base is None else src._base) in self.ids or (self.phase == "backward" and tuple(src.shape) in self.shapes):
+        base = src if src._base is None else src._base
+        if id(base) in self.ids or (self.phase == "backward" and tuple(src.shape) in self.shapes):
             return "weight"
         self.activation_shapes.add(tuple(src.shape))
         return "activation"

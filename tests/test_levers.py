@@ -442,3 +442,28 @@ def test_casts_per_update_with_cudas_autocast_policy():
             assert plain[phase, "activation"] > 0
             assert fused[phase, "activation"] == plain[phase, "activation"] - 2 * layers * steps
             assert fused[phase, "weight"] == plain[phase, "weight"]
+
+
+@pytest.mark.slow
+def test_fused_qkv_and_pad_vocab_models_save_and_load_reference_tf_checkpoints(tmp_path):
+    """A model with both levers writes a TF checkpoint under the reference's names and shapes
+    (query, key and value kernels [h, h] apart, word embeddings unpadded), which a plain model
+    loads to the same weights, and loads a plain model's TF checkpoint back (tensorflow I/O)."""
+    cfg = BertConfig(**dict(TINY, vocab_size=66))
+    torch.manual_seed(0)
+    lever, plain = BertForPreTraining(cfg), BertForPreTraining(cfg)
+    levers.enable_fused_qkv(lever), levers.enable_pad_vocab(lever)
+    prefix = str(tmp_path / "lever")
+    tf_checkpoint.save_tf_checkpoint(lever, prefix)
+    saved = tf_checkpoint.LazyCheckpoint(prefix)
+    for name in ("query", "key", "value"):
+        assert saved.shapes["bert/encoder/layer_0/attention/self/%s/kernel" % name] == [16, 16]
+    assert saved.shapes["bert/embeddings/word_embeddings"] == [66, 16]
+    tf_checkpoint.load_init_checkpoint(plain, prefix)
+    assert all(torch.equal(a, b) for a, b in zip(lever.state_dict().values(), plain.state_dict().values()))
+    with torch.no_grad():
+        for p in plain.parameters():
+            p.add_(1.0)
+    tf_checkpoint.save_tf_checkpoint(plain, str(tmp_path / "plain"))
+    tf_checkpoint.load_init_checkpoint(lever, str(tmp_path / "plain"))
+    assert all(torch.equal(a, b) for a, b in zip(lever.state_dict().values(), plain.state_dict().values()))

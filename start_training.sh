@@ -109,8 +109,12 @@ run_state() {  # DIR LOG: sets run_seed (the seed its log records) and run_statu
   [[ "$run_status" == - ]] && run_status=
 }
 
+# Rank 0, on node 0, writes the MLPerf log: the other nodes of a multi-node run neither copy nor
+# check it (on shared storage they would read it while rank 0 may still be writing its last lines).
+log_node() { [[ "${NODE_RANK:-0}" =~ ^0*$ ]]; }
+
 check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
-  if [[ "${CHECK_LOG:-1}" == 1 && -f "$1" ]]; then
+  if [[ "${CHECK_LOG:-1}" == 1 && -f "$1" ]] && log_node; then
     (cd "$HERE" && "$PYTHON" -m mlperf_bert check-log "$1") || echo "$ME: $1 does not pass the log checker"
   fi
 }
@@ -213,6 +217,10 @@ for (( i = 0; i < NUM_RUNS; i++ )); do
   (( status == 0 )) || exit "$status"
   seeds+=("${run_seed:-?}")
   result="$LOGDIR/result_$i.txt"
+  if ! log_node; then
+    echo "$ME: run $i of $NUM_RUNS finished on node $NODE_RANK; node 0 keeps its log as result_$i.txt"
+    continue
+  fi
   if [[ ! -f "$result" ]] || (( ! finished_before )); then
     cp "$run_dir/mlperf.log" "$LOGDIR/.result_$i.txt.tmp" && mv "$LOGDIR/.result_$i.txt.tmp" "$result" || exit 2
   fi

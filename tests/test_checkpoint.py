@@ -290,6 +290,32 @@ def test_convert_round_trip_tf_pt_tf_is_exact(tf1_ckpt, tmp_path):
         checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + pt, "--output=b.pt"])
 
 
+def test_convert_says_one_count_of_dropped_variables(tmp_path, caplog, capsys):
+    """Issue 37 (20): TF -> .pt logged "ignored 1 non-model variable(s): 1 x global_step" and printed
+    "0 non-model variable(s) dropped" for the same run: global_step is carried to the output, so
+    neither counts it, and a variable that is dropped is counted alike by both."""
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    slot = {"bert/pooler/dense/bias/adam_m": np.zeros(32, np.float32),
+            "bert/pooler/dense/bias/adam_v": np.zeros(32, np.float32)}
+    for name, extra, dropped in (("plain", None, 0), ("slots", slot, 2)):
+        prefix = str(tmp_path / name / "model.ckpt-7")
+        tf_checkpoint.save_tf_checkpoint(model, prefix, global_step=7, extra=extra)
+        caplog.clear()
+        capsys.readouterr()
+        with caplog.at_level("INFO"):
+            assert checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + prefix,
+                                            "--output=" + str(tmp_path / (name + ".pt"))]) == 0
+        printed = capsys.readouterr().out
+        assert "(global_step 7, %d non-model variable(s) dropped)" % dropped in printed, printed
+        logged = [r.getMessage() for r in caplog.records if "non-model" in r.getMessage()]
+        assert logged == ([] if not dropped else
+                          ["checkpoint %s: ignored %d non-model variable(s): 1 x adam_m, 1 x adam_v"
+                           % (prefix, dropped)]), logged
+        assert torch.load(str(tmp_path / (name + ".pt")), weights_only=True)["global_step"] == 7
+
+
 def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):
     prefix, _ = tf1_ckpt
     new = str(tmp_path / "ga" / "model.ckpt-28")

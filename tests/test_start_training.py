@@ -22,7 +22,8 @@ FAKE = r"""#!/usr/bin/env bash
 echo "${SEED:-unset} $*" >> "$FAKE_RECORD"
 mkdir -p "$OUTPUT_DIR"
 seed="${SEED:-$((4000 + RANDOM % 1000))}"
-echo ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": "seed", "value": '"$seed"', "metadata": {"file": "t.py", "lineno": 1}}' >> "$LOGDIR/mlperf.log"
+# FAKE_NO_LOG: a node other than rank 0's, whose local disk gets no log
+[[ -n "${FAKE_NO_LOG:-}" ]] || echo ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": "seed", "value": '"$seed"', "metadata": {"file": "t.py", "lineno": 1}}' >> "$LOGDIR/mlperf.log"
 touch "$OUTPUT_DIR/model.ckpt-3.pt" "$OUTPUT_DIR/model.ckpt-12.pt"
 if [[ "$(basename "$OUTPUT_DIR")" == "${FAKE_WAIT:-none}" ]]; then
   sleep 60 &
@@ -176,6 +177,23 @@ def test_series_without_seed_reports_each_runs_own(fake):
     assert len(seeds) == 2 and all(4000 <= int(s) < 5000 for s in seeds)
     done = fake("--preset=demo_cpu", NUM_RUNS="2")
     assert "(seeds %s)" % " ".join(seeds) in done.stdout
+
+
+@pytest.mark.parametrize("local_disk", [True, False])
+def test_series_on_a_node_other_than_0_leaves_the_logs_to_node_0(fake, local_disk):
+    """Issue 37 (21): examples/slurm_multinode.sbatch runs README's ten-run series on every node;
+    on node 1 the series copied run 0's log (which only node 0's rank 0 writes) and, with none on
+    its local disk, ended with `cp` failing (exit 2) before run 1; on shared storage it would copy a
+    log rank 0 may still be writing. Node 0 alone keeps result_N.txt and checks the logs."""
+    extra = dict(FAKE_NO_LOG="1") if local_disk else {}
+    proc = fake("--preset=rcp_3072", NUM_RUNS="2", SEED="5", NODE_RANK="1", NNODES="2", CHECK_LOG="1", **extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [c.split()[0] for c in calls(fake)] == ["5", "6"]
+    assert not list(fake.out.glob("result_*.txt")) and "does not pass" not in proc.stdout
+    assert "start_training.sh: run 1 of 2 finished on node 1; node 0 keeps its log as result_1.txt" in proc.stdout
+    node0 = fake("--preset=rcp_3072", NUM_RUNS="2", SEED="5", NODE_RANK="0", NNODES="2", OUTPUT_DIR=str(fake.out / "n0"))
+    assert node0.returncode == 0 and sorted(p.name for p in (fake.out / "n0").glob("result_*.txt")) == [
+        "result_0.txt", "result_1.txt"], node0.stdout + node0.stderr
 
 
 def test_run_state_reads_the_trainers_marker_and_log(tmp_path):

@@ -17,7 +17,6 @@ computes (tests/test_levers.py):
                     8 (30522 -> 30528); the extra logits are sliced off, the parameters unpadded.
 """
 import torch
-import torch.nn.functional as F
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError

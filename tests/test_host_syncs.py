@@ -113,12 +113,11 @@ def test_the_counter_sees_a_sync(files, tmp_path, monkeypatch):
 
 
 def test_the_levers_add_no_host_sync(files, tmp_path, monkeypatch):
-    """--bf16_weights (the copies' refresh after each update) and --fp8 (per-tensor amax scales,
-    computed and applied on the device) wait for no device either: packed rows, clipping after
-    the all-reduce."""
+    """--fp8 (per-tensor amax scales, computed and applied on the device) and --fused_qkv wait for
+    no device either: packed rows, clipping after the all-reduce."""
     torch.set_num_threads(1)
     calls = _count_syncs(monkeypatch)
-    argv = _argv(files, "packed", str(tmp_path / "out"), True) + ["--dtype=bf16", "--bf16_weights", "--fp8"]
+    argv = _argv(files, "packed", str(tmp_path / "out"), True) + ["--dtype=bf16", "--fp8", "--fused_qkv"]
     assert training.main(argv) == 0
     assert os.path.exists(tmp_path / "out" / ("model.ckpt-%d.pt" % STEPS))
     assert not calls, "%d host syncs, the first:\n%s %s" % (len(calls), calls[0][0], calls[0][1])

@@ -1,30 +1,30 @@
 """The speed levers (trainer/levers.py) compute what the plain step computes. This machine has no
 GPU: what each test can and cannot show on a CPU is said in its docstring; none shows a speed.
 
---bf16_weights: bit for bit autocast's step (forward, gradients, weights after updates, resume),
-  without autocast's weight casts.
 --fused_update: the update functions it compiles are within rounding of the eager LAMB.
 --cuda_graphs: the Trainer's graphed path (inductor skips CUDA graphs on a CPU) trains as the
   compiled step, keeps no gradient of the backward's memory between micro-steps, refuses batches
   of another shape and runs without a GPU only to refuse it.
 --fp8: float8 scaling and torch._scaled_mm (which runs on CPU) against a reference, the layer's
   outputs and gradients within fp8 tolerance of bf16, and a few updates close to bf16's.
+--fused_qkv, --pad_vocab: the plain model's loss, logits and gradients (within rounding, bit for
+  bit), its training and checkpoints, compiled as eager; the casts they save, counted.
+The casts a step makes are counted with CUDA's autocast policy emulated (tests/cuda_autocast.py).
 """
+import contextlib
 import json
-import os
-import shutil
 
 import pytest
 import torch
 import torch._dynamo
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import checkpoint, levers, preflight, step, training
+from mlperf_bert.trainer import attention, checkpoint, levers, preflight, step, tf_checkpoint, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.model import BertForPreTraining
 
+import cuda_autocast
 from test_compiled_step import TINY, T, _batch
 from test_training import assert_bit_identical, files, flags_for, one_thread  # noqa: F401 (fixtures)
 
@@ -86,97 +86,17 @@ def _same_state(a, b):
             assert torch.equal(oa[k][slot], ob[k][slot]), (k, slot)
 
 
-# ---------------------------------------------------------------- --bf16_weights
+# ---------------------------------------------------------------- compiled
 
-class _WeightCasts(TorchDispatchMode):
-    """Counts casts (aten._to_copy) whose input is one of ``params``' memory."""
-
-    def __init__(self, params):
-        super().__init__()
-        self.ptrs, self.n = {p.data_ptr() for p in params}, 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in self.ptrs:
-            self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-def test_bf16_copies_give_autocasts_forward_and_gradients_bit_for_bit_without_its_weight_casts():
-    """The copies are the weights autocast would cast, cast once: the loss and every gradient
-    (fp32, on the parameters) equal autocast's bit for bit, and the forward casts no weight."""
-    cfg = BertConfig(**DROPOUT)
-    batch = _batch(torch.Generator().manual_seed(0), True)
-    runs = []
-    for copies in (False, True):
-        torch.manual_seed(0)
-        model = BertForPreTraining(cfg)
-        if copies:
-            levers.Bf16Weights(model)
-        casts = _WeightCasts(list(model.parameters()))
-        torch.manual_seed(1)  # the same dropout
-        with casts, torch.autocast("cpu", dtype=torch.bfloat16):
-            out = model(**batch)
-        out.loss.backward()
-        runs.append((out.loss, {n: p.grad for n, p in model.named_parameters()}, casts.n))
-    (loss, grads, casts), (loss_c, grads_c, casts_c) = runs
-    assert torch.equal(loss, loss_c)
-    assert grads.keys() == grads_c.keys()
-    for n in grads:
-        assert grads_c[n].dtype == torch.float32 and torch.equal(grads[n], grads_c[n]), n
-    assert casts >= len(levers.copied_parameters(model)) - 1  # autocast casts each weight (the MLM head
-    assert casts_c == 0                                      # bias once or more), the copies none
-    # without autocast the model reads its fp32 weights, as without the lever
-    with torch.no_grad():
-        plain = model(**batch).loss
-    assert plain.dtype == torch.float32
-
-
-@pytest.mark.parametrize("clip_after", [False, True], ids=["clip_each", "clip_after"])
-def test_bf16_weights_train_as_autocast_bit_for_bit(tmp_path, clip_after):
-    """3 updates of 2 micro-steps, dropout on, packed rows, --compile's update functions: the
-    weights and LAMB slots equal the autocast step's bit for bit (the copies are refreshed after
-    each update), and the copies are the weights in bf16."""
-    batches = _batches()
-    extra = ["--compile", "--%sclip_by_global_norm_after_gradient_allreduce" % ("" if clip_after else "no")]
-    plain, copied = _trainer(tmp_path, *extra), _trainer(tmp_path, "--bf16_weights", *extra)
-    assert _train(plain, batches, 6) == _train(copied, batches, 6)
-    _same_state(plain, copied)
-    copies = copied.levers.copies
-    assert all(torch.equal(c, m.to(torch.bfloat16)) for c, m in zip(copies.copies, copies.masters))
-
-
-def test_bf16_weights_and_fp8_compile_without_graph_breaks(tmp_path):
-    """The copies and the float8 layers trace into the compiled forward as one graph (dynamo's
-    explain of the training forward)."""
-    trainer = _trainer(tmp_path, "--bf16_weights", "--fp8", cfg=dict(TINY, intermediate_size=32))
+@pytest.mark.slow
+def test_fp8_fused_qkv_and_pad_vocab_compile_without_graph_breaks(tmp_path):
+    """The float8 layers (the fused q, k, v GEMM among them), the stacked weights and the padded
+    decoder trace into the compiled forward as one graph (dynamo's explain of the training forward)."""
+    trainer = _trainer(tmp_path, "--fp8", "--fused_qkv", "--pad_vocab", cfg=dict(TINY, vocab_size=66))
     batch = _batch(torch.Generator().manual_seed(0), True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = torch._dynamo.explain(trainer.model)(**batch)
     assert (out.graph_count, out.graph_break_count) == (1, 0), out.break_reasons
-
-
-def test_bf16_weights_checkpoint_holds_fp32_and_resume_is_bit_identical(files, tmp_path):
-    """run_pretraining.py --dtype=bf16 with and without --bf16_weights, 6 micro-steps of 2 per
-    update, and --bf16_weights resumed from its mid-update checkpoint model.ckpt-3.pt: the three
-    model.ckpt-6.pt are bit-identical; the checkpoint holds fp32 weights and no copies."""
-    kw = dict(dtype="bf16", num_train_steps=6, save_checkpoints_steps=3, num_workers=0)
-    plain, copied, resumed = (str(tmp_path / n) for n in ("plain", "copied", "resumed"))
-    assert training.main(flags_for(files, plain, **kw)) == 0
-    assert training.main(flags_for(files, copied, bf16_weights=True, **kw)) == 0
-    shutil.copytree(copied, resumed)
-    os.remove(os.path.join(resumed, "model.ckpt-6.pt"))
-    os.remove(os.path.join(resumed, checkpoint.FINISHED))
-    assert training.main(flags_for(files, resumed, bf16_weights=True, **kw)) == 0
-    for out in (copied, resumed):
-        assert_bit_identical(os.path.join(plain, "model.ckpt-6.pt"), os.path.join(out, "model.ckpt-6.pt"))
-    model = torch.load(os.path.join(resumed, "model.ckpt-3.pt"), map_location="cpu", weights_only=False)["model"]
-    assert not [k for k in model if k.endswith(levers.COPY)]
-    assert {v.dtype for v in model.values()} == {torch.float32}
-
-
-def test_bf16_weights_needs_bf16(tmp_path):
-    with pytest.raises(UserError, match="--bf16_weights keeps bf16 copies for bf16 autocast: add --dtype=bf16"):
-        _trainer(tmp_path, "--bf16_weights", dtype="fp32")
 
 
 # ---------------------------------------------------------------- --fused_update
@@ -475,13 +395,199 @@ def test_fp8_refuses_sizes_its_matmul_cannot_take(tmp_path):
 
 def test_a_run_resumed_with_fp8_or_fused_update_switched_is_refused(tmp_path):
     """--fp8 and --fused_update (issue 37 (8)) change the arithmetic: a checkpoint's run and its
-    resume must agree on them; --bf16_weights computes what the plain step computes, bit for bit,
-    and may change between the two (every flag: test_training.py::test_every_trainer_flag_...)."""
+    resume must agree on them (every flag: test_training.py::test_every_trainer_flag_...)."""
     def identity(*extra):
         return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
-    saved = identity("--bf16_weights")
-    checkpoint.check_same_run(saved, identity(), "out/model.ckpt-2.pt")
+    saved = identity()
     for lever in ("fp8", "fused_update"):
         with pytest.raises(UserError, match=r"--%s=True differs from the run being resumed in out \(it has False\)"
                            % lever):
             checkpoint.check_same_run(saved, identity("--" + lever), "out/model.ckpt-2.pt")
+
+
+# ---------------------------------------------------------------- --fused_qkv, --pad_vocab
+
+def _grads(cfg, batch, ctx, fused=False, pad=False):
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**cfg))
+    if fused:
+        assert len(levers.enable_fused_qkv(model)) == cfg["num_hidden_layers"]
+    if pad:
+        assert levers.enable_pad_vocab(model) == -cfg["vocab_size"] % 8 > 0
+    with ctx():
+        out, (mlm_logits, nsp_logits) = model(**batch, return_logits=True)
+    out.loss.backward()
+    return model, out, mlm_logits, {n: p.grad for n, p in model.named_parameters()}
+
+
+CONTEXTS = {"fp32": contextlib.nullcontext, "bf16_cuda_policy": cuda_autocast.cuda_policy}
+VARLEN = dict(TINY, vocab_size=66, num_hidden_layers=2)  # 66: not a multiple of 8
+
+
+@pytest.mark.parametrize("dtype", CONTEXTS)
+@pytest.mark.parametrize("rows", ["unpacked", "packed", "packed_varlen"])
+def test_fused_qkv_equals_the_three_gemms(monkeypatch, rows, dtype):
+    """One GEMM over the stacked weights: the loss and logits equal the three GEMMs' and every
+    gradient is within rounding of theirs (the input's gradient is summed in another order: one
+    GEMM over 3h where three are added), in fp32 and in bf16 under CUDA's autocast policy,
+    unpacked, packed (dense mask) and packed through the variable-length kernel's path (its
+    reference, which runs here). The parameters and their names are the plain model's."""
+    if rows == "packed_varlen":
+        monkeypatch.setattr(attention, "varlen_kernel", lambda device, dt, head_dim: attention.reference_varlen)
+    batch = _batch(torch.Generator().manual_seed(0), rows != "unpacked")
+    (m0, out0, logits0, g0), (m1, out1, logits1, g1) = (
+        _grads(VARLEN, batch, CONTEXTS[dtype], fused=f) for f in (False, True))
+    assert m0.state_dict().keys() == m1.state_dict().keys()
+    assert torch.equal(out0.loss, out1.loss) and torch.equal(logits0, logits1)
+    scale = max(g.abs().max().item() for g in g0.values())
+    # fp32: summation order; bf16: the input's gradient rounded to bf16 once, not three times
+    rtol, atol = (1e-5, 1e-6) if dtype == "fp32" else (2 ** -7, 1e-5)
+    for n in g0:  # atol: the key bias's gradient is rounding noise on zero (softmax does not see it)
+        torch.testing.assert_close(g1[n], g0[n], rtol=rtol, atol=atol * scale, msg=n)
+    assert any(not torch.equal(g0[n], g1[n]) for n in g0)  # the GEMMs did differ: one ran, not three
+
+
+@pytest.mark.parametrize("dtype", CONTEXTS)
+@pytest.mark.parametrize("rows", ["unpacked", "packed"])
+def test_pad_vocab_gives_the_unpadded_loss_logits_and_gradients_bit_for_bit(rows, dtype):
+    """vocab 66 padded to 72 in the decoder: the loss, the logits (66 of them) and every gradient
+    equal the unpadded model's bit for bit on this CPU (a GPU's GEMM of another width may round
+    otherwise: the flag is in the run identity); the parameters keep the unpadded shapes."""
+    batch = _batch(torch.Generator().manual_seed(0), rows == "packed")
+    (m0, out0, logits0, g0), (m1, out1, logits1, g1) = (
+        _grads(VARLEN, batch, CONTEXTS[dtype], pad=p) for p in (False, True))
+    assert logits1.shape[-1] == 66 and m1.bert.embeddings.word_embeddings.shape[0] == 66
+    assert torch.equal(out0.loss, out1.loss) and torch.equal(logits0, logits1)
+    assert all(torch.equal(g0[n], g1[n]) for n in g0)
+
+
+@pytest.mark.parametrize("lever", ["fused_qkv", "pad_vocab"])
+def test_fused_qkv_and_pad_vocab_train_and_checkpoint_as_the_plain_step(tmp_path, lever):
+    """3 updates of 2 micro-steps, dropout on, packed rows, bf16, --compile's update functions:
+    the losses and the checkpoint's weights and LAMB slots equal the plain step's (--pad_vocab bit
+    for bit; --fused_qkv within fp32 rounding), under the same names and shapes, so either run's
+    checkpoint (and its TF export) is the other's."""
+    cfg = dict(DROPOUT, vocab_size=66)
+    batches = _batches()
+    extra = ["--compile", "--clip_by_global_norm_after_gradient_allreduce"]
+    plain, other = _trainer(tmp_path, *extra, cfg=cfg), _trainer(tmp_path, "--" + lever, *extra, cfg=cfg)
+    la, lb = _train(plain, batches, 6), _train(other, batches, 6)
+    paths = []
+    for name, trainer in (("plain", plain), (lever, other)):
+        paths.append(str(tmp_path / ("%s.pt" % name)))
+        trainer.save(paths[-1], {}, final=True)
+        trainer.flush()
+    a, b = plain.model.state_dict(), other.model.state_dict()
+    assert [(k, v.shape) for k, v in a.items()] == [(k, v.shape) for k, v in b.items()]
+    assert list(tf_checkpoint.to_tf_arrays(a)) == list(tf_checkpoint.to_tf_arrays(b))
+    if lever == "pad_vocab":
+        assert la == lb
+        assert_bit_identical(*paths)
+    else:
+        assert la == pytest.approx(lb, rel=1e-5)
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+@pytest.mark.slow
+def test_fused_qkv_and_pad_vocab_compile_as_eager(tmp_path, monkeypatch):
+    """torch.compile (aot_eager: dynamo's graph and AOTAutograd's backward, no codegen) of the
+    model with both levers gives the loss and gradients of eager's (one graph with no break:
+    test_fp8_fused_qkv_and_pad_vocab_compile_without_graph_breaks)."""
+    monkeypatch.undo()  # the real torch.compile (the fixture's stand-in returns the function)
+    cfg = dict(TINY, vocab_size=66)
+    batch = _batch(torch.Generator().manual_seed(0), True)
+    runs = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = BertForPreTraining(BertConfig(**cfg))
+        levers.enable_fused_qkv(model), levers.enable_pad_vocab(model)
+        fn = torch.compile(model, backend="aot_eager", dynamic=False) if compiled else model
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fn(**batch).loss
+        loss.backward()
+        runs.append((loss, [p.grad for p in model.parameters()]))
+    (l0, g0), (l1, g1) = runs
+    assert torch.equal(l0, l1)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+
+
+def test_a_run_resumed_with_fused_qkv_or_pad_vocab_switched_is_refused(tmp_path):
+    """A GEMM of another shape may take another GPU kernel, which rounds otherwise: the two levers
+    are defining flags of a run."""
+    def identity(*extra):
+        return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
+    saved = identity()
+    for lever in ("fused_qkv", "pad_vocab"):
+        with pytest.raises(UserError, match=r"--%s=True differs from the run being resumed in out \(it has "
+                                            r"False\)" % lever):
+            checkpoint.check_same_run(saved, identity("--" + lever), "out/model.ckpt-2.pt")
+
+
+def test_levers_lists_every_lever_flag():
+    """levers.LEVERS (what bench/ tries) is every bool flag levers.py defines, each off by default."""
+    fv = flags.FlagValues()
+    levers.define_flags(fv)
+    names = list(fv)
+    assert sorted(levers.LEVERS) == sorted(names)
+    assert all(fv[n].value is False for n in levers.LEVERS)
+
+
+def test_casts_per_update_with_cudas_autocast_policy():
+    """Issue 36.3, counted (tests/cuda_autocast.py: CUDA's fp32 LayerNorm emulated, attention one
+    op as on CUDA), at 1 and 4 micro-steps. Autocast casts each weight once a forward (its cache:
+    the backward reuses the cast) and each weight's gradient back once a backward: a copy of the
+    weights kept in bf16 (the removed --bf16_weights) could only save the forward's, and adds as
+    many in its refresh after each update: nothing at one micro-step, 3 of 4 forwards' at four.
+    The activation casts are LayerNorm's fp32 output cast again for each GEMM that reads it:
+    --fused_qkv casts it once for q, k and v where autocast casts it three times, 2 casts fewer a
+    layer in the forward and 2 in the backward (their gradients)."""
+    cfg, layers = BertConfig(**VARLEN), VARLEN["num_hidden_layers"]
+    batch = _batch(torch.Generator().manual_seed(0), True)
+
+    def count(steps, fused=False):
+        torch.manual_seed(0)
+        model = BertForPreTraining(cfg)
+        if fused:
+            levers.enable_fused_qkv(model)
+        c = cuda_autocast.count_casts(model, batch, steps)
+        assert not c.activation_shapes & c.shapes  # weight and activation casts told apart
+        return c.count, model
+
+    for steps in (1, 4):
+        (plain, model), (fused, _) = count(steps), count(steps, fused=True)
+        # every parameter but the position and token type tables (looked up in fp32) and the MLM
+        # bias (added in fp32 under CUDA's policy); the word embeddings once, for the decoder
+        cast = [n for n, _ in model.named_parameters() if "LayerNorm" not in n and n.split(".")[-1] not in (
+            "position_embeddings", "token_type_embeddings", "output_bias") or n == "cls.seq_relationship.output_bias"]
+        assert plain["forward", "weight"] == plain["backward", "weight"] == steps * len(cast)
+        for phase in ("forward", "backward"):
+            assert plain[phase, "activation"] > 0
+            assert fused[phase, "activation"] == plain[phase, "activation"] - 2 * layers * steps
+            assert fused[phase, "weight"] == plain[phase, "weight"]
+
+
+@pytest.mark.slow
+def test_fused_qkv_and_pad_vocab_models_save_and_load_reference_tf_checkpoints(tmp_path):
+    """A model with both levers writes a TF checkpoint under the reference's names and shapes
+    (query, key and value kernels [h, h] apart, word embeddings unpadded), which a plain model
+    loads to the same weights, and loads a plain model's TF checkpoint back (tensorflow I/O)."""
+    cfg = BertConfig(**dict(TINY, vocab_size=66))
+    torch.manual_seed(0)
+    lever, plain = BertForPreTraining(cfg), BertForPreTraining(cfg)
+    levers.enable_fused_qkv(lever), levers.enable_pad_vocab(lever)
+    prefix = str(tmp_path / "lever")
+    tf_checkpoint.save_tf_checkpoint(lever, prefix)
+    saved = tf_checkpoint.LazyCheckpoint(prefix)
+    for name in ("query", "key", "value"):
+        assert saved.shapes["bert/encoder/layer_0/attention/self/%s/kernel" % name] == [16, 16]
+    assert saved.shapes["bert/embeddings/word_embeddings"] == [66, 16]
+    tf_checkpoint.load_init_checkpoint(plain, prefix)
+    assert all(torch.equal(a, b) for a, b in zip(lever.state_dict().values(), plain.state_dict().values()))
+    with torch.no_grad():
+        for p in plain.parameters():
+            p.add_(1.0)
+    tf_checkpoint.save_tf_checkpoint(plain, str(tmp_path / "plain"))
+    tf_checkpoint.load_init_checkpoint(lever, str(tmp_path / "plain"))
+    assert all(torch.equal(a, b) for a, b in zip(lever.state_dict().values(), plain.state_dict().values()))

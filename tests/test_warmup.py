@@ -63,16 +63,13 @@ def _equal(a, b):
     return a == b
 
 
-@pytest.mark.parametrize("packed, clip_after, bf16_weights", [(False, False, False), (True, True, False),
-                                                             (False, False, True)],
-                         ids=["unpacked-clip_each", "packed-clip_after", "bf16_weights"])
-def test_warm_up_mid_accumulation_leaves_no_trace(files, packed, clip_after, bf16_weights):  # noqa: F811
+@pytest.mark.parametrize("packed, clip_after", [(False, False), (True, True)],
+                         ids=["unpacked-clip_each", "packed-clip_after"])
+def test_warm_up_mid_accumulation_leaves_no_trace(files, packed, clip_after):  # noqa: F811
     """Warmed up between two micro-steps of an update (buffers, pending gradients, optimizer state
     and learning rate all set): every tensor, counter and RNG stream is as before, and training on
-    gives the weights of a trainer that never warmed up, bit for bit (with --bf16_weights the
-    forward's bf16 copies are those of the restored weights)."""
-    kw = dict(clip_by_global_norm_after_gradient_allreduce=clip_after, bf16_weights=bf16_weights,
-              dtype="bf16" if bf16_weights else "fp32")
+    gives the weights of a trainer that never warmed up, bit for bit."""
+    kw = dict(clip_by_global_norm_after_gradient_allreduce=clip_after)
     ref = _trainer(files, **kw)
     batches = _batches(ref, packed, 5)
     for i in range(5):

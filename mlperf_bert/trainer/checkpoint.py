@@ -37,7 +37,9 @@ RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate
              "submission_division",
              "compile",        # inductor's kernels round otherwise (1e-5 after 3 updates)
              "fused_update",   # the update compiled: -lr * u multiplied, then subtracted (1e-7)
-             "fp8")            # float8 matmuls
+             # levers whose kernels may round otherwise (float8; a GEMM of another shape can take
+             # another cuBLAS kernel)
+             "fp8", "fused_qkv", "pad_vocab")
 # Flags in the identity by what they name, not by their value (run_identity): the model config the
 # file holds, the data files and initial checkpoint with their sizes (and its digest), the seed.
 IDENTITY_BY_CONTENT = ("bert_config_file", "input_file", "eval_input_file", "init_checkpoint", "seed")
@@ -60,7 +62,6 @@ SAME_NUMBERS = {
     "progress": "the progress bar",
     "check_data": "what is read before training, not what is trained on",
     "warm_up": "restores weights, optimizer and RNG exactly (tests/test_warmup.py)",
-    "bf16_weights": "autocast's bf16 casts made once per update: bit for bit (tests/test_levers.py)",
     "cuda_graphs": "the compiled step's kernels replayed (--compile is in the identity; tests/test_levers.py)",
     "device": "where the run computes: a resume on another machine, as on another GPU model, goes on "
               "from the same state (auto names no device to compare)",

@@ -251,7 +251,7 @@ class Trainer:
             compile_update = functools.partial(torch.compile, **levers.compile_options(fv, update=True))
             self.after_backward = step.CompiledUpdate(self.accumulator, compile_update,
                                                       graphed=fv.cuda_graphs).after_backward
-        self.levers = levers.Levers(self)  # --cuda_graphs, --bf16_weights, --fp8
+        self.levers = levers.Levers(self)  # --cuda_graphs, --fp8, --fused_qkv, --pad_vocab
         self._schedule = schedule
         self.writer = checkpoint.BackgroundWriter()
         self._copying = None  # the event of a checkpoint's device-to-host copy in flight
@@ -360,7 +360,6 @@ class Trainer:
         except ValueError as e:
             raise UserError("checkpoint %s: %s: resume with the same --steps_per_update and "
                             "--clip_by_global_norm_after_gradient_allreduce" % (path, e))
-        self.levers.loaded()
 
     def seed_ranks(self, seed, ckpt=None):
         """Dropout differs between ranks; a resume restores each rank's RNG exactly."""

@@ -81,8 +81,6 @@ def restore(trainer, snap):
     if acc.buffers is not None:
         for b, old in zip(acc.buffers, buffers or [None] * len(acc.buffers)):
             b.copy_(old) if old is not None else b.zero_()
-    if getattr(trainer, "levers", None) is not None:
-        trainer.levers.loaded()  # --bf16_weights: the copies of the restored weights
     checkpoint.set_rng_state(snap["rng"], trainer.device)
 
 

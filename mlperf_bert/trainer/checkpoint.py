@@ -29,7 +29,8 @@ RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate
              "lamb_beta_1", "lamb_beta_2", "log_epsilon", "max_seq_length", "max_predictions_per_seq",
              "eval_frequency", "target_mlm_accuracy", "max_samples_termination", "shuffle",
              "shuffle_buffer", "clip_by_global_norm_after_gradient_allreduce", "dtype",
-             "submission_division", "fp8")  # fp8 changes the arithmetic; the other levers round as without
+             "submission_division",
+             "fp8", "fp8_recipe")  # fp8 changes the arithmetic; the other levers round as without
 
 
 def path_for(output_dir, step):

@@ -30,15 +30,16 @@ class PretrainingOutput(NamedTuple):
 
 class Linear(nn.Linear):
     """nn.Linear that takes the speed levers of trainer/levers.py where they are on: its weights'
-    bf16 copies (--bf16_weights) and float8 matmuls (--fp8, the encoder's dense layers). Without
-    them it is nn.Linear, op for op."""
+    bf16 copies (--bf16_weights) and, in training only, its float8 twin (--fp8, the encoder's
+    dense layers; torchao's Float8Linear on the same Parameters). Without them it is nn.Linear,
+    op for op."""
 
-    fp8 = False
+    fp8 = None
 
     def forward(self, x):
+        if self.fp8 is not None and self.training:
+            return self.fp8(x)
         weight, bias = levers.weight(self, "weight"), levers.weight(self, "bias")
-        if self.fp8:
-            return levers.fp8_linear(x, weight, bias)
         return F.linear(x, weight, bias)
 
 

@@ -140,19 +140,22 @@ RECIPES = ("tensorwise", "rowwise")  # torchao.float8's recipe names
 
 def _torchao_float8():
     """``torchao.float8``, imported on first use: only --fp8 needs it. The torchao wheel also
-    loads CUDA kernels of other features at import, which fail without CUDA; float8 training does
-    not use them, so their warnings are kept out of the run's output."""
+    loads CUDA kernels of other features at import, which fail without CUDA, and registers a type
+    with torch's pytree in a way torch 2.13 calls deprecated; float8 training needs neither, so
+    their warnings are kept out of the run's output."""
     import logging
-    log = logging.getLogger("torchao")
-    level = log.level
-    log.setLevel(logging.ERROR)
+    logs = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
     try:
         import torchao.float8 as float8
     except ImportError as e:
         raise UserError("--fp8 runs on torchao's float8 training, which does not import here (%s): install "
                         "requirements.txt (it pins torchao), or drop --fp8" % e) from None
     finally:
-        log.setLevel(level)
+        for log, level in zip(logs, levels):
+            log.setLevel(level)
     return float8
 
 

@@ -37,7 +37,7 @@ def dry_run(*args, **env):
     e.update(env)
     proc = subprocess.run([TRAIN, "--dry_run", *args], capture_output=True, text=True, env=e)
     assert proc.returncode == 0, proc.stderr
-    return shlex.split(proc.stdout)
+    return shlex.split(proc.stdout.strip().splitlines()[-1])  # the command (after the export lines)
 
 
 def trainer_flags(cmd):

@@ -147,7 +147,9 @@ def plan(gpus):
 
 
 def print_plan(n, rows, gpus):
-    print("BERT-Large: %d parameters (%.1f M); %d GPUs; budget 78 GiB a GPU (80 GiB less 2 GiB)" % (n, n / 1e6, gpus))
+    from mlperf_bert.trainer import memory_plan
+    print("BERT-Large: %d parameters (%.1f M); %d GPUs; planned peak at most %.1f GiB a GPU (%.1f GiB less the "
+          "margin of memory_plan.py)" % (n, n / 1e6, gpus, memory_plan.BUDGET / GIB, memory_plan.CARD / GIB))
     print("\n| preset | per-GPU batch x accumulation | fixed GiB (params, bf16 copies, LAMB, buffers) "
           "| activations GiB | total GiB | fits 80 GB | largest per-GPU batch | to fit |")
     print("|---|---|---:|---:|---:|---|---:|---|")

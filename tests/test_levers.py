@@ -49,7 +49,7 @@ def compiled(monkeypatch):
     torch._dynamo.reset()
 
 
-def _trainer(tmp_path, *extra, steps_per_update=2, cfg=DROPOUT, dtype="bf16"):
+def _trainer(tmp_path, *extra, steps_per_update=2, cfg=DROPOUT, dtype="bf16", rank=0, world=1):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(cfg))
     fv = training.define_flags()
@@ -58,7 +58,7 @@ def _trainer(tmp_path, *extra, steps_per_update=2, cfg=DROPOUT, dtype="bf16"):
                      "--num_warmup_steps=10", "--steps_per_update=%d" % steps_per_update, "--dtype=" + dtype]
                 + list(extra), required=[])
     preflight.check_flags(fv)
-    return training.Trainer(fv, BertConfig.from_json_file(str(config), T), torch.device("cpu"), 0, 1, seed=1)
+    return training.Trainer(fv, BertConfig.from_json_file(str(config), T), torch.device("cpu"), rank, world, seed=1)
 
 
 def _train(trainer, batches, steps, after_step=None):
@@ -215,10 +215,17 @@ def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files,
         training.main(flags_for(files, str(tmp_path / "b"), cuda_graphs=True, compile=True, num_workers=0))
     assert "\n" not in str(e.value)
     fv = training.define_flags()
-    flags.parse(fv, ["x", "--cuda_graphs", "--compile"], required=[])
-    with pytest.raises(UserError, match=r"--cuda_graphs runs on one GPU \(this run has 2 ranks; DDP and the "
-                                        r"all-reduce are not captured\): drop --cuda_graphs"):
+    flags.parse(fv, ["x", "--cuda_graphs", "--compile", "--clip_by_global_norm_after_gradient_allreduce"],
+                required=[])
+    with pytest.raises(UserError, match=r"--cuda_graphs on several ranks \(this run has 2\) needs per-replica "
+                                        r"clipping: with --clip_by_global_norm_after_gradient_allreduce DDP "
+                                        r"all-reduces from hooks inside the backward, which CUDA graphs cannot "
+                                        r"capture: drop one of the two flags") as e:
         levers.check_device(fv, torch.device("cuda", 0), 2)
+    assert "\n" not in str(e.value)
+    levers.check_device(fv, torch.device("cuda", 0), 1)  # one GPU: DDP is not used
+    fv.clip_by_global_norm_after_gradient_allreduce = False
+    levers.check_device(fv, torch.device("cuda", 0), 8)  # per-replica clipping: the all-reduce between graphs
 
 
 def _scribble_graph_outputs(trainer):
@@ -256,6 +263,122 @@ def test_cuda_graphs_path_trains_as_the_compiled_step(tmp_path, monkeypatch, com
     with pytest.raises(UserError, match=r"--cuda_graphs replays batches of one shape: this batch has "
                                         r"input_ids \[4, 31\], the first input_ids \[4, 32\]; drop --cuda_graphs"):
         graphed.step(other, 6)
+
+
+def _graphed_on_two_ranks(rank, world, tmp):
+    """In a spawned rank: the compiled step and its --cuda_graphs path, per-replica clipping, each
+    rank its own batches -> [(losses, weights)] of each."""
+    import pathlib
+    from mlperf_bert.trainer import distributed
+    torch.compile = lambda fn=None, **kw: fn  # noqa: E731 (as the fixture; this process ends after)
+    levers.check_device = lambda *a: None
+    distributed.setup("cpu")
+    gen = torch.Generator().manual_seed(rank)
+    batches = [_batch(gen, False) for _ in range(3)]
+    out = []
+    for graphed in (False, True):
+        d = pathlib.Path(tmp) / ("r%d%s" % (rank, "g" * graphed))
+        d.mkdir()
+        t = _trainer(d, "--compile", *(["--cuda_graphs"] if graphed else []), rank=rank, world=world)
+        assert t.accumulator.allreduce is distributed.allreduce_mean and t.ddp is None
+        losses = _train(t, batches, 6, after_step=_scribble_graph_outputs if graphed else None)
+        out.append((losses, {k: v.clone() for k, v in t.model.state_dict().items()}))
+    distributed.teardown()
+    return out
+
+
+@pytest.mark.slow
+def test_cuda_graphs_on_two_ranks_trains_as_the_compiled_step(tmp_path):
+    """2 gloo ranks, per-replica clipping (the all-reduce of the clipped sums runs after the
+    backward, between the graphs): the graphed path (device refusal lifted, torch.compile the
+    function itself, every gradient still held between micro-steps overwritten as a replay
+    would) equals the compiled step bit for bit on each rank over 3 updates of 2 micro-steps;
+    the ranks saw other batches and hold the same weights (the all-reduce ran)."""
+    from test_host_syncs import run_ranks
+    ranks = run_ranks(_graphed_on_two_ranks, str(tmp_path), tmp=str(tmp_path))
+    for (plain, plain_w), (graphed, graphed_w) in ranks:
+        assert graphed == plain
+        assert all(torch.equal(plain_w[k], graphed_w[k]) for k in plain_w)
+    (loss0, w0), (loss1, w1) = ranks[0][0], ranks[1][0]
+    assert loss0 != loss1 and all(torch.equal(w0[k], w1[k]) for k in w0)
+
+
+def _ddp_on_two_ranks(rank, world, tmp):
+    """In a spawned rank, clipping after the reduction (DDP), fp32, eager and compiled update:
+    per steps_per_update (1, 2), the Trainer's DDP options and what its gradients are, and the
+    weights after 3 updates with them and with DDP's defaults (gradients dropped after each
+    update); then DDP's static graph with no_sync, which this torch gets wrong."""
+    import pathlib
+    from mlperf_bert.trainer import distributed
+    torch.compile = lambda fn=None, **kw: fn  # noqa: E731
+    distributed.setup("cpu")
+    gen = torch.Generator().manual_seed(rank)
+    batches = [_batch(gen, False) for _ in range(3)]
+    out, mine = {}, training.ddp_options
+    for n in (1, 2):
+        for compiled in (False, True):
+            runs = {}
+            for options in ("trainer", "defaults"):
+                training.ddp_options = mine if options == "trainer" else (lambda n: {})
+                d = pathlib.Path(tmp) / ("r%d-%d-%d-%s" % (rank, n, compiled, options))
+                d.mkdir()
+                t = _trainer(d, "--clip_by_global_norm_after_gradient_allreduce", *(["--compile"] * compiled),
+                             steps_per_update=n, dtype="fp32", rank=rank, world=world)
+                if options == "defaults":
+                    t.accumulator.keep_grads = False
+                ptrs = []
+                _train(t, batches, 5 * n, after_step=lambda t: ptrs.append([
+                    None if p.grad is None else p.grad.data_ptr() for p in t.model.parameters()]))
+                views = {None if p.grad is None or p.grad._base is None else p.grad._base.data_ptr()
+                         for p in t.model.parameters()}
+                runs[options] = (t.ddp.gradient_as_bucket_view, t.ddp.static_graph, ptrs[n - 1::n], views,
+                                 {k: v.clone() for k, v in t.model.state_dict().items()})
+            out[n, compiled] = runs
+    training.ddp_options = lambda n: {"gradient_as_bucket_view": True, "static_graph": True}
+    d = pathlib.Path(tmp) / ("r%d-static" % rank)
+    d.mkdir()
+    t = _trainer(d, "--clip_by_global_norm_after_gradient_allreduce", dtype="fp32", rank=rank, world=world)
+    try:
+        _train(t, batches, 10)
+        out["static_no_sync"] = {k: v.clone() for k, v in t.model.state_dict().items()}
+    except RuntimeError as e:
+        out["static_no_sync"] = str(e).splitlines()[0]
+    distributed.teardown(clean=False)
+    return out
+
+
+@pytest.mark.slow
+def test_ddp_keeps_gradients_in_its_buckets_and_computes_what_it_did(tmp_path):
+    """--clip_by_global_norm_after_gradient_allreduce on 2 gloo ranks: DDP runs with
+    gradient_as_bucket_view (static_graph only at one micro-step an update); the gradients are
+    views of DDP's flat buckets, zeroed in place after each update, not dropped and made again,
+    at the same addresses from the third update on (DDP moves them when it rebuilds its
+    buckets); the weights after 5 updates equal those of DDP's defaults bit for bit, eager and
+    with the compiled update, with and without accumulation (no_sync), on both ranks.
+    DDP's static graph with no_sync either fails or stops reducing on this torch
+    (pytorch/pytorch#187732): when this assertion fails, torch has fixed it, and static_graph can
+    be turned on with accumulation too (training.ddp_options)."""
+    from test_host_syncs import run_ranks
+    ranks = run_ranks(_ddp_on_two_ranks, str(tmp_path), tmp=str(tmp_path))
+    for out in ranks:
+        for (n, compiled), runs in ((k, v) for k, v in out.items() if k != "static_no_sync"):
+            view, static, ptrs, views, w = runs["trainer"]
+            assert (view, static) == (True, n == 1)
+            assert runs["defaults"][:2] == (False, False)
+            # views of a few flat buckets, at the same addresses once DDP has rebuilt its buckets
+            # (in the warm-up's updates in a run)
+            assert None not in views and len(views) <= 2, (n, compiled, views)
+            assert all(p is not None for p in ptrs[0]) and ptrs[2] == ptrs[3] == ptrs[4], (
+                n, compiled, [sum(a != b for a, b in zip(x, ptrs[-1])) for x in ptrs])
+            assert all(p is None for x in runs["defaults"][2] for p in x)  # dropped at each update
+            dw = runs["defaults"][4]
+            assert all(torch.equal(w[k], dw[k]) for k in w), (n, compiled)
+    w0, w1 = ranks[0][1, False]["trainer"][4], ranks[1][1, False]["trainer"][4]
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    reduced = ranks[0][2, False]["trainer"][4]
+    static = [out["static_no_sync"] for out in ranks]
+    assert any(isinstance(s, str) for s in static) or not all(
+        torch.equal(s[k], reduced[k]) for s in static for k in reduced), static
 
 
 def test_scribbling_catches_a_gradient_held_between_micro_steps(tmp_path):
@@ -487,15 +610,19 @@ def test_fp8_recipe_without_fp8_and_fp8_without_torchao_are_refused(tmp_path, mo
         _trainer(tmp_path, "--fp8", cfg=FP8_CFG)
 
 
-def test_a_run_resumed_with_fp8_switched_is_refused(tmp_path):
-    """--fp8 changes the arithmetic: a checkpoint's run and its resume must agree on it (the
-    other levers compute what the plain step computes and may change between the two)."""
+def test_a_run_resumed_with_fp8_or_fused_update_switched_is_refused(tmp_path):
+    """--fp8, its --fp8_recipe and --fused_update (issue 37 (8)) change the arithmetic: a
+    checkpoint's run and its resume must agree on them; --bf16_weights computes what the plain step
+    computes, bit for bit, and may change between the two (every flag:
+    test_training.py::test_every_trainer_flag_...)."""
     def identity(*extra):
         return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
     saved = identity("--bf16_weights")
-    checkpoint.check_same_run(saved, identity("--fused_update"), "out/model.ckpt-2.pt")
-    with pytest.raises(UserError, match=r"--fp8=True differs from the run being resumed in out \(it has False\)"):
-        checkpoint.check_same_run(saved, identity("--fp8"), "out/model.ckpt-2.pt")
+    checkpoint.check_same_run(saved, identity(), "out/model.ckpt-2.pt")
+    for lever in ("fp8", "fused_update"):
+        with pytest.raises(UserError, match=r"--%s=True differs from the run being resumed in out \(it has False\)"
+                           % lever):
+            checkpoint.check_same_run(saved, identity("--" + lever), "out/model.ckpt-2.pt")
     with pytest.raises(UserError, match=r"--fp8_recipe=rowwise differs from the run being resumed in out "
                                         r"\(it has tensorwise\)"):
         checkpoint.check_same_run(identity("--fp8"), identity("--fp8", "--fp8_recipe=rowwise"),

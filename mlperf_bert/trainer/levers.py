@@ -4,7 +4,8 @@ computes (tests/test_levers.py):
 
 ``--cuda_graphs``   the compiled step (--compile) replayed as CUDA graphs: torch.compile with
                     inductor's CUDA graphs (mode "reduce-overhead") for the forward, the backward
-                    and the update; one GPU, batches of one shape (the loaders' are).
+                    and the update; batches of one shape (the loaders' are); on several ranks
+                    with per-replica clipping only (the all-reduce runs between the graphs).
 ``--fused_update``  clipping, accumulation and the LAMB/AdamW update compiled (trainer/step.py),
                     also without --compile, with inductor's combo kernels (the per-parameter
                     kernels of one foreach op fused horizontally).
@@ -25,8 +26,9 @@ COPY = "_bf16"  # suffix of the non-persistent buffer holding a parameter's bf16
 
 def define_flags(fv):
     B = flags.DEFINE_bool
-    B("cuda_graphs", False, "With --compile on one GPU: replay the compiled forward, backward and update as "
-      "CUDA graphs (torch.compile mode reduce-overhead); not measured on a GPU (docs/training.md).", flag_values=fv)
+    B("cuda_graphs", False, "With --compile: replay the compiled forward, backward and update as CUDA graphs "
+      "(torch.compile mode reduce-overhead); several ranks with per-replica clipping only; not measured on a "
+      "GPU (docs/training.md).", flag_values=fv)
     B("fused_update", False, "Compile the clipping, accumulation and LAMB/AdamW update (also without --compile) "
       "with inductor's combo kernels; not measured on a GPU.", flag_values=fv)
     B("bf16_weights", False, "With --dtype=bf16: bf16 copies of the weights refreshed once per update instead "
@@ -53,9 +55,14 @@ def check_device(fv, device, world):
     """Refusals that need the device and rank count."""
     if fv.cuda_graphs and device.type != "cuda":
         raise UserError("--cuda_graphs needs a CUDA device (this run is on %s): drop --cuda_graphs" % device.type)
-    if fv.cuda_graphs and world > 1:
-        raise UserError("--cuda_graphs runs on one GPU (this run has %d ranks; DDP and the all-reduce are "
-                        "not captured): drop --cuda_graphs" % world)
+    if fv.cuda_graphs and world > 1 and fv.clip_by_global_norm_after_gradient_allreduce:
+        # Per-replica clipping all-reduces the clipped sums after the backward, between the
+        # graphs, into buffers of their own. DDP all-reduces inside the backward, from autograd
+        # hooks between the per-bucket graphs torch.compile splits it into (no collective is
+        # captured: pytorch/pytorch#108966), with gradients in DDP's buckets: not built here.
+        raise UserError("--cuda_graphs on several ranks (this run has %d) needs per-replica clipping: with "
+                        "--clip_by_global_norm_after_gradient_allreduce DDP all-reduces from hooks inside the "
+                        "backward, which CUDA graphs cannot capture: drop one of the two flags" % world)
     if fv.fp8 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         raise UserError("--fp8 needs float8 matmuls (compute capability 8.9+, e.g. H100; this GPU has %d.%d): "
                         "drop --fp8" % torch.cuda.get_device_capability(device))

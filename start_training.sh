@@ -17,7 +17,8 @@
 # Environment: everything train_model.sh reads (PRESET, DATA_DIR, INPUT_FILES, EVAL_FILE,
 # INIT_CHECKPOINT, BERT_CONFIG, OUTPUT_DIR [./output], LOGDIR [$OUTPUT_DIR], NUM_GPUS, NNODES,
 # NODE_RANK, MASTER_ADDR, MASTER_PORT, SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS,
-# PYTHON), plus
+# PYTHON, MAX_PER_GPU_BATCH, PYTORCH_CUDA_ALLOC_CONF [expandable_segments:True unless it or
+# PYTORCH_ALLOC_CONF is set, as train_model.sh sets it, here for a TRAIN_MODEL of one's own too]), plus
 #   SEED           the trainer's --seed, a decimal number; NUM_RUNS: run i gets SEED+i
 #                  [the trainer's: random, logged and kept in its checkpoints]
 #   DROP_CACHES    auto = drop the page cache before each run when root (sync; echo 3 >
@@ -62,6 +63,9 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi
 export PYTHON
+if [[ -z "${PYTORCH_CUDA_ALLOC_CONF+x}${PYTORCH_ALLOC_CONF+x}" ]]; then
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # train_model.sh's setting (see there)
+fi
 OUTPUT_DIR="$(realpath -m "${OUTPUT_DIR:-$PWD/output}")"
 LOGDIR="$(realpath -m "${LOGDIR:-$OUTPUT_DIR}")"
 # one compile cache for the series: runs 1..N-1 (and reruns) load what run 0 compiled

@@ -11,8 +11,10 @@
 # Environment (defaults in brackets):
 #   PRESET          reference_gpu | tpu_8192 | demo_cpu | rcp_<global batch>     [reference_gpu]
 #   MAX_PER_GPU_BATCH  largest per-GPU micro-batch: rcp_* choose their accumulation
-#                   by it; above it any preset is warned about [129: BERT-Large
-#                   seq 512 bf16 on an 80 GB GPU, mlperf_bert/trainer/memory_plan.py]
+#                   by it; above it any preset is warned about [the memory plan's: BERT-Large
+#                   seq 512 bf16 on an 80 GB GPU with a margin, mlperf_bert/trainer/memory_plan.py]
+#   PYTORCH_CUDA_ALLOC_CONF  torch's caching allocator settings        [expandable_segments:True,
+#                   unless it or PYTORCH_ALLOC_CONF is set]
 #   DATA_DIR        directory of the training TFRecords (part-*)                 [required; --dry_run
 #                   without it shows the placeholder /DATA_DIR-not-set]
 #   INPUT_FILES     training files, comma list/glob                              [$DATA_DIR/part-*]
@@ -37,13 +39,23 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 die() { echo "error: train_model.sh: $*" >&2; exit 2; }
-# mlperf_bert/trainer/memory_plan.py's MAX_PER_GPU_BATCH (tests/test_memory_plan.py); --help shows it
-MAX_PER_GPU_BATCH="${MAX_PER_GPU_BATCH:-129}"
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi
 # the package importable with any PYTHON, without changing the directory relative paths are in
 export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"
+# MAX_PER_GPU_BATCH's one definition: mlperf_bert/trainer/memory_plan.py (no torch import); --help shows it
+plan_max() { "$PYTHON" -c 'from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH; print(MAX_PER_GPU_BATCH)'; }
+if [[ -z "${MAX_PER_GPU_BATCH:-}" ]]; then
+  MAX_PER_GPU_BATCH="$(plan_max 2>/dev/null)" || die "cannot read MAX_PER_GPU_BATCH from mlperf_bert/trainer/memory_plan.py with PYTHON=$PYTHON: set PYTHON to the project's interpreter, or set MAX_PER_GPU_BATCH"
+fi
+# The caching allocator maps memory into growing segments instead of fixed blocks: less
+# fragmentation near the memory plan's batch (its margin, memory_plan.py). A setting of the
+# user's (either name; torch reads PYTORCH_ALLOC_CONF first) is left as it is.
+if [[ -z "${PYTORCH_CUDA_ALLOC_CONF+x}${PYTORCH_ALLOC_CONF+x}" ]]; then
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  alloc_conf_set=1
+fi
 rcp_presets() {  # the rcp_<B> of every reference convergence point installed (mlperf_logging)
   "$PYTHON" -c 'from mlperf_bert.harness.rcp import load_rcps; print(" ".join("rcp_%d" % b for b in sorted(load_rcps())))' \
     2>/dev/null || echo "rcp_<B> (cannot list them: $PYTHON -c 'import mlperf_logging' fails)"
@@ -62,7 +74,7 @@ usage() {
   sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
   local nodes=1 max="$MAX_PER_GPU_BATCH"
   [[ "${NNODES:-}" =~ ^[1-9][0-9]*$ ]] && nodes="$NNODES"
-  [[ "$max" =~ ^[1-9][0-9]*$ ]] || max=129  # (not a number: the run refuses it; the table shows the default)
+  [[ "$max" =~ ^[1-9][0-9]*$ ]] || max="$(plan_max 2>/dev/null)" || max="?"  # (the run refuses it; the plan's)
   local table
   table="$(preset_table "$nodes" "$max")"
   echo "presets: $(awk '{printf "%s ", $1}' <<< "$table")"
@@ -293,6 +305,7 @@ fi
 if [[ "$DRY_RUN" == 1 ]]; then
   [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan" >&2
   [[ -n "${warning:-}" ]] && echo "$warning" >&2
+  [[ -n "${alloc_conf_set:-}" ]] && echo "export PYTORCH_CUDA_ALLOC_CONF=$PYTORCH_CUDA_ALLOC_CONF"
   printf '%q ' "${cmd[@]}"; echo
   exit 0
 fi

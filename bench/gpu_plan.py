@@ -10,8 +10,9 @@ tests/test_memory_plan.py):
 - fixed bytes: parameters (fp32), their bf16 copies, LAMB's two slots, the accumulation buffer
   when the preset accumulates, DDP's gradient buckets (several GPUs, clipping after the reduce);
 - the activations of one micro-step at the preset's per-GPU batch (packed rows);
-- whether it fits 80 GiB less 2 GiB for the CUDA context and allocator (an allowance, not a
-  measurement), and the largest per-GPU batch that does;
+- whether it fits memory_plan.BUDGET (an 80 GB H100 less the margin for what the plan leaves
+  out: context, workspaces, NCCL, graph pools, the eval set, fragmentation; allowances, not
+  measurements), and the largest per-GPU batch that does;
 - model FLOPs of one sequence, forward and backward (torch.utils.flop_counter.FlopCounterMode on
   the same fake step), and the sequences/s per GPU and per 8-GPU node that 30-60 % MFU mean at
   989 TFLOP/s (H100 SXM, dense bf16).
@@ -146,7 +147,9 @@ def plan(gpus):
 
 
 def print_plan(n, rows, gpus):
-    print("BERT-Large: %d parameters (%.1f M); %d GPUs; budget 78 GiB a GPU (80 GiB less 2 GiB)" % (n, n / 1e6, gpus))
+    from mlperf_bert.trainer import memory_plan
+    print("BERT-Large: %d parameters (%.1f M); %d GPUs; planned peak at most %.1f GiB a GPU (%.1f GiB less the "
+          "margin of memory_plan.py)" % (n, n / 1e6, gpus, memory_plan.BUDGET / GIB, memory_plan.CARD / GIB))
     print("\n| preset | per-GPU batch x accumulation | fixed GiB (params, bf16 copies, LAMB, buffers) "
           "| activations GiB | total GiB | fits 80 GB | largest per-GPU batch | to fit |")
     print("|---|---|---:|---:|---:|---|---:|---|")

@@ -37,7 +37,7 @@ def dry_run(*args, **env):
     e.update(env)
     proc = subprocess.run([TRAIN, "--dry_run", *args], capture_output=True, text=True, env=e)
     assert proc.returncode == 0, proc.stderr
-    return shlex.split(proc.stdout)
+    return shlex.split(proc.stdout.strip().splitlines()[-1])  # the command (after the export lines)
 
 
 def trainer_flags(cmd):
@@ -244,18 +244,20 @@ def test_each_preset_says_what_it_asks_of_a_gpu_and_warns_when_implausible():
     assert plan("--preset=reference_gpu") == [
         "train_model.sh: preset reference_gpu: global batch 24 = 8 GPU(s) x 3 sequences of 512 per GPU per "
         "micro-step x 1 micro-step(s) per update"]
-    # tpu_8192 accumulates 8 micro-steps to fit 8 GPUs (the memory plan's MAX_PER_GPU_BATCH, 129)
+    # tpu_8192 accumulates 16 micro-steps to fit 8 GPUs (the memory plan's MAX_PER_GPU_BATCH, 117)
+    assert 64 <= MAX_PER_GPU_BATCH < 128
     assert plan("--preset=tpu_8192") == [
-        "train_model.sh: preset tpu_8192: global batch 8192 = 8 GPU(s) x 128 sequences of 512 per GPU per "
-        "micro-step x 8 micro-step(s) per update"]
+        "train_model.sh: preset tpu_8192: global batch 8192 = 8 GPU(s) x 64 sequences of 512 per GPU per "
+        "micro-step x 16 micro-step(s) per update"]
     lines = plan("--preset=tpu_8192", NUM_GPUS="4")
-    assert "4 GPU(s) x 256 sequences of 512 per GPU per micro-step" in lines[0]
-    assert lines[1].startswith("warning: train_model.sh: 256 sequences per GPU per micro-step is above "
-                               "MAX_PER_GPU_BATCH=129") and "mlperf_bert.trainer.memory_plan" in lines[1]
-    assert "use --train_batch_size=512 --steps_per_update=16 and multiply --num_train_steps" in lines[1]
+    assert "4 GPU(s) x 128 sequences of 512 per GPU per micro-step" in lines[0]
+    assert lines[1].startswith("warning: train_model.sh: 128 sequences per GPU per micro-step is above "
+                               "MAX_PER_GPU_BATCH=%d" % MAX_PER_GPU_BATCH)
+    assert "mlperf_bert.trainer.memory_plan" in lines[1]
+    assert "use --train_batch_size=256 --steps_per_update=32 and multiply --num_train_steps" in lines[1]
     assert "by 2 (they count micro-steps)" in lines[1]
     # the suggestion, applied, is not warned about; nor is an rcp preset (it fits by construction)
-    assert len(plan("--preset=tpu_8192", "--train_batch_size=512", "--steps_per_update=16", NUM_GPUS="4")) == 1
+    assert len(plan("--preset=tpu_8192", "--train_batch_size=256", "--steps_per_update=32", NUM_GPUS="4")) == 1
     assert len(plan("--preset=rcp_8192", NUM_GPUS="8")) == 1
     assert len(plan("--preset=tpu_8192", NUM_GPUS="4", MAX_PER_GPU_BATCH="256")) == 1
 

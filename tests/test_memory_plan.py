@@ -64,15 +64,102 @@ def test_the_bilinear_extrapolation_equals_a_deeper_trace():
     assert abs(plan.fixed + 12 * plan.per_row - traced) < 1e-3 * traced
 
 
-def test_max_per_gpu_batch_is_the_plans_and_the_launchers_use_it(plans):
-    assert memory_plan.MAX_PER_GPU_BATCH == plans[True].largest_batch() == plans[False].largest_batch()
-    assert plans[True].peak(memory_plan.MAX_PER_GPU_BATCH, accum=2, ddp=True) <= memory_plan.BUDGET
+def test_max_per_gpu_batch_is_the_plans_with_its_margin_and_the_launchers_use_it(plans):
+    """MAX_PER_GPU_BATCH, recomputed: the largest batch (packed or not, with accumulation and
+    DDP's buckets) whose planned peak, plus fragmentation's share of it and the margin for what
+    the plan leaves out, fits the card; one more row does not. (129, the number before the
+    margin, planned 77.7 GiB with nothing beside it on a 79.6 GiB card.) train_model.sh reads the
+    number from memory_plan.py (its only definition), and rcp.py defaults to it."""
+    m = memory_plan
+    assert m.MAX_PER_GPU_BATCH == plans[True].largest_batch() == plans[False].largest_batch()
+    beside = sum(m.margin().values())
+
+    def needs(b):
+        return plans[True].peak(b, accum=2, ddp=True) * (1 + m.FRAGMENTATION) + beside
+    assert needs(m.MAX_PER_GPU_BATCH) <= m.CARD < needs(m.MAX_PER_GPU_BATCH + 1)
+    assert needs(129) > m.CARD
+    assert m.BUDGET == m.budget_for(m.CARD, 512, 76) and plans[True].peak(m.MAX_PER_GPU_BATCH, 2, True) <= m.BUDGET
+    # the margin names what the issue lists, each a positive size, the eval set as the loader gives it
+    assert set(m.margin()) == {"CUDA context", "cuBLAS workspaces", "NCCL buffers", "CUDA-graph pools",
+                               "eval set on the device"} and min(m.margin().values()) > 0
+    row = m.fake_batch(1, 512, 76, packed=False)
+    assert m.eval_set_bytes() == 10000 * sum(t.numel() * t.element_size() for t in row.values())
     with open(os.path.join(ROOT, "train_model.sh")) as f:
-        assert 'MAX_PER_GPU_BATCH="${MAX_PER_GPU_BATCH:-%d}"' % memory_plan.MAX_PER_GPU_BATCH in f.read()
+        assert not re.search(r"\b%d\b" % m.MAX_PER_GPU_BATCH, f.read())  # no copy of the number
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "MAX_PER_GPU_BATCH"}
+    proc = subprocess.run([os.path.join(ROOT, "train_model.sh"), "--help"], capture_output=True, text=True,
+                          env=dict(env, PYTHON=sys.executable))
+    assert proc.returncode == 0 and "by MAX_PER_GPU_BATCH=%d)" % m.MAX_PER_GPU_BATCH in proc.stdout, proc.stderr
     from mlperf_bert.harness import rcp
     import inspect
-    assert inspect.signature(rcp.preset_flags).parameters["max_per_gpu"].default == memory_plan.MAX_PER_GPU_BATCH
+    assert inspect.signature(rcp.preset_flags).parameters["max_per_gpu"].default == m.MAX_PER_GPU_BATCH
     for doc in ("running.md", "training.md"):
         with open(os.path.join(ROOT, "docs", doc)) as f:
             quoted = set(re.findall(r"`MAX_PER_GPU_BATCH` \((\d+)", f.read()))
-        assert quoted == {str(memory_plan.MAX_PER_GPU_BATCH)}, doc
+        assert quoted == {str(m.MAX_PER_GPU_BATCH)}, doc
+
+
+def test_training_md_states_the_margin_as_the_code_has_it():
+    """docs/training.md's margin table: each term with its GiB, fragmentation's share, the card."""
+    m = memory_plan
+    with open(os.path.join(ROOT, "docs", "training.md"), encoding="utf-8") as f:
+        rows = {tuple(c.strip() for c in line.strip("|\n").split("|")) for line in f if line.startswith("| ")}
+    for what, size in m.margin().items():
+        assert (what, "%.2f" % (size / GIB)) in rows, what
+    assert ("allocator fragmentation", "%d %% of the planned peak" % round(100 * m.FRAGMENTATION)) in rows
+    assert ("card (80 GB H100)", "%.1f" % (m.CARD / GIB)) in rows
+
+
+def _launch(tmp_path, script, **env):
+    """Run ``script`` with stand-ins that write the allocator setting the trainer gets: PYTHON
+    (train_model.sh runs the trainer with it; other calls go to the real interpreter) and
+    TRAIN_MODEL (what start_training.sh runs)."""
+    import subprocess
+    import sys
+    seen = tmp_path / "alloc.txt"
+    write = 'echo "${PYTORCH_CUDA_ALLOC_CONF-unset}" > %s; exit 0' % seen
+    python, trainer = tmp_path / "python", tmp_path / "trainer.sh"
+    python.write_text('#!/usr/bin/env bash\n[[ "$1" == */run_pretraining.py ]] && { %s; }\nexec %s "$@"\n'
+                      % (write, sys.executable))
+    trainer.write_text("#!/usr/bin/env bash\n%s\n" % write)
+    for f in (python, trainer):
+        f.chmod(0o755)
+    if seen.exists():
+        seen.unlink()
+    base = {k: v for k, v in os.environ.items() if k not in (
+        "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PRESET", "NUM_GPUS", "NUM_RUNS", "INIT_CHECKPOINT",
+        "DRY_RUN", "MAX_PER_GPU_BATCH")}
+    base.update(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), PYTHON=str(python), NUM_GPUS="1",
+                CHECK_LOG="0", DROP_CACHES="0", TRAIN_MODEL=str(trainer), **env)
+    proc = subprocess.run([os.path.join(ROOT, script), "--preset=demo_cpu"], capture_output=True, text=True,
+                          env=base, cwd=str(tmp_path), timeout=120)
+    return proc, (seen.read_text().strip() if seen.exists() else None)
+
+
+def test_the_launchers_set_expandable_segments_unless_the_user_did(tmp_path):
+    """train_model.sh runs the trainer with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and its
+    dry run says so; a setting of the user's (either name) is left as it is. start_training.sh
+    sets it too, for a TRAIN_MODEL of one's own."""
+    import subprocess
+    import sys
+    proc, seen = _launch(tmp_path, "train_model.sh")
+    assert proc.returncode == 0 and seen == "expandable_segments:True", proc.stderr
+    proc, seen = _launch(tmp_path, "train_model.sh", PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:512")
+    assert seen == "max_split_size_mb:512"
+    proc, seen = _launch(tmp_path, "train_model.sh", PYTORCH_ALLOC_CONF="expandable_segments:False")
+    assert seen == "unset"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
+    for extra, shown in (({}, True), ({"PYTORCH_CUDA_ALLOC_CONF": "x"}, False), ({"PYTORCH_ALLOC_CONF": "x"}, False)):
+        dry = subprocess.run([os.path.join(ROOT, "train_model.sh"), "--dry_run"], capture_output=True, text=True,
+                             env=dict(env, DATA_DIR="/d", PYTHON=sys.executable, **extra))
+        assert dry.returncode == 0, dry.stderr
+        lines = dry.stdout.splitlines()
+        assert (lines[0] == "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") == shown, lines
+        assert "run_pretraining.py" in lines[-1]
+    # start_training.sh, with the stand-in as its TRAIN_MODEL
+    proc, seen = _launch(tmp_path, "start_training.sh")
+    assert seen == "expandable_segments:True", proc.stdout + proc.stderr
+    proc, seen = _launch(tmp_path, "start_training.sh", PYTORCH_ALLOC_CONF="x")
+    assert seen == "unset", proc.stdout + proc.stderr

@@ -9,9 +9,9 @@ computes (tests/test_levers.py):
 ``--fused_update``  clipping, accumulation and the LAMB/AdamW update compiled (trainer/step.py),
                     also without --compile, with inductor's combo kernels (the per-parameter
                     kernels of one foreach op fused horizontally).
-``--fp8``           the encoder's dense layers multiply in float8 (torch._scaled_mm): e4m3
-                    activations and weights, e5m2 gradients, each tensor scaled by its own amax.
-                    A closed submission needs a convergence run within the RCPs with it first.
+``--fp8``           the encoder's dense layers multiply in float8 in training, by torchao's float8
+                    training (``--fp8_recipe``: tensorwise or rowwise dynamic scaling); the eval
+                    stays bf16. A closed submission needs a convergence run within the RCPs first.
 ``--fused_qkv``     each layer's query, key and value projections as one GEMM over their weights
                     stacked [3h, h] (the parameters stay three, under the reference's names).
 ``--pad_vocab``     the MLM decoder multiplies a vocabulary padded with zero rows to a multiple of
@@ -34,9 +34,11 @@ def define_flags(fv):
       "GPU (docs/training.md).", flag_values=fv)
     B("fused_update", False, "Compile the clipping, accumulation and LAMB/AdamW update (also without --compile) "
       "with inductor's combo kernels; not measured on a GPU.", flag_values=fv)
-    B("fp8", False, "The encoder's dense layers multiply in float8 (torch._scaled_mm, per-tensor scales); "
-      "needs a convergence run within the RCPs before a closed submission; not measured on a GPU.",
-      flag_values=fv)
+    B("fp8", False, "The encoder's dense layers multiply in float8 in training (torchao's float8 training, "
+      "--fp8_recipe); the eval stays bf16. Needs a convergence run within the RCPs before a closed submission; "
+      "not measured on a GPU.", flag_values=fv)
+    flags.DEFINE_enum("fp8_recipe", "tensorwise", list(RECIPES), "With --fp8: torchao's float8 recipe: tensorwise "
+                      "(one scale a tensor) or rowwise (a scale a row; e4m3 gradients).", flag_values=fv)
     B("fused_qkv", False, "Each layer's query, key and value projections as one GEMM over their stacked weights "
       "(the checkpoints keep the reference's three); not measured on a GPU.", flag_values=fv)
     B("pad_vocab", False, "The MLM decoder's GEMMs over a vocabulary padded to a multiple of %d with zero rows, "
@@ -48,6 +50,8 @@ def check_flags(fv):
     """Refusals that need no device: one line each."""
     if fv.cuda_graphs and not fv.compile:
         raise UserError("--cuda_graphs replays the compiled step: add --compile, or drop --cuda_graphs")
+    if fv.fp8_recipe != "tensorwise" and not fv.fp8:
+        raise UserError("--fp8_recipe=%s chooses the recipe of --fp8: add --fp8, or drop --fp8_recipe" % fv.fp8_recipe)
 
 
 def check_device(fv, device, world):
@@ -93,84 +97,58 @@ def enable_pad_vocab(model, multiple=VOCAB_MULTIPLE):
     return model.vocab_pad
 
 
-# ---------------------------------------------------------------- float8 matmuls
+# ---------------------------------------------------------------- float8 matmuls (torchao)
 
-E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
-
-
-def to_float8(x, dtype):
-    """(x scaled to ``dtype``'s range by its amax and cast, the inverse scale): per-tensor dynamic
-    scaling. An all-zero tensor gets scale 1."""
-    amax = x.detach().abs().amax().float()
-    top = torch.finfo(dtype).max
-    scale = torch.where(amax > 0, top / amax, torch.ones_like(amax))
-    x8 = (x.float() * scale).clamp(-top, top).to(dtype)
-    return x8, scale.reciprocal()
+RECIPES = ("tensorwise", "rowwise")  # torchao.float8's recipe names
 
 
-def scaled_mm(a8, b8, a_inv, b_inv, out_dtype):
-    """a8 @ b8 (a8 row-major, b8 column-major, both float8) times the inverse scales, in
-    ``out_dtype``: torch._scaled_mm, which accumulates in fp32."""
-    return torch._scaled_mm(a8, b8, scale_a=a_inv, scale_b=b_inv, out_dtype=out_dtype)
-
-
-def reference_scaled_mm(a8, b8, a_inv, b_inv, out_dtype):
-    """The same product computed from the float8 values in fp32: for tests."""
-    return ((a8.float() @ b8.float()) * (a_inv * b_inv)).to(out_dtype)
-
-
-def _col_major(x):
-    return x.t().contiguous().t()
-
-
-class _Fp8Linear(torch.autograd.Function):
-    """y = x w^T + b with e4m3 x and w; the backward multiplies an e5m2 gradient with them."""
-
-    @staticmethod
-    def forward(ctx, x, w, b, out_dtype):
-        shape = x.shape
-        x8, x_inv = to_float8(x.reshape(-1, shape[-1]), E4M3)
-        w8, w_inv = to_float8(w, E4M3)
-        y = scaled_mm(x8, w8.t(), x_inv, w_inv, out_dtype)
-        if b is not None:
-            y = y + b.to(out_dtype)
-        ctx.save_for_backward(x8, x_inv, w8, w_inv)
-        ctx.dtypes = (x.dtype, w.dtype, None if b is None else b.dtype)
-        return y.reshape(*shape[:-1], y.shape[-1])
-
-    @staticmethod
-    def backward(ctx, gy):
-        x8, x_inv, w8, w_inv = ctx.saved_tensors
-        x_dtype, w_dtype, b_dtype = ctx.dtypes
-        g = gy.reshape(-1, gy.shape[-1])
-        g8, g_inv = to_float8(g, E5M2)
-        gx = scaled_mm(g8, _col_major(w8), g_inv, w_inv, gy.dtype).to(x_dtype)
-        gw = scaled_mm(g8.t().contiguous(), _col_major(x8), g_inv, x_inv, gy.dtype).to(w_dtype)
-        gb = None if b_dtype is None else g.sum(0).to(b_dtype)
-        return gx.reshape(*gy.shape[:-1], gx.shape[-1]), gw, gb, None
-
-
-def fp8_linear(x, weight, bias):
-    """F.linear in float8: the output in autocast's dtype where it is on, else in x's."""
-    dev = x.device.type
-    out_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
-    with torch.autocast(dev, enabled=False):
-        return _Fp8Linear.apply(x, weight, bias, out_dtype)
+def _torchao_float8():
+    """``torchao.float8``, imported on first use: only --fp8 needs it. The torchao wheel also
+    loads CUDA kernels of other features at import, which fail without CUDA, and registers a type
+    with torch's pytree in a way torch 2.13 calls deprecated; float8 training needs neither, so
+    their warnings are kept out of the run's output."""
+    import logging
+    logs = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
+    try:
+        import torchao.float8 as float8
+    except ImportError as e:
+        raise UserError("--fp8 runs on torchao's float8 training, which does not import here (%s): install "
+                        "requirements.txt (it pins torchao), or drop --fp8" % e) from None
+    finally:
+        for log, level in zip(logs, levels):
+            log.setLevel(level)
+    return float8
 
 
 def fp8_layers(model):
-    """The encoder's dense layers (query, key, value, attention output, intermediate, output)."""
+    """The encoder's dense layers (query, key, value, attention output, intermediate, output):
+    not the embeddings, the pooler, the MLM transform or the heads."""
     from mlperf_bert.trainer import model as modeling
     return [m for m in model.bert.encoder.modules() if isinstance(m, modeling.Linear)]
 
 
-def enable_fp8(model):
+def enable_fp8(model, recipe="tensorwise"):
+    """Give each of ``fp8_layers(model)`` a float8 twin made by torchao's
+    ``convert_to_float8_training`` with ``recipe``'s ``Float8LinearConfig``: a ``Float8Linear``
+    that holds the layer's own weight and bias Parameters. The layer runs its twin in training
+    and plain F.linear (bf16 under autocast) in eval, so the eval that decides the MLPerf target
+    never multiplies in float8. The twin is kept out of the module tree (not a submodule):
+    checkpoints, the optimizer and DDP see the bf16 model's parameters under its names."""
+    if recipe not in RECIPES:
+        raise UserError("--fp8_recipe=%s is not one of %s" % (recipe, ", ".join(RECIPES)))
     layers = fp8_layers(model)
     for m in layers:
-        if m.in_features % 16 or m.out_features % 16:
+        if m.in_features % 16 or m.out_features % 16:  # torch._scaled_mm's rule for every operand
             raise UserError("--fp8 multiplies matrices whose sizes are multiples of 16; this config has a %dx%d "
                             "dense layer: drop --fp8" % (m.out_features, m.in_features))
-        m.fp8 = True
+    float8 = _torchao_float8()
+    config = float8.Float8LinearConfig.from_recipe_name(recipe)
+    for m in layers:
+        # a root nn.Linear is not converted in place: torchao returns a new Float8Linear
+        object.__setattr__(m, "fp8", float8.convert_to_float8_training(m, config=config))
     return layers
 
 
@@ -184,7 +162,7 @@ class Levers:
         self.trainer = trainer
         check_device(fv, trainer.device, trainer.world)
         if fv.fp8:
-            enable_fp8(trainer.model)
+            enable_fp8(trainer.model, fv.fp8_recipe)
         if fv.fused_qkv:
             enable_fused_qkv(trainer.model)
         if fv.pad_vocab:

@@ -17,21 +17,40 @@ measures every live tensor at the peak (torch's MemTracker), as a CUDA GPU would
   clipping accumulates (steps_per_update > 1), the fp32 accumulation buffer.
 
 Checked against an H100's measured peaks in tests/test_memory_plan.py. ``MAX_PER_GPU_BATCH`` is
-the largest per-GPU batch of BERT-Large at seq 512 the plan fits on an 80 GB GPU (what
-train_model.sh and the ``rcp_<B>`` presets take one GPU to hold): ``python -m
-mlperf_bert.trainer.memory_plan`` prints the plan behind it.
+the largest per-GPU batch of BERT-Large at seq 512 whose planned peak, plus the margin for what
+the plan leaves out (``MARGIN``, ``FRAGMENTATION``), fits an 80 GB GPU (what train_model.sh and
+the ``rcp_<B>`` presets take one GPU to hold): ``python -m mlperf_bert.trainer.memory_plan``
+prints the plan and the margin behind it.
 """
 import contextlib
 import os
 
 GIB = 2.0 ** 30
-# An 80 GB H100 has 79.6 GiB; 2 GiB of it are left to the CUDA context, cuBLAS workspaces and
-# the caching allocator's fragmentation (an allowance, not a measurement).
-BUDGET = 78 * GIB
+# An 80 GB H100: 81,559 MiB as nvidia-smi gives it (79.6 GiB).
+CARD = 79.6 * GIB
+# What the plan leaves out, beside the planned peak on the card. Each is an allowance, not a
+# measurement: no GPU has measured them for this trainer (not measured on a GPU).
+EVAL_RECORDS = 10000  # eval_10k, all of it on one GPU in the worst case (evaluation.EvalSet)
+MARGIN = {
+    # outside the caching allocator: the context, its loaded kernels, the cuBLAS/cuBLASLt handles
+    "CUDA context": 1.0 * GIB,
+    # cuBLAS/cuBLASLt workspaces, one per handle and stream, from the caching allocator
+    "cuBLAS workspaces": 0.25 * GIB,
+    # NCCL's own buffers (outside the allocator): channels x peers, more with NVLink SHARP (NVLS)
+    "NCCL buffers": 1.5 * GIB,
+    # --cuda_graphs: the graphs' private pool holds its blocks for the replays, where the eager
+    # allocator would reuse them for the eval and the update
+    "CUDA-graph pools": 2.0 * GIB,
+    # the eval set, decoded once and kept on the device (int64 features, fp32 weights)
+    "eval set on the device": None,  # eval_set_bytes(), by the plan's own sequence length
+}
+# The caching allocator's reserved-but-unused blocks, a share of the planned peak (smaller with
+# expandable_segments, which the launchers set).
+FRAGMENTATION = 0.05
 # The largest per-GPU batch (rows) of BERT-Large, seq 512, bf16, LAMB, with accumulation and DDP's
-# buckets, within BUDGET: ``Plan.largest_batch`` (tests/test_memory_plan.py keeps the two equal).
-# Kept as a number so that launchers need not import torch; train_model.sh's default is this.
-MAX_PER_GPU_BATCH = 129
+# buckets, whose planned peak and margin fit CARD: ``Plan.largest_batch`` (tests/test_memory_plan.py
+# recomputes it). Kept as a number so that launchers need not import torch; train_model.sh reads it.
+MAX_PER_GPU_BATCH = 117
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                       "configs", "bert_config_large.json")
 
@@ -104,6 +123,27 @@ def trace(config, b, seq, pred, dtype="bf16", packed=True, policy="cuda"):
     return {str(k.value if hasattr(k, "value") else k): v for k, v in peak.items()}
 
 
+def eval_set_bytes(seq=512, pred=76, records=EVAL_RECORDS):
+    """Bytes of the eval set on one device: ``records`` unpacked rows as the loader gives them
+    (ids, segments, mask: int64 [seq]; positions, ids: int64 [pred]; weights: fp32 [pred]; the
+    NSP label: int64). Arithmetic, so that importing this module needs no torch."""
+    return records * (8 * (3 * seq + 2 * pred + 1) + 4 * pred)
+
+
+def margin(seq=512, pred=76):
+    """{what: bytes} the plan leaves out at a fixed size (FRAGMENTATION scales with the peak)."""
+    return {k: eval_set_bytes(seq, pred) if v is None else v for k, v in MARGIN.items()}
+
+
+def budget_for(card=CARD, seq=512, pred=76):
+    """The planned peak a GPU of ``card`` bytes can take: what is left of it after the margin,
+    less the share fragmentation would take of that peak."""
+    return (card - sum(margin(seq, pred).values())) / (1 + FRAGMENTATION)
+
+
+BUDGET = budget_for()  # for BERT-Large at seq 512 on CARD
+
+
 def n_params(config):
     import torch
     from mlperf_bert.trainer.model import BertForPreTraining
@@ -119,7 +159,7 @@ class Plan:
 
     def __init__(self, config, seq, pred, dtype="bf16", packed=True, batches=(8, 16)):
         import dataclasses
-        self.n = n_params(config)
+        self.n, self.seq, self.pred = n_params(config), seq, pred
         t = {(depth, b): trace(dataclasses.replace(config, num_hidden_layers=depth), b, seq, pred, dtype,
                                packed)["Total"] for depth in (1, 2) for b in batches}
         b0, b1 = batches
@@ -140,7 +180,10 @@ class Plan:
     def peak(self, b, accum=1, ddp=False, optimizer="lamb"):
         return self.fixed + self.per_row * b + self.static(accum, ddp, optimizer)
 
-    def largest_batch(self, budget=BUDGET, accum=2, ddp=True, optimizer="lamb"):
+    def largest_batch(self, budget=None, accum=2, ddp=True, optimizer="lamb"):
+        """The largest batch whose peak is within ``budget`` (default: ``budget_for`` CARD at this
+        plan's sequence length)."""
+        budget = budget_for(CARD, self.seq, self.pred) if budget is None else budget
         return int((budget - self.fixed - self.static(accum, ddp, optimizer)) // self.per_row)
 
 
@@ -155,12 +198,18 @@ def main(argv):
     flags.DEFINE_integer("max_seq_length", 512, "sequence length", flag_values=fv)
     flags.DEFINE_integer("max_predictions_per_seq", 76, "masked positions (slots of a packed row)", flag_values=fv)
     flags.parse(fv, argv, positional=False)
-    print("BERT-Large, seq %d, bf16, LAMB; budget %.0f GiB a GPU" % (fv.max_seq_length, BUDGET / GIB))
+    seq, pred = fv.max_seq_length, fv.max_predictions_per_seq
+    print("BERT-Large, seq %d, bf16, LAMB, on a card of %.1f GiB; the margin for what the plan leaves out "
+          "(allowances, not measured on a GPU):" % (seq, CARD / GIB))
+    for what, size in margin(seq, pred).items():
+        print("  %-24s %5.2f GiB" % (what, size / GIB))
+    print("  %-24s %5.0f %% of the planned peak" % ("allocator fragmentation", 100 * FRAGMENTATION))
+    print("planned peak at most %.1f GiB a GPU" % (budget_for(CARD, seq, pred) / GIB))
     print("| input | GiB a row | GiB fixed (params, bf16 weights, LAMB) | largest per-GPU batch: one GPU / "
           "several, accumulating (DDP buckets, accumulation buffer) |")
     print("|---|---:|---:|---|")
     for packed in (True, False):
-        p = bert_large_plan(packed, fv.max_seq_length, fv.max_predictions_per_seq)
+        p = bert_large_plan(packed, seq, pred)
         print("| %s | %.3f | %.2f | %d / %d |" % ("packed" if packed else "unpacked", p.per_row / GIB,
                                                  (p.fixed + p.static()) / GIB,
                                                  p.largest_batch(accum=1, ddp=False), p.largest_batch()))

@@ -29,14 +29,15 @@ class PretrainingOutput(NamedTuple):
 
 
 class Linear(nn.Linear):
-    """nn.Linear that multiplies in float8 where --fp8 is on (trainer/levers.py; the encoder's
-    dense layers). Without it it is nn.Linear, op for op."""
+    """nn.Linear that, in training only, takes its float8 twin where --fp8 is on (the encoder's
+    dense layers; torchao's Float8Linear on the same Parameters, trainer/levers.py). Without it
+    it is nn.Linear, op for op."""
 
-    fp8 = False
+    fp8 = None
 
     def forward(self, x):
-        if self.fp8:
-            return levers.fp8_linear(x, self.weight, self.bias)
+        if self.fp8 is not None and self.training:
+            return self.fp8(x)
         return F.linear(x, self.weight, self.bias)
 
 
@@ -88,15 +89,15 @@ class SelfAttention(nn.Module):
         stacked [3h, h]. The parameters stay three either way: the reference's names in every
         checkpoint, and LAMB's trust ratio of each. Stacked after the cast to the compute dtype (the
         cast autocast makes of each anyway), so x is cast once where autocast casts it for each of
-        the three (CUDA's autocast hands them LayerNorm's fp32 output)."""
+        the three (CUDA's autocast hands them LayerNorm's fp32 output). With --fp8 in training the
+        three float8 layers run (torchao's twins hold each layer's own weight), the fused GEMM in eval."""
         layers = (self.query, self.key, self.value)
-        if not self.fused:
+        if not self.fused or (self.query.fp8 is not None and self.training):
             return tuple(m(x) for m in layers)
         dtype = attention.compute_dtype(x.device, self.query.weight.dtype)
         w = torch.cat([m.weight.to(dtype) for m in layers])
         b = torch.cat([m.bias.to(dtype) for m in layers])
-        y = levers.fp8_linear(x, w, b) if self.query.fp8 else F.linear(x, w, b)
-        return y.split(self.query.out_features, dim=-1)
+        return F.linear(x, w, b).split(self.query.out_features, dim=-1)
 
 
 class AttentionOutput(nn.Module):

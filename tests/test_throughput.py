@@ -156,3 +156,43 @@ def test_logged_rate_is_the_last_intervals(files, tmp_path, monkeypatch):  # noq
         assert b["metadata"]["seq_per_s"] == pytest.approx(samples / seconds, rel=0.1)
     assert all(set(r["metadata"]) >= {"seq_per_s", "step", "learning_rate"} and "rows_per_s" not in r["metadata"]
                for r in lines)
+
+
+def test_train_throughput_reports_tflops_mfu_and_peak_memory_on_cuda(tmp_path, monkeypatch, capsys):
+    """Issue 36.1: on every CUDA run the bench replaced its peak-memory dict by the peak TFLOP/s and
+    died in its report. The CUDA report runs here on this CPU with CUDA's answers stood in."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import train_throughput
+
+    class FakeCuda(train_throughput.Cuda):
+        resets, asked = [], []
+
+        def __init__(self, device):
+            super().__init__(device)
+            self.on = True
+
+        def name(self):
+            return "NVIDIA H100 PCIe"
+
+        def reset_peak(self):
+            self.resets.append(1)
+
+        def peak_bytes(self):
+            self.asked.append(1)
+            return len(self.asked) * 2 ** 30  # 1, 2 GiB in the first round, 3, 4 in the second
+    monkeypatch.setattr(train_throughput, "Cuda", FakeCuda)
+    cfg = {"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+           "intermediate_size": 64, "max_position_embeddings": 64, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+           "attention_probs_dropout_prob": 0.1, "type_vocab_size": 2, "initializer_range": 0.02}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    assert train_throughput.main(["x", "--bert_config_file=%s" % (tmp_path / "c.json"), "--max_seq_length=64",
+                                  "--max_predictions_per_seq=4", "--train_batch_size=2", "--steps=2", "--rounds=2",
+                                  "--dtype=bf16", "--device=cpu", "--levers=bf16_weights", "--nocompare"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    row = throughput.flops_per_row(BertConfig.from_dict(cfg), 64, 4)
+    assert res["device"] == "NVIDIA H100 PCIe" and FakeCuda.resets
+    for key, most in (("", 3.0), ("trainer+bf16_weights_", 4.0)):
+        assert res[key + "model_tflops"] == pytest.approx(row * res[key + "seq_per_s"] / 1e12)
+        assert res[key + "mfu"] == pytest.approx(res[key + "model_tflops"] / 756.0)  # the PCIe card's peak
+        assert res[key + "peak_memory_gib"] == most  # the most of its rounds

@@ -57,7 +57,7 @@ def ours(cfg, device, autocast, compile=False):
     return model, step
 
 
-LEVERS = ("fused_update", "bf16_weights", "fp8", "cuda_graphs")
+from mlperf_bert.trainer.levers import LEVERS  # noqa: E402  (the flag names of the speed levers)
 
 
 def trainer_step(config_file, cfg, device, dtype, compile, levers):

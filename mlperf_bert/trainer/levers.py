@@ -21,6 +21,10 @@ import torch.nn.functional as F
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 
+# The levers' flag names, in one place: the benches (bench/gpu_check.py, bench/train_throughput.py)
+# time each of these, so a lever added here is measured without touching them.
+LEVERS = ("fused_update", "bf16_weights", "fp8", "cuda_graphs")
+
 COPY = "_bf16"  # suffix of the non-persistent buffer holding a parameter's bf16 copy
 
 

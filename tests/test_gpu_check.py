@@ -163,3 +163,72 @@ def test_without_mlperf_logging_it_says_what_to_pip_install(tmp_path):
         "error: gpu_check: the trainer needs mlperf_logging: pip install mlperf-logging==%s crc32c==%s"
         % (pins["mlperf-logging"], pins["crc32c"])]
     assert "shared/" not in proc.stderr and not (tmp_path / "gpu_check.json").exists()
+
+
+# ---------------------------------------------------------------- every bench's command line
+
+BENCHES = sorted(f for f in os.listdir(os.path.join(ROOT, "bench")) if f.endswith(".py") and not f.startswith("_"))
+
+
+def _run_bench(name, argv, monkeypatch, capsys):
+    """bench/<name> run as a script in this process -> (exit status, stdout, stderr)."""
+    import runpy
+    import signal
+    monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "bench", name)] + argv)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        status = 0
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def _flags_without_help(text):
+    """The flags of a --help text (absl's or argparse's listing) that have no help text."""
+    import re
+    bare, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^\s+--(?:\[no\])?(\w+): ?(.*)$", line)  # absl: "  --name: help"
+        if m:
+            if not m.group(2).strip():
+                bare.append(m.group(1))
+            continue
+        m = re.match(r"^  (?:-\w, )?--(\w+)(?: [A-Z_]+)?(\s{2,}\S.*)?$", line)  # argparse
+        if m and not m.group(2):
+            follow = lines[i + 1] if i + 1 < len(lines) else ""
+            if not re.match(r"^\s{6,}\S", follow):
+                bare.append(m.group(1))
+    return bare
+
+
+@pytest.mark.parametrize("name", BENCHES)
+def test_every_bench_lists_its_flags_with_help_and_refuses_an_unknown_one(name, monkeypatch, capsys):
+    """Issue 37.19: gpu_check's --help printed its docstring and a usage omitting four flags, and
+    the benches that read sys.argv by hand ignored a misspelled flag (bench_text_pipeline ran on
+    --help). Every bench parses its flags: --help lists each with its help, an unknown flag is
+    refused with exit 2."""
+    status, out, err = _run_bench(name, ["--help"], monkeypatch, capsys)
+    assert status == 0 and "Traceback" not in err, err
+    assert any(line.startswith("usage: ") for line in out.splitlines()), out[:500]
+    listed = set(__import__("re").findall(r"^\s+(?:-\w, )?--(?:\[no\])?(\w+)", out, __import__("re").M))
+    assert listed - {"help", "helpfull", "helpshort", "helpxml", "flagfile", "undefok"}, out[:500]
+    assert not _flags_without_help(out), _flags_without_help(out)
+    if name == "gpu_check.py":
+        assert {"gpus", "eval_samples", "max_seq_length", "max_predictions_per_seq", "budget_s", "tiny"} <= listed
+    status, out, err = _run_bench(name, ["--no_such_flag=1"], monkeypatch, capsys)
+    assert status == 2 and "no_such_flag" in err and "Traceback" not in err, (status, err[-500:])
+
+
+@pytest.mark.parametrize("name", ["gpu_plan.py", "gpu_presets.py", "gpu_check.py"])
+def test_help_into_a_closed_pipe_exits_quietly(name):
+    """Issue 37.15: ``bench/gpu_plan.py --help | head`` ended in a BrokenPipeError traceback. The
+    reader here is gone before the bench writes a byte, so the broken pipe is certain."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "bench", name), "--help"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and not err, err

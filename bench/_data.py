@@ -50,11 +50,3 @@ def parse(fv, argv, doc, required=()):
             flags.quiet_stdout()
             raise SystemExit(0)
     return flags.parse(fv, argv, required, positional=False)
-
-
-def help_requested(doc):
-    """--help/-h: print the bench's docstring and say so (the benches take few flags)."""
-    if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:
-        print(doc.strip())
-        return True
-    return False

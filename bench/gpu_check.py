@@ -29,9 +29,9 @@ ends, so a check cut short keeps what it measured:
   BERT-Large width and --lever_layers layers (compiles in seconds): rows/s, peak memory and the
   loss after --lever_steps steps on the same rows against the plain step's; a lever refused is
   listed with its one-line reason;
-- trainer: the trainer end to end (``run_pretraining``'s code) with --compile and the levers this
-  device accepts, --trainer_steps micro-steps on the packed rows with two online evals and a
-  checkpoint;
+- trainer: the trainer end to end (``run_pretraining``'s code) at the levers stage's model and
+  batch, with --compile and the levers this device accepts, --trainer_steps micro-steps on the
+  packed rows with two online evals and a checkpoint;
 - eval: seconds per 10,000 eval samples (``evaluation.evaluate``) at each per-GPU --eval_batches;
 - syncs: host syncs per micro-step over --steps eager micro-steps: torch.cuda.set_sync_debug_mode
   warnings on CUDA; on a CPU the Tensor read-backs (.item(), .cpu(), ...) are counted instead.
@@ -98,9 +98,10 @@ def define():
     S("batches", "24,48,64,96,128,160,192", "Per-GPU batches (packed rows) of the eager sweep.", flag_values=fv)
     I("steps", 10, "Timed micro-steps of each eager batch and of the host-sync count (after 2 warm-up steps).",
       flag_values=fv)
-    I("lever_layers", 2, "Layers of the levers stage's model (BERT-Large width: hidden 1024, 16 heads).",
+    I("lever_layers", 2, "Layers of the levers and trainer stages' model (BERT-Large width: hidden 1024, "
+      "16 heads).",
       flag_values=fv)
-    I("lever_batch", 32, "Per-GPU batch (packed rows) of the levers stage.", flag_values=fv)
+    I("lever_batch", 32, "Per-GPU batch (packed rows) of the levers and trainer stages.", flag_values=fv)
     I("lever_steps", 12, "Micro-steps of each lever run (2 compile or warm up, the rest timed); the loss "
       "after them is compared with the plain step's.", flag_values=fv)
     I("trainer_steps", 40, "Micro-steps of the end-to-end trainer stage (two evals, a checkpoint).",
@@ -398,25 +399,28 @@ def chosen_levers(fv):
     return chosen
 
 
-def lever_config(fv, config):
-    """The levers stage's model: BERT-Large width, --lever_layers layers (the --tiny model under --tiny)."""
-    import dataclasses
+def lever_config(fv, work):
+    """The levers and trainer stages' model file: BERT-Large width, --lever_layers layers (the
+    --tiny model under --tiny): it compiles in seconds."""
     if fv.tiny:
-        return config
-    return dataclasses.replace(config, hidden_size=1024, num_attention_heads=16, intermediate_size=4096,
-                               num_hidden_layers=fv.lever_layers)
+        return fv.bert_config_file
+    with open(fv.bert_config_file) as f:
+        d = json.load(f)
+    d.update(hidden_size=1024, num_attention_heads=16, intermediate_size=4096, num_hidden_layers=fv.lever_layers)
+    path = os.path.join(work, "lever_config.json")
+    with open(path, "w") as f:
+        json.dump(d, f)
+    return path
 
 
 def stage_levers(ctx, save):
     """Each lever alone and all together, eager and compiled, against the plain step of each."""
-    import tempfile as _tempfile
     import torch
     from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer.config import BertConfig
     fv, device, deadline, graphs = ctx["fv"], ctx["device"], ctx["deadline"], ctx["graphs"]
-    config = lever_config(fv, ctx["config"])
-    with _tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({k: v for k, v in vars(config).items() if k in TINY}, f)
-    lfv = _Overlay(fv, bert_config_file=f.name)
+    config = BertConfig.from_json_file(ctx["lever_config"], fv.max_seq_length)
+    lfv = _Overlay(fv, bert_config_file=ctx["lever_config"])
     b, n = fv.lever_batch, max(fv.lever_steps, 3)
     batches = on_device(packed_rows(ctx["packed_file"], b, n), device)
     out = {"model": {"hidden_size": config.hidden_size, "num_hidden_layers": config.num_hidden_layers,
@@ -480,18 +484,19 @@ class _Overlay:
 
 
 def stage_trainer(ctx, save):
-    """The trainer end to end: --compile and the levers this device takes, two evals, a checkpoint."""
+    """The trainer end to end at the levers stage's model and batch (its compiled graphs are in the
+    compile cache by now): --compile and the levers this device takes, two evals, a checkpoint."""
     from mlperf_bert.errors import UserError
     from mlperf_bert.trainer import training
     fv, device, graphs, work = ctx["fv"], ctx["device"], ctx["graphs"], ctx["work"]
-    b = ints(fv.batches)[0]
+    b = fv.lever_batch
     n = max(fv.trainer_steps, 4)
     out_dir = os.path.join(work, "trainer")
     eval_file = os.path.join(work, "eval.tfrecord")
     from mlperf_bert.dataset import tfrecord
     tfrecord.write_records(eval_file, ctx["recs"][-max(fv.eval_samples, 8):])
     sequences = b * ctx["packing_rate"]
-    base = ["run_pretraining.py", "--bert_config_file=" + fv.bert_config_file, "--input_file=" + ctx["packed_file"],
+    base = ["run_pretraining.py", "--bert_config_file=" + ctx["lever_config"], "--input_file=" + ctx["packed_file"],
             "--eval_input_file=" + eval_file, "--output_dir=" + out_dir, "--do_train", "--dtype=bf16",
             "--train_batch_size=%d" % b, "--max_seq_length=%d" % fv.max_seq_length,
             "--max_predictions_per_seq=%d" % fv.max_predictions_per_seq, "--optimizer=lamb",
@@ -926,12 +931,14 @@ def main(argv):
         records_path, recs = make_records(fv, work)
         packed_file, packing_rate = pack(fv, records_path, work)
         res = {"torch": torch.__version__, "budget_s": fv.budget_s, "records": len(recs), "seq": fv.max_seq_length,
-               "packing_rate": packing_rate, "order": order, "kind": kind, "stages": {}, "not_run": {}, "started": started}
+               "packing_rate": packing_rate, "order": order, "kind": kind, "stages": {}, "not_run": {},
+               "started": started}
         print("gpu_check: %d records, %.3f sequences a row, data ready in %.0f s; stages %s within %d s" % (
             len(recs), packing_rate, time.time() - started, ", ".join(order), fv.budget_s), file=sys.stderr,
             flush=True)
         preload()
-        ctx = {"fv": fv, "kind": kind, "work": work, "recs": recs, "packed_file": packed_file,
+        ctx = {"fv": fv, "kind": kind, "work": work, "lever_config": lever_config(fv, work), "recs": recs,
+               "packed_file": packed_file,
                "packing_rate": packing_rate}
         for i, name in enumerate(order):
             left = fv.budget_s - (time.time() - started) - 3  # 3 s to write the outputs

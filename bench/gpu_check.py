@@ -646,6 +646,7 @@ def child(name, ctx, path):
     written to ``path`` as it goes and at the end; exit 0, or 1 with the error in the file."""
     os.setpgrp()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.dup2(2, 1)  # what a stage prints (the trainer's lines) is progress: the summary alone goes to stdout
     from mlperf_bert.fileio import atomic_open
 
     def save(partial, **more):

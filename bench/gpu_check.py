@@ -288,8 +288,8 @@ def flops(config, batches, device):
     import torch
     from mlperf_bert.trainer import attention, throughput
     varlen = attention.varlen_kernel(device, torch.bfloat16, config.hidden_size // config.num_attention_heads)
-    return [throughput.batch_flops(config, b["input_mask"], b["masked_lm_positions"].shape[1], varlen is not None)
-            for b in batches]
+    return [throughput.batch_flops(config, b["input_mask"], b["masked_lm_positions"].shape[1], varlen is not None,
+                                   b["nsp_positions"].shape[1]) for b in batches]
 
 
 def is_oom(e):

@@ -193,8 +193,8 @@ def main(argv):
                                      cfg.hidden_size // cfg.num_attention_heads) is not None
     for name, cpu_batches in inputs.items():
         counts = [int(x.pop("global_sequences", b)) for x in cpu_batches]
-        flops = [batch_flops(cfg, x["input_mask"], x["masked_lm_positions"].shape[1], varlen and name == "packed")
-                 for x in cpu_batches]
+        flops = [batch_flops(cfg, x["input_mask"], x["masked_lm_positions"].shape[1], varlen and name == "packed",
+                             x["nsp_positions"].shape[1] if "nsp_positions" in x else 1) for x in cpu_batches]
         inputs[name] = ([{k: v.to(device) for k, v in x.items()} for x in cpu_batches], counts, flops)
     modes = [False, True] if fv.compare_compile else [fv.compile]
     contenders = []  # (name, step, input)

@@ -62,19 +62,19 @@ def test_varlen_attention_is_counted_as_the_kernel_computes_it(monkeypatch):
     from mlperf_bert.trainer import attention
     cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=256, max_position_embeddings=128)
-    batch = synthetic_batch(cfg, 3, 128, 8, torch.Generator().manual_seed(0), max_sequences=3)
+    batch = synthetic_batch(cfg, 2, 64, 4, torch.Generator().manual_seed(0), max_sequences=3)
     assert batch["input_mask"].max() == 2 and (batch["input_mask"] == 0).any()  # two sequences and padding
-    assert throughput.segment_pairs(batch["input_mask"]).tolist() == [56 ** 2 + 56 ** 2 + 16 ** 2] * 3
+    assert throughput.segment_pairs(batch["input_mask"]).tolist() == [28 ** 2 + 28 ** 2 + 8 ** 2] * 2
 
     def counted():
         counter = FlopCounterMode(display=False)
         with counter:
             BertForPreTraining(cfg)(**batch).loss.backward()
         return counter.get_total_flops()
-    dense = throughput.batch_flops(cfg, batch["input_mask"], 8, varlen=False)
+    dense = throughput.batch_flops(cfg, batch["input_mask"], 4, varlen=False, pooled=3)
     assert dense == pytest.approx(counted(), rel=1e-3)
     monkeypatch.setattr(attention, "varlen_kernel", lambda device, dtype, head_dim: attention.reference_varlen)
-    varlen = throughput.batch_flops(cfg, batch["input_mask"], 8, varlen=True)
+    varlen = throughput.batch_flops(cfg, batch["input_mask"], 4, varlen=True, pooled=3)  # 3 NSP slots a row
     assert varlen == pytest.approx(counted(), rel=1e-3) and varlen < 0.95 * dense
 
 
@@ -106,7 +106,8 @@ def test_trainer_counts_varlen_attention_where_the_kernel_runs(files, tmp_path, 
     assert trainer.batch_flops(24) is None  # a CPU has no varlen kernel: the dense count is right
     monkeypatch.setattr(attention, "varlen_kernel", lambda device, dtype, head_dim: attention.reference_varlen)
     batch = synthetic_batch(cfg, 3, 128, 8, torch.Generator().manual_seed(0), max_sequences=3)
-    assert trainer.batch_flops(24)(batch) == throughput.batch_flops(cfg, batch["input_mask"], 24, varlen=True)
+    assert trainer.batch_flops(24)(batch) == throughput.batch_flops(cfg, batch["input_mask"], 24, varlen=True,
+                                                                    pooled=3)
 
 
 def test_progress_bar_shows_the_rates():

@@ -37,13 +37,14 @@ PEAK_BF16_TFLOPS = (
 PAIR_FLOPS = 12
 
 
-def flops_per_row(config, seq, pred, pairs=None):
+def flops_per_row(config, seq, pred, pairs=None, pooled=1):
     """Training FLOPs (forward + backward) of one row of ``seq`` tokens with ``pred`` MLM slots;
-    ``pairs``: the query-key pairs its attention computes (default seq^2, the dense kernel)."""
+    ``pairs``: the query-key pairs its attention computes (default seq^2, the dense kernel);
+    ``pooled``: the tokens the pooler runs on (a packed row's NSP positions)."""
     h, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     layer = 4 * h * h + 2 * h * config.intermediate_size  # Q, K, V, output; the two MLP matrices
     pairs = seq * seq if pairs is None else pairs
-    return 6 * (layers * layer * seq + h * h) + PAIR_FLOPS * layers * pairs * h + 6 * pred * (h * h + h * vocab)
+    return 6 * (layers * layer * seq + pooled * h * h) + PAIR_FLOPS * layers * pairs * h + 6 * pred * (h * h + h * vocab)
 
 
 def segment_pairs(input_mask):
@@ -56,15 +57,15 @@ def segment_pairs(input_mask):
     return (counts ** 2).sum(1)
 
 
-def batch_flops(config, input_mask, pred, varlen):
-    """Training FLOPs of a batch of rows (``input_mask`` [b, t]) with ``pred`` MLM slots a row:
-    dense attention (``varlen`` False: unpacked rows, or packed rows on the dense mask), or
-    packed rows on the variable-length kernel."""
+def batch_flops(config, input_mask, pred, varlen, pooled=1):
+    """Training FLOPs of a batch of rows (``input_mask`` [b, t]) with ``pred`` MLM slots and
+    ``pooled`` NSP positions a row: dense attention (``varlen`` False: unpacked rows, or packed
+    rows on the dense mask), or packed rows on the variable-length kernel."""
     b, seq = input_mask.shape
     if not varlen:
-        return b * flops_per_row(config, seq, pred)
+        return b * flops_per_row(config, seq, pred, pooled=pooled)
     pairs = float(segment_pairs(input_mask).sum())
-    return b * flops_per_row(config, seq, pred, pairs=0) + PAIR_FLOPS * config.num_hidden_layers * pairs * \
+    return b * flops_per_row(config, seq, pred, pairs=0, pooled=pooled) + PAIR_FLOPS * config.num_hidden_layers * pairs * \
         config.hidden_size
 
 

@@ -237,7 +237,8 @@ class Trainer:
         dtype = torch.bfloat16 if self.fv.dtype == "bf16" else torch.float32
         if attention.varlen_kernel(self.device, dtype, cfg.hidden_size // cfg.num_attention_heads) is None:
             return None
-        return lambda batch: throughput.batch_flops(cfg, batch["input_mask"], pred, varlen=True)
+        return lambda batch: throughput.batch_flops(cfg, batch["input_mask"], pred, varlen=True,
+                                                    pooled=batch["nsp_positions"].shape[1])
 
     def meter(self, packed, start=None):
         """The throughput of the log intervals; FLOPs and MFU on CUDA, where they mean something."""

@@ -776,7 +776,7 @@ def headline(name, r):
         if not ok:
             return "no lever ran" + tail
         best = max(ok, key=lambda x: x["rows_per_s"])
-        return "fastest: %s %s, %.2fx its plain step, loss %+.1e relative%s" % (
+        return "best: %s %s, %.2fx its plain step, loss %+.1e relative%s" % (
             best["mode"], best["levers"], best["speed_vs_plain"], best["loss_vs_plain"], tail)
     if name == "trainer":
         return "%s micro-steps with %s, %d evals, %d checkpoints, exit %s%s" % (

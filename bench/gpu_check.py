@@ -145,9 +145,25 @@ def check_dependencies():
             raise UserError(missing_dependency(e.name or module))
 
 
+def cuda_available():
+    """torch.cuda.is_available(), asked in a forked child: the CUDA runtime that asking may start
+    does not survive a fork, and the stages are forked from this process."""
+    import torch
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            code = 0 if torch.cuda.is_available() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 def resolve(fv, work):
     """--tiny's defaults, the refusal on a host without CUDA, the device kind."""
-    import torch
     from mlperf_bert.errors import UserError
     if fv.tiny:
         for name, value in TINY_FLAGS.items():
@@ -157,7 +173,7 @@ def resolve(fv, work):
             fv.bert_config_file = os.path.join(work, "tiny.json")
             with open(fv.bert_config_file, "w") as f:
                 json.dump(TINY, f)
-    cuda = torch.cuda.is_available()  # does not initialise CUDA: the stages are forked after this
+    cuda = cuda_available()
     if fv.device == "cuda" and not cuda:
         raise UserError("gpu_check: --device=cuda, but this host has no CUDA GPU: run it on a GPU machine")
     kind = fv.device if fv.device != "auto" else ("cuda" if cuda else "cpu")
@@ -922,6 +938,9 @@ def main(argv):
         raise UserError("--stages: unknown %s; the stages are %s" % (
             ", ".join(sorted(set(order) - set(STAGES))), ", ".join(STAGES)))
     started = time.time()
+    # CUDA must not start in this process (its stages are forked from it): where torch asks whether
+    # there is a GPU (its compiler's imports do), NVML answers, not the CUDA runtime
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     check_dependencies()
     chosen_levers(fv)  # an unknown lever is refused before anything runs
     import shutil

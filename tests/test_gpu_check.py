@@ -129,6 +129,17 @@ def test_graph_recordings_are_counted_by_phase():
         cudagraph_trees.CUDAGraphTreeManager.record_function = real
 
 
+def test_whether_there_is_a_gpu_is_asked_in_a_child_not_in_the_process_that_forks_the_stages(monkeypatch):
+    """The CUDA runtime that torch.cuda.is_available() may start does not survive a fork: the
+    process the stages are forked from must never ask it itself."""
+    import torch
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append(os.getpid()) or True)
+    assert gpu_check.cuda_available() is True and asked == []  # the child's answer; nothing asked here
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.cuda_available() is False
+
+
 def test_on_a_host_without_cuda_it_refuses_unless_told_to_scale_down(tmp_path, monkeypatch):
     """Issue 37.16: it started BERT-Large at seq 512 on the CPU (12 GB after 100 s, no output)."""
     import torch

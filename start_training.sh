@@ -3,12 +3,15 @@
 #
 # Prints STARTING TIMING RUN AT, drops the page cache where it can (root with a writable
 # /proc/sys/vm/drop_caches: in a container --privileged) and says so in one line, the trainer
-# logging `cache_clear` true only after a drop that succeeded; runs train_model.sh with the arguments. A run
-# that finishes: ENDING TIMING RUN AT, RESULT,bert,<seed>,<seconds>,<user>,<start>, then
-# `check-log $LOGDIR/mlperf.log`. A run stopped by SIGTERM/SIGINT (docker stop, a scheduler, Ctrl-C;
-# forwarded so the trainer checkpoints) or one that fails: one line saying so, which checkpoint
-# holds it and that the same command resumes (its log is not checked: the run has not ended).
-# Exits with the training's status (143 after SIGTERM, 130 after SIGINT). A run that finished
+# logging `cache_clear` true only after a drop that succeeded (a resumed run's log keeps its first
+# start's, and the line says so); runs train_model.sh with the arguments. A run that finishes:
+# ENDING TIMING RUN AT, RESULT,bert,<seed>,<seconds>,<user>,<start> (<seconds>: this invocation's,
+# init included, as the reference counts; a run this invocation resumed adds a field saying so and
+# giving the log's run_start to run_stop, which MLPerf scores), then `check-log $LOGDIR/mlperf.log`.
+# A run stopped by SIGTERM/SIGINT (docker stop, a scheduler, Ctrl-C; passed on so the trainer
+# checkpoints) or one that fails: one line saying so, which checkpoint holds it and that the same
+# command resumes (its log is not checked: the run has not ended). Exits with the training's status
+# (143 after SIGTERM, 130 after SIGINT). A run that finished
 # earlier is not run again. With DATA_DIR unset and no arguments it runs the built-in demo.
 #
 # Environment: everything train_model.sh reads (PRESET, DATA_DIR, INPUT_FILES, EVAL_FILE,
@@ -79,13 +82,19 @@ if [[ -z "${TRAIN_MODEL:-}" ]]; then
   CHECK_ONLY=1 "$HERE/train_model.sh" "$@" || exit 2
 fi
 
-# SIGTERM/SIGINT go on to the trainer as SIGTERM (it checkpoints only on SIGTERM, and a background
-# job ignores SIGINT); the run that was going on then says it stopped.
+# SIGTERM goes on to the trainer as SIGTERM; SIGINT as SIGINT, then SIGTERM: the trainer (and the
+# torchrun wrapper) act on the first and name it, while a child that has not installed its handlers
+# yet ignores SIGINT (a background job does) and ends on the SIGTERM. The run that was going on then
+# says it stopped.
 child=
 got_signal=
+pass_on() {  # the signal got, to $child
+  [[ "$got_signal" == INT ]] && kill -INT "$child" 2>/dev/null
+  kill -TERM "$child" 2>/dev/null
+}
 on_signal() {
   got_signal=$1
-  [[ -n "$child" ]] && kill -TERM "$child" 2>/dev/null
+  [[ -n "$child" ]] && pass_on
 }
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
@@ -101,16 +110,32 @@ newest_checkpoint() {  # DIR: its newest model.ckpt-<step>.pt, or nothing
   echo "$best"
 }
 
-run_state() {  # DIR LOG: sets run_seed (the seed its log records) and run_status (its finished marker's)
+run_state() {  # DIR LOG: sets run_seed (the seed its log records), run_status (its finished marker's),
+  # run_cache_clear (the cache_clear its log records) and run_seconds (its run_start to run_stop)
   local state
-  state="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.run_state "$1" "$2" 2>/dev/null)" || state="- -"
-  read -r run_seed run_status <<<"$state"
+  state="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.run_state "$1" "$2" 2>/dev/null)" || state="- - - -"
+  read -r run_seed run_status run_cache_clear run_seconds <<<"$state"
   [[ "$run_seed" == - ]] && run_seed=
   [[ "$run_status" == - ]] && run_status=
+  [[ "$run_cache_clear" == - ]] && run_cache_clear=
+  [[ "$run_seconds" == - ]] && run_seconds=
 }
 
+say_drop() {  # WHAT CACHE_CLEAR: run_one's page cache line, ending with the cache_clear the log holds
+  # (run_one's: resumed, the checkpoint a run resumes; run_cache_clear, what its log holds)
+  if [[ -n "$resumed" && -n "$run_cache_clear" ]]; then
+    echo "$ME: $1; the run resumes from $(basename "$resumed"), whose log keeps cache_clear=$run_cache_clear from its first start"
+  else
+    echo "$ME: $1; logging cache_clear=$2"
+  fi
+}
+
+# Rank 0, on node 0, writes the MLPerf log: the other nodes of a multi-node run neither copy nor
+# check it (on shared storage they would read it while rank 0 may still be writing its last lines).
+log_node() { [[ "${NODE_RANK:-0}" =~ ^0*$ ]]; }
+
 check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
-  if [[ "${CHECK_LOG:-1}" == 1 && -f "$1" ]]; then
+  if [[ "${CHECK_LOG:-1}" == 1 && -f "$1" ]] && log_node; then
     (cd "$HERE" && "$PYTHON" -m mlperf_bert check-log "$1") || echo "$ME: $1 does not pass the log checker"
   fi
 }
@@ -119,7 +144,7 @@ check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
 # status, elapsed, finished_before, run_seed and run_status; prints one line when the run stops
 # or fails; when it finishes or had finished earlier, the caller says so.
 run_one() {
-  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt ckpt
+  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt ckpt resumed
   shift 4
   run_state "$dir" "$log"
   if [[ -n "$run_status" ]]; then
@@ -131,28 +156,30 @@ run_one() {
     return
   fi
   finished_before=0
+  # a checkpoint there: the trainer resumes it, and the log goes on from it (its first lines kept)
+  resumed="$(newest_checkpoint "$dir")"
   mkdir -p "$dir" "$logdir" || exit 2
   start=$(date +%s)
   start_fmt=$(date +'%Y-%m-%d %r')
   echo "STARTING TIMING RUN AT $start_fmt"
 
   # The trainer logs cache_clear (first line of its log) true only when MLPERF_CACHE_CLEARED says
-  # that this drop succeeded.
+  # that this drop succeeded; a resumed run's log keeps its first start's line, and says so.
   local cleared=False
   if [[ "$DROP_CACHES" == 0 ]]; then
     :  # asked for: nothing to say
   elif [[ "$DROP_CACHES" == auto && "$(id -u)" != 0 ]]; then
-    echo "$ME: not root: the page cache is not dropped (run as root; a container with --privileged); logging cache_clear=False"
+    say_drop "not root: the page cache is not dropped (run as root; a container with --privileged)" False
   elif sync && { echo 3 > "$DROP_CACHES_FILE"; } 2>/dev/null; then
     cleared=True
-    echo "$ME: dropped the page cache (sync; echo 3 > $DROP_CACHES_FILE); logging cache_clear=True"
+    say_drop "dropped the page cache (sync; echo 3 > $DROP_CACHES_FILE)" True
   else
-    echo "$ME: cannot drop the page cache ($DROP_CACHES_FILE is not writable: run the container with --privileged); logging cache_clear=False"
+    say_drop "cannot drop the page cache ($DROP_CACHES_FILE is not writable: run the container with --privileged)" False
   fi
   OUTPUT_DIR="$dir" LOGDIR="$logdir" SEED="$seed" MLPERF_CACHE_CLEARED=$cleared \
     "${TRAIN_MODEL:-$HERE/train_model.sh}" "$@" &
   child=$!
-  [[ -n "$got_signal" ]] && kill -TERM "$child" 2>/dev/null  # arrived before $child was known
+  [[ -n "$got_signal" ]] && pass_on  # arrived before $child was known
   wait "$child"
   status=$?
   # `wait` returns early when a trapped signal arrives; wait for the trainer's own exit status.
@@ -166,12 +193,18 @@ run_one() {
 
   if (( status == 0 )); then
     echo "ENDING TIMING RUN AT $(date +'%Y-%m-%d %r')"
-    echo "RESULT,bert,${run_seed:-$seed},$elapsed,$(id -un 2>/dev/null || id -u),$start_fmt"
+    # <seconds>: this invocation's, as the reference's run_and_time.sh counts (init included). What
+    # MLPerf scores is the log's run_start to run_stop: for a run stopped and resumed, the RESULT
+    # line says so, and that span, which holds every invocation and the pauses between them.
+    local note=
+    [[ -n "$resumed" ]] && note=",resumed from $(basename "$resumed"): $elapsed s counts this invocation only; MLPerf scores the log's run_start to run_stop: ${run_seconds:-?} s over every invocation of the run and the pauses between them"
+    echo "RESULT,bert,${run_seed:-$seed},$elapsed,$(id -un 2>/dev/null || id -u),$start_fmt$note"
     return
   fi
   ckpt="$(newest_checkpoint "$dir")"
   # 143: the trainer got a SIGTERM of its own (a scheduler signalling the whole job, say)
   [[ -z "$got_signal" ]] && (( status == 143 )) && got_signal=TERM
+  [[ -z "$got_signal" ]] && (( status == 130 )) && got_signal=INT  # a terminal's Ctrl-C, to the trainer too
   if [[ -n "$got_signal" ]]; then
     status=$(signal_status)
     if [[ -n "$ckpt" ]]; then
@@ -213,6 +246,10 @@ for (( i = 0; i < NUM_RUNS; i++ )); do
   (( status == 0 )) || exit "$status"
   seeds+=("${run_seed:-?}")
   result="$LOGDIR/result_$i.txt"
+  if ! log_node; then
+    echo "$ME: run $i of $NUM_RUNS finished on node $NODE_RANK; node 0 keeps its log as result_$i.txt"
+    continue
+  fi
   if [[ ! -f "$result" ]] || (( ! finished_before )); then
     cp "$run_dir/mlperf.log" "$LOGDIR/.result_$i.txt.tmp" && mv "$LOGDIR/.result_$i.txt.tmp" "$result" || exit 2
   fi

@@ -26,11 +26,12 @@
 #                   or with --device=cpu, the CPU cores)
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT  multi-node rendezvous           [1, 0, 127.0.0.1, 29500]
 #   SEED            --seed for the trainer                                       [trainer default]
-#   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults]
+#   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults;
+#                   a closed run without SUBMISSION_ORG or SUBMISSION_PLATFORM is refused]
 #   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
 #   DRY_RUN=1       print the command instead of running it (same as --dry_run)
-#   CHECK_ONLY=1    check the settings (an error line, status 2) and run nothing: start_training.sh
-#                   does so before its first run
+#   CHECK_ONLY=1    check the settings as a run does (an error line, status 2; NUM_GPUS against
+#                   the host included) and run nothing: start_training.sh does so before its first run
 #   --help          print this and the presets, and exit
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -191,6 +192,11 @@ done
 
 # A closed-division run starts from the reference's phase-1 checkpoint (the trainer refuses it
 # too; said here, before a launcher starts). --dry_run shows a marked placeholder instead.
+flag_value() {  # NAME DEFAULT: the value the trainer gets (the last one given wins)
+  local v="$2" a
+  for a in "${kept[@]}" "${overrides[@]+"${overrides[@]}"}"; do [[ "$a" == "--$1="* ]] && v="${a#--$1=}"; done
+  echo "$v"
+}
 given() {  # NAME: whether the trainer gets --NAME=... or --NAME
   local a
   for a in "${kept[@]}" "${overrides[@]+"${overrides[@]}"}"; do [[ "$a" == "--$1" || "$a" == "--$1="* ]] && return 0; done
@@ -204,7 +210,25 @@ if given do_train && given submission_division=closed && ! given init_checkpoint
     die "this run (preset $PRESET) is closed division, which starts from the reference's phase-1 checkpoint: download tf1_ckpt/model.ckpt-28252.* (the MLCommons BERT files, README 'From text to verified TFRecords'), check it with \`python -m mlperf_bert verify DIR/tf1_ckpt\` and set INIT_CHECKPOINT=DIR/tf1_ckpt/model.ckpt-28252, or pass --submission_division=open"
   fi
 fi
-[[ "${CHECK_ONLY:-0}" == 1 ]] && exit 0  # start_training.sh: the settings are checked, nothing is run
+# A closed run's log names the submitter and the system (package refuses one that does not, and a log
+# is never rewritten): refused here, before ten runs are made with 'unknown' (the trainer refuses it
+# too, as preflight.unnamed_submitter: empty or 'unknown' in any case). --dry_run says so instead.
+if given do_train && given submission_division=closed; then
+  unnamed=()
+  for name in org platform; do
+    value="$(flag_value "submission_$name" unknown)"
+    value="${value#"${value%%[![:space:]]*}"}"; value="${value%"${value##*[![:space:]]}"}"
+    [[ -z "$value" || "${value,,}" == unknown ]] && unnamed+=("SUBMISSION_${name^^}")
+  done
+  if (( ${#unnamed[@]} )); then
+    what="${unnamed[*]}"; what="${what// / and }"
+    if [[ "$DRY_RUN" == 1 ]]; then
+      echo "train_model.sh: $what not set: the run is refused until they are (closed division)" >&2
+    else
+      die "this run (preset $PRESET) is closed division, whose log names who submits it and on which system, and package refuses a log without them (a log cannot be fixed after the run): set $what (the package's --org and system name), or pass --submission_division=open"
+    fi
+  fi
+fi
 
 if (( NUM_GPUS * NNODES == 1 )); then
   # one process: no launcher between the user and the trainer's own error line and exit status
@@ -224,11 +248,6 @@ fi
 
 # What the preset asks of each GPU: the trainer's --train_batch_size is the global batch of one
 # micro-step, split over the ranks; --steps_per_update micro-steps make one update.
-flag_value() {  # NAME DEFAULT: the value the trainer gets (the last one given wins)
-  local v="$2" a
-  for a in "${kept[@]}" "${overrides[@]+"${overrides[@]}"}"; do [[ "$a" == "--$1="* ]] && v="${a#--$1=}"; done
-  echo "$v"
-}
 gpus=$((NUM_GPUS * NNODES))
 micro="$(flag_value train_batch_size 32)"
 accum="$(flag_value steps_per_update 1)"
@@ -269,6 +288,7 @@ if [[ "$DRY_RUN" != 1 ]] && (( NUM_GPUS > 1 )); then
     (( NUM_GPUS <= cores )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has no GPU and $cores CPU cores (nproc), one process each at most: set NUM_GPUS=$cores or fewer"
   fi
 fi
+[[ "${CHECK_ONLY:-0}" == 1 ]] && exit 0  # start_training.sh: the settings are checked (as a run checks them), nothing is run
 
 if [[ "$DRY_RUN" == 1 ]]; then
   [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan" >&2
@@ -280,4 +300,8 @@ mkdir -p "$OUTPUT_DIR" "$LOGDIR"
 [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan"
 [[ -n "${warning:-}" ]] && echo "$warning" >&2
 echo "train_model.sh: preset $PRESET: ${cmd[*]}"
+# how the run was launched, which the trainer keeps in run_finished.json and package in launch.json
+MLPERF_BERT_OVERRIDES=""
+(( ${#overrides[@]} == 0 )) || printf -v MLPERF_BERT_OVERRIDES '%q ' "${overrides[@]}"
+export MLPERF_BERT_PRESET="$PRESET" MLPERF_BERT_OVERRIDES="${MLPERF_BERT_OVERRIDES% }"
 exec "${cmd[@]}"

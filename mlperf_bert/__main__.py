@@ -22,7 +22,7 @@ COMMANDS = {
     "check-log": ("harness.compliance", "check an MLPerf log: official checker + BERT rules"),
     "plot-log": ("harness.plot", "plot loss and accuracy curves from an MLPerf log"),
     "package": ("harness.package", "ten run logs -> an MLPerf submission package (results, systems, source)"),
-    "score": ("harness.score", "official package checker + result summarizer on a submission package"),
+    "score": ("harness.score", "MLCommons' three verify steps on a package and a score per system"),
     "demo": ("demo", "the built-in end-to-end demo"),
 }
 

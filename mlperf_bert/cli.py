@@ -23,16 +23,19 @@ def run_main(main, argv=None):
         remove_own_temporaries()
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Terminated:
-        print("error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on",
-              file=sys.stderr)
+    except Terminated as e:
+        if e.line is None:
+            print("error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on",
+                  file=sys.stderr)
+        elif e.line:  # the command's own line (the trainer's stop in its init)
+            print(e.line)
         # The finally blocks (temporaries removed, locks released) ran on the way here. Leave now:
         # a half-built object the signal interrupted (a progress bar) must not add its own noise
         # when the interpreter tears it down.
         remove_own_temporaries()  # those whose ``with`` block the signal did not reach
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(143)
+        os._exit(e.status)
     except BrokenPipeError:
         # The reader of our output went away (``... | head``): stop quietly, as a pipeline expects.
         quiet_stdout()

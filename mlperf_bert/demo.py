@@ -241,7 +241,8 @@ def submission(fv, out, env, run_flags_, py, t0):
     if _run([py, "-m", "mlperf_bert", "package", "--org=" + ORG, "--system=" + SYSTEM, "--runs=" + runs_dir,
              "--output=" + package, "--system_json=" + system_json], "package"):
         raise UserError("demo: package failed (see above)")
-    status = _run([py, "-m", "mlperf_bert", "score", package], "score (official package checker + summarizer)")
+    status = _run([py, "-m", "mlperf_bert", "score", package],
+                  "score (the official package checker, result summarizer and repo checker)")
     print("\nsubmission demo finished in %.0f s: %d runs in %s, package %s (score plots beside it)"
           % (time.time() - t0, fv.runs, runs_dir, package))
     return status

@@ -15,7 +15,12 @@ class UserError(Exception):
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread so ``finally`` blocks (and the atomic writer's
     removal of its temporary) run before the process exits. Not an Exception: nothing
-    that catches errors swallows it."""
+    that catches errors swallows it. ``line``: what to print instead of the generic line
+    ("": nothing); ``status``: the exit status (143; 130 for SIGINT)."""
+
+    def __init__(self, line=None, status=143):
+        super().__init__(line)
+        self.line, self.status = line, status
 
 
 def _raise_terminated(signum, frame):

@@ -2,6 +2,10 @@
 
 The model run on a loaded checkpoint is compared with an independent NumPy (float64)
 transcription of the reference BERT computed straight from the TF-named arrays.
+
+The training checkpoints' copy to host memory (trainer/checkpoint.py host_copy_async): its CUDA
+path (pinned buffers, non_blocking copies on a side stream, an event) run on this CPU with
+torch.cuda's streams and events faked, and the files it writes against those of the state itself.
 """
 import os
 
@@ -290,6 +294,32 @@ def test_convert_round_trip_tf_pt_tf_is_exact(tf1_ckpt, tmp_path):
         checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + pt, "--output=b.pt"])
 
 
+def test_convert_says_one_count_of_dropped_variables(tmp_path, caplog, capsys):
+    """Issue 37 (20): TF -> .pt logged "ignored 1 non-model variable(s): 1 x global_step" and printed
+    "0 non-model variable(s) dropped" for the same run: global_step is carried to the output, so
+    neither counts it, and a variable that is dropped is counted alike by both."""
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    slot = {"bert/pooler/dense/bias/adam_m": np.zeros(32, np.float32),
+            "bert/pooler/dense/bias/adam_v": np.zeros(32, np.float32)}
+    for name, extra, dropped in (("plain", None, 0), ("slots", slot, 2)):
+        prefix = str(tmp_path / name / "model.ckpt-7")
+        tf_checkpoint.save_tf_checkpoint(model, prefix, global_step=7, extra=extra)
+        caplog.clear()
+        capsys.readouterr()
+        with caplog.at_level("INFO"):
+            assert checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + prefix,
+                                            "--output=" + str(tmp_path / (name + ".pt"))]) == 0
+        printed = capsys.readouterr().out
+        assert "(global_step 7, %d non-model variable(s) dropped)" % dropped in printed, printed
+        logged = [r.getMessage() for r in caplog.records if "non-model" in r.getMessage()]
+        assert logged == ([] if not dropped else
+                          ["checkpoint %s: ignored %d non-model variable(s): 1 x adam_m, 1 x adam_v"
+                           % (prefix, dropped)]), logged
+        assert torch.load(str(tmp_path / (name + ".pt")), weights_only=True)["global_step"] == 7
+
+
 def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):
     prefix, _ = tf1_ckpt
     new = str(tmp_path / "ga" / "model.ckpt-28")
@@ -331,3 +361,146 @@ def test_bad_pt_inputs_are_one_line_errors(tmp_path):
     torch.save({"model": sd}, str(bad))
     with pytest.raises(UserError, match=r"word_embeddings \[40, 16\] \(model expects \[40, 32\]\)"):
         tf_checkpoint.load_init_checkpoint(model, str(bad))
+
+
+# ---------------------------------------------------------------- the training checkpoints' host copy
+
+class _FakeCuda:
+    """torch.cuda's streams and events, and pinned memory, as calls in ``log`` (a CPU build has
+    none of them); the copies run on the CPU."""
+
+    def __init__(self, monkeypatch):
+        from mlperf_bert.trainer import checkpoint
+        self.log, self.pinned = [], set()
+        self.main = self.current = "main"
+        fake = self
+
+        class Stream:
+            def __init__(self, device=None):
+                fake.log.append(("stream", str(device)))
+
+            def wait_stream(self, other):
+                fake.log.append(("side waits for", other))
+
+        class Event:
+            def record(self, stream):
+                fake.log.append(("event recorded on", "side" if isinstance(stream, Stream) else stream))
+
+            def synchronize(self):
+                fake.log.append(("event synchronised",))
+
+        class StreamContext:
+            def __init__(self, stream):
+                self.stream = stream
+
+            def __enter__(self):
+                fake.current = "side" if isinstance(self.stream, Stream) else self.stream
+
+            def __exit__(self, *exc):
+                fake.current = fake.main
+
+        def pinned(nbytes):
+            t = torch.empty(nbytes, dtype=torch.uint8)
+            fake.pinned.add(t.data_ptr())
+            fake.log.append(("pinned", nbytes))
+            return t
+
+        real_copy = torch.Tensor.copy_
+
+        def copy_(dst, src, non_blocking=False):
+            if dst.data_ptr() in fake.pinned:
+                fake.log.append(("copy", non_blocking, fake.current))
+            return real_copy(dst, src, non_blocking)
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "stream", StreamContext)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: fake.main)
+        monkeypatch.setattr(torch.Tensor, "copy_", copy_)
+        monkeypatch.setattr(torch.Tensor, "record_stream", lambda t, s: fake.log.append(("record_stream",)))
+        monkeypatch.setattr(checkpoint, "_pinned", pinned)
+        # every storage as if in GPU memory (host tensors of a state, e.g. RNG states, are cloned)
+        monkeypatch.setattr(checkpoint, "_on_device", lambda storage: True)
+        self.Event = Event
+
+
+def _a_state():
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(6, 4, generator=gen)
+    return {"model": {"w": w, "w_t": w.t(), "row": w[2], "b": torch.randn(4, generator=gen)},
+            "optimizer": {"state": {0: {"step": 3, "adam_m": torch.randn(6, 4, generator=gen)}}},
+            "global_step": 3, "rng": torch.get_rng_state()}
+
+
+def test_host_copy_from_cuda_pins_copies_on_a_side_stream_and_writes_the_same_file(tmp_path, monkeypatch):
+    """The CUDA path: a side stream that waits for the training stream, one pinned buffer per
+    storage (views share it), every copy non_blocking on the side stream, an event recorded
+    after the last; the writer synchronises on the event before it writes. The file written
+    from the copy is byte for byte the one written from the state itself (and from the CPU
+    path's copy)."""
+    from mlperf_bert.trainer import checkpoint
+    fake = _FakeCuda(monkeypatch)
+    state = _a_state()
+    copy, done = checkpoint.host_copy_async(state, torch.device("cuda", 1))
+    storages = 4  # w (and its views), b, adam_m, the RNG state
+    log = fake.log
+    assert log[:2] == [("stream", "cuda:1"), ("side waits for", "main")]
+    assert [e for e in log if e[0] == "pinned"] == [("pinned", n) for n in (96, 16, 96, state["rng"].numel())]
+    assert [e for e in log if e[0] == "copy"] == [("copy", True, "side")] * storages
+    assert log[-1] == ("event recorded on", "side") and isinstance(done, fake.Event)
+    assert copy["model"]["w_t"].untyped_storage().data_ptr() == copy["model"]["w"].untyped_storage().data_ptr()
+    del log[:]
+    saved = []
+    monkeypatch.setattr(checkpoint, "save", lambda path, st, keep: (saved.append(path), log.append(("save",)),
+                                                                   torch.save(st, path)))
+    writer = checkpoint.BackgroundWriter()
+    for d in ("async", "state", "cpu"):  # torch.save names the archive's folder after the file
+        (tmp_path / d).mkdir()
+    writer.submit(str(tmp_path / "async" / "model.pt"), copy, 0, ready=done)
+    writer.wait()
+    assert log == [("event synchronised",), ("save",)]
+    torch.save(state, str(tmp_path / "state" / "model.pt"))
+    monkeypatch.undo()
+    torch.save(checkpoint.host_copy(state), str(tmp_path / "cpu" / "model.pt"))
+    ref = (tmp_path / "state" / "model.pt").read_bytes()
+    assert (tmp_path / "async" / "model.pt").read_bytes() == ref == (tmp_path / "cpu" / "model.pt").read_bytes()
+
+
+def test_host_copy_elsewhere_is_a_plain_copy(monkeypatch):
+    """On a CPU (or no device given) nothing is pinned, no stream is made, no event returned,
+    and the copy owns its memory."""
+    from mlperf_bert.trainer import checkpoint
+    fake = _FakeCuda(monkeypatch)
+    state = _a_state()
+    copy, done = checkpoint.host_copy_async(state, torch.device("cpu"))
+    assert done is None and fake.log == []
+    monkeypatch.undo()
+    assert not checkpoint._on_device(state["model"]["w"].untyped_storage())
+    assert copy["model"]["w"].data_ptr() != state["model"]["w"].data_ptr()
+    assert torch.equal(copy["model"]["w_t"], state["model"]["w_t"])
+
+
+def test_the_next_update_waits_for_the_checkpoints_copy(tmp_path, monkeypatch):
+    """The Trainer: save() keeps the copy's event and hands it to the writer; the next micro-step
+    makes the training stream wait on it before the update writes the weights and slots (the
+    forward and backward before it overlap the copy), once."""
+    from mlperf_bert.trainer import checkpoint
+    from test_levers import _batches, _trainer
+    fake = _FakeCuda(monkeypatch)
+    monkeypatch.setattr(torch, "compile", lambda fn=None, **kw: fn)
+    trainer = _trainer(tmp_path, dtype="fp32")
+    event = fake.Event()
+    real = checkpoint.host_copy_async
+    monkeypatch.setattr(checkpoint, "host_copy_async", lambda state, device: (real(state)[0], event))
+    submitted = []
+    monkeypatch.setattr(trainer.writer, "submit", lambda path, state, keep, ready=None: submitted.append(ready))
+    trainer.save(str(tmp_path / "model.ckpt-0.pt"), {})
+    assert submitted == [event] and trainer._copying is event
+    main = []
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type(
+        "S", (), {"wait_event": lambda self, e: main.append(("wait", e))})())
+    after = trainer.after_backward
+    trainer.after_backward = lambda step: (main.append(("update",)), after(step))[1]
+    batches = _batches()
+    trainer.step(batches[0], 0)
+    trainer.step(batches[1], 1)
+    assert main == [("wait", event), ("update",), ("update",)] and trainer._copying is None

@@ -14,6 +14,7 @@ import glob
 import importlib
 import inspect
 import io
+import json
 import os
 import re
 import runpy
@@ -21,6 +22,7 @@ import shlex
 import subprocess
 import sys
 
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -59,6 +61,7 @@ OTHERS_FLAGS = {
 # Flags other helpers are adding on their branches at the same time (issue 27). Each entry is
 # (command, flag); remove it once that branch is merged (the test then checks the flag for real).
 PENDING_FLAGS = {
+    ("bench/gpu_check.py", "budget_s"),  # issue 37 (19): gpu_check in budgeted stages, another branch
 }
 
 
@@ -656,6 +659,373 @@ def test_a_number_quoted_wrongly_from_results_is_reported():
         "x.md: 'the other 493 text shards': results/ says 494",
         "x.md: 'of the 500 text shards, parts 0-2 and 497-498': results/ has parts 0-2 and 497-499",
         "x.md: '365 GB': the 500 TFRecords of results/ are 391 GB (364.6 GiB)"]
+
+
+# ---- issue 37: the docs' commands as the launchers and the writers take them ---------------------
+
+def _launcher_env_names():
+    """The variables the launchers read, as running.md's "Environment (defaults)" list names them."""
+    text = open(os.path.join(ROOT, "docs", "running.md"), encoding="utf-8").read()
+    para = text[text.index("Environment (defaults):"):]
+    return set(re.findall(r"`([A-Z][A-Z0-9_]+)`", para[:para.index("\n\n")])) | {"DRY_RUN", "CHECK_ONLY"}
+
+
+def _launcher_invocation(tokens, env=None):
+    """(launcher, {NAME: value}, args) of one simple command, or None: a launcher run with its
+    settings, or ``docker run ... -e NAME=value ... IMAGE [--flag ...]`` (start_training.sh). A
+    docker command with elided options (``...``) or none at all (the demo) is a sketch: None."""
+    env = dict(env or {})
+    while tokens and (_is_assignment(tokens[0]) or tokens[0] == "env"):
+        if tokens[0] != "env":
+            env.__setitem__(*tokens[0].split("=", 1))
+        tokens = tokens[1:]
+    if not tokens:
+        return None
+    if tokens[0] in ("docker", "podman") and tokens[1:2] == ["run"] and IMAGE in tokens:
+        head, rest = tokens[:tokens.index(IMAGE)], tokens[tokens.index(IMAGE) + 1:]
+        if "..." in head:
+            return None
+        env.update(tokens[k + 1].split("=", 1) for k, t in enumerate(head[:-1]) if t == "-e")
+        if rest and not rest[0].startswith("--"):
+            return _launcher_invocation(rest, env)
+        if not rest and "DATA_DIR" not in env and "INPUT_FILES" not in env:
+            return None  # the image's demo
+        return "start_training.sh", env, rest
+    if os.path.basename(tokens[0]) in LAUNCHERS:
+        return os.path.basename(tokens[0]), env, tokens[1:]
+    return None
+
+
+def launcher_commands(doc_files=DOCS):
+    """Each launcher command of the docs' code blocks: (doc, line, launcher, env, args)."""
+    found = []
+    for doc in doc_files:
+        for line_no, text in _snippets(doc, inline=False):
+            for line in _logical_lines(text):
+                for tokens in _split_commands(line):
+                    got = _launcher_invocation(tokens)
+                    if got:
+                        found.append((doc, line_no) + got)
+    return found
+
+
+def _launch(env, args, **extra):
+    """train_model.sh with ``env`` (nothing else of the launchers' environment) and ``args``.
+    NUM_GPUS is 1: this host has no GPU, and how many a command asks for is not what a doc can get
+    wrong here (a doc's NUM_GPUS must still be a number, checked first)."""
+    shell = dict(RANDOM="4242", PWD=ROOT)  # what the shell would put for $RANDOM and $PWD (SEED=$RANDOM)
+    run_env = {k: v for k, v in os.environ.items() if k not in _launcher_env_names()}
+    run_env.update({k: re.sub(r"\$\{?(\w+)\}?", lambda m: shell.get(m.group(1), os.environ.get(m.group(1), "")), v)
+                    for k, v in env.items()}, PYTHON=sys.executable, NUM_GPUS="1", **extra)
+    return subprocess.run(["bash", os.path.join(ROOT, "train_model.sh")] + list(args), capture_output=True,
+                          text=True, env=run_env, cwd=ROOT, timeout=120)
+
+
+def trainer_flags_of(env, args):
+    """The run_pretraining.py flags ``train_model.sh args`` (its --dry_run) gives the trainer."""
+    tokens = shlex.split(_launch(env, args, DRY_RUN="1").stdout)
+    script = next(k for k, t in enumerate(tokens) if t.endswith("run_pretraining.py"))
+    return tokens[script + 1:]
+
+
+def launcher_problems(where, env, args):
+    """What refuses a documented launcher command as written: train_model.sh's own checks
+    (CHECK_ONLY=1, which start_training.sh runs before its first run), then the trainer's flag
+    checks (preflight.check_flags) on the command its --dry_run prints."""
+    from mlperf_bert import flags
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer import preflight, training
+    if "NUM_GPUS" in env and not re.match(r"^[1-9][0-9]*$", env["NUM_GPUS"]):
+        return ["%s: NUM_GPUS=%s is not a number of processes" % (where, env["NUM_GPUS"])]
+    checked = _launch(env, args, CHECK_ONLY="1")
+    if checked.returncode != 0:
+        return ["%s: refused as written: %s" % (where, checked.stderr.strip().splitlines()[-1])]
+    fv = training.define_flags()
+    try:
+        flags.parse(fv, ["run_pretraining.py"] + trainer_flags_of(env, args), positional=False)
+        preflight.check_flags(fv)
+    except UserError as e:
+        return ["%s: the trainer refuses it: %s" % (where, e)]
+    return []
+
+
+@pytest.mark.slow
+def test_the_launcher_commands_of_the_docs_run_as_written():
+    """Issue 37 (17): docs/training.md's GPU-owner commands (`PRESET=reference_gpu DATA_DIR=...
+    ./train_model.sh --num_train_steps=300 ...`) were refused: a closed preset without
+    INIT_CHECKPOINT. Every launcher command the docs show passes the launchers' checks and the
+    trainer's flag checks; the old command is reported."""
+    found = launcher_commands()
+    assert len(found) >= 6 and {f[2] for f in found} == set(LAUNCHERS), found
+    assert any(f[0] == "docs/training.md" and "INIT_CHECKPOINT" in f[3] and "--num_train_steps=300" in f[4]
+               for f in found)
+    seen, bad = set(), []
+    for doc, line, _, env, args in found:
+        key = (tuple(sorted(env.items())), tuple(args))
+        if key not in seen:
+            seen.add(key)
+            bad += launcher_problems("%s:%d" % (doc, line), env, args)
+    assert not bad, "\n".join(bad)
+    old = dict(PRESET="reference_gpu", DATA_DIR="...", OUTPUT_DIR="/tmp/ref")
+    assert launcher_problems("x", old, ["--num_train_steps=300"]) == [
+        "x: refused as written: " + _launch(old, ["--num_train_steps=300"]).stderr.strip()]
+    assert "INIT_CHECKPOINT" in launcher_problems("x", old, ["--num_train_steps=300"])[0]
+    named = dict(old, INIT_CHECKPOINT="c", SUBMISSION_ORG="ORG", SUBMISSION_PLATFORM="NAME")  # issue 37 (3)
+    assert launcher_problems("x", named, ["--eval_frequency=5"]) == [
+        "x: the trainer refuses it: --submission_division=closed needs the MLPerf eval frequency and target: "
+        "drop --eval_frequency and --target_mlm_accuracy, or use open"]
+
+
+def make_dataset_names():
+    """Every name `make-dataset` writes into its --output_dir from the 500 text shards and eval.txt."""
+    from mlperf_bert.dataset import checksums, make_dataset, text_pipeline
+    shards = [text_pipeline.part_name(i) for i in range(text_pipeline.NUM_OUTPUTS)] + ["eval.txt"]
+    return {n for s in shards for n in make_dataset._outputs_of(s)} | {checksums.MANIFEST_NAME,
+                                                                       make_dataset.SETTINGS_NAME}
+
+
+def tfrecords_name_problems(doc, text, names):
+    """Each ``tfrecords/NAME`` (or glob) of ``text`` that names no file make-dataset writes."""
+    import fnmatch
+    out = []
+    for m in re.finditer(r"\btfrecords/([^\s'\"`),;]+)", text):
+        if not fnmatch.filter(names, m.group(1)):
+            out.append("%s: tfrecords/%s: make-dataset writes no such file" % (doc, m.group(1)))
+    return out
+
+
+def test_the_tfrecords_the_docs_name_are_files_make_dataset_writes():
+    """Issue 37 (17): the speed-lever command read `tfrecords/part-00000`, which no command writes
+    (make-dataset names each TFRecord after its text shard, `part-00000-of-00500`). The docs' folder
+    `tfrecords/` is README's make-dataset --output_dir; every file or glob they name in it is one of
+    its outputs."""
+    names = make_dataset_names()
+    assert {"part-00000-of-00500", "part-00499-of-00500", "eval_10k", "manifest.tsv"} <= names
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert re.search(r"python -m mlperf_bert make-dataset .*--output_dir=tfrecords ", readme)
+    bad, seen = [], 0
+    for doc in DOCS:
+        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
+        seen += len(re.findall(r"\btfrecords/[^\s'\"`),;]", text))
+        bad += tfrecords_name_problems(doc, text, names)
+    assert seen > 10 and not bad, "\n".join(bad)
+    assert tfrecords_name_problems("x.md", "--input_file=tfrecords/part-00000 tfrecords/part-0000[0-3]-of-00500",
+                                   names) == ["x.md: tfrecords/part-00000: make-dataset writes no such file"]
+
+
+def _section(text, heading):
+    """The text under a Markdown heading, to the next heading of that level or above."""
+    level = heading.split(" ")[0]
+    start = text.index(heading + "\n")
+    ends = [m.start() for m in re.finditer(r"^#{1,%d} " % len(level), text[start + len(heading):], re.M)]
+    return text[start:start + len(heading) + (ends[0] if ends else len(text))]
+
+
+def layout_table():
+    """{(subpackage or "", module)} that README's layout table names (a .c file with its suffix)."""
+    text = _section(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read(), "## Layout")
+    names, group = set(), None
+    for row in re.findall(r"^\|(.*)\|$", text, re.M):
+        cells = [c.strip() for c in row.split("|")]
+        m = re.match(r"^\*\*`(\w+)/`\*\*", cells[0])
+        if m:
+            group = m.group(1)
+        elif cells[0] == "top level":
+            names |= {("", n) for n in re.findall(r"`(\w+)`", cells[1])}
+        elif group:
+            names |= {(group, n) for n in re.findall(r"`([\w.]+)`", cells[0])}
+    return names
+
+
+def package_modules():
+    out = set()
+    for path in glob.glob(os.path.join(ROOT, "mlperf_bert", "**", "*.[pc]*"), recursive=True):
+        rel = os.path.relpath(path, os.path.join(ROOT, "mlperf_bert"))
+        group, base = os.path.split(rel)
+        if base.endswith(".py") and not base.startswith("__"):
+            out.add((group, base[:-3]))
+        elif base.endswith(".c"):
+            out.add((group, base))
+    return out
+
+
+def test_the_layout_table_names_every_module_of_the_package():
+    """Issue 37 (20): README's layout table lacked preflight, step, warmup, levers, memory_plan,
+    throughput, run_state and cli; it names every module of mlperf_bert/, each under its
+    subpackage, and no module that is not there."""
+    modules, table = package_modules(), layout_table()
+    assert ("trainer", "training") in modules and ("dataset", "_fasttok.c") in modules and ("", "cli") in modules
+    assert sorted(modules - table) == [] and sorted(table - modules) == []
+
+
+def test_the_trainer_flags_added_to_the_references_are_all_in_the_flag_list():
+    """Issue 37 (20): training.md's "Flags added to the reference's" lacked --submission_status (and
+    --check_data): every flag of run_pretraining.py that the reference trainer lacks is in it."""
+    from test_training import REFERENCE_FLAGS
+    from mlperf_bert.trainer import training
+    ours = [n for n in training.define_flags()._flags() if n not in REFERENCE_FLAGS]
+    text = _section(open(os.path.join(ROOT, "docs", "training.md"), encoding="utf-8").read(),
+                    "## Flags added to the reference's")
+    assert len(ours) > 20 and "submission_status" in ours
+    missing = [n for n in ours if not re.search(r"--(?:\[no\]|no)?%s(?!\w)" % re.escape(n), text)]
+    assert missing == []
+
+
+def test_the_docs_give_the_train_samples_warnings_check_log_gives(tmp_path):
+    """Issue 37 (20): compliance.md and running.md said check-log warns about a train_samples
+    "logged before training"; it also warns about one logged before any eval. Each WARN of the rule
+    (absent; each "logged before ...") is in both docs' train_samples row."""
+    from test_compliance import edit, results, write_log
+
+    def to_start(ls):  # a budget logged with the hyperparameters
+        line = ls.pop(next(k for k, l in enumerate(ls) if '"train_samples"' in l))
+        j = next(k for k, l in enumerate(ls) if '"init_stop"' in l)
+        return ls[:j] + [line] + ls[j:]
+    logs = [edit(write_log(tmp_path / "none.txt"), lambda ls: [l for l in ls if '"train_samples"' not in l]),
+            edit(write_log(tmp_path / "budget.txt"), to_start),
+            write_log(tmp_path / "noeval.txt", accs=(), status="aborted")]
+    warnings = [results(p)["train_samples"] for p in logs]
+    assert [r.level for r in warnings] == ["WARN"] * 3
+    said = ["absent" if r.detail.startswith("no train_samples line") else
+            re.search(r" (logged before [\w ]+?):", r.detail).group(1) for r in warnings]
+    assert said == ["absent", "logged before training", "logged before any eval"]
+    for doc in ("docs/compliance.md", "docs/running.md"):
+        row = re.search(r"^\| `train_samples` \|.*$", open(os.path.join(ROOT, doc), encoding="utf-8").read(),
+                        re.M).group(0)
+        assert [s for s in said if s not in row] == [], doc
+
+
+def _submission_block(doc):
+    """The docs' code block with the ten-run submission command (NUM_RUNS=10 ./start_training.sh)."""
+    blocks = [b for _, b in _snippets(doc, inline=False) if "NUM_RUNS=10" in b and "start_training.sh" in b]
+    assert len(blocks) == 1, (doc, blocks)
+    return blocks[0]
+
+
+def test_the_submission_command_says_it_drops_the_hosts_page_cache():
+    """Issue 37 (22): README's submission command drops the whole host's page cache as root
+    (start_training.sh's default DROP_CACHES=auto) without a word: said beside it, with
+    DROP_CACHES=0 for a shared host, in README and running.md."""
+    src = open(os.path.join(ROOT, "start_training.sh"), encoding="utf-8").read()
+    assert re.search(r"\$\{DROP_CACHES:=(\w+)\}", src).group(1) == "auto"
+    for doc in ("README.md", "docs/running.md"):
+        comment = " ".join(line.lstrip("# ") for line in _submission_block(doc).splitlines() if line.startswith("#"))
+        assert "whole host's page cache" in comment and "DROP_CACHES=auto" in comment, doc
+        assert re.search(r"shared (host|with other jobs).* DROP_CACHES=0", comment), doc
+
+
+SLURM_STUBS = {
+    # srun: the command once per node, as SLURM runs a task on each, with that node's SLURM_NODEID
+    "srun": 'while [[ "$1" == -* ]]; do shift; done\n'
+            'for (( n = 0; n < SLURM_NNODES; n++ )); do SLURM_NODEID=$n "$@" || exit; done\n',
+    "scontrol": '[[ "$*" == "show hostnames $SLURM_JOB_NODELIST" ]] && printf "node-a\\nnode-b\\n"\n',
+}
+
+
+@pytest.mark.slow
+def test_the_slurm_example_is_the_readme_submission_command_on_every_node(tmp_path):
+    """Issue 37 (21): examples/slurm_multinode.sbatch called the trainer directly, once, with
+    checkpoints every 2000 steps and org/platform `unknown`. Run with stand-ins for srun and scontrol
+    (and for start_training.sh, which records what it is given), it runs README's submission command
+    on each node: the same preset, the same settings (the ones README writes as ... or placeholders
+    set by the submitter), NNODES/NODE_RANK/MASTER_ADDR for the node; the launchers accept it and it
+    is a timed closed run (no periodic checkpoint); without SUBMISSION_ORG/PLATFORM it stops at once."""
+    sbatch = os.path.join(ROOT, "examples", "slurm_multinode.sbatch")
+    subprocess.run(["bash", "-n", sbatch], check=True)
+    bin_dir, submit, record = tmp_path / "bin", tmp_path / "submit", tmp_path / "record.jsonl"
+    bin_dir.mkdir()
+    submit.mkdir()
+    for name, body in SLURM_STUBS.items():
+        (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "record.py").write_text(
+        "import json, os, sys\nwith open(%r, 'a') as f:\n"
+        "    f.write(json.dumps({'env': dict(os.environ), 'args': sys.argv[1:]}) + '\\n')\n" % str(record))
+    (submit / "start_training.sh").write_text('#!/usr/bin/env bash\nexec %s %s "$@"\n' % (
+        sys.executable, tmp_path / "record.py"))
+    (submit / "start_training.sh").chmod(0o755)
+    given = dict(SUBMISSION_ORG="ORG", SUBMISSION_PLATFORM="NAME", DATA_DIR="/d/tfrecords",
+                 INIT_CHECKPOINT="/d/tf1_ckpt/model.ckpt-28252")
+    env = {k: v for k, v in os.environ.items() if k not in _launcher_env_names() and not k.startswith("SLURM")}
+    env.update(PATH="%s:%s" % (bin_dir, os.environ["PATH"]), SLURM_NNODES="2", SLURM_JOB_NODELIST="node-[a-b]",
+               SLURM_JOB_ID="7")
+
+    def run(**settings):
+        return subprocess.run(["bash", sbatch], capture_output=True, text=True, env=dict(env, **settings),
+                              cwd=str(submit), timeout=60)
+    refused = run(**{k: v for k, v in given.items() if not k.startswith("SUBMISSION_")})
+    assert refused.returncode == 2 and not record.exists(), refused.stdout + refused.stderr
+    assert refused.stderr.startswith("error: slurm_multinode.sbatch: set SUBMISSION_ORG SUBMISSION_PLATFORM ")
+    assert len(refused.stderr.splitlines()) == 1
+    proc = run(**given)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    nodes = [json.loads(line) for line in record.read_text().splitlines()]
+    readme = [f for f in launcher_commands(["README.md"]) if "NUM_RUNS" in f[3]]
+    assert len(readme) == 1
+    _, _, _, readme_env, readme_args = readme[0]
+    assert len(nodes) == 2 and set(readme_env) >= set(given)
+    for rank, node in enumerate(nodes):
+        assert node["args"] == readme_args, node["args"]
+        assert {k: node["env"].get(k) for k in readme_env} == dict(readme_env, **given)
+        assert {k: node["env"].get(k) for k in ("NNODES", "NODE_RANK", "MASTER_ADDR")} == dict(
+            NNODES="2", NODE_RANK=str(rank), MASTER_ADDR="node-a")
+        assert re.match(r"^[1-9][0-9]*$", node["env"]["NUM_GPUS"]) and node["env"]["MASTER_PORT"]
+        settings = {k: v for k, v in node["env"].items() if k in _launcher_env_names()}
+        assert launcher_problems("node %d" % rank, settings, node["args"]) == []
+        trainer = trainer_flags_of(settings, node["args"])
+        assert "--submission_division=closed" in trainer and "--save_checkpoints_steps=0" in trainer
+        assert "--submission_org=ORG" in trainer and "--submission_platform=NAME" in trainer
+        assert "--init_checkpoint=/d/tf1_ckpt/model.ckpt-28252" in trainer
+
+
+def _hf_pins():
+    """requirements.txt's lines marked for the Hugging Face comparison (extra == "hf")."""
+    return [line for line in open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8").read().splitlines()
+            if not line.startswith("#") and re.search(r';\s*extra\s*==\s*"hf"', line)]
+
+
+def test_transformers_is_pinned_where_the_hugging_face_comparison_finds_it(tmp_path):
+    """Issue 37 (19): the benches compare with Hugging Face when `import transformers` works, and
+    nothing installed it. requirements.txt, the one place for versions, pins it under the extra
+    "hf", which pip skips (`make venv`, .ci/run, the image); `make hf` installs that pin into .venv;
+    every transformers version the docs quote is the pin."""
+    from packaging.requirements import Requirement
+    pins = _hf_pins()
+    assert len(pins) == 1
+    req = Requirement(pins[0])
+    assert req.name == "transformers" and str(req.specifier).startswith("==")
+    assert not req.marker.evaluate({"extra": ""}) and req.marker.evaluate({"extra": "hf"})
+    for bench in ("bench/train_throughput.py", "bench/gpu_check.py"):
+        assert re.search(r"^\s*import transformers\b", open(os.path.join(ROOT, bench)).read(), re.M), bench
+    stamp = str(tmp_path / "stamp")  # not there: -o keeps make from building the venv
+    out = subprocess.run(["make", "-s", "-o", stamp, "hf", "PY=echo", "STAMP=" + stamp], capture_output=True,
+                         text=True, cwd=ROOT, check=True, timeout=60).stdout
+    assert out.split() == ["-m", "pip", "install", "-q", "transformers" + str(req.specifier)]
+    version = str(req.specifier)[2:]
+    quoted = [(doc, v) for doc in DOCS for v in re.findall(r"transformers(?: |==)(\d[\w.]*\d)",
+                                                         open(os.path.join(ROOT, doc), encoding="utf-8").read())]
+    assert quoted and all(v == version for _, v in quoted), quoted
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert "make hf" in _section(readme, "## Have a GPU?")
+
+
+def test_the_readme_tells_a_gpu_owner_what_to_run_and_send_back():
+    """Issue 37 (19): README never pointed a GPU owner to bench/gpu_check.py. Its "Have a GPU?"
+    section runs it (the command's flags are checked with every documented command), says how long,
+    what it prints and writes, what to compare with (sections of docs/training.md that exist) and
+    what to send back."""
+    def flat(text):  # one space for each run of white space, one kind of quote
+        return re.sub(r"\s+", " ", text).replace("'", '"')
+    section = flat(_section(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read(), "## Have a GPU?"))
+    training = flat(open(os.path.join(ROOT, "docs", "training.md"), encoding="utf-8").read())
+    assert "bench/gpu_check.py --budget_s=420" in section and "under 7 minutes" in section
+    for label in ("How long", "What it prints", "Compare with", "Send back"):
+        assert "**%s:**" % label in section, label
+    assert "`gpu_check.md`" in section and "`gpu_check.json`" in section
+    for ref in ("GPU figures, measured on one H100", "A memory and FLOP plan", 'Replacing "not measured"'):
+        assert '"%s"' % ref in section and "**%s.**" % ref in training, ref
+    for figure in re.findall(r"\b(\d+(?:\.\d+)?) (?:sequences/s|real sequences/s|rows/s|GiB a row)", section):
+        assert figure in training, figure
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
     t = time.time()
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--tiny", "--budget_s=420",
                            "--input_file=" + golden_s512, "--batches=2", "--steps=1", "--eval_batches=2",
-                           "--nocompile", "--levers=bf16_weights,fp8,cuda_graphs", "--trainer_steps=4",
+                           "--nocompile", "--levers=fused_qkv,fp8,cuda_graphs", "--trainer_steps=4",
                            "--json=%s" % out], capture_output=True, text=True, cwd=str(tmp_path),
                           env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
     wall = time.time() - t
@@ -53,9 +53,9 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
         assert row["peak_gib"] is None and row["mfu"] is None  # a CPU has neither
     if "levers" not in failed:
         runs = {r["levers"]: r for r in st["levers"]["runs"]}
-        assert set(runs) == {"plain", "bf16_weights", "fp8", "cuda_graphs", "all: bf16_weights,fp8"}
+        assert set(runs) == {"plain", "fused_qkv", "fp8", "cuda_graphs", "all: fused_qkv,fp8"}
         assert "--compile" in runs["cuda_graphs"]["refused"]
-        assert runs["bf16_weights"]["loss_vs_plain"] == pytest.approx(0, abs=1e-2)
+        assert runs["fused_qkv"]["loss_vs_plain"] == pytest.approx(0, abs=1e-2)
         assert runs["fp8"]["speed_vs_plain"] > 0
         # CUDA-graph recordings counted per phase (0 on a CPU: the counting path ran)
         assert "eager plain: timed steps" in st["levers"]["graph_recordings"]
@@ -66,7 +66,7 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
         assert {"trainer: first steps", "trainer: later steps", "trainer: first eval",
                 "trainer: second eval"} <= set(rec) and set(rec.values()) == {0}
         assert tr["status"] == 0 and tr["micro_steps"] == 4 and tr["evals"] >= 2 and tr["checkpoints"]
-        assert tr["levers"] == ["bf16_weights", "fp8"] and "cuda_graphs" in tr["refused"]
+        assert tr["levers"] == ["fused_qkv", "fp8"] and "cuda_graphs" in tr["refused"]
     if "eval" not in failed:
         assert set(st["eval"]["s_per_10k"]) == {"2"} and st["eval"]["s_per_10k"]["2"] > 0
     if "syncs" not in failed:

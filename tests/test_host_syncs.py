@@ -113,12 +113,100 @@ def test_the_counter_sees_a_sync(files, tmp_path, monkeypatch):
 
 
 def test_the_levers_add_no_host_sync(files, tmp_path, monkeypatch):
-    """--bf16_weights (the copies' refresh after each update) and --fp8 (per-tensor amax scales,
-    computed and applied on the device) wait for no device either: packed rows, clipping after
-    the all-reduce."""
+    """--fp8 (per-tensor amax scales, computed and applied on the device) and --fused_qkv wait for
+    no device either: packed rows, clipping after the all-reduce."""
     torch.set_num_threads(1)
     calls = _count_syncs(monkeypatch)
-    argv = _argv(files, "packed", str(tmp_path / "out"), True) + ["--dtype=bf16", "--bf16_weights", "--fp8"]
+    argv = _argv(files, "packed", str(tmp_path / "out"), True) + ["--dtype=bf16", "--fp8", "--fused_qkv"]
     assert training.main(argv) == 0
     assert os.path.exists(tmp_path / "out" / ("model.ckpt-%d.pt" % STEPS))
     assert not calls, "%d host syncs, the first:\n%s %s" % (len(calls), calls[0][0], calls[0][1])
+
+
+# ---------------------------------------------------------------- two ranks (gloo)
+
+def _rank_main(rank, world, port, out, target, args):
+    import pickle
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    torch.set_num_threads(1)
+    try:
+        result = (True, target(rank, world, *args))
+    except BaseException:  # the parent shows it
+        result = (False, traceback.format_exc())
+    with open("%s.%d" % (out, rank), "wb") as f:
+        pickle.dump(result, f)
+
+
+def run_ranks(target, *args, world=2, timeout=240, tmp=None):
+    """``target(rank, world, *args)`` in ``world`` spawned processes (torchrun's environment, a
+    gloo rendezvous on loopback; ``target`` must be a module-level function): its results by rank.
+    An exception in a rank fails the caller with its traceback."""
+    import multiprocessing
+    import pickle
+    import socket
+    import tempfile
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    out = os.path.join(tmp or tempfile.mkdtemp(), "rank")
+    procs = [ctx.Process(target=_rank_main, args=(r, world, port, out, target, args)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    results = []
+    for r in range(world):
+        assert os.path.exists("%s.%d" % (out, r)), "rank %d gave no result (exit %s)" % (r, procs[r].exitcode)
+        with open("%s.%d" % (out, r), "rb") as f:
+            ok, value = pickle.load(f)
+        assert ok, "rank %d:\n%s" % (r, value)
+        results.append(value)
+    return results
+
+
+class _Patch:
+    """monkeypatch's setattr for a spawned rank (which ends after the test)."""
+
+    def setattr(self, obj, name, value):
+        setattr(obj, name, value)
+
+
+def _syncs_of_two_ranks(rank, world, files, out, clip_after):
+    calls = _count_syncs(_Patch())
+    assert training.main(_argv(files, "unpacked", out, clip_after)) == 0
+    return [(name, stack) for name, stack in calls]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clip_after", [False, True], ids=["clip_each", "clip_after_ddp"])
+def test_two_ranks_wait_for_no_device_between_boundaries(files, clip_after, tmp_path):
+    """2 gloo ranks, 4 updates of 2 micro-steps: no host sync in the loop on either rank, the
+    SIGTERM check at each update included (a vote of the host, read one update later; it was an
+    all-reduce of a device tensor and .item() every update). Per-replica clipping all-reduces
+    the buffers; clipping after the reduction is DDP's."""
+    out = str(tmp_path / "out")
+    for rank, calls in enumerate(run_ranks(_syncs_of_two_ranks, files, out, clip_after, tmp=str(tmp_path))):
+        assert not calls, "rank %d: %d host syncs, the first:\n%s %s" % (rank, len(calls), calls[0][0], calls[0][1])
+    assert os.path.exists(os.path.join(out, "model.ckpt-%d.pt" % STEPS))
+
+
+def _votes(rank, world, raise_at):
+    from mlperf_bert.trainer import distributed
+    distributed.setup("cpu")
+    vote = distributed.StopVote()
+    got = [vote(rank == 1 and i >= raise_at) for i in range(raise_at + 3)]
+    vote.close()
+    distributed.teardown()
+    return got
+
+
+@pytest.mark.slow
+def test_the_stop_vote_agrees_on_every_rank_one_update_later(tmp_path):
+    """Rank 1 alone asks to stop before update 3: both ranks stop at update 4, none earlier."""
+    a, b = run_ranks(_votes, 3, tmp=str(tmp_path))
+    assert a == b == [False] * 4 + [True] * 2

@@ -138,6 +138,54 @@ def test_closed_presets_without_init_checkpoint_are_refused_in_one_line(script, 
     assert proc.returncode == 0 and "--init_checkpoint" not in proc.stdout, proc.stderr
 
 
+CLOSED_NEEDS_NAMES = ("closed division, whose log names who submits it and on which system, and package refuses a "
+                      "log without them (a log cannot be fixed after the run): set %s (the package's --org and "
+                      "system name), or pass --submission_division=open")
+
+
+@pytest.mark.parametrize("script", [TRAIN, START])
+def test_closed_runs_without_submitter_or_platform_are_refused_in_one_line(script, tmp_path):
+    """Issue 37 (3): a closed run left at submission_org/submission_platform 'unknown' ran its ten
+    multi-hour runs, and only package refused their logs (which cannot be fixed): refused before
+    run 0, in one line naming the variables."""
+    env = _env(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), DROP_CACHES="0",
+               INIT_CHECKPOINT=str(tmp_path / "model.ckpt-28252"))
+    for name in ("SUBMISSION_ORG", "SUBMISSION_PLATFORM"):
+        env.pop(name, None)
+    for extra, named in (({}, "SUBMISSION_ORG and SUBMISSION_PLATFORM"),
+                         ({"SUBMISSION_ORG": "ACME", "SUBMISSION_PLATFORM": " unknown "}, "SUBMISSION_PLATFORM")):
+        proc = subprocess.run([script, "--preset=rcp_3072"], capture_output=True, text=True, env=dict(env, **extra),
+                              timeout=60)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and proc.stdout == "" and len(lines) == 1, proc.stdout + proc.stderr
+        assert lines[0] == "error: train_model.sh: this run (preset rcp_3072) is " + CLOSED_NEEDS_NAMES % named
+        assert not (tmp_path / "out").exists()  # nothing started: no STARTING TIMING RUN, no folder
+    proc = subprocess.run([TRAIN, "--preset=rcp_3072", "--dry_run"], capture_output=True, text=True, env=env,
+                          timeout=60)  # a command to read: said, not refused
+    assert proc.returncode == 0 and "train_model.sh: SUBMISSION_ORG and SUBMISSION_PLATFORM not set: the run is " \
+        "refused until they are (closed division)" in proc.stderr, proc.stderr
+    for argv, extra in (([], {"SUBMISSION_ORG": "ACME", "SUBMISSION_PLATFORM": "cpu1"}),
+                        (["--submission_division=open"], {})):
+        proc = subprocess.run([TRAIN, "--preset=rcp_3072"] + argv, capture_output=True, text=True, timeout=60,
+                              env=dict(env, CHECK_ONLY="1", NUM_GPUS="1", **extra))
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_check_only_refuses_what_the_run_refuses(tmp_path):
+    """Issue 37 (11): CHECK_ONLY=1 (start_training.sh's check before run 0) passed NUM_GPUS above the
+    host's GPUs or cores, which the run then refused after "STARTING TIMING RUN"."""
+    env = _env(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), NUM_GPUS="99999", DROP_CACHES="0")
+    check = subprocess.run([TRAIN, "--preset=demo_cpu"], capture_output=True, text=True, timeout=120,
+                           env=dict(env, CHECK_ONLY="1"))
+    lines = check.stderr.splitlines()
+    assert check.returncode == 2 and len(lines) == 1 and lines[0].startswith(
+        "error: train_model.sh: NUM_GPUS=99999 processes per node, but this host has "), check.stderr
+    series = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, timeout=120,
+                            env=dict(env, NUM_RUNS="10"))
+    assert series.returncode == 2 and series.stderr == check.stderr and series.stdout == "", series.stdout
+    assert not (tmp_path / "out").exists()
+
+
 def test_bare_rcp_preset_is_one_line_listing_the_rcp_presets():
     """Issue 23: `--preset=rcp` ran torchrun with no hyperparameters at all."""
     proc = subprocess.run([TRAIN, "--preset=rcp", "--dry_run"], capture_output=True, text=True,
@@ -189,7 +237,8 @@ def test_each_preset_says_what_it_asks_of_a_gpu_and_warns_when_implausible():
     """Issue 27: tpu_8192 on 8 GPUs is 1,024 sequences per GPU per micro-step, without a word."""
     def plan(*args, **env):
         proc = subprocess.run([TRAIN, "--dry_run"] + list(args), capture_output=True, text=True,
-                              env=_env(DATA_DIR="/d", INIT_CHECKPOINT="/d/tf1_ckpt/model.ckpt-28252", **env))
+                              env=_env(DATA_DIR="/d", INIT_CHECKPOINT="/d/tf1_ckpt/model.ckpt-28252",
+                                       SUBMISSION_ORG="ACME", SUBMISSION_PLATFORM="gpu8", **env))
         assert proc.returncode == 0, proc.stderr
         return proc.stderr.strip().splitlines()
     assert plan("--preset=reference_gpu") == [
@@ -530,7 +579,8 @@ def test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters(tiny_run, t
     tf_checkpoint.save_tf_checkpoint(BertForPreTraining(BertConfig.from_json_file(config)), phase1, global_step=28252)
     proc = subprocess.run([START, "--preset=rcp_256", "--max_samples_termination=256", "--dtype=fp32",
                            "--eval_batch_size=500", "--nodo_eval"] + overrides, capture_output=True, text=True,
-                          env=dict(env, NUM_GPUS="1", OUTPUT_DIR=str(out), EVAL_FILE=eval_10k, INIT_CHECKPOINT=phase1),
+                          env=dict(env, NUM_GPUS="1", OUTPUT_DIR=str(out), EVAL_FILE=eval_10k, INIT_CHECKPOINT=phase1,
+                                   SUBMISSION_ORG="Test", SUBMISSION_PLATFORM="cpu_tiny"),
                           cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     logged = {}
@@ -617,7 +667,18 @@ def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and
     desc = json.loads((pkg / "Test" / "systems" / "cpu_tiny.json").read_text())
     assert (desc["division"], desc["submitter"], desc["number_of_nodes"], desc["cooling"]) == ("open", "Test", "1", "air")
     impl = pkg / "Test" / "benchmarks" / "bert" / "implementations" / "cpu_tiny"
-    assert sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file()) == sorted(package.source_files())
+    assert sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file()) == sorted(
+        package.source_files() + [package.LAUNCH])
+    # how each run was launched (issue 37): runs 0 and 1 by start_training.sh --preset=demo_cpu, the
+    # others by the trainer's own command; the code they ran is the code packaged
+    launch = json.loads((impl / package.LAUNCH).read_text())
+    runs = launch["runs"]
+    assert [r["result"] for r in runs] == ["result_%d.txt" % i for i in range(10)]
+    assert [r["launch"]["preset"] for r in runs] == ["demo_cpu"] * 2 + [None] * 8
+    assert "--train_batch_size=4" in runs[0]["launch"]["overrides"].split()
+    assert all((r["launch"]["processes"], r["launch"]["nodes"]) == (1, 1) for r in runs)
+    assert {r["launch"]["source_sha256"] for r in runs} == {launch["implementation"]["source_sha256"]}
+    assert [r["seed"] for r in runs] == [r["run"]["seed"] for r in runs]
 
     # the packaged implementation runs: its train_model.sh (configs/presets are there) and its trainer
     impl_env = dict(plain, PYTHONPATH=str(impl), OUTPUT_DIR=str(tmp_path / "impl_run"), SEED="7")
@@ -630,7 +691,8 @@ def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert '"status": "success"' in (tmp_path / "impl_run" / "mlperf.log").read_text()
 
-    # the packaged score: PASS; FAIL with the reason when the logs name another org
+    # the packaged score: PASS; logs that name another org: PASS with a warning (the official tools
+    # do not compare it, and published packages carry placeholders: issue 37)
     score = subprocess.run([sys.executable, "-m", "mlperf_bert", "score", "--json", str(pkg)],
                            capture_output=True, text=True, cwd=impl, env=impl_env, timeout=300)
     assert score.returncode == 0, score.stdout + score.stderr
@@ -642,8 +704,8 @@ def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and
         log.write_text(log.read_text().replace('"submission_org", "value": "Test"', '"submission_org", "value": "ACME"'))
     score = subprocess.run([sys.executable, "-m", "mlperf_bert", "score", "--noplots", str(other)],
                            capture_output=True, text=True, cwd=impl, env=impl_env, timeout=300)
-    assert score.returncode == 1, score.stdout + score.stderr
+    assert score.returncode == 0, score.stdout + score.stderr
     assert "package checker (mlperf_logging, training 5.0.0): PASS" in score.stdout  # it does not look
-    assert score.stdout.endswith("time to train: none:\n  10 logs (result_0.txt ... result_9.txt): submission_org"
-                                 " 'ACME', the package's submitter is 'Test' (a log must name its submitter: runs made"
-                                 " with SUBMISSION_ORG=Test)\nsubmission: FAIL\n"), score.stdout
+    assert "\nwarning: 10 logs (result_0.txt ... result_9.txt): submission_org 'ACME', the package's submitter is" \
+        " 'Test' (a log must name its submitter: runs made with SUBMISSION_ORG=Test)\n" in score.stdout
+    assert score.stdout.endswith("submission: PASS\n\nTest: 1 system, 1 PASS, 0 FAIL\n"), score.stdout

@@ -1,30 +1,30 @@
 """The speed levers (trainer/levers.py) compute what the plain step computes. This machine has no
 GPU: what each test can and cannot show on a CPU is said in its docstring; none shows a speed.
 
---bf16_weights: bit for bit autocast's step (forward, gradients, weights after updates, resume),
-  without autocast's weight casts.
 --fused_update: the update functions it compiles are within rounding of the eager LAMB.
 --cuda_graphs: the Trainer's graphed path (inductor skips CUDA graphs on a CPU) trains as the
   compiled step, keeps no gradient of the backward's memory between micro-steps, refuses batches
   of another shape and runs without a GPU only to refuse it.
 --fp8: float8 scaling and torch._scaled_mm (which runs on CPU) against a reference, the layer's
   outputs and gradients within fp8 tolerance of bf16, and a few updates close to bf16's.
+--fused_qkv, --pad_vocab: the plain model's loss, logits and gradients (within rounding, bit for
+  bit), its training and checkpoints, compiled as eager; the casts they save, counted.
+The casts a step makes are counted with CUDA's autocast policy emulated (tests/cuda_autocast.py).
 """
+import contextlib
 import json
-import os
-import shutil
 
 import pytest
 import torch
 import torch._dynamo
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import checkpoint, levers, preflight, step, training
+from mlperf_bert.trainer import attention, checkpoint, levers, preflight, step, tf_checkpoint, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.model import BertForPreTraining
 
+import cuda_autocast
 from test_compiled_step import TINY, T, _batch
 from test_training import assert_bit_identical, files, flags_for, one_thread  # noqa: F401 (fixtures)
 
@@ -47,7 +47,7 @@ def compiled(monkeypatch):
     torch._dynamo.reset()
 
 
-def _trainer(tmp_path, *extra, steps_per_update=2, cfg=DROPOUT, dtype="bf16"):
+def _trainer(tmp_path, *extra, steps_per_update=2, cfg=DROPOUT, dtype="bf16", rank=0, world=1):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(cfg))
     fv = training.define_flags()
@@ -56,7 +56,7 @@ def _trainer(tmp_path, *extra, steps_per_update=2, cfg=DROPOUT, dtype="bf16"):
                      "--num_warmup_steps=10", "--steps_per_update=%d" % steps_per_update, "--dtype=" + dtype]
                 + list(extra), required=[])
     preflight.check_flags(fv)
-    return training.Trainer(fv, BertConfig.from_json_file(str(config), T), torch.device("cpu"), 0, 1, seed=1)
+    return training.Trainer(fv, BertConfig.from_json_file(str(config), T), torch.device("cpu"), rank, world, seed=1)
 
 
 def _train(trainer, batches, steps, after_step=None):
@@ -86,97 +86,17 @@ def _same_state(a, b):
             assert torch.equal(oa[k][slot], ob[k][slot]), (k, slot)
 
 
-# ---------------------------------------------------------------- --bf16_weights
+# ---------------------------------------------------------------- compiled
 
-class _WeightCasts(TorchDispatchMode):
-    """Counts casts (aten._to_copy) whose input is one of ``params``' memory."""
-
-    def __init__(self, params):
-        super().__init__()
-        self.ptrs, self.n = {p.data_ptr() for p in params}, 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in self.ptrs:
-            self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-def test_bf16_copies_give_autocasts_forward_and_gradients_bit_for_bit_without_its_weight_casts():
-    """The copies are the weights autocast would cast, cast once: the loss and every gradient
-    (fp32, on the parameters) equal autocast's bit for bit, and the forward casts no weight."""
-    cfg = BertConfig(**DROPOUT)
-    batch = _batch(torch.Generator().manual_seed(0), True)
-    runs = []
-    for copies in (False, True):
-        torch.manual_seed(0)
-        model = BertForPreTraining(cfg)
-        if copies:
-            levers.Bf16Weights(model)
-        casts = _WeightCasts(list(model.parameters()))
-        torch.manual_seed(1)  # the same dropout
-        with casts, torch.autocast("cpu", dtype=torch.bfloat16):
-            out = model(**batch)
-        out.loss.backward()
-        runs.append((out.loss, {n: p.grad for n, p in model.named_parameters()}, casts.n))
-    (loss, grads, casts), (loss_c, grads_c, casts_c) = runs
-    assert torch.equal(loss, loss_c)
-    assert grads.keys() == grads_c.keys()
-    for n in grads:
-        assert grads_c[n].dtype == torch.float32 and torch.equal(grads[n], grads_c[n]), n
-    assert casts >= len(levers.copied_parameters(model)) - 1  # autocast casts each weight (the MLM head
-    assert casts_c == 0                                      # bias once or more), the copies none
-    # without autocast the model reads its fp32 weights, as without the lever
-    with torch.no_grad():
-        plain = model(**batch).loss
-    assert plain.dtype == torch.float32
-
-
-@pytest.mark.parametrize("clip_after", [False, True], ids=["clip_each", "clip_after"])
-def test_bf16_weights_train_as_autocast_bit_for_bit(tmp_path, clip_after):
-    """3 updates of 2 micro-steps, dropout on, packed rows, --compile's update functions: the
-    weights and LAMB slots equal the autocast step's bit for bit (the copies are refreshed after
-    each update), and the copies are the weights in bf16."""
-    batches = _batches()
-    extra = ["--compile", "--%sclip_by_global_norm_after_gradient_allreduce" % ("" if clip_after else "no")]
-    plain, copied = _trainer(tmp_path, *extra), _trainer(tmp_path, "--bf16_weights", *extra)
-    assert _train(plain, batches, 6) == _train(copied, batches, 6)
-    _same_state(plain, copied)
-    copies = copied.levers.copies
-    assert all(torch.equal(c, m.to(torch.bfloat16)) for c, m in zip(copies.copies, copies.masters))
-
-
-def test_bf16_weights_and_fp8_compile_without_graph_breaks(tmp_path):
-    """The copies and the float8 layers trace into the compiled forward as one graph (dynamo's
-    explain of the training forward)."""
-    trainer = _trainer(tmp_path, "--bf16_weights", "--fp8", cfg=dict(TINY, intermediate_size=32))
+@pytest.mark.slow
+def test_fp8_fused_qkv_and_pad_vocab_compile_without_graph_breaks(tmp_path):
+    """The float8 layers (the fused q, k, v GEMM among them), the stacked weights and the padded
+    decoder trace into the compiled forward as one graph (dynamo's explain of the training forward)."""
+    trainer = _trainer(tmp_path, "--fp8", "--fused_qkv", "--pad_vocab", cfg=dict(TINY, vocab_size=66))
     batch = _batch(torch.Generator().manual_seed(0), True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = torch._dynamo.explain(trainer.model)(**batch)
     assert (out.graph_count, out.graph_break_count) == (1, 0), out.break_reasons
-
-
-def test_bf16_weights_checkpoint_holds_fp32_and_resume_is_bit_identical(files, tmp_path):
-    """run_pretraining.py --dtype=bf16 with and without --bf16_weights, 6 micro-steps of 2 per
-    update, and --bf16_weights resumed from its mid-update checkpoint model.ckpt-3.pt: the three
-    model.ckpt-6.pt are bit-identical; the checkpoint holds fp32 weights and no copies."""
-    kw = dict(dtype="bf16", num_train_steps=6, save_checkpoints_steps=3, num_workers=0)
-    plain, copied, resumed = (str(tmp_path / n) for n in ("plain", "copied", "resumed"))
-    assert training.main(flags_for(files, plain, **kw)) == 0
-    assert training.main(flags_for(files, copied, bf16_weights=True, **kw)) == 0
-    shutil.copytree(copied, resumed)
-    os.remove(os.path.join(resumed, "model.ckpt-6.pt"))
-    os.remove(os.path.join(resumed, checkpoint.FINISHED))
-    assert training.main(flags_for(files, resumed, bf16_weights=True, **kw)) == 0
-    for out in (copied, resumed):
-        assert_bit_identical(os.path.join(plain, "model.ckpt-6.pt"), os.path.join(out, "model.ckpt-6.pt"))
-    model = torch.load(os.path.join(resumed, "model.ckpt-3.pt"), map_location="cpu", weights_only=False)["model"]
-    assert not [k for k in model if k.endswith(levers.COPY)]
-    assert {v.dtype for v in model.values()} == {torch.float32}
-
-
-def test_bf16_weights_needs_bf16(tmp_path):
-    with pytest.raises(UserError, match="--bf16_weights keeps bf16 copies for bf16 autocast: add --dtype=bf16"):
-        _trainer(tmp_path, "--bf16_weights", dtype="fp32")
 
 
 # ---------------------------------------------------------------- --fused_update
@@ -213,10 +133,17 @@ def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files,
         training.main(flags_for(files, str(tmp_path / "b"), cuda_graphs=True, compile=True, num_workers=0))
     assert "\n" not in str(e.value)
     fv = training.define_flags()
-    flags.parse(fv, ["x", "--cuda_graphs", "--compile"], required=[])
-    with pytest.raises(UserError, match=r"--cuda_graphs runs on one GPU \(this run has 2 ranks; DDP and the "
-                                        r"all-reduce are not captured\): drop --cuda_graphs"):
+    flags.parse(fv, ["x", "--cuda_graphs", "--compile", "--clip_by_global_norm_after_gradient_allreduce"],
+                required=[])
+    with pytest.raises(UserError, match=r"--cuda_graphs on several ranks \(this run has 2\) needs per-replica "
+                                        r"clipping: with --clip_by_global_norm_after_gradient_allreduce DDP "
+                                        r"all-reduces from hooks inside the backward, which CUDA graphs cannot "
+                                        r"capture: drop one of the two flags") as e:
         levers.check_device(fv, torch.device("cuda", 0), 2)
+    assert "\n" not in str(e.value)
+    levers.check_device(fv, torch.device("cuda", 0), 1)  # one GPU: DDP is not used
+    fv.clip_by_global_norm_after_gradient_allreduce = False
+    levers.check_device(fv, torch.device("cuda", 0), 8)  # per-replica clipping: the all-reduce between graphs
 
 
 def _scribble_graph_outputs(trainer):
@@ -254,6 +181,122 @@ def test_cuda_graphs_path_trains_as_the_compiled_step(tmp_path, monkeypatch, com
     with pytest.raises(UserError, match=r"--cuda_graphs replays batches of one shape: this batch has "
                                         r"input_ids \[4, 31\], the first input_ids \[4, 32\]; drop --cuda_graphs"):
         graphed.step(other, 6)
+
+
+def _graphed_on_two_ranks(rank, world, tmp):
+    """In a spawned rank: the compiled step and its --cuda_graphs path, per-replica clipping, each
+    rank its own batches -> [(losses, weights)] of each."""
+    import pathlib
+    from mlperf_bert.trainer import distributed
+    torch.compile = lambda fn=None, **kw: fn  # noqa: E731 (as the fixture; this process ends after)
+    levers.check_device = lambda *a: None
+    distributed.setup("cpu")
+    gen = torch.Generator().manual_seed(rank)
+    batches = [_batch(gen, False) for _ in range(3)]
+    out = []
+    for graphed in (False, True):
+        d = pathlib.Path(tmp) / ("r%d%s" % (rank, "g" * graphed))
+        d.mkdir()
+        t = _trainer(d, "--compile", *(["--cuda_graphs"] if graphed else []), rank=rank, world=world)
+        assert t.accumulator.allreduce is distributed.allreduce_mean and t.ddp is None
+        losses = _train(t, batches, 6, after_step=_scribble_graph_outputs if graphed else None)
+        out.append((losses, {k: v.clone() for k, v in t.model.state_dict().items()}))
+    distributed.teardown()
+    return out
+
+
+@pytest.mark.slow
+def test_cuda_graphs_on_two_ranks_trains_as_the_compiled_step(tmp_path):
+    """2 gloo ranks, per-replica clipping (the all-reduce of the clipped sums runs after the
+    backward, between the graphs): the graphed path (device refusal lifted, torch.compile the
+    function itself, every gradient still held between micro-steps overwritten as a replay
+    would) equals the compiled step bit for bit on each rank over 3 updates of 2 micro-steps;
+    the ranks saw other batches and hold the same weights (the all-reduce ran)."""
+    from test_host_syncs import run_ranks
+    ranks = run_ranks(_graphed_on_two_ranks, str(tmp_path), tmp=str(tmp_path))
+    for (plain, plain_w), (graphed, graphed_w) in ranks:
+        assert graphed == plain
+        assert all(torch.equal(plain_w[k], graphed_w[k]) for k in plain_w)
+    (loss0, w0), (loss1, w1) = ranks[0][0], ranks[1][0]
+    assert loss0 != loss1 and all(torch.equal(w0[k], w1[k]) for k in w0)
+
+
+def _ddp_on_two_ranks(rank, world, tmp):
+    """In a spawned rank, clipping after the reduction (DDP), fp32, eager and compiled update:
+    per steps_per_update (1, 2), the Trainer's DDP options and what its gradients are, and the
+    weights after 3 updates with them and with DDP's defaults (gradients dropped after each
+    update); then DDP's static graph with no_sync, which this torch gets wrong."""
+    import pathlib
+    from mlperf_bert.trainer import distributed
+    torch.compile = lambda fn=None, **kw: fn  # noqa: E731
+    distributed.setup("cpu")
+    gen = torch.Generator().manual_seed(rank)
+    batches = [_batch(gen, False) for _ in range(3)]
+    out, mine = {}, training.ddp_options
+    for n in (1, 2):
+        for compiled in (False, True):
+            runs = {}
+            for options in ("trainer", "defaults"):
+                training.ddp_options = mine if options == "trainer" else (lambda n: {})
+                d = pathlib.Path(tmp) / ("r%d-%d-%d-%s" % (rank, n, compiled, options))
+                d.mkdir()
+                t = _trainer(d, "--clip_by_global_norm_after_gradient_allreduce", *(["--compile"] * compiled),
+                             steps_per_update=n, dtype="fp32", rank=rank, world=world)
+                if options == "defaults":
+                    t.accumulator.keep_grads = False
+                ptrs = []
+                _train(t, batches, 5 * n, after_step=lambda t: ptrs.append([
+                    None if p.grad is None else p.grad.data_ptr() for p in t.model.parameters()]))
+                views = {None if p.grad is None or p.grad._base is None else p.grad._base.data_ptr()
+                         for p in t.model.parameters()}
+                runs[options] = (t.ddp.gradient_as_bucket_view, t.ddp.static_graph, ptrs[n - 1::n], views,
+                                 {k: v.clone() for k, v in t.model.state_dict().items()})
+            out[n, compiled] = runs
+    training.ddp_options = lambda n: {"gradient_as_bucket_view": True, "static_graph": True}
+    d = pathlib.Path(tmp) / ("r%d-static" % rank)
+    d.mkdir()
+    t = _trainer(d, "--clip_by_global_norm_after_gradient_allreduce", dtype="fp32", rank=rank, world=world)
+    try:
+        _train(t, batches, 10)
+        out["static_no_sync"] = {k: v.clone() for k, v in t.model.state_dict().items()}
+    except RuntimeError as e:
+        out["static_no_sync"] = str(e).splitlines()[0]
+    distributed.teardown(clean=False)
+    return out
+
+
+@pytest.mark.slow
+def test_ddp_keeps_gradients_in_its_buckets_and_computes_what_it_did(tmp_path):
+    """--clip_by_global_norm_after_gradient_allreduce on 2 gloo ranks: DDP runs with
+    gradient_as_bucket_view (static_graph only at one micro-step an update); the gradients are
+    views of DDP's flat buckets, zeroed in place after each update, not dropped and made again,
+    at the same addresses from the third update on (DDP moves them when it rebuilds its
+    buckets); the weights after 5 updates equal those of DDP's defaults bit for bit, eager and
+    with the compiled update, with and without accumulation (no_sync), on both ranks.
+    DDP's static graph with no_sync either fails or stops reducing on this torch
+    (pytorch/pytorch#187732): when this assertion fails, torch has fixed it, and static_graph can
+    be turned on with accumulation too (training.ddp_options)."""
+    from test_host_syncs import run_ranks
+    ranks = run_ranks(_ddp_on_two_ranks, str(tmp_path), tmp=str(tmp_path))
+    for out in ranks:
+        for (n, compiled), runs in ((k, v) for k, v in out.items() if k != "static_no_sync"):
+            view, static, ptrs, views, w = runs["trainer"]
+            assert (view, static) == (True, n == 1)
+            assert runs["defaults"][:2] == (False, False)
+            # views of a few flat buckets, at the same addresses once DDP has rebuilt its buckets
+            # (in the warm-up's updates in a run)
+            assert None not in views and len(views) <= 2, (n, compiled, views)
+            assert all(p is not None for p in ptrs[0]) and ptrs[2] == ptrs[3] == ptrs[4], (
+                n, compiled, [sum(a != b for a, b in zip(x, ptrs[-1])) for x in ptrs])
+            assert all(p is None for x in runs["defaults"][2] for p in x)  # dropped at each update
+            dw = runs["defaults"][4]
+            assert all(torch.equal(w[k], dw[k]) for k in w), (n, compiled)
+    w0, w1 = ranks[0][1, False]["trainer"][4], ranks[1][1, False]["trainer"][4]
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    reduced = ranks[0][2, False]["trainer"][4]
+    static = [out["static_no_sync"] for out in ranks]
+    assert any(isinstance(s, str) for s in static) or not all(
+        torch.equal(s[k], reduced[k]) for s in static for k in reduced), static
 
 
 def test_scribbling_catches_a_gradient_held_between_micro_steps(tmp_path):
@@ -350,12 +393,201 @@ def test_fp8_refuses_sizes_its_matmul_cannot_take(tmp_path):
         _trainer(tmp_path, "--fp8", cfg=dict(TINY, intermediate_size=24))
 
 
-def test_a_run_resumed_with_fp8_switched_is_refused(tmp_path):
-    """--fp8 changes the arithmetic: a checkpoint's run and its resume must agree on it (the
-    other levers compute what the plain step computes and may change between the two)."""
+def test_a_run_resumed_with_fp8_or_fused_update_switched_is_refused(tmp_path):
+    """--fp8 and --fused_update (issue 37 (8)) change the arithmetic: a checkpoint's run and its
+    resume must agree on them (every flag: test_training.py::test_every_trainer_flag_...)."""
     def identity(*extra):
         return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
-    saved = identity("--bf16_weights")
-    checkpoint.check_same_run(saved, identity("--fused_update"), "out/model.ckpt-2.pt")
-    with pytest.raises(UserError, match=r"--fp8=True differs from the run being resumed in out \(it has False\)"):
-        checkpoint.check_same_run(saved, identity("--fp8"), "out/model.ckpt-2.pt")
+    saved = identity()
+    for lever in ("fp8", "fused_update"):
+        with pytest.raises(UserError, match=r"--%s=True differs from the run being resumed in out \(it has False\)"
+                           % lever):
+            checkpoint.check_same_run(saved, identity("--" + lever), "out/model.ckpt-2.pt")
+
+
+# ---------------------------------------------------------------- --fused_qkv, --pad_vocab
+
+def _grads(cfg, batch, ctx, fused=False, pad=False):
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**cfg))
+    if fused:
+        assert len(levers.enable_fused_qkv(model)) == cfg["num_hidden_layers"]
+    if pad:
+        assert levers.enable_pad_vocab(model) == -cfg["vocab_size"] % 8 > 0
+    with ctx():
+        out, (mlm_logits, nsp_logits) = model(**batch, return_logits=True)
+    out.loss.backward()
+    return model, out, mlm_logits, {n: p.grad for n, p in model.named_parameters()}
+
+
+CONTEXTS = {"fp32": contextlib.nullcontext, "bf16_cuda_policy": cuda_autocast.cuda_policy}
+VARLEN = dict(TINY, vocab_size=66, num_hidden_layers=2)  # 66: not a multiple of 8
+
+
+@pytest.mark.parametrize("dtype", CONTEXTS)
+@pytest.mark.parametrize("rows", ["unpacked", "packed", "packed_varlen"])
+def test_fused_qkv_equals_the_three_gemms(monkeypatch, rows, dtype):
+    """One GEMM over the stacked weights: the loss and logits equal the three GEMMs' and every
+    gradient is within rounding of theirs (the input's gradient is summed in another order: one
+    GEMM over 3h where three are added), in fp32 and in bf16 under CUDA's autocast policy,
+    unpacked, packed (dense mask) and packed through the variable-length kernel's path (its
+    reference, which runs here). The parameters and their names are the plain model's."""
+    if rows == "packed_varlen":
+        monkeypatch.setattr(attention, "varlen_kernel", lambda device, dt, head_dim: attention.reference_varlen)
+    batch = _batch(torch.Generator().manual_seed(0), rows != "unpacked")
+    (m0, out0, logits0, g0), (m1, out1, logits1, g1) = (
+        _grads(VARLEN, batch, CONTEXTS[dtype], fused=f) for f in (False, True))
+    assert m0.state_dict().keys() == m1.state_dict().keys()
+    assert torch.equal(out0.loss, out1.loss) and torch.equal(logits0, logits1)
+    scale = max(g.abs().max().item() for g in g0.values())
+    # fp32: summation order; bf16: the input's gradient rounded to bf16 once, not three times
+    rtol, atol = (1e-5, 1e-6) if dtype == "fp32" else (2 ** -7, 1e-5)
+    for n in g0:  # atol: the key bias's gradient is rounding noise on zero (softmax does not see it)
+        torch.testing.assert_close(g1[n], g0[n], rtol=rtol, atol=atol * scale, msg=n)
+    assert any(not torch.equal(g0[n], g1[n]) for n in g0)  # the GEMMs did differ: one ran, not three
+
+
+@pytest.mark.parametrize("dtype", CONTEXTS)
+@pytest.mark.parametrize("rows", ["unpacked", "packed"])
+def test_pad_vocab_gives_the_unpadded_loss_logits_and_gradients_bit_for_bit(rows, dtype):
+    """vocab 66 padded to 72 in the decoder: the loss, the logits (66 of them) and every gradient
+    equal the unpadded model's bit for bit on this CPU (a GPU's GEMM of another width may round
+    otherwise: the flag is in the run identity); the parameters keep the unpadded shapes."""
+    batch = _batch(torch.Generator().manual_seed(0), rows == "packed")
+    (m0, out0, logits0, g0), (m1, out1, logits1, g1) = (
+        _grads(VARLEN, batch, CONTEXTS[dtype], pad=p) for p in (False, True))
+    assert logits1.shape[-1] == 66 and m1.bert.embeddings.word_embeddings.shape[0] == 66
+    assert torch.equal(out0.loss, out1.loss) and torch.equal(logits0, logits1)
+    assert all(torch.equal(g0[n], g1[n]) for n in g0)
+
+
+@pytest.mark.parametrize("lever", ["fused_qkv", "pad_vocab"])
+def test_fused_qkv_and_pad_vocab_train_and_checkpoint_as_the_plain_step(tmp_path, lever):
+    """3 updates of 2 micro-steps, dropout on, packed rows, bf16, --compile's update functions:
+    the losses and the checkpoint's weights and LAMB slots equal the plain step's (--pad_vocab bit
+    for bit; --fused_qkv within fp32 rounding), under the same names and shapes, so either run's
+    checkpoint (and its TF export) is the other's."""
+    cfg = dict(DROPOUT, vocab_size=66)
+    batches = _batches()
+    extra = ["--compile", "--clip_by_global_norm_after_gradient_allreduce"]
+    plain, other = _trainer(tmp_path, *extra, cfg=cfg), _trainer(tmp_path, "--" + lever, *extra, cfg=cfg)
+    la, lb = _train(plain, batches, 6), _train(other, batches, 6)
+    paths = []
+    for name, trainer in (("plain", plain), (lever, other)):
+        paths.append(str(tmp_path / ("%s.pt" % name)))
+        trainer.save(paths[-1], {}, final=True)
+        trainer.flush()
+    a, b = plain.model.state_dict(), other.model.state_dict()
+    assert [(k, v.shape) for k, v in a.items()] == [(k, v.shape) for k, v in b.items()]
+    assert list(tf_checkpoint.to_tf_arrays(a)) == list(tf_checkpoint.to_tf_arrays(b))
+    if lever == "pad_vocab":
+        assert la == lb
+        assert_bit_identical(*paths)
+    else:
+        assert la == pytest.approx(lb, rel=1e-5)
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+@pytest.mark.slow
+def test_fused_qkv_and_pad_vocab_compile_as_eager(tmp_path, monkeypatch):
+    """torch.compile (aot_eager: dynamo's graph and AOTAutograd's backward, no codegen) of the
+    model with both levers gives the loss and gradients of eager's (one graph with no break:
+    test_fp8_fused_qkv_and_pad_vocab_compile_without_graph_breaks)."""
+    monkeypatch.undo()  # the real torch.compile (the fixture's stand-in returns the function)
+    cfg = dict(TINY, vocab_size=66)
+    batch = _batch(torch.Generator().manual_seed(0), True)
+    runs = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = BertForPreTraining(BertConfig(**cfg))
+        levers.enable_fused_qkv(model), levers.enable_pad_vocab(model)
+        fn = torch.compile(model, backend="aot_eager", dynamic=False) if compiled else model
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fn(**batch).loss
+        loss.backward()
+        runs.append((loss, [p.grad for p in model.parameters()]))
+    (l0, g0), (l1, g1) = runs
+    assert torch.equal(l0, l1)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+
+
+def test_a_run_resumed_with_fused_qkv_or_pad_vocab_switched_is_refused(tmp_path):
+    """A GEMM of another shape may take another GPU kernel, which rounds otherwise: the two levers
+    are defining flags of a run."""
+    def identity(*extra):
+        return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
+    saved = identity()
+    for lever in ("fused_qkv", "pad_vocab"):
+        with pytest.raises(UserError, match=r"--%s=True differs from the run being resumed in out \(it has "
+                                            r"False\)" % lever):
+            checkpoint.check_same_run(saved, identity("--" + lever), "out/model.ckpt-2.pt")
+
+
+def test_levers_lists_every_lever_flag():
+    """levers.LEVERS (what bench/ tries) is every bool flag levers.py defines, each off by default."""
+    fv = flags.FlagValues()
+    levers.define_flags(fv)
+    names = list(fv)
+    assert sorted(levers.LEVERS) == sorted(names)
+    assert all(fv[n].value is False for n in levers.LEVERS)
+
+
+def test_casts_per_update_with_cudas_autocast_policy():
+    """Issue 36.3, counted (tests/cuda_autocast.py: CUDA's fp32 LayerNorm emulated, attention one
+    op as on CUDA), at 1 and 4 micro-steps. Autocast casts each weight once a forward (its cache:
+    the backward reuses the cast) and each weight's gradient back once a backward: a copy of the
+    weights kept in bf16 (the removed --bf16_weights) could only save the forward's, and adds as
+    many in its refresh after each update: nothing at one micro-step, 3 of 4 forwards' at four.
+    The activation casts are LayerNorm's fp32 output cast again for each GEMM that reads it:
+    --fused_qkv casts it once for q, k and v where autocast casts it three times, 2 casts fewer a
+    layer in the forward and 2 in the backward (their gradients)."""
+    cfg, layers = BertConfig(**VARLEN), VARLEN["num_hidden_layers"]
+    batch = _batch(torch.Generator().manual_seed(0), True)
+
+    def count(steps, fused=False):
+        torch.manual_seed(0)
+        model = BertForPreTraining(cfg)
+        if fused:
+            levers.enable_fused_qkv(model)
+        c = cuda_autocast.count_casts(model, batch, steps)
+        assert not c.activation_shapes & c.shapes  # weight and activation casts told apart
+        return c.count, model
+
+    for steps in (1, 4):
+        (plain, model), (fused, _) = count(steps), count(steps, fused=True)
+        # every parameter but the position and token type tables (looked up in fp32) and the MLM
+        # bias (added in fp32 under CUDA's policy); the word embeddings once, for the decoder
+        cast = [n for n, _ in model.named_parameters() if "LayerNorm" not in n and n.split(".")[-1] not in (
+            "position_embeddings", "token_type_embeddings", "output_bias") or n == "cls.seq_relationship.output_bias"]
+        assert plain["forward", "weight"] == plain["backward", "weight"] == steps * len(cast)
+        for phase in ("forward", "backward"):
+            assert plain[phase, "activation"] > 0
+            assert fused[phase, "activation"] == plain[phase, "activation"] - 2 * layers * steps
+            assert fused[phase, "weight"] == plain[phase, "weight"]
+
+
+@pytest.mark.slow
+def test_fused_qkv_and_pad_vocab_models_save_and_load_reference_tf_checkpoints(tmp_path):
+    """A model with both levers writes a TF checkpoint under the reference's names and shapes
+    (query, key and value kernels [h, h] apart, word embeddings unpadded), which a plain model
+    loads to the same weights, and loads a plain model's TF checkpoint back (tensorflow I/O)."""
+    cfg = BertConfig(**dict(TINY, vocab_size=66))
+    torch.manual_seed(0)
+    lever, plain = BertForPreTraining(cfg), BertForPreTraining(cfg)
+    levers.enable_fused_qkv(lever), levers.enable_pad_vocab(lever)
+    prefix = str(tmp_path / "lever")
+    tf_checkpoint.save_tf_checkpoint(lever, prefix)
+    saved = tf_checkpoint.LazyCheckpoint(prefix)
+    for name in ("query", "key", "value"):
+        assert saved.shapes["bert/encoder/layer_0/attention/self/%s/kernel" % name] == [16, 16]
+    assert saved.shapes["bert/embeddings/word_embeddings"] == [66, 16]
+    tf_checkpoint.load_init_checkpoint(plain, prefix)
+    assert all(torch.equal(a, b) for a, b in zip(lever.state_dict().values(), plain.state_dict().values()))
+    with torch.no_grad():
+        for p in plain.parameters():
+            p.add_(1.0)
+    tf_checkpoint.save_tf_checkpoint(plain, str(tmp_path / "plain"))
+    tf_checkpoint.load_init_checkpoint(lever, str(tmp_path / "plain"))
+    assert all(torch.equal(a, b) for a, b in zip(lever.state_dict().values(), plain.state_dict().values()))

@@ -33,14 +33,20 @@ def test_real_package_gets_its_official_score(package):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(proc.stdout.splitlines()[-1])
     # what mlperf-logging 4.1.68 says of this package (tests/data/README.md)
-    assert got == {"time_to_train_min": pytest.approx(3.5022071145, abs=1e-9),
-                   "rcp_scaling_factor": pytest.approx(1.0028470154, abs=1e-9),
-                   "samples_to_converge": 2436995.375, "package_check": "pass", "verdict": "pass"}
+    assert got == {"org": "NVIDIA", "package_checker": "pass", "result_summarizer": "pass", "repo_checker": "pass",
+                   "verdict": "pass", "systems": [{
+                       "system": NYX, "system_name": "Nyx (1x NVIDIA DGX B200)", "division": "closed",
+                       "time_to_train_min": pytest.approx(3.5022071145, abs=1e-9),
+                       "rcp_scaling_factor": pytest.approx(1.0028470154, abs=1e-9),
+                       "samples_to_converge": 2436995.375, "rcp": "Pass", "package_check": "pass", "verdict": "pass",
+                       "reasons": [], "warnings": []}]}
     assert "result_0.txt        27912      2550982    3.6711  success  PASS" in proc.stdout
     assert proc.stdout.count("  success  PASS\n") == 10  # each run's check-log verdict
     assert "RCP check: Pass, scaling factor 1.0028470154; samples to converge 2436995.375" in proc.stdout
     # the fastest (2.7828 min) and the slowest (3.8963 min) run
     assert "olympic mean: drops result_6.txt and result_1.txt" in proc.stdout
+    for step in ("package checker", "result summarizer", "repo checker"):  # the verify script's three steps
+        assert "%s (mlperf_logging, training 5.0.0): PASS" % step in proc.stdout
     # the package stays as submitted (the official tools ran on a copy, the plots go beside it)
     assert sorted(p.relative_to(package) for p in package.rglob("*")) == before
     for name in ("score_times", "score_convergence"):
@@ -50,8 +56,8 @@ def test_real_package_gets_its_official_score(package):
 def test_a_missing_log_fails_with_the_checkers_reason(package):
     os.remove(package / BERT / "result_3.txt")
     s = score.score(str(package))
-    assert s["package_check"] == "fail"
-    assert any("found 9, expected 10" in e for e in s["errors"]), s["errors"]
+    assert s["steps"]["package_checker"][0] == "fail" and s["systems"][0]["package_check"] == "fail"
+    assert any("found 9, expected 10" in e for e in s["systems"][0]["errors"]), s["systems"][0]["errors"]
 
 
 def test_two_aborted_runs_fail(package):
@@ -70,11 +76,14 @@ def test_open_division_says_the_rcp_check_does_not_apply(package, capsys):
     converge None" (what the summarizer gives there); the same package declared open here."""
     for path in list((package / BERT).glob("result_*.txt")) + list(package.glob("NVIDIA/systems/*.json")):
         path.write_text(path.read_text().replace('"closed"', '"open"'))
-    score.main(["score", "--noplots", str(package)])
+    score.main(["score", "--noplots", "--json", str(package)])
     out = capsys.readouterr().out
     assert "RCP check: does not apply (open division: reference convergence points bind closed-division" \
         " runs only); no scaling factor, no samples to converge" in out
     assert "RCP: ," not in out and "None" not in out.split("package checker")[1]
+    # issue 37: --json said rcp_scaling_factor 1.0 (the summarizer's) where the text says there is none
+    got = json.loads(out.splitlines()[-1])["systems"][0]
+    assert got["division"] == "open" and got["rcp_scaling_factor"] is None and got["samples_to_converge"] is None
 
 
 def test_truncated_log_among_ten_gets_no_score(package):
@@ -83,7 +92,8 @@ def test_truncated_log_among_ten_gets_no_score(package):
     log = package / BERT / "result_5.txt"
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:300]))
     s = score.score(str(package))
-    assert s["package_check"] == "pass"  # what the official checker says
+    assert s["steps"]["package_checker"][0] == "pass"  # what the official checker says
+    s = s["systems"][0]
     assert s["verdict"] == "fail" and s["time_to_train_min"] is None
     assert s["run_verdicts"][5][:2] == ("FAIL", "invalid") and "run_stop" in s["run_verdicts"][5][2]
     assert "result_5.txt: run_stop" in s["reasons"][0]
@@ -92,7 +102,8 @@ def test_truncated_log_among_ten_gets_no_score(package):
 
 def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
     """Issue 31: score said FAIL with no reason for a broken or incomplete systems JSON or an empty
-    results folder, and PASS on logs of another org. Each reason is its own line under "time to train"."""
+    results folder. Each reason is its own line under "time to train"; what the official tools do not
+    check (logs of another org or status, issue 37) is a warning line."""
     system_json = package / "NVIDIA" / "systems" / (BERT.split(os.sep)[2] + ".json")
     desc = json.loads(system_json.read_text())
     del desc["cooling"]
@@ -101,15 +112,24 @@ def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
     for n in (2, 7):
         log = package / BERT / ("result_%d.txt" % n)
         log.write_text(log.read_text().replace('"submission_org", "value": "NVIDIA"', '"submission_org", "value": "ACME"'))
+    log = package / BERT / "result_4.txt"
+    log.write_text(log.read_text().replace('"submission_division", "value": "closed"',
+                                           '"submission_division", "value": "open"'))
     assert score.main(["score", "--noplots", str(package)]) == 1
     out = capsys.readouterr().out
     reasons = out.split("time to train: none:\n", 1)[1].split("submission: FAIL")[0].splitlines()
-    assert reasons == [
-        "  the official package checker failed (its 2 ERROR lines above)",
+    assert reasons[:3] == [
+        "  the official package checker failed for this system (its 1 ERROR line above)",
         "  NVIDIA/systems/nyx_n1_ngc25.04_pytorch.json lacks 1 field the official checker requires: cooling",
-        "  2 logs (result_2.txt, result_7.txt): submission_org 'ACME', the package's submitter is 'NVIDIA' (a log"
-        " must name its submitter: runs made with SUBMISSION_ORG=NVIDIA)",
-        "  10 logs (result_0.txt ... result_9.txt): submission_status 'onprem', the systems JSON's status"
+        "  result_4.txt: submission_division 'open', the systems JSON says 'closed'"], out
+    # judged as open (what it says), the log lacks what an open log needs
+    assert reasons[3:] == ["  1 run log breaks the rules (result_4.txt: stop_at_target: open-division log states"
+                           " no single target_accuracy line (the trainer logs it))"], out
+    warnings = [l for l in out.splitlines() if l.startswith("warning: ")]
+    assert warnings == [
+        "warning: 2 logs (result_2.txt, result_7.txt): submission_org 'ACME', the package's submitter is 'NVIDIA'"
+        " (a log must name its submitter: runs made with SUBMISSION_ORG=NVIDIA)",
+        "warning: 10 logs (result_0.txt ... result_9.txt): submission_status 'onprem', the systems JSON's status"
         " 'Research, Development, or Internal (RDI)' needs 'research'"], out
     # no logs at all, and a systems JSON that is not JSON
     system_json.write_text('{"submitter": "NVIDIA"')
@@ -118,10 +138,11 @@ def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
     assert score.main(["score", "--noplots", str(package)]) == 1
     out = capsys.readouterr().out
     reasons = out.split("time to train: none:\n", 1)[1].split("submission: FAIL")[0].splitlines()
-    assert len(reasons) == 3, out
-    assert reasons[0].startswith("  the official package checker failed (")
-    assert re.match(r"  systems JSON .*nyx_n1_ngc25.04_pytorch.json is not JSON \(.*\): fix the file$", reasons[1])
-    assert reasons[2] == "  %s holds no results/<system>/bert/result_*.txt logs" % (package / "NVIDIA")
+    assert len(reasons) == 4, out
+    assert re.match(r"  systems JSON .*nyx_n1_ngc25.04_pytorch.json is not JSON \(.*\): fix the file$", reasons[0])
+    assert reasons[1] == "  %s holds no result_*.txt logs" % (package / BERT)
+    assert reasons[2].startswith("  the official package checker did not finish; its last line: ")
+    assert reasons[3].startswith("  the official result summarizer failed (exit status 1; its last line: ")
 
 
 def test_all_runs_aborted_get_no_time_to_train(package, capsys):
@@ -265,7 +286,7 @@ def test_nvidias_runs_repackaged_with_their_systems_json_are_the_published_packa
     assert json.loads((top / "systems" / (NYX + ".json")).read_text()) == json.loads(nyx_json(tmp_path).read_text())
     impl = top / "benchmarks" / "bert" / "implementations" / NYX
     copied = sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file())
-    assert copied == sorted(pkg_mod.source_files())
+    assert copied == sorted(pkg_mod.source_files() + [pkg_mod.LAUNCH])
     assert {"configs/presets/rcp.sh", "mlperf_bert/dataset/_fasttok.c", "Makefile", "train_model.sh",
             "configs/bert_config_large.json"} <= set(copied)
     assert not [p for p in copied if p.startswith("tests/data/")]
@@ -418,3 +439,288 @@ def test_score_plots_have_titles(tmp_path, monkeypatch):
     assert titles == [["Time to train per run\nnyx_n1_ngc25.04_pytorch, closed division: 3 runs, submission PASS"],
                       ["Eval accuracy per run\nnyx_n1_ngc25.04_pytorch, closed division: 3 runs, submission PASS"]]
     assert all(open(p, "rb").read(4) == b"\x89PNG" for p in paths)
+
+
+# ---- issue 37: every system of an organization, published packages the official tools pass
+
+def unpack(tmp_path, *names):
+    """The vendored packages tests/data/submission_v5.0_NAME.tar.gz merged into one package root
+    (writable: the tests change them)."""
+    root, unpacked = tmp_path / "published", tmp_path / "unpacked"
+    for name in names:
+        with tarfile.open(os.path.join(DATA, "submission_v5.0_%s.tar.gz" % name)) as t:
+            t.extractall(unpacked, filter="data")
+        src = unpacked / ("submission_v5.0_%s" % name)
+        for d, _, files in os.walk(src):
+            os.chmod(d, 0o755)
+            for f in files:
+                os.chmod(os.path.join(d, f), 0o644)
+        for org in (p for p in src.iterdir() if p.is_dir()):
+            shutil.copytree(org, root / org.name, dirs_exist_ok=True)
+    return root
+
+
+# mlperf-logging 4.1.68's result_summarizer on the vendored packages (tests/data/README.md):
+# system folder -> (bert:time_to_train, bert:rcp_scaling_factor, bert:samples_to_converge)
+PUBLISHED = {
+    "nyx_n1_ngc25.04_pytorch": (3.5022071145250924, 1.0028470154406997, 2436995.375),
+    "tyche_ngpu8_ngc25.04_pytorch": (3.424218926461085, 1.002837190745021, 2437019.25),
+    "tyche_ngpu64_ngc25.04_pytorch": (0.65625, 1.0, 3300133.25),
+    "tyche_ngpu512_ngc25.04_pytorch": (0.3047, 1.0, 3967072.625),
+    "7920T_2xA5000_hdd": (366.18525, 1.0, 3643896.0),
+    "7920T_2xA5000_ssd": (343.08845625, 1.0, 3417208.0),
+    "AS-4126GS-NBR-LCC_N1": (3.576145833333333, 1.0, 2455085.5),
+    "8xBM.GPU.H200.8": (0.8818416666666667, 1.0, 2976612.75),
+}
+
+
+def assert_published_scores(got):
+    for system in got["systems"]:
+        ttt, factor, samples = PUBLISHED[system["system"]]
+        assert system["verdict"] == "pass", system
+        assert system["time_to_train_min"] == pytest.approx(ttt, abs=1e-9), system["system"]
+        assert system["rcp_scaling_factor"] == pytest.approx(factor, abs=1e-9), system["system"]
+        assert system["samples_to_converge"] == samples, system["system"]
+
+
+@pytest.mark.slow
+def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(tmp_path, capsys):
+    """Issue 37: score NVIDIA on NVIDIA's four v5.0 systems printed one time to train (Nyx's); the
+    official result summarizer gives one per system, and so does score: one block, one verdict and
+    one JSON object each (Tyche 8 and 64 GPUs share a system_name: the folder tells them apart)."""
+    root = unpack(tmp_path, "NVIDIA_nyx_n1", "NVIDIA_tyche")
+    assert score.main(["score", "--json", "--plots_dir=%s" % (tmp_path / "plots"), str(root)]) == 0
+    out = capsys.readouterr().out
+    got = json.loads(out.splitlines()[-1])
+    assert [s["system"] for s in got["systems"]] == [  # the four, in folder order
+        "nyx_n1_ngc25.04_pytorch", "tyche_ngpu512_ngc25.04_pytorch", "tyche_ngpu64_ngc25.04_pytorch",
+        "tyche_ngpu8_ngc25.04_pytorch"]
+    assert [s["system_name"] for s in got["systems"]] == [
+        "Nyx (1x NVIDIA DGX B200)", "Tyche (8x NVIDIA GB200 NVL72)", "Tyche (1x NVIDIA GB200 NVL72)",
+        "Tyche (1x NVIDIA GB200 NVL72)"]
+    assert_published_scores(got)
+    assert (got["org"], got["verdict"], got["package_checker"], got["result_summarizer"], got["repo_checker"]) == (
+        "NVIDIA", "pass", "pass", "pass", "pass")
+    assert out.count("\n== system ") == 4 and out.count("\nsubmission: PASS\n") == 4
+    for system in PUBLISHED:
+        if system.startswith(("nyx", "tyche")):
+            ttt = [s["time_to_train_min"] for s in got["systems"] if s["system"] == system][0]
+            assert "== system %s (" % system in out and "time to train: %s minutes" % ttt in out
+            assert (tmp_path / "plots" / ("%s.score_times.png" % system)).exists()
+    assert "tyche_ngpu64_ngc25.04_pytorch/bert/result_4.txt" in out  # aborted: dropped, as the summarizer does
+    assert "\nNVIDIA: 4 systems, 4 PASS, 0 FAIL\n" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,warned", [
+    # krai: systems JSON submitter 'Krai', folder 'krai', logs 'KRAI'
+    ("krai", ["krai/systems/7920T_2xA5000_hdd.json: submitter 'Krai', the package's org folder is 'krai'",
+              "10 logs (result_0.txt ... result_9.txt): submission_org 'KRAI', the package's submitter is 'krai'"]),
+    # Supermicro's logs: the placeholders of the scripts they were made with
+    ("Supermicro_AS-4126GS-NBR-LCC_N1", [
+        "submission_org 'SUBMISSION_ORG_PLACEHOLDER', the package's submitter is 'Supermicro'",
+        "submission_platform '1xSUBMISSION_PLATFORM_PLACEHOLDER' names no platform"]),
+    # Oracle's: placeholders, and 'onprem' for a system that is 'Available cloud'
+    ("Oracle_8xBM.GPU.H200.8", [
+        "submission_status 'onprem', the systems JSON's status 'Available cloud' needs 'cloud'",
+        "submission_platform '8xSUBMISSION_PLATFORM_PLACEHOLDER' names no platform"]),
+])
+def test_published_packages_the_official_tools_pass_pass_with_warnings(tmp_path, capsys, name, warned):
+    """Issue 37: score failed krai, Dell and Supermicro on identity checks the official tools do not
+    make, though MLCommons published them. They pass, with the time to train the summarizer gives,
+    and each stricter finding is a warning line."""
+    root = unpack(tmp_path, name)
+    assert score.main(["score", "--json", "--noplots", str(root)]) == 0
+    out = capsys.readouterr().out
+    got = json.loads(out.splitlines()[-1])
+    assert got["verdict"] == "pass" and all(s["reasons"] == [] for s in got["systems"])
+    assert_published_scores(got)
+    warnings = [l for l in out.splitlines() if l.startswith("warning: ")]
+    for w in warned:
+        assert any(w in line for line in warnings), (w, warnings)
+
+
+@pytest.mark.parametrize("name", ["krai", "Supermicro_AS-4126GS-NBR-LCC_N1", "Oracle_8xBM.GPU.H200.8"])
+def test_identity_of_published_packages_is_warned_never_failed(tmp_path, name):
+    """Issue 37 (no official tool run): the identity findings of krai's, Supermicro's and Oracle's
+    published logs and systems JSONs are warnings; a log whose division is not its systems JSON's
+    fails (the official checker judged it by the log's)."""
+    from mlperf_bert.harness.compliance import read_log
+    root = unpack(tmp_path, name)
+    org = next(p.name for p in root.iterdir())
+    for system in score.bert_systems(str(root / org)):
+        desc = pkg_mod.load_system_json(str(root / org / "systems" / (system + ".json")))
+        logs = sorted((root / org / "results" / system / "bert").glob("result_*.txt"))
+        parsed = [(str(p), read_log(str(p))) for p in logs]
+        fails, warnings = score.identity_reasons(str(root), org, system, desc, parsed)
+        assert fails == [] and warnings, (name, system)
+        parsed[0] = (parsed[0][0], [r._replace(value="open") if r.key == "submission_division" else r
+                                    for r in parsed[0][1]])
+        fails, _ = score.identity_reasons(str(root), org, system, desc, parsed)
+        assert fails == ["%s: submission_division 'open', the systems JSON says 'closed'"
+                         % os.path.basename(parsed[0][0])]
+
+
+def test_checker_errors_go_to_the_system_they_concern():
+    """The package checker's output of a package of several systems, split as score splits it."""
+    out = "\n".join([
+        "INFO -  Checking System Description Files",
+        "ERROR -   System description checker failed for Sys B : ['Missing field cooling']",
+        "ERROR - System description file checker failed",
+        "INFO - ------------------------------",
+        "INFO -  Running compliance checks in dir ORG/results/a/bert",
+        "ERROR - Incorrect number of files in dir, or wrong file names in directory ORG/results/a/bert, found 9, expected 10",
+        "INFO -  Running compliance checks in dir ORG/results/b/bert",
+        "ERROR - RCP Test Failed: Insufficient convergence",
+        "INFO -  Running compliance checks in dir ORG/results/b/dlrm_dcnv2",
+        "ERROR - Seed checker failed",
+        "INFO - PACKAGE CHECKER FOUND ERRORS, LOOK INTO ERROR LOG LINES AND FIX THEM.",
+    ])
+    per, others = score.checker_errors(out, {"a": "Sys A", "b": "Sys B", "c": "Sys C"})
+    assert per == {"a": ["Incorrect number of files in dir, or wrong file names in directory ORG/results/a/bert,"
+                         " found 9, expected 10"],
+                   "b": ["System description checker failed for Sys B : ['Missing field cooling']",
+                         "RCP Test Failed: Insufficient convergence"]}
+    assert others == ["Seed checker failed"]  # another benchmark's: the package as a whole
+
+
+# ---- issue 37: the package passes the verify script, MANIFEST.txt, launch records, counts, a lock
+
+@pytest.mark.slow
+def test_a_package_made_by_package_passes_all_three_steps_of_the_verify_script(package, tmp_path, capsys):
+    """Issue 37: package copied .ci/, .gitignore and .dockerignore, which the third step of
+    verify_for_v5.0_training.sh (repo_checker) refuses, and score ran only the first two. The package
+    holds no name the repo checker refuses and no tests; its MANIFEST.txt lists what it holds; score
+    runs all three steps on it; a dotfile makes the third fail."""
+    out = tmp_path / "pkg"
+    assert pkg_mod.main(nyx_argv(package / BERT, out)) == 0
+    impl = out / "NVIDIA" / "benchmarks" / "bert" / "implementations" / NYX
+    held = sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file())
+    # the repo checker refuses a name that starts with '.' or holds a space
+    assert not [p for p in held if any(part.startswith(".") or " " in part for part in p.split("/"))]
+    assert not [p for p in held if p.startswith("tests/")]
+    assert sorted((impl / "MANIFEST.txt").read_text().splitlines() + [pkg_mod.LAUNCH]) == held  # self-consistent
+    s = score.score(str(out))
+    assert {tool: v[0] for tool, v in s["steps"].items()} == {
+        "package_checker": "pass", "result_summarizer": "pass", "repo_checker": "pass"}
+    assert s["verdict"] == "pass"
+    assert s["systems"][0]["time_to_train_min"] == pytest.approx(PUBLISHED[NYX][0], abs=1e-9)
+    # what the repo checker refuses: a name with a leading '.' (the official tool on the package itself)
+    (impl / ".gitignore").write_text("*.pyc\n")
+    status, text = score._official(str(out), "repo_checker", "NVIDIA")
+    verdict = score.step_verdicts({"package_checker": (0, score._OK), "result_summarizer": (0, ""),
+                                   "repo_checker": (status, text)}, {}, [NYX])["repo_checker"]
+    assert verdict[0] == "fail" and "git-unfriendly name" in verdict[2][0] and ".gitignore" in verdict[2][0]
+
+
+@pytest.mark.parametrize("line", ["../outside.txt", "/etc/hostname", "mlperf_bert/../../outside.txt"])
+def test_manifest_lines_outside_the_repository_are_refused(two_runs, tmp_path, line):
+    """Issue 37: a MANIFEST.txt line with ../ or an absolute path made package copy a file from outside
+    the repository into the package (or write it outside --output), exit 0."""
+    repo = tmp_path / "repo"
+    (repo / "mlperf_bert").mkdir(parents=True)
+    (repo / "mlperf_bert" / "a.py").write_text("x = 1\n")
+    (tmp_path / "outside.txt").write_text("secret\n")
+    (repo / "MANIFEST.txt").write_text("MANIFEST.txt\nmlperf_bert/a.py\n%s\n" % line)
+    out = tmp_path / "pkg"
+    with pytest.raises(UserError, match=r"MANIFEST.txt line 3, %s, is (an absolute path|outside the repository).*"
+                                        r"`make manifest`" % re.escape(repr(line))):
+        pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(out), str(nyx_json(two_runs.parent)),
+                             platform_=NYX_PLATFORM, root=str(repo))
+    assert not out.exists()
+
+
+def test_manifest_lines_named_twice_are_copied_and_counted_once(two_runs, tmp_path, capsys):
+    repo = tmp_path / "repo"
+    (repo / "mlperf_bert").mkdir(parents=True)
+    (repo / "mlperf_bert" / "a.py").write_text("x = 1\n")
+    (repo / ".gitignore").write_text("*.pyc\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_a.py").write_text("")
+    (repo / "MANIFEST.txt").write_text("MANIFEST.txt\nmlperf_bert/a.py\nmlperf_bert/a.py\n.gitignore\ntests/test_a.py\n")
+    assert pkg_mod.source_files(str(repo)) == ["MANIFEST.txt", "mlperf_bert/a.py"]
+    logs, _, n, _ = pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(tmp_path / "pkg"),
+                                         str(nyx_json(two_runs.parent)), platform_=NYX_PLATFORM, root=str(repo))
+    impl = tmp_path / "pkg" / "NVIDIA" / "benchmarks" / "bert" / "implementations" / NYX
+    assert n == 2 and (impl / "MANIFEST.txt").read_text() == "MANIFEST.txt\nmlperf_bert/a.py\n"
+    assert sorted(p.name for p in impl.rglob("*") if p.is_file()) == ["MANIFEST.txt", "a.py", pkg_mod.LAUNCH]
+
+
+def test_package_records_how_each_run_was_launched_and_warns_of_a_short_series(two_runs, tmp_path, capsys):
+    """Issue 37: the package did not say how the runs were launched, and took 9 logs (here 2) without
+    a word. launch.json holds each run's launch from its run_finished.json (the same seed's), null
+    where there is none; package warns of the count the ruleset needs and of runs without a record."""
+    from mlperf_bert.harness.compliance import read_log
+    seed = [r.value for r in read_log(str(two_runs / "result_0.txt")) if r.key == "seed"][-1]
+    launch = {"preset": "rcp_768", "overrides": "--num_train_steps=3000", "flags": {"train_batch_size": 96},
+              "processes": 8, "processes_per_node": 8, "nodes": 1, "commit": "abc", "modified": False,
+              "source_sha256": pkg_mod.source_identity()["source_sha256"]}
+    (two_runs / "run_0").mkdir()
+    (two_runs / "run_0" / "run_finished.json").write_text(json.dumps(
+        {"status": "success", "run": {"seed": seed, "train_batch_size": 96}, "launch": launch}))
+    (two_runs / "run_1").mkdir()  # another run's record: not taken
+    (two_runs / "run_1" / "run_finished.json").write_text(json.dumps({"run": {"seed": -1}, "launch": launch}))
+    out = tmp_path / "pkg"
+    assert pkg_mod.main(nyx_argv(two_runs, out)) == 0
+    err = capsys.readouterr().err
+    assert "warning: package: 2 run logs, the ruleset (training 5.0.0) needs exactly 10 for BERT: the official" \
+        " package checker fails this package" in err
+    assert "warning: package: 1 run without a launch record (result_1.txt)" in err
+    record = json.loads((out / "NVIDIA" / "benchmarks" / "bert" / "implementations" / NYX / pkg_mod.LAUNCH).read_text())
+    assert record["implementation"] == pkg_mod.source_identity()
+    assert [(r["result"], r["seed"], r["launch"]) for r in record["runs"]] == [
+        ("result_0.txt", seed, launch), ("result_1.txt", record["runs"][1]["seed"], None)]
+    assert record["runs"][0]["run"] == {"seed": seed, "train_batch_size": 96}
+
+
+def test_the_trainer_records_its_launch(monkeypatch):
+    """What run_finished.json keeps for launch.json: train_model.sh's preset and overrides, the flags
+    given, processes and nodes (torchrun's), the code."""
+    from mlperf_bert.trainer import checkpoint, training
+    fv = training.define_flags()
+    fv(["run_pretraining.py", "--train_batch_size=96", "--output_dir=/x", "--noshuffle"])
+    monkeypatch.setenv("MLPERF_BERT_PRESET", "rcp_768")
+    monkeypatch.setenv("MLPERF_BERT_OVERRIDES", "--train_batch_size=96")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    rec = checkpoint.launch_record(fv, 8)
+    assert {k: rec[k] for k in ("preset", "overrides", "flags", "processes", "processes_per_node", "nodes")} == {
+        "preset": "rcp_768", "overrides": "--train_batch_size=96", "processes": 8, "processes_per_node": 4,
+        "nodes": 2, "flags": {"train_batch_size": 96, "output_dir": "/x", "shuffle": False}}
+    assert rec["source_sha256"] == pkg_mod.source_identity()["source_sha256"] is not None
+
+
+def test_two_packages_on_one_output_the_loser_writes_nothing(package, tmp_path):
+    """Issue 37: two package runs on one --output: the loser died with an OSError traceback and left
+    .package-<system>.incomplete inside the winner's package. --output is locked; the loser gets one
+    line and a non-zero exit, and the winner's package is whole."""
+    import multiprocessing
+    out = tmp_path / "pkg"
+    argv = nyx_argv(package / BERT, out)
+    ctx = multiprocessing.get_context("fork")
+    copying, go = ctx.Event(), ctx.Event()
+
+    def winner():
+        copy2 = shutil.copy2
+
+        def held_copy(*a, **k):
+            copying.set()
+            go.wait(60)
+            return copy2(*a, **k)
+        shutil.copy2 = held_copy
+        os._exit(pkg_mod.main(argv))
+    p = ctx.Process(target=winner)
+    p.start()
+    try:
+        assert copying.wait(60)
+        loser = subprocess.run([sys.executable, "-m", "mlperf_bert"] + argv, capture_output=True, text=True,
+                               timeout=120)
+    finally:
+        go.set()
+        p.join(60)
+    assert p.exitcode == 0
+    assert loser.returncode != 0 and loser.stdout == ""
+    lines = loser.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--output %s is in use by another run (pid %d" % (out, p.pid) in lines[0], loser.stderr
+    assert sorted(os.listdir(out)) == ["NVIDIA"]
+    assert not [n for n in os.listdir(out / "NVIDIA") if n.startswith(".")]
+    assert len(list((out / "NVIDIA" / "results" / NYX / "bert").iterdir())) == 10

@@ -16,13 +16,27 @@ START = os.path.join(ROOT, "start_training.sh")
 ENTRY = os.path.join(ROOT, "docker-entrypoint.sh")
 
 # Stands in for train_model.sh: records SEED and its arguments, logs the seed it runs with as
-# the trainer does (a random one when SEED is unset), writes a checkpoint, and then either waits
-# for SIGTERM (FAKE_WAIT names the run folder that waits), fails with FAKE_STATUS, or finishes.
+# the trainer does (a random one when SEED is unset), at its first start cache_clear (as
+# MLPERF_CACHE_CLEARED says) and run_start at 1 s, writes a checkpoint, and then either waits
+# for SIGTERM (FAKE_WAIT names the run folder that waits), fails with FAKE_STATUS, or finishes
+# (run_stop at 80.3 s).
 FAKE = r"""#!/usr/bin/env bash
+logline() {  # TIME_MS KEY VALUE
+  echo ':::MLLOG {"namespace": "", "time_ms": '"$1"', "event_type": "POINT_IN_TIME", "key": "'"$2"'", "value": '"$3"', "metadata": {"file": "t.py", "lineno": 1}}' >> "$LOGDIR/mlperf.log"
+}
 echo "${SEED:-unset} $*" >> "$FAKE_RECORD"
 mkdir -p "$OUTPUT_DIR"
 seed="${SEED:-$((4000 + RANDOM % 1000))}"
-echo ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": "seed", "value": '"$seed"', "metadata": {"file": "t.py", "lineno": 1}}' >> "$LOGDIR/mlperf.log"
+first=1; grep -qs '"key": "run_start"' "$LOGDIR/mlperf.log" && first=
+# FAKE_NO_LOG: a node other than rank 0's, whose local disk gets no log
+if [[ -z "${FAKE_NO_LOG:-}" ]]; then
+  logline 1 seed "$seed"
+  if [[ -n "$first" ]]; then
+    cleared=false; [[ "${MLPERF_CACHE_CLEARED:-}" == True ]] && cleared=true
+    logline 1 cache_clear "$cleared"
+    logline 1000 run_start null
+  fi
+fi
 touch "$OUTPUT_DIR/model.ckpt-3.pt" "$OUTPUT_DIR/model.ckpt-12.pt"
 if [[ "$(basename "$OUTPUT_DIR")" == "${FAKE_WAIT:-none}" ]]; then
   sleep 60 &
@@ -32,6 +46,7 @@ if [[ "$(basename "$OUTPUT_DIR")" == "${FAKE_WAIT:-none}" ]]; then
   exit 0
 fi
 (( ${FAKE_STATUS:-0} )) && exit "$FAKE_STATUS"
+logline 80300 run_stop null
 echo '{"status": "success", "global_step": 30, "samples": 120}' > "$OUTPUT_DIR/run_finished.json"
 """
 
@@ -117,12 +132,83 @@ def test_a_stopped_run_says_where_it_is_and_is_not_checked(fake):
     assert err == ""
 
 
-def test_sigint_is_passed_on_as_sigterm_and_exits_130(fake):
+def test_sigint_reaches_a_child_that_ignores_it_as_sigterm_and_exits_130(fake):
+    """A child that has not installed its handlers (bash, the trainer's imports) ignores SIGINT,
+    as a background job does: the SIGTERM after it stops it."""
     proc = _start_and_wait(fake, fake.out / "ready", FAKE_WAIT="out")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "SIGTERM: checkpoint model.ckpt-15.pt written" in out, out + err
     assert "stopped by SIGINT" in out and "RESULT" not in out
+
+
+# A trainer's stand-in that handles SIGINT and SIGTERM as the trainer does: the first one names the stop.
+FAKE_PY = """#!%s
+import os, signal, sys, time
+got = []
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, lambda signum, frame: got.append(signal.Signals(signum)))
+out = os.environ["OUTPUT_DIR"]
+os.makedirs(out, exist_ok=True)
+open(os.path.join(out, "ready"), "w").close()
+while not got:
+    time.sleep(0.05)
+time.sleep(0.5)  # a second signal, if one follows
+open(os.path.join(out, "signals.txt"), "w").write(" ".join(s.name for s in got))
+open(os.path.join(out, "model.ckpt-15.pt"), "w").close()
+print("%%s: checkpoint model.ckpt-15.pt written" %% got[0].name, flush=True)
+sys.exit(128 + got[0])
+""" % sys.executable
+
+
+def test_sigint_is_passed_on_as_sigint_and_named(fake, tmp_path):
+    """Issue 37 (13): SIGINT went on to the trainer as SIGTERM, so the run said "SIGTERM: checkpoint
+    ..." after a Ctrl-C. It goes on as SIGINT, then SIGTERM: the trainer acts on the first."""
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_PY)
+    script.chmod(0o755)
+    proc = subprocess.Popen([START, "--preset=demo_cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(fake.env, TRAIN_MODEL=str(script)), cwd=ROOT)
+    deadline = time.time() + 60
+    while not (fake.out / "ready").exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert (fake.out / "signals.txt").read_text() == "SIGINT SIGTERM"
+    assert out.splitlines()[1:] == [
+        "SIGINT: checkpoint model.ckpt-15.pt written",
+        "start_training.sh: the run stopped by SIGINT after %s s: %s holds it; rerun the same command to resume"
+        % (out.split("after ")[1].split(" s")[0], fake.out / "model.ckpt-15.pt")], out
+
+
+def test_a_resumed_run_says_what_its_log_holds_and_which_time_counts(fake, tmp_path):
+    """Issue 37 (6): a stopped and resumed run's RESULT counted the second invocation only while the
+    log's run_start..run_stop (what MLPerf scores) spans both and the pause; the RESULT line says so.
+    (23): its page-cache line said "logging cache_clear=False" while the log keeps its first
+    start's true: it says what the log holds."""
+    dropper = tmp_path / "drop_caches"
+    dropper.write_text("")
+    proc = _start_and_wait(fake, fake.out / "ready", FAKE_WAIT="out", SEED="5", DROP_CACHES="1",
+                           MLPERF_DROP_CACHES_FILE=str(dropper))
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "logging cache_clear=True" in out, out + err
+    again = fake("--preset=demo_cpu", SEED="5", DROP_CACHES="1",
+                 MLPERF_DROP_CACHES_FILE=str(tmp_path / "no" / "drop_caches"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert ("start_training.sh: cannot drop the page cache (%s is not writable: run the container with --privileged); "
+            "the run resumes from model.ckpt-15.pt, whose log keeps cache_clear=True from its first start"
+            % (tmp_path / "no" / "drop_caches")) in again.stdout.splitlines(), again.stdout
+    (result,) = result_lines(again)
+    fields = result.split(",")
+    assert fields[:3] == ["RESULT", "bert", "5"] and len(fields) == 7, result
+    assert fields[6] == ("resumed from model.ckpt-15.pt: %s s counts this invocation only; MLPerf scores the log's "
+                         "run_start to run_stop: 79.3 s over every invocation of the run and the pauses between "
+                         "them" % fields[3]), result
+    first = fake("--preset=demo_cpu", SEED="5", OUTPUT_DIR=str(tmp_path / "fresh"))  # not resumed: as the reference's
+    assert [len(r.split(",")) for r in result_lines(first)] == [6], first.stdout
 
 
 def test_a_failed_run_is_one_line_and_not_checked(fake):
@@ -178,6 +264,23 @@ def test_series_without_seed_reports_each_runs_own(fake):
     assert "(seeds %s)" % " ".join(seeds) in done.stdout
 
 
+@pytest.mark.parametrize("local_disk", [True, False])
+def test_series_on_a_node_other_than_0_leaves_the_logs_to_node_0(fake, local_disk):
+    """Issue 37 (21): examples/slurm_multinode.sbatch runs README's ten-run series on every node;
+    on node 1 the series copied run 0's log (which only node 0's rank 0 writes) and, with none on
+    its local disk, ended with `cp` failing (exit 2) before run 1; on shared storage it would copy a
+    log rank 0 may still be writing. Node 0 alone keeps result_N.txt and checks the logs."""
+    extra = dict(FAKE_NO_LOG="1") if local_disk else {}
+    proc = fake("--preset=rcp_3072", NUM_RUNS="2", SEED="5", NODE_RANK="1", NNODES="2", CHECK_LOG="1", **extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [c.split()[0] for c in calls(fake)] == ["5", "6"]
+    assert not list(fake.out.glob("result_*.txt")) and "does not pass" not in proc.stdout
+    assert "start_training.sh: run 1 of 2 finished on node 1; node 0 keeps its log as result_1.txt" in proc.stdout
+    node0 = fake("--preset=rcp_3072", NUM_RUNS="2", SEED="5", NODE_RANK="0", NNODES="2", OUTPUT_DIR=str(fake.out / "n0"))
+    assert node0.returncode == 0 and sorted(p.name for p in (fake.out / "n0").glob("result_*.txt")) == [
+        "result_0.txt", "result_1.txt"], node0.stdout + node0.stderr
+
+
 def test_run_state_reads_the_trainers_marker_and_log(tmp_path):
     from mlperf_bert.harness import run_state
     from mlperf_bert.trainer import checkpoint
@@ -186,6 +289,15 @@ def test_run_state_reads_the_trainers_marker_and_log(tmp_path):
     (tmp_path / checkpoint.FINISHED).write_text('{"status": "aborted", "global_step": 3}')
     assert run_state.finished_status(str(tmp_path)) == "aborted"
     assert run_state.logged_seed(str(tmp_path / "missing.log")) is None
+    log = tmp_path / "mlperf.log"
+    log.write_text("".join(':::MLLOG {"namespace": "", "time_ms": %d, "event_type": "POINT_IN_TIME", "key": "%s", '
+                           '"value": %s, "metadata": {}}\n' % line for line in (
+                               (5, "cache_clear", "true"), (10, "seed", "3"), (1000, "run_start", "null"),
+                               (2000, "seed", "4"), (3000, "cache_clear", "false"), (80300, "run_stop", "null"))))
+    assert subprocess.run([sys.executable, "-m", "mlperf_bert.harness.run_state", str(tmp_path), str(log)], cwd=ROOT,
+                          capture_output=True, text=True).stdout == "4 aborted True 79.3\n"
+    assert subprocess.run([sys.executable, "-m", "mlperf_bert.harness.run_state", str(tmp_path / "none"),
+                           str(tmp_path / "none.log")], cwd=ROOT, capture_output=True, text=True).stdout == "- - - -\n"
 
 
 # ---- the image's entrypoint, run outside the image

@@ -275,18 +275,21 @@ def _ranks(wrapper_pid):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("progress", [False, True])
-def test_sigterm_under_two_ranks_is_one_line_once_and_143(files, tmp_path, short_tmpdir, progress):
+@pytest.mark.parametrize("progress,sig", [(False, signal.SIGTERM), (True, signal.SIGTERM), (False, signal.SIGINT)],
+                         ids=["SIGTERM", "SIGTERM-progress", "SIGINT"])
+def test_a_signal_under_two_ranks_is_one_line_once_naming_it(files, tmp_path, short_tmpdir, progress, sig):
     """Issue 23 item 2: `NUM_GPUS=2 ./train_model.sh` (the wrapper), SIGTERM to it: every rank
     checkpoints, rank 0 says so once, no torchrun traceback, exit 143; the checkpoint is kept.
     Issue 33: with the progress bar on (the default), its last redraw (carriage returns, no
-    newline) and torchrun's traceback arrived as one line, and the traceback was shown."""
+    newline) and torchrun's traceback arrived as one line, and the traceback was shown. Issue 37
+    (13): Ctrl-C (SIGINT) checkpointed and exited 130 but said "SIGTERM: checkpoint ...": the
+    wrapper passes it on as itself and the ranks name it."""
     proc, out, stdout, stderr = _launch(files, tmp_path, short_tmpdir, progress)
     wait_until(lambda: os.path.exists(out / "model.ckpt-3.pt"), proc, what="model.ckpt-3.pt")
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=300) == 143
+    proc.send_signal(sig)
+    assert proc.wait(timeout=300) == 128 + sig, _read(stdout) + _read(stderr)
     lines = [l for l in _read(stdout).splitlines() if not l.startswith("train_model.sh: preset")]
-    assert len(lines) == 1 and lines[0].startswith("SIGTERM: checkpoint model.ckpt-"), _read(stdout)
+    assert len(lines) == 1 and lines[0].startswith("%s: checkpoint model.ckpt-" % sig.name), _read(stdout)
     err = _read(stderr)
     if progress:  # the bar, a line per redraw in a file, and nothing else
         import re
@@ -315,6 +318,64 @@ def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_pat
     assert os.listdir(short_tmpdir) == []
 
 
+INIT_STOP = textwrap.dedent("""\
+    import os, signal, sys, time
+    from mlperf_bert.cli import run_main
+    from mlperf_bert.trainer import training
+    real = training.Trainer.__init__
+
+    def init(self, *a, **k):  # the untimed init: a signal in it, and a long compile going on
+        real(self, *a, **k)
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+        time.sleep(60)
+    training.Trainer.__init__ = init
+    run_main(training.main, ["run_pretraining.py"] + sys.argv[2:])
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_in_the_untimed_init_stops_at_once_with_nothing_saved(files, tmp_path, sig):
+    """Issue 37 (9): a SIGTERM during the init (the --compile warm-up: minutes for BERT-Large) was
+    acted on after it: run_start logged, one update trained, a checkpoint, 143, while `docker stop`
+    (10 s) or a scheduler's grace period SIGKILLs it first. Now it stops at once: nothing trained,
+    nothing saved, one line, 128 + the signal."""
+    from test_training import flags_for
+    out = tmp_path / "out"
+    argv = flags_for(files, str(out), num_train_steps=6)[1:]
+    t = time.time()
+    r = subprocess.run([PY, "-c", INIT_STOP, sig.name] + argv, cwd=ROOT, env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 128 + sig, r.stdout + r.stderr
+    assert time.time() - t < 50  # not after the init's 60 s
+    assert r.stdout == ("%s in the untimed init, before run_start: stopped at once, nothing trained and nothing "
+                        "saved; rerun the same command to start again\n" % sig.name) and r.stderr == "", r.stdout + r.stderr
+    assert [n for n in os.listdir(out) if not n.startswith(".")] == [], os.listdir(out)
+
+
+def test_sigint_checkpoints_and_says_sigint(files, tmp_path, capsys, monkeypatch):
+    """Issue 37 (13): Ctrl-C (SIGINT) to a run: a checkpoint, exit 130, and the line says SIGINT
+    (it said SIGTERM; run alone, Ctrl-C was a KeyboardInterrupt with no checkpoint)."""
+    from test_training import flags_for
+    from mlperf_bert.trainer import training
+    real_step = training.Trainer.step
+
+    def step(self, batch, global_step):
+        if global_step == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_step(self, batch, global_step)
+    monkeypatch.setattr(training.Trainer, "step", step)
+    out = tmp_path / "out"
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        status = training.main(flags_for(files, str(out), save_checkpoints_steps=100))
+    except KeyboardInterrupt:
+        pytest.fail("SIGINT was a KeyboardInterrupt: nothing checkpointed")
+    assert status == 130
+    assert "SIGINT: checkpoint model.ckpt-5.pt written; rerun the same command to resume\n" in capsys.readouterr().out
+    assert (out / "model.ckpt-5.pt").exists() and signal.getsignal(signal.SIGINT) is before
+
+
 def test_the_wrapper_is_a_command_with_usage(capsys):
     from mlperf_bert import __main__ as entry
     from mlperf_bert.trainer import launch
@@ -335,6 +396,22 @@ def test_a_bad_nproc_per_node_is_one_line_and_2(value):
     assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("error: --nproc_per_node=%s is not a number "
                                                                         "of processes per node" % value), r.stderr
     assert len(r.stderr.splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("how", ["--nproc_per_node=gpu", "--nproc-per-node gpu", "PET_NPROC_PER_NODE=gpu"])
+def test_nproc_per_node_gpu_without_a_gpu_is_one_line(how, monkeypatch):
+    """Issue 37 (14): `python -m mlperf_bert torchrun --nproc_per_node=gpu` on a host without CUDA
+    was torch's traceback ("Cuda is not available")."""
+    import torch
+    from mlperf_bert.trainer import launch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    env = dict([how.split("=")]) if how.startswith("PET_") else {}
+    args = ([] if env else how.split(" ")) + ["--standalone", "run_pretraining.py", "--do_train"]
+    with pytest.raises(UserError, match=r"^--nproc_per_node=gpu starts a process per GPU, and this host has none "
+                                        r"\(torch.cuda.is_available\(\) is False\): give a number of processes"):
+        launch.check_nproc(args, env)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    launch.check_nproc(args, env)  # a host with one: torchrun counts them
 
 
 def test_a_launch_through_the_wrapper_leaves_nothing_in_tmpdir(tmp_path, short_tmpdir):

@@ -189,11 +189,11 @@ def test_train_throughput_reports_tflops_mfu_and_peak_memory_on_cuda(tmp_path, m
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     assert train_throughput.main(["x", "--bert_config_file=%s" % (tmp_path / "c.json"), "--max_seq_length=64",
                                   "--max_predictions_per_seq=4", "--train_batch_size=2", "--steps=2", "--rounds=2",
-                                  "--dtype=bf16", "--device=cpu", "--levers=bf16_weights", "--nocompare"]) == 0
+                                  "--dtype=bf16", "--device=cpu", "--levers=fused_qkv", "--nocompare"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     row = throughput.flops_per_row(BertConfig.from_dict(cfg), 64, 4)
     assert res["device"] == "NVIDIA H100 PCIe" and FakeCuda.resets
-    for key, most in (("", 3.0), ("trainer+bf16_weights_", 4.0)):
+    for key, most in (("", 3.0), ("trainer+fused_qkv_", 4.0)):
         assert res[key + "model_tflops"] == pytest.approx(row * res[key + "seq_per_s"] / 1e12)
         assert res[key + "mfu"] == pytest.approx(res[key + "model_tflops"] / 756.0)  # the PCIe card's peak
         assert res[key + "peak_memory_gib"] == most  # the most of its rounds

@@ -7,6 +7,7 @@ import pytest
 
 from mlperf_bert.dataset import checksums
 from mlperf_bert.dataset.tfrecord import write_records
+from test_hdf5 import golden_tfrecord, made  # noqa: F401 (fixtures)
 
 
 def run_verify(args):
@@ -134,3 +135,42 @@ def test_usage_line_names_the_paths(capsys):
         checksums.main(["mlperf_bert verify", "--help"])
     assert capsys.readouterr().out.splitlines()[0] == \
         "usage: mlperf_bert verify [--flag=value ...] FILE|DIR|MANIFEST ..."
+
+
+def test_a_file_without_a_published_checksum_is_checked_against_its_own(made, tmp_path):
+    """Issue 37 (23): an HDF5 or packed file (and a TFRecord) with no published value was
+    ``UNKNOWN ... not checked``, exit 0, though its own checksums catch its damage: it is checked
+    against them, OK or MISMATCH naming what is damaged; a file that carries none stays UNKNOWN."""
+    import h5py
+    from mlperf_bert.dataset import hdf5
+    from test_hdf5 import flip_byte
+    paths = {}
+    for kind in ("plain", "packed", "tfrecord"):
+        paths[kind] = str(tmp_path / ("own-" + os.path.basename(made[kind])))
+        shutil.copy(made[kind], paths[kind])
+    ok, lines = run_verify(sorted(paths.values()))
+    assert ok and lines == sorted([
+        "OK %s (no published checksum; its own: the CRC-32C of each of its datasets)" % paths["plain"],
+        "OK %s (no published checksum; its own: the CRC-32C of each of its datasets)" % paths["packed"],
+        "OK %s (no published checksum; its own: the CRCs of its 500 records)" % paths["tfrecord"]]), lines
+    for kind, dataset, fix in (("plain", "input_ids", "convert it again with to-hdf5"),
+                               ("packed", "masked_lm_ids", "pack it again (python -m mlperf_bert pack)")):
+        flip_byte(paths[kind], dataset)
+        ok, lines = run_verify([paths[kind]])
+        assert not ok and lines == ["MISMATCH %s (no published checksum; its own: %s: dataset %s does not match the "
+                                    "checksum written when the file was made: the file is damaged, %s)"
+                                    % (paths[kind], paths[kind], dataset, fix)], lines
+        assert checksums.main(["verify", paths[kind]]) == 1
+    data = bytearray(open(paths["tfrecord"], "rb").read())
+    data[-10] ^= 1  # the last record's data: its CRC tells
+    open(paths["tfrecord"], "wb").write(bytes(data))
+    ok, lines = run_verify([paths["tfrecord"]])
+    assert not ok and lines[0].startswith("MISMATCH %s (no published checksum; its own: %s: record 499 "
+                                          % (paths["tfrecord"], paths["tfrecord"])), lines
+    shutil.copy(made["plain"], paths["plain"])
+    with h5py.File(paths["plain"], "r+") as h:  # made before checksums were written
+        for name in h:
+            del h[name].attrs[hdf5.CHECKSUM_ATTR]
+    ok, lines = run_verify([paths["plain"]])
+    assert ok and lines == ["UNKNOWN %s (no published checksum, and it carries none of its own; not checked)"
+                            % paths["plain"]], lines

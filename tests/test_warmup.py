@@ -63,16 +63,13 @@ def _equal(a, b):
     return a == b
 
 
-@pytest.mark.parametrize("packed, clip_after, bf16_weights", [(False, False, False), (True, True, False),
-                                                             (False, False, True)],
-                         ids=["unpacked-clip_each", "packed-clip_after", "bf16_weights"])
-def test_warm_up_mid_accumulation_leaves_no_trace(files, packed, clip_after, bf16_weights):  # noqa: F811
+@pytest.mark.parametrize("packed, clip_after", [(False, False), (True, True)],
+                         ids=["unpacked-clip_each", "packed-clip_after"])
+def test_warm_up_mid_accumulation_leaves_no_trace(files, packed, clip_after):  # noqa: F811
     """Warmed up between two micro-steps of an update (buffers, pending gradients, optimizer state
     and learning rate all set): every tensor, counter and RNG stream is as before, and training on
-    gives the weights of a trainer that never warmed up, bit for bit (with --bf16_weights the
-    forward's bf16 copies are those of the restored weights)."""
-    kw = dict(clip_by_global_norm_after_gradient_allreduce=clip_after, bf16_weights=bf16_weights,
-              dtype="bf16" if bf16_weights else "fp32")
+    gives the weights of a trainer that never warmed up, bit for bit."""
+    kw = dict(clip_by_global_norm_after_gradient_allreduce=clip_after)
     ref = _trainer(files, **kw)
     batches = _batches(ref, packed, 5)
     for i in range(5):
@@ -147,6 +144,33 @@ def test_compiled_run_compiles_everything_before_run_start_and_equals_a_run_with
     _same_log(os.path.join(outs[True], "mlperf.log"), os.path.join(outs[False], "mlperf.log"))
 
 
+def test_fused_update_without_compile_compiles_the_update_before_run_start(files, tmp_path, monkeypatch):  # noqa: F811
+    """Issue 37 (12): --fused_update without --compile compiled the update at the first update after
+    run_start, on the clock (55 s against 2 s on this CPU): the warm-up runs for it too. torch.compile
+    compiles a function at its first call: each function given to it is first called before
+    run_start. (Recorded, not compiled: dynamo's graphs and recompiles are the --compile tests'.)"""
+    started, first_calls = [], {}
+
+    def compile(fn=None, **kw):
+        def compiled(*a, **k):
+            first_calls.setdefault(fn.__name__, bool(started))
+            return fn(*a, **k)
+        return compiled
+    monkeypatch.setattr(torch, "compile", compile)
+    real_start = MLPerfLog.start
+
+    def start(self, key, *a, **k):
+        if key == "run_start":
+            started.append(True)
+        return real_start(self, key, *a, **k)
+    monkeypatch.setattr(MLPerfLog, "start", start)
+    out = str(tmp_path / "fused")
+    assert training.main(flags_for(files, out, fused_update=True, num_train_steps=6, save_checkpoints_steps=100,
+                                   num_workers=0, log_frequency=2)) == 0
+    assert started and len(first_calls) >= 2, first_calls  # the update's functions (absorb, update, ...)
+    assert not any(first_calls.values()), "compiled on the clock: %s" % sorted(k for k, v in first_calls.items() if v)
+
+
 def _log(path):
     return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in open(path) if ":::MLLOG " in line]
 
@@ -197,3 +221,101 @@ def _preset_flags(name):
     out = subprocess.run(["bash", "-c", "source configs/presets/%s.sh; printf '%%s\\n' \"${PRESET_FLAGS[@]}\"" % name],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
     return out.split()
+
+
+# ---------------------------------------------------------------- CUDA graphs (--cuda_graphs)
+
+def _counting_compile(monkeypatch):
+    """torch.compile -> the function itself, its calls counted by name (the model: "model",
+    then "eval" for the second compile of it)."""
+    calls = {}
+
+    def compile(fn=None, **kw):
+        name = getattr(fn, "__name__", None) or ("eval" if "model" in calls else "model")
+        calls[name] = 0
+
+        def counted(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return counted
+    monkeypatch.setattr(torch, "compile", compile)
+    return calls
+
+
+@pytest.mark.parametrize("clip_after", [False, True], ids=["clip_each", "clip_after"])
+def test_warm_up_calls_every_compiled_function_twice(files, monkeypatch, clip_after):  # noqa: F811
+    """Inductor's CUDA-graph trees run a function eagerly on its first call and record it on a
+    later one (cudagraph_trees.py): the warm-up calls every compiled function the run uses at
+    least twice (the training forward at each micro-step of 2 updates, each update function of
+    the clipping mode, the eval forward on 2 batches), so no graph is recorded on the clock."""
+    calls = _counting_compile(monkeypatch)
+    trainer = _trainer(files, compile=True, clip_by_global_norm_after_gradient_allreduce=clip_after)
+    assert set(calls) == {"model", "eval", "absorb", "absorb_and_update", "update", "reduce_clip_update"}
+    warmup.warm_up(trainer, (4, T, P, None), (7, T, P))
+    used = {"model": 4, "eval": 2}
+    used.update({"reduce_clip_update": 2} if clip_after else {"absorb": 2, "absorb_and_update": 2})
+    assert {k: v for k, v in calls.items() if v} == used
+    assert warmup.ROUNDS == 2
+
+
+def test_eval_starts_a_graph_step_per_batch_and_keeps_no_output_alive(files, monkeypatch):  # noqa: F811
+    """evaluate() marks a CUDA-graph step before each compiled batch, and no output of a batch is
+    alive when the next batch runs (else cudagraph trees record a new graph per batch); the eager
+    forward (no compiled one) marks nothing."""
+    import weakref
+    trainer = _trainer(files)
+    marks, seen = [0], []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.__setitem__(0, marks[0] + 1))
+    alive = [None]
+
+    def compiled(**batch):
+        seen.append((marks[0], alive[0] is not None and alive[0]() is not None))
+        out = trainer.model(**batch)
+        alive[0] = weakref.ref(out.loss)
+        return out
+    batches = _batches(trainer, False, 3)
+    want = evaluation.evaluate(trainer.model, batches, torch.device("cpu"), trainer.autocast)
+    assert marks == [0]
+    got = evaluation.evaluate(trainer.model, batches, torch.device("cpu"), trainer.autocast, compiled)
+    assert seen == [(1, False), (2, False), (3, False)]
+    assert got == want
+
+
+def _static_tensors(trainer):
+    """(id, address) of the optimizer slots and accumulation buffers."""
+    slots = [st[k] for st in trainer.optimizer.state.values() for k in ("adam_m", "adam_v")]
+    return [(id(t), t.data_ptr()) for t in slots + list(trainer.accumulator.buffers or [])]
+
+
+@pytest.mark.parametrize("at", [0, 3, 4], ids=["before_the_first_update", "mid_update", "at_an_update"])
+def test_a_resume_loads_into_the_tensors_the_warm_up_made(files, monkeypatch, at):  # noqa: F811
+    """--cuda_graphs (its device refusal lifted; torch.compile the function itself): after the
+    warm-up, a resume from a checkpoint taken ``at`` micro-steps into a run copies the optimizer
+    slots and accumulation buffers into the tensors the warm-up made (marked static, their
+    addresses recorded in the graphs), keeping their identity; trained on, the resumed trainer
+    equals the uninterrupted one bit for bit."""
+    from mlperf_bert.trainer import checkpoint, levers
+    monkeypatch.setattr(torch, "compile", lambda fn=None, **kw: fn)
+    monkeypatch.setattr(levers, "check_device", lambda *a: None)
+    kw = dict(compile=True, cuda_graphs=True)
+    src = _trainer(files, **kw)
+    batches = _batches(src, False, 6)
+    for i in range(at):
+        src.step(batches[i], i)
+    ckpt = checkpoint.host_copy({"model": src.model.state_dict(), "optimizer": src.optimizer.state_dict(),
+                                 "rank_state": {"accumulator": src.accumulator.state_dict()}})
+    rng = checkpoint.rng_state(torch.device("cpu"))
+    dst = _trainer(files, **kw)
+    warmup.warm_up(dst, (4, T, P, None))
+    made = _static_tensors(dst)
+    assert len(made) == 3 * len(dst.accumulator.params)  # two slots and a buffer a parameter
+    dst.resume(ckpt, "model.ckpt-%d.pt" % at)
+    assert _static_tensors(dst) == made
+    checkpoint.set_rng_state(rng, torch.device("cpu"))
+    for i in range(at, 6):
+        dst.step(batches[i], i)
+    checkpoint.set_rng_state(rng, torch.device("cpu"))
+    for i in range(at, 6):
+        src.step(batches[i], i)
+    assert _static_tensors(dst) == made
+    assert _equal(_state(dst), _state(src))

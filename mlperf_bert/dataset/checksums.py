@@ -1,6 +1,8 @@
 """``verify``: check files or directories against the known md5 sums and sizes in results/.
 
-Also accepts a manifest written by ``make-dataset`` (``manifest.tsv``): as a path, it checks
+A file with no published value is checked against the checksums it carries, where it has them:
+an HDF5 or packed file (to-hdf5, pack) against each dataset's CRC-32C, a TFRecord against its
+records' CRCs; only a file with neither is ``UNKNOWN``. Also accepts a manifest written by ``make-dataset`` (``manifest.tsv``): as a path, it checks
 the files beside it; as ``--manifest=FILE``, it checks the given directories against it, so
 two sites can compare regenerated datasets by md5.
 """
@@ -13,7 +15,8 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open
 from mlperf_bert.locking import is_lock_file
-from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c
+from mlperf_bert.dataset import hdf5
+from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results")
 MANIFEST_NAME = "manifest.tsv"
@@ -105,6 +108,25 @@ def is_tfrecord(path):
     with open(path, "rb") as f:
         head = f.read(12)
     return len(head) == 12 and _U32.unpack_from(head, 8)[0] == masked_crc32c(head[:8])
+
+
+def own_checksums(path):
+    """``path`` checked against the checksums it carries: (True, what was checked), (False, what is
+    damaged), or None when it carries none (not HDF5 or TFRecord, or an HDF5 file made before
+    checksums were written)."""
+    try:
+        if hdf5.is_hdf5_file(path):
+            with hdf5.open_file(path) as h:
+                packed = "max_sequences_per_pack" in h.attrs  # pack's (the fix it names)
+            if not hdf5.verify_checksums(path, packed):
+                return None
+            return True, "the CRC-32C of each of its datasets"
+        if is_tfrecord(path):
+            n = sum(1 for _ in read_records(path, verify=True))
+            return True, "the CRCs of its %d records" % n
+    except UserError as e:
+        return False, str(e)
+    return None
 
 
 def article_md5(article):
@@ -261,7 +283,15 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
     for f, exps in sorted(p.files.items()):
         size = os.path.getsize(f)
         if not exps:
-            out("UNKNOWN %s (no published checksum; not checked)" % f)
+            own = own_checksums(f)
+            if own is None:
+                out("UNKNOWN %s (no published checksum%s; not checked)" % (
+                    f, ", and it carries none of its own" if hdf5.is_hdf5_file(f) else ""))
+            elif own[0]:
+                out("OK %s (no published checksum; its own: %s)" % (f, own[1]))
+            else:
+                ok = False
+                out("MISMATCH %s (no published checksum; its own: %s)" % (f, own[1]))
             continue
         good = [e for e in exps if (e[1] is None or e[1] == size) and (e[2] is None or e[2] == md5s.get(f))]
         if good:

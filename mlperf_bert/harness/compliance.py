@@ -384,42 +384,59 @@ def identity_of(records):
     return out
 
 
-def identity_problems(logs, org, division, status, platforms=None):
-    """Why the logs' declared identity disagrees with a package's: ``logs`` is [(name, records)];
-    ``org``: the package's submitter; ``division``/``status``: its systems JSON's; ``platforms``:
-    the names the logs' submission_platform may take (None: any, but one for all logs and not a
-    placeholder). One line per field and value, naming the logs."""
+# What ``score`` refuses of a log's declared identity: a submission_division other than the
+# systems JSON's. The official checker judges each log by the division the log declares
+# (training_5.0.0/common.yaml loads {division}_common.yaml from it) while the package checker runs
+# the seed and RCP checks by the systems JSON's, so such a log was never judged as the package
+# claims (every published v5.0 BERT log agrees with its systems JSON). The official tools compare
+# nothing else of a log with its package, and MLCommons published v5.0 packages whose logs say
+# 'SUBMISSION_ORG_PLACEHOLDER', 'KRAI' for 'Krai' or 'onprem' for an 'Available cloud' system:
+# ``score`` gives those as warnings; ``package``, which makes a new package, refuses them all.
+SCORE_FAILS = ("division",)
+
+
+def identity_findings(logs, org, division, status, platforms=None):
+    """Why the logs' declared identity disagrees with a package's, as [(field, line)]: ``logs`` is
+    [(name, records)]; ``org``: the package's submitter; ``division``/``status``: its systems JSON's;
+    ``platforms``: the names the logs' submission_platform may take (None: any, but one for all logs
+    and not a placeholder). One line per field and value, naming the logs."""
     seen = collections.defaultdict(list)  # (field, value) -> log names
     for name, records in logs:
         ident = identity_of(records)
         for field in ("org", "platform", "division", "status"):
             seen[field, ident[field]].append(name)
     allowed_status = SYSTEM_STATUSES.get(status, ())
-    problems = []
+    found = []
     platforms_seen = sorted({v for (f, v) in seen if f == "platform"}, key=str)
     for (field, value), names in sorted(seen.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         which = _names(names)
         if value is None:
-            problems.append("%s: no single submission_%s line" % (which, field))
+            found.append((field, "%s: no single submission_%s line" % (which, field)))
         elif field == "org" and value != org:
-            problems.append("%s: submission_org %r, the package's submitter is %r (a log must name its"
-                            " submitter: runs made with SUBMISSION_ORG=%s)" % (which, value, org, org))
+            found.append((field, "%s: submission_org %r, the package's submitter is %r (a log must name its"
+                          " submitter: runs made with SUBMISSION_ORG=%s)" % (which, value, org, org)))
         elif field == "division" and value != division:
-            problems.append("%s: submission_division %r, the systems JSON says %r" % (which, value, division))
+            found.append((field, "%s: submission_division %r, the systems JSON says %r" % (which, value, division)))
         elif field == "status" and value not in allowed_status:
-            problems.append("%s: submission_status %r, the systems JSON's status %r needs %s"
-                            % (which, value, status, " or ".join(repr(s) for s in allowed_status) or
-                               "one of %s" % ", ".join(repr(s) for s in SYSTEM_STATUSES)))
+            found.append((field, "%s: submission_status %r, the systems JSON's status %r needs %s"
+                          % (which, value, status, " or ".join(repr(s) for s in allowed_status) or
+                             "one of %s" % ", ".join(repr(s) for s in SYSTEM_STATUSES))))
         elif field == "platform" and placeholder(value):
-            problems.append("%s: submission_platform %r names no platform (runs made with"
-                            " SUBMISSION_PLATFORM=<the system>)" % (which, value))
+            found.append((field, "%s: submission_platform %r names no platform (runs made with"
+                          " SUBMISSION_PLATFORM=<the system>)" % (which, value)))
         elif field == "platform" and platforms is not None and value not in platforms:
-            problems.append("%s: submission_platform %r, the package's system is %s (--platform=%r if the"
-                            " logs name this system so)" % (which, value, " or ".join(repr(p) for p in platforms), value))
+            found.append((field, "%s: submission_platform %r, the package's system is %s (--platform=%r if the"
+                          " logs name this system so)" % (which, value, " or ".join(repr(p) for p in platforms),
+                                                          value)))
     if len(platforms_seen) > 1 and None not in platforms_seen:
-        problems.append("the logs name %d platforms (%s): a package holds the runs of one system"
-                        % (len(platforms_seen), ", ".join(repr(p) for p in platforms_seen)))
-    return problems
+        found.append(("platform", "the logs name %d platforms (%s): a package holds the runs of one system"
+                      % (len(platforms_seen), ", ".join(repr(p) for p in platforms_seen))))
+    return found
+
+
+def identity_problems(logs, org, division, status, platforms=None):
+    """The lines of ``identity_findings`` (``package`` refuses every one)."""
+    return [line for _, line in identity_findings(logs, org, division, status, platforms)]
 
 
 def _names(names):

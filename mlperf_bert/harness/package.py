@@ -4,28 +4,39 @@ submission package.
 Lays out ``ORG/results/NAME/bert/result_N.txt`` (the runs' MLPerf logs, in order),
 ``ORG/systems/NAME.json`` (the submitter's system description, from ``--system_json`` and
 ``--system_field``, checked; nothing is read from the machine that runs ``package``) and the
-implementation under ``ORG/benchmarks/bert/implementations/NAME/``: every file that MANIFEST.txt
+implementation under ``ORG/benchmarks/bert/implementations/NAME/``: the files that MANIFEST.txt
 lists (this repository's ``git ls-files``, kept equal to it by a test; git is not needed, so a
-copy without ``.git``, such as the container image, packages the same files), tests/data left out.
-Every log must name the package's submitter, system, division and status. The package is built
-in a hidden temporary folder beside ORG/ and moved into place when complete, so a ``package``
-that was killed leaves nothing its rerun trips on. ``score`` then checks it with the official tools.
+copy without ``.git``, such as the container image, packages the same files) but the tests (their
+data are third-party artefacts) and the names MLCommons' repo checker refuses (``.ci/``,
+``.gitignore``: a leading '.', a space), with a MANIFEST.txt of what it holds, and ``launch.json``:
+how each run was launched (its trainer's ``run_finished.json``). Every log must name the package's
+submitter, system, division and status. ``--output`` is locked for the whole build (one
+``package`` at a time); the package is built in a hidden temporary folder beside ORG/ and moved
+into place when complete, so a ``package`` that was killed leaves nothing its rerun trips on.
+``score`` then checks it with the official tools.
 """
 import glob
+import hashlib
 import json
 import os
 import platform
 import re
 import shutil
+import subprocess
+import sys
 
-from mlperf_bert import flags
+from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open, pid_alive
-from mlperf_bert.harness.compliance import SYSTEM_STATUSES, division_of, identity_problems, read_log
+from mlperf_bert.harness.compliance import RULESET, SYSTEM_STATUSES, division_of, identity_problems, read_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = "MANIFEST.txt"  # `git ls-files` of the implementation (tests/test_score.py keeps it equal)
-NOT_PACKAGED = ("tests/data/",)  # third-party artefacts the tests read (NVIDIA's package among them)
+# The tests stay in the repository: their data (tests/data) are third-party artefacts (NVIDIA's
+# package among them), and tests without their data would not run. launch.json names the commit.
+NOT_PACKAGED = ("tests/",)
+LAUNCH = "launch.json"  # how each run was launched, beside the implementation (not in its MANIFEST.txt)
+FINISHED = "run_finished.json"  # the trainer's record of a finished run (trainer/checkpoint.py)
 # The fields mlperf_logging's system_desc_checker requires (training), in its order.
 SYSTEM_FIELDS = (
     "submitter", "division", "status", "system_name", "number_of_nodes", "host_processors_per_node",
@@ -195,18 +206,44 @@ def _os_name():
 
 # ---- the implementation: the files MANIFEST.txt lists
 
-def source_files(root=ROOT):
-    """The implementation's files (MANIFEST.txt, tests/data left out); a UserError when the list or
-    a file on it is missing (a partial copy would be a package whose implementation cannot run)."""
+def git_unfriendly(path):
+    """Whether MLCommons' repo checker refuses ``path`` (a relative path): a part that starts with
+    '.' or holds a space (mlperf_logging/repo_checker: "git-unfriendly name")."""
+    return any(part.startswith(".") or " " in part for part in path.split("/"))
+
+
+def manifest_lines(root=ROOT):
+    """MANIFEST.txt's paths, each once, in order; a UserError naming a line that is absolute or
+    resolves outside ``root`` (package would copy any readable file into the package)."""
     path = os.path.join(root, MANIFEST)
     try:
         with open(path, encoding="utf-8") as f:
-            files = [l for l in f.read().splitlines() if l]
+            lines = f.read().splitlines()
     except OSError:
         raise UserError("%s is missing: package copies the implementation from that list, so run it from a"
                         " clone of this repository or from its image (a pip-installed mlperf_bert has no"
                         " scripts or configs to package)" % path)
-    files = [f for f in files if not f.startswith(NOT_PACKAGED)]
+    real_root = os.path.realpath(root)
+    files, seen = [], set()
+    for n, line in enumerate(lines, 1):
+        if not line or line in seen:
+            continue
+        real = os.path.realpath(os.path.join(root, line))
+        if os.path.isabs(line) or not real.startswith(real_root + os.sep):
+            raise UserError("%s line %d, %r, is %s: the list names files of the repository only; remake it"
+                            " with `make manifest` (git ls-files)" % (
+                                path, n, line, "an absolute path" if os.path.isabs(line)
+                                else "outside the repository (%s)" % real))
+        seen.add(line)
+        files.append(line)
+    return files
+
+
+def source_files(root=ROOT):
+    """The implementation's files: MANIFEST.txt's, less the tests and the names the repo checker
+    refuses; a UserError when the list or a file on it is missing (a partial copy would be a package
+    whose implementation cannot run)."""
+    files = [f for f in manifest_lines(root) if not f.startswith(NOT_PACKAGED) and not git_unfriendly(f)]
     missing = [f for f in files if not os.path.isfile(os.path.join(root, f))]
     if missing:
         raise UserError("%d file%s of %s %s missing from %s (%s%s): the implementation would be incomplete;"
@@ -218,12 +255,45 @@ def source_files(root=ROOT):
 
 
 def copy_source(dest, root=ROOT):
-    """Copy the implementation's files to ``dest``; return how many."""
+    """Copy the implementation's files to ``dest``, its MANIFEST.txt the list of them; return how
+    many."""
     files = source_files(root)
     for f in files:
         os.makedirs(os.path.dirname(os.path.join(dest, f)) or dest, exist_ok=True)
-        shutil.copy2(os.path.join(root, f), os.path.join(dest, f))
+        if f == MANIFEST:
+            with open(os.path.join(dest, f), "w", encoding="utf-8") as out:
+                out.write("".join(name + "\n" for name in files))
+        else:
+            shutil.copy2(os.path.join(root, f), os.path.join(dest, f))
     return len(files)
+
+
+def source_identity(root=ROOT):
+    """What code a run or a package is: {"commit": git's HEAD (None without .git or git),
+    "modified": whether tracked files differ from it (None: unknown), "source_sha256": a digest of
+    the implementation's files (source_files, MANIFEST.txt left out: the package writes its own),
+    None without MANIFEST.txt}."""
+    out = {"commit": None, "modified": None, "source_sha256": None}
+    if os.path.exists(os.path.join(root, ".git")):
+        try:
+            git = lambda *a: subprocess.run(("git", "-C", root) + a, capture_output=True, text=True,  # noqa: E731
+                                           timeout=20, check=True).stdout.strip()
+            out["commit"] = git("rev-parse", "HEAD") or None
+            out["modified"] = bool(git("status", "--porcelain", "--untracked-files=no"))
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        files = source_files(root)
+    except UserError:
+        return out
+    digest = hashlib.sha256()
+    for f in sorted(files):
+        if f == MANIFEST:
+            continue
+        with open(os.path.join(root, f), "rb") as fh:
+            digest.update(f.encode() + b"\0" + hashlib.sha256(fh.read()).digest())
+    out["source_sha256"] = digest.hexdigest()
+    return out
 
 
 # ---- the package
@@ -307,9 +377,75 @@ def _move_into_place(build, top, system):
     shutil.rmtree(build)
 
 
+def launch_records(logs, runs):
+    """For each run log, what launch.json says of it: the result name, the log it came from, its
+    seed and status, and its trainer's run_finished.json (``run_N/`` beside a ``result_N.txt``,
+    beside an ``mlperf.log``) when that record is of this run (the same seed): its launch and run
+    identity; else null and why."""
+    out = []
+    for i, (log, records) in enumerate(zip(logs, runs)):
+        seeds = [r.value for r in records if r.key == "seed"]
+        stops = [r for r in records if r.key == "run_stop"]
+        entry = {"result": "result_%d.txt" % i, "log": os.path.abspath(log), "seed": seeds[-1] if seeds else None,
+                 "status": stops[-1].metadata.get("status") if stops else None,
+                 "run_finished": None, "launch": None, "run": None}
+        folder, name = os.path.split(os.path.abspath(log))
+        m = re.match(r"^result_(\d+)\.txt$", name)
+        candidates = [os.path.join(folder, "run_%s" % m.group(1), FINISHED)] if m else []
+        candidates.append(os.path.join(folder, FINISHED))
+        for path in candidates:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    rec = json.load(f)
+            except (OSError, ValueError):
+                continue
+            run = rec.get("run") if isinstance(rec, dict) else None
+            if not isinstance(run, dict) or run.get("seed") != entry["seed"]:
+                continue  # another run's record (a result_N.txt copied from elsewhere)
+            entry.update(run_finished=path, launch=rec.get("launch"), run=run)
+            break
+        out.append(entry)
+    return out
+
+
+def launch_file(system, entries, source):
+    """launch.json's content: what it is, the packaged implementation's identity, the runs."""
+    return {"about": "How each run of results/%s/bert was launched, from its trainer's run_finished.json:"
+                     " launch (the preset, the flags given over it, every trainer flag, processes and nodes,"
+                     " the code's commit and digest) and run (the identity a resume must match); null where"
+                     " package found no record of the run. implementation: the code packaged here"
+                     " (docs/running.md)." % system,
+            "implementation": source, "runs": entries}
+
+
+def package_warnings(logs, entries, source):
+    """What package says but does not refuse: a count of logs other than the ruleset's, runs
+    without a launch record, runs made with other code than the packaged."""
+    from mlperf_logging.benchmark_meta import get_result_file_counts
+    need = get_result_file_counts("training")["bert"]
+    warnings = []
+    if len(logs) != need:
+        warnings.append("%d run log%s, the ruleset (training %s) needs exactly %d for BERT: the official package"
+                        " checker fails this package (add the missing runs to --runs, or leave the extra out)"
+                        % (len(logs), "" if len(logs) == 1 else "s", RULESET, need))
+    missing = [e["result"] for e in entries if e["launch"] is None]
+    if missing:
+        warnings.append("%d run%s without a launch record (%s): no %s of the same seed in run_N/ beside"
+                        " result_N.txt or beside mlperf.log; launch.json says null for %s" % (
+                            len(missing), "" if len(missing) == 1 else "s", ", ".join(missing[:3]) +
+                            (", ..." if len(missing) > 3 else ""), FINISHED, "it" if len(missing) == 1 else "them"))
+    other = [e["result"] for e in entries if e["launch"] and source.get("source_sha256")
+             and e["launch"].get("source_sha256") not in (None, source["source_sha256"])]
+    if other:
+        names = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+        warnings.append("%d run%s (%s) ran other code than the implementation packaged (source_sha256 differs):"
+                        " package the commit the runs ran" % (len(other), "" if len(other) == 1 else "s", names))
+    return warnings
+
+
 def make_package(org, system, run_specs, output, system_json=None, fields=(), status=None, nodes=None,
                  platform_=None, root=ROOT):
-    """Lay the package out; return (logs, fields left empty, source files)."""
+    """Lay the package out; return (logs, fields left empty, source files, warnings)."""
     check_name("org", org)
     check_name("system", system)
     logs = find_logs(run_specs)
@@ -325,27 +461,35 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
     if problems:
         raise UserError("the runs do not belong in this package: %s%s" % (
             problems[0], " (and %d more: %s)" % (len(problems) - 1, "; ".join(problems[1:])) if problems[1:] else ""))
+    source_files(root)  # a MANIFEST.txt that is wrong is refused before anything is written
+    entries = launch_records(logs, runs)
+    source = source_identity(root)
+    warnings = package_warnings(logs, entries, source)
     top = os.path.join(output, org)
-    os.makedirs(output, exist_ok=True)
-    remove_stale_builds(output, org)
-    _check_free(top, system)
-    build = os.path.join(output, ".%s.tmp-%d" % (org, os.getpid()))
-    shutil.rmtree(build, ignore_errors=True)
-    try:
-        bert = os.path.join(build, "results", system, "bert")
-        os.makedirs(bert)
-        for i, log in enumerate(logs):
-            shutil.copyfile(log, os.path.join(bert, "result_%d.txt" % i))
-        os.makedirs(os.path.join(build, "systems"))
-        with atomic_open(os.path.join(build, "systems", system + ".json"), "w", encoding="utf-8") as f:
-            json.dump(desc, f, indent=4)
-            f.write("\n")
-        n = copy_source(os.path.join(build, "benchmarks", "bert", "implementations", system), root)
-        _move_into_place(build, top, system)
-    except BaseException:
+    with locking.lock_dir(output, "--output"):  # the loser of two packages on one output writes nothing
+        remove_stale_builds(output, org)
+        _check_free(top, system)
+        build = os.path.join(output, ".%s.tmp-%d" % (org, os.getpid()))
         shutil.rmtree(build, ignore_errors=True)
-        raise
-    return logs, empty, n
+        try:
+            bert = os.path.join(build, "results", system, "bert")
+            os.makedirs(bert)
+            for i, log in enumerate(logs):
+                shutil.copyfile(log, os.path.join(bert, "result_%d.txt" % i))
+            os.makedirs(os.path.join(build, "systems"))
+            with atomic_open(os.path.join(build, "systems", system + ".json"), "w", encoding="utf-8") as f:
+                json.dump(desc, f, indent=4)
+                f.write("\n")
+            impl = os.path.join(build, "benchmarks", "bert", "implementations", system)
+            n = copy_source(impl, root)
+            with atomic_open(os.path.join(impl, LAUNCH), "w", encoding="utf-8") as f:
+                json.dump(launch_file(system, entries, source), f, indent=2, default=str)
+                f.write("\n")
+            _move_into_place(build, top, system)
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)
+            raise
+    return logs, empty, n, warnings
 
 
 def main(argv):
@@ -374,11 +518,14 @@ def main(argv):
     flags.DEFINE_integer("nodes", None, "number of nodes the runs used (the systems JSON's number_of_nodes)",
                          lower_bound=1, flag_values=fv)
     flags.parse(fv, argv, required=["org", "system", "runs", "output"], positional=False)
-    logs, empty, n = make_package(fv.org, fv.system, fv.runs, fv.output, fv.system_json, fv.system_field,
-                                  fv.status, fv.nodes, fv.platform)
-    print("package %s: %d runs in %s/results/%s/bert, %d source files, systems/%s.json"
-          % (fv.output, len(logs), fv.org, fv.system, n, fv.system))
+    logs, empty, n, warnings = make_package(fv.org, fv.system, fv.runs, fv.output, fv.system_json,
+                                            fv.system_field, fv.status, fv.nodes, fv.platform)
+    print("package %s: %d runs in %s/results/%s/bert, %d source files and %s in"
+          " benchmarks/bert/implementations/%s, systems/%s.json"
+          % (fv.output, len(logs), fv.org, fv.system, n, LAUNCH, fv.system, fv.system))
     if empty:
         print("left empty in systems/%s.json (allowed; published packages leave some empty): %s"
               % (fv.system, ", ".join(empty)))
+    for w in warnings:
+        print("warning: package: " + w, file=sys.stderr)
     return 0

@@ -1,16 +1,19 @@
-"""``score PACKAGE_DIR [--json] [--plots_dir=DIR]``: the official verdict and score of a submission package.
+"""``score PACKAGE_DIR [--json] [--plots_dir=DIR]``: the official verdict and score of each system of a
+submission package.
 
-On a copy of the package (the official tools write into it), runs mlperf_logging's package
-checker (compliance of every log, seeds, RCP check with its scaling factor) and result
-summarizer (olympic mean of the run times, times the scaling factor), training ruleset 5.0.0,
-the last with BERT. Each run's log also goes through check-log (the official checker and the
-BERT rules): a log that breaks the rules, or more than one run that did not converge, leaves the
-submission without a score whatever the official tools say; so does a systems JSON that is not a
-JSON object with the required fields and ORG as submitter, or a log whose submission_org, division
-or status disagrees with the package and its systems JSON (``identity_reasons``). Prints per run:
-seed, samples to converge, minutes, status, check-log verdict; then the submission's verdict, RCP
-check, scaling factor and time to train (or each reason there is none, one a line). Exit 1 when
-the package fails.
+On a copy of the package (the official tools write into it), runs the three steps of MLCommons'
+``verify_for_v5.0_training.sh``, training ruleset 5.0.0: mlperf_logging's package checker
+(compliance of every log, seeds, RCP check with its scaling factor), result summarizer (per
+system, the olympic mean of the run times, times the scaling factor) and repo checker (names git
+refuses, files over 50 MB, broken links); each step gets its verdict line. Then, as the
+summarizer does, one block per system of ORG/results/: each run's log through check-log (the
+official checker and the BERT rules), the system's share of the checker's errors, its RCP line,
+time to train and verdict. A log that breaks the rules, more than one run that did not converge,
+a systems JSON that is not a JSON object with the required fields, logs of another division than
+their systems JSON, an error of the official tools (the system's own, or one of the whole package)
+leave the system without a score whatever else says it has one; each reason is one line. What the
+official tools accept but is stricter here (a log's submission_org, platform or status against the
+package: ``identity_findings``) is a warning line. Exit 1 when a system fails.
 The package is only read: plots go beside it or to --plots_dir.
 """
 import errno
@@ -18,6 +21,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,8 +31,8 @@ import tempfile
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, die_with_parent
 from mlperf_bert.fileio import pid_alive, atomic_path
-from mlperf_bert.harness.compliance import (FAIL, RULESET, check_log, division_of, identity_problems, read_log,
-                                            samples_of, target_of, worst_level)
+from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
+                                            read_log, samples_of, target_of, worst_level)
 from mlperf_bert.harness.package import load_system_json, system_json_problems
 from mlperf_bert.harness.plot import check_output, curves
 
@@ -134,10 +138,91 @@ def _die_with_parent(parent):
     return lambda: die_with_parent(parent, signal.SIGKILL, 1)
 
 
-def _official(cwd, tool, org):
-    proc = subprocess.run([sys.executable, "-m", "mlperf_logging." + tool, org, "training", RULESET],
+# The three steps of MLCommons' verify_for_v5.0_training.sh, in its order, and how each is named.
+STEPS = (("package_checker", "package checker"), ("result_summarizer", "result summarizer"),
+         ("repo_checker", "repo checker"))
+_PARAMS = "package_checker_params"  # the verify script passes its lines to package_checker as --LINE
+_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
+
+
+def _official(cwd, tool, org, extra=()):
+    """(exit status, stdout + stderr) of ``python -m mlperf_logging.TOOL ORG training 5.0.0``."""
+    proc = subprocess.run([sys.executable, "-m", "mlperf_logging." + tool, org, "training", RULESET] + list(extra),
                           cwd=cwd, capture_output=True, text=True, preexec_fn=_die_with_parent(os.getpid()))
-    return proc.stdout + proc.stderr
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _error_lines(out):
+    """The ERROR lines of a tool's logging output, each with the lines that continue it (the repo
+    checker puts one name a line)."""
+    errors, current = [], None
+    for line in out.splitlines():
+        level = _LEVEL.match(line)
+        if level:
+            current = None
+            if level.group(1) == "ERROR":
+                errors.append(line[level.end():].strip())
+                current = len(errors) - 1
+        elif current is not None and line.strip():
+            errors[current] += "; " + line.strip()
+    return errors
+
+
+def checker_errors(out, names):
+    """The package checker's ERROR lines by system: ({system folder: [lines]}, [lines of no one
+    system: of another benchmark, of a systems JSON no results folder uses, or unnamed]).
+    ``names``: {system folder: its systems JSON's system_name} (the checker names a failed
+    systems JSON by it)."""
+    per, others, current = {}, [], ("", "")
+    desc_named = False
+    for line in out.splitlines():
+        m = re.search(r"Running compliance checks in dir (.+)$", line)
+        if m:
+            parts = m.group(1).strip().rstrip("/").split("/")
+            current = (parts[-2], parts[-1]) if len(parts) >= 2 else ("", "")
+            continue
+        if not line.startswith("ERROR - "):
+            continue
+        msg = line[len("ERROR - "):].strip()
+        if current[0]:
+            if current[1] == "bert" and current[0] in names:
+                per.setdefault(current[0], []).append(msg)
+            else:
+                others.append(msg)
+            continue
+        desc = re.match(r"System description checker failed for (.*?) : ", msg)
+        owners = [sysf for sysf, name in names.items() if desc and name == desc.group(1)]
+        if owners:
+            desc_named = True
+            for o in owners:
+                per.setdefault(o, []).append(msg)
+        elif msg == "System description file checker failed" and desc_named:
+            continue  # the sum of the lines above
+        else:
+            others.append(msg)
+    return per, others
+
+
+def _summary_rows(tmp):
+    """The result summarizer's rows (summary.json: one per system) by system folder (the name its
+    details_url ends with: system names repeat, NVIDIA's Tyche 8 and 64 GPUs among them)."""
+    path = os.path.join(tmp, "summary.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        rows = json.load(f)
+    out = {}
+    for r in rows if isinstance(rows, list) else []:
+        url = r.get("details_url") or ""
+        if url.endswith(".json"):
+            out[os.path.basename(url)[:-len(".json")]] = r
+    return out
+
+
+def _mentions(out, system):
+    """The summarizer's lines about ``system``'s BERT results."""
+    pat = re.compile(r"(^|[ /])%s/bert\b" % re.escape(system))
+    return [l.strip() for l in out.splitlines() if pat.search(l)]
 
 
 def olympic_dropped(runs):
@@ -148,29 +233,118 @@ def olympic_dropped(runs):
     return [timed[0], timed[-1]] if len(timed) > 2 else []
 
 
-def score(package):
-    """Check and score a copy of ``package``; return a dict (see main)."""
-    root, org = find_org(package)
-    check_links(os.path.join(root, org))
-    remove_stale_copies()
-    logs = sorted(glob.glob(os.path.join(root, org, "results", "*", "bert", "result_*.txt")))
+def bert_systems(top):
+    """The system folders of ORG/results/ that hold a bert/ folder, sorted."""
+    results = os.path.join(top, "results")
+    try:
+        names = sorted(os.listdir(results))
+    except OSError:
+        return []
+    return [d for d in names if os.path.isdir(os.path.join(results, d, "bert"))]
+
+
+def run_official(root, org):
+    """Run the three official steps on a copy of ORG; return {tool: (status, output)}, the
+    summarizer's rows by system folder."""
+    outs = {}
     with tempfile.TemporaryDirectory(prefix="%s%d-" % (_COPY_PREFIX, os.getpid())) as tmp:
         try:
             shutil.copytree(os.path.join(root, org), os.path.join(tmp, org))
         except (OSError, shutil.Error) as e:
             first = e.args[0][0] if isinstance(e, shutil.Error) and e.args and e.args[0] else e
             raise UserError("cannot copy package %s: %s" % (os.path.join(root, org), first))
-        checker = _official(tmp, "package_checker", org)
-        ok = _OK in checker
-        errors = [l.split(" - ", 1)[-1] for l in checker.splitlines() if l.startswith("ERROR")]
-        _official(tmp, "result_summarizer", org)
-        summary = {}
-        if os.path.exists(os.path.join(tmp, "summary.json")):
-            with open(os.path.join(tmp, "summary.json")) as f:
-                rows = json.load(f)
-            summary = next((r for r in rows if r.get("bert:time_to_train") is not None), rows[0] if rows else {})
-    runs, verdicts, evals, divisions, targets = [], [], {}, set(), set()
-    parsed = {}  # system -> [(log, records)]
+        params = []
+        if os.path.isfile(os.path.join(tmp, org, _PARAMS)):
+            with open(os.path.join(tmp, org, _PARAMS)) as f:
+                params = ["--" + l.rstrip("\n") for l in f if l.strip()]
+        outs["package_checker"] = _official(tmp, "package_checker", org, params)
+        outs["result_summarizer"] = _official(tmp, "result_summarizer", org)
+        rows = _summary_rows(tmp)
+        outs["repo_checker"] = _official(tmp, "repo_checker", org)
+    return outs, rows
+
+
+def step_verdicts(outs, rows, systems):
+    """{tool: (verdict, detail, [ERROR lines])} of the three steps, as the verify script's
+    output says them."""
+    checker = outs["package_checker"][1]
+    verdicts = {}
+    if _OK in checker:
+        verdicts["package_checker"] = ("pass", "", [])
+    else:
+        errors = _error_lines(checker)
+        last = [l for l in checker.splitlines() if l.strip()][-1:] or ["no output"]
+        verdicts["package_checker"] = ("fail", "%d ERROR line%s" % (len(errors), "" if len(errors) == 1 else "s")
+                                       if "PACKAGE CHECKER FOUND" in checker else
+                                       "did not finish; its last line: %s" % last[0].strip(), errors)
+    status, out = outs["result_summarizer"]
+    scored = sum(1 for s in systems if (rows.get(s) or {}).get("bert:time_to_train") is not None)
+    if status == 0:  # what the verify script's `set -e` goes by
+        verdicts["result_summarizer"] = ("pass", "%d of %d system%s with a time to train" % (
+            scored, len(systems), "" if len(systems) == 1 else "s"), [])
+    else:
+        last = [l for l in out.splitlines() if l.strip()][-1:] or ["no output"]
+        verdicts["result_summarizer"] = ("fail", "exit status %d; its last line: %s"
+                                         % (status, last[0].strip()), [])
+    out = outs["repo_checker"][1]
+    if "ALL CHECKS PASSED" in out:
+        verdicts["repo_checker"] = ("pass", "", [])
+    else:
+        errors = _error_lines(out)
+        last = [l for l in out.splitlines() if l.strip()][-1:] or ["no output"]
+        verdicts["repo_checker"] = ("fail", "%d ERROR line%s" % (len(errors), "" if len(errors) == 1 else "s")
+                                    if "CHECKS FAILED" in out else "its last line: %s" % last[0].strip(), errors)
+    return verdicts
+
+
+def score(package):
+    """Check and score every system of ``package`` (a copy of it); return a dict (see main)."""
+    root, org = find_org(package)
+    top = os.path.join(root, org)
+    check_links(top)
+    remove_stale_copies()
+    systems = bert_systems(top)
+    descs, names = {}, {}
+    for system in systems:
+        try:
+            descs[system] = load_system_json(os.path.join(top, "systems", system + ".json"))
+            names[system] = descs[system].get("system_name")
+        except UserError as e:
+            descs[system] = e
+    outs, rows = run_official(root, org)
+    steps = step_verdicts(outs, rows, systems)
+    per_errors, other_errors = checker_errors(outs["package_checker"][1], names)
+    org_reasons = []
+    unfinished = "PACKAGE CHECKER FOUND" not in outs["package_checker"][1]
+    # a failure the checker's lines do not pin on one system counts for every system
+    whole = unfinished or bool(other_errors) or steps["package_checker"][0] == "fail" and not per_errors
+    if unfinished:
+        org_reasons.append("the official package checker %s" % steps["package_checker"][1])
+    elif whole:
+        org_reasons.append("the official package checker failed on the package as a whole (%d ERROR line%s"
+                           " under its verdict)" % (len(other_errors), "" if len(other_errors) == 1 else "s"))
+    if steps["result_summarizer"][0] == "fail":
+        org_reasons.append("the official result summarizer failed (%s)" % steps["result_summarizer"][1])
+    if steps["repo_checker"][0] == "fail":
+        org_reasons.append("the official repo checker failed (%s under its verdict): a package it refuses"
+                           " cannot be submitted" % steps["repo_checker"][1])
+    results = [score_system(root, org, system, descs[system], per_errors.get(system, []), rows.get(system, {}),
+                            _mentions(outs["result_summarizer"][1], system), org_reasons,
+                            whole)
+               for system in systems]
+    if not systems:
+        org_reasons.append("%s holds no <system>/bert/ folder of result_*.txt logs" % os.path.join(top, "results"))
+    passed = bool(systems) and all(r["verdict"] == "pass" for r in results)
+    return {"org": org, "root": root, "steps": steps, "other_errors": other_errors, "org_reasons": org_reasons,
+            "systems": results, "verdict": "pass" if passed else "fail"}
+
+
+def score_system(root, org, system, desc, errors, row, notes, org_reasons, checker_failed=False):
+    """One system's block: its runs under check-log, its share of the checker's errors, the
+    summarizer's row; a dict (see main). ``org_reasons``: why every system fails (an official
+    step that failed on the whole package); ``checker_failed``: the package checker among them."""
+    logs = sorted(glob.glob(os.path.join(root, org, "results", system, "bert", "result_*.txt")))
+    runs, verdicts, evals, divisions, targets, parsed = [], [], {}, set(), set(), []
     for p in logs:
         rel = os.path.relpath(p, root)
         try:
@@ -179,21 +353,22 @@ def score(package):
             verdicts.append((FAIL, "invalid", str(e)))
             runs.append((rel, None, None, None, None))
             continue
-        parsed.setdefault(rel.split(os.sep)[2], []).append((p, records))
-        row = (rel,) + run_summary(records)
-        verdicts.append(run_verdict(p, row[4]))
-        runs.append(row)
+        parsed.append((p, records))
+        row_ = (rel,) + run_summary(records)
+        verdicts.append(run_verdict(p, row_[4]))
+        runs.append(row_)
         evals[os.path.basename(p)] = curves(records).get("eval_accuracy", [])
         divisions.add(division_of(records))
         targets.add(target_of(records, division_of(records) or "closed"))
     division = divisions.pop() if len(divisions) == 1 else None
+    if isinstance(desc, dict) and desc.get("division") in ("closed", "open"):
+        division = desc["division"]  # what the official tools go by
     reasons = []
-    if not ok:
-        last = [l for l in checker.splitlines() if l.strip()][-1:] or ["no output"]
-        reasons.append("the official package checker failed (%s)" % (
-            "its %d ERROR line%s above" % (len(errors), "s" if len(errors) > 1 else "") if errors
-            else "no ERROR line; its last line: %s" % last[0].strip()))
-    reasons += identity_reasons(root, org, parsed)
+    if errors:
+        reasons.append("the official package checker failed for this system (its %d ERROR line%s above)"
+                       % (len(errors), "" if len(errors) == 1 else "s"))
+    fails, warnings = identity_reasons(root, org, system, desc, parsed)
+    reasons += fails
     invalid = [(r[0], v[2]) for r, v in zip(runs, verdicts) if v[1] == "invalid"]
     if invalid:
         name, why = invalid[0]
@@ -204,17 +379,24 @@ def score(package):
     if not_converged > 1:
         reasons.append("%d runs did not converge (a submission may drop one)" % not_converged)
     if not runs:
-        reasons.append("%s holds no results/<system>/bert/result_*.txt logs" % os.path.join(root, org))
-    time_to_train = summary.get("bert:time_to_train")
+        reasons.append("%s holds no result_*.txt logs" % os.path.join(root, org, "results", system, "bert"))
+    reasons += org_reasons
+    time_to_train = row.get("bert:time_to_train")
     if not reasons and time_to_train is None:
-        reasons.append("the result summarizer gave no time to train")
+        critical = [n for n in notes if "ERROR" in n]
+        reasons.append("the result summarizer gave no time to train%s" % (
+            " (%s)" % critical[0] if critical else ""))
     passed = not reasons
-    return {"package_check": "pass" if ok else "fail", "verdict": "pass" if passed else "fail",
-            "reasons": reasons, "errors": errors, "runs": runs, "run_verdicts": verdicts,
+    closed = division != "open"
+    return {"system": system, "system_name": row.get("system") or (desc.get("system_name") if isinstance(desc, dict)
+                                                                   else None),
+            "package_check": "fail" if errors or checker_failed else "pass", "errors": errors,
+            "verdict": "pass" if passed else "fail", "reasons": reasons,
+            "warnings": warnings, "runs": runs, "run_verdicts": verdicts,
             "time_to_train_min": time_to_train if passed else None,
-            "rcp_scaling_factor": summary.get("bert:rcp_scaling_factor"),
-            "samples_to_converge": summary.get("bert:samples_to_converge"),
-            "rcp": summary.get("bert:RCP"), "system": summary.get("system"), "evals": evals,
+            "rcp_scaling_factor": row.get("bert:rcp_scaling_factor") if closed else None,
+            "samples_to_converge": row.get("bert:samples_to_converge") if closed else None,
+            "rcp": (row.get("bert:RCP") or None) if closed else None, "evals": evals, "notes": notes,
             "division": division, "target": targets.pop() if len(targets) == 1 else None,
             "dropped": olympic_dropped(runs)}
 
@@ -234,34 +416,32 @@ def run_table(s):
 def plot_title(s):
     """What the plots are of: the system (the result summarizer's name, else the results/ folder),
     the division and the verdict."""
-    system = s.get("system") or next((r[0].split(os.sep)[2] for r in s["runs"] if r[0].count(os.sep) >= 3), "?")
+    system = s.get("system_name") or s.get("system") or next(
+        (r[0].split(os.sep)[2] for r in s["runs"] if r[0].count(os.sep) >= 3), "?")
     return "%s, %s division: %d runs, submission %s" % (system, s.get("division") or "unknown", len(s["runs"]),
                                                        s["verdict"].upper())
 
 
-def identity_reasons(root, org, parsed):
-    """Why a package's systems JSONs or its logs' declared identity fail: for each system under
-    results/, its systems/<system>.json must be a JSON object with every field the official checker
-    requires, name ORG as submitter, and agree with every log's submission_org, division and status;
-    the logs must name one platform, not a placeholder. (Published packages name the platform freely,
-    e.g. NVIDIA's "1xNVIDIA HGX B200" for system "Nyx (1x NVIDIA DGX B200)": it is not compared with
-    the system's name here; ``package`` does compare it.)"""
-    reasons = []
-    systems = sorted(set(parsed) | {d for d in os.listdir(os.path.join(root, org, "results"))
-                                    if os.path.isdir(os.path.join(root, org, "results", d))})
-    for system in systems:
-        rel = os.path.join(org, "systems", system + ".json")
-        try:
-            desc = load_system_json(os.path.join(root, rel))
-        except UserError as e:
-            reasons.append(str(e))
-            continue
-        reasons += system_json_problems(desc, rel)
-        if desc.get("submitter") != org:
-            reasons.append("%s: submitter %r, the package's org folder is %r" % (rel, desc.get("submitter"), org))
-        reasons += [("%s: %s" % (system, p) if len(systems) > 1 else p)
-                    for p in identity_problems(parsed.get(system, []), org, desc.get("division"), desc.get("status"))]
-    return reasons
+def identity_reasons(root, org, system, desc, parsed):
+    """(fails, warnings) of one system's systems JSON and its logs' declared identity. Fails: the
+    systems JSON is not a JSON object with every field the official checker requires and a status
+    it knows (the checker fails these too), or a log's division is not the JSON's
+    (compliance.SCORE_FAILS says why). Warnings, which the official tools do not check and published
+    packages break: the JSON's submitter is not the org folder, a log's submission_org, status or
+    platform (a placeholder, several) disagree with the package. The platform is not compared with
+    the system's name: published packages name it freely (NVIDIA's "1xNVIDIA HGX B200" for "Nyx (1x
+    NVIDIA DGX B200)"); ``package`` compares it."""
+    rel = os.path.join(org, "systems", system + ".json")
+    if isinstance(desc, UserError):
+        return [str(desc)], []
+    fails = system_json_problems(desc, rel)
+    warnings = []
+    if desc.get("submitter") != org:
+        warnings.append("%s: submitter %r, the package's org folder is %r (the official tools do not compare"
+                        " them; the results table shows the submitter)" % (rel, desc.get("submitter"), org))
+    for field, line in identity_findings(parsed, org, desc.get("division"), desc.get("status")):
+        (fails if field in SCORE_FAILS else warnings).append(line)
+    return fails, warnings
 
 
 def rcp_line(s):
@@ -275,17 +455,19 @@ def rcp_line(s):
         s["rcp"], s["rcp_scaling_factor"], s["samples_to_converge"])
 
 
-def plot_paths(root, plots_dir):
-    """(times PNG, convergence PNG): in ``plots_dir``, else beside the package (never inside it)."""
+def plot_paths(root, plots_dir, system=None):
+    """(times PNG, convergence PNG): in ``plots_dir``, else beside the package (never inside it);
+    ``system``: a part of the names, for a package of several systems."""
     root = os.path.abspath(root)
+    tag = "%s." % system if system else ""
     if plots_dir:
         real = os.path.realpath(plots_dir)
         if (real + os.sep).startswith(os.path.realpath(root) + os.sep):
             raise UserError("--plots_dir %s is inside the package %s: a package stays as submitted; choose"
                             " a directory outside it" % (plots_dir, root))
-        return os.path.join(plots_dir, "score_times.png"), os.path.join(plots_dir, "score_convergence.png")
+        return os.path.join(plots_dir, tag + "score_times.png"), os.path.join(plots_dir, tag + "score_convergence.png")
     base = os.path.join(os.path.dirname(root), os.path.basename(root))
-    return base + ".score_times.png", base + ".score_convergence.png"
+    return base + "." + tag + "score_times.png", base + "." + tag + "score_convergence.png"
 
 
 def plot(s, paths):
@@ -334,37 +516,71 @@ def plot(s, paths):
     return list(paths)
 
 
+JSON_KEYS = ("system", "system_name", "division", "time_to_train_min", "rcp_scaling_factor", "samples_to_converge",
+             "rcp", "package_check", "verdict", "reasons", "warnings")
+
+
+def report(s, plots_dir=None, plots=True):
+    """The lines ``score`` prints of ``s`` (see score()); writes the plots when ``plots``."""
+    lines = []
+    for tool, name in STEPS:
+        verdict, detail, errors = s["steps"][tool]
+        lines.append("%s (mlperf_logging, training %s): %s%s" % (name, RULESET, verdict.upper(),
+                                                                 " (%s)" % detail if detail else ""))
+        shown = s["other_errors"] if tool == "package_checker" else errors
+        lines += ["  " + e for e in shown]
+    many = len(s["systems"]) > 1
+    for sys_ in s["systems"]:
+        lines.append("")
+        lines.append("== system %s (%s), %s division ==" % (sys_["system"], sys_["system_name"] or "no system_name",
+                                                             sys_["division"] or "unknown"))
+        lines += run_table(sys_)
+        lines.append("package checker, this system: %s" % sys_["package_check"].upper())
+        lines += ["  " + e for e in sys_["errors"]]
+        lines.append(rcp_line(sys_))
+        if sys_["dropped"]:
+            lines.append("olympic mean: drops %s" % " and ".join(
+                os.path.basename(sys_["runs"][i][0]) for i in sys_["dropped"]))
+        lines += ["warning: " + w for w in sys_["warnings"]]
+        if sys_["verdict"] == "pass":
+            lines.append("time to train: %s minutes" % sys_["time_to_train_min"])
+        else:
+            lines.append("time to train: none:")
+            lines += ["  " + r for r in sys_["reasons"]]
+        lines.append("submission: %s" % sys_["verdict"].upper())
+        if plots and sys_["runs"]:
+            lines.append("plots: %s" % ", ".join(plot(sys_, plot_paths(s["root"], plots_dir,
+                                                                       sys_["system"] if many else None))))
+    if not s["systems"]:
+        lines += ["time to train: none:"] + ["  " + r for r in s["org_reasons"]] + ["submission: FAIL"]
+    lines.append("")
+    lines.append("%s: %d system%s, %d PASS, %d FAIL" % (
+        s["org"], len(s["systems"]), "" if len(s["systems"]) == 1 else "s",
+        sum(x["verdict"] == "pass" for x in s["systems"]), sum(x["verdict"] != "pass" for x in s["systems"])))
+    return lines
+
+
 def main(argv):
     fv = flags.FlagValues()
-    flags.DEFINE_bool("json", False, "end with one JSON object of the score", flag_values=fv)
+    flags.DEFINE_bool("json", False, "end with one JSON object: org, the three steps' verdicts, verdict, and"
+                      " systems: one object per system (%s)" % ", ".join(JSON_KEYS), flag_values=fv)
     flags.DEFINE_bool("plots", True, "write score_times.png and score_convergence.png (beside the package,"
-                      " as PACKAGE.score_*.png, or into --plots_dir)", flag_values=fv)
+                      " as PACKAGE.score_*.png, PACKAGE.<system>.score_*.png for several systems, or into"
+                      " --plots_dir)", flag_values=fv)
     flags.DEFINE_string("plots_dir", None, "directory for the plots (outside the package)", flag_values=fv)
     rest = flags.parse(fv, argv, positional=USAGE_ARGS)
     if len(rest) != 1 or not os.path.isdir(rest[0]):
         raise UserError("%s (a directory holding ORG/results and ORG/systems)" % flags.usage("score", USAGE_ARGS))
     root = find_org(rest[0])[0]
-    paths = plot_paths(root, fv.plots_dir) if fv.plots else None
+    if fv.plots:
+        plot_paths(root, fv.plots_dir)  # a --plots_dir inside the package is refused before the work
     s = score(rest[0])
-    for line in run_table(s):
+    for line in report(s, fv.plots_dir, fv.plots):
         print(line)
-    print("package checker (mlperf_logging, training %s): %s" % (RULESET, s["package_check"].upper()))
-    for e in s["errors"]:
-        print("  " + e)
-    print(rcp_line(s))
-    if s["dropped"]:
-        print("olympic mean: drops %s" % " and ".join(
-            os.path.basename(s["runs"][i][0]) for i in s["dropped"]))
-    if s["verdict"] == "pass":
-        print("time to train: %s minutes" % s["time_to_train_min"])
-    else:
-        print("time to train: none:")
-        for reason in s["reasons"]:
-            print("  " + reason)
-    print("submission: %s" % s["verdict"].upper())
-    if paths and s["runs"]:
-        print("plots: %s" % ", ".join(plot(s, paths)))
     if fv.json:
-        print(json.dumps({k: s[k] for k in ("time_to_train_min", "rcp_scaling_factor", "samples_to_converge",
-                                            "package_check", "verdict")}))
+        out = {"org": s["org"]}
+        out.update((tool, s["steps"][tool][0]) for tool, _ in STEPS)
+        out["verdict"] = s["verdict"]
+        out["systems"] = [{k: x[k] for k in JSON_KEYS} for x in s["systems"]]
+        print(json.dumps(out))
     return 0 if s["verdict"] == "pass" else 1

@@ -7,6 +7,10 @@ divided by n and added to a buffer; the optimizer is applied after micro-steps n
 ``clip_after_reduce`` (the reference's --clip_by_global_norm_after_gradient_allreduce): the
 micro-batch gradients are summed unclipped (left in ``p.grad``, where autograd and DDP's
 ``no_sync`` accumulate them), reduced over ranks, divided by n and clipped once per update.
+
+Every tensor this state lives in (buffers, and with ``keep_grads`` the gradients) is created once
+and afterwards only written in place, a resume included: CUDA graphs (--cuda_graphs) replay on
+fixed addresses, and DDP's ``gradient_as_bucket_view`` gradients are views of its buckets.
 """
 import torch
 
@@ -19,10 +23,14 @@ class GradientAccumulator:
     ``allreduce(tensors)``, if given, averages gradient tensors over ranks in place, once per
     update: the clipped buffer by default; with ``clip_after_reduce`` the summed gradients before
     clipping (pass None when DDP has already averaged them).
+
+    ``keep_grads`` (clipping after the reduction only): after an update the gradients are zeroed
+    in place instead of dropped, so the next backward adds into the same tensors (with DDP's
+    ``gradient_as_bucket_view``: its buckets, no copy in or out); 0 + g is g.
     """
 
     def __init__(self, model, optimizer, steps_per_update, lr_fn, clip_norm=1.0, allreduce=None,
-                 clip_after_reduce=False):
+                 clip_after_reduce=False, keep_grads=False):
         if steps_per_update < 1:
             raise ValueError("steps_per_update must be >= 1")
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -32,6 +40,7 @@ class GradientAccumulator:
         self.clip_norm = clip_norm
         self.allreduce = allreduce
         self.clip_after_reduce = clip_after_reduce
+        self.keep_grads = bool(keep_grads and clip_after_reduce)
         self.buffers = None
         self.pending = 0  # micro-batches absorbed since the last update
         self.last_grad_norm = None
@@ -82,12 +91,22 @@ class GradientAccumulator:
         for p, g in zip(self.params, grads):
             p.grad = g
         self.optimizer.step()
-        for p in self.params:
-            p.grad = None
+        self.drop_grads()
         if self.buffers is not None:
             torch._foreach_zero_(self.buffers)
         self.pending = 0
         return True
+
+    @torch.no_grad()
+    def drop_grads(self):
+        """After an update: the gradients dropped, or with ``keep_grads`` zeroed in place."""
+        if self.keep_grads:
+            kept = [p.grad for p in self.params if p.grad is not None]
+            if kept:
+                torch._foreach_zero_(kept)
+        else:
+            for p in self.params:
+                p.grad = None
 
     def state_dict(self):
         """This rank's accumulated gradients on the host (None at an update boundary)."""
@@ -107,10 +126,21 @@ class GradientAccumulator:
             raise ValueError("accumulator state was saved with another clipping mode")
         self.pending = state["pending"]
         bufs = state["buffers"]
-        restored = None if bufs is None else [
-            b.to(device=p.device, dtype=p.dtype).clone() for b, p in zip(bufs, self.params)]
-        if self.clip_after_reduce:
-            for p, b in zip(self.params, restored or [None] * len(self.params)):
-                p.grad = b
-        else:
-            self.buffers = restored
+        if self.clip_after_reduce:  # the sum lives in p.grad
+            for i, p in enumerate(self.params):
+                p.grad = _into(p.grad, None if bufs is None else bufs[i], p, keep=self.keep_grads)
+        elif self.buffers is not None or bufs is not None:
+            self.buffers = [_into(b, None if bufs is None else bufs[i], p, keep=True)
+                            for i, (b, p) in enumerate(zip(self.buffers or [None] * len(self.params), self.params))]
+
+
+@torch.no_grad()
+def _into(old, saved, like, keep):
+    """A loaded tensor (``saved``, or zeros when None) in ``old``'s memory where ``old`` exists
+    (copied in place: its address stays, see the module's docstring), else a new tensor like
+    ``like``; ``saved`` None and nothing to keep: None."""
+    if old is not None and (keep or saved is not None):
+        return old.copy_(saved) if saved is not None else old.zero_()
+    if saved is None:
+        return None
+    return saved.to(device=like.device, dtype=like.dtype).clone()

@@ -23,13 +23,54 @@ from mlperf_bert.fileio import atomic_open, atomic_save
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
 FINISHED = "run_finished.json"
 LOG_OWNER = "mlperf_log_path.json"
-# Flags that define a run: a resume with another value would mix two runs in one output_dir.
+# Every flag of the trainer is in exactly one of the three lists below
+# (tests/test_training.py::test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers
+# walks them all): a new flag fails that test until it is put in one.
+#
+# Flags that define a run: a resume with another value would mix two runs in one output_dir. Every
+# flag that changes the arithmetic is here, the levers that round otherwise included.
 RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate", "poly_power",
              "num_train_steps", "num_warmup_steps", "start_warmup_step", "lamb_weight_decay_rate",
              "lamb_beta_1", "lamb_beta_2", "log_epsilon", "max_seq_length", "max_predictions_per_seq",
              "eval_frequency", "target_mlm_accuracy", "max_samples_termination", "shuffle",
              "shuffle_buffer", "clip_by_global_norm_after_gradient_allreduce", "dtype",
-             "submission_division", "fp8")  # fp8 changes the arithmetic; the other levers round as without
+             "submission_division",
+             "compile",        # inductor's kernels round otherwise (1e-5 after 3 updates)
+             "fused_update",   # the update compiled: -lr * u multiplied, then subtracted (1e-7)
+             # levers whose kernels may round otherwise (float8; a GEMM of another shape can take
+             # another cuBLAS kernel)
+             "fp8", "fused_qkv", "pad_vocab")
+# Flags in the identity by what they name, not by their value (run_identity): the model config the
+# file holds, the data files and initial checkpoint with their sizes (and its digest), the seed.
+IDENTITY_BY_CONTENT = ("bert_config_file", "input_file", "eval_input_file", "init_checkpoint", "seed")
+# Flags that leave the numbers of the run as they are, each with why: a resume may change them.
+SAME_NUMBERS = {
+    "output_dir": "where the run is",
+    "mlperf_log": "where its log goes (a resume refuses a log that is not the checkpoint's)",
+    "do_train": "what to do",
+    "do_eval": "the eval after training (--do_eval alone: of --init_checkpoint), not the run's",
+    "eval_batch_size": "the batch of --do_eval's eval without an online eval set, not the run's",
+    "max_eval_steps": "the batches of that eval",
+    "eval_at_start": "an eval at 0 samples, before the first step (a resume never repeats it)",
+    "eval_micro_batch_size": "exact sums: any micro-batch gives the same metrics (tests/test_warmup.py)",
+    "save_checkpoints_steps": "when to write checkpoints",
+    "keep_checkpoint_max": "how many are kept",
+    "iterations_per_loop": "accepted for the TPU estimator; no effect",
+    "log_frequency": "how often train_loss is logged (the mean of the steps between two lines)",
+    "num_workers": "batch k is batch k whatever the workers (trainer/loader.py)",
+    "num_gpus": "accepted; no effect (the rank count is checked on its own)",
+    "progress": "the progress bar",
+    "check_data": "what is read before training, not what is trained on",
+    "warm_up": "restores weights, optimizer and RNG exactly (tests/test_warmup.py)",
+    "cuda_graphs": "the compiled step's kernels replayed (--compile is in the identity; tests/test_levers.py)",
+    "device": "where the run computes: a resume on another machine, as on another GPU model, goes on "
+              "from the same state (auto names no device to compare)",
+    "submission_org": "logged once, at the run's start",
+    "submission_platform": "logged once, at the run's start",
+    "submission_status": "logged once, at the run's start",
+    "use_tpu": "refused", "tpu_name": "refused", "tpu_zone": "refused", "gcp_project": "refused",
+    "master": "refused", "num_tpu_cores": "ignored",
+}
 
 
 def path_for(output_dir, step):
@@ -65,6 +106,26 @@ def set_rng_state(state, device):
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+@torch.no_grad()
+def load_optimizer(optimizer, state):
+    """``optimizer.load_state_dict(state)`` into the slots that exist already (the warm-up's):
+    copied in place, so their addresses stay (CUDA graphs replay on them, marked static;
+    new tensors would make inductor record the update again or give up its graphs). A slot the
+    checkpoint lacks (saved before the first update) stays, zeroed, at step 0: the first update's
+    arithmetic on it is that of a new one."""
+    old = {p: dict(st) for p, st in optimizer.state.items()}
+    optimizer.load_state_dict(state)  # new tensors, cast to the parameters' device and dtype
+    for p, was in old.items():
+        st = optimizer.state.get(p)
+        if not st:
+            optimizer.state[p] = st = {k: v.zero_() if torch.is_tensor(v) else 0 for k, v in was.items()}
+            continue
+        for k, v in list(st.items()):
+            w = was.get(k)
+            if torch.is_tensor(v) and torch.is_tensor(w) and w.shape == v.shape and w.dtype == v.dtype:
+                st[k] = w.copy_(v)
+
+
 def save(path, state, keep):
     """Write ``state`` atomically, then drop all but the newest ``keep`` checkpoints."""
     atomic_save(path, lambda f: torch.save(state, f))
@@ -74,46 +135,117 @@ def save(path, state, keep):
                 os.remove(old)
 
 
-def host_copy(obj, _memo=None):
-    """``obj`` (dicts, lists, tuples of tensors and plain values) with every tensor copied to host
-    memory, so that training may change the originals while a background writer saves the copy.
-    Views of one storage stay views of one copy, so ``torch.save`` writes the same file as it
-    would of the originals."""
-    memo = {} if _memo is None else _memo
+def _pinned(nbytes):
+    """Page-locked host memory (torch's caching host allocator reuses it checkpoint after checkpoint)."""
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+
+def _on_device(storage):
+    return storage.device.type != "cpu"
+
+
+class _Copier:
+    """Copies storages to host memory. From a CUDA device: into pinned buffers, ``non_blocking``,
+    on a side stream that first waits for the training stream (so it copies the values as they
+    are now), with ``event`` recorded after the last copy; the training stream goes on at once.
+    Elsewhere: a plain copy."""
+
+    def __init__(self, device):
+        self.cuda = device is not None and torch.device(device).type == "cuda"
+        self.stream = None
+        if self.cuda:
+            self.stream = torch.cuda.Stream(device)
+            self.stream.wait_stream(torch.cuda.current_stream(device))
+
+    def __call__(self, storage):
+        if not (self.cuda and _on_device(storage)):  # a state's host tensors (RNG states): cloned
+            return storage.clone() if storage.device.type == "cpu" else storage.cpu()
+        src = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+        dst = _pinned(src.numel())
+        with torch.cuda.stream(self.stream):
+            dst.copy_(src, non_blocking=True)
+        src.record_stream(self.stream)  # the allocator keeps its memory until the copy is done
+        return dst.untyped_storage()
+
+    def done(self):
+        """The event after the last copy (None: nothing is in flight)."""
+        if not self.cuda:
+            return None
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        return event
+
+
+def host_copy_async(obj, device=None):
+    """-> (``obj`` with every tensor copied to host memory, an event to synchronise on before
+    the copy is read, or None). The copies from a CUDA ``device`` are queued (``_Copier``): the
+    device's tensors must not change before the training stream has waited on the event
+    (``torch.cuda.current_stream().wait_event``). Views of one storage stay views of one copy,
+    so ``torch.save`` writes the same file as it would of the originals."""
+    copier = _Copier(device)
+    out = _copied(obj, {}, copier)
+    return out, copier.done()
+
+
+def host_copy(obj):
+    """``obj`` with every tensor copied to host memory, complete (``host_copy_async`` waited for),
+    so that training may change the originals while a background writer saves the copy."""
+    out, done = host_copy_async(obj, _device_of(obj))
+    if done is not None:
+        done.synchronize()
+    return out
+
+
+def _device_of(obj):
+    if torch.is_tensor(obj):
+        return obj.device if obj.device.type == "cuda" else None
+    for v in (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()):
+        d = _device_of(v)
+        if d is not None:
+            return d
+    return None
+
+
+def _copied(obj, memo, copier):
     if torch.is_tensor(obj):
         storage = obj.untyped_storage()
         key = (storage.device, storage.data_ptr(), storage.nbytes())
         if key not in memo:
-            memo[key] = storage.clone() if storage.device.type == "cpu" else storage.cpu()
+            memo[key] = copier(storage)
         return torch.empty(0, dtype=obj.dtype).set_(memo[key], obj.storage_offset(), obj.size(), obj.stride())
     if isinstance(obj, dict):
-        out = type(obj)((k, host_copy(v, memo)) for k, v in obj.items())
+        out = type(obj)((k, _copied(v, memo, copier)) for k, v in obj.items())
         if hasattr(obj, "_metadata"):  # a module's state_dict: its version numbers
             out._metadata = obj._metadata
         return out
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
-        return type(obj)(host_copy(v, memo) for v in obj)
+        return type(obj)(_copied(v, memo, copier) for v in obj)
     return obj
 
 
 class BackgroundWriter:
     """Checkpoints written on a thread while training goes on (a BERT-Large checkpoint with its
     LAMB state is 4 GB): ``submit`` hands over a state that nothing changes any more (a
-    ``host_copy``) and returns; it first waits for the write before it, so one state is held at a
-    time. Each write is ``save``'s (a temporary name, renamed when complete), so a process killed
-    during a write leaves no file that looks finished. ``wait`` returns once nothing is being
-    written and raises the last write's error (a full disk: the one-line UserError)."""
+    ``host_copy``, or a ``host_copy_async`` with its event) and returns; it first waits for the
+    write before it, so one state is held at a time. Each write is ``save``'s (a temporary name,
+    renamed when complete), so a process killed during a write leaves no file that looks
+    finished. ``wait`` returns once nothing is being written and raises the last write's error
+    (a full disk: the one-line UserError)."""
 
     def __init__(self):
         self._thread = None
         self._error = None
         self.path = None  # the checkpoint being written, or None
 
-    def submit(self, path, state, keep):
+    def submit(self, path, state, keep, ready=None):
+        """``ready``: an event the copy in ``state`` is complete after (``host_copy_async``);
+        the thread synchronises on it before writing."""
         self.wait()
 
         def write():
             try:
+                if ready is not None:
+                    ready.synchronize()
                 save(path, state, keep)
             except BaseException as e:  # raised in the training thread by the next wait()
                 self._error = e
@@ -241,8 +373,24 @@ def read_finished(output_dir):
         raise UserError("cannot read %s (%s): delete it to resume the run" % (path, e))
 
 
-def write_finished(output_dir, status, step, samples, run=None):
-    """The finished marker; ``run``: the run's identity, so a rerun with other flags is refused."""
+def write_finished(output_dir, status, step, samples, run=None, launch=None):
+    """The finished marker; ``run``: the run's identity, so a rerun with other flags is refused;
+    ``launch``: how it was started (``launch_record``), which ``package`` puts in launch.json."""
     with atomic_open(os.path.join(output_dir, FINISHED), "w", encoding="utf-8") as f:
         json.dump({"status": status, "global_step": step, "samples": samples,
-                   "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "run": run}, f)
+                   "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "run": run, "launch": launch}, f,
+                  default=str)
+
+
+def launch_record(fv, world):
+    """How this run was started: train_model.sh's preset and the flags given over it
+    (MLPERF_BERT_PRESET, MLPERF_BERT_OVERRIDES; None when the trainer was started otherwise), every
+    flag the trainer was given, its processes and nodes (torchrun's LOCAL_WORLD_SIZE), and the code
+    (``harness.package.source_identity``: git commit, modified, digest of the implementation)."""
+    from mlperf_bert.harness.package import source_identity
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
+    record = {"preset": os.environ.get("MLPERF_BERT_PRESET"), "overrides": os.environ.get("MLPERF_BERT_OVERRIDES"),
+              "flags": {name: fv[name].value for name in sorted(fv) if fv[name].present},
+              "processes": world, "processes_per_node": local, "nodes": max(1, world // max(1, local))}
+    record.update(source_identity())
+    return record

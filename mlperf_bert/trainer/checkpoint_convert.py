@@ -19,7 +19,7 @@ def convert(bert_config_file, src, dst):
     cfg = BertConfig.from_json_file(bert_config_file)
     with torch.device("meta"):  # weights come from the checkpoint: skip the random init
         model = BertForPreTraining(cfg)
-    info = tf_checkpoint.load_init_checkpoint(model, src)
+    info = tf_checkpoint.load_init_checkpoint(model, src, carried=("global_step",))  # written to dst
     step = info["global_step"]
     if dst.endswith(".pt"):
         ckpt = {"model": model.state_dict(), "config": cfg.to_dict()}
@@ -45,7 +45,6 @@ def main(argv):
         raise UserError("--input and --output are both %s checkpoints: one of them must end in .pt "
                               "and the other be a TF prefix" % kind)
     info = convert(fv.bert_config_file, src, dst)
-    dropped = [n for n in info["ignored"] if n != "global_step"]  # global_step is carried over
     print("wrote %s (global_step %s, %d non-model variable(s) dropped)"
-          % (dst, info["global_step"], len(dropped)))
+          % (dst, info["global_step"], len(info["ignored"])))
     return 0

@@ -125,6 +125,40 @@ def any_rank(flag, device):
     return bool(t.item())
 
 
+class StopVote:
+    """Whether any rank wants to stop (a SIGTERM), agreed by every rank at the same update,
+    without waiting for the device: the flag is a host bool, voted on by an all-reduce on a
+    gloo group of the host (never NCCL: that would be a device tensor read back each update)
+    that is started at one update and read at the next, by when it has long finished. A stop
+    asked for before update k is therefore acted on at update k + 1, on every rank alike."""
+
+    def __init__(self):
+        self.group = dist.new_group(backend="gloo") if active() else None  # a collective: every rank
+        self.box = torch.zeros(1, dtype=torch.uint8)  # host memory, reduced in place
+        self._read = self.box.numpy()  # its value, read without a tensor op
+        self._work = None
+
+    def __call__(self, flag):
+        """At an update boundary, every rank: True on every rank if any rank's ``flag`` was set
+        at the previous call (one rank: ``flag`` now)."""
+        if self.group is None:
+            return bool(flag)
+        agreed = False
+        if self._work is not None:
+            self._work.wait()
+            agreed = bool(self._read[0])
+        self._read[0] = 1 if flag else 0
+        self._work = dist.all_reduce(self.box, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        return agreed
+
+    def close(self):
+        """Wait for the vote in flight (before the group goes)."""
+        if self._work is not None:
+            with contextlib.suppress(Exception):
+                self._work.wait()
+            self._work = None
+
+
 def gather_objects(obj):
     """[obj of rank 0, obj of rank 1, ...] on rank 0 (None elsewhere): each rank's state goes to
     the one rank that writes the checkpoint, not to every rank."""

@@ -85,10 +85,13 @@ def evaluate(model, batches, device, autocast, compiled=None):
     for batch in batches:
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         shape = shape or batch["input_ids"].shape
-        with autocast():
-            out = (compiled if compiled is not None and batch["input_ids"].shape == shape else model)(**batch)
-        # + the batch's total loss and a batch count: the estimator's `loss` is their mean
-        sums += torch.stack([getattr(out, k).double() for k in _SUMS] + [out.loss.double(), one])
+        forward = compiled if compiled is not None and batch["input_ids"].shape == shape else model
+        if forward is compiled:
+            # Each batch a new CUDA-graph generation (--cuda_graphs): without it, the batches of
+            # one eval are one generation, and each finds the last one's outputs alive
+            # (cudagraph_trees.py, try_end_curr_execution), so records a new graph as its child.
+            torch.compiler.cudagraph_mark_step_begin()
+        sums += _batch_sums(forward, batch, autocast, one)  # no output of the graph outlives its batch
     model.train(was_training)
     s = dict(zip(_SUMS + ("loss_sum", "batches"), distributed.sum_values(sums.tolist(), device)))
     return {
@@ -99,6 +102,14 @@ def evaluate(model, batches, device, autocast, compiled=None):
         "next_sentence_loss": s["nsp_nll_sum"] / max(s["nsp_count"], 1),
         "samples": int(s["nsp_count"]),
     }
+
+
+def _batch_sums(forward, batch, autocast, one):
+    """The batch's metric sums, + its total loss and a batch count (the estimator's `loss` is
+    their mean)."""
+    with autocast():
+        out = forward(**batch)
+    return torch.stack([getattr(out, k).double() for k in _SUMS] + [out.loss.double(), one])
 
 
 def reference_eval_batches(fv, files, rank, world):

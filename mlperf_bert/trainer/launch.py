@@ -7,8 +7,9 @@ report and exit 1, a busy ``--master_port`` with a DistNetworkError traceback. T
 ``python -m torch.distributed.run`` with the same arguments in a process group of its own and:
 
 - passes SIGTERM or SIGINT (to it alone or to its process group: a terminal, ``kill -- -PGID``,
-  a scheduler) to torchrun once, as SIGTERM; torchrun passes it to every rank, which checkpoint.
-  Exit 143 (130 after SIGINT); the one line is rank 0's ``SIGTERM: checkpoint ... written``. The
+  a scheduler) to torchrun once, as itself; torchrun passes it to every rank, which checkpoint.
+  Exit 143 (130 after SIGINT); the one line is rank 0's ``SIGTERM: checkpoint ... written``
+  (``SIGINT: ...``; before run_start, rank 0's line that the init stopped with nothing saved). The
   ranks have ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (300 unless set; torchrun's own default is
   30) to write it before torchrun kills them;
 - drops torchrun's log lines and tracebacks, shows an error line the ranks print once (every rank
@@ -16,7 +17,8 @@ report and exit 1, a busy ``--master_port`` with a DistNetworkError traceback. T
 - a rank killed by a signal: one line naming the rank, its pid and host and the signal, exit
   128 + the signal's number; lines of ranks that only lost contact with it are not shown;
 - a busy ``--master_port``: one line naming the port and the fix, exit 2;
-- a ``--nproc_per_node`` that is not a number of processes: one line, exit 2;
+- a ``--nproc_per_node`` that is not a number of processes, or ``gpu`` on a host without a GPU:
+  one line, exit 2;
 - torchrun's log folder (without ``--log_dir``, a ``torchelastic_*`` folder in $TMPDIR that torchrun
   leaves behind) is a temporary folder of this process, removed when torchrun ends.
 
@@ -192,7 +194,16 @@ def check_nproc(args, environ):
     value = _torchrun_option(args, _NPROC)
     if value is None:
         value = environ.get("PET_NPROC_PER_NODE")  # torchrun reads its options from PET_* too
-    if value is None or value in ("auto", "cpu", "gpu", "xpu"):
+    if value is None or value in ("auto", "cpu"):
+        return
+    if value in ("gpu", "xpu"):  # torchrun counts them, and raises where there are none
+        import torch  # only here: this process needs torch for nothing else
+        backend = torch.cuda if value == "gpu" else getattr(torch, "xpu", None)
+        if backend is None or not backend.is_available():
+            raise UserError("--nproc_per_node=%s starts a process per %s, and this host has none (torch.%s."
+                            "is_available() is False): give a number of processes (with the trainer's --device=cpu "
+                            "on a host without a GPU), or run on a host with one" % (
+                                value, "GPU" if value == "gpu" else "XPU", "cuda" if value == "gpu" else "xpu"))
         return
     if not re.fullmatch(r"\d+", value.strip()) or int(value) < 1:
         raise UserError("--nproc_per_node=%s is not a number of processes per node (a whole number >= 1, or auto, "
@@ -226,10 +237,12 @@ def _run(args, env):
     got = []
 
     def on_signal(signum, frame):
-        if not got:  # once: a second SIGTERM would cut torchrun's wait for the ranks' checkpoints
+        # once: a second signal would cut torchrun's wait for the ranks' checkpoints. As itself:
+        # torchrun sends the ranks the signal it got, and the trainer names it
+        if not got:
             got.append(signum)
             try:
-                proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signum)
             except OSError:
                 pass
 

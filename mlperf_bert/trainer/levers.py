@@ -4,40 +4,43 @@ computes (tests/test_levers.py):
 
 ``--cuda_graphs``   the compiled step (--compile) replayed as CUDA graphs: torch.compile with
                     inductor's CUDA graphs (mode "reduce-overhead") for the forward, the backward
-                    and the update; one GPU, batches of one shape (the loaders' are).
+                    and the update; batches of one shape (the loaders' are); on several ranks
+                    with per-replica clipping only (the all-reduce runs between the graphs).
 ``--fused_update``  clipping, accumulation and the LAMB/AdamW update compiled (trainer/step.py),
                     also without --compile, with inductor's combo kernels (the per-parameter
                     kernels of one foreach op fused horizontally).
-``--bf16_weights``  (--dtype=bf16) bf16 copies of the weights that autocast would cast, made once
-                    per update instead of at every forward; the forward reads the copies, the
-                    gradients reach the fp32 weights (the optimizer's and the checkpoint's).
 ``--fp8``           the encoder's dense layers multiply in float8 (torch._scaled_mm): e4m3
                     activations and weights, e5m2 gradients, each tensor scaled by its own amax.
                     A closed submission needs a convergence run within the RCPs with it first.
+``--fused_qkv``     each layer's query, key and value projections as one GEMM over their weights
+                    stacked [3h, h] (the parameters stay three, under the reference's names).
+``--pad_vocab``     the MLM decoder multiplies a vocabulary padded with zero rows to a multiple of
+                    8 (30522 -> 30528); the extra logits are sliced off, the parameters unpadded.
 """
 import torch
-import torch.nn.functional as F
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 
-# The levers' flag names, in one place: the benches (bench/gpu_check.py, bench/train_throughput.py)
-# time each of these, so a lever added here is measured without touching them.
-LEVERS = ("fused_update", "bf16_weights", "fp8", "cuda_graphs")
-
-COPY = "_bf16"  # suffix of the non-persistent buffer holding a parameter's bf16 copy
+# The lever flags, for tools that try each (bench/): each is a bool flag defined here, off by default.
+LEVERS = ("cuda_graphs", "fused_update", "fp8", "fused_qkv", "pad_vocab")
+VOCAB_MULTIPLE = 8  # --pad_vocab: 16 bytes of bf16, cuBLAS's alignment for its fast GEMM kernels
 
 
 def define_flags(fv):
     B = flags.DEFINE_bool
-    B("cuda_graphs", False, "With --compile on one GPU: replay the compiled forward, backward and update as "
-      "CUDA graphs (torch.compile mode reduce-overhead); not measured on a GPU (docs/training.md).", flag_values=fv)
+    B("cuda_graphs", False, "With --compile: replay the compiled forward, backward and update as CUDA graphs "
+      "(torch.compile mode reduce-overhead); several ranks with per-replica clipping only; not measured on a "
+      "GPU (docs/training.md).", flag_values=fv)
     B("fused_update", False, "Compile the clipping, accumulation and LAMB/AdamW update (also without --compile) "
       "with inductor's combo kernels; not measured on a GPU.", flag_values=fv)
-    B("bf16_weights", False, "With --dtype=bf16: bf16 copies of the weights refreshed once per update instead "
-      "of autocast casting them at every forward; not measured on a GPU.", flag_values=fv)
     B("fp8", False, "The encoder's dense layers multiply in float8 (torch._scaled_mm, per-tensor scales); "
       "needs a convergence run within the RCPs before a closed submission; not measured on a GPU.",
+      flag_values=fv)
+    B("fused_qkv", False, "Each layer's query, key and value projections as one GEMM over their stacked weights "
+      "(the checkpoints keep the reference's three); not measured on a GPU.", flag_values=fv)
+    B("pad_vocab", False, "The MLM decoder's GEMMs over a vocabulary padded to a multiple of %d with zero rows, "
+      "the extra logits sliced off (checkpoints unpadded); not measured on a GPU." % VOCAB_MULTIPLE,
       flag_values=fv)
 
 
@@ -45,18 +48,20 @@ def check_flags(fv):
     """Refusals that need no device: one line each."""
     if fv.cuda_graphs and not fv.compile:
         raise UserError("--cuda_graphs replays the compiled step: add --compile, or drop --cuda_graphs")
-    if fv.bf16_weights and fv.dtype != "bf16":
-        raise UserError("--bf16_weights keeps bf16 copies for bf16 autocast: add --dtype=bf16, or drop "
-                        "--bf16_weights")
 
 
 def check_device(fv, device, world):
     """Refusals that need the device and rank count."""
     if fv.cuda_graphs and device.type != "cuda":
         raise UserError("--cuda_graphs needs a CUDA device (this run is on %s): drop --cuda_graphs" % device.type)
-    if fv.cuda_graphs and world > 1:
-        raise UserError("--cuda_graphs runs on one GPU (this run has %d ranks; DDP and the all-reduce are "
-                        "not captured): drop --cuda_graphs" % world)
+    if fv.cuda_graphs and world > 1 and fv.clip_by_global_norm_after_gradient_allreduce:
+        # Per-replica clipping all-reduces the clipped sums after the backward, between the
+        # graphs, into buffers of their own. DDP all-reduces inside the backward, from autograd
+        # hooks between the per-bucket graphs torch.compile splits it into (no collective is
+        # captured: pytorch/pytorch#108966), with gradients in DDP's buckets: not built here.
+        raise UserError("--cuda_graphs on several ranks (this run has %d) needs per-replica clipping: with "
+                        "--clip_by_global_norm_after_gradient_allreduce DDP all-reduces from hooks inside the "
+                        "backward, which CUDA graphs cannot capture: drop one of the two flags" % world)
     if fv.fp8 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         raise UserError("--fp8 needs float8 matmuls (compute capability 8.9+, e.g. H100; this GPU has %d.%d): "
                         "drop --fp8" % torch.cuda.get_device_capability(device))
@@ -72,66 +77,20 @@ def compile_options(fv, update=False):
     return {"options": options} if options else {}
 
 
-# ---------------------------------------------------------------- bf16 copies of the weights
+# ---------------------------------------------------------------- fused QKV, padded vocabulary
 
-class _Copy(torch.autograd.Function):
-    """The bf16 copy of ``master`` in the forward; in the backward the gradient goes to ``master``
-    converted to its dtype, as the backward of autocast's cast (``to``) does."""
-
-    @staticmethod
-    def forward(ctx, master, copy):
-        ctx.dtype = master.dtype
-        return copy.view_as(copy)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad.to(ctx.dtype), None
-
-
-def weight(module, name, dtype=None):
-    """``module.<name>`` as the forward uses it: in ``dtype`` (a cast, or its bf16 copy where
-    --bf16_weights keeps one); ``dtype`` None: as autocast gives it to a linear layer (its copy
-    where one is kept and bf16 autocast is on, else the parameter)."""
-    p = getattr(module, name)
-    copy = module._buffers.get(name + COPY)
-    if dtype is None:
-        if copy is None or not (torch.is_autocast_enabled(p.device.type)
-                                and torch.get_autocast_dtype(p.device.type) == copy.dtype):
-            return p
-        dtype = copy.dtype
-    if copy is not None and copy.dtype == dtype:
-        return _Copy.apply(p, copy)
-    return p.to(dtype)
-
-
-def copied_parameters(model):
-    """(module, name) of each parameter autocast or the model casts to bf16 in the forward: the
-    linear layers' weights and biases, and the heads' output weights and biases (the MLM head's
-    is the word embeddings: they are copied, their lookup in the embeddings stays fp32)."""
+def enable_fused_qkv(model):
     from mlperf_bert.trainer import model as modeling
-    out = [(m, n) for m in model.modules() if isinstance(m, modeling.Linear) for n in ("weight", "bias")]
-    out += [(model.bert.embeddings, "word_embeddings"), (model.cls.predictions, "output_bias"),
-            (model.cls.seq_relationship, "output_weights"), (model.cls.seq_relationship, "output_bias")]
-    return out
+    layers = [m for m in model.modules() if isinstance(m, modeling.SelfAttention)]
+    for m in layers:
+        m.fused = True
+    return layers
 
 
-class Bf16Weights:
-    """The bf16 copies of a model's weights, refreshed by ``refresh`` (one multi-tensor copy):
-    at the start, after every optimizer update and after a checkpoint is loaded."""
-
-    def __init__(self, model, dtype=torch.bfloat16):
-        self.masters, self.copies = [], []
-        for module, name in copied_parameters(model):
-            p = getattr(module, name)
-            copy = torch.empty_like(p, dtype=dtype)
-            module.register_buffer(name + COPY, copy, persistent=False)  # not in the checkpoint
-            self.masters.append(p)
-            self.copies.append(copy)
-        self.refresh()
-
-    @torch.no_grad()
-    def refresh(self):
-        torch._foreach_copy_(self.copies, self.masters)
+def enable_pad_vocab(model, multiple=VOCAB_MULTIPLE):
+    """The rows the decoder's weight gets in the forward (0 where the vocabulary is a multiple)."""
+    model.vocab_pad = -model.config.vocab_size % multiple
+    return model.vocab_pad
 
 
 # ---------------------------------------------------------------- float8 matmuls
@@ -224,22 +183,15 @@ class Levers:
         fv = trainer.fv
         self.trainer = trainer
         check_device(fv, trainer.device, trainer.world)
-        self.copies = Bf16Weights(trainer.model) if fv.bf16_weights else None
         if fv.fp8:
             enable_fp8(trainer.model)
+        if fv.fused_qkv:
+            enable_fused_qkv(trainer.model)
+        if fv.pad_vocab:
+            enable_pad_vocab(trainer.model)
         self.shapes = None
         if fv.cuda_graphs:
             trainer.forward = self._graphed(trainer.forward)
-        if self.copies is not None:
-            trainer.after_backward = self._refreshing(trainer.after_backward)
-
-    def _refreshing(self, after_backward):
-        def wrapped(global_step):
-            updated = after_backward(global_step)
-            if updated:
-                self.copies.refresh()
-            return updated
-        return wrapped
 
     def _graphed(self, forward):
         """The compiled forward as a CUDA-graph replay: one batch shape, a new graph generation per
@@ -255,11 +207,6 @@ class Levers:
             out = forward(**batch)
             return out._replace(loss=out.loss.clone())
         return wrapped
-
-    def loaded(self):
-        """After a checkpoint was loaded into the model."""
-        if self.copies is not None:
-            self.copies.refresh()
 
 
 def _diff(a, b):

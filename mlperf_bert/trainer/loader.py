@@ -331,6 +331,18 @@ def _worker_init(worker_id):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def check_tmpdir(num_workers):
+    """Refuse a $TMPDIR too long for the workers' sockets (preflight checks it before the run writes
+    anything). They hand batches over through a Unix socket, $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX:
+    past the 107 bytes a socket path may have, a worker cannot bind it and the loader waits forever."""
+    import tempfile
+    base = tempfile.gettempdir()
+    if num_workers > 0 and len(base) + len("/pymp-12345678/listener-12345678") > 107:
+        raise UserError("$TMPDIR %s is too long (%d characters) for the data loader workers' sockets, "
+                        "whose paths may have 107: set TMPDIR to a shorter folder (e.g. /tmp), or give "
+                        "--num_workers=0" % (base, len(base)))
+
+
 def make_loader(dataset, num_workers):
     """DataLoader over ready-made batches; workers prefetch so the accelerator never waits."""
     # Its own generator: creating an iterator must not draw from the global RNG (dropout),
@@ -342,15 +354,8 @@ def make_loader(dataset, num_workers):
         # multiprocessing's folder (pymp-* in $TMPDIR, where a worker's resource-sharing socket
         # goes) made here, before the workers: theirs would be their own, left behind by a worker
         # that the loader ends on an error; this process removes its own when it exits.
-        import tempfile
         from multiprocessing import util
-        base = tempfile.gettempdir()
-        # The workers hand batches over through a Unix socket, $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX:
-        # past the 107 bytes a socket path may have, a worker cannot bind it and the loader waits forever.
-        if len(base) + len("/pymp-12345678/listener-12345678") > 107:
-            raise UserError("$TMPDIR %s is too long (%d characters) for the data loader workers' sockets, "
-                            "whose paths may have 107: set TMPDIR to a shorter folder (e.g. /tmp), or give "
-                            "--num_workers=0" % (base, len(base)))
+        check_tmpdir(num_workers)
         util.get_temp_dir()
     return _Loader(torch.utils.data.DataLoader(dataset, **kwargs))
 

@@ -29,17 +29,15 @@ class PretrainingOutput(NamedTuple):
 
 
 class Linear(nn.Linear):
-    """nn.Linear that takes the speed levers of trainer/levers.py where they are on: its weights'
-    bf16 copies (--bf16_weights) and float8 matmuls (--fp8, the encoder's dense layers). Without
-    them it is nn.Linear, op for op."""
+    """nn.Linear that multiplies in float8 where --fp8 is on (trainer/levers.py; the encoder's
+    dense layers). Without it it is nn.Linear, op for op."""
 
     fp8 = False
 
     def forward(self, x):
-        weight, bias = levers.weight(self, "weight"), levers.weight(self, "bias")
         if self.fp8:
-            return levers.fp8_linear(x, weight, bias)
-        return F.linear(x, weight, bias)
+            return levers.fp8_linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)
 
 
 def gelu(x):
@@ -74,6 +72,8 @@ class Embeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
+    fused = False  # --fused_qkv
+
     def __init__(self, cfg):
         super().__init__()
         h = cfg.hidden_size
@@ -82,6 +82,21 @@ class SelfAttention(nn.Module):
         self.value = Linear(h, h)
         self.heads = cfg.num_attention_heads
         self.p = cfg.attention_probs_dropout_prob
+
+    def qkv(self, x):
+        """(q, k, v) of x [b, t, h]: three GEMMs, or with --fused_qkv one over the three weights
+        stacked [3h, h]. The parameters stay three either way: the reference's names in every
+        checkpoint, and LAMB's trust ratio of each. Stacked after the cast to the compute dtype (the
+        cast autocast makes of each anyway), so x is cast once where autocast casts it for each of
+        the three (CUDA's autocast hands them LayerNorm's fp32 output)."""
+        layers = (self.query, self.key, self.value)
+        if not self.fused:
+            return tuple(m(x) for m in layers)
+        dtype = attention.compute_dtype(x.device, self.query.weight.dtype)
+        w = torch.cat([m.weight.to(dtype) for m in layers])
+        b = torch.cat([m.bias.to(dtype) for m in layers])
+        y = levers.fp8_linear(x, w, b) if self.query.fp8 else F.linear(x, w, b)
+        return y.split(self.query.out_features, dim=-1)
 
 
 class AttentionOutput(nn.Module):
@@ -101,7 +116,7 @@ class Attention(nn.Module):
     def forward(self, x, mask):
         s = self.self
         b, t, h = x.shape
-        q, k, v = (y.view(b, t, s.heads, h // s.heads) for y in (s.query(x), s.key(x), s.value(x)))
+        q, k, v = (y.view(b, t, s.heads, h // s.heads) for y in s.qkv(x))
         ctx = attention.attend(q, k, v, mask, s.p if self.training else 0.0, 1.0 / math.sqrt(h // s.heads))
         return self.output.LayerNorm(self.dropout(self.output.dense(ctx)) + x)
 
@@ -193,6 +208,8 @@ class Cls(nn.Module):
 class BertForPreTraining(nn.Module):
     """BERT with the MLM and NSP heads; ``forward`` returns losses and exact metric sums."""
 
+    vocab_pad = 0  # --pad_vocab: zero rows added to the MLM decoder's weight in the forward
+
     def __init__(self, config):
         super().__init__()
         self.config = config
@@ -227,8 +244,18 @@ class BertForPreTraining(nn.Module):
         flat = (masked_lm_positions + torch.arange(b, device=seq.device)[:, None] * t).reshape(-1)
         x = seq.reshape(b * t, h).index_select(0, flat)
         x = pred.transform.LayerNorm(pred.act(pred.transform.dense(x)))
-        logits = (x @ levers.weight(self.bert.embeddings, "word_embeddings", x.dtype).t()
-                  + levers.weight(pred, "output_bias", x.dtype))
+        # The weights as autocast gives them to the matmul; the biases in x's dtype (CUDA's
+        # autocast keeps LayerNorm, so x, in fp32: its bias add and logits are fp32 there).
+        decoder = self.bert.embeddings.word_embeddings
+        vocab = decoder.shape[0]
+        if self.vocab_pad:
+            # --pad_vocab: the decoder's GEMMs on a row pitch that is a multiple of 8 elements;
+            # padded after the cast (one fused kernel when compiled), the extra logits sliced off
+            decoder = F.pad(decoder.to(attention.compute_dtype(x.device, decoder.dtype)), (0, 0, 0, self.vocab_pad))
+        logits = x @ decoder.t()
+        if self.vocab_pad:
+            logits = logits[:, :vocab]
+        logits = logits + pred.output_bias.to(x.dtype)
         log_probs = F.log_softmax(logits.float(), dim=-1)
         labels = masked_lm_ids.reshape(-1)
         w = masked_lm_weights.reshape(-1).float()
@@ -240,8 +267,7 @@ class BertForPreTraining(nn.Module):
 
         nsp = self.cls.seq_relationship
         pooled = pooled.reshape(-1, pooled.shape[-1])
-        nsp_logits = (pooled @ levers.weight(nsp, "output_weights", pooled.dtype).t()
-                      + levers.weight(nsp, "output_bias", pooled.dtype))
+        nsp_logits = pooled @ nsp.output_weights.t() + nsp.output_bias.to(pooled.dtype)
         nsp_log_probs = F.log_softmax(nsp_logits.float(), dim=-1)
         nsp_labels = next_sentence_labels.reshape(-1)
         # label -1 does not count: empty slots of packed rows, the eval's padding rows (x 1.0 is

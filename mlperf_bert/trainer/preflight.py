@@ -59,7 +59,8 @@ CLOSED_NEEDS_INIT = (
 
 def _check_closed_flags(fv):
     """What the closed BERT rules fix before training: LAMB, its polynomial decay of power 1.0, and
-    the online eval on eval_10k (the eval frequency and target: ``check_flags``)."""
+    the online eval on eval_10k (the eval frequency and target: ``check_flags``); and what the log
+    must say before package takes it: the submitter and the platform."""
     if fv.optimizer != "lamb":
         raise UserError("--submission_division=closed trains BERT with LAMB, not --optimizer=%s: use "
                         "--optimizer=lamb, or %s" % (fv.optimizer, _CLOSED_FIX))
@@ -71,6 +72,22 @@ def _check_closed_flags(fv):
                         "give --eval_input_file (eval_10k), or %s" % _CLOSED_FIX)
     if not fv.init_checkpoint:
         raise UserError(CLOSED_NEEDS_INIT + ", or use --submission_division=open")
+    unnamed = unnamed_submitter(fv.submission_org, fv.submission_platform)
+    if unnamed:
+        raise UserError("--submission_division=closed logs who submits the run and on which system, and package "
+                        "refuses a log without them (a log cannot be fixed after the run): %s left %s; give %s (the "
+                        "package's --org and system name; SUBMISSION_ORG= and SUBMISSION_PLATFORM= for "
+                        "train_model.sh and start_training.sh), or use --submission_division=open"
+                        % (" and ".join("--" + n for n in unnamed),
+                           " and ".join(repr(fv[n].value) for n in unnamed), " and ".join("--" + n for n in unnamed)))
+
+
+def unnamed_submitter(org, platform):
+    """Which of ``submission_org``/``submission_platform`` are left as nobody's (the default
+    'unknown', or empty), as package sees them (harness/compliance.py's PLACEHOLDERS)."""
+    from mlperf_bert.harness.compliance import PLACEHOLDERS
+    return [name for name, value in (("submission_org", org), ("submission_platform", platform))
+            if value is None or value.strip().lower() in PLACEHOLDERS]
 
 
 def check_closed_data(fv, eval_files, global_batch, rank):
@@ -115,6 +132,8 @@ Start = collections.namedtuple("Start", "train_files eval_files packed global_ba
 def check_start(fv, rank, world, locks):
     """The inputs and outputs of this run, checked before anything is written; rank 0 takes the
     locks of the output directory and the log in ``locks``. -> Start."""
+    if fv.do_train:
+        loader.check_tmpdir(fv.num_workers)
     train_files = loader.input_files(fv.input_file, "--input_file")
     packed = _packed_input(train_files)
     if packed:  # rows of up to K sequences (pack): samples are counted in real sequences

@@ -170,7 +170,6 @@ class CompiledUpdate:
                 groups, t = self._groups(summed)
                 self._set_scalars(global_step, t)
                 self.update(groups, self.lr, self.t, buffers)
-        for p in acc.params:
-            p.grad = None
+        acc.drop_grads()  # keep_grads (DDP's bucket views): zeroed in place
         acc.pending = 0
         return True

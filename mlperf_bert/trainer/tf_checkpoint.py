@@ -244,8 +244,10 @@ def _summarize(names):
     return ", ".join("%d x %s" % (c, g) for g, c in sorted(groups.items()))
 
 
-def load_state_from_arrays(model, arrays, source):
-    """Copy reference-named arrays into ``model``; return the names that were not used."""
+def load_state_from_arrays(model, arrays, source, carried=()):
+    """Copy reference-named arrays into ``model``; return the names that were not used, less
+    ``carried`` (names the caller reads itself, e.g. a converter's ``global_step``), so the one
+    line logged here and the caller's count are of the same variables."""
     by_name = {}
     for n in arrays:  # values are read only for the model's variables (arrays may be lazy)
         by_name.setdefault(_canonical(n), n)
@@ -275,7 +277,7 @@ def load_state_from_arrays(model, arrays, source):
     # A model built on the meta device (converters: no pointless random init) takes the
     # loaded tensors as they are; a real model keeps its parameters (device, dtype).
     model.load_state_dict(new, assign=any(p.is_meta for p in sd.values()))
-    ignored = [n for n in arrays if n not in used]
+    ignored = [n for n in arrays if n not in used and n not in carried]
     if ignored:
         log.info("checkpoint %s: ignored %d non-model variable(s): %s", source, len(ignored),
                  _summarize(ignored))
@@ -327,14 +329,15 @@ def load_pt(path):
     return ckpt
 
 
-def load_init_checkpoint(model, path):
-    """Load weights from a TF prefix (TF1 or TF2) or a ``.pt``; return {"global_step", "ignored"}."""
+def load_init_checkpoint(model, path, carried=()):
+    """Load weights from a TF prefix (TF1 or TF2) or a ``.pt``; return {"global_step", "ignored"}
+    (``carried``: variables the caller keeps, neither logged nor returned as ignored)."""
     if path.endswith(".pt"):
         ckpt = load_pt(path)
         arrays = to_tf_arrays(ckpt["model"])
-        ignored = load_state_from_arrays(model, arrays, path)
+        ignored = load_state_from_arrays(model, arrays, path, carried)
         return {"global_step": ckpt.get("global_step"), "ignored": ignored}
     arrays = LazyCheckpoint(path, variable_names=True)
-    ignored = load_state_from_arrays(model, arrays, path)
+    ignored = load_state_from_arrays(model, arrays, path, carried)
     step = arrays["global_step"] if "global_step" in arrays.shapes else None
     return {"global_step": None if step is None else int(step), "ignored": ignored}

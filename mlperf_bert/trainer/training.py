@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import Terminated, UserError
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
 from mlperf_bert.trainer import checkpoint, distributed, evaluation, levers, loader, preflight, throughput
 from mlperf_bert.trainer.config import BertConfig
@@ -105,9 +105,10 @@ def define_flags():
       flag_values=fv)
     B("compile", False, "torch.compile the model, its eval and the clipping/accumulation/optimizer step "
       "(trainer/step.py), compiled before run_start by the warm-up.", flag_values=fv)
-    B("warm_up", True, "With --compile or on CUDA: before run_start (untimed init), run one update and one "
-      "eval on synthetic batches of the run's shapes, compiling every graph, then restore weights, optimizer "
-      "and RNG exactly (trainer/warmup.py).", flag_values=fv)
+    B("warm_up", True, "With --compile or on CUDA: before run_start (untimed init), run two updates and an "
+      "eval of two batches on synthetic batches of the run's shapes, compiling (and with --cuda_graphs "
+      "recording) every graph, then restore weights, optimizer and RNG exactly (trainer/warmup.py).",
+      flag_values=fv)
     I("eval_micro_batch_size", 0, "Online eval rows per rank per forward; 0: the largest that fits the GPU "
       "(at most %d), %d on CPU. The metrics are exact sums: any value gives the same." % (
           evaluation.MAX_MICRO_BATCH, evaluation.CPU_MICRO_BATCH), flag_values=fv)
@@ -120,23 +121,57 @@ def define_flags():
 
 
 class _Stop:
-    """SIGTERM sets ``requested``; the loop checkpoints at the next update and exits."""
+    """SIGTERM or SIGINT (Ctrl-C; the launchers pass it on as itself). In the untimed init, before
+    run_start, nothing has been trained: the signal stops the run at once (``Terminated``, raised
+    where the main thread is: a compile, the warm-up, a data check), with nothing saved. From
+    run_start on (``started``) it sets ``requested``: the loop checkpoints at the next update and
+    exits 128 + the signal. The first signal decides (start_training.sh sends SIGTERM after a
+    SIGINT, in case the trainer had not started yet)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self):
         self.requested = False
-        self._old = None
+        self.signum = None
+        self.in_init = True
+        self._old = {}
 
     def __enter__(self):
-        with contextlib.suppress(ValueError):  # not the main thread: no handler
-            self._old = signal.signal(signal.SIGTERM, self._handle)
+        for sig in self.SIGNALS:
+            with contextlib.suppress(ValueError):  # not the main thread: no handler
+                self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame):
-        self.requested = True
+        if self.requested:
+            return
+        self.requested, self.signum = True, signum
+        if self.in_init:
+            name = signal.Signals(signum).name
+            # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
+            line = ("%s in the untimed init, before run_start: stopped at once, nothing trained and nothing saved; "
+                    "rerun the same command to start again" % name) if os.environ.get("RANK", "0") == "0" else ""
+            raise Terminated(line, 128 + signum)
 
-    def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+    def started(self):
+        """run_start: from here a signal checkpoints at the next update."""
+        self.in_init = False
+
+    @property
+    def name(self):
+        """The signal that stopped the run (another rank's, which this rank only heard of: SIGTERM)."""
+        return signal.Signals(self.signum or signal.SIGTERM).name
+
+    @property
+    def status(self):
+        return 128 + (self.signum or signal.SIGTERM)
+
+    def __exit__(self, exc_type, *exc):
+        stopping = exc_type is not None and issubclass(exc_type, Terminated)
+        for sig, old in self._old.items():
+            # leaving on a stop: a second signal (start_training.sh's SIGTERM after a SIGINT) must
+            # not interrupt the way out
+            signal.signal(sig, signal.SIG_IGN if stopping else old)
         return False
 
 
@@ -164,6 +199,17 @@ def autocast(device, dtype):
     return functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16)
 
 
+def ddp_options(steps_per_update):
+    """DDP's options beyond the defaults (clipping after the reduction). ``gradient_as_bucket_view``:
+    the gradients are views of DDP's buckets, kept and zeroed in place after each update
+    (GradientAccumulator ``keep_grads``), so the backward accumulates into the buckets: no second
+    copy of the gradients (1.34 GB for BERT-Large) and no copy into and out of the buckets.
+    ``static_graph`` only at one micro-step an update: with ``no_sync()`` (accumulation) DDP's
+    static graph asserts on the first backward or stops reducing after it (pytorch/pytorch#187732,
+    open; tests/test_levers.py shows it on this torch)."""
+    return {"gradient_as_bucket_view": True, "static_graph": steps_per_update == 1}
+
+
 class Trainer:
     """Model, optimizer and accumulator of one rank, and what is done with them."""
 
@@ -187,11 +233,11 @@ class Trainer:
         if clip_after and world > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None,
-                broadcast_buffers=False, bucket_cap_mb=64)
+                broadcast_buffers=False, bucket_cap_mb=64, **ddp_options(fv.steps_per_update))
         self.accumulator = accumulation.GradientAccumulator(
             self.model, self.optimizer, fv.steps_per_update, self.learning_rate, clip_norm=1.0,
             allreduce=distributed.allreduce_mean if world > 1 and self.ddp is None else None,
-            clip_after_reduce=clip_after)
+            clip_after_reduce=clip_after, keep_grads=self.ddp is not None)
         self.forward = self.ddp or self.model
         self.after_backward = self.accumulator.after_backward
         self.eval_forward = None
@@ -205,9 +251,10 @@ class Trainer:
             compile_update = functools.partial(torch.compile, **levers.compile_options(fv, update=True))
             self.after_backward = step.CompiledUpdate(self.accumulator, compile_update,
                                                       graphed=fv.cuda_graphs).after_backward
-        self.levers = levers.Levers(self)  # --cuda_graphs, --bf16_weights, --fp8
+        self.levers = levers.Levers(self)  # --cuda_graphs, --fp8, --fused_qkv, --pad_vocab
         self._schedule = schedule
         self.writer = checkpoint.BackgroundWriter()
+        self._copying = None  # the event of a checkpoint's device-to-host copy in flight
 
     def learning_rate(self, step):
         fv = self.fv
@@ -222,6 +269,9 @@ class Trainer:
             with self.autocast():
                 out = self.forward(**batch)
             out.loss.backward()
+        if self._copying is not None:  # a checkpoint's copy of the weights and slots, before they change
+            torch.cuda.current_stream(self.device).wait_event(self._copying)
+            self._copying = None
         return out.loss.detach(), self.after_backward(global_step)
 
     def row_flops(self, pred=None):
@@ -276,16 +326,19 @@ class Trainer:
         t = time.time()
         warmup.warm_up(self, shape, eval_set.shape if eval_set else None)
         if self.rank == 0:
-            print("warm-up (untimed init): one update and one eval on synthetic batches%s in %.1f s" % (
-                ", every graph compiled," if fv.compile else "", time.time() - t), flush=True)
+            print("warm-up (untimed init): %d updates and an eval of %d batches on synthetic batches%s in %.1f s" % (
+                warmup.ROUNDS, warmup.ROUNDS,
+                ", every graph compiled," if fv.compile else ", the update compiled," if fv.fused_update else "",
+                time.time() - t), flush=True)
 
     def evaluate(self, batches):
         return evaluation.evaluate(self.model, batches, self.device, self.autocast, self.eval_forward)
 
     def save(self, path, extra, final=False):
         """Checkpoint at ``path``: every rank's RNG and accumulator go to rank 0 on the host, which
-        copies the state to host memory and writes it on a thread while training goes on (the copy
-        is all the training path waits for; the write before it must have ended). ``final``: no
+        copies the state to host memory and writes it on a thread while training goes on (on CUDA
+        the copy runs on a side stream, which the next update's stream waits for; the write
+        before it must have ended). ``final``: no
         update follows, so the state is written as it is, without a copy. ``flush`` waits."""
         states = distributed.gather_objects({"rng": checkpoint.rng_state(self.device),
                                              "accumulator": self.accumulator.state_dict()})
@@ -293,7 +346,12 @@ class Trainer:
             self.writer.wait()  # one state held at a time; a failed write is raised here
             state = dict(extra, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
                          ranks=states, world_size=self.world)
-            self.writer.submit(path, state if final else checkpoint.host_copy(state), self.fv.keep_checkpoint_max)
+            if final:
+                self.writer.submit(path, state, self.fv.keep_checkpoint_max)
+                return
+            # on CUDA: pinned buffers filled on a side stream; the next update waits for them (step)
+            state, self._copying = checkpoint.host_copy_async(state, self.device)
+            self.writer.submit(path, state, self.fv.keep_checkpoint_max, ready=self._copying)
 
     def flush(self):
         """Wait until the checkpoint being written is complete (every rank: none exits before it)."""
@@ -307,13 +365,12 @@ class Trainer:
         except RuntimeError as e:
             raise UserError("checkpoint %s does not fit %s (%s): use the matching config or another "
                             "--output_dir" % (path, self.fv.bert_config_file, str(e).splitlines()[0]))
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        checkpoint.load_optimizer(self.optimizer, ckpt["optimizer"])  # into the warm-up's slots
         try:
             self.accumulator.load_state_dict(ckpt["rank_state"]["accumulator"])
         except ValueError as e:
             raise UserError("checkpoint %s: %s: resume with the same --steps_per_update and "
                             "--clip_by_global_norm_after_gradient_allreduce" % (path, e))
-        self.levers.loaded()
 
     def seed_ranks(self, seed, ckpt=None):
         """Dropout differs between ranks; a resume restores each rank's RNG exactly."""
@@ -386,7 +443,7 @@ def run(fv, stop, locks):
     if eval_files:
         eval_set = evaluation.EvalSet(eval_files, fv.max_seq_length, fv.max_predictions_per_seq,
                                       trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
-    if fv.warm_up and (fv.compile or device.type == "cuda"):
+    if fv.warm_up and (fv.compile or fv.fused_update or device.type == "cuda"):
         trainer.warm_up(train_files if packed else None, eval_set)
     state = {"step": 0, "next_eval": 0, "evals": [], "samples": 0, "continues": continues}
     if ckpt:
@@ -438,10 +495,11 @@ class _BarLines:
 
 
 def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra):
-    """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM."""
+    """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM/SIGINT."""
     rank, world, device = trainer.rank, trainer.world, trainer.device
     batch_size = fv.train_batch_size
     step, evals, samples = state["step"], state["evals"], state["samples"]
+    stop.started()  # from here a signal checkpoints (before: it stopped the init at once)
     if not state["continues"]:
         log.start(C.RUN_START)
     t_run, clock_start = time.time(), time.perf_counter()
@@ -496,6 +554,7 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         meter.row_flops = trainer.row_flops(ds.slots)
         meter.batch_flops = trainer.batch_flops(ds.slots)  # the attention the varlen kernel computes
     batches = iter(loader.make_loader(ds, fv.num_workers))
+    vote = distributed.StopVote()
     step0, samples0 = step, samples
     loss_sum, loss_n = torch.zeros((), device=device), 0
     if state.get("loss"):
@@ -541,21 +600,23 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
                 state["next_eval"] += freq
             if metrics["masked_lm_accuracy"] >= fv.target_mlm_accuracy:
                 status = C.SUCCESS
-        # ranks agree on a SIGTERM at update boundaries (one all-reduce per update, not per micro-step)
-        halt = stop.requested if world == 1 else (updated and distributed.any_rank(stop.requested, device))
+        # ranks agree on a SIGTERM at update boundaries, by a vote of the host that waits for no device
+        halt = (updated and vote(stop.requested)) if world > 1 else stop.requested
         periodic = fv.save_checkpoints_steps and step % fv.save_checkpoints_steps == 0
         if periodic or halt or end or status == C.SUCCESS:
             # the last one (a stop, the end): no update follows, nothing to copy
             save(step, final=halt or end or status == C.SUCCESS)
         if halt:
+            vote.close()
             trainer.flush()
             if bar is not None:
                 bar.close()
             if rank == 0:  # one line for the run, not one per rank
-                print("SIGTERM: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % step,
+                print("%s: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % (stop.name, step),
                       flush=True)
             log.close()
-            return 143
+            return stop.status
+    vote.close()
     if bar is not None:
         bar.close()
     if block_open:
@@ -577,7 +638,8 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
             print(evaluation.write_eval_results(fv.output_dir, metrics, step))
     trainer.flush()  # the last checkpoint, written while the above ran, is complete
     if rank == 0:  # a rerun of this command now says so and changes nothing
-        checkpoint.write_finished(fv.output_dir, status, step, samples, extra["run"])
+        checkpoint.write_finished(fv.output_dir, status, step, samples, extra["run"],
+                                  checkpoint.launch_record(fv, trainer.world))
     return 0
 
 

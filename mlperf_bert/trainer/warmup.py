@@ -1,8 +1,9 @@
 """The warm-up in MLPerf's untimed model initialisation (before ``run_start``).
 
 Every graph the run uses (the training micro-steps and the update at the run's exact shapes,
-packed or not, and the eval forward at the eval micro-batch's) is compiled and run once on
-synthetic batches, so that compiling is not on the clock. No dataset is read: the batches are
+packed or not, and the eval forward at the eval micro-batch's) is compiled and run twice on
+synthetic batches (with --cuda_graphs the second run records the CUDA graphs: ``ROUNDS``), so
+that neither compiling nor recording is on the clock. No dataset is read: the batches are
 random ids, masked positions and labels in the loaders' layout. Then the trainer is put back
 exactly as it was: weights, optimizer state and learning rates, accumulated gradients, and
 the RNG streams (torch, CUDA, NumPy, Python), so a run with the warm-up is bit-identical to
@@ -11,7 +12,7 @@ created stay, zeroed (an update on zero slots with step 0 is the first update's 
 """
 import torch
 
-from mlperf_bert.trainer import checkpoint
+from mlperf_bert.trainer import accumulation, checkpoint
 
 
 def synthetic_batch(config, rows, seq, pred, gen, max_sequences=None):
@@ -65,8 +66,8 @@ def restore(trainer, snap):
     accumulation buffers) stays, zeroed, as the first update would have created it."""
     acc, opt = trainer.accumulator, trainer.optimizer
     trainer.model.load_state_dict(snap["weights"])  # copies into the parameters
-    for p, g in zip(acc.params, snap["grads"]):
-        p.grad = g
+    for p, g in zip(acc.params, snap["grads"]):  # kept gradients (DDP's bucket views) in place
+        p.grad = accumulation._into(p.grad, g, p, keep=acc.keep_grads)
     for p, st in opt.state.items():
         old = snap["opt_state"].get(p)
         for k, v in st.items():
@@ -80,24 +81,32 @@ def restore(trainer, snap):
     if acc.buffers is not None:
         for b, old in zip(acc.buffers, buffers or [None] * len(acc.buffers)):
             b.copy_(old) if old is not None else b.zero_()
-    if getattr(trainer, "levers", None) is not None:
-        trainer.levers.loaded()  # --bf16_weights: the copies of the restored weights
     checkpoint.set_rng_state(snap["rng"], trainer.device)
 
 
-def warm_up(trainer, train_shape, eval_shape=None):
-    """One update (``--steps_per_update`` micro-steps) on synthetic batches of ``train_shape``
-    (rows per rank, seq, prediction slots, K for packed rows or None), an eval of one batch of
-    ``eval_shape`` (rows, seq, pred) if given, then the trainer as before."""
+# Calls of each compiled function the warm-up makes. Inductor's CUDA-graph trees (--cuda_graphs;
+# torch/_inductor/cudagraph_trees.py, CUDAGraphTreeManager._run) run a function eagerly on its
+# first call (run_eager, which adds it to warmed_up_functions), and while the current path is
+# warming up every later call runs eagerly too ("any warm up of a node can only be followed by
+# warm up runs"); a call of a warmed-up function in a new generation (cudagraph_mark_step_begin,
+# or every output of the path dead) records its graph, and the calls after that replay it. So
+# the second round of every function records, here, and the first timed step and eval replay.
+ROUNDS = 2
+
+
+def warm_up(trainer, train_shape, eval_shape=None, rounds=ROUNDS):
+    """``rounds`` updates (``--steps_per_update`` micro-steps each) on synthetic batches of
+    ``train_shape`` (rows per rank, seq, prediction slots, K for packed rows or None), an eval of
+    ``rounds`` batches of ``eval_shape`` (rows, seq, pred) if given, then the trainer as before."""
     snap = snapshot(trainer)
     gen = torch.Generator().manual_seed(0)
     config = trainer.model.config
     rows, seq, pred, k = train_shape
     try:
-        for i in range(trainer.accumulator.n):
+        for i in range(rounds * trainer.accumulator.n):
             loss, _ = trainer.step(synthetic_batch(config, rows, seq, pred, gen, k), i)
         loss.item()  # the work done, not only queued
         if eval_shape is not None:
-            trainer.evaluate([synthetic_batch(config, *eval_shape, gen)])
+            trainer.evaluate([synthetic_batch(config, *eval_shape, gen) for _ in range(rounds)])
     finally:
         restore(trainer, snap)

@@ -34,7 +34,9 @@ ends, so a check cut short keeps what it measured:
   packed rows with two online evals and a checkpoint;
 - eval: seconds per 10,000 eval samples (``evaluation.evaluate``) at each per-GPU --eval_batches;
 - syncs: host syncs per micro-step over --steps eager micro-steps: torch.cuda.set_sync_debug_mode
-  warnings on CUDA; on a CPU the Tensor read-backs (.item(), .cpu(), ...) are counted instead.
+  warnings on CUDA; on a CPU the Tensor read-backs (.item(), .cpu(), ...) are counted instead;
+- hf: Hugging Face ``BertForPreTraining`` (bench/train_throughput.py's), eager, unpacked, at
+  --hf_batch: sequences/s and peak memory (skipped, with a note, without transformers: make hf).
 
 Then, from the eager rates and the eval: the projected time to train on --gpus GPUs (mlperf_logging's
 reference convergence points, split by the memory plan's MAX_PER_GPU_BATCH; no all-reduce cost).
@@ -68,14 +70,14 @@ ROOT = _data.ROOT
 GIB = 2.0 ** 30
 READBACKS = ("item", "cpu", "tolist", "numpy", "__bool__", "__int__", "__float__", "nonzero")
 # the stages, in order of value, and each one's share of the budget left when it starts
-STAGES = ("packed", "eager", "levers", "trainer", "eval", "syncs")
-SHARE = {"packed": 2, "eager": 3, "levers": 5, "trainer": 3, "eval": 1, "syncs": 1}
+STAGES = ("packed", "eager", "levers", "trainer", "eval", "syncs", "hf")
+SHARE = {"packed": 2, "eager": 3, "levers": 5, "trainer": 3, "eval": 1, "syncs": 1, "hf": 1}
 TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 64, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
         "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
         "initializer_range": 0.02}
 # --tiny: the defaults of a check on a CPU (flags given on the command line win)
-TINY_FLAGS = {"records": 200, "batches": "2,4", "eval_batches": "1,2", "eval_samples": 8, "steps": 2,
+TINY_FLAGS = {"records": 200, "batches": "2,4", "eval_batches": "1,2", "eval_samples": 8, "steps": 2, "hf_batch": 2,
               "lever_batch": 2, "lever_steps": 3, "trainer_steps": 6}
 
 
@@ -109,6 +111,7 @@ def define():
     S("eval_batches", "", "Per-GPU eval batches (default: 1, the trainer's default on this device, 256).",
       flag_values=fv)
     I("eval_samples", 1000, "Eval samples timed at each eval batch.", flag_values=fv)
+    I("hf_batch", 24, "Batch of the Hugging Face stage (unpacked records).", flag_values=fv)
     S("gpus", "8,64", "GPU counts of the projected time to train.", flag_values=fv)
     B("compile", True, "The levers stage's runs with --compile, and the trainer stage's --compile (--nocompile: "
       "eager only, the quick CPU test).", flag_values=fv)
@@ -128,7 +131,7 @@ def missing_dependency(name):
     pins = {}
     with open(os.path.join(ROOT, "requirements.txt")) as f:
         for line in f:
-            m = re.match(r"\s*([A-Za-z0-9_.-]+)==(\S+)", line)
+            m = re.match(r"\s*([A-Za-z0-9_.-]+)==([^\s;]+)", line)
             if m:
                 pins[m.group(1).lower()] = m.group(2)
     needed = ["mlperf-logging", "crc32c"]
@@ -651,8 +654,36 @@ def stage_syncs(ctx, save):
     return {"count": count, "steps": fv.steps, "per_step": count / fv.steps, "how": how, "batch": b}
 
 
+def stage_hf(ctx, save):
+    """Hugging Face ``BertForPreTraining`` (bench/train_throughput.py's), eager, unpacked records at
+    --hf_batch: sequences/s and peak memory; skipped, with a note, without transformers."""
+    import train_throughput
+    from mlperf_bert.dataset import tfrecord
+    from mlperf_bert.trainer import loader, training
+    from mlperf_bert.trainer.throughput import flops_per_row, peak_tflops
+    fv, config, device = ctx["fv"], ctx["config"], ctx["device"]
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return {"note": "skipped: transformers is not installed (make hf)"}
+    b = fv.hf_batch
+    with tempfile.NamedTemporaryFile(suffix=".tfrecord") as f:
+        tfrecord.write_records(f.name, ctx["recs"][:4 * b])
+        batches = [{k: v.to(device) for k, v in x.items()} for x in
+                   loader.PretrainingBatches([f.name], fv.max_seq_length, fv.max_predictions_per_seq, b,
+                                             shuffle=False, repeat=False)]
+    reset_memory(device)
+    _, step = train_throughput.huggingface(config, device, training.autocast(device, "bf16"))
+    t = train_throughput.timed(step, batches, device, fv.steps, warmup=2)
+    rate = b * fv.steps / t
+    peak = peak_tflops(device_name(device), "bf16") if device.type == "cuda" else None
+    return {"batch": b, "seq_per_s": rate, "peak_gib": peak_gib(device),
+            "mfu": flops_per_row(config, fv.max_seq_length, fv.max_predictions_per_seq) * rate / 1e12 / peak
+            if peak else None}
+
+
 STAGE_FUNCTIONS = {"packed": stage_packed, "eager": stage_eager, "levers": stage_levers,
-                   "trainer": stage_trainer, "eval": stage_eval, "syncs": stage_syncs}
+                   "trainer": stage_trainer, "eval": stage_eval, "syncs": stage_syncs, "hf": stage_hf}
 
 
 # ---------------------------------------------------------------- running the stages
@@ -773,7 +804,8 @@ def graphs_text(counts):
 
 def headline(name, r):
     """The summary table's figure of a stage."""
-    if "failed" in r and not any(k in r for k in ("errors", "steps", "runs", "s_per_10k", "count", "status")):
+    if "failed" in r and not any(k in r for k in ("errors", "steps", "runs", "s_per_10k", "count", "status",
+                                                   "seq_per_s", "note")):
         return "FAILED: " + r["failed"]
     tail = " (then FAILED: %s)" % r["failed"] if "failed" in r else ""
     if name == "packed":
@@ -801,6 +833,9 @@ def headline(name, r):
     if name == "eval":
         return ", ".join("batch %s: %s" % (b, fmt(s) if isinstance(s, float) else s)
                          for b, s in r.get("s_per_10k", {}).items()) + " s per 10,000" + tail
+    if name == "hf":
+        return (r["note"] if "note" in r else "%.1f seq/s at batch %d (MFU %s), peak %s GiB" % (
+            r["seq_per_s"], r["batch"], fmt(r["mfu"] and 100 * r["mfu"], "%.1f%%"), fmt(r["peak_gib"]))) + tail
     if name == "syncs":
         return "%.2f per micro-step (%s)%s" % (r["per_step"], r["how"], tail) if "per_step" in r else tail
     return tail

@@ -25,7 +25,7 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
     t = time.time()
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--tiny", "--budget_s=420",
                            "--input_file=" + golden_s512, "--batches=2", "--steps=1", "--eval_batches=2",
-                           "--nocompile", "--levers=fused_qkv,fp8,cuda_graphs", "--trainer_steps=4",
+                           "--compile_backend=eager", "--levers=fused_qkv,pad_vocab,cuda_graphs", "--trainer_steps=4",
                            "--json=%s" % out], capture_output=True, text=True, cwd=str(tmp_path),
                           env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
     wall = time.time() - t
@@ -52,21 +52,24 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
         assert row["batch"] == 2 and row["real_seq_per_s"] > row["rows_per_s"] > 0 and row["plan_gib"] > 0
         assert row["peak_gib"] is None and row["mfu"] is None  # a CPU has neither
     if "levers" not in failed:
-        runs = {r["levers"]: r for r in st["levers"]["runs"]}
-        assert set(runs) == {"plain", "fused_qkv", "fp8", "cuda_graphs", "all: fused_qkv,fp8"}
-        assert "--compile" in runs["cuda_graphs"]["refused"]
-        assert runs["fused_qkv"]["loss_vs_plain"] == pytest.approx(0, abs=1e-2)
-        assert runs["fp8"]["speed_vs_plain"] > 0
+        runs = {(r["mode"], r["levers"]): r for r in st["levers"]["runs"]}
+        assert set(runs) == {(mode, x) for mode in ("eager", "compiled") for x in (
+            "plain", "fused_qkv", "pad_vocab", "cuda_graphs", "all: fused_qkv,pad_vocab")}
+        assert "CUDA device" in runs["compiled", "cuda_graphs"]["refused"]  # eager: "add --compile"
+        assert "--compile" in runs["eager", "cuda_graphs"]["refused"]
+        for key, r in runs.items():  # each lever computes what the plain step of its mode does
+            if key[1] not in ("plain", "cuda_graphs"):
+                assert r["loss_vs_plain"] == pytest.approx(0, abs=1e-2) and r["speed_vs_plain"] > 0, key
         # CUDA-graph recordings counted per phase (0 on a CPU: the counting path ran)
-        assert "eager plain: timed steps" in st["levers"]["graph_recordings"]
+        assert "compiled all: fused_qkv,pad_vocab: timed steps" in st["levers"]["graph_recordings"]
         assert set(st["levers"]["graph_recordings"].values()) == {0}
     if "trainer" not in failed:
         tr = st["trainer"]
         rec = tr["graph_recordings"]
-        assert {"trainer: first steps", "trainer: later steps", "trainer: first eval",
+        assert {"trainer: warm-up", "trainer: first steps", "trainer: later steps", "trainer: first eval",
                 "trainer: second eval"} <= set(rec) and set(rec.values()) == {0}
         assert tr["status"] == 0 and tr["micro_steps"] == 4 and tr["evals"] >= 2 and tr["checkpoints"]
-        assert tr["levers"] == ["fused_qkv", "fp8"] and "cuda_graphs" in tr["refused"]
+        assert tr["levers"] == ["fused_qkv", "pad_vocab"] and "cuda_graphs" in tr["refused"]
     if "eval" not in failed:
         assert set(st["eval"]["s_per_10k"]) == {"2"} and st["eval"]["s_per_10k"]["2"] > 0
     if "syncs" not in failed:
@@ -105,8 +108,8 @@ def test_a_failing_or_overrunning_stage_is_recorded_and_the_next_runs(tmp_path, 
     assert bad["failed"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
     assert bad["steps"] == [{"batch": 2}] and "Traceback" in bad["traceback"]
     t = time.time()
-    slow = gpu_check.run_stage("levers", ctx, cap=6)
-    assert time.time() - t < 6 + 2 and slow["failed"].startswith("out of time") and slow["runs"] == ["first"]
+    slow = gpu_check.run_stage("levers", ctx, cap=4)
+    assert time.time() - t < 4 + 2 and slow["failed"].startswith("out of time") and slow["runs"] == ["first"]
     good = gpu_check.run_stage("syncs", ctx, cap=60)
     assert "failed" not in good and good["count"] == 0 and good["pid"] != os.getpid()  # its own process
     assert good["graph_recordings"] == {} and good["cpu_s"] >= 0

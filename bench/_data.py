@@ -37,9 +37,16 @@ def golden_records(out, seq=512, pred=76, dupe_factor=10):
     return out
 
 
-def help_requested(doc):
-    """--help/-h: print the bench's docstring and say so (the benches take few flags)."""
-    if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:
-        print(doc.strip())
-        return True
-    return False
+def parse(fv, argv, doc, required=()):
+    """Parse a bench's flags (mlperf_bert.flags): ``--help`` prints its docstring, the usage line and
+    every flag with its help and default, and exits 0, quietly where the reader went away
+    (``--help | head``); an unknown flag is one line and exit 2."""
+    from mlperf_bert import flags
+    if any(a in ("--help", "-h", "--helpfull", "--helpshort") for a in list(argv)[1:]):
+        try:
+            print(doc.strip() + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            flags.quiet_stdout()
+            raise SystemExit(0)
+    return flags.parse(fv, argv, required, positional=False)

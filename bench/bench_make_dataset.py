@@ -14,18 +14,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mlperf_bert.dataset import make_dataset  # noqa: E402
 from mlperf_bert.dataset import text_pipeline
 
-from _data import VOCAB, help_requested, unpacked  # noqa: E402
+from _data import VOCAB, parse, unpacked  # noqa: E402
+from mlperf_bert import flags  # noqa: E402
 SHARD_BYTES = 27150902  # part-00000-of-00500
 EVAL_BYTES = 32851144   # eval.txt
 
 
-def main():
-    if help_requested(__doc__):
-        return
-    cores = [2, 64]
-    for a in sys.argv[1:]:
-        if a.startswith("--cores="):
-            cores = [int(c) for c in a.split("=", 1)[1].split(",")]
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_list("cores", ["2", "64"], "Core counts of the projected wall time of 500 shards + eval.",
+                      flag_values=fv)
+    parse(fv, argv, __doc__)
+    cores = [int(c) for c in fv.cores]
     wiki = unpacked("wiki_sample")
     text = "".join(text_pipeline.segment_file(p) for p in wiki)
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,4 +49,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from mlperf_bert.cli import run_main
+    run_main(main)

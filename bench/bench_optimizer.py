@@ -28,12 +28,16 @@ def timed(fn, device, reps=3):
     return (time.perf_counter() - t) / reps * 1e3
 
 
-def main():
-    if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:
-        print(__doc__.strip())
-        return
-    device = "cuda" if "--device=cuda" in sys.argv else "cpu"
-    cfg = BertConfig() if "--large" in sys.argv else BertConfig(hidden_size=512, num_hidden_layers=6,
+def main(argv):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _data
+    from mlperf_bert import flags
+    fv = flags.FlagValues()
+    flags.DEFINE_enum("device", "cpu", ["cpu", "cuda"], "Where to time.", flag_values=fv)
+    flags.DEFINE_bool("large", False, "BERT-Large (default: 6 layers, hidden 512).", flag_values=fv)
+    _data.parse(fv, argv, __doc__)
+    device = fv.device
+    cfg = BertConfig() if fv.large else BertConfig(hidden_size=512, num_hidden_layers=6,
                                                                 num_attention_heads=8, intermediate_size=2048)
     model = BertForPreTraining(cfg).to(device)
     for p in model.parameters():
@@ -63,4 +67,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from mlperf_bert.cli import run_main
+    run_main(main)

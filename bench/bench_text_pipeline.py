@@ -13,14 +13,17 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import _data  # noqa: E402
+from mlperf_bert import flags  # noqa: E402
 from mlperf_bert.dataset import sentences, text_pipeline, wiki_cleanup  # noqa: E402
 
 
-def main():
-    workers = 2
-    for a in sys.argv[1:]:
-        if a.startswith("--workers="):
-            workers = int(a.split("=", 1)[1])
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_integer("workers", 2, "Processes of the whole text-pipeline run.", flag_values=fv)
+    _data.parse(fv, argv, __doc__)
+    workers = fv.workers
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
         for src in sorted(glob.glob(os.path.join(ROOT, "tests", "data", "wiki_sample", "wiki_*.gz"))):
@@ -52,4 +55,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from mlperf_bert.cli import run_main
+    run_main(main)

@@ -19,7 +19,7 @@ DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--copies", type=int, default=100)
+    ap.add_argument("--copies", type=int, default=100, help="copies of the ten logs checked")
     ap.add_argument("--noofficial", action="store_true", help="BERT rules only")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

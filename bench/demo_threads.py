@@ -44,8 +44,8 @@ def train_once(data_dir, out, steps, threads):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=100, help="training steps of each demo run")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each thread setting (the median is shown)")
     ap.add_argument("--load", default="0,2", help="busy processes added, comma list")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="demo_threads.") as tmp:

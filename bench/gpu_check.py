@@ -1,43 +1,52 @@
-"""One GPU check: what a GPU does with this trainer, in one table and one JSON (about 5 minutes on an H100).
+"""One GPU check, made for a 15-minute window: what a GPU does with this trainer, stage by stage,
+within --budget_s (default 420 s), in one summary table, one markdown file and one JSON.
 
-Usage: python bench/gpu_check.py [--json=gpu_check.json] [--bert_config_file=configs/bert_config_large.json]
-         [--input_file=S512_TFRECORD] [--records=3000] [--batches=24,48,64,96,128,160,192]
-         [--compile_batches=96] [--hf_batch=24] [--eval_batches=1,8,256] [--steps=10] [--nocompile]
-         [--compile_backend=inductor] [--device=auto]
+Usage: python bench/gpu_check.py [--budget_s=420] [--json=gpu_check.json] [--markdown=gpu_check.md]
+       python bench/gpu_check.py --tiny      (a 2-layer hidden-32 model: the check on a CPU)
 
-On a GPU machine without mlperf-logging and crc32c (the trainer and the TFRecord reader import
-them), install their wheels first; without transformers the Hugging Face row is skipped.
+On a host without CUDA it refuses, unless told to scale down (--tiny, or a --bert_config_file of
+your own). The trainer and the TFRecord reader need mlperf-logging and crc32c: the error says
+which versions to pip install (requirements.txt's).
 
-Without --input_file it makes its own seq-512 records: create_pretraining_data.py on tests/data's
-golden input shard part-00000 (the reference's golden s512 command, dupe factor 10), the first
---records of them; they are packed (up to 3 sequences a row) by the ``pack`` command's code.
-BERT-Large, seq 512/76, bf16 autocast, LAMB, one GPU (no DDP). Rows, in order:
+The data: seq-512 records (--input_file, or made from tests/data's golden input shard part-00000
+by the reference's golden command, dupe factor 10), the first --records of them, packed (up to 3
+sequences a row) by the ``pack`` command's code. bf16 autocast, LAMB, one GPU (no DDP).
 
-- packed against unpacked (the model in eval mode, 12 sequences): loss, MLM logits and gradients,
-  fp32 and bf16 (on a GPU, bf16 packed rows run FlashAttention's variable-length kernel);
-- the trainer's own step (``Trainer.step``: forward, backward, clipping, LAMB), eager, on packed
-  rows, for each --batches until the GPU runs out of memory: rows/s, real sequences/s, MFU (CUDA,
-  989 TFLOP/s for H100/H200 bf16), peak memory (max_memory_allocated) and the memory plan's
-  prediction (mlperf_bert/trainer/memory_plan.py) beside it;
-- ``--compile``: the trainer with ``--compile`` at --compile_batches, in a fresh process twice on
-  one compile cache (TORCHINDUCTOR_CACHE_DIR): compile seconds cold and warm (its first two
-  steps), then its rate and peak;
-- Hugging Face ``BertForPreTraining`` (bench/train_throughput.py's), unpacked, at --hf_batch, with
-  no other model resident (skipped, with a note, without transformers);
-- eval seconds per 10,000 samples (``evaluation.evaluate``) at each per-GPU --eval_batches:
-  reference_gpu's (--eval_batch_size=8 over 8 GPUs: 1), the trainer's default on one GPU, 256;
-- host syncs per micro-step over --steps eager micro-steps: torch.cuda.set_sync_debug_mode
+The stages, in order of value, each in its own process (forked: nothing is imported twice) under
+a time cap, its share of what is left of the budget; a stage that fails or runs out of time is
+recorded as such and the next one runs; the JSON and the markdown are rewritten as each stage
+ends, so a check cut short keeps what it measured:
+
+- packed: packed rows against the same sequences unpacked (the model in eval mode, 12 sequences):
+  loss, MLM logits and gradients, fp32 and bf16 (on a GPU, bf16 packed rows run FlashAttention's
+  variable-length kernel);
+- eager: the trainer's own step (``Trainer.step``), eager, on packed rows, for each --batches
+  until the GPU runs out of memory or the stage's time: rows/s, real sequences/s, MFU (the
+  attention counted as its kernel computes it, the GPU's peak by its exact model:
+  mlperf_bert/trainer/throughput.py), peak memory and the memory plan's prediction beside it;
+- levers: every speed lever of mlperf_bert/trainer/levers.py (``LEVERS``) alone, and all those
+  accepted together, eager and with --compile, against the plain step of each, at a model of
+  BERT-Large width and --lever_layers layers (compiles in seconds): rows/s, peak memory and the
+  loss after --lever_steps steps on the same rows against the plain step's; a lever refused is
+  listed with its one-line reason;
+- trainer: the trainer end to end (``run_pretraining``'s code) at the levers stage's model and
+  batch, with --compile and the levers this device accepts, --trainer_steps micro-steps on the
+  packed rows with two online evals and a checkpoint;
+- eval: seconds per 10,000 eval samples (``evaluation.evaluate``) at each per-GPU --eval_batches;
+- syncs: host syncs per micro-step over --steps eager micro-steps: torch.cuda.set_sync_debug_mode
   warnings on CUDA; on a CPU the Tensor read-backs (.item(), .cpu(), ...) are counted instead;
-- projected time to train on 8 and 64 GPUs: for each reference convergence point's global batch
-  (mlperf_logging's rcps_bert.json: the mean samples to converge of its runs), split by the memory
-  plan's MAX_PER_GPU_BATCH, at the measured eager real sequences/s (this data's packing rate) of
-  the nearest swept batch at or below the per-GPU micro-batch, scaled linearly with the GPUs (no
-  all-reduce cost: not measured), plus the evals (eval_10k every eval_frequency samples, at the
-  fastest measured eval batch) and, apart, the start-up (the warm compile). The global batch with
-  the shortest total is shown. Skipped, with a note, without mlperf_logging.
+- hf: Hugging Face ``BertForPreTraining`` (bench/train_throughput.py's), eager, unpacked, at
+  --hf_batch: sequences/s and peak memory (skipped, with a note, without transformers: make hf).
 
-Run in the tests on a CPU with a tiny config (tests/test_gpu_check.py); a figure the machine
-cannot give (peak memory, MFU on a CPU) is written "n/a".
+Then, from the eager rates and the eval: the projected time to train on --gpus GPUs (mlperf_logging's
+reference convergence points, split by the memory plan's MAX_PER_GPU_BATCH; no all-reduce cost).
+
+CUDA-graph recordings (inductor's CUDA-graph trees, --cuda_graphs) are counted per stage and phase:
+the warm-up, the first steps, the timed steps, the first and the second eval; a recording outside
+the warm-up and the first steps is a re-recording on the clock. On a CPU the count is 0.
+
+A figure the machine cannot give (peak memory, MFU on a CPU) is written "n/a". Every stage runs
+on a CPU in the tests with --tiny (tests/test_gpu_check.py).
 """
 import contextlib
 import gc
@@ -45,10 +54,12 @@ import itertools
 import json
 import math
 import os
-import subprocess
+import re
+import signal
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,34 +69,123 @@ import _data  # noqa: E402
 ROOT = _data.ROOT
 GIB = 2.0 ** 30
 READBACKS = ("item", "cpu", "tolist", "numpy", "__bool__", "__int__", "__float__", "nonzero")
+# the stages, in order of value, and each one's share of the budget left when it starts
+STAGES = ("packed", "eager", "levers", "trainer", "eval", "syncs", "hf")
+SHARE = {"packed": 2, "eager": 3, "levers": 5, "trainer": 3, "eval": 1, "syncs": 1, "hf": 1}
+TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
+        "initializer_range": 0.02}
+# --tiny: the defaults of a check on a CPU (flags given on the command line win)
+TINY_FLAGS = {"records": 200, "batches": "2,4", "eval_batches": "1,2", "eval_samples": 8, "steps": 2, "hf_batch": 2,
+              "lever_batch": 2, "lever_steps": 3, "trainer_steps": 6}
 
 
 def define():
     from mlperf_bert import flags
     fv = flags.FlagValues()
     S, I, B = flags.DEFINE_string, flags.DEFINE_integer, flags.DEFINE_bool
-    S("json", "gpu_check.json", "where the JSON goes", flag_values=fv)
-    S("bert_config_file", os.path.join(ROOT, "configs", "bert_config_large.json"), "model config", flag_values=fv)
-    S("input_file", None, "seq-512 TFRecord (default: made from tests/data's golden input)", flag_values=fv)
-    I("records", 3000, "records of the input used", flag_values=fv)
-    I("max_seq_length", 512, "sequence length", flag_values=fv)
-    I("max_predictions_per_seq", 76, "masked positions", flag_values=fv)
-    S("batches", "24,48,64,96,128,160,192", "per-GPU batches (packed rows) of the eager sweep", flag_values=fv)
-    S("compile_batches", "96", "per-GPU batches of the --compile runs", flag_values=fv)
-    B("compile", True, "time the trainer with --compile (cold and warm)", flag_values=fv)
-    S("compile_backend", "inductor", "torch.compile backend (aot_eager: the CPU test)", flag_values=fv)
-    I("hf_batch", 24, "batch of the Hugging Face comparison (0: none)", flag_values=fv)
-    S("eval_batches", "", "per-GPU eval batches (default: 1, the trainer's default, 256)", flag_values=fv)
-    I("eval_samples", 1000, "eval samples timed at each eval batch", flag_values=fv)
-    I("steps", 10, "timed micro-steps (after 2 warm-up steps)", flag_values=fv)
-    S("gpus", "8,64", "GPU counts of the projection", flag_values=fv)
-    flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"], "device", flag_values=fv)
-    S("probe_compile", None, "(internal) one --compile run in this process at these batches", flag_values=fv)
-    S("packed_file", None, "(internal) the packed rows", flag_values=fv)
+    I("budget_s", 420, "Seconds the whole check may take; each stage gets its share of what is left.",
+      flag_values=fv)
+    S("json", "gpu_check.json", "Where the JSON goes (rewritten as each stage ends).", flag_values=fv)
+    S("markdown", None, "Where the markdown summary goes (default: --json with .md).", flag_values=fv)
+    B("tiny", False, "A 2-layer hidden-32 model and small batches: the whole check on a CPU in a minute or two.",
+      flag_values=fv)
+    S("bert_config_file", os.path.join(ROOT, "configs", "bert_config_large.json"),
+      "The model of the packed, eager, trainer, eval and syncs stages (default BERT-Large).", flag_values=fv)
+    S("input_file", None, "Seq-512 TFRecords (default: made from tests/data's golden input).", flag_values=fv)
+    I("records", 3000, "Records of the input used.", flag_values=fv)
+    I("max_seq_length", 512, "Sequence length of the records.", flag_values=fv)
+    I("max_predictions_per_seq", 76, "Masked positions of the records.", flag_values=fv)
+    S("batches", "24,48,64,96,128,160,192", "Per-GPU batches (packed rows) of the eager sweep.", flag_values=fv)
+    I("steps", 10, "Timed micro-steps of each eager batch and of the host-sync count (after 2 warm-up steps).",
+      flag_values=fv)
+    I("lever_layers", 2, "Layers of the levers and trainer stages' model (BERT-Large width: hidden 1024, "
+      "16 heads).",
+      flag_values=fv)
+    I("lever_batch", 32, "Per-GPU batch (packed rows) of the levers and trainer stages.", flag_values=fv)
+    I("lever_steps", 12, "Micro-steps of each lever run (2 compile or warm up, the rest timed); the loss "
+      "after them is compared with the plain step's.", flag_values=fv)
+    I("trainer_steps", 40, "Micro-steps of the end-to-end trainer stage (two evals, a checkpoint).",
+      flag_values=fv)
+    S("eval_batches", "", "Per-GPU eval batches (default: 1, the trainer's default on this device, 256).",
+      flag_values=fv)
+    I("eval_samples", 1000, "Eval samples timed at each eval batch.", flag_values=fv)
+    I("hf_batch", 24, "Batch of the Hugging Face stage (unpacked records).", flag_values=fv)
+    S("gpus", "8,64", "GPU counts of the projected time to train.", flag_values=fv)
+    B("compile", True, "The levers stage's runs with --compile, and the trainer stage's --compile (--nocompile: "
+      "eager only, the quick CPU test).", flag_values=fv)
+    S("levers", None, "The levers of the levers and trainer stages (default: all of "
+      "mlperf_bert/trainer/levers.py's LEVERS).", flag_values=fv)
+    S("compile_backend", "inductor", "torch.compile backend (eager or aot_eager: the CPU test).", flag_values=fv)
+    S("stages", ",".join(STAGES), "The stages to run, in this order: " + ", ".join(STAGES) + ".", flag_values=fv)
+    flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"], "Device (auto: CUDA where there is one).",
+                      flag_values=fv)
     return fv
 
 
-# ---------------------------------------------------------------- data
+# ---------------------------------------------------------------- set-up (the parent process: no CUDA)
+
+def missing_dependency(name):
+    """The one line for a missing module: what to pip install, at requirements.txt's versions."""
+    pins = {}
+    with open(os.path.join(ROOT, "requirements.txt")) as f:
+        for line in f:
+            m = re.match(r"\s*([A-Za-z0-9_.-]+)==([^\s;]+)", line)
+            if m:
+                pins[m.group(1).lower()] = m.group(2)
+    needed = ["mlperf-logging", "crc32c"]
+    return ("gpu_check: the trainer needs %s: pip install %s" % (
+        name, " ".join("%s==%s" % (p, pins[p]) if p in pins else p for p in needed)))
+
+
+def check_dependencies():
+    from mlperf_bert.errors import UserError
+    for module in ("mlperf_logging", "crc32c"):
+        try:
+            __import__(module)
+        except ImportError as e:
+            raise UserError(missing_dependency(e.name or module))
+
+
+def cuda_available():
+    """torch.cuda.is_available(), asked in a forked child: the CUDA runtime that asking may start
+    does not survive a fork, and the stages are forked from this process."""
+    import torch
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            code = 0 if torch.cuda.is_available() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def resolve(fv, work):
+    """--tiny's defaults, the refusal on a host without CUDA, the device kind."""
+    from mlperf_bert.errors import UserError
+    if fv.tiny:
+        for name, value in TINY_FLAGS.items():
+            if not fv[name].present:
+                fv[name].value = value
+        if not fv["bert_config_file"].present:
+            fv.bert_config_file = os.path.join(work, "tiny.json")
+            with open(fv.bert_config_file, "w") as f:
+                json.dump(TINY, f)
+    cuda = cuda_available()
+    if fv.device == "cuda" and not cuda:
+        raise UserError("gpu_check: --device=cuda, but this host has no CUDA GPU: run it on a GPU machine")
+    kind = fv.device if fv.device != "auto" else ("cuda" if cuda else "cpu")
+    if kind == "cpu" and not (fv.tiny or fv["bert_config_file"].present):
+        raise UserError("gpu_check: this host has no CUDA GPU and the check would run BERT-Large at seq %d on "
+                        "the CPU: run it on a GPU machine, or add --tiny (or --bert_config_file=SMALL.json) to "
+                        "scale it down" % fv.max_seq_length)
+    return kind
+
 
 def make_records(fv, work):
     """The first --records seq-512 records: --input_file, or made from the golden input."""
@@ -110,15 +210,55 @@ def packed_rows(path, b, n):
     return list(itertools.islice(PackedBatches([path], b, shuffle=False, repeat=True), n))
 
 
-# ---------------------------------------------------------------- pieces
+# ---------------------------------------------------------------- pieces of the stages
 
-def trainer(fv, config, device, b, compile=False):
+class GraphRecordings:
+    """CUDA-graph recordings of inductor's CUDA-graph trees, counted by phase: each call of its
+    tree manager's ``record_function`` is one recording (a graph captured)."""
+
+    def __init__(self):
+        self.by_phase, self.phase = {}, None
+        try:
+            from torch._inductor import cudagraph_trees
+            self.manager = cudagraph_trees.CUDAGraphTreeManager
+        except (ImportError, AttributeError):  # a torch without the trees: nothing to count
+            self.manager = None
+            return
+        real = self.manager.record_function
+
+        def counted(manager, *a, **k):
+            self.by_phase[self.phase] = self.by_phase.get(self.phase, 0) + 1
+            return real(manager, *a, **k)
+        self.manager.record_function = counted
+
+    @contextlib.contextmanager
+    def counting(self, phase):
+        saved, self.phase = self.phase, phase
+        self.by_phase.setdefault(phase, 0)
+        try:
+            yield
+        finally:
+            self.phase = saved
+
+    def counts(self):
+        return dict(self.by_phase) if self.manager is not None else {"note": "not countable on this torch"}
+
+
+def trainer_flags(fv, b, extra=()):
     from mlperf_bert.trainer import training
     tf = training.define_flags()
     tf(["x", "--bert_config_file=" + fv.bert_config_file, "--input_file=unused", "--output_dir=unused",
         "--train_batch_size=%d" % b, "--max_seq_length=%d" % fv.max_seq_length, "--dtype=bf16",
         "--max_predictions_per_seq=%d" % fv.max_predictions_per_seq, "--optimizer=lamb", "--learning_rate=1e-4",
-        "--num_train_steps=100000", "--num_warmup_steps=10"] + (["--compile"] if compile else []))
+        "--num_train_steps=100000", "--num_warmup_steps=10", "--do_train"] + list(extra))
+    return tf
+
+
+def trainer(fv, config, device, b, extra=()):
+    """The trainer's Trainer with ``extra`` flags; UserError where a flag is refused."""
+    from mlperf_bert.trainer import preflight, training
+    tf = trainer_flags(fv, b, extra)
+    preflight.check_flags(tf)
     return training.Trainer(tf, config, device, 0, 1, seed=0)
 
 
@@ -142,18 +282,19 @@ def peak_gib(device):
 
 
 def run_steps(tr, batches, steps, device, first=0, window=None):
-    """-> (seconds, real sequences) of ``steps`` micro-steps from micro-step ``first``; ``window``:
-    a context around the micro-steps alone (the host syncs' count)."""
+    """-> (seconds, real sequences, last loss) of ``steps`` micro-steps from micro-step ``first``;
+    ``window``: a context around the micro-steps alone."""
     picked = [batches[(first + i) % len(batches)] for i in range(steps)]
     seqs = sum(int(b["global_sequences"]) for b in picked)  # host-side counts, read before the clock
     picked = [{k: v for k, v in b.items() if k != "global_sequences"} for b in picked]
+    loss = None
     sync(device)
     t = time.perf_counter()
     with window or contextlib.nullcontext():
         for i, batch in enumerate(picked):
-            tr.step(batch, first + i)
+            loss, _ = tr.step(batch, first + i)
     sync(device)
-    return time.perf_counter() - t, seqs
+    return time.perf_counter() - t, seqs, loss
 
 
 def on_device(batches, device):
@@ -161,11 +302,13 @@ def on_device(batches, device):
     return [{k: v.pin_memory() if device.type == "cuda" else v for k, v in b.items()} for b in batches]
 
 
-def step_row(fv, config, device, b, batches, tr, plan, peak_tflops, flops_per_row, t, seqs):
-    rows = b * fv.steps / t
-    return {"batch": b, "rows_per_s": rows, "real_seq_per_s": seqs / t,
-            "mfu": flops_per_row * rows / 1e12 / peak_tflops if peak_tflops else None,
-            "peak_gib": peak_gib(device), "plan_gib": plan.peak(b) / GIB}
+def flops(config, batches, device):
+    """Training FLOPs of each batch as this device's kernels compute them (trainer/throughput.py)."""
+    import torch
+    from mlperf_bert.trainer import attention, throughput
+    varlen = attention.varlen_kernel(device, torch.bfloat16, config.hidden_size // config.num_attention_heads)
+    return [throughput.batch_flops(config, b["input_mask"], b["masked_lm_positions"].shape[1], varlen is not None,
+                                   b["nsp_positions"].shape[1]) for b in batches]
 
 
 def is_oom(e):
@@ -173,7 +316,14 @@ def is_oom(e):
     return "out of memory" in str(e).lower() or "ALLOC_FAILED" in str(e)
 
 
-def equivalence(fv, config, recs, device):
+def device_name(device):
+    import torch
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (%d threads)" % torch.get_num_threads()
+
+
+# ---------------------------------------------------------------- the stages (each in its own process)
+
+def stage_packed(ctx, save):
     """Packed against unpacked on 12 real sequences: {dtype: {loss, logits, grads}} relative errors."""
     import numpy as np
     import torch
@@ -181,6 +331,7 @@ def equivalence(fv, config, recs, device):
     from mlperf_bert.dataset.example import decode_pretraining_batch
     from mlperf_bert.trainer import training
     from mlperf_bert.trainer.model import BertForPreTraining
+    fv, config, device, recs = ctx["fv"], ctx["config"], ctx["device"], ctx["recs"]
     a = decode_pretraining_batch(recs[:400], fv.max_seq_length, fv.max_predictions_per_seq)
     lengths = packing.sequence_lengths(a["input_mask"])
     short = [i for i in np.argsort(lengths, kind="stable") if lengths[i] >= 20][:9]
@@ -213,12 +364,263 @@ def equivalence(fv, config, recs, device):
         out[dtype] = {"loss": ((lp - lu).abs() / lu.abs()).item(),
                       "logits": ((mp - mu).abs().max() / mu.abs().max()).item(),
                       "grads": ((gp - gu).norm() / gu.norm()).item()}
+        save({"errors": out})
+    return {"errors": out}
+
+
+def stage_eager(ctx, save):
+    """The trainer's eager step at each --batches until out of memory or out of time."""
+    from mlperf_bert.trainer import memory_plan, throughput
+    fv, config, device, deadline = ctx["fv"], ctx["config"], ctx["device"], ctx["deadline"]
+    slots = packed_rows(ctx["packed_file"], 1, 1)[0]["masked_lm_positions"].shape[1]
+    plan = memory_plan.Plan(config, fv.max_seq_length, slots, "bf16", packed=True)
+    peak_tflops = throughput.peak_tflops(device_name(device), "bf16")
+    rows = []
+    for b in ints(fv.batches):
+        if rows and time.time() > deadline - ctx["cap"] / 4:  # the next, larger batch would not end in time
+            rows.append({"batch": b, "skipped": "out of the stage's time"})
+            break
+        batches = on_device(packed_rows(ctx["packed_file"], b, 4), device)
+        work = flops(config, batches, device)
+        reset_memory(device)
+        tr = None
+        try:
+            tr = trainer(fv, config, device, b)
+            run_steps(tr, batches, 2, device)
+            t, seqs, _ = run_steps(tr, batches, fv.steps, device, first=2)
+            tflops = sum(work[(2 + i) % len(work)] for i in range(fv.steps)) / t / 1e12
+            rows.append({"batch": b, "rows_per_s": b * fv.steps / t, "real_seq_per_s": seqs / t,
+                         "tflops": tflops if device.type == "cuda" else None,
+                         "mfu": tflops / peak_tflops if peak_tflops and device.type == "cuda" else None,
+                         "peak_gib": peak_gib(device), "plan_gib": plan.peak(b) / GIB})
+        except RuntimeError as e:
+            if not is_oom(e):
+                raise
+            rows.append({"batch": b, "oom": True, "plan_gib": plan.peak(b) / GIB})
+            break
+        finally:
+            del tr
+        save({"steps": rows, "peak_tflops": peak_tflops})
+        print("  eager batch %d: %s" % (b, rows[-1]), file=sys.stderr, flush=True)
+    return {"steps": rows, "peak_tflops": peak_tflops}
+
+
+def chosen_levers(fv):
+    """--levers, or every lever of mlperf_bert/trainer/levers.py."""
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer.levers import LEVERS
+    if fv.levers is None:
+        return list(LEVERS)
+    chosen = [x.strip() for x in fv.levers.split(",") if x.strip()]
+    unknown = sorted(set(chosen) - set(LEVERS))
+    if unknown:
+        raise UserError("--levers: unknown %s; the levers are %s" % (", ".join(unknown), ", ".join(LEVERS)))
+    return chosen
+
+
+def lever_config(fv, work):
+    """The levers and trainer stages' model file: BERT-Large width, --lever_layers layers (the
+    --tiny model under --tiny): it compiles in seconds."""
+    if fv.tiny:
+        return fv.bert_config_file
+    with open(fv.bert_config_file) as f:
+        d = json.load(f)
+    d.update(hidden_size=1024, num_attention_heads=16, intermediate_size=4096, num_hidden_layers=fv.lever_layers)
+    path = os.path.join(work, "lever_config.json")
+    with open(path, "w") as f:
+        json.dump(d, f)
+    return path
+
+
+def stage_levers(ctx, save):
+    """Each lever alone and all together, eager and compiled, against the plain step of each."""
+    import torch
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer.config import BertConfig
+    fv, device, deadline, graphs = ctx["fv"], ctx["device"], ctx["deadline"], ctx["graphs"]
+    config = BertConfig.from_json_file(ctx["lever_config"], fv.max_seq_length)
+    lfv = _Overlay(fv, bert_config_file=ctx["lever_config"])
+    b, n = fv.lever_batch, max(fv.lever_steps, 3)
+    batches = on_device(packed_rows(ctx["packed_file"], b, n), device)
+    out = {"model": {"hidden_size": config.hidden_size, "num_hidden_layers": config.num_hidden_layers,
+                     "batch": b, "steps": n}, "runs": []}
+    accepted = {"eager": [], "compiled": []}
+    modes = ("eager", "compiled") if fv.compile else ("eager",)
+    plan = [(mode, [], "plain") for mode in modes]
+    plan += [(mode, [x], x) for x in chosen_levers(fv) for mode in modes]
+    plan += [(mode, None, "all") for mode in modes]
+    for mode, on, name in plan:
+        row = {"mode": mode, "levers": name}
+        if on is None:
+            on = accepted[mode]
+            if len(on) < 2:
+                continue
+            row["levers"] = "all: " + ",".join(on)
+        if time.time() > deadline - 2:
+            row["skipped"] = "out of the stage's time"
+            out["runs"].append(row)
+            continue
+        reset_memory(device)
+        tr = None
+        try:
+            extra = ["--" + x for x in on] + (["--compile"] if mode == "compiled" else [])
+            tr = trainer(lfv, config, device, b, extra)
+            tag = "%s %s" % (mode, row["levers"])
+            with graphs.counting(tag + ": first steps"):
+                t0, _, _ = run_steps(tr, batches, 2, device)
+            with graphs.counting(tag + ": timed steps"):
+                t, seqs, loss = run_steps(tr, batches, n - 2, device, first=2)
+            row.update(first_steps_s=t0, rows_per_s=b * (n - 2) / t, real_seq_per_s=seqs / t,
+                       peak_gib=peak_gib(device), loss=float(loss))
+            if name not in ("plain", "all"):
+                accepted[mode] += on
+        except UserError as e:
+            row["refused"] = str(e)
+        except Exception as e:  # a lever failing is a finding: record it, go on with the next
+            row["failed"] = "out of memory" if is_oom(e) else "%s: %s" % (type(e).__name__, str(e).splitlines()[0]
+                                                                          if str(e) else "")
+        finally:
+            del tr
+        base = next((r for r in out["runs"] if r["mode"] == mode and r["levers"] == "plain" and "loss" in r), None)
+        if base is not None and "loss" in row:
+            row["speed_vs_plain"] = row["rows_per_s"] / base["rows_per_s"]
+            row["loss_vs_plain"] = (row["loss"] - base["loss"]) / abs(base["loss"])
+        out["runs"].append(row)
+        save(out)
+        print("  levers %s: %s" % (row["levers"], row), file=sys.stderr, flush=True)
+    torch.compiler.reset()
     return out
 
 
-def count_syncs(fv, tr, batches, device):
+class _Overlay:
+    """A flag set with some values replaced (the levers stage's model file)."""
+
+    def __init__(self, fv, **values):
+        self._fv, self._values = fv, values
+
+    def __getattr__(self, name):
+        return self._values[name] if name in self._values else getattr(self._fv, name)
+
+
+def stage_trainer(ctx, save):
+    """The trainer end to end at the levers stage's model and batch (its compiled graphs are in the
+    compile cache by now): --compile and the levers this device takes, two evals, a checkpoint."""
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer import training
+    fv, device, graphs, work = ctx["fv"], ctx["device"], ctx["graphs"], ctx["work"]
+    b = fv.lever_batch
+    n = max(fv.trainer_steps, 4)
+    out_dir = os.path.join(work, "trainer")
+    eval_file = os.path.join(work, "eval.tfrecord")
+    from mlperf_bert.dataset import tfrecord
+    tfrecord.write_records(eval_file, ctx["recs"][-max(fv.eval_samples, 8):])
+    sequences = b * ctx["packing_rate"]
+    base = ["run_pretraining.py", "--bert_config_file=" + ctx["lever_config"], "--input_file=" + ctx["packed_file"],
+            "--eval_input_file=" + eval_file, "--output_dir=" + out_dir, "--do_train", "--dtype=bf16",
+            "--train_batch_size=%d" % b, "--max_seq_length=%d" % fv.max_seq_length,
+            "--max_predictions_per_seq=%d" % fv.max_predictions_per_seq, "--optimizer=lamb",
+            "--learning_rate=1e-4", "--num_warmup_steps=2", "--num_train_steps=%d" % n,
+            "--save_checkpoints_steps=%d" % (n // 2), "--log_frequency=%d" % max(n // 4, 1),
+            # two evals inside the run: at about a third and two thirds of its samples
+            "--eval_frequency=%d" % max(int(sequences * n / 3), 1), "--num_workers=0", "--noprogress",
+            "--%scompile" % ("" if fv.compile else "no"), "--seed=0"]
+    levers, refused = [], {}
+    for x in chosen_levers(fv):  # the levers this device takes, each asked alone
+        fvx = training.define_flags()
+        fvx(base + ["--" + x])
+        try:
+            from mlperf_bert.trainer import levers as levers_mod, preflight
+            preflight.check_flags(fvx)
+            levers_mod.check_device(fvx, device, 1)
+            levers.append(x)
+        except UserError as e:
+            refused[x] = str(e)
+    result = {"batch": b, "steps": n, "levers": levers, "refused": refused}
+    evals, steps = [], [0]
+    real_warm, real_step, real_eval = training.Trainer.warm_up, training.Trainer.step, training.Trainer.evaluate
+
+    def warm_up(self, *a, **k):
+        with graphs.counting("trainer: warm-up"):
+            return real_warm(self, *a, **k)
+
+    def step(self, batch, global_step):
+        if graphs.phase == "trainer: warm-up":
+            return real_step(self, batch, global_step)
+        steps[0] += 1
+        with graphs.counting("trainer: first steps" if steps[0] <= 2 else "trainer: later steps"):
+            return real_step(self, batch, global_step)
+
+    def evaluate(self, batches):
+        if graphs.phase == "trainer: warm-up":
+            return real_eval(self, batches)
+        evals.append(time.perf_counter())
+        which = {1: "first eval", 2: "second eval"}.get(len(evals), "later evals")
+        with graphs.counting("trainer: " + which):
+            m = real_eval(self, batches)
+        evals[-1] = time.perf_counter() - evals[-1]
+        return m
+    training.Trainer.warm_up, training.Trainer.step, training.Trainer.evaluate = warm_up, step, evaluate
+    t = time.perf_counter()
+    status = training.main(base + ["--" + x for x in levers])
+    result.update(status=status, seconds=time.perf_counter() - t, micro_steps=steps[0], evals=len(evals),
+                  eval_s=evals, checkpoints=sorted(x for x in os.listdir(out_dir) if x.endswith(".pt")))
+    recs = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in open(os.path.join(out_dir, "mlperf.log"))
+            if ":::MLLOG " in line]
+    acc = [r["value"] for r in recs if r["key"] == "eval_accuracy"]
+    losses = [r["value"] for r in recs if r["key"] == "train_loss"]
+    result.update(eval_accuracy=acc, train_loss=losses[-1] if losses else None)
+    return result
+
+
+def stage_eval(ctx, save):
+    """Seconds per 10,000 eval samples at each per-GPU eval batch (eager)."""
+    import torch
+    from mlperf_bert.dataset import tfrecord
+    from mlperf_bert.trainer import evaluation, loader, training
+    from mlperf_bert.trainer.model import BertForPreTraining
+    fv, config, device, recs, deadline = ctx["fv"], ctx["config"], ctx["device"], ctx["recs"], ctx["deadline"]
+    # the trainer's online eval micro-batch (--eval_micro_batch_size=0): 32 on CPU; on CUDA the largest
+    # that fits, at most 256
+    default_eval = evaluation.CPU_MICRO_BATCH if device.type == "cpu" else evaluation.MAX_MICRO_BATCH
+    out = {}
+    for b in ints(fv.eval_batches) or sorted({1, default_eval, 256}):
+        if out and time.time() > deadline - ctx["cap"] / 4:
+            out[str(b)] = "skipped: out of the stage's time"
+            continue
+        n = max(min(fv.eval_samples, len(recs)) // b * b, b)
+        with tempfile.NamedTemporaryFile(suffix=".tfrecord") as f:
+            tfrecord.write_records(f.name, (recs * (n // len(recs) + 1))[-n:])
+            batches = [{k: v.to(device) for k, v in x.items()} for x in
+                       loader.PretrainingBatches([f.name], fv.max_seq_length, fv.max_predictions_per_seq, b,
+                                                 shuffle=False, repeat=False)]
+        torch.manual_seed(0)
+        model = BertForPreTraining(config).to(device)
+        autocast = training.autocast(device, "bf16")
+        try:
+            evaluation.evaluate(model, batches[:2], device, autocast)  # warm-up
+            sync(device)
+            t = time.perf_counter()
+            metrics = evaluation.evaluate(model, batches, device, autocast)
+            sync(device)
+            out[str(b)] = (time.perf_counter() - t) / metrics["samples"] * 10000
+        except RuntimeError as e:
+            if not is_oom(e):
+                raise
+            out[str(b)] = "out of memory"
+        del model
+        reset_memory(device)
+        save({"s_per_10k": out})
+    return {"s_per_10k": out}
+
+
+def stage_syncs(ctx, save):
     """Host syncs over --steps micro-steps: CUDA's sync debug mode, or the CPU's read-backs."""
     import torch
+    fv, config, device = ctx["fv"], ctx["config"], ctx["device"]
+    b = ints(fv.batches)[0]
+    batches = on_device(packed_rows(ctx["packed_file"], b, 4), device)
+    tr = trainer(fv, config, device, b)
+    run_steps(tr, batches, 2, device)
     if device.type == "cuda":
         @contextlib.contextmanager
         def window():
@@ -230,121 +632,293 @@ def count_syncs(fv, tr, batches, device):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             run_steps(tr, batches, fv.steps, device, first=1000, window=window())
-        return sum("synchroniz" in str(w.message).lower() for w in caught), "torch.cuda.set_sync_debug_mode"
-    calls = []
+        count, how = sum("synchroniz" in str(w.message).lower() for w in caught), "torch.cuda.set_sync_debug_mode"
+    else:
+        calls = []
 
-    @contextlib.contextmanager
-    def window():
-        saved = {name: getattr(torch.Tensor, name) for name in READBACKS}
-        for name, real in saved.items():
-            def counted(self, *a, _real=real, **k):
-                calls.append(1)
-                return _real(self, *a, **k)
-            setattr(torch.Tensor, name, counted)
-        try:
-            yield
-        finally:
+        @contextlib.contextmanager
+        def window():
+            saved = {name: getattr(torch.Tensor, name) for name in READBACKS}
             for name, real in saved.items():
-                setattr(torch.Tensor, name, real)
-    run_steps(tr, batches, fv.steps, device, first=1000, window=window())
-    return len(calls), "Tensor read-backs (CPU)"
+                def counted(self, *a, _real=real, **k):
+                    calls.append(1)
+                    return _real(self, *a, **k)
+                setattr(torch.Tensor, name, counted)
+            try:
+                yield
+            finally:
+                for name, real in saved.items():
+                    setattr(torch.Tensor, name, real)
+        run_steps(tr, batches, fv.steps, device, first=1000, window=window())
+        count, how = len(calls), "Tensor read-backs (CPU)"
+    return {"count": count, "steps": fv.steps, "per_step": count / fv.steps, "how": how, "batch": b}
 
 
-def eval_rate(fv, config, recs, device, b):
-    """Seconds per 10,000 eval samples at per-GPU eval batch ``b`` (eager)."""
-    import torch
-    from mlperf_bert.dataset import tfrecord
-    from mlperf_bert.trainer import evaluation, loader, training
-    from mlperf_bert.trainer.model import BertForPreTraining
-    n = min(fv.eval_samples, len(recs)) // b * b
-    with tempfile.NamedTemporaryFile(suffix=".tfrecord") as f:
-        tfrecord.write_records(f.name, recs[-n:])
-        batches = [{k: v.to(device) for k, v in x.items()} for x in
-                   loader.PretrainingBatches([f.name], fv.max_seq_length, fv.max_predictions_per_seq, b,
-                                             shuffle=False, repeat=False)]
-    torch.manual_seed(0)
-    model = BertForPreTraining(config).to(device)
-    autocast = training.autocast(device, "bf16")
-    evaluation.evaluate(model, batches[:2], device, autocast)  # warm-up
-    sync(device)
-    t = time.perf_counter()
-    metrics = evaluation.evaluate(model, batches, device, autocast)
-    sync(device)
-    return (time.perf_counter() - t) / metrics["samples"] * 10000
-
-
-def hugging_face(fv, config, recs, device, flops_per_row, peak_tflops):
-    import torch
-    from mlperf_bert.trainer import loader, training
+def stage_hf(ctx, save):
+    """Hugging Face ``BertForPreTraining`` (bench/train_throughput.py's), eager, unpacked records at
+    --hf_batch: sequences/s and peak memory; skipped, with a note, without transformers."""
     import train_throughput
+    from mlperf_bert.dataset import tfrecord
+    from mlperf_bert.trainer import loader, training
+    from mlperf_bert.trainer.throughput import flops_per_row, peak_tflops
+    fv, config, device = ctx["fv"], ctx["config"], ctx["device"]
     try:
         import transformers  # noqa: F401
     except ImportError:
-        return {"note": "skipped: transformers is not installed"}
+        return {"note": "skipped: transformers is not installed (make hf)"}
     b = fv.hf_batch
     with tempfile.NamedTemporaryFile(suffix=".tfrecord") as f:
-        from mlperf_bert.dataset import tfrecord
-        tfrecord.write_records(f.name, recs[:4 * b])
+        tfrecord.write_records(f.name, ctx["recs"][:4 * b])
         batches = [{k: v.to(device) for k, v in x.items()} for x in
                    loader.PretrainingBatches([f.name], fv.max_seq_length, fv.max_predictions_per_seq, b,
                                              shuffle=False, repeat=False)]
     reset_memory(device)
-    model, step = train_throughput.huggingface(config, device, training.autocast(device, "bf16"))
+    _, step = train_throughput.huggingface(config, device, training.autocast(device, "bf16"))
     t = train_throughput.timed(step, batches, device, fv.steps, warmup=2)
     rate = b * fv.steps / t
-    out = {"batch": b, "seq_per_s": rate, "peak_gib": peak_gib(device),
-           "mfu": flops_per_row * rate / 1e12 / peak_tflops if peak_tflops else None}
-    del model, step
-    return out
+    peak = peak_tflops(device_name(device), "bf16") if device.type == "cuda" else None
+    return {"batch": b, "seq_per_s": rate, "peak_gib": peak_gib(device),
+            "mfu": flops_per_row(config, fv.max_seq_length, fv.max_predictions_per_seq) * rate / 1e12 / peak
+            if peak else None}
 
 
-def probe_compile(fv):
-    """(internal, a fresh process) the trainer with --compile at each batch: compile s, rate, peak."""
-    import functools
-    import torch
-    from mlperf_bert.trainer.config import BertConfig
-    if fv.compile_backend != "inductor":
-        torch.compile = functools.partial(torch.compile, backend=fv.compile_backend)
-    device = pick_device(fv)
-    config = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
-    out = []
-    for b in ints(fv.probe_compile):
-        batches = on_device(packed_rows(fv.packed_file, b, 4), device)
-        reset_memory(device)
-        try:
-            tr = trainer(fv, config, device, b, compile=True)
-            t0, _ = run_steps(tr, batches, 2, device)  # compiles the step and the update
-            t, seqs = run_steps(tr, batches, fv.steps, device, first=2)
-            out.append({"batch": b, "compile_s": t0, "rows_per_s": b * fv.steps / t, "real_seq_per_s": seqs / t,
-                        "peak_gib": peak_gib(device)})
-            del tr
-        except RuntimeError as e:
-            if not is_oom(e):
-                raise
-            out.append({"batch": b, "oom": True})
+STAGE_FUNCTIONS = {"packed": stage_packed, "eager": stage_eager, "levers": stage_levers,
+                   "trainer": stage_trainer, "eval": stage_eval, "syncs": stage_syncs, "hf": stage_hf}
+
+
+# ---------------------------------------------------------------- running the stages
+
+def child(name, ctx, path):
+    """The forked stage: its own process group (its compile workers end with it), its result
+    written to ``path`` as it goes and at the end; exit 0, or 1 with the error in the file."""
+    os.setpgrp()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.dup2(2, 1)  # what a stage prints (the trainer's lines) is progress: the summary alone goes to stdout
+    from mlperf_bert.fileio import atomic_open
+
+    def save(partial, **more):
+        with atomic_open(path, "w") as f:
+            json.dump(dict(partial, **more), f)
+    status = 0
+    try:
+        import functools
+        import torch
+        if ctx["fv"].compile_backend != "inductor":
+            real = torch.compile
+
+            def compile_with(fn=None, *a, **k):  # the backend asked for; inductor's options dropped
+                k.pop("options", None)
+                k.pop("mode", None)
+                k["backend"] = ctx["fv"].compile_backend
+                return real(fn, *a, **k) if fn is not None else functools.partial(real, **k)
+            torch.compile = compile_with
+        from mlperf_bert.trainer.config import BertConfig
+        ctx["device"] = pick_device(ctx["kind"])
+        ctx["config"] = BertConfig.from_json_file(ctx["fv"].bert_config_file, ctx["fv"].max_seq_length)
+        ctx["graphs"] = GraphRecordings()
+        result = STAGE_FUNCTIONS[name](ctx, save)
+        save(result, device=device_name(ctx["device"]), graph_recordings=ctx["graphs"].counts())
+    except BaseException as e:  # recorded for the parent; the next stage runs
+        partial = {}
+        with contextlib.suppress(Exception):
+            partial = json.load(open(path))
+        msg = str(e).splitlines()[0] if str(e) else ""
+        save(partial, error="%s: %s" % (type(e).__name__, msg), traceback=traceback.format_exc()[-3000:],
+             graph_recordings=ctx["graphs"].counts() if "graphs" in ctx else {})
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def preload():
+    """Import, once in the parent, what every stage imports (torch's compiler, the trainer): the
+    forked stages share it instead of each importing it again on its own clock. No CUDA call."""
+    import torch._inductor.cudagraph_trees  # noqa: F401
+    from mlperf_bert.trainer import evaluation, memory_plan, packed_loader, preflight, training  # noqa: F401
+    from mlperf_bert.trainer.model import BertForPreTraining  # noqa: F401
+
+
+def run_stage(name, ctx, cap):
+    """Fork ``name`` under a time cap: -> its result, with "failed" where it failed or ran out of time."""
+    path = os.path.join(ctx["work"], name + ".json")
+    ctx = dict(ctx, cap=cap, deadline=time.time() + cap)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    t = time.time()
+    pid = os.fork()
+    if pid == 0:
+        child(name, ctx, path)
+    status, timed_out, usage = None, False, None
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
             break
-    print(json.dumps(out))
-    return 0
+        if time.time() - t > cap:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)  # the stage and its compile workers
+            _, status, usage = os.wait4(pid, 0)
+            break
+        time.sleep(0.05)
+    res = {}
+    with contextlib.suppress(OSError, ValueError):
+        res = json.load(open(path))
+    res["seconds"] = time.time() - t
+    res["cap_s"] = cap
+    res["cpu_s"] = usage.ru_utime + usage.ru_stime if usage else None
+    if timed_out:
+        res["failed"] = "out of time: stopped after its cap of %.0f s" % cap
+    elif "error" in res:
+        res["failed"] = res.pop("error")
+    elif status is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status):
+        res["failed"] = "its process ended with status %s" % status
+    return res
 
 
-def compiled(fv, packed_file, work):
-    """Two fresh processes on one compile cache: [(cold runs), (warm runs)]."""
-    cache = os.path.join(work, "compile_cache")
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"))
-    args = [sys.executable, os.path.abspath(__file__), "--probe_compile=" + fv.compile_batches,
-            "--packed_file=" + packed_file] + [
-        "--%s=%s" % (k, fv[k].value) for k in ("bert_config_file", "max_seq_length", "max_predictions_per_seq",
-                                                "steps", "device", "compile_backend")]
-    runs = []
-    for _ in ("cold", "warm"):
-        p = subprocess.run(args, env=env, capture_output=True, text=True)
-        if p.returncode:
-            raise SystemExit("gpu_check: the --compile run failed:\n" + p.stderr[-3000:])
-        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    return runs
+# ---------------------------------------------------------------- output
+
+def ints(spec):
+    return [int(x) for x in str(spec).split(",") if x.strip()]
 
 
-def projection(fv, steps_rows, evals, startup_s):
+def pick_device(kind):
+    import torch
+    if kind == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        return torch.device("cuda", 0)
+    return torch.device(kind)
+
+
+def fmt(x, spec="%.1f"):
+    return "n/a" if x is None else spec % x
+
+
+def graphs_text(counts):
+    if not counts:
+        return "-"
+    if "note" in counts:
+        return counts["note"]
+    return ", ".join("%s %d" % (k, v) for k, v in counts.items()) or "0"
+
+
+def headline(name, r):
+    """The summary table's figure of a stage."""
+    if "failed" in r and not any(k in r for k in ("errors", "steps", "runs", "s_per_10k", "count", "status",
+                                                   "seq_per_s", "note")):
+        return "FAILED: " + r["failed"]
+    tail = " (then FAILED: %s)" % r["failed"] if "failed" in r else ""
+    if name == "packed":
+        return "max relative error: " + ", ".join(
+            "%s %.1e" % (d, max(e.values())) for d, e in r.get("errors", {}).items()) + tail
+    if name == "eager":
+        ok = [x for x in r.get("steps", []) if "rows_per_s" in x]
+        if not ok:
+            return "no batch ran" + tail
+        best = max(ok, key=lambda x: x["real_seq_per_s"])
+        return "best %.1f real seq/s at batch %d (MFU %s); largest batch run %d%s" % (
+            best["real_seq_per_s"], best["batch"], fmt(best["mfu"] and 100 * best["mfu"], "%.1f%%"),
+            max(x["batch"] for x in ok), tail)
+    if name == "levers":
+        ok = [x for x in r.get("runs", []) if "speed_vs_plain" in x]
+        if not ok:
+            return "no lever ran" + tail
+        best = max(ok, key=lambda x: x["rows_per_s"])
+        return "best: %s %s, %.2fx its plain step, loss %+.1e relative%s" % (
+            best["mode"], best["levers"], best["speed_vs_plain"], best["loss_vs_plain"], tail)
+    if name == "trainer":
+        return "%s micro-steps with %s, %d evals, %d checkpoints, exit %s%s" % (
+            r.get("micro_steps"), ",".join(r.get("levers", [])) or "no lever", r.get("evals", 0),
+            len(r.get("checkpoints", [])), r.get("status"), tail)
+    if name == "eval":
+        return ", ".join("batch %s: %s" % (b, fmt(s) if isinstance(s, float) else s)
+                         for b, s in r.get("s_per_10k", {}).items()) + " s per 10,000" + tail
+    if name == "hf":
+        return (r["note"] if "note" in r else "%.1f seq/s at batch %d (MFU %s), peak %s GiB" % (
+            r["seq_per_s"], r["batch"], fmt(r["mfu"] and 100 * r["mfu"], "%.1f%%"), fmt(r["peak_gib"]))) + tail
+    if name == "syncs":
+        return "%.2f per micro-step (%s)%s" % (r["per_step"], r["how"], tail) if "per_step" in r else tail
+    return tail
+
+
+def tables(res):
+    """The summary table first, then the stages' details, as markdown."""
+    st = res["stages"]
+    lines = ["# gpu_check: %s, torch %s" % (res.get("device") or res["kind"], res["torch"]), "",
+             "Budget %d s, used %.0f s. Data: %d seq-%d records, %.2f sequences a packed row." % (
+                 res["budget_s"], res["seconds"], res["records"], res["seq"], res["packing_rate"]), "",
+             "| stage | result | s (cap), CPU s | CUDA-graph recordings |", "|---|---|---|---|"]
+    for name in res["order"]:
+        r = st.get(name)
+        if r is None:
+            lines.append("| %s | not run: %s | - | - |" % (name, res["not_run"].get(name, "not asked")))
+            continue
+        lines.append("| %s | %s | %.0f (%.0f), %s | %s |" % (
+            name, headline(name, r).replace("|", "/"), r["seconds"], r["cap_s"], fmt(r["cpu_s"], "%.0f"),
+            graphs_text(r.get("graph_recordings"))))
+    lines += ["", "## Details", "", "| what | figure |", "|---|---|"]
+    for dtype, e in st.get("packed", {}).get("errors", {}).items():
+        lines.append("| packed vs unpacked, %s (relative) | loss %.1e, logits %.1e, gradients %.1e (L2) |"
+                     % (dtype, e["loss"], e["logits"], e["grads"]))
+    for r in st.get("eager", {}).get("steps", []):
+        if r.get("oom") or r.get("skipped"):
+            lines.append("| Trainer.step eager, packed, batch %d | %s |" % (
+                r["batch"], "out of memory" if r.get("oom") else r["skipped"]))
+            continue
+        lines.append("| Trainer.step eager, packed, batch %d | %.1f rows/s = %.1f real seq/s, %s TFLOP/s, MFU %s, "
+                     "peak %s GiB (plan %.1f GiB) |" % (
+                         r["batch"], r["rows_per_s"], r["real_seq_per_s"], fmt(r["tflops"], "%.0f"),
+                         fmt(r["mfu"] and 100 * r["mfu"], "%.1f%%"), fmt(r["peak_gib"]), r["plan_gib"]))
+    lv = st.get("levers", {})
+    if "model" in lv:
+        m = lv["model"]
+        for r in lv.get("runs", []):
+            what = "| lever %s, %s (hidden %d, %d layers, batch %d, %d steps) | " % (
+                r["levers"], r["mode"], m["hidden_size"], m["num_hidden_layers"], m["batch"], m["steps"])
+            if "rows_per_s" in r:
+                lines.append(what + "%.1f rows/s%s, peak %s GiB, loss %.4f%s; first 2 steps %.1f s |" % (
+                    r["rows_per_s"], " (%.2fx plain)" % r["speed_vs_plain"] if "speed_vs_plain" in r else "",
+                    fmt(r["peak_gib"]), r["loss"],
+                    " (%+.1e relative to plain)" % r["loss_vs_plain"] if "loss_vs_plain" in r else "",
+                    r["first_steps_s"]))
+            else:
+                lines.append(what + "%s |" % ("refused: " + r["refused"] if "refused" in r else
+                                               "FAILED: " + r["failed"] if "failed" in r else r.get("skipped", ""))
+                             .replace("|", "/"))
+    tr = st.get("trainer", {})
+    if "status" in tr:
+        lines.append("| trainer end to end (--compile %s), batch %d | %d micro-steps in %.1f s, evals %s s, "
+                     "eval accuracy %s, checkpoints %s |" % (
+                         " ".join("--" + x for x in tr["levers"]), tr["batch"], tr["micro_steps"], tr["seconds"],
+                         ", ".join("%.2f" % s for s in tr["eval_s"]), tr["eval_accuracy"],
+                         ", ".join(tr["checkpoints"])))
+        for x, why in tr.get("refused", {}).items():
+            lines.append("| trainer: --%s | refused: %s |" % (x, why.replace("|", "/")))
+    if "s_per_10k" in st.get("eval", {}):
+        lines.append("| eval, s per 10,000 samples, per-GPU eval batch | %s |" % ", ".join(
+            "%s: %s" % (b, fmt(s) if isinstance(s, float) else s) for b, s in st["eval"]["s_per_10k"].items()))
+    sy = st.get("syncs", {})
+    if "count" in sy:
+        lines.append("| host syncs per micro-step (%s) | %.2f (%d over %d) |" % (
+            sy["how"], sy["per_step"], sy["count"], sy["steps"]))
+    proj = res.get("projection", {})
+    if "note" in proj:
+        lines.append("| projected time to train | %s |" % proj["note"])
+    for gpus, p in proj.items() if "note" not in proj else ():
+        if "note" in p:
+            lines.append("| projected time to train, %s GPUs | %s |" % (gpus, p["note"]))
+            continue
+        lines.append("| projected time to train, %s GPUs | global batch %d (%d x %d a GPU x %d micro-steps): "
+                     "%.0f samples at %.0f real seq/s a GPU: train %.0f s + %d evals %.0f s = %.0f s |" % (
+                         gpus, p["global_batch"], int(gpus), p["per_gpu_batch"], p["accumulation"], p["samples"],
+                         p["real_seq_per_s_per_gpu"], p["train_s"], p["evals"], p["eval_s"], p["total_s"]))
+    failed = [(n, st[n]) for n in res["order"] if n in st and "failed" in st[n] and "traceback" in st[n]]
+    for n, r in failed:
+        lines += ["", "## %s failed" % n, "", "```", r["traceback"].strip(), "```"]
+    return "\n".join(lines)
+
+
+def projection(fv, eager, evals):
     """Per GPU count, the RCP global batch with the shortest projected time, or a note."""
     try:
         import mlperf_logging  # noqa: F401
@@ -353,13 +927,16 @@ def projection(fv, steps_rows, evals, startup_s):
     from mlperf_bert.harness import rcp
     from mlperf_bert.harness.mlperf_log import eval_frequency
     from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH
-    rates = sorted((r["batch"], r["real_seq_per_s"]) for r in steps_rows if "real_seq_per_s" in r)
-    eval_s = min(evals.values()) if evals else 0.0  # a GPU's seconds per 10,000 eval samples
+    rates = sorted((r["batch"], r["real_seq_per_s"]) for r in eager if "real_seq_per_s" in r)
+    if not rates:
+        return {"note": "no eager rate measured"}
+    measured = [s for s in evals.values() if isinstance(s, float)]
+    eval_s = min(measured) if measured else 0.0  # a GPU's seconds per 10,000 eval samples
     out = {}
     for gpus in ints(fv.gpus):
         best = None
         for batch, samples in sorted(rcp.samples_to_converge().items()):
-            if batch % gpus or not rates:
+            if batch % gpus:
                 continue
             n = rcp.accumulation(batch, gpus, MAX_PER_GPU_BATCH)
             micro = batch // (gpus * n)
@@ -369,192 +946,75 @@ def projection(fv, steps_rows, evals, startup_s):
             total_eval = evals_n * eval_s / gpus
             row = {"global_batch": batch, "accumulation": n, "per_gpu_batch": micro, "samples": samples,
                    "real_seq_per_s_per_gpu": rate, "train_s": train_s, "evals": evals_n, "eval_s": total_eval,
-                   "startup_s": startup_s, "total_s": train_s + total_eval}
+                   "total_s": train_s + total_eval}
             if best is None or row["total_s"] < best["total_s"]:
                 best = row
         out[str(gpus)] = best or {"note": "no RCP global batch divides %d GPUs" % gpus}
     return out
 
 
-# ---------------------------------------------------------------- main
-
-def ints(spec):
-    return [int(x) for x in str(spec).split(",") if x.strip()]
-
-
-def pick_device(fv):
-    import torch
-    kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    if kind == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-    return torch.device(kind, 0) if kind == "cuda" else torch.device(kind)
-
-
-def fmt(x, spec="%.1f"):
-    return "n/a" if x is None else spec % x
-
-
-def table(res):
-    lines = ["| what | figure |", "|---|---|", "| device | %s, torch %s |" % (res["device"], res["torch"]),
-             "| data | %d seq-%d records, %.2f sequences a packed row |" % (
-                 res["records"], res["seq"], res["packing_rate"])]
-    for dtype, e in res["packed_vs_unpacked"].items():
-        lines.append("| packed vs unpacked, %s (relative) | loss %.1e, logits %.1e, gradients %.1e (L2) |"
-                     % (dtype, e["loss"], e["logits"], e["grads"]))
-    for r in res["eager_steps"]:
-        if r.get("oom"):
-            lines.append("| Trainer.step eager, packed, batch %d | out of memory |" % r["batch"])
-            continue
-        lines.append("| Trainer.step eager, packed, batch %d | %.1f rows/s = %.1f real seq/s, MFU %s, peak %s GiB "
-                     "(plan %.1f GiB) |" % (r["batch"], r["rows_per_s"], r["real_seq_per_s"],
-                                           fmt(r["mfu"] and 100 * r["mfu"], "%.1f%%"), fmt(r["peak_gib"]),
-                                           r["plan_gib"]))
-    if "compiled" in res:
-        cold, warm = res["compiled"]
-        for c, w in zip(cold, warm):
-            if c.get("oom") or w.get("oom"):
-                lines.append("| Trainer.step --compile, batch %d | out of memory |" % c["batch"])
-                continue
-            lines.append("| Trainer.step --compile, packed, batch %d | %.1f rows/s = %.1f real seq/s, peak %s GiB "
-                         "(plan %.1f GiB); compile %.1f s cold, %.1f s warm |" % (
-                             w["batch"], w["rows_per_s"], w["real_seq_per_s"], fmt(w["peak_gib"]), w["plan_gib"],
-                             c["compile_s"], w["compile_s"]))
-    else:
-        lines.append("| Trainer.step --compile | not run (--nocompile) |")
-    hf = res["huggingface"]
-    lines.append("| Hugging Face BertForPreTraining, eager, unpacked | %s |" % (
-        hf["note"] if "note" in hf else "batch %d: %.1f seq/s, MFU %s, peak %s GiB" % (
-            hf["batch"], hf["seq_per_s"], fmt(hf["mfu"] and 100 * hf["mfu"], "%.1f%%"), fmt(hf["peak_gib"]))))
-    lines.append("| eval, s per 10,000 samples, per-GPU eval batch | %s |" % ", ".join(
-        "%s: %.1f" % (b, s) for b, s in res["eval_s_per_10k"].items()))
-    lines.append("| host syncs per micro-step (%s) | %.2f (%d over %d) |" % (
-        res["host_syncs"]["how"], res["host_syncs"]["per_step"], res["host_syncs"]["count"],
-        res["host_syncs"]["steps"]))
-    for gpus, p in res["projection"].items() if "note" not in res["projection"] else ():
-        if "note" in p:
-            lines.append("| projected time to train, %s GPUs | %s |" % (gpus, p["note"]))
-            continue
-        lines.append("| projected time to train, %s GPUs | global batch %d (%d x %d a GPU x %d micro-steps): "
-                     "%.0f samples at %.0f real seq/s a GPU: train %.0f s + %d evals %.0f s = %.0f s; "
-                     "start-up (untimed, warm compile) %s s |" % (
-                         gpus, p["global_batch"], int(gpus), p["per_gpu_batch"], p["accumulation"], p["samples"],
-                         p["real_seq_per_s_per_gpu"], p["train_s"], p["evals"], p["eval_s"], p["total_s"],
-                         fmt(p["startup_s"], "%.0f")))
-    if "note" in res["projection"]:
-        lines.append("| projected time to train | %s |" % res["projection"]["note"])
-    return "\n".join(lines)
+def write(fv, res):
+    from mlperf_bert.fileio import atomic_open
+    res["seconds"] = time.time() - res["started"]
+    text = tables(res)
+    with atomic_open(fv.json, "w") as f:
+        json.dump(dict(res, markdown=text), f, indent=1)
+    with atomic_open(fv.markdown or os.path.splitext(fv.json)[0] + ".md", "w") as f:
+        f.write(text + "\n")
+    return text
 
 
 def main(argv):
-    if _data.help_requested(__doc__):
-        return 0
-    from mlperf_bert import flags
-    fv = define()
-    flags.parse(fv, argv, positional=False)
-    if fv.probe_compile:
-        return probe_compile(fv)
-    import torch
     from mlperf_bert.errors import UserError
-    try:
-        from mlperf_bert.trainer import training
-    except ImportError as e:  # the trainer's module logs through mlperf_logging
-        raise UserError("gpu_check: the trainer needs %s: pip install mlperf-logging (on the GPU machine: carry "
-                        "the wheel, shared/tools/device_wheels.sh)" % e.name)
-    from mlperf_bert.trainer import evaluation, memory_plan, throughput
-    from mlperf_bert.trainer.config import BertConfig
-    t_all = time.time()
-    device = pick_device(fv)
-    config = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
-    work = tempfile.mkdtemp(prefix="gpu_check_")
-    records_path, recs = make_records(fv, work)
-    packed_file, packing_rate = pack(fv, records_path, work)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (%d threads)" % torch.get_num_threads()
-    peak_tflops = throughput.peak_tflops(name, "bf16")
-    n_params = memory_plan.n_params(config)
-    flops_per_row = throughput.flops_per_row(config, fv.max_seq_length, fv.max_predictions_per_seq)
-    slots = packed_rows(packed_file, 1, 1)[0]["masked_lm_positions"].shape[1]
-    plan = memory_plan.Plan(config, fv.max_seq_length, slots, "bf16", packed=True)
-    res = {"device": name, "torch": torch.__version__, "records": len(recs), "seq": fv.max_seq_length,
-           "packing_rate": packing_rate, "params": n_params}
-    print("gpu_check: %s; %d records, %.3f sequences a row" % (name, len(recs), packing_rate), flush=True)
-    clock = [t_all]
-
-    def lap(section):  # seconds each part took
-        res.setdefault("section_s", {})[section] = time.time() - clock[0]
-        clock[0] = time.time()
-    lap("data and plan")
-
-    res["packed_vs_unpacked"] = equivalence(fv, config, recs, device)
-    lap("packed vs unpacked")
-
-    res["eager_steps"] = []
-    for b in ints(fv.batches):
-        batches = on_device(packed_rows(packed_file, b, 4), device)
-        reset_memory(device)
-        tr = None
-        try:
-            tr = trainer(fv, config, device, b)
-            run_steps(tr, batches, 2, device)
-            t, seqs = run_steps(tr, batches, fv.steps, device, first=2)
-            res["eager_steps"].append(step_row(fv, config, device, b, batches, tr, plan, peak_tflops, flops_per_row,
-                                               t, seqs))
-            if b == ints(fv.batches)[0]:
-                count, how = count_syncs(fv, tr, batches, device)
-                res["host_syncs"] = {"count": count, "steps": fv.steps, "per_step": count / fv.steps, "how": how}
-        except RuntimeError as e:
-            if not is_oom(e):
-                raise
-            res["eager_steps"].append({"batch": b, "oom": True, "plan_gib": plan.peak(b) / GIB})
-            break
-        finally:
-            del tr
-        print("  eager batch %d: %s" % (b, res["eager_steps"][-1]), flush=True)
-
-    lap("eager steps")
-    reset_memory(device)  # the --compile processes get the GPU's memory
-    if fv.compile:
-        runs = compiled(fv, packed_file, work)
-        for run in runs:
-            for r in run:
-                r["plan_gib"] = plan.peak(r["batch"]) / GIB
-        res["compiled"] = runs
-        print("  compiled: %s" % runs, flush=True)
-        lap("compile")
-
-    reset_memory(device)
-    res["huggingface"] = hugging_face(fv, config, recs, device, flops_per_row, peak_tflops) if fv.hf_batch else {
-        "note": "not run (--hf_batch=0)"}
-    reset_memory(device)
-    lap("hugging face")
-
-    # the trainer's online eval micro-batch (--eval_micro_batch_size=0): 32 on CPU; on CUDA the largest
-    # that fits, at most 256
-    default_eval = evaluation.CPU_MICRO_BATCH if device.type == "cpu" else evaluation.MAX_MICRO_BATCH
-    eval_batches = ints(fv.eval_batches) or sorted({1, default_eval, 256})
-    res["eval_s_per_10k"] = {}
-    for b in eval_batches:
-        try:
-            res["eval_s_per_10k"][str(b)] = eval_rate(fv, config, recs, device, b)
-        except RuntimeError as e:
-            if not is_oom(e):
-                raise
-        reset_memory(device)
-
-    lap("eval")
-    startup = None
-    if "compiled" in res and "compile_s" in res["compiled"][1][0]:
-        startup = res["compiled"][1][0]["compile_s"]
-    res["projection"] = projection(fv, res["eager_steps"], res["eval_s_per_10k"], startup)
-    res["seconds"] = time.time() - t_all
-    text = table(res)
-    print(text)
-    print("gpu_check: %.0f s (%s); JSON: %s" % (res["seconds"], ", ".join(
-        "%s %.0f s" % kv for kv in res["section_s"].items()), fv.json))
-    from mlperf_bert.fileio import atomic_open
-    with atomic_open(fv.json, "w") as f:
-        json.dump(dict(res, table=text), f, indent=1)
+    fv = define()
+    _data.parse(fv, argv, __doc__)
+    order = [s.strip() for s in fv.stages.split(",") if s.strip()]
+    if set(order) - set(STAGES):
+        raise UserError("--stages: unknown %s; the stages are %s" % (
+            ", ".join(sorted(set(order) - set(STAGES))), ", ".join(STAGES)))
+    started = time.time()
+    # CUDA must not start in this process (its stages are forked from it): where torch asks whether
+    # there is a GPU (its compiler's imports do), NVML answers, not the CUDA runtime
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    check_dependencies()
+    chosen_levers(fv)  # an unknown lever is refused before anything runs
     import shutil
-    shutil.rmtree(work, ignore_errors=True)
+    import torch
+    work = tempfile.mkdtemp(prefix="gpu_check_")
+    try:
+        kind = resolve(fv, work)
+        records_path, recs = make_records(fv, work)
+        packed_file, packing_rate = pack(fv, records_path, work)
+        res = {"torch": torch.__version__, "budget_s": fv.budget_s, "records": len(recs), "seq": fv.max_seq_length,
+               "packing_rate": packing_rate, "order": order, "kind": kind, "stages": {}, "not_run": {},
+               "started": started}
+        print("gpu_check: %d records, %.3f sequences a row, data ready in %.0f s; stages %s within %d s" % (
+            len(recs), packing_rate, time.time() - started, ", ".join(order), fv.budget_s), file=sys.stderr,
+            flush=True)
+        preload()
+        ctx = {"fv": fv, "kind": kind, "work": work, "lever_config": lever_config(fv, work), "recs": recs,
+               "packed_file": packed_file,
+               "packing_rate": packing_rate}
+        for i, name in enumerate(order):
+            left = fv.budget_s - (time.time() - started) - 3  # 3 s to write the outputs
+            if left < 2:
+                res["not_run"][name] = "out of the budget"
+                continue
+            cap = left * SHARE[name] / sum(SHARE[n] for n in order[i:])
+            r = run_stage(name, ctx, cap)
+            res["stages"][name] = r
+            res["device"] = res.get("device") or r.get("device")
+            print("gpu_check: %s: %s (%.0f s of %.0f)" % (name, headline(name, r), r["seconds"], cap),
+                  file=sys.stderr, flush=True)
+            write(fv, res)
+        res["projection"] = projection(fv, res["stages"].get("eager", {}).get("steps", []),
+                                       res["stages"].get("eval", {}).get("s_per_10k", {}))
+        text = write(fv, res)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(text)
+    print("gpu_check: %.0f s of a %d s budget; %s and %s" % (
+        res["seconds"], fv.budget_s, fv.json, fv.markdown or os.path.splitext(fv.json)[0] + ".md"))
     return 0
 
 

@@ -230,14 +230,19 @@ def check():
 
 
 def main(argv):
-    if _data.help_requested(__doc__):
-        return 0
-    gpus = int(dict(a[2:].split("=", 1) for a in argv if a.startswith("--gpus=")).get("gpus", 8))
+    from mlperf_bert import flags
+    fv = flags.FlagValues()
+    flags.DEFINE_integer("gpus", 8, "GPUs the presets' flags are made for (train_model.sh's NUM_GPUS).",
+                         flag_values=fv)
+    flags.DEFINE_bool("check", True, "Also check the tracing against real steps on this CPU (--nocheck: "
+                      "the plan alone).", flag_values=fv)
+    _data.parse(fv, argv, __doc__)
+    gpus = fv.gpus
     t = time.time()
     n, rows = plan(gpus)
     print_plan(n, rows, gpus)
     print("\nplan: %.0f s" % (time.time() - t))
-    if "--nocheck" in argv:
+    if not fv.check:
         return 0
     t = time.time()
     print("\nCPU check (activation peak + gradients of one forward+backward; FLOPs of the same):")
@@ -253,4 +258,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from mlperf_bert.cli import run_main
+    run_main(main)

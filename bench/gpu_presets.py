@@ -120,21 +120,30 @@ def same_weights(a, b):
 
 
 def main(argv):
-    if _data.help_requested(__doc__):
-        return 0
-    opts = dict(a[2:].split("=", 1) if "=" in a else (a[2:], "1") for a in argv)
-    presets = opts["presets"].split(",") if "presets" in opts else ["reference_gpu", "tpu_8192"] + rcp_presets()
-    seq = int(opts.get("seq", 128))
+    from mlperf_bert import flags
+    fv = flags.FlagValues()
+    flags.DEFINE_list("presets", None, "Presets to run (default: reference_gpu, tpu_8192 and the smallest and "
+                      "largest rcp_<B>).", flag_values=fv)
+    flags.DEFINE_enum("seq", "128", ["128", "512"], "Sequence length (512 generates s512 records first, 4x "
+                      "slower).", flag_values=fv)
+    flags.DEFINE_enum("modes", "2", ["2", "4"], "Runs per preset: 2 (both clipping modes and both inputs "
+                      "between them) or 4 (every pair).", flag_values=fv)
+    flags.DEFINE_list("only", None, "Only these runs, as input:clipping (packed:clip_after, "
+                      "unpacked:clip_each, ...).", flag_values=fv)
+    flags.DEFINE_bool("keep", False, "Keep the work directory.", flag_values=fv)
+    _data.parse(fv, argv, __doc__)
+    presets = fv.presets or ["reference_gpu", "tpu_8192"] + rcp_presets()
+    seq = int(fv.seq)
     work = tempfile.mkdtemp(prefix="gpu_presets_")
     data, pred = make_data(work, seq)
     rows, failed = [], 0
     t_all = time.time()
     for preset in presets:
         for kind, clip_after in (("unpacked", False), ("packed", True), ("unpacked", True), ("packed", False)):
-            if opts.get("modes") != "4" and (kind == "unpacked") == clip_after:
+            if fv.modes != "4" and (kind == "unpacked") == clip_after:
                 continue
             name = "%s %s %s" % (preset, kind, "clip_after" if clip_after else "clip_each")
-            if "only" in opts and name.split(" ", 1)[1].replace(" ", ":") not in opts["only"].split(","):
+            if fv.only and name.split(" ", 1)[1].replace(" ", ":") not in fv.only:
                 continue
             full, stopped = os.path.join(work, "full"), os.path.join(work, "stopped")
             log = os.path.join(work, "log.txt")
@@ -168,10 +177,11 @@ def main(argv):
     for name, t1, t2, t3, evals, verdict in rows:
         print("| %s | %.0f | %.0f | %.0f | %d | %s |" % (name, t1, t2, t3, evals, verdict))
     print("total %.0f s" % (time.time() - t_all))
-    if "keep" not in opts:
+    if not fv.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from mlperf_bert.cli import run_main
+    run_main(main)

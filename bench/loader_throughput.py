@@ -21,7 +21,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench._data import ROOT, VOCAB, help_requested, unpacked  # noqa: E402
+from bench._data import ROOT, VOCAB, parse, unpacked  # noqa: E402
+from mlperf_bert import flags  # noqa: E402
 from mlperf_bert.trainer import loader  # noqa: E402
 
 
@@ -86,12 +87,15 @@ def hdf5_rate(kind, path, batch):
     return n / (time.perf_counter() - t)
 
 
-def main():
-    if help_requested(__doc__):
-        return
-    args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
-    files = loader.input_files(args["input_file"]) if "input_file" in args else [make_records()]
-    batch, rounds = int(args.get("batch", 32)), int(args.get("rounds", 3))
+def main(argv):
+    fv = flags.FlagValues()
+    flags.DEFINE_string("input_file", None, "Seq-512 TFRecords (default: made from tests/data's golden input).",
+                        flag_values=fv)
+    flags.DEFINE_integer("batch", 32, "Records (rows) a batch.", flag_values=fv)
+    flags.DEFINE_integer("rounds", 3, "Alternated rounds of each pair (the best is kept).", flag_values=fv)
+    parse(fv, argv, __doc__)
+    files = loader.input_files(fv.input_file) if fv.input_file else [make_records()]
+    batch, rounds = fv.batch, fv.rounds
     from mlperf_bert.dataset.example import _fastrng
     print("C batch decoder built: %s" % (_fastrng is not None))
     old, new = [], []
@@ -115,4 +119,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from mlperf_bert.cli import run_main
+    run_main(main)

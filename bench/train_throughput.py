@@ -37,7 +37,8 @@ from mlperf_bert.cli import run_main  # noqa: E402
 from mlperf_bert.errors import UserError  # noqa: E402
 from mlperf_bert.trainer.model import BertForPreTraining  # noqa: E402
 from mlperf_bert.trainer.optimizer import create_optimizer  # noqa: E402
-from mlperf_bert.trainer.throughput import flops_per_row, peak_tflops  # noqa: E402
+from mlperf_bert.trainer import attention  # noqa: E402
+from mlperf_bert.trainer.throughput import batch_flops, peak_tflops  # noqa: E402
 from mlperf_bert.trainer.warmup import synthetic_batch  # noqa: E402
 
 
@@ -56,7 +57,7 @@ def ours(cfg, device, autocast, compile=False):
     return model, step
 
 
-LEVERS = ("fused_update", "fp8", "cuda_graphs")
+from mlperf_bert.trainer.levers import LEVERS  # noqa: E402  (the flag names of the speed levers)
 
 
 def trainer_step(config_file, cfg, device, dtype, compile, levers):
@@ -113,16 +114,35 @@ def huggingface(cfg, device, autocast):
     return model, step
 
 
+class Cuda:
+    """What the bench asks of CUDA, in one place (the tests stand in for it on a CPU); ``on``
+    False on other devices, where none of it is asked."""
+
+    def __init__(self, device):
+        self.device, self.on = device, device.type == "cuda"
+
+    def name(self):
+        return torch.cuda.get_device_name(self.device)
+
+    def reset_peak(self):
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_bytes(self):
+        return torch.cuda.max_memory_allocated(self.device)
+
+    def sync(self):
+        torch.cuda.synchronize(self.device)
+
+
 def timed(step, batches, device, steps, warmup=1):
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for i in range(warmup):  # the compiled model compiles here
         step(batches[i % len(batches)], i)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    sync()
     t = time.perf_counter()
     for i in range(steps):
         step(batches[i % len(batches)], warmup + i)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    sync()
     return time.perf_counter() - t
 
 
@@ -155,9 +175,10 @@ def main(argv):
     cfg = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
     kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(kind)
+    gpu = Cuda(device)
     autocast = training.autocast(device, fv.dtype)
     b, seq, pred = fv.train_batch_size, fv.max_seq_length, fv.max_predictions_per_seq
-    inputs = {}  # name -> (batches on the device, real sequences per batch)
+    inputs = {}  # name -> (batches on the device, real sequences per batch, FLOPs per batch)
     if fv.input_file:
         files = loader.input_files(fv.input_file, "--input_file")
         if not fv.packed or fv.compare_packed:
@@ -167,9 +188,14 @@ def main(argv):
     else:
         gen = torch.Generator().manual_seed(0)
         inputs["unpacked"] = [synthetic_batch(cfg, b, seq, pred, gen) for _ in range(4)]
+    # packed rows on the variable-length kernel compute each sequence's attention alone
+    varlen = attention.varlen_kernel(device, torch.bfloat16 if fv.dtype == "bf16" else torch.float32,
+                                     cfg.hidden_size // cfg.num_attention_heads) is not None
     for name, cpu_batches in inputs.items():
         counts = [int(x.pop("global_sequences", b)) for x in cpu_batches]
-        inputs[name] = ([{k: v.to(device) for k, v in x.items()} for x in cpu_batches], counts)
+        flops = [batch_flops(cfg, x["input_mask"], x["masked_lm_positions"].shape[1], varlen and name == "packed",
+                             x["nsp_positions"].shape[1] if "nsp_positions" in x else 1) for x in cpu_batches]
+        inputs[name] = ([{k: v.to(device) for k, v in x.items()} for x in cpu_batches], counts, flops)
     modes = [False, True] if fv.compare_compile else [fv.compile]
     contenders = []  # (name, step, input)
     if levers:  # the trainer's step, plain and with each lever, on the first input
@@ -201,36 +227,39 @@ def main(argv):
     except ImportError:
         pass
     times = {name: [] for name, _, _ in contenders}
-    peak = {}
+    warmups = {}
+    peak_bytes = {}  # peak memory per variant
     for _ in range(fv.rounds if len(contenders) > 1 else 1):
         for name, fn, inp in contenders:
-            if kind == "cuda":
-                torch.cuda.reset_peak_memory_stats()
+            if gpu.on:
+                gpu.reset_peak()
             compiling = "compiled" in name or (levers and (fv.compile or "fused_update" in name or name.endswith("all")))
-            times[name].append(timed(fn, inputs[inp][0], device, fv.steps, warmup=2 if compiling else 1))
-            if kind == "cuda":
-                peak[name] = max(peak.get(name, 0), torch.cuda.max_memory_allocated())
-    result = {"device": torch.cuda.get_device_name() if kind == "cuda" else "cpu (%d threads)"
-              % torch.get_num_threads(), "dtype": fv.dtype, "batch": b, "seq": seq, "params": n_params,
-              "steps": fv.steps, "rounds": len(times[contenders[0][0]])}
-    peak = peak_tflops(torch.cuda.get_device_name() if kind == "cuda" else "", fv.dtype)
+            warmups[name] = 2 if compiling else 1
+            times[name].append(timed(fn, inputs[inp][0], device, fv.steps, warmup=warmups[name]))
+            if gpu.on:
+                peak_bytes[name] = max(peak_bytes.get(name, 0), gpu.peak_bytes())
+    result = {"device": gpu.name() if gpu.on else "cpu (%d threads)" % torch.get_num_threads(), "dtype": fv.dtype,
+              "batch": b, "seq": seq, "params": n_params, "steps": fv.steps,
+              "rounds": len(times[contenders[0][0]])}
+    peak = peak_tflops(gpu.name() if gpu.on else "", fv.dtype)  # the GPU's peak TFLOP/s
     for name, _, inp in contenders:
         best = min(times[name])
-        counts = inputs[inp][1]
-        real = sum(counts[i % len(counts)] for i in range(1, fv.steps + 1)) / best
+        _, counts, flops = inputs[inp]
+        timed_steps = range(warmups[name], warmups[name] + fv.steps)  # the batches of the timed steps
+        real = sum(counts[i % len(counts)] for i in timed_steps) / best
         rows = b * fv.steps / best
         key = "" if name == contenders[0][0] else name + "_"
         result[key + "seq_per_s"] = rows
         result[key + "real_seq_per_s"] = real
         print("%-22s %8.2f %s/s, %8.2f real sequences/s  (best of %d rounds of %d steps)"
               % (name, rows, "row" if inp == "packed" else "seq", real, len(times[name]), fv.steps))
-        if kind == "cuda":
-            # the work of the rows computed, padding included: what the GPU did, packed or not
-            flops = flops_per_row(cfg, seq, pred) * rows
-            result[key + "model_tflops"] = flops / 1e12
+        if gpu.on:
+            # the work of the rows computed, padding included, the attention as its kernel does it
+            tflops = sum(flops[i % len(flops)] for i in timed_steps) / best / 1e12
+            result[key + "model_tflops"] = tflops
             if peak:
-                result[key + "mfu"] = flops / 1e12 / peak
-            result[key + "peak_memory_gib"] = peak[name] / 2 ** 30
+                result[key + "mfu"] = tflops / peak
+            result[key + "peak_memory_gib"] = peak_bytes[name] / 2 ** 30
     first = contenders[0][0]
     for name, _, _ in contenders[1:]:
         ratio = result[name + "_real_seq_per_s"] / result["real_seq_per_s"]

@@ -46,6 +46,70 @@ def test_peak_is_known_for_bf16_on_listed_gpus_only():
     assert throughput.peak_tflops("Some GPU", "bf16") is None
 
 
+@pytest.mark.parametrize("name, peak", [
+    ("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0), ("NVIDIA H100 NVL", 835.0),
+    ("NVIDIA H200", 989.0), ("NVIDIA H200 NVL", 835.0), ("NVIDIA GH200 480GB", 989.0),
+    ("NVIDIA A100 80GB PCIe", 312.0), ("NVIDIA B200", 2250.0),
+    ("NVIDIA H100", None), ("NVIDIA H1000", None)])  # which H100 is not said: no guess at the SXM's
+def test_peak_is_that_of_the_exact_model(name, peak):
+    assert throughput.peak_tflops(name, "bf16") == peak
+
+
+def test_varlen_attention_is_counted_as_the_kernel_computes_it(monkeypatch):
+    """Packed rows on the variable-length kernel (run here by the per-segment reference kernel)
+    attend each segment to itself: torch's FLOP counter agrees with ``batch_flops`` (Σ len², the
+    padding a segment), not with the dense count, which the dense mask still matches."""
+    from mlperf_bert.trainer import attention
+    cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=256, max_position_embeddings=128)
+    batch = synthetic_batch(cfg, 2, 64, 4, torch.Generator().manual_seed(0), max_sequences=3)
+    assert batch["input_mask"].max() == 2 and (batch["input_mask"] == 0).any()  # two sequences and padding
+    assert throughput.segment_pairs(batch["input_mask"]).tolist() == [28 ** 2 + 28 ** 2 + 8 ** 2] * 2
+
+    def counted():
+        counter = FlopCounterMode(display=False)
+        with counter:
+            BertForPreTraining(cfg)(**batch).loss.backward()
+        return counter.get_total_flops()
+    dense = throughput.batch_flops(cfg, batch["input_mask"], 4, varlen=False, pooled=3)
+    assert dense == pytest.approx(counted(), rel=1e-3)
+    monkeypatch.setattr(attention, "varlen_kernel", lambda device, dtype, head_dim: attention.reference_varlen)
+    varlen = throughput.batch_flops(cfg, batch["input_mask"], 4, varlen=True, pooled=3)  # 3 NSP slots a row
+    assert varlen == pytest.approx(counted(), rel=1e-3) and varlen < 0.95 * dense
+
+
+def test_meter_counts_the_flops_of_the_batches_added():
+    cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=256, max_position_embeddings=128)
+    clock = Clock()
+    flops = lambda batch: throughput.batch_flops(cfg, batch["input_mask"], 24, varlen=True)  # noqa: E731
+    m = throughput.Meter(packed=True, row_flops=1e30, world=4, peak=100.0, clock=clock, batch_flops=flops)
+    batch = synthetic_batch(cfg, 3, 128, 8, torch.Generator().manual_seed(0), max_sequences=3)
+    m.add(batch)
+    m.add(batch)
+    clock.t += 2.0
+    got = m.interval(rows=24, sequences=48)  # rows of all ranks; the FLOPs are this rank's own
+    assert got["tflops_per_gpu"] == pytest.approx(2 * flops(batch) / 2.0 / 1e12)
+    assert got["mfu"] == pytest.approx(got["tflops_per_gpu"] / 100.0)
+    clock.t += 1.0
+    assert m.interval(rows=24, sequences=48)["tflops_per_gpu"] == 0.0  # the next interval starts from zero
+
+
+def test_trainer_counts_varlen_attention_where_the_kernel_runs(files, tmp_path, monkeypatch):  # noqa: F811
+    from mlperf_bert.trainer import attention
+    cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=256, max_position_embeddings=128)
+    fv = training.define_flags()
+    fv(["x", "--bert_config_file=unused", "--input_file=unused", "--output_dir=unused", "--max_seq_length=128",
+        "--dtype=bf16"])
+    trainer = training.Trainer(fv, cfg, torch.device("cpu"), 0, 1, seed=0)
+    assert trainer.batch_flops(24) is None  # a CPU has no varlen kernel: the dense count is right
+    monkeypatch.setattr(attention, "varlen_kernel", lambda device, dtype, head_dim: attention.reference_varlen)
+    batch = synthetic_batch(cfg, 3, 128, 8, torch.Generator().manual_seed(0), max_sequences=3)
+    assert trainer.batch_flops(24)(batch) == throughput.batch_flops(cfg, batch["input_mask"], 24, varlen=True,
+                                                                    pooled=3)
+
+
 def test_progress_bar_shows_the_rates():
     out = training._postfix(7.5, 1e-4, {"seq_per_s": 297.2, "rows_per_s": 226.0, "tflops_per_gpu": 372.4,
                                         "mfu": 0.3765})
@@ -93,3 +157,43 @@ def test_logged_rate_is_the_last_intervals(files, tmp_path, monkeypatch):  # noq
         assert b["metadata"]["seq_per_s"] == pytest.approx(samples / seconds, rel=0.1)
     assert all(set(r["metadata"]) >= {"seq_per_s", "step", "learning_rate"} and "rows_per_s" not in r["metadata"]
                for r in lines)
+
+
+def test_train_throughput_reports_tflops_mfu_and_peak_memory_on_cuda(tmp_path, monkeypatch, capsys):
+    """Issue 36.1: on every CUDA run the bench replaced its peak-memory dict by the peak TFLOP/s and
+    died in its report. The CUDA report runs here on this CPU with CUDA's answers stood in."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import train_throughput
+
+    class FakeCuda(train_throughput.Cuda):
+        resets, asked = [], []
+
+        def __init__(self, device):
+            super().__init__(device)
+            self.on = True
+
+        def name(self):
+            return "NVIDIA H100 PCIe"
+
+        def reset_peak(self):
+            self.resets.append(1)
+
+        def peak_bytes(self):
+            self.asked.append(1)
+            return len(self.asked) * 2 ** 30  # 1, 2 GiB in the first round, 3, 4 in the second
+    monkeypatch.setattr(train_throughput, "Cuda", FakeCuda)
+    cfg = {"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+           "intermediate_size": 64, "max_position_embeddings": 64, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+           "attention_probs_dropout_prob": 0.1, "type_vocab_size": 2, "initializer_range": 0.02}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    assert train_throughput.main(["x", "--bert_config_file=%s" % (tmp_path / "c.json"), "--max_seq_length=64",
+                                  "--max_predictions_per_seq=4", "--train_batch_size=2", "--steps=2", "--rounds=2",
+                                  "--dtype=bf16", "--device=cpu", "--levers=fused_qkv", "--nocompare"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    row = throughput.flops_per_row(BertConfig.from_dict(cfg), 64, 4)
+    assert res["device"] == "NVIDIA H100 PCIe" and FakeCuda.resets
+    for key, most in (("", 3.0), ("trainer+fused_qkv_", 4.0)):
+        assert res[key + "model_tflops"] == pytest.approx(row * res[key + "seq_per_s"] / 1e12)
+        assert res[key + "mfu"] == pytest.approx(res[key + "model_tflops"] / 756.0)  # the PCIe card's peak
+        assert res[key + "peak_memory_gib"] == most  # the most of its rounds

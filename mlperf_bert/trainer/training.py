@@ -279,6 +279,17 @@ class Trainer:
         fv = self.fv
         return throughput.flops_per_row(self.model.config, fv.max_seq_length, pred or fv.max_predictions_per_seq)
 
+    def batch_flops(self, pred):
+        """Packed rows where the variable-length attention kernel runs: a function of a batch giving
+        its FLOPs as the kernels compute them (trainer/throughput.py); else None (``row_flops``)."""
+        from mlperf_bert.trainer import attention
+        cfg = self.model.config
+        dtype = torch.bfloat16 if self.fv.dtype == "bf16" else torch.float32
+        if attention.varlen_kernel(self.device, dtype, cfg.hidden_size // cfg.num_attention_heads) is None:
+            return None
+        return lambda batch: throughput.batch_flops(cfg, batch["input_mask"], pred, varlen=True,
+                                                    pooled=batch["nsp_positions"].shape[1])
+
     def meter(self, packed, start=None):
         """The throughput of the log intervals; FLOPs and MFU on CUDA, where they mean something."""
         cuda = self.device.type == "cuda"
@@ -541,6 +552,7 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
                                        vocab_size=trainer.model.config.vocab_size)
     if packed and meter.row_flops:  # the MLM head computes the loader's prediction slots of a row
         meter.row_flops = trainer.row_flops(ds.slots)
+        meter.batch_flops = trainer.batch_flops(ds.slots)  # the attention the varlen kernel computes
     batches = iter(loader.make_loader(ds, fv.num_workers))
     vote = distributed.StopVote()
     step0, samples0 = step, samples
@@ -557,6 +569,7 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         batch = next(batches)
         # packed rows hold several sequences: the loader counts the real ones of the global batch
         samples += int(batch.pop("global_sequences", batch_size))
+        meter.add(batch)
         last, updated = trainer.step(batch, step)
         step += 1
         loss_sum += last

@@ -160,17 +160,80 @@ def _unit(item):
     return None
 
 
-def _cost(item):
-    cost = COST.get(item.originalname if hasattr(item, "originalname") else item.name)
+def _cost(item, learned):
+    """CPU seconds of ``item`` in the last run that had it, else the COST table's figure."""
+    cost = learned.get(item.nodeid)
+    if cost is None:
+        cost = COST.get(item.originalname if hasattr(item, "originalname") else item.name)
     if cost is None:
         cost = SLOW_DEFAULT if item.get_closest_marker("slow") else DEFAULT
     return cost
+
+
+# ---- each test's cost: CPU seconds (user + system) of the test process and of the children it
+# waited for, over setup, call and teardown. Load on a shared machine stretches wall time, not
+# this. Workers send it to the controller in the report; the controller keeps the figures of the
+# last run of each test in .pytest_cache (CPU_KEY), which the next run's scheduler reads.
+CPU_KEY = "mlperf/test_cpu_s"
+
+
+def _cpu_now():
+    import resource
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item._cpu_start = _cpu_now()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "teardown" and hasattr(item, "_cpu_start"):
+        report.user_properties.append(("cpu_s", round(_cpu_now() - item._cpu_start, 3)))
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "teardown" or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for key, value in report.user_properties:
+        if key == "cpu_s":
+            _CPU_SEEN[report.nodeid] = value
+
+
+_CPU_SEEN = {}
+
+
+def pytest_sessionfinish(session):
+    cache = getattr(session.config, "cache", None)
+    if cache is None or not _CPU_SEEN or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    learned = dict(cache.get(CPU_KEY, {}))
+    learned.update(_CPU_SEEN)
+    cache.set(CPU_KEY, learned)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _CPU_SEEN:
+        return
+    slowest = sorted(_CPU_SEEN.items(), key=lambda kv: -kv[1])[:10]
+    tr = terminalreporter
+    tr.write_sep("=", "CPU seconds (user+sys, with children): %.0f s in %d tests; most:"
+                 % (sum(_CPU_SEEN.values()), len(_CPU_SEEN)))
+    for nodeid, cpu in slowest:
+        tr.write_line("%7.2fs %s" % (cpu, nodeid))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     if not getattr(config.option, "loadgroup", False):  # set on xdist workers under --dist loadgroup
         return
+    cache = getattr(config, "cache", None)
+    learned = cache.get(CPU_KEY, {}) if cache is not None else {}
     units, cost = [], {}
     for item in items:
         group = _unit(item)
@@ -180,7 +243,7 @@ def pytest_collection_modifyitems(config, items):
         if key not in cost:
             units.append(key)
             cost[key] = 0.0
-        cost[key] += _cost(item)
+        cost[key] += _cost(item, learned)
     order = {key: (-cost[key], i) for i, key in enumerate(units)}
     # stable: a group's tests keep their order; equal units keep the order of collection
     items.sort(key=lambda item: order[_unit(item) or item.nodeid])

@@ -108,8 +108,10 @@ def pytest_configure(config):
 # worker, as --dist loadfile would; every other test is a unit of its own. Units start longest
 # first, so the two workers finish together instead of one waiting on a heavy file at the end.
 
-# module-scoped fixtures cheap enough to make on each worker (keep their tests free to move)
-CHEAP_SHARED = {"one_thread", "test_training.py::files"}
+# module-scoped fixtures cheap enough to make on each worker (keep their tests free to move);
+# test_training.py makes its runs once per worker (_once) for every module that imports them
+CHEAP_SHARED = {"one_thread", "test_training.py::files", "test_training.py::uninterrupted",
+                "test_training.py::uninterrupted_clip_after", "test_stops.py::uninterrupted"}
 
 # seconds per test on this 2-core machine under `make test` (measured with --durations; a
 # missing name counts as SLOW_DEFAULT if marked slow, else DEFAULT): only the order depends on it
@@ -194,7 +196,11 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if call.when == "teardown" and hasattr(item, "_cpu_start"):
-        report.user_properties.append(("cpu_s", round(_cpu_now() - item._cpu_start, 3)))
+        cpu = round(_cpu_now() - item._cpu_start, 3)
+        report.user_properties.append(("cpu_s", cpu))
+        if os.environ.get("MB_TEST_CPU_LOG"):  # a line per test as it ends (for a run cut short)
+            with open(os.environ["MB_TEST_CPU_LOG"], "a") as f:
+                f.write("%.3f %s\n" % (cpu, item.nodeid))
 
 
 def pytest_runtest_logreport(report):

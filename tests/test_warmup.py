@@ -203,7 +203,7 @@ def test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_
                PYTHON=sys.executable, OMP_NUM_THREADS="1", PYTHONPATH="%s:%s" % (probe, ROOT),
                MB_COMPILE_PROBE=str(probe))
     proc = subprocess.run([os.path.join(ROOT, "start_training.sh")] + common + ["--compile"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=1200)
+                          capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert os.listdir(out / "compile_cache")
     runs = sorted((json.load(open(probe / name)) for name in os.listdir(probe) if name.endswith(".json")),

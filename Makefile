@@ -29,7 +29,7 @@ submission-demo: $(STAMP)
 	$(PY) -m mlperf_bert demo --runs=10 --output_dir=demo_submission
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=10 tests
 
 # builds the image (docker or podman) and runs it as a user would; not part of `make test`
 # (tests/container/check_image.py: engine and site flags from CONTAINER_* variables)

@@ -108,39 +108,62 @@ def pytest_configure(config):
 # worker, as --dist loadfile would; every other test is a unit of its own. Units start longest
 # first, so the two workers finish together instead of one waiting on a heavy file at the end.
 
-# module-scoped fixtures cheap enough to make on each worker (keep their tests free to move)
-CHEAP_SHARED = {"one_thread", "test_training.py::files"}
+# module-scoped fixtures cheap enough to make on each worker (keep their tests free to move);
+# test_training.py makes its runs once per worker (_once) for every module that imports them
+CHEAP_SHARED = {"one_thread", "test_training.py::files", "test_training.py::uninterrupted",
+                "test_training.py::uninterrupted_clip_after", "test_stops.py::uninterrupted"}
 
-# seconds per test on this 2-core machine under `make test` (measured with --durations; a
-# missing name counts as SLOW_DEFAULT if marked slow, else DEFAULT): only the order depends on it
+# seconds per test, for a run without .pytest_cache (a fresh clone): CPU seconds (user + system,
+# with children; the hook below) of each test of 2.5 s or more in a `make test` run with an empty
+# compile cache (2026-11-27, 536 tests, 655 s of CPU in all; a parametrized test: its costliest
+# case). A missing name counts as SLOW_DEFAULT if marked slow, else DEFAULT. Only the order
+# depends on it; once a run has measured a test, its own figure is used.
 COST = {
-    "test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_run_start": 100,
-    "test_gpu_check_runs_end_to_end_and_writes_its_table_and_json": 45,  # two --compile processes
-    "test_the_plan_predicts_the_h100s_measured_peaks_within_10_percent": 10,  # with the plans
-    "test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail": 30,
-    "test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run": 35,
-    "test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters": 15,
-    "test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical": 22,  # with tiny_run
-    "test_sigterm_checkpoints_and_the_rerun_resumes": 15,
-    "test_demo_runs_packed": 15,
-    "test_packed_run_killed_and_rerun_ends_bit_identical": 14,  # with uninterrupted
-    "test_torchrun_two_ranks_equal_one_process_with_accumulation": 11,
-    "test_killed_and_rerun_ends_bit_identical": 9,
-    "test_second_run_on_one_output_dir_is_refused_and_the_first_ends_clean": 9,
-    "test_packed_run_counts_real_sequences_and_its_log_is_compliant": 8,
-    "test_help_everywhere_and_numeric_settings_are_checked": 8,
-    "test_golden_s512_digest": 7,
-    "test_online_eval_stops_at_first_eval_reaching_target": 6,
-    "test_clip_after_allreduce_from_a_tf_checkpoint_matches_the_reference_run_by_tensorflow": 5,
-    "test_packed_forward_equals_unpacked_per_sequence": 4,
-    "test_batch_decoding_equals_record_by_record_python_decoding": 5,
-    "test_torchrun_errors_are_the_trainers_one_line_and_status": 4.5,
-    "test_two_aborted_runs_fail": 6,
-    "test_a_missing_log_fails_with_the_checkers_reason": 4.5,
-    "test_real_package_gets_its_official_score": 4.5,
-    "test_score_says_why_it_fails_one_line_per_reason": 6,
+    "test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_run_start": 98,
+    "test_gpu_check_runs_end_to_end_and_writes_its_table_and_json": 44,
+    "test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run": 39,
+    "test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail": 28,
+    "test_sigterm_checkpoints_and_the_rerun_resumes": 23,
+    "test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters": 21,
+    "test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical": 19,
+    "test_compiled_run_compiles_everything_before_run_start_and_equals_a_run_without_warm_up": 18,
+    "test_torchrun_two_ranks_equal_one_process_with_accumulation": 15,
+    "test_demo_runs_packed": 13,
+    "test_sigterm_under_two_ranks_is_one_line_once_and_143": 12,
+    "test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line": 12,
+    "test_packed_run_killed_and_rerun_ends_bit_identical": 11,
+    "test_compiled_step_has_no_graph_breaks_and_no_recompiles": 8.8,
+    "test_killed_and_rerun_ends_bit_identical": 8.1,
+    "test_packed_run_counts_real_sequences_and_its_log_is_compliant": 7.8,
+    "test_second_run_on_one_output_dir_is_refused_and_the_first_ends_clean": 7.3,
+    "test_score_says_why_it_fails_one_line_per_reason": 7.3,
+    "test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical": 6.8,
+    "test_help_everywhere_and_numeric_settings_are_checked": 6.4,
+    "test_torchrun_errors_are_the_trainers_one_line_and_status": 6.0,
+    "test_pack_is_deterministic_and_parallel_equals_serial": 5.7,
+    "test_eval_metrics_are_the_same_at_any_micro_batch": 5.6,
+    "test_real_package_gets_its_official_score": 5.4,
+    "test_two_aborted_runs_fail": 5.4,
+    "test_a_full_disk_at_a_log_line_stops_the_run_and_the_rerun_ends_with_the_whole_log": 5.4,
+    "test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir": 5.3,
+    "test_the_cpu_policy_and_math_attention_were_the_3_4x": 5.1,
+    "test_truncated_log_among_ten_gets_no_score": 4.7,
+    "test_all_runs_aborted_get_no_time_to_train": 4.7,
+    "test_online_eval_stops_at_first_eval_reaching_target": 4.7,
+    "test_the_plan_predicts_the_h100s_measured_peaks_within_10_percent": 4.4,
+    "test_a_tmpdir_too_long_for_the_loaders_sockets_is_one_line": 4.3,
+    "test_golden_s512_digest": 4.2,
+    "test_a_missing_log_fails_with_the_checkers_reason": 4.2,
+    "test_compiled_step_trains_as_eager": 3.9,
+    "test_open_division_says_the_rcp_check_does_not_apply": 3.7,
+    "test_the_bilinear_extrapolation_equals_a_deeper_trace": 3.2,
+    "test_packed_loader_keeps_every_prediction_in_fewer_slots": 3.0,
+    "test_bf16_weights_and_fp8_compile_without_graph_breaks": 2.9,
+    "test_checkpoints_written_while_training_goes_on_hold_their_step_and_resume_bit_identical": 2.9,
+    "test_disk_full_at_a_checkpoint_keeps_the_last_one_and_the_rerun_resumes": 2.5,
+    "test_killed_make_dataset_ends_its_workers": 2.5,
 }
-DEFAULT, SLOW_DEFAULT = 0.3, 5.0
+DEFAULT, SLOW_DEFAULT = 0.2, 5.0  # the other 488 tests: 0.22 s on average
 
 
 def _unit(item):
@@ -160,17 +183,84 @@ def _unit(item):
     return None
 
 
-def _cost(item):
-    cost = COST.get(item.originalname if hasattr(item, "originalname") else item.name)
+def _cost(item, learned):
+    """CPU seconds of ``item`` in the last run that had it, else the COST table's figure."""
+    cost = learned.get(item.nodeid)
+    if cost is None:
+        cost = COST.get(item.originalname if hasattr(item, "originalname") else item.name)
     if cost is None:
         cost = SLOW_DEFAULT if item.get_closest_marker("slow") else DEFAULT
     return cost
+
+
+# ---- each test's cost: CPU seconds (user + system) of the test process and of the children it
+# waited for, over setup, call and teardown. Load on a shared machine stretches wall time, not
+# this. Workers send it to the controller in the report; the controller keeps the figures of the
+# last run of each test in .pytest_cache (CPU_KEY), which the next run's scheduler reads.
+CPU_KEY = "mlperf/test_cpu_s"
+
+
+def _cpu_now():
+    import resource
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item._cpu_start = _cpu_now()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "teardown" and hasattr(item, "_cpu_start"):
+        cpu = round(_cpu_now() - item._cpu_start, 3)
+        report.user_properties.append(("cpu_s", cpu))
+        if os.environ.get("MB_TEST_CPU_LOG"):  # a line per test as it ends (for a run cut short)
+            with open(os.environ["MB_TEST_CPU_LOG"], "a") as f:
+                f.write("%.3f %s\n" % (cpu, item.nodeid))
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "teardown" or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for key, value in report.user_properties:
+        if key == "cpu_s":
+            _CPU_SEEN[report.nodeid] = value
+
+
+_CPU_SEEN = {}
+
+
+def pytest_sessionfinish(session):
+    cache = getattr(session.config, "cache", None)
+    if cache is None or not _CPU_SEEN or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    learned = dict(cache.get(CPU_KEY, {}))
+    learned.update(_CPU_SEEN)
+    cache.set(CPU_KEY, learned)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _CPU_SEEN:
+        return
+    slowest = sorted(_CPU_SEEN.items(), key=lambda kv: -kv[1])[:10]
+    tr = terminalreporter
+    tr.write_sep("=", "CPU seconds (user+sys, with children): %.0f s in %d tests; most:"
+                 % (sum(_CPU_SEEN.values()), len(_CPU_SEEN)))
+    for nodeid, cpu in slowest:
+        tr.write_line("%7.2fs %s" % (cpu, nodeid))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     if not getattr(config.option, "loadgroup", False):  # set on xdist workers under --dist loadgroup
         return
+    cache = getattr(config, "cache", None)
+    learned = cache.get(CPU_KEY, {}) if cache is not None else {}
     units, cost = [], {}
     for item in items:
         group = _unit(item)
@@ -180,7 +270,7 @@ def pytest_collection_modifyitems(config, items):
         if key not in cost:
             units.append(key)
             cost[key] = 0.0
-        cost[key] += _cost(item)
+        cost[key] += _cost(item, learned)
     order = {key: (-cost[key], i) for i, key in enumerate(units)}
     # stable: a group's tests keep their order; equal units keep the order of collection
     items.sort(key=lambda item: order[_unit(item) or item.nodeid])

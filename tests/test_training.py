@@ -33,8 +33,24 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+# Artefacts made once per test process (pytest worker): the modules that import these fixtures
+# (test_stops, test_warmup, test_levers, test_throughput) share them instead of each making its own.
+_MADE = {}
+
+
+def _once(key, make):
+    """``make()``, made by the first call for ``key`` in this process (the fixtures below)."""
+    if key not in _MADE:
+        _MADE[key] = make()
+    return _MADE[key]
+
+
 @pytest.fixture(scope="module")
 def files(golden_dir, tmp_path_factory):
+    return _once("files", lambda: _files(golden_dir, tmp_path_factory))
+
+
+def _files(golden_dir, tmp_path_factory):
     d = tmp_path_factory.mktemp("train")
     recs = list(tfrecord.read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))
     out = {}
@@ -98,10 +114,11 @@ def wait_for(path, proc, timeout=120):
 
 @pytest.fixture(scope="module")
 def uninterrupted(files, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("full"))
-    assert training.main(flags_for(files, out)) == 0
-    names = sorted(os.listdir(out))
-    return out, names
+    def uninterrupted():
+        out = str(tmp_path_factory.mktemp("full"))
+        assert training.main(flags_for(files, out)) == 0
+        return out, sorted(os.listdir(out))
+    return _once("uninterrupted", uninterrupted)
 
 
 def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
@@ -157,9 +174,11 @@ CLIP_AFTER = "clip_by_global_norm_after_gradient_allreduce"
 
 @pytest.fixture(scope="module")
 def uninterrupted_clip_after(files, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("full_clip_after"))
-    assert training.main(flags_for(files, out, **{CLIP_AFTER: True})) == 0
-    return out
+    def uninterrupted_clip_after():
+        out = str(tmp_path_factory.mktemp("full_clip_after"))
+        assert training.main(flags_for(files, out, **{CLIP_AFTER: True})) == 0
+        return out
+    return _once("uninterrupted_clip_after", uninterrupted_clip_after)
 
 
 # SIGTERM to the process group reaches the trainer too: it covers SIGTERM to the trainer alone.

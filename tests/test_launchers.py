@@ -1,5 +1,6 @@
 """train_model.sh / start_training.sh / Dockerfile: what the image runs, tested outside Docker."""
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -370,21 +371,44 @@ def _env(**kw):
     return e
 
 
+BENCH_CALLS = """
+import contextlib, io, json, os, runpy, sys
+results = []
+for path, argv in json.loads(sys.argv[1]):
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    sys.argv, saved_path = [path] + argv, list(sys.path)
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.path[:] = saved_path
+    results.append([status, out.getvalue(), err.getvalue()])
+print(json.dumps(results))
+"""
+
+
 def test_help_everywhere_and_numeric_settings_are_checked(tmp_path):
     for script, words in ((TRAIN, "usage: train_model.sh"), (START, "DROP_CACHES")):
         proc = subprocess.run([script, "--help"], capture_output=True, text=True, env=_env())
         assert proc.returncode == 0 and words in proc.stdout, proc.stderr
-    for bench in ("bench_make_dataset.py", "bench_optimizer.py", "create_pretraining_data.py",
-                  "train_throughput.py", "check_logs.py"):
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", bench), "--help"],
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0 and proc.stdout.strip(), bench
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train_throughput.py"),
-                           "--bert_config_file=" + os.path.join(ROOT, "configs", "bert_config_demo.json"),
-                           "--max_seq_length=128"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "error: --max_seq_length=128 exceeds max_position_embeddings=32 of %s"
-        % os.path.join(ROOT, "configs", "bert_config_demo.json")], proc.stderr
+    # each bench script as `python bench/X.py ARGS` runs it (as __main__, its folder first on
+    # sys.path), all in one interpreter: one torch import instead of six
+    config = os.path.join(ROOT, "configs", "bert_config_demo.json")
+    calls = [(bench, ["--help"]) for bench in ("bench_make_dataset.py", "bench_optimizer.py",
+                                                "create_pretraining_data.py", "train_throughput.py", "check_logs.py")]
+    calls.append(("train_throughput.py", ["--bert_config_file=" + config, "--max_seq_length=128"]))
+    proc = subprocess.run([sys.executable, "-c", BENCH_CALLS, json.dumps(
+        [[os.path.join(ROOT, "bench", b), argv] for b, argv in calls])], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout.splitlines()[-1])
+    for (bench, _), (status, out, err) in zip(calls[:-1], results):
+        assert status == 0 and out.strip(), (bench, err)
+    status, _, err = results[-1]
+    assert status == 2 and err.strip().splitlines() == [
+        "error: --max_seq_length=128 exceeds max_position_embeddings=32 of %s" % config], err
     for name, value in (("NUM_GPUS", "0"), ("NUM_GPUS", "abc"), ("NNODES", "-1"), ("MASTER_PORT", "x")):
         proc = subprocess.run([TRAIN, "--dry_run"], capture_output=True, text=True,
                               env=_env(DATA_DIR="/data", **{name: value}))

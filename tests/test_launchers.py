@@ -497,6 +497,9 @@ def test_torchrun_errors_are_the_trainers_one_line_and_status(tmp_path):
     assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
 
 
+TINY_STEPS = 20  # the sigterm test stops the run at its checkpoint at step 3: 17 steps left to stop in
+
+
 @pytest.fixture(scope="module")
 def tiny_run(golden_dir, tmp_path_factory):
     """Data, a tiny BERT config and the start_training.sh arguments of a short real run."""
@@ -512,7 +515,7 @@ def tiny_run(golden_dir, tmp_path_factory):
            "initializer_range": 0.02}
     (d / "config.json").write_text(json.dumps(cfg))
     args = ["--preset=demo_cpu", "--bert_config_file=%s" % (d / "config.json"), "--max_seq_length=128",
-            "--max_predictions_per_seq=20", "--train_batch_size=4", "--num_train_steps=30",
+            "--max_predictions_per_seq=20", "--train_batch_size=4", "--num_train_steps=%d" % TINY_STEPS,
             "--save_checkpoints_steps=3", "--seed=7", "--num_workers=1", "--target_mlm_accuracy=1.0",
             "--eval_batch_size=8", "--eval_frequency=48", "--noprogress"]
     env = _env(INPUT_FILES=str(d / "train.tfrecord"), EVAL_FILE=str(d / "eval.tfrecord"), PYTHON=sys.executable,
@@ -547,8 +550,8 @@ def test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical(tiny_ru
     assert "FAIL" not in out and "RESULT," not in out, out
     again = subprocess.run([START] + args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
-    a = torch.load(full / "model.ckpt-30.pt", weights_only=False)
-    b = torch.load(tmp_path / "run" / "model.ckpt-30.pt", weights_only=False)
+    a = torch.load(full / ("model.ckpt-%d.pt" % TINY_STEPS), weights_only=False)
+    b = torch.load(tmp_path / "run" / ("model.ckpt-%d.pt" % TINY_STEPS), weights_only=False)
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
@@ -648,10 +651,12 @@ def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and
     from mlperf_bert.trainer import training
     args, env, full = tiny_run
     args = [a for a in args if not a.startswith(("--target_mlm_accuracy", "--eval_frequency", "--num_workers", "--seed"))]
-    env = dict(env, INIT_CHECKPOINT=str(full / "model.ckpt-30.pt"), SUBMISSION_ORG="Test",
+    env = dict(env, INIT_CHECKPOINT=str(full / ("model.ckpt-%d.pt" % TINY_STEPS)), SUBMISSION_ORG="Test",
                SUBMISSION_PLATFORM="cpu_tiny", SUBMISSION_STATUS="research")
     out = tmp_path / "runs"
-    run = [START] + args + ["--target_mlm_accuracy=0.0", "--eval_frequency=16", "--num_workers=0"]
+    # target 0.0 at an eval every update (global batch 8 = 4 x demo_cpu's 2 micro-steps): each run ends
+    # after one update, its first eval
+    run = [START] + args + ["--target_mlm_accuracy=0.0", "--eval_frequency=8", "--num_workers=0"]
     for i in range(2, 10):
         dry = subprocess.run([TRAIN, "--dry_run"] + run[1:], capture_output=True, text=True, cwd=ROOT, timeout=60,
                              env=dict(env, OUTPUT_DIR=str(out / ("run_%d" % i)), SEED=str(100 + i)), check=True)

@@ -219,19 +219,14 @@ def piece(ranks, name):
     return [out[name][1] for out in ranks]
 
 
-_LAUNCHES = {}
-
-
 @pytest.fixture(scope="module")
 def two_ranks(files, tmp_path_factory):
     """One 2-rank launch for this file's 2-rank tests: the stop vote, then the sync counts of both
-    clipping modes."""
-    if "syncs" not in _LAUNCHES:
-        tmp = str(tmp_path_factory.mktemp("two_ranks"))
-        pieces = [("votes", _votes, (3,))] + [
-            ("syncs%d" % c, _syncs_of_two_ranks, (files, os.path.join(tmp, "out%d" % c), c)) for c in (0, 1)]
-        _LAUNCHES["syncs"] = (tmp, run_ranks(run_pieces, pieces, tmp=tmp))
-    return _LAUNCHES["syncs"]
+    clipping modes -> (its directory, the results by rank)."""
+    tmp = str(tmp_path_factory.mktemp("two_ranks"))
+    pieces = [("votes", _votes, (3,))] + [
+        ("syncs%d" % c, _syncs_of_two_ranks, (files, os.path.join(tmp, "out%d" % c), c)) for c in (0, 1)]
+    return tmp, run_ranks(run_pieces, pieces, tmp=tmp, timeout=480)
 
 
 @pytest.mark.slow

@@ -214,7 +214,7 @@ def two_ranks(tmp_path_factory):
     from test_host_syncs import run_pieces, run_ranks
     tmp = str(tmp_path_factory.mktemp("two_ranks"))
     return run_ranks(run_pieces, [("graphed", _graphed_on_two_ranks, (tmp,)), ("ddp", _ddp_on_two_ranks, (tmp,))],
-                     tmp=tmp)
+                     tmp=tmp, timeout=480)
 
 
 @pytest.mark.slow

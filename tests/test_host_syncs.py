@@ -195,15 +195,25 @@ def _syncs_of_two_ranks(rank, world, files, out, clip_after):
     return [(name, stack) for name, stack in calls]
 
 
-def run_pieces(rank, world, pieces):
+def free_ports(n):
+    """``n`` different loopback ports, free now."""
+    import contextlib
+    import socket
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def run_pieces(rank, world, ports, pieces):
     """In a spawned rank: ``fn(rank, world, *args)`` of each (name, fn, args) in turn, one launch
-    for several tests (each spawned rank pays torch's import) -> {name: (ok, result or traceback)}."""
-    from torch.distributed import distributed_c10d
+    for several tests (each spawned rank pays torch's import) -> {name: (ok, result or traceback)}.
+    Each piece meets at a port of its own (``ports``): a rank still leaving the previous piece's
+    store must not be the one the other rank connects to."""
     out = {}
-    for i, (name, fn, args) in enumerate(pieces):
-        # each piece's groups under names of their own in the store (as in test_training's
-        # RUNS_IN_ONE_LAUNCH): never a destroyed group's stale addresses
-        distributed_c10d._world.group_count = 1000 * i
+    for (name, fn, args), port in zip(pieces, ports):
+        os.environ["MASTER_PORT"] = str(port)
         try:
             out[name] = (True, fn(rank, world, *args))
         except BaseException:  # the test of this piece shows it
@@ -226,7 +236,7 @@ def two_ranks(files, tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("two_ranks"))
     pieces = [("votes", _votes, (3,))] + [
         ("syncs%d" % c, _syncs_of_two_ranks, (files, os.path.join(tmp, "out%d" % c), c)) for c in (0, 1)]
-    return tmp, run_ranks(run_pieces, pieces, tmp=tmp, timeout=480)
+    return tmp, run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=tmp, timeout=480)
 
 
 @pytest.mark.slow

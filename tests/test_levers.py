@@ -211,10 +211,10 @@ def _graphed_on_two_ranks(rank, world, tmp):
 def two_ranks(tmp_path_factory):
     """One 2-rank launch for this file's 2-rank tests (each spawned rank pays torch's import):
     the --cuda_graphs path, then DDP's buckets."""
-    from test_host_syncs import run_pieces, run_ranks
+    from test_host_syncs import free_ports, run_pieces, run_ranks
     tmp = str(tmp_path_factory.mktemp("two_ranks"))
-    return run_ranks(run_pieces, [("graphed", _graphed_on_two_ranks, (tmp,)), ("ddp", _ddp_on_two_ranks, (tmp,))],
-                     tmp=tmp, timeout=480)
+    pieces = [("graphed", _graphed_on_two_ranks, (tmp,)), ("ddp", _ddp_on_two_ranks, (tmp,))]
+    return run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=tmp, timeout=480)
 
 
 @pytest.mark.slow

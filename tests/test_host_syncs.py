@@ -170,27 +170,85 @@ def run_ranks(target, *args, world=2, timeout=240, tmp=None):
 
 
 class _Patch:
-    """monkeypatch's setattr for a spawned rank (which ends after the test)."""
+    """monkeypatch's setattr and undo for a spawned rank."""
+
+    def __init__(self):
+        self.saved = []
 
     def setattr(self, obj, name, value):
+        self.saved.append((obj, name, getattr(obj, name)))
         setattr(obj, name, value)
+
+    def undo(self):
+        for obj, name, value in reversed(self.saved):
+            setattr(obj, name, value)
+        self.saved = []
 
 
 def _syncs_of_two_ranks(rank, world, files, out, clip_after):
-    calls = _count_syncs(_Patch())
-    assert training.main(_argv(files, "unpacked", out, clip_after)) == 0
+    patch = _Patch()
+    calls = _count_syncs(patch)
+    try:
+        assert training.main(_argv(files, "unpacked", out, clip_after)) == 0
+    finally:
+        patch.undo()  # the next piece of the launch (run_pieces) counts on its own
     return [(name, stack) for name, stack in calls]
+
+
+def free_ports(n):
+    """``n`` different loopback ports, free now."""
+    import contextlib
+    import socket
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def run_pieces(rank, world, ports, pieces):
+    """In a spawned rank: ``fn(rank, world, *args)`` of each (name, fn, args) in turn, one launch
+    for several tests (each spawned rank pays torch's import) -> {name: (ok, result or traceback)}.
+    Each piece meets at a port of its own (``ports``): a rank still leaving the previous piece's
+    store must not be the one the other rank connects to."""
+    out = {}
+    for (name, fn, args), port in zip(pieces, ports):
+        os.environ["MASTER_PORT"] = str(port)
+        try:
+            out[name] = (True, fn(rank, world, *args))
+        except BaseException:  # the test of this piece shows it
+            out[name] = (False, traceback.format_exc())
+    return out
+
+
+def piece(ranks, name):
+    """The results by rank of the piece ``name`` of a run_pieces launch; a rank's failure fails it."""
+    for rank, out in enumerate(ranks):
+        ok, value = out[name]
+        assert ok, "rank %d, %s:\n%s" % (rank, name, value)
+    return [out[name][1] for out in ranks]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(files, tmp_path_factory):
+    """One 2-rank launch for this file's 2-rank tests: the stop vote, then the sync counts of both
+    clipping modes -> (its directory, the results by rank)."""
+    tmp = str(tmp_path_factory.mktemp("two_ranks"))
+    pieces = [("votes", _votes, (3,))] + [
+        ("syncs%d" % c, _syncs_of_two_ranks, (files, os.path.join(tmp, "out%d" % c), c)) for c in (0, 1)]
+    return tmp, run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=tmp, timeout=480)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("clip_after", [False, True], ids=["clip_each", "clip_after_ddp"])
-def test_two_ranks_wait_for_no_device_between_boundaries(files, clip_after, tmp_path):
+def test_two_ranks_wait_for_no_device_between_boundaries(two_ranks, clip_after):
     """2 gloo ranks, 4 updates of 2 micro-steps: no host sync in the loop on either rank, the
     SIGTERM check at each update included (a vote of the host, read one update later; it was an
     all-reduce of a device tensor and .item() every update). Per-replica clipping all-reduces
-    the buffers; clipping after the reduction is DDP's."""
-    out = str(tmp_path / "out")
-    for rank, calls in enumerate(run_ranks(_syncs_of_two_ranks, files, out, clip_after, tmp=str(tmp_path))):
+    the buffers; clipping after the reduction is DDP's. (Both modes run in one launch.)"""
+    tmp, ranks = two_ranks
+    out = os.path.join(tmp, "out%d" % clip_after)
+    for rank, calls in enumerate(piece(ranks, "syncs%d" % clip_after)):
         assert not calls, "rank %d: %d host syncs, the first:\n%s %s" % (rank, len(calls), calls[0][0], calls[0][1])
     assert os.path.exists(os.path.join(out, "model.ckpt-%d.pt" % STEPS))
 
@@ -206,7 +264,7 @@ def _votes(rank, world, raise_at):
 
 
 @pytest.mark.slow
-def test_the_stop_vote_agrees_on_every_rank_one_update_later(tmp_path):
+def test_the_stop_vote_agrees_on_every_rank_one_update_later(two_ranks):
     """Rank 1 alone asks to stop before update 3: both ranks stop at update 4, none earlier."""
-    a, b = run_ranks(_votes, 3, tmp=str(tmp_path))
+    a, b = piece(two_ranks[1], "votes")
     assert a == b == [False] * 4 + [True] * 2

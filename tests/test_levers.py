@@ -207,15 +207,25 @@ def _graphed_on_two_ranks(rank, world, tmp):
     return out
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """One 2-rank launch for this file's 2-rank tests (each spawned rank pays torch's import):
+    the --cuda_graphs path, then DDP's buckets."""
+    from test_host_syncs import free_ports, run_pieces, run_ranks
+    tmp = str(tmp_path_factory.mktemp("two_ranks"))
+    pieces = [("graphed", _graphed_on_two_ranks, (tmp,)), ("ddp", _ddp_on_two_ranks, (tmp,))]
+    return run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=tmp, timeout=480)
+
+
 @pytest.mark.slow
-def test_cuda_graphs_on_two_ranks_trains_as_the_compiled_step(tmp_path):
+def test_cuda_graphs_on_two_ranks_trains_as_the_compiled_step(two_ranks):
     """2 gloo ranks, per-replica clipping (the all-reduce of the clipped sums runs after the
     backward, between the graphs): the graphed path (device refusal lifted, torch.compile the
     function itself, every gradient still held between micro-steps overwritten as a replay
     would) equals the compiled step bit for bit on each rank over 3 updates of 2 micro-steps;
     the ranks saw other batches and hold the same weights (the all-reduce ran)."""
-    from test_host_syncs import run_ranks
-    ranks = run_ranks(_graphed_on_two_ranks, str(tmp_path), tmp=str(tmp_path))
+    from test_host_syncs import piece
+    ranks = piece(two_ranks, "graphed")
     for (plain, plain_w), (graphed, graphed_w) in ranks:
         assert graphed == plain
         assert all(torch.equal(plain_w[k], graphed_w[k]) for k in plain_w)
@@ -268,7 +278,7 @@ def _ddp_on_two_ranks(rank, world, tmp):
 
 
 @pytest.mark.slow
-def test_ddp_keeps_gradients_in_its_buckets_and_computes_what_it_did(tmp_path):
+def test_ddp_keeps_gradients_in_its_buckets_and_computes_what_it_did(two_ranks):
     """--clip_by_global_norm_after_gradient_allreduce on 2 gloo ranks: DDP runs with
     gradient_as_bucket_view (static_graph only at one micro-step an update); the gradients are
     views of DDP's flat buckets, zeroed in place after each update, not dropped and made again,
@@ -278,8 +288,8 @@ def test_ddp_keeps_gradients_in_its_buckets_and_computes_what_it_did(tmp_path):
     DDP's static graph with no_sync either fails or stops reducing on this torch
     (pytorch/pytorch#187732): when this assertion fails, torch has fixed it, and static_graph can
     be turned on with accumulation too (training.ddp_options)."""
-    from test_host_syncs import run_ranks
-    ranks = run_ranks(_ddp_on_two_ranks, str(tmp_path), tmp=str(tmp_path))
+    from test_host_syncs import piece
+    ranks = piece(two_ranks, "ddp")
     for out in ranks:
         for (n, compiled), runs in ((k, v) for k, v in out.items() if k != "static_no_sync"):
             view, static, ptrs, views, w = runs["trainer"]

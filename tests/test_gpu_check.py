@@ -26,7 +26,6 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--tiny", "--budget_s=420",
                            "--input_file=" + golden_s512, "--batches=2", "--steps=1", "--eval_batches=2",
                            "--compile_backend=eager", "--levers=fused_qkv,pad_vocab,cuda_graphs", "--trainer_steps=4",
-                           "--lever_layers=1",
                            "--json=%s" % out], capture_output=True, text=True, cwd=str(tmp_path),
                           env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
     wall = time.time() - t

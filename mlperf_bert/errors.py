@@ -82,7 +82,25 @@ def worker_pool(workers, start_method=None):
     try:
         yield pool
     except BaseException:
-        pool.terminate()
+        terminate_pool(pool)
         raise
     pool.close()
     pool.join()
+
+
+def terminate_pool(pool, grace=10.0):
+    """``pool.terminate()``, which sends each worker one SIGTERM and then joins it for ever: a
+    worker that outlived its SIGTERM (seen once under ``make test``: blocked on the task queue's
+    lock, which the terminating pool holds, alive after the signal) hung the command. Workers
+    still alive after ``grace`` seconds get SIGKILL. (``Pool._pool``: the workers; no public
+    attribute lists them.)"""
+    import threading
+    workers = list(getattr(pool, "_pool", None) or [])
+    done = threading.Thread(target=pool.terminate, name="pool-terminate", daemon=True)
+    done.start()
+    done.join(grace)
+    while done.is_alive():
+        for w in workers:
+            if w.exitcode is None:
+                w.kill()
+        done.join(1.0)

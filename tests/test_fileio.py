@@ -507,3 +507,29 @@ def test_a_pool_worker_sigtermed_while_it_leaves_is_quiet(tmp_path):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=ROOT))
     assert (r.returncode, r.stdout, r.stderr) == (0, "done\n", "")
+
+
+def _outlive_sigterm(path):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a worker that outlives pool.terminate()'s SIGTERM
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(60)
+
+
+def test_an_error_ends_the_pool_even_if_a_worker_outlives_its_sigterm(monkeypatch, tmp_path):
+    """A make-dataset run under ``make test`` hung for ever after an input error: pool.terminate()
+    sends each worker one SIGTERM and joins it, and one worker lived on. worker_pool's error path
+    kills what is still alive after its grace period (1 s here, 10 s in use)."""
+    from mlperf_bert import errors
+    monkeypatch.setattr(errors.terminate_pool, "__defaults__", (1.0,))
+    start = time.time()
+    with pytest.raises(ValueError, match="bad input"):
+        with errors.worker_pool(1, "fork") as pool:
+            pool.apply_async(_outlive_sigterm, (str(tmp_path / "pid"),))
+            while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+                time.sleep(0.05)
+            pid = int((tmp_path / "pid").read_text())
+            raise ValueError("bad input")
+    assert time.time() - start < 30  # pool.terminate() alone waits out the worker's 60 s
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the worker is gone (killed, and reaped by the pool's join)

@@ -116,15 +116,6 @@ def sum_values(values, device):
     return t.tolist()
 
 
-def any_rank(flag, device):
-    """True on every rank if ``flag`` is true on any rank."""
-    if not active():
-        return bool(flag)
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
-
-
 class StopVote:
     """Whether any rank wants to stop (a SIGTERM), agreed by every rank at the same update,
     without waiting for the device: the flag is a host bool, voted on by an all-reduce on a

@@ -1,6 +1,7 @@
 import gzip
 import os
 import shutil
+import signal
 import sys
 
 import pytest
@@ -16,6 +17,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # torch.compile (inductor) compiles its kernels in this process instead of starting a pool of
 # compile workers, each importing torch again
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# A shell without job control starts a background job (`make test &`) with SIGINT ignored, and an
+# ignored signal stays ignored across fork and exec: the trainers the signal tests start would
+# never see their SIGINT. A handler of our own is reset to the default in every child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _unpack(src_dir, dst_dir):

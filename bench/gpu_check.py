@@ -682,11 +682,14 @@ def stage_eval(ctx, save):
 def sync_warnings(found):
     """Within: each warning of a synchronizing operation (what torch.cuda.set_sync_debug_mode("warn")
     sends) appended to ``found`` as {"what", "at": the warning's own place, "stack": this
-    repository's frames of the stack it came from}."""
+    repository's frames of the stack it came from, "innermost": its last 3 frames, torch's too}."""
     def seen(message, category, filename, lineno, file=None, line=None):
         if "synchroniz" in str(message).lower():
+            stack = traceback.extract_stack()[:-1]
             found.append({"what": str(message).strip().splitlines()[0], "at": "%s:%s" % (filename, lineno),
-                          "stack": our_frames(traceback.extract_stack()[:-1])})
+                          "stack": our_frames(stack),
+                          "innermost": ["%s:%s %s" % (f.filename.split("site-packages/")[-1], f.lineno, f.name)
+                                        for f in stack[-3:]]})
     with warnings.catch_warnings():  # which restores showwarning
         warnings.simplefilter("always")
         warnings.showwarning = seen

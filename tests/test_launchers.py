@@ -485,6 +485,32 @@ def test_page_cache_is_dropped_where_it_can_be_and_logged_true_only_then(fake_en
         assert "/results/" not in f.read()  # results/ holds the checksum tables
 
 
+OPTIMIZER_WITHOUT_DYNAMO = """
+import sys
+import torch
+from mlperf_bert.trainer.optimizer import BertOptimizer
+p = torch.nn.Parameter(torch.ones(3))
+opt = BertOptimizer([dict(params=[p], names=["w"], exclude=False)], lr=0.1)
+p.grad = torch.full((3,), 0.5)
+opt.step()
+state = opt.state_dict()
+opt.zero_grad()
+opt.load_state_dict(state)
+assert p.grad is None and opt.state_dict()["state"][0]["step"] == 1, opt.state_dict()
+print("dynamo imported" if "torch._dynamo" in sys.modules else "dynamo not imported")
+"""
+
+
+def test_the_trainers_optimizer_does_not_import_dynamo():
+    """Every trainer start (each run of a launcher) imported torch._dynamo, 1.5 s of CPU, as much
+    as torch itself: torch.optim.Optimizer's methods are wrapped in torch._disable_dynamo, which
+    imports it on their first call. Until something else imports it, BertOptimizer runs them
+    unwrapped (nothing can be tracing them then)."""
+    proc = subprocess.run([sys.executable, "-c", OPTIMIZER_WITHOUT_DYNAMO], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "dynamo not imported\n", proc.stdout + proc.stderr
+
+
 @pytest.mark.slow
 def test_torchrun_errors_are_the_trainers_one_line_and_status(tmp_path):
     env = _env(INPUT_FILES=str(tmp_path / "missing-*"), EVAL_FILE=str(tmp_path / "eval"), NUM_GPUS="2",

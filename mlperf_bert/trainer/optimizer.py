@@ -5,6 +5,9 @@ variables whose *TF name* contains "LayerNorm", "layer_norm" or "bias". Each opt
 a per-tensor path and a multi-tensor (``torch._foreach_*``) path doing the same operations
 in the same order; the multi-tensor path is the default on GPU.
 """
+import functools
+import sys
+
 import torch
 
 from mlperf_bert.trainer.tf_checkpoint import tf_name
@@ -24,6 +27,22 @@ def _tf_name(param_name):
     return tf_name(param_name)
 
 
+def _until_dynamo(name):
+    """torch.optim.Optimizer's method ``name``, which torch wraps in torch._disable_dynamo, run
+    unwrapped while torch._dynamo is not imported. The wrapper imports torch._dynamo on its first
+    call (1.5 s of CPU, as much as importing torch: every trainer start paid it in __init__) to
+    turn off a tracer that, not imported, cannot be tracing; once it is imported, the wrapper runs."""
+    wrapped = getattr(torch.optim.Optimizer, name)
+    plain = getattr(wrapped, "__wrapped__", None)
+    if plain is None:  # a torch that does not wrap it
+        return wrapped
+
+    @functools.wraps(plain)
+    def method(self, *args, **kwargs):
+        return (wrapped if "torch._dynamo" in sys.modules else plain)(self, *args, **kwargs)
+    return method
+
+
 class BertOptimizer(torch.optim.Optimizer):
     """LAMB (``kind="lamb"``) or the reference's AdamWeightDecayOptimizer (``kind="adamw"``).
 
@@ -41,6 +60,11 @@ class BertOptimizer(torch.optim.Optimizer):
         super().__init__(groups, defaults)
         self.kind = kind
         self.foreach = foreach
+
+    add_param_group = _until_dynamo("add_param_group")
+    state_dict = _until_dynamo("state_dict")
+    load_state_dict = _until_dynamo("load_state_dict")
+    zero_grad = _until_dynamo("zero_grad")
 
     def _use_foreach(self, params):
         if self.foreach is not None:

@@ -528,9 +528,13 @@ TINY_STEPS = 20  # the sigterm test stops the run at its checkpoint at step 3: 1
 
 @pytest.fixture(scope="module")
 def tiny_run(golden_dir, tmp_path_factory):
-    """Data, a tiny BERT config and the start_training.sh arguments of a short real run."""
+    """Data, a tiny BERT config and the start_training.sh arguments of a short real run, and the
+    run made uninterrupted: train_model.sh's command for them (its --dry_run) run in this process
+    on one thread, as the launched runs (OMP_NUM_THREADS=1) that the tests compare with it."""
     import json
+    import torch
     from mlperf_bert.dataset import tfrecord
+    from mlperf_bert.trainer import training
     d = tmp_path_factory.mktemp("tiny_run")
     recs = list(tfrecord.read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))
     tfrecord.write_records(str(d / "train.tfrecord"), recs[:96])
@@ -547,9 +551,16 @@ def tiny_run(golden_dir, tmp_path_factory):
     env = _env(INPUT_FILES=str(d / "train.tfrecord"), EVAL_FILE=str(d / "eval.tfrecord"), PYTHON=sys.executable,
                DROP_CACHES="0", CHECK_LOG="0", OMP_NUM_THREADS="1")
     full = d / "full"
-    proc = subprocess.run([START] + args, capture_output=True, text=True, env=dict(env, OUTPUT_DIR=str(full)),
-                          cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    dry = subprocess.run([TRAIN, "--dry_run"] + args, capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         env=dict(env, OUTPUT_DIR=str(full)))
+    assert dry.returncode == 0, dry.stderr
+    command = shlex.split(dry.stdout.strip().splitlines()[-1])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert training.main(command[1:]) == 0
+    finally:
+        torch.set_num_threads(threads)
     return args, env, full
 
 

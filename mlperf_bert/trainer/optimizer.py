@@ -27,20 +27,18 @@ def _tf_name(param_name):
     return tf_name(param_name)
 
 
-def _until_dynamo(name):
-    """torch.optim.Optimizer's method ``name``, which torch wraps in torch._disable_dynamo, run
-    unwrapped while torch._dynamo is not imported. The wrapper imports torch._dynamo on its first
-    call (1.5 s of CPU, as much as importing torch: every trainer start paid it in __init__) to
-    turn off a tracer that, not imported, cannot be tracing; once it is imported, the wrapper runs."""
-    wrapped = getattr(torch.optim.Optimizer, name)
-    plain = getattr(wrapped, "__wrapped__", None)
-    if plain is None:  # a torch that does not wrap it
-        return wrapped
+def _dynamo_only_once_imported(method):
+    """torch.optim.Optimizer's ``method``, which torch wraps in torch._disable_dynamo: the wrapper's
+    first call imports torch._dynamo, about a second of CPU at the start of every trainer process
+    (and of each rank), which without --compile has no other use for it. Dynamo traces nothing in
+    a process that has not imported it, so there the wrapped function itself runs, as the wrapper
+    would run it; once dynamo is imported, the wrapper does."""
+    plain = getattr(method, "__wrapped__", method)
 
     @functools.wraps(plain)
-    def method(self, *args, **kwargs):
-        return (wrapped if "torch._dynamo" in sys.modules else plain)(self, *args, **kwargs)
-    return method
+    def call(*args, **kwargs):
+        return (method if "torch._dynamo" in sys.modules else plain)(*args, **kwargs)
+    return call
 
 
 class BertOptimizer(torch.optim.Optimizer):
@@ -61,10 +59,10 @@ class BertOptimizer(torch.optim.Optimizer):
         self.kind = kind
         self.foreach = foreach
 
-    add_param_group = _until_dynamo("add_param_group")
-    state_dict = _until_dynamo("state_dict")
-    load_state_dict = _until_dynamo("load_state_dict")
-    zero_grad = _until_dynamo("zero_grad")
+    add_param_group = _dynamo_only_once_imported(torch.optim.Optimizer.add_param_group)
+    state_dict = _dynamo_only_once_imported(torch.optim.Optimizer.state_dict)
+    load_state_dict = _dynamo_only_once_imported(torch.optim.Optimizer.load_state_dict)
+    zero_grad = _dynamo_only_once_imported(torch.optim.Optimizer.zero_grad)
 
     def _use_foreach(self, params):
         if self.foreach is not None:

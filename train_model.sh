@@ -290,7 +290,10 @@ if [[ "$DRY_RUN" != 1 ]] && (( NUM_GPUS > 1 )); then
   device="$(flag_value device auto)"
   found=0
   if [[ "$device" != cpu ]]; then
-    found="$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null)" || found=0
+    # a CPU build of torch (version +cpu) sees no GPU: said without importing torch (1.5 s of CPU)
+    found="$("$PYTHON" -c 'import importlib.metadata, sys
+if importlib.metadata.version("torch").endswith("+cpu"): sys.exit(print(0))
+import torch; print(torch.cuda.device_count())' 2>/dev/null)" || found=0
   fi
   if (( found > 0 )); then
     (( NUM_GPUS <= found )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has $found GPU(s) (torch.cuda.device_count()): set NUM_GPUS=$found or fewer"

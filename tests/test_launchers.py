@@ -175,7 +175,15 @@ def test_closed_runs_without_submitter_or_platform_are_refused_in_one_line(scrip
 def test_check_only_refuses_what_the_run_refuses(tmp_path):
     """Issue 37 (11): CHECK_ONLY=1 (start_training.sh's check before run 0) passed NUM_GPUS above the
     host's GPUs or cores, which the run then refused after "STARTING TIMING RUN"."""
-    env = _env(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), NUM_GPUS="99999", DROP_CACHES="0")
+    # torch as the check finds it first on the path: it says it was imported and is not there. A CPU
+    # build of torch (version +cpu) sees no GPU, and the check says so without importing it (1.5 s)
+    import importlib.metadata
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("open(%r, 'a').write('imported\\n')\nraise ImportError('fake')\n"
+                                      % str(tmp_path / "torch_imported"))
+    env = _env(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), NUM_GPUS="99999", DROP_CACHES="0",
+               PYTHONPATH=str(tmp_path / "fake"))
     check = subprocess.run([TRAIN, "--preset=demo_cpu"], capture_output=True, text=True, timeout=120,
                            env=dict(env, CHECK_ONLY="1"))
     lines = check.stderr.splitlines()
@@ -185,6 +193,8 @@ def test_check_only_refuses_what_the_run_refuses(tmp_path):
                             env=dict(env, NUM_RUNS="10"))
     assert series.returncode == 2 and series.stderr == check.stderr and series.stdout == "", series.stdout
     assert not (tmp_path / "out").exists()
+    cpu_build = importlib.metadata.version("torch").endswith("+cpu")
+    assert (tmp_path / "torch_imported").exists() != cpu_build
 
 
 def test_bare_rcp_preset_is_one_line_listing_the_rcp_presets():

@@ -44,8 +44,9 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 # the package importable with any PYTHON, without changing the directory relative paths are in
 export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"
-# MAX_PER_GPU_BATCH's one definition: mlperf_bert/trainer/memory_plan.py (no torch import); --help shows it
-plan_max() { "$PYTHON" -c 'from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH; print(MAX_PER_GPU_BATCH)'; }
+# MAX_PER_GPU_BATCH's one definition: mlperf_bert/trainer/memory_plan.py (no torch import); --help shows it.
+# -S: without site (the standard library and PYTHONPATH are all it needs), a third of Python's start.
+plan_max() { "$PYTHON" -S -c 'from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH; print(MAX_PER_GPU_BATCH)'; }
 if [[ -z "${MAX_PER_GPU_BATCH:-}" ]]; then
   MAX_PER_GPU_BATCH="$(plan_max 2>/dev/null)" || die "cannot read MAX_PER_GPU_BATCH from mlperf_bert/trainer/memory_plan.py with PYTHON=$PYTHON: set PYTHON to the project's interpreter, or set MAX_PER_GPU_BATCH"
 fi

@@ -5,6 +5,9 @@ variables whose *TF name* contains "LayerNorm", "layer_norm" or "bias". Each opt
 a per-tensor path and a multi-tensor (``torch._foreach_*``) path doing the same operations
 in the same order; the multi-tensor path is the default on GPU.
 """
+import functools
+import sys
+
 import torch
 
 from mlperf_bert.trainer.tf_checkpoint import tf_name
@@ -24,6 +27,20 @@ def _tf_name(param_name):
     return tf_name(param_name)
 
 
+def _dynamo_only_once_imported(method):
+    """torch.optim.Optimizer's ``method``, which torch wraps in torch._disable_dynamo: the wrapper's
+    first call imports torch._dynamo, about a second of CPU at the start of every trainer process
+    (and of each rank), which without --compile has no other use for it. Dynamo traces nothing in
+    a process that has not imported it, so there the wrapped function itself runs, as the wrapper
+    would run it; once dynamo is imported, the wrapper does."""
+    plain = getattr(method, "__wrapped__", method)
+
+    @functools.wraps(plain)
+    def call(*args, **kwargs):
+        return (method if "torch._dynamo" in sys.modules else plain)(*args, **kwargs)
+    return call
+
+
 class BertOptimizer(torch.optim.Optimizer):
     """LAMB (``kind="lamb"``) or the reference's AdamWeightDecayOptimizer (``kind="adamw"``).
 
@@ -41,6 +58,11 @@ class BertOptimizer(torch.optim.Optimizer):
         super().__init__(groups, defaults)
         self.kind = kind
         self.foreach = foreach
+
+    add_param_group = _dynamo_only_once_imported(torch.optim.Optimizer.add_param_group)
+    state_dict = _dynamo_only_once_imported(torch.optim.Optimizer.state_dict)
+    load_state_dict = _dynamo_only_once_imported(torch.optim.Optimizer.load_state_dict)
+    zero_grad = _dynamo_only_once_imported(torch.optim.Optimizer.zero_grad)
 
     def _use_foreach(self, params):
         if self.foreach is not None:

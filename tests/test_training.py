@@ -535,13 +535,21 @@ def test_damaged_newest_checkpoint_is_a_one_line_error(files, tmp_path):
     assert "\n" not in str(e.value)
 
 
-def test_command_line_error_exits_2_with_one_line(files, tmp_path):
-    r = subprocess.run([PY, os.path.join(ROOT, "run_pretraining.py")]
-                       + flags_for(files, str(tmp_path / "o"), input_file=str(tmp_path / "none"))[1:],
-                       capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error: --input_file")
+def test_command_line_error_exits_2_with_one_line(files, tmp_path, capsys, monkeypatch):
+    """run_pretraining.py itself, run in this process as ``python run_pretraining.py`` runs it
+    (test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir runs it as a process of its own)."""
+    import runpy
+    monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "run_pretraining.py")]
+                        + flags_for(files, str(tmp_path / "o"), input_file=str(tmp_path / "none"))[1:])
+    handler = signal.getsignal(signal.SIGTERM)  # run_main installs its own
+    try:
+        with pytest.raises(SystemExit) as e:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and err.startswith("error: --input_file"), err
 
 
 def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninterrupted, tmp_path):

@@ -1176,28 +1176,3 @@ def test_num_gpus_in_one_process_points_to_the_wrapper_not_bare_torchrun(files, 
     assert str(e.value) == ("--num_gpus=2 in one process: launch with python -m mlperf_bert torchrun "
                             "--nproc_per_node=2 run_pretraining.py ... (or NUM_GPUS=2 train_model.sh)")
 
-
-NO_DYNAMO = """\
-import json, os, sys
-from mlperf_bert.trainer import training
-argv = json.loads(sys.argv[1])
-out = argv[3].split("=", 1)[1]
-assert training.main(argv) == 0
-for name in ("model.ckpt-4.pt", "run_finished.json"):  # stopped after its checkpoint at step 2
-    os.remove(os.path.join(out, name))
-assert training.main(argv) == 0  # resumes: the optimizer's state loaded
-print(json.dumps(sorted(m for m in sys.modules if m.startswith("torch._dynamo"))))
-"""
-
-
-def test_a_run_without_compile_does_not_import_dynamo(files, tmp_path):
-    """torch.optim.Optimizer's state_dict, load_state_dict, zero_grad and add_param_group import
-    torch._dynamo at their first call (torch._disable_dynamo): about a second of CPU at the start
-    of every trainer process and rank. Without --compile (or DDP, which imports it itself), a run
-    and its resume import none of it (optimizer.BertOptimizer)."""
-    argv = flags_for(files, str(tmp_path / "out"), num_train_steps=4, save_checkpoints_steps=2, num_workers=0)
-    assert argv[3].startswith("--output_dir=")
-    r = subprocess.run([PY, "-c", NO_DYNAMO, json.dumps(argv)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert json.loads(r.stdout.splitlines()[-1]) == [], r.stdout

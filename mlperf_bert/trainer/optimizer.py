@@ -178,25 +178,19 @@ def create_optimizer(model, name="lamb", learning_rate=1e-4, beta_1=0.9, beta_2=
                          epsilon=epsilon, weight_decay_rate=weight_decay_rate, foreach=foreach)
 
 
-def global_norm_scale(tensors, clip_norm=1.0):
-    """-> (global norm of ``tensors``, the factor tf.clip_by_global_norm scales them by).
+@torch.no_grad()
+def clip_by_global_norm_(tensors, clip_norm=1.0):
+    """Scale ``tensors`` in place as tf.clip_by_global_norm does; return the global norm.
 
-    scale = clip_norm * min(1 / global_norm, 1 / clip_norm): a non-finite norm makes the scale,
-    and so every scaled value, non-finite, as in TF.
+    scale = clip_norm * min(1 / global_norm, 1 / clip_norm): a non-finite norm makes
+    every value non-finite, as in TF.
     """
+    tensors = [t for t in tensors if t is not None]
+    if not tensors:
+        return torch.tensor(0.0)
     norms = torch._foreach_norm(tensors)
     gnorm = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
     scale = clip_norm * torch.minimum(1.0 / gnorm, torch.full_like(gnorm, 1.0 / clip_norm))
     scale = scale + (gnorm - gnorm)  # NaN when the norm is inf or NaN, as TF does
-    return gnorm, scale
-
-
-@torch.no_grad()
-def clip_by_global_norm_(tensors, clip_norm=1.0):
-    """Scale ``tensors`` in place as tf.clip_by_global_norm does; return the global norm."""
-    tensors = [t for t in tensors if t is not None]
-    if not tensors:
-        return torch.tensor(0.0)
-    gnorm, scale = global_norm_scale(tensors, clip_norm)
     torch._foreach_mul_(tensors, scale.to(tensors[0].dtype))
     return gnorm

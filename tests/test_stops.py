@@ -138,7 +138,8 @@ def test_a_kill_during_a_background_write_leaves_no_file_that_looks_finished(tmp
 def test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical(files, uninterrupted, tmp_path):
     """The same command rerun the moment the killed trainer is gone (its DataLoader worker may still
     run: the old test waited for the worker to close the output pipe) starts, resumes, and ends
-    bit-identical to the uninterrupted run."""
+    bit-identical to the uninterrupted run. (It is also test_training.py's SIGKILL case of
+    test_killed_and_rerun_ends_bit_identical, per-replica clipping, which ran the same command.)"""
     from mlperf_bert.trainer import training
     from test_training import assert_bit_identical, flags_for
     out = str(tmp_path / "run")

@@ -182,26 +182,21 @@ def uninterrupted_clip_after(files, tmp_path_factory):
 
 
 # SIGTERM to the process group reaches the trainer too: it covers SIGTERM to the trainer alone.
-# Each signal path and each clipping mode once (test_stops.py also reruns a SIGKILLed run at once;
-# test_optimizer checks clip-after state across a resume).
-@pytest.mark.parametrize("sig,group,clip_after", [(signal.SIGKILL, False, False), (signal.SIGTERM, True, True)])
+# Each signal path and each clipping mode once: SIGKILL with per-replica clipping is test_stops.py's
+# test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical (the same command, rerun at
+# once; this test's case [9-False-False] was the same run), and test_optimizer checks clip-after
+# state across a resume.
+@pytest.mark.parametrize("sig,group,clip_after", [(signal.SIGTERM, True, True)])
 @pytest.mark.slow
-def test_killed_and_rerun_ends_bit_identical(files, uninterrupted, uninterrupted_clip_after, tmp_path, sig, group,
-                                             clip_after):
-    full = uninterrupted_clip_after if clip_after else uninterrupted[0]
+def test_killed_and_rerun_ends_bit_identical(files, uninterrupted_clip_after, tmp_path, sig, group, clip_after):
+    full = uninterrupted_clip_after
     out = str(tmp_path / "run")
     argv = flags_for(files, out, **{CLIP_AFTER: clip_after})  # with a DataLoader worker
     proc = start(argv, new_group=group)
     wait_for(os.path.join(out, "model.ckpt-3.pt"), proc)  # mid-accumulation (steps_per_update 2)
-    if group:  # the whole process group, as torchrun's shutdown or kill -- -PGID sends it
-        os.killpg(proc.pid, sig)
-    else:
-        proc.send_signal(sig)
+    os.killpg(proc.pid, sig)  # the whole process group, as torchrun's shutdown or kill -- -PGID sends it
     log = proc.communicate(timeout=120)[0]
-    if sig == signal.SIGTERM:
-        assert proc.returncode == 143 and "SIGTERM: checkpoint" in log, log
-    else:
-        assert proc.returncode == -signal.SIGKILL
+    assert proc.returncode == 143 and "SIGTERM: checkpoint" in log, log
     assert training.main(argv) == 0
     assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
 
@@ -218,49 +213,26 @@ def _torchrun(argv, *launch, timeout=300, cwd=ROOT):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-# torchrun runs this in each rank: the trainer once per argv (one launch for several runs, each
-# rank paying torch's import once; the trainer leaves its process group at the end of each run).
-# Each run's group under a name of its own in torchrun's store: a group made again under the
-# name of a destroyed one reads that one's stale gloo addresses there.
+# torchrun runs this in each rank: the trainer once per argv as run_pretraining.py runs it
+# (cli.run_main: a refusal is one line on stderr and status 2), then "run N: status S" (one
+# launch for several runs, each rank paying torch's import once; the trainer leaves its process
+# group at the end of each run, refused or not). Each run's group under a name of its own in
+# torchrun's store: a group made again under the name of a destroyed one reads that one's stale
+# gloo addresses there.
 RUNS_IN_ONE_LAUNCH = """\
-import json, sys
+import json, os, sys
 from torch.distributed import distributed_c10d
+from mlperf_bert.cli import run_main
 from mlperf_bert.trainer import training
 for i, argv in enumerate(json.loads(sys.argv[1])):
     distributed_c10d._world.group_count = 1000 * i
-    assert training.main(argv) == 0, argv
+    try:
+        run_main(training.main, argv)
+    except SystemExit as e:
+        print("run %d: status %s" % (i, e.code), flush=True)
+sys.stderr.flush()
+os._exit(0)  # every run ended: skip the teardown of torch's modules (up to a second of CPU a rank)
 """
-
-
-@pytest.mark.slow
-def test_torchrun_two_ranks_equal_one_process_with_accumulation(files, tmp_path):
-    """2 ranks x batch 8 x 2 micro-steps per update = 1 process x batch 4 x 4 micro-steps per update,
-    in both clipping modes (per replica and micro-batch; DDP with no_sync, clipped once after);
-    both 2-rank runs in one torchrun launch."""
-    modes = (False, True)
-    common = {c: dict(bert_config_file=files["config_nodrop"], shuffle=False, num_warmup_steps=0,
-                      poly_power=0.0, save_checkpoints_steps=100, num_workers=0, **{CLIP_AFTER: c}) for c in modes}
-    for c in modes:
-        assert training.main(flags_for(files, str(tmp_path / ("one%d" % c)), train_batch_size=4,
-                                       steps_per_update=4, num_train_steps=16, **common[c])) == 0
-    argvs = [flags_for(files, str(tmp_path / ("two%d" % c)), train_batch_size=8, steps_per_update=2,
-                       num_train_steps=8, **common[c]) for c in modes]
-    script = tmp_path / "runs.py"
-    script.write_text(RUNS_IN_ONE_LAUNCH)
-    proc = _torchrun([str(script), json.dumps(argvs)], "--standalone", "--nproc_per_node=2")
-    log = proc.communicate(timeout=300)[0]
-    assert proc.returncode == 0, log[-3000:]
-    torch.manual_seed(7)
-    from mlperf_bert.trainer import model
-    from mlperf_bert.trainer.config import BertConfig
-    fresh = model.BertForPreTraining(BertConfig.from_dict(TINY)).state_dict()
-    for c in modes:
-        (m1, _), (m2, _) = weights(os.path.join(tmp_path, "one%d" % c, "model.ckpt-16.pt")), \
-            weights(os.path.join(tmp_path, "two%d" % c, "model.ckpt-8.pt"))
-        worst = max((m1[k] - m2[k]).abs().max().item() for k in m1)
-        assert worst < 1e-5, (c, worst)
-        # and it did train: the 1-process run differs from its own initialisation
-        assert max((m1[k] - fresh[k]).abs().max().item() for k in m1) > 1e-3, c
 
 
 def _kill_tree(pid):
@@ -281,27 +253,39 @@ def _kill_tree(pid):
             os.kill(p, signal.SIGKILL)
 
 
-@pytest.mark.slow
-def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run(files, tmp_path):
-    """Two torchrun "nodes" (--nnodes=2, gloo on loopback), each with its own disk: the same
-    relative --output_dir=out from its own working directory, so node 1 cannot read node 0's
-    files. Killed mid-run (checkpoints mid-accumulation) and rerun, they end with the weights of
-    an uninterrupted run: only node 0's disk holds checkpoints, node 1's rank gets its state
-    (weights, optimizer, its own RNG and accumulated gradients) from rank 0."""
-    kw = dict(bert_config_file=files["config"], train_batch_size=8, num_train_steps=12, steps_per_update=4,
-              save_checkpoints_steps=3, num_workers=0, **{CLIP_AFTER: True})
-    full = str(tmp_path / "full")
-    p = _torchrun(flags_for(files, full, **kw), "--standalone", "--nproc_per_node=2")
-    assert p.wait(timeout=300) == 0, p.stdout.read()[-3000:]
-    disks = [tmp_path / ("node%d" % node) for node in (0, 1)]
+TWO_NODES = dict(train_batch_size=8, num_train_steps=12, steps_per_update=4, save_checkpoints_steps=3,
+                 num_workers=0, **{CLIP_AFTER: True})
+CLIP_MODES = (False, True)
+
+
+def _equal_runs(files, d, ranks):
+    """The argv, in each clipping mode, of test_torchrun_two_ranks_equal_one_process_with_accumulation's
+    run on ``ranks`` ranks (2: batch 8 x 2 micro-steps per update, 1: batch 4 x 4), in ``d``."""
+    shape = dict(train_batch_size=8, steps_per_update=2, num_train_steps=8) if ranks == 2 else \
+        dict(train_batch_size=4, steps_per_update=4, num_train_steps=16)
+    return [flags_for(files, str(d / ("%s%d" % ("two" if ranks == 2 else "one", c))),
+                      bert_config_file=files["config_nodrop"], shuffle=False, num_warmup_steps=0, poly_power=0.0,
+                      save_checkpoints_steps=100, num_workers=0, **shape, **{CLIP_AFTER: c}) for c in CLIP_MODES]
+
+
+@pytest.fixture(scope="module")
+def two_nodes(files, tmp_path_factory):
+    """This file's 2-rank runs on two torchrun "nodes" (--nnodes=2, gloo on loopback), each with its
+    own disk (the same relative --output_dir from its own working directory): a run killed after
+    its checkpoint model.ckpt-3.pt, then one launch (RUNS_IN_ONE_LAUNCH) of: the killed run's
+    command with another --learning_rate (refused), the same command (resumes), the uninterrupted
+    run (--output_dir=full) and the two 2-rank runs of _equal_runs. -> dict: disks, the ranks'
+    state in model.ckpt-3.pt as the kill left it, each node's output of the second launch and its
+    status."""
+    import socket
+    tmp = tmp_path_factory.mktemp("two_nodes")
+    disks = [tmp / ("node%d" % node) for node in (0, 1)]
     for disk in disks:
         disk.mkdir()
-
-    argv = flags_for(files, "out", **kw)
+    argv = flags_for(files, "out", bert_config_file=files["config"], **TWO_NODES)
     argv[0] = os.path.join(ROOT, argv[0])
 
     def launch(args):
-        import socket
         with socket.socket() as s:  # a fresh port each time: the killed run's may linger
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -310,10 +294,12 @@ def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_ru
                           cwd=str(disk)) for node, disk in enumerate(disks)]
 
     procs = launch(argv)
-    wait_for(str(disks[0] / "out" / "model.ckpt-3.pt"), procs[0], timeout=240)
-    for p in procs:
-        _kill_tree(p.pid)
-        p.wait(timeout=60)
+    try:
+        wait_for(str(disks[0] / "out" / "model.ckpt-3.pt"), procs[0], timeout=240)
+    finally:
+        for p in procs:
+            _kill_tree(p.pid)
+            p.wait(timeout=60)
     # The kill lands a little after ckpt-3 (a later checkpoint, or even the end, may be written
     # by then): what is on disk after a kill right at ckpt-3 is ckpt-3 alone, mid-accumulation
     # (3 of 4 micro-steps, each rank's own gradients in it).
@@ -321,22 +307,63 @@ def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_ru
         if name.endswith(".pt") and name != "model.ckpt-3.pt" or name == "run_finished.json":
             os.remove(str(disks[0] / "out" / name))
     ranks = torch.load(str(disks[0] / "out" / "model.ckpt-3.pt"), weights_only=False)["ranks"]
+    changed = [a if not a.startswith("--learning_rate=") else "--learning_rate=0.02" for a in argv]
+    full = [a if not a.startswith("--output_dir=") else "--output_dir=full" for a in argv]
+    script = tmp / "runs.py"
+    script.write_text(RUNS_IN_ONE_LAUNCH)
+    procs = launch([str(script), json.dumps([changed, argv, full] + _equal_runs(files, tmp, 2))])
+    try:
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                _kill_tree(p.pid)
+    return {"disks": disks, "ranks": ranks, "outs": outs, "status": [p.returncode for p in procs], "dir": tmp}
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_equal_one_process_with_accumulation(files, two_nodes, tmp_path):
+    """2 ranks x batch 8 x 2 micro-steps per update = 1 process x batch 4 x 4 micro-steps per update,
+    in both clipping modes (per replica and micro-batch; DDP with no_sync, clipped once after);
+    both 2-rank runs in the launch of the fixture two_nodes (runs 3 and 4)."""
+    for node, out in enumerate(two_nodes["outs"]):
+        assert two_nodes["status"][node] == 0 and "run 3: status 0" in out and "run 4: status 0" in out, out[-3000:]
+    for argv in _equal_runs(files, tmp_path, 1):
+        assert training.main(argv) == 0
+    torch.manual_seed(7)
+    from mlperf_bert.trainer import model
+    from mlperf_bert.trainer.config import BertConfig
+    fresh = model.BertForPreTraining(BertConfig.from_dict(TINY)).state_dict()
+    for c in CLIP_MODES:
+        (m1, _), (m2, _) = weights(os.path.join(tmp_path, "one%d" % c, "model.ckpt-16.pt")), \
+            weights(os.path.join(two_nodes["dir"], "two%d" % c, "model.ckpt-8.pt"))
+        worst = max((m1[k] - m2[k]).abs().max().item() for k in m1)
+        assert worst < 1e-5, (c, worst)
+        # and it did train: the 1-process run differs from its own initialisation
+        assert max((m1[k] - fresh[k]).abs().max().item() for k in m1) > 1e-3, c
+
+
+@pytest.mark.slow
+def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run(two_nodes):
+    """Two torchrun "nodes" (--nnodes=2, gloo on loopback), each with its own disk: the same
+    relative --output_dir=out from its own working directory, so node 1 cannot read node 0's
+    files. Killed mid-run (checkpoints mid-accumulation) and rerun, they end with the weights of
+    an uninterrupted run: only node 0's disk holds checkpoints, node 1's rank gets its state
+    (weights, optimizer, its own RNG and accumulated gradients) from rank 0. (The fixture
+    two_nodes runs them.)"""
+    disks, ranks = two_nodes["disks"], two_nodes["ranks"]
     assert [r["accumulator"]["pending"] for r in ranks] == [3, 3]
     assert not all(torch.equal(a, b) for a, b in zip(ranks[0]["accumulator"]["buffers"],
                                                       ranks[1]["accumulator"]["buffers"]))
-    # rank 0 alone reads the checkpoint; a resume it refuses is refused on node 1 too, in one line
-    changed = [a if not a.startswith("--learning_rate=") else "--learning_rate=0.02" for a in argv]
-    refused = launch(changed)
-    for p in refused:
-        out = p.communicate(timeout=300)[0]
-        assert p.returncode != 0 and "error: --learning_rate=0.02 differs from the run being resumed" in out, \
-            out[-3000:]
-    procs = launch(argv)
-    for p in procs:
-        out = p.communicate(timeout=300)[0]
-        assert p.returncode == 0, out[-3000:]
+    # rank 0 alone reads the checkpoint; a resume it refuses is refused on node 1 too, in one
+    # line and status 2, as run_pretraining.py ends; the same command then resumes
+    for node, out in enumerate(two_nodes["outs"]):
+        assert two_nodes["status"][node] == 0, out[-3000:]
+        assert out.count("error: ") == 1 and "error: --learning_rate=0.02 differs from the run being resumed" in out \
+            and "run 0: status 2" in out, out[-3000:]
+        assert "run 1: status 0" in out and "run 2: status 0" in out, out[-3000:]
     assert not [n for n in os.listdir(str(disks[1] / "out")) if n.endswith(".pt")]
-    assert_bit_identical(os.path.join(full, "model.ckpt-12.pt"), str(disks[0] / "out" / "model.ckpt-12.pt"))
+    assert_bit_identical(str(disks[0] / "full" / "model.ckpt-12.pt"), str(disks[0] / "out" / "model.ckpt-12.pt"))
 
 
 def _evals(log_path):
@@ -508,13 +535,21 @@ def test_damaged_newest_checkpoint_is_a_one_line_error(files, tmp_path):
     assert "\n" not in str(e.value)
 
 
-def test_command_line_error_exits_2_with_one_line(files, tmp_path):
-    r = subprocess.run([PY, os.path.join(ROOT, "run_pretraining.py")]
-                       + flags_for(files, str(tmp_path / "o"), input_file=str(tmp_path / "none"))[1:],
-                       capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error: --input_file")
+def test_command_line_error_exits_2_with_one_line(files, tmp_path, capsys, monkeypatch):
+    """run_pretraining.py itself, run in this process as ``python run_pretraining.py`` runs it
+    (test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir runs it as a process of its own)."""
+    import runpy
+    monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "run_pretraining.py")]
+                        + flags_for(files, str(tmp_path / "o"), input_file=str(tmp_path / "none"))[1:])
+    handler = signal.getsignal(signal.SIGTERM)  # run_main installs its own
+    try:
+        with pytest.raises(SystemExit) as e:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and err.startswith("error: --input_file"), err
 
 
 def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninterrupted, tmp_path):
@@ -1140,3 +1175,4 @@ def test_num_gpus_in_one_process_points_to_the_wrapper_not_bare_torchrun(files, 
         training.main(flags_for(files, str(tmp_path / "out"), num_gpus=2))
     assert str(e.value) == ("--num_gpus=2 in one process: launch with python -m mlperf_bert torchrun "
                             "--nproc_per_node=2 run_pretraining.py ... (or NUM_GPUS=2 train_model.sh)")
+

@@ -485,6 +485,30 @@ def test_official_parse_is_the_official_parsers_on_real_logs(real_logs):
         assert compliance.official_loglines(str(path)) == mlp_parser.parse_file(str(path), ruleset="5.0.0"), path
 
 
+def test_the_official_checkers_rule_files_are_parsed_once_a_process(real_logs, monkeypatch):
+    """official_check parses mlperf_logging's rule files (its yaml.load of the same files for every
+    log was half of a log's check) once per process, gives each check a copy of its own and puts
+    mlp_compliance's yaml back; the verdicts are those of a parse per check."""
+    import yaml
+    from mlperf_logging.compliance_checker import mlp_compliance
+    monkeypatch.setattr(compliance, "_CONFIGS", [])
+    parsed, load = [], yaml.load
+    monkeypatch.setattr(yaml, "load", lambda stream, Loader: parsed.append(stream.name) or load(stream, Loader=Loader))
+    logs = [str(p) for p in sorted(real_logs.iterdir())]
+    cached = [compliance.official_check(p) for p in logs]
+    assert mlp_compliance.yaml is yaml
+    assert sorted(parsed) == sorted(set(parsed)) and len(parsed) < len(logs)  # each file once
+    assert {"PASS", "FAIL"} <= {r.level for r in cached}  # both verdicts are compared below
+    monkeypatch.setattr(compliance._Configs, "load", lambda self, stream, Loader: load(stream, Loader=Loader))
+    assert [compliance.official_check(p) for p in logs] == cached
+    common = os.path.join(os.path.dirname(mlp_compliance.__file__), "training_%s" % compliance.RULESET, "common.yaml")
+    with open(common) as f:
+        mine = compliance._CONFIGS[0].load(f, yaml.BaseLoader)
+    mine.clear()  # what one check does to its copy does not reach the next
+    with open(common) as f:
+        assert compliance._CONFIGS[0].load(f, yaml.BaseLoader) == load(open(common), Loader=yaml.BaseLoader) != []
+
+
 def test_long_line_does_not_go_through_the_quadratic_regex(real_logs, tmp_path, monkeypatch):
     """Issue 23: 118 s for one 400 KB MLLOG line, in the official parser's
     re.sub(".*:::MLLOG ", ...); the check must not call it, and its verdict stays."""

@@ -116,12 +116,13 @@ def run_summary(records):
     return seed, samples, minutes, stop.metadata.get("status") if stop else None
 
 
-def run_verdict(path, status):
-    """(verdict, kind, reason) of one run's log (its run_stop ``status``) under check-log: kind is
-    "ok", "not converged" (aborted, and only the rules about reaching the target fail: a submission
-    may drop one such run) or "invalid" (the log breaks a rule or cannot be read: no score)."""
+def run_verdict(path, status, records=None):
+    """(verdict, kind, reason) of one run's log (its run_stop ``status``; ``records``: its read_log)
+    under check-log: kind is "ok", "not converged" (aborted, and only the rules about reaching the
+    target fail: a submission may drop one such run) or "invalid" (the log breaks a rule or cannot be
+    read: no score)."""
     try:
-        results = check_log(path, official=True)
+        results = check_log(path, official=True, records=records)
     except UserError as e:
         return FAIL, "invalid", str(e)
     verdict = worst_level(results)
@@ -429,7 +430,7 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
             continue
         parsed.append((p, records))
         row_ = (rel,) + run_summary(records)
-        verdicts.append(run_verdict(p, row_[4]))
+        verdicts.append(run_verdict(p, row_[4], records))
         runs.append(row_)
         evals[os.path.basename(p)] = curves(records).get("eval_accuracy", [])
         divisions.add(division_of(records))

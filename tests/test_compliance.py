@@ -291,7 +291,7 @@ def test_real_log_reasons(real_logs):
     assert "before Training v4.1" in r.detail
 
 
-def test_check_log_takes_many_logs_and_directories(real_logs, tmp_path):
+def test_check_log_takes_many_logs_and_directories(real_logs, tmp_path, capsys):
     bert = tmp_path / "results" / "sys" / "bert"
     bert.mkdir(parents=True)
     for i, name in enumerate(["v5.0_NVIDIA_nyx_n1_result_0", "v5.0_krai_7920T_2xA5000_ssd_result_0"]):
@@ -302,16 +302,14 @@ def test_check_log_takes_many_logs_and_directories(real_logs, tmp_path):
     assert proc.stdout.splitlines()[-1] == "2 logs: 1 pass, 1 warn, 0 fail"
     assert "PASS %s" % (bert / "result_0.txt") in proc.stdout and "WARN %s" % (bert / "result_1.txt") in proc.stdout
     every = sorted(str(p) for p in real_logs.iterdir())
-    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "check-log", "--json"] + every,
-                          capture_output=True, text=True)
-    assert proc.returncode == 1
-    out = json.loads(proc.stdout.splitlines()[-1])
+    capsys.readouterr()
+    assert compliance.main(["check-log", "--json"] + every) == 1  # in this process from here
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert out["total"] == {"PASS": 4, "WARN": 3, "FAIL": 3} and out["ok"] is False
     assert {os.path.basename(l["log"])[:-4]: l["verdict"] for l in out["logs"]} == \
         {name: v for name, (v, _) in REAL_LOGS.items()}
-    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "check-log", str(tmp_path)],
-                          capture_output=True, text=True)  # finds results/sys/bert/result_*.txt below
-    assert proc.returncode == 0 and "2 logs" in proc.stdout
+    status = compliance.main(["check-log", str(tmp_path)])  # finds results/sys/bert/result_*.txt below
+    assert status == 0 and "2 logs" in capsys.readouterr().out
     empty = tmp_path / "empty"
     empty.mkdir()
     proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "check-log", str(empty)],

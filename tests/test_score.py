@@ -211,6 +211,25 @@ def test_sigkill_leaves_no_official_tool_running_and_no_copy(package, tmp_path):
     assert not list(tmp_path.glob("mlperf_bert_score-*"))
 
 
+def test_the_forked_tool_says_what_python_m_says(package):
+    """score runs each official tool in a child it forks, as `python -m` runs it: the same output and
+    exit status as the tool's own process (repo_checker: a pass, a fail, a usage error), though this
+    process has pytest's log handlers and its output captured."""
+    import logging
+    assert logging.getLogger().handlers  # pytest's: the tool's basicConfig must not find them
+    said = []
+    for extra in ([], [], ["--no_such_flag"]):
+        if len(said) == 1:
+            (package / "NVIDIA" / "results" / NYX / "bert" / "a name").write_text("")  # git-unfriendly
+        forked = score._official(str(package), "repo_checker", "NVIDIA", extra)
+        proc = subprocess.run([sys.executable, "-m", "mlperf_logging.repo_checker", "NVIDIA", "training",
+                               score.RULESET] + extra, cwd=package, capture_output=True, text=True)
+        assert forked == (proc.returncode, proc.stdout + proc.stderr)
+        said.append(forked)
+    assert "ALL CHECKS PASSED" in said[0][1] and "CHECKS FAILED" in said[1][1] and "a name" in said[1][1]
+    assert said[2][0] == 2 and "unrecognized arguments: --no_such_flag" in said[2][1]
+
+
 def _running(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:

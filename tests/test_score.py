@@ -20,6 +20,16 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 BERT = os.path.join("NVIDIA", "results", "nyx_n1_ngc25.04_pytorch", "bert")
 
 
+@pytest.fixture(scope="module")
+def official_tools():
+    """What score imports before it forks the official tools (scipy and pandas among them: 2 s of
+    CPU). The tests that run the tools take it, so that under `make test` they share one worker
+    (conftest.py groups the users of a module fixture) and that worker imports them once."""
+    import importlib
+    for tool, _ in score.STEPS:
+        importlib.import_module("mlperf_logging.%s.%s" % (tool, tool))
+
+
 @pytest.fixture
 def package(tmp_path):
     with tarfile.open(os.path.join(DATA, "submission_v5.0_NVIDIA_nyx_n1.tar.gz")) as t:
@@ -27,7 +37,7 @@ def package(tmp_path):
     return tmp_path / "submission_v5.0_NVIDIA_nyx_n1"
 
 
-def test_real_package_gets_its_official_score(package, capsys):
+def test_real_package_gets_its_official_score(official_tools, package, capsys):
     """In this process (`python -m mlperf_bert score` itself: test_launchers' packaged runs, the
     SIGKILL test here)."""
     before = sorted(p.relative_to(package) for p in package.rglob("*"))
@@ -56,14 +66,14 @@ def test_real_package_gets_its_official_score(package, capsys):
         assert (package.parent / ("%s.%s.png" % (package.name, name))).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_a_missing_log_fails_with_the_checkers_reason(package):
+def test_a_missing_log_fails_with_the_checkers_reason(official_tools, package):
     os.remove(package / BERT / "result_3.txt")
     s = score.score(str(package))
     assert s["steps"]["package_checker"][0] == "fail" and s["systems"][0]["package_check"] == "fail"
     assert any("found 9, expected 10" in e for e in s["systems"][0]["errors"]), s["systems"][0]["errors"]
 
 
-def test_two_aborted_runs_fail(package, capsys):
+def test_two_aborted_runs_fail(official_tools, package, capsys):
     """In this process: `python -m mlperf_bert` exits with main's status (test_launchers runs score's
     command, test_compliance check-log's with status 1)."""
     for n in (1, 2):
@@ -76,7 +86,7 @@ def test_two_aborted_runs_fail(package, capsys):
     assert "RCP Test Failed: Insufficient convergence" in out  # the checker's reason
 
 
-def test_open_division_says_the_rcp_check_does_not_apply(package, capsys):
+def test_open_division_says_the_rcp_check_does_not_apply(official_tools, package, capsys):
     """Issue 23: an open-division package printed "RCP: , scaling factor 1.0; samples to
     converge None" (what the summarizer gives there); the same package declared open here."""
     for path in list((package / BERT).glob("result_*.txt")) + list(package.glob("NVIDIA/systems/*.json")):
@@ -91,7 +101,7 @@ def test_open_division_says_the_rcp_check_does_not_apply(package, capsys):
     assert got["division"] == "open" and got["rcp_scaling_factor"] is None and got["samples_to_converge"] is None
 
 
-def test_truncated_log_among_ten_gets_no_score(package):
+def test_truncated_log_among_ten_gets_no_score(official_tools, package):
     """Issue 23: the official tools PASS a package with one log cut off (they drop it as a
     non-converged run); its log breaks the rules, so there is no score."""
     log = package / BERT / "result_5.txt"
@@ -105,7 +115,7 @@ def test_truncated_log_among_ten_gets_no_score(package):
     assert s["target"] == 0.720 and s["dropped"] == [6, 5]  # the cut-off run counts as the slowest
 
 
-def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
+def test_score_says_why_it_fails_one_line_per_reason(official_tools, package, capsys):
     """Issue 31: score said FAIL with no reason for a broken or incomplete systems JSON or an empty
     results folder. Each reason is its own line under "time to train"; what the official tools do not
     check (logs of another org or status, issue 37) is a warning line."""
@@ -150,7 +160,7 @@ def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
     assert reasons[3].startswith("  the official result summarizer failed (exit status 1; its last line: ")
 
 
-def test_all_runs_aborted_get_no_time_to_train(package, capsys):
+def test_all_runs_aborted_get_no_time_to_train(official_tools, package, capsys):
     for log in (package / BERT).glob("result_*.txt"):
         log.write_text(log.read_text().replace('"status": "success"', '"status": "aborted"'))
     assert score.main(["score", "--noplots", str(package)]) == 1
@@ -510,7 +520,7 @@ def assert_published_scores(got):
 
 
 @pytest.mark.slow
-def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(tmp_path, capsys):
+def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(official_tools, tmp_path, capsys):
     """Issue 37: score NVIDIA on NVIDIA's four v5.0 systems printed one time to train (Nyx's); the
     official result summarizer gives one per system, and so does score: one block, one verdict and
     one JSON object each (Tyche 8 and 64 GPUs share a system_name: the folder tells them apart)."""
@@ -551,7 +561,8 @@ def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(tmp_
         "submission_status 'onprem', the systems JSON's status 'Available cloud' needs 'cloud'",
         "submission_platform '8xSUBMISSION_PLATFORM_PLACEHOLDER' names no platform"]),
 ])
-def test_published_packages_the_official_tools_pass_pass_with_warnings(tmp_path, capsys, name, warned):
+def test_published_packages_the_official_tools_pass_pass_with_warnings(official_tools, tmp_path, capsys, name,
+                                                                       warned):
     """Issue 37: score failed krai, Dell and Supermicro on identity checks the official tools do not
     make, though MLCommons published them. They pass, with the time to train the summarizer gives,
     and each stricter finding is a warning line."""
@@ -613,7 +624,8 @@ def test_checker_errors_go_to_the_system_they_concern():
 # ---- issue 37: the package passes the verify script, MANIFEST.txt, launch records, counts, a lock
 
 @pytest.mark.slow
-def test_a_package_made_by_package_passes_all_three_steps_of_the_verify_script(package, tmp_path, capsys):
+def test_a_package_made_by_package_passes_all_three_steps_of_the_verify_script(official_tools, package, tmp_path,
+                                                                              capsys):
     """Issue 37: package copied .ci/, .gitignore and .dockerignore, which the third step of
     verify_for_v5.0_training.sh (repo_checker) refuses, and score ran only the first two. The package
     holds no name the repo checker refuses and no tests; its MANIFEST.txt lists what it holds; score

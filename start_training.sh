@@ -117,7 +117,8 @@ newest_checkpoint() {  # DIR: its newest model.ckpt-<step>.pt, or nothing
 run_state() {  # DIR LOG: sets run_seed (the seed its log records), run_status (its finished marker's),
   # run_cache_clear (the cache_clear its log records) and run_seconds (its run_start to run_stop)
   local state
-  state="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.run_state "$1" "$2" 2>/dev/null)" || state="- - - -"
+  # -S: without site (it reads the log with the standard library alone), a third of Python's start
+  state="$(cd "$HERE" && "$PYTHON" -S -m mlperf_bert.harness.run_state "$1" "$2" 2>/dev/null)" || state="- - - -"
   read -r run_seed run_status run_cache_clear run_seconds <<<"$state"
   [[ "$run_seed" == - ]] && run_seed=
   [[ "$run_status" == - ]] && run_status=

@@ -24,17 +24,18 @@ ends, so a check cut short keeps what it measured:
   until the GPU runs out of memory or the stage's time: rows/s, real sequences/s, MFU (the
   attention counted as its kernel computes it, the GPU's peak by its exact model:
   mlperf_bert/trainer/throughput.py), peak memory and the memory plan's prediction beside it;
-- levers: every speed lever of mlperf_bert/trainer/levers.py (``LEVERS``) alone, and all those
-  accepted together, eager and with --compile, against the plain step of each, at a model of
-  BERT-Large width and --lever_layers layers (compiles in seconds): rows/s, peak memory and the
-  loss after --lever_steps steps on the same rows against the plain step's; a lever refused is
-  listed with its one-line reason;
+- levers: every speed lever of mlperf_bert/trainer/levers.py (``LEVERS``, or --levers) alone, and
+  all those accepted together (or --lever_all's, less those a mode refuses), eager and with
+  --compile, against the plain step of each, at a model of BERT-Large width and --lever_layers
+  layers (compiles in seconds): rows/s, peak memory and the loss after --lever_steps steps on the
+  same rows against the plain step's; a lever refused is listed with its one-line reason;
 - trainer: the trainer end to end (``run_pretraining``'s code) at the levers stage's model and
   batch, with --compile and the levers this device accepts, --trainer_steps micro-steps on the
   packed rows with two online evals and a checkpoint;
 - eval: seconds per 10,000 eval samples (``evaluation.evaluate``) at each per-GPU --eval_batches;
 - syncs: host syncs per micro-step over --steps eager micro-steps: torch.cuda.set_sync_debug_mode
   warnings on CUDA; on a CPU the Tensor read-backs (.item(), .cpu(), ...) are counted instead;
+  each with where it happened (this repository's frames of its stack);
 - hf: Hugging Face ``BertForPreTraining`` (bench/train_throughput.py's), eager, unpacked, at
   --hf_batch: sequences/s and peak memory (skipped, with a note, without transformers: make hf).
 
@@ -43,7 +44,9 @@ reference convergence points, split by the memory plan's MAX_PER_GPU_BATCH; no a
 
 CUDA-graph recordings (inductor's CUDA-graph trees, --cuda_graphs) are counted per stage and phase:
 the warm-up, the first steps, the timed steps, the first and the second eval; a recording outside
-the warm-up and the first steps is a re-recording on the clock. On a CPU the count is 0.
+the warm-up and the first steps is a re-recording on the clock. So are inductor's "skipping
+cudagraphs" warnings, each with its reason and this repository's frames of where: a function
+skipped runs without CUDA graphs. On a CPU both counts are 0.
 
 A figure the machine cannot give (peak memory, MFU on a CPU) is written "n/a". Every stage runs
 on a CPU in the tests with --tiny (tests/test_gpu_check.py).
@@ -116,7 +119,9 @@ def define():
     B("compile", True, "The levers stage's runs with --compile, and the trainer stage's --compile (--nocompile: "
       "eager only, the quick CPU test).", flag_values=fv)
     S("levers", None, "The levers of the levers and trainer stages (default: all of "
-      "mlperf_bert/trainer/levers.py's LEVERS).", flag_values=fv)
+      "mlperf_bert/trainer/levers.py's LEVERS; empty: none alone).", flag_values=fv)
+    S("lever_all", None, "The levers of the levers stage's run of all together, in each mode less those the "
+      "trainer's flag checks refuse in it (default: those of --levers that ran alone).", flag_values=fv)
     S("compile_backend", "inductor", "torch.compile backend (eager or aot_eager: the CPU test).", flag_values=fv)
     S("stages", ",".join(STAGES), "The stages to run, in this order: " + ", ".join(STAGES) + ".", flag_values=fv)
     flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"], "Device (auto: CUDA where there is one).",
@@ -212,12 +217,35 @@ def packed_rows(path, b, n):
 
 # ---------------------------------------------------------------- pieces of the stages
 
+def our_frames(frames):
+    """This repository's frames (mlperf_bert/..., bench/...) of a stack, innermost last, as
+    "path:line function"; ``frames``: traceback.FrameSummary objects or (path, line, function)."""
+    out = []
+    for f in frames:
+        path, line, name = (f.filename, f.lineno, f.name) if hasattr(f, "filename") else f
+        rel = os.path.relpath(os.path.abspath(path), ROOT)
+        if rel.split(os.sep)[0] in ("mlperf_bert", "bench"):
+            out.append("%s:%s %s" % (rel, line, name))
+    return out
+
+
+def skip_reason(message):
+    """-> {"reason", "at"} of an inductor "skipping cudagraphs" warning: its reason (the first
+    line, its "Found from" left out) and this repository's frames of the stack it quotes."""
+    first = message.strip().splitlines()[0]
+    reason = re.sub(r"^skipping cudagraphs due to ", "", first).split(". Found from")[0].strip()
+    return {"reason": reason, "at": our_frames(re.findall(r'File "([^"]+)", line (\d+), in (\S+)', message))}
+
+
 class GraphRecordings:
     """CUDA-graph recordings of inductor's CUDA-graph trees, counted by phase: each call of its
-    tree manager's ``record_function`` is one recording (a graph captured)."""
+    tree manager's ``record_function`` is one recording (a graph captured). And inductor's
+    "skipping cudagraphs" warnings (its cudagraphs log, cudagraph_utils.py), each with its reason
+    and where, by phase: a function skipped runs without CUDA graphs."""
 
     def __init__(self):
-        self.by_phase, self.phase = {}, None
+        self.by_phase, self.phase, self.skips = {}, None, {}
+        self._skip_log()
         try:
             from torch._inductor import cudagraph_trees
             self.manager = cudagraph_trees.CUDAGraphTreeManager
@@ -230,6 +258,28 @@ class GraphRecordings:
             self.by_phase[self.phase] = self.by_phase.get(self.phase, 0) + 1
             return real(manager, *a, **k)
         self.manager.record_function = counted
+
+    def _skip_log(self):
+        import logging
+        try:
+            from torch._inductor import cudagraph_utils
+            log = cudagraph_utils.cudagraphs_log
+        except (ImportError, AttributeError):
+            return
+        outer = self
+
+        class Skips(logging.Handler):
+            def emit(self, record):
+                with contextlib.suppress(Exception):
+                    message = record.getMessage()
+                    if "skipping cudagraphs" in message:
+                        outer.skips.setdefault(outer.phase or "outside a phase", []).append(skip_reason(message))
+        log.addHandler(Skips())
+
+    def skipped(self):
+        """{phase: [{"reason", "at"}]} of the "skipping cudagraphs" warnings, every phase listed."""
+        return {phase: list(self.skips.get(phase, [])) for phase in list(self.by_phase) + [
+            p for p in self.skips if p not in self.by_phase]}
 
     @contextlib.contextmanager
     def counting(self, phase):
@@ -405,17 +455,31 @@ def stage_eager(ctx, save):
     return {"steps": rows, "peak_tflops": peak_tflops}
 
 
-def chosen_levers(fv):
-    """--levers, or every lever of mlperf_bert/trainer/levers.py."""
+def chosen_levers(fv, flag="levers"):
+    """--levers (or --lever_all), or every lever of mlperf_bert/trainer/levers.py."""
     from mlperf_bert.errors import UserError
     from mlperf_bert.trainer.levers import LEVERS
-    if fv.levers is None:
+    spec = getattr(fv, flag)
+    if spec is None:
         return list(LEVERS)
-    chosen = [x.strip() for x in fv.levers.split(",") if x.strip()]
+    chosen = [x.strip() for x in spec.split(",") if x.strip()]
     unknown = sorted(set(chosen) - set(LEVERS))
     if unknown:
-        raise UserError("--levers: unknown %s; the levers are %s" % (", ".join(unknown), ", ".join(LEVERS)))
+        raise UserError("--%s: unknown %s; the levers are %s" % (flag, ", ".join(unknown), ", ".join(LEVERS)))
     return chosen
+
+
+def lever_refusal(fv, device, b, lever, compiled):
+    """The trainer's one-line refusal of ``lever`` in a mode by its flag checks, or None."""
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer import levers, preflight
+    tf = trainer_flags(fv, b, ["--" + lever] + (["--compile"] if compiled else []))
+    try:
+        preflight.check_flags(tf)
+        levers.check_device(tf, device, 1)
+    except UserError as e:
+        return str(e)
+    return None
 
 
 def lever_config(fv, work):
@@ -452,7 +516,8 @@ def stage_levers(ctx, save):
     for mode, on, name in plan:
         row = {"mode": mode, "levers": name}
         if on is None:
-            on = accepted[mode]
+            on = accepted[mode] if fv.lever_all is None else [
+                x for x in chosen_levers(fv, "lever_all") if not lever_refusal(lfv, device, b, x, mode == "compiled")]
             if len(on) < 2:
                 continue
             row["levers"] = "all: " + ",".join(on)
@@ -613,14 +678,44 @@ def stage_eval(ctx, save):
     return {"s_per_10k": out}
 
 
+# The text of the warning torch.cuda.set_sync_debug_mode("warn") gives at each synchronizing
+# operation (c10/cuda/CUDAFunctions.cpp, warn_or_error_on_sync). Setting the mode also warns, once a
+# process, that the mode "is a prototype feature and does not yet detect all synchronizing
+# operations" (torch/csrc/cuda/Module.cpp): that notice is not a sync, and the first two H100 runs
+# counted it as one.
+SYNC_WARNING = "called a synchronizing cuda operation"
+
+
+@contextlib.contextmanager
+def sync_warnings(found):
+    """Within: each warning of a synchronizing operation (SYNC_WARNING, what
+    torch.cuda.set_sync_debug_mode("warn") sends) appended to ``found`` as {"what", "at": the
+    warning's own place, "stack": this repository's frames of the stack it came from, "innermost":
+    its last 3 frames, torch's too}; other warnings, the mode's own notice among them, are not."""
+    def seen(message, category, filename, lineno, file=None, line=None):
+        if SYNC_WARNING in str(message).lower():
+            stack = traceback.extract_stack()[:-1]
+            found.append({"what": str(message).strip().splitlines()[0], "at": "%s:%s" % (filename, lineno),
+                          "stack": our_frames(stack),
+                          "innermost": ["%s:%s %s" % (f.filename.split("site-packages/")[-1], f.lineno, f.name)
+                                        for f in stack[-3:]]})
+    with warnings.catch_warnings():  # which restores showwarning
+        warnings.simplefilter("always")
+        warnings.showwarning = seen
+        yield found
+
+
 def stage_syncs(ctx, save):
-    """Host syncs over --steps micro-steps: CUDA's sync debug mode, or the CPU's read-backs."""
+    """Host syncs over --steps micro-steps: CUDA's sync debug mode, or the CPU's read-backs; each
+    with where it happened: this repository's frames of the stack (a sync in the backward shows
+    the backward's call: the autograd engine's warnings reach Python as it returns)."""
     import torch
     fv, config, device = ctx["fv"], ctx["config"], ctx["device"]
     b = ints(fv.batches)[0]
     batches = on_device(packed_rows(ctx["packed_file"], b, 4), device)
     tr = trainer(fv, config, device, b)
     run_steps(tr, batches, 2, device)
+    found = []
     if device.type == "cuda":
         @contextlib.contextmanager
         def window():
@@ -629,19 +724,17 @@ def stage_syncs(ctx, save):
                 yield
             finally:
                 torch.cuda.set_sync_debug_mode(0)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            run_steps(tr, batches, fv.steps, device, first=1000, window=window())
-        count, how = sum("synchroniz" in str(w.message).lower() for w in caught), "torch.cuda.set_sync_debug_mode"
-    else:
-        calls = []
 
+        with sync_warnings(found):
+            run_steps(tr, batches, fv.steps, device, first=1000, window=window())
+        how = "torch.cuda.set_sync_debug_mode"
+    else:
         @contextlib.contextmanager
         def window():
             saved = {name: getattr(torch.Tensor, name) for name in READBACKS}
             for name, real in saved.items():
-                def counted(self, *a, _real=real, **k):
-                    calls.append(1)
+                def counted(self, *a, _real=real, _name=name, **k):
+                    found.append({"what": "Tensor." + _name, "stack": our_frames(traceback.extract_stack()[:-1])})
                     return _real(self, *a, **k)
                 setattr(torch.Tensor, name, counted)
             try:
@@ -650,8 +743,9 @@ def stage_syncs(ctx, save):
                 for name, real in saved.items():
                     setattr(torch.Tensor, name, real)
         run_steps(tr, batches, fv.steps, device, first=1000, window=window())
-        count, how = len(calls), "Tensor read-backs (CPU)"
-    return {"count": count, "steps": fv.steps, "per_step": count / fv.steps, "how": how, "batch": b}
+        how = "Tensor read-backs (CPU)"
+    return {"count": len(found), "steps": fv.steps, "per_step": len(found) / fv.steps, "how": how, "batch": b,
+            "syncs": found[:20]}
 
 
 def stage_hf(ctx, save):
@@ -697,6 +791,9 @@ def child(name, ctx, path):
     from mlperf_bert.fileio import atomic_open
 
     def save(partial, **more):
+        if "graphs" in ctx:  # so far, also in what a stage stopped at its cap leaves
+            more = dict(dict(graph_recordings=ctx["graphs"].counts(), cudagraph_skips=ctx["graphs"].skipped()),
+                        **more)
         with atomic_open(path, "w") as f:
             json.dump(dict(partial, **more), f)
     status = 0
@@ -717,14 +814,13 @@ def child(name, ctx, path):
         ctx["config"] = BertConfig.from_json_file(ctx["fv"].bert_config_file, ctx["fv"].max_seq_length)
         ctx["graphs"] = GraphRecordings()
         result = STAGE_FUNCTIONS[name](ctx, save)
-        save(result, device=device_name(ctx["device"]), graph_recordings=ctx["graphs"].counts())
+        save(result, device=device_name(ctx["device"]))
     except BaseException as e:  # recorded for the parent; the next stage runs
         partial = {}
         with contextlib.suppress(Exception):
             partial = json.load(open(path))
         msg = str(e).splitlines()[0] if str(e) else ""
-        save(partial, error="%s: %s" % (type(e).__name__, msg), traceback=traceback.format_exc()[-3000:],
-             graph_recordings=ctx["graphs"].counts() if "graphs" in ctx else {})
+        save(partial, error="%s: %s" % (type(e).__name__, msg), traceback=traceback.format_exc()[-3000:])
         status = 1
     sys.stdout.flush()
     sys.stderr.flush()
@@ -795,11 +891,14 @@ def fmt(x, spec="%.1f"):
 
 
 def graphs_text(counts):
+    """Per-phase counts: the phases with some, then how many had none."""
     if not counts:
         return "-"
     if "note" in counts:
         return counts["note"]
-    return ", ".join("%s %d" % (k, v) for k, v in counts.items()) or "0"
+    some = ["%s %d" % (k, v) for k, v in counts.items() if v]
+    none = sum(1 for v in counts.values() if not v)
+    return ", ".join(some + (["0 in %d %sphases" % (none, "other " if some else "")] if none else []))
 
 
 def headline(name, r):
@@ -847,15 +946,17 @@ def tables(res):
     lines = ["# gpu_check: %s, torch %s" % (res.get("device") or res["kind"], res["torch"]), "",
              "Budget %d s, used %.0f s. Data: %d seq-%d records, %.2f sequences a packed row." % (
                  res["budget_s"], res["seconds"], res["records"], res["seq"], res["packing_rate"]), "",
-             "| stage | result | s (cap), CPU s | CUDA-graph recordings |", "|---|---|---|---|"]
+             "| stage | result | s (cap), CPU s | CUDA-graph recordings | CUDA graphs skipped |",
+             "|---|---|---|---|---|"]
     for name in res["order"]:
         r = st.get(name)
         if r is None:
-            lines.append("| %s | not run: %s | - | - |" % (name, res["not_run"].get(name, "not asked")))
+            lines.append("| %s | not run: %s | - | - | - |" % (name, res["not_run"].get(name, "not asked")))
             continue
-        lines.append("| %s | %s | %.0f (%.0f), %s | %s |" % (
+        lines.append("| %s | %s | %.0f (%.0f), %s | %s | %s |" % (
             name, headline(name, r).replace("|", "/"), r["seconds"], r["cap_s"], fmt(r["cpu_s"], "%.0f"),
-            graphs_text(r.get("graph_recordings"))))
+            graphs_text(r.get("graph_recordings")), graphs_text(
+                {k: len(v) for k, v in r.get("cudagraph_skips", {}).items()})))
     lines += ["", "## Details", "", "| what | figure |", "|---|---|"]
     for dtype, e in st.get("packed", {}).get("errors", {}).items():
         lines.append("| packed vs unpacked, %s (relative) | loss %.1e, logits %.1e, gradients %.1e (L2) |"
@@ -901,6 +1002,9 @@ def tables(res):
     if "count" in sy:
         lines.append("| host syncs per micro-step (%s) | %.2f (%d over %d) |" % (
             sy["how"], sy["per_step"], sy["count"], sy["steps"]))
+        for i, x in enumerate(sy.get("syncs", [])):
+            lines.append("| host sync %d: %s | %s |" % (i + 1, x["what"], " < ".join(reversed(x["stack"][-4:]))
+                                                        or x.get("at", "-")))
     proj = res.get("projection", {})
     if "note" in proj:
         lines.append("| projected time to train | %s |" % proj["note"])
@@ -912,6 +1016,11 @@ def tables(res):
                      "%.0f samples at %.0f real seq/s a GPU: train %.0f s + %d evals %.0f s = %.0f s |" % (
                          gpus, p["global_batch"], int(gpus), p["per_gpu_batch"], p["accumulation"], p["samples"],
                          p["real_seq_per_s_per_gpu"], p["train_s"], p["evals"], p["eval_s"], p["total_s"]))
+    for n in res["order"]:
+        for phase, skips in st.get(n, {}).get("cudagraph_skips", {}).items():
+            for x in skips:
+                lines.append("| CUDA graphs skipped (%s, %s) | %s; at %s |" % (
+                    n, phase, x["reason"], " < ".join(reversed(x["at"][-3:])) or "-"))
     failed = [(n, st[n]) for n in res["order"] if n in st and "failed" in st[n] and "traceback" in st[n]]
     for n, r in failed:
         lines += ["", "## %s failed" % n, "", "```", r["traceback"].strip(), "```"]
@@ -977,7 +1086,7 @@ def main(argv):
     # there is a GPU (its compiler's imports do), NVML answers, not the CUDA runtime
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     check_dependencies()
-    chosen_levers(fv)  # an unknown lever is refused before anything runs
+    chosen_levers(fv), chosen_levers(fv, "lever_all")  # an unknown lever is refused before anything runs
     import shutil
     import torch
     work = tempfile.mkdtemp(prefix="gpu_check_")

@@ -26,6 +26,7 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--tiny", "--budget_s=420",
                            "--input_file=" + golden_s512, "--batches=2", "--steps=1", "--eval_batches=2",
                            "--compile_backend=eager", "--levers=fused_qkv,pad_vocab,cuda_graphs", "--trainer_steps=4",
+                           "--lever_all=pad_vocab,cuda_graphs,fused_qkv",
                            "--json=%s" % out], capture_output=True, text=True, cwd=str(tmp_path),
                           env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
     wall = time.time() - t
@@ -54,15 +55,18 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
     if "levers" not in failed:
         runs = {(r["mode"], r["levers"]): r for r in st["levers"]["runs"]}
         assert set(runs) == {(mode, x) for mode in ("eager", "compiled") for x in (
-            "plain", "fused_qkv", "pad_vocab", "cuda_graphs", "all: fused_qkv,pad_vocab")}
+            "plain", "fused_qkv", "pad_vocab", "cuda_graphs", "all: pad_vocab,fused_qkv")}  # --lever_all's order
         assert "CUDA device" in runs["compiled", "cuda_graphs"]["refused"]  # eager: "add --compile"
         assert "--compile" in runs["eager", "cuda_graphs"]["refused"]
         for key, r in runs.items():  # each lever computes what the plain step of its mode does
             if key[1] not in ("plain", "cuda_graphs"):
                 assert r["loss_vs_plain"] == pytest.approx(0, abs=1e-2) and r["speed_vs_plain"] > 0, key
         # CUDA-graph recordings counted per phase (0 on a CPU: the counting path ran)
-        assert "compiled all: fused_qkv,pad_vocab: timed steps" in st["levers"]["graph_recordings"]
+        assert "compiled all: pad_vocab,fused_qkv: timed steps" in st["levers"]["graph_recordings"]
         assert set(st["levers"]["graph_recordings"].values()) == {0}
+        # inductor's CUDA-graph skips too: the same phases, none (a CPU records no graph)
+        assert st["levers"]["cudagraph_skips"].keys() == st["levers"]["graph_recordings"].keys()
+        assert not any(st["levers"]["cudagraph_skips"].values())
     if "trainer" not in failed:
         tr = st["trainer"]
         rec = tr["graph_recordings"]
@@ -74,6 +78,7 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
         assert set(st["eval"]["s_per_10k"]) == {"2"} and st["eval"]["s_per_10k"]["2"] > 0
     if "syncs" not in failed:
         assert st["syncs"]["count"] == 0 and st["syncs"]["how"] == "Tensor read-backs (CPU)"
+        assert st["syncs"]["syncs"] == []
     if "hf" not in failed:
         hf = st["hf"]
         assert hf.get("note") == "skipped: transformers is not installed (make hf)" or hf["seq_per_s"] > 0
@@ -133,6 +138,66 @@ def test_graph_recordings_are_counted_by_phase():
         assert g.counts() == {"first steps": 1, "first eval": 0, "second eval": 2}
     finally:
         cudagraph_trees.CUDAGraphTreeManager.record_function = real
+
+
+def test_cudagraph_skips_are_recorded_by_phase_with_reason_and_place():
+    """Inductor's "skipping cudagraphs" warnings (the first H100 run had one, in the update, which
+    the summary did not show) are recorded in the phase open when inductor logs them, by its own
+    logging call, with the reason and this repository's frames of the stack it quotes."""
+    from torch._inductor import cudagraph_utils
+    g = gpu_check.GraphRecordings()
+    step = os.path.join(ROOT, "mlperf_bert", "trainer", "step.py")
+    msg = ("skipping cudagraphs due to mutated inputs (1 instances). Found from : \n"
+           '   File "/usr/lib/torch/utils/_contextlib.py", line 124, in decorate_context\n'
+           '    return func(*args, **kwargs)\n'
+           '  File "%s", line 45, in absorb_and_update\n    norm = _absorb(grads)\n' % step)
+    with g.counting("compiled cuda_graphs: first steps"):
+        cudagraph_utils.log_cudagraph_skip_and_bump_counter(msg)
+    with g.counting("compiled cuda_graphs: timed steps"):
+        pass
+    cudagraph_utils.cudagraphs_log.warning("an inductor warning that is no skip")
+    assert g.skipped() == {"compiled cuda_graphs: first steps": [
+        {"reason": "mutated inputs (1 instances)", "at": ["mlperf_bert/trainer/step.py:45 absorb_and_update"]}],
+        "compiled cuda_graphs: timed steps": []}
+    assert gpu_check.graphs_text({k: len(v) for k, v in g.skipped().items()}) == (
+        "compiled cuda_graphs: first steps 1, 0 in 1 other phases")
+
+
+def test_host_syncs_are_recorded_with_where_they_happened():
+    """The syncs stage's recorder on CUDA (torch.cuda.set_sync_debug_mode("warn") warns at each
+    synchronizing operation): each such warning in the micro-steps, with this repository's frames
+    of its stack (the first H100 run counted 1 sync in 10 micro-steps and could not say where)."""
+    import warnings
+    import torch
+
+    class Trainer:
+        def step(self, batch, i):
+            if i % 2:
+                warnings.warn("called a synchronizing CUDA operation")
+            warnings.warn("an unrelated warning")
+            return torch.zeros(()), False
+    found = []
+    with gpu_check.sync_warnings(found):
+        gpu_check.run_steps(Trainer(), [{"global_sequences": torch.tensor(1)}], 4, torch.device("cpu"))
+    assert [x["what"] for x in found] == ["called a synchronizing CUDA operation"] * 2
+    assert all(x["stack"][-1].startswith("bench/gpu_check.py:") and x["stack"][-1].endswith(" run_steps")
+               and x["at"].endswith(":%d" % (Trainer.step.__code__.co_firstlineno + 2)) for x in found), found
+
+
+def test_the_sync_debug_modes_own_notice_is_not_counted_as_a_sync():
+    """Setting torch.cuda.set_sync_debug_mode("warn") warns once that the mode is a prototype; the
+    first two H100 runs counted that notice as the one host sync they found. The texts are the
+    H100 run's notice and c10's warning for a synchronizing operation, as torch hands them to Python."""
+    import warnings
+    notice = ("Synchronization debug mode is a prototype feature and does not yet detect all synchronizing "
+              "operations (Triggered internally at /pytorch/torch/csrc/cuda/Module.cpp:1003.)")
+    sync = "called a synchronizing CUDA operation (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:172.)"
+    for text, count in ((notice, 0), (sync, 1)):
+        found = []
+        with gpu_check.sync_warnings(found):
+            warnings.warn(text, UserWarning)
+        assert len(found) == count, (text, found)
+    assert found[0]["what"] == sync
 
 
 def test_whether_there_is_a_gpu_is_asked_in_a_child_not_in_the_process_that_forks_the_stages(monkeypatch):

@@ -14,6 +14,7 @@ GPU: what each test can and cannot show on a CPU is said in its docstring; none 
 The casts a step makes are counted with CUDA's autocast policy emulated (tests/cuda_autocast.py).
 """
 import contextlib
+import functools
 import json
 
 import pytest
@@ -743,3 +744,96 @@ def test_fused_qkv_and_pad_vocab_models_save_and_load_reference_tf_checkpoints(t
     tf_checkpoint.save_tf_checkpoint(plain, str(tmp_path / "plain"))
     tf_checkpoint.load_init_checkpoint(lever, str(tmp_path / "plain"))
     assert all(torch.equal(a, b) for a, b in zip(lever.state_dict().values(), plain.state_dict().values()))
+
+
+# ---------------------------------------------------------------- --cuda_graphs: inductor's mutation rule
+
+def _inductors_mutation_check(name, seen):
+    """A torch.compile backend: dynamo and AOTAutograd as inductor runs them (inference graphs keep
+    their input mutations, as inductor's do), then inductor's own check of each graph it would
+    replay as a CUDA graph: cudagraph_utils.check_for_mutation_ignore_cuda_graph_managed_tensor
+    with the static inputs inductor takes (compile_fx.get_static_input_idxs: parameters and
+    tensors marked with mark_static_address). The cudagraph trees' check at replay also lets a
+    function mutate the live outputs of an earlier graph; this one does not, so it is the
+    stricter. Records (name, graph, mutated input indices, skip reason or None) in ``seen``."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._inductor import cudagraph_utils
+    from torch._inductor.compile_fx import get_static_input_idxs
+    from torch.utils._ordered_set import OrderedSet
+
+    def check(graph):
+        def compiler(gm, example_inputs):
+            inputs = list(gm.graph.find_nodes(op="placeholder"))
+            mutated = OrderedSet(i for i, node in enumerate(inputs) if any(
+                isinstance(use.target, torch._ops.OpOverload) and any(
+                    a.alias_info is not None and a.alias_info.is_write and use.args[j] is node
+                    for j, a in enumerate(use.target._schema.arguments[:len(use.args)]))
+                for use in node.users))
+            with torch._inductor.config.patch({"triton.cudagraph_trees": True}):
+                reason = cudagraph_utils.check_for_mutation_ignore_cuda_graph_managed_tensor(
+                    gm, OrderedSet(inputs[i].name for i in mutated), mutated,
+                    get_static_input_idxs(len(example_inputs)))
+            seen.append((name, graph, list(mutated), reason))
+            return make_boxed_func(gm.forward)
+        return compiler
+    return aot_autograd(fw_compiler=check("forward"), bw_compiler=check("backward"),
+                        keep_inference_input_mutations=True)
+
+
+def _graphed_update(n, clip_after, compile):
+    """A --cuda_graphs CompiledUpdate (trainer/step.py) over a two-parameter model, as the trainer
+    builds it: LAMB with a weight-decayed and an excluded group, the accumulator, ``compile``."""
+    from mlperf_bert.trainer import accumulation, optimizer
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    opt = optimizer.BertOptimizer([dict(params=[model.weight], names=["w/kernel"], exclude=False),
+                                   dict(params=[model.bias], names=["w/bias"], exclude=True)], lr=1e-2)
+    acc = accumulation.GradientAccumulator(model, opt, n, lambda step: 1e-2 / (step + 1),
+                                           clip_after_reduce=clip_after)
+    return model, step.CompiledUpdate(acc, compile, graphed=True)
+
+
+def test_cuda_graphs_functions_mutate_only_static_inputs_by_inductors_rule(tmp_path, monkeypatch):
+    """Every function --cuda_graphs compiles mutates no input that inductor does not take as
+    static, by inductor's own check on the graphs dynamo and AOTAutograd give it: else inductor
+    skips its CUDA graph ("skipping cudagraphs due to mutated inputs", as the first H100 run found
+    for the update, which clipped the backward's gradients in place: this test fails on that
+    code, on its 30 gradients). The Trainer's graphed path once (the model's forward and backward,
+    the update of n = 1); then trainer/step.py's update functions as CompiledUpdate calls them,
+    over a two-parameter model (cheap to trace), for per-replica clipping and clipping after the
+    reduction, with and without accumulation (n = 1, 2), per-replica also with an all-reduce
+    between the graphs (one rank's mean, in place: the compiled ``absorb`` and ``update`` run).
+    Each update is also checked to mutate something (the parameters), so a check that sees no
+    mutation cannot pass it."""
+    monkeypatch.setattr(levers, "check_device", lambda *a: None)
+    seen, backends = [], {}
+
+    def compile(fn=None, **kw):
+        assert kw.get("options", {}).get("triton.cudagraphs") is True
+        name = getattr(fn, "__name__", "model")  # the model: its training forward and its eval's
+        backend = backends.setdefault(name, _inductors_mutation_check(name, seen))
+        return REAL_COMPILE(fn, backend=backend, dynamic=False)
+    monkeypatch.setattr(torch, "compile", compile)
+    torch._dynamo.reset()
+    try:
+        t = _trainer(tmp_path, "--compile", "--cuda_graphs", steps_per_update=1, dtype="fp32")
+        _train(t, _batches(packed=False, n=1), 1)
+        for clip_after, n, allreduce in [(False, 1, False), (False, 2, False), (False, 1, True), (False, 2, True),
+                                         (True, 1, False), (True, 2, False)]:
+            model, upd = _graphed_update(n, clip_after, functools.partial(compile, **levers.compile_options(
+                t.fv, update=True)))
+            if allreduce:
+                upd.acc.allreduce = lambda tensors: torch._foreach_div_(tensors, 1.0)  # the mean of one rank
+            for i in range(2 * n):  # two updates
+                for p in model.parameters():
+                    g = torch.randn_like(p)
+                    p.grad = g if p.grad is None else p.grad.add_(g)  # as autograd accumulates
+                assert upd.after_backward(i) == ((i + 1) % n == 0)
+    finally:
+        torch._dynamo.reset()
+    names = sorted({(name, graph) for name, graph, _, _ in seen})
+    assert names == [("absorb", "forward"), ("absorb_and_update", "forward"), ("model", "backward"),
+                     ("model", "forward"), ("reduce_clip_update", "forward"), ("update", "forward")], names
+    assert [s for s in seen if s[3] is not None] == []
+    assert all(mutated for name, _, mutated, _ in seen if name not in ("absorb", "model"))

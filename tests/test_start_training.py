@@ -298,6 +298,12 @@ def test_run_state_reads_the_trainers_marker_and_log(tmp_path):
                           capture_output=True, text=True).stdout == "4 aborted True 79.3\n"
     assert subprocess.run([sys.executable, "-m", "mlperf_bert.harness.run_state", str(tmp_path / "none"),
                            str(tmp_path / "none.log")], cwd=ROOT, capture_output=True, text=True).stdout == "- - - -\n"
+    # start_training.sh asks it twice a run, a process each time: it imported the log checker's
+    # absl, mllog and numpy, four times Python's own start (0.12 s of CPU a call, 70% of this file's)
+    heavy = subprocess.run([sys.executable, "-c", "import sys, mlperf_bert.harness.run_state; print(sorted(m for m in "
+                            "('absl', 'mlperf_logging', 'numpy', 'torch', 'multiprocessing') if m in sys.modules))"],
+                           cwd=ROOT, capture_output=True, text=True)
+    assert heavy.stdout == "[]\n", heavy.stdout + heavy.stderr
 
 
 # ---- the image's entrypoint, run outside the image

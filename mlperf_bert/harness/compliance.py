@@ -19,6 +19,7 @@ import sys
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.harness.mlperf_log import eval_frequency  # the formula of the reference README's "Stopping criteria"
+from mlperf_bert.harness.records import Record, number as _number, read_log  # noqa: F401 (Record, read_log: this module's API)
 
 RULESET = "5.0.0"
 CLOSED_TARGET = 0.720
@@ -50,65 +51,10 @@ PACKED_PHASE_UPDATES = 3
 PACKED_DRIFT = 0.01
 # Custom key (not in mllog.constants) with which our trainer states an open-division target.
 TARGET_KEY = "target_accuracy"
-_MARK = ":::MLLOG"
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 ERROR = "ERROR"  # a log that could not be checked (unreadable, malformed, not BERT)
 
-Record = collections.namedtuple("Record", "lineno line key value metadata event_type time_ms")
 Result = collections.namedtuple("Result", "rule level detail lineno line")
-
-
-def read_log(path):
-    """Parse the ``:::MLLOG`` lines of ``path`` into Records (other lines are ignored).
-
-    A line this project cannot check (not JSON, metadata that is not an object, a non-numeric
-    eval_accuracy or time_ms, another benchmark's log) is a UserError naming the file and line."""
-    if os.path.isdir(path):
-        raise UserError("cannot read log %s: it is a directory (pass a log file, or a directory holding"
-                        " result_*.txt)" % path)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise UserError("cannot read log %s: %s" % (path, e.strerror))
-    records = []
-    for i, line in enumerate(lines, 1):
-        at = line.find(_MARK)
-        if at < 0:
-            continue  # launcher and progress output may be interleaved with the log
-        try:
-            d = json.loads(line[at + len(_MARK):])
-            rec = Record(i, line.strip(), d["key"], d.get("value"), d.get("metadata") or {},
-                         d.get("event_type"), d.get("time_ms"))
-        except (ValueError, KeyError, TypeError):
-            raise UserError("%s:%d: malformed MLLOG line (truncated log?): %s" % (path, i, line[:200]))
-        problem = _malformed(rec)
-        if problem:
-            raise UserError("%s:%d: %s: %s" % (path, i, problem, line[:200]))
-        if rec.key == "submission_benchmark" and rec.value != "bert":
-            raise UserError("%s:%d: a log of benchmark %r: check-log, plot-log and score check BERT logs"
-                            % (path, i, rec.value))
-        records.append(rec)
-    if not records:
-        raise UserError("%s has no :::MLLOG lines: pass the MLPerf log written by --mlperf_log" % path)
-    return records
-
-
-def _malformed(rec):
-    """Why ``rec`` is not an MLLOG record as mllog writes it, or None."""
-    if not isinstance(rec.key, str):
-        return "key %r is not a string" % (rec.key,)
-    if not isinstance(rec.metadata, dict):
-        return "metadata is a %s, not an object" % type(rec.metadata).__name__
-    if rec.time_ms is not None and not _number(rec.time_ms):
-        return "time_ms %r is not a number" % (rec.time_ms,)
-    if rec.key == "eval_accuracy" and not _number(rec.value):
-        return "eval_accuracy %r is not a number" % (rec.value,)
-    return None
-
-
-def _number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def samples_of(rec):

@@ -14,7 +14,7 @@ import os
 import sys
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.harness.compliance import read_log
+from mlperf_bert.harness.records import read_log
 
 FINISHED = "run_finished.json"  # trainer/checkpoint.py's marker (not imported: it pulls in torch)
 

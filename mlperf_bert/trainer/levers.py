@@ -1,11 +1,12 @@
-"""Speed levers of the training step, each behind a flag and off by default: none has been
-measured on a GPU yet (docs/training.md, "Speed levers"). Each computes what the plain step
-computes (tests/test_levers.py):
+"""Speed levers of the training step, each behind a flag and off by default: measured on a GPU
+only at 2 layers of BERT-Large width (docs/training.md, "Speed levers"). Each computes what the
+plain step computes (tests/test_levers.py):
 
 ``--cuda_graphs``   the compiled step (--compile) replayed as CUDA graphs: torch.compile with
                     inductor's CUDA graphs (mode "reduce-overhead") for the forward, the backward
-                    and the update; batches of one shape (the loaders' are); on several ranks
-                    with per-replica clipping only (the all-reduce runs between the graphs).
+                    and the update (which mutates only static inputs: trainer/step.py); batches of
+                    one shape (the loaders' are); on several ranks with per-replica clipping only
+                    (the all-reduce runs between the graphs).
 ``--fused_update``  clipping, accumulation and the LAMB/AdamW update compiled (trainer/step.py),
                     also without --compile, with inductor's combo kernels (the per-parameter
                     kernels of one foreach op fused horizontally).
@@ -30,17 +31,17 @@ VOCAB_MULTIPLE = 8  # --pad_vocab: 16 bytes of bf16, cuBLAS's alignment for its 
 def define_flags(fv):
     B = flags.DEFINE_bool
     B("cuda_graphs", False, "With --compile: replay the compiled forward, backward and update as CUDA graphs "
-      "(torch.compile mode reduce-overhead); several ranks with per-replica clipping only; not measured on a "
-      "GPU (docs/training.md).", flag_values=fv)
+      "(torch.compile mode reduce-overhead); several ranks with per-replica clipping only; measured on a GPU "
+      "only at a 2-layer model (docs/training.md).", flag_values=fv)
     B("fused_update", False, "Compile the clipping, accumulation and LAMB/AdamW update (also without --compile) "
-      "with inductor's combo kernels; not measured on a GPU.", flag_values=fv)
+      "with inductor's combo kernels; measured on a GPU only at a 2-layer model.", flag_values=fv)
     B("fp8", False, "The encoder's dense layers multiply in float8 in training (torchao's float8 training, "
       "--fp8_recipe); the eval stays bf16. Needs a convergence run within the RCPs before a closed submission; "
-      "not measured on a GPU.", flag_values=fv)
+      "measured on a GPU only at a 2-layer model.", flag_values=fv)
     flags.DEFINE_enum("fp8_recipe", "tensorwise", list(RECIPES), "With --fp8: torchao's float8 recipe: tensorwise "
                       "(one scale a tensor) or rowwise (a scale a row; e4m3 gradients).", flag_values=fv)
     B("fused_qkv", False, "Each layer's query, key and value projections as one GEMM over their stacked weights "
-      "(the checkpoints keep the reference's three); not measured on a GPU.", flag_values=fv)
+      "(the checkpoints keep the reference's three); measured on a GPU only at a 2-layer model.", flag_values=fv)
     B("pad_vocab", False, "The MLM decoder's GEMMs over a vocabulary padded to a multiple of %d with zero rows, "
       "the extra logits sliced off (checkpoints unpadded); not measured on a GPU." % VOCAB_MULTIPLE,
       flag_values=fv)

@@ -16,36 +16,56 @@ accumulator's and the optimizer's own code, bit for bit.
 """
 import torch
 
-from mlperf_bert.trainer.optimizer import clip_by_global_norm_, foreach_update_
+from mlperf_bert.trainer.optimizer import foreach_update_, global_norm_scale
+
+# None of these functions writes into the gradients it is given: they are the backward's
+# outputs, and with --cuda_graphs inductor replays a function as a CUDA graph only if every
+# input it mutates is static (parameters, or tensors marked with mark_static_address:
+# torch/_inductor/cudagraph_utils.py, check_for_mutation). The gradients are scaled on the way
+# into the buffers or the update instead, by the same operations in the same order as the eager
+# accumulator's in-place ones (trainer/accumulation.py), so the numbers are the same.
 
 
-def _absorb(grads, buffers, clip_norm, n):
-    """Per-replica clipping: clip this micro-batch's gradients, divide by n, add to the buffers."""
-    norm = clip_by_global_norm_(grads, clip_norm)
-    if buffers is not None:
-        torch._foreach_div_(grads, float(n))
-        torch._foreach_add_(buffers, grads)
-    return norm
+def _times(grads, scale):
+    """``grads`` times a clipping factor, out of place (clip_by_global_norm_'s multiply)."""
+    return torch._foreach_mul(grads, scale.to(grads[0].dtype))
 
 
-def _update(groups, lr, t):
+def _update(groups, lr, t, scale=None, n=1):
     """The optimizer on every group: (kind, params, grads, ms, vs, hyper) with hyper (b1, b2, eps,
-    wd, exclude)."""
+    wd, exclude). The groups' gradients are divided by ``n`` (n > 1), then multiplied by
+    ``scale`` (if given) on the way in."""
     for kind, params, grads, ms, vs, hyper in groups:
+        if n > 1:
+            grads = torch._foreach_div(grads, float(n))
+        if scale is not None:
+            grads = _times(grads, scale)
         foreach_update_(kind, params, grads, ms, vs, t, lr, *hyper)
 
 
 @torch.no_grad()
 def absorb(grads, buffers, clip_norm, n):
-    return _absorb(grads, buffers, clip_norm, n)
+    """Per-replica clipping of a micro-batch: -> (global norm, the clipped gradients), or with
+    ``buffers`` (n > 1) the clipped gradients / n added to them -> (global norm, None)."""
+    norm, scale = global_norm_scale(grads, clip_norm)
+    clipped = _times(grads, scale)
+    if buffers is None:
+        return norm, clipped
+    torch._foreach_add_(buffers, torch._foreach_div(clipped, float(n)))
+    return norm, None
 
 
 @torch.no_grad()
 def absorb_and_update(grads, buffers, clip_norm, n, groups, lr, t):
-    norm = _absorb(grads, buffers, clip_norm, n)
+    """``absorb``, then the update of ``groups``: their gradients are the buffers (n > 1), or
+    (no buffers) this micro-batch's, clipped on the way in."""
+    norm, scale = global_norm_scale(grads, clip_norm)
+    if buffers is None:
+        _update(groups, lr, t, scale)
+        return norm
+    torch._foreach_add_(buffers, torch._foreach_div(_times(grads, scale), float(n)))
     _update(groups, lr, t)
-    if buffers is not None:
-        torch._foreach_zero_(buffers)
+    torch._foreach_zero_(buffers)
     return norm
 
 
@@ -58,11 +78,10 @@ def update(groups, lr, t, buffers):
 
 @torch.no_grad()
 def reduce_clip_update(grads, clip_norm, n, groups, lr, t):
-    """Clipping after the reduction: the summed (and all-reduced) gradients / n, clipped, applied."""
-    if n > 1:
-        torch._foreach_div_(grads, float(n))
-    norm = clip_by_global_norm_(grads, clip_norm)
-    _update(groups, lr, t)
+    """Clipping after the reduction: the summed (and all-reduced) gradients / n, clipped, applied
+    (``groups`` hold the sums: divided and clipped on the way in)."""
+    norm, scale = global_norm_scale(torch._foreach_div(grads, float(n)) if n > 1 else grads, clip_norm)
+    _update(groups, lr, t, scale, n)
     return norm
 
 
@@ -71,8 +90,10 @@ class CompiledUpdate:
 
     def __init__(self, accumulator, compile=None, graphed=False):
         """``graphed`` (--cuda_graphs, trainer/levers.py): the functions replay as CUDA graphs,
-        whose outputs the next replay overwrites; the state they mutate is marked static, and
-        with clipping after the reduction the summed gradients live in buffers of their own."""
+        whose outputs the next replay overwrites; the state they mutate (slots, buffers, the
+        learning rate and step count; the parameters are static to inductor as such) is marked
+        static, and with clipping after the reduction the summed gradients live in buffers of
+        their own between micro-steps."""
         acc = self.acc = accumulator
         device = acc.params[0].device
         self.lr = torch.zeros((), device=device)
@@ -156,16 +177,17 @@ class CompiledUpdate:
             for p in acc.params:
                 p.grad = None
             if not upd:
-                acc.last_grad_norm = self.absorb(grads, buffers, acc.clip_norm, acc.n)
+                acc.last_grad_norm, _ = self.absorb(grads, buffers, acc.clip_norm, acc.n)
                 return False
-            summed = buffers if buffers is not None else grads  # n == 1: the clipped gradients
             if acc.allreduce is None:
-                groups, t = self._groups(summed)
+                # n == 1: the micro-batch's gradients, clipped on their way into the update
+                groups, t = self._groups(buffers if buffers is not None else grads)
                 self._set_scalars(global_step, t)
                 acc.last_grad_norm = self.absorb_and_update(grads, buffers, acc.clip_norm, acc.n, groups,
                                                             self.lr, self.t)
             else:
-                acc.last_grad_norm = self.absorb(grads, buffers, acc.clip_norm, acc.n)
+                acc.last_grad_norm, clipped = self.absorb(grads, buffers, acc.clip_norm, acc.n)
+                summed = buffers if buffers is not None else clipped  # n == 1: the clipped gradients
                 acc.allreduce(summed)
                 groups, t = self._groups(summed)
                 self._set_scalars(global_step, t)

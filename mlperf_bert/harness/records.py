@@ -1,0 +1,67 @@
+"""The ``:::MLLOG`` records of an MLPerf log file, read with the standard library alone: start_training.sh
+asks harness/run_state.py about a run's log before and after each run, a process each time, which
+paid for the log checker's imports (absl, mllog and numpy: four times Python's own start).
+harness/compliance.py checks what these records say."""
+import collections
+import json
+import os
+
+from mlperf_bert.errors import UserError
+
+_MARK = ":::MLLOG"
+
+Record = collections.namedtuple("Record", "lineno line key value metadata event_type time_ms")
+
+
+def read_log(path):
+    """Parse the ``:::MLLOG`` lines of ``path`` into Records (other lines are ignored).
+
+    A line this project cannot check (not JSON, metadata that is not an object, a non-numeric
+    eval_accuracy or time_ms, another benchmark's log) is a UserError naming the file and line."""
+    if os.path.isdir(path):
+        raise UserError("cannot read log %s: it is a directory (pass a log file, or a directory holding"
+                        " result_*.txt)" % path)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise UserError("cannot read log %s: %s" % (path, e.strerror))
+    records = []
+    for i, line in enumerate(lines, 1):
+        at = line.find(_MARK)
+        if at < 0:
+            continue  # launcher and progress output may be interleaved with the log
+        try:
+            d = json.loads(line[at + len(_MARK):])
+            rec = Record(i, line.strip(), d["key"], d.get("value"), d.get("metadata") or {},
+                         d.get("event_type"), d.get("time_ms"))
+        except (ValueError, KeyError, TypeError):
+            raise UserError("%s:%d: malformed MLLOG line (truncated log?): %s" % (path, i, line[:200]))
+        problem = _malformed(rec)
+        if problem:
+            raise UserError("%s:%d: %s: %s" % (path, i, problem, line[:200]))
+        if rec.key == "submission_benchmark" and rec.value != "bert":
+            raise UserError("%s:%d: a log of benchmark %r: check-log, plot-log and score check BERT logs"
+                            % (path, i, rec.value))
+        records.append(rec)
+    if not records:
+        raise UserError("%s has no :::MLLOG lines: pass the MLPerf log written by --mlperf_log" % path)
+    return records
+
+
+def _malformed(rec):
+    """Why ``rec`` is not an MLLOG record as mllog writes it, or None."""
+    if not isinstance(rec.key, str):
+        return "key %r is not a string" % (rec.key,)
+    if not isinstance(rec.metadata, dict):
+        return "metadata is a %s, not an object" % type(rec.metadata).__name__
+    if rec.time_ms is not None and not number(rec.time_ms):
+        return "time_ms %r is not a number" % (rec.time_ms,)
+    if rec.key == "eval_accuracy" and not number(rec.value):
+        return "eval_accuracy %r is not a number" % (rec.value,)
+    return None
+
+
+def number(v):
+    """Whether ``v`` is a JSON number (a bool is not one)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -291,7 +291,7 @@ def test_real_log_reasons(real_logs):
     assert "before Training v4.1" in r.detail
 
 
-def test_check_log_takes_many_logs_and_directories(real_logs, tmp_path):
+def test_check_log_takes_many_logs_and_directories(real_logs, tmp_path, capsys):
     bert = tmp_path / "results" / "sys" / "bert"
     bert.mkdir(parents=True)
     for i, name in enumerate(["v5.0_NVIDIA_nyx_n1_result_0", "v5.0_krai_7920T_2xA5000_ssd_result_0"]):
@@ -302,16 +302,14 @@ def test_check_log_takes_many_logs_and_directories(real_logs, tmp_path):
     assert proc.stdout.splitlines()[-1] == "2 logs: 1 pass, 1 warn, 0 fail"
     assert "PASS %s" % (bert / "result_0.txt") in proc.stdout and "WARN %s" % (bert / "result_1.txt") in proc.stdout
     every = sorted(str(p) for p in real_logs.iterdir())
-    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "check-log", "--json"] + every,
-                          capture_output=True, text=True)
-    assert proc.returncode == 1
-    out = json.loads(proc.stdout.splitlines()[-1])
+    capsys.readouterr()
+    assert compliance.main(["check-log", "--json"] + every) == 1  # in this process from here
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert out["total"] == {"PASS": 4, "WARN": 3, "FAIL": 3} and out["ok"] is False
     assert {os.path.basename(l["log"])[:-4]: l["verdict"] for l in out["logs"]} == \
         {name: v for name, (v, _) in REAL_LOGS.items()}
-    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "check-log", str(tmp_path)],
-                          capture_output=True, text=True)  # finds results/sys/bert/result_*.txt below
-    assert proc.returncode == 0 and "2 logs" in proc.stdout
+    status = compliance.main(["check-log", str(tmp_path)])  # finds results/sys/bert/result_*.txt below
+    assert status == 0 and "2 logs" in capsys.readouterr().out
     empty = tmp_path / "empty"
     empty.mkdir()
     proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "check-log", str(empty)],
@@ -483,6 +481,30 @@ def test_official_parse_is_the_official_parsers_on_real_logs(real_logs):
         paths.append(_unzip(src, real_logs / os.path.basename(src)[:-3]))
     for path in paths:
         assert compliance.official_loglines(str(path)) == mlp_parser.parse_file(str(path), ruleset="5.0.0"), path
+
+
+def test_the_official_checkers_rule_files_are_parsed_once_a_process(real_logs, monkeypatch):
+    """official_check parses mlperf_logging's rule files (its yaml.load of the same files for every
+    log was half of a log's check) once per process, gives each check a copy of its own and puts
+    mlp_compliance's yaml back; the verdicts are those of a parse per check."""
+    import yaml
+    from mlperf_logging.compliance_checker import mlp_compliance
+    monkeypatch.setattr(compliance, "_CONFIGS", [])
+    parsed, load = [], yaml.load
+    monkeypatch.setattr(yaml, "load", lambda stream, Loader: parsed.append(stream.name) or load(stream, Loader=Loader))
+    logs = [str(p) for p in sorted(real_logs.iterdir())]
+    cached = [compliance.official_check(p) for p in logs]
+    assert mlp_compliance.yaml is yaml
+    assert sorted(parsed) == sorted(set(parsed)) and len(parsed) < len(logs)  # each file once
+    assert {"PASS", "FAIL"} <= {r.level for r in cached}  # both verdicts are compared below
+    monkeypatch.setattr(compliance._Configs, "load", lambda self, stream, Loader: load(stream, Loader=Loader))
+    assert [compliance.official_check(p) for p in logs] == cached
+    common = os.path.join(os.path.dirname(mlp_compliance.__file__), "training_%s" % compliance.RULESET, "common.yaml")
+    with open(common) as f:
+        mine = compliance._CONFIGS[0].load(f, yaml.BaseLoader)
+    mine.clear()  # what one check does to its copy does not reach the next
+    with open(common) as f:
+        assert compliance._CONFIGS[0].load(f, yaml.BaseLoader) == load(open(common), Loader=yaml.BaseLoader) != []
 
 
 def test_long_line_does_not_go_through_the_quadratic_regex(real_logs, tmp_path, monkeypatch):

@@ -20,6 +20,16 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 BERT = os.path.join("NVIDIA", "results", "nyx_n1_ngc25.04_pytorch", "bert")
 
 
+@pytest.fixture(scope="module")
+def official_tools():
+    """What score imports before it forks the official tools (scipy and pandas among them: 2 s of
+    CPU). The tests that run the tools take it, so that under `make test` they share one worker
+    (conftest.py groups the users of a module fixture) and that worker imports them once."""
+    import importlib
+    for tool, _ in score.STEPS:
+        importlib.import_module("mlperf_logging.%s.%s" % (tool, tool))
+
+
 @pytest.fixture
 def package(tmp_path):
     with tarfile.open(os.path.join(DATA, "submission_v5.0_NVIDIA_nyx_n1.tar.gz")) as t:
@@ -27,12 +37,14 @@ def package(tmp_path):
     return tmp_path / "submission_v5.0_NVIDIA_nyx_n1"
 
 
-def test_real_package_gets_its_official_score(package):
+def test_real_package_gets_its_official_score(official_tools, package, capsys):
+    """In this process (`python -m mlperf_bert score` itself: test_launchers' packaged runs, the
+    SIGKILL test here)."""
     before = sorted(p.relative_to(package) for p in package.rglob("*"))
-    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "score", "--json", str(package)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    got = json.loads(proc.stdout.splitlines()[-1])
+    status = score.main(["score", "--json", str(package)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    got = json.loads(out.splitlines()[-1])
     # what mlperf-logging 4.1.68 says of this package (tests/data/README.md)
     assert got == {"org": "NVIDIA", "package_checker": "pass", "result_summarizer": "pass", "repo_checker": "pass",
                    "verdict": "pass", "systems": [{
@@ -41,38 +53,40 @@ def test_real_package_gets_its_official_score(package):
                        "rcp_scaling_factor": pytest.approx(1.0028470154, abs=1e-9),
                        "samples_to_converge": 2436995.375, "rcp": "Pass", "package_check": "pass", "verdict": "pass",
                        "reasons": [], "warnings": []}]}
-    assert "result_0.txt        27912      2550982    3.6711  success  PASS" in proc.stdout
-    assert proc.stdout.count("  success  PASS\n") == 10  # each run's check-log verdict
-    assert "RCP check: Pass, scaling factor 1.0028470154; samples to converge 2436995.375" in proc.stdout
+    assert "result_0.txt        27912      2550982    3.6711  success  PASS" in out
+    assert out.count("  success  PASS\n") == 10  # each run's check-log verdict
+    assert "RCP check: Pass, scaling factor 1.0028470154; samples to converge 2436995.375" in out
     # the fastest (2.7828 min) and the slowest (3.8963 min) run
-    assert "olympic mean: drops result_6.txt and result_1.txt" in proc.stdout
+    assert "olympic mean: drops result_6.txt and result_1.txt" in out
     for step in ("package checker", "result summarizer", "repo checker"):  # the verify script's three steps
-        assert "%s (mlperf_logging, training 5.0.0): PASS" % step in proc.stdout
+        assert "%s (mlperf_logging, training 5.0.0): PASS" % step in out
     # the package stays as submitted (the official tools ran on a copy, the plots go beside it)
     assert sorted(p.relative_to(package) for p in package.rglob("*")) == before
     for name in ("score_times", "score_convergence"):
         assert (package.parent / ("%s.%s.png" % (package.name, name))).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_a_missing_log_fails_with_the_checkers_reason(package):
+def test_a_missing_log_fails_with_the_checkers_reason(official_tools, package):
     os.remove(package / BERT / "result_3.txt")
     s = score.score(str(package))
     assert s["steps"]["package_checker"][0] == "fail" and s["systems"][0]["package_check"] == "fail"
     assert any("found 9, expected 10" in e for e in s["systems"][0]["errors"]), s["systems"][0]["errors"]
 
 
-def test_two_aborted_runs_fail(package):
+def test_two_aborted_runs_fail(official_tools, package, capsys):
+    """In this process: `python -m mlperf_bert` exits with main's status (test_launchers runs score's
+    command, test_compliance check-log's with status 1)."""
     for n in (1, 2):
         log = package / BERT / ("result_%d.txt" % n)
         log.write_text(log.read_text().replace('"status": "success"', '"status": "aborted"'))
-    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "score", str(package)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stdout
-    assert "package checker (mlperf_logging, training 5.0.0): FAIL" in proc.stdout
-    assert "RCP Test Failed: Insufficient convergence" in proc.stdout  # the checker's reason
+    status = score.main(["score", "--noplots", str(package)])
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert "package checker (mlperf_logging, training 5.0.0): FAIL" in out
+    assert "RCP Test Failed: Insufficient convergence" in out  # the checker's reason
 
 
-def test_open_division_says_the_rcp_check_does_not_apply(package, capsys):
+def test_open_division_says_the_rcp_check_does_not_apply(official_tools, package, capsys):
     """Issue 23: an open-division package printed "RCP: , scaling factor 1.0; samples to
     converge None" (what the summarizer gives there); the same package declared open here."""
     for path in list((package / BERT).glob("result_*.txt")) + list(package.glob("NVIDIA/systems/*.json")):
@@ -87,7 +101,7 @@ def test_open_division_says_the_rcp_check_does_not_apply(package, capsys):
     assert got["division"] == "open" and got["rcp_scaling_factor"] is None and got["samples_to_converge"] is None
 
 
-def test_truncated_log_among_ten_gets_no_score(package):
+def test_truncated_log_among_ten_gets_no_score(official_tools, package):
     """Issue 23: the official tools PASS a package with one log cut off (they drop it as a
     non-converged run); its log breaks the rules, so there is no score."""
     log = package / BERT / "result_5.txt"
@@ -101,7 +115,7 @@ def test_truncated_log_among_ten_gets_no_score(package):
     assert s["target"] == 0.720 and s["dropped"] == [6, 5]  # the cut-off run counts as the slowest
 
 
-def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
+def test_score_says_why_it_fails_one_line_per_reason(official_tools, package, capsys):
     """Issue 31: score said FAIL with no reason for a broken or incomplete systems JSON or an empty
     results folder. Each reason is its own line under "time to train"; what the official tools do not
     check (logs of another org or status, issue 37) is a warning line."""
@@ -146,7 +160,7 @@ def test_score_says_why_it_fails_one_line_per_reason(package, capsys):
     assert reasons[3].startswith("  the official result summarizer failed (exit status 1; its last line: ")
 
 
-def test_all_runs_aborted_get_no_time_to_train(package, capsys):
+def test_all_runs_aborted_get_no_time_to_train(official_tools, package, capsys):
     for log in (package / BERT).glob("result_*.txt"):
         log.write_text(log.read_text().replace('"status": "success"', '"status": "aborted"'))
     assert score.main(["score", "--noplots", str(package)]) == 1
@@ -184,11 +198,11 @@ def test_sigkill_leaves_no_official_tool_running_and_no_copy(package, tmp_path):
             try:
                 with open("/proc/%s/stat" % pid) as f:
                     ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open("/proc/%s/cmdline" % pid, "rb") as f:
-                    cmd = f.read()
+                with open("/proc/%s/comm" % pid) as f:
+                    comm = f.read().strip()
             except (OSError, ValueError, IndexError):
                 continue
-            if ppid == proc.pid and b"mlperf_logging." in cmd:
+            if ppid == proc.pid and comm in [tool[:15] for tool, _ in score.STEPS]:  # a tool score forked
                 child = int(pid)
         time.sleep(0.05)
     assert child is not None, "score never started an official tool"
@@ -205,6 +219,25 @@ def test_sigkill_leaves_no_official_tool_running_and_no_copy(package, tmp_path):
     assert copies  # SIGKILL skips every cleanup ...
     assert sorted(score.remove_stale_copies(str(tmp_path))) == sorted(str(c) for c in copies)  # ... the next run's
     assert not list(tmp_path.glob("mlperf_bert_score-*"))
+
+
+def test_the_forked_tool_says_what_python_m_says(package):
+    """score runs each official tool in a child it forks, as `python -m` runs it: the same output and
+    exit status as the tool's own process (repo_checker: a pass, a fail, a usage error), though this
+    process has pytest's log handlers and its output captured."""
+    import logging
+    assert logging.getLogger().handlers  # pytest's: the tool's basicConfig must not find them
+    said = []
+    for extra in ([], [], ["--no_such_flag"]):
+        if len(said) == 1:
+            (package / "NVIDIA" / "results" / NYX / "bert" / "a name").write_text("")  # git-unfriendly
+        forked = score._official(str(package), "repo_checker", "NVIDIA", extra)
+        proc = subprocess.run([sys.executable, "-m", "mlperf_logging.repo_checker", "NVIDIA", "training",
+                               score.RULESET] + extra, cwd=package, capture_output=True, text=True)
+        assert forked == (proc.returncode, proc.stdout + proc.stderr)
+        said.append(forked)
+    assert "ALL CHECKS PASSED" in said[0][1] and "CHECKS FAILED" in said[1][1] and "a name" in said[1][1]
+    assert said[2][0] == 2 and "unrecognized arguments: --no_such_flag" in said[2][1]
 
 
 def _running(pid):
@@ -487,7 +520,7 @@ def assert_published_scores(got):
 
 
 @pytest.mark.slow
-def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(tmp_path, capsys):
+def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(official_tools, tmp_path, capsys):
     """Issue 37: score NVIDIA on NVIDIA's four v5.0 systems printed one time to train (Nyx's); the
     official result summarizer gives one per system, and so does score: one block, one verdict and
     one JSON object each (Tyche 8 and 64 GPUs share a system_name: the folder tells them apart)."""
@@ -528,7 +561,8 @@ def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(tmp_
         "submission_status 'onprem', the systems JSON's status 'Available cloud' needs 'cloud'",
         "submission_platform '8xSUBMISSION_PLATFORM_PLACEHOLDER' names no platform"]),
 ])
-def test_published_packages_the_official_tools_pass_pass_with_warnings(tmp_path, capsys, name, warned):
+def test_published_packages_the_official_tools_pass_pass_with_warnings(official_tools, tmp_path, capsys, name,
+                                                                       warned):
     """Issue 37: score failed krai, Dell and Supermicro on identity checks the official tools do not
     make, though MLCommons published them. They pass, with the time to train the summarizer gives,
     and each stricter finding is a warning line."""
@@ -590,7 +624,8 @@ def test_checker_errors_go_to_the_system_they_concern():
 # ---- issue 37: the package passes the verify script, MANIFEST.txt, launch records, counts, a lock
 
 @pytest.mark.slow
-def test_a_package_made_by_package_passes_all_three_steps_of_the_verify_script(package, tmp_path, capsys):
+def test_a_package_made_by_package_passes_all_three_steps_of_the_verify_script(official_tools, package, tmp_path,
+                                                                              capsys):
     """Issue 37: package copied .ci/, .gitignore and .dockerignore, which the third step of
     verify_for_v5.0_training.sh (repo_checker) refuses, and score ran only the first two. The package
     holds no name the repo checker refuses and no tests; its MANIFEST.txt lists what it holds; score

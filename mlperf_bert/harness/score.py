@@ -18,15 +18,18 @@ The package is only read: plots go beside it or to --plots_dir.
 """
 import errno
 import glob
+import importlib
 import json
 import math
 import os
 import re
+import runpy
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
+import traceback
+import warnings
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, die_with_parent
@@ -113,12 +116,13 @@ def run_summary(records):
     return seed, samples, minutes, stop.metadata.get("status") if stop else None
 
 
-def run_verdict(path, status):
-    """(verdict, kind, reason) of one run's log (its run_stop ``status``) under check-log: kind is
-    "ok", "not converged" (aborted, and only the rules about reaching the target fail: a submission
-    may drop one such run) or "invalid" (the log breaks a rule or cannot be read: no score)."""
+def run_verdict(path, status, records=None):
+    """(verdict, kind, reason) of one run's log (its run_stop ``status``; ``records``: its read_log)
+    under check-log: kind is "ok", "not converged" (aborted, and only the rules about reaching the
+    target fail: a submission may drop one such run) or "invalid" (the log breaks a rule or cannot be
+    read: no score)."""
     try:
-        results = check_log(path, official=True)
+        results = check_log(path, official=True, records=records)
     except UserError as e:
         return FAIL, "invalid", str(e)
     verdict = worst_level(results)
@@ -133,23 +137,94 @@ def run_verdict(path, status):
     return verdict, "invalid", "%s: %s" % (first.rule, first.detail)
 
 
-def _die_with_parent(parent):
-    """preexec_fn: the official tool gets SIGKILL when score dies, even by SIGKILL (Linux)."""
-    return lambda: die_with_parent(parent, signal.SIGKILL, 1)
-
-
 # The three steps of MLCommons' verify_for_v5.0_training.sh, in its order, and how each is named.
 STEPS = (("package_checker", "package checker"), ("result_summarizer", "result summarizer"),
          ("repo_checker", "repo checker"))
 _PARAMS = "package_checker_params"  # the verify script passes its lines to package_checker as --LINE
 _LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
+# Python's own warning filters (3.11, no -W, no -X dev), in their order: what a fresh ``python -m`` starts with.
+_DEFAULT_WARNINGS = (("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, ""),
+                     ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""),
+                     ("ignore", ResourceWarning, ""))
 
 
 def _official(cwd, tool, org, extra=()):
-    """(exit status, stdout + stderr) of ``python -m mlperf_logging.TOOL ORG training 5.0.0``."""
-    proc = subprocess.run([sys.executable, "-m", "mlperf_logging." + tool, org, "training", RULESET] + list(extra),
-                          cwd=cwd, capture_output=True, text=True, preexec_fn=_die_with_parent(os.getpid()))
-    return proc.returncode, proc.stdout + proc.stderr
+    """(exit status, stdout + stderr) of ``python -m mlperf_logging.TOOL ORG training 5.0.0`` in ``cwd``.
+
+    The tool runs in a child forked from this process, as ``python -m`` runs it (its ``__main__``
+    with that argv, stdout and stderr of its own, logging, warnings and SIGTERM as a new
+    interpreter has them): its imports (scipy, pandas: ~2 s of CPU, more than the work) are
+    paid once here instead of in each of the three processes. It gets SIGKILL when score dies,
+    even by SIGKILL (Linux), and is named TOOL in ``ps``."""
+    importlib.import_module("mlperf_logging.%s.%s" % (tool, tool))  # before the fork: once per process
+    sys.stdout.flush()
+    sys.stderr.flush()  # nothing buffered here may reach the child's output
+    parent = os.getpid()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:
+            _tool_child(parent, cwd, tool, [org, "training", RULESET] + list(extra), out.fileno(), err.fileno())
+        try:
+            status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        except BaseException:  # SIGTERM, Ctrl-C: the tool does not outlive the call (as subprocess.run)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        text = []
+        for f in (out, err):
+            f.seek(0)
+            text.append(f.read().decode("utf-8", "replace"))
+    return status, "".join(text)
+
+
+def _tool_child(parent, cwd, tool, args, out_fd, err_fd):
+    """The forked child of ``_official``: runs the tool, never returns."""
+    status = 1
+    inherited = (sys.stdout, sys.stderr)  # kept alive: collected, they would flush the parent's buffers here
+    try:
+        die_with_parent(parent, signal.SIGKILL, 1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            import ctypes
+            ctypes.CDLL(None).prctl(15, tool[:15].encode(), 0, 0, 0)  # PR_SET_NAME: ps shows the tool
+        except (OSError, AttributeError):
+            pass
+        os.chdir(cwd)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        sys.stdout = open(1, "w", closefd=False)
+        sys.stderr = open(2, "w", closefd=False, errors="backslashreplace", buffering=1)
+        import logging
+        logging.disable(logging.NOTSET)
+        root = logging.getLogger()
+        root.handlers = []  # the parent's (pytest's, in tests): the tool's basicConfig makes its own
+        root.setLevel(logging.WARNING)
+        importlib.reload(warnings)  # its printing, as a catch_warnings of the parent may have replaced it
+        warnings.resetwarnings()
+        for action, category, module in _DEFAULT_WARNINGS:
+            warnings.filterwarnings(action, category=category, module=module, append=True)
+        warnings._processoptions(sys.warnoptions)
+        sys.argv = ["mlperf_logging." + tool] + args
+        try:
+            runpy.run_module("mlperf_logging." + tool, run_name="__main__", alter_sys=True)
+            status = 0
+        except SystemExit as e:  # as the interpreter reads it
+            if e.code is None or isinstance(e.code, int):
+                status = e.code or 0
+            else:
+                print(e.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        for h in root.handlers:  # the interpreter's exit flushes and closes the tool's log handlers
+            h.flush()
+            h.close()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            del inherited
+            os._exit(status & 0xFF)
 
 
 def _error_lines(out):
@@ -355,7 +430,7 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
             continue
         parsed.append((p, records))
         row_ = (rel,) + run_summary(records)
-        verdicts.append(run_verdict(p, row_[4]))
+        verdicts.append(run_verdict(p, row_[4], records))
         runs.append(row_)
         evals[os.path.basename(p)] = curves(records).get("eval_accuracy", [])
         divisions.add(division_of(records))

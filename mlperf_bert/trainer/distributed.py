@@ -8,12 +8,15 @@ import contextlib
 import gc
 import os
 import sys
+import time
 from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from mlperf_bert.trainer.launch import PEER_LOST, PEER_LOST_STATUS
+
+PEER_LOST_GRACE_S = 3.0  # a failed rank's interpreter teardown takes about a second (torch's)
 
 _BUCKET_BYTES = 32 << 20
 
@@ -78,6 +81,11 @@ def peer_loss_is_one_line():
         print("error: rank %d %s (%s): the checkpoints written so far are kept; rerun the same command to "
               "resume from the newest" % (dist.get_rank(), PEER_LOST, str(e).strip().splitlines()[0][:200]),
               file=sys.stderr, flush=True)
+        # The rank that failed has printed its line and is leaving (its group torn down first, which
+        # is how this rank learnt of it): let it exit with its own status before this one. torchrun
+        # SIGTERMs the ranks still alive when one exits, and a failed rank SIGTERMed in its
+        # interpreter's teardown would be reported as killed by SIGTERM instead of its own error.
+        time.sleep(PEER_LOST_GRACE_S)
         raise SystemExit(PEER_LOST_STATUS) from None
 
 

@@ -256,6 +256,13 @@ class _Loader:
     def __iter__(self):
         it = iter(self.loader)
         _iterators.add(it)
+        if self.loader.num_workers > 0:
+            # PyTorch's SIGCHLD handler (set by the first iterator with workers) raises a worker's
+            # death at whatever bytecode runs next: in the DataLoader's own file-limit probe it left
+            # a NamedTemporaryFile in $TMPDIR. Without it the death comes out of next() on this
+            # iterator (the DataLoader checks its workers every few seconds while it waits).
+            with contextlib.suppress(ValueError):  # not the main thread: torch set none either
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         try:
             yield from it
         except UserError as e:

@@ -120,58 +120,72 @@ CHEAP_SHARED = {"one_thread", "test_training.py::files", "test_training.py::unin
                 "test_training.py::uninterrupted_clip_after", "test_stops.py::uninterrupted"}
 
 # seconds per test, for a run without .pytest_cache (a fresh clone): CPU seconds (user + system,
-# with children; the hook below) of each test of 2.5 s or more in a `make test` run with an empty
-# compile cache (2026-11-27, 650 tests, 558 s of CPU in all; a parametrized test: its costliest
+# with children; the hook below) of each test of 1 s or more in a `make test` run with an empty
+# compile cache (2026-11-27 17:27, 656 tests, 350 s of CPU in all; a parametrized test: its costliest
 # case). A missing name counts as SLOW_DEFAULT if marked slow, else DEFAULT. Only the order
 # depends on it; once a run has measured a test, its own figure is used.
 COST = {
-    "test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_run_start": 53.6,
-    "test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_run": 28.9,
-    "test_every_stage_runs_on_the_tiny_config_inside_its_budget": 25.1,
-    "test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail": 20.7,
-    "test_sigterm_checkpoints_and_the_rerun_resumes": 17.4,
-    "test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical": 14.1,
-    "test_every_system_of_an_organization_gets_the_summarizers_time_to_train": 13.4,
-    "test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters": 12.2,
-    "test_compiled_run_compiles_everything_before_run_start_and_equals_a_run_without_warm_up": 11.4,
-    "test_ddp_keeps_gradients_in_its_buckets_and_computes_what_it_did": 11.3,
-    "test_cuda_graphs_on_two_ranks_trains_as_the_compiled_step": 11.3,
-    "test_torchrun_two_ranks_equal_one_process_with_accumulation": 10.8,
-    "test_demo_runs_packed": 10.6,
-    "test_a_signal_under_two_ranks_is_one_line_once_naming_it": 9.4,
-    "test_packed_run_killed_and_rerun_ends_bit_identical": 9.4,
-    "test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line": 9.0,
-    "test_the_stop_vote_agrees_on_every_rank_one_update_later": 8.2,
-    "test_two_ranks_wait_for_no_device_between_boundaries": 8.1,
-    "test_killed_and_rerun_ends_bit_identical": 6.9,
-    "test_packed_run_counts_real_sequences_and_its_log_is_compliant": 6.5,
-    "test_score_says_why_it_fails_one_line_per_reason": 6.4,
-    "test_published_packages_the_official_tools_pass_pass_with_warnings": 5.9,
-    "test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical": 5.7,
-    "test_a_full_disk_at_a_log_line_stops_the_run_and_the_rerun_ends_with_the_whole_log": 5.0,
-    "test_two_aborted_runs_fail": 5.0,
-    "test_real_package_gets_its_official_score": 4.9,
-    "test_compiled_step_has_no_graph_breaks_and_no_recompiles": 4.8,
-    "test_torchrun_errors_are_the_trainers_one_line_and_status": 4.7,
-    "test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir": 4.6,
-    "test_a_package_made_by_package_passes_all_three_steps_of_the_verify_script": 4.3,
-    "test_second_run_on_one_output_dir_is_refused_and_the_first_ends_clean": 4.3,
-    "test_the_cpu_policy_and_math_attention_were_the_3_4x": 4.2,
-    "test_golden_s512_digest": 4.1,
-    "test_truncated_log_among_ten_gets_no_score": 4.1,
-    "test_all_runs_aborted_get_no_time_to_train": 4.0,
-    "test_a_missing_log_fails_with_the_checkers_reason": 4.0,
-    "test_compiled_step_trains_as_eager": 3.8,
-    "test_eval_metrics_are_the_same_at_any_micro_batch": 3.7,
-    "test_pack_is_deterministic_and_parallel_equals_serial": 3.4,
-    "test_a_resume_cuts_the_log_back_to_its_checkpoint_or_refuses_a_log_that_changed": 3.2,
-    "test_open_division_says_the_rcp_check_does_not_apply": 3.1,
-    "test_check_only_refuses_what_the_run_refuses": 3.1,
-    "test_fp8_compiles_with_operands_cudas_scaled_mm_takes_and_eval_compiles_without": 3.1,
+    "test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_run_start": 39.2,
+    "test_every_stage_runs_on_the_tiny_config_inside_its_budget": 22.1,
+    "test_torchrun_two_ranks_equal_one_process_with_accumulation": 13.7,
+    "test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail": 13.2,
+    "test_every_system_of_an_organization_gets_the_summarizers_time_to_train": 11.4,
+    "test_compiled_run_compiles_everything_before_run_start_and_equals_a_run_without_warm_up": 10.5,
+    "test_sigterm_checkpoints_and_the_rerun_resumes": 9.8,
+    "test_cuda_graphs_on_two_ranks_trains_as_the_compiled_step": 7.1,
+    "test_packed_run_killed_and_rerun_ends_bit_identical": 6.6,
+    "test_demo_runs_packed": 6.6,
+    "test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical": 6.3,
+    "test_packed_run_counts_real_sequences_and_its_log_is_compliant": 6.0,
+    "test_the_stop_vote_agrees_on_every_rank_one_update_later": 5.8,
+    "test_a_signal_under_two_ranks_is_one_line_once_naming_it": 5.5,
+    "test_two_ranks_wait_for_no_device_between_boundaries": 5.5,
+    "test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line": 5.3,
+    "test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters": 4.8,
+    "test_cuda_graphs_functions_mutate_only_static_inputs_by_inductors_rule": 4.7,
+    "test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical": 4.4,
+    "test_torchrun_errors_are_the_trainers_one_line_and_status": 4.4,
+    "test_a_full_disk_at_a_log_line_stops_the_run_and_the_rerun_ends_with_the_whole_log": 4.4,
+    "test_compiled_step_has_no_graph_breaks_and_no_recompiles": 4.4,
+    "test_killed_and_rerun_ends_bit_identical": 4.1,
+    "test_golden_s512_digest": 3.7,
+    "test_published_packages_the_official_tools_pass_pass_with_warnings": 3.3,
+    "test_the_cpu_policy_and_math_attention_were_the_3_4x": 3.2,
+    "test_pack_is_deterministic_and_parallel_equals_serial": 3.1,
     "test_online_eval_stops_at_first_eval_reaching_target": 3.0,
-    "test_the_plan_predicts_the_h100s_measured_peaks_within_10_percent": 2.9,
+    "test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir": 3.0,
+    "test_fp8_compiles_with_operands_cudas_scaled_mm_takes_and_eval_compiles_without": 2.8,
+    "test_score_says_why_it_fails_one_line_per_reason": 2.7,
+    "test_real_package_gets_its_official_score": 2.7,
+    "test_save_checkpoints_steps_0_checkpoints_at_the_end_and_on_sigterm_only": 2.2,
+    "test_the_plan_predicts_the_h100s_measured_peaks_within_10_percent": 2.1,
+    "test_second_run_on_one_output_dir_is_refused_and_the_first_ends_clean": 2.1,
+    "test_checkpoints_written_while_training_goes_on_hold_their_step_and_resume_bit_identical": 2.0,
+    "test_two_aborted_runs_fail": 1.9,
+    "test_a_package_made_by_package_passes_all_three_steps_of_the_verify_script": 1.9,
+    "test_resume_with_other_defining_flags_is_refused": 1.9,
+    "test_all_runs_aborted_get_no_time_to_train": 1.9,
+    "test_killed_make_dataset_ends_its_workers": 1.9,
+    "test_truncated_log_among_ten_gets_no_score": 1.8,
+    "test_a_missing_log_fails_with_the_checkers_reason": 1.8,
+    "test_eval_metrics_are_the_same_at_any_micro_batch": 1.7,
+    "test_help_everywhere_and_numeric_settings_are_checked": 1.6,
+    "test_disk_full_at_a_checkpoint_keeps_the_last_one_and_the_rerun_resumes": 1.6,
+    "test_fused_qkv_and_pad_vocab_compile_as_eager": 1.6,
+    "test_pack_keeps_every_sequence_once_within_the_row_limits": 1.5,
+    "test_clipping_modes_train_differently": 1.4,
+    "test_the_levers_add_no_host_sync": 1.4,
+    "test_a_launch_through_the_wrapper_leaves_nothing_in_tmpdir": 1.3,
+    "test_a_resume_cuts_the_log_back_to_its_checkpoint_or_refuses_a_log_that_changed": 1.3,
+    "test_fp8_fused_qkv_and_pad_vocab_compile_without_graph_breaks": 1.3,
+    "test_rcp_presets_are_the_installed_rcps": 1.2,
+    "test_a_killed_loader_worker_comes_out_of_the_loader_not_at_any_bytecode": 1.1,
+    "test_a_signal_in_the_untimed_init_stops_at_once_with_nothing_saved": 1.1,
+    "test_open_division_says_the_rcp_check_does_not_apply": 1.0,
+    "test_the_launcher_commands_of_the_docs_run_as_written": 1.0,
+    "test_packed_loader_keeps_every_prediction_in_fewer_slots": 1.0,
 }
-DEFAULT, SLOW_DEFAULT = 0.2, 5.0  # the other 488 tests: 0.22 s on average
+DEFAULT, SLOW_DEFAULT = 0.1, 3.0  # the other 584 tests: 0.09 s on average
 
 
 def _unit(item):
@@ -216,7 +230,8 @@ def _cpu_now():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    item._cpu_start = _cpu_now()
+    import time
+    item._cpu_start, item._wall_start = _cpu_now(), time.time()
     yield
 
 
@@ -227,9 +242,11 @@ def pytest_runtest_makereport(item, call):
     if call.when == "teardown" and hasattr(item, "_cpu_start"):
         cpu = round(_cpu_now() - item._cpu_start, 3)
         report.user_properties.append(("cpu_s", cpu))
-        if os.environ.get("MB_TEST_CPU_LOG"):  # a line per test as it ends (for a run cut short)
+        if os.environ.get("MB_TEST_CPU_LOG"):  # a line per test as it ends (for a run cut short):
+            import time  # CPU s, nodeid, wall s, start (epoch s), worker: where a run waits, and on what
             with open(os.environ["MB_TEST_CPU_LOG"], "a") as f:
-                f.write("%.3f %s\n" % (cpu, item.nodeid))
+                f.write("%.3f %s %.3f %.3f %s\n" % (cpu, item.nodeid, time.time() - item._wall_start,
+                                                     item._wall_start, os.environ.get("PYTEST_XDIST_WORKER", "-")))
 
 
 def pytest_runtest_logreport(report):

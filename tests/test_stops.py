@@ -462,9 +462,10 @@ def test_a_killed_loader_worker_comes_out_of_the_loader_not_at_any_bytecode(shor
     from mlperf_bert.trainer import loader
     multiprocessing.util.get_temp_dir()  # the loader's own pymp-* folder: elsewhere, removed at exit
     monkeypatch.setattr(tempfile, "tempdir", short_tmpdir)
+    others = set(loader._iterators)  # earlier tests' iterators, not yet collected
     batches = iter(loader.make_loader(_Endless(), 1))
     next(batches)
-    (it,) = [i for i in loader._iterators if getattr(i, "_workers", None)]
+    (it,) = [i for i in loader._iterators if i not in others]
     os.kill(it._workers[0].pid, signal.SIGKILL)
     it._workers[0].join(30)
     t = time.time()

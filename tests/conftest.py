@@ -189,7 +189,7 @@ DEFAULT, SLOW_DEFAULT = 0.1, 3.0  # the other 584 tests: 0.09 s on average
 
 
 def _unit(item):
-    """The xdist_group of ``item``: its file if it uses a module-scoped fixture of that file."""
+    """The scheduling unit of ``item``: its file if it uses a module-scoped fixture of that file."""
     path = item.nodeid.split("::", 1)[0]
     name = os.path.basename(path)
     info = getattr(item, "_fixtureinfo", None)  # pytest's; without it, loadfile's grouping
@@ -280,17 +280,50 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line("%7.2fs %s" % (cpu, nodeid))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+# xdist 3.8's loadgroup keeps a group on one worker by a suffix on the nodeid ("...@group"), which
+# it sets as item._nodeid; pytest 9 builds nodeid from item._id, so the suffix was lost and every
+# test was sent alone: a module fixture was made on both workers (two_nodes' 8 processes twice).
+# So the workers write each test's group to GROUPS_DIR, and the controller's scheduler (xdist's
+# pytest_xdist_make_scheduler hook) reads it there.
+if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller (workers inherit its folder)
+    import tempfile
+    os.environ["MB_TEST_GROUPS_DIR"] = tempfile.mkdtemp(prefix="mb-test-groups-")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        """xdist's scope scheduling with our units (_unit) as the scopes."""
+        _groups = None
+
+        def _split_scope(self, nodeid):
+            if self._groups is None:
+                import json
+                d = os.environ["MB_TEST_GROUPS_DIR"]
+                names = sorted(n for n in os.listdir(d) if n.endswith(".json"))
+                self._groups = json.load(open(os.path.join(d, names[0]))) if names else {}
+            return self._groups.get(nodeid) or nodeid
+    return ByUnit(config, log)
+
+
+def pytest_unconfigure(config):
+    if not os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("MB_TEST_GROUPS_DIR"):
+        shutil.rmtree(os.environ["MB_TEST_GROUPS_DIR"], ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config, items):
     if not getattr(config.option, "loadgroup", False):  # set on xdist workers under --dist loadgroup
         return
     cache = getattr(config, "cache", None)
     learned = cache.get(CPU_KEY, {}) if cache is not None else {}
-    units, cost = [], {}
+    units, cost, groups = [], {}, {}
     for item in items:
         group = _unit(item)
         if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+            groups[item.nodeid] = "group:" + group
         key = group or item.nodeid
         if key not in cost:
             units.append(key)
@@ -299,6 +332,11 @@ def pytest_collection_modifyitems(config, items):
     order = {key: (-cost[key], i) for i, key in enumerate(units)}
     # stable: a group's tests keep their order; equal units keep the order of collection
     items.sort(key=lambda item: order[_unit(item) or item.nodeid])
+    import json
+    path = os.path.join(os.environ["MB_TEST_GROUPS_DIR"], os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    with open(path + ".tmp", "w") as f:
+        json.dump(groups, f)
+    os.replace(path + ".tmp", path + ".json")
 
 
 @pytest.fixture

@@ -382,7 +382,7 @@ def test_every_variable_the_docs_name_is_read_somewhere():
     """A backticked ``NAME`` or ``NAME=value`` (alone, or assignments before a command) in
     README.md or docs/running.md is an environment variable, build argument or image setting that
     some file of ours reads or sets."""
-    readers = list(LAUNCHER_FILES) + ["Dockerfile", "Makefile", "tests/container/check_image.py"] \
+    readers = list(LAUNCHER_FILES) + ["Dockerfile", "Makefile", "tests/container/check_image.py", "tests/conftest.py"] \
         + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "mlperf_bert", "**", "*.py"),
                                                              recursive=True))
     missing = []

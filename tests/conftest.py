@@ -290,6 +290,7 @@ if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller (workers inherit
     os.environ["MB_TEST_GROUPS_DIR"] = tempfile.mkdtemp(prefix="mb-test-groups-")
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: `pytest -p no:xdist` runs without it
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None

@@ -25,6 +25,8 @@ class _TensorFlow:
     """tensorflow, imported by the first test that uses it: at module level every xdist worker
     would import it while collecting (about 4 s of CPU each)."""
     def __getattr__(self, name):
+        if name.startswith("_"):  # pytest's probes of module attributes (e.g. _mock_name)
+            raise AttributeError(name)
         return getattr(pytest.importorskip("tensorflow"), name)
 
 

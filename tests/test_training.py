@@ -3,6 +3,7 @@ SIGKILL/SIGTERM, torchrun equivalence, online eval and stopping, the official lo
 --do_eval alone against an independent computation, and one-line errors for bad input."""
 import contextlib
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -817,9 +818,12 @@ def test_disk_full_at_a_checkpoint_keeps_the_last_one_and_the_rerun_resumes(file
             f._f = Full(f._f)  # under the atomic writer's file, as the kernel would refuse
         return real_save(state, f, *a, **k)
     monkeypatch.setattr(torch, "save", save)
+    before = set(multiprocessing.active_children())
     with pytest.raises(UserError, match="model.ckpt-9.pt.*(space|No space)") as e:
         training.main(argv)
     assert "\n" not in str(e.value)
+    # the loader's workers ended with main, not when the error's frames are collected (5 s each)
+    assert not set(multiprocessing.active_children()) - before
     assert sorted(n for n in os.listdir(out) if "ckpt" in n) == ["model.ckpt-3.pt", "model.ckpt-6.pt"]
     monkeypatch.setattr(torch, "save", real_save)  # space freed: the same command goes on
     assert training.main(argv) == 0

@@ -266,10 +266,25 @@ class _Loader:
         try:
             yield from it
         except UserError as e:
+            _end_workers(it)
             lines = str(e).strip().splitlines()
             if len(lines) > 1:  # "Caught UserError in DataLoader worker ... Traceback ...: msg"
                 raise UserError(lines[-1].split("UserError: ", 1)[-1]) from None
             raise
+        except Exception:
+            raise  # maybe a worker's death: worker_death_is_one_line reads its exit code, then ends them
+        except BaseException:  # closed by its consumer (GeneratorExit), a stop signal
+            _end_workers(it)
+            raise
+
+
+def _end_workers(it):
+    """End a DataLoader iterator's workers now. Left to its __del__, an iterator kept by an error's
+    traceback is freed by the cycle collector, which may close its queues first: then each worker
+    waits out PyTorch's 5 s join timeout before it is terminated."""
+    shutdown = getattr(it, "_shutdown_workers", None)  # none without workers
+    if shutdown is not None:
+        shutdown()
 
 
 _iterators = weakref.WeakSet()  # live DataLoader iterators, whose workers a failure may be about

@@ -179,11 +179,11 @@ def main(argv):
     fv = define_flags()
     flags.parse(fv, argv, required=["bert_config_file", "input_file", "output_dir"])
     preflight.check_flags(fv)
-    with _Stop() as stop, contextlib.ExitStack() as locks:
+    with _Stop() as stop, contextlib.ExitStack() as held:
         clean = False
         try:
             with distributed.peer_loss_is_one_line(), loader.worker_death_is_one_line():
-                rc = run(fv, stop, locks)
+                rc = run(fv, stop, held)
             clean = True
             return rc
         finally:
@@ -383,7 +383,8 @@ class Trainer:
 
 # ---------------------------------------------------------------- setup
 
-def run(fv, stop, locks):
+def run(fv, stop, held):
+    """The run; ``held`` (an ExitStack) releases what it holds (locks, the loader) when main ends."""
     kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if kind == "cuda" and not torch.cuda.is_available():
         raise UserError("--device=cuda but no CUDA device is available: use --device=cpu")
@@ -400,7 +401,7 @@ def run(fv, stop, locks):
     # ---- inputs, checked before anything is written
     config = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
     train_files, eval_files, packed, global_batch, init_ckpt, log_path = preflight.check_start(
-        fv, rank, world, locks)
+        fv, rank, world, held)
     if not fv.do_train:
         return run_eval_only(fv, config, train_files, device, rank, world)
 
@@ -470,7 +471,7 @@ def run(fv, stop, locks):
             log.open()
     extra = {"seed": seed, "config": config.to_dict(), "run": identity}
     try:
-        return train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra)
+        return train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra, held)
     finally:  # an error mid-run: the checkpoint being written is completed, not cut off
         trainer.writer.wait(raise_error=False)
 
@@ -494,8 +495,9 @@ class _BarLines:
         self.out.flush()
 
 
-def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra):
-    """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM/SIGINT."""
+def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra, held):
+    """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM/SIGINT;
+    ``held``: run's ExitStack."""
     rank, world, device = trainer.rank, trainer.world, trainer.device
     batch_size = fv.train_batch_size
     step, evals, samples = state["step"], state["evals"], state["samples"]
@@ -554,6 +556,7 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
         meter.row_flops = trainer.row_flops(ds.slots)
         meter.batch_flops = trainer.batch_flops(ds.slots)  # the attention the varlen kernel computes
     batches = iter(loader.make_loader(ds, fv.num_workers))
+    held.callback(batches.close)  # its workers end with the run, however it ends
     vote = distributed.StopVote()
     step0, samples0 = step, samples
     loss_sum, loss_n = torch.zeros((), device=device), 0

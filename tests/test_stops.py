@@ -32,6 +32,21 @@ def wait_until(condition, proc=None, timeout=120, what="the condition"):
         time.sleep(0.05)
 
 
+def children(pid):
+    """The pids of ``pid``'s live children."""
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and alive(int(p), parent=pid)]
+
+
+def alive(pid, parent=None):
+    """Whether ``pid`` runs (not a zombie), and with ``parent``: as its child."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] not in ("Z", "X") and (parent is None or int(fields[1]) == parent)
+
+
 # ---------------------------------------------------------------- the lock
 
 FORKING_HOLDER = textwrap.dedent("""\
@@ -150,9 +165,16 @@ def test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical(files, u
     with open(tmp_path / "first.log", "w") as log:
         proc = subprocess.Popen([PY] + argv, cwd=ROOT, env=ENV, stdout=log, stderr=subprocess.STDOUT)
         wait_until(lambda: os.path.exists(os.path.join(out, "model.ckpt-3.pt")), proc, what="model.ckpt-3.pt")
+        workers = children(proc.pid)
+        assert workers  # its DataLoader worker
         proc.kill()
         assert proc.wait() == -signal.SIGKILL
-    assert training.main(argv) == 0  # at once: the worker may still be alive
+        # which dies with it (PR_SET_PDEATHSIG), not at PyTorch's watchdog's next look (5 s)
+        t = time.time()
+        while any(alive(w) for w in workers):
+            assert time.time() - t < 2, "the killed trainer's loader worker is still alive"
+            time.sleep(0.02)
+    assert training.main(argv) == 0  # at once
     assert_bit_identical(os.path.join(uninterrupted[0], "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
 
 

@@ -140,9 +140,13 @@ def test_logged_rate_is_the_last_intervals(files, tmp_path, monkeypatch):  # noq
     """A slow second interval shows in its own line only: the third is fast again (an average since
     the start would stay low), and each line's rate is its samples over its time in the log."""
     real_step = training.Trainer.step
+    started = {}
 
     def step(self, batch, global_step):
-        time.sleep(0.6 if 8 <= global_step < 16 else 0.0)
+        started.setdefault(global_step, time.perf_counter())
+        if 8 <= global_step < 16:  # the second interval: 4x as long as the first took (a fixed
+            # sleep long enough on a loaded machine would be most of this test's time)
+            time.sleep(3 * (started[8] - started[0]) / 8)
         return real_step(self, batch, global_step)
     monkeypatch.setattr(training.Trainer, "step", step)
     out = str(tmp_path / "run")

@@ -13,6 +13,7 @@ record headers, and decodes nothing before batch ``k``. DataLoader worker ``w`` 
 builds batches ``w, w+W, ...``; PyTorch hands them out round-robin, i.e. in order.
 """
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -23,7 +24,7 @@ import weakref
 import numpy as np
 import torch
 
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import UserError, die_with_parent
 from mlperf_bert.dataset.example import decode_pretraining_batch, decode_pretraining_example
 from mlperf_bert.dataset.tfrecord import check_data, expand_paths, read_records, scan_records
 
@@ -343,14 +344,17 @@ def worker_death_is_one_line():
         raise SystemExit(128 - code if code < 0 else code) from None
 
 
-def _worker_init(worker_id):
+def _worker_init(trainer_pid, worker_id):
     # The trainer decides what a stop means (checkpoint, then exit 143): a SIGTERM or Ctrl-C sent
     # to its process group (torchrun's shutdown, kill -- -PGID, a terminal) must not kill the
-    # workers first. Their own group keeps them out of it; the trainer still ends them (by pid),
-    # and PyTorch's watchdog ends them if the trainer dies.
+    # workers first. Their own group keeps them out of it; the trainer still ends them (by pid).
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A killed trainer's workers die with it, not when PyTorch's watchdog looks (every 5 s): they
+    # held its output pipe open and competed with the rerun. (The signal comes when the thread that
+    # started them ends: the trainer's main thread.)
+    die_with_parent(trainer_pid, signal.SIGKILL, 1)
 
 
 def check_tmpdir(num_workers):
@@ -370,7 +374,7 @@ def make_loader(dataset, num_workers):
     # Its own generator: creating an iterator must not draw from the global RNG (dropout),
     # or a resumed run would see a different dropout stream.
     kwargs = dict(batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available(),
-                  generator=torch.Generator(), worker_init_fn=_worker_init)
+                  generator=torch.Generator(), worker_init_fn=functools.partial(_worker_init, os.getpid()))
     if num_workers > 0:
         kwargs.update(prefetch_factor=4, persistent_workers=False)
         # multiprocessing's folder (pymp-* in $TMPDIR, where a worker's resource-sharing socket

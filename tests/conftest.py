@@ -119,6 +119,11 @@ def pytest_configure(config):
 CHEAP_SHARED = {"one_thread", "test_training.py::files", "test_training.py::uninterrupted",
                 "test_training.py::uninterrupted_clip_after", "test_stops.py::uninterrupted"}
 
+# module fixtures of several files whose tests share one worker: the 2-rank launches of
+# test_host_syncs.py and test_levers.py fork their ranks from one fork server per worker
+# (test_host_syncs.run_ranks), which imports torch once for both
+ACROSS_FILES = {"two_ranks": "two ranks"}
+
 # seconds per test, for a run without .pytest_cache (a fresh clone): CPU seconds (user + system,
 # with children; the hook below) of each test of 1 s or more in a `make test` run with an empty
 # compile cache (2026-11-27 17:27, 656 tests, 350 s of CPU in all; a parametrized test: its costliest
@@ -201,12 +206,13 @@ def _unit(item):
             continue
         if defs[-1].baseid.split("::", 1)[0] == path and fixture not in CHEAP_SHARED \
                 and "%s::%s" % (name, fixture) not in CHEAP_SHARED:
-            return name
+            return ACROSS_FILES.get(fixture, name)
     return None
 
 
 def _cost(item, learned):
-    """CPU seconds of ``item`` in the last run that had it, else the COST table's figure."""
+    """Seconds of ``item`` (CPU or wall, the larger) in the last run that had it, else the COST
+    table's figure."""
     cost = learned.get(item.nodeid)
     if cost is None:
         cost = COST.get(item.originalname if hasattr(item, "originalname") else item.name)
@@ -217,9 +223,11 @@ def _cost(item, learned):
 
 # ---- each test's cost: CPU seconds (user + system) of the test process and of the children it
 # waited for, over setup, call and teardown. Load on a shared machine stretches wall time, not
-# this. Workers send it to the controller in the report; the controller keeps the figures of the
-# last run of each test in .pytest_cache (CPU_KEY), which the next run's scheduler reads.
-CPU_KEY = "mlperf/test_cpu_s"
+# this; but the work of processes it did not wait for (the ranks run_ranks forks from its fork
+# server) and sleeps show only in wall time: the scheduler takes the larger. Workers send both to
+# the controller in the report; the controller keeps the figures of the last run of each test in
+# .pytest_cache (COST_KEY), which the next run's scheduler reads.
+COST_KEY = "mlperf/test_cost_s"
 
 
 def _cpu_now():
@@ -240,13 +248,14 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if call.when == "teardown" and hasattr(item, "_cpu_start"):
-        cpu = round(_cpu_now() - item._cpu_start, 3)
-        report.user_properties.append(("cpu_s", cpu))
+        import time
+        cpu, wall = round(_cpu_now() - item._cpu_start, 3), time.time() - item._wall_start
+        report.user_properties += [("cpu_s", cpu), ("cost_s", round(max(cpu, wall), 3))]
         if os.environ.get("MB_TEST_CPU_LOG"):  # a line per test as it ends (for a run cut short):
-            import time  # CPU s, nodeid, wall s, start (epoch s), worker: where a run waits, and on what
+            # CPU s, nodeid, wall s, start (epoch s), worker: where a run waits, and on what
             with open(os.environ["MB_TEST_CPU_LOG"], "a") as f:
-                f.write("%.3f %s %.3f %.3f %s\n" % (cpu, item.nodeid, time.time() - item._wall_start,
-                                                     item._wall_start, os.environ.get("PYTEST_XDIST_WORKER", "-")))
+                f.write("%.3f %s %.3f %.3f %s\n" % (cpu, item.nodeid, wall, item._wall_start,
+                                                     os.environ.get("PYTEST_XDIST_WORKER", "-")))
 
 
 def pytest_runtest_logreport(report):
@@ -255,18 +264,20 @@ def pytest_runtest_logreport(report):
     for key, value in report.user_properties:
         if key == "cpu_s":
             _CPU_SEEN[report.nodeid] = value
+        elif key == "cost_s":
+            _COST_SEEN[report.nodeid] = value
 
 
-_CPU_SEEN = {}
+_CPU_SEEN, _COST_SEEN = {}, {}
 
 
 def pytest_sessionfinish(session):
     cache = getattr(session.config, "cache", None)
-    if cache is None or not _CPU_SEEN or os.environ.get("PYTEST_XDIST_WORKER"):
+    if cache is None or not _COST_SEEN or os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    learned = dict(cache.get(CPU_KEY, {}))
-    learned.update(_CPU_SEEN)
-    cache.set(CPU_KEY, learned)
+    learned = dict(cache.get(COST_KEY, {}))
+    learned.update(_COST_SEEN)
+    cache.set(COST_KEY, learned)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -319,7 +330,7 @@ def pytest_collection_modifyitems(config, items):
     if not getattr(config.option, "loadgroup", False):  # set on xdist workers under --dist loadgroup
         return
     cache = getattr(config, "cache", None)
-    learned = cache.get(CPU_KEY, {}) if cache is not None else {}
+    learned = cache.get(COST_KEY, {}) if cache is not None else {}
     units, cost, groups = [], {}, {}
     for item in items:
         group = _unit(item)

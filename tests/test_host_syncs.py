@@ -144,10 +144,34 @@ def _rank_main(rank, world, port, out, target, args):
     os._exit(0)
 
 
+# What the ranks' fork server imports once: the ranks are forked from it (a spawned rank paid
+# torch's import and these modules', 3-5 s of CPU each)
+RANK_MODULES = ["test_host_syncs", "test_levers"]
+
+
+def _start_fork_server(ctx):
+    """multiprocessing's fork server, with RANK_MODULES imported (once per pytest process)."""
+    from multiprocessing import forkserver
+    ctx.set_forkserver_preload(RANK_MODULES)
+    # Python 3.11's server takes no sys.path from this process: tests/ reaches it by PYTHONPATH
+    here = os.path.dirname(os.path.abspath(__file__))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, os.path.dirname(here)] + ([old] if old else []))
+    try:
+        forkserver.ensure_running()
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
 def run_ranks(target, *args, world=2, timeout=240, tmp=None):
-    """``target(rank, world, *args)`` in ``world`` spawned processes (torchrun's environment, a
-    gloo rendezvous on loopback; ``target`` must be a module-level function): its results by rank.
-    An exception in a rank fails the caller with its traceback."""
+    """``target(rank, world, *args)`` in ``world`` new processes (torchrun's environment, a gloo
+    rendezvous on loopback; ``target`` must be a module-level function): its results by rank.
+    An exception in a rank fails the caller with its traceback. The ranks are forked from
+    multiprocessing's fork server (a fresh interpreter, no threads, RANK_MODULES imported), not
+    from this process (pytest's, with its threads and state)."""
     import multiprocessing
     import pickle
     import socket
@@ -155,7 +179,8 @@ def run_ranks(target, *args, world=2, timeout=240, tmp=None):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    _start_fork_server(ctx)
     out = os.path.join(tmp or tempfile.mkdtemp(), "rank")
     procs = [ctx.Process(target=_rank_main, args=(r, world, port, out, target, args)) for r in range(world)]
     for p in procs:

@@ -3,7 +3,7 @@ a disk-full error into one line and an exit status."""
 import os
 import sys
 
-from mlperf_bert.errors import Terminated, UserError, install_sigterm_handler
+from mlperf_bert.errors import Terminated, UserError, install_sigterm_handler, sigterm_lost
 from mlperf_bert.fileio import WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 
@@ -16,6 +16,8 @@ def run_main(main, argv=None):
     install_sigterm_handler()
     try:
         status = main(argv)
+        if sigterm_lost():  # the signal's exception was dropped and the command ran to its end
+            raise Terminated()
     except UserError as e:
         print("error: %s" % e, file=sys.stderr)
         sys.exit(2)
@@ -24,6 +26,7 @@ def run_main(main, argv=None):
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
     except Terminated as e:
+        sigterm_lost()
         if e.line is None:
             print("error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on",
                   file=sys.stderr)

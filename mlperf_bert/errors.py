@@ -23,8 +23,21 @@ class Terminated(BaseException):
         self.line, self.status = line, status
 
 
+_received = []  # the SIGTERMs _raise_terminated raised
+
+
 def _raise_terminated(signum, frame):
+    _received.append(signum)
     raise Terminated()
+
+
+def sigterm_lost():
+    """Whether a SIGTERM raised Terminated where Python drops exceptions (a finalizer, a
+    generator closed by the garbage collector: "Exception ignored in ..."), so that the command
+    went on; ``run_main`` then still ends with 143. Reset by the call."""
+    lost = bool(_received)
+    del _received[:]
+    return lost
 
 
 def install_sigterm_handler():

@@ -618,7 +618,9 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
                 print("%s: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % (stop.name, step),
                       flush=True)
             log.close()
+            batches.close()
             return stop.status
+    batches.close()  # the loader's workers end here, not after the final eval
     vote.close()
     if bar is not None:
         bar.close()

@@ -129,7 +129,23 @@ CHEAP_SHARED = {"one_thread", "test_training.py::files", "test_training.py::unin
 # module fixtures of several files whose tests share one worker: the 2-rank launches of
 # test_host_syncs.py and test_levers.py fork their ranks from one fork server per worker
 # (test_host_syncs.run_ranks), which imports torch once for both
-ACROSS_FILES = {"two_ranks": "two ranks"}
+ACROSS_FILES = {"two_ranks": "two ranks", "tf1_ckpt": "tensorflow", "phase1": "tensorflow"}
+
+# tests that import tensorflow in the worker (5-6 s of CPU, once per worker that does): one unit,
+# with the users of the module fixtures that write TF checkpoints (ACROSS_FILES). A test that
+# imports it outside this unit is named at the end of the run (TF_STRAYS).
+TENSORFLOW = {
+    "test_add_gradacc_variable_set", "test_convert_round_trip_tf_pt_tf_is_exact",
+    "test_convert_says_one_count_of_dropped_variables", "test_missing_and_misshaped_variables_are_one_line_errors",
+    "test_tf1_checkpoint_loads_and_matches_numpy_reference", "test_tf2_model_garden_names_and_shapes_load",
+    "test_tf2_object_checkpoint_loads", "test_fused_qkv_and_pad_vocab_models_save_and_load_reference_tf_checkpoints",
+    "test_clip_after_allreduce_from_a_tf_checkpoint_matches_the_reference_run_by_tensorflow",
+    "test_clip_matches_tensorflow", "test_lamb_matches_the_reference_update_run_by_tensorflow",
+    "test_schedule_matches_tensorflow_polynomial_decay_with_reference_warmup",
+    "test_closed_division_refuses_at_start_what_the_rules_decide",
+    "test_reference_eval_command_runs_as_written_on_a_tf_checkpoint",
+    "test_truncated_tf_checkpoint_is_one_line_in_convert_eval_and_init",
+}
 
 # seconds per test, for a run without .pytest_cache (a fresh clone): the larger of CPU seconds
 # (user + system, with children; the hook below) and wall seconds of each test of 1 s or more in a
@@ -208,6 +224,8 @@ def _unit(item):
     """The scheduling unit of ``item``: its file if it uses a module-scoped fixture of that file."""
     path = item.nodeid.split("::", 1)[0]
     name = os.path.basename(path)
+    if getattr(item, "originalname", item.name) in TENSORFLOW:
+        return "tensorflow"
     info = getattr(item, "_fixtureinfo", None)  # pytest's; without it, loadfile's grouping
     if info is None:
         return name
@@ -251,6 +269,7 @@ def _cpu_now():
 def pytest_runtest_protocol(item, nextitem):
     import time
     item._cpu_start, item._wall_start = _cpu_now(), time.time()
+    item._tf_before = "tensorflow" in sys.modules
     yield
 
 
@@ -262,6 +281,8 @@ def pytest_runtest_makereport(item, call):
         import time
         cpu, wall = round(_cpu_now() - item._cpu_start, 3), time.time() - item._wall_start
         report.user_properties += [("cpu_s", cpu), ("cost_s", round(max(cpu, wall), 3))]
+        if not item._tf_before and "tensorflow" in sys.modules and _unit(item) != "tensorflow":
+            report.user_properties.append(("tf_stray", True))
         if os.environ.get("MB_TEST_CPU_LOG"):  # a line per test as it ends (for a run cut short):
             # CPU s, nodeid, wall s, start (epoch s), worker: where a run waits, and on what
             with open(os.environ["MB_TEST_CPU_LOG"], "a") as f:
@@ -277,9 +298,11 @@ def pytest_runtest_logreport(report):
             _CPU_SEEN[report.nodeid] = value
         elif key == "cost_s":
             _COST_SEEN[report.nodeid] = value
+        elif key == "tf_stray":
+            TF_STRAYS.append(report.nodeid)
 
 
-_CPU_SEEN, _COST_SEEN = {}, {}
+_CPU_SEEN, _COST_SEEN, TF_STRAYS = {}, {}, []
 
 
 def pytest_sessionfinish(session):
@@ -292,6 +315,9 @@ def pytest_sessionfinish(session):
 
 
 def pytest_terminal_summary(terminalreporter):
+    for nodeid in TF_STRAYS:
+        terminalreporter.write_line("warning: %s imported tensorflow outside conftest's TENSORFLOW unit (add "
+                                    "it there: each worker that imports it pays 5-6 s of CPU)" % nodeid)
     if not _CPU_SEEN:
         return
     slowest = sorted(_CPU_SEEN.items(), key=lambda kv: -kv[1])[:10]

@@ -126,9 +126,9 @@ def pytest_configure(config):
 CHEAP_SHARED = {"one_thread", "test_training.py::files", "test_training.py::uninterrupted",
                 "test_training.py::uninterrupted_clip_after", "test_stops.py::uninterrupted"}
 
-# module fixtures of several files whose tests share one worker: the 2-rank launches of
-# test_host_syncs.py and test_levers.py fork their ranks from one fork server per worker
-# (test_host_syncs.run_ranks), which imports torch once for both
+# module fixtures whose tests join a unit across files: the 2-rank launches of test_host_syncs.py
+# and test_levers.py fork their ranks from one fork server per worker (test_host_syncs.run_ranks),
+# which imports torch once for both; the TF checkpoints' users join the tensorflow unit below
 ACROSS_FILES = {"two_ranks": "two ranks", "tf1_ckpt": "tensorflow", "phase1": "tensorflow"}
 
 # tests that import tensorflow in the worker (5-6 s of CPU, once per worker that does): one unit,

@@ -335,7 +335,7 @@ def worker_death_is_one_line():
         pid, code = dead
         for it in list(_iterators):  # no SIGCHLD report of the same death later, while leaving
             with contextlib.suppress(Exception):
-                it._shutdown_workers()
+                _end_workers(it)
         how = "was killed by %s" % signal.Signals(-code).name if code < 0 else "exited with status %d" % code
         dist = torch.distributed
         who = "rank %d: its" % dist.get_rank() if dist.is_available() and dist.is_initialized() else "the"

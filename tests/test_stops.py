@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 
 import pytest
 import torch
@@ -475,28 +476,96 @@ class _Endless(torch.utils.data.IterableDataset):
             yield torch.zeros(4)
 
 
+class _Stuck(torch.utils.data.IterableDataset):
+    """One batch, then the worker hangs: the trainer waits for the next."""
+    def __iter__(self):
+        yield torch.zeros(4)
+        time.sleep(600)
+
+
+def _worker_of(batches, others):
+    from mlperf_bert.trainer import loader
+    next(batches)
+    (it,) = [i for i in loader._iterators if i not in others]
+    return it
+
+
 def test_a_killed_loader_worker_comes_out_of_the_loader_not_at_any_bytecode(short_tmpdir, monkeypatch):
     """PyTorch's SIGCHLD handler raised a loader worker's death at whatever bytecode ran next; in
     the DataLoader's file-limit probe (tempfile.NamedTemporaryFile) that left a tmp* file in $TMPDIR
     (test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line failed 1 run in 10 so). Now the
-    death comes out of the loader, as the one line and 128 + the signal, and $TMPDIR stays empty."""
+    death comes out of the loader, as the one line and 128 + the signal, and $TMPDIR stays empty;
+    at the next batch (batches were ready: PyTorch's status check, every 5 s, found it later)."""
     import tempfile
     from mlperf_bert.trainer import loader
     multiprocessing.util.get_temp_dir()  # the loader's own pymp-* folder: elsewhere, removed at exit
     monkeypatch.setattr(tempfile, "tempdir", short_tmpdir)
     others = set(loader._iterators)  # earlier tests' iterators, not yet collected
     batches = iter(loader.make_loader(_Endless(), 1))
-    next(batches)
-    (it,) = [i for i in loader._iterators if i not in others]
+    it = _worker_of(batches, others)
     os.kill(it._workers[0].pid, signal.SIGKILL)
     it._workers[0].join(30)
     t = time.time()
     while time.time() - t < 0.5:  # where torch's handler raised its report
         sum(range(1000))
+    t = time.time()
     with pytest.raises(SystemExit) as e, loader.worker_death_is_one_line():
         for _ in batches:
             pass
-    assert e.value.code == 128 + signal.SIGKILL
+    assert e.value.code == 128 + signal.SIGKILL and time.time() - t < 1
     del batches, it
     gc.collect()
     assert os.listdir(short_tmpdir) == []
+
+
+def test_a_loader_worker_killed_while_the_trainer_waits_for_it_is_found_at_once(short_tmpdir, monkeypatch, capsys):
+    """The death of the worker the trainer waits for comes into the wait (its SIGCHLD), not at
+    PyTorch's next status check of its workers, up to 5 s later; $TMPDIR stays empty."""
+    import tempfile
+    import threading
+    from mlperf_bert.trainer import loader
+    multiprocessing.util.get_temp_dir()
+    monkeypatch.setattr(tempfile, "tempdir", short_tmpdir)
+    others = set(loader._iterators)
+    batches = iter(loader.make_loader(_Stuck(), 1))
+    it = _worker_of(batches, others)
+    pid = it._workers[0].pid
+    kill = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
+    t = time.time()
+    kill.start()
+    with pytest.raises(SystemExit) as e, loader.worker_death_is_one_line():
+        next(batches)
+    kill.join()
+    assert e.value.code == 128 + signal.SIGKILL and time.time() - t < 2.5  # the kill at 0.5 s
+    assert "data loader worker (pid %d) was killed by SIGKILL" % pid in capsys.readouterr().err
+    del batches, it
+    gc.collect()
+    assert os.listdir(short_tmpdir) == []
+
+
+def test_the_wait_for_a_pinned_batch_is_a_wait_too():
+    """On CUDA (pin_memory) the DataLoader waits in a queue.Queue's get, fed by its pin-memory
+    thread (torch's source, read here), not a multiprocessing queue's: a signal there is in the
+    wait too (PyTorch's _try_get_data as torch has it, on a real queue.Queue); elsewhere not."""
+    import inspect
+    import queue
+    import threading
+    from torch.utils.data import dataloader
+    from mlperf_bert.trainer import loader
+    it = dataloader._MultiProcessingDataLoaderIter
+    assert "self._data_queue = queue.Queue()" in inspect.getsource(it.__init__)
+    src = textwrap.dedent(inspect.getsource(it._try_get_data))
+    assert "data = self._data_queue.get(timeout=timeout)" in src
+    code = compile(src, dataloader.__file__, "exec")  # its own file name: the frames of the wait
+    ns = dict(vars(dataloader))
+    exec(code, ns)
+    waiting = []
+    old = signal.signal(signal.SIGUSR1, lambda s, f: waiting.append(loader._waiting_for_a_batch(f)))
+    try:
+        fake = types.SimpleNamespace(_data_queue=queue.Queue(), _workers=[], _workers_status=[])
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        assert ns["_try_get_data"](fake, 1.0) == (False, None)  # timed out, the signal seen in the wait
+        os.kill(os.getpid(), signal.SIGUSR1)  # here: no wait
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert waiting == [True, False]

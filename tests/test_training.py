@@ -135,18 +135,19 @@ def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
 
 def test_checkpoints_written_while_training_goes_on_hold_their_step_and_resume_bit_identical(
         files, uninterrupted, tmp_path, monkeypatch):
-    """A slow disk: each background write takes longer than the micro-steps between checkpoints, so
-    training changes the weights while their checkpoint is written. Each file holds its step's state
-    (the uninterrupted run's checkpoint of that step, bit for bit), and a resume from one ends
-    bit-identical."""
+    """A slow disk: each background write lasts until training has taken two more micro-steps (an
+    update among them) or 0.3 s (the last: none follow), so training changes the weights while
+    their checkpoint is written. Each file holds its step's state (the uninterrupted run's
+    checkpoint of that step, bit for bit), and a resume from one ends bit-identical."""
     import threading
     from mlperf_bert.trainer import checkpoint
     steps, overlapped, real_save, real_step = [0], [], checkpoint.save, training.Trainer.step
 
     def slow_save(path, state, keep):
         assert threading.current_thread().name == "checkpoint-writer"
-        before = steps[0]
-        time.sleep(0.3)
+        before, end = steps[0], time.time() + 0.3
+        while steps[0] < before + 2 and time.time() < end:
+            time.sleep(0.002)
         overlapped.append(steps[0] - before)
         real_save(path, state, keep)
 
@@ -159,7 +160,7 @@ def test_checkpoints_written_while_training_goes_on_hold_their_step_and_resume_b
     out = str(tmp_path / "run")
     assert training.main(flags_for(files, out)) == 0
     monkeypatch.undo()
-    assert len(overlapped) == 10 and max(overlapped) > 0  # micro-steps ran during the writes
+    assert len(overlapped) == 10 and max(overlapped) >= 2  # micro-steps ran during the writes
     full = uninterrupted[0]
     assert sorted(os.listdir(out)) == uninterrupted[1]
     for step in (18, 21, 24, 27, 30):

@@ -260,12 +260,17 @@ class _Loader:
         if self.loader.num_workers > 0:
             # PyTorch's SIGCHLD handler (set by the first iterator with workers) raises a worker's
             # death at whatever bytecode runs next: in the DataLoader's own file-limit probe it left
-            # a NamedTemporaryFile in $TMPDIR. Without it the death comes out of next() on this
-            # iterator (the DataLoader checks its workers every few seconds while it waits).
+            # a NamedTemporaryFile in $TMPDIR. Ours raises it only into the wait for a batch.
             with contextlib.suppress(ValueError):  # not the main thread: torch set none either
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGCHLD, _on_sigchld)
         try:
-            yield from it
+            while True:
+                _raise_if_a_worker_died()  # one that died while the trainer was not waiting
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                yield batch
         except UserError as e:
             _end_workers(it)
             lines = str(e).strip().splitlines()
@@ -291,19 +296,54 @@ def _end_workers(it):
 _iterators = weakref.WeakSet()  # live DataLoader iterators, whose workers a failure may be about
 
 
+def _died():
+    """(pid, exit code) of a live iterator's worker that died (not ended by its iterator), or None."""
+    for it in list(_iterators):
+        if getattr(it, "_shutdown", False):  # its workers were ended by the loader itself
+            continue
+        for w in getattr(it, "_workers", ()):
+            code = w.exitcode
+            if code:
+                return w.pid, code
+    return None
+
+
+def _raise_if_a_worker_died():
+    dead = _died()
+    if dead:
+        raise RuntimeError("DataLoader worker (pid %d) exited unexpectedly" % dead[0])
+
+
+# Where a DataLoader's wait for a batch blocks: its _try_get_data in the data queue's get (a
+# multiprocessing queue; with pinned memory a queue.Queue)
+_DATALOADER = os.path.join("torch", "utils", "data", "dataloader.py")
+_QUEUE_GET = ("queues.py", "connection.py", "selectors.py", "queue.py", "threading.py")
+
+
+def _waiting_for_a_batch(frame):
+    while frame is not None and os.path.basename(frame.f_code.co_filename) in _QUEUE_GET:
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_name == "_try_get_data" and \
+        frame.f_code.co_filename.endswith(_DATALOADER)
+
+
+def _on_sigchld(signum, frame):
+    """A worker's death, raised into the DataLoader's wait for a batch (which then names the dead
+    worker) at once instead of at its next status check, up to 5 s later; anywhere else nothing
+    (the loader looks before its next batch)."""
+    if _waiting_for_a_batch(frame):
+        _raise_if_a_worker_died()
+
+
 def _dead_worker(e):
     """(pid, exit code) of a loader worker that has died, if one has; the worker's death can reach
     the trainer first as a broken connection, before the worker is seen gone: then wait a little."""
     likely = isinstance(e, (ConnectionError, EOFError)) or "DataLoader worker" in str(e)
     deadline = time.monotonic() + (5.0 if likely else 0.0)
     while True:
-        for it in list(_iterators):
-            if getattr(it, "_shutdown", False):  # its workers were ended by the loader itself
-                continue
-            for w in getattr(it, "_workers", ()):
-                code = w.exitcode
-                if code:
-                    return w.pid, code
+        dead = _died()
+        if dead:
+            return dead
         if time.monotonic() >= deadline:
             break
         time.sleep(0.05)
@@ -325,8 +365,8 @@ def worker_death_is_one_line():
     except UserError:
         raise
     except Exception as e:
-        # PyTorch's SIGCHLD handler raises its own report of the death at any later bytecode
-        # (while we look, while we leave): the process is ending with an error anyway
+        # no SIGCHLD handler (PyTorch's, if set, raises at any bytecode) raises a death again
+        # while we look and leave: the process is ending with an error anyway
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         dead = _dead_worker(e)

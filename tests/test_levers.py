@@ -111,8 +111,8 @@ def test_fused_update_equals_the_eager_lamb(tmp_path, compiled, clip_after):
     the eager optimizer's weights (about 0.02; a float32 ulp there is 2e-9) after 3 updates: the
     learning rate is a tensor there (no recompile at each update), so where the eager step adds
     ``-lr * update`` in one rounding (add with alpha) they multiply, then subtract. Inductor's
-    own rounding of the compiled update is checked by test_warmup.py's series of compiled runs
-    (test_series_of_compiled_runs_..., 1e-4 against eager); combo kernels are a GPU backend's, so a CPU shows no kernel count."""
+    own rounding of the compiled update is test_compiled_step.py's (its C++ kernels, 1e-6 against
+    eager); combo kernels are a GPU backend's, so a CPU shows no kernel count."""
     batches = _batches(packed=False)
     extra = ["--%sclip_by_global_norm_after_gradient_allreduce" % ("" if clip_after else "no")]
     eager = _trainer(tmp_path, *extra, dtype="fp32")

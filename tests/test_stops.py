@@ -559,12 +559,15 @@ def test_the_wait_for_a_pinned_batch_is_a_wait_too():
     code = compile(src, dataloader.__file__, "exec")  # its own file name: the frames of the wait
     ns = dict(vars(dataloader))
     exec(code, ns)
-    waiting = []
-    old = signal.signal(signal.SIGUSR1, lambda s, f: waiting.append(loader._waiting_for_a_batch(f)))
+    waiting, fake = [], types.SimpleNamespace(_data_queue=queue.Queue(), _workers=[], _workers_status=[])
+
+    def handler(signum, frame):
+        waiting.append(loader._waiting_for_a_batch(frame))
+        fake._data_queue.put("batch")  # ends the wait
+    old = signal.signal(signal.SIGUSR1, handler)
     try:
-        fake = types.SimpleNamespace(_data_queue=queue.Queue(), _workers=[], _workers_status=[])
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
-        assert ns["_try_get_data"](fake, 1.0) == (False, None)  # timed out, the signal seen in the wait
+        assert ns["_try_get_data"](fake, 30.0) == (True, "batch")  # the signal came into the wait
         os.kill(os.getpid(), signal.SIGUSR1)  # here: no wait
     finally:
         signal.signal(signal.SIGUSR1, old)

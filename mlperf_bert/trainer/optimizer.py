@@ -140,8 +140,9 @@ class BertOptimizer(torch.optim.Optimizer):
 
 def foreach_update_(kind, params, grads, ms, vs, t, lr, b1, b2, eps, wd, exclude):
     """One LAMB/AdamW update of a group with multi-tensor ops. ``t`` (the update count) and ``lr``
-    are Python numbers (eager) or 0-dim tensors (the compiled step, trainer/step.py: a changing
-    Python number would recompile); with numbers these are the exact ops of the eager default."""
+    are Python numbers (eager) or tensors of one element (the compiled step, trainer/step.py: a
+    changing Python number would recompile); with numbers these are the exact ops of the eager
+    default."""
     fe = torch
     fe._foreach_mul_(ms, b1)
     fe._foreach_add_(ms, grads, alpha=1.0 - b1)
@@ -150,7 +151,7 @@ def foreach_update_(kind, params, grads, ms, vs, t, lr, b1, b2, eps, wd, exclude
     if kind == "lamb":
         c1, c2 = 1.0 - b1 ** t, 1.0 - b2 ** t
         if torch.is_tensor(t):  # float64 as the Python number, then the tensors' type as eager
-            c1, c2 = c1.to(ms[0].dtype), c2.to(vs[0].dtype)
+            c1, c2 = c1.reshape(()).to(ms[0].dtype), c2.reshape(()).to(vs[0].dtype)
         num = fe._foreach_div(ms, c1)
         den = fe._foreach_div(vs, c2)
         fe._foreach_sqrt_(den)

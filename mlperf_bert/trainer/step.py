@@ -97,7 +97,10 @@ class CompiledUpdate:
         acc = self.acc = accumulator
         device = acc.params[0].device
         self.lr = torch.zeros((), device=device)
-        self.t = torch.zeros((), dtype=torch.float64, device=device)  # b ** t as the eager float64
+        # b ** t as the eager float64. One element, not 0-dim: dynamo takes a 0-dim float64 tensor
+        # on the CPU for a Python float, then restarts its analysis of each update function
+        # (tensorify_python_scalars): a second trace, 1-2 s of a CPU compile
+        self.t = torch.zeros((1,), dtype=torch.float64, device=device)
         self.absorb, self.absorb_and_update, self.update, self.reduce_clip_update = (
             (compile or torch.compile)(f) for f in (absorb, absorb_and_update, update, reduce_clip_update))
         self.graphed = graphed

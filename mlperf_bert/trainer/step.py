@@ -3,7 +3,7 @@
 The model's forward (and with it, through AOTAutograd, its backward) is one torch.compile'd
 graph; gradient clipping, accumulation and the LAMB/AdamW update are others. None has a graph
 break, and nothing recompiles after the first update and the first eval: the learning rate and
-the optimizer's step count enter as 0-dim device tensors filled in place (``fill_`` with a
+the optimizer's step count enter as one-element device tensors filled in place (``fill_`` with a
 Python number: no host-to-device copy, no host sync), not as Python numbers that dynamo would
 specialise on. tests/test_compiled_step.py checks both with torch._dynamo's own tools.
 

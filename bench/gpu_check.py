@@ -788,6 +788,7 @@ def child(name, ctx, path):
     os.setpgrp()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.dup2(2, 1)  # what a stage prints (the trainer's lines) is progress: the summary alone goes to stdout
+    sys.stdout = sys.stderr  # also where sys.stdout is not file 1 (main called from another program)
     from mlperf_bert.fileio import atomic_open
 
     def save(partial, **more):

@@ -144,16 +144,15 @@ def _same_as_eager(tmp_path, compiled, batches, clip_after):
     assert eager.accumulator.last_lr == compiled.accumulator.last_lr
 
 
-def _lamb(n, clip_after, compiled):
-    """A two-parameter model, LAMB with a weight-decayed and an excluded group, the accumulator
-    -> (model, after_backward): the eager accumulator's, or trainer/step.py's update functions
-    compiled by inductor."""
+def two_parameter_lamb(n, clip_after):
+    """A two-parameter model, LAMB with a weight-decayed and an excluded group, as the trainer
+    builds it, and its accumulator: -> (model, accumulator). (test_levers.py's too.)"""
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 4)
     opt = optimizer.BertOptimizer([dict(params=[model.weight], names=["w/kernel"], exclude=False),
                                    dict(params=[model.bias], names=["w/bias"], exclude=True)], lr=1e-2)
-    acc = accumulation.GradientAccumulator(model, opt, n, lambda s: 1e-2 / (s + 1), clip_after_reduce=clip_after)
-    return model, step.CompiledUpdate(acc, REAL_COMPILE).after_backward if compiled else acc.after_backward
+    return model, accumulation.GradientAccumulator(model, opt, n, lambda s: 1e-2 / (s + 1),
+                                                   clip_after_reduce=clip_after)
 
 
 def test_inductors_kernels_update_as_the_eager_lamb():
@@ -168,7 +167,8 @@ def test_inductors_kernels_update_as_the_eager_lamb():
     with torch._inductor.config.patch({"cpp.vec_isa_ok": False, "compile_threads": 1,
                                        "cpp_cache_precompile_headers": False}):
         for compiled in (False, True):
-            model, after_backward = _lamb(n, clip_after, compiled)
+            model, acc = two_parameter_lamb(n, clip_after)
+            after_backward = step.CompiledUpdate(acc, REAL_COMPILE).after_backward if compiled else acc.after_backward
             gen = torch.Generator().manual_seed(1)
             for i in range(3 * n):
                 for p in model.parameters():

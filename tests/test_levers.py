@@ -28,7 +28,7 @@ from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.model import BertForPreTraining
 
 import cuda_autocast
-from test_compiled_step import TINY, T, _batch
+from test_compiled_step import TINY, T, _batch, two_parameter_lamb
 from test_training import assert_bit_identical, files, flags_for, one_thread  # noqa: F401 (fixtures)
 
 DROPOUT = dict(TINY, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
@@ -784,13 +784,7 @@ def _inductors_mutation_check(name, seen):
 def _graphed_update(n, clip_after, compile):
     """A --cuda_graphs CompiledUpdate (trainer/step.py) over a two-parameter model, as the trainer
     builds it: LAMB with a weight-decayed and an excluded group, the accumulator, ``compile``."""
-    from mlperf_bert.trainer import accumulation, optimizer
-    torch.manual_seed(0)
-    model = torch.nn.Linear(8, 4)
-    opt = optimizer.BertOptimizer([dict(params=[model.weight], names=["w/kernel"], exclude=False),
-                                   dict(params=[model.bias], names=["w/bias"], exclude=True)], lr=1e-2)
-    acc = accumulation.GradientAccumulator(model, opt, n, lambda step: 1e-2 / (step + 1),
-                                           clip_after_reduce=clip_after)
+    model, acc = two_parameter_lamb(n, clip_after)
     return model, step.CompiledUpdate(acc, compile, graphed=True)
 
 

@@ -17,6 +17,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # torch.compile (inductor) compiles its kernels in this process instead of starting a pool of
 # compile workers, each importing torch again
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# glibc's malloc, as the workers and every process they start inherit it: blocks up to 32 MiB from
+# the heap, which keeps what is freed (not each tensor its own mmap, returned at free and faulted in
+# again, zeroed, at the next: 20 million page faults, 60 s of the suite's CPU in the kernel).
+# Read at a process's start: set here, in the controller, before it starts the workers.
+if not os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name, _value in (("MALLOC_MMAP_THRESHOLD_", "33554432"), ("MALLOC_TRIM_THRESHOLD_", "1073741824"),
+                          ("MALLOC_TOP_PAD_", "67108864")):
+        os.environ.setdefault(_name, _value)
 # A shell without job control starts a background job (`make test &`) with SIGINT ignored, and an
 # ignored signal stays ignored across fork and exec: the trainers the signal tests start would
 # never see their SIGINT. A handler of our own is reset to the default in every child.

@@ -172,14 +172,16 @@ if [[ "$PRESET" =~ ^rcp_([0-9]+)$ ]]; then
   eval "$rcp"
 fi
 
-# flag name of --name=value / --name / --noname, to let an override replace the preset's flag
-flag_name() { local f="${1#--}"; f="${f%%=*}"; echo "$f"; }
+# flag name of --name=value / --name / --noname, to let an override replace the preset's flag; in
+# $REPLY, not printed: a $(...) forks a shell, and this runs for each flag and override
+flag_name() { REPLY="${1#--}"; REPLY="${REPLY%%=*}"; }
 overridden() {
-  local name o on
-  name="$(flag_name "$1")"
+  local name o
+  flag_name "$1"
+  name="$REPLY"
   for o in "${overrides[@]+"${overrides[@]}"}"; do
-    on="$(flag_name "$o")"
-    [[ "$on" == "$name" || "$on" == "no$name" || "no$on" == "$name" ]] && return 0
+    flag_name "$o"
+    [[ "$REPLY" == "$name" || "$REPLY" == "no$name" || "no$REPLY" == "$name" ]] && return 0
   done
   return 1
 }

@@ -20,10 +20,10 @@ class PretrainingOutput(NamedTuple):
     loss: torch.Tensor          # mlm_loss + nsp_loss
     mlm_loss: torch.Tensor      # sum(w * nll) / (sum(w) + 1e-5)
     nsp_loss: torch.Tensor      # mean cross-entropy
-    mlm_correct: torch.Tensor   # sum(w * [argmax == label])
+    mlm_correct: torch.Tensor   # sum(w * [argmax == label]); None in training mode (see forward)
     mlm_weight: torch.Tensor    # sum(w)
     mlm_nll_sum: torch.Tensor   # sum(w * nll)
-    nsp_correct: torch.Tensor   # number of correct NSP predictions
+    nsp_correct: torch.Tensor   # number of correct NSP predictions; None in training mode
     nsp_count: torch.Tensor     # number of NSP examples
     nsp_nll_sum: torch.Tensor   # sum of NSP nll
 
@@ -235,7 +235,10 @@ class BertForPreTraining(nn.Module):
                 return_logits=False):
         """Losses and metric sums of a batch. Packed rows (dataset/packing.py) also give
         ``position_ids`` and ``nsp_positions``; their ``next_sentence_labels`` are -1 on empty
-        slots, which do not count. ``return_logits``: also (MLM logits [slots, vocab], NSP logits
+        slots, which do not count. The accuracy sums (``mlm_correct``, ``nsp_correct``) are the
+        eval's, in eval mode; None in training mode, where no step reads them (the MLM one is an
+        argmax over the vocabulary: as much work as the log_softmax on a CPU, a kernel more on a
+        GPU, every micro-step). ``return_logits``: also (MLM logits [slots, vocab], NSP logits
         [sequences, 2]) of the counted slots and sequences."""
         seq, pooled = self.bert(input_ids, segment_ids, input_mask, position_ids, nsp_positions)
         b, t, h = seq.shape
@@ -264,7 +267,7 @@ class BertForPreTraining(nn.Module):
         mlm_nll_sum = (w * nll).sum()
         mlm_weight = w.sum()
         mlm_loss = mlm_nll_sum / (mlm_weight + 1e-5)
-        mlm_correct = (w * (log_probs.argmax(-1) == labels).float()).sum()
+        mlm_correct = None if self.training else (w * (log_probs.argmax(-1) == labels).float()).sum()
 
         nsp = self.cls.seq_relationship
         pooled = pooled.reshape(-1, pooled.shape[-1])
@@ -277,7 +280,7 @@ class BertForPreTraining(nn.Module):
         nsp_nll = -nsp_log_probs.gather(1, nsp_labels.clamp(min=0)[:, None]).squeeze(1)
         nsp_nll_sum = (real * nsp_nll).sum()
         nsp_count = real.sum()
-        nsp_correct = (real * (nsp_log_probs.argmax(-1) == nsp_labels).float()).sum()
+        nsp_correct = None if self.training else (real * (nsp_log_probs.argmax(-1) == nsp_labels).float()).sum()
         nsp_loss = nsp_nll_sum / nsp_count
         out = PretrainingOutput(mlm_loss + nsp_loss, mlm_loss, nsp_loss, mlm_correct, mlm_weight,
                                 mlm_nll_sum, nsp_correct, nsp_count, nsp_nll_sum)

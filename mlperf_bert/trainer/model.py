@@ -267,7 +267,9 @@ class BertForPreTraining(nn.Module):
         mlm_nll_sum = (w * nll).sum()
         mlm_weight = w.sum()
         mlm_loss = mlm_nll_sum / (mlm_weight + 1e-5)
-        mlm_correct = None if self.training else (w * (log_probs.argmax(-1) == labels).float()).sum()
+        # max's indices are argmax's (the first of equal maxima, NaN the maximum), in half the
+        # time on a CPU
+        mlm_correct = None if self.training else (w * (log_probs.max(-1).indices == labels).float()).sum()
 
         nsp = self.cls.seq_relationship
         pooled = pooled.reshape(-1, pooled.shape[-1])

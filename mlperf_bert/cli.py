@@ -53,4 +53,14 @@ def run_main(main, argv=None):
               % (os.strerror(e.errno).lower(), " (%s)" % e.filename if e.filename else "",
                  WRITE_ERRNOS[e.errno]), file=sys.stderr)
         sys.exit(2)
+    _leave_lightly()
     sys.exit(status or 0)
+
+
+def _leave_lightly():
+    """Collect what is garbage now (its finalizers run, as at exit), then freeze what is left:
+    the interpreter's exit then deallocates it without its full collections over every object
+    torch and its compiler made (0.15-0.3 s of CPU a process, ~10 % of a short run)."""
+    import gc
+    gc.collect()
+    gc.freeze()

@@ -19,7 +19,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 # glibc's malloc, as the workers and every process they start inherit it: blocks up to 32 MiB from
 # the heap, which keeps what is freed (not each tensor its own mmap, returned at free and faulted in
-# again, zeroed, at the next): a whole run's page faults 24 -> 16 million, its CPU 382 -> 344 s.
+# again, zeroed, at the next): a whole run's page faults 24 -> 16 million, its CPU 362-382 -> 333-344 s.
 # Read at a process's start: set here, in the controller, before it starts the workers.
 if not os.environ.get("PYTEST_XDIST_WORKER"):
     for _name, _value in (("MALLOC_MMAP_THRESHOLD_", "33554432"), ("MALLOC_TRIM_THRESHOLD_", "1073741824"),

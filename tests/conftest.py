@@ -412,7 +412,7 @@ def pytest_collection_finish(session):
     # What the test modules imported (torch, its compiler, mlperf_logging: ~750,000 objects) lives
     # as long as the worker: out of the collector's full passes, which walked all of it (~0.25 s
     # each), and fewer passes over what the tests make (dynamo's traces: millions of short-lived
-    # objects). The compiling tests: 5.4 -> 2.9 s of collection in ~65 s of CPU.
+    # objects). The compiling tests' garbage collection: 5.4 -> 2.9 s in ~65 s of CPU.
     import gc
     gc.freeze()
     gc.set_threshold(10000, 20, 20)

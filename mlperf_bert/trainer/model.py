@@ -5,7 +5,7 @@ Post-LN blocks, tanh GELU, LayerNorm eps 1e-12, additive -10000 attention mask (
 Module names mirror the TF variable names so ``tf_checkpoint`` maps them one to one.
 """
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -20,10 +20,10 @@ class PretrainingOutput(NamedTuple):
     loss: torch.Tensor          # mlm_loss + nsp_loss
     mlm_loss: torch.Tensor      # sum(w * nll) / (sum(w) + 1e-5)
     nsp_loss: torch.Tensor      # mean cross-entropy
-    mlm_correct: torch.Tensor   # sum(w * [argmax == label]); None in training mode (see forward)
+    mlm_correct: Optional[torch.Tensor]  # sum(w * [argmax == label]); None in training mode (see forward)
     mlm_weight: torch.Tensor    # sum(w)
     mlm_nll_sum: torch.Tensor   # sum(w * nll)
-    nsp_correct: torch.Tensor   # number of correct NSP predictions; None in training mode
+    nsp_correct: Optional[torch.Tensor]  # number of correct NSP predictions; None in training mode
     nsp_count: torch.Tensor     # number of NSP examples
     nsp_nll_sum: torch.Tensor   # sum of NSP nll
 

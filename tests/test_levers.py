@@ -149,6 +149,17 @@ def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files,
     levers.check_device(fv, torch.device("cuda", 0), 8)  # per-replica clipping: the all-reduce between graphs
 
 
+def test_a_removed_lever_says_it_was_removed_and_why_in_one_line():
+    """An old command line with --bf16_weights (removed in issue 36.3) is told so, not absl's
+    "Did you mean: lamb_weight_decay_rate?"; every spelling, every command (flags.REMOVED_FLAGS)."""
+    for arg in ("--bf16_weights", "--bf16_weights=true", "--nobf16_weights"):
+        with pytest.raises(UserError, match=r"^flag --bf16_weights was removed \(issue 36.3\): .*--fused_qkv") as e:
+            flags.parse(training.define_flags(), ["run_pretraining.py", "--dtype=bf16", arg], required=[])
+        assert "\n" not in str(e.value) and "Did you mean" not in str(e.value)
+    # after "--" it is a positional, not a flag
+    assert flags.parse(training.define_flags(), ["x", "--", "--bf16_weights"], required=[]) == ["--bf16_weights"]
+
+
 def _scribble_graph_outputs(trainer):
     """What the next CUDA-graph replay does to the last one's outputs: overwrite them. Any
     gradient still held between micro-steps that is not the update's own buffer is NaN'd."""

@@ -306,7 +306,20 @@ import torch; print(torch.cuda.device_count())' 2>/dev/null)" || found=0
     (( NUM_GPUS <= cores )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has no GPU and $cores CPU cores (nproc), one process each at most: set NUM_GPUS=$cores or fewer"
   fi
 fi
-[[ "${CHECK_ONLY:-0}" == 1 ]] && exit 0  # start_training.sh: the settings are checked (as a run checks them), nothing is run
+if [[ "${CHECK_ONLY:-0}" == 1 ]]; then  # start_training.sh: the settings are checked (as a run checks them), nothing is run
+  # $TMPDIR against the loader workers' socket paths: the trainer's preflight check itself
+  # (mlperf_bert/fileio.py check_tmpdir, torch-free), with the --num_workers the run gets
+  if given do_train; then
+    tmp_error="$("$PYTHON" -S -c 'import sys
+from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import check_tmpdir
+try:
+    check_tmpdir(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)  # else: the trainer refuses the flag
+except UserError as e:
+    sys.exit(print(e) or 1)' "$(flag_value num_workers 2)" 2>&1)" || die "$tmp_error"
+  fi
+  exit 0
+fi
 
 if [[ "$DRY_RUN" == 1 ]]; then
   [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan" >&2

@@ -109,6 +109,19 @@ def check_writable_dir(path):
         raise UserError("output directory %s is not writable: choose another output path" % d)
 
 
+def check_tmpdir(num_workers):
+    """Refuse a $TMPDIR too long for the workers' sockets (preflight checks it before the run writes
+    anything). They hand batches over through a Unix socket, $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX:
+    past the 107 bytes a socket path may have, a worker cannot bind it and the loader waits forever.
+    Torch-free, so that train_model.sh's CHECK_ONLY runs this same check (``python -S``)."""
+    import tempfile
+    base = tempfile.gettempdir()
+    if num_workers > 0 and len(base) + len("/pymp-12345678/listener-12345678") > 107:
+        raise UserError("$TMPDIR %s is too long (%d characters) for the data loader workers' sockets, "
+                        "whose paths may have 107: set TMPDIR to a shorter folder (e.g. /tmp), or give "
+                        "--num_workers=0" % (base, len(base)))
+
+
 def same_file(a, b):
     """Whether paths ``a`` and ``b`` name one file (real paths, or the same inode)."""
     if os.path.realpath(a) == os.path.realpath(b):

@@ -197,6 +197,37 @@ def test_check_only_refuses_what_the_run_refuses(tmp_path):
     assert (tmp_path / "torch_imported").exists() != cpu_build
 
 
+def test_check_only_refuses_a_tmpdir_the_run_refuses(tmp_path):
+    """Issue 45.6: CHECK_ONLY=1 passed a $TMPDIR of 76 characters that the run's preflight then
+    refused (the loader workers' socket paths, fileio.check_tmpdir): now the same check, the same
+    line, before run 0; --num_workers=0 (the fix it names) passes."""
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.fileio import check_tmpdir
+    long_tmp = tmp_path / ("t" * (76 - len(str(tmp_path)) - 1))
+    long_tmp.mkdir()
+    assert len(str(long_tmp)) == 76
+    env = _env(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), DROP_CACHES="0", NUM_GPUS="1",
+               TMPDIR=str(long_tmp))
+    check = subprocess.run([TRAIN, "--preset=demo_cpu"], capture_output=True, text=True, timeout=60,
+                           env=dict(env, CHECK_ONLY="1"))
+    lines = check.stderr.splitlines()
+    with pytest.raises(UserError) as run_refusal:  # what the trainer's preflight says in this $TMPDIR
+        import tempfile
+        saved, tempfile.tempdir = tempfile.tempdir, str(long_tmp)
+        try:
+            check_tmpdir(2)
+        finally:
+            tempfile.tempdir = saved
+    assert check.returncode == 2 and lines == ["error: train_model.sh: %s" % run_refusal.value], check.stderr
+    series = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, timeout=60,
+                            env=dict(env, NUM_RUNS="2"))
+    assert series.returncode == 2 and series.stderr == check.stderr and series.stdout == "", series.stdout
+    assert not (tmp_path / "out").exists()
+    ok = subprocess.run([TRAIN, "--preset=demo_cpu", "--num_workers=0"], capture_output=True, text=True,
+                        timeout=60, env=dict(env, CHECK_ONLY="1"))
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+
+
 def test_bare_rcp_preset_is_one_line_listing_the_rcp_presets():
     """Issue 23: `--preset=rcp` ran torchrun with no hyperparameters at all."""
     proc = subprocess.run([TRAIN, "--preset=rcp", "--dry_run"], capture_output=True, text=True,

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from mlperf_bert.errors import UserError, die_with_parent
+from mlperf_bert.fileio import check_tmpdir
 from mlperf_bert.dataset.example import decode_pretraining_batch, decode_pretraining_example
 from mlperf_bert.dataset.tfrecord import check_data, expand_paths, read_records, scan_records
 
@@ -255,7 +256,17 @@ class _Loader:
         self.loader = loader
 
     def __iter__(self):
-        it = iter(self.loader)
+        if self.loader.num_workers > 0:
+            # the workers are forked with the stop signals blocked, until they ignore them
+            # (_worker_init); this process gets one that came meanwhile when they are unblocked
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            try:
+                it = iter(self.loader)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            _kill_not_terminate(it)
+        else:
+            it = iter(self.loader)
         _iterators.add(it)
         if self.loader.num_workers > 0:
             # PyTorch's SIGCHLD handler (set by the first iterator with workers) raises a worker's
@@ -291,6 +302,14 @@ def _end_workers(it):
     shutdown = getattr(it, "_shutdown_workers", None)  # none without workers
     if shutdown is not None:
         shutdown()
+
+
+def _kill_not_terminate(it):
+    """A DataLoader iterator's workers ignore SIGTERM (_worker_init): where PyTorch (a worker that
+    does not end when told) and multiprocessing (its daemon children at exit, then a join) would
+    terminate one, it is killed instead, not waited for forever."""
+    for w in getattr(it, "_workers", ()):
+        w.terminate = w.kill
 
 
 _iterators = weakref.WeakSet()  # live DataLoader iterators, whose workers a failure may be about
@@ -384,29 +403,26 @@ def worker_death_is_one_line():
         raise SystemExit(128 - code if code < 0 else code) from None
 
 
+# What a stop signal does to a worker: nothing (_worker_init)
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 def _worker_init(trainer_pid, worker_id):
     # The trainer decides what a stop means (checkpoint, then exit 143): a SIGTERM or Ctrl-C sent
-    # to its process group (torchrun's shutdown, kill -- -PGID, a terminal) must not kill the
-    # workers first. Their own group keeps them out of it; the trainer still ends them (by pid).
+    # to its process group (torchrun's shutdown, kill -- -PGID, a terminal) or to every process of
+    # the job (Slurm's proctrack/linuxproc, systemd's control-group kill, kill -TERM of each pid)
+    # must not kill the workers first. They ignore both (the trainer ends them by pid with SIGKILL:
+    # _kill_not_terminate); their own group keeps them out of a terminal's other signals. The stop
+    # signals were blocked since the fork (_Loader.__iter__): one that came since is dropped here.
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     # A killed trainer's workers die with it, not when PyTorch's watchdog looks (every 5 s): they
     # held its output pipe open and competed with the rerun. (The signal comes when the thread that
     # started them ends: the trainer's main thread.)
     die_with_parent(trainer_pid, signal.SIGKILL, 1)
-
-
-def check_tmpdir(num_workers):
-    """Refuse a $TMPDIR too long for the workers' sockets (preflight checks it before the run writes
-    anything). They hand batches over through a Unix socket, $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX:
-    past the 107 bytes a socket path may have, a worker cannot bind it and the loader waits forever."""
-    import tempfile
-    base = tempfile.gettempdir()
-    if num_workers > 0 and len(base) + len("/pymp-12345678/listener-12345678") > 107:
-        raise UserError("$TMPDIR %s is too long (%d characters) for the data loader workers' sockets, "
-                        "whose paths may have 107: set TMPDIR to a shorter folder (e.g. /tmp), or give "
-                        "--num_workers=0" % (base, len(base)))
 
 
 def make_loader(dataset, num_workers):

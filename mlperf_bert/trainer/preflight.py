@@ -10,7 +10,7 @@ import sys
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import check_writable_dir, remove_stale_temporaries, same_file
+from mlperf_bert.fileio import check_tmpdir, check_writable_dir, remove_stale_temporaries, same_file
 from mlperf_bert.harness.mlperf_log import check_prefix, is_mlperf_log
 from mlperf_bert.trainer import checkpoint, distributed, levers, loader
 
@@ -133,7 +133,7 @@ def check_start(fv, rank, world, locks):
     """The inputs and outputs of this run, checked before anything is written; rank 0 takes the
     locks of the output directory and the log in ``locks``. -> Start."""
     if fv.do_train:
-        loader.check_tmpdir(fv.num_workers)
+        check_tmpdir(fv.num_workers)
     train_files = loader.input_files(fv.input_file, "--input_file")
     packed = _packed_input(train_files)
     if packed:  # rows of up to K sequences (pack): samples are counted in real sequences

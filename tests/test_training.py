@@ -327,9 +327,11 @@ def two_nodes(files, tmp_path_factory):
 def test_torchrun_two_ranks_equal_one_process_with_accumulation(files, two_nodes, tmp_path):
     """2 ranks x batch 8 x 2 micro-steps per update = 1 process x batch 4 x 4 micro-steps per update,
     in both clipping modes (per replica and micro-batch; DDP with no_sync, clipped once after);
-    both 2-rank runs in the launch of the fixture two_nodes (runs 3 and 4)."""
+    both 2-rank runs in the launch of the fixture two_nodes (runs 3 and 4). The launch's clip-after
+    runs (DDP) print no FutureWarning (issue 45.6: torch's broadcast_buffers deprecation, once a rank)."""
     for node, out in enumerate(two_nodes["outs"]):
         assert two_nodes["status"][node] == 0 and "run 3: status 0" in out and "run 4: status 0" in out, out[-3000:]
+        assert "FutureWarning" not in out and "Warning:" not in out, out[-3000:]
     for argv in _equal_runs(files, tmp_path, 1):
         assert training.main(argv) == 0
     torch.manual_seed(7)

@@ -210,6 +210,16 @@ def ddp_options(steps_per_update):
     return {"gradient_as_bucket_view": True, "static_graph": steps_per_update == 1}
 
 
+def no_buffer_sync():
+    """DDP's option that turns off its broadcast of the module's buffers before each forward (the
+    model has none: a broadcast of nothing). Torch 2.13 names it ``forward_sync_buffers`` and warns
+    (FutureWarning, once a rank) on the older ``broadcast_buffers``, which earlier versions alone
+    take."""
+    import inspect
+    params = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
+    return {"forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers": False}
+
+
 class Trainer:
     """Model, optimizer and accumulator of one rank, and what is done with them."""
 
@@ -233,7 +243,7 @@ class Trainer:
         if clip_after and world > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None,
-                broadcast_buffers=False, bucket_cap_mb=64, **ddp_options(fv.steps_per_update))
+                bucket_cap_mb=64, **no_buffer_sync(), **ddp_options(fv.steps_per_update))
         self.accumulator = accumulation.GradientAccumulator(
             self.model, self.optimizer, fv.steps_per_update, self.learning_rate, clip_norm=1.0,
             allreduce=distributed.allreduce_mean if world > 1 and self.ddp is None else None,

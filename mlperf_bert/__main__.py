@@ -28,9 +28,25 @@ COMMANDS = {
 
 
 def usage():
-    lines = ["usage: python -m mlperf_bert <command> [--flag=value ...]", "", "commands:"]
+    lines = ["usage: python -m mlperf_bert <command> [--flag=value ...]  (--version: the version)", "",
+             "commands (python -m mlperf_bert <command> --help: its flags):"]
     lines += ["  %-24s %s" % (name, text) for name, (_, text) in COMMANDS.items()]
     return "\n".join(lines)
+
+
+def version():
+    """``mlperf_bert VERSION`` (the package's ``__version__``, pyproject.toml's version)."""
+    from mlperf_bert import __version__
+    return "mlperf_bert %s" % __version__
+
+
+def asks_help(name, args):
+    """Whether the command ``name`` prints its help for ``args``, by its own rule: torchrun's
+    options come before the script (a ``--help`` after it is the script's); the others' flags.parse."""
+    if name == "torchrun":
+        return not args or args[0] in ("-h", "--help", "help")
+    from mlperf_bert.flags import asks_help as flags_asks_help
+    return flags_asks_help([name] + list(args))
 
 
 def main(argv=None):
@@ -42,11 +58,16 @@ def main(argv=None):
             from mlperf_bert.flags import quiet_stdout
             quiet_stdout()
         return 0 if len(argv) >= 2 else 2
+    if argv[1] == "--version":
+        print(version())
+        return 0
     name = argv[1]
     if name not in COMMANDS:
         print("error: unknown command %r\n\n%s" % (name, usage()), file=sys.stderr)
         return 2
     module = importlib.import_module("." + COMMANDS[name][0], __package__)
+    if asks_help(name, argv[2:]):  # what the command does, then its own help (usage and flags)
+        print("%s: %s" % (name, COMMANDS[name][1]), flush=True)
     run_main(module.main, ["%s %s" % ("mlperf_bert", name)] + argv[2:])
 
 

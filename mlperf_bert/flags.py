@@ -59,6 +59,11 @@ def check_removed(fv, argv):
                 raise UserError("flag --%s was %s" % (cand, REMOVED_FLAGS[cand]))
 
 
+def asks_help(argv):
+    """Whether ``argv`` (argv[0] is the program) asks ``parse`` for the help."""
+    return any(a in ("--help", "-h", "--helpfull", "--helpshort") for a in list(argv)[1:])
+
+
 def parse(fv, argv, required=(), positional=True):
     """Parse ``argv`` (argv[0] is the program) into ``fv``; return the leftover positionals.
 
@@ -67,7 +72,7 @@ def parse(fv, argv, required=(), positional=True):
     False: a leftover argument is an error (e.g. ``--input_file=a, b`` would otherwise drop ``b``
     silently).
     """
-    if any(a in ("--help", "-h", "--helpfull", "--helpshort") for a in list(argv)[1:]):
+    if asks_help(argv):
         try:
             print(usage(argv[0], positional) + "\n")
             print(fv.get_help())

@@ -182,3 +182,126 @@ def test_the_launchers_set_expandable_segments_unless_the_user_did(tmp_path):
     assert seen == "expandable_segments:True", proc.stdout + proc.stderr
     proc, seen = _launch(tmp_path, "start_training.sh", PYTORCH_ALLOC_CONF="x")
     assert seen == "unset", proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- what a start holds outside the step
+
+SMALL = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+             max_position_embeddings=64)
+
+
+class _NewTensors:
+    """A TorchDispatchMode counting the bytes of the tensors ops make on a device type (not views or
+    in-place results): ``total``, and ``peak`` of those alive at once."""
+
+    def __init__(self, device_type):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(mode, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                import torch
+                from torch.utils._pytree import tree_leaves
+                fresh = [r.alias_info is None for r in func._schema.returns]
+                for t, new in zip(tree_leaves(out), fresh + [False] * 99):
+                    if isinstance(t, torch.Tensor) and new and t.device.type == device_type:
+                        self._made(t)
+                return out
+        self.mode, self.total, self.peak, self.alive = Mode(), 0, 0, []
+
+    def _made(self, t):
+        import weakref
+        self.total += t.untyped_storage().nbytes()
+        self.alive = [(r, n) for r, n in self.alive if r() is not None] + [(weakref.ref(t), t.untyped_storage().nbytes())]
+        self.peak = max(self.peak, sum(n for _, n in self.alive))
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+
+def _small_trainer(device):
+    """A model, LAMB with its slots (as the warm-up leaves them) and an accumulator on ``device``."""
+    import types
+    import torch
+    from mlperf_bert.trainer import accumulation, optimizer as optim
+    from mlperf_bert.trainer.config import BertConfig
+    from mlperf_bert.trainer.model import BertForPreTraining
+    with torch.device("cpu" if device == "cpu" else "meta"):
+        model = BertForPreTraining(BertConfig(**SMALL))
+    if device not in ("cpu", "meta"):  # fake CUDA tensors (in a FakeTensorMode) are made empty
+        for mod in model.modules():
+            for name, p in list(mod._parameters.items()):
+                if p is not None:
+                    mod._parameters[name] = torch.nn.Parameter(torch.empty_like(p, device=device))
+    opt = optim.create_optimizer(model, "lamb")
+    for g in opt.param_groups:
+        opt.advance_slots(g["params"])
+    acc = accumulation.GradientAccumulator(model, opt, 1, lambda step: 1e-4)
+    return types.SimpleNamespace(model=model, optimizer=opt, accumulator=acc, device=torch.device("cpu"),
+                                 fv=types.SimpleNamespace(bert_config_file="bert_config.json"))
+
+
+def test_a_resume_and_the_warm_up_keep_the_checkpoint_and_the_snapshot_off_the_device(monkeypatch):
+    """Issue 46.2: a resume held the checkpoint's weights and LAMB slots on the device (3.75 GiB of
+    BERT-Large) through the warm-up, and the warm-up cloned every weight there (1.25 GiB) beside its
+    steps' peak. The plan lists both as host memory; counted on a 'meta' device (and fake CUDA
+    tensors for the snapshot): the resume makes no device tensor (copied in place from the host), a
+    rank receiving the checkpoint holds one tensor of it at a time on the device, and the snapshot
+    makes none."""
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from mlperf_bert.trainer import distributed, training, warmup
+    from mlperf_bert.trainer.config import BertConfig
+    m = memory_plan
+    n, largest = m.n_params(BertConfig.from_json_file(m.CONFIG), largest=True)
+    assert largest == 4 * 30522 * 1024  # the word embeddings
+    items = m.host_side(n, largest)
+    assert items == {"warm-up snapshot": (4 * n, 0), "checkpoint of a resume": (12 * n, largest)}
+
+    # the resume: model and slots on the device, the checkpoint on the host
+    src = _small_trainer("cpu")
+    for st in src.optimizer.state.values():
+        st["adam_m"].normal_()
+        st["step"] = 7
+    ckpt = {"model": src.model.state_dict(), "optimizer": src.optimizer.state_dict(),
+            "rank_state": {"accumulator": src.accumulator.state_dict()}}
+    dst = _small_trainer("meta")
+    slots = [id(st["adam_m"]) for st in dst.optimizer.state.values()]
+    with _NewTensors("meta") as made:
+        training.Trainer.resume(dst, ckpt, "model.ckpt-7.pt")
+    assert made.total == 0
+    assert [id(st["adam_m"]) for st in dst.optimizer.state.values()] == slots
+    assert {st["step"] for st in dst.optimizer.state.values()} == {7}
+
+    # a rank other than 0 receives it through the device one tensor at a time, into host memory
+    # (a fake process group for the rank and world; the collective itself does nothing)
+    dist.init_process_group("fake", store=FakeStore(), rank=1, world_size=2)
+    try:
+        # rank 0's pickled structure (the fake group sends no bytes)
+        state = ckpt["model"]
+        skeleton = {k: distributed._Slot(tuple(v.shape), v.dtype) for k, v in state.items()}
+        monkeypatch.setattr(distributed, "broadcast_object", lambda obj: skeleton)
+        monkeypatch.setattr(dist, "broadcast", lambda t, src: None)  # torch asks a CUDA build for a CUDA tensor
+        # fake CUDA tensors (no bytes): NCCL's device, as the tensors pass through it
+        with FakeTensorMode(allow_non_fake_inputs=True), _NewTensors("cuda") as made:
+            got = distributed.broadcast_state(None, torch.device("cuda", 0))
+        assert {t.device.type for t in got.values()} == {"cpu"} and got.keys() == state.keys()
+        sizes = sorted(v.untyped_storage().nbytes() for v in state.values())
+        assert made.total == sum(sizes) and made.peak == sizes[-1]
+    finally:
+        dist.destroy_process_group()
+
+    # the warm-up's snapshot of a trainer on a (fake) CUDA device: host memory only
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        cuda = _small_trainer("cuda")
+        with _NewTensors("cuda") as made:
+            snap = warmup.snapshot(cuda)
+    assert made.total == 0
+    assert {t.device.type for t in snap["weights"].values()} == {"cpu"}
+    assert {t.device.type for st in snap["opt_state"].values() for t in st.values() if torch.is_tensor(t)} == {"cpu"}

@@ -108,22 +108,34 @@ def set_rng_state(state, device):
 
 @torch.no_grad()
 def load_optimizer(optimizer, state):
-    """``optimizer.load_state_dict(state)`` into the slots that exist already (the warm-up's):
-    copied in place, so their addresses stay (CUDA graphs replay on them, marked static;
-    new tensors would make inductor record the update again or give up its graphs). A slot the
-    checkpoint lacks (saved before the first update) stays, zeroed, at step 0: the first update's
-    arithmetic on it is that of a new one."""
+    """``optimizer.load_state_dict(state)``, ``state``'s tensors in host memory (a resume receives
+    the checkpoint there), copied in place into the slots that exist already (the warm-up's): their
+    addresses stay (CUDA graphs replay on them, marked static; new tensors would make inductor
+    record the update again or give up its graphs), and no second set of slots is made on the
+    device (torch's load_state_dict casts every slot to the parameter's device first: 2.5 GiB of
+    BERT-Large's LAMB slots beside the run's own). A slot the checkpoint lacks (saved before the
+    first update) stays, zeroed, at step 0: the first update's arithmetic on it is that of a new
+    one; a slot that does not exist yet is made on the parameter's device, as an update makes it."""
     old = {p: dict(st) for p, st in optimizer.state.items()}
-    optimizer.load_state_dict(state)  # new tensors, cast to the parameters' device and dtype
-    for p, was in old.items():
-        st = optimizer.state.get(p)
-        if not st:
-            optimizer.state[p] = st = {k: v.zero_() if torch.is_tensor(v) else 0 for k, v in was.items()}
-            continue
-        for k, v in list(st.items()):
+    # torch's checks and the groups' hyper-parameters; the slots are filled below
+    optimizer.load_state_dict({"state": {}, "param_groups": state["param_groups"]})
+    saved_ids = [i for g in state["param_groups"] for i in g["params"]]
+    param_of = dict(zip(saved_ids, (p for g in optimizer.param_groups for p in g["params"])))
+    for i, saved in state["state"].items():
+        p, was = param_of[i], old.get(param_of[i], {})
+        st = optimizer.state[p]
+        for k, v in saved.items():
             w = was.get(k)
-            if torch.is_tensor(v) and torch.is_tensor(w) and w.shape == v.shape and w.dtype == v.dtype:
+            if not torch.is_tensor(v):
+                st[k] = v
+            elif torch.is_tensor(w) and w.shape == v.shape and w.dtype == v.dtype:
                 st[k] = w.copy_(v)
+            else:  # as torch's load_state_dict casts it
+                dtype = p.dtype if p.is_floating_point() and v.is_floating_point() else v.dtype
+                st[k] = v.to(device=p.device, dtype=dtype, copy=True)
+    for p, was in old.items():
+        if not optimizer.state.get(p):
+            optimizer.state[p] = {k: v.zero_() if torch.is_tensor(v) else 0 for k, v in was.items()}
 
 
 def save(path, state, keep):
@@ -277,7 +289,8 @@ def load_on_every_rank(path, rank, device, check):
 
     Rank 0 loads it and calls ``check(ckpt)``; a UserError there is raised on every rank.
     Every rank gets the step and eval state, the model and optimizer state (their tensors
-    sent by collectives on ``device``) and, as ``rank_state``, its own entry of ``ranks`` only.
+    sent by collectives on ``device``, received in host memory: a resume then copies them in
+    place) and, as ``rank_state``, its own entry of ``ranks`` only.
     """
     ckpt, problem = None, None
     if rank == 0:

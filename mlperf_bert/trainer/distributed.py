@@ -196,7 +196,9 @@ def broadcast_state(obj, device):
     """Rank 0's ``obj`` (dicts, lists and tuples of tensors and plain values, such as a
     state_dict) on every rank: the structure pickled, each tensor sent by a collective on
     ``device`` (the backend's: CUDA for NCCL), so gigabytes of weights are never pickled.
-    Other ranks get the tensors on ``device``; rank 0 keeps its own."""
+    Every rank gets the tensors in host memory (rank 0 keeps its own): each passes through
+    ``device`` one at a time, so the device holds at most one tensor of the state beside the
+    run's own (a resume fits where a fresh start fits; tests/test_memory_plan.py)."""
     if not active():
         return obj
     rank0 = dist.get_rank() == 0
@@ -223,7 +225,7 @@ def broadcast_state(obj, device):
                 return t
             t = torch.empty(x.shape, dtype=x.dtype, device=device)
             dist.broadcast(t, src=0)
-            return t
+            return t if t.device.type == "cpu" else t.to("cpu")
         if isinstance(x, dict):
             return {k: fill(v) for k, v in x.items()}
         if isinstance(x, (list, tuple)):

@@ -135,6 +135,21 @@ def margin(seq=512, pred=76):
     return {k: eval_set_bytes(seq, pred) if v is None else v for k, v in MARGIN.items()}
 
 
+def host_side(n, largest, optimizer="lamb"):
+    """{what: (host bytes, device bytes beside the step's)} of what a start holds outside the
+    planned step, for a model of ``n`` fp32 parameters whose largest tensor has ``largest`` bytes:
+    kept in host memory, so that a resume and the warm-up fit where a fresh start's step fits.
+
+    - the warm-up's snapshot (trainer/warmup.py): every weight, in pinned host memory while the
+      warm-up's steps run at the run's batch (the slots and buffers do not exist yet);
+    - a resume's checkpoint: weights and the optimizer's two slots a parameter, received in host
+      memory (rank 0 reads it with map_location cpu; the others receive it through the device one
+      tensor at a time: distributed.broadcast_state) and copied in place into the model and the
+      slots the warm-up made (checkpoint.load_optimizer), after the warm-up."""
+    slots = 8 * n if optimizer in ("lamb", "adam", "adamw") else 0
+    return {"warm-up snapshot": (4 * n, 0), "checkpoint of a resume": (4 * n + slots, largest)}
+
+
 def budget_for(card=CARD, seq=512, pred=76):
     """The planned peak a GPU of ``card`` bytes can take: what is left of it after the margin,
     less the share fragmentation would take of that peak."""
@@ -144,11 +159,14 @@ def budget_for(card=CARD, seq=512, pred=76):
 BUDGET = budget_for()  # for BERT-Large at seq 512 on CARD
 
 
-def n_params(config):
+def n_params(config, largest=False):
+    """The model's parameter count (``largest``: and the bytes of its largest fp32 tensor)."""
     import torch
     from mlperf_bert.trainer.model import BertForPreTraining
     with torch.device("meta"):
-        return sum(p.numel() for p in BertForPreTraining(config).parameters())
+        params = list(BertForPreTraining(config).parameters())
+    n = sum(p.numel() for p in params)
+    return (n, 4 * max(p.numel() for p in params)) if largest else n
 
 
 class Plan:
@@ -159,7 +177,7 @@ class Plan:
 
     def __init__(self, config, seq, pred, dtype="bf16", packed=True, batches=(8, 16)):
         import dataclasses
-        self.n, self.seq, self.pred = n_params(config), seq, pred
+        (self.n, self.largest), self.seq, self.pred = n_params(config, largest=True), seq, pred
         t = {(depth, b): trace(dataclasses.replace(config, num_hidden_layers=depth), b, seq, pred, dtype,
                                packed)["Total"] for depth in (1, 2) for b in batches}
         b0, b1 = batches
@@ -214,6 +232,9 @@ def main(argv):
                                                  (p.fixed + p.static()) / GIB,
                                                  p.largest_batch(accum=1, ddp=False), p.largest_batch()))
     print("MAX_PER_GPU_BATCH (seq 512, several GPUs, accumulating) = %d" % MAX_PER_GPU_BATCH)
+    print("kept in host memory at the start (not on the device beside the step):")
+    for what, (host, device) in host_side(p.n, p.largest).items():
+        print("  %-24s %5.2f GiB on the host, %.2f GiB at a time on the device" % (what, host / GIB, device / GIB))
     return 0
 
 

@@ -464,7 +464,7 @@ def run(fv, stop, held):
                      block=ckpt.get("block"), loss=ckpt.get("loss"))
     trainer.seed_ranks(seed, ckpt)
     resumed, log_record = ckpt is not None, ckpt.get("mlperf_log") if ckpt else None
-    # the checkpoint's weights (on the device) are copied into the model: not held for the whole run
+    # the checkpoint's tensors (host memory) are copied into the model and slots: not held for the whole run
     ckpt = None
     freq = fv.eval_frequency or eval_frequency(global_batch)
     if not continues:

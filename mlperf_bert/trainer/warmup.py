@@ -47,14 +47,24 @@ def _clone(x):
     return x.detach().clone() if torch.is_tensor(x) else x
 
 
+def _host(x):
+    """A copy of ``x`` in host memory: page-locked from a CUDA device (the copy is queued on the
+    stream, before the warm-up's kernels that change ``x``, and the copy back after them)."""
+    if not torch.is_tensor(x) or x.device.type == "cpu":
+        return _clone(x)
+    return torch.empty_like(x, device="cpu", pin_memory=x.is_cuda).copy_(x.detach(), non_blocking=x.is_cuda)
+
+
 def snapshot(trainer):
-    """Everything of ``trainer`` that a step or an eval changes."""
+    """Everything of ``trainer`` that a step or an eval changes, in host memory: a copy on the
+    device (every weight: 1.25 GiB of BERT-Large) would add to the warm-up's peak, which is the
+    training step's (trainer/memory_plan.py, ``host_side``)."""
     acc, opt = trainer.accumulator, trainer.optimizer
-    return {"weights": {k: v.detach().clone() for k, v in trainer.model.state_dict().items()},
-            "grads": [_clone(p.grad) for p in acc.params],
-            "opt_state": {p: {k: _clone(v) for k, v in st.items()} for p, st in opt.state.items()},
+    return {"weights": {k: _host(v) for k, v in trainer.model.state_dict().items()},
+            "grads": [_host(p.grad) for p in acc.params],
+            "opt_state": {p: {k: _host(v) for k, v in st.items()} for p, st in opt.state.items()},
             "lrs": [g["lr"] for g in opt.param_groups],
-            "acc": (None if acc.buffers is None else [b.clone() for b in acc.buffers], acc.pending,
+            "acc": (None if acc.buffers is None else [_host(b) for b in acc.buffers], acc.pending,
                     _clone(acc.last_grad_norm), acc.last_lr),
             "rng": checkpoint.rng_state(trainer.device)}
 

@@ -780,12 +780,12 @@ def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and
     assert made.returncode == 0, made.stderr
     desc = json.loads((pkg / "Test" / "systems" / "cpu_tiny.json").read_text())
     assert (desc["division"], desc["submitter"], desc["number_of_nodes"], desc["cooling"]) == ("open", "Test", "1", "air")
-    impl = pkg / "Test" / "benchmarks" / "bert" / "implementations" / "cpu_tiny"
+    impl = pkg / "Test" / "benchmarks" / "bert" / "implementations" / package.IMPLEMENTATION
     assert sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file()) == sorted(
-        package.source_files() + [package.LAUNCH])
+        package.source_files() + [package.launch_name("cpu_tiny")])
     # how each run was launched (issue 37): runs 0 and 1 by start_training.sh --preset=demo_cpu, the
     # others by the trainer's own command; the code they ran is the code packaged
-    launch = json.loads((impl / package.LAUNCH).read_text())
+    launch = json.loads((impl / package.launch_name("cpu_tiny")).read_text())
     runs = launch["runs"]
     assert [r["result"] for r in runs] == ["result_%d.txt" % i for i in range(10)]
     assert [r["launch"]["preset"] for r in runs] == ["demo_cpu"] * 2 + [None] * 8

@@ -42,9 +42,10 @@ def test_real_package_gets_its_official_score(official_tools, package, capsys):
     SIGKILL test here)."""
     before = sorted(p.relative_to(package) for p in package.rglob("*"))
     status = score.main(["score", "--json", str(package)])
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.err  # issue 45: with --json the report goes to stderr, stdout is the JSON alone
     assert status == 0, out
-    got = json.loads(out.splitlines()[-1])
+    got = json.loads(captured.out)
     # what mlperf-logging 4.1.68 says of this package (tests/data/README.md)
     assert got == {"org": "NVIDIA", "package_checker": "pass", "result_summarizer": "pass", "repo_checker": "pass",
                    "verdict": "pass", "systems": [{
@@ -52,7 +53,7 @@ def test_real_package_gets_its_official_score(official_tools, package, capsys):
                        "time_to_train_min": pytest.approx(3.5022071145, abs=1e-9),
                        "rcp_scaling_factor": pytest.approx(1.0028470154, abs=1e-9),
                        "samples_to_converge": 2436995.375, "rcp": "Pass", "package_check": "pass", "verdict": "pass",
-                       "reasons": [], "warnings": []}]}
+                       "reasons": [], "warnings": [NO_CODE]}]}
     assert "result_0.txt        27912      2550982    3.6711  success  PASS" in out
     assert out.count("  success  PASS\n") == 10  # each run's check-log verdict
     assert "RCP check: Pass, scaling factor 1.0028470154; samples to converge 2436995.375" in out
@@ -75,15 +76,20 @@ def test_a_missing_log_fails_with_the_checkers_reason(official_tools, package):
 
 def test_two_aborted_runs_fail(official_tools, package, capsys):
     """In this process: `python -m mlperf_bert` exits with main's status (test_launchers runs score's
-    command, test_compliance check-log's with status 1)."""
+    command, test_compliance check-log's with status 1). Issue 45: --json's reasons said "its 1 ERROR
+    line above", which JSON has not: the checker's ERROR line follows the reason."""
     for n in (1, 2):
         log = package / BERT / ("result_%d.txt" % n)
         log.write_text(log.read_text().replace('"status": "success"', '"status": "aborted"'))
-    status = score.main(["score", "--noplots", str(package)])
-    out = capsys.readouterr().out
+    status = score.main(["score", "--noplots", "--json", str(package)])
+    captured = capsys.readouterr()
+    out = captured.err
     assert status == 1, out
     assert "package checker (mlperf_logging, training 5.0.0): FAIL" in out
     assert "RCP Test Failed: Insufficient convergence" in out  # the checker's reason
+    reasons = json.loads(captured.out)["systems"][0]["reasons"]
+    at = reasons.index("the official package checker failed for this system (its 1 ERROR line above)")
+    assert reasons[at + 1].startswith("package checker: RCP Test Failed: Insufficient convergence"), reasons
 
 
 def test_open_division_says_the_rcp_check_does_not_apply(official_tools, package, capsys):
@@ -92,12 +98,13 @@ def test_open_division_says_the_rcp_check_does_not_apply(official_tools, package
     for path in list((package / BERT).glob("result_*.txt")) + list(package.glob("NVIDIA/systems/*.json")):
         path.write_text(path.read_text().replace('"closed"', '"open"'))
     score.main(["score", "--noplots", "--json", str(package)])
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.err
     assert "RCP check: does not apply (open division: reference convergence points bind closed-division" \
         " runs only); no scaling factor, no samples to converge" in out
     assert "RCP: ," not in out and "None" not in out.split("package checker")[1]
     # issue 37: --json said rcp_scaling_factor 1.0 (the summarizer's) where the text says there is none
-    got = json.loads(out.splitlines()[-1])["systems"][0]
+    got = json.loads(captured.out)["systems"][0]
     assert got["division"] == "open" and got["rcp_scaling_factor"] is None and got["samples_to_converge"] is None
 
 
@@ -145,7 +152,7 @@ def test_score_says_why_it_fails_one_line_per_reason(official_tools, package, ca
         "warning: 2 logs (result_2.txt, result_7.txt): submission_org 'ACME', the package's submitter is 'NVIDIA'"
         " (a log must name its submitter: runs made with SUBMISSION_ORG=NVIDIA)",
         "warning: 10 logs (result_0.txt ... result_9.txt): submission_status 'onprem', the systems JSON's status"
-        " 'Research, Development, or Internal (RDI)' needs 'research'"], out
+        " 'Research, Development, or Internal (RDI)' needs 'research'", "warning: " + NO_CODE], out
     # no logs at all, and a systems JSON that is not JSON
     system_json.write_text('{"submitter": "NVIDIA"')
     for log in (package / BERT).iterdir():
@@ -253,6 +260,9 @@ from mlperf_bert.harness import package as pkg_mod  # noqa: E402
 
 
 NYX = "nyx_n1_ngc25.04_pytorch"
+# the vendored packages hold no code (tests/data/README.md): published, so a warning, not a failure
+NO_CODE = ("NVIDIA/benchmarks/bert/implementations holds no implementation: MLCommons' review does not accept"
+           " results without the code that made them (the official tools do not check it); add it before submitting")
 NYX_PLATFORM = "1xNVIDIA HGX B200"  # what NVIDIA's logs name: neither the folder nor the system_name
 
 
@@ -318,9 +328,9 @@ def test_nvidias_runs_repackaged_with_their_systems_json_are_the_published_packa
         name = "result_%d.txt" % i
         assert (top / "results" / NYX / "bert" / name).read_bytes() == (runs / name).read_bytes()
     assert json.loads((top / "systems" / (NYX + ".json")).read_text()) == json.loads(nyx_json(tmp_path).read_text())
-    impl = top / "benchmarks" / "bert" / "implementations" / NYX
+    impl = top / "benchmarks" / "bert" / "implementations" / "pytorch"
     copied = sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file())
-    assert copied == sorted(pkg_mod.source_files() + [pkg_mod.LAUNCH])
+    assert copied == sorted(pkg_mod.source_files() + [pkg_mod.launch_name(NYX)])
     assert {"configs/presets/rcp.sh", "mlperf_bert/dataset/_fasttok.c", "Makefile", "train_model.sh",
             "configs/bert_config_large.json"} <= set(copied)
     assert not [p for p in copied if p.startswith("tests/data/")]
@@ -433,6 +443,11 @@ def test_package_killed_midway_leaves_nothing_the_rerun_trips_on(package, tmp_pa
     assert len(list((out / "NVIDIA" / "results" / "nyx2" / "bert").iterdir())) == 10
     assert not [p for p in os.listdir(out / "NVIDIA") if p.startswith(".")]
     assert sorted(os.listdir(out)) == ["NVIDIA"]
+    # issue 47: one implementation folder for both systems, a launch record each
+    impl = out / "NVIDIA" / "benchmarks" / "bert" / "implementations"
+    assert os.listdir(impl) == ["pytorch"]
+    assert {NYX: "pytorch", "nyx2": "pytorch"} == pkg_mod.read_made_by(str(out / "NVIDIA"))
+    assert (impl / "pytorch" / pkg_mod.launch_name(NYX)).exists() and (impl / "pytorch" / "launch_nyx2.json").exists()
 
 
 def _summary(seeds):
@@ -526,8 +541,9 @@ def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(offi
     one JSON object each (Tyche 8 and 64 GPUs share a system_name: the folder tells them apart)."""
     root = unpack(tmp_path, "NVIDIA_nyx_n1", "NVIDIA_tyche")
     assert score.main(["score", "--json", "--plots_dir=%s" % (tmp_path / "plots"), str(root)]) == 0
-    out = capsys.readouterr().out
-    got = json.loads(out.splitlines()[-1])
+    captured = capsys.readouterr()
+    out = captured.err
+    got = json.loads(captured.out)
     assert [s["system"] for s in got["systems"]] == [  # the four, in folder order
         "nyx_n1_ngc25.04_pytorch", "tyche_ngpu512_ngc25.04_pytorch", "tyche_ngpu64_ngc25.04_pytorch",
         "tyche_ngpu8_ngc25.04_pytorch"]
@@ -568,8 +584,9 @@ def test_published_packages_the_official_tools_pass_pass_with_warnings(official_
     and each stricter finding is a warning line."""
     root = unpack(tmp_path, name)
     assert score.main(["score", "--json", "--noplots", str(root)]) == 0
-    out = capsys.readouterr().out
-    got = json.loads(out.splitlines()[-1])
+    captured = capsys.readouterr()
+    out = captured.err
+    got = json.loads(captured.out)
     assert got["verdict"] == "pass" and all(s["reasons"] == [] for s in got["systems"])
     assert_published_scores(got)
     warnings = [l for l in out.splitlines() if l.startswith("warning: ")]
@@ -632,12 +649,12 @@ def test_a_package_made_by_package_passes_all_three_steps_of_the_verify_script(o
     runs all three steps on it; a dotfile makes the third fail."""
     out = tmp_path / "pkg"
     assert pkg_mod.main(nyx_argv(package / BERT, out)) == 0
-    impl = out / "NVIDIA" / "benchmarks" / "bert" / "implementations" / NYX
+    impl = out / "NVIDIA" / "benchmarks" / "bert" / "implementations" / "pytorch"
     held = sorted(str(p.relative_to(impl)) for p in impl.rglob("*") if p.is_file())
     # the repo checker refuses a name that starts with '.' or holds a space
     assert not [p for p in held if any(part.startswith(".") or " " in part for part in p.split("/"))]
     assert not [p for p in held if p.startswith("tests/")]
-    assert sorted((impl / "MANIFEST.txt").read_text().splitlines() + [pkg_mod.LAUNCH]) == held  # self-consistent
+    assert sorted((impl / "MANIFEST.txt").read_text().splitlines() + [pkg_mod.launch_name(NYX)]) == held
     s = score.score(str(out))
     assert {tool: v[0] for tool, v in s["steps"].items()} == {
         "package_checker": "pass", "result_summarizer": "pass", "repo_checker": "pass"}
@@ -661,7 +678,7 @@ def test_manifest_lines_outside_the_repository_are_refused(two_runs, tmp_path, l
     (tmp_path / "outside.txt").write_text("secret\n")
     (repo / "MANIFEST.txt").write_text("MANIFEST.txt\nmlperf_bert/a.py\n%s\n" % line)
     out = tmp_path / "pkg"
-    with pytest.raises(UserError, match=r"MANIFEST.txt line 3, %s, is (an absolute path|outside the repository).*"
+    with pytest.raises(UserError, match=r"MANIFEST.txt:3: %s (is an absolute path|has a '..' part).*"
                                         r"`make manifest`" % re.escape(repr(line))):
         pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(out), str(nyx_json(two_runs.parent)),
                              platform_=NYX_PLATFORM, root=str(repo))
@@ -679,9 +696,9 @@ def test_manifest_lines_named_twice_are_copied_and_counted_once(two_runs, tmp_pa
     assert pkg_mod.source_files(str(repo)) == ["MANIFEST.txt", "mlperf_bert/a.py"]
     logs, _, n, _ = pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(tmp_path / "pkg"),
                                          str(nyx_json(two_runs.parent)), platform_=NYX_PLATFORM, root=str(repo))
-    impl = tmp_path / "pkg" / "NVIDIA" / "benchmarks" / "bert" / "implementations" / NYX
+    impl = tmp_path / "pkg" / "NVIDIA" / "benchmarks" / "bert" / "implementations" / "pytorch"
     assert n == 2 and (impl / "MANIFEST.txt").read_text() == "MANIFEST.txt\nmlperf_bert/a.py\n"
-    assert sorted(p.name for p in impl.rglob("*") if p.is_file()) == ["MANIFEST.txt", "a.py", pkg_mod.LAUNCH]
+    assert sorted(p.name for p in impl.rglob("*") if p.is_file()) == ["MANIFEST.txt", "a.py", pkg_mod.launch_name(NYX)]
 
 
 def test_package_records_how_each_run_was_launched_and_warns_of_a_short_series(two_runs, tmp_path, capsys):
@@ -704,7 +721,8 @@ def test_package_records_how_each_run_was_launched_and_warns_of_a_short_series(t
     assert "warning: package: 2 run logs, the ruleset (training 5.0.0) needs exactly 10 for BERT: the official" \
         " package checker fails this package" in err
     assert "warning: package: 1 run without a launch record (result_1.txt)" in err
-    record = json.loads((out / "NVIDIA" / "benchmarks" / "bert" / "implementations" / NYX / pkg_mod.LAUNCH).read_text())
+    record = json.loads((out / "NVIDIA" / "benchmarks" / "bert" / "implementations" / "pytorch" /
+                         pkg_mod.launch_name(NYX)).read_text())
     assert record["implementation"] == pkg_mod.source_identity()
     assert [(r["result"], r["seed"], r["launch"]) for r in record["runs"]] == [
         ("result_0.txt", seed, launch), ("result_1.txt", record["runs"][1]["seed"], None)]
@@ -762,3 +780,210 @@ def test_two_packages_on_one_output_the_loser_writes_nothing(package, tmp_path):
     assert sorted(os.listdir(out)) == ["NVIDIA"]
     assert not [n for n in os.listdir(out / "NVIDIA") if n.startswith(".")]
     assert len(list((out / "NVIDIA" / "results" / NYX / "bert").iterdir())) == 10
+
+
+# ---- issue 45 (6): MANIFEST.txt lines as people write them; score's --json and shared logs
+
+def tiny_repo(tmp_path, manifest):
+    """A repository of one source file (mlperf_bert/a.py), a test and a dotfile, with ``manifest``
+    as its MANIFEST.txt."""
+    repo = tmp_path / "repo"
+    (repo / "mlperf_bert").mkdir(parents=True)
+    (repo / "mlperf_bert" / "a.py").write_text("x = 1\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_a.py").write_text("")
+    (repo / ".gitignore").write_text("*.pyc\n")
+    (repo / "MANIFEST.txt").write_text(manifest)
+    return repo
+
+
+def test_manifest_lines_written_dot_slash_are_packaged(two_runs, tmp_path):
+    """Issue 45: a line written ./PATH was dropped without a word (0 source files, exit 0)."""
+    repo = tiny_repo(tmp_path, "./MANIFEST.txt\n.//mlperf_bert//a.py\n./tests/test_a.py\n")
+    assert pkg_mod.source_files(str(repo)) == ["MANIFEST.txt", "mlperf_bert/a.py"]
+    _, _, n, _ = pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(tmp_path / "pkg"),
+                                      str(nyx_json(two_runs.parent)), platform_=NYX_PLATFORM, root=str(repo))
+    impl = tmp_path / "pkg" / "NVIDIA" / "benchmarks" / "bert" / "implementations" / "pytorch"
+    assert n == 2 and (impl / "mlperf_bert" / "a.py").read_text() == "x = 1\n"
+    assert (impl / "MANIFEST.txt").read_text() == "MANIFEST.txt\nmlperf_bert/a.py\n"
+
+
+@pytest.mark.parametrize("line,why", [
+    ("mlperf_bert/a.py ", "has white space around the path"),
+    (" mlperf_bert/a.py", "has white space around the path"),
+    ("mlperf_bert", "is a directory"),
+    ("./mlperf_bert/", "is a directory"),
+    ("mlperf_bert/*.py", "is a glob pattern"),
+    ("mlperf_bert/../mlperf_bert/a.py", "has a '..' part"),
+])
+def test_manifest_lines_that_name_no_file_are_refused_naming_the_line(two_runs, tmp_path, line, why):
+    """Issue 45: a trailing space dropped the file without a word; a directory or a glob line was
+    called "missing ... git checkout"; a '..' part must never be followed, even back inside."""
+    repo = tiny_repo(tmp_path, "MANIFEST.txt\n\n%s\n" % line)
+    out = tmp_path / "pkg"
+    with pytest.raises(UserError, match=r"^%s:3: %s %s.*`make manifest`" % (
+            re.escape(str(repo / "MANIFEST.txt")), re.escape(repr(line)), re.escape(why))):
+        pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(out), str(nyx_json(two_runs.parent)),
+                             platform_=NYX_PLATFORM, root=str(repo))
+    assert not out.exists()
+
+
+def test_a_manifest_of_no_source_file_is_refused(two_runs, tmp_path):
+    """Issue 45: packaging no source file exited 0."""
+    repo = tiny_repo(tmp_path, "MANIFEST.txt\ntests/test_a.py\n.gitignore\n")
+    with pytest.raises(UserError, match=r"MANIFEST.txt lists no file to package .*`make manifest`"):
+        pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(tmp_path / "pkg"),
+                             str(nyx_json(two_runs.parent)), platform_=NYX_PLATFORM, root=str(repo))
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_two_systems_with_the_same_logs_are_warned(tmp_path):
+    """Issue 45: two systems with one system_name and the same ten logs passed twice without a word
+    (the official tools do not compare systems: a warning). NVIDIA's Tyche 8 and 64 GPUs share a
+    system_name with logs of their own: nothing to say."""
+    root = unpack(tmp_path, "NVIDIA_nyx_n1", "NVIDIA_tyche")
+    top = root / "NVIDIA"
+    systems = score.bert_systems(str(top))
+    names = {s_: json.loads((top / "systems" / (s_ + ".json")).read_text())["system_name"] for s_ in systems}
+    assert score.shared_logs(str(top), systems, names) == {}
+    shutil.copytree(top / "results" / NYX, top / "results" / "nyx_copy")
+    shutil.copy(top / "systems" / (NYX + ".json"), top / "systems" / "nyx_copy.json")
+    systems = score.bert_systems(str(top))
+    names["nyx_copy"] = names[NYX]
+    got = score.shared_logs(str(top), systems, names)
+    assert sorted(got) == sorted([NYX, "nyx_copy"])
+    assert got["nyx_copy"] == ["10 result logs (result_0.txt, result_1.txt, result_2.txt, ...) are byte for byte"
+                               " results/%s/bert's, and both systems are named 'Nyx (1x NVIDIA DGX B200)': one series"
+                               " of runs scored as two systems; each system's results must be runs on that system"
+                               % NYX]
+
+
+# ---- issue 47: the submitter's last mile
+
+def test_a_package_package_made_without_its_code_fails_a_published_one_is_warned(official_tools, package,
+                                                                                 tmp_path, capsys):
+    """Issue 47 (1): score said `submission: PASS` for results without benchmarks/bert/implementations/*.
+    A package that `package` made (ORG/mlperf_bert_package.json) fails without its code; a published
+    one (tests/data's carry no code) gets a warning, as the official tools pass it."""
+    repo = tiny_repo(tmp_path, "MANIFEST.txt\nmlperf_bert/a.py\n")
+    out = tmp_path / "pkg"
+    pkg_mod.make_package("NVIDIA", NYX, [str(package / BERT)], str(out), str(nyx_json(tmp_path)),
+                         platform_=NYX_PLATFORM, root=str(repo))
+    top = out / "NVIDIA"
+    assert score.implementation_findings(str(top), [NYX]) == ({}, {})
+    shutil.rmtree(top / "benchmarks")
+    assert score.main(["score", "--noplots", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "time to train: none:\n  NVIDIA/benchmarks/bert/implementations/pytorch, the code of these runs" \
+           " (NVIDIA/mlperf_bert_package.json: package made this package), is missing or empty" in text, text
+    assert text.endswith("submission: FAIL\n\nNVIDIA: 1 system, 0 PASS, 1 FAIL\n")
+    fails, warnings = score.implementation_findings(str(package / "NVIDIA"), [NYX])
+    assert fails == {} and warnings == {NYX: [NO_CODE]}
+
+
+def test_the_launch_record_holds_no_absolute_path_of_the_submitter(two_runs, tmp_path):
+    """Issue 47 (2): launch.json held the submitter's absolute paths (log, run_finished,
+    bert_config_file, input_file, output_dir, mlperf_log); a package is published. Each is written
+    relative to a named root; a path under none keeps its file name."""
+    from mlperf_bert.harness.compliance import read_log
+    seed = [r.value for r in read_log(str(two_runs / "result_0.txt")) if r.key == "seed"][-1]
+    data, out_dir = "/scratch/alice/bert/hdf5", str(two_runs / "run_0")
+    flags_ = {"output_dir": out_dir, "input_file": data + "/part-*,%s/extra-0" % data,
+              "eval_input_file": data + "/eval_10k", "mlperf_log": str(two_runs / "mlperf.log"),
+              "bert_config_file": os.path.join(pkg_mod.ROOT, "configs", "bert_config_large.json"),
+              "init_checkpoint": "/home/alice/ckpt/model.ckpt-28252", "train_batch_size": 96}
+    (two_runs / "run_0").mkdir()
+    (two_runs / "run_0" / "run_finished.json").write_text(json.dumps({"run": {
+        "seed": seed, "input_file": [[data + "/part-00000", 10]],
+        "init_checkpoint": ["/home/alice/ckpt/model.ckpt-28252", 5, "abc"]},
+        "launch": {"preset": "rcp_768", "overrides": "--init_checkpoint=/home/alice/ckpt/model.ckpt-28252 --seed=1",
+                   "flags": flags_}}))
+    out = tmp_path / "pkg"
+    assert pkg_mod.main(nyx_argv(two_runs, out)) == 0
+    text = (out / "NVIDIA" / "benchmarks" / "bert" / "implementations" / "pytorch" / pkg_mod.launch_name(NYX)).read_text()
+    for private in ("/scratch", "/home", str(tmp_path), pkg_mod.ROOT):
+        assert private not in text
+    record = json.loads(text)
+    run = record["runs"][0]
+    # the longest root that holds a path: run_0/ is the run's --output_dir here
+    assert (run["log"], run["run_finished"]) == ("$RUNS/result_0.txt", "$OUTPUT_DIR/run_finished.json")
+    assert run["launch"]["flags"] == {
+        "output_dir": "$OUTPUT_DIR", "input_file": "$DATA_DIR/part-*,$DATA_DIR/extra-0",
+        "eval_input_file": "$DATA_DIR/eval_10k", "mlperf_log": "$RUNS/mlperf.log",
+        "bert_config_file": "$SOURCE/configs/bert_config_large.json",
+        "init_checkpoint": "$ELSEWHERE/model.ckpt-28252", "train_batch_size": 96}
+    assert run["launch"]["overrides"] == "--init_checkpoint=$ELSEWHERE/model.ckpt-28252 --seed=1"
+    assert run["run"]["input_file"] == [["$DATA_DIR/part-00000", 10]]
+    assert "$OUTPUT_DIR: the run's --output_dir" in record["paths"]
+    assert record["runs"][1]["log"] == "$RUNS/result_1.txt"
+
+
+def test_the_systems_of_an_organization_share_one_implementation_named_after_the_framework(two_runs, tmp_path):
+    """Issue 47 (3): the implementation folder was named after the system (a second system, a second
+    copy). --implementation (default pytorch) names it; a second system with the same code reuses it,
+    other code under that name is refused."""
+    repo = tiny_repo(tmp_path, "MANIFEST.txt\nmlperf_bert/a.py\n")
+    out = tmp_path / "pkg"
+    kw = dict(platform_=NYX_PLATFORM, root=str(repo))
+    pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(out), str(nyx_json(two_runs.parent)), **kw)
+    pkg_mod.make_package("NVIDIA", "nyx_b", [str(two_runs)], str(out), str(nyx_json(two_runs.parent)), **kw)
+    impls = out / "NVIDIA" / "benchmarks" / "bert" / "implementations"
+    assert os.listdir(impls) == ["pytorch"]
+    assert sorted(p.name for p in (impls / "pytorch").iterdir()) == sorted([
+        "MANIFEST.txt", pkg_mod.launch_name(NYX), "launch_nyx_b.json", "mlperf_bert"])
+    assert pkg_mod.read_made_by(str(out / "NVIDIA")) == {NYX: "pytorch", "nyx_b": "pytorch"}
+    (repo / "mlperf_bert" / "a.py").write_text("x = 2\n")  # other code
+    with pytest.raises(UserError, match=r"implementations/pytorch holds other code than this package's .*"
+                                        r"--implementation=ANOTHER_NAME"):
+        pkg_mod.make_package("NVIDIA", "nyx_c", [str(two_runs)], str(out), str(nyx_json(two_runs.parent)), **kw)
+    assert not (out / "NVIDIA" / "results" / "nyx_c").exists()
+    pkg_mod.make_package("NVIDIA", "nyx_c", [str(two_runs)], str(out), str(nyx_json(two_runs.parent)),
+                         implementation="pytorch_v2", **kw)
+    assert sorted(os.listdir(impls)) == ["pytorch", "pytorch_v2"]
+    assert pkg_mod.read_made_by(str(out / "NVIDIA"))["nyx_c"] == "pytorch_v2"
+
+
+def test_the_system_template_holds_every_field_the_official_checker_reads(two_runs, tmp_path, capsys):
+    """Issue 47 (4): package --system_template=FILE writes a systems JSON with every field, each value
+    what it means; the official system-description checker accepts its shape; package refuses it
+    until each value is replaced."""
+    from mlperf_logging.system_desc_checker.system_desc_checker import check_system_desc
+    template = tmp_path / "sys.json"
+    assert pkg_mod.main(["package", "--system_template=%s" % template, "--org=NVIDIA",
+                         "--status=Available on-premise"]) == 0
+    assert "wrote %s" % template in capsys.readouterr().out
+    desc = json.loads(template.read_text())
+    assert list(desc) == list(pkg_mod.SYSTEM_FIELDS)
+    assert (desc["submitter"], desc["status"]) == ("NVIDIA", "Available on-premise")
+    assert desc["hw_notes"] == pkg_mod.TEMPLATE_MARK + pkg_mod.FIELD_MEANINGS["hw_notes"]
+    assert all(v.startswith(pkg_mod.TEMPLATE_MARK) and len(v) > 20 for k, v in desc.items()
+               if k not in ("submitter", "status"))
+    assert check_system_desc(str(template), "training", "5.0.0")[0]  # every field it requires is there
+    with pytest.raises(UserError, match=r"--system_template=.*sys.json exists"):
+        pkg_mod.main(["package", "--system_template=%s" % template])
+    with pytest.raises(UserError, match=r"sys.json still holds the template's text for system_name,"
+                                        r" number_of_nodes, host_processors_per_node"):
+        pkg_mod.main(["package", "--org=NVIDIA", "--system=%s" % NYX, "--runs=%s" % two_runs,
+                      "--output=%s" % (tmp_path / "pkg"), "--system_json=%s" % template])
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_package_help_marks_the_required_flags_and_every_empty_field_is_listed(two_runs, tmp_path, capsys):
+    """Issue 47 (5): --help did not say which flags are required; hw_notes and sw_notes were written
+    empty without a word."""
+    with pytest.raises(SystemExit):
+        pkg_mod.main(["package", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for name in pkg_mod.REQUIRED:
+        assert "--%s: (required) " % name in help_text, name
+    assert "--platform: (required)" not in help_text
+    with pytest.raises(UserError, match=r"flag --output is required \(package --help marks the required flags\)"):
+        pkg_mod.main(["package", "--org=NVIDIA", "--system=x", "--runs=%s" % two_runs])
+    desc = json.loads(nyx_json(two_runs.parent).read_text())
+    desc.update(hw_notes="", sw_notes="", cooling="")
+    given = tmp_path / "sys.json"
+    given.write_text(json.dumps(desc))
+    argv = [a for a in nyx_argv(two_runs, tmp_path / "pkg") if not a.startswith("--system_json")]
+    assert pkg_mod.main(argv + ["--system_json=%s" % given]) == 0
+    empty = [l for l in capsys.readouterr().out.splitlines() if l.startswith("left empty in")]
+    assert len(empty) == 1 and empty[0].endswith(", cooling, hw_notes, sw_notes"), empty

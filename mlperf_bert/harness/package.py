@@ -3,17 +3,20 @@ submission package.
 
 Lays out ``ORG/results/NAME/bert/result_N.txt`` (the runs' MLPerf logs, in order),
 ``ORG/systems/NAME.json`` (the submitter's system description, from ``--system_json`` and
-``--system_field``, checked; nothing is read from the machine that runs ``package``) and the
-implementation under ``ORG/benchmarks/bert/implementations/NAME/``: the files that MANIFEST.txt
-lists (this repository's ``git ls-files``, kept equal to it by a test; git is not needed, so a
-copy without ``.git``, such as the container image, packages the same files) but the tests (their
-data are third-party artefacts) and the names MLCommons' repo checker refuses (``.ci/``,
-``.gitignore``: a leading '.', a space), with a MANIFEST.txt of what it holds, and ``launch.json``:
-how each run was launched (its trainer's ``run_finished.json``). Every log must name the package's
-submitter, system, division and status. ``--output`` is locked for the whole build (one
-``package`` at a time); the package is built in a hidden temporary folder beside ORG/ and moved
-into place when complete, so a ``package`` that was killed leaves nothing its rerun trips on.
-``score`` then checks it with the official tools.
+``--system_field``, checked; nothing is read from the machine that runs ``package``;
+``--system_template`` writes one to fill in) and the implementation under
+``ORG/benchmarks/bert/implementations/IMPL/`` (``--implementation``, the framework's name, shared by
+the systems of one organization): the files that MANIFEST.txt lists (this repository's ``git
+ls-files``, kept equal to it by a test; git is not needed, so a copy without ``.git``, such as the
+container image, packages the same files) but the tests (their data are third-party artefacts) and
+the names MLCommons' repo checker refuses (``.ci/``, ``.gitignore``: a leading '.', a space), with a
+MANIFEST.txt of what it holds, and ``launch_NAME.json``: how each run was launched (its trainer's
+``run_finished.json``, its paths relative to named roots). ``ORG/mlperf_bert_package.json`` says
+which implementation each system's runs need (``score`` fails a system whose implementation is
+missing). Every log must name the package's submitter, system, division and status. ``--output`` is
+locked for the whole build (one ``package`` at a time); the package is built in a hidden temporary
+folder beside ORG/ and moved into place when complete, so a ``package`` that was killed leaves
+nothing its rerun trips on. ``score`` then checks it with the official tools.
 """
 import glob
 import hashlib
@@ -33,9 +36,11 @@ from mlperf_bert.harness.compliance import RULESET, SYSTEM_STATUSES, division_of
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = "MANIFEST.txt"  # `git ls-files` of the implementation (tests/test_score.py keeps it equal)
 # The tests stay in the repository: their data (tests/data) are third-party artefacts (NVIDIA's
-# package among them), and tests without their data would not run. launch.json names the commit.
+# package among them), and tests without their data would not run. The launch record names the commit.
 NOT_PACKAGED = ("tests/",)
-LAUNCH = "launch.json"  # how each run was launched, beside the implementation (not in its MANIFEST.txt)
+LAUNCH = "launch_%s.json"  # how each system's runs were launched, in the implementation (not in its MANIFEST.txt)
+IMPLEMENTATION = "pytorch"  # the implementation folder: the framework's name, shared by an org's systems
+MADE_BY = "mlperf_bert_package.json"  # ORG/: written by package; score expects each system's implementation
 FINISHED = "run_finished.json"  # the trainer's record of a finished run (trainer/checkpoint.py)
 # The fields mlperf_logging's system_desc_checker requires (training), in its order.
 SYSTEM_FIELDS = (
@@ -49,6 +54,45 @@ SYSTEM_FIELDS = (
     "accelerator_interconnect", "accelerator_interconnect_topology", "cooling", "hw_notes", "framework",
     "other_software_stack", "operating_system", "sw_notes",
 )
+# What each field means (package --system_template writes them into the file to fill in).
+FIELD_MEANINGS = {
+    "submitter": "the submitting organization, as the results table names it (package: --org)",
+    "division": "closed or open (package: the logs' submission_division)",
+    "status": "availability: 'Available on-premise', 'Available cloud', 'Research, Development, or Internal"
+              " (RDI)' or 'Preview' (package: --status); the logs' submission_status must match it",
+    "system_name": "the system's name in the results table, e.g. 'ACME 8x H100 SXM'",
+    "number_of_nodes": "nodes the runs used, a number (package: --nodes)",
+    "host_processors_per_node": "CPU sockets per node, a number",
+    "host_processor_model_name": "CPU model, e.g. 'Intel(R) Xeon(R) Platinum 8480C'",
+    "host_processor_core_count": "cores per CPU socket, a number",
+    "host_processor_vcpu_count": "hardware threads per node (may be left empty)",
+    "host_processor_frequency": "CPU base (or max) clock, e.g. '2000 MHz' (may be left empty)",
+    "host_processor_caches": "CPU caches, e.g. 'L1d 48 KiB, L2 2 MiB, L3 105 MiB' (may be left empty)",
+    "host_processor_interconnect": "link between the CPU sockets, e.g. 'UPI' (may be left empty)",
+    "host_memory_capacity": "host memory per node, e.g. '2 TB' (may be left empty)",
+    "host_storage_type": "storage the data were read from, e.g. 'NVMe SSD' (may be left empty)",
+    "host_storage_capacity": "its capacity, e.g. '2x 3.84 TB' (may be left empty)",
+    "host_networking": "the nodes' network, e.g. '8x 400 Gb/s InfiniBand' (may be left empty)",
+    "host_networking_topology": "how the nodes are connected, e.g. 'fat tree' (may be left empty)",
+    "host_memory_configuration": "DIMMs, e.g. '32x 64 GB DDR5-4800' (may be left empty)",
+    "accelerators_per_node": "GPUs (or other accelerators) per node, a number; 0 for none",
+    "accelerator_model_name": "accelerator model, e.g. 'NVIDIA H100-SXM5-80GB'",
+    "accelerator_host_interconnect": "link between host and accelerators, e.g. 'PCIe 5.0 x16' (may be left"
+                                     " empty)",
+    "accelerator_frequency": "accelerator clock, e.g. '1980 MHz' (may be left empty)",
+    "accelerator_on-chip_memories": "on-chip memories, e.g. 'L2 50 MB' (may be left empty)",
+    "accelerator_memory_configuration": "accelerator memory kind, e.g. 'HBM3' (may be left empty)",
+    "accelerator_memory_capacity": "memory per accelerator, e.g. '80 GB' (may be left empty)",
+    "accelerator_interconnect": "link between the accelerators, e.g. '18x NVLink 4.0' (may be left empty)",
+    "accelerator_interconnect_topology": "its topology, e.g. 'NVSwitch' (may be left empty)",
+    "cooling": "air or liquid (may be left empty)",
+    "hw_notes": "anything else about the hardware; the results table's notes column (may be left empty)",
+    "framework": "the framework and its version, e.g. 'PyTorch 2.5.1'",
+    "other_software_stack": "other software and versions: CUDA, NCCL, driver, Python (text or an object)",
+    "operating_system": "the OS and its version, e.g. 'Ubuntu 22.04'",
+    "sw_notes": "anything else about the software; the results table's notes column (may be left empty)",
+}
+TEMPLATE_MARK = "FILL IN: "  # a value --system_template wrote that was not replaced
 # The fields package will not leave empty: the results table's columns (the result summarizer's)
 # and the identity the logs are checked against. Published packages leave others empty.
 NEEDED_VALUES = ("submitter", "division", "status", "system_name", "number_of_nodes",
@@ -125,6 +169,13 @@ def describe_system(org, system, division, system_json=None, fields=(), status=N
             raise UserError("--system_field=%s: give KEY=VALUE with KEY one of the systems JSON fields (see"
                             " --help)" % item)
         given[key] = value
+    for key, value in (("submitter", org), ("division", division), ("status", status), ("number_of_nodes", nodes)):
+        if value is not None and str(given.get(key, "")).startswith(TEMPLATE_MARK):
+            del given[key]  # the template's text where package has the value
+    unfilled = [k for k, v in given.items() if isinstance(v, str) and v.startswith(TEMPLATE_MARK)]
+    if unfilled:
+        raise UserError("%s still holds the template's text for %s: replace each with the value (\"\" where the"
+                        " field may be left empty)" % (system_json or "--system_field", ", ".join(unfilled)))
     for key, value in (("status", status), ("number_of_nodes", None if nodes is None else str(nodes))):
         if value is None:
             continue
@@ -148,7 +199,21 @@ def describe_system(org, system, division, system_json=None, fields=(), status=N
     extra = [k for k in given if k not in SYSTEM_FIELDS]
     out = {k: given.get(k, "") for k in SYSTEM_FIELDS}
     out.update((k, given[k]) for k in extra)  # fields of the submitter's own (NVIDIA's framework_name)
-    return out, [k for k in SYSTEM_FIELDS if out[k] == "" and k not in ("hw_notes", "sw_notes")]
+    return out, [k for k in SYSTEM_FIELDS if out[k] == ""]
+
+
+def write_system_template(path, org=None, status=None, nodes=None):
+    """Write ``path``: a systems JSON of every field the official checker requires, each value
+    the field's meaning after TEMPLATE_MARK (package refuses a value left so), --org, --status and
+    --nodes filled in when given. An existing file is refused (it may be filled in already)."""
+    if os.path.lexists(path):
+        raise UserError("--system_template=%s exists: give a new file name (it may be a filled-in one)" % path)
+    given = {"submitter": org, "status": status, "number_of_nodes": None if nodes is None else str(nodes)}
+    desc = {k: given[k] if given.get(k) is not None else TEMPLATE_MARK + FIELD_MEANINGS[k] for k in SYSTEM_FIELDS}
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        json.dump(desc, f, indent=4)
+        f.write("\n")
+    return desc
 
 
 def this_machine():
@@ -212,9 +277,15 @@ def git_unfriendly(path):
     return any(part.startswith(".") or " " in part for part in path.split("/"))
 
 
+_GLOB = re.compile(r"[*?\[]")
+
+
 def manifest_lines(root=ROOT):
-    """MANIFEST.txt's paths, each once, in order; a UserError naming a line that is absolute or
-    resolves outside ``root`` (package would copy any readable file into the package)."""
+    """MANIFEST.txt's paths, each once, in order, ``./`` and doubled '/' normalised away; a
+    UserError naming the line (FILE:LINE) that is absolute, has a '..' part or resolves outside
+    ``root`` (package would copy any readable file into the package), has white space around it
+    (a name with a trailing space is not the file meant), or names a directory or a glob (the list
+    names files: `git ls-files`)."""
     path = os.path.join(root, MANIFEST)
     try:
         with open(path, encoding="utf-8") as f:
@@ -224,25 +295,40 @@ def manifest_lines(root=ROOT):
                         " clone of this repository or from its image (a pip-installed mlperf_bert has no"
                         " scripts or configs to package)" % path)
     real_root = os.path.realpath(root)
+    remake = "the list names files of the repository, one a line: remake it with `make manifest` (git ls-files)"
     files, seen = [], set()
     for n, line in enumerate(lines, 1):
-        if not line or line in seen:
+        if not line.strip():
             continue
-        real = os.path.realpath(os.path.join(root, line))
-        if os.path.isabs(line) or not real.startswith(real_root + os.sep):
-            raise UserError("%s line %d, %r, is %s: the list names files of the repository only; remake it"
-                            " with `make manifest` (git ls-files)" % (
-                                path, n, line, "an absolute path" if os.path.isabs(line)
-                                else "outside the repository (%s)" % real))
-        seen.add(line)
-        files.append(line)
+        where = "%s:%d: %r" % (path, n, line)
+        if line != line.strip():
+            raise UserError("%s has white space around the path (a file of that name is not the one meant):"
+                            " %s" % (where, remake))
+        if os.path.isabs(line):
+            raise UserError("%s is an absolute path: %s" % (where, remake))
+        if ".." in line.split("/"):
+            raise UserError("%s has a '..' part (a path from the list must stay inside the repository): %s"
+                            % (where, remake))
+        name = os.path.normpath(line)  # ./a//b -> a/b
+        full = os.path.join(root, name)
+        real = os.path.realpath(full)
+        if not real.startswith(real_root + os.sep):
+            raise UserError("%s is outside the repository (%s): %s" % (where, real, remake))
+        if os.path.isdir(full):
+            raise UserError("%s is a directory: %s" % (where, remake))
+        if _GLOB.search(name) and not os.path.lexists(full):
+            raise UserError("%s is a glob pattern: %s" % (where, remake))
+        if name in seen:
+            continue
+        seen.add(name)
+        files.append(name)
     return files
 
 
 def source_files(root=ROOT):
     """The implementation's files: MANIFEST.txt's, less the tests and the names the repo checker
     refuses; a UserError when the list or a file on it is missing (a partial copy would be a package
-    whose implementation cannot run)."""
+    whose implementation cannot run), or when nothing is left to package."""
     files = [f for f in manifest_lines(root) if not f.startswith(NOT_PACKAGED) and not git_unfriendly(f)]
     missing = [f for f in files if not os.path.isfile(os.path.join(root, f))]
     if missing:
@@ -251,6 +337,10 @@ def source_files(root=ROOT):
                         " removed on purpose" % (len(missing), "s" if len(missing) > 1 else "", MANIFEST,
                                                  "are" if len(missing) > 1 else "is", root,
                                                  ", ".join(missing[:5]), ", ..." if len(missing) > 5 else ""))
+    if not [f for f in files if f != MANIFEST]:
+        raise UserError("%s lists no file to package (tests/ and names with a leading '.' or a space are left"
+                        " out): a package needs its implementation; remake the list with `make manifest`"
+                        % os.path.join(root, MANIFEST))
     return files
 
 
@@ -323,9 +413,21 @@ def read_runs(logs):
     return runs
 
 
-def _pieces(system):
-    """The parts of ORG/ that are one system's, the results last (they make the package whole)."""
-    return [os.path.join("benchmarks", "bert", "implementations", system),
+def implementation_dir(implementation):
+    """ORG/'s folder of the implementation ``implementation`` (the framework's name)."""
+    return os.path.join("benchmarks", "bert", "implementations", implementation)
+
+
+def launch_name(system):
+    """The file, in the implementation folder, that says how ``system``'s runs were launched."""
+    return LAUNCH % system
+
+
+def _pieces(system, implementation, new_implementation):
+    """The parts of ORG/ that one ``package`` adds, the results last (they make the package whole):
+    the implementation folder when ORG/ has none of that name, else the system's launch record."""
+    impl = implementation_dir(implementation)
+    return [impl if new_implementation else os.path.join(impl, launch_name(system)),
             os.path.join("systems", system + ".json"), os.path.join("results", system)]
 
 
@@ -344,41 +446,94 @@ def _incomplete_marker(top, system):
     return os.path.join(top, ".package-%s.incomplete" % system)
 
 
-def _check_free(top, system):
-    """Refuse when ``top`` (ORG/) already holds this system; finish off a move that was killed."""
+def read_made_by(top):
+    """The systems ``package`` put in ORG/ (``top``): {system: implementation} from ORG/MADE_BY;
+    {} without it (a package made otherwise: a published one); a UserError naming it when it
+    cannot be read."""
+    path = os.path.join(top, MADE_BY)
+    try:
+        with open(path, encoding="utf-8") as f:
+            made = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise UserError("cannot read %s (%s): package writes it; remake the package" % (path, e))
+    systems = made.get("systems") if isinstance(made, dict) else None
+    if not isinstance(systems, dict) or not all(isinstance(v, str) for v in systems.values()):
+        raise UserError("%s holds no {system: implementation} object \"systems\": package writes it; remake the"
+                        " package" % path)
+    return systems
+
+
+def _write_made_by(top, systems):
+    with atomic_open(os.path.join(top, MADE_BY), "w", encoding="utf-8") as f:
+        json.dump({"about": "Made by `python -m mlperf_bert package`: the implementation folder under"
+                            " benchmarks/bert/implementations/ of each system's runs. score fails a system"
+                            " listed here whose implementation is missing (docs/running.md).",
+                   "systems": dict(sorted(systems.items()))}, f, indent=2)
+        f.write("\n")
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _check_free(top, system, implementation, source_sha256):
+    """The pieces a package of ``system`` adds to ``top`` (ORG/, existing or not); refuse when ORG/
+    already holds this system, or holds an implementation of that name with other code; finish off
+    a move that was killed."""
     marker = _incomplete_marker(top, system)
     if os.path.exists(marker):  # our own move into an existing ORG/ was killed half-way: undo it
-        for piece in _pieces(system):
-            path = os.path.join(top, piece)
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            elif os.path.lexists(path):
-                os.remove(path)
+        with open(marker, encoding="utf-8") as f:
+            moved = f.read().splitlines()
+        for piece in moved:
+            _remove(os.path.join(top, piece))
+        made = read_made_by(top)
+        if made.pop(system, None) is not None:
+            _write_made_by(top, made)
         os.remove(marker)
-    held = [p for p in _pieces(system) if os.path.lexists(os.path.join(top, p))]
+    impl = os.path.join(top, implementation_dir(implementation))
+    pieces = _pieces(system, implementation, not os.path.lexists(impl))
+    held = [p for p in pieces[1:] + [os.path.join(implementation_dir(implementation), launch_name(system))]
+            if os.path.lexists(os.path.join(top, p))]
     if held:
         raise UserError("%s already holds a package of %s (%s): remove %s or choose another --output"
                         % (top, system, held[-1], ", ".join(os.path.join(top, p) for p in held)))
+    if os.path.lexists(impl):
+        theirs = source_identity(impl)["source_sha256"]
+        if theirs is None or theirs != source_sha256:
+            raise UserError("%s holds other code than this package's (%s): the systems of one organization share"
+                            " an implementation folder when they ran the same code; package the commit it holds,"
+                            " or give --implementation=ANOTHER_NAME" % (
+                                impl, "no MANIFEST.txt of package's" if theirs is None else "source_sha256 differs"))
+    return pieces
 
 
-def _move_into_place(build, top, system):
+def _move_into_place(build, top, system, pieces):
     """Move the finished build (a whole ORG/) to ``top``: one rename when ORG/ is new, else its
-    pieces one by one under a marker that a rerun reads as "incomplete, ours"."""
+    ``pieces`` one by one under a marker (the pieces it moves) that a rerun reads as "incomplete,
+    ours", and ORG/MADE_BY gets the system."""
     if not os.path.exists(top):
         os.rename(build, top)
         return
     marker = _incomplete_marker(top, system)
-    with open(marker, "w"):
-        pass
-    for piece in _pieces(system):
+    with open(marker, "w", encoding="utf-8") as f:
+        f.write("".join(p + "\n" for p in pieces))
+    for piece in pieces:
         os.makedirs(os.path.dirname(os.path.join(top, piece)), exist_ok=True)
         os.rename(os.path.join(build, piece), os.path.join(top, piece))
+    made = read_made_by(top)
+    made.update(read_made_by(build))
+    _write_made_by(top, made)
     os.remove(marker)
     shutil.rmtree(build)
 
 
 def launch_records(logs, runs):
-    """For each run log, what launch.json says of it: the result name, the log it came from, its
+    """For each run log, what its launch record says of it: the result name, the log it came from, its
     seed and status, and its trainer's run_finished.json (``run_N/`` beside a ``result_N.txt``,
     beside an ``mlperf.log``) when that record is of this run (the same seed): its launch and run
     identity; else null and why."""
@@ -408,14 +563,72 @@ def launch_records(logs, runs):
     return out
 
 
-def launch_file(system, entries, source):
-    """launch.json's content: what it is, the packaged implementation's identity, the runs."""
+# The roots launch records name instead of the submitter's absolute paths (a package is published):
+# each run's own, longest first; a path under none keeps its file name only.
+PATH_ROOTS = (("OUTPUT_DIR", "the run's --output_dir"),
+              ("DATA_DIR", "the folder of the run's training files (--input_file)"),
+              ("RUNS", "the folder package read the run's log from (--runs)"),
+              ("SOURCE", "the repository package ran in (the code packaged)"))
+ELSEWHERE = "ELSEWHERE"
+# An absolute path inside a string: a '/' that starts a value (not one inside a relative path or
+# after "scheme:"), up to white space, a list's ',' or a quote.
+_ABSOLUTE = re.compile(r"(?<![\w.$~:/-])/[^\s,;'\"=]*")
+
+
+def path_roots(entry, log, root=ROOT):
+    """{root name: absolute folder} for one run's launch record (PATH_ROOTS)."""
+    roots = {}
+    flags_ = (entry.get("launch") or {}).get("flags") or {}
+    out = flags_.get("output_dir")
+    if isinstance(out, str) and os.path.isabs(out):
+        roots["OUTPUT_DIR"] = os.path.normpath(out)
+    inputs = flags_.get("input_file")
+    inputs = inputs.split(",") if isinstance(inputs, str) else [
+        f[0] for f in (entry.get("run") or {}).get("input_file") or [] if isinstance(f, list) and f]
+    dirs = [os.path.dirname(p) for p in inputs if isinstance(p, str) and os.path.isabs(p)]
+    if dirs and os.path.commonpath(dirs) != os.sep:
+        roots["DATA_DIR"] = os.path.commonpath(dirs)
+    folder = os.path.dirname(os.path.abspath(log))
+    if re.match(r"^run_\d+$", os.path.basename(folder)):  # run_N/mlperf.log: the series' folder
+        folder = os.path.dirname(folder)
+    roots["RUNS"] = folder
+    roots["SOURCE"] = os.path.abspath(root)
+    return roots
+
+
+def portable(value, roots):
+    """``value`` (JSON) with each absolute path written $ROOT/relative (the longest root that holds
+    it), or $ELSEWHERE/NAME when no root holds it."""
+    if isinstance(value, dict):
+        return {k: portable(v, roots) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, roots) for v in value]
+    if not isinstance(value, str) or "/" not in value:
+        return value
+
+    def one(m):
+        path = m.group(0)
+        held = [(len(r), name) for name, r in roots.items() if path == r or path.startswith(r.rstrip("/") + "/")]
+        if held:
+            name = max(held)[1]
+            return "$" + name + path[len(roots[name].rstrip("/")):]
+        return "$%s/%s" % (ELSEWHERE, os.path.basename(path.rstrip("/")))
+    return _ABSOLUTE.sub(one, value)
+
+
+def launch_file(system, entries, source, logs=None, root=ROOT):
+    """launch_SYSTEM.json's content: what it is, the roots its paths are relative to, the packaged
+    implementation's identity, the runs (each with its paths made relative: ``portable``)."""
+    runs = [portable(e, path_roots(e, log, root)) for e, log in zip(entries, logs or [e["log"] for e in entries])]
     return {"about": "How each run of results/%s/bert was launched, from its trainer's run_finished.json:"
                      " launch (the preset, the flags given over it, every trainer flag, processes and nodes,"
                      " the code's commit and digest) and run (the identity a resume must match); null where"
                      " package found no record of the run. implementation: the code packaged here"
                      " (docs/running.md)." % system,
-            "implementation": source, "runs": entries}
+            "paths": "Absolute paths of the machines the runs ran on are written relative to these roots,"
+                     " each run's own: %s; a path under none of them keeps its file name only, as $%s/NAME"
+                     % ("; ".join("$%s: %s" % r for r in PATH_ROOTS), ELSEWHERE),
+            "implementation": source, "runs": runs}
 
 
 def package_warnings(logs, entries, source):
@@ -431,7 +644,7 @@ def package_warnings(logs, entries, source):
     missing = [e["result"] for e in entries if e["launch"] is None]
     if missing:
         warnings.append("%d run%s without a launch record (%s): no %s of the same seed in run_N/ beside"
-                        " result_N.txt or beside mlperf.log; launch.json says null for %s" % (
+                        " result_N.txt or beside mlperf.log; the launch record says null for %s" % (
                             len(missing), "" if len(missing) == 1 else "s", ", ".join(missing[:3]) +
                             (", ..." if len(missing) > 3 else ""), FINISHED, "it" if len(missing) == 1 else "them"))
     other = [e["result"] for e in entries if e["launch"] and source.get("source_sha256")
@@ -444,10 +657,11 @@ def package_warnings(logs, entries, source):
 
 
 def make_package(org, system, run_specs, output, system_json=None, fields=(), status=None, nodes=None,
-                 platform_=None, root=ROOT):
+                 platform_=None, root=ROOT, implementation=IMPLEMENTATION):
     """Lay the package out; return (logs, fields left empty, source files, warnings)."""
     check_name("org", org)
     check_name("system", system)
+    check_name("implementation", implementation)
     logs = find_logs(run_specs)
     runs = read_runs(logs)
     divisions = {division_of(records) for records in runs}
@@ -468,7 +682,7 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
     top = os.path.join(output, org)
     with locking.lock_dir(output, "--output"):  # the loser of two packages on one output writes nothing
         remove_stale_builds(output, org)
-        _check_free(top, system)
+        pieces = _check_free(top, system, implementation, source["source_sha256"])
         build = os.path.join(output, ".%s.tmp-%d" % (org, os.getpid()))
         shutil.rmtree(build, ignore_errors=True)
         try:
@@ -480,52 +694,77 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
             with atomic_open(os.path.join(build, "systems", system + ".json"), "w", encoding="utf-8") as f:
                 json.dump(desc, f, indent=4)
                 f.write("\n")
-            impl = os.path.join(build, "benchmarks", "bert", "implementations", system)
+            impl = os.path.join(build, implementation_dir(implementation))
             n = copy_source(impl, root)
-            with atomic_open(os.path.join(impl, LAUNCH), "w", encoding="utf-8") as f:
-                json.dump(launch_file(system, entries, source), f, indent=2, default=str)
+            with atomic_open(os.path.join(impl, launch_name(system)), "w", encoding="utf-8") as f:
+                json.dump(launch_file(system, entries, source, logs, root), f, indent=2, default=str)
                 f.write("\n")
-            _move_into_place(build, top, system)
+            _write_made_by(build, {system: implementation})
+            _move_into_place(build, top, system, pieces)
         except BaseException:
             shutil.rmtree(build, ignore_errors=True)
             raise
     return logs, empty, n, warnings
 
 
+REQUIRED = ("org", "system", "runs", "output")  # all but with --system_template
+_REQUIRED = "(required) "
+
+
 def main(argv):
     fv = flags.FlagValues()
-    flags.DEFINE_string("org", None, "submitting organization (ORG/ of the package; every log's submission_org)",
-                        flag_values=fv)
-    flags.DEFINE_string("system", None, "system name (results/<system>, systems/<system>.json); every log's"
-                        " submission_platform must be it or the systems JSON's system_name, unless --platform",
-                        flag_values=fv)
+    flags.DEFINE_string("org", None, _REQUIRED + "submitting organization (ORG/ of the package; every log's"
+                        " submission_org)", flag_values=fv)
+    flags.DEFINE_string("system", None, _REQUIRED + "system name (results/<system>, systems/<system>.json);"
+                        " every log's submission_platform must be it or the systems JSON's system_name, unless"
+                        " --platform", flag_values=fv)
     flags.DEFINE_string("platform", None, "the submission_platform every log must name, when it is neither"
                         " --system nor the system_name (e.g. NVIDIA's '1xNVIDIA HGX B200' for 'Nyx (1x NVIDIA"
                         " DGX B200)')", flag_values=fv)
-    flags.DEFINE_list("runs", None, "run logs or directories (result_*.txt, mlperf.log, run_*/)", flag_values=fv)
-    flags.DEFINE_string("output", None, "package directory (ORG/ goes inside; made complete or not at all)",
-                        flag_values=fv)
+    flags.DEFINE_list("runs", None, _REQUIRED + "run logs or directories (result_*.txt, mlperf.log, run_*/)",
+                      flag_values=fv)
+    flags.DEFINE_string("output", None, _REQUIRED + "package directory (ORG/ goes inside; made complete or not"
+                        " at all)", flag_values=fv)
+    flags.DEFINE_string("implementation", IMPLEMENTATION, "the implementation folder,"
+                        " ORG/benchmarks/bert/implementations/NAME: the framework's name, as published packages"
+                        " name it; the systems of one organization share it (a second system's package reuses"
+                        " it when its code is the same, and is refused when not)", flag_values=fv)
     flags.DEFINE_string(
-        "system_json", None, "the system description, a JSON object written by you (nothing is read from the"
-        " machine that runs package). The official checker requires every field: %s. Those package will not"
-        " leave empty: %s; submitter and division come from --org and the logs." % (
-            ", ".join(SYSTEM_FIELDS), ", ".join(NEEDED_VALUES)), flag_values=fv)
+        "system_json", None, "(required, or --system_field) the system description, a JSON object written by"
+        " you (nothing is read from the machine that runs package; --system_template writes one to fill in)."
+        " The official checker requires every field: %s. Those package will not leave empty: %s; submitter"
+        " and division come from --org and the logs." % (", ".join(SYSTEM_FIELDS), ", ".join(NEEDED_VALUES)),
+        flag_values=fv)
     flags.DEFINE_multi_string("system_field", [], "KEY=VALUE: a field of the systems JSON (repeat the flag;"
                               " fills or replaces --system_json's)", flag_values=fv)
+    flags.DEFINE_string("system_template", None, "write FILE, a systems JSON of every field the official checker"
+                        " requires, each value saying what the field means, and exit (no other flag needed;"
+                        " --org, --status and --nodes are filled in when given): replace each value, then"
+                        " give it as --system_json", flag_values=fv)
     flags.DEFINE_enum("status", None, list(SYSTEM_STATUSES), "the system's availability (the systems JSON's"
                       " status); every log's submission_status must match it: %s" % "; ".join(
                           "%s: %s" % (k, " or ".join(v)) for k, v in SYSTEM_STATUSES.items()), flag_values=fv)
     flags.DEFINE_integer("nodes", None, "number of nodes the runs used (the systems JSON's number_of_nodes)",
                          lower_bound=1, flag_values=fv)
-    flags.parse(fv, argv, required=["org", "system", "runs", "output"], positional=False)
+    flags.parse(fv, argv, positional=False)
+    if fv.system_template:
+        write_system_template(fv.system_template, fv.org, fv.status, fv.nodes)
+        print("wrote %s: every field of the systems JSON, each value what it means; replace them (\"\" where"
+              " it says the field may be left empty), then package --system_json=%s" % (
+                  fv.system_template, fv.system_template))
+        return 0
+    for name in REQUIRED:
+        if fv[name].value is None:
+            raise UserError("flag --%s is required (package --help marks the required flags)" % name)
     logs, empty, n, warnings = make_package(fv.org, fv.system, fv.runs, fv.output, fv.system_json,
-                                            fv.system_field, fv.status, fv.nodes, fv.platform)
-    print("package %s: %d runs in %s/results/%s/bert, %d source files and %s in"
-          " benchmarks/bert/implementations/%s, systems/%s.json"
-          % (fv.output, len(logs), fv.org, fv.system, n, LAUNCH, fv.system, fv.system))
+                                            fv.system_field, fv.status, fv.nodes, fv.platform,
+                                            implementation=fv.implementation)
+    print("package %s: %d runs in %s/results/%s/bert, %d source files and %s in %s, systems/%s.json"
+          % (fv.output, len(logs), fv.org, fv.system, n, launch_name(fv.system),
+             implementation_dir(fv.implementation), fv.system))
     if empty:
-        print("left empty in systems/%s.json (allowed; published packages leave some empty): %s"
-              % (fv.system, ", ".join(empty)))
+        print("left empty in systems/%s.json (allowed: the official checker needs the fields, published packages"
+              " leave some empty): %s" % (fv.system, ", ".join(empty)))
     for w in warnings:
         print("warning: package: " + w, file=sys.stderr)
     return 0

@@ -13,11 +13,15 @@ a systems JSON that is not a JSON object with the required fields, logs of anoth
 their systems JSON, an error of the official tools (the system's own, or one of the whole package)
 leave the system without a score whatever else says it has one; each reason is one line. What the
 official tools accept but is stricter here (a log's submission_org, platform or status against the
-package: ``identity_findings``) is a warning line. Exit 1 when a system fails.
-The package is only read: plots go beside it or to --plots_dir.
+package: ``identity_findings``; no implementation under ORG/benchmarks/ in a package ``package``
+did not make; logs that are byte for byte another system's) is a warning line; a system that
+``package`` packaged without its implementation fails. Exit 1 when a system fails. With --json the
+JSON object alone goes to stdout, the report to stderr. The package is only read: plots go beside
+it or to --plots_dir.
 """
 import errno
 import glob
+import hashlib
 import importlib
 import json
 import math
@@ -36,7 +40,8 @@ from mlperf_bert.errors import UserError, die_with_parent
 from mlperf_bert.fileio import pid_alive, atomic_path
 from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
                                             read_log, samples_of, target_of, worst_level)
-from mlperf_bert.harness.package import load_system_json, system_json_problems
+from mlperf_bert.harness.package import (MADE_BY, implementation_dir, load_system_json, read_made_by,
+                                         system_json_problems)
 from mlperf_bert.harness.plot import check_output, curves
 
 _OK = "PACKAGE CHECKER FOUND NO ERRORS"
@@ -389,35 +394,101 @@ def score(package):
     outs, rows = run_official(root, org)
     steps = step_verdicts(outs, rows, systems)
     per_errors, other_errors = checker_errors(outs["package_checker"][1], names)
-    org_reasons = []
+    org_reasons = []  # (reason, the official tool's ERROR lines it stands for)
     unfinished = "PACKAGE CHECKER FOUND" not in outs["package_checker"][1]
     # a failure the checker's lines do not pin on one system counts for every system
     whole = unfinished or bool(other_errors) or steps["package_checker"][0] == "fail" and not per_errors
     if unfinished:
-        org_reasons.append("the official package checker %s" % steps["package_checker"][1])
+        org_reasons.append(("the official package checker %s" % steps["package_checker"][1],
+                            ["package checker: " + e for e in steps["package_checker"][2]]))
     elif whole:
-        org_reasons.append("the official package checker failed on the package as a whole (%d ERROR line%s"
-                           " under its verdict)" % (len(other_errors), "" if len(other_errors) == 1 else "s"))
+        org_reasons.append(("the official package checker failed on the package as a whole (%d ERROR line%s"
+                            " under its verdict)" % (len(other_errors), "" if len(other_errors) == 1 else "s"),
+                            ["package checker: " + e for e in other_errors or steps["package_checker"][2]]))
     if steps["result_summarizer"][0] == "fail":
-        org_reasons.append("the official result summarizer failed (%s)" % steps["result_summarizer"][1])
+        org_reasons.append(("the official result summarizer failed (%s)" % steps["result_summarizer"][1], []))
     if steps["repo_checker"][0] == "fail":
-        org_reasons.append("the official repo checker failed (%s under its verdict): a package it refuses"
-                           " cannot be submitted" % steps["repo_checker"][1])
+        org_reasons.append(("the official repo checker failed (%s under its verdict): a package it refuses"
+                            " cannot be submitted" % steps["repo_checker"][1],
+                            ["repo checker: " + e for e in steps["repo_checker"][2]]))
+    code_fails, code_warnings = implementation_findings(top, systems)
+    shared = shared_logs(top, systems, names)
     results = [score_system(root, org, system, descs[system], per_errors.get(system, []), rows.get(system, {}),
                             _mentions(outs["result_summarizer"][1], system), org_reasons,
-                            whole)
+                            whole, code_fails.get(system, []), code_warnings.get(system, []) + shared.get(system, []))
                for system in systems]
     if not systems:
-        org_reasons.append("%s holds no <system>/bert/ folder of result_*.txt logs" % os.path.join(top, "results"))
+        org_reasons.append(("%s holds no <system>/bert/ folder of result_*.txt logs" % os.path.join(top, "results"),
+                            []))
     passed = bool(systems) and all(r["verdict"] == "pass" for r in results)
     return {"org": org, "root": root, "steps": steps, "other_errors": other_errors, "org_reasons": org_reasons,
             "systems": results, "verdict": "pass" if passed else "fail"}
 
 
-def score_system(root, org, system, desc, errors, row, notes, org_reasons, checker_failed=False):
+def implementation_findings(top, systems):
+    """({system: [fail reasons]}, {system: [warnings]}) of the code under ORG/benchmarks/bert/
+    (``top``: ORG/). MLCommons' review does not accept results without the code that made them,
+    which the official tools do not check: a system that ``package`` put in the package
+    (ORG/mlperf_bert_package.json) fails when its implementation folder is missing or empty; a
+    package made otherwise (published ones, vendored without their code) gets a warning when
+    benchmarks/bert/implementations/ holds no implementation at all."""
+    org = os.path.basename(top)
+    try:
+        made = read_made_by(top)
+    except UserError as e:
+        return {s: [str(e)] for s in systems}, {}
+    present = set()
+    impls = os.path.join(top, implementation_dir(""))
+    for name in sorted(os.listdir(impls)) if os.path.isdir(impls) else ():
+        if any(files for _, _, files in os.walk(os.path.join(impls, name))):
+            present.add(name)
+    fails, warnings = {}, {}
+    for system in systems:
+        if system in made:
+            if made[system] not in present:
+                fails[system] = ["%s, the code of these runs (%s: package made this package), is missing or"
+                                 " empty: MLCommons' review does not accept results without their code; make the"
+                                 " package again" % (os.path.join(org, implementation_dir(made[system])),
+                                                     os.path.join(org, MADE_BY))]
+        elif not present:
+            warnings[system] = ["%s holds no implementation: MLCommons' review does not accept results without"
+                                " the code that made them (the official tools do not check it); add it before"
+                                " submitting" % os.path.join(org, implementation_dir("")).rstrip(os.sep)]
+    return fails, warnings
+
+
+def shared_logs(top, systems, names):
+    """{system: [warning]} for systems whose result logs are byte for byte another system's: the
+    same runs scored as two systems (the official tools do not compare systems)."""
+    digests = {}
+    for system in systems:
+        for p in sorted(glob.glob(os.path.join(top, "results", system, "bert", "result_*.txt"))):
+            with open(p, "rb") as f:
+                digests.setdefault(system, {}).setdefault(hashlib.sha256(f.read()).hexdigest(), os.path.basename(p))
+    out = {}
+    for a in systems:
+        for b in systems:
+            common = sorted(set(digests.get(a, {})) & set(digests.get(b, {})), key=lambda d: digests[a][d])
+            if a == b or not common:
+                continue
+            same_name = names.get(a) and names.get(a) == names.get(b)
+            out.setdefault(a, []).append(
+                "%d result log%s (%s%s) %s byte for byte %s's%s: one series of runs scored as two systems; each"
+                " system's results must be runs on that system" % (
+                    len(common), "" if len(common) == 1 else "s", ", ".join(digests[a][d] for d in common[:3]),
+                    ", ..." if len(common) > 3 else "", "is" if len(common) == 1 else "are",
+                    os.path.join("results", b, "bert"),
+                    ", and both systems are named %r" % names[a] if same_name else ""))
+    return out
+
+
+def score_system(root, org, system, desc, errors, row, notes, org_reasons, checker_failed=False, code_fails=(),
+                 more_warnings=()):
     """One system's block: its runs under check-log, its share of the checker's errors, the
     summarizer's row; a dict (see main). ``org_reasons``: why every system fails (an official
-    step that failed on the whole package); ``checker_failed``: the package checker among them."""
+    step that failed on the whole package), each with the tool's ERROR lines it stands for;
+    ``checker_failed``: the package checker among them; ``code_fails``, ``more_warnings``: what
+    implementation_findings and shared_logs say of the system."""
     logs = sorted(glob.glob(os.path.join(root, org, "results", system, "bert", "result_*.txt")))
     runs, verdicts, evals, divisions, targets, parsed = [], [], {}, set(), set(), []
     for p in logs:
@@ -438,12 +509,14 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
     division = divisions.pop() if len(divisions) == 1 else None
     if isinstance(desc, dict) and desc.get("division") in ("closed", "open"):
         division = desc["division"]  # what the official tools go by
-    reasons = []
+    reasons, lines = [], {}  # lines: {reason: the official tool's ERROR lines it stands for}
     if errors:
         reasons.append("the official package checker failed for this system (its %d ERROR line%s above)"
                        % (len(errors), "" if len(errors) == 1 else "s"))
+        lines[reasons[-1]] = ["package checker: " + e for e in errors]
     fails, warnings = identity_reasons(root, org, system, desc, parsed)
-    reasons += fails
+    reasons += fails + list(code_fails)
+    warnings += list(more_warnings)
     invalid = [(r[0], v[2]) for r, v in zip(runs, verdicts) if v[1] == "invalid"]
     if invalid:
         name, why = invalid[0]
@@ -455,7 +528,9 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
         reasons.append("%d runs did not converge (a submission may drop one)" % not_converged)
     if not runs:
         reasons.append("%s holds no result_*.txt logs" % os.path.join(root, org, "results", system, "bert"))
-    reasons += org_reasons
+    for reason, errs in org_reasons:
+        reasons.append(reason)
+        lines[reason] = errs
     time_to_train = row.get("bert:time_to_train")
     if not reasons and time_to_train is None:
         critical = [n for n in notes if "ERROR" in n]
@@ -467,6 +542,7 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
                                                                    else None),
             "package_check": "fail" if errors or checker_failed else "pass", "errors": errors,
             "verdict": "pass" if passed else "fail", "reasons": reasons,
+            "json_reasons": [x for r in reasons for x in [r] + lines.get(r, [])],
             "warnings": warnings, "runs": runs, "run_verdicts": verdicts,
             "time_to_train_min": time_to_train if passed else None,
             "rcp_scaling_factor": row.get("bert:rcp_scaling_factor") if closed else None,
@@ -627,7 +703,7 @@ def report(s, plots_dir=None, plots=True):
             lines.append("plots: %s" % ", ".join(plot(sys_, plot_paths(s["root"], plots_dir,
                                                                        sys_["system"] if many else None))))
     if not s["systems"]:
-        lines += ["time to train: none:"] + ["  " + r for r in s["org_reasons"]] + ["submission: FAIL"]
+        lines += ["time to train: none:"] + ["  " + r for r, _ in s["org_reasons"]] + ["submission: FAIL"]
     lines.append("")
     lines.append("%s: %d system%s, %d PASS, %d FAIL" % (
         s["org"], len(s["systems"]), "" if len(s["systems"]) == 1 else "s",
@@ -637,8 +713,9 @@ def report(s, plots_dir=None, plots=True):
 
 def main(argv):
     fv = flags.FlagValues()
-    flags.DEFINE_bool("json", False, "end with one JSON object: org, the three steps' verdicts, verdict, and"
-                      " systems: one object per system (%s)" % ", ".join(JSON_KEYS), flag_values=fv)
+    flags.DEFINE_bool("json", False, "print one JSON object alone on stdout (the report goes to stderr): org, the"
+                      " three steps' verdicts, verdict, and systems: one object per system (%s; reasons with"
+                      " the official tools' ERROR lines they stand for)" % ", ".join(JSON_KEYS), flag_values=fv)
     flags.DEFINE_bool("plots", True, "write score_times.png and score_convergence.png (beside the package,"
                       " as PACKAGE.score_*.png, PACKAGE.<system>.score_*.png for several systems, or into"
                       " --plots_dir)", flag_values=fv)
@@ -650,12 +727,22 @@ def main(argv):
     if fv.plots:
         plot_paths(root, fv.plots_dir)  # a --plots_dir inside the package is refused before the work
     s = score(rest[0])
+    text = sys.stderr if fv.json else sys.stdout  # --json: stdout is the JSON alone
     for line in report(s, fv.plots_dir, fv.plots):
-        print(line)
+        print(line, file=text)
     if fv.json:
-        out = {"org": s["org"]}
-        out.update((tool, s["steps"][tool][0]) for tool, _ in STEPS)
-        out["verdict"] = s["verdict"]
-        out["systems"] = [{k: x[k] for k in JSON_KEYS} for x in s["systems"]]
-        print(json.dumps(out))
+        text.flush()
+        print(json.dumps(json_result(s)))
     return 0 if s["verdict"] == "pass" else 1
+
+
+def json_result(s):
+    """What --json prints of ``s``: the report's verdicts and, per system, JSON_KEYS, its reasons
+    each followed by the official tools' ERROR lines it stands for."""
+    out = {"org": s["org"]}
+    out.update((tool, s["steps"][tool][0]) for tool, _ in STEPS)
+    out["verdict"] = s["verdict"]
+    out["systems"] = [dict({k: x[k] for k in JSON_KEYS}, reasons=x["json_reasons"]) for x in s["systems"]]
+    if not s["systems"]:
+        out["reasons"] = [x for r, errs in s["org_reasons"] for x in [r] + errs]
+    return out

@@ -236,7 +236,7 @@ def _equal(a, b):
 @step("package and score in the image")
 def package_and_score(full, user):
     import json
-    from mlperf_bert.harness.package import LAUNCH, source_files
+    from mlperf_bert.harness.package import IMPLEMENTATION, launch_name, source_files
     mounts = [(full, "/output")]
     with open(os.path.join(full, "cpu_container.json"), "w") as f:  # the submitter's description
         json.dump({"system_name": "cpu_container", "number_of_nodes": "1", "host_processors_per_node": "1",
@@ -247,9 +247,9 @@ def package_and_score(full, user):
                    "--runs=/output", "--output=/output/package", "--system_json=/output/cpu_container.json",
                    "--status=Research, Development, or Internal (RDI)", user=user, mounts=mounts), tail=6)
     # the image has no .git and no git: the implementation is still every file of MANIFEST.txt
-    impl = os.path.join(full, "package", "ContainerTest", "benchmarks", "bert", "implementations", "cpu_container")
+    impl = os.path.join(full, "package", "ContainerTest", "benchmarks", "bert", "implementations", IMPLEMENTATION)
     copied = sorted(os.path.relpath(os.path.join(d, n), impl) for d, _, names in os.walk(impl) for n in names)
-    if copied != sorted(source_files() + [LAUNCH]):  # and the record of how the runs were launched
+    if copied != sorted(source_files() + [launch_name("cpu_container")]):  # and how the runs were launched
         raise Failed("the package made in the image holds %d files, MANIFEST.txt lists %d (%s missing)" % (
             len(copied), len(source_files()), ", ".join(sorted(set(source_files()) - set(copied))[:5])))
     # two runs: the official package checker wants ten for BERT, so the verdict is a fail that says why

@@ -10,9 +10,14 @@ from mlperf_bert.dataset.tfrecord import write_records
 from test_hdf5 import golden_tfrecord, made  # noqa: F401 (fixtures)
 
 
-def run_verify(args):
+def run_verify(args, **kw):
+    """(ok, the per-file lines); the last line is the summary (issue 47), which counts them."""
     lines = []
-    ok = checksums.verify(args, out=lines.append)
+    ok = checksums.verify(args, out=lines.append, **kw)
+    *lines, summary = lines
+    counts = {k: sum(l.startswith(k + " ") for l in lines) for k in ("OK", "MISMATCH", "MISSING", "UNKNOWN")}
+    assert summary == "verify: %d OK, %d MISMATCH, %d MISSING, %d UNKNOWN: %s" % (
+        tuple(counts.values()) + ("every file checked matches" if ok else "FAILED",)), (summary, lines)
     return ok, lines
 
 
@@ -72,7 +77,8 @@ def test_tfrecord_size_is_checked(tmp_path):
     write_records(str(path), [b"x" * 10])
     assert checksums.is_tfrecord(str(path))
     ok, lines = run_verify([str(path)])
-    assert not ok and lines[0].startswith("MISMATCH") and "25382591" in lines[0]
+    # issue 45: "(26 bytes md5 not hashed; expected tfrecord: 25382591 bytes md5 ?)"
+    assert not ok and lines == ["MISMATCH %s: 26 bytes where results/ (tfrecord) lists 25382591" % path], lines
 
 
 def test_eval_txt_checked_article_by_article(tmp_path):
@@ -105,9 +111,7 @@ def test_manifest_round_trip(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "part-a").write_bytes(b"alpha")
-    lines = []
-    ok = checksums.verify([str(other)], manifest=checksums.read_manifest(str(tmp_path / "manifest.tsv")),
-                          out=lines.append)
+    ok, lines = run_verify([str(other)], manifest=checksums.read_manifest(str(tmp_path / "manifest.tsv")))
     assert not ok and "MISSING %s" % (other / "part-b") in lines
     assert any(l.startswith("OK %s" % (other / "part-a")) for l in lines)
 
@@ -174,3 +178,46 @@ def test_a_file_without_a_published_checksum_is_checked_against_its_own(made, tm
     ok, lines = run_verify([paths["plain"]])
     assert ok and lines == ["UNKNOWN %s (no published checksum, and it carries none of its own; not checked)"
                             % paths["plain"]], lines
+
+
+def test_a_make_dataset_folder_is_checked_against_its_own_manifest(tmp_path):
+    """Issue 45: `verify DIR` on make-dataset's output ignored its manifest.tsv: 498 MISSING parts
+    (the reference's 500) and "md5 not hashed ... md5 ?" for a size the reference publishes for the
+    full set only. The folder's manifest decides, and a mismatch says what differs, in words."""
+    names = ["part-00000-of-00500", "part-00001-of-00500", "eval_10k"]
+    for i, name in enumerate(names):
+        write_records(str(tmp_path / name), [b"record %d" % i] * (i + 2))
+    rows = [(n, os.path.getsize(tmp_path / n), i + 2, md5_of(tmp_path / n)) for i, n in enumerate(names)]
+    manifest = str(tmp_path / checksums.MANIFEST_NAME)
+    checksums.write_manifest(manifest, rows)
+    ok, lines = run_verify([str(tmp_path)])
+    assert ok and lines == ["OK %s (%s, md5+size)" % (tmp_path / n, manifest) for n in sorted(names)], lines
+    data = bytearray((tmp_path / names[0]).read_bytes())
+    data[-1] ^= 1  # same size: only the md5 tells
+    (tmp_path / names[0]).write_bytes(bytes(data))
+    with open(tmp_path / names[1], "ab") as f:
+        f.write(b"x")
+    os.remove(tmp_path / names[2])
+    ok, lines = run_verify([str(tmp_path)])
+    assert not ok and lines == [
+        "MISMATCH %s: md5 %s where %s lists %s" % (tmp_path / names[0], md5_of(tmp_path / names[0]), manifest,
+                                                  rows[0][3]),
+        "MISMATCH %s: %d bytes where %s lists %d" % (tmp_path / names[1], rows[1][1] + 1, manifest, rows[1][1]),
+        "MISSING %s" % (tmp_path / names[2])], lines
+
+
+def test_a_published_file_is_found_by_its_content_whatever_its_name(tmp_path, capsys):
+    """Issue 47 (7): configs/bert_config_large.json, byte for byte the reference's bert_config.json,
+    was UNKNOWN; a file is found by its content too. The command ends with a summary line."""
+    config = os.path.join(os.path.dirname(checksums.RESULTS_DIR), "configs", "bert_config_large.json")
+    ok, lines = run_verify([config])
+    assert ok and lines == ["OK %s (by content: the published bert_config.json of results/ (checkpoint_tf1),"
+                            " md5+size)" % config], lines
+    other = tmp_path / "bert_config_other.json"  # the same size, other bytes: not that file
+    other.write_bytes(open(config, "rb").read().replace(b"1024", b"1025"))
+    assert os.path.getsize(other) == os.path.getsize(config)
+    ok, lines = run_verify([str(other)])
+    assert ok and lines == ["UNKNOWN %s (no published checksum; not checked)" % other], lines
+    assert checksums.main(["verify", config, str(other)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "verify: 1 OK, 0 MISMATCH, 0 MISSING, 1 UNKNOWN: every file checked matches"

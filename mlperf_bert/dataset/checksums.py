@@ -1,10 +1,14 @@
 """``verify``: check files or directories against the known md5 sums and sizes in results/.
 
-A file with no published value is checked against the checksums it carries, where it has them:
-an HDF5 or packed file (to-hdf5, pack) against each dataset's CRC-32C, a TFRecord against its
-records' CRCs; only a file with neither is ``UNKNOWN``. Also accepts a manifest written by ``make-dataset`` (``manifest.tsv``): as a path, it checks
-the files beside it; as ``--manifest=FILE``, it checks the given directories against it, so
-two sites can compare regenerated datasets by md5.
+A file is found by its name, or else by its content (its size and md5 are a published file's:
+configs/bert_config_large.json is the reference's bert_config.json). A file with no published value
+is checked against the checksums it carries, where it has them: an HDF5 or packed file (to-hdf5,
+pack) against each dataset's CRC-32C, a TFRecord against its records' CRCs; only a file with
+neither is ``UNKNOWN``. A manifest written by ``make-dataset`` (``manifest.tsv``) is used too: as a
+path, it checks the files beside it; a directory that holds one is checked against it; as
+``--manifest=FILE``, it checks the given directories against it, so two sites can compare
+regenerated datasets by md5. A mismatch says what differs (bytes or md5, and who lists the other
+value); the last line counts the verdicts.
 """
 import concurrent.futures
 import hashlib
@@ -229,18 +233,29 @@ def plan(paths, tables, manifest=None):
             for name, (size, md5) in sorted(table.items()):
                 f = os.path.join(d, name)
                 if os.path.exists(f):
-                    p.files[f] = [("manifest", size, md5)]
+                    p.files[f] = [(path, size, md5)]
                 else:
                     p.missing.append(f)
             continue
         if os.path.isdir(path):
             names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n))
                            and not is_lock_file(n))  # a run's lock, or one a killed run left
+            own = os.path.join(path, MANIFEST_NAME)
+            if manifest is None and MANIFEST_NAME in names and _is_manifest(own):
+                # make-dataset's folder: its manifest says what it holds (the reference publishes
+                # sizes only for the full set); files it does not list are checked as any other
+                table = read_manifest(own)
+                for name in names:
+                    if name != MANIFEST_NAME:
+                        f = os.path.join(path, name)
+                        p.files[f] = [(own,) + table[name]] if name in table else _expectations(f, tables)
+                p.missing += [os.path.join(path, n) for n in sorted(table) if n not in names]
+                continue
             if manifest is not None:
                 for name in names:
                     if name != MANIFEST_NAME:
                         exp = manifest.get(name)
-                        p.files[os.path.join(path, name)] = [("manifest",) + exp] if exp else []
+                        p.files[os.path.join(path, name)] = [("--manifest",) + exp] if exp else []
                 p.missing += [os.path.join(path, n) for n in sorted(manifest) if n not in names]
                 continue
             sets = _dir_sets(path, names, tables)
@@ -257,7 +272,7 @@ def plan(paths, tables, manifest=None):
         else:
             if manifest is not None:
                 exp = manifest.get(os.path.basename(path))
-                p.files[path] = [("manifest",) + exp] if exp else []
+                p.files[path] = [("--manifest",) + exp] if exp else []
             else:
                 p.files[path] = _expectations(path, tables)
     names = {os.path.basename(f): f for f in p.files}
@@ -268,47 +283,85 @@ def plan(paths, tables, manifest=None):
     return p
 
 
+def by_content(tables):
+    """{(bytes, md5): (set, name)} of every published file with both: a file is found by its
+    content whatever its name (configs/bert_config_large.json is the reference's bert_config.json)."""
+    return {(size, md5): (set_, name) for set_, t in sorted(tables.items())
+            for name, (size, md5) in sorted(t.items()) if size is not None and md5}
+
+
+def _source(label):
+    """How an expectation's source is named: results/'s set, or the manifest."""
+    return "results/ (%s)" % label if label in SETS else label
+
+
+def mismatch(size, md5, exps):
+    """Why a file of ``size`` bytes and ``md5`` (None: not hashed, its size already differs)
+    matches none of ``exps``: one clause an expectation, joined by "; or "."""
+    why = []
+    for label, want_size, want_md5 in exps:
+        if want_size is not None and want_size != size:
+            why.append("%d bytes where %s lists %d" % (size, _source(label), want_size))
+        else:
+            why.append("md5 %s where %s lists %s" % (md5, _source(label), want_md5))
+    return "; or ".join(why)
+
+
 def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=print):
-    """Check ``paths``; print one line per file; return True when everything present and expected is OK."""
+    """Check ``paths``; print one line per file and a summary line; return True when everything
+    present and expected is OK."""
     tables = known_tables(results_dir)
     p = plan(paths, tables, manifest)
     if not p.files and not p.missing:
         raise UserError("nothing to verify in %s: give the files or a directory holding them"
                         % ", ".join(paths))
-    # Hash only where a known md5 could still decide: a size mismatch alone fails a file.
+    known = by_content(tables)
+    known_sizes = {size for size, _ in known}
+    # Hash only where a known md5 could still decide: a size mismatch alone fails a file; a file no
+    # name matches is hashed when its size is a published file's (it may be that file renamed).
     to_hash = [f for f, exps in p.files.items()
-               if any(e[2] and e[1] in (None, os.path.getsize(f)) for e in exps)]
+               if any(e[2] and e[1] in (None, os.path.getsize(f)) for e in exps)
+               or not exps and os.path.getsize(f) in known_sizes]
     md5s = md5_many(to_hash, workers) if to_hash else {}
     ok = True
+    counts = dict.fromkeys(("OK", "MISMATCH", "MISSING", "UNKNOWN"), 0)
+
+    def say(verdict, line):
+        counts[verdict] += 1
+        out("%s %s" % (verdict, line))
     for f, exps in sorted(p.files.items()):
         size = os.path.getsize(f)
         if not exps:
-            own = own_checksums(f)
-            if own is None:
-                out("UNKNOWN %s (no published checksum%s; not checked)" % (
+            same = known.get((size, md5s.get(f)))
+            own = None if same else own_checksums(f)
+            if same:
+                say("OK", "%s (by content: the published %s of %s, md5+size)" % (f, same[1], _source(same[0])))
+            elif own is None:
+                say("UNKNOWN", "%s (no published checksum%s; not checked)" % (
                     f, ", and it carries none of its own" if hdf5.is_hdf5_file(f) else ""))
             elif own[0]:
-                out("OK %s (no published checksum; its own: %s)" % (f, own[1]))
+                say("OK", "%s (no published checksum; its own: %s)" % (f, own[1]))
             else:
                 ok = False
-                out("MISMATCH %s (no published checksum; its own: %s)" % (f, own[1]))
+                say("MISMATCH", "%s (no published checksum; its own: %s)" % (f, own[1]))
             continue
         good = [e for e in exps if (e[1] is None or e[1] == size) and (e[2] is None or e[2] == md5s.get(f))]
         if good:
             what = "md5+size" if good[0][2] else "size only"
-            out("OK %s (%s, %s)" % (f, good[0][0], what))
+            say("OK", "%s (%s, %s)" % (f, _source(good[0][0]), what))
         else:
             ok = False
-            want = "; ".join("%s: %s bytes md5 %s" % (e[0], e[1] if e[1] is not None else "?", e[2] or "?")
-                             for e in exps)
-            out("MISMATCH %s (%d bytes md5 %s; expected %s)" % (f, size, md5s.get(f, "not hashed"), want))
+            say("MISMATCH", "%s: %s" % (f, mismatch(size, md5s.get(f), exps)))
     for f in p.missing:
         ok = False
-        out("MISSING %s" % f)
+        say("MISSING", f)
     for txt, md5 in p.eval_pairs:
         good, line = check_eval_articles(txt, md5)
         ok = ok and good
+        counts["OK" if good else "MISMATCH"] += 1
         out(line)
+    out("verify: %s: %s" % (", ".join("%d %s" % (n, k) for k, n in counts.items()),
+                            "every file checked matches" if ok else "FAILED"))
     return ok
 
 

@@ -16,8 +16,9 @@ $(STAMP): requirements.txt setup.py pyproject.toml $(wildcard mlperf_bert/*/*.c)
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# the Hugging Face comparison of bench/train_throughput.py and bench/gpu_check.py: the pins of
-# requirements.txt marked extra == "hf", which `venv` (pip) skips
+# the Hugging Face comparison of bench/train_throughput.py and bench/gpu_check.py, and the test of
+# the Hugging Face export (tests/test_hf_export.py): the pins of requirements.txt marked
+# extra == "hf", which `venv` (pip) skips
 hf: $(STAMP)
 	grep -E '^[^#].*; *extra *== *"hf"' requirements.txt | cut -d';' -f1 | xargs $(PY) -m pip install -q
 

@@ -47,6 +47,7 @@ IDENTITY_BY_CONTENT = ("bert_config_file", "input_file", "eval_input_file", "ini
 SAME_NUMBERS = {
     "output_dir": "where the run is",
     "mlperf_log": "where its log goes (a resume refuses a log that is not the checkpoint's)",
+    "tensorboard_dir": "where a copy of the log's values goes",
     "do_train": "what to do",
     "do_eval": "the eval after training (--do_eval alone: of --init_checkpoint), not the run's",
     "eval_batch_size": "the batch of --do_eval's eval without an online eval set, not the run's",

@@ -1,9 +1,13 @@
-"""convert_checkpoint.py: a .pt checkpoint of this project <-> a TF checkpoint prefix.
+"""convert_checkpoint.py: a .pt checkpoint of this project <-> a TF checkpoint prefix, and either
+-> a Hugging Face ``BertForPreTraining`` directory (``--format=hf``).
 
 A path ending in ``.pt`` is ours; any other path is a TF prefix. Weights are checked
-against the BERT config on the way; ``global_step`` travels both ways.
+against the BERT config on the way; ``global_step`` travels both ways (not to Hugging Face,
+whose directory has no place for it).
 """
+import json
 import logging
+import os
 
 import torch
 
@@ -11,17 +15,80 @@ from mlperf_bert import flags
 from mlperf_bert.trainer import tf_checkpoint
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer.config import BertConfig
-from mlperf_bert.fileio import atomic_path
+from mlperf_bert.fileio import atomic_open, atomic_path, check_writable_dir
+from mlperf_bert.trainer import model as modeling
 from mlperf_bert.trainer.model import BertForPreTraining
 
 
-def convert(bert_config_file, src, dst):
+# Hugging Face BertForPreTraining's names of the parameters whose names here differ (model.py keeps
+# the TF names; HF's nn.Embedding and nn.Linear add ".weight"); every other name is the same. Its
+# MLM decoder (cls.predictions.decoder) is tied to the word embeddings and its bias to
+# cls.predictions.bias, as here: neither is stored (config.json's tie_word_embeddings).
+HF_NAMES = {
+    "bert.embeddings.word_embeddings": "bert.embeddings.word_embeddings.weight",
+    "bert.embeddings.token_type_embeddings": "bert.embeddings.token_type_embeddings.weight",
+    "bert.embeddings.position_embeddings": "bert.embeddings.position_embeddings.weight",
+    "cls.predictions.output_bias": "cls.predictions.bias",
+    "cls.seq_relationship.output_weights": "cls.seq_relationship.weight",
+    "cls.seq_relationship.output_bias": "cls.seq_relationship.bias",
+}
+# model.py's activations by their Hugging Face names: its gelu is the tanh approximation (the
+# reference's), which HF's "gelu" (erf) is not; "gelu_pytorch_tanh" is the same torch op.
+HF_ACTS = {"gelu": "gelu_pytorch_tanh", "relu": "relu", "tanh": "tanh"}
+
+
+def hf_config(cfg):
+    """config.json of Hugging Face's BertForPreTraining for ``cfg`` (model.py's fixed choices included:
+    LayerNorm eps, tied decoder, absolute positions)."""
+    d = cfg.to_dict()
+    d.update(architectures=["BertForPreTraining"], model_type="bert", hidden_act=HF_ACTS[cfg.hidden_act],
+             layer_norm_eps=modeling.LN_EPS, tie_word_embeddings=True, pad_token_id=0,
+             position_embedding_type="absolute", dtype="float32")
+    return d
+
+
+def write_safetensors(f, tensors):
+    """``tensors`` ({name: float32 tensor}) to the binary file ``f`` in the safetensors format: an
+    8-byte little-endian header length, a JSON header (each tensor's dtype, shape and byte range;
+    the metadata transformers requires: format pt) padded with spaces to 8 bytes, then the
+    tensors' bytes (little-endian, row-major) end to end."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, t in tensors.items():
+        n = t.numel() * 4
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    f.write(len(text).to_bytes(8, "little"))
+    f.write(text)
+    for t in tensors.values():
+        f.write(t.detach().cpu().contiguous().numpy().astype("<f4", copy=False).tobytes())
+
+
+def save_hf(model, directory):
+    """``directory``/model.safetensors and config.json (written last: a directory with it is
+    complete), what ``transformers.BertForPreTraining.from_pretrained(directory)`` loads."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UserError("--output %s is a file: --format=hf writes a directory (config.json, model.safetensors)"
+                        % directory)
+    check_writable_dir(os.path.join(directory, "config.json"))  # makes the directory
+    tensors = {HF_NAMES.get(k, k): v.float() for k, v in model.state_dict().items()}
+    with atomic_open(os.path.join(directory, "model.safetensors")) as f:
+        write_safetensors(f, tensors)
+    with atomic_open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(hf_config(model.config), f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def convert(bert_config_file, src, dst, fmt="auto"):
     cfg = BertConfig.from_json_file(bert_config_file)
     with torch.device("meta"):  # weights come from the checkpoint: skip the random init
         model = BertForPreTraining(cfg)
     info = tf_checkpoint.load_init_checkpoint(model, src, carried=("global_step",))  # written to dst
     step = info["global_step"]
-    if dst.endswith(".pt"):
+    if fmt == "hf":
+        save_hf(model, dst)
+    elif dst.endswith(".pt"):
         ckpt = {"model": model.state_dict(), "config": cfg.to_dict()}
         if step is not None:
             ckpt["global_step"] = int(step)
@@ -36,15 +103,23 @@ def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model", flag_values=fv)
     flags.DEFINE_string("input", None, "checkpoint to read: a .pt file or a TF prefix", flag_values=fv)
-    flags.DEFINE_string("output", None, "checkpoint to write: a .pt file or a TF prefix", flag_values=fv)
-    flags.parse(fv, argv, required=["bert_config_file", "input", "output"])
+    flags.DEFINE_string("output", None, "checkpoint to write: a .pt file or a TF prefix; with --format=hf a "
+                        "directory", flag_values=fv)
+    flags.DEFINE_enum("format", "auto", ["auto", "hf"], "auto: --output's kind by its name (.pt: ours, else a TF "
+                      "prefix); hf: a Hugging Face BertForPreTraining directory (config.json, model.safetensors) "
+                      "from either kind of --input", flag_values=fv)
+    flags.parse(fv, argv, required=["bert_config_file", "input", "output"], positional=False)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     src, dst = fv.input, fv.output
-    if src.endswith(".pt") == dst.endswith(".pt"):
+    if fv.format == "hf":
+        if dst.endswith(".pt"):
+            raise UserError("--format=hf writes a directory, not %s: give --output a directory name" % dst)
+    elif src.endswith(".pt") == dst.endswith(".pt"):
         kind = ".pt" if src.endswith(".pt") else "TF"
         raise UserError("--input and --output are both %s checkpoints: one of them must end in .pt "
                               "and the other be a TF prefix" % kind)
-    info = convert(fv.bert_config_file, src, dst)
-    print("wrote %s (global_step %s, %d non-model variable(s) dropped)"
-          % (dst, info["global_step"], len(info["ignored"])))
+    info = convert(fv.bert_config_file, src, dst, fv.format)
+    print("wrote %s (%sglobal_step %s, %d non-model variable(s) dropped)"
+          % (dst, "Hugging Face BertForPreTraining; " if fv.format == "hf" else "", info["global_step"],
+             len(info["ignored"])))
     return 0

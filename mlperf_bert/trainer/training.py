@@ -23,7 +23,7 @@ import torch
 from mlperf_bert import flags
 from mlperf_bert.errors import Terminated, UserError
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
-from mlperf_bert.trainer import checkpoint, distributed, evaluation, levers, loader, preflight, throughput
+from mlperf_bert.trainer import checkpoint, distributed, evaluation, levers, loader, preflight, tensorboard, throughput
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_logging.mllog import constants as C
 
@@ -88,6 +88,8 @@ def define_flags():
     S("mlperf_log", None, "MLPerf log file; default output_dir/mlperf.log. A resume cuts it back to its "
       "checkpoint's point; an existing file that is not this run's MLPerf log is refused.",
       flag_values=fv)
+    S("tensorboard_dir", None, "Also write the MLPerf log's loss, learning rate, throughput and eval values as "
+      "TensorBoard scalars here (rank 0; trainer/tensorboard.py); default: none.", flag_values=fv)
     flags.DEFINE_enum("submission_division", "open", ["open", "closed"], "MLPerf division.",
                       flag_values=fv)
     S("submission_org", "unknown", "MLPerf submitter.", flag_values=fv)
@@ -463,6 +465,9 @@ def run(fv, stop, held):
                      samples=ckpt.get("samples", ckpt["global_step"] * fv.train_batch_size),
                      block=ckpt.get("block"), loss=ckpt.get("loss"))
     trainer.seed_ranks(seed, ckpt)
+    # made before the log is opened: a --tensorboard_dir that cannot be written stops the start first
+    trainer.scalars = held.enter_context(contextlib.closing(
+        tensorboard.Scalars(fv.tensorboard_dir, rank, state["samples"] if ckpt else None)))
     resumed, log_record = ckpt is not None, ckpt.get("mlperf_log") if ckpt else None
     # the checkpoint's tensors (host memory) are copied into the model and slots: not held for the whole run
     ckpt = None
@@ -531,6 +536,7 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
             log.end(C.EVAL_STOP, metadata={C.EPOCH_NUM: samples})
         log.event(C.EVAL_ACCURACY, m["masked_lm_accuracy"], metadata={C.EPOCH_NUM: samples})
         log.event("eval_mlm_loss", m["masked_lm_loss"], metadata={C.EPOCH_NUM: samples})
+        trainer.scalars.eval(samples, m)
         evals.append((samples, m["masked_lm_accuracy"]))
         return m
 
@@ -601,6 +607,7 @@ def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, st
                 bar.set_postfix(_postfix(last.item(), lr, rates), refresh=False)
             log.event("train_loss", mean_loss, metadata=dict(
                 {C.SAMPLES_COUNT: samples, "step": step, "learning_rate": lr}, **rates))
+            trainer.scalars.train(samples, mean_loss, lr, rates)
             loss_sum.zero_()
             loss_n = 0
         if bar is not None:

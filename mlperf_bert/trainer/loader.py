@@ -307,9 +307,11 @@ def _end_workers(it):
 def _kill_not_terminate(it):
     """A DataLoader iterator's workers ignore SIGTERM (_worker_init): where PyTorch (a worker that
     does not end when told) and multiprocessing (its daemon children at exit, then a join) would
-    terminate one, it is killed instead, not waited for forever."""
+    terminate one, it is killed instead, not waited for forever. (Both call its Popen's terminate.)"""
     for w in getattr(it, "_workers", ()):
-        w.terminate = w.kill
+        popen = getattr(w, "_popen", None)
+        if popen is not None:
+            popen.terminate = popen.kill
 
 
 _iterators = weakref.WeakSet()  # live DataLoader iterators, whose workers a failure may be about

@@ -111,6 +111,32 @@ def test_compiled_step_has_no_graph_breaks_and_no_recompiles(tmp_path, packed, c
     assert 0 <= metrics["masked_lm_accuracy"] <= 1
 
 
+def test_no_update_function_recompiles_another(tmp_path):
+    """Issue 46.8: each update function is a code object of its own. Wrapped by @torch.no_grad()
+    they shared one (torch's decorate_context), so with --steps_per_update=2 the update's
+    absorb_and_update recompiled the absorb of the micro-step before it (a guard on the wrapped
+    function): TORCH_LOGS=recompiles's lines, collected here, name none in the first update."""
+    import logging
+    fns = (step.absorb, step.absorb_and_update, step.update, step.reduce_clip_update)
+    assert len({f.__code__ for f in fns}) == len(fns)
+    gen = torch.Generator().manual_seed(0)
+    batches = [_batch(gen, False) for _ in range(2)]
+    trainer = _trainer(tmp_path, True, False)
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    log = torch._logging.getArtifactLogger("torch._dynamo.guards", "recompiles")
+    torch._logging.set_logs(recompiles=True)
+    log.addHandler(handler)
+    try:
+        _run(trainer, batches, 2)  # absorb, then absorb_and_update: both compiled
+    finally:
+        log.removeHandler(handler)
+        torch._logging.set_logs()
+    assert counters["stats"]["unique_graphs"] >= 3  # the model and both update functions
+    assert not [line for line in lines if "Recompiling" in line], lines
+
+
 def test_explain_finds_one_graph_per_function(tmp_path):
     """torch._dynamo.explain of the forward (train and eval) and of the update: one graph, no break."""
     from mlperf_bert.trainer import step

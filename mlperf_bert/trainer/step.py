@@ -24,6 +24,12 @@ from mlperf_bert.trainer.optimizer import foreach_update_, global_norm_scale
 # torch/_inductor/cudagraph_utils.py, check_for_mutation). The gradients are scaled on the way
 # into the buffers or the update instead, by the same operations in the same order as the eager
 # accumulator's in-place ones (trainer/accumulation.py), so the numbers are the same.
+#
+# Each enters no_grad in its body, not by the @torch.no_grad() decorator: the decorator wraps
+# every function in one code object (torch/utils/_contextlib.py, decorate_context), and dynamo
+# keeps its compiled graphs by code object, guarded on the wrapped function, so the second
+# function compiled recompiled the first (with --steps_per_update=2: absorb, then
+# absorb_and_update; TORCH_LOGS=recompiles showed it, tests/test_compiled_step.py checks it).
 
 
 def _times(grads, scale):
@@ -43,46 +49,46 @@ def _update(groups, lr, t, scale=None, n=1):
         foreach_update_(kind, params, grads, ms, vs, t, lr, *hyper)
 
 
-@torch.no_grad()
 def absorb(grads, buffers, clip_norm, n):
     """Per-replica clipping of a micro-batch: -> (global norm, the clipped gradients), or with
     ``buffers`` (n > 1) the clipped gradients / n added to them -> (global norm, None)."""
-    norm, scale = global_norm_scale(grads, clip_norm)
-    clipped = _times(grads, scale)
-    if buffers is None:
-        return norm, clipped
-    torch._foreach_add_(buffers, torch._foreach_div(clipped, float(n)))
-    return norm, None
+    with torch.no_grad():  # not @torch.no_grad(): see the note above
+        norm, scale = global_norm_scale(grads, clip_norm)
+        clipped = _times(grads, scale)
+        if buffers is None:
+            return norm, clipped
+        torch._foreach_add_(buffers, torch._foreach_div(clipped, float(n)))
+        return norm, None
 
 
-@torch.no_grad()
 def absorb_and_update(grads, buffers, clip_norm, n, groups, lr, t):
     """``absorb``, then the update of ``groups``: their gradients are the buffers (n > 1), or
     (no buffers) this micro-batch's, clipped on the way in."""
-    norm, scale = global_norm_scale(grads, clip_norm)
-    if buffers is None:
-        _update(groups, lr, t, scale)
-        return norm
-    torch._foreach_add_(buffers, torch._foreach_div(_times(grads, scale), float(n)))
-    _update(groups, lr, t)
-    torch._foreach_zero_(buffers)
-    return norm
-
-
-@torch.no_grad()
-def update(groups, lr, t, buffers):
-    _update(groups, lr, t)
-    if buffers is not None:
+    with torch.no_grad():
+        norm, scale = global_norm_scale(grads, clip_norm)
+        if buffers is None:
+            _update(groups, lr, t, scale)
+            return norm
+        torch._foreach_add_(buffers, torch._foreach_div(_times(grads, scale), float(n)))
+        _update(groups, lr, t)
         torch._foreach_zero_(buffers)
+        return norm
 
 
-@torch.no_grad()
+def update(groups, lr, t, buffers):
+    with torch.no_grad():
+        _update(groups, lr, t)
+        if buffers is not None:
+            torch._foreach_zero_(buffers)
+
+
 def reduce_clip_update(grads, clip_norm, n, groups, lr, t):
     """Clipping after the reduction: the summed (and all-reduced) gradients / n, clipped, applied
     (``groups`` hold the sums: divided and clipped on the way in)."""
-    norm, scale = global_norm_scale(torch._foreach_div(grads, float(n)) if n > 1 else grads, clip_norm)
-    _update(groups, lr, t, scale, n)
-    return norm
+    with torch.no_grad():
+        norm, scale = global_norm_scale(torch._foreach_div(grads, float(n)) if n > 1 else grads, clip_norm)
+        _update(groups, lr, t, scale, n)
+        return norm
 
 
 class CompiledUpdate:

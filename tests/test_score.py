@@ -900,7 +900,8 @@ def test_the_launch_record_holds_no_absolute_path_of_the_submitter(two_runs, tmp
                    "flags": flags_}}))
     out = tmp_path / "pkg"
     assert pkg_mod.main(nyx_argv(two_runs, out)) == 0
-    text = (out / "NVIDIA" / "benchmarks" / "bert" / "implementations" / "pytorch" / pkg_mod.launch_name(NYX)).read_text()
+    impl = out / "NVIDIA" / "benchmarks" / "bert" / "implementations" / "pytorch"
+    text = (impl / pkg_mod.launch_name(NYX)).read_text()
     for private in ("/scratch", "/home", str(tmp_path), pkg_mod.ROOT):
         assert private not in text
     record = json.loads(text)

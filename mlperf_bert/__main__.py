@@ -20,7 +20,7 @@ COMMANDS = {
     "convert-checkpoint": ("trainer.checkpoint_convert", "TF checkpoint <-> .pt (convert_checkpoint.py)"),
     "add-gradacc": ("trainer.gradacc", "add zero GradientAccumulator variables (checkpoint_add_gradacc.py)"),
     "check-log": ("harness.compliance", "check an MLPerf log: official checker + BERT rules"),
-    "plot-log": ("harness.plot", "plot loss and accuracy curves from an MLPerf log"),
+    "plot-log": ("harness.plot", "plot loss and accuracy curves from an MLPerf log (a PNG next to it, or --output)"),
     "package": ("harness.package", "ten run logs -> an MLPerf submission package (results, systems, source)"),
     "score": ("harness.score", "MLCommons' three verify steps on a package and a score per system"),
     "demo": ("demo", "the built-in end-to-end demo"),

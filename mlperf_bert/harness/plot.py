@@ -1,9 +1,10 @@
-"""``plot-log LOG --output=PNG``: masked-LM accuracy (and any logged loss) against training samples.
+"""``plot-log LOG [--output=PNG]``: masked-LM accuracy (and any logged loss) against training samples.
 
 Reads the MLPerf log through check-log's parser; the target line is the one check-log
 applies (0.720 closed; open: the log's ``target_accuracy``).  Loss keys (any key with "loss" in its name logged with a
 samples position) are drawn on a second axis when present.
 """
+import json
 import os
 
 from mlperf_bert import flags
@@ -49,17 +50,23 @@ def plot_log(log, output):
         h2, l2 = ax2.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2
     ax.legend(handles, labels, loc="center right")
-    status = next((r.metadata.get("status") for r in records if r.key == "run_stop"), "running")
+    stop = next((r for r in records if r.key == "run_stop"), None)
+    status = stop.metadata.get("status") if stop else "running"
     ax.set_title("%s: %d evals, run %s" % (os.path.basename(log), len(xs), status))
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    # what the figure shows, in the PNG's text (tests/test_plot.py compares the README's demo figure with its words)
+    trained = next((r.value for r in records if r.key == "train_samples"), None)
+    drawn = {"log": os.path.basename(log), "evals": data["eval_accuracy"], "status": status,
+             "samples": (samples_of(stop) if stop else None) or trained}  # where the run stopped
     with atomic_path(output) as tmp:
-        fig.savefig(tmp, format="png")
+        fig.savefig(tmp, format="png", metadata={METADATA_KEY: json.dumps(drawn)})
     plt.close(fig)
     return output
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+METADATA_KEY = "mlperf_bert plot-log"  # the PNG text chunk: {"log", "evals": [[samples, accuracy]], "status", "samples"}
 
 
 def check_output(output, inputs=()):
@@ -82,12 +89,20 @@ def check_output(output, inputs=()):
                         " file, or remove it)" % output)
 
 
+def default_output(log):
+    """The PNG next to ``log``: its path with ``.png`` for its extension (train/mlperf.log ->
+    train/mlperf.png)."""
+    return os.path.splitext(log)[0] + ".png"
+
+
 def main(argv):
     fv = flags.FlagValues()
-    flags.DEFINE_string("output", None, "PNG to write (a new file, or a PNG to replace)", flag_values=fv)
-    rest = flags.parse(fv, argv, required=["output"], positional="LOG")
+    flags.DEFINE_string("output", None, "PNG to write (a new file, or a PNG to replace); default: next to LOG, "
+                        "its path with .png for its extension", flag_values=fv)
+    rest = flags.parse(fv, argv, positional="LOG")
     if len(rest) != 1:
-        raise UserError("%s --output=PNG (one MLPerf log file)" % flags.usage("plot-log", "LOG"))
-    check_output(fv.output, rest)
-    print("wrote %s" % plot_log(rest[0], fv.output))
+        raise UserError("%s [--output=PNG] (one MLPerf log file)" % flags.usage("plot-log", "LOG"))
+    output = fv.output or default_output(rest[0])
+    check_output(output, rest)
+    print("wrote %s" % plot_log(rest[0], output))
     return 0

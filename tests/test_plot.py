@@ -1,0 +1,67 @@
+"""plot-log: the PNG next to the log by default, what it drew in its text, and the README's demo
+figure against the README's words."""
+import json
+import os
+import re
+
+import pytest
+from PIL import Image
+
+from mlperf_bert.errors import UserError
+from mlperf_bert.harness import compliance, plot
+from test_compliance import write_log
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def drawn(png):
+    """What plot-log wrote into the PNG's text: {"log", "evals", "status", "samples"}."""
+    with Image.open(png) as im:
+        return json.loads(im.text[plot.METADATA_KEY])
+
+
+def test_without_output_the_png_goes_next_to_the_log(tmp_path):
+    """Issue 47 (15): --output was required. Without it the PNG is the log's path with .png for its
+    extension; an existing file there that is not a PNG is refused, as with --output."""
+    log = write_log(tmp_path / "result_0.txt")
+    assert plot.main(["plot-log", str(log)]) == 0
+    png = tmp_path / "result_0.png"
+    assert png.read_bytes()[:8] == plot.PNG_MAGIC
+    evals = plot.curves(compliance.read_log(str(log)))["eval_accuracy"]
+    assert drawn(png) == {"log": "result_0.txt", "evals": [list(e) for e in evals], "status": "success",
+                          "samples": evals[-1][0]}
+    other = write_log(tmp_path / "notes.log")
+    (tmp_path / "notes.png").write_text("not a picture")
+    with pytest.raises(UserError, match="notes.png exists and is not a PNG"):
+        plot.main(["plot-log", str(other)])
+
+
+def _demo_defaults(capsys):
+    """{flag: default} of the demo command, from its --help."""
+    from mlperf_bert import demo
+    with pytest.raises(SystemExit):
+        demo.main(["demo", "--help"])
+    return dict(re.findall(r"--(?:\[no\])?(\w+):.*?\(default: '([^']*)'\)", capsys.readouterr().out, re.S))
+
+
+def test_the_readme_demo_figure_is_the_run_its_words_describe(capsys):
+    """Issue 47 (15): README's figure showed 9 evals where the words (and a new user's run) had 8.
+    The figure holds what it drew (plot-log's PNG text); the README's sentence under it gives the
+    same eval count, stop point and last accuracy, and the demo's eval grid and target."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    m = re.search(r"!\[demo curve\]\((docs/demo_curve\.png)\)\s*\n\s*\n(.*?)\n\n", readme, re.S)
+    assert m, "README: no sentence under the demo figure"
+    words = " ".join(m.group(2).split())
+    said = re.search(r"(\d+) evals \(at 0 and every ([\d,]+) samples\), the target ([\d.]+) reached at "
+                     r"([\d,]+) samples \(accuracy ([\d.]+)\)", words)
+    assert said, words
+    n, every, target, at, accuracy = said.groups()
+    defaults = _demo_defaults(capsys)
+    assert (every.replace(",", ""), target) == (defaults["eval_frequency"], defaults["target"])
+    got = drawn(os.path.join(ROOT, m.group(1)))
+    samples = [s for s, _ in got["evals"]]
+    assert (got["log"], got["status"]) == ("mlperf.log", "success")
+    assert len(samples) == int(n) and samples == [k * int(every.replace(",", "")) for k in range(int(n))]
+    assert got["samples"] == samples[-1] == int(at.replace(",", ""))
+    assert "%.5f" % got["evals"][-1][1] == accuracy
+    assert got["evals"][-1][1] >= float(target) > got["evals"][-2][1]  # stopped at the first eval past it

@@ -15,7 +15,7 @@ COMMANDS = {
     "verify": ("dataset.checksums", "check files or a directory against results/ md5s and sizes, or a make-dataset manifest"),
     "to-hdf5": ("dataset.hdf5", "TFRecords -> HDF5 for the PyTorch loader"),
     "pack": ("dataset.packing", "TFRecords -> packed HDF5 rows (sequences per row: up to --max_sequences_per_pack=3)"),
-    "train": ("trainer.training", "the trainer (run_pretraining.py)"),
+    "train": ("trainer.training", "train BERT: online eval, MLPerf log, checkpoints, exact resume (run_pretraining.py)"),
     "torchrun": ("trainer.launch", "torchrun for several ranks: one line and exit 143 on SIGTERM, no tracebacks"),
     "convert-checkpoint": ("trainer.checkpoint_convert", "TF checkpoint <-> .pt (convert_checkpoint.py)"),
     "add-gradacc": ("trainer.gradacc", "add zero GradientAccumulator variables (checkpoint_add_gradacc.py)"),
@@ -23,7 +23,7 @@ COMMANDS = {
     "plot-log": ("harness.plot", "plot loss and accuracy curves from an MLPerf log (a PNG next to it, or --output)"),
     "package": ("harness.package", "ten run logs -> an MLPerf submission package (results, systems, source)"),
     "score": ("harness.score", "MLCommons' three verify steps on a package and a score per system"),
-    "demo": ("demo", "the built-in end-to-end demo"),
+    "demo": ("demo", "the built-in end-to-end demo on a CPU: data, a tiny BERT trained, check-log, plot-log"),
 }
 
 

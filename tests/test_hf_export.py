@@ -116,6 +116,6 @@ def test_hugging_face_loads_the_export_and_computes_our_logits(exported):
         _, (mlm, nsp) = model(ids, segments, mask, positions, torch.zeros_like(positions), torch.ones(b, p),
                               torch.tensor([0, 1, 0, 1]), return_logits=True)
         theirs = hf(input_ids=ids, token_type_ids=segments, attention_mask=mask)
-    torch.testing.assert_close(theirs.prediction_logits[torch.arange(b)[:, None], positions].reshape(-1, cfg.vocab_size),
-                               mlm)
+    at_masked = theirs.prediction_logits[torch.arange(b)[:, None], positions].reshape(-1, cfg.vocab_size)
+    torch.testing.assert_close(at_masked, mlm)
     torch.testing.assert_close(theirs.seq_relationship_logits, nsp)

@@ -66,7 +66,8 @@ def plot_log(log, output):
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-METADATA_KEY = "mlperf_bert plot-log"  # the PNG text chunk: {"log", "evals": [[samples, accuracy]], "status", "samples"}
+# the PNG text chunk of what plot-log drew: {"log", "evals": [[samples, accuracy]], "status", "samples"}
+METADATA_KEY = "mlperf_bert plot-log"
 
 
 def check_output(output, inputs=()):

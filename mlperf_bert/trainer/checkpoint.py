@@ -39,7 +39,7 @@ RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate
              "fused_update",   # the update compiled: -lr * u multiplied, then subtracted (1e-7)
              # levers whose kernels may round otherwise (float8; a GEMM of another shape can take
              # another cuBLAS kernel)
-             "fp8", "fp8_recipe", "fused_qkv", "pad_vocab")
+             "fp8", "fp8_recipe", "fused_qkv")
 # Flags in the identity by what they name, not by their value (run_identity): the model config the
 # file holds, the data files and initial checkpoint with their sizes (and its digest), the seed.
 IDENTITY_BY_CONTENT = ("bert_config_file", "input_file", "eval_input_file", "init_checkpoint", "seed")

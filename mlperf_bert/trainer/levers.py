@@ -15,8 +15,9 @@ plain step computes (tests/test_levers.py):
                     stays bf16. A closed submission needs a convergence run within the RCPs first.
 ``--fused_qkv``     each layer's query, key and value projections as one GEMM over their weights
                     stacked [3h, h] (the parameters stay three, under the reference's names).
-``--pad_vocab``     the MLM decoder multiplies a vocabulary padded with zero rows to a multiple of
-                    8 (30522 -> 30528); the extra logits are sliced off, the parameters unpadded.
+
+A lever that does not pay is removed (its flag then says so: flags.REMOVED_FLAGS), as
+--pad_vocab was.
 """
 import torch
 
@@ -24,8 +25,7 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 
 # The lever flags, for tools that try each (bench/): each is a bool flag defined here, off by default.
-LEVERS = ("cuda_graphs", "fused_update", "fp8", "fused_qkv", "pad_vocab")
-VOCAB_MULTIPLE = 8  # --pad_vocab: 16 bytes of bf16, cuBLAS's alignment for its fast GEMM kernels
+LEVERS = ("cuda_graphs", "fused_update", "fp8", "fused_qkv")
 
 
 def define_flags(fv):
@@ -42,9 +42,6 @@ def define_flags(fv):
                       "(one scale a tensor) or rowwise (a scale a row; e4m3 gradients).", flag_values=fv)
     B("fused_qkv", False, "Each layer's query, key and value projections as one GEMM over their stacked weights "
       "(the checkpoints keep the reference's three); measured on a GPU only at a 2-layer model.", flag_values=fv)
-    B("pad_vocab", False, "The MLM decoder's GEMMs over a vocabulary padded to a multiple of %d with zero rows, "
-      "the extra logits sliced off (checkpoints unpadded); not measured on a GPU." % VOCAB_MULTIPLE,
-      flag_values=fv)
 
 
 def check_flags(fv):
@@ -82,7 +79,7 @@ def compile_options(fv, update=False):
     return {"options": options} if options else {}
 
 
-# ---------------------------------------------------------------- fused QKV, padded vocabulary
+# ---------------------------------------------------------------- fused QKV
 
 def enable_fused_qkv(model):
     from mlperf_bert.trainer import model as modeling
@@ -90,12 +87,6 @@ def enable_fused_qkv(model):
     for m in layers:
         m.fused = True
     return layers
-
-
-def enable_pad_vocab(model, multiple=VOCAB_MULTIPLE):
-    """The rows the decoder's weight gets in the forward (0 where the vocabulary is a multiple)."""
-    model.vocab_pad = -model.config.vocab_size % multiple
-    return model.vocab_pad
 
 
 # ---------------------------------------------------------------- float8 matmuls (torchao)
@@ -166,8 +157,6 @@ class Levers:
             enable_fp8(trainer.model, fv.fp8_recipe)
         if fv.fused_qkv:
             enable_fused_qkv(trainer.model)
-        if fv.pad_vocab:
-            enable_pad_vocab(trainer.model)
         self.shapes = None
         if fv.cuda_graphs:
             trainer.forward = self._graphed(trainer.forward)

@@ -209,8 +209,6 @@ class Cls(nn.Module):
 class BertForPreTraining(nn.Module):
     """BERT with the MLM and NSP heads; ``forward`` returns losses and exact metric sums."""
 
-    vocab_pad = 0  # --pad_vocab: zero rows added to the MLM decoder's weight in the forward
-
     def __init__(self, config):
         super().__init__()
         self.config = config
@@ -250,15 +248,7 @@ class BertForPreTraining(nn.Module):
         x = pred.transform.LayerNorm(pred.act(pred.transform.dense(x)))
         # The weights as autocast gives them to the matmul; the biases in x's dtype (CUDA's
         # autocast keeps LayerNorm, so x, in fp32: its bias add and logits are fp32 there).
-        decoder = self.bert.embeddings.word_embeddings
-        vocab = decoder.shape[0]
-        if self.vocab_pad:
-            # --pad_vocab: the decoder's GEMMs on a row pitch that is a multiple of 8 elements;
-            # padded after the cast (one fused kernel when compiled), the extra logits sliced off
-            decoder = F.pad(decoder.to(attention.compute_dtype(x.device, decoder.dtype)), (0, 0, 0, self.vocab_pad))
-        logits = x @ decoder.t()
-        if self.vocab_pad:
-            logits = logits[:, :vocab]
+        logits = x @ self.bert.embeddings.word_embeddings.t()
         logits = logits + pred.output_bias.to(x.dtype)
         log_probs = F.log_softmax(logits.float(), dim=-1)
         labels = masked_lm_ids.reshape(-1)

@@ -263,7 +263,7 @@ class Trainer:
             compile_update = functools.partial(torch.compile, **levers.compile_options(fv, update=True))
             self.after_backward = step.CompiledUpdate(self.accumulator, compile_update,
                                                       graphed=fv.cuda_graphs).after_backward
-        self.levers = levers.Levers(self)  # --cuda_graphs, --fp8, --fused_qkv, --pad_vocab
+        self.levers = levers.Levers(self)  # --cuda_graphs, --fp8, --fused_qkv
         self._schedule = schedule
         self.writer = checkpoint.BackgroundWriter()
         self._copying = None  # the event of a checkpoint's device-to-host copy in flight

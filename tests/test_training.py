@@ -556,8 +556,10 @@ def test_command_line_error_exits_2_with_one_line(files, tmp_path, capsys, monke
     assert err.strip().count("\n") == 0 and err.startswith("error: --input_file"), err
 
 
-def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninterrupted, tmp_path):
-    """pre_eval.sh of the reference (paths, sizes and seq 128 changed) on a TF1-layout prefix."""
+def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninterrupted, tmp_path, capsys):
+    """pre_eval.sh of the reference (paths, sizes and seq 128 changed) on a TF1-layout prefix. A
+    checkpoint of the phase-1 step prints the reference's expected masked-LM accuracy beside its
+    own, with the eval's sample count when it is not eval_10k's (issue 47.6); another step, nothing."""
     from mlperf_bert.trainer import tf_checkpoint
     prefix = str(tmp_path / "tf1_ckpt" / "model.ckpt-28252")
     os.makedirs(os.path.dirname(prefix))
@@ -574,11 +576,18 @@ def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninte
     assert training.main(argv) == 0
     got = dict(l.strip().split(" = ") for l in open(os.path.join(out, "eval_results.txt")))
     assert got["global_step"] == "28252"
+    acc = [l for l in capsys.readouterr().out.splitlines() if l.startswith("masked_lm_accuracy = ")]
+    assert acc == ["masked_lm_accuracy = %.6f (the reference: ~0.34085 for its phase-1 checkpoint "
+                   "model.ckpt-28252 on eval_10k's 10000 samples, before any training; this eval: 40 samples)"
+                   % float(got["masked_lm_accuracy"])], acc
+    from mlperf_bert.trainer import evaluation  # on eval_10k's count (an eval of 10,000 here: 55 s of CPU)
+    assert evaluation.reference_expectation(28252, 10000).endswith("samples, before any training)")
     # the same weights from the .pt give the same metrics
     pt = str(tmp_path / "pt")
     argv_pt = [a for a in argv if not a.startswith(("--init_checkpoint", "--output_dir"))]
     assert training.main(argv_pt + ["--output_dir=" + pt, "--init_checkpoint=" +
                                     os.path.join(uninterrupted[0], "model.ckpt-30.pt")]) == 0
+    assert "the reference" not in capsys.readouterr().out  # step 30
     got_pt = dict(l.strip().split(" = ") for l in open(os.path.join(pt, "eval_results.txt")))
     assert {k: v for k, v in got.items() if k != "global_step"} == \
         {k: v for k, v in got_pt.items() if k != "global_step"}

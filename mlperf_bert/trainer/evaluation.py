@@ -11,6 +11,23 @@ EVAL_KEYS = ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy", "
 _SUMS = ("mlm_correct", "mlm_weight", "mlm_nll_sum", "nsp_correct", "nsp_count", "nsp_nll_sum")
 
 
+# The reference's figure to compare an eval-only run with (REFERENCE.md, training rules): its
+# phase-1 checkpoint (model.ckpt-28252) on eval_10k (10,000 samples: 1250 batches of 8) gives
+# masked-LM accuracy ~0.34085 before any training.
+PHASE1_STEP, PHASE1_EVAL_SAMPLES, PHASE1_MLM_ACCURACY = 28252, 10000, "0.34085"
+
+
+def reference_expectation(step, samples):
+    """What the reference says an eval of a checkpoint of this step should give, as a note for the
+    masked-LM accuracy line ("" when it says nothing): the phase-1 step's figure, and the count
+    of samples when it is not eval_10k's."""
+    if step != PHASE1_STEP:
+        return ""
+    other = "" if samples == PHASE1_EVAL_SAMPLES else "; this eval: %d samples" % samples
+    return (" (the reference: ~%s for its phase-1 checkpoint model.ckpt-%d on eval_10k's %d samples, "
+            "before any training%s)" % (PHASE1_MLM_ACCURACY, PHASE1_STEP, PHASE1_EVAL_SAMPLES, other))
+
+
 CPU_MICRO_BATCH = 32  # per-rank eval rows a forward on CPU, where larger batches gain little
 MAX_MICRO_BATCH = 256  # on a GPU: seq-512 BERT-Large eval ran no faster per row at 256 than at 64 (issue 30)
 ALLOWANCE = 2 * 2 ** 30  # CUDA context, cuBLAS workspaces, the allocator's fragmentation

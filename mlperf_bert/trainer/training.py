@@ -691,8 +691,9 @@ def run_eval_only(fv, config, files, device, rank, world):
                                   autocast(device, fv.dtype))
     if rank == 0:
         path = evaluation.write_eval_results(fv.output_dir, metrics, int(step))
+        note = evaluation.reference_expectation(int(step), metrics["samples"])
         for key in evaluation.EVAL_KEYS:
-            print("%s = %.6f" % (key, metrics[key]))
+            print("%s = %.6f%s" % (key, metrics[key], note if key == "masked_lm_accuracy" else ""))
         print("wrote %s" % path)
     return 0
 

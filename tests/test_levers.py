@@ -455,6 +455,56 @@ def test_fp8_trains_in_float8_within_cudas_rules_and_evaluates_in_bf16(recipe, s
     assert got == evaluation.evaluate(plain, [batch], torch.device("cpu"), autocast)
 
 
+@pytest.mark.parametrize("recipe", levers.RECIPES)
+def test_fp8_with_fused_qkv_is_one_float8_gemm_over_the_stacked_weights(recipe, scaled_mm_calls):
+    """Issue 46.3: with --fused_qkv, --fp8 trained the three float8 layers of q, k and v (three
+    casts of one input, three GEMMs of N = h). Now a micro-step makes one float8 GEMM of N = 3h in
+    the forward and one for each gradient, each with operands CUDA's kernel takes: 3 x 4 calls a
+    layer, not 3 x 6. Against the bf16 model's, the loss and the q, k, v weights' gradients are as
+    close as the three float8 layers' (row-wise: the same scales, the same numbers; tensor-wise:
+    one scale for the stacked weight and its output's gradient, at most 1.25x the distance)."""
+    batch = _batch(torch.Generator().manual_seed(0), True)
+    runs = {}
+    for fp8, fused in ((False, False), (True, False), (True, True)):
+        torch.manual_seed(0)
+        model = BertForPreTraining(BertConfig(**FP8_CFG))
+        if fp8:
+            levers.enable_fp8(model, recipe)
+        if fused:
+            levers.enable_fused_qkv(model)
+        del scaled_mm_calls[:]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(**batch).loss
+        loss.backward()
+        qkv = model.bert.encoder.layer[0].attention.self
+        runs[fp8, fused] = (loss.item(), [qkv.get_submodule(n).weight.grad for n in ("query", "key", "value")],
+                            list(scaled_mm_calls))
+    (lb, gb, _), (l3, g3, calls3), (l1, g1, calls1) = runs[False, False], runs[True, False], runs[True, True]
+    layers, h = FP8_CFG["num_hidden_layers"], FP8_CFG["hidden_size"]
+    assert len(calls3) == 3 * len(ENCODER_DENSE) and len(calls1) == 3 * (len(ENCODER_DENSE) - 2 * layers)
+    assert [c for c in calls1 if cuda_scaled_mm_faults(**c)] == []
+    forward_n = [c["b"].shape[1] for c in calls1 if c["use_fast_accum"]]
+    assert sorted(forward_n) == sorted([3 * h, h, FP8_CFG["intermediate_size"], h] * layers)  # q, k, v stacked
+    assert abs(l1 - lb) <= 1.25 * abs(l3 - lb) + 1e-6 * abs(lb)
+    for name, b, three, one in zip(("query", "key", "value"), gb, g3, g1):
+        far, near = (one - b).norm().item(), (three - b).norm().item()
+        if recipe == "rowwise":
+            torch.testing.assert_close(one, three, rtol=1e-5, atol=1e-6 * b.norm().item(), msg=name)
+        assert 0 < far <= 1.25 * near, (name, far, near)
+
+
+def test_fp8_with_fp32_is_refused_in_one_line(tmp_path):
+    """Issue 46.3: float8's GEMM outputs the layer's input dtype; with --dtype=fp32 that is fp32,
+    which CUDA's row-wise kernel refuses on every GPU but sm90 (a CPU runs it): refused at the
+    start, for both recipes."""
+    for recipe in levers.RECIPES:
+        with pytest.raises(UserError, match=r"^--fp8 multiplies in float8 under bf16 autocast \(row-wise scaling "
+                                            r"needs a bf16 output on every GPU but sm90\): add --dtype=bf16, or "
+                                            r"drop --fp8$"):
+            _trainer(tmp_path, "--fp8", "--fp8_recipe=" + recipe, cfg=FP8_CFG, dtype="fp32")
+    _trainer(tmp_path, "--fp8", cfg=FP8_CFG, dtype="bf16")
+
+
 def _scaled_mm_graphs(fn, *args, **kwargs):
     """The aten graphs (forward, backward) that torch.compile with aot_autograd makes of ``fn``,
     run eagerly (aot_eager): [[faults of each _scaled_mm, from its fake operands]] a graph."""

@@ -12,7 +12,9 @@ plain step computes (tests/test_levers.py):
                     kernels of one foreach op fused horizontally).
 ``--fp8``           the encoder's dense layers multiply in float8 in training, by torchao's float8
                     training (``--fp8_recipe``: tensorwise or rowwise dynamic scaling); the eval
-                    stays bf16. A closed submission needs a convergence run within the RCPs first.
+                    stays bf16; with --fused_qkv one float8 GEMM over the stacked q, k, v weights
+                    (``fp8_stacked``); bf16 only (--dtype=fp32 is refused). A closed submission
+                    needs a convergence run within the RCPs first.
 ``--fused_qkv``     each layer's query, key and value projections as one GEMM over their weights
                     stacked [3h, h] (the parameters stay three, under the reference's names).
 
@@ -50,6 +52,12 @@ def check_flags(fv):
         raise UserError("--cuda_graphs replays the compiled step: add --compile, or drop --cuda_graphs")
     if fv.fp8_recipe != "tensorwise" and not fv.fp8:
         raise UserError("--fp8_recipe=%s chooses the recipe of --fp8: add --fp8, or drop --fp8_recipe" % fv.fp8_recipe)
+    if fv.fp8 and fv.dtype == "fp32":
+        # torch._scaled_mm's output is the layer's input dtype: fp32 here, which the CUDA kernel
+        # refuses for row-wise scales unless cuBLAS runs them, on sm90 only ("Only bf16 high precision
+        # output types are supported for row-wise scaling", aten/src/ATen/native/cuda): float8 is a bf16 lever
+        raise UserError("--fp8 multiplies in float8 under bf16 autocast (row-wise scaling needs a bf16 output on "
+                        "every GPU but sm90): add --dtype=bf16, or drop --fp8")
 
 
 def check_device(fv, device, world):
@@ -142,6 +150,25 @@ def enable_fp8(model, recipe="tensorwise"):
         # a root nn.Linear is not converted in place: torchao returns a new Float8Linear
         object.__setattr__(m, "fp8", float8.convert_to_float8_training(m, config=config))
     return layers
+
+
+def fp8_stacked(x, layers):
+    """-> each of ``layers``' outputs of ``x``, by one float8 GEMM over their weights stacked
+    [sum of out_features, in_features] (--fused_qkv with --fp8: x cast to float8 once, not once a
+    layer, one GEMM of N = 3h where three of N = h ran, and one each for the input's and the weight's
+    gradients). It is what torchao's ``Float8Linear.forward`` does for one layer, with the first
+    layer's twin's config (every twin has the recipe's): its autograd function on the stacked
+    weight, whose gradient autograd splits back into the three Parameters. The row-wise recipe
+    scales each weight row as the three layers do; the tensor-wise one scales the stacked weight
+    by its one amax, where each layer had its own."""
+    from torchao.float8.float8_linear import matmul_with_hp_or_float8_args
+    twin = layers[0].fp8
+    if torch.is_autocast_enabled():  # Float8Linear.forward's cast: the input in CUDA's autocast dtype
+        x = x.to(torch.get_autocast_gpu_dtype())
+    w = torch.cat([m.weight for m in layers])
+    out = matmul_with_hp_or_float8_args.apply(x, w.t(), twin.linear_mm_config, twin.config)
+    out = out + torch.cat([m.bias for m in layers]).to(out.dtype)
+    return out.split([m.out_features for m in layers], dim=-1)
 
 
 # ---------------------------------------------------------------- the trainer's side

@@ -89,11 +89,13 @@ class SelfAttention(nn.Module):
         stacked [3h, h]. The parameters stay three either way: the reference's names in every
         checkpoint, and LAMB's trust ratio of each. Stacked after the cast to the compute dtype (the
         cast autocast makes of each anyway), so x is cast once where autocast casts it for each of
-        the three (CUDA's autocast hands them LayerNorm's fp32 output). With --fp8 in training the
-        three float8 layers run (torchao's twins hold each layer's own weight), the fused GEMM in eval."""
+        the three (CUDA's autocast hands them LayerNorm's fp32 output). With --fp8 in training it is
+        one float8 GEMM over the stacked weights (levers.fp8_stacked), the bf16 one in eval."""
         layers = (self.query, self.key, self.value)
-        if not self.fused or (self.query.fp8 is not None and self.training):
+        if not self.fused:
             return tuple(m(x) for m in layers)
+        if self.query.fp8 is not None and self.training:
+            return levers.fp8_stacked(x, layers)
         dtype = attention.compute_dtype(x.device, self.query.weight.dtype)
         w = torch.cat([m.weight.to(dtype) for m in layers])
         b = torch.cat([m.bias.to(dtype) for m in layers])

@@ -2,7 +2,9 @@
 within --budget_s (default 420 s), in one summary table, one markdown file and one JSON.
 
 Usage: python bench/gpu_check.py [--budget_s=420] [--json=gpu_check.json] [--markdown=gpu_check.md]
-       python bench/gpu_check.py --tiny      (a 2-layer hidden-32 model: the check on a CPU)
+       python bench/gpu_check.py --tiny      (a 2-layer hidden-32 model and the tests' quick settings:
+                                              the check on a CPU, 71 CPU seconds; 3.8 min at load 9
+                                              on 2 cores)
 
 On a host without CUDA it refuses, unless told to scale down (--tiny, or a --bert_config_file of
 your own). The trainer and the TFRecord reader need mlperf-logging and crc32c: the error says
@@ -13,25 +15,42 @@ by the reference's golden command, dupe factor 10), the first --records of them,
 sequences a row) by the ``pack`` command's code. bf16 autocast, LAMB, one GPU (no DDP).
 
 The stages, in order of value, each in its own process (forked: nothing is imported twice) under
-a time cap, its share of what is left of the budget; a stage that fails or runs out of time is
-recorded as such and the next one runs; the JSON and the markdown are rewritten as each stage
-ends, so a check cut short keeps what it measured:
+a time cap, its share of what is left of the budget (the caps, printed before the first stage
+starts, are each stage's share if every earlier one used all of its own: time a stage leaves goes
+to the later ones); a stage that fails or runs out of time is recorded as such and the next one
+runs; the JSON and the markdown are rewritten as each stage ends, so a check cut short keeps what
+it measured. Each stage compiles into an inductor (and Triton) cache and a TMPDIR of its own: a
+stage killed at its cap in the middle of a compile leaves half-written files (a 0-byte main.so,
+gcc's temporaries), which are removed with its folder; the next stage starts from a copy of the
+cache of the last stage that ended by itself.
 
 - packed: packed rows against the same sequences unpacked (the model in eval mode, 12 sequences):
   loss, MLM logits and gradients, fp32 and bf16 (on a GPU, bf16 packed rows run FlashAttention's
   variable-length kernel);
-- eager: the trainer's own step (``Trainer.step``), eager, on packed rows, for each --batches
+- full_depth: BERT-Large itself (--bert_config_file, 24 layers) at the planned per-GPU batch
+  (--full_batch: the memory plan's MAX_PER_GPU_BATCH), packed: the trainer's step eager and with
+  --compile, plain and with --full_levers (those a mode refuses left out), in that order: eager
+  plain, compiled plain, compiled with the levers, eager with the levers; each run 2 warm-up
+  micro-steps then --full_windows timed windows of --full_steps micro-steps on distinct rows:
+  rows/s, real sequences/s and MFU of each window (the median and the spread, (max - min) /
+  median), peak memory allocated and reserved in the warm-up beside those of the timed windows,
+  and the cold compile seconds (the warm-up's time over two timed micro-steps; the stage's
+  compile cache starts empty);
+- eager: the trainer's own step (``Trainer.step``), eager, on packed rows (distinct rows for each
+  micro-step), for each --batches
   until the GPU runs out of memory or the stage's time: rows/s, real sequences/s, MFU (the
   attention counted as its kernel computes it, the GPU's peak by its exact model:
   mlperf_bert/trainer/throughput.py), peak memory and the memory plan's prediction beside it;
 - levers: every speed lever of mlperf_bert/trainer/levers.py (``LEVERS``, or --levers) alone, and
-  all those accepted together (or --lever_all's, less those a mode refuses), eager and with
+  all those a mode accepts together (or --lever_all's, less those a mode refuses), eager and with
   --compile, against the plain step of each, at a model of BERT-Large width and --lever_layers
-  layers (compiles in seconds): rows/s, peak memory and the loss after --lever_steps steps on the
-  same rows against the plain step's; a lever refused is listed with its one-line reason;
+  layers: the plain step and all together first, then each alone; rows/s (the median of 3 timed
+  windows, and their spread), peak memory and the loss after --lever_steps steps on the same rows
+  against the plain step's; a lever refused is listed with its one-line reason;
 - trainer: the trainer end to end (``run_pretraining``'s code) at the levers stage's model and
   batch, with --compile and the levers this device accepts, --trainer_steps micro-steps on the
-  packed rows with two online evals and a checkpoint;
+  packed rows with two online evals and a checkpoint; the rates it logs (train_loss's rows/s,
+  sequences/s and MFU of each log interval);
 - eval: seconds per 10,000 eval samples (``evaluation.evaluate``) at each per-GPU --eval_batches;
 - syncs: host syncs per micro-step over --steps eager micro-steps: torch.cuda.set_sync_debug_mode
   warnings on CUDA; on a CPU the Tensor read-backs (.item(), .cpu(), ...) are counted instead;
@@ -48,8 +67,10 @@ the warm-up and the first steps is a re-recording on the clock. So are inductor'
 cudagraphs" warnings, each with its reason and this repository's frames of where: a function
 skipped runs without CUDA graphs. On a CPU both counts are 0.
 
-A figure the machine cannot give (peak memory, MFU on a CPU) is written "n/a". Every stage runs
-on a CPU in the tests with --tiny (tests/test_gpu_check.py).
+A figure the machine cannot give (peak memory, MFU on a CPU) is written "n/a". Beside each figure
+that a record in docs/gpu/ (--references) has for the same model, sequence length, batch and
+levers, the record's value, labelled with its GPU and date: "319.0 (H100 2026-11-27: 319.0)".
+Every stage runs on a CPU in the tests with --tiny (tests/test_gpu_check.py).
 """
 import contextlib
 import gc
@@ -71,17 +92,29 @@ import _data  # noqa: E402
 
 ROOT = _data.ROOT
 GIB = 2.0 ** 30
+RATE_KEYS = ("rows_per_s", "seq_per_s", "tflops_per_gpu", "mfu")  # throughput.Meter's, in the trainer's log
 READBACKS = ("item", "cpu", "tolist", "numpy", "__bool__", "__int__", "__float__", "nonzero")
 # the stages, in order of value, and each one's share of the budget left when it starts
-STAGES = ("packed", "eager", "levers", "trainer", "eval", "syncs", "hf")
-SHARE = {"packed": 2, "eager": 3, "levers": 5, "trainer": 3, "eval": 1, "syncs": 1, "hf": 1}
+STAGES = ("packed", "full_depth", "eager", "levers", "trainer", "eval", "syncs", "hf")
+# full_depth holds two cold compiles of the 24 layers (the 2026-11-26 H100 trainer compiled for
+# 146 s at batch 24); whether its four runs fit its share of 420 s: not measured on a GPU
+SHARE = {"packed": 2, "full_depth": 10, "eager": 2, "levers": 5, "trainer": 2, "eval": 1, "syncs": 1, "hf": 1}
+# the levers of full_depth's runs with levers: those at 1.04x or more of their mode's plain step at
+# 2 layers of BERT-Large width on the H100 (docs/training.md, "Speed levers"); each mode drops those
+# it refuses (--cuda_graphs without --compile)
+FULL_LEVERS = "cuda_graphs,fused_update,fused_qkv"
+TIMED_WINDOWS = 3  # the least number of timed windows behind a rate and its spread
 TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 64, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
         "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
         "initializer_range": 0.02}
 # --tiny: the defaults of a check on a CPU (flags given on the command line win)
-TINY_FLAGS = {"records": 200, "batches": "2,4", "eval_batches": "1,2", "eval_samples": 8, "steps": 2, "hf_batch": 2,
-              "lever_batch": 2, "lever_steps": 3, "trainer_steps": 6}
+# (those of tests/test_gpu_check.py's run: one batch of each sweep, one timed step a window, the
+# compiled runs traced by dynamo and run eagerly, not compiled by inductor)
+TINY_FLAGS = {"records": 200, "batches": "2", "eval_batches": "2", "eval_samples": 8, "steps": 1, "hf_batch": 2,
+              "lever_batch": 2, "lever_steps": 5, "trainer_steps": 4, "full_batch": 2, "full_steps": 1,
+              "full_levers": "fused_qkv", "levers": "fused_qkv,cuda_graphs",
+              "lever_all": "fused_update,cuda_graphs,fused_qkv", "compile_backend": "eager"}
 
 
 def define():
@@ -92,23 +125,32 @@ def define():
       flag_values=fv)
     S("json", "gpu_check.json", "Where the JSON goes (rewritten as each stage ends).", flag_values=fv)
     S("markdown", None, "Where the markdown summary goes (default: --json with .md).", flag_values=fv)
-    B("tiny", False, "A 2-layer hidden-32 model and small batches: the whole check on a CPU in a minute or two.",
-      flag_values=fv)
+    B("tiny", False, "A 2-layer hidden-32 model and the tests' quick settings (one batch a sweep, one timed step "
+      "a window, --compile_backend=eager): the whole check on a CPU, 71 CPU seconds (3.8 min of wall time at "
+      "load 9 on 2 cores; docs/training.md).", flag_values=fv)
     S("bert_config_file", os.path.join(ROOT, "configs", "bert_config_large.json"),
       "The model of the packed, eager, trainer, eval and syncs stages (default BERT-Large).", flag_values=fv)
     S("input_file", None, "Seq-512 TFRecords (default: made from tests/data's golden input).", flag_values=fv)
     I("records", 3000, "Records of the input used.", flag_values=fv)
     I("max_seq_length", 512, "Sequence length of the records.", flag_values=fv)
     I("max_predictions_per_seq", 76, "Masked positions of the records.", flag_values=fv)
+    I("full_batch", 0, "Per-GPU batch (packed rows) of the full_depth stage (0: the memory plan's "
+      "MAX_PER_GPU_BATCH, what the presets put on one GPU).", flag_values=fv)
+    I("full_windows", TIMED_WINDOWS, "Timed windows of each full_depth run (at least %d)." % TIMED_WINDOWS,
+      flag_values=fv)
+    I("full_steps", 3, "Micro-steps of each timed window of the full_depth stage.", flag_values=fv)
+    S("full_levers", FULL_LEVERS, "The levers of the full_depth stage's runs with levers, less those a mode "
+      "refuses (empty: plain runs only).", flag_values=fv)
+    S("references", os.path.join(ROOT, "docs", "gpu"), "Folder of recorded gpu_check JSONs whose figures are "
+      "printed beside this run's (same model, sequence length, batch and levers); empty: none.", flag_values=fv)
     S("batches", "24,48,64,96,128,160,192", "Per-GPU batches (packed rows) of the eager sweep.", flag_values=fv)
     I("steps", 10, "Timed micro-steps of each eager batch and of the host-sync count (after 2 warm-up steps).",
       flag_values=fv)
-    I("lever_layers", 2, "Layers of the levers and trainer stages' model (BERT-Large width: hidden 1024, "
-      "16 heads).",
-      flag_values=fv)
+    I("lever_layers", 8, "Layers of the levers and trainer stages' model (BERT-Large width: hidden 1024, "
+      "16 heads).", flag_values=fv)
     I("lever_batch", 32, "Per-GPU batch (packed rows) of the levers and trainer stages.", flag_values=fv)
-    I("lever_steps", 12, "Micro-steps of each lever run (2 compile or warm up, the rest timed); the loss "
-      "after them is compared with the plain step's.", flag_values=fv)
+    I("lever_steps", 11, "Micro-steps of each lever run (2 compile or warm up, the rest timed in %d windows); "
+      "the loss after them is compared with the plain step's." % TIMED_WINDOWS, flag_values=fv)
     I("trainer_steps", 40, "Micro-steps of the end-to-end trainer stage (two evals, a checkpoint).",
       flag_values=fv)
     S("eval_batches", "", "Per-GPU eval batches (default: 1, the trainer's default on this device, 256).",
@@ -121,7 +163,7 @@ def define():
     S("levers", None, "The levers of the levers and trainer stages (default: all of "
       "mlperf_bert/trainer/levers.py's LEVERS; empty: none alone).", flag_values=fv)
     S("lever_all", None, "The levers of the levers stage's run of all together, in each mode less those the "
-      "trainer's flag checks refuse in it (default: those of --levers that ran alone).", flag_values=fv)
+      "trainer's flag checks refuse in it (default: --levers').", flag_values=fv)
     S("compile_backend", "inductor", "torch.compile backend (eager or aot_eager: the CPU test).", flag_values=fv)
     S("stages", ",".join(STAGES), "The stages to run, in this order: " + ", ".join(STAGES) + ".", flag_values=fv)
     flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"], "Device (auto: CUDA where there is one).",
@@ -331,6 +373,38 @@ def peak_gib(device):
     return torch.cuda.max_memory_allocated() / GIB if device.type == "cuda" else None
 
 
+def peaks(device):
+    """-> (allocated, reserved) peaks in GiB since the last reset; (None, None) on a CPU."""
+    import torch
+    if device.type != "cuda":
+        return None, None
+    return torch.cuda.max_memory_allocated() / GIB, torch.cuda.max_memory_reserved() / GIB
+
+
+def spread(values):
+    """(max - min) / median of repeated timings."""
+    import statistics
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def timed_windows(tr, batches, b, steps, windows, device, first=2, work=None, peak_tflops=None):
+    """``windows`` timed windows of ``steps`` micro-steps each, from micro-step ``first`` on ->
+    {"windows": [rows/s of each], "rows_per_s", "real_seq_per_s", "mfu": their medians, "spread":
+    (max - min) / median of the rows/s, "loss": the last micro-step's}; ``work``: the FLOPs of
+    each batch (``flops``), for the MFU on CUDA."""
+    import statistics
+    rows, seqs, mfus, loss = [], [], [], None
+    for i in range(windows):
+        start = first + i * steps
+        t, n, loss = run_steps(tr, batches, steps, device, first=start)
+        rows.append(b * steps / t)
+        seqs.append(n / t)
+        if work is not None and peak_tflops and device.type == "cuda":
+            mfus.append(sum(work[(start + j) % len(work)] for j in range(steps)) / t / 1e12 / peak_tflops)
+    return {"windows": rows, "rows_per_s": statistics.median(rows), "real_seq_per_s": statistics.median(seqs),
+            "mfu": statistics.median(mfus) if mfus else None, "spread": spread(rows), "loss": float(loss)}
+
+
 def run_steps(tr, batches, steps, device, first=0, window=None):
     """-> (seconds, real sequences, last loss) of ``steps`` micro-steps from micro-step ``first``;
     ``window``: a context around the micro-steps alone."""
@@ -418,6 +492,81 @@ def stage_packed(ctx, save):
     return {"errors": out}
 
 
+def full_depth_runs(fv, device, b):
+    """The full_depth stage's runs, in order: [(mode, name, levers)]; the levers of a mode less
+    those its flag checks refuse (listed in ``refused``), a run with levers left out where none is left."""
+    wanted = [x.strip() for x in fv.full_levers.split(",") if x.strip()]
+    modes = ("eager", "compiled") if fv.compile else ("eager",)
+    runs, refused = [], {}
+    for mode, name in (("eager", "plain"), ("compiled", "plain"), ("compiled", "levers"), ("eager", "levers")):
+        if mode not in modes:
+            continue
+        on = []
+        if name == "levers":
+            for x in wanted:
+                why = lever_refusal(fv, device, b, x, mode == "compiled")
+                if why:
+                    refused["%s %s" % (mode, x)] = why
+                else:
+                    on.append(x)
+            if not on:
+                continue
+        runs.append((mode, name, on))
+    return runs, refused
+
+
+def stage_full_depth(ctx, save):
+    """BERT-Large itself at the planned per-GPU batch: eager and compiled, plain and with levers."""
+    import torch
+    from mlperf_bert.trainer import memory_plan, throughput
+    fv, config, device, graphs = ctx["fv"], ctx["config"], ctx["device"], ctx["graphs"]
+    b = fv.full_batch or memory_plan.MAX_PER_GPU_BATCH
+    steps, windows = max(fv.full_steps, 1), max(fv.full_windows, TIMED_WINDOWS)
+    # distinct rows for every micro-step (cycled where the file has fewer): the real sequences of
+    # the timed rows are those of the data, not of a few rows repeated
+    batches = on_device(packed_rows(ctx["packed_file"], b, 2 + steps * windows), device)
+    work = flops(config, batches, device)
+    peak_tflops = throughput.peak_tflops(device_name(device), "bf16")
+    plan, refused = full_depth_runs(fv, device, b)
+    out = {"model": {"hidden_size": config.hidden_size, "num_hidden_layers": config.num_hidden_layers},
+           "batch": b, "steps": steps, "windows": windows, "peak_tflops": peak_tflops, "refused": refused, "runs": []}
+    for mode, name, on in plan:
+        row = {"mode": mode, "levers": name if not on else ",".join(on)}
+        tag = "%s %s" % (mode, row["levers"])
+        save(out, running=tag)  # what a stage killed at its cap was doing
+        reset_memory(device)
+        torch.compiler.reset()  # each compiled run compiles from its own start (the on-disk cache: the stage's)
+        tr = None
+        try:
+            tr = trainer(fv, config, device, b, ["--" + x for x in on] + (["--compile"] if mode == "compiled" else []))
+            with graphs.counting("full_depth %s: first steps" % tag):
+                first_s, _, _ = run_steps(tr, batches, 2, device)
+            row["warmup_peak_gib"], row["warmup_reserved_gib"] = peaks(device)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            with graphs.counting("full_depth %s: timed steps" % tag):
+                row.update(timed_windows(tr, batches, b, steps, windows, device, work=work, peak_tflops=peak_tflops))
+            row["peak_gib"], row["reserved_gib"] = peaks(device)
+            row["first_steps_s"] = first_s
+            # the warm-up's time over two timed micro-steps: what compiling took (the update alone
+            # with --fused_update; an eager plain run compiles nothing)
+            row["compile_s"] = max(first_s - 2 * b / row["rows_per_s"], 0.0) if (
+                mode == "compiled" or "fused_update" in on) else None
+        except Exception as e:  # out of memory or a lever failing is a finding: recorded, the next run goes on
+            row["failed"] = "out of memory" if is_oom(e) else "%s: %s" % (
+                type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        finally:
+            del tr
+        base = next((r for r in out["runs"] if r["mode"] == mode and r["levers"] == "plain" and "loss" in r), None)
+        if base is not None and name == "levers" and "loss" in row:
+            row["speed_vs_plain"] = row["rows_per_s"] / base["rows_per_s"]
+        out["runs"].append(row)
+        save(out)
+        print("  full_depth %s: %s" % (tag, row), file=sys.stderr, flush=True)
+    torch.compiler.reset()
+    return out
+
+
 def stage_eager(ctx, save):
     """The trainer's eager step at each --batches until out of memory or out of time."""
     from mlperf_bert.trainer import memory_plan, throughput
@@ -430,7 +579,9 @@ def stage_eager(ctx, save):
         if rows and time.time() > deadline - ctx["cap"] / 4:  # the next, larger batch would not end in time
             rows.append({"batch": b, "skipped": "out of the stage's time"})
             break
-        batches = on_device(packed_rows(ctx["packed_file"], b, 4), device)
+        # distinct rows for each micro-step: the real sequences counted are the data's (the four
+        # batches cycled before 2026-12 held 1.41 sequences a row where the data has 1.29)
+        batches = on_device(packed_rows(ctx["packed_file"], b, 2 + fv.steps), device)
         work = flops(config, batches, device)
         reset_memory(device)
         tr = None
@@ -504,20 +655,21 @@ def stage_levers(ctx, save):
     fv, device, deadline, graphs = ctx["fv"], ctx["device"], ctx["deadline"], ctx["graphs"]
     config = BertConfig.from_json_file(ctx["lever_config"], fv.max_seq_length)
     lfv = _Overlay(fv, bert_config_file=ctx["lever_config"])
-    b, n = fv.lever_batch, max(fv.lever_steps, 3)
+    b, n = fv.lever_batch, max(fv.lever_steps, 2 + TIMED_WINDOWS)
+    per_window = (n - 2) // TIMED_WINDOWS
+    n = 2 + per_window * TIMED_WINDOWS  # the loss compared is after the same steps in every run
     batches = on_device(packed_rows(ctx["packed_file"], b, n), device)
     out = {"model": {"hidden_size": config.hidden_size, "num_hidden_layers": config.num_hidden_layers,
                      "batch": b, "steps": n}, "runs": []}
-    accepted = {"eager": [], "compiled": []}
     modes = ("eager", "compiled") if fv.compile else ("eager",)
-    plan = [(mode, [], "plain") for mode in modes]
+    # the plain step and all together first (what a stage cut short should have measured), then each alone
+    plan = [(mode, [], "plain") for mode in modes] + [(mode, None, "all") for mode in modes]
     plan += [(mode, [x], x) for x in chosen_levers(fv) for mode in modes]
-    plan += [(mode, None, "all") for mode in modes]
     for mode, on, name in plan:
         row = {"mode": mode, "levers": name}
-        if on is None:
-            on = accepted[mode] if fv.lever_all is None else [
-                x for x in chosen_levers(fv, "lever_all") if not lever_refusal(lfv, device, b, x, mode == "compiled")]
+        if on is None:  # all: those of --lever_all (default --levers) this mode's flag checks accept
+            on = [x for x in chosen_levers(fv, "lever_all" if fv.lever_all is not None else "levers")
+                  if not lever_refusal(lfv, device, b, x, mode == "compiled")]
             if len(on) < 2:
                 continue
             row["levers"] = "all: " + ",".join(on)
@@ -527,18 +679,18 @@ def stage_levers(ctx, save):
             continue
         reset_memory(device)
         tr = None
+        tag = "%s %s" % (mode, row["levers"])
+        save(out, running=tag)  # what a stage killed at its cap was doing
         try:
             extra = ["--" + x for x in on] + (["--compile"] if mode == "compiled" else [])
             tr = trainer(lfv, config, device, b, extra)
-            tag = "%s %s" % (mode, row["levers"])
             with graphs.counting(tag + ": first steps"):
                 t0, _, _ = run_steps(tr, batches, 2, device)
             with graphs.counting(tag + ": timed steps"):
-                t, seqs, loss = run_steps(tr, batches, n - 2, device, first=2)
-            row.update(first_steps_s=t0, rows_per_s=b * (n - 2) / t, real_seq_per_s=seqs / t,
-                       peak_gib=peak_gib(device), loss=float(loss))
-            if name not in ("plain", "all"):
-                accepted[mode] += on
+                timed = timed_windows(tr, batches, b, per_window, TIMED_WINDOWS, device)
+            row.update(first_steps_s=t0, rows_per_s=timed["rows_per_s"], real_seq_per_s=timed["real_seq_per_s"],
+                       windows=timed["windows"], spread=timed["spread"], peak_gib=peak_gib(device),
+                       loss=timed["loss"])
         except UserError as e:
             row["refused"] = str(e)
         except Exception as e:  # a lever failing is a finding: record it, go on with the next
@@ -572,6 +724,7 @@ def stage_trainer(ctx, save):
     compile cache by now): --compile and the levers this device takes, two evals, a checkpoint."""
     from mlperf_bert.errors import UserError
     from mlperf_bert.trainer import training
+    from mlperf_bert.trainer.config import BertConfig
     fv, device, graphs, work = ctx["fv"], ctx["device"], ctx["graphs"], ctx["work"]
     b = fv.lever_batch
     n = max(fv.trainer_steps, 4)
@@ -600,7 +753,9 @@ def stage_trainer(ctx, save):
             levers.append(x)
         except UserError as e:
             refused[x] = str(e)
-    result = {"batch": b, "steps": n, "levers": levers, "refused": refused}
+    config = BertConfig.from_json_file(ctx["lever_config"], fv.max_seq_length)
+    result = {"batch": b, "steps": n, "levers": levers, "refused": refused,
+              "model": {"hidden_size": config.hidden_size, "num_hidden_layers": config.num_hidden_layers}}
     evals, steps = [], [0]
     real_warm, real_step, real_eval = training.Trainer.warm_up, training.Trainer.step, training.Trainer.evaluate
 
@@ -632,8 +787,11 @@ def stage_trainer(ctx, save):
     recs = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in open(os.path.join(out_dir, "mlperf.log"))
             if ":::MLLOG " in line]
     acc = [r["value"] for r in recs if r["key"] == "eval_accuracy"]
-    losses = [r["value"] for r in recs if r["key"] == "train_loss"]
-    result.update(eval_accuracy=acc, train_loss=losses[-1] if losses else None)
+    losses = [r for r in recs if r["key"] == "train_loss"]
+    # the rates the trainer logs with each train_loss (its log intervals, timed from run_start)
+    rates = [dict({"step": r["metadata"].get("step")}, **{k: r["metadata"][k] for k in RATE_KEYS
+                                                          if k in r["metadata"]}) for r in losses]
+    result.update(eval_accuracy=acc, train_loss=losses[-1]["value"] if losses else None, rates=rates)
     return result
 
 
@@ -776,17 +934,25 @@ def stage_hf(ctx, save):
             if peak else None}
 
 
-STAGE_FUNCTIONS = {"packed": stage_packed, "eager": stage_eager, "levers": stage_levers,
+STAGE_FUNCTIONS = {"packed": stage_packed, "full_depth": stage_full_depth, "eager": stage_eager, "levers": stage_levers,
                    "trainer": stage_trainer, "eval": stage_eval, "syncs": stage_syncs, "hf": stage_hf}
 
 
 # ---------------------------------------------------------------- running the stages
 
 def child(name, ctx, path):
-    """The forked stage: its own process group (its compile workers end with it), its result
-    written to ``path`` as it goes and at the end; exit 0, or 1 with the error in the file."""
+    """The forked stage: its own process group (its compile workers end with it), its own compile
+    cache and TMPDIR (``ctx["cache_dir"]``, ``ctx["tmp_dir"]``), its result written to ``path`` as it
+    goes and at the end; exit 0, or 1 with the error in the file."""
     os.setpgrp()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # inductor's cache (Triton's inside it) and gcc's temporaries: inherited by the compile workers
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = ctx["cache_dir"]
+    os.environ.pop("TRITON_CACHE_DIR", None)  # inductor puts it in its own cache then
+    os.environ["TMPDIR"] = tempfile.tempdir = ctx["tmp_dir"]
+    with contextlib.suppress(ImportError):
+        from torch._inductor.utils import clear_caches
+        clear_caches()  # no path the parent's imports worked out survives
     os.dup2(2, 1)  # what a stage prints (the trainer's lines) is progress: the summary alone goes to stdout
     sys.stdout = sys.stderr  # also where sys.stdout is not file 1 (main called from another program)
     from mlperf_bert.fileio import atomic_open
@@ -836,10 +1002,30 @@ def preload():
     from mlperf_bert.trainer.model import BertForPreTraining  # noqa: F401
 
 
+def stage_folders(ctx, name):
+    """-> (folder, compile cache, TMPDIR) of a stage, under the check's work folder; its cache starts
+    as a copy of the cache of the last stage that ended by itself (``ctx["compile_cache"]["last"]``)."""
+    import shutil
+    folder = tempfile.mkdtemp(prefix=name + "-", dir=ctx["work"])
+    cache, tmp = os.path.join(folder, "inductor"), os.path.join(folder, "tmp")
+    last = ctx.setdefault("compile_cache", {}).get("last")
+    if last and os.path.isdir(last):
+        shutil.copytree(last, cache, symlinks=True)
+    else:
+        os.makedirs(cache)
+    os.makedirs(tmp)
+    return folder, cache, tmp
+
+
 def run_stage(name, ctx, cap):
-    """Fork ``name`` under a time cap: -> its result, with "failed" where it failed or ran out of time."""
+    """Fork ``name`` under a time cap: -> its result, with "failed" where it failed or ran out of
+    time. A stage killed at its cap (maybe in the middle of a compile: a 0-byte main.so, gcc's
+    temporaries) has its compile cache and TMPDIR removed; a stage that ended by itself leaves its
+    cache to the next."""
+    import shutil
     path = os.path.join(ctx["work"], name + ".json")
-    ctx = dict(ctx, cap=cap, deadline=time.time() + cap)
+    folder, cache, tmp = stage_folders(ctx, name)
+    ctx = dict(ctx, cap=cap, deadline=time.time() + cap, cache_dir=cache, tmp_dir=tmp)
     sys.stdout.flush()
     sys.stderr.flush()
     t = time.time()
@@ -864,10 +1050,20 @@ def run_stage(name, ctx, cap):
     res["seconds"] = time.time() - t
     res["cap_s"] = cap
     res["cpu_s"] = usage.ru_utime + usage.ru_stime if usage else None
+    shutil.rmtree(tmp, ignore_errors=True)
+    known = ctx["compile_cache"]
+    if timed_out:  # what it was writing may be half written: nothing of it is kept
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        if known.get("last"):
+            shutil.rmtree(os.path.dirname(known["last"]), ignore_errors=True)
+        known["last"] = cache
+    running = res.pop("running", None)
     if timed_out:
-        res["failed"] = "out of time: stopped after its cap of %.0f s" % cap
+        res["failed"] = "out of time: killed at its cap of %.0f s%s; its compile cache and temporary files " \
+                        "removed" % (cap, " during %s" % running if running else "")
     elif "error" in res:
-        res["failed"] = res.pop("error")
+        res["failed"] = res.pop("error") + (" (during %s)" % running if running else "")
     elif status is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status):
         res["failed"] = "its process ended with status %s" % status
     return res
@@ -911,6 +1107,14 @@ def headline(name, r):
     if name == "packed":
         return "max relative error: " + ", ".join(
             "%s %.1e" % (d, max(e.values())) for d, e in r.get("errors", {}).items()) + tail
+    if name == "full_depth":
+        ok = [x for x in r.get("runs", []) if "rows_per_s" in x]
+        if not ok:
+            return "no run ended" + tail
+        return "batch %d: %s%s" % (r["batch"], "; ".join(
+            "%s %s %.1f rows/s = %.1f real seq/s (MFU %s, spread %.1f%%)" % (
+                x["mode"], x["levers"], x["rows_per_s"], x["real_seq_per_s"],
+                fmt(x["mfu"] and 100 * x["mfu"], "%.1f%%"), 100 * x["spread"]) for x in ok), tail)
     if name == "eager":
         ok = [x for x in r.get("steps", []) if "rows_per_s" in x]
         if not ok:
@@ -924,12 +1128,19 @@ def headline(name, r):
         if not ok:
             return "no lever ran" + tail
         best = max(ok, key=lambda x: x["rows_per_s"])
-        return "best: %s %s, %.2fx its plain step, loss %+.1e relative%s" % (
-            best["mode"], best["levers"], best["speed_vs_plain"], best["loss_vs_plain"], tail)
+        plain = ", ".join("%s plain step's spread %.1f%%" % (x["mode"], 100 * x["spread"]) for x in r["runs"]
+                          if x["levers"] == "plain" and "spread" in x)
+        return "best: %s %s, %.2fx its plain step, loss %+.1e relative%s%s" % (
+            best["mode"], best["levers"], best["speed_vs_plain"], best["loss_vs_plain"],
+            "; " + plain if plain else "", tail)
     if name == "trainer":
-        return "%s micro-steps with %s, %d evals, %d checkpoints, exit %s%s" % (
+        rate = (r.get("rates") or [{}])[-1]
+        return "%s micro-steps with %s, %d evals, %d checkpoints, exit %s%s%s" % (
             r.get("micro_steps"), ",".join(r.get("levers", [])) or "no lever", r.get("evals", 0),
-            len(r.get("checkpoints", [])), r.get("status"), tail)
+            len(r.get("checkpoints", [])), r.get("status"),
+            "; logged at the end: %s rows/s, %s seq/s, MFU %s" % (
+                fmt(rate.get("rows_per_s")), fmt(rate.get("seq_per_s")), fmt(rate.get("mfu") and 100 * rate["mfu"],
+                                                                              "%.1f%%")) if rate else "", tail)
     if name == "eval":
         return ", ".join("batch %s: %s" % (b, fmt(s) if isinstance(s, float) else s)
                          for b, s in r.get("s_per_10k", {}).items()) + " s per 10,000" + tail
@@ -941,14 +1152,109 @@ def headline(name, r):
     return tail
 
 
-def tables(res):
-    """The summary table first, then the stages' details, as markdown."""
+# the model of the records written before a result named its own: they ran the default, BERT-Large
+BERT_LARGE = {"hidden_size": 1024, "num_hidden_layers": 24}
+
+
+def stage_model(res, name):
+    """(hidden, layers, seq) of the model a stage of a result (or a record) ran."""
     st = res["stages"]
+    d = st.get(name, {}).get("model") or (st.get("levers", {}).get("model") if name == "trainer" else None) or \
+        res.get("model") or BERT_LARGE
+    return d["hidden_size"], d["num_hidden_layers"], res["seq"]
+
+
+def figures(res):
+    """{key: value} of a result's (or a record's) figures, each key naming the stage, the model, the
+    batch and what was measured, so that a record's figure is found by this run's key."""
+    st, out = res["stages"], {}
+
+    def put(key, row, names):
+        for k in names:
+            if isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool):
+                out[key + (k,)] = row[k]
+    for dtype, e in st.get("packed", {}).get("errors", {}).items():
+        put(("packed", stage_model(res, "packed"), dtype), e, ("loss", "logits", "grads"))
+    fd = st.get("full_depth", {})
+    for r in fd.get("runs", []):
+        put(("full_depth", stage_model(res, "full_depth"), fd.get("batch"), r["mode"], r["levers"]), r,
+            ("rows_per_s", "real_seq_per_s", "mfu", "spread", "warmup_peak_gib", "warmup_reserved_gib", "peak_gib",
+             "reserved_gib", "compile_s", "speed_vs_plain"))
+    for r in st.get("eager", {}).get("steps", []):
+        put(("eager", stage_model(res, "eager"), r["batch"]), r, ("rows_per_s", "real_seq_per_s", "mfu", "peak_gib"))
+    lv = st.get("levers", {})
+    for r in lv.get("runs", []):
+        put(("levers", stage_model(res, "levers"), lv["model"]["batch"], r["mode"], r["levers"]), r,
+            ("rows_per_s", "speed_vs_plain", "spread", "peak_gib"))
+    tr = st.get("trainer", {})
+    if tr.get("rates"):
+        put(("trainer", stage_model(res, "trainer"), tr["batch"], ",".join(tr["levers"])), tr["rates"][-1],
+            RATE_KEYS)
+    for b, v in st.get("eval", {}).get("s_per_10k", {}).items():
+        put(("eval", stage_model(res, "eval"), b), {"s_per_10k": v}, ("s_per_10k",))
+    sy = st.get("syncs", {})
+    if "per_step" in sy:
+        put(("syncs", stage_model(res, "syncs"), sy["batch"]), sy, ("per_step",))
+    hf = st.get("hf", {})
+    if "seq_per_s" in hf:
+        put(("hf", stage_model(res, "hf"), hf["batch"]), hf, ("seq_per_s", "mfu", "peak_gib"))
+    return out
+
+
+def references(folder):
+    """The records of ``folder`` (docs/gpu/*.json, gpu_check's JSONs): [(label, figures)], in the
+    order they ran; label: the GPU's model (H100, H200, ...) and the run's UTC date."""
+    import glob
+    out = []
+    for path in glob.glob(os.path.join(folder, "*.json")) if folder else ():
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+            gpu = re.search(r"\b[A-Z]+\d{2,4}[A-Za-z]?\b", rec.get("device") or "")
+            label = "%s %s" % (gpu.group(0) if gpu else rec.get("device") or rec["kind"],
+                               time.strftime("%Y-%m-%d", time.gmtime(rec["started"])))
+            out.append((rec["started"], label, figures(rec)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # not a record of this tool
+    return [x[1:] for x in sorted(out)]
+
+
+def with_reference(refs, key, value, spec="%.1f", unit=""):
+    """``value`` as ``spec`` with its ``unit``, and beside it each record's value of the same figure:
+    "319.0 real seq/s (H100 2026-11-27: 319.0)"; runs of one day: "(H100 2026-11-27: 2505.6, 1864.7)"."""
+    text = fmt(value, spec) + unit
+    seen = {}
+    for label, figs in refs:
+        if key in figs:
+            seen.setdefault(label, []).append(spec % figs[key])
+    return text + (" (%s)" % "; ".join("%s: %s" % (k, ", ".join(v)) for k, v in seen.items()) if seen else "")
+
+
+def tables(res, refs=()):
+    """The summary table first, then the stages' details, as markdown; beside each figure, the
+    records' (``refs``: ``references``)."""
+    st = res["stages"]
+
+    def ref(key, value, spec="%.1f", unit=""):
+        return with_reference(refs, key, value, spec, unit)
+    pct = "%.1f%%"
+
+    def ref_pct(key, value):  # a share, printed in percent
+        return with_reference([(label, {k: 100 * v for k, v in figs.items() if k == key}) for label, figs in refs],
+                              key, value and 100 * value, pct)
+
+    def ratio(key, value):
+        return " (%s)" % ref(key, value, "%.2fx", " plain")
     lines = ["# gpu_check: %s, torch %s" % (res.get("device") or res["kind"], res["torch"]), "",
              "Budget %d s, used %.0f s. Data: %d seq-%d records, %.2f sequences a packed row." % (
-                 res["budget_s"], res["seconds"], res["records"], res["seq"], res["packing_rate"]), "",
-             "| stage | result | s (cap), CPU s | CUDA-graph recordings | CUDA graphs skipped |",
-             "|---|---|---|---|---|"]
+                 res["budget_s"], res["seconds"], res["records"], res["seq"], res["packing_rate"]), ""]
+    if res.get("planned_caps"):
+        lines += ["Stage caps, planned before the first stage: %s s (time a stage leaves goes to the later "
+                  "ones)." % ", ".join("%s %.0f" % x for x in res["planned_caps"].items()), ""]
+    if refs:
+        lines += ["Beside a figure, in parentheses: the same figure in the records of docs/gpu/ (GPU, date).", ""]
+    lines += ["| stage | result | s (cap), CPU s | CUDA-graph recordings | CUDA graphs skipped |",
+              "|---|---|---|---|---|"]
     for name in res["order"]:
         r = st.get(name)
         if r is None:
@@ -960,27 +1266,59 @@ def tables(res):
                 {k: len(v) for k, v in r.get("cudagraph_skips", {}).items()})))
     lines += ["", "## Details", "", "| what | figure |", "|---|---|"]
     for dtype, e in st.get("packed", {}).get("errors", {}).items():
-        lines.append("| packed vs unpacked, %s (relative) | loss %.1e, logits %.1e, gradients %.1e (L2) |"
-                     % (dtype, e["loss"], e["logits"], e["grads"]))
+        k = ("packed", stage_model(res, "packed"), dtype)
+        lines.append("| packed vs unpacked, %s (relative) | loss %s, logits %s, gradients (L2) %s |" % (
+            dtype, ref(k + ("loss",), e["loss"], "%.1e"), ref(k + ("logits",), e["logits"], "%.1e"),
+            ref(k + ("grads",), e["grads"], "%.1e")))
+    fd = st.get("full_depth", {})
+    for r in fd.get("runs", []):
+        h, layers, seq = stage_model(res, "full_depth")
+        what = "| full depth (hidden %d, %d layers), %s %s, packed, batch %d, %d x %d timed steps | " % (
+            h, layers, r["mode"], r["levers"], fd["batch"], fd["windows"], fd["steps"])
+        if "rows_per_s" not in r:
+            lines.append(what + "FAILED: %s |" % r["failed"].replace("|", "/"))
+            continue
+        k = ("full_depth", (h, layers, seq), fd["batch"], r["mode"], r["levers"])
+        lines.append(what + (
+            "%s%s = %s, MFU %s; windows %s rows/s, spread %s; peak allocated / reserved: warm-up %s / %s, "
+            "timed %s / %s; first 2 steps %.1f s, compile %s |") % (
+            ref(k + ("rows_per_s",), r["rows_per_s"], unit=" rows/s"),
+            ratio(k + ("speed_vs_plain",), r["speed_vs_plain"]) if "speed_vs_plain" in r else "",
+            ref(k + ("real_seq_per_s",), r["real_seq_per_s"], unit=" real seq/s"), ref_pct(k + ("mfu",), r["mfu"]),
+            " / ".join("%.1f" % x for x in r["windows"]), ref_pct(k + ("spread",), r["spread"]),
+            ref(k + ("warmup_peak_gib",), r["warmup_peak_gib"], unit=" GiB"),
+            ref(k + ("warmup_reserved_gib",), r["warmup_reserved_gib"], unit=" GiB"),
+            ref(k + ("peak_gib",), r["peak_gib"], unit=" GiB"),
+            ref(k + ("reserved_gib",), r["reserved_gib"], unit=" GiB"),
+            r["first_steps_s"], ref(k + ("compile_s",), r["compile_s"], "%.0f", " s") if r["compile_s"] is not None
+            else "-"))
+    for x, why in fd.get("refused", {}).items():
+        lines.append("| full depth: %s | refused: %s |" % (x, why.replace("|", "/")))
     for r in st.get("eager", {}).get("steps", []):
         if r.get("oom") or r.get("skipped"):
             lines.append("| Trainer.step eager, packed, batch %d | %s |" % (
                 r["batch"], "out of memory" if r.get("oom") else r["skipped"]))
             continue
-        lines.append("| Trainer.step eager, packed, batch %d | %.1f rows/s = %.1f real seq/s, %s TFLOP/s, MFU %s, "
-                     "peak %s GiB (plan %.1f GiB) |" % (
-                         r["batch"], r["rows_per_s"], r["real_seq_per_s"], fmt(r["tflops"], "%.0f"),
-                         fmt(r["mfu"] and 100 * r["mfu"], "%.1f%%"), fmt(r["peak_gib"]), r["plan_gib"]))
+        k = ("eager", stage_model(res, "eager"), r["batch"])
+        lines.append("| Trainer.step eager, packed, batch %d | %s = %s, %s TFLOP/s, MFU %s, peak %s "
+                     "(plan %.1f GiB) |" % (
+            r["batch"], ref(k + ("rows_per_s",), r["rows_per_s"], unit=" rows/s"),
+            ref(k + ("real_seq_per_s",), r["real_seq_per_s"], unit=" real seq/s"), fmt(r["tflops"], "%.0f"),
+            ref_pct(k + ("mfu",), r["mfu"]), ref(k + ("peak_gib",), r["peak_gib"], unit=" GiB"), r["plan_gib"]))
     lv = st.get("levers", {})
     if "model" in lv:
         m = lv["model"]
         for r in lv.get("runs", []):
             what = "| lever %s, %s (hidden %d, %d layers, batch %d, %d steps) | " % (
                 r["levers"], r["mode"], m["hidden_size"], m["num_hidden_layers"], m["batch"], m["steps"])
+            k = ("levers", stage_model(res, "levers"), m["batch"], r["mode"], r["levers"])
             if "rows_per_s" in r:
-                lines.append(what + "%.1f rows/s%s, peak %s GiB, loss %.4f%s; first 2 steps %.1f s |" % (
-                    r["rows_per_s"], " (%.2fx plain)" % r["speed_vs_plain"] if "speed_vs_plain" in r else "",
-                    fmt(r["peak_gib"]), r["loss"],
+                lines.append(what + "%s%s%s, peak %s, loss %.4f%s; first 2 steps %.1f s |" % (
+                    ref(k + ("rows_per_s",), r["rows_per_s"], unit=" rows/s"),
+                    ratio(k + ("speed_vs_plain",), r["speed_vs_plain"]) if "speed_vs_plain" in r else "",
+                    "; windows %s, spread %s" % (" / ".join("%.1f" % x for x in r["windows"]),
+                                                 ref_pct(k + ("spread",), r["spread"])) if "windows" in r else "",
+                    ref(k + ("peak_gib",), r["peak_gib"], unit=" GiB"), r["loss"],
                     " (%+.1e relative to plain)" % r["loss_vs_plain"] if "loss_vs_plain" in r else "",
                     r["first_steps_s"]))
             else:
@@ -994,18 +1332,35 @@ def tables(res):
                          " ".join("--" + x for x in tr["levers"]), tr["batch"], tr["micro_steps"], tr["seconds"],
                          ", ".join("%.2f" % s for s in tr["eval_s"]), tr["eval_accuracy"],
                          ", ".join(tr["checkpoints"])))
+        k = ("trainer", stage_model(res, "trainer"), tr["batch"], ",".join(tr["levers"]))
+        for i, r in enumerate(tr.get("rates", [])):
+            last = i == len(tr["rates"]) - 1  # the records' figure is their last interval's
+            lines.append("| trainer's logged rates, interval to step %s | %s, %s, MFU %s |" % (
+                r.get("step"), ref(k + ("rows_per_s",), r.get("rows_per_s"), unit=" rows/s") if last else
+                fmt(r.get("rows_per_s")) + " rows/s",
+                ref(k + ("seq_per_s",), r.get("seq_per_s"), unit=" seq/s") if last else
+                fmt(r.get("seq_per_s")) + " seq/s",
+                ref_pct(k + ("mfu",), r.get("mfu")) if last else fmt(r.get("mfu") and 100 * r["mfu"], pct)))
         for x, why in tr.get("refused", {}).items():
             lines.append("| trainer: --%s | refused: %s |" % (x, why.replace("|", "/")))
     if "s_per_10k" in st.get("eval", {}):
         lines.append("| eval, s per 10,000 samples, per-GPU eval batch | %s |" % ", ".join(
-            "%s: %s" % (b, fmt(s) if isinstance(s, float) else s) for b, s in st["eval"]["s_per_10k"].items()))
+            "%s: %s" % (b, ref(("eval", stage_model(res, "eval"), b, "s_per_10k"), s) if isinstance(s, float) else s)
+            for b, s in st["eval"]["s_per_10k"].items()))
     sy = st.get("syncs", {})
     if "count" in sy:
-        lines.append("| host syncs per micro-step (%s) | %.2f (%d over %d) |" % (
-            sy["how"], sy["per_step"], sy["count"], sy["steps"]))
+        lines.append("| host syncs per micro-step (%s) | %s (%d over %d) |" % (
+            sy["how"], ref(("syncs", stage_model(res, "syncs"), sy["batch"], "per_step"), sy["per_step"], "%.2f"),
+            sy["count"], sy["steps"]))
         for i, x in enumerate(sy.get("syncs", [])):
             lines.append("| host sync %d: %s | %s |" % (i + 1, x["what"], " < ".join(reversed(x["stack"][-4:]))
                                                         or x.get("at", "-")))
+    hf = st.get("hf", {})
+    if "seq_per_s" in hf:
+        k = ("hf", stage_model(res, "hf"), hf["batch"])
+        lines.append("| Hugging Face BertForPreTraining, eager, unpacked, batch %d | %s, MFU %s, peak %s |" % (
+            hf["batch"], ref(k + ("seq_per_s",), hf["seq_per_s"], unit=" seq/s"), ref_pct(k + ("mfu",), hf["mfu"]),
+            ref(k + ("peak_gib",), hf["peak_gib"], unit=" GiB")))
     proj = res.get("projection", {})
     if "note" in proj:
         lines.append("| projected time to train | %s |" % proj["note"])
@@ -1066,12 +1421,17 @@ def projection(fv, eager, evals):
 def write(fv, res):
     from mlperf_bert.fileio import atomic_open
     res["seconds"] = time.time() - res["started"]
-    text = tables(res)
+    text = tables(res, references(fv.references))
     with atomic_open(fv.json, "w") as f:
         json.dump(dict(res, markdown=text), f, indent=1)
     with atomic_open(fv.markdown or os.path.splitext(fv.json)[0] + ".md", "w") as f:
         f.write(text + "\n")
     return text
+
+
+def planned_caps(order, seconds):
+    """{stage: cap}: ``seconds`` shared by the stages of ``order`` in proportion to SHARE."""
+    return {n: seconds * SHARE[n] / sum(SHARE[m] for m in order) for n in order}
 
 
 def main(argv):
@@ -1102,6 +1462,13 @@ def main(argv):
             len(recs), packing_rate, time.time() - started, ", ".join(order), fv.budget_s), file=sys.stderr,
             flush=True)
         preload()
+        res["planned_caps"] = planned_caps(order, fv.budget_s - (time.time() - started) - 3)
+        print("gpu_check: stage caps (s): %s (each stage's share if every earlier one uses all of its own; "
+              "time a stage leaves goes to the later ones)" % ", ".join(
+                  "%s %.0f" % (n, c) for n, c in res["planned_caps"].items()), file=sys.stderr, flush=True)
+        from mlperf_bert.trainer.config import BertConfig
+        config = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
+        res["model"] = {"hidden_size": config.hidden_size, "num_hidden_layers": config.num_hidden_layers}
         ctx = {"fv": fv, "kind": kind, "work": work, "lever_config": lever_config(fv, work), "recs": recs,
                "packed_file": packed_file,
                "packing_rate": packing_rate}
@@ -1110,7 +1477,7 @@ def main(argv):
             if left < 2:
                 res["not_run"][name] = "out of the budget"
                 continue
-            cap = left * SHARE[name] / sum(SHARE[n] for n in order[i:])
+            cap = planned_caps(order[i:], left)[name]
             r = run_stage(name, ctx, cap)
             res["stages"][name] = r
             res["device"] = res.get("device") or r.get("device")

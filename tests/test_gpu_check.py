@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import types
 
@@ -20,9 +21,11 @@ gpu_check.preload()  # what the check imports before it forks its stages
 @pytest.mark.slow
 def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_path, monkeypatch, capfd):
     """Issue 36: ``--budget_s=420`` on the tiny CPU config ends inside its budget with every
-    stage's result; the summary table comes first, in the output and in gpu_check.md. Its main in
-    this process, which has imported what it imports (the script's own start: the refusal tests
-    below), its stages forked from here as from the script."""
+    stage's result; the summary table comes first, in the output and in gpu_check.md. Issue 46.1:
+    the full-depth stage runs (at tiny size), second; every stage's cap is printed before the first
+    starts. Issue 47.9: ``--tiny`` alone is the quick settings this test ran with flags before. Its
+    main in this process, which has imported what it imports (the script's own start: the refusal
+    tests below), its stages forked from here as from the script."""
     import torch
     out = tmp_path / "check.json"
     monkeypatch.chdir(tmp_path)
@@ -32,9 +35,7 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
     t = time.time()
     try:
         status = gpu_check.main(["gpu_check.py", "--tiny", "--budget_s=420", "--input_file=" + golden_s512,
-                                 "--batches=2", "--steps=1", "--eval_batches=2", "--compile_backend=eager",
-                                 "--levers=fused_qkv,pad_vocab,cuda_graphs", "--trainer_steps=4",
-                                 "--lever_all=pad_vocab,cuda_graphs,fused_qkv", "--json=%s" % out])
+                                 "--json=%s" % out])
     finally:
         torch.set_num_threads(threads)
     wall = time.time() - t
@@ -44,34 +45,60 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
     assert res["seconds"] <= 420 and wall < 420 + 30  # the check's own clock, and its start-up
     st = res["stages"]
     assert list(st) == list(gpu_check.STAGES) and not res["not_run"]
+    assert gpu_check.STAGES[:2] == ("packed", "full_depth")
+    # every cap, printed before the first stage starts (and in the markdown)
+    caps = [line for line in captured.err.splitlines() if line.startswith("gpu_check: stage caps (s): ")]
+    assert len(caps) == 1 and captured.err.index(caps[0]) < captured.err.index("gpu_check: packed: ")
+    assert [x.split()[0] for x in caps[0].split(": ", 2)[2].split(" (")[0].split(", ")] == list(gpu_check.STAGES)
+    assert list(res["planned_caps"]) == list(gpu_check.STAGES) and sum(res["planned_caps"].values()) <= 420
     # every stage's result, or its recorded failure: on this shared 2-core machine a stage may
     # overrun its cap (then it is stopped and the next runs); an error in a stage is a failure here
     failed = {n: r["failed"] for n, r in st.items() if "failed" in r}
-    assert all(f.startswith("out of time: stopped after its cap") for f in failed.values()), failed
+    assert all(f.startswith("out of time: killed at its cap") for f in failed.values()), failed
     md = (tmp_path / "check.md").read_text()
     assert md == res["markdown"] + "\n" and captured.out.startswith(md.splitlines()[0])
     summary = md.split("## Details")[0]
+    assert "Stage caps, planned before the first stage: packed " in summary
     for name in gpu_check.STAGES:
         assert "\n| %s | " % name in summary
         assert ("FAILED: out of time" in summary.split("\n| %s | " % name)[1].splitlines()[0]) == (name in failed)
     if "packed" not in failed:  # packed rows compute what unpacked ones do (the dense mask on a CPU)
         assert max(st["packed"]["errors"]["fp32"].values()) < 1e-5
         assert max(st["packed"]["errors"]["bf16"].values()) < 3e-2
+    if "full_depth" not in failed:
+        fd = st["full_depth"]
+        assert fd["model"] == {"hidden_size": 32, "num_hidden_layers": 2} and fd["batch"] == 2
+        assert fd["windows"] == 3 and fd["steps"] == 1
+        assert [(r["mode"], r["levers"]) for r in fd["runs"]] == [
+            ("eager", "plain"), ("compiled", "plain"), ("compiled", "fused_qkv"), ("eager", "fused_qkv")]
+        for r in fd["runs"]:
+            assert "failed" not in r, r
+            assert len(r["windows"]) == 3 and r["rows_per_s"] == sorted(r["windows"])[1] and r["spread"] >= 0
+            assert r["real_seq_per_s"] > 0 and r["first_steps_s"] > 0
+            assert r["peak_gib"] is r["reserved_gib"] is r["warmup_peak_gib"] is r["mfu"] is None  # a CPU has none
+            assert (r["compile_s"] is None) == (r["mode"] == "eager")
+        assert fd["runs"][2]["speed_vs_plain"] > 0 and "speed_vs_plain" not in fd["runs"][1]
     if "eager" not in failed:
         (row,) = st["eager"]["steps"]
         assert row["batch"] == 2 and row["real_seq_per_s"] > row["rows_per_s"] > 0 and row["plan_gib"] > 0
         assert row["peak_gib"] is None and row["mfu"] is None  # a CPU has neither
     if "levers" not in failed:
-        runs = {(r["mode"], r["levers"]): r for r in st["levers"]["runs"]}
+        order = [(r["mode"], r["levers"]) for r in st["levers"]["runs"]]
+        assert order[:4] == [("eager", "plain"), ("compiled", "plain"), ("eager", "all: fused_update,fused_qkv"),
+                             ("compiled", "all: fused_update,fused_qkv")]  # --lever_all's order, less the refused
+        runs = dict(zip(order, st["levers"]["runs"]))
         assert set(runs) == {(mode, x) for mode in ("eager", "compiled") for x in (
-            "plain", "fused_qkv", "pad_vocab", "cuda_graphs", "all: pad_vocab,fused_qkv")}  # --lever_all's order
+            "plain", "fused_qkv", "cuda_graphs", "all: fused_update,fused_qkv")}
         assert "CUDA device" in runs["compiled", "cuda_graphs"]["refused"]  # eager: "add --compile"
         assert "--compile" in runs["eager", "cuda_graphs"]["refused"]
         for key, r in runs.items():  # each lever computes what the plain step of its mode does
+            if key[1] != "cuda_graphs":
+                assert len(r["windows"]) == 3 and r["spread"] >= 0, key
             if key[1] not in ("plain", "cuda_graphs"):
                 assert r["loss_vs_plain"] == pytest.approx(0, abs=1e-2) and r["speed_vs_plain"] > 0, key
+        assert "eager plain step's spread" in summary.split("\n| levers | ")[1].splitlines()[0]
         # CUDA-graph recordings counted per phase (0 on a CPU: the counting path ran)
-        assert "compiled all: pad_vocab,fused_qkv: timed steps" in st["levers"]["graph_recordings"]
+        assert "compiled all: fused_update,fused_qkv: timed steps" in st["levers"]["graph_recordings"]
         assert set(st["levers"]["graph_recordings"].values()) == {0}
         # inductor's CUDA-graph skips too: the same phases, none (a CPU records no graph)
         assert st["levers"]["cudagraph_skips"].keys() == st["levers"]["graph_recordings"].keys()
@@ -82,7 +109,11 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
         assert {"trainer: warm-up", "trainer: first steps", "trainer: later steps", "trainer: first eval",
                 "trainer: second eval"} <= set(rec) and set(rec.values()) == {0}
         assert tr["status"] == 0 and tr["micro_steps"] == 4 and tr["evals"] >= 2 and tr["checkpoints"]
-        assert tr["levers"] == ["fused_qkv", "pad_vocab"] and "cuda_graphs" in tr["refused"]
+        assert tr["levers"] == ["fused_qkv"] and "cuda_graphs" in tr["refused"]
+        # the rates the trainer logged (--log_frequency=1 at 4 steps), not only its exit status
+        assert [r["step"] for r in tr["rates"]] == [1, 2, 3, 4]
+        assert all(r["rows_per_s"] > 0 and r["seq_per_s"] > 0 for r in tr["rates"])
+        assert "logged at the end: %.1f rows/s" % tr["rates"][-1]["rows_per_s"] in summary
     if "eval" not in failed:
         assert set(st["eval"]["s_per_10k"]) == {"2"} and st["eval"]["s_per_10k"]["2"] > 0
     if "syncs" not in failed:
@@ -94,6 +125,7 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
     if "eager" not in failed:
         for gpus in ("8", "64"):
             assert res["projection"][gpus]["total_s"] > 0
+    assert "(H100 " not in md  # the records' figures are BERT-Large's: none is this tiny model's
 
 
 def _ctx(tmp_path):
@@ -127,6 +159,86 @@ def test_a_failing_or_overrunning_stage_is_recorded_and_the_next_runs(tmp_path, 
     good = gpu_check.run_stage("syncs", ctx, cap=60)
     assert "failed" not in good and good["count"] == 0 and good["pid"] != os.getpid()  # its own process
     assert good["graph_recordings"] == {} and good["cpu_s"] >= 0
+
+
+def test_a_stage_killed_mid_compile_leaves_nothing_to_the_next(tmp_path, monkeypatch):
+    """Issue 45.6: a stage killed at its cap in the middle of an inductor compile left a 0-byte
+    main.so in the compile cache all stages shared (and gcc's temporaries in TMPDIR): the next stage
+    failed "file too short", reported as its own failure. Each stage compiles into a cache and a
+    TMPDIR of its own, starting from the cache of the last stage that ended by itself; a killed
+    stage's are removed, and its verdict says it was killed at its cap, and during what."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, triton_cache_dir
+
+    def compiles(ctx, save):  # a compile that ends: its kernel is cached
+        with open(os.path.join(cache_dir(), "kept.so"), "wb") as f:
+            f.write(b"\x7fELF kernel")
+        return {"count": 0}
+
+    def killed(ctx, save):  # killed while gcc writes main.so and its temporaries
+        save({"runs": []}, running="compiled plain")
+        open(os.path.join(cache_dir(), "main.so"), "wb").close()
+        tempfile.NamedTemporaryFile(prefix="cc", suffix=".s", delete=False).close()
+        time.sleep(60)
+
+    def reads(ctx, save):
+        return {"count": 0, "cache": sorted(os.listdir(cache_dir())), "triton": triton_cache_dir(0),
+                "tmp": os.listdir(tempfile.gettempdir()), "tmpdir": os.environ["TMPDIR"], "cache_dir": cache_dir()}
+    monkeypatch.setattr(gpu_check, "STAGE_FUNCTIONS", {"packed": compiles, "full_depth": killed, "eager": reads})
+    ctx = _ctx(tmp_path)
+    assert "failed" not in gpu_check.run_stage("packed", ctx, cap=60)
+    bad = gpu_check.run_stage("full_depth", ctx, cap=1.5)
+    assert bad["failed"] == ("out of time: killed at its cap of 2 s during compiled plain; its compile cache and "
+                             "temporary files removed") and "running" not in bad
+    nxt = gpu_check.run_stage("eager", ctx, cap=60)
+    assert "failed" not in nxt, nxt
+    assert nxt["cache"] == ["kept.so"]  # the cache of the stage that ended, without the killed one's main.so
+    assert nxt["tmp"] == [] and nxt["tmpdir"].startswith(str(tmp_path))  # gcc's temporaries: not there
+    assert nxt["cache_dir"].startswith(str(tmp_path)) and nxt["triton"].startswith(nxt["cache_dir"])
+    # nothing of the killed stage is left in the work folder: only the last good cache, and the results
+    left = [os.path.join(d, f) for d, _, fs in os.walk(str(tmp_path)) for f in fs if not f.endswith(".json")]
+    assert [os.path.basename(f) for f in left] == ["kept.so"], left
+
+
+def test_each_figure_is_printed_beside_the_records_of_docs_gpu(tmp_path):
+    """Issue 47.8: beside each figure, the value docs/gpu/'s records have for the same stage, model,
+    sequence length, batch and levers, labelled with the GPU and the date ("319.0 real seq/s (H100
+    2026-11-27: 319.0)"); runs of one day listed in the order they ran; none for another model."""
+    refs = gpu_check.references(os.path.join(ROOT, "docs", "gpu"))
+    assert [label for label, _ in refs] == ["H100 2026-11-27"] * 3
+    res = json.load(open(os.path.join(ROOT, "docs", "gpu", "2026-11-27-h100.json")))
+    md = gpu_check.tables(res, refs)
+    eager = [line for line in md.splitlines() if line.startswith("| Trainer.step eager, packed, batch 24 |")]
+    assert eager == ["| Trainer.step eager, packed, batch 24 | 226.5 rows/s (H100 2026-11-27: 226.5) = 319.0 real "
+                     "seq/s (H100 2026-11-27: 319.0), 229 TFLOP/s, MFU 23.1% (H100 2026-11-27: 23.1%), peak 17.0 GiB "
+                     "(H100 2026-11-27: 17.0) (plan 17.6 GiB) |"]
+    # the compiled plain step at 2 layers, in runs 1, 2 and 3 (the order they ran)
+    assert "| 2505.6 rows/s (H100 2026-11-27: 2505.6, 1864.7, 2358.6), " in md
+    assert "1.11x plain (H100 2026-11-27: 1.11x, 1.50x)" in md  # --cuda_graphs, runs 1 and 2
+    # a new run on another card: its figures, the H100's beside them; another model or batch: none
+    res["device"] = "NVIDIA H200"
+    res["stages"]["eager"]["steps"][0]["real_seq_per_s"] = 401.25
+    res["stages"]["eager"]["steps"][1]["batch"] = 50
+    md = gpu_check.tables(res, refs)
+    assert "= 401.2 real seq/s (H100 2026-11-27: 319.0)," in md
+    assert "| Trainer.step eager, packed, batch 50 | 264.6 rows/s = 364.3 real seq/s, " in md
+    res["model"] = {"hidden_size": 1024, "num_hidden_layers": 12}
+    assert "(H100 2026-11-27: 319.0)" not in gpu_check.tables(res, refs)
+    # a record of the new full-depth stage is found by its batch, mode and levers
+    rec = {"started": 1796774400, "device": "NVIDIA H200", "seq": 512, "stages": {"full_depth": {
+        "model": gpu_check.BERT_LARGE, "batch": 117, "steps": 3, "windows": 3, "runs": [
+            {"mode": "compiled", "levers": "plain", "rows_per_s": 362.0, "real_seq_per_s": 466.0, "mfu": 0.376,
+             "windows": [361.0, 362.0, 363.0], "spread": 0.0055, "warmup_peak_gib": 60.0, "warmup_reserved_gib": 62.0,
+             "peak_gib": 55.0, "reserved_gib": 62.0, "first_steps_s": 90.0, "compile_s": 89.4}]}}}
+    (tmp_path / "2026-12-09-h200.json").write_text(json.dumps(rec))
+    (tmp_path / "notes.json").write_text("{}")  # not a record: passed over
+    now = json.loads(json.dumps(rec))
+    now["stages"]["full_depth"]["runs"][0].update(rows_per_s=380.0, compile_s=70.2)
+    md = gpu_check.tables(dict(now, budget_s=420, seconds=1, records=3000, packing_rate=1.29, torch="x",
+                               order=["full_depth"], not_run={}, kind="cuda",
+                               stages={"full_depth": dict(now["stages"]["full_depth"], seconds=1, cap_s=2,
+                                                          cpu_s=1)}),
+                          gpu_check.references(str(tmp_path)))
+    assert "380.0 rows/s (H200 2026-12-09: 362.0)" in md and "compile 70 s (H200 2026-12-09: 89)" in md
 
 
 def test_graph_recordings_are_counted_by_phase():

@@ -1,11 +1,12 @@
 # `make demo`: set up .venv and run the built-in end-to-end demo.  `make test`: the test suite.
 # `make container-test`: build the image and run it as a user would (minutes; needs docker or podman).
+# `make slurm-test`: the multi-node sbatch under a real two-node Slurm on this host (root; minutes).
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: demo submission-demo test container-test venv hf bench clean manifest
+.PHONY: demo submission-demo test container-test slurm-test venv hf bench clean manifest
 
 venv: $(STAMP)
 
@@ -36,6 +37,12 @@ test: $(STAMP)
 # (tests/container/check_image.py: engine and site flags from CONTAINER_* variables)
 container-test: $(STAMP)
 	$(PY) tests/container/check_image.py
+
+# examples/slurm_multinode.sbatch on the demo preset under a two-node Slurm started on this host
+# (tests/slurm/check_slurm.py: installs slurm-wlm and munge with apt-get when missing, needs root
+# for the daemons' namespaces); not part of `make test`
+slurm-test: $(STAMP)
+	$(PY) tests/slurm/check_slurm.py
 
 # MANIFEST.txt: the files `package` copies as the implementation (git is not needed there, e.g. in
 # the image); remake it after adding, moving or removing a tracked file (tests/test_score.py checks it)

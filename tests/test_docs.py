@@ -57,6 +57,9 @@ OTHERS_FLAGS = {
     "tensorboard": {"logdir"},
     "mlperf_logging": {"usage", "ruleset", "rcp-bert-train-samples"},
     "the reference's do_gather.py": {"block_size"},
+    "sbatch/srun/scancel/scontrol (SLURM), pyxis": {"nodes", "time", "cpus-per-task", "gpus-per-node", "signal",
+                                                    "requeue", "open-mode", "exclusive", "mem", "test-only",
+                                                    "kill-on-bad-exit", "container-image", "container-mounts"},
 }
 
 # Flags other helpers are adding on their branches at the same time (issue 27). Each entry is
@@ -384,6 +387,7 @@ def test_every_variable_the_docs_name_is_read_somewhere():
     README.md or docs/running.md is an environment variable, build argument or image setting that
     some file of ours reads or sets."""
     readers = list(LAUNCHER_FILES) + ["Dockerfile", "Makefile", "tests/container/check_image.py", "tests/conftest.py"] \
+        + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "examples", "*"))) \
         + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "mlperf_bert", "**", "*.py"),
                                                              recursive=True))
     missing = []

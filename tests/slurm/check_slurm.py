@@ -1,0 +1,355 @@
+"""``make slurm-test``: examples/slurm_multinode.sbatch under a real Slurm (not part of ``make test``).
+
+A two-node Slurm on this host (tests/slurm/local_slurm.py: slurm-wlm and munge, installed with
+apt-get when missing; proctrack/linuxproc, so Slurm signals every process of a task's tree) runs
+the sbatch through examples/submit.sh on the demo preset (PRESET=demo_cpu, GPUS_PER_NODE=0, one
+rank a node, a tiny BERT on the reference's s128 records of tests/data), and checks:
+
+1. an unstopped job: both nodes meet at the rendezvous (a world of 2 ranks, one on n1, one on n2)
+   and finish; its final checkpoint is the reference;
+2. ``scancel --signal=TERM`` mid-run: every node says its run stopped by SIGTERM and which
+   checkpoint holds it (one checkpoint with both ranks' state), the job exits 143; ``scontrol
+   requeue`` of the stopped job resumes it, and its output file keeps the first attempt's lines
+   (--open-mode=append); the final checkpoint is bit-identical to the reference's;
+3. a time-limit stop: the job's limit moved near (``scontrol update TimeLimit``), Slurm's own
+   warning (the sbatch's --signal=B:USR1@600) stops the runs with a checkpoint, the job requeues
+   itself (REQUEUE_AT_TIME_LIMIT=1), the next attempt resumes (its first checkpoint follows the
+   stop's) and the output file keeps both attempts (a run that never ends by itself: the warning
+   comes during the run whatever the load; check 2 proves a resume bit-identical);
+4. one node's rank killed with SIGKILL: the job ends (nothing hangs, nothing of it is left) and its
+   status is the killed rank's (137), named in the job's last line.
+Each step prints its time; every daemon is stopped by pid at the end, also after a failure. The
+scratch folder is removed after a pass (kept after a failure, and with SLURM_TEST_KEEP=1).
+"""
+import gzip
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+import local_slurm  # noqa: E402
+
+# The tiny model of tests/test_training.py (TINY) on the reference's s128 records.
+TINY = {"vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 32, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 128, "type_vocab_size": 2,
+        "initializer_range": 0.02}
+STEPS = int(os.environ.get("SLURM_TEST_STEPS", "120"))  # micro-steps of a run
+FLAGS = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--train_batch_size=4", "--steps_per_update=2",
+         "--num_train_steps=%d" % STEPS, "--num_warmup_steps=4", "--save_checkpoints_steps=3", "--seed=7",
+         "--num_workers=1", "--nodo_eval", "--eval_frequency=1000000", "--noprogress"]
+FIRST = "model.ckpt-6.pt"  # a stop is sent once this exists
+LAST = "model.ckpt-%d.pt" % STEPS
+JOB_TIMEOUT = 240  # s, any one job
+times = []
+
+
+class Failed(Exception):
+    pass
+
+
+def step(name):
+    def wrap(fn):
+        def run(*args):
+            print("\n== %s" % name, flush=True)
+            t = time.time()
+            try:
+                return fn(*args)
+            finally:
+                times.append((name, time.time() - t))
+                print("== %s: %.0f s" % (name, time.time() - t), flush=True)
+        return run
+    return wrap
+
+
+def expect(cond, what):
+    if not cond:
+        raise Failed(what)
+    print("  ok: %s" % what, flush=True)
+
+
+class Test:
+    def __init__(self, scratch):
+        self.dir = scratch
+        self.slurm = local_slurm.LocalSlurm(os.path.join(scratch, "slurm"))
+        self.data = os.path.join(scratch, "data")
+
+    # ---- setup
+
+    def make_data(self):
+        from mlperf_bert.dataset import tfrecord
+        os.makedirs(self.data)
+        src = os.path.join(ROOT, "tests", "data", "golden", "part-00000.s128.tfrecord.gz")
+        plain = os.path.join(self.dir, "golden.tfrecord")
+        with gzip.open(src, "rb") as f, open(plain, "wb") as out:
+            shutil.copyfileobj(f, out)
+        recs = list(tfrecord.read_records(plain))
+        tfrecord.write_records(os.path.join(self.data, "part-00000"), recs[:96])
+        tfrecord.write_records(os.path.join(self.data, "eval_10k"), recs[4000:4040])
+        os.remove(plain)
+        self.config = os.path.join(self.dir, "bert_config.json")
+        with open(self.config, "w") as f:
+            json.dump(TINY, f)
+
+    # ---- jobs
+
+    def submit(self, name, *sbatch_opts, **env):
+        out = os.path.join(self.dir, name)
+        env = dict(dict(PRESET="demo_cpu", GPUS_PER_NODE="0", NUM_RUNS="1", EXTRA_FLAGS=" ".join(FLAGS)), **env)
+        e = dict(self.slurm.env, DATA_DIR=self.data, BERT_CONFIG=self.config, OUTPUT_DIR=out, CHECK_LOG="0",
+                 DROP_CACHES="0", TMPDIR=self.tmp, OMP_NUM_THREADS="1",
+                 TORCHINDUCTOR_CACHE_DIR=os.path.join(self.dir, "inductor"), **env)
+        for k in ("SUBMISSION_ORG", "SUBMISSION_PLATFORM", "INIT_CHECKPOINT", "INPUT_FILES", "EVAL_FILE", "SEED",
+                  "MASTER_PORT", "NNODES", "NODE_RANK", "MASTER_ADDR", "NUM_GPUS"):
+            if k not in env:
+                e.pop(k, None)
+        cmd = [os.path.join(ROOT, "examples", "submit.sh"), "--cpus-per-task=2", "--job-name=" + name,
+               "--output=%s/%s-%%j.out" % (self.dir, name)] + list(sbatch_opts)
+        print("$ %s %s" % (" ".join("%s=%s" % (k, shlex.quote(v)) for k, v in env.items()), " ".join(cmd)), flush=True)
+        proc = subprocess.run(cmd, env=e, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        if proc.returncode:
+            raise Failed("submit.sh exited %d: %s" % (proc.returncode, proc.stdout + proc.stderr))
+        jobid = proc.stdout.split()[-1]
+        print("  job %s" % jobid, flush=True)
+        return jobid, out, "%s/%s-%s.out" % (self.dir, name, jobid)
+
+    def wait_for(self, cond, jobid, what, timeout=JOB_TIMEOUT):
+        t = time.time()
+        while not cond():
+            state = self.slurm.job(jobid).get("JobState")
+            if state not in ("PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING"):
+                raise Failed("job %s ended (%s) before %s" % (jobid, state, what))
+            if time.time() - t > timeout:
+                raise Failed("no %s after %d s" % (what, timeout))
+            time.sleep(0.2)
+        print("  %s after %.0f s" % (what, time.time() - t), flush=True)
+
+    def ended(self, jobid, output, timeout=JOB_TIMEOUT):
+        j = self.slurm.wait_job(jobid, timeout)
+        text = open(output, errors="replace").read()
+        print("  job %s: %s, exit %s; its output:" % (jobid, j["JobState"], j["ExitCode"]))
+        print("    " + "\n    ".join(text.rstrip().splitlines()[-12:]), flush=True)
+        return j, text
+
+    # ---- the checks
+
+    @step("1. an unstopped job on two nodes (the reference)")
+    def unstopped(self):
+        jobid, out, output = self.submit("full")
+        j, text = self.ended(jobid, output)
+        expect(j["JobState"] == "COMPLETED" and j["ExitCode"] == "0:0", "the job completed, exit 0")
+        expect(re.search(r"every node finished \(node 0 \(n1\) 0 node 1 \(n2\) 0\)", text) is not None,
+               "both nodes (n1, n2) ran start_training.sh to its end, status 0")
+        expect(re.search(r"rendezvous n1:\d+", text) is not None, "the rendezvous was on the first node, n1")
+        ranks = load(os.path.join(out, LAST)).get("ranks")
+        expect(isinstance(ranks, list) and len(ranks) == 2, "the final checkpoint holds 2 ranks' state: both nodes met")
+        return out
+
+    @step("2. scancel --signal=TERM mid-run, then scontrol requeue: resumed, output kept")
+    def scancel_and_requeue(self, full):
+        jobid, out, output = self.submit("stopped")
+        self.wait_for(lambda: os.path.exists(os.path.join(out, FIRST)), jobid, FIRST)
+        self.slurm.run(["scancel", "--signal=TERM", jobid])
+        j, text = self.ended(jobid, output)
+        expect(j["ExitCode"] == "143:0", "the stopped job exits 143")
+        stops = re.findall(r"start_training\.sh: the run stopped by SIGTERM after \d+ s: (\S+) holds it", text)
+        expect(len(stops) == 2 and stops[0] == stops[1] and os.path.exists(stops[0]),
+               "both nodes said their run stopped by SIGTERM and which checkpoint holds it (%s)" % (stops[:1],))
+        ranks = load(stops[0]).get("ranks")
+        expect(isinstance(ranks, list) and len(ranks) == 2, "that checkpoint holds both ranks' state")
+        expect("stopped: status 143" in text, "the job's last line says it stopped, status 143")
+        first = text
+        self.slurm.run(["scontrol", "requeue", jobid])
+        j, text = self.ended(jobid, output)
+        expect(j["JobState"] == "COMPLETED" and j["ExitCode"] == "0:0", "the requeued job completed, exit 0")
+        expect(text.startswith(first), "the requeue appended to the job's output: the first attempt's lines kept")
+        expect("resumed from %s" % os.path.basename(stops[0]) in text, "the run resumed from that checkpoint")
+        same(os.path.join(full, LAST), os.path.join(out, LAST))
+
+    @step("3. the time limit: Slurm's warning stops the runs, the job requeues itself and resumes")
+    def time_limit(self):
+        # a run that never ends by itself: whatever the load, the warning comes during the run
+        jobid, out, output = self.submit("timelimit", REQUEUE_AT_TIME_LIMIT="1", EXTRA_FLAGS=" ".join(
+            f if not f.startswith("--num_train_steps=") else "--num_train_steps=1000000" for f in FLAGS))
+        self.wait_for(lambda: os.path.exists(os.path.join(out, FIRST)), jobid, FIRST)
+        # 10 minutes from the job's start: within the sbatch's --signal=B:USR1@600 at once, and
+        # Slurm's periodic check (every 30 s) sends the warning
+        self.slurm.run(["scontrol", "update", "JobId=%s" % jobid, "TimeLimit=10"])
+        warned = "the time limit is near (SIGUSR1)"
+        self.wait_for(lambda: warned in read(output), jobid, "Slurm's time-limit warning", timeout=90)
+        # the next attempt gets the time to go on (each attempt starts the limit anew)
+        self.slurm.run(["scontrol", "update", "JobId=%s" % jobid, "TimeLimit=60"])
+        self.wait_for(lambda: "attempt 1:" in read(output), jobid, "the second attempt")
+        first = read(output).split("attempt 1:", 1)[0]
+        expect("stopped by the time limit: status 143" in first, "the first attempt stopped by the time limit, status 143")
+        stops = re.findall(r"start_training\.sh: the run stopped by SIGTERM after \d+ s: \S+/model\.ckpt-(\d+)\.pt holds it",
+                           first)
+        expect(len(stops) == 2 and stops[0] == stops[1] and "requeueing job %s" % jobid in first,
+               "both nodes said which checkpoint holds the run (model.ckpt-%s.pt), and the job requeued itself"
+               % (stops[:1] or ["?"])[0])
+        # the second attempt's first checkpoint follows the first attempt's last: resumed, not restarted
+        before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out) if n.endswith(".pt")}
+        new = lambda: sorted(int(re.search(r"(\d+)", n).group(1)) for n in os.listdir(out)  # noqa: E731
+                             if re.match(r"model\.ckpt-\d+\.pt$", n) and before.get(n) != mtime(os.path.join(out, n)))
+        self.wait_for(lambda: new(), jobid, "the second attempt's first checkpoint")
+        k = int(stops[0])
+        expect(k < new()[0] <= k + 3, "the second attempt resumed: its first checkpoint is model.ckpt-%d.pt (a run "
+               "started over would write model.ckpt-3.pt first)" % new()[0])
+        self.slurm.run(["scancel", "--signal=TERM", jobid])
+        j, text = self.ended(jobid, output)
+        expect(j["ExitCode"] == "143:0" and int(j["Restarts"]) == 1 and text.startswith(first),
+               "stopped again (143); the requeue appended to the job's output: the first attempt's lines kept")
+
+    @step("4. one node's rank killed with SIGKILL: the job ends and its status names it")
+    def killed_rank(self):
+        jobid, out, output = self.submit("killed")
+        self.wait_for(lambda: os.path.exists(os.path.join(out, FIRST)), jobid, FIRST)
+        rank = self.rank_pid(node=1)
+        print("  SIGKILL to node 1's rank, pid %d" % rank, flush=True)
+        os.kill(rank, signal.SIGKILL)
+        t = time.time()
+        j, text = self.ended(jobid, output, timeout=120)
+        print("  the job ended %.0f s after the kill" % (time.time() - t))
+        expect(j["ExitCode"] == "137:0", "the job's status is the killed rank's, 137 (128 + SIGKILL)")
+        expect(re.search(r"node 1 failed first, with status 137", text) is not None,
+               "the job's last line names node 1 and the status")
+        time.sleep(1)
+        left = [p for p in self.slurm.marked_pids() if environ(p).get("SLURM_JOB_ID") == jobid]
+        expect(not left, "nothing of the job is left running (%s)" % ", ".join(cmdline(p) for p in left))
+
+    def rank_pid(self, node):
+        """The trainer rank of the node (RANK in its environment; its loader worker is its child)."""
+        found = {}
+        for pid in self.slurm.marked_pids():
+            env = environ(pid)
+            if env.get("SLURM_NODEID") == str(node) and "RANK" in env and "TORCHELASTIC_RUN_ID" in env:
+                found[pid] = ppid(pid)
+        ranks = [p for p, parent in found.items() if parent not in found]
+        if len(ranks) != 1:
+            raise Failed("node %d: %d trainer ranks found (%s)" % (node, len(ranks), ranks))
+        return ranks[0]
+
+    def run(self):
+        t0 = time.time()
+        self.tmp = os.path.join(self.dir, "tmp")
+        os.makedirs(self.tmp)
+        step("set up: data, a two-node Slurm (munged, slurmctld, slurmd n1 and n2)")(self.setup)()
+        full = self.unstopped()
+        self.scancel_and_requeue(full)
+        self.time_limit()
+        self.killed_rank()
+        return time.time() - t0
+
+    def setup(self):
+        self.make_data()
+        self.slurm.start()
+        print(self.slurm.run(["sinfo", "-N"]).stdout, flush=True)
+
+
+def load(path):
+    import torch
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def same(a_path, b_path):
+    """The two checkpoints' model and optimizer, bit for bit."""
+    a, b = load(a_path), load(b_path)
+    for part in ("model", "optimizer"):
+        if not _equal(a[part], b[part]):
+            raise Failed("%s: %s differs from the unstopped run's %s" % (b_path, part, a_path))
+    expect(True, "%s is bit-identical to the unstopped run's (model and optimizer)" % os.path.basename(b_path))
+
+
+def _equal(a, b):
+    import torch
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def mtime(path):
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def environ(pid):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            return dict(v.decode(errors="replace").partition("=")[::2] for v in f.read().split(b"\0") if b"=" in v)
+    except OSError:
+        return {}
+
+
+def ppid(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def main():
+    scratch = tempfile.mkdtemp(prefix="slurm_test.")
+    test = Test(scratch)
+    ok = False
+    t0 = time.time()
+    try:
+        test.run()
+        ok = True
+    except (Failed, local_slurm.SlurmError) as e:
+        print("\nslurm test FAILED: %s" % e)
+    except Exception:  # a bug of the test's own: its traceback, and the daemons stopped all the same
+        traceback.print_exc()
+    finally:
+        if not ok:
+            for name in ("slurmctld", "slurmd.n1", "slurmd.n2"):
+                print("-- %s (last lines)\n%s" % (name, test.slurm.tail(name, 15)))
+        left = test.slurm.stop()
+        print("\ndaemons stopped (%s)%s" % (", ".join("%s %d" % kv for kv in test.slurm.pids.items()),
+                                            "; killed what was left: %s" % left if left else ""))
+        print("\n%-80s %8s" % ("step", "seconds"))
+        for name, seconds in times:
+            print("%-80s %8.0f" % (name, seconds))
+        print("%-80s %8.0f" % ("total", time.time() - t0))
+        with open("/proc/loadavg") as f:
+            print("load average at the end: %s (%d cores)" % (" ".join(f.read().split()[:3]), os.cpu_count()))
+        if ok and os.environ.get("SLURM_TEST_KEEP") != "1":
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            print("scratch folder kept: %s" % scratch)
+    print("slurm test %s" % ("PASSED" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

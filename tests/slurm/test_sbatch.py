@@ -1,0 +1,118 @@
+"""examples/slurm_multinode.sbatch and examples/submit.sh with stand-ins for srun, scontrol and
+sbatch (the real SLURM: ``make slurm-test``, tests/slurm/check_slurm.py). The srun stand-in runs
+each node's task at once in a process group of its own and, as --kill-on-bad-exit does, sends the
+other tasks' groups SIGTERM when one fails (SLURM signals every process of a task)."""
+import os
+import socket
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SBATCH = os.path.join(ROOT, "examples", "slurm_multinode.sbatch")
+SUBMIT = os.path.join(ROOT, "examples", "submit.sh")
+
+SRUN = r"""#!/bin/bash
+while [[ "$1" == -* ]]; do shift; done
+pids=()
+for (( n = 0; n < SLURM_NNODES; n++ )); do
+  SLURM_NODEID=$n setsid "$@" &
+  pids+=($!)
+done
+term_all() { for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; }
+if [[ -n "${FAKE_SCANCEL:-}" ]]; then  # once every node has started
+  until [[ -f "$FAKE_RECORD" ]] && (( $(wc -l < "$FAKE_RECORD") == SLURM_NNODES )); do sleep 0.05; done
+  term_all
+fi
+worst=0
+for (( left = ${#pids[@]}; left > 0; left-- )); do
+  wait -n
+  s=$?
+  (( s > worst )) && worst=$s
+  (( s )) && term_all
+done
+exit "$worst"
+"""
+# a node: FAKE_<rank>=STATUS:SECONDS exits STATUS after SECONDS, whatever it is sent; else it runs
+# until SIGTERM -> 143
+START = r"""#!/bin/bash
+echo "$NODE_RANK $MASTER_ADDR $MASTER_PORT $NUM_GPUS $*" >> "$FAKE_RECORD"
+v="FAKE_$NODE_RANK"
+if [[ -n "${!v:-}" ]]; then trap '' TERM; sleep "${!v#*:}"; exit "${!v%%:*}"; fi
+trap 'exit 143' TERM
+sleep 60 &
+wait
+"""
+
+
+@pytest.fixture
+def job(tmp_path):
+    bin_dir, cwd = tmp_path / "bin", tmp_path / "submit"
+    bin_dir.mkdir()
+    cwd.mkdir()
+    for name, body in (("srun", SRUN), ("scontrol", 'printf "n1\\nn2\\n"\n'),
+                       ("sbatch", '#!/bin/bash\necho "sbatch $*" >> "$FAKE_RECORD"\necho "Submitted batch job 7"\n')):
+        (bin_dir / name).write_text(body if body.startswith("#!") else "#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    (cwd / "start_training.sh").write_text(START)
+    (cwd / "start_training.sh").chmod(0o755)
+    data = tmp_path / "data"
+    data.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "FAKE_", "SBATCH"))
+           and k not in ("PRESET", "DATA_DIR", "INPUT_FILES", "EVAL_FILE", "MASTER_PORT", "GPUS_PER_NODE",
+                         "EXTRA_FLAGS", "OUTPUT_DIR", "SUBMISSION_ORG", "SUBMISSION_PLATFORM", "INIT_CHECKPOINT")}
+    env.update(PATH="%s:%s" % (bin_dir, os.environ["PATH"]), SLURM_NNODES="2", SLURM_JOB_NODELIST="n[1-2]",
+               SLURM_JOB_ID="40007", PRESET="demo_cpu", GPUS_PER_NODE="0", DATA_DIR=str(data),
+               FAKE_RECORD=str(tmp_path / "record"))
+
+    def run(*args, script=SBATCH, **extra):
+        proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=dict(env, **extra),
+                              cwd=str(cwd), timeout=60)
+        record = (tmp_path / "record").read_text().splitlines() if (tmp_path / "record").exists() else []
+        return proc, record
+    run.data = data
+    return run
+
+
+@pytest.mark.parametrize("case,status,last", [
+    # node 1 refuses its settings at once; node 0 then gets --kill-on-bad-exit's SIGTERM (143)
+    (dict(FAKE_1="2:0.2"), 2, "node 1 failed first, with status 2 (node 0 (%s) 143 node 1 (%s) 2; srun 143)"),
+    # node 1's rank killed (137); node 0's rank, which lost its peer (75), ended first
+    (dict(FAKE_0="75:0.1", FAKE_1="137:0.6"), 137, "node 1 failed first, with status 137 "
+                                                   "(node 0 (%s) 75 node 1 (%s) 137; srun 137)"),
+    # scancel --signal=TERM: every node stopped (its run checkpointed)
+    (dict(FAKE_SCANCEL="1"), 143, "stopped: status 143 (node 0 (%s) 143 node 1 (%s) 143; srun 143)"),
+], ids=["config-error", "rank-killed", "scancel-TERM"])
+def test_the_job_exits_with_the_first_failing_nodes_status(job, case, status, last):
+    """Issue 45 (2): under --kill-on-bad-exit a configuration error on one node ended the job 143,
+    the SIGTERM the other node then got, the documented "stopped, resume" status (a script that
+    resubmits on 143 loops on it). The job's status is the node that failed first, not one that
+    only followed it (143, or 75: lost its peer); every node 143 is a stop."""
+    proc, record = job("--seed=3", **case)
+    host = socket.gethostname()
+    assert proc.returncode == status, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "slurm_multinode.sbatch: " + last % (host, host), proc.stdout
+    # both nodes ran, each with its rank, the first node's address and the job's port, on the CPU
+    assert sorted(record) == ["%d n1 %d 1 --preset=demo_cpu --device=cpu --seed=3" % (n, 20000 + 40007 % 20000)
+                              for n in (0, 1)]
+
+
+def test_submit_checks_the_settings_before_sbatch(job, tmp_path):
+    """Issue 45 (3): a mistake is said before the job waits for nodes: submit.sh runs the job's
+    checks with the paths as the login node sees them, and calls sbatch only when they pass (with
+    GPUS_PER_NODE as --gpus-per-node, sbatch's options before --, trainer flags after it)."""
+    proc, record = job("--time=5", "--", "--seed=3", script=SUBMIT)
+    assert proc.returncode == 2 and record == [], proc.stdout + proc.stderr
+    assert proc.stderr == "error: slurm_multinode.sbatch: DATA_DIR=%s holds no part-* TFRecords: set DATA_DIR to " \
+                          "the folder make-dataset wrote\n" % job.data
+    (job.data / "part-00000").write_text("")
+    (job.data / "eval_10k").write_text("")
+    proc, record = job("--time=5", "--", "--seed=3", "--preset=tpu_8192", script=SUBMIT)
+    assert proc.returncode == 2 and record == [] and proc.stderr.startswith(
+        "error: slurm_multinode.sbatch: set the preset with PRESET=tpu_8192, not --preset=tpu_8192"), proc.stderr
+    proc, record = job("--time=5", "--", "--seed=3", script=SUBMIT)
+    assert proc.returncode == 0 and proc.stdout == "Submitted batch job 7\n", proc.stdout + proc.stderr
+    assert record == ["sbatch --gpus-per-node=0 --time=5 %s --seed=3" % SBATCH]
+    closed, record = job(script=SUBMIT, PRESET="rcp_3072", GPUS_PER_NODE="8")
+    assert closed.returncode == 2 and len(record) == 1 and closed.stderr.startswith(
+        "error: slurm_multinode.sbatch: set SUBMISSION_ORG SUBMISSION_PLATFORM INIT_CHECKPOINT ")

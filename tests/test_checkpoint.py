@@ -19,6 +19,7 @@ from mlperf_bert.trainer import tf_checkpoint
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer.model import BertForPreTraining
+from test_training import files  # noqa: F401 (a fixture)
 
 
 class _TensorFlow:
@@ -492,7 +493,7 @@ def test_the_next_update_waits_for_the_checkpoints_copy(tmp_path, monkeypatch):
     trainer = _trainer(tmp_path, dtype="fp32")
     event = fake.Event()
     real = checkpoint.host_copy_async
-    monkeypatch.setattr(checkpoint, "host_copy_async", lambda state, device: (real(state)[0], event))
+    monkeypatch.setattr(checkpoint, "host_copy_async", lambda state, device, buffers=None: (real(state)[0], event))
     submitted = []
     monkeypatch.setattr(trainer.writer, "submit", lambda path, state, keep, ready=None: submitted.append(ready))
     trainer.save(str(tmp_path / "model.ckpt-0.pt"), {})
@@ -506,3 +507,81 @@ def test_the_next_update_waits_for_the_checkpoints_copy(tmp_path, monkeypatch):
     trainer.step(batches[0], 0)
     trainer.step(batches[1], 1)
     assert main == [("wait", event), ("update",), ("update",)] and trainer._copying is None
+
+
+def test_checkpoint_copies_go_into_pinned_buffers_reserved_before_run_start(files, tmp_path, monkeypatch):
+    """Issue 46.5: the pinned host buffers of a CUDA run's checkpoint copies were allocated by the
+    first save, on the training thread, on the clock. Now rank 0 reserves one a storage of the model
+    and the optimizer (the slots the first update makes counted) in the untimed init, before
+    ``train`` logs run_start; every copy after an update takes them (no pinned allocation at a
+    save, none after the first), and the file written from them is the state's, byte for byte."""
+    from mlperf_bert.trainer import checkpoint, training
+    from test_levers import _batches, _trainer
+    from test_training import flags_for
+
+    # the order in run(): reserved (a CUDA run's gate lifted) before train(), which logs run_start
+    order = []
+    monkeypatch.setattr(checkpoint, "pinned_copies", lambda device: True)
+    monkeypatch.setattr(checkpoint, "_pinned", lambda n: torch.empty(n, dtype=torch.uint8))
+    real_reserve = training.Trainer.reserve_checkpoint_buffers
+    monkeypatch.setattr(training.Trainer, "reserve_checkpoint_buffers",
+                        lambda self: (order.append("reserve"), real_reserve(self)))
+
+    class Stop(Exception):
+        pass
+
+    def train(fv, trainer, *a, **k):
+        order.append(("train", trainer.host_buffers is not None))
+        raise Stop
+    monkeypatch.setattr(training, "train", train)
+    with pytest.raises(Stop):
+        training.main(flags_for(files, str(tmp_path / "out")))
+    assert order == ["reserve", ("train", True)]
+    monkeypatch.undo()
+
+    # the copies from a (fake) CUDA device take the reserved buffers
+    fake = _FakeCuda(monkeypatch)
+    monkeypatch.setattr(torch, "compile", lambda fn=None, **kw: fn)
+    trainer = _trainer(tmp_path, dtype="fp32")
+    assert not trainer.optimizer.state  # before the first update: its slots are counted to come
+    trainer.reserve_checkpoint_buffers()
+    reserved = [e for e in fake.log if e[0] == "pinned"]
+    n = len(trainer.model.state_dict()) + 2 * len(trainer.accumulator.params)  # no views in this model
+    assert len(reserved) == n
+    batches = _batches()
+    for i in range(2):
+        trainer.step(batches[i], i)  # an update: the slots exist
+    for _ in range(2):  # two saves: the second reuses the buffers of the first
+        del fake.log[:]
+        state = {"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict()}
+        copy, _ = checkpoint.host_copy_async(state, torch.device("cuda", 0), buffers=trainer.host_buffers)
+        assert [e for e in fake.log if e[0] == "pinned"] == []
+        assert len([e for e in fake.log if e[0] == "copy"]) == n
+    monkeypatch.undo()
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    torch.save(copy, str(tmp_path / "a" / "m.pt"))
+    torch.save(state, str(tmp_path / "b" / "m.pt"))
+    assert (tmp_path / "a" / "m.pt").read_bytes() == (tmp_path / "b" / "m.pt").read_bytes()
+
+
+def test_gather_objects_is_on_the_host_gloo_group(monkeypatch):
+    """Issue 46.5: on NCCL, torch's gather_object pickles each rank's object into a CUDA tensor and
+    reads it back (a device sync at every checkpoint). setup() makes a gloo group where the default
+    group is not gloo, on every rank, and gather_objects uses it (a fake process group stands in
+    for NCCL's: two ranks, this one rank 0; its collectives do nothing)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from mlperf_bert.trainer import distributed
+    made, used = [], []
+    monkeypatch.setattr(dist, "new_group", lambda backend=None, **kw: made.append(backend) or "gloo group")
+    monkeypatch.setattr(dist, "gather_object", lambda obj, out, dst=0, group=None: used.append(group))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        assert distributed.setup("cpu") == (0, 2, 0)
+        assert distributed.gather_objects({"rng": 1}) == [None, None]
+    finally:
+        dist.destroy_process_group()
+        monkeypatch.setattr(distributed, "_HOST_GROUP", None)
+    assert made == ["gloo"] and used == ["gloo group"]

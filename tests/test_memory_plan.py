@@ -212,7 +212,8 @@ class _NewTensors:
     def _made(self, t):
         import weakref
         self.total += t.untyped_storage().nbytes()
-        self.alive = [(r, n) for r, n in self.alive if r() is not None] + [(weakref.ref(t), t.untyped_storage().nbytes())]
+        n = t.untyped_storage().nbytes()
+        self.alive = [(r, m) for r, m in self.alive if r() is not None] + [(weakref.ref(t), n)]
         self.peak = max(self.peak, sum(n for _, n in self.alive))
 
     def __enter__(self):

@@ -157,14 +157,67 @@ def _on_device(storage):
     return storage.device.type != "cpu"
 
 
-class _Copier:
-    """Copies storages to host memory. From a CUDA device: into pinned buffers, ``non_blocking``,
-    on a side stream that first waits for the training stream (so it copies the values as they
-    are now), with ``event`` recorded after the last copy; the training stream goes on at once.
-    Elsewhere: a plain copy."""
+def pinned_copies(device):
+    """Whether checkpoints are copied from ``device`` into pinned host buffers on a side stream
+    (``_Copier``): from a CUDA device."""
+    return device is not None and torch.device(device).type == "cuda"
 
-    def __init__(self, device):
-        self.cuda = device is not None and torch.device(device).type == "cuda"
+
+class HostBuffers:
+    """Page-locked host buffers for the checkpoints' copies from a CUDA device, one a storage of
+    the state, allocated once in the untimed init (``Trainer.reserve_checkpoint_buffers``, before
+    run_start): each save's copy takes them by size, so no save allocates pinned memory on the
+    training thread (cudaHostAlloc of BERT-Large's 4 GB with its LAMB slots takes about a second
+    and synchronises the device; torch's caching host allocator would otherwise do it at the
+    first save, on the clock). ``sizes``: the storages' bytes."""
+
+    def __init__(self, sizes):
+        self._all = {}
+        for n in sizes:
+            self._all.setdefault(n, []).append(_pinned(n))
+        self.reset()
+
+    @classmethod
+    def for_state(cls, model, optimizer):
+        """Buffers for ``model``'s and ``optimizer``'s state (a storage once, however many views);
+        slots the first update has not made yet counted as it will make them (two a parameter)."""
+        tensors, to_come = list(model.state_dict().values()), []
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                st = optimizer.state.get(p)
+                if st:
+                    tensors += [v for v in st.values() if torch.is_tensor(v)]
+                else:  # its two slots, zeros_like(p) at the first update (BertOptimizer.advance_slots)
+                    to_come += [p.numel() * p.element_size()] * 2
+        storages = {(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in tensors}
+        return cls([n for _, n in storages] + to_come)
+
+    def reset(self):
+        """Every buffer free (the write of the last copy has ended: BackgroundWriter.wait)."""
+        self._free = {n: list(bufs) for n, bufs in self._all.items()}
+
+    def take(self, nbytes):
+        """A free buffer of ``nbytes``; one more, kept for the next saves, if none is left (a state
+        the reservation did not foresee)."""
+        free = self._free.get(nbytes)
+        if free:
+            return free.pop()
+        buf = _pinned(nbytes)
+        self._all.setdefault(nbytes, []).append(buf)
+        return buf
+
+
+class _Copier:
+    """Copies storages to host memory. From a CUDA device: into pinned buffers (``buffers``'s, or
+    new ones), ``non_blocking``, on a side stream that first waits for the training stream (so it
+    copies the values as they are now), with ``event`` recorded after the last copy; the training
+    stream goes on at once. Elsewhere: a plain copy."""
+
+    def __init__(self, device, buffers=None):
+        self.cuda = pinned_copies(device)
+        self.buffers = buffers
+        if buffers is not None:
+            buffers.reset()
         self.stream = None
         if self.cuda:
             self.stream = torch.cuda.Stream(device)
@@ -174,7 +227,7 @@ class _Copier:
         if not (self.cuda and _on_device(storage)):  # a state's host tensors (RNG states): cloned
             return storage.clone() if storage.device.type == "cpu" else storage.cpu()
         src = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-        dst = _pinned(src.numel())
+        dst = self.buffers.take(src.numel()) if self.buffers is not None else _pinned(src.numel())
         with torch.cuda.stream(self.stream):
             dst.copy_(src, non_blocking=True)
         src.record_stream(self.stream)  # the allocator keeps its memory until the copy is done
@@ -189,13 +242,14 @@ class _Copier:
         return event
 
 
-def host_copy_async(obj, device=None):
+def host_copy_async(obj, device=None, buffers=None):
     """-> (``obj`` with every tensor copied to host memory, an event to synchronise on before
-    the copy is read, or None). The copies from a CUDA ``device`` are queued (``_Copier``): the
-    device's tensors must not change before the training stream has waited on the event
-    (``torch.cuda.current_stream().wait_event``). Views of one storage stay views of one copy,
-    so ``torch.save`` writes the same file as it would of the originals."""
-    copier = _Copier(device)
+    the copy is read, or None). The copies from a CUDA ``device`` are queued (``_Copier``), into
+    ``buffers`` (HostBuffers) where given: the device's tensors must not change before the
+    training stream has waited on the event (``torch.cuda.current_stream().wait_event``), nor the
+    buffers before the copy is written. Views of one storage stay views of one copy, so
+    ``torch.save`` writes the same file as it would of the originals."""
+    copier = _Copier(device, buffers)
     out = _copied(obj, {}, copier)
     return out, copier.done()
 

@@ -19,6 +19,9 @@ from mlperf_bert.trainer.launch import PEER_LOST, PEER_LOST_STATUS
 PEER_LOST_GRACE_S = 3.0  # a failed rank's interpreter teardown takes about a second (torch's)
 
 _BUCKET_BYTES = 32 << 20
+# The gloo group of the host-side collectives of pickled objects (gather_objects), made by setup
+# on every rank where the default group is not gloo (NCCL); None: the default group.
+_HOST_GROUP = None
 
 
 def setup(device_kind):
@@ -31,6 +34,11 @@ def setup(device_kind):
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+    global _HOST_GROUP
+    # NCCL's object collectives pickle into a CUDA tensor and read it back (a device sync, at
+    # each checkpoint); a gloo group keeps them in host memory. new_group is a collective: here,
+    # where every rank comes, in the same order
+    _HOST_GROUP = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
     return dist.get_rank(), dist.get_world_size(), local_rank
 
 
@@ -160,11 +168,12 @@ class StopVote:
 
 def gather_objects(obj):
     """[obj of rank 0, obj of rank 1, ...] on rank 0 (None elsewhere): each rank's state goes to
-    the one rank that writes the checkpoint, not to every rank."""
+    the one rank that writes the checkpoint, not to every rank; on the host (gloo) group, never
+    through device tensors."""
     if not active():
         return [obj]
     out = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(obj, out, dst=0)
+    dist.gather_object(obj, out, dst=0, group=_HOST_GROUP)
     return out
 
 

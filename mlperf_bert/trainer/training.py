@@ -267,6 +267,7 @@ class Trainer:
         self._schedule = schedule
         self.writer = checkpoint.BackgroundWriter()
         self._copying = None  # the event of a checkpoint's device-to-host copy in flight
+        self.host_buffers = None  # pinned buffers of the checkpoints' copies (reserve_checkpoint_buffers)
 
     def learning_rate(self, step):
         fv = self.fv
@@ -362,8 +363,13 @@ class Trainer:
                 self.writer.submit(path, state, self.fv.keep_checkpoint_max)
                 return
             # on CUDA: pinned buffers filled on a side stream; the next update waits for them (step)
-            state, self._copying = checkpoint.host_copy_async(state, self.device)
+            state, self._copying = checkpoint.host_copy_async(state, self.device, buffers=self.host_buffers)
             self.writer.submit(path, state, self.fv.keep_checkpoint_max, ready=self._copying)
+
+    def reserve_checkpoint_buffers(self):
+        """The pinned host buffers every checkpoint's copy from the device goes into, allocated
+        now (in the untimed init) rather than on the training thread at the first save."""
+        self.host_buffers = checkpoint.HostBuffers.for_state(self.model, self.optimizer)
 
     def flush(self):
         """Wait until the checkpoint being written is complete (every rank: none exits before it)."""
@@ -465,6 +471,8 @@ def run(fv, stop, held):
                      samples=ckpt.get("samples", ckpt["global_step"] * fv.train_batch_size),
                      block=ckpt.get("block"), loss=ckpt.get("loss"))
     trainer.seed_ranks(seed, ckpt)
+    if rank == 0 and checkpoint.pinned_copies(device):  # the one rank that copies checkpoints, before run_start
+        trainer.reserve_checkpoint_buffers()
     # made before the log is opened: a --tensorboard_dir that cannot be written stops the start first
     trainer.scalars = held.enter_context(contextlib.closing(
         tensorboard.Scalars(fv.tensorboard_dir, rank, state["samples"] if ckpt else None)))

@@ -165,6 +165,7 @@ COST = {
     "test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_run_start": 25.5,
     "test_every_stage_runs_on_the_tiny_config_inside_its_budget": 22.7,
     "test_torchrun_two_ranks_equal_one_process_with_accumulation": 20.4,
+    "test_ddp_under_dynamo_splits_at_its_buckets_and_trains_as_eager_ddp": 12.0,
     "test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail": 12.6,
     "test_compiled_run_compiles_everything_before_run_start_and_equals_a_run_without_warm_up": 10.6,
     "test_sigterm_checkpoints_and_the_rerun_resumes": 10.1,

@@ -23,7 +23,7 @@ import torch._dynamo
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import attention, checkpoint, levers, preflight, step, tf_checkpoint, training
+from mlperf_bert.trainer import attention, checkpoint, distributed, levers, preflight, step, tf_checkpoint, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.model import BertForPreTraining
 
@@ -225,7 +225,7 @@ def _graphed_on_two_ranks(rank, world, tmp):
         d = pathlib.Path(tmp) / ("r%d%s" % (rank, "g" * graphed))
         d.mkdir()
         t = _trainer(d, "--compile", *(["--cuda_graphs"] if graphed else []), rank=rank, world=world)
-        assert t.accumulator.allreduce is distributed.allreduce_mean and t.ddp is None
+        assert isinstance(t.accumulator.exchange, distributed.GradientExchange) and t.ddp is None
         losses = _train(t, batches, 6, after_step=_scribble_graph_outputs if graphed else None)
         out.append((losses, {k: v.clone() for k, v in t.model.state_dict().items()}))
     distributed.teardown()
@@ -871,7 +871,7 @@ def test_cuda_graphs_functions_mutate_only_static_inputs_by_inductors_rule(tmp_p
             model, upd = _graphed_update(n, clip_after, functools.partial(compile, **levers.compile_options(
                 t.fv, update=True)))
             if allreduce:
-                upd.acc.allreduce = lambda tensors: torch._foreach_div_(tensors, 1.0)  # the mean of one rank
+                upd.acc.exchange = distributed.GradientExchange(upd.acc.params)  # the mean of one rank
             for i in range(2 * n):  # two updates
                 for p in model.parameters():
                     g = torch.randn_like(p)

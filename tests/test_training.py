@@ -485,6 +485,8 @@ def _no_checkpoints(path):
     ({"log_frequency": 0}, "--log_frequency must be positive"),
     ({"config": "swish"}, "hidden_act 'swish'"),
     ({"max_seq_length": 512, "max_predictions_per_seq": 76}, "--max_seq_length=512 exceeds max_position_embeddings=128"),
+    ({"grad_exchange_dtype": "bf16", "clip_by_global_norm_after_gradient_allreduce": True},
+     "--grad_exchange_dtype=bf16 exchanges per-replica clipping's .* drop one"),
 ])
 def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tmp_path, change, message):
     out = str(tmp_path / "out")

@@ -14,22 +14,23 @@ fixed addresses, and DDP's ``gradient_as_bucket_view`` gradients are views of it
 """
 import torch
 
-from mlperf_bert.trainer.optimizer import clip_by_global_norm_
+from mlperf_bert.trainer.optimizer import clip_by_global_norm_, global_norm_scale
 
 
 class GradientAccumulator:
     """Drives ``optimizer`` from the gradients ``loss.backward()`` leaves on ``model``.
 
-    ``allreduce(tensors)``, if given, averages gradient tensors over ranks in place, once per
-    update: the clipped buffer by default; with ``clip_after_reduce`` the summed gradients before
-    clipping (pass None when DDP has already averaged them).
+    ``exchange`` (per-replica clipping on several ranks: distributed.GradientExchange), if given,
+    averages the clipped sums over the ranks once per update, bucket by bucket while the last
+    micro-batch is absorbed (``absorb_and_exchange``). With ``clip_after_reduce`` DDP averages
+    the gradients in the backward.
 
     ``keep_grads`` (clipping after the reduction only): after an update the gradients are zeroed
     in place instead of dropped, so the next backward adds into the same tensors (with DDP's
     ``gradient_as_bucket_view``: its buckets, no copy in or out); 0 + g is g.
     """
 
-    def __init__(self, model, optimizer, steps_per_update, lr_fn, clip_norm=1.0, allreduce=None,
+    def __init__(self, model, optimizer, steps_per_update, lr_fn, clip_norm=1.0, exchange=None,
                  clip_after_reduce=False, keep_grads=False):
         if steps_per_update < 1:
             raise ValueError("steps_per_update must be >= 1")
@@ -38,7 +39,9 @@ class GradientAccumulator:
         self.n = int(steps_per_update)
         self.lr_fn = lr_fn
         self.clip_norm = clip_norm
-        self.allreduce = allreduce
+        if exchange is not None and clip_after_reduce:
+            raise ValueError("the exchange averages per-replica clipped sums: DDP's, with clip_after_reduce")
+        self.exchange = exchange
         self.clip_after_reduce = clip_after_reduce
         self.keep_grads = bool(keep_grads and clip_after_reduce)
         self.buffers = None
@@ -61,13 +64,15 @@ class GradientAccumulator:
             if not self.is_update(global_step):
                 return False  # the sum builds up in p.grad
             grads = self._grads()
-            if self.allreduce is not None:
-                self.allreduce(grads)
             if self.n > 1:
                 torch._foreach_div_(grads, float(self.n))
             self.last_grad_norm = clip_by_global_norm_(grads, self.clip_norm)
             return self._apply(global_step, grads)
         grads = self._grads()
+        if self.exchange is not None and self.is_update(global_step):
+            for p in self.params:
+                p.grad = None
+            return self._apply(global_step, self.absorb_and_exchange(grads))
         self.last_grad_norm = clip_by_global_norm_(grads, self.clip_norm)
         if self.n > 1:
             torch._foreach_div_(grads, float(self.n))
@@ -80,9 +85,31 @@ class GradientAccumulator:
             p.grad = None
         if not self.is_update(global_step):
             return False
-        if self.allreduce is not None:
-            self.allreduce(grads)
         return self._apply(global_step, grads)
+
+    @torch.no_grad()
+    def absorb_and_exchange(self, grads):
+        """The last micro-batch of an update (per-replica clipping, an ``exchange``): its
+        gradients clipped, divided by n and added to the buffers (n == 1: the clipped gradients
+        are the sums), bucket by bucket, each bucket's all-reduce started as soon as its sums are
+        made -> the sums, averaged over the ranks. The operations of ``after_backward``, in its
+        order, on each tensor: the same numbers. ``grads`` are written in place."""
+        self.last_grad_norm, scale = global_norm_scale(grads, self.clip_norm)
+        scale = scale.to(grads[0].dtype)
+        if self.n > 1 and self.buffers is None:
+            self.buffers = [torch.zeros_like(p) for p in self.params]
+
+        def absorb(bucket):
+            g = [grads[i] for i in bucket]
+            torch._foreach_mul_(g, scale)
+            if self.n == 1:
+                return g
+            torch._foreach_div_(g, float(self.n))
+            sums = [self.buffers[i] for i in bucket]
+            torch._foreach_add_(sums, g)
+            return sums
+        self.exchange.mean(absorb)
+        return self.buffers if self.n > 1 else grads
 
     def _apply(self, global_step, grads):
         self.last_lr = self.lr_fn(global_step)

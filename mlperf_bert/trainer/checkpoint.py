@@ -34,6 +34,7 @@ RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate
              "lamb_beta_1", "lamb_beta_2", "log_epsilon", "max_seq_length", "max_predictions_per_seq",
              "eval_frequency", "target_mlm_accuracy", "max_samples_termination", "shuffle",
              "shuffle_buffer", "clip_by_global_norm_after_gradient_allreduce", "dtype",
+             "grad_exchange_dtype",  # bf16 rounds the clipped sums (trainer/distributed.py)
              "submission_division",
              "compile",        # inductor's kernels round otherwise (1e-5 after 3 updates)
              "fused_update",   # the update compiled: -lr * u multiplied, then subtracted (1e-7)

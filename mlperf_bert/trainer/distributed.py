@@ -1,8 +1,9 @@
 """torchrun helpers: process group setup, gradient all-reduce, small collective utilities.
 
 With per-replica clipping (the reference's default) the accumulator all-reduces the
-clipped gradients itself, once per update, in flat buckets; with clipping after the
-reduction the trainer wraps the model in DDP instead (training.Trainer).
+clipped gradients itself, once per update, in flat buckets overlapped with their making
+(GradientExchange); with clipping after the reduction the trainer wraps the model in DDP
+instead (training.Trainer).
 """
 import contextlib
 import gc
@@ -97,31 +98,55 @@ def peer_loss_is_one_line():
         raise SystemExit(PEER_LOST_STATUS) from None
 
 
-def allreduce_mean(tensors):
-    """Average ``tensors`` in place over all ranks, in flat buckets (few large messages)."""
-    if not active():
-        return
-    world = dist.get_world_size()
-    bucket, size = [], 0
-    for t in tensors:
-        bucket.append(t)
-        size += t.numel() * t.element_size()
-        if size >= _BUCKET_BYTES:
-            _reduce_bucket(bucket, world)
-            bucket, size = [], 0
-    if bucket:
-        _reduce_bucket(bucket, world)
+class GradientExchange:
+    """Per-replica clipping's exchange: the mean over the ranks of each parameter's clipped sum,
+    once per update, in flat buckets (few large messages), overlapped with the absorb of the
+    last micro-batch: bucket k's all-reduce is started (async) as soon as its sums are made, and
+    runs while bucket k + 1's are (on a GPU, NCCL's stream beside the compute stream; its wait
+    makes the compute stream wait, not the host). The global norm that clips a micro-batch needs
+    its whole gradient, so no bucket can start before the backward ends.
 
+    ``dtype`` (--grad_exchange_dtype): "fp32" sends the sums as they are (the mean is that of one
+    flat message a bucket, as before the overlap: bit for bit); "bf16" rounds each bucket to
+    bfloat16 on its way into the message (half the bytes), sums it in bfloat16 and divides the sum
+    in float32. Without a process group of several ranks the mean is the rank's own."""
 
-def _reduce_bucket(tensors, world):
-    flat = torch.cat([t.reshape(-1) for t in tensors])
-    dist.all_reduce(flat)
-    flat /= world
-    offset = 0
-    for t in tensors:
-        n = t.numel()
-        t.copy_(flat[offset:offset + n].view_as(t))
-        offset += n
+    def __init__(self, params, dtype="fp32", bucket_bytes=None):
+        bucket_bytes = bucket_bytes or _BUCKET_BYTES
+        self.wire = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        self.world = dist.get_world_size() if active() else 1
+        self.buckets, bucket, size = [], [], 0  # indices of ``params``, in their order
+        for i, p in enumerate(params):
+            bucket.append(i)
+            size += p.numel() * p.element_size()
+            if size >= bucket_bytes:
+                self.buckets.append(bucket)
+                bucket, size = [], 0
+        if bucket:
+            self.buckets.append(bucket)
+
+    def mean(self, absorb):
+        """``absorb(indices)`` -> the sums of those parameters (a bucket's), made then; each
+        bucket's all-reduce starts as soon as they are. On return every bucket's sums hold their
+        mean over the ranks, in place."""
+        sent = []
+        for bucket in self.buckets:
+            tensors = absorb(bucket)
+            flat = torch.cat([t.reshape(-1) for t in tensors],
+                             out=torch.empty(sum(t.numel() for t in tensors), dtype=self.wire,
+                                             device=tensors[0].device))
+            sent.append((tensors, flat, dist.all_reduce(flat, async_op=True) if self.world > 1 else None))
+        for tensors, flat, work in sent:
+            if work is not None:
+                work.wait()
+            if flat.dtype != tensors[0].dtype:
+                flat = flat.to(tensors[0].dtype)
+            flat /= self.world
+            offset = 0
+            for t in tensors:
+                n = t.numel()
+                t.copy_(flat[offset:offset + n].view_as(t))
+                offset += n
 
 
 def sum_values(values, device):

@@ -44,6 +44,10 @@ def check_flags(fv):
     if fv.clip_by_global_norm_after_gradient_allreduce and fv.optimizer != "lamb":
         raise UserError("--clip_by_global_norm_after_gradient_allreduce is an option of LAMB (with "
                         "--optimizer=adamw the reference clips nothing): use --optimizer=lamb")
+    if fv.grad_exchange_dtype != "fp32" and fv.clip_by_global_norm_after_gradient_allreduce:
+        raise UserError("--grad_exchange_dtype=%s exchanges per-replica clipping's clipped sums; with "
+                        "--clip_by_global_norm_after_gradient_allreduce DDP all-reduces fp32 gradients: drop "
+                        "one of the two flags" % fv.grad_exchange_dtype)
     levers.check_flags(fv)
 
 

@@ -171,8 +171,6 @@ class CompiledUpdate:
                     self._keep_sums()
                 return False
             grads = acc._grads()
-            if acc.allreduce is not None:
-                acc.allreduce(grads)
             groups, t = self._groups(grads)
             self._set_scalars(global_step, t)
             acc.last_grad_norm = self.reduce_clip_update(grads, acc.clip_norm, acc.n, groups, self.lr, self.t)
@@ -188,16 +186,18 @@ class CompiledUpdate:
             if not upd:
                 acc.last_grad_norm, _ = self.absorb(grads, buffers, acc.clip_norm, acc.n)
                 return False
-            if acc.allreduce is None:
+            if acc.exchange is None:
                 # n == 1: the micro-batch's gradients, clipped on their way into the update
                 groups, t = self._groups(buffers if buffers is not None else grads)
                 self._set_scalars(global_step, t)
                 acc.last_grad_norm = self.absorb_and_update(grads, buffers, acc.clip_norm, acc.n, groups,
                                                             self.lr, self.t)
             else:
-                acc.last_grad_norm, clipped = self.absorb(grads, buffers, acc.clip_norm, acc.n)
-                summed = buffers if buffers is not None else clipped  # n == 1: the clipped gradients
-                acc.allreduce(summed)
+                # the accumulator's own absorb, bucket by bucket, each bucket's all-reduce started
+                # as soon as it is made (one compiled absorb would let none start before it ends;
+                # eager, it writes into the backward's outputs outside any graph: no compiled
+                # function mutates them, the rule of --cuda_graphs above)
+                summed = acc.absorb_and_exchange(grads)
                 groups, t = self._groups(summed)
                 self._set_scalars(global_step, t)
                 self.update(groups, self.lr, self.t, buffers)

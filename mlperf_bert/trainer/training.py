@@ -105,6 +105,9 @@ def define_flags():
       "The reference's LAMB option: clip the accumulated, all-reduced gradient once per update (DDP "
       "overlaps the reduction with backward) instead of each micro-batch gradient of each replica.",
       flag_values=fv)
+    flags.DEFINE_enum("grad_exchange_dtype", "fp32", ["fp32", "bf16"], "Per-replica clipping on several ranks: "
+                      "the type the clipped sums are all-reduced in (bf16: half the bytes, rounded to bfloat16 "
+                      "and summed in it); no effect on one rank; not measured on a GPU.", flag_values=fv)
     B("compile", False, "torch.compile the model, its eval and the clipping/accumulation/optimizer step "
       "(trainer/step.py), compiled before run_start by the warm-up.", flag_values=fv)
     B("warm_up", True, "With --compile or on CUDA: before run_start (untimed init), run two updates and an "
@@ -201,6 +204,18 @@ def autocast(device, dtype):
     return functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16)
 
 
+# DDP's bucket cap (clipping after the reduction). Under --compile dynamo's DDP optimizer also
+# splits the compiled model at each bucket (one graph a bucket: a graph boundary inductor cannot
+# fuse across, each compiled on its own); its own split of BERT-Large (bench/ddp_graphs.py) gives
+# 38 graphs at 25 MB (DDP's default), 20 at 64, 11 at 128, 6 at 256. What a cap cannot shorten:
+# the all-reduce left after the backward ends is that of the last bucket, which holds the word
+# embeddings (tied to the MLM decoder: their gradient is complete only when the backward is;
+# 119 MiB), so any cap up to 128 MB leaves the same ~125 MB tail (by the arithmetic 0.6 ms inside
+# an 8-GPU node, ~5.5 ms across nodes: not measured on a GPU; docs/training.md, Multi-GPU) and
+# 128 has the fewest graphs of those; 256 doubles the tail.
+DDP_BUCKET_MB = 128
+
+
 def ddp_options(steps_per_update):
     """DDP's options beyond the defaults (clipping after the reduction). ``gradient_as_bucket_view``:
     the gradients are views of DDP's buckets, kept and zeroed in place after each update
@@ -240,15 +255,18 @@ class Trainer:
         clip_after = fv.clip_by_global_norm_after_gradient_allreduce
         # Clipping after the reduction lets DDP reduce while backward runs (and only on the last
         # micro-step of an update); per-replica clipping needs each replica's own gradient first,
-        # so its clipped sums are reduced once per update in large flat buckets instead.
+        # so its clipped sums are reduced once per update in large flat buckets instead, each
+        # started as soon as the last micro-batch's absorb has made it (distributed.GradientExchange).
         self.ddp = None
         if clip_after and world > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None,
-                bucket_cap_mb=64, **no_buffer_sync(), **ddp_options(fv.steps_per_update))
+                bucket_cap_mb=DDP_BUCKET_MB, **no_buffer_sync(), **ddp_options(fv.steps_per_update))
         self.accumulator = accumulation.GradientAccumulator(
             self.model, self.optimizer, fv.steps_per_update, self.learning_rate, clip_norm=1.0,
-            allreduce=distributed.allreduce_mean if world > 1 and self.ddp is None else None,
+            exchange=distributed.GradientExchange(
+                [p for p in self.model.parameters() if p.requires_grad], fv.grad_exchange_dtype)
+            if world > 1 and self.ddp is None else None,
             clip_after_reduce=clip_after, keep_grads=self.ddp is not None)
         self.forward = self.ddp or self.model
         self.after_backward = self.accumulator.after_backward

@@ -47,10 +47,10 @@ cache of the last stage that ended by itself.
   layers: the plain step and all together first, then each alone; rows/s (the median of 3 timed
   windows, and their spread), peak memory and the loss after --lever_steps steps on the same rows
   against the plain step's; a lever refused is listed with its one-line reason;
-- trainer: the trainer end to end (``run_pretraining``'s code) at the levers stage's model and
-  batch, with --compile and the levers this device accepts, --trainer_steps micro-steps on the
-  packed rows with two online evals and a checkpoint; the rates it logs (train_loss's rows/s,
-  sequences/s and MFU of each log interval);
+- trainer: the trainer end to end (``run_pretraining``'s code) at --trainer_layers layers of
+  BERT-Large width and the levers stage's batch, with --compile and the levers this device
+  accepts, --trainer_steps micro-steps on the packed rows with two online evals and a checkpoint;
+  the rates it logs (train_loss's rows/s, sequences/s and MFU of each log interval);
 - eval: seconds per 10,000 eval samples (``evaluation.evaluate``) at each per-GPU --eval_batches;
 - syncs: host syncs per micro-step over --steps eager micro-steps: torch.cuda.set_sync_debug_mode
   warnings on CUDA; on a CPU the Tensor read-backs (.item(), .cpu(), ...) are counted instead;
@@ -146,13 +146,15 @@ def define():
     S("batches", "24,48,64,96,128,160,192", "Per-GPU batches (packed rows) of the eager sweep.", flag_values=fv)
     I("steps", 10, "Timed micro-steps of each eager batch and of the host-sync count (after 2 warm-up steps).",
       flag_values=fv)
-    I("lever_layers", 8, "Layers of the levers and trainer stages' model (BERT-Large width: hidden 1024, "
-      "16 heads).", flag_values=fv)
+    I("lever_layers", 8, "Layers of the levers stage's model (BERT-Large width: hidden 1024, 16 heads).",
+      flag_values=fv)
     I("lever_batch", 32, "Per-GPU batch (packed rows) of the levers and trainer stages.", flag_values=fv)
     I("lever_steps", 11, "Micro-steps of each lever run (2 compile or warm up, the rest timed in %d windows); "
       "the loss after them is compared with the plain step's." % TIMED_WINDOWS, flag_values=fv)
     I("trainer_steps", 40, "Micro-steps of the end-to-end trainer stage (two evals, a checkpoint).",
       flag_values=fv)
+    I("trainer_layers", 2, "Layers of the trainer stage's model (BERT-Large width); at 2 its warm-up (every graph "
+      "compiled, after the levers stage's compiles) took 31 s on the H100 of 2026-11-27.", flag_values=fv)
     S("eval_batches", "", "Per-GPU eval batches (default: 1, the trainer's default on this device, 256).",
       flag_values=fv)
     I("eval_samples", 1000, "Eval samples timed at each eval batch.", flag_values=fv)
@@ -534,8 +536,8 @@ def stage_full_depth(ctx, save):
         row = {"mode": mode, "levers": name if not on else ",".join(on)}
         tag = "%s %s" % (mode, row["levers"])
         save(out, running=tag)  # what a stage killed at its cap was doing
-        reset_memory(device)
-        torch.compiler.reset()  # each compiled run compiles from its own start (the on-disk cache: the stage's)
+        torch.compiler.reset()  # each run compiles from its own start (the on-disk cache: the stage's)
+        reset_memory(device)  # then the last run's CUDA-graph pools are freed too
         tr = None
         try:
             tr = trainer(fv, config, device, b, ["--" + x for x in on] + (["--compile"] if mode == "compiled" else []))
@@ -633,15 +635,15 @@ def lever_refusal(fv, device, b, lever, compiled):
     return None
 
 
-def lever_config(fv, work):
-    """The levers and trainer stages' model file: BERT-Large width, --lever_layers layers (the
-    --tiny model under --tiny): it compiles in seconds."""
+def lever_config(fv, work, layers, name="lever_config.json"):
+    """The levers or trainer stage's model file: BERT-Large width, ``layers`` layers (the --tiny
+    model under --tiny)."""
     if fv.tiny:
         return fv.bert_config_file
     with open(fv.bert_config_file) as f:
         d = json.load(f)
-    d.update(hidden_size=1024, num_attention_heads=16, intermediate_size=4096, num_hidden_layers=fv.lever_layers)
-    path = os.path.join(work, "lever_config.json")
+    d.update(hidden_size=1024, num_attention_heads=16, intermediate_size=4096, num_hidden_layers=layers)
+    path = os.path.join(work, name)
     with open(path, "w") as f:
         json.dump(d, f)
     return path
@@ -677,10 +679,13 @@ def stage_levers(ctx, save):
             row["skipped"] = "out of the stage's time"
             out["runs"].append(row)
             continue
-        reset_memory(device)
-        tr = None
         tag = "%s %s" % (mode, row["levers"])
         save(out, running=tag)  # what a stage killed at its cap was doing
+        # each run compiles from its own start (dynamo stops compiling a function it has compiled
+        # for 8 models); the on-disk cache is the stage's
+        torch.compiler.reset()
+        reset_memory(device)
+        tr = None
         try:
             extra = ["--" + x for x in on] + (["--compile"] if mode == "compiled" else [])
             tr = trainer(lfv, config, device, b, extra)
@@ -720,8 +725,8 @@ class _Overlay:
 
 
 def stage_trainer(ctx, save):
-    """The trainer end to end at the levers stage's model and batch (its compiled graphs are in the
-    compile cache by now): --compile and the levers this device takes, two evals, a checkpoint."""
+    """The trainer end to end at --trainer_layers of BERT-Large width and the levers stage's batch:
+    --compile and the levers this device takes, two evals, a checkpoint; the rates it logs."""
     from mlperf_bert.errors import UserError
     from mlperf_bert.trainer import training
     from mlperf_bert.trainer.config import BertConfig
@@ -733,7 +738,7 @@ def stage_trainer(ctx, save):
     from mlperf_bert.dataset import tfrecord
     tfrecord.write_records(eval_file, ctx["recs"][-max(fv.eval_samples, 8):])
     sequences = b * ctx["packing_rate"]
-    base = ["run_pretraining.py", "--bert_config_file=" + ctx["lever_config"], "--input_file=" + ctx["packed_file"],
+    base = ["run_pretraining.py", "--bert_config_file=" + ctx["trainer_config"], "--input_file=" + ctx["packed_file"],
             "--eval_input_file=" + eval_file, "--output_dir=" + out_dir, "--do_train", "--dtype=bf16",
             "--train_batch_size=%d" % b, "--max_seq_length=%d" % fv.max_seq_length,
             "--max_predictions_per_seq=%d" % fv.max_predictions_per_seq, "--optimizer=lamb",
@@ -753,7 +758,7 @@ def stage_trainer(ctx, save):
             levers.append(x)
         except UserError as e:
             refused[x] = str(e)
-    config = BertConfig.from_json_file(ctx["lever_config"], fv.max_seq_length)
+    config = BertConfig.from_json_file(ctx["trainer_config"], fv.max_seq_length)
     result = {"batch": b, "steps": n, "levers": levers, "refused": refused,
               "model": {"hidden_size": config.hidden_size, "num_hidden_layers": config.num_hidden_layers}}
     evals, steps = [], [0]
@@ -1469,7 +1474,8 @@ def main(argv):
         from mlperf_bert.trainer.config import BertConfig
         config = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
         res["model"] = {"hidden_size": config.hidden_size, "num_hidden_layers": config.num_hidden_layers}
-        ctx = {"fv": fv, "kind": kind, "work": work, "lever_config": lever_config(fv, work), "recs": recs,
+        ctx = {"fv": fv, "kind": kind, "work": work, "lever_config": lever_config(fv, work, fv.lever_layers),
+               "trainer_config": lever_config(fv, work, fv.trainer_layers, "trainer_config.json"), "recs": recs,
                "packed_file": packed_file,
                "packing_rate": packing_rate}
         for i, name in enumerate(order):

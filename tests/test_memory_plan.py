@@ -120,6 +120,36 @@ def test_max_per_gpu_batch_is_the_plans_with_its_margin_and_the_launchers_use_it
         assert quoted == {str(m.MAX_PER_GPU_BATCH)}, doc
 
 
+def test_the_plan_reads_the_cards_memory_and_counts_the_graph_pools_for_cuda_graphs(plans, monkeypatch, capsys):
+    """Issue 46.6: the plan took every card for an 80 GB H100 and counted the CUDA-graph pools in
+    every run. Now it reads the card's memory (torch.cuda.get_device_properties, faked here: this
+    machine has no GPU), counts the pools only with --cuda_graphs, and MAX_PER_GPU_BATCH stays the
+    80 GB H100's with the pools (the presets', on every card)."""
+    import types
+    import torch
+    m, plan = memory_plan, plans[True]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert m.card_bytes() == m.CARD
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    h200 = 143771 * 2 ** 20  # nvidia-smi's MiB of a 141 GB H200
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda d: asked.append(d) or types.SimpleNamespace(total_memory=h200))
+    assert m.card_bytes(torch.device("cuda", 3)) == h200 and asked == [torch.device("cuda", 3)]
+    pools = m.MARGIN["CUDA-graph pools"]
+    assert set(m.margin()) - set(m.margin(cuda_graphs=False)) == {"CUDA-graph pools"}
+    assert m.budget_for(h200, cuda_graphs=False) - m.budget_for(h200) == pytest.approx(pools / (1 + m.FRAGMENTATION))
+    assert m.MAX_PER_GPU_BATCH == plan.largest_batch() == plan.largest_batch(card=m.CARD, cuda_graphs=True)
+    assert plan.largest_batch(card=m.CARD, cuda_graphs=False) > m.MAX_PER_GPU_BATCH
+    big = plan.largest_batch(card=h200)
+    assert plan.peak(big, 2, True) <= m.budget_for(h200) < plan.peak(big + 1, 2, True) and big > 1.8 * m.MAX_PER_GPU_BATCH
+    assert m.main(["memory_plan", "--nocuda_graphs"]) == 0  # this "machine's" card
+    out = capsys.readouterr().out
+    assert "on a card of 140.4 GiB" in out and "CUDA-graph pools   " not in out  # not a margin line
+    assert "| packed | 0.549 | 4.38 | %d / %d |" % (plan.largest_batch(accum=1, ddp=False, card=h200, cuda_graphs=False),
+                                                   plan.largest_batch(card=h200, cuda_graphs=False)) in out
+
+
 def test_training_md_states_the_margin_as_the_code_has_it():
     """docs/training.md's margin table: each term with its GiB, fragmentation's share, the card."""
     m = memory_plan

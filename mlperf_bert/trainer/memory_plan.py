@@ -19,14 +19,18 @@ measures every live tensor at the peak (torch's MemTracker), as a CUDA GPU would
 Checked against an H100's measured peaks in tests/test_memory_plan.py. ``MAX_PER_GPU_BATCH`` is
 the largest per-GPU batch of BERT-Large at seq 512 whose planned peak, plus the margin for what
 the plan leaves out (``MARGIN``, ``FRAGMENTATION``), fits an 80 GB GPU (what train_model.sh and
-the ``rcp_<B>`` presets take one GPU to hold): ``python -m mlperf_bert.trainer.memory_plan``
-prints the plan and the margin behind it.
+the ``rcp_<B>`` presets take one GPU to hold, whatever the card: the presets are the same on every
+GPU). For one card, ``card_bytes`` reads its memory (80 GB H100, 141 GB H200, 180 GB B200) and
+``budget_for``/``Plan.largest_batch`` take it, with the CUDA-graph pools counted only for
+``--cuda_graphs``: ``python -m mlperf_bert.trainer.memory_plan`` prints the plan and the margin
+behind it, for this machine's GPU or ``--card_gib``.
 """
 import contextlib
 import os
 
 GIB = 2.0 ** 30
-# An 80 GB H100: 81,559 MiB as nvidia-smi gives it (79.6 GiB).
+# An 80 GB H100: 81,559 MiB as nvidia-smi gives it (79.6 GiB): MAX_PER_GPU_BATCH's card, the
+# presets'. Another card's is card_bytes(device).
 CARD = 79.6 * GIB
 # What the plan leaves out, beside the planned peak on the card. Each is an allowance, not a
 # measurement: no GPU has measured them for this trainer (not measured on a GPU).
@@ -38,8 +42,9 @@ MARGIN = {
     "cuBLAS workspaces": 0.25 * GIB,
     # NCCL's own buffers (outside the allocator): channels x peers, more with NVLink SHARP (NVLS)
     "NCCL buffers": 1.5 * GIB,
-    # --cuda_graphs: the graphs' private pool holds its blocks for the replays, where the eager
-    # allocator would reuse them for the eval and the update
+    # --cuda_graphs only: the graphs' private pool holds its blocks for the replays, where the
+    # eager allocator would reuse them for the eval and the update; a private pool does not use
+    # expandable segments, so what it holds is not returned between phases
     "CUDA-graph pools": 2.0 * GIB,
     # the eval set, decoded once and kept on the device (int64 features, fp32 weights)
     "eval set on the device": None,  # eval_set_bytes(), by the plan's own sequence length
@@ -130,9 +135,21 @@ def eval_set_bytes(seq=512, pred=76, records=EVAL_RECORDS):
     return records * (8 * (3 * seq + 2 * pred + 1) + 4 * pred)
 
 
-def margin(seq=512, pred=76):
-    """{what: bytes} the plan leaves out at a fixed size (FRAGMENTATION scales with the peak)."""
-    return {k: eval_set_bytes(seq, pred) if v is None else v for k, v in MARGIN.items()}
+def margin(seq=512, pred=76, cuda_graphs=True):
+    """{what: bytes} the plan leaves out at a fixed size (FRAGMENTATION scales with the peak);
+    ``cuda_graphs`` False: without the CUDA-graph pools (a run without --cuda_graphs)."""
+    return {k: eval_set_bytes(seq, pred) if v is None else v for k, v in MARGIN.items()
+            if cuda_graphs or k != "CUDA-graph pools"}
+
+
+def card_bytes(device=None):
+    """The memory of the CUDA card ``device`` (default: the first) as the driver gives it
+    (``total_memory``; an 80 GB H100's is 79.6 GiB, a 141 GB H200's and a 180 GB B200's more);
+    CARD, the 80 GB H100's, where there is no CUDA device."""
+    import torch
+    if not torch.cuda.is_available():
+        return CARD
+    return float(torch.cuda.get_device_properties(device if device is not None else 0).total_memory)
 
 
 def host_side(n, largest, optimizer="lamb"):
@@ -150,10 +167,10 @@ def host_side(n, largest, optimizer="lamb"):
     return {"warm-up snapshot": (4 * n, 0), "checkpoint of a resume": (4 * n + slots, largest)}
 
 
-def budget_for(card=CARD, seq=512, pred=76):
-    """The planned peak a GPU of ``card`` bytes can take: what is left of it after the margin,
-    less the share fragmentation would take of that peak."""
-    return (card - sum(margin(seq, pred).values())) / (1 + FRAGMENTATION)
+def budget_for(card=CARD, seq=512, pred=76, cuda_graphs=True):
+    """The planned peak a GPU of ``card`` bytes can take: what is left of it after the margin
+    (the CUDA-graph pools with ``cuda_graphs``), less the share fragmentation would take of that peak."""
+    return (card - sum(margin(seq, pred, cuda_graphs).values())) / (1 + FRAGMENTATION)
 
 
 BUDGET = budget_for()  # for BERT-Large at seq 512 on CARD
@@ -198,10 +215,11 @@ class Plan:
     def peak(self, b, accum=1, ddp=False, optimizer="lamb"):
         return self.fixed + self.per_row * b + self.static(accum, ddp, optimizer)
 
-    def largest_batch(self, budget=None, accum=2, ddp=True, optimizer="lamb"):
-        """The largest batch whose peak is within ``budget`` (default: ``budget_for`` CARD at this
-        plan's sequence length)."""
-        budget = budget_for(CARD, self.seq, self.pred) if budget is None else budget
+    def largest_batch(self, budget=None, accum=2, ddp=True, optimizer="lamb", card=CARD, cuda_graphs=True):
+        """The largest batch whose peak is within ``budget`` (default: ``budget_for`` ``card`` at
+        this plan's sequence length, the CUDA-graph pools counted with ``cuda_graphs``; the
+        defaults are MAX_PER_GPU_BATCH's: the 80 GB H100, every lever)."""
+        budget = budget_for(card, self.seq, self.pred, cuda_graphs) if budget is None else budget
         return int((budget - self.fixed - self.static(accum, ddp, optimizer)) // self.per_row)
 
 
@@ -215,14 +233,19 @@ def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_integer("max_seq_length", 512, "sequence length", flag_values=fv)
     flags.DEFINE_integer("max_predictions_per_seq", 76, "masked positions (slots of a packed row)", flag_values=fv)
+    flags.DEFINE_float("card_gib", 0, "the card's memory in GiB; 0: this machine's CUDA device's, or an 80 GB "
+                       "H100's (%.1f) without one" % (CARD / GIB), flag_values=fv)
+    flags.DEFINE_bool("cuda_graphs", True, "count the CUDA-graph pools (--cuda_graphs); --nocuda_graphs: a run "
+                      "without", flag_values=fv)
     flags.parse(fv, argv, positional=False)
-    seq, pred = fv.max_seq_length, fv.max_predictions_per_seq
+    seq, pred, graphs = fv.max_seq_length, fv.max_predictions_per_seq, fv.cuda_graphs
+    card = fv.card_gib * GIB if fv.card_gib > 0 else card_bytes()
     print("BERT-Large, seq %d, bf16, LAMB, on a card of %.1f GiB; the margin for what the plan leaves out "
-          "(allowances, not measured on a GPU):" % (seq, CARD / GIB))
-    for what, size in margin(seq, pred).items():
+          "(allowances, not measured on a GPU):" % (seq, card / GIB))
+    for what, size in margin(seq, pred, graphs).items():
         print("  %-24s %5.2f GiB" % (what, size / GIB))
     print("  %-24s %5.0f %% of the planned peak" % ("allocator fragmentation", 100 * FRAGMENTATION))
-    print("planned peak at most %.1f GiB a GPU" % (budget_for(CARD, seq, pred) / GIB))
+    print("planned peak at most %.1f GiB a GPU" % (budget_for(card, seq, pred, graphs) / GIB))
     print("| input | GiB a row | GiB fixed (params, bf16 weights, LAMB) | largest per-GPU batch: one GPU / "
           "several, accumulating (DDP buckets, accumulation buffer) |")
     print("|---|---:|---:|---|")
@@ -230,8 +253,10 @@ def main(argv):
         p = bert_large_plan(packed, seq, pred)
         print("| %s | %.3f | %.2f | %d / %d |" % ("packed" if packed else "unpacked", p.per_row / GIB,
                                                  (p.fixed + p.static()) / GIB,
-                                                 p.largest_batch(accum=1, ddp=False), p.largest_batch()))
-    print("MAX_PER_GPU_BATCH (seq 512, several GPUs, accumulating) = %d" % MAX_PER_GPU_BATCH)
+                                                 p.largest_batch(accum=1, ddp=False, card=card, cuda_graphs=graphs),
+                                                 p.largest_batch(card=card, cuda_graphs=graphs)))
+    print("MAX_PER_GPU_BATCH (seq 512, several GPUs, accumulating, an 80 GB H100 with the CUDA-graph pools: "
+          "the presets', on every card) = %d" % MAX_PER_GPU_BATCH)
     print("kept in host memory at the start (not on the device beside the step):")
     for what, (host, device) in host_side(p.n, p.largest).items():
         print("  %-24s %5.2f GiB on the host, %.2f GiB at a time on the device" % (what, host / GIB, device / GIB))

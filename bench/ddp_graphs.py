@@ -1,6 +1,6 @@
 """How many graphs dynamo's DDP optimizer splits BERT-Large into, at each DDP bucket cap.
 
-Usage: .venv/bin/python bench/ddp_graphs.py [MB ...]   (default: 25 64 128 256)
+Usage: .venv/bin/python bench/ddp_graphs.py [--caps_mb=25,64,128,256]
 
 Under --compile with DDP (--clip_by_global_norm_after_gradient_allreduce on several ranks)
 dynamo splits the compiled model at DDP's buckets (torch/_dynamo/backends/distributed.py,
@@ -9,6 +9,7 @@ DDP's 1 MiB). This runs that splitter itself on BERT-Large's forward traced by d
 device (no memory, no GPU, no process group; ~10 s of CPU a cap) and prints the graphs and each
 one's MiB of parameters, in forward order: the figures of training.DDP_BUCKET_MB's comment.
 """
+import argparse
 import os
 import sys
 import time
@@ -17,6 +18,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--caps_mb", default="25,64,128,256",
+                    help="DDP bucket caps to split at, in MB, comma-separated")
+    args = ap.parse_args(argv[1:])
+    try:
+        caps = [float(c) for c in args.caps_mb.split(",")]
+    except ValueError:
+        ap.error("--caps_mb=%s: give numbers of MB, e.g. --caps_mb=64,128" % args.caps_mb)
     import torch
     import torch._dynamo
     from torch._dynamo.backends.distributed import DDPOptimizer
@@ -24,7 +33,6 @@ def main(argv):
     from mlperf_bert.trainer import memory_plan
     from mlperf_bert.trainer.config import BertConfig
     from mlperf_bert.trainer.model import BertForPreTraining
-    caps = [float(a) for a in argv[1:]] or [25, 64, 128, 256]
     seq, pred, rows = 512, 76, 2
     with torch.device("meta"):
         model = BertForPreTraining(BertConfig.from_json_file(memory_plan.CONFIG, seq))

@@ -633,7 +633,8 @@ def quoted_number_problems(doc, text, facts):
         if m.group(1) != _ranges(shards):
             out.append("%s: %r: results/ has parts %s" % (doc, m.group(0), _ranges(shards)))
     gb, gib = facts["total_bytes"] / 1e9, facts["total_bytes"] / 2 ** 30
-    for m in re.finditer(r"(\d+(?:\.\d+)?) (GB|GiB)\b", text):
+    # a rate (GB/s) is no size
+    for m in re.finditer(r"(\d+(?:\.\d+)?) (GB|GiB)\b(?!/)", text):
         value, unit = float(m.group(1)), m.group(2)
         exact = gb if unit == "GB" else gib
         if abs(value - exact) < 0.2 * exact and abs(value - exact) > 0.5:

@@ -10,8 +10,10 @@
 # giving the log's run_start to run_stop, which MLPerf scores), then `check-log $LOGDIR/mlperf.log`.
 # A run stopped by SIGTERM/SIGINT (docker stop, a scheduler, Ctrl-C; passed on so the trainer
 # checkpoints) or one that fails: one line saying so, which checkpoint holds it and that the same
-# command resumes (its log is not checked: the run has not ended). Exits with the training's status
-# (143 after SIGTERM, 130 after SIGINT). A run that finished
+# command resumes (its log is not checked: the run has not ended). Exits with the training's status:
+# 143 after SIGTERM (130 after SIGINT) when a checkpoint holds the run, 79 when the stop came before
+# anything was saved (no checkpoint: the same command starts it again), a failure's own status (a
+# rank killed: 128 + its signal) also when it came with a stop. A run that finished
 # earlier is not run again. With DATA_DIR unset and no arguments it runs the built-in demo.
 #
 # Environment: everything train_model.sh reads (PRESET, DATA_DIR, INPUT_FILES, EVAL_FILE,
@@ -97,12 +99,16 @@ pass_on() {  # the signal got, to $child
   kill -TERM "$child" 2>/dev/null
 }
 on_signal() {
+  interrupted=1
   got_signal=$1
   [[ -n "$child" ]] && pass_on
 }
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
 signal_status() { if [[ "$got_signal" == INT ]]; then echo 130; else echo 143; fi; }
+# A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
+# mlperf_bert/trainer/launch.py's NOT_SAVED_STATUS
+NOT_SAVED=79
 
 newest_checkpoint() {  # DIR: its newest model.ckpt-<step>.pt, or nothing
   local f n best= best_n=-1
@@ -185,12 +191,17 @@ run_one() {
     "${TRAIN_MODEL:-$HERE/train_model.sh}" "$@" &
   child=$!
   [[ -n "$got_signal" ]] && pass_on  # arrived before $child was known
+  interrupted=
   wait "$child"
   status=$?
-  # `wait` returns early when a trapped signal arrives; wait for the trainer's own exit status.
-  while kill -0 "$child" 2>/dev/null; do
-    wait "$child"
-    status=$?
+  # `wait` returns early (128 + the signal) when a trapped signal arrives (on_signal then runs): wait
+  # again for the trainer's own exit status, also when it has ended meanwhile (bash keeps it; an older
+  # bash may say 127, not a child, when the signal came after the wait that returned it)
+  while [[ -n "$interrupted" ]]; do
+    interrupted=
+    wait "$child" 2>/dev/null
+    again=$?
+    (( again == 127 )) || status=$again
   done
   child=
   elapsed=$(( $(date +%s) - start ))
@@ -207,16 +218,25 @@ run_one() {
     return
   fi
   ckpt="$(newest_checkpoint "$dir")"
-  # 143: the trainer got a SIGTERM of its own (a scheduler signalling the whole job, say)
-  [[ -z "$got_signal" ]] && (( status == 143 )) && got_signal=TERM
-  [[ -z "$got_signal" ]] && (( status == 130 )) && got_signal=INT  # a terminal's Ctrl-C, to the trainer too
-  if [[ -n "$got_signal" ]]; then
-    status=$(signal_status)
-    if [[ -n "$ckpt" ]]; then
-      echo "$ME: $name stopped by SIG$got_signal after $elapsed s: $ckpt holds it; rerun the same command to resume"
-    else
-      echo "$ME: $name stopped by SIG$got_signal after $elapsed s, before its first checkpoint; rerun the same command to start it again"
-    fi
+  # A stop, as the training's status says (not only ours: a scheduler may signal the whole job, a
+  # terminal's Ctrl-C the trainer too): 143 (130) a checkpoint holds it, NOT_SAVED nothing was saved
+  # yet. Any other status is a failure, even with a signal: the stop did not end as asked.
+  local stopped=
+  case "$status" in
+    143) stopped=SIGTERM ;;
+    130) stopped=SIGINT ;;
+    "$NOT_SAVED") stopped="a signal" ;;
+  esac
+  # ours, when we got one: the first decides (a SIGINT goes on as SIGINT, then SIGTERM)
+  [[ -n "$stopped" && -n "$got_signal" ]] && stopped="SIG$got_signal"
+  if [[ -n "$stopped" && -n "$ckpt" ]]; then
+    # (NOT_SAVED: stopped before training, which the checkpoint holds all of)
+    [[ -n "$got_signal" ]] || (( status != NOT_SAVED )) || got_signal=TERM
+    [[ -n "$got_signal" ]] && status=$(signal_status)
+    echo "$ME: $name stopped by $stopped after $elapsed s: $ckpt holds it; rerun the same command to resume"
+  elif [[ -n "$stopped" ]]; then  # also 143 from a trainer the signal killed before its handlers
+    status=$NOT_SAVED
+    echo "$ME: $name stopped by $stopped after $elapsed s, before its first checkpoint: nothing saved (exit $NOT_SAVED, not 143); rerun the same command to start it again"
   elif [[ -n "$ckpt" ]]; then
     echo "$ME: $name failed with status $status after $elapsed s (see above): $ckpt holds it; fix the cause and rerun the same command to resume"
   else

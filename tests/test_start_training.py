@@ -183,6 +183,40 @@ def test_sigint_is_passed_on_as_sigint_and_named(fake, tmp_path):
         % (out.split("after ")[1].split(" s")[0], fake.out / "model.ckpt-15.pt")], out
 
 
+# Trainers that a SIGTERM stops without a checkpoint: one the signal kills (before its handlers: bash
+# says 143), one that fails on it (a rank killed past torchrun's shutdown timeout: 137)
+NOT_SAVED_TRAINERS = {
+    "killed": 'mkdir -p "$OUTPUT_DIR"; touch "$OUTPUT_DIR/ready"; exec sleep 60',
+    "failed": "mkdir -p \"$OUTPUT_DIR\"; trap 'kill $!; exit 137' TERM; sleep 60 & touch \"$OUTPUT_DIR/ready\"; wait",
+}
+
+
+@pytest.mark.parametrize("trainer", sorted(NOT_SAVED_TRAINERS))
+def test_a_stop_that_saved_nothing_is_not_143(fake, tmp_path, trainer):
+    """Issue 45: a stop after which no checkpoint holds the run said "stopped by SIGTERM ... before its
+    first checkpoint" and exited 143, which says "a checkpoint holds it, resume" (a script that
+    resubmits on 143 looped); a trainer that failed while stopping exited 143 too. Now: the
+    NOT_SAVED_STATUS and a line saying nothing was saved, or the failure's own status and line."""
+    from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
+    script = tmp_path / "trainer.sh"
+    script.write_text("#!/usr/bin/env bash\n" + NOT_SAVED_TRAINERS[trainer] + "\n")
+    script.chmod(0o755)
+    proc = _start_and_wait(fake, fake.out / "ready", TRAIN_MODEL=str(script))
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    lines = out.splitlines()[1:]
+    elapsed = out.split("after ")[1].split(" s")[0]
+    if trainer == "killed":
+        assert proc.returncode == NOT_SAVED_STATUS == 79, out + err
+        assert lines == ["start_training.sh: the run stopped by SIGTERM after %s s, before its first checkpoint: "
+                         "nothing saved (exit 79, not 143); rerun the same command to start it again" % elapsed], out
+    else:
+        assert proc.returncode == 137, out + err
+        assert lines == ["start_training.sh: the run failed with status 137 after %s s (see above)" % elapsed], out
+    # the shell's NOT_SAVED is the launcher's
+    assert "\nNOT_SAVED=%d\n" % NOT_SAVED_STATUS in open(START).read()
+
+
 def test_a_resumed_run_says_what_its_log_holds_and_which_time_counts(fake, tmp_path):
     """Issue 37 (6): a stopped and resumed run's RESULT counted the second invocation only while the
     log's run_start..run_stop (what MLPerf scores) spans both and the pause; the RESULT line says so.

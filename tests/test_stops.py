@@ -348,6 +348,151 @@ def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_pat
     assert os.listdir(short_tmpdir) == []
 
 
+def _tree(root):
+    """``root`` and every process under it, now (walking /proc): what Slurm's proctrack/linuxproc or a
+    control-group kill signals."""
+    import contextlib
+    kids = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                with open("/proc/%s/stat" % entry) as f:
+                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += kids.get(pid, [])
+    return found
+
+
+# Each rank waits before its micro-step 4 (0-based) until it has the stop signal itself, saying so in
+# MARKS/at4.RANK first: the stop's update is then known (2 micro-steps an update, the ranks' vote
+# read an update later: model.ckpt-8.pt).
+STOP_AT_STEP_4 = textwrap.dedent("""\
+    import os, sys, time
+    from mlperf_bert.cli import run_main
+    from mlperf_bert.trainer import training
+    got, handle, step = [], training._Stop._handle, training.Trainer.step
+
+    def on_signal(self, signum, frame):
+        got.append(signum)
+        handle(self, signum, frame)
+
+    def waiting_step(self, batch, global_step):
+        if global_step == 4:
+            open(os.path.join(sys.argv[1], "at4.%s" % os.environ["RANK"]), "w").close()
+            while not got:
+                time.sleep(0.01)
+        return step(self, batch, global_step)
+    training._Stop._handle, training.Trainer.step = on_signal, waiting_step
+    run_main(training.main, ["run_pretraining.py"] + sys.argv[2:])
+""")
+
+
+@pytest.mark.slow
+def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and_resumes_bit_identical(
+        files, tmp_path, short_tmpdir):
+    """Issue 45: Slurm under proctrack/linuxproc (scancel, its time limit, requeue), systemd's control-group
+    kill or `kill -TERM` of every pid signal every process of the job: each rank's DataLoader worker
+    died first, the ranks stopped on "its data loader worker was killed by SIGTERM" and nothing was
+    saved (the rcp_* presets checkpoint only on a stop). SIGTERM to all six processes at once (the
+    wrapper, torchrun, 2 ranks, their workers), before any periodic checkpoint: torchrun and the
+    wrapper pass it on once, the ranks checkpoint, one line, exit 143; the same command resumes and
+    ends bit-identical to a run never stopped (run in the same launch, RUNS_IN_ONE_LAUNCH)."""
+    from test_training import RUNS_IN_ONE_LAUNCH, assert_bit_identical, flags_for
+    marks, out, full = tmp_path / "marks", str(tmp_path / "run"), str(tmp_path / "full")
+    marks.mkdir()
+    argv = flags_for(files, out, num_train_steps=12, save_checkpoints_steps=100)[1:]  # one worker a rank
+    wrapper = [PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2"]
+    env = dict(ENV, TMPDIR=short_tmpdir)
+    script = tmp_path / "stop_at_4.py"
+    script.write_text(STOP_AT_STEP_4)
+    with open(tmp_path / "stdout", "w+") as stdout, open(tmp_path / "stderr", "w+") as stderr:
+        proc = subprocess.Popen(wrapper + [str(script), str(marks)] + argv, cwd=ROOT, env=env, stdout=stdout,
+                                stderr=stderr, start_new_session=True)
+        wait_until(lambda: len(os.listdir(marks)) == 2, proc, what="both ranks at micro-step 4")
+        ranks = _ranks(proc.pid)
+        workers = [w for r in ranks.values() for w in children(r)]
+        tree = _tree(proc.pid)
+        assert len(ranks) == 2 and len(workers) == 2 and len(tree) == 6, (ranks, workers, tree)
+        for pid in tree:  # at once, as a scheduler does
+            os.kill(pid, signal.SIGTERM)
+        assert proc.wait(timeout=300) == 143, _read(stdout) + _read(stderr)
+        assert _read(stdout) == "SIGTERM: checkpoint model.ckpt-8.pt written; rerun the same command to resume\n"
+        assert _read(stderr) == ""
+    assert os.path.exists(os.path.join(out, "model.ckpt-8.pt"))
+    assert os.listdir(short_tmpdir) == []
+    runs = tmp_path / "runs.py"
+    runs.write_text(RUNS_IN_ONE_LAUNCH)
+    full_argv = ["run_pretraining.py"] + [a if not a.startswith("--output_dir=") else "--output_dir=" + full
+                                          for a in argv]
+    r = subprocess.run(wrapper + [str(runs), json.dumps([["run_pretraining.py"] + argv, full_argv])], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "run 0: status 0" in r.stdout and "run 1: status 0" in r.stdout, r.stdout + r.stderr
+    assert_bit_identical(os.path.join(full, "model.ckpt-12.pt"), os.path.join(out, "model.ckpt-12.pt"))
+
+
+# A rank as the trainer answers a stop (FAKE_STATUS: the status it ends with instead of 128 + the signal)
+FAKE_RANK = textwrap.dedent("""\
+    import os, signal, sys, time
+    got = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: got.append(signum))
+    open(os.path.join(sys.argv[1], "rank%s" % os.environ["RANK"]), "w").close()
+    while not got:
+        time.sleep(0.01)
+    sys.exit(int(os.environ.get("FAKE_STATUS", 128 + got[0])))
+""")
+
+
+@pytest.mark.parametrize("status", [143, 1])
+def test_sigterm_to_torchrun_alone_is_the_ranks_stop(tmp_path, short_tmpdir, status):
+    """Issue 45: SIGTERM to torchrun alone (not the wrapper: a scheduler that signals one process, an
+    operator's kill) passed it to the ranks, which checkpointed, but torchrun raised its
+    SignalException and exited 1, so train_model.sh did too. Now the status is what the ranks made
+    of it: 143 when they stopped with their checkpoint, a rank's failure's own status otherwise
+    (never 143 for a stop that saved nothing)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "rank.py"
+    script.write_text(FAKE_RANK)
+    env = dict(ENV, TMPDIR=short_tmpdir, **({} if status == 143 else {"FAKE_STATUS": str(status)}))
+    proc = subprocess.Popen([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2", str(script),
+                             str(marks)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: len(os.listdir(marks)) == 2, proc, what="both ranks")
+    (torchrun,) = children(proc.pid)
+    os.kill(torchrun, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == status and out == "" and err == "", (proc.returncode, out, err)
+
+
+def test_a_stop_that_saved_nothing_is_not_143():
+    """torchrun's status after a stop (launch._stop_status): 143 (130) only when every rank stopped
+    with its checkpoint; ranks that never started, one killed (torchrun's SIGKILL past the shutdown
+    timeout) or one that failed say so, with their status."""
+    import contextlib
+    import io
+    from mlperf_bert.trainer import launch
+    term = signal.SIGTERM
+
+    def status(ranks):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            return launch._stop_status(term, ranks), err.getvalue()
+    assert status({0: (10, 143), 1: (11, 143)}) == (143, "")
+    assert status({0: (10, 130), 1: (11, 130)}) == (130, "")
+    assert status({0: (10, 0), 1: (11, 0)}) == (0, "")  # they had finished
+    assert status({}) == (launch.NOT_SAVED_STATUS, "SIGTERM before the ranks started: no checkpoint written (exit "
+                          "79, not 143); rerun the same command: it resumes from the newest checkpoint if there "
+                          "is one, else starts again\n")
+    assert status({0: (10, 143), 1: (11, -9)}) == (137, "error: local rank 1 (pid 11), stopping after SIGTERM, was "
+                                                   "killed by SIGKILL: the checkpoints written so far are kept; "
+                                                   "rerun the same command to resume from the newest\n")
+    assert status({0: (10, 2), 1: (11, 143)}) == (2, "")  # its own line is out
+    assert status({0: (10, launch.NOT_SAVED_STATUS), 1: (11, launch.NOT_SAVED_STATUS)}) == (79, "")
+
+
 INIT_STOP = textwrap.dedent("""\
     import os, signal, sys, time
     from mlperf_bert.cli import run_main
@@ -369,23 +514,27 @@ def test_a_signal_in_the_untimed_init_stops_at_once_with_nothing_saved(files, tm
     """Issue 37 (9): a SIGTERM during the init (the --compile warm-up: minutes for BERT-Large) was
     acted on after it: run_start logged, one update trained, a checkpoint, 143, while `docker stop`
     (10 s) or a scheduler's grace period SIGKILLs it first. Now it stops at once: nothing trained,
-    nothing saved, one line, 128 + the signal."""
+    nothing saved, one line. Issue 45: not 128 + the signal, which says a checkpoint holds the run
+    (a script that resubmits on 143 looped on a run that never got past its init): NOT_SAVED_STATUS."""
+    from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
     from test_training import flags_for
     out = tmp_path / "out"
     argv = flags_for(files, str(out), num_train_steps=6)[1:]
     t = time.time()
     r = subprocess.run([PY, "-c", INIT_STOP, sig.name] + argv, cwd=ROOT, env=ENV, capture_output=True, text=True,
                        timeout=300)
-    assert r.returncode == 128 + sig, r.stdout + r.stderr
+    assert r.returncode == NOT_SAVED_STATUS, r.stdout + r.stderr
     assert time.time() - t < 50  # not after the init's 60 s
     assert r.stdout == ("%s in the untimed init, before run_start: stopped at once, nothing trained and nothing "
-                        "saved; rerun the same command to start again\n" % sig.name) and r.stderr == "", r.stdout + r.stderr
+                        "saved (exit 79, not 143: no checkpoint holds the run); rerun the same command to start "
+                        "again\n" % sig.name) and r.stderr == "", r.stdout + r.stderr
     assert [n for n in os.listdir(out) if not n.startswith(".")] == [], os.listdir(out)
 
 
 def test_sigint_checkpoints_and_says_sigint(files, tmp_path, capsys, monkeypatch):
     """Issue 37 (13): Ctrl-C (SIGINT) to a run: a checkpoint, exit 130, and the line says SIGINT
-    (it said SIGTERM; run alone, Ctrl-C was a KeyboardInterrupt with no checkpoint)."""
+    (it said SIGTERM; run alone, Ctrl-C was a KeyboardInterrupt with no checkpoint). A SIGTERM in
+    the rerun's untimed init: 143, the checkpoint holds the run."""
     from test_training import flags_for
     from mlperf_bert.trainer import training
     real_step = training.Trainer.step
@@ -404,6 +553,26 @@ def test_sigint_checkpoints_and_says_sigint(files, tmp_path, capsys, monkeypatch
     assert status == 130
     assert "SIGINT: checkpoint model.ckpt-5.pt written; rerun the same command to resume\n" in capsys.readouterr().out
     assert (out / "model.ckpt-5.pt").exists() and signal.getsignal(signal.SIGINT) is before
+    # Issue 45: the rerun stopped in its untimed init: nothing trained, and the checkpoint holds the
+    # run, so 128 + the signal (a fresh run's init stop is NOT_SAVED_STATUS: the test above)
+    from mlperf_bert.errors import Terminated
+    real_init = training.Trainer.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+    monkeypatch.setattr(training.Trainer, "__init__", init)
+    before_term = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(Terminated) as stopped:
+            training.main(flags_for(files, str(out), save_checkpoints_steps=100))
+    finally:  # the trainer leaves a stop ignoring both (its way out must not be cut): not this process
+        signal.signal(signal.SIGTERM, before_term)
+        signal.signal(signal.SIGINT, before)
+    assert stopped.value.status == 143 and stopped.value.line == (
+        "SIGTERM in the untimed init, before run_start: stopped at once, nothing trained; rerun the same command "
+        "to resume")
 
 
 def test_the_wrapper_is_a_command_with_usage(capsys):

@@ -4,14 +4,18 @@ trainer does (one line, the trainer's exit status).
 Bare torchrun answers a SIGTERM with its agent's SignalException traceback and exit 1 (raised in
 torchrun's own process: no rank can prevent it), a rank killed by a signal with a ChildFailedError
 report and exit 1, a busy ``--master_port`` with a DistNetworkError traceback. This runs
-``python -m torch.distributed.run`` with the same arguments in a process group of its own and:
+torchrun (``agent``: torch.distributed.run's own main) with the same arguments in a process group
+of its own and:
 
-- passes SIGTERM or SIGINT (to it alone or to its process group: a terminal, ``kill -- -PGID``,
-  a scheduler) to torchrun once, as itself; torchrun passes it to every rank, which checkpoint.
-  Exit 143 (130 after SIGINT); the one line is rank 0's ``SIGTERM: checkpoint ... written``
-  (``SIGINT: ...``; before run_start, rank 0's line that the init stopped with nothing saved). The
-  ranks have ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (300 unless set; torchrun's own default is
-  30) to write it before torchrun kills them;
+- passes SIGTERM or SIGINT (to it alone, to its process group: a terminal, ``kill -- -PGID``, or
+  to every process of the job: Slurm's proctrack/linuxproc, a control-group kill) to torchrun once,
+  as itself; torchrun acts on the first it gets (from us or directly) and passes it to every rank
+  once, and the ranks checkpoint. Exit 143 (130 after SIGINT) when every rank stopped with its
+  checkpoint, also after a signal to torchrun alone; the one line is rank 0's ``SIGTERM: checkpoint
+  ... written`` (``SIGINT: ...``). A stop that saved nothing (before run_start in a fresh run,
+  before the ranks started) exits NOT_SAVED_STATUS with a line saying so, a rank that failed or was
+  killed meanwhile with its status; never 143. The ranks have ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``
+  seconds (300 unless set; torchrun's own default is 30) to write it before torchrun kills them;
 - drops torchrun's log lines and tracebacks, shows an error line the ranks print once (every rank
   says the same) and exits with the failed rank's status (2 for bad input);
 - a rank killed by a signal: one line naming the rank, its pid and host and the signal, exit
@@ -40,14 +44,18 @@ SHUTDOWN_TIMEOUT = "300"
 # only when no rank of this node explains the failure. Here, not there: this process needs no torch.
 PEER_LOST = "lost contact with another rank"
 PEER_LOST_STATUS = 75
+# A stop (SIGTERM, SIGINT) after which no checkpoint holds the run: a fresh run stopped before
+# run_start, ranks that never started or failed to checkpoint. 143 (130) says "stopped, a checkpoint
+# holds it, resume": a script that resubmits on it must not loop on a run that saves nothing.
+NOT_SAVED_STATUS = 79  # unused by sysexits (64-78), bash (126-128+) and Python (1, 2)
 USAGE = """usage: python -m mlperf_bert torchrun [torchrun options] SCRIPT [SCRIPT flags]
 
 torchrun (python -m torch.distributed.run, the same options) with one line instead of its
 tracebacks and the trainer's exit status: SIGTERM or Ctrl-C -> every rank checkpoints, exit 143
-(130); a rank killed by signal N -> one line naming it, exit 128+N; a busy --master_port -> one
-line, exit 2. The ranks get TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to checkpoint [%s].
+(130), or %d when the stop saved nothing; a rank killed by signal N -> one line naming it, exit
+128+N; a busy --master_port -> one line, exit 2. The ranks get TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to checkpoint [%s].
 e.g. python -m mlperf_bert torchrun --standalone --nproc_per_node=8 run_pretraining.py --do_train ...
-torchrun's options: python -m torch.distributed.run --help""" % SHUTDOWN_TIMEOUT
+torchrun's options: python -m torch.distributed.run --help""" % (NOT_SAVED_STATUS, SHUTDOWN_TIMEOUT)
 
 # torchrun's own logging lines ("W1122 11:57:17.099000 13773 torch/distributed/run.py:874] ...")
 _AGENT_LOG = re.compile(r"^[IWEF]\d{4} [\d:.]+ \d+ \S*torch/distributed/\S+\] ")
@@ -152,18 +160,84 @@ class Filter:
             return returncode
         f = sorted(failures, key=cause)[0]  # stable: torchrun's root cause first among equals
         if f["code"] < 0:
-            sig = -f["code"]
-            try:
-                name = signal.Signals(sig).name
-            except ValueError:
-                name = "signal %d" % sig
-            self._write("error: %s, pid %s on host %s) was killed by %s: the checkpoints written so far are "
-                        "kept; rerun the same command to resume from the newest\n"
-                        % (f["who"], f["pid"], f.get("host", "?"), name))
-            return 128 + sig
+            self._write(killed_line("%s, pid %s on host %s)" % (f["who"], f["pid"], f.get("host", "?")), -f["code"]))
+            return 128 - f["code"]
         if f["code"] == PEER_LOST_STATUS and self.lost:
             self._write(self.lost[0])  # another node's rank failed: this node only saw it go
         return f["code"]
+
+
+def killed_line(who, sig):
+    """The line for a rank (``who``) killed by signal ``sig``."""
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = "signal %d" % sig
+    return ("error: %s was killed by %s: the checkpoints written so far are kept; rerun the same command to "
+            "resume from the newest\n" % (who, name))
+
+
+def not_saved_line(name, when):
+    return ("%s %s: no checkpoint written (exit %d, not 143); rerun the same command: it resumes from the "
+            "newest checkpoint if there is one, else starts again\n" % (name, when, NOT_SAVED_STATUS))
+
+
+def _stop_status(sig, ranks):
+    """torchrun's status after a stop signal ``sig``, from its ranks' {local rank: (pid, exit code)}
+    (none: it stopped before starting them): 128 + the signal (the ranks' own: 130 or 143) when every
+    rank stopped with its checkpoint, else why not, with its line where no rank printed one."""
+    name = signal.Signals(sig).name
+    if not ranks:
+        sys.stderr.write(not_saved_line(name, "before the ranks started"))
+        return NOT_SAVED_STATUS
+    codes = [code for _, code in ranks.values()]
+    if all(code == 0 for code in codes):
+        return 0  # they had finished
+    stopped = (128 + signal.SIGTERM, 128 + signal.SIGINT)
+    if all(code in (0,) + stopped for code in codes):
+        return next(code for code in codes if code)
+    for local, (pid, code) in sorted(ranks.items(), key=lambda r: (r[1][1] >= 0, r[0])):
+        if code < 0:  # killed (torchrun's SIGKILL past the shutdown timeout, the OOM killer): nobody said so
+            sys.stderr.write(killed_line("local rank %d (pid %d), stopping after %s," % (local, pid, name), -code))
+            return 128 - code
+        if code not in (0,) + stopped:
+            return code  # its own line is out
+    return NOT_SAVED_STATUS
+
+
+def agent():
+    """torchrun itself (torch.distributed.run's main, its arguments in sys.argv), as the wrapper runs
+    it: it acts on the first stop signal only (sent to every process of the job, one comes from the
+    scheduler and one from the wrapper: torchrun's handler raised again in its wait for the ranks'
+    checkpoints and left them) and ends with _stop_status instead of its SignalException traceback
+    and exit 1."""
+    from torch.distributed import run
+    from torch.distributed.elastic.multiprocessing import api
+    handler, got, contexts = api._terminate_process_handler, [], []
+
+    def once(signum, frame):
+        if not got:
+            got.append(signum)
+            handler(signum, frame)
+    api._terminate_process_handler = once  # what torchrun installs when it starts the ranks
+    close = api.PContext.close
+
+    def closing(self, *args, **kwargs):
+        contexts.append(self)  # the ranks it closes: their exit codes after
+        return close(self, *args, **kwargs)
+    api.PContext.close = closing
+    try:
+        run.main()
+    except api.SignalException as e:
+        ranks = {local: (h.proc.pid, h.proc.returncode) for ctx in contexts
+                 for local, h in getattr(ctx, "subprocess_handlers", {}).items() if h.proc.returncode is not None}
+        return _stop_status(e.sigval, ranks)
+    return 0
+
+
+# torchrun's process: the agent, importable with any working directory
+_AGENT = ("import sys; sys.path.insert(0, %r); from mlperf_bert.trainer.launch import agent; sys.exit(agent())"
+          % os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _in_own_group(parent):
@@ -231,14 +305,15 @@ def main(argv):
 
 
 def _run(args, env):
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run"] + args, env=env,
+    proc = subprocess.Popen([sys.executable, "-c", _AGENT] + args, env=env,
                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             preexec_fn=_in_own_group(os.getpid()))
     got = []
 
     def on_signal(signum, frame):
-        # once: a second signal would cut torchrun's wait for the ranks' checkpoints. As itself:
-        # torchrun sends the ranks the signal it got, and the trainer names it
+        # once (start_training.sh sends SIGTERM after a SIGINT), as itself: torchrun sends the ranks
+        # the signal it got, and the trainer names it. torchrun acts on the first it gets, ours or
+        # the scheduler's own (agent)
         if not got:
             got.append(signum)
             try:
@@ -252,7 +327,10 @@ def _run(args, env):
     for raw in proc.stderr:
         filt.feed(raw.decode("utf-8", "replace"))
     returncode = proc.wait()
-    status = filt.status(returncode)
-    if got and status != 0:
-        return 130 if got[0] == signal.SIGINT else 143
-    return status
+    if returncode < 0:  # torchrun killed by a signal (before it set its handlers: no rank started)
+        if got:
+            sys.stderr.write(not_saved_line(signal.Signals(got[0]).name, "before torchrun started the ranks"))
+            return NOT_SAVED_STATUS
+        sys.stderr.write(killed_line("torchrun (pid %d)" % proc.pid, -returncode))
+        return 128 - returncode
+    return filt.status(returncode)  # the agent's: 143 (130) only when every rank checkpointed

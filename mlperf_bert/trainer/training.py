@@ -25,6 +25,7 @@ from mlperf_bert.errors import Terminated, UserError
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
 from mlperf_bert.trainer import checkpoint, distributed, evaluation, levers, loader, preflight, tensorboard, throughput
 from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
 from mlperf_logging.mllog import constants as C
 
 
@@ -128,10 +129,11 @@ def define_flags():
 class _Stop:
     """SIGTERM or SIGINT (Ctrl-C; the launchers pass it on as itself). In the untimed init, before
     run_start, nothing has been trained: the signal stops the run at once (``Terminated``, raised
-    where the main thread is: a compile, the warm-up, a data check), with nothing saved. From
-    run_start on (``started``) it sets ``requested``: the loop checkpoints at the next update and
-    exits 128 + the signal. The first signal decides (start_training.sh sends SIGTERM after a
-    SIGINT, in case the trainer had not started yet)."""
+    where the main thread is: a compile, the warm-up, a data check), with nothing saved: exit 128 +
+    the signal when a checkpoint holds the run (``resumable``), else launch.NOT_SAVED_STATUS (143
+    says a checkpoint holds it). From run_start on (``started``) it sets ``requested``: the loop
+    checkpoints at the next update and exits 128 + the signal. The first signal decides
+    (start_training.sh sends SIGTERM after a SIGINT, in case the trainer had not started yet)."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -139,6 +141,7 @@ class _Stop:
         self.requested = False
         self.signum = None
         self.in_init = True
+        self.resumable = False  # a checkpoint of the run is there (set once rank 0 has looked)
         self._old = {}
 
     def __enter__(self):
@@ -154,9 +157,14 @@ class _Stop:
         if self.in_init:
             name = signal.Signals(signum).name
             # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
-            line = ("%s in the untimed init, before run_start: stopped at once, nothing trained and nothing saved; "
-                    "rerun the same command to start again" % name) if os.environ.get("RANK", "0") == "0" else ""
-            raise Terminated(line, 128 + signum)
+            if self.resumable:
+                line, status = ("%s in the untimed init, before run_start: stopped at once, nothing trained; "
+                                "rerun the same command to resume" % name), 128 + signum
+            else:
+                line, status = ("%s in the untimed init, before run_start: stopped at once, nothing trained and "
+                                "nothing saved (exit %d, not 143: no checkpoint holds the run); rerun the same "
+                                "command to start again" % (name, NOT_SAVED_STATUS)), NOT_SAVED_STATUS
+            raise Terminated(line if os.environ.get("RANK", "0") == "0" else "", status)
 
     def started(self):
         """run_start: from here a signal checkpoints at the next update."""
@@ -445,6 +453,7 @@ def run(fv, stop, held):
     finished, found = distributed.broadcast_object(
         (checkpoint.read_finished(fv.output_dir), checkpoint.list_checkpoints(fv.output_dir))
         if rank == 0 else None)
+    stop.resumable = bool(found)
     if finished:
         return preflight.finished_before(fv, finished, rank, config, train_files, eval_files, init_ckpt)
     ckpt_path = found[-1][1] if found else None  # on rank 0's disk: only rank 0 reads it

@@ -575,6 +575,46 @@ def test_sigint_checkpoints_and_says_sigint(files, tmp_path, capsys, monkeypatch
         "to resume")
 
 
+# A rank that failed with its one line and status (a peer or its loader worker gone), while torchrun
+# SIGTERMs the ranks left: the signal lands in its exit (an atexit callback runs then)
+EXIT_RACE = textwrap.dedent("""\
+    import atexit, os, signal
+    from mlperf_bert.cli import run_main
+    from mlperf_bert.trainer import training
+
+    def main(argv):
+        with training._Stop():
+            atexit.register(os.kill, os.getpid(), signal.SIGTERM)
+            raise SystemExit(75)
+    run_main(main, ["run_pretraining.py"])
+""")
+
+
+def test_a_signal_while_a_failed_rank_exits_changes_neither_line_nor_status(files, tmp_path, monkeypatch):
+    """Issue 45 (5): on a busy machine a rank's killed loader worker gave its one line plus a 12-line
+    "Exception ignored in atexit callback" traceback: torchrun's SIGTERM to the rank left reached it
+    while it was exiting, where the handler before the trainer's (run_main's) raised Terminated; in
+    its teardown, in the untimed init, the trainer's own turned the failure into a stop (143). The
+    race made deterministic: the signal in an atexit callback, and in the teardown."""
+    r = subprocess.run([PY, "-c", EXIT_RACE], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (75, "", "")
+    from test_training import flags_for
+    from mlperf_bert.trainer import distributed, training
+
+    def run(fv, stop, held):
+        raise SystemExit(75)  # e.g. a peer lost in the untimed init, its line out
+    monkeypatch.setattr(training, "run", run)
+    monkeypatch.setattr(distributed, "teardown", lambda clean: os.kill(os.getpid(), signal.SIGTERM))
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with pytest.raises(SystemExit) as e:
+            training.main(flags_for(files, str(tmp_path / "out")))
+        assert e.value.code == 75 and signal.getsignal(signal.SIGTERM) is signal.SIG_IGN  # on its way out
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def test_the_wrapper_is_a_command_with_usage(capsys):
     from mlperf_bert import __main__ as entry
     from mlperf_bert.trainer import launch

@@ -180,11 +180,14 @@ class _Stop:
         return 128 + (self.signum or signal.SIGTERM)
 
     def __exit__(self, exc_type, *exc):
-        stopping = exc_type is not None and issubclass(exc_type, Terminated)
+        leaving = exc_type is not None and issubclass(exc_type, (Terminated, SystemExit))
         for sig, old in self._old.items():
-            # leaving on a stop: a second signal (start_training.sh's SIGTERM after a SIGINT) must
-            # not interrupt the way out
-            signal.signal(sig, signal.SIG_IGN if stopping else old)
+            # leaving the process, on a stop or with a failure's one line and status (a rank whose
+            # peer or loader worker died): a signal now must not interrupt the way out. torchrun
+            # SIGTERMs the ranks left once one has failed: it came during this rank's exit, and
+            # the handler before ours raised Terminated in an atexit callback, a traceback after the
+            # one line (busy machines), or replaced the status with 143 before it.
+            signal.signal(sig, signal.SIG_IGN if leaving else old)
         return False
 
 
@@ -200,6 +203,8 @@ def main(argv):
             clean = True
             return rc
         finally:
+            if not clean:  # failing (its line is out): a signal now changes neither line nor status
+                stop.requested = True
             distributed.teardown(clean)
 
 

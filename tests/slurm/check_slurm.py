@@ -136,7 +136,15 @@ class Test:
         print("  %s after %.0f s" % (what, time.time() - t), flush=True)
 
     def ended(self, jobid, output, timeout=JOB_TIMEOUT):
-        j = self.slurm.wait_job(jobid, timeout)
+        try:
+            j = self.slurm.wait_job(jobid, timeout)
+        except local_slurm.SlurmError as e:  # hung: what of the job is still there, and where it waits
+            print("  the job's processes (pid ppid state wchan command):")
+            for pid in self.slurm.marked_pids():
+                if environ(pid).get("SLURM_JOB_ID") == jobid:
+                    print("    %d %s %s %s %s" % (pid, ppid(pid), proc_state(pid), wchan(pid), cmdline(pid)[:160]))
+            print("  its output's last lines:\n    " + "\n    ".join(read(output).rstrip().splitlines()[-8:]))
+            raise Failed(str(e))
         text = open(output, errors="replace").read()
         print("  job %s: %s, exit %s; its output:" % (jobid, j["JobState"], j["ExitCode"]))
         print("    " + "\n    ".join(text.rstrip().splitlines()[-12:]), flush=True)
@@ -292,6 +300,22 @@ def mtime(path):
         return os.stat(path).st_mtime_ns
     except OSError:
         return None
+
+
+def proc_state(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "?"
+
+
+def wchan(pid):
+    try:
+        with open("/proc/%d/wchan" % pid) as f:
+            return f.read().strip() or "-"
+    except OSError:
+        return "?"
 
 
 def environ(pid):

@@ -312,7 +312,7 @@ cat "$FAKE_BODY" >> "$LOGDIR/mlperf.log"
 if [ -n "${FAKE_SLEEP:-}" ]; then
   sleep "$FAKE_SLEEP" &
   sp=$!
-  trap 'echo TERM > "$OUTPUT_DIR/got_term"; kill $sp; exit 143' TERM
+  trap 'echo TERM > "$OUTPUT_DIR/got_term"; kill $sp; touch "$OUTPUT_DIR/model.ckpt-1.pt"; exit 143' TERM  # as the trainer stops
   touch "$OUTPUT_DIR/ready"
   wait $sp
 fi
@@ -359,7 +359,8 @@ def test_start_training_forwards_sigterm(fake_env):
     stdout, _ = proc.communicate(timeout=20)
     assert (out / "got_term").exists()
     # a stopped run is not a result: one line, no RESULT, no log check (tests/test_start_training.py)
-    assert proc.returncode == 143 and "ENDING TIMING RUN AT" not in stdout and "stopped by SIGTERM" in stdout
+    assert proc.returncode == 143 and "ENDING TIMING RUN AT" not in stdout and "stopped by SIGTERM" in stdout \
+        and "model.ckpt-1.pt holds it" in stdout
 
 
 def test_start_training_without_data_runs_the_demo(tmp_path):

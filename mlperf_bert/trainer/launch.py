@@ -53,7 +53,8 @@ USAGE = """usage: python -m mlperf_bert torchrun [torchrun options] SCRIPT [SCRI
 torchrun (python -m torch.distributed.run, the same options) with one line instead of its
 tracebacks and the trainer's exit status: SIGTERM or Ctrl-C -> every rank checkpoints, exit 143
 (130), or %d when the stop saved nothing; a rank killed by signal N -> one line naming it, exit
-128+N; a busy --master_port -> one line, exit 2. The ranks get TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to checkpoint [%s].
+128+N; a busy --master_port -> one line, exit 2. The ranks get TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+seconds to checkpoint [%s].
 e.g. python -m mlperf_bert torchrun --standalone --nproc_per_node=8 run_pretraining.py --do_train ...
 torchrun's options: python -m torch.distributed.run --help""" % (NOT_SAVED_STATUS, SHUTDOWN_TIMEOUT)
 

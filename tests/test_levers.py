@@ -120,7 +120,11 @@ def test_fused_update_equals_the_eager_lamb(tmp_path, compiled, clip_after):
     fused = _trainer(tmp_path, "--fused_update", *extra, dtype="fp32")
     assert compiled == [{"combo_kernels": True}] * 4  # the four update functions, not the model
     assert isinstance(fused.after_backward.__self__, step.CompiledUpdate)
-    assert _train(eager, batches, 6) == _train(fused, batches, 6)
+    le, lf = _train(eager, batches, 6), _train(fused, batches, 6)
+    # the first update's micro-steps run on the same weights; after it, the losses are those of
+    # weights a rounding apart (an AMD EPYC here gives 4.8509912 against 4.8509908 at step 5)
+    assert le[:2] == lf[:2]
+    assert lf[2:] == pytest.approx(le[2:], rel=1e-6, abs=0)
     a, b = eager.model.state_dict(), fused.model.state_dict()
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert 0 < worst < 1e-7, worst  # rounding apart, as said

@@ -88,7 +88,6 @@ def _autocast(dtype):
 
 def fake_flops(config, b, seq, pred, dtype):
     """FLOPs of the real model's forward and backward on fake tensors."""
-    import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
     from mlperf_bert.trainer.memory_plan import fake_batch

@@ -77,6 +77,15 @@ def test_no_import_cycle_at_module_level():
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
+def test_no_import_cycle_counting_imports_inside_functions():
+    """Issue 48: model imported levers (for fp8_stacked) and levers imported model inside its
+    functions, a circle the module-level walk did not see. A function-level import defers loading,
+    not layering: the layers hold for every import."""
+    graph = _graph(top_level_only=False)
+    assert "mlperf_bert.trainer.model" in graph["mlperf_bert.trainer.levers"]
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
 def test_errors_imports_nothing_of_ours_and_run_main_sits_above():
     everywhere = _graph(top_level_only=False)
     assert everywhere["mlperf_bert.errors"] == []

@@ -152,25 +152,6 @@ def enable_fp8(model, recipe="tensorwise"):
     return layers
 
 
-def fp8_stacked(x, layers):
-    """-> each of ``layers``' outputs of ``x``, by one float8 GEMM over their weights stacked
-    [sum of out_features, in_features] (--fused_qkv with --fp8: x cast to float8 once, not once a
-    layer, one GEMM of N = 3h where three of N = h ran, and one each for the input's and the weight's
-    gradients). It is what torchao's ``Float8Linear.forward`` does for one layer, with the first
-    layer's twin's config (every twin has the recipe's): its autograd function on the stacked
-    weight, whose gradient autograd splits back into the three Parameters. The row-wise recipe
-    scales each weight row as the three layers do; the tensor-wise one scales the stacked weight
-    by its one amax, where each layer had its own."""
-    from torchao.float8.float8_linear import matmul_with_hp_or_float8_args
-    twin = layers[0].fp8
-    if torch.is_autocast_enabled():  # Float8Linear.forward's cast: the input in CUDA's autocast dtype
-        x = x.to(torch.get_autocast_gpu_dtype())
-    w = torch.cat([m.weight for m in layers])
-    out = matmul_with_hp_or_float8_args.apply(x, w.t(), twin.linear_mm_config, twin.config)
-    out = out + torch.cat([m.bias for m in layers]).to(out.dtype)
-    return out.split([m.out_features for m in layers], dim=-1)
-
-
 # ---------------------------------------------------------------- the trainer's side
 
 class Levers:

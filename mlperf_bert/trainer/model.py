@@ -11,9 +11,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlperf_bert.trainer import attention, levers
+from mlperf_bert.trainer import attention
 
 LN_EPS = 1e-12
+
+
+def fp8_stacked(x, layers):
+    """-> each of ``layers``' outputs of ``x``, by one float8 GEMM over their weights stacked
+    [sum of out_features, in_features] (--fused_qkv with --fp8: x cast to float8 once, not once a
+    layer, one GEMM of N = 3h where three of N = h ran, and one each for the input's and the weight's
+    gradients). It is what torchao's ``Float8Linear.forward`` does for one layer, with the first
+    layer's twin's config (every twin has the recipe's): its autograd function on the stacked
+    weight, whose gradient autograd splits back into the three Parameters (the twins are
+    levers.enable_fp8's). The row-wise recipe scales each weight row as the three layers do; the
+    tensor-wise one scales the stacked weight by its one amax, where each layer had its own."""
+    from torchao.float8.float8_linear import matmul_with_hp_or_float8_args
+    twin = layers[0].fp8
+    if torch.is_autocast_enabled():  # Float8Linear.forward's cast: the input in CUDA's autocast dtype
+        x = x.to(torch.get_autocast_gpu_dtype())
+    w = torch.cat([m.weight for m in layers])
+    out = matmul_with_hp_or_float8_args.apply(x, w.t(), twin.linear_mm_config, twin.config)
+    out = out + torch.cat([m.bias for m in layers]).to(out.dtype)
+    return out.split([m.out_features for m in layers], dim=-1)
 
 
 class PretrainingOutput(NamedTuple):
@@ -90,12 +109,12 @@ class SelfAttention(nn.Module):
         checkpoint, and LAMB's trust ratio of each. Stacked after the cast to the compute dtype (the
         cast autocast makes of each anyway), so x is cast once where autocast casts it for each of
         the three (CUDA's autocast hands them LayerNorm's fp32 output). With --fp8 in training it is
-        one float8 GEMM over the stacked weights (levers.fp8_stacked), the bf16 one in eval."""
+        one float8 GEMM over the stacked weights (fp8_stacked), the bf16 one in eval."""
         layers = (self.query, self.key, self.value)
         if not self.fused:
             return tuple(m(x) for m in layers)
         if self.query.fp8 is not None and self.training:
-            return levers.fp8_stacked(x, layers)
+            return fp8_stacked(x, layers)
         dtype = attention.compute_dtype(x.device, self.query.weight.dtype)
         w = torch.cat([m.weight.to(dtype) for m in layers])
         b = torch.cat([m.bias.to(dtype) for m in layers])

@@ -230,8 +230,7 @@ run_one() {
   # ours, when we got one: the first decides (a SIGINT goes on as SIGINT, then SIGTERM)
   [[ -n "$stopped" && -n "$got_signal" ]] && stopped="SIG$got_signal"
   if [[ -n "$stopped" && -n "$ckpt" ]]; then
-    # (NOT_SAVED: stopped before training, which the checkpoint holds all of)
-    [[ -n "$got_signal" ]] || (( status != NOT_SAVED )) || got_signal=TERM
+    (( status == NOT_SAVED )) && status=143  # stopped before it trained: the checkpoint holds all of it
     [[ -n "$got_signal" ]] && status=$(signal_status)
     echo "$ME: $name stopped by $stopped after $elapsed s: $ckpt holds it; rerun the same command to resume"
   elif [[ -n "$stopped" ]]; then  # also 143 from a trainer the signal killed before its handlers

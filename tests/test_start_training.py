@@ -183,20 +183,24 @@ def test_sigint_is_passed_on_as_sigint_and_named(fake, tmp_path):
         % (out.split("after ")[1].split(" s")[0], fake.out / "model.ckpt-15.pt")], out
 
 
-# Trainers that a SIGTERM stops without a checkpoint: one the signal kills (before its handlers: bash
-# says 143), one that fails on it (a rank killed past torchrun's shutdown timeout: 137)
+# Trainers that a SIGTERM stops: without a checkpoint, one the signal kills (before its handlers: bash
+# says 143) and one that fails on it (a rank killed past torchrun's shutdown timeout: 137)
 NOT_SAVED_TRAINERS = {
     "killed": 'mkdir -p "$OUTPUT_DIR"; touch "$OUTPUT_DIR/ready"; exec sleep 60',
     "failed": "mkdir -p \"$OUTPUT_DIR\"; trap 'kill $!; exit 137' TERM; sleep 60 & touch \"$OUTPUT_DIR/ready\"; wait",
+    # torchrun stopped before it started the ranks (79), in a run a checkpoint holds: that is a stop
+    "resumable": "mkdir -p \"$OUTPUT_DIR\"; touch \"$OUTPUT_DIR/model.ckpt-6.pt\"; trap 'kill $!; exit 79' TERM; "
+                 "sleep 60 & touch \"$OUTPUT_DIR/ready\"; wait",
 }
 
 
 @pytest.mark.parametrize("trainer", sorted(NOT_SAVED_TRAINERS))
-def test_a_stop_that_saved_nothing_is_not_143(fake, tmp_path, trainer):
+def test_a_stops_status_is_143_only_when_a_checkpoint_holds_the_run(fake, tmp_path, trainer):
     """Issue 45: a stop after which no checkpoint holds the run said "stopped by SIGTERM ... before its
     first checkpoint" and exited 143, which says "a checkpoint holds it, resume" (a script that
     resubmits on 143 looped); a trainer that failed while stopping exited 143 too. Now: the
-    NOT_SAVED_STATUS and a line saying nothing was saved, or the failure's own status and line."""
+    NOT_SAVED_STATUS and a line saying nothing was saved, or the failure's own status and line; a
+    NOT_SAVED_STATUS stop of a run a checkpoint holds is 143."""
     from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
     script = tmp_path / "trainer.sh"
     script.write_text("#!/usr/bin/env bash\n" + NOT_SAVED_TRAINERS[trainer] + "\n")
@@ -210,9 +214,13 @@ def test_a_stop_that_saved_nothing_is_not_143(fake, tmp_path, trainer):
         assert proc.returncode == NOT_SAVED_STATUS == 79, out + err
         assert lines == ["start_training.sh: the run stopped by SIGTERM after %s s, before its first checkpoint: "
                          "nothing saved (exit 79, not 143); rerun the same command to start it again" % elapsed], out
-    else:
+    elif trainer == "failed":
         assert proc.returncode == 137, out + err
         assert lines == ["start_training.sh: the run failed with status 137 after %s s (see above)" % elapsed], out
+    else:
+        assert proc.returncode == 143, out + err
+        assert lines == ["start_training.sh: the run stopped by SIGTERM after %s s: %s holds it; rerun the same "
+                         "command to resume" % (elapsed, fake.out / "model.ckpt-6.pt")], out
     # the shell's NOT_SAVED is the launcher's
     assert "\nNOT_SAVED=%d\n" % NOT_SAVED_STATUS in open(START).read()
 

@@ -1157,6 +1157,19 @@ def test_the_trainers_flag_help_and_the_docs_agree():
         "x.md: --log_frequency: the docs say (25), the default is 50"]
 
 
+def test_the_readme_gives_the_time_of_make_submission_demo():
+    """Issue 47 (16): the README named `make submission-demo` without its time (about 10 minutes).
+    Its sentence gives the time measured, the load it was measured at, and the runs the Makefile's
+    target makes."""
+    readme = re.sub(r"\s+", " ", open(os.path.join(ROOT, "README.md"), encoding="utf-8").read())
+    said = re.search(r"`make submission-demo` does all of it on the CPU demo: (\d+) runs, package and score in "
+                     r"(\d+) min (\d+) s here \([^)]*load average [\d.]+ to [\d.]+[^)]*\)", readme)
+    assert said, "README: make submission-demo's time and load"
+    make = open(os.path.join(ROOT, "Makefile"), encoding="utf-8").read()
+    target = make[make.index("\nsubmission-demo:"):]
+    assert "--runs=%s " % said.group(1) in target.split("\n\n")[0], said.group(0)
+
+
 if __name__ == "__main__":
     for p in problems(doc_commands()):
         print(p)

@@ -18,6 +18,7 @@ rank a node, a tiny BERT on the reference's s128 records of tests/data), and che
    comes during the run whatever the load; check 2 proves a resume bit-identical);
 4. one node's rank killed with SIGKILL: the job ends (nothing hangs, nothing of it is left) and its
    status is the killed rank's (137), named in the job's last line.
+Every job's output holds no traceback (a stop or a failure is one line a node).
 Each step prints its time; every daemon is stopped by pid at the end, also after a failure. The
 scratch folder is removed after a pass (kept after a failure, and with SLURM_TEST_KEEP=1).
 """
@@ -148,6 +149,9 @@ class Test:
         text = open(output, errors="replace").read()
         print("  job %s: %s, exit %s; its output:" % (jobid, j["JobState"], j["ExitCode"]))
         print("    " + "\n    ".join(text.rstrip().splitlines()[-12:]), flush=True)
+        # a stop or a failure is said in one line a node, not with Python's or torchrun's tracebacks
+        leaked = [l for l in text.splitlines() if l.startswith(("Traceback", "--- Logging error ---", "During handling"))]
+        expect(not leaked, "no traceback in the job's output (%s)" % (leaked[:2],))
         return j, text
 
     # ---- the checks

@@ -116,3 +116,26 @@ def test_submit_checks_the_settings_before_sbatch(job, tmp_path):
     closed, record = job(script=SUBMIT, PRESET="rcp_3072", GPUS_PER_NODE="8")
     assert closed.returncode == 2 and len(record) == 1 and closed.stderr.startswith(
         "error: slurm_multinode.sbatch: set SUBMISSION_ORG SUBMISSION_PLATFORM INIT_CHECKPOINT ")
+
+
+def test_the_pyxis_variant_runs_the_images_script_with_the_folders_mounted_at_their_paths(job, tmp_path):
+    """Issue 45 (3): examples/slurm_multinode_pyxis.sbatch is the same job in the image: srun gets
+    --container-image and the data (read-only) and output folders mounted at their own paths, and
+    each node runs the image's start_training.sh with the image's Python; without CONTAINER_IMAGE it
+    stops at once. (The srun stand-in records its arguments and runs nothing: no pyxis here.)"""
+    pyxis = os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch")
+    bin_srun = tmp_path / "bin" / "srun"
+    bin_srun.write_text('#!/bin/bash\na="$*"\nprintf "%s\\n" "${a//$\'\\n\'/ }" "$PYTHON" >> "$FAKE_RECORD"\n')
+    refused, record = job(script=pyxis)
+    assert refused.returncode == 2 and record == [] and refused.stderr.startswith(
+        "error: slurm_multinode_pyxis.sbatch: set CONTAINER_IMAGE "), refused.stderr
+    out = tmp_path / "out"
+    proc, record = job("--seed=3", script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out))
+    # srun ran nothing: no node's status, which the job's status says
+    assert proc.returncode == 1 and "not every node with one of its own" in proc.stdout, proc.stdout + proc.stderr
+    srun, python = record
+    assert srun.startswith("--ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=/images/bert.sqsh "
+                           "--container-mounts=%s:%s,%s:%s:ro --container-workdir=/workspace/bert bash -c "
+                           % (out, out, job.data, job.data)), srun
+    assert srun.endswith(" node_task /workspace/bert/start_training.sh --preset=demo_cpu --device=cpu --seed=3")
+    assert python == "/opt/venv/bin/python"

@@ -193,15 +193,16 @@ class LocalSlurm:
     # ---- stop
 
     def marked_pids(self):
-        """Processes whose environment holds this cluster's marker (daemons, steps, tasks)."""
-        token = ("%s=%s" % (MARKER, self.dir)).encode()
+        """Processes whose environment holds this cluster's marker (daemons, jobs' tasks) or its
+        SLURM_CONF (slurmstepd: slurmd gives it an environment of its own, without the marker)."""
+        tokens = {("%s=%s" % (MARKER, self.dir)).encode(), ("SLURM_CONF=%s" % self.conf).encode()}
         found = []
         for pid in os.listdir("/proc"):
             if not pid.isdigit() or int(pid) == os.getpid():
                 continue
             try:
                 with open("/proc/%s/environ" % pid, "rb") as f:
-                    if token in f.read().split(b"\0"):
+                    if tokens & set(f.read().split(b"\0")):
                         found.append(int(pid))
             except OSError:
                 pass

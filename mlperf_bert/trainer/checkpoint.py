@@ -17,62 +17,19 @@ import numpy as np
 import torch
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import distributed
+from mlperf_bert.trainer import distributed, run_config
 from mlperf_bert.fileio import atomic_open, atomic_save
 
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
 FINISHED = "run_finished.json"
 LOG_OWNER = "mlperf_log_path.json"
-# Every flag of the trainer is in exactly one of the three lists below
-# (tests/test_training.py::test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers
-# walks them all): a new flag fails that test until it is put in one.
-#
-# Flags that define a run: a resume with another value would mix two runs in one output_dir. Every
-# flag that changes the arithmetic is here, the levers that round otherwise included.
-RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate", "poly_power",
-             "num_train_steps", "num_warmup_steps", "start_warmup_step", "lamb_weight_decay_rate",
-             "lamb_beta_1", "lamb_beta_2", "log_epsilon", "max_seq_length", "max_predictions_per_seq",
-             "eval_frequency", "target_mlm_accuracy", "max_samples_termination", "shuffle",
-             "shuffle_buffer", "clip_by_global_norm_after_gradient_allreduce", "dtype",
-             "grad_exchange_dtype",  # bf16 rounds the clipped sums (trainer/distributed.py)
-             "submission_division",
-             "compile",        # inductor's kernels round otherwise (1e-5 after 3 updates)
-             "fused_update",   # the update compiled: -lr * u multiplied, then subtracted (1e-7)
-             # levers whose kernels may round otherwise (float8; a GEMM of another shape can take
-             # another cuBLAS kernel)
-             "fp8", "fp8_recipe", "fused_qkv")
-# Flags in the identity by what they name, not by their value (run_identity): the model config the
-# file holds, the data files and initial checkpoint with their sizes (and its digest), the seed.
-IDENTITY_BY_CONTENT = ("bert_config_file", "input_file", "eval_input_file", "init_checkpoint", "seed")
-# Flags that leave the numbers of the run as they are, each with why: a resume may change them.
-SAME_NUMBERS = {
-    "output_dir": "where the run is",
-    "mlperf_log": "where its log goes (a resume refuses a log that is not the checkpoint's)",
-    "tensorboard_dir": "where a copy of the log's values goes",
-    "do_train": "what to do",
-    "do_eval": "the eval after training (--do_eval alone: of --init_checkpoint), not the run's",
-    "eval_batch_size": "the batch of --do_eval's eval without an online eval set, not the run's",
-    "max_eval_steps": "the batches of that eval",
-    "eval_at_start": "an eval at 0 samples, before the first step (a resume never repeats it)",
-    "eval_micro_batch_size": "exact sums: any micro-batch gives the same metrics (tests/test_warmup.py)",
-    "save_checkpoints_steps": "when to write checkpoints",
-    "keep_checkpoint_max": "how many are kept",
-    "iterations_per_loop": "accepted for the TPU estimator; no effect",
-    "log_frequency": "how often train_loss is logged (the mean of the steps between two lines)",
-    "num_workers": "batch k is batch k whatever the workers (trainer/loader.py)",
-    "num_gpus": "accepted; no effect (the rank count is checked on its own)",
-    "progress": "the progress bar",
-    "check_data": "what is read before training, not what is trained on",
-    "warm_up": "restores weights, optimizer and RNG exactly (tests/test_warmup.py)",
-    "cuda_graphs": "the compiled step's kernels replayed (--compile is in the identity; tests/test_levers.py)",
-    "device": "where the run computes: a resume on another machine, as on another GPU model, goes on "
-              "from the same state (auto names no device to compare)",
-    "submission_org": "logged once, at the run's start",
-    "submission_platform": "logged once, at the run's start",
-    "submission_status": "logged once, at the run's start",
-    "use_tpu": "refused", "tpu_name": "refused", "tpu_zone": "refused", "gcp_project": "refused",
-    "master": "refused", "num_tpu_cores": "ignored",
-}
+# Every flag of the trainer is in exactly one of the three lists below, which its field in
+# trainer/run_config.py says (tests/test_training.py's
+# test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers walks them all):
+# RUN_FLAGS define a run (a resume with another value would mix two runs in one output_dir), IDENTITY_BY_CONTENT are in the identity by what they name (RunConfig.identity),
+# SAME_NUMBERS leave the numbers as they are, each with why.
+RUN_FLAGS, IDENTITY_BY_CONTENT = run_config.RUN_FLAGS, run_config.IDENTITY_BY_CONTENT
+SAME_NUMBERS = run_config.SAME_NUMBERS
 
 
 def path_for(output_dir, step):
@@ -366,17 +323,6 @@ def load_on_every_rank(path, rank, device, check):
     return out
 
 
-def run_identity(fv, seed, train_files, eval_files, init_checkpoint=None, config=None):
-    """What a resumed run must share with the checkpoint: defining flags, seed, the model config
-    (``BertConfig.to_dict()``), data files and the initial checkpoint
-    (``tf_checkpoint.fingerprint``: path, bytes, digest)."""
-    files = lambda paths: [[os.path.abspath(p), os.path.getsize(p)] for p in paths or []]  # noqa: E731
-    ident = {name: fv[name].value for name in RUN_FLAGS}
-    ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
-                 init_checkpoint=init_checkpoint, config=config)
-    return ident
-
-
 _FILES = {"input_file": "the training files (names or sizes)", "eval_input_file": "the eval files (names or sizes)",
           "init_checkpoint": "--init_checkpoint (its path, size or content)"}
 
@@ -451,7 +397,7 @@ def write_finished(output_dir, status, step, samples, run=None, launch=None):
                   default=str)
 
 
-def launch_record(fv, world):
+def launch_record(cfg, world):
     """How this run was started: train_model.sh's preset and the flags given over it
     (MLPERF_BERT_PRESET, MLPERF_BERT_OVERRIDES; None when the trainer was started otherwise), every
     flag the trainer was given, its processes and nodes (torchrun's LOCAL_WORLD_SIZE), and the code
@@ -459,7 +405,12 @@ def launch_record(fv, world):
     from mlperf_bert.harness.package import source_identity
     local = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
     record = {"preset": os.environ.get("MLPERF_BERT_PRESET"), "overrides": os.environ.get("MLPERF_BERT_OVERRIDES"),
-              "flags": {name: fv[name].value for name in sorted(fv) if fv[name].present},
+              "flags": cfg.given_flags(),
               "processes": world, "processes_per_node": local, "nodes": max(1, world // max(1, local))}
+    if cfg.config_file:  # --config: the file given, and the resolved config the run wrote at its start
+        given, digest = cfg.config_file
+        record["config"] = {"file": os.path.abspath(given), "sha256": digest,
+                            "resolved": os.path.abspath(run_config.resolved_path(cfg)),
+                            "resolved_sha256": run_config.resolved_digest(cfg)}
     record.update(source_identity())
     return record

@@ -129,11 +129,12 @@ def _batch_sums(forward, batch, autocast, one):
     return torch.stack([getattr(out, k).double() for k in _SUMS] + [out.loss.double(), one])
 
 
-def reference_eval_batches(fv, files, rank, world):
-    """The reference's --do_eval input: files in order, repeated, ``max_eval_steps`` full batches."""
-    ds = loader.PretrainingBatches(files, fv.max_seq_length, fv.max_predictions_per_seq, fv.eval_batch_size,
-                                   rank, world, shuffle=False, repeat=True, max_batches=fv.max_eval_steps)
-    return loader.make_loader(ds, min(fv.num_workers, 1))
+def reference_eval_batches(data, ev, files, rank, world):
+    """The reference's --do_eval input: files in order, repeated, ``max_eval_steps`` full batches
+    (``data``, ``ev``: the RunConfig's sections)."""
+    ds = loader.PretrainingBatches(files, data.max_seq_length, data.max_predictions_per_seq, ev.eval_batch_size,
+                                   rank, world, shuffle=False, repeat=True, max_batches=ev.max_eval_steps)
+    return loader.make_loader(ds, min(data.num_workers, 1))
 
 
 def write_eval_results(output_dir, metrics, global_step):

@@ -46,13 +46,18 @@ def define_flags(fv):
       "(the checkpoints keep the reference's three); measured on a GPU only at a 2-layer model.", flag_values=fv)
 
 
-def check_flags(fv):
-    """Refusals that need no device: one line each."""
-    if fv.cuda_graphs and not fv.compile:
+# The order the levers are applied in (``Trainer.__init__``): every refusal first (``refuse``), then
+# the model's conversions (``convert_model``: float8, fused QKV; the model keeps its Parameters),
+# then the step's wrappers (``ddp``, then ``wrap_step``: compile, the compiled update, CUDA graphs).
+
+def check_flags(cfg):
+    """Refusals that need no device: one line each. ``cfg``: the RunConfig."""
+    lv = cfg.levers
+    if lv.cuda_graphs and not lv.compile:
         raise UserError("--cuda_graphs replays the compiled step: add --compile, or drop --cuda_graphs")
-    if fv.fp8_recipe != "tensorwise" and not fv.fp8:
-        raise UserError("--fp8_recipe=%s chooses the recipe of --fp8: add --fp8, or drop --fp8_recipe" % fv.fp8_recipe)
-    if fv.fp8 and fv.dtype == "fp32":
+    if lv.fp8_recipe != "tensorwise" and not lv.fp8:
+        raise UserError("--fp8_recipe=%s chooses the recipe of --fp8: add --fp8, or drop --fp8_recipe" % lv.fp8_recipe)
+    if lv.fp8 and cfg.model.dtype == "fp32":
         # torch._scaled_mm's output is the layer's input dtype: fp32 here, which the CUDA kernel
         # refuses for row-wise scales unless cuBLAS runs them, on sm90 only ("Only bf16 high precision
         # output types are supported for row-wise scaling", aten/src/ATen/native/cuda): float8 is a bf16 lever
@@ -60,11 +65,12 @@ def check_flags(fv):
                         "every GPU but sm90): add --dtype=bf16, or drop --fp8")
 
 
-def check_device(fv, device, world):
+def check_device(cfg, device, world):
     """Refusals that need the device and rank count."""
-    if fv.cuda_graphs and device.type != "cuda":
+    lv = cfg.levers
+    if lv.cuda_graphs and device.type != "cuda":
         raise UserError("--cuda_graphs needs a CUDA device (this run is on %s): drop --cuda_graphs" % device.type)
-    if fv.cuda_graphs and world > 1 and fv.clip_by_global_norm_after_gradient_allreduce:
+    if lv.cuda_graphs and world > 1 and cfg.optim.clip_by_global_norm_after_gradient_allreduce:
         # Per-replica clipping all-reduces the clipped sums after the backward, between the
         # graphs, into buffers of their own. DDP all-reduces inside the backward, from autograd
         # hooks between the per-bucket graphs torch.compile splits it into (no collective is
@@ -72,17 +78,32 @@ def check_device(fv, device, world):
         raise UserError("--cuda_graphs on several ranks (this run has %d) needs per-replica clipping: with "
                         "--clip_by_global_norm_after_gradient_allreduce DDP all-reduces from hooks inside the "
                         "backward, which CUDA graphs cannot capture: drop one of the two flags" % world)
-    if fv.fp8 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+    if lv.fp8 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         raise UserError("--fp8 needs float8 matmuls (compute capability 8.9+, e.g. H100; this GPU has %d.%d): "
                         "drop --fp8" % torch.cuda.get_device_capability(device))
 
 
-def compile_options(fv, update=False):
+def refuse(cfg, device, world):
+    """1. Every refusal of the levers, before anything is built."""
+    check_flags(cfg)
+    check_device(cfg, device, world)
+
+
+def convert_model(model, lv):
+    """2. The model's conversions (``lv``: the RunConfig's levers): float8 twins of the encoder's
+    dense layers, then fused QKV (with both, one float8 GEMM over the stacked weights)."""
+    if lv.fp8:
+        enable_fp8(model, lv.fp8_recipe)
+    if lv.fused_qkv:
+        enable_fused_qkv(model)
+
+
+def compile_options(lv, update=False):
     """torch.compile's keyword arguments for the model (update=False) or the update."""
     options = {}
-    if fv.cuda_graphs:
+    if lv.cuda_graphs:
         options["triton.cudagraphs"] = True  # what mode="reduce-overhead" sets
-    if update and fv.fused_update:
+    if update and lv.fused_update:
         options["combo_kernels"] = True
     return {"options": options} if options else {}
 
@@ -152,37 +173,89 @@ def enable_fp8(model, recipe="tensorwise"):
     return layers
 
 
-# ---------------------------------------------------------------- the trainer's side
+# ---------------------------------------------------------------- the step's wrappers
 
-class Levers:
-    """What the flags change in a ``Trainer`` once its model, optimizer and step are built."""
+# DDP's bucket cap (clipping after the reduction). Under --compile dynamo's DDP optimizer also
+# splits the compiled model at each bucket (one graph a bucket: a graph boundary inductor cannot
+# fuse across, each compiled on its own); its own split of BERT-Large (bench/ddp_graphs.py) gives
+# 38 graphs at 25 MB (DDP's default), 20 at 64, 11 at 128, 6 at 256. What a cap cannot shorten:
+# the all-reduce left after the backward ends is that of the last bucket, which holds the word
+# embeddings (tied to the MLM decoder: their gradient is complete only when the backward is;
+# 119 MiB), so any cap up to 128 MB leaves the same ~125 MB tail (by the arithmetic 0.6 ms inside
+# an 8-GPU node, ~5.5 ms across nodes: not measured on a GPU; docs/training.md, Multi-GPU) and
+# 128 has the fewest graphs of those; 256 doubles the tail.
+DDP_BUCKET_MB = 128
 
-    def __init__(self, trainer):
-        fv = trainer.fv
-        self.trainer = trainer
-        check_device(fv, trainer.device, trainer.world)
-        if fv.fp8:
-            enable_fp8(trainer.model, fv.fp8_recipe)
-        if fv.fused_qkv:
-            enable_fused_qkv(trainer.model)
+
+def ddp_options(steps_per_update):
+    """DDP's options beyond the defaults (clipping after the reduction). ``gradient_as_bucket_view``:
+    the gradients are views of DDP's buckets, kept and zeroed in place after each update
+    (GradientAccumulator ``keep_grads``), so the backward accumulates into the buckets: no second
+    copy of the gradients (1.34 GB for BERT-Large) and no copy into and out of the buckets.
+    ``static_graph`` only at one micro-step an update: with ``no_sync()`` (accumulation) DDP's
+    static graph asserts on the first backward or stops reducing after it (pytorch/pytorch#187732,
+    open; tests/test_levers.py shows it on this torch)."""
+    return {"gradient_as_bucket_view": True, "static_graph": steps_per_update == 1}
+
+
+def no_buffer_sync():
+    """DDP's option that turns off its broadcast of the module's buffers before each forward (the
+    model has none: a broadcast of nothing). Torch 2.13 names it ``forward_sync_buffers`` and warns
+    (FutureWarning, once a rank) on the older ``broadcast_buffers``, which earlier versions alone
+    take."""
+    import inspect
+    params = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
+    return {"forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers": False}
+
+
+def ddp(model, device, world, optim):
+    """3a. DDP over ``model`` (clipping after the reduction on several ranks); ``optim``: the
+    RunConfig's section."""
+    return torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None,
+        bucket_cap_mb=DDP_BUCKET_MB, **no_buffer_sync(), **ddp_options(optim.steps_per_update))
+
+
+def wrap_step(model, ddp_model, accumulator, lv):
+    """3b. The step's functions with the levers of ``lv`` -> (forward, eval_forward or None,
+    after_backward, the CUDA graphs' Graphed or None): the forward (DDP's, or the model's)
+    compiled, the update compiled (trainer/step.py), the compiled forward replayed as CUDA graphs."""
+    forward, eval_forward, after_backward = ddp_model or model, None, accumulator.after_backward
+    if lv.compile:  # trainer/step.py: no graph breaks, no recompiles after the first update/eval
+        # static shapes: the warm-up compiles the run's (training and eval differ in batch;
+        # automatic dynamic shapes would recompile the second as a dynamic graph)
+        forward = torch.compile(forward, dynamic=False, **compile_options(lv))
+        eval_forward = torch.compile(model, dynamic=False, **compile_options(lv))
+    if lv.compile or lv.fused_update:
+        import functools
+        from mlperf_bert.trainer import step
+        compile_update = functools.partial(torch.compile, **compile_options(lv, update=True))
+        after_backward = step.CompiledUpdate(accumulator, compile_update, graphed=lv.cuda_graphs).after_backward
+    graphs = None
+    if lv.cuda_graphs:
+        graphs = Graphed(forward)
+        forward = graphs
+    return forward, eval_forward, after_backward, graphs
+
+
+class Graphed:
+    """The compiled forward as a CUDA-graph replay: one batch shape, a new graph generation per
+    micro-step, and the loss copied out of the graph's memory (the next replay reuses it)."""
+
+    def __init__(self, forward):
+        self.forward = forward
         self.shapes = None
-        if fv.cuda_graphs:
-            trainer.forward = self._graphed(trainer.forward)
 
-    def _graphed(self, forward):
-        """The compiled forward as a CUDA-graph replay: one batch shape, a new graph generation per
-        micro-step, and the loss copied out of the graph's memory (the next replay reuses it)."""
-        def wrapped(**batch):
-            shapes = {k: tuple(v.shape) for k, v in batch.items()}
-            if self.shapes is None:
-                self.shapes = shapes
-            elif shapes != self.shapes:
-                raise UserError("--cuda_graphs replays batches of one shape: this batch has %s, the first %s; "
-                                "drop --cuda_graphs" % (_diff(shapes, self.shapes), _diff(self.shapes, shapes)))
-            torch.compiler.cudagraph_mark_step_begin()
-            out = forward(**batch)
-            return out._replace(loss=out.loss.clone())
-        return wrapped
+    def __call__(self, **batch):
+        shapes = {k: tuple(v.shape) for k, v in batch.items()}
+        if self.shapes is None:
+            self.shapes = shapes
+        elif shapes != self.shapes:
+            raise UserError("--cuda_graphs replays batches of one shape: this batch has %s, the first %s; "
+                            "drop --cuda_graphs" % (_diff(shapes, self.shapes), _diff(self.shapes, shapes)))
+        torch.compiler.cudagraph_mark_step_begin()
+        out = self.forward(**batch)
+        return out._replace(loss=out.loss.clone())
 
 
 def _diff(a, b):

@@ -17,38 +17,39 @@ from mlperf_bert.trainer import checkpoint, distributed, levers, loader
 TPU_FLAGS = ("tpu_name", "tpu_zone", "gcp_project", "master")
 
 
-def check_flags(fv):
+def check_flags(cfg):
     """The flags alone, before any device, process group or file is touched."""
-    if fv.use_tpu or any(fv[n].value for n in TPU_FLAGS):
+    if cfg.runtime.use_tpu or any(cfg.flag(n) for n in TPU_FLAGS):
         raise UserError("TPU flags (--use_tpu, --tpu_name, --tpu_zone, --gcp_project, --master) are "
                         "not supported: this trainer runs on CPUs and GPUs; drop them")
-    if not (fv.do_train or fv.do_eval):
+    if not (cfg.runtime.do_train or cfg.eval.do_eval):
         raise UserError("nothing to do: give --do_train and/or --do_eval")
     for name in ("train_batch_size", "eval_batch_size", "steps_per_update", "num_train_steps", "max_eval_steps",
                  "max_seq_length", "max_predictions_per_seq", "log_frequency", "shuffle_buffer"):
-        if fv[name].value <= 0:
-            raise UserError("--%s must be positive, got %d" % (name, fv[name].value))
+        if cfg.flag(name) <= 0:
+            raise UserError("--%s must be positive, got %d" % (name, cfg.flag(name)))
     for name in ("keep_checkpoint_max", "num_warmup_steps", "num_workers", "eval_frequency",
                  "max_samples_termination", "save_checkpoints_steps", "eval_micro_batch_size"):
-        if fv[name].value < 0:
-            raise UserError("--%s must be >= 0, got %d" % (name, fv[name].value))
-    if fv.seed is not None and fv.seed < 0:
-        raise UserError("--seed must be >= 0, got %d" % fv.seed)
-    if fv.submission_division == "closed" and (fv.eval_frequency or fv.target_mlm_accuracy != 0.720):
+        if cfg.flag(name) < 0:
+            raise UserError("--%s must be >= 0, got %d" % (name, cfg.flag(name)))
+    if cfg.runtime.seed is not None and cfg.runtime.seed < 0:
+        raise UserError("--seed must be >= 0, got %d" % cfg.runtime.seed)
+    if cfg.mlperf.submission_division == "closed" and (cfg.eval.eval_frequency
+                                                       or cfg.eval.target_mlm_accuracy != 0.720):
         raise UserError("--submission_division=closed needs the MLPerf eval frequency and target: "
                         "drop --eval_frequency and --target_mlm_accuracy, or use open")
-    if fv.submission_division == "closed" and fv.do_train:
-        _check_closed_flags(fv)
-    if fv.do_eval and not fv.do_train and not fv.init_checkpoint:
+    if cfg.mlperf.submission_division == "closed" and cfg.runtime.do_train:
+        _check_closed_flags(cfg)
+    if cfg.eval.do_eval and not cfg.runtime.do_train and not cfg.model.init_checkpoint:
         raise UserError("--do_eval without --do_train needs --init_checkpoint (the weights to evaluate)")
-    if fv.clip_by_global_norm_after_gradient_allreduce and fv.optimizer != "lamb":
+    if cfg.optim.clip_by_global_norm_after_gradient_allreduce and cfg.optim.optimizer != "lamb":
         raise UserError("--clip_by_global_norm_after_gradient_allreduce is an option of LAMB (with "
                         "--optimizer=adamw the reference clips nothing): use --optimizer=lamb")
-    if fv.grad_exchange_dtype != "fp32" and fv.clip_by_global_norm_after_gradient_allreduce:
+    if cfg.optim.grad_exchange_dtype != "fp32" and cfg.optim.clip_by_global_norm_after_gradient_allreduce:
         raise UserError("--grad_exchange_dtype=%s exchanges per-replica clipping's clipped sums; with "
                         "--clip_by_global_norm_after_gradient_allreduce DDP all-reduces fp32 gradients: drop "
-                        "one of the two flags" % fv.grad_exchange_dtype)
-    levers.check_flags(fv)
+                        "one of the two flags" % cfg.optim.grad_exchange_dtype)
+    levers.check_flags(cfg)
 
 
 _CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"
@@ -61,29 +62,29 @@ CLOSED_NEEDS_INIT = (
     "(INIT_CHECKPOINT= for train_model.sh and start_training.sh)")
 
 
-def _check_closed_flags(fv):
+def _check_closed_flags(cfg):
     """What the closed BERT rules fix before training: LAMB, its polynomial decay of power 1.0, and
     the online eval on eval_10k (the eval frequency and target: ``check_flags``); and what the log
     must say before package takes it: the submitter and the platform."""
-    if fv.optimizer != "lamb":
+    if cfg.optim.optimizer != "lamb":
         raise UserError("--submission_division=closed trains BERT with LAMB, not --optimizer=%s: use "
-                        "--optimizer=lamb, or %s" % (fv.optimizer, _CLOSED_FIX))
-    if fv.poly_power != 1.0:
+                        "--optimizer=lamb, or %s" % (cfg.optim.optimizer, _CLOSED_FIX))
+    if cfg.schedule.poly_power != 1.0:
         raise UserError("--submission_division=closed decays the learning rate linearly (poly power 1.0), "
-                        "not --poly_power=%s: drop it, or %s" % (fv.poly_power, _CLOSED_FIX))
-    if not fv.eval_input_file:
+                        "not --poly_power=%s: drop it, or %s" % (cfg.schedule.poly_power, _CLOSED_FIX))
+    if not cfg.eval.eval_input_file:
         raise UserError("--submission_division=closed evaluates on the 10,000-sample eval set while training: "
                         "give --eval_input_file (eval_10k), or %s" % _CLOSED_FIX)
-    if not fv.init_checkpoint:
+    if not cfg.model.init_checkpoint:
         raise UserError(CLOSED_NEEDS_INIT + ", or use --submission_division=open")
-    unnamed = unnamed_submitter(fv.submission_org, fv.submission_platform)
+    unnamed = unnamed_submitter(cfg.mlperf.submission_org, cfg.mlperf.submission_platform)
     if unnamed:
         raise UserError("--submission_division=closed logs who submits the run and on which system, and package "
                         "refuses a log without them (a log cannot be fixed after the run): %s left %s; give %s (the "
                         "package's --org and system name; SUBMISSION_ORG= and SUBMISSION_PLATFORM= for "
                         "train_model.sh and start_training.sh), or use --submission_division=open"
                         % (" and ".join("--" + n for n in unnamed),
-                           " and ".join(repr(fv[n].value) for n in unnamed), " and ".join("--" + n for n in unnamed)))
+                           " and ".join(repr(cfg.flag(n)) for n in unnamed), " and ".join("--" + n for n in unnamed)))
 
 
 def unnamed_submitter(org, platform):
@@ -94,7 +95,7 @@ def unnamed_submitter(org, platform):
             if value is None or value.strip().lower() in PLACEHOLDERS]
 
 
-def check_closed_data(fv, eval_files, global_batch, rank):
+def check_closed_data(cfg, eval_files, global_batch, rank):
     """The eval set must be the 10,000 samples; hyperparameters that differ from the RCP of this
     global batch are allowed by the rules (published closed runs did so) and get a warning."""
     from mlperf_bert.harness import compliance, rcp
@@ -103,16 +104,18 @@ def check_closed_data(fv, eval_files, global_batch, rank):
         raise UserError("--submission_division=closed evaluates on the {0:,} samples of eval_10k, --eval_input_file "
                         "{1} has {2:,}: make eval_10k from eval_intermediate with pick_eval_samples.py "
                         "--num_examples_to_pick={0} and give it, {3}".format(
-                            compliance.CLOSED_EVAL_SAMPLES, fv.eval_input_file, n, _OPEN))
+                            compliance.CLOSED_EVAL_SAMPLES, cfg.eval.eval_input_file, n, _OPEN))
     entry = rcp.rcp_entry(global_batch)
     if entry is None or rank != 0:
         return
     name, hp = entry
-    k = fv.steps_per_update
-    ours = {"opt_base_learning_rate": fv.learning_rate, "opt_epsilon": 10.0 ** fv.log_epsilon,
-            "opt_learning_rate_training_steps": fv.num_train_steps / k, "num_warmup_steps": fv.num_warmup_steps / k,
-            "start_warmup_step": fv.start_warmup_step / k, "opt_lamb_beta_1": fv.lamb_beta_1,
-            "opt_lamb_beta_2": fv.lamb_beta_2, "opt_lamb_weight_decay_rate": fv.lamb_weight_decay_rate}
+    o, sc = cfg.optim, cfg.schedule
+    ours = {"opt_base_learning_rate": o.learning_rate, "opt_epsilon": o.epsilon,
+            "opt_learning_rate_training_steps": cfg.updates(sc.num_train_steps),
+            "num_warmup_steps": cfg.updates(sc.num_warmup_steps),
+            "start_warmup_step": cfg.updates(sc.start_warmup_step),
+            "opt_lamb_beta_1": o.lamb_beta_1, "opt_lamb_beta_2": o.lamb_beta_2,
+            "opt_lamb_weight_decay_rate": o.lamb_weight_decay_rate}
     other = ["%s %s (RCP %s)" % (key, "%.10g" % value, hp[key]) for key, value in ours.items()
              if key in hp and abs(value - hp[key]) > 1e-9 * max(abs(hp[key]), 1e-30)]
     if other:
@@ -133,58 +136,58 @@ def _packed_input(files):
 Start = collections.namedtuple("Start", "train_files eval_files packed global_batch init_ckpt log_path")
 
 
-def check_start(fv, rank, world, locks):
+def check_start(cfg, rank, world, locks):
     """The inputs and outputs of this run, checked before anything is written; rank 0 takes the
     locks of the output directory and the log in ``locks``. -> Start."""
-    if fv.do_train:
-        check_tmpdir(fv.num_workers)
-    train_files = loader.input_files(fv.input_file, "--input_file")
+    if cfg.runtime.do_train:
+        check_tmpdir(cfg.data.num_workers)
+    train_files = loader.input_files(cfg.data.input_file, "--input_file")
     packed = _packed_input(train_files)
     if packed:  # rows of up to K sequences (pack): samples are counted in real sequences
         from mlperf_bert.trainer import packed_loader
-        packed_loader.check_files(train_files, fv.max_seq_length, fv.max_predictions_per_seq)
+        packed_loader.check_files(train_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq)
         rate = packed_loader.packing_rate(train_files)
     else:
-        loader.check_seq_length(train_files, fv.max_seq_length, fv.max_predictions_per_seq)
+        loader.check_seq_length(train_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq)
     eval_files = None
-    if fv.eval_input_file:
-        eval_files = loader.input_files(fv.eval_input_file, "--eval_input_file")
-        loader.check_seq_length(eval_files, fv.max_seq_length, fv.max_predictions_per_seq)
+    if cfg.eval.eval_input_file:
+        eval_files = loader.input_files(cfg.eval.eval_input_file, "--eval_input_file")
+        loader.check_seq_length(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq)
     # The flags count micro-steps (as the reference's); the log counts optimizer updates at the
     # global batch, the unit of the RCPs (docs/training.md)
-    global_batch = fv.train_batch_size * fv.steps_per_update
+    global_batch = cfg.global_batch
     if packed:  # NVIDIA's convention: rows x average sequences per row
         global_batch = int(round(global_batch * rate))
-    if fv.submission_division == "closed" and fv.do_train:
-        check_closed_data(fv, eval_files, global_batch, rank)
+    if cfg.mlperf.submission_division == "closed" and cfg.runtime.do_train:
+        check_closed_data(cfg, eval_files, global_batch, rank)
     from mlperf_bert.trainer import tf_checkpoint
-    init_ckpt = tf_checkpoint.fingerprint(fv.init_checkpoint) if fv.init_checkpoint else None
-    check_writable_dir(checkpoint.path_for(fv.output_dir, 0))
+    init_ckpt = tf_checkpoint.fingerprint(cfg.model.init_checkpoint) if cfg.model.init_checkpoint else None
+    check_writable_dir(checkpoint.path_for(cfg.checkpoint.output_dir, 0))
     for name in ("train_batch_size", "eval_batch_size"):
-        if fv[name].value % world:
-            raise UserError("--%s=%d is not a multiple of the %d ranks" % (name, fv[name].value, world))
-    log_path = fv.mlperf_log or os.path.join(fv.output_dir, "mlperf.log")
-    if fv.do_train and rank == 0:  # rank 0 alone writes the log (on its disk)
-        _check_log_path(fv, log_path, train_files, eval_files)
+        if cfg.flag(name) % world:
+            raise UserError("--%s=%d is not a multiple of the %d ranks" % (name, cfg.flag(name), world))
+    log_path = cfg.mlperf.mlperf_log or os.path.join(cfg.checkpoint.output_dir, "mlperf.log")
+    if cfg.runtime.do_train and rank == 0:  # rank 0 alone writes the log (on its disk)
+        _check_log_path(cfg, log_path, train_files, eval_files)
     if rank == 0:  # one run per output: a second one is refused before it writes anything
-        locks.enter_context(locking.lock_dir(fv.output_dir, "--output_dir"))
+        locks.enter_context(locking.lock_dir(cfg.checkpoint.output_dir, "--output_dir"))
         # a checkpoint of a killed run's write, cut off (a temporary name: never taken for one)
-        remove_stale_temporaries(fv.output_dir)
-        if os.path.dirname(os.path.abspath(log_path)) != os.path.abspath(fv.output_dir):
+        remove_stale_temporaries(cfg.checkpoint.output_dir)
+        if os.path.dirname(os.path.abspath(log_path)) != os.path.abspath(cfg.checkpoint.output_dir):
             locks.enter_context(locking.lock_file(log_path, "--mlperf_log"))
-    if fv.check_data != "none":  # each rank a share of the files, in parallel
-        loader.check_records(train_files[rank::world], full=fv.check_data == "full")
+    if cfg.data.check_data != "none":  # each rank a share of the files, in parallel
+        loader.check_records(train_files[rank::world], full=cfg.data.check_data == "full")
     return Start(train_files, eval_files, packed, global_batch, init_ckpt, log_path)
 
 
-def _check_log_path(fv, log_path, train_files, eval_files):
+def _check_log_path(cfg, log_path, train_files, eval_files):
     """Refuse a log path that is an input or an existing file other than an MLPerf log: nothing
     may be appended to, or cut from, a file that is not this run's log."""
     inputs = [("--input_file", f) for f in train_files] + [("--eval_input_file", f) for f in eval_files or []]
-    inputs.append(("--bert_config_file", fv.bert_config_file))
-    if fv.init_checkpoint:
-        inputs += [("--init_checkpoint", f) for f in [fv.init_checkpoint] + glob.glob(glob.escape(fv.init_checkpoint)
-                                                                                     + ".*")]
+    inputs.append(("--bert_config_file", cfg.model.bert_config_file))
+    if cfg.model.init_checkpoint:
+        init = cfg.model.init_checkpoint
+        inputs += [("--init_checkpoint", f) for f in [init] + glob.glob(glob.escape(init) + ".*")]
     for flag, path in inputs:
         if same_file(log_path, path):
             raise UserError("--mlperf_log %s is the %s file %s: give the MLPerf log a path of its own (default "
@@ -215,17 +218,17 @@ def check_log_owner(output_dir, log_path):
                     "is; give a new path, or delete it to start this run's log there" % (log_path, output_dir))
 
 
-def finished_before(fv, finished, rank, config, train_files, eval_files, init_ckpt):
+def finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt):
     """A rerun of a finished run: nothing to do with the same settings (model config included),
     refused with others."""
     problem = None
     if rank == 0:
         saved = finished.get("run") or {}
-        seed = fv.seed if fv.seed is not None else saved.get("seed")
-        diff = checkpoint.differences(saved, checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt,
+        seed = cfg.runtime.seed if cfg.runtime.seed is not None else saved.get("seed")
+        diff = checkpoint.differences(saved, cfg.identity(seed, train_files, eval_files, init_ckpt,
                                                                      config.to_dict()))
         what = "%s: this run already finished (status %s after %d samples, %s)" % (
-            fv.output_dir, finished.get("status"), finished.get("samples", 0), checkpoint.FINISHED)
+            cfg.checkpoint.output_dir, finished.get("status"), finished.get("samples", 0), checkpoint.FINISHED)
         if diff:
             problem = ("%s with other settings than this command's: %s; rerun with its settings, or use another "
                        "--output_dir for a new run" % (what, "; ".join(diff)))
@@ -237,14 +240,14 @@ def finished_before(fv, finished, rank, config, train_files, eval_files, init_ck
     return 0
 
 
-def check_resume(fv, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):
+def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):
     """Refuse, in one line, a resume from a checkpoint of another run, config or rank count, or
     onto a log that no longer begins with what the checkpoint's run had written."""
-    seed = fv.seed if fv.seed is not None else ckpt["seed"]
+    seed = cfg.runtime.seed if cfg.runtime.seed is not None else ckpt["seed"]
     saved = dict(ckpt.get("run", {}))
     if ckpt.get("config") is not None:  # a checkpoint of an older version has it beside its identity
         saved.setdefault("config", ckpt["config"])
-    checkpoint.check_same_run(saved, checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt,
+    checkpoint.check_same_run(saved, cfg.identity(seed, train_files, eval_files, init_ckpt,
                                                              config.to_dict()), path)
     if len(ckpt["ranks"]) != world:
         raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "

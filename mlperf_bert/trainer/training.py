@@ -9,6 +9,7 @@ division, data, log path and owner, resume identity) are trainer/preflight.py, c
 files trainer/checkpoint.py, metrics trainer/evaluation.py.
 """
 import contextlib
+import dataclasses
 import functools
 import os
 import random
@@ -16,6 +17,7 @@ import re
 import signal
 import sys
 import time
+import typing
 
 import numpy as np
 import torch
@@ -23,7 +25,8 @@ import torch
 from mlperf_bert import flags
 from mlperf_bert.errors import Terminated, UserError
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
-from mlperf_bert.trainer import checkpoint, distributed, evaluation, levers, loader, preflight, tensorboard, throughput
+from mlperf_bert.trainer import (checkpoint, distributed, evaluation, levers, loader, preflight, run_config,
+                                 tensorboard, throughput)
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
 from mlperf_logging.mllog import constants as C
@@ -122,6 +125,9 @@ def define_flags():
     flags.DEFINE_enum("check_data", "headers", ["none", "headers", "full"],
                       "Before training, read every record's header (and with full its CRC-checked "
                       "data) so a damaged file fails at once.", flag_values=fv)
+    S("config", None, "A TOML (or .json) file of flag values, flat or in the sections of trainer/run_config.py "
+      "([optim] learning_rate = 1e-4); the flags given on the command line override it. The resolved "
+      "config is written to output_dir/%s." % run_config.RESOLVED, flag_values=fv)
     levers.define_flags(fv)  # speed levers, off by default: measured on a GPU only at a 2-layer model
     return fv
 
@@ -194,12 +200,13 @@ class _Stop:
 def main(argv):
     fv = define_flags()
     flags.parse(fv, argv, required=["bert_config_file", "input_file", "output_dir"])
-    preflight.check_flags(fv)
+    cfg = run_config.RunConfig.from_flags(fv)
+    preflight.check_flags(cfg)
     with _Stop() as stop, contextlib.ExitStack() as held:
         clean = False
         try:
             with distributed.peer_loss_is_one_line(), loader.worker_death_is_one_line():
-                rc = run(fv, stop, held)
+                rc = run(cfg, stop, held)
             clean = True
             return rc
         finally:
@@ -217,93 +224,48 @@ def autocast(device, dtype):
     return functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16)
 
 
-# DDP's bucket cap (clipping after the reduction). Under --compile dynamo's DDP optimizer also
-# splits the compiled model at each bucket (one graph a bucket: a graph boundary inductor cannot
-# fuse across, each compiled on its own); its own split of BERT-Large (bench/ddp_graphs.py) gives
-# 38 graphs at 25 MB (DDP's default), 20 at 64, 11 at 128, 6 at 256. What a cap cannot shorten:
-# the all-reduce left after the backward ends is that of the last bucket, which holds the word
-# embeddings (tied to the MLM decoder: their gradient is complete only when the backward is;
-# 119 MiB), so any cap up to 128 MB leaves the same ~125 MB tail (by the arithmetic 0.6 ms inside
-# an 8-GPU node, ~5.5 ms across nodes: not measured on a GPU; docs/training.md, Multi-GPU) and
-# 128 has the fewest graphs of those; 256 doubles the tail.
-DDP_BUCKET_MB = 128
-
-
-def ddp_options(steps_per_update):
-    """DDP's options beyond the defaults (clipping after the reduction). ``gradient_as_bucket_view``:
-    the gradients are views of DDP's buckets, kept and zeroed in place after each update
-    (GradientAccumulator ``keep_grads``), so the backward accumulates into the buckets: no second
-    copy of the gradients (1.34 GB for BERT-Large) and no copy into and out of the buckets.
-    ``static_graph`` only at one micro-step an update: with ``no_sync()`` (accumulation) DDP's
-    static graph asserts on the first backward or stops reducing after it (pytorch/pytorch#187732,
-    open; tests/test_levers.py shows it on this torch)."""
-    return {"gradient_as_bucket_view": True, "static_graph": steps_per_update == 1}
-
-
-def no_buffer_sync():
-    """DDP's option that turns off its broadcast of the module's buffers before each forward (the
-    model has none: a broadcast of nothing). Torch 2.13 names it ``forward_sync_buffers`` and warns
-    (FutureWarning, once a rank) on the older ``broadcast_buffers``, which earlier versions alone
-    take."""
-    import inspect
-    params = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
-    return {"forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers": False}
-
-
 class Trainer:
     """Model, optimizer and accumulator of one rank, and what is done with them."""
 
-    def __init__(self, fv, config, device, rank, world, seed, init_checkpoint=None):
-        from mlperf_bert.trainer import accumulation, schedule, tf_checkpoint
+    def __init__(self, cfg, config, device, rank, world, seed, init_checkpoint=None):
+        """``cfg``: the RunConfig; ``config``: the model's BertConfig. The levers are applied in
+        trainer/levers.py's order: refusals, model conversions, then the step's wrappers."""
+        from mlperf_bert.trainer import accumulation
         from mlperf_bert.trainer import model as modeling
         from mlperf_bert.trainer import optimizer as optim
-        self.fv, self.device, self.rank, self.world = fv, device, rank, world
-        self.autocast = autocast(device, fv.dtype)
+        from mlperf_bert.trainer import tf_checkpoint
+        self.cfg, self.device, self.rank, self.world = cfg, device, rank, world
+        levers.refuse(cfg, device, world)
+        self.autocast = autocast(device, cfg.model.dtype)
         torch.manual_seed(seed)  # the same initial weights on every rank
         self.model = modeling.BertForPreTraining(config).to(device)
         if init_checkpoint:
             tf_checkpoint.load_init_checkpoint(self.model, init_checkpoint)
-        self.optimizer = optim.create_optimizer(self.model, fv.optimizer, fv.learning_rate, fv.lamb_beta_1,
-                                                fv.lamb_beta_2, 10.0 ** fv.log_epsilon, fv.lamb_weight_decay_rate)
-        clip_after = fv.clip_by_global_norm_after_gradient_allreduce
+        levers.convert_model(self.model, cfg.levers)  # --fp8, --fused_qkv: the same Parameters
+        o = cfg.optim
+        self.optimizer = optim.create_optimizer(self.model, o.optimizer, o.learning_rate, o.lamb_beta_1,
+                                                o.lamb_beta_2, o.epsilon, o.lamb_weight_decay_rate)
         # Clipping after the reduction lets DDP reduce while backward runs (and only on the last
         # micro-step of an update); per-replica clipping needs each replica's own gradient first,
         # so its clipped sums are reduced once per update in large flat buckets instead, each
         # started as soon as the last micro-batch's absorb has made it (distributed.GradientExchange).
-        self.ddp = None
-        if clip_after and world > 1:
-            self.ddp = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[device.index] if device.type == "cuda" else None,
-                bucket_cap_mb=DDP_BUCKET_MB, **no_buffer_sync(), **ddp_options(fv.steps_per_update))
+        clip_after = o.clip_by_global_norm_after_gradient_allreduce
+        self.ddp = levers.ddp(self.model, device, world, o) if clip_after and world > 1 else None
         self.accumulator = accumulation.GradientAccumulator(
-            self.model, self.optimizer, fv.steps_per_update, self.learning_rate, clip_norm=1.0,
+            self.model, self.optimizer, o.steps_per_update, self.learning_rate, clip_norm=1.0,
             exchange=distributed.GradientExchange(
-                [p for p in self.model.parameters() if p.requires_grad], fv.grad_exchange_dtype)
+                [p for p in self.model.parameters() if p.requires_grad], o.grad_exchange_dtype)
             if world > 1 and self.ddp is None else None,
             clip_after_reduce=clip_after, keep_grads=self.ddp is not None)
-        self.forward = self.ddp or self.model
-        self.after_backward = self.accumulator.after_backward
-        self.eval_forward = None
-        if fv.compile:  # trainer/step.py: no graph breaks, no recompiles after the first update/eval
-            # static shapes: the warm-up compiles the run's (training and eval differ in batch;
-            # automatic dynamic shapes would recompile the second as a dynamic graph)
-            self.forward = torch.compile(self.forward, dynamic=False, **levers.compile_options(fv))
-            self.eval_forward = torch.compile(self.model, dynamic=False, **levers.compile_options(fv))
-        if fv.compile or fv.fused_update:
-            from mlperf_bert.trainer import step
-            compile_update = functools.partial(torch.compile, **levers.compile_options(fv, update=True))
-            self.after_backward = step.CompiledUpdate(self.accumulator, compile_update,
-                                                      graphed=fv.cuda_graphs).after_backward
-        self.levers = levers.Levers(self)  # --cuda_graphs, --fp8, --fused_qkv
-        self._schedule = schedule
+        # forward, eval_forward, after_backward: DDP, compiled, compiled update, CUDA graphs
+        self.forward, self.eval_forward, self.after_backward, self.graphs = levers.wrap_step(
+            self.model, self.ddp, self.accumulator, cfg.levers)
         self.writer = checkpoint.BackgroundWriter()
         self._copying = None  # the event of a checkpoint's device-to-host copy in flight
         self.host_buffers = None  # pinned buffers of the checkpoints' copies (reserve_checkpoint_buffers)
 
     def learning_rate(self, step):
-        fv = self.fv
-        return self._schedule.learning_rate(step, fv.learning_rate, fv.num_train_steps, fv.num_warmup_steps,
-                                            fv.start_warmup_step, fv.poly_power)
+        return self.cfg.learning_rate(step)
 
     def step(self, batch, global_step):
         """One micro-step: forward, backward, accumulate, maybe update. -> (loss, updated)."""
@@ -320,16 +282,16 @@ class Trainer:
 
     def row_flops(self, pred=None):
         """Training FLOPs of one row (trainer/throughput.py), ``pred`` MLM slots (default the flag's)."""
-        fv = self.fv
-        return throughput.flops_per_row(self.model.config, fv.max_seq_length, pred or fv.max_predictions_per_seq)
+        d = self.cfg.data
+        return throughput.flops_per_row(self.model.config, d.max_seq_length, pred or d.max_predictions_per_seq)
 
     def batch_flops(self, pred):
         """Packed rows where the variable-length attention kernel runs: a function of a batch giving
         its FLOPs as the kernels compute them (trainer/throughput.py); else None (``row_flops``)."""
         from mlperf_bert.trainer import attention
         cfg = self.model.config
-        dtype = torch.bfloat16 if self.fv.dtype == "bf16" else torch.float32
-        if attention.varlen_kernel(self.device, dtype, cfg.hidden_size // cfg.num_attention_heads) is None:
+        heads = cfg.hidden_size // cfg.num_attention_heads
+        if attention.varlen_kernel(self.device, self.cfg.model.torch_dtype, heads) is None:
             return None
         return lambda batch: throughput.batch_flops(cfg, batch["input_mask"], pred, varlen=True,
                                                     pooled=batch["nsp_positions"].shape[1])
@@ -338,7 +300,7 @@ class Trainer:
         """The throughput of the log intervals; FLOPs and MFU on CUDA, where they mean something."""
         cuda = self.device.type == "cuda"
         m = throughput.Meter(packed, self.row_flops() if cuda else None, self.world,
-                             throughput.peak_tflops(torch.cuda.get_device_name(self.device), self.fv.dtype)
+                             throughput.peak_tflops(torch.cuda.get_device_name(self.device), self.cfg.model.dtype)
                              if cuda else None, sync=torch.cuda.synchronize if cuda else None)
         if start is not None:
             m.start = start
@@ -347,23 +309,23 @@ class Trainer:
     def eval_micro_batch(self):
         """--eval_micro_batch_size, or the automatic one: on CUDA the largest that fits beside the
         training's state (the LAMB slots and accumulation buffers are not allocated yet)."""
-        if self.fv.eval_micro_batch_size:
-            return self.fv.eval_micro_batch_size
+        if self.cfg.eval.eval_micro_batch_size:
+            return self.cfg.eval.eval_micro_batch_size
         if self.device.type != "cuda":
             return evaluation.CPU_MICRO_BATCH
         params = sum(p.numel() * p.element_size() for p in self.accumulator.params)
         reserve = params * (2 if not self.optimizer.state else 0)
         if self.accumulator.n > 1 and not self.accumulator.clip_after_reduce and self.accumulator.buffers is None:
             reserve += params
-        return evaluation.largest_micro_batch(self.model, self.device, self.autocast, self.fv.max_seq_length,
-                                              self.fv.max_predictions_per_seq, reserve)
+        return evaluation.largest_micro_batch(self.model, self.device, self.autocast, self.cfg.data.max_seq_length,
+                                              self.cfg.data.max_predictions_per_seq, reserve)
 
     def warm_up(self, packed_files, eval_set):
         """The untimed warm-up (trainer/warmup.py) at this run's shapes: per-rank rows of the
         training files (packed: their prediction slots and sequences a row), the eval set's batch."""
         from mlperf_bert.trainer import warmup
-        fv = self.fv
-        shape = (fv.train_batch_size // self.world, fv.max_seq_length, fv.max_predictions_per_seq, None)
+        d, lv = self.cfg.data, self.cfg.levers
+        shape = (d.train_batch_size // self.world, d.max_seq_length, d.max_predictions_per_seq, None)
         if packed_files:
             from mlperf_bert.trainer import packed_loader
             shape = shape[:2] + packed_loader.row_shape(packed_files)
@@ -372,7 +334,7 @@ class Trainer:
         if self.rank == 0:
             print("warm-up (untimed init): %d updates and an eval of %d batches on synthetic batches%s in %.1f s" % (
                 warmup.ROUNDS, warmup.ROUNDS,
-                ", every graph compiled," if fv.compile else ", the update compiled," if fv.fused_update else "",
+                ", every graph compiled," if lv.compile else ", the update compiled," if lv.fused_update else "",
                 time.time() - t), flush=True)
 
     def evaluate(self, batches):
@@ -391,11 +353,11 @@ class Trainer:
             state = dict(extra, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
                          ranks=states, world_size=self.world)
             if final:
-                self.writer.submit(path, state, self.fv.keep_checkpoint_max)
+                self.writer.submit(path, state, self.cfg.checkpoint.keep_checkpoint_max)
                 return
             # on CUDA: pinned buffers filled on a side stream; the next update waits for them (step)
             state, self._copying = checkpoint.host_copy_async(state, self.device, buffers=self.host_buffers)
-            self.writer.submit(path, state, self.fv.keep_checkpoint_max, ready=self._copying)
+            self.writer.submit(path, state, self.cfg.checkpoint.keep_checkpoint_max, ready=self._copying)
 
     def reserve_checkpoint_buffers(self):
         """The pinned host buffers every checkpoint's copy from the device goes into, allocated
@@ -413,7 +375,7 @@ class Trainer:
             self.model.load_state_dict(ckpt["model"])
         except RuntimeError as e:
             raise UserError("checkpoint %s does not fit %s (%s): use the matching config or another "
-                            "--output_dir" % (path, self.fv.bert_config_file, str(e).splitlines()[0]))
+                            "--output_dir" % (path, self.cfg.model.bert_config_file, str(e).splitlines()[0]))
         checkpoint.load_optimizer(self.optimizer, ckpt["optimizer"])  # into the warm-up's slots
         try:
             self.accumulator.load_state_dict(ckpt["rank_state"]["accumulator"])
@@ -432,45 +394,49 @@ class Trainer:
 
 # ---------------------------------------------------------------- setup
 
-def run(fv, stop, held):
+def run(cfg, stop, held):
     """The run; ``held`` (an ExitStack) releases what it holds (locks, the loader) when main ends."""
-    kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    rt = cfg.runtime
+    kind = rt.device if rt.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if kind == "cuda" and not torch.cuda.is_available():
         raise UserError("--device=cuda but no CUDA device is available: use --device=cpu")
     rank, world, local_rank = distributed.setup(kind)
-    if fv.num_gpus > 1 and world == 1:
+    if rt.num_gpus > 1 and world == 1:
         raise UserError("--num_gpus=%d in one process: launch with python -m mlperf_bert torchrun "
                         "--nproc_per_node=%d run_pretraining.py ... (or NUM_GPUS=%d train_model.sh)"
-                        % (fv.num_gpus, fv.num_gpus, fv.num_gpus))
+                        % (rt.num_gpus, rt.num_gpus, rt.num_gpus))
     device = torch.device(kind, local_rank) if kind == "cuda" else torch.device("cpu")
     if kind == "cuda":  # TF32 for what stays fp32 (the bf16 presets autocast the rest)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
     # ---- inputs, checked before anything is written
-    config = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
+    config = BertConfig.from_json_file(cfg.model.bert_config_file, cfg.data.max_seq_length)
     train_files, eval_files, packed, global_batch, init_ckpt, log_path = preflight.check_start(
-        fv, rank, world, held)
-    if not fv.do_train:
-        return run_eval_only(fv, config, train_files, device, rank, world)
+        cfg, rank, world, held)
+    if not rt.do_train:
+        return run_eval_only(cfg, config, train_files, device, rank, world)
+    output_dir = cfg.checkpoint.output_dir
+    if rank == 0 and cfg.config_file:  # what the run is, file and flags together (the launch record names it)
+        run_config.write_resolved(cfg)
 
     # ---- resume: rank 0 decides from what is in output_dir (other nodes may see other disks)
     finished, found = distributed.broadcast_object(
-        (checkpoint.read_finished(fv.output_dir), checkpoint.list_checkpoints(fv.output_dir))
+        (checkpoint.read_finished(output_dir), checkpoint.list_checkpoints(output_dir))
         if rank == 0 else None)
     stop.resumable = bool(found)
     if finished:
-        return preflight.finished_before(fv, finished, rank, config, train_files, eval_files, init_ckpt)
+        return preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt)
     ckpt_path = found[-1][1] if found else None  # on rank 0's disk: only rank 0 reads it
     ckpt = checkpoint.load_on_every_rank(
-        ckpt_path, rank, device, functools.partial(preflight.check_resume, fv, config, world, train_files, eval_files,
-                                                   init_ckpt, log_path, ckpt_path)) if ckpt_path else None
+        ckpt_path, rank, device, functools.partial(preflight.check_resume, cfg, config, world, train_files,
+                                                   eval_files, init_ckpt, log_path, ckpt_path)) if ckpt_path else None
     if rank == 0 and not ckpt:
-        preflight.check_log_owner(fv.output_dir, log_path)
-    seed = fv.seed if fv.seed is not None else (ckpt["seed"] if ckpt else None)
+        preflight.check_log_owner(output_dir, log_path)
+    seed = rt.seed if rt.seed is not None else (ckpt["seed"] if ckpt else None)
     if seed is None:
         seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
-    identity = checkpoint.run_identity(fv, seed, train_files, eval_files, init_ckpt, config.to_dict())
+    identity = cfg.identity(seed, train_files, eval_files, init_ckpt, config.to_dict())
     # A checkpoint that recorded the log's length and digest continues the log from there, as
     # if never stopped; without one (a fresh start) the log is written from its first line.
     continues = bool(ckpt and ckpt.get("mlperf_log"))
@@ -481,37 +447,34 @@ def run(fv, stop, held):
         # start_training.sh drops the page cache when it may and says so; run directly, nothing was.
         log.event(C.CACHE_CLEAR, os.environ.get("MLPERF_CACHE_CLEARED", "False") in ("True", "true", "1"))
         log.start(C.INIT_START)
-        log.submission(fv.submission_division, fv.submission_org, fv.submission_platform, fv.submission_status)
-        n = fv.steps_per_update
-        updates = lambda steps: steps // n if steps % n == 0 else steps / n  # noqa: E731
-        log.hyperparameters(global_batch, fv.learning_rate, 10.0 ** fv.log_epsilon, updates(fv.num_train_steps),
-                            updates(fv.num_warmup_steps), updates(fv.start_warmup_step), fv.lamb_beta_1,
-                            fv.lamb_beta_2, fv.lamb_weight_decay_rate, fv.steps_per_update, seed,
-                            fv.max_seq_length, fv.target_mlm_accuracy)
+        m, o, sc = cfg.mlperf, cfg.optim, cfg.schedule
+        log.submission(m.submission_division, m.submission_org, m.submission_platform, m.submission_status)
+        log.hyperparameters(global_batch, o.learning_rate, o.epsilon, cfg.updates(sc.num_train_steps),
+                            cfg.updates(sc.num_warmup_steps), cfg.updates(sc.start_warmup_step), o.lamb_beta_1,
+                            o.lamb_beta_2, o.lamb_weight_decay_rate, o.steps_per_update, seed,
+                            cfg.data.max_seq_length, cfg.eval.target_mlm_accuracy)
 
-    trainer = Trainer(fv, config, device, rank, world, seed, None if ckpt else fv.init_checkpoint)
+    trainer = Trainer(cfg, config, device, rank, world, seed, None if ckpt else cfg.model.init_checkpoint)
     eval_set = None
     if eval_files:
-        eval_set = evaluation.EvalSet(eval_files, fv.max_seq_length, fv.max_predictions_per_seq,
+        eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,
                                       trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
-    if fv.warm_up and (fv.compile or fv.fused_update or device.type == "cuda"):
+    if rt.warm_up and (cfg.levers.compile or cfg.levers.fused_update or device.type == "cuda"):
         trainer.warm_up(train_files if packed else None, eval_set)
-    state = {"step": 0, "next_eval": 0, "evals": [], "samples": 0, "continues": continues}
+    state = TrainState(continues=continues)
     if ckpt:
         trainer.resume(ckpt, ckpt_path)
-        state.update(step=ckpt["global_step"], next_eval=ckpt["next_eval"], evals=ckpt["evals"],
-                     samples=ckpt.get("samples", ckpt["global_step"] * fv.train_batch_size),
-                     block=ckpt.get("block"), loss=ckpt.get("loss"))
+        state = TrainState.from_checkpoint(ckpt, cfg.data.train_batch_size, device)
     trainer.seed_ranks(seed, ckpt)
     if rank == 0 and checkpoint.pinned_copies(device):  # the one rank that copies checkpoints, before run_start
         trainer.reserve_checkpoint_buffers()
     # made before the log is opened: a --tensorboard_dir that cannot be written stops the start first
     trainer.scalars = held.enter_context(contextlib.closing(
-        tensorboard.Scalars(fv.tensorboard_dir, rank, state["samples"] if ckpt else None)))
+        tensorboard.Scalars(cfg.mlperf.tensorboard_dir, rank, state.samples if ckpt else None)))
     resumed, log_record = ckpt is not None, ckpt.get("mlperf_log") if ckpt else None
     # the checkpoint's tensors (host memory) are copied into the model and slots: not held for the whole run
     ckpt = None
-    freq = fv.eval_frequency or eval_frequency(global_batch)
+    freq = cfg.eval.eval_frequency or eval_frequency(global_batch)
     if not continues:
         log.event("eval_frequency", freq)
         log.event(C.EVAL_SAMPLES, eval_set.num_records if eval_set else 0)
@@ -522,11 +485,12 @@ def run(fv, stop, held):
         elif resumed:  # a checkpoint of an older version, which appended its resumes to the log
             log.open(append=True)
         else:
-            checkpoint.write_log_owner(fv.output_dir, log_path)
+            checkpoint.write_log_owner(output_dir, log_path)
             log.open()
     extra = {"seed": seed, "config": config.to_dict(), "run": identity}
+    loop = Loop(cfg, trainer, log, stop, eval_set, freq, extra)
     try:
-        return train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra, held)
+        return loop.train(state, train_files, packed, seed, held)
     finally:  # an error mid-run: the checkpoint being written is completed, not cut off
         trainer.writer.wait(raise_error=False)
 
@@ -550,159 +514,223 @@ class _BarLines:
         self.out.flush()
 
 
-def train(fv, trainer, state, train_files, packed, eval_set, freq, seed, log, stop, extra, held):
-    """From ``state`` (step, next_eval, evals) to the target, the step budget or a SIGTERM/SIGINT;
-    ``held``: run's ExitStack."""
-    rank, world, device = trainer.rank, trainer.world, trainer.device
-    batch_size = fv.train_batch_size
-    step, evals, samples = state["step"], state["evals"], state["samples"]
-    stop.started()  # from here a signal checkpoints (before: it stopped the init at once)
-    if not state["continues"]:
-        log.start(C.RUN_START)
-    t_run, clock_start = time.time(), time.perf_counter()
+@dataclasses.dataclass
+class TrainState:
+    """Where the loop stands: what a checkpoint holds of it (``checkpoint``, under the keys
+    checkpoints have always had) and what a resume takes back (``from_checkpoint``)."""
+    step: int = 0  # micro-steps done (global_step)
+    samples: int = 0  # training samples seen (packed: real sequences)
+    next_eval: int = 0  # the samples count of the next online eval (0: not set yet)
+    evals: list = dataclasses.field(default_factory=list)  # [(samples, masked LM accuracy)]
+    block_open: bool = False  # a block_start logged without its block_stop
+    block_first: int = 0  # that block's first sample
+    loss_sum: typing.Any = None  # the train_loss interval's sum of losses (a device scalar: no sync)
+    loss_n: int = 0  # and its micro-steps
+    continues: bool = False  # the log goes on from a checkpoint's point (not written)
 
-    def save(at, final=False):
-        # where the log and its open block and loss mean stand: a resume goes on from there
-        with meter.excluded():
-            trainer.save(checkpoint.path_for(fv.output_dir, at),
-                         dict(extra, global_step=at, samples=samples, next_eval=state["next_eval"], evals=list(evals),
-                              mlperf_log=list(log.mark()), block=[block_open, block_first],
-                              loss=[loss_sum.item(), loss_n]), final=final)
+    @classmethod
+    def from_checkpoint(cls, ckpt, batch_size, device):
+        block, loss = ckpt.get("block") or (False, 0), ckpt.get("loss")
+        state = cls(step=ckpt["global_step"], samples=ckpt.get("samples", ckpt["global_step"] * batch_size),
+                    next_eval=ckpt["next_eval"], evals=ckpt["evals"], block_open=block[0], block_first=block[1],
+                    continues=bool(ckpt.get("mlperf_log")))
+        if loss:
+            state.loss_sum = torch.full((), loss[0], device=device)
+            state.loss_n = loss[1]
+        return state
 
-    def online_eval(samples):
-        with meter.excluded():  # the eval's time is its own log lines', not the training's rate
-            log.start(C.EVAL_START, metadata={C.EPOCH_NUM: samples})
-            m = trainer.evaluate(eval_set)
-            log.end(C.EVAL_STOP, metadata={C.EPOCH_NUM: samples})
-        log.event(C.EVAL_ACCURACY, m["masked_lm_accuracy"], metadata={C.EPOCH_NUM: samples})
-        log.event("eval_mlm_loss", m["masked_lm_loss"], metadata={C.EPOCH_NUM: samples})
-        trainer.scalars.eval(samples, m)
-        evals.append((samples, m["masked_lm_accuracy"]))
-        return m
+    def checkpoint(self, mlperf_log):
+        """The checkpoint's keys of the loop (``mlperf_log``: the log's mark)."""
+        return dict(global_step=self.step, samples=self.samples, next_eval=self.next_eval, evals=list(self.evals),
+                    mlperf_log=list(mlperf_log), block=[self.block_open, self.block_first],
+                    loss=[self.loss_sum.item(), self.loss_n])
 
-    status, metrics, last = C.ABORTED, None, None
-    if evals and evals[-1][1] >= fv.target_mlm_accuracy:  # resumed after reaching the target
-        status = C.SUCCESS
-    max_steps = fv.num_train_steps
-    max_samples = fv.max_samples_termination or float("inf")
-    meter = trainer.meter(packed, start=clock_start)
-    if eval_set and fv.eval_at_start and step == 0 and not evals:
-        metrics = online_eval(0)
-        if metrics["masked_lm_accuracy"] >= fv.target_mlm_accuracy:
-            status = C.SUCCESS
-    if eval_set and state["next_eval"] == 0:
-        state["next_eval"] = freq
-    bar = None
-    if rank == 0 and fv.progress:
+
+class Loop:
+    """The training loop of a run and its hooks: log, eval, checkpoint, stop, finish."""
+
+    def __init__(self, cfg, trainer, log, stop, eval_set, freq, extra):
+        self.cfg, self.trainer, self.log, self.stop = cfg, trainer, log, stop
+        self.eval_set, self.freq, self.extra = eval_set, freq, extra
+        self.status, self.metrics, self.last, self.bar = C.ABORTED, None, None, None
+
+    def train(self, state, train_files, packed, seed, held):
+        """From ``state`` to the target, the step budget or a SIGTERM/SIGINT; ``held``: the run's
+        ExitStack."""
+        cfg, trainer, log, s = self.cfg, self.trainer, self.log, state
+        self.state = s
+        batch_size = cfg.data.train_batch_size
+        self.stop.started()  # from here a signal checkpoints (before: it stopped the init at once)
+        if not s.continues:
+            log.start(C.RUN_START)
+        self.t_run, clock_start = time.time(), time.perf_counter()
+        if s.evals and s.evals[-1][1] >= cfg.eval.target_mlm_accuracy:  # resumed after reaching the target
+            self.status = C.SUCCESS
+        max_steps = cfg.schedule.num_train_steps
+        max_samples = cfg.schedule.max_samples_termination or float("inf")
+        self.meter = trainer.meter(packed, start=clock_start)
+        if self.eval_set and cfg.eval.eval_at_start and s.step == 0 and not s.evals:
+            self.online_eval()
+        if self.eval_set and s.next_eval == 0:
+            s.next_eval = self.freq
+        self.bar = self.progress_bar(s.step)
+        self.batches = iter(loader.make_loader(self.dataset(train_files, packed, seed), cfg.data.num_workers))
+        held.callback(self.batches.close)  # its workers end with the run, however it ends
+        self.vote = distributed.StopVote()
+        self.step0, self.samples0 = s.step, s.samples
+        if s.loss_sum is None:
+            s.loss_sum = torch.zeros((), device=trainer.device)
+        while self.status != C.SUCCESS and s.step < max_steps and s.samples < max_samples:
+            if not s.block_open:
+                # BERT counts "epochs" in samples: a block is the eval interval starting here.
+                s.block_first = s.samples
+                log.start(C.BLOCK_START, metadata={C.FIRST_EPOCH_NUM: s.block_first, C.EPOCH_COUNT: self.freq})
+                s.block_open = True
+            batch = next(self.batches)
+            # packed rows hold several sequences: the loader counts the real ones of the global batch
+            s.samples += int(batch.pop("global_sequences", batch_size))
+            self.meter.add(batch)
+            self.last, updated = trainer.step(batch, s.step)
+            s.step += 1
+            s.loss_sum += self.last
+            s.loss_n += 1
+            end = s.step == max_steps or s.samples >= max_samples
+            if s.step % cfg.mlperf.log_frequency == 0 or end:
+                self.log_interval()
+            if self.bar is not None:
+                self.bar.update(1)
+            if updated and self.eval_set and s.samples >= s.next_eval:
+                self.close_block()
+                self.online_eval()
+                while s.next_eval <= s.samples:
+                    s.next_eval += self.freq
+            # ranks agree on a SIGTERM at update boundaries, by a vote of the host that waits for no device
+            halt = (updated and self.vote(self.stop.requested)) if trainer.world > 1 else self.stop.requested
+            every = cfg.checkpoint.save_checkpoints_steps
+            if (every and s.step % every == 0) or halt or end or self.status == C.SUCCESS:
+                # the last one (a stop, the end): no update follows, nothing to copy
+                self.save(final=halt or end or self.status == C.SUCCESS)
+            if halt:
+                return self.halted()
+        return self.finish(train_files)
+
+    # ---- the hooks
+    def dataset(self, train_files, packed, seed):
+        cfg, s, t = self.cfg, self.state, self.trainer
+        d = cfg.data
+        if packed:
+            from mlperf_bert.trainer.packed_loader import PackedBatches
+            ds = PackedBatches(train_files, d.train_batch_size, t.rank, t.world, d.shuffle, seed, start_batch=s.step,
+                               vocab_size=t.model.config.vocab_size)
+        else:
+            ds = loader.PretrainingBatches(train_files, d.max_seq_length, d.max_predictions_per_seq,
+                                           d.train_batch_size, t.rank, t.world, d.shuffle, seed, d.shuffle_buffer,
+                                           start_batch=s.step, vocab_size=t.model.config.vocab_size)
+        if packed and self.meter.row_flops:  # the MLM head computes the loader's prediction slots of a row
+            self.meter.row_flops = t.row_flops(ds.slots)
+            self.meter.batch_flops = t.batch_flops(ds.slots)  # the attention the varlen kernel computes
+        return ds
+
+    def progress_bar(self, step):
+        if self.trainer.rank != 0 or not self.cfg.runtime.progress:
+            return None
         from tqdm import tqdm
         tty = sys.stderr.isatty()
         # in a log file (no terminal) a line every 30 s, not one per step
-        bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, leave=False,
-                   mininterval=0.1 if tty else 30, file=sys.stderr if tty else _BarLines(sys.stderr))
-    block_open, block_first = state.get("block") or (False, 0)
-    if packed:
-        from mlperf_bert.trainer.packed_loader import PackedBatches
-        ds = PackedBatches(train_files, batch_size, rank, world, fv.shuffle, seed, start_batch=step,
-                           vocab_size=trainer.model.config.vocab_size)
-    else:
-        ds = loader.PretrainingBatches(train_files, fv.max_seq_length, fv.max_predictions_per_seq, batch_size,
-                                       rank, world, fv.shuffle, seed, fv.shuffle_buffer, start_batch=step,
-                                       vocab_size=trainer.model.config.vocab_size)
-    if packed and meter.row_flops:  # the MLM head computes the loader's prediction slots of a row
-        meter.row_flops = trainer.row_flops(ds.slots)
-        meter.batch_flops = trainer.batch_flops(ds.slots)  # the attention the varlen kernel computes
-    batches = iter(loader.make_loader(ds, fv.num_workers))
-    held.callback(batches.close)  # its workers end with the run, however it ends
-    vote = distributed.StopVote()
-    step0, samples0 = step, samples
-    loss_sum, loss_n = torch.zeros((), device=device), 0
-    if state.get("loss"):
-        loss_sum.fill_(state["loss"][0])
-        loss_n = state["loss"][1]
-    while status != C.SUCCESS and step < max_steps and samples < max_samples:
-        if not block_open:
-            # BERT counts "epochs" in samples: a block is the eval interval starting here.
-            block_first = samples
-            log.start(C.BLOCK_START, metadata={C.FIRST_EPOCH_NUM: block_first, C.EPOCH_COUNT: freq})
-            block_open = True
-        batch = next(batches)
-        # packed rows hold several sequences: the loader counts the real ones of the global batch
-        samples += int(batch.pop("global_sequences", batch_size))
-        meter.add(batch)
-        last, updated = trainer.step(batch, step)
-        step += 1
-        loss_sum += last
-        loss_n += 1
-        end = step == max_steps or samples >= max_samples
-        if step % fv.log_frequency == 0 or end:
-            # host syncs (.item(), collectives) only at log, update, eval and checkpoint
-            # boundaries, so the CPU can queue micro-steps ahead of the GPU; this read waits for
-            # the interval's work, so its rates are those of the work done (mean loss since the
-            # last line; samples_count places it on the training axis)
-            mean_loss = loss_sum.item() / loss_n
-            rates = meter.interval(batch_size * (step - step0), samples - samples0)
-            step0, samples0 = step, samples
-            lr = trainer.learning_rate(step - 1)
-            if bar is not None:
-                bar.set_postfix(_postfix(last.item(), lr, rates), refresh=False)
-            log.event("train_loss", mean_loss, metadata=dict(
-                {C.SAMPLES_COUNT: samples, "step": step, "learning_rate": lr}, **rates))
-            trainer.scalars.train(samples, mean_loss, lr, rates)
-            loss_sum.zero_()
-            loss_n = 0
-        if bar is not None:
-            bar.update(1)
-        if updated and eval_set and samples >= state["next_eval"]:
-            log.end(C.BLOCK_STOP, metadata={C.FIRST_EPOCH_NUM: block_first, C.EPOCH_COUNT: freq})
-            block_open = False
-            metrics = online_eval(samples)
-            while state["next_eval"] <= samples:
-                state["next_eval"] += freq
-            if metrics["masked_lm_accuracy"] >= fv.target_mlm_accuracy:
-                status = C.SUCCESS
-        # ranks agree on a SIGTERM at update boundaries, by a vote of the host that waits for no device
-        halt = (updated and vote(stop.requested)) if world > 1 else stop.requested
-        periodic = fv.save_checkpoints_steps and step % fv.save_checkpoints_steps == 0
-        if periodic or halt or end or status == C.SUCCESS:
-            # the last one (a stop, the end): no update follows, nothing to copy
-            save(step, final=halt or end or status == C.SUCCESS)
-        if halt:
-            vote.close()
-            trainer.flush()
-            if bar is not None:
-                bar.close()
-            if rank == 0:  # one line for the run, not one per rank
-                print("%s: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % (stop.name, step),
-                      flush=True)
-            log.close()
-            batches.close()
-            return stop.status
-    batches.close()  # the loader's workers end here, not after the final eval
-    vote.close()
-    if bar is not None:
-        bar.close()
-    if block_open:
-        log.end(C.BLOCK_STOP, metadata={C.FIRST_EPOCH_NUM: block_first, C.EPOCH_COUNT: freq})
-    log.event(C.TRAIN_SAMPLES, samples)
-    log.end(C.RUN_STOP, metadata={C.STATUS: status, C.SAMPLES_COUNT: samples})
-    log.close()
-    if rank == 0:
-        print("trained %d steps (%d samples) in %.1f s; final loss %s; status %s"
-              % (step, samples, time.time() - t_run,
-                 "n/a" if last is None else "%.4f" % last.item(), status), flush=True)
-    if fv.do_eval:
-        if not eval_set:
-            metrics = trainer.evaluate(evaluation.reference_eval_batches(fv, train_files, rank, world))
-        elif metrics is None or evals[-1][0] != samples:
-            # the last online eval (if any) saw older weights than these final ones
-            metrics = trainer.evaluate(eval_set)
+        return tqdm(total=self.cfg.schedule.num_train_steps, initial=step, unit="step", dynamic_ncols=True,
+                    leave=False, mininterval=0.1 if tty else 30, file=sys.stderr if tty else _BarLines(sys.stderr))
+
+    def log_interval(self):
+        """train_loss and the interval's rates. Host syncs (.item(), collectives) only at log,
+        update, eval and checkpoint boundaries, so the CPU can queue micro-steps ahead of the GPU;
+        this read waits for the interval's work, so its rates are those of the work done (mean
+        loss since the last line; samples_count places it on the training axis)."""
+        s, trainer = self.state, self.trainer
+        mean_loss = s.loss_sum.item() / s.loss_n
+        rates = self.meter.interval(self.cfg.data.train_batch_size * (s.step - self.step0), s.samples - self.samples0)
+        self.step0, self.samples0 = s.step, s.samples
+        lr = trainer.learning_rate(s.step - 1)
+        if self.bar is not None:
+            self.bar.set_postfix(_postfix(self.last.item(), lr, rates), refresh=False)
+        self.log.event("train_loss", mean_loss, metadata=dict(
+            {C.SAMPLES_COUNT: s.samples, "step": s.step, "learning_rate": lr}, **rates))
+        trainer.scalars.train(s.samples, mean_loss, lr, rates)
+        s.loss_sum.zero_()
+        s.loss_n = 0
+
+    def online_eval(self):
+        """The online eval at this many samples; the target reached: SUCCESS."""
+        samples, log = self.state.samples, self.log
+        with self.meter.excluded():  # the eval's time is its own log lines', not the training's rate
+            log.start(C.EVAL_START, metadata={C.EPOCH_NUM: samples})
+            m = self.trainer.evaluate(self.eval_set)
+            log.end(C.EVAL_STOP, metadata={C.EPOCH_NUM: samples})
+        log.event(C.EVAL_ACCURACY, m["masked_lm_accuracy"], metadata={C.EPOCH_NUM: samples})
+        log.event("eval_mlm_loss", m["masked_lm_loss"], metadata={C.EPOCH_NUM: samples})
+        self.trainer.scalars.eval(samples, m)
+        self.state.evals.append((samples, m["masked_lm_accuracy"]))
+        self.metrics = m
+        if m["masked_lm_accuracy"] >= self.cfg.eval.target_mlm_accuracy:
+            self.status = C.SUCCESS
+
+    def close_block(self):
+        s = self.state
+        self.log.end(C.BLOCK_STOP, metadata={C.FIRST_EPOCH_NUM: s.block_first, C.EPOCH_COUNT: self.freq})
+        s.block_open = False
+
+    def save(self, final=False):
+        """A checkpoint at this step: where the log and its open block and loss mean stand, so a
+        resume goes on from there."""
+        s = self.state
+        with self.meter.excluded():
+            self.trainer.save(checkpoint.path_for(self.cfg.checkpoint.output_dir, s.step),
+                              dict(self.extra, **s.checkpoint(self.log.mark())), final=final)
+
+    def halted(self):
+        """A SIGTERM/SIGINT: the checkpoint is written; say so and exit 128 + the signal."""
+        self.vote.close()
+        self.trainer.flush()
+        if self.bar is not None:
+            self.bar.close()
+        if self.trainer.rank == 0:  # one line for the run, not one per rank
+            print("%s: checkpoint model.ckpt-%d.pt written; rerun the same command to resume"
+                  % (self.stop.name, self.state.step), flush=True)
+        self.log.close()
+        self.batches.close()
+        return self.stop.status
+
+    def finish(self, train_files):
+        """The end: run_stop, --do_eval's eval, the finished marker."""
+        cfg, trainer, s, log = self.cfg, self.trainer, self.state, self.log
+        rank, world = trainer.rank, trainer.world
+        self.batches.close()  # the loader's workers end here, not after the final eval
+        self.vote.close()
+        if self.bar is not None:
+            self.bar.close()
+        if s.block_open:
+            log.end(C.BLOCK_STOP, metadata={C.FIRST_EPOCH_NUM: s.block_first, C.EPOCH_COUNT: self.freq})
+        log.event(C.TRAIN_SAMPLES, s.samples)
+        log.end(C.RUN_STOP, metadata={C.STATUS: self.status, C.SAMPLES_COUNT: s.samples})
+        log.close()
         if rank == 0:
-            print(evaluation.write_eval_results(fv.output_dir, metrics, step))
-    trainer.flush()  # the last checkpoint, written while the above ran, is complete
-    if rank == 0:  # a rerun of this command now says so and changes nothing
-        checkpoint.write_finished(fv.output_dir, status, step, samples, extra["run"],
-                                  checkpoint.launch_record(fv, trainer.world))
-    return 0
+            print("trained %d steps (%d samples) in %.1f s; final loss %s; status %s"
+                  % (s.step, s.samples, time.time() - self.t_run,
+                     "n/a" if self.last is None else "%.4f" % self.last.item(), self.status), flush=True)
+        if cfg.eval.do_eval:
+            metrics = self.metrics
+            if not self.eval_set:
+                metrics = trainer.evaluate(evaluation.reference_eval_batches(cfg.data, cfg.eval, train_files,
+                                                                             rank, world))
+            elif metrics is None or s.evals[-1][0] != s.samples:
+                # the last online eval (if any) saw older weights than these final ones
+                metrics = trainer.evaluate(self.eval_set)
+            if rank == 0:
+                print(evaluation.write_eval_results(cfg.checkpoint.output_dir, metrics, s.step))
+        trainer.flush()  # the last checkpoint, written while the above ran, is complete
+        if rank == 0:  # a rerun of this command now says so and changes nothing
+            checkpoint.write_finished(cfg.checkpoint.output_dir, self.status, s.step, s.samples, self.extra["run"],
+                                      checkpoint.launch_record(cfg, world))
+        return 0
 
 
 def _postfix(loss, lr, rates):
@@ -717,20 +745,21 @@ def _postfix(loss, lr, rates):
     return out
 
 
-def run_eval_only(fv, config, files, device, rank, world):
+def run_eval_only(cfg, config, files, device, rank, world):
     """--do_eval alone: the reference's eval of --init_checkpoint on --input_file."""
     from mlperf_bert.trainer import model as modeling
     from mlperf_bert.trainer import tf_checkpoint
     model = modeling.BertForPreTraining(config).to(device)
-    info = tf_checkpoint.load_init_checkpoint(model, fv.init_checkpoint)
+    init = cfg.model.init_checkpoint
+    info = tf_checkpoint.load_init_checkpoint(model, init)
     step = info.get("global_step")
     if step is None:
-        m = re.search(r"ckpt-(\d+)", os.path.basename(fv.init_checkpoint))
+        m = re.search(r"ckpt-(\d+)", os.path.basename(init))
         step = int(m.group(1)) if m else 0
-    metrics = evaluation.evaluate(model, evaluation.reference_eval_batches(fv, files, rank, world), device,
-                                  autocast(device, fv.dtype))
+    metrics = evaluation.evaluate(model, evaluation.reference_eval_batches(cfg.data, cfg.eval, files, rank, world),
+                                  device, autocast(device, cfg.model.dtype))
     if rank == 0:
-        path = evaluation.write_eval_results(fv.output_dir, metrics, int(step))
+        path = evaluation.write_eval_results(cfg.checkpoint.output_dir, metrics, int(step))
         note = evaluation.reference_expectation(int(step), metrics["samples"])
         for key in evaluation.EVAL_KEYS:
             print("%s = %.6f%s" % (key, metrics[key], note if key == "masked_lm_accuracy" else ""))

@@ -1,0 +1,327 @@
+"""The trainer's run configuration: a frozen tree of sections (model, data, optim, schedule, eval,
+checkpoint, mlperf, runtime, levers) built once from the parsed flags by ``RunConfig.from_flags``,
+the one place that reads the flag object (``--config=FILE`` included). Each module takes the
+section it uses.
+
+Each field is a flag of run_pretraining.py, under the flag's name, and says how it bears on the
+run identity (``IDENTITY``): ``run`` (compared by value: a resume with another value would mix two
+runs in one output_dir; every flag that changes the arithmetic, the levers that round otherwise
+included), ``content`` (compared by what it names: the model config, the data files and initial
+checkpoint with their sizes, the seed) or ``same`` (leaves the numbers as they are: a resume may
+change it; the field says why). Values derived from several flags (epsilon, update counts, the
+global batch, the torch dtype) are computed here once.
+"""
+import dataclasses
+import difflib
+import hashlib
+import json
+import os
+import typing
+
+from mlperf_bert.errors import UserError
+
+RUN, CONTENT, SAME = "run", "content", "same"
+IDENTITY = (RUN, CONTENT, SAME)
+
+
+def _field(default, identity, why=None):
+    """A flag's field: its default (the flag's: tests/test_run_config.py), its identity class and,
+    for a number-neutral one, why."""
+    assert identity in IDENTITY and (why is not None) == (identity == SAME), (identity, why)
+    return dataclasses.field(default=default, metadata={"identity": identity, "why": why})
+
+
+def run(default):
+    return _field(default, RUN)
+
+
+def content(default):
+    return _field(default, CONTENT)
+
+
+def same(default, why):
+    return _field(default, SAME, why)
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    bert_config_file: typing.Optional[str] = content(None)
+    init_checkpoint: typing.Optional[str] = content(None)
+    dtype: str = run("fp32")
+
+    @property
+    def torch_dtype(self):
+        """The compute dtype of ``--dtype`` (bf16: autocast)."""
+        import torch
+        return torch.bfloat16 if self.dtype == "bf16" else torch.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+    input_file: typing.Optional[str] = content(None)
+    max_seq_length: int = run(128)
+    max_predictions_per_seq: int = run(20)
+    train_batch_size: int = run(32)
+    shuffle: bool = run(True)
+    shuffle_buffer: int = run(1000)
+    num_workers: int = same(2, "batch k is batch k whatever the workers (trainer/loader.py)")
+    check_data: str = same("headers", "what is read before training, not what is trained on")
+
+
+@dataclasses.dataclass(frozen=True)
+class Optim:
+    optimizer: str = run("adamw")
+    learning_rate: float = run(5e-5)
+    lamb_weight_decay_rate: float = run(0.01)
+    lamb_beta_1: float = run(0.9)
+    lamb_beta_2: float = run(0.999)
+    log_epsilon: float = run(-6.0)
+    steps_per_update: int = run(1)
+    clip_by_global_norm_after_gradient_allreduce: bool = run(False)
+    grad_exchange_dtype: str = run("fp32")  # bf16 rounds the clipped sums (trainer/distributed.py)
+
+    @property
+    def epsilon(self):
+        return 10.0 ** self.log_epsilon
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    poly_power: float = run(1.0)
+    num_train_steps: int = run(100000)
+    num_warmup_steps: int = run(10000)
+    start_warmup_step: int = run(0)
+    max_samples_termination: int = run(0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Eval:
+    eval_input_file: typing.Optional[str] = content(None)
+    eval_frequency: int = run(0)
+    target_mlm_accuracy: float = run(0.720)
+    do_eval: bool = same(False, "the eval after training (--do_eval alone: of --init_checkpoint), not the run's")
+    eval_batch_size: int = same(8, "the batch of --do_eval's eval without an online eval set, not the run's")
+    max_eval_steps: int = same(100, "the batches of that eval")
+    eval_at_start: bool = same(False, "an eval at 0 samples, before the first step (a resume never repeats it)")
+    eval_micro_batch_size: int = same(0, "exact sums: any micro-batch gives the same metrics "
+                                         "(tests/test_warmup.py)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    output_dir: typing.Optional[str] = same(None, "where the run is")
+    save_checkpoints_steps: int = same(1000, "when to write checkpoints")
+    keep_checkpoint_max: int = same(5, "how many are kept")
+
+
+@dataclasses.dataclass(frozen=True)
+class MLPerf:
+    submission_division: str = run("open")
+    submission_org: str = same("unknown", "logged once, at the run's start")
+    submission_platform: str = same("unknown", "logged once, at the run's start")
+    submission_status: str = same("onprem", "logged once, at the run's start")
+    mlperf_log: typing.Optional[str] = same(None, "where its log goes (a resume refuses a log that is not the "
+                                                  "checkpoint's)")
+    tensorboard_dir: typing.Optional[str] = same(None, "where a copy of the log's values goes")
+    log_frequency: int = same(50, "how often train_loss is logged (the mean of the steps between two lines)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    do_train: bool = same(False, "what to do")
+    seed: typing.Optional[int] = content(None)
+    device: str = same("auto", "where the run computes: a resume on another machine, as on another GPU model, "
+                               "goes on from the same state (auto names no device to compare)")
+    num_gpus: int = same(0, "accepted; no effect (the rank count is checked on its own)")
+    progress: bool = same(True, "the progress bar")
+    warm_up: bool = same(True, "restores weights, optimizer and RNG exactly (tests/test_warmup.py)")
+    config: typing.Optional[str] = same(None, "its values are the flags', each in its own class")
+    iterations_per_loop: int = same(1000, "accepted for the TPU estimator; no effect")
+    use_tpu: bool = same(False, "refused")
+    tpu_name: typing.Optional[str] = same(None, "refused")
+    tpu_zone: typing.Optional[str] = same(None, "refused")
+    gcp_project: typing.Optional[str] = same(None, "refused")
+    master: typing.Optional[str] = same(None, "refused")
+    num_tpu_cores: int = same(8, "ignored")
+
+
+@dataclasses.dataclass(frozen=True)
+class Levers:
+    """The speed levers (trainer/levers.py)."""
+    compile: bool = run(False)        # inductor's kernels round otherwise (1e-5 after 3 updates)
+    fused_update: bool = run(False)   # the update compiled: -lr * u multiplied, then subtracted (1e-7)
+    # levers whose kernels may round otherwise (float8; a GEMM of another shape can take another
+    # cuBLAS kernel)
+    fp8: bool = run(False)
+    fp8_recipe: str = run("tensorwise")
+    fused_qkv: bool = run(False)
+    cuda_graphs: bool = same(False, "the compiled step's kernels replayed (--compile is in the identity; "
+                                    "tests/test_levers.py)")
+
+
+SECTIONS = {"model": Model, "data": Data, "optim": Optim, "schedule": Schedule, "eval": Eval,
+            "checkpoint": Checkpoint, "mlperf": MLPerf, "runtime": Runtime, "levers": Levers}
+# flag name -> (section, its dataclasses.Field)
+FIELDS = {f.name: (section, f) for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+# The run identity's flags in the order every checkpoint and finished marker holds them (the
+# identity's keys are written in this order: tests/test_run_config.py compares the bytes).
+RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate", "poly_power",
+             "num_train_steps", "num_warmup_steps", "start_warmup_step", "lamb_weight_decay_rate",
+             "lamb_beta_1", "lamb_beta_2", "log_epsilon", "max_seq_length", "max_predictions_per_seq",
+             "eval_frequency", "target_mlm_accuracy", "max_samples_termination", "shuffle",
+             "shuffle_buffer", "clip_by_global_norm_after_gradient_allreduce", "dtype",
+             "grad_exchange_dtype", "submission_division", "compile", "fused_update", "fp8", "fp8_recipe",
+             "fused_qkv")
+assert set(RUN_FLAGS) == {n for n, (_, f) in FIELDS.items() if f.metadata["identity"] == RUN}
+IDENTITY_BY_CONTENT = ("bert_config_file", "input_file", "eval_input_file", "init_checkpoint", "seed")
+assert set(IDENTITY_BY_CONTENT) == {n for n, (_, f) in FIELDS.items() if f.metadata["identity"] == CONTENT}
+SAME_NUMBERS = {n: f.metadata["why"] for n, (_, f) in FIELDS.items() if f.metadata["identity"] == SAME}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The run's configuration; ``given``: the flags given on the command line (the launch
+    record's), ``config_file``: the ``--config`` file's path and sha256, or None."""
+    model: Model = Model()
+    data: Data = Data()
+    optim: Optim = Optim()
+    schedule: Schedule = Schedule()
+    eval: Eval = Eval()
+    checkpoint: Checkpoint = Checkpoint()
+    mlperf: MLPerf = MLPerf()
+    runtime: Runtime = Runtime()
+    levers: Levers = Levers()
+    given: typing.FrozenSet[str] = frozenset()
+    config_file: typing.Optional[typing.Tuple[str, str]] = None
+
+    @classmethod
+    def from_flags(cls, fv):
+        """The config of parsed flags ``fv``: defaults < the ``--config`` file < the flags given."""
+        values = {name: fv[name].value for name in FIELDS}
+        given = frozenset(name for name in fv if fv[name].present)
+        config_file = None
+        if fv["config"].value:
+            path = fv["config"].value
+            from_file, digest = read_config_file(path, fv)
+            values.update((k, v) for k, v in from_file.items() if k not in given)
+            config_file = (path, digest)
+        sections = {s: cls_(**{f.name: values[f.name] for f in dataclasses.fields(cls_)})
+                    for s, cls_ in SECTIONS.items()}
+        return cls(given=given, config_file=config_file, **sections)
+
+    def flag(self, name):
+        """The value of flag ``name``."""
+        return getattr(getattr(self, FIELDS[name][0]), name)
+
+    def flags(self):
+        """{flag: value} of every field."""
+        return {name: self.flag(name) for name in FIELDS}
+
+    # ---- derived values, computed here once
+    def updates(self, steps):
+        """Micro-steps ``steps`` counted in optimizer updates (the log's and the RCPs' unit): an
+        int when whole."""
+        n = self.optim.steps_per_update
+        return steps // n if steps % n == 0 else steps / n
+
+    @property
+    def global_batch(self):
+        """Rows an update (packed data: times its sequences a row, trainer/preflight.py)."""
+        return self.data.train_batch_size * self.optim.steps_per_update
+
+    def learning_rate(self, step):
+        """The learning rate at micro-step ``step`` (trainer/schedule.py)."""
+        from mlperf_bert.trainer import schedule
+        s = self.schedule
+        return schedule.learning_rate(step, self.optim.learning_rate, s.num_train_steps, s.num_warmup_steps,
+                                      s.start_warmup_step, s.poly_power)
+
+    def identity(self, seed, train_files, eval_files, init_checkpoint=None, config=None):
+        """What a resumed run must share with the checkpoint: defining flags, seed, the model config
+        (``BertConfig.to_dict()``), data files and the initial checkpoint
+        (``tf_checkpoint.fingerprint``: path, bytes, digest)."""
+        files = lambda paths: [[os.path.abspath(p), os.path.getsize(p)] for p in paths or []]  # noqa: E731
+        ident = {name: self.flag(name) for name in RUN_FLAGS}
+        ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
+                     init_checkpoint=init_checkpoint, config=config)
+        return ident
+
+    def given_flags(self):
+        """{flag: value} of the flags given on the command line, by name."""
+        return {name: self.flag(name) for name in sorted(self.given)}
+
+    def resolved(self):
+        """The whole config as written to the output dir: {section: {flag: value}}."""
+        return {s: dataclasses.asdict(getattr(self, s)) for s in SECTIONS}
+
+
+def read_config_file(path, fv=None):
+    """{flag: value} of a ``--config`` TOML or JSON file (flat, or in sections named as
+    ``RunConfig``'s) and the file's sha256. Values are checked as the flags' parsers check them
+    (``fv``); an unknown name is refused with the nearest one."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise UserError("cannot read --config %s: %s" % (path, e.strerror or e))
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        if path.endswith(".json"):
+            tree = json.loads(data.decode("utf-8"))
+        else:
+            import tomllib
+            tree = tomllib.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError("--config %s is not valid %s: %s" % (
+            path, "JSON" if path.endswith(".json") else "TOML", str(e).splitlines()[0]))
+    if not isinstance(tree, dict):
+        raise UserError("--config %s: expected a table of flag = value" % path)
+    flat = {}
+    for key, value in tree.items():
+        items = value.items() if key in SECTIONS and isinstance(value, dict) else [(key, value)]
+        for name, v in items:
+            where = "%s.%s" % (key, name) if key in SECTIONS and isinstance(value, dict) else name
+            if name not in FIELDS or name == "config" or (key in SECTIONS and FIELDS[name][0] != key):
+                known = [n for n in FIELDS if n != "config"] + list(SECTIONS)
+                near = difflib.get_close_matches(name, known, n=1)
+                if name in FIELDS and name != "config":
+                    hint = "it is in [%s]" % FIELDS[name][0]
+                else:
+                    hint = "did you mean %s?" % near[0] if near else "not a flag of run_pretraining.py"
+                raise UserError("--config %s: unknown key %s (%s)" % (path, where, hint))
+            flat[name] = _checked(path, where, name, v, fv)
+    return flat, digest
+
+
+def _checked(path, where, name, value, fv):
+    """``value`` through flag ``name``'s parser (``fv``'s), so a file gives what the flag would."""
+    if fv is None or value is None:
+        return value
+    try:
+        return fv[name].parser.parse(value)
+    except (ValueError, TypeError) as e:
+        raise UserError("--config %s: %s = %r: %s" % (path, where, value, e))
+
+
+RESOLVED = "run_config.json"
+
+
+def resolved_text(cfg):
+    """The resolved config as the run writes it (JSON, {section: {flag: value}})."""
+    return (json.dumps(cfg.resolved(), indent=1) + "\n").encode("utf-8")
+
+
+def resolved_path(cfg):
+    return os.path.join(cfg.checkpoint.output_dir, RESOLVED)
+
+
+def resolved_digest(cfg):
+    return hashlib.sha256(resolved_text(cfg)).hexdigest()
+
+
+def write_resolved(cfg):
+    """Write the resolved config to output_dir/run_config.json (a temporary name, renamed when
+    complete)."""
+    from mlperf_bert.fileio import atomic_open
+    with atomic_open(resolved_path(cfg), "wb") as f:
+        f.write(resolved_text(cfg))

@@ -7,7 +7,7 @@ dynamo splits the compiled model at DDP's buckets (torch/_dynamo/backends/distri
 DDPOptimizer: the parameters counted in reverse graph order up to the cap, the first bucket
 DDP's 1 MiB). This runs that splitter itself on BERT-Large's forward traced by dynamo on the meta
 device (no memory, no GPU, no process group; ~10 s of CPU a cap) and prints the graphs and each
-one's MiB of parameters, in forward order: the figures of training.DDP_BUCKET_MB's comment.
+one's MiB of parameters, in forward order: the figures of levers.DDP_BUCKET_MB's comment.
 """
 import argparse
 import os

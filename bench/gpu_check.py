@@ -351,7 +351,8 @@ def trainer_flags(fv, b, extra=()):
 def trainer(fv, config, device, b, extra=()):
     """The trainer's Trainer with ``extra`` flags; UserError where a flag is refused."""
     from mlperf_bert.trainer import preflight, training
-    tf = trainer_flags(fv, b, extra)
+    from mlperf_bert.trainer.run_config import RunConfig
+    tf = RunConfig.from_flags(trainer_flags(fv, b, extra))
     preflight.check_flags(tf)
     return training.Trainer(tf, config, device, 0, 1, seed=0)
 
@@ -626,7 +627,8 @@ def lever_refusal(fv, device, b, lever, compiled):
     """The trainer's one-line refusal of ``lever`` in a mode by its flag checks, or None."""
     from mlperf_bert.errors import UserError
     from mlperf_bert.trainer import levers, preflight
-    tf = trainer_flags(fv, b, ["--" + lever] + (["--compile"] if compiled else []))
+    from mlperf_bert.trainer.run_config import RunConfig
+    tf = RunConfig.from_flags(trainer_flags(fv, b, ["--" + lever] + (["--compile"] if compiled else [])))
     try:
         preflight.check_flags(tf)
         levers.check_device(tf, device, 1)
@@ -753,8 +755,9 @@ def stage_trainer(ctx, save):
         fvx(base + ["--" + x])
         try:
             from mlperf_bert.trainer import levers as levers_mod, preflight
-            preflight.check_flags(fvx)
-            levers_mod.check_device(fvx, device, 1)
+            from mlperf_bert.trainer.run_config import RunConfig
+            preflight.check_flags(RunConfig.from_flags(fvx))
+            levers_mod.check_device(RunConfig.from_flags(fvx), device, 1)
             levers.append(x)
         except UserError as e:
             refused[x] = str(e)

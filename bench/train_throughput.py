@@ -58,6 +58,7 @@ def ours(cfg, device, autocast, compile=False):
 
 
 from mlperf_bert.trainer.levers import LEVERS  # noqa: E402  (the flag names of the speed levers)
+from mlperf_bert.trainer.run_config import RunConfig  # noqa: E402
 
 
 def trainer_step(config_file, cfg, device, dtype, compile, levers):
@@ -67,8 +68,9 @@ def trainer_step(config_file, cfg, device, dtype, compile, levers):
                      "--output_dir=unused", "--do_train", "--optimizer=lamb", "--learning_rate=1e-4",
                      "--dtype=" + dtype, "--%scompile" % ("" if compile else "no")] + ["--" + x for x in levers],
                 required=[])
-    preflight.check_flags(fv)
-    trainer = training.Trainer(fv, cfg, device, 0, 1, seed=0)
+    run_cfg = RunConfig.from_flags(fv)
+    preflight.check_flags(run_cfg)
+    trainer = training.Trainer(run_cfg, cfg, device, 0, 1, seed=0)
     return trainer.model, lambda batch, i: trainer.step(batch, i)
 
 

@@ -16,6 +16,7 @@ from torch._dynamo.utils import counters
 from mlperf_bert import flags
 from mlperf_bert.trainer import accumulation, optimizer, step, training
 from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.trainer.run_config import RunConfig
 
 REAL_COMPILE = torch.compile  # inductor (the fixture below makes torch.compile aot_eager's)
 
@@ -77,7 +78,7 @@ def _trainer(tmp_path, compile, clip_after, steps_per_update=2):
                      "--%scompile" % ("" if compile else "no"),
                      "--%sclip_by_global_norm_after_gradient_allreduce" % ("" if clip_after else "no")],
                 required=[])
-    return training.Trainer(fv, BertConfig.from_json_file(str(config), T), torch.device("cpu"), 0, 1, seed=1)
+    return training.Trainer(RunConfig.from_flags(fv), BertConfig.from_json_file(str(config), T), torch.device("cpu"), 0, 1, seed=1)
 
 
 def _run(trainer, batches, steps, first=0):

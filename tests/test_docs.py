@@ -741,6 +741,7 @@ def launcher_problems(where, env, args):
     from mlperf_bert import flags
     from mlperf_bert.errors import UserError
     from mlperf_bert.trainer import preflight, training
+    from mlperf_bert.trainer.run_config import RunConfig
     if "NUM_GPUS" in env and not re.match(r"^[1-9][0-9]*$", env["NUM_GPUS"]):
         return ["%s: NUM_GPUS=%s is not a number of processes" % (where, env["NUM_GPUS"])]
     checked = _launch(env, args, CHECK_ONLY="1")
@@ -749,7 +750,7 @@ def launcher_problems(where, env, args):
     fv = training.define_flags()
     try:
         flags.parse(fv, ["run_pretraining.py"] + trainer_flags_of(env, args), positional=False)
-        preflight.check_flags(fv)
+        preflight.check_flags(RunConfig.from_flags(fv))
     except UserError as e:
         return ["%s: the trainer refuses it: %s" % (where, e)]
     return []

@@ -193,7 +193,7 @@ def _ddp_compiled(rank, world, tmp):
     after it, the weights)}."""
     import pathlib
     from test_levers import _batch, _train, _trainer
-    from mlperf_bert.trainer import training
+    from mlperf_bert.trainer import levers
     real = torch.compile
     graphs = []
 
@@ -207,10 +207,10 @@ def _ddp_compiled(rank, world, tmp):
     distributed.setup("cpu")
     gen = torch.Generator().manual_seed(rank)
     batches = [_batch(gen, False) for _ in range(3)]
-    out = {"cap": training.DDP_BUCKET_MB}
+    out = {"cap": levers.DDP_BUCKET_MB}
     for name, compiled, cap, n in [("eager", False, None, 2), ("split", True, 2, 2), ("eager1", False, None, 1),
                                    ("split1", True, 2, 1)]:
-        training.DDP_BUCKET_MB = cap or out["cap"]
+        levers.DDP_BUCKET_MB = cap or out["cap"]
         torch._dynamo.reset()
         del graphs[:]
         d = pathlib.Path(tmp) / ("r%d-%s" % (rank, name))
@@ -237,7 +237,7 @@ def two_ranks_ddp(tmp_path_factory):
 def test_ddp_under_dynamo_splits_at_its_buckets_and_trains_as_eager_ddp(two_ranks_ddp):
     """--compile --clip_by_global_norm_after_gradient_allreduce on 2 gloo ranks, real dynamo
     (aot_eager: dynamo's graphs and its DDP optimizer, AOTAutograd's backward; torch.compile
-    not replaced): the trainer's DDP has training.DDP_BUCKET_MB's buckets (128 MB); at 2 MB
+    not replaced): the trainer's DDP has levers.DDP_BUCKET_MB's buckets (128 MB); at 2 MB
     buckets dynamo splits this 8.4 MB model into several graphs (its first is DDP's first bucket,
     1 MiB), all compiled in the first update and none after (3 more updates); the weights after
     4 updates equal eager DDP's within 1e-5 (the compiled update rounds otherwise:

@@ -25,6 +25,7 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer import attention, checkpoint, distributed, levers, preflight, step, tf_checkpoint, training
 from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.trainer.model import BertForPreTraining
 
 import cuda_autocast
@@ -58,8 +59,9 @@ def _trainer(tmp_path, *extra, steps_per_update=2, cfg=DROPOUT, dtype="bf16", ra
                      "--do_train", "--optimizer=lamb", "--learning_rate=1e-2", "--num_train_steps=100",
                      "--num_warmup_steps=10", "--steps_per_update=%d" % steps_per_update, "--dtype=" + dtype]
                 + list(extra), required=[])
-    preflight.check_flags(fv)
-    return training.Trainer(fv, BertConfig.from_json_file(str(config), T), torch.device("cpu"), rank, world, seed=1)
+    cfg = RunConfig.from_flags(fv)
+    preflight.check_flags(cfg)
+    return training.Trainer(cfg, BertConfig.from_json_file(str(config), T), torch.device("cpu"), rank, world, seed=1)
 
 
 def _train(trainer, batches, steps, after_step=None):
@@ -146,11 +148,11 @@ def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files,
                                         r"clipping: with --clip_by_global_norm_after_gradient_allreduce DDP "
                                         r"all-reduces from hooks inside the backward, which CUDA graphs cannot "
                                         r"capture: drop one of the two flags") as e:
-        levers.check_device(fv, torch.device("cuda", 0), 2)
+        levers.check_device(RunConfig.from_flags(fv), torch.device("cuda", 0), 2)
     assert "\n" not in str(e.value)
-    levers.check_device(fv, torch.device("cuda", 0), 1)  # one GPU: DDP is not used
+    levers.check_device(RunConfig.from_flags(fv), torch.device("cuda", 0), 1)  # one GPU: DDP is not used
     fv.clip_by_global_norm_after_gradient_allreduce = False
-    levers.check_device(fv, torch.device("cuda", 0), 8)  # per-replica clipping: the all-reduce between graphs
+    levers.check_device(RunConfig.from_flags(fv), torch.device("cuda", 0), 8)  # per-replica clipping: the all-reduce between graphs
 
 
 def test_a_removed_lever_says_it_was_removed_and_why_in_one_line():
@@ -273,12 +275,12 @@ def _ddp_on_two_ranks(rank, world, tmp):
     distributed.setup("cpu")
     gen = torch.Generator().manual_seed(rank)
     batches = [_batch(gen, False) for _ in range(3)]
-    out, mine = {}, training.ddp_options
+    out, mine = {}, levers.ddp_options
     for n in (1, 2):
         for compiled in (False, True):
             runs = {}
             for options in ("trainer", "defaults"):
-                training.ddp_options = mine if options == "trainer" else (lambda n: {})
+                levers.ddp_options = mine if options == "trainer" else (lambda n: {})
                 d = pathlib.Path(tmp) / ("r%d-%d-%d-%s" % (rank, n, compiled, options))
                 d.mkdir()
                 t = _trainer(d, "--clip_by_global_norm_after_gradient_allreduce", *(["--compile"] * compiled),
@@ -293,7 +295,7 @@ def _ddp_on_two_ranks(rank, world, tmp):
                 runs[options] = (t.ddp.gradient_as_bucket_view, t.ddp.static_graph, ptrs[n - 1::n], views,
                                  {k: v.clone() for k, v in t.model.state_dict().items()})
             out[n, compiled] = runs
-    training.ddp_options = lambda n: {"gradient_as_bucket_view": True, "static_graph": True}
+    levers.ddp_options = lambda n: {"gradient_as_bucket_view": True, "static_graph": True}
     d = pathlib.Path(tmp) / ("r%d-static" % rank)
     d.mkdir()
     t = _trainer(d, "--clip_by_global_norm_after_gradient_allreduce", dtype="fp32", rank=rank, world=world)
@@ -316,7 +318,7 @@ def test_ddp_keeps_gradients_in_its_buckets_and_computes_what_it_did(two_ranks):
     with the compiled update, with and without accumulation (no_sync), on both ranks.
     DDP's static graph with no_sync either fails or stops reducing on this torch
     (pytorch/pytorch#187732): when this assertion fails, torch has fixed it, and static_graph can
-    be turned on with accumulation too (training.ddp_options)."""
+    be turned on with accumulation too (levers.ddp_options)."""
     from test_host_syncs import piece
     ranks = piece(two_ranks, "ddp")
     for out in ranks:
@@ -624,7 +626,7 @@ def test_a_run_resumed_with_fp8_or_fused_update_switched_is_refused(tmp_path):
     checkpoint's run and its resume must agree on them (every flag:
     test_training.py::test_every_trainer_flag_...)."""
     def identity(*extra):
-        return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
+        return _trainer(tmp_path, *extra).cfg.identity(1, [], [])
     saved = identity()
     for lever in ("fp8", "fused_update"):
         with pytest.raises(UserError, match=r"--%s=True differs from the run being resumed in out \(it has False\)"
@@ -727,7 +729,7 @@ def test_a_run_resumed_with_fused_qkv_switched_is_refused(tmp_path):
     """A GEMM of another shape may take another GPU kernel, which rounds otherwise: the lever is a
     defining flag of a run."""
     def identity(*extra):
-        return checkpoint.run_identity(_trainer(tmp_path, *extra).fv, 1, [], [])
+        return _trainer(tmp_path, *extra).cfg.identity(1, [], [])
     saved = identity()
     for lever in ("fused_qkv",):
         with pytest.raises(UserError, match=r"--%s=True differs from the run being resumed in out \(it has "
@@ -873,7 +875,7 @@ def test_cuda_graphs_functions_mutate_only_static_inputs_by_inductors_rule(tmp_p
         for clip_after, n, allreduce in [(False, 1, False), (False, 2, False), (False, 1, True), (False, 2, True),
                                          (True, 1, False), (True, 2, False)]:
             model, upd = _graphed_update(n, clip_after, functools.partial(compile, **levers.compile_options(
-                t.fv, update=True)))
+                t.cfg.levers, update=True)))
             if allreduce:
                 upd.acc.exchange = distributed.GradientExchange(upd.acc.params)  # the mean of one rank
             for i in range(2 * n):  # two updates

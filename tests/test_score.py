@@ -733,12 +733,13 @@ def test_the_trainer_records_its_launch(monkeypatch):
     """What run_finished.json keeps for launch.json: train_model.sh's preset and overrides, the flags
     given, processes and nodes (torchrun's), the code."""
     from mlperf_bert.trainer import checkpoint, training
+    from mlperf_bert.trainer.run_config import RunConfig
     fv = training.define_flags()
     fv(["run_pretraining.py", "--train_batch_size=96", "--output_dir=/x", "--noshuffle"])
     monkeypatch.setenv("MLPERF_BERT_PRESET", "rcp_768")
     monkeypatch.setenv("MLPERF_BERT_OVERRIDES", "--train_batch_size=96")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    rec = checkpoint.launch_record(fv, 8)
+    rec = checkpoint.launch_record(RunConfig.from_flags(fv), 8)
     assert {k: rec[k] for k in ("preset", "overrides", "flags", "processes", "processes_per_node", "nodes")} == {
         "preset": "rcp_768", "overrides": "--train_batch_size=96", "processes": 8, "processes_per_node": 4,
         "nodes": 2, "flags": {"train_batch_size": 96, "output_dir": "/x", "shuffle": False}}

@@ -11,6 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mlperf_bert.trainer import throughput, training
 from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.trainer.model import BertForPreTraining
 from mlperf_bert.trainer.warmup import synthetic_batch
 from test_training import files, flags_for, one_thread  # noqa: F401  (module fixtures)
@@ -102,7 +103,7 @@ def test_trainer_counts_varlen_attention_where_the_kernel_runs(files, tmp_path, 
     fv = training.define_flags()
     fv(["x", "--bert_config_file=unused", "--input_file=unused", "--output_dir=unused", "--max_seq_length=128",
         "--dtype=bf16"])
-    trainer = training.Trainer(fv, cfg, torch.device("cpu"), 0, 1, seed=0)
+    trainer = training.Trainer(RunConfig.from_flags(fv), cfg, torch.device("cpu"), 0, 1, seed=0)
     assert trainer.batch_flops(24) is None  # a CPU has no varlen kernel: the dense count is right
     monkeypatch.setattr(attention, "varlen_kernel", lambda device, dtype, head_dim: attention.reference_varlen)
     batch = synthetic_batch(cfg, 3, 128, 8, torch.Generator().manual_seed(0), max_sequences=3)

@@ -15,6 +15,7 @@ import torch
 
 from mlperf_bert.dataset import tfrecord
 from mlperf_bert.trainer import preflight, throughput, training
+from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -733,13 +734,13 @@ def test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers(file
     assert {"fused_update", "compile", "fp8"} <= lists["RUN_FLAGS"]
     base = flags_for(files, "out")
     fv(base)
-    saved = checkpoint.run_identity(fv, 7, [files["train"]], [], None, {})
+    saved = RunConfig.from_flags(fv).identity(7, [files["train"]], [], None, {})
     for name in checkpoint.RUN_FLAGS:
         changed = training.define_flags()
         changed(base)
         changed[name].value = _other_value(changed[name])
         with pytest.raises(UserError, match=r"^--%s=.* differs from the run being resumed in out \(it has " % name):
-            checkpoint.check_same_run(saved, checkpoint.run_identity(changed, 7, [files["train"]], [], None, {}),
+            checkpoint.check_same_run(saved, RunConfig.from_flags(changed).identity(7, [files["train"]], [], None, {}),
                                       "out/model.ckpt-2.pt")
 
 
@@ -1131,8 +1132,8 @@ def test_closed_division_hyperparameters_of_published_runs_are_accepted(files, t
                      log_epsilon=math.log10(hp["opt_lamb_epsilon"]),
                      num_train_steps=int(hp["opt_learning_rate_training_steps"] * n),
                      num_warmup_steps=int(hp["num_warmup_steps"] * n), start_warmup_step=int(hp["start_warmup_step"] * n)))
-        preflight.check_flags(fv)
-        preflight.check_closed_data(fv, [eval_10k], hp["global_batch_size"], 0)  # no refusal
+        preflight.check_flags(RunConfig.from_flags(fv))
+        preflight.check_closed_data(RunConfig.from_flags(fv), [eval_10k], hp["global_batch_size"], 0)  # no refusal
         seen[name] = (hp["global_batch_size"], capsys.readouterr().err)
     assert len(seen) >= 8
     warned = {b: err for b, err in seen.values() if err}

@@ -19,6 +19,7 @@ from mlperf_bert import flags
 from mlperf_bert.harness.mlperf_log import MLPerfLog
 from mlperf_bert.trainer import evaluation, loader, training, warmup
 from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.trainer.run_config import RunConfig
 from test_training import ROOT, assert_bit_identical, files, flags_for, one_thread, weights  # noqa: F401
 from test_training import _same_log
 
@@ -30,7 +31,7 @@ def _trainer(files, **kw):  # noqa: F811
     argv = flags_for(files, "unused", **{"steps_per_update": 2, **kw})
     flags.parse(fv, argv, required=[])
     config = BertConfig.from_json_file(files["config"], T)
-    trainer = training.Trainer(fv, config, torch.device("cpu"), 0, 1, seed=3)
+    trainer = training.Trainer(RunConfig.from_flags(fv), config, torch.device("cpu"), 0, 1, seed=3)
     trainer.seed_ranks(11)
     return trainer
 

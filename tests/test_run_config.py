@@ -1,0 +1,267 @@
+"""trainer/run_config.py (issue 48): the run's configuration read once from the flags (or a
+--config file); the old code's checkpoints, run identities and launch records kept exactly
+(tests/data/refactor48, made before the change); the levers applied in one order; the loop's
+state (TrainState) under the checkpoint's keys."""
+import ast
+import dataclasses
+import gzip
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+
+import pytest
+import torch
+
+from mlperf_bert.errors import UserError
+from mlperf_bert.trainer import checkpoint, levers, training
+from mlperf_bert.trainer.config import BertConfig
+from mlperf_bert.trainer.run_config import FIELDS, RESOLVED, SECTIONS, Optim, RunConfig, Schedule
+from test_training import _same_log, assert_bit_identical, one_thread  # noqa: F401  (module fixture)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "data", "refactor48")
+TRAINER = pathlib.Path(ROOT) / "mlperf_bert" / "trainer"
+
+
+def _fixture_data(tmp_path):
+    """The fixture run's config and records, copied to ``tmp_path``/data."""
+    d = tmp_path / "data"
+    d.mkdir()
+    for name in ("config.json", "train.tfrecord"):
+        shutil.copy(os.path.join(FIXTURES, "resume", name), d / name)
+    return d
+
+
+def _argv(d, out, *extra):
+    """The command tests/data/refactor48/make.py ran (its resume_args)."""
+    return ["run_pretraining.py", "--bert_config_file=%s/config.json" % d, "--input_file=%s/train.tfrecord" % d,
+            "--output_dir=%s" % out, "--do_train", "--train_batch_size=4", "--num_train_steps=12",
+            "--num_warmup_steps=2", "--save_checkpoints_steps=6", "--keep_checkpoint_max=5", "--optimizer=lamb",
+            "--learning_rate=1e-2", "--steps_per_update=2", "--seed=7", "--num_workers=0", "--shuffle_buffer=16",
+            "--noprogress"] + list(extra)
+
+
+def _fixture_checkpoint():
+    with gzip.open(os.path.join(FIXTURES, "resume", "model.ckpt-6.pt.gz")) as f:
+        return torch.load(f, map_location="cpu", weights_only=False)
+
+
+def _no_source(path):
+    """The MLPerf log at ``path`` without the source file and line of each line -> its new path."""
+    lines = []
+    with open(path) as f:
+        for line in f:
+            head, _, record = line.partition(":::MLLOG ")
+            r = json.loads(record)
+            for key in ("file", "lineno"):
+                r["metadata"].pop(key, None)
+            lines.append(head + ":::MLLOG " + json.dumps(r) + "\n")
+    out = str(path) + ".nosource"
+    with open(out, "w") as f:
+        f.writelines(lines)
+    return out
+
+
+def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
+    """model.ckpt-6.pt, written by the trainer before this rebuild, resumes under today's code and
+    ends bit for bit where today's unstopped run ends, with the same MLPerf log."""
+    d = _fixture_data(tmp_path)
+    out = tmp_path / "resumed"
+    out.mkdir()
+    ckpt = _fixture_checkpoint()
+    # the data moved: the identity names the files by absolute path (and size, which is the same)
+    (old_path, size), = ckpt["run"]["input_file"]
+    assert size == os.path.getsize(d / "train.tfrecord")
+    ckpt["run"]["input_file"] = [[str(d / "train.tfrecord"), size]]
+    torch.save(ckpt, out / "model.ckpt-6.pt")
+    shutil.copy(os.path.join(FIXTURES, "resume", "mlperf.log"), out / "mlperf.log")
+    assert training.main(_argv(d, out)) == 0
+    full = tmp_path / "full"
+    assert training.main(_argv(d, full)) == 0
+    assert_bit_identical(str(out / "model.ckpt-12.pt"), str(full / "model.ckpt-12.pt"))
+    # the same log lines but for times, rates and the source line of each (the old code's lines, then today's)
+    _same_log(_no_source(out / "mlperf.log"), _no_source(full / "mlperf.log"))
+    # the loop's state, read back from the old checkpoint, is written under the same keys and values
+    state = training.TrainState.from_checkpoint(ckpt, 4, torch.device("cpu"))
+    keys = ("global_step", "samples", "next_eval", "evals", "mlperf_log", "block", "loss")
+    assert state.checkpoint(ckpt["mlperf_log"]) == {k: ckpt[k] for k in keys}
+    assert list(state.checkpoint(ckpt["mlperf_log"])) == [k for k in ckpt if k in keys]
+
+
+@pytest.mark.parametrize("preset", ["demo_cpu", "reference_gpu", "tpu_8192", "rcp_3072"])
+def test_presets_identity_and_launch_flags_are_the_old_codes_byte_for_byte(preset, monkeypatch):
+    """Each preset's command gives the run identity and the launch record's flags that the code
+    before this rebuild gave (tests/data/refactor48/presets.json), keys in the same order."""
+    with open(os.path.join(FIXTURES, "presets.json")) as f:
+        want = json.loads(f.read().replace("<ROOT>", ROOT))[preset]
+    for name in ("MLPERF_BERT_PRESET", "MLPERF_BERT_OVERRIDES", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    fv = training.define_flags()
+    fv(want["argv"])
+    cfg = RunConfig.from_flags(fv)
+    ident = cfg.identity(5, [], [], None, {"hidden_size": 8})
+    assert json.dumps(ident) == json.dumps(want["identity"])
+    rec = checkpoint.launch_record(cfg, 8)
+    got = {k: rec[k] for k in want["launch"]}
+    assert json.dumps(got) == json.dumps(want["launch"])
+    assert "config" not in rec  # no --config: the record's keys are today's
+
+
+def test_the_trainer_reads_the_flag_object_only_in_run_config():
+    """Outside run_config.py no module of the trainer reads run_pretraining.py's flag object (a
+    name ``fv`` read by attribute or subscript, or a function that takes it); flag definitions
+    (``define_flags``) write to it, and main hands it to RunConfig.from_flags. The other commands
+    of trainer/ (checkpoint_convert, gradacc, memory_plan) read their own flags in their main."""
+    own_flags = {"checkpoint_convert.py", "gradacc.py", "memory_plan.py"}
+    found = []
+    for path in sorted(TRAINER.glob("*.py")):
+        if path.name == "run_config.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for fn in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Lambda))]:
+            name = getattr(fn, "name", "<lambda>")
+            if name == "define_flags" or (name == "main" and path.name in own_flags):
+                continue
+            if name != "main" and any(a.arg == "fv" for a in fn.args.args + fn.args.kwonlyargs):
+                found.append("%s: %s(fv)" % (path.name, name))
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.value, ast.Name) \
+                        and node.value.id == "fv" and not _inside_define(tree, node, own_flags, path.name):
+                    found.append("%s:%d: fv%s" % (path.name, node.lineno, "." + node.attr
+                                                  if isinstance(node, ast.Attribute) else "[...]"))
+    assert not found, found
+
+
+def _inside_define(tree, node, own_flags, filename):
+    """Whether ``node`` is in a define_flags function (or a main of a command with its own flags)."""
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and (fn.name == "define_flags" or (fn.name == "main"
+                                                                               and filename in own_flags)):
+            if any(n is node for n in ast.walk(fn)):
+                return True
+    return False
+
+
+def test_the_fields_are_the_flags_with_their_defaults_and_one_identity_class_each():
+    """Every flag of run_pretraining.py is a field of RunConfig, under its name, with the flag's
+    default; and nothing else is."""
+    fv = training.define_flags()
+    assert set(FIELDS) == set(fv)
+    default = RunConfig()
+    for name, (section, field) in FIELDS.items():
+        assert default.flag(name) == fv[name].default, name
+        assert field.metadata["identity"] in ("run", "content", "same"), name
+    assert RunConfig.from_flags(fv) == default
+
+
+def _tiny_config():
+    return BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=32, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                      attention_probs_dropout_prob=0.0)
+
+
+def _two_updates(cfg):
+    from mlperf_bert.trainer import warmup
+    trainer = training.Trainer(cfg, _tiny_config(), torch.device("cpu"), 0, 1, seed=1)
+    gen = torch.Generator().manual_seed(0)
+    updated = []
+    for step in range(4):
+        _, up = trainer.step(warmup.synthetic_batch(_tiny_config(), 2, 32, 4, gen), step)
+        updated.append(up)
+    return trainer, updated
+
+
+def test_a_trainer_from_a_small_run_config_literal_is_the_flags_trainer():
+    """No flags: a RunConfig literal builds a Trainer, which trains as the one the same flags make."""
+    cfg = RunConfig(optim=Optim(optimizer="lamb", learning_rate=1e-2, steps_per_update=2),
+                    schedule=Schedule(num_train_steps=10, num_warmup_steps=2))
+    literal, updated = _two_updates(cfg)
+    assert updated == [False, True, False, True]
+    fv = training.define_flags()
+    fv(["x", "--optimizer=lamb", "--learning_rate=1e-2", "--steps_per_update=2", "--num_train_steps=10",
+        "--num_warmup_steps=2"])
+    assert RunConfig.from_flags(fv) == dataclasses.replace(cfg, given=RunConfig.from_flags(fv).given)
+    flagged, _ = _two_updates(RunConfig.from_flags(fv))
+    for (k, a), b in zip(literal.model.state_dict().items(), flagged.model.state_dict().values()):
+        assert torch.equal(a, b), k
+    assert literal.learning_rate(3) == pytest.approx(1e-2 * (1 - 3 / 10))  # past the warmup: the decay
+
+
+def test_the_levers_are_applied_in_their_written_order(monkeypatch):
+    """Refusals first (nothing built before them), then the model's conversions, then the step's
+    wrappers."""
+    calls = []
+    for name in ("refuse", "convert_model", "wrap_step"):
+        real = getattr(levers, name)
+        monkeypatch.setattr(levers, name, lambda *a, _real=real, _name=name: (calls.append(_name), _real(*a))[1])
+    cfg = RunConfig(levers=dataclasses.replace(RunConfig().levers, fused_qkv=True, fused_update=False))
+    trainer = training.Trainer(cfg, _tiny_config(), torch.device("cpu"), 0, 1, seed=1)
+    assert calls == ["refuse", "convert_model", "wrap_step"]
+    from mlperf_bert.trainer import model as modeling
+    assert all(m.fused for m in trainer.model.modules() if isinstance(m, modeling.SelfAttention))
+    built = []
+    monkeypatch.setattr(modeling, "BertForPreTraining", lambda *a: built.append(a))
+    graphs = RunConfig(levers=dataclasses.replace(RunConfig().levers, compile=True, cuda_graphs=True))
+    with pytest.raises(UserError, match="--cuda_graphs needs a CUDA device"):
+        training.Trainer(graphs, _tiny_config(), torch.device("cpu"), 0, 1, seed=1)
+    assert not built  # refused before any model was built
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_config_file_is_under_the_flags_and_over_the_defaults(tmp_path):
+    toml = _write(tmp_path / "run.toml", 'train_batch_size = 8\n[optim]\nlearning_rate = 2e-2\noptimizer = "lamb"\n')
+    fv = training.define_flags()
+    fv(["x", "--config=" + toml, "--learning_rate=3e-2"])
+    cfg = RunConfig.from_flags(fv)
+    assert (cfg.data.train_batch_size, cfg.optim.learning_rate, cfg.optim.optimizer) == (8, 3e-2, "lamb")
+    assert cfg.optim.lamb_beta_1 == 0.9  # the default
+    with open(toml, "rb") as f:
+        assert cfg.config_file == (toml, hashlib.sha256(f.read()).hexdigest())
+    assert cfg.given_flags() == {"config": toml, "learning_rate": 3e-2}  # the file's values are not given flags
+    js = _write(tmp_path / "run.json", json.dumps({"data": {"train_batch_size": 8}, "seed": 3}))
+    fv = training.define_flags()
+    fv(["x", "--config=" + js])
+    cfg = RunConfig.from_flags(fv)
+    assert (cfg.data.train_batch_size, cfg.runtime.seed) == (8, 3)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("learning_rat = 1e-2\n", r"unknown key learning_rat \(did you mean learning_rate\?\)"),
+    ("[optim]\ntrain_batch_size = 8\n", r"unknown key optim.train_batch_size \(it is in \[data\]\)"),
+    ("[optim]\nlearning_rate = 'fast'\n", r"optim.learning_rate = 'fast'"),
+    ("learning_rate = \n", r"is not valid TOML"),
+])
+def test_a_bad_config_file_is_one_line_naming_it(tmp_path, text, message):
+    path = _write(tmp_path / "bad.toml", text)
+    fv = training.define_flags()
+    fv(["x", "--config=" + path])
+    with pytest.raises(UserError, match=r"^--config %s: .*%s" % (path, message) if "valid" not in message
+                       else r"^--config %s %s" % (path, message)) as e:
+        RunConfig.from_flags(fv)
+    assert "\n" not in str(e.value)
+
+
+def test_a_run_with_a_config_file_writes_the_resolved_config_and_records_it(tmp_path):
+    d = _fixture_data(tmp_path)
+    out = tmp_path / "out"
+    conf = _write(tmp_path / "run.toml", "[mlperf]\nlog_frequency = 5\n")
+    assert training.main(_argv(d, out, "--config=" + conf, "--save_checkpoints_steps=0")) == 0
+    with open(out / checkpoint.FINISHED) as f:
+        finished = json.load(f)
+    with open(out / "mlperf.log") as f:  # the file's log_frequency: steps 5, 10 and the last
+        assert [json.loads(line.split(":::MLLOG ")[1])["metadata"]["step"] for line in f
+                if '"key": "train_loss"' in line] == [5, 10, 12]
+    rec = finished["launch"]["config"]
+    data = (out / RESOLVED).read_bytes()
+    assert rec == {"file": conf, "sha256": hashlib.sha256(open(conf, "rb").read()).hexdigest(),
+                   "resolved": str(out / RESOLVED), "resolved_sha256": hashlib.sha256(data).hexdigest()}
+    resolved = json.loads(data)
+    assert list(resolved) == list(SECTIONS) and resolved["mlperf"]["log_frequency"] == 5
+    assert resolved["schedule"]["num_train_steps"] == 12
+    assert not [n for n in os.listdir(out) if n.startswith(".") or "tmp" in n]

@@ -530,10 +530,10 @@ def test_checkpoint_copies_go_into_pinned_buffers_reserved_before_run_start(file
     class Stop(Exception):
         pass
 
-    def train(fv, trainer, *a, **k):
-        order.append(("train", trainer.host_buffers is not None))
+    def train(loop, *a, **k):
+        order.append(("train", loop.trainer.host_buffers is not None))
         raise Stop
-    monkeypatch.setattr(training, "train", train)
+    monkeypatch.setattr(training.Loop, "train", train)
     with pytest.raises(Stop):
         training.main(flags_for(files, str(tmp_path / "out")))
     assert order == ["reserve", ("train", True)]

@@ -260,10 +260,3 @@ class Graphed:
 
 def _diff(a, b):
     return ", ".join("%s %s" % (k, list(v)) for k, v in sorted(a.items()) if b.get(k) != v)
-
-
-def static_inputs(tensors):
-    """Mark tensors that a CUDA-graphed update mutates in place and keeps (slots, buffers, lr) as
-    static: inductor then replays the graph on them instead of skipping CUDA graphs for it."""
-    for t in tensors:
-        torch._dynamo.mark_static_address(t)

@@ -116,10 +116,12 @@ class CompiledUpdate:
             self._mark_static([self.lr, self.t])
 
     def _mark_static(self, tensors):
-        from mlperf_bert.trainer import levers
+        """Mark tensors that the CUDA-graphed update mutates in place and keeps (slots, buffers, lr)
+        as static: inductor then replays the graph on them instead of skipping CUDA graphs for it."""
         new = [x for x in tensors if id(x) not in self._static]
         if new:
-            levers.static_inputs(new)
+            for t in new:
+                torch._dynamo.mark_static_address(t)
             self._static.update(id(x) for x in new)
 
     def _keep_sums(self):

@@ -224,11 +224,13 @@ def test_a_config_file_is_under_the_flags_and_over_the_defaults(tmp_path):
     with open(toml, "rb") as f:
         assert cfg.config_file == (toml, hashlib.sha256(f.read()).hexdigest())
     assert cfg.given_flags() == {"config": toml, "learning_rate": 3e-2}  # the file's values are not given flags
-    js = _write(tmp_path / "run.json", json.dumps({"data": {"train_batch_size": 8}, "seed": 3}))
+    js = _write(tmp_path / "run.json", json.dumps({"data": {"train_batch_size": 8, "input_file": "a"}, "seed": 3}))
     fv = training.define_flags()
     fv(["x", "--config=" + js])
-    cfg = RunConfig.from_flags(fv)
-    assert (cfg.data.train_batch_size, cfg.runtime.seed) == (8, 3)
+    cfg = RunConfig.from_flags(fv, required=["input_file"])  # a required flag the file gives
+    assert (cfg.data.train_batch_size, cfg.runtime.seed, cfg.data.input_file) == (8, 3, "a")
+    with pytest.raises(UserError, match=r"^flag --output_dir is required$"):
+        RunConfig.from_flags(fv, required=["input_file", "output_dir"])
 
 
 @pytest.mark.parametrize("text,message", [

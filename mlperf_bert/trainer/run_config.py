@@ -195,8 +195,9 @@ class RunConfig:
     config_file: typing.Optional[typing.Tuple[str, str]] = None
 
     @classmethod
-    def from_flags(cls, fv):
-        """The config of parsed flags ``fv``: defaults < the ``--config`` file < the flags given."""
+    def from_flags(cls, fv, required=()):
+        """The config of parsed flags ``fv``: defaults < the ``--config`` file < the flags given;
+        ``required``: flags that must have a value (given, or in the file)."""
         values = {name: fv[name].value for name in FIELDS}
         given = frozenset(name for name in fv if fv[name].present)
         config_file = None
@@ -205,6 +206,9 @@ class RunConfig:
             from_file, digest = read_config_file(path, fv)
             values.update((k, v) for k, v in from_file.items() if k not in given)
             config_file = (path, digest)
+        for name in required:
+            if values[name] is None:
+                raise UserError("flag --%s is required" % name)
         sections = {s: cls_(**{f.name: values[f.name] for f in dataclasses.fields(cls_)})
                     for s, cls_ in SECTIONS.items()}
         return cls(given=given, config_file=config_file, **sections)

@@ -1,8 +1,10 @@
 """run_pretraining.py: train BERT with online evaluation, MLPerf logging, exact resume and torchrun.
 
-Read top to bottom: flags and ``main`` -> ``Trainer`` (model, optimizer, accumulator; ``step``,
+Read top to bottom: flags and ``main`` (the flags read once: trainer/run_config.py's RunConfig)
+-> ``Trainer`` (model, optimizer, accumulator, the levers in trainer/levers.py's order; ``step``,
 ``evaluate``, ``save``, ``resume``) -> ``run`` (the start: devices, inputs, resume decision,
-MLPerf init) -> ``train`` (the loop: micro-step, maybe update, maybe eval, maybe checkpoint).
+MLPerf init) -> ``Loop.train`` (the loop: micro-step, maybe update, maybe eval, maybe checkpoint,
+each a hook of ``Loop``; where it stands: ``TrainState``).
 ``global_step`` counts micro-steps, as in the reference; the data position, the learning
 rate schedule and checkpoint names all follow it. The start-of-run refusals (flags, closed
 division, data, log path and owner, resume identity) are trainer/preflight.py, checkpoint
@@ -199,8 +201,9 @@ class _Stop:
 
 def main(argv):
     fv = define_flags()
-    flags.parse(fv, argv, required=["bert_config_file", "input_file", "output_dir"])
-    cfg = run_config.RunConfig.from_flags(fv)
+    flags.parse(fv, argv)
+    # required here, not by parse: a --config file may give them
+    cfg = run_config.RunConfig.from_flags(fv, required=["bert_config_file", "input_file", "output_dir"])
     preflight.check_flags(cfg)
     with _Stop() as stop, contextlib.ExitStack() as held:
         clean = False

@@ -1,5 +1,6 @@
-"""Makes this folder's fixtures with the code of the commit it runs in (issue 48: made before the
-trainer's top layer was rebuilt, so that the new code is checked against the old one's outputs).
+"""Made this folder's fixtures with the code of commit 70193fc, whose API it calls (issue 48: made
+before the trainer's top layer was rebuilt, so that the new code is checked against the old one's
+outputs; to remake them, check that commit out).
 
     python tests/data/refactor48/make.py
 

@@ -25,6 +25,7 @@ from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open
 from mlperf_bert.dataset.sentences import split_sentences
 from mlperf_bert.harness import package as pkg, run_state
+from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ, PRED = 32, 5
@@ -69,9 +70,9 @@ SETTINGS = "demo_settings.json"  # in the training folder: what a rerun must mat
 class Stopped(Exception):
     """SIGTERM or SIGINT while a step ran; the step got SIGTERM and has ended."""
 
-    def __init__(self, signum, what):
+    def __init__(self, signum, what, status=None):
         Exception.__init__(self, what)
-        self.signum, self.what = signum, what
+        self.signum, self.what, self.status = signum, what, status
 
 
 def _run(cmd, what, env=None):
@@ -94,7 +95,7 @@ def _run(cmd, what, env=None):
             signal.signal(s, handler)
     print("demo: %s took %.0f s (exit %d)" % (what, time.time() - t, status), flush=True)
     if got:
-        raise Stopped(got[0], what)
+        raise Stopped(got[0], what, status)
     return status
 
 
@@ -187,6 +188,10 @@ def main(argv):
     try:
         return _demo(fv, out)
     except Stopped as e:
+        if e.status == NOT_SAVED_STATUS:  # the trainer stopped in its init with nothing saved
+            print("demo: stopped by %s during %s before its first checkpoint: nothing was saved; rerun the "
+                  "same command to start it again" % (signal.Signals(e.signum).name, e.what), flush=True)
+            return NOT_SAVED_STATUS
         print("demo: stopped by %s during %s; rerun the same command to resume (%s keeps the training's "
               "checkpoints)" % (signal.Signals(e.signum).name, e.what, os.path.join(out, "train")), flush=True)
         return 128 + e.signum

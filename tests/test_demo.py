@@ -80,3 +80,27 @@ def test_sigterm_checkpoints_and_the_rerun_resumes(tmp_path):
     assert finished["global_step"] > step
     # one run in the log: its start once, the stop and the resume in between
     assert log.read_text().count('"key": "run_start"') == 1
+
+
+_STEP_STOPPED_IN_ITS_INIT = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: os._exit(%d))
+os.kill(os.getppid(), signal.SIGTERM)  # the demo is signalled while its step runs
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("status", [79, 143])
+def test_a_step_stopped_with_nothing_saved_is_the_demos_status(status, monkeypatch, capsys):
+    """Issue 45.2: 143 means a checkpoint holds the run. The demo said 143 for any stop; a training
+    stopped before its first checkpoint (the trainer's 79) is 79 with a line saying nothing was saved.
+    The step here is a stand-in that signals the demo and exits with the trainer's status when the
+    demo passes the SIGTERM on."""
+    def one_step(fv, out):
+        demo._run([sys.executable, "-c", _STEP_STOPPED_IN_ITS_INIT % status], "train")
+        raise AssertionError("a stopped step must raise Stopped")
+    monkeypatch.setattr(demo, "_demo", one_step)
+    assert demo.main(["demo", "--output_dir=unused"]) == status
+    out = capsys.readouterr().out
+    assert ("nothing was saved" in out) == (status == 79), out
+    assert "rerun the same command" in out

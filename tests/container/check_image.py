@@ -27,6 +27,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from stepped import Failed, report, step, times  # noqa: E402
 
 IMAGE = os.environ.get("CONTAINER_IMAGE", "mlperf-bert")
 NAME = "mlperf-bert-test-%d" % os.getpid()
@@ -41,10 +43,6 @@ STOP_TIMEOUT = "300"  # docker stop -t, as the README and docs/running.md advise
 SUBMITTER = ["SUBMISSION_ORG=ContainerTest", "SUBMISSION_PLATFORM=cpu_container", "SUBMISSION_STATUS=research"]
 
 
-class Failed(Exception):
-    pass
-
-
 def engine():
     if os.environ.get("CONTAINER_ENGINE"):
         return shlex.split(os.environ["CONTAINER_ENGINE"])
@@ -56,21 +54,6 @@ def engine():
 
 ENGINE = []
 RUN_FLAGS = shlex.split(os.environ.get("CONTAINER_RUN_FLAGS", ""))
-times = []
-
-
-def step(name):
-    def wrap(fn):
-        def run(*args):
-            print("\n== %s" % name, flush=True)
-            t = time.time()
-            try:
-                return fn(*args)
-            finally:
-                times.append((name, time.time() - t))
-                print("== %s: %.0f s" % (name, time.time() - t), flush=True)
-        return run
-    return wrap
 
 
 def show(cmd):
@@ -286,14 +269,9 @@ def main():
     finally:
         if ENGINE:
             subprocess.run(ENGINE + ["rm", "-f", NAME], capture_output=True)
-        print("\n%-66s %8s" % ("step", "seconds"))
-        for name, seconds in times:
-            print("%-66s %8.0f" % (name, seconds))
-        print("%-66s %8.0f" % ("total", time.time() - t0))
+        report(t0, 66)
         if size:
             print("image %s: %.2f GB (%d bytes); %s" % (IMAGE, size / 1e9, size, versions))
-        with open("/proc/loadavg") as f:
-            print("load average at the end: %s (%d cores)" % (" ".join(f.read().split()[:3]), os.cpu_count()))
         if ok and os.environ.get("CONTAINER_TEST_KEEP") != "1":
             shutil.rmtree(work, ignore_errors=True)
         else:

@@ -39,7 +39,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 import local_slurm  # noqa: E402
+from stepped import Failed, report, step  # noqa: E402
 
 # The tiny model of tests/test_training.py (TINY) on the reference's s128 records.
 TINY = {"vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -53,25 +55,6 @@ FLAGS = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--train_batch_
 FIRST = "model.ckpt-6.pt"  # a stop is sent once this exists
 LAST = "model.ckpt-%d.pt" % STEPS
 JOB_TIMEOUT = 240  # s, any one job
-times = []
-
-
-class Failed(Exception):
-    pass
-
-
-def step(name):
-    def wrap(fn):
-        def run(*args):
-            print("\n== %s" % name, flush=True)
-            t = time.time()
-            try:
-                return fn(*args)
-            finally:
-                times.append((name, time.time() - t))
-                print("== %s: %.0f s" % (name, time.time() - t), flush=True)
-        return run
-    return wrap
 
 
 def expect(cond, what):
@@ -365,12 +348,7 @@ def main():
         left = test.slurm.stop()
         print("\ndaemons stopped (%s)%s" % (", ".join("%s %d" % kv for kv in test.slurm.pids.items()),
                                             "; killed what was left: %s" % left if left else ""))
-        print("\n%-80s %8s" % ("step", "seconds"))
-        for name, seconds in times:
-            print("%-80s %8.0f" % (name, seconds))
-        print("%-80s %8.0f" % ("total", time.time() - t0))
-        with open("/proc/loadavg") as f:
-            print("load average at the end: %s (%d cores)" % (" ".join(f.read().split()[:3]), os.cpu_count()))
+        report(t0, 80)
         if ok and os.environ.get("SLURM_TEST_KEEP") != "1":
             shutil.rmtree(scratch, ignore_errors=True)
         else:

@@ -50,15 +50,12 @@ def _update(groups, lr, t, scale=None, n=1):
 
 
 def absorb(grads, buffers, clip_norm, n):
-    """Per-replica clipping of a micro-batch: -> (global norm, the clipped gradients), or with
-    ``buffers`` (n > 1) the clipped gradients / n added to them -> (global norm, None)."""
+    """Per-replica clipping of a micro-batch that is not an update's last (so n > 1): its clipped
+    gradients / n added to ``buffers`` -> the global norm."""
     with torch.no_grad():  # not @torch.no_grad(): see the note above
         norm, scale = global_norm_scale(grads, clip_norm)
-        clipped = _times(grads, scale)
-        if buffers is None:
-            return norm, clipped
-        torch._foreach_add_(buffers, torch._foreach_div(clipped, float(n)))
-        return norm, None
+        torch._foreach_add_(buffers, torch._foreach_div(_times(grads, scale), float(n)))
+        return norm
 
 
 def absorb_and_update(grads, buffers, clip_norm, n, groups, lr, t):
@@ -186,7 +183,7 @@ class CompiledUpdate:
             for p in acc.params:
                 p.grad = None
             if not upd:
-                acc.last_grad_norm, _ = self.absorb(grads, buffers, acc.clip_norm, acc.n)
+                acc.last_grad_norm = self.absorb(grads, buffers, acc.clip_norm, acc.n)
                 return False
             if acc.exchange is None:
                 # n == 1: the micro-batch's gradients, clipped on their way into the update

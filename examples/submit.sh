@@ -8,7 +8,7 @@
 # job script's (its header; docs/running.md, "SLURM"), e.g.
 #   SUBMISSION_ORG=ORG SUBMISSION_PLATFORM=NAME DATA_DIR=/data/tfrecords \
 #     INIT_CHECKPOINT=/data/tf1_ckpt/model.ckpt-28252 examples/submit.sh --nodes=4 --time=8:00:00
-#   PRESET=demo_cpu GPUS_PER_NODE=0 NUM_RUNS=1 DATA_DIR=demo_output/tfrecords examples/submit.sh \
+#   PRESET=demo_cpu GPUS_PER_NODE=0 NUM_RUNS=1 DATA_DIR=demo_out/tfrecords examples/submit.sh \
 #     --cpus-per-task=4 -- --max_samples_termination=4096
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

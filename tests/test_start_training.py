@@ -389,3 +389,12 @@ def test_docs_show_the_commands_the_container_test_runs():
                         "mlperf-bert python -m mlperf_bert score /output/",
                         "docker stop -t %s" % check_image.STOP_TIMEOUT):
             assert command in text, (doc, command)
+
+
+def test_the_launchers_not_saved_status_is_the_trainers():
+    """start_training.sh keeps its own copy of launch.NOT_SAVED_STATUS (it runs without Python's
+    package on its path until the trainer starts): the two must not drift apart."""
+    import re
+    from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
+    text = open(os.path.join(ROOT, "start_training.sh")).read()
+    assert re.findall(r"^NOT_SAVED=(\d+)$", text, re.M) == [str(NOT_SAVED_STATUS)]

@@ -756,8 +756,9 @@ def stage_trainer(ctx, save):
         try:
             from mlperf_bert.trainer import levers as levers_mod, preflight
             from mlperf_bert.trainer.run_config import RunConfig
-            preflight.check_flags(RunConfig.from_flags(fvx))
-            levers_mod.check_device(RunConfig.from_flags(fvx), device, 1)
+            rc = RunConfig.from_flags(fvx)
+            preflight.check_flags(rc)
+            levers_mod.check_device(rc, device, 1)
             levers.append(x)
         except UserError as e:
             refused[x] = str(e)
@@ -1426,10 +1427,11 @@ def projection(fv, eager, evals):
     return out
 
 
-def write(fv, res):
+def write(fv, res, refs):
+    """gpu_check.json and .md as they stand (after each stage); ``refs``: references(fv.references)."""
     from mlperf_bert.fileio import atomic_open
     res["seconds"] = time.time() - res["started"]
-    text = tables(res, references(fv.references))
+    text = tables(res, refs)
     with atomic_open(fv.json, "w") as f:
         json.dump(dict(res, markdown=text), f, indent=1)
     with atomic_open(fv.markdown or os.path.splitext(fv.json)[0] + ".md", "w") as f:
@@ -1481,6 +1483,7 @@ def main(argv):
                "trainer_config": lever_config(fv, work, fv.trainer_layers, "trainer_config.json"), "recs": recs,
                "packed_file": packed_file,
                "packing_rate": packing_rate}
+        refs = references(fv.references)  # docs/gpu's records, read once
         for i, name in enumerate(order):
             left = fv.budget_s - (time.time() - started) - 3  # 3 s to write the outputs
             if left < 2:
@@ -1492,10 +1495,10 @@ def main(argv):
             res["device"] = res.get("device") or r.get("device")
             print("gpu_check: %s: %s (%.0f s of %.0f)" % (name, headline(name, r), r["seconds"], cap),
                   file=sys.stderr, flush=True)
-            write(fv, res)
+            write(fv, res, refs)
         res["projection"] = projection(fv, res["stages"].get("eager", {}).get("steps", []),
                                        res["stages"].get("eval", {}).get("s_per_10k", {}))
-        text = write(fv, res)
+        text = write(fv, res, refs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(text)

@@ -67,6 +67,13 @@ def asks_help(argv):
     return any(a in ("--help", "-h", "--helpfull", "--helpshort") for a in list(argv)[1:])
 
 
+def check_required(fv, names, hint=""):
+    """A one-line error for the first of ``names`` that has no value (``hint`` ends the line)."""
+    for name in names:
+        if fv[name].value is None:
+            raise UserError("flag --%s is required%s" % (name, hint))
+
+
 def parse(fv, argv, required=(), positional=True):
     """Parse ``argv`` (argv[0] is the program) into ``fv``; return the leftover positionals.
 
@@ -88,9 +95,7 @@ def parse(fv, argv, required=(), positional=True):
         rest = fv(list(argv))
     except _absl.Error as e:
         raise UserError("%s (see --help)" % str(e).splitlines()[0])
-    for name in required:
-        if fv[name].value is None:
-            raise UserError("flag --%s is required" % name)
+    check_required(fv, required)
     if positional is False and rest[1:]:
         raise UserError("unexpected argument %r: this command takes only --flag=value arguments "
                         "(lists are comma-separated, without spaces)" % rest[1])

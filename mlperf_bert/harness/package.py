@@ -753,9 +753,7 @@ def main(argv):
               " it says the field may be left empty), then package --system_json=%s" % (
                   fv.system_template, fv.system_template))
         return 0
-    for name in REQUIRED:
-        if fv[name].value is None:
-            raise UserError("flag --%s is required (package --help marks the required flags)" % name)
+    flags.check_required(fv, REQUIRED, " (package --help marks the required flags)")
     logs, empty, n, warnings = make_package(fv.org, fv.system, fv.runs, fv.output, fv.system_json,
                                             fv.system_field, fv.status, fv.nodes, fv.platform,
                                             implementation=fv.implementation)

@@ -218,7 +218,7 @@ def ddp(model, device, world, optim):
 
 def wrap_step(model, ddp_model, accumulator, lv):
     """3b. The step's functions with the levers of ``lv`` -> (forward, eval_forward or None,
-    after_backward, the CUDA graphs' Graphed or None): the forward (DDP's, or the model's)
+    after_backward): the forward (DDP's, or the model's)
     compiled, the update compiled (trainer/step.py), the compiled forward replayed as CUDA graphs."""
     forward, eval_forward, after_backward = ddp_model or model, None, accumulator.after_backward
     if lv.compile:  # trainer/step.py: no graph breaks, no recompiles after the first update/eval
@@ -231,11 +231,9 @@ def wrap_step(model, ddp_model, accumulator, lv):
         from mlperf_bert.trainer import step
         compile_update = functools.partial(torch.compile, **compile_options(lv, update=True))
         after_backward = step.CompiledUpdate(accumulator, compile_update, graphed=lv.cuda_graphs).after_backward
-    graphs = None
     if lv.cuda_graphs:
-        graphs = Graphed(forward)
-        forward = graphs
-    return forward, eval_forward, after_backward, graphs
+        forward = Graphed(forward)
+    return forward, eval_forward, after_backward
 
 
 class Graphed:

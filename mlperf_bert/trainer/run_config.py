@@ -19,6 +19,7 @@ import os
 import typing
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.trainer import schedule as lr_schedule
 
 RUN, CONTENT, SAME = "run", "content", "same"
 IDENTITY = (RUN, CONTENT, SAME)
@@ -217,10 +218,6 @@ class RunConfig:
         """The value of flag ``name``."""
         return getattr(getattr(self, FIELDS[name][0]), name)
 
-    def flags(self):
-        """{flag: value} of every field."""
-        return {name: self.flag(name) for name in FIELDS}
-
     # ---- derived values, computed here once
     def updates(self, steps):
         """Micro-steps ``steps`` counted in optimizer updates (the log's and the RCPs' unit): an
@@ -235,10 +232,9 @@ class RunConfig:
 
     def learning_rate(self, step):
         """The learning rate at micro-step ``step`` (trainer/schedule.py)."""
-        from mlperf_bert.trainer import schedule
         s = self.schedule
-        return schedule.learning_rate(step, self.optim.learning_rate, s.num_train_steps, s.num_warmup_steps,
-                                      s.start_warmup_step, s.poly_power)
+        return lr_schedule.learning_rate(step, self.optim.learning_rate, s.num_train_steps, s.num_warmup_steps,
+                                         s.start_warmup_step, s.poly_power)
 
     def identity(self, seed, train_files, eval_files, init_checkpoint=None, config=None):
         """What a resumed run must share with the checkpoint: defining flags, seed, the model config

@@ -261,7 +261,7 @@ class Trainer:
             if world > 1 and self.ddp is None else None,
             clip_after_reduce=clip_after, keep_grads=self.ddp is not None)
         # forward, eval_forward, after_backward: DDP, compiled, compiled update, CUDA graphs
-        self.forward, self.eval_forward, self.after_backward, self.graphs = levers.wrap_step(
+        self.forward, self.eval_forward, self.after_backward = levers.wrap_step(
             self.model, self.ddp, self.accumulator, cfg.levers)
         self.writer = checkpoint.BackgroundWriter()
         self._copying = None  # the event of a checkpoint's device-to-host copy in flight

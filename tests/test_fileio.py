@@ -367,20 +367,24 @@ def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, si
     writing into the output directory after it is gone, and nothing half-written stays."""
     from mlperf_bert.dataset import make_dataset
     from test_dataset import cmd
-    # 30 shards (~2 s of work), so that the signal lands while workers write
+    # 8 shards: the group is frozen at the first worker's output temporary (eval_intermediate's,
+    # ~0.5 s in: the eval job starts first), the other shards' writes are the margin; the SIGKILL
+    # rerun then makes the ~7 outputs left (30 shards made it ~8 s of CPU)
     many = tmp_path / "text"
     many.mkdir()
     shards = sorted(n for n in os.listdir(text_dir) if n.startswith("part-"))
-    for k in range(30):
-        shutil.copy(os.path.join(text_dir, shards[k % len(shards)]), many / ("part-%05d-of-00030" % k))
+    for k in range(8):
+        shutil.copy(os.path.join(text_dir, shards[k % len(shards)]), many / ("part-%05d-of-00008" % k))
     shutil.copy(os.path.join(text_dir, "eval.txt"), many / "eval.txt")
     text_dir = str(many)
     out = str(tmp_path / "out")
     proc = subprocess.Popen([PY, "-m", "mlperf_bert"] + cmd(text_dir, out, vocab_file, workers=2), cwd=ROOT,
                             env=ENV, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # until a worker is writing an output
-    assert signal_while(proc, lambda: os.path.isdir(out) and not no_temporaries(out), sig), \
-        "make-dataset ended before it could be signalled"
+
+    def worker_writing():  # an output's temporary: the driver's settings file is written before any worker
+        return os.path.isdir(out) and any(".tmp-" in n and not n.startswith(make_dataset.SETTINGS_NAME)
+                                          for n in os.listdir(out))
+    assert signal_while(proc, worker_writing, sig), "make-dataset ended before it could be signalled"
     proc.wait(timeout=120)
     at_exit = finished(out)
     deadline = time.time() + 120

@@ -37,34 +37,56 @@ def package(tmp_path):
     return tmp_path / "submission_v5.0_NVIDIA_nyx_n1"
 
 
-def test_real_package_gets_its_official_score(official_tools, package, capsys):
-    """In this process (`python -m mlperf_bert score` itself: test_launchers' packaged runs, the
-    SIGKILL test here)."""
-    before = sorted(p.relative_to(package) for p in package.rglob("*"))
-    status = score.main(["score", "--json", str(package)])
-    captured = capsys.readouterr()
-    out = captured.err  # issue 45: with --json the report goes to stderr, stdout is the JSON alone
+@pytest.fixture(scope="module")
+def nvidia_scored(official_tools, tmp_path_factory):
+    """`score --json --plots_dir=DIR` run once, in this process (`python -m mlperf_bert score`
+    itself: test_launchers' packaged runs, the SIGKILL test here), on NVIDIA's nyx and tyche
+    packages merged (the official tools take ~1.5 s a system): (status, stdout, stderr, package
+    root, its files before, the plots folder). Nyx alone was scored separately before (its block
+    is the same); its single-system plot names beside the package are test_launchers'."""
+    import contextlib
+    import io
+    tmp = tmp_path_factory.mktemp("nvidia")
+    root = unpack(tmp, "NVIDIA_nyx_n1", "NVIDIA_tyche")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = score.main(["score", "--json", "--plots_dir=%s" % (tmp / "plots"), str(root)])
+    return status, out.getvalue(), err.getvalue(), root, before, tmp / "plots"
+
+
+def system_block(out, system):
+    """The report's block of ``system`` (from its "== system" line to its "submission:" line)."""
+    return next(b for b in out.split("\n== system ")[1:] if b.startswith(system + " ")).split("\n\n")[0]
+
+
+def test_real_package_gets_its_official_score(nvidia_scored):
+    status, stdout, out, root, before, plots = nvidia_scored
+    # issue 45: with --json the report goes to stderr, stdout is the JSON alone
     assert status == 0, out
-    got = json.loads(captured.out)
+    got = json.loads(stdout)
     # what mlperf-logging 4.1.68 says of this package (tests/data/README.md)
-    assert got == {"org": "NVIDIA", "package_checker": "pass", "result_summarizer": "pass", "repo_checker": "pass",
-                   "verdict": "pass", "systems": [{
-                       "system": NYX, "system_name": "Nyx (1x NVIDIA DGX B200)", "division": "closed",
-                       "time_to_train_min": pytest.approx(3.5022071145, abs=1e-9),
-                       "rcp_scaling_factor": pytest.approx(1.0028470154, abs=1e-9),
-                       "samples_to_converge": 2436995.375, "rcp": "Pass", "package_check": "pass", "verdict": "pass",
-                       "reasons": [], "warnings": [NO_CODE]}]}
-    assert "result_0.txt        27912      2550982    3.6711  success  PASS" in out
-    assert out.count("  success  PASS\n") == 10  # each run's check-log verdict
-    assert "RCP check: Pass, scaling factor 1.0028470154; samples to converge 2436995.375" in out
+    assert {k: v for k, v in got.items() if k != "systems"} == {
+        "org": "NVIDIA", "package_checker": "pass", "result_summarizer": "pass", "repo_checker": "pass",
+        "verdict": "pass"}
+    assert got["systems"][0] == {
+        "system": NYX, "system_name": "Nyx (1x NVIDIA DGX B200)", "division": "closed",
+        "time_to_train_min": pytest.approx(3.5022071145, abs=1e-9),
+        "rcp_scaling_factor": pytest.approx(1.0028470154, abs=1e-9),
+        "samples_to_converge": 2436995.375, "rcp": "Pass", "package_check": "pass", "verdict": "pass",
+        "reasons": [], "warnings": [NO_CODE]}
+    nyx = system_block(out, NYX)
+    assert "result_0.txt        27912      2550982    3.6711  success  PASS" in nyx
+    assert nyx.count("  success  PASS\n") == 10  # each run's check-log verdict
+    assert "RCP check: Pass, scaling factor 1.0028470154; samples to converge 2436995.375" in nyx
     # the fastest (2.7828 min) and the slowest (3.8963 min) run
-    assert "olympic mean: drops result_6.txt and result_1.txt" in out
+    assert "olympic mean: drops result_6.txt and result_1.txt" in nyx
     for step in ("package checker", "result summarizer", "repo checker"):  # the verify script's three steps
         assert "%s (mlperf_logging, training 5.0.0): PASS" % step in out
-    # the package stays as submitted (the official tools ran on a copy, the plots go beside it)
-    assert sorted(p.relative_to(package) for p in package.rglob("*")) == before
+    # the package stays as submitted (the official tools ran on a copy, the plots go outside it)
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
     for name in ("score_times", "score_convergence"):
-        assert (package.parent / ("%s.%s.png" % (package.name, name))).read_bytes()[:4] == b"\x89PNG"
+        assert (plots / ("%s.%s.png" % (NYX, name))).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_missing_log_fails_with_the_checkers_reason(official_tools, package):
@@ -535,15 +557,13 @@ def assert_published_scores(got):
 
 
 @pytest.mark.slow
-def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(official_tools, tmp_path, capsys):
+def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(nvidia_scored):
     """Issue 37: score NVIDIA on NVIDIA's four v5.0 systems printed one time to train (Nyx's); the
     official result summarizer gives one per system, and so does score: one block, one verdict and
     one JSON object each (Tyche 8 and 64 GPUs share a system_name: the folder tells them apart)."""
-    root = unpack(tmp_path, "NVIDIA_nyx_n1", "NVIDIA_tyche")
-    assert score.main(["score", "--json", "--plots_dir=%s" % (tmp_path / "plots"), str(root)]) == 0
-    captured = capsys.readouterr()
-    out = captured.err
-    got = json.loads(captured.out)
+    status, stdout, out, root, before, plots = nvidia_scored
+    assert status == 0, out
+    got = json.loads(stdout)
     assert [s["system"] for s in got["systems"]] == [  # the four, in folder order
         "nyx_n1_ngc25.04_pytorch", "tyche_ngpu512_ngc25.04_pytorch", "tyche_ngpu64_ngc25.04_pytorch",
         "tyche_ngpu8_ngc25.04_pytorch"]
@@ -558,7 +578,7 @@ def test_every_system_of_an_organization_gets_the_summarizers_time_to_train(offi
         if system.startswith(("nyx", "tyche")):
             ttt = [s["time_to_train_min"] for s in got["systems"] if s["system"] == system][0]
             assert "== system %s (" % system in out and "time to train: %s minutes" % ttt in out
-            assert (tmp_path / "plots" / ("%s.score_times.png" % system)).exists()
+            assert (plots / ("%s.score_times.png" % system)).exists()
     assert "tyche_ngpu64_ngc25.04_pytorch/bert/result_4.txt" in out  # aborted: dropped, as the summarizer does
     assert "\nNVIDIA: 4 systems, 4 PASS, 0 FAIL\n" in out
 

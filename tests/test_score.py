@@ -1009,3 +1009,19 @@ def test_package_help_marks_the_required_flags_and_every_empty_field_is_listed(t
     assert pkg_mod.main(argv + ["--system_json=%s" % given]) == 0
     empty = [l for l in capsys.readouterr().out.splitlines() if l.startswith("left empty in")]
     assert len(empty) == 1 and empty[0].endswith(", cooling, hw_notes, sw_notes"), empty
+
+
+def test_the_forked_tools_cut_their_log_lines_as_the_official_parser_does():
+    """score's forked official tools parse with compliance._strip_and_dedup (speed_up_official_parse):
+    the lines ruleset_500.strip_and_dedup gives, on real logs and on lines it cuts oddly."""
+    from mlperf_logging.compliance_checker.mlp_parser import ruleset_500
+    from mlperf_bert.harness import compliance
+    assert ruleset_500.strip_and_dedup is not compliance._strip_and_dedup  # only a forked tool's is replaced
+    with tarfile.open(os.path.join(DATA, "submission_v5.0_NVIDIA_nyx_n1.tar.gz")) as t:
+        lines = [line for m in t.getmembers() if m.name.endswith("result_0.txt")
+                 for line in t.extractfile(m).read().decode("latin-1").splitlines(keepends=True)]
+    tok = ruleset_500.TOKEN
+    lines += ["junk " + tok + lines[5], "x" + tok + tok + "{}\n", "no marker\n", tok, "\xe9" + tok + "{bad\n",
+              "a :::MLLOG" + tok + "{}", "  " + tok + "  {} " + tok + "\n"]
+    assert len(lines) > 400
+    assert compliance._strip_and_dedup(iter(lines)) == ruleset_500.strip_and_dedup(iter(lines))

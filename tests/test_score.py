@@ -1012,11 +1012,14 @@ def test_package_help_marks_the_required_flags_and_every_empty_field_is_listed(t
 
 
 def test_the_forked_tools_cut_their_log_lines_as_the_official_parser_does():
-    """score's forked official tools parse with compliance._strip_and_dedup (speed_up_official_parse):
-    the lines ruleset_500.strip_and_dedup gives, on real logs and on lines it cuts oddly."""
+    """score's forked official tools cut log lines with compliance._strip_and_dedup and _MarkerCut
+    (speed_up_official_parse): the lines ruleset_500.strip_and_dedup and the RCP checker's re.sub
+    give, on real logs and on lines they cut oddly."""
     from mlperf_logging.compliance_checker.mlp_parser import ruleset_500
+    from mlperf_logging.rcp_checker import rcp_checker
     from mlperf_bert.harness import compliance
-    assert ruleset_500.strip_and_dedup is not compliance._strip_and_dedup  # only a forked tool's is replaced
+    # only a forked tool's are replaced
+    assert ruleset_500.strip_and_dedup is not compliance._strip_and_dedup and rcp_checker.re is re
     with tarfile.open(os.path.join(DATA, "submission_v5.0_NVIDIA_nyx_n1.tar.gz")) as t:
         lines = [line for m in t.getmembers() if m.name.endswith("result_0.txt")
                  for line in t.extractfile(m).read().decode("latin-1").splitlines(keepends=True)]
@@ -1025,3 +1028,7 @@ def test_the_forked_tools_cut_their_log_lines_as_the_official_parser_does():
               "a :::MLLOG" + tok + "{}", "  " + tok + "  {} " + tok + "\n"]
     assert len(lines) > 400
     assert compliance._strip_and_dedup(iter(lines)) == ruleset_500.strip_and_dedup(iter(lines))
+    cut = compliance._MarkerCut(re, rcp_checker.TOKEN)
+    for line in lines + ["a\n" + tok + "{}\n", tok + "x\n" + tok + "{}", "", "\n"]:
+        assert cut.sub(".*" + tok, tok, line) == re.sub(".*" + tok, tok, line), line
+    assert cut.sub("b+", "c", "abba") == "aca" and cut.compile is re.compile

@@ -2,9 +2,9 @@
 within --budget_s (default 420 s), in one summary table, one markdown file and one JSON.
 
 Usage: python bench/gpu_check.py [--budget_s=420] [--json=gpu_check.json] [--markdown=gpu_check.md]
-       python bench/gpu_check.py --tiny      (a 2-layer hidden-32 model and the tests' quick settings:
-                                              the check on a CPU, 71 CPU seconds; 3.8 min at load 9
-                                              on 2 cores)
+       python bench/gpu_check.py --tiny      (a 2-layer hidden-32 model, 1 layer in the levers and
+                                              trainer stages, and the tests' quick settings: the check
+                                              on a CPU, 71 CPU seconds; 3.8 min at load 9 on 2 cores)
 
 On a host without CUDA it refuses, unless told to scale down (--tiny, or a --bert_config_file of
 your own). The trainer and the TFRecord reader need mlperf-logging and crc32c: the error says
@@ -110,9 +110,12 @@ TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_att
         "initializer_range": 0.02}
 # --tiny: the defaults of a check on a CPU (flags given on the command line win)
 # (those of tests/test_gpu_check.py's run: one batch of each sweep, one timed step a window, the
-# compiled runs traced by dynamo and run eagerly, not compiled by inductor)
+# compiled runs traced by dynamo and run eagerly, not compiled by inductor; the levers and trainer
+# stages at one layer of the tiny model, which runs every lever's code as two do: 2.1 of their 10
+# CPU seconds were the second layer's tracing and steps)
 TINY_FLAGS = {"records": 200, "batches": "2", "eval_batches": "2", "eval_samples": 8, "steps": 1, "hf_batch": 2,
-              "lever_batch": 2, "lever_steps": 5, "trainer_steps": 4, "full_batch": 2, "full_steps": 1,
+              "lever_batch": 2, "lever_steps": 5, "lever_layers": 1, "trainer_layers": 1, "trainer_steps": 4,
+              "full_batch": 2, "full_steps": 1,
               "full_levers": "fused_qkv", "levers": "fused_qkv,cuda_graphs",
               "lever_all": "fused_update,cuda_graphs,fused_qkv", "compile_backend": "eager"}
 
@@ -125,8 +128,9 @@ def define():
       flag_values=fv)
     S("json", "gpu_check.json", "Where the JSON goes (rewritten as each stage ends).", flag_values=fv)
     S("markdown", None, "Where the markdown summary goes (default: --json with .md).", flag_values=fv)
-    B("tiny", False, "A 2-layer hidden-32 model and the tests' quick settings (one batch a sweep, one timed step "
-      "a window, --compile_backend=eager): the whole check on a CPU, 71 CPU seconds (3.8 min of wall time at "
+    B("tiny", False, "A 2-layer hidden-32 model (1 layer in the levers and trainer stages) and the tests' quick "
+      "settings (one batch a sweep, one timed step a window, --compile_backend=eager): the whole check on a CPU, "
+      "71 CPU seconds (3.8 min of wall time at "
       "load 9 on 2 cores; docs/training.md).", flag_values=fv)
     S("bert_config_file", os.path.join(ROOT, "configs", "bert_config_large.json"),
       "The model of the packed, eager, trainer, eval and syncs stages (default BERT-Large).", flag_values=fv)
@@ -638,13 +642,17 @@ def lever_refusal(fv, device, b, lever, compiled):
 
 
 def lever_config(fv, work, layers, name="lever_config.json"):
-    """The levers or trainer stage's model file: BERT-Large width, ``layers`` layers (the --tiny
-    model under --tiny)."""
-    if fv.tiny:
+    """The levers or trainer stage's model file: BERT-Large width, ``layers`` layers (under --tiny:
+    the --tiny model at ``layers`` layers, or --bert_config_file's model as it is)."""
+    tiny_model = os.path.join(work, "tiny.json")
+    if fv.tiny and fv.bert_config_file != tiny_model:
         return fv.bert_config_file
     with open(fv.bert_config_file) as f:
         d = json.load(f)
-    d.update(hidden_size=1024, num_attention_heads=16, intermediate_size=4096, num_hidden_layers=layers)
+    if fv.tiny:
+        d.update(num_hidden_layers=layers)
+    else:
+        d.update(hidden_size=1024, num_attention_heads=16, intermediate_size=4096, num_hidden_layers=layers)
     path = os.path.join(work, name)
     with open(path, "w") as f:
         json.dump(d, f)

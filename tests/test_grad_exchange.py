@@ -187,8 +187,8 @@ MID = {"vocab_size": 64, "hidden_size": 384, "num_hidden_layers": 1, "num_attent
 
 def _ddp_compiled(rank, world, tmp):
     """In a spawned rank, clipping after the reduction (DDP), fp32: eager at the trainer's
-    bucket cap, then --compile under dynamo with the aot_eager backend at 2 MB buckets (dynamo's
-    DDP optimizer splits the model's graph at each), at 2 micro-steps an update (no_sync) and at
+    bucket cap, then --compile under dynamo, the model with the aot_eager backend, at 2 MB buckets
+    (dynamo's DDP optimizer splits the model's graph at each), at 2 micro-steps an update (no_sync) and at
     1 (DDP's static graph) -> {run: (bucket cap, model graphs compiled by the first update,
     after it, the weights)}."""
     import pathlib
@@ -201,8 +201,12 @@ def _ddp_compiled(rank, world, tmp):
         graphs.append(len(gm.graph.nodes))
         return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
 
-    def compile(fn=None, **kw):  # the model's graphs counted, the update's not
-        return real(fn, backend=model_backend if isinstance(fn, torch.nn.Module) else "aot_eager", **kw)
+    # the model's graphs counted (aot_eager: AOTAutograd makes their backward); the update's not,
+    # traced by dynamo and run by its eager backend: it runs under no_grad, so AOTAutograd has no
+    # backward to make of it, and its compile's rounding is test_compiled_step.py's (aot_eager on
+    # it too cost each rank 2-3 s of its 2 first updates)
+    def compile(fn=None, **kw):
+        return real(fn, backend=model_backend if isinstance(fn, torch.nn.Module) else "eager", **kw)
     torch.compile = compile
     distributed.setup("cpu")
     gen = torch.Generator().manual_seed(rank)
@@ -236,8 +240,8 @@ def two_ranks_ddp(tmp_path_factory):
 @pytest.mark.slow
 def test_ddp_under_dynamo_splits_at_its_buckets_and_trains_as_eager_ddp(two_ranks_ddp):
     """--compile --clip_by_global_norm_after_gradient_allreduce on 2 gloo ranks, real dynamo
-    (aot_eager: dynamo's graphs and its DDP optimizer, AOTAutograd's backward; torch.compile
-    not replaced): the trainer's DDP has levers.DDP_BUCKET_MB's buckets (128 MB); at 2 MB
+    (the model's graphs under aot_eager: dynamo's graphs and its DDP optimizer, AOTAutograd's
+    backward; the update traced by dynamo, run by its eager backend; torch.compile not replaced): the trainer's DDP has levers.DDP_BUCKET_MB's buckets (128 MB); at 2 MB
     buckets dynamo splits this 8.4 MB model into several graphs (its first is DDP's first bucket,
     1 MiB), all compiled in the first update and none after (3 more updates); the weights after
     4 updates equal eager DDP's within 1e-5 (the compiled update rounds otherwise:

@@ -148,6 +148,7 @@ class _Stop:
     def __init__(self):
         self.requested = False
         self.signum = None
+        self.received = 0  # every signal, the first and any after it
         self.in_init = True
         self.resumable = False  # a checkpoint of the run is there (set once rank 0 has looked)
         self._old = {}
@@ -159,6 +160,7 @@ class _Stop:
         return self
 
     def _handle(self, signum, frame):
+        self.received += 1
         if self.requested:
             return
         self.requested, self.signum = True, signum
@@ -208,7 +210,7 @@ def main(argv):
     with _Stop() as stop, contextlib.ExitStack() as held:
         clean = False
         try:
-            with distributed.peer_loss_is_one_line(), loader.worker_death_is_one_line():
+            with distributed.peer_loss_is_one_line(lambda: stop.received), loader.worker_death_is_one_line():
                 rc = run(cfg, stop, held)
             clean = True
             return rc

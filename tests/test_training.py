@@ -780,16 +780,21 @@ def test_damaged_training_data_fails_before_training(files, tmp_path):
 def test_a_trainer_ended_by_an_error_leaves_nothing_in_tmpdir(files, tmp_path, short_tmpdir):
     """Issue 33: a record found corrupt mid-run (its data CRC, read as it is read) ended the run in
     one line but left $TMPDIR/pymp-*/listener-* (its DataLoader worker's, ended by the loader)."""
-    data = open(files["train"], "rb").read()
+    import struct
+    data = bytearray(open(files["train"], "rb").read())
+    at = 0
+    for _ in range(47):  # past records 0-46 (length, its CRC, data, its CRC): training reaches 47 at step 11
+        at += 16 + struct.unpack("<Q", data[at:at + 8])[0]
+    data[at + 12 + 10] ^= 0xFF  # data of record 47 (record 95 at step 23 cost 12 more steps in the rank)
     flipped = str(tmp_path / "flipped.tfrecord")
     with open(flipped, "wb") as f:
-        f.write(data[:-50] + bytes([data[-50] ^ 0xFF]) + data[-49:])  # data of the last record
+        f.write(data)
     tmp = short_tmpdir
     argv = flags_for(files, str(tmp_path / "out"), input_file=flipped, shuffle=False, num_train_steps=60)
     r = subprocess.run([PY] + argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TMPDIR=str(tmp),
                                 TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))  # a cache per user, kept
-    assert r.returncode == 2 and "flipped.tfrecord: record 95 is corrupt" in r.stderr, r.stderr
+    assert r.returncode == 2 and "flipped.tfrecord: record 47 is corrupt" in r.stderr, r.stderr
     assert os.listdir(tmp) == []
 
 

@@ -236,8 +236,25 @@ def agent():
     return 0
 
 
+def agent_main():
+    """torchrun's process: ``agent()``, and its status. Without the interpreter's teardown of torch's
+    modules after it (0.4-0.7 s of each launch's end, after the ranks): the atexit functions run
+    as at any exit (logging's flush among them), then the streams are flushed and the process
+    ends, from the first one registered, which runs last."""
+    import atexit
+    status = [1]  # an exception out of agent(): its traceback, then Python's status for it
+
+    def leave():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status[0])
+    atexit.register(leave)  # before torch's: atexit runs them last first
+    status[0] = agent()
+    sys.exit(status[0])
+
+
 # torchrun's process: the agent, importable with any working directory
-_AGENT = ("import sys; sys.path.insert(0, %r); from mlperf_bert.trainer.launch import agent; sys.exit(agent())"
+_AGENT = ("import sys; sys.path.insert(0, %r); from mlperf_bert.trainer.launch import agent_main; agent_main()"
           % os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 

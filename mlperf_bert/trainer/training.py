@@ -27,8 +27,8 @@ import torch
 from mlperf_bert import flags
 from mlperf_bert.errors import Terminated, UserError
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
-from mlperf_bert.trainer import (checkpoint, distributed, evaluation, levers, loader, preflight, run_config,
-                                 tensorboard, throughput)
+from mlperf_bert.trainer import (checkpoint, cpu_memory, distributed, evaluation, levers, loader, preflight,
+                                 run_config, tensorboard, throughput)
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
 from mlperf_logging.mllog import constants as C
@@ -414,6 +414,8 @@ def run(cfg, stop, held):
     if kind == "cuda":  # TF32 for what stays fp32 (the bf16 presets autocast the rest)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    else:
+        cpu_memory.keep_freed_memory()
 
     # ---- inputs, checked before anything is written
     config = BertConfig.from_json_file(cfg.model.bert_config_file, cfg.data.max_seq_length)

@@ -50,11 +50,12 @@ def packed_flags(files, out, **kw):
 @pytest.mark.slow
 def test_packed_run_counts_real_sequences_and_its_log_is_compliant(files, tmp_path):
     out = str(tmp_path / "run")
-    steps, rows, every = 12, 16, 5
-    # target 0: the run stops at its first eval, which is at the first update past 100 samples
-    # (the sixth of 16 rows, 1.28 sequences a row on average)
+    steps, rows, every = 12, 16, 1
+    # target 0: the run stops at its first eval, which is at the first update past 50 samples
+    # (the third of 16 rows, 1.28 sequences a row on average: 68); a loss line each update (three
+    # intervals for the rates below)
     argv = packed_flags(files, out, train_batch_size=rows, steps_per_update=1, num_train_steps=steps,
-                        eval_input_file=files["eval"], eval_frequency=100, target_mlm_accuracy=0.0,
+                        eval_input_file=files["eval"], eval_frequency=50, target_mlm_accuracy=0.0,
                         save_checkpoints_steps=100, num_workers=0, log_frequency=every)
     assert training.main(argv) == 0
     log = os.path.join(out, "mlperf.log")
@@ -66,7 +67,7 @@ def test_packed_run_counts_real_sequences_and_its_log_is_compliant(files, tmp_pa
     per_batch = [int(b["global_sequences"]) for b in
                  itertools.islice(PackedBatches([files["train"]], rows, shuffle=True, seed=7), steps)]
     trained = list(itertools.accumulate(per_batch))
-    k = next(i for i, s in enumerate(trained) if s >= 100)
+    k = next(i for i, s in enumerate(trained) if s >= 50)
     assert k < steps - 1 and [s for s, _ in evals] == [trained[k]] and trained[k] % rows
     assert keys["run_stop"]["metadata"] == dict(keys["run_stop"]["metadata"], status="success",
                                                  samples_count=trained[k])

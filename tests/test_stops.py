@@ -403,7 +403,8 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
     from test_training import RUNS_IN_ONE_LAUNCH, assert_bit_identical, flags_for
     marks, out, full = tmp_path / "marks", str(tmp_path / "run"), str(tmp_path / "full")
     marks.mkdir()
-    argv = flags_for(files, out, num_train_steps=12, save_checkpoints_steps=100)[1:]  # one worker a rank
+    # one worker a rank; the stop's model.ckpt-8.pt, then one update (2 micro-steps) to the end
+    argv = flags_for(files, out, num_train_steps=10, save_checkpoints_steps=100)[1:]
     wrapper = [PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2"]
     env = dict(ENV, TMPDIR=short_tmpdir)
     script = tmp_path / "stop_at_4.py"
@@ -430,7 +431,7 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
     r = subprocess.run(wrapper + [str(runs), json.dumps([["run_pretraining.py"] + argv, full_argv])], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "run 0: status 0" in r.stdout and "run 1: status 0" in r.stdout, r.stdout + r.stderr
-    assert_bit_identical(os.path.join(full, "model.ckpt-12.pt"), os.path.join(out, "model.ckpt-12.pt"))
+    assert_bit_identical(os.path.join(full, "model.ckpt-10.pt"), os.path.join(out, "model.ckpt-10.pt"))
 
 
 # A rank as the trainer answers a stop (FAKE_STATUS: the status it ends with instead of 128 + the signal)

@@ -4,7 +4,7 @@ within --budget_s (default 420 s), in one summary table, one markdown file and o
 Usage: python bench/gpu_check.py [--budget_s=420] [--json=gpu_check.json] [--markdown=gpu_check.md]
        python bench/gpu_check.py --tiny      (a 2-layer hidden-32 model, 1 layer in the levers and
                                               trainer stages, and the tests' quick settings: the check
-                                              on a CPU, 71 CPU seconds; 3.8 min at load 9 on 2 cores)
+                                              on a CPU, 17 s on an idle 2-core machine, 22 CPU seconds)
 
 On a host without CUDA it refuses, unless told to scale down (--tiny, or a --bert_config_file of
 your own). The trainer and the TFRecord reader need mlperf-logging and crc32c: the error says
@@ -130,8 +130,7 @@ def define():
     S("markdown", None, "Where the markdown summary goes (default: --json with .md).", flag_values=fv)
     B("tiny", False, "A 2-layer hidden-32 model (1 layer in the levers and trainer stages) and the tests' quick "
       "settings (one batch a sweep, one timed step a window, --compile_backend=eager): the whole check on a CPU, "
-      "71 CPU seconds (3.8 min of wall time at "
-      "load 9 on 2 cores; docs/training.md).", flag_values=fv)
+      "17 s on an idle 2-core machine, 22 CPU seconds (docs/training.md).", flag_values=fv)
     S("bert_config_file", os.path.join(ROOT, "configs", "bert_config_large.json"),
       "The model of the packed, eager, trainer, eval and syncs stages (default BERT-Large).", flag_values=fv)
     S("input_file", None, "Seq-512 TFRecords (default: made from tests/data's golden input).", flag_values=fv)

@@ -31,16 +31,13 @@ def group_running(pgid):
     """Whether a process of group ``pgid`` runs: a zombie (it exited; its files and locks are
     released) does not, as for fileio.pid_alive. The pool workers of a killed driver are the init
     process's to reap, which here takes it 1-2 s; killpg(pgid, 0) counted them until then."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    from mlperf_bert.fileio import pid_alive
+    for name in os.listdir("/proc"):
         try:
-            with open("/proc/%s/stat" % pid, "rb") as f:
-                state, _, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
-        except (OSError, ValueError):
+            if name.isdigit() and os.getpgid(int(name)) == pgid and pid_alive(int(name)):
+                return True
+        except ProcessLookupError:
             continue
-        if int(pgrp) == pgid and state not in (b"Z", b"X"):
-            return True
     return False
 
 

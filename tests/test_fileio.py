@@ -366,7 +366,7 @@ def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, si
     """Only the driver is signalled (as a scheduler or `kill PID` does): its workers must not go on
     writing into the output directory after it is gone, and nothing half-written stays."""
     from mlperf_bert.dataset import make_dataset
-    from test_dataset import cmd, group_running
+    from test_dataset import cmd, wait_group_gone
     # 4 shards: the group is frozen at the first worker's output temporary (eval_intermediate's,
     # ~0.5 s in: the eval job starts first; 28 of 28 tries), the other outputs' writes are the
     # margin; the SIGKILL rerun then makes the 5 outputs left (30 shards made it ~8 s of CPU)
@@ -387,13 +387,7 @@ def test_killed_make_dataset_ends_its_workers(text_dir, vocab_file, tmp_path, si
     assert signal_while(proc, worker_writing, sig), "make-dataset ended before it could be signalled"
     proc.wait(timeout=120)
     at_exit = finished(out)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if not group_running(proc.pid):  # exited (a zombie writes nothing; init reaps it in 1-2 s)
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("workers of the killed make-dataset still run")
+    wait_group_gone(proc.pid, timeout=120)  # its workers too (a zombie writes nothing)
     assert finished(out) == at_exit  # no output appeared after the command ended
     if sig == signal.SIGTERM:
         assert proc.returncode == 143

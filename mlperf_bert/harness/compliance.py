@@ -421,9 +421,8 @@ def official_loglines(path):
     one character ``.`` does not match, so the greedy ``.*`` ends at the last marker.
     bench/official_parse.py compares the two on every real log."""
     from mlperf_logging.compliance_checker.mlp_parser import ruleset_500 as parser
-    token = parser.TOKEN
     with open(path, encoding="latin-1") as f:
-        lines = [line[line.rfind(token):] for line in f if token in line]
+        lines = _strip_and_dedup(f)
     loglines, errors = [], []
     for lineno, line in enumerate(lines):
         line = line.strip()

@@ -975,14 +975,13 @@ def child(name, ctx, path):
         clear_caches()  # no path the parent's imports worked out survives
     os.dup2(2, 1)  # what a stage prints (the trainer's lines) is progress: the summary alone goes to stdout
     sys.stdout = sys.stderr  # also where sys.stdout is not file 1 (main called from another program)
-    from mlperf_bert.fileio import atomic_open
+    from mlperf_bert.fileio import write_json
 
     def save(partial, **more):
         if "graphs" in ctx:  # so far, also in what a stage stopped at its cap leaves
             more = dict(dict(graph_recordings=ctx["graphs"].counts(), cudagraph_skips=ctx["graphs"].skipped()),
                         **more)
-        with atomic_open(path, "w") as f:
-            json.dump(dict(partial, **more), f)
+        write_json(path, dict(partial, **more))
     status = 0
     try:
         import functools
@@ -1440,11 +1439,10 @@ def projection(fv, eager, evals):
 
 def write(fv, res, refs):
     """gpu_check.json and .md as they stand (after each stage); ``refs``: references(fv.references)."""
-    from mlperf_bert.fileio import atomic_open
+    from mlperf_bert.fileio import atomic_open, write_json
     res["seconds"] = time.time() - res["started"]
     text = tables(res, refs)
-    with atomic_open(fv.json, "w") as f:
-        json.dump(dict(res, markdown=text), f, indent=1)
+    write_json(fv.json, dict(res, markdown=text), indent=1)
     with atomic_open(fv.markdown or os.path.splitext(fv.json)[0] + ".md", "w") as f:
         f.write(text + "\n")
     return text

@@ -22,7 +22,7 @@ import time
 from mlperf_bert import flags
 from mlperf_bert.dataset import vocab
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open
+from mlperf_bert.fileio import atomic_open, write_json
 from mlperf_bert.dataset.sentences import split_sentences
 from mlperf_bert.harness import package as pkg, run_state
 from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
@@ -166,8 +166,7 @@ def prepare_training_dir(train_dir, settings, runs):
         return True
     shutil.rmtree(train_dir, ignore_errors=True)
     os.makedirs(train_dir)
-    with atomic_open(path, "w", encoding="utf-8") as f:
-        json.dump(settings, f)
+    write_json(path, settings)
     return False
 
 
@@ -240,8 +239,7 @@ def submission(fv, out, env, run_flags_, py, t0):
     system_json = os.path.join(out, SYSTEM + ".system.json")
     desc = dict(pkg.this_machine(), system_name="%s (the CPU demo on %s)" % (SYSTEM, platform.node() or "this machine"),
                 number_of_nodes="1", status="Research, Development, or Internal (RDI)")
-    with atomic_open(system_json, "w", encoding="utf-8") as f:
-        json.dump(desc, f, indent=4)
+    write_json(system_json, desc, indent=4)
     print("demo: systems JSON of this machine (the runs ran here): %s" % system_json, flush=True)
     if _run([py, "-m", "mlperf_bert", "package", "--org=" + ORG, "--system=" + SYSTEM, "--runs=" + runs_dir,
              "--output=" + package, "--system_json=" + system_json], "package"):

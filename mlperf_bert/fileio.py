@@ -1,6 +1,6 @@
 """The one writer of outputs: a temporary name beside the target, renamed when complete.
 
-Every output goes through ``atomic_path``/``atomic_open``/``atomic_save``, so two rules are
+Every output goes through ``atomic_path``/``atomic_open``/``atomic_save``/``write_json``, so two rules are
 implemented once:
 
 - a file is never seen half-written: a failure (or SIGTERM, see ``cli.run_main``) removes
@@ -14,6 +14,7 @@ implemented once:
 """
 import contextlib
 import errno
+import json
 import os
 import re
 
@@ -293,3 +294,12 @@ def atomic_save(path, save, needed=None):
         if f.error is not None:  # swallowed by ``save``: the file is incomplete
             raise f.error
     return path
+
+
+def write_json(path, obj, newline=False, **dump_kwargs):
+    """``json.dump(obj, f, **dump_kwargs)`` into ``path`` as ``atomic_open`` writes (UTF-8), and a
+    final newline when ``newline``."""
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, **dump_kwargs)
+        if newline:
+            f.write("\n")

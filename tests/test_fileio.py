@@ -5,7 +5,9 @@ SIGTERM and a killed parent leave no temporaries and no stray workers."""
 import contextlib
 import errno
 import glob
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -81,6 +83,22 @@ def test_write_errors_are_one_line_naming_the_file_and_keep_the_old_file(tmp_pat
     if code == errno.ENOSPC:
         assert "needs more than the 10 bytes it wrote" in msg and " free in %s" % tmp_path in msg
     assert out.read_bytes() == b"complete older version" and no_temporaries(tmp_path)
+
+
+def test_write_json_keeps_the_older_file_when_the_object_does_not_serialise(tmp_path, disk_full):
+    """write_json, the writer of every JSON output (settings, systems JSON, launch.json, FINISHED...):
+    what json.dump writes, a newline when asked; an object json cannot write half-way, or a full
+    disk, leaves the older file and no temporary."""
+    out = tmp_path / "out.json"
+    fileio.write_json(str(out), {"b": 1, "a": [1, 2]}, newline=True, indent=1, sort_keys=True)
+    assert out.read_text() == json.dumps({"b": 1, "a": [1, 2]}, indent=1, sort_keys=True) + "\n"
+    with pytest.raises(TypeError):
+        fileio.write_json(str(out), {"a": 1, "z": object()})
+    assert json.loads(out.read_text()) == {"a": [1, 2], "b": 1} and no_temporaries(tmp_path)
+    disk_full(room=5, code=errno.ENOSPC)
+    with pytest.raises(UserError, match=r"cannot write %s: no space left on device" % re.escape(str(out))):
+        fileio.write_json(str(out), {"a": "long enough to fill the disk"})
+    assert json.loads(out.read_text()) == {"a": [1, 2], "b": 1} and no_temporaries(tmp_path)
 
 
 def test_known_size_is_checked_before_writing(tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import MANIFEST_NAME, file_md5, write_manifest
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
-from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries
+from mlperf_bert.fileio import check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries, write_json
 from mlperf_bert.locking import lock_dir, remove_stale_locks
 from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
 from mlperf_bert.dataset.tokenization import load_vocab
@@ -160,8 +160,7 @@ def _check_settings(out_dir, old, record):
         if total < record["num_eval_examples"]:
             raise eval_count_error(inter, total, record["num_eval_examples"])
     if old != record:  # accepted: only now is anything written
-        with atomic_open(os.path.join(out_dir, SETTINGS_NAME), "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1, sort_keys=True)
+        write_json(os.path.join(out_dir, SETTINGS_NAME), record, indent=1, sort_keys=True)
 
 
 def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_examples=10000, progress=True,

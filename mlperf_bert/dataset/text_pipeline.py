@@ -21,7 +21,8 @@ import shutil
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import article_md5
 from mlperf_bert.errors import UserError, worker_pool
-from mlperf_bert.fileio import atomic_open, check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries
+from mlperf_bert.fileio import (atomic_open, check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries,
+                                write_json)
 from mlperf_bert.locking import lock_dir
 from mlperf_bert.dataset.sentences import sent_tokenize
 from mlperf_bert.dataset.wiki_cleanup import clean_text, universal_lines
@@ -145,8 +146,7 @@ def read_record(output_dir):
 
 
 def write_record(output_dir, names):
-    with atomic_open(os.path.join(output_dir, RECORD_NAME), "w", encoding="utf-8") as f:
-        json.dump({"outputs": sorted(names)}, f, indent=1)
+    write_json(os.path.join(output_dir, RECORD_NAME), {"outputs": sorted(names)}, indent=1)
 
 
 def refuse_foreign_outputs(output_dir, recorded):

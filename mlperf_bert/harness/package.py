@@ -30,7 +30,7 @@ import sys
 
 from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, pid_alive
+from mlperf_bert.fileio import pid_alive, write_json
 from mlperf_bert.harness.compliance import RULESET, SYSTEM_STATUSES, division_of, identity_problems, read_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -210,9 +210,7 @@ def write_system_template(path, org=None, status=None, nodes=None):
         raise UserError("--system_template=%s exists: give a new file name (it may be a filled-in one)" % path)
     given = {"submitter": org, "status": status, "number_of_nodes": None if nodes is None else str(nodes)}
     desc = {k: given[k] if given.get(k) is not None else TEMPLATE_MARK + FIELD_MEANINGS[k] for k in SYSTEM_FIELDS}
-    with atomic_open(path, "w", encoding="utf-8") as f:
-        json.dump(desc, f, indent=4)
-        f.write("\n")
+    write_json(path, desc, newline=True, indent=4)
     return desc
 
 
@@ -466,12 +464,11 @@ def read_made_by(top):
 
 
 def _write_made_by(top, systems):
-    with atomic_open(os.path.join(top, MADE_BY), "w", encoding="utf-8") as f:
-        json.dump({"about": "Made by `python -m mlperf_bert package`: the implementation folder under"
-                            " benchmarks/bert/implementations/ of each system's runs. score fails a system"
-                            " listed here whose implementation is missing (docs/running.md).",
-                   "systems": dict(sorted(systems.items()))}, f, indent=2)
-        f.write("\n")
+    write_json(os.path.join(top, MADE_BY),
+               {"about": "Made by `python -m mlperf_bert package`: the implementation folder under"
+                         " benchmarks/bert/implementations/ of each system's runs. score fails a system"
+                         " listed here whose implementation is missing (docs/running.md).",
+                "systems": dict(sorted(systems.items()))}, newline=True, indent=2)
 
 
 def _remove(path):
@@ -691,14 +688,11 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
             for i, log in enumerate(logs):
                 shutil.copyfile(log, os.path.join(bert, "result_%d.txt" % i))
             os.makedirs(os.path.join(build, "systems"))
-            with atomic_open(os.path.join(build, "systems", system + ".json"), "w", encoding="utf-8") as f:
-                json.dump(desc, f, indent=4)
-                f.write("\n")
+            write_json(os.path.join(build, "systems", system + ".json"), desc, newline=True, indent=4)
             impl = os.path.join(build, implementation_dir(implementation))
             n = copy_source(impl, root)
-            with atomic_open(os.path.join(impl, launch_name(system)), "w", encoding="utf-8") as f:
-                json.dump(launch_file(system, entries, source, logs, root), f, indent=2, default=str)
-                f.write("\n")
+            write_json(os.path.join(impl, launch_name(system)), launch_file(system, entries, source, logs, root),
+                       newline=True, indent=2, default=str)
             _write_made_by(build, {system: implementation})
             _move_into_place(build, top, system, pieces)
         except BaseException:

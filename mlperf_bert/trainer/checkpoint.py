@@ -18,7 +18,7 @@ import torch
 
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer import distributed, run_config
-from mlperf_bert.fileio import atomic_open, atomic_save
+from mlperf_bert.fileio import atomic_save, write_json
 
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
 FINISHED = "run_finished.json"
@@ -363,8 +363,7 @@ def check_same_run(saved, ident, ckpt_path):
 def write_log_owner(output_dir, log_path):
     """Record that this output_dir's run writes ``log_path``: its restart before the first
     checkpoint may empty that log (an MLPerf log outside output_dir is otherwise left alone)."""
-    with atomic_open(os.path.join(output_dir, LOG_OWNER), "w", encoding="utf-8") as f:
-        json.dump({"mlperf_log": os.path.abspath(log_path)}, f)
+    write_json(os.path.join(output_dir, LOG_OWNER), {"mlperf_log": os.path.abspath(log_path)})
 
 
 def read_log_owner(output_dir):
@@ -391,10 +390,9 @@ def read_finished(output_dir):
 def write_finished(output_dir, status, step, samples, run=None, launch=None):
     """The finished marker; ``run``: the run's identity, so a rerun with other flags is refused;
     ``launch``: how it was started (``launch_record``), which ``package`` puts in launch.json."""
-    with atomic_open(os.path.join(output_dir, FINISHED), "w", encoding="utf-8") as f:
-        json.dump({"status": status, "global_step": step, "samples": samples,
-                   "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "run": run, "launch": launch}, f,
-                  default=str)
+    write_json(os.path.join(output_dir, FINISHED),
+               {"status": status, "global_step": step, "samples": samples,
+                "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "run": run, "launch": launch}, default=str)
 
 
 def launch_record(cfg, world):

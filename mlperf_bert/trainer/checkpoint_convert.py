@@ -15,7 +15,7 @@ from mlperf_bert import flags
 from mlperf_bert.trainer import tf_checkpoint
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer.config import BertConfig
-from mlperf_bert.fileio import atomic_open, atomic_path, check_writable_dir
+from mlperf_bert.fileio import atomic_open, atomic_path, check_writable_dir, write_json
 from mlperf_bert.trainer import model as modeling
 from mlperf_bert.trainer.model import BertForPreTraining
 
@@ -75,9 +75,8 @@ def save_hf(model, directory):
     tensors = {HF_NAMES.get(k, k): v.float() for k, v in model.state_dict().items()}
     with atomic_open(os.path.join(directory, "model.safetensors")) as f:
         write_safetensors(f, tensors)
-    with atomic_open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(hf_config(model.config), f, indent=2, sort_keys=True)
-        f.write("\n")
+    write_json(os.path.join(directory, "config.json"), hf_config(model.config), newline=True, indent=2,
+               sort_keys=True)
 
 
 def convert(bert_config_file, src, dst, fmt="auto"):

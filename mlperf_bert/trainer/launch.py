@@ -195,15 +195,15 @@ def _stop_status(sig, ranks):
     if all(code == 0 for code in codes):
         return 0  # they had finished
     stopped = (128 + signal.SIGTERM, 128 + signal.SIGINT)
-    if all(code in (0,) + stopped for code in codes):
+    failed = sorted((code >= 0, local, pid, code) for local, (pid, code) in ranks.items()
+                    if code not in (0,) + stopped)
+    if not failed:
         return next(code for code in codes if code)
-    for local, (pid, code) in sorted(ranks.items(), key=lambda r: (r[1][1] >= 0, r[0])):
-        if code < 0:  # killed (torchrun's SIGKILL past the shutdown timeout, the OOM killer): nobody said so
-            sys.stderr.write(killed_line("local rank %d (pid %d), stopping after %s," % (local, pid, name), -code))
-            return 128 - code
-        if code not in (0,) + stopped:
-            return code  # its own line is out
-    return NOT_SAVED_STATUS
+    _, local, pid, code = failed[0]  # a killed rank first
+    if code < 0:  # killed (torchrun's SIGKILL past the shutdown timeout, the OOM killer): nobody said so
+        sys.stderr.write(killed_line("local rank %d (pid %d), stopping after %s," % (local, pid, name), -code))
+        return 128 - code
+    return code  # its own line is out
 
 
 def agent():

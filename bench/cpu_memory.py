@@ -10,32 +10,22 @@ each ``--repeats`` times. Prints the median wall, user and system seconds of eac
 """
 import argparse
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _demo  # noqa: E402
 from mlperf_bert import demo  # noqa: E402
 
 DEFAULTS = "import mlperf_bert.trainer.cpu_memory as m\nm.keep_freed_memory = lambda: False\n"
 
 
 def train_once(data_dir, out, steps, glibc_defaults, site):
-    env = demo.training_env(data_dir, out)
-    if glibc_defaults:
-        env["PYTHONPATH"] = os.pathsep.join([site, ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    samples = steps * 16  # the demo's micro-batch
-    cmd = [os.path.join(ROOT, "train_model.sh"), "--seed=1", "--noprogress"] + demo.run_flags(
-        eval_frequency=samples, max_samples=samples, target=0.99)
-    before, t = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
-    subprocess.run(cmd, env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.time() - t, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    def edit(env):
+        if glibc_defaults:
+            env["PYTHONPATH"] = os.pathsep.join([site, _demo.ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return _demo.train(data_dir, out, steps, edit)
 
 
 def main():

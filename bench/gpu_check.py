@@ -643,8 +643,7 @@ def lever_refusal(fv, device, b, lever, compiled):
 def lever_config(fv, work, layers, name="lever_config.json"):
     """The levers or trainer stage's model file: BERT-Large width, ``layers`` layers (under --tiny:
     the --tiny model at ``layers`` layers, or --bert_config_file's model as it is)."""
-    tiny_model = os.path.join(work, "tiny.json")
-    if fv.tiny and fv.bert_config_file != tiny_model:
+    if fv.tiny and fv["bert_config_file"].present:  # the user's small model: as it is
         return fv.bert_config_file
     with open(fv.bert_config_file) as f:
         d = json.load(f)

@@ -12,6 +12,7 @@ import types
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO_CONFIG = os.path.join(ROOT, "configs", "bert_config_demo.json")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import gpu_check  # noqa: E402
 
@@ -351,6 +352,26 @@ def test_on_a_host_without_cuda_it_refuses_unless_told_to_scale_down(tmp_path, m
     assert gpu_check.resolve(fv, str(tmp_path)) == "cpu"
     assert fv.records == gpu_check.TINY_FLAGS["records"] and fv.batches == "3"  # a flag given wins
     assert json.load(open(fv.bert_config_file))["hidden_size"] == 32
+
+
+def test_the_levers_and_trainer_model_is_tinys_at_their_depth_or_the_users_as_given(tmp_path, monkeypatch):
+    """lever_config: under --tiny, its own model at the stage's layers, a --bert_config_file the user
+    gave as it is; without --tiny, the model at BERT-Large's width and the stage's layers."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for i, (argv, layers, want) in enumerate(((["--tiny"], 1, dict(gpu_check.TINY, num_hidden_layers=1)),
+                               (["--tiny", "--bert_config_file=" + DEMO_CONFIG], 1, json.load(open(DEMO_CONFIG))),
+                               (["--bert_config_file=" + DEMO_CONFIG], 3,
+                                dict(json.load(open(DEMO_CONFIG)), hidden_size=1024, num_attention_heads=16,
+                                     intermediate_size=4096, num_hidden_layers=3)))):
+        work = tmp_path / str(i)
+        work.mkdir()
+        fv = gpu_check.define()
+        fv(["gpu_check.py"] + argv)
+        gpu_check.resolve(fv, str(work))
+        path = gpu_check.lever_config(fv, str(work), layers)
+        assert json.load(open(path)) == want, argv
+        assert (path == DEMO_CONFIG) == (argv[0] == "--tiny" and len(argv) == 2)
 
 
 def test_without_cuda_the_command_refuses_in_one_line_before_any_work(tmp_path, monkeypatch):

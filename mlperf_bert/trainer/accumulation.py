@@ -52,6 +52,12 @@ class GradientAccumulator:
     def _grads(self):
         return [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
 
+    def sums(self):
+        """The accumulation buffers, made (zeros) by the first micro-batch that adds to them."""
+        if self.buffers is None:
+            self.buffers = [torch.zeros_like(p) for p in self.params]
+        return self.buffers
+
     def is_update(self, global_step):
         """Whether micro-step ``global_step`` ends an update (DDP must reduce on it)."""
         return (global_step + 1) % self.n == 0
@@ -76,9 +82,7 @@ class GradientAccumulator:
         self.last_grad_norm = clip_by_global_norm_(grads, self.clip_norm)
         if self.n > 1:
             torch._foreach_div_(grads, float(self.n))
-            if self.buffers is None:
-                self.buffers = [torch.zeros_like(p) for p in self.params]
-            torch._foreach_add_(self.buffers, grads)
+            torch._foreach_add_(self.sums(), grads)
             grads = self.buffers
         # n == 1: 0 + g is g, so the clipped gradients serve as the buffer (no copy).
         for p in self.params:
@@ -96,8 +100,7 @@ class GradientAccumulator:
         order, on each tensor: the same numbers. ``grads`` are written in place."""
         self.last_grad_norm, scale = global_norm_scale(grads, self.clip_norm)
         scale = scale.to(grads[0].dtype)
-        if self.n > 1 and self.buffers is None:
-            self.buffers = [torch.zeros_like(p) for p in self.params]
+        sums = self.sums() if self.n > 1 else None
 
         def absorb(bucket):
             g = [grads[i] for i in bucket]
@@ -105,11 +108,11 @@ class GradientAccumulator:
             if self.n == 1:
                 return g
             torch._foreach_div_(g, float(self.n))
-            sums = [self.buffers[i] for i in bucket]
-            torch._foreach_add_(sums, g)
-            return sums
+            s = [sums[i] for i in bucket]
+            torch._foreach_add_(s, g)
+            return s
         self.exchange.mean(absorb)
-        return self.buffers if self.n > 1 else grads
+        return sums if self.n > 1 else grads
 
     def _apply(self, global_step, grads):
         self.last_lr = self.lr_fn(global_step)

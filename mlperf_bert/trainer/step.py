@@ -175,11 +175,10 @@ class CompiledUpdate:
             acc.last_grad_norm = self.reduce_clip_update(grads, acc.clip_norm, acc.n, groups, self.lr, self.t)
         else:
             grads = acc._grads()
-            if acc.n > 1 and acc.buffers is None:
-                acc.buffers = [torch.zeros_like(p) for p in acc.params]
-                if self.graphed:
-                    self._mark_static(acc.buffers)
-            buffers = acc.buffers if acc.n > 1 else None
+            new = acc.n > 1 and acc.buffers is None
+            buffers = acc.sums() if acc.n > 1 else None
+            if new and self.graphed:
+                self._mark_static(buffers)
             for p in acc.params:
                 p.grad = None
             if not upd:

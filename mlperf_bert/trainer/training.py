@@ -444,9 +444,8 @@ def run(cfg, stop, held):
     if seed is None:
         seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
     identity = cfg.identity(seed, train_files, eval_files, init_ckpt, config.to_dict())
-    # A checkpoint that recorded the log's length and digest continues the log from there, as
-    # if never stopped; without one (a fresh start) the log is written from its first line.
-    continues = bool(ckpt and ckpt.get("mlperf_log"))
+    # without a checkpoint that continues the log (a fresh start) the log is written from its first line
+    continues = TrainState.log_continues(ckpt)
 
     # ---- MLPerf init: lines held in memory until every start check has passed
     log = MLPerfLog(log_path, rank, held=True)
@@ -468,7 +467,7 @@ def run(cfg, stop, held):
                                       trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
     if rt.warm_up and (cfg.levers.compile or cfg.levers.fused_update or device.type == "cuda"):
         trainer.warm_up(train_files if packed else None, eval_set)
-    state = TrainState(continues=continues)
+    state = TrainState()
     if ckpt:
         trainer.resume(ckpt, ckpt_path)
         state = TrainState.from_checkpoint(ckpt, cfg.data.train_batch_size, device)
@@ -535,12 +534,18 @@ class TrainState:
     loss_n: int = 0  # and its micro-steps
     continues: bool = False  # the log goes on from a checkpoint's point (not written)
 
+    @staticmethod
+    def log_continues(ckpt):
+        """Whether the log goes on from ``ckpt``'s point, as if never stopped: the checkpoint
+        recorded the log's length and digest (an older version's did not: it appends)."""
+        return bool(ckpt and ckpt.get("mlperf_log"))
+
     @classmethod
     def from_checkpoint(cls, ckpt, batch_size, device):
         block, loss = ckpt.get("block") or (False, 0), ckpt.get("loss")
         state = cls(step=ckpt["global_step"], samples=ckpt.get("samples", ckpt["global_step"] * batch_size),
                     next_eval=ckpt["next_eval"], evals=ckpt["evals"], block_open=block[0], block_first=block[1],
-                    continues=bool(ckpt.get("mlperf_log")))
+                    continues=cls.log_continues(ckpt))
         if loss:
             state.loss_sum = torch.full((), loss[0], device=device)
             state.loss_n = loss[1]

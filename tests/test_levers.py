@@ -23,7 +23,8 @@ import torch._dynamo
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import attention, checkpoint, distributed, levers, preflight, step, tf_checkpoint, training
+from mlperf_bert.trainer import (attention, checkpoint, distributed, levers, preflight, run_config, step,
+                                 tf_checkpoint, training)
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.trainer.model import BertForPreTraining
@@ -175,7 +176,7 @@ def test_pad_vocab_is_removed_and_an_old_command_line_is_told_why():
                                             r"1.01x compiled.*; drop it$") as e:
             flags.parse(training.define_flags(), ["run_pretraining.py", "--compile", arg], required=[])
         assert "\n" not in str(e.value)
-    assert "pad_vocab" not in levers.LEVERS and "pad_vocab" not in checkpoint.RUN_FLAGS
+    assert "pad_vocab" not in levers.LEVERS and "pad_vocab" not in run_config.RUN_FLAGS
     assert not hasattr(BertForPreTraining, "vocab_pad") and not hasattr(levers, "enable_pad_vocab")
 
 

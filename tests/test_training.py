@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mlperf_bert.dataset import tfrecord
-from mlperf_bert.trainer import preflight, throughput, training
+from mlperf_bert.trainer import preflight, run_config, throughput, training
 from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.errors import UserError
 
@@ -730,27 +730,27 @@ def _other_value(flag):
 def test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers(files):
     """Issue 37 (8): --fused_update changes the arithmetic but was not in the run identity, so a run
     stopped with it resumed without it, ending equal to neither run. Every flag the trainer defines
-    (the levers' included) is in exactly one of checkpoint.py's lists: RUN_FLAGS (compared by
+    (the levers' included) is in exactly one of trainer/run_config.py's lists: RUN_FLAGS (compared by
     value), IDENTITY_BY_CONTENT (compared by what it names) or SAME_NUMBERS (with why); a new flag
     fails here until it is put in one. Each RUN_FLAGS flag changed is refused on a resume."""
     import itertools
     from mlperf_bert.trainer import checkpoint
     fv = training.define_flags()
-    lists = {"RUN_FLAGS": set(checkpoint.RUN_FLAGS), "IDENTITY_BY_CONTENT": set(checkpoint.IDENTITY_BY_CONTENT),
-             "SAME_NUMBERS": set(checkpoint.SAME_NUMBERS)}
+    lists = {"RUN_FLAGS": set(run_config.RUN_FLAGS), "IDENTITY_BY_CONTENT": set(run_config.IDENTITY_BY_CONTENT),
+             "SAME_NUMBERS": set(run_config.SAME_NUMBERS)}
     defined = set(fv)
     unlisted = sorted(defined - set().union(*lists.values()))
-    assert not unlisted, "flags in no list of trainer/checkpoint.py: %s" % unlisted
+    assert not unlisted, "flags in no list of trainer/run_config.py: %s" % unlisted
     for a, b in itertools.combinations(lists, 2):
         assert not lists[a] & lists[b], "flags in %s and %s: %s" % (a, b, sorted(lists[a] & lists[b]))
     for a in lists:
         assert lists[a] <= defined, (a, sorted(lists[a] - defined))  # no stale name
-    assert all(checkpoint.SAME_NUMBERS.values())
+    assert all(run_config.SAME_NUMBERS.values())
     assert {"fused_update", "compile", "fp8"} <= lists["RUN_FLAGS"]
     base = flags_for(files, "out")
     fv(base)
     saved = RunConfig.from_flags(fv).identity(7, [files["train"]], [], None, {})
-    for name in checkpoint.RUN_FLAGS:
+    for name in run_config.RUN_FLAGS:
         changed = training.define_flags()
         changed(base)
         changed[name].value = _other_value(changed[name])

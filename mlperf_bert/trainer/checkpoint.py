@@ -23,13 +23,6 @@ from mlperf_bert.fileio import atomic_save, write_json
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
 FINISHED = "run_finished.json"
 LOG_OWNER = "mlperf_log_path.json"
-# Every flag of the trainer is in exactly one of the three lists below, which its field in
-# trainer/run_config.py says (tests/test_training.py's
-# test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers walks them all):
-# RUN_FLAGS define a run (a resume with another value would mix two runs in one output_dir), IDENTITY_BY_CONTENT are in the identity by what they name (RunConfig.identity),
-# SAME_NUMBERS leave the numbers as they are, each with why.
-RUN_FLAGS, IDENTITY_BY_CONTENT = run_config.RUN_FLAGS, run_config.IDENTITY_BY_CONTENT
-SAME_NUMBERS = run_config.SAME_NUMBERS
 
 
 def path_for(output_dir, step):

@@ -374,17 +374,17 @@ def reset_memory(device):
         torch.cuda.reset_peak_memory_stats()
 
 
-def peak_gib(device):
-    import torch
-    return torch.cuda.max_memory_allocated() / GIB if device.type == "cuda" else None
-
-
 def peaks(device):
     """-> (allocated, reserved) peaks in GiB since the last reset; (None, None) on a CPU."""
     import torch
     if device.type != "cuda":
         return None, None
     return torch.cuda.max_memory_allocated() / GIB, torch.cuda.max_memory_reserved() / GIB
+
+
+def peak_gib(device):
+    """The allocated peak of ``peaks``."""
+    return peaks(device)[0]
 
 
 def spread(values):

@@ -15,18 +15,11 @@ from mlperf_bert.dataset import tfrecord
 from mlperf_bert.harness import compliance
 from mlperf_bert.trainer import training
 from mlperf_bert.trainer.packed_loader import PackedBatches
-from test_training import TINY, _evals, _official_checker, assert_bit_identical, flags_for, start, wait_for
+from test_training import (TINY, _evals, _official_checker, assert_bit_identical, flags_for, one_thread,  # noqa: F401
+                           start, wait_for)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S512 = dict(max_seq_length=512, max_predictions_per_seq=76)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The one writer of outputs: a temporary name beside the target, renamed when complete.
 
-Every output goes through ``atomic_path``/``atomic_open``/``atomic_save``/``write_json``, so two rules are
-implemented once:
+Every output goes through ``atomic_path``/``atomic_open``/``atomic_save``/``write_json``, so
+two rules are implemented once:
 
 - a file is never seen half-written: a failure (or SIGTERM, see ``cli.run_main``) removes
   the temporary ``NAME.tmp-PID``, and a rerun removes temporaries whose process is gone; every

@@ -15,6 +15,7 @@ import pytest
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
 from mlperf_bert.harness import score
+from test_stops import alive, children
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 BERT = os.path.join("NVIDIA", "results", "nyx_n1_ngc25.04_pytorch", "bert")
@@ -231,9 +232,9 @@ def test_sigkill_leaves_no_official_tool_running_and_no_copy(package, tmp_path):
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 60
-    while _running(child) and time.monotonic() < deadline:
+    while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _running(child):
+    if alive(child):
         os.kill(child, signal.SIGKILL)
         pytest.fail("the official tool outlived score")
     copies = list(tmp_path.glob("mlperf_bert_score-*"))
@@ -266,27 +267,21 @@ def _stop_a_child(proc, comms):
     its parent's death may end it. None when proc ended first."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        for pid in os.listdir("/proc"):
+        for pid in children(proc.pid):
             try:
-                with open("/proc/%s/stat" % pid) as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open("/proc/%s/comm" % pid) as f:
-                    comm = f.read().strip()
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid != proc.pid or comm not in comms:
-                continue
-            try:
-                os.kill(int(pid), signal.SIGSTOP)
-            except ProcessLookupError:
+                with open("/proc/%d/comm" % pid) as f:
+                    if f.read().strip() not in comms:
+                        continue
+                os.kill(pid, signal.SIGSTOP)
+            except (FileNotFoundError, ProcessLookupError):
                 continue
             for _ in range(100):  # the stop is delivered asynchronously
-                state = _state(int(pid))
+                state = _state(pid)
                 if state not in ("R", "S", "D"):
                     break
                 time.sleep(0.01)
             if state == "T":  # not ended (gone or a zombie) before the stop
-                return int(pid)
+                return pid
         time.sleep(0.05)
     return None
 
@@ -295,12 +290,8 @@ def _state(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
             return f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
+    except FileNotFoundError:
         return None
-
-
-def _running(pid):
-    return _state(pid) not in (None, "Z", "X")
 
 
 # package: names, unfinished runs (issue 23); the systems JSON and the identity of the runs, MANIFEST.txt, a kill (issue 31, 33)

@@ -479,9 +479,7 @@ def speed_up_official_parse():
         rcp.re = _MarkerCut(re, rcp.TOKEN)
     checker = sys.modules.get("mlperf_logging.compliance_checker.mlp_compliance")
     if checker is not None:
-        if not _CONFIGS:
-            _CONFIGS.append(_Configs(checker.yaml))
-        checker.yaml = _CONFIGS[0]
+        _read_rules_once(checker)
 
 
 class _Configs:
@@ -506,6 +504,14 @@ class _Configs:
 _CONFIGS = []
 
 
+def _read_rules_once(mlp_compliance):
+    """Give ``mlp_compliance`` this process's ``_Configs`` as its ``yaml``; -> the configs."""
+    if not _CONFIGS:
+        _CONFIGS.append(_Configs(mlp_compliance.yaml))
+    mlp_compliance.yaml = _CONFIGS[0]
+    return _CONFIGS[0]
+
+
 def official_check(path):
     """mlperf_logging's compliance checker, training 5.0.0 (division from the log), in this process:
     ``ComplianceChecker.check_file`` with the parse of ``official_loglines``."""
@@ -514,9 +520,7 @@ def official_check(path):
     root = logging.getLogger()
     level = root.level
     logging.disable(logging.CRITICAL)  # it reports through the root logger; we keep its messages
-    if not _CONFIGS:
-        _CONFIGS.append(_Configs(mlp_compliance.yaml))
-    mlp_compliance.yaml = _CONFIGS[0]
+    configs = _read_rules_once(mlp_compliance)
     try:
         loglines, errors = official_loglines(path)
         if errors:
@@ -531,7 +535,7 @@ def official_check(path):
                         " checks the BERT rules alone" % (path, type(e).__name__, str(e).splitlines()[0]
                                                           if str(e) else ""))
     finally:
-        mlp_compliance.yaml = _CONFIGS[0]._yaml
+        mlp_compliance.yaml = configs._yaml
         logging.disable(logging.NOTSET)
         root.setLevel(level)
     messages = list(checker.overwritable.values()) + list(checker.not_overwritable)

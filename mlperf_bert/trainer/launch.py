@@ -238,7 +238,7 @@ def agent():
 
 def agent_main():
     """torchrun's process: ``agent()``, and its status. Without the interpreter's teardown of torch's
-    modules after it (0.4-0.7 s of each launch's end, after the ranks): the atexit functions run
+    modules after it (0.4-0.9 s of each launch's end, after the ranks): the atexit functions run
     as at any exit (logging's flush among them), then the streams are flushed and the process
     ends, from the first one registered, which runs last."""
     import atexit

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from mlperf_bert import locking
 from mlperf_bert.dataset import checksums
 from mlperf_bert.dataset import make_dataset
 from mlperf_bert.errors import UserError
@@ -208,7 +209,6 @@ def test_output_dir_inside_text_dir_may_not_replace_inputs(text_dir, vocab_file,
 
 
 def test_rerun_removes_lock_files_a_killed_run_left(full_run, text_dir, vocab_file, tmp_path):
-    from mlperf_bert import locking
     out = _copy_run(full_run, tmp_path)
     stale = os.path.join(out, ".eval_intermediate.lock")  # SIGKILL between a rename and the release
     open(stale, "w").close()
@@ -258,6 +258,7 @@ def test_too_few_eval_records_says_the_fix_and_the_corrected_rerun_goes_on(full_
                             "eval.txt); finished outputs are kept" % (out, have, have))
     # the same command again is refused at once, before any other shard is made
     made = sorted(os.listdir(out))
+    assert not [n for n in made if locking.is_lock_file(n)], made  # nor a generator's lock, whenever it stopped
     monkeypatch.setattr(make_dataset, "create_pretraining_data", lambda *a, **k: pytest.fail("generated"))
     with pytest.raises(UserError, match="fewer than --num_eval_examples=10000"):
         make_dataset.main(readme)

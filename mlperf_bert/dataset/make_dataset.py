@@ -195,6 +195,9 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
         return _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, old,
                      record)
     finally:
+        # a generator ended by the pool's terminate (an error, a signal) may not have removed its
+        # lock file: the workers are gone here, so no lock is left behind either way
+        remove_stale_locks(output_dir, names)
         lock.release()
 
 

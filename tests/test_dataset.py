@@ -15,6 +15,7 @@ from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
 from mlperf_bert.dataset.pretraining_data import create_pretraining_data
 from mlperf_bert.dataset.tfrecord import read_records
+import procs
 from test_fileio import signal_while
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,14 +33,7 @@ def group_running(pgid):
     """Whether a process of group ``pgid`` runs: a zombie (it exited; its files and locks are
     released) does not, as for fileio.pid_alive. The pool workers of a killed driver are the init
     process's to reap, which here takes it 1-2 s; killpg(pgid, 0) counted them until then."""
-    from mlperf_bert.fileio import pid_alive
-    for name in os.listdir("/proc"):
-        try:
-            if name.isdigit() and os.getpgid(int(name)) == pgid and pid_alive(int(name)):
-                return True
-        except ProcessLookupError:
-            continue
-    return False
+    return bool(procs.group(pgid))
 
 
 def wait_group_gone(pgid, timeout=30):

@@ -19,6 +19,7 @@ import pytest
 
 from mlperf_bert import fileio, locking
 from mlperf_bert.errors import UserError
+import procs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -317,29 +318,9 @@ def test_sigterm_removes_the_temporary_and_is_one_line(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def children(pid):
-    out = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat, "rb") as f:
-                if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                    out.append(int(stat.split("/")[2]))
-        except (OSError, IndexError, ValueError):
-            pass
-    return out
-
-
 def _group_stopped(pgid):
     """Whether every live process of group ``pgid`` is stopped (SIGSTOP has taken effect)."""
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat, "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == pgid and fields[0] not in (b"T", b"t", b"Z", b"X"):
-            return False
-    return True
+    return all(state in ("T", "t") for state in procs.group(pgid).values())
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ import pytest
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
 from mlperf_bert.harness import score
-from test_stops import alive, children
+from procs import alive, children, state
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 BERT = os.path.join("NVIDIA", "results", "nyx_n1_ngc25.04_pytorch", "bert")
@@ -276,22 +276,14 @@ def _stop_a_child(proc, comms):
             except (FileNotFoundError, ProcessLookupError):
                 continue
             for _ in range(100):  # the stop is delivered asynchronously
-                state = _state(pid)
-                if state not in ("R", "S", "D"):
+                now = state(pid)
+                if now not in ("R", "S", "D"):
                     break
                 time.sleep(0.01)
-            if state == "T":  # not ended (gone or a zombie) before the stop
+            if now == "T":  # not ended (gone or a zombie) before the stop
                 return pid
         time.sleep(0.05)
     return None
-
-
-def _state(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
 
 
 # package: names, unfinished runs (issue 23); the systems JSON and the identity of the runs, MANIFEST.txt, a kill (issue 31, 33)

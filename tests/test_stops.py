@@ -17,6 +17,8 @@ import torch
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
+import procs
+from procs import alive, children
 from test_training import files, one_thread, uninterrupted  # noqa: F401 (fixtures; one thread, as there)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,21 +33,6 @@ def wait_until(condition, proc=None, timeout=120, what="the condition"):
         assert proc is None or proc.poll() is None, "the process ended before %s" % what
         assert time.time() - t < timeout, "no %s after %d s" % (what, timeout)
         time.sleep(0.05)
-
-
-def children(pid):
-    """The pids of ``pid``'s live children."""
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and alive(int(p), parent=pid)]
-
-
-def alive(pid, parent=None):
-    """Whether ``pid`` runs (not a zombie), and with ``parent``: as its child."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return fields[0] not in ("Z", "X") and (parent is None or int(fields[1]) == parent)
 
 
 # ---------------------------------------------------------------- the lock
@@ -284,20 +271,15 @@ def _read(f):
 
 
 def _ranks(wrapper_pid):
-    """{local rank: pid} of the torchrun under the wrapper."""
+    """{local rank: pid} of the torchrun under the wrapper (its children's children)."""
     import contextlib
     found = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            env = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
-            stat = open("/proc/%s/stat" % pid).read()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            grandparent = int(open("/proc/%d/stat" % ppid).read().rsplit(")", 1)[1].split()[1])
-            if grandparent == wrapper_pid and any(v.startswith(b"TORCHELASTIC_RUN_ID=") for v in env):
-                rank = next(int(v.split(b"=")[1]) for v in env if v.startswith(b"LOCAL_RANK="))
-                found[rank] = int(pid)
+    for agent in children(wrapper_pid):
+        for pid in children(agent):
+            with contextlib.suppress(OSError):
+                env = open("/proc/%d/environ" % pid, "rb").read().split(b"\0")
+                if any(v.startswith(b"TORCHELASTIC_RUN_ID=") for v in env):
+                    found[next(int(v.split(b"=")[1]) for v in env if v.startswith(b"LOCAL_RANK="))] = pid
     return found
 
 
@@ -346,24 +328,6 @@ def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_pat
                      "written so far are kept; rerun the same command to resume from the newest" % worker]
     assert (out / "model.ckpt-3.pt").exists()
     assert os.listdir(short_tmpdir) == []
-
-
-def _tree(root):
-    """``root`` and every process under it, now (walking /proc): what Slurm's proctrack/linuxproc or a
-    control-group kill signals."""
-    import contextlib
-    kids = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                with open("/proc/%s/stat" % entry) as f:
-                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += kids.get(pid, [])
-    return found
 
 
 # Each rank waits before its micro-step 4 (0-based) until it has the stop signal itself, saying so in
@@ -415,7 +379,7 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
         wait_until(lambda: len(os.listdir(marks)) == 2, proc, what="both ranks at micro-step 4")
         ranks = _ranks(proc.pid)
         workers = [w for r in ranks.values() for w in children(r)]
-        tree = _tree(proc.pid)
+        tree = procs.tree(proc.pid)
         assert len(ranks) == 2 and len(workers) == 2 and len(tree) == 6, (ranks, workers, tree)
         for pid in tree:  # at once, as a scheduler does
             os.kill(pid, signal.SIGTERM)

@@ -17,6 +17,7 @@ from mlperf_bert.dataset import tfrecord
 from mlperf_bert.trainer import preflight, run_config, throughput, training
 from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.errors import UserError
+import procs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -245,19 +246,7 @@ def _kill_tree(pid):
     in a session of its own, so killing the agent's process group would leave them running), the
     workers first: the wrapper's death sends torchrun SIGTERM (its parent-death signal), which it
     would pass on to ranks still alive (and they would checkpoint)."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                with open("/proc/%s/stat" % entry) as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-    tree, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo += children.get(p, [])
-    for p in reversed(tree):  # each process after everything under it
+    for p in reversed(procs.tree(pid)):  # each process after everything under it
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
 

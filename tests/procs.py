@@ -1,0 +1,61 @@
+"""The tests' view of the process table, read from /proc (Linux): one parser of /proc/PID/stat for
+the tests that signal trees, stop tools or wait for a group to be gone."""
+import os
+
+
+def _stat(pid):
+    """/proc/PID/stat's fields after the command name (state, ppid, pgrp, session, ...), or None
+    for a pid that is gone. The name may hold spaces and parentheses: split at its last ')'."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields or None
+
+
+def _pids():
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def state(pid):
+    """``pid``'s state letter ('R', 'S', 'T', 'Z', ...), or None when it is gone."""
+    fields = _stat(pid)
+    return fields[0] if fields else None
+
+
+def alive(pid, parent=None):
+    """Whether ``pid`` runs (not a zombie), and with ``parent``: as its child."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X") and (parent is None or int(fields[1]) == parent)
+
+
+def children(pid):
+    """The pids of ``pid``'s live children."""
+    return [p for p in _pids() if alive(p, parent=pid)]
+
+
+def tree(root):
+    """``root`` and every process under it now, each before its children: what Slurm's
+    proctrack/linuxproc or a control-group kill signals."""
+    kids = {}
+    for pid in _pids():
+        fields = _stat(pid)
+        if fields:
+            kids.setdefault(int(fields[1]), []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += kids.get(pid, [])
+    return found
+
+
+def group(pgid):
+    """The live (not zombie) processes of process group ``pgid``: with states, {pid: state}."""
+    found = {}
+    for pid in _pids():
+        fields = _stat(pid)
+        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found[pid] = fields[0]
+    return found

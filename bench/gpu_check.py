@@ -226,8 +226,8 @@ def resolve(fv, work):
                 fv[name].value = value
         if not fv["bert_config_file"].present:
             fv.bert_config_file = os.path.join(work, "tiny.json")
-            with open(fv.bert_config_file, "w") as f:
-                json.dump(TINY, f)
+            from mlperf_bert.fileio import write_json
+            write_json(fv.bert_config_file, TINY)
     cuda = cuda_available()
     if fv.device == "cuda" and not cuda:
         raise UserError("gpu_check: --device=cuda, but this host has no CUDA GPU: run it on a GPU machine")
@@ -652,8 +652,8 @@ def lever_config(fv, work, layers, name="lever_config.json"):
     else:
         d.update(hidden_size=1024, num_attention_heads=16, intermediate_size=4096, num_hidden_layers=layers)
     path = os.path.join(work, name)
-    with open(path, "w") as f:
-        json.dump(d, f)
+    from mlperf_bert.fileio import write_json
+    write_json(path, d)
     return path
 
 

@@ -43,7 +43,8 @@ PLACEHOLDER_FLAGS = {"flag", "trainer_flag", "name"}
 # Words in backticks that look like variables but are verdicts or placeholders.
 NOT_VARIABLES = {"PASS", "WARN", "FAIL", "OK", "UNKNOWN", "MISSING", "MISMATCH", "RESULT", "NAME", "ORG"}
 # Variables the docs name that belong to other programs: Docker's predefined build arguments.
-OTHERS_VARIABLES = {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "TORCHINDUCTOR_CACHE_DIR"}  # read by pip, torch
+OTHERS_VARIABLES = {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "TORCHINDUCTOR_CACHE_DIR",  # read by pip, torch,
+                    "PYTHONDONTWRITEBYTECODE"}  # and Python
 
 # Flags of other programs that the docs show (the union check below knows only ours).
 OTHERS_FLAGS = {
@@ -54,6 +55,7 @@ OTHERS_FLAGS = {
     "hadolint": {"failure-threshold"},
     "mmdebstrap": {"variant", "include"},
     "torchrun": {"nnodes"},
+    "pytest": {"assert"},
     "tensorboard": {"logdir"},
     "mlperf_logging": {"usage", "ruleset", "rcp-bert-train-samples"},
     "the reference's do_gather.py": {"block_size"},

@@ -86,11 +86,11 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     step 6 under the same keys, and resumes under today's code bit for bit as today's own step-6
     checkpoint holding its numbers does, with the same MLPerf log as today's unstopped run.
 
-    Its computed values (weights, moments, loss sum) are compared within rounding only: they were computed on another machine,
-    and CPUs round the update's reductions differently in the last bits (seen: a Xeon with AVX-512
-    and AMX gave weights 4e-9 from the fixture's at step 6, the same loss sum, RNG states, data
-    position and optimizer groups), so today's unstopped run can end bit for bit where the fixture's
-    would only on a CPU that rounds as that one did."""
+    Its computed values (weights, moments, loss sum) are compared within rounding only: they were
+    computed on another machine, and CPUs round differently in the last bits (seen: a Xeon with
+    AVX-512 and AMX gave weights 4e-9 from the fixture's at step 6, the same loss sum, RNG states,
+    data position and optimizer groups), so today's unstopped run could end bit for bit where the
+    fixture's does only on a CPU that rounds as that one did."""
     d = _fixture_data(tmp_path)
     ckpt = _fixture_checkpoint()
     # the data moved: the identity names the files by absolute path (and size, which is the same)

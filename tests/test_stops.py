@@ -17,8 +17,7 @@ import torch
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-import procs
-from procs import alive, children
+from procs import alive, children, tree
 from test_training import files, one_thread, uninterrupted  # noqa: F401 (fixtures; one thread, as there)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -379,9 +378,9 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
         wait_until(lambda: len(os.listdir(marks)) == 2, proc, what="both ranks at micro-step 4")
         ranks = _ranks(proc.pid)
         workers = [w for r in ranks.values() for w in children(r)]
-        tree = procs.tree(proc.pid)
-        assert len(ranks) == 2 and len(workers) == 2 and len(tree) == 6, (ranks, workers, tree)
-        for pid in tree:  # at once, as a scheduler does
+        pids = tree(proc.pid)
+        assert len(ranks) == 2 and len(workers) == 2 and len(pids) == 6, (ranks, workers, pids)
+        for pid in pids:  # at once, as a scheduler does
             os.kill(pid, signal.SIGTERM)
         assert proc.wait(timeout=300) == 143, _read(stdout) + _read(stderr)
         assert _read(stdout) == "SIGTERM: checkpoint model.ckpt-8.pt written; rerun the same command to resume\n"

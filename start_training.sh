@@ -103,28 +103,43 @@ on_signal() {
   got_signal=$1
   [[ -n "$child" ]] && pass_on
 }
-trap 'on_signal TERM' TERM
-trap 'on_signal INT' INT
-signal_status() { if [[ "$got_signal" == INT ]]; then echo 130; else echo 143; fi; }
+catch_signals() { trap 'on_signal TERM' TERM; trap 'on_signal INT' INT; }
+catch_signals
+# Once a trainer has ended, what is left of its run (the verdict, the RESULT line, the log check, the
+# log kept) is done with SIGTERM and SIGINT ignored, by this shell and by what it starts: a scheduler
+# may signal every process of the job again then (srun's --kill-on-bad-exit after another node's task
+# ended 143, a second scancel). Caught, such a signal ended a `$(...)` looking for the checkpoint (a
+# stopped run said "nothing saved", exit 79), and a trap run while bash read a `$(...)` misled it
+# (a series said it had finished). One that comes then is not seen: a series starts its next run,
+# which the scheduler's SIGKILL ends before anything of it is saved. The next run catches them again.
+# (The log checker catches SIGTERM, as every command of ours: stopped, it is said to be, not failed.)
+ignore_signals() { trap '' TERM INT; }
+signal_status() { if [[ "$got_signal" == INT ]]; then sig_status=130; else sig_status=143; fi; }  # sets sig_status
+now() { printf -v "$1" "%($2)T" -1; }  # VAR FORMAT: the time now, as date +FORMAT (a builtin)
 # A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
 # mlperf_bert/trainer/launch.py's NOT_SAVED_STATUS
 NOT_SAVED=79
 
-newest_checkpoint() {  # DIR: its newest model.ckpt-<step>.pt, or nothing
-  local f n best= best_n=-1
+newest_checkpoint() {  # DIR: sets newest to its newest model.ckpt-<step>.pt, or empty
+  local f n best_n=-1
+  newest=
   for f in "$1"/model.ckpt-*.pt; do
     [[ "$f" =~ /model\.ckpt-([0-9]+)\.pt$ ]] || continue
     n=$((10#${BASH_REMATCH[1]}))
-    if (( n > best_n )); then best_n=$n; best=$f; fi
+    if (( n > best_n )); then best_n=$n; newest=$f; fi
   done
-  echo "$best"
 }
 
 run_state() {  # DIR LOG: sets run_seed (the seed its log records), run_status (its finished marker's),
   # run_cache_clear (the cache_clear its log records) and run_seconds (its run_start to run_stop)
-  local state
-  # -S: without site (it reads the log with the standard library alone), a third of Python's start
-  state="$(cd "$HERE" && "$PYTHON" -S -m mlperf_bert.harness.run_state "$1" "$2" 2>/dev/null)" || state="- - - -"
+  local state try rc
+  for try in 1 2 3; do
+    # -S: without site (it reads the log with the standard library alone), a third of Python's start
+    state="$(cd "$HERE" && "$PYTHON" -S -m mlperf_bert.harness.run_state "$1" "$2" 2>/dev/null)"
+    rc=$?
+    (( rc > 128 )) || break  # 128 + N: a signal ended it (a scheduler signals every process), not the log: again
+  done
+  (( rc == 0 )) || state="- - - -"
   read -r run_seed run_status run_cache_clear run_seconds <<<"$state"
   [[ "$run_seed" == - ]] && run_seed=
   [[ "$run_status" == - ]] && run_status=
@@ -147,16 +162,25 @@ log_node() { [[ "${NODE_RANK:-0}" =~ ^0*$ ]]; }
 
 check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
   if [[ "${CHECK_LOG:-1}" == 1 && -f "$1" ]] && log_node; then
-    (cd "$HERE" && "$PYTHON" -m mlperf_bert check-log "$1") || echo "$ME: $1 does not pass the log checker"
+    (cd "$HERE" && "$PYTHON" -m mlperf_bert check-log "$1")
+    local rc=$?
+    if (( rc > 128 )); then  # a signal ended it (it catches SIGTERM, as every command does): no verdict
+      echo "$ME: the log check of $1 was stopped by a signal (exit $rc); check it with: python -m mlperf_bert check-log $1"
+    elif (( rc )); then
+      echo "$ME: $1 does not pass the log checker"
+    fi
   fi
 }
+
+USER_NAME="$(id -un 2>/dev/null || id -u)"  # the RESULT line's user, as the reference's run_and_time.sh gives it
 
 # One timed run: run_one DIR LOGDIR SEED NAME ("the run", "run 1 of 10") TRAIN_MODEL_ARGS... Sets
 # status, elapsed, finished_before, run_seed and run_status; prints one line when the run stops
 # or fails; when it finishes or had finished earlier, the caller says so.
 run_one() {
-  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt ckpt resumed
+  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt end end_fmt ckpt resumed
   shift 4
+  catch_signals
   run_state "$dir" "$log"
   if [[ -n "$run_status" ]]; then
     if [[ -n "$seed" && -n "$run_seed" && "$seed" != "$run_seed" ]]; then
@@ -168,10 +192,12 @@ run_one() {
   fi
   finished_before=0
   # a checkpoint there: the trainer resumes it, and the log goes on from it (its first lines kept)
-  resumed="$(newest_checkpoint "$dir")"
-  mkdir -p "$dir" "$logdir" || exit 2
-  start=$(date +%s)
-  start_fmt=$(date +'%Y-%m-%d %r')
+  newest_checkpoint "$dir"
+  resumed=$newest
+  # a signal that ends mkdir is the run's stop: the trainer gets it at its start, and says so
+  mkdir -p "$dir" "$logdir" || [[ -n "$got_signal" ]] || exit 2
+  now start %s
+  now start_fmt '%Y-%m-%d %r'
   echo "STARTING TIMING RUN AT $start_fmt"
 
   # The trainer logs cache_clear (first line of its log) true only when MLPERF_CACHE_CLEARED says
@@ -203,21 +229,40 @@ run_one() {
     again=$?
     (( again == 127 )) || status=$again
   done
+  # Under signals in quick succession the loop can end on a 128 + N of bash's own (a finished run
+  # said "stopped"): the trainer's status, asked again with the signals ignored; the first answer may
+  # still be a signal bash noted before (a status that stays 128 + N is the trainer's)
+  ignore_signals
+  for try in 1 2 3; do
+    wait "$child" 2>/dev/null
+    again=$?
+    (( again > 128 && again < 256 )) || break
+  done
+  (( again == 127 )) || status=$again
   child=
-  elapsed=$(( $(date +%s) - start ))
-  run_state "$dir" "$log"
+  now end %s
+  now end_fmt '%Y-%m-%d %r'
+  elapsed=$(( end - start ))
+  if (( status < 0 || status > 255 )); then
+    # bash 5.2's `wait` can lose the status of a child that ends as a trapped signal arrives (-1,
+    # then at every later wait): the run's files say how it ended, the finished marker or the stop
+    signal_status
+    [[ -f "$dir/run_finished.json" ]] && status=0 || status=$sig_status
+  fi
 
   if (( status == 0 )); then
-    echo "ENDING TIMING RUN AT $(date +'%Y-%m-%d %r')"
+    run_state "$dir" "$log"
+    echo "ENDING TIMING RUN AT $end_fmt"
     # <seconds>: this invocation's, as the reference's run_and_time.sh counts (init included). What
     # MLPerf scores is the log's run_start to run_stop: for a run stopped and resumed, the RESULT
     # line says so, and that span, which holds every invocation and the pauses between them.
     local note=
-    [[ -n "$resumed" ]] && note=",resumed from $(basename "$resumed"): $elapsed s counts this invocation only; MLPerf scores the log's run_start to run_stop: ${run_seconds:-?} s over every invocation of the run and the pauses between them"
-    echo "RESULT,bert,${run_seed:-$seed},$elapsed,$(id -un 2>/dev/null || id -u),$start_fmt$note"
+    [[ -n "$resumed" ]] && note=",resumed from ${resumed##*/}: $elapsed s counts this invocation only; MLPerf scores the log's run_start to run_stop: ${run_seconds:-?} s over every invocation of the run and the pauses between them"
+    echo "RESULT,bert,${run_seed:-$seed},$elapsed,$USER_NAME,$start_fmt$note"
     return
   fi
-  ckpt="$(newest_checkpoint "$dir")"
+  newest_checkpoint "$dir"
+  ckpt=$newest
   # A stop, as the training's status says (not only ours: a scheduler may signal the whole job, a
   # terminal's Ctrl-C the trainer too): 143 (130) a checkpoint holds it, NOT_SAVED nothing was saved
   # yet. Any other status is a failure, even with a signal: the stop did not end as asked.
@@ -231,7 +276,7 @@ run_one() {
   [[ -n "$stopped" && -n "$got_signal" ]] && stopped="SIG$got_signal"
   if [[ -n "$stopped" && -n "$ckpt" ]]; then
     (( status == NOT_SAVED )) && status=143  # stopped before it trained: the checkpoint holds all of it
-    [[ -n "$got_signal" ]] && status=$(signal_status)
+    [[ -n "$got_signal" ]] && signal_status && status=$sig_status
     echo "$ME: $name stopped by $stopped after $elapsed s: $ckpt holds it; rerun the same command to resume"
   elif [[ -n "$stopped" ]]; then  # also 143 from a trainer the signal killed before its handlers
     status=$NOT_SAVED
@@ -263,7 +308,8 @@ seeds=()
 for (( i = 0; i < NUM_RUNS; i++ )); do
   if [[ -n "$got_signal" ]]; then
     echo "$ME: stopped by SIG$got_signal before run $i of $NUM_RUNS; rerun the same command to go on"
-    exit "$(signal_status)"
+    signal_status
+    exit "$sig_status"
   fi
   run_dir="$OUTPUT_DIR/run_$i"
   run_one "$run_dir" "$run_dir" "${SEED:+$((SEED + i))}" "run $i of $NUM_RUNS" "$@"

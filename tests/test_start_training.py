@@ -225,6 +225,101 @@ def test_a_stops_status_is_143_only_when_a_checkpoint_holds_the_run(fake, tmp_pa
     assert "\nNOT_SAVED=%d\n" % NOT_SAVED_STATUS in open(START).read()
 
 
+# Stand-ins for a trainer that a scheduler's SIGTERM has reached: they ignore the signals that
+# follow (as the trainer, checkpointing, acts on the first only) and end on their own once the storm
+# below has begun. "stopped": checkpointed, 143; "finished": a run that ended at the same moment.
+STORM_TRAINERS = {
+    "stopped": "touch \"$OUTPUT_DIR/model.ckpt-16.pt\"; touch \"$OUTPUT_DIR/ready\"; sleep 0.3; "
+               "echo 'SIGTERM: checkpoint model.ckpt-16.pt written'; exit 143",
+    "finished": "logline 1 seed 5; logline 1000 run_start null; touch \"$OUTPUT_DIR/ready\"; sleep 0.3; "
+                "logline 80300 run_stop null; "
+                "echo '{\"status\": \"success\", \"global_step\": 30, \"samples\": 120}' > \"$OUTPUT_DIR/run_finished.json\"",
+}
+# The log checker's stand-in (PYTHON for `-m mlperf_bert check-log`): a check that would pass, long
+# enough for the storm to reach it, under cli.run_main as every command of ours (which catches SIGTERM)
+CHECK_STOPPED = "error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on"
+STORM_PYTHON = """#!/usr/bin/env bash
+if [[ "$*" == *" check-log "* ]]; then
+  exec %s -c 'import time; from mlperf_bert.cli import run_main; run_main(lambda argv: time.sleep(0.5) or print("check-log: PASSED") or 0)'
+fi
+exec %s "$@"
+""" % (sys.executable, sys.executable)
+
+
+def _storm(proc, ready, period=0.0005):
+    """SIGTERM to ``proc``'s process group (a session of its own) once ``ready`` exists, then every
+    ``period`` s until the group's leader has ended: a signal at every moment of its end, as a
+    scheduler's second SIGTERM may come at any one (srun's --kill-on-bad-exit after another node's
+    task ended 143; a second scancel). The number sent."""
+    deadline = time.time() + 60
+    while not ready.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.01)
+    sent = 0
+    while proc.poll() is None and time.time() < deadline:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            break
+        sent += 1
+        time.sleep(period)
+    return sent
+
+
+@pytest.mark.parametrize("trainer", sorted(STORM_TRAINERS))
+def test_signals_after_the_trainer_ended_change_neither_verdict_nor_status(fake, tmp_path, trainer):
+    """`make slurm-test` (a real Slurm, proctrack/linuxproc) failed once: scancel --signal=TERM, node 1's
+    task ended 143, and srun's --kill-on-bad-exit sent every process of node 0's task a second SIGTERM
+    while its start_training.sh was finding the newest checkpoint in a `$(...)` subshell: the subshell
+    died, and node 0 said "before its first checkpoint: nothing saved (exit 79)" beside model.ckpt-16.pt,
+    the job exiting 79. SIGTERM to the whole process group every 0.5 ms from the trainer's stop (or
+    end) until start_training.sh ends (before the fix: "nothing saved", exit 79, a negative time, a
+    status of -1, a series that said it had finished): a stopped run is 143 with the checkpoint that
+    holds it; a finished run of a series is finished, its log kept (a log check the signal ended says
+    so, not that the log fails), and the series stops with 143 before the next run, which the same
+    command then runs."""
+    script = tmp_path / "trainer.sh"
+    script.write_text("#!/usr/bin/env bash\ntrap '' TERM INT\n" + FAKE.split("echo \"${SEED")[0].split("\n", 1)[1]
+                      + 'mkdir -p "$OUTPUT_DIR"\n' + STORM_TRAINERS[trainer] + "\n")
+    script.chmod(0o755)
+    python = tmp_path / "python"
+    python.write_text(STORM_PYTHON)
+    python.chmod(0o755)
+    env = dict(fake.env, TRAIN_MODEL=str(script), PYTHON=str(python), SEED="5", CHECK_LOG="1")
+    if trainer == "finished":
+        env["NUM_RUNS"] = "2"
+    run_dir = fake.out / "run_0" if trainer == "finished" else fake.out
+    proc = subprocess.Popen([START, "--preset=demo_cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT, start_new_session=True)
+    sent = _storm(proc, run_dir / "ready")
+    out, err = proc.communicate(timeout=60)
+    assert sent > 50, sent  # the trainer's last 0.3 s and start_training.sh's end
+    assert err == ("" if trainer == "stopped" else CHECK_STOPPED + "\n"), out + err
+    mine = [line for line in out.splitlines() if line.startswith("start_training.sh:")]
+    elapsed = mine[0].split("after ")[1].split(" s")[0] if "after " in mine[0] else mine[0].split(" in ")[1].split(" s")[0]
+    assert 0 <= int(elapsed) < 60, out
+    assert proc.returncode == 143, out + err
+    if trainer == "stopped":
+        assert mine == ["start_training.sh: the run stopped by SIGTERM after %s s: %s holds it; rerun the same "
+                        "command to resume" % (elapsed, fake.out / "model.ckpt-16.pt")], out
+        return
+    log = run_dir / "mlperf.log"
+    assert mine == ["start_training.sh: run 0 of 2 finished (success) in %s s: %s" % (elapsed, fake.out / "result_0.txt"),
+                    "start_training.sh: the log check of %s was stopped by a signal (exit 143); check it with: python -m "
+                    "mlperf_bert check-log %s" % (log, log),
+                    "start_training.sh: stopped by SIGTERM before run 1 of 2; rerun the same command to go on"], out
+    assert "RESULT,bert,5,%s,%s," % (elapsed, subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()) \
+        in out
+    assert (fake.out / "result_0.txt").read_text() == (run_dir / "mlperf.log").read_text()
+    assert not (fake.out / "run_1").exists()
+    # the same command, without signals: run 0 is not run again, run 1 runs
+    again = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT,
+                           timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "run 0 of 2 finished earlier (success, seed 5)" in again.stdout, again.stdout
+    assert (fake.out / "result_1.txt").exists()
+
+
 def test_a_resumed_run_says_what_its_log_holds_and_which_time_counts(fake, tmp_path):
     """Issue 37 (6): a stopped and resumed run's RESULT counted the second invocation only while the
     log's run_start..run_stop (what MLPerf scores) spans both and the pause; the RESULT line says so.

@@ -293,7 +293,7 @@ def test_signals_after_the_trainer_ended_change_neither_verdict_nor_status(fake,
                             env=env, cwd=ROOT, start_new_session=True)
     sent = _storm(proc, run_dir / "ready")
     out, err = proc.communicate(timeout=60)
-    assert sent > 50, sent  # the trainer's last 0.3 s and start_training.sh's end
+    assert sent > 0, sent  # from the trainer's last 0.3 s to start_training.sh's end (how many: the load's)
     assert err == ("" if trainer == "stopped" else CHECK_STOPPED + "\n"), out + err
     mine = [line for line in out.splitlines() if line.startswith("start_training.sh:")]
     elapsed = mine[0].split("after ")[1].split(" s")[0] if "after " in mine[0] else mine[0].split(" in ")[1].split(" s")[0]

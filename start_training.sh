@@ -186,6 +186,7 @@ run_one() {
     if [[ -n "$seed" && -n "$run_seed" && "$seed" != "$run_seed" ]]; then
       die "$name in $dir finished earlier with seed $run_seed, not SEED=$seed: use another OUTPUT_DIR for a new run"
     fi
+    ignore_signals  # what is left of a run that ended earlier (its log kept), as after a trainer's end
     finished_before=1
     status=0
     return

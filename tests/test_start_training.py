@@ -233,14 +233,16 @@ STORM_TRAINERS = {
                "echo 'SIGTERM: checkpoint model.ckpt-16.pt written'; exit 143",
     "finished": "logline 1 seed 5; logline 1000 run_start null; touch \"$OUTPUT_DIR/ready\"; sleep 0.3; "
                 "logline 80300 run_stop null; "
-                "echo '{\"status\": \"success\", \"global_step\": 30, \"samples\": 120}' > \"$OUTPUT_DIR/run_finished.json\"",
+                "echo '{\"status\": \"success\", \"global_step\": 30, \"samples\": 120}' "
+                "> \"$OUTPUT_DIR/run_finished.json\"",
 }
 # The log checker's stand-in (PYTHON for `-m mlperf_bert check-log`): a check that would pass, long
 # enough for the storm to reach it, under cli.run_main as every command of ours (which catches SIGTERM)
 CHECK_STOPPED = "error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on"
 STORM_PYTHON = """#!/usr/bin/env bash
 if [[ "$*" == *" check-log "* ]]; then
-  exec %s -c 'import time; from mlperf_bert.cli import run_main; run_main(lambda argv: time.sleep(0.5) or print("check-log: PASSED") or 0)'
+  exec %s -c 'import time; from mlperf_bert.cli import run_main
+run_main(lambda argv: time.sleep(0.5) or print("check-log: PASSED") or 0)'
 fi
 exec %s "$@"
 """ % (sys.executable, sys.executable)
@@ -274,10 +276,9 @@ def test_signals_after_the_trainer_ended_change_neither_verdict_nor_status(fake,
     died, and node 0 said "before its first checkpoint: nothing saved (exit 79)" beside model.ckpt-16.pt,
     the job exiting 79. SIGTERM to the whole process group every 0.5 ms from the trainer's stop (or
     end) until start_training.sh ends (before the fix: "nothing saved", exit 79, a negative time, a
-    status of -1, a series that said it had finished): a stopped run is 143 with the checkpoint that
-    holds it; a finished run of a series is finished, its log kept (a log check the signal ended says
-    so, not that the log fails), and the series stops with 143 before the next run, which the same
-    command then runs."""
+    status of -1, in every try): a stopped run is 143 with the checkpoint that holds it; a finished
+    run of a series is finished, its log kept (a log check the signal ended says so, not that the log
+    fails), and the series stops with 143 before the next run, which the same command then runs."""
     script = tmp_path / "trainer.sh"
     script.write_text("#!/usr/bin/env bash\ntrap '' TERM INT\n" + FAKE.split("echo \"${SEED")[0].split("\n", 1)[1]
                       + 'mkdir -p "$OUTPUT_DIR"\n' + STORM_TRAINERS[trainer] + "\n")
@@ -296,7 +297,7 @@ def test_signals_after_the_trainer_ended_change_neither_verdict_nor_status(fake,
     assert sent > 0, sent  # from the trainer's last 0.3 s to start_training.sh's end (how many: the load's)
     assert err == ("" if trainer == "stopped" else CHECK_STOPPED + "\n"), out + err
     mine = [line for line in out.splitlines() if line.startswith("start_training.sh:")]
-    elapsed = mine[0].split("after ")[1].split(" s")[0] if "after " in mine[0] else mine[0].split(" in ")[1].split(" s")[0]
+    elapsed = (mine[0].split("after ") if "after " in mine[0] else mine[0].split(" in "))[1].split(" s")[0]
     assert 0 <= int(elapsed) < 60, out
     assert proc.returncode == 143, out + err
     if trainer == "stopped":
@@ -304,12 +305,13 @@ def test_signals_after_the_trainer_ended_change_neither_verdict_nor_status(fake,
                         "command to resume" % (elapsed, fake.out / "model.ckpt-16.pt")], out
         return
     log = run_dir / "mlperf.log"
-    assert mine == ["start_training.sh: run 0 of 2 finished (success) in %s s: %s" % (elapsed, fake.out / "result_0.txt"),
-                    "start_training.sh: the log check of %s was stopped by a signal (exit 143); check it with: python -m "
-                    "mlperf_bert check-log %s" % (log, log),
+    assert mine == ["start_training.sh: run 0 of 2 finished (success) in %s s: %s"
+                    % (elapsed, fake.out / "result_0.txt"),
+                    "start_training.sh: the log check of %s was stopped by a signal (exit 143); check it with: "
+                    "python -m mlperf_bert check-log %s" % (log, log),
                     "start_training.sh: stopped by SIGTERM before run 1 of 2; rerun the same command to go on"], out
-    assert "RESULT,bert,5,%s,%s," % (elapsed, subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()) \
-        in out
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    assert "RESULT,bert,5,%s,%s," % (elapsed, user) in out
     assert (fake.out / "result_0.txt").read_text() == (run_dir / "mlperf.log").read_text()
     assert not (fake.out / "run_1").exists()
     # the same command, without signals: run 0 is not run again, run 1 runs

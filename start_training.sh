@@ -115,6 +115,11 @@ catch_signals
 # (The log checker catches SIGTERM, as every command of ours: stopped, it is said to be, not failed.)
 ignore_signals() { trap '' TERM INT; }
 signal_status() { if [[ "$got_signal" == INT ]]; then sig_status=130; else sig_status=143; fi; }  # sets sig_status
+stop_before() {  # NAME: a stop before that run did anything (what is there holds the progress)
+  echo "$ME: stopped by SIG$got_signal before $1; rerun the same command to go on"
+  signal_status
+  exit "$sig_status"
+}
 now() { printf -v "$1" "%($2)T" -1; }  # VAR FORMAT: the time now, as date +FORMAT (a builtin)
 # A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
 # mlperf_bert/trainer/launch.py's NOT_SAVED_STATUS
@@ -131,15 +136,16 @@ newest_checkpoint() {  # DIR: sets newest to its newest model.ckpt-<step>.pt, or
 }
 
 run_state() {  # DIR LOG: sets run_seed (the seed its log records), run_status (its finished marker's),
-  # run_cache_clear (the cache_clear its log records) and run_seconds (its run_start to run_stop)
-  local state try rc
+  # run_cache_clear (the cache_clear its log records), run_seconds (its run_start to run_stop), and
+  # state_rc (0: they were read; else the reader's status, all of them empty)
+  local state try
   for try in 1 2 3; do
     # -S: without site (it reads the log with the standard library alone), a third of Python's start
     state="$(cd "$HERE" && "$PYTHON" -S -m mlperf_bert.harness.run_state "$1" "$2" 2>/dev/null)"
-    rc=$?
-    (( rc > 128 )) || break  # 128 + N: a signal ended it (a scheduler signals every process), not the log: again
+    state_rc=$?
+    (( state_rc > 128 )) || break  # 128 + N: a signal ended it (a scheduler signals every process), not the log: again
   done
-  (( rc == 0 )) || state="- - - -"
+  (( state_rc == 0 )) || state="- - - -"
   read -r run_seed run_status run_cache_clear run_seconds <<<"$state"
   [[ "$run_seed" == - ]] && run_seed=
   [[ "$run_status" == - ]] && run_status=
@@ -182,6 +188,13 @@ run_one() {
   shift 4
   catch_signals
   run_state "$dir" "$log"
+  if (( state_rc )); then
+    # Unread, a run that finished earlier would look unfinished: its trainer started again, and its
+    # old finished marker taken for this start's end (a RESULT line of 0 s). Signals in quick
+    # succession end every try: that is a stop, before this run does anything.
+    [[ -n "$got_signal" ]] && stop_before "$name"
+    die "cannot read the state of $name in $dir (python -S -m mlperf_bert.harness.run_state ended with status $state_rc): check PYTHON=$PYTHON"
+  fi
   if [[ -n "$run_status" ]]; then
     if [[ -n "$seed" && -n "$run_seed" && "$seed" != "$run_seed" ]]; then
       die "$name in $dir finished earlier with seed $run_seed, not SEED=$seed: use another OUTPUT_DIR for a new run"
@@ -307,11 +320,7 @@ fi
 mkdir -p "$LOGDIR" || exit 2
 seeds=()
 for (( i = 0; i < NUM_RUNS; i++ )); do
-  if [[ -n "$got_signal" ]]; then
-    echo "$ME: stopped by SIG$got_signal before run $i of $NUM_RUNS; rerun the same command to go on"
-    signal_status
-    exit "$sig_status"
-  fi
+  [[ -n "$got_signal" ]] && stop_before "run $i of $NUM_RUNS"
   run_dir="$OUTPUT_DIR/run_$i"
   run_one "$run_dir" "$run_dir" "${SEED:+$((SEED + i))}" "run $i of $NUM_RUNS" "$@"
   (( status == 0 )) || exit "$status"

@@ -322,6 +322,45 @@ def test_signals_after_the_trainer_ended_change_neither_verdict_nor_status(fake,
     assert (fake.out / "result_1.txt").exists()
 
 
+# PYTHON for start_training.sh whose reading of a run's state (harness.run_state) starts the storm
+# and lasts until a signal ends it
+STATE_STORM_PYTHON = """#!/usr/bin/env bash
+[[ "$*" == *harness.run_state* ]] && : > "$STORM_READY" && sleep 30
+exec %s "$@"
+""" % sys.executable
+
+
+@pytest.mark.parametrize("runs", ["1", "2"])
+def test_signals_while_a_rerun_reads_a_finished_runs_state_start_no_trainer(fake, tmp_path, runs):
+    """A rerun of finished runs, SIGTERM to its process group every 0.5 ms from its first reading of
+    a run's state (a Python process each signal can end, tried 3 times): the state unread, a finished
+    run looked unfinished, its trainer started again and its old finished marker was taken for this
+    start's end ("run 0 of 2 finished (success)", a RESULT line of 0 s, exit 0), or the run was said
+    to be stopped with a checkpoint. Now that is a stop before the run, which starts nothing, and the
+    same command then goes on."""
+    env = dict(fake.env, SEED="5", NUM_RUNS=runs)
+    first = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert first.returncode == 0, first.stdout + first.stderr
+    trained, results = calls(fake), {p: p.read_bytes() for p in fake.out.rglob("*") if p.is_file()}
+    python, ready = tmp_path / "python", tmp_path / "storm"
+    python.write_text(STATE_STORM_PYTHON)
+    python.chmod(0o755)
+    proc = subprocess.Popen([START, "--preset=demo_cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(env, PYTHON=str(python), STORM_READY=str(ready)), cwd=ROOT,
+                            start_new_session=True)
+    sent = _storm(proc, ready)
+    out, err = proc.communicate(timeout=60)
+    assert sent > 0 and err == "", out + err
+    assert calls(fake) == trained and "RESULT," not in out, out  # no trainer started, no time claimed
+    assert {p: p.read_bytes() for p in fake.out.rglob("*") if p.is_file()} == results
+    mine = [line for line in out.splitlines() if line.startswith("start_training.sh:")]
+    assert mine == ["start_training.sh: stopped by SIGTERM before %s; rerun the same command to go on"
+                    % ("the run" if runs == "1" else "run 0 of 2")], out
+    assert proc.returncode == 143, out
+    again = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert again.returncode == 0 and calls(fake) == trained and "finished earlier" in again.stdout, again.stdout
+
+
 def test_a_resumed_run_says_what_its_log_holds_and_which_time_counts(fake, tmp_path):
     """Issue 37 (6): a stopped and resumed run's RESULT counted the second invocation only while the
     log's run_start..run_stop (what MLPerf scores) spans both and the pause; the RESULT line says so.

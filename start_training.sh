@@ -88,6 +88,10 @@ if [[ -z "${TRAIN_MODEL:-}" ]]; then
   CHECK_ONLY=1 "$HERE/train_model.sh" "$@" || exit 2
 fi
 
+# the RESULT line's user, as the reference's run_and_time.sh gives it (read before the signals are
+# caught: a signal that ended `id` would leave it empty)
+USER_NAME="$(id -un 2>/dev/null || id -u)"
+
 # SIGTERM goes on to the trainer as SIGTERM; SIGINT as SIGINT, then SIGTERM: the trainer (and the
 # torchrun wrapper) act on the first and name it, while a child that has not installed its handlers
 # yet ignores SIGINT (a background job does) and ends on the SIGTERM. The run that was going on then
@@ -119,6 +123,13 @@ stop_before() {  # NAME: a stop before that run did anything (what is there hold
   echo "$ME: stopped by SIG$got_signal before $1; rerun the same command to go on"
   signal_status
   exit "$sig_status"
+}
+make_dirs() {  # NAME DIR...: mkdir -p; one that a signal ended is a stop before the run NAME
+  # (as `$(...)`: bash says nothing of a child a signal killed there), another failure a one-line error
+  local err
+  err="$(mkdir -p "${@:2}" 2>&1)" && return
+  [[ -n "$got_signal" ]] && stop_before "$1"
+  die "${err:-mkdir -p ${*:2} failed}"
 }
 now() { printf -v "$1" "%($2)T" -1; }  # VAR FORMAT: the time now, as date +FORMAT (a builtin)
 # A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
@@ -178,7 +189,6 @@ check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
   fi
 }
 
-USER_NAME="$(id -un 2>/dev/null || id -u)"  # the RESULT line's user, as the reference's run_and_time.sh gives it
 
 # One timed run: run_one DIR LOGDIR SEED NAME ("the run", "run 1 of 10") TRAIN_MODEL_ARGS... Sets
 # status, elapsed, finished_before, run_seed and run_status; prints one line when the run stops
@@ -208,8 +218,8 @@ run_one() {
   # a checkpoint there: the trainer resumes it, and the log goes on from it (its first lines kept)
   newest_checkpoint "$dir"
   resumed=$newest
-  # a signal that ends mkdir is the run's stop: the trainer gets it at its start, and says so
-  mkdir -p "$dir" "$logdir" || [[ -n "$got_signal" ]] || exit 2
+  make_dirs "$name" "$dir" "$logdir"
+  [[ -n "$got_signal" ]] && stop_before "$name"  # nothing of the run started: no trainer to stop
   now start %s
   now start_fmt '%Y-%m-%d %r'
   echo "STARTING TIMING RUN AT $start_fmt"
@@ -219,12 +229,13 @@ run_one() {
   local cleared=False
   if [[ "$DROP_CACHES" == 0 ]]; then
     :  # asked for: nothing to say
-  elif [[ "$DROP_CACHES" == auto && "$(id -u)" != 0 ]]; then
+  elif [[ "$DROP_CACHES" == auto && "$EUID" != 0 ]]; then
     say_drop "not root: the page cache is not dropped (run as root; a container with --privileged)" False
-  elif sync && { echo 3 > "$DROP_CACHES_FILE"; } 2>/dev/null; then
+  elif { sync && echo 3 > "$DROP_CACHES_FILE"; } 2>/dev/null; then  # (nor bash's "Terminated" of a killed sync)
     cleared=True
     say_drop "dropped the page cache (sync; echo 3 > $DROP_CACHES_FILE)" True
   else
+    [[ -n "$got_signal" ]] && stop_before "$name"  # a signal ended sync: a stop, not a file we cannot write
     say_drop "cannot drop the page cache ($DROP_CACHES_FILE is not writable: run the container with --privileged)" False
   fi
   OUTPUT_DIR="$dir" LOGDIR="$logdir" SEED="$seed" MLPERF_CACHE_CLEARED=$cleared \
@@ -317,7 +328,7 @@ fi
 # A submission's runs, one after the other: run i in $OUTPUT_DIR/run_i with its own seed (SEED+i
 # when SEED is set, else the trainer's random one, kept in its checkpoints), its log copied to
 # $LOGDIR/result_i.txt once the run has finished.
-mkdir -p "$LOGDIR" || exit 2
+make_dirs "run 0 of $NUM_RUNS" "$LOGDIR"
 seeds=()
 for (( i = 0; i < NUM_RUNS; i++ )); do
   [[ -n "$got_signal" ]] && stop_before "run $i of $NUM_RUNS"

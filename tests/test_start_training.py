@@ -4,6 +4,7 @@ A stand-in trainer (bash) records what it was given and exits as told, so these 
 tests/test_launchers.py runs the real trainer through start_training.sh.
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -322,43 +323,58 @@ def test_signals_after_the_trainer_ended_change_neither_verdict_nor_status(fake,
     assert (fake.out / "result_1.txt").exists()
 
 
-# PYTHON for start_training.sh whose reading of a run's state (harness.run_state) starts the storm
-# and lasts until a signal ends it
-STATE_STORM_PYTHON = """#!/usr/bin/env bash
-[[ "$*" == *harness.run_state* ]] && : > "$STORM_READY" && sleep 30
+# A command start_training.sh runs before a run's trainer (PYTHON's harness.run_state, which reads
+# a run's state; mkdir; sync, of DROP_CACHES), in a stand-in that starts the storm and lasts until a
+# signal ends it
+STORM_AT = """#!/usr/bin/env bash
+[[ "$*" == *%s* ]] && : > "$STORM_READY" && sleep 30
 exec %s "$@"
-""" % sys.executable
+"""
 
 
-@pytest.mark.parametrize("runs", ["1", "2"])
-def test_signals_while_a_rerun_reads_a_finished_runs_state_start_no_trainer(fake, tmp_path, runs):
-    """A rerun of finished runs, SIGTERM to its process group every 0.5 ms from its first reading of
-    a run's state (a Python process each signal can end, tried 3 times): the state unread, a finished
-    run looked unfinished, its trainer started again and its old finished marker was taken for this
-    start's end ("run 0 of 2 finished (success)", a RESULT line of 0 s, exit 0), or the run was said
-    to be stopped with a checkpoint. Now that is a stop before the run, which starts nothing, and the
-    same command then goes on."""
-    env = dict(fake.env, SEED="5", NUM_RUNS=runs)
-    first = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
-    assert first.returncode == 0, first.stdout + first.stderr
-    trained, results = calls(fake), {p: p.read_bytes() for p in fake.out.rglob("*") if p.is_file()}
-    python, ready = tmp_path / "python", tmp_path / "storm"
-    python.write_text(STATE_STORM_PYTHON)
-    python.chmod(0o755)
+@pytest.mark.parametrize("at,runs,finished", [("harness.run_state", "1", True), ("harness.run_state", "2", True),
+                                              ("mkdir", "1", False), ("mkdir", "2", False), ("sync", "1", False)])
+def test_signals_before_a_runs_trainer_starts_start_no_trainer(fake, tmp_path, at, runs, finished):
+    """SIGTERM to start_training.sh's process group every 0.5 ms from the start of a command it runs
+    before a run's trainer, which each signal can end (a scheduler signals every process of a job).
+    Reading a finished run's state (tried 3 times): the state unread, the run looked unfinished, its
+    trainer started again and its old finished marker was taken for this start's end ("run 0 of 2
+    finished (success)", a RESULT line of 0 s, exit 0), or the run was said to be stopped with a
+    checkpoint. A series' mkdir of LOGDIR: exit 2, silently. A run's mkdir or sync: the trainer
+    started, to be stopped at once ("nothing saved", 79), or "cannot drop the page cache". Now each
+    is a stop before the run: no trainer starts, nothing is written, 143, and the same command goes on."""
+    env = dict(fake.env, SEED="5", NUM_RUNS=runs, MLPERF_DROP_CACHES_FILE=str(tmp_path / "drop_caches"))
+    if at == "sync":
+        env["DROP_CACHES"] = "1"
+    if finished:
+        first = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT,
+                               timeout=120)
+        assert first.returncode == 0, first.stdout + first.stderr
+    trained, files = calls(fake), {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    shims, ready = tmp_path / "shims", tmp_path / "storm"
+    shims.mkdir()
+    name = "python" if at.startswith("harness") else at
+    real = sys.executable if name == "python" else shutil.which(name)
+    (shims / name).write_text(STORM_AT % (at if name == "python" else "", real))
+    (shims / name).chmod(0o755)
+    storm_env = dict(env, STORM_READY=str(ready), PATH="%s:%s" % (shims, env["PATH"]))
+    if name == "python":
+        storm_env["PYTHON"] = str(shims / name)
     proc = subprocess.Popen([START, "--preset=demo_cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(env, PYTHON=str(python), STORM_READY=str(ready)), cwd=ROOT,
-                            start_new_session=True)
+                            env=storm_env, cwd=ROOT, start_new_session=True)
     sent = _storm(proc, ready)
     out, err = proc.communicate(timeout=60)
     assert sent > 0 and err == "", out + err
     assert calls(fake) == trained and "RESULT," not in out, out  # no trainer started, no time claimed
-    assert {p: p.read_bytes() for p in fake.out.rglob("*") if p.is_file()} == results
+    ready.unlink()
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and shims not in p.parents} == files
     mine = [line for line in out.splitlines() if line.startswith("start_training.sh:")]
     assert mine == ["start_training.sh: stopped by SIGTERM before %s; rerun the same command to go on"
                     % ("the run" if runs == "1" else "run 0 of 2")], out
     assert proc.returncode == 143, out
     again = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
-    assert again.returncode == 0 and calls(fake) == trained and "finished earlier" in again.stdout, again.stdout
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert ("finished earlier" in again.stdout) == finished and len(calls(fake)) == len(trained) + (not finished) * int(runs)
 
 
 def test_a_resumed_run_says_what_its_log_holds_and_which_time_counts(fake, tmp_path):

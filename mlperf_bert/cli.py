@@ -16,6 +16,9 @@ def run_main(main, argv=None):
     install_sigterm_handler()
     try:
         status = main(argv)
+        # The command has ended: a signal now would change nothing of what it did, only turn its
+        # status into a traceback in its exit (a scheduler's SIGTERM to a trainer that finished).
+        _ignore_stops()
         if sigterm_lost():  # the signal's exception was dropped and the command ran to its end
             raise Terminated()
     except UserError as e:
@@ -55,6 +58,15 @@ def run_main(main, argv=None):
         sys.exit(2)
     _leave_lightly()
     sys.exit(status or 0)
+
+
+def _ignore_stops():
+    import signal
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass
 
 
 def _leave_lightly():

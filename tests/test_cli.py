@@ -1,7 +1,8 @@
-"""``python -m mlperf_bert``: its --version, and each command's --help opening with what it does."""
+"""``python -m mlperf_bert``: its --version, each command's --help opening with what it does, and run_main's exit."""
 import os
 import subprocess
 import sys
+import textwrap
 import tomllib
 
 import pytest
@@ -40,3 +41,30 @@ def test_each_commands_help_starts_with_what_it_does(capsys, monkeypatch):
     assert entry.asks_help("torchrun", []) and entry.asks_help("torchrun", ["-h"])
     assert not entry.asks_help("torchrun", ["--nproc_per_node=2", "run_pretraining.py", "--help"])
     assert entry.asks_help("train", ["--do_train", "--help"]) and not entry.asks_help("train", ["--do_train"])
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_while_a_finished_command_exits_keeps_its_status(tmp_path, sig):
+    """A scheduler's SIGTERM that came as a finished trainer left (its run_finished.json written)
+    raised Terminated in run_main's last collection, outside its handlers: a traceback on each rank
+    and status 1, which start_training.sh called a failure ("fix the cause"). The command's status
+    stands, and nothing is printed. The signal comes from that collection (a gc callback)."""
+    script = tmp_path / "cmd.py"
+    script.write_text(textwrap.dedent("""\
+        import gc, os, signal, sys, traceback
+        from mlperf_bert.cli import run_main
+
+        def at_exit(phase, info):
+            if phase == "start" and any(f.name == "_leave_lightly" for f in traceback.extract_stack()):
+                os.kill(os.getpid(), signal.%s)
+                print("signalled", flush=True)
+
+        def main(argv):
+            gc.callbacks.append(at_exit)
+            print("done", flush=True)
+            return 0
+
+        run_main(main)
+        """ % sig))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "done\nsignalled\n", "")

@@ -1,9 +1,11 @@
 """Stops and restarts on every launch path (issue 23): SIGKILL and an immediate rerun, SIGTERM
 under the torchrun wrapper, a rank or its loader worker killed, a busy MASTER_PORT."""
+import contextlib
 import gc
 import json
 import multiprocessing.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -271,7 +273,6 @@ def _read(f):
 
 def _ranks(wrapper_pid):
     """{local rank: pid} of the torchrun under the wrapper (its children's children)."""
-    import contextlib
     found = {}
     for agent in children(wrapper_pid):
         for pid in children(agent):
@@ -431,11 +432,45 @@ def test_sigterm_to_torchrun_alone_is_the_ranks_stop(tmp_path, short_tmpdir, sta
     assert proc.returncode == status and out == "" and err == "", (proc.returncode, out, err)
 
 
+# A rank still in its start (its imports), SIGTERM's handler not set up yet
+RANK_IN_ITS_START = textwrap.dedent("""\
+    import os, sys, time
+    open(os.path.join(sys.argv[1], "rank%s" % os.environ["RANK"]), "w").close()
+    time.sleep(120)
+""")
+
+
+def test_sigterm_to_every_process_while_the_ranks_start_is_a_stop_that_saved_nothing(tmp_path, short_tmpdir):
+    """A scheduler's SIGTERM to every process of the job while the ranks still import (their
+    handler not set up: the signal ends them): the wrapper said "error: local rank 0 ... was killed
+    by SIGTERM: the checkpoints written so far are kept; ... resume from the newest" and exited 143,
+    which says a checkpoint holds the run, for a fresh run that saved nothing (train_model.sh's own
+    status: start_training.sh corrects it by the checkpoints it finds). Now one line that it saved
+    nothing, exit 79, as a stop before the ranks started."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_IN_ITS_START)
+    proc = subprocess.Popen([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2", str(script),
+                             str(marks)], env=dict(ENV, TMPDIR=short_tmpdir), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_until(lambda: len(os.listdir(marks)) == 2, proc, what="both ranks")
+    pids = tree(proc.pid)
+    assert len(pids) == 4, pids  # the wrapper, torchrun, 2 ranks
+    for pid in reversed(pids):  # at once, as a scheduler does (a rank may be gone when its turn comes)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, out) == (79, ""), (proc.returncode, out, err)
+    assert re.fullmatch(r"SIGTERM before local rank [01] \(pid \d+\) had set up its stop: no checkpoint written "
+                        r"\(exit 79, not 143\); rerun the same command: it resumes from the newest checkpoint if "
+                        r"there is one, else starts again\n", err), err
+
+
 def test_a_stop_that_saved_nothing_is_not_143():
     """torchrun's status after a stop (launch._stop_status): 143 (130) only when every rank stopped
     with its checkpoint; ranks that never started, one killed (torchrun's SIGKILL past the shutdown
     timeout) or one that failed say so, with their status."""
-    import contextlib
     import io
     from mlperf_bert.trainer import launch
     term = signal.SIGTERM
@@ -454,6 +489,11 @@ def test_a_stop_that_saved_nothing_is_not_143():
                                                    "killed by SIGKILL: the checkpoints written so far are kept; "
                                                    "rerun the same command to resume from the newest\n")
     assert status({0: (10, 2), 1: (11, 143)}) == (2, "")  # its own line is out
+    # the stop's signal itself ended a rank (it came before the rank's handler): it saved nothing
+    assert status({0: (10, -15), 1: (11, -15)}) == (79, "SIGTERM before local rank 0 (pid 10) had set up its stop: "
+                                                    "no checkpoint written (exit 79, not 143); rerun the same "
+                                                    "command: it resumes from the newest checkpoint if there is one, "
+                                                    "else starts again\n")
     assert status({0: (10, launch.NOT_SAVED_STATUS), 1: (11, launch.NOT_SAVED_STATUS)}) == (79, "")
 
 

@@ -200,6 +200,9 @@ def _stop_status(sig, ranks):
     if not failed:
         return next(code for code in codes if code)
     _, local, pid, code = failed[0]  # a killed rank first
+    if code == -sig:  # the stop's own signal ended it: it came before the rank had set up its handler
+        sys.stderr.write(not_saved_line(name, "before local rank %d (pid %d) had set up its stop" % (local, pid)))
+        return NOT_SAVED_STATUS
     if code < 0:  # killed (torchrun's SIGKILL past the shutdown timeout, the OOM killer): nobody said so
         sys.stderr.write(killed_line("local rank %d (pid %d), stopping after %s," % (local, pid, name), -code))
         return 128 - code

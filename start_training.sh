@@ -33,7 +33,8 @@
 #   TRAIN_MODEL    the training script                                       [./train_model.sh]
 #   TORCHINDUCTOR_CACHE_DIR  torch.compile's cache (--compile), shared by every run of a series,
 #                  so only the first compiles from scratch (in its untimed init) [$OUTPUT_DIR/compile_cache]
-# Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512);
+# Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512), but
+# not --seed, --output_dir or --mlperf_log (SEED, OUTPUT_DIR and LOGDIR: it sets them for each run);
 # --help prints this and the presets with what each asks of each GPU (as train_model.sh --help does).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -47,6 +48,12 @@ for arg in "$@"; do
       sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
       "${TRAIN_MODEL:-$HERE/train_model.sh}" --help | sed -n '/^presets: /,$p'  # with the rcp_<B> installed
       exit 0 ;;
+    # what it sets for each run itself: given as a flag, every run of a series would share it (one
+    # seed for ten runs, which the package checker's seed check fails; one output folder), and
+    # its checkpoints, state and log would be looked for where the trainer did not put them
+    --seed|--seed=*) die "$arg: set SEED instead (run i of a series gets SEED+i: one --seed would be every run's)" ;;
+    --output_dir|--output_dir=*) die "$arg: set OUTPUT_DIR instead (it keeps each run's checkpoints and state there)" ;;
+    --mlperf_log|--mlperf_log=*) die "$arg: set LOGDIR instead (a run's log is its LOGDIR/mlperf.log, which it checks and keeps)" ;;
     -*) ;;
     *) die "unexpected argument '$arg': pass trainer flags as --name=value (settings as environment variables, see --help)" ;;
   esac

@@ -95,6 +95,20 @@ def test_bad_settings_are_one_line(fake, name, value):
     assert not calls(fake)
 
 
+@pytest.mark.parametrize("flag,variable", [("--seed=3", "SEED"), ("--output_dir=/tmp/x", "OUTPUT_DIR"),
+                                           ("--mlperf_log=/tmp/x.log", "LOGDIR"), ("--seed", "SEED")])
+def test_flags_it_sets_for_each_run_are_refused_with_their_variable(fake, flag, variable):
+    """A trainer flag start_training.sh sets for each run, given on its command line, won over its own
+    (the user's flags do): --seed=3 gave every run of a series seed 3 ("seeds 3 3"; the package
+    checker fails a set whose runs log one seed, and the rerun refused run 1: "finished earlier with
+    seed 3, not SEED=4"); --output_dir put the runs where it did not look for their checkpoints and
+    state. One line naming the variable that sets it, before any run."""
+    proc = fake("--preset=demo_cpu", flag, NUM_RUNS="2")
+    assert proc.returncode == 2 and proc.stdout == "" and not calls(fake), proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: start_training.sh: %s: set %s instead (" % (flag, variable))
+
+
 def test_a_positional_argument_is_refused_before_the_run(fake):
     proc = fake("--preset=demo_cpu", "bash")
     assert proc.returncode == 2 and "unexpected argument 'bash'" in proc.stderr and not calls(fake)

@@ -50,7 +50,7 @@ TINY = {"vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1, "num_att
         "initializer_range": 0.02}
 STEPS = int(os.environ.get("SLURM_TEST_STEPS", "120"))  # micro-steps of a run
 FLAGS = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--train_batch_size=4", "--steps_per_update=2",
-         "--num_train_steps=%d" % STEPS, "--num_warmup_steps=4", "--save_checkpoints_steps=3", "--seed=7",
+         "--num_train_steps=%d" % STEPS, "--num_warmup_steps=4", "--save_checkpoints_steps=3",
          "--num_workers=1", "--nodo_eval", "--eval_frequency=1000000", "--noprogress"]
 FIRST = "model.ckpt-6.pt"  # a stop is sent once this exists
 LAST = "model.ckpt-%d.pt" % STEPS
@@ -90,7 +90,7 @@ class Test:
 
     def submit(self, name, *sbatch_opts, **env):
         out = os.path.join(self.dir, name)
-        env = dict(dict(PRESET="demo_cpu", GPUS_PER_NODE="0", NUM_RUNS="1", EXTRA_FLAGS=" ".join(FLAGS)), **env)
+        env = dict(dict(PRESET="demo_cpu", GPUS_PER_NODE="0", NUM_RUNS="1", SEED="7", EXTRA_FLAGS=" ".join(FLAGS)), **env)
         e = dict(self.slurm.env, DATA_DIR=self.data, BERT_CONFIG=self.config, OUTPUT_DIR=out, CHECK_LOG="0",
                  DROP_CACHES="0", TMPDIR=self.tmp, OMP_NUM_THREADS="1",
                  TORCHINDUCTOR_CACHE_DIR=os.path.join(self.dir, "inductor"), **env)

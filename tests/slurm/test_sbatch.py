@@ -88,12 +88,12 @@ def test_the_job_exits_with_the_first_failing_nodes_status(job, case, status, la
     the SIGTERM the other node then got, the documented "stopped, resume" status (a script that
     resubmits on 143 loops on it). The job's status is the node that failed first, not one that
     only followed it (143, or 75: lost its peer); every node 143 is a stop."""
-    proc, record = job("--seed=3", **case)
+    proc, record = job("--num_workers=3", **case)
     host = socket.gethostname()
     assert proc.returncode == status, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == "slurm_multinode.sbatch: " + last % (host, host), proc.stdout
     # both nodes ran, each with its rank, the first node's address and the job's port, on the CPU
-    assert sorted(record) == ["%d n1 %d 1 --preset=demo_cpu --device=cpu --seed=3" % (n, 20000 + 40007 % 20000)
+    assert sorted(record) == ["%d n1 %d 1 --preset=demo_cpu --device=cpu --num_workers=3" % (n, 20000 + 40007 % 20000)
                               for n in (0, 1)]
 
 
@@ -101,18 +101,23 @@ def test_submit_checks_the_settings_before_sbatch(job, tmp_path):
     """Issue 45 (3): a mistake is said before the job waits for nodes: submit.sh runs the job's
     checks with the paths as the login node sees them, and calls sbatch only when they pass (with
     GPUS_PER_NODE as --gpus-per-node, sbatch's options before --, trainer flags after it)."""
-    proc, record = job("--time=5", "--", "--seed=3", script=SUBMIT)
+    proc, record = job("--time=5", "--", "--num_workers=3", script=SUBMIT)
     assert proc.returncode == 2 and record == [], proc.stdout + proc.stderr
     assert proc.stderr == "error: slurm_multinode.sbatch: DATA_DIR=%s holds no part-* TFRecords: set DATA_DIR to " \
                           "the folder make-dataset wrote\n" % job.data
     (job.data / "part-00000").write_text("")
     (job.data / "eval_10k").write_text("")
-    proc, record = job("--time=5", "--", "--seed=3", "--preset=tpu_8192", script=SUBMIT)
+    proc, record = job("--time=5", "--", "--num_workers=3", "--preset=tpu_8192", script=SUBMIT)
     assert proc.returncode == 2 and record == [] and proc.stderr.startswith(
         "error: slurm_multinode.sbatch: set the preset with PRESET=tpu_8192, not --preset=tpu_8192"), proc.stderr
+    # a flag start_training.sh sets for each run (the header's example was --seed=3: ten runs, one seed)
     proc, record = job("--time=5", "--", "--seed=3", script=SUBMIT)
+    assert proc.returncode == 2 and record == [] and proc.stderr == (
+        "error: slurm_multinode.sbatch: --seed=3: set SEED, OUTPUT_DIR or LOGDIR instead: start_training.sh sets "
+        "them for each run (run i gets SEED+i)\n"), proc.stderr
+    proc, record = job("--time=5", "--", "--num_workers=3", script=SUBMIT)
     assert proc.returncode == 0 and proc.stdout == "Submitted batch job 7\n", proc.stdout + proc.stderr
-    assert record == ["sbatch --gpus-per-node=0 --time=5 %s --seed=3" % SBATCH]
+    assert record == ["sbatch --gpus-per-node=0 --time=5 %s --num_workers=3" % SBATCH]
     closed, record = job(script=SUBMIT, PRESET="rcp_3072", GPUS_PER_NODE="8")
     assert closed.returncode == 2 and len(record) == 1 and closed.stderr.startswith(
         "error: slurm_multinode.sbatch: set SUBMISSION_ORG SUBMISSION_PLATFORM INIT_CHECKPOINT ")
@@ -130,12 +135,12 @@ def test_the_pyxis_variant_runs_the_images_script_with_the_folders_mounted_at_th
     assert refused.returncode == 2 and record == [] and refused.stderr.startswith(
         "error: slurm_multinode_pyxis.sbatch: set CONTAINER_IMAGE "), refused.stderr
     out = tmp_path / "out"
-    proc, record = job("--seed=3", script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out))
+    proc, record = job("--num_workers=3", script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out))
     # srun ran nothing: no node's status, which the job's status says
     assert proc.returncode == 1 and "not every node with one of its own" in proc.stdout, proc.stdout + proc.stderr
     srun, python = record
     assert srun.startswith("--ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=/images/bert.sqsh "
                            "--container-mounts=%s:%s,%s:%s:ro --container-workdir=/workspace/bert bash -c "
                            % (out, out, job.data, job.data)), srun
-    assert srun.endswith(" node_task /workspace/bert/start_training.sh --preset=demo_cpu --device=cpu --seed=3")
+    assert srun.endswith(" node_task /workspace/bert/start_training.sh --preset=demo_cpu --device=cpu --num_workers=3")
     assert python == "/opt/venv/bin/python"

@@ -8,11 +8,28 @@ from mlperf_bert.fileio import WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 
 
+_QUIET_START = []  # quiet_start() changed SIGINT's handler: run_main puts Python's back
+
+
+def quiet_start():
+    """Until ``run_main``: Ctrl-C ends the process as the signal's default action does, not with a
+    KeyboardInterrupt traceback out of whichever import it came in (torch's take seconds, and a
+    launcher's SIGINT reaches every rank there). Called first by the entry points that import torch."""
+    import signal
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _QUIET_START.append(True)
+
+
 def run_main(main, argv=None):
     """Run ``main(argv)``: a UserError is one line on stderr and exit 2; SIGTERM and Ctrl-C end
     it with one line (143, 130) after the atomic writers removed their temporaries; a disk-full
     or I/O error elsewhere is one line too (exit 2)."""
     argv = sys.argv if argv is None else argv
+    if _QUIET_START:
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        del _QUIET_START[:]
     install_sigterm_handler()
     try:
         status = main(argv)

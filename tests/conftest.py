@@ -39,6 +39,17 @@ if not os.environ.get("PYTEST_XDIST_WORKER") and sys.dont_write_bytecode:
         compileall.compile_dir(os.path.join(ROOT, _part), quiet=2)
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_kept():
+    """A test that runs a command's run_main in this process leaves SIGTERM and SIGINT ignored (run_main
+    ignores them once the command has ended, the process then only exits): the tests after it would
+    start children that inherit the ignore. Each test ends with the handlers it started with."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
 def _unpack(src_dir, dst_dir):
     """Copy ``src_dir`` to ``dst_dir``, decompressing ``*.gz`` files (tests/data keeps them small)."""
     os.makedirs(dst_dir, exist_ok=True)

@@ -1,8 +1,10 @@
 """``python -m mlperf_bert``: its --version, each command's --help opening with what it does, and run_main's exit."""
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import tomllib
 
 import pytest
@@ -68,3 +70,36 @@ def test_a_signal_while_a_finished_command_exits_keeps_its_status(tmp_path, sig)
         """ % sig))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "done\nsignalled\n", "")
+
+
+# sitecustomize for a trainer whose import of torch waits (marked) until a signal comes
+HOLD_TORCH_IMPORT = textwrap.dedent("""\
+    import importlib.abc, os, sys, time
+
+    class Hold(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "torch":
+                sys.meta_path.remove(self)
+                open(os.environ["MARK"], "w").close()
+                time.sleep(60)
+            return None
+    sys.meta_path.insert(0, Hold())
+""")
+
+
+def test_a_ctrl_c_while_the_trainer_imports_torch_ends_it_without_a_traceback(tmp_path):
+    """A launcher's SIGINT reached the ranks while they imported torch (seconds): each printed a
+    KeyboardInterrupt traceback from somewhere in torch's modules. Until run_main, SIGINT ends the
+    trainer as its default action does: no output (the launcher says what it ended)."""
+    (tmp_path / "sitecustomize.py").write_text(HOLD_TORCH_IMPORT)
+    mark = tmp_path / "importing"
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark))
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "run_pretraining.py"), "--help"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not mark.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (-signal.SIGINT, "", "")

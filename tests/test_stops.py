@@ -467,6 +467,56 @@ def test_sigterm_to_every_process_while_the_ranks_start_is_a_stop_that_saved_not
                         r"there is one, else starts again\n", err), err
 
 
+# Rank 1 is the trainer, marking when it is about to make its process group; rank 0 never comes
+# (a peer that died in its start, or is slow to start): rank 1 waits for it in C++
+RANK_1_WAITS_FOR_RANK_0 = textwrap.dedent("""\
+    import os, sys, time
+    if os.environ["RANK"] == "0":
+        time.sleep(600)
+    from mlperf_bert.cli import run_main
+    from mlperf_bert.trainer import training
+    init = training.distributed.dist.init_process_group
+
+    def marked(*args, **kwargs):
+        open(os.path.join(sys.argv[1], "init"), "w").close()
+        return init(*args, **kwargs)
+    training.distributed.dist.init_process_group = marked
+    run_main(training.main, ["run_pretraining.py"] + sys.argv[2:])
+""")
+
+
+@pytest.mark.slow
+def test_a_stop_while_a_rank_waits_for_its_peers_to_join_ends_at_once(files, tmp_path, short_tmpdir):
+    """A rank making its process group waits in C++ for every peer, where its Python handler cannot
+    run: SIGTERM to every process while a peer was still starting (or had died there) waited for
+    torchrun's SIGKILL after its shutdown timeout (300 s; 30 s after a peer's failure), then said a
+    rank was killed by SIGKILL (137). Now the signal ends such a rank at once: the launch ends in
+    seconds, one line, nothing saved (79). (The timeout is cut to 60 s here; this asserts 20.)"""
+    from test_training import flags_for
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_1_WAITS_FOR_RANK_0)
+    argv = flags_for(files, str(tmp_path / "run"), num_train_steps=10)[1:]
+    proc = subprocess.Popen([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2", str(script),
+                             str(marks)] + argv, env=dict(ENV, TMPDIR=short_tmpdir, TORCH_ELASTIC_SHUTDOWN_TIMEOUT="60"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_until(lambda: (marks / "init").exists(), proc, what="rank 1 making its process group")
+    time.sleep(1)  # in init_process_group's C++ wait for rank 0
+    pids = tree(proc.pid)
+    assert len(pids) == 4, pids  # the wrapper, torchrun, 2 ranks
+    t = time.time()
+    for pid in reversed(pids):  # at once, as a scheduler does
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert time.time() - t < 20, (time.time() - t, err)
+    assert (proc.returncode, out) == (79, ""), (proc.returncode, out, err)
+    assert re.fullmatch(r"SIGTERM before local rank [01] \(pid \d+\) had set up its stop: no checkpoint written "
+                        r"\(exit 79, not 143\); rerun the same command: it resumes from the newest checkpoint if "
+                        r"there is one, else starts again\n", err), err
+
+
 def test_a_stop_that_saved_nothing_is_not_143():
     """torchrun's status after a stop (launch._stop_status): 143 (130) only when every rank stopped
     with its checkpoint; ranks that never started, one killed (torchrun's SIGKILL past the shutdown

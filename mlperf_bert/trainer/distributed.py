@@ -8,6 +8,7 @@ instead (training.Trainer).
 import contextlib
 import gc
 import os
+import signal
 import sys
 import time
 from typing import NamedTuple
@@ -33,14 +34,34 @@ def setup(device_kind):
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device_kind == "cuda":
         torch.cuda.set_device(local_rank)
-    if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
     global _HOST_GROUP
-    # NCCL's object collectives pickle into a CUDA tensor and read it back (a device sync, at
-    # each checkpoint); a gloo group keeps them in host memory. new_group is a collective: here,
-    # where every rank comes, in the same order
-    _HOST_GROUP = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
+    with signals_end_the_process():
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+        # NCCL's object collectives pickle into a CUDA tensor and read it back (a device sync, at
+        # each checkpoint); a gloo group keeps them in host memory. new_group is a collective: here,
+        # where every rank comes, in the same order
+        _HOST_GROUP = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
     return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+@contextlib.contextmanager
+def signals_end_the_process():
+    """While a rank makes a process group, it waits in C++ for every peer, where no Python signal
+    handler runs until they have come: a peer that died in its start never comes (gloo's 30 min),
+    and a stop (SIGTERM, SIGINT) waited for torchrun's SIGKILL after its shutdown timeout, 300 s.
+    Here the signals end the process, as their default action does: nothing is done yet that a
+    checkpoint would keep (the launcher says nothing was saved; a checkpoint there still holds the run)."""
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(ValueError):  # not the main thread
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                old[sig] = signal.signal(sig, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def active():
@@ -170,7 +191,8 @@ class StopVote:
     asked for before update k is therefore acted on at update k + 1, on every rank alike."""
 
     def __init__(self):
-        self.group = dist.new_group(backend="gloo") if active() else None  # a collective: every rank
+        with signals_end_the_process():  # a collective: every rank, before the loop's first update
+            self.group = dist.new_group(backend="gloo") if active() else None
         self.box = torch.zeros(1, dtype=torch.uint8)  # host memory, reduced in place
         self._read = self.box.numpy()  # its value, read without a tensor op
         self._work = None

@@ -126,17 +126,24 @@ catch_signals
 # (The log checker catches SIGTERM, as every command of ours: stopped, it is said to be, not failed.)
 ignore_signals() { trap '' TERM INT; }
 signal_status() { if [[ "$got_signal" == INT ]]; then sig_status=130; else sig_status=143; fi; }  # sets sig_status
-stop_before() {  # NAME: a stop before that run did anything (what is there holds the progress)
-  echo "$ME: stopped by SIG$got_signal before $1; rerun the same command to go on"
+seeds=()  # the seeds of the runs of a series finished so far
+stop_before() {  # NAME DIR: a stop before that run's trainer started; 143 (130) where a checkpoint in
+  # DIR or an earlier run of the series holds what was done, else NOT_SAVED, as a trainer's stop says
+  newest_checkpoint "$2"
   signal_status
-  exit "$sig_status"
+  if [[ -n "$newest" ]] || (( ${#seeds[@]} )); then
+    echo "$ME: stopped by SIG$got_signal before $1; rerun the same command to go on"
+    exit "$sig_status"
+  fi
+  echo "$ME: stopped by SIG$got_signal before $1 started: nothing saved (exit $NOT_SAVED, not $sig_status); rerun the same command to start it"
+  exit "$NOT_SAVED"
 }
-make_dirs() {  # NAME DIR...: mkdir -p; one that a signal ended is a stop before the run NAME
-  # (as `$(...)`: bash says nothing of a child a signal killed there), another failure a one-line error
+make_dirs() {  # NAME RUN_DIR DIR...: mkdir -p the DIRs; one that a signal ended is a stop before the
+  # run NAME (as `$(...)`: bash says nothing of a child a signal killed there), another failure a one-line error
   local err
-  err="$(mkdir -p "${@:2}" 2>&1)" && return
-  [[ -n "$got_signal" ]] && stop_before "$1"
-  die "${err:-mkdir -p ${*:2} failed}"
+  err="$(mkdir -p "${@:3}" 2>&1)" && return
+  [[ -n "$got_signal" ]] && stop_before "$1" "$2"
+  die "${err:-mkdir -p ${*:3} failed}"
 }
 now() { printf -v "$1" "%($2)T" -1; }  # VAR FORMAT: the time now, as date +FORMAT (a builtin)
 # A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
@@ -209,7 +216,7 @@ run_one() {
     # Unread, a run that finished earlier would look unfinished: its trainer started again, and its
     # old finished marker taken for this start's end (a RESULT line of 0 s). Signals in quick
     # succession end every try: that is a stop, before this run does anything.
-    [[ -n "$got_signal" ]] && stop_before "$name"
+    [[ -n "$got_signal" ]] && stop_before "$name" "$dir"
     die "cannot read the state of $name in $dir (python -S -m mlperf_bert.harness.run_state ended with status $state_rc): check PYTHON=$PYTHON"
   fi
   if [[ -n "$run_status" ]]; then
@@ -225,8 +232,8 @@ run_one() {
   # a checkpoint there: the trainer resumes it, and the log goes on from it (its first lines kept)
   newest_checkpoint "$dir"
   resumed=$newest
-  make_dirs "$name" "$dir" "$logdir"
-  [[ -n "$got_signal" ]] && stop_before "$name"  # nothing of the run started: no trainer to stop
+  make_dirs "$name" "$dir" "$dir" "$logdir"
+  [[ -n "$got_signal" ]] && stop_before "$name" "$dir"  # nothing of the run started: no trainer to stop
   now start %s
   now start_fmt '%Y-%m-%d %r'
   echo "STARTING TIMING RUN AT $start_fmt"
@@ -242,7 +249,7 @@ run_one() {
     cleared=True
     say_drop "dropped the page cache (sync; echo 3 > $DROP_CACHES_FILE)" True
   else
-    [[ -n "$got_signal" ]] && stop_before "$name"  # a signal ended sync: a stop, not a file we cannot write
+    [[ -n "$got_signal" ]] && stop_before "$name" "$dir"  # a signal ended sync: a stop, not a file we cannot write
     say_drop "cannot drop the page cache ($DROP_CACHES_FILE is not writable: run the container with --privileged)" False
   fi
   OUTPUT_DIR="$dir" LOGDIR="$logdir" SEED="$seed" MLPERF_CACHE_CLEARED=$cleared \
@@ -335,10 +342,9 @@ fi
 # A submission's runs, one after the other: run i in $OUTPUT_DIR/run_i with its own seed (SEED+i
 # when SEED is set, else the trainer's random one, kept in its checkpoints), its log copied to
 # $LOGDIR/result_i.txt once the run has finished.
-make_dirs "run 0 of $NUM_RUNS" "$LOGDIR"
-seeds=()
+make_dirs "run 0 of $NUM_RUNS" "$OUTPUT_DIR/run_0" "$LOGDIR"
 for (( i = 0; i < NUM_RUNS; i++ )); do
-  [[ -n "$got_signal" ]] && stop_before "run $i of $NUM_RUNS"
+  [[ -n "$got_signal" ]] && stop_before "run $i of $NUM_RUNS" "$OUTPUT_DIR/run_$i"
   run_dir="$OUTPUT_DIR/run_$i"
   run_one "$run_dir" "$run_dir" "${SEED:+$((SEED + i))}" "run $i of $NUM_RUNS" "$@"
   (( status == 0 )) || exit "$status"

@@ -355,8 +355,9 @@ def test_signals_before_a_runs_trainer_starts_start_no_trainer(fake, tmp_path, a
     trainer started again and its old finished marker was taken for this start's end ("run 0 of 2
     finished (success)", a RESULT line of 0 s, exit 0), or the run was said to be stopped with a
     checkpoint. A series' mkdir of LOGDIR: exit 2, silently. A run's mkdir or sync: the trainer
-    started, to be stopped at once ("nothing saved", 79), or "cannot drop the page cache". Now each
-    is a stop before the run: no trainer starts, nothing is written, 143, and the same command goes on."""
+    started, to be stopped at once, or "cannot drop the page cache". Now each is a stop before the run:
+    no trainer starts, nothing is written, and the same command goes on; 143 where the run's
+    checkpoints hold it, else 79 (nothing saved), as a trainer's stop says."""
     env = dict(fake.env, SEED="5", NUM_RUNS=runs, MLPERF_DROP_CACHES_FILE=str(tmp_path / "drop_caches"))
     if at == "sync":
         env["DROP_CACHES"] = "1"
@@ -383,9 +384,14 @@ def test_signals_before_a_runs_trainer_starts_start_no_trainer(fake, tmp_path, a
     ready.unlink()
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and shims not in p.parents} == files
     mine = [line for line in out.splitlines() if line.startswith("start_training.sh:")]
-    assert mine == ["start_training.sh: stopped by SIGTERM before %s; rerun the same command to go on"
-                    % ("the run" if runs == "1" else "run 0 of 2")], out
-    assert proc.returncode == 143, out
+    name = "the run" if runs == "1" else "run 0 of 2"
+    if finished:  # its checkpoints hold it
+        assert mine == ["start_training.sh: stopped by SIGTERM before %s; rerun the same command to go on" % name], out
+        assert proc.returncode == 143, out
+    else:  # nothing holds it: not 143, as a trainer stopped before its first checkpoint says
+        assert mine == ["start_training.sh: stopped by SIGTERM before %s started: nothing saved (exit 79, not 143); "
+                        "rerun the same command to start it" % name], out
+        assert proc.returncode == 79, out
     again = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
     assert ("finished earlier" in again.stdout) == finished and len(calls(fake)) == len(trained) + (not finished) * int(runs)

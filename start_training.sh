@@ -127,8 +127,10 @@ catch_signals
 ignore_signals() { trap '' TERM INT; }
 signal_status() { if [[ "$got_signal" == INT ]]; then sig_status=130; else sig_status=143; fi; }  # sets sig_status
 seeds=()  # the seeds of the runs of a series finished so far
-stop_before() {  # NAME DIR: a stop before that run's trainer started; 143 (130) where a checkpoint in
-  # DIR or an earlier run of the series holds what was done, else NOT_SAVED, as a trainer's stop says
+stop_if_signalled() {  # NAME DIR: after a signal, a stop before that run's trainer started; 143 (130)
+  # where a checkpoint in DIR or an earlier run of the series holds what was done, else NOT_SAVED, as
+  # a trainer's stop says
+  [[ -n "$got_signal" ]] || return 0
   newest_checkpoint "$2"
   signal_status
   if [[ -n "$newest" ]] || (( ${#seeds[@]} )); then
@@ -138,12 +140,11 @@ stop_before() {  # NAME DIR: a stop before that run's trainer started; 143 (130)
   echo "$ME: stopped by SIG$got_signal before $1 started: nothing saved (exit $NOT_SAVED, not $sig_status); rerun the same command to start it"
   exit "$NOT_SAVED"
 }
-make_dirs() {  # NAME RUN_DIR DIR...: mkdir -p the DIRs; one that a signal ended is a stop before the
-  # run NAME (as `$(...)`: bash says nothing of a child a signal killed there), another failure a one-line error
+make_dirs() {  # DIR...: mkdir -p; a failure is a one-line error, unless a signal ended it (the caller's
+  # stop_if_signalled says so). As `$(...)`: bash says nothing of a child a signal killed there.
   local err
-  err="$(mkdir -p "${@:3}" 2>&1)" && return
-  [[ -n "$got_signal" ]] && stop_before "$1" "$2"
-  die "${err:-mkdir -p ${*:3} failed}"
+  err="$(mkdir -p "$@" 2>&1)" && return
+  [[ -n "$got_signal" ]] || die "${err:-mkdir -p $* failed}"
 }
 now() { printf -v "$1" "%($2)T" -1; }  # VAR FORMAT: the time now, as date +FORMAT (a builtin)
 # A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
@@ -216,7 +217,7 @@ run_one() {
     # Unread, a run that finished earlier would look unfinished: its trainer started again, and its
     # old finished marker taken for this start's end (a RESULT line of 0 s). Signals in quick
     # succession end every try: that is a stop, before this run does anything.
-    [[ -n "$got_signal" ]] && stop_before "$name" "$dir"
+    stop_if_signalled "$name" "$dir"
     die "cannot read the state of $name in $dir (python -S -m mlperf_bert.harness.run_state ended with status $state_rc): check PYTHON=$PYTHON"
   fi
   if [[ -n "$run_status" ]]; then
@@ -232,8 +233,8 @@ run_one() {
   # a checkpoint there: the trainer resumes it, and the log goes on from it (its first lines kept)
   newest_checkpoint "$dir"
   resumed=$newest
-  make_dirs "$name" "$dir" "$dir" "$logdir"
-  [[ -n "$got_signal" ]] && stop_before "$name" "$dir"  # nothing of the run started: no trainer to stop
+  make_dirs "$dir" "$logdir"
+  stop_if_signalled "$name" "$dir"  # nothing of the run started: no trainer to stop
   now start %s
   now start_fmt '%Y-%m-%d %r'
   echo "STARTING TIMING RUN AT $start_fmt"
@@ -249,7 +250,7 @@ run_one() {
     cleared=True
     say_drop "dropped the page cache (sync; echo 3 > $DROP_CACHES_FILE)" True
   else
-    [[ -n "$got_signal" ]] && stop_before "$name" "$dir"  # a signal ended sync: a stop, not a file we cannot write
+    stop_if_signalled "$name" "$dir"  # a signal ended sync: a stop, not a file we cannot write
     say_drop "cannot drop the page cache ($DROP_CACHES_FILE is not writable: run the container with --privileged)" False
   fi
   OUTPUT_DIR="$dir" LOGDIR="$logdir" SEED="$seed" MLPERF_CACHE_CLEARED=$cleared \
@@ -342,9 +343,9 @@ fi
 # A submission's runs, one after the other: run i in $OUTPUT_DIR/run_i with its own seed (SEED+i
 # when SEED is set, else the trainer's random one, kept in its checkpoints), its log copied to
 # $LOGDIR/result_i.txt once the run has finished.
-make_dirs "run 0 of $NUM_RUNS" "$OUTPUT_DIR/run_0" "$LOGDIR"
+make_dirs "$LOGDIR"
 for (( i = 0; i < NUM_RUNS; i++ )); do
-  [[ -n "$got_signal" ]] && stop_before "run $i of $NUM_RUNS" "$OUTPUT_DIR/run_$i"
+  stop_if_signalled "run $i of $NUM_RUNS" "$OUTPUT_DIR/run_$i"
   run_dir="$OUTPUT_DIR/run_$i"
   run_one "$run_dir" "$run_dir" "${SEED:+$((SEED + i))}" "run $i of $NUM_RUNS" "$@"
   (( status == 0 )) || exit "$status"

@@ -1,6 +1,7 @@
 """The wrapper every command-line entry point uses: ``run_main`` turns a UserError, a signal or
 a disk-full error into one line and an exit status."""
 import os
+import signal
 import sys
 
 from mlperf_bert.errors import Terminated, UserError, install_sigterm_handler, sigterm_lost
@@ -15,7 +16,6 @@ def quiet_start():
     """Until ``run_main``: Ctrl-C ends the process as the signal's default action does, not with a
     KeyboardInterrupt traceback out of whichever import it came in (torch's take seconds, and a
     launcher's SIGINT reaches every rank there). Called first by the entry points that import torch."""
-    import signal
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         _QUIET_START.append(True)
@@ -27,7 +27,6 @@ def run_main(main, argv=None):
     or I/O error elsewhere is one line too (exit 2)."""
     argv = sys.argv if argv is None else argv
     if _QUIET_START:
-        import signal
         signal.signal(signal.SIGINT, signal.default_int_handler)
         del _QUIET_START[:]
     install_sigterm_handler()
@@ -78,7 +77,6 @@ def run_main(main, argv=None):
 
 
 def _ignore_stops():
-    import signal
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
             signal.signal(sig, signal.SIG_IGN)

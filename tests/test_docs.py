@@ -184,7 +184,7 @@ def _recognise(tokens, env=()):
             return [("launcher", os.path.basename(t), _flags(tokens[k + 1:]), env)]
         if re.match(r"^(\./)?(bench|tests/container)/\w+\.py$", t):
             return [("bench", t[2:] if t.startswith("./") else t, _flags(tokens[k + 1:]), env)]
-        if t in PYTHONS or t in ("flock", "/usr/bin/time", "time", "nice", "torchrun", "env", "exec") \
+        if t in PYTHONS or t in ("flock", "/usr/bin/time", "time", "nice", "sudo", "torchrun", "env", "exec") \
                 or t.startswith(("-", "/tmp/")) or _is_assignment(t):
             continue  # wrappers and their arguments: look further
         return []

@@ -1,12 +1,13 @@
 # `make demo`: set up .venv and run the built-in end-to-end demo.  `make test`: the test suite.
 # `make container-test`: build the image and run it as a user would (minutes; needs docker or podman).
 # `make slurm-test`: the multi-node sbatch under a real two-node Slurm on this host (root; minutes).
+# `make stop-stress`: start_training.sh stopped by signals at random moments, each trial rerun (minutes).
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: demo submission-demo test container-test slurm-test venv hf bench clean manifest
+.PHONY: demo submission-demo test container-test slurm-test stop-stress venv hf bench clean manifest
 
 venv: $(STAMP)
 
@@ -43,6 +44,13 @@ container-test: $(STAMP)
 # for the daemons' namespaces); not part of `make test`
 slurm-test: $(STAMP)
 	$(PY) tests/slurm/check_slurm.py
+
+# the real trainer through start_training.sh (1 or 2 ranks, a run or a series), SIGTERM or SIGINT to
+# its process group 1-3 times at random moments, then rerun: each status says what happened, no
+# traceback, the rerun ends bit-identical (tests/stress/check_stops.py; TRIALS=N); not part of `make test`
+TRIALS ?= 20
+stop-stress: $(STAMP)
+	$(PY) tests/stress/check_stops.py --trials=$(TRIALS)
 
 # MANIFEST.txt: the files `package` copies as the implementation (git is not needed there, e.g. in
 # the image); remake it after adding, moving or removing a tracked file (tests/test_score.py checks it)

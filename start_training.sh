@@ -37,8 +37,40 @@
 # not --seed, --output_dir or --mlperf_log (SEED, OUTPUT_DIR and LOGDIR: it sets them for each run);
 # --help prints this and the presets with what each asks of each GPU (as train_model.sh --help does).
 set -uo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ME=start_training.sh
+
+# SIGTERM goes on to the trainer as SIGTERM; SIGINT as SIGINT, then SIGTERM: the trainer (and the
+# torchrun wrapper) act on the first and name it, while a child that has not installed its handlers
+# yet ignores SIGINT (a background job does) and ends on the SIGTERM. The run that was going on then
+# says it stopped.
+child=
+got_signal=
+pass_on() {  # the signal got, to $child
+  [[ "$got_signal" == INT ]] && kill -INT "$child" 2>/dev/null
+  kill -TERM "$child" 2>/dev/null
+}
+on_signal() {
+  interrupted=1
+  got_signal=$1
+  [[ -n "$child" ]] && pass_on
+}
+catch_signals() { trap 'on_signal TERM' TERM; trap 'on_signal INT' INT; }
+# Caught from the first line: a signal while the settings are read (the process group's, as a
+# scheduler or `kill -TERM -PGID` sends it) is a stop the first run's check reports (79: nothing of it
+# saved; 143 where its checkpoints or the series' finished runs hold it), not bash's own death (143,
+# no line) or, as a container's process 1, a signal the kernel drops. What it reads meanwhile is read
+# with the signals ignored (`quiet`): a signal that ended a `$(...)` would leave its value empty.
+catch_signals
+quiet() { trap '' TERM INT; "$@"; }  # in a `$(...)`: CMD... with SIGTERM and SIGINT ignored, as what it runs
+signal_status() { if [[ "$got_signal" == INT ]]; then sig_status=130; else sig_status=143; fi; }  # sets sig_status
+# A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
+# mlperf_bert/trainer/launch.py's NOT_SAVED_STATUS
+NOT_SAVED=79
+# this script's folder, by builtins (no process a signal could end)
+HERE=$PWD
+case "${BASH_SOURCE[0]}" in
+  */*) CDPATH='' cd -- "${BASH_SOURCE[0]%/*}" && HERE=$PWD && CDPATH='' cd -- "$OLDPWD" || exit 2 ;;
+esac
 
 die() { echo "error: $ME: $*" >&2; exit 2; }
 
@@ -75,14 +107,20 @@ export PYTHON
 if [[ -z "${PYTORCH_CUDA_ALLOC_CONF+x}${PYTORCH_ALLOC_CONF+x}" ]]; then
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # train_model.sh's setting (see there)
 fi
-OUTPUT_DIR="$(realpath -m "${OUTPUT_DIR:-$PWD/output}")"
-LOGDIR="$(realpath -m "${LOGDIR:-$OUTPUT_DIR}")"
+OUTPUT_DIR="$(quiet realpath -m "${OUTPUT_DIR:-$PWD/output}")"
+LOGDIR="$(quiet realpath -m "${LOGDIR:-$OUTPUT_DIR}")"
 # one compile cache for the series: runs 1..N-1 (and reruns) load what run 0 compiled
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$OUTPUT_DIR/compile_cache}"
 
 if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   if (( $# )); then
     die "arguments ($*) but no DATA_DIR: set DATA_DIR (or INPUT_FILES) for a run; run without arguments for the demo"
+  fi
+  if [[ -n "$got_signal" ]]; then  # before the demo started: it resumes from its checkpoints, if any
+    signal_status
+    compgen -G "$OUTPUT_DIR/demo/train/model.ckpt-*.pt" >/dev/null || sig_status=$NOT_SAVED
+    echo "$ME: stopped by SIG$got_signal before the demo started (exit $sig_status); rerun the same command to start it"
+    exit "$sig_status"
   fi
   echo "$ME: DATA_DIR is not set: running the built-in demo (python -m mlperf_bert demo)"
   cd "$HERE" || exit 2
@@ -92,30 +130,13 @@ fi
 # The settings (preset, environment, a closed run's INIT_CHECKPOINT) checked once, before the first
 # timed run: a mistake is train_model.sh's one error line, not a started and failed run.
 if [[ -z "${TRAIN_MODEL:-}" ]]; then
-  CHECK_ONLY=1 "$HERE/train_model.sh" "$@" || exit 2
+  # (a signal that ended it: the first run's check says the stop)
+  CHECK_ONLY=1 "$HERE/train_model.sh" "$@" || [[ -n "$got_signal" ]] || exit 2
 fi
 
-# the RESULT line's user, as the reference's run_and_time.sh gives it (read before the signals are
-# caught: a signal that ended `id` would leave it empty)
-USER_NAME="$(id -un 2>/dev/null || id -u)"
+# the RESULT line's user, as the reference's run_and_time.sh gives it
+USER_NAME="$(quiet id -un 2>/dev/null || quiet id -u)"
 
-# SIGTERM goes on to the trainer as SIGTERM; SIGINT as SIGINT, then SIGTERM: the trainer (and the
-# torchrun wrapper) act on the first and name it, while a child that has not installed its handlers
-# yet ignores SIGINT (a background job does) and ends on the SIGTERM. The run that was going on then
-# says it stopped.
-child=
-got_signal=
-pass_on() {  # the signal got, to $child
-  [[ "$got_signal" == INT ]] && kill -INT "$child" 2>/dev/null
-  kill -TERM "$child" 2>/dev/null
-}
-on_signal() {
-  interrupted=1
-  got_signal=$1
-  [[ -n "$child" ]] && pass_on
-}
-catch_signals() { trap 'on_signal TERM' TERM; trap 'on_signal INT' INT; }
-catch_signals
 # Once a trainer has ended, what is left of its run (the verdict, the RESULT line, the log check, the
 # log kept) is done with SIGTERM and SIGINT ignored, by this shell and by what it starts: a scheduler
 # may signal every process of the job again then (srun's --kill-on-bad-exit after another node's task
@@ -125,7 +146,6 @@ catch_signals
 # which the scheduler's SIGKILL ends before anything of it is saved. The next run catches them again.
 # (The log checker catches SIGTERM, as every command of ours: stopped, it is said to be, not failed.)
 ignore_signals() { trap '' TERM INT; }
-signal_status() { if [[ "$got_signal" == INT ]]; then sig_status=130; else sig_status=143; fi; }  # sets sig_status
 seeds=()  # the seeds of the runs of a series finished so far
 stop_if_signalled() {  # NAME DIR: after a signal, a stop before that run's trainer started; 143 (130)
   # where a checkpoint in DIR or an earlier run of the series holds what was done, else NOT_SAVED, as
@@ -147,10 +167,6 @@ make_dirs() {  # DIR...: mkdir -p; a failure is a one-line error, unless a signa
   [[ -n "$got_signal" ]] || die "${err:-mkdir -p $* failed}"
 }
 now() { printf -v "$1" "%($2)T" -1; }  # VAR FORMAT: the time now, as date +FORMAT (a builtin)
-# A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
-# mlperf_bert/trainer/launch.py's NOT_SAVED_STATUS
-NOT_SAVED=79
-
 newest_checkpoint() {  # DIR: sets newest to its newest model.ckpt-<step>.pt, or empty
   local f n best_n=-1
   newest=

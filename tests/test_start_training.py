@@ -397,6 +397,78 @@ def test_signals_before_a_runs_trainer_starts_start_no_trainer(fake, tmp_path, a
     assert ("finished earlier" in again.stdout) == finished and len(calls(fake)) == len(trained) + (not finished) * int(runs)
 
 
+# A command start_training.sh runs while it reads its settings (realpath of OUTPUT_DIR and LOGDIR,
+# id for the RESULT line's user), in a stand-in that starts the storm and then does its work
+STORM_SLOW = """#!/usr/bin/env bash
+: > "$STORM_READY"
+sleep 0.5
+exec %s "$@"
+"""
+
+
+@pytest.mark.parametrize("at,runs,finished", [("realpath", "1", False), ("realpath", "2", True), ("id", "1", False)])
+def test_signals_while_the_settings_are_read_are_a_stop_before_the_first_run(fake, tmp_path, at, runs, finished):
+    """The stress check (`make stop-stress`) found it: SIGTERM to the process group in the first
+    ~50 ms, before start_training.sh caught signals, ended the shell by the signal's default action:
+    status 143 (a checkpoint holds it, the status table says) and no line, for a run that saved
+    nothing; as a container's process 1 the kernel dropped the signal and docker's SIGKILL came 10 s
+    later. Now signals are caught from the first line, what the settings read is read with them
+    ignored, and a signal then is a stop before the first run: 79 and its line where nothing is saved,
+    143 where the series' finished run holds it; no trainer starts, the same command goes on."""
+    env = dict(fake.env, SEED="5", NUM_RUNS=runs)
+    if finished:
+        first = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT,
+                               timeout=120)
+        assert first.returncode == 0, first.stdout + first.stderr
+    trained = calls(fake)
+    shims, ready = tmp_path / "shims", tmp_path / "storm"
+    shims.mkdir()
+    (shims / at).write_text(STORM_SLOW % shutil.which(at))
+    (shims / at).chmod(0o755)
+    proc = subprocess.Popen([START, "--preset=demo_cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(env, STORM_READY=str(ready), PATH="%s:%s" % (shims, env["PATH"])), cwd=ROOT,
+                            start_new_session=True)
+    sent = _storm(proc, ready)
+    out, err = proc.communicate(timeout=60)
+    assert sent > 0 and err == "", out + err
+    assert calls(fake) == trained and "RESULT," not in out, out  # no trainer started
+    mine = [line for line in out.splitlines() if line.startswith("start_training.sh:")]
+    name = "the run" if runs == "1" else "run 0 of 2"
+    if finished:
+        assert mine == ["start_training.sh: stopped by SIGTERM before %s; rerun the same command to go on" % name], out
+        assert proc.returncode == 143, out
+    else:
+        assert mine == ["start_training.sh: stopped by SIGTERM before %s started: nothing saved (exit 79, not 143); "
+                        "rerun the same command to start it" % name], out
+        assert proc.returncode == 79, out
+    again = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(calls(fake)) == len(trained) + (not finished) * int(runs)
+
+
+def test_a_signal_while_the_settings_are_read_stops_the_demo_before_it_starts(tmp_path):
+    """Without DATA_DIR, start_training.sh runs the demo (exec python -m mlperf_bert demo): a signal
+    that came while it read its settings is a stop before the demo, 79 (nothing of it saved), not a
+    demo started after it (the signal lost)."""
+    shims, ready, record = tmp_path / "shims", tmp_path / "storm", tmp_path / "python_calls"
+    shims.mkdir()
+    (shims / "realpath").write_text(STORM_SLOW % shutil.which("realpath"))
+    (shims / "realpath").chmod(0o755)
+    (shims / "python").write_text("#!/usr/bin/env bash\necho \"$*\" >> %s\n" % record)  # the demo, if started
+    (shims / "python").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "INPUT_FILES", "NUM_RUNS", "SEED")}
+    env.update(OUTPUT_DIR=str(tmp_path / "out"), PYTHON=str(shims / "python"), STORM_READY=str(ready),
+               PATH="%s:%s" % (shims, os.environ["PATH"]))
+    proc = subprocess.Popen([START], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            start_new_session=True)
+    sent = _storm(proc, ready)
+    out, err = proc.communicate(timeout=60)
+    assert sent > 0 and err == "", out + err
+    assert out.splitlines() == ["start_training.sh: stopped by SIGTERM before the demo started (exit 79); rerun the "
+                                "same command to start it"], out
+    assert proc.returncode == 79 and not record.exists()
+
+
 def test_a_resumed_run_says_what_its_log_holds_and_which_time_counts(fake, tmp_path):
     """Issue 37 (6): a stopped and resumed run's RESULT counted the second invocation only while the
     log's run_start..run_stop (what MLPerf scores) spans both and the pause; the RESULT line says so.

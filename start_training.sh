@@ -73,6 +73,29 @@ case "${BASH_SOURCE[0]}" in
 esac
 
 die() { echo "error: $ME: $*" >&2; exit 2; }
+seeds=()  # the seeds of the runs of a series finished so far
+stop_if_signalled() {  # NAME DIR: after a signal, a stop before that run's trainer started; 143 (130)
+  # where a checkpoint in DIR or an earlier run of the series holds what was done, else NOT_SAVED, as
+  # a trainer's stop says
+  [[ -n "$got_signal" ]] || return 0
+  newest_checkpoint "$2"
+  signal_status
+  if [[ -n "$newest" ]] || (( ${#seeds[@]} )); then
+    echo "$ME: stopped by SIG$got_signal before $1; rerun the same command to go on"
+    exit "$sig_status"
+  fi
+  echo "$ME: stopped by SIG$got_signal before $1 started: nothing saved (exit $NOT_SAVED, not $sig_status); rerun the same command to start it"
+  exit "$NOT_SAVED"
+}
+newest_checkpoint() {  # DIR: sets newest to its newest model.ckpt-<step>.pt, or empty
+  local f n best_n=-1
+  newest=
+  for f in "$1"/model.ckpt-*.pt; do
+    [[ "$f" =~ /model\.ckpt-([0-9]+)\.pt$ ]] || continue
+    n=$((10#${BASH_REMATCH[1]}))
+    if (( n > best_n )); then best_n=$n; newest=$f; fi
+  done
+}
 
 for arg in "$@"; do
   case "$arg" in
@@ -116,12 +139,7 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   if (( $# )); then
     die "arguments ($*) but no DATA_DIR: set DATA_DIR (or INPUT_FILES) for a run; run without arguments for the demo"
   fi
-  if [[ -n "$got_signal" ]]; then  # before the demo started: it resumes from its checkpoints, if any
-    signal_status
-    compgen -G "$OUTPUT_DIR/demo/train/model.ckpt-*.pt" >/dev/null || sig_status=$NOT_SAVED
-    echo "$ME: stopped by SIG$got_signal before the demo started (exit $sig_status); rerun the same command to start it"
-    exit "$sig_status"
-  fi
+  stop_if_signalled "the demo" "$OUTPUT_DIR/demo/train"  # (where it keeps its checkpoints)
   echo "$ME: DATA_DIR is not set: running the built-in demo (python -m mlperf_bert demo)"
   cd "$HERE" || exit 2
   exec "$PYTHON" -m mlperf_bert demo "--output_dir=$OUTPUT_DIR/demo"
@@ -146,20 +164,6 @@ USER_NAME="$(quiet id -un 2>/dev/null || quiet id -u)"
 # which the scheduler's SIGKILL ends before anything of it is saved. The next run catches them again.
 # (The log checker catches SIGTERM, as every command of ours: stopped, it is said to be, not failed.)
 ignore_signals() { trap '' TERM INT; }
-seeds=()  # the seeds of the runs of a series finished so far
-stop_if_signalled() {  # NAME DIR: after a signal, a stop before that run's trainer started; 143 (130)
-  # where a checkpoint in DIR or an earlier run of the series holds what was done, else NOT_SAVED, as
-  # a trainer's stop says
-  [[ -n "$got_signal" ]] || return 0
-  newest_checkpoint "$2"
-  signal_status
-  if [[ -n "$newest" ]] || (( ${#seeds[@]} )); then
-    echo "$ME: stopped by SIG$got_signal before $1; rerun the same command to go on"
-    exit "$sig_status"
-  fi
-  echo "$ME: stopped by SIG$got_signal before $1 started: nothing saved (exit $NOT_SAVED, not $sig_status); rerun the same command to start it"
-  exit "$NOT_SAVED"
-}
 make_dirs() {  # DIR...: mkdir -p; a failure is a one-line error, unless a signal ended it (the caller's
   # stop_if_signalled says so). As `$(...)`: bash says nothing of a child a signal killed there.
   local err
@@ -167,15 +171,6 @@ make_dirs() {  # DIR...: mkdir -p; a failure is a one-line error, unless a signa
   [[ -n "$got_signal" ]] || die "${err:-mkdir -p $* failed}"
 }
 now() { printf -v "$1" "%($2)T" -1; }  # VAR FORMAT: the time now, as date +FORMAT (a builtin)
-newest_checkpoint() {  # DIR: sets newest to its newest model.ckpt-<step>.pt, or empty
-  local f n best_n=-1
-  newest=
-  for f in "$1"/model.ckpt-*.pt; do
-    [[ "$f" =~ /model\.ckpt-([0-9]+)\.pt$ ]] || continue
-    n=$((10#${BASH_REMATCH[1]}))
-    if (( n > best_n )); then best_n=$n; newest=$f; fi
-  done
-}
 
 run_state() {  # DIR LOG: sets run_seed (the seed its log records), run_status (its finished marker's),
   # run_cache_clear (the cache_clear its log records), run_seconds (its run_start to run_stop), and

@@ -464,8 +464,8 @@ def test_a_signal_while_the_settings_are_read_stops_the_demo_before_it_starts(tm
     sent = _storm(proc, ready)
     out, err = proc.communicate(timeout=60)
     assert sent > 0 and err == "", out + err
-    assert out.splitlines() == ["start_training.sh: stopped by SIGTERM before the demo started (exit 79); rerun the "
-                                "same command to start it"], out
+    assert out.splitlines() == ["start_training.sh: stopped by SIGTERM before the demo started: nothing saved (exit 79, "
+                                "not 143); rerun the same command to start it"], out
     assert proc.returncode == 79 and not record.exists()
 
 

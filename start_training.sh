@@ -58,7 +58,8 @@ catch_signals() { trap 'on_signal TERM' TERM; trap 'on_signal INT' INT; }
 # Caught from the first line: a signal while the settings are read (the process group's, as a
 # scheduler or `kill -TERM -PGID` sends it) is a stop the first run's check reports (79: nothing of it
 # saved; 143 where its checkpoints or the series' finished runs hold it), not bash's own death (143,
-# no line) or, as a container's process 1, a signal the kernel drops. What it reads meanwhile is read
+# no line) or, as a container's process 1, a signal the kernel drops (pid_namespaces(7): process 1
+# gets only the signals it has a handler for). What it reads meanwhile is read
 # with the signals ignored (`quiet`): a signal that ended a `$(...)` would leave its value empty.
 catch_signals
 quiet() { trap '' TERM INT; "$@"; }  # in a `$(...)`: CMD... with SIGTERM and SIGINT ignored, as what it runs

@@ -52,7 +52,7 @@ def cgroup(name, share):
         with open(os.path.join(v2, "cgroup.subtree_control")) as f:
             if "cpu" not in f.read().split():
                 die("cgroup v2 without its cpu controller in %s/cgroup.subtree_control: "
-                         "enable it (echo +cpu > that file) or run on a host that has it" % v2)
+                    "enable it (echo +cpu > that file) or run on a host that has it" % v2)
         path = os.path.join(v2, name)
         os.makedirs(path, exist_ok=True)
         with open(os.path.join(path, "cpu.max"), "w") as f:
@@ -173,8 +173,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="suite_time.") as work:
         for r in range(args.rounds):
             for kind in ("full", "slowed"):
-                with contextlib.ExitStack() as stack:
-                    busy = stack.enter_context(slower_cpus(args.slowdown)) if kind == "slowed" else None
+                with slower_cpus(args.slowdown) if kind == "slowed" else contextlib.nullcontext() as busy:
                     wall, cpu, before, after, last, took = run(commit, work, "%s%d" % (kind, r), busy)
                 times[kind].append(wall)
                 print("%s %s: make test %.1f s, CPU %.1f s%s, loop %.3f / %.3f s: %s"

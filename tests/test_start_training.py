@@ -411,8 +411,8 @@ def test_signals_while_the_settings_are_read_are_a_stop_before_the_first_run(fak
     """The stress check (`make stop-stress`) found it: SIGTERM to the process group in the first
     ~50 ms, before start_training.sh caught signals, ended the shell by the signal's default action:
     status 143 (a checkpoint holds it, the status table says) and no line, for a run that saved
-    nothing; as a container's process 1 the kernel dropped the signal and docker's SIGKILL came 10 s
-    later. Now signals are caught from the first line, what the settings read is read with them
+    nothing (as a container's process 1 the kernel drops a signal it has no handler for,
+    pid_namespaces(7): docker's SIGKILL would follow 10 s later). Now signals are caught from the first line, what the settings read is read with them
     ignored, and a signal then is a stop before the first run: 79 and its line where nothing is saved,
     143 where the series' finished run holds it; no trainer starts, the same command goes on."""
     env = dict(fake.env, SEED="5", NUM_RUNS=runs)

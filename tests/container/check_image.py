@@ -28,7 +28,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from stepped import Failed, report, step, times  # noqa: E402
+from stepped import Failed, differing_parts, report, step, times  # noqa: E402
 
 IMAGE = os.environ.get("CONTAINER_IMAGE", "mlperf-bert")
 NAME = "mlperf-bert-test-%d" % os.getpid()
@@ -186,7 +186,6 @@ def series_cut(work, data):
 
 @step("checkpoints: stopped + resumed series = uninterrupted series")
 def compare(full, cut):
-    import torch
     for r in ("run_0", "run_1"):
         names = sorted(n for n in os.listdir(os.path.join(full, r)) if n.endswith(".pt"))
         if "model.ckpt-%d.pt" % LAST_STEP not in names:
@@ -196,24 +195,10 @@ def compare(full, cut):
             b_path = os.path.join(cut, r, n)
             if not os.path.exists(b_path):
                 continue  # kept only the newest few (keep_checkpoint_max), or not written in the cut run
-            a = torch.load(os.path.join(full, r, n), map_location="cpu", weights_only=False)
-            b = torch.load(b_path, map_location="cpu", weights_only=False)
-            for part in ("model", "optimizer"):
-                if not _equal(a[part], b[part]):
-                    raise Failed("%s/%s: %s differs from the uninterrupted run's" % (r, n, part))
+            for part in differing_parts(os.path.join(full, r, n), b_path):
+                raise Failed("%s/%s: %s differs from the uninterrupted run's" % (r, n, part))
             same += 1
         print("  %s: %d checkpoints bit-identical, up to model.ckpt-%d.pt" % (r, same, LAST_STEP))
-
-
-def _equal(a, b):
-    import torch
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 @step("package and score in the image")

@@ -22,8 +22,6 @@ Every job's output holds no traceback (a stop or a failure is one line a node).
 Each step prints its time; every daemon is stopped by pid at the end, also after a failure. The
 scratch folder is removed after a pass (kept after a failure, and with SLURM_TEST_KEEP=1).
 """
-import gzip
-import json
 import os
 import re
 import shlex
@@ -41,13 +39,8 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import local_slurm  # noqa: E402
-from stepped import Failed, report, step  # noqa: E402
+from stepped import Failed, differing_parts, report, step, tiny_data  # noqa: E402
 
-# The tiny model of tests/test_training.py (TINY) on the reference's s128 records.
-TINY = {"vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
-        "intermediate_size": 32, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 128, "type_vocab_size": 2,
-        "initializer_range": 0.02}
 STEPS = int(os.environ.get("SLURM_TEST_STEPS", "120"))  # micro-steps of a run
 FLAGS = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--train_batch_size=4", "--steps_per_update=2",
          "--num_train_steps=%d" % STEPS, "--num_warmup_steps=4", "--save_checkpoints_steps=3",
@@ -72,19 +65,9 @@ class Test:
     # ---- setup
 
     def make_data(self):
-        from mlperf_bert.dataset import tfrecord
         os.makedirs(self.data)
-        src = os.path.join(ROOT, "tests", "data", "golden", "part-00000.s128.tfrecord.gz")
-        plain = os.path.join(self.dir, "golden.tfrecord")
-        with gzip.open(src, "rb") as f, open(plain, "wb") as out:
-            shutil.copyfileobj(f, out)
-        recs = list(tfrecord.read_records(plain))
-        tfrecord.write_records(os.path.join(self.data, "part-00000"), recs[:96])
-        tfrecord.write_records(os.path.join(self.data, "eval_10k"), recs[4000:4040])
-        os.remove(plain)
         self.config = os.path.join(self.dir, "bert_config.json")
-        with open(self.config, "w") as f:
-            json.dump(TINY, f)
+        tiny_data(os.path.join(self.data, "part-00000"), os.path.join(self.data, "eval_10k"), self.config)
 
     # ---- jobs
 
@@ -259,22 +242,9 @@ def load(path):
 
 def same(a_path, b_path):
     """The two checkpoints' model and optimizer, bit for bit."""
-    a, b = load(a_path), load(b_path)
-    for part in ("model", "optimizer"):
-        if not _equal(a[part], b[part]):
-            raise Failed("%s: %s differs from the unstopped run's %s" % (b_path, part, a_path))
+    for part in differing_parts(a_path, b_path):
+        raise Failed("%s: %s differs from the unstopped run's %s" % (b_path, part, a_path))
     expect(True, "%s is bit-identical to the unstopped run's (model and optimizer)" % os.path.basename(b_path))
-
-
-def _equal(a, b):
-    import torch
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 def read(path):

@@ -25,8 +25,6 @@ The scratch folder is removed after a pass (kept after a failure, and with STOP_
 import argparse
 import collections
 import glob
-import gzip
-import json
 import os
 import random
 import shutil
@@ -39,26 +37,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(HERE))
+from stepped import differing_parts, tiny_data  # noqa: E402
+
 START = os.path.join(ROOT, "start_training.sh")
 STEPS = 24
-TINY = {"vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
-        "intermediate_size": 32, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 128, "type_vocab_size": 2,
-        "initializer_range": 0.02}
-
-
-def make_data(d):
-    """96 training and 16 eval records of the reference's s128 shard, and the tiny model's config."""
-    from mlperf_bert.dataset import tfrecord
-    golden = os.path.join(d, "golden.tfrecord")
-    with gzip.open(os.path.join(ROOT, "tests", "data", "golden", "part-00000.s128.tfrecord.gz")) as f, \
-            open(golden, "wb") as out:
-        shutil.copyfileobj(f, out)
-    recs = list(tfrecord.read_records(golden))
-    tfrecord.write_records(os.path.join(d, "train.tfrecord"), recs[:96])
-    tfrecord.write_records(os.path.join(d, "eval.tfrecord"), recs[4000:4016])
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(TINY, f)
 
 
 def command(d):
@@ -78,11 +61,6 @@ def environment(d, gpus, runs, out):
 
 def run_dir(out, runs, i):
     return os.path.join(out, "run_%d" % i) if runs > 1 else out
-
-
-def final_weights(out, runs, i):
-    import torch
-    return torch.load(os.path.join(run_dir(out, runs, i), "model.ckpt-%d.pt" % STEPS), weights_only=False)["model"]
 
 
 def verdict(status, sig, out, runs, text):
@@ -119,7 +97,8 @@ def main():
     work = tempfile.mkdtemp(prefix="stop_stress.")
     os.makedirs(os.path.join(work, "tmp"))
     print("check_stops.py: %d trials, seed %d, in %s" % (args.trials, seed, work), flush=True)
-    make_data(work)
+    tiny_data(os.path.join(work, "train.tfrecord"), os.path.join(work, "eval.tfrecord"),
+              os.path.join(work, "config.json"), eval_records=16)
     reference, outcomes, failures = {}, collections.Counter(), []
     t0 = time.time()
     for k in range(args.trials):
@@ -161,11 +140,11 @@ def main():
             wrong.append("the rerun ended with status %d: %s"
                          % (again.returncode, (again.stdout + again.stderr)[-500:]))
         else:
-            import torch
             for i in range(runs):
-                a, b = final_weights(reference[gpus, runs][0], runs, i), final_weights(out, runs, i)
-                if a.keys() != b.keys() or not all(torch.equal(a[n], b[n]) for n in a):
-                    wrong.append("run %d's final weights differ from the unstopped run's" % i)
+                final = "model.ckpt-%d.pt" % STEPS
+                for part in differing_parts(os.path.join(run_dir(reference[gpus, runs][0], runs, i), final),
+                                            os.path.join(run_dir(out, runs, i), final)):
+                    wrong.append("run %d's final %s differs from the unstopped run's" % (i, part))
                 if runs > 1 and open(os.path.join(out, "result_%d.txt" % i)).read() != \
                         open(os.path.join(run_dir(out, runs, i), "mlperf.log")).read():
                     wrong.append("result_%d.txt is not run %d's log" % (i, i))

@@ -45,24 +45,34 @@ ME=start_training.sh
 # says it stopped.
 child=
 got_signal=
+launching=
 pass_on() {  # the signal got, to $child
   [[ "$got_signal" == INT ]] && kill -INT "$child" 2>/dev/null
   kill -TERM "$child" 2>/dev/null
 }
+# Before a trainer runs, the first signal is the stop and the next ones are ignored: the processes
+# that read what the stop's check needs (a run's state, its folder) then start with them ignored.
+# Caught, a scheduler's signals in quick succession (to every process of the job) end such a process
+# before bash has set its dispositions (a `$(...)` left empty), and bash 5.2 running the trap while
+# it reads a `$(...)` reads it wrong ("unexpected EOF while looking for matching `)'"). Not while a
+# trainer is being started (launching): it would start with them ignored.
 on_signal() {
   interrupted=1
-  got_signal=$1
-  [[ -n "$child" ]] && pass_on
+  if [[ -n "$child" ]]; then
+    got_signal=$1
+    pass_on
+  else
+    got_signal=${got_signal:-$1}
+    [[ -n "$launching" ]] || trap '' TERM INT
+  fi
 }
 catch_signals() { trap 'on_signal TERM' TERM; trap 'on_signal INT' INT; }
 # Caught from the first line: a signal while the settings are read (the process group's, as a
 # scheduler or `kill -TERM -PGID` sends it) is a stop the first run's check reports (79: nothing of it
 # saved; 143 where its checkpoints or the series' finished runs hold it), not bash's own death (143,
 # no line) or, as a container's process 1, a signal the kernel drops (pid_namespaces(7): process 1
-# gets only the signals it has a handler for). What it reads meanwhile is read
-# with the signals ignored (`quiet`): a signal that ended a `$(...)` would leave its value empty.
+# gets only the signals it has a handler for). The settings are read by bash alone (no process).
 catch_signals
-quiet() { trap '' TERM INT; "$@"; }  # in a `$(...)`: CMD... with SIGTERM and SIGINT ignored, as what it runs
 signal_status() { if [[ "$got_signal" == INT ]]; then sig_status=130; else sig_status=143; fi; }  # sets sig_status
 # A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
 # mlperf_bert/trainer/launch.py's NOT_SAVED_STATUS
@@ -131,8 +141,20 @@ export PYTHON
 if [[ -z "${PYTORCH_CUDA_ALLOC_CONF+x}${PYTORCH_ALLOC_CONF+x}" ]]; then
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # train_model.sh's setting (see there)
 fi
-OUTPUT_DIR="$(quiet realpath -m "${OUTPUT_DIR:-$PWD/output}")"
-LOGDIR="$(quiet realpath -m "${LOGDIR:-$OUTPUT_DIR}")"
+absolute() {  # VAR PATH: sets VAR to PATH made absolute against $PWD, without `.` or empty parts (`..` kept:
+  # after a symbolic link it is not the part before)
+  local path=$2
+  [[ "$path" == /* ]] || path="$PWD/$path"
+  path+=/
+  while [[ "$path" == *//* || "$path" == */./* ]]; do
+    path=${path//\/\//\/}
+    path=${path//\/.\//\/}
+  done
+  path=${path%/}
+  printf -v "$1" %s "${path:-/}"
+}
+absolute OUTPUT_DIR "${OUTPUT_DIR:-$PWD/output}"
+absolute LOGDIR "${LOGDIR:-$OUTPUT_DIR}"
 # one compile cache for the series: runs 1..N-1 (and reruns) load what run 0 compiled
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$OUTPUT_DIR/compile_cache}"
 
@@ -140,6 +162,7 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   if (( $# )); then
     die "arguments ($*) but no DATA_DIR: set DATA_DIR (or INPUT_FILES) for a run; run without arguments for the demo"
   fi
+  launching=1
   stop_if_signalled "the demo" "$OUTPUT_DIR/demo/train"  # (where it keeps its checkpoints)
   echo "$ME: DATA_DIR is not set: running the built-in demo (python -m mlperf_bert demo)"
   cd "$HERE" || exit 2
@@ -149,12 +172,9 @@ fi
 # The settings (preset, environment, a closed run's INIT_CHECKPOINT) checked once, before the first
 # timed run: a mistake is train_model.sh's one error line, not a started and failed run.
 if [[ -z "${TRAIN_MODEL:-}" ]]; then
-  # (a signal that ended it: the first run's check says the stop)
-  CHECK_ONLY=1 "$HERE/train_model.sh" "$@" || [[ -n "$got_signal" ]] || exit 2
+  # (after a signal, or one that ended it: the first run's check says the stop)
+  [[ -n "$got_signal" ]] || CHECK_ONLY=1 "$HERE/train_model.sh" "$@" || [[ -n "$got_signal" ]] || exit 2
 fi
-
-# the RESULT line's user, as the reference's run_and_time.sh gives it
-USER_NAME="$(quiet id -un 2>/dev/null || quiet id -u)"
 
 # Once a trainer has ended, what is left of its run (the verdict, the RESULT line, the log check, the
 # log kept) is done with SIGTERM and SIGINT ignored, by this shell and by what it starts: a scheduler
@@ -194,7 +214,7 @@ run_state() {  # DIR LOG: sets run_seed (the seed its log records), run_status (
 say_drop() {  # WHAT CACHE_CLEAR: run_one's page cache line, ending with the cache_clear the log holds
   # (run_one's: resumed, the checkpoint a run resumes; run_cache_clear, what its log holds)
   if [[ -n "$resumed" && -n "$run_cache_clear" ]]; then
-    echo "$ME: $1; the run resumes from $(basename "$resumed"), whose log keeps cache_clear=$run_cache_clear from its first start"
+    echo "$ME: $1; the run resumes from ${resumed##*/}, whose log keeps cache_clear=$run_cache_clear from its first start"
   else
     echo "$ME: $1; logging cache_clear=$2"
   fi
@@ -223,7 +243,8 @@ check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
 run_one() {
   local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt end end_fmt ckpt resumed
   shift 4
-  catch_signals
+  launching=
+  [[ -n "$got_signal" ]] || catch_signals  # (after one, the next are ignored until the stop)
   run_state "$dir" "$log"
   if (( state_rc )); then
     # Unread, a run that finished earlier would look unfinished: its trainer started again, and its
@@ -246,6 +267,7 @@ run_one() {
   newest_checkpoint "$dir"
   resumed=$newest
   make_dirs "$dir" "$logdir"
+  launching=1
   stop_if_signalled "$name" "$dir"  # nothing of the run started: no trainer to stop
   now start %s
   now start_fmt '%Y-%m-%d %r'
@@ -310,7 +332,8 @@ run_one() {
     # line says so, and that span, which holds every invocation and the pauses between them.
     local note=
     [[ -n "$resumed" ]] && note=",resumed from ${resumed##*/}: $elapsed s counts this invocation only; MLPerf scores the log's run_start to run_stop: ${run_seconds:-?} s over every invocation of the run and the pauses between them"
-    echo "RESULT,bert,${run_seed:-$seed},$elapsed,$USER_NAME,$start_fmt$note"
+    # the user, as the reference's run_and_time.sh gives it
+    echo "RESULT,bert,${run_seed:-$seed},$elapsed,$(id -un 2>/dev/null || id -u),$start_fmt$note"
     return
   fi
   newest_checkpoint "$dir"

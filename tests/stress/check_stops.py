@@ -14,7 +14,7 @@ must show:
 - a status that says what happened: 0 only for a series that finished; 143 (130 after SIGINT)
   only where a checkpoint of the stopped run, or a finished earlier run of the series, holds
   what was done; 79 only where the stopped run has no checkpoint;
-- no Python traceback, and no hang (300 s);
+- no Python traceback, no error of bash's own ("start_training.sh: line N: ..."), and no hang (300 s);
 - the rerun exits 0 and every run's final checkpoint is bit-identical to that of the same setting
   never stopped; a series keeps each run's log as result_N.txt, equal to the run's own log.
 
@@ -27,6 +27,7 @@ import collections
 import glob
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -81,6 +82,8 @@ def verdict(status, sig, out, runs, text):
         wrong.append("status 79 (nothing saved) beside %s" % os.path.basename(sorted(checkpoints)[-1]))
     if "Traceback" in text:
         wrong.append("a traceback")
+    if re.search(r"^\S*(start_training|train_model)\.sh: (\S+: )?line \d+: ", text, re.M):
+        wrong.append("an error of bash's own")  # (bash 5.2 misreads a `$(...)` while a trap runs)
     return wrong
 
 

@@ -95,7 +95,9 @@ class Test:
         t = time.time()
         while not cond():
             state = self.slurm.job(jobid).get("JobState")
-            if state not in ("PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING"):
+            # SIGNALING: running, while Slurm sends a signal (the time limit's --signal=B:USR1@...)
+            if state not in ("PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING",
+                             "SIGNALING"):
                 raise Failed("job %s ended (%s) before %s" % (jobid, state, what))
             if time.time() - t > timeout:
                 raise Failed("no %s after %d s" % (what, timeout))

@@ -80,15 +80,19 @@ def _run(cmd, what, env=None):
     SIGTERM), and once it has ended raise Stopped."""
     print("demo: %s\n  $ %s" % (what, " ".join(cmd)), flush=True)
     t = time.time()
-    got = []
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    got, proc = [], None
 
     def forward(signum, frame):
         got.append(signum)
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
+    # set before the step starts: a signal while Popen starts it is passed on once it has (set
+    # after, such a signal found the caller's handler and the step ran to its end)
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+        if got:
+            proc.send_signal(signal.SIGTERM)
         status = proc.wait()
     finally:
         for s, handler in old.items():

@@ -108,3 +108,25 @@ def test_a_step_stopped_with_nothing_saved_is_the_demos_status(status, monkeypat
     out = capsys.readouterr().out
     assert ("nothing was saved" in out) == (status == 79), out
     assert "rerun the same command" in out
+
+
+def test_a_signal_while_a_step_starts_reaches_the_step(monkeypatch):
+    """A SIGTERM that came while Popen started a step (its process made, the demo's pass-on not yet
+    set) found the caller's handler: the step ran to its end (a whole training) before the demo
+    stopped. Here it comes as Popen returns; the step (a 20 s sleep) ends at once by it."""
+    real, outer = subprocess.Popen, []
+
+    def popen(*a, **k):
+        proc = real(*a, **k)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return proc
+    monkeypatch.setattr(demo.subprocess, "Popen", popen)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: outer.append(signum))
+    try:
+        t = time.time()
+        with pytest.raises(demo.Stopped) as stopped:
+            demo._run([sys.executable, "-c", "import time; time.sleep(20)"], "train")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert time.time() - t < 10 and not outer
+    assert stopped.value.signum == signal.SIGTERM and stopped.value.status == -signal.SIGTERM

@@ -547,6 +547,31 @@ def test_a_stop_that_saved_nothing_is_not_143():
     assert status({0: (10, launch.NOT_SAVED_STATUS), 1: (11, launch.NOT_SAVED_STATUS)}) == (79, "")
 
 
+def test_a_signal_while_torchrun_starts_reaches_it(monkeypatch, capfd):
+    """The wrapper set its pass-on after Popen started torchrun (in a group of its own): a SIGTERM in
+    between found no handler, ended the wrapper, and torchrun trained on to the end. Here the signal
+    comes as Popen returns (a caller's handler stands in for the default, which would end pytest);
+    torchrun is a 20 s sleep that it ends at once, before torchrun set a handler: nothing saved, 79."""
+    from mlperf_bert.trainer import launch
+    real, outer = subprocess.Popen, []
+
+    def popen(cmd, **k):
+        proc = real([sys.executable, "-c", "import time; time.sleep(20)"], **k)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return proc
+    monkeypatch.setattr(launch.subprocess, "Popen", popen)
+    previous = [signal.signal(s, lambda signum, frame: outer.append(signum)) for s in (signal.SIGTERM, signal.SIGINT)]
+    try:
+        t = time.time()
+        status = launch._run(["--standalone", "run_pretraining.py"], dict(os.environ))
+    finally:
+        for s, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
+            signal.signal(s, handler)
+    assert time.time() - t < 10 and not outer
+    assert status == launch.NOT_SAVED_STATUS
+    assert "SIGTERM before torchrun started the ranks" in capfd.readouterr().err
+
+
 INIT_STOP = textwrap.dedent("""\
     import os, signal, sys, time
     from mlperf_bert.cli import run_main

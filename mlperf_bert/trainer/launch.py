@@ -305,6 +305,13 @@ def check_nproc(args, environ):
                         "cpu, gpu, xpu): fix it (train_model.sh: the NUM_GPUS setting)" % value)
 
 
+def _send(proc, signum):
+    try:
+        proc.send_signal(signum)
+    except OSError:
+        pass
+
+
 def main(argv):
     args = list(argv[1:])
     if not args or args[0] in ("-h", "--help", "help"):
@@ -326,10 +333,7 @@ def main(argv):
 
 
 def _run(args, env):
-    proc = subprocess.Popen([sys.executable, "-c", _AGENT] + args, env=env,
-                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=_in_own_group(os.getpid()))
-    got = []
+    got, proc = [], None
 
     def on_signal(signum, frame):
         # once (start_training.sh sends SIGTERM after a SIGINT), as itself: torchrun sends the ranks
@@ -337,13 +341,18 @@ def _run(args, env):
         # the scheduler's own (agent)
         if not got:
             got.append(signum)
-            try:
-                proc.send_signal(signum)
-            except OSError:
-                pass
+            if proc is not None:
+                _send(proc, signum)
 
+    # set before torchrun starts: in its own group, it would outlive a wrapper that a signal
+    # ended while Popen started it, and train to the end; such a signal is passed on once it has
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    proc = subprocess.Popen([sys.executable, "-c", _AGENT] + args, env=env,
+                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=_in_own_group(os.getpid()))
+    if got:
+        _send(proc, got[0])
     filt = Filter(sys.stderr)
     for raw in proc.stderr:
         filt.feed(raw.decode("utf-8", "replace"))

@@ -414,3 +414,8 @@ def pytest_collection_finish(session):
     import gc
     gc.freeze()
     gc.set_threshold(10000, 20, 20)
+    # The malloc of the trainer's CPU runs (trainer/cpu_memory.py), from the first test on rather
+    # than from the first Trainer this worker makes: the models tests run here without one
+    # (levers, the compiled step, the model's) reuse their large blocks instead of faulting them in
+    from mlperf_bert.trainer import cpu_memory
+    cpu_memory.keep_freed_memory()

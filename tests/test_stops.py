@@ -572,6 +572,56 @@ def test_a_signal_while_torchrun_starts_reaches_it(monkeypatch, capfd):
     assert "SIGTERM before torchrun started the ranks" in capfd.readouterr().err
 
 
+def test_a_sigint_while_torchrun_imports_is_the_stop_before_the_ranks_not_a_traceback(monkeypatch, capfd):
+    """stop-stress, trial "SIGINT x1 at 0.31 s": passed on as SIGINT to torchrun while it imported torch
+    (Python's SIGINT handler set, torchrun's not yet), it was a KeyboardInterrupt traceback and status 1.
+    Until torchrun has started a process (it sets its stop handlers before it starts the ranks) the
+    stop goes to it as SIGTERM. Here torchrun is a Python process that sleeps and starts nothing."""
+    import threading
+    from mlperf_bert.trainer import launch
+    real = subprocess.Popen
+
+    def popen(cmd, **k):
+        return real([sys.executable, "-c", "import time; time.sleep(20)"], **k)
+    monkeypatch.setattr(launch.subprocess, "Popen", popen)
+    previous = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        t = time.time()
+        timer.start()
+        status = launch._run(["--standalone", "run_pretraining.py"], dict(os.environ))
+    finally:
+        timer.cancel()
+        for s, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
+            signal.signal(s, handler)
+    err = capfd.readouterr().err
+    assert time.time() - t < 10 and status == launch.NOT_SAVED_STATUS, err
+    assert err.startswith("SIGINT before torchrun started the ranks: no checkpoint written") and "Traceback" not in err
+
+
+def test_a_signal_before_torchrun_starts_starts_no_torchrun(monkeypatch, capfd):
+    """A stop that came before the wrapper started torchrun: torchrun is not started (it would only
+    be stopped in its import of torch), one line, 79."""
+    from mlperf_bert.trainer import launch
+    real, started = signal.signal, []
+
+    def setting(sig, handler):  # the stop comes as the last handler is set
+        old = real(sig, handler)
+        if sig == signal.SIGINT:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return old
+    monkeypatch.setattr(launch.signal, "signal", setting)
+    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: started.append(a))
+    previous = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
+    try:
+        status = launch._run(["--standalone", "run_pretraining.py"], dict(os.environ))
+    finally:
+        for s, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
+            real(s, handler)
+    assert status == launch.NOT_SAVED_STATUS and not started
+    assert capfd.readouterr().err == launch.not_saved_line("SIGTERM", "before torchrun started")
+
+
 INIT_STOP = textwrap.dedent("""\
     import os, signal, sys, time
     from mlperf_bert.cli import run_main

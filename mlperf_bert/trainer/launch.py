@@ -305,6 +305,21 @@ def check_nproc(args, environ):
                         "cpu, gpu, xpu): fix it (train_model.sh: the NUM_GPUS setting)" % value)
 
 
+def _has_children(pid):
+    """Whether process ``pid`` has started a process: torchrun sets its stop handlers before it starts
+    the ranks. Until then the stop goes to it as SIGTERM, which ends it (as Python's import of torch
+    ends on SIGINT with a KeyboardInterrupt traceback and status 1)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        return True
+            except (OSError, ValueError, IndexError):
+                pass
+    return False
+
+
 def _send(proc, signum):
     try:
         proc.send_signal(signum)
@@ -342,17 +357,21 @@ def _run(args, env):
         if not got:
             got.append(signum)
             if proc is not None:
-                _send(proc, signum)
+                _send(proc, signum if _has_children(proc.pid) else signal.SIGTERM)
 
     # set before torchrun starts: in its own group, it would outlive a wrapper that a signal
-    # ended while Popen started it, and train to the end; such a signal is passed on once it has
+    # ended while Popen started it, and train to the end
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    proc = subprocess.Popen([sys.executable, "-c", _AGENT] + args, env=env,
-                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=_in_own_group(os.getpid()))
-    if got:
-        _send(proc, got[0])
+    if not got:  # a stop before it: torchrun is not started
+        proc = subprocess.Popen([sys.executable, "-c", _AGENT] + args, env=env,
+                                stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                preexec_fn=_in_own_group(os.getpid()))
+    if proc is None:
+        sys.stderr.write(not_saved_line(signal.Signals(got[0]).name, "before torchrun started"))
+        return NOT_SAVED_STATUS
+    if got:  # it came while Popen started torchrun
+        _send(proc, signal.SIGTERM)
     filt = Filter(sys.stderr)
     for raw in proc.stderr:
         filt.feed(raw.decode("utf-8", "replace"))

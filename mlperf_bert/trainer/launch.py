@@ -309,7 +309,11 @@ def _has_children(pid):
     """Whether process ``pid`` has started a process: torchrun sets its stop handlers before it starts
     the ranks. Until then the stop goes to it as SIGTERM, which ends it (as Python's import of torch
     ends on SIGINT with a KeyboardInterrupt traceback and status 1)."""
-    for entry in os.listdir("/proc"):
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc: passed on as itself
+        return True
+    for entry in entries:
         if entry.isdigit():
             try:
                 with open("/proc/%s/stat" % entry) as f:

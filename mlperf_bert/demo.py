@@ -90,6 +90,8 @@ def _run(cmd, what, env=None):
     # after, such a signal found the caller's handler and the step ran to its end)
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
+        if got:  # a stop before it: the step is not started
+            raise Stopped(got[0], what)
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
         if got:
             proc.send_signal(signal.SIGTERM)

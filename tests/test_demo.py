@@ -130,3 +130,25 @@ def test_a_signal_while_a_step_starts_reaches_the_step(monkeypatch):
         signal.signal(signal.SIGTERM, previous)
     assert time.time() - t < 10 and not outer
     assert stopped.value.signum == signal.SIGTERM and stopped.value.status == -signal.SIGTERM
+
+
+def test_a_signal_before_a_step_starts_starts_no_step(monkeypatch):
+    """A stop that came as the demo set its pass-on, before it started the step: the step is not
+    started (a training would only be stopped in its import of torch)."""
+    real, started, sent = signal.signal, [], []
+
+    def setting(sig, handler):  # the stop comes as the last handler is set
+        old = real(sig, handler)
+        if sig == signal.SIGINT and not sent:
+            sent.append(os.kill(os.getpid(), signal.SIGTERM))
+        return old
+    monkeypatch.setattr(demo.signal, "signal", setting)
+    monkeypatch.setattr(demo.subprocess, "Popen", lambda *a, **k: started.append(a))
+    previous = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
+    try:
+        with pytest.raises(demo.Stopped) as stopped:
+            demo._run([sys.executable, "-c", "pass"], "train")
+    finally:
+        for s, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
+            real(s, handler)
+    assert not started and stopped.value.signum == signal.SIGTERM and stopped.value.status is None

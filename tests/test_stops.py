@@ -581,14 +581,15 @@ def test_a_sigint_while_torchrun_imports_is_the_stop_before_the_ranks_not_a_trac
     from mlperf_bert.trainer import launch
     real = subprocess.Popen
 
-    def popen(cmd, **k):
-        return real([sys.executable, "-c", "import time; time.sleep(20)"], **k)
+    def popen(cmd, **k):  # the wrapper's handlers are set by now; the SIGINT comes while torchrun runs
+        proc = real([sys.executable, "-c", "import time; time.sleep(20)"], **k)
+        timer.start()
+        return proc
     monkeypatch.setattr(launch.subprocess, "Popen", popen)
     previous = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     try:
         t = time.time()
-        timer.start()
         status = launch._run(["--standalone", "run_pretraining.py"], dict(os.environ))
     finally:
         timer.cancel()

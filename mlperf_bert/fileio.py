@@ -159,11 +159,17 @@ def refuse_overwriting_inputs(outputs, inputs, what="output"):
                                 "output path" % (what, out, inp))
 
 
+def proc_stat(pid):
+    """/proc/PID/stat's fields after the command name (state, ppid, ...), as bytes; the name may hold
+    spaces and parentheses, so it is split at its last ')'. OSError where there is no such file."""
+    with open("/proc/%d/stat" % pid, "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()
+
+
 def pid_alive(pid):
     """Whether process ``pid`` runs on this host (a zombie, killed and not yet reaped, does not)."""
     try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+        return proc_stat(pid)[0] not in (b"Z", b"X")
     except FileNotFoundError:
         return False
     except (OSError, IndexError):

@@ -1,6 +1,9 @@
 """The tests' view of the process table, read from /proc (Linux): one parser of /proc/PID/stat for
-the tests that signal trees, stop tools or wait for a group to be gone."""
+the tests that signal trees, stop tools or wait for a group to be gone; and a stop timed to the
+moment code under test sets its signal handlers."""
+import contextlib
 import os
+import signal
 
 
 def _stat(pid):
@@ -59,3 +62,23 @@ def group(pgid):
         if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             found[pid] = fields[0]
     return found
+
+
+@contextlib.contextmanager
+def stop_as_handlers_are_set(monkeypatch, module):
+    """``module``'s code gets a SIGTERM as it sets its SIGINT handler (once: after its handlers, before
+    what follows them); this process's SIGTERM and SIGINT handlers are put back at the end."""
+    real, sent = signal.signal, []
+
+    def setting(sig, handler):
+        old = real(sig, handler)
+        if sig == signal.SIGINT and not sent:
+            sent.append(os.kill(os.getpid(), signal.SIGTERM))
+        return old
+    previous = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
+    monkeypatch.setattr(module.signal, "signal", setting)
+    try:
+        yield
+    finally:
+        for s, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
+            real(s, handler)

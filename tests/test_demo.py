@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+from procs import stop_as_handlers_are_set
 
 from mlperf_bert import demo
 
@@ -135,20 +136,8 @@ def test_a_signal_while_a_step_starts_reaches_the_step(monkeypatch):
 def test_a_signal_before_a_step_starts_starts_no_step(monkeypatch):
     """A stop that came as the demo set its pass-on, before it started the step: the step is not
     started (a training would only be stopped in its import of torch)."""
-    real, started, sent = signal.signal, [], []
-
-    def setting(sig, handler):  # the stop comes as the last handler is set
-        old = real(sig, handler)
-        if sig == signal.SIGINT and not sent:
-            sent.append(os.kill(os.getpid(), signal.SIGTERM))
-        return old
-    monkeypatch.setattr(demo.signal, "signal", setting)
+    started = []
     monkeypatch.setattr(demo.subprocess, "Popen", lambda *a, **k: started.append(a))
-    previous = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
-    try:
-        with pytest.raises(demo.Stopped) as stopped:
-            demo._run([sys.executable, "-c", "pass"], "train")
-    finally:
-        for s, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
-            real(s, handler)
+    with stop_as_handlers_are_set(monkeypatch, demo), pytest.raises(demo.Stopped) as stopped:
+        demo._run([sys.executable, "-c", "pass"], "train")
     assert not started and stopped.value.signum == signal.SIGTERM and stopped.value.status is None

@@ -19,7 +19,7 @@ import torch
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-from procs import alive, children, tree
+from procs import alive, children, stop_as_handlers_are_set, tree
 from test_training import files, one_thread, uninterrupted  # noqa: F401 (fixtures; one thread, as there)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -604,21 +604,10 @@ def test_a_signal_before_torchrun_starts_starts_no_torchrun(monkeypatch, capfd):
     """A stop that came before the wrapper started torchrun: torchrun is not started (it would only
     be stopped in its import of torch), one line, 79."""
     from mlperf_bert.trainer import launch
-    real, started, sent = signal.signal, [], []
-
-    def setting(sig, handler):  # the stop comes as the last handler is set
-        old = real(sig, handler)
-        if sig == signal.SIGINT and not sent:
-            sent.append(os.kill(os.getpid(), signal.SIGTERM))
-        return old
-    monkeypatch.setattr(launch.signal, "signal", setting)
+    started = []
     monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: started.append(a))
-    previous = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
-    try:
+    with stop_as_handlers_are_set(monkeypatch, launch):
         status = launch._run(["--standalone", "run_pretraining.py"], dict(os.environ))
-    finally:
-        for s, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
-            real(s, handler)
     assert status == launch.NOT_SAVED_STATUS and not started
     assert capfd.readouterr().err == launch.not_saved_line("SIGTERM", "before torchrun started")
 

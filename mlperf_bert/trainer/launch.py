@@ -37,6 +37,7 @@ import sys
 import tempfile
 
 from mlperf_bert.errors import UserError, die_with_parent
+from mlperf_bert.fileio import proc_stat
 
 SHUTDOWN_TIMEOUT = "300"
 # A rank whose collective failed because another rank went away says so with this and exits
@@ -316,9 +317,8 @@ def _has_children(pid):
     for entry in entries:
         if entry.isdigit():
             try:
-                with open("/proc/%s/stat" % entry) as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        return True
+                if int(proc_stat(int(entry))[1]) == pid:
+                    return True
             except (OSError, ValueError, IndexError):
                 pass
     return False

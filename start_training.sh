@@ -56,6 +56,10 @@ pass_on() {  # the signal got, to $child
 # before bash has set its dispositions (a `$(...)` left empty), and bash 5.2 running the trap while
 # it reads a `$(...)` reads it wrong ("unexpected EOF while looking for matching `)'"). Not while a
 # trainer is being started (launching): it would start with them ignored.
+# Ignored as a group with its stderr dropped: a signal caught just before the `trap ''` is left pending,
+# and bash then warns "run_pending_traps: bad value in trap_list[15]" when it looks at it (inside the
+# group, so the warning goes to /dev/null; the signal was already seen: it set got_signal or is dropped).
+ignore_signals() { { trap '' TERM INT; } 2>/dev/null; }
 on_signal() {
   interrupted=1
   if [[ -n "$child" ]]; then
@@ -63,7 +67,7 @@ on_signal() {
     pass_on
   else
     got_signal=${got_signal:-$1}
-    [[ -n "$launching" ]] || trap '' TERM INT
+    [[ -n "$launching" ]] || ignore_signals
   fi
 }
 catch_signals() { trap 'on_signal TERM' TERM; trap 'on_signal INT' INT; }
@@ -177,14 +181,13 @@ if [[ -z "${TRAIN_MODEL:-}" ]]; then
 fi
 
 # Once a trainer has ended, what is left of its run (the verdict, the RESULT line, the log check, the
-# log kept) is done with SIGTERM and SIGINT ignored, by this shell and by what it starts: a scheduler
+# log kept) is done with SIGTERM and SIGINT ignored (ignore_signals), by this shell and by what it starts: a scheduler
 # may signal every process of the job again then (srun's --kill-on-bad-exit after another node's task
 # ended 143, a second scancel). Caught, such a signal ended a `$(...)` looking for the checkpoint (a
 # stopped run said "nothing saved", exit 79), and a trap run while bash read a `$(...)` misled it
 # (a series said it had finished). One that comes then is not seen: a series starts its next run,
 # which the scheduler's SIGKILL ends before anything of it is saved. The next run catches them again.
 # (The log checker catches SIGTERM, as every command of ours: stopped, it is said to be, not failed.)
-ignore_signals() { trap '' TERM INT; }
 make_dirs() {  # DIR...: mkdir -p; a failure is a one-line error, unless a signal ended it (the caller's
   # stop_if_signalled says so). As `$(...)`: bash says nothing of a child a signal killed there.
   local err

@@ -56,9 +56,9 @@ pass_on() {  # the signal got, to $child
 # before bash has set its dispositions (a `$(...)` left empty), and bash 5.2 running the trap while
 # it reads a `$(...)` reads it wrong ("unexpected EOF while looking for matching `)'"). Not while a
 # trainer is being started (launching): it would start with them ignored.
-# Ignored as a group with its stderr dropped: a signal caught just before the `trap ''` is left pending,
-# and bash then warns "run_pending_traps: bad value in trap_list[15]" when it looks at it (inside the
-# group, so the warning goes to /dev/null; the signal was already seen: it set got_signal or is dropped).
+# In a group with its stderr dropped: a signal caught just before the `trap ''` is left pending, and
+# bash, finding it ignored, drops it (as one that comes after) with a warning on stderr ("run_pending_traps:
+# bad value in trap_list[15]"), written inside the group: to /dev/null, not beside the run's one line.
 ignore_signals() { { trap '' TERM INT; } 2>/dev/null; }
 on_signal() {
   interrupted=1

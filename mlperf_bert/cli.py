@@ -5,7 +5,7 @@ import signal
 import sys
 
 from mlperf_bert.errors import Terminated, UserError, install_sigterm_handler, sigterm_lost
-from mlperf_bert.fileio import WRITE_ERRNOS, remove_own_temporaries
+from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 
 
@@ -38,6 +38,7 @@ def run_main(main, argv=None):
         if sigterm_lost():  # the signal's exception was dropped and the command ran to its end
             raise Terminated()
     except UserError as e:
+        _end_progress_bars()
         print("error: %s" % e, file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
@@ -64,16 +65,38 @@ def run_main(main, argv=None):
         remove_own_temporaries()
         sys.exit(141)  # 128 + SIGPIPE, what a tool killed by SIGPIPE reports
     except OSError as e:
+        _end_progress_bars()
         # Not raised while writing through the atomic writer (that gives its own line): say
         # what failed, and where when known, without guessing whether it was a read or a write.
-        if e.errno not in WRITE_ERRNOS:
+        if e.errno in WRITE_ERRNOS:
+            print("error: %s%s; outputs written under a temporary name were removed: %s"
+                  % (os.strerror(e.errno).lower(), " (%s)" % e.filename if e.filename else "",
+                     WRITE_ERRNOS[e.errno]), file=sys.stderr)
+            sys.exit(2)
+        # A path the user gave (or one found through it) that cannot be used as it is: unreadable,
+        # a directory for a file, ... Where no path is known it is not theirs to fix: a traceback.
+        if e.errno not in PATH_ERRNOS or not e.filename:
             raise
-        print("error: %s%s; outputs written under a temporary name were removed: %s"
-              % (os.strerror(e.errno).lower(), " (%s)" % e.filename if e.filename else "",
-                 WRITE_ERRNOS[e.errno]), file=sys.stderr)
+        remove_own_temporaries()
+        print("error: cannot use %s: %s: %s" % (e.filename, os.strerror(e.errno).lower(), PATH_ERRNOS[e.errno]),
+              file=sys.stderr)
         sys.exit(2)
     _leave_lightly()
     sys.exit(status or 0)
+
+
+def _end_progress_bars():
+    """Clear the progress bars still drawn (a command's error ends it in the middle of one): the
+    error line then starts a line of its own, and no bar is drawn again after it."""
+    tqdm = sys.modules.get("tqdm")
+    if tqdm is None:
+        return
+    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
+        try:
+            bar.leave = False
+            bar.close()
+        except Exception:  # a bar half torn down must not hide the error
+            pass
 
 
 def _ignore_stops():

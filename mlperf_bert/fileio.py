@@ -29,6 +29,18 @@ WRITE_ERRNOS = {
     errno.EIO: "check the disk or the network file system (dmesg), then rerun the same command",
     errno.EROFS: "give an output path on a writable file system, then rerun the same command",
 }
+# errno -> the fix, for an error on a path the user gave (or one read from it): one line naming it
+PATH_ERRNOS = {
+    errno.EACCES: "check its permissions (and its folders'): the user running this must be able to read it, and "
+                  "to write where outputs go",
+    errno.EPERM: "check its permissions and attributes: the user running this must be allowed to use it",
+    errno.EISDIR: "it is a directory where a file is expected: give the file, or remove the directory",
+    errno.ENOTDIR: "a file stands where a directory is expected: give a directory",
+    errno.EEXIST: "a file stands where a directory is expected: give another path, or move the file away",
+    errno.ENOENT: "it does not exist (or went away while this ran): check the path",
+    errno.ELOOP: "a symbolic link loop: fix the link",
+    errno.ENAMETOOLONG: "give a shorter path",
+}
 _TMP = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)$")
 _own = {}  # temporary path -> pid of the process that made it (forked children inherit the dict)
 

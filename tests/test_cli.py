@@ -103,3 +103,71 @@ def test_a_ctrl_c_while_the_trainer_imports_torch_ends_it_without_a_traceback(tm
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out, err) == (-signal.SIGINT, "", "")
+
+
+def _as_a_user(argv):
+    """``argv`` as run by a user whom file permissions bind: as root, with the capabilities that
+    override them dropped (setpriv, util-linux)."""
+    if os.geteuid() != 0:
+        return argv
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", "--bounding-set=" + caps, "--inh-caps=" + caps] + argv
+
+
+def test_a_path_that_cannot_be_used_is_one_line_naming_it(tmp_path, vocab_file):
+    """A hostile sweep: an unreadable text shard, an unreadable --text_dir, an unreadable file or
+    folder given to verify, and an --output_dir that is a file (download) each ended in a
+    PermissionError / FileExistsError traceback, exit 1. Each is one line naming the path and the fix,
+    exit 2."""
+    if os.geteuid() == 0 and subprocess.run(_as_a_user(["true"])).returncode != 0:
+        pytest.skip("running as root and setpriv cannot drop the permission override here")
+    text = tmp_path / "text"
+    text.mkdir()
+    shard = text / "part-00000-of-00001"
+    shard.write_text("One sentence here.\n\n")
+    (tmp_path / "afile").write_text("x\n")
+    py = [sys.executable, "-m", "mlperf_bert"]
+    denied = "permission denied: check its permissions (and its folders'): the user running this must be able to " \
+             "read it, and to write where outputs go"
+    cases = [
+        (lambda: shard.chmod(0), py + ["make-dataset", "--text_dir=%s" % text, "--output_dir=%s" % (tmp_path / "o"),
+                                       "--vocab_file=%s" % vocab_file, "--noprogress"], shard, denied),
+        (lambda: text.chmod(0), py + ["make-dataset", "--text_dir=%s" % text, "--output_dir=%s" % (tmp_path / "o"),
+                                      "--vocab_file=%s" % vocab_file, "--noprogress"], text, denied),
+        (lambda: text.chmod(0), py + ["verify", str(text)], text, denied),
+        (lambda: shard.chmod(0), py + ["verify", str(shard)], shard, denied),
+        (lambda: None, py + ["download", "--url=file://%s" % (tmp_path / "afile"), "--output_dir=%s"
+                             % (tmp_path / "afile")], tmp_path / "afile",
+         "file exists: a file stands where a directory is expected: give another path, or move the file away"),
+    ]
+    for setup, argv, path, why in cases:
+        shard.chmod(0o644)
+        text.chmod(0o755)
+        setup()
+        try:
+            proc = subprocess.run(_as_a_user(argv), capture_output=True, text=True, cwd=ROOT, timeout=120)
+        finally:
+            text.chmod(0o755)
+            shard.chmod(0o644)
+        assert (proc.returncode, proc.stderr) == (2, "error: cannot use %s: %s\n" % (path, why)), (argv, proc.stderr)
+
+
+def test_an_error_in_the_middle_of_a_progress_bar_starts_its_own_line_and_ends_the_bar(golden_dir, tmp_path):
+    """A hostile sweep: pick-eval-samples on a damaged TFRecord wrote its error on the bar's line
+    ("...?rec/s]error: ...") and the bar was drawn again after it. The bar is cleared first (its
+    line ends in a carriage return), the error is the last thing written."""
+    from mlperf_bert.dataset.tfrecord import read_records, write_records
+    records = tmp_path / "eval_intermediate"
+    write_records(str(records), list(read_records(os.path.join(golden_dir, "part-00000.s128.tfrecord")))[:30])
+    data = bytearray(records.read_bytes())
+    data[-10] ^= 1  # the last record's data
+    records.write_bytes(bytes(data))
+    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "pick-eval-samples", "--input_tfrecord=%s" % records,
+                           "--output_tfrecord=%s" % (tmp_path / "eval_10k"), "--num_examples_to_pick=30",
+                           "--max_seq_length=128", "--max_predictions_per_seq=20"],
+                          capture_output=True, cwd=ROOT, timeout=120)
+    err = proc.stderr.decode()  # as written: a bar's line ends in a carriage return, not a newline
+    assert proc.returncode == 2 and "picking:" in err, err
+    before, error = err.rsplit("error: ", 1)
+    assert before.endswith("\r") and "\r" not in error and error.count("\n") == 1 and error.endswith("\n"), repr(err)
+    assert error.startswith("%s: record 29 is corrupt" % records), error

@@ -263,3 +263,36 @@ def test_too_few_eval_records_says_the_fix_and_the_corrected_rerun_goes_on(full_
     for n in os.listdir(full_run):
         if n != "make_dataset_settings.json":
             assert md5(os.path.join(out, n)) == md5(os.path.join(full_run, n)), n
+
+
+def test_a_settings_file_not_make_datasets_is_refused_not_taken_as_none(full_run, text_dir, vocab_file, tmp_path):
+    """A hostile sweep: ``[1, 2]`` in make_dataset_settings.json ended in an AttributeError
+    traceback; ``null`` was taken as "no settings", so a rerun with --dupe_factor=2 kept the
+    dupe-1 shards, recorded dupe 2 and exited 0 (outputs of two settings, nothing refused). Each
+    is one error naming the file; the outputs stay as they were."""
+    out = tmp_path / "out"
+    shutil.copytree(full_run, out)
+    before = {n: md5(str(out / n)) for n in os.listdir(out) if n != make_dataset.SETTINGS_NAME}
+    argv = cmd(text_dir, str(out), vocab_file)
+    argv[argv.index("--dupe_factor=1")] = "--dupe_factor=2"
+    for text in ("null", "[1, 2]", '{"inputs": [1]}', '{"inputs": {"part-00000-of-00002": "x"}}'):
+        (out / make_dataset.SETTINGS_NAME).write_text(text)
+        with pytest.raises(UserError) as e:
+            make_dataset.main(argv)
+        assert str(e.value) == (
+            "%s is not the settings make-dataset writes (a JSON object, its inputs by name): delete it only if %s "
+            "holds no outputs, else use a new --output_dir" % (out / make_dataset.SETTINGS_NAME, out)), text
+        assert (out / make_dataset.SETTINGS_NAME).read_text() == text
+        assert {n: md5(str(out / n)) for n in os.listdir(out) if n != make_dataset.SETTINGS_NAME} == before
+
+
+def test_a_text_shard_that_is_not_a_file_is_a_user_error(text_dir, vocab_file, tmp_path):
+    """A hostile sweep: a directory named part-00002-of-00003 in --text_dir ended in an
+    IsADirectoryError traceback (from hashing it)."""
+    text = tmp_path / "text"
+    shutil.copytree(text_dir, text)
+    (text / "part-00002-of-00003").mkdir()
+    with pytest.raises(UserError, match=r"^%s is not a file: a text shard is a file; remove it or give the directory "
+                                        r"of the text shards$" % (text / "part-00002-of-00003")):
+        make_dataset.main(cmd(str(text), str(tmp_path / "out"), vocab_file))
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []

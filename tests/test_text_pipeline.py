@@ -305,3 +305,32 @@ def test_articles_are_counted_as_they_are_and_noprogress_is_quiet(tmp_path):
         assert proc.returncode == 2 and not proc.stdout
         assert proc.stderr == ("error: %s has %s but must give 10000 eval articles: give more input files or a "
                                "smaller --num_test_articles\n" % (path, count))
+
+
+def test_its_record_never_names_a_file_outside_its_folder(wiki_files, tmp_path):
+    """A hostile sweep: ``.text_pipeline.json`` naming ``../victim`` and an absolute path, and a
+    rerun removed both ("removed ... written by an earlier run"), exit 0; ``{"outputs": ["eval.txt",
+    1]}`` ended in a TypeError traceback. A name that is not one of its own outputs in this folder
+    is refused before anything is written, naming the record; nothing is removed."""
+    import json
+    import subprocess
+    import sys
+    own = tmp_path / "tp"
+    text_pipeline.run(wiki_files, str(own), num_test_articles=22, block_size_mb=0.5, workers=1, progress=False)
+    before = {n: (own / n).read_bytes() for n in os.listdir(own)}
+    victims = [tmp_path / "victim_rel.txt", tmp_path / "victim_abs.txt"]
+    for v in victims:
+        v.write_text("not text-pipeline's\n")
+    record = own / text_pipeline.RECORD_NAME
+    names = json.loads(record.read_text())["outputs"]
+    for bad in ("../victim_rel.txt", str(victims[1]), 1, "part-x/../../victim_rel.txt-of-y"):
+        record.write_text(json.dumps({"outputs": names + [bad]}))
+        proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "text-pipeline", "--wiki_glob=%s" % os.path.join(
+            os.path.dirname(wiki_files[0]), "wiki_*"), "--output_dir=%s" % own, "--num_test_articles=22",
+            "--workers=1"], capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr == (
+            "error: %s names %r, not a file text-pipeline writes in %s: give an empty --output_dir (nothing it names "
+            "is removed)\n" % (record, bad, own)), proc.stdout + proc.stderr
+        assert all(v.exists() for v in victims)
+        assert {n: (own / n).read_bytes() for n in os.listdir(own) if n != text_pipeline.RECORD_NAME} == {
+            n: data for n, data in before.items() if n != text_pipeline.RECORD_NAME}

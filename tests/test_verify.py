@@ -2,6 +2,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -221,3 +222,72 @@ def test_a_published_file_is_found_by_its_content_whatever_its_name(tmp_path, ca
     assert checksums.main(["verify", config, str(other)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == \
         "verify: 1 OK, 0 MISMATCH, 0 MISSING, 1 UNKNOWN: every file checked matches"
+
+
+def test_a_file_damaged_where_its_kind_is_told_is_a_mismatch_not_unknown(made, tmp_path):
+    """A hostile sweep: one byte of a TFRecord's first header (its length's CRC), or the first bytes
+    of an HDF5 file, and verify said ``UNKNOWN ... not checked`` and "every file checked matches",
+    exit 0 (the file no longer looked like either kind); to-hdf5 on the same file said "record 0 has
+    a corrupt length". A file still laid out as TFRecords, or named as its kind, is a MISMATCH; a
+    text file and an empty one stay UNKNOWN."""
+    copies = {name: tmp_path / name for name in ("hdrcorr", "named.tfrecord", "rows.hdf5")}
+    for name, src in (("hdrcorr", "tfrecord"), ("named.tfrecord", "tfrecord"), ("rows.hdf5", "plain")):
+        data = bytearray(open(made[src], "rb").read())
+        if name == "named.tfrecord":
+            data[0] ^= 0x40  # its first length: the records no longer chain, its name tells
+        else:
+            data[9 if name == "hdrcorr" else 0] ^= 0x55
+        copies[name].write_bytes(bytes(data))
+    (tmp_path / "notes.txt").write_text("a text file of no kind\n")
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+    ok, lines = run_verify([str(p) for p in copies.values()] + [str(tmp_path / "notes.txt"),
+                                                                 str(tmp_path / "empty.tfrecord")])
+    assert not ok
+    verdicts = {line.split()[1]: line for line in lines}
+    assert verdicts[str(copies["hdrcorr"])] == (
+        "MISMATCH %s (no published checksum; its own: laid out as TFRecords, but record 0's header fails its CRC: "
+        "damaged, regenerate it)" % copies["hdrcorr"])
+    assert verdicts[str(copies["named.tfrecord"])].startswith("MISMATCH %s (no published checksum; its own: named as a "
+                                                        "TFRecord file" % copies["named.tfrecord"])
+    assert verdicts[str(copies["rows.hdf5"])].startswith("MISMATCH %s (no published checksum; its own: named as an "
+                                                         "HDF5 file" % copies["rows.hdf5"])
+    assert verdicts[str(tmp_path / "notes.txt")].startswith("UNKNOWN ")
+    assert verdicts[str(tmp_path / "empty.tfrecord")].startswith("UNKNOWN ")
+    assert checksums.main(["verify", str(copies["hdrcorr"])]) == 1
+
+
+def test_a_manifest_line_never_reaches_outside_its_folder(tmp_path):
+    """A hostile sweep: a manifest.tsv line ``../in/vocab.txt`` was hashed and said OK, one naming
+    /etc/hostname opened that file and reported its size. A name with a '/' (or '.', '..') is
+    refused, naming the line; nothing outside the folder is read."""
+    d = tmp_path / "tfm"
+    d.mkdir()
+    (d / "part-a").write_bytes(b"alpha")
+    outside = tmp_path / "secret"
+    outside.write_bytes(b"not the manifest's")
+    for name in ("../secret", str(outside), "sub/part-a", ".."):
+        checksums.write_manifest(str(d / "manifest.tsv"), [("part-a", 5, 1, md5_of(d / "part-a")),
+                                                            (name, 18, 0, md5_of(outside))])
+        for args in (["verify", str(d / "manifest.tsv")], ["verify", str(d)],
+                     ["verify", "--manifest=%s" % (d / "manifest.tsv"), str(tmp_path)]):
+            proc = subprocess.run([sys.executable, "-m", "mlperf_bert"] + args, capture_output=True, text=True)
+            assert proc.returncode == 2 and proc.stdout == "", (name, args, proc.stdout, proc.stderr)
+            assert proc.stderr == "error: %s line 3 names %r, not a file of the manifest's folder: fix the line or " \
+                                  "regenerate the manifest (make-dataset writes it)\n" % (d / "manifest.tsv", name)
+
+
+def test_an_eval_pair_that_is_not_utf8_is_a_mismatch(tmp_path):
+    """A hostile sweep: two bytes that are not UTF-8 at the end of eval.md5 (or eval.txt) and
+    verify ended in a UnicodeDecodeError traceback. It is a MISMATCH naming the file and the byte."""
+    articles = ["First article.", "Second one."]
+    for damaged in ("eval.txt", "eval.md5"):
+        (tmp_path / "eval.txt").write_text("".join(a + "\n\n" for a in articles), encoding="utf-8")
+        (tmp_path / "eval.md5").write_text("".join(checksums.article_md5(a) + "\n" for a in articles))
+        size = (tmp_path / damaged).stat().st_size
+        with open(tmp_path / damaged, "ab") as f:
+            f.write(b"\xff\xfe")
+        proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "verify", str(tmp_path / "eval.txt"),
+                               str(tmp_path / "eval.md5")], capture_output=True, text=True)
+        assert proc.returncode == 1 and proc.stderr == "", proc.stderr
+        assert "MISMATCH %s is not UTF-8 text (byte %d): damaged, regenerate it\n" % (tmp_path / damaged, size) \
+            in proc.stdout, proc.stdout

@@ -3,8 +3,9 @@
 A file is found by its name, or else by its content (its size and md5 are a published file's:
 configs/bert_config_large.json is the reference's bert_config.json). A file with no published value
 is checked against the checksums it carries, where it has them: an HDF5 or packed file (to-hdf5,
-pack) against each dataset's CRC-32C, a TFRecord against its records' CRCs; only a file with
-neither is ``UNKNOWN``. A manifest written by ``make-dataset`` (``manifest.tsv``) is used too: as a
+pack) against each dataset's CRC-32C, a TFRecord against its records' CRCs; one damaged where its
+kind shows (still laid out as TFRecords, or named ``.tfrecord``/``.hdf5``) is a ``MISMATCH``; only
+a file with neither is ``UNKNOWN``. A manifest written by ``make-dataset`` (``manifest.tsv``) is used too: as a
 path, it checks the files beside it; a directory that holds one is checked against it; as
 ``--manifest=FILE``, it checks the given directories against it, so two sites can compare
 regenerated datasets by md5. A mismatch says what differs (bytes or md5, and who lists the other
@@ -114,6 +115,22 @@ def is_tfrecord(path):
     return len(head) == 12 and _U32.unpack_from(head, 8)[0] == masked_crc32c(head[:8])
 
 
+def laid_out_as_tfrecords(path):
+    """True when each record length of ``path``, read as a TFRecord's, leads exactly to the next
+    and the last to the end of the file: a TFRecord file whatever its CRCs say (another kind of
+    file does not chain so)."""
+    size = os.path.getsize(path)
+    pos = 0
+    with open(path, "rb") as f:
+        while pos < size:
+            head = f.read(8)
+            if len(head) < 8:
+                return False
+            pos += 16 + int.from_bytes(head, "little")
+            f.seek(min(pos, size))
+    return size > 0 and pos == size
+
+
 def own_checksums(path):
     """``path`` checked against the checksums it carries: (True, what was checked), (False, what is
     damaged), or None when it carries none (not HDF5 or TFRecord, or an HDF5 file made before
@@ -130,6 +147,14 @@ def own_checksums(path):
             return True, "the CRCs of its %d records" % n
     except UserError as e:
         return False, str(e)
+    # damaged where the kind is told (its first header, its signature): not a file of no kind
+    name, empty = os.path.basename(path), os.path.getsize(path) == 0
+    if laid_out_as_tfrecords(path):
+        return False, "laid out as TFRecords, but record 0's header fails its CRC: damaged, regenerate it"
+    if not empty and (name.endswith(".tfrecord") or name in ("eval_10k", "eval_intermediate")):
+        return False, "named as a TFRecord file, but record 0's header is not a TFRecord's: damaged, regenerate it"
+    if not empty and name.endswith((".hdf5", ".h5")):
+        return False, "named as an HDF5 file, but it does not start with HDF5's signature: damaged, regenerate it"
     return None
 
 
@@ -145,10 +170,15 @@ def article_md5s(text):
 
 def check_eval_articles(eval_txt, eval_md5):
     """One result line comparing eval.txt article by article with eval.md5."""
-    with open(eval_txt, encoding="utf-8", newline="\n") as f:
-        got = article_md5s(f.read())
-    with open(eval_md5, encoding="utf-8") as f:
-        want = f.read().split()
+    texts = {}
+    for path in (eval_txt, eval_md5):
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            texts[path] = data.decode("utf-8")  # as read, "\r\n" kept: an article's md5 is of its bytes
+        except UnicodeDecodeError as e:  # the reference writes both as UTF-8: damaged
+            return False, "MISMATCH %s is not UTF-8 text (byte %d): damaged, regenerate it" % (path, e.start)
+    got, want = article_md5s(texts[eval_txt]), texts[eval_md5].split()
     for i, (g, w) in enumerate(zip(got, want)):
         if g != w:
             return False, "MISMATCH %s article %d: md5 %s, eval.md5 line %d says %s" % (
@@ -176,6 +206,9 @@ def read_manifest(path):
         parts = line.split("\t")
         if len(parts) != 4 or not parts[1].isdigit() or not re.match(r"^[0-9a-f]{32}$", parts[3]):
             raise UserError("%s line %d is not name<TAB>bytes<TAB>records<TAB>md5" % (path, n))
+        if parts[0] in ("", ".", "..") or "/" in parts[0] or "\0" in parts[0]:  # it checks its own folder only
+            raise UserError("%s line %d names %r, not a file of the manifest's folder: fix the line or regenerate "
+                            "the manifest (make-dataset writes it)" % (path, n, parts[0]))
         table[parts[0]] = (int(parts[1]), parts[3])
     return table
 

@@ -34,6 +34,10 @@ def find_text_shards(text_dir):
     if not os.path.isdir(text_dir):
         raise UserError("--text_dir=%s is not a directory: give the directory of part-* text shards" % text_dir)
     parts = sorted(n for n in os.listdir(text_dir) if _PART.match(n))
+    for name in parts:
+        if not os.path.isfile(os.path.join(text_dir, name)):
+            raise UserError("%s is not a file: a text shard is a file; remove it or give the directory of the "
+                            "text shards" % os.path.join(text_dir, name))
     if not parts:
         raise UserError("%s holds no part-XXXXX-of-XXXXX text shard: give the text-pipeline output "
                         "or the downloaded results4/ directory" % text_dir)
@@ -112,9 +116,15 @@ def read_settings(out_dir):
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            settings = json.load(f)
     except (OSError, ValueError) as e:
         raise UserError("cannot read %s (%s): delete it only if %s holds no outputs" % (path, e, out_dir))
+    inputs = settings.get("inputs", {}) if isinstance(settings, dict) else None
+    # (null read as "no settings" let a rerun with other flags add to the outputs of these)
+    if not isinstance(inputs, dict) or not all(isinstance(v, (dict, int)) for v in inputs.values()):
+        raise UserError("%s is not the settings make-dataset writes (a JSON object, its inputs by name): delete "
+                        "it only if %s holds no outputs, else use a new --output_dir" % (path, out_dir))
+    return settings
 
 
 def _input_change(name, old, new):

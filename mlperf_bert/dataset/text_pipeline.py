@@ -140,9 +140,16 @@ def read_record(output_dir):
         return set()
     try:
         with open(path, encoding="utf-8") as f:
-            return set(json.load(f)["outputs"])
+            names = json.load(f)["outputs"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError("cannot read %s (%s): give an empty --output_dir" % (path, e))
+    # a rerun removes the files it names: only this command's own names, in this folder
+    bad = [n for n in names if not isinstance(n, str) or os.path.basename(n) != n or not _is_output_name(n)] \
+        if isinstance(names, list) else [names]
+    if bad:
+        raise UserError("%s names %r, not a file text-pipeline writes in %s: give an empty --output_dir (nothing "
+                        "it names is removed)" % (path, bad[0], output_dir))
+    return set(names)
 
 
 def write_record(output_dir, names):

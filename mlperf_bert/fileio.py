@@ -117,7 +117,8 @@ def check_writable_dir(path):
     try:
         os.makedirs(d, exist_ok=True)
     except OSError as e:
-        raise UserError("cannot create output directory %s: %s" % (d, e.strerror))
+        raise UserError("cannot create output directory %s: %s: %s" % (
+            d, e.strerror, PATH_ERRNOS.get(e.errno, "give an output path that can be made")))
     if not os.access(d, os.W_OK):
         raise UserError("output directory %s is not writable: choose another output path" % d)
 

@@ -296,3 +296,28 @@ def test_a_text_shard_that_is_not_a_file_is_a_user_error(text_dir, vocab_file, t
                                         r"of the text shards$" % (text / "part-00002-of-00003")):
         make_dataset.main(cmd(str(text), str(tmp_path / "out"), vocab_file))
     assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
+def test_wrong_paths_and_a_damaged_output_say_the_fix_that_works(full_run, text_dir, vocab_file, tmp_path):
+    """A hostile sweep: --vocab_file=DIR said "does not exist: run fetch-vocab"; --output_dir=FILE
+    said "File exists" with no fix; a truncated TFRecord in --output_dir said "regenerate or
+    re-download it", but a rerun does not remake an output that exists. Each says what works, and
+    the damaged output, deleted, is remade as it was."""
+    with pytest.raises(UserError, match=r"^--vocab_file=%s is a directory: give the path of vocab.txt$" % tmp_path):
+        make_dataset.main(cmd(text_dir, str(tmp_path / "o"), str(tmp_path)))
+    (tmp_path / "afile").write_text("x\n")
+    with pytest.raises(UserError, match=r"^cannot create output directory %s: File exists: a file stands where a "
+                                        r"directory is expected" % (tmp_path / "afile")):
+        make_dataset.main(cmd(text_dir, str(tmp_path / "afile"), vocab_file))
+    out = tmp_path / "out"
+    shutil.copytree(full_run, out)
+    part = out / "part-00001-of-00002"
+    want = md5(str(part))
+    with open(part, "r+b") as f:
+        f.truncate(part.stat().st_size - 7)
+    with pytest.raises(UserError, match=r"%s: record \d+ .*; make-dataset remakes an output only when it is missing: "
+                                        r"delete the damaged file and rerun$" % part):
+        make_dataset.main(cmd(text_dir, str(out), vocab_file))
+    part.unlink()
+    assert make_dataset.main(cmd(text_dir, str(out), vocab_file)) == 0
+    assert md5(str(part)) == want

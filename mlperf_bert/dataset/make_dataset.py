@@ -77,7 +77,11 @@ def _run_job(job):
             pick_eval_samples(inter, final, num_eval, settings["max_seq_length"],
                               settings["max_predictions_per_seq"], progress=False)
         outs = [inter, final]
-    rows = [(os.path.basename(p),) + output_stats(p) for p in outs]
+    try:
+        rows = [(os.path.basename(p),) + output_stats(p) for p in outs]
+    except UserError as e:  # one a run made (it is never written in place): damaged since
+        raise UserError("%s; make-dataset remakes an output only when it is missing: delete the damaged file and "
+                        "rerun" % e)
     return src, rows, time.time() - t0
 
 
@@ -178,6 +182,8 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     """Generate every output (skipping finished ones), write the manifest, return its rows."""
     settings = dict(STANDARD, **overrides)
     settings["vocab_file"] = os.path.abspath(vocab_file)
+    if os.path.isdir(vocab_file):
+        raise UserError("--vocab_file=%s is a directory: give the path of vocab.txt" % vocab_file)
     if not os.path.isfile(vocab_file):
         raise UserError("--vocab_file=%s does not exist: run `python -m mlperf_bert fetch-vocab --output=%s` "
                         "or give the path of vocab.txt" % (vocab_file, vocab_file))

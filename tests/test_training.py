@@ -5,6 +5,8 @@ import contextlib
 import json
 import multiprocessing
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -537,6 +539,32 @@ def test_damaged_newest_checkpoint_is_a_one_line_error(files, tmp_path):
     with pytest.raises(UserError, match=r"model\.ckpt-5\.pt is not a PyTorch .*delete it") as e:
         training.main(flags_for(files, str(out)))
     assert "\n" not in str(e.value)
+
+
+def test_a_checkpoint_with_damaged_bytes_is_refused_not_loaded(files, uninterrupted, tmp_path):
+    """A hostile sweep: 16 bytes of a tensor of the newest checkpoint inverted, and the resume
+    trained on with four word embeddings of -206..450 (torch.load checks no CRC); the same damage in
+    an --init_checkpoint .pt was taken too. Each is one error naming the file and the damaged entry
+    (its zip CRC-32); the resume's says to delete it to resume from the one before."""
+    import zipfile
+    full, names = uninterrupted
+    newest = sorted((n for n in names if n.startswith("model.ckpt-")), key=lambda n: int(n.split("-")[1][:-3]))[-1]
+    out = tmp_path / "out"
+    out.mkdir()
+    damaged = out / newest
+    shutil.copy(os.path.join(full, newest), damaged)
+    shutil.copy(os.path.join(full, "mlperf.log"), out / "mlperf.log")  # what the resume cuts back
+    with zipfile.ZipFile(damaged) as z:
+        entry = max(z.infolist(), key=lambda i: i.file_size)  # the largest tensor's bytes
+    data = bytearray(damaged.read_bytes())
+    start = entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra) + entry.file_size // 2
+    data[start:start + 16] = bytes(b ^ 0xFF for b in data[start:start + 16])
+    damaged.write_bytes(bytes(data))
+    why = r"checkpoint %s is damaged: its entry %s fails its CRC-32" % (re.escape(str(damaged)), entry.filename)
+    with pytest.raises(UserError, match="^%s; delete it to resume from the one before$" % why):
+        training.main(flags_for(files, str(out)))
+    with pytest.raises(UserError, match="^%s: give an undamaged copy$" % why):
+        training.main(flags_for(files, str(tmp_path / "fresh"), init_checkpoint=str(damaged)))
 
 
 def test_command_line_error_exits_2_with_one_line(files, tmp_path, capsys, monkeypatch):

@@ -318,6 +318,13 @@ def load_pt(path):
     if not zipfile.is_zipfile(path):
         raise UserError("checkpoint %s is not a PyTorch (.pt) file: give a .pt written by this project "
                         "or a TF checkpoint prefix" % path)
+    try:  # torch.load checks no CRC: damaged bytes of a tensor would load as the values they now read
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except Exception as e:  # a damaged directory or header: zipfile raises several kinds
+        bad = "(%s)" % str(e)[:200]
+    if bad is not None:
+        raise UserError("checkpoint %s is damaged: its entry %s fails its CRC-32: give an undamaged copy" % (path, bad))
     try:
         # mmap: the tensors stay in the page cache until copied where they go (a BERT-Large
         # checkpoint with LAMB state is 4 GB, which rank 0 would otherwise hold twice on resume)

@@ -700,7 +700,8 @@ REFUSED_CHANGES = [
     ({"learning_rate": 2e-2}, "--learning_rate=0.02 differs from the run being resumed"),
     ({"train_batch_size": 8}, "--train_batch_size=8 differs"),
     ({"seed": 8}, "--seed=8 differs"),
-    ({"input_file": "other"}, "the training files"),
+    ({"input_file": "other"}, r"the training files \(.*copy.tfrecord, \d+ bytes, where the run had .*, \d+ bytes\) "
+                              r"differ from the run being resumed"),
     ({"bert_config_file": "config_nodrop"}, r"the model config of --bert_config_file: attention_probs_dropout_prob=0.0 "
                                             r"\(was 0.1\), hidden_dropout_prob=0.0 \(was 0.1\) differs from the run "
                                             r"being resumed in .* \(checkpoint model.ckpt-18.pt\)"),
@@ -730,7 +731,12 @@ def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_p
         assert "\n" not in str(e.value) and "another --output_dir" in str(e.value), change
         assert sorted(os.listdir(out)) == ["mlperf.log", "model.ckpt-18.pt"], change  # nothing written
         assert (out / "mlperf.log").read_bytes() == log, change
-    assert training.main(flags_for(files, str(out), num_train_steps=30)) == 0  # the same flags resume
+    # the same flags resume, the same files reached through another folder too (a hostile sweep: a
+    # symbolic link, or the data mounted elsewhere for a requeued job, was refused as other files)
+    elsewhere = tmp_path / "mounted_elsewhere"
+    elsewhere.symlink_to(os.path.dirname(os.path.abspath(files["train"])))
+    moved = str(elsewhere / os.path.basename(files["train"]))
+    assert training.main(flags_for(files, str(out), num_train_steps=30, input_file=moved)) == 0
 
 
 def _other_value(flag):

@@ -316,8 +316,7 @@ def load_on_every_rank(path, rank, device, check):
     return out
 
 
-_FILES = {"input_file": "the training files (names or sizes)", "eval_input_file": "the eval files (names or sizes)",
-          "init_checkpoint": "--init_checkpoint (its path, size or content)"}
+_FILES = {"input_file": "the training files", "eval_input_file": "the eval files"}
 
 
 def _described(name, value, was):
@@ -326,13 +325,32 @@ def _described(name, value, was):
         keys = sorted(k for k in set(value or {}) | set(was or {}) if (value or {}).get(k) != (was or {}).get(k))
         return "the model config of --bert_config_file: %s" % ", ".join(
             "%s=%s (was %s)" % (k, (value or {}).get(k), (was or {}).get(k)) for k in keys)
-    return _FILES.get(name)
+    if name in _FILES:
+        value, was = value or [], was or []
+        if len(value) != len(was):
+            return "%s (%d, where the run had %d)" % (_FILES[name], len(value), len(was))
+        (path, size), (old, old_size) = next((v, w) for v, w in zip(value, was) if _same_file(v, w) is False)
+        return "%s (%s, %d bytes, where the run had %s, %d bytes)" % (_FILES[name], path, size, old, old_size)
+    if name == "init_checkpoint":
+        return "--init_checkpoint (its path, size or content)"
+    return None
+
+
+def _same_file(entry, was):
+    """Whether a data file's [path, bytes] is the one a run recorded: by its name and size, so that
+    the same files mounted elsewhere (a requeued job's, a symbolic link) resume."""
+    return os.path.basename(entry[0]) == os.path.basename(was[0]) and entry[1] == was[1]
 
 
 def _differing(saved, ident):
     """[(name, value, saved value)] of the entries that ``saved`` (an older identity) holds with
     another value (an entry it lacks, written by an older version, is not compared)."""
-    return [(name, value, saved[name]) for name, value in ident.items() if name in saved and saved[name] != value]
+    def same(name, value, was):
+        if name in _FILES and isinstance(value, list) and isinstance(was, list):
+            return len(value) == len(was) and all(_same_file(v, w) for v, w in zip(value, was))
+        return value == was
+    return [(name, value, saved[name]) for name, value in ident.items() if name in saved
+            and not same(name, value, saved[name])]
 
 
 def differences(saved, ident):
@@ -347,9 +365,10 @@ def check_same_run(saved, ident, ckpt_path):
     in one line."""
     for name, value, was in _differing(saved, ident)[:1]:
         what = _described(name, value, was)
-        raise UserError("%s differs from the run being resumed in %s (%s): rerun with the same value, "
+        raise UserError("%s %s from the run being resumed in %s (%s): rerun with the same value, "
                         "or use another --output_dir for a new run"
-                        % (what or "--%s=%s" % (name, value), os.path.dirname(ckpt_path),
+                        % (what or "--%s=%s" % (name, value), "differ" if name in _FILES else "differs",
+                           os.path.dirname(ckpt_path),
                            "checkpoint %s" % os.path.basename(ckpt_path) if what else "it has %s" % (was,)))
 
 

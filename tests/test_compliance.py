@@ -444,6 +444,21 @@ def test_logs_that_cannot_be_checked_are_one_line(real_logs, tmp_path, name, cha
         plot.main(["plot-log", str(log), "--output=%s" % (tmp_path / "x.png")])
 
 
+def test_a_compressed_or_utf16_log_is_named_as_such(real_logs, tmp_path):
+    """A hostile sweep: a real log gzipped (as the packages and tests/data ship them) or in UTF-16
+    got "has no :::MLLOG lines: pass the MLPerf log written by --mlperf_log", a fix that is wrong.
+    The line says what the file is and the fix."""
+    import gzip
+    text = _nyx(real_logs)
+    gz, u16 = tmp_path / "nyx.txt.gz", tmp_path / "nyx_u16.txt"
+    gz.write_bytes(gzip.compress(text.encode()))
+    u16.write_bytes(text.encode("utf-16"))
+    for log, message in ((gz, "is gzip-compressed: gunzip it first"),
+                         (u16, r"is UTF-16 text: convert it to UTF-8 first \(iconv -f UTF-16 -t UTF-8\)")):
+        with pytest.raises(UserError, match="^%s %s" % (re.escape(str(log)), message)):
+            compliance.main(["check-log", "--noofficial", str(log)])
+
+
 def test_one_bad_log_among_many_still_reports_the_others(real_logs, tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_text(_nyx(real_logs).replace('"metadata": {"file"', '"metadata": [{"file"', 1).replace('}}\n', '}]}\n', 1))

@@ -5,10 +5,10 @@ configs/bert_config_large.json is the reference's bert_config.json). A file with
 is checked against the checksums it carries, where it has them: an HDF5 or packed file (to-hdf5,
 pack) against each dataset's CRC-32C, a TFRecord against its records' CRCs; one damaged where its
 kind shows (still laid out as TFRecords, or named ``.tfrecord``/``.hdf5``) is a ``MISMATCH``; only
-a file with neither is ``UNKNOWN``. A manifest written by ``make-dataset`` (``manifest.tsv``) is used too: as a
-path, it checks the files beside it; a directory that holds one is checked against it; as
-``--manifest=FILE``, it checks the given directories against it, so two sites can compare
-regenerated datasets by md5. A mismatch says what differs (bytes or md5, and who lists the other
+a file with neither is ``UNKNOWN``. A manifest written by ``make-dataset`` (``manifest.tsv``) is
+used too (its names are files of its own folder): as a path, it checks the files beside it; a
+directory that holds one is checked against it; as ``--manifest=FILE``, it checks the given
+directories against it, so two sites can compare regenerated datasets by md5. A mismatch says what differs (bytes or md5, and who lists the other
 value); the last line counts the verdicts.
 """
 import concurrent.futures

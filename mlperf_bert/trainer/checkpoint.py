@@ -329,7 +329,7 @@ def _described(name, value, was):
         value, was = value or [], was or []
         if len(value) != len(was):
             return "%s (%d, where the run had %d)" % (_FILES[name], len(value), len(was))
-        (path, size), (old, old_size) = next((v, w) for v, w in zip(value, was) if _same_file(v, w) is False)
+        (path, size), (old, old_size) = next((v, w) for v, w in zip(value, was) if not _same_file(v, w))
         return "%s (%s, %d bytes, where the run had %s, %d bytes)" % (_FILES[name], path, size, old, old_size)
     if name == "init_checkpoint":
         return "--init_checkpoint (its path, size or content)"

@@ -322,7 +322,7 @@ def load_pt(path):
         with zipfile.ZipFile(path) as z:
             bad = z.testzip()
     except Exception as e:  # a damaged directory or header: zipfile raises several kinds
-        bad = "(%s)" % str(e)[:200]
+        raise UserError("checkpoint %s is damaged (%s): give an undamaged copy" % (path, str(e)[:200]))
     if bad is not None:
         raise UserError("checkpoint %s is damaged: its entry %s fails its CRC-32: give an undamaged copy" % (path, bad))
     try:

@@ -215,6 +215,46 @@ def test_symlink_loop_is_one_line(package, target):
         score.score(str(package))
 
 
+def test_a_link_that_leaves_the_package_is_refused(package, tmp_path):
+    """A hostile sweep: a result file and a systems JSON replaced by absolute links to copies
+    outside the package scored PASS (the copy the tools check follows links: the submission would
+    hold dangling ones). The first link that leaves ORG/ is one line naming it."""
+    org = package / "NVIDIA"
+    log = next((org / "results").glob("*/bert/result_5.txt"))
+    outside = tmp_path / "elsewhere.txt"
+    shutil.move(str(log), str(outside))
+    os.symlink(str(outside), str(log))
+    with pytest.raises(UserError, match=r"^package link %s -> %s leaves the package \(%s\): a submission holds its "
+                                        r"files, put the file itself there$" % (re.escape(str(log)),
+                                                                               re.escape(str(outside)), re.escape(str(org)))):
+        score.score(str(package))
+    os.remove(log)
+    os.symlink(os.path.relpath(outside, log.parent), str(log))  # relative: the same
+    with pytest.raises(UserError, match="leaves the package"):
+        score.score(str(package))
+    os.remove(log)
+    shutil.copy(str(outside), str(log.parent / "copy_of_5.txt"))
+    os.symlink("copy_of_5.txt", str(log))  # a link inside the package stays allowed (the copy holds the file)
+    score.check_links(str(org))
+
+
+def test_the_checkers_params_never_write_outside_the_package(package, tmp_path):
+    """A hostile sweep: ``log_output=/abs/PWNED.log`` in ORG/package_checker_params, and score (which
+    only reads the package) wrote the official checker's log there. An option naming a file outside
+    the copy the tools run in is refused (argparse takes a prefix of --log_output too); one inside,
+    and the other options, are passed on as the verify script passes them."""
+    params = package / "NVIDIA" / score._PARAMS
+    pwned = tmp_path / "PWNED.log"
+    for line in ("log_output=%s" % pwned, "log_out=../../PWNED.log", "log_output="):
+        params.write_text("rcp-bypass\n" + line + "\n")
+        with pytest.raises(UserError, match=r"^%s line 2: %s writes outside the package" % (re.escape(str(params)),
+                                                                                            re.escape(line))):
+            score.score(str(package))
+        assert not pwned.exists()
+    params.write_text("rcp-bypass\n\nlog_output=inside.log\n")
+    assert score.checker_params(str(params), str(tmp_path)) == ["--rcp-bypass", "--log_output=inside.log"]
+
+
 def test_sigkill_leaves_no_official_tool_running_and_no_copy(package, tmp_path):
     """Issue 23: a SIGKILLed score left result_summarizer running and its copy of the package
     in the temp folder; the tools die with score, the next score removes the copy."""

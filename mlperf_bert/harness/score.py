@@ -71,8 +71,9 @@ def find_org(package):
 
 
 def check_links(top):
-    """UserError for a symlink under ``top`` that loops or points at a directory holding it: the
-    copy (and the official tools' walk) would never end."""
+    """UserError for a symlink under ``top`` (ORG/) that loops or points at a directory holding it
+    (the copy, and the official tools' walk, would never end), or leaves ``top``: the copy follows
+    it, so the tools would check a file the submission does not hold (dangling once uploaded)."""
     for dirpath, dirnames, filenames in os.walk(top):
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
@@ -89,6 +90,9 @@ def check_links(top):
             if os.path.isdir(real) and (os.path.realpath(dirpath) + os.sep).startswith(real.rstrip(os.sep) + os.sep):
                 raise UserError("package link %s -> %s points at a directory holding it (a loop): remove it"
                                 % (path, os.readlink(path)))
+            if os.path.commonpath([real, os.path.realpath(top)]) != os.path.realpath(top):
+                raise UserError("package link %s -> %s leaves the package (%s): a submission holds its files, put "
+                                "the file itself there" % (path, os.readlink(path), top))
 
 
 def remove_stale_copies(tmpdir=None):
@@ -327,6 +331,35 @@ def bert_systems(top):
     return [d for d in names if os.path.isdir(os.path.join(results, d, "bert"))]
 
 
+def checker_params(path, cwd):
+    """The package checker's options from ORG/package_checker_params (``--LINE`` each, as the verify
+    script passes them). The one that names a file (--log_output, or a prefix argparse takes for
+    it) must stay inside the copy the tools run in (``cwd``): the package is only read."""
+    if not os.path.isfile(path):
+        return []
+    lines = _read_text_lines(path)
+    params = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        name, _, value = line.strip().partition("=")
+        if name and "log_output".startswith(name):
+            target = os.path.normpath(os.path.join(cwd, value))
+            if not value or os.path.isabs(value) or os.path.commonpath([target, cwd]) != cwd:
+                raise UserError("%s line %d: %s writes outside the package (the official checker would write "
+                                "there): remove the line, or name a file inside the package" % (path, n, line.strip()))
+        params.append("--" + line.rstrip("\n"))
+    return params
+
+
+def _read_text_lines(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError("cannot read %s: %s" % (path, getattr(e, "strerror", None) or e))
+
+
 def run_official(root, org):
     """Run the three official steps on a copy of ORG; return {tool: (status, output)}, the
     summarizer's rows by system folder."""
@@ -337,10 +370,7 @@ def run_official(root, org):
         except (OSError, shutil.Error) as e:
             first = e.args[0][0] if isinstance(e, shutil.Error) and e.args and e.args[0] else e
             raise UserError("cannot copy package %s: %s" % (os.path.join(root, org), first))
-        params = []
-        if os.path.isfile(os.path.join(tmp, org, _PARAMS)):
-            with open(os.path.join(tmp, org, _PARAMS)) as f:
-                params = ["--" + l.rstrip("\n") for l in f if l.strip()]
+        params = checker_params(os.path.join(root, org, _PARAMS), tmp)
         outs["package_checker"] = _official(tmp, "package_checker", org, params)
         outs["result_summarizer"] = _official(tmp, "result_summarizer", org)
         rows = _summary_rows(tmp)

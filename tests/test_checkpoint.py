@@ -8,6 +8,7 @@ path (pinned buffers, non_blocking copies on a side stream, an event) run on thi
 torch.cuda's streams and events faked, and the files it writes against those of the state itself.
 """
 import os
+import re
 
 import numpy as np
 import pytest
@@ -347,6 +348,23 @@ def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):
         assert new_t["global_step/GradientAccumulator"] == tf.int64
     with pytest.raises(UserError, match="already has GradientAccumulator"):
         gradacc.add_gradacc(new, str(tmp_path / "again"))
+
+
+def test_add_gradacc_refuses_to_write_over_its_input_under_another_name(tmp_path):
+    """A hostile sweep: ``--old=ck/tf/model.ckpt --new=ck/tf/./model.ckpt`` replaced the source
+    checkpoint in place (the check compared the strings). The prefixes are compared as paths: the
+    same folder spelt another way, or through a link, is refused before anything is read."""
+    d = tmp_path / "ck" / "tf"
+    d.mkdir(parents=True)
+    for name in ("model.ckpt.index", "model.ckpt.data-00000-of-00001"):
+        (d / name).write_bytes(b"the input's bytes")
+    (tmp_path / "link").symlink_to(d)
+    for new in (str(d / "." / "model.ckpt"), str(tmp_path / "ck" / ".." / "ck" / "tf" / "model.ckpt"),
+                str(tmp_path / "link" / "model.ckpt")):
+        with pytest.raises(UserError, match=r"^--new=%s is --old=%s: writing it would destroy the input; give another "
+                                            r"prefix$" % (re.escape(new), re.escape(str(d / "model.ckpt")))):
+            gradacc.main(["x", "--old=%s" % (d / "model.ckpt"), "--new=" + new])
+    assert all((d / n).read_bytes() == b"the input's bytes" for n in os.listdir(d))
 
 
 def test_bad_pt_inputs_are_one_line_errors(tmp_path):

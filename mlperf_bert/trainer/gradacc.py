@@ -1,12 +1,14 @@
 """checkpoint_add_gradacc.py: copy a TF checkpoint adding a zero ``<name>/GradientAccumulator``
 of the same shape and dtype for every variable, as the reference tool does."""
 import collections.abc
+import os
 
 import numpy as np
 
 from mlperf_bert import flags
 from mlperf_bert.trainer import tf_checkpoint
 from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import same_file
 
 
 class WithAccumulators(collections.abc.Mapping):
@@ -53,8 +55,10 @@ def main(argv):
     flags.DEFINE_string("old", None, "TF checkpoint prefix to read", flag_values=fv)
     flags.DEFINE_string("new", None, "TF checkpoint prefix to write", flag_values=fv)
     flags.parse(fv, argv, required=["old", "new"])
-    if fv.old == fv.new:
-        raise UserError("--new must differ from --old (%s)" % fv.old)
+    # compared as paths (ck/./model.ckpt, a link to the folder): writing the input over itself destroys it
+    if os.path.realpath(fv.old) == os.path.realpath(fv.new) or same_file(fv.old + ".index", fv.new + ".index"):
+        raise UserError("--new=%s is --old=%s: writing it would destroy the input; give another prefix"
+                        % (fv.new, fv.old))
     n = add_gradacc(fv.old, fv.new)
     print("wrote %s: %d variables + %d GradientAccumulator" % (fv.new, n, n))
     return 0

@@ -74,8 +74,8 @@ preset_line() {  # NAME GPUS PER_GPU ACCUM: one line of --help's preset table
 usage() {
   sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
   local nodes=1 max="$MAX_PER_GPU_BATCH"
-  [[ "${NNODES:-}" =~ ^[1-9][0-9]*$ ]] && nodes="$NNODES"
-  [[ "$max" =~ ^[1-9][0-9]*$ ]] || max="$(plan_max 2>/dev/null)" || max="?"  # (the run refuses it; the plan's)
+  [[ "${NNODES:-}" =~ ^[1-9][0-9]{0,5}$ ]] && nodes="$NNODES"
+  [[ "$max" =~ ^[1-9][0-9]{0,5}$ ]] || max="$(plan_max 2>/dev/null)" || max="?"  # (the run refuses it; the plan's)
   local table
   table="$(preset_table "$nodes" "$max")"
   echo "presets: $(awk '{printf "%s ", $1}' <<< "$table")"
@@ -96,13 +96,14 @@ preset_table() {  # NODES MAX_PER_GPU: preset_line of every preset
       for a in "${PRESET_FLAGS[@]}"; do
         case "$a" in --train_batch_size=*) micro="${a#*=}" ;; --steps_per_update=*) accum="${a#*=}" ;; esac
       done
-      gpus=$(( ${NUM_GPUS:-$PRESET_NUM_GPUS} * nodes ))
-      [[ "${NUM_GPUS:-}" =~ ^[1-9][0-9]*$ ]] || gpus=$((PRESET_NUM_GPUS * nodes))
+      # NUM_GPUS checked before bash's arithmetic reads it: there a name or $(...) would be evaluated
+      gpus=$((PRESET_NUM_GPUS * nodes))
+      [[ "${NUM_GPUS:-}" =~ ^[1-9][0-9]{0,5}$ ]] && gpus=$((NUM_GPUS * nodes))
       if (( micro % gpus )); then preset_line "$name" "$gpus" - -; else preset_line "$name" "$gpus" $((micro / gpus)) "$accum"; fi
     )
   done
   gpus=$((8 * nodes))  # rcp.sh's PRESET_NUM_GPUS
-  [[ "${NUM_GPUS:-}" =~ ^[1-9][0-9]*$ ]] && gpus=$((NUM_GPUS * nodes))
+  [[ "${NUM_GPUS:-}" =~ ^[1-9][0-9]{0,5}$ ]] && gpus=$((NUM_GPUS * nodes))
   local listed
   if listed="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.rcp --list "--world=$gpus" "--max_per_gpu=$max" 2>/dev/null)"; then
     while read -r name per accum; do preset_line "$name" "$gpus" "$per" "$accum"; done <<< "$listed"

@@ -27,6 +27,8 @@
 #                  /proc/sys/vm/drop_caches), 1 = try even when not root, 0 = never (a shared
 #                  host whose cache must stay)                                [auto; 1 in the image]
 #   CHECK_LOG      1 = run the log checker after a finished run                [1]
+#   CHECK_ONLY     1 = only check the settings as train_model.sh does (one line, no run); its
+#                  DRY_RUN is refused here                                      [0]
 #   NUM_RUNS       runs in a row, each in $OUTPUT_DIR/run_N with its own seed, its log kept as
 #                  $LOGDIR/result_N.txt (a submission has 10); a rerun skips finished runs and
 #                  resumes the one that stopped                                [1]
@@ -159,6 +161,18 @@ absolute() {  # VAR PATH: sets VAR to PATH made absolute against $PWD, without `
 }
 absolute OUTPUT_DIR "${OUTPUT_DIR:-$PWD/output}"
 absolute LOGDIR "${LOGDIR:-$OUTPUT_DIR}"
+for var in OUTPUT_DIR LOGDIR; do  # a file there (or above) read as "finished earlier (unreadable)": exit 0
+  above="${!var}"
+  while [[ -n "$above" && ! -e "$above" ]]; do above="${above%/*}"; done
+  [[ -z "$above" || -d "$above" ]] || die "$var=${!var}: $above is not a directory: give a directory (made if missing)"
+done
+# train_model.sh's checks alone, without runs: each run's train_model.sh would have taken them too (a
+# run of no training: a RESULT line of 0 s)
+[[ "${DRY_RUN:-0}" == 0 ]] || die "DRY_RUN=$DRY_RUN is train_model.sh's (it prints the trainer's command): run" \
+  "train_model.sh with it; CHECK_ONLY=1 start_training.sh checks the settings"
+for arg; do
+  [[ "$arg" == --dry_run* || "$arg" == --nodry_run ]] && die "$arg is train_model.sh's: run train_model.sh with it"
+done
 # one compile cache for the series: runs 1..N-1 (and reruns) load what run 0 compiled
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$OUTPUT_DIR/compile_cache}"
 
@@ -178,6 +192,11 @@ fi
 if [[ -z "${TRAIN_MODEL:-}" ]]; then
   # (after a signal, or one that ended it: the first run's check says the stop)
   [[ -n "$got_signal" ]] || CHECK_ONLY=1 "$HERE/train_model.sh" "$@" || [[ -n "$got_signal" ]] || exit 2
+fi
+if [[ "${CHECK_ONLY:-0}" != 0 ]]; then
+  stop_if_signalled "the check's end" "$OUTPUT_DIR"
+  echo "$ME: CHECK_ONLY=$CHECK_ONLY: the settings pass train_model.sh's checks; no run started"
+  exit 0
 fi
 
 # Once a trainer has ended, what is left of its run (the verdict, the RESULT line, the log check, the

@@ -630,3 +630,34 @@ def test_the_launchers_not_saved_status_is_the_trainers():
     from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
     text = open(os.path.join(ROOT, "start_training.sh")).read()
     assert re.findall(r"^NOT_SAVED=(\d+)$", text, re.M) == [str(NOT_SAVED_STATUS)]
+
+
+def test_an_output_dir_that_is_a_file_is_refused_not_a_finished_run(fake, tmp_path):
+    """A hostile sweep: OUTPUT_DIR naming a file (or a folder under one) said "the run in ... finished
+    earlier (unreadable): nothing to do", exit 0; with NUM_RUNS=2 bash's "cp: cannot stat". It is one
+    error naming the variable, exit 2, before any run."""
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    for var, value in (("OUTPUT_DIR", afile), ("OUTPUT_DIR", afile / "sub"), ("LOGDIR", afile / "logs")):
+        for runs in ("1", "2"):
+            proc = fake(**{var: str(value), "NUM_RUNS": runs})
+            assert (proc.returncode, proc.stdout) == (2, ""), (var, value, proc.stdout)
+            assert proc.stderr == "error: start_training.sh: %s=%s: %s is not a directory: give a directory (made " \
+                                  "if missing)\n" % (var, value, afile), proc.stderr
+            assert calls(fake) == []
+
+
+def test_check_only_checks_and_dry_run_is_refused_never_a_result(fake):
+    """A hostile sweep: CHECK_ONLY=1 (or DRY_RUN=1, --dry_run) given to start_training.sh reached each
+    run's train_model.sh, which checked (or printed) and exited 0: a RESULT line of an empty seed and
+    0 s, "the run finished" beside a log that does not exist, exit 0. CHECK_ONLY=1 is the settings
+    check alone (one line, no run); DRY_RUN is train_model.sh's, refused in one line."""
+    proc = fake(CHECK_ONLY="1", NUM_RUNS="2")
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    assert proc.stdout == "start_training.sh: CHECK_ONLY=1: the settings pass train_model.sh's checks; no run " \
+                          "started\n" and calls(fake) == [] and not fake.out.exists()
+    for proc, what in ((fake(DRY_RUN="1"), "DRY_RUN=1 is train_model.sh's (it prints the trainer's command): run "
+                                           "train_model.sh with it; CHECK_ONLY=1 start_training.sh checks the settings"),
+                       (fake("--dry_run"), "--dry_run is train_model.sh's: run train_model.sh with it")):
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: start_training.sh: %s\n" % what)
+        assert not result_lines(proc) and calls(fake) == []

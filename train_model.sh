@@ -15,7 +15,7 @@
 #                   seq 512 bf16 on an 80 GB GPU with a margin, mlperf_bert/trainer/memory_plan.py]
 #   PYTORCH_CUDA_ALLOC_CONF  torch's caching allocator settings        [expandable_segments:True,
 #                   unless it or PYTORCH_ALLOC_CONF is set]
-#   DATA_DIR        directory of the training TFRecords (part-*)                 [required; --dry_run
+#   DATA_DIR        directory of the training TFRecords (part-*), without * ? [ ] , [required; --dry_run
 #                   without it shows the placeholder /DATA_DIR-not-set]
 #   INPUT_FILES     training files, comma list/glob                              [$DATA_DIR/part-*]
 #   EVAL_FILE       online eval set                                              [$DATA_DIR/eval_10k]
@@ -149,6 +149,12 @@ if [[ -z "${DATA_DIR:-}" && "$DRY_RUN" == 1 ]]; then
   echo "train_model.sh: DATA_DIR is not set: the command shows /DATA_DIR-not-set in its place" >&2
 fi
 [[ -n "${DATA_DIR:-}" || -n "${INPUT_FILES:-}" ]] || die "set DATA_DIR (directory of part-* TFRecords) or INPUT_FILES"
+# the trainer reads --input_file and --eval_input_file as comma lists of globs: such a character in
+# DATA_DIR would be read as a pattern (another folder's data, matched silently) or a second path
+if [[ -n "${DATA_DIR:-}" && ( -z "${INPUT_FILES:-}" || -z "${EVAL_FILE:-}" ) && "$DATA_DIR" == *[][*?,]* ]]; then
+  die "DATA_DIR=$DATA_DIR holds one of * ? [ ] , which the trainer's file lists read as a pattern or a separator:" \
+      "give the folder through a path (a symbolic link) without them"
+fi
 INPUT_FILES="${INPUT_FILES:-$DATA_DIR/part-*}"
 [[ -n "${EVAL_FILE:-}" || -n "${DATA_DIR:-}" ]] || die "set EVAL_FILE (the eval_10k TFRecord) when DATA_DIR is not set"
 EVAL_FILE="${EVAL_FILE:-$DATA_DIR/eval_10k}"

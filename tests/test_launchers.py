@@ -434,6 +434,28 @@ print(json.dumps(results))
 """
 
 
+def test_a_data_dir_the_trainer_would_read_as_a_pattern_is_refused(tmp_path):
+    """A hostile sweep: DATA_DIR=.../gl[o]b/d*ta trained on .../glob/dOTHERta (one shard of another
+    folder, exit 0, no word: the trainer reads --input_file as comma-separated globs), and a comma
+    split the path in two. Such a DATA_DIR is one line, status 2, in the settings check too; with
+    INPUT_FILES and EVAL_FILE given (patterns on purpose) DATA_DIR is not read."""
+    for name in ("gl[o]b/d*ta", "d?ta", "co,mma"):
+        data = tmp_path / name
+        data.mkdir(parents=True)
+        for check in ("0", "1"):
+            proc = subprocess.run([TRAIN, "--num_train_steps=2"], capture_output=True, text=True, cwd=tmp_path,
+                                  env=_env(PRESET="demo_cpu", DATA_DIR=str(data), CHECK_ONLY=check,
+                                           OUTPUT_DIR=str(tmp_path / "out")))
+            assert (proc.returncode, proc.stdout) == (2, ""), (name, proc.stdout, proc.stderr)
+            assert proc.stderr == "error: train_model.sh: DATA_DIR=%s holds one of * ? [ ] , which the trainer's " \
+                "file lists read as a pattern or a separator: give the folder through a path (a symbolic link) " \
+                "without them\n" % data, proc.stderr
+    proc = subprocess.run([TRAIN, "--num_train_steps=2"], capture_output=True, text=True, cwd=tmp_path,
+                          env=_env(PRESET="demo_cpu", DATA_DIR=str(tmp_path / "d?ta"), CHECK_ONLY="1",
+                                   INPUT_FILES=str(tmp_path / "x*"), EVAL_FILE=str(tmp_path / "e")))
+    assert "holds one of" not in proc.stderr, proc.stderr
+
+
 def test_help_never_evaluates_the_environment_and_lists_every_preset(tmp_path):
     """A hostile sweep: ``NUM_GPUS='a[$(touch PWNED)]' train_model.sh --help`` ran the command (bash's
     arithmetic on NUM_GPUS in the preset table), NUM_GPUS=abc printed "abc: unbound variable" three

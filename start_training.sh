@@ -289,6 +289,13 @@ run_one() {
   newest_checkpoint "$dir"
   resumed=$newest
   make_dirs "$dir" "$logdir"
+  # Another start's trainer on this folder holds its lock (locking.DIR_LOCK_NAME): this start's
+  # trainer would be refused, but only after this drop of the page cache under that timed run
+  local lock="$dir/.mlperf_bert.lock"
+  if [[ -e "$lock" ]] && command -v flock >/dev/null && ! flock -n "$lock" true 2>/dev/null; then
+    stop_if_signalled "$name" "$dir"
+    die "$dir is in use by another run (its trainer holds $lock): wait for it to end, or use another OUTPUT_DIR"
+  fi
   launching=1
   stop_if_signalled "$name" "$dir"  # nothing of the run started: no trainer to stop
   now start %s

@@ -661,3 +661,24 @@ def test_check_only_checks_and_dry_run_is_refused_never_a_result(fake):
                        (fake("--dry_run"), "--dry_run is train_model.sh's: run train_model.sh with it")):
         assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: start_training.sh: %s\n" % what)
         assert not result_lines(proc) and calls(fake) == []
+
+
+def test_a_folder_another_runs_trainer_holds_is_refused_before_the_cache_is_dropped(fake, tmp_path):
+    """A hostile sweep: a second start_training.sh on the OUTPUT_DIR of a running one said STARTING
+    TIMING RUN, dropped the page cache under that timed run, and when its trainer was refused (the
+    lock) advised to "rerun the same command to resume" a run another process trains. The lock the
+    trainer holds is looked at first: one error line, status 2, nothing dropped, no trainer started;
+    a lock file left by a run that died does not stop it."""
+    from mlperf_bert import locking
+    dropfile = tmp_path / "drop_caches"
+    dropfile.write_text("")
+    fake.out.mkdir()
+    with locking.lock_dir(str(fake.out)):
+        proc = fake(DROP_CACHES="1", MLPERF_DROP_CACHES_FILE=str(dropfile))
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stdout
+    assert proc.stderr == "error: start_training.sh: %s is in use by another run (its trainer holds %s): wait for it " \
+                          "to end, or use another OUTPUT_DIR\n" % (fake.out, fake.out / locking.DIR_LOCK_NAME)
+    assert dropfile.read_text() == "" and calls(fake) == []
+    (fake.out / locking.DIR_LOCK_NAME).write_text('{"pid": 1}')  # left behind, held by no one
+    proc = fake(DROP_CACHES="1", MLPERF_DROP_CACHES_FILE=str(dropfile))
+    assert proc.returncode == 0 and dropfile.read_text().strip() == "3" and len(calls(fake)) == 1, proc.stderr

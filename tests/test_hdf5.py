@@ -259,6 +259,42 @@ def test_a_flipped_byte_is_caught_as_it_is_read(made, tmp_path, kind, dataset, i
     assert read_all() == (500 if kind == "plain" else packed_loader.packing.read_attrs(path)["num_rows"])
 
 
+@pytest.mark.parametrize("kind,change,message", [
+    ("plain", "short", "cannot read HDF5 file {path} (its datasets have 10 and 500 rows): it is truncated or damaged: "
+                       "convert it again with to-hdf5"),
+    ("packed", "short", "cannot read HDF5 file {path} (its datasets have 5 and {rows} rows): it is truncated or "
+                        "damaged: pack it again (python -m mlperf_bert pack)"),
+    ("plain", "position", "{path}: record 0 has a masked_lm_positions outside its 128 tokens: the file is damaged, "
+                          "or not BERT pre-training data of this --max_seq_length: make it again"),
+    ("packed", "position", "{path}: a row has a nsp_positions outside its 128 tokens: the file is damaged, pack it "
+                           "again")])
+def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, kind, change, message):
+    """A hostile sweep: a dataset cut shorter than the others ended the trainer in h5py's IndexError
+    ("Fancy indexing out of range"); a position past the row, in a file without row checksums (made
+    before they were written), in torch's "index out of range". Each is one line naming the file."""
+    import h5py
+    from mlperf_bert.trainer import loader, packed_loader
+    path = _copy(made[kind], str(tmp_path / os.path.basename(made[kind])))
+    with h5py.File(path, "r+") as h:
+        rows = len(h["input_ids"])
+        if change == "short":
+            name = "segment_ids" if kind == "plain" else "position_ids"
+            data = h[name][:10 if kind == "plain" else 5]
+            del h[name]
+            h[name] = data
+        else:
+            del h[hdf5.ROW_CHECKSUMS]
+            name = "masked_lm_positions" if kind == "plain" else "nsp_positions"
+            values = h[name][...]
+            values[0, 0] = 5000
+            h[name][...] = values
+    ds = packed_loader.PackedBatches([path], 8, repeat=False) if kind == "packed" else \
+        loader.PretrainingBatches([path], 128, 20, 8, repeat=False, shuffle=False)
+    with pytest.raises(UserError) as e:
+        sum(len(b["input_ids"]) for b in ds)
+    assert str(e.value) == message.format(path=path, rows=rows)
+
+
 def test_the_trainer_stops_on_a_damaged_packed_file_under_default_checks(made, tmp_path):
     """What users get: the default --check_data=headers, a loader worker, one line naming the file."""
     from mlperf_bert.trainer import training

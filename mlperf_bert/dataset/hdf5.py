@@ -73,9 +73,12 @@ def read_rows(h, path, names, rows, what="record"):
     """{name: stored array} of ``rows`` (increasing indices) of an open file, checked against its
     row checksums when it has them; a read error is one UserError naming the file."""
     try:
+        counts = {len(h[name]) for name in names}
+        if len(counts) > 1:  # h5py's fancy read of a row past a shorter dataset: an IndexError
+            raise ValueError("its datasets have %s rows" % " and ".join(map(str, sorted(counts))))
         stored = {name: h[name][rows] for name in names}
         crcs = h[ROW_CHECKSUMS][rows] if ROW_CHECKSUMS in h else None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, IndexError) as e:
         raise UserError("cannot read HDF5 file %s (%s): it is truncated or damaged: %s"
                         % (path, str(e).splitlines()[0], remake_hint(path, what == "row")))
     if crcs is not None:

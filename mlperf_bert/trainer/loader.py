@@ -140,6 +140,12 @@ class _Reader:
                 raise UserError("%s: record %d has token id %d but the model's vocab_size is %d: use the "
                                 "bert_config.json that matches the vocab the data was made with"
                                 % (path, offset if is_hdf5(path) else index, top, self.vocab_size))
+        bad = ((out["masked_lm_positions"] < 0) | (out["masked_lm_positions"] >= self.seq)).any(1)
+        if bad.any():  # (an HDF5 file written without row checksums: nothing else catches it)
+            path, offset, _, index = items[int(np.flatnonzero(bad)[0])]
+            raise UserError("%s: record %d has a masked_lm_positions outside its %d tokens: the file is damaged, or "
+                            "not BERT pre-training data of this --max_seq_length: make it again"
+                            % (path, offset if is_hdf5(path) else index, self.seq))
         return out
 
     def close(self):

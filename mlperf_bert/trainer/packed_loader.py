@@ -122,6 +122,11 @@ class PackedBatches(torch.utils.data.IterableDataset):
                 raise UserError("%s: a row has token id %d but the model's vocab_size is %d: use the "
                                 "bert_config.json that matches the vocab the data was made with"
                                 % (self.files[items[0][0]], top, self.vocab_size))
+        seq = batch["input_ids"].shape[1]
+        for name in ("position_ids", "masked_lm_positions", "nsp_positions"):  # indices into a row
+            if batch[name].numel() and not (0 <= int(batch[name].min()) and int(batch[name].max()) < seq):
+                raise UserError("%s: a row has a %s outside its %d tokens: the file is damaged, pack it again"
+                                % (",".join(sorted({self.files[fi] for fi, _ in items})), name, seq))
         batch["global_sequences"] = torch.tensor(total)
         return batch
 

@@ -375,6 +375,44 @@ def nyx_argv(runs, out):
             "--system_json=%s" % nyx_json(out.parent), "--platform=%s" % NYX_PLATFORM]
 
 
+@pytest.mark.parametrize("field,value,kind", [
+    ("status", ["Available on-premise"], "list"), ("system_name", {"a": 1}, "dict"),
+    ("number_of_nodes", [1], "list"), ("accelerators_per_node", None, "null"), ("framework", [], "list")])
+def test_a_systems_json_field_of_another_type_is_one_line_in_package_and_score(two_runs, tmp_path, capsys, field,
+                                                                               value, kind):
+    """A hostile sweep: a status that is a list ended package and score in "unhashable type: 'list'";
+    a system_name that is an object, a node count in a list, a null: packaged (exit 0), then the
+    official tools broke at score time. The published systems JSONs hold text (other_software_stack
+    an object): anything else is one line naming the file and the field."""
+    import json
+    desc = json.loads(nyx_json(tmp_path).read_text())
+    desc[field] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(desc))
+    why = "systems JSON %s: %s is a %s: give it as text (\"...\")" % (bad, field, kind)
+    argv = [a for a in nyx_argv(two_runs, tmp_path / "pkg") if not a.startswith("--system_json")]
+    with pytest.raises(UserError) as e:
+        pkg_mod.main(argv + ["--system_json=%s" % bad])
+    assert str(e.value) == why and not (tmp_path / "pkg").exists()
+    if field == "status":  # a package edited after it was made: score says it, no traceback
+        assert pkg_mod.main(argv + ["--system_json=%s" % nyx_json(tmp_path)]) == 0
+        made = next((tmp_path / "pkg").glob("*/systems/*.json"))
+        made.write_text(json.dumps(dict(json.loads(made.read_text()), status=value)))
+        capsys.readouterr()
+        assert score.main(["score", "--noplots", str(tmp_path / "pkg")]) == 1
+        assert "  systems JSON %s: status is a list: give it as text" % made in capsys.readouterr().out
+
+
+def test_a_systems_json_that_is_not_json_says_so(tmp_path):
+    """NaN (Python's json reads it) and nesting past the parser's depth (a RecursionError traceback)."""
+    for text, why in (('{"system_name": NaN}', "NaN is not a JSON value"), ("[" * 100000 + "]" * 100000,
+                                                                           "nested too deeply")):
+        (tmp_path / "s.json").write_text(text)
+        with pytest.raises(UserError, match=r"^systems JSON %s is not JSON \(%s\): fix the file$"
+                                            % (re.escape(str(tmp_path / "s.json")), why)):
+            pkg_mod.load_system_json(str(tmp_path / "s.json"))
+
+
 def test_manifest_is_git_ls_files():
     """package copies the files MANIFEST.txt lists (no git where it runs, e.g. in the image): the
     list must be this repository's `git ls-files`."""

@@ -128,15 +128,26 @@ def _run_number(path):
 
 def load_system_json(path):
     """The JSON object in ``path``; a UserError naming the file when it is not one."""
+    def no_constant(name):  # NaN, Infinity: not JSON, and no value of a field
+        raise ValueError("%s is not a JSON value" % name)
     try:
         with open(path, encoding="utf-8") as f:
-            desc = json.load(f)
+            desc = json.load(f, parse_constant=no_constant)
     except OSError as e:
         raise UserError("cannot read systems JSON %s: %s" % (path, e.strerror))
-    except ValueError as e:
-        raise UserError("systems JSON %s is not JSON (%s): fix the file" % (path, str(e).splitlines()[0]))
+    except (ValueError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e).splitlines()[0]
+        raise UserError("systems JSON %s is not JSON (%s): fix the file" % (path, why))
     if not isinstance(desc, dict):
         raise UserError("systems JSON %s holds a %s, not an object of fields" % (path, type(desc).__name__))
+    # as the published ones hold them: text (a number taken too), other_software_stack an object; a
+    # list or null passed here and broke the official tools at score time
+    for key, value in desc.items():
+        ok = (str, int, float, dict) if key == "other_software_stack" else (str, int, float)
+        if not isinstance(value, ok) or isinstance(value, bool):
+            raise UserError("systems JSON %s: %s is a %s: give it as text (\"...\")%s" % (
+                path, key, "null" if value is None else type(value).__name__,
+                ", or an object" if key == "other_software_stack" else ""))
     return desc
 
 

@@ -431,6 +431,9 @@ def _nyx(real_logs):
      "eval_accuracy '0."),
     ("list_metadata", lambda t: t.replace('"metadata": {"file"', '"metadata": [{"file"', 1).replace('}}\n', '}]}\n', 1),
      "metadata is a list, not an object"),
+    # a hostile sweep: JSON nested past the parser's depth was a RecursionError traceback
+    ("deep", lambda t: t + ':::MLLOG {"key": "x", "metadata": %s}\n' % ("[" * 5000 + "]" * 5000),
+     "malformed MLLOG line"),
 ])
 def test_logs_that_cannot_be_checked_are_one_line(real_logs, tmp_path, name, change, message):
     text = change(_nyx(real_logs))

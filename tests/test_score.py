@@ -923,6 +923,7 @@ def test_manifest_lines_written_dot_slash_are_packaged(two_runs, tmp_path):
     ("./mlperf_bert/", "is a directory"),
     ("mlperf_bert/*.py", "is a glob pattern"),
     ("mlperf_bert/../mlperf_bert/a.py", "has a '..' part"),
+    ("mlperf_bert/a.py\0/etc/passwd", "holds a NUL byte"),  # a hostile sweep: "embedded null byte" traceback
 ])
 def test_manifest_lines_that_name_no_file_are_refused_naming_the_line(two_runs, tmp_path, line, why):
     """Issue 45: a trailing space dropped the file without a word; a directory or a glob line was
@@ -934,6 +935,22 @@ def test_manifest_lines_that_name_no_file_are_refused_naming_the_line(two_runs, 
         pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(out), str(nyx_json(two_runs.parent)),
                              platform_=NYX_PLATFORM, root=str(repo))
     assert not out.exists()
+
+
+def test_a_manifest_not_text_or_a_directory_is_one_line(two_runs, tmp_path):
+    """A hostile sweep: bytes that are not UTF-8 in MANIFEST.txt ended package in a UnicodeDecodeError
+    traceback; a MANIFEST.txt that is a directory was called missing."""
+    repo = tiny_repo(tmp_path, "MANIFEST.txt\nmlperf_bert/a.py\n")
+    (repo / "MANIFEST.txt").write_bytes(b"MANIFEST.txt\nmlperf_bert/\xff\xfe.py\n")
+    for why in (r"is not UTF-8 text \(byte 25\)", "is a directory"):
+        with pytest.raises(UserError, match=r"^%s %s: the list names files .*`make manifest`" % (
+                re.escape(str(repo / "MANIFEST.txt")), why)):
+            pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(tmp_path / "pkg"),
+                                 str(nyx_json(two_runs.parent)), platform_=NYX_PLATFORM, root=str(repo))
+        if (repo / "MANIFEST.txt").is_file():
+            (repo / "MANIFEST.txt").unlink()
+            (repo / "MANIFEST.txt").mkdir()
+    assert not (tmp_path / "pkg").exists()
 
 
 def test_a_manifest_of_no_source_file_is_refused(two_runs, tmp_path):

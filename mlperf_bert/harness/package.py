@@ -296,20 +296,26 @@ def manifest_lines(root=ROOT):
     (a name with a trailing space is not the file meant), or names a directory or a glob (the list
     names files: `git ls-files`)."""
     path = os.path.join(root, MANIFEST)
+    remake = "the list names files of the repository, one a line: remake it with `make manifest` (git ls-files)"
+    if os.path.isdir(path):
+        raise UserError("%s is a directory: %s" % (path, remake))
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
+    except UnicodeDecodeError as e:
+        raise UserError("%s is not UTF-8 text (byte %d): %s" % (path, e.start, remake))
     except OSError:
         raise UserError("%s is missing: package copies the implementation from that list, so run it from a"
                         " clone of this repository or from its image (a pip-installed mlperf_bert has no"
                         " scripts or configs to package)" % path)
     real_root = os.path.realpath(root)
-    remake = "the list names files of the repository, one a line: remake it with `make manifest` (git ls-files)"
     files, seen = [], set()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         where = "%s:%d: %r" % (path, n, line)
+        if "\0" in line:
+            raise UserError("%s holds a NUL byte, which no path has: %s" % (where, remake))
         if line != line.strip():
             raise UserError("%s has white space around the path (a file of that name is not the one meant):"
                             " %s" % (where, remake))

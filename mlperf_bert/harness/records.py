@@ -35,7 +35,7 @@ def read_log(path):
             d = json.loads(line[at + len(_MARK):])
             rec = Record(i, line.strip(), d["key"], d.get("value"), d.get("metadata") or {},
                          d.get("event_type"), d.get("time_ms"))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # (JSON nested past the parser's depth)
             raise UserError("%s:%d: malformed MLLOG line (truncated log?): %s" % (path, i, line[:200]))
         problem = _malformed(rec)
         if problem:

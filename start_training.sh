@@ -136,7 +136,7 @@ DROP_CACHES_FILE="${MLPERF_DROP_CACHES_FILE:-/proc/sys/vm/drop_caches}"  # anoth
 [[ "${NUM_RUNS:=1}" =~ ^[0-9]{1,9}$ ]] && (( 10#$NUM_RUNS >= 1 )) || die "NUM_RUNS=$NUM_RUNS must be a whole number >= 1"
 NUM_RUNS=$((10#$NUM_RUNS))
 if [[ -n "${SEED:-}" ]]; then
-  [[ "$SEED" =~ ^[0-9]{1,18}$ ]] || die "SEED=$SEED must be a whole number >= 0 (decimal), or unset for a random seed"
+  [[ "$SEED" =~ ^[0-9]{1,18}$ ]] || die "SEED=$SEED must be a whole number >= 0 (decimal) of at most 18 digits, or unset for a random seed"
   SEED=$((10#$SEED))
 fi
 

@@ -171,6 +171,18 @@ int_env NODE_RANK 0
 int_env MASTER_PORT 1
 int_env MAX_PER_GPU_BATCH 1
 (( NODE_RANK < NNODES )) || die "NODE_RANK=$NODE_RANK must be below NNODES=$NNODES"
+(( MASTER_PORT <= 65535 )) || die "MASTER_PORT=$MASTER_PORT is not a port number (1..65535): fix the environment setting"
+# the trainer's seed is a 64-bit integer (start_training.sh adds a run's number to it)
+[[ -z "${SEED:-}" || "$SEED" =~ ^[0-9]{1,18}$ ]] || die "SEED=$SEED must be a whole number >= 0 of at most 18" \
+  "digits, or unset for a random seed"
+# OUTPUT_DIR and LOGDIR: a file there (or above), or a folder that cannot be made, as the run would find it
+# (not for --dry_run: a command to read, maybe for another host)
+[[ "$DRY_RUN" == 1 ]] || for var in OUTPUT_DIR LOGDIR; do
+  above="${!var}"
+  while [[ -n "$above" && ! -e "$above" ]]; do above="${above%/*}"; done
+  [[ -z "$above" || -d "$above" ]] || die "$var=${!var}: $above is not a directory: give a directory (made if missing)"
+  [[ -z "$above" || -w "$above" ]] || die "$var=${!var}: $above is not writable: give a directory you can write"
+done
 if [[ "$PRESET" =~ ^rcp_([0-9]+)$ ]]; then
   # generated from mlperf_logging's rcps_bert.json for this number of GPUs (harness/rcp.py)
   rcp_batch="${BASH_REMATCH[1]}"
@@ -275,7 +287,7 @@ micro="$(flag_value train_batch_size 32)"
 accum="$(flag_value steps_per_update 1)"
 seq_len="$(flag_value max_seq_length 128)"
 plan=""
-if [[ "$micro" =~ ^[0-9]+$ && "$accum" =~ ^[0-9]+$ ]] && (( micro % gpus == 0 && accum > 0 )); then
+if [[ "$micro" =~ ^[0-9]{1,9}$ && "$accum" =~ ^[0-9]{1,9}$ ]] && (( micro % gpus == 0 && accum > 0 )); then
   per_gpu=$((micro / gpus))
   unit=GPU
   [[ "$PRESET" == demo_cpu || "$(flag_value device auto)" == cpu ]] && unit="CPU process"
@@ -283,7 +295,8 @@ if [[ "$micro" =~ ^[0-9]+$ && "$accum" =~ ^[0-9]+$ ]] && (( micro % gpus == 0 &&
   if (( per_gpu > MAX_PER_GPU_BATCH )); then
     global=$((micro * accum))
     warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; the memory plan: python -m mlperf_bert.trainer.memory_plan, docs/training.md)"
-    for (( n = accum + 1; n <= global; n++ )); do  # the smallest accumulation that fits
+    # the smallest accumulation that fits, among sane ones (a prime global batch has none but itself)
+    for (( n = accum + 1; n <= global && n <= 64 * accum; n++ )); do
       if (( global % (gpus * n) == 0 && global / (gpus * n) <= MAX_PER_GPU_BATCH )); then
         ratio=$((n / accum)); (( n % accum == 0 )) || ratio="$n/$accum"
         warning+="; to keep the global batch $global use --train_batch_size=$((global / n)) --steps_per_update=$n and multiply --num_train_steps, --num_warmup_steps and --start_warmup_step by $ratio (they count micro-steps)"
@@ -335,7 +348,8 @@ if [[ "$DRY_RUN" == 1 ]]; then
   printf '%q ' "${cmd[@]}"; echo
   exit 0
 fi
-mkdir -p "$OUTPUT_DIR" "$LOGDIR"
+made="$(mkdir -p "$OUTPUT_DIR" "$LOGDIR" 2>&1)" || die "cannot make OUTPUT_DIR=$OUTPUT_DIR or LOGDIR=$LOGDIR" \
+  "(${made%%$'\n'*}): give directories you can write"
 [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan"
 [[ -n "${warning:-}" ]] && echo "$warning" >&2
 echo "train_model.sh: preset $PRESET: ${cmd[*]}"

@@ -456,6 +456,35 @@ def test_a_data_dir_the_trainer_would_read_as_a_pattern_is_refused(tmp_path):
     assert "holds one of" not in proc.stderr, proc.stderr
 
 
+def test_settings_the_trainer_or_torchrun_would_trip_on_are_refused_in_the_check(tmp_path):
+    """A hostile sweep: MASTER_PORT=70000 passed the settings check and ended in torch's ValueError
+    traceback; SEED=2**64 in an "Overflow" traceback; an OUTPUT_DIR that is a file (or cannot be made)
+    passed CHECK_ONLY and then gave bash's "mkdir: cannot create" twice, status 1; a prime
+    --train_batch_size of 9 digits held the check for minutes (the accumulation search). Each is one
+    line, status 2, in the check as in the run; the search is bounded."""
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    cases = [({"MASTER_PORT": "70000"}, "MASTER_PORT=70000 is not a port number (1..65535): fix the environment "
+                                        "setting"),
+             ({"SEED": str(2 ** 64)}, "SEED=%d must be a whole number >= 0 of at most 18 digits, or unset for a random "
+                                      "seed" % 2 ** 64),
+             ({"OUTPUT_DIR": str(afile / "out")}, "OUTPUT_DIR=%s: %s is not a directory: give a directory (made if "
+                                                  "missing)" % (afile / "out", afile)),
+             ({"LOGDIR": str(afile)}, "LOGDIR=%s: %s is not a directory: give a directory (made if missing)"
+                                      % (afile, afile))]
+    for extra, why in cases:
+        for check in ("1", "0"):
+            env = _env(PRESET="demo_cpu", DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "o"), CHECK_ONLY=check)
+            env.update(extra)
+            proc = subprocess.run([TRAIN, "--num_train_steps=2"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                                  timeout=60)
+            assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: %s\n" % why), (extra, proc.stderr)
+    proc = subprocess.run([TRAIN, "--train_batch_size=100000007", "--steps_per_update=1"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120, env=_env(PRESET="demo_cpu", DATA_DIR=str(tmp_path),
+                                                                         CHECK_ONLY="1"))  # (minutes before)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_help_never_evaluates_the_environment_and_lists_every_preset(tmp_path):
     """A hostile sweep: ``NUM_GPUS='a[$(touch PWNED)]' train_model.sh --help`` ran the command (bash's
     arithmetic on NUM_GPUS in the preset table), NUM_GPUS=abc printed "abc: unbound variable" three

@@ -191,7 +191,7 @@ fi
 # timed run: a mistake is train_model.sh's one error line, not a started and failed run.
 if [[ -z "${TRAIN_MODEL:-}" ]]; then
   # (after a signal, or one that ended it: the first run's check says the stop)
-  [[ -n "$got_signal" ]] || CHECK_ONLY=1 "$HERE/train_model.sh" "$@" || [[ -n "$got_signal" ]] || exit 2
+  [[ -n "$got_signal" ]] || CHECK_ONLY=files "$HERE/train_model.sh" "$@" || [[ -n "$got_signal" ]] || exit 2
 fi
 if [[ "${CHECK_ONLY:-0}" != 0 ]]; then
   stop_if_signalled "the check's end" "$OUTPUT_DIR"

@@ -33,7 +33,8 @@
 #   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
 #   DRY_RUN=1       print the command instead of running it (same as --dry_run)
 #   CHECK_ONLY=1    check the settings as a run does (an error line, status 2; NUM_GPUS against
-#                   the host included) and run nothing: start_training.sh does so before its first run
+#                   the host included) and run nothing; CHECK_ONLY=files: also that the data files
+#                   and INIT_CHECKPOINT exist (start_training.sh's check before its first run)
 #   --help          print this and the presets, and exit
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -218,6 +219,8 @@ flags=(
 [[ -n "${SEED:-}" ]] && flags+=("--seed=$SEED")
 [[ -n "${SUBMISSION_ORG:-}" ]] && flags+=("--submission_org=$SUBMISSION_ORG")
 [[ -n "${SUBMISSION_PLATFORM:-}" ]] && flags+=("--submission_platform=$SUBMISSION_PLATFORM")
+case "${SUBMISSION_STATUS:-onprem}" in onprem|cloud|research) ;; *)
+  die "SUBMISSION_STATUS=$SUBMISSION_STATUS must be onprem, cloud or research (the MLPerf log's status)" ;; esac
 [[ -n "${SUBMISSION_STATUS:-}" ]] && flags+=("--submission_status=$SUBMISSION_STATUS")
 kept=()
 for f in "${flags[@]}" "${PRESET_FLAGS[@]}"; do
@@ -326,7 +329,7 @@ import torch; print(torch.cuda.device_count())' 2>/dev/null)" || found=0
     (( NUM_GPUS <= cores )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has no GPU and $cores CPU cores (nproc), one process each at most: set NUM_GPUS=$cores or fewer"
   fi
 fi
-if [[ "${CHECK_ONLY:-0}" == 1 ]]; then  # start_training.sh: the settings are checked (as a run checks them), nothing is run
+if [[ "${CHECK_ONLY:-0}" == 1 || "${CHECK_ONLY:-0}" == files ]]; then  # the settings checked as a run checks them, nothing run
   # $TMPDIR against the loader workers' socket paths: the trainer's preflight check itself
   # (mlperf_bert/fileio.py check_tmpdir, torch-free), with the --num_workers the run gets
   if given do_train; then
@@ -337,6 +340,23 @@ try:
     check_tmpdir(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)  # else: the trainer refuses the flag
 except UserError as e:
     sys.exit(print(e) or 1)' "$(flag_value num_workers 2)" 2>&1)" || die "$tmp_error"
+  fi
+  # files: also the files the run reads, as the trainer's first check looks for them (comma lists of globs):
+  # start_training.sh's check, on the node that runs (a login node may not see a node's local data)
+  if [[ "$CHECK_ONLY" == files ]] && given do_train; then
+    IFS=, read -ra patterns <<< "$INPUT_FILES"
+    for p in "${patterns[@]}"; do
+      compgen -G "$p" > /dev/null || [[ -e "$p" ]] || die "no training file matches $p (INPUT_FILES, or DATA_DIR's" \
+        "part-*): set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)"
+    done
+    IFS=, read -ra patterns <<< "$EVAL_FILE"
+    for p in "${patterns[@]}"; do
+      compgen -G "$p" > /dev/null || [[ -e "$p" ]] || die "no eval file matches $p (EVAL_FILE, or DATA_DIR's" \
+        "eval_10k): give the eval set make-dataset (pick-eval-samples) made"
+    done
+  fi
+  if [[ "$CHECK_ONLY" == files && -n "${INIT_CHECKPOINT:-}" && ! -f "$INIT_CHECKPOINT" && ! -f "$INIT_CHECKPOINT.index" ]]; then
+    die "INIT_CHECKPOINT=$INIT_CHECKPOINT not found: give a .pt file or a TF checkpoint prefix whose .index exists"
   fi
   exit 0
 fi

@@ -206,6 +206,8 @@ def test_check_only_refuses_a_tmpdir_the_run_refuses(tmp_path):
     long_tmp = tmp_path / ("t" * (76 - len(str(tmp_path)) - 1))
     long_tmp.mkdir()
     assert len(str(long_tmp)) == 76
+    for name in ("part-00000-of-00001", "eval_10k"):  # (start_training.sh's check looks for them too)
+        (tmp_path / name).write_bytes(b"")
     env = _env(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), DROP_CACHES="0", NUM_GPUS="1",
                TMPDIR=str(long_tmp))
     check = subprocess.run([TRAIN, "--preset=demo_cpu"], capture_output=True, text=True, timeout=60,
@@ -480,9 +482,41 @@ def test_settings_the_trainer_or_torchrun_would_trip_on_are_refused_in_the_check
                                   timeout=60)
             assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: %s\n" % why), (extra, proc.stderr)
     proc = subprocess.run([TRAIN, "--train_batch_size=100000007", "--steps_per_update=1"], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=120, env=_env(PRESET="demo_cpu", DATA_DIR=str(tmp_path),
-                                                                         CHECK_ONLY="1"))  # (minutes before)
+                          text=True, cwd=tmp_path, timeout=120, env=_env(PRESET="demo_cpu", INPUT_FILES=str(afile),
+                                                                         EVAL_FILE=str(afile), CHECK_ONLY="1"))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_missing_data_folder_or_checkpoint_is_refused_before_the_first_run(tmp_path):
+    """A hostile sweep: DATA_DIR missing, empty or a file, an INIT_CHECKPOINT that does not exist and
+    SUBMISSION_STATUS=bogus passed start_training.sh's settings check and failed only in run 0, after
+    "STARTING TIMING RUN", an empty OUTPUT_DIR left behind (docs/running.md: "before the first
+    run"). Its check (train_model.sh CHECK_ONLY=files) looks for the files the run reads; a bare
+    CHECK_ONLY=1 (submit.sh's, on a login node that may not see a node's disk) does not."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "part-00000-of-00001").write_bytes(b"")
+    (tmp_path / "afile").write_text("x\n")
+    cases = [({"DATA_DIR": str(tmp_path / "none")}, "no training file matches %s/part-* (INPUT_FILES, or DATA_DIR's "
+              "part-*): set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)" % (tmp_path / "none")),
+             ({"DATA_DIR": str(tmp_path / "afile")}, "no training file matches %s/part-* (INPUT_FILES, or DATA_DIR's "
+              "part-*): set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)" % (tmp_path / "afile")),
+             ({}, "no eval file matches %s/eval_10k (EVAL_FILE, or DATA_DIR's eval_10k): give the eval set "
+                  "make-dataset (pick-eval-samples) made" % data),
+             ({"EVAL_FILE": str(tmp_path / "afile"), "INIT_CHECKPOINT": str(tmp_path / "none.pt")},
+              "INIT_CHECKPOINT=%s not found: give a .pt file or a TF checkpoint prefix whose .index exists"
+              % (tmp_path / "none.pt")),
+             ({"EVAL_FILE": str(tmp_path / "afile"), "SUBMISSION_STATUS": "bogus"},
+              "SUBMISSION_STATUS=bogus must be onprem, cloud or research (the MLPerf log's status)")]
+    for extra, why in cases:
+        env = _env(PRESET="demo_cpu", DATA_DIR=str(data), OUTPUT_DIR=str(tmp_path / "out"), DROP_CACHES="0")
+        env.update(extra)
+        proc = subprocess.run([START], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: train_model.sh: %s\n" % why), extra
+        assert not (tmp_path / "out").exists()
+        if "SUBMISSION_STATUS" not in extra:
+            check = subprocess.run([TRAIN], capture_output=True, text=True, env=dict(env, CHECK_ONLY="1"), timeout=60)
+            assert check.returncode == 0, check.stderr
 
 
 def test_help_never_evaluates_the_environment_and_lists_every_preset(tmp_path):

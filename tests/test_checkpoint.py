@@ -350,6 +350,34 @@ def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):
         gradacc.add_gradacc(new, str(tmp_path / "again"))
 
 
+def test_a_checkpoint_written_over_another_never_mixes_them(tf1_ckpt, tmp_path, monkeypatch):
+    """A hostile sweep: convert-checkpoint onto an existing prefix, stopped between its renames (data
+    first, index last), left the new .data beside the old .index: a prefix that looked complete and
+    failed to read ("Read less bytes than requested"). The old .index goes first: stopped there, the
+    prefix is incomplete (no .index); run to its end, the new checkpoint alone, its old shards gone."""
+    prefix, arrays = tf1_ckpt
+    target = str(tmp_path / "model.ckpt")
+    tf_checkpoint.write_tf_checkpoint(tf_checkpoint.LazyCheckpoint(prefix), target, shard_bytes=20000)  # shards
+    assert len([f for f in os.listdir(tmp_path) if ".data-" in f]) > 1
+    small = {"global_step": np.array(5, np.int64), "w": np.ones((3, 2), np.float32)}
+    real, calls = os.replace, []
+
+    def stop_after_the_data(src, dst):
+        if dst.endswith(".index"):
+            raise KeyboardInterrupt  # a stop between the renames
+        calls.append(dst)
+        return real(src, dst)
+    monkeypatch.setattr(os, "replace", stop_after_the_data)
+    with pytest.raises(KeyboardInterrupt):
+        tf_checkpoint.write_tf_checkpoint(small, target)
+    monkeypatch.setattr(os, "replace", real)
+    assert calls and not tf_checkpoint.is_tf_prefix(target)  # incomplete, not old index + new data
+    tf_checkpoint.write_tf_checkpoint(small, target)
+    assert sorted(os.listdir(tmp_path)) == ["model.ckpt.data-00000-of-00001", "model.ckpt.index"]
+    got = tf_checkpoint.LazyCheckpoint(target)
+    assert sorted(got) == ["global_step", "w"] and np.array_equal(got["w"], small["w"])
+
+
 def test_add_gradacc_refuses_to_write_over_its_input_under_another_name(tmp_path):
     """A hostile sweep: ``--old=ck/tf/model.ckpt --new=ck/tf/./model.ckpt`` replaced the source
     checkpoint in place (the check compared the strings). The prefixes are compared as paths: the

@@ -188,10 +188,18 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
         if len(shards) > 1:
             tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=targets, destination_prefix=os.path.join(d, tmp),
                                           delete_old_dirs=True)
-        # Data first, index last: a prefix whose .index exists is complete.
+        # Data first, index last: a prefix whose .index exists is complete. Over an older checkpoint
+        # its .index goes first (a stop between the renames left old index beside new data, a prefix
+        # that looked complete), and its data shards of another count after.
         files = [f for f in os.listdir(d) if f.startswith(tmp + ".") and f != tmp + ".parts"]
+        if os.path.exists(os.path.join(d, base + ".index")):
+            os.remove(os.path.join(d, base + ".index"))
         for f in sorted(files, key=lambda f: f.endswith(".index")):
             os.replace(os.path.join(d, f), os.path.join(d, base + f[len(tmp):]))
+        written = {base + f[len(tmp):] for f in files}
+        for f in os.listdir(d):
+            if f.startswith(base + ".data-") and f not in written:
+                os.remove(os.path.join(d, f))
     except BaseException:
         for f in os.listdir(d):
             if f.startswith(tmp + ".") and f != tmp + ".parts":

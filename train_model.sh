@@ -135,6 +135,7 @@ for arg in "$@"; do
 done
 
 [[ "$PRESET" == rcp ]] && die "--preset=rcp needs the global batch of a reference convergence point: choose one of $(rcp_presets)"
+[[ "$PRESET" != */* ]] || die "PRESET=$PRESET: a preset is a name of configs/presets/ (NAME.sh), not a path"
 preset_file="$HERE/configs/presets/$PRESET.sh"
 [[ "$PRESET" =~ ^rcp_[0-9]+$ ]] && preset_file="$HERE/configs/presets/rcp.sh"
 [[ -f "$preset_file" ]] || die "unknown preset '$PRESET': choose one of $(cd "$HERE/configs/presets" && ls -- *.sh | sed 's/\.sh$//' | grep -vx rcp | tr '\n' ' ')or rcp_<global batch> (a reference convergence point)"

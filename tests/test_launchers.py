@@ -473,7 +473,10 @@ def test_settings_the_trainer_or_torchrun_would_trip_on_are_refused_in_the_check
              ({"OUTPUT_DIR": str(afile / "out")}, "OUTPUT_DIR=%s: %s is not a directory: give a directory (made if "
                                                   "missing)" % (afile / "out", afile)),
              ({"LOGDIR": str(afile)}, "LOGDIR=%s: %s is not a directory: give a directory (made if missing)"
-                                      % (afile, afile))]
+                                      % (afile, afile)),
+             # a preset is sourced: a path would run any script named .sh (../presets/demo_cpu was taken)
+             ({"PRESET": "../presets/demo_cpu"}, "PRESET=../presets/demo_cpu: a preset is a name of configs/presets/ "
+                                                 "(NAME.sh), not a path")]
     for extra, why in cases:
         for check in ("1", "0"):
             env = _env(PRESET="demo_cpu", DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "o"), CHECK_ONLY=check)

@@ -474,11 +474,13 @@ def test_settings_the_trainer_or_torchrun_would_trip_on_are_refused_in_the_check
                                                   "missing)" % (afile / "out", afile)),
              ({"LOGDIR": str(afile)}, "LOGDIR=%s: %s is not a directory: give a directory (made if missing)"
                                       % (afile, afile)),
+             ({"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "no such host"},
+              "MASTER_ADDR=no such host does not resolve on this node: give the first node's host name or address"),
              # a preset is sourced: a path would run any script named .sh (../presets/demo_cpu was taken)
              ({"PRESET": "../presets/demo_cpu"}, "PRESET=../presets/demo_cpu: a preset is a name of configs/presets/ "
                                                  "(NAME.sh), not a path")]
     for extra, why in cases:
-        for check in ("1", "0"):
+        for check in ("files", "0"):
             env = _env(PRESET="demo_cpu", DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "o"), CHECK_ONLY=check)
             env.update(extra)
             proc = subprocess.run([TRAIN, "--num_train_steps=2"], capture_output=True, text=True, cwd=tmp_path, env=env,

@@ -356,6 +356,18 @@ def test_package_names_stay_inside_the_output(two_runs, tmp_path, flag, value):
     assert not (tmp_path / "out").exists() and not (tmp_path / "x").exists()
 
 
+def test_one_run_given_twice_is_warned(two_runs, tmp_path, capsys):
+    """A hostile sweep: result_01.txt a copy of result_1.txt (or --runs=runs,runs) packaged with no
+    word; score then failed it ("Seed checker failed"). package warns, naming the copies."""
+    (two_runs / "result_01.txt").write_bytes((two_runs / "result_1.txt").read_bytes())
+    assert pkg_mod.main(nyx_argv(two_runs, tmp_path / "pkg")) == 0
+    lines = [l for l in capsys.readouterr().err.splitlines() if "are one run's log" in l]
+    assert len(lines) == 1 and lines[0].endswith(" are one run's log (the same bytes): the official package checker "
+                                                 "fails a package whose runs share a seed (give each run once)")
+    assert sorted(lines[0][len("warning: package: "):].split(" are ")[0].split(" and ")) == [
+        str(two_runs / "result_01.txt"), str(two_runs / "result_1.txt")]
+
+
 def test_package_refuses_a_log_without_run_stop(two_runs, tmp_path):
     log = two_runs / "result_1.txt"
     log.write_text("".join(l for l in log.read_text().splitlines(keepends=True) if '"run_stop"' not in l))

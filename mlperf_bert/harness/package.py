@@ -655,6 +655,13 @@ def package_warnings(logs, entries, source):
         warnings.append("%d run log%s, the ruleset (training %s) needs exactly %d for BERT: the official package"
                         " checker fails this package (add the missing runs to --runs, or leave the extra out)"
                         % (len(logs), "" if len(logs) == 1 else "s", RULESET, need))
+    by_content = {}
+    for log in logs:  # the same run twice (a copy, or a folder given twice): the seed checker fails it
+        with open(log, "rb") as f:
+            by_content.setdefault(hashlib.md5(f.read()).hexdigest(), []).append(log)
+    for names in (n for n in by_content.values() if len(n) > 1):
+        warnings.append("%s are one run's log (the same bytes): the official package checker fails a package whose "
+                        "runs share a seed (give each run once)" % " and ".join(names))
     missing = [e["result"] for e in entries if e["launch"] is None]
     if missing:
         warnings.append("%d run%s without a launch record (%s): no %s of the same seed in run_N/ beside"

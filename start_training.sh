@@ -393,6 +393,9 @@ run_one() {
 }
 
 if (( NUM_RUNS == 1 )); then
+  # a series' folder, rerun without its NUM_RUNS: a run of its own would start beside the series' runs
+  [[ -d "$OUTPUT_DIR/run_0" ]] && die "OUTPUT_DIR=$OUTPUT_DIR holds a series of runs (run_0, ...): set NUM_RUNS as" \
+    "when it was started to go on with it, or use another OUTPUT_DIR for one run"
   run_one "$OUTPUT_DIR" "$LOGDIR" "${SEED:-}" "the run" "$@"
   if (( finished_before )); then
     echo "$ME: the run in $OUTPUT_DIR finished earlier (${run_status}${run_seed:+, seed $run_seed}): nothing to do;" \

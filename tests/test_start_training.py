@@ -682,3 +682,15 @@ def test_a_folder_another_runs_trainer_holds_is_refused_before_the_cache_is_drop
     (fake.out / locking.DIR_LOCK_NAME).write_text('{"pid": 1}')  # left behind, held by no one
     proc = fake(DROP_CACHES="1", MLPERF_DROP_CACHES_FILE=str(dropfile))
     assert proc.returncode == 0 and dropfile.read_text().strip() == "3" and len(calls(fake)) == 1, proc.stderr
+
+
+def test_a_series_folder_rerun_without_num_runs_is_refused(fake):
+    """A hostile sweep: a finished NUM_RUNS=2 series rerun without NUM_RUNS started a fresh run in the
+    series' folder, beside run_0 and run_1, with the seed of run 0. One line says to set NUM_RUNS."""
+    assert fake(NUM_RUNS="2", SEED="5").returncode == 0
+    before = calls(fake)
+    proc = fake(SEED="5")
+    assert (proc.returncode, proc.stdout) == (2, "") and calls(fake) == before, proc.stdout
+    assert proc.stderr == "error: start_training.sh: OUTPUT_DIR=%s holds a series of runs (run_0, ...): set NUM_RUNS " \
+                          "as when it was started to go on with it, or use another OUTPUT_DIR for one run\n" % fake.out
+    assert fake(NUM_RUNS="2", SEED="5").returncode == 0  # the series' own command: nothing to do

@@ -144,3 +144,17 @@ def test_the_pyxis_variant_runs_the_images_script_with_the_folders_mounted_at_th
                            % (out, out, job.data, job.data)), srun
     assert srun.endswith(" node_task /workspace/bert/start_training.sh --preset=demo_cpu --device=cpu --num_workers=3")
     assert python == "/opt/venv/bin/python"
+
+
+def test_the_pyxis_variant_refuses_a_path_its_mounts_would_split(job, tmp_path):
+    """A hostile sweep: a DATA_DIR or OUTPUT_DIR holding ',' or ':' went into --container-mounts as
+    it is, where pyxis splits mounts at ',' and each at ':' (another folder mounted, or none). One
+    line naming the path, before srun."""
+    pyxis = os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch")
+    for var, path in (("DATA_DIR", tmp_path / "co,mma"), ("OUTPUT_DIR", tmp_path / "sp ace" / "o:ut")):
+        path.mkdir(parents=True)
+        proc, record = job(script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", **{var: str(path)})
+        assert (proc.returncode, record) == (2, []), proc.stdout + proc.stderr
+        assert proc.stderr == "error: slurm_multinode_pyxis.sbatch: the path %s holds ',' or ':', which " \
+                              "--container-mounts reads as separators: give it through a path (a symbolic link) " \
+                              "without them\n" % path

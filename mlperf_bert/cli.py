@@ -43,10 +43,12 @@ def run_main(main, argv=None):
         sys.exit(2)
     except KeyboardInterrupt:
         remove_own_temporaries()
+        _end_progress_bars()
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
     except Terminated as e:
         sigterm_lost()
+        _end_progress_bars()
         if e.line is None:
             print("error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on",
                   file=sys.stderr)

@@ -164,7 +164,7 @@ TENSORFLOW = {
     "test_closed_division_refuses_at_start_what_the_rules_decide",
     "test_reference_eval_command_runs_as_written_on_a_tf_checkpoint",
     "test_truncated_tf_checkpoint_is_one_line_in_convert_eval_and_init",
-    "test_a_checkpoint_written_over_another_never_mixes_them",
+    "test_a_checkpoint_written_over_another_never_mixes_them", "test_lines_are_read_as_tfs_gfile_reads_them",
 }
 
 # seconds per test, for a run without .pytest_cache (a fresh clone): the larger of CPU seconds

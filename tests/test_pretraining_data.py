@@ -29,7 +29,7 @@ def reference_instances(input_files, tokenizer, max_seq_length, max_predictions_
     for path in input_files:
         with open(path, encoding="utf-8", newline="\n") as f:
             for line in f:
-                line = line.strip()
+                line = line.replace("\r", "").strip()  # TF's GFile.readline drops every "\r" (test_lines_are_read_as_tfs_gfile_reads_them)
                 if not line:
                     docs.append([])
                 tokens = tokenizer.tokenize(line)
@@ -119,7 +119,7 @@ def unseen_inputs(tmp_path_factory, golden_dir):
     with open(os.path.join(golden_dir, "input", "part-00001-of-00004"), encoding="utf-8") as f:
         lines = f.read().split("\n")[:700]
     extra = ["ΟΔΥΣΣΕΥΣ came HOME.\tNaïve café — 東京 is big.", "\x00\u200b\u00a0 ", "",
-             "One line doc.", "", "", "Σ" * 250 + " long word", "x\r\ny", "last"]
+             "One line doc.", "", "", "Σ" * 250 + " long word", "x\r\ny", "It was a mid\rline carriage return.", "last"]
     (d / "a.txt").write_text("\n".join(lines[:400]) + "\n", encoding="utf-8")
     (d / "b.txt").write_text("\n".join(lines[400:] + extra), encoding="utf-8")  # no final newline
     return [str(d / "a.txt"), str(d / "b.txt")]
@@ -144,6 +144,56 @@ def test_matches_reference_transcription_on_unseen_text(tmp_path, unseen_inputs,
             assert list(got) == [name for name, _, _ in PRETRAINING_FEATURES]  # fixed order
             for name, value in exp.items():
                 np.testing.assert_array_equal(got[name], np.asarray(value, dtype=got[name].dtype), name)
+
+
+@pytest.mark.parametrize("fast", KERNELS)
+def test_lines_are_read_as_tfs_gfile_reads_them(tmp_path, vocab_file, fast):
+    """A hostile sweep: a "\\r" inside a line ("mid\\rline") gave "mid line" where the reference read
+    "midline" ("mid ##line"): its tf.gfile.GFile.readline drops every "\\r" byte (one text of many "\\r":
+    218 records against our 250). The documents of read_documents are the tokens of the lines TF reads."""
+    import tensorflow as tf
+    text = ("It was a mid\rline carriage return.\r\nA second\r line.\n\r\n\rNew doc\r\r here.\n"
+            "\r\n\nLast\rdoc\r")
+    path = tmp_path / "cr.txt"
+    path.write_bytes(text.encode("utf-8"))
+    tok = FullTokenizer(vocab_file)  # the reference's tokenizer on the lines TF reads
+    docs, reader = [[]], tf.io.gfile.GFile(str(path), "r")
+    while True:
+        line = reader.readline()
+        if not line:
+            break
+        line = line.strip()
+        if not line:
+            docs.append([])
+        ids = tok.convert_tokens_to_ids(tok.tokenize(line))
+        if ids:
+            docs[-1].append(ids)
+    want = [d for d in docs if d]
+    corpus = pretraining_data.read_documents([str(path)], FastTokenizer(vocab=tok.vocab), fast=fast)
+    got, seg = [], 0
+    for d in range(len(corpus.doc_seg) - 1):
+        doc = []
+        for s in range(corpus.doc_seg[d], corpus.doc_seg[d + 1]):
+            doc.append(list(corpus.tokens[corpus.seg_off[s]:corpus.seg_off[s + 1]]))
+        got.append(doc)
+    assert got == want and len(want) == 3
+
+
+def test_a_vocab_is_read_as_the_mlcommons_reference_reads_it(tmp_path, vocab_file):
+    """A hostile sweep: a vocab with a token on two lines gave it the id of its last line
+    (google-research/bert's load_vocab); MLCommons' reference (mlcommons/training
+    retired_benchmarks/bert/cleanup_scripts/tokenization.py, load_vocab: ``if token not in vocab:
+    vocab[token] = len(vocab)``) keeps the first and counts ids over distinct tokens, and reads the
+    file through GFile (a "\\r" dropped). "the" doubled: 1996 there, 30522 here before."""
+    from mlperf_bert.dataset.tokenization import load_vocab
+    lines = open(vocab_file, encoding="utf-8").read().split("\n")[:-1]
+    dup = tmp_path / "vocab_dup.txt"
+    dup.write_text("\n".join(lines[:5] + ["the", "x\ry"] + lines[5:]) + "\n", encoding="utf-8")
+    vocab = load_vocab(str(dup))
+    first = {}
+    for t in lines[:5] + ["the", "xy"] + lines[5:]:
+        first.setdefault(t.strip(), len(first))
+    assert vocab == first and vocab["the"] == 5 and vocab["xy"] == 6 and len(vocab) == len(set(lines)) + 1
 
 
 def _digest(path, ref_data):

@@ -209,7 +209,8 @@ class Corpus:
 def read_documents(input_files, tokenizer, progress=False, fast=None):
     """The reference's documents (non-empty runs of non-empty token lines) as a ``Corpus``.
 
-    Lines are split on "\\n" only (as TF's GFile.readline) and stripped; an empty line
+    Lines are read as TF's GFile.readline reads them (split on "\\n" only, every "\\r" dropped: inside
+    a line too) and stripped; an empty line
     starts a new document; documents continue across file boundaries; empty ones are dropped.
     ``fast``: None = the C tokenizer when the tokenizer has one, False = Python (same corpus).
     """
@@ -224,6 +225,8 @@ def read_documents(input_files, tokenizer, progress=False, fast=None):
                     data = f.read()
             except OSError as e:
                 raise UserError("cannot read input file %s: %s" % (path, e.strerror or e))
+            if b"\r" in data:  # "mid\rline": the reference reads "midline" (one word piece less or more)
+                data = data.replace(b"\r", b"")
             if c_tok is not None:
                 _feed(c_tok, path, data, bar)
             else:

@@ -26,7 +26,9 @@ SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
 
 
 def load_vocab(vocab_file):
-    """{token: index} as the reference builds it (stripped lines, later duplicates win)."""
+    """{token: index} as the MLCommons reference's tokenization.load_vocab builds it: lines read as
+    TF's GFile reads them (every "\\r" dropped), stripped, a token's first line kept and ids counted
+    over the distinct tokens (google-research/bert's, whose later duplicates win, differs)."""
     try:
         with open(vocab_file, "rb") as f:
             data = f.read()
@@ -37,12 +39,12 @@ def load_vocab(vocab_file):
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UserError("vocab file %s is not UTF-8 text: give a BERT vocab.txt" % vocab_file)
-    lines = text.split("\n")
+    lines = text.replace("\r", "").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     vocab = {}
-    for index, token in enumerate(lines):
-        vocab[token.strip()] = index
+    for token in lines:
+        vocab.setdefault(token.strip(), len(vocab))
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
         raise UserError("vocab file %s is not a BERT vocab (lacks %s): give a BERT vocab.txt"

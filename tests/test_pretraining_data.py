@@ -170,7 +170,7 @@ def test_lines_are_read_as_tfs_gfile_reads_them(tmp_path, vocab_file, fast):
             docs[-1].append(ids)
     want = [d for d in docs if d]
     corpus = pretraining_data.read_documents([str(path)], FastTokenizer(vocab=tok.vocab), fast=fast)
-    got, seg = [], 0
+    got = []
     for d in range(len(corpus.doc_seg) - 1):
         doc = []
         for s in range(corpus.doc_seg[d], corpus.doc_seg[d + 1]):

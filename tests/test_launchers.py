@@ -529,14 +529,14 @@ def test_help_never_evaluates_the_environment_and_lists_every_preset(tmp_path):
     arithmetic on NUM_GPUS in the preset table), NUM_GPUS=abc printed "abc: unbound variable" three
     times and a table without demo_cpu, and a 20-digit NUM_GPUS "division by 0". --help checks a
     number before it computes with it: the table of the presets' own GPUs, nothing run, no bash line."""
-    for value in ("a[$(touch PWNED)]", "abc", "1+", "18446744073709551616"):
-        for extra in ({"NUM_GPUS": value}, {"NNODES": value}, {"MAX_PER_GPU_BATCH": value}):
-            proc = subprocess.run([TRAIN, "--help"], capture_output=True, text=True, cwd=tmp_path,
-                                  env=dict(_env(), **extra))
-            assert proc.returncode == 0 and proc.stderr == "", (extra, proc.stderr)
-            assert not (tmp_path / "PWNED").exists(), extra
-            table = proc.stdout.split("What each asks of each GPU")[1]
-            assert all("\n  %s " % p in table for p in ("demo_cpu", "reference_gpu", "tpu_8192")), (extra, table)
+    cases = [{"NUM_GPUS": v} for v in ("a[$(touch PWNED)]", "abc", "1+", "18446744073709551616")] + [
+        {name: "a[$(touch PWNED)]"} for name in ("NNODES", "MAX_PER_GPU_BATCH")]
+    for extra in cases:
+        proc = subprocess.run([TRAIN, "--help"], capture_output=True, text=True, cwd=tmp_path, env=dict(_env(), **extra))
+        assert proc.returncode == 0 and proc.stderr == "", (extra, proc.stderr)
+        assert not (tmp_path / "PWNED").exists(), extra
+        table = proc.stdout.split("What each asks of each GPU")[1]
+        assert all("\n  %s " % p in table for p in ("demo_cpu", "reference_gpu", "tpu_8192")), (extra, table)
 
 
 def test_help_everywhere_and_numeric_settings_are_checked(tmp_path):

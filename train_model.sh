@@ -189,7 +189,9 @@ fi
   above="${!var}"
   while [[ -n "$above" && ! -e "$above" ]]; do above="${above%/*}"; done
   [[ -z "$above" || -d "$above" ]] || die "$var=${!var}: $above is not a directory: give a directory (made if missing)"
-  [[ -z "$above" || -w "$above" ]] || die "$var=${!var}: $above is not writable: give a directory you can write"
+  # (writable where the run makes it: not asked of CHECK_ONLY=1, a check maybe elsewhere, as a login node)
+  [[ -z "$above" || -w "$above" || "${CHECK_ONLY:-0}" == 1 ]] || die "$var=${!var}: $above is not writable: give a" \
+    "directory you can write"
 done
 if [[ "$PRESET" =~ ^rcp_([0-9]+)$ ]]; then
   # generated from mlperf_logging's rcps_bert.json for this number of GPUs (harness/rcp.py)

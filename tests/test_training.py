@@ -487,6 +487,19 @@ def _no_checkpoints(path):
     ({"max_seq_length": 512, "max_predictions_per_seq": 76}, "--max_seq_length=512 exceeds max_position_embeddings=128"),
     ({"grad_exchange_dtype": "bf16", "clip_by_global_norm_after_gradient_allreduce": True},
      "--grad_exchange_dtype=bf16 exchanges per-replica clipping's .* drop one"),
+    # a hostile sweep: each trained on nonsense with exit 0 (a NaN or negative rate, a rising decay, a
+    # target -1 met by the first eval as a "success", no update at all) or ended in a traceback
+    ({"learning_rate": float("nan")}, r"--learning_rate must be a number > 0, got nan"),
+    ({"learning_rate": -0.01}, r"--learning_rate must be a number > 0, got -0.01"),
+    ({"lamb_beta_1": 1.5}, r"--lamb_beta_1 must be in \[0, 1\), got 1.5"),
+    ({"lamb_beta_2": -1.0}, r"--lamb_beta_2 must be in \[0, 1\), got -1.0"),
+    ({"lamb_weight_decay_rate": -1.0}, r"--lamb_weight_decay_rate must be >= 0, got -1.0"),
+    ({"poly_power": -1.0}, r"--poly_power must be >= 0 \(the decay's exponent\), got -1.0"),
+    ({"log_epsilon": 1000.0}, r"--log_epsilon must be in \[-300, 0\] .*got 1000.0"),  # OverflowError
+    ({"target_mlm_accuracy": -1.0}, r"--target_mlm_accuracy must be in \[0, 1\], got -1.0"),
+    ({"seed": 2 ** 64}, r"--seed must be >= 0 and below 2\*\*64, got 18446744073709551616"),  # torch's ValueError
+    ({"num_train_steps": 1, "steps_per_update": 2}, r"--num_train_steps=1 is fewer micro-steps than one update"),
+    ({"num_workers": 100000}, r"--num_workers=100000 loader processes a rank on \d+ cores: give at most \d+"),
 ])
 def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tmp_path, change, message):
     out = str(tmp_path / "out")

@@ -4,6 +4,7 @@ group), then inputs, closed-division data, output directory and log path (``chec
 when a run goes on, the log's owner and the resume's identity (``check_log_owner``,
 ``finished_before``, ``check_resume``)."""
 import collections
+import math
 import glob
 import os
 import sys
@@ -32,8 +33,9 @@ def check_flags(cfg):
                  "max_samples_termination", "save_checkpoints_steps", "eval_micro_batch_size"):
         if cfg.flag(name) < 0:
             raise UserError("--%s must be >= 0, got %d" % (name, cfg.flag(name)))
-    if cfg.runtime.seed is not None and cfg.runtime.seed < 0:
-        raise UserError("--seed must be >= 0, got %d" % cfg.runtime.seed)
+    if cfg.runtime.seed is not None and not 0 <= cfg.runtime.seed < 2 ** 64:  # (torch's manual_seed: a traceback)
+        raise UserError("--seed must be >= 0 and below 2**64, got %d" % cfg.runtime.seed)
+    _check_numbers(cfg)
     if cfg.mlperf.submission_division == "closed" and (cfg.eval.eval_frequency
                                                        or cfg.eval.target_mlm_accuracy != 0.720):
         raise UserError("--submission_division=closed needs the MLPerf eval frequency and target: "
@@ -50,6 +52,36 @@ def check_flags(cfg):
                         "--clip_by_global_norm_after_gradient_allreduce DDP all-reduces fp32 gradients: drop "
                         "one of the two flags" % cfg.optim.grad_exchange_dtype)
     levers.check_flags(cfg)
+
+
+def _check_numbers(cfg):
+    """Values that train on nonsense without an error (a negative or NaN learning rate, a target no
+    eval can miss, an update that never comes), or end in a traceback (10 ** --log_epsilon, a fork per
+    --num_workers). Not --start_warmup_step: the reference convergence points start it below 0."""
+    o, lr = cfg.optim, cfg.optim.learning_rate
+    target = cfg.eval.target_mlm_accuracy
+    if not math.isfinite(lr) or lr <= 0:
+        raise UserError("--learning_rate must be a number > 0, got %s" % lr)
+    for name in ("lamb_beta_1", "lamb_beta_2"):
+        if not 0 <= cfg.flag(name) < 1:
+            raise UserError("--%s must be in [0, 1), got %s" % (name, cfg.flag(name)))
+    if not (math.isfinite(o.lamb_weight_decay_rate) and o.lamb_weight_decay_rate >= 0):
+        raise UserError("--lamb_weight_decay_rate must be >= 0, got %s" % o.lamb_weight_decay_rate)
+    if not (math.isfinite(cfg.schedule.poly_power) and cfg.schedule.poly_power >= 0):  # (0: a constant rate)
+        raise UserError("--poly_power must be >= 0 (the decay's exponent), got %s" % cfg.schedule.poly_power)
+    if not (math.isfinite(o.log_epsilon) and -300 <= o.log_epsilon <= 0):
+        raise UserError("--log_epsilon must be in [-300, 0] (epsilon = 10 ** it; the reference's -6), got %s"
+                        % o.log_epsilon)
+    if not (math.isfinite(target) and 0 <= target <= 1):  # an accuracy (0: stop at the first eval)
+        raise UserError("--target_mlm_accuracy must be in [0, 1], got %s" % target)
+    if cfg.runtime.do_train and cfg.schedule.num_train_steps < o.steps_per_update:
+        raise UserError("--num_train_steps=%d is fewer micro-steps than one update (--steps_per_update=%d): no "
+                        "update would be made; give at least %d" % (cfg.schedule.num_train_steps,
+                                                                    o.steps_per_update, o.steps_per_update))
+    cores = os.cpu_count() or 1
+    if cfg.data.num_workers > max(64, 4 * cores):
+        raise UserError("--num_workers=%d loader processes a rank on %d cores: give at most %d"
+                        % (cfg.data.num_workers, cores, max(64, 4 * cores)))
 
 
 _CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"

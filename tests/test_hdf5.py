@@ -219,7 +219,7 @@ def test_misread_hdf5_and_packed_files_name_the_right_tool(made, tmp_path):
         (dict(input_file=junk), "junk.hdf5 is not an HDF5 file: give a file that to-hdf5 or pack made"),
     ]
     for kw, message in cases:
-        kw = dict(dict(max_seq_length=128, max_predictions_per_seq=20, num_train_steps=1, num_workers=0), **kw)
+        kw = dict(dict(max_seq_length=128, max_predictions_per_seq=20, num_train_steps=2, num_workers=0), **kw)
         with pytest.raises(UserError, match=message) as e:
             training.main(flags_for({"config": config, "train": None}, str(tmp_path / "out"), **kw))
         assert "\n" not in str(e.value)

@@ -77,7 +77,7 @@ def test_a_json_file_caught_by_a_glob_is_named_as_no_tfrecord(golden_dir, tmp_pa
     message = ("%s is not a TFRecord or HDF5 file (it starts with text: '{\"records\": '): if a glob named it, narrow "
                "the glob to the data files" % info)
     runs = [lambda: training.main(flags_for({"config": config, "train": str(data / "*")}, str(tmp_path / "out"),
-                                            max_predictions_per_seq=20, num_train_steps=1)),
+                                            max_predictions_per_seq=20, num_train_steps=2)),
             lambda: packing.main(["pack", "--input=%s/*" % data, "--output_dir=%s" % (tmp_path / "packed"),
                                   "--max_seq_length=128", "--max_predictions_per_seq=20", "--noprogress"])]
     for run in runs:

@@ -315,6 +315,16 @@ def atomic_save(path, save, needed=None):
     return path
 
 
+def read_lines(path, what):
+    """The lines of the UTF-8 text file ``path`` (a ``what``, named in the error): an unreadable file,
+    or one that is not UTF-8, is a one-line UserError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError("cannot read %s %s: %s" % (what, path, getattr(e, "strerror", None) or e))
+
+
 def write_json(path, obj, newline=False, **dump_kwargs):
     """``json.dump(obj, f, **dump_kwargs)`` into ``path`` as ``atomic_open`` writes (UTF-8), and a
     final newline when ``newline``."""

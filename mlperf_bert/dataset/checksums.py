@@ -18,7 +18,7 @@ import re
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open
+from mlperf_bert.fileio import atomic_open, read_lines
 from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset import hdf5
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records
@@ -44,18 +44,10 @@ SETS = {
 }
 
 
-def _read_lines(path, what):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError("cannot read %s %s: %s" % (what, path, getattr(e, "strerror", None) or e))
-
-
 def read_md5_file(path):
     """``{name: md5}`` from a file in ``md5sum`` format."""
     table = {}
-    for n, line in enumerate(_read_lines(path, "checksum table (see --results_dir)"), 1):
+    for n, line in enumerate(read_lines(path, "checksum table (see --results_dir)"), 1):
         m = re.match(r"^([0-9a-f]{32}) [ *](.+)$", line)
         if not m:
             raise UserError("%s line %d is not '<md5>  <name>': fix or regenerate the file" % (path, n))
@@ -66,7 +58,7 @@ def read_md5_file(path):
 def read_sizes_file(path):
     """``{name: bytes}`` from a ``<bytes>  <name>`` file."""
     table = {}
-    for n, line in enumerate(_read_lines(path, "size table (see --results_dir)"), 1):
+    for n, line in enumerate(read_lines(path, "size table (see --results_dir)"), 1):
         m = re.match(r"^(\d+)\s+(.+)$", line)
         if not m:
             raise UserError("%s line %d is not '<bytes>  <name>'" % (path, n))
@@ -198,7 +190,7 @@ def write_manifest(path, rows):
 
 def read_manifest(path):
     """``{name: (bytes, md5)}`` from a manifest written by make-dataset."""
-    lines = _read_lines(path, "manifest")
+    lines = read_lines(path, "manifest")
     if not lines or lines[0] != MANIFEST_HEADER:
         raise UserError("%s is not a make-dataset manifest (first line must be %r)" % (path, MANIFEST_HEADER))
     table = {}

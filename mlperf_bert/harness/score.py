@@ -37,7 +37,7 @@ import warnings
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, die_with_parent
-from mlperf_bert.fileio import pid_alive, atomic_path
+from mlperf_bert.fileio import atomic_path, pid_alive, read_lines
 from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
                                             read_log, samples_of, speed_up_official_parse, target_of,
                                             worst_level)
@@ -337,7 +337,7 @@ def checker_params(path, cwd):
     it) must stay inside the copy the tools run in (``cwd``): the package is only read."""
     if not os.path.isfile(path):
         return []
-    lines = _read_text_lines(path)
+    lines = read_lines(path, "package checker parameters")
     params = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -350,14 +350,6 @@ def checker_params(path, cwd):
                                 "there): remove the line, or name a file inside the package" % (path, n, line.strip()))
         params.append("--" + line.rstrip("\n"))
     return params
-
-
-def _read_text_lines(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError("cannot read %s: %s" % (path, getattr(e, "strerror", None) or e))
 
 
 def run_official(root, org):

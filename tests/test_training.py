@@ -417,6 +417,29 @@ def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
     assert compliance.main(["check-log", "--noofficial", os.path.join(second, "mlperf.log")]) == 0
 
 
+@pytest.mark.parametrize("steps, freq, max_samples, evals", [
+    (8, 32, 0, [32]), (8, 33, 0, []), (30, 16, 13, [16]), (30, 16, 12, []), (7, 8, 0, [8, 16, 24])])
+def test_a_run_that_no_eval_reaches_or_that_ends_mid_update_is_warned_at_its_start(
+        files, tmp_path, capsys, steps, freq, max_samples, evals):
+    """An eval set no eval reaches before the end (the log then has no eval_accuracy) and micro-steps
+    after the last update (trained, never applied) are warned before run_start; what the warning
+    says is what the run then does (batch 4, 2 micro-steps an update)."""
+    out = str(tmp_path / "run")
+    assert training.main(flags_for(files, out, eval_input_file=files["eval"], eval_frequency=freq,
+                                   num_train_steps=steps, max_samples_termination=max_samples,
+                                   save_checkpoints_steps=100, num_workers=0, target_mlm_accuracy=1.0)) == 0
+    err = capsys.readouterr().err
+    warned = [line for line in err.splitlines() if line.startswith("warning: no online eval before the run ends")]
+    assert [s for s, _ in _evals(os.path.join(out, "mlperf.log"))[1]] == evals
+    assert len(warned) == (not evals), err
+    if not evals:
+        assert "the first comes at %d samples" % freq in warned[0], warned
+    partial = [line for line in err.splitlines() if line.startswith("warning: --num_train_steps=")]
+    assert len(partial) == (steps % 2), err
+    if partial:
+        assert "the last 1 micro-step(s) are trained but never applied" in partial[0] and "(6)" in partial[0]
+
+
 def test_do_eval_alone_matches_an_independent_computation(files, uninterrupted, tmp_path):
     full, _ = uninterrupted
     ckpt = os.path.join(full, "model.ckpt-30.pt")

@@ -157,6 +157,31 @@ def check_closed_data(cfg, eval_files, global_batch, rank):
               file=sys.stderr, flush=True)
 
 
+def warn_schedule(cfg, packed, freq, evaluates):
+    """Warnings (rank 0, at the start) for flags the reference takes but that waste the run: micro-steps
+    after the last update (trained, never applied) and, unpacked, an online eval set that no eval
+    reaches before the run ends (a log without eval_accuracy, which the checkers fail)."""
+    sc, n = cfg.schedule, cfg.optim.steps_per_update
+    steps = sc.num_train_steps
+    if steps % n:
+        print("warning: --num_train_steps=%d is not a multiple of --steps_per_update=%d: the last %d micro-step(s) "
+              "are trained but never applied (as in the reference), and the log's opt_learning_rate_training_steps "
+              "is %s updates; give a multiple (%d)" % (steps, n, steps % n, cfg.updates(steps), steps - steps % n),
+              file=sys.stderr, flush=True)
+    if not evaluates or packed or cfg.eval.eval_at_start:  # packed: a step's samples are known only as it runs
+        return
+    batch, update = cfg.data.train_batch_size, cfg.global_batch
+    end = steps * batch  # the samples count at the end, then at the last update (where an eval can come)
+    if sc.max_samples_termination:  # the loop stops at the micro-step that reaches it
+        end = min(end, -(-sc.max_samples_termination // batch) * batch)
+    last = end // update * update
+    if last < freq:
+        print("warning: no online eval before the run ends: the first comes at %s samples (eval_frequency), the "
+              "last update at %s; the log will have no eval_accuracy (the checkers fail it): lower "
+              "--eval_frequency or train longer" % (format(freq, ","), format(last, ",")),
+              file=sys.stderr, flush=True)
+
+
 def _packed_input(files):
     from mlperf_bert.dataset.packing import is_packed
     kinds = {is_packed(f) for f in files}

@@ -481,6 +481,8 @@ def run(cfg, stop, held):
     # the checkpoint's tensors (host memory) are copied into the model and slots: not held for the whole run
     ckpt = None
     freq = cfg.eval.eval_frequency or eval_frequency(global_batch)
+    if rank == 0 and not resumed:
+        preflight.warn_schedule(cfg, packed, freq, eval_set is not None)
     if not continues:
         log.event("eval_frequency", freq)
         log.event(C.EVAL_SAMPLES, eval_set.num_records if eval_set else 0)

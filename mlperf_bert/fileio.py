@@ -14,6 +14,7 @@ two rules are implemented once:
 """
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
@@ -313,6 +314,20 @@ def atomic_save(path, save, needed=None):
         if f.error is not None:  # swallowed by ``save``: the file is incomplete
             raise f.error
     return path
+
+
+def file_md5(path, progress=None, chunk=1 << 22):
+    """The md5 of ``path``'s bytes (hex), read in chunks; ``progress``: a bar updated by bytes read."""
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        while True:
+            buf = f.read(chunk)
+            if not buf:
+                break
+            h.update(buf)
+            if progress is not None:
+                progress.update(len(buf))
+    return h.hexdigest()
 
 
 def read_lines(path, what):

@@ -18,7 +18,7 @@ import re
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, read_lines
+from mlperf_bert.fileio import atomic_open, file_md5, read_lines
 from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset import hdf5
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records
@@ -74,19 +74,6 @@ def known_tables(results_dir=RESULTS_DIR):
         sizes = read_sizes_file(os.path.join(results_dir, size_file)) if size_file else {}
         tables[name] = {n: (sizes.get(n), md5s.get(n)) for n in set(md5s) | set(sizes)}
     return tables
-
-
-def file_md5(path, progress=None, chunk=1 << 22):
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while True:
-            buf = f.read(chunk)
-            if not buf:
-                break
-            h.update(buf)
-            if progress is not None:
-                progress.update(len(buf))
-    return h.hexdigest()
 
 
 def md5_many(paths, workers=None, desc="md5"):

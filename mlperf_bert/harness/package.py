@@ -30,7 +30,7 @@ import sys
 
 from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import pid_alive, write_json
+from mlperf_bert.fileio import file_md5, pid_alive, write_json
 from mlperf_bert.harness.compliance import RULESET, SYSTEM_STATUSES, division_of, identity_problems, read_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -657,8 +657,7 @@ def package_warnings(logs, entries, source):
                         % (len(logs), "" if len(logs) == 1 else "s", RULESET, need))
     by_content = {}
     for log in logs:  # the same run twice (a copy, or a folder given twice): the seed checker fails it
-        with open(log, "rb") as f:
-            by_content.setdefault(hashlib.md5(f.read()).hexdigest(), []).append(log)
+        by_content.setdefault(file_md5(log), []).append(log)
     for names in (n for n in by_content.values() if len(n) > 1):
         warnings.append("%s are one run's log (the same bytes): the official package checker fails a package whose "
                         "runs share a seed (give each run once)" % " and ".join(names))

@@ -213,10 +213,11 @@ def test_clipping_modes_train_differently(uninterrupted, uninterrupted_clip_afte
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
-def _torchrun(argv, *launch, timeout=300, cwd=ROOT):
+def _torchrun(argv, *launch, timeout=300, cwd=ROOT, **env):
     """torchrun under the wrapper, as train_model.sh runs it (its agent skips the teardown of torch's
-    modules at its end: a second less a launch than bare torchrun; the ranks' lines pass through)."""
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    modules at its end: a second less a launch than bare torchrun; the ranks' lines pass through);
+    ``env``: variables to set for it."""
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **env)
     return subprocess.Popen([PY, "-m", "mlperf_bert", "torchrun"] + list(launch) + argv, cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -293,7 +294,7 @@ def two_nodes(files, tmp_path_factory):
             port = s.getsockname()[1]
         return [_torchrun(args, "--nnodes=2", "--nproc_per_node=1",
                           "--node_rank=%d" % node, "--master_addr=127.0.0.1", "--master_port=%d" % port,
-                          cwd=str(disk)) for node, disk in enumerate(disks)]
+                          cwd=str(disk), TMPDIR=str(tmp)) for node, disk in enumerate(disks)]
 
     procs = launch(argv)
     try:

@@ -88,10 +88,10 @@ def uninterrupted(files, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_packed_run_killed_and_rerun_ends_bit_identical(files, uninterrupted, tmp_path):
+def test_packed_run_killed_and_rerun_ends_bit_identical(files, uninterrupted, tmp_path, short_tmpdir):
     out = str(tmp_path / "run")
     argv = packed_flags(files, out, num_train_steps=12)  # a DataLoader worker, accumulation 2
-    proc = start(argv)
+    proc = start(argv, TMPDIR=short_tmpdir)  # the multiprocessing folder the kill leaves: the test's
     wait_for(os.path.join(out, "model.ckpt-3.pt"), proc)  # mid-accumulation
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=120)

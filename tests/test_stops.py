@@ -142,7 +142,7 @@ def test_a_kill_during_a_background_write_leaves_no_file_that_looks_finished(tmp
 # ---------------------------------------------------------------- the trainer
 
 @pytest.mark.slow
-def test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical(files, uninterrupted, tmp_path):
+def test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical(files, uninterrupted, tmp_path, short_tmpdir):
     """The same command rerun the moment the killed trainer is gone (its DataLoader worker may still
     run: the old test waited for the worker to close the output pipe) starts, resumes, and ends
     bit-identical to the uninterrupted run. (It is also test_training.py's SIGKILL case of
@@ -152,7 +152,9 @@ def test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical(files, u
     out = str(tmp_path / "run")
     argv = flags_for(files, out)  # one DataLoader worker
     with open(tmp_path / "first.log", "w") as log:
-        proc = subprocess.Popen([PY] + argv, cwd=ROOT, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+        # its multiprocessing folder, which the kill leaves, in a $TMPDIR of the test's
+        proc = subprocess.Popen([PY] + argv, cwd=ROOT, env=dict(ENV, TMPDIR=short_tmpdir), stdout=log,
+                                stderr=subprocess.STDOUT)
         wait_until(lambda: os.path.exists(os.path.join(out, "model.ckpt-3.pt")), proc, what="model.ckpt-3.pt")
         workers = children(proc.pid)
         assert workers  # its DataLoader worker

@@ -103,8 +103,8 @@ def assert_bit_identical(a, b):
                 assert torch.equal(sa[k][slot], sb[k][slot]), (k, slot)
 
 
-def start(argv, new_group=False):
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+def start(argv, new_group=False, **env):
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **env)
     return subprocess.Popen([PY] + argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=new_group)
 

@@ -346,7 +346,9 @@ def two_runs(package, tmp_path):
     return runs
 
 
-@pytest.mark.parametrize("flag,value", [("system", "../../x"), ("org", ""), ("system", "a/b"), ("org", "..")])
+# "sys\n": a name ending in a newline ("$" of the name's pattern matched before it; a hostile sweep)
+@pytest.mark.parametrize("flag,value", [("system", "../../x"), ("org", ""), ("system", "a/b"), ("org", ".."),
+                                        ("system", "sys\n"), ("org", "Org\n")])
 def test_package_names_stay_inside_the_output(two_runs, tmp_path, flag, value):
     argv = {"org": "Org", "system": "sys"}
     argv[flag] = value
@@ -569,6 +571,43 @@ def test_package_killed_midway_leaves_nothing_the_rerun_trips_on(package, tmp_pa
     assert os.listdir(impl) == ["pytorch"]
     assert {NYX: "pytorch", "nyx2": "pytorch"} == pkg_mod.read_made_by(str(out / "NVIDIA"))
     assert (impl / "pytorch" / pkg_mod.launch_name(NYX)).exists() and (impl / "pytorch" / "launch_nyx2.json").exists()
+
+
+def test_a_marker_package_did_not_write_is_refused_not_followed(package, tmp_path):
+    """A hostile sweep: a rerun removed every path its marker of an unfinished move
+    (ORG/.package-SYSTEM.incomplete) listed, whatever the line: ``../../victim`` deleted a folder
+    outside the package (exit 0), a blank line deleted ORG/ itself, with every system in it. Each line
+    must be a part that a package of that system adds; and no system is packaged into an ORG/ that
+    holds another system's unfinished move (its rerun removes a new implementation folder whole)."""
+    out = tmp_path / "pkg"
+    argv = nyx_argv(package / BERT, out)
+    assert pkg_mod.main(argv) == 0
+    org = out / "NVIDIA"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+
+    def listing():
+        return sorted(str(p.relative_to(org)) for p in org.rglob("*") if not p.name.endswith(".incomplete"))
+    before = listing()
+    second = [a.replace("--system=%s" % NYX, "--system=nyx2") for a in argv]
+    marker = org / ".package-nyx2.incomplete"
+    for text in ("../../victim\n", "\n", "results/%s\n" % NYX, "systems/nyx2.json\n../../victim\n", "",
+                 "benchmarks/bert/implementations/..\n", "benchmarks/bert/implementations/pytorch/x\n"):
+        marker.write_text(text)
+        with pytest.raises(UserError, match=r"^%s (lists .*, not a part of %s that package adds there|lists nothing)"
+                           r": package did not write this marker; check %s by hand and remove the marker$"
+                           % (re.escape(str(marker)), re.escape(str(org)), re.escape(str(org)))):
+            pkg_mod.main(second)
+        assert victim.is_dir() and listing() == before, text
+    # a marker as package writes it, of nyx2's pieces: another system waits for its rerun
+    marker.write_text("systems/nyx2.json\nresults/nyx2\n")
+    third = [a.replace("--system=%s" % NYX, "--system=nyx3") for a in argv]
+    with pytest.raises(UserError, match=r"holds the unfinished package of nyx2 \(%s, .*rerun that command first"
+                       % re.escape(str(marker))):
+        pkg_mod.main(third)
+    assert pkg_mod.main(second) == 0 and not marker.exists()  # its own rerun finishes it
+    assert pkg_mod.main(third) == 0
+    assert {NYX: "pytorch", "nyx2": "pytorch", "nyx3": "pytorch"} == pkg_mod.read_made_by(str(org))
 
 
 def _summary(seeds):

@@ -30,7 +30,7 @@ import sys
 
 from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import file_md5, pid_alive, write_json
+from mlperf_bert.fileio import atomic_open, file_md5, pid_alive, write_json
 from mlperf_bert.harness.compliance import RULESET, SYSTEM_STATUSES, division_of, identity_problems, read_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -403,8 +403,8 @@ def source_identity(root=ROOT):
 
 # ---- the package
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_TMP = re.compile(r"^\.(?P<org>.+)\.tmp-(?P<pid>\d+)$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # \Z: "$" also matches before a final newline
+_TMP = re.compile(r"^\.(?P<org>.+)\.tmp-(?P<pid>\d+)\Z")
 
 
 def check_name(flag, value):
@@ -461,6 +461,9 @@ def _incomplete_marker(top, system):
     return os.path.join(top, ".package-%s.incomplete" % system)
 
 
+_MARKER = re.compile(r"^\.package-(?P<system>.+)\.incomplete\Z")
+
+
 def read_made_by(top):
     """The systems ``package`` put in ORG/ (``top``): {system: implementation} from ORG/MADE_BY;
     {} without it (a package made otherwise: a published one); a UserError naming it when it
@@ -495,20 +498,48 @@ def _remove(path):
         os.remove(path)
 
 
+def _marked_pieces(top, system, marker):
+    """The pieces of ORG/ (``top``) that ``marker`` lists, each checked to be one that a package of
+    ``system`` adds (``_pieces``), under no symbolic link: the rerun removes them, so a line of any
+    other shape (a blank line would be ORG/ itself, ``..`` outside it) is refused, not followed."""
+    from mlperf_bert.fileio import read_lines
+    lines = read_lines(marker, "package's marker of an unfinished move")
+    impl = implementation_dir("")
+    allowed = {os.path.join("systems", system + ".json"), os.path.join("results", system)}
+    for line in lines:
+        name = line[len(impl):].split("/")
+        ok = line in allowed or (line.startswith(impl) and _NAME.match(name[0]) is not None
+                                 and (len(name) == 1 or name[1:] == [launch_name(system)]))
+        parents = [os.path.join(top, *line.split("/")[:k]) for k in range(1, line.count("/") + 1)] if ok else []
+        if not ok or any(os.path.islink(d) for d in parents):
+            raise UserError("%s lists %r, not a part of %s that package adds there%s: package did not write this "
+                            "marker; check %s by hand and remove the marker" % (
+                                marker, line, top, " (under a symbolic link)" if ok else "", top))
+    if not lines:
+        raise UserError("%s lists nothing: package did not write this marker; check %s by hand and remove the "
+                        "marker" % (marker, top))
+    return lines
+
+
 def _check_free(top, system, implementation, source_sha256):
     """The pieces a package of ``system`` adds to ``top`` (ORG/, existing or not); refuse when ORG/
-    already holds this system, or holds an implementation of that name with other code; finish off
-    a move that was killed."""
+    already holds this system, or holds an implementation of that name with other code, or another
+    system's unfinished move; finish off a move of this system that was killed."""
     marker = _incomplete_marker(top, system)
     if os.path.exists(marker):  # our own move into an existing ORG/ was killed half-way: undo it
-        with open(marker, encoding="utf-8") as f:
-            moved = f.read().splitlines()
-        for piece in moved:
+        for piece in _marked_pieces(top, system, marker):
             _remove(os.path.join(top, piece))
         made = read_made_by(top)
         if made.pop(system, None) is not None:
             _write_made_by(top, made)
         os.remove(marker)
+    # another system's killed move may have brought in a new implementation folder, which its rerun
+    # removes whole: this system's launch record would go with it
+    others = sorted(n for n in os.listdir(top) if _MARKER.match(n)) if os.path.isdir(top) else []
+    if others:
+        raise UserError("%s holds the unfinished package of %s (%s, a package command that was stopped): rerun "
+                        "that command first, which undoes its half-made move" % (
+                            top, _MARKER.match(others[0]).group("system"), os.path.join(top, others[0])))
     impl = os.path.join(top, implementation_dir(implementation))
     pieces = _pieces(system, implementation, not os.path.lexists(impl))
     held = [p for p in pieces[1:] + [os.path.join(implementation_dir(implementation), launch_name(system))]
@@ -534,7 +565,7 @@ def _move_into_place(build, top, system, pieces):
         os.rename(build, top)
         return
     marker = _incomplete_marker(top, system)
-    with open(marker, "w", encoding="utf-8") as f:
+    with atomic_open(marker, "w", encoding="utf-8") as f:  # whole or absent: a rerun removes what it lists
         f.write("".join(p + "\n" for p in pieces))
     for piece in pieces:
         os.makedirs(os.path.dirname(os.path.join(top, piece)), exist_ok=True)

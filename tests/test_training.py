@@ -1045,6 +1045,9 @@ def test_a_resume_cuts_the_log_back_to_its_checkpoint_or_refuses_a_log_that_chan
 
 
 def test_resume_with_another_init_checkpoint_is_refused(files, uninterrupted, tmp_path):
+    """Another --init_checkpoint, or other bytes under its name, is refused; the same file seen in
+    another folder (a requeued job's mount: a hostile sweep found its path compared) resumes and
+    ends bit-identical."""
     init = str(tmp_path / "init.pt")
     with open(init, "wb") as f:
         f.write(open(os.path.join(uninterrupted[0], "model.ckpt-30.pt"), "rb").read())
@@ -1058,13 +1061,18 @@ def test_resume_with_another_init_checkpoint_is_refused(files, uninterrupted, tm
     other = str(tmp_path / "other.pt")
     with open(other, "wb") as f:
         f.write(open(os.path.join(uninterrupted[0], "model.ckpt-27.pt"), "rb").read())
-    with pytest.raises(UserError, match=r"--init_checkpoint \(its path, size or content\) differs from the run"):
+    with pytest.raises(UserError, match=r"--init_checkpoint \(its name, size or content\) differs from the run"):
         training.main(flags_for(files, str(out), **dict(kw, init_checkpoint=other)))
+    mounted = tmp_path / "mount" / "init.pt"
+    mounted.parent.mkdir()
+    mounted.write_bytes(open(init, "rb").read())
     with open(init, "wb") as f:  # the same path, other weights
         f.write(open(other, "rb").read())
-    with pytest.raises(UserError, match=r"--init_checkpoint \(its path, size or content\) differs"):
+    with pytest.raises(UserError, match=r"--init_checkpoint \(its name, size or content\) differs"):
         training.main(flags_for(files, str(out), **kw))
     assert sorted(os.listdir(out)) == ["mlperf.log", "model.ckpt-3.pt"]
+    assert training.main(flags_for(files, str(out), **dict(kw, init_checkpoint=str(mounted)))) == 0
+    assert_bit_identical(os.path.join(full, "model.ckpt-6.pt"), str(out / "model.ckpt-6.pt"))
 
 
 def test_a_finished_run_rerun_with_other_flags_is_refused_naming_them(files, uninterrupted):

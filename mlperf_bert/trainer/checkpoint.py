@@ -332,7 +332,7 @@ def _described(name, value, was):
         (path, size), (old, old_size) = next((v, w) for v, w in zip(value, was) if not _same_file(v, w))
         return "%s (%s, %d bytes, where the run had %s, %d bytes)" % (_FILES[name], path, size, old, old_size)
     if name == "init_checkpoint":
-        return "--init_checkpoint (its path, size or content)"
+        return "--init_checkpoint (its name, size or content)"
     return None
 
 
@@ -342,12 +342,21 @@ def _same_file(entry, was):
     return os.path.basename(entry[0]) == os.path.basename(was[0]) and entry[1] == was[1]
 
 
+def _same_init(entry, was):
+    """Whether an --init_checkpoint's [path, bytes, digest] is the one a run recorded: by its name,
+    size and content, not its folder (a resume does not read it, and a requeued job may see it
+    mounted elsewhere)."""
+    return os.path.basename(entry[0]) == os.path.basename(was[0]) and entry[1:] == was[1:]
+
+
 def _differing(saved, ident):
     """[(name, value, saved value)] of the entries that ``saved`` (an older identity) holds with
     another value (an entry it lacks, written by an older version, is not compared)."""
     def same(name, value, was):
         if name in _FILES and isinstance(value, list) and isinstance(was, list):
             return len(value) == len(was) and all(_same_file(v, w) for v, w in zip(value, was))
+        if name == "init_checkpoint" and isinstance(value, list) and isinstance(was, list):
+            return len(value) == len(was) == 3 and _same_init(value, was)
         return value == was
     return [(name, value, saved[name]) for name, value in ident.items() if name in saved
             and not same(name, value, saved[name])]

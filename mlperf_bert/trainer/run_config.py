@@ -104,8 +104,9 @@ class Eval:
     eval_batch_size: int = same(8, "the batch of --do_eval's eval without an online eval set, not the run's")
     max_eval_steps: int = same(100, "the batches of that eval")
     eval_at_start: bool = same(False, "an eval at 0 samples, before the first step (a resume never repeats it)")
-    eval_micro_batch_size: int = same(0, "exact sums: any micro-batch gives the same metrics "
-                                         "(tests/test_warmup.py)")
+    eval_micro_batch_size: int = same(0, "a memory setting, free to change where a resumed run's eval no longer fits: "
+                                         "the accuracy's counts are exact sums at any micro-batch; the loss's fp32 "
+                                         "sums a batch differ in the last bits (docs/training.md)")
 
 
 @dataclasses.dataclass(frozen=True)

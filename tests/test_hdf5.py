@@ -354,3 +354,37 @@ def test_read_examples_checks_the_rows_it_reads(made, tmp_path):
     assert len(hdf5.read_examples(path, 0, 7)["input_ids"]) == 7  # the rows before it are whole
     with pytest.raises(UserError, match=re.escape("%s: record 7 does not match the checksum" % path)):
         hdf5.read_examples(path, 5, 20)
+
+
+@pytest.mark.parametrize("how", ["external", "link"])
+def test_a_dataset_kept_in_another_file_is_refused(made, tmp_path, how):
+    """A hostile sweep: an HDF5 file can keep a dataset's bytes in another file, by a path written in
+    it (external storage, a link to another file); h5py follows it out of the folder: verify read
+    /elsewhere/outside.txt and said OK (CRC-32C and all), the trainer would train on it. to-hdf5 and
+    pack write every dataset into the file: any other is one line naming the file and the dataset."""
+    from mlperf_bert.trainer import loader
+    path, outside = str(tmp_path / "data" / "part.hdf5"), str(tmp_path / "outside.bin")
+    os.mkdir(os.path.dirname(path))
+    with h5py.File(made["plain"], "r") as a, h5py.File(path, "w") as b:
+        b.attrs.update(a.attrs)
+        for name in a:
+            data = a[name][:]
+            if name != "input_ids":
+                b.create_dataset(name, data=data)
+            elif how == "external":
+                data.tofile(outside)
+                b.create_dataset(name, shape=data.shape, dtype=data.dtype, external=[(outside, 0, data.nbytes)])
+            else:
+                with h5py.File(outside, "w") as o:
+                    o.create_dataset(name, data=data)
+                b[name] = h5py.ExternalLink(outside, name)
+            if name != "input_ids" or how == "external":  # (a link's would go to the other file)
+                b[name].attrs.update(a[name].attrs)
+    where = ("stored in other files (%s)" % outside if how == "external"
+             else "a link to input_ids in %s" % outside)
+    message = "%s: dataset input_ids is %s: give a file that to-hdf5 or pack made, which holds its own data" % (
+        path, where)
+    for read in (lambda: hdf5.verify_checksums(path), lambda: loader.check_records([path], full=True)):
+        with pytest.raises(UserError) as e:
+            read()
+        assert str(e.value) == message

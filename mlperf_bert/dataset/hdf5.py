@@ -124,7 +124,7 @@ def open_file(path):
     command makes the file again."""
     import h5py
     try:
-        return h5py.File(path, "r")
+        h = h5py.File(path, "r")
     except OSError as e:
         if not os.path.exists(path):
             raise UserError("cannot read %s: no such file: check the path" % path)
@@ -132,6 +132,30 @@ def open_file(path):
             raise UserError("%s is not an HDF5 file: give a file that to-hdf5 or pack made" % path)
         raise UserError("cannot read HDF5 file %s (%s): it is truncated or damaged: %s"
                         % (path, str(e).splitlines()[0], remake_hint(path)))
+    try:
+        _refuse_data_elsewhere(h, path)
+    except BaseException:
+        h.close()
+        raise
+    return h
+
+
+def _refuse_data_elsewhere(h, path):
+    """to-hdf5 and pack write every dataset into the file: a link, or a dataset stored in other files
+    (external or virtual), is a path written in the file that h5py would follow out of its folder."""
+    import h5py
+    for name in h:
+        link = h.get(name, getlink=True)
+        where = None
+        if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+            where = "a link to %s" % ("%s in %s" % (link.path, link.filename) if isinstance(link, h5py.ExternalLink)
+                                      else link.path)
+        elif isinstance(h[name], h5py.Dataset) and (h[name].external or h[name].is_virtual):
+            where = "stored in other files (%s)" % (", ".join(str(e[0]) for e in h[name].external or ())
+                                                   or "a virtual dataset")
+        if where:
+            raise UserError("%s: dataset %s is %s: give a file that to-hdf5 or pack made, which holds its own data"
+                            % (path, name, where))
 
 
 def refuse_hdf5_inputs(files, command):

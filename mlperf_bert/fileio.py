@@ -42,7 +42,7 @@ PATH_ERRNOS = {
     errno.ELOOP: "a symbolic link loop: fix the link",
     errno.ENAMETOOLONG: "give a shorter path",
 }
-_TMP = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)$")
+_TMP = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)\Z")
 _own = {}  # temporary path -> pid of the process that made it (forked children inherit the dict)
 
 

@@ -122,6 +122,13 @@ def test_bad_text_dir_is_a_user_error(tmp_path, vocab_file):
     assert os.listdir(str(same)) == ["part-00000-of-00001"]
     with pytest.raises(UserError, match="no part-XXXXX-of-XXXXX"):
         make_dataset.main(cmd(str(tmp_path), str(tmp_path / "o"), vocab_file))
+    # a name ending in a newline is no shard (it was, then read as the name without it: "does not exist")
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / "part-00000-of-00001\n").write_text("A sentence.\n\n", encoding="utf-8")
+    with pytest.raises(UserError, match="no part-XXXXX-of-XXXXX"):
+        make_dataset.main(cmd(str(odd), str(tmp_path / "o2"), vocab_file))
+    assert not (tmp_path / "o2").exists()
 
 
 @pytest.mark.slow

@@ -279,7 +279,9 @@ def test_stale_temporaries_only_of_processes_that_are_gone(tmp_path):
         for pid in (live.pid, dead.pid):
             (tmp_path / ("part.tmp-%d" % pid)).write_text("x")
         (tmp_path / ("other.tmp-%d" % dead.pid)).write_text("x")
+        (tmp_path / ("part.tmp-%d\n" % dead.pid)).write_text("x")  # a user's file, not a temporary ("$" took it)
         assert fileio.remove_stale_temporaries(str(tmp_path), ["part"]) == ["part.tmp-%d" % dead.pid]
+        os.remove(tmp_path / ("part.tmp-%d\n" % dead.pid))
         assert sorted(os.listdir(tmp_path)) == sorted(["part.tmp-%d" % live.pid, "other.tmp-%d" % dead.pid])
         # a rerun's writer removes its output's stale temporaries itself
         with fileio.atomic_open(str(tmp_path / "other"), "w") as f:

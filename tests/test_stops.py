@@ -131,6 +131,9 @@ def test_a_kill_during_a_background_write_leaves_no_file_that_looks_finished(tmp
         proc.wait()
     cut = [n for n in os.listdir(out) if ".pt.tmp-" in n]
     done = checkpoint.list_checkpoints(str(out))
+    (out / "model.ckpt-99.pt\n").write_text("x")  # a name ending in a newline is no checkpoint ("$" took it)
+    assert checkpoint.list_checkpoints(str(out)) == done
+    os.remove(out / "model.ckpt-99.pt\n")
     assert done and len(done) <= 2 and len(cut) == 1, os.listdir(out)  # killed during a write
     for step, path in done:
         w = checkpoint.load(path)["model"]["w"]

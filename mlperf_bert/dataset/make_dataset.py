@@ -26,7 +26,7 @@ from mlperf_bert.dataset.tfrecord import count_records
 SETTINGS_NAME = "make_dataset_settings.json"
 STANDARD = dict(do_lower_case=True, max_seq_length=512, max_predictions_per_seq=76, masked_lm_prob=0.15,
                 random_seed=12345, dupe_factor=10, short_seq_prob=0.1)
-_PART = re.compile(r"^part-\d+-of-\d+$")
+_PART = re.compile(r"^part-\d+-of-\d+\Z")  # \Z: "$" also matches before a final newline
 
 
 def find_text_shards(text_dir):

@@ -20,7 +20,7 @@ from mlperf_bert.errors import UserError
 from mlperf_bert.trainer import distributed, run_config
 from mlperf_bert.fileio import atomic_save, write_json
 
-CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt$")
+CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt\Z")
 FINISHED = "run_finished.json"
 LOG_OWNER = "mlperf_log_path.json"
 

@@ -61,11 +61,12 @@ def gpu_presets():
 
 def _config(path_or_dict, seq):
     from mlperf_bert.trainer.config import BertConfig
-    if isinstance(path_or_dict, dict):
+    if isinstance(path_or_dict, dict):  # read as a file is: the same checks (one JSON left in $TMPDIR a call)
         import tempfile
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
             json.dump(path_or_dict, f)
-        path_or_dict = f.name
+            f.flush()
+            return BertConfig.from_json_file(f.name, seq)
     return BertConfig.from_json_file(path_or_dict, seq)
 
 

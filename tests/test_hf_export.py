@@ -119,3 +119,23 @@ def test_hugging_face_loads_the_export_and_computes_our_logits(exported):
     at_masked = theirs.prediction_logits[torch.arange(b)[:, None], positions].reshape(-1, cfg.vocab_size)
     torch.testing.assert_close(at_masked, mlm)
     torch.testing.assert_close(theirs.seq_relationship_logits, nsp)
+
+
+def test_an_export_stopped_over_an_earlier_one_leaves_no_config(exported, tmp_path, monkeypatch):
+    """A hostile sweep: over an earlier export, the new model.safetensors was renamed in before the old
+    config.json was replaced; a stop in between left the new weights beside the old config, a
+    directory that looks complete (its config.json is written last for that). The old config goes
+    first now."""
+    model, pt, out = exported
+    again = str(tmp_path / "hf")
+    argv = ["convert_checkpoint.py", "--bert_config_file=" + CONFIG, "--input=" + pt, "--output=" + again,
+            "--format=hf"]
+    assert checkpoint_convert.main(argv) == 0
+    assert sorted(os.listdir(again)) == ["config.json", "model.safetensors"]
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt  # as a Ctrl-C between the weights and the config
+    monkeypatch.setattr(checkpoint_convert, "write_json", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint_convert.main(argv)
+    assert os.listdir(again) == ["model.safetensors"]

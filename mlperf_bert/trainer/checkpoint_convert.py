@@ -5,6 +5,7 @@ A path ending in ``.pt`` is ours; any other path is a TF prefix. Weights are che
 against the BERT config on the way; ``global_step`` travels both ways (not to Hugging Face,
 whose directory has no place for it).
 """
+import contextlib
 import json
 import logging
 import os
@@ -72,6 +73,10 @@ def save_hf(model, directory):
         raise UserError("--output %s is a file: --format=hf writes a directory (config.json, model.safetensors)"
                         % directory)
     check_writable_dir(os.path.join(directory, "config.json"))  # makes the directory
+    # over an earlier export: its config.json goes first, so a kill before the new one is written
+    # leaves a directory without one (incomplete), not new weights beside the old config
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(directory, "config.json"))
     tensors = {HF_NAMES.get(k, k): v.float() for k, v in model.state_dict().items()}
     with atomic_open(os.path.join(directory, "model.safetensors")) as f:
         write_safetensors(f, tensors)

@@ -222,6 +222,19 @@ def _mentions(e, tmp):
     return tmp in (e.filename, getattr(e, "filename2", None)) or tmp in str(e)
 
 
+def _sync(tmp):
+    """Its bytes on the disk before the rename names it: what another library wrote into it (h5py,
+    torch.save, savefig) as ``atomic_open``'s own; after a crash of the machine the output is whole
+    or absent. An error is about ``tmp``."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, tmp) from e
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(path, needed=None, _owns=None):
     """Yield a temporary path; on success it is renamed to ``path``, on failure removed.
@@ -241,6 +254,7 @@ def atomic_path(path, needed=None, _owns=None):
     _own[tmp] = os.getpid()
     try:
         yield tmp
+        _sync(tmp)
         os.replace(tmp, path)
         _own.pop(tmp, None)
     except BaseException as e:

@@ -86,6 +86,31 @@ def test_write_errors_are_one_line_naming_the_file_and_keep_the_old_file(tmp_pat
     assert out.read_bytes() == b"complete older version" and no_temporaries(tmp_path)
 
 
+def test_a_file_another_library_wrote_is_on_the_disk_before_its_rename(tmp_path, monkeypatch):
+    """atomic_path's outputs (h5py's, torch.save's, savefig's) were renamed unsynced, atomic_open's
+    synced: after a crash of the machine an HDF5 or a converted checkpoint could be empty under its
+    final name. Its temporary is synced before the rename; an error there (EIO: the write-back
+    failed) is the file's one line, the older file kept."""
+    import torch
+    out = tmp_path / "out.pt"
+    out.write_bytes(b"complete older version")
+    synced, real = [], os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink("/proc/self/fd/%d" % fd)), real(fd)))
+    with fileio.atomic_path(str(out)) as tmp:
+        torch.save({"w": torch.ones(3)}, tmp)
+    assert [os.path.basename(p) for p in synced] == [os.path.basename(tmp)]
+    assert torch.load(str(out))["w"].tolist() == [1, 1, 1]
+
+    def failing(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(UserError) as e:
+        with fileio.atomic_path(str(out)) as tmp:
+            torch.save({"w": torch.zeros(3)}, tmp)
+    assert str(e.value).startswith("cannot write %s: input/output error; no partial file was left: " % out)
+    assert torch.load(str(out))["w"].tolist() == [1, 1, 1] and no_temporaries(tmp_path)
+
+
 def test_write_json_keeps_the_older_file_when_the_object_does_not_serialise(tmp_path, disk_full):
     """write_json, the writer of every JSON output (settings, systems JSON, launch.json, FINISHED...):
     what json.dump writes, a newline when asked; an object json cannot write half-way, or a full

@@ -99,13 +99,16 @@ S512_FLAGS = ["--max_seq_length=512", "--max_predictions_per_seq=76", "--dupe_fa
 def golden_s512(golden_dir, vocab_file, tmp_path_factory):
     """Our generator's output for the reference's golden s512 command (the MLPerf command on
     golden/input/part-00000-of-00004), made once per run by the script as users run it;
-    test_pretraining_data proves it equal to the reference's by content digest."""
+    test_pretraining_data proves it equal to the reference's by content digest. Its stderr is
+    beside it (PATH.stderr)."""
     import subprocess
     out = str(tmp_path_factory.mktemp("golden_s512") / "part-00000.s512.tfrecord")
-    subprocess.run([sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
-                    "--input_file=%s/input/part-00000-of-00004" % golden_dir, "--output_file=" + out,
-                    "--vocab_file=" + vocab_file, "--do_lower_case=True", "--masked_lm_prob=0.15",
-                    "--random_seed=12345"] + S512_FLAGS, check=True, capture_output=True)
+    # its stderr to a file, as a scheduler's output file takes it (progress bars on, the default)
+    with open(out + ".stderr", "w") as err:
+        subprocess.run([sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
+                        "--input_file=%s/input/part-00000-of-00004" % golden_dir, "--output_file=" + out,
+                        "--vocab_file=" + vocab_file, "--do_lower_case=True", "--masked_lm_prob=0.15",
+                        "--random_seed=12345"] + S512_FLAGS, check=True, stdout=subprocess.DEVNULL, stderr=err)
     return out
 
 

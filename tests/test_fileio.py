@@ -585,3 +585,46 @@ def test_an_error_ends_the_pool_even_if_a_worker_outlives_its_sigterm(monkeypatc
     assert time.time() - start < 30  # pool.terminate() alone waits out the worker's 60 s
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the worker is gone (killed, and reaped by the pool's join)
+
+
+def test_a_stop_ends_every_hash_of_md5_many_not_after_all_of_them(tmp_path, monkeypatch):
+    """A hostile sweep: SIGTERM to `verify` of 4 x 1.5 GB ended it 20 s later, after every file was
+    hashed (the thread pool's exit waited for each file queued): past `docker stop`'s 10 s, so the
+    SIGKILL came first and the log had no stop line. Now the stop ends each hash within a chunk. The
+    signal here comes once 2 chunks were read, from a hashing thread; the main thread raises."""
+    from mlperf_bert.errors import Terminated, install_sigterm_handler
+    chunk = 1 << 22  # file_md5's
+    paths = []
+    for i in range(4):
+        p = tmp_path / ("f%d" % i)
+        with open(p, "wb") as f:
+            f.truncate(16 * chunk)  # sparse: read as zeros, nothing on the disk
+        paths.append(str(p))
+    read, real_open = [0], open
+
+    class Counted:
+        def __init__(self, f):
+            self.f = f
+
+        def read(self, n=-1):
+            data = self.f.read(n)
+            read[0] += len(data)
+            if read[0] == 2 * chunk:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return data
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+    monkeypatch.setattr(fileio, "open", lambda *a, **k: Counted(real_open(*a, **k)), raising=False)
+    install_sigterm_handler()
+    with pytest.raises(Terminated):
+        fileio.md5_many(paths, workers=2, progress=False)
+    import threading
+    for t in threading.enumerate():  # the hashing threads end at their next chunk
+        if t is not threading.current_thread() and t.name.startswith("ThreadPoolExecutor"):
+            t.join(30)
+    assert read[0] <= 2 * chunk + 2 * chunk, read[0] // chunk  # what 2 threads had begun, not 64 chunks
+    assert fileio.md5_many(paths[:1], workers=2, progress=False) == {paths[0]: fileio.file_md5(paths[0])}

@@ -4,6 +4,7 @@ import errno
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -226,6 +227,40 @@ def test_golden_s512_digest(ref_data, golden_dir, golden_s512):
     # the MLPerf command; its byte stability: test_dataset's make-dataset run gives the same bytes
     want, got = _golden(golden_dir, "part-00000.s512.tfrecord"), _digest(golden_s512, ref_data)
     assert (got["records"], got["bytes"], got["digest"]) == (want["records"], want["bytes"], want["digest"])
+
+
+def test_progress_in_a_log_file_is_lines(golden_s512):
+    """A hostile sweep: with stderr in a file (a scheduler's output file, `docker logs`), the data
+    tools' bars were tqdm's terminal redraws: carriage returns, block characters, every redraw of a
+    bar on one line without its newline (an error after it joined that line). The generator's own
+    stderr, progress on (the default), to a file: ASCII lines, each bar state on its own line."""
+    err = open(golden_s512 + ".stderr", "rb").read()
+    assert b"\r" not in err and err.endswith(b"\n") and err.isascii(), err[-500:]
+    lines = err.decode().splitlines()
+    from mlperf_bert.dataset.tfrecord import count_records
+    bars = [line for line in lines if re.search(r"\d+%\|[# 0-9]*\|", line)]
+    assert bars and lines[-1] == "wrote %d records to %s" % (count_records(golden_s512), golden_s512), lines[-3:]
+
+
+def test_a_bar_on_a_terminal_is_tqdms_and_in_a_file_a_line_per_redraw():
+    """progress.bar: tqdm's redraws on a terminal; elsewhere a line per redraw, at most every
+    FILE_INTERVAL_S seconds of updates (tqdm's monitor does not redraw in between), ASCII."""
+    import io
+    from mlperf_bert import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    term, log = Terminal(), io.StringIO()
+    for out in (term, log):
+        with progress.bar(total=3, desc="t", file=out) as b:
+            for _ in range(3):
+                b.update(1)
+    assert "\r" in term.getvalue()
+    assert "\r" not in log.getvalue() and log.getvalue().isascii()
+    assert [line.split("|")[0] for line in log.getvalue().splitlines()] == ["t:   0%", "t: 100%"]
+    with progress.bar(total=3, file=io.StringIO()) as b:
+        assert (b.mininterval, b.maxinterval, b.ascii) == (progress.FILE_INTERVAL_S, float("inf"), True)
 
 
 @pytest.mark.skipif(len(KERNELS) < 2, reason="the C kernel is not built")

@@ -8,7 +8,7 @@ import zipfile
 import pytest
 
 from mlperf_bert.dataset import vocab
-from mlperf_bert.dataset.checksums import file_md5
+from mlperf_bert.fileio import file_md5
 from mlperf_bert.errors import UserError
 
 

@@ -11,14 +11,13 @@ directory that holds one is checked against it; as ``--manifest=FILE``, it check
 directories against it, so two sites can compare regenerated datasets by md5. A mismatch says what differs (bytes or md5, and who lists the other
 value); the last line counts the verdicts.
 """
-import concurrent.futures
 import hashlib
 import os
 import re
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, file_md5, read_lines
+from mlperf_bert.fileio import atomic_open, md5_many, read_lines
 from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset import hdf5
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records
@@ -74,17 +73,6 @@ def known_tables(results_dir=RESULTS_DIR):
         sizes = read_sizes_file(os.path.join(results_dir, size_file)) if size_file else {}
         tables[name] = {n: (sizes.get(n), md5s.get(n)) for n in set(md5s) | set(sizes)}
     return tables
-
-
-def md5_many(paths, workers=None, desc="md5"):
-    """``{path: md5}`` hashed in parallel threads (hashlib releases the GIL) with a byte progress bar."""
-    from tqdm import tqdm
-    total = sum(os.path.getsize(p) for p in paths)
-    workers = workers or min(32, os.cpu_count() or 1)
-    with tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False) as bar:
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            futures = {p: pool.submit(file_md5, p, bar) for p in paths}
-            return {p: fut.result() for p, fut in futures.items()}
 
 
 def is_tfrecord(path):

@@ -11,9 +11,9 @@ import urllib.parse
 import urllib.request
 
 from mlperf_bert import flags
-from mlperf_bert.dataset.checksums import RESULTS_DIR, file_md5, known_tables
+from mlperf_bert.dataset.checksums import RESULTS_DIR, known_tables
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import is_write_error, write_error
+from mlperf_bert.fileio import file_md5, is_write_error, write_error
 from mlperf_bert.locking import lock_file
 
 CHUNK = 1 << 20
@@ -74,7 +74,7 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
 
 
 def _fetch(url, output, name, md5, size, progress):
-    from tqdm import tqdm
+    from mlperf_bert.progress import bar as progress_bar
     partial = output + ".partial"
     offset = os.path.getsize(partial) if os.path.exists(partial) else 0
     stream, total, resumed = _open_from(url, offset)
@@ -83,7 +83,7 @@ def _fetch(url, output, name, md5, size, progress):
     if stream is not None:
         try:
             with stream, open(partial, "ab" if offset else "wb") as out, \
-                    tqdm(total=total, initial=offset, unit="B", unit_scale=True, desc=name,
+                    progress_bar(total=total, initial=offset, unit="B", unit_scale=True, desc=name,
                          disable=not progress) as bar:
                 while True:
                     buf = stream.read(CHUNK)

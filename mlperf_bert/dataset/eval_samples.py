@@ -42,8 +42,8 @@ def _pick(input_file, output_file, num_examples_to_pick, max_seq_length, max_pre
     wanted = pick_indexes(total, num_examples_to_pick)
     bar = None
     if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=total, unit="rec", desc="picking", file=sys.stderr, dynamic_ncols=True)
+        from mlperf_bert.progress import bar as progress_bar
+        bar = progress_bar(total=total, unit="rec", desc="picking")
     k = 0
     with TFRecordWriter(output_file) as writer:
         for index, data in enumerate(read_records(input_file)):

@@ -212,7 +212,7 @@ def tfrecords_to_hdf5(input_files, output_file, max_seq_length, max_predictions_
 
 def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress):
     import h5py
-    from tqdm import tqdm
+    from mlperf_bert.progress import bar as progress_bar
     counts = [count_records(p) for p in input_files]
     total = sum(counts)
     lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
@@ -247,7 +247,7 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
             pos += n
             records.clear()
 
-        with tqdm(total=total, unit="rec", desc="to-hdf5", disable=not progress) as bar:
+        with progress_bar(total=total, unit="rec", desc="to-hdf5", disable=not progress) as bar:
             for path in input_files:
                 records, first = [], 0
                 for i, data in enumerate(read_records(path)):

@@ -14,10 +14,11 @@ import re
 import time
 
 from mlperf_bert import flags
-from mlperf_bert.dataset.checksums import MANIFEST_NAME, file_md5, write_manifest
+from mlperf_bert.dataset.checksums import MANIFEST_NAME, write_manifest
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
-from mlperf_bert.fileio import check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries, write_json
+from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, refuse_overwriting_inputs,
+                                remove_stale_temporaries, write_json)
 from mlperf_bert.locking import lock_dir, remove_stale_locks
 from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
 from mlperf_bert.dataset.tokenization import load_vocab
@@ -95,7 +96,6 @@ def input_stats(paths, old_inputs, workers=None):
     """``{name: {"bytes", "mtime_ns", "md5"}}`` of the inputs. An input whose size and mtime are
     those recorded keeps its recorded md5; the others are hashed (in threads: hashlib releases the
     GIL), so a rerun reads only what was touched and a content change of the same size is seen."""
-    import concurrent.futures
     stats, to_hash = {}, []
     for p in paths:
         st = os.stat(p)
@@ -107,9 +107,8 @@ def input_stats(paths, old_inputs, workers=None):
             stats[name]["md5"] = old["md5"]
         else:
             to_hash.append(p)
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(workers or os.cpu_count() or 1, 32))) as pool:
-        for p, digest in zip(to_hash, pool.map(file_md5, to_hash)):
-            stats[os.path.basename(p)]["md5"] = digest
+    for p, digest in md5_many(to_hash, max(1, min(workers or os.cpu_count() or 1, 32)), progress=False).items():
+        stats[os.path.basename(p)]["md5"] = digest
     return stats
 
 
@@ -218,7 +217,7 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
 
 
 def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, old, record):
-    from tqdm import tqdm
+    from mlperf_bert.progress import bar as progress_bar
     remove_stale_temporaries(output_dir, names)
     remove_stale_locks(output_dir, names)  # per-file locks of a killed run's generators
     _check_settings(output_dir, old, record)
@@ -230,7 +229,7 @@ def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, pro
     sizes = {j[1]: os.path.getsize(j[1]) for j in jobs}
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     rows = []
-    with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="make-dataset",
+    with progress_bar(total=sum(sizes.values()), unit="B", unit_scale=True, desc="make-dataset",
               disable=not progress, smoothing=0.05) as bar:
         with worker_pool(workers) as pool:
             for src, out_rows, _ in pool.imap_unordered(_run_job, jobs):

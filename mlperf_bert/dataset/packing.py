@@ -367,12 +367,12 @@ def main(argv):
 
 
 def _pack_all(files, outputs, fv):
-    from tqdm import tqdm
+    from mlperf_bert.progress import bar as progress_bar
     jobs = [(p, o, fv.max_seq_length, fv.max_predictions_per_seq, fv.max_sequences_per_pack, fv.seed)
             for p, o in zip(files, outputs)]
     workers = max(1, min(fv.num_workers, len(jobs)))
     results = []
-    with tqdm(total=len(jobs), unit="file", desc="pack", disable=not fv.progress) as bar:
+    with progress_bar(total=len(jobs), unit="file", desc="pack", disable=not fv.progress) as bar:
         if workers == 1:
             for job in jobs:
                 results.append(_pack_job(job))

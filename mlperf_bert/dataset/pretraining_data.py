@@ -294,8 +294,8 @@ def _read_lines(corpus, tokenizer, text, tokens, size, bar):
 
 def _bar(progress, **kwargs):
     if progress:
-        from tqdm import tqdm
-        return tqdm(file=sys.stderr, dynamic_ncols=True, **kwargs)
+        from mlperf_bert.progress import bar
+        return bar(**kwargs)
     return _NoBar()
 
 

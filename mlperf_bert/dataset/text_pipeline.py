@@ -179,7 +179,7 @@ def write_eval(output_dir, eval_articles):
 def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, seed=12345, workers=None,
         progress=True):
     """Run the whole pipeline; return the list of part files written."""
-    from tqdm import tqdm
+    from mlperf_bert.progress import bar as progress_bar
     if not input_files:
         raise UserError("no input files: --wiki_glob matched nothing")
     input_files = sorted(input_files)
@@ -198,13 +198,13 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
     train_files, eval_articles = [], []
     try:
         with worker_pool(workers) as pool:
-            for out, evals in tqdm(pool.imap(_process_one, jobs), total=n, desc="clean+split",
+            for out, evals in progress_bar(pool.imap(_process_one, jobs), total=n, desc="clean+split",
                                    unit="file", disable=not progress):
                 train_files.append(out)
                 eval_articles.extend(evals)
         write_eval(output_dir, eval_articles)
         parts = []
-        for g, group in enumerate(tqdm(groups, desc="gather", unit="shard", disable=not progress)):
+        for g, group in enumerate(progress_bar(groups, desc="gather", unit="shard", disable=not progress)):
             part = os.path.join(output_dir, part_name(g))
             with atomic_open(part, "wb") as fout:
                 for i in group:

@@ -12,7 +12,7 @@ import sys
 import zipfile
 
 from mlperf_bert import flags
-from mlperf_bert.dataset.checksums import file_md5
+from mlperf_bert.fileio import file_md5
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open
 

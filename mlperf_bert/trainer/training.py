@@ -17,7 +17,6 @@ import os
 import random
 import re
 import signal
-import sys
 import time
 import typing
 
@@ -505,23 +504,6 @@ def run(cfg, stop, held):
 
 # ---------------------------------------------------------------- the loop
 
-class _BarLines:
-    """The progress bar's output to a file or a pipe: each redraw a line of its own, the final
-    erase dropped. tqdm begins a redraw with a carriage return and ends none with a newline, so
-    the next line another process writes there (torchrun's, in the same pipe) would continue it."""
-
-    def __init__(self, out):
-        self.out = out
-
-    def write(self, text):
-        text = text.replace("\r", "").rstrip()
-        if text:
-            self.out.write(text + "\n")
-
-    def flush(self):
-        self.out.flush()
-
-
 @dataclasses.dataclass
 class TrainState:
     """Where the loop stands: what a checkpoint holds of it (``checkpoint``, under the keys
@@ -648,11 +630,8 @@ class Loop:
     def progress_bar(self, step):
         if self.trainer.rank != 0 or not self.cfg.runtime.progress:
             return None
-        from tqdm import tqdm
-        tty = sys.stderr.isatty()
-        # in a log file (no terminal) a line every 30 s, not one per step
-        return tqdm(total=self.cfg.schedule.num_train_steps, initial=step, unit="step", dynamic_ncols=True,
-                    leave=False, mininterval=0.1 if tty else 30, file=sys.stderr if tty else _BarLines(sys.stderr))
+        from mlperf_bert.progress import bar
+        return bar(total=self.cfg.schedule.num_train_steps, initial=step, unit="step", leave=False)
 
     def log_interval(self):
         """train_loss and the interval's rates. Host syncs (.item(), collectives) only at log,

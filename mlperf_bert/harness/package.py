@@ -30,7 +30,7 @@ import sys
 
 from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, file_md5, pid_alive, write_json
+from mlperf_bert.fileio import atomic_open, file_md5, pid_alive, read_lines, write_json
 from mlperf_bert.harness.compliance import RULESET, SYSTEM_STATUSES, division_of, identity_problems, read_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -502,7 +502,6 @@ def _marked_pieces(top, system, marker):
     """The pieces of ORG/ (``top``) that ``marker`` lists, each checked to be one that a package of
     ``system`` adds (``_pieces``), under no symbolic link: the rerun removes them, so a line of any
     other shape (a blank line would be ORG/ itself, ``..`` outside it) is refused, not followed."""
-    from mlperf_bert.fileio import read_lines
     lines = read_lines(marker, "package's marker of an unfinished move")
     impl = implementation_dir("")
     allowed = {os.path.join("systems", system + ".json"), os.path.join("results", system)}

@@ -173,6 +173,14 @@ def refuse_overwriting_inputs(outputs, inputs, what="output"):
                                 "output path" % (what, out, inp))
 
 
+def refuse_replacing_another_kind(path, is_kind, kind, what="--output"):
+    """UserError when ``path`` is a file with bytes that ``is_kind(path)`` says is not ``kind`` (what
+    the command writes): a mistyped output (vocab.txt, a text shard) is not replaced."""
+    if os.path.isfile(path) and os.path.getsize(path) and not is_kind(path):
+        raise UserError("%s %s exists and is not %s: refusing to overwrite it (choose another file, or remove it)"
+                        % (what, path, kind))
+
+
 def proc_stat(pid):
     """/proc/PID/stat's fields after the command name (state, ppid, ...), as bytes; the name may hold
     spaces and parentheses, so it is split at its last ')'. OSError where there is no such file."""

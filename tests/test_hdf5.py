@@ -110,6 +110,32 @@ def test_output_that_is_the_input_is_refused(golden_tfrecord, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["link", "part.tfrecord"]
 
 
+def test_an_output_that_is_another_kind_of_file_is_not_replaced(golden_tfrecord, vocab_file, tmp_path):
+    """A hostile sweep: `to-hdf5 --output=vocab.txt` (and the generator's --output_file=<a text
+    shard>) replaced the file, exit 0. An existing file with bytes that is not what the command
+    writes is refused in one line and kept; an HDF5 (or TFRecord) output is remade as before."""
+    from mlperf_bert.dataset import pretraining_data
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes(open(vocab_file, "rb").read())
+    shard = tmp_path / "part-00000-of-00001"
+    shard.write_text("A sentence.\n\nAnother one.\n", encoding="utf-8")
+    with pytest.raises(UserError) as e:
+        hdf5.main(["to-hdf5", "--input=%s" % golden_tfrecord, "--output=%s" % vocab, "--max_seq_length=128",
+                   "--max_predictions_per_seq=20"])
+    assert str(e.value) == ("--output %s exists and is not an HDF5 file: refusing to overwrite it (choose another "
+                            "file, or remove it)" % vocab)
+    with pytest.raises(UserError) as e:
+        pretraining_data.create_pretraining_data([str(shard)], [str(vocab)], vocab_file)
+    assert str(e.value) == ("--output_file %s exists and is not a TFRecord file: refusing to overwrite it (choose "
+                            "another file, or remove it)" % vocab)
+    assert vocab.read_bytes() == open(vocab_file, "rb").read()
+    out = tmp_path / "x.hdf5"
+    for _ in range(2):  # its own kind is remade
+        hdf5.main(["to-hdf5", "--input=%s" % golden_tfrecord, "--output=%s" % out, "--max_seq_length=128",
+                   "--max_predictions_per_seq=20"])
+        assert hdf5.is_hdf5_file(str(out))
+
+
 # ---------------------------------------------------------------- checksums and misread files
 
 def flip_byte(path, dataset, index=1000):
@@ -134,7 +160,7 @@ def made(golden_tfrecord, tmp_path_factory):
     plain = str(d / "part.hdf5")
     hdf5.tfrecords_to_hdf5([src], plain, 128, 20, progress=False)
     assert packing.main(["pack", "--input=" + src, "--output_dir=%s" % d, "--max_seq_length=128",
-                         "--max_predictions_per_seq=20", "--noprogress"]) == 0
+                         "--max_predictions_per_seq=20"]) == 0
     return {"plain": plain, "packed": str(d / "part-00000.packed.hdf5"), "tfrecord": src}
 
 

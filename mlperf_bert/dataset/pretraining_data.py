@@ -17,7 +17,7 @@ import sys
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import encode_pretraining_instance
-from mlperf_bert.fileio import check_writable_dir, ensure_space, refuse_overwriting_inputs
+from mlperf_bert.fileio import check_writable_dir, ensure_space, refuse_overwriting_inputs, refuse_replacing_another_kind
 from mlperf_bert.locking import lock_files
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, expand_paths, frame
 from mlperf_bert.dataset.tokenization import FastTokenizer, FullTokenizer, load_vocab
@@ -353,6 +353,9 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
                             % (path, path.rstrip("/")))
         check_writable_dir(path)
     refuse_overwriting_inputs(output_files, input_files + [vocab_file], "--output_file")
+    from mlperf_bert.dataset.checksums import is_tfrecord
+    for p in output_files:
+        refuse_replacing_another_kind(p, is_tfrecord, "a TFRecord file", "--output_file")
     with lock_files(output_files, "--output_file"):
         return _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length,
                        max_predictions_per_seq, masked_lm_prob, random_seed, dupe_factor, short_seq_prob,

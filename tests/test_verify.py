@@ -83,6 +83,28 @@ def test_tfrecord_size_is_checked(tmp_path):
     assert not ok and lines == ["MISMATCH %s: 26 bytes where results/ (tfrecord) lists 25382591" % path], lines
 
 
+def test_a_file_of_the_published_size_is_also_checked_against_its_records(tmp_path):
+    """A hostile sweep: results/ lists only sizes for the TFRecords (eval_10k, eval_intermediate, two
+    shards), and a file of zeros of that size (a preallocated download cut off) was OK. A size-only
+    match is checked against the file's own record CRCs too."""
+    size = 25382591  # results/'s eval_10k
+    path = tmp_path / "eval_10k"
+    write_records(str(path), [b"x" * (size - 16)])  # one record: exactly the published size
+    ok, lines = run_verify([str(path)])
+    assert ok and lines == ["OK %s (results/ (tfrecord), size; its own: the CRCs of its 1 records)" % path], lines
+    with open(path, "r+b") as f:  # its header kept, its data zeros
+        f.seek(12)
+        f.write(bytes(size - 16))
+    ok, lines = run_verify([str(path)])
+    assert not ok and lines[0].startswith("MISMATCH %s (results/ (tfrecord): the size is the published one, but "
+                                          % path) and "record 0" in lines[0], lines
+    with open(path, "wb") as f:
+        f.truncate(size)  # all zeros
+    ok, lines = run_verify([str(path)])
+    assert not ok and lines[0].startswith("MISMATCH %s (results/ (tfrecord): the size is the published one, but "
+                                          % path), lines
+
+
 def test_eval_txt_checked_article_by_article(tmp_path):
     articles = ["\nFirst article.\nSecond line.", "", "Third one.  \n"]
     (tmp_path / "eval.txt").write_text("".join(a + "\n\n" for a in articles), encoding="utf-8")

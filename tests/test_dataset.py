@@ -328,3 +328,22 @@ def test_wrong_paths_and_a_damaged_output_say_the_fix_that_works(full_run, text_
     part.unlink()
     assert make_dataset.main(cmd(text_dir, str(out), vocab_file)) == 0
     assert md5(str(part)) == want
+    # an empty output (a 0-byte file, not one this run made: it writes none), and an eval_10k of
+    # another count, were taken for finished and listed in the manifest (a hostile sweep)
+    final = out / "eval_10k"
+    want_final = md5(str(final))
+    for damaged, why in ((part, "holds 0 records"), (final, "holds 0 records")):
+        kept = damaged.read_bytes()
+        damaged.write_bytes(b"")
+        with pytest.raises(UserError, match=r"^%s %s; make-dataset remakes an output only when it is missing: "
+                                            r"delete the damaged file and rerun$" % (damaged, why)):
+            make_dataset.main(cmd(text_dir, str(out), vocab_file))
+        damaged.write_bytes(kept)
+    from mlperf_bert.dataset.tfrecord import read_records, write_records
+    write_records(str(final), list(read_records(str(final)))[:-1])
+    with pytest.raises(UserError, match=r"^%s holds \d+ records, not --num_eval_examples=\d+; make-dataset remakes"
+                                        % final):
+        make_dataset.main(cmd(text_dir, str(out), vocab_file))
+    final.unlink()
+    assert make_dataset.main(cmd(text_dir, str(out), vocab_file)) == 0
+    assert md5(str(final)) == want_final

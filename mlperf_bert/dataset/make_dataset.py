@@ -80,6 +80,12 @@ def _run_job(job):
         outs = [inter, final]
     try:
         rows = [(os.path.basename(p),) + output_stats(p) for p in outs]
+        for p, (name, _, records, _) in zip(outs, rows):
+            # the generator writes no empty output (an input with no document is refused) and eval_10k
+            # holds num_eval records: an output that does not was not made by this run's settings
+            if not records or name == "eval_10k" and records != num_eval:
+                raise UserError("%s holds %d records%s" % (p, records, "" if not records else
+                                                            ", not --num_eval_examples=%d" % num_eval))
     except UserError as e:  # one a run made (it is never written in place): damaged since
         raise UserError("%s; make-dataset remakes an output only when it is missing: delete the damaged file and "
                         "rerun" % e)

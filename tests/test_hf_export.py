@@ -139,3 +139,19 @@ def test_an_export_stopped_over_an_earlier_one_leaves_no_config(exported, tmp_pa
     with pytest.raises(KeyboardInterrupt):
         checkpoint_convert.main(argv)
     assert os.listdir(again) == ["model.safetensors"]
+
+
+def test_a_tf_output_that_is_a_folder_is_refused(exported, tmp_path):
+    """A hostile sweep: convert_checkpoint.py --output=DIR/ (TF format, the default for a name
+    without .pt) wrote DIR.index and DIR.data-00000-of-00001 beside the folder, exit 0 (and
+    checkpoint_add_gradacc.py --new=DIR/ the same: one writer of TF checkpoints)."""
+    model, pt, out = exported
+    folder = tmp_path / "tfdir"
+    for output in (str(folder) + "/", str(folder)):
+        folder.mkdir(exist_ok=True)
+        with pytest.raises(UserError) as e:
+            checkpoint_convert.main(["convert_checkpoint.py", "--bert_config_file=" + CONFIG, "--input=" + pt,
+                                     "--output=" + output])
+        assert str(e.value) == ("%s is a directory: a TF checkpoint is written at a prefix, e.g. %s (its .index "
+                                "and .data-* files)" % (output, folder / "model.ckpt-N"))
+    assert os.listdir(tmp_path) == ["tfdir"] and os.listdir(folder) == []

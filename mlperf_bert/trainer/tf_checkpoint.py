@@ -173,6 +173,9 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
     one data shard of about ``shard_bytes`` at a time, so memory stays bounded; several
     shards are merged into one checkpoint (data-0000i-of-0000N files), as TF's sharded Saver does.
     """
+    if prefix.endswith(os.sep) or os.path.isdir(prefix):  # its files went beside the folder, as PREFIX.index
+        raise UserError("%s is a directory: a TF checkpoint is written at a prefix, e.g. %s (its .index and "
+                        ".data-* files)" % (prefix, os.path.join(prefix.rstrip(os.sep) or os.sep, "model.ckpt-N")))
     tf = _import_tf()
     check_writable_dir(prefix)
     d, base = os.path.split(os.path.abspath(prefix))

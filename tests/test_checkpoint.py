@@ -631,3 +631,39 @@ def test_gather_objects_is_on_the_host_gloo_group(monkeypatch):
         dist.destroy_process_group()
         monkeypatch.setattr(distributed, "_HOST_GROUP", None)
     assert made == ["gloo"] and used == ["gloo group"]
+
+
+def test_a_checkpoint_path_that_is_no_prefix_says_what_it_is(files, tmp_path):  # noqa: F811
+    """A hostile sweep: a TF checkpoint's .index or .data file, its folder, or a file of another
+    project (a Hugging Face pytorch_model.bin) given for a prefix was "TF checkpoint ... not found",
+    beside a file that exists. Each says what it is and what to give; in the trainer's
+    --init_checkpoint (checked at its start) and convert_checkpoint.py --input alike."""
+    from mlperf_bert.trainer import training
+    from test_training import flags_for
+    tf = tmp_path / "tf"
+    tf.mkdir()
+    for name in ("model.ckpt-6.index", "model.ckpt-6.data-00000-of-00001"):
+        (tf / name).write_bytes(b"x")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"PK\x03\x04x")
+    prefix = str(tf / "model.ckpt-6")
+    cases = [(prefix + ".index", "%s.index is a file of the TF checkpoint %s: give its prefix, %s" % ((prefix,) * 3)),
+             (prefix + ".data-00000-of-00001", "%s.data-00000-of-00001 is a file of the TF checkpoint %s: give its "
+                                               "prefix, %s" % ((prefix,) * 3)),
+             (str(tf), "%s is a directory: give the prefix of a TF checkpoint in it, e.g. %s" % (tf, prefix)),
+             (str(tmp_path), "%s is a directory: give the prefix of a TF checkpoint in it (it holds none: no .index "
+                             "file)" % tmp_path),
+             (str(tmp_path / "pytorch_model.bin"), "%s is not a TF checkpoint prefix (no pytorch_model.bin.index) nor "
+                                                   "a .pt of this project: give a .pt it wrote (convert_checkpoint.py "
+                                                   "makes one) or a TF checkpoint prefix such as model.ckpt-28252"
+              % (tmp_path / "pytorch_model.bin")),
+             (prefix + "7", "TF checkpoint %s7 not found: give the prefix whose .index file exists (e.g. "
+                            "model.ckpt-28252)" % prefix)]
+    for path, message in cases:
+        with pytest.raises(UserError) as e:
+            training.main(flags_for(files, str(tmp_path / "out"), init_checkpoint=path))
+        assert str(e.value) == message
+        with pytest.raises(UserError) as e:
+            checkpoint_convert.main(["convert_checkpoint.py", "--bert_config_file=" + files["config"], "--input=" + path,
+                                     "--output=" + str(tmp_path / "x.pt")])
+        assert str(e.value) == message
+    assert not (tmp_path / "out").exists() and not (tmp_path / "x.pt").exists()

@@ -97,6 +97,28 @@ def is_tf_prefix(path):
     return os.path.exists(path + ".index")
 
 
+_TF_FILE = re.compile(r"^(?P<prefix>.+)\.(index|meta|data-\d{5}-of-\d{5})\Z")
+
+
+def not_a_prefix(path):
+    """The one-line UserError for ``path``, given as a TF checkpoint prefix that is none: one of a
+    checkpoint's files (its prefix named), a folder, a file of another kind, or nothing."""
+    m = _TF_FILE.match(path)
+    if m and is_tf_prefix(m.group("prefix")):
+        return UserError("%s is a file of the TF checkpoint %s: give its prefix, %s" % (
+            path, m.group("prefix"), m.group("prefix")))
+    if os.path.isdir(path):
+        found = sorted(n[:-len(".index")] for n in os.listdir(path) if n.endswith(".index"))
+        return UserError("%s is a directory: give the prefix of a TF checkpoint in it%s" % (
+            path, ", e.g. %s" % os.path.join(path, found[-1]) if found else " (it holds none: no .index file)"))
+    if os.path.isfile(path):
+        return UserError("%s is not a TF checkpoint prefix (no %s.index) nor a .pt of this project: give a .pt it "
+                         "wrote (convert_checkpoint.py makes one) or a TF checkpoint prefix such as model.ckpt-28252"
+                         % (path, os.path.basename(path)))
+    return UserError("TF checkpoint %s not found: give the prefix whose .index file exists (e.g. model.ckpt-28252)"
+                     % path)
+
+
 def _object_graph_names(serialized):
     """{checkpoint key: variable name} from a TF2 object graph (keys kept where names clash)."""
     from tensorflow.core.protobuf import trackable_object_graph_pb2
@@ -116,8 +138,7 @@ class LazyCheckpoint(collections.abc.Mapping):
         variable names its object graph records (e.g. ``transformer/layer_0/...``) instead of
         their object paths, and the object graph itself is left out."""
         if not is_tf_prefix(prefix):
-            raise UserError("TF checkpoint %s not found: give the prefix whose .index file exists "
-                            "(e.g. model.ckpt-28252)" % prefix)
+            raise not_a_prefix(prefix)
         tf = _import_tf()
         self.prefix = prefix
         try:
@@ -313,8 +334,7 @@ def fingerprint(path):
         digest = hashlib.sha256(json.dumps(entries).encode()).hexdigest()
     else:
         if not is_tf_prefix(path):
-            raise UserError("TF checkpoint %s not found: give the prefix whose .index file exists "
-                            "(e.g. model.ckpt-28252)" % path)
+            raise not_a_prefix(path)
         import glob
         files = [path + ".index"] + sorted(glob.glob(glob.escape(path) + ".data-*"))
         with open(files[0], "rb") as f:

@@ -414,3 +414,32 @@ def test_a_dataset_kept_in_another_file_is_refused(made, tmp_path, how):
         with pytest.raises(UserError) as e:
             read()
         assert str(e.value) == message
+
+
+def test_lengths_below_one_and_an_input_of_no_record_are_one_line(golden_tfrecord, tmp_path):
+    """A hostile sweep: to-hdf5 --max_seq_length=-1 was a 31-line h5py traceback; an empty TFRecord
+    wrote an HDF5 of 0 examples, exit 0 (pack refuses it); make-dataset --dupe_factor=0 wrote outputs
+    of no record and then blamed --num_eval_examples."""
+    from mlperf_bert.dataset import make_dataset
+    out = str(tmp_path / "x.hdf5")
+    base = ["to-hdf5", "--input=%s" % golden_tfrecord, "--output=%s" % out]
+    for flag in ("max_seq_length", "max_predictions_per_seq"):
+        with pytest.raises(UserError) as e:
+            hdf5.main(base + ["--%s=-1" % flag])
+        assert str(e.value) == ("--%s=-1 must be at least 1: give the records' (make-dataset's default: 512 and 76)"
+                                % flag)
+    empty = tmp_path / "empty.tfrecord"
+    empty.write_bytes(b"")
+    with pytest.raises(UserError) as e:
+        hdf5.main(["to-hdf5", "--input=%s" % empty, "--output=%s" % out])
+    assert str(e.value) == "%s holds no records: check --input" % empty
+    text = tmp_path / "text"
+    text.mkdir()
+    (text / "part-00000-of-00001").write_text("A sentence.\n\nAnother one.\n", encoding="utf-8")
+    with pytest.raises(UserError) as e:
+        make_dataset.main(["make-dataset", "--text_dir=%s" % text, "--output_dir=%s" % (tmp_path / "o"),
+                           "--vocab_file=%s" % os.path.join(os.path.dirname(__file__), "data", "vocab.txt"),
+                           "--dupe_factor=0"])
+    assert str(e.value) == ("--dupe_factor=0 must be at least 1 (each document is read that many times, with other "
+                            "masks; MLPerf uses 10)")
+    assert not os.path.exists(out) and not (tmp_path / "o").exists()

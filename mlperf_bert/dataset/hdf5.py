@@ -215,6 +215,9 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
     import h5py
     from mlperf_bert.progress import bar as progress_bar
     counts = [count_records(p) for p in input_files]
+    for p, n in zip(input_files, counts):
+        if not n:  # as pack refuses it: an input of no record is a wrong path or a failed run's
+            raise UserError("%s holds no records: check --input" % p)
     total = sum(counts)
     lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
     needed = total * sum(np.dtype(STORAGE_DTYPES[n]).itemsize * (1 if n == "next_sentence_labels" else lengths[n])
@@ -335,6 +338,10 @@ def main(argv):
     flags.DEFINE_integer("max_seq_length", 512, "sequence length of the records", flag_values=fv)
     flags.DEFINE_integer("max_predictions_per_seq", 76, "masked positions per record", flag_values=fv)
     flags.parse(fv, argv, required=["input", "output"], positional=False)
+    for name in ("max_seq_length", "max_predictions_per_seq"):
+        if fv[name].value < 1:  # (h5py's "can't convert negative value to hsize_t" traceback)
+            raise UserError("--%s=%d must be at least 1: give the records' (make-dataset's default: 512 and 76)"
+                            % (name, fv[name].value))
     files = expand_paths(fv.input, "--input file")
     refuse_hdf5_inputs(files, "to-hdf5")
     n = tfrecords_to_hdf5(files, fv.output, fv.max_seq_length, fv.max_predictions_per_seq)

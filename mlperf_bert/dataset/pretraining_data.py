@@ -322,8 +322,9 @@ def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe
         raise UserError("--masked_lm_prob=%g must be between 0 and 1" % masked_lm_prob)
     if not 0.0 <= short_seq_prob <= 1.0:
         raise UserError("--short_seq_prob=%g must be between 0 and 1" % short_seq_prob)
-    if dupe_factor < 0:
-        raise UserError("--dupe_factor=%d must not be negative" % dupe_factor)
+    if dupe_factor < 1:  # 0 wrote an output of no record, which looks finished
+        raise UserError("--dupe_factor=%d must be at least 1 (each document is read that many times, with other "
+                        "masks; MLPerf uses 10)" % dupe_factor)
 
 
 def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case=True,

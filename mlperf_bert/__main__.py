@@ -1,4 +1,5 @@
 """``python -m mlperf_bert <command> [flags]``: one entry point for every tool of the project."""
+import difflib
 import importlib
 import sys
 
@@ -34,6 +35,13 @@ def usage():
     return "\n".join(lines)
 
 
+def unknown_command(name):
+    """The one line for a command ``name`` that is not one: the closest command's name, if any is close."""
+    close = difflib.get_close_matches(name, COMMANDS, n=1)
+    return "unknown command %r%s: python -m mlperf_bert --help lists the commands" % (
+        name, " (did you mean %r?)" % close[0] if close else "")
+
+
 def version():
     """``mlperf_bert VERSION`` (the package's ``__version__``, pyproject.toml's version)."""
     from mlperf_bert import __version__
@@ -63,7 +71,7 @@ def main(argv=None):
         return 0
     name = argv[1]
     if name not in COMMANDS:
-        print("error: unknown command %r\n\n%s" % (name, usage()), file=sys.stderr)
+        print("error: %s" % unknown_command(name), file=sys.stderr)
         return 2
     module = importlib.import_module("." + COMMANDS[name][0], __package__)
     if asks_help(name, argv[2:]):  # what the command does, then its own help (usage and flags)

@@ -45,6 +45,16 @@ def test_each_commands_help_starts_with_what_it_does(capsys, monkeypatch):
     assert entry.asks_help("train", ["--do_train", "--help"]) and not entry.asks_help("train", ["--do_train"])
 
 
+@pytest.mark.parametrize("name, hint", [("check_log", " (did you mean 'check-log'?)"),
+                                        ("plot", " (did you mean 'plot-log'?)"), ("zzz", "")])
+def test_an_unknown_command_is_one_line_with_the_closest_name(name, hint):
+    """An unknown command printed its error and then the ~22 lines of --help."""
+    r = subprocess.run([sys.executable, "-m", "mlperf_bert", name, "x"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == "error: unknown command %r%s: python -m mlperf_bert --help lists the commands\n" % (name, hint)
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_a_signal_while_a_finished_command_exits_keeps_its_status(tmp_path, sig):
     """A scheduler's SIGTERM that came as a finished trainer left (its run_finished.json written)

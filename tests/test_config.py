@@ -50,3 +50,35 @@ def test_missing_keys_are_named_not_defaulted_to_bert_large(tmp_path):
     del d["hidden_size"], d["intermediate_size"]
     with pytest.raises(UserError, match=r"bert_config.json lacks hidden_size, intermediate_size: give every key"):
         BertConfig.from_json_file(write(tmp_path, d))
+
+
+@pytest.mark.parametrize("key, value, allowed", [
+    ("hidden_dropout_prob", 1.5, "in [0, 1)"),
+    ("hidden_dropout_prob", 1, "in [0, 1)"),
+    ("attention_probs_dropout_prob", -0.1, "in [0, 1)"),
+    ("attention_probs_dropout_prob", float("nan"), "in [0, 1)"),
+    ("initializer_range", 0, "finite and > 0"),
+    ("initializer_range", -0.02, "finite and > 0"),
+    ("initializer_range", float("nan"), "finite and > 0"),
+    ("initializer_range", float("inf"), "finite and > 0"),
+    ("type_vocab_size", 1, ">= 2"),
+])
+def test_out_of_range_values_are_one_line_errors(tmp_path, key, value, allowed):
+    """Were torch tracebacks (dropout), ZeroDivisionError (initializer_range) or a later IndexError (segment id 1)."""
+    path = write(tmp_path, dict(demo(), **{key: value}))
+    with pytest.raises(UserError) as e:
+        BertConfig.from_json_file(path)
+    assert str(e.value) == "BERT config %s: %s must be %s, got %r" % (path, key, allowed, value)
+
+
+def test_zero_dropout_is_accepted(tmp_path):
+    assert BertConfig.from_json_file(write(tmp_path, dict(demo(), hidden_dropout_prob=0.0))).hidden_dropout_prob == 0
+
+
+@pytest.mark.parametrize("key", ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                 "intermediate_size", "max_position_embeddings"])
+def test_sizes_must_be_positive(tmp_path, key):
+    path = write(tmp_path, dict(demo(), **{key: 0}))
+    with pytest.raises(UserError) as e:
+        BertConfig.from_json_file(path)
+    assert str(e.value) == "BERT config %s: %s must be a positive int, got 0" % (path, key)

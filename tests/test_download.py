@@ -46,11 +46,41 @@ def test_a_wrong_md5_says_what_was_expected(tmp_path):
     out = tmp_path / "dl" / "blob.bin"
     with pytest.raises(UserError) as e:
         download.main(["download", "--url=file://%s" % src, "--output=%s" % out, "--md5=" + "0" * 32, "--noprogress"])
-    assert str(e.value) == ("blob.bin: got 10 bytes md5 %s, expected md5 %s; the partial file was removed, check "
-                            "the URL and run again" % (got, "0" * 32))
+    assert str(e.value) == ("%s: got 10 bytes md5 %s, expected md5 %s; the partial file was removed, check "
+                            "the URL and run again" % (out, got, "0" * 32))
     src = tmp_path / "src" / "vocab.txt"  # a listed name: both are known
     src.parent.mkdir()
     src.write_bytes(b"0123456789")
     with pytest.raises(UserError, match="got 10 bytes md5 %s, expected 231508 bytes md5 "
                                         "64800d5d8528ce344256daf115d4965e;" % got):
         download.download("file://%s" % src, str(tmp_path / "out" / "vocab.txt"), progress=False)
+
+
+def test_an_uppercase_md5_matches(tmp_path, capsys):
+    """An uppercase --md5 was compared with the lowercase sum: the download was removed as a mismatch."""
+    src = tmp_path / "blob.bin"
+    src.write_bytes(b"0123456789")
+    want = hashlib.md5(b"0123456789").hexdigest()
+    out = tmp_path / "dl" / "blob.bin"
+    argv = ["download", "--url=file://%s" % src, "--output=%s" % out, "--md5=" + want.upper(), "--noprogress"]
+    assert download.main(argv) == 0
+    assert out.read_bytes() == b"0123456789"
+    assert capsys.readouterr().out == "OK %s md5 %s\n" % (out, want)
+    assert download.main(argv) == 0  # the file now present is checked against the same --md5
+
+
+@pytest.mark.parametrize("md5, what", [
+    (hashlib.sha256(b"0123456789").hexdigest(), "a sha256"),
+    ("0" * 31, "not an md5"),
+    ("g" * 32, "not an md5"),
+    ("", "not an md5"),
+])
+def test_a_malformed_md5_is_refused_before_downloading(tmp_path, md5, what):
+    src = tmp_path / "blob.bin"
+    src.write_bytes(b"0123456789")
+    out = tmp_path / "dl" / "blob.bin"
+    with pytest.raises(UserError) as e:
+        download.main(["download", "--url=file://%s" % src, "--output=%s" % out, "--md5=" + md5, "--noprogress"])
+    assert str(e.value) == ("--md5=%s is %s: give the file's md5 (32 hex digits), or leave --md5 out to check the md5 "
+                            "results/ lists for its name" % (md5, what))
+    assert not (tmp_path / "dl").exists()  # nothing was fetched

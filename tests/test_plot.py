@@ -65,3 +65,31 @@ def test_the_readme_demo_figure_is_the_run_its_words_describe(capsys):
     assert got["samples"] == samples[-1] == int(at.replace(",", ""))
     assert "%.5f" % got["evals"][-1][1] == accuracy
     assert got["evals"][-1][1] >= float(target) > got["evals"][-2][1]  # stopped at the first eval past it
+
+
+@pytest.mark.parametrize("name", ["curve.pdf", "curve.jpg", "curve"])
+def test_an_output_not_ending_in_png_is_refused(tmp_path, name):
+    """PNG bytes went into curve.pdf (exit 0)."""
+    log = write_log(tmp_path / "result_0.txt")
+    out = tmp_path / name
+    with pytest.raises(UserError) as e:
+        plot.main(["plot-log", str(log), "--output=%s" % out])
+    assert str(e.value) == "--output=%s: plot-log writes PNG only: give a file name ending in .png" % out
+    assert not out.exists()
+    assert plot.main(["plot-log", str(log), "--output=%s" % (tmp_path / "curve.PNG")]) == 0
+
+
+def test_a_directory_is_refused_naming_a_log_in_it(tmp_path):
+    """read_log's message said to pass 'a directory holding result_*.txt' while refusing one."""
+    write_log(tmp_path / "result_1.txt")
+    write_log(tmp_path / "result_0.txt")
+    with pytest.raises(UserError) as e:
+        plot.main(["plot-log", str(tmp_path)])
+    assert str(e.value) == "plot-log: %s is a directory: pass one MLPerf log file (e.g. %s)" % (
+        tmp_path, tmp_path / "result_0.txt")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UserError) as e:
+        plot.main(["plot-log", str(empty)])
+    assert str(e.value) == ("plot-log: %s is a directory: pass one MLPerf log file, such as a run's result_*.txt "
+                            "or mlperf.log" % empty)

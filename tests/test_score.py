@@ -1187,3 +1187,31 @@ def test_the_forked_tools_cut_their_log_lines_as_the_official_parser_does():
     for line in lines + ["a\n" + tok + "{}\n", tok + "x\n" + tok + "{}", "", "\n"]:
         assert cut.sub(".*" + tok, tok, line) == re.sub(".*" + tok, tok, line), line
     assert cut.sub("b+", "c", "abba") == "aca" and cut.compile is re.compile
+
+
+def test_a_package_that_is_a_file_says_what_it_is_and_to_extract_it(tmp_path):
+    """``score pkg.tar.gz`` said only the usage line ('... PACKAGE_DIR'), naming neither the file nor the fix."""
+    import gzip
+    import zipfile
+    (tmp_path / "pkg" / "ORG").mkdir(parents=True)
+    with tarfile.open(tmp_path / "pkg.tar.gz", "w:gz") as t:
+        t.add(tmp_path / "pkg", "pkg")
+    with tarfile.open(tmp_path / "pkg.tar", "w") as t:
+        t.add(tmp_path / "pkg", "pkg")
+    (tmp_path / "notes.gz").write_bytes(gzip.compress(b"notes\n"))
+    with zipfile.ZipFile(tmp_path / "pkg.zip", "w") as z:
+        z.writestr("pkg/ORG/x", "x")
+    (tmp_path / "notes.txt").write_text("notes\n")
+    where = "the folder holding ORG/results and ORG/systems"
+    for name, kind in [("pkg.tar.gz", "a gzip-compressed tar archive"), ("pkg.tar", "a tar archive"),
+                       ("notes.gz", "a gzip file"), ("pkg.zip", "a zip archive")]:
+        with pytest.raises(UserError) as e:
+            score.main(["score", "--noplots", str(tmp_path / name)])
+        assert str(e.value) == ("score: %s is %s, not a package directory: extract it and pass %s"
+                                % (tmp_path / name, kind, where))
+    with pytest.raises(UserError) as e:
+        score.main(["score", "--noplots", str(tmp_path / "notes.txt")])
+    assert str(e.value) == "score: %s is a file, not a package directory: pass %s" % (tmp_path / "notes.txt", where)
+    with pytest.raises(UserError) as e:
+        score.main(["score", "--noplots", str(tmp_path / "missing")])
+    assert str(e.value) == "score: %s does not exist: pass the package directory (%s)" % (tmp_path / "missing", where)

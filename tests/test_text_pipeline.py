@@ -339,3 +339,17 @@ def test_its_record_never_names_a_file_outside_its_folder(wiki_files, tmp_path):
         assert all(v.exists() for v in victims)
         assert {n: (own / n).read_bytes() for n in os.listdir(own) if n != text_pipeline.RECORD_NAME} == {
             n: data for n, data in before.items() if n != text_pipeline.RECORD_NAME}
+
+
+@pytest.mark.parametrize("value, shown", [("nan", "nan"), ("inf", "inf"), ("-inf", "-inf"), ("0", "0.0"),
+                                          ("-1", "-1.0")])
+def test_a_block_size_that_is_not_a_finite_positive_number_is_refused(tmp_path, value, shown):
+    """--block_size_mb=nan (and inf) passed the `<= 0` check and ran."""
+    wiki = tmp_path / "wiki_00"
+    wiki.write_text('<doc id="1" url="u" title="T">\nT\n\nOne sentence. And a second one.\n</doc>\n')
+    out = tmp_path / "out"
+    with pytest.raises(UserError) as e:
+        text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % wiki, "--output_dir=%s" % out,
+                            "--num_test_articles=0", "--workers=1", "--noprogress", "--block_size_mb=" + value])
+    assert str(e.value) == "--block_size_mb=%s: give a finite shard size in MiB > 0 (the reference's: 26.92)" % shown
+    assert not out.exists()

@@ -6,6 +6,7 @@ is checked against the md5 and size that results/ lists for its name (or ``--md5
 only then renamed to ``NAME``. A file already present with the right md5 is kept.
 """
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -61,6 +62,7 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
     name = os.path.basename(output)
     if md5 is None and size is None:
         size, md5 = expected_for(name, results_dir)
+    md5 = md5 and md5.lower()  # file_md5 gives lowercase hex; an uppercase --md5 is the same sum
     if os.path.isdir(output):
         raise UserError("--output=%s is a directory: give a file path, or use --output_dir" % output)
     if os.path.exists(output):
@@ -108,7 +110,7 @@ def _fetch(url, output, name, md5, size, progress):
         wanted = " ".join(w for w in ("" if size is None else "%d bytes" % size,
                                       "" if md5 is None else "md5 %s" % md5) if w)
         raise UserError("%s: got %d bytes md5 %s, expected %s; the partial file was removed, "
-                        "check the URL and run again" % (name, got_size, got, wanted))
+                        "check the URL and run again" % (output, got_size, got, wanted))
     os.replace(partial, output)
     return got
 
@@ -123,6 +125,11 @@ def main(argv):
                         flag_values=fv)
     flags.DEFINE_bool("progress", True, "show a progress bar", flag_values=fv)
     flags.parse(fv, argv, required=["url"], positional=False)
+    if fv.md5 is not None and not re.fullmatch(r"[0-9a-fA-F]{32}", fv.md5):
+        # Checked before fetching: a sha256 or a typo could only fail after the whole download.
+        raise UserError("--md5=%s is %s: give the file's md5 (32 hex digits), or leave --md5 out to check the md5 "
+                        "results/ lists for its name"
+                        % (fv.md5, "a sha256" if re.fullmatch(r"[0-9a-fA-F]{64}", fv.md5) else "not an md5"))
     output = fv.output or os.path.join(fv.output_dir, os.path.basename(urllib.parse.urlparse(fv.url).path))
     if not os.path.basename(output):
         raise UserError("cannot tell a file name from --url=%s: give --output" % fv.url)

@@ -14,6 +14,7 @@ names it writes that it did not write (downloaded official shards) make it refus
 """
 import glob
 import json
+import math
 import os
 import random
 import shutil
@@ -239,8 +240,11 @@ def main(argv):
     if not files:
         raise UserError("--wiki_glob=%s matches no file: give the WikiExtractor output, e.g. 'text/*/wiki_??'"
                         % fv.wiki_glob)
-    if fv.block_size_mb <= 0 or fv.num_test_articles < 0:
-        raise UserError("--block_size_mb must be > 0 and --num_test_articles >= 0")
+    if not (math.isfinite(fv.block_size_mb) and fv.block_size_mb > 0):  # nan slipped past a `<= 0` test
+        raise UserError("--block_size_mb=%s: give a finite shard size in MiB > 0 (the reference's: 26.92)"
+                        % fv.block_size_mb)
+    if fv.num_test_articles < 0:
+        raise UserError("--num_test_articles=%d: give a count >= 0" % fv.num_test_articles)
     outputs = glob.glob(os.path.join(fv.output_dir, "part-*-of-*")) + [
         os.path.join(fv.output_dir, n) for n in ("eval.txt", "eval.md5")]
     refuse_overwriting_inputs(outputs, files)

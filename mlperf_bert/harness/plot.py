@@ -4,6 +4,7 @@ Reads the MLPerf log through check-log's parser; the target line is the one chec
 applies (0.720 closed; open: the log's ``target_accuracy``).  Loss keys (any key with "loss" in its name logged with a
 samples position) are drawn on a second axis when present.
 """
+import glob
 import json
 import os
 
@@ -103,6 +104,13 @@ def main(argv):
     rest = flags.parse(fv, argv, positional="LOG")
     if len(rest) != 1:
         raise UserError("%s [--output=PNG] (one MLPerf log file)" % flags.usage("plot-log", "LOG"))
+    if os.path.isdir(rest[0]):  # read_log's message offers directories, which plot-log does not take
+        logs = sorted(glob.glob(os.path.join(rest[0], "result_*.txt")))
+        raise UserError("plot-log: %s is a directory: pass one MLPerf log file%s"
+                        % (rest[0], " (e.g. %s)" % logs[0] if logs else ", such as a run's result_*.txt or mlperf.log"))
+    if fv.output is not None and not fv.output.lower().endswith(".png"):
+        # savefig writes PNG bytes whatever the name says
+        raise UserError("--output=%s: plot-log writes PNG only: give a file name ending in .png" % fv.output)
     output = fv.output or default_output(rest[0])
     check_output(output, rest)
     print("wrote %s" % plot_log(rest[0], output))

@@ -31,6 +31,7 @@ import runpy
 import shutil
 import signal
 import sys
+import tarfile
 import tempfile
 import traceback
 import warnings
@@ -737,6 +738,33 @@ def report(s, plots_dir=None, plots=True):
     return lines
 
 
+def archive_kind(path):
+    """What archive ``path`` is ("a tar archive", "a gzip file", ...), or None (also when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+        tar = tarfile.is_tarfile(path)
+    except (OSError, tarfile.TarError):
+        return None
+    gz = head[:2] == b"\x1f\x8b"
+    if tar:
+        return "a gzip-compressed tar archive" if gz else "a tar archive"
+    return "a gzip file" if gz else "a zip archive" if head == b"PK\x03\x04" else None
+
+
+def check_package_arg(path):
+    """Refuse a PACKAGE_DIR that is not a directory, saying what it is: a package is often handed on as a tarball."""
+    if os.path.isdir(path):
+        return
+    where = "the folder holding ORG/results and ORG/systems"
+    if not os.path.exists(path):
+        raise UserError("score: %s does not exist: pass the package directory (%s)" % (path, where))
+    kind = archive_kind(path)
+    if kind:
+        raise UserError("score: %s is %s, not a package directory: extract it and pass %s" % (path, kind, where))
+    raise UserError("score: %s is a file, not a package directory: pass %s" % (path, where))
+
+
 def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_bool("json", False, "print one JSON object alone on stdout (the report goes to stderr): org, the"
@@ -747,8 +775,9 @@ def main(argv):
                       " --plots_dir)", flag_values=fv)
     flags.DEFINE_string("plots_dir", None, "directory for the plots (outside the package)", flag_values=fv)
     rest = flags.parse(fv, argv, positional=USAGE_ARGS)
-    if len(rest) != 1 or not os.path.isdir(rest[0]):
+    if len(rest) != 1:
         raise UserError("%s (a directory holding ORG/results and ORG/systems)" % flags.usage("score", USAGE_ARGS))
+    check_package_arg(rest[0])
     root = find_org(rest[0])[0]
     if fv.plots:
         plot_paths(root, fv.plots_dir)  # a --plots_dir inside the package is refused before the work

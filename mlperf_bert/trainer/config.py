@@ -3,6 +3,7 @@ never a silent BERT-Large default)."""
 import dataclasses
 import difflib
 import json
+import math
 
 from mlperf_bert.errors import UserError
 
@@ -56,6 +57,14 @@ class BertConfig:
                 raise UserError("BERT config %s: %s must be a %s, got %r"
                                 % (path, f.name, "positive int" if f.type is int else f.type.__name__, v))
         cfg = cls.from_dict(d)
+        for k in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0 <= getattr(cfg, k) < 1:  # also refuses NaN; torch raises outside [0, 1], and 1 zeroes all
+                raise UserError("BERT config %s: %s must be in [0, 1), got %r" % (path, k, getattr(cfg, k)))
+        if not (math.isfinite(cfg.initializer_range) and cfg.initializer_range > 0):
+            raise UserError("BERT config %s: initializer_range must be finite and > 0, got %r"
+                            % (path, cfg.initializer_range))
+        if cfg.type_vocab_size < 2:  # the pretraining data has segment ids 0 and 1
+            raise UserError("BERT config %s: type_vocab_size must be >= 2, got %r" % (path, cfg.type_vocab_size))
         if cfg.hidden_act not in HIDDEN_ACTS:
             raise UserError("BERT config %s: hidden_act %r is not one of %s"
                             % (path, cfg.hidden_act, ", ".join(HIDDEN_ACTS)))

@@ -173,6 +173,25 @@ def refuse_overwriting_inputs(outputs, inputs, what="output"):
                                 "output path" % (what, out, inp))
 
 
+_COMPRESSED = ((b"\x1f\x8b", "gzip-compressed", "gunzip"), (b"BZh", "bzip2-compressed", "bunzip2"),
+               (b"\xfd7zXZ\x00", "xz-compressed", "unxz"), (b"(\xb5/\xfd", "zstd-compressed", "unzstd"),
+               (b"PK\x03\x04", "a zip archive", "unzip"))
+
+
+def compressed(path):
+    """``"PATH is gzip-compressed: gunzip it first"`` (bzip2, xz, zstd, zip alike) by the file's first
+    bytes, or None: a reader's error says so instead of calling a compressed file damaged or not text."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return None
+    for magic, kind, tool in _COMPRESSED:
+        if head.startswith(magic):
+            return "%s is %s: %s it first" % (path, kind, tool)
+    return None
+
+
 def refuse_replacing_another_kind(path, is_kind, kind, what="--output"):
     """UserError when ``path`` is a file with bytes that ``is_kind(path)`` says is not ``kind`` (what
     the command writes): a mistyped output (vocab.txt, a text shard) is not replaced."""

@@ -181,3 +181,46 @@ def test_an_error_in_the_middle_of_a_progress_bar_starts_its_own_line_and_ends_t
     before, error = err.rsplit("error: ", 1)
     assert before.endswith("\n") and "\r" not in err and error.count("\n") == 1 and error.endswith("\n"), repr(err)
     assert error.startswith("%s: record 29 is corrupt" % records), error
+
+
+def test_a_compressed_input_is_called_compressed_not_damaged(golden_dir, tmp_path):
+    """A hostile sweep: a downloaded file not decompressed was "record 0 has a corrupt length (CRC
+    mismatch): the file is damaged" (TFRecords: pick_eval_samples, the trainer, to-hdf5, pack), "is
+    not UTF-8 text: convert it to UTF-8" (the generator, text-pipeline), "holds no part-XXXXX-of-XXXXX
+    text shard" (make-dataset on .gz shards); check-log named gzip alone. Each says what it is and
+    the tool that unpacks it."""
+    import bz2
+    import gzip
+    import lzma
+    from mlperf_bert.dataset import make_dataset, pretraining_data, text_pipeline
+    from mlperf_bert.dataset.tfrecord import read_records
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.harness import records
+    src = os.path.join(golden_dir, "part-00000.s128.tfrecord")
+    shard = os.path.join(golden_dir, "input", "part-00000-of-00004")
+    text = tmp_path / "text"
+    text.mkdir()
+    cases = []
+    for ext, opener, kind, tool in ((".gz", gzip.open, "gzip-compressed", "gunzip"),
+                                    (".bz2", bz2.open, "bzip2-compressed", "bunzip2"),
+                                    (".xz", lzma.open, "xz-compressed", "unxz")):
+        packed_records, packed_text = tmp_path / ("records" + ext), text / ("part-00000-of-00001" + ext)
+        for path, original in ((packed_records, src), (packed_text, shard)):
+            with open(original, "rb") as f, opener(path, "wb") as out:
+                out.write(f.read(200000))
+        said = "%%s is %s: %s it first" % (kind, tool)
+        cases += [(lambda p=packed_records: list(read_records(str(p))), said % packed_records),
+                  (lambda p=packed_text: pretraining_data.create_pretraining_data(
+                      [str(p)], [str(tmp_path / "o.tfrecord")], os.path.join(ROOT, "tests", "data", "vocab.txt"), progress=False),
+                   "input file " + said % packed_text),
+                  (lambda p=packed_text: text_pipeline.read_wiki_file(str(p)), said % packed_text),
+                  (lambda p=packed_records: records.read_log(str(p)),
+                   (said % packed_records) + " (the official checker reads plain text too)")]
+    for call, message in cases:
+        with pytest.raises(UserError) as e:
+            call()
+        assert str(e.value) == message
+    with pytest.raises(UserError) as e:
+        make_dataset.find_text_shards(str(text))
+    assert str(e.value) == ("%s holds compressed text shards (part-00000-of-00001.bz2, ...): decompress them first "
+                            "(e.g. bunzip2 %s/part-*)" % (text, text))

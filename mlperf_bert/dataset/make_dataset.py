@@ -40,6 +40,13 @@ def find_text_shards(text_dir):
             raise UserError("%s is not a file: a text shard is a file; remove it or give the directory of the "
                             "text shards" % os.path.join(text_dir, name))
     if not parts:
+        packed = sorted(n for n in os.listdir(text_dir) if _PART.match(n.rsplit(".", 1)[0])
+                        and n.endswith((".gz", ".bz2", ".xz", ".zst")))
+        if packed:
+            tool = {"gz": "gunzip", "bz2": "bunzip2", "xz": "unxz", "zst": "unzstd"}[packed[0].rsplit(".", 1)[1]]
+            raise UserError("%s holds compressed text shards (%s%s): decompress them first (e.g. %s %s)"
+                            % (text_dir, packed[0], ", ..." if len(packed) > 1 else "", tool,
+                               os.path.join(text_dir, "part-*")))
         raise UserError("%s holds no part-XXXXX-of-XXXXX text shard: give the text-pipeline output "
                         "or the downloaded results4/ directory" % text_dir)
     eval_txt = os.path.join(text_dir, "eval.txt")

@@ -264,6 +264,9 @@ def _decode(path, data):
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
+        from mlperf_bert.fileio import compressed
+        if compressed(path):
+            raise UserError("input file " + compressed(path))
         line = data.count(b"\n", 0, e.start) + 1
         raise UserError("input file %s is not UTF-8 text (line %d): convert it to UTF-8" % (path, line))
 

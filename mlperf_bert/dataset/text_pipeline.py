@@ -39,7 +39,8 @@ def read_wiki_file(path):
         with open(path, encoding="utf-8", newline="") as f:
             return f.read()
     except UnicodeDecodeError:
-        raise UserError("%s is not UTF-8 text: give WikiExtractor output files" % path)
+        from mlperf_bert.fileio import compressed
+        raise UserError(compressed(path) or "%s is not UTF-8 text: give WikiExtractor output files" % path)
 
 
 def segment_text(cleaned):

@@ -218,8 +218,12 @@ def _not_records(path, head):
 
 def _check_head(path, index, head, verify):
     """The data length of a record header, after checking the header is whole (and its CRC)."""
-    if index == 0 and _is_text(head) and (len(head) < 12 or _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8])):
-        raise _not_records(path, head)
+    if index == 0 and (len(head) < 12 or _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8])):
+        from mlperf_bert.fileio import compressed
+        if compressed(path):  # (a downloaded .gz not unpacked: not a damaged file)
+            raise UserError(compressed(path))
+        if _is_text(head):
+            raise _not_records(path, head)
     if len(head) < 12:
         raise _truncated(path, index)
     if verify and _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8]):

@@ -108,10 +108,10 @@ def main(argv):
         logs = sorted(glob.glob(os.path.join(rest[0], "result_*.txt")))
         raise UserError("plot-log: %s is a directory: pass one MLPerf log file%s"
                         % (rest[0], " (e.g. %s)" % logs[0] if logs else ", such as a run's result_*.txt or mlperf.log"))
+    output = fv.output or default_output(rest[0])
+    check_output(output, rest)
     if fv.output is not None and not fv.output.lower().endswith(".png"):
         # savefig writes PNG bytes whatever the name says
         raise UserError("--output=%s: plot-log writes PNG only: give a file name ending in .png" % fv.output)
-    output = fv.output or default_output(rest[0])
-    check_output(output, rest)
     print("wrote %s" % plot_log(rest[0], output))
     return 0

@@ -45,10 +45,11 @@ def read_log(path):
                             % (path, i, rec.value))
         records.append(rec)
     if not records:
+        from mlperf_bert.fileio import compressed
         with open(path, "rb") as f:
             head = f.read(2)
-        if head == b"\x1f\x8b":
-            raise UserError("%s is gzip-compressed: gunzip it first (the official checker reads plain text too)" % path)
+        if compressed(path):
+            raise UserError("%s (the official checker reads plain text too)" % compressed(path))
         if head in (b"\xff\xfe", b"\xfe\xff"):
             raise UserError("%s is UTF-16 text: convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)" % path)
         raise UserError("%s has no :::MLLOG lines: pass the MLPerf log written by --mlperf_log" % path)

@@ -417,6 +417,18 @@ def test_a_systems_json_field_of_another_type_is_one_line_in_package_and_score(t
         assert "  systems JSON %s: status is a list: give it as text" % made in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("field", ["number_of_nodes", "host_processors_per_node", "accelerators_per_node"])
+def test_a_count_that_is_no_whole_number_is_refused(two_runs, tmp_path, field):
+    """A hostile sweep: --system_field=number_of_nodes=abc was packaged (exit 0), and score then failed
+    in the official result summarizer (ValueError: invalid literal for int())."""
+    argv = nyx_argv(two_runs, tmp_path / "pkg")
+    with pytest.raises(UserError) as e:
+        pkg_mod.main(argv + ["--system_field=%s=abc" % field])
+    assert str(e.value) == ("--system_field says %s='abc': give a whole number (the official result summarizer "
+                            "counts with it)" % field)
+    assert not (tmp_path / "pkg").exists()
+
+
 def test_a_systems_json_that_is_not_json_says_so(tmp_path):
     """NaN (Python's json reads it) and nesting past the parser's depth (a RecursionError traceback)."""
     for text, why in (('{"system_name": NaN}', "NaN is not a JSON value"), ("[" * 100000 + "]" * 100000,

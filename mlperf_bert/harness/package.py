@@ -95,6 +95,7 @@ FIELD_MEANINGS = {
 TEMPLATE_MARK = "FILL IN: "  # a value --system_template wrote that was not replaced
 # The fields package will not leave empty: the results table's columns (the result summarizer's)
 # and the identity the logs are checked against. Published packages leave others empty.
+WHOLE_NUMBERS = ("number_of_nodes", "host_processors_per_node", "accelerators_per_node")
 NEEDED_VALUES = ("submitter", "division", "status", "system_name", "number_of_nodes",
                  "host_processors_per_node", "host_processor_model_name", "host_processor_core_count",
                  "accelerators_per_node", "accelerator_model_name", "framework", "operating_system")
@@ -207,6 +208,13 @@ def describe_system(org, system, division, system_json=None, fields=(), status=N
     if empty:
         raise UserError("the systems JSON of %s needs %s: give them in --system_json=FILE (or --system_field="
                         "KEY=VALUE); --help lists every field" % (system, ", ".join(empty)))
+    # the official result summarizer reads these with int(): "abc" packaged, then score failed in it
+    for key in WHOLE_NUMBERS:
+        value = str(given.get(key, "")).strip()
+        if value and not value.isdigit():
+            said = "--system_field" if any(f.partition("=")[0] == key for f in fields) else system_json
+            raise UserError("%s says %s=%r: give a whole number (the official result summarizer counts with it)"
+                            % (said, key, given[key]))
     extra = [k for k in given if k not in SYSTEM_FIELDS]
     out = {k: given.get(k, "") for k in SYSTEM_FIELDS}
     out.update((k, given[k]) for k in extra)  # fields of the submitter's own (NVIDIA's framework_name)

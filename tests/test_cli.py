@@ -224,3 +224,16 @@ def test_a_compressed_input_is_called_compressed_not_damaged(golden_dir, tmp_pat
         make_dataset.find_text_shards(str(text))
     assert str(e.value) == ("%s holds compressed text shards (part-00000-of-00001.bz2, ...): decompress them first "
                             "(e.g. bunzip2 %s/part-*)" % (text, text))
+
+
+def test_records_given_for_text_are_called_records(golden_dir, tmp_path):
+    """A hostile sweep: make-dataset --text_dir=<its own output folder> (or the generator on a
+    TFRecord) said "is not UTF-8 text (line 1): convert it to UTF-8"."""
+    from mlperf_bert.dataset import pretraining_data
+    from mlperf_bert.errors import UserError
+    src = os.path.join(golden_dir, "part-00000.s128.tfrecord")
+    with pytest.raises(UserError) as e:
+        pretraining_data.create_pretraining_data([src], [str(tmp_path / "o")],
+                                                 os.path.join(ROOT, "tests", "data", "vocab.txt"), progress=False)
+    assert str(e.value) == ("input file %s is a TFRecord file, not text: give the text shards (part-XXXXX-of-XXXXX)"
+                            % src)

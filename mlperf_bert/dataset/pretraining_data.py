@@ -264,9 +264,14 @@ def _decode(path, data):
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
+        from mlperf_bert.dataset.checksums import is_tfrecord
+        from mlperf_bert.dataset.hdf5 import is_hdf5_file
         from mlperf_bert.fileio import compressed
         if compressed(path):
             raise UserError("input file " + compressed(path))
+        if is_tfrecord(path) or is_hdf5_file(path):  # (a make-dataset output folder given for its input)
+            raise UserError("input file %s is a %s file, not text: give the text shards (part-XXXXX-of-XXXXX)"
+                            % (path, "TFRecord" if is_tfrecord(path) else "HDF5"))
         line = data.count(b"\n", 0, e.start) + 1
         raise UserError("input file %s is not UTF-8 text (line %d): convert it to UTF-8" % (path, line))
 

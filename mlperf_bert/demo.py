@@ -189,6 +189,7 @@ def main(argv):
     flags.DEFINE_bool("packed", False, "pack the training records (pack, up to 3 sequences a row) and train "
                       "on the packed rows", flag_values=fv)
     flags.parse(fv, argv)
+    check_flags(fv)
     out = os.path.abspath(fv.output_dir)
     try:
         return _demo(fv, out)
@@ -200,6 +201,17 @@ def main(argv):
         print("demo: stopped by %s during %s; rerun the same command to resume (%s keeps the training's "
               "checkpoints)" % (signal.Signals(e.signum).name, e.what, os.path.join(out, "train")), flush=True)
         return 128 + e.signum
+
+
+def check_flags(fv):
+    """Refused before the vocab and the data are made (a --target of 2 failed only in the trainer,
+    minutes later; --runs=-1 ran once)."""
+    import math
+    for name, low in (("runs", 1), ("dupe_factor", 1), ("eval_frequency", 1), ("max_samples", 1), ("seed", 0)):
+        if fv[name].value < low:
+            raise UserError("--%s=%d must be at least %d" % (name, fv[name].value, low))
+    if not (math.isfinite(fv.target) and 0 < fv.target <= 1):
+        raise UserError("--target=%s must be a masked-LM accuracy in (0, 1] (the demo's: 0.14)" % fv.target)
 
 
 def _demo(fv, out):

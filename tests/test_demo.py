@@ -141,3 +141,18 @@ def test_a_signal_before_a_step_starts_starts_no_step(monkeypatch):
     with stop_as_handlers_are_set(monkeypatch, demo), pytest.raises(demo.Stopped) as stopped:
         demo._run([sys.executable, "-c", "pass"], "train")
     assert not started and stopped.value.signum == signal.SIGTERM and stopped.value.status is None
+
+
+@pytest.mark.parametrize("flag,message", [("--runs=-1", "--runs=-1 must be at least 1"),
+                                          ("--seed=-1", "--seed=-1 must be at least 0"),
+                                          ("--target=2", "--target=2.0 must be a masked-LM accuracy in (0, 1] (the "
+                                                         "demo's: 0.14)"),
+                                          ("--dupe_factor=0", "--dupe_factor=0 must be at least 1")])
+def test_a_demo_flag_out_of_range_is_refused_before_anything_is_made(tmp_path, flag, message):
+    """A hostile sweep: --runs=-1 ran once; --target=2 and --seed=-1 failed only in the trainer, after
+    the vocab and the dataset were made, in 2 error lines."""
+    from mlperf_bert import demo
+    from mlperf_bert.errors import UserError
+    with pytest.raises(UserError) as e:
+        demo.main(["demo", "--output_dir=%s" % (tmp_path / "out"), flag])
+    assert str(e.value) == message and not (tmp_path / "out").exists()

@@ -101,19 +101,30 @@ def worker_pool(workers, start_method=None):
     pool.join()
 
 
-def terminate_pool(pool, grace=10.0):
+def terminate_pool(pool, grace=10.0, stuck=5.0):
     """``pool.terminate()``, which sends each worker one SIGTERM and then joins it for ever: a
     worker that outlived its SIGTERM (seen once under ``make test``: blocked on the task queue's
     lock, which the terminating pool holds, alive after the signal) hung the command. Workers
-    still alive after ``grace`` seconds get SIGKILL. (``Pool._pool``: the workers; no public
-    attribute lists them.)"""
+    still alive after ``grace`` seconds get SIGKILL. A worker that died holding the result queue's
+    lock (killed in the middle of sending a result) leaves the pool's own threads waiting for that
+    lock for ever (``make test`` hung so once): ``stuck`` seconds after every worker is gone, the
+    pool is left to them (daemon threads of a pool that is done). (``Pool._pool``: the workers; no
+    public attribute lists them.)"""
     import threading
+    import time
     workers = list(getattr(pool, "_pool", None) or [])
     done = threading.Thread(target=pool.terminate, name="pool-terminate", daemon=True)
     done.start()
     done.join(grace)
+    gone_since = None
     while done.is_alive():
-        for w in workers:
-            if w.exitcode is None:
-                w.kill()
+        alive = [w for w in workers if w.exitcode is None]
+        for w in alive:
+            w.kill()
+        if alive:
+            gone_since = None
+        elif gone_since is None:
+            gone_since = time.monotonic()
+        elif time.monotonic() - gone_since > stuck:
+            return
         done.join(1.0)

@@ -573,7 +573,7 @@ def test_an_error_ends_the_pool_even_if_a_worker_outlives_its_sigterm(monkeypatc
     sends each worker one SIGTERM and joins it, and one worker lived on. worker_pool's error path
     kills what is still alive after its grace period (1 s here, 10 s in use)."""
     from mlperf_bert import errors
-    monkeypatch.setattr(errors.terminate_pool, "__defaults__", (1.0,))
+    monkeypatch.setattr(errors.terminate_pool, "__defaults__", (1.0, 1.0))
     start = time.time()
     with pytest.raises(ValueError, match="bad input"):
         with errors.worker_pool(1, "fork") as pool:
@@ -585,6 +585,48 @@ def test_an_error_ends_the_pool_even_if_a_worker_outlives_its_sigterm(monkeypatc
     assert time.time() - start < 30  # pool.terminate() alone waits out the worker's 60 s
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the worker is gone (killed, and reaped by the pool's join)
+
+
+def _die_holding_the_result_lock(path):
+    """A worker killed in the middle of sending a result: it holds the result queue's lock."""
+    import sys
+    frame = sys._getframe()
+    while frame.f_code.co_name != "worker":  # multiprocessing.pool.worker, whose local outqueue is the queue
+        frame = frame.f_back
+    frame.f_locals["outqueue"]._wlock.acquire()
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_an_error_ends_the_pool_even_if_a_worker_died_holding_the_result_lock(monkeypatch, tmp_path):
+    """`bash .ci/run` hung for ever in make-dataset's error path (test_dataset, a damaged output):
+    a pool worker had died holding the result queue's lock, so pool.terminate()'s own threads
+    waited for it for ever, and worker_pool's error path waited for them. Once every worker is
+    gone, it waits ``stuck`` seconds more (1 s here, 5 s in use) and lets the error through."""
+    from mlperf_bert import errors
+    monkeypatch.setattr(errors.terminate_pool, "__defaults__", (1.0, 1.0))
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time
+        sys.path[:0] = [%r, %r]
+        from mlperf_bert import errors
+        import test_fileio
+        errors.terminate_pool.__defaults__ = (1.0, 1.0)
+        try:
+            with errors.worker_pool(1, "fork") as pool:
+                worker = pool._pool[0]  # (the pool puts a new one in its place)
+                pool.apply_async(test_fileio._die_holding_the_result_lock, (%r,))
+                while worker.exitcode is None:
+                    time.sleep(0.05)
+                raise ValueError("bad input")
+        except ValueError:
+            print("error came through", flush=True)
+        """ % (ROOT, os.path.join(ROOT, "tests"), str(tmp_path / "pid")))], stdout=subprocess.PIPE, text=True)
+    try:
+        out = proc.communicate(timeout=120)[0]  # (before: never)
+    finally:
+        proc.kill()
+    assert out == "error came through\n" and (tmp_path / "pid").read_text()
 
 
 def test_a_stop_ends_every_hash_of_md5_many_not_after_all_of_them(tmp_path, monkeypatch):

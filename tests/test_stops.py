@@ -122,10 +122,15 @@ def test_a_kill_during_a_background_write_leaves_no_file_that_looks_finished(tmp
     out = tmp_path / "out"
     out.mkdir()
     proc = subprocess.Popen([PY, "-c", BACKGROUND_WRITES, str(out)], env=ENV)
+    def writing():  # past the first checkpoint, into a later write
+        return any(".pt.tmp-" in n for n in os.listdir(out)) and checkpoint.list_checkpoints(str(out))
     try:
-        # past the first checkpoint, into a later write
-        wait_until(lambda: any(".pt.tmp-" in n for n in os.listdir(out)) and checkpoint.list_checkpoints(str(out)),
-                   proc, what="a write in progress")
+        while True:  # frozen where the condition holds: the write may end between a look and a kill
+            wait_until(writing, proc, what="a write in progress")
+            proc.send_signal(signal.SIGSTOP)
+            if writing():
+                break
+            proc.send_signal(signal.SIGCONT)
     finally:
         proc.kill()
         proc.wait()

@@ -12,11 +12,23 @@ from mlperf_bert.flags import quiet_stdout
 _QUIET_START = []  # quiet_start() changed SIGINT's handler: run_main puts Python's back
 
 
-def quiet_start():
+def quiet_start(on_stop=None):
     """Until ``run_main``: Ctrl-C ends the process as the signal's default action does, not with a
     KeyboardInterrupt traceback out of whichever import it came in (torch's take seconds, and a
-    launcher's SIGINT reaches every rank there). Called first by the entry points that import torch."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    launcher's SIGINT reaches every rank there). Given ``on_stop`` (the signal's name -> (line, exit
+    status)), SIGTERM and SIGINT there print that line and exit with that status instead. Called
+    first by the entry points that import torch."""
+    if on_stop is not None:
+        def stop(signum, frame):
+            line, status = on_stop(signal.Signals(signum).name)
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            os._exit(status)
+        signal.signal(signal.SIGTERM, stop)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # (a background job's stays ignored)
+            signal.signal(signal.SIGINT, stop)
+            _QUIET_START.append(True)
+    elif signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         _QUIET_START.append(True)
 
@@ -29,6 +41,9 @@ def run_main(main, argv=None):
     if _QUIET_START:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         del _QUIET_START[:]
+    # The record of dropped stops is this command's: one raised and caught before it in this process
+    # (a test running commands in-process) made its end a stop, an os._exit(143) of the test process.
+    sigterm_lost()
     install_sigterm_handler()
     try:
         status = main(argv)

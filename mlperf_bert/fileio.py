@@ -178,9 +178,9 @@ _COMPRESSED = ((b"\x1f\x8b", "gzip-compressed", "gunzip"), (b"BZh", "bzip2-compr
                (b"PK\x03\x04", "a zip archive", "unzip"))
 
 
-def compressed(path):
-    """``"PATH is gzip-compressed: gunzip it first"`` (bzip2, xz, zstd, zip alike) by the file's first
-    bytes, or None: a reader's error says so instead of calling a compressed file damaged or not text."""
+def compression(path):
+    """``(kind, tool)`` of a compressed ``path`` (``("gzip-compressed", "gunzip")``; bzip2, xz, zstd,
+    zip alike) by its first bytes, or None (also when it cannot be read)."""
     try:
         with open(path, "rb") as f:
             head = f.read(6)
@@ -188,8 +188,15 @@ def compressed(path):
         return None
     for magic, kind, tool in _COMPRESSED:
         if head.startswith(magic):
-            return "%s is %s: %s it first" % (path, kind, tool)
+            return kind, tool
     return None
+
+
+def compressed(path):
+    """``"PATH is gzip-compressed: gunzip it first"`` (bzip2, xz, zstd, zip alike), or None: a reader's
+    error says so instead of calling a compressed file damaged or not text."""
+    found = compression(path)
+    return "%s is %s: %s it first" % ((path,) + found) if found else None
 
 
 def refuse_replacing_another_kind(path, is_kind, kind, what="--output"):

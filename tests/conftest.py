@@ -354,10 +354,10 @@ if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller (workers inherit
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    from xdist_scopes import CrashSafeScopes
 
-    class ByUnit(LoadScopeScheduling):
-        """xdist's scope scheduling with our units (_unit) as the scopes."""
+    class ByUnit(CrashSafeScopes):
+        """xdist's scope scheduling (its crash path fixed) with our units (_unit) as the scopes."""
         _groups = None
 
         def _split_scope(self, nodeid):

@@ -1215,8 +1215,8 @@ def test_a_package_that_is_a_file_says_what_it_is_and_to_extract_it(tmp_path):
         z.writestr("pkg/ORG/x", "x")
     (tmp_path / "notes.txt").write_text("notes\n")
     where = "the folder holding ORG/results and ORG/systems"
-    for name, kind in [("pkg.tar.gz", "a gzip-compressed tar archive"), ("pkg.tar", "a tar archive"),
-                       ("notes.gz", "a gzip file"), ("pkg.zip", "a zip archive")]:
+    for name, kind in [("pkg.tar.gz", "a tar archive (gzip-compressed)"), ("pkg.tar", "a tar archive"),
+                       ("notes.gz", "gzip-compressed"), ("pkg.zip", "a zip archive")]:
         with pytest.raises(UserError) as e:
             score.main(["score", "--noplots", str(tmp_path / name)])
         assert str(e.value) == ("score: %s is %s, not a package directory: extract it and pass %s"

@@ -267,11 +267,13 @@ def _decode(path, data):
         from mlperf_bert.dataset.checksums import is_tfrecord
         from mlperf_bert.dataset.hdf5 import is_hdf5_file
         from mlperf_bert.fileio import compressed
-        if compressed(path):
-            raise UserError("input file " + compressed(path))
-        if is_tfrecord(path) or is_hdf5_file(path):  # (a make-dataset output folder given for its input)
+        packed = compressed(path)
+        if packed:
+            raise UserError("input file " + packed)
+        kind = "TFRecord" if is_tfrecord(path) else "HDF5" if is_hdf5_file(path) else None
+        if kind:  # (a make-dataset output folder given for its input)
             raise UserError("input file %s is a %s file, not text: give the text shards (part-XXXXX-of-XXXXX)"
-                            % (path, "TFRecord" if is_tfrecord(path) else "HDF5"))
+                            % (path, kind))
         line = data.count(b"\n", 0, e.start) + 1
         raise UserError("input file %s is not UTF-8 text (line %d): convert it to UTF-8" % (path, line))
 

@@ -220,8 +220,9 @@ def _check_head(path, index, head, verify):
     """The data length of a record header, after checking the header is whole (and its CRC)."""
     if index == 0 and (len(head) < 12 or _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8])):
         from mlperf_bert.fileio import compressed
-        if compressed(path):  # (a downloaded .gz not unpacked: not a damaged file)
-            raise UserError(compressed(path))
+        packed = compressed(path)
+        if packed:  # (a downloaded .gz not unpacked: not a damaged file)
+            raise UserError(packed)
         if _is_text(head):
             raise _not_records(path, head)
     if len(head) < 12:

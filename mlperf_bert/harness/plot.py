@@ -11,7 +11,7 @@ import os
 from mlperf_bert import flags
 from mlperf_bert.harness.compliance import CLOSED_TARGET, division_of, read_log, samples_of, target_of
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_path
+from mlperf_bert.fileio import atomic_path, refuse_replacing_another_kind
 
 
 def curves(records):
@@ -73,7 +73,7 @@ METADATA_KEY = "mlperf_bert plot-log"
 
 def check_output(output, inputs=()):
     """Refuse an ``output`` that would overwrite one of ``inputs`` or any existing file that is not a
-    PNG (a log, a config: a typo must not turn it into a picture)."""
+    PNG (a log, a config: a typo must not turn it into a picture; an empty file loses nothing)."""
     if not os.path.lexists(output):
         return
     if os.path.isdir(output):
@@ -81,14 +81,15 @@ def check_output(output, inputs=()):
     for path in inputs:
         if os.path.exists(path) and os.path.samefile(output, path):
             raise UserError("--output %s is the input log: choose another file for the PNG" % output)
+    refuse_replacing_another_kind(output, _is_png, "a PNG")
+
+
+def _is_png(path):
     try:
-        with open(output, "rb") as f:
-            head = f.read(len(PNG_MAGIC))
+        with open(path, "rb") as f:
+            return f.read(len(PNG_MAGIC)) == PNG_MAGIC
     except OSError as e:
-        raise UserError("--output %s: %s" % (output, e.strerror))
-    if head != PNG_MAGIC:
-        raise UserError("--output %s exists and is not a PNG: refusing to overwrite it (choose another"
-                        " file, or remove it)" % output)
+        raise UserError("--output %s: %s" % (path, e.strerror))
 
 
 def default_output(log):

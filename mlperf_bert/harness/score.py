@@ -38,7 +38,7 @@ import warnings
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, die_with_parent
-from mlperf_bert.fileio import atomic_path, pid_alive, read_lines
+from mlperf_bert.fileio import atomic_path, compression, pid_alive, read_lines
 from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
                                             read_log, samples_of, speed_up_official_parse, target_of,
                                             worst_level)
@@ -739,17 +739,15 @@ def report(s, plots_dir=None, plots=True):
 
 
 def archive_kind(path):
-    """What archive ``path`` is ("a tar archive", "a gzip file", ...), or None (also when it cannot be read)."""
+    """What archive ``path`` is ("a tar archive", "gzip-compressed", ...), or None (also when it cannot be read)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(4)
         tar = tarfile.is_tarfile(path)
     except (OSError, tarfile.TarError):
         return None
-    gz = head[:2] == b"\x1f\x8b"
+    kind = (compression(path) or (None,))[0]
     if tar:
-        return "a gzip-compressed tar archive" if gz else "a tar archive"
-    return "a gzip file" if gz else "a zip archive" if head == b"PK\x03\x04" else None
+        return "a tar archive (%s)" % kind if kind else "a tar archive"
+    return kind
 
 
 def check_package_arg(path):

@@ -184,6 +184,13 @@ def not_saved_line(name, when):
             "newest checkpoint if there is one, else starts again\n" % (name, when, NOT_SAVED_STATUS))
 
 
+def stopped_while_starting(name):
+    """run_pretraining.py's (line, status) for a stop that came while it imported torch (seconds,
+    before run_main set up its stop): nothing of this start is saved, so NOT_SAVED_STATUS, not 143,
+    with the line a launcher gives for ranks stopped then."""
+    return not_saved_line(name, "while the trainer started, before it had set up its stop"), NOT_SAVED_STATUS
+
+
 def _stop_status(sig, ranks):
     """torchrun's status after a stop signal ``sig``, from its ranks' {local rank: (pid, exit code)}
     (none: it stopped before starting them): 128 + the signal (the ranks' own: 130 or 143) when every

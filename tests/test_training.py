@@ -828,6 +828,45 @@ def test_ids_beyond_vocab_size_are_one_line(files, tmp_path):
     assert "\n" not in str(e.value) and "train.tfrecord: record" in str(e.value)
 
 
+def test_a_batch_the_cpu_cannot_hold_is_one_line(files, tmp_path):
+    """A batch too large for the host's memory was a 20-line torch traceback out of the attention
+    ("DefaultCPUAllocator: can't allocate memory"). The trainer runs here with its address space
+    capped at 2.2 GB (RLIMIT_AS: the allocator's real failure, without the OOM killer): one line
+    naming the settings that shrink the batch, exit 2."""
+    import resource
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (2_200_000_000, 2_200_000_000))
+    argv = flags_for(files, str(tmp_path / "out"), train_batch_size=4000, num_train_steps=2, num_workers=0,
+                     steps_per_update=1, device="cpu")
+    r = subprocess.run([PY] + argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"),
+                       capture_output=True, text=True, timeout=300, preexec_fn=cap)
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr[-3000:]
+    assert re.fullmatch(r"error: out of memory \(DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                        r"\d+ bytes\. Error code 12 \(Cannot allocate memory\)\): in an eval, a smaller "
+                        r"--eval_micro_batch_size .* a lower --train_batch_size \(4000 now, split over the ranks\) "
+                        r".*memory_plan predicts a run's peak\n", r.stderr), r.stderr[-3000:]
+
+
+def test_a_batch_the_gpu_cannot_hold_is_one_line_and_other_errors_keep_their_traceback(files, tmp_path, monkeypatch):
+    """CUDA's caching allocator raises torch.OutOfMemoryError (torch.cuda.OutOfMemoryError is the same
+    class); no GPU here, so a step raises it as the allocator does, with its message: one line. A
+    RuntimeError that is no shortage of memory is not dressed up as one."""
+    said = ("CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+            "1.05 GiB is free.\nOf the allocated memory 75.1 GiB is allocated by PyTorch")
+    errors = iter([torch.OutOfMemoryError(said), RuntimeError("mat1 and mat2 shapes cannot be multiplied")])
+
+    def step(self, *a, **k):
+        raise next(errors)
+    monkeypatch.setattr(training.Trainer, "step", step)
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(tmp_path / "a")))
+    assert str(e.value).startswith("out of memory (CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total "
+                                   "capacity of 79.19 GiB of which 1.05 GiB is free.): in an eval") and "\n" not in str(e.value)
+    with pytest.raises(RuntimeError, match="mat1 and mat2"):
+        training.main(flags_for(files, str(tmp_path / "b")))
+
+
 def test_damaged_training_data_fails_before_training(files, tmp_path):
     data = open(files["train"], "rb").read()
     cut = str(tmp_path / "cut.tfrecord")

@@ -209,7 +209,8 @@ def main(argv):
     with _Stop() as stop, contextlib.ExitStack() as held:
         clean = False
         try:
-            with distributed.peer_loss_is_one_line(lambda: stop.received), loader.worker_death_is_one_line():
+            with distributed.peer_loss_is_one_line(lambda: stop.received), loader.worker_death_is_one_line(), \
+                    out_of_memory_is_one_line(cfg):
                 rc = run(cfg, stop, held)
             clean = True
             return rc
@@ -217,6 +218,30 @@ def main(argv):
             if not clean:  # failing (its line is out): a signal now changes neither line nor status
                 stop.requested = True
             distributed.teardown(clean)
+
+
+# the CPU allocator's RuntimeError (CUDA's is torch.OutOfMemoryError)
+_CPU_OUT_OF_MEMORY = re.compile(r"^(\[enforce fail at [^]]*\] (err == 0\. )?)?(DefaultCPUAllocator: can't allocate memory.*)")
+
+
+@contextlib.contextmanager
+def out_of_memory_is_one_line(cfg):
+    """A batch that does not fit the device (torch.OutOfMemoryError from CUDA's allocator, the CPU
+    allocator's RuntimeError, a MemoryError) ends the run with one line naming what shrinks it, not a
+    traceback; the checkpoints written so far are kept."""
+    try:
+        yield
+    except (RuntimeError, MemoryError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        cpu = _CPU_OUT_OF_MEMORY.match(first)
+        if not (isinstance(e, (torch.OutOfMemoryError, MemoryError)) or cpu):
+            raise
+        raise UserError(
+            "out of memory (%s): in an eval, a smaller --eval_micro_batch_size needs less (a resume may change it); "
+            "in training, fewer sequences per process per micro-step: a lower --train_batch_size (%d now, split over the "
+            "ranks) with --steps_per_update raised to keep the global batch (a new run: both are part of the run's "
+            "identity); python -m mlperf_bert.trainer.memory_plan predicts a run's peak"
+            % ((cpu.group(3) if cpu else first)[:300], cfg.data.train_batch_size)) from None
 
 
 # ---------------------------------------------------------------- the trainer

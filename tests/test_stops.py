@@ -121,16 +121,13 @@ def test_a_kill_during_a_background_write_leaves_no_file_that_looks_finished(tmp
     from mlperf_bert.trainer import checkpoint
     out = tmp_path / "out"
     out.mkdir()
-    proc = subprocess.Popen([PY, "-c", BACKGROUND_WRITES, str(out)], env=ENV)
+    from test_fileio import signal_while
+    proc = subprocess.Popen([PY, "-c", BACKGROUND_WRITES, str(out)], env=ENV, start_new_session=True)
+
     def writing():  # past the first checkpoint, into a later write
         return any(".pt.tmp-" in n for n in os.listdir(out)) and checkpoint.list_checkpoints(str(out))
-    try:
-        while True:  # frozen where the condition holds: the write may end between a look and a kill
-            wait_until(writing, proc, what="a write in progress")
-            proc.send_signal(signal.SIGSTOP)
-            if writing():
-                break
-            proc.send_signal(signal.SIGCONT)
+    try:  # killed while frozen where the condition holds: the write may end between a look and a kill
+        assert signal_while(proc, writing, signal.SIGKILL), "the writer ended before a write in progress was seen"
     finally:
         proc.kill()
         proc.wait()

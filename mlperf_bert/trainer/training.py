@@ -221,7 +221,7 @@ def main(argv):
 
 
 # the CPU allocator's RuntimeError (CUDA's is torch.OutOfMemoryError)
-_CPU_OUT_OF_MEMORY = re.compile(r"^(\[enforce fail at [^]]*\] (err == 0\. )?)?(DefaultCPUAllocator: can't allocate memory.*)")
+_CPU_OUT_OF_MEMORY = re.compile(r"DefaultCPUAllocator: can't allocate memory.*")
 
 
 @contextlib.contextmanager
@@ -233,7 +233,7 @@ def out_of_memory_is_one_line(cfg):
         yield
     except (RuntimeError, MemoryError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        cpu = _CPU_OUT_OF_MEMORY.match(first)
+        cpu = _CPU_OUT_OF_MEMORY.search(first)
         if not (isinstance(e, (torch.OutOfMemoryError, MemoryError)) or cpu):
             raise
         raise UserError(
@@ -241,7 +241,7 @@ def out_of_memory_is_one_line(cfg):
             "in training, fewer sequences per process per micro-step: a lower --train_batch_size (%d now, split over the "
             "ranks) with --steps_per_update raised to keep the global batch (a new run: both are part of the run's "
             "identity); python -m mlperf_bert.trainer.memory_plan predicts a run's peak"
-            % ((cpu.group(3) if cpu else first)[:300], cfg.data.train_batch_size)) from None
+            % ((cpu.group(0) if cpu else first)[:300], cfg.data.train_batch_size)) from None
 
 
 # ---------------------------------------------------------------- the trainer

@@ -347,3 +347,27 @@ def test_wrong_paths_and_a_damaged_output_say_the_fix_that_works(full_run, text_
     final.unlink()
     assert make_dataset.main(cmd(text_dir, str(out), vocab_file)) == 0
     assert md5(str(final)) == want_final
+
+
+def test_outputs_no_make_dataset_run_recorded_are_refused_not_kept(full_run, text_dir, vocab_file, tmp_path):
+    """A hostile sweep: a TFRecord made with another seed (or downloaded) in an --output_dir without
+    make-dataset's settings was kept as this run's output and listed in its manifest (exit 0)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    part = out / "part-00000-of-00002"
+    create_pretraining_data([os.path.join(text_dir, part.name)], [str(part)], vocab_file, random_seed=999,
+                            masked_lm_prob=0.15, progress=False, **TINY_KW)
+    before = md5(str(part))
+    with pytest.raises(UserError) as e:
+        make_dataset.main(cmd(text_dir, str(out), vocab_file))
+    assert str(e.value) == (
+        "--output_dir %s holds 1 output(s) of no make-dataset run (part-00000-of-00002; no %s): they are not "
+        "remade, so settings could mix; use a new --output_dir (`verify` checks downloaded files)"
+        % (out, make_dataset.SETTINGS_NAME))
+    assert os.listdir(out) == [part.name] and md5(str(part)) == before
+    done = tmp_path / "done"  # a finished run whose settings file was deleted
+    shutil.copytree(full_run, done)
+    os.remove(done / make_dataset.SETTINGS_NAME)
+    with pytest.raises(UserError, match=r"holds 4 output\(s\) of no make-dataset run \(eval_intermediate, "
+                                        r"eval_10k, part-00000-of-00002, \.\.\.;"):
+        make_dataset.main(cmd(text_dir, str(done), vocab_file))

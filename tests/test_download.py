@@ -1,9 +1,12 @@
 import hashlib
 import os
+import shutil
 
 import pytest
 
 from mlperf_bert.dataset import download
+from mlperf_bert.dataset.checksums import RESULTS_DIR
+from mlperf_bert.dataset.tfrecord import frame
 from mlperf_bert.errors import UserError
 
 
@@ -84,3 +87,26 @@ def test_a_malformed_md5_is_refused_before_downloading(tmp_path, md5, what):
     assert str(e.value) == ("--md5=%s is %s: give the file's md5 (32 hex digits), or leave --md5 out to check the md5 "
                             "results/ lists for its name" % (md5, what))
     assert not (tmp_path / "dl").exists()  # nothing was fetched
+
+
+def test_a_tfrecord_shard_is_held_against_the_tfrecords_published_size_not_the_text_shards(tmp_path, capsys):
+    """The 500 TFRecords and the 500 text shards share their names: a fetched TFRecord part-00000 was
+    held against the text shard's md5 and size and removed (every TFRecord part results/ lists)."""
+    src = tmp_path / "srv" / "part-00000-of-00500"
+    src.parent.mkdir()
+    src.write_bytes(b"".join(frame(b"record %d" % i) for i in range(3)))
+    url, out = "file://%s" % src, tmp_path / "dl" / "part-00000-of-00500"
+    with pytest.raises(UserError, match=r"expected 514241279 bytes; the partial"):  # the real TFRecord's size
+        download.download(url, str(out), progress=False)
+    results = tmp_path / "results"  # results/ as if this file were the published one
+    shutil.copytree(RESULTS_DIR, results)
+    sizes = results / "bert_reference_tfrecord_sizes.txt"
+    sizes.write_text(sizes.read_text().replace("514241279  part-00000", "%d  part-00000" % src.stat().st_size))
+    want = hashlib.md5(src.read_bytes()).hexdigest()
+    assert download.download(url, str(out), progress=False, results_dir=str(results)) == want
+    assert download.download(url, str(out), progress=False, results_dir=str(results)) == want  # present: kept
+    text = tmp_path / "srv2" / "part-00000-of-00500"  # a text shard of that name still meets the text md5
+    text.parent.mkdir()
+    text.write_bytes(b"some text\n")
+    with pytest.raises(UserError, match="expected 27150902 bytes md5 a64a7c31eff5cd38ae6d94f7a6229dab;"):
+        download.download("file://%s" % text, str(tmp_path / "dl2" / "part-00000-of-00500"), progress=False)

@@ -73,3 +73,25 @@ def test_output_that_is_the_input_is_refused(golden_dir, tmp_path):
               % (tmp_path, tmp_path.name), "--num_examples_to_pick=10", "--max_seq_length=128",
               "--max_predictions_per_seq=20"])
     assert src.read_bytes() == before and os.listdir(tmp_path) == ["eval_intermediate"]
+
+
+def test_another_kind_of_output_is_not_replaced_and_an_hdf5_input_is_named(golden_dir, tmp_path, vocab_file):
+    """A hostile sweep: --output_tfrecord=vocab.txt replaced the vocab with 10 records (the generator
+    refuses that); an HDF5 --input_tfrecord was called "a corrupt length (CRC mismatch): damaged"."""
+    from mlperf_bert.dataset import hdf5
+    src = os.path.join(golden_dir, "part-00000.s128.tfrecord")
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes(open(vocab_file, "rb").read())
+    args = ["--num_examples_to_pick=10", "--max_seq_length=128", "--max_predictions_per_seq=20"]
+    with pytest.raises(UserError) as e:
+        main(["p", "--input_tfrecord=" + src, "--output_tfrecord=%s" % vocab] + args)
+    assert str(e.value) == ("--output_tfrecord %s exists and is not a TFRecord file: refusing to overwrite it "
+                            "(choose another file, or remove it)" % vocab)
+    assert vocab.read_bytes() == open(vocab_file, "rb").read()
+    h5 = str(tmp_path / "part.hdf5")
+    hdf5.tfrecords_to_hdf5([src], h5, 128, 20, progress=False)
+    with pytest.raises(UserError) as e:
+        main(["p", "--input_tfrecord=" + h5, "--output_tfrecord=%s" % (tmp_path / "e")] + args)
+    assert str(e.value) == ("%s is an HDF5 file, not TFRecords: pick-eval-samples reads the TFRecords that "
+                            "make-dataset or create_pretraining_data.py write" % h5)
+    assert sorted(os.listdir(tmp_path)) == ["part.hdf5", "vocab.txt"]

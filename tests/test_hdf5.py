@@ -67,6 +67,22 @@ def test_several_inputs_concatenate_in_order(golden_tfrecord, tmp_path):
         assert np.array_equal(got["input_ids"][i], decode_pretraining_example(data, 128, 20)["input_ids"])
 
 
+def test_the_same_input_gives_the_same_bytes_whatever_path_named_it(golden_tfrecord, tmp_path, monkeypatch):
+    """A hostile sweep: the input's path as typed was stored in the file, so a relative and an
+    absolute path to one TFRecord gave two md5s (pack stores the name alone)."""
+    import hashlib
+    src = tmp_path / "in" / "part-00000"
+    src.parent.mkdir()
+    write_records(str(src), list(read_records(golden_tfrecord))[:20])
+    monkeypatch.chdir(tmp_path)
+    hdf5.tfrecords_to_hdf5(["in/part-00000"], "rel.hdf5", 128, 20, progress=False)
+    hdf5.tfrecords_to_hdf5([str(src)], str(tmp_path / "abs.hdf5"), 128, 20, progress=False)
+    md5s = {hashlib.md5((tmp_path / n).read_bytes()).hexdigest() for n in ("rel.hdf5", "abs.hdf5")}
+    assert len(md5s) == 1
+    with h5py.File(tmp_path / "rel.hdf5", "r") as h:
+        assert list(h.attrs["source_files"]) == ["part-00000"]
+
+
 def test_values_that_do_not_fit_are_refused(tmp_path):
     feats = {"input_ids": [70000] + [0] * 7, "input_mask": [1] * 8, "segment_ids": [0] * 8,
              "masked_lm_positions": [0, 0], "masked_lm_ids": [0, 0], "masked_lm_weights": [0.0, 0.0],

@@ -105,6 +105,41 @@ def test_a_file_of_the_published_size_is_also_checked_against_its_records(tmp_pa
                                           % path), lines
 
 
+def test_a_file_of_another_kind_in_a_folder_of_tfrecords_is_a_mismatch(tmp_path):
+    """A hostile sweep: in a folder of TFRecords an empty shard or an HTML error page was UNKNOWN
+    and the folder passed (exit 0); a text shard under a TFRecord's name was OK against the text
+    shards' md5. A shard there that is not a TFRecord fails, whatever another table lists."""
+    d = tmp_path / "tfrecords"
+    d.mkdir()
+    write_records(str(d / "part-00000-of-00500"), [b"a record"])
+    write_records(str(d / "part-00003-of-00500"), [b"a record", b"another"])
+    (d / "part-00004-of-00500").write_bytes(b"<html>403 Forbidden</html>\n")
+    (d / "part-00005-of-00500").write_bytes(b"")
+    text = b"A text shard's sentence.\n\n"
+    (d / "part-00001-of-00500").write_bytes(text)
+    (d / "notes.txt").write_text("hello")
+    results = tmp_path / "results"  # results/, as if this text were the published text shard part-00001
+    shutil.copytree(checksums.RESULTS_DIR, results)
+    for name, value in (("md5", hashlib.md5(text).hexdigest()), ("sizes", str(len(text)))):
+        table = results / ("bert_reference_results_text_%s.txt" % name)
+        table.write_text("".join("%s  part-00001-of-00500\n" % value if line.endswith("part-00001-of-00500") else
+                                 line + "\n" for line in table.read_text().splitlines()))
+    ok, lines = run_verify([str(d)], results_dir=str(results))
+    got = {l.split(" ")[1].rstrip(":"): l for l in lines if l.startswith(("OK", "MISMATCH", "UNKNOWN"))}
+    assert not ok
+    assert got[str(d / "part-00003-of-00500")].startswith("OK ")  # its own CRCs
+    assert got[str(d / "part-00000-of-00500")].startswith("MISMATCH ")  # not the published size
+    assert got[str(d / "part-00004-of-00500")] == (
+        "MISMATCH %s (in a folder of TFRecords, but not a TFRecord file)" % (d / "part-00004-of-00500"))
+    assert got[str(d / "part-00005-of-00500")] == (
+        "MISMATCH %s (in a folder of TFRecords, but not a TFRecord file: empty)" % (d / "part-00005-of-00500"))
+    assert got[str(d / "part-00001-of-00500")] == (  # not the text shards' md5 it matches
+        "MISMATCH %s (in a folder of TFRecords, but not a TFRecord file)" % (d / "part-00001-of-00500"))
+    assert got[str(d / "notes.txt")].startswith("UNKNOWN ")
+    ok, lines = run_verify([str(d / "part-00004-of-00500")])  # alone, nothing says what it should be
+    assert ok and lines[0].startswith("UNKNOWN ")
+
+
 def test_eval_txt_checked_article_by_article(tmp_path):
     articles = ["\nFirst article.\nSecond line.", "", "Third one.  \n"]
     (tmp_path / "eval.txt").write_text("".join(a + "\n\n" for a in articles), encoding="utf-8")
@@ -141,7 +176,6 @@ def test_manifest_round_trip(tmp_path):
 
 
 def test_bad_input_is_a_one_line_user_error(tmp_path):
-    from mlperf_bert.errors import UserError
     with pytest.raises(UserError, match="does not exist"):
         checksums.main(["verify", str(tmp_path / "nope")])
     with pytest.raises(UserError, match="at least one"):
@@ -300,6 +334,18 @@ def test_a_manifest_line_never_reaches_outside_its_folder(tmp_path, capsys):
             assert str(e.value) == why and capsys.readouterr().out == "", (name, args)  # nothing read, or said
     proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "verify", str(d)], capture_output=True, text=True)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: %s\n" % why)
+
+
+@pytest.mark.parametrize("size,records", [("5\u00b2", "1"), ("\u0665", "1"), ("5", "x"), ("5", "")])
+def test_a_manifest_number_that_is_not_ascii_digits_is_one_line(tmp_path, size, records):
+    """A hostile sweep: bytes "5\u00b2" passed str.isdigit() and int() raised a ValueError traceback; an
+    Arabic-Indic digit was read as a size; the records column was not checked."""
+    (tmp_path / "part-a").write_bytes(b"alpha")
+    (tmp_path / "manifest.tsv").write_text("%s\npart-a\t%s\t%s\t%s\n" % (
+        checksums.MANIFEST_HEADER, size, records, md5_of(tmp_path / "part-a")), encoding="utf-8")
+    with pytest.raises(UserError) as e:
+        checksums.main(["verify", str(tmp_path)])
+    assert str(e.value) == "%s line 2 is not name<TAB>bytes<TAB>records<TAB>md5" % (tmp_path / "manifest.tsv")
 
 
 def test_an_eval_pair_that_is_not_utf8_is_a_mismatch(tmp_path):

@@ -171,7 +171,8 @@ def read_manifest(path):
     table = {}
     for n, line in enumerate(lines[1:], 2):
         parts = line.split("\t")
-        if len(parts) != 4 or not parts[1].isdigit() or not re.match(r"^[0-9a-f]{32}$", parts[3]):
+        if len(parts) != 4 or not all(re.fullmatch(r"[0-9]+", n) for n in parts[1:3]) or not re.fullmatch(
+                r"[0-9a-f]{32}", parts[3]):  # [0-9], not isdigit(): "5²" is a digit to it, not to int()
             raise UserError("%s line %d is not name<TAB>bytes<TAB>records<TAB>md5" % (path, n))
         if parts[0] in ("", ".", "..") or "/" in parts[0] or "\0" in parts[0]:  # it checks its own folder only
             raise UserError("%s line %d names %r, not a file of the manifest's folder: fix the line or regenerate "
@@ -194,10 +195,13 @@ class _Plan:
         self.files = {}      # path -> list of (set name, bytes or None, md5 or None)
         self.missing = []
         self.eval_pairs = []
+        self.tfrecords = set()  # files that must be TFRecords (named so in a folder of TFRecords)
 
 
-def _expectations(path, tables):
-    name = os.path.basename(path)
+def expectations(path, tables, name=None):
+    """[(set, bytes, md5)] that ``tables`` list for ``path``'s name (or ``name``); a part- shard
+    is held against the set of its kind (TFRecord or text: the two share names), read from ``path``."""
+    name = name or os.path.basename(path)
     kinds = [s for s, t in tables.items() if name in t]
     if name.startswith("part-") and kinds:
         kinds = ["tfrecord" if is_tfrecord(path) else "text"]
@@ -248,7 +252,7 @@ def plan(paths, tables, manifest=None):
                 for name in names:
                     if name != MANIFEST_NAME:
                         f = os.path.join(path, name)
-                        p.files[f] = [(own,) + table[name]] if name in table else _expectations(f, tables)
+                        p.files[f] = [(own,) + table[name]] if name in table else expectations(f, tables)
                 p.missing += [os.path.join(path, n) for n in sorted(table) if n not in names]
                 continue
             if manifest is not None:
@@ -261,7 +265,12 @@ def plan(paths, tables, manifest=None):
             sets = _dir_sets(path, names, tables)
             for name in names:
                 f = os.path.join(path, name)
-                exps = _expectations(f, tables)
+                exps = expectations(f, tables)
+                if sets & {"tfrecord", "text"} == {"tfrecord"} and name in SETS["tfrecord"][2]:
+                    # a folder of TFRecords: a shard of another kind (a text shard, an error page, an
+                    # empty file) is not one of the set, whatever another table says of its name
+                    exps = [("tfrecord",) + tables["tfrecord"][name]] if name in tables["tfrecord"] else []
+                    p.tfrecords.add(f)
                 if name.startswith("model.ckpt-28252.") and sets & {"checkpoint_tf1", "checkpoint_tf2"}:
                     exps = [e for e in exps if e[0] in sets]
                 p.files[f] = exps
@@ -274,7 +283,7 @@ def plan(paths, tables, manifest=None):
                 exp = manifest.get(os.path.basename(path))
                 p.files[path] = [("--manifest",) + exp] if exp else []
             else:
-                p.files[path] = _expectations(path, tables)
+                p.files[path] = expectations(path, tables)
     names = {os.path.basename(f): f for f in p.files}
     if "eval.txt" in names and "eval.md5" in names:
         pair = (names["eval.txt"], names["eval.md5"])
@@ -332,10 +341,14 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
     for f, exps in sorted(p.files.items()):
         size = os.path.getsize(f)
         if not exps:
-            same = known.get((size, md5s.get(f)))
+            same = None if f in p.tfrecords else known.get((size, md5s.get(f)))  # no TFRecord's md5 is published
             own = None if same else own_checksums(f)
             if same:
                 say("OK", "%s (by content: the published %s of %s, md5+size)" % (f, same[1], _source(same[0])))
+            elif own is None and f in p.tfrecords:
+                ok = False
+                say("MISMATCH", "%s (in a folder of TFRecords, but not a TFRecord file%s)" % (
+                    f, ": empty" if not size else ""))
             elif own is None:
                 say("UNKNOWN", "%s (no published checksum%s; not checked)" % (
                     f, ", and it carries none of its own" if hdf5.is_hdf5_file(f) else ""))

@@ -2,8 +2,9 @@
 
 Bytes go to ``NAME.partial`` beside the target; a rerun continues from its size (HTTP
 ``Range`` request, or a seek for ``file://`` URLs). When the transfer is complete the file
-is checked against the md5 and size that results/ lists for its name (or ``--md5``) and
-only then renamed to ``NAME``. A file already present with the right md5 is kept.
+is checked against the md5 and size that results/ lists for its name (a ``part-`` shard: of its
+kind, TFRecord or text, the two sets sharing names) or ``--md5``, and only then renamed to
+``NAME``. A file already present that matches is kept.
 """
 import os
 import re
@@ -12,7 +13,7 @@ import urllib.parse
 import urllib.request
 
 from mlperf_bert import flags
-from mlperf_bert.dataset.checksums import RESULTS_DIR, known_tables
+from mlperf_bert.dataset.checksums import RESULTS_DIR, expectations, known_tables
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import file_md5, is_write_error, write_error
 from mlperf_bert.locking import lock_file
@@ -20,12 +21,12 @@ from mlperf_bert.locking import lock_file
 CHUNK = 1 << 20
 
 
-def expected_for(name, results_dir=RESULTS_DIR):
-    """(bytes, md5) that results/ lists for a file name, or (None, None)."""
-    for table in known_tables(results_dir).values():
-        if name in table and table[name][1]:
-            return table[name]
-    return None, None
+def expected_for(name, path, results_dir=RESULTS_DIR):
+    """(bytes, md5) that results/ lists for the file at ``path`` named ``name`` (an md5 first; a
+    part- shard's from the set of its kind: the TFRecords have published sizes, the text shards
+    md5s, under the same names), or (None, None)."""
+    found = sorted(expectations(path, known_tables(results_dir), name), key=lambda e: e[2] is None)
+    return found[0][1:] if found else (None, None)
 
 
 def _open_from(url, offset):
@@ -60,22 +61,33 @@ def _open_from(url, offset):
 def download(url, output, md5=None, size=None, progress=True, results_dir=RESULTS_DIR):
     """Fetch ``url`` to ``output`` (resuming), check md5/size, return the md5."""
     name = os.path.basename(output)
-    if md5 is None and size is None:
-        size, md5 = expected_for(name, results_dir)
+    given = md5 is not None or size is not None
     md5 = md5 and md5.lower()  # file_md5 gives lowercase hex; an uppercase --md5 is the same sum
+
+    def expected(path):  # results/'s values are told by the bytes fetched (a shard's kind)
+        return (size, md5) if given else expected_for(name, path, results_dir)
     if os.path.isdir(output):
         raise UserError("--output=%s is a directory: give a file path, or use --output_dir" % output)
     if os.path.exists(output):
         have = file_md5(output)
-        if md5 is None or have == md5:
+        mismatch = _mismatch(os.path.getsize(output), have, *expected(output))
+        if not mismatch:
             return have
-        raise UserError("%s exists with md5 %s, expected %s: delete it and run again" % (output, have, md5))
+        raise UserError("%s exists with %d bytes md5 %s, expected %s: delete it and run again"
+                        % (output, os.path.getsize(output), have, mismatch))
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with lock_file(output, "--output"):
-        return _fetch(url, output, name, md5, size, progress)
+        return _fetch(url, output, name, expected, progress)
 
 
-def _fetch(url, output, name, md5, size, progress):
+def _mismatch(got_size, got_md5, size, md5):
+    """What was expected, when the file is not it ("514241279 bytes", "md5 ..."), else None."""
+    if (size is None or got_size == size) and (md5 is None or got_md5 == md5):
+        return None
+    return " ".join(w for w in ("" if size is None else "%d bytes" % size, "" if md5 is None else "md5 %s" % md5) if w)
+
+
+def _fetch(url, output, name, expected, progress):
     from mlperf_bert.progress import bar as progress_bar
     partial = output + ".partial"
     offset = os.path.getsize(partial) if os.path.exists(partial) else 0
@@ -105,10 +117,9 @@ def _fetch(url, output, name, md5, size, progress):
         raise UserError("download of %s stopped at %d of %d bytes: run the same command again to resume"
                         % (url, got_size, total))
     got = file_md5(partial)
-    if (size is not None and got_size != size) or (md5 is not None and got != md5):
+    wanted = _mismatch(got_size, got, *expected(partial))
+    if wanted:
         os.remove(partial)
-        wanted = " ".join(w for w in ("" if size is None else "%d bytes" % size,
-                                      "" if md5 is None else "md5 %s" % md5) if w)
         raise UserError("%s: got %d bytes md5 %s, expected %s; the partial file was removed, "
                         "check the URL and run again" % (output, got_size, got, wanted))
     os.replace(partial, output)
@@ -134,6 +145,7 @@ def main(argv):
     if not os.path.basename(output):
         raise UserError("cannot tell a file name from --url=%s: give --output" % fv.url)
     md5 = download(fv.url, output, md5=fv.md5, progress=fv.progress)
-    exp = fv.md5 or expected_for(os.path.basename(output))[1]
-    print("OK %s md5 %s%s" % (output, md5, "" if exp else " (no published md5 to compare)"))
+    size, exp = (None, fv.md5) if fv.md5 else expected_for(os.path.basename(output), output)
+    print("OK %s md5 %s%s" % (output, md5, "" if exp else " (its published size; no published md5 to compare)"
+                              if size else " (no published md5 to compare)"))
     return 0

@@ -5,7 +5,7 @@ import sys
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_pretraining_example, encode_example
-from mlperf_bert.fileio import check_writable_dir, refuse_overwriting_inputs
+from mlperf_bert.fileio import check_writable_dir, refuse_overwriting_inputs, refuse_replacing_another_kind
 from mlperf_bert.locking import lock_file
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, count_records, read_records
 
@@ -27,8 +27,12 @@ def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_len
         raise UserError("--num_examples_to_pick=%d must be at least 1" % num_examples_to_pick)
     if os.path.isdir(output_file):
         raise UserError("--output_tfrecord %s is a directory: give a file path" % output_file)
+    from mlperf_bert.dataset.checksums import is_tfrecord
+    from mlperf_bert.dataset.hdf5 import refuse_hdf5_inputs
     check_writable_dir(output_file)
     refuse_overwriting_inputs([output_file], [input_file], "--output_tfrecord")
+    refuse_replacing_another_kind(output_file, is_tfrecord, "a TFRecord file", "--output_tfrecord")
+    refuse_hdf5_inputs([input_file], "pick-eval-samples")
     with lock_file(output_file, "--output_tfrecord"):
         return _pick(input_file, output_file, num_examples_to_pick, max_seq_length, max_predictions_per_seq,
                      progress)

@@ -225,7 +225,7 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
     with atomic_path(output_file, needed) as tmp, h5py.File(tmp, "w") as h:
         h.attrs["max_seq_length"] = max_seq_length
         h.attrs["max_predictions_per_seq"] = max_predictions_per_seq
-        h.attrs["source_files"] = [str(p) for p in input_files]
+        h.attrs["source_files"] = [os.path.basename(p) for p in input_files]  # not where they were: same bytes anywhere
         dsets, sums = {}, Checksums()
         for name in FEATURE_NAMES:
             shape = (total,) if name == "next_sentence_labels" else (total, lengths[name])

@@ -164,8 +164,15 @@ def _check_settings(out_dir, old, record):
     --num_eval_examples. So a run stopped by bad input or a too large --num_eval_examples can be
     corrected and rerun, and nothing made from one vocab, text or setting is mixed with another.
     """
+    exists = lambda name: os.path.exists(os.path.join(out_dir, name))  # noqa: E731
+    if old is None:  # no make-dataset run recorded here: an output present was made otherwise, and is kept
+        foreign = [o for n in sorted(record["inputs"]) for o in _outputs_of(n) if exists(o)]
+        if foreign:
+            shown = ", ".join(foreign[:3] + (["..."] if len(foreign) > 3 else []))
+            raise UserError("--output_dir %s holds %d output(s) of no make-dataset run (%s; no %s): they are not "
+                            "remade, so settings could mix; use a new --output_dir (`verify` checks downloaded "
+                            "files)" % (out_dir, len(foreign), shown, SETTINGS_NAME))
     if old is not None and old != record:
-        exists = lambda name: os.path.exists(os.path.join(out_dir, name))  # noqa: E731
         made = [n for n in record["inputs"] if any(exists(o) for o in _outputs_of(n))]
         diffs = []
         if made:

@@ -191,6 +191,13 @@ def stopped_while_starting(name):
     return not_saved_line(name, "while the trainer started, before it had set up its stop"), NOT_SAVED_STATUS
 
 
+def trainer_start_stop(environ=os.environ):
+    """What a stop during the trainer's start does (``quiet_start``'s argument): run alone, the line
+    and status of ``stopped_while_starting``; a rank of torchrun (which sets TORCHELASTIC_RUN_ID)
+    ends by the signal (None), and torchrun says it once for every rank."""
+    return None if "TORCHELASTIC_RUN_ID" in environ else stopped_while_starting
+
+
 def _stop_status(sig, ranks):
     """torchrun's status after a stop signal ``sig``, from its ranks' {local rank: (pid, exit code)}
     (none: it stopped before starting them): 128 + the signal (the ranks' own: 130 or 143) when every

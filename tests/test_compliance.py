@@ -629,3 +629,80 @@ def test_train_samples_logged_after_training_is_not_called_before_it(tmp_path):
     r = results(write_log(tmp_path / "noeval.txt", accs=(), status="aborted"))["train_samples"]
     assert r.level == "WARN" and "before training" not in r.detail
     assert r.detail.startswith("train_samples 0 logged before any eval: not the samples to converge")
+
+
+def _copy(src, dst):
+    dst.write_bytes(src.read_bytes())
+    return dst
+
+
+def test_evals_at_nan_samples_fail_the_grid_not_pass_it(real_logs, tmp_path):
+    """A hostile sweep: a real log with evals 2-5 taken out and every eval's epoch_num NaN passed
+    eval_grid ("11 evals ..., packed": NaN compares false with every bound); with the positions kept
+    it fails as a skipped eval."""
+    def drop_evals(nan):
+        def fn(lines):
+            out, n = [], 0
+            for line in lines:
+                if '"eval_accuracy"' in line:
+                    n += 1
+                    if n in (2, 3, 4, 5):
+                        continue
+                    if nan:
+                        line = re.sub(r'"epoch_num": \d+', '"epoch_num": NaN', line)
+                out.append(line)
+            return out
+        return fn
+    src = real_logs / "v4.0_NVIDIA_eos_n8_result_0.txt"
+    kept = _copy(src, tmp_path / "kept.txt")
+    r = results(edit(kept, drop_evals(False)))["eval_grid"]
+    assert r.level == "FAIL" and "(skipped)" in r.detail
+    nan = _copy(src, tmp_path / "nan.txt")
+    r = results(edit(nan, drop_evals(True)))["eval_grid"]
+    assert r.level == "FAIL" and r.detail == "eval_accuracy without a training position (epoch_num nan)", r.detail
+    assert compliance.main(["check-log", "--noofficial", str(nan)]) == 1
+
+
+def test_lines_two_writers_ran_into_each_other_are_read_as_the_official_parser_reads_them(real_logs, tmp_path):
+    """A hostile sweep: one line written into the middle of another (two processes on one log) holds
+    two markers; the official parser takes the line from the last ":::MLLOG " and passed the log, ours
+    cut at the first and called the log malformed (score: FAIL). A marker without its space is no
+    record to the official parser, and none here."""
+    src = real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt"
+
+    def interleave(lines):
+        i = next(k for k, line in enumerate(lines) if '"tracked_stats"' in line)
+        return lines[:i] + [lines[i][:40] + lines[i + 1], lines[i][40:]] + lines[i + 2:] + [
+            ':::MLLOG{"key": "eval_accuracy", "value": 0.1, "metadata": {"epoch_num": 1}}']
+    log = edit(_copy(src, tmp_path / "log.txt"), interleave)
+    ours = [(r.key, r.time_ms) for r in compliance.read_log(str(log))]
+    official, errors = compliance.official_loglines(str(log))
+    assert not errors and ours == [(l.key, l.timestamp) for l in official]
+    assert len(ours) == len(compliance.read_log(str(src))) - 1  # the line cut in two is lost to both
+    got = levels(log, official=True)
+    assert got == levels(src, official=True) and compliance.worst_level(results(log).values()) != "FAIL", got
+
+
+def test_a_hyperparameter_repeated_with_its_value_warns_as_the_official_checker_does(real_logs, tmp_path):
+    """A hostile sweep: opt_lamb_epsilon logged twice with one value is an official warning (and the
+    package is accepted); ours failed the log and score failed the package. Two values still fail;
+    a repeated global_batch_size with its value is still the grid's batch size."""
+    src = real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt"
+
+    def twice(key, change=None):
+        def fn(lines):
+            line = next(line for line in lines if '"key": "%s"' % key in line)
+            return [x for l in lines for x in ([l, change(l) if change else l] if l is line else [l])]
+        return fn
+    log = edit(_copy(src, tmp_path / "log.txt"), twice("opt_lamb_epsilon"))
+    got = results(log, official=True)
+    assert got["hyperparameters_once"].level == "WARN" and got["hyperparameters_once"].detail == (
+        "opt_lamb_epsilon logged 2 times with one value, expected once (the official checker warns)")
+    assert got["official_checker"].level != "FAIL" and compliance.worst_level(got.values()) != "FAIL"
+    gbs = edit(_copy(src, tmp_path / "gbs.txt"), twice("global_batch_size"))
+    assert results(gbs)["eval_grid"].level == results(src)["eval_grid"].level != "FAIL"
+    other = edit(_copy(src, tmp_path / "other.txt"), twice("opt_lamb_epsilon", lambda l: re.sub(
+        r'"value": [^,]+,', '"value": 0.5,', l, count=1)))
+    got = results(other, official=True)
+    assert got["hyperparameters_once"].level == "FAIL" and "with different values" in got["hyperparameters_once"].detail
+    assert got["official_checker"].level == "FAIL"

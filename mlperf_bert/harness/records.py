@@ -8,7 +8,9 @@ import os
 
 from mlperf_bert.errors import UserError
 
-_MARK = ":::MLLOG"
+# mlperf_logging's parser (training 5.0.0) takes a line from its last ":::MLLOG " (a line that two
+# processes wrote into each other holds two) and no line without the space after it
+_MARK = ":::MLLOG "
 
 Record = collections.namedtuple("Record", "lineno line key value metadata event_type time_ms")
 
@@ -28,7 +30,7 @@ def read_log(path):
         raise UserError("cannot read log %s: %s" % (path, e.strerror))
     records = []
     for i, line in enumerate(lines, 1):
-        at = line.find(_MARK)
+        at = line.rfind(_MARK)
         if at < 0:
             continue  # launcher and progress output may be interleaved with the log
         try:

@@ -128,24 +128,26 @@ def run_summary(records):
 
 
 def run_verdict(path, status, records=None):
-    """(verdict, kind, reason) of one run's log (its run_stop ``status``; ``records``: its read_log)
-    under check-log: kind is "ok", "not converged" (aborted, and only the rules about reaching the
-    target fail: a submission may drop one such run) or "invalid" (the log breaks a rule or cannot be
-    read: no score)."""
+    """((verdict, kind, reason), counted) of one run's log (its run_stop ``status``; ``records``: its
+    read_log) under check-log: kind is "ok", "not converged" (aborted, no eval at the target: the
+    official checker fails it for that alone, and a submission may drop one such run) or "invalid"
+    (the log breaks a rule or cannot be read: no score); counted: whether the official result
+    summarizer counts its time (it drops a log the official checker fails)."""
     try:
         results = check_log(path, official=True, records=records)
     except UserError as e:
-        return FAIL, "invalid", str(e)
+        return (FAIL, "invalid", str(e)), False
     verdict = worst_level(results)
     failed = [r for r in results if r.level == FAIL]
+    counted = "official_checker" not in {r.rule for r in failed}
     if not failed:
-        return verdict, "ok", ""
-    if status == "aborted" and {r.rule for r in failed} <= _NOT_CONVERGED_RULES:
-        return verdict, "not converged", "run_stop status aborted"
+        return (verdict, "ok", ""), counted
+    if status == "aborted" and not counted and {r.rule for r in failed} <= _NOT_CONVERGED_RULES:
+        return (verdict, "not converged", "run_stop status aborted"), counted
     # run_stop first: a log without its end (cut off) is what most often fails many rules at once
     first = next((r for r in failed if r.rule == "run_stop"),
                  next((r for r in failed if r.rule != "official_checker"), failed[0]))
-    return verdict, "invalid", "%s: %s" % (first.rule, first.detail)
+    return (verdict, "invalid", "%s: %s" % (first.rule, first.detail)), counted
 
 
 # The three steps of MLCommons' verify_for_v5.0_training.sh, in its order, and how each is named.
@@ -314,11 +316,12 @@ def _mentions(out, system):
     return [l.strip() for l in out.splitlines() if pat.search(l)]
 
 
-def olympic_dropped(runs):
-    """Indexes of the runs the olympic mean drops: the fastest, then the slowest (a run that did
-    not succeed counts as the slowest)."""
-    timed = sorted(range(len(runs)), key=lambda i: runs[i][3] if runs[i][4] == "success"
-                   and runs[i][3] is not None else math.inf)
+def olympic_dropped(runs, counted):
+    """Indexes of the runs the olympic mean drops, as the official result summarizer does: the
+    fastest, then the slowest, a run it does not count (``counted[i]`` false: the official checker
+    fails its log) being the slowest, whatever its minutes and status."""
+    timed = sorted(range(len(runs)), key=lambda i: runs[i][3] if counted[i] and runs[i][3] is not None
+                   else math.inf)
     return [timed[0], timed[-1]] if len(timed) > 2 else []
 
 
@@ -414,7 +417,7 @@ def score(package):
     descs, names = {}, {}
     for system in systems:
         try:
-            descs[system] = load_system_json(os.path.join(top, "systems", system + ".json"))
+            descs[system] = load_system_json(os.path.join(top, "systems", system + ".json"), null_ok=True)
             names[system] = descs[system].get("system_name")
         except UserError as e:
             descs[system] = e
@@ -517,18 +520,21 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
     ``checker_failed``: the package checker among them; ``code_fails``, ``more_warnings``: what
     implementation_findings and shared_logs say of the system."""
     logs = sorted(glob.glob(os.path.join(root, org, "results", system, "bert", "result_*.txt")))
-    runs, verdicts, evals, divisions, targets, parsed = [], [], {}, set(), set(), []
+    runs, verdicts, counted, evals, divisions, targets, parsed = [], [], [], {}, set(), set(), []
     for p in logs:
         rel = os.path.relpath(p, root)
         try:
             records = read_log(p)
         except UserError as e:
             verdicts.append((FAIL, "invalid", str(e)))
+            counted.append(False)
             runs.append((rel, None, None, None, None))
             continue
         parsed.append((p, records))
         row_ = (rel,) + run_summary(records)
-        verdicts.append(run_verdict(p, row_[4], records))
+        verdict, counts = run_verdict(p, row_[4], records)
+        verdicts.append(verdict)
+        counted.append(counts)
         runs.append(row_)
         evals[os.path.basename(p)] = curves(records).get("eval_accuracy", [])
         divisions.add(division_of(records))
@@ -576,7 +582,7 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
             "samples_to_converge": row.get("bert:samples_to_converge") if closed else None,
             "rcp": (row.get("bert:RCP") or None) if closed else None, "evals": evals, "notes": notes,
             "division": division, "target": targets.pop() if len(targets) == 1 else None,
-            "dropped": olympic_dropped(runs)}
+            "dropped": olympic_dropped(runs, counted)}
 
 
 def run_table(s):

@@ -110,3 +110,29 @@ def test_a_tfrecord_shard_is_held_against_the_tfrecords_published_size_not_the_t
     text.write_bytes(b"some text\n")
     with pytest.raises(UserError, match="expected 27150902 bytes md5 a64a7c31eff5cd38ae6d94f7a6229dab;"):
         download.download("file://%s" % text, str(tmp_path / "dl2" / "part-00000-of-00500"), progress=False)
+
+
+def test_the_tf2_checkpoints_files_are_held_against_the_tf2_checkpoints_values(tmp_path):
+    """The TF1 and TF2 checkpoints share two file names: a fetched TF2 model.ckpt-28252.index was held
+    against the TF1 checkpoint's md5 (the first table that listed the name) and removed."""
+    results = tmp_path / "results"  # results/, as if this file were the TF2 checkpoint's index
+    shutil.copytree(RESULTS_DIR, results)
+    src = tmp_path / "srv" / "model.ckpt-28252.index"
+    src.parent.mkdir()
+    src.write_bytes(b"a TF2 index")
+    want = hashlib.md5(src.read_bytes()).hexdigest()
+    for name in ("md5", "sizes"):
+        table = results / ("bert_reference_checkpoint_tf2_%s.txt" % name)
+        value = want if name == "md5" else str(src.stat().st_size)
+        table.write_text("".join("%s  model.ckpt-28252.index\n" % value if line.endswith("model.ckpt-28252.index")
+                                 else line + "\n" for line in table.read_text().splitlines()))
+    out = tmp_path / "dl" / "model.ckpt-28252.index"
+    assert download.download("file://%s" % src, str(out), progress=False, results_dir=str(results)) == want
+    assert out.read_bytes() == src.read_bytes()
+    other = tmp_path / "srv2" / "model.ckpt-28252.index"
+    other.parent.mkdir()
+    other.write_bytes(b"neither")
+    with pytest.raises(UserError, match=r"expected \d+ bytes md5 f97de3ae180eb8d479555c939d50d048 or \d+ bytes md5 "
+                                        r"%s;" % want):
+        download.download("file://%s" % other, str(tmp_path / "dl2" / other.name), progress=False,
+                          results_dir=str(results))

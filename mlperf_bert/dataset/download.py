@@ -22,11 +22,10 @@ CHUNK = 1 << 20
 
 
 def expected_for(name, path, results_dir=RESULTS_DIR):
-    """(bytes, md5) that results/ lists for the file at ``path`` named ``name`` (an md5 first; a
-    part- shard's from the set of its kind: the TFRecords have published sizes, the text shards
-    md5s, under the same names), or (None, None)."""
-    found = sorted(expectations(path, known_tables(results_dir), name), key=lambda e: e[2] is None)
-    return found[0][1:] if found else (None, None)
+    """[(bytes, md5)] that results/ lists for the file at ``path`` named ``name``, one a set (the
+    TF1 and TF2 checkpoints share file names; a part- shard is held against the set of its kind:
+    the TFRecords have published sizes, the text shards md5s, under the same names)."""
+    return [e[1:] for e in expectations(path, known_tables(results_dir), name)]
 
 
 def _open_from(url, offset):
@@ -65,12 +64,12 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
     md5 = md5 and md5.lower()  # file_md5 gives lowercase hex; an uppercase --md5 is the same sum
 
     def expected(path):  # results/'s values are told by the bytes fetched (a shard's kind)
-        return (size, md5) if given else expected_for(name, path, results_dir)
+        return [(size, md5)] if given else expected_for(name, path, results_dir)
     if os.path.isdir(output):
         raise UserError("--output=%s is a directory: give a file path, or use --output_dir" % output)
     if os.path.exists(output):
         have = file_md5(output)
-        mismatch = _mismatch(os.path.getsize(output), have, *expected(output))
+        mismatch = _mismatch(os.path.getsize(output), have, expected(output))
         if not mismatch:
             return have
         raise UserError("%s exists with %d bytes md5 %s, expected %s: delete it and run again"
@@ -80,11 +79,14 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
         return _fetch(url, output, name, expected, progress)
 
 
-def _mismatch(got_size, got_md5, size, md5):
-    """What was expected, when the file is not it ("514241279 bytes", "md5 ..."), else None."""
-    if (size is None or got_size == size) and (md5 is None or got_md5 == md5):
+def _mismatch(got_size, got_md5, wanted):
+    """What was expected ("514241279 bytes", "md5 ...", "... or ..."), when the file is none of
+    ``wanted`` [(bytes, md5)], else None (also when nothing is expected)."""
+    if not wanted or any((size is None or got_size == size) and (md5 is None or got_md5 == md5)
+                         for size, md5 in wanted):
         return None
-    return " ".join(w for w in ("" if size is None else "%d bytes" % size, "" if md5 is None else "md5 %s" % md5) if w)
+    return " or ".join(" ".join(w for w in ("" if size is None else "%d bytes" % size,
+                                            "" if md5 is None else "md5 %s" % md5) if w) for size, md5 in wanted)
 
 
 def _fetch(url, output, name, expected, progress):
@@ -117,7 +119,7 @@ def _fetch(url, output, name, expected, progress):
         raise UserError("download of %s stopped at %d of %d bytes: run the same command again to resume"
                         % (url, got_size, total))
     got = file_md5(partial)
-    wanted = _mismatch(got_size, got, *expected(partial))
+    wanted = _mismatch(got_size, got, expected(partial))
     if wanted:
         os.remove(partial)
         raise UserError("%s: got %d bytes md5 %s, expected %s; the partial file was removed, "
@@ -145,7 +147,8 @@ def main(argv):
     if not os.path.basename(output):
         raise UserError("cannot tell a file name from --url=%s: give --output" % fv.url)
     md5 = download(fv.url, output, md5=fv.md5, progress=fv.progress)
-    size, exp = (None, fv.md5) if fv.md5 else expected_for(os.path.basename(output), output)
-    print("OK %s md5 %s%s" % (output, md5, "" if exp else " (its published size; no published md5 to compare)"
-                              if size else " (no published md5 to compare)"))
+    wanted = [(None, fv.md5)] if fv.md5 else expected_for(os.path.basename(output), output)
+    print("OK %s md5 %s%s" % (output, md5, "" if any(m for _, m in wanted) else
+                              " (its published size; no published md5 to compare)" if wanted else
+                              " (no published md5 to compare)"))
     return 0

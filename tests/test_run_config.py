@@ -316,3 +316,26 @@ def test_a_run_with_a_config_file_writes_the_resolved_config_and_records_it(tmp_
     assert list(resolved) == list(SECTIONS) and resolved["mlperf"]["log_frequency"] == 5
     assert resolved["schedule"]["num_train_steps"] == 12
     assert not [n for n in os.listdir(out) if n.startswith(".") or "tmp" in n]
+
+
+def test_a_refused_rerun_leaves_the_resolved_config_as_it_was(tmp_path):
+    """A hostile sweep: a rerun refused for another learning rate in its --config (a finished run, or
+    a resume) had already rewritten run_config.json, which then no longer matched the resolved_sha256
+    that run_finished.json records. A refused command writes nothing."""
+    d = _fixture_data(tmp_path)
+    out = tmp_path / "out"
+    lr1 = _write(tmp_path / "lr1.toml", "[optim]\nlearning_rate = 0.01\n")
+    lr5 = _write(tmp_path / "lr5.toml", "[optim]\nlearning_rate = 0.05\n")
+    argv = [a for a in _argv(d, out) if not a.startswith("--learning_rate")]
+    assert training.main(argv + ["--config=" + lr1]) == 0
+    before = (out / RESOLVED).read_bytes()
+    with open(out / checkpoint.FINISHED) as f:
+        assert json.load(f)["launch"]["config"]["resolved_sha256"] == hashlib.sha256(before).hexdigest()
+    with pytest.raises(UserError, match="learning_rate=0.05 \\(was 0.01\\)"):  # finished
+        training.main(argv + ["--config=" + lr5])
+    assert (out / RESOLVED).read_bytes() == before
+    os.remove(out / checkpoint.FINISHED)
+    os.remove(out / "model.ckpt-12.pt")
+    with pytest.raises(UserError, match="--learning_rate=0.05 differs from the run being resumed"):  # from step 6
+        training.main(argv + ["--config=" + lr5])
+    assert (out / RESOLVED).read_bytes() == before

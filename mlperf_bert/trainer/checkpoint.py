@@ -345,8 +345,8 @@ def _same_file(entry, was):
 def _same_init(entry, was):
     """Whether an --init_checkpoint's [path, bytes, digest] is the one a run recorded: by its name,
     size and content, not its folder (a resume does not read it, and a requeued job may see it
-    mounted elsewhere)."""
-    return os.path.basename(entry[0]) == os.path.basename(was[0]) and entry[1:] == was[1:]
+    mounted elsewhere); by its name alone once it is gone ([path, None, None]: preflight.check_start)."""
+    return os.path.basename(entry[0]) == os.path.basename(was[0]) and (entry[1] is None or entry[1:] == was[1:])
 
 
 def _differing(saved, ident):

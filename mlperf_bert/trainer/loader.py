@@ -138,7 +138,8 @@ class _Reader:
                                          | (out["masked_lm_ids"] >= self.vocab_size).any(1))[0])
                 path, offset, _, index = items[row]
                 raise UserError("%s: record %d has token id %d but the model's vocab_size is %d: use the "
-                                "bert_config.json that matches the vocab the data was made with"
+                                "bert_config.json that matches the vocab the data was made with (and a new "
+                                "--output_dir, if this run has written a checkpoint: a resume keeps its config)"
                                 % (path, offset if is_hdf5(path) else index, top, self.vocab_size))
         bad = ((out["masked_lm_positions"] < 0) | (out["masked_lm_positions"] >= self.seq)).any(1)
         if bad.any():  # (an HDF5 file written without row checksums: nothing else catches it)
@@ -496,9 +497,10 @@ def _is_packed_file(path, with_row_checksums=False):
         return (packed, hdf5.ROW_CHECKSUMS in h) if with_row_checksums else packed
 
 
-def check_seq_length(files, max_seq_length, max_predictions_per_seq):
-    """Decode the first record so a length mismatch is one clear error before training starts."""
-    reader = _Reader(max_seq_length, max_predictions_per_seq)
+def check_seq_length(files, max_seq_length, max_predictions_per_seq, vocab_size=None):
+    """Decode the first record of each file so a length mismatch (or a token id past ``vocab_size``)
+    is one clear error before training starts."""
+    reader = _Reader(max_seq_length, max_predictions_per_seq, vocab_size)
     try:
         for f in files:
             for off, n in scan(f):

@@ -54,14 +54,45 @@ def check_flags(cfg):
     levers.check_flags(cfg)
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _host_memory():
+    """Bytes of memory this host has, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+
+
 def _check_numbers(cfg):
     """Values that train on nonsense without an error (a negative or NaN learning rate, a target no
     eval can miss, an update that never comes), or end in a traceback (10 ** --log_epsilon, a fork per
-    --num_workers). Not --start_warmup_step: the reference convergence points start it below 0."""
+    --num_workers). --start_warmup_step may be below 0 (the reference convergence points start it there)."""
     o, lr = cfg.optim, cfg.optim.learning_rate
     target = cfg.eval.target_mlm_accuracy
     if not math.isfinite(lr) or lr <= 0:
         raise UserError("--learning_rate must be a number > 0, got %s" % lr)
+    if lr > FLOAT32_MAX:  # (the update's float32 arithmetic: a traceback, "cannot be converted ... overflow")
+        raise UserError("--learning_rate=%s is more than a float32 holds (%.4g): give a learning rate" % (lr, FLOAT32_MAX))
+    sched = cfg.schedule
+    if sched.num_warmup_steps and sched.start_warmup_step > 0:  # the RCPs' start below 0; above, the
+        # warmup's rate (step - start) / warmup is below 0 until the start: a run that descends uphill
+        raise UserError("--start_warmup_step=%d starts the warmup after step 0: the learning rate would be below 0 "
+                        "until step %d; give 0 (the reference's) or less" % (sched.start_warmup_step,
+                                                                              sched.start_warmup_step))
+    d = cfg.data
+    if d.max_predictions_per_seq > d.max_seq_length:  # (the decoder sizes its arrays by it before the data's
+        # own length is compared: a huge value was "out of memory", not the mismatch)
+        raise UserError("--max_predictions_per_seq=%d is more than the --max_seq_length=%d tokens a sequence has: "
+                        "give the value the data was made with" % (d.max_predictions_per_seq, d.max_seq_length))
+    batch_bytes = d.train_batch_size * (8 * (3 * d.max_seq_length + 2 * d.max_predictions_per_seq + 1)
+                                        + 4 * d.max_predictions_per_seq)  # its decoded arrays alone
+    memory = _host_memory()
+    if cfg.runtime.do_train and memory and batch_bytes > memory:
+        raise UserError("--train_batch_size=%d: one micro-batch's data alone is %.3g GB, more than this host's %.3g "
+                        "GB of memory; give a smaller --train_batch_size (with --steps_per_update raised for the "
+                        "same global batch)" % (d.train_batch_size, batch_bytes / 1e9, memory / 1e9))
     for name in ("lamb_beta_1", "lamb_beta_2"):
         if not 0 <= cfg.flag(name) < 1:
             raise UserError("--%s must be in [0, 1), got %s" % (name, cfg.flag(name)))
@@ -193,9 +224,10 @@ def _packed_input(files):
 Start = collections.namedtuple("Start", "train_files eval_files packed global_batch init_ckpt log_path")
 
 
-def check_start(cfg, rank, world, locks):
+def check_start(cfg, rank, world, locks, vocab_size=None):
     """The inputs and outputs of this run, checked before anything is written; rank 0 takes the
-    locks of the output directory and the log in ``locks``. -> Start."""
+    locks of the output directory and the log in ``locks``; ``vocab_size``: the model's, which the
+    first record of each file must fit. -> Start."""
     if cfg.runtime.do_train:
         check_tmpdir(cfg.data.num_workers)
     train_files = loader.input_files(cfg.data.input_file, "--input_file")
@@ -205,11 +237,11 @@ def check_start(cfg, rank, world, locks):
         packed_loader.check_files(train_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq)
         rate = packed_loader.packing_rate(train_files)
     else:
-        loader.check_seq_length(train_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq)
+        loader.check_seq_length(train_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq, vocab_size)
     eval_files = None
     if cfg.eval.eval_input_file:
         eval_files = loader.input_files(cfg.eval.eval_input_file, "--eval_input_file")
-        loader.check_seq_length(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq)
+        loader.check_seq_length(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq, vocab_size)
     # The flags count micro-steps (as the reference's); the log counts optimizer updates at the
     # global batch, the unit of the RCPs (docs/training.md)
     global_batch = cfg.global_batch
@@ -218,7 +250,14 @@ def check_start(cfg, rank, world, locks):
     if cfg.mlperf.submission_division == "closed" and cfg.runtime.do_train:
         check_closed_data(cfg, eval_files, global_batch, rank)
     from mlperf_bert.trainer import tf_checkpoint
-    init_ckpt = tf_checkpoint.fingerprint(cfg.model.init_checkpoint) if cfg.model.init_checkpoint else None
+    init = cfg.model.init_checkpoint
+    init_ckpt = None
+    if init and not os.path.exists(init) and not glob.glob(glob.escape(init) + ".*"):
+        # gone: a resume, which does not read it, holds it by the name it recorded; a start is refused
+        # (training.main, once it knows which: tf_checkpoint.fingerprint's line)
+        init_ckpt = [os.path.abspath(init), None, None]
+    elif init:
+        init_ckpt = tf_checkpoint.fingerprint(init)
     check_writable_dir(checkpoint.path_for(cfg.checkpoint.output_dir, 0))
     for name in ("train_batch_size", "eval_batch_size"):
         if cfg.flag(name) % world:

@@ -106,7 +106,8 @@ class Eval:
     eval_at_start: bool = same(False, "an eval at 0 samples, before the first step (a resume never repeats it)")
     eval_micro_batch_size: int = same(0, "a memory setting, free to change where a resumed run's eval no longer fits: "
                                          "the accuracy's counts are exact sums at any micro-batch; the loss's fp32 "
-                                         "sums a batch differ in the last bits (docs/training.md)")
+                                         "sums a batch differ in the last bits; eval_results.txt's loss, a mean of batch means, moves more "
+                                         "(docs/training.md)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -352,10 +352,15 @@ def load_pt(path):
     try:  # torch.load checks no CRC: damaged bytes of a tensor would load as the values they now read
         with zipfile.ZipFile(path) as z:
             bad = z.testzip()
+            names = z.namelist()
     except Exception as e:  # a damaged directory or header: zipfile raises several kinds
         raise UserError("checkpoint %s is damaged (%s): give an undamaged copy" % (path, str(e)[:200]))
     if bad is not None:
         raise UserError("checkpoint %s is damaged: its entry %s fails its CRC-32: give an undamaged copy" % (path, bad))
+    if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):  # (torch.save's archive holds one;
+        # torch.load said "[enforce fail at inline_container.cc:180] ." of another zip)
+        raise UserError("checkpoint %s is a zip archive, not one torch.save wrote (no data.pkl in it): give a .pt "
+                        "written by this project or a TF checkpoint prefix" % path)
     try:
         # mmap: the tensors stay in the page cache until copied where they go (a BERT-Large
         # checkpoint with LAMB state is 4 GB, which rank 0 would otherwise hold twice on resume)

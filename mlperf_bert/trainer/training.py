@@ -444,12 +444,10 @@ def run(cfg, stop, held):
     # ---- inputs, checked before anything is written
     config = BertConfig.from_json_file(cfg.model.bert_config_file, cfg.data.max_seq_length)
     train_files, eval_files, packed, global_batch, init_ckpt, log_path = preflight.check_start(
-        cfg, rank, world, held)
+        cfg, rank, world, held, config.vocab_size)
     if not rt.do_train:
         return run_eval_only(cfg, config, train_files, device, rank, world)
     output_dir = cfg.checkpoint.output_dir
-    if rank == 0 and cfg.config_file:  # what the run is, file and flags together (the launch record names it)
-        run_config.write_resolved(cfg)
 
     # ---- resume: rank 0 decides from what is in output_dir (other nodes may see other disks)
     finished, found = distributed.broadcast_object(
@@ -462,8 +460,15 @@ def run(cfg, stop, held):
     ckpt = checkpoint.load_on_every_rank(
         ckpt_path, rank, device, functools.partial(preflight.check_resume, cfg, config, world, train_files,
                                                    eval_files, init_ckpt, log_path, ckpt_path)) if ckpt_path else None
+    if init_ckpt and init_ckpt[1] is None:  # the --init_checkpoint is gone: a resume keeps what it recorded
+        from mlperf_bert.trainer import tf_checkpoint
+        if not ckpt:
+            tf_checkpoint.fingerprint(cfg.model.init_checkpoint)  # a start reads it: its "not found" line
+        init_ckpt = ckpt.get("run", {}).get("init_checkpoint", init_ckpt)
     if rank == 0 and not ckpt:
         preflight.check_log_owner(output_dir, log_path)
+    if rank == 0 and cfg.config_file:  # what the run is, file and flags together (the launch record names
+        run_config.write_resolved(cfg)  # it); after the resume checks: a refused rerun writes nothing
     seed = rt.seed if rt.seed is not None else (ckpt["seed"] if ckpt else None)
     if seed is None:
         seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)

@@ -36,7 +36,8 @@
 #   TORCHINDUCTOR_CACHE_DIR  torch.compile's cache (--compile), shared by every run of a series,
 #                  so only the first compiles from scratch (in its untimed init) [$OUTPUT_DIR/compile_cache]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512), but
-# not --seed, --output_dir or --mlperf_log (SEED, OUTPUT_DIR and LOGDIR: it sets them for each run);
+# not --seed (nor a --config file's seed), --output_dir or --mlperf_log (SEED, OUTPUT_DIR and LOGDIR: it
+# sets them for each run);
 # --help prints this and the presets with what each asks of each GPU (as train_model.sh --help does).
 set -uo pipefail
 ME=start_training.sh
@@ -144,6 +145,20 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi
 export PYTHON
+# A --config file's seed is refused as --seed is: unless SEED is set (its --seed beats the file),
+# every run would have it. The flags the file sets, read as the trainer reads it (a file it refuses:
+# that line, before any run); a signal meanwhile: the first run's check says the stop.
+for arg; do
+  [[ "$arg" == --config=* ]] || continue
+  if ! set_by_file="$(PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -S -m mlperf_bert.trainer.run_config \
+      "${arg#--config=}" 2>&1)"; then
+    [[ -n "$got_signal" ]] && break
+    set_by_file="${set_by_file##*$'\n'}"
+    die "${set_by_file#error: }"
+  fi
+  [[ $'\n'"$set_by_file"$'\n' == *$'\n'seed$'\n'* ]] && die "$arg sets seed: leave it out of the file and set SEED" \
+    "instead (run i of a series gets SEED+i; unset, each run draws its own: the file's would be every run's)"
+done
 if [[ -z "${PYTORCH_CUDA_ALLOC_CONF+x}${PYTORCH_ALLOC_CONF+x}" ]]; then
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # train_model.sh's setting (see there)
 fi

@@ -109,6 +109,33 @@ def test_flags_it_sets_for_each_run_are_refused_with_their_variable(fake, flag, 
     assert len(lines) == 1 and lines[0].startswith("error: start_training.sh: %s: set %s instead (" % (flag, variable))
 
 
+@pytest.mark.parametrize("name,text", [("c.toml", "seed = 7\n"), ("c.toml", "[runtime]\nseed = 7\n"),
+                                       ("c.json", '{"runtime": {"seed": 7}}')])
+def test_a_config_files_seed_is_refused_as_the_flag_is(fake, name, text):
+    """A --config file's seed won where no --seed came (SEED unset): every run of a series had it
+    ("seeds 7 7"). One line naming the file and SEED, before any run, in a table or not."""
+    conf = fake.out.parent / name
+    conf.write_text(text)
+    proc = fake("--preset=demo_cpu", "--config=%s" % conf, NUM_RUNS="2")
+    assert proc.returncode == 2 and proc.stdout == "" and not calls(fake), proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: start_training.sh: --config=%s sets seed: " % conf)
+    assert "set SEED instead" in lines[0]
+
+
+@pytest.mark.parametrize("text,error", [('{"seed": null, "learning_rate": 0.01}', None),
+                                        ('{"sed": 7}', "unknown key sed (did you mean seed?)")])
+def test_a_config_file_without_a_seed_runs_and_a_bad_one_is_one_line(fake, text, error):
+    conf = fake.out.parent / "c.json"
+    conf.write_text(text)
+    proc = fake("--preset=demo_cpu", "--config=%s" % conf, NUM_RUNS="2")
+    if error is None:
+        assert proc.returncode == 0 and len(calls(fake)) == 2, proc.stdout + proc.stderr
+    else:
+        assert proc.returncode == 2 and not calls(fake), proc.stdout + proc.stderr
+        assert proc.stderr == "error: start_training.sh: --config %s: %s\n" % (conf, error)
+
+
 def test_a_positional_argument_is_refused_before_the_run(fake):
     proc = fake("--preset=demo_cpu", "bash")
     assert proc.returncode == 2 and "unexpected argument 'bash'" in proc.stderr and not calls(fake)

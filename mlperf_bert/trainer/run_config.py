@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import json
 import os
+import sys
 import typing
 
 from mlperf_bert.errors import UserError
@@ -327,3 +328,25 @@ def write_resolved(cfg):
     from mlperf_bert.fileio import atomic_open
     with atomic_open(resolved_path(cfg), "wb") as f:
         f.write(resolved_text(cfg))
+
+
+def main(argv):
+    """``python -S -m mlperf_bert.trainer.run_config FILE``: the flags the ``--config`` FILE gives a
+    value, one a line, read as the trainer reads it (start_training.sh refuses a file's seed: every
+    run of a series would have it); a file the trainer refuses: its one line, status 2."""
+    if len(argv) != 2:
+        print("usage: python -m mlperf_bert.trainer.run_config CONFIG_FILE", file=sys.stderr)
+        return 2
+    try:
+        values, _ = read_config_file(argv[1])
+    except UserError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    for name in sorted(values):
+        if values[name] is not None:  # JSON's null: the flag's default (the trainer's random seed)
+            print(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -252,9 +252,11 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     from mlperf_bert.trainer import tf_checkpoint
     init = cfg.model.init_checkpoint
     init_ckpt = None
-    if init and not os.path.exists(init) and not glob.glob(glob.escape(init) + ".*"):
-        # gone: a resume, which does not read it, holds it by the name it recorded; a start is refused
-        # (training.main, once it knows which: tf_checkpoint.fingerprint's line)
+    out = cfg.checkpoint.output_dir
+    if init and not os.path.exists(init) and not glob.glob(glob.escape(init) + ".*") and (
+            checkpoint.list_checkpoints(out) or os.path.exists(os.path.join(out, checkpoint.FINISHED))):
+        # gone, and a run to resume here: a resume, which does not read it, holds it by the name it
+        # recorded (a start, which reads it, gets fingerprint's "not found" line)
         init_ckpt = [os.path.abspath(init), None, None]
     elif init:
         init_ckpt = tf_checkpoint.fingerprint(init)

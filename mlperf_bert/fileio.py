@@ -70,6 +70,14 @@ def free_bytes(path):
     return st.f_bavail * st.f_frsize
 
 
+def host_memory():
+    """Bytes of memory this host has, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+
+
 def _size(n):
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":

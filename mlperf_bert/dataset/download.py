@@ -68,12 +68,12 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
     if os.path.isdir(output):
         raise UserError("--output=%s is a directory: give a file path, or use --output_dir" % output)
     if os.path.exists(output):
-        have = file_md5(output)
-        mismatch = _mismatch(os.path.getsize(output), have, expected(output))
+        have, size_now = file_md5(output), os.path.getsize(output)
+        mismatch = _mismatch(size_now, have, expected(output))
         if not mismatch:
             return have
         raise UserError("%s exists with %d bytes md5 %s, expected %s: delete it and run again"
-                        % (output, os.path.getsize(output), have, mismatch))
+                        % (output, size_now, have, mismatch))
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with lock_file(output, "--output"):
         return _fetch(url, output, name, expected, progress)

@@ -30,7 +30,7 @@ import sys
 
 from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, file_md5, pid_alive, read_lines, write_json
+from mlperf_bert.fileio import atomic_open, file_md5, host_memory, pid_alive, read_lines, write_json
 from mlperf_bert.harness.compliance import RULESET, SYSTEM_STATUSES, division_of, identity_problems, read_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -274,12 +274,8 @@ def _cpu():
 
 
 def _memory():
-    try:
-        with open("/proc/meminfo") as f:
-            kib = int(next(l.split()[1] for l in f if l.startswith("MemTotal")))
-        return "%.0f GB" % (kib / 1024 ** 2)
-    except (OSError, StopIteration, ValueError):
-        return ""
+    total = host_memory()
+    return "%.0f GB" % (total / 1024 ** 3) if total else ""
 
 
 def _os_name():

@@ -11,7 +11,7 @@ import sys
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import check_tmpdir, check_writable_dir, remove_stale_temporaries, same_file
+from mlperf_bert.fileio import check_tmpdir, check_writable_dir, host_memory, remove_stale_temporaries, same_file
 from mlperf_bert.harness.mlperf_log import check_prefix, is_mlperf_log
 from mlperf_bert.trainer import checkpoint, distributed, levers, loader
 
@@ -57,14 +57,6 @@ def check_flags(cfg):
 FLOAT32_MAX = 3.4028234663852886e38
 
 
-def _host_memory():
-    """Bytes of memory this host has, or None where the system does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return None
-
-
 def _check_numbers(cfg):
     """Values that train on nonsense without an error (a negative or NaN learning rate, a target no
     eval can miss, an update that never comes), or end in a traceback (10 ** --log_epsilon, a fork per
@@ -88,7 +80,7 @@ def _check_numbers(cfg):
                         "give the value the data was made with" % (d.max_predictions_per_seq, d.max_seq_length))
     batch_bytes = d.train_batch_size * (8 * (3 * d.max_seq_length + 2 * d.max_predictions_per_seq + 1)
                                         + 4 * d.max_predictions_per_seq)  # its decoded arrays alone
-    memory = _host_memory()
+    memory = host_memory()
     if cfg.runtime.do_train and memory and batch_bytes > memory:
         raise UserError("--train_batch_size=%d: one micro-batch's data alone is %.3g GB, more than this host's %.3g "
                         "GB of memory; give a smaller --train_batch_size (with --steps_per_update raised for the "

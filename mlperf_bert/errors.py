@@ -50,7 +50,14 @@ def install_sigterm_handler():
 
 
 def _exit_quietly(signum, frame):
+    # terminate_pool repeats the SIGTERM: a repeat must not cut the unwinding (the atomic
+    # writer's removal of its temporary) this one starts
+    signal.signal(signal.SIGTERM, _ignore)
     sys.exit(143)
+
+
+def _ignore(signum, frame):
+    pass
 
 
 def _exit_now(signum, frame):
@@ -101,24 +108,40 @@ def worker_pool(workers, start_method=None):
     pool.join()
 
 
-def terminate_pool(pool, grace=10.0, stuck=5.0):
-    """``pool.terminate()``, which sends each worker one SIGTERM and then joins it for ever: a
-    worker that outlived its SIGTERM (seen once under ``make test``: blocked on the task queue's
-    lock, which the terminating pool holds, alive after the signal) hung the command. Workers
-    still alive after ``grace`` seconds get SIGKILL. A worker that died holding the result queue's
-    lock (killed in the middle of sending a result) leaves the pool's own threads waiting for that
-    lock for ever (``make test`` hung so once): ``stuck`` seconds after every worker is gone, the
-    pool is left to them (daemon threads of a pool that is done). (``Pool._pool``: the workers; no
+def terminate_pool(pool, grace=10.0, stuck=1.0, repeat=0.5):
+    """``pool.terminate()``, which sends each worker one SIGTERM and then joins it for ever.
+
+    A worker can outlive that SIGTERM: one that gets it just before it blocks on the task queue's
+    lock (which the terminating pool holds) runs its Python handler only once that wait returns,
+    which is never. So the SIGTERM is repeated every ``repeat`` seconds: a repeat interrupts the
+    wait and the pending handler ends the worker. Workers still alive after ``grace`` seconds get
+    SIGKILL. A worker can also end holding the result queue's lock (its handler raised just as it
+    took that lock to send a result: the lock is never released), and the pool's own threads then
+    wait for that lock for ever: ``stuck`` seconds after every worker is gone, the pool is left to
+    them (daemon threads of a pool that is done). Under load each of the two cost make-dataset's
+    error path 10-15 s, once in ~50 errors, and hung it before. (``Pool._pool``: the workers; no
     public attribute lists them.)"""
     import threading
     import time
+
+    def unended():
+        current = list(getattr(pool, "_pool", None) or [])  # with any the pool started in their place
+        return [w for w in workers + [w for w in current if w not in workers] if w.exitcode is None]
     workers = list(getattr(pool, "_pool", None) or [])
     done = threading.Thread(target=pool.terminate, name="pool-terminate", daemon=True)
     done.start()
-    done.join(grace)
+    deadline = time.monotonic() + grace
+    while done.is_alive() and time.monotonic() < deadline:
+        done.join(min(repeat, max(0.0, deadline - time.monotonic())))
+        alive = unended()
+        if not alive:
+            break
+        for w in alive:
+            if done.is_alive():
+                w.terminate()
     gone_since = None
     while done.is_alive():
-        alive = [w for w in workers if w.exitcode is None]
+        alive = unended()
         for w in alive:
             w.kill()
         if alive:
@@ -127,4 +150,4 @@ def terminate_pool(pool, grace=10.0, stuck=5.0):
             gone_since = time.monotonic()
         elif time.monotonic() - gone_since > stuck:
             return
-        done.join(1.0)
+        done.join(min(0.25, stuck))

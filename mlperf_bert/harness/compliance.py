@@ -12,13 +12,11 @@ import glob
 import json
 import logging
 import math
-import multiprocessing
 import os
-import signal
 import sys
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.harness.mlperf_log import eval_frequency  # the formula of the reference README's "Stopping criteria"
 from mlperf_bert.harness.records import Record, number as _number, read_log  # noqa: F401 (Record, read_log: this module's API)
 
@@ -606,16 +604,12 @@ def _check_one(args):
         return path, [], str(e)
 
 
-def _worker_init():
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool ends its workers with SIGTERM
-
-
 def check_logs(paths, official=True, workers=None):
     """(path, results, error) for each log, checked in parallel when there are several."""
     jobs = [(p, official) for p in paths]
     if len(jobs) < 4:
         return [_check_one(j) for j in jobs]
-    with multiprocessing.get_context("fork").Pool(workers or os.cpu_count(), _worker_init) as pool:
+    with worker_pool(workers or os.cpu_count(), "fork") as pool:
         return pool.map(_check_one, jobs, chunksize=8)
 
 

@@ -37,7 +37,7 @@
 #                  so only the first compiles from scratch (in its untimed init) [$OUTPUT_DIR/compile_cache]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512), but
 # not --seed (nor a --config file's seed), --output_dir or --mlperf_log (SEED, OUTPUT_DIR and LOGDIR: it
-# sets them for each run);
+# sets them for each run), nor --flagfile (give its flags as arguments);
 # --help prints this and the presets with what each asks of each GPU (as train_model.sh --help does).
 set -uo pipefail
 ME=start_training.sh
@@ -127,6 +127,9 @@ for arg in "$@"; do
     --seed|--seed=*) die "$arg: set SEED instead (run i of a series gets SEED+i: one --seed would be every run's)" ;;
     --output_dir|--output_dir=*) die "$arg: set OUTPUT_DIR instead (it keeps each run's checkpoints and state there)" ;;
     --mlperf_log|--mlperf_log=*) die "$arg: set LOGDIR instead (a run's log is its LOGDIR/mlperf.log, which it checks and keeps)" ;;
+    # absl reads a flag file where it stands, after the --seed this script gives: its seed won
+    --flagfile|--flagfile=*) die "$arg: give the file's flags as arguments instead (the trainer reads a flag file" \
+      "past these checks: its --seed would be every run's, its --output_dir not where the runs are looked for)" ;;
     -*) ;;
     *) die "unexpected argument '$arg': pass trainer flags as --name=value (settings as environment variables, see --help)" ;;
   esac

@@ -129,6 +129,9 @@ for arg in "$@"; do
     --preset=*) PRESET="${arg#--preset=}" ;;
     --dry_run) DRY_RUN=1 ;;
     -h|--help) usage; exit 0 ;;
+    # absl reads a flag file where it stands: its flags would pass the checks below unseen
+    --flagfile|--flagfile=*) die "$arg: give the file's flags as arguments instead (the trainer reads a flag file" \
+      "past this script's checks of the closed division and the preset)" ;;
     --*) overrides+=("$arg") ;;
     *) die "unexpected argument '$arg': pass trainer flags as --name=value" ;;
   esac

@@ -109,6 +109,29 @@ def test_flags_it_sets_for_each_run_are_refused_with_their_variable(fake, flag, 
     assert len(lines) == 1 and lines[0].startswith("error: start_training.sh: %s: set %s instead (" % (flag, variable))
 
 
+def test_a_flag_file_is_refused_by_both_launchers(fake):
+    """absl reads --flagfile where it stands, after the --seed=SEED the launchers give: a file's
+    --seed=3 gave every run of a series seed 3, unseen by the checks of --seed above (and its
+    --output_dir, and train_model.sh's closed-division checks). One line each, before any run."""
+    flagfile = fake.out.parent / "flags.txt"
+    flagfile.write_text("--seed=3\n")
+    from mlperf_bert import flags
+    fv = flags.FlagValues()
+    flags.DEFINE_integer("seed", None, "", flag_values=fv)
+    flags.parse(fv, ["run_pretraining.py", "--seed=4", "--flagfile=%s" % flagfile])
+    assert fv.seed == 3  # the trainer's parsing: the file's seed beats the launcher's
+    proc = fake("--preset=demo_cpu", "--flagfile=%s" % flagfile, NUM_RUNS="2", SEED="4")
+    assert proc.returncode == 2 and proc.stdout == "" and not calls(fake), proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: start_training.sh: --flagfile=%s: give the file's flags "
+                                                   "as arguments instead" % flagfile), proc.stderr
+    proc = subprocess.run([os.path.join(ROOT, "train_model.sh"), "--dry_run", "--preset=demo_cpu",
+                           "--flagfile=%s" % flagfile], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: train_model.sh: --flagfile=%s: give the file's flags as arguments" % flagfile)
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
 @pytest.mark.parametrize("name,text", [("c.toml", "seed = 7\n"), ("c.toml", "[runtime]\nseed = 7\n"),
                                        ("c.json", '{"runtime": {"seed": 7}}')])
 def test_a_config_files_seed_is_refused_as_the_flag_is(fake, name, text):

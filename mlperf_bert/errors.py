@@ -115,19 +115,18 @@ def terminate_pool(pool, grace=10.0, stuck=1.0, repeat=0.5):
     lock (which the terminating pool holds) runs its Python handler only once that wait returns,
     which is never. So the SIGTERM is repeated every ``repeat`` seconds: a repeat interrupts the
     wait and the pending handler ends the worker. Workers still alive after ``grace`` seconds get
-    SIGKILL. A worker can also end holding the result queue's lock (its handler raised just as it
-    took that lock to send a result: the lock is never released), and the pool's own threads then
-    wait for that lock for ever: ``stuck`` seconds after every worker is gone, the pool is left to
-    them (daemon threads of a pool that is done). Under load each of the two cost make-dataset's
-    error path 10-15 s, once in ~50 errors, and hung it before. (``Pool._pool``: the workers; no
-    public attribute lists them.)"""
+    SIGKILL. A worker can also end holding the result queue's lock (seen: the pool's task handler
+    waiting on it with every worker gone), and the pool's own threads then wait for that lock for
+    ever: ``stuck`` seconds after every worker is gone, the pool is left to them (daemon threads
+    of a pool that is done). Under load each of the two cost make-dataset's error path 10-15 s,
+    once in ~50 errors, and hung it before. (``Pool._pool``: the workers; no public attribute
+    lists them.)"""
     import threading
     import time
-
-    def unended():
-        current = list(getattr(pool, "_pool", None) or [])  # with any the pool started in their place
-        return [w for w in workers + [w for w in current if w not in workers] if w.exitcode is None]
     workers = list(getattr(pool, "_pool", None) or [])
+
+    def unended():  # with any worker the pool started in the place of one that ended
+        return [w for w in dict.fromkeys(workers + list(getattr(pool, "_pool", None) or [])) if w.exitcode is None]
     done = threading.Thread(target=pool.terminate, name="pool-terminate", daemon=True)
     done.start()
     deadline = time.monotonic() + grace

@@ -158,3 +158,26 @@ def test_the_pyxis_variant_refuses_a_path_its_mounts_would_split(job, tmp_path):
         assert proc.stderr == "error: slurm_multinode_pyxis.sbatch: the path %s holds ',' or ':', which " \
                               "--container-mounts reads as separators: give it through a path (a symbolic link) " \
                               "without them\n" % path
+
+
+def test_submit_refuses_a_flag_file_and_a_config_files_seed_before_sbatch(job, tmp_path):
+    """start_training.sh refuses --flagfile and a --config file that sets seed (every run of the
+    series would have it), but on the nodes, once the job had waited for them: submit.sh says so
+    before sbatch, the config read as start_training.sh reads it; a file without a seed is sent."""
+    (job.data / "part-00000").write_text("")
+    (job.data / "eval_10k").write_text("")
+    os.symlink(os.path.join(ROOT, "mlperf_bert"), tmp_path / "submit" / "mlperf_bert")  # the checkout's reader
+    seeded, bad, plain = tmp_path / "seeded.toml", tmp_path / "bad.json", tmp_path / "plain.json"
+    seeded.write_text("[runtime]\nseed = 7\n")
+    bad.write_text('{"sed": 7}')
+    plain.write_text('{"learning_rate": 0.001}')
+    for flag, why in (("--flagfile=%s" % plain, "--flagfile=%s: give the file's flags as arguments instead" % plain),
+                      ("--config=%s" % seeded, "--config=%s sets seed: leave it out of the file and set SEED" % seeded),
+                      ("--config=%s" % bad, "--config %s: unknown key sed (did you mean seed?)" % bad)):
+        proc, record = job("--time=5", "--", flag, script=SUBMIT)
+        assert proc.returncode == 2 and record == [], proc.stdout + proc.stderr
+        assert proc.stderr.startswith("error: slurm_multinode.sbatch: " + why), proc.stderr
+        assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    proc, record = job("--time=5", "--", "--config=%s" % plain, script=SUBMIT)
+    assert proc.returncode == 0 and record == ["sbatch --gpus-per-node=0 --time=5 %s --config=%s" % (SBATCH, plain)], \
+        proc.stdout + proc.stderr

@@ -35,7 +35,7 @@ PATH_ERRNOS = {
     errno.EACCES: "check its permissions (and its folders'): the user running this must be able to read it, and "
                   "to write where outputs go",
     errno.EPERM: "check its permissions and attributes: the user running this must be allowed to use it",
-    errno.EISDIR: "it is a directory where a file is expected: give the file, or remove the directory",
+    errno.EISDIR: "a file is expected there: give the file, or remove the directory",
     errno.ENOTDIR: "a file stands where a directory is expected: give a directory",
     errno.EEXIST: "a file stands where a directory is expected: give another path, or move the file away",
     errno.ENOENT: "it does not exist (or went away while this ran): check the path",

@@ -148,10 +148,10 @@ def test_aborted_run_fails_as_not_converged(tmp_path):
     ("success_without_target", {"accs": (0.5, 0.6), "status": "success"}, "stop_at_target"),
     ("ran_past_target", {"accs": (0.5, 0.73, 0.74)}, "stop_at_target"),
     ("aborted_at_target", {"status": "aborted"}, "stop_at_target"),
-    ("open_without_target", {"division": "open", "eval_samples": 500}, "stop_at_target"),
     ("open_target_not_reached", {"division": "open", "target": 0.8, "eval_samples": 500}, "stop_at_target"),
     ("train_samples_wrong", {"train_samples": 12345}, "train_samples"),
-    ("closed_own_frequency", {"extra": [("eval_frequency", 100000)]}, "eval_grid"),
+    # a closed run at its own frequency: its evals off the formula's grid (the key alone: a warning)
+    ("closed_own_frequency", {"freq": 100000, "extra": [("eval_frequency", 100000)]}, "eval_grid"),
 ])
 def test_each_broken_log_fails_its_rule(tmp_path, name, kwargs, rule):
     assert only_failure(write_log(tmp_path / (name + ".txt"), **kwargs)) == rule
@@ -689,10 +689,13 @@ def test_a_hyperparameter_repeated_with_its_value_warns_as_the_official_checker_
     a repeated global_batch_size with its value is still the grid's batch size."""
     src = real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt"
 
-    def twice(key, change=None):
+    def later(line):  # logged again a millisecond later (a verbatim repeat is one line read once)
+        return re.sub(r'"time_ms": (\d+)', lambda m: '"time_ms": %d' % (int(m.group(1)) + 1), line, count=1)
+
+    def twice(key, change=later):
         def fn(lines):
             line = next(line for line in lines if '"key": "%s"' % key in line)
-            return [x for l in lines for x in ([l, change(l) if change else l] if l is line else [l])]
+            return [x for l in lines for x in ([l, change(l)] if l is line else [l])]
         return fn
     log = edit(_copy(src, tmp_path / "log.txt"), twice("opt_lamb_epsilon"))
     got = results(log, official=True)
@@ -706,3 +709,142 @@ def test_a_hyperparameter_repeated_with_its_value_warns_as_the_official_checker_
     got = results(other, official=True)
     assert got["hyperparameters_once"].level == "FAIL" and "with different values" in got["hyperparameters_once"].detail
     assert got["official_checker"].level == "FAIL"
+
+
+def _with_value(key, value):
+    """A line edit: ``key``'s first line with its value replaced by the JSON text ``value``."""
+    def fn(lines):
+        i = next(k for k, line in enumerate(lines) if '"key": "%s"' % key in line)
+        return lines[:i] + [re.sub(r'"value": [^,]+,', '"value": %s,' % value, lines[i], count=1)] + lines[i + 1:]
+    return fn
+
+
+@pytest.mark.parametrize("key,value,rule,detail", [
+    ("global_batch_size", "NaN", "eval_grid", "no single positive integer global_batch_size line"),
+    ("global_batch_size", "Infinity", "eval_grid", "no single positive integer global_batch_size line"),
+    ("global_batch_size", "1e400", "eval_grid", "no single positive integer global_batch_size line"),
+    ("eval_samples", "NaN", "eval_samples", "closed division evaluates at least 10000 samples, log has nan"),
+    ("eval_samples", "Infinity", "eval_samples", "closed division evaluates at least 10000 samples, log has inf"),
+    ("seed", '"abc"', "hyperparameters_once", "seed 'abc' is not an integer (the package checker's seed check "
+                                              "reads each seed with int() and fails the set)"),
+    ("seed", "null", "hyperparameters_once", "seed None is not an integer (the package checker's seed check "
+                                             "reads each seed with int() and fails the set)"),
+])
+def test_a_number_no_rule_can_use_fails_its_rule_in_one_line(real_logs, tmp_path, key, value, rule, detail):
+    """A hostile sweep: a real log (nyx) with global_batch_size NaN, Infinity or 1e400 (Python's json
+    reads all three) ended check-log and score in a ValueError or OverflowError traceback, exit 1
+    (with four logs or more the pool's, and no log got its verdict); eval_samples NaN passed, said
+    "eval_samples 10000"; a seed int() cannot read ("abc", null) passed, which the package checker's
+    seed check fails. Each is its rule's FAIL, the other logs keep their verdicts."""
+    log = edit(_copy(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt", tmp_path / "log.txt"), _with_value(key, value))
+    got = results(log)
+    assert [r.rule for r in got.values() if r.level == "FAIL"] == [rule], got
+    assert got[rule].detail == detail and '"key": "%s"' % key in got[rule].line
+    others = [str(real_logs / (n + ".txt")) for n in ("v5.0_Cisco_hpf_n8_result_0", "v5.0_Dell_1xXE9680Lx8B200_result_0",
+                                                     "v5.0_krai_7920T_2xA5000_ssd_result_0")]
+    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "check-log", "--noofficial", str(log)] + others,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr
+    assert proc.stdout.splitlines()[-1] == "4 logs: 2 pass, 1 warn, 1 fail", proc.stdout
+
+
+def test_a_start_time_past_the_calendar_or_no_position_at_all_is_a_verdict_not_a_traceback(real_logs, tmp_path):
+    """A hostile sweep: with no seed line, a run_start time_ms of NaN or 1e20 ended check-log in
+    datetime's ValueError or OSError (the run's date decides whether a seed was required); a log
+    whose lines carry no epoch_num or samples_count in max() of nothing. The date unknown, the seed
+    is required; no training position fails the grid and train_samples."""
+    src = real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt"
+    for stamp in ("NaN", "1e20"):
+        log = edit(_copy(src, tmp_path / "t.txt"), lambda lines: [
+            re.sub(r'"time_ms": \d+', '"time_ms": %s' % stamp, l) if '"key": "run_start"' in l else l
+            for l in lines if '"key": "seed"' not in l])
+        r = results(log)["hyperparameters_once"]
+        assert (r.level, r.detail) == ("FAIL", "no seed line (required from Training v4.1 on)"), (stamp, r)
+    log = edit(_copy(src, tmp_path / "p.txt"), lambda lines: [
+        re.sub(r', "(epoch_num|samples_count)": [0-9.]+', "", l) for l in lines])
+    got = results(log)
+    assert got["train_samples"].level == "FAIL" and got["train_samples"].detail.endswith(
+        "but no line gives a training position (epoch_num or samples_count)"), got["train_samples"]
+    assert got["eval_grid"].level == "FAIL"
+
+
+def test_an_open_log_without_our_target_key_is_not_failed(real_logs, tmp_path):
+    """A hostile sweep: nyx's log made open division passes the official checker, but check-log
+    failed it: "open-division log states no single target_accuracy line", a key only this project's
+    trainer writes (no rule asks for it). Every open log of another harness failed, and score with
+    it. It is a warning: the stop at a target is not checked."""
+    log = edit(_copy(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt", tmp_path / "open.txt"), lambda lines: [
+        l.replace('"value": "closed"', '"value": "open"') if '"key": "submission_division"' in l else l
+        for l in lines])
+    got = results(log, official=True)
+    assert got["official_checker"].level == "PASS", got["official_checker"]
+    r = got["stop_at_target"]
+    assert r.level == "WARN" and r.detail.startswith("open-division log states no single target_accuracy line")
+    assert compliance.worst_level(got.values()) == "WARN"
+
+
+def test_a_line_written_twice_is_read_once(real_logs, tmp_path):
+    """A hostile sweep: one eval_accuracy line of the real eos_n8 log written twice (a second handler,
+    a tee) failed eval_grid ("eval at 202752 samples, before the grid point 400000"), a run_stop line
+    twice failed run_stop ("2 run_stop lines") and the tail twice three rules; the official checker
+    passes each (warns of run_stop). A verbatim repeat is one line read once, and a warning where
+    the rules count its key; the real logs' repeated init_start lines (one a rank) are not worth one."""
+    src = real_logs / "v4.0_NVIDIA_eos_n8_result_0.txt"
+    assert levels(src) == {rule: "PASS" for rule in levels(src)}
+
+    def doubled(key):
+        def fn(lines):
+            i = next(k for k, line in enumerate(lines) if '"key": "%s"' % key in line)
+            return lines[:i + 1] + lines[i:]
+        return fn
+    for key in ("eval_accuracy", "run_stop"):
+        log = edit(_copy(src, tmp_path / (key + ".txt")), doubled(key))
+        got = results(log, official=True)
+        assert {r.rule: r.level for r in got.values() if r.level != "PASS"}.keys() <= {
+            "repeated_lines", "official_checker"}, got
+        assert got["repeated_lines"].level == "WARN" and '"key": "%s"' % key in got["repeated_lines"].line
+        assert got["official_checker"].level != "FAIL"
+    log = edit(_copy(src, tmp_path / "tail.txt"), lambda lines: lines[:-8] + lines[-8:] + lines[-8:])
+    assert compliance.worst_level(results(log).values()) == "WARN"
+
+
+def test_several_logs_with_one_missing_still_give_the_others_verdicts(real_logs, tmp_path, capsys):
+    """A hostile sweep: `check-log GOOD MISSING` (and a folder without logs among them) printed only
+    the missing one's error, exit 2: the good log got no verdict, which docs/compliance.md promises."""
+    good = str(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert compliance.main(["check-log", "--noofficial", good, str(tmp_path / "nothere.txt"), str(empty)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == "PASS %s (7 pass, 0 warn, 0 fail)" % good, captured.out
+    assert captured.out.splitlines()[-1] == "3 logs: 1 pass, 0 warn, 0 fail, 2 unreadable (see the error lines)"
+    assert captured.err.splitlines() == ["error: cannot read log %s: No such file or directory" % (tmp_path / "nothere.txt"),
+                                         "error: %s holds no result_*.txt logs: pass log files or a "
+                                         "results/<system>/bert/ directory" % empty]
+
+
+def test_a_closed_log_with_another_eval_frequency_key_is_checked_by_its_evals(real_logs, tmp_path):
+    """A hostile sweep: a real closed log given an eval_frequency line of 196 (another harness's, in
+    steps) was failed ("closed division evaluates every 150000 samples") although every eval is on
+    the formula's grid; the official checker passes it. The evals decide; the key is a warning."""
+    def add(lines):
+        i = next(k for k, line in enumerate(lines) if '"key": "global_batch_size"' in line)
+        return lines[:i + 1] + [lines[i].replace('"global_batch_size"', '"eval_frequency"').replace(
+            '"value": 768', '"value": 196')] + lines[i + 1:]
+    log = edit(_copy(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt", tmp_path / "ef.txt"), add)
+    r = results(log)["eval_grid"]
+    assert r.level == "WARN" and r.detail.endswith("the log's eval_frequency 196 is not the formula's 150000: the "
+                                                  "evals were checked against the formula"), r.detail
+    skipped = edit(_copy(log, tmp_path / "skipped.txt"), lambda lines: [
+        l for l in lines if not ('"key": "eval_accuracy"' in l and '"epoch_num": 300045' in l)])
+    assert results(skipped)["eval_grid"].level == "FAIL"
+
+
+def test_a_pipe_given_as_a_log_is_one_line_not_a_wait(tmp_path):
+    """A hostile sweep: check-log of a FIFO waited for a writer forever."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "check-log", str(fifo)], capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "error: cannot read log %s: it is a pipe: save the log to a file and pass that\n" % fifo

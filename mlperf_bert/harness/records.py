@@ -4,7 +4,9 @@ paid for the log checker's imports (absl, mllog and numpy: four times Python's o
 harness/compliance.py checks what these records say."""
 import collections
 import json
+import math
 import os
+import stat
 
 from mlperf_bert.errors import UserError
 
@@ -24,6 +26,9 @@ def read_log(path):
         raise UserError("cannot read log %s: it is a directory (pass a log file, or a directory holding"
                         " result_*.txt)" % path)
     try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):  # waited on for a writer; the checkers each read it
+            raise UserError("cannot read log %s: it is a pipe: save the log to a file and pass that" % path)
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError as e:
@@ -74,3 +79,9 @@ def _malformed(rec):
 def number(v):
     """Whether ``v`` is a JSON number (a bool is not one)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def finite(v):
+    """Whether ``v`` is a finite JSON number: Python's json reads NaN, Infinity and 1e400 (inf), which
+    compare false with every bound (NaN) or fail int() and the clock's conversions."""
+    return number(v) and math.isfinite(v)

@@ -10,14 +10,89 @@ from mlperf_bert.dataset.tfrecord import frame
 from mlperf_bert.errors import UserError
 
 
-def test_resumes_a_partial_file_url_download_and_checks_md5(ref_data, tmp_path):
+class _Dropped:
+    """A source stream that breaks after ``left`` bytes, as a dropped connection does."""
+
+    def __init__(self, f, left):
+        self.f, self.left = f, left
+
+    def read(self, n):
+        if self.left <= 0:
+            raise ConnectionResetError("connection reset by peer")
+        buf = self.f.read(min(n, self.left))
+        self.left -= len(buf)
+        return buf
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def interrupted(monkeypatch, url, out, after):
+    """Download ``url`` to ``out`` until the connection drops after ``after`` bytes: ``out``.partial
+    and its record are left, as by a killed or cut-off download."""
+    real = download._open_from
+    with monkeypatch.context() as m:
+        m.setattr(download, "_open_from", lambda u, offset: (lambda s, t, r: (_Dropped(s, after), t, r))(
+            *real(u, offset)))
+        with pytest.raises(ConnectionResetError):
+            download.download(url, str(out), progress=False)
+    assert os.path.getsize(str(out) + ".partial") == after
+
+
+def opened_at(monkeypatch):
+    """The offsets ``download`` asks its source for, from now on."""
+    offsets, real = [], download._open_from
+    monkeypatch.setattr(download, "_open_from", lambda u, offset: offsets.append(offset) or real(u, offset))
+    return offsets
+
+
+def test_resumes_a_partial_file_url_download_and_checks_md5(ref_data, tmp_path, monkeypatch, capsys):
     src = os.path.join(ref_data, "data", "vocab.txt")
     data = open(src, "rb").read()
     out = tmp_path / "vocab.txt"
-    (tmp_path / "vocab.txt.partial").write_bytes(data[:100000])
+    monkeypatch.setattr(download, "CHUNK", 10000)
+    interrupted(monkeypatch, "file://" + src, out, 100000)
+    offsets = opened_at(monkeypatch)
     md5 = download.download("file://" + src, str(out), progress=False)
     assert md5 == "64800d5d8528ce344256daf115d4965e"  # the md5 results/ lists for vocab.txt
-    assert out.read_bytes() == data and not (tmp_path / "vocab.txt.partial").exists()
+    assert offsets == [100000] and capsys.readouterr().err == ""  # resumed, not started over
+    assert out.read_bytes() == data and os.listdir(str(tmp_path)) == ["vocab.txt"]  # no .partial, no record
+
+
+def test_a_partial_download_from_another_source_starts_over(ref_data, tmp_path, monkeypatch, capsys):
+    """A hostile sweep: a part-00123-of-00500.partial cut off from one server was joined to
+    another's remainder, exit 0, a file of the right size starting with the first server's bytes
+    (the text shards with no published md5 are not checked). A partial file is resumed only from
+    the URL and size it came from; one from another, or with no record (an older version's),
+    starts over, saying so."""
+    text = open(os.path.join(ref_data, "data", "vocab.txt"), "rb").read()
+    srv = {}
+    for server, data in (("a", text), ("b", bytes(reversed(text)))):  # one name, one size, other bytes
+        srv[server] = tmp_path / server / "part-00123-of-00500"
+        srv[server].parent.mkdir()
+        srv[server].write_bytes(data)
+    url = {k: "file://%s" % v for k, v in srv.items()}
+    out = tmp_path / "dl" / "part-00123-of-00500"
+    partial = str(out) + ".partial"
+    monkeypatch.setattr(download, "CHUNK", 10000)
+
+    def fetched_b(why):
+        offsets = opened_at(monkeypatch)
+        assert download.main(["download", "--url=" + url["b"], "--output_dir=%s" % out.parent, "--noprogress"]) == 0
+        assert out.read_bytes() == srv["b"].read_bytes() and os.listdir(str(out.parent)) == [out.name]
+        assert offsets[-1] == 0 and capsys.readouterr().err == "warning: %s %s: starting over\n" % (partial, why)
+        out.unlink()
+    interrupted(monkeypatch, url["a"], out, 100000)
+    fetched_b("came from %s, not %s" % (url["a"], url["b"]))
+    with open(partial, "wb") as f:  # left by an older version: no record of its source
+        f.write(srv["b"].read_bytes()[:100000])
+    fetched_b("has no readable record of the URL it came from (%s.source)" % partial)
+    interrupted(monkeypatch, url["b"], out, 100000)
+    srv["b"].write_bytes(text[:-10])  # the same URL, another file since
+    fetched_b("came from a %d-byte file, but %s is now %d bytes" % (len(text), url["b"], len(text) - 10))
 
 
 def test_wrong_content_is_rejected_and_not_kept(tmp_path):

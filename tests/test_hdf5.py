@@ -83,6 +83,25 @@ def test_the_same_input_gives_the_same_bytes_whatever_path_named_it(golden_tfrec
         assert list(h.attrs["source_files"]) == ["part-00000"]
 
 
+def test_an_input_given_twice_is_refused_as_pack_refuses_it(golden_tfrecord, tmp_path):
+    """A hostile sweep: --input='tf/part-*,tf/part-00000-of-00002' (or a path and a symbolic link to
+    it) wrote the file's examples twice, exit 0."""
+    tf = tmp_path / "tf"
+    tf.mkdir()
+    src = tf / "part-00000-of-00002"
+    write_records(str(src), list(read_records(golden_tfrecord))[:5])
+    os.symlink(str(src), str(tmp_path / "link"))
+    out = tmp_path / "out.hdf5"
+    for inputs, message in (("%s/part-*,%s" % (tf, src), "--input names %s twice: give each file once" % src),
+                            ("%s,%s" % (src, tmp_path / "link"),
+                             "--input names one file twice: %s and %s: give each file once" % (src, tmp_path / "link"))):
+        with pytest.raises(UserError) as e:
+            hdf5.main(["to-hdf5", "--input=" + inputs, "--output=%s" % out, "--max_seq_length=128",
+                       "--max_predictions_per_seq=20"])
+        assert str(e.value) == message
+        assert not out.exists()
+
+
 def test_values_that_do_not_fit_are_refused(tmp_path):
     feats = {"input_ids": [70000] + [0] * 7, "input_mask": [1] * 8, "segment_ids": [0] * 8,
              "masked_lm_positions": [0, 0], "masked_lm_ids": [0, 0], "masked_lm_weights": [0.0, 0.0],

@@ -341,6 +341,81 @@ def test_its_record_never_names_a_file_outside_its_folder(wiki_files, tmp_path):
             n: data for n, data in before.items() if n != text_pipeline.RECORD_NAME}
 
 
+KILLED_MIDWAY = """
+import os, shutil, signal, sys
+from mlperf_bert.cli import run_main
+from mlperf_bert.dataset import text_pipeline
+copy, shards = shutil.copyfileobj, []
+
+
+def copy_then_die(fin, fout, *args):  # kill -9 while the second shard is half written
+    shards.append(fin.name)
+    if len(shards) == 2:
+        fout.write(fin.read(1000))
+        fout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    copy(fin, fout, *args)
+
+
+shutil.copyfileobj = copy_then_die
+run_main(text_pipeline.main, sys.argv)
+"""
+
+
+def test_make_dataset_refuses_the_shards_of_a_text_pipeline_run_that_did_not_finish(wiki_files, tmp_path):
+    """A hostile sweep: text-pipeline killed after its first shards left eval.txt and part-00000 beside a
+    record listing more, and make-dataset took them as the whole text (exit 0, a training set of a
+    fraction of it); the rerun meant to finish it refused the killed run's part-00001-of-00500.tmp-PID
+    as a file it did not write."""
+    import json
+    import subprocess
+    import sys
+    from mlperf_bert.dataset import make_dataset
+    tk = tmp_path / "tk"
+    argv = ["text-pipeline", "--wiki_glob=%s" % os.path.join(os.path.dirname(wiki_files[0]), "wiki_0[01]"),
+            "--output_dir=%s" % tk, "--num_test_articles=22", "--block_size_mb=0.5", "--workers=1", "--noprogress"]
+    proc = subprocess.run([sys.executable, "-c", KILLED_MIDWAY] + argv[1:], cwd=os.path.dirname(DATA),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    left = os.listdir(tk)
+    assert "part-00000-of-00500" in left and any(n.startswith("part-00001-of-00500.tmp-") for n in left), left
+    fix = "rerun text-pipeline with the same flags to finish it"
+    mk = ["make-dataset", "--text_dir=%s" % tk, "--output_dir=%s" % (tmp_path / "ds"),
+          "--vocab_file=%s" % os.path.join(DATA, "vocab.txt"), "--max_seq_length=128", "--max_predictions_per_seq=20",
+          "--dupe_factor=1", "--num_eval_examples=5", "--workers=1", "--noprogress"]
+    with pytest.raises(UserError) as e:
+        make_dataset.main(mk)
+    assert str(e.value) == ("--text_dir %s holds an unfinished text-pipeline run: 1 of the 4 files its record "
+                            ".text_pipeline.json lists are missing (part-00001-of-00500): %s" % (tk, fix))
+    assert not (tmp_path / "ds").exists()
+    assert text_pipeline.main(argv) == 0  # the same flags finish it
+    assert listing(tk) == ["eval.md5", "eval.txt", "part-00000-of-00500", "part-00001-of-00500"]
+    assert len(make_dataset.find_text_shards(str(tk))[0]) == 2
+    # a rerun stopped before its first output changed nothing: the finished set stays usable
+    with pytest.raises(UserError, match="must give 5000 eval articles"):
+        text_pipeline.main([a for a in argv if not a.startswith("--num_test")])
+    assert len(make_dataset.find_text_shards(str(tk))[0]) == 2
+    record = tk / text_pipeline.RECORD_NAME
+    names = json.loads(record.read_text())["outputs"]
+    record.write_text(json.dumps({"outputs": names, "finished": False}))  # killed with every file written
+    with pytest.raises(UserError, match=r"holds an unfinished text-pipeline run: its record .text_pipeline.json says "
+                                        r"its last run did not finish \(its files may mix two runs\): " + fix):
+        make_dataset.find_text_shards(str(tk))
+    record.write_text(json.dumps({"outputs": names, "finished": True}))
+    shard = (tk / "part-00001-of-00500").read_bytes()
+    (tk / "part-00001-of-00500").unlink()  # lost since the run finished: the rest is not the whole text
+    with pytest.raises(UserError, match=r"1 of the 4 files its record .text_pipeline.json lists are missing "
+                                        r"\(part-00001-of-00500\)"):
+        make_dataset.find_text_shards(str(tk))
+    (tk / "part-00001-of-00500").write_bytes(shard)
+    # an older version's record (no "finished"): its run finished if its work folder went with it
+    record.write_text(json.dumps({"outputs": names}))
+    assert len(make_dataset.find_text_shards(str(tk))[0]) == 2
+    (tk / text_pipeline.WORK_NAME).mkdir()
+    with pytest.raises(UserError, match="holds an unfinished text-pipeline run"):
+        make_dataset.find_text_shards(str(tk))
+
+
 @pytest.mark.parametrize("value, shown", [("nan", "nan"), ("inf", "inf"), ("-inf", "-inf"), ("0", "0.0"),
                                           ("-1", "-1.0")])
 def test_a_block_size_that_is_not_a_finite_positive_number_is_refused(tmp_path, value, shown):

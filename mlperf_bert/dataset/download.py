@@ -1,13 +1,18 @@
 """``download``: fetch reference files, resuming interrupted transfers, and check their md5.
 
-Bytes go to ``NAME.partial`` beside the target; a rerun continues from its size (HTTP
-``Range`` request, or a seek for ``file://`` URLs). When the transfer is complete the file
+Bytes go to ``NAME.partial`` beside the target, and ``NAME.partial.source`` records the URL and
+size they come from; a rerun from that URL and size continues from the partial file's size (HTTP
+``Range`` request, or a seek for ``file://`` URLs), any other (or a partial file with no record)
+starts over: joined to another source's remainder, its bytes would make a file of the right size
+that no md5 check catches where none is published. When the transfer is complete the file
 is checked against the md5 and size that results/ lists for its name (a ``part-`` shard: of its
 kind, TFRecord or text, the two sets sharing names) or ``--md5``, and only then renamed to
 ``NAME``. A file already present that matches is kept.
 """
+import json
 import os
 import re
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -15,10 +20,11 @@ import urllib.request
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import RESULTS_DIR, expectations, known_tables
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import file_md5, is_write_error, write_error
+from mlperf_bert.fileio import file_md5, is_write_error, write_error, write_json
 from mlperf_bert.locking import lock_file
 
 CHUNK = 1 << 20
+SOURCE_SUFFIX = ".source"  # NAME.partial.source: where NAME.partial's bytes come from
 
 
 def expected_for(name, path, results_dir=RESULTS_DIR):
@@ -89,13 +95,37 @@ def _mismatch(got_size, got_md5, wanted):
                                             "" if md5 is None else "md5 %s" % md5) if w) for size, md5 in wanted)
 
 
+def _source_change(partial, url, total):
+    """Why ``partial`` cannot be resumed from ``url`` (of ``total`` bytes, None if unknown), or None."""
+    try:
+        with open(partial + SOURCE_SUFFIX, encoding="utf-8") as f:
+            source = json.load(f)
+        was_url, was_size = source["url"], source["bytes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "has no readable record of the URL it came from (%s)" % (partial + SOURCE_SUFFIX)
+    if was_url != url:
+        return "came from %s, not %s" % (was_url, url)
+    if None not in (total, was_size) and total != was_size:
+        return "came from a %d-byte file, but %s is now %d bytes" % (was_size, url, total)
+    return None
+
+
 def _fetch(url, output, name, expected, progress):
     from mlperf_bert.progress import bar as progress_bar
     partial = output + ".partial"
     offset = os.path.getsize(partial) if os.path.exists(partial) else 0
     stream, total, resumed = _open_from(url, offset)
-    if not resumed:
-        offset = 0  # the server ignored the Range request: start over
+    why = _source_change(partial, url, total) if offset and resumed else None
+    if why:
+        print("warning: %s %s: starting over" % (partial, why), file=sys.stderr)
+        if stream is not None:
+            stream.close()
+        stream, total, resumed = _open_from(url, 0)
+    if why or not resumed:  # (or the server ignored the Range request)
+        offset = 0
+    if not offset:  # the record names the bytes to come: no other source's are left under it
+        _remove_partial(partial)
+        write_json(partial + SOURCE_SUFFIX, {"url": url, "bytes": total})
     if stream is not None:
         try:
             with stream, open(partial, "ab" if offset else "wb") as out, \
@@ -121,11 +151,18 @@ def _fetch(url, output, name, expected, progress):
     got = file_md5(partial)
     wanted = _mismatch(got_size, got, expected(partial))
     if wanted:
-        os.remove(partial)
+        _remove_partial(partial)
         raise UserError("%s: got %d bytes md5 %s, expected %s; the partial file was removed, "
                         "check the URL and run again" % (output, got_size, got, wanted))
     os.replace(partial, output)
+    _remove_partial(partial)  # its record
     return got
+
+
+def _remove_partial(partial):
+    for path in (partial, partial + SOURCE_SUFFIX):
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def main(argv):

@@ -21,7 +21,8 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import (PRETRAINING_FEATURES, decode_pretraining_batch, decode_pretraining_example,
                       feature_lengths)
-from mlperf_bert.fileio import atomic_path, refuse_overwriting_inputs, refuse_replacing_another_kind
+from mlperf_bert.fileio import (atomic_path, refuse_overwriting_inputs, refuse_repeated_files,
+                                refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_file
 from mlperf_bert.dataset.tfrecord import count_records, expand_paths, read_records
 
@@ -205,6 +206,7 @@ def _store(name, values, where):
 def tfrecords_to_hdf5(input_files, output_file, max_seq_length, max_predictions_per_seq, block=4096,
                       progress=True):
     """Convert ``input_files`` (in order) into ``output_file``; return the number of examples."""
+    refuse_repeated_files(input_files, "--input")  # (its examples would be written twice)
     refuse_overwriting_inputs([output_file], input_files, "--output")
     refuse_replacing_another_kind(output_file, is_hdf5_file, "an HDF5 file")
     with lock_file(output_file, "--output"):

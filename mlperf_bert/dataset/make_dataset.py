@@ -31,9 +31,12 @@ _PART = re.compile(r"^part-\d+-of-\d+\Z")  # \Z: "$" also matches before a final
 
 
 def find_text_shards(text_dir):
-    """The sorted ``part-*`` text shards of ``text_dir`` and its ``eval.txt`` (or None)."""
+    """The sorted ``part-*`` text shards of ``text_dir`` and its ``eval.txt`` (or None); the
+    shards of a text-pipeline run that did not finish are refused."""
+    from mlperf_bert.dataset.text_pipeline import refuse_unfinished
     if not os.path.isdir(text_dir):
         raise UserError("--text_dir=%s is not a directory: give the directory of part-* text shards" % text_dir)
+    refuse_unfinished(text_dir)
     parts = sorted(n for n in os.listdir(text_dir) if _PART.match(n))
     for name in parts:
         if not os.path.isfile(os.path.join(text_dir, name)):

@@ -11,6 +11,8 @@ are processed in a pool; only the gather is serial.
 ``.text_pipeline.json`` in the output directory names every file this command wrote there, so a
 rerun with another shard count removes its own earlier shards and nothing else: files of the
 names it writes that it did not write (downloaded official shards) make it refuse the directory.
+It also says whether the last run finished: from its first output to its end it does not, so
+``make-dataset`` refuses the shards of a run killed midway (``refuse_unfinished``).
 """
 import glob
 import json
@@ -30,6 +32,7 @@ from mlperf_bert.dataset.wiki_cleanup import clean_text, universal_lines
 
 MIB = 1024 * 1024
 RECORD_NAME = ".text_pipeline.json"  # hidden: the directory otherwise holds what the reference makes
+WORK_NAME = ".text_pipeline_work"
 NUM_OUTPUTS = 500  # do_gather.py's --num_outputs: in every shard name, whatever the shard count
 
 
@@ -135,27 +138,56 @@ def _is_output_name(name):
     return name in ("eval.txt", "eval.md5") or (name.startswith("part-") and "-of-" in name)
 
 
-def read_record(output_dir):
-    """The names of the files text-pipeline runs wrote in ``output_dir`` (empty if none did)."""
+def _load_record(output_dir, fix="give an empty --output_dir"):
+    """(names of the files text-pipeline runs wrote in ``output_dir``, whether the last run finished:
+    None in an older version's record, which does not say); (empty, True) when none ran there.
+    ``fix``: what a damaged record's error tells the user to do."""
     path = os.path.join(output_dir, RECORD_NAME)
     if not os.path.exists(path):
-        return set()
+        return set(), True
     try:
         with open(path, encoding="utf-8") as f:
-            names = json.load(f)["outputs"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UserError("cannot read %s (%s): give an empty --output_dir" % (path, e))
+            record = json.load(f)
+        names, finished = record["outputs"], record.get("finished")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UserError("cannot read %s (%s): %s" % (path, e, fix))
     # a rerun removes the files it names: only this command's own names, in this folder
     bad = [n for n in names if not isinstance(n, str) or os.path.basename(n) != n or not _is_output_name(n)] \
         if isinstance(names, list) else [names]
     if bad:
-        raise UserError("%s names %r, not a file text-pipeline writes in %s: give an empty --output_dir (nothing "
-                        "it names is removed)" % (path, bad[0], output_dir))
-    return set(names)
+        raise UserError("%s names %r, not a file text-pipeline writes in %s: %s (nothing it names is removed)"
+                        % (path, bad[0], output_dir, fix))
+    return set(names), finished if isinstance(finished, bool) else None
 
 
-def write_record(output_dir, names):
-    write_json(os.path.join(output_dir, RECORD_NAME), {"outputs": sorted(names)}, indent=1)
+def read_record(output_dir):
+    """The names of the files text-pipeline runs wrote in ``output_dir`` (empty if none did)."""
+    return _load_record(output_dir)[0]
+
+
+def write_record(output_dir, names, finished):
+    write_json(os.path.join(output_dir, RECORD_NAME), {"outputs": sorted(names), "finished": finished}, indent=1)
+
+
+def refuse_unfinished(text_dir, what="--text_dir"):
+    """UserError when ``text_dir`` holds the outputs of a text-pipeline run that did not finish (killed,
+    or stopped by an error) or lacks a file its run wrote: its shards would be taken for the whole
+    text. A folder no text-pipeline run wrote (the reference's scripts, downloaded shards) has no
+    record and passes."""
+    fix = "rerun text-pipeline with the same flags to finish it"
+    names, finished = _load_record(text_dir, "make the text shards again with text-pipeline into an empty "
+                                             "--output_dir")
+    missing = sorted(n for n in names if not os.path.exists(os.path.join(text_dir, n)))
+    # An older version's record does not say whether its run finished: a killed one left its work folder.
+    if not missing and (finished or (finished is None and not os.path.isdir(os.path.join(text_dir, WORK_NAME)))):
+        return
+    if missing:
+        shown = ", ".join(missing[:3] + (["..."] if len(missing) > 3 else []))
+        why = "%d of the %d files its record %s lists are missing (%s)" % (len(missing), len(names), RECORD_NAME,
+                                                                          shown)
+    else:
+        why = "its record %s says its last run did not finish (its files may mix two runs)" % RECORD_NAME
+    raise UserError("%s %s holds an unfinished text-pipeline run: %s: %s" % (what, text_dir, why, fix))
 
 
 def refuse_foreign_outputs(output_dir, recorded):
@@ -187,12 +219,12 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
     input_files = sorted(input_files)
     check_writable_dir(os.path.join(output_dir, "eval.txt"))
     recorded = read_record(output_dir)
+    # first: a killed run's part-00001-of-00500.tmp-PID would be taken for a shard it did not write
+    remove_stale_temporaries(output_dir, sorted(recorded) + [RECORD_NAME])
     refuse_foreign_outputs(output_dir, recorded)
     groups = gather_plan([os.path.getsize(p) for p in input_files], block_size_mb * MIB)
     names = ["eval.txt", "eval.md5"] + [part_name(g) for g in range(len(groups))]
-    remove_stale_temporaries(output_dir, names + sorted(recorded) + [RECORD_NAME])
-    write_record(output_dir, recorded | set(names))  # before any output: a killed run's files are ours too
-    work_dir = os.path.join(output_dir, ".text_pipeline_work")
+    work_dir = os.path.join(output_dir, WORK_NAME)
     os.makedirs(work_dir, exist_ok=True)
     n = len(input_files)
     jobs = [(k, p, n, num_test_articles, seed, work_dir) for k, p in enumerate(input_files)]
@@ -204,6 +236,9 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
                                    unit="file", disable=not progress):
                 train_files.append(out)
                 eval_articles.extend(evals)
+        # Before the first output (a killed run's files are ours too), not before: a run stopped
+        # earlier has changed nothing, and the set an earlier run finished stays usable.
+        write_record(output_dir, recorded | set(names), finished=False)
         write_eval(output_dir, eval_articles)
         parts = []
         for g, group in enumerate(progress_bar(groups, desc="gather", unit="shard", disable=not progress)):
@@ -220,9 +255,9 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
             if os.path.exists(path):
                 os.remove(path)
                 print("text-pipeline: removed %s (written by an earlier run with another shard count)" % path)
-        write_record(output_dir, names)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
+    write_record(output_dir, names, finished=True)
     return parts
 
 

@@ -120,14 +120,19 @@ def ensure_space(needs):
             raise write_error(first, OSError(errno.ENOSPC, "no space"), needed=total)
 
 
-def check_writable_dir(path):
-    """Raise a UserError unless ``path``'s directory exists (or can be made) and is writable."""
-    d = os.path.dirname(os.path.abspath(path))
+def make_output_dir(d):
+    """``os.makedirs(d, exist_ok=True)``; a failure is a UserError naming ``d`` and the fix."""
     try:
         os.makedirs(d, exist_ok=True)
     except OSError as e:
         raise UserError("cannot create output directory %s: %s: %s" % (
             d, e.strerror, PATH_ERRNOS.get(e.errno, "give an output path that can be made")))
+
+
+def check_writable_dir(path):
+    """Raise a UserError unless ``path``'s directory exists (or can be made) and is writable."""
+    d = os.path.dirname(os.path.abspath(path))
+    make_output_dir(d)
     if not os.access(d, os.W_OK):
         raise UserError("output directory %s is not writable: choose another output path" % d)
 

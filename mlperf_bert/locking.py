@@ -22,7 +22,7 @@ import sys
 import time
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import pid_alive
+from mlperf_bert.fileio import make_output_dir, pid_alive
 
 DIR_LOCK_NAME = ".mlperf_bert.lock"
 # How long a refused run waits when the lock file names a holder that is not alive (its file is
@@ -199,10 +199,7 @@ class OutputLock:
 
 def _lock(path, is_dir, what):
     target = path if is_dir else os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(target, exist_ok=True)
-    except OSError as e:
-        raise UserError("cannot create output directory %s: %s" % (target, e.strerror))
+    make_output_dir(target)
     try:
         return OutputLock(path, is_dir, what).acquire()
     except OSError as e:

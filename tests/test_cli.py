@@ -202,12 +202,12 @@ def test_a_compressed_input_is_called_compressed_not_damaged(golden_dir, tmp_pat
     """A hostile sweep: a downloaded file not decompressed was "record 0 has a corrupt length (CRC
     mismatch): the file is damaged" (TFRecords: pick_eval_samples, the trainer, to-hdf5, pack), "is
     not UTF-8 text: convert it to UTF-8" (the generator, text-pipeline), "holds no part-XXXXX-of-XXXXX
-    text shard" (make-dataset on .gz shards); check-log named gzip alone. Each says what it is and
-    the tool that unpacks it."""
+    text shard" (make-dataset on .gz shards); check-log named gzip alone; a vocab.txt.gz was "not
+    UTF-8 text: give a BERT vocab.txt". Each says what it is and the tool that unpacks it."""
     import bz2
     import gzip
     import lzma
-    from mlperf_bert.dataset import make_dataset, pretraining_data, text_pipeline
+    from mlperf_bert.dataset import make_dataset, pretraining_data, text_pipeline, tokenization
     from mlperf_bert.dataset.tfrecord import read_records
     from mlperf_bert.errors import UserError
     from mlperf_bert.harness import records
@@ -220,7 +220,9 @@ def test_a_compressed_input_is_called_compressed_not_damaged(golden_dir, tmp_pat
                                     (".bz2", bz2.open, "bzip2-compressed", "bunzip2"),
                                     (".xz", lzma.open, "xz-compressed", "unxz")):
         packed_records, packed_text = tmp_path / ("records" + ext), text / ("part-00000-of-00001" + ext)
-        for path, original in ((packed_records, src), (packed_text, shard)):
+        packed_vocab = tmp_path / ("vocab.txt" + ext)
+        for path, original in ((packed_records, src), (packed_text, shard),
+                               (packed_vocab, os.path.join(ROOT, "tests", "data", "vocab.txt"))):
             with open(original, "rb") as f, opener(path, "wb") as out:
                 out.write(f.read(200000))
         said = "%%s is %s: %s it first" % (kind, tool)
@@ -229,6 +231,7 @@ def test_a_compressed_input_is_called_compressed_not_damaged(golden_dir, tmp_pat
                       [str(p)], [str(tmp_path / "o.tfrecord")], os.path.join(ROOT, "tests", "data", "vocab.txt"), progress=False),
                    "input file " + said % packed_text),
                   (lambda p=packed_text: text_pipeline.read_wiki_file(str(p)), said % packed_text),
+                  (lambda p=packed_vocab: tokenization.load_vocab(str(p)), said % packed_vocab),
                   (lambda p=packed_records: records.read_log(str(p)),
                    (said % packed_records) + " (the official checker reads plain text too)")]
     for call, message in cases:

@@ -428,3 +428,15 @@ def test_a_block_size_that_is_not_a_finite_positive_number_is_refused(tmp_path, 
                             "--num_test_articles=0", "--workers=1", "--noprogress", "--block_size_mb=" + value])
     assert str(e.value) == "--block_size_mb=%s: give a finite shard size in MiB > 0 (the reference's: 26.92)" % shown
     assert not out.exists()
+
+
+def test_an_output_dir_that_is_a_file_says_the_fix(wiki_files, tmp_path):
+    """A hostile sweep: text-pipeline --output_dir=FILE said "cannot create output directory FILE:
+    File exists" and no fix (its lock made the folder, with a message of its own); one message now."""
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    with pytest.raises(UserError) as e:
+        text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % wiki_files[0], "--output_dir=%s" % afile,
+                            "--num_test_articles=1", "--noprogress"])
+    assert str(e.value) == ("cannot create output directory %s: File exists: a file stands where a directory is "
+                            "expected: give another path, or move the file away" % afile)

@@ -238,6 +238,19 @@ def test_a_file_without_a_published_checksum_is_checked_against_its_own(made, tm
                             % paths["plain"]], lines
 
 
+@pytest.mark.parametrize("text", [b"", b"garbage\n"])
+def test_a_damaged_manifest_in_a_folder_is_one_line_not_ignored(tmp_path, text):
+    """A hostile sweep: a make-dataset folder whose manifest.tsv was emptied or overwritten was
+    checked as a folder without one (the records' own CRCs, the manifest UNKNOWN), "every file
+    checked matches", exit 0: what the manifest said went unchecked."""
+    write_records(str(tmp_path / "part-00000-of-00500"), [b"record"] * 2)
+    (tmp_path / checksums.MANIFEST_NAME).write_bytes(text)
+    with pytest.raises(UserError) as e:
+        checksums.main(["verify", str(tmp_path)])
+    assert str(e.value) == "%s is not a make-dataset manifest (first line must be %r): rerun make-dataset with the " \
+                           "same flags to write it again" % (tmp_path / checksums.MANIFEST_NAME, checksums.MANIFEST_HEADER)
+
+
 def test_a_make_dataset_folder_is_checked_against_its_own_manifest(tmp_path):
     """Issue 45: `verify DIR` on make-dataset's output ignored its manifest.tsv: 498 MISSING parts
     (the reference's 500) and "md5 not hashed ... md5 ?" for a size the reference publishes for the

@@ -167,7 +167,8 @@ def read_manifest(path):
     """``{name: (bytes, md5)}`` from a manifest written by make-dataset."""
     lines = read_lines(path, "manifest")
     if not lines or lines[0] != MANIFEST_HEADER:
-        raise UserError("%s is not a make-dataset manifest (first line must be %r)" % (path, MANIFEST_HEADER))
+        raise UserError("%s is not a make-dataset manifest (first line must be %r): rerun make-dataset with "
+                        "the same flags to write it again" % (path, MANIFEST_HEADER))
     table = {}
     for n, line in enumerate(lines[1:], 2):
         parts = line.split("\t")
@@ -245,9 +246,10 @@ def plan(paths, tables, manifest=None):
             names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n))
                            and not is_lock_file(n))  # a run's lock, or one a killed run left
             own = os.path.join(path, MANIFEST_NAME)
-            if manifest is None and MANIFEST_NAME in names and _is_manifest(own):
+            if manifest is None and MANIFEST_NAME in names:
                 # make-dataset's folder: its manifest says what it holds (the reference publishes
-                # sizes only for the full set); files it does not list are checked as any other
+                # sizes only for the full set); files it does not list are checked as any other.
+                # One damaged (emptied, overwritten) is refused: the folder was checked by nothing.
                 table = read_manifest(own)
                 for name in names:
                     if name != MANIFEST_NAME:

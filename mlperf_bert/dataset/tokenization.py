@@ -38,7 +38,8 @@ def load_vocab(vocab_file):
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise UserError("vocab file %s is not UTF-8 text: give a BERT vocab.txt" % vocab_file)
+        from mlperf_bert.fileio import compressed
+        raise UserError(compressed(vocab_file) or "vocab file %s is not UTF-8 text: give a BERT vocab.txt" % vocab_file)
     lines = text.replace("\r", "").split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -848,3 +848,17 @@ def test_a_pipe_given_as_a_log_is_one_line_not_a_wait(tmp_path):
                           text=True, timeout=60)
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == "error: cannot read log %s: it is a pipe: save the log to a file and pass that\n" % fifo
+
+
+def test_an_official_failure_is_its_check_and_line_without_the_checkers_state_dump(real_logs, tmp_path):
+    """A hostile sweep: each official CHECK failure came with the checker's state, "current context[s]={"
+    and "current line[v]={" (~20 unindented lines, the same for every line of the log): a log failing
+    at five lines printed 112. Each failure is its CHECK, the log line and the failed test, indented."""
+    log = edit(_copy(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt", tmp_path / "log.txt"), lambda lines: [
+        l.replace(', "epoch_num": 0}', "}") if '"key": "epoch_start"' in l else l for l in lines])
+    r = results(log, official=True)["official_checker"]
+    assert r.level == "FAIL" and "current" not in r.line, r.line
+    lines = r.line.split("\n")
+    assert lines[0] == "CHECK for 'epoch_start' failed in line 430:" and lines[1].startswith('      :::MLLOG {"namespace"')
+    assert lines[2] == "      failed test: ('epoch_num' in v['metadata']) | ('samples_count' in v['metadata'])", lines
+    assert len(lines) == 3, lines

@@ -603,10 +603,19 @@ def official_check(path):
         warnings = list(checker.warnings.values())
         if warnings:
             return Result("official_checker", WARN, "mlperf_logging training %s: SUCCESS with warnings" % RULESET,
-                          None, "\n      ".join(w.strip() for w in warnings[:5]))
+                          None, "\n      ".join(_brief(w) for w in warnings[:5]))
         return _res("official_checker", PASS, "mlperf_logging training %s: SUCCESS" % RULESET)
     return Result("official_checker", FAIL, "mlperf_logging training %s failed" % RULESET,
-                  None, "\n      ".join(m.strip() for m in messages[:10]))
+                  None, "\n      ".join(_brief(m) for m in messages[:10]))
+
+
+def _brief(message):
+    """An official checker's message without the state dump after its failed test ("current
+    context[s]={...}", "current line[v]={...}": ~20 lines each, the same for every line of a log),
+    its lines indented as one result's."""
+    lines = message.strip().splitlines()
+    cut = next((i for i, line in enumerate(lines) if line.startswith("current context")), len(lines))
+    return "\n      ".join(lines[:cut])
 
 
 def check_log(path, official=True, records=None):

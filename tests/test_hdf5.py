@@ -328,11 +328,18 @@ def test_a_flipped_byte_is_caught_as_it_is_read(made, tmp_path, kind, dataset, i
     ("plain", "position", "{path}: record 0 has a masked_lm_positions outside its 128 tokens: the file is damaged, "
                           "or not BERT pre-training data of this --max_seq_length: make it again"),
     ("packed", "position", "{path}: a row has a nsp_positions outside its 128 tokens: the file is damaged, pack it "
-                           "again")])
+                           "again"),
+    ("plain", "segment", "{path}: record 0 has segment_ids 5, where BERT pre-training data holds 0 or 1: the file is "
+                         "damaged, or not made by create_pretraining_data: make it again"),
+    ("packed", "segment", "{path}: a row has segment_ids 5, where packed BERT pre-training data holds 0 or 1: the "
+                          "file is damaged, pack it again"),
+    ("packed", "weight", "{path}: a row has masked_lm_weights nan, where packed BERT pre-training data holds a finite "
+                         "number (0 or 1): the file is damaged, pack it again")])
 def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, kind, change, message):
     """A hostile sweep: a dataset cut shorter than the others ended the trainer in h5py's IndexError
     ("Fancy indexing out of range"); a position past the row, in a file without row checksums (made
-    before they were written), in torch's "index out of range". Each is one line naming the file."""
+    before they were written), in torch's "index out of range"; a segment id past 1 in an embedding's
+    IndexError, a NaN weight trained NaN. Each is one line naming the file."""
     import h5py
     from mlperf_bert.trainer import loader, packed_loader
     path = _copy(made[kind], str(tmp_path / os.path.basename(made[kind])))
@@ -345,9 +352,10 @@ def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, ki
             h[name] = data
         else:
             del h[hdf5.ROW_CHECKSUMS]
-            name = "masked_lm_positions" if kind == "plain" else "nsp_positions"
+            name, value = {"position": ("masked_lm_positions" if kind == "plain" else "nsp_positions", 5000),
+                           "segment": ("segment_ids", 5), "weight": ("masked_lm_weights", float("nan"))}[change]
             values = h[name][...]
-            values[0, 0] = 5000
+            values[0, 0] = value
             h[name][...] = values
     ds = packed_loader.PackedBatches([path], 8, repeat=False) if kind == "packed" else \
         loader.PretrainingBatches([path], 128, 20, 8, repeat=False, shuffle=False)

@@ -1378,3 +1378,37 @@ def test_num_gpus_in_one_process_points_to_the_wrapper_not_bare_torchrun(files, 
     assert str(e.value) == ("--num_gpus=2 in one process: launch with python -m mlperf_bert torchrun "
                             "--nproc_per_node=2 run_pretraining.py ... (or NUM_GPUS=2 train_model.sh)")
 
+
+
+@pytest.mark.parametrize("name,value,allowed", [("input_ids", -5, ">= 0"), ("masked_lm_ids", -3, ">= 0"),
+                                                ("segment_ids", 5, "0 or 1"), ("next_sentence_labels", 7, "0 or 1"),
+                                                ("input_mask", 2, "0 or 1"),
+                                                ("masked_lm_weights", float("nan"), "a finite number (0 or 1)")])
+def test_a_record_with_a_value_no_bert_data_holds_is_one_line(files, tmp_path, name, value, allowed):
+    """A hostile sweep: a record with good checksums but a negative token id, a segment id or NSP label
+    past 1 ended the run mid-training in a 28-49 line IndexError/RuntimeError traceback (in the eval
+    set: at the first eval, hours in, after its checkpoints); a masked_lm_weights of NaN trained NaN to
+    the end, exit 0. Each is one line naming the file, the record and the value: found where the
+    record is read, for the eval set (read whole at the start) before anything is trained."""
+    from mlperf_bert.dataset.example import decode_pretraining_example, encode_example
+    recs = list(tfrecord.read_records(files["train"]))
+    good = decode_pretraining_example(recs[0], 128, 20, where="record 0")
+    feats = {k: v.tolist() for k, v in good.items()}
+    feats[name] = [value] + feats[name][1:]
+    bad = encode_example([(k, "float" if k == "masked_lm_weights" else "int64", feats[k]) for k in (
+        "input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights",
+        "next_sentence_labels")])
+    train, evals = str(tmp_path / "train.tfrecord"), str(tmp_path / "eval.tfrecord")
+    tfrecord.write_records(train, recs[:40] + [bad] + recs[41:])  # past the start's look at record 0
+    tfrecord.write_records(evals, list(tfrecord.read_records(files["eval"]))[:3] + [bad])
+    shown = "nan" if name == "masked_lm_weights" else str(value)
+    why = "has %s %s, where BERT pre-training data holds %s: the file is damaged, or not made by " \
+          "create_pretraining_data: make it again" % (name, shown, allowed)
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(tmp_path / "out"), input_file=train, noshuffle=True, num_workers=0,
+                                num_train_steps=12, save_checkpoints_steps=100, shuffle_buffer=None))
+    assert str(e.value) == "%s: record 40 %s" % (train, why)
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(tmp_path / "out2"), eval_input_file=evals, num_train_steps=12))
+    assert str(e.value) == "%s: record 3 %s" % (evals, why)
+    assert _no_checkpoints(str(tmp_path / "out2"))

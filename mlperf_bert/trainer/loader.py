@@ -37,6 +37,30 @@ def is_hdf5(path):
     return path.endswith(HDF5_SUFFIXES)
 
 
+def value_problem(batch, packed=False):
+    """(feature, row, value, what it may hold) of the first value in ``batch`` (name -> [rows, ...]
+    arrays) that no BERT pre-training record holds, or None. Records with good checksums but such a
+    value (a negative id, a segment id or NSP label past 1, a masked_lm_weights of NaN) ended the
+    step in an embedding's or a loss's index error (a traceback; for the eval set, at the first
+    eval, hours in), or trained NaN to the end. Token ids past the model's vocab_size: read_batch."""
+    rules = [("input_ids", 0, None, ">= 0"), ("masked_lm_ids", 0, None, ">= 0"), ("segment_ids", 0, 1, "0 or 1"),
+             ("next_sentence_labels", -1 if packed else 0, 1, "-1 (no sequence), 0 or 1" if packed else "0 or 1")]
+    if not packed:  # (a packed row's input_mask numbers its sequences)
+        rules.append(("input_mask", 0, 1, "0 or 1"))
+    for name, lo, hi, allowed in rules:
+        a = np.asarray(batch[name])
+        bad = (a < lo) | (a > hi) if hi is not None else a < lo
+        if bad.any():
+            row = int(np.flatnonzero(bad.reshape(len(a), -1).any(1))[0])
+            return name, row, a[row][bad[row]].flat[0].item(), allowed
+    w = np.asarray(batch["masked_lm_weights"])
+    bad = ~np.isfinite(w)
+    if bad.any():
+        row = int(np.flatnonzero(bad.reshape(len(w), -1).any(1))[0])
+        return "masked_lm_weights", row, w[row][bad[row]].flat[0].item(), "a finite number (0 or 1)"
+    return None
+
+
 def _hdf5_count(path):
     from mlperf_bert.dataset import hdf5, packing
     with hdf5.open_file(path) as h:  # packed files are counted in rows
@@ -147,6 +171,13 @@ class _Reader:
             raise UserError("%s: record %d has a masked_lm_positions outside its %d tokens: the file is damaged, or "
                             "not BERT pre-training data of this --max_seq_length: make it again"
                             % (path, offset if is_hdf5(path) else index, self.seq))
+        problem = value_problem(out)
+        if problem:
+            name, row, value, allowed = problem
+            path, offset, _, index = items[row]
+            raise UserError("%s: record %d has %s %s, where BERT pre-training data holds %s: the file is damaged, "
+                            "or not made by create_pretraining_data: make it again"
+                            % (path, offset if is_hdf5(path) else index, name, value, allowed))
         return out
 
     def close(self):

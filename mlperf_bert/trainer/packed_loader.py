@@ -12,6 +12,7 @@ import torch
 
 from mlperf_bert.dataset import hdf5, packing
 from mlperf_bert.errors import UserError
+from mlperf_bert.trainer import loader
 
 
 def check_files(files, max_seq_length, max_predictions_per_seq):
@@ -122,6 +123,12 @@ class PackedBatches(torch.utils.data.IterableDataset):
                 raise UserError("%s: a row has token id %d but the model's vocab_size is %d: use the "
                                 "bert_config.json that matches the vocab the data was made with"
                                 % (self.files[items[0][0]], top, self.vocab_size))
+        problem = loader.value_problem(batch, packed=True)
+        if problem:
+            name, _, value, allowed = problem
+            raise UserError("%s: a row has %s %s, where packed BERT pre-training data holds %s: the file is damaged, "
+                            "pack it again" % (",".join(sorted({self.files[fi] for fi, _ in items})), name, value,
+                                               allowed))
         seq = batch["input_ids"].shape[1]
         for name in ("position_ids", "masked_lm_positions", "nsp_positions"):  # indices into a row
             if batch[name].numel() and not (0 <= int(batch[name].min()) and int(batch[name].max()) < seq):

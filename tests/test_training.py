@@ -1412,3 +1412,34 @@ def test_a_record_with_a_value_no_bert_data_holds_is_one_line(files, tmp_path, n
         training.main(flags_for(files, str(tmp_path / "out2"), eval_input_file=evals, num_train_steps=12))
     assert str(e.value) == "%s: record 3 %s" % (evals, why)
     assert _no_checkpoints(str(tmp_path / "out2"))
+
+
+def test_a_run_whose_weights_are_no_longer_finite_ends_at_the_next_eval(files, uninterrupted, tmp_path, capsys):
+    """A hostile sweep: a run whose weights became NaN (a learning rate too high, a damaged record)
+    trained on in NaN to its step budget (every eval NaN loss, accuracy 0), exit 0, status aborted:
+    on a real run, hours of nothing. The eval's loss, all-reduced, says it on every rank at once: the
+    run ends there, status aborted, its log compliant (train_samples at that eval), one warning line,
+    and a rerun has nothing to do. A run that stays finite is not touched (the tests above)."""
+    full, _ = uninterrupted
+    state = torch.load(os.path.join(full, "model.ckpt-30.pt"), weights_only=False)
+    name = "bert.embeddings.word_embeddings"
+    state["model"][name][0, 0] = float("nan")  # token 0 ([PAD]): in every record's padding
+    init = str(tmp_path / "nan.pt")
+    torch.save({"model": state["model"]}, init)
+    out = str(tmp_path / "out")
+    argv = flags_for(files, out, init_checkpoint=init, eval_input_file=files["eval"], eval_frequency=16,
+                     steps_per_update=1, num_train_steps=30, save_checkpoints_steps=100, num_workers=0, log_frequency=4)
+    capsys.readouterr()
+    assert training.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "warning: the eval at 16 samples has masked_lm_loss nan: the model diverged (its weights are no longer " \
+           "finite); the run ends here, status aborted, instead of training on in NaN\n" in err, err
+    recs, evals = _evals(os.path.join(out, "mlperf.log"))
+    assert [s for s, _ in evals] == [16]
+    last = {r["key"]: r for r in recs}
+    assert last["run_stop"]["metadata"]["status"] == "aborted" and last["train_samples"]["value"] == 16
+    assert os.path.exists(os.path.join(out, "model.ckpt-4.pt")) and not os.path.exists(os.path.join(out, "model.ckpt-5.pt"))
+    from mlperf_bert.harness import compliance
+    got = {r.rule: r.level for r in compliance.check_log(os.path.join(out, "mlperf.log"), official=False)}
+    assert {k: v for k, v in got.items() if v == "FAIL"} == {"stop_at_target": "FAIL"}, got  # not converged, nothing else
+    assert training.main(argv) == 0 and "nothing to do" in capsys.readouterr().out.lower()

@@ -13,10 +13,12 @@ files trainer/checkpoint.py, metrics trainer/evaluation.py.
 import contextlib
 import dataclasses
 import functools
+import math
 import os
 import random
 import re
 import signal
+import sys
 import time
 import typing
 
@@ -579,6 +581,7 @@ class Loop:
         self.cfg, self.trainer, self.log, self.stop = cfg, trainer, log, stop
         self.eval_set, self.freq, self.extra = eval_set, freq, extra
         self.status, self.metrics, self.last, self.bar = C.ABORTED, None, None, None
+        self.diverged = False  # an eval's loss not finite: the weights are not (the same on every rank)
 
     def train(self, state, train_files, packed, seed, held):
         """From ``state`` to the target, the step budget or a SIGTERM/SIGINT; ``held``: the run's
@@ -630,6 +633,9 @@ class Loop:
                 self.online_eval()
                 while s.next_eval <= s.samples:
                     s.next_eval += self.freq
+            # diverged: every later step and eval would be NaN (LAMB's update of a NaN gradient is NaN),
+            # and the run would train on to its step budget; it ends here, status aborted, as it would then
+            end = end or self.diverged
             # ranks agree on a SIGTERM at update boundaries, by a vote of the host that waits for no device
             halt = (updated and self.vote(self.stop.requested)) if trainer.world > 1 else self.stop.requested
             every = cfg.checkpoint.save_checkpoints_steps
@@ -638,6 +644,8 @@ class Loop:
                 self.save(final=halt or end or self.status == C.SUCCESS)
             if halt:
                 return self.halted()
+            if self.diverged:
+                break
         return self.finish(train_files)
 
     # ---- the hooks
@@ -693,6 +701,12 @@ class Loop:
         self.trainer.scalars.eval(samples, m)
         self.state.evals.append((samples, m["masked_lm_accuracy"]))
         self.metrics = m
+        if not math.isfinite(m["masked_lm_loss"]):  # all-reduced: every rank sees it
+            self.diverged = True
+            if self.trainer.rank == 0:
+                print("warning: the eval at %d samples has masked_lm_loss %s: the model diverged (its weights are no "
+                      "longer finite); the run ends here, status aborted, instead of training on in NaN"
+                      % (samples, m["masked_lm_loss"]), file=sys.stderr, flush=True)
         if m["masked_lm_accuracy"] >= self.cfg.eval.target_mlm_accuracy:
             self.status = C.SUCCESS
 

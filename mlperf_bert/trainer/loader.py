@@ -47,17 +47,15 @@ def value_problem(batch, packed=False):
              ("next_sentence_labels", -1 if packed else 0, 1, "-1 (no sequence), 0 or 1" if packed else "0 or 1")]
     if not packed:  # (a packed row's input_mask numbers its sequences)
         rules.append(("input_mask", 0, 1, "0 or 1"))
-    for name, lo, hi, allowed in rules:
+    checks = [(name, lambda a, lo=lo, hi=hi: (a < lo) | (a > hi) if hi is not None else a < lo, allowed)
+              for name, lo, hi, allowed in rules]
+    checks.append(("masked_lm_weights", lambda a: ~np.isfinite(a), "a finite number (0 or 1)"))
+    for name, is_bad, allowed in checks:
         a = np.asarray(batch[name])
-        bad = (a < lo) | (a > hi) if hi is not None else a < lo
+        bad = is_bad(a)
         if bad.any():
             row = int(np.flatnonzero(bad.reshape(len(a), -1).any(1))[0])
             return name, row, a[row][bad[row]].flat[0].item(), allowed
-    w = np.asarray(batch["masked_lm_weights"])
-    bad = ~np.isfinite(w)
-    if bad.any():
-        row = int(np.flatnonzero(bad.reshape(len(w), -1).any(1))[0])
-        return "masked_lm_weights", row, w[row][bad[row]].flat[0].item(), "a finite number (0 or 1)"
     return None
 
 

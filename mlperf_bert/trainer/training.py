@@ -609,7 +609,7 @@ class Loop:
         self.step0, self.samples0 = s.step, s.samples
         if s.loss_sum is None:
             s.loss_sum = torch.zeros((), device=trainer.device)
-        while self.status != C.SUCCESS and s.step < max_steps and s.samples < max_samples:
+        while self.status != C.SUCCESS and not self.diverged and s.step < max_steps and s.samples < max_samples:
             if not s.block_open:
                 # BERT counts "epochs" in samples: a block is the eval interval starting here.
                 s.block_first = s.samples
@@ -644,8 +644,6 @@ class Loop:
                 self.save(final=halt or end or self.status == C.SUCCESS)
             if halt:
                 return self.halted()
-            if self.diverged:
-                break
         return self.finish(train_files)
 
     # ---- the hooks

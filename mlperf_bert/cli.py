@@ -4,7 +4,7 @@ import os
 import signal
 import sys
 
-from mlperf_bert.errors import Terminated, UserError, install_sigterm_handler, sigterm_lost
+from mlperf_bert.errors import Terminated, UserError, first_signal, install_sigterm_handler, sigterm_lost
 from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 
@@ -20,7 +20,7 @@ def quiet_start(on_stop=None):
     first by the entry points that import torch."""
     if on_stop is not None:
         def stop(signum, frame):
-            line, status = on_stop(signal.Signals(signum).name)
+            line, status = on_stop(signal.Signals(first_signal(signum, frame, stop)).name)
             sys.stderr.write(line)
             sys.stderr.flush()
             os._exit(status)

@@ -21,7 +21,7 @@ import time
 
 from mlperf_bert import flags
 from mlperf_bert.dataset import vocab
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import UserError, first_signal
 from mlperf_bert.fileio import atomic_open, write_json
 from mlperf_bert.dataset.sentences import split_sentences
 from mlperf_bert.harness import package as pkg, run_state
@@ -83,7 +83,7 @@ def _run(cmd, what, env=None):
     got, proc = [], None
 
     def forward(signum, frame):
-        got.append(signum)
+        got.append(first_signal(signum, frame, forward))
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
     # set before the step starts: a signal while Popen starts it is passed on once it has (set

@@ -49,6 +49,21 @@ def install_sigterm_handler():
         pass
 
 
+def first_signal(signum, frame, handler):
+    """The stop signal a ``handler(signum, frame)`` acts on: ``signum``, or, when this call runs
+    inside a call of the same handler (``frame`` or one it was called from) for another signal, the
+    first of them. CPython runs the handler of a signal that arrives just as an earlier signal's
+    handler is entered inside that call, before its first line; so without this, under load, the
+    later signal decided (start_training.sh sends SIGINT, then SIGTERM, and a Ctrl-C was named SIGTERM).
+    The handler's first argument must be called ``signum``."""
+    code = getattr(handler, "__func__", handler).__code__
+    while frame is not None:
+        if frame.f_code is code:
+            signum = frame.f_locals.get("signum", signum)
+        frame = frame.f_back
+    return signum
+
+
 def _exit_quietly(signum, frame):
     # terminate_pool repeats the SIGTERM: a repeat must not cut the unwinding (the atomic
     # writer's removal of its temporary) this one starts

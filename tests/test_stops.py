@@ -703,6 +703,60 @@ def test_sigint_checkpoints_and_says_sigint(files, tmp_path, capsys, monkeypatch
         "to resume")
 
 
+def _nested_at_entry(handler, first, second, call, at=None):
+    """``call()`` makes ``handler(first, ...)`` run; ``handler(second, ...)`` is then run at that
+    call's entry (or at the entry of the function ``at`` it calls with ``first``), before its first
+    line, with that frame, as CPython does when ``second`` arrives just then. What the second call
+    raised (the init's stop), or None."""
+    code = getattr(at or handler, "__func__", at or handler).__code__
+    raised = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is code and frame.f_locals["signum"] == first:
+            sys.settrace(None)
+            try:
+                handler(second, frame)
+            except BaseException as e:  # noqa: B036 (Terminated is raised on, from the first call's entry)
+                raised.append(e)
+        return None
+    sys.settrace(tracer)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return raised[0] if raised else None
+
+
+def test_the_first_of_two_signals_names_the_stop_when_the_second_runs_inside_its_handler():
+    """Left by issue 45's sixteenth stop: under load a Ctrl-C through start_training.sh (SIGINT, then
+    SIGTERM) was named SIGTERM, exit 143 for 130: CPython ran SIGTERM's handler inside SIGINT's, at
+    its entry, so SIGTERM came first to the handler. The first signal names it, in the loop and in
+    the untimed init; the torchrun wrapper, the start handler (cli.quiet_start) and the demo ask the
+    same helper, tested here too."""
+    from mlperf_bert.errors import Terminated, first_signal
+    from mlperf_bert.trainer import training
+    stop = training._Stop()
+    stop.started()
+    assert _nested_at_entry(stop._handle, signal.SIGINT, signal.SIGTERM,
+                            lambda: stop._handle(signal.SIGINT, None)) is None
+    assert (stop.requested, stop.name, stop.status, stop.received) == (True, "SIGINT", 130, 2)
+    stop = training._Stop()  # in the untimed init: the stop is raised at once, named by the first
+    stop.resumable = True
+    e = _nested_at_entry(stop._handle, signal.SIGINT, signal.SIGTERM, lambda: stop._handle(signal.SIGINT, None))
+    assert isinstance(e, Terminated) and e.status == 130 and e.line.startswith("SIGINT in the untimed init")
+    # the helper behind it, also from deeper inside the first call, and for the later signal alone
+    got = []
+
+    def handler(signum, frame):
+        got.append(first_signal(signum, frame, handler))
+    _nested_at_entry(handler, signal.SIGINT, signal.SIGTERM, lambda: handler(signal.SIGINT, None))
+    assert got == [signal.SIGINT, signal.SIGINT]
+    assert first_signal(signal.SIGTERM, sys._getframe(), handler) == signal.SIGTERM
+    got.clear()
+    _nested_at_entry(handler, signal.SIGINT, signal.SIGTERM, lambda: handler(signal.SIGINT, None), at=first_signal)
+    assert got == [signal.SIGINT, signal.SIGINT]
+
+
 # A rank that failed with its one line and status (a peer or its loader worker gone), while torchrun
 # SIGTERMs the ranks left: the signal lands in its exit (an atexit callback runs then)
 EXIT_RACE = textwrap.dedent("""\

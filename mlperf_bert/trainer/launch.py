@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 
-from mlperf_bert.errors import UserError, die_with_parent
+from mlperf_bert.errors import UserError, die_with_parent, first_signal
 from mlperf_bert.fileio import proc_stat
 
 SHUTDOWN_TIMEOUT = "300"
@@ -374,8 +374,9 @@ def _run(args, env):
         # the scheduler's own (agent)
         if not got:
             got.append(signum)
+            got[0] = first_signal(signum, frame, on_signal)
             if proc is not None:
-                _send(proc, signum if _has_children(proc.pid) else signal.SIGTERM)
+                _send(proc, got[0] if _has_children(proc.pid) else signal.SIGTERM)
 
     # set before torchrun starts: in its own group, it would outlive a wrapper that a signal
     # ended while Popen started it, and train to the end

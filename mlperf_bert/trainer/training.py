@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from mlperf_bert import flags
-from mlperf_bert.errors import Terminated, UserError
+from mlperf_bert.errors import Terminated, UserError, first_signal
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
 from mlperf_bert.trainer import (checkpoint, cpu_memory, distributed, evaluation, levers, loader, preflight,
                                  run_config, tensorboard, throughput)
@@ -164,13 +164,14 @@ class _Stop:
         self.received += 1
         if self.requested:
             return
-        self.requested, self.signum = True, signum
+        self.requested = True  # first: a signal that comes while first_signal runs returns above
+        self.signum = first_signal(signum, frame, self._handle)
         if self.in_init:
-            name = signal.Signals(signum).name
+            name = signal.Signals(self.signum).name
             # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
             if self.resumable:
                 line, status = ("%s in the untimed init, before run_start: stopped at once, nothing trained; "
-                                "rerun the same command to resume" % name), 128 + signum
+                                "rerun the same command to resume" % name), 128 + self.signum
             else:
                 line, status = ("%s in the untimed init, before run_start: stopped at once, nothing trained and "
                                 "nothing saved (exit %d, not 143: no checkpoint holds the run); rerun the same "

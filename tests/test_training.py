@@ -277,7 +277,7 @@ def two_nodes(files, tmp_path_factory):
     own disk (the same relative --output_dir from its own working directory): a run killed after
     its checkpoint model.ckpt-3.pt, then one launch (RUNS_IN_ONE_LAUNCH) of: the killed run's
     command with another --learning_rate (refused), the same command (resumes), the uninterrupted
-    run (--output_dir=full) and the two 2-rank runs of _equal_runs. -> dict: disks, the ranks'
+    run (--output_dir=full), the two 2-rank runs of _equal_runs and a run from NaN weights. -> dict: disks, the ranks'
     state in model.ckpt-3.pt as the kill left it, each node's output of the second launch and its
     status."""
     import socket
@@ -312,9 +312,17 @@ def two_nodes(files, tmp_path_factory):
     ranks = torch.load(str(disks[0] / "out" / "model.ckpt-3.pt"), weights_only=False)["ranks"]
     changed = [a if not a.startswith("--learning_rate=") else "--learning_rate=0.02" for a in argv]
     full = [a if not a.startswith("--output_dir=") else "--output_dir=full" for a in argv]
+    # run 5: weights no longer finite (test_two_ranks_whose_weights_are_no_longer_finite_end_at_the_same_eval)
+    state = torch.load(str(disks[0] / "out" / "model.ckpt-3.pt"), weights_only=False)["model"]
+    state["bert.embeddings.word_embeddings"][0, 0] = float("nan")  # token 0 ([PAD]): in every record
+    torch.save({"model": state}, str(tmp / "nan.pt"))
+    nan = flags_for(files, "nan", init_checkpoint=str(tmp / "nan.pt"), eval_input_file=files["eval"],
+                    eval_frequency=16, train_batch_size=8, steps_per_update=1, num_train_steps=30,
+                    save_checkpoints_steps=100, num_workers=0, log_frequency=4)
+    nan[0] = argv[0]
     script = tmp / "runs.py"
     script.write_text(RUNS_IN_ONE_LAUNCH)
-    procs = launch([str(script), json.dumps([changed, argv, full] + _equal_runs(files, tmp, 2))])
+    procs = launch([str(script), json.dumps([changed, argv, full] + _equal_runs(files, tmp, 2) + [nan])])
     try:
         outs = [p.communicate(timeout=300)[0] for p in procs]
     finally:
@@ -369,6 +377,22 @@ def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_ru
         assert "run 1: status 0" in out and "run 2: status 0" in out, out[-3000:]
     assert not [n for n in os.listdir(str(disks[1] / "out")) if n.endswith(".pt")]
     assert_bit_identical(str(disks[0] / "full" / "model.ckpt-8.pt"), str(disks[0] / "out" / "model.ckpt-8.pt"))
+
+
+@pytest.mark.slow
+def test_two_ranks_whose_weights_are_no_longer_finite_end_at_the_same_eval(two_nodes):
+    """Left by issue 45's sixteenth stop: the stop of a diverged run (below) on 2 ranks, untested. The
+    eval's loss is all-reduced, so both ranks see NaN at the same eval and end there together: no
+    rank trains on alone (its peer gone, a hang or a lost-peer failure), one warning line (rank 0's),
+    status 0, the log's run_stop aborted at that eval. Run 5 of the fixture two_nodes's launch."""
+    warning = "warning: the eval at 16 samples has masked_lm_loss nan: the model diverged"
+    for node, out in enumerate(two_nodes["outs"]):
+        assert two_nodes["status"][node] == 0 and "run 5: status 0" in out, out[-3000:]
+        assert out.count(warning) == (1 if node == 0 else 0), out[-3000:]
+    recs, evals = _evals(str(two_nodes["disks"][0] / "nan" / "mlperf.log"))
+    last = {r["key"]: r for r in recs}
+    assert [s for s, _ in evals] == [16] and last["run_stop"]["metadata"]["status"] == "aborted"
+    assert last["train_samples"]["value"] == 16
 
 
 def _evals(log_path):

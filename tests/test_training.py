@@ -379,6 +379,18 @@ def test_two_nodes_with_local_disks_killed_and_rerun_end_as_one_uninterrupted_ru
     assert_bit_identical(str(disks[0] / "full" / "model.ckpt-8.pt"), str(disks[0] / "out" / "model.ckpt-8.pt"))
 
 
+def test_a_checkpoint_of_two_ranks_is_not_resumed_by_one(files, two_nodes, tmp_path):
+    """The resume of a 2-rank checkpoint (two_nodes's model.ckpt-3.pt, mid-accumulation: each rank's
+    own gradients) by one process is refused in one line naming the file and both counts."""
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(str(two_nodes["disks"][0] / "out" / "model.ckpt-3.pt"), str(out))
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(out), bert_config_file=files["config"], **TWO_NODES))
+    assert str(e.value) == ("checkpoint %s was written by 2 ranks, this run has 1: resume with the same number"
+                            % (out / "model.ckpt-3.pt"))
+
+
 @pytest.mark.slow
 def test_two_ranks_whose_weights_are_no_longer_finite_end_at_the_same_eval(two_nodes):
     """Left by issue 45's sixteenth stop: the stop of a diverged run (below) on 2 ranks, untested. The

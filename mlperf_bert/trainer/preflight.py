@@ -340,7 +340,8 @@ def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_pat
     checkpoint.check_same_run(saved, cfg.identity(seed, train_files, eval_files, init_ckpt,
                                                              config.to_dict()), path)
     if len(ckpt["ranks"]) != world:
-        raise UserError("checkpoint %s was written by %d ranks, this run has %d: resume with "
-                        "the same number" % (path, len(ckpt["ranks"]), world))
+        n = len(ckpt["ranks"])
+        raise UserError("checkpoint %s was written by %d rank%s, this run has %d: resume with "
+                        "the same number" % (path, n, "" if n == 1 else "s", world))
     if ckpt.get("mlperf_log"):
         check_prefix(log_path, *ckpt["mlperf_log"], what="checkpoint %s" % os.path.basename(path))

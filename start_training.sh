@@ -130,11 +130,14 @@ for arg in "$@"; do
     # absl reads a flag file where it stands, after the --seed this script gives: its seed won
     --flagfile|--flagfile=*) die "$arg: give the file's flags as arguments instead (the trainer reads a flag file" \
       "past these checks: its --seed would be every run's, its --output_dir not where the runs are looked for)" ;;
+    --) die "'--': give the trainer's flags without it (--name=value; after '--' the trainer ignores them)" ;;
     -*) ;;
     *) die "unexpected argument '$arg': pass trainer flags as --name=value (settings as environment variables, see --help)" ;;
   esac
 done
 case "${DROP_CACHES:=auto}" in 0|1|auto) ;; *) die "DROP_CACHES=$DROP_CACHES must be 0, 1 or auto" ;; esac
+case "${CHECK_LOG:=1}" in 0|1) ;; *) die "CHECK_LOG=$CHECK_LOG must be 0 or 1 (1: the log checker on each finished run's log)" ;; esac
+case "${CHECK_ONLY:=0}" in 0|1) ;; *) die "CHECK_ONLY=$CHECK_ONLY must be 0 or 1 (1: check the settings, start no run)" ;; esac
 DROP_CACHES_FILE="${MLPERF_DROP_CACHES_FILE:-/proc/sys/vm/drop_caches}"  # another file: the tests only
 # Decimal whole numbers (bash would read 010 as octal and fail on 08 or abc).
 [[ "${NUM_RUNS:=1}" =~ ^[0-9]{1,9}$ ]] && (( 10#$NUM_RUNS >= 1 )) || die "NUM_RUNS=$NUM_RUNS must be a whole number >= 1"
@@ -142,6 +145,10 @@ NUM_RUNS=$((10#$NUM_RUNS))
 if [[ -n "${SEED:-}" ]]; then
   [[ "$SEED" =~ ^[0-9]{1,18}$ ]] || die "SEED=$SEED must be a whole number >= 0 (decimal) of at most 18 digits, or unset for a random seed"
   SEED=$((10#$SEED))
+  # run i gets SEED+i: the last run's seed must be one too (train_model.sh's check would refuse it
+  # only once the runs before it had trained)
+  (( SEED + NUM_RUNS - 1 <= 999999999999999999 )) || die "SEED=$SEED with NUM_RUNS=$NUM_RUNS: the last run's" \
+    "seed SEED+$((NUM_RUNS - 1)) has more than 18 digits: give a smaller SEED"
 fi
 
 if [[ -z "${PYTHON:-}" ]]; then
@@ -189,7 +196,8 @@ done
 [[ "${DRY_RUN:-0}" == 0 ]] || die "DRY_RUN=$DRY_RUN is train_model.sh's (it prints the trainer's command): run" \
   "train_model.sh with it; CHECK_ONLY=1 start_training.sh checks the settings"
 for arg; do
-  [[ "$arg" == --dry_run* || "$arg" == --nodry_run ]] && die "$arg is train_model.sh's: run train_model.sh with it"
+  [[ "$arg" == --dry_run* || "$arg" == --nodry_run ]] && die "$arg is train_model.sh's: run train_model.sh --dry_run" \
+    "(or DRY_RUN=1 train_model.sh) to print the trainer's command"
 done
 # one compile cache for the series: runs 1..N-1 (and reruns) load what run 0 compiled
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$OUTPUT_DIR/compile_cache}"
@@ -198,6 +206,11 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   if (( $# )); then
     die "arguments ($*) but no DATA_DIR: set DATA_DIR (or INPUT_FILES) for a run; run without arguments for the demo"
   fi
+  # the demo makes its data and runs once, with its own seed: nothing of these applies to it
+  (( CHECK_ONLY == 0 )) || die "CHECK_ONLY=$CHECK_ONLY but no DATA_DIR: the built-in demo has no settings to check;" \
+    "set DATA_DIR (or INPUT_FILES) to check a run's"
+  [[ -z "${SEED:-}" && "$NUM_RUNS" == 1 ]] || die "SEED or NUM_RUNS set but no DATA_DIR: the built-in demo runs" \
+    "once with its own seed; set DATA_DIR (or INPUT_FILES) for a run or a series"
   launching=1
   stop_if_signalled "the demo" "$OUTPUT_DIR/demo/train"  # (where it keeps its checkpoints)
   echo "$ME: DATA_DIR is not set: running the built-in demo (python -m mlperf_bert demo)"
@@ -210,10 +223,18 @@ fi
 if [[ -z "${TRAIN_MODEL:-}" ]]; then
   # (after a signal, or one that ended it: the first run's check says the stop)
   [[ -n "$got_signal" ]] || CHECK_ONLY=files "$HERE/train_model.sh" "$@" || [[ -n "$got_signal" ]] || exit 2
+else  # one's own script: its settings are its own to check; that it runs, ours (builtins: no process)
+  command -v -- "$TRAIN_MODEL" >/dev/null && [[ ! -d "$TRAIN_MODEL" ]] || die "TRAIN_MODEL=$TRAIN_MODEL is not a" \
+    "command or executable file: give the training script's path, or unset it for train_model.sh"
 fi
-if [[ "${CHECK_ONLY:-0}" != 0 ]]; then
+if [[ "$CHECK_ONLY" != 0 ]]; then
   stop_if_signalled "the check's end" "$OUTPUT_DIR"
-  echo "$ME: CHECK_ONLY=$CHECK_ONLY: the settings pass train_model.sh's checks; no run started"
+  if [[ -n "${TRAIN_MODEL:-}" ]]; then
+    echo "$ME: CHECK_ONLY=$CHECK_ONLY: TRAIN_MODEL=$TRAIN_MODEL runs instead of train_model.sh: its settings are not" \
+         "checked (only that it is there); no run started"
+  else
+    echo "$ME: CHECK_ONLY=$CHECK_ONLY: the settings pass train_model.sh's checks; no run started"
+  fi
   exit 0
 fi
 
@@ -265,7 +286,7 @@ say_drop() {  # WHAT CACHE_CLEAR: run_one's page cache line, ending with the cac
 log_node() { [[ "${NODE_RANK:-0}" =~ ^0*$ ]]; }
 
 check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
-  if [[ "${CHECK_LOG:-1}" == 1 && -f "$1" ]] && log_node; then
+  if [[ "$CHECK_LOG" == 1 && -f "$1" ]] && log_node; then
     (cd "$HERE" && "$PYTHON" -m mlperf_bert check-log "$1")
     local rc=$?
     if (( rc > 128 )); then  # a signal ended it (it catches SIGTERM, as every command does): no verdict
@@ -294,6 +315,11 @@ run_one() {
     die "cannot read the state of $name in $dir (python -S -m mlperf_bert.harness.run_state ended with status $state_rc): check PYTHON=$PYTHON"
   fi
   if [[ -n "$run_status" ]]; then
+    # its seed is read from its log: under another LOGDIR there is none to compare, and none to check
+    if [[ ! -f "$log" ]] && log_node; then
+      die "$name in $dir finished earlier, but its MLPerf log is not $log: rerun with the LOGDIR it had (the log's" \
+        "path is in $dir/mlperf_log_path.json), or use another OUTPUT_DIR for a new run"
+    fi
     if [[ -n "$seed" && -n "$run_seed" && "$seed" != "$run_seed" ]]; then
       die "$name in $dir finished earlier with seed $run_seed, not SEED=$seed: use another OUTPUT_DIR for a new run"
     fi
@@ -428,14 +454,26 @@ fi
 # A submission's runs, one after the other: run i in $OUTPUT_DIR/run_i with its own seed (SEED+i
 # when SEED is set, else the trainer's random one, kept in its checkpoints), its log copied to
 # $LOGDIR/result_i.txt once the run has finished.
+# a single run's folder, started again as a series: the series' runs would start beside its files
+newest_checkpoint "$OUTPUT_DIR"
+if [[ -n "$newest" || -e "$OUTPUT_DIR/run_finished.json" || -e "$OUTPUT_DIR/mlperf_log_path.json" ]]; then
+  die "OUTPUT_DIR=$OUTPUT_DIR holds a single run (NUM_RUNS=1): unset NUM_RUNS to go on with it, or use another" \
+    "OUTPUT_DIR for a series of $NUM_RUNS runs"
+fi
 make_dirs "$LOGDIR"
 for (( i = 0; i < NUM_RUNS; i++ )); do
   stop_if_signalled "run $i of $NUM_RUNS" "$OUTPUT_DIR/run_$i"
   run_dir="$OUTPUT_DIR/run_$i"
+  result="$LOGDIR/result_$i.txt"
+  # a result_i.txt that is not this run's log is another series' (a LOGDIR shared): copied over, it was lost
+  if log_node && [[ -f "$result" ]] && ! cmp -s -- "$result" "$run_dir/mlperf.log" 2>/dev/null; then
+    stop_if_signalled "run $i of $NUM_RUNS" "$run_dir"
+    die "$result is not the log of run $i of the series in $OUTPUT_DIR ($run_dir/mlperf.log): LOGDIR=$LOGDIR" \
+      "holds another series' results; give each series its own LOGDIR"
+  fi
   run_one "$run_dir" "$run_dir" "${SEED:+$((SEED + i))}" "run $i of $NUM_RUNS" "$@"
   (( status == 0 )) || exit "$status"
   seeds+=("${run_seed:-?}")
-  result="$LOGDIR/result_$i.txt"
   if ! log_node; then
     echo "$ME: run $i of $NUM_RUNS finished on node $NODE_RANK; node 0 keeps its log as result_$i.txt"
     continue

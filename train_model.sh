@@ -123,11 +123,16 @@ int_env() {  # NAME MIN: the variable must be a whole number >= MIN; set to it i
 
 PRESET="${PRESET:-reference_gpu}"
 DRY_RUN="${DRY_RUN:-0}"
+case "$DRY_RUN" in 0|1) ;; *) die "DRY_RUN=$DRY_RUN must be 0 or 1 (1: print the trainer's command, run nothing)" ;; esac
+case "${CHECK_ONLY:-0}" in 0|1|files) ;; *) die "CHECK_ONLY=$CHECK_ONLY must be 0 or 1 (1: check the settings, run nothing)" ;; esac
 overrides=()
 for arg in "$@"; do
   case "$arg" in
     --preset=*) PRESET="${arg#--preset=}" ;;
     --dry_run) DRY_RUN=1 ;;
+    --dry_run=*|--nodry_run) die "$arg: give --dry_run alone (or DRY_RUN=1) to print the trainer's command" ;;
+    # absl takes what follows a bare -- as arguments, not flags: they would be dropped unseen
+    --) die "'--': give the trainer's flags without it (--name=value; after '--' the trainer ignores them)" ;;
     -h|--help) usage; exit 0 ;;
     # absl reads a flag file where it stands: its flags would pass the checks below unseen
     --flagfile|--flagfile=*) die "$arg: give the file's flags as arguments instead (the trainer reads a flag file" \

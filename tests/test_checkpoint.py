@@ -395,6 +395,47 @@ def test_add_gradacc_refuses_to_write_over_its_input_under_another_name(tmp_path
     assert all((d / n).read_bytes() == b"the input's bytes" for n in os.listdir(d))
 
 
+def test_add_gradacc_bad_arguments_and_a_full_disk_are_one_line(tf1_ckpt, tmp_path, monkeypatch):
+    """A hostile sweep of checkpoint_add_gradacc.py: a full disk was a 20-line TensorFlow traceback
+    (docs/running.md promises "cannot write FILE", exit 2); an empty --new= wrote the checkpoint
+    beside the working folder (os.path.abspath("") is it); a .pt was told to give "a .pt"; a stray
+    argument was ignored. The disk: a real 8 KB tmpfs (an unprivileged mount namespace), the script
+    as users run it."""
+    prefix, _ = tf1_ckpt
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"^an empty path is not a TF checkpoint prefix: give one"):
+        gradacc.main(["x", "--old=" + prefix, "--new="])
+    assert os.listdir(tmp_path) == [] and not os.path.exists(str(tmp_path) + ".index")
+    pt = tmp_path / "model.ckpt-4.pt"
+    pt.write_bytes(b"a .pt")
+    with pytest.raises(UserError, match=r"^--old=%s is a \.pt checkpoint: this tool adds accumulators to a TF "
+                                        r"checkpoint; give its prefix" % re.escape(str(pt))):
+        gradacc.main(["x", "--old=%s" % pt, "--new=" + str(tmp_path / "g")])
+    with pytest.raises(UserError, match=r"^unexpected argument 'extra'"):
+        gradacc.main(["x", "--old=" + prefix, "--new=" + str(tmp_path / "g"), "extra"])
+    from test_fileio import _real_tmpfs_available
+    if not _real_tmpfs_available():
+        pytest.skip("cannot mount a tmpfs in a user namespace here (unshare -rm)")
+    import subprocess
+    import sys
+    import textwrap
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = textwrap.dedent("""\
+        mount -t tmpfs -o size=8k none {m}
+        {py} {root}/checkpoint_add_gradacc.py --old={old} --new={m}/g 2>{t}/err; echo $? >{t}/rc
+        ls -A {m} >{t}/left
+        """).format(m=mnt, t=tmp_path, py=sys.executable, root=root, old=prefix)
+    subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=root, check=True, timeout=300,
+                   env=dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3"))
+    err = (tmp_path / "err").read_text()
+    assert (tmp_path / "rc").read_text().strip() == "2", err
+    assert err.strip().splitlines()[-1] == ("error: cannot write %s/g: no space left on device: free space, then "
+                                            "rerun the same command" % mnt), err
+    assert "Traceback" not in err and (tmp_path / "left").read_text() == ""
+
+
 def test_bad_pt_inputs_are_one_line_errors(tmp_path):
     model = BertForPreTraining(BertConfig.from_dict(CFG))
     bad = tmp_path / "bad.pt"

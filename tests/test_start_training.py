@@ -86,7 +86,8 @@ def test_seed_is_decimal(fake, seed, expected):
 
 
 @pytest.mark.parametrize("name,value", [("SEED", "abc"), ("SEED", "-1"), ("SEED", "1e3"), ("NUM_RUNS", "0"),
-                                        ("NUM_RUNS", "two"), ("DROP_CACHES", "yes")])
+                                        ("NUM_RUNS", "two"), ("DROP_CACHES", "yes"), ("CHECK_ONLY", "yes"),
+                                        ("CHECK_LOG", "yes")])
 def test_bad_settings_are_one_line(fake, name, value):
     proc = fake("--preset=demo_cpu", **{name: value})
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
@@ -707,11 +708,13 @@ def test_check_only_checks_and_dry_run_is_refused_never_a_result(fake):
     check alone (one line, no run); DRY_RUN is train_model.sh's, refused in one line."""
     proc = fake(CHECK_ONLY="1", NUM_RUNS="2")
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
-    assert proc.stdout == "start_training.sh: CHECK_ONLY=1: the settings pass train_model.sh's checks; no run " \
-                          "started\n" and calls(fake) == [] and not fake.out.exists()
+    assert proc.stdout == "start_training.sh: CHECK_ONLY=1: TRAIN_MODEL=%s runs instead of train_model.sh: its " \
+                          "settings are not checked (only that it is there); no run started\n" % fake.env["TRAIN_MODEL"]
+    assert calls(fake) == [] and not fake.out.exists()
     for proc, what in ((fake(DRY_RUN="1"), "DRY_RUN=1 is train_model.sh's (it prints the trainer's command): run "
                                            "train_model.sh with it; CHECK_ONLY=1 start_training.sh checks the settings"),
-                       (fake("--dry_run"), "--dry_run is train_model.sh's: run train_model.sh with it")):
+                       (fake("--dry_run"), "--dry_run is train_model.sh's: run train_model.sh --dry_run (or "
+                                           "DRY_RUN=1 train_model.sh) to print the trainer's command")):
         assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: start_training.sh: %s\n" % what)
         assert not result_lines(proc) and calls(fake) == []
 
@@ -747,3 +750,63 @@ def test_a_series_folder_rerun_without_num_runs_is_refused(fake):
     assert proc.stderr == "error: start_training.sh: OUTPUT_DIR=%s holds a series of runs (run_0, ...): set NUM_RUNS " \
                           "as when it was started to go on with it, or use another OUTPUT_DIR for one run\n" % fake.out
     assert fake(NUM_RUNS="2", SEED="5").returncode == 0  # the series' own command: nothing to do
+
+
+def _one_error(proc, prefix):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(prefix), (proc.stdout, proc.stderr)
+    return lines[0]
+
+
+def test_settings_a_launcher_sweep_found_taken_or_dropped_are_one_line(fake, tmp_path):
+    """A hostile sweep of the launchers (issue 45's seventeenth stop), each before this fix a run or a
+    silent choice: a bare '--' dropped the preset's flag and the user's (absl reads what follows as
+    arguments: the trainer's default 100,000 steps ran); DRY_RUN=true or CHECK_ONLY=yes ran a real
+    training; SEED+NUM_RUNS-1 past 18 digits failed run 1 after run 0 had trained; CHECK_ONLY=1 or SEED
+    without DATA_DIR ran the demo (its check failing, its seed its own); a missing TRAIN_MODEL said
+    STARTING TIMING RUN and failed 127. Each is one line, exit 2, no run."""
+    _one_error(fake("--preset=demo_cpu", "--", "--num_train_steps=4"),
+               "error: start_training.sh: '--': give the trainer's flags without it")
+    _one_error(fake(SEED="999999999999999999", NUM_RUNS="2"), "error: start_training.sh: SEED=999999999999999999 with "
+               "NUM_RUNS=2: the last run's seed SEED+1 has more than 18 digits")
+    _one_error(fake(DATA_DIR="", CHECK_ONLY="1"), "error: start_training.sh: CHECK_ONLY=1 but no DATA_DIR: the built-in "
+               "demo has no settings to check")
+    _one_error(fake(DATA_DIR="", SEED="5"), "error: start_training.sh: SEED or NUM_RUNS set but no DATA_DIR")
+    _one_error(fake(TRAIN_MODEL=str(tmp_path / "nowhere.sh")), "error: start_training.sh: TRAIN_MODEL=%s is not a "
+               "command or executable file" % (tmp_path / "nowhere.sh"))
+    assert calls(fake) == [] and not (fake.out / "demo").exists()
+    env = dict(fake.env, DRY_RUN="0", OUTPUT_DIR=str(tmp_path / "tm"))
+    del env["TRAIN_MODEL"]
+    for extra, args, prefix in (({}, ["--", "--num_train_steps=4"], "error: train_model.sh: '--': give"),
+                                ({"DRY_RUN": "true"}, [], "error: train_model.sh: DRY_RUN=true must be 0 or 1"),
+                                ({"CHECK_ONLY": "yes"}, [], "error: train_model.sh: CHECK_ONLY=yes must be 0 or 1"),
+                                ({}, ["--dry_run=1"], "error: train_model.sh: --dry_run=1: give --dry_run alone")):
+        proc = subprocess.run([os.path.join(ROOT, "train_model.sh"), "--preset=demo_cpu"] + args, capture_output=True,
+                              text=True, env=dict(env, **extra), cwd=ROOT, timeout=120)
+        _one_error(proc, prefix)
+    assert not (tmp_path / "tm").exists()
+
+
+def test_a_finished_runs_results_are_never_mixed_with_another_runs(fake, tmp_path):
+    """The sweep: two series with one LOGDIR copied each other's result_N.txt over (series B's logs
+    then stood for series A's runs, unseen); a finished run rerun with another LOGDIR said "nothing to
+    do; its log is NEW/mlperf.log", a log that does not exist, its seed unchecked; NUM_RUNS=2 on a
+    single run's folder started a series beside it. Each is one line, exit 2, nothing run or copied."""
+    logs = tmp_path / "logs"
+    a = fake(NUM_RUNS="2", SEED="5", LOGDIR=str(logs), OUTPUT_DIR=str(tmp_path / "A"))
+    assert a.returncode == 0, a.stderr
+    kept = {n: (logs / n).read_bytes() for n in ("result_0.txt", "result_1.txt")}
+    n = len(calls(fake))
+    _one_error(fake(NUM_RUNS="2", SEED="7", LOGDIR=str(logs), OUTPUT_DIR=str(tmp_path / "B")),
+               "error: start_training.sh: %s is not the log of run 0 of the series in %s" % (logs / "result_0.txt",
+                                                                                            tmp_path / "B"))
+    assert {n: (logs / n).read_bytes() for n in kept} == kept and len(calls(fake)) == n
+    assert fake(NUM_RUNS="2", SEED="5", LOGDIR=str(logs), OUTPUT_DIR=str(tmp_path / "A")).returncode == 0
+    one = fake(SEED="5")
+    assert one.returncode == 0 and len(calls(fake)) == n + 1
+    _one_error(fake(SEED="6", LOGDIR=str(tmp_path / "elsewhere")), "error: start_training.sh: the run in %s finished "
+               "earlier, but its MLPerf log is not %s: rerun with the LOGDIR it had" % (fake.out,
+                                                                                        tmp_path / "elsewhere" / "mlperf.log"))
+    _one_error(fake(NUM_RUNS="2", SEED="5"), "error: start_training.sh: OUTPUT_DIR=%s holds a single run (NUM_RUNS=1)"
+               % fake.out)
+    assert len(calls(fake)) == n + 1 and not (fake.out / "run_0").exists()

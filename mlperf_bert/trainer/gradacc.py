@@ -54,7 +54,10 @@ def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_string("old", None, "TF checkpoint prefix to read", flag_values=fv)
     flags.DEFINE_string("new", None, "TF checkpoint prefix to write", flag_values=fv)
-    flags.parse(fv, argv, required=["old", "new"])
+    flags.parse(fv, argv, required=["old", "new"], positional=False)
+    if fv.old.endswith(".pt") and os.path.isfile(fv.old):
+        raise UserError("--old=%s is a .pt checkpoint: this tool adds accumulators to a TF checkpoint; give its "
+                        "prefix (e.g. model.ckpt-28252; convert_checkpoint.py makes one from a .pt)" % fv.old)
     # compared as paths (ck/./model.ckpt, a link to the folder): writing the input over itself destroys it
     if os.path.realpath(fv.old) == os.path.realpath(fv.new) or same_file(fv.old + ".index", fv.new + ".index"):
         raise UserError("--new=%s is --old=%s: writing it would destroy the input; give another prefix"

@@ -194,6 +194,8 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
     one data shard of about ``shard_bytes`` at a time, so memory stays bounded; several
     shards are merged into one checkpoint (data-0000i-of-0000N files), as TF's sharded Saver does.
     """
+    if not prefix:  # os.path.abspath("") is the working folder: its files went beside it
+        raise UserError("an empty path is not a TF checkpoint prefix: give one, e.g. model.ckpt-28252")
     if prefix.endswith(os.sep) or os.path.isdir(prefix):  # its files went beside the folder, as PREFIX.index
         raise UserError("%s is a directory: a TF checkpoint is written at a prefix, e.g. %s (its .index and "
                         ".data-* files)" % (prefix, os.path.join(prefix.rstrip(os.sep) or os.sep, "model.ckpt-N")))
@@ -206,12 +208,17 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
         shards = _shards(arrays, shard_bytes)
         targets = [os.path.join(d, tmp)] if len(shards) == 1 else [
             os.path.join(parts, "part-%05d" % i) for i in range(len(shards))]
-        for target, names in zip(targets, shards):
-            tf.raw_ops.SaveV2(prefix=target, tensor_names=names, shape_and_slices=[""] * len(names),
-                              tensors=[tf.convert_to_tensor(arrays[n]) for n in names])
-        if len(shards) > 1:
-            tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=targets, destination_prefix=os.path.join(d, tmp),
-                                          delete_old_dirs=True)
+        try:
+            for target, names in zip(targets, shards):
+                tf.raw_ops.SaveV2(prefix=target, tensor_names=names, shape_and_slices=[""] * len(names),
+                                  tensors=[tf.convert_to_tensor(arrays[n]) for n in names])
+            if len(shards) > 1:
+                tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=targets, destination_prefix=os.path.join(d, tmp),
+                                              delete_old_dirs=True)
+        except tf.errors.OpError as e:  # TF's own write error (a full disk: ResourceExhaustedError), a traceback
+            why = (e.message or type(e).__name__).strip().splitlines()[0]
+            raise UserError("cannot write %s: %s" % (prefix, "no space left on device: free space, then rerun the "
+                                                     "same command" if "No space left" in why else why))
         # Data first, index last: a prefix whose .index exists is complete. Over an older checkpoint
         # its .index goes first (a stop between the renames left old index beside new data, a prefix
         # that looked complete), and its data shards of another count after.

@@ -461,6 +461,9 @@ if [[ -n "$newest" || -e "$OUTPUT_DIR/run_finished.json" || -e "$OUTPUT_DIR/mlpe
     "OUTPUT_DIR for a series of $NUM_RUNS runs"
 fi
 make_dirs "$LOGDIR"
+# the later runs start only with run 0's settings, its seed aside (the trainer compares them with its
+# finished marker: trainer/preflight.py's check_series)
+export MLPERF_SERIES_RUN0="$OUTPUT_DIR/run_0"
 for (( i = 0; i < NUM_RUNS; i++ )); do
   stop_if_signalled "run $i of $NUM_RUNS" "$OUTPUT_DIR/run_$i"
   run_dir="$OUTPUT_DIR/run_$i"

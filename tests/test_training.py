@@ -126,6 +126,33 @@ def uninterrupted(files, tmp_path_factory):
     return _once("uninterrupted", uninterrupted)
 
 
+def test_a_later_run_of_a_series_starts_only_with_run_0s_settings(files, uninterrupted, tmp_path, monkeypatch):
+    """A hostile sweep of the launchers: a finished 2-run series rerun as NUM_RUNS=3 with another
+    --learning_rate said runs 0 and 1 "finished earlier" and trained run 2 with the new rate: a series
+    of mixed runs, exit 0. start_training.sh names run 0's folder (MLPERF_SERIES_RUN0); a later run
+    starting with other settings is refused in one line, before anything is written; its seed alone
+    differing, it starts."""
+    from mlperf_bert.trainer import preflight
+    full, _ = uninterrupted
+    monkeypatch.setenv(preflight.SERIES_ENV, full)
+    out = tmp_path / "run_2"
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(out), learning_rate=2e-2, seed=9))
+    assert str(e.value).startswith("%s: run 0 of this series (%s) finished with other settings than this command's: "
+                                   "--learning_rate=0.02 (was 0.01); a series' runs differ in their seed alone"
+                                   % (out, full)), str(e.value)
+    assert not out.exists() or not os.listdir(str(out))
+
+    class Started(Exception):
+        pass
+
+    def started(*args):
+        raise Started()
+    monkeypatch.setattr(preflight, "check_log_owner", started)  # the next step of a fresh start
+    with pytest.raises(Started):
+        training.main(flags_for(files, str(out), seed=9))
+
+
 def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
     out, names = uninterrupted
     # save every 3 of 30 micro-steps, keep the newest 5; nothing temporary left

@@ -330,6 +330,30 @@ def finished_before(cfg, finished, rank, config, train_files, eval_files, init_c
     return 0
 
 
+SERIES_ENV = "MLPERF_SERIES_RUN0"  # start_training.sh's: run 0's folder, for the later runs of a series
+
+
+def check_series(cfg, rank, config, train_files, eval_files, init_ckpt):
+    """A later run of a series (start_training.sh's NUM_RUNS, which names run 0's folder in
+    MLPERF_SERIES_RUN0) starts only with the settings run 0 finished with, its seed aside: a
+    series continued with other flags (a learning rate changed between run 1 and run 2) would be a
+    submission of mixed runs, each check of its own passing."""
+    first, problem = os.environ.get(SERIES_ENV), None
+    if rank == 0 and first and os.path.abspath(first) != os.path.abspath(cfg.checkpoint.output_dir):
+        saved = dict((checkpoint.read_finished(first) or {}).get("run") or {})
+        if saved:
+            ident = cfg.identity(cfg.runtime.seed, train_files, eval_files, init_ckpt, config.to_dict())
+            saved["seed"] = ident["seed"]
+            diff = checkpoint.differences(saved, ident)
+            if diff:
+                problem = ("%s: run 0 of this series (%s) finished with other settings than this command's: %s; "
+                           "a series' runs differ in their seed alone: rerun with its settings, or use another "
+                           "OUTPUT_DIR for a new series" % (cfg.checkpoint.output_dir, first, "; ".join(diff)))
+    problem = distributed.broadcast_object(problem)
+    if problem:
+        raise UserError(problem)
+
+
 def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):
     """Refuse, in one line, a resume from a checkpoint of another run, config or rank count, or
     onto a log that no longer begins with what the checkpoint's run had written."""

@@ -347,6 +347,13 @@ import torch; print(torch.cuda.device_count())' 2>/dev/null)" || found=0
   fi
 fi
 if [[ "${CHECK_ONLY:-0}" == 1 || "${CHECK_ONLY:-0}" == files ]]; then  # the settings checked as a run checks them, nothing run
+  # the trainer's packages, found without importing them (torch's import: 1.5 s of CPU); else a
+  # started run's ModuleNotFoundError traceback
+  missing="$("$PYTHON" -c 'import importlib.util
+print(" ".join(m for m in ("absl", "numpy", "torch", "mlperf_logging", "tqdm") if importlib.util.find_spec(m) is None))' \
+    2>/dev/null)" || missing="everything (it did not run)"
+  [[ -z "$missing" ]] || die "PYTHON=$PYTHON lacks the trainer's packages ($missing): set PYTHON to the project's" \
+    "interpreter (make venv makes .venv/bin/python), or install requirements.txt into it"
   # $TMPDIR against the loader workers' socket paths: the trainer's preflight check itself
   # (mlperf_bert/fileio.py check_tmpdir, torch-free), with the --num_workers the run gets
   if given do_train; then

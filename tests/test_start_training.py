@@ -785,6 +785,17 @@ def test_settings_a_launcher_sweep_found_taken_or_dropped_are_one_line(fake, tmp
                               text=True, env=dict(env, **extra), cwd=ROOT, timeout=120)
         _one_error(proc, prefix)
     assert not (tmp_path / "tm").exists()
+    # a PYTHON without the trainer's packages (here: without site-packages) passed the check; the run
+    # then said STARTING TIMING RUN and ended in a ModuleNotFoundError traceback
+    nosite = tmp_path / "nosite_python"
+    nosite.write_text('#!/bin/sh\nexec %s -S "$@"\n' % sys.executable)
+    nosite.chmod(0o755)
+    env = {k: v for k, v in fake.env.items() if k != "TRAIN_MODEL"}
+    proc = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=dict(env, PYTHON=str(nosite), OUTPUT_DIR=str(tmp_path / "np")))
+    _one_error(proc, "error: train_model.sh: PYTHON=%s lacks the trainer's packages (absl numpy torch "
+               "mlperf_logging tqdm): set PYTHON" % nosite)
+    assert "STARTING" not in proc.stdout and not (tmp_path / "np").exists()
 
 
 def test_a_finished_runs_results_are_never_mixed_with_another_runs(fake, tmp_path):

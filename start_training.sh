@@ -86,8 +86,11 @@ signal_status() { if [[ "$got_signal" == INT ]]; then sig_status=130; else sig_s
 NOT_SAVED=79
 # this script's folder, by builtins (no process a signal could end)
 HERE=$PWD
-case "${BASH_SOURCE[0]}" in
-  */*) CDPATH='' cd -- "${BASH_SOURCE[0]%/*}" && HERE=$PWD && CDPATH='' cd -- "$OLDPWD" || exit 2 ;;
+SELF=${BASH_SOURCE[0]}
+# started through a symbolic link (one in PATH): the checkout's folder (a process, on this path alone)
+[[ -L "$SELF" ]] && SELF="$(readlink -f -- "$SELF")"
+case "$SELF" in
+  */*) CDPATH='' cd -- "${SELF%/*}" && HERE=$PWD && CDPATH='' cd -- "$OLDPWD" || exit 2 ;;
 esac
 
 die() { echo "error: $ME: $*" >&2; exit 2; }
@@ -118,7 +121,7 @@ newest_checkpoint() {  # DIR: sets newest to its newest model.ckpt-<step>.pt, or
 for arg in "$@"; do
   case "$arg" in
     -h|--help)
-      sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
+      sed -n '2,/^set -/p' "$SELF" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
       "${TRAIN_MODEL:-$HERE/train_model.sh}" --help | sed -n '/^presets: /,$p'  # with the rcp_<B> installed
       exit 0 ;;
     # what it sets for each run itself: given as a flag, every run of a series would share it (one
@@ -187,6 +190,8 @@ absolute() {  # VAR PATH: sets VAR to PATH made absolute against $PWD, without `
 absolute OUTPUT_DIR "${OUTPUT_DIR:-$PWD/output}"
 absolute LOGDIR "${LOGDIR:-$OUTPUT_DIR}"
 for var in OUTPUT_DIR LOGDIR; do  # a file there (or above) read as "finished earlier (unreadable)": exit 0
+  [[ -L "${!var}" && ! -e "${!var}" ]] && die "$var=${!var} is a symbolic link to a path that does not exist:" \
+    "make its target, or give another path"
   above="${!var}"
   while [[ -n "$above" && ! -e "$above" ]]; do above="${above%/*}"; done
   [[ -z "$above" || -d "$above" ]] || die "$var=${!var}: $above is not a directory: give a directory (made if missing)"

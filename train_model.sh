@@ -37,7 +37,7 @@
 #                   and INIT_CHECKPOINT exist (start_training.sh's check before its first run)
 #   --help          print this and the presets, and exit
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+HERE="$(cd "$(dirname "$(readlink -f -- "${BASH_SOURCE[0]}")")" && pwd)"  # (started through a link: the checkout's)
 
 die() { echo "error: train_model.sh: $*" >&2; exit 2; }
 if [[ -z "${PYTHON:-}" ]]; then
@@ -194,6 +194,8 @@ fi
 # OUTPUT_DIR and LOGDIR: a file there (or above), or a folder that cannot be made, as the run would find it
 # (not for --dry_run: a command to read, maybe for another host)
 [[ "$DRY_RUN" == 1 ]] || for var in OUTPUT_DIR LOGDIR; do
+  [[ -L "${!var}" && ! -e "${!var}" ]] && die "$var=${!var} is a symbolic link to a path that does not exist:" \
+    "make its target, or give another path"
   above="${!var}"
   while [[ -n "$above" && ! -e "$above" ]]; do above="${above%/*}"; done
   [[ -z "$above" || -d "$above" ]] || die "$var=${!var}: $above is not a directory: give a directory (made if missing)"

@@ -796,6 +796,17 @@ def test_settings_a_launcher_sweep_found_taken_or_dropped_are_one_line(fake, tmp
     _one_error(proc, "error: train_model.sh: PYTHON=%s lacks the trainer's packages (absl numpy torch "
                "mlperf_logging tqdm): set PYTHON" % nosite)
     assert "STARTING" not in proc.stdout and not (tmp_path / "np").exists()
+    # an OUTPUT_DIR that is a dangling link: mkdir's two raw lines (CHECK_ONLY passed it)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "x")
+    for check in ("0", "1"):
+        _one_error(fake(OUTPUT_DIR=str(tmp_path / "dangling"), CHECK_ONLY=check), "error: start_training.sh: "
+                   "OUTPUT_DIR=%s is a symbolic link to a path that does not exist" % (tmp_path / "dangling"))
+    # started through a link (one in PATH): bash's "No such file" for the train_model.sh beside the link
+    link = tmp_path / "bin" / "start"
+    link.parent.mkdir()
+    link.symlink_to(START)
+    proc = subprocess.run([str(link), "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert proc.returncode == 0 and proc.stderr == "" and "presets: " in proc.stdout, proc.stderr
 
 
 def test_a_finished_runs_results_are_never_mixed_with_another_runs(fake, tmp_path):

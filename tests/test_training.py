@@ -153,6 +153,24 @@ def test_a_later_run_of_a_series_starts_only_with_run_0s_settings(files, uninter
         training.main(flags_for(files, str(out), seed=9))
 
 
+def test_a_resume_with_its_log_elsewhere_names_the_log_it_wrote(files, uninterrupted, tmp_path):
+    """The launcher sweep: a stopped run resumed with another LOGDIR was told its new log "does not
+    begin with the 5662 bytes ... recorded: restore that log", naming neither the log the run wrote
+    (mlperf_log_path.json records it) nor LOGDIR. The stop's folder, as a kill leaves it: the
+    checkpoint and that record (the run's log beside the checkpoints it came from)."""
+    full, _ = uninterrupted
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(os.path.join(full, "model.ckpt-27.pt"), str(out))
+    shutil.copy(os.path.join(full, "mlperf_log_path.json"), str(out))
+    elsewhere = tmp_path / "logs" / "mlperf.log"
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(out), mlperf_log=str(elsewhere)))
+    assert str(e.value) == ("this run's MLPerf log is %s (%s), not --mlperf_log %s: resume with the same log "
+                            "(start_training.sh: the same LOGDIR)" % (os.path.join(full, "mlperf.log"),
+                                                                      out / "mlperf_log_path.json", elsewhere))
+
+
 def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
     out, names = uninterrupted
     # save every 3 of 30 micro-steps, keep the newest 5; nothing temporary left

@@ -368,4 +368,10 @@ def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_pat
         raise UserError("checkpoint %s was written by %d rank%s, this run has %d: resume with "
                         "the same number" % (path, n, "" if n == 1 else "s", world))
     if ckpt.get("mlperf_log"):
+        # the log somewhere else (another LOGDIR): said as such, not as a log "that does not begin with" it
+        owned = checkpoint.read_log_owner(os.path.dirname(path))
+        if owned and owned != os.path.abspath(log_path) and os.path.exists(owned):
+            raise UserError("this run's MLPerf log is %s (%s), not --mlperf_log %s: resume with the same log "
+                            "(start_training.sh: the same LOGDIR)" % (owned, os.path.join(
+                                os.path.dirname(path), checkpoint.LOG_OWNER), log_path))
         check_prefix(log_path, *ckpt["mlperf_log"], what="checkpoint %s" % os.path.basename(path))

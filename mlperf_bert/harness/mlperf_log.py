@@ -139,7 +139,7 @@ class MLPerfLog:
             return
         from mlperf_bert.fileio import WRITE_ERRNOS, write_error
         e = self._error
-        left = "the run stopped; the checkpoints it wrote are kept"
+        left = "the run stopped; any checkpoint it wrote is kept"
         if e.errno in WRITE_ERRNOS:
             raise write_error(self.path, e, left=left)
         raise UserError("cannot write MLPerf log %s: %s; %s: fix that, then rerun the same command"

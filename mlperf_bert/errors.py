@@ -27,6 +27,11 @@ _received = []  # the SIGTERMs _raise_terminated raised
 
 
 def _raise_terminated(signum, frame):
+    # A repeat while a Terminated is being handled (the except and finally blocks, the __exit__s it
+    # runs through, run_main's one line: a scheduler may SIGTERM every process again, a storm) must
+    # not cut that way out with a second one, a traceback "during handling of the above exception".
+    if isinstance(sys.exc_info()[1], Terminated):
+        return
     _received.append(signum)
     raise Terminated()
 

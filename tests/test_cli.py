@@ -82,6 +82,40 @@ def test_a_signal_while_a_finished_command_exits_keeps_its_status(tmp_path, sig)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "done\nsignalled\n", "")
 
 
+def test_a_second_sigterm_while_the_first_is_handled_does_not_cut_its_way_out(tmp_path):
+    """test_start_training.py's signal storm (SIGTERM every 0.5 ms, beside 4 busy processes) once
+    got a traceback from the log checker: a SIGTERM that came while run_main handled the first one's
+    Terminated (clearing the progress bars) raised a second, "during handling of the above
+    exception". Made deterministic: the repeat comes from inside that handling, and from a finally
+    block the first runs through on its way up. One line, 143, the finally's work done."""
+    script = tmp_path / "cmd.py"
+    script.write_text(textwrap.dedent("""\
+        import os, signal, sys, time
+        from mlperf_bert import cli
+        from mlperf_bert.cli import run_main
+
+        def again():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs at the next bytecode boundaries
+                pass
+        real = cli._end_progress_bars
+        cli._end_progress_bars = lambda: again() or real()
+
+        def main(argv):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(30)
+            finally:
+                again()
+                print("cleaned up", flush=True)
+        run_main(main)
+        """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert (proc.returncode, proc.stdout) == (143, "cleaned up\n"), proc.stderr
+    assert proc.stderr == ("error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go "
+                           "on\n"), proc.stderr
+
+
 # sitecustomize for a trainer whose import of torch waits (marked) until a signal comes
 HOLD_TORCH_IMPORT = textwrap.dedent("""\
     import importlib.abc, os, sys, time

@@ -307,7 +307,7 @@ check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
 # status, elapsed, finished_before, run_seed and run_status; prints one line when the run stops
 # or fails; when it finishes or had finished earlier, the caller says so.
 run_one() {
-  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt end end_fmt ckpt resumed
+  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt end end_fmt ckpt resumed ended=
   shift 4
   launching=
   [[ -n "$got_signal" ]] || catch_signals  # (after one, the next are ignored until the stop)
@@ -337,6 +337,8 @@ run_one() {
   # a checkpoint there: the trainer resumes it, and the log goes on from it (its first lines kept)
   newest_checkpoint "$dir"
   resumed=$newest
+  # killed after its run_stop (run_stopped.json): the trainer writes what was left, trains nothing
+  [[ -f "$dir/run_stopped.json" ]] && ended=1
   make_dirs "$dir" "$logdir"
   # Another start's trainer on this folder holds its lock (locking.DIR_LOCK_NAME): this start's
   # trainer would be refused, but only after this drop of the page cache under that timed run
@@ -409,7 +411,11 @@ run_one() {
     # MLPerf scores is the log's run_start to run_stop: for a run stopped and resumed, the RESULT
     # line says so, and that span, which holds every invocation and the pauses between them.
     local note=
-    [[ -n "$resumed" ]] && note=",resumed from ${resumed##*/}: $elapsed s counts this invocation only; MLPerf scores the log's run_start to run_stop: ${run_seconds:-?} s over every invocation of the run and the pauses between them"
+    if [[ -n "$ended" ]]; then
+      note=",ended earlier at its run_stop: $elapsed s counts this invocation only (it wrote what was left and trained nothing); MLPerf scores the log's run_start to run_stop: ${run_seconds:-?} s"
+    elif [[ -n "$resumed" ]]; then
+      note=",resumed from ${resumed##*/}: $elapsed s counts this invocation only; MLPerf scores the log's run_start to run_stop: ${run_seconds:-?} s over every invocation of the run and the pauses between them"
+    fi
     # the user, as the reference's run_and_time.sh gives it
     echo "RESULT,bert,${run_seed:-$seed},$elapsed,$(id -un 2>/dev/null || id -u),$start_fmt$note"
     return

@@ -539,6 +539,23 @@ def test_a_resumed_run_says_what_its_log_holds_and_which_time_counts(fake, tmp_p
     assert [len(r.split(",")) for r in result_lines(first)] == [6], first.stdout
 
 
+def test_a_rerun_of_a_run_killed_after_its_run_stop_says_this_invocation_trained_nothing(fake):
+    """A run killed after its run_stop (its run_stopped.json there, and a checkpoint) is finished by
+    its rerun, which trains nothing (test_training's
+    test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_nothing): the RESULT
+    line says so, not "resumed from" a checkpoint over "every invocation and the pauses"."""
+    fake.out.mkdir()
+    (fake.out / "run_stopped.json").write_text('{"status": "success", "global_step": 30, "samples": 120}')
+    (fake.out / "model.ckpt-12.pt").write_text("")
+    proc = fake("--preset=demo_cpu", SEED="5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = result_lines(proc)
+    fields = result.split(",")
+    assert len(fields) == 7 and fields[6] == (
+        "ended earlier at its run_stop: %s s counts this invocation only (it wrote what was left and trained "
+        "nothing); MLPerf scores the log's run_start to run_stop: 79.3 s" % fields[3]), result
+
+
 def test_a_failed_run_is_one_line_and_not_checked(fake):
     proc = fake("--preset=demo_cpu", FAKE_STATUS="3", CHECK_LOG="1")
     assert proc.returncode == 3

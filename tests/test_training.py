@@ -252,6 +252,112 @@ def test_killed_and_rerun_ends_bit_identical(files, uninterrupted_clip_after, tm
     assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
 
 
+# A real SIGKILL of the trainer after its run_stop: in the checkpoint writer at the final checkpoint
+# (once the log holds run_stop), or at --do_eval's results (once the final checkpoint is there).
+_KILLED_AFTER_RUN_STOP = r"""
+import os, signal, sys, time
+from mlperf_bert.trainer import checkpoint, evaluation, training
+where, out, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+final = os.path.join(out, "model.ckpt-30.pt")
+
+
+def killed():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def logged_run_stop():
+    end = time.time() + 60
+    while "run_stop" not in open(os.path.join(out, "mlperf.log")).read() and time.time() < end:
+        time.sleep(0.01)
+    end = time.time() + 2  # the marker of run_stop, where the trainer writes one
+    while not os.path.exists(os.path.join(out, "run_stopped.json")) and time.time() < end:
+        time.sleep(0.01)
+
+
+real_save = checkpoint.save
+
+
+def save(path, state, keep):
+    if where == "checkpoint" and path == final:
+        logged_run_stop()
+        killed()
+    return real_save(path, state, keep)
+
+
+def write_eval_results(*args):
+    while not os.path.exists(final):
+        time.sleep(0.01)
+    killed()
+
+
+checkpoint.save = save
+if where == "eval":
+    evaluation.write_eval_results = write_eval_results
+training.main(["run_pretraining.py"] + argv)
+"""
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "eval"])
+def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_nothing(
+        files, uninterrupted, tmp_path, capsys, where):
+    """A kill after run_stop, while the final checkpoint or --do_eval's results were written, left a
+    log that said the run had ended. Its rerun trained again: from the checkpoint before, or, with no
+    periodic checkpoint (the rcp presets), from the start, the finished log emptied; a resume from the
+    final checkpoint moved run_stop past the pause. The rerun now keeps the log byte for byte and
+    trains nothing: it evaluates the final checkpoint (the uninterrupted run's weights) for
+    --do_eval, or says the final weights are lost, and writes run_finished.json."""
+    full, _ = uninterrupted
+    out = str(tmp_path / "run")
+    argv = flags_for(files, out, do_eval=True, save_checkpoints_steps=0 if where == "checkpoint" else 3)
+    proc = start(["-c", _KILLED_AFTER_RUN_STOP, where, out] + argv[1:])
+    got = proc.communicate(timeout=180)[0]
+    assert proc.returncode == -signal.SIGKILL, got
+    log = open(os.path.join(out, "mlperf.log"), "rb").read()
+    assert b'"key": "run_stop"' in log and not os.path.exists(os.path.join(out, "run_finished.json"))
+    before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out) if n.endswith(".pt")}
+
+    # the reference's evaluation of the uninterrupted run's final weights: what --do_eval gives
+    ref = str(tmp_path / "ref")
+    assert training.main(["run_pretraining.py", "--bert_config_file=" + files["config"], "--do_eval",
+                          "--input_file=" + files["train"], "--output_dir=" + ref, "--num_workers=0",
+                          "--init_checkpoint=" + os.path.join(full, "model.ckpt-30.pt")]) == 0
+    if where == "checkpoint":  # as a resume: only with its settings, onto the log it ended with
+        with pytest.raises(UserError) as e:
+            training.main(flags_for(files, out, do_eval=True, save_checkpoints_steps=0, learning_rate=2e-2))
+        assert str(e.value) == (
+            "%s: this run ended earlier (run_stop logged: status aborted after 120 samples, run_stopped.json) with "
+            "other settings than this command's: --learning_rate=0.02 (was 0.01); rerun with its settings, or use "
+            "another --output_dir for a new run" % out)
+        with open(os.path.join(out, "mlperf.log"), "r+b") as f:
+            f.truncate(len(log) - 10)
+        with pytest.raises(UserError) as e:
+            training.main(argv)
+        assert str(e.value) == ("MLPerf log %s does not begin with the %d bytes run_stopped.json recorded (it is "
+                                "shorter): restore that log, or use another --output_dir for a new run"
+                                % (os.path.join(out, "mlperf.log"), len(log)))
+        with open(os.path.join(out, "mlperf.log"), "wb") as f:
+            f.write(log)
+    capsys.readouterr()
+    assert training.main(argv) == 0
+    said = capsys.readouterr().out
+    assert open(os.path.join(out, "mlperf.log"), "rb").read() == log  # run_stop where it was
+    assert {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out) if n.endswith(".pt")} == before
+    finished = json.load(open(os.path.join(out, "run_finished.json")))
+    assert (finished["status"], finished["global_step"], finished["samples"]) == ("aborted", 30, 120)
+    assert not os.path.exists(os.path.join(out, "run_stopped.json"))
+    line, = [l for l in said.splitlines() if "ended earlier" in l]
+    if where == "checkpoint":
+        assert "model.ckpt-30.pt was not written" in line and "not --do_eval's eval" in line, line
+        assert not os.path.exists(os.path.join(out, "eval_results.txt"))
+    else:
+        assert "was not written" not in line and "--do_eval's eval of its final weights" in line, line
+        assert open(os.path.join(out, "eval_results.txt")).read() == \
+            open(os.path.join(ref, "eval_results.txt")).read()
+    assert training.main(argv) == 0
+    said = capsys.readouterr().out
+    assert "this run already finished" in said and "nothing to do" in said, said
+
+
 def test_clipping_modes_train_differently(uninterrupted, uninterrupted_clip_after):
     (a, _), (b, _) = weights(os.path.join(uninterrupted[0], "model.ckpt-30.pt")), \
         weights(os.path.join(uninterrupted_clip_after, "model.ckpt-30.pt"))

@@ -22,6 +22,7 @@ from mlperf_bert.fileio import atomic_save, write_json
 
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt\Z")
 FINISHED = "run_finished.json"
+STOPPED = "run_stopped.json"  # written at run_stop; gives way to FINISHED once the run's end is written
 LOG_OWNER = "mlperf_log_path.json"
 
 
@@ -396,9 +397,8 @@ def read_log_owner(output_dir):
         return None
 
 
-def read_finished(output_dir):
-    """The finished marker of a run that ended (dict), or None."""
-    path = os.path.join(output_dir, FINISHED)
+def _read_marker(output_dir, name):
+    path = os.path.join(output_dir, name)
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -408,12 +408,36 @@ def read_finished(output_dir):
         raise UserError("cannot read %s (%s): delete it to resume the run" % (path, e))
 
 
-def write_finished(output_dir, status, step, samples, run=None, launch=None):
-    """The finished marker; ``run``: the run's identity, so a rerun with other flags is refused;
+def read_finished(output_dir):
+    """The finished marker of a run that ended (dict), or None."""
+    return _read_marker(output_dir, FINISHED)
+
+
+def read_stopped(output_dir):
+    """The record of a run that logged its run_stop and has not written its finished marker (a
+    kill while its final checkpoint or --do_eval's eval was written), or None."""
+    return _read_marker(output_dir, STOPPED)
+
+
+def end_record(status, step, samples, run=None, launch=None):
+    """What the markers hold: ``run``: the run's identity, so a rerun with other flags is refused;
     ``launch``: how it was started (``launch_record``), which ``package`` puts in launch.json."""
-    write_json(os.path.join(output_dir, FINISHED),
-               {"status": status, "global_step": step, "samples": samples,
-                "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "run": run, "launch": launch}, default=str)
+    return {"status": status, "global_step": step, "samples": samples, "run": run, "launch": launch}
+
+
+def write_stopped(output_dir, record):
+    """At run_stop: ``record`` (``end_record``'s, with the log's mark) says the result is the log's
+    as it stands, so a rerun after a kill finishes what is left instead of training again."""
+    write_json(os.path.join(output_dir, STOPPED), record, default=str)
+
+
+def write_finished(output_dir, record):
+    """The finished marker (``end_record``'s and when), which replaces the run_stop record."""
+    record = {k: v for k, v in record.items() if k not in ("mlperf_log", "metrics")}
+    record["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    write_json(os.path.join(output_dir, FINISHED), record, default=str)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(output_dir, STOPPED))
 
 
 def launch_record(cfg, world):

@@ -137,9 +137,12 @@ def reference_eval_batches(data, ev, files, rank, world):
     return loader.make_loader(ds, min(data.num_workers, 1))
 
 
+RESULTS = "eval_results.txt"
+
+
 def write_eval_results(output_dir, metrics, global_step):
     """output_dir/eval_results.txt: the reference's ``key = value`` lines, keys sorted."""
-    path = os.path.join(output_dir, "eval_results.txt")
+    path = os.path.join(output_dir, RESULTS)
     values = {k: repr(float(metrics[k])) for k in ("loss",) + EVAL_KEYS}
     values["global_step"] = "%d" % global_step
     with atomic_open(path, "w", encoding="utf-8") as f:

@@ -308,26 +308,55 @@ def check_log_owner(output_dir, log_path):
                     "is; give a new path, or delete it to start this run's log there" % (log_path, output_dir))
 
 
+def _other_settings(cfg, record, config, train_files, eval_files, init_ckpt, what):
+    """The refusal of a rerun whose settings differ from those ``record`` (a marker) holds, or None."""
+    saved = record.get("run") or {}
+    seed = cfg.runtime.seed if cfg.runtime.seed is not None else saved.get("seed")
+    diff = checkpoint.differences(saved, cfg.identity(seed, train_files, eval_files, init_ckpt, config.to_dict()))
+    if diff:
+        return ("%s with other settings than this command's: %s; rerun with its settings, or use another "
+                "--output_dir for a new run" % (what, "; ".join(diff)))
+    return None
+
+
 def finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt):
     """A rerun of a finished run: nothing to do with the same settings (model config included),
     refused with others."""
     problem = None
     if rank == 0:
-        saved = finished.get("run") or {}
-        seed = cfg.runtime.seed if cfg.runtime.seed is not None else saved.get("seed")
-        diff = checkpoint.differences(saved, cfg.identity(seed, train_files, eval_files, init_ckpt,
-                                                                     config.to_dict()))
         what = "%s: this run already finished (status %s after %d samples, %s)" % (
             cfg.checkpoint.output_dir, finished.get("status"), finished.get("samples", 0), checkpoint.FINISHED)
-        if diff:
-            problem = ("%s with other settings than this command's: %s; rerun with its settings, or use another "
-                       "--output_dir for a new run" % (what, "; ".join(diff)))
-        else:
+        problem = _other_settings(cfg, finished, config, train_files, eval_files, init_ckpt, what)
+        if not problem:
             print("%s: nothing to do; use another --output_dir for a new run" % what)
     problem = distributed.broadcast_object(problem)
     if problem:
         raise UserError(problem)
     return 0
+
+
+def check_stopped(cfg, stopped, rank, config, train_files, eval_files, init_ckpt, log_path):
+    """A rerun of a run stopped after its run_stop (``stopped``: its record) finishes it only with its
+    settings and onto the log it ended with, as a resume does."""
+    problem = None
+    if rank == 0:
+        out = cfg.checkpoint.output_dir
+        what = "%s: this run ended earlier (run_stop logged: status %s after %d samples, %s)" % (
+            out, stopped.get("status"), stopped.get("samples", 0), checkpoint.STOPPED)
+        problem = _other_settings(cfg, stopped, config, train_files, eval_files, init_ckpt, what)
+        owned = checkpoint.read_log_owner(out)
+        if not problem and owned and owned != os.path.abspath(log_path) and os.path.exists(owned):
+            problem = ("%s; its MLPerf log is %s (%s), not --mlperf_log %s: rerun with the same log "
+                       "(start_training.sh: the same LOGDIR)" % (what, owned, os.path.join(out, checkpoint.LOG_OWNER),
+                                                                 log_path))
+        if not problem:
+            try:
+                check_prefix(log_path, *stopped["mlperf_log"], what=checkpoint.STOPPED)
+            except UserError as e:
+                problem = str(e)
+    problem = distributed.broadcast_object(problem)
+    if problem:
+        raise UserError(problem)
 
 
 SERIES_ENV = "MLPERF_SERIES_RUN0"  # start_training.sh's: run 0's folder, for the later runs of a series

@@ -453,12 +453,15 @@ def run(cfg, stop, held):
     output_dir = cfg.checkpoint.output_dir
 
     # ---- resume: rank 0 decides from what is in output_dir (other nodes may see other disks)
-    finished, found = distributed.broadcast_object(
-        (checkpoint.read_finished(output_dir), checkpoint.list_checkpoints(output_dir))
-        if rank == 0 else None)
+    finished, stopped, found = distributed.broadcast_object(
+        (checkpoint.read_finished(output_dir), checkpoint.read_stopped(output_dir),
+         checkpoint.list_checkpoints(output_dir)) if rank == 0 else None)
     stop.resumable = bool(found)
     if finished:
         return preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt)
+    if stopped:
+        return finish_stopped(cfg, stopped, found, config, device, rank, world, train_files, eval_files, init_ckpt,
+                              log_path)
     ckpt_path = found[-1][1] if found else None  # on rank 0's disk: only rank 0 reads it
     ckpt = checkpoint.load_on_every_rank(
         ckpt_path, rank, device, functools.partial(preflight.check_resume, cfg, config, world, train_files,
@@ -750,25 +753,70 @@ class Loop:
         log.event(C.TRAIN_SAMPLES, s.samples)
         log.end(C.RUN_STOP, metadata={C.STATUS: self.status, C.SAMPLES_COUNT: s.samples})
         log.close()
-        if rank == 0:
+        record = checkpoint.end_record(self.status, s.step, s.samples, self.extra["run"],
+                                       checkpoint.launch_record(cfg, world))
+        # --do_eval's eval of these final weights, when the last online eval saw them
+        known = cfg.eval.do_eval and self.eval_set and self.metrics is not None and s.evals[-1][0] == s.samples
+        if rank == 0:  # the result is the log's from here: a kill now leaves a rerun nothing to train again
+            checkpoint.write_stopped(cfg.checkpoint.output_dir,
+                                     dict(record, mlperf_log=list(log.mark()), metrics=self.metrics if known else None))
             print("trained %d steps (%d samples) in %.1f s; final loss %s; status %s"
                   % (s.step, s.samples, time.time() - self.t_run,
                      "n/a" if self.last is None else "%.4f" % self.last.item(), self.status), flush=True)
         if cfg.eval.do_eval:
-            metrics = self.metrics
-            if not self.eval_set:
-                metrics = trainer.evaluate(evaluation.reference_eval_batches(cfg.data, cfg.eval, train_files,
-                                                                             rank, world))
-            elif metrics is None or s.evals[-1][0] != s.samples:
-                # the last online eval (if any) saw older weights than these final ones
-                metrics = trainer.evaluate(self.eval_set)
+            metrics = self.metrics if known else trainer.evaluate(
+                final_eval_batches(cfg, self.eval_set, train_files, rank, world))
             if rank == 0:
                 print(evaluation.write_eval_results(cfg.checkpoint.output_dir, metrics, s.step))
         trainer.flush()  # the last checkpoint, written while the above ran, is complete
         if rank == 0:  # a rerun of this command now says so and changes nothing
-            checkpoint.write_finished(cfg.checkpoint.output_dir, self.status, s.step, s.samples, self.extra["run"],
-                                      checkpoint.launch_record(cfg, world))
+            checkpoint.write_finished(cfg.checkpoint.output_dir, record)
         return 0
+
+
+def final_eval_batches(cfg, eval_set, train_files, rank, world):
+    """What --do_eval evaluates the final weights on: the online eval set, else the reference's
+    eval batches of the training files."""
+    if eval_set:
+        return eval_set
+    return evaluation.reference_eval_batches(cfg.data, cfg.eval, train_files, rank, world)
+
+
+def finish_stopped(cfg, stopped, found, config, device, rank, world, train_files, eval_files, init_ckpt, log_path):
+    """A rerun of a run stopped after its run_stop, before its finished marker (killed while its
+    final checkpoint or --do_eval's eval was written): its result is its log's, kept as it is;
+    nothing is trained again (its run_stop would move past the pause). What is left is done:
+    --do_eval's eval from the final checkpoint, then the finished marker."""
+    out, step = cfg.checkpoint.output_dir, stopped["global_step"]
+    final = checkpoint.path_for(out, step)
+    kept = any(s == step for s, _ in found)
+    preflight.check_stopped(cfg, stopped, rank, config, train_files, eval_files, init_ckpt, log_path)
+    done = []
+    if cfg.eval.do_eval and not os.path.exists(os.path.join(out, evaluation.RESULTS)):
+        metrics = stopped.get("metrics")
+        if metrics is None and kept:
+            trainer = Trainer(cfg, config, device, rank, world, stopped["run"]["seed"])
+            trainer.resume(checkpoint.load_on_every_rank(final, rank, device, lambda ckpt: None), final)
+            eval_set = None
+            if eval_files:
+                eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,
+                                              trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
+            metrics = trainer.evaluate(final_eval_batches(cfg, eval_set, train_files, rank, world))
+        if metrics is not None:
+            if rank == 0:
+                evaluation.write_eval_results(out, metrics, step)
+            done.append("--do_eval's eval of its final weights: %s" % evaluation.RESULTS)
+        else:
+            done.append("not --do_eval's eval: its final weights are lost")
+    if rank == 0:
+        checkpoint.write_finished(out, stopped)
+        lost = "" if kept else ("; its final checkpoint %s was not written (the stop came while it was), so the "
+                                "weights after its last step are lost" % os.path.basename(final))
+        print("%s: this run ended earlier (run_stop logged: status %s after %d samples) and was stopped before its "
+              "end was written%s; its result is its log %s, kept as it was; done now, nothing trained: %s"
+              % (out, stopped.get("status"), stopped.get("samples", 0), lost, log_path,
+                 "; ".join(done + [checkpoint.FINISHED])), flush=True)
+    return 0
 
 
 def _postfix(loss, lr, rates):

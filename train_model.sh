@@ -206,8 +206,9 @@ done
 if [[ "$PRESET" =~ ^rcp_([0-9]+)$ ]]; then
   # generated from mlperf_logging's rcps_bert.json for this number of GPUs (harness/rcp.py)
   rcp_batch="${BASH_REMATCH[1]}"
+  # (its one line said with this script's name, as every refusal here is; it writes nothing else there)
   rcp="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.rcp "--batch_size=$rcp_batch" \
-        "--world=$((NUM_GPUS * NNODES))" "--max_per_gpu=$MAX_PER_GPU_BATCH")" || exit 2
+        "--world=$((NUM_GPUS * NNODES))" "--max_per_gpu=$MAX_PER_GPU_BATCH" 2>&1)" || die "${rcp#error: }"
   eval "$rcp"
 fi
 
@@ -352,7 +353,7 @@ if [[ "${CHECK_ONLY:-0}" == 1 || "${CHECK_ONLY:-0}" == files ]]; then  # the set
   # the trainer's packages, found without importing them (torch's import: 1.5 s of CPU); else a
   # started run's ModuleNotFoundError traceback
   missing="$("$PYTHON" -c 'import importlib.util
-print(" ".join(m for m in ("absl", "numpy", "torch", "mlperf_logging", "tqdm") if importlib.util.find_spec(m) is None))' \
+print(" ".join(m for m in ("absl", "numpy", "torch", "mlperf_logging", "tqdm", "crc32c") if importlib.util.find_spec(m) is None))' \
     2>/dev/null)" || missing="everything (it did not run)"
   [[ -z "$missing" ]] || die "PYTHON=$PYTHON lacks the trainer's packages ($missing): set PYTHON to the project's" \
     "interpreter (make venv makes .venv/bin/python), or install requirements.txt into it"
@@ -370,16 +371,22 @@ except UserError as e:
   # files: also the files the run reads, as the trainer's first check looks for them (comma lists of globs):
   # start_training.sh's check, on the node that runs (a login node may not see a node's local data)
   if [[ "$CHECK_ONLY" == files ]] && given do_train; then
-    IFS=, read -ra patterns <<< "$INPUT_FILES"
-    for p in "${patterns[@]}"; do
-      compgen -G "$p" > /dev/null || [[ -e "$p" ]] || die "no training file matches $p (INPUT_FILES, or DATA_DIR's" \
-        "part-*): set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)"
-    done
-    IFS=, read -ra patterns <<< "$EVAL_FILE"
-    for p in "${patterns[@]}"; do
-      compgen -G "$p" > /dev/null || [[ -e "$p" ]] || die "no eval file matches $p (EVAL_FILE, or DATA_DIR's" \
-        "eval_10k): give the eval set make-dataset (pick-eval-samples) made"
-    done
+    # the trainer's own reading of the lists (mlperf_bert/fileio.py glob_parts): a path with a
+    # backslash or a newline is the trainer's to read as it is
+    unmatched="$("$PYTHON" -S -c 'import sys
+from mlperf_bert.fileio import glob_parts
+for which, spec in zip(("train", "eval"), sys.argv[1:]):
+    bad = [part for part, matches in glob_parts(spec) if not matches]
+    if bad:
+        sys.exit(print(which, bad[0], end="") or 1)' "$INPUT_FILES" "$EVAL_FILE" 2>&1)" && rc=0 || rc=$?
+    case "$rc,$unmatched" in
+      0,) ;;
+      1,"train "*) die "no training file matches ${unmatched#train } (INPUT_FILES, or DATA_DIR's part-*): set" \
+          "DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)" ;;
+      1,"eval "*) die "no eval file matches ${unmatched#eval } (EVAL_FILE, or DATA_DIR's eval_10k): give the eval" \
+          "set make-dataset (pick-eval-samples) made" ;;
+      *) die "cannot check the files the run reads with PYTHON=$PYTHON: $unmatched" ;;
+    esac
   fi
   if [[ "$CHECK_ONLY" == files && -n "${INIT_CHECKPOINT:-}" && ! -f "$INIT_CHECKPOINT" && ! -f "$INIT_CHECKPOINT.index" ]]; then
     die "INIT_CHECKPOINT=$INIT_CHECKPOINT not found: give a .pt file or a TF checkpoint prefix whose .index exists"

@@ -14,6 +14,7 @@ two rules are implemented once:
 """
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -446,3 +447,10 @@ def write_json(path, obj, newline=False, **dump_kwargs):
         json.dump(obj, f, **dump_kwargs)
         if newline:
             f.write("\n")
+
+
+def glob_parts(spec):
+    """[(part, its matches, sorted)] of a comma list of paths and globs, as the trainer and the
+    dataset tools read them (train_model.sh's file check too: it has no bash glob of its own, whose
+    backslash escapes and line splitting differ)."""
+    return [(p, sorted(glob.glob(p))) for p in [p.strip() for p in (spec or "").split(",") if p.strip()]]

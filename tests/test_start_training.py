@@ -801,6 +801,10 @@ def test_settings_a_launcher_sweep_found_taken_or_dropped_are_one_line(fake, tmp
         proc = subprocess.run([os.path.join(ROOT, "train_model.sh"), "--preset=demo_cpu"] + args, capture_output=True,
                               text=True, env=dict(env, **extra), cwd=ROOT, timeout=120)
         _one_error(proc, prefix)
+    # a batch with no reference convergence point: harness/rcp.py's line, without the script's name
+    proc = subprocess.run([os.path.join(ROOT, "train_model.sh"), "--preset=rcp_0"], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    _one_error(proc, "error: train_model.sh: no reference convergence point for global batch 0: choose one of rcp_256")
     assert not (tmp_path / "tm").exists()
     # a PYTHON without the trainer's packages (here: without site-packages) passed the check; the run
     # then said STARTING TIMING RUN and ended in a ModuleNotFoundError traceback
@@ -811,7 +815,7 @@ def test_settings_a_launcher_sweep_found_taken_or_dropped_are_one_line(fake, tmp
     proc = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env=dict(env, PYTHON=str(nosite), OUTPUT_DIR=str(tmp_path / "np")))
     _one_error(proc, "error: train_model.sh: PYTHON=%s lacks the trainer's packages (absl numpy torch "
-               "mlperf_logging tqdm): set PYTHON" % nosite)
+               "mlperf_logging tqdm crc32c): set PYTHON" % nosite)
     assert "STARTING" not in proc.stdout and not (tmp_path / "np").exists()
     # an OUTPUT_DIR that is a dangling link: mkdir's two raw lines (CHECK_ONLY passed it)
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "x")

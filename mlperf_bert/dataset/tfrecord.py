@@ -5,7 +5,6 @@ corrupt or truncated record, so a damaged shard never trains silently.
 """
 import concurrent.futures
 import errno
-import glob
 import mmap
 import os
 import struct
@@ -13,7 +12,7 @@ import struct
 from crc32c import crc32c
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open
+from mlperf_bert.fileio import atomic_open, glob_parts
 
 _MASK_DELTA = 0xA282EAD8
 _U64 = struct.Struct("<Q")
@@ -282,8 +281,7 @@ def count_records(path):
 def expand_paths(spec, what="input file"):
     """Expand a comma-separated list of paths and globs, in order; error if any part matches nothing."""
     out = []
-    for part in [p.strip() for p in (spec or "").split(",") if p.strip()]:
-        matches = sorted(glob.glob(part))
+    for part, matches in glob_parts(spec):
         if not matches:
             raise UserError("%s %s does not exist (check the path or glob)" % (what, part))
         out.extend(matches)

@@ -373,7 +373,7 @@ def _run(args, env):
         # the signal it got, and the trainer names it. torchrun acts on the first it gets, ours or
         # the scheduler's own (agent)
         if not got:
-            got.append(signum)
+            got.append(signum)  # first, so a signal whose handler runs inside this call returns above
             got[0] = first_signal(signum, frame, on_signal)
             if proc is not None:
                 _send(proc, got[0] if _has_children(proc.pid) else signal.SIGTERM)

@@ -308,7 +308,7 @@ def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_n
     --do_eval, or says the final weights are lost, and writes run_finished.json."""
     full, _ = uninterrupted
     out = str(tmp_path / "run")
-    argv = flags_for(files, out, do_eval=True, save_checkpoints_steps=0 if where == "checkpoint" else 3)
+    argv = flags_for(files, out, do_eval=True, max_eval_steps=4, save_checkpoints_steps=0 if where == "checkpoint" else 3)
     proc = start(["-c", _KILLED_AFTER_RUN_STOP, where, out] + argv[1:])
     got = proc.communicate(timeout=180)[0]
     assert proc.returncode == -signal.SIGKILL, got
@@ -319,11 +319,12 @@ def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_n
     # the reference's evaluation of the uninterrupted run's final weights: what --do_eval gives
     ref = str(tmp_path / "ref")
     assert training.main(["run_pretraining.py", "--bert_config_file=" + files["config"], "--do_eval",
-                          "--input_file=" + files["train"], "--output_dir=" + ref, "--num_workers=0",
+                          "--input_file=" + files["train"], "--output_dir=" + ref, "--num_workers=0", "--max_eval_steps=4",
                           "--init_checkpoint=" + os.path.join(full, "model.ckpt-30.pt")]) == 0
     if where == "checkpoint":  # as a resume: only with its settings, onto the log it ended with
         with pytest.raises(UserError) as e:
-            training.main(flags_for(files, out, do_eval=True, save_checkpoints_steps=0, learning_rate=2e-2))
+            training.main(flags_for(files, out, do_eval=True, max_eval_steps=4, save_checkpoints_steps=0,
+                                    learning_rate=2e-2))
         assert str(e.value) == (
             "%s: this run ended earlier (run_stop logged: status aborted after 120 samples, run_stopped.json) with "
             "other settings than this command's: --learning_rate=0.02 (was 0.01); rerun with its settings, or use "

@@ -433,7 +433,11 @@ run_one() {
   esac
   # ours, when we got one: the first decides (a SIGINT goes on as SIGINT, then SIGTERM)
   [[ -n "$stopped" && -n "$got_signal" ]] && stopped="SIG$got_signal"
-  if [[ -n "$stopped" && -n "$ckpt" ]]; then
+  if [[ -f "$dir/run_stopped.json" ]]; then  # (trainer/checkpoint.py's STOPPED: written at run_stop)
+    echo "$ME: $name ended at its run_stop (its log $log is complete) but ended with status $status after" \
+         "$elapsed s, before its end was written (see above): rerun the same command to finish it; nothing is" \
+         "trained again"
+  elif [[ -n "$stopped" && -n "$ckpt" ]]; then
     (( status == NOT_SAVED )) && status=143  # stopped before it trained: the checkpoint holds all of it
     [[ -n "$got_signal" ]] && signal_status && status=$sig_status
     echo "$ME: $name stopped by $stopped after $elapsed s: $ckpt holds it; rerun the same command to resume"

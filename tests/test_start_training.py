@@ -547,6 +547,11 @@ def test_a_rerun_of_a_run_killed_after_its_run_stop_says_this_invocation_trained
     fake.out.mkdir()
     (fake.out / "run_stopped.json").write_text('{"status": "success", "global_step": 30, "samples": 120}')
     (fake.out / "model.ckpt-12.pt").write_text("")
+    failed = fake("--preset=demo_cpu", SEED="5", FAKE_STATUS="137")  # killed again before its end
+    assert failed.returncode == 137 and failed.stdout.splitlines()[-1] == (
+        "start_training.sh: the run ended at its run_stop (its log %s is complete) but ended with status 137 after %s s, "
+        "before its end was written (see above): rerun the same command to finish it; nothing is trained again"
+        % (fake.out / "mlperf.log", failed.stdout.split(" after ")[-1].split(" s,")[0])), failed.stdout
     proc = fake("--preset=demo_cpu", SEED="5")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (result,) = result_lines(proc)

@@ -305,58 +305,106 @@ def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_n
     periodic checkpoint (the rcp presets), from the start, the finished log emptied; a resume from the
     final checkpoint moved run_stop past the pause. The rerun now keeps the log byte for byte and
     trains nothing: it evaluates the final checkpoint (the uninterrupted run's weights) for
-    --do_eval, or says the final weights are lost, and writes run_finished.json."""
+    --do_eval, or says the final weights are lost, and writes run_finished.json. A hostile sweep's
+    cases: an eval_results.txt of another step is not taken for the final weights'; another rank
+    count, a log with bytes after run_stop and a damaged marker are one line each, the marker's line
+    not advising its deletion (the run would train again over its log); an --init_checkpoint gone
+    since (nothing reads it) is no refusal."""
     full, _ = uninterrupted
     out = str(tmp_path / "run")
-    argv = flags_for(files, out, do_eval=True, max_eval_steps=4, save_checkpoints_steps=0 if where == "checkpoint" else 3)
+    kw = dict(do_eval=True, max_eval_steps=4, save_checkpoints_steps=3)
+    if where == "checkpoint":  # no periodic checkpoint, and an init checkpoint deleted before the rerun
+        init = str(tmp_path / "init.pt")
+        shutil.copy(os.path.join(full, "model.ckpt-18.pt"), init)
+        kw.update(save_checkpoints_steps=0, init_checkpoint=init)
+    argv = flags_for(files, out, **kw)
     proc = start(["-c", _KILLED_AFTER_RUN_STOP, where, out] + argv[1:])
     got = proc.communicate(timeout=180)[0]
     assert proc.returncode == -signal.SIGKILL, got
-    log = open(os.path.join(out, "mlperf.log"), "rb").read()
+    log_path = os.path.join(out, "mlperf.log")
+    log = open(log_path, "rb").read()
     assert b'"key": "run_stop"' in log and not os.path.exists(os.path.join(out, "run_finished.json"))
     before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out) if n.endswith(".pt")}
+    marker = os.path.join(out, "run_stopped.json")
+    record = open(marker).read()
+
+    def refused(line, *args):
+        was = open(marker).read()
+        with pytest.raises(UserError) as e:
+            training.main(args[0] if args else argv)
+        assert str(e.value) == line
+        assert open(log_path, "rb").read() == log and open(marker).read() == was
+
+    if where == "checkpoint":
+        os.unlink(init)
+        what = "%s: this run ended earlier (run_stop logged: status aborted after 120 samples, run_stopped.json)" % out
+        refused("%s with other settings than this command's: --learning_rate=0.02 (was 0.01); rerun with its "
+                "settings, or use another --output_dir for a new run" % what, flags_for(files, out, **dict(
+                    kw, learning_rate=2e-2)))
+        with open(marker, "w") as f:
+            json.dump(dict(json.loads(record), world=2), f)
+        refused("%s on 2 ranks, this run has 1: rerun with the same number" % what)
+        for damaged, why in (("{\"status\": ", "Expecting value: line 1 column 12 (char 11)"),
+                             ("{}", "not the trainer's record: it lacks status, global_step, samples, run, mlperf_log")):
+            with open(marker, "w") as f:
+                f.write(damaged)
+            with pytest.raises(UserError) as e:
+                training.main(argv)
+            assert str(e.value) == ("cannot read %s (%s): the run it marks has ended (its run_stop is logged); keep its "
+                                    "log and use another --output_dir for a new run (deleting it would train the run "
+                                    "again over its log)" % (marker, why))
+        with open(marker, "w") as f:
+            f.write(record)
+        for cut, why in ((10, "does not begin with the %d bytes run_stopped.json recorded (it is shorter)" % len(log)),
+                         (-10, "has 10 bytes after the %d run_stopped.json recorded at its run_stop" % len(log))):
+            with open(log_path, "wb") as f:
+                f.write(log[:-cut] if cut > 0 else log + b"x" * -cut)
+            with pytest.raises(UserError) as e:
+                training.main(argv)
+            assert str(e.value) == "MLPerf log %s %s: restore that log, or use another --output_dir for a new run" % (
+                log_path, why)
+        with open(log_path, "wb") as f:
+            f.write(log)
+    else:  # --do_eval alone into this folder: another step's results
+        with open(os.path.join(out, "eval_results.txt"), "w") as f:
+            f.write("global_step = 18\nloss = 1.0\n")
 
     # the reference's evaluation of the uninterrupted run's final weights: what --do_eval gives
     ref = str(tmp_path / "ref")
     assert training.main(["run_pretraining.py", "--bert_config_file=" + files["config"], "--do_eval",
-                          "--input_file=" + files["train"], "--output_dir=" + ref, "--num_workers=0", "--max_eval_steps=4",
-                          "--init_checkpoint=" + os.path.join(full, "model.ckpt-30.pt")]) == 0
-    if where == "checkpoint":  # as a resume: only with its settings, onto the log it ended with
-        with pytest.raises(UserError) as e:
-            training.main(flags_for(files, out, do_eval=True, max_eval_steps=4, save_checkpoints_steps=0,
-                                    learning_rate=2e-2))
-        assert str(e.value) == (
-            "%s: this run ended earlier (run_stop logged: status aborted after 120 samples, run_stopped.json) with "
-            "other settings than this command's: --learning_rate=0.02 (was 0.01); rerun with its settings, or use "
-            "another --output_dir for a new run" % out)
-        with open(os.path.join(out, "mlperf.log"), "r+b") as f:
-            f.truncate(len(log) - 10)
-        with pytest.raises(UserError) as e:
-            training.main(argv)
-        assert str(e.value) == ("MLPerf log %s does not begin with the %d bytes run_stopped.json recorded (it is "
-                                "shorter): restore that log, or use another --output_dir for a new run"
-                                % (os.path.join(out, "mlperf.log"), len(log)))
-        with open(os.path.join(out, "mlperf.log"), "wb") as f:
-            f.write(log)
+                          "--input_file=" + files["train"], "--output_dir=" + ref, "--num_workers=0",
+                          "--max_eval_steps=4", "--init_checkpoint=" + os.path.join(full, "model.ckpt-30.pt")]) == 0
     capsys.readouterr()
     assert training.main(argv) == 0
     said = capsys.readouterr().out
-    assert open(os.path.join(out, "mlperf.log"), "rb").read() == log  # run_stop where it was
+    assert open(log_path, "rb").read() == log  # run_stop where it was
     assert {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out) if n.endswith(".pt")} == before
     finished = json.load(open(os.path.join(out, "run_finished.json")))
     assert (finished["status"], finished["global_step"], finished["samples"]) == ("aborted", 30, 120)
-    assert not os.path.exists(os.path.join(out, "run_stopped.json"))
+    assert not os.path.exists(marker)
     line, = [l for l in said.splitlines() if "ended earlier" in l]
     if where == "checkpoint":
-        assert "model.ckpt-30.pt was not written" in line and "not --do_eval's eval" in line, line
+        assert "model.ckpt-30.pt is not there" in line and "not --do_eval's eval" in line, line
         assert not os.path.exists(os.path.join(out, "eval_results.txt"))
     else:
-        assert "was not written" not in line and "--do_eval's eval of its final weights" in line, line
+        assert "is not there" not in line and "--do_eval's eval of its final weights" in line, line
         assert open(os.path.join(out, "eval_results.txt")).read() == \
             open(os.path.join(ref, "eval_results.txt")).read()
     assert training.main(argv) == 0
     said = capsys.readouterr().out
     assert "this run already finished" in said and "nothing to do" in said, said
+
+
+def test_a_signal_while_a_run_that_ended_is_finished_says_the_same_command_finishes_it():
+    """The sweep: a SIGTERM during the rerun's eval of a run that had ended said "in the untimed
+    init, before run_start: ... rerun the same command to resume"."""
+    from mlperf_bert.errors import Terminated
+    stop = training._Stop()
+    stop.finishing = True
+    with pytest.raises(Terminated) as e:
+        stop._handle(signal.SIGTERM, None)
+    assert (e.value.line, e.value.status) == ("SIGTERM while the end of a run that ended earlier was written (its log "
+                                              "is complete): stopped at once; rerun the same command to finish it", 143)
 
 
 def test_clipping_modes_train_differently(uninterrupted, uninterrupted_clip_after):

@@ -398,14 +398,27 @@ def read_log_owner(output_dir):
 
 
 def _read_marker(output_dir, name):
+    """The record in ``output_dir/name``, None when there is none; one that cannot be read is one
+    line: the run it marks has ended, and deleting the marker would train it again over its log."""
     path = os.path.join(output_dir, name)
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            record = json.load(f)
+        # (an older version's finished marker may lack the run's identity)
+        keys = ("status", "global_step", "samples", "run", "mlperf_log") if name == STOPPED else ("status",)
+        if not isinstance(record, dict) or any(k not in record for k in keys):
+            raise ValueError("not the trainer's record: it lacks %s"
+                             % ", ".join(k for k in keys if not isinstance(record, dict) or k not in record))
+        if name == STOPPED and not (isinstance(record["global_step"], int) and isinstance(record["run"], dict)
+                                    and isinstance(record["mlperf_log"], list) and len(record["mlperf_log"]) == 2):
+            raise ValueError("not the trainer's record: a value of the wrong type")
+        return record
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise UserError("cannot read %s (%s): delete it to resume the run" % (path, e))
+        raise UserError("cannot read %s (%s): the run it marks has ended (its run_stop is logged); keep its log "
+                        "and use another --output_dir for a new run (deleting it would train the run again over its "
+                        "log)" % (path, getattr(e, "strerror", None) or e))
 
 
 def read_finished(output_dir):
@@ -433,7 +446,7 @@ def write_stopped(output_dir, record):
 
 def write_finished(output_dir, record):
     """The finished marker (``end_record``'s and when), which replaces the run_stop record."""
-    record = {k: v for k, v in record.items() if k not in ("mlperf_log", "metrics")}
+    record = {k: v for k, v in record.items() if k not in ("mlperf_log", "metrics", "world")}
     record["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     write_json(os.path.join(output_dir, FINISHED), record, default=str)
     with contextlib.suppress(FileNotFoundError):

@@ -140,6 +140,16 @@ def reference_eval_batches(data, ev, files, rank, world):
 RESULTS = "eval_results.txt"
 
 
+def results_step(output_dir):
+    """The global_step of output_dir's eval_results.txt, or None (none there, or unreadable)."""
+    try:
+        with open(os.path.join(output_dir, RESULTS), encoding="utf-8") as f:
+            lines = dict(line.strip().split(" = ", 1) for line in f if " = " in line)
+        return int(lines["global_step"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def write_eval_results(output_dir, metrics, global_step):
     """output_dir/eval_results.txt: the reference's ``key = value`` lines, keys sorted."""
     path = os.path.join(output_dir, RESULTS)

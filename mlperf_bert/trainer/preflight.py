@@ -246,7 +246,8 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     init_ckpt = None
     out = cfg.checkpoint.output_dir
     if init and not os.path.exists(init) and not glob.glob(glob.escape(init) + ".*") and (
-            checkpoint.list_checkpoints(out) or os.path.exists(os.path.join(out, checkpoint.FINISHED))):
+            checkpoint.list_checkpoints(out) or os.path.exists(os.path.join(out, checkpoint.FINISHED))
+            or os.path.exists(os.path.join(out, checkpoint.STOPPED))):
         # gone, and a run to resume here: a resume, which does not read it, holds it by the name it
         # recorded (a start, which reads it, gets fingerprint's "not found" line)
         init_ckpt = [os.path.abspath(init), None, None]
@@ -335,9 +336,9 @@ def finished_before(cfg, finished, rank, config, train_files, eval_files, init_c
     return 0
 
 
-def check_stopped(cfg, stopped, rank, config, train_files, eval_files, init_ckpt, log_path):
+def check_stopped(cfg, stopped, rank, world, config, train_files, eval_files, init_ckpt, log_path):
     """A rerun of a run stopped after its run_stop (``stopped``: its record) finishes it only with its
-    settings and onto the log it ended with, as a resume does."""
+    settings, its number of ranks and the log it ended with, unchanged, as a resume does."""
     problem = None
     if rank == 0:
         out = cfg.checkpoint.output_dir
@@ -349,9 +350,19 @@ def check_stopped(cfg, stopped, rank, config, train_files, eval_files, init_ckpt
             problem = ("%s; its MLPerf log is %s (%s), not --mlperf_log %s: rerun with the same log "
                        "(start_training.sh: the same LOGDIR)" % (what, owned, os.path.join(out, checkpoint.LOG_OWNER),
                                                                  log_path))
+        ranks = stopped.get("world", world)
+        if not problem and ranks != world:
+            problem = ("%s on %d rank%s, this run has %d: rerun with the same number"
+                       % (what, ranks, "" if ranks == 1 else "s", world))
         if not problem:
             try:
                 check_prefix(log_path, *stopped["mlperf_log"], what=checkpoint.STOPPED)
+                size = os.path.getsize(log_path)
+                if size != stopped["mlperf_log"][0]:  # nothing is logged after run_stop
+                    problem = ("MLPerf log %s has %d bytes after the %d %s recorded at its run_stop: restore that log, "
+                               "or use another --output_dir for a new run"
+                               % (log_path, size - stopped["mlperf_log"][0], stopped["mlperf_log"][0],
+                                  checkpoint.STOPPED))
             except UserError as e:
                 problem = str(e)
     problem = distributed.broadcast_object(problem)

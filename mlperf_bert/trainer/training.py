@@ -151,6 +151,7 @@ class _Stop:
         self.signum = None
         self.received = 0  # every signal, the first and any after it
         self.in_init = True
+        self.finishing = False  # finish_stopped: a run that ended earlier, its end being written
         self.resumable = False  # a checkpoint of the run is there (set once rank 0 has looked)
         self._old = {}
 
@@ -169,7 +170,10 @@ class _Stop:
         if self.in_init:
             name = signal.Signals(self.signum).name
             # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
-            if self.resumable:
+            if self.finishing:
+                line, status = ("%s while the end of a run that ended earlier was written (its log is complete): "
+                                "stopped at once; rerun the same command to finish it" % name), 128 + self.signum
+            elif self.resumable:
                 line, status = ("%s in the untimed init, before run_start: stopped at once, nothing trained; "
                                 "rerun the same command to resume" % name), 128 + self.signum
             else:
@@ -460,8 +464,8 @@ def run(cfg, stop, held):
     if finished:
         return preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt)
     if stopped:
-        return finish_stopped(cfg, stopped, found, config, device, rank, world, train_files, eval_files, init_ckpt,
-                              log_path)
+        return finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train_files, eval_files,
+                              init_ckpt, log_path)
     ckpt_path = found[-1][1] if found else None  # on rank 0's disk: only rank 0 reads it
     ckpt = checkpoint.load_on_every_rank(
         ckpt_path, rank, device, functools.partial(preflight.check_resume, cfg, config, world, train_files,
@@ -758,8 +762,8 @@ class Loop:
         # --do_eval's eval of these final weights, when the last online eval saw them
         known = cfg.eval.do_eval and self.eval_set and self.metrics is not None and s.evals[-1][0] == s.samples
         if rank == 0:  # the result is the log's from here: a kill now leaves a rerun nothing to train again
-            checkpoint.write_stopped(cfg.checkpoint.output_dir,
-                                     dict(record, mlperf_log=list(log.mark()), metrics=self.metrics if known else None))
+            checkpoint.write_stopped(cfg.checkpoint.output_dir, dict(
+                record, mlperf_log=list(log.mark()), metrics=self.metrics if known else None, world=world))
             print("trained %d steps (%d samples) in %.1f s; final loss %s; status %s"
                   % (s.step, s.samples, time.time() - self.t_run,
                      "n/a" if self.last is None else "%.4f" % self.last.item(), self.status), flush=True)
@@ -782,7 +786,8 @@ def final_eval_batches(cfg, eval_set, train_files, rank, world):
     return evaluation.reference_eval_batches(cfg.data, cfg.eval, train_files, rank, world)
 
 
-def finish_stopped(cfg, stopped, found, config, device, rank, world, train_files, eval_files, init_ckpt, log_path):
+def finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train_files, eval_files, init_ckpt,
+                   log_path):
     """A rerun of a run stopped after its run_stop, before its finished marker (killed while its
     final checkpoint or --do_eval's eval was written): its result is its log's, kept as it is;
     nothing is trained again (its run_stop would move past the pause). What is left is done:
@@ -790,9 +795,15 @@ def finish_stopped(cfg, stopped, found, config, device, rank, world, train_files
     out, step = cfg.checkpoint.output_dir, stopped["global_step"]
     final = checkpoint.path_for(out, step)
     kept = any(s == step for s, _ in found)
-    preflight.check_stopped(cfg, stopped, rank, config, train_files, eval_files, init_ckpt, log_path)
+    preflight.check_stopped(cfg, stopped, rank, world, config, train_files, eval_files, init_ckpt, log_path)
+    stop.finishing = True  # a signal now: stopped at once, and the same command finishes it
     done = []
-    if cfg.eval.do_eval and not os.path.exists(os.path.join(out, evaluation.RESULTS)):
+    # rank 0 decides from its disk (other nodes may see other disks); an eval_results.txt of
+    # another step (--do_eval alone into this folder) is not the final weights' eval
+    written = distributed.broadcast_object(evaluation.results_step(out) == step if rank == 0 else None)
+    if cfg.eval.do_eval and written:
+        done.append("--do_eval's eval of its final weights: %s (written before the stop)" % evaluation.RESULTS)
+    elif cfg.eval.do_eval:
         metrics = stopped.get("metrics")
         if metrics is None and kept:
             trainer = Trainer(cfg, config, device, rank, world, stopped["run"]["seed"])
@@ -810,8 +821,9 @@ def finish_stopped(cfg, stopped, found, config, device, rank, world, train_files
             done.append("not --do_eval's eval: its final weights are lost")
     if rank == 0:
         checkpoint.write_finished(out, stopped)
-        lost = "" if kept else ("; its final checkpoint %s was not written (the stop came while it was), so the "
-                                "weights after its last step are lost" % os.path.basename(final))
+        lost = "" if kept else ("; its final checkpoint %s is not there (the stop came while it was written, or it "
+                                "was deleted since), so the weights after its last step are lost"
+                                % os.path.basename(final))
         print("%s: this run ended earlier (run_stop logged: status %s after %d samples) and was stopped before its "
               "end was written%s; its result is its log %s, kept as it was; done now, nothing trained: %s"
               % (out, stopped.get("status"), stopped.get("samples", 0), lost, log_path,

@@ -345,18 +345,13 @@ def check_stopped(cfg, stopped, rank, world, config, train_files, eval_files, in
         what = "%s: this run ended earlier (run_stop logged: status %s after %d samples, %s)" % (
             out, stopped.get("status"), stopped.get("samples", 0), checkpoint.STOPPED)
         problem = _other_settings(cfg, stopped, config, train_files, eval_files, init_ckpt, what)
-        owned = checkpoint.read_log_owner(out)
-        if not problem and owned and owned != os.path.abspath(log_path) and os.path.exists(owned):
-            problem = ("%s; its MLPerf log is %s (%s), not --mlperf_log %s: rerun with the same log "
-                       "(start_training.sh: the same LOGDIR)" % (what, owned, os.path.join(out, checkpoint.LOG_OWNER),
-                                                                 log_path))
         ranks = stopped.get("world", world)
         if not problem and ranks != world:
             problem = ("%s on %d rank%s, this run has %d: rerun with the same number"
                        % (what, ranks, "" if ranks == 1 else "s", world))
         if not problem:
             try:
-                check_prefix(log_path, *stopped["mlperf_log"], what=checkpoint.STOPPED)
+                check_run_log(out, log_path, stopped["mlperf_log"], checkpoint.STOPPED)
                 size = os.path.getsize(log_path)
                 if size != stopped["mlperf_log"][0]:  # nothing is logged after run_stop
                     problem = ("MLPerf log %s has %d bytes after the %d %s recorded at its run_stop: restore that log, "
@@ -408,10 +403,16 @@ def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_pat
         raise UserError("checkpoint %s was written by %d rank%s, this run has %d: resume with "
                         "the same number" % (path, n, "" if n == 1 else "s", world))
     if ckpt.get("mlperf_log"):
-        # the log somewhere else (another LOGDIR): said as such, not as a log "that does not begin with" it
-        owned = checkpoint.read_log_owner(os.path.dirname(path))
-        if owned and owned != os.path.abspath(log_path) and os.path.exists(owned):
-            raise UserError("this run's MLPerf log is %s (%s), not --mlperf_log %s: resume with the same log "
-                            "(start_training.sh: the same LOGDIR)" % (owned, os.path.join(
-                                os.path.dirname(path), checkpoint.LOG_OWNER), log_path))
-        check_prefix(log_path, *ckpt["mlperf_log"], what="checkpoint %s" % os.path.basename(path))
+        check_run_log(os.path.dirname(path), log_path, ckpt["mlperf_log"], "checkpoint %s" % os.path.basename(path))
+
+
+def check_run_log(output_dir, log_path, mark, what):
+    """``log_path`` is the log the run in ``output_dir`` wrote and begins with ``mark`` (bytes, sha256)
+    that ``what`` recorded; the log somewhere else (another LOGDIR) is said as such, not as a log
+    "that does not begin with" it."""
+    owned = checkpoint.read_log_owner(output_dir)
+    if owned and owned != os.path.abspath(log_path) and os.path.exists(owned):
+        raise UserError("this run's MLPerf log is %s (%s), not --mlperf_log %s: resume with the same log "
+                        "(start_training.sh: the same LOGDIR)" % (owned, os.path.join(output_dir, checkpoint.LOG_OWNER),
+                                                                  log_path))
+    check_prefix(log_path, *mark, what=what)

@@ -757,11 +757,12 @@ class Loop:
         log.event(C.TRAIN_SAMPLES, s.samples)
         log.end(C.RUN_STOP, metadata={C.STATUS: self.status, C.SAMPLES_COUNT: s.samples})
         log.close()
-        record = checkpoint.end_record(self.status, s.step, s.samples, self.extra["run"],
-                                       checkpoint.launch_record(cfg, world))
         # --do_eval's eval of these final weights, when the last online eval saw them
         known = cfg.eval.do_eval and self.eval_set and self.metrics is not None and s.evals[-1][0] == s.samples
         if rank == 0:  # the result is the log's from here: a kill now leaves a rerun nothing to train again
+            # (rank 0's alone: the launch record runs git and hashes the source)
+            record = checkpoint.end_record(self.status, s.step, s.samples, self.extra["run"],
+                                           checkpoint.launch_record(cfg, world))
             checkpoint.write_stopped(cfg.checkpoint.output_dir, dict(
                 record, mlperf_log=list(log.mark()), metrics=self.metrics if known else None, world=world))
             print("trained %d steps (%d samples) in %.1f s; final loss %s; status %s"

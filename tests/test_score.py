@@ -920,6 +920,29 @@ def test_package_records_how_each_run_was_launched_and_warns_of_a_short_series(t
     assert record["runs"][0]["run"] == {"seed": seed, "train_batch_size": 96}
 
 
+def test_a_run_killed_after_its_run_stop_is_packaged_with_the_launch_its_run_stopped_json_holds(two_runs, tmp_path,
+                                                                                                 capsys):
+    """A run killed after its run_stop (its log complete, its end not written) has run_stopped.json,
+    not run_finished.json: package said it had no launch record, though that record holds one."""
+    from mlperf_bert.harness.compliance import read_log
+    seed = [r.value for r in read_log(str(two_runs / "result_1.txt")) if r.key == "seed"][-1]
+    launch = {"preset": "rcp_768", "overrides": "", "flags": {}, "processes": 8, "processes_per_node": 8,
+              "nodes": 1, "commit": "abc", "modified": False, "source_sha256": pkg_mod.source_identity()["source_sha256"]}
+    (two_runs / "run_1").mkdir()
+    (two_runs / "run_1" / "run_stopped.json").write_text(json.dumps(
+        {"status": "success", "global_step": 30, "samples": 120, "run": {"seed": seed}, "launch": launch,
+         "mlperf_log": [1, "x"]}))
+    out = tmp_path / "pkg"
+    assert pkg_mod.main(nyx_argv(two_runs, out)) == 0
+    err = capsys.readouterr().err
+    assert "warning: package: 1 run without a launch record (result_0.txt): no run_finished.json (or" \
+        " run_stopped.json) of the same seed" in err
+    record = json.loads((out / "NVIDIA" / "benchmarks" / "bert" / "implementations" / "pytorch" /
+                         pkg_mod.launch_name(NYX)).read_text())
+    assert [(r["result"], r["launch"]) for r in record["runs"]] == [("result_0.txt", None), ("result_1.txt", launch)]
+    assert record["runs"][1]["run_finished"].endswith("run_1/run_stopped.json")
+
+
 def test_the_trainer_records_its_launch(monkeypatch):
     """What run_finished.json keeps for launch.json: train_model.sh's preset and overrides, the flags
     given, processes and nodes (torchrun's), the code."""

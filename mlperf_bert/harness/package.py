@@ -42,6 +42,7 @@ LAUNCH = "launch_%s.json"  # how each system's runs were launched, in the implem
 IMPLEMENTATION = "pytorch"  # the implementation folder: the framework's name, shared by an org's systems
 MADE_BY = "mlperf_bert_package.json"  # ORG/: written by package; score expects each system's implementation
 FINISHED = "run_finished.json"  # the trainer's record of a finished run (trainer/checkpoint.py)
+STOPPED = "run_stopped.json"  # its record at run_stop, of a run killed before its end was written
 # The fields mlperf_logging's system_desc_checker requires (training), in its order.
 SYSTEM_FIELDS = (
     "submitter", "division", "status", "system_name", "number_of_nodes", "host_processors_per_node",
@@ -588,7 +589,8 @@ def launch_records(logs, runs):
     """For each run log, what its launch record says of it: the result name, the log it came from, its
     seed and status, and its trainer's run_finished.json (``run_N/`` beside a ``result_N.txt``,
     beside an ``mlperf.log``) when that record is of this run (the same seed): its launch and run
-    identity; else null and why."""
+    identity; else null and why. A run killed after its run_stop, before its end was written, has
+    its run_stopped.json instead: its log is complete, and so is that record's launch."""
     out = []
     for i, (log, records) in enumerate(zip(logs, runs)):
         seeds = [r.value for r in records if r.key == "seed"]
@@ -598,8 +600,8 @@ def launch_records(logs, runs):
                  "run_finished": None, "launch": None, "run": None}
         folder, name = os.path.split(os.path.abspath(log))
         m = re.match(r"^result_(\d+)\.txt$", name)
-        candidates = [os.path.join(folder, "run_%s" % m.group(1), FINISHED)] if m else []
-        candidates.append(os.path.join(folder, FINISHED))
+        folders = ([os.path.join(folder, "run_%s" % m.group(1))] if m else []) + [folder]
+        candidates = [os.path.join(f, name) for f in folders for name in (FINISHED, STOPPED)]
         for path in candidates:
             try:
                 with open(path, encoding="utf-8") as f:
@@ -701,10 +703,11 @@ def package_warnings(logs, entries, source):
                         "runs share a seed (give each run once)" % " and ".join(names))
     missing = [e["result"] for e in entries if e["launch"] is None]
     if missing:
-        warnings.append("%d run%s without a launch record (%s): no %s of the same seed in run_N/ beside"
+        warnings.append("%d run%s without a launch record (%s): no %s (or %s) of the same seed in run_N/ beside"
                         " result_N.txt or beside mlperf.log; the launch record says null for %s" % (
                             len(missing), "" if len(missing) == 1 else "s", ", ".join(missing[:3]) +
-                            (", ..." if len(missing) > 3 else ""), FINISHED, "it" if len(missing) == 1 else "them"))
+                            (", ..." if len(missing) > 3 else ""), FINISHED, STOPPED,
+                            "it" if len(missing) == 1 else "them"))
     other = [e["result"] for e in entries if e["launch"] and source.get("source_sha256")
              and e["launch"].get("source_sha256") not in (None, source["source_sha256"])]
     if other:

@@ -770,6 +770,12 @@ def _no_checkpoints(path):
                                             r"--max_seq_length=128 tokens a sequence has"),
     ({"train_batch_size": 10 ** 12}, r"^--train_batch_size=1000000000000: one micro-batch's data alone is 3.\d+e\+06 "
                                      r"GB, more than this host's [\d.]+ GB of memory; give a smaller"),
+    # the reference's adamw fixes these (its optimization.py): another value trained other numbers
+    ({"optimizer": "adamw", "lamb_beta_1": 0.8}, r"^--optimizer=adamw is the reference's AdamWeightDecayOptimizer, "
+     r"whose beta_1 0.9, beta_2 0.999, epsilon 1e-6 and weight decay rate 0.01 are fixed \(those flags are LAMB's\), "
+     r"but this run has --lamb_beta_1=0.8 \(given, or by a preset\): drop it, or use --optimizer=lamb$"),
+    ({"optimizer": "adamw", "log_epsilon": -8.0, "lamb_weight_decay_rate": 0.1},
+     r"this run has --log_epsilon=-8.0, --lamb_weight_decay_rate=0.1 \(given, or by a preset\): drop them,"),
 ])
 def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tmp_path, change, message):
     out = str(tmp_path / "out")

@@ -44,6 +44,8 @@ def check_flags(cfg):
         _check_closed_flags(cfg)
     if cfg.eval.do_eval and not cfg.runtime.do_train and not cfg.model.init_checkpoint:
         raise UserError("--do_eval without --do_train needs --init_checkpoint (the weights to evaluate)")
+    if cfg.optim.optimizer == "adamw":
+        _check_adamw(cfg.optim)
     if cfg.optim.clip_by_global_norm_after_gradient_allreduce and cfg.optim.optimizer != "lamb":
         raise UserError("--clip_by_global_norm_after_gradient_allreduce is an option of LAMB (with "
                         "--optimizer=adamw the reference clips nothing): use --optimizer=lamb")
@@ -52,6 +54,21 @@ def check_flags(cfg):
                         "--clip_by_global_norm_after_gradient_allreduce DDP all-reduces fp32 gradients: drop "
                         "one of the two flags" % cfg.optim.grad_exchange_dtype)
     levers.check_flags(cfg)
+
+
+# The reference's --optimizer=adamw (its optimization.py) is AdamWeightDecayOptimizer with these
+# fixed: the four flags are its LAMB's, which it ignores then. Given other values, this trainer
+# would train other numbers than the reference from the same command line.
+ADAMW_FIXED = (("lamb_beta_1", 0.9), ("lamb_beta_2", 0.999), ("log_epsilon", -6.0), ("lamb_weight_decay_rate", 0.01))
+
+
+def _check_adamw(o):
+    other = ["--%s=%r" % (name, getattr(o, name)) for name, value in ADAMW_FIXED if getattr(o, name) != value]
+    if other:
+        raise UserError("--optimizer=adamw is the reference's AdamWeightDecayOptimizer, whose beta_1 0.9, beta_2 "
+                        "0.999, epsilon 1e-6 and weight decay rate 0.01 are fixed (those flags are LAMB's), but "
+                        "this run has %s (given, or by a preset): drop %s, or use --optimizer=lamb"
+                        % (", ".join(other), "it" if len(other) == 1 else "them"))
 
 
 FLOAT32_MAX = 3.4028234663852886e38

@@ -349,6 +349,45 @@ def test_wrong_paths_and_a_damaged_output_say_the_fix_that_works(full_run, text_
     assert md5(str(final)) == want_final
 
 
+def test_a_finished_output_damaged_since_is_refused_not_listed_again(full_run, text_dir, vocab_file, tmp_path):
+    """A hostile sweep: a rerun counted a finished output's records by their headers alone and wrote
+    its md5 as it stood into manifest.tsv: a byte flipped inside a record (headers intact) became
+    the manifest's, and `verify` passed the folder. An output this run did not make has each
+    record's CRC checked, and the size and md5 the last manifest gave it; one replaced by another
+    valid TFRecord (without the manifest, its CRCs pass) is refused against that manifest."""
+    from mlperf_bert.dataset.tfrecord import read_records, write_records
+    out = tmp_path / "out"
+    shutil.copytree(full_run, out)
+    part, other = out / "part-00001-of-00002", out / "part-00000-of-00002"
+    manifest = (out / "manifest.tsv").read_text()
+    kept = part.read_bytes()
+    with open(part, "r+b") as f:  # inside record 0's data: its header's CRC still holds
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0x20]))
+    for listed in (True, False):  # with the last run's manifest, and without (a run killed before its end)
+        if not listed:
+            (out / "manifest.tsv").unlink()
+        with pytest.raises(UserError, match=r"^%s: record 0 is corrupt \(data CRC mismatch\).*; make-dataset remakes "
+                                            r"an output only when it is missing: delete the damaged file and rerun$"
+                                            % part):
+            make_dataset.main(cmd(text_dir, str(out), vocab_file))
+    (out / "manifest.tsv").write_text(manifest)
+    # another valid TFRecord in its place: its records and CRCs pass; the manifest's md5 does not
+    write_records(str(part), list(read_records(str(other)))[:5])
+    size = part.stat().st_size
+    with pytest.raises(UserError, match=r"^%s is %d bytes with md5 %s, but manifest.tsv gave it %d bytes and md5 %s; "
+                                        r"make-dataset remakes" % (part, size, md5(str(part)), len(kept),
+                                                                   hashlib.md5(kept).hexdigest())):
+        make_dataset.main(cmd(text_dir, str(out), vocab_file))
+    assert (out / "manifest.tsv").read_text() == manifest  # not rewritten
+    part.write_bytes(kept)
+    assert make_dataset.main(cmd(text_dir, str(out), vocab_file)) == 0
+    assert (out / "manifest.tsv").read_text() == manifest
+    assert checksums.main(["verify", str(out)]) == 0
+
+
 def test_outputs_no_make_dataset_run_recorded_are_refused_not_kept(full_run, text_dir, vocab_file, tmp_path):
     """A hostile sweep: a TFRecord made with another seed (or downloaded) in an --output_dir without
     make-dataset's settings was kept as this run's output and listed in its manifest (exit 0)."""

@@ -14,7 +14,7 @@ import re
 import time
 
 from mlperf_bert import flags
-from mlperf_bert.dataset.checksums import MANIFEST_NAME, write_manifest
+from mlperf_bert.dataset.checksums import MANIFEST_NAME, read_manifest, write_manifest
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
 from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, refuse_overwriting_inputs,
@@ -22,7 +22,7 @@ from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, refuse_o
 from mlperf_bert.locking import lock_dir, remove_stale_locks
 from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
 from mlperf_bert.dataset.tokenization import load_vocab
-from mlperf_bert.dataset.tfrecord import count_records
+from mlperf_bert.dataset.tfrecord import count_records, read_records
 
 SETTINGS_NAME = "make_dataset_settings.json"
 STANDARD = dict(do_lower_case=True, max_seq_length=512, max_predictions_per_seq=76, masked_lm_prob=0.15,
@@ -56,9 +56,10 @@ def find_text_shards(text_dir):
     return [os.path.join(text_dir, p) for p in parts], (eval_txt if os.path.isfile(eval_txt) else None)
 
 
-def output_stats(path):
-    """(bytes, records, md5) of one finished output."""
-    return os.path.getsize(path), count_records(path), file_md5(path)
+def output_stats(path, check=False):
+    """(bytes, records, md5) of one finished output; ``check``: each record's data CRC too."""
+    records = sum(1 for _ in read_records(path, verify=True)) if check else count_records(path)
+    return os.path.getsize(path), records, file_md5(path)
 
 
 def eval_count_error(path, total, num_eval):
@@ -68,13 +69,18 @@ def eval_count_error(path, total, num_eval):
 
 
 def _run_job(job):
-    """Produce one output unless it already exists; return its manifest rows."""
-    kind, src, out_dir, settings, num_eval = job
+    """Produce one output unless it already exists; return its manifest rows. An output an earlier
+    run made is checked first (each record's CRC, and the size and md5 the manifest gave it),
+    since its row is written again: a file damaged since would be listed as made, and `verify`
+    would pass it."""
+    kind, src, out_dir, settings, num_eval, listed = job
     t0 = time.time()
+    made = set()
     if kind == "part":
         out = os.path.join(out_dir, os.path.basename(src))
         if not os.path.exists(out):
             create_pretraining_data([src], [out], progress=False, **settings)
+            made.add(out)
         outs = [out]
     else:
         inter = os.path.join(out_dir, "eval_intermediate")
@@ -82,20 +88,25 @@ def _run_job(job):
         if not os.path.exists(final):
             if not os.path.exists(inter):
                 create_pretraining_data([src], [inter], progress=False, **settings)
+                made.add(inter)
             total = count_records(inter)
             if total < num_eval:
                 raise eval_count_error(inter, total, num_eval)
             pick_eval_samples(inter, final, num_eval, settings["max_seq_length"],
                               settings["max_predictions_per_seq"], progress=False)
+            made.add(final)
         outs = [inter, final]
     try:
-        rows = [(os.path.basename(p),) + output_stats(p) for p in outs]
-        for p, (name, _, records, _) in zip(outs, rows):
+        rows = [(os.path.basename(p),) + output_stats(p, check=p not in made) for p in outs]
+        for p, (name, size, records, md5) in zip(outs, rows):
             # the generator writes no empty output (an input with no document is refused) and eval_10k
             # holds num_eval records: an output that does not was not made by this run's settings
             if not records or name == "eval_10k" and records != num_eval:
                 raise UserError("%s holds %d records%s" % (p, records, "" if not records else
                                                             ", not --num_eval_examples=%d" % num_eval))
+            if p not in made and name in listed and listed[name] != (size, md5):
+                raise UserError("%s is %d bytes with md5 %s, but %s gave it %d bytes and md5 %s" % (
+                    p, size, md5, MANIFEST_NAME, listed[name][0], listed[name][1]))
     except UserError as e:  # one a run made (it is never written in place): damaged since
         raise UserError("%s; make-dataset remakes an output only when it is missing: delete the damaged file and "
                         "rerun" % e)
@@ -244,11 +255,17 @@ def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, pro
     remove_stale_temporaries(output_dir, names)
     remove_stale_locks(output_dir, names)  # per-file locks of a killed run's generators
     _check_settings(output_dir, old, record)
+    try:  # what the last finished run listed (written again at the end, so not needed whole)
+        listed = read_manifest(os.path.join(output_dir, MANIFEST_NAME))
+    except (UserError, OSError):
+        listed = {}
 
-    jobs = [("part", p, output_dir, settings, None) for p in parts]
+    def rows_of(src):
+        return {n: listed[n] for n in _outputs_of(src) if n in listed}
+    jobs = [("part", p, output_dir, settings, None, rows_of(p)) for p in parts]
     if eval_txt:
         # The eval text is the largest input: start it first so it does not finish last alone.
-        jobs.insert(0, ("eval", eval_txt, output_dir, settings, num_eval_examples))
+        jobs.insert(0, ("eval", eval_txt, output_dir, settings, num_eval_examples, rows_of(eval_txt)))
     sizes = {j[1]: os.path.getsize(j[1]) for j in jobs}
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     rows = []

@@ -74,6 +74,21 @@ def check_required(fv, names, hint=""):
             raise UserError("flag --%s is required%s" % (name, hint))
 
 
+def _undecodable_flagfile(argv):
+    """Which --flagfile of ``argv`` is not UTF-8 (one it names may be: then absl's position)."""
+    for arg in argv[1:]:
+        path = arg.split("=", 1)[1] if arg.startswith(("--flagfile=", "-flagfile=")) else None
+        if path:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    f.read()
+            except UnicodeDecodeError:
+                return "--flagfile=%s" % path
+            except OSError:
+                pass
+    return "a file named by a --flagfile"
+
+
 def parse(fv, argv, required=(), positional=True):
     """Parse ``argv`` (argv[0] is the program) into ``fv``; return the leftover positionals.
 
@@ -95,6 +110,9 @@ def parse(fv, argv, required=(), positional=True):
         rest = fv(list(argv))
     except _absl.Error as e:
         raise UserError("%s (see --help)" % str(e).splitlines()[0])
+    except UnicodeDecodeError as e:  # absl reads a --flagfile as UTF-8 text, and raises this as it is
+        raise UserError("%s is not UTF-8 text (%s): a --flagfile holds --flag=value lines" % (
+            _undecodable_flagfile(argv), e.reason))
     check_required(fv, required)
     if positional is False and rest[1:]:
         raise UserError("unexpected argument %r: this command takes only --flag=value arguments "

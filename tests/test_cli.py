@@ -55,6 +55,18 @@ def test_an_unknown_command_is_one_line_with_the_closest_name(name, hint):
     assert r.stderr == "error: unknown command %r%s: python -m mlperf_bert --help lists the commands\n" % (name, hint)
 
 
+def test_a_flagfile_that_is_not_utf8_is_one_line_naming_it(tmp_path):
+    """A hostile sweep: a --flagfile of other bytes than UTF-8 ended every command (the trainer's
+    too) in absl's UnicodeDecodeError traceback, exit 1."""
+    bad = tmp_path / "flags.txt"
+    bad.write_bytes(b"\xff\xfe--seed=3\n")
+    for argv in (["-m", "mlperf_bert", "verify", "--flagfile=%s" % bad, str(tmp_path)],
+                 ["run_pretraining.py", "--flagfile=%s" % bad]):
+        r = subprocess.run([sys.executable] + argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stderr) == (2, "error: --flagfile=%s is not UTF-8 text (invalid start byte): a "
+                                               "--flagfile holds --flag=value lines\n" % bad), argv
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_a_signal_while_a_finished_command_exits_keeps_its_status(tmp_path, sig):
     """A scheduler's SIGTERM that came as a finished trainer left (its run_finished.json written)

@@ -354,13 +354,23 @@ def atomic_open(path, mode="wb", needed=None, **kwargs):
         return bool(box) and (e is box[0].error or box[0].closing)
 
     with atomic_path(path, needed, owns) as tmp:
-        with open(tmp, mode, **kwargs) as f:
-            rec = _Recorder(f)
-            box.append(rec)
+        f = open(tmp, mode, **kwargs)
+        rec = _Recorder(f)
+        box.append(rec)
+        try:
             yield rec
+        except BaseException:
+            # the block's error is the news: after a write error (this file's or another's) the
+            # close's flush of what is buffered fails again, and its error would replace the first
+            with contextlib.suppress(OSError):
+                f.close()
+            raise
+        try:
             rec.closing = True  # errors from here on (flush, fsync, close) are this file's
             f.flush()
             os.fsync(f.fileno())
+        finally:
+            f.close()
 
 
 def atomic_save(path, save, needed=None):

@@ -62,6 +62,16 @@ def check_removed(fv, argv):
                 raise UserError("flag --%s was %s" % (cand, REMOVED_FLAGS[cand]))
 
 
+def DEFINE_workers(help, flag_values):
+    """--workers (default None: all cores), checked by ``parse``: 0 or less is refused."""
+    DEFINE_integer("workers", None, help, flag_values=flag_values)
+
+
+def _check_workers(fv):
+    if "workers" in fv and fv.workers is not None and fv.workers < 1:
+        raise UserError("--workers=%d must be at least 1" % fv.workers)
+
+
 def asks_help(argv):
     """Whether ``argv`` (argv[0] is the program) asks ``parse`` for the help."""
     return any(a in ("--help", "-h", "--helpfull", "--helpshort") for a in list(argv)[1:])
@@ -114,6 +124,7 @@ def parse(fv, argv, required=(), positional=True):
         raise UserError("%s is not UTF-8 text (%s): a --flagfile holds --flag=value lines" % (
             _undecodable_flagfile(argv), e.reason))
     check_required(fv, required)
+    _check_workers(fv)
     if positional is False and rest[1:]:
         raise UserError("unexpected argument %r: this command takes only --flag=value arguments "
                         "(lists are comma-separated, without spaces)" % rest[1])

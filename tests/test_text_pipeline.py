@@ -430,6 +430,20 @@ def test_a_block_size_that_is_not_a_finite_positive_number_is_refused(tmp_path, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("workers", ["0", "-2"])
+def test_workers_below_one_are_refused_as_every_commands(tmp_path, workers):
+    """A hostile sweep: text-pipeline ran with --workers=0 or -2 (as all cores, or one), which
+    make-dataset and verify refuse: the one check of flags.parse is every --workers' now."""
+    wiki = tmp_path / "wiki_00"
+    wiki.write_text('<doc id="1" url="u" title="T">\nT\n\nOne sentence. And a second one.\n</doc>\n')
+    out = tmp_path / "out"
+    with pytest.raises(UserError) as e:
+        text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % wiki, "--output_dir=%s" % out,
+                            "--num_test_articles=0", "--noprogress", "--workers=" + workers])
+    assert str(e.value) == "--workers=%s must be at least 1" % workers
+    assert not out.exists()
+
+
 def test_an_output_dir_that_is_a_file_says_the_fix(wiki_files, tmp_path):
     """A hostile sweep: text-pipeline --output_dir=FILE said "cannot create output directory FILE:
     File exists" and no fix (its lock made the folder, with a message of its own); one message now."""

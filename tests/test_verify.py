@@ -326,6 +326,22 @@ def test_a_file_damaged_where_its_kind_is_told_is_a_mismatch_not_unknown(made, t
     assert checksums.main(["verify", str(copies["hdrcorr"])]) == 1
 
 
+def test_a_manifest_naming_a_file_twice_is_refused(tmp_path, capsys):
+    """A hostile sweep: of two lines naming one file, the last won: a bad md5 on the first passed,
+    3 OK and exit 0, whichever way the folder was given."""
+    d = tmp_path / "tfm"
+    d.mkdir()
+    (d / "part-a").write_bytes(b"alpha")
+    checksums.write_manifest(str(d / "manifest.tsv"), [("part-a", 5, 1, "0" * 32), ("part-a", 5, 1, md5_of(d / "part-a"))])
+    why = "%s line 3 names part-a again: a manifest lists each file once; remove the line or regenerate the " \
+          "manifest (make-dataset writes it)" % (d / "manifest.tsv")
+    for args in (["verify", str(d / "manifest.tsv")], ["verify", str(d)],
+                 ["verify", "--manifest=%s" % (d / "manifest.tsv"), str(d / "part-a")]):
+        with pytest.raises(UserError) as e:
+            checksums.main(args)
+        assert str(e.value) == why and capsys.readouterr().out == "", args
+
+
 def test_a_manifest_line_never_reaches_outside_its_folder(tmp_path, capsys):
     """A hostile sweep: a manifest.tsv line ``../in/vocab.txt`` was hashed and said OK, one naming
     /etc/hostname opened that file and reported its size. A name with a '/' (or '.', '..') is

@@ -178,6 +178,9 @@ def read_manifest(path):
         if parts[0] in ("", ".", "..") or "/" in parts[0] or "\0" in parts[0]:  # it checks its own folder only
             raise UserError("%s line %d names %r, not a file of the manifest's folder: fix the line or regenerate "
                             "the manifest (make-dataset writes it)" % (path, n, parts[0]))
+        if parts[0] in table:  # (the last line won: a bad md5 on the first passed unseen)
+            raise UserError("%s line %d names %s again: a manifest lists each file once; remove the line or "
+                            "regenerate the manifest (make-dataset writes it)" % (path, n, parts[0]))
         table[parts[0]] = (int(parts[1]), parts[3])
     return table
 
@@ -393,12 +396,10 @@ def main(argv):
     flags.DEFINE_string("manifest", None, "check the given paths against this make-dataset manifest "
                         "instead of results/", flag_values=fv)
     flags.DEFINE_string("results_dir", RESULTS_DIR, "directory of the known md5/size tables", flag_values=fv)
-    flags.DEFINE_integer("workers", None, "hashing threads (default: all cores)", flag_values=fv)
+    flags.DEFINE_workers("hashing threads (default: all cores)", flag_values=fv)
     paths = flags.parse(fv, argv, positional="FILE|DIR|MANIFEST ...")
     if not paths:
         raise UserError("give at least one file, directory or manifest.tsv to verify")
-    if fv.workers is not None and fv.workers < 1:
-        raise UserError("--workers=%d must be at least 1" % fv.workers)
     manifest = read_manifest(fv.manifest) if fv.manifest else None
     ok = verify(paths, fv.results_dir, manifest, fv.workers)
     return 0 if ok else 1

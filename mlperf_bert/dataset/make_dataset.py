@@ -286,7 +286,7 @@ def main(argv):
     flags.DEFINE_string("output_dir", None, "where the TFRecords and manifest.tsv go", flag_values=fv)
     flags.DEFINE_string("vocab_file", None, "vocab.txt (`python -m mlperf_bert fetch-vocab --output=vocab.txt` "
                         "gets it)", flag_values=fv)
-    flags.DEFINE_integer("workers", None, "processes (default: all cores)", flag_values=fv)
+    flags.DEFINE_workers("processes (default: all cores)", flag_values=fv)
     flags.DEFINE_integer("num_eval_examples", 10000, "records picked from eval_intermediate into eval_10k",
                          flag_values=fv)
     flags.DEFINE_integer("max_seq_length", STANDARD["max_seq_length"], "override for tests", flag_values=fv)
@@ -296,8 +296,6 @@ def main(argv):
     flags.DEFINE_integer("random_seed", STANDARD["random_seed"], "override for tests", flag_values=fv)
     flags.DEFINE_bool("progress", True, "show a progress bar", flag_values=fv)
     flags.parse(fv, argv, required=["text_dir", "output_dir", "vocab_file"], positional=False)
-    if fv.workers is not None and fv.workers < 1:
-        raise UserError("--workers=%d must be at least 1" % fv.workers)
     rows = make_dataset(fv.text_dir, fv.output_dir, fv.vocab_file, fv.workers, fv.num_eval_examples,
                         fv.progress, max_seq_length=fv.max_seq_length,
                         max_predictions_per_seq=fv.max_predictions_per_seq, dupe_factor=fv.dupe_factor,

@@ -268,7 +268,7 @@ def main(argv):
     flags.DEFINE_integer("num_test_articles", 10000, "articles held out for eval.txt", flag_values=fv)
     flags.DEFINE_float("block_size_mb", 26.92, "size of a text shard in MiB", flag_values=fv)
     flags.DEFINE_integer("seed", 12345, "base seed of the eval selection", flag_values=fv)
-    flags.DEFINE_integer("workers", None, "processes (default: all cores)", flag_values=fv)
+    flags.DEFINE_workers("processes (default: all cores)", flag_values=fv)
     flags.DEFINE_bool("progress", True, "show progress bars", flag_values=fv)
     flags.parse(fv, argv, required=["wiki_glob", "output_dir"], positional=False)
     files = sorted(glob.glob(os.path.expanduser(fv.wiki_glob)))

@@ -151,8 +151,9 @@ def _copy_run(full_run, tmp_path):
     return out
 
 
-def test_resume_with_another_vocab_of_the_same_name_is_refused(full_run, text_dir, vocab_file, tmp_path):
-    """Issue 16.3: the settings file stored only the vocab's file name."""
+def test_resume_with_another_vocab_of_the_same_name_is_refused(full_run, text_dir, vocab_file, tmp_path, capsys):
+    """Issue 16.3: the settings file stored only the vocab's file name. A hostile sweep: a vocab
+    other than MLPerf's (two tokens swapped) was taken without a word: it is warned of."""
     out = _copy_run(full_run, tmp_path)
     other = tmp_path / "v" / "vocab.txt"
     other.parent.mkdir()
@@ -163,6 +164,12 @@ def test_resume_with_another_vocab_of_the_same_name_is_refused(full_run, text_di
     with pytest.raises(UserError, match=r"was started with other settings: vocab_md5=\w{32} \(was \w{32}\)"):
         make_dataset.main(cmd(text_dir, out, str(other)))
     assert {n: md5(os.path.join(out, n)) for n in os.listdir(out)} == before
+    assert capsys.readouterr().err == (
+        "warning: make-dataset: --vocab_file=%s has md5 %s, not the MLPerf vocab's 64800d5d8528ce344256daf115d4965e: "
+        "the records will not be the reference's (`python -m mlperf_bert fetch-vocab --output=vocab.txt` gets it)\n"
+        % (other, md5(str(other))))
+    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0  # MLPerf's: nothing to say
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_resume_with_a_changed_text_shard_is_refused(full_run, text_dir, vocab_file, tmp_path):

@@ -11,6 +11,7 @@ records and md5 of every output; ``verify`` checks a directory against it.
 import json
 import os
 import re
+import sys
 import time
 
 from mlperf_bert import flags
@@ -22,6 +23,7 @@ from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, refuse_o
 from mlperf_bert.locking import lock_dir, remove_stale_locks
 from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
 from mlperf_bert.dataset.tokenization import load_vocab
+from mlperf_bert.dataset.vocab import VOCAB_MD5
 from mlperf_bert.dataset.tfrecord import count_records, read_records
 
 SETTINGS_NAME = "make_dataset_settings.json"
@@ -241,6 +243,10 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
         record = dict(settings, vocab_file=os.path.basename(vocab_file), vocab_md5=file_md5(vocab_file),
                       num_eval_examples=num_eval_examples,
                       inputs=input_stats(inputs, (old or {}).get("inputs") or {}, workers))
+        if record["vocab_md5"] != VOCAB_MD5:  # a vocab of one's own may be the point; but say it
+            print("warning: make-dataset: --vocab_file=%s has md5 %s, not the MLPerf vocab's %s: the records "
+                  "will not be the reference's (`python -m mlperf_bert fetch-vocab --output=vocab.txt` gets it)"
+                  % (vocab_file, record["vocab_md5"], VOCAB_MD5), file=sys.stderr, flush=True)
         return _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, old,
                      record)
     finally:

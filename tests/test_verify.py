@@ -277,6 +277,28 @@ def test_a_make_dataset_folder_is_checked_against_its_own_manifest(tmp_path):
         "MISSING %s" % (tmp_path / names[2])], lines
 
 
+def test_a_file_named_as_make_datasets_output_but_not_in_its_manifest_is_a_mismatch(tmp_path):
+    """A hostile sweep: an extra shard copied into make-dataset's folder verified OK by its own CRCs,
+    "every file checked matches", though the manifest does not list it and a trainer given part-*
+    reads it. Other files (notes, the settings) are checked as before."""
+    names = ["part-00000-of-00002", "part-00001-of-00002"]
+    for i, name in enumerate(names):
+        write_records(str(tmp_path / name), [b"record %d" % i] * (i + 2))
+    manifest = str(tmp_path / checksums.MANIFEST_NAME)
+    checksums.write_manifest(manifest, [(names[0], os.path.getsize(tmp_path / names[0]), 2,
+                                         md5_of(tmp_path / names[0]))])
+    (tmp_path / "notes.txt").write_text("mine\n")
+    ok, lines = run_verify([str(tmp_path)])
+    assert not ok and lines == [
+        "UNKNOWN %s (no published checksum; not checked)" % (tmp_path / "notes.txt"),
+        "OK %s (%s, md5+size)" % (tmp_path / names[0], manifest),
+        "MISMATCH %s (named as a make-dataset output, but manifest.tsv does not list it: the folder holds more than "
+        "make-dataset made; remove it, or rerun make-dataset to list it)" % (tmp_path / names[1])], lines
+    os.remove(tmp_path / names[1])
+    ok, lines = run_verify([str(tmp_path)])
+    assert ok and len(lines) == 2, lines
+
+
 def test_a_published_file_is_found_by_its_content_whatever_its_name(tmp_path, capsys):
     """Issue 47 (7): configs/bert_config_large.json, byte for byte the reference's bert_config.json,
     was UNKNOWN; a file is found by its content too. The command ends with a summary line."""

@@ -27,6 +27,7 @@ MANIFEST_NAME = "manifest.tsv"
 MANIFEST_HEADER = "name\tbytes\trecords\tmd5"
 NUM_PARTS = 500
 PART_NAMES = ["part-%05d-of-%05d" % (i, NUM_PARTS) for i in range(NUM_PARTS)]
+OUTPUT_NAME = re.compile(r"^(part-\d+-of-\d+|eval_intermediate|eval_10k)\Z")  # make-dataset's outputs
 
 # set name -> (md5 table file, size table file or None, names every complete set holds)
 SETS = {
@@ -200,6 +201,7 @@ class _Plan:
         self.missing = []
         self.eval_pairs = []
         self.tfrecords = set()  # files that must be TFRecords (named so in a folder of TFRecords)
+        self.unlisted = []  # named as make-dataset's outputs in its folder, but not in its manifest
 
 
 def expectations(path, tables, name=None):
@@ -251,13 +253,16 @@ def plan(paths, tables, manifest=None):
             own = os.path.join(path, MANIFEST_NAME)
             if manifest is None and MANIFEST_NAME in names:
                 # make-dataset's folder: its manifest says what it holds (the reference publishes
-                # sizes only for the full set); files it does not list are checked as any other.
+                # sizes only for the full set); files it does not list are checked as any other,
+                # but one named as its output is not its (a trainer given part-* reads it too).
                 # One damaged (emptied, overwritten) is refused: the folder was checked by nothing.
                 table = read_manifest(own)
                 for name in names:
                     if name != MANIFEST_NAME:
                         f = os.path.join(path, name)
                         p.files[f] = [(own,) + table[name]] if name in table else expectations(f, tables)
+                        if name not in table and OUTPUT_NAME.match(name):
+                            p.unlisted.append(f)
                 p.missing += [os.path.join(path, n) for n in sorted(table) if n not in names]
                 continue
             if manifest is not None:
@@ -345,6 +350,11 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
         out("%s %s" % (verdict, line))
     for f, exps in sorted(p.files.items()):
         size = os.path.getsize(f)
+        if f in p.unlisted:
+            ok = False
+            say("MISMATCH", "%s (named as a make-dataset output, but %s does not list it: the folder holds more than "
+                            "make-dataset made; remove it, or rerun make-dataset to list it)" % (f, MANIFEST_NAME))
+            continue
         if not exps:
             same = None if f in p.tfrecords else known.get((size, md5s.get(f)))  # no TFRecord's md5 is published
             own = None if same else own_checksums(f)

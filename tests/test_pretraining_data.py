@@ -481,3 +481,20 @@ def test_kernels_agree_on_random_corpora(mask_id):
         streams.append((k.count, k.output_sizes(2), b"".join(chunks)))
     assert streams[0] == streams[1]
     assert streams[0][0] > 100 and len(streams[0][2]) == streams[0][1][1]
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(max_seq_length=4), r"--max_seq_length=4 is too small: it must be at least 5"),
+    (dict(max_predictions_per_seq=-1), r"--max_predictions_per_seq=-1 is below 0 for --max_seq_length=128: it must "
+                                       r"be between 0 and max_seq_length"),  # a sweep: it was "too large"
+    (dict(max_predictions_per_seq=129), r"--max_predictions_per_seq=129 is too large for --max_seq_length=128"),
+    (dict(masked_lm_prob=1.5), r"--masked_lm_prob=1.5 must be between 0 and 1"),
+    (dict(short_seq_prob=float("nan")), r"--short_seq_prob=nan must be between 0 and 1"),
+    (dict(dupe_factor=0), r"--dupe_factor=0 must be at least 1"),
+])
+def test_settings_out_of_range_are_one_line_saying_which_way(kw, message):
+    from mlperf_bert.dataset.pretraining_data import check_settings
+    args = dict(dict(max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15, dupe_factor=10,
+                     short_seq_prob=0.1), **kw)
+    with pytest.raises(UserError, match="^" + message):
+        check_settings(**args)

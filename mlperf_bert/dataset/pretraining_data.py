@@ -325,9 +325,10 @@ def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe
         raise UserError("--max_seq_length=%d is too small: it must be at least 5 ([CLS] a [SEP] b [SEP])"
                         % max_seq_length)
     if max_predictions_per_seq < 0 or max_predictions_per_seq > max_seq_length:
-        raise UserError("--max_predictions_per_seq=%d is too large for --max_seq_length=%d: it must be "
+        raise UserError("--max_predictions_per_seq=%d is %s for --max_seq_length=%d: it must be "
                         "between 0 and max_seq_length (MLPerf uses 76 with 512)"
-                        % (max_predictions_per_seq, max_seq_length))
+                        % (max_predictions_per_seq, "below 0" if max_predictions_per_seq < 0 else "too large",
+                           max_seq_length))
     if not 0.0 <= masked_lm_prob <= 1.0:
         raise UserError("--masked_lm_prob=%g must be between 0 and 1" % masked_lm_prob)
     if not 0.0 <= short_seq_prob <= 1.0:

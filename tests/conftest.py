@@ -92,6 +92,22 @@ def golden_dir(ref_data):
     return os.path.join(ref_data, "golden")
 
 
+@pytest.fixture(scope="session")
+def tiny_record():
+    """make(**features) -> a serialized seq-8, 2-prediction pre-training record whose features are
+    valid but for those given: ``name=values``, or ``name=(kind, values)`` for another kind."""
+    from mlperf_bert.dataset.example import PRETRAINING_FEATURES, encode_example
+
+    def make(**given):
+        feats = {"input_ids": [2, 5, 6, 3, 0, 0, 0, 0], "input_mask": [1] * 4 + [0] * 4, "segment_ids": [0] * 8,
+                 "masked_lm_positions": [1, 2], "masked_lm_ids": [7, 8], "masked_lm_weights": [1.0, 1.0],
+                 "next_sentence_labels": [0]}
+        feats = {name: (kind, feats[name]) for name, kind, _ in PRETRAINING_FEATURES}
+        feats.update({name: v if isinstance(v, tuple) else (feats[name][0], v) for name, v in given.items()})
+        return encode_example([(name, kind, values) for name, (kind, values) in feats.items()])
+    return make
+
+
 S512_FLAGS = ["--max_seq_length=512", "--max_predictions_per_seq=76", "--dupe_factor=10"]
 
 

@@ -114,6 +114,20 @@ def test_bad_inputs_are_one_line_errors(shards, tmp_path):
         next(iter(loader.PretrainingBatches([str(empty)], SEQ, PRED, 8)))
 
 
+def test_a_bad_record_is_refused_naming_its_file_and_its_index_there(tiny_record, tmp_path):
+    """A hostile review: input_ids 2**32 + 5 trained as token 5, and an int64 masked_lm_weights was
+    'record 1: ...' (its index in the batch, no file): one line naming the file and its record."""
+    good, bad = str(tmp_path / "good"), str(tmp_path / "bad")
+    tfrecord.write_records(good, [tiny_record()] * 3)
+    for record, why in ((tiny_record(input_ids=[2**32 + 5] + [5] * 7), "input_ids holds 4294967301, outside int32"),
+                        (tiny_record(masked_lm_weights=("int64", [1, 1])),
+                         "masked_lm_weights holds int64 values, not float")):
+        tfrecord.write_records(bad, [tiny_record()] * 5 + [record, tiny_record()])
+        with pytest.raises(UserError) as e:
+            list(loader.PretrainingBatches([good, bad], 8, 2, 4, shuffle=False, repeat=False))
+        assert str(e.value).startswith("%s: record 5: feature %s: " % (bad, why)), str(e.value)
+
+
 def test_hdf5_input_reads_the_same_examples(shards, tmp_path):
     from mlperf_bert.dataset import hdf5
     paths, recs = shards

@@ -9,7 +9,7 @@ import pytest
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.eval_samples import main, pick_eval_samples, pick_indexes
 from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_example
-from mlperf_bert.dataset.tfrecord import read_records
+from mlperf_bert.dataset.tfrecord import read_records, write_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -95,3 +95,19 @@ def test_another_kind_of_output_is_not_replaced_and_an_hdf5_input_is_named(golde
     assert str(e.value) == ("%s is an HDF5 file, not TFRecords: pick-eval-samples reads the TFRecords that "
                             "make-dataset or create_pretraining_data.py write" % h5)
     assert sorted(os.listdir(tmp_path)) == ["part.hdf5", "vocab.txt"]
+
+
+def test_a_feature_of_another_kind_or_past_int32_is_refused_not_converted(tiny_record, tmp_path):
+    """A hostile review: float input_ids 1.5 were written as int64 1 and int64 masked_lm_weights as
+    float (exit 0), where the reference's tf.parse_single_example fails: one line naming the input,
+    the record and the feature, and nothing written."""
+    src, out = str(tmp_path / "in"), str(tmp_path / "eval")
+    for bad, why in ((tiny_record(input_ids=("float", [1.5] * 8)), "input_ids holds float values, not int64"),
+                     (tiny_record(masked_lm_weights=("int64", [1, 1])),
+                      "masked_lm_weights holds int64 values, not float"),
+                     (tiny_record(input_ids=[2**32 + 5] * 8), "input_ids holds 4294967301, outside int32")):
+        write_records(src, [tiny_record(), bad, tiny_record()])
+        with pytest.raises(UserError) as e:
+            pick_eval_samples(src, out, 2, 8, 2, progress=False)
+        assert str(e.value).startswith("%s: record 1: feature %s: " % (src, why)), str(e.value)
+        assert not os.path.exists(out)

@@ -111,8 +111,27 @@ def test_values_that_do_not_fit_are_refused(tmp_path):
     with pytest.raises(UserError, match="input_ids holds 0..70000"):
         hdf5.tfrecords_to_hdf5([src], str(tmp_path / "big.hdf5"), 8, 2, progress=False)
     assert not os.path.exists(tmp_path / "big.hdf5")
-    with pytest.raises(UserError, match="length 8, expected 16"):
+    with pytest.raises(UserError, match=re.escape("%s: record 0: feature input_ids has 8 values, expected 16"
+                                                  % src)):
         hdf5.tfrecords_to_hdf5([src], str(tmp_path / "x.hdf5"), 16, 2, progress=False)
+
+
+def test_a_bad_record_is_refused_naming_its_file_and_its_index_there(tiny_record, tmp_path):
+    """A hostile review: input_ids 2**32 + 5 was stored as 5 and next_sentence_labels 2**32 as 0 (exit 0),
+    and an int64 masked_lm_weights in record 5 of the second input was 'record 1: ...' (its index in
+    the block, no file): each is one line naming the input and the record's index in it."""
+    a, b, out = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "out.hdf5")
+    write_records(a, [tiny_record()] * 3)
+    for bad, why in ((tiny_record(input_ids=[2**32 + 5] + [5] * 7), "input_ids holds 4294967301, outside int32"),
+                     (tiny_record(next_sentence_labels=[2**32]),
+                      "next_sentence_labels holds 4294967296, outside int32"),
+                     (tiny_record(masked_lm_weights=("int64", [1, 1])),
+                      "masked_lm_weights holds int64 values, not float")):
+        write_records(b, [tiny_record()] * 5 + [bad, tiny_record()])
+        with pytest.raises(UserError) as e:
+            hdf5.tfrecords_to_hdf5([a, b], out, 8, 2, block=4, progress=False)
+        assert str(e.value).startswith("%s: record 5: feature %s: " % (b, why)), str(e.value)
+        assert not os.path.exists(out)
 
 
 def test_trainer_batches_from_hdf5_equal_those_from_the_tfrecord(golden_tfrecord, converted):

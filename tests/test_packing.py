@@ -194,6 +194,21 @@ def test_bad_numbers_are_one_line_errors(small, tmp_path, flag, message):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_bad_record_is_refused_naming_its_file_and_its_index_there(tiny_record, tmp_path):
+    """A hostile review: input_ids 2**32 + 5 was packed as token 5 (exit 0), and an int64
+    masked_lm_weights in record 5 was 'record 5: ...' without the file: one line naming both."""
+    src, out = str(tmp_path / "part-00000"), tmp_path / "o"
+    for bad, why in ((tiny_record(input_ids=[2**32 + 5] + [5] * 7), "input_ids holds 4294967301, outside int32"),
+                     (tiny_record(masked_lm_weights=("int64", [1, 1])),
+                      "masked_lm_weights holds int64 values, not float")):
+        tfrecord.write_records(src, [tiny_record()] * 5 + [bad, tiny_record()])
+        with pytest.raises(UserError) as e:
+            packing.main(["pack", "--max_seq_length=8", "--max_predictions_per_seq=2", "--noprogress",
+                          "--num_workers=1", "--input=" + src, "--output_dir=%s" % out])
+        assert str(e.value).startswith("%s: record 5: feature %s: " % (src, why)), str(e.value)
+        assert not out.exists() or os.listdir(out) == []
+
+
 def test_an_hdf5_input_is_named_as_such(small, tmp_path):
     """Issue 23: an HDF5 file given as --input was 'record 0 has a corrupt length ... regenerate or
     re-download it', a fault of the file it is not."""

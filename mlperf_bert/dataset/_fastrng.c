@@ -953,8 +953,24 @@ static int next_field(Cursor *c, int *num, int *wire, Cursor *sub, uint64_t *val
     return -1;
 }
 
-/* Values of one Feature into dst (int32 or float32); returns their count or -1. */
-static Py_ssize_t feature_values(Cursor feature, int is_float, void *dst, Py_ssize_t cap, int *kind)
+/* An int64 value into dst[i] (when i < cap); -1, with the value in *wide, when it does not fit
+ * int32: wrapped, 2**32 + 5 would train as token 5. */
+static inline int put_int32(int32_t *dst, Py_ssize_t i, Py_ssize_t cap, uint64_t v, int64_t *wide)
+{
+    int64_t s = (int64_t)v;  /* int64 values are two's complement in 64 bits */
+    if (s < INT32_MIN || s > INT32_MAX) {
+        *wide = s;
+        return -1;
+    }
+    if (i < cap)
+        dst[i] = (int32_t)s;
+    return 0;
+}
+
+/* Values of one Feature into dst (int32 or float32); returns their count, -1 if malformed, or
+ * -2 for an int64 value outside int32 (in *wide). */
+static Py_ssize_t feature_values(Cursor feature, int is_float, void *dst, Py_ssize_t cap, int *kind,
+                                 int64_t *wide)
 {
     Cursor lst, item;
     int num, wire, r;
@@ -979,16 +995,14 @@ static Py_ssize_t feature_values(Cursor feature, int is_float, void *dst, Py_ssi
                 if ((item.end - item.p) % 4)
                     return -1;
             } else if (wire == 0) {
-                if (count < cap)
-                    ((int32_t *)dst)[count] = (int32_t)v;
-                count++;
+                if (put_int32(dst, count++, cap, v, wide) < 0)
+                    return -2;
             } else if (wire == 2) {
                 while (item.p < item.end) {
                     if (read_varint(&item, &v) < 0)
                         return -1;
-                    if (count < cap)
-                        ((int32_t *)dst)[count] = (int32_t)v;
-                    count++;
+                    if (put_int32(dst, count++, cap, v, wide) < 0)
+                        return -2;
                 }
             } else {
                 return -1;
@@ -1000,8 +1014,12 @@ static Py_ssize_t feature_values(Cursor feature, int is_float, void *dst, Py_ssi
     return r < 0 ? -1 : count;
 }
 
+/* Why decode_batch refuses a record: ValueError(record index, one of these, feature index or -1,
+ * a number: the kind found (0 = none, 1 bytes, 2 float, 3 int64), the count, or the value). */
+enum { E_MALFORMED, E_KIND, E_LENGTH, E_RANGE };
+
 /* decode_batch(records, max_seq_length, max_predictions_per_seq) -> 7 bytearrays
- * (int32 / float32 rows, in PRETRAINING_FEATURES order); ValueError "record i: ..." */
+ * (int32 / float32 rows, in PRETRAINING_FEATURES order); example.py words its errors. */
 static PyObject *decode_batch(PyObject *module, PyObject *args)
 {
     PyObject *records;
@@ -1029,13 +1047,12 @@ static PyObject *decode_batch(PyObject *module, PyObject *args)
         Cursor ex = {view.buf, (const uint8_t *)view.buf + view.len}, feats, entry, x, name, feature;
         int num, wire, r = 0, r2 = 0, seen[F_COUNT] = {0};
         uint64_t v;
-        const char *err = NULL;
-        int bad_f = -1;
-        Py_ssize_t bad_count = 0;
-        while (!err && (r = next_field(&ex, &num, &wire, &feats, &v)) == 1) {
+        int err = -1, bad_f = -1;
+        long long number = 0;
+        while (err < 0 && (r = next_field(&ex, &num, &wire, &feats, &v)) == 1) {
             if (num != 1 || wire != 2)
                 continue;
-            while (!err && (r2 = next_field(&feats, &num, &wire, &entry, &v)) == 1) {
+            while (err < 0 && (r2 = next_field(&feats, &num, &wire, &entry, &v)) == 1) {
                 if (num != 1 || wire != 2)
                     continue;
                 int have_name = 0, have_feature = 0;
@@ -1045,7 +1062,7 @@ static PyObject *decode_batch(PyObject *module, PyObject *args)
                     if (num == 1) { name = x; have_name = 1; }
                     else if (num == 2) { feature = x; have_feature = 1; }
                 }
-                if (r < 0) { err = "malformed tf.train.Example"; break; }
+                if (r < 0) { err = E_MALFORMED; break; }
                 if (!have_name)
                     continue;
                 for (int f = 0; f < F_COUNT; f++) {
@@ -1053,30 +1070,31 @@ static PyObject *decode_batch(PyObject *module, PyObject *args)
                     if ((size_t)(name.end - name.p) != nl || memcmp(name.p, FEATURE_NAMES[f], nl))
                         continue;
                     int kind = 0;
+                    int64_t wide = 0;
                     Py_ssize_t count = 0;
                     if (have_feature)
-                        count = feature_values(feature, f == F_W, buf[f] + 4 * width[f] * i, width[f], &kind);
-                    if (count < 0) { err = "malformed tf.train.Example"; break; }
-                    if (kind != (f == F_W ? 2 : 3)) { err = "wrong kind"; bad_f = f; break; }
-                    if (count != width[f]) { err = "length"; bad_f = f; bad_count = count; break; }
+                        count = feature_values(feature, f == F_W, buf[f] + 4 * width[f] * i, width[f], &kind,
+                                               &wide);
+                    if (count == -1) { err = E_MALFORMED; break; }
+                    bad_f = f;
+                    if (count == -2) { err = E_RANGE; number = wide; break; }
+                    if (kind != (f == F_W ? 2 : 3)) { err = E_KIND; number = kind; break; }
+                    if (count != width[f]) { err = E_LENGTH; number = count; break; }
                     seen[f] = 1;
                 }
             }
-            if (r2 < 0 && !err) err = "malformed tf.train.Example";
+            if (r2 < 0 && err < 0) err = E_MALFORMED;
         }
-        if (r < 0 && !err) err = "malformed tf.train.Example";
+        if (r < 0 && err < 0) err = E_MALFORMED;
         PyBuffer_Release(&view);
-        for (int f = 0; f < F_COUNT && !err; f++)
-            if (!seen[f]) { err = "wrong kind"; bad_f = f; }
-        if (err) {
-            if (bad_f < 0)
-                PyErr_Format(PyExc_ValueError, "%zd: malformed tf.train.Example", i);
-            else if (!strcmp(err, "length"))
-                PyErr_Format(PyExc_ValueError, "%zd: feature %s has %zd values, expected %zd", i,
-                             FEATURE_NAMES[bad_f], bad_count, width[bad_f]);
-            else
-                PyErr_Format(PyExc_ValueError, "%zd: feature %s is missing or not %s", i,
-                             FEATURE_NAMES[bad_f], bad_f == F_W ? "float" : "int64");
+        for (int f = 0; f < F_COUNT && err < 0; f++)
+            if (!seen[f]) { err = E_KIND; bad_f = f; number = 0; }
+        if (err >= 0) {
+            PyObject *why = Py_BuildValue("(niiL)", i, err, err == E_MALFORMED ? -1 : bad_f, number);
+            if (why) {
+                PyErr_SetObject(PyExc_ValueError, why);
+                Py_DECREF(why);
+            }
             goto done;
         }
     }

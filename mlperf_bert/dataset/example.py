@@ -234,20 +234,13 @@ def _decode_feature(buf):
     return np.zeros(0, dtype=np.int64)
 
 
-def decode_pretraining_example(data, max_seq_length, max_predictions_per_seq, where=""):
-    """Decode and check one pre-training example against the expected feature lengths."""
-    try:
-        feats = decode_example(data)
-    except ValueError as e:
-        raise UserError("%s: %s" % (where or "record", e))
-    for name, length in feature_lengths(max_seq_length, max_predictions_per_seq).items():
-        if name not in feats:
-            raise UserError("%s: feature %s is missing: not a BERT pre-training record" % (where, name))
-        if feats[name].shape[0] != length:
-            raise UserError("%s: feature %s has length %d, expected %d: check --max_seq_length and "
-                            "--max_predictions_per_seq against the data"
-                            % (where, name, feats[name].shape[0], length))
-    return feats
+def decode_pretraining_example(data, max_seq_length, max_predictions_per_seq, where="record"):
+    """Decode one pre-training example, checked as ``decode_pretraining_batch`` checks it, into
+    {name: array} (int64, masked_lm_weights float32) of the expected lengths; a refusal is one
+    UserError naming ``where``."""
+    batch = decode_pretraining_batch([data], max_seq_length, max_predictions_per_seq, where=lambda i: where)
+    return {name: batch[name][0].astype(np.float32 if kind == "float" else np.int64)
+            for name, kind, _ in PRETRAINING_FEATURES}
 
 
 def _feature_payloads(data):
@@ -275,31 +268,52 @@ def _feature_payloads(data):
     return found
 
 
-_LENGTH_HINT = ": check --max_seq_length and --max_predictions_per_seq against the data"
-_KIND_HINT = ": not a BERT pre-training record"
+_KINDS = {0: None, 1: "bytes", 2: "float", 3: "int64"}  # a Feature's kind field -> its list
+# Why _fastrng.decode_batch refuses a record (its E_* codes) and _decode_batch_py the same.
+MALFORMED, KIND, LENGTH, RANGE = range(4)
 
 
-def decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq, where="record", fast=None):
+def _refusal(where, index, why, name=None, found=None, expected=None):
+    """The one-line UserError of a record the batch decoder refuses, C or Python path alike.
+    ``found``: for KIND the kind field, LENGTH the count, RANGE the value, MALFORMED a detail."""
+    place = where(index)
+    if why == MALFORMED:
+        return UserError("%s: malformed tf.train.Example%s" % (place, " (%s)" % found if found else ""))
+    if why == KIND:
+        kind = _KINDS.get(found, "unknown")
+        what = "holds %s values, not %s" % (kind, expected) if kind else "is missing"
+        return UserError("%s: feature %s %s: not a BERT pre-training record: give the TFRecords "
+                         "create_pretraining_data makes" % (place, name, what))
+    if why == LENGTH:
+        return UserError("%s: feature %s has %d values, expected %d: check --max_seq_length and "
+                         "--max_predictions_per_seq against the data" % (place, name, found, expected))
+    return UserError("%s: feature %s holds %d, outside int32: the file is damaged, or not made by "
+                     "create_pretraining_data: make it again" % (place, name, found))
+
+
+def decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq, where=None, fast=None):
     """Decode serialized pre-training Examples (any feature order) into batch arrays.
 
     Returns {name: array}: int32 arrays (N, max_seq_length) for input_ids, input_mask,
     segment_ids; (N, max_predictions_per_seq) int32 masked_lm_positions/ids and float32
-    masked_lm_weights; (N, 1) int32 next_sentence_labels.  A malformed or short record
-    raises a one-line UserError naming ``where`` and the record's index.
+    masked_lm_weights; (N, 1) int32 next_sentence_labels.  A record that is malformed, lacks a
+    feature, holds one of another kind or length, or an int64 value outside int32 (refused, never
+    wrapped) raises one UserError naming it by ``where(index in records)`` (default "record i").
     ``fast``: None = the C decoder when built, False = the pure-Python one.
     """
+    where = where or "record {}".format
     if fast is None:
         fast = _fastrng is not None
     if not fast:
         return _decode_batch_py(records, max_seq_length, max_predictions_per_seq, where)
     records = records if isinstance(records, (list, tuple)) else list(records)
+    lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
     try:
         parts = _fastrng.decode_batch(records, max_seq_length, max_predictions_per_seq)
     except ValueError as e:
-        msg = str(e)
-        hint = _LENGTH_HINT if "expected" in msg else _KIND_HINT if "missing" in msg else ""
-        raise UserError("%s %s%s" % (where, msg, hint))
-    lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
+        index, why, f, found = e.args
+        name, kind, _ = PRETRAINING_FEATURES[f] if f >= 0 else (None, None, None)
+        raise _refusal(where, index, why, name, found, lengths[name] if why == LENGTH else kind)
     return {name: np.frombuffer(part, dtype=np.float32 if kind == "float" else np.int32)
             .reshape(len(records), lengths[name])
             for (name, kind, _), part in zip(PRETRAINING_FEATURES, parts)}
@@ -313,12 +327,10 @@ def _decode_batch_py(records, max_seq_length, max_predictions_per_seq, where):
         try:
             found = _feature_payloads(data)
         except (ValueError, IndexError, UnicodeDecodeError) as e:
-            raise UserError("%s %d: malformed tf.train.Example (%s)" % (where, index, e))
+            raise _refusal(where, index, MALFORMED, found=e)
         for name, kind, _ in PRETRAINING_FEATURES:
-            want = 2 if kind == "float" else 3
-            if name not in found or found[name][0] != want:
-                raise UserError("%s %d: feature %s is missing or not %s%s"
-                                % (where, index, name, kind, _KIND_HINT))
+            if name not in found or found[name][0] != (2 if kind == "float" else 3):
+                raise _refusal(where, index, KIND, name, found.get(name, (0,))[0] or 0, kind)
             payloads[name].append(found[name][1])
         n_records += 1
     out = {}
@@ -338,11 +350,14 @@ def _decode_batch_py(records, max_seq_length, max_predictions_per_seq, where):
             bad = np.flatnonzero((counts != n) | ~last_ok)
         if bad.size:
             i = int(bad[0])
-            raise UserError("%s %d: feature %s has %d values, expected %d%s"
-                            % (where, i, name, counts[i], n, _LENGTH_HINT))
+            raise _refusal(where, i, LENGTH, name, counts[i], n)
         if kind == "float":
             arr = buf.view("<f4").astype(np.float32)
         else:
-            arr = decode_packed_varints(buf.tobytes()).astype(np.int32) if buf.size else np.zeros(0, np.int32)
+            arr = decode_packed_varints(buf.tobytes()) if buf.size else np.zeros(0, np.int64)
+            wide = np.flatnonzero((arr < -2**31) | (arr >= 2**31))
+            if wide.size:
+                raise _refusal(where, int(wide[0]) // n, RANGE, name, int(arr[wide[0]]))
+            arr = arr.astype(np.int32)
         out[name] = arr.reshape(n_records, n)
     return out

@@ -19,8 +19,7 @@ import numpy as np
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.dataset.example import (PRETRAINING_FEATURES, decode_pretraining_batch, decode_pretraining_example,
-                      feature_lengths)
+from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_pretraining_batch, feature_lengths
 from mlperf_bert.fileio import (atomic_path, refuse_overwriting_inputs, refuse_repeated_files,
                                 refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_file
@@ -269,14 +268,9 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
 
 
 def _decode_block(path, first, records, max_seq_length, max_predictions_per_seq):
-    """Decode a block of records at once; on a bad one, name it by its index in ``path``."""
-    try:
-        return decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq)
-    except UserError:
-        for i, data in enumerate(records):
-            decode_pretraining_example(data, max_seq_length, max_predictions_per_seq,
-                                       where="%s: record %d" % (path, first + i))
-        raise
+    """Decode a block of records at once, the first being record ``first`` of ``path``."""
+    return decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq,
+                                    where=lambda i: "%s: record %d" % (path, first + i))
 
 
 def _as_decoded(name, arr):

@@ -191,7 +191,7 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
     """Pack one TFRecord file into one packed HDF5 file (rows in a seeded random order); return
     (sequences, rows, real tokens)."""
     import h5py
-    from mlperf_bert.dataset.example import decode_pretraining_batch, decode_pretraining_example
+    from mlperf_bert.dataset.example import decode_pretraining_batch
     from mlperf_bert.dataset.hdf5 import ROW_CHECKSUMS, Checksums, row_checksums
     from mlperf_bert.dataset.tfrecord import read_records
     from mlperf_bert.errors import UserError
@@ -199,13 +199,8 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
     records = list(read_records(input_path))
     if not records:
         raise UserError("%s holds no records: check --input" % input_path)
-    try:
-        arrays = decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq)
-    except UserError:  # name the record by its index in the file
-        for i, data in enumerate(records):
-            decode_pretraining_example(data, max_seq_length, max_predictions_per_seq,
-                                       where="%s: record %d" % (input_path, i))
-        raise
+    arrays = decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq,
+                                      where=lambda i: "%s: record %d" % (input_path, i))
     del records
     lengths = sequence_lengths(arrays["input_mask"])
     groups = pack_groups(lengths, max_seq_length, max_sequences_per_pack)

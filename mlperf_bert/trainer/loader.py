@@ -146,13 +146,8 @@ class _Reader:
                     rows[j] = row
             out = {name: np.stack([r[name] for r in rows]) for name in rows[0]}
         else:
-            datas = [self._read_data(*item) for item in items]
-            try:
-                out = decode_pretraining_batch(datas, self.seq, self.pred)
-            except UserError:  # name the record as the file counts it
-                for item, data in zip(items, datas):
-                    decode_pretraining_example(data, self.seq, self.pred, where="%s: record %d" % (item[0], item[3]))
-                raise
+            out = decode_pretraining_batch([self._read_data(*item) for item in items], self.seq, self.pred,
+                                           where=lambda i: "%s: record %d" % (items[i][0], items[i][3]))
         if self.vocab_size is not None:
             top = max(int(out["input_ids"].max()), int(out["masked_lm_ids"].max()))
             if top >= self.vocab_size:

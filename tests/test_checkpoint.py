@@ -279,6 +279,38 @@ def test_missing_and_misshaped_variables_are_one_line_errors(tmp_path):
         tf_checkpoint.load_init_checkpoint(model, str(tmp_path / "nothere"))
 
 
+def test_a_checkpoint_of_another_model_that_fits_the_shapes_is_refused(tmp_path):
+    """A hostile sweep, each loaded with exit 0 into a model that then computed other numbers: a
+    4-layer checkpoint into a 2-layer config (its layers 2-3 dropped as "non-model variables"); a
+    .pt of 4 heads into a config of 2 (same shapes); a TF2 checkpoint whose optimizer slots are
+    named as their weights ("Adam/m/word_embeddings/embeddings": the slot, first in sort order,
+    was loaded as the weight)."""
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    prefix = write_tf1(str(tmp_path / "deep"), random_weights(dict(CFG, num_hidden_layers=4)), 1)
+    with pytest.raises(UserError, match=r"^checkpoint %s holds encoder layer 3, the model \(bert_config.json\) has 2 "
+                                        r"layers: use the bert_config.json this checkpoint was made with$"
+                       % re.escape(prefix)):
+        tf_checkpoint.load_init_checkpoint(model, prefix)
+    pt = str(tmp_path / "heads4.pt")
+    torch.save({"model": model.state_dict(), "config": BertConfig.from_dict(CFG).to_dict()}, pt)
+    two = BertForPreTraining(BertConfig.from_dict(dict(CFG, num_attention_heads=2)))
+    with pytest.raises(UserError, match=r"^checkpoint %s was saved from a model with num_attention_heads=4 "
+                                        r"\(--bert_config_file: 2\): use the bert_config.json it was made with$"
+                       % re.escape(pt)):
+        tf_checkpoint.load_init_checkpoint(two, pt)
+    tf_checkpoint.load_init_checkpoint(BertForPreTraining(BertConfig.from_dict(dict(CFG, hidden_dropout_prob=0.0))),
+                                       pt)  # dropout is no part of what the weights mean
+    arrays = random_weights(CFG, seed=4)
+    v2 = v2_layout(arrays, CFG)
+    root, opt = tf.Module(), tf.Module()
+    root.layers = [tf.Variable(a, name=n) for n, a in v2.items()]
+    opt.slots = [tf.Variable(np.full_like(a, 0.001), name="Adam/m/" + n) for n, a in v2.items()]
+    prefix = tf.train.Checkpoint(encoder=root, optimizer=opt).write(str(tmp_path / "v2slot" / "ckpt"))
+    with pytest.raises(UserError, match=r"^checkpoint %s: variables \S+ and \S+ both read as the model's \S+, with "
+                                        r"other values: give a checkpoint of the weights alone" % re.escape(prefix)):
+        tf_checkpoint.load_init_checkpoint(model, prefix)
+
+
 def test_convert_round_trip_tf_pt_tf_is_exact(tf1_ckpt, tmp_path):
     prefix, arrays = tf1_ckpt
     cfg = tmp_path / "bert_config.json"

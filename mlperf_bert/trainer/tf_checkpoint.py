@@ -283,14 +283,39 @@ def _summarize(names):
     return ", ".join("%d x %s" % (c, g) for g, c in sorted(groups.items()))
 
 
+_LAYER = re.compile(r"^bert/encoder/layer_(\d+)/")
+
+
+def _layer_count(names):
+    return 1 + max((int(m.group(1)) for m in map(_LAYER.match, names) if m), default=-1)
+
+
+def _layers_beyond(canonical_names, wanted):
+    """The highest encoder layer of the checkpoint past the model's (0 when none is)."""
+    have, count = _layer_count(canonical_names), _layer_count(wanted)
+    return have - 1 if have > count else 0
+
+
 def load_state_from_arrays(model, arrays, source, carried=()):
     """Copy reference-named arrays into ``model``; return the names that were not used, less
     ``carried`` (names the caller reads itself, e.g. a converter's ``global_step``), so the one
     line logged here and the caller's count are of the same variables."""
+    sd = model.state_dict()
+    wanted = {tf_name(pname) for pname in sd}
     by_name = {}
     for n in arrays:  # values are read only for the model's variables (arrays may be lazy)
-        by_name.setdefault(_canonical(n), n)
-    sd = model.state_dict()
+        tname = _canonical(n)
+        if tname in by_name and tname in wanted and not np.array_equal(arrays[by_name[tname]], arrays[n]):
+            # e.g. an optimizer's slot named as its weight ("Adam/m/word_embeddings/embeddings"):
+            # which of the two was taken depended on their sort order
+            raise UserError("checkpoint %s: variables %s and %s both read as the model's %s, with other values: "
+                            "give a checkpoint of the weights alone (the reference's layout)"
+                            % (source, by_name[tname], n, tname))
+        by_name.setdefault(tname, n)
+    deeper = _layers_beyond(by_name, wanted)
+    if deeper:  # its other variables load, and the layers past the config's would be dropped unseen
+        raise UserError("checkpoint %s holds encoder layer %d, the model (bert_config.json) has %d layers: use the "
+                        "bert_config.json this checkpoint was made with" % (source, deeper, _layer_count(wanted)))
     missing, misshaped, new = [], [], {}
     used = set()
     for pname, p in sd.items():
@@ -379,11 +404,29 @@ def load_pt(path):
     return ckpt
 
 
+# What a .pt's weights mean beside their shapes: another number of heads or activation computes
+# other numbers from the same tensors (dropout and the init's range do not change the weights).
+SAME_MEANING = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "hidden_act", "max_position_embeddings", "type_vocab_size")
+
+
+def _check_saved_config(path, saved, config):
+    """A .pt that records its model's config (this project's do) loads only into that model."""
+    if not isinstance(saved, dict) or config is None:
+        return
+    other = ["%s=%r (--bert_config_file: %r)" % (k, saved[k], getattr(config, k)) for k in SAME_MEANING
+             if k in saved and saved[k] != getattr(config, k)]
+    if other:
+        raise UserError("checkpoint %s was saved from a model with %s: use the bert_config.json it was made with"
+                        % (path, ", ".join(other)))
+
+
 def load_init_checkpoint(model, path, carried=()):
     """Load weights from a TF prefix (TF1 or TF2) or a ``.pt``; return {"global_step", "ignored"}
     (``carried``: variables the caller keeps, neither logged nor returned as ignored)."""
     if path.endswith(".pt"):
         ckpt = load_pt(path)
+        _check_saved_config(path, ckpt.get("config"), getattr(model, "config", None))
         arrays = to_tf_arrays(ckpt["model"])
         ignored = load_state_from_arrays(model, arrays, path, carried)
         return {"global_step": ckpt.get("global_step"), "ignored": ignored}

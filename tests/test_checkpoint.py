@@ -20,6 +20,7 @@ from mlperf_bert.trainer import tf_checkpoint
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer.model import BertForPreTraining
+from test_fileio import disk_full  # noqa: F401 (a fixture)
 from test_training import files  # noqa: F401 (a fixture)
 
 
@@ -354,6 +355,22 @@ def test_convert_says_one_count_of_dropped_variables(tmp_path, caplog, capsys):
                           ["checkpoint %s: ignored %d non-model variable(s): 1 x adam_m, 1 x adam_v"
                            % (prefix, dropped)]), logged
         assert torch.load(str(tmp_path / (name + ".pt")), weights_only=True)["global_step"] == 7
+
+
+def test_convert_to_a_pt_on_a_full_disk_is_one_line(tmp_path, disk_full):
+    """A hostile sweep: torch.save given the temporary path wrote it itself, and a full disk was
+    its "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos" traceback."""
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    prefix = str(tmp_path / "tf" / "model.ckpt-7")
+    tf_checkpoint.save_tf_checkpoint(BertForPreTraining(BertConfig.from_dict(CFG)), prefix, global_step=7)
+    out = tmp_path / "out"
+    out.mkdir()
+    disk_full(room=4096)
+    with pytest.raises(UserError, match=r"^cannot write %s: no space left on device .*free space, then rerun"
+                                        % re.escape(str(out / "m.pt"))):
+        checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + prefix, "--output=%s" % (out / "m.pt")])
+    assert os.listdir(out) == []
 
 
 def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):

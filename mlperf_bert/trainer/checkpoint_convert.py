@@ -16,7 +16,7 @@ from mlperf_bert import flags
 from mlperf_bert.trainer import tf_checkpoint
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer.config import BertConfig
-from mlperf_bert.fileio import atomic_open, atomic_path, check_writable_dir, write_json
+from mlperf_bert.fileio import atomic_open, atomic_save, check_writable_dir, write_json
 from mlperf_bert.trainer import model as modeling
 from mlperf_bert.trainer.model import BertForPreTraining
 
@@ -96,8 +96,8 @@ def convert(bert_config_file, src, dst, fmt="auto"):
         ckpt = {"model": model.state_dict(), "config": cfg.to_dict()}
         if step is not None:
             ckpt["global_step"] = int(step)
-        with atomic_path(dst) as tmp:
-            torch.save(ckpt, tmp)
+        # (through a file of ours: torch.save hides a full disk's errno, "unexpected pos ...")
+        atomic_save(dst, lambda f: torch.save(ckpt, f))
     else:
         tf_checkpoint.save_tf_checkpoint(model, dst, global_step=step)
     return info

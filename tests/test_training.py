@@ -856,6 +856,22 @@ def test_a_checkpoint_with_damaged_bytes_is_refused_not_loaded(files, uninterrup
         training.main(flags_for(files, str(tmp_path / "fresh"), init_checkpoint=str(damaged)))
 
 
+def test_a_converted_checkpoint_named_as_a_training_one_is_refused_in_one_line(files, uninterrupted, tmp_path):
+    """A hostile sweep: convert_checkpoint.py's .pt (weights, config, global_step) put into
+    --output_dir as model.ckpt-N.pt ended the resume in a KeyError traceback ('ranks', or 'seed')."""
+    full, names = uninterrupted
+    newest = sorted((n for n in names if n.startswith("model.ckpt-")), key=lambda n: int(n.split("-")[1][:-3]))[-1]
+    ckpt = torch.load(os.path.join(full, newest), weights_only=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    torch.save({"model": ckpt["model"], "config": ckpt["config"], "global_step": 99}, out / "model.ckpt-99.pt")
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(out), seed=7))
+    assert str(e.value) == ("checkpoint %s holds weights but no training state (no optimizer, ranks, seed): a run "
+                            "did not write it while training (a converted checkpoint?); give it as --init_checkpoint, "
+                            "or move it out of --output_dir" % (out / "model.ckpt-99.pt"))
+
+
 def test_a_zip_that_torch_did_not_write_is_named_as_such(files, tmp_path):
     """A hostile sweep: any zip archive given as an --init_checkpoint .pt ended in "cannot read
     checkpoint ...: [enforce fail at inline_container.cc:180] " (torch's words, cut, no fix named)."""

@@ -283,12 +283,22 @@ class BackgroundWriter:
             raise error
 
 
+TRAINING_STATE = ("optimizer", "ranks", "seed", "global_step")  # what a resume reads beside the weights
+
+
 def load(path):
+    """A training checkpoint of ``output_dir`` (``model.ckpt-N.pt``), to resume from."""
     from mlperf_bert.trainer.tf_checkpoint import load_pt
     try:
-        return load_pt(path)
+        ckpt = load_pt(path)
     except UserError as e:  # a damaged file: name it, and how to go on
         raise UserError("%s; delete it to resume from the one before" % str(e).split(": give ")[0])
+    lacks = [k for k in TRAINING_STATE if k not in ckpt]
+    if lacks:  # e.g. convert_checkpoint.py's .pt, given a training checkpoint's name (a KeyError traceback)
+        raise UserError("checkpoint %s holds weights but no training state (no %s): a run did not write it while "
+                        "training (a converted checkpoint?); give it as --init_checkpoint, or move it out of "
+                        "--output_dir" % (path, ", ".join(lacks)))
+    return ckpt
 
 
 def load_on_every_rank(path, rank, device, check):

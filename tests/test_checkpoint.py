@@ -399,6 +399,17 @@ def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):
         gradacc.add_gradacc(new, str(tmp_path / "again"))
 
 
+def test_add_gradacc_refuses_a_tf2_checkpoint_in_one_line(tmp_path):
+    """A hostile sweep: a TF2 object-based checkpoint (the reference's tf2_ckpt is one) ended in a
+    ValueError traceback: its string variable _CHECKPOINTABLE_OBJECT_GRAPH got an accumulator."""
+    prefix = write_tf2(str(tmp_path / "tf2" / "ckpt"), random_weights(CFG, seed=3))
+    with pytest.raises(UserError, match=r"^TF checkpoint %s is a TF2 object-based one \(it holds "
+                                        r"_CHECKPOINTABLE_OBJECT_GRAPH\): the reference's tool adds accumulators to a "
+                                        r"TF1 name-based checkpoint" % re.escape(prefix)):
+        gradacc.main(["x", "--old=" + prefix, "--new=%s" % (tmp_path / "ga" / "ckpt")])
+    assert not (tmp_path / "ga").exists() or os.listdir(tmp_path / "ga") == []
+
+
 def test_a_checkpoint_written_over_another_never_mixes_them(tf1_ckpt, tmp_path, monkeypatch):
     """A hostile sweep: convert-checkpoint onto an existing prefix, stopped between its renames (data
     first, index last), left the new .data beside the old .index: a prefix that looked complete and

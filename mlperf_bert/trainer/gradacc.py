@@ -44,6 +44,10 @@ class WithAccumulators(collections.abc.Mapping):
 
 def add_gradacc(old, new, shard_bytes=1 << 30):
     ckpt = tf_checkpoint.LazyCheckpoint(old)
+    if tf_checkpoint.OBJECT_GRAPH in ckpt.shapes:  # its string graph has no accumulator (a traceback)
+        raise UserError("TF checkpoint %s is a TF2 object-based one (it holds %s): the reference's tool adds "
+                        "accumulators to a TF1 name-based checkpoint: give tf1_ckpt/model.ckpt-28252, or one "
+                        "convert_checkpoint.py writes" % (old, tf_checkpoint.OBJECT_GRAPH))
     if any(n + WithAccumulators.SUFFIX in ckpt.shapes for n in ckpt):
         raise UserError("TF checkpoint %s already has GradientAccumulator variables" % old)
     tf_checkpoint.write_tf_checkpoint(WithAccumulators(ckpt), new, shard_bytes)

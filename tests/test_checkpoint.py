@@ -9,6 +9,10 @@ torch.cuda's streams and events faked, and the files it writes against those of 
 """
 import os
 import re
+import signal
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -397,6 +401,32 @@ def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):
         assert new_t["global_step/GradientAccumulator"] == tf.int64
     with pytest.raises(UserError, match="already has GradientAccumulator"):
         gradacc.add_gradacc(new, str(tmp_path / "again"))
+
+
+def test_a_tf_write_killed_leaves_what_the_next_write_of_its_prefix_removes(tf1_ckpt, tmp_path):
+    """A hostile sweep: a SIGKILL during a TF checkpoint's write left PREFIX.tmp-PID.data-* and
+    .index (and the .parts folder of a sharded write: GBs at BERT-Large), which no rerun removed.
+    The next write of that prefix removes a dead writer's; a live one's is kept."""
+    prefix, _ = tf1_ckpt
+    new = str(tmp_path / "ga" / "model.ckpt-28")
+    killed = textwrap.dedent("""\
+        import os, signal, sys
+        from mlperf_bert.trainer import gradacc, tf_checkpoint
+        tf_checkpoint.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # at the first rename
+        gradacc.add_gradacc(sys.argv[1], sys.argv[2], shard_bytes=20000)
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", killed, prefix, new], stderr=subprocess.PIPE)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == -signal.SIGKILL, err
+    left = sorted(os.listdir(tmp_path / "ga"))
+    assert left and all(".tmp-%d." % proc.pid in n for n in left), left
+    (tmp_path / "ga" / ("model.ckpt-28.tmp-%d.parts" % proc.pid)).mkdir()  # where the shards were
+    (tmp_path / "ga" / ("model.ckpt-28.tmp-%d.parts" % proc.pid) / "part-00000.data-00000-of-00001").write_bytes(b"x")
+    live = tmp_path / "ga" / ("model.ckpt-28.tmp-%d.index" % os.getppid())
+    live.write_bytes(b"a live writer's")
+    gradacc.add_gradacc(prefix, new, shard_bytes=20000)
+    assert sorted(n for n in os.listdir(tmp_path / "ga") if ".tmp-" in n) == [live.name]
+    assert tf_checkpoint.is_tf_prefix(new)
 
 
 def test_add_gradacc_refuses_a_tf2_checkpoint_in_one_line(tmp_path):

@@ -5,6 +5,7 @@ rest of the project (and training from a ``.pt``) does not need it.
 """
 import collections
 import collections.abc
+import contextlib
 import hashlib
 import json
 import logging
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import check_writable_dir
+from mlperf_bert.fileio import check_writable_dir, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,23 @@ def _shards(arrays, shard_bytes):
     return shards
 
 
+_TF_TMP = re.compile(r"^(?P<base>.+)\.tmp-(?P<pid>\d+)\.(?:parts|index|data-.*)\Z")
+
+
+def _remove_stale_temporaries(d, base):
+    """What a killed writer of prefix ``base`` left in ``d`` (its shards' folder, its data files:
+    GBs of BERT-Large, which the rerun's own would add to); a live writer's is kept."""
+    for n in os.listdir(d):
+        m = _TF_TMP.match(n)
+        if m and m.group("base") == base and int(m.group("pid")) != os.getpid() and not pid_alive(int(m.group("pid"))):
+            path = os.path.join(d, n)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+
+
 def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
     """Write {name: ndarray} as a TF (V2 format) checkpoint at ``prefix``, atomically.
 
@@ -202,6 +220,7 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
     tf = _import_tf()
     check_writable_dir(prefix)
     d, base = os.path.split(os.path.abspath(prefix))
+    _remove_stale_temporaries(d, base)
     tmp = "%s.tmp-%d" % (base, os.getpid())
     parts = os.path.join(d, tmp + ".parts")
     try:

@@ -1111,6 +1111,24 @@ def test_ids_beyond_vocab_size_are_one_line(files, tmp_path):
     # a hostile sweep: found mid-training, after checkpoints and a log made with the wrong config
     # (then a rerun with the right one was refused as another run): now by the start's checks
     assert _no_checkpoints(str(tmp_path / "out")) and not os.path.exists(tmp_path / "out" / "mlperf.log")
+    # a hostile sweep: --do_eval's batches (alone, or after training without --eval_input_file) were
+    # not checked: an id past the first record's was the embedding's IndexError traceback
+    from mlperf_bert.dataset.example import decode_pretraining_example
+    from mlperf_bert.trainer.config import BertConfig
+    from mlperf_bert.trainer.model import BertForPreTraining
+    tops = [int(max(f["input_ids"].max(), f["masked_lm_ids"].max())) for f in
+            (decode_pretraining_example(r, 128, 20) for r in tfrecord.read_records(files["train"]))]
+    vocab = tops[0] + 1  # record 0 (the start's check) fits; a later one does not
+    bad = next(i for i, top in enumerate(tops) if top >= vocab)
+    with open(small, "w") as f:
+        json.dump(dict(TINY, vocab_size=vocab), f)
+    pt = str(tmp_path / "small.pt")
+    torch.save({"model": BertForPreTraining(BertConfig.from_json_file(small)).state_dict()}, pt)
+    with pytest.raises(UserError, match=r"train.tfrecord: record %d has token id \d+ but the model's vocab_size is "
+                                        r"%d" % (bad, vocab)) as e:
+        training.main(flags_for(files, str(tmp_path / "ev"), bert_config_file=small, do_train=False, do_eval=True,
+                                init_checkpoint=pt, eval_batch_size=8, max_eval_steps=2, check_data="none"))
+    assert "\n" not in str(e.value)
 
 
 def test_a_batch_the_cpu_cannot_hold_is_one_line(files, tmp_path):

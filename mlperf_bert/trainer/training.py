@@ -771,7 +771,7 @@ class Loop:
                      "n/a" if self.last is None else "%.4f" % self.last.item(), self.status), flush=True)
         if cfg.eval.do_eval:
             metrics = self.metrics if known else trainer.evaluate(
-                final_eval_batches(cfg, self.eval_set, train_files, rank, world))
+                final_eval_batches(cfg, self.eval_set, train_files, rank, world, trainer.model.config.vocab_size))
             if rank == 0:
                 print(evaluation.write_eval_results(cfg.checkpoint.output_dir, metrics, s.step))
         trainer.flush()  # the last checkpoint, written while the above ran, is complete
@@ -780,12 +780,12 @@ class Loop:
         return 0
 
 
-def final_eval_batches(cfg, eval_set, train_files, rank, world):
+def final_eval_batches(cfg, eval_set, train_files, rank, world, vocab_size):
     """What --do_eval evaluates the final weights on: the online eval set, else the reference's
     eval batches of the training files."""
     if eval_set:
         return eval_set
-    return evaluation.reference_eval_batches(cfg.data, cfg.eval, train_files, rank, world)
+    return evaluation.reference_eval_batches(cfg.data, cfg.eval, train_files, rank, world, vocab_size)
 
 
 def finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train_files, eval_files, init_ckpt,
@@ -814,7 +814,7 @@ def finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train
             if eval_files:
                 eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,
                                               trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
-            metrics = trainer.evaluate(final_eval_batches(cfg, eval_set, train_files, rank, world))
+            metrics = trainer.evaluate(final_eval_batches(cfg, eval_set, train_files, rank, world, config.vocab_size))
         if metrics is not None:
             if rank == 0:
                 evaluation.write_eval_results(out, metrics, step)
@@ -856,7 +856,8 @@ def run_eval_only(cfg, config, files, device, rank, world):
     if step is None:
         m = re.search(r"ckpt-(\d+)", os.path.basename(init))
         step = int(m.group(1)) if m else 0
-    metrics = evaluation.evaluate(model, evaluation.reference_eval_batches(cfg.data, cfg.eval, files, rank, world),
+    metrics = evaluation.evaluate(model, evaluation.reference_eval_batches(cfg.data, cfg.eval, files, rank, world,
+                                                                           config.vocab_size),
                                   device, autocast(device, cfg.model.dtype))
     if rank == 0:
         path = evaluation.write_eval_results(cfg.checkpoint.output_dir, metrics, int(step))

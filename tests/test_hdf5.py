@@ -254,6 +254,30 @@ def test_the_trainer_refuses_a_flipped_packed_file_before_training(made, tmp_pat
     with pytest.raises(UserError, match="part-00000.packed.hdf5: dataset input_ids does not match the checksum"):
         training.main(flags_for(files, out, max_seq_length=128, max_predictions_per_seq=20, check_data="full"))
     assert not os.path.exists(os.path.join(out, "mlperf.log"))
+    # a hostile sweep: the eval set was not checked (read whole at the start, by its row checksums
+    # alone: a file without them, damaged, was evaluated); nor was --do_eval's want of unpacked
+    # records, found after the whole run (its end left unwritten)
+    files["train"] = made["packed"]
+    with pytest.raises(UserError, match="eval.hdf5: dataset input_ids does not match the checksum"):
+        training.main(flags_for(files, out, max_seq_length=128, max_predictions_per_seq=20, check_data="full",
+                                eval_input_file=_flipped_plain(made, tmp_path)))
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, out, max_seq_length=128, max_predictions_per_seq=20, do_eval=True))
+    assert str(e.value) == ("--do_eval without --eval_input_file evaluates the training files, as the reference does, "
+                            "but --input_file holds packed rows (pack), which that eval does not read: give "
+                            "--eval_input_file (eval_10k), or --nodo_eval")
+    assert not os.path.exists(os.path.join(out, "mlperf.log"))
+
+
+def _flipped_plain(made, tmp_path):
+    """An unpacked HDF5 eval set without row checksums (made before they were), one byte flipped."""
+    path = str(tmp_path / "eval.hdf5")
+    with open(made["plain"], "rb") as a, open(path, "wb") as b:
+        b.write(a.read())
+    with h5py.File(path, "r+") as h:
+        del h[hdf5.ROW_CHECKSUMS]
+    flip_byte(path, "input_ids")
+    return path
 
 
 def test_a_file_made_before_checksums_is_named_not_failed(made, tmp_path, capsys):

@@ -872,6 +872,25 @@ def test_a_converted_checkpoint_named_as_a_training_one_is_refused_in_one_line(f
                             "or move it out of --output_dir" % (out / "model.ckpt-99.pt"))
 
 
+def test_an_eval_set_that_is_also_a_training_file_is_refused_in_closed_and_warned_of_in_open(files, phase1, tmp_path,
+                                                                                             capsys):
+    """A hostile sweep: --input_file=eval.tfrecord (or a list holding it) with --eval_input_file=
+    eval.tfrecord trained on the eval set without a word: its accuracy measures memory."""
+    both = "%s,%s" % (files["train"], files["eval"])
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(tmp_path / "closed"), input_file=both, eval_input_file=files["eval"],
+                                submission_division="closed", init_checkpoint=phase1, submission_org="ACME",
+                                submission_platform="cpu1"))
+    assert str(e.value) == ("--eval_input_file %s is also an --input_file: the run would train on its eval set; give "
+                            "the eval set (eval_10k) apart from the training files" % files["eval"])
+    assert _no_checkpoints(str(tmp_path / "closed"))
+    capsys.readouterr()
+    assert training.main(flags_for(files, str(tmp_path / "open"), input_file=both, eval_input_file=files["eval"],
+                                   num_train_steps=4, eval_frequency=8)) == 0
+    assert ("warning: --eval_input_file %s is also an --input_file: the run would train on its eval set (open "
+            "division: it goes on)\n" % files["eval"]) in capsys.readouterr().err
+
+
 def test_a_zip_that_torch_did_not_write_is_named_as_such(files, tmp_path):
     """A hostile sweep: any zip archive given as an --init_checkpoint .pt ended in "cannot read
     checkpoint ...: [enforce fail at inline_container.cc:180] " (torch's words, cut, no fix named)."""

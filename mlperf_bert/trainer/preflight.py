@@ -230,6 +230,20 @@ def _packed_input(files):
     return kinds.pop()
 
 
+def _check_eval_apart(cfg, train_files, eval_files, rank):
+    """The eval set is no training file: trained on, its accuracy measures memory, not the model
+    (the rules keep the two apart); refused in closed division, warned of in open."""
+    both = [e for e in eval_files if any(same_file(e, t) for t in train_files)]
+    if not both:
+        return
+    what = ("--eval_input_file %s is also an --input_file: the run would train on its eval set"
+            % (both[0] if len(both) == 1 else "%s (and %d more)" % (both[0], len(both) - 1)))
+    if cfg.mlperf.submission_division == "closed":
+        raise UserError("%s; give the eval set (eval_10k) apart from the training files" % what)
+    if rank == 0:
+        print("warning: %s (open division: it goes on)" % what, file=sys.stderr, flush=True)
+
+
 Start = collections.namedtuple("Start", "train_files eval_files packed global_batch init_ckpt log_path")
 
 
@@ -251,6 +265,11 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     if cfg.eval.eval_input_file:
         eval_files = loader.input_files(cfg.eval.eval_input_file, "--eval_input_file")
         loader.check_seq_length(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq, vocab_size)
+        _check_eval_apart(cfg, train_files, eval_files, rank)
+    elif packed and cfg.eval.do_eval:  # (found after the whole run: its end left unwritten)
+        raise UserError("--do_eval without --eval_input_file evaluates the training files, as the reference does, but "
+                        "--input_file holds packed rows (pack), which that eval does not read: give --eval_input_file "
+                        "(eval_10k), or --nodo_eval")
     # The flags count micro-steps (as the reference's); the log counts optimizer updates at the
     # global batch, the unit of the RCPs (docs/training.md)
     global_batch = cfg.global_batch
@@ -285,6 +304,8 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
             locks.enter_context(locking.lock_file(log_path, "--mlperf_log"))
     if cfg.data.check_data != "none":  # each rank a share of the files, in parallel
         loader.check_records(train_files[rank::world], full=cfg.data.check_data == "full")
+        if eval_files:  # read whole at the start anyway: checked as the training files are
+            loader.check_records(eval_files[rank::world], full=cfg.data.check_data == "full")
     return Start(train_files, eval_files, packed, global_batch, init_ckpt, log_path)
 
 

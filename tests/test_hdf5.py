@@ -529,3 +529,23 @@ def test_lengths_below_one_and_an_input_of_no_record_are_one_line(golden_tfrecor
     assert str(e.value) == ("--dupe_factor=0 must be at least 1 (each document is read that many times, with other "
                             "masks; MLPerf uses 10)")
     assert not os.path.exists(out) and not (tmp_path / "o").exists()
+
+
+def test_a_files_content_tag_tells_another_file_of_the_same_size(made, tmp_path):
+    """A hostile sweep: a run's identity held its data files by name and size, and to-hdf5's size
+    depends on the row count alone: another file of as many rows, swapped in, resumed. The tag
+    (checksums.content_tag) is the file's recorded CRC-32Cs; a file without them has none."""
+    from mlperf_bert.dataset.checksums import content_tag
+    from mlperf_bert.dataset.tfrecord import write_records
+    src = str(tmp_path / "other")
+    write_records(src, list(read_records(made["tfrecord"]))[::-1])  # the same records, another order
+    other = str(tmp_path / "part.hdf5")
+    hdf5.tfrecords_to_hdf5([src], other, 128, 20, progress=False)
+    assert os.path.getsize(other) == os.path.getsize(made["plain"])
+    tags = [content_tag(p) for p in (made["plain"], other, made["packed"], made["tfrecord"], src)]
+    assert all(tags) and len(set(tags)) == len(tags), tags
+    assert content_tag(made["plain"]) == tags[0]  # the same file, the same tag
+    with h5py.File(other, "r+") as h:
+        for name in h:
+            del h[name].attrs[hdf5.CHECKSUM_ATTR]
+    assert content_tag(other) is None

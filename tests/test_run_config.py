@@ -100,6 +100,10 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     full = tmp_path / "full"
     assert training.main(_argv(d, full)) == 0
     today = torch.load(full / "model.ckpt-6.pt", map_location="cpu", weights_only=False)
+    # what today's identity adds: each data file's content tag (checksums.content_tag), which a
+    # resume compares only where both have one (the old identity's [path, size] resumes: below)
+    for entry in today["run"]["input_file"] + (today["run"]["eval_input_file"] or []):
+        assert len(entry) == 3 and entry.pop().startswith("record0:")
     old_leaves, today_leaves = dict(_leaves(ckpt)), dict(_leaves(today))
     assert list(old_leaves) == list(today_leaves)  # the same keys in the same order, every level
     for path, old in old_leaves.items():

@@ -1040,6 +1040,10 @@ REFUSED_CHANGES = [
     ({"seed": 8}, "--seed=8 differs"),
     ({"input_file": "other"}, r"the training files \(.*copy.tfrecord, \d+ bytes, where the run had .*, \d+ bytes\) "
                               r"differ from the run being resumed"),
+    # a hostile sweep: a file of the same name and size (another to-hdf5 file of as many rows; these
+    # records in another order) resumed, the run ending on other data: its content's tag is compared
+    ({"input_file": "swapped"}, r"the training files \(.*swapped/train.tfrecord: another content of the same size, "
+                                r"where the run had .*/train.tfrecord\) differ from the run being resumed"),
     ({"bert_config_file": "config_nodrop"}, r"the model config of --bert_config_file: attention_probs_dropout_prob=0.0 "
                                             r"\(was 0.1\), hidden_dropout_prob=0.0 \(was 0.1\) differs from the run "
                                             r"being resumed in .* \(checkpoint model.ckpt-18.pt\)"),
@@ -1064,6 +1068,11 @@ def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_p
             change["input_file"] = str(tmp_path / "copy.tfrecord")
             with open(change["input_file"], "wb") as f:
                 f.write(open(files["train"], "rb").read())
+        if change.get("input_file") == "swapped":
+            (tmp_path / "swapped").mkdir()
+            change["input_file"] = str(tmp_path / "swapped" / "train.tfrecord")
+            tfrecord.write_records(change["input_file"], list(tfrecord.read_records(files["train"]))[::-1])
+            assert os.path.getsize(change["input_file"]) == os.path.getsize(files["train"])
         with pytest.raises(UserError, match=message) as e:
             training.main(flags_for(files, str(out), **change))
         assert "\n" not in str(e.value) and "another --output_dir" in str(e.value), change

@@ -126,6 +126,24 @@ def own_checksums(path):
     return None
 
 
+def content_tag(path):
+    """A tag of a data file's content that costs a read of a few bytes, for a run's identity (its
+    name and size alone let a file of the same size be swapped in): an HDF5 or packed file's
+    dataset CRC-32Cs (what to-hdf5 and pack record), a TFRecord's first record's data CRC; None
+    when the file carries neither (the identity keeps name and size)."""
+    if hdf5.is_hdf5_file(path):
+        with hdf5.open_file(path) as h:
+            crcs = [[n, int(h[n].attrs[hdf5.CHECKSUM_ATTR])] for n in sorted(h) if hdf5.CHECKSUM_ATTR in h[n].attrs]
+        return "crc32c:" + hashlib.sha256(repr(crcs).encode()).hexdigest()[:16] if crcs else None
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12:
+            return None
+        f.seek(12 + int.from_bytes(head[:8], "little"))
+        crc = f.read(4)
+    return "record0:" + crc.hex() if len(crc) == 4 else None
+
+
 def article_md5(article):
     """An eval article's ``eval.md5`` line: md5 of the rstripped text, UTF-8 (the reference's seperate_test_set.py)."""
     return hashlib.md5(article.rstrip().encode("utf-8")).hexdigest()

@@ -340,17 +340,23 @@ def _described(name, value, was):
         value, was = value or [], was or []
         if len(value) != len(was):
             return "%s (%d, where the run had %d)" % (_FILES[name], len(value), len(was))
-        (path, size), (old, old_size) = next((v, w) for v, w in zip(value, was) if not _same_file(v, w))
-        return "%s (%s, %d bytes, where the run had %s, %d bytes)" % (_FILES[name], path, size, old, old_size)
+        now, then = next((v, w) for v, w in zip(value, was) if not _same_file(v, w))
+        if os.path.basename(now[0]) == os.path.basename(then[0]) and now[1] == then[1]:
+            return "%s (%s: another content of the same size, where the run had %s)" % (_FILES[name], now[0], then[0])
+        return "%s (%s, %d bytes, where the run had %s, %d bytes)" % (_FILES[name], now[0], now[1], then[0], then[1])
     if name == "init_checkpoint":
         return "--init_checkpoint (its name, size or content)"
     return None
 
 
 def _same_file(entry, was):
-    """Whether a data file's [path, bytes] is the one a run recorded: by its name and size, so that
-    the same files mounted elsewhere (a requeued job's, a symbolic link) resume."""
-    return os.path.basename(entry[0]) == os.path.basename(was[0]) and entry[1] == was[1]
+    """Whether a data file's [path, bytes, content tag] is the one a run recorded: by its name, size
+    and tag, not its folder, so that the same files mounted elsewhere (a requeued job's, a symbolic
+    link) resume; a run recorded before tags were ([path, bytes]), or a file without one: by name
+    and size."""
+    tags = entry[2:3] + was[2:3]
+    return (os.path.basename(entry[0]) == os.path.basename(was[0]) and entry[1] == was[1]
+            and (len(tags) < 2 or None in tags or tags[0] == tags[1]))
 
 
 def _same_init(entry, was):

@@ -241,9 +241,11 @@ class RunConfig:
 
     def identity(self, seed, train_files, eval_files, init_checkpoint=None, config=None):
         """What a resumed run must share with the checkpoint: defining flags, seed, the model config
-        (``BertConfig.to_dict()``), data files and the initial checkpoint
-        (``tf_checkpoint.fingerprint``: path, bytes, digest)."""
-        files = lambda paths: [[os.path.abspath(p), os.path.getsize(p)] for p in paths or []]  # noqa: E731
+        (``BertConfig.to_dict()``), data files ([path, bytes, ``checksums.content_tag``]) and the
+        initial checkpoint (``tf_checkpoint.fingerprint``: path, bytes, digest)."""
+        from mlperf_bert.dataset.checksums import content_tag
+        files = lambda paths: [[os.path.abspath(p), os.path.getsize(p), content_tag(p)]  # noqa: E731
+                               for p in paths or []]
         ident = {name: self.flag(name) for name in RUN_FLAGS}
         ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
                      init_checkpoint=init_checkpoint, config=config)

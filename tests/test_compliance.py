@@ -447,6 +447,21 @@ def test_logs_that_cannot_be_checked_are_one_line(real_logs, tmp_path, name, cha
         plot.main(["plot-log", str(log), "--output=%s" % (tmp_path / "x.png")])
 
 
+def test_a_log_is_cut_into_lines_where_the_official_parser_cuts_it(real_logs, tmp_path):
+    """A hostile sweep: str.splitlines() cut a line at a raw U+2028 (or U+0085) inside
+    a JSON string, and check-log, package and score called the real log "malformed MLLOG line
+    (truncated log?)" where the official checker says SUCCESS. Lines end at \\n, \\r\\n and \\r
+    alone, as Python's file iteration (the official parser's) ends them."""
+    text = _nyx(real_logs)
+    odd = text.replace('"file": "', '"file": "\u2028\x85', 3)
+    assert odd != text
+    for name, body in (("u2028", odd), ("crlf", odd.replace("\n", "\r\n"))):
+        log = tmp_path / (name + ".txt")
+        log.write_bytes(body.encode("utf-8"))
+        assert compliance.worst_level(compliance.check_log(str(log))) == "PASS", name
+        assert levels(log, official=True)["official_checker"] == "PASS", name
+
+
 def test_a_compressed_or_utf16_log_is_named_as_such(real_logs, tmp_path):
     """A hostile sweep: a real log gzipped (as the packages and tests/data ship them) or in UTF-16
     got "has no :::MLLOG lines: pass the MLPerf log written by --mlperf_log", a fix that is wrong.

@@ -30,7 +30,11 @@ def read_log(path):
         if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):  # waited on for a writer; the checkers each read it
             raise UserError("cannot read log %s: it is a pipe: save the log to a file and pass that" % path)
         with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
+            # lines as the official parser iterates its file: ends at \n, \r\n and \r alone
+            # (str.splitlines also cut at U+2028, U+0085, \f..., which a JSON string may hold raw)
+            lines = f.read().split("\n")
+        if lines[-1] == "":
+            lines.pop()
     except OSError as e:
         raise UserError("cannot read log %s: %s" % (path, e.strerror))
     records = []

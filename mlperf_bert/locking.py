@@ -104,7 +104,7 @@ def _openers(lock_file):
         return []
     pids = []
     for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not pid.isdigit() or int(pid) == os.getpid():
+        if not (pid.isascii() and pid.isdigit()) or int(pid) == os.getpid():
             continue
         with contextlib.suppress(OSError):
             for fd in os.listdir("/proc/%s/fd" % pid):

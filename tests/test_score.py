@@ -379,16 +379,31 @@ def test_package_names_stay_inside_the_output(two_runs, tmp_path, flag, value):
     assert not (tmp_path / "out").exists() and not (tmp_path / "x").exists()
 
 
-def test_one_run_given_twice_is_warned(two_runs, tmp_path, capsys):
+def test_one_run_given_twice_or_a_seed_reused_is_warned(two_runs, tmp_path, capsys):
     """A hostile sweep: result_01.txt a copy of result_1.txt (or --runs=runs,runs) packaged with no
-    word; score then failed it ("Seed checker failed"). package warns, naming the copies."""
+    word; score then failed it ("Seed checker failed"). package warns, naming the copies. Another:
+    two runs of one seed (other bytes) were compared by their md5 alone: no word, score failed them.
+    A log over the repo checker's 50 MiB is warned of too (it was packaged without a word)."""
+    from mlperf_bert.harness.compliance import read_log
+    seed = [r.value for r in read_log(str(two_runs / "result_1.txt")) if r.key == "seed"][-1]
     (two_runs / "result_01.txt").write_bytes((two_runs / "result_1.txt").read_bytes())
     assert pkg_mod.main(nyx_argv(two_runs, tmp_path / "pkg")) == 0
-    lines = [l for l in capsys.readouterr().err.splitlines() if "are one run's log" in l]
-    assert len(lines) == 1 and lines[0].endswith(" are one run's log (the same bytes): the official package checker "
-                                                 "fails a package whose runs share a seed (give each run once)")
-    assert sorted(lines[0][len("warning: package: "):].split(" are ")[0].split(" and ")) == [
+    lines = [l for l in capsys.readouterr().err.splitlines() if "share seed" in l]
+    assert len(lines) == 1 and lines[0].endswith(" share seed %s: the official package checker fails a package whose "
+                                                 "runs share a seed (give each run once, each with its own seed)" % seed)
+    assert sorted(lines[0][len("warning: package: "):].split(" share ")[0].split(" and ")) == [
         str(two_runs / "result_01.txt"), str(two_runs / "result_1.txt")]
+    # the same seed in another log (its own bytes): its time lines changed, its seed kept
+    text = (two_runs / "result_1.txt").read_text()
+    (two_runs / "result_01.txt").write_text(text.replace('"time_ms": 1', '"time_ms": 2'))
+    assert (two_runs / "result_01.txt").read_bytes() != (two_runs / "result_1.txt").read_bytes()
+    with open(two_runs / "result_01.txt", "a") as f:  # and past 50 MiB (lines the checkers skip)
+        f.write(("# %s\n" % ("x" * 1000)) * (51 * 1024))
+    assert pkg_mod.main(nyx_argv(two_runs, tmp_path / "pkg2")) == 0
+    err = capsys.readouterr().err
+    assert " share seed %s: the official package checker fails" % seed in err
+    assert "warning: package: %s is over 50 MiB: the official repo checker fails a package holding a file that " \
+           "large" % (two_runs / "result_01.txt") in err
 
 
 def test_package_refuses_a_log_without_run_stop(two_runs, tmp_path):
@@ -438,15 +453,17 @@ def test_a_systems_json_field_of_another_type_is_one_line_in_package_and_score(t
         assert "  systems JSON %s: status is a list: give it as text" % made in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("field", ["number_of_nodes", "host_processors_per_node", "accelerators_per_node"])
-def test_a_count_that_is_no_whole_number_is_refused(two_runs, tmp_path, field):
+@pytest.mark.parametrize("field,value", [("number_of_nodes", "abc"), ("host_processors_per_node", "abc"),
+                                         ("accelerators_per_node", "abc"), ("accelerators_per_node", "\u00b2")])
+def test_a_count_that_is_no_whole_number_is_refused(two_runs, tmp_path, field, value):
     """A hostile sweep: --system_field=number_of_nodes=abc was packaged (exit 0), and score then failed
-    in the official result summarizer (ValueError: invalid literal for int())."""
+    in the official result summarizer (ValueError: invalid literal for int()); so was "²", a digit to
+    str.isdigit, not to int()."""
     argv = nyx_argv(two_runs, tmp_path / "pkg")
     with pytest.raises(UserError) as e:
-        pkg_mod.main(argv + ["--system_field=%s=abc" % field])
-    assert str(e.value) == ("--system_field says %s='abc': give a whole number (the official result summarizer "
-                            "counts with it)" % field)
+        pkg_mod.main(argv + ["--system_field=%s=%s" % (field, value)])
+    assert str(e.value) == ("--system_field says %s=%r: give a whole number (the official result summarizer "
+                            "counts with it)" % (field, value))
     assert not (tmp_path / "pkg").exists()
 
 

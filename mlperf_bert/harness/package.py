@@ -42,6 +42,7 @@ LAUNCH = "launch_%s.json"  # how each system's runs were launched, in the implem
 IMPLEMENTATION = "pytorch"  # the implementation folder: the framework's name, shared by an org's systems
 MADE_BY = "mlperf_bert_package.json"  # ORG/: written by package; score expects each system's implementation
 FINISHED = "run_finished.json"  # the trainer's record of a finished run (trainer/checkpoint.py)
+REPO_FILE_LIMIT = 50 * 1024 * 1024  # bytes: the repo checker fails a larger file
 STOPPED = "run_stopped.json"  # its record at run_stop, of a run killed before its end was written
 # The fields mlperf_logging's system_desc_checker requires (training), in its order.
 SYSTEM_FIELDS = (
@@ -121,8 +122,9 @@ def find_logs(specs):
 
 
 def _run_number(path):
-    digits = "".join(c for c in os.path.basename(path.rstrip("/")) if c.isdigit()) or \
-        "".join(c for c in os.path.basename(os.path.dirname(path)) if c.isdigit())
+    # ASCII digits: str.isdigit also takes "²", which int() refuses (a traceback)
+    digits = "".join(c for c in os.path.basename(path.rstrip("/")) if c in "0123456789") or \
+        "".join(c for c in os.path.basename(os.path.dirname(path)) if c in "0123456789")
     return int(digits or 0)
 
 
@@ -216,7 +218,7 @@ def describe_system(org, system, division, system_json=None, fields=(), status=N
     # the official result summarizer reads these with int(): "abc" packaged, then score failed in it
     for key in WHOLE_NUMBERS:
         value = str(given.get(key, "")).strip()
-        if value and not value.isdigit():
+        if value and not (value.isascii() and value.isdigit()):  # ("²" is a digit to isdigit, not to int())
             said = "--system_field" if any(f.partition("=")[0] == key for f in fields) else system_json
             raise UserError("%s says %s=%r: give a whole number (the official result summarizer counts with it)"
                             % (said, key, given[key]))
@@ -695,12 +697,17 @@ def package_warnings(logs, entries, source):
         warnings.append("%d run log%s, the ruleset (training %s) needs exactly %d for BERT: the official package"
                         " checker fails this package (add the missing runs to --runs, or leave the extra out)"
                         % (len(logs), "" if len(logs) == 1 else "s", RULESET, need))
-    by_content = {}
-    for log in logs:  # the same run twice (a copy, or a folder given twice): the seed checker fails it
-        by_content.setdefault(file_md5(log), []).append(log)
-    for names in (n for n in by_content.values() if len(n) > 1):
-        warnings.append("%s are one run's log (the same bytes): the official package checker fails a package whose "
-                        "runs share a seed (give each run once)" % " and ".join(names))
+    by_seed = {}
+    for log, e in zip(logs, entries):  # the same run twice (a copy, a folder given twice), or a seed reused
+        by_seed.setdefault(("seed", e["seed"]) if e["seed"] is not None else ("md5", file_md5(log)), []).append(log)
+    for (kind, seed), names in ((k, n) for k, n in by_seed.items() if len(n) > 1):
+        warnings.append("%s %s: the official package checker fails a package whose runs share a seed (give each "
+                        "run once, each with its own seed)" % (" and ".join(names), "share seed %s" % seed
+                                                              if kind == "seed" else "are one run's log (the same bytes)"))
+    big = [log for log in logs if os.path.getsize(log) > REPO_FILE_LIMIT]
+    if big:  # (the repo checker's _check_file_sizes: git's limit)
+        warnings.append("%s %s over 50 MiB: the official repo checker fails a package holding a file that large"
+                        % (", ".join(big), "is" if len(big) == 1 else "are"))
     missing = [e["result"] for e in entries if e["launch"] is None]
     if missing:
         warnings.append("%d run%s without a launch record (%s): no %s (or %s) of the same seed in run_N/ beside"

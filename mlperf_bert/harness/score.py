@@ -105,7 +105,7 @@ def remove_stale_copies(tmpdir=None):
             mine = os.lstat(d).st_uid == os.getuid()
         except OSError:
             continue
-        if not pid.isdigit() or not mine or int(pid) == os.getpid() or pid_alive(int(pid)):
+        if not (pid.isascii() and pid.isdigit()) or not mine or int(pid) == os.getpid() or pid_alive(int(pid)):
             continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)

@@ -110,8 +110,38 @@ def test_bad_inputs_are_one_line_errors(shards, tmp_path):
         loader.input_files(str(tmp_path / "missing-*"))
     empty = tmp_path / "empty.tfrecord"
     empty.write_bytes(b"")
-    with pytest.raises(UserError, match="hold no records"):
+    with pytest.raises(UserError, match="empty.tfrecord holds no records"):
         next(iter(loader.PretrainingBatches([str(empty)], SEQ, PRED, 8)))
+
+
+def test_an_empty_file_among_others_is_refused_naming_it(shards, tmp_path):
+    """A hostile review: an empty file among several --input_file or --eval_input_file files was
+    skipped silently (only an epoch of no record was an error); to-hdf5 and pack refuse it."""
+    paths, _ = shards
+    empty = str(tmp_path / "empty.tfrecord")
+    open(empty, "wb").close()
+    files = [paths[0], empty, paths[1]]
+    for read in (lambda: loader.check_seq_length(files, SEQ, PRED), lambda: loader.check_records(files),
+                 lambda: loader.count_records(files),
+                 lambda: list(loader.PretrainingBatches(files, SEQ, PRED, 8, shuffle=False, repeat=False))):
+        with pytest.raises(UserError) as e:
+            read()
+        assert str(e.value) == "%s holds no records: check the paths, or make it again" % empty
+
+
+def test_an_hdf5_file_named_as_tfrecords_is_named_as_such(shards, tmp_path):
+    """A hostile review: an HDF5 file named *.tfrecord was 'record 0 has a corrupt length (CRC mismatch):
+    the file is damaged': the trainer tells HDF5 files by their name."""
+    from mlperf_bert.dataset import hdf5
+    paths, _ = shards
+    named = str(tmp_path / "part.tfrecord")
+    hdf5.tfrecords_to_hdf5(paths[:1], named, SEQ, PRED, progress=False)
+    for read in (lambda: loader.check_seq_length([named], SEQ, PRED), lambda: loader.check_records([named]),
+                 lambda: list(loader.PretrainingBatches([named], SEQ, PRED, 8, repeat=False))):
+        with pytest.raises(UserError) as e:
+            read()
+        assert str(e.value) == ("%s is an HDF5 file (it starts with HDF5's signature), but the trainer reads files not "
+                                "named *.hdf5 or *.h5 as TFRecords: rename it *.hdf5" % named)
 
 
 def test_a_bad_record_is_refused_naming_its_file_and_its_index_there(tiny_record, tmp_path):
@@ -126,6 +156,28 @@ def test_a_bad_record_is_refused_naming_its_file_and_its_index_there(tiny_record
         with pytest.raises(UserError) as e:
             list(loader.PretrainingBatches([good, bad], 8, 2, 4, shuffle=False, repeat=False))
         assert str(e.value).startswith("%s: record 5: feature %s: " % (bad, why)), str(e.value)
+
+
+@pytest.mark.parametrize("weight", [2.0, -1.0, 0.5])
+def test_a_masked_lm_weight_other_than_0_or_1_is_refused(tiny_record, tmp_path, weight):
+    """A hostile review: only a weight that was not finite was refused, though the message said '(0 or
+    1)': a weight of 2 or -1 trained, and counted in the eval accuracy."""
+    path = str(tmp_path / "w.tfrecord")
+    tfrecord.write_records(path, [tiny_record()] * 2 + [tiny_record(masked_lm_weights=[1.0, weight])])
+    with pytest.raises(UserError) as e:
+        list(loader.PretrainingBatches([path], 8, 2, 4, shuffle=False, repeat=False))
+    assert str(e.value) == ("%s: record 2 has masked_lm_weights %s, where BERT pre-training data holds 0 or 1: the "
+                            "file is damaged, or not made by create_pretraining_data: make it again" % (path, weight))
+
+
+def test_a_token_id_past_the_vocab_names_the_record_and_its_own_id(tiny_record, tmp_path):
+    """A hostile review: the error paired the batch's first bad record with the batch's largest id."""
+    a, b = str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")
+    tfrecord.write_records(a, [tiny_record()] * 2 + [tiny_record(input_ids=[2, 5, 40000, 3, 0, 0, 0, 0])])
+    tfrecord.write_records(b, [tiny_record(masked_lm_ids=[50000, 8])] + [tiny_record()] * 2)
+    with pytest.raises(UserError) as e:
+        list(loader.PretrainingBatches([a, b], 8, 2, 6, shuffle=False, repeat=False, vocab_size=30522))
+    assert str(e.value).startswith("%s: record 2 has token id 40000 but the model's vocab_size is 30522: " % a)
 
 
 def test_hdf5_input_reads_the_same_examples(shards, tmp_path):

@@ -376,8 +376,8 @@ def test_a_flipped_byte_is_caught_as_it_is_read(made, tmp_path, kind, dataset, i
                          "damaged, or not made by create_pretraining_data: make it again"),
     ("packed", "segment", "{path}: a row has segment_ids 5, where packed BERT pre-training data holds 0 or 1: the "
                           "file is damaged, pack it again"),
-    ("packed", "weight", "{path}: a row has masked_lm_weights nan, where packed BERT pre-training data holds a finite "
-                         "number (0 or 1): the file is damaged, pack it again")])
+    ("packed", "weight", "{path}: a row has masked_lm_weights nan, where packed BERT pre-training data holds 0 or 1: "
+                         "the file is damaged, pack it again")])
 def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, kind, change, message):
     """A hostile sweep: a dataset cut shorter than the others ended the trainer in h5py's IndexError
     ("Fancy indexing out of range"); a position past the row, in a file without row checksums (made
@@ -400,9 +400,9 @@ def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, ki
             values = h[name][...]
             values[0, 0] = value
             h[name][...] = values
-    ds = packed_loader.PackedBatches([path], 8, repeat=False) if kind == "packed" else \
-        loader.PretrainingBatches([path], 128, 20, 8, repeat=False, shuffle=False)
-    with pytest.raises(UserError) as e:
+    with pytest.raises(UserError) as e:  # (a short dataset: as the file is opened)
+        ds = packed_loader.PackedBatches([path], 8, repeat=False) if kind == "packed" else \
+            loader.PretrainingBatches([path], 128, 20, 8, repeat=False, shuffle=False)
         sum(len(b["input_ids"]) for b in ds)
     assert str(e.value) == message.format(path=path, rows=rows)
 
@@ -549,3 +549,91 @@ def test_a_files_content_tag_tells_another_file_of_the_same_size(made, tmp_path)
         for name in h:
             del h[name].attrs[hdf5.CHECKSUM_ATTR]
     assert content_tag(other) is None
+
+
+def _rewrite(h, name, data):
+    del h[name]
+    h[name] = data
+
+
+@pytest.mark.parametrize("kind,change,message", [
+    ("plain", "ids1d", "dataset input_ids has shape (64000,), expected (rows, tokens)"),
+    ("plain", "ids3d", "dataset input_ids has shape (500, 128, 1), expected (rows, tokens)"),
+    ("plain", "scalar", "dataset segment_ids is a scalar, expected (rows, tokens)"),
+    ("plain", "group", "segment_ids is a group, expected a dataset (rows, tokens)"),
+    ("plain", "bytes", "dataset next_sentence_labels holds |S1, expected integers"),
+    ("plain", "float", "dataset input_ids holds float32, expected integers"),
+    ("plain", "int_weights", "dataset masked_lm_weights holds uint8, expected floats"),
+    ("plain", "narrow", "dataset input_mask has 64 tokens a row, input_ids has 128"),
+    ("packed", "nsp1d", "dataset next_sentence_labels has shape ({rows},), expected (rows, sequences)"),
+    ("packed", "scalar", "dataset nsp_positions is a scalar, expected (rows, sequences)")])
+def test_a_dataset_of_another_shape_or_dtype_is_one_line_naming_it(made, tmp_path, kind, change, message):
+    """A hostile review: only the datasets' presence and input_ids' width were checked. A 1-D input_ids
+    was an IndexError (even under --check_data=none), a scalar dataset a TypeError, a bytes
+    next_sentence_labels numpy's _UFuncNoLoopError, a packed 1-D next_sentence_labels an AxisError in
+    the loader worker (also under --check_data=full), and float input_ids (id + 0.7) in a file
+    without row checksums trained as the ids truncated. Each is one line, as the file is opened, by
+    every reader."""
+    from mlperf_bert.trainer import loader, packed_loader
+    path = _copy(made[kind], str(tmp_path / os.path.basename(made[kind])))
+    with h5py.File(path, "r+") as h:
+        rows = len(h["input_ids"])
+        if change in ("bytes", "float"):  # (no row checksums to catch the values)
+            del h[hdf5.ROW_CHECKSUMS]
+        if change == "ids1d":
+            _rewrite(h, "input_ids", h["input_ids"][:].reshape(-1))
+        elif change == "ids3d":
+            _rewrite(h, "input_ids", h["input_ids"][:].reshape(rows, 128, 1))
+        elif change == "scalar":
+            _rewrite(h, "segment_ids" if kind == "plain" else "nsp_positions", np.uint8(0))
+        elif change == "group":
+            del h["segment_ids"]
+            h.create_group("segment_ids")
+        elif change == "bytes":
+            _rewrite(h, "next_sentence_labels", h["next_sentence_labels"][:].astype("S1"))
+        elif change == "float":
+            _rewrite(h, "input_ids", h["input_ids"][:].astype(np.float32) + 0.7)
+        elif change == "int_weights":
+            _rewrite(h, "masked_lm_weights", h["masked_lm_weights"][:].astype(np.uint8))
+        elif change == "narrow":
+            _rewrite(h, "input_mask", h["input_mask"][:, :64])
+        else:
+            _rewrite(h, "next_sentence_labels", h["next_sentence_labels"][:, 0])
+    fix = "pack it again (python -m mlperf_bert pack)" if kind == "packed" else "convert it again with to-hdf5"
+    want = "%s: %s: it is damaged, or not made by %s: %s" % (
+        path, message.format(rows=rows), "pack" if kind == "packed" else "to-hdf5", fix)
+    readers = [lambda: loader.check_records([path], full=True), lambda: loader.check_records([path], full=False)]
+    if kind == "plain":
+        readers += [lambda: loader.check_seq_length([path], 128, 20), lambda: hdf5.read_examples(path, 0, 8),
+                    lambda: next(iter(loader.PretrainingBatches([path], 128, 20, 8)))]
+    else:
+        readers += [lambda: packed_loader.check_files([path], 128, 20),
+                    lambda: next(iter(packed_loader.PackedBatches([path], 8)))]
+    for read in readers:
+        with pytest.raises(UserError) as e:
+            read()
+        assert str(e.value) == want
+
+
+@pytest.mark.parametrize("kind", ["plain", "packed"])
+def test_a_file_of_no_rows_among_others_is_refused_naming_it(made, tmp_path, kind):
+    """A hostile review: an HDF5 file of 0 rows among several inputs was skipped silently (only a
+    whole epoch of none was an error); to-hdf5 and pack refuse an input of no record."""
+    from mlperf_bert.trainer import loader, packed_loader
+    empty = _copy(made[kind], str(tmp_path / ("empty" + os.path.basename(made[kind]))))
+    with h5py.File(empty, "r+") as h:
+        for name in list(h):
+            _rewrite(h, name, h[name][:0])
+    files = [made[kind], empty]
+    want = "%s holds no %s: check the paths, or make it again" % (empty, "rows" if kind == "packed" else "records")
+    readers = [lambda: loader.check_records(files, full=True), lambda: loader.check_records(files)]
+    if kind == "plain":
+        readers += [lambda: loader.check_seq_length(files, 128, 20), lambda: loader.count_records(files),
+                    lambda: list(loader.PretrainingBatches(files, 128, 20, 8, shuffle=False, repeat=False))]
+    else:
+        readers += [lambda: packed_loader.check_files(files, 128, 20),
+                    lambda: list(packed_loader.PackedBatches(files, 8, shuffle=False, repeat=False))]
+    for read in readers:
+        with pytest.raises(UserError) as e:
+            read()
+        assert str(e.value) == want

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlperf_bert.dataset import packing, tfrecord
+from mlperf_bert.dataset import hdf5, packing, tfrecord
 from mlperf_bert.dataset.example import decode_pretraining_batch
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer.packed_loader import PackedBatches, packing_rate
@@ -212,7 +212,6 @@ def test_a_bad_record_is_refused_naming_its_file_and_its_index_there(tiny_record
 def test_an_hdf5_input_is_named_as_such(small, tmp_path):
     """Issue 23: an HDF5 file given as --input was 'record 0 has a corrupt length ... regenerate or
     re-download it', a fault of the file it is not."""
-    from mlperf_bert.dataset import hdf5
     h5 = str(tmp_path / "x.hdf5")
     hdf5.tfrecords_to_hdf5([small[1]], h5, 128, 20, progress=False)
     with pytest.raises(UserError, match=r"x\.hdf5 is an HDF5 file, not TFRecords: pack reads the TFRecords"):
@@ -275,3 +274,52 @@ def test_packed_loader_keeps_every_prediction_in_fewer_slots(packed_s512):
                 got = b[name][j].numpy()
                 assert (got[:n] == rows[name][i][keep]).all()  # the real ones, in their order
                 assert (got[n:] == 0).all()
+
+
+def _edited_copy(src, dst, edit):
+    import h5py
+    shutil.copyfile(src, dst)
+    with h5py.File(dst, "r+") as h:
+        edit(h)
+    return dst
+
+
+@pytest.mark.parametrize("attr,factor,message", [
+    ("num_sequences", 3, "attribute num_sequences is 900, but its next_sentence_labels hold 300 sequences"),
+    ("max_sequences_per_pack", 2, "attribute max_sequences_per_pack is 6, but its datasets' shapes say 3"),
+    ("num_rows", 2, "attribute num_rows is {twice}, but its datasets' shapes say {rows}")])
+def test_packed_attributes_that_disagree_with_the_data_are_one_line(packed_small, tmp_path, attr, factor, message):
+    """A hostile review: num_sequences x3 changed the logged global_batch_size and the eval frequency
+    (the packing rate comes from it) silently, even with --check_data=full; a max_sequences_per_pack
+    other than the rows' width was accepted. Checked against the data where the file is checked."""
+    from mlperf_bert.trainer import loader, packed_loader
+
+    def edit(h):
+        h.attrs[attr] = h.attrs[attr] * factor
+    path = _edited_copy(packed_small, str(tmp_path / "part-00000.packed.hdf5"), edit)
+    rows = packing.read_attrs(packed_small)["num_rows"]
+    want = "%s: %s: the file is damaged, pack it again (python -m mlperf_bert pack)" % (
+        path, message.format(twice=2 * rows, rows=rows))
+    with pytest.raises(UserError) as e:
+        packed_loader.check_files([packed_small, path], 128, 20)
+    assert str(e.value) == want
+    if attr != "num_sequences":  # the shapes: wherever the file is opened
+        with pytest.raises(UserError) as e:
+            loader.check_records([path], full=True)
+        assert str(e.value) == want
+
+
+def test_a_token_id_past_the_vocab_names_the_packed_file_and_row_that_hold_it(packed_small, tmp_path):
+    """A hostile review: the error named the batch's first file and the batch's largest id, not the
+    file and row holding a bad one."""
+    def edit(h):
+        del h[hdf5.ROW_CHECKSUMS]
+        ids = h["input_ids"][:]
+        ids[3, 1], ids[4, 1] = 40000, 50000
+        h["input_ids"][:] = ids
+    first = _edited_copy(packed_small, str(tmp_path / "a.packed.hdf5"), lambda h: None)
+    bad = _edited_copy(packed_small, str(tmp_path / "b.packed.hdf5"), edit)
+    with pytest.raises(UserError) as e:
+        list(PackedBatches([first, bad], 4096, shuffle=False, repeat=False, vocab_size=30522))
+    assert str(e.value) == ("%s: row 3 has token id 40000 but the model's vocab_size is 30522: use the "
+                            "bert_config.json that matches the vocab the data was made with" % bad)

@@ -70,12 +70,10 @@ def check_rows(path, stored, names, crcs, rows, what="record"):
 
 
 def read_rows(h, path, names, rows, what="record"):
-    """{name: stored array} of ``rows`` (increasing indices) of an open file, checked against its
-    row checksums when it has them; a read error is one UserError naming the file."""
+    """{name: stored array} of ``rows`` (increasing indices) of a file from ``open_file`` (its
+    datasets' rows agree), checked against its row checksums when it has them; a read error is one
+    UserError naming the file."""
     try:
-        counts = {len(h[name]) for name in names}
-        if len(counts) > 1:  # h5py's fancy read of a row past a shorter dataset: an IndexError
-            raise ValueError("its datasets have %s rows" % " and ".join(map(str, sorted(counts))))
         stored = {name: h[name][rows] for name in names}
         crcs = h[ROW_CHECKSUMS][rows] if ROW_CHECKSUMS in h else None
     except (OSError, ValueError, IndexError) as e:
@@ -134,6 +132,7 @@ def open_file(path):
                         % (path, str(e).splitlines()[0], remake_hint(path)))
     try:
         _refuse_data_elsewhere(h, path)
+        check_layout(h, path)
     except BaseException:
         h.close()
         raise
@@ -156,6 +155,69 @@ def _refuse_data_elsewhere(h, path):
         if where:
             raise UserError("%s: dataset %s is %s: give a file that to-hdf5 or pack made, which holds its own data"
                             % (path, name, where))
+
+
+# Each dataset's columns, by what they count (None: one value a row), and whether it holds integers
+# (else floats), as to-hdf5 and pack write them. Datasets of one count have one width.
+_TOKENS, _PREDICTIONS, _SEQUENCES = "tokens", "prediction slots", "sequences"
+UNPACKED_LAYOUT = {"input_ids": (_TOKENS, True), "input_mask": (_TOKENS, True), "segment_ids": (_TOKENS, True),
+                   "masked_lm_positions": (_PREDICTIONS, True), "masked_lm_ids": (_PREDICTIONS, True),
+                   "masked_lm_weights": (_PREDICTIONS, False), "next_sentence_labels": (None, True),
+                   ROW_CHECKSUMS: (None, True)}
+PACKED_LAYOUT = dict(UNPACKED_LAYOUT, position_ids=(_TOKENS, True), next_sentence_labels=(_SEQUENCES, True),
+                     nsp_positions=(_SEQUENCES, True))
+# pack's attributes that are a width of its datasets (what the width counts)
+_SHAPE_ATTRS = {"max_seq_length": _TOKENS, "max_sequences_per_pack": _SEQUENCES}
+
+
+def check_layout(h, path):
+    """Refuse, in one line naming the file and the dataset, an open file whose datasets are not laid
+    out as to-hdf5 or pack writes them (``UNPACKED_LAYOUT``, ``PACKED_LAYOUT``: their dimensions,
+    integer or float, rows and widths agreeing), whose pack attributes disagree with the shapes, or
+    that holds no rows. Only metadata is read. Missing datasets are left to the readers, which name
+    the command that makes the file."""
+    import h5py
+    packed = "max_sequences_per_pack" in h.attrs or any(n in h for n in PACKED_ONLY)
+    layout = PACKED_LAYOUT if packed else UNPACKED_LAYOUT
+    fix = "it is damaged, or not made by %s: %s" % ("pack" if packed else "to-hdf5", remake_hint(path, packed))
+    widths, rows = {}, {}
+    for name in h:
+        ds = h[name]
+        count, integer = layout.get(name, (None, None))
+        shape = "(rows,)" if count is None else "(rows, %s)" % count
+        if not isinstance(ds, h5py.Dataset):
+            raise UserError("%s: %s is a group, expected a dataset %s: %s" % (path, name, shape, fix))
+        if ds.ndim == 0:
+            raise UserError("%s: dataset %s is a scalar, expected %s: %s" % (path, name, shape, fix))
+        rows[name] = ds.shape[0]
+        if integer is None:  # not one of ours: only its rows matter (verify_checksums reads them)
+            continue
+        if ds.ndim != (1 if count is None else 2):
+            raise UserError("%s: dataset %s has shape %s, expected %s: %s" % (path, name, ds.shape, shape, fix))
+        if ds.dtype.kind not in ("iu" if integer else "f"):
+            raise UserError("%s: dataset %s holds %s, expected %s: %s"
+                            % (path, name, ds.dtype, "integers" if integer else "floats", fix))
+        if count is not None:
+            first = widths.setdefault(count, (name, ds.shape[1]))
+            if ds.shape[1] != first[1]:
+                raise UserError("%s: dataset %s has %d %s a row, %s has %d: %s"
+                                % (path, name, ds.shape[1], count, first[0], first[1], fix))
+    if len(set(rows.values())) > 1:  # (h5py's fancy read of a row past a shorter dataset: an IndexError)
+        raise UserError("cannot read HDF5 file %s (its datasets have %s rows): it is truncated or damaged: %s"
+                        % (path, " and ".join(map(str, sorted(set(rows.values())))), remake_hint(path, packed)))
+    n = next(iter(rows.values()), None)
+    if n == 0:  # as to-hdf5 and pack refuse an input of no record: a wrong path or a failed run's output
+        raise UserError("%s holds no %s: check the paths, or make it again" % (path, "rows" if packed else "records"))
+    if packed:
+        found = {attr: widths[count][1] for attr, count in _SHAPE_ATTRS.items() if count in widths}
+        if found.get("max_sequences_per_pack") and _PREDICTIONS in widths:
+            found["max_predictions_per_seq"] = widths[_PREDICTIONS][1] / found["max_sequences_per_pack"]
+        if n is not None:
+            found["num_rows"] = n
+        for attr, value in found.items():
+            if attr in h.attrs and np.ndim(h.attrs[attr]) == 0 and h.attrs[attr] != value:
+                raise UserError("%s: attribute %s is %s, but its datasets' shapes say %s: the file is damaged, %s"
+                                % (path, attr, h.attrs[attr], "%g" % value, remake_hint(path, packed)))
 
 
 def refuse_hdf5_inputs(files, command):

@@ -42,14 +42,15 @@ def value_problem(batch, packed=False):
     arrays) that no BERT pre-training record holds, or None. Records with good checksums but such a
     value (a negative id, a segment id or NSP label past 1, a masked_lm_weights of NaN) ended the
     step in an embedding's or a loss's index error (a traceback; for the eval set, at the first
-    eval, hours in), or trained NaN to the end. Token ids past the model's vocab_size: read_batch."""
+    eval, hours in), or trained NaN to the end; a weight of 2 or -1 trained skewed and counted in the
+    eval accuracy. Token ids past the model's vocab_size: read_batch."""
     rules = [("input_ids", 0, None, ">= 0"), ("masked_lm_ids", 0, None, ">= 0"), ("segment_ids", 0, 1, "0 or 1"),
              ("next_sentence_labels", -1 if packed else 0, 1, "-1 (no sequence), 0 or 1" if packed else "0 or 1")]
     if not packed:  # (a packed row's input_mask numbers its sequences)
         rules.append(("input_mask", 0, 1, "0 or 1"))
     checks = [(name, lambda a, lo=lo, hi=hi: (a < lo) | (a > hi) if hi is not None else a < lo, allowed)
               for name, lo, hi, allowed in rules]
-    checks.append(("masked_lm_weights", lambda a: ~np.isfinite(a), "a finite number (0 or 1)"))
+    checks.append(("masked_lm_weights", lambda a: (a != 0) & (a != 1), "0 or 1"))
     for name, is_bad, allowed in checks:
         a = np.asarray(batch[name])
         bad = is_bad(a)
@@ -57,6 +58,11 @@ def value_problem(batch, packed=False):
             row = int(np.flatnonzero(bad.reshape(len(a), -1).any(1))[0])
             return name, row, a[row][bad[row]].flat[0].item(), allowed
     return None
+
+
+def past_vocab(batch, vocab_size):
+    """[rows] bool: the rows of ``batch`` holding a token id of ``vocab_size`` or more."""
+    return (batch["input_ids"] >= vocab_size).any(1) | (batch["masked_lm_ids"] >= vocab_size).any(1)
 
 
 def _hdf5_count(path):
@@ -70,10 +76,24 @@ def _hdf5_count(path):
 
 
 def scan(path):
-    """Descriptors of the records of one file: (offset, length) for TFRecords, (index, 0) for HDF5."""
+    """Descriptors of the records of one file: (offset, length) for TFRecords, (index, 0) for HDF5.
+    A file of none is refused (hdf5.check_layout for HDF5)."""
     if is_hdf5(path):
         return ((i, 0) for i in range(_hdf5_count(path)))
-    return scan_records(path)
+    return _scan_tfrecords(path)
+
+
+def _scan_tfrecords(path):
+    from mlperf_bert.dataset import hdf5
+    if hdf5.is_hdf5_file(path):  # (its first bytes read as a record: "corrupt length")
+        raise UserError("%s is an HDF5 file (it starts with HDF5's signature), but the trainer reads files not named "
+                        "*.hdf5 or *.h5 as TFRecords: rename it *.hdf5" % path)
+    records = scan_records(path)
+    first = next(records, None)
+    if first is None:  # as to-hdf5 and pack refuse it: a wrong path or a failed run's output, not an epoch's share
+        raise UserError("%s holds no records: check the paths, or make it again" % path)
+    yield first
+    yield from records
 
 
 class _Reader:
@@ -149,10 +169,10 @@ class _Reader:
             out = decode_pretraining_batch([self._read_data(*item) for item in items], self.seq, self.pred,
                                            where=lambda i: "%s: record %d" % (items[i][0], items[i][3]))
         if self.vocab_size is not None:
-            top = max(int(out["input_ids"].max()), int(out["masked_lm_ids"].max()))
-            if top >= self.vocab_size:
-                row = int(np.flatnonzero((out["input_ids"] >= self.vocab_size).any(1)
-                                         | (out["masked_lm_ids"] >= self.vocab_size).any(1))[0])
+            over = past_vocab(out, self.vocab_size)
+            if over.any():
+                row = int(np.flatnonzero(over)[0])
+                top = max(int(out["input_ids"][row].max()), int(out["masked_lm_ids"][row].max()))
                 path, offset, _, index = items[row]
                 raise UserError("%s: record %d has token id %d but the model's vocab_size is %d: use the "
                                 "bert_config.json that matches the vocab the data was made with (and a new "

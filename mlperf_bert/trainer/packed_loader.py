@@ -16,16 +16,27 @@ from mlperf_bert.trainer import loader
 
 
 def check_files(files, max_seq_length, max_predictions_per_seq):
-    """Attributes of every packed file, checked against the flags and each other."""
+    """Attributes of every packed file, checked against the flags, each other and (the sequences'
+    count; the shapes: hdf5.check_layout) the file's data."""
     attrs = [packing.read_attrs(f) for f in files]
     for f, a in zip(files, attrs):
         if (a["max_seq_length"], a["max_predictions_per_seq"]) != (max_seq_length, max_predictions_per_seq):
             raise UserError("%s was packed with --max_seq_length=%d --max_predictions_per_seq=%d, not %d and %d: "
                             "use matching flags or data" % (f, a["max_seq_length"], a["max_predictions_per_seq"],
                                                             max_seq_length, max_predictions_per_seq))
+        with hdf5.open_file(f) as h:
+            held = int(sequences_per_row(h).sum())
+        if held != a["num_sequences"]:  # (the logged global batch size and the eval frequency come from it)
+            raise UserError("%s: attribute num_sequences is %s, but its next_sentence_labels hold %d sequences: the "
+                            "file is damaged, %s" % (f, a["num_sequences"], held, hdf5.remake_hint(f, True)))
     if len({a["max_sequences_per_pack"] for a in attrs}) > 1:
         raise UserError("packed files %s differ in max_sequences_per_pack: pack them alike" % ",".join(files))
     return attrs
+
+
+def sequences_per_row(h):
+    """Real sequences of each row of an open packed file: its labels that are not -1."""
+    return (h["next_sentence_labels"][:] >= 0).sum(axis=1)
 
 
 def packing_rate(files):
@@ -72,10 +83,11 @@ class PackedBatches(torch.utils.data.IterableDataset):
             epoch += 1
 
     def _batches(self, worker, num_workers):
-        import h5py
-        handles = [h5py.File(f, "r") for f in self.files]
+        handles = []
         try:
-            counts = [(h["next_sentence_labels"][:] >= 0).sum(axis=1) for h in handles]
+            for f in self.files:
+                handles.append(hdf5.open_file(f))
+            counts = [sequences_per_row(h) for h in handles]
             if not sum(len(c) for c in counts):
                 raise UserError("packed files %s hold no rows: check the paths" % ",".join(self.files))
             per_rank = self.global_batch // self.world_size
@@ -118,11 +130,13 @@ class PackedBatches(torch.utils.data.IterableDataset):
         batch = {name: torch.from_numpy(v.astype(np.float32 if name == "masked_lm_weights" else np.int64))
                  for name, v in out.items()}
         if self.vocab_size is not None:
-            top = int(max(batch["input_ids"].max(), batch["masked_lm_ids"].max()))
-            if top >= self.vocab_size:
-                raise UserError("%s: a row has token id %d but the model's vocab_size is %d: use the "
+            over = loader.past_vocab(batch, self.vocab_size)
+            if over.any():
+                j = int(torch.nonzero(over)[0])
+                top = max(int(batch["input_ids"][j].max()), int(batch["masked_lm_ids"][j].max()))
+                raise UserError("%s: row %d has token id %d but the model's vocab_size is %d: use the "
                                 "bert_config.json that matches the vocab the data was made with"
-                                % (self.files[items[0][0]], top, self.vocab_size))
+                                % (self.files[items[j][0]], items[j][1], top, self.vocab_size))
         problem = loader.value_problem(batch, packed=True)
         if problem:
             name, _, value, allowed = problem

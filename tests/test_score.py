@@ -844,6 +844,13 @@ def test_checker_errors_go_to_the_system_they_concern():
                    "b": ["System description checker failed for Sys B : ['Missing field cooling']",
                          "RCP Test Failed: Insufficient convergence"]}
     assert others == ["Seed checker failed"]  # another benchmark's: the package as a whole
+    # a hostile sweep: two folders of one system_name (NVIDIA's Tyche 8 and 64 GPUs), a field missing
+    # from one's JSON: the line failed both; it goes to the one whose JSON lacks it
+    per, _ = score.checker_errors(out, {"a": "Sys B", "b": "Sys B"}, bad_json={"b"})
+    assert [line.split(" ")[0] for line in per["a"]] == ["Incorrect"]
+    assert [line.split(" ")[0] for line in per["b"]] == ["System", "RCP"]
+    per, _ = score.checker_errors(out, {"a": "Sys B", "b": "Sys B"})  # neither found wrong here: both
+    assert all(per[k][0].startswith("System description checker failed") for k in "ab")
 
 
 # ---- issue 37: the package passes the verify script, MANIFEST.txt, launch records, counts, a lock

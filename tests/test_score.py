@@ -823,6 +823,31 @@ def test_identity_of_published_packages_is_warned_never_failed(tmp_path, name):
                          % os.path.basename(parsed[0][0])]
 
 
+def test_a_check_the_official_checker_bypassed_is_said(official_tools, package):
+    """A hostile sweep: with seed-checker-bypass in the system's package_checker_params, two runs of
+    one seed passed (the official tools pass them too) and score said nothing of the skipped check,
+    which the package checker logs ("Bypassing Seed Checker"). The official checker takes the line
+    only as readlines() gives it: without a newline after it."""
+    bert = package / BERT
+    seed = re.search(r'"key": "seed", "value": (\d+)', (bert / "result_3.txt").read_text()).group(1)
+    text = (bert / "result_4.txt").read_text()
+    (bert / "result_4.txt").write_text(re.sub(r'("key": "seed", "value": )\d+', r"\g<1>" + seed, text))
+    (bert / "package_checker_params").write_text("seed-checker-bypass")
+    s = score.score(str(package))
+    assert s["verdict"] == "pass" and s["systems"][0]["warnings"][-1] == (
+        "the official package checker skipped its seed check (seed-checker-bypass in a package_checker_params): the "
+        "runs' seeds were not compared")
+
+
+def test_score_json_on_an_error_is_an_object_on_stdout(tmp_path, capsys):
+    """A hostile sweep: `score --json` on a missing path (or a file, two orgs) printed the error
+    line and nothing on stdout: a reader of the JSON got nothing to parse."""
+    for arg in (str(tmp_path / "missing"), None):
+        with pytest.raises(UserError) as e:
+            score.main(["score", "--json"] + ([arg] if arg else []))
+        assert json.loads(capsys.readouterr().out) == {"verdict": "error", "error": str(e.value)}
+
+
 def test_checker_errors_go_to_the_system_they_concern():
     """The package checker's output of a package of several systems, split as score splits it."""
     out = "\n".join([

@@ -297,6 +297,29 @@ def checker_errors(out, names, bad_json=()):
     return per, others
 
 
+# What the official package checker says of a check it skipped or let pass (a package_checker_params
+# line of the system, its bert folder or the org): passed, and worth a word
+BYPASSES = (("Bypassing Seed Checker", "the official package checker skipped its seed check (seed-checker-bypass in a "
+                                       "package_checker_params): the runs' seeds were not compared"),
+            ("allowed to proceed with RCP bypass", "the official package checker let a failed RCP test pass "
+                                                   "(rcp-bypass in a package_checker_params)"))
+
+
+def checker_bypasses(out):
+    """{system folder: [warnings]} of the checks the package checker bypassed in its bert folder."""
+    per, current = {}, ("", "")
+    for line in out.splitlines():
+        m = re.search(r"Running compliance checks in dir (.+)$", line)
+        if m:
+            parts = m.group(1).strip().rstrip("/").split("/")
+            current = (parts[-2], parts[-1]) if len(parts) >= 2 else ("", "")
+            continue
+        for said, warning in BYPASSES:
+            if said in line and current[1] == "bert" and warning not in per.get(current[0], []):
+                per.setdefault(current[0], []).append(warning)
+    return per
+
+
 def _summary_rows(tmp):
     """The result summarizer's rows (summary.json: one per system) by system folder (the name its
     details_url ends with: system names repeat, NVIDIA's Tyche 8 and 64 GPUs among them)."""
@@ -448,9 +471,11 @@ def score(package):
                             ["repo checker: " + e for e in steps["repo_checker"][2]]))
     code_fails, code_warnings = implementation_findings(top, systems)
     shared = shared_logs(top, systems, names)
+    bypassed = checker_bypasses(outs["package_checker"][1])
     results = [score_system(root, org, system, descs[system], per_errors.get(system, []), rows.get(system, {}),
-                            _mentions(outs["result_summarizer"][1], system), org_reasons,
-                            whole, code_fails.get(system, []), code_warnings.get(system, []) + shared.get(system, []))
+                            _mentions(outs["result_summarizer"][1], system), org_reasons, whole,
+                            code_fails.get(system, []),
+                            code_warnings.get(system, []) + shared.get(system, []) + bypassed.get(system, []))
                for system in systems]
     if not systems:
         org_reasons.append(("%s holds no <system>/bert/ folder of result_*.txt logs" % os.path.join(top, "results"),
@@ -778,19 +803,25 @@ def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_bool("json", False, "print one JSON object alone on stdout (the report goes to stderr): org, the"
                       " three steps' verdicts, verdict, and systems: one object per system (%s; reasons with"
-                      " the official tools' ERROR lines they stand for)" % ", ".join(JSON_KEYS), flag_values=fv)
+                      " the official tools' ERROR lines they stand for); on an error (exit 2) {verdict: error,"
+                      " error: its line}" % ", ".join(JSON_KEYS), flag_values=fv)
     flags.DEFINE_bool("plots", True, "write score_times.png and score_convergence.png (beside the package,"
                       " as PACKAGE.score_*.png, PACKAGE.<system>.score_*.png for several systems, or into"
                       " --plots_dir)", flag_values=fv)
     flags.DEFINE_string("plots_dir", None, "directory for the plots (outside the package)", flag_values=fv)
     rest = flags.parse(fv, argv, positional=USAGE_ARGS)
-    if len(rest) != 1:
-        raise UserError("%s (a directory holding ORG/results and ORG/systems)" % flags.usage("score", USAGE_ARGS))
-    check_package_arg(rest[0])
-    root = find_org(rest[0])[0]
-    if fv.plots:
-        plot_paths(root, fv.plots_dir)  # a --plots_dir inside the package is refused before the work
-    s = score(rest[0])
+    try:
+        if len(rest) != 1:
+            raise UserError("%s (a directory holding ORG/results and ORG/systems)" % flags.usage("score", USAGE_ARGS))
+        check_package_arg(rest[0])
+        root = find_org(rest[0])[0]
+        if fv.plots:
+            plot_paths(root, fv.plots_dir)  # a --plots_dir inside the package is refused before the work
+        s = score(rest[0])
+    except UserError as e:
+        if fv.json:  # a reader of stdout gets an object here too, beside the error line (exit 2)
+            print(json.dumps({"verdict": "error", "error": str(e)}), flush=True)
+        raise
     text = sys.stderr if fv.json else sys.stdout  # --json: stdout is the JSON alone
     for line in report(s, fv.plots_dir, fv.plots):
         print(line, file=text)

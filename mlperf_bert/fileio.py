@@ -463,4 +463,6 @@ def glob_parts(spec):
     """[(part, its matches, sorted)] of a comma list of paths and globs, as the trainer and the
     dataset tools read them (train_model.sh's file check too: it has no bash glob of its own, whose
     backslash escapes and line splitting differ)."""
-    return [(p, sorted(glob.glob(p))) for p in [p.strip() for p in (spec or "").split(",") if p.strip()]]
+    parts = [p.strip() for p in (spec or "").split(",") if p.strip()]
+    # a file named with a glob's characters ("part[1].tfrecord") is that file, not a pattern that misses it
+    return [(p, [p] if glob.escape(p) != p and os.path.lexists(p) else sorted(glob.glob(p))) for p in parts]

@@ -764,3 +764,20 @@ def test_a_stop_ends_every_hash_of_md5_many_not_after_all_of_them(tmp_path, monk
             t.join(30)
     assert read[0] <= 2 * chunk + 2 * chunk, read[0] // chunk  # what 2 threads had begun, not 64 chunks
     assert fileio.md5_many(paths[:1], workers=2, progress=False) == {paths[0]: fileio.file_md5(paths[0])}
+
+
+def test_a_file_named_with_a_globs_characters_is_that_file(tmp_path):
+    """A hostile sweep: --input_file=DIR/part[1].tfrecord, that file present, was "does not exist
+    (check the path or glob)": read as a pattern, which matches part1.tfrecord only. A part naming
+    an existing file is that file; a pattern still expands, sorted."""
+    from mlperf_bert.dataset.tfrecord import expand_paths
+    literal = tmp_path / "part[1].tfrecord"
+    literal.write_bytes(b"x")
+    for n in (2, 3):
+        (tmp_path / ("part-%d.tfrecord" % n)).write_bytes(b"x")
+    assert fileio.glob_parts("%s, %s/part-*.tfrecord" % (literal, tmp_path)) == [
+        (str(literal), [str(literal)]),
+        ("%s/part-*.tfrecord" % tmp_path, [str(tmp_path / "part-2.tfrecord"), str(tmp_path / "part-3.tfrecord")])]
+    assert expand_paths(str(literal)) == [str(literal)]
+    with pytest.raises(UserError, match=r"part\[2\].tfrecord does not exist"):  # a pattern of no match, as before
+        expand_paths(str(tmp_path / "part[2].tfrecord"))

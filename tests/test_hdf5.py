@@ -374,10 +374,13 @@ def test_a_flipped_byte_is_caught_as_it_is_read(made, tmp_path, kind, dataset, i
                            "again"),
     ("plain", "segment", "{path}: record 0 has segment_ids 5, where BERT pre-training data holds 0 or 1: the file is "
                          "damaged, or not made by create_pretraining_data: make it again"),
-    ("packed", "segment", "{path}: a row has segment_ids 5, where packed BERT pre-training data holds 0 or 1: the "
+    ("packed", "segment", "{path}: row 0 has segment_ids 5, where packed BERT pre-training data holds 0 or 1: the "
                           "file is damaged, pack it again"),
-    ("packed", "weight", "{path}: a row has masked_lm_weights nan, where packed BERT pre-training data holds 0 or 1: "
-                         "the file is damaged, pack it again")])
+    ("packed", "weight", "{path}: row 0 has masked_lm_weights nan, where packed BERT pre-training data holds 0 or 1: "
+                         "the file is damaged, pack it again"),
+    # a sweep: a row's input_mask numbering more sequences than its K slots trained silently
+    ("packed", "mask", "{path}: row 0 has input_mask 9, where packed BERT pre-training data holds 0 to {k} (the "
+                       "row's sequences, numbered): the file is damaged, pack it again")])
 def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, kind, change, message):
     """A hostile sweep: a dataset cut shorter than the others ended the trainer in h5py's IndexError
     ("Fancy indexing out of range"); a position past the row, in a file without row checksums (made
@@ -387,7 +390,7 @@ def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, ki
     from mlperf_bert.trainer import loader, packed_loader
     path = _copy(made[kind], str(tmp_path / os.path.basename(made[kind])))
     with h5py.File(path, "r+") as h:
-        rows = len(h["input_ids"])
+        rows, k = len(h["input_ids"]), h["next_sentence_labels"].shape[-1]
         if change == "short":
             name = "segment_ids" if kind == "plain" else "position_ids"
             data = h[name][:10 if kind == "plain" else 5]
@@ -396,7 +399,8 @@ def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, ki
         else:
             del h[hdf5.ROW_CHECKSUMS]
             name, value = {"position": ("masked_lm_positions" if kind == "plain" else "nsp_positions", 5000),
-                           "segment": ("segment_ids", 5), "weight": ("masked_lm_weights", float("nan"))}[change]
+                           "segment": ("segment_ids", 5), "weight": ("masked_lm_weights", float("nan")),
+                           "mask": ("input_mask", 9)}[change]
             values = h[name][...]
             values[0, 0] = value
             h[name][...] = values
@@ -404,7 +408,7 @@ def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, ki
         ds = packed_loader.PackedBatches([path], 8, repeat=False) if kind == "packed" else \
             loader.PretrainingBatches([path], 128, 20, 8, repeat=False, shuffle=False)
         sum(len(b["input_ids"]) for b in ds)
-    assert str(e.value) == message.format(path=path, rows=rows)
+    assert str(e.value) == message.format(path=path, rows=rows, k=k)
 
 
 def test_the_trainer_stops_on_a_damaged_packed_file_under_default_checks(made, tmp_path):
@@ -577,7 +581,7 @@ def test_a_dataset_of_another_shape_or_dtype_is_one_line_naming_it(made, tmp_pat
     from mlperf_bert.trainer import loader, packed_loader
     path = _copy(made[kind], str(tmp_path / os.path.basename(made[kind])))
     with h5py.File(path, "r+") as h:
-        rows = len(h["input_ids"])
+        rows, k = len(h["input_ids"]), h["next_sentence_labels"].shape[-1]
         if change in ("bytes", "float"):  # (no row checksums to catch the values)
             del h[hdf5.ROW_CHECKSUMS]
         if change == "ids1d":

@@ -46,8 +46,11 @@ def value_problem(batch, packed=False):
     eval accuracy. Token ids past the model's vocab_size: read_batch."""
     rules = [("input_ids", 0, None, ">= 0"), ("masked_lm_ids", 0, None, ">= 0"), ("segment_ids", 0, 1, "0 or 1"),
              ("next_sentence_labels", -1 if packed else 0, 1, "-1 (no sequence), 0 or 1" if packed else "0 or 1")]
-    if not packed:  # (a packed row's input_mask numbers its sequences)
+    if not packed:
         rules.append(("input_mask", 0, 1, "0 or 1"))
+    else:  # a packed row's input_mask numbers its sequences, of which it holds K at most (its NSP slots)
+        k = np.asarray(batch["next_sentence_labels"]).shape[1]
+        rules.append(("input_mask", 0, k, "0 to %d (the row's sequences, numbered)" % k))
     checks = [(name, lambda a, lo=lo, hi=hi: (a < lo) | (a > hi) if hi is not None else a < lo, allowed)
               for name, lo, hi, allowed in rules]
     checks.append(("masked_lm_weights", lambda a: (a != 0) & (a != 1), "0 or 1"))

@@ -139,10 +139,9 @@ class PackedBatches(torch.utils.data.IterableDataset):
                                 % (self.files[items[j][0]], items[j][1], top, self.vocab_size))
         problem = loader.value_problem(batch, packed=True)
         if problem:
-            name, _, value, allowed = problem
-            raise UserError("%s: a row has %s %s, where packed BERT pre-training data holds %s: the file is damaged, "
-                            "pack it again" % (",".join(sorted({self.files[fi] for fi, _ in items})), name, value,
-                                               allowed))
+            name, j, value, allowed = problem
+            raise UserError("%s: row %d has %s %s, where packed BERT pre-training data holds %s: the file is damaged, "
+                            "pack it again" % (self.files[items[j][0]], items[j][1], name, value, allowed))
         seq = batch["input_ids"].shape[1]
         for name in ("position_ids", "masked_lm_positions", "nsp_positions"):  # indices into a row
             if batch[name].numel() and not (0 <= int(batch[name].min()) and int(batch[name].max()) < seq):

@@ -781,3 +781,11 @@ def test_a_file_named_with_a_globs_characters_is_that_file(tmp_path):
     assert expand_paths(str(literal)) == [str(literal)]
     with pytest.raises(UserError, match=r"part\[2\].tfrecord does not exist"):  # a pattern of no match, as before
         expand_paths(str(tmp_path / "part[2].tfrecord"))
+    folder = tmp_path / "d[1]"  # its hint's glob escapes the name, so that it matches (a review)
+    folder.mkdir()
+    with pytest.raises(UserError) as e:
+        expand_paths(str(folder))
+    hint = str(e.value).rsplit(" ", 1)[1]
+    assert hint == "%s/d[[]1]/*" % tmp_path and fileio.glob_parts(hint) == [(hint, [])]
+    (folder / "a.tfrecord").write_bytes(b"x")
+    assert fileio.glob_parts(hint)[0][1] == [str(folder / "a.tfrecord")]

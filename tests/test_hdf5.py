@@ -266,6 +266,12 @@ def test_the_trainer_refuses_a_flipped_packed_file_before_training(made, tmp_pat
     assert str(e.value) == ("--do_eval without --eval_input_file evaluates the training files, as the reference does, "
                             "but --input_file holds packed rows (pack), which that eval does not read: give "
                             "--eval_input_file (eval_10k), or --nodo_eval")
+    with pytest.raises(UserError) as e:  # (a review: alone, --eval_input_file is not what it evaluates)
+        training.main(flags_for(files, out, max_seq_length=128, max_predictions_per_seq=20, do_train=False,
+                                do_eval=True, init_checkpoint=made["plain"], eval_input_file=made["plain"]))
+    assert str(e.value) == ("--do_eval alone evaluates --input_file, as the reference does, but it holds packed rows "
+                            "(pack), which that eval does not read: give the unpacked TFRecords (or their to-hdf5 "
+                            "file) as --input_file")
     assert not os.path.exists(os.path.join(out, "mlperf.log"))
 
 
@@ -549,6 +555,15 @@ def test_a_files_content_tag_tells_another_file_of_the_same_size(made, tmp_path)
     tags = [content_tag(p) for p in (made["plain"], other, made["packed"], made["tfrecord"], src)]
     assert all(tags) and len(set(tags)) == len(tags), tags
     assert content_tag(made["plain"]) == tags[0]  # the same file, the same tag
+    # a review: an HDF5 file that begins with a user block (its signature at byte 512) was read as a
+    # TFRecord, and its first bytes taken for a length: the trainer's start ended in OSError
+    ub = str(tmp_path / "ub.hdf5")
+    with h5py.File(made["plain"], "r") as a, h5py.File(ub, "w", userblock_size=512) as b:
+        for name in a:
+            a.copy(name, b)
+    with open(ub, "r+b") as f:
+        f.write(b"Made by some tool\n")
+    assert content_tag(ub) == tags[0]
     with h5py.File(other, "r+") as h:
         for name in h:
             del h[name].attrs[hdf5.CHECKSUM_ATTR]

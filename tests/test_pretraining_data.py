@@ -519,3 +519,21 @@ def test_settings_out_of_range_are_one_line_saying_which_way(kw, message):
                      short_seq_prob=0.1), **kw)
     with pytest.raises(UserError, match="^" + message):
         check_settings(**args)
+
+
+def test_a_c_decoder_built_from_older_sources_is_refused_not_misread(monkeypatch):
+    """A review: an in-place _fastrng built before a `git pull` (pip install -e, then pull) wrapped
+    int64 values to int32 and its errors were unpacked wrongly (a traceback). Its VERSION is
+    checked: one built from other sources is one line saying to rebuild it."""
+    import types
+    from mlperf_bert.dataset import native
+    assert native.fastrng().VERSION == native.FASTRNG_VERSION  # this checkout's build
+    old = types.ModuleType("mlperf_bert.dataset._fastrng")
+    old.__file__ = "/x/_fastrng.so"
+    monkeypatch.setitem(sys.modules, "mlperf_bert.dataset._fastrng", old)
+    import mlperf_bert.dataset
+    monkeypatch.setattr(mlperf_bert.dataset, "_fastrng", old, raising=False)
+    with pytest.raises(UserError) as e:
+        native.fastrng()
+    assert str(e.value) == ("/x/_fastrng.so was built from other sources than this checkout's _fastrng.c (version 1, "
+                            "not %d): rebuild it (make venv, or pip install -e .)" % native.FASTRNG_VERSION)

@@ -1176,5 +1176,10 @@ PyMODINIT_FUNC PyInit__fastrng(void)
         Py_DECREF(m);
         return NULL;
     }
+    /* native.FASTRNG_VERSION: a module built from older sources is refused, not misread */
+    if (PyModule_AddIntConstant(m, "VERSION", 2) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

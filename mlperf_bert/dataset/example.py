@@ -7,11 +7,9 @@ import importlib
 import struct
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.dataset.native import fastrng
 
-try:
-    from mlperf_bert.dataset import _fastrng  # optional C accelerator (batch decoder)
-except ImportError:
-    _fastrng = None
+_fastrng = fastrng()  # the optional C accelerator (None: not built)
 
 
 class _LazyModule:

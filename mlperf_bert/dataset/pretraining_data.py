@@ -16,16 +16,14 @@ import sys
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
+from mlperf_bert.dataset.native import fastrng
 from mlperf_bert.dataset.example import encode_pretraining_instance
 from mlperf_bert.fileio import check_writable_dir, ensure_space, refuse_overwriting_inputs, refuse_replacing_another_kind
 from mlperf_bert.locking import lock_files
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, expand_paths, frame
 from mlperf_bert.dataset.tokenization import FastTokenizer, FullTokenizer, load_vocab
 
-try:
-    from mlperf_bert.dataset import _fastrng
-except ImportError:  # the optional C accelerator was not built
-    _fastrng = None
+_fastrng = fastrng()  # the optional C accelerator (None: not built)
 
 
 class PyKernel:

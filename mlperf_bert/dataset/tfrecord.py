@@ -5,6 +5,7 @@ corrupt or truncated record, so a damaged shard never trains silently.
 """
 import concurrent.futures
 import errno
+import glob
 import mmap
 import os
 import struct
@@ -289,5 +290,5 @@ def expand_paths(spec, what="input file"):
         raise UserError("no %s given" % what)
     for p in out:
         if os.path.isdir(p):
-            raise UserError("%s %s is a directory: give files or a glob such as %s/*" % (what, p, p))
+            raise UserError("%s %s is a directory: give files or a glob such as %s/*" % (what, p, glob.escape(p)))
     return out

@@ -262,6 +262,10 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     else:
         loader.check_seq_length(train_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq, vocab_size)
     eval_files = None
+    if packed and cfg.eval.do_eval and not cfg.runtime.do_train:
+        raise UserError("--do_eval alone evaluates --input_file, as the reference does, but it holds packed rows "
+                        "(pack), which that eval does not read: give the unpacked TFRecords (or their to-hdf5 file) "
+                        "as --input_file")
     if cfg.eval.eval_input_file:
         eval_files = loader.input_files(cfg.eval.eval_input_file, "--eval_input_file")
         loader.check_seq_length(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq, vocab_size)

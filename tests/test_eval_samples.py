@@ -111,3 +111,24 @@ def test_a_feature_of_another_kind_or_past_int32_is_refused_not_converted(tiny_r
             pick_eval_samples(src, out, 2, 8, 2, progress=False)
         assert str(e.value).startswith("%s: record 1: feature %s: " % (src, why)), str(e.value)
         assert not os.path.exists(out)
+
+
+def test_a_value_no_pretraining_record_holds_is_refused_by_every_tool(tiny_record, tmp_path):
+    """A hostile sweep: to-hdf5, pack and pick-eval-samples copied on what the trainer refuses when it
+    reads it (a masked position past the row, an NSP label 7, a negative id), exit 0: the decoder
+    that each of them and the trainer use refuses it (example.values_refusal), naming the record."""
+    from mlperf_bert.dataset import hdf5, packing
+    src = str(tmp_path / "in")
+    for bad, why in ((tiny_record(masked_lm_positions=[1, 9]), "has a masked_lm_positions outside its 8 tokens"),
+                     (tiny_record(next_sentence_labels=[7]), "has next_sentence_labels 7, where BERT pre-training "
+                                                             "data holds 0 or 1"),
+                     (tiny_record(input_ids=[-3] + [5] * 7), "has input_ids -3, where BERT pre-training data holds "
+                                                             ">= 0")):
+        write_records(src, [tiny_record(), bad, tiny_record()])
+        for run in (lambda: pick_eval_samples(src, str(tmp_path / "eval"), 3, 8, 2, progress=False),
+                    lambda: hdf5.tfrecords_to_hdf5([src], str(tmp_path / "x.hdf5"), 8, 2, progress=False),
+                    lambda: packing.pack_file(src, str(tmp_path / "x.packed.hdf5"), 8, 2, 3, 1)):
+            with pytest.raises(UserError) as e:
+                run()
+            assert str(e.value).startswith("%s: record 1 %s" % (src, why)), str(e.value)
+        assert sorted(os.listdir(tmp_path)) == ["in"]

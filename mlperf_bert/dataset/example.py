@@ -289,21 +289,73 @@ def _refusal(where, index, why, name=None, found=None, expected=None):
                      "create_pretraining_data: make it again" % (place, name, found))
 
 
-def decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq, where=None, fast=None):
+def value_problem(batch, packed=False):
+    """(feature, row, value, what it may hold) of the first value in ``batch`` (name -> [rows, ...]
+    arrays) that no BERT pre-training record holds, or None. Records with good checksums but such a
+    value (a negative id, a segment id or NSP label past 1, a masked_lm_weights of NaN) ended the
+    step in an embedding's or a loss's index error (a traceback; for the eval set, at the first
+    eval, hours in), or trained NaN to the end; a weight of 2 or -1 trained skewed and counted in the
+    eval accuracy. Token ids past the model's vocab_size: read_batch."""
+    rules = [("input_ids", 0, None, ">= 0"), ("masked_lm_ids", 0, None, ">= 0"), ("segment_ids", 0, 1, "0 or 1"),
+             ("next_sentence_labels", -1 if packed else 0, 1, "-1 (no sequence), 0 or 1" if packed else "0 or 1")]
+    if not packed:
+        rules.append(("input_mask", 0, 1, "0 or 1"))
+    else:  # a packed row's input_mask numbers its sequences, of which it holds K at most (its NSP slots)
+        k = np.asarray(batch["next_sentence_labels"]).shape[1]
+        rules.append(("input_mask", 0, k, "0 to %d (the row's sequences, numbered)" % k))
+    checks = [(name, lambda a, lo=lo, hi=hi: (a < lo) | (a > hi) if hi is not None else a < lo, allowed)
+              for name, lo, hi, allowed in rules]
+    checks.append(("masked_lm_weights", lambda a: (a != 0) & (a != 1), "0 or 1"))
+    for name, is_bad, allowed in checks:
+        a = np.asarray(batch[name])
+        bad = is_bad(a)
+        if bad.any():
+            row = int(np.flatnonzero(bad.reshape(len(a), -1).any(1))[0])
+            return name, row, a[row][bad[row]].flat[0].item(), allowed
+    return None
+
+
+def values_refusal(batch, where, max_seq_length):
+    """The one-line UserError of the first record of ``batch`` (unpacked arrays) holding a value no
+    BERT pre-training record holds (a masked position past its ``max_seq_length`` tokens, and
+    ``value_problem``'s), named by ``where(row)``; or None. The decoder's, the loader's of HDF5
+    rows and the tools' (to-hdf5, pack, pick-eval-samples), which copied such values on."""
+    bad = ((batch["masked_lm_positions"] < 0) | (batch["masked_lm_positions"] >= max_seq_length)).any(1)
+    if bad.any():
+        return UserError("%s has a masked_lm_positions outside its %d tokens: the file is damaged, or not BERT "
+                         "pre-training data of this --max_seq_length: make it again"
+                         % (where(int(np.flatnonzero(bad)[0])), max_seq_length))
+    problem = value_problem(batch)
+    if problem:
+        name, row, value, allowed = problem
+        return UserError("%s has %s %s, where BERT pre-training data holds %s: the file is damaged, or not made by "
+                         "create_pretraining_data: make it again" % (where(row), name, value, allowed))
+    return None
+
+
+def decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq, where=None, fast=None,
+                             check_values=True):
     """Decode serialized pre-training Examples (any feature order) into batch arrays.
 
     Returns {name: array}: int32 arrays (N, max_seq_length) for input_ids, input_mask,
     segment_ids; (N, max_predictions_per_seq) int32 masked_lm_positions/ids and float32
     masked_lm_weights; (N, 1) int32 next_sentence_labels.  A record that is malformed, lacks a
     feature, holds one of another kind or length, or an int64 value outside int32 (refused, never
-    wrapped) raises one UserError naming it by ``where(index in records)`` (default "record i").
+    wrapped) raises one UserError naming it by ``where(index in records)`` (default "record i"); so
+    does one holding a value no pre-training record holds (``values_refusal``; ``check_values``).
     ``fast``: None = the C decoder when built, False = the pure-Python one.
     """
     where = where or "record {}".format
     if fast is None:
         fast = _fastrng is not None
-    if not fast:
-        return _decode_batch_py(records, max_seq_length, max_predictions_per_seq, where)
+    out = (_decode_batch_py if not fast else _decode_batch_c)(records, max_seq_length, max_predictions_per_seq, where)
+    problem = values_refusal(out, where, max_seq_length) if check_values else None
+    if problem:
+        raise problem
+    return out
+
+
+def _decode_batch_c(records, max_seq_length, max_predictions_per_seq, where):
     records = records if isinstance(records, (list, tuple)) else list(records)
     lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
     try:

@@ -26,7 +26,8 @@ import torch
 
 from mlperf_bert.errors import UserError, die_with_parent
 from mlperf_bert.fileio import check_tmpdir
-from mlperf_bert.dataset.example import decode_pretraining_batch, decode_pretraining_example
+from mlperf_bert.dataset.example import (decode_pretraining_batch, decode_pretraining_example, value_problem,  # noqa: F401
+                                         values_refusal)  # (value_problem: packed_loader's too)
 from mlperf_bert.dataset.tfrecord import check_data, expand_paths, read_records, scan_records
 
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids")
@@ -35,32 +36,6 @@ HDF5_SUFFIXES = (".hdf5", ".h5")
 
 def is_hdf5(path):
     return path.endswith(HDF5_SUFFIXES)
-
-
-def value_problem(batch, packed=False):
-    """(feature, row, value, what it may hold) of the first value in ``batch`` (name -> [rows, ...]
-    arrays) that no BERT pre-training record holds, or None. Records with good checksums but such a
-    value (a negative id, a segment id or NSP label past 1, a masked_lm_weights of NaN) ended the
-    step in an embedding's or a loss's index error (a traceback; for the eval set, at the first
-    eval, hours in), or trained NaN to the end; a weight of 2 or -1 trained skewed and counted in the
-    eval accuracy. Token ids past the model's vocab_size: read_batch."""
-    rules = [("input_ids", 0, None, ">= 0"), ("masked_lm_ids", 0, None, ">= 0"), ("segment_ids", 0, 1, "0 or 1"),
-             ("next_sentence_labels", -1 if packed else 0, 1, "-1 (no sequence), 0 or 1" if packed else "0 or 1")]
-    if not packed:
-        rules.append(("input_mask", 0, 1, "0 or 1"))
-    else:  # a packed row's input_mask numbers its sequences, of which it holds K at most (its NSP slots)
-        k = np.asarray(batch["next_sentence_labels"]).shape[1]
-        rules.append(("input_mask", 0, k, "0 to %d (the row's sequences, numbered)" % k))
-    checks = [(name, lambda a, lo=lo, hi=hi: (a < lo) | (a > hi) if hi is not None else a < lo, allowed)
-              for name, lo, hi, allowed in rules]
-    checks.append(("masked_lm_weights", lambda a: (a != 0) & (a != 1), "0 or 1"))
-    for name, is_bad, allowed in checks:
-        a = np.asarray(batch[name])
-        bad = is_bad(a)
-        if bad.any():
-            row = int(np.flatnonzero(bad.reshape(len(a), -1).any(1))[0])
-            return name, row, a[row][bad[row]].flat[0].item(), allowed
-    return None
 
 
 def past_vocab(batch, vocab_size):
@@ -168,6 +143,12 @@ class _Reader:
                 for j, row in zip(js, self._read_hdf5(path, [items[j][1] for j in js])):
                     rows[j] = row
             out = {name: np.stack([r[name] for r in rows]) for name in rows[0]}
+            # (an HDF5 row written without row checksums: nothing else checks its values; the decoder
+            # checked a TFRecord's, as below)
+            problem = values_refusal(out, lambda j: "%s: record %d" % (
+                items[j][0], items[j][1] if is_hdf5(items[j][0]) else items[j][3]), self.seq)
+            if problem:
+                raise problem
         else:
             out = decode_pretraining_batch([self._read_data(*item) for item in items], self.seq, self.pred,
                                            where=lambda i: "%s: record %d" % (items[i][0], items[i][3]))
@@ -181,19 +162,6 @@ class _Reader:
                                 "bert_config.json that matches the vocab the data was made with (and a new "
                                 "--output_dir, if this run has written a checkpoint: a resume keeps its config)"
                                 % (path, offset if is_hdf5(path) else index, top, self.vocab_size))
-        bad = ((out["masked_lm_positions"] < 0) | (out["masked_lm_positions"] >= self.seq)).any(1)
-        if bad.any():  # (an HDF5 file written without row checksums: nothing else catches it)
-            path, offset, _, index = items[int(np.flatnonzero(bad)[0])]
-            raise UserError("%s: record %d has a masked_lm_positions outside its %d tokens: the file is damaged, or "
-                            "not BERT pre-training data of this --max_seq_length: make it again"
-                            % (path, offset if is_hdf5(path) else index, self.seq))
-        problem = value_problem(out)
-        if problem:
-            name, row, value, allowed = problem
-            path, offset, _, index = items[row]
-            raise UserError("%s: record %d has %s %s, where BERT pre-training data holds %s: the file is damaged, "
-                            "or not made by create_pretraining_data: make it again"
-                            % (path, offset if is_hdf5(path) else index, name, value, allowed))
         return out
 
     def close(self):

@@ -259,6 +259,19 @@ def _error_lines(out):
     return errors
 
 
+def _in_dirs(out):
+    """(its (system folder, benchmark) or ("", ""), line) of each line of the package checker's output
+    but its "Running compliance checks in dir ORG/results/SYSTEM/BENCHMARK" lines, which set it."""
+    current = ("", "")
+    for line in out.splitlines():
+        m = re.search(r"Running compliance checks in dir (.+)$", line)
+        if m:
+            parts = m.group(1).strip().rstrip("/").split("/")
+            current = (parts[-2], parts[-1]) if len(parts) >= 2 else ("", "")
+            continue
+        yield current, line
+
+
 def checker_errors(out, names, bad_json=()):
     """The package checker's ERROR lines by system: ({system folder: [lines]}, [lines of no one
     system: of another benchmark, of a systems JSON no results folder uses, or unnamed]).
@@ -266,14 +279,9 @@ def checker_errors(out, names, bad_json=()):
     systems JSON by it); ``bad_json``: the folders whose systems JSON this project finds wrong,
     which a line naming a system_name several folders share goes to (NVIDIA's Tyche 8 and 64
     GPUs share one: a field missing from one JSON failed both)."""
-    per, others, current = {}, [], ("", "")
+    per, others = {}, []
     desc_named = False
-    for line in out.splitlines():
-        m = re.search(r"Running compliance checks in dir (.+)$", line)
-        if m:
-            parts = m.group(1).strip().rstrip("/").split("/")
-            current = (parts[-2], parts[-1]) if len(parts) >= 2 else ("", "")
-            continue
+    for current, line in _in_dirs(out):
         if not line.startswith("ERROR - "):
             continue
         msg = line[len("ERROR - "):].strip()
@@ -307,13 +315,8 @@ BYPASSES = (("Bypassing Seed Checker", "the official package checker skipped its
 
 def checker_bypasses(out):
     """{system folder: [warnings]} of the checks the package checker bypassed in its bert folder."""
-    per, current = {}, ("", "")
-    for line in out.splitlines():
-        m = re.search(r"Running compliance checks in dir (.+)$", line)
-        if m:
-            parts = m.group(1).strip().rstrip("/").split("/")
-            current = (parts[-2], parts[-1]) if len(parts) >= 2 else ("", "")
-            continue
+    per = {}
+    for current, line in _in_dirs(out):
         for said, warning in BYPASSES:
             if said in line and current[1] == "bert" and warning not in per.get(current[0], []):
                 per.setdefault(current[0], []).append(warning)

@@ -5,7 +5,7 @@
 Each run is CI's: a fresh clone of --commit (its own .venv: this checkout's packages and
 programs, the clone's own code, its C extensions built in place as `make venv` builds them), a
 new empty inductor cache, `make test`. The slowed runs emulate an hour when this shared machine
-runs slow (README: every test file 1.23-1.58x its CPU at the slowest quiet hour measured, 1.27x
+runs slow (docs/test_suite.md: every test file 1.23-1.58x its CPU at the slowest quiet hour measured, 1.27x
 the suite): on each CPU a busy loop pinned to it, held by a cgroup of its own (cgroup v2's
 cpu.max, else v1's cpu.cfs_quota_us; a 10 ms period) to 1 - 1/--slowdown of that CPU, so each
 of the suite's processes gets at most 1/--slowdown of a CPU whether the others are busy or not.

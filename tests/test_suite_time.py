@@ -1,4 +1,4 @@
-"""bench/suite_time.py's slowed CPUs (the README's slow-hour times): what it sets up, not a timing."""
+"""bench/suite_time.py's slowed CPUs (docs/test_suite.md's slow-hour times): what it sets up, not a timing."""
 import os
 import subprocess
 import sys

@@ -877,3 +877,12 @@ def test_an_official_failure_is_its_check_and_line_without_the_checkers_state_du
     assert lines[0] == "CHECK for 'epoch_start' failed in line 430:" and lines[1].startswith('      :::MLLOG {"namespace"')
     assert lines[2] == "      failed test: ('epoch_num' in v['metadata']) | ('samples_count' in v['metadata'])", lines
     assert len(lines) == 3, lines
+
+
+def test_a_negative_first_position_is_named_as_such(real_logs, tmp_path):
+    """A hostile sweep: nyx run 0 with its epoch_start at epoch_num -1 (the log's first position) failed
+    samples_monotonic as "training position -1 after None (line 0)": no line 0, no earlier position."""
+    log = tmp_path / "negative.txt"
+    log.write_text(_nyx(real_logs).replace('"lineno": 1805, "epoch_num": 0}', '"lineno": 1805, "epoch_num": -1}', 1))
+    r = results(log)["samples_monotonic"]
+    assert r.level == "FAIL" and r.detail == "training position -1 is negative" and '"epoch_num": -1' in r.line

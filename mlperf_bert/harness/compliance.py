@@ -291,9 +291,11 @@ def rule_samples_monotonic(records):
         s = samples_of(rec)
         if s is None:
             continue
-        if s < 0 or (prev is not None and s < samples_of(prev)):
+        if s < 0:  # before any other position too: there is no earlier line to name
+            return _res("samples_monotonic", FAIL, "training position %s is negative" % (s,), rec)
+        if prev is not None and s < samples_of(prev):
             return _res("samples_monotonic", FAIL, "training position %s after %s (line %d)"
-                        % (s, samples_of(prev) if prev else None, prev.lineno if prev else 0), rec)
+                        % (s, samples_of(prev), prev.lineno), rec)
         prev = rec
     return _res("samples_monotonic", PASS, "training positions (epoch_num) never decrease")
 

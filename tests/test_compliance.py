@@ -886,3 +886,16 @@ def test_a_negative_first_position_is_named_as_such(real_logs, tmp_path):
     log.write_text(_nyx(real_logs).replace('"lineno": 1805, "epoch_num": 0}', '"lineno": 1805, "epoch_num": -1}', 1))
     r = results(log)["samples_monotonic"]
     assert r.level == "FAIL" and r.detail == "training position -1 is negative" and '"epoch_num": -1' in r.line
+
+
+def test_a_division_the_official_checker_has_no_rules_for_is_not_called_a_missing_log(real_logs, tmp_path):
+    """A hostile sweep: nyx run 0 with submission_division 'Closed' stops the official checker on its
+    missing Closed_common.yaml (its CLI: a traceback); check-log said "cannot read log LOG: No such file
+    or directory" of a log that is there. It says the checker stopped, and why."""
+    log = tmp_path / "division.txt"
+    log.write_text(_nyx(real_logs).replace('"submission_division", "value": "closed"',
+                                           '"submission_division", "value": "Closed"', 1))
+    with pytest.raises(UserError, match=r"division\.txt: the official compliance checker stopped on this log"
+                       r" \(FileNotFoundError: .*Closed_common\.yaml': it has rules for submission_division"):
+        compliance.main(["check-log", str(log)])
+    assert levels(log)["division"] == "FAIL"  # --noofficial: the BERT rules' verdict

@@ -584,18 +584,24 @@ def official_check(path):
     logging.disable(logging.CRITICAL)  # it reports through the root logger; we keep its messages
     configs = _read_rules_once(mlp_compliance)
     try:
-        loglines, errors = official_loglines(path)
+        try:
+            loglines, errors = official_loglines(path)
+        except OSError as e:
+            raise UserError("cannot read log %s: %s" % (path, e.strerror))
         if errors:
             checker.put_message("Log lines had parsing errors.")
+        # an OSError from here on is the checker's own: no rule file for the division the log names
         checker.check_loglines(loglines, "training_%s/common.yaml" % RULESET)
         valid = not checker.has_messages()
-    except OSError as e:
-        raise UserError("cannot read log %s: %s" % (path, e.strerror))
+    except UserError:
+        raise
     except Exception as e:  # its rules are code run on the log's values: say where it stopped
         del mlp_compliance.enqueued_configs[:]  # a module global: the next log must start clean
-        raise UserError("%s: the official compliance checker stopped on this log (%s: %s); --noofficial"
-                        " checks the BERT rules alone" % (path, type(e).__name__, str(e).splitlines()[0]
-                                                          if str(e) else ""))
+        raise UserError("%s: the official compliance checker stopped on this log (%s: %s%s); --noofficial"
+                        " checks the BERT rules alone" % (
+                            path, type(e).__name__, str(e).splitlines()[0] if str(e) else "",
+                            ": it has rules for submission_division closed and open alone"
+                            if isinstance(e, OSError) else ""))
     finally:
         mlp_compliance.yaml = configs._yaml
         logging.disable(logging.NOTSET)

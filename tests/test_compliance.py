@@ -899,3 +899,14 @@ def test_a_division_the_official_checker_has_no_rules_for_is_not_called_a_missin
                        r" \(FileNotFoundError: .*Closed_common\.yaml': it has rules for submission_division"):
         compliance.main(["check-log", str(log)])
     assert levels(log)["division"] == "FAIL"  # --noofficial: the BERT rules' verdict
+
+
+def test_one_eval_off_the_batch_grid_does_not_make_a_run_packed(real_logs, tmp_path):
+    """A hostile sweep: tinycorp's evals, every one rounded down to floor(F / GBS) updates, failed; with
+    its last eval one sample off the batch grid (a last batch cut short) the whole run was taken as
+    packed and every eval passed inside the packed band. Most evals decide whether a run is packed."""
+    text = (real_logs / "v5.0_tinycorp_tinybox_red_result_0.txt").read_text()
+    log = tmp_path / "one_off.txt"
+    log.write_text(text.replace('"epoch_num": 3148992', '"epoch_num": 3148993'))
+    r = results(log)["eval_grid"]
+    assert r.level == "FAIL" and "before the grid point 150000" in r.detail and '"epoch_num": 149952' in r.line

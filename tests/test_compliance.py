@@ -910,3 +910,12 @@ def test_one_eval_off_the_batch_grid_does_not_make_a_run_packed(real_logs, tmp_p
     log.write_text(text.replace('"epoch_num": 3148992', '"epoch_num": 3148993'))
     r = results(log)["eval_grid"]
     assert r.level == "FAIL" and "before the grid point 150000" in r.detail and '"epoch_num": 149952' in r.line
+
+
+def test_a_log_without_run_stop_is_not_said_to_have_status_none(real_logs, tmp_path):
+    """A hostile sweep: nyx run 0 without its run_stop line (cut off) failed stop_at_target as "run_stop
+    status is None", a status of a line that is not there."""
+    log = tmp_path / "no_stop.txt"
+    log.write_text("".join(l for l in _nyx(real_logs).splitlines(True) if '"key": "run_stop"' not in l))
+    res = results(log)
+    assert res["stop_at_target"].detail.endswith("but no run_stop line") and res["run_stop"].level == "FAIL"

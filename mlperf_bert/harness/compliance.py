@@ -258,19 +258,20 @@ def rule_stop_at_target(records, division):
     stops = _find(records, "run_stop")
     stop = stops[-1] if stops else None
     status = stop.metadata.get("status") if stop else None
+    said = "run_stop status is %s" % (status,) if stop else "no run_stop line"  # (a log cut off)
     hit = next((r for r in evals if _number(r.value) and r.value >= target), None)
     if hit is None:
         if status == "success":
             return _res("stop_at_target", FAIL, "status success but no eval reached %.4g" % target, stop)
-        return _res("stop_at_target", FAIL, "did not converge: no eval reached %.4g, status %s (a submission"
-                    " may drop one such run of its set)" % (target, status), stop)
+        return _res("stop_at_target", FAIL, "did not converge: no eval reached %.4g, %s (a submission"
+                    " may drop one such run of its set)" % (target, said), stop)
     later = [r for r in records if r.lineno > hit.lineno and r.key in ("eval_accuracy", "block_start", "epoch_start")]
     if later:
         return _res("stop_at_target", FAIL, "run went on after the first eval >= %.4g (line %d)"
                     % (target, hit.lineno), later[0])
     if status != "success":
-        return _res("stop_at_target", FAIL, "eval reached %.4g (line %d) but run_stop status is %s"
-                    % (target, hit.lineno, status), stop)
+        return _res("stop_at_target", FAIL, "eval reached %.4g (line %d) but %s"
+                    % (target, hit.lineno, said), stop)
     return _res("stop_at_target", PASS, "stopped at the first eval >= %.4g: %.5f at %s samples"
                 % (target, hit.value, samples_of(hit)))
 

@@ -919,3 +919,18 @@ def test_a_log_without_run_stop_is_not_said_to_have_status_none(real_logs, tmp_p
     log.write_text("".join(l for l in _nyx(real_logs).splitlines(True) if '"key": "run_stop"' not in l))
     res = results(log)
     assert res["stop_at_target"].detail.endswith("but no run_stop line") and res["run_stop"].level == "FAIL"
+
+
+@pytest.mark.parametrize("which", [2, -1])
+def test_one_eval_logged_twice_at_two_times_is_read_once(real_logs, tmp_path, which):
+    """A hostile sweep: an eval_accuracy line of the real eos_n8 log logged again 3 ms later (a second
+    rank's logger: same value, same epoch_num) failed eval_grid ("before the grid point"), or, the
+    eval at the target, stop_at_target ("run went on"); the official checker passes it. One eval,
+    read once, with repeated_lines' warning."""
+    lines = (real_logs / "v4.0_NVIDIA_eos_n8_result_0.txt").read_text().splitlines(True)
+    i = [k for k, line in enumerate(lines) if '"key": "eval_accuracy"' in line][which]
+    again = re.sub(r'"time_ms": (\d+)', lambda m: '"time_ms": %d' % (int(m.group(1)) + 3), lines[i], count=1)
+    log = tmp_path / "twice.txt"
+    log.write_text("".join(lines[:i + 1] + [again] + lines[i + 1:]))
+    got = levels(log)
+    assert {rule for rule, level in got.items() if level != "PASS"} == {"repeated_lines"}

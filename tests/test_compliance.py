@@ -431,6 +431,10 @@ def _nyx(real_logs):
      "eval_accuracy '0."),
     ("list_metadata", lambda t: t.replace('"metadata": {"file"', '"metadata": [{"file"', 1).replace('}}\n', '}]}\n', 1),
      "metadata is a list, not an object"),
+    # a hostile sweep: a line without time_ms, value or metadata stopped the official checker
+    # (KeyError: 'time_ms', no line named); --noofficial checked it
+    ("no_time", lambda t: t.replace('"time_ms": 1745139526341, ', "", 1), "no time_ms field"),
+    ("no_metadata", lambda t: re.sub(r', "metadata": \{[^{}]*\}\}\n', "}\n", t, count=1), "no metadata field"),
     # a hostile sweep: JSON nested past the parser's depth was a RecursionError traceback
     ("deep", lambda t: t + ':::MLLOG {"key": "x", "metadata": %s}\n' % ("[" * 5000 + "]" * 5000),
      "malformed MLLOG line"),

@@ -48,7 +48,7 @@ def read_log(path):
                          d.get("event_type"), d.get("time_ms"))
         except (ValueError, KeyError, TypeError, RecursionError):  # (JSON nested past the parser's depth)
             raise UserError("%s:%d: malformed MLLOG line (truncated log?): %s" % (path, i, line[:200]))
-        problem = _malformed(rec)
+        problem = _malformed(rec) or _missing(d)
         if problem:
             raise UserError("%s:%d: %s: %s" % (path, i, problem, line[:200]))
         if rec.key == "submission_benchmark" and rec.value != "bert":
@@ -78,6 +78,13 @@ def _malformed(rec):
     if rec.key == "eval_accuracy" and not number(rec.value):
         return "eval_accuracy %r is not a number" % (rec.value,)
     return None
+
+
+def _missing(d):
+    """The field mllog writes on every line that ``d`` lacks, said so, or None: the official parser
+    reads time_ms, value and metadata of every line and stops (a KeyError, no line named) at one without."""
+    gone = [k for k in ("time_ms", "value", "metadata") if k not in d]
+    return "no %s field (mllog writes time_ms, key, value and metadata on every line)" % gone[0] if gone else None
 
 
 def number(v):

@@ -344,6 +344,9 @@ def test_errors_are_one_line(tmp_path, vocab_file):
     assert "too large" in _run_error(base + ["--input_file=" + str(text), "--max_seq_length=16",
                                              "--max_predictions_per_seq=20"])
     assert "unexpected argument" in _run_error(base + ["--input_file=" + str(text) + ",", str(text)])
+    for outs in (out + ",", "%s,,%s" % (out, out + "2"), "," + out):  # the reference: NotFoundError on ''
+        assert "has an empty name" in _run_error(["--input_file=" + str(text), "--vocab_file=" + vocab_file,
+                                                  "--output_file=" + outs])
     assert "names a file twice" in _run_error(["--input_file=" + str(text), "--vocab_file=" + vocab_file,
                                                "--output_file=%s,%s" % (out, out)])
     ro = tmp_path / "ro"

@@ -351,7 +351,13 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
     else:
         input_files = [p for spec in input_files for p in expand_paths(spec, "input file")]
     if isinstance(output_files, str):
-        output_files = [p.strip() for p in output_files.split(",") if p.strip()]
+        output_files = [p.strip() for p in output_files.split(",")]
+        if len(output_files) > 1 and not all(output_files):
+            # the reference fails on its writer of "" after the others; dropping it would split the
+            # records over fewer files than were named
+            raise UserError("--output_file=%s has an empty name (a comma with no file before or after it): "
+                            "give the output files, comma-separated" % ",".join(output_files))
+        output_files = [p for p in output_files if p]
     if not output_files:
         raise UserError("no output file given: set --output_file")
     if len(set(map(os.path.abspath, output_files))) != len(output_files):

@@ -343,6 +343,7 @@ def test_errors_are_one_line(tmp_path, vocab_file):
                                               "--vocab_file=" + str(tmp_path / "none.txt")])
     assert "too large" in _run_error(base + ["--input_file=" + str(text), "--max_seq_length=16",
                                              "--max_predictions_per_seq=20"])
+    assert "at most 2147483647" in _run_error(base + ["--input_file=" + str(text), "--max_seq_length=2147483648"])
     assert "unexpected argument" in _run_error(base + ["--input_file=" + str(text) + ",", str(text)])
     for outs in (out + ",", "%s,,%s" % (out, out + "2"), "," + out):  # the reference: NotFoundError on ''
         assert "has an empty name" in _run_error(["--input_file=" + str(text), "--vocab_file=" + vocab_file,

@@ -60,6 +60,12 @@ def test_command_line_and_errors(tmp_path, golden_dir):
               "--num_examples_to_pick=10"])
     with pytest.raises(UserError, match="cannot read"):
         main(["p", "--input_tfrecord=" + str(tmp_path / "none"), "--output_tfrecord=" + str(tmp_path / "z")])
+    # a differential sweep: a negative length was a SystemError of the C decoder, 2**40 a MemoryError
+    for flags, why in [("--max_seq_length=-5", "too small"), ("--max_seq_length=%d" % 2**40, "at most 2147483647"),
+                       ("--max_predictions_per_seq=-1", "below 0"), ("--max_predictions_per_seq=%d" % 2**40, "too large")]:
+        with pytest.raises(UserError, match=why):
+            main(["p", "--input_tfrecord=" + src, "--output_tfrecord=" + str(tmp_path / "w"), "--num_examples_to_pick=10",
+                  "--max_seq_length=128", flags])
     assert sorted(os.listdir(str(tmp_path))) == ["eval_10"]  # failed runs leave nothing behind
 
 

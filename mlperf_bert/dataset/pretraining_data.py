@@ -321,7 +321,8 @@ class _NoBar:
 MAX_SEQ_LENGTH = 2**31 - 1
 
 
-def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob):
+def check_shape(max_seq_length, max_predictions_per_seq):
+    """A one-line UserError unless a pre-training record of these lengths can exist."""
     if max_seq_length < 5:
         raise UserError("--max_seq_length=%d is too small: it must be at least 5 ([CLS] a [SEP] b [SEP])"
                         % max_seq_length)
@@ -333,6 +334,10 @@ def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe
                         "between 0 and max_seq_length (MLPerf uses 76 with 512)"
                         % (max_predictions_per_seq, "below 0" if max_predictions_per_seq < 0 else "too large",
                            max_seq_length))
+
+
+def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob):
+    check_shape(max_seq_length, max_predictions_per_seq)
     if not 0.0 <= masked_lm_prob <= 1.0:
         raise UserError("--masked_lm_prob=%g must be between 0 and 1" % masked_lm_prob)
     if not 0.0 <= short_seq_prob <= 1.0:

@@ -197,6 +197,48 @@ def test_a_vocab_is_read_as_the_mlcommons_reference_reads_it(tmp_path, vocab_fil
     assert vocab == first and vocab["the"] == 5 and vocab["xy"] == 6 and len(vocab) == len(set(lines)) + 1
 
 
+HOSTILE_TEXT = (  # 869 bytes: BOM, accents, CJK, NBSP, zero-width, astral, controls, "\r", U+2028/2029, long words
+    "\ufeffCaf\u00e9 na\u0131\u0308ve \u00c9COLE r\u00e9sum\u00e9 \u4e2d\u6587\u6d4b\u8bd5\u3002\u6211\u7231\u5317\u4eac\uff01\r\n"
+    "Zero\u200bwidth\u00a0nbsp\u3000ideographic tab\there \U0001F600\U0001F44D\U0001D400 end.\n"
+    "   \t \u2028\n"
+    "A ctl\x01char, a NUL\x00byte and mid\rline \x85next \u2029para.\n"
+    "\n\n\n"
+    + "x" * 201 + " " + "ab" * 100 + " \u00e9" * 3 + " [SEP] [MASK] ##s [unused5].\n"
+    "\u00a0\u3000\n"
+    "One.\n"
+    "\n"
+    "Word\n"
+    "\n"
+    "The quick brown fox jumps over the lazy dog, \u201cquoted\u201d \u2014 dash\u2026 "
+    "\uff08\u62ec\u53f7\uff09\u3001\u300a\u4e66\u300b.\n"
+    "Second sentence of the last document has several ordinary words in it.\n"
+    "Third sentence, with numbers 1,234.56 and 7-8 hyphens.")  # no final newline
+
+
+@pytest.mark.parametrize("fast", KERNELS)
+@pytest.mark.parametrize("flags, records, digest", [
+    (dict(random_seed=12345), 24, "8878d0b4412b1dab7e9c9099d67da8355c667f92aefc4c7d4eaac9a7e29bd2c0"),
+    (dict(do_lower_case=False, short_seq_prob=0.5, masked_lm_prob=0.3, random_seed=7), 26,
+     "b19ebd4601df2eb2d0a442aeb5306a00c656eae40668482f9771bba02c0ec77d")], ids=["lower", "cased"])
+def test_hostile_text_gives_the_mlcommons_references_records(tmp_path, vocab_file, fast, flags, records, digest):
+    """Digests measured by running the real reference (mlcommons/training aa344c7f,
+    retired_benchmarks/bert/cleanup_scripts/create_pretraining_data.py with its tokenization.py,
+    under TF 2.21 with ``tensorflow`` aliased to ``tensorflow.compat.v1``, which reproduces the
+    golden s128 digest) on HOSTILE_TEXT: ``--vocab_file=tests/data/vocab.txt --max_seq_length=24
+    --max_predictions_per_seq=4 --dupe_factor=3`` and the flags below; ``tfrecord_digest.py`` of its output."""
+    import hashlib
+    import tfrecord_digest
+    src, out = tmp_path / "hostile.txt", str(tmp_path / "out.tfrecord")
+    src.write_bytes(HOSTILE_TEXT.encode("utf-8"))
+    n = create_pretraining_data(str(src), out, vocab_file, max_seq_length=24, max_predictions_per_seq=4,
+                                dupe_factor=3, progress=False, fast=fast, **flags)
+    total = hashlib.sha256()
+    for rec in tfrecord_digest.records(out):
+        feats = tfrecord_digest.parse_example(memoryview(rec))
+        total.update(hashlib.sha256(tfrecord_digest.canonical(feats).encode()).hexdigest().encode())
+    assert (n, total.hexdigest()) == (records, digest)
+
+
 def _digest(path, ref_data):
     out = subprocess.run([sys.executable, os.path.join(ref_data, "tools", "tfrecord_digest.py"), path],
                          check=True, capture_output=True, text=True).stdout

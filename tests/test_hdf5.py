@@ -524,6 +524,12 @@ def test_lengths_below_one_and_an_input_of_no_record_are_one_line(golden_tfrecor
             hdf5.main(base + ["--%s=-1" % flag])
         assert str(e.value) == ("--%s=-1 must be at least 1: give the records' (make-dataset's default: 512 and 76)"
                                 % flag)
+    # lengths no record can have: "no space left" for petabytes (a differential sweep)
+    with pytest.raises(UserError, match=r"^--max_seq_length=1099511627776 is too large: it must be at most 2147483647"):
+        hdf5.main(base + ["--max_seq_length=%d" % 2**40])
+    with pytest.raises(UserError, match=r"^--max_predictions_per_seq=1099511627776 is too large for --max_seq_length"):
+        hdf5.main(base + ["--max_predictions_per_seq=%d" % 2**40])
+    assert not os.path.exists(out)
     empty = tmp_path / "empty.tfrecord"
     empty.write_bytes(b"")
     with pytest.raises(UserError) as e:

@@ -185,6 +185,10 @@ def test_a_second_pack_into_one_directory_is_refused(small, tmp_path):
     ("--max_sequences_per_pack=17", "--max_sequences_per_pack=17 must be 1..16"),
     ("--max_sequences_per_pack=100000000", "--max_sequences_per_pack=100000000 must be 1..16"),
     ("--seed=99999999999999999999", r"--seed=99999999999999999999 must be below 2\*\*63"),  # issue 33: h5py's TypeError
+    # a differential sweep: a length no record can have was the decoder's MemoryError
+    ("--max_seq_length=1099511627776", r"--max_seq_length=1099511627776 is too large: it must be at most 2147483647"),
+    ("--max_predictions_per_seq=1099511627776", "--max_predictions_per_seq=1099511627776 is too large for "
+                                                "--max_seq_length=128"),
 ])
 def test_bad_numbers_are_one_line_errors(small, tmp_path, flag, message):
     """Issue 23: tracebacks before (a negative size, a negative seed, a 3.6 GiB allocation)."""

@@ -400,6 +400,8 @@ def main(argv):
         if fv[name].value < 1:  # (h5py's "can't convert negative value to hsize_t" traceback)
             raise UserError("--%s=%d must be at least 1: give the records' (make-dataset's default: 512 and 76)"
                             % (name, fv[name].value))
+    from mlperf_bert.dataset.pretraining_data import check_shape
+    check_shape(fv.max_seq_length, fv.max_predictions_per_seq)  # 2**40 was a "no space left" for petabytes
     files = expand_paths(fv.input, "--input file")
     refuse_hdf5_inputs(files, "to-hdf5")
     n = tfrecords_to_hdf5(files, fv.output, fv.max_seq_length, fv.max_predictions_per_seq)

@@ -252,6 +252,23 @@ def test_too_few_articles_is_a_user_error(wiki_files, tmp_path):
         text_pipeline.run([str(latin1)], str(tmp_path / "out"), num_test_articles=0, workers=1, progress=False)
 
 
+def test_a_file_whose_pieces_all_go_to_eval_is_a_user_error(tmp_path):
+    """Two articles and the blank piece after them: 2 eval articles work, 3 take every piece and
+    the reference's do_gather.py crashes (IndexError) on the empty training text. The md5s are
+    the real reference's (NLTK 3.4.5): process_wiki.sh's steps on this file with
+    ``seperate_test_set.py --num_test_articles=2`` and ``do_gather.py --block_size=26.92``."""
+    wiki = tmp_path / "wiki_00"
+    wiki.write_text("".join('<doc id="%d">\nT\n\nArticle %d is here. It has two sentences.\n</doc>\n' % (i, i)
+                            for i in range(2)))
+    out = tmp_path / "out"
+    text_pipeline.run([str(wiki)], str(out), num_test_articles=2, workers=1, progress=False)
+    assert {n: md5_file(out / n) for n in listing(out)} == {
+        "eval.md5": "13ddf35f627b96e181b17f2e725a005e", "eval.txt": "f2a50d93a7a59eb0c0ec8ed8553348be",
+        "part-00000-of-00500": "68b329da9893e34099c7d8ad5cb9c940"}
+    with pytest.raises(UserError, match="wiki_00 has 2 articles but must give 3 eval articles: give more"):
+        text_pipeline.run([str(wiki)], str(tmp_path / "out3"), num_test_articles=3, workers=1, progress=False)
+
+
 def test_rerun_with_another_block_size_leaves_only_the_new_shards(wiki_files, tmp_path):
     d = tmp_path / "rerun"
     runs = []

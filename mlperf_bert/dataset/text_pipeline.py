@@ -84,7 +84,10 @@ def separate(text, k, num_files, num_test_articles, seed, name="input"):
     """Split one segmented file's text into (training text, [eval articles]) as the reference does."""
     articles = text.split("\n\n")
     num_tests = num_eval_articles(k, num_files, num_test_articles)
-    if num_tests > len(articles):  # the reference's count (with the piece after the last blank line)
+    # The reference's count (with the piece after the last blank line, always blank, so never an
+    # article): with fewer pieces it loops forever, with as many it picks them all and its
+    # do_gather.py crashes (IndexError) on the file's empty training text.
+    if num_tests >= len(articles):
         real = sum(1 for a in articles if a.strip())
         raise UserError("%s has %d article%s but must give %d eval articles: give more input files or a "
                         "smaller --num_test_articles" % (name, real, "" if real == 1 else "s", num_tests))

@@ -269,6 +269,15 @@ def test_a_file_whose_pieces_all_go_to_eval_is_a_user_error(tmp_path):
         text_pipeline.run([str(wiki)], str(tmp_path / "out3"), num_test_articles=3, workers=1, progress=False)
 
 
+def test_a_nul_character_is_a_user_error(tmp_path):
+    """clean.sh's grep takes a file with a NUL for binary: grep 3.8 (run on this input) wrote
+    nothing of it, older greps a 'Binary file matches' line; the text passed through silently."""
+    wiki = tmp_path / "wiki_00"
+    wiki.write_bytes(b'<doc id="1">\nT\nA nul\x00here. And more.\n</doc>\n')
+    with pytest.raises(UserError, match=r"wiki_00 line 3 holds a NUL character, .* remove it"):
+        text_pipeline.run([str(wiki)], str(tmp_path / "out"), num_test_articles=0, workers=1, progress=False)
+
+
 def test_rerun_with_another_block_size_leaves_only_the_new_shards(wiki_files, tmp_path):
     d = tmp_path / "rerun"
     runs = []

@@ -40,10 +40,16 @@ def read_wiki_file(path):
     """One WikiExtractor file's text (UTF-8, newlines untranslated: the clean-up translates them)."""
     try:
         with open(path, encoding="utf-8", newline="") as f:
-            return f.read()
+            text = f.read()
     except UnicodeDecodeError:
         from mlperf_bert.fileio import compressed
         raise UserError(compressed(path) or "%s is not UTF-8 text: give WikiExtractor output files" % path)
+    nul = text.find("\0")
+    if nul >= 0:  # grep's binary-file rule: what the reference keeps depends on grep's version and buffers
+        raise UserError("%s line %d holds a NUL character, which the reference's clean.sh (grep) takes for a "
+                        "binary file and drops text of: remove it (tr -d '\\000'); WikiExtractor never writes one"
+                        % (path, text.count("\n", 0, nul) + 1))
+    return text
 
 
 def segment_text(cleaned):

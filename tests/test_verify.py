@@ -153,6 +153,24 @@ def test_eval_txt_checked_article_by_article(tmp_path):
     assert not good and "article 2" in line
 
 
+def test_eval_txt_with_a_blank_last_piece_matches_its_eval_md5(tmp_path):
+    """The real reference's eval.txt and eval.md5 of three WikiExtractor files (3 eval articles; the
+    middle file ends with an empty article, whose blank "\n" piece is drawn): five newlines after
+    the first article were cut as X, "", "\nY" and the third md5 did not match. Made with
+    process_wiki.sh's steps (NLTK 3.4.5, ``seperate_test_set.py --num_test_articles=3``)."""
+    x = "Article 1 is here.\nIt has two sentences."
+    (tmp_path / "eval.txt").write_text(x + "\n\n\n\n\n" + x + "\n\n", encoding="utf-8")
+    (tmp_path / "eval.md5").write_text("5cf1b85820f04db9b9cc94e919f27f42\nd41d8cd98f00b204e9800998ecf8427e\n"
+                                       "5cf1b85820f04db9b9cc94e919f27f42\n")
+    good, line = checksums.check_eval_articles(str(tmp_path / "eval.txt"), str(tmp_path / "eval.md5"))
+    assert good and "(3)" in line, line
+    # the other cut, when eval.md5 says so; and no cut fits a wrong md5
+    assert checksums.article_md5s(x + "\n\n\n\n\nY\n\n", [checksums.article_md5(a) for a in (x, "", "\nY")]) == [
+        checksums.article_md5(a) for a in (x, "", "\nY")]
+    assert checksums.article_md5s(x + "\n\n\n\n\nY\n\n", ["0" * 32]) == [
+        checksums.article_md5(a) for a in (x, "", "\nY")]
+
+
 def test_manifest_round_trip(tmp_path):
     a, b = tmp_path / "part-a", tmp_path / "part-b"
     a.write_bytes(b"alpha")

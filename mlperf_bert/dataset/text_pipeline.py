@@ -95,8 +95,9 @@ def separate(text, k, num_files, num_test_articles, seed, name="input"):
     # do_gather.py crashes (IndexError) on the file's empty training text.
     if num_tests >= len(articles):
         real = sum(1 for a in articles if a.strip())
-        raise UserError("%s has %d article%s but must give %d eval articles: give more input files or a "
-                        "smaller --num_test_articles" % (name, real, "" if real == 1 else "s", num_tests))
+        raise UserError("%s has %d article%s but must give %d eval article%s: give more input files or a "
+                        "smaller --num_test_articles" % (name, real, "" if real == 1 else "s", num_tests,
+                                                         "" if num_tests == 1 else "s"))
     chosen = set(pick_eval_ids(len(articles), num_tests, seed + 13 * k))
     train = "".join(a + "\n\n" for i, a in enumerate(articles) if i not in chosen)
     return train, [a for i, a in enumerate(articles) if i in chosen]

@@ -226,17 +226,59 @@ def test_hostile_text_gives_the_mlcommons_references_records(tmp_path, vocab_fil
     under TF 2.21 with ``tensorflow`` aliased to ``tensorflow.compat.v1``, which reproduces the
     golden s128 digest) on HOSTILE_TEXT: ``--vocab_file=tests/data/vocab.txt --max_seq_length=24
     --max_predictions_per_seq=4 --dupe_factor=3`` and the flags below; ``tfrecord_digest.py`` of its output."""
-    import hashlib
-    import tfrecord_digest
     src, out = tmp_path / "hostile.txt", str(tmp_path / "out.tfrecord")
     src.write_bytes(HOSTILE_TEXT.encode("utf-8"))
     n = create_pretraining_data(str(src), out, vocab_file, max_seq_length=24, max_predictions_per_seq=4,
                                 dupe_factor=3, progress=False, fast=fast, **flags)
+    assert (n, _records_digest(out)) == (records, digest)
+
+
+def _records_digest(path):
+    """``tfrecord_digest.py``'s digest of a TFRecord file, in-process."""
+    import hashlib
+    import tfrecord_digest
     total = hashlib.sha256()
-    for rec in tfrecord_digest.records(out):
+    for rec in tfrecord_digest.records(path):
         feats = tfrecord_digest.parse_example(memoryview(rec))
         total.update(hashlib.sha256(tfrecord_digest.canonical(feats).encode()).hexdigest().encode())
-    assert (n, total.hexdigest()) == (records, digest)
+    return total.hexdigest()
+
+
+UNUSED_TEXT = (  # [unusedN] whole, inside other text, out of the vocab (994), upper-cased, split by a dropped char
+    "A [unused5] b [unused99999] c [UNUSED5] d x[unused5] e [unused5]. f [unused5]x.\n"
+    "Zero [unused\u200b5] width, \u00a0[unused0]\u3000nbsp, [unused993] last [unused994] past [Unused7] mixed.\n"
+    "Accent [unused5]\u0301 and ([unused3]) and [unused12][unused13] glued [unused7]\u4e2d cjk.\n"
+    "\n"
+    "Second doc: [unused5] twice [unused5] and ordinary words to fill a whole sequence here.\n"
+    "More ordinary text in the second document, so that sentence pairs are made.\n")
+
+
+@pytest.mark.parametrize("fast", KERNELS)
+@pytest.mark.parametrize("flags, records, digest", [
+    (dict(random_seed=12345, preserve_unused_tokens=False), 15,
+     "fbc918787dcf3819a4242ede5d64f894459486ddf1aaae6ec959b0b85c08ca30"),
+    (dict(random_seed=12345, preserve_unused_tokens=True), 14,
+     "c563c4f875e2fff20f3c68e9fee42515e4d8638b2044c6e2ad1574d7450639cd"),
+    (dict(do_lower_case=False, short_seq_prob=0.5, masked_lm_prob=0.3, random_seed=7, preserve_unused_tokens=True),
+     13, "7937056567a18e4e3e0b425ba034ed1ca671212712ba1e627762f70978b47b97")], ids=["off", "on", "cased-on"])
+def test_preserve_unused_tokens_gives_the_mlcommons_references_records(tmp_path, vocab_file, fast, flags, records,
+                                                                         digest):
+    """A sweep: the reference's ``--preserve_unused_tokens`` (its tokenization.py) was an unknown flag.
+    Digests of the real reference (as for HOSTILE_TEXT) on UNUSED_TEXT: ``python run_ref.py
+    create_pretraining_data.py --input_file=unused.txt --output_file=out --vocab_file=tests/data/vocab.txt
+    --max_seq_length=24 --max_predictions_per_seq=4 --dupe_factor=3`` and the flags below (run_ref.py:
+    ``tensorflow`` aliased to ``tensorflow.compat.v1``, then the script run as __main__); "on" also
+    through our flag parser."""
+    src, out = tmp_path / "unused.txt", str(tmp_path / "out.tfrecord")
+    src.write_bytes(UNUSED_TEXT.encode("utf-8"))
+    n = create_pretraining_data(str(src), out, vocab_file, max_seq_length=24, max_predictions_per_seq=4,
+                                dupe_factor=3, progress=False, fast=fast, **flags)
+    assert (n, _records_digest(out)) == (records, digest)
+    if flags == dict(random_seed=12345, preserve_unused_tokens=True) and not fast:
+        os.remove(out)
+        main(["x", "--input_file=%s" % src, "--output_file=%s" % out, "--vocab_file=%s" % vocab_file,
+              "--max_seq_length=24", "--max_predictions_per_seq=4", "--dupe_factor=3", "--preserve_unused_tokens"])
+        assert _records_digest(out) == digest
 
 
 def _digest(path, ref_data):

@@ -171,8 +171,8 @@ class PyKernel:
 
 
 class _ReferenceIds(FullTokenizer):
-    def __init__(self, vocab, do_lower_case):
-        super().__init__(vocab=vocab, do_lower_case=do_lower_case)
+    def __init__(self, vocab, do_lower_case, preserve_unused_tokens):
+        super().__init__(vocab=vocab, do_lower_case=do_lower_case, preserve_unused_tokens=preserve_unused_tokens)
 
     def extend_ids(self, line, out):
         out += self.convert_tokens_to_ids(self.tokenize(line))
@@ -350,12 +350,13 @@ def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe
 def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case=True,
                             max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15,
                             random_seed=12345, dupe_factor=10, short_seq_prob=0.1, progress=True,
-                            fast=None, reference_tokenizer=False):
+                            fast=None, reference_tokenizer=False, preserve_unused_tokens=False):
     """Write the reference's records for ``input_files`` round-robin to ``output_files``; return the count.
 
     ``input_files``/``output_files``: lists of paths or comma-separated strings (inputs may be globs).
     ``fast``: None = the C kernel and tokenizer if built, True/False to force (tests compare both).
     ``reference_tokenizer``: tokenize with the plain reference transcription (slow; for benchmarks).
+    ``preserve_unused_tokens``: the reference's flag (tokenization.preserved_tokens).
     """
     if isinstance(input_files, str):
         input_files = expand_paths(input_files, "input file")
@@ -386,16 +387,18 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
     with lock_files(output_files, "--output_file"):
         return _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length,
                        max_predictions_per_seq, masked_lm_prob, random_seed, dupe_factor, short_seq_prob,
-                       progress, fast, reference_tokenizer)
+                       progress, fast, reference_tokenizer, preserve_unused_tokens)
 
 
 def _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length, max_predictions_per_seq,
-            masked_lm_prob, random_seed, dupe_factor, short_seq_prob, progress, fast, reference_tokenizer):
+            masked_lm_prob, random_seed, dupe_factor, short_seq_prob, progress, fast, reference_tokenizer,
+            preserve_unused_tokens):
     vocab = load_vocab(vocab_file)
     if reference_tokenizer:
-        tokenizer = _ReferenceIds(vocab, do_lower_case)
+        tokenizer = _ReferenceIds(vocab, do_lower_case, preserve_unused_tokens)
     else:
-        tokenizer = FastTokenizer(vocab=vocab, do_lower_case=do_lower_case)
+        tokenizer = FastTokenizer(vocab=vocab, do_lower_case=do_lower_case,
+                                  preserve_unused_tokens=preserve_unused_tokens)
     vocab_ids = [vocab[w] for w in vocab]  # reference vocab_words (first-seen order) as ids
     kernel = make_kernel(random_seed, vocab_ids, vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"],
                          max_seq_length, max_predictions_per_seq, fast)
@@ -467,6 +470,8 @@ def define_flags(fv):
     flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.", flag_values=fv)
     flags.DEFINE_float("short_seq_prob", 0.1, "Probability of creating sequences shorter than the maximum length.",
                        flag_values=fv)
+    flags.DEFINE_bool("preserve_unused_tokens", False, "Keep a whitespace token that is an [unusedN] token of the "
+                      "vocab as that one token (not lower-cased, split or WordPiece'd).", flag_values=fv)
 
 
 def main(argv):
@@ -477,6 +482,6 @@ def main(argv):
         fv.input_file, fv.output_file, fv.vocab_file, do_lower_case=fv.do_lower_case,
         max_seq_length=fv.max_seq_length, max_predictions_per_seq=fv.max_predictions_per_seq,
         masked_lm_prob=fv.masked_lm_prob, random_seed=fv.random_seed, dupe_factor=fv.dupe_factor,
-        short_seq_prob=fv.short_seq_prob, progress=True)
+        short_seq_prob=fv.short_seq_prob, preserve_unused_tokens=fv.preserve_unused_tokens, progress=True)
     print("wrote %d records to %s" % (n, fv.output_file), file=sys.stderr)
     return 0

@@ -23,6 +23,18 @@ except ImportError:
 
 MAX_INPUT_CHARS_PER_WORD = 200  # the reference WordpieceTokenizer's default
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
+# the reference's --preserve_unused_tokens pattern (Python's \d: any Unicode digit, as there)
+_UNUSED_TOKEN_RE = re.compile(r"^\[unused\d+\]$")
+
+
+def preserved_tokens(vocab, preserve_unused_tokens):
+    """The whitespace tokens ``--preserve_unused_tokens=True`` keeps whole (no lower-casing, accent
+    stripping, punctuation split or WordPiece): the vocab's tokens matching _UNUSED_TOKEN_RE, the
+    reference's test ("in vocab and matches") of each whitespace token of the cleaned, CJK-spaced
+    text.  ``x[unused5]``, ``[unused5].``, ``[UNUSED5]`` are tokenized as usual."""
+    if not preserve_unused_tokens:
+        return frozenset()
+    return frozenset(t for t in vocab if _UNUSED_TOKEN_RE.search(t))
 
 
 def load_vocab(vocab_file):
@@ -86,14 +98,18 @@ def _is_chinese_char(cp):
 class BasicTokenizer:
     """Reference basic tokenizer: clean, space CJK, split whitespace, lower+strip accents, split punctuation."""
 
-    def __init__(self, do_lower_case=True):
+    def __init__(self, do_lower_case=True, preserve=frozenset()):
         self.do_lower_case = do_lower_case
+        self.preserve = preserve  # preserved_tokens()
 
     def tokenize(self, text):
         text = self._clean_text(text)
         text = self._tokenize_chinese_chars(text)
         split_tokens = []
         for token in whitespace_tokenize(text):
+            if token in self.preserve:
+                split_tokens.append(token)
+                continue
             if self.do_lower_case:
                 token = token.lower()
                 token = self._run_strip_accents(token)
@@ -181,14 +197,15 @@ class WordpieceTokenizer:
 class FullTokenizer:
     """Slow path: the reference FullTokenizer, token for token."""
 
-    def __init__(self, vocab_file=None, do_lower_case=True, vocab=None):
+    def __init__(self, vocab_file=None, do_lower_case=True, vocab=None, preserve_unused_tokens=False):
         self.vocab = vocab if vocab is not None else load_vocab(vocab_file)
-        self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
+        self.preserve = preserved_tokens(self.vocab, preserve_unused_tokens)
+        self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case, preserve=self.preserve)
         self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
 
     def tokenize(self, text):
         return [sub for token in self.basic_tokenizer.tokenize(text)
-                for sub in self.wordpiece_tokenizer.tokenize(token)]
+                for sub in ([token] if token in self.preserve else self.wordpiece_tokenizer.tokenize(token))]
 
     def convert_tokens_to_ids(self, tokens):
         return [self.vocab[t] for t in tokens]
@@ -234,9 +251,10 @@ def char_class(cp):
 class FastTokenizer:
     """Same ids as ``FullTokenizer`` (tested on random Unicode), memoised per whitespace token."""
 
-    def __init__(self, vocab_file=None, do_lower_case=True, vocab=None):
+    def __init__(self, vocab_file=None, do_lower_case=True, vocab=None, preserve_unused_tokens=False):
         self.vocab = vocab if vocab is not None else load_vocab(vocab_file)
         self.do_lower_case = do_lower_case
+        self._preserve = preserved_tokens(self.vocab, preserve_unused_tokens)
         self._basic = BasicTokenizer(do_lower_case)
         self._table = _LineTable()
         self._memo = {}
@@ -256,6 +274,8 @@ class FastTokenizer:
 
     def _word_ids(self, word):
         """Ids of one whitespace token (lower, strip accents, split punctuation, WordPiece)."""
+        if word in self._preserve:
+            return (self.vocab[word],)
         out = []
         vocab, max_len = self.vocab, self._max_len
         for piece in self._pieces(word):
@@ -297,8 +317,10 @@ class FastTokenizer:
 
     def corpus_tokenizer(self):
         """The C tokenizer of text files (``feed``/``finish``) with these settings, or None
-        when the accelerator is not built."""
-        if _fasttok is None:
+        when the accelerator is not built or a token is preserved (``--preserve_unused_tokens``: its C
+        path lowers and splits every ASCII token itself; that non-MLPerf flag takes the Python path,
+        memoised like it, rather than a second copy of the rule in C)."""
+        if _fasttok is None or self._preserve:
             return None
         return _fasttok.Tokenizer(self.vocab, self._unk[0], self.do_lower_case, char_class, self._word_ids)
 

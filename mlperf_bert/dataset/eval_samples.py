@@ -4,7 +4,7 @@ import sys
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_pretraining_example, encode_example
+from mlperf_bert.dataset.example import PRETRAINING_FEATURES, check_shape, decode_pretraining_example, encode_example
 from mlperf_bert.fileio import check_writable_dir, refuse_overwriting_inputs, refuse_replacing_another_kind
 from mlperf_bert.locking import lock_file
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, count_records, read_records
@@ -25,7 +25,6 @@ def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_len
     """Write the picked records (re-encoded in the fixed feature order) to ``output_file``; return the count."""
     if num_examples_to_pick < 1:
         raise UserError("--num_examples_to_pick=%d must be at least 1" % num_examples_to_pick)
-    from mlperf_bert.dataset.pretraining_data import check_shape
     check_shape(max_seq_length, max_predictions_per_seq)  # a negative one was a SystemError, a huge one MemoryError
     if os.path.isdir(output_file):
         raise UserError("--output_tfrecord %s is a directory: give a file path" % output_file)

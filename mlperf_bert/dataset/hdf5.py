@@ -19,7 +19,7 @@ import numpy as np
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.dataset.example import PRETRAINING_FEATURES, decode_pretraining_batch, feature_lengths
+from mlperf_bert.dataset.example import PRETRAINING_FEATURES, check_shape, decode_pretraining_batch, feature_lengths
 from mlperf_bert.fileio import (atomic_path, refuse_overwriting_inputs, refuse_repeated_files,
                                 refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_file
@@ -400,7 +400,6 @@ def main(argv):
         if fv[name].value < 1:  # (h5py's "can't convert negative value to hsize_t" traceback)
             raise UserError("--%s=%d must be at least 1: give the records' (make-dataset's default: 512 and 76)"
                             % (name, fv[name].value))
-    from mlperf_bert.dataset.pretraining_data import check_shape
     check_shape(fv.max_seq_length, fv.max_predictions_per_seq)  # 2**40 was a "no space left" for petabytes
     files = expand_paths(fv.input, "--input file")
     refuse_hdf5_inputs(files, "to-hdf5")

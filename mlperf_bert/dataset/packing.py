@@ -337,7 +337,7 @@ def main(argv):
     for name, low in (("max_seq_length", 1), ("max_predictions_per_seq", 1), ("seed", 0), ("num_workers", 1)):
         if fv[name].value < low:
             raise UserError("--%s=%d must be at least %d" % (name, fv[name].value, low))
-    from mlperf_bert.dataset.pretraining_data import check_shape
+    from mlperf_bert.dataset.example import check_shape
     check_shape(fv.max_seq_length, fv.max_predictions_per_seq)  # 2**40 was a MemoryError of the decoder
     if fv.seed >= 2 ** 63:  # each output file records it as a 64-bit integer
         raise UserError("--seed=%d must be below 2**63 (%d): give a smaller seed" % (fv.seed, 2 ** 63))

@@ -17,7 +17,7 @@ import sys
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.native import fastrng
-from mlperf_bert.dataset.example import encode_pretraining_instance
+from mlperf_bert.dataset.example import check_shape, encode_pretraining_instance
 from mlperf_bert.fileio import check_writable_dir, ensure_space, refuse_overwriting_inputs, refuse_replacing_another_kind
 from mlperf_bert.locking import lock_files
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, expand_paths, frame
@@ -316,24 +316,6 @@ class _NoBar:
 
     def __exit__(self, *exc):
         return False
-
-
-MAX_SEQ_LENGTH = 2**31 - 1
-
-
-def check_shape(max_seq_length, max_predictions_per_seq):
-    """A one-line UserError unless a pre-training record of these lengths can exist."""
-    if max_seq_length < 5:
-        raise UserError("--max_seq_length=%d is too small: it must be at least 5 ([CLS] a [SEP] b [SEP])"
-                        % max_seq_length)
-    if max_seq_length > MAX_SEQ_LENGTH:  # the C kernel's positions are int32 (a traceback there)
-        raise UserError("--max_seq_length=%d is too large: it must be at most %d (MLPerf uses 512)"
-                        % (max_seq_length, MAX_SEQ_LENGTH))
-    if max_predictions_per_seq < 0 or max_predictions_per_seq > max_seq_length:
-        raise UserError("--max_predictions_per_seq=%d is %s for --max_seq_length=%d: it must be "
-                        "between 0 and max_seq_length (MLPerf uses 76 with 512)"
-                        % (max_predictions_per_seq, "below 0" if max_predictions_per_seq < 0 else "too large",
-                           max_seq_length))
 
 
 def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob):

@@ -147,6 +147,39 @@ def test_trainer_batches_from_hdf5_equal_those_from_the_tfrecord(golden_tfrecord
                 assert x[name].dtype == y[name].dtype and torch.equal(x[name], y[name]), name
 
 
+# The MLCommons PyTorch BERT reference's HDF5 of the golden s128 records: sha256 of its six datasets
+# in this order, each as little-endian int64 (test below)
+REFERENCE_HDF5 = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                  "next_sentence_labels")
+REFERENCE_HDF5_SHA256 = "6808ed6c0d05973b834be58b4ed1302da1050bdb774f2a60fe5f4156508e58d5"
+
+
+def test_the_pytorch_references_hdf5_holds_a_to_hdf5_files_values(converted, tmp_path):
+    """docs/dataset.md section 5. The digest is of the file made from the golden s128 records' text by
+    mlcommons/training v1.0 (commit f294d135) ``language_model/pytorch/create_pretraining_data.py
+    --input_file=part-00000-of-00004 (tests/data/golden/input) --vocab_file=tests/data/vocab.txt
+    --do_lower_case=True --max_seq_length=128 --max_predictions_per_seq=20 --masked_lm_prob=0.15
+    --random_seed=12345 --dupe_factor=2 --output_file=ref`` (NVIDIA's v5.0
+    input_preprocessing/create_pretraining_data.py: the same values). It has no masked_lm_weights:
+    ours are 1 exactly where the position is not 0, and the trainer refuses its file in one line."""
+    import hashlib
+    digest = hashlib.sha256()
+    with h5py.File(converted, "r") as h:
+        ref = {name: h[name][:].astype(np.int32 if "ids" in name or "positions" in name else np.int8)
+               for name in REFERENCE_HDF5}
+        assert np.array_equal(h["masked_lm_weights"][:] != 0, ref["masked_lm_positions"] != 0)
+    for name in REFERENCE_HDF5:
+        digest.update(np.ascontiguousarray(ref[name], "<i8").tobytes())
+    assert len(ref["input_ids"]) == 4366 and digest.hexdigest() == REFERENCE_HDF5_SHA256
+    path = str(tmp_path / "ref.hdf5")  # the reference's layout: int32 and int8, six datasets
+    with h5py.File(path, "w") as h:
+        for name in REFERENCE_HDF5:
+            h[name] = ref[name]
+    with pytest.raises(UserError) as e:  # (what the trainer's check_seq_length says too)
+        hdf5.read_examples(path, 0, 8)
+    assert str(e.value) == ("%s has no dataset masked_lm_weights: it is not a to-hdf5 file; convert the "
+                            "TFRecords with to-hdf5" % path)
+
 def test_output_that_is_the_input_is_refused(golden_tfrecord, tmp_path):
     """Issue 16.2: `--output` equal to `--input` (also through a symlink) replaced the TFRecord."""
     src = str(tmp_path / "part.tfrecord")
@@ -584,6 +617,8 @@ def _rewrite(h, name, data):
 @pytest.mark.parametrize("kind,change,message", [
     ("plain", "ids1d", "dataset input_ids has shape (64000,), expected (rows, tokens)"),
     ("plain", "ids3d", "dataset input_ids has shape (500, 128, 1), expected (rows, tokens)"),
+    # NVIDIA's variable-length files (convert_fixed2variable.py, its packed_data scripts)
+    ("plain", "vlen", "dataset input_ids has shape ({rows},), expected (rows, tokens)"),
     ("plain", "scalar", "dataset segment_ids is a scalar, expected (rows, tokens)"),
     ("plain", "group", "segment_ids is a group, expected a dataset (rows, tokens)"),
     ("plain", "bytes", "dataset next_sentence_labels holds |S1, expected integers"),
@@ -607,6 +642,12 @@ def test_a_dataset_of_another_shape_or_dtype_is_one_line_naming_it(made, tmp_pat
             del h[hdf5.ROW_CHECKSUMS]
         if change == "ids1d":
             _rewrite(h, "input_ids", h["input_ids"][:].reshape(-1))
+        elif change == "vlen":
+            ids, lengths = h["input_ids"][:], h["input_mask"][:].sum(axis=1)
+            rows_ids = np.empty(rows, object)
+            rows_ids[:] = [ids[i, :lengths[i]].astype(np.int16) for i in range(rows)]
+            del h["input_ids"]
+            h.create_dataset("input_ids", data=rows_ids, dtype=h5py.vlen_dtype(np.int16))
         elif change == "ids3d":
             _rewrite(h, "input_ids", h["input_ids"][:].reshape(rows, 128, 1))
         elif change == "scalar":

@@ -955,9 +955,17 @@ def test_package_records_how_each_run_was_launched_and_warns_of_a_short_series(t
         {"status": "success", "run": {"seed": seed, "train_batch_size": 96}, "launch": launch}))
     (two_runs / "run_1").mkdir()  # another run's record: not taken
     (two_runs / "run_1" / "run_finished.json").write_text(json.dumps({"run": {"seed": -1}, "launch": launch}))
+    (two_runs / "run_1" / "mlperf.log").write_text("")  # finished: its result_1.txt is there
+    (two_runs / "run_2").mkdir()  # the series' run 2, still running: a log, no result_2.txt yet
+    (two_runs / "run_2" / "mlperf.log").write_text(":::MLLOG {}\n")
     out = tmp_path / "pkg"
     assert pkg_mod.main(nyx_argv(two_runs, out)) == 0
     err = capsys.readouterr().err
+    # a sweep: the run still going was missing from the package with the count warning alone
+    assert "warning: package: %s: no result_2.txt in %s: that run of the series did not finish (still running, or" \
+        " stopped: rerun the same start_training.sh command to finish it), and is not in this package" \
+        % (two_runs / "run_2" / "mlperf.log", two_runs) in err, err
+    assert str(two_runs / "run_1") not in err, err
     assert "warning: package: 2 run logs, the ruleset (training 5.0.0) needs exactly 10 for BERT: the official" \
         " package checker fails this package" in err
     assert "warning: package: 1 run without a launch record (result_1.txt)" in err

@@ -687,6 +687,17 @@ def launch_file(system, entries, source, logs=None, root=ROOT):
             "implementation": source, "runs": runs}
 
 
+def _unfinished_runs(logs):
+    """run_N/mlperf.log of the series whose result_N.txt logs are among ``logs`` that have no
+    result_N.txt beside them (start_training.sh copies a run's log there when it finishes)."""
+    dirs = {os.path.dirname(os.path.abspath(p)) for p in logs if re.match(r"result_\d+\.txt$", os.path.basename(p))}
+    for d in sorted(dirs):
+        for log in glob.glob(os.path.join(d, "run_*", "mlperf.log")):
+            n = os.path.basename(os.path.dirname(log))[len("run_"):]
+            if n.isascii() and n.isdigit() and not os.path.exists(os.path.join(d, "result_%s.txt" % n)):
+                yield log
+
+
 def package_warnings(logs, entries, source):
     """What package says but does not refuse: a count of logs other than the ruleset's, runs
     without a launch record, runs made with other code than the packaged."""
@@ -697,6 +708,11 @@ def package_warnings(logs, entries, source):
         warnings.append("%d run log%s, the ruleset (training %s) needs exactly %d for BERT: the official package"
                         " checker fails this package (add the missing runs to --runs, or leave the extra out)"
                         % (len(logs), "" if len(logs) == 1 else "s", RULESET, need))
+    for log in sorted(_unfinished_runs(logs), key=_run_number):  # a series still running, or stopped
+        d = os.path.dirname(os.path.dirname(log))
+        warnings.append("%s: no result_%d.txt in %s: that run of the series did not finish (still running, or"
+                        " stopped: rerun the same start_training.sh command to finish it), and is not in this"
+                        " package" % (log, _run_number(log), d))
     by_seed = {}
     for log, e in zip(logs, entries):  # the same run twice (a copy, a folder given twice), or a seed reused
         by_seed.setdefault(("seed", e["seed"]) if e["seed"] is not None else ("md5", file_md5(log)), []).append(log)

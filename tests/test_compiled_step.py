@@ -150,8 +150,8 @@ def test_explain_finds_one_graph_per_function(tmp_path):
     acc = trainer.accumulator
     upd = step.CompiledUpdate(acc, compile=lambda f: f)
     grads = acc._grads()
-    groups, t = upd._groups(grads)
-    out = torch._dynamo.explain(step.absorb_and_update)(grads, None, 1.0, 1, groups, upd.lr, upd.t)
+    groups = upd._groups(grads)
+    out = torch._dynamo.explain(step.absorb_and_update)(grads, None, 1.0, 1, groups, upd.lr)
     assert (out.graph_count, out.graph_break_count) == (1, 0), out.break_reasons
 
 

@@ -210,7 +210,8 @@ def test_cuda_graphs_path_trains_as_the_compiled_step(tmp_path, monkeypatch, com
     _same_state(plain, graphed)
     upd = graphed.after_backward.__self__
     slots = [s for st in graphed.optimizer.state.values() for s in (st["adam_m"], st["adam_v"])]
-    assert all(getattr(t, "_dynamo_static_input_type", None) for t in slots + [upd.lr, upd.t])
+    bias = [c for pair in upd._bias.values() for c in pair]  # LAMB's bias corrections
+    assert bias and all(getattr(t, "_dynamo_static_input_type", None) for t in slots + [upd.lr] + bias)
     other = dict(batches[0], input_ids=batches[0]["input_ids"][:, :-1])
     with pytest.raises(UserError, match=r"--cuda_graphs replays batches of one shape: this batch has "
                                         r"input_ids \[4, 31\], the first input_ids \[4, 32\]; drop --cuda_graphs"):

@@ -217,7 +217,30 @@ def test_slot_arrays_use_reference_names_and_layout():
     assert set(slots) == {n + s for n in names for s in ("/adam_m", "/adam_v")}
     w = model.bert.encoder.layer[0].intermediate.dense.weight  # torch [out, in], TF [in, out]
     assert slots["bert/encoder/layer_0/intermediate/dense/kernel/adam_m"].shape == tuple(w.shape[::-1])
-    np.testing.assert_allclose(slots["cls/predictions/output_bias/adam_v"], 0.001, rtol=1e-6)  # (1-b2) g^2
+    # (1 - b2) g^2 with the reference's float32 1 - b2: 0.00099998713
+    np.testing.assert_allclose(slots["cls/predictions/output_bias/adam_v"], np.float32(1) - np.float32(0.999), rtol=1e-7)
+
+
+def test_lamb_coefficients_are_the_reference_float32_ones():
+    """The reference's LAMB takes 1 - beta and its bias corrections in float32 (1 - float32(0.999) is
+    0.00099998713, not 0.001; beta^t a running float32 product): excluded weights (no trust ratio)
+    moved 6e-6 relative off it with float64 ones. Expected: mlcommons/training
+    retired_benchmarks/bert/optimization.py run by TF 2.21 in graph mode (its flags at their
+    defaults), ``create_optimizer(tf.reduce_sum(v * g), 0.5, 1000, 0, False, "lamb", 1.0, 0, 1)``
+    with v the variable cls/predictions/output_bias and g a placeholder fed one row per run."""
+    from mlperf_bert.trainer.optimizer import BertOptimizer
+    grads = [[0.1, -0.2, 0.05, 0.3], [-0.05, 0.1, 0.2, -0.1], [0.3, 0.0, -0.1, 0.05]]  # norms < 1: unclipped
+    expect = [[-0.39999502897262573, 0.2999975085258484, -0.19999000430107117, -0.4999983012676239],
+              [-0.533028244972229, 0.4330315589904785, -0.6417315006256104, -0.6999058723449707],
+              [-0.8676038980484009, 0.5357638597488403, -0.8094426989555359, -0.9022106528282166]]
+    for foreach in (False, True):
+        w = torch.nn.Parameter(torch.tensor([0.1, -0.2, 0.3, 0.0]))
+        opt = BertOptimizer([dict(params=[w], names=["cls/predictions/output_bias"], exclude=True)], foreach=foreach)
+        for k, g in enumerate(grads):
+            opt.param_groups[0]["lr"] = learning_rate(k, 0.5, 1000, 0)
+            w.grad = torch.tensor(g)
+            opt.step()
+            np.testing.assert_allclose(w.detach().numpy(), expect[k], rtol=3e-7, atol=0, err_msg=str(k))
 
 
 # ---- the reference's update run by TensorFlow itself ------------------------------------------

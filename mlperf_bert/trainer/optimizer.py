@@ -8,6 +8,7 @@ in the same order; the multi-tensor path is the default on GPU.
 import functools
 import sys
 
+import numpy as np
 import torch
 
 from mlperf_bert.trainer.tf_checkpoint import tf_name
@@ -81,11 +82,12 @@ class BertOptimizer(torch.optim.Optimizer):
                 continue
             ms, vs, t = self.advance_slots(params)
             grads = [p.grad for p in params]
+            coef = update_coefficients(self.kind, group["beta_1"], group["beta_2"], t)
             if self._use_foreach(params):
-                self._step_foreach(group, params, grads, ms, vs, t)
+                self._step_foreach(group, params, grads, ms, vs, coef)
             else:
                 for p, g, m, v in zip(params, grads, ms, vs):
-                    self._step_one(group, p, g, m, v, t)
+                    self._step_one(group, p, g, m, v, coef)
         return loss
 
     def advance_slots(self, params):
@@ -104,13 +106,14 @@ class BertOptimizer(torch.optim.Optimizer):
             vs.append(st["adam_v"])
         return ms, vs, self.state[params[0]]["step"]
 
-    def _step_one(self, group, p, g, m, v, t):
+    def _step_one(self, group, p, g, m, v, coef):
         b1, b2, eps, lr = group["beta_1"], group["beta_2"], group["epsilon"], group["lr"]
         wd, exclude = group["weight_decay_rate"], group["exclude"]
-        m.mul_(b1).add_(g, alpha=1.0 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+        a1, a2, c1, c2 = coef
+        m.mul_(b1).add_(g, alpha=a1)
+        v.mul_(b2).addcmul_(g, g, value=a2)
         if self.kind == "lamb":
-            update = (m / (1.0 - b1 ** t)) / ((v / (1.0 - b2 ** t)).sqrt_().add_(eps))
+            update = (m / c1) / ((v / c2).sqrt_().add_(eps))
         else:
             update = m / (v.sqrt().add_(eps))
         if not exclude:
@@ -121,8 +124,8 @@ class BertOptimizer(torch.optim.Optimizer):
         else:
             p.add_(update, alpha=-lr)
 
-    def _step_foreach(self, group, params, grads, ms, vs, t):
-        foreach_update_(self.kind, params, grads, ms, vs, t, group["lr"], group["beta_1"], group["beta_2"],
+    def _step_foreach(self, group, params, grads, ms, vs, coef):
+        foreach_update_(self.kind, params, grads, ms, vs, coef, group["lr"], group["beta_1"], group["beta_2"],
                         group["epsilon"], group["weight_decay_rate"], group["exclude"])
 
     def slot_arrays(self):
@@ -138,19 +141,52 @@ class BertOptimizer(torch.optim.Optimizer):
         return out
 
 
-def foreach_update_(kind, params, grads, ms, vs, t, lr, b1, b2, eps, wd, exclude):
-    """One LAMB/AdamW update of a group with multi-tensor ops. ``t`` (the update count) and ``lr``
-    are Python numbers (eager) or tensors of one element (the compiled step, trainer/step.py: a
-    changing Python number would recompile); with numbers these are the exact ops of the eager
-    default."""
+def update_coefficients(kind, b1, b2, t):
+    """-> (1 - b1, 1 - b2, 1 - b1^t, 1 - b2^t) for update ``t``, as the reference computes them.
+
+    Its LAMB (lamb_optimizer_v1.py) does it in float32: ``1 - beta1_t`` of the float32 beta, and
+    the bias corrections from beta1_power / beta2_power, float32 variables that start at beta and
+    are multiplied by it after each update. For beta_2 0.999, 1 - float32(0.999) is 0.00099998713:
+    1.3e-5 from 0.001, so float64 numbers moved the LayerNorm and bias weights (no trust ratio)
+    6e-6 relative off the reference at each update. AdamW (optimization.py) takes 1 - beta in
+    Python floats and has no bias correction (None).
+    """
+    if kind != "lamb":
+        return 1.0 - b1, 1.0 - b2, None, None
+    one = np.float32(1.0)
+    return (float(one - np.float32(b1)), float(one - np.float32(b2)),
+            float(one - _beta_power(b1, t)), float(one - _beta_power(b2, t)))
+
+
+_POWERS = {}  # beta -> (t, float32 beta^t), the last asked: the next update multiplies once
+
+
+def _beta_power(beta, t):
+    """float32 beta^t as the reference's running product, rounded to float32 at each update."""
+    b = np.float32(beta)
+    t0, power = _POWERS.get(beta, (1, b))
+    if t0 > t:
+        t0, power = 1, b
+    chain = np.full(t - t0 + 1, b, dtype=np.float32)
+    chain[0] = power
+    power = np.multiply.accumulate(chain)[-1]  # sequential float32 products
+    _POWERS[beta] = (t, power)
+    return power
+
+
+def foreach_update_(kind, params, grads, ms, vs, coef, lr, b1, b2, eps, wd, exclude):
+    """One LAMB/AdamW update of a group with multi-tensor ops. ``coef``: update_coefficients';
+    its bias corrections and ``lr`` are Python numbers (eager) or tensors of one element (the
+    compiled step, trainer/step.py: a changing Python number would recompile); with numbers these
+    are the exact ops of the eager default."""
     fe = torch
+    a1, a2, c1, c2 = coef
     fe._foreach_mul_(ms, b1)
-    fe._foreach_add_(ms, grads, alpha=1.0 - b1)
+    fe._foreach_add_(ms, grads, alpha=a1)
     fe._foreach_mul_(vs, b2)
-    fe._foreach_addcmul_(vs, grads, grads, value=1.0 - b2)
+    fe._foreach_addcmul_(vs, grads, grads, value=a2)
     if kind == "lamb":
-        c1, c2 = 1.0 - b1 ** t, 1.0 - b2 ** t
-        if torch.is_tensor(t):  # float64 as the Python number, then the tensors' type as eager
+        if torch.is_tensor(c1):  # float64 holding the float32 number, then the tensors' type as eager
             c1, c2 = c1.reshape(()).to(ms[0].dtype), c2.reshape(()).to(vs[0].dtype)
         num = fe._foreach_div(ms, c1)
         den = fe._foreach_div(vs, c2)

@@ -3,7 +3,7 @@
 The model's forward (and with it, through AOTAutograd, its backward) is one torch.compile'd
 graph; gradient clipping, accumulation and the LAMB/AdamW update are others. None has a graph
 break, and nothing recompiles after the first update and the first eval: the learning rate and
-the optimizer's step count enter as one-element device tensors filled in place (``fill_`` with a
+LAMB's bias corrections enter as one-element device tensors filled in place (``fill_`` with a
 Python number: no host-to-device copy, no host sync), not as Python numbers that dynamo would
 specialise on. tests/test_compiled_step.py checks both with torch._dynamo's own tools.
 
@@ -16,7 +16,7 @@ accumulator's and the optimizer's own code, bit for bit.
 """
 import torch
 
-from mlperf_bert.trainer.optimizer import foreach_update_, global_norm_scale
+from mlperf_bert.trainer.optimizer import foreach_update_, global_norm_scale, update_coefficients
 
 # None of these functions writes into the gradients it is given: they are the backward's
 # outputs, and with --cuda_graphs inductor replays a function as a CUDA graph only if every
@@ -37,16 +37,16 @@ def _times(grads, scale):
     return torch._foreach_mul(grads, scale.to(grads[0].dtype))
 
 
-def _update(groups, lr, t, scale=None, n=1):
-    """The optimizer on every group: (kind, params, grads, ms, vs, hyper) with hyper (b1, b2, eps,
-    wd, exclude). The groups' gradients are divided by ``n`` (n > 1), then multiplied by
-    ``scale`` (if given) on the way in."""
-    for kind, params, grads, ms, vs, hyper in groups:
+def _update(groups, lr, scale=None, n=1):
+    """The optimizer on every group: (kind, params, grads, ms, vs, coef, hyper) with coef
+    foreach_update_'s and hyper (b1, b2, eps, wd, exclude). The groups' gradients are divided by
+    ``n`` (n > 1), then multiplied by ``scale`` (if given) on the way in."""
+    for kind, params, grads, ms, vs, coef, hyper in groups:
         if n > 1:
             grads = torch._foreach_div(grads, float(n))
         if scale is not None:
             grads = _times(grads, scale)
-        foreach_update_(kind, params, grads, ms, vs, t, lr, *hyper)
+        foreach_update_(kind, params, grads, ms, vs, coef, lr, *hyper)
 
 
 def absorb(grads, buffers, clip_norm, n):
@@ -58,33 +58,33 @@ def absorb(grads, buffers, clip_norm, n):
         return norm
 
 
-def absorb_and_update(grads, buffers, clip_norm, n, groups, lr, t):
+def absorb_and_update(grads, buffers, clip_norm, n, groups, lr):
     """``absorb``, then the update of ``groups``: their gradients are the buffers (n > 1), or
     (no buffers) this micro-batch's, clipped on the way in."""
     with torch.no_grad():
         norm, scale = global_norm_scale(grads, clip_norm)
         if buffers is None:
-            _update(groups, lr, t, scale)
+            _update(groups, lr, scale)
             return norm
         torch._foreach_add_(buffers, torch._foreach_div(_times(grads, scale), float(n)))
-        _update(groups, lr, t)
+        _update(groups, lr)
         torch._foreach_zero_(buffers)
         return norm
 
 
-def update(groups, lr, t, buffers):
+def update(groups, lr, buffers):
     with torch.no_grad():
-        _update(groups, lr, t)
+        _update(groups, lr)
         if buffers is not None:
             torch._foreach_zero_(buffers)
 
 
-def reduce_clip_update(grads, clip_norm, n, groups, lr, t):
+def reduce_clip_update(grads, clip_norm, n, groups, lr):
     """Clipping after the reduction: the summed (and all-reduced) gradients / n, clipped, applied
     (``groups`` hold the sums: divided and clipped on the way in)."""
     with torch.no_grad():
         norm, scale = global_norm_scale(torch._foreach_div(grads, float(n)) if n > 1 else grads, clip_norm)
-        _update(groups, lr, t, scale, n)
+        _update(groups, lr, scale, n)
         return norm
 
 
@@ -94,23 +94,25 @@ class CompiledUpdate:
     def __init__(self, accumulator, compile=None, graphed=False):
         """``graphed`` (--cuda_graphs, trainer/levers.py): the functions replay as CUDA graphs,
         whose outputs the next replay overwrites; the state they mutate (slots, buffers, the
-        learning rate and step count; the parameters are static to inductor as such) is marked
+        learning rate and bias corrections; the parameters are static to inductor as such) is marked
         static, and with clipping after the reduction the summed gradients live in buffers of
         their own between micro-steps."""
         acc = self.acc = accumulator
         device = acc.params[0].device
         self.lr = torch.zeros((), device=device)
-        # b ** t as the eager float64. One element, not 0-dim: dynamo takes a 0-dim float64 tensor
-        # on the CPU for a Python float, then restarts its analysis of each update function
+        # LAMB's bias corrections by betas: (1 - b1^t, 1 - b2^t) as eager's (float64 holds them
+        # exactly). One element, not 0-dim: dynamo takes a 0-dim float64 tensor on the CPU for a
+        # Python float, then restarts its analysis of each update function
         # (tensorify_python_scalars): a second trace, 1-2 s of a CPU compile
-        self.t = torch.zeros((1,), dtype=torch.float64, device=device)
+        self.device = device
+        self._bias = {}
         self.absorb, self.absorb_and_update, self.update, self.reduce_clip_update = (
             (compile or torch.compile)(f) for f in (absorb, absorb_and_update, update, reduce_clip_update))
         self.graphed = graphed
         self._static = set()  # ids of the tensors marked static
         self._sums = None  # graphed, clipping after the reduction: where p.grad sums up
         if graphed:
-            self._mark_static([self.lr, self.t])
+            self._mark_static([self.lr])
 
     def _mark_static(self, tensors):
         """Mark tensors that the CUDA-graphed update mutates in place and keeps (slots, buffers, lr)
@@ -138,7 +140,7 @@ class CompiledUpdate:
         """The optimizer's groups in its own order, each parameter with its gradient and slots."""
         opt = self.acc.optimizer
         grad_of = {id(p): g for p, g in zip(self.acc.params, grads)}
-        out, t = [], None
+        out = []
         for group in opt.param_groups:
             params = [p for p in group["params"] if id(p) in grad_of]
             if not params:
@@ -146,18 +148,31 @@ class CompiledUpdate:
             ms, vs, t = opt.advance_slots(params)
             if self.graphed:
                 self._mark_static(ms + vs)
-            hyper = (group["beta_1"], group["beta_2"], group["epsilon"], group["weight_decay_rate"],
-                     group["exclude"])
-            out.append((opt.kind, params, [grad_of[id(p)] for p in params], ms, vs, hyper))
-        return out, t
+            b1, b2 = group["beta_1"], group["beta_2"]
+            a1, a2, c1, c2 = update_coefficients(opt.kind, b1, b2, t)
+            if c1 is not None:
+                c1, c2 = self._bias_tensors(b1, b2, c1, c2)
+            hyper = (b1, b2, group["epsilon"], group["weight_decay_rate"], group["exclude"])
+            out.append((opt.kind, params, [grad_of[id(p)] for p in params], ms, vs, (a1, a2, c1, c2), hyper))
+        return out
 
-    def _set_scalars(self, global_step, t):
+    def _bias_tensors(self, b1, b2, c1, c2):
+        """The device tensors of betas (b1, b2), filled with this update's bias corrections."""
+        if (b1, b2) not in self._bias:
+            self._bias[b1, b2] = [torch.zeros((1,), dtype=torch.float64, device=self.device) for _ in range(2)]
+            if self.graphed:
+                self._mark_static(self._bias[b1, b2])
+        t1, t2 = self._bias[b1, b2]
+        t1.fill_(c1)
+        t2.fill_(c2)
+        return t1, t2
+
+    def _set_scalars(self, global_step):
         acc = self.acc
         acc.last_lr = acc.lr_fn(global_step)
         for group in acc.optimizer.param_groups:
             group["lr"] = acc.last_lr
         self.lr.fill_(acc.last_lr)
-        self.t.fill_(t)
 
     def after_backward(self, global_step):
         """As GradientAccumulator.after_backward: -> whether the optimizer was applied."""
@@ -170,9 +185,9 @@ class CompiledUpdate:
                     self._keep_sums()
                 return False
             grads = acc._grads()
-            groups, t = self._groups(grads)
-            self._set_scalars(global_step, t)
-            acc.last_grad_norm = self.reduce_clip_update(grads, acc.clip_norm, acc.n, groups, self.lr, self.t)
+            groups = self._groups(grads)
+            self._set_scalars(global_step)
+            acc.last_grad_norm = self.reduce_clip_update(grads, acc.clip_norm, acc.n, groups, self.lr)
         else:
             grads = acc._grads()
             new = acc.n > 1 and acc.buffers is None
@@ -186,19 +201,19 @@ class CompiledUpdate:
                 return False
             if acc.exchange is None:
                 # n == 1: the micro-batch's gradients, clipped on their way into the update
-                groups, t = self._groups(buffers if buffers is not None else grads)
-                self._set_scalars(global_step, t)
+                groups = self._groups(buffers if buffers is not None else grads)
+                self._set_scalars(global_step)
                 acc.last_grad_norm = self.absorb_and_update(grads, buffers, acc.clip_norm, acc.n, groups,
-                                                            self.lr, self.t)
+                                                            self.lr)
             else:
                 # the accumulator's own absorb, bucket by bucket, each bucket's all-reduce started
                 # as soon as it is made (one compiled absorb would let none start before it ends;
                 # eager, it writes into the backward's outputs outside any graph: no compiled
                 # function mutates them, the rule of --cuda_graphs above)
                 summed = acc.absorb_and_exchange(grads)
-                groups, t = self._groups(summed)
-                self._set_scalars(global_step, t)
-                self.update(groups, self.lr, self.t, buffers)
+                groups = self._groups(summed)
+                self._set_scalars(global_step)
+                self.update(groups, self.lr, buffers)
         acc.drop_grads()  # keep_grads (DDP's bucket views): zeroed in place
         acc.pending = 0
         return True

@@ -776,6 +776,9 @@ def _no_checkpoints(path):
      r"but this run has --lamb_beta_1=0.8 \(given, or by a preset\): drop it, or use --optimizer=lamb$"),
     ({"optimizer": "adamw", "log_epsilon": -8.0, "lamb_weight_decay_rate": 0.1},
      r"this run has --log_epsilon=-8.0, --lamb_weight_decay_rate=0.1 \(given, or by a preset\): drop them,"),
+    # the reference's adamw with accumulation counts micro-steps twice and races with the count
+    ({"optimizer": "adamw"}, r"^--optimizer=adamw with --steps_per_update=2: the reference's AdamW counts each "
+     r"micro-step twice in its global step .* use --optimizer=lamb, or --steps_per_update=1$"),
 ])
 def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tmp_path, change, message):
     out = str(tmp_path / "out")

@@ -69,6 +69,15 @@ def _check_adamw(o):
                         "0.999, epsilon 1e-6 and weight decay rate 0.01 are fixed (those flags are LAMB's), but "
                         "this run has %s (given, or by a preset): drop %s, or use --optimizer=lamb"
                         % (", ".join(other), "it" if len(other) == 1 else "them"))
+    # Its create_optimizer adds 1 to the global step after AdamW's update, with no ordering against
+    # the reads of that step, also when GradientAggregationOptimizer already adds 1 a micro-step:
+    # the step counts micro-steps twice, and which micro-steps update, at which learning rate,
+    # varies from run to run (the reference run three times by TF 2.21: three different results).
+    if o.steps_per_update > 1:
+        raise UserError("--optimizer=adamw with --steps_per_update=%d: the reference's AdamW counts each micro-step "
+                        "twice in its global step (optimization.py adds 1 besides the accumulation's own), and its "
+                        "updates race with that count, so no run can match it; use --optimizer=lamb, or "
+                        "--steps_per_update=1" % o.steps_per_update)
 
 
 FLOAT32_MAX = 3.4028234663852886e38

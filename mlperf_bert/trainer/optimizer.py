@@ -158,20 +158,10 @@ def update_coefficients(kind, b1, b2, t):
             float(one - _beta_power(b1, t)), float(one - _beta_power(b2, t)))
 
 
-_POWERS = {}  # beta -> (t, float32 beta^t), the last asked: the next update multiplies once
-
-
 def _beta_power(beta, t):
-    """float32 beta^t as the reference's running product, rounded to float32 at each update."""
-    b = np.float32(beta)
-    t0, power = _POWERS.get(beta, (1, b))
-    if t0 > t:
-        t0, power = 1, b
-    chain = np.full(t - t0 + 1, b, dtype=np.float32)
-    chain[0] = power
-    power = np.multiply.accumulate(chain)[-1]  # sequential float32 products
-    _POWERS[beta] = (t, power)
-    return power
+    """float32 beta^t as the reference's running product, rounded to float32 at each update (t
+    float32 products: ~20 us at t = 7,000, so no state is kept between updates)."""
+    return np.multiply.accumulate(np.full(t, np.float32(beta), dtype=np.float32))[-1]
 
 
 def foreach_update_(kind, params, grads, ms, vs, coef, lr, b1, b2, eps, wd, exclude):

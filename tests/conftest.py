@@ -293,16 +293,17 @@ def _cost(item, learned):
 COST_KEY = "mlperf/test_cost_s"
 
 
-def _cpu_now():
+def _cpu_now(children=True):
+    """CPU seconds of this process and (``children``) of the children it has waited for."""
     import resource
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime + (kids.ru_utime + kids.ru_stime if children else 0)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     import time
-    item._cpu_start, item._wall_start = _cpu_now(), time.time()
+    item._cpu_start, item._own_start, item._wall_start = _cpu_now(), _cpu_now(False), time.time()
     item._tf_before = "tensorflow" in sys.modules
     yield
 
@@ -318,10 +319,12 @@ def pytest_runtest_makereport(item, call):
         if not item._tf_before and "tensorflow" in sys.modules and _unit(item) != "tensorflow":
             report.user_properties.append(("tf_stray", True))
         if os.environ.get("MB_TEST_CPU_LOG"):  # a line per test as it ends (for a run cut short):
-            # CPU s, nodeid, wall s, start (epoch s), worker: where a run waits, and on what
+            # CPU s, nodeid, wall s, start (epoch s), worker, the worker's own CPU s (the rest is
+            # the processes the test started and waited for): where a run waits, and on what
             with open(os.environ["MB_TEST_CPU_LOG"], "a") as f:
-                f.write("%.3f %s %.3f %.3f %s\n" % (cpu, item.nodeid, wall, item._wall_start,
-                                                     os.environ.get("PYTEST_XDIST_WORKER", "-")))
+                f.write("%.3f %s %.3f %.3f %s %.3f\n" % (cpu, item.nodeid, wall, item._wall_start,
+                                                          os.environ.get("PYTEST_XDIST_WORKER", "-"),
+                                                          _cpu_now(False) - item._own_start))
 
 
 def pytest_runtest_logreport(report):

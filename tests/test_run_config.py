@@ -77,8 +77,11 @@ def _leaves(x, path=()):
 
 
 def _computed(path, x):
-    """Whether a checkpoint's leaf is a result of float arithmetic: weights, moments, the loss sum."""
-    return (isinstance(x, torch.Tensor) and x.is_floating_point()) or (path[0] == "loss" and isinstance(x, float))
+    """Whether a checkpoint's leaf is a result of float arithmetic: weights, moments, the loss sum,
+    the optimizer's last learning rate (float32 since the schedule became the reference's float32
+    one, after this fixture was made: 0.005833333333333333 is now 0.005833332892507315)."""
+    return ((isinstance(x, torch.Tensor) and x.is_floating_point()) or (path[0] == "loss" and isinstance(x, float))
+            or (path[:2] == ("optimizer", "param_groups") and path[-1] == "lr"))
 
 
 def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):

@@ -328,12 +328,18 @@ run_one() {
     if [[ -n "$seed" && -n "$run_seed" && "$seed" != "$run_seed" ]]; then
       die "$name in $dir finished earlier with seed $run_seed, not SEED=$seed: use another OUTPUT_DIR for a new run"
     fi
-    ignore_signals  # what is left of a run that ended earlier (its log kept), as after a trainer's end
     finished_before=1
     status=0
-    return
+    if [[ -n "${TRAIN_MODEL:-}" ]]; then  # a trainer of one's own: its settings are not ours to compare
+      ignore_signals  # what is left of a run that ended earlier (its log kept), as after a trainer's end
+      return
+    fi
+    # Ours compares this command's settings with the finished run's (trainer/preflight.py
+    # finished_before): the same have nothing to do, others are refused in one line; its ranks meet
+    # as a run's do, so a node whose disk lacks the marker does not wait for the others for ever.
+  else
+    finished_before=0
   fi
-  finished_before=0
   # a checkpoint there: the trainer resumes it, and the log goes on from it (its first lines kept)
   newest_checkpoint "$dir"
   resumed=$newest
@@ -351,13 +357,13 @@ run_one() {
   stop_if_signalled "$name" "$dir"  # nothing of the run started: no trainer to stop
   now start %s
   now start_fmt '%Y-%m-%d %r'
-  echo "STARTING TIMING RUN AT $start_fmt"
+  (( finished_before )) || echo "STARTING TIMING RUN AT $start_fmt"
 
   # The trainer logs cache_clear (first line of its log) true only when MLPERF_CACHE_CLEARED says
   # that this drop succeeded; a resumed run's log keeps its first start's line, and says so.
   local cleared=False
-  if [[ "$DROP_CACHES" == 0 ]]; then
-    :  # asked for: nothing to say
+  if [[ "$DROP_CACHES" == 0 ]] || (( finished_before )); then
+    :  # asked for, or nothing to time: nothing to say
   elif [[ "$DROP_CACHES" == auto && "$EUID" != 0 ]]; then
     say_drop "not root: the page cache is not dropped (run as root; a container with --privileged)" False
   elif { sync && echo 3 > "$DROP_CACHES_FILE"; } 2>/dev/null; then  # (nor bash's "Terminated" of a killed sync)
@@ -404,6 +410,11 @@ run_one() {
     [[ -f "$dir/run_finished.json" ]] && status=0 || status=$sig_status
   fi
 
+  if (( finished_before )); then
+    (( status == 0 )) && return
+    # its refusal is its one line above; a stop ends this check, the run it found stays finished
+    exit "$status"
+  fi
   if (( status == 0 )); then
     run_state "$dir" "$log"
     echo "ENDING TIMING RUN AT $end_fmt"

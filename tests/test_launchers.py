@@ -847,6 +847,23 @@ def _path_without_git(bin_dir):
     return str(bin_dir)
 
 
+def test_a_finished_run_rerun_with_another_setting_is_refused_and_nothing_is_written(tiny_run):
+    """start_training.sh took a finished run as done without asking the trainer: rerun with another
+    --learning_rate it said "finished earlier ... nothing to do", exit 0, as if the command had been
+    the run's. The trainer compares the settings (preflight.finished_before): one line naming the
+    flag, status 2, no timing line, the run's files untouched. (The same command has nothing to do:
+    the series of the test below.)"""
+    args, env, full = tiny_run
+    before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in full.iterdir()}
+    proc = subprocess.run([START] + args + ["--learning_rate=0.5"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, env=dict(env, OUTPUT_DIR=str(full), SEED=TINY_SEED))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stdout + proc.stderr
+    assert "this run already finished" in errors[0] and "--learning_rate=0.5 (was 0.02)" in errors[0], errors
+    assert "STARTING TIMING RUN" not in proc.stdout and "RESULT" not in proc.stdout, proc.stdout
+    assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in full.iterdir()} == before
+
+
 @pytest.mark.slow
 def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail(tiny_run, tmp_path):
     """Issue 31's whole path on CPU. Ten runs as a closed submission makes them (NUM_RUNS=10 through

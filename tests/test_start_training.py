@@ -573,6 +573,8 @@ def test_a_failed_run_is_one_line_and_not_checked(fake):
 def test_a_finished_run_is_not_run_again(fake):
     first = fake("--preset=demo_cpu", SEED="5")
     assert first.returncode == 0 and len(result_lines(first)) == 1
+    # a TRAIN_MODEL of one's own is not asked to compare the settings (train_model.sh's trainer is:
+    # test_launchers.py's test_a_finished_run_rerun_with_another_setting_is_refused...)
     again = fake("--preset=demo_cpu", "--learning_rate=1")
     assert again.returncode == 0 and len(calls(fake)) == 1, again.stdout + again.stderr
     assert not result_lines(again) and "STARTING" not in again.stdout

@@ -412,8 +412,12 @@ run_one() {
 
   if (( finished_before )); then
     (( status == 0 )) && return
-    # its refusal is its one line above; a stop ends this check, the run it found stays finished
-    exit "$status"
+    if [[ -n "$got_signal" ]]; then  # the run it found stays finished: a stop of this check alone
+      signal_status
+      echo "$ME: $name finished earlier; stopped by SIG$got_signal while its settings were compared; rerun the same command to go on"
+      exit "$sig_status"
+    fi
+    exit "$status"  # its refusal is its one line above
   fi
   if (( status == 0 )); then
     run_state "$dir" "$log"

@@ -82,3 +82,22 @@ def test_sizes_must_be_positive(tmp_path, key):
     with pytest.raises(UserError) as e:
         BertConfig.from_json_file(path)
     assert str(e.value) == "BERT config %s: %s must be a positive int, got 0" % (path, key)
+
+
+def test_hidden_act_takes_the_reference_names_in_any_case_and_linear(tmp_path):
+    """The reference's modeling.get_activation lowercases hidden_act and takes "linear" (and "")
+    for no activation: a config it runs with "GELU", "Relu" or "linear" was refused here. They load
+    as the reference reads them (its TF model, run beside ours on one checkpoint, gives the same
+    loss for each); another name is one line naming it."""
+    import torch
+    from mlperf_bert.trainer.checkpoint_convert import hf_config
+    from mlperf_bert.trainer.model import BertForPreTraining
+    for given, read in (("GELU", "gelu"), ("Relu", "relu"), ("TANH", "tanh"), ("linear", "linear"), ("", "linear")):
+        cfg = BertConfig.from_json_file(write(tmp_path, dict(demo(), hidden_act=given)))
+        assert cfg.hidden_act == read and cfg.to_dict()["hidden_act"] == read
+    assert hf_config(cfg)["hidden_act"] == "linear"
+    layer = BertForPreTraining(cfg).bert.encoder.layer[0]
+    x = torch.randn(2, 3)
+    assert torch.equal(layer.act(x), x)
+    with pytest.raises(UserError, match=r"hidden_act 'Swish' is not one of gelu, relu, tanh, linear"):
+        BertConfig.from_json_file(write(tmp_path, dict(demo(), hidden_act="Swish")))

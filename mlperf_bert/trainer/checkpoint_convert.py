@@ -35,7 +35,7 @@ HF_NAMES = {
 }
 # model.py's activations by their Hugging Face names: its gelu is the tanh approximation (the
 # reference's), which HF's "gelu" (erf) is not; "gelu_pytorch_tanh" is the same torch op.
-HF_ACTS = {"gelu": "gelu_pytorch_tanh", "relu": "relu", "tanh": "tanh"}
+HF_ACTS = {"gelu": "gelu_pytorch_tanh", "relu": "relu", "tanh": "tanh", "linear": "linear"}
 
 
 def hf_config(cfg):

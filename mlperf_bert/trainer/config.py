@@ -7,7 +7,7 @@ import math
 
 from mlperf_bert.errors import UserError
 
-HIDDEN_ACTS = ("gelu", "relu", "tanh")  # the activations model.py implements
+HIDDEN_ACTS = ("gelu", "relu", "tanh", "linear")  # the activations model.py implements
 
 
 @dataclasses.dataclass
@@ -23,6 +23,10 @@ class BertConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     initializer_range: float = 0.02
+
+    def __post_init__(self):
+        if isinstance(self.hidden_act, str):  # the reference's names (modeling.get_activation): any case, "" linear
+            self.hidden_act = self.hidden_act.lower() or "linear"
 
     @classmethod
     def from_dict(cls, d):
@@ -66,8 +70,8 @@ class BertConfig:
         if cfg.type_vocab_size < 2:  # the pretraining data has segment ids 0 and 1
             raise UserError("BERT config %s: type_vocab_size must be >= 2, got %r" % (path, cfg.type_vocab_size))
         if cfg.hidden_act not in HIDDEN_ACTS:
-            raise UserError("BERT config %s: hidden_act %r is not one of %s"
-                            % (path, cfg.hidden_act, ", ".join(HIDDEN_ACTS)))
+            raise UserError("BERT config %s: hidden_act %r is not one of %s (the reference's names, in any case)"
+                            % (path, d["hidden_act"], ", ".join(HIDDEN_ACTS)))
         if cfg.hidden_size % cfg.num_attention_heads:
             raise UserError("BERT config %s: hidden_size %d is not a multiple of num_attention_heads %d"
                             % (path, cfg.hidden_size, cfg.num_attention_heads))

@@ -64,8 +64,12 @@ def gelu(x):
     return F.gelu(x, approximate="tanh")
 
 
+def _linear(x):  # the reference's "linear" (and ""): no activation
+    return x
+
+
 def _activation(name):
-    acts = {"gelu": gelu, "relu": F.relu, "tanh": torch.tanh}
+    acts = {"gelu": gelu, "relu": F.relu, "tanh": torch.tanh, "linear": _linear}
     if name not in acts:
         raise ValueError("unsupported hidden_act %r" % name)
     return acts[name]

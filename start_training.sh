@@ -336,7 +336,7 @@ run_one() {
     fi
     # Ours compares this command's settings with the finished run's (trainer/preflight.py
     # finished_before): the same have nothing to do, others are refused in one line; its ranks meet
-    # as a run's do, so a node whose disk lacks the marker does not wait for the others for ever.
+    # as a run's do, and rank 0 decides for every node.
   else
     finished_before=0
   fi

@@ -11,8 +11,7 @@ def learning_rate(step, init_lr, num_train_steps, num_warmup_steps, start_warmup
     In float32, with the reference graph's operations (its optimization.py as TF runs it): TF's
     graph optimizer (grappler's constant folding, ReduceDivToReciprocalMul) turns each division by
     a constant step count into a product with its float32 reciprocal, and folds init_lr into the
-    warmup's. Float64 arithmetic gave another float32 at
-    about half the steps (1 ulp).
+    warmup's. Float64 arithmetic gave another float32 at about half the steps (1 ulp).
     """
     from numpy import float32 as f32, power  # here: run_config imports this module under python -S
     init = f32(init_lr)

@@ -165,24 +165,24 @@ def packed_band(point, gbs):
 
 def rule_eval_grid(records, division):
     """Every eval at or after its grid point k x F (rounded up to the batch), none skipped.
-    Packed runs (most positions not whole micro-batches) must stay within packed_band of it."""
-    gbs_rec = (_find(records, "global_batch_size") or [None])[0]
-    gbs = _one_value(records, "global_batch_size")
-    if not finite(gbs) or gbs <= 0 or gbs != int(gbs):
-        return _res("eval_grid", FAIL, "no single positive integer global_batch_size line", gbs_rec)
-    gbs = int(gbs)
-    freq = eval_frequency(gbs)
+    Packed runs (most positions not whole micro-batches) must stay within packed_band of it.
+    The rules fix the frequency for the closed division only: an open log is held to the
+    eval_frequency it logs, as a warning, and to nothing when it logs none."""
+    result = _eval_grid(records, division)
+    if not result.detail.startswith(_OFF_GRID):
+        return result
+    result = result._replace(detail=result.detail[len(_OFF_GRID):])
+    if division != "open":
+        return result
+    return result._replace(level=WARN, detail=result.detail + " (open division: the rules fix the evaluation"
+                           " frequency of the closed division only)")
+
+
+_OFF_GRID = "off grid: "  # a failure of the frequency alone, which binds the closed division only
+
+
+def _eval_grid(records, division):
     logged = _find(records, "eval_frequency")  # our trainer's key; open runs may choose their own
-    note, note_rec = "", None
-    if logged and division == "closed" and logged[0].value != freq:
-        # not a key of the rules, maybe another harness's own (in steps): the evals say what was done
-        note, note_rec = ("; the log's eval_frequency %r is not the formula's %d: the evals were checked"
-                          " against the formula" % (logged[0].value, freq)), logged[0]
-    elif logged and (not finite(logged[0].value) or logged[0].value <= 0):
-        return _res("eval_grid", FAIL, "eval_frequency %r is not a positive number" % (logged[0].value,),
-                    logged[0])
-    elif logged:
-        freq = logged[0].value
     evals = _positioned(records, "eval_accuracy")
     if not evals:
         return _res("eval_grid", FAIL, "no eval_accuracy lines")
@@ -193,6 +193,31 @@ def rule_eval_grid(records, division):
         if not 0 <= rec.value <= 1:  # NaN too: a diverged model's, or a broken logger's
             return _res("eval_grid", FAIL, "eval_accuracy %s at %s samples is not an accuracy (a number in 0..1)"
                         % (rec.value, s), rec)
+    for (first, s), (rec, t) in zip(evals, evals[1:]):
+        if t == s and s:
+            # an epoch count (older logs' epoch_num 1 at every eval), not a count of samples
+            return _res("eval_grid", FAIL if division == "closed" else WARN, "evals at lines %d and %d both at"
+                        " training position %s: BERT's epoch_num is the training sample (training rules,"
+                        " \"Epoch reporting\")" % (first.lineno, rec.lineno, s), rec)
+    if division == "open" and not logged:
+        return _res("eval_grid", PASS, "%d evals; open division without an eval_frequency line: the rules fix"
+                    " the evaluation frequency of the closed division only" % len(evals))
+    gbs_rec = (_find(records, "global_batch_size") or [None])[0]
+    gbs = _one_value(records, "global_batch_size")
+    if not finite(gbs) or gbs <= 0 or gbs != int(gbs):
+        return _res("eval_grid", FAIL, "no single positive integer global_batch_size line", gbs_rec)
+    gbs = int(gbs)
+    freq = eval_frequency(gbs)
+    note, note_rec = "", None
+    if logged and division == "closed" and logged[0].value != freq:
+        # not a key of the rules, maybe another harness's own (in steps): the evals say what was done
+        note, note_rec = ("; the log's eval_frequency %r is not the formula's %d: the evals were checked"
+                          " against the formula" % (logged[0].value, freq)), logged[0]
+    elif logged and (not finite(logged[0].value) or logged[0].value <= 0):
+        return _res("eval_grid", FAIL, "eval_frequency %r is not a positive number" % (logged[0].value,),
+                    logged[0])
+    elif logged:
+        freq = logged[0].value
     accum = _one_value(records, "gradient_accumulation_steps")
     micro = gbs // accum if isinstance(accum, int) and accum > 0 and gbs % accum == 0 else gbs
     # most evals off the micro-batch grid, not any: one off by a partial batch (a last batch cut
@@ -209,7 +234,7 @@ def rule_eval_grid(records, division):
         if packed:
             lo, hi = packed_band(point, gbs)
             if s < lo or s > hi:
-                return _res("eval_grid", FAIL, "packed run: eval at %s samples, outside %d..%d around the"
+                return _res("eval_grid", FAIL, _OFF_GRID + "packed run: eval at %s samples, outside %d..%d around the"
                             " grid point %d (%d updates + %g%% below, %d + %g%% above; eval_frequency %d for"
                             " global_batch_size %d): wrong frequency or a skipped eval"
                             % (s, lo, hi, point, PACKED_PHASE_UPDATES, 100 * PACKED_DRIFT,
@@ -217,11 +242,11 @@ def rule_eval_grid(records, division):
             k += 1
             continue
         if s < point:
-            return _res("eval_grid", FAIL, "eval at %s samples, before the grid point %d (eval_frequency %d"
+            return _res("eval_grid", FAIL, _OFF_GRID + "eval at %s samples, before the grid point %d (eval_frequency %d"
                         " for global_batch_size %d): eval points may only be rounded up"
                         % (s, point, freq, gbs), rec)
         if s >= point + freq and boundary < point + freq:
-            return _res("eval_grid", FAIL, "no eval between %d and %d samples (skipped); next eval at %s"
+            return _res("eval_grid", FAIL, _OFF_GRID + "no eval between %d and %d samples (skipped); next eval at %s"
                         % (point, point + freq, s), rec)
         if s - boundary > late:
             late, late_rec = s - boundary, rec
@@ -231,7 +256,7 @@ def rule_eval_grid(records, division):
     due = packed_band(point, gbs)[1] if packed else -(-point // gbs) * gbs
     if trained >= due and trained > evals[-1][1]:
         last = max((r for r in records if samples_of(r) == trained), key=lambda r: r.lineno)
-        return _res("eval_grid", FAIL, "trained %s samples but no eval at the grid point %d (skipped)"
+        return _res("eval_grid", FAIL, _OFF_GRID + "trained %s samples but no eval at the grid point %d (skipped)"
                     % (trained, point), last)
     detail = "%d evals every %d samples (global_batch_size %d, %s)" % (len(evals), freq, gbs, kind)
     if late:
@@ -291,25 +316,32 @@ def rule_run_stop(records):
     return _res("run_stop", PASS, "run_stop status %s" % status)
 
 
-def rule_samples_monotonic(records):
+def rule_samples_monotonic(records, division):
+    """BERT's epoch is the training sample, reported so that the RCP checker can read a closed run's
+    samples to converge (training rules, "Epoch reporting"): a count that never goes down. The RCP
+    checker reads closed logs only: an open log's decrease is a warning."""
+    level = FAIL if division == "closed" else WARN
     prev = None
     for rec in records:
         s = samples_of(rec)
         if s is None:
             continue
         if s < 0:  # before any other position too: there is no earlier line to name
-            return _res("samples_monotonic", FAIL, "training position %s is negative" % (s,), rec)
+            return _res("samples_monotonic", level, "training position %s is negative" % (s,), rec)
         if prev is not None and s < samples_of(prev):
-            return _res("samples_monotonic", FAIL, "training position %s after %s (line %d)"
+            return _res("samples_monotonic", level, "training position %s after %s (line %d)"
                         % (s, samples_of(prev), prev.lineno), rec)
         prev = rec
     return _res("samples_monotonic", PASS, "training positions (epoch_num) never decrease")
 
 
-def rule_train_samples(records):
-    """The samples to converge, logged at the end (read by the RCP checker). Its absence is the
-    official checker's failure (training 5.0.0 common.yaml: EXACTLY_ONE); here a warning, as the
-    logs of earlier rounds may lack it."""
+def rule_train_samples(records, division):
+    """The samples to converge, logged at the end (read by the RCP checker, of closed runs only: in
+    an open log every finding is a warning). Its absence is the official checker's failure
+    (training 5.0.0 common.yaml: EXACTLY_ONE); here a warning, as the logs of earlier rounds may
+    lack it. A count other than the last position is legal (a packed run may log the grid point as
+    its position and its real count here); a count at or below the eval before the last (which
+    missed the target), or past where the next eval was due, is not the samples to converge."""
     found = _find(records, "train_samples")
     if not found:
         return _res("train_samples", WARN, "no train_samples line (the official checker of training %s"
@@ -319,7 +351,8 @@ def rule_train_samples(records):
     rec, value = found[0], found[0].value
     evals = _find(records, "eval_accuracy")
     if not finite(value) or value < 0:
-        return _res("train_samples", FAIL, "train_samples %r is not a non-negative number" % (value,), rec)
+        return _res("train_samples", FAIL if division == "closed" else WARN, "train_samples %r is not a"
+                    " non-negative number (the RCP checker reads it, in closed runs)" % (value,), rec)
     start = next((r for r in records if r.key in ("run_start", "block_start")), None)
     if start is not None and rec.lineno < start.lineno:
         return _res("train_samples", WARN, "train_samples %s logged before training: a budget, not the"
@@ -333,10 +366,18 @@ def rule_train_samples(records):
     if trained is None:
         return _res("train_samples", FAIL, "train_samples %s but no line gives a training position"
                     " (epoch_num or samples_count)" % (value,), rec)
-    if value != trained:
-        return _res("train_samples", FAIL, "train_samples %s but the run's last training position is %s"
-                    % (value, trained), rec)
-    return _res("train_samples", PASS, "train_samples %s" % (value,))
+    at = [s for s in (samples_of(r) for r in evals) if s is not None]
+    last, before = (at[-1], at[-2] if len(at) > 1 else 0) if at else (trained, 0)
+    if value in (trained, last):
+        return _res("train_samples", PASS, "train_samples %s" % (value,))
+    said = ("train_samples %s, the last eval's epoch_num %s (the RCP checker reads epoch_num, or train_samples"
+            " with --rcp-bert-train-samples)" % (value, last))
+    if any(b <= a for a, b in zip(at, at[1:])):  # eval_grid or samples_monotonic says why
+        return _res("train_samples", WARN, said + ": not compared, the evals' positions do not increase", rec)
+    if division == "closed" and not before < value < last + (last - before):
+        return _res("train_samples", FAIL, said + ": not the samples to converge, which lie after the eval"
+                    " before the last (at %s) and before the next one would have been due" % (before,), rec)
+    return _res("train_samples", WARN, said, rec)
 
 
 def division_of(records):
@@ -477,8 +518,8 @@ def bert_rules(records):
         rule_eval_grid(records, division),
         rule_stop_at_target(records, division),
         rule_run_stop(records),
-        rule_samples_monotonic(records),
-        rule_train_samples(records),
+        rule_samples_monotonic(records, division),
+        rule_train_samples(records, division),
     ]
 
 

@@ -498,6 +498,19 @@ def test_logs_that_cannot_be_checked_are_one_line(real_logs, tmp_path, name, cha
         plot.main(["plot-log", str(log), "--output=%s" % (tmp_path / "x.png")])
 
 
+def test_a_time_ms_string_holding_a_number_is_read_as_the_official_parser_reads_it(real_logs, tmp_path):
+    """The official parser reads ``float(m['time_ms'])``: "1745139526341" passes its checker, and
+    check-log called the log unusable (exit 2). A string that is no number is still refused."""
+    log = tmp_path / "string_time.txt"
+    log.write_text(_nyx(real_logs).replace('"time_ms": 1745139526341,', '"time_ms": "1745139526341",', 1))
+    assert '"time_ms": "1745139526341"' in log.read_text()
+    got = levels(log, official=True)
+    assert got["official_checker"] == "PASS" and set(got.values()) == {"PASS"}
+    log.write_text(_nyx(real_logs).replace('"time_ms": 1745139526341,', '"time_ms": "soon",', 1))
+    with pytest.raises(UserError, match=r"string_time\.txt:\d+: time_ms 'soon' is not a number"):
+        compliance.main(["check-log", str(log)])
+
+
 def test_a_log_is_cut_into_lines_where_the_official_parser_cuts_it(real_logs, tmp_path):
     """A hostile sweep: str.splitlines() cut a line at a raw U+2028 (or U+0085) inside
     a JSON string, and check-log, package and score called the real log "malformed MLLOG line

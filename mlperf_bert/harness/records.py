@@ -45,7 +45,7 @@ def read_log(path):
         try:
             d = json.loads(line[at + len(_MARK):])
             rec = Record(i, line.strip(), d["key"], d.get("value"), d.get("metadata") or {},
-                         d.get("event_type"), d.get("time_ms"))
+                         d.get("event_type"), _time(d.get("time_ms")))
         except (ValueError, KeyError, TypeError, RecursionError):  # (JSON nested past the parser's depth)
             raise UserError("%s:%d: malformed MLLOG line (truncated log?): %s" % (path, i, line[:200]))
         problem = _malformed(rec) or _missing(d)
@@ -65,6 +65,17 @@ def read_log(path):
             raise UserError("%s is UTF-16 text: convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)" % path)
         raise UserError("%s has no :::MLLOG lines: pass the MLPerf log written by --mlperf_log" % path)
     return records
+
+
+def _time(v):
+    """time_ms as the official parser reads it, ``float(m['time_ms'])``: a string holding a number
+    ("1745139526341") is that number; anything else is left for ``_malformed`` to judge."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            pass
+    return v
 
 
 def _malformed(rec):

@@ -864,6 +864,36 @@ def test_a_finished_run_rerun_with_another_setting_is_refused_and_nothing_is_wri
     assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in full.iterdir()} == before
 
 
+def test_a_signal_while_a_finished_runs_settings_are_compared_leaves_it_finished(tiny_run, tmp_path):
+    """SIGTERM to start_training.sh (docker stop) while our trainer compares a finished run's settings
+    with this command's: the run stays finished and its files untouched, one line says so, 143 (the
+    stop's status: rerun). PYTHON is a wrapper that marks the trainer's start, so that the signal
+    lands in the check (its imports alone take a second), not before it or after."""
+    args, env, full = tiny_run
+    before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in full.iterdir()}
+    mark = tmp_path / "trainer_started"
+    wrapper = tmp_path / "python"
+    wrapper.write_text('#!/bin/bash\ncase "$1" in *run_pretraining.py) : > %s ;; esac\nexec %s "$@"\n'
+                       % (shlex.quote(str(mark)), shlex.quote(sys.executable)))
+    wrapper.chmod(0o755)
+    proc = subprocess.Popen([START] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=dict(env, OUTPUT_DIR=str(full), SEED=TINY_SEED, PYTHON=str(wrapper)))
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert mark.exists(), proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, out + err
+    assert "finished earlier; stopped by SIGTERM while its settings were compared; rerun the same command to go on" \
+        in out, out + err
+    assert "STARTING TIMING RUN" not in out and "RESULT" not in out and "nothing to do" not in out, out
+    assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in full.iterdir()} == before
+
+
 @pytest.mark.slow
 def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail(tiny_run, tmp_path):
     """Issue 31's whole path on CPU. Ten runs as a closed submission makes them (NUM_RUNS=10 through

@@ -293,7 +293,9 @@ def test_real_published_logs_get_the_rules_verdict(real_logs, name):
 # Google), a block_stop's epoch_num 1 after an eval at 126,525,440 in an open log (Google), a packed
 # run's real count in train_samples after the grid point in epoch_num (Graphcore), train_samples
 # blamed for the evals' epoch_num 1, an epoch count where 5.0.0 wants the training sample (NVIDIA:
-# its eval_grid fails, now saying why, not "packed run: eval at 1 samples").
+# its eval_grid fails, now saying why, not "packed run: eval at 1 samples"). And one that a cited rule
+# fails where the official checker passes it: Dell's evals every 175,000 samples at a global batch
+# whose formula gives 150,000, which skip the interval 900,000-1,050,000.
 OLDER_LOGS = {
     "v2.1_MosaicML_8xA100_80GB-baseline_result_0": ("WARN", {                 # open, every 24,640
         "hyperparameters_once": "WARN", "stop_at_target": "WARN", "train_samples": "WARN"}),
@@ -304,6 +306,7 @@ OLDER_LOGS = {
         "official_checker": "FAIL", "hyperparameters_once": "FAIL", "train_samples": "WARN"}),
     "v1.1_NVIDIA_dgxa100_ngc21.09_pytorch_result_0": ("FAIL", {               # epoch_num 1 at each eval
         "official_checker": "FAIL", "hyperparameters_once": "FAIL", "eval_grid": "FAIL", "train_samples": "WARN"}),
+    "v3.0_Dell_8xR750xax4A100-PCIE-80GB_result_0": ("FAIL", {"eval_grid": "FAIL"}),  # every 175,000 at GBS 1536
 }
 
 
@@ -325,6 +328,9 @@ def test_older_published_logs_fail_only_what_a_rule_says(tmp_path, name):
         assert got["eval_grid"].detail == ("evals at lines 34 and 35 both at training position 1: BERT's"
                                            ' epoch_num is the training sample (training rules, "Epoch reporting")')
         assert got["train_samples"].detail.endswith("not compared, the evals' positions do not increase")
+    if name.startswith("v3.0_Dell"):
+        assert got["eval_grid"].detail == "no eval between 900000 and 1050000 samples (skipped); next eval at 1050624"
+        assert '"epoch_num": 1050624' in got["eval_grid"].line
     if name.startswith("v2.0_Graphcore"):
         assert got["train_samples"].detail.startswith("train_samples 2800680, the last eval's epoch_num 2800000")
 

@@ -163,25 +163,22 @@ def packed_band(point, gbs):
     return int(point - slack), int(point + gbs + slack)
 
 
+def _binding(division):
+    """The level of a finding under a rule the training rules give the closed division alone (the
+    evaluation frequency; the epoch reporting and train_samples the RCP checker reads)."""
+    return FAIL if division == "closed" else WARN
+
+
 def rule_eval_grid(records, division):
     """Every eval at or after its grid point k x F (rounded up to the batch), none skipped.
     Packed runs (most positions not whole micro-batches) must stay within packed_band of it.
     The rules fix the frequency for the closed division only: an open log is held to the
     eval_frequency it logs, as a warning, and to nothing when it logs none."""
-    result = _eval_grid(records, division)
-    if not result.detail.startswith(_OFF_GRID):
-        return result
-    result = result._replace(detail=result.detail[len(_OFF_GRID):])
-    if division != "open":
-        return result
-    return result._replace(level=WARN, detail=result.detail + " (open division: the rules fix the evaluation"
-                           " frequency of the closed division only)")
+    def off_grid(detail, rec):
+        if division == "open":
+            detail += " (open division: the rules fix the evaluation frequency of the closed division only)"
+        return _res("eval_grid", _binding(division), detail, rec)
 
-
-_OFF_GRID = "off grid: "  # a failure of the frequency alone, which binds the closed division only
-
-
-def _eval_grid(records, division):
     logged = _find(records, "eval_frequency")  # our trainer's key; open runs may choose their own
     evals = _positioned(records, "eval_accuracy")
     if not evals:
@@ -196,7 +193,7 @@ def _eval_grid(records, division):
     for (first, s), (rec, t) in zip(evals, evals[1:]):
         if t == s and s:
             # an epoch count (older logs' epoch_num 1 at every eval), not a count of samples
-            return _res("eval_grid", FAIL if division == "closed" else WARN, "evals at lines %d and %d both at"
+            return _res("eval_grid", _binding(division), "evals at lines %d and %d both at"
                         " training position %s: BERT's epoch_num is the training sample (training rules,"
                         " \"Epoch reporting\")" % (first.lineno, rec.lineno, s), rec)
     if division == "open" and not logged:
@@ -234,20 +231,20 @@ def _eval_grid(records, division):
         if packed:
             lo, hi = packed_band(point, gbs)
             if s < lo or s > hi:
-                return _res("eval_grid", FAIL, _OFF_GRID + "packed run: eval at %s samples, outside %d..%d around the"
-                            " grid point %d (%d updates + %g%% below, %d + %g%% above; eval_frequency %d for"
-                            " global_batch_size %d): wrong frequency or a skipped eval"
-                            % (s, lo, hi, point, PACKED_PHASE_UPDATES, 100 * PACKED_DRIFT,
-                               PACKED_PHASE_UPDATES + 1, 100 * PACKED_DRIFT, freq, gbs), rec)
+                return off_grid("packed run: eval at %s samples, outside %d..%d around the"
+                                " grid point %d (%d updates + %g%% below, %d + %g%% above; eval_frequency %d for"
+                                " global_batch_size %d): wrong frequency or a skipped eval"
+                                % (s, lo, hi, point, PACKED_PHASE_UPDATES, 100 * PACKED_DRIFT,
+                                   PACKED_PHASE_UPDATES + 1, 100 * PACKED_DRIFT, freq, gbs), rec)
             k += 1
             continue
         if s < point:
-            return _res("eval_grid", FAIL, _OFF_GRID + "eval at %s samples, before the grid point %d (eval_frequency %d"
-                        " for global_batch_size %d): eval points may only be rounded up"
-                        % (s, point, freq, gbs), rec)
+            return off_grid("eval at %s samples, before the grid point %d (eval_frequency %d"
+                            " for global_batch_size %d): eval points may only be rounded up"
+                            % (s, point, freq, gbs), rec)
         if s >= point + freq and boundary < point + freq:
-            return _res("eval_grid", FAIL, _OFF_GRID + "no eval between %d and %d samples (skipped); next eval at %s"
-                        % (point, point + freq, s), rec)
+            return off_grid("no eval between %d and %d samples (skipped); next eval at %s"
+                            % (point, point + freq, s), rec)
         if s - boundary > late:
             late, late_rec = s - boundary, rec
         k = int(s // freq) + 1
@@ -256,8 +253,8 @@ def _eval_grid(records, division):
     due = packed_band(point, gbs)[1] if packed else -(-point // gbs) * gbs
     if trained >= due and trained > evals[-1][1]:
         last = max((r for r in records if samples_of(r) == trained), key=lambda r: r.lineno)
-        return _res("eval_grid", FAIL, _OFF_GRID + "trained %s samples but no eval at the grid point %d (skipped)"
-                    % (trained, point), last)
+        return off_grid("trained %s samples but no eval at the grid point %d (skipped)"
+                        % (trained, point), last)
     detail = "%d evals every %d samples (global_batch_size %d, %s)" % (len(evals), freq, gbs, kind)
     if late:
         return _res("eval_grid", WARN, detail + "; evals up to %s samples after the first update past"
@@ -320,7 +317,7 @@ def rule_samples_monotonic(records, division):
     """BERT's epoch is the training sample, reported so that the RCP checker can read a closed run's
     samples to converge (training rules, "Epoch reporting"): a count that never goes down. The RCP
     checker reads closed logs only: an open log's decrease is a warning."""
-    level = FAIL if division == "closed" else WARN
+    level = _binding(division)
     prev = None
     for rec in records:
         s = samples_of(rec)
@@ -351,7 +348,7 @@ def rule_train_samples(records, division):
     rec, value = found[0], found[0].value
     evals = _find(records, "eval_accuracy")
     if not finite(value) or value < 0:
-        return _res("train_samples", FAIL if division == "closed" else WARN, "train_samples %r is not a"
+        return _res("train_samples", _binding(division), "train_samples %r is not a"
                     " non-negative number (the RCP checker reads it, in closed runs)" % (value,), rec)
     start = next((r for r in records if r.key in ("run_start", "block_start")), None)
     if start is not None and rec.lineno < start.lineno:
@@ -374,9 +371,10 @@ def rule_train_samples(records, division):
             " with --rcp-bert-train-samples)" % (value, last))
     if any(b <= a for a, b in zip(at, at[1:])):  # eval_grid or samples_monotonic says why
         return _res("train_samples", WARN, said + ": not compared, the evals' positions do not increase", rec)
-    if division == "closed" and not before < value < last + (last - before):
-        return _res("train_samples", FAIL, said + ": not the samples to converge, which lie after the eval"
-                    " before the last (at %s) and before the next one would have been due" % (before,), rec)
+    if not before < value < last + (last - before):
+        return _res("train_samples", _binding(division), said + ": not the samples to converge, which lie"
+                    " after the eval before the last (at %s) and before the next one would have been due"
+                    % (before,), rec)
     return _res("train_samples", WARN, said, rec)
 
 

@@ -17,7 +17,10 @@ rank a node, a tiny BERT on the reference's s128 records of tests/data), and che
    stop's) and the output file keeps both attempts (a run that never ends by itself: the warning
    comes during the run whatever the load; check 2 proves a resume bit-identical);
 4. one node's rank killed with SIGKILL: the job ends (nothing hangs, nothing of it is left) and its
-   status is the killed rank's (137), named in the job's last line.
+   status is the killed rank's (137), named in the job's last line;
+5. the finished job of check 1 resubmitted: every node says it finished earlier, nothing to do, exit
+   0, its files untouched; resubmitted with another flag: refused in one line a node naming the
+   flag, exit 2, its files untouched (rank 0 compares the settings for every node).
 Every job's output holds no traceback (a stop or a failure is one line a node).
 Each step prints its time; every daemon is stopped by pid at the end, also after a failure. The
 scratch folder is removed after a pass (kept after a failure, and with SLURM_TEST_KEEP=1).
@@ -208,6 +211,30 @@ class Test:
         left = [p for p in self.slurm.marked_pids() if environ(p).get("SLURM_JOB_ID") == jobid]
         expect(not left, "nothing of the job is left running (%s)" % ", ".join(cmdline(p) for p in left))
 
+    @step("5. the finished job resubmitted: nothing to do on every node; with another flag: refused")
+    def finished_resubmitted(self, full):
+        # (slurm/: each job's node statuses, the sbatch's NODE_STATUS_DIR)
+        files = lambda: {n: (os.stat(os.path.join(full, n)).st_size, mtime(os.path.join(full, n)))  # noqa: E731
+                         for n in os.listdir(full) if n != "slurm"}
+        before = files()
+        jobid, out, output = self.submit("full")
+        j, text = self.ended(jobid, output)
+        expect(j["JobState"] == "COMPLETED" and j["ExitCode"] == "0:0", "the resubmitted job completed, exit 0")
+        said = re.findall(r"the run in %s finished earlier \(\w+, seed 7\): nothing to do" % re.escape(out), text)
+        expect(len(said) == 2, "both nodes said the run finished earlier, nothing to do (%d lines)" % len(said))
+        expect("STARTING TIMING RUN" not in text and "every node finished" in text,
+               "no timing run started; the job's last line says every node finished")
+        changed = sorted(n for n in set(before) | set(files()) if before.get(n) != files().get(n))
+        expect(not changed, "the finished run's files are untouched (%d files; changed: %s)" % (len(before), changed))
+        jobid, out, output = self.submit("full", EXTRA_FLAGS=" ".join(
+            f if not f.startswith("--num_warmup_steps=") else "--num_warmup_steps=5" for f in FLAGS))
+        j, text = self.ended(jobid, output)
+        refused = [l for l in text.splitlines() if "num_warmup_steps" in l and "finished" in l]
+        expect(j["ExitCode"] == "2:0" and len(refused) == 2 and refused[0] == refused[1] and "(was 4)" in refused[0],
+               "the job with another --num_warmup_steps exits 2, refused in one line a node naming the flag (%d: %s)"
+               % (len(refused), refused[:1]))
+        expect(files() == before, "the finished run's files are still untouched")
+
     def rank_pid(self, node):
         """The trainer rank of the node (RANK in its environment; its loader worker is its child)."""
         found = {}
@@ -229,6 +256,7 @@ class Test:
         self.scancel_and_requeue(full)
         self.time_limit()
         self.killed_rank()
+        self.finished_resubmitted(full)
         return time.time() - t0
 
     def setup(self):

@@ -888,8 +888,10 @@ def test_a_signal_while_a_finished_runs_settings_are_compared_leaves_it_finished
     finally:
         proc.kill()
     assert proc.returncode == 143, out + err
-    assert "finished earlier; stopped by SIGTERM while its settings were compared; rerun the same command to go on" \
-        in out, out + err
+    # one line, and only it: beside train_model.sh's launch lines, nothing of the trainer or of bash
+    said = [l for l in out.splitlines() if not l.startswith("train_model.sh: preset ")]
+    assert said == ["start_training.sh: the run finished earlier; stopped by SIGTERM while its settings were compared; "
+                    "rerun the same command to go on"] and not err, out + err
     assert "STARTING TIMING RUN" not in out and "RESULT" not in out and "nothing to do" not in out, out
     assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in full.iterdir()} == before
 

@@ -20,7 +20,11 @@ rank a node, a tiny BERT on the reference's s128 records of tests/data), and che
    status is the killed rank's (137), named in the job's last line;
 5. the finished job of check 1 resubmitted: every node says it finished earlier, nothing to do, exit
    0, its files untouched; resubmitted with another flag: refused in one line a node naming the
-   flag, exit 2, its files untouched (rank 0 compares the settings for every node).
+   flag, exit 2, its files untouched (rank 0 compares the settings for every node);
+6. a series of 2 runs (NUM_RUNS=2, SEED unset: the trainer draws each run's seed on rank 0)
+   stopped with ``scancel --signal=TERM`` in run 1, then requeued: run 0 is not run again, run 1
+   resumes; both nodes name the same two seeds, distinct; node 0 keeps result_0.txt and
+   result_1.txt, each its run's log; each run's final checkpoint holds both ranks' state.
 Every job's output holds no traceback (a stop or a failure is one line a node).
 Each step prints its time; every daemon is stopped by pid at the end, also after a failure. The
 scratch folder is removed after a pass (kept after a failure, and with SLURM_TEST_KEEP=1).
@@ -77,6 +81,7 @@ class Test:
     def submit(self, name, *sbatch_opts, **env):
         out = os.path.join(self.dir, name)
         env = dict(dict(PRESET="demo_cpu", GPUS_PER_NODE="0", NUM_RUNS="1", SEED="7", EXTRA_FLAGS=" ".join(FLAGS)), **env)
+        env = {k: v for k, v in env.items() if v is not None}  # None: unset (SEED=None, the trainer's own seeds)
         e = dict(self.slurm.env, DATA_DIR=self.data, BERT_CONFIG=self.config, OUTPUT_DIR=out, CHECK_LOG="0",
                  DROP_CACHES="0", TMPDIR=self.tmp, OMP_NUM_THREADS="1",
                  TORCHINDUCTOR_CACHE_DIR=os.path.join(self.dir, "inductor"), **env)
@@ -235,6 +240,38 @@ class Test:
                % (len(refused), refused[:1]))
         expect(files() == before, "the finished run's files are still untouched")
 
+    @step("6. a series of 2 runs, the trainer's own seeds: stopped in run 1, requeued: run 0 kept, run 1 resumed")
+    def series(self):
+        jobid, out, output = self.submit("series", NUM_RUNS="2", SEED=None)
+        self.wait_for(lambda: os.path.exists(os.path.join(out, "run_1", FIRST)), jobid, "run_1/" + FIRST)
+        self.slurm.run(["scancel", "--signal=TERM", jobid])
+        j, first = self.ended(jobid, output)
+        expect(j["ExitCode"] == "143:0", "the job stopped in run 1 exits 143")
+        expect(re.search(r"run 0 of 2 finished \(\w+\) in \d+ s: %s" % re.escape(os.path.join(out, "result_0.txt")), first)
+               and "run 0 of 2 finished on node 1; node 0 keeps its log as result_0.txt" in first,
+               "run 0 finished on both nodes, node 0 keeps its log as result_0.txt")
+        stops = re.findall(r"run 1 of 2 stopped by SIGTERM after \d+ s: (\S+) holds it", first)
+        expect(len(stops) == 2 and stops[0] == stops[1] and stops[0].startswith(os.path.join(out, "run_1", "")),
+               "both nodes said run 1 stopped by SIGTERM and which checkpoint holds it (%s)" % (stops[:1],))
+        self.slurm.run(["scontrol", "requeue", jobid])
+        j, text = self.ended(jobid, output)
+        expect(j["JobState"] == "COMPLETED" and j["ExitCode"] == "0:0" and text.startswith(first),
+               "the requeued job completed, exit 0, its output appended to the first attempt's")
+        again = text[len(first):]
+        expect("run 0 of 2 finished earlier" in again and "STARTING TIMING RUN" in again
+               and "resumed from %s" % os.path.basename(stops[0]) in again,
+               "run 0 was not run again; run 1 resumed from %s" % os.path.basename(stops[0]))
+        ends = re.findall(r"the series of 2 runs in %s is finished \(seeds (\d+) (\d+)\)" % re.escape(out), again)
+        expect(len(ends) == 2 and ends[0] == ends[1] and ends[0][0] != ends[0][1],
+               "both nodes said the series finished, with the same two seeds, distinct (%s)" % (ends[:1],))
+        for i in (0, 1):
+            result = os.path.join(out, "result_%d.txt" % i)
+            expect(os.path.exists(result) and read(result) == read(os.path.join(out, "run_%d" % i, "mlperf.log"))
+                   and '"key": "seed", "value": %s,' % ends[0][i] in read(result),
+                   "result_%d.txt is run %d's log, its seed %s" % (i, i, ends[0][i]))
+            ranks = load(os.path.join(out, "run_%d" % i, LAST)).get("ranks")
+            expect(isinstance(ranks, list) and len(ranks) == 2, "run %d's final checkpoint holds 2 ranks' state" % i)
+
     def rank_pid(self, node):
         """The trainer rank of the node (RANK in its environment; its loader worker is its child)."""
         found = {}
@@ -257,6 +294,7 @@ class Test:
         self.time_limit()
         self.killed_rank()
         self.finished_resubmitted(full)
+        self.series()
         return time.time() - t0
 
     def setup(self):

@@ -44,7 +44,8 @@ PLACEHOLDER_FLAGS = {"flag", "trainer_flag", "name"}
 NOT_VARIABLES = {"PASS", "WARN", "FAIL", "OK", "UNKNOWN", "MISSING", "MISMATCH", "RESULT", "NAME", "ORG"}
 # Variables the docs name that belong to other programs: Docker's predefined build arguments.
 OTHERS_VARIABLES = {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "TORCHINDUCTOR_CACHE_DIR",  # read by pip, torch,
-                    "PYTHONDONTWRITEBYTECODE"}  # and Python
+                    "PYTHONDONTWRITEBYTECODE",  # Python,
+                    "ENROOT_DATA_PATH", "FORCE_GLIBC"}  # and enroot (its config, its build)
 
 # Flags of other programs that the docs show (the union check below knows only ours).
 OTHERS_FLAGS = {
@@ -61,7 +62,8 @@ OTHERS_FLAGS = {
     "the reference's do_gather.py": {"block_size"},
     "sbatch/srun/scancel/scontrol (SLURM), pyxis": {"nodes", "time", "cpus-per-task", "gpus-per-node", "signal",
                                                     "requeue", "open-mode", "exclusive", "mem", "test-only",
-                                                    "kill-on-bad-exit", "container-image", "container-mounts"},
+                                                    "kill-on-bad-exit", "container-image", "container-mounts",
+                                                    "container-env"},
 }
 
 # Flags other helpers are adding on their branches at the same time (issue 27). Each entry is

@@ -140,10 +140,39 @@ def test_the_pyxis_variant_runs_the_images_script_with_the_folders_mounted_at_th
     assert proc.returncode == 1 and "not every node with one of its own" in proc.stdout, proc.stdout + proc.stderr
     srun, python = record
     assert srun.startswith("--ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=/images/bert.sqsh "
-                           "--container-mounts=%s:%s,%s:%s:ro --container-workdir=/workspace/bert bash -c "
+                           "--container-mounts=%s:%s,%s:%s:ro --container-workdir=/workspace/bert "
+                           "--container-env=OUTPUT_DIR,DROP_CACHES,PYTHON bash -c "
                            % (out, out, job.data, job.data)), srun
     assert srun.endswith(" node_task /workspace/bert/start_training.sh --preset=demo_cpu --device=cpu --num_workers=3")
     assert python == "/opt/venv/bin/python"
+
+
+# The Dockerfile's ENV that the job leaves to the image: its own interpreter's setup (PATH, the venv,
+# pip and apt quiet, unbuffered output), paths of its own (a host's MLPERF_BERT_CACHE or
+# MPLCONFIGDIR would name folders not mounted), and the GPUs, which enroot's hook and Slurm set.
+IMAGE_OWN_ENV = {"DEBIAN_FRONTEND", "PYTHONUNBUFFERED", "PIP_DISABLE_PIP_VERSION_CHECK", "VIRTUAL_ENV", "PATH",
+                 "MLPERF_BERT_CACHE", "MPLCONFIGDIR", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
+
+
+def test_the_pyxis_variant_gives_the_jobs_settings_precedence_over_the_images_env():
+    """Found under a real pyxis 0.24 + enroot 4.1 (docs/running.md, "Pyxis/enroot"): pyxis sets the
+    job's environment in the container, but a variable the image defines keeps the image's value
+    unless --container-env names it, so the Dockerfile's OUTPUT_DIR=/output took every run into the
+    container's own file system (read-only there: "mkdir: cannot create directory '/output'"; a
+    writable one is removed with the container) and its DROP_CACHES=1 beat the job's. Every ENV
+    the Dockerfile sets is either named in the sbatch's --container-env or the image's own."""
+    import re
+    with open(os.path.join(ROOT, "Dockerfile")) as f:
+        text = f.read().replace("\\\n", " ")
+    image_env = set()
+    for line in text.splitlines():
+        if line.startswith("ENV "):
+            image_env.update(m.group(1) for m in re.finditer(r"(?:^|\s)([A-Z_][A-Z0-9_]*)=", line[4:]))
+    assert {"OUTPUT_DIR", "DROP_CACHES", "PYTHON"} <= image_env, image_env
+    with open(os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch")) as f:
+        named = re.findall(r"--container-env=([A-Z0-9_,]+)", f.read())
+    assert len(named) == 1, named
+    assert set(named[0].split(",")) == image_env - IMAGE_OWN_ENV, (named, image_env - IMAGE_OWN_ENV)
 
 
 def test_the_pyxis_variant_refuses_a_path_its_mounts_would_split(job, tmp_path):

@@ -45,7 +45,7 @@ NOT_VARIABLES = {"PASS", "WARN", "FAIL", "OK", "UNKNOWN", "MISSING", "MISMATCH",
 # Variables the docs name that belong to other programs: Docker's predefined build arguments.
 OTHERS_VARIABLES = {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "TORCHINDUCTOR_CACHE_DIR",  # read by pip, torch,
                     "PYTHONDONTWRITEBYTECODE",  # Python,
-                    "ENROOT_DATA_PATH", "FORCE_GLIBC"}  # and enroot (its config, its build)
+                    "ENROOT_DATA_PATH", "ENROOT_RUNTIME_PATH", "FORCE_GLIBC"}  # and enroot (its config, its build)
 
 # Flags of other programs that the docs show (the union check below knows only ours).
 OTHERS_FLAGS = {

@@ -26,6 +26,14 @@ rank a node, a tiny BERT on the reference's s128 records of tests/data), and che
    resumes; both nodes name the same two seeds, distinct; node 0 keeps result_0.txt and
    result_1.txt, each its run's log; each run's final checkpoint holds both ranks' state.
 Every job's output holds no traceback (a stop or a failure is one line a node).
+
+``SLURM_TEST_PYXIS=IMAGE.sqsh``: the same checks with examples/slurm_multinode_pyxis.sbatch in the
+project's image under pyxis and enroot, installed on this host (not by this test: Debian packages
+neither), the image an enroot squashfs of ``make container-test``'s (``enroot import -o IMAGE.sqsh
+podman://mlperf-bert``). pyxis's plugin is looked for in PYXIS_PLUGIN, then the usual folders.
+Both nodes are on this host, so enroot must keep each node's containers apart: in enroot.conf,
+``ENROOT_DATA_PATH`` and ``ENROOT_RUNTIME_PATH`` with ``$(hostname)`` in them. No GPU: enroot's
+NVIDIA hook (98-nvidia.sh) must be disabled. Each job start then takes about a minute.
 Each step prints its time; every daemon is stopped by pid at the end, also after a failure. The
 scratch folder is removed after a pass (kept after a failure, and with SLURM_TEST_KEEP=1).
 """
@@ -55,6 +63,24 @@ FLAGS = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--train_batch_
 FIRST = "model.ckpt-6.pt"  # a stop is sent once this exists
 LAST = "model.ckpt-%d.pt" % STEPS
 JOB_TIMEOUT = 240  # s, any one job
+PYXIS_IMAGE = os.environ.get("SLURM_TEST_PYXIS")
+PYXIS_PLUGINS = ("/usr/local/lib/slurm/spank_pyxis.so", "/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_pyxis.so",
+                 "/usr/lib64/slurm/spank_pyxis.so", "/usr/lib/slurm/spank_pyxis.so")
+
+
+def pyxis_plugin():
+    """spank_pyxis.so: PYXIS_PLUGIN, else the first of PYXIS_PLUGINS there; refused if none, or no enroot."""
+    found = [p for p in ([os.environ["PYXIS_PLUGIN"]] if os.environ.get("PYXIS_PLUGIN") else PYXIS_PLUGINS)
+             if os.path.isfile(p)]
+    if not found:
+        raise Failed("SLURM_TEST_PYXIS: no spank_pyxis.so in %s: install pyxis, or give its path in PYXIS_PLUGIN"
+                     % ", ".join([os.environ.get("PYXIS_PLUGIN", "")] if os.environ.get("PYXIS_PLUGIN") else PYXIS_PLUGINS))
+    if not shutil.which("enroot"):
+        raise Failed("SLURM_TEST_PYXIS: no enroot on PATH: pyxis runs the image with it; install enroot")
+    if not os.path.isfile(PYXIS_IMAGE):
+        raise Failed("SLURM_TEST_PYXIS=%s is not a file: give the enroot squashfs of the image (enroot import -o "
+                     "IMAGE.sqsh podman://mlperf-bert)" % PYXIS_IMAGE)
+    return found[0]
 
 
 def expect(cond, what):
@@ -82,6 +108,9 @@ class Test:
         out = os.path.join(self.dir, name)
         env = dict(dict(PRESET="demo_cpu", GPUS_PER_NODE="0", NUM_RUNS="1", SEED="7", EXTRA_FLAGS=" ".join(FLAGS)), **env)
         env = {k: v for k, v in env.items() if v is not None}  # None: unset (SEED=None, the trainer's own seeds)
+        if PYXIS_IMAGE:  # the image's scripts; its TMPDIR and compile cache are in this folder too
+            env = dict(dict(JOB_SCRIPT=os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch"),
+                            CONTAINER_IMAGE=PYXIS_IMAGE, CONTAINER_MOUNTS="%s:%s" % (self.dir, self.dir)), **env)
         e = dict(self.slurm.env, DATA_DIR=self.data, BERT_CONFIG=self.config, OUTPUT_DIR=out, CHECK_LOG="0",
                  DROP_CACHES="0", TMPDIR=self.tmp, OMP_NUM_THREADS="1",
                  TORCHINDUCTOR_CACHE_DIR=os.path.join(self.dir, "inductor"), **env)
@@ -298,6 +327,9 @@ class Test:
         return time.time() - t0
 
     def setup(self):
+        if PYXIS_IMAGE:
+            self.slurm.spank = [pyxis_plugin()]
+            print("pyxis: %s, image %s" % (self.slurm.spank[0], PYXIS_IMAGE), flush=True)
         self.make_data()
         self.slurm.start()
         print(self.slurm.run(["sinfo", "-N"]).stdout, flush=True)
@@ -391,7 +423,7 @@ def main():
             shutil.rmtree(scratch, ignore_errors=True)
         else:
             print("scratch folder kept: %s" % scratch)
-    print("slurm test %s" % ("PASSED" if ok else "FAILED"))
+    print("slurm test%s %s" % (" (pyxis: %s)" % PYXIS_IMAGE if PYXIS_IMAGE else "", "PASSED" if ok else "FAILED"))
     return 0 if ok else 1
 
 

@@ -58,8 +58,9 @@ def free_ports(n):
 
 
 class LocalSlurm:
-    def __init__(self, scratch):
+    def __init__(self, scratch, spank=()):
         self.dir = os.path.abspath(scratch)
+        self.spank = list(spank)  # SPANK plugins (a pyxis spank_pyxis.so) for plugstack.conf
         self.conf = os.path.join(self.dir, "etc", "slurm.conf")
         self.sock = os.path.join(self.dir, "munge", "munge.socket")
         self.pids = {}  # daemon name -> pid
@@ -114,7 +115,8 @@ class LocalSlurm:
         lines.append("PartitionName=test Nodes=%s Default=YES MaxTime=INFINITE State=UP" % ",".join(NODES))
         with open(self.conf, "w") as f:
             f.write("\n".join(l for l in lines if not l.endswith("=")) + "\n")
-        open(os.path.join(d, "etc", "plugstack.conf"), "w").close()  # no SPANK plugins (pyxis)
+        with open(os.path.join(d, "etc", "plugstack.conf"), "w") as f:
+            f.writelines("required %s\n" % p for p in self.spank)
 
         self._daemon("munged", ["munged", "--foreground", "--force", "--socket=" + self.sock, "--key-file=" + key,
                                 "--pid-file=%s/munge/munged.pid" % d, "--log-file=%s/log/munged.log" % d,

@@ -70,11 +70,11 @@ PYXIS_PLUGINS = ("/usr/local/lib/slurm/spank_pyxis.so", "/usr/lib/x86_64-linux-g
 
 def pyxis_plugin():
     """spank_pyxis.so: PYXIS_PLUGIN, else the first of PYXIS_PLUGINS there; refused if none, or no enroot."""
-    found = [p for p in ([os.environ["PYXIS_PLUGIN"]] if os.environ.get("PYXIS_PLUGIN") else PYXIS_PLUGINS)
-             if os.path.isfile(p)]
+    candidates = [os.environ["PYXIS_PLUGIN"]] if os.environ.get("PYXIS_PLUGIN") else list(PYXIS_PLUGINS)
+    found = [p for p in candidates if os.path.isfile(p)]
     if not found:
         raise Failed("SLURM_TEST_PYXIS: no spank_pyxis.so in %s: install pyxis, or give its path in PYXIS_PLUGIN"
-                     % ", ".join([os.environ.get("PYXIS_PLUGIN", "")] if os.environ.get("PYXIS_PLUGIN") else PYXIS_PLUGINS))
+                     % ", ".join(candidates))
     if not shutil.which("enroot"):
         raise Failed("SLURM_TEST_PYXIS: no enroot on PATH: pyxis runs the image with it; install enroot")
     if not os.path.isfile(PYXIS_IMAGE):
@@ -258,7 +258,8 @@ class Test:
         expect(len(said) == 2, "both nodes said the run finished earlier, nothing to do (%d lines)" % len(said))
         expect("STARTING TIMING RUN" not in text and "every node finished" in text,
                "no timing run started; the job's last line says every node finished")
-        changed = sorted(n for n in set(before) | set(files()) if before.get(n) != files().get(n))
+        after = files()
+        changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
         expect(not changed, "the finished run's files are untouched (%d files; changed: %s)" % (len(before), changed))
         jobid, out, output = self.submit("full", EXTRA_FLAGS=" ".join(
             f if not f.startswith("--num_warmup_steps=") else "--num_warmup_steps=5" for f in FLAGS))

@@ -851,6 +851,11 @@ def test_a_start_time_past_the_calendar_or_no_position_at_all_is_a_verdict_not_a
     assert got["train_samples"].level == "FAIL" and got["train_samples"].detail.endswith(
         "but no line gives a training position (epoch_num or samples_count)"), got["train_samples"]
     assert got["eval_grid"].level == "FAIL"
+    # open division: the RCP checker reads closed logs only, so train_samples warns; the grid still fails
+    opened = edit(log, lambda lines: [l.replace('"value": "closed"', '"value": "open"')
+                                      if '"key": "submission_division"' in l else l for l in lines])
+    got = results(opened)
+    assert (got["train_samples"].level, got["eval_grid"].level) == ("WARN", "FAIL"), got
 
 
 def test_an_open_log_without_our_target_key_is_not_failed(real_logs, tmp_path):

@@ -361,7 +361,7 @@ def rule_train_samples(records, division):
                     % (value,), rec)
     trained = max((s for s in (samples_of(r) for r in records) if s is not None), default=None)
     if trained is None:
-        return _res("train_samples", FAIL, "train_samples %s but no line gives a training position"
+        return _res("train_samples", _binding(division), "train_samples %s but no line gives a training position"
                     " (epoch_num or samples_count)" % (value,), rec)
     at = [s for s in (samples_of(r) for r in evals) if s is not None]
     last, before = (at[-1], at[-2] if len(at) > 1 else 0) if at else (trained, 0)

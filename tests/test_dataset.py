@@ -76,7 +76,8 @@ def test_manifest_lists_every_output_and_verify_accepts_it(full_run):
         assert digest == md5(path)
     assert len(rows) == 5
     assert rows[1].startswith("eval_10k\t") and rows[1].split("\t")[2] == "50"
-    assert checksums.main(["verify", os.path.join(full_run, "manifest.tsv")]) == 0
+    # its own manifest alone: eval_10k and eval_intermediate of this tiny text are not the reference's
+    assert checksums.main(["verify", "--manifest=" + os.path.join(full_run, "manifest.tsv"), full_run]) == 0
 
 
 @pytest.mark.slow
@@ -392,7 +393,7 @@ def test_a_finished_output_damaged_since_is_refused_not_listed_again(full_run, t
     part.write_bytes(kept)
     assert make_dataset.main(cmd(text_dir, str(out), vocab_file)) == 0
     assert (out / "manifest.tsv").read_text() == manifest
-    assert checksums.main(["verify", str(out)]) == 0
+    assert checksums.main(["verify", "--manifest=%s" % (out / "manifest.tsv"), str(out)]) == 0
 
 
 def test_outputs_no_make_dataset_run_recorded_are_refused_not_kept(full_run, text_dir, vocab_file, tmp_path):
@@ -417,3 +418,62 @@ def test_outputs_no_make_dataset_run_recorded_are_refused_not_kept(full_run, tex
     with pytest.raises(UserError, match=r"holds 4 output\(s\) of no make-dataset run \(eval_intermediate, "
                                         r"eval_10k, part-00000-of-00002, \.\.\.;"):
         make_dataset.main(cmd(text_dir, str(done), vocab_file))
+
+
+def test_text_shards_of_two_sets_are_refused_and_a_set_missing_shards_is_said(text_dir, vocab_file, tmp_path,
+                                                                               capsys):
+    """A hostile sweep: a --text_dir holding part-00000-of-00004 and part-00002-of-00004 (a partial
+    download), or shards of two sets, made TFRecords of what was there, exit 0, with no word."""
+    text = tmp_path / "text"
+    shutil.copytree(text_dir, text)
+    shutil.copy(text / "part-00000-of-00002", text / "part-00003-of-00004")
+    with pytest.raises(UserError) as e:
+        make_dataset.main(cmd(str(text), str(tmp_path / "out"), vocab_file))
+    assert str(e.value) == ("%s holds text shards of 2 sets (part-*-of-00002, -of-00004): make-dataset takes every "
+                            "part-* of one set; move the other set's shards to a folder of their own" % text)
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+    os.remove(text / "part-00003-of-00004")
+    os.remove(text / "part-00000-of-00002")
+    capsys.readouterr()
+    assert make_dataset.main(cmd(str(text), str(tmp_path / "out"), vocab_file)) == 0
+    assert capsys.readouterr().err == (
+        "warning: make-dataset: %s holds 1 of the 2 text shards part-*-of-00002 (missing: part-00000-of-00002): the "
+        "TFRecords made are a part of the set\n" % text)
+
+
+def test_an_output_whose_input_is_gone_is_refused_not_left_out_of_the_manifest(full_run, text_dir, vocab_file,
+                                                                               tmp_path):
+    """A hostile sweep: a rerun after a text shard was removed wrote a manifest without its TFRecord,
+    exit 0, though the TFRecord stayed (a trainer given part-* reads it) and `verify` then failed the
+    folder with a fix ("rerun make-dataset to list it") that never listed it."""
+    text, out = tmp_path / "text", tmp_path / "out"
+    shutil.copytree(text_dir, text)
+    shutil.copytree(full_run, out)
+    manifest = (out / "manifest.tsv").read_bytes()
+    for gone, outputs in (("part-00001-of-00002", "part-00001-of-00002"), ("eval.txt", "eval_10k, eval_intermediate")):
+        os.rename(text / gone, tmp_path / gone)
+        with pytest.raises(UserError) as e:
+            make_dataset.main(cmd(str(text), str(out), vocab_file))
+        assert str(e.value) == ("--output_dir %s holds %s, made from no input of --text_dir %s (removed or renamed "
+                                "since?): delete %s or restore the input, then rerun" % (
+                                    out, outputs, text, "them" if "," in outputs else "it"))
+        assert (out / "manifest.tsv").read_bytes() == manifest
+        os.rename(tmp_path / gone, text / gone)
+    assert make_dataset.main(cmd(str(text), str(out), vocab_file)) == 0
+    assert (out / "manifest.tsv").read_bytes() == manifest
+
+
+def test_eval_intermediate_deleted_after_eval_10k_was_made_is_not_needed_again(full_run, text_dir, vocab_file,
+                                                                                tmp_path):
+    """A hostile sweep: eval_intermediate (843 MB, only eval_10k's source) deleted, every rerun failed
+    "cannot read ... eval_intermediate: No such file or directory; ... delete the damaged file and
+    rerun": a fix that cannot be done. The rerun lists the outputs there are."""
+    out = tmp_path / "out"
+    shutil.copytree(full_run, out)
+    want = md5(str(out / "eval_10k"))
+    os.remove(out / "eval_intermediate")
+    assert make_dataset.main(cmd(text_dir, str(out), vocab_file)) == 0
+    assert not (out / "eval_intermediate").exists() and md5(str(out / "eval_10k")) == want
+    listed = checksums.read_manifest(str(out / "manifest.tsv"))
+    assert sorted(listed) == ["eval_10k", "part-00000-of-00002", "part-00001-of-00002"]
+    assert checksums.main(["verify", "--manifest=%s" % (out / "manifest.tsv"), str(out)]) == 0

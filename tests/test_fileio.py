@@ -283,7 +283,7 @@ def test_two_make_datasets_on_one_directory(full_run, text_dir, vocab_file, tmp_
             make_dataset.main(cmd(text_dir, out, vocab_file))
     stdout, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
-    assert checksums.main(["verify", os.path.join(out, "manifest.tsv")]) == 0
+    assert checksums.main(["verify", "--manifest=" + os.path.join(out, "manifest.tsv"), out]) == 0
     assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))
     for n in os.listdir(full_run):
         if n != "make_dataset_settings.json":

@@ -272,8 +272,9 @@ def test_a_damaged_manifest_in_a_folder_is_one_line_not_ignored(tmp_path, text):
 def test_a_make_dataset_folder_is_checked_against_its_own_manifest(tmp_path):
     """Issue 45: `verify DIR` on make-dataset's output ignored its manifest.tsv: 498 MISSING parts
     (the reference's 500) and "md5 not hashed ... md5 ?" for a size the reference publishes for the
-    full set only. The folder's manifest decides, and a mismatch says what differs, in words."""
-    names = ["part-00000-of-00500", "part-00001-of-00500", "eval_10k"]
+    full set only. The folder's manifest decides, and a mismatch says what differs, in words. (Names
+    the reference publishes no value for: those it does are held to it too, the test after this.)"""
+    names = ["part-00001-of-00500", "part-00002-of-00500", "part-00003-of-00500"]
     for i, name in enumerate(names):
         write_records(str(tmp_path / name), [b"record %d" % i] * (i + 2))
     rows = [(n, os.path.getsize(tmp_path / n), i + 2, md5_of(tmp_path / n)) for i, n in enumerate(names)]
@@ -293,6 +294,47 @@ def test_a_make_dataset_folder_is_checked_against_its_own_manifest(tmp_path):
                                                   rows[0][3]),
         "MISMATCH %s: %d bytes where %s lists %d" % (tmp_path / names[1], rows[1][1] + 1, manifest, rows[1][1]),
         "MISSING %s" % (tmp_path / names[2])], lines
+
+
+def test_a_make_dataset_output_the_reference_publishes_a_size_for_is_held_to_it_too(tmp_path, capsys):
+    """A hostile sweep: in make-dataset's folder only its own manifest was read, which the same run
+    wrote: part-00000-of-00500 of 26 bytes was OK there and MISMATCH given alone (results/ lists
+    514,241,279 bytes), so a set made from other text or flags verified clean. Both verdicts hold
+    now; `--manifest` checks the folder against its manifest alone."""
+    names = ["part-00000-of-00500", "part-00001-of-00500", "eval_10k"]
+    for i, name in enumerate(names):
+        write_records(str(tmp_path / name), [b"record %d" % i] * (i + 2))
+    manifest = str(tmp_path / checksums.MANIFEST_NAME)
+    checksums.write_manifest(manifest, [(n, os.path.getsize(tmp_path / n), i + 2, md5_of(tmp_path / n))
+                                        for i, n in enumerate(names)])
+    published = checksums.known_tables()["tfrecord"]
+    expected = [
+        "MISMATCH %s: intact as manifest.tsv lists it, but %d bytes where results/ (tfrecord) lists %d: not the "
+        "reference's file (made from other text, vocab or flags); `verify --manifest=%s %s` checks the folder "
+        "against its manifest alone" % (tmp_path / n, os.path.getsize(tmp_path / n), published[n][0], manifest,
+                                        tmp_path) for n in ("eval_10k", "part-00000-of-00500")]
+    ok, lines = run_verify([str(tmp_path)])
+    assert not ok and lines == expected + ["OK %s (%s, md5+size)" % (tmp_path / names[1], manifest)]
+    ok, lines = run_verify([manifest])
+    assert not ok and lines == expected + ["OK %s (%s, md5+size)" % (tmp_path / names[1], manifest)]
+    ok, lines = run_verify([str(tmp_path)], manifest=checksums.read_manifest(manifest))
+    assert ok and len(lines) == 3 and all(line.startswith("OK ") for line in lines), lines
+    assert checksums.main(["verify", str(tmp_path / names[0])]) == 1  # as given alone
+    assert "MISMATCH" in capsys.readouterr().out
+
+
+def test_a_shard_holding_another_published_file_is_a_mismatch_not_ok_by_content(tmp_path, ref_data):
+    """A hostile sweep: a file found by its content was OK whatever its name, so a text shard holding
+    another published file (a shard copied over a missing one) passed as "OK ... by content". A name
+    of a reference set is that file; a name of one's own (a renamed config) is still found by content."""
+    src = os.path.join(ref_data, "data", "eval.md5")
+    for name in ("part-00003-of-00500", "eval_copy.md5"):
+        shutil.copy(src, tmp_path / name)
+    ok, lines = run_verify([str(tmp_path / "part-00003-of-00500"), str(tmp_path / "eval_copy.md5")])
+    assert not ok and lines == [
+        "OK %s (by content: the published eval.md5 of results/ (text), md5+size)" % (tmp_path / "eval_copy.md5"),
+        "MISMATCH %s: its content is the published eval.md5 of results/ (text), not part-00003-of-00500: replace it "
+        "with the right file" % (tmp_path / "part-00003-of-00500")]
 
 
 def test_a_file_named_as_make_datasets_output_but_not_in_its_manifest_is_a_mismatch(tmp_path):

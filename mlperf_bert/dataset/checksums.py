@@ -42,6 +42,7 @@ SETS = {
                        ["model.ckpt-28252.index", "model.ckpt-28252.data-00000-of-00001"]),
     "dump": ("bert_reference_dump_md5.txt", "bert_reference_dump_sizes.txt", []),
 }
+SET_NAMES = frozenset(n for _, _, names in SETS.values() for n in names)
 
 
 def read_md5_file(path):
@@ -252,6 +253,7 @@ class _Plan:
         self.eval_pairs = []
         self.tfrecords = set()  # files that must be TFRecords (named so in a folder of TFRecords)
         self.unlisted = []  # named as make-dataset's outputs in its folder, but not in its manifest
+        self.published = {}  # path -> results/'s expectations, checked beside its manifest's
 
 
 def expectations(path, tables, name=None):
@@ -294,6 +296,7 @@ def plan(paths, tables, manifest=None):
                 f = os.path.join(d, name)
                 if os.path.exists(f):
                     p.files[f] = [(path, size, md5)]
+                    p.published[f] = expectations(f, tables)
                 else:
                     p.missing.append(f)
             continue
@@ -311,6 +314,8 @@ def plan(paths, tables, manifest=None):
                     if name != MANIFEST_NAME:
                         f = os.path.join(path, name)
                         p.files[f] = [(own,) + table[name]] if name in table else expectations(f, tables)
+                        if name in table:  # its own manifest proves it intact, not that it is the reference's
+                            p.published[f] = expectations(f, tables)
                         if name not in table and OUTPUT_NAME.match(name):
                             p.unlisted.append(f)
                 p.missing += [os.path.join(path, n) for n in sorted(table) if n not in names]
@@ -408,7 +413,12 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
         if not exps:
             same = None if f in p.tfrecords else known.get((size, md5s.get(f)))  # no TFRecord's md5 is published
             own = None if same else own_checksums(f)
-            if same:
+            if same and os.path.basename(f) in SET_NAMES:
+                # a set's own name holding another of its files (a shard copied over a missing one)
+                ok = False
+                say("MISMATCH", "%s: its content is the published %s of %s, not %s: replace it with the right file"
+                    % (f, same[1], _source(same[0]), os.path.basename(f)))
+            elif same:
                 say("OK", "%s (by content: the published %s of %s, md5+size)" % (f, same[1], _source(same[0])))
             elif own is None and f in p.tfrecords:
                 ok = False
@@ -424,6 +434,15 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
                 say("MISMATCH", "%s (no published checksum; its own: %s)" % (f, own[1]))
             continue
         good = [e for e in exps if (e[1] is None or e[1] == size) and (e[2] is None or e[2] == md5s.get(f))]
+        published = p.published.get(f)
+        if good and published and not any((e[1] is None or e[1] == size) and (e[2] is None or e[2] == md5s.get(f))
+                                          for e in published):
+            ok = False
+            say("MISMATCH", "%s: intact as %s lists it, but %s: not the reference's file (made from other text, "
+                            "vocab or flags); `verify --manifest=%s %s` checks the folder against its manifest "
+                            "alone" % (f, os.path.basename(good[0][0]), mismatch(size, md5s.get(f), published),
+                                       good[0][0], os.path.dirname(good[0][0]) or "."))
+            continue
         if good and not good[0][2] and good[0][0] == "tfrecord":
             # a size alone passes a file of zeros (a preallocated download cut off): its records too
             own = own_checksums(f) or (False, "not a TFRecord file")

@@ -54,8 +54,29 @@ def find_text_shards(text_dir):
                                os.path.join(text_dir, "part-*")))
         raise UserError("%s holds no part-XXXXX-of-XXXXX text shard: give the text-pipeline output "
                         "or the downloaded results4/ directory" % text_dir)
+    _check_one_set(text_dir, parts)
     eval_txt = os.path.join(text_dir, "eval.txt")
     return [os.path.join(text_dir, p) for p in parts], (eval_txt if os.path.isfile(eval_txt) else None)
+
+
+def _check_one_set(text_dir, parts):
+    """Shards of two sets (``-of-00004`` beside ``-of-00002``) are refused; a set with shards missing
+    is said (a partial download, or a sample taken on purpose), unless text-pipeline wrote the folder:
+    a small text makes fewer shards than its names' total."""
+    from mlperf_bert.dataset.text_pipeline import read_record
+    totals = sorted({int(n.rsplit("-of-", 1)[1]) for n in parts})
+    if len(totals) > 1:
+        raise UserError("%s holds text shards of %d sets (part-*-of-%s): make-dataset takes every part-* of one "
+                        "set; move the other set's shards to a folder of their own" % (
+                            text_dir, len(totals), ", -of-".join("%05d" % t for t in totals)))
+    indexes = {int(n.split("-")[1]) for n in parts}
+    missing = [i for i in range(totals[0]) if i not in indexes]
+    if missing and not read_record(text_dir):
+        shown = ", ".join("part-%05d-of-%05d" % (i, totals[0]) for i in missing[:3]) + (", ..." if len(missing) > 3
+                                                                                       else "")
+        print("warning: make-dataset: %s holds %d of the %d text shards part-*-of-%05d (missing: %s): the TFRecords "
+              "made are a part of the set" % (text_dir, len(parts), totals[0], totals[0], shown),
+              file=sys.stderr, flush=True)
 
 
 def output_stats(path, check=False):
@@ -97,7 +118,8 @@ def _run_job(job):
             pick_eval_samples(inter, final, num_eval, settings["max_seq_length"],
                               settings["max_predictions_per_seq"], progress=False)
             made.add(final)
-        outs = [inter, final]
+        # eval_intermediate is only eval_10k's source: one deleted since (843 MB) is not needed again
+        outs = [inter, final] if os.path.exists(inter) else [final]
     try:
         rows = [(os.path.basename(p),) + output_stats(p, check=p not in made) for p in outs]
         for p, (name, size, records, md5) in zip(outs, rows):
@@ -212,6 +234,19 @@ def _check_settings(out_dir, old, record):
         write_json(os.path.join(out_dir, SETTINGS_NAME), record, indent=1, sort_keys=True)
 
 
+def _refuse_orphans(output_dir, text_dir, outputs):
+    """An output of --output_dir made from no input of --text_dir (its shard removed or renamed since)
+    would be left out of the manifest, yet a trainer given part-* reads it: refused, before anything
+    is written."""
+    orphans = sorted(n for n in os.listdir(output_dir) if (_PART.match(n) or n in ("eval_intermediate", "eval_10k"))
+                     and n not in outputs) if os.path.isdir(output_dir) else []
+    if orphans:
+        shown = ", ".join(orphans[:3] + (["..."] if len(orphans) > 3 else []))
+        raise UserError("--output_dir %s holds %s, made from no input of --text_dir %s (%s): delete %s or restore "
+                        "the input, then rerun" % (output_dir, shown, text_dir, "removed or renamed since?",
+                                                   "them" if len(orphans) > 1 else "it"))
+
+
 def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_examples=10000, progress=True,
                  **overrides):
     """Generate every output (skipping finished ones), write the manifest, return its rows."""
@@ -239,6 +274,8 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     check_writable_dir(os.path.join(output_dir, MANIFEST_NAME))
     lock = lock_dir(output_dir, "--output_dir")
     try:
+        _refuse_orphans(output_dir, text_dir, {_outputs_of(p)[0] for p in parts} | (
+            set(_outputs_of(eval_txt)) if eval_txt else set()))
         old = read_settings(output_dir)
         record = dict(settings, vocab_file=os.path.basename(vocab_file), vocab_md5=file_md5(vocab_file),
                       num_eval_examples=num_eval_examples,

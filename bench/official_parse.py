@@ -35,12 +35,8 @@ def before_check(path):
         valid = checker.check_file(os.path.abspath(path), "training_%s/common.yaml" % compliance.RULESET)
     finally:
         logging.disable(logging.NOTSET)
-    # the Result check-log makes of it: each message cut before the checker's state dump
-    if valid:
-        warnings = list(checker.warnings.values())
-        return ("WARN", "\n      ".join(compliance._brief(w) for w in warnings[:5])) if warnings else ("PASS", None)
-    messages = list(checker.overwritable.values()) + list(checker.not_overwritable)
-    return "FAIL", "\n      ".join(compliance._brief(m) for m in messages[:10])
+    r = compliance.checker_result(checker, valid)  # the Result check-log makes of it
+    return r.level, r.line
 
 
 def after_check(path):

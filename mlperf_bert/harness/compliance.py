@@ -654,13 +654,18 @@ def official_check(path):
         mlp_compliance.yaml = configs._yaml
         logging.disable(logging.NOTSET)
         root.setLevel(level)
-    messages = list(checker.overwritable.values()) + list(checker.not_overwritable)
+    return checker_result(checker, valid)
+
+
+def checker_result(checker, valid):
+    """The Result of an official ComplianceChecker that has checked a log (``valid``: it passed)."""
     if valid:
         warnings = list(checker.warnings.values())
         if warnings:
             return Result("official_checker", WARN, "mlperf_logging training %s: SUCCESS with warnings" % RULESET,
                           None, "\n      ".join(_brief(w) for w in warnings[:5]))
         return _res("official_checker", PASS, "mlperf_logging training %s: SUCCESS" % RULESET)
+    messages = list(checker.overwritable.values()) + list(checker.not_overwritable)
     return Result("official_checker", FAIL, "mlperf_logging training %s failed" % RULESET,
                   None, "\n      ".join(_brief(m) for m in messages[:10]))
 

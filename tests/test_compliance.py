@@ -1020,3 +1020,44 @@ def test_a_seed_int_cannot_read_is_a_warning_in_open_division(real_logs, tmp_pat
     got = results(log, official=True)
     assert got["official_checker"].level == "PASS" and got["hyperparameters_once"].level == "WARN"
     assert "is not an integer" in got["hyperparameters_once"].detail
+
+
+def test_keys_the_official_checker_warns_of_repeating_are_not_failed_here(real_logs, tmp_path):
+    """A hostile sweep: on NVIDIA's v5.0 nyx log, a second run_stop 1 ms after the first failed
+    run_stop ("2 run_stop lines, expected 1"), and with it the system's score; a second
+    train_samples of the same value failed train_samples; eval_samples logged as the string
+    "10000" failed "evaluates at least 10000 samples, log has 10000". The official checker passes
+    each (EXACTLY_ONE with one value is its warning; it asks only that eval_samples is not ''). Here
+    each is a warning at worst, and another value in the repeat still fails, as there."""
+    src = real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt"
+
+    def again(key, later=1, value=None):
+        def fn(lines):
+            line = next(x for x in lines if '"key": "%s"' % key in x)
+            stamp = re.search(r'"time_ms": (\d+)', line).group(1)
+            repeat = line.replace(stamp, str(int(stamp) + later))
+            if value is not None:
+                repeat = re.sub(r'"value": [^,]+,', '"value": %s,' % value, repeat)
+            return lines + [repeat]
+        return fn
+    for name, fn, rule, level, detail in (
+            ("stop2", again("run_stop"), "run_stop", "WARN", "2 run_stop lines, expected 1 (the official checker "
+             "warns): the first ends the run, status success, as the result summarizer reads it"),
+            ("stop_other", again("run_stop", value='"x"'), "run_stop", "FAIL",
+             "2 run_stop lines with different values, expected 1"),
+            ("samples2", again("train_samples"), "train_samples", "WARN", "train_samples 2550982 logged 2 times with"
+             " one value, expected once (the official checker warns)"),
+            ("samples_other", again("train_samples", value="2550983"), "train_samples", "FAIL",
+             "2 train_samples lines with different values, expected at most 1"),
+            ("eval_str", lambda lines: [x.replace('"eval_samples", "value": 10000', '"eval_samples", "value": "10000"')
+                                        for x in lines], "eval_samples", "PASS", "eval_samples 10000"),
+            ("eval_word", lambda lines: [x.replace('"eval_samples", "value": 10000', '"eval_samples", "value": "ten"')
+                                         for x in lines], "eval_samples", "FAIL",
+             "eval_samples 'ten' is not a number: closed division evaluates at least 10000 samples")):
+        got = results(edit(_copy(src, tmp_path / (name + ".txt")), fn), official=True)
+        assert (got[rule].level, got[rule].detail) == (level, detail), name
+        others = {r.rule: r.level for r in got.values() if r.level != "PASS" and r.rule not in (rule, "official_checker")}
+        assert others == {}, (name, others)
+        official = got["official_checker"].level
+        assert official == ("FAIL" if name in ("stop_other", "samples_other") else "WARN" if name.endswith("2")
+                            else "PASS"), (name, got["official_checker"])

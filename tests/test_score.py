@@ -1,5 +1,6 @@
 """score: the official package checker and result summarizer on a real v5.0 submission package
 (NVIDIA nyx, tests/data), and on the same package broken in the ways the rules reject."""
+import gzip
 import json
 import os
 import re
@@ -1348,3 +1349,33 @@ def test_a_null_field_the_official_tools_pass_is_not_failed_here(official_tools,
     system_json.write_text(json.dumps(dict(desc, hw_notes=None)))
     with pytest.raises(UserError, match="hw_notes is a null: give it as text"):
         pkg_mod.load_system_json(str(system_json))
+
+
+def test_a_runs_minutes_are_those_the_official_summarizer_times(tmp_path):
+    """A hostile sweep: with a second run_start in NVIDIA's v5.0 nyx result_0 (the package checker finds
+    no error), score's table gave result_0 3.6711 minutes (the first run_start to the last run_stop)
+    where the official summarizer times 2.6711 (the last run_start before the first run_stop), and
+    "olympic mean: drops" named the wrong runs. Each edit's minutes are the summarizer's own."""
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+    from mlperf_logging.result_summarizer import result_summarizer
+    from mlperf_bert.harness.records import read_log
+    with gzip.open(os.path.join(DATA, "mlperf_logs", "v5.0_NVIDIA_nyx_n1_result_0.txt.gz"), "rt") as f:
+        lines = f.read().splitlines()
+    start = next(i for i, line in enumerate(lines) if '"key": "run_start"' in line)
+    stop = next(i for i, line in enumerate(lines) if '"key": "run_stop"' in line)
+
+    def later(line, ms):
+        stamp = re.search(r'"time_ms": (\d+)', line).group(1)
+        return line.replace(stamp, str(int(stamp) + ms))
+    edits = {"as published": lines,
+             "a second run_start": lines[:start + 1] + [later(lines[start], 60000)] + lines[start + 1:],
+             "a second run_stop": lines + [later(lines[stop], 60000)]}
+    seen = set()
+    for name, text in edits.items():
+        path = tmp_path / (name.replace(" ", "_") + ".txt")
+        path.write_text("\n".join(text) + "\n")
+        begin, end = result_summarizer._query_run_start_stop(parse_file(str(path), ruleset="5.0.0")[0])
+        minutes = score.run_summary(read_log(str(path)))[2]
+        assert minutes == pytest.approx((end - begin) / 60000.0, abs=1e-9), name
+        seen.add(round(minutes, 4))
+    assert seen == {2.6711, 3.6711}  # the edits move it, as they move the summarizer's

@@ -112,13 +112,28 @@ def remove_stale_copies(tmpdir=None):
     return removed
 
 
+def _run_start_stop(records):
+    """The run_start and run_stop lines the official result summarizer times a run by
+    (``_query_run_start_stop``): read in order until both were seen, so the last run_start before the
+    first run_stop, which a later one does not move."""
+    start = stop = None
+    for r in records:
+        if r.key == "run_start":
+            start = r
+        if r.key == "run_stop":
+            stop = r
+        if start and stop:
+            break
+    return start, stop
+
+
 def run_summary(records):
     """(seed, samples to converge, minutes, status) of one result log's records."""
     by_key = {}
     for r in records:
         by_key.setdefault(r.key, []).append(r)
     seed = by_key["seed"][0].value if "seed" in by_key else None
-    start, stop = by_key.get("run_start", [None])[0], by_key.get("run_stop", [None])[-1]
+    start, stop = _run_start_stop(records)
     minutes = (stop.time_ms - start.time_ms) / 60000.0 if start and stop and None not in (
         start.time_ms, stop.time_ms) else None
     evals = by_key.get("eval_accuracy", [])

@@ -299,9 +299,9 @@ def test_the_trainer_refuses_a_flipped_packed_file_before_training(made, tmp_pat
     assert str(e.value) == ("--do_eval without --eval_input_file evaluates the training files, as the reference does, "
                             "but --input_file holds packed rows (pack), which that eval does not read: give "
                             "--eval_input_file (eval_10k), or --nodo_eval")
-    with pytest.raises(UserError) as e:  # (a review: alone, --eval_input_file is not what it evaluates)
+    with pytest.raises(UserError) as e:  # (a review: alone, --eval_input_file is not what it evaluates: refused)
         training.main(flags_for(files, out, max_seq_length=128, max_predictions_per_seq=20, do_train=False,
-                                do_eval=True, init_checkpoint=made["plain"], eval_input_file=made["plain"]))
+                                do_eval=True, init_checkpoint=made["plain"]))
     assert str(e.value) == ("--do_eval alone evaluates --input_file, as the reference does, but it holds packed rows "
                             "(pack), which that eval does not read: give the unpacked TFRecords (or their to-hdf5 "
                             "file) as --input_file")

@@ -5,11 +5,13 @@ import contextlib
 import json
 import multiprocessing
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -675,6 +677,91 @@ def test_a_run_that_no_eval_reaches_or_that_ends_mid_update_is_warned_at_its_sta
     assert len(partial) == (steps % 2), err
     if partial:
         assert "the last 1 micro-step(s) are trained but never applied" in partial[0] and "(6)" in partial[0]
+
+
+def test_do_eval_alone_refuses_an_eval_set_it_would_ignore_and_a_training_runs_folder(files, uninterrupted, tmp_path,
+                                                                                       capsys):
+    """A hostile sweep: --do_eval alone with --eval_input_file=eval_10k evaluated --input_file (the
+    training shards), exit 0, the eval set unread; into a finished run's --output_dir it replaced
+    that run's eval_results.txt (its final weights' eval), exit 0; and it showed no progress for
+    the minutes the reference's eval of BERT-Large takes. The progress bar is on by default."""
+    full, _ = uninterrupted
+    ckpt = os.path.join(full, "model.ckpt-30.pt")
+    argv = ["run_pretraining.py", "--bert_config_file=" + files["config"], "--input_file=" + files["eval"],
+            "--do_eval", "--init_checkpoint=" + ckpt, "--eval_batch_size=8", "--max_eval_steps=6", "--num_workers=0"]
+    with pytest.raises(UserError) as e:
+        training.main(argv + ["--output_dir=%s" % (tmp_path / "a"), "--eval_input_file=" + files["eval"]])
+    assert str(e.value) == ("--do_eval alone evaluates --input_file, as the reference does; --eval_input_file is a "
+                            "training run's online eval set and would be ignored: give the eval set (eval_10k) as "
+                            "--input_file and drop --eval_input_file")
+    finished, partial = tmp_path / "finished", tmp_path / "partial"
+    shutil.copytree(full, finished)
+    partial.mkdir()
+    shutil.copy(ckpt, partial / "model.ckpt-30.pt")
+    results = (finished / "eval_results.txt").read_bytes() if (finished / "eval_results.txt").exists() else None
+    for out, what in ((finished, "run_finished.json"), (partial, "model.ckpt-30.pt")):
+        with pytest.raises(UserError) as e:
+            training.main(argv + ["--output_dir=%s" % out])
+        assert str(e.value) == ("--output_dir %s holds a training run (%s): --do_eval alone would replace its "
+                                "eval_results.txt; give another --output_dir" % (out, what))
+    assert ((finished / "eval_results.txt").read_bytes() if results is not None else None) == results
+    assert not (partial / "eval_results.txt").exists()
+    capsys.readouterr()
+    assert training.main(argv + ["--output_dir=%s" % (tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert "eval:   0%|" in err and "eval: 100%|##########| 6/6 [" in err, err
+
+
+@pytest.mark.slow
+def test_a_signal_during_do_evals_eval_stops_at_once_and_the_rerun_finishes(files, uninterrupted, tmp_path):
+    """A hostile sweep: SIGTERM during the eval --do_eval runs after training was ignored: the eval ran
+    on (27 s there; a BERT-Large eval runs to the scheduler's SIGKILL) and the run exited 0. During
+    --do_eval alone it said "in the untimed init, before run_start". The run has ended (run_stop is
+    logged): stopped at once, 143, and the same command finishes it; alone, nothing to resume: 79."""
+    full, _ = uninterrupted
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    alone = [PY, os.path.join(ROOT, "run_pretraining.py"), "--bert_config_file=" + files["config"],
+             "--input_file=" + files["eval"], "--output_dir=%s" % (tmp_path / "alone"), "--do_eval",
+             "--init_checkpoint=" + os.path.join(full, "model.ckpt-30.pt"), "--max_eval_steps=1000000",
+             "--num_workers=0"]
+    trained = flags_for(files, str(tmp_path / "run"), num_train_steps=6, do_eval=True, max_eval_steps=60,
+                        eval_batch_size=8)
+    trained = [PY, os.path.join(ROOT, "run_pretraining.py")] + trained[1:]
+    for argv, ready, status, line in (
+            (alone, ("err", "eval:   0%|"), 79, "SIGTERM: --do_eval alone stopped at once, no eval_results.txt "
+             "written (exit 79, not 143: nothing to resume); rerun the same command to evaluate"),
+            (trained, ("out", "trained 6 steps"), 143, "SIGTERM while the end of a run that ended earlier was written "
+             "(its log is complete): stopped at once; rerun the same command to finish it")):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        stream = proc.stderr if ready[0] == "err" else proc.stdout
+        lines = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(t) for t in iter(stream.readline, "")], daemon=True)
+        reader.start()
+        seen = ""
+        try:  # the bar's first line, or the line after the run's end was recorded
+            while ready[1] not in seen:
+                seen += lines.get(timeout=120)
+        except queue.Empty:
+            proc.kill()
+            raise AssertionError("no %r in 120 s: %s" % (ready[1], seen))
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        reader.join()
+        rest = ""
+        while not lines.empty():
+            rest += lines.get_nowait()
+        out, err = (proc.stdout.read(), seen + rest) if ready[0] == "err" else (seen + rest, proc.stderr.read())
+        assert proc.returncode == status, (out, err)
+        assert line in out + err and "Traceback" not in err, (out, err)
+    assert not (tmp_path / "alone" / "eval_results.txt").exists()
+    assert not (tmp_path / "run" / "eval_results.txt").exists()
+    rerun = subprocess.run(trained, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "done now, nothing trained: --do_eval's eval of its final weights: eval_results.txt" in rerun.stdout
+    assert open(tmp_path / "run" / "eval_results.txt").readline() == "global_step = 6\n"
 
 
 def test_do_eval_alone_matches_an_independent_computation(files, uninterrupted, tmp_path):

@@ -44,6 +44,10 @@ def check_flags(cfg):
         _check_closed_flags(cfg)
     if cfg.eval.do_eval and not cfg.runtime.do_train and not cfg.model.init_checkpoint:
         raise UserError("--do_eval without --do_train needs --init_checkpoint (the weights to evaluate)")
+    if cfg.eval.do_eval and not cfg.runtime.do_train and cfg.eval.eval_input_file:
+        raise UserError("--do_eval alone evaluates --input_file, as the reference does; --eval_input_file is a training "
+                        "run's online eval set and would be ignored: give the eval set (eval_10k) as --input_file and "
+                        "drop --eval_input_file")
     if cfg.optim.optimizer == "adamw":
         _check_adamw(cfg.optim)
     if cfg.optim.clip_by_global_norm_after_gradient_allreduce and cfg.optim.optimizer != "lamb":

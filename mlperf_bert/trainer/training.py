@@ -153,6 +153,7 @@ class _Stop:
         self.received = 0  # every signal, the first and any after it
         self.in_init = True
         self.finishing = False  # finish_stopped: a run that ended earlier, its end being written
+        self.eval_only = False  # --do_eval alone: nothing is trained, nothing saved but its results
         self.resumable = False  # a checkpoint of the run is there (set once rank 0 has looked)
         self._old = {}
 
@@ -169,19 +170,35 @@ class _Stop:
         self.requested = True  # first: a signal that comes while first_signal runs returns above
         self.signum = first_signal(signum, frame, self._handle)
         if self.in_init:
-            name = signal.Signals(self.signum).name
-            # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
-            if self.finishing:
-                line, status = ("%s while the end of a run that ended earlier was written (its log is complete): "
-                                "stopped at once; rerun the same command to finish it" % name), 128 + self.signum
-            elif self.resumable:
-                line, status = ("%s in the untimed init, before run_start: stopped at once, nothing trained; "
-                                "rerun the same command to resume" % name), 128 + self.signum
-            else:
-                line, status = ("%s in the untimed init, before run_start: stopped at once, nothing trained and "
-                                "nothing saved (exit %d, not 143: no checkpoint holds the run); rerun the same "
-                                "command to start again" % (name, NOT_SAVED_STATUS)), NOT_SAVED_STATUS
-            raise Terminated(line if os.environ.get("RANK", "0") == "0" else "", status)
+            raise self._terminated()
+
+    def _terminated(self):
+        """The stop of a signal in the init or after the run's end: its line and status."""
+        name = signal.Signals(self.signum).name
+        # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
+        if self.finishing:
+            line, status = ("%s while the end of a run that ended earlier was written (its log is complete): "
+                            "stopped at once; rerun the same command to finish it" % name), 128 + self.signum
+        elif self.eval_only:
+            line, status = ("%s: --do_eval alone stopped at once, no eval_results.txt written (exit %d, not 143: "
+                            "nothing to resume); rerun the same command to evaluate" % (name, NOT_SAVED_STATUS)
+                            ), NOT_SAVED_STATUS
+        elif self.resumable:
+            line, status = ("%s in the untimed init, before run_start: stopped at once, nothing trained; "
+                            "rerun the same command to resume" % name), 128 + self.signum
+        else:
+            line, status = ("%s in the untimed init, before run_start: stopped at once, nothing trained and "
+                            "nothing saved (exit %d, not 143: no checkpoint holds the run); rerun the same "
+                            "command to start again" % (name, NOT_SAVED_STATUS)), NOT_SAVED_STATUS
+        return Terminated(line if os.environ.get("RANK", "0") == "0" else "", status)
+
+    def checked(self, batches):
+        """``batches`` (an eval's, run where a signal stops at once), ended at the next batch after a
+        stop: the handler's own raise is lost where it lands in a finalizer, which swallows it."""
+        for batch in batches:
+            if self.requested and self.in_init:
+                raise self._terminated()
+            yield batch
 
     def started(self):
         """run_start: from here a signal checkpoints at the next update."""
@@ -437,6 +454,7 @@ def run(cfg, stop, held):
     kind = rt.device if rt.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if kind == "cuda" and not torch.cuda.is_available():
         raise UserError("--device=cuda but no CUDA device is available: use --device=cpu")
+    stop.eval_only = not rt.do_train
     rank, world, local_rank = distributed.setup(kind)
     if rt.num_gpus > 1 and world == 1:
         raise UserError("--num_gpus=%d in one process: launch with python -m mlperf_bert torchrun "
@@ -454,7 +472,7 @@ def run(cfg, stop, held):
     train_files, eval_files, packed, global_batch, init_ckpt, log_path = preflight.check_start(
         cfg, rank, world, held, config.vocab_size)
     if not rt.do_train:
-        return run_eval_only(cfg, config, train_files, device, rank, world)
+        return run_eval_only(cfg, config, train_files, device, rank, world, stop)
     output_dir = cfg.checkpoint.output_dir
 
     # ---- resume: rank 0 decides from what is in output_dir (other nodes may see other disks)
@@ -766,12 +784,15 @@ class Loop:
                                            checkpoint.launch_record(cfg, world))
             checkpoint.write_stopped(cfg.checkpoint.output_dir, dict(
                 record, mlperf_log=list(log.mark()), metrics=self.metrics if known else None, world=world))
+        # ended, its record written: a signal now stops at once, and the same command finishes what is left
+        self.stop.finishing = self.stop.in_init = True
+        if rank == 0:
             print("trained %d steps (%d samples) in %.1f s; final loss %s; status %s"
                   % (s.step, s.samples, time.time() - self.t_run,
                      "n/a" if self.last is None else "%.4f" % self.last.item(), self.status), flush=True)
         if cfg.eval.do_eval:
-            metrics = self.metrics if known else trainer.evaluate(
-                final_eval_batches(cfg, self.eval_set, train_files, rank, world, trainer.model.config.vocab_size))
+            metrics = self.metrics if known else trainer.evaluate(self.stop.checked(
+                final_eval_batches(cfg, self.eval_set, train_files, rank, world, trainer.model.config.vocab_size)))
             if rank == 0:
                 print(evaluation.write_eval_results(cfg.checkpoint.output_dir, metrics, s.step))
         trainer.flush()  # the last checkpoint, written while the above ran, is complete
@@ -814,7 +835,8 @@ def finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train
             if eval_files:
                 eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,
                                               trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
-            metrics = trainer.evaluate(final_eval_batches(cfg, eval_set, train_files, rank, world, config.vocab_size))
+            metrics = trainer.evaluate(stop.checked(final_eval_batches(cfg, eval_set, train_files, rank, world,
+                                                                       config.vocab_size)))
         if metrics is not None:
             if rank == 0:
                 evaluation.write_eval_results(out, metrics, step)
@@ -845,10 +867,25 @@ def _postfix(loss, lr, rates):
     return out
 
 
-def run_eval_only(cfg, config, files, device, rank, world):
+def _training_run_in(out):
+    """What shows a training run in ``out`` (its end's record, its newest checkpoint), or None."""
+    for name in (checkpoint.FINISHED, checkpoint.STOPPED):
+        if os.path.exists(os.path.join(out, name)):
+            return name
+    found = checkpoint.list_checkpoints(out)
+    return os.path.basename(found[-1][1]) if found else None
+
+
+def run_eval_only(cfg, config, files, device, rank, world, stop):
     """--do_eval alone: the reference's eval of --init_checkpoint on --input_file."""
     from mlperf_bert.trainer import model as modeling
     from mlperf_bert.trainer import tf_checkpoint
+    out = cfg.checkpoint.output_dir
+    # a training run's folder: its eval_results.txt (its final weights' eval) would be replaced
+    run_there = distributed.broadcast_object(_training_run_in(out) if rank == 0 else None)
+    if run_there:
+        raise UserError("--output_dir %s holds a training run (%s): --do_eval alone would replace its %s; give another "
+                        "--output_dir" % (out, run_there, evaluation.RESULTS))
     model = modeling.BertForPreTraining(config).to(device)
     init = cfg.model.init_checkpoint
     info = tf_checkpoint.load_init_checkpoint(model, init)
@@ -856,9 +893,13 @@ def run_eval_only(cfg, config, files, device, rank, world):
     if step is None:
         m = re.search(r"ckpt-(\d+)", os.path.basename(init))
         step = int(m.group(1)) if m else 0
-    metrics = evaluation.evaluate(model, evaluation.reference_eval_batches(cfg.data, cfg.eval, files, rank, world,
-                                                                           config.vocab_size),
-                                  device, autocast(device, cfg.model.dtype))
+    batches = evaluation.reference_eval_batches(cfg.data, cfg.eval, files, rank, world, config.vocab_size)
+    if rank == 0 and cfg.runtime.progress:  # the reference's eval of BERT-Large: minutes to hours
+        from mlperf_bert.progress import bar
+        batches = bar(batches, total=cfg.eval.max_eval_steps, desc="eval", unit="batch")
+    metrics = evaluation.evaluate(model, stop.checked(batches), device, autocast(device, cfg.model.dtype))
+    if rank == 0 and cfg.runtime.progress:
+        batches.close()
     if rank == 0:
         path = evaluation.write_eval_results(cfg.checkpoint.output_dir, metrics, int(step))
         note = evaluation.reference_expectation(int(step), metrics["samples"])

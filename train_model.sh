@@ -4,7 +4,8 @@
 # the trainer's own line and answers SIGTERM with a checkpoint, one line and exit 143).
 #
 # usage: train_model.sh [--preset=NAME] [--dry_run] [--trainer_flag=value ...]
-# Trainer flags given here replace the preset's flag of the same name. Before it runs it says what
+# Trainer flags given here replace the preset's flag of the same name, and so do those a --config
+# file sets (not --output_dir, --mlperf_log: OUTPUT_DIR, LOGDIR). Before it runs it says what
 # the preset asks of each GPU (sequences per GPU per micro-step = --train_batch_size / GPUs; global
 # batch = that x GPUs x --steps_per_update) and warns above MAX_PER_GPU_BATCH sequences per GPU,
 # naming the --steps_per_update that fits (the memory plan: mlperf_bert/trainer/memory_plan.py).
@@ -137,9 +138,28 @@ for arg in "$@"; do
     # absl reads a flag file where it stands: its flags would pass the checks below unseen
     --flagfile|--flagfile=*) die "$arg: give the file's flags as arguments instead (the trainer reads a flag file" \
       "past this script's checks of the closed division and the preset)" ;;
+    # the log goes to LOGDIR (OUTPUT_DIR unless set): a run's own --output_dir would leave it behind
+    --output_dir|--output_dir=*) die "$arg: set OUTPUT_DIR instead (the run's checkpoints and state; its log goes to" \
+      "LOGDIR/mlperf.log, LOGDIR being OUTPUT_DIR unless set)" ;;
+    --mlperf_log|--mlperf_log=*) die "$arg: set LOGDIR instead (the run's log is LOGDIR/mlperf.log)" ;;
     --*) overrides+=("$arg") ;;
     *) die "unexpected argument '$arg': pass trainer flags as --name=value" ;;
   esac
+done
+# A --config file's values come before the command line's flags (the trainer's order), so a preset
+# flag would beat the file: what the file sets replaces the preset's flags, as an argument does.
+file_sets=()
+for arg in "${overrides[@]+"${overrides[@]}"}"; do
+  [[ "$arg" == --config=* ]] || continue
+  set_by_file="$(PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -S -m mlperf_bert.trainer.run_config \
+      "${arg#--config=}" 2>&1)" || { set_by_file="${set_by_file##*$'\n'}"; die "${set_by_file#error: }"; }
+  while IFS= read -r name; do
+    case "$name" in
+      output_dir|mlperf_log) die "$arg sets $name: leave it out of the file and set" \
+        "$([[ $name == output_dir ]] && echo OUTPUT_DIR || echo LOGDIR) instead (the run's log is LOGDIR/mlperf.log)" ;;
+      ?*) file_sets+=("--$name") ;;
+    esac
+  done <<< "$set_by_file"
 done
 
 [[ "$PRESET" == rcp ]] && die "--preset=rcp needs the global batch of a reference convergence point: choose one of $(rcp_presets)"
@@ -219,7 +239,7 @@ overridden() {
   local name o
   flag_name "$1"
   name="$REPLY"
-  for o in "${overrides[@]+"${overrides[@]}"}"; do
+  for o in "${overrides[@]+"${overrides[@]}"}" "${file_sets[@]+"${file_sets[@]}"}"; do
     flag_name "$o"
     [[ "$REPLY" == "$name" || "$REPLY" == "no$name" || "no$REPLY" == "$name" ]] && return 0
   done

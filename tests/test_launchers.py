@@ -84,6 +84,40 @@ def test_overrides_replace_preset_flags_and_env_is_used():
     assert "--standalone" not in launcher
 
 
+def test_a_config_file_given_to_the_launcher_beats_the_presets_flags(tmp_path):
+    """A hostile sweep: `train_model.sh --preset=demo_cpu --config=FILE` with learning_rate 0.5 and
+    num_train_steps 20 in the file trained 660 steps at 0.02 (the preset's flags, on the command
+    line, beat the file), status success, no word; `--output_dir=DIR` left the log in OUTPUT_DIR
+    (./output), and the next run was refused on a path never given. What the file sets replaces the
+    preset's flags, as an argument does; the run's folders are set by OUTPUT_DIR and LOGDIR alone."""
+    from mlperf_bert.trainer import run_config, training
+    conf = tmp_path / "run.toml"
+    conf.write_text('learning_rate = 0.5\nnum_train_steps = 20\n[eval]\neval_batch_size = 4\n')
+    for preset in ("reference_gpu", "demo_cpu"):
+        _, fl = trainer_flags(dry_run("--preset=" + preset, "--config=%s" % conf, "--max_eval_steps=3"))
+        assert fl["config"] == str(conf) and fl["max_eval_steps"] == "3"
+        assert not {"learning_rate", "num_train_steps", "eval_batch_size"} & set(fl), fl
+        fv = training.define_flags()
+        fv(["run_pretraining.py"] + ["--%s=%s" % (k, v) if v else "--" + k for k, v in fl.items()])
+        cfg = run_config.RunConfig.from_flags(fv, required=["bert_config_file", "input_file", "output_dir"])
+        assert [cfg.flag(n) for n in ("learning_rate", "num_train_steps", "eval_batch_size", "max_eval_steps")] == [
+            0.5, 20, 4, 3], preset
+    for args, why in (
+            (["--output_dir=/x"], "--output_dir=/x: set OUTPUT_DIR instead (the run's checkpoints and state; its log "
+                                  "goes to LOGDIR/mlperf.log, LOGDIR being OUTPUT_DIR unless set)"),
+            (["--mlperf_log=/x/m.log"], "--mlperf_log=/x/m.log: set LOGDIR instead (the run's log is "
+                                        "LOGDIR/mlperf.log)")):
+        proc = subprocess.run([TRAIN, "--dry_run", "--preset=demo_cpu"] + args, capture_output=True, text=True,
+                              env=dict(os.environ, DATA_DIR="/data", PYTHON=sys.executable))
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: train_model.sh: %s\n" % why)
+    conf.write_text('output_dir = "/x"\n')
+    proc = subprocess.run([TRAIN, "--dry_run", "--preset=demo_cpu", "--config=%s" % conf], capture_output=True,
+                          text=True, env=dict(os.environ, DATA_DIR="/data", PYTHON=sys.executable))
+    assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: --config=%s sets output_dir: leave it out of "
+                                                 "the file and set OUTPUT_DIR instead (the run's log is "
+                                                 "LOGDIR/mlperf.log)\n" % conf)
+
+
 def test_dry_run_command_is_accepted_by_the_trainer_flags():
     from mlperf_bert.trainer import training
     for preset in ("reference_gpu", "tpu_8192", "demo_cpu"):

@@ -433,10 +433,11 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
                 ok = False
                 say("MISMATCH", "%s (no published checksum; its own: %s)" % (f, own[1]))
             continue
-        good = [e for e in exps if (e[1] is None or e[1] == size) and (e[2] is None or e[2] == md5s.get(f))]
+        def holds(e):  # an expectation (source, bytes or None, md5 or None) this file meets
+            return (e[1] is None or e[1] == size) and (e[2] is None or e[2] == md5s.get(f))
+        good = [e for e in exps if holds(e)]
         published = p.published.get(f)
-        if good and published and not any((e[1] is None or e[1] == size) and (e[2] is None or e[2] == md5s.get(f))
-                                          for e in published):
+        if good and published and not any(holds(e) for e in published):
             ok = False
             say("MISMATCH", "%s: intact as %s lists it, but %s: not the reference's file (made from other text, "
                             "vocab or flags); `verify --manifest=%s %s` checks the folder against its manifest "

@@ -15,7 +15,7 @@ import sys
 import time
 
 from mlperf_bert import flags
-from mlperf_bert.dataset.checksums import MANIFEST_NAME, read_manifest, write_manifest
+from mlperf_bert.dataset.checksums import MANIFEST_NAME, OUTPUT_NAME, read_manifest, write_manifest
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
 from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, refuse_overwriting_inputs,
@@ -38,7 +38,7 @@ def find_text_shards(text_dir):
     from mlperf_bert.dataset.text_pipeline import refuse_unfinished
     if not os.path.isdir(text_dir):
         raise UserError("--text_dir=%s is not a directory: give the directory of part-* text shards" % text_dir)
-    refuse_unfinished(text_dir)
+    pipeline_wrote = refuse_unfinished(text_dir)
     parts = sorted(n for n in os.listdir(text_dir) if _PART.match(n))
     for name in parts:
         if not os.path.isfile(os.path.join(text_dir, name)):
@@ -54,16 +54,15 @@ def find_text_shards(text_dir):
                                os.path.join(text_dir, "part-*")))
         raise UserError("%s holds no part-XXXXX-of-XXXXX text shard: give the text-pipeline output "
                         "or the downloaded results4/ directory" % text_dir)
-    _check_one_set(text_dir, parts)
+    _check_one_set(text_dir, parts, pipeline_wrote)
     eval_txt = os.path.join(text_dir, "eval.txt")
     return [os.path.join(text_dir, p) for p in parts], (eval_txt if os.path.isfile(eval_txt) else None)
 
 
-def _check_one_set(text_dir, parts):
+def _check_one_set(text_dir, parts, pipeline_wrote):
     """Shards of two sets (``-of-00004`` beside ``-of-00002``) are refused; a set with shards missing
     is said (a partial download, or a sample taken on purpose), unless text-pipeline wrote the folder:
     a small text makes fewer shards than its names' total."""
-    from mlperf_bert.dataset.text_pipeline import read_record
     totals = sorted({int(n.rsplit("-of-", 1)[1]) for n in parts})
     if len(totals) > 1:
         raise UserError("%s holds text shards of %d sets (part-*-of-%s): make-dataset takes every part-* of one "
@@ -71,7 +70,7 @@ def _check_one_set(text_dir, parts):
                             text_dir, len(totals), ", -of-".join("%05d" % t for t in totals)))
     indexes = {int(n.split("-")[1]) for n in parts}
     missing = [i for i in range(totals[0]) if i not in indexes]
-    if missing and not read_record(text_dir):
+    if missing and not pipeline_wrote:
         shown = ", ".join("part-%05d-of-%05d" % (i, totals[0]) for i in missing[:3]) + (", ..." if len(missing) > 3
                                                                                        else "")
         print("warning: make-dataset: %s holds %d of the %d text shards part-*-of-%05d (missing: %s): the TFRecords "
@@ -238,8 +237,8 @@ def _refuse_orphans(output_dir, text_dir, outputs):
     """An output of --output_dir made from no input of --text_dir (its shard removed or renamed since)
     would be left out of the manifest, yet a trainer given part-* reads it: refused, before anything
     is written."""
-    orphans = sorted(n for n in os.listdir(output_dir) if (_PART.match(n) or n in ("eval_intermediate", "eval_10k"))
-                     and n not in outputs) if os.path.isdir(output_dir) else []
+    orphans = sorted(n for n in os.listdir(output_dir) if OUTPUT_NAME.match(n) and n not in outputs) \
+        if os.path.isdir(output_dir) else []
     if orphans:
         shown = ", ".join(orphans[:3] + (["..."] if len(orphans) > 3 else []))
         raise UserError("--output_dir %s holds %s, made from no input of --text_dir %s (%s): delete %s or restore "
@@ -274,8 +273,7 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     check_writable_dir(os.path.join(output_dir, MANIFEST_NAME))
     lock = lock_dir(output_dir, "--output_dir")
     try:
-        _refuse_orphans(output_dir, text_dir, {_outputs_of(p)[0] for p in parts} | (
-            set(_outputs_of(eval_txt)) if eval_txt else set()))
+        _refuse_orphans(output_dir, text_dir, {o for p in inputs for o in _outputs_of(p)})
         old = read_settings(output_dir)
         record = dict(settings, vocab_file=os.path.basename(vocab_file), vocab_md5=file_md5(vocab_file),
                       num_eval_examples=num_eval_examples,

@@ -183,14 +183,14 @@ def refuse_unfinished(text_dir, what="--text_dir"):
     """UserError when ``text_dir`` holds the outputs of a text-pipeline run that did not finish (killed,
     or stopped by an error) or lacks a file its run wrote: its shards would be taken for the whole
     text. A folder no text-pipeline run wrote (the reference's scripts, downloaded shards) has no
-    record and passes."""
+    record and passes. Returns the names the record lists (empty without one)."""
     fix = "rerun text-pipeline with the same flags to finish it"
     names, finished = _load_record(text_dir, "make the text shards again with text-pipeline into an empty "
                                              "--output_dir")
     missing = sorted(n for n in names if not os.path.exists(os.path.join(text_dir, n)))
     # An older version's record does not say whether its run finished: a killed one left its work folder.
     if not missing and (finished or (finished is None and not os.path.isdir(os.path.join(text_dir, WORK_NAME)))):
-        return
+        return names
     if missing:
         shown = ", ".join(missing[:3] + (["..."] if len(missing) > 3 else []))
         why = "%d of the %d files its record %s lists are missing (%s)" % (len(missing), len(names), RECORD_NAME,

@@ -77,10 +77,15 @@ def _find(records, key):
     return [r for r in records if r.key == key]
 
 
+def _values(lines):
+    """The distinct values of ``lines`` (the official checker warns of a repeat with one value, fails
+    one with several), as JSON text: null is a value too."""
+    return {json.dumps(r.value, sort_keys=True) for r in lines}
+
+
 def _one_value(records, key):
-    """The value of ``key``'s lines when there is one, logged once or repeated as it was (the official
-    checker warns of a repeat with one value, fails one with several), else None."""
-    values = {json.dumps(r.value, sort_keys=True) for r in _find(records, key)}
+    """The value of ``key``'s lines when there is one, logged once or repeated as it was, else None."""
+    values = _values(_find(records, key))
     return json.loads(values.pop()) if len(values) == 1 else None
 
 
@@ -313,8 +318,7 @@ def rule_run_stop(records):
     stops = _find(records, "run_stop")
     if not stops:
         return _res("run_stop", FAIL, "0 run_stop lines, expected 1")
-    values = {json.dumps(r.value, sort_keys=True) for r in stops}
-    if len(values) > 1:
+    if len(_values(stops)) > 1:
         return _res("run_stop", FAIL, "%d run_stop lines with different values, expected 1" % len(stops), stops[1])
     stop, status = stops[0], stops[0].metadata.get("status")
     if status not in ("success", "aborted"):
@@ -360,7 +364,7 @@ def rule_train_samples(records, division):
     if not found:
         return _res("train_samples", WARN, "no train_samples line (the official checker of training %s"
                     " requires exactly one; the RCP checker then reads the last eval's epoch_num)" % RULESET)
-    if len({json.dumps(r.value, sort_keys=True) for r in found}) > 1:  # the official checker fails these too
+    if len(_values(found)) > 1:  # the official checker fails these too
         return _res("train_samples", FAIL, "%d train_samples lines with different values, expected at most 1"
                     % len(found), found[1])
     rec, value = found[0], found[0].value

@@ -893,13 +893,12 @@ def run_eval_only(cfg, config, files, device, rank, world, stop):
     if step is None:
         m = re.search(r"ckpt-(\d+)", os.path.basename(init))
         step = int(m.group(1)) if m else 0
-    batches = evaluation.reference_eval_batches(cfg.data, cfg.eval, files, rank, world, config.vocab_size)
-    if rank == 0 and cfg.runtime.progress:  # the reference's eval of BERT-Large: minutes to hours
-        from mlperf_bert.progress import bar
-        batches = bar(batches, total=cfg.eval.max_eval_steps, desc="eval", unit="batch")
-    metrics = evaluation.evaluate(model, stop.checked(batches), device, autocast(device, cfg.model.dtype))
-    if rank == 0 and cfg.runtime.progress:
-        batches.close()
+    from mlperf_bert.progress import bar
+    # the reference's eval of BERT-Large: minutes to hours
+    with bar(evaluation.reference_eval_batches(cfg.data, cfg.eval, files, rank, world, config.vocab_size),
+             total=cfg.eval.max_eval_steps, desc="eval", unit="batch",
+             disable=rank != 0 or not cfg.runtime.progress) as batches:
+        metrics = evaluation.evaluate(model, stop.checked(batches), device, autocast(device, cfg.model.dtype))
     if rank == 0:
         path = evaluation.write_eval_results(cfg.checkpoint.output_dir, metrics, int(step))
         note = evaluation.reference_expectation(int(step), metrics["samples"])

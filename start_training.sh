@@ -169,7 +169,7 @@ for arg; do
     set_by_file="${set_by_file##*$'\n'}"
     die "${set_by_file#error: }"
   fi
-  [[ $'\n'"$set_by_file"$'\n' == *$'\n'seed$'\n'* ]] && die "$arg sets seed: leave it out of the file and set SEED" \
+  [[ $'\n'"$set_by_file" == *$'\n'--seed=* ]] && die "$arg sets seed: leave it out of the file and set SEED" \
     "instead (run i of a series gets SEED+i; unset, each run draws its own: the file's would be every run's)"
 done
 if [[ -z "${PYTORCH_CUDA_ALLOC_CONF+x}${PYTORCH_ALLOC_CONF+x}" ]]; then

@@ -147,17 +147,19 @@ for arg in "$@"; do
   esac
 done
 # A --config file's values come before the command line's flags (the trainer's order), so a preset
-# flag would beat the file: what the file sets replaces the preset's flags, as an argument does.
+# flag would beat the file: what the file sets replaces the preset's flags, as an argument does, and
+# counts in the checks and the batch said below (file_sets: its flags as the command line gives them).
 file_sets=()
 for arg in "${overrides[@]+"${overrides[@]}"}"; do
   [[ "$arg" == --config=* ]] || continue
   set_by_file="$(PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -S -m mlperf_bert.trainer.run_config \
       "${arg#--config=}" 2>&1)" || { set_by_file="${set_by_file##*$'\n'}"; die "${set_by_file#error: }"; }
-  while IFS= read -r name; do
-    case "$name" in
-      output_dir|mlperf_log) die "$arg sets $name: leave it out of the file and set" \
+  while IFS= read -r flag; do
+    case "$flag" in
+      --output_dir=*|--mlperf_log=*) name="${flag%%=*}"; name="${name#--}"
+        die "$arg sets $name: leave it out of the file and set" \
         "$([[ $name == output_dir ]] && echo OUTPUT_DIR || echo LOGDIR) instead (the run's log is LOGDIR/mlperf.log)" ;;
-      ?*) file_sets+=("--$name") ;;
+      ?*) file_sets+=("$flag") ;;
     esac
   done <<< "$set_by_file"
 done
@@ -269,15 +271,23 @@ done
 
 # A closed-division run starts from the reference's phase-1 checkpoint (the trainer refuses it
 # too; said here, before a launcher starts). --dry_run shows a marked placeholder instead.
+# (the trainer's order: the preset's flags it keeps < the --config file < the command line's flags)
 flag_value() {  # NAME DEFAULT: the value the trainer gets (the last one given wins)
   local v="$2" a
-  for a in "${kept[@]}" "${overrides[@]+"${overrides[@]}"}"; do [[ "$a" == "--$1="* ]] && v="${a#--$1=}"; done
+  for a in "${kept[@]}" "${file_sets[@]+"${file_sets[@]}"}" "${overrides[@]+"${overrides[@]}"}"; do
+    [[ "$a" == "--$1="* ]] && v="${a#--$1=}"
+  done
   echo "$v"
 }
-given() {  # NAME: whether the trainer gets --NAME=... or --NAME
-  local a
-  for a in "${kept[@]}" "${overrides[@]+"${overrides[@]}"}"; do [[ "$a" == "--$1" || "$a" == "--$1="* ]] && return 0; done
-  return 1
+given() {  # NAME: whether the trainer gets --NAME=... or --NAME (the last one given wins)
+  local a got=1
+  for a in "${kept[@]}" "${file_sets[@]+"${file_sets[@]}"}" "${overrides[@]+"${overrides[@]}"}"; do
+    if [[ "$a" == "--$1" || "$a" == "--$1="* ]]; then got=0
+    elif [[ "$1" != *=* && "$a" == "--no$1" ]]; then got=1
+    elif [[ "$1" == *=* && "$a" == "--${1%%=*}="* ]]; then got=1
+    fi
+  done
+  return $got
 }
 if given do_train && given submission_division=closed && ! given init_checkpoint; then
   if [[ "$DRY_RUN" == 1 ]]; then

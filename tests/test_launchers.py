@@ -118,6 +118,36 @@ def test_a_config_file_given_to_the_launcher_beats_the_presets_flags(tmp_path):
                                                  "LOGDIR/mlperf.log)\n" % conf)
 
 
+def test_what_a_config_file_sets_counts_in_the_launchers_checks_and_its_global_batch(tmp_path):
+    """A sweep: with `--config=FILE` setting train_batch_size 8 and steps_per_update 2, train_model.sh
+    said "global batch 32 = ... 32 sequences ... x 1 micro-step(s)" (demo_cpu's own, which the file
+    replaced), and a file setting submission_division = "closed" without INIT_CHECKPOINT passed its
+    checks (CHECK_ONLY=1: status 0; only the trainer, after torch's import, refused it). The file's
+    values count as the trainer reads them: after the preset's, before the command line's."""
+    conf = tmp_path / "run.toml"
+    conf.write_text("train_batch_size = 8\n[optim]\nsteps_per_update = 2\n")
+    env = dict(os.environ, DATA_DIR="/data", PYTHON=sys.executable, NUM_GPUS="1")
+    proc = subprocess.run([TRAIN, "--dry_run", "--preset=demo_cpu", "--config=%s" % conf], capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[0] == ("train_model.sh: preset demo_cpu: global batch 16 = 1 CPU process(s) x 8 "
+                                           "sequences of 32 per CPU process per micro-step x 2 micro-step(s) per update")
+    conf.write_text('submission_division = "closed"\nshuffle = false\n')
+    check = dict(env, CHECK_ONLY="1")
+    proc = subprocess.run([TRAIN, "--preset=demo_cpu", "--config=%s" % conf], capture_output=True, text=True,
+                          env=check)
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        "error: train_model.sh: this run (preset demo_cpu) is closed division"), proc.stderr
+    # the command line beats the file, and an open file beats a closed preset
+    proc = subprocess.run([TRAIN, "--preset=demo_cpu", "--config=%s" % conf, "--submission_division=open"],
+                          capture_output=True, text=True, env=check)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    conf.write_text('submission_division = "open"\n')
+    proc = subprocess.run([TRAIN, "--preset=reference_gpu", "--config=%s" % conf], capture_output=True, text=True,
+                          env=check)
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
 def test_dry_run_command_is_accepted_by_the_trainer_flags():
     from mlperf_bert.trainer import training
     for preset in ("reference_gpu", "tpu_8192", "demo_cpu"):

@@ -332,10 +332,19 @@ def write_resolved(cfg):
         f.write(resolved_text(cfg))
 
 
+def as_flag(name, value):
+    """``value`` of flag ``name`` as the command line gives it: ``--name=value``, a bool as
+    ``--name`` or ``--noname`` (a newline in a string as ``\\n``: one flag a line)."""
+    if isinstance(value, bool):
+        return "--%s%s" % ("" if value else "no", name)
+    return "--%s=%s" % (name, str(value).replace("\n", "\\n"))
+
+
 def main(argv):
     """``python -S -m mlperf_bert.trainer.run_config FILE``: the flags the ``--config`` FILE gives a
-    value, one a line, read as the trainer reads it (start_training.sh refuses a file's seed: every
-    run of a series would have it); a file the trainer refuses: its one line, status 2."""
+    value, one a line as ``as_flag`` writes them, read as the trainer reads it (train_model.sh's
+    preset flags they replace and the batch it reports; start_training.sh refuses a file's seed:
+    every run of a series would have it); a file the trainer refuses: its one line, status 2."""
     if len(argv) != 2:
         print("usage: python -m mlperf_bert.trainer.run_config CONFIG_FILE", file=sys.stderr)
         return 2
@@ -346,7 +355,7 @@ def main(argv):
         return 2
     for name in sorted(values):
         if values[name] is not None:  # JSON's null: the flag's default (the trainer's random seed)
-            print(name)
+            print(as_flag(name, values[name]))
     return 0
 
 

@@ -1379,3 +1379,23 @@ def test_a_runs_minutes_are_those_the_official_summarizer_times(tmp_path):
         assert minutes == pytest.approx((end - begin) / 60000.0, abs=1e-9), name
         seen.add(round(minutes, 4))
     assert seen == {2.6711, 3.6711}  # the edits move it, as they move the summarizer's
+
+
+def test_a_runs_samples_are_those_the_rcp_checker_reads(tmp_path):
+    """A sweep: score's run table gave a log's train_samples as its samples to converge, also where
+    the log states a budget there before training (tinycorp v5.0: 3,600,000; it converged at
+    3,148,992; Habana v3.1: 3,001,600.0 for 2,401,280). The official RCP checker (without
+    --rcp-bert-train-samples, as score runs it) reads the last eval's epoch_num: so does the table."""
+    from mlperf_logging.rcp_checker.rcp_checker import read_submission_file
+    from mlperf_bert.harness.records import read_log
+    logs = os.path.join(DATA, "mlperf_logs")
+    for name in sorted(os.listdir(logs)):
+        if not name.endswith(".txt.gz"):
+            continue
+        path = tmp_path / name[:-len(".gz")]
+        with gzip.open(os.path.join(logs, name), "rb") as f:
+            path.write_bytes(f.read())
+        _, samples, _, status = score.run_summary(read_log(str(path)))
+        not_converged, official, _, _ = read_submission_file(str(path), "5.0.0", False)
+        if status == "success":
+            assert (not_converged, samples) == (0, official), name

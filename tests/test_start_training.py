@@ -658,6 +658,22 @@ def test_run_state_reads_the_trainers_marker_and_log(tmp_path):
     assert heavy.stdout == "[]\n", heavy.stdout + heavy.stderr
 
 
+
+def test_run_state_answers_for_a_log_whose_times_are_not_numbers(tmp_path, capsys):
+    """A sweep: a log whose run_start has "time_ms": null (a TRAIN_MODEL of one's own; read_log lets it
+    through) ended run_state with a TypeError traceback (status 1): start_training.sh's RESULT line lost
+    the run's seed, and a rerun was refused with "cannot read the state of the run ... check PYTHON".
+    The state is still read; the time it cannot compute is '-'."""
+    from mlperf_bert.harness import run_state
+    log = tmp_path / "mlperf.log"
+    log.write_text("".join(':::MLLOG {"namespace": "", "time_ms": %s, "event_type": "POINT_IN_TIME", "key": "%s", '
+                           '"value": %s, "metadata": {}}\n' % line for line in (
+                               (10, "seed", "77"), ("null", "run_start", "null"), (80300, "run_stop", "null"))))
+    (tmp_path / run_state.FINISHED).write_text('{"status": "success"}')
+    assert run_state.main(["run_state", str(tmp_path), str(log)]) == 0
+    assert capsys.readouterr().out == "77 success - -\n"
+
+
 # ---- the image's entrypoint, run outside the image
 
 def _entry(tmp_path, *args, **env):

@@ -14,7 +14,7 @@ import os
 import sys
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.harness.records import read_log
+from mlperf_bert.harness.records import finite, read_log
 
 FINISHED = "run_finished.json"  # trainer/checkpoint.py's marker (not imported: it pulls in torch)
 
@@ -38,9 +38,10 @@ def logged_cache_clear(records):
 
 
 def time_to_train(records):
-    """Seconds from the first ``run_start`` to the last ``run_stop`` of a log's records, or None."""
-    starts = [r.time_ms for r in records if r.key == "run_start"]
-    stops = [r.time_ms for r in records if r.key == "run_stop"]
+    """Seconds from the first ``run_start`` to the last ``run_stop`` of a log's records, or None (also
+    where their time_ms is not a finite number: a logger's null, which read_log lets through)."""
+    starts = [r.time_ms for r in records if r.key == "run_start" and finite(r.time_ms)]
+    stops = [r.time_ms for r in records if r.key == "run_stop" and finite(r.time_ms)]
     return (stops[-1] - starts[0]) / 1000.0 if starts and stops else None
 
 

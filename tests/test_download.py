@@ -1,4 +1,5 @@
 import hashlib
+import http.client
 import os
 import shutil
 
@@ -13,12 +14,12 @@ from mlperf_bert.errors import UserError
 class _Dropped:
     """A source stream that breaks after ``left`` bytes, as a dropped connection does."""
 
-    def __init__(self, f, left):
-        self.f, self.left = f, left
+    def __init__(self, f, left, error=ConnectionResetError(104, "Connection reset by peer")):
+        self.f, self.left, self.error = f, left, error
 
     def read(self, n):
         if self.left <= 0:
-            raise ConnectionResetError("connection reset by peer")
+            raise self.error
         buf = self.f.read(min(n, self.left))
         self.left -= len(buf)
         return buf
@@ -30,16 +31,35 @@ class _Dropped:
         self.f.close()
 
 
-def interrupted(monkeypatch, url, out, after):
+def interrupted(monkeypatch, url, out, after, error=ConnectionResetError(104, "Connection reset by peer")):
     """Download ``url`` to ``out`` until the connection drops after ``after`` bytes: ``out``.partial
-    and its record are left, as by a killed or cut-off download."""
+    and its record are left, as by a killed or cut-off download. Returns the error's line."""
     real = download._open_from
     with monkeypatch.context() as m:
-        m.setattr(download, "_open_from", lambda u, offset: (lambda s, t, r: (_Dropped(s, after), t, r))(
+        m.setattr(download, "_open_from", lambda u, offset: (lambda s, t, r: (_Dropped(s, after, error), t, r))(
             *real(u, offset)))
-        with pytest.raises(ConnectionResetError):
+        with pytest.raises(UserError) as e:
             download.download(url, str(out), progress=False)
     assert os.path.getsize(str(out) + ".partial") == after
+    return str(e.value)
+
+
+@pytest.mark.parametrize("error, why", [
+    (ConnectionResetError(104, "Connection reset by peer"), "Connection reset by peer"),
+    (TimeoutError("timed out"), "timed out"),
+    (http.client.IncompleteRead(b"x" * 100), "the server closed the connection early"),  # a chunked reply cut short
+])
+def test_a_connection_that_breaks_off_is_one_line_and_the_bytes_fetched_are_kept(ref_data, tmp_path, monkeypatch,
+                                                                                 error, why):
+    """A reset, a read timeout or a chunked reply cut short mid-transfer was a traceback (only a
+    clean close short of Content-Length said to rerun)."""
+    src = os.path.join(ref_data, "data", "vocab.txt")
+    out = tmp_path / "vocab.txt"
+    monkeypatch.setattr(download, "CHUNK", 10000)
+    line = interrupted(monkeypatch, "file://" + src, out, 30000, error)
+    assert line == "download of file://%s stopped at 30000 of 231508 bytes (%s): run the same command again to " \
+                   "resume" % (src, why)
+    assert download.download("file://" + src, str(out), progress=False) == "64800d5d8528ce344256daf115d4965e"
 
 
 def opened_at(monkeypatch):
@@ -211,3 +231,16 @@ def test_the_tf2_checkpoints_files_are_held_against_the_tf2_checkpoints_values(t
                                         r"%s;" % want):
         download.download("file://%s" % other, str(tmp_path / "dl2" / other.name), progress=False,
                           results_dir=str(results))
+
+
+def test_an_output_ending_in_a_slash_is_named_as_a_directory(tmp_path):
+    """--output=dl/ said "cannot tell a file name from --url=...: give --output", blaming the URL
+    and asking for the flag that was given."""
+    src = tmp_path / "vocab.txt"
+    src.write_bytes(b"x")
+    out = "%s/dl/" % tmp_path
+    with pytest.raises(UserError) as e:
+        download.main(["download", "--url=file://%s" % src, "--output=" + out, "--noprogress"])
+    assert str(e.value) == ("--output=%s names a directory: give a file path, or --output_dir=%s for the URL's file "
+                            "name" % (out, out))
+    assert os.listdir(str(tmp_path)) == ["vocab.txt"]

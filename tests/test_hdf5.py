@@ -703,3 +703,16 @@ def test_a_file_of_no_rows_among_others_is_refused_naming_it(made, tmp_path, kin
         with pytest.raises(UserError) as e:
             read()
         assert str(e.value) == want
+
+
+def test_an_input_whose_name_is_not_utf8_is_converted(golden_tfrecord, tmp_path):
+    """A TFRecord named in Latin-1 (b'caf\\xe9') was a UnicodeEncodeError traceback: h5py cannot
+    store the name as str. Its bytes that are not UTF-8 are written as \\xNN."""
+    src = os.path.join(os.fsencode(str(tmp_path)), b"caf\xe9-part")
+    write_records(os.fsdecode(src), list(read_records(golden_tfrecord))[:3])
+    out = str(tmp_path / "out.hdf5")
+    assert hdf5.main(["to-hdf5", "--input=%s" % os.fsdecode(src), "--output=%s" % out, "--max_seq_length=128",
+                      "--max_predictions_per_seq=20"]) == 0
+    with h5py.File(out, "r") as h:
+        assert list(h.attrs["source_files"]) == ["caf\\xe9-part"]
+    assert hdf5.num_examples(out) == 3

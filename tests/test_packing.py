@@ -145,6 +145,20 @@ def test_one_input_into_a_directory_not_yet_made(small, tmp_path, capsys):
         pack_here("--input=" + small[0], "--output_dir=%s" % (tmp_path / "file"))
 
 
+def test_an_input_whose_name_is_not_utf8_is_packed(small, tmp_path):
+    """A TFRecord named in Latin-1 (b'caf\\xe9') was a UnicodeEncodeError traceback (its name seeds the
+    row order and is stored in the file); a UTF-8 name keeps its row order (the same seed bytes)."""
+    src = os.path.join(os.fsencode(str(tmp_path)), b"caf\xe9")
+    shutil.copy(small[1], os.fsdecode(src))
+    out = tmp_path / "out"
+    assert pack_here("--input=%s" % os.fsdecode(src), "--output_dir=%s" % out) == 0
+    path = os.fsdecode(os.path.join(os.fsencode(str(out)), b"caf\xe9.packed.hdf5"))
+    assert packing.read_attrs(path)["num_sequences"] == 200
+    with hdf5.open_file(path) as h:
+        assert h.attrs["source_file"] == "caf\\xe9"
+    assert packing.zlib_crc("part-00000") == 0x9F45AFDC  # (the seed of every UTF-8 name unchanged)
+
+
 def test_an_input_given_twice_or_two_inputs_of_one_name_are_refused(small, tmp_path, capsys):
     """Issue 23: a/shard,b/shard wrote one output and lost the other's sequences (exit 0); X,X
     reported twice the sequences it wrote."""

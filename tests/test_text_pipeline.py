@@ -470,6 +470,22 @@ def test_workers_below_one_are_refused_as_every_commands(tmp_path, workers):
     assert not out.exists()
 
 
+def test_a_link_to_a_missing_wiki_file_is_refused_not_skipped(wiki_files, tmp_path):
+    """A glob's link to a file that is gone was dropped with the folders it skips: exit 0, shards
+    without that file's articles and the eval articles drawn from the others."""
+    wiki = tmp_path / "wiki"
+    wiki.mkdir()
+    os.symlink(wiki_files[0], str(wiki / "wiki_00"))
+    os.symlink(str(tmp_path / "gone"), str(wiki / "wiki_01"))
+    out = tmp_path / "out"
+    with pytest.raises(UserError) as e:
+        text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % (wiki / "wiki_*"), "--output_dir=%s" % out,
+                            "--num_test_articles=2", "--workers=1", "--noprogress"])
+    assert str(e.value) == ("--wiki_glob=%s matches %s, a link to a file that does not exist: restore the file, or "
+                            "remove the link" % (wiki / "wiki_*", wiki / "wiki_01"))
+    assert not out.exists()
+
+
 def test_an_output_dir_that_is_a_file_says_the_fix(wiki_files, tmp_path):
     """A hostile sweep: text-pipeline --output_dir=FILE said "cannot create output directory FILE:
     File exists" and no fix (its lock made the folder, with a message of its own); one message now."""

@@ -9,6 +9,7 @@ is checked against the md5 and size that results/ lists for its name (a ``part-`
 kind, TFRecord or text, the two sets sharing names) or ``--md5``, and only then renamed to
 ``NAME``. A file already present that matches is kept.
 """
+import http.client
 import json
 import os
 import re
@@ -126,13 +127,20 @@ def _fetch(url, output, name, expected, progress):
     if not offset:  # the record names the bytes to come: no other source's are left under it
         _remove_partial(partial)
         write_json(partial + SOURCE_SUFFIX, {"url": url, "bytes": total})
+    cut = None  # why the source broke off mid-transfer
     if stream is not None:
         try:
             with stream, open(partial, "ab" if offset else "wb") as out, \
                     progress_bar(total=total, initial=offset, unit="B", unit_scale=True, desc=name,
                          disable=not progress) as bar:
                 while True:
-                    buf = stream.read(CHUNK)
+                    try:
+                        buf = stream.read(CHUNK)
+                    except (OSError, http.client.HTTPException) as e:
+                        # a reset, a timeout, a chunked reply cut short: the bytes written so far
+                        # are whole chunks of the source, kept for the rerun to resume from
+                        cut = e
+                        break
                     if not buf:
                         break
                     out.write(buf)
@@ -145,9 +153,9 @@ def _fetch(url, output, name, expected, progress):
             raise write_error(output, e, needed=None if total is None else total - offset,
                               left="the bytes fetched so far are kept in %s" % partial) from e
     got_size = os.path.getsize(partial)
-    if total is not None and got_size < total:
-        raise UserError("download of %s stopped at %d of %d bytes: run the same command again to resume"
-                        % (url, got_size, total))
+    if cut is not None or (total is not None and got_size < total):
+        raise UserError("download of %s stopped at %d of %s bytes%s: run the same command again to resume"
+                        % (url, got_size, "?" if total is None else total, _why_cut(cut)))
     got = file_md5(partial)
     wanted = _mismatch(got_size, got, expected(partial))
     if wanted:
@@ -157,6 +165,14 @@ def _fetch(url, output, name, expected, progress):
     os.replace(partial, output)
     _remove_partial(partial)  # its record
     return got
+
+
+def _why_cut(e):
+    if e is None:
+        return ""
+    if isinstance(e, http.client.IncompleteRead):
+        return " (the server closed the connection early)"
+    return " (%s)" % (getattr(e, "strerror", None) or str(e) or type(e).__name__)
 
 
 def _remove_partial(partial):
@@ -181,6 +197,9 @@ def main(argv):
                         "results/ lists for its name"
                         % (fv.md5, "a sha256" if re.fullmatch(r"[0-9a-fA-F]{64}", fv.md5) else "not an md5"))
     output = fv.output or os.path.join(fv.output_dir, os.path.basename(urllib.parse.urlparse(fv.url).path))
+    if fv.output and not os.path.basename(output):  # (the error below blamed the URL)
+        raise UserError("--output=%s names a directory: give a file path, or --output_dir=%s for the URL's file name"
+                        % (fv.output, fv.output))
     if not os.path.basename(output):
         raise UserError("cannot tell a file name from --url=%s: give --output" % fv.url)
     md5 = download(fv.url, output, md5=fv.md5, progress=fv.progress)

@@ -108,6 +108,12 @@ def remake_hint(path, packed=None):
     return "pack it again (python -m mlperf_bert pack)" if packed else "convert it again with to-hdf5"
 
 
+def name_attr(path):
+    """``path``'s file name as an attribute can hold it: UTF-8, a byte that is not (a Latin-1 name)
+    written as ``\\xNN`` (h5py's encoder raised on it: a traceback)."""
+    return os.fsencode(os.path.basename(path)).decode("utf-8", "backslashreplace")
+
+
 def is_hdf5_file(path):
     """Whether ``path`` starts with the HDF5 signature (whatever its name)."""
     try:
@@ -288,7 +294,7 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
     with atomic_path(output_file, needed) as tmp, h5py.File(tmp, "w") as h:
         h.attrs["max_seq_length"] = max_seq_length
         h.attrs["max_predictions_per_seq"] = max_predictions_per_seq
-        h.attrs["source_files"] = [os.path.basename(p) for p in input_files]  # not where they were: same bytes anywhere
+        h.attrs["source_files"] = [name_attr(p) for p in input_files]  # not where they were: same bytes anywhere
         dsets, sums = {}, Checksums()
         for name in FEATURE_NAMES:
             shape = (total,) if name == "next_sentence_labels" else (total, lengths[name])

@@ -192,7 +192,7 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
     (sequences, rows, real tokens)."""
     import h5py
     from mlperf_bert.dataset.example import decode_pretraining_batch
-    from mlperf_bert.dataset.hdf5 import ROW_CHECKSUMS, Checksums, row_checksums
+    from mlperf_bert.dataset.hdf5 import ROW_CHECKSUMS, Checksums, name_attr, row_checksums
     from mlperf_bert.dataset.tfrecord import read_records
     from mlperf_bert.errors import UserError
     from mlperf_bert.fileio import atomic_path
@@ -237,13 +237,13 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
         h.attrs.update(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
                        max_sequences_per_pack=max_sequences_per_pack, num_sequences=len(lengths),
                        num_rows=n, packing_rate=len(lengths) / n, seed=seed,
-                       max_predictions_per_row=most_predictions, source_file=os.path.basename(input_path))
+                       max_predictions_per_row=most_predictions, source_file=name_attr(input_path))
     return len(lengths), n, int(lengths.sum())
 
 
 def zlib_crc(text):
     import zlib
-    return zlib.crc32(text.encode("utf-8"))
+    return zlib.crc32(text.encode("utf-8", "surrogateescape"))  # a name's own bytes, UTF-8 or not
 
 
 def is_packed(path):

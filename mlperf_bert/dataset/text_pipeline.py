@@ -282,6 +282,12 @@ def main(argv):
     flags.DEFINE_bool("progress", True, "show progress bars", flag_values=fv)
     flags.parse(fv, argv, required=["wiki_glob", "output_dir"], positional=False)
     files = sorted(glob.glob(os.path.expanduser(fv.wiki_glob)))
+    # a link to a file that is gone (a disk not mounted) is a missing input, not a folder to skip:
+    # left out, its articles were missing from the shards, and every file's eval share moved
+    dangling = [f for f in files if not os.path.exists(f)]
+    if dangling:
+        raise UserError("--wiki_glob=%s matches %s, a link to a file that does not exist: restore the file, or "
+                        "remove the link" % (fv.wiki_glob, dangling[0]))
     files = [f for f in files if os.path.isfile(f)]
     if not files:
         raise UserError("--wiki_glob=%s matches no file: give the WikiExtractor output, e.g. 'text/*/wiki_??'"

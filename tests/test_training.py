@@ -1012,6 +1012,20 @@ def test_command_line_error_exits_2_with_one_line(files, tmp_path, capsys, monke
     assert err.strip().count("\n") == 0 and err.startswith("error: --input_file"), err
 
 
+def test_an_argument_that_is_not_a_flag_is_refused_not_dropped(files, tmp_path):
+    """A hostile sweep: ``--input_file=a, b`` (a space after the comma) trained on a alone, and a flag
+    after ``--`` was ignored: run_pretraining.py dropped every argument that was not a flag, unread,
+    and trained (every other command of the project refuses them). Now one line, before anything is
+    written."""
+    out = tmp_path / "out"
+    for extra in ([files["train"]], ["--", "--learning_rate=5"]):
+        argv = flags_for(files, str(out), input_file=files["train"] + ",") + extra
+        with pytest.raises(UserError, match=r"^unexpected argument '%s': this command takes only --flag=value "
+                                            r"arguments" % re.escape(extra[-1])):
+            training.main(argv)
+        assert not out.exists() or not os.listdir(str(out))
+
+
 def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninterrupted, tmp_path, capsys):
     """pre_eval.sh of the reference (paths, sizes and seq 128 changed) on a TF1-layout prefix. A
     checkpoint of the phase-1 step prints the reference's expected masked-LM accuracy beside its

@@ -227,7 +227,8 @@ class _Stop:
 
 def main(argv):
     fv = define_flags()
-    flags.parse(fv, argv)
+    # no positional arguments: one would be dropped unread (``--input_file=a, b``: b not trained on)
+    flags.parse(fv, argv, positional=False)
     # required here, not by parse: a --config file may give them
     cfg = run_config.RunConfig.from_flags(fv, required=["bert_config_file", "input_file", "output_dir"])
     preflight.check_flags(cfg)

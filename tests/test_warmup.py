@@ -219,7 +219,7 @@ def test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_
     dynamo's and inductor's counters are the same at run_start and at the end (every graph,
     evals included, made and compiled in init, no graph break: nothing compiles on the clock);
     run 0 compiles from an empty cache, run 1 finds every graph in OUTPUT_DIR/compile_cache (only
-    cache hits) and its init is shorter. The compiled run's weights equal an eager run's (1e-4),
+    cache hits; its init's length is not compared: a clock on this shared CPU). The compiled run's weights equal an eager run's (1e-4),
     its checkpoint holds the plain module's names. (Counters, not a rate on the clock: a rate on
     this shared CPU swings with the load; one small model; inductor's C++ codegen off, see PROBE.)"""
     out = tmp_path / "series"
@@ -252,14 +252,10 @@ def test_series_of_compiled_runs_shares_the_cache_and_trains_at_full_speed_from_
     assert cold.get("fxgraph_cache_miss", 0) > 0 and not cold.get("fxgraph_cache_hit"), cold
     assert warm.get("fxgraph_cache_hit", 0) > 0 and not warm.get("fxgraph_cache_miss"), warm
     assert runs[0]["end"]["stats"]["unique_graphs"] == runs[1]["end"]["stats"]["unique_graphs"]
-    inits = []
     for i in (0, 1):
         recs = _log(out / ("run_%d" % i) / "mlperf.log")
-        times = {r["key"]: r["time_ms"] for r in recs if r["key"] in ("init_start", "run_start")}
-        inits.append(times["run_start"] - times["init_start"])
         assert len([r for r in recs if r["key"] == "eval_accuracy"]) >= 1  # an eval on the clock
         assert len([r for r in recs if r["key"] == "train_loss"]) == 2
-    assert inits[1] < inits[0], inits
     # the compiled run against the eager one (seed 7, same flags)
     eager = str(tmp_path / "eager")
     argv = ["run_pretraining.py", "--bert_config_file=" + files["config_nodrop"], "--input_file=" + files["train"],

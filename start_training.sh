@@ -133,7 +133,7 @@ for arg in "$@"; do
     # absl reads a flag file where it stands, after the --seed this script gives: its seed won
     --flagfile|--flagfile=*) die "$arg: give the file's flags as arguments instead (the trainer reads a flag file" \
       "past these checks: its --seed would be every run's, its --output_dir not where the runs are looked for)" ;;
-    --) die "'--': give the trainer's flags without it (--name=value; after '--' the trainer ignores them)" ;;
+    --) die "'--': give the trainer's flags without it (--name=value; after '--' they are arguments, which the trainer refuses)" ;;
     -*) ;;
     *) die "unexpected argument '$arg': pass trainer flags as --name=value (settings as environment variables, see --help)" ;;
   esac

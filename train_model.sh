@@ -132,8 +132,8 @@ for arg in "$@"; do
     --preset=*) PRESET="${arg#--preset=}" ;;
     --dry_run) DRY_RUN=1 ;;
     --dry_run=*|--nodry_run) die "$arg: give --dry_run alone (or DRY_RUN=1) to print the trainer's command" ;;
-    # absl takes what follows a bare -- as arguments, not flags: they would be dropped unseen
-    --) die "'--': give the trainer's flags without it (--name=value; after '--' the trainer ignores them)" ;;
+    # absl takes what follows a bare -- as arguments, not flags (refused by the trainer, after its start)
+    --) die "'--': give the trainer's flags without it (--name=value; after '--' they are arguments, which the trainer refuses)" ;;
     -h|--help) usage; exit 0 ;;
     # absl reads a flag file where it stands: its flags would pass the checks below unseen
     --flagfile|--flagfile=*) die "$arg: give the file's flags as arguments instead (the trainer reads a flag file" \

@@ -19,6 +19,8 @@ class _Dropped:
 
     def read(self, n):
         if self.left <= 0:
+            if isinstance(self.error, http.client.IncompleteRead):  # as http.client's: the bytes the cut read got
+                raise http.client.IncompleteRead(self.f.read(len(self.error.partial)))
             raise self.error
         buf = self.f.read(min(n, self.left))
         self.left -= len(buf)
@@ -31,34 +33,37 @@ class _Dropped:
         self.f.close()
 
 
-def interrupted(monkeypatch, url, out, after, error=ConnectionResetError(104, "Connection reset by peer")):
+def interrupted(monkeypatch, url, out, after, error=ConnectionResetError(104, "Connection reset by peer"), kept=None):
     """Download ``url`` to ``out`` until the connection drops after ``after`` bytes: ``out``.partial
-    and its record are left, as by a killed or cut-off download. Returns the error's line."""
+    (``kept`` bytes, ``after`` unless given) and its record are left, as by a killed or cut-off
+    download. Returns the error's line."""
     real = download._open_from
     with monkeypatch.context() as m:
         m.setattr(download, "_open_from", lambda u, offset: (lambda s, t, r: (_Dropped(s, after, error), t, r))(
             *real(u, offset)))
         with pytest.raises(UserError) as e:
             download.download(url, str(out), progress=False)
-    assert os.path.getsize(str(out) + ".partial") == after
+    assert os.path.getsize(str(out) + ".partial") == (after if kept is None else kept)
     return str(e.value)
 
 
-@pytest.mark.parametrize("error, why", [
-    (ConnectionResetError(104, "Connection reset by peer"), "Connection reset by peer"),
-    (TimeoutError("timed out"), "timed out"),
-    (http.client.IncompleteRead(b"x" * 100), "the server closed the connection early"),  # a chunked reply cut short
+@pytest.mark.parametrize("error, why, kept", [
+    (ConnectionResetError(104, "Connection reset by peer"), "Connection reset by peer", 30000),
+    (TimeoutError("timed out"), "timed out", 30000),
+    # a chunked reply cut short: the 100 bytes its read got before the cut are kept too (they were dropped)
+    (http.client.IncompleteRead(b"x" * 100), "the server closed the connection early", 30100),
 ])
 def test_a_connection_that_breaks_off_is_one_line_and_the_bytes_fetched_are_kept(ref_data, tmp_path, monkeypatch,
-                                                                                 error, why):
+                                                                                 error, why, kept):
     """A reset, a read timeout or a chunked reply cut short mid-transfer was a traceback (only a
     clean close short of Content-Length said to rerun)."""
     src = os.path.join(ref_data, "data", "vocab.txt")
     out = tmp_path / "vocab.txt"
     monkeypatch.setattr(download, "CHUNK", 10000)
-    line = interrupted(monkeypatch, "file://" + src, out, 30000, error)
-    assert line == "download of file://%s stopped at 30000 of 231508 bytes (%s): run the same command again to " \
-                   "resume" % (src, why)
+    line = interrupted(monkeypatch, "file://" + src, out, 30000, error, kept)
+    assert line == "download of file://%s stopped at %d of 231508 bytes (%s): run the same command again to " \
+                   "resume" % (src, kept, why)
+    assert open(str(out) + ".partial", "rb").read() == open(src, "rb").read(kept)  # the source's first bytes
     assert download.download("file://" + src, str(out), progress=False) == "64800d5d8528ce344256daf115d4965e"
 
 

@@ -138,8 +138,12 @@ def _fetch(url, output, name, expected, progress):
                         buf = stream.read(CHUNK)
                     except (OSError, http.client.HTTPException) as e:
                         # a reset, a timeout, a chunked reply cut short: the bytes written so far
-                        # are whole chunks of the source, kept for the rerun to resume from
+                        # are the source's first bytes, kept for the rerun to resume from; a reply
+                        # cut short names those its read got before the cut (up to a CHUNK)
                         cut = e
+                        buf = e.partial if isinstance(e, http.client.IncompleteRead) else b""
+                        out.write(buf)
+                        bar.update(len(buf))
                         break
                     if not buf:
                         break

@@ -74,6 +74,21 @@ def test_directory_set_reports_missing_and_lists_unknown(ref_data, tmp_path):
     assert ok and lines[0].startswith("UNKNOWN")
 
 
+@pytest.mark.parametrize("folder, expected", [("tf1_ckpt", checksums.SETS["checkpoint_tf1"][2]),
+                                              ("tf2_ckpt", checksums.SETS["checkpoint_tf2"][2])])
+def test_a_checkpoint_folder_whose_checkpoint_is_gone_is_missing_it(ref_data, tmp_path, folder, expected):
+    """A sweep: `verify DIR/tf1_ckpt` (the README's check of the phase-1 checkpoint) on a folder whose
+    checkpoint download failed, vocab.txt alone left, said "1 OK ... every file checked matches",
+    exit 0: the set was recognised only by a checkpoint file present. The reference's folder names
+    the set too."""
+    d = tmp_path / folder
+    d.mkdir()
+    shutil.copy(os.path.join(ref_data, "data", "vocab.txt"), d / "vocab.txt")
+    ok, lines = run_verify([str(d)])
+    assert not ok and lines[0].startswith("OK %s" % (d / "vocab.txt"))
+    assert lines[1:] == ["MISSING %s" % (d / name) for name in expected]
+
+
 def test_tfrecord_size_is_checked(tmp_path):
     path = tmp_path / "eval_10k"
     write_records(str(path), [b"x" * 10])

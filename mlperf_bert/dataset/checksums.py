@@ -275,8 +275,13 @@ def _dir_sets(directory, names, tables):
     if "eval_10k" in names or "eval_intermediate" in names or (
             parts and is_tfrecord(os.path.join(directory, parts[0]))):
         found.add("tfrecord")
-    if "model.ckpt-28252.meta" in names:
+    # the reference's checkpoint folders (tf1_ckpt/, tf2_ckpt/), by name too: one whose download
+    # failed, left with vocab.txt and bert_config.json alone, is its set with files MISSING (it passed)
+    folder = os.path.basename(os.path.normpath(directory))
+    if "model.ckpt-28252.meta" in names or folder == "tf1_ckpt":
         found.add("checkpoint_tf1")
+    elif folder == "tf2_ckpt":
+        found.add("checkpoint_tf2")
     elif "model.ckpt-28252.index" in names:
         size = os.path.getsize(os.path.join(directory, "model.ckpt-28252.index"))
         found.add("checkpoint_tf2" if size == tables["checkpoint_tf2"]["model.ckpt-28252.index"][0]

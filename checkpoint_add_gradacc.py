@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Add zero GradientAccumulator variables to a TF checkpoint (reference tool)."""
-from mlperf_bert.trainer.gradacc import main
-from mlperf_bert.cli import run_main
+from mlperf_bert.cli import command_start_stop, quiet_start, run_main
+
+quiet_start(command_start_stop)  # a stop while the modules load: one line, not a traceback
+from mlperf_bert.trainer.gradacc import main  # noqa: E402
 
 if __name__ == "__main__":
     run_main(main)

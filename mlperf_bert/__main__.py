@@ -3,7 +3,7 @@ import difflib
 import importlib
 import sys
 
-from mlperf_bert.cli import run_main
+from mlperf_bert.cli import command_start_stop, quiet_start, run_main
 
 # command -> (module, help). Each module has main(argv) taking absl-style flags.
 COMMANDS = {
@@ -80,4 +80,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["train"]:  # run_pretraining.py's own start
+        from mlperf_bert.trainer.launch import trainer_start_stop
+        quiet_start(trainer_start_stop())
+    else:  # a stop while the command's module loads: one line, not a traceback
+        quiet_start(command_start_stop)
     sys.exit(main())

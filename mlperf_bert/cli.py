@@ -10,6 +10,15 @@ from mlperf_bert.flags import quiet_stdout
 
 
 _QUIET_START = []  # quiet_start() changed SIGINT's handler: run_main puts Python's back
+INTERRUPTED = "error: interrupted"
+TERMINATED = "error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on"
+
+
+def command_start_stop(name):
+    """What a stop while a command's modules load does (``quiet_start``'s argument): ``run_main``'s
+    line and status, where Ctrl-C was a KeyboardInterrupt traceback out of an import (torch's take
+    seconds) and SIGTERM a silent 143. Nothing was written yet."""
+    return ("%s\n" % INTERRUPTED, 130) if name == "SIGINT" else ("%s\n" % TERMINATED, 143)
 
 
 def quiet_start(on_stop=None):
@@ -59,14 +68,13 @@ def run_main(main, argv=None):
     except KeyboardInterrupt:
         remove_own_temporaries()
         _end_progress_bars()
-        print("error: interrupted", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         sys.exit(130)
     except Terminated as e:
         sigterm_lost()
         _end_progress_bars()
         if e.line is None:
-            print("error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on",
-                  file=sys.stderr)
+            print(TERMINATED, file=sys.stderr)
         elif e.line:  # the command's own line (the trainer's stop in its init)
             print(e.line)
         # The finally blocks (temporaries removed, locks released) ran on the way here. Leave now:

@@ -91,6 +91,7 @@ def init_worker(parent_pid):
     from multiprocessing import util
     signal.signal(signal.SIGTERM, _exit_quietly)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which ends the pool
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by worker_pool until now
     # Once its task loop has ended (the first thing its exit runs), a SIGTERM (pool.terminate()
     # after an error can reach a worker already leaving) ends it at once: raised in an atexit
     # callback of a spawned worker, SystemExit was printed as "Exception ignored in atexit callback".
@@ -118,11 +119,32 @@ def worker_pool(workers, start_method=None):
     lock leaves any worker that then waits on that lock (one the pool just started) hanging the
     join for ever. On an error or a signal the workers are terminated."""
     import multiprocessing
-    pool = multiprocessing.get_context(start_method).Pool(workers, init_worker, (os.getpid(),))
+    # Ctrl-C reaches the whole process group: a worker still starting (spawn: seconds of imports)
+    # printed a KeyboardInterrupt traceback. SIGINT stays blocked in the workers until init_worker
+    # ignores it (the mask is inherited through fork and exec, and by the pool's threads, which
+    # start the workers that replace others); the parent's own comes once they are started. The
+    # resource tracker of spawned workers starts first: its start unblocks SIGINT when it is done.
+    context = multiprocessing.get_context(start_method)
+    if context.get_start_method() != "fork":
+        from multiprocessing import resource_tracker
+        resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        yield pool
+        pool = context.Pool(workers, init_worker, (os.getpid(),))
     except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        yield pool
+    except BaseException as e:
         terminate_pool(pool)
+        if isinstance(e, Terminated) and context.get_start_method() != "fork":
+            # the semaphores of its queues, registered with the resource tracker: unlinked now, as
+            # the exit would (a SIGTERM's stop ends the process by os._exit, run_main's: the tracker
+            # warned of 6 "leaked"); any other error leaves by the exit, which runs them itself
+            from multiprocessing import util
+            util._run_finalizers(0)
         raise
     pool.close()
     pool.join()

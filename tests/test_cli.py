@@ -176,6 +176,52 @@ def test_a_stop_while_the_trainer_imports_torch_is_one_line_or_the_launchers(tmp
             % sig.name))
 
 
+# sitecustomize for a command whose import of module $HOLD waits (marked) until a signal comes
+HOLD_IMPORT = textwrap.dedent("""\
+    import importlib.abc, os, sys, time
+
+    class Hold(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == os.environ["HOLD"]:
+                sys.meta_path.remove(self)
+                open(os.environ["MARK"], "w").close()
+                time.sleep(60)
+            return None
+    sys.meta_path.insert(0, Hold())
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("argv,module", [
+    (["-m", "mlperf_bert", "to-hdf5"], "dataset.hdf5"), (["-m", "mlperf_bert", "train"], "trainer.training"),
+    (["create_pretraining_data.py"], "dataset.pretraining_data"), (["pick_eval_samples.py"], "dataset.eval_samples"),
+    (["convert_checkpoint.py"], "trainer.checkpoint_convert"), (["checkpoint_add_gradacc.py"], "trainer.gradacc")],
+    ids=["to-hdf5", "train", "create_pretraining_data", "pick_eval_samples", "convert_checkpoint", "add_gradacc"])
+def test_a_stop_while_a_command_loads_its_modules_is_one_line(tmp_path, argv, module, sig):
+    """A hostile sweep: Ctrl-C while a command imported its modules (convert_checkpoint.py's torch
+    takes a second) was a KeyboardInterrupt traceback of 10 to 60 lines, or "ImportError: cannot load
+    module more than once per process"; SIGTERM there a silent 143. Each is run_main's one line and
+    status now (python -m mlperf_bert train: run_pretraining.py's)."""
+    from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
+    (tmp_path / "sitecustomize.py").write_text(HOLD_IMPORT)
+    mark = tmp_path / "importing"
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark), HOLD="mlperf_bert." + module)
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    proc = subprocess.Popen([sys.executable] + argv + ["--help"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not mark.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    if argv[-1] == "train":
+        want = (NOT_SAVED_STATUS, "%s while the trainer started" % sig.name)
+    else:
+        want = (128 + sig, cli.INTERRUPTED if sig == signal.SIGINT else cli.TERMINATED)
+    assert (proc.returncode, out, err.count("\n")) == (want[0], "", 1) and err.startswith(want[1]), err
+
+
 def _as_a_user(argv):
     """``argv`` as run by a user whom file permissions bind: as root, with the capabilities that
     override them dropped (setpriv, util-linux)."""

@@ -128,54 +128,6 @@ def test_a_second_sigterm_while_the_first_is_handled_does_not_cut_its_way_out(tm
                            "on\n"), proc.stderr
 
 
-# sitecustomize for a trainer whose import of torch waits (marked) until a signal comes
-HOLD_TORCH_IMPORT = textwrap.dedent("""\
-    import importlib.abc, os, sys, time
-
-    class Hold(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name == "torch":
-                sys.meta_path.remove(self)
-                open(os.environ["MARK"], "w").close()
-                time.sleep(60)
-            return None
-    sys.meta_path.insert(0, Hold())
-""")
-
-
-@pytest.mark.parametrize("sig,torchrun", [(signal.SIGINT, True), (signal.SIGTERM, True), (signal.SIGINT, False),
-                                          (signal.SIGTERM, False)],
-                         ids=["SIGINT-torchrun", "SIGTERM-torchrun", "SIGINT-alone", "SIGTERM-alone"])
-def test_a_stop_while_the_trainer_imports_torch_is_one_line_or_the_launchers(tmp_path, sig, torchrun):
-    """A launcher's SIGINT reached the ranks while they imported torch (seconds): each printed a
-    KeyboardInterrupt traceback from somewhere in torch's modules. Until run_main, a rank of torchrun's
-    ends as the signal's default action does: no output (the launcher says what it ended, once). Run
-    alone, the trainer SIGTERMed there died silently with 143, the status that says a checkpoint holds
-    the run: now the launcher's line and 79 (nothing of this start saved)."""
-    from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
-    (tmp_path / "sitecustomize.py").write_text(HOLD_TORCH_IMPORT)
-    mark = tmp_path / "importing"
-    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark))
-    env.pop("TORCHELASTIC_RUN_ID", None)
-    if torchrun:
-        env["TORCHELASTIC_RUN_ID"] = "none"
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "run_pretraining.py"), "--help"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not mark.exists():
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
-        time.sleep(0.02)
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
-    if torchrun:
-        assert (proc.returncode, out, err) == (-sig, "", "")
-    else:
-        assert (proc.returncode, out, err) == (NOT_SAVED_STATUS, "", (
-            "%s while the trainer started, before it had set up its stop: no checkpoint written (exit 79, not 143); "
-            "rerun the same command: it resumes from the newest checkpoint if there is one, else starts again\n"
-            % sig.name))
-
-
 # sitecustomize for a command whose import of module $HOLD waits (marked) until a signal comes
 HOLD_IMPORT = textwrap.dedent("""\
     import importlib.abc, os, sys, time
@@ -189,6 +141,45 @@ HOLD_IMPORT = textwrap.dedent("""\
             return None
     sys.meta_path.insert(0, Hold())
 """)
+
+
+def signalled_at_mark(argv, env, mark, sig):
+    """(status, stdout, stderr) of ``argv`` sent ``sig`` once it has made the file ``mark``."""
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not mark.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize("sig,torchrun", [(signal.SIGINT, True), (signal.SIGTERM, True), (signal.SIGINT, False),
+                                          (signal.SIGTERM, False)],
+                         ids=["SIGINT-torchrun", "SIGTERM-torchrun", "SIGINT-alone", "SIGTERM-alone"])
+def test_a_stop_while_the_trainer_imports_torch_is_one_line_or_the_launchers(tmp_path, sig, torchrun):
+    """A launcher's SIGINT reached the ranks while they imported torch (seconds): each printed a
+    KeyboardInterrupt traceback from somewhere in torch's modules. Until run_main, a rank of torchrun's
+    ends as the signal's default action does: no output (the launcher says what it ended, once). Run
+    alone, the trainer SIGTERMed there died silently with 143, the status that says a checkpoint holds
+    the run: now the launcher's line and 79 (nothing of this start saved)."""
+    from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
+    (tmp_path / "sitecustomize.py").write_text(HOLD_IMPORT)
+    mark = tmp_path / "importing"
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark), HOLD="torch")
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    if torchrun:
+        env["TORCHELASTIC_RUN_ID"] = "none"
+    rc, out, err = signalled_at_mark([sys.executable, os.path.join(ROOT, "run_pretraining.py"), "--help"], env, mark,
+                                     sig)
+    if torchrun:
+        assert (rc, out, err) == (-sig, "", "")
+    else:
+        assert (rc, out, err) == (NOT_SAVED_STATUS, "", (
+            "%s while the trainer started, before it had set up its stop: no checkpoint written (exit 79, not 143); "
+            "rerun the same command: it resumes from the newest checkpoint if there is one, else starts again\n"
+            % sig.name))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -207,19 +198,12 @@ def test_a_stop_while_a_command_loads_its_modules_is_one_line(tmp_path, argv, mo
     mark = tmp_path / "importing"
     env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark), HOLD="mlperf_bert." + module)
     env.pop("TORCHELASTIC_RUN_ID", None)
-    proc = subprocess.Popen([sys.executable] + argv + ["--help"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not mark.exists():
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
-        time.sleep(0.02)
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+    rc, out, err = signalled_at_mark([sys.executable] + argv + ["--help"], env, mark, sig)
     if argv[-1] == "train":
         want = (NOT_SAVED_STATUS, "%s while the trainer started" % sig.name)
     else:
         want = (128 + sig, cli.INTERRUPTED if sig == signal.SIGINT else cli.TERMINATED)
-    assert (proc.returncode, out, err.count("\n")) == (want[0], "", 1) and err.startswith(want[1]), err
+    assert (rc, out, err.count("\n")) == (want[0], "", 1) and err.startswith(want[1]), err
 
 
 def _as_a_user(argv):

@@ -59,5 +59,11 @@ RUN python -c "from mlperf_bert.harness.package import source_files; print(len(s
  && python -m compileall -q mlperf_bert ./*.py \
  && python -m mlperf_bert fetch-vocab --output=/opt/cache/vocab.txt
 
+# The scripts by name (`docker run IMAGE start_training.sh --help`), and what a run writes kept only
+# in a mounted folder (start_training.sh refuses an OUTPUT_DIR on the container's own filesystem).
+# Set after the layers above, so that their cache holds.
+ENV PATH=$PATH:/workspace/bert \
+    REQUIRE_MOUNT=1
+
 # `docker run IMAGE [--flag=value ...]` trains (or runs the demo); `docker run IMAGE CMD ...` runs CMD.
 ENTRYPOINT ["/workspace/bert/docker-entrypoint.sh"]

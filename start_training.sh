@@ -33,6 +33,9 @@
 #                  $LOGDIR/result_N.txt (a submission has 10); a rerun skips finished runs and
 #                  resumes the one that stopped                                [1]
 #   TRAIN_MODEL    the training script                                       [./train_model.sh]
+#   REQUIRE_MOUNT  1 = refuse an OUTPUT_DIR or LOGDIR outside every mounted folder (in a container:
+#                  on its own filesystem, lost with it; mount one, docker run -v "$PWD/out":/output)
+#                                                                              [0; 1 in the image]
 #   TORCHINDUCTOR_CACHE_DIR  torch.compile's cache (--compile), shared by every run of a series,
 #                  so only the first compiles from scratch (in its untimed init) [$OUTPUT_DIR/compile_cache]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512), but
@@ -141,7 +144,9 @@ done
 case "${DROP_CACHES:=auto}" in 0|1|auto) ;; *) die "DROP_CACHES=$DROP_CACHES must be 0, 1 or auto" ;; esac
 case "${CHECK_LOG:=1}" in 0|1) ;; *) die "CHECK_LOG=$CHECK_LOG must be 0 or 1 (1: the log checker on each finished run's log)" ;; esac
 case "${CHECK_ONLY:=0}" in 0|1) ;; *) die "CHECK_ONLY=$CHECK_ONLY must be 0 or 1 (1: check the settings, start no run)" ;; esac
+case "${REQUIRE_MOUNT:=0}" in 0|1) ;; *) die "REQUIRE_MOUNT=$REQUIRE_MOUNT must be 0 or 1 (1: OUTPUT_DIR and LOGDIR in a mounted folder)" ;; esac
 DROP_CACHES_FILE="${MLPERF_DROP_CACHES_FILE:-/proc/sys/vm/drop_caches}"  # another file: the tests only
+MOUNTINFO_FILE="${MLPERF_MOUNTINFO_FILE:-/proc/self/mountinfo}"  # another file: the tests only
 # Decimal whole numbers (bash would read 010 as octal and fail on 08 or abc).
 [[ "${NUM_RUNS:=1}" =~ ^[0-9]{1,9}$ ]] && (( 10#$NUM_RUNS >= 1 )) || die "NUM_RUNS=$NUM_RUNS must be a whole number >= 1"
 NUM_RUNS=$((10#$NUM_RUNS))
@@ -207,6 +212,24 @@ done
 # one compile cache for the series: runs 1..N-1 (and reruns) load what run 0 compiled
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$OUTPUT_DIR/compile_cache}"
 
+# REQUIRE_MOUNT=1 (the image's): OUTPUT_DIR and LOGDIR must be in a mounted folder. In a container
+# without one (no -v, or one at another path) they are on the container's own filesystem: the run
+# trained, said it finished (exit 0), and everything it wrote went with the container. By builtins
+# (no process): a mount point of /proc/self/mountinfo at or above each, other than /.
+check_mounted() {
+  (( REQUIRE_MOUNT )) && [[ -r "$MOUNTINFO_FILE" ]] || return 0
+  local var point best _a _b _c _d _rest
+  for var in OUTPUT_DIR LOGDIR; do
+    best=
+    while read -r _a _b _c _d point _rest; do
+      point=${point//\\040/ }
+      [[ "$point" != / && ( "${!var}" == "$point" || "${!var}" == "$point"/* ) ]] && best=$point
+    done < "$MOUNTINFO_FILE"
+    [[ -n "$best" ]] || die "$var=${!var} is not in a mounted folder: what the run writes there would be lost with" \
+      "the container; mount a host folder there (docker run -v \"\$PWD/out\":${!var} ...), or set REQUIRE_MOUNT=0"
+  done
+}
+
 if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   if (( $# )); then
     die "arguments ($*) but no DATA_DIR: set DATA_DIR (or INPUT_FILES) for a run; run without arguments for the demo"
@@ -216,6 +239,7 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
     "set DATA_DIR (or INPUT_FILES) to check a run's"
   [[ -z "${SEED:-}" && "$NUM_RUNS" == 1 ]] || die "SEED or NUM_RUNS set but no DATA_DIR: the built-in demo runs" \
     "once with its own seed; set DATA_DIR (or INPUT_FILES) for a run or a series"
+  check_mounted
   launching=1
   stop_if_signalled "the demo" "$OUTPUT_DIR/demo/train"  # (where it keeps its checkpoints)
   echo "$ME: DATA_DIR is not set: running the built-in demo (python -m mlperf_bert demo)"
@@ -223,6 +247,7 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   exec "$PYTHON" -m mlperf_bert demo "--output_dir=$OUTPUT_DIR/demo"
 fi
 
+check_mounted
 # The settings (preset, environment, a closed run's INIT_CHECKPOINT) checked once, before the first
 # timed run: a mistake is train_model.sh's one error line, not a started and failed run.
 if [[ -z "${TRAIN_MODEL:-}" ]]; then

@@ -876,3 +876,77 @@ def test_a_finished_runs_results_are_never_mixed_with_another_runs(fake, tmp_pat
     _one_error(fake(NUM_RUNS="2", SEED="5"), "error: start_training.sh: OUTPUT_DIR=%s holds a single run (NUM_RUNS=1)"
                % fake.out)
     assert len(calls(fake)) == n + 1 and not (fake.out / "run_0").exists()
+
+
+def test_an_output_dir_outside_every_mount_is_refused_in_the_image(fake, tmp_path):
+    """A sweep of the image: `docker run` without `-v ...:/output` (or with the folder mounted at another
+    path) trained, said the run finished, exit 0, and everything went with the container. With
+    REQUIRE_MOUNT=1 (the image's) an OUTPUT_DIR or LOGDIR under no mount point but / is one line, exit 2,
+    before the run or the demo; under one (the host folder mounted there) the run goes on."""
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("1 0 0:50 / / rw - overlay overlay rw\n2 1 0:51 / /proc rw - proc proc rw\n")
+    proc = fake(REQUIRE_MOUNT="1", MLPERF_MOUNTINFO_FILE=str(mountinfo))
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stdout + proc.stderr
+    assert proc.stderr == ("error: start_training.sh: OUTPUT_DIR=%s is not in a mounted folder: what the run writes "
+                           "there would be lost with the container; mount a host folder there (docker run -v "
+                           "\"$PWD/out\":%s ...), or set REQUIRE_MOUNT=0\n" % (fake.out, fake.out)), proc.stderr
+    assert calls(fake) == []
+    env = {k: v for k, v in fake.env.items() if k != "DATA_DIR"}  # the demo: refused the same way
+    proc = subprocess.run([START], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          env=dict(env, PYTHON="/nonexistent", REQUIRE_MOUNT="1", MLPERF_MOUNTINFO_FILE=str(mountinfo)))
+    assert proc.returncode == 2 and "is not in a mounted folder" in proc.stderr, proc.stdout + proc.stderr
+    assert "demo" not in proc.stdout
+    with open(mountinfo, "a") as f:
+        f.write("3 1 8:1 /srv/out %s rw - ext4 /dev/sda1 rw\n" % tmp_path)
+    proc = fake(REQUIRE_MOUNT="1", MLPERF_MOUNTINFO_FILE=str(mountinfo))
+    assert proc.returncode == 0 and len(result_lines(proc)) == 1, proc.stdout + proc.stderr
+    proc = fake(REQUIRE_MOUNT="1", MLPERF_MOUNTINFO_FILE=str(mountinfo), LOGDIR="/elsewhere/logs")
+    assert proc.returncode == 2 and "LOGDIR=/elsewhere/logs is not in a mounted folder" in proc.stderr, proc.stderr
+
+
+def test_the_image_asks_for_a_mount_and_runs_its_scripts_by_name():
+    """The Dockerfile sets REQUIRE_MOUNT=1, and puts its code folder on PATH: `docker run IMAGE
+    start_training.sh --help` (or train_model.sh) was "'start_training.sh' is neither a flag nor a command"."""
+    import re
+    text = open(os.path.join(ROOT, "Dockerfile")).read().replace("\\\n", " ")  # continuation lines joined
+    workdir = re.findall(r"^WORKDIR (\S+)$", text, re.M)
+    assert workdir == ["/workspace/bert"]
+    env = {"PATH": "/usr/bin:/bin"}
+    for line in re.findall(r"^ENV (.*)$", text, re.M):  # each ENV's NAME=VALUE in order, $NAME as it was
+        for name, value in re.findall(r"(\w+)=(\S+)", line):
+            env[name] = re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), ""), value)
+    assert env["REQUIRE_MOUNT"] == "1" and workdir[0] in env["PATH"].split(":"), env
+    assert env["PATH"].split(":")[:3] == ["/opt/venv/bin", "/usr/bin", "/bin"]  # nothing of it before them
+
+
+def _docker_ignored(patterns, path):
+    """Whether .dockerignore's PATTERNS keep PATH (relative, /-separated) out of the build context: a
+    pattern matches the path or a folder above it, `**/` any depth (those .dockerignore uses)."""
+    import fnmatch
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    ignored = False
+    for p in patterns:
+        keep, p = p.startswith("!"), p.lstrip("!")
+        hit = any(fnmatch.fnmatchcase(x, p) or (p.startswith("**/") and fnmatch.fnmatchcase(x.rsplit("/", 1)[-1], p[3:]))
+                  for x in prefixes)
+        if hit:
+            ignored = not keep
+    return ignored
+
+
+def test_the_data_the_readme_makes_stays_out_of_the_image():
+    """A sweep of the image: the README's commands make the data where they run (tfrecords/ 391 GB,
+    results4/, tf1_ckpt/ 4 GB, a package in submission/); run in the checkout, `docker build .` copied
+    them all into the image. They stay out; every file of MANIFEST.txt goes in."""
+    with open(os.path.join(ROOT, ".dockerignore")) as f:
+        patterns = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    for path in ("tfrecords/part-00000-of-00500", "tfrecords/eval_10k", "results4/part-00000-of-00500",
+                 "tf1_ckpt/model.ckpt-28252.data-00000-of-00001", "tf2_ckpt/model.ckpt-28252.index",
+                 "packed/part-00000-of-00500", "text/AA/wiki_00", "out_eval/eval_results.txt",
+                 "hf_bert/model.safetensors", "gradacc/model.ckpt-28252.index", "submission/ORG/results/x.txt",
+                 "enwiki-20200101-pages-articles-multistream.xml.bz2", "out/model.ckpt-8.pt", "init.pt",
+                 ".pytest_cache/v/cache/nodeids"):
+        assert _docker_ignored(patterns, path), path
+    from mlperf_bert.harness.package import source_files
+    assert [p for p in source_files() if _docker_ignored(patterns, p)] == []

@@ -3,7 +3,8 @@
 1. build it (the README's ``docker build -t mlperf-bert .``) and print its size and torch build;
 2. the demo as a non-root user (``docker run --rm --user UID:GID -v OUT:/output mlperf-bert``),
    and the same demo outside the image for comparison;
-3. the entrypoint: flags go to start_training.sh, a command runs, a wrong word is explained;
+3. the entrypoint: flags go to start_training.sh, a command runs (start_training.sh by name too), a
+   wrong word is explained, a run without /output mounted is refused;
 4. a short training on read-only mounted data with NUM_RUNS=2, stopped with ``docker stop`` in
    the middle of run 2 and rerun to the end; each run's checkpoints must be bit-identical to
    those of an uninterrupted series (run in the image too);
@@ -138,6 +139,12 @@ def entrypoint():
     expect_in(text, "'preset=demo_cpu' is neither a flag nor a command")
     _, text = run(docker_run("python", "-m", "mlperf_bert", "--help"), tail=3)
     expect_in(text, "usage: python -m mlperf_bert <command>")
+    # the scripts by name, as the docs name them (the code folder is on PATH)
+    _, text = run(docker_run("start_training.sh", "--help"), tail=3)
+    expect_in(text, "presets:", "rcp_3072")
+    # no /output mounted: one line, before anything runs (the run went with the container, exit 0)
+    _, text = run(docker_run(), expect=2, tail=3)
+    expect_in(text, "OUTPUT_DIR=/output is not in a mounted folder")
 
 
 def series(data, out, user, name=None):

@@ -207,6 +207,7 @@ COST = {
     "test_a_tf_write_killed_leaves_what_the_next_write_of_its_prefix_removes": 9.0,  # (not in the mean above)
     "test_ddp_under_dynamo_splits_at_its_buckets_and_trains_as_eager_ddp": 9.6,
     "test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and_resumes_bit_identical": 8.7,
+    "test_a_stop_while_the_ranks_straddle_run_start_or_the_runs_end_is_one_line_and_its_status": 4.6,  # (2026-12-05)
     "test_sigterm_checkpoints_and_the_rerun_resumes": 7.5,
     "test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_nothing": 6.0,
     "test_compiled_run_compiles_everything_before_run_start_and_equals_a_run_without_warm_up": 7.1,

@@ -408,6 +408,100 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
     assert_bit_identical(os.path.join(full, "model.ckpt-10.pt"), os.path.join(out, "model.ckpt-10.pt"))
 
 
+# Two moments at which the two ranks stand on either side of a line when the stop comes (sys.argv[2]):
+# "run_start": rank 1 still in its untimed init (a stop there ends it at once), rank 0 just past
+# run_start (a stop there is acted on at the next update, with every rank); "end": rank 0 about to
+# write the finished marker (a stop there ends it at once, the run's end not written), rank 1 done,
+# in its teardown, where the stop reaches it after rank 0 has left (its signals held until then).
+# Each rank marks MARKS/WHERE.RANK and waits for its signal.
+STRADDLE = textwrap.dedent("""\
+    import os, signal, sys, time
+    from mlperf_bert.cli import run_main
+    from mlperf_bert.trainer import checkpoint, distributed, training
+    got, handle, started, finished, teardown = ([], training._Stop._handle, training._Stop.started,
+                                                checkpoint.write_finished, distributed.teardown)
+    rank, where = os.environ["RANK"], sys.argv[2]
+
+    def on_signal(self, signum, frame):
+        got.append(signum)
+        handle(self, signum, frame)
+
+    def wait(mark):
+        with open(os.path.join(sys.argv[1], mark + ".tmp" + rank), "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(f.name, os.path.join(sys.argv[1], mark + "." + rank))
+        while not got:
+            time.sleep(0.01)
+
+    def at_start(self):
+        if where == "run_start" and rank == "1":
+            wait("init")
+        started(self)
+        if where == "run_start" and rank == "0":
+            wait("started")
+
+    def at_finished(out, record):
+        wait("end")
+        finished(out, record)
+
+    def at_teardown(clean):
+        if where == "end" and rank == "1":  # the stop has not reached it (yet): rank 0 leaves first
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_IGN)
+            open(os.path.join(sys.argv[1], "teardown.1"), "w").close()
+            pid0 = os.path.join(sys.argv[1], "end.0")
+            while not (os.path.exists(pid0) and open(pid0).read()):
+                time.sleep(0.01)
+            stat = "/proc/%d/stat" % int(open(pid0).read())
+            while os.path.exists(stat) and open(stat).read().rsplit(")", 1)[1].split()[0] != "Z":
+                time.sleep(0.01)  # rank 0 has left
+        teardown(clean)
+    training._Stop._handle, training._Stop.started, checkpoint.write_finished = on_signal, at_start, at_finished
+    distributed.teardown = at_teardown
+    run_main(training.main, ["run_pretraining.py"] + sys.argv[3:])
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where,marks,status,line", [
+    ("run_start", ("init.1", "started.0"), 79,
+     "SIGTERM as the run started, while another rank was still in its untimed init (it stopped at once): no "
+     "checkpoint written (exit 79, not 143: no checkpoint holds the run); rerun the same command to start again\n"),
+    ("end", ("teardown.1", "end.0"), 143,
+     "SIGTERM while the end of a run that ended earlier was written (its log is complete): stopped at once; rerun "
+     "the same command to finish it\n")], ids=["run_start", "end"])
+def test_a_stop_while_the_ranks_straddle_run_start_or_the_runs_end_is_one_line_and_its_status(
+        files, tmp_path, short_tmpdir, where, marks, status, line):
+    """2-rank stop stress: SIGTERM to every process as the run started, rank 1 still in its untimed init
+    (it stopped at once, nothing saved) and rank 0 just past run_start: rank 0 made the stop vote's
+    group (a collective) past run_start and waited there for rank 1, which had left, until torchrun's
+    SIGKILL past TORCH_ELASTIC_SHUTDOWN_TIMEOUT (300 s; 30 here): "local rank 0 ... was killed by
+    SIGKILL", 137. Now the group is made in the init, and a rank that loses its peer after a stop
+    ends as the stop: one line, nothing saved, 79. And a stop of rank 0 while it wrote the run's
+    end, rank 1 done and leaving: rank 1's teardown barrier found rank 0 gone, a RuntimeError
+    traceback and exit 1. Now the ended rank leaves quietly: 143, the stop's one line."""
+    from test_training import flags_for
+    marks_dir = tmp_path / "marks"
+    marks_dir.mkdir()
+    script = tmp_path / "straddle.py"
+    script.write_text(STRADDLE)
+    out = tmp_path / "run"
+    argv = flags_for(files, str(out), num_train_steps=4, save_checkpoints_steps=0)[1:]
+    proc = subprocess.Popen([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2", str(script),
+                             str(marks_dir), where] + argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            env=dict(ENV, TMPDIR=short_tmpdir, TORCH_ELASTIC_SHUTDOWN_TIMEOUT="30"))
+    wait_until(lambda: all((marks_dir / m).exists() for m in marks), proc, what="the ranks at their marks")
+    for pid in reversed(tree(proc.pid)):  # at once, as a scheduler does
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=300)
+    lines = [l for l in stdout.splitlines(True) if not l.startswith(("trained ", str(out)))]
+    assert (proc.returncode, "".join(lines), stderr) == (status, line, ""), (proc.returncode, stdout, stderr)
+    assert not (out / "run_finished.json").exists()
+    assert os.path.exists(out / "run_stopped.json") == (where == "end")
+
+
 # A rank as the trainer answers a stop (FAKE_STATUS: the status it ends with instead of 128 + the signal)
 FAKE_RANK = textwrap.dedent("""\
     import os, signal, sys, time
@@ -796,6 +890,29 @@ def test_a_signal_while_a_failed_rank_exits_changes_neither_line_nor_status(file
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def test_a_signal_in_the_teardown_of_a_finished_run_leaves_it_finished(files, tmp_path, monkeypatch):
+    """2-rank stop stress: a stop in a rank's teardown, after its run had ended and its finished
+    marker was written, was the finishing state's stop, raised there: 143 for a finished run, or,
+    raised in a finalizer (the teardown's collection), "Exception ignored in ..." and its traceback.
+    The run has ended: the signal changes nothing."""
+    from test_training import flags_for
+    from mlperf_bert.trainer import distributed, training
+    real = distributed.teardown
+
+    def teardown(clean):
+        os.kill(os.getpid(), signal.SIGTERM)
+        real(clean)
+    monkeypatch.setattr(distributed, "teardown", teardown)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    out = tmp_path / "out"
+    try:
+        assert training.main(flags_for(files, str(out), num_train_steps=4)) == 0
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert (out / "run_finished.json").exists()
 
 
 def test_the_wrapper_is_a_command_with_usage(capsys):

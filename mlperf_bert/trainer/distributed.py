@@ -85,7 +85,14 @@ def teardown(clean=True):
         return
     gc.collect()
     if dist.get_world_size() > 1:
-        dist.barrier()
+        try:
+            dist.barrier()
+        except Exception as e:  # a peer that left after its own end (stopped while it wrote it): this
+            if not _peer_lost(e):  # rank's run is done, and it only leaves
+                raise
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+            return
     dist.destroy_process_group()
 
 
@@ -99,16 +106,20 @@ def _peer_lost(e):
 
 
 @contextlib.contextmanager
-def peer_loss_is_one_line(signals=lambda: 0):
+def peer_loss_is_one_line(signals=lambda: 0, stopped=lambda: None):
     """In a run of several ranks, a collective that fails because another rank died (killed, out of
     memory, its node gone) ends this rank with one line and PEER_LOST_STATUS, not a traceback:
     the dead rank is the news, and the launcher names it. ``signals``: how many stop signals this
-    process has had (training._Stop.received)."""
+    process has had (training._Stop.received); ``stopped()``: after a stop signal, the stop's own
+    end (a Terminated, raised instead: the other rank left on the stop), else None."""
     try:
         yield
     except Exception as e:
         if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1 and _peer_lost(e)):
             raise
+        end = stopped()
+        if end is not None:
+            raise end from None
         print("error: rank %d %s (%s): the checkpoints written so far are kept; rerun the same command to "
               "resume from the newest" % (dist.get_rank(), PEER_LOST, str(e).strip().splitlines()[0][:200]),
               file=sys.stderr, flush=True)

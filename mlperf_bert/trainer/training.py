@@ -172,8 +172,9 @@ class _Stop:
         if self.in_init:
             raise self._terminated()
 
-    def _terminated(self):
-        """The stop of a signal in the init or after the run's end: its line and status."""
+    def _terminated(self, peer_lost=False):
+        """The stop of a signal in the init or after the run's end: its line and status.
+        ``peer_lost``: another rank left before the ranks agreed on the stop (``peer_lost``)."""
         name = signal.Signals(self.signum).name
         # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
         if self.finishing:
@@ -183,6 +184,15 @@ class _Stop:
             line, status = ("%s: --do_eval alone stopped at once, no eval_results.txt written (exit %d, not 143: "
                             "nothing to resume); rerun the same command to evaluate" % (name, NOT_SAVED_STATUS)
                             ), NOT_SAVED_STATUS
+        elif peer_lost and not self.in_init:
+            # past run_start here, while another rank got the stop in its untimed init and left at once
+            line, status = ("%s as the run started, while another rank was still in its untimed init (it stopped at "
+                            "once): no checkpoint written" % name), NOT_SAVED_STATUS
+            if self.resumable:
+                line, status = line + "; rerun the same command to resume", 128 + self.signum
+            else:
+                line += " (exit %d, not 143: no checkpoint holds the run); rerun the same command to start again" % (
+                    NOT_SAVED_STATUS)
         elif self.resumable:
             line, status = ("%s in the untimed init, before run_start: stopped at once, nothing trained; "
                             "rerun the same command to resume" % name), 128 + self.signum
@@ -191,6 +201,12 @@ class _Stop:
                             "nothing saved (exit %d, not 143: no checkpoint holds the run); rerun the same "
                             "command to start again" % (name, NOT_SAVED_STATUS)), NOT_SAVED_STATUS
         return Terminated(line if os.environ.get("RANK", "0") == "0" else "", status)
+
+    def peer_lost(self):
+        """A collective failed because another rank left: after a stop signal (the other rank may have
+        had it in its untimed init, where it stops at once, while this one was past run_start) the
+        stop's end (``Terminated``), not a failure; None without one."""
+        return self._terminated(peer_lost=True) if self.signum is not None else None
 
     def checked(self, batches):
         """``batches`` (an eval's, run where a signal stops at once), ended at the next batch after a
@@ -235,14 +251,16 @@ def main(argv):
     with _Stop() as stop, contextlib.ExitStack() as held:
         clean = False
         try:
-            with distributed.peer_loss_is_one_line(lambda: stop.received), loader.worker_death_is_one_line(), \
+            with distributed.peer_loss_is_one_line(lambda: stop.received, stop.peer_lost), \
+                    loader.worker_death_is_one_line(), \
                     out_of_memory_is_one_line(cfg):
                 rc = run(cfg, stop, held)
             clean = True
             return rc
         finally:
-            if not clean:  # failing (its line is out): a signal now changes neither line nor status
-                stop.requested = True
+            # failing (its line is out), or ended: a signal now changes neither line nor status (raised
+            # in the teardown, it landed in a finalizer: "Exception ignored in ..." and its traceback)
+            stop.requested = True
             distributed.teardown(clean)
 
 
@@ -619,6 +637,9 @@ class Loop:
         cfg, trainer, log, s = self.cfg, self.trainer, self.log, state
         self.state = s
         batch_size = cfg.data.train_batch_size
+        # its group made in the untimed init: made past run_start, a rank whose peer had stopped in
+        # its init (and left) waited in new_group for it until torchrun's SIGKILL
+        self.vote = distributed.StopVote()
         self.stop.started()  # from here a signal checkpoints (before: it stopped the init at once)
         if not s.continues:
             log.start(C.RUN_START)
@@ -635,7 +656,6 @@ class Loop:
         self.bar = self.progress_bar(s.step)
         self.batches = iter(loader.make_loader(self.dataset(train_files, packed, seed), cfg.data.num_workers))
         held.callback(self.batches.close)  # its workers end with the run, however it ends
-        self.vote = distributed.StopVote()
         self.step0, self.samples0 = s.step, s.samples
         if s.loss_sum is None:
             s.loss_sum = torch.zeros((), device=trainer.device)

@@ -892,6 +892,25 @@ def test_a_signal_while_a_failed_rank_exits_changes_neither_line_nor_status(file
             signal.signal(sig, handler)
 
 
+def test_a_peer_lost_after_a_stop_is_the_stops_end_only_before_the_ranks_met_in_a_vote():
+    """The straddle's end (a rank past run_start whose peer stopped in its init) is for a peer lost
+    before the ranks' first vote: one lost later (killed mid-run, after a scheduler's SIGTERM too) is
+    distributed.peer_loss_is_one_line's line and status, whose "the checkpoints written so far are
+    kept" is true there, not "no checkpoint written"."""
+    from types import SimpleNamespace
+    from mlperf_bert.errors import Terminated
+    from mlperf_bert.trainer import training
+    stop = training._Stop()
+    assert stop.peer_lost() is None  # no signal: a failure
+    stop.signum, stop.in_init = signal.SIGTERM, False
+    ended = stop.peer_lost()  # no vote made yet
+    assert isinstance(ended, Terminated) and ended.status == 79 and "as the run started" in ended.line
+    stop.vote = SimpleNamespace(met=False)
+    assert isinstance(stop.peer_lost(), Terminated)
+    stop.vote.met = True
+    assert stop.peer_lost() is None
+
+
 def test_a_signal_in_the_teardown_of_a_finished_run_leaves_it_finished(files, tmp_path, monkeypatch):
     """2-rank stop stress: a stop in a rank's teardown, after its run had ended and its finished
     marker was written, was the finishing state's stop, raised there: 143 for a finished run, or,

@@ -207,6 +207,7 @@ class StopVote:
         self.box = torch.zeros(1, dtype=torch.uint8)  # host memory, reduced in place
         self._read = self.box.numpy()  # its value, read without a tensor op
         self._work = None
+        self.met = False  # a vote has completed: every rank was in the loop
 
     def __call__(self, flag):
         """At an update boundary, every rank: True on every rank if any rank's ``flag`` was set
@@ -217,6 +218,7 @@ class StopVote:
         if self._work is not None:
             self._work.wait()
             agreed = bool(self._read[0])
+            self.met = True
         self._read[0] = 1 if flag else 0
         self._work = dist.all_reduce(self.box, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
         return agreed

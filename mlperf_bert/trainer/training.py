@@ -155,6 +155,7 @@ class _Stop:
         self.finishing = False  # finish_stopped: a run that ended earlier, its end being written
         self.eval_only = False  # --do_eval alone: nothing is trained, nothing saved but its results
         self.resumable = False  # a checkpoint of the run is there (set once rank 0 has looked)
+        self.vote = None  # the loop's StopVote, once made
         self._old = {}
 
     def __enter__(self):
@@ -203,10 +204,13 @@ class _Stop:
         return Terminated(line if os.environ.get("RANK", "0") == "0" else "", status)
 
     def peer_lost(self):
-        """A collective failed because another rank left: after a stop signal (the other rank may have
-        had it in its untimed init, where it stops at once, while this one was past run_start) the
-        stop's end (``Terminated``), not a failure; None without one."""
-        return self._terminated(peer_lost=True) if self.signum is not None else None
+        """A collective failed because another rank left: after a stop signal, before the ranks have
+        met in a vote (the other rank had it in its untimed init, where it stops at once, while this
+        one was past run_start) the stop's end (``Terminated``), not a failure; else None (a rank lost
+        later is the news, whatever the signals: distributed.peer_loss_is_one_line's line)."""
+        if self.signum is None or (self.vote is not None and self.vote.met):
+            return None
+        return self._terminated(peer_lost=True)
 
     def checked(self, batches):
         """``batches`` (an eval's, run where a signal stops at once), ended at the next batch after a
@@ -639,7 +643,7 @@ class Loop:
         batch_size = cfg.data.train_batch_size
         # its group made in the untimed init: made past run_start, a rank whose peer had stopped in
         # its init (and left) waited in new_group for it until torchrun's SIGKILL
-        self.vote = distributed.StopVote()
+        self.vote = self.stop.vote = distributed.StopVote()
         self.stop.started()  # from here a signal checkpoints (before: it stopped the init at once)
         if not s.continues:
             log.start(C.RUN_START)

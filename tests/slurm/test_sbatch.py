@@ -141,7 +141,7 @@ def test_the_pyxis_variant_runs_the_images_script_with_the_folders_mounted_at_th
     srun, python = record
     assert srun.startswith("--ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=/images/bert.sqsh "
                            "--container-mounts=%s:%s,%s:%s:ro --container-workdir=/workspace/bert "
-                           "--container-env=OUTPUT_DIR,DROP_CACHES,PYTHON bash -c "
+                           "--container-env=OUTPUT_DIR,DROP_CACHES,PYTHON,REQUIRE_MOUNT bash -c "
                            % (out, out, job.data, job.data)), srun
     assert srun.endswith(" node_task /workspace/bert/start_training.sh --preset=demo_cpu --device=cpu --num_workers=3")
     assert python == "/opt/venv/bin/python"

@@ -42,17 +42,6 @@ def quiet_start(on_stop=None):
         _QUIET_START.append(True)
 
 
-def _remove_multiprocessing_tmpdir():
-    """The $TMPDIR/pymp-* folder multiprocessing made for this process (a DataLoader's workers),
-    which the exit's finalizers remove: ``os._exit`` runs none (it was left after each such stop).
-    Read where multiprocessing.util.get_temp_dir keeps it (that call would make one)."""
-    util = sys.modules.get("multiprocessing.util")
-    tempdir = util and util.process.current_process()._config.get("tempdir")
-    if tempdir:
-        import shutil
-        shutil.rmtree(tempdir, ignore_errors=True)
-
-
 def run_main(main, argv=None):
     """Run ``main(argv)``: a UserError is one line on stderr and exit 2; SIGTERM and Ctrl-C end
     it with one line (143, 130) after the atomic writers removed their temporaries; a disk-full
@@ -92,7 +81,6 @@ def run_main(main, argv=None):
         # a half-built object the signal interrupted (a progress bar) must not add its own noise
         # when the interpreter tears it down.
         remove_own_temporaries()  # those whose ``with`` block the signal did not reach
-        _remove_multiprocessing_tmpdir()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(e.status)

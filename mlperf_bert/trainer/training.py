@@ -175,7 +175,7 @@ class _Stop:
 
     def _terminated(self, peer_lost=False):
         """The stop of a signal in the init or after the run's end: its line and status.
-        ``peer_lost``: another rank left before the ranks agreed on the stop (``peer_lost``)."""
+        ``peer_lost``: another rank left before the ranks met in a vote (``peer_lost()``'s case)."""
         name = signal.Signals(self.signum).name
         # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
         if self.finishing:

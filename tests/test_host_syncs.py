@@ -7,6 +7,7 @@ shape). The loader's own host-side batches (still in host memory) are not the de
 not count."""
 import json
 import os
+import signal
 import sys
 import traceback
 
@@ -288,7 +289,9 @@ def _votes(rank, world, raise_at):
     from mlperf_bert.trainer import distributed
     distributed.setup("cpu")
     vote = distributed.StopVote()
-    got = [vote(rank == 1 and i >= raise_at) for i in range(raise_at + 3)]
+    # rank 1 alone gets a SIGINT (2) before update raise_at, rank 0 a SIGTERM (15) one update later
+    got = [vote(signal.SIGINT if rank == 1 and i >= raise_at else
+                signal.SIGTERM if rank == 0 and i > raise_at else 0) for i in range(raise_at + 3)]
     vote.close()
     distributed.teardown()
     return got
@@ -296,6 +299,8 @@ def _votes(rank, world, raise_at):
 
 @pytest.mark.slow
 def test_the_stop_vote_agrees_on_every_rank_one_update_later(two_ranks):
-    """Rank 1 alone asks to stop before update 3: both ranks stop at update 4, none earlier."""
+    """Rank 1 alone asks to stop before update 3: both ranks stop at update 4, none earlier, and
+    both name rank 1's signal (SIGINT: rank 0, which got none, said SIGTERM and exited 143); when
+    rank 0 gets a SIGTERM too, both name SIGTERM."""
     a, b = piece(two_ranks[1], "votes")
-    assert a == b == [False] * 4 + [True] * 2
+    assert a == b == [0] * 4 + [signal.SIGINT, signal.SIGTERM]

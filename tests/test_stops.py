@@ -852,6 +852,24 @@ def test_the_first_of_two_signals_names_the_stop_when_the_second_runs_inside_its
     assert got == [signal.SIGINT, signal.SIGINT]
 
 
+def test_a_rank_that_only_heard_of_a_stop_names_the_signal_another_rank_got():
+    """Left by issue 45's twenty-fifth stop: SIGINT to rank 1 alone of two checkpointed and exited 130,
+    but rank 0 (which got none and writes the run's one line) said "SIGTERM: checkpoint ..." and exited
+    143. A rank votes its signal's number (test_host_syncs' vote test: the max reaches every rank) and
+    one that got none takes the voted one; its own signal wins over the vote's."""
+    from mlperf_bert.trainer import training
+    stop = training._Stop()
+    stop.started()
+    assert stop.asked() == 0 and stop.agreed(0) is False and stop.signum is None
+    assert stop.agreed(signal.SIGINT) is True
+    assert (stop.name, stop.status) == ("SIGINT", 130)
+    stop = training._Stop()
+    stop.started()
+    stop._handle(signal.SIGINT, None)
+    assert stop.asked() == signal.SIGINT
+    assert stop.agreed(signal.SIGTERM) is True and (stop.name, stop.status) == ("SIGINT", 130)
+
+
 # A rank that failed with its one line and status (a peer or its loader worker gone), while torchrun
 # SIGTERMs the ranks left: the signal lands in its exit (an atexit callback runs then)
 EXIT_RACE = textwrap.dedent("""\

@@ -195,11 +195,12 @@ def sum_values(values, device):
 
 
 class StopVote:
-    """Whether any rank wants to stop (a SIGTERM), agreed by every rank at the same update,
-    without waiting for the device: the flag is a host bool, voted on by an all-reduce on a
-    gloo group of the host (never NCCL: that would be a device tensor read back each update)
-    that is started at one update and read at the next, by when it has long finished. A stop
-    asked for before update k is therefore acted on at update k + 1, on every rank alike."""
+    """Whether any rank wants to stop (SIGTERM, SIGINT), agreed by every rank at the same update,
+    without waiting for the device: the signal's number (0: none) is a host byte, voted on by a
+    max all-reduce on a gloo group of the host (never NCCL: that would be a device tensor read
+    back each update) that is started at one update and read at the next, by when it has long
+    finished. A stop asked for before update k is therefore acted on at update k + 1, on every
+    rank alike, and every rank names the signal (SIGTERM where ranks got different ones)."""
 
     def __init__(self):
         with signals_end_the_process():  # a collective: every rank, before the loop's first update
@@ -209,17 +210,17 @@ class StopVote:
         self._work = None
         self.met = False  # a vote has completed: every rank was in the loop
 
-    def __call__(self, flag):
-        """At an update boundary, every rank: True on every rank if any rank's ``flag`` was set
-        at the previous call (one rank: ``flag`` now)."""
+    def __call__(self, signum):
+        """At an update boundary, every rank: the largest ``signum`` the ranks gave at the previous
+        call, the same on every rank; 0 where none gave one (one rank: ``signum`` now)."""
         if self.group is None:
-            return bool(flag)
-        agreed = False
+            return int(signum or 0)
+        agreed = 0
         if self._work is not None:
             self._work.wait()
-            agreed = bool(self._read[0])
+            agreed = int(self._read[0])
             self.met = True
-        self._read[0] = 1 if flag else 0
+        self._read[0] = int(signum or 0)
         self._work = dist.all_reduce(self.box, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
         return agreed
 

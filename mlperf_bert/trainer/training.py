@@ -224,9 +224,20 @@ class _Stop:
         """run_start: from here a signal checkpoints at the next update."""
         self.in_init = False
 
+    def asked(self):
+        """This rank's vote: its signal's number, 0 if none came (SIGTERM for one still in its handler)."""
+        return (self.signum or signal.SIGTERM) if self.requested else 0
+
+    def agreed(self, signum):
+        """The vote's outcome: whether the ranks stop; a rank that got no signal takes the voted one,
+        so that rank 0's line and every rank's status name the signal another rank got."""
+        if signum and self.signum is None:
+            self.signum = signum
+        return bool(signum)
+
     @property
     def name(self):
-        """The signal that stopped the run (another rank's, which this rank only heard of: SIGTERM)."""
+        """The signal that stopped the run (this rank's, or the one the ranks voted on)."""
         return signal.Signals(self.signum or signal.SIGTERM).name
 
     @property
@@ -690,8 +701,10 @@ class Loop:
             # diverged: every later step and eval would be NaN (LAMB's update of a NaN gradient is NaN),
             # and the run would train on to its step budget; it ends here, status aborted, as it would then
             end = end or self.diverged
-            # ranks agree on a SIGTERM at update boundaries, by a vote of the host that waits for no device
-            halt = (updated and self.vote(self.stop.requested)) if trainer.world > 1 else self.stop.requested
+            # ranks agree on a stop at update boundaries, by a vote of the host that waits for no device
+            halt = self.stop.requested
+            if trainer.world > 1:
+                halt = updated and self.stop.agreed(self.vote(self.stop.asked()))
             every = cfg.checkpoint.save_checkpoints_steps
             if (every and s.step % every == 0) or halt or end or self.status == C.SUCCESS:
                 # the last one (a stop, the end): no update follows, nothing to copy

@@ -28,6 +28,9 @@
 #   NUM_GPUS        processes per node: at most the GPUs present (without one,   [the preset's]
 #                   or with --device=cpu, the CPU cores)
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT  multi-node rendezvous           [1, 0, 127.0.0.1, 29500]
+#   RDZV_TIMEOUT    seconds each node waits at that rendezvous for the others    [torchrun's: 900]
+#                   (it says so when it starts waiting; when they do not come, one line naming
+#                   what to check and exit 75)
 #   SEED            --seed for the trainer                                       [trainer default]
 #   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults;
 #                   a closed run without SUBMISSION_ORG or SUBMISSION_PLATFORM is refused]
@@ -202,6 +205,7 @@ int_env NNODES 1
 int_env NODE_RANK 0
 int_env MASTER_PORT 1
 int_env MAX_PER_GPU_BATCH 1
+[[ -z "${RDZV_TIMEOUT:-}" ]] || int_env RDZV_TIMEOUT 1
 (( NODE_RANK < NNODES )) || die "NODE_RANK=$NODE_RANK must be below NNODES=$NNODES"
 (( MASTER_PORT <= 65535 )) || die "MASTER_PORT=$MASTER_PORT is not a port number (1..65535): fix the environment setting"
 # (unresolved, torch's rendezvous ended in a 26-line traceback); on the node that runs, not in a check
@@ -329,6 +333,9 @@ else
   else
     launcher+=("--nnodes=$NNODES" "--node_rank=$NODE_RANK" "--nproc_per_node=$NUM_GPUS"
                "--master_addr=${MASTER_ADDR:-127.0.0.1}" "--master_port=$MASTER_PORT")
+    # the static rendezvous' wait for the other nodes (torchrun's 900 s unless set); the wrapper says
+    # that it waits, and when they do not come, what to check (exit 75)
+    [[ -z "${RDZV_TIMEOUT:-}" ]] || launcher+=("--rdzv_conf=timeout=$RDZV_TIMEOUT")
   fi
   cmd=("${launcher[@]}" "$HERE/run_pretraining.py" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}")
 fi

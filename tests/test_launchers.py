@@ -1063,3 +1063,46 @@ def test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and
     assert "\nwarning: 10 logs (result_0.txt ... result_9.txt): submission_org 'ACME', the package's submitter is" \
         " 'Test' (a log must name its submitter: runs made with SUBMISSION_ORG=Test)\n" in score.stdout
     assert score.stdout.endswith("submission: PASS\n\nTest: 1 system, 1 PASS, 0 FAIL\n"), score.stdout
+
+
+@pytest.mark.slow
+def test_a_node_whose_peer_never_comes_says_it_waits_then_gives_up_in_one_line(tmp_path):
+    """A multi-node launch waited silently at torchrun's rendezvous (its static TCPStore: 900 s by
+    default) for a node that never came, then printed torch's DistStoreError traceback, exit 1. Node 0
+    of 2 alone, RDZV_TIMEOUT=2: a line on stderr as it starts waiting (what for, where, for how long),
+    then, the peer never coming, one line naming what to check, exit 75; stdout is train_model.sh's."""
+    import select
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = _env(PRESET="demo_cpu", INPUT_FILES=str(tmp_path / "train"), EVAL_FILE=str(tmp_path / "eval"),
+               OUTPUT_DIR=str(tmp_path / "out"), NNODES="2", NODE_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), RDZV_TIMEOUT="2", OMP_NUM_THREADS="1")
+    env.pop("PET_RDZV_CONF", None)  # torchrun's own form of --rdzv_conf
+    proc = subprocess.Popen([TRAIN, "--device=cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=tmp_path, start_new_session=True)
+    try:
+        assert select.select([proc.stderr], [], [], 60)[0], "no line on stderr within 60 s of the launch"
+        waiting = proc.stderr.readline()
+        said = time.monotonic()
+        assert proc.poll() is None, "the waiting line came at the end, not before the wait: " + waiting
+        out, err = proc.communicate(timeout=60)
+        waited = time.monotonic() - said
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert waiting == ("torchrun: node 0 of 2: waiting for the other node at the rendezvous this node hosts, "
+                       "127.0.0.1:%d (MASTER_ADDR:MASTER_PORT); gives up after about 2 s (RDZV_TIMEOUT)\n" % port)
+    assert proc.returncode == 75 and waited >= 1.5, (proc.returncode, waited, err)
+    assert re.fullmatch(
+        r"error: node 0 of 2: the other node did not come to the rendezvous at 127\.0\.0\.1:%d in \d+ s \(Timed out "
+        r"after \d+ seconds waiting for clients\. 1/2 clients joined\.\): check that every node runs the same command "
+        r"with NNODES=2 and its own NODE_RANK, that MASTER_ADDR=127\.0\.0\.1 is this node's address as the others "
+        r"reach it and that they can reach MASTER_PORT=%d \(a firewall\), then rerun the same command on every node\n"
+        % (port, port), err), err
+    lines = out.splitlines()
+    assert len(lines) == 2 and lines[1].startswith("train_model.sh: preset demo_cpu: ") and \
+        " --nnodes=2 --node_rank=0 --nproc_per_node=1 --master_addr=127.0.0.1 --master_port=%d --rdzv_conf=timeout=2 " \
+        % port in lines[1], out

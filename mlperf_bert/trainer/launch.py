@@ -21,6 +21,11 @@ of its own and:
 - a rank killed by a signal: one line naming the rank, its pid and host and the signal, exit
   128 + the signal's number; lines of ranks that only lost contact with it are not shown;
 - a busy ``--master_port``: one line naming the port and the fix, exit 2;
+- a multi-node launch (torchrun's static rendezvous: ``--nnodes`` above 1 with ``--master_addr`` and
+  ``--master_port``): a line when the node starts waiting for the others (torchrun says nothing, for
+  up to its rendezvous timeout, ``--rdzv_conf=timeout=`` [900 s]); when they do not come in that
+  time, one line naming what to check instead of torch's traceback (and, on a node other than 0,
+  its connection retries' C++ backtraces), exit PEER_LOST_STATUS (rerun once every node is there);
 - a ``--nproc_per_node`` that is not a number of processes, or ``gpu`` on a host without a GPU:
   one line, exit 2;
 - torchrun's log folder (without ``--log_dir``, a ``torchelastic_*`` folder in $TMPDIR that torchrun
@@ -35,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 from mlperf_bert.errors import UserError, die_with_parent, first_signal
 from mlperf_bert.fileio import proc_stat
@@ -54,10 +60,12 @@ USAGE = """usage: python -m mlperf_bert torchrun [torchrun options] SCRIPT [SCRI
 torchrun (python -m torch.distributed.run, the same options) with one line instead of its
 tracebacks and the trainer's exit status: SIGTERM or Ctrl-C -> every rank checkpoints, exit 143
 (130), or %d when the stop saved nothing; a rank killed by signal N -> one line naming it, exit
-128+N; a busy --master_port -> one line, exit 2. The ranks get TORCH_ELASTIC_SHUTDOWN_TIMEOUT
-seconds to checkpoint [%s].
+128+N; a busy --master_port -> one line, exit 2; several nodes (--nnodes=N --node_rank=R
+--master_addr=A --master_port=P) -> a line while it waits for the others, and one line and exit %d
+when they do not come within --rdzv_conf=timeout=SECONDS [torchrun's: 900]. The ranks get
+TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to checkpoint [%s].
 e.g. python -m mlperf_bert torchrun --standalone --nproc_per_node=8 run_pretraining.py --do_train ...
-torchrun's options: python -m torch.distributed.run --help""" % (NOT_SAVED_STATUS, SHUTDOWN_TIMEOUT)
+torchrun's options: python -m torch.distributed.run --help""" % (NOT_SAVED_STATUS, PEER_LOST_STATUS, SHUTDOWN_TIMEOUT)
 
 # torchrun's own logging lines ("W1122 11:57:17.099000 13773 torch/distributed/run.py:874] ...")
 _AGENT_LOG = re.compile(r"^[IWEF]\d{4} [\d:.]+ \d+ \S*torch/distributed/\S+\] ")
@@ -224,6 +232,82 @@ def _stop_status(sig, ranks):
     return code  # its own line is out
 
 
+class RendezvousFailed(Exception):
+    """The static rendezvous ended without every node: its one line (``rendezvous_failed_line``)."""
+
+
+def rendezvous_waiting_line(rank, nodes, addr, port, timeout):
+    """What node ``rank`` of ``nodes`` says as it starts waiting at the rendezvous ``addr``:``port``
+    (node 0 hosts it), which gives up after ``timeout`` seconds."""
+    others = "the other node" if nodes == 2 else "the other %d nodes" % (nodes - 1)
+    host = "this node hosts" if rank == 0 else "node 0 hosts"
+    return ("torchrun: node %d of %d: waiting for %s at the rendezvous %s, %s:%d (MASTER_ADDR:MASTER_PORT); "
+            "gives up after about %d s (RDZV_TIMEOUT)\n" % (rank, nodes, others, host, addr, port, timeout))
+
+
+def rendezvous_failed_line(rank, nodes, addr, port, waited, why):
+    """Node ``rank``'s one line when the rendezvous ended after ``waited`` seconds without every node
+    (``why``: torch's message): what to check."""
+    why = (why.strip().splitlines() or [""])[0][:200]
+    joined = re.search(r"(\d+)/(\d+) clients joined", why)
+    where = "%s:%d" % (addr, port)
+    if rank == 0:
+        if nodes == 2:
+            what = "the other node did not come to the rendezvous at %s" % where
+        elif joined:
+            what = "only %s of %d nodes came to the rendezvous at %s" % (joined.group(1), nodes, where)
+        else:
+            what = "not every node came to the rendezvous at %s" % where
+        check = ("every node runs the same command with NNODES=%d and its own NODE_RANK, that MASTER_ADDR=%s is "
+                 "this node's address as the others reach it and that they can reach MASTER_PORT=%d (a firewall)"
+                 % (nodes, addr, port))
+    else:
+        what = "the rendezvous at %s (node 0's) did not complete" % where
+        check = ("node 0 runs the same command (NODE_RANK=0, NNODES=%d), that MASTER_ADDR=%s is node 0's address "
+                 "as this node reaches it and that MASTER_PORT=%d is open between them (a firewall)"
+                 % (nodes, addr, port))
+    return ("error: node %d of %d: %s in %d s (%s): check that %s, then rerun the same command on every node\n"
+            % (rank, nodes, what, waited, why, check))
+
+
+def _announced_rendezvous(rendezvous):
+    """torchrun's ``SimpleElasticAgent._rendezvous``, which waits silently for every node (the
+    static rendezvous: node 0's TCPStore waits for a client of every node, the others' connect to it,
+    each for the rendezvous timeout), with a line before the wait. A wait that ends without every node
+    raises RendezvousFailed with its line, instead of torch's traceback; torch's output meanwhile (a
+    node's connection retries: C++ log lines with their backtraces) is shown only when the rendezvous
+    completes or fails otherwise (a busy port: the Filter's line)."""
+    def announced(self, worker_group):
+        handler = worker_group.spec.rdzv_handler
+        nodes = getattr(handler, "world_size", 1)
+        if handler.get_backend() != "static" or nodes < 2 or getattr(handler, "_store", True) is not None:
+            return rendezvous(self, worker_group)  # one node, the c10d backend, or a restart's rendezvous
+        import torch.distributed as dist
+        rank, addr, port = handler.rank, handler.master_addr, handler.master_port
+        sys.stderr.write(rendezvous_waiting_line(rank, nodes, addr, port, round(handler.timeout.total_seconds())))
+        sys.stderr.flush()
+        start, failed = time.monotonic(), None
+        with tempfile.TemporaryFile() as held:
+            saved = os.dup(2)
+            os.dup2(held.fileno(), 2)
+            try:
+                return rendezvous(self, worker_group)
+            except dist.DistError as e:
+                if re.search("EADDRINUSE|address already in use", str(e)):
+                    raise
+                failed = rendezvous_failed_line(rank, nodes, addr, port, round(time.monotonic() - start), str(e))
+                raise RendezvousFailed(failed) from None
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                if failed is None:  # what torch said meanwhile, as it said it
+                    held.seek(0)
+                    shutil.copyfileobj(held, sys.stderr.buffer)
+                    sys.stderr.flush()
+    return announced
+
+
 def agent():
     """torchrun itself (torch.distributed.run's main, its arguments in sys.argv), as the wrapper runs
     it: it acts on the first stop signal only (sent to every process of the job, one comes from the
@@ -231,6 +315,7 @@ def agent():
     checkpoints and left them) and ends with _stop_status instead of its SignalException traceback
     and exit 1."""
     from torch.distributed import run
+    from torch.distributed.elastic.agent.server import api as agent_api
     from torch.distributed.elastic.multiprocessing import api
     handler, got, contexts = api._terminate_process_handler, [], []
 
@@ -245,8 +330,12 @@ def agent():
         contexts.append(self)  # the ranks it closes: their exit codes after
         return close(self, *args, **kwargs)
     api.PContext.close = closing
+    agent_api.SimpleElasticAgent._rendezvous = _announced_rendezvous(agent_api.SimpleElasticAgent._rendezvous)
     try:
         run.main()
+    except RendezvousFailed as e:
+        sys.stderr.write(str(e))
+        return PEER_LOST_STATUS
     except api.SignalException as e:
         ranks = {local: (h.proc.pid, h.proc.returncode) for ctx in contexts
                  for local, h in getattr(ctx, "subprocess_handlers", {}).items() if h.proc.returncode is not None}

@@ -146,6 +146,112 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     assert list(state.checkpoint(ckpt["mlperf_log"])) == [k for k in ckpt if k in keys]
 
 
+class _Killed(Exception):
+    """A kill while eval_results.txt is written (raised in its place: the run's end is left as a kill leaves it)."""
+
+
+@pytest.mark.parametrize("flag,value,other", [("max_eval_steps", 4, 2), ("eval_batch_size", 8, 4)])
+def test_the_final_evals_batches_are_in_the_identity_where_do_eval_reads_the_training_files(
+        tmp_path, monkeypatch, flag, value, other):
+    """A hostile sweep: --eval_batch_size and --max_eval_steps name the batches of the training files
+    that --do_eval evaluates the final weights on (no --eval_input_file), but were no part of the run
+    identity. A run killed while its eval_results.txt was written, rerun with another value, wrote an
+    eval_results.txt of the new batches under the run_finished.json of the first command (its launch
+    flags the old value), exit 0; a run stopped at step 6 resumed with another value ended with another
+    eval_results.txt. Both are refused now in one line naming the flag, nothing written; the same
+    flags finish the run. Where they are unused (an --eval_input_file, whose eval set --do_eval
+    evaluates; no --do_eval) a resume may still change them, and ends as the uninterrupted run."""
+    from mlperf_bert.trainer import evaluation
+    d = _fixture_data(tmp_path)
+    out = tmp_path / "out"
+    argv = _argv(d, out, "--do_eval", "--%s=%d" % (flag, value))
+
+    def killed(*args):
+        raise _Killed()
+    monkeypatch.setattr(evaluation, "write_eval_results", killed)
+    with pytest.raises(_Killed):
+        training.main(argv)
+    monkeypatch.undo()
+    assert sorted(os.listdir(out)) == ["mlperf.log", "mlperf_log_path.json", "model.ckpt-12.pt", "model.ckpt-6.pt",
+                                       checkpoint.STOPPED]
+    with pytest.raises(UserError, match=r"^%s: this run ended earlier .* with other settings than this command's: "
+                                        r"--%s=%d \(was %d\); rerun with its settings" % (out, flag, other, value)):
+        training.main(_argv(d, out, "--do_eval", "--%s=%d" % (flag, other)))
+    assert not (out / "eval_results.txt").exists() and (out / checkpoint.STOPPED).exists()
+    assert training.main(argv) == 0
+    with open(out / checkpoint.FINISHED) as f:
+        assert json.load(f)["launch"]["flags"][flag] == value
+    results = (out / "eval_results.txt").read_text()
+    # a run stopped at step 6 (its checkpoint and log): resumed with another value, refused; with the
+    # same, it ends with the uninterrupted run's eval_results.txt
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    for name in ("model.ckpt-6.pt", "mlperf.log"):
+        shutil.copy(out / name, stopped / name)
+    with pytest.raises(UserError, match=r"^--%s=%d differs from the run being resumed in %s \(it has %d\)"
+                                        % (flag, other, stopped, value)):
+        training.main(_argv(d, stopped, "--do_eval", "--%s=%d" % (flag, other)))
+    assert sorted(os.listdir(stopped)) == ["mlperf.log", "model.ckpt-6.pt"]
+    assert training.main(_argv(d, stopped, "--do_eval", "--%s=%d" % (flag, value))) == 0
+    assert (stopped / "eval_results.txt").read_text() == results
+    # unused: an eval set, or no --do_eval; a resume with another value ends as the uninterrupted run
+    shutil.copy(d / "train.tfrecord", d / "eval.tfrecord")
+    for extra in (["--do_eval", "--eval_input_file=%s" % (d / "eval.tfrecord")], []):
+        full, resumed = tmp_path / ("full%d" % len(extra)), tmp_path / ("resumed%d" % len(extra))
+        assert training.main(_argv(d, full, "--%s=%d" % (flag, value), *extra)) == 0
+        resumed.mkdir()
+        for name in ("model.ckpt-6.pt", "mlperf.log"):
+            shutil.copy(full / name, resumed / name)
+        assert training.main(_argv(d, resumed, "--%s=%d" % (flag, other), *extra)) == 0
+        assert_bit_identical(str(resumed / "model.ckpt-12.pt"), str(full / "model.ckpt-12.pt"))
+        assert [(full / "eval_results.txt").exists(), (resumed / "eval_results.txt").exists()] == [bool(extra)] * 2
+        if extra:
+            assert (resumed / "eval_results.txt").read_text() == (full / "eval_results.txt").read_text()
+
+
+def _logged_values(path, skip=()):
+    """The numbers an MLPerf log holds (times and rates aside), but for the keys ``skip``."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line.split(":::MLLOG ", 1)[1])
+            if r["key"] not in skip and r["key"] not in ("init_start", "init_stop", "run_start", "block_start",
+                                                         "block_stop", "eval_start", "eval_stop"):
+                meta = {k: v for k, v in r["metadata"].items() if k in ("samples_count", "step", "epoch_num",
+                                                                           "learning_rate", "status")}
+                out.append((r["key"], r["value"], meta))
+    return out
+
+
+def test_a_resume_with_a_flag_that_leaves_the_numbers_changed_ends_as_the_uninterrupted_run(tmp_path):
+    """The sweep's verdicts on flags outside the identity, on the trainer: a run stopped at step 6
+    (online evals every update) resumed with each changed ends with the uninterrupted run's weights
+    and optimizer bit for bit and its log's values; --log_frequency moves only the train_loss lines,
+    --eval_micro_batch_size only eval_mlm_loss's last bits (its sums of another batching: the field's
+    why)."""
+    d = _fixture_data(tmp_path)
+    shutil.copy(d / "train.tfrecord", d / "eval.tfrecord")
+    evals = ("--eval_input_file=%s" % (d / "eval.tfrecord"), "--eval_frequency=8", "--target_mlm_accuracy=1.0")
+    full = tmp_path / "full"
+    assert training.main(_argv(d, full, *evals)) == 0
+    want = _logged_values(full / "mlperf.log")
+    for change, skip in ((["--num_workers=2"], ()), (["--save_checkpoints_steps=4", "--keep_checkpoint_max=1"], ()),
+                         (["--check_data=full"], ()), (["--eval_at_start"], ()), (["--device=cpu"], ()),
+                         (["--log_frequency=3"], ("train_loss",)),
+                         (["--eval_micro_batch_size=3"], ("eval_mlm_loss",))):
+        out = tmp_path / change[0].split("=")[0].lstrip("-")
+        out.mkdir()
+        for name in ("model.ckpt-6.pt", "mlperf.log"):
+            shutil.copy(full / name, out / name)
+        assert training.main(_argv(d, out, *evals, *change)) == 0
+        assert_bit_identical(str(out / "model.ckpt-12.pt"), str(full / "model.ckpt-12.pt"))
+        got = _logged_values(out / "mlperf.log")
+        assert _logged_values(out / "mlperf.log", skip) == _logged_values(full / "mlperf.log", skip), change
+        if skip == ("eval_mlm_loss",):
+            losses = [(g[1], w[1]) for g, w in zip(got, want) if g[0] == "eval_mlm_loss"]
+            assert len(losses) == 6 and all(g == pytest.approx(w, rel=1e-6) for g, w in losses)
+
+
 @pytest.mark.parametrize("preset", ["demo_cpu", "reference_gpu", "tpu_8192", "rcp_3072"])
 def test_presets_identity_and_launch_flags_are_the_old_codes_byte_for_byte(preset, monkeypatch):
     """Each preset's command gives the run identity and the launch record's flags that the code

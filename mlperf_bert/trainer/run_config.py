@@ -7,9 +7,10 @@ Each field is a flag of run_pretraining.py, under the flag's name, and says how 
 run identity (``IDENTITY``): ``run`` (compared by value: a resume with another value would mix two
 runs in one output_dir; every flag that changes the arithmetic, the levers that round otherwise
 included), ``content`` (compared by what it names: the model config, the data files and initial
-checkpoint with their sizes, the seed) or ``same`` (leaves the numbers as they are: a resume may
-change it; the field says why). Values derived from several flags (epsilon, update counts, the
-global batch, the torch dtype) are computed here once.
+checkpoint with their sizes, the seed, the batches of --do_eval's final eval of the training
+files) or ``same`` (leaves the numbers as they are: a resume may change it; the field says why).
+Values derived from several flags (epsilon, update counts, the global batch, the torch dtype) are
+computed here once.
 """
 import dataclasses
 import difflib
@@ -102,8 +103,10 @@ class Eval:
     eval_frequency: int = run(0)
     target_mlm_accuracy: float = run(0.720)
     do_eval: bool = same(False, "the eval after training (--do_eval alone: of --init_checkpoint), not the run's")
-    eval_batch_size: int = same(8, "the batch of --do_eval's eval without an online eval set, not the run's")
-    max_eval_steps: int = same(100, "the batches of that eval")
+    # --do_eval's eval of the final weights without --eval_input_file: the reference's batches of the
+    # training files, which these two name; in the identity then only (``RunConfig.identity``)
+    eval_batch_size: int = content(8)
+    max_eval_steps: int = content(100)
     eval_at_start: bool = same(False, "an eval at 0 samples, before the first step (a resume never repeats it)")
     eval_micro_batch_size: int = same(0, "a memory setting, free to change where a resumed run's eval no longer fits: "
                                          "the accuracy's counts are exact sums at any micro-batch; the loss's fp32 "
@@ -114,7 +117,8 @@ class Eval:
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
     output_dir: typing.Optional[str] = same(None, "where the run is")
-    save_checkpoints_steps: int = same(1000, "when to write checkpoints")
+    save_checkpoints_steps: int = same(1000, "when to write checkpoints (a resume from any step, mid-update too, "
+                                             "ends as the uninterrupted run)")
     keep_checkpoint_max: int = same(5, "how many are kept")
 
 
@@ -135,7 +139,9 @@ class Runtime:
     do_train: bool = same(False, "what to do")
     seed: typing.Optional[int] = content(None)
     device: str = same("auto", "where the run computes: a resume on another machine, as on another GPU model, "
-                               "goes on from the same state (auto names no device to compare)")
+                               "goes on from the same state (auto names no device to compare); from CPU to CUDA "
+                               "or back, all but the dropout stream: a checkpoint holds its own device's "
+                               "generator only (checkpoint.rng_state)")
     num_gpus: int = same(0, "accepted; no effect (the rank count is checked on its own)")
     progress: bool = same(True, "the progress bar")
     warm_up: bool = same(True, "restores weights, optimizer and RNG exactly (tests/test_warmup.py)")
@@ -177,7 +183,12 @@ RUN_FLAGS = ("train_batch_size", "steps_per_update", "optimizer", "learning_rate
              "grad_exchange_dtype", "submission_division", "compile", "fused_update", "fp8", "fp8_recipe",
              "fused_qkv")
 assert set(RUN_FLAGS) == {n for n, (_, f) in FIELDS.items() if f.metadata["identity"] == RUN}
-IDENTITY_BY_CONTENT = ("bert_config_file", "input_file", "eval_input_file", "init_checkpoint", "seed")
+IDENTITY_BY_CONTENT = ("bert_config_file", "input_file", "eval_input_file", "init_checkpoint", "seed",
+                       "eval_batch_size", "max_eval_steps")
+# (eval_batch_size, max_eval_steps: what eval_results.txt is computed on where --do_eval evaluates the
+# training files; a rerun of a run killed in that eval finishes it under the first command's record,
+# and with other values wrote results no run of that record gives. Unused, with an --eval_input_file
+# or no --do_eval, they are not in the identity: tests/test_run_config.py)
 assert set(IDENTITY_BY_CONTENT) == {n for n, (_, f) in FIELDS.items() if f.metadata["identity"] == CONTENT}
 SAME_NUMBERS = {n: f.metadata["why"] for n, (_, f) in FIELDS.items() if f.metadata["identity"] == SAME}
 
@@ -241,14 +252,18 @@ class RunConfig:
 
     def identity(self, seed, train_files, eval_files, init_checkpoint=None, config=None):
         """What a resumed run must share with the checkpoint: defining flags, seed, the model config
-        (``BertConfig.to_dict()``), data files ([path, bytes, ``checksums.content_tag``]) and the
-        initial checkpoint (``tf_checkpoint.fingerprint``: path, bytes, digest)."""
+        (``BertConfig.to_dict()``), data files ([path, bytes, ``checksums.content_tag``]), the
+        initial checkpoint (``tf_checkpoint.fingerprint``: path, bytes, digest) and, where --do_eval
+        evaluates the final weights on the training files, that eval's batches. (An entry that one
+        side lacks is not compared: checkpoint._differing.)"""
         from mlperf_bert.dataset.checksums import content_tag
         files = lambda paths: [[os.path.abspath(p), os.path.getsize(p), content_tag(p)]  # noqa: E731
                                for p in paths or []]
         ident = {name: self.flag(name) for name in RUN_FLAGS}
         ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
                      init_checkpoint=init_checkpoint, config=config)
+        if self.eval.do_eval and not self.eval.eval_input_file:  # --do_eval's batches (final_eval_batches)
+            ident.update(eval_batch_size=self.eval.eval_batch_size, max_eval_steps=self.eval.max_eval_steps)
         return ident
 
     def given_flags(self):

@@ -192,3 +192,25 @@ def terminate_pool(pool, grace=10.0, stuck=1.0, repeat=0.5):
         elif time.monotonic() - gone_since > stuck:
             return
         done.join(min(0.25, stuck))
+
+
+def call_in_worker(task):
+    """A pool task, ``(module, function name, argument)``: ``module.function(argument)``. The module,
+    and the modules its ``WORKER_IMPORTS`` names (what the function would import on its way), are
+    imported while a SIGTERM still ends this worker at once, its default action, as before the
+    worker's initializer ran; the function runs under the worker's own handler (``init_worker``'s:
+    a SystemExit, so the atomic writer removes its temporary). A pool terminated by a stop (Ctrl-C)
+    while a spawned worker imported numpy for its first task raised that SystemExit inside numpy's
+    import, which made it an ImportError and printed a page of traceback after the command's one
+    line. This module (errors) imports nothing but the standard library, so unpickling the task imports
+    next to nothing under that handler."""
+    import importlib
+    module_name, name, argument = task
+    handler = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        module = importlib.import_module(module_name)
+        for extra in getattr(module, "WORKER_IMPORTS", ()):
+            importlib.import_module(extra)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    return getattr(module, name)(argument)

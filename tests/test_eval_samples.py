@@ -138,3 +138,39 @@ def test_a_value_no_pretraining_record_holds_is_refused_by_every_tool(tiny_recor
                 run()
             assert str(e.value).startswith("%s: record 1 %s" % (src, why)), str(e.value)
         assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
+def test_a_refused_input_leaves_no_folder_this_run_made(golden_dir, tiny_record, tmp_path):
+    """pick_eval_samples.py with a missing input, too few records, records of another
+    --max_seq_length or a record corrupt deep in the file made the output's folder (with its
+    parents) before it read the input, and left it empty. The count and the first record are now
+    checked before anything is made; a record found corrupt later removes the folders this run made."""
+    src = os.path.join(golden_dir, "part-00000.s128.tfrecord")
+    corrupt = str(tmp_path / "corrupt")
+    write_records(corrupt, [tiny_record()] * 6)
+    with open(corrupt, "r+b") as f:  # record 4's data, not its header: only the full read finds it
+        f.seek(4 * (len(tiny_record()) + 16) + 12 + 3)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    out = tmp_path / "new" / "eval" / "eval_10k"
+    for flags, why in (([str(tmp_path / "none")], "cannot read TFRecord file %s" % (tmp_path / "none")),
+                       ([src, "--num_examples_to_pick=5000"], "%s has 4366 records, fewer than "
+                                                              "--num_examples_to_pick=5000" % src),
+                       ([src, "--max_seq_length=512", "--max_predictions_per_seq=76"],
+                        "%s: record 0: feature input_mask has 128 values, expected 512" % src),
+                       ([corrupt, "--max_seq_length=8", "--max_predictions_per_seq=2", "--num_examples_to_pick=6"],
+                        "%s: record 4 is corrupt (data CRC mismatch)" % corrupt)):
+        with pytest.raises(UserError) as e:
+            main(["p", "--input_tfrecord=" + flags[0], "--output_tfrecord=%s" % out, "--num_examples_to_pick=10",
+                  "--max_seq_length=128", "--max_predictions_per_seq=20"] + flags[1:])
+        assert str(e.value).startswith(why)
+        assert not (tmp_path / "new").exists(), why
+    # as a user runs it: one line, exit 2, nothing made
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "pick_eval_samples.py"), "--input_tfrecord=" + src,
+                        "--output_tfrecord=%s" % out, "--num_examples_to_pick=10"], capture_output=True, text=True,
+                       timeout=120)
+    assert (r.returncode, r.stdout) == (2, "") and r.stderr == ("error: %s: record 0: feature input_mask has 128 "
+                                                                 "values, expected 512: check --max_seq_length and "
+                                                                 "--max_predictions_per_seq against the data\n" % src)
+    assert not (tmp_path / "new").exists()

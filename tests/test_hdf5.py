@@ -716,3 +716,36 @@ def test_an_input_whose_name_is_not_utf8_is_converted(golden_tfrecord, tmp_path)
     with h5py.File(out, "r") as h:
         assert list(h.attrs["source_files"]) == ["caf\\xe9-part"]
     assert hdf5.num_examples(out) == 3
+
+
+def test_a_refused_input_leaves_no_folder_this_run_made(golden_tfrecord, tiny_record, tmp_path):
+    """An empty input, a text file, records of another --max_seq_length, a record cut short and one
+    corrupt deep in a file were refused after to-hdf5's lock had made the output's folder (with its
+    parents), left empty. What the headers and a file's first record tell is now checked before
+    anything is made; a record found corrupt later removes the folders this run made, and only those."""
+    empty, text, corrupt = (str(tmp_path / n) for n in ("empty", "notes.txt", "corrupt"))
+    open(empty, "wb").close()
+    with open(text, "w") as f:
+        f.write("not records\n")
+    write_records(corrupt, [tiny_record()] * 6)
+    with open(corrupt, "r+b") as f:  # record 4's data, not its header: only the full read finds it
+        f.seek(4 * (len(tiny_record()) + 16) + 12 + 3)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    out = tmp_path / "new" / "h5" / "x.hdf5"
+    for inputs, lengths, why in (([golden_tfrecord, empty], (128, 20), "%s holds no records: check --input" % empty),
+                                 ([text], (128, 20), "%s is not a TFRecord or HDF5 file" % text),
+                                 ([golden_tfrecord], (512, 76), "%s: record 0: feature input_mask has 128 values, "
+                                                                "expected 512" % golden_tfrecord),
+                                 ([corrupt], (8, 2), "%s: record 4 is corrupt (data CRC mismatch)" % corrupt)):
+        with pytest.raises(UserError) as e:
+            hdf5.main(["to-hdf5", "--input=" + ",".join(inputs), "--output=%s" % out,
+                       "--max_seq_length=%d" % lengths[0], "--max_predictions_per_seq=%d" % lengths[1]])
+        assert str(e.value).startswith(why)
+        assert not (tmp_path / "new").exists(), why
+    out.parent.mkdir(parents=True)  # a folder the user had is kept, as it was
+    with pytest.raises(UserError, match="record 4 is corrupt"):
+        hdf5.main(["to-hdf5", "--input=" + corrupt, "--output=%s" % out, "--max_seq_length=8",
+                   "--max_predictions_per_seq=2"])
+    assert os.listdir(out.parent) == []

@@ -341,3 +341,132 @@ def test_a_token_id_past_the_vocab_names_the_packed_file_and_row_that_hold_it(pa
         list(PackedBatches([first, bad], 4096, shuffle=False, repeat=False, vocab_size=30522))
     assert str(e.value) == ("%s: row 3 has token id 40000 but the model's vocab_size is 30522: use the "
                             "bert_config.json that matches the vocab the data was made with" % bad)
+
+
+def test_a_refused_input_leaves_nothing_this_run_made(small, tiny_record, golden_dir, tmp_path):
+    """An empty input, a text file, records of another --max_seq_length and a record damaged deep in
+    the second input were refused after the lock had made --output_dir with its parents, left empty
+    (and, for the damaged record, beside the first input's finished .packed.hdf5): a folder that
+    looks like a started output. What one record a file tells is now checked before anything is
+    made; a refusal found later removes what this run made, and only that."""
+    empty, text, damaged = (str(tmp_path / n) for n in ("empty", "notes.txt", "part-00002"))
+    open(empty, "wb").close()
+    with open(text, "w") as f:
+        f.write("not records\n")
+    data = open(small[1], "rb").read()
+    with open(damaged, "wb") as f:
+        f.write(data[:len(data) // 2])  # record 0 whole, a later one cut short
+    out = tmp_path / "new" / "packed"
+    for inputs, flags, why in (([small[0], empty], [], "%s holds no records: check --input" % empty),
+                               ([text], [], "%s is not a TFRecord or HDF5 file" % text),
+                               ([small[0]], ["--max_seq_length=512"], "%s: record 0: feature input_mask has 128 "
+                                                                      "values, expected 512" % small[0])):
+        with pytest.raises(UserError) as e:
+            pack_here("--input=" + ",".join(inputs), "--output_dir=%s" % out, *flags)
+        assert str(e.value).startswith(why)
+        assert not (tmp_path / "new").exists(), why
+    # found by a worker, after the first input was packed: the command as a user runs it
+    r = pack("--input=%s,%s" % (small[0], damaged), "--output_dir=%s" % out, "--max_seq_length=128",
+             "--max_predictions_per_seq=20", "--num_workers=2")
+    assert r.returncode == 2 and r.stderr.startswith("error: %s: record " % damaged) and "truncated" in r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "new").exists()
+    # what an earlier run made, and the folder it made, are not this run's: kept
+    assert pack_here("--input=" + small[1], "--output_dir=%s" % out) == 0
+    with pytest.raises(UserError, match="part-00002: record .* is truncated"):
+        pack_here("--input=%s,%s" % (small[0], damaged), "--output_dir=%s" % out)
+    assert os.listdir(out) == ["part-00001.packed.hdf5"]
+
+
+# The pack command (its workers spawned) in this process, with the stop a terminal sends (to the
+# whole process group) at a chosen point: just after the pool has started its first worker by fork
+# and exec, before it has written the worker what to run.
+STOP_AS_A_WORKER_STARTS = """
+import os, runpy, signal, sys
+from multiprocessing import util
+stop, sent, spawn = getattr(signal, sys.argv.pop(1)), [], util.spawnv_passfds
+
+
+def spawn_then_stop(path, args, passfds):
+    pid = spawn(path, args, passfds)
+    if "--multiprocessing-fork" in args and not sent:  # a pool worker (not the resource tracker)
+        sent.append(pid)
+        os.killpg(0, stop)
+    return pid
+
+
+util.spawnv_passfds = spawn_then_stop
+sys.argv[0] = "mlperf_bert"
+runpy.run_module("mlperf_bert", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("sig,status,line", [
+    ("SIGINT", 130, "error: interrupted\n"),
+    ("SIGTERM", 143, "error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on\n")])
+def test_a_stop_while_the_pool_starts_a_worker_is_the_one_line(small, tmp_path, sig, status, line):
+    """Ctrl-C while pack's pool started its spawned workers printed, after the one line, the
+    traceback of a worker that read the end of its pipe ('EOFError: Ran out of input'): the stop cut
+    the pool's constructor between a worker's start and what it is sent. SIGTERM there also left the
+    pool's semaphores to the resource tracker ('6 leaked semaphore objects'). The stop now waits
+    for the pool to be whole, then ends it as any later stop does."""
+    out = tmp_path / "new" / "packed"
+    proc = subprocess.run([sys.executable, "-c", STOP_AS_A_WORKER_STARTS, sig, "pack", "--input=" + ",".join(small),
+                           "--output_dir=%s" % out, "--noprogress", "--num_workers=2"] + S128[:2], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, start_new_session=True)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (status, line, "")
+    assert not (tmp_path / "new").exists()  # (made by this run, and empty)
+
+
+PROBE_WORKER_IMPORTS = """
+import os, signal, sys
+if "--multiprocessing-fork" in sys.argv:  # a spawned pool worker
+    class Probe:
+        def find_spec(self, name, path=None, target=None):
+            if name == "numpy":  # its first job's imports begin: what would a SIGTERM do now?
+                sys.meta_path.remove(self)
+                handler = signal.getsignal(signal.SIGTERM)
+                with open(os.path.join(os.environ["PROBE_DIR"], str(os.getpid())), "w") as f:
+                    f.write("default" if handler == signal.SIG_DFL else repr(handler))
+                os.killpg(0, signal.SIGINT)  # and Ctrl-C comes
+            return None
+    sys.meta_path.insert(0, Probe())
+"""
+
+
+def test_a_spawned_worker_imports_its_job_where_a_sigterm_ends_it_at_once(small, tmp_path):
+    """Ctrl-C while a spawned worker imported numpy for its first job: the pool's SIGTERM ran the
+    worker's handler (a SystemExit, for the atomic writer's sake) inside numpy's import, which made
+    it an ImportError and printed a page of traceback after the command's one line. The worker now
+    imports what its job needs (WORKER_IMPORTS) while a SIGTERM ends it at once, its default action.
+    A probe (sitecustomize.py, in the workers only) records the worker's SIGTERM handler as numpy's
+    import begins, then sends Ctrl-C to the process group."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(PROBE_WORKER_IMPORTS)
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    out = tmp_path / "packed"
+    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "pack", "--input=" + ",".join(small),
+                           "--output_dir=%s" % out, "--noprogress", "--num_workers=2"] + S128[:2], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, start_new_session=True,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(probe), ROOT]), PROBE_DIR=str(seen)))
+    handlers = [(seen / n).read_text() for n in os.listdir(seen)]
+    assert handlers and set(handlers) == {"default"}, handlers
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "error: interrupted\n", "")
+    assert not out.exists()
+
+
+def test_a_pack_job_imports_nothing_its_worker_did_not_import_first(small, tmp_path):
+    """WORKER_IMPORTS is all a job imports: a module imported later (numpy.random, first used by the
+    row order) comes under the worker's SystemExit handler, where a SIGTERM made numpy's import an
+    ImportError traceback."""
+    code = ("import importlib, sys\n"
+            "from mlperf_bert.dataset import packing\n"
+            "for m in packing.WORKER_IMPORTS: importlib.import_module(m)\n"
+            "before = set(sys.modules)\n"
+            "packing.pack_file(sys.argv[1], sys.argv[2], 128, 20, 3, 12345)\n"
+            "print(sorted(set(sys.modules) - before))\n")
+    proc = subprocess.run([sys.executable, "-c", code, small[1], str(tmp_path / "x.packed.hdf5")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, "[]\n"), proc.stderr

@@ -626,3 +626,31 @@ def test_a_c_decoder_built_from_older_sources_is_refused_not_misread(monkeypatch
         native.fastrng()
     assert str(e.value) == ("/x/_fastrng.so was built from other sources than this checkout's _fastrng.c (version 1, "
                             "not %d): rebuild it (make venv, or pip install -e .)" % native.FASTRNG_VERSION)
+
+
+def test_a_refused_vocab_or_input_leaves_no_folder_this_run_made(tmp_path, vocab_file, golden_dir):
+    """create_pretraining_data.py with a missing or wrong vocab, a TFRecord or an empty file given
+    as text made the output files' folders (with their parents) and left them empty. The vocab is
+    now read before anything is made; an input refused once read removes the folders this run made."""
+    from mlperf_bert.dataset.tfrecord import write_records
+    text = os.path.join(golden_dir, "input", "part-00000-of-00004")
+    bad_vocab, records, empty = tmp_path / "v.txt", str(tmp_path / "records"), tmp_path / "empty.txt"
+    bad_vocab.write_text("a\nb\n")
+    write_records(records, [b"not text"] * 3)
+    empty.write_text("\n \n", encoding="utf-8")
+    outs = "%s,%s" % (tmp_path / "new" / "a" / "part-0", tmp_path / "new" / "b" / "part-1")
+    for inputs, vocab, why in ((text, str(tmp_path / "none.txt"), "cannot read vocab file %s" % (tmp_path / "none.txt")),
+                               (text, str(bad_vocab), "vocab file %s is not a BERT vocab" % bad_vocab),
+                               (records, vocab_file, "input file %s is a TFRecord file, not text" % records),
+                               (str(empty), vocab_file, "input %s holds no documents" % empty)):
+        assert _run_error(["--input_file=" + inputs, "--output_file=" + outs, "--vocab_file=" + vocab,
+                           "--max_seq_length=128", "--max_predictions_per_seq=20"]).startswith(why)
+        assert not (tmp_path / "new").exists(), why
+    # as a user runs it: one line, exit 2, nothing made
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "create_pretraining_data.py"), "--input_file=" + records,
+                        "--output_file=" + outs, "--vocab_file=" + vocab_file], capture_output=True, text=True,
+                       timeout=120)
+    assert (r.returncode, r.stdout) == (2, "") and "Traceback" not in r.stderr, r.stderr  # (its progress bar before)
+    assert r.stderr.splitlines()[-1] == ("error: input file %s is a TFRecord file, not text: give the text shards "
+                                         "(part-XXXXX-of-XXXXX)" % records)
+    assert not (tmp_path / "new").exists()

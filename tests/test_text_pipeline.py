@@ -496,3 +496,40 @@ def test_an_output_dir_that_is_a_file_says_the_fix(wiki_files, tmp_path):
                             "--num_test_articles=1", "--noprogress"])
     assert str(e.value) == ("cannot create output directory %s: File exists: a file stands where a directory is "
                             "expected: give another path, or move the file away" % afile)
+
+
+def test_an_input_refused_once_read_leaves_no_output_dir_it_made(wiki_files, tmp_path):
+    """A file that is not UTF-8, one with a NUL and a text of too few articles are refused only once
+    a worker read them, and the run left the --output_dir (and its parents) its lock had made,
+    empty, for the user's next look to take for a started output. They go again; a folder the
+    user had stays, as it was."""
+    import shutil
+    import subprocess
+    import sys
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "wiki_latin1").write_bytes('<doc id="1">\nTitle\nCaf\xe9 au lait.\n</doc>\n'.encode("latin-1"))
+    (inputs / "wiki_nul").write_bytes(b'<doc id="1">\nT\nA nul\x00here. And more.\n</doc>\n')
+    shutil.copy(wiki_files[0], str(inputs / "wiki_00"))
+    out = tmp_path / "new" / "text"
+    for name, flags, why in (("wiki_latin1", ["--num_test_articles=0"], "wiki_latin1 is not UTF-8 text"),
+                             ("wiki_nul", ["--num_test_articles=0"], "wiki_nul line 3 holds a NUL character"),
+                             ("wiki_00", [], "wiki_00 has 37 articles but must give 10000 eval articles")):
+        argv = ["text-pipeline", "--wiki_glob=%s" % (inputs / name), "--output_dir=%s" % out, "--workers=1",
+                "--noprogress"] + flags
+        with pytest.raises(UserError, match=why):
+            text_pipeline.main(argv)
+        assert not (tmp_path / "new").exists(), name
+    had = tmp_path / "had"
+    had.mkdir()
+    with pytest.raises(UserError, match="wiki_00 has 37 articles"):
+        text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % (inputs / "wiki_00"), "--output_dir=%s" % had,
+                            "--workers=2", "--noprogress"])
+    assert had.is_dir() and os.listdir(had) == []
+    # as a user runs it: one line naming the file, exit 2, nothing made
+    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "text-pipeline", "--wiki_glob=%s" % (inputs / "wiki_n*"),
+                           "--output_dir=%s" % out, "--workers=2", "--noprogress", "--num_test_articles=0"],
+                          cwd=os.path.dirname(DATA), capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "") and proc.stderr.startswith("error: %s line 3 holds a NUL" % (
+        inputs / "wiki_nul")) and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "new").exists()

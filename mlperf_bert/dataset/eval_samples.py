@@ -3,6 +3,7 @@ import os
 import sys
 
 from mlperf_bert import flags
+from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import PRETRAINING_FEATURES, check_shape, decode_pretraining_example, encode_example
 from mlperf_bert.fileio import check_writable_dir, refuse_overwriting_inputs, refuse_replacing_another_kind
@@ -29,21 +30,26 @@ def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_len
     if os.path.isdir(output_file):
         raise UserError("--output_tfrecord %s is a directory: give a file path" % output_file)
     from mlperf_bert.dataset.checksums import is_tfrecord
-    from mlperf_bert.dataset.hdf5 import refuse_hdf5_inputs
-    check_writable_dir(output_file)
+    from mlperf_bert.dataset.hdf5 import check_first_records, refuse_hdf5_inputs
     refuse_overwriting_inputs([output_file], [input_file], "--output_tfrecord")
     refuse_replacing_another_kind(output_file, is_tfrecord, "a TFRecord file", "--output_tfrecord")
     refuse_hdf5_inputs([input_file], "pick-eval-samples")
-    with lock_file(output_file, "--output_tfrecord"):
-        return _pick(input_file, output_file, num_examples_to_pick, max_seq_length, max_predictions_per_seq,
-                     progress)
-
-
-def _pick(input_file, output_file, num_examples_to_pick, max_seq_length, max_predictions_per_seq, progress):
+    # The input, as far as it can be checked without reading every record, before the output's
+    # folder is made: a refused input leaves nothing behind (a record damaged further in: the
+    # folders this run made go again).
     total = count_records(input_file)  # headers only; the read below checks each record's CRC
     if total < num_examples_to_pick:
         raise UserError("%s has %d records, fewer than --num_examples_to_pick=%d: give a larger input "
                         "or pick fewer" % (input_file, total, num_examples_to_pick))
+    check_first_records([input_file], max_seq_length, max_predictions_per_seq)
+    with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(output_file))):
+        check_writable_dir(output_file)
+        with lock_file(output_file, "--output_tfrecord"):
+            return _pick(input_file, output_file, total, num_examples_to_pick, max_seq_length,
+                         max_predictions_per_seq, progress)
+
+
+def _pick(input_file, output_file, total, num_examples_to_pick, max_seq_length, max_predictions_per_seq, progress):
     wanted = pick_indexes(total, num_examples_to_pick)
     bar = None
     if progress:

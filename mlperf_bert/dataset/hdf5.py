@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from mlperf_bert import flags
+from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import PRETRAINING_FEATURES, check_shape, decode_pretraining_batch, feature_lengths
 from mlperf_bert.fileio import (atomic_path, refuse_overwriting_inputs, refuse_repeated_files,
@@ -234,6 +235,23 @@ def refuse_hdf5_inputs(files, command):
                             "create_pretraining_data.py write" % (f, command))
 
 
+def check_first_records(files, max_seq_length, max_predictions_per_seq):
+    """Before a command makes its output: each of ``files`` holds a first record, whole, and it
+    decodes at this shape. A wrong path, a file of another kind or a --max_seq_length the records
+    do not have is then refused, with the line the full read would give, before anything is
+    created; one record a file is read, whatever the files' size."""
+    for path in files:
+        records = read_records(path)
+        try:
+            first = next(records, None)
+        finally:
+            records.close()
+        if first is None:  # an input of no record is a wrong path or a failed run's
+            raise UserError("%s holds no records: check --input" % path)
+        decode_pretraining_batch([first], max_seq_length, max_predictions_per_seq,
+                                 where=lambda i: "%s: record 0" % path)
+
+
 def verify_checksums(path, packed=False, block_bytes=1 << 24):
     """Compare every dataset of ``path`` with the CRC-32C written when it was made: one UserError
     naming the file, the dataset and the fix on a mismatch. False (nothing checked) for a file
@@ -276,18 +294,18 @@ def tfrecords_to_hdf5(input_files, output_file, max_seq_length, max_predictions_
     refuse_repeated_files(input_files, "--input")  # (its examples would be written twice)
     refuse_overwriting_inputs([output_file], input_files, "--output")
     refuse_replacing_another_kind(output_file, is_hdf5_file, "an HDF5 file")
-    with lock_file(output_file, "--output"):
-        return _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress)
+    # Before the lock makes the output's folder, what can be checked without reading every record:
+    # a refused input leaves nothing behind (one damaged further in: the folders made go again).
+    counts = [count_records(p) for p in input_files]
+    check_first_records(input_files, max_seq_length, max_predictions_per_seq)
+    with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(output_file))), lock_file(output_file, "--output"):
+        return _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress,
+                        sum(counts))
 
 
-def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress):
+def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress, total):
     import h5py
     from mlperf_bert.progress import bar as progress_bar
-    counts = [count_records(p) for p in input_files]
-    for p, n in zip(input_files, counts):
-        if not n:  # as pack refuses it: an input of no record is a wrong path or a failed run's
-            raise UserError("%s holds no records: check --input" % p)
-    total = sum(counts)
     lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
     needed = total * sum(np.dtype(STORAGE_DTYPES[n]).itemsize * (1 if n == "next_sentence_labels" else lengths[n])
                          for n in FEATURE_NAMES) + total * 4  # + row_crc32c

@@ -8,6 +8,7 @@ name and renamed when complete, so a killed run leaves only finished outputs and
 with the same flags produces the rest. At the end ``manifest.tsv`` lists name, bytes,
 records and md5 of every output; ``verify`` checks a directory against it.
 """
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import sys
 import time
 
 from mlperf_bert import flags
+from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.dataset.checksums import MANIFEST_NAME, OUTPUT_NAME, read_manifest, write_manifest
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
@@ -270,25 +272,37 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     names = [os.path.basename(p) for p in parts] + ["eval_intermediate", "eval_10k", MANIFEST_NAME,
                                                    SETTINGS_NAME]
     refuse_overwriting_inputs([os.path.join(output_dir, n) for n in names], inputs + [vocab_file])
-    check_writable_dir(os.path.join(output_dir, MANIFEST_NAME))
-    lock = lock_dir(output_dir, "--output_dir")
-    try:
-        _refuse_orphans(output_dir, text_dir, {o for p in inputs for o in _outputs_of(p)})
-        old = read_settings(output_dir)
-        record = dict(settings, vocab_file=os.path.basename(vocab_file), vocab_md5=file_md5(vocab_file),
-                      num_eval_examples=num_eval_examples,
-                      inputs=input_stats(inputs, (old or {}).get("inputs") or {}, workers))
-        if record["vocab_md5"] != VOCAB_MD5:  # a vocab of one's own may be the point; but say it
-            print("warning: make-dataset: --vocab_file=%s has md5 %s, not the MLPerf vocab's %s: the records "
-                  "will not be the reference's (`python -m mlperf_bert fetch-vocab --output=vocab.txt` gets it)"
-                  % (vocab_file, record["vocab_md5"], VOCAB_MD5), file=sys.stderr, flush=True)
-        return _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, old,
-                     record)
-    finally:
-        # a generator ended by the pool's terminate (an error, a signal) may not have removed its
-        # lock file: the workers are gone here, so no lock is left behind either way
-        remove_stale_locks(output_dir, names)
-        lock.release()
+    # A shard refused once read (no document, not text), stopped before any output was finished:
+    # the settings this run recorded and the folders it made go again, so nothing new is left.
+    with new_dirs_removed_on_error(output_dir):
+        check_writable_dir(os.path.join(output_dir, MANIFEST_NAME))
+        lock = lock_dir(output_dir, "--output_dir")
+        settings_path = os.path.join(output_dir, SETTINGS_NAME)
+        had_settings = os.path.lexists(settings_path)
+        try:
+            _refuse_orphans(output_dir, text_dir, {o for p in inputs for o in _outputs_of(p)})
+            old = read_settings(output_dir)
+            record = dict(settings, vocab_file=os.path.basename(vocab_file), vocab_md5=file_md5(vocab_file),
+                          num_eval_examples=num_eval_examples,
+                          inputs=input_stats(inputs, (old or {}).get("inputs") or {}, workers))
+            if record["vocab_md5"] != VOCAB_MD5:  # a vocab of one's own may be the point; but say it
+                print("warning: make-dataset: --vocab_file=%s has md5 %s, not the MLPerf vocab's %s: the records "
+                      "will not be the reference's (`python -m mlperf_bert fetch-vocab --output=vocab.txt` gets "
+                      "it)" % (vocab_file, record["vocab_md5"], VOCAB_MD5), file=sys.stderr, flush=True)
+            return _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, old,
+                         record)
+        except BaseException:
+            # finished outputs are kept, and the settings that guard their resume with them
+            if not had_settings and not any(os.path.lexists(os.path.join(output_dir, n)) for n in names
+                                            if n != SETTINGS_NAME):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(settings_path)
+            raise
+        finally:
+            # a generator ended by the pool's terminate (an error, a signal) may not have removed its
+            # lock file: the workers are gone here, so no lock is left behind either way
+            remove_stale_locks(output_dir, names)
+            lock.release()
 
 
 def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, old, record):

@@ -19,9 +19,13 @@ A file's ``max_predictions_per_row`` attribute bounds the real predictions of an
 (at most about 0.15 * S + K/2 for the reference's generator, far below K*P): the loader keeps
 that many slots per row (``compact_predictions``), so the MLM head does not compute K*P.
 """
+import contextlib
 import os
+import signal
 
 import numpy as np
+
+from mlperf_bert.errors import UserError, first_signal
 
 PACKED_FEATURES = ("input_ids", "segment_ids", "input_mask", "position_ids", "masked_lm_positions",
                    "masked_lm_ids", "masked_lm_weights", "next_sentence_labels", "nsp_positions")
@@ -194,13 +198,15 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
     from mlperf_bert.dataset.example import decode_pretraining_batch
     from mlperf_bert.dataset.hdf5 import ROW_CHECKSUMS, Checksums, name_attr, row_checksums
     from mlperf_bert.dataset.tfrecord import read_records
-    from mlperf_bert.errors import UserError
     from mlperf_bert.fileio import atomic_path
-    records = list(read_records(input_path))
-    if not records:
-        raise UserError("%s holds no records: check --input" % input_path)
-    arrays = decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq,
-                                      where=lambda i: "%s: record %d" % (input_path, i))
+    try:
+        records = list(read_records(input_path))
+        if not records:
+            raise UserError("%s holds no records: check --input" % input_path)
+        arrays = decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq,
+                                          where=lambda i: "%s: record %d" % (input_path, i))
+    except UserError as e:
+        raise InputRefused(str(e)) from None
     del records
     lengths = sequence_lengths(arrays["input_mask"])
     groups = pack_groups(lengths, max_seq_length, max_sequences_per_pack)
@@ -224,7 +230,7 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
                 if name != "masked_lm_weights":
                     info = np.iinfo(STORAGE[name])
                     if values.min() < info.min or values.max() > info.max:
-                        raise UserError("%s: %s holds %d..%d, outside %s" % (
+                        raise InputRefused("%s: %s holds %d..%d, outside %s" % (
                             input_path, name, values.min(), values.max(), np.dtype(STORAGE[name]).name))
                 block[name] = stored = values.astype(STORAGE[name])
                 dsets[name][start:start + len(stored)] = stored
@@ -259,7 +265,6 @@ def is_packed(path):
 def read_attrs(path):
     """The attributes of a packed file (dict), or a one-line UserError."""
     from mlperf_bert.dataset.hdf5 import open_file
-    from mlperf_bert.errors import UserError
     with open_file(path) as h:
         if "max_sequences_per_pack" not in h.attrs:
             raise UserError("%s is not a packed file (no max_sequences_per_pack attribute): make packed rows "
@@ -287,14 +292,27 @@ def read_packed(path):
 
 # ---------------------------------------------------------------- the pack command
 
+class InputRefused(UserError):
+    """``pack_file``'s refusal of its input (a record damaged deep in a file, values a packed row
+    cannot store): the command then removes the files this run made, as if it had refused the
+    input at its start (a rerun packs every input again). Any other error (a full disk, a signal)
+    keeps the finished files, as every command does."""
+
+
 def _pack_job(job):
     return pack_file(*job)
+
+
+# What pack_file imports on its way (tests/test_packing.py checks that it imports nothing else): a
+# spawned worker imports them before its first job, while a SIGTERM still ends it at once
+# (``call_in_worker``).
+WORKER_IMPORTS = ("h5py", "numpy.random", "numpy.ma", "mlperf_bert.dataset.example", "mlperf_bert.dataset.hdf5",
+                  "mlperf_bert.dataset.tfrecord", "mlperf_bert.fileio")
 
 
 def output_paths(files, output_dir):
     """One ``<input name>.packed.hdf5`` per input in ``output_dir``; an input given twice, or two
     inputs of one name (whose outputs would overwrite each other), is a UserError."""
-    from mlperf_bert.errors import UserError
     from mlperf_bert.fileio import refuse_repeated_files
     refuse_repeated_files(files, "--input")
     seen = {}
@@ -309,9 +327,9 @@ def output_paths(files, output_dir):
 
 def main(argv):
     from mlperf_bert import flags
-    from mlperf_bert.dataset.hdf5 import refuse_hdf5_inputs
+    from mlperf_bert.fileio import new_dirs_removed_on_error
+    from mlperf_bert.dataset.hdf5 import check_first_records, refuse_hdf5_inputs
     from mlperf_bert.dataset.tfrecord import expand_paths
-    from mlperf_bert.errors import UserError
     from mlperf_bert.fileio import refuse_overwriting_inputs
     from mlperf_bert.locking import lock_dir
     fv = flags.FlagValues()
@@ -352,8 +370,18 @@ def main(argv):
     refuse_hdf5_inputs(files, "pack")
     outputs = output_paths(files, fv.output_dir)
     refuse_overwriting_inputs(outputs, files, "--output_dir")
-    with lock_dir(fv.output_dir, "--output_dir"):  # one run per output directory (made if missing)
-        results = _pack_all(files, outputs, fv)
+    # before anything is made: an empty input, a file of another kind, records of another shape
+    check_first_records(files, fv.max_seq_length, fv.max_predictions_per_seq)
+    # one run per output directory (made if missing, and removed again by a refusal if this run made it)
+    with new_dirs_removed_on_error(fv.output_dir), lock_dir(fv.output_dir, "--output_dir"):
+        new = [o for o in outputs if not os.path.lexists(o)]
+        try:
+            results = _pack_all(files, outputs, fv)
+        except InputRefused:
+            for o in new:
+                if os.path.lexists(o):
+                    os.remove(o)
+            raise
     seqs, rows, tokens = (sum(r[i] for r in results) for i in range(3))
     slots = fv.max_seq_length
     print("packed %d sequences into %d rows of %d tokens: %.4f sequences per row; padding %.1f%% of token "
@@ -375,9 +403,47 @@ def _pack_all(files, outputs, fv):
                 results.append(_pack_job(job))
                 bar.update(1)
         else:
+            from mlperf_bert.errors import call_in_worker
             from mlperf_bert.errors import worker_pool
-            with worker_pool(workers, "spawn") as pool:
-                for r in pool.imap(_pack_job, jobs):
+            with contextlib.ExitStack() as stack:
+                with stops_held():  # the pool is whole before a stop ends it (terminating its workers)
+                    pool = stack.enter_context(worker_pool(workers, "spawn"))
+                for r in pool.imap(call_in_worker, [("mlperf_bert.dataset.packing", "_pack_job", job)
+                                                    for job in jobs]):
                     results.append(r)
                     bar.update(1)
     return results
+
+
+@contextlib.contextmanager
+def stops_held():
+    """SIGINT and SIGTERM wait for the end of the block, then act as they would have there (the
+    handlers of then; the first of two signals only). Around the start of a pool of spawned
+    workers: each is started by a fork and exec, then its parent writes it what to run through a
+    pipe. A Ctrl-C between the two (to the whole process group, as a terminal sends it) raised
+    KeyboardInterrupt out of the pool's constructor: the worker, started but never told, and never
+    recorded as the pool's (so never terminated), read the pipe's end once the command had
+    printed its one line, and printed "EOFError: Ran out of input" with a traceback after it (4
+    to 6 of 60 trials with Ctrl-C 0.1-0.35 s after the start, on this project's 2-core machine);
+    a SIGTERM there also left the pool's semaphores to the resource tracker's warning. Held, the
+    stop ends a whole pool as any later stop does. Outside the main thread (where no handler can
+    be set) it holds nothing."""
+    held = []
+
+    def hold(signum, frame):
+        held.append(first_signal(signum, frame, hold))
+    saved = {}
+    try:
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                handler = signal.getsignal(sig)
+                if handler not in (None, signal.SIG_IGN):  # (ignored stays ignored; None: not Python's to restore)
+                    saved[sig] = signal.signal(sig, hold)  # (a stop already pending acts here, unheld)
+        except ValueError:  # not the main thread
+            pass
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])  # its handler's own act: KeyboardInterrupt, Terminated, ...

@@ -15,6 +15,7 @@ import random
 import sys
 
 from mlperf_bert import flags
+from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.native import fastrng
 from mlperf_bert.dataset.example import check_shape, encode_pretraining_instance
@@ -357,25 +358,28 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
     if len(set(map(os.path.abspath, output_files))) != len(output_files):
         raise UserError("--output_file names a file twice: give distinct output files")
     check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob)
+    vocab = load_vocab(vocab_file)  # a missing or wrong vocab is refused before an output folder is made
     for path in output_files:
         if os.path.isdir(path):
             raise UserError("output file %s is a directory: give a file path such as %s/part-00000"
                             % (path, path.rstrip("/")))
-        check_writable_dir(path)
-    refuse_overwriting_inputs(output_files, input_files + [vocab_file], "--output_file")
-    from mlperf_bert.dataset.checksums import is_tfrecord
-    for p in output_files:
-        refuse_replacing_another_kind(p, is_tfrecord, "a TFRecord file", "--output_file")
-    with lock_files(output_files, "--output_file"):
-        return _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length,
-                       max_predictions_per_seq, masked_lm_prob, random_seed, dupe_factor, short_seq_prob,
-                       progress, fast, reference_tokenizer, preserve_unused_tokens)
+    # An input refused once read (no document, a TFRecord given as text): the folders made go again.
+    with new_dirs_removed_on_error(*(os.path.dirname(os.path.abspath(p)) for p in output_files)):
+        for path in output_files:
+            check_writable_dir(path)
+        refuse_overwriting_inputs(output_files, input_files + [vocab_file], "--output_file")
+        from mlperf_bert.dataset.checksums import is_tfrecord
+        for p in output_files:
+            refuse_replacing_another_kind(p, is_tfrecord, "a TFRecord file", "--output_file")
+        with lock_files(output_files, "--output_file"):
+            return _create(input_files, output_files, vocab, do_lower_case, max_seq_length,
+                           max_predictions_per_seq, masked_lm_prob, random_seed, dupe_factor, short_seq_prob,
+                           progress, fast, reference_tokenizer, preserve_unused_tokens)
 
 
-def _create(input_files, output_files, vocab_file, do_lower_case, max_seq_length, max_predictions_per_seq,
+def _create(input_files, output_files, vocab, do_lower_case, max_seq_length, max_predictions_per_seq,
             masked_lm_prob, random_seed, dupe_factor, short_seq_prob, progress, fast, reference_tokenizer,
             preserve_unused_tokens):
-    vocab = load_vocab(vocab_file)
     if reference_tokenizer:
         tokenizer = _ReferenceIds(vocab, do_lower_case, preserve_unused_tokens)
     else:

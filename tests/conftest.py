@@ -108,6 +108,23 @@ def tiny_record():
     return make
 
 
+@pytest.fixture(scope="session")
+def corrupt_deep(tiny_record):
+    """write(path): six tiny records of which the fifth's data (not its header) is damaged: a file
+    whose header and first record pass, refused only by a full read."""
+    from mlperf_bert.dataset.tfrecord import write_records
+
+    def write(path):
+        write_records(path, [tiny_record()] * 6)
+        with open(path, "r+b") as f:
+            f.seek(4 * (len(tiny_record()) + 16) + 12 + 3)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        return path
+    return write
+
+
 S512_FLAGS = ["--max_seq_length=512", "--max_predictions_per_seq=76", "--dupe_factor=10"]
 
 

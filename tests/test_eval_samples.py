@@ -140,19 +140,14 @@ def test_a_value_no_pretraining_record_holds_is_refused_by_every_tool(tiny_recor
         assert sorted(os.listdir(tmp_path)) == ["in"]
 
 
-def test_a_refused_input_leaves_no_folder_this_run_made(golden_dir, tiny_record, tmp_path):
+def test_a_refused_input_leaves_no_folder_this_run_made(golden_dir, corrupt_deep, tmp_path):
     """pick_eval_samples.py with a missing input, too few records, records of another
     --max_seq_length or a record corrupt deep in the file made the output's folder (with its
     parents) before it read the input, and left it empty. The count and the first record are now
     checked before anything is made; a record found corrupt later removes the folders this run made."""
     src = os.path.join(golden_dir, "part-00000.s128.tfrecord")
     corrupt = str(tmp_path / "corrupt")
-    write_records(corrupt, [tiny_record()] * 6)
-    with open(corrupt, "r+b") as f:  # record 4's data, not its header: only the full read finds it
-        f.seek(4 * (len(tiny_record()) + 16) + 12 + 3)
-        byte = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    corrupt_deep(corrupt)  # record 4's data, not its header: only the full read finds it
     out = tmp_path / "new" / "eval" / "eval_10k"
     for flags, why in (([str(tmp_path / "none")], "cannot read TFRecord file %s" % (tmp_path / "none")),
                        ([src, "--num_examples_to_pick=5000"], "%s has 4366 records, fewer than "

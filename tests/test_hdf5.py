@@ -718,7 +718,7 @@ def test_an_input_whose_name_is_not_utf8_is_converted(golden_tfrecord, tmp_path)
     assert hdf5.num_examples(out) == 3
 
 
-def test_a_refused_input_leaves_no_folder_this_run_made(golden_tfrecord, tiny_record, tmp_path):
+def test_a_refused_input_leaves_no_folder_this_run_made(golden_tfrecord, corrupt_deep, tmp_path):
     """An empty input, a text file, records of another --max_seq_length, a record cut short and one
     corrupt deep in a file were refused after to-hdf5's lock had made the output's folder (with its
     parents), left empty. What the headers and a file's first record tell is now checked before
@@ -727,12 +727,7 @@ def test_a_refused_input_leaves_no_folder_this_run_made(golden_tfrecord, tiny_re
     open(empty, "wb").close()
     with open(text, "w") as f:
         f.write("not records\n")
-    write_records(corrupt, [tiny_record()] * 6)
-    with open(corrupt, "r+b") as f:  # record 4's data, not its header: only the full read finds it
-        f.seek(4 * (len(tiny_record()) + 16) + 12 + 3)
-        byte = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    corrupt_deep(corrupt)  # record 4's data, not its header: only the full read finds it
     out = tmp_path / "new" / "h5" / "x.hdf5"
     for inputs, lengths, why in (([golden_tfrecord, empty], (128, 20), "%s holds no records: check --input" % empty),
                                  ([text], (128, 20), "%s is not a TFRecord or HDF5 file" % text),

@@ -291,8 +291,10 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
                       "it)" % (vocab_file, record["vocab_md5"], VOCAB_MD5), file=sys.stderr, flush=True)
             return _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, progress, names, old,
                          record)
-        except BaseException:
-            # finished outputs are kept, and the settings that guard their resume with them
+        except Exception:
+            # a refusal or a failure: finished outputs are kept, and the settings that guard their
+            # resume with them. A stop (a signal) keeps the settings too: they hold every input's md5,
+            # which the rerun would otherwise read all the shards again for (docs/dataset.md)
             if not had_settings and not any(os.path.lexists(os.path.join(output_dir, n)) for n in names
                                             if n != SETTINGS_NAME):
                 with contextlib.suppress(FileNotFoundError):

@@ -19,10 +19,9 @@ import urllib.parse
 import urllib.request
 
 from mlperf_bert import flags
-from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.dataset.checksums import RESULTS_DIR, expectations, known_tables
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import file_md5, is_write_error, write_error, write_json
+from mlperf_bert.fileio import file_md5, is_write_error, new_dirs_removed_on_error, write_error, write_json
 from mlperf_bert.locking import lock_file
 
 CHUNK = 1 << 20
@@ -82,28 +81,12 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
             return have
         raise UserError("%s exists with %d bytes md5 %s, expected %s: delete it and run again"
                         % (output, size_now, have, mismatch))
-    refuse_unusable_url(url)  # before the output's folder is made
-    # A source that cannot be read, or bytes that are not the file: the folders made go again (a
-    # transfer cut short keeps its bytes there, for the rerun to resume from).
+    # A URL refused, a source that cannot be read, or bytes that are not the file: the folders made
+    # go again (a transfer cut short keeps its bytes there, for the rerun to resume from).
     with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(output))):
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         with lock_file(output, "--output"):
             return _fetch(url, output, name, expected, progress)
-
-
-def refuse_unusable_url(url):
-    """The refusals of a URL that need no connection: a scheme other than http, https and file, or a
-    file:// URL of a file that cannot be read (the lines ``_open_from`` gives)."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme == "file":
-        path = urllib.request.url2pathname(parsed.path)
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as e:
-            raise UserError("cannot read %s: %s" % (url, e.strerror))
-    elif parsed.scheme not in ("http", "https"):
-        raise UserError("unsupported URL %s: use http://, https:// or file://" % url)
 
 
 def _mismatch(got_size, got_md5, wanted):

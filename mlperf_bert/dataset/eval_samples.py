@@ -3,10 +3,10 @@ import os
 import sys
 
 from mlperf_bert import flags
-from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import PRETRAINING_FEATURES, check_shape, decode_pretraining_example, encode_example
-from mlperf_bert.fileio import check_writable_dir, refuse_overwriting_inputs, refuse_replacing_another_kind
+from mlperf_bert.fileio import (check_writable_dir, new_dirs_removed_on_error, refuse_overwriting_inputs,
+                                refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_file
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, count_records, read_records
 

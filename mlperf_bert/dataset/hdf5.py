@@ -18,11 +18,10 @@ import os
 import numpy as np
 
 from mlperf_bert import flags
-from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import PRETRAINING_FEATURES, check_shape, decode_pretraining_batch, feature_lengths
-from mlperf_bert.fileio import (atomic_path, refuse_overwriting_inputs, refuse_repeated_files,
-                                refuse_replacing_another_kind)
+from mlperf_bert.fileio import (atomic_path, new_dirs_removed_on_error, refuse_overwriting_inputs,
+                                refuse_repeated_files, refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_file
 from mlperf_bert.dataset.tfrecord import count_records, expand_paths, read_records
 

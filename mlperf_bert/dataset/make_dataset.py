@@ -16,12 +16,11 @@ import sys
 import time
 
 from mlperf_bert import flags
-from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.dataset.checksums import MANIFEST_NAME, OUTPUT_NAME, read_manifest, write_manifest
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
-from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, refuse_overwriting_inputs,
-                                remove_stale_temporaries, write_json)
+from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, new_dirs_removed_on_error,
+                                refuse_overwriting_inputs, remove_stale_temporaries, write_json)
 from mlperf_bert.locking import lock_dir, remove_stale_locks
 from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
 from mlperf_bert.dataset.tokenization import load_vocab

@@ -327,10 +327,9 @@ def output_paths(files, output_dir):
 
 def main(argv):
     from mlperf_bert import flags
-    from mlperf_bert.fileio import new_dirs_removed_on_error
     from mlperf_bert.dataset.hdf5 import check_first_records, refuse_hdf5_inputs
     from mlperf_bert.dataset.tfrecord import expand_paths
-    from mlperf_bert.fileio import refuse_overwriting_inputs
+    from mlperf_bert.fileio import new_dirs_removed_on_error, refuse_overwriting_inputs
     from mlperf_bert.locking import lock_dir
     fv = flags.FlagValues()
     flags.DEFINE_string("input", None, "TFRecord file(s) of unpacked sequences: comma list or glob", flag_values=fv)

@@ -15,11 +15,11 @@ import random
 import sys
 
 from mlperf_bert import flags
-from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.native import fastrng
 from mlperf_bert.dataset.example import check_shape, encode_pretraining_instance
-from mlperf_bert.fileio import check_writable_dir, ensure_space, refuse_overwriting_inputs, refuse_replacing_another_kind
+from mlperf_bert.fileio import (check_writable_dir, ensure_space, new_dirs_removed_on_error,
+                                refuse_overwriting_inputs, refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_files
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, expand_paths, frame
 from mlperf_bert.dataset.tokenization import FastTokenizer, FullTokenizer, load_vocab

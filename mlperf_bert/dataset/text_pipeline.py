@@ -22,11 +22,10 @@ import random
 import shutil
 
 from mlperf_bert import flags
-from mlperf_bert.fileio import new_dirs_removed_on_error
 from mlperf_bert.dataset.checksums import article_md5
 from mlperf_bert.errors import UserError, worker_pool
-from mlperf_bert.fileio import (atomic_open, check_writable_dir, refuse_overwriting_inputs, remove_stale_temporaries,
-                                write_json)
+from mlperf_bert.fileio import (atomic_open, check_writable_dir, new_dirs_removed_on_error, refuse_overwriting_inputs,
+                                remove_stale_temporaries, write_json)
 from mlperf_bert.locking import lock_dir
 from mlperf_bert.dataset.sentences import sent_tokenize
 from mlperf_bert.dataset.wiki_cleanup import clean_text, universal_lines

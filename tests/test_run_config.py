@@ -108,6 +108,11 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     for entry in today["run"]["input_file"] + (today["run"]["eval_input_file"] or []):
         assert len(entry) == 3 and entry.pop().startswith("record0:")
     old_leaves, today_leaves = dict(_leaves(ckpt)), dict(_leaves(today))
+    # what it leaves out where unused (RunConfig.identity): this run has one rank and no eval set; the
+    # resume below from the old identity, which has them, does not compare them
+    unused = [("run", "grad_exchange_dtype"), ("run", "target_mlm_accuracy")]
+    assert all(path in old_leaves and path not in today_leaves for path in unused)
+    old_leaves = {path: v for path, v in old_leaves.items() if path not in unused}
     assert list(old_leaves) == list(today_leaves)  # the same keys in the same order, every level
     for path, old in old_leaves.items():
         new = today_leaves[path]
@@ -252,10 +257,90 @@ def test_a_resume_with_a_flag_that_leaves_the_numbers_changed_ends_as_the_uninte
             assert len(losses) == 6 and all(g == pytest.approx(w, rel=1e-6) for g, w in losses)
 
 
+def _packed_input(d):
+    """The fixture's 48 records packed (pack: one sequence a row, as they are near 128 tokens)."""
+    from mlperf_bert.dataset import packing
+    packing.main(["pack", "--noprogress", "--input=%s" % (d / "train.tfrecord"), "--output_dir=%s" % (d / "packed"),
+                  "--max_seq_length=128", "--max_predictions_per_seq=20"])
+    return "--input_file=%s" % (d / "packed" / "train.tfrecord.packed.hdf5")
+
+
+def _identity(argv, world=1):
+    """The run identity of the command ``argv`` on ``world`` ranks."""
+    fv = training.define_flags()
+    fv(argv)
+    cfg = RunConfig.from_flags(fv)
+    return cfg.identity(7, [cfg.data.input_file], [cfg.eval.eval_input_file] if cfg.eval.eval_input_file else [],
+                        None, {}, world=world)
+
+
+# (flag, its value and another, the flags of a run where it changes no number, of one where it does, and
+# the rank count of each)
+UNUSED = {
+    "noshuffle": ("shuffle_buffer", 16, 5, ["--noshuffle"], [], 1),
+    "packed": ("shuffle_buffer", 16, 5, "packed", [], 1),
+    "one_rank": ("grad_exchange_dtype", "fp32", "bf16", [], [], 2),
+    "no_eval_set": ("target_mlm_accuracy", 0.72, 0.5, [], "eval", 1),
+}
+
+
+@pytest.mark.parametrize("case", list(UNUSED))
+def test_a_flag_that_changes_no_number_of_the_run_may_change_on_a_resume_and_is_refused_where_it_does(
+        tmp_path, case):
+    """A hostile sweep: a run stopped at step 6 was refused a resume with another --shuffle_buffer
+    though it shuffled nothing through it (--noshuffle; packed rows, whose loader has no buffer),
+    another --grad_exchange_dtype on one rank (no gradient exchange) or another --target_mlm_accuracy
+    without an eval set (no eval to reach it; its log line is written at the start, which the resume
+    continues). Now each is out of the identity there: the resume, from the checkpoint as this code
+    writes it and as the code before wrote it (the flag in its identity), ends with the uninterrupted
+    run's weights and optimizer bit for bit and its log's values, every line. Where the flag is used
+    (shuffled records, several ranks, an eval set) another value is still refused."""
+    flag, value, other, unused, used, world = UNUSED[case]
+    d = _fixture_data(tmp_path)
+    shutil.copy(d / "train.tfrecord", d / "eval.tfrecord")
+    if unused == "packed":
+        unused = [_packed_input(d)]
+    if used == "eval":
+        used = ["--eval_input_file=%s" % (d / "eval.tfrecord")]
+    full = tmp_path / "full"
+    assert training.main(_argv(d, full, *unused, "--%s=%s" % (flag, value))) == 0
+    ckpt = torch.load(full / "model.ckpt-6.pt", map_location="cpu", weights_only=False)
+    for written in ("today", "before"):
+        out = tmp_path / written
+        out.mkdir()
+        shutil.copy(full / "mlperf.log", out / "mlperf.log")
+        if written == "before":
+            ckpt["run"][flag] = value
+        torch.save(ckpt, out / "model.ckpt-6.pt")
+        assert training.main(_argv(d, out, *unused, "--%s=%s" % (flag, other))) == 0
+        assert_bit_identical(str(out / "model.ckpt-12.pt"), str(full / "model.ckpt-12.pt"))
+        _same_log(_no_source(out / "mlperf.log"), _no_source(full / "mlperf.log"))
+    assert flag not in torch.load(full / "model.ckpt-6.pt", map_location="cpu", weights_only=False)["run"]
+    saved = _identity(_argv(d, "out", *used, "--%s=%s" % (flag, value)), world)
+    assert saved[flag] == value
+    with pytest.raises(UserError, match=r"^--%s=%s differs from the run being resumed in out \(it has %s\)"
+                                        % (flag, other, value)):
+        checkpoint.check_same_run(saved, _identity(_argv(d, "out", *used, "--%s=%s" % (flag, other)), world),
+                                  "out/model.ckpt-6.pt")
+
+
+def test_eval_frequency_and_the_division_stay_in_the_identity_without_an_eval_set(tmp_path):
+    """Without an eval set --eval_frequency still names the log's blocks (block_start and block_stop's
+    epoch_count, the eval_frequency line), and --submission_division is what the checkers judge the log
+    by (run_config.MLPerf): a resume with another value of either is refused, on one rank too."""
+    d = _fixture_data(tmp_path)
+    for flag, value, other in (("eval_frequency", 0, 8), ("submission_division", "open", "closed")):
+        saved = _identity(_argv(d, "out", "--%s=%s" % (flag, value)))
+        with pytest.raises(UserError, match=r"^--%s=%s differs from the run being resumed" % (flag, other)):
+            checkpoint.check_same_run(saved, _identity(_argv(d, "out", "--%s=%s" % (flag, other))),
+                                      "out/model.ckpt-6.pt")
+
+
 @pytest.mark.parametrize("preset", ["demo_cpu", "reference_gpu", "tpu_8192", "rcp_3072"])
 def test_presets_identity_and_launch_flags_are_the_old_codes_byte_for_byte(preset, monkeypatch):
     """Each preset's command gives the run identity and the launch record's flags that the code
-    before this rebuild gave (tests/data/refactor48/presets.json), keys in the same order."""
+    before this rebuild gave (tests/data/refactor48/presets.json), keys in the same order, on
+    several ranks; on one, less --grad_exchange_dtype (no exchange)."""
     with open(os.path.join(FIXTURES, "presets.json")) as f:
         want = json.loads(f.read().replace("<ROOT>", ROOT))[preset]
     for name in ("MLPERF_BERT_PRESET", "MLPERF_BERT_OVERRIDES", "LOCAL_WORLD_SIZE"):
@@ -263,8 +348,10 @@ def test_presets_identity_and_launch_flags_are_the_old_codes_byte_for_byte(prese
     fv = training.define_flags()
     fv(want["argv"])
     cfg = RunConfig.from_flags(fv)
-    ident = cfg.identity(5, [], [], None, {"hidden_size": 8})
+    ident = cfg.identity(5, [], [], None, {"hidden_size": 8}, world=8)
     assert json.dumps(ident) == json.dumps(want["identity"])
+    del want["identity"]["grad_exchange_dtype"]
+    assert json.dumps(cfg.identity(5, [], [], None, {"hidden_size": 8})) == json.dumps(want["identity"])
     rec = checkpoint.launch_record(cfg, 8)
     got = {k: rec[k] for k in want["launch"]}
     assert json.dumps(got) == json.dumps(want["launch"])

@@ -1221,16 +1221,16 @@ def test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers(file
         assert lists[a] <= defined, (a, sorted(lists[a] - defined))  # no stale name
     assert all(run_config.SAME_NUMBERS.values())
     assert {"fused_update", "compile", "fp8"} <= lists["RUN_FLAGS"]
-    base = flags_for(files, "out")
-    fv(base)
-    saved = RunConfig.from_flags(fv).identity(7, [files["train"]], [], None, {})
+    base = flags_for(files, "out", eval_input_file=files["eval"])  # where each flag is used: an eval set,
+    fv(base)  # several ranks (run_config.RunConfig._unused_flags)
+    saved = RunConfig.from_flags(fv).identity(7, [files["train"]], [files["eval"]], None, {}, world=2)
     for name in run_config.RUN_FLAGS:
         changed = training.define_flags()
         changed(base)
         changed[name].value = _other_value(changed[name])
         with pytest.raises(UserError, match=r"^--%s=.* differs from the run being resumed in out \(it has " % name):
-            checkpoint.check_same_run(saved, RunConfig.from_flags(changed).identity(7, [files["train"]], [], None, {}),
-                                      "out/model.ckpt-2.pt")
+            checkpoint.check_same_run(saved, RunConfig.from_flags(changed).identity(
+                7, [files["train"]], [files["eval"]], None, {}, world=2), "out/model.ckpt-2.pt")
 
 
 def test_ids_beyond_vocab_size_are_one_line(files, tmp_path):

@@ -368,7 +368,8 @@ def _same_init(entry, was):
 
 def _differing(saved, ident):
     """[(name, value, saved value)] of the entries that ``saved`` (an older identity) holds with
-    another value (an entry it lacks, written by an older version, is not compared)."""
+    another value (an entry either side lacks is not compared: one an older version did not write,
+    or a flag that one of the two runs does not use, RunConfig.identity)."""
     def same(name, value, was):
         if name in _FILES and isinstance(value, list) and isinstance(was, list):
             return len(value) == len(was) and all(_same_file(v, w) for v, w in zip(value, was))

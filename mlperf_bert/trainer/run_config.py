@@ -6,11 +6,11 @@ section it uses.
 Each field is a flag of run_pretraining.py, under the flag's name, and says how it bears on the
 run identity (``IDENTITY``): ``run`` (compared by value: a resume with another value would mix two
 runs in one output_dir; every flag that changes the arithmetic, the levers that round otherwise
-included), ``content`` (compared by what it names: the model config, the data files and initial
-checkpoint with their sizes, the seed, the batches of --do_eval's final eval of the training
-files) or ``same`` (leaves the numbers as they are: a resume may change it; the field says why).
-Values derived from several flags (epsilon, update counts, the global batch, the torch dtype) are
-computed here once.
+included; a few only where they are used: ``RunConfig.identity``), ``content`` (compared by what
+it names: the model config, the data files and initial checkpoint with their sizes, the seed, the
+batches of --do_eval's final eval of the training files) or ``same`` (leaves the numbers as they
+are: a resume may change it; the field says why). Values derived from several flags (epsilon,
+update counts, the global batch, the torch dtype) are computed here once.
 """
 import dataclasses
 import difflib
@@ -66,7 +66,7 @@ class Data:
     max_predictions_per_seq: int = run(20)
     train_batch_size: int = run(32)
     shuffle: bool = run(True)
-    shuffle_buffer: int = run(1000)
+    shuffle_buffer: int = run(1000)  # shuffled unpacked records only (RunConfig.identity)
     num_workers: int = same(2, "batch k is batch k whatever the workers (trainer/loader.py)")
     check_data: str = same("headers", "what is read before training, not what is trained on")
 
@@ -81,7 +81,8 @@ class Optim:
     log_epsilon: float = run(-6.0)
     steps_per_update: int = run(1)
     clip_by_global_norm_after_gradient_allreduce: bool = run(False)
-    grad_exchange_dtype: str = run("fp32")  # bf16 rounds the clipped sums (trainer/distributed.py)
+    # bf16 rounds the clipped sums (trainer/distributed.py); several ranks only (RunConfig.identity)
+    grad_exchange_dtype: str = run("fp32")
 
     @property
     def epsilon(self):
@@ -100,8 +101,9 @@ class Schedule:
 @dataclasses.dataclass(frozen=True)
 class Eval:
     eval_input_file: typing.Optional[str] = content(None)
+    # without an eval set still the log's blocks' epoch_count and its eval_frequency line
     eval_frequency: int = run(0)
-    target_mlm_accuracy: float = run(0.720)
+    target_mlm_accuracy: float = run(0.720)  # with an eval set only (RunConfig.identity)
     do_eval: bool = same(False, "the eval after training (--do_eval alone: of --init_checkpoint), not the run's")
     # --do_eval's eval of the final weights without --eval_input_file: the reference's batches of the
     # training files, which these two name; in the identity then only (``RunConfig.identity``)
@@ -124,6 +126,11 @@ class Checkpoint:
 
 @dataclasses.dataclass(frozen=True)
 class MLPerf:
+    # No number of the run, but the division the checkers judge its log by, logged once at its start:
+    # a resume under another one ends with a log of the first's and a run_finished.json of the other's,
+    # and from a checkpoint without the log's mark (older versions: the resume appends its init lines)
+    # with a log of both, which the compliance checker fails ("no single submission_division line");
+    # a series' runs (preflight.check_series) keep one division
     submission_division: str = run("open")
     submission_org: str = same("unknown", "logged once, at the run's start")
     submission_platform: str = same("unknown", "logged once, at the run's start")
@@ -250,21 +257,42 @@ class RunConfig:
         return lr_schedule.learning_rate(step, self.optim.learning_rate, s.num_train_steps, s.num_warmup_steps,
                                          s.start_warmup_step, s.poly_power)
 
-    def identity(self, seed, train_files, eval_files, init_checkpoint=None, config=None):
-        """What a resumed run must share with the checkpoint: defining flags, seed, the model config
-        (``BertConfig.to_dict()``), data files ([path, bytes, ``checksums.content_tag``]), the
-        initial checkpoint (``tf_checkpoint.fingerprint``: path, bytes, digest) and, where --do_eval
-        evaluates the final weights on the training files, that eval's batches. (An entry that one
+    def identity(self, seed, train_files, eval_files, init_checkpoint=None, config=None, world=None):
+        """What a resumed run must share with the checkpoint: defining flags (those where they are
+        used), seed, the model config (``BertConfig.to_dict()``), data files ([path, bytes,
+        ``checksums.content_tag``]), the initial checkpoint (``tf_checkpoint.fingerprint``: path,
+        bytes, digest) and, where --do_eval evaluates the final weights on the training files, that
+        eval's batches. ``world``: the rank count (default: the process group's). (An entry that one
         side lacks is not compared: checkpoint._differing.)"""
         from mlperf_bert.dataset.checksums import content_tag
         files = lambda paths: [[os.path.abspath(p), os.path.getsize(p), content_tag(p)]  # noqa: E731
                                for p in paths or []]
-        ident = {name: self.flag(name) for name in RUN_FLAGS}
+        unused = self._unused_flags(train_files, world)
+        ident = {name: self.flag(name) for name in RUN_FLAGS if name not in unused}
         ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
                      init_checkpoint=init_checkpoint, config=config)
         if self.eval.do_eval and not self.eval.eval_input_file:  # --do_eval's batches (final_eval_batches)
             ident.update(eval_batch_size=self.eval.eval_batch_size, max_eval_steps=self.eval.max_eval_steps)
         return ident
+
+    def _unused_flags(self, train_files, world):
+        """The flags of RUN_FLAGS that change no number of this run, left out of its identity, so that
+        a resume may change them. What decides is itself compared (--shuffle, the data files by content,
+        --eval_input_file; the rank count on its own: preflight.check_resume), so a checkpoint that
+        lacks one of them is never resumed where it is used; one written with it resumes."""
+        from mlperf_bert.dataset.packing import is_packed
+        unused = set()
+        # no buffer: unshuffled records pass in order (loader.record_stream), packed rows are permuted
+        # whole (packed_loader; a mix of packed and unpacked files is refused before)
+        if not self.data.shuffle or (train_files and is_packed(train_files[0])):
+            unused.add("shuffle_buffer")
+        if (world or _world()) == 1:  # one rank exchanges no gradient (distributed.GradientExchange)
+            unused.add("grad_exchange_dtype")
+        # no online eval to reach it: only the log's target_accuracy line, written at the start (a resume
+        # continues that log; a log without evals fails the checkers whatever its target)
+        if not self.eval.eval_input_file:
+            unused.add("target_mlm_accuracy")
+        return unused
 
     def given_flags(self):
         """{flag: value} of the flags given on the command line, by name."""
@@ -273,6 +301,12 @@ class RunConfig:
     def resolved(self):
         """The whole config as written to the output dir: {section: {flag: value}}."""
         return {s: dataclasses.asdict(getattr(self, s)) for s in SECTIONS}
+
+
+def _world():
+    """The process group's rank count (distributed.setup made it before any identity), 1 without one."""
+    import torch.distributed as dist
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def read_config_file(path, fv=None):

@@ -1,0 +1,65 @@
+"""A stop while an entry point starts (``quiet_start``): one line and an exit status, or the
+signal's default action, until ``cli.run_main`` sets up its own handling. Stdlib only (errors.py
+is too), so that the entry points call it before they import absl (~80 ms), torch (seconds) or
+the rest of mlperf_bert. Python's own start (site and the .pth files, tens of ms before any of our
+code runs) cannot be covered from here: a stop there is still Python's traceback or silent 143."""
+import os
+import signal
+import sys
+
+from mlperf_bert.errors import first_signal
+
+_QUIET_START = []  # quiet_start() changed SIGINT's handler: cli.run_main puts Python's back
+INTERRUPTED = "error: interrupted"
+TERMINATED = "error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on"
+# A stop (SIGTERM, SIGINT) after which no checkpoint holds the run: a fresh run stopped before
+# run_start, ranks that never started or failed to checkpoint. 143 (130) says "stopped, a checkpoint
+# holds it, resume": a script that resubmits on it must not loop on a run that saves nothing.
+NOT_SAVED_STATUS = 79  # unused by sysexits (64-78), bash (126-128+) and Python (1, 2)
+
+
+def command_start_stop(name):
+    """What a stop while a command's modules load does (``quiet_start``'s argument): ``run_main``'s
+    line and status, where Ctrl-C was a KeyboardInterrupt traceback out of an import (torch's take
+    seconds) and SIGTERM a silent 143. Nothing was written yet."""
+    return ("%s\n" % INTERRUPTED, 130) if name == "SIGINT" else ("%s\n" % TERMINATED, 143)
+
+
+def not_saved_line(name, when):
+    return ("%s %s: no checkpoint written (exit %d, not 143); rerun the same command: it resumes from the "
+            "newest checkpoint if there is one, else starts again\n" % (name, when, NOT_SAVED_STATUS))
+
+
+def stopped_while_starting(name):
+    """run_pretraining.py's (line, status) for a stop that came while it imported torch (seconds,
+    before run_main set up its stop): nothing of this start is saved, so NOT_SAVED_STATUS, not 143,
+    with the line a launcher gives for ranks stopped then."""
+    return not_saved_line(name, "while the trainer started, before it had set up its stop"), NOT_SAVED_STATUS
+
+
+def trainer_start_stop(environ=os.environ):
+    """What a stop during the trainer's start does (``quiet_start``'s argument): run alone, the line
+    and status of ``stopped_while_starting``; a rank of torchrun (which sets TORCHELASTIC_RUN_ID)
+    ends by the signal (None), and torchrun says it once for every rank."""
+    return None if "TORCHELASTIC_RUN_ID" in environ else stopped_while_starting
+
+
+def quiet_start(on_stop=None):
+    """Until ``run_main``: Ctrl-C ends the process as the signal's default action does, not with a
+    KeyboardInterrupt traceback out of whichever import it came in (torch's take seconds, and a
+    launcher's SIGINT reaches every rank there). Given ``on_stop`` (the signal's name -> (line, exit
+    status)), SIGTERM and SIGINT there print that line and exit with that status instead. Called
+    first by the entry points, before they import anything else of ours."""
+    if on_stop is not None:
+        def stop(signum, frame):
+            line, status = on_stop(signal.Signals(first_signal(signum, frame, stop)).name)
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            os._exit(status)
+        signal.signal(signal.SIGTERM, stop)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # (a background job's stays ignored)
+            signal.signal(signal.SIGINT, stop)
+            _QUIET_START.append(True)
+    elif signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _QUIET_START.append(True)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Add zero GradientAccumulator variables to a TF checkpoint (reference tool)."""
-from mlperf_bert.cli import command_start_stop, quiet_start, run_main
+from mlperf_bert.start_signals import command_start_stop, quiet_start
 
-quiet_start(command_start_stop)  # a stop while the modules load: one line, not a traceback
+quiet_start(command_start_stop)  # a stop while the modules load (absl's too): one line, not a traceback
+from mlperf_bert.cli import run_main  # noqa: E402
 from mlperf_bert.trainer.gradacc import main  # noqa: E402
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Create BERT pre-training TFRecords from text shards (the reference's flags)."""
-from mlperf_bert.cli import command_start_stop, quiet_start, run_main
+from mlperf_bert.start_signals import command_start_stop, quiet_start
 
-quiet_start(command_start_stop)  # a stop while the modules load: one line, not a traceback
+quiet_start(command_start_stop)  # a stop while the modules load (absl's too): one line, not a traceback
+from mlperf_bert.cli import run_main  # noqa: E402
 from mlperf_bert.dataset.pretraining_data import main  # noqa: E402
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """run_pretraining.py: the MLPerf BERT trainer (same flags as the reference); see docs/training.md."""
-from mlperf_bert.cli import quiet_start, run_main
-from mlperf_bert.trainer.launch import trainer_start_stop
+from mlperf_bert.start_signals import quiet_start, trainer_start_stop
 
-# A stop in torch's import (seconds): no traceback; run alone, one line and exit 79 (nothing of this
-# start saved), not a silent 143; under torchrun the launcher says it, once for every rank.
+# A stop in torch's import (seconds) or absl's: no traceback; run alone, one line and exit 79 (nothing
+# of this start saved), not a silent 143; under torchrun the launcher says it, once for every rank.
 quiet_start(trainer_start_stop())
+from mlperf_bert.cli import run_main  # noqa: E402
 from mlperf_bert.trainer.training import main  # noqa: E402
 
 if __name__ == "__main__":

@@ -33,9 +33,9 @@
 #                  $LOGDIR/result_N.txt (a submission has 10); a rerun skips finished runs and
 #                  resumes the one that stopped                                [1]
 #   TRAIN_MODEL    the training script                                       [./train_model.sh]
-#   REQUIRE_MOUNT  1 = refuse an OUTPUT_DIR or LOGDIR outside every mounted folder (in a container:
-#                  on its own filesystem, lost with it; mount one, docker run -v "$PWD/out":/output)
-#                                                                              [0; 1 in the image]
+#   REQUIRE_MOUNT  1 = refuse an OUTPUT_DIR or LOGDIR outside every mounted folder, links and ..
+#                  resolved (in a container: on its own filesystem, lost with it; mount one,
+#                  docker run -v "$PWD/out":/output)                          [0; 1 in the image]
 #   TORCHINDUCTOR_CACHE_DIR  torch.compile's cache (--compile), shared by every run of a series,
 #                  so only the first compiles from scratch (in its untimed init) [$OUTPUT_DIR/compile_cache]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512), but
@@ -215,18 +215,46 @@ export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$OUTPUT_DIR/compile_c
 # REQUIRE_MOUNT=1 (the image's): OUTPUT_DIR and LOGDIR must be in a mounted folder. In a container
 # without one (no -v, or one at another path) they are on the container's own filesystem: the run
 # trained, said it finished (exit 0), and everything it wrote went with the container. By builtins
-# (no process): a mount point of /proc/self/mountinfo at or above each, other than /.
+# (no process): a mount point of /proc/self/mountinfo at or above each, other than /, compared with
+# the path resolved (mountinfo's are): as text, /output/../tmp passed as inside /output, a symbolic
+# link out of a mount passed and one into a mount was refused.
 check_mounted() {
   (( REQUIRE_MOUNT )) && [[ -r "$MOUNTINFO_FILE" ]] || return 0
-  local var point best _a _b _c _d _rest
+  local var point best shown _a _b _c _d _rest
   for var in OUTPUT_DIR LOGDIR; do
+    resolve_path "${!var}"
     best=
     while read -r _a _b _c _d point _rest; do
       point=${point//\\040/ }
-      [[ "$point" != / && ( "${!var}" == "$point" || "${!var}" == "$point"/* ) ]] && best=$point
+      [[ "$point" != / && ( "$resolved" == "$point" || "$resolved" == "$point"/* ) ]] && best=$point
     done < "$MOUNTINFO_FILE"
-    [[ -n "$best" ]] || die "$var=${!var} is not in a mounted folder: what the run writes there would be lost with" \
-      "the container; mount a host folder there (docker run -v \"\$PWD/out\":${!var} ...), or set REQUIRE_MOUNT=0"
+    shown=
+    [[ "$resolved" == "${!var}" ]] || shown=" (resolved: $resolved)"
+    [[ -n "$best" ]] || die "$var=${!var}$shown is not in a mounted folder: what the run writes there would be lost" \
+      "with the container; mount a host folder there (docker run -v \"\$PWD/out\":$resolved ...), or set REQUIRE_MOUNT=0"
+  done
+}
+# PATH (absolute): sets resolved to it as `realpath -m` gives it, by builtins (a process here would be
+# ended by a scheduler's signal storm, a `$(...)` left empty): `cd -P` into its deepest existing folder
+# (links and `..` resolved as the kernel resolves them), then the parts that do not exist yet by text
+# (a dangling link among them is taken as written: nothing can be written through it).
+resolve_path() {
+  local path=$1 rest= part here=$PWD
+  until CDPATH='' cd -P -- "${path:-/}" 2>/dev/null; do
+    [[ -n "$path" ]] || { resolved=$1; return; }
+    rest=${path##*/}${rest:+/$rest}
+    path=${path%/*}
+  done
+  resolved=$PWD
+  CDPATH='' cd -- "$here" || die "cannot return to the working folder $here"
+  while [[ -n "$rest" ]]; do
+    part=${rest%%/*}
+    if [[ "$rest" == */* ]]; then rest=${rest#*/}; else rest=; fi
+    case "$part" in
+      ''|.) ;;
+      ..) resolved=${resolved%/*} resolved=${resolved:-/} ;;
+      *) resolved=${resolved%/}/$part ;;
+    esac
   done
 }
 

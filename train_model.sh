@@ -30,7 +30,7 @@
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT  multi-node rendezvous           [1, 0, 127.0.0.1, 29500]
 #   RDZV_TIMEOUT    seconds each node waits at that rendezvous for the others    [torchrun's: 900]
 #                   (it says so when it starts waiting; when they do not come, one line naming
-#                   what to check and exit 75)
+#                   what to check and exit 78: the nodes never met, not 75, a lost peer)
 #   SEED            --seed for the trainer                                       [trainer default]
 #   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults;
 #                   a closed run without SUBMISSION_ORG or SUBMISSION_PLATFORM is refused]
@@ -334,7 +334,7 @@ else
     launcher+=("--nnodes=$NNODES" "--node_rank=$NODE_RANK" "--nproc_per_node=$NUM_GPUS"
                "--master_addr=${MASTER_ADDR:-127.0.0.1}" "--master_port=$MASTER_PORT")
     # the static rendezvous' wait for the other nodes (torchrun's 900 s unless set); the wrapper says
-    # that it waits, and when they do not come, what to check (exit 75)
+    # that it waits, and when they do not come, what to check (exit 78)
     [[ -z "${RDZV_TIMEOUT:-}" ]] || launcher+=("--rdzv_conf=timeout=$RDZV_TIMEOUT")
   fi
   cmd=("${launcher[@]}" "$HERE/run_pretraining.py" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}")

@@ -4,42 +4,12 @@ import os
 import signal
 import sys
 
-from mlperf_bert.errors import Terminated, UserError, first_signal, install_sigterm_handler, sigterm_lost
+from mlperf_bert.errors import Terminated, UserError, install_sigterm_handler, sigterm_lost
 from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
-
-
-_QUIET_START = []  # quiet_start() changed SIGINT's handler: run_main puts Python's back
-INTERRUPTED = "error: interrupted"
-TERMINATED = "error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on"
-
-
-def command_start_stop(name):
-    """What a stop while a command's modules load does (``quiet_start``'s argument): ``run_main``'s
-    line and status, where Ctrl-C was a KeyboardInterrupt traceback out of an import (torch's take
-    seconds) and SIGTERM a silent 143. Nothing was written yet."""
-    return ("%s\n" % INTERRUPTED, 130) if name == "SIGINT" else ("%s\n" % TERMINATED, 143)
-
-
-def quiet_start(on_stop=None):
-    """Until ``run_main``: Ctrl-C ends the process as the signal's default action does, not with a
-    KeyboardInterrupt traceback out of whichever import it came in (torch's take seconds, and a
-    launcher's SIGINT reaches every rank there). Given ``on_stop`` (the signal's name -> (line, exit
-    status)), SIGTERM and SIGINT there print that line and exit with that status instead. Called
-    first by the entry points that import torch."""
-    if on_stop is not None:
-        def stop(signum, frame):
-            line, status = on_stop(signal.Signals(first_signal(signum, frame, stop)).name)
-            sys.stderr.write(line)
-            sys.stderr.flush()
-            os._exit(status)
-        signal.signal(signal.SIGTERM, stop)
-        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # (a background job's stays ignored)
-            signal.signal(signal.SIGINT, stop)
-            _QUIET_START.append(True)
-    elif signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        _QUIET_START.append(True)
+# The start's handler (quiet_start) is there, stdlib only: the entry points set it up before this
+# module's imports (absl's ~80 ms).
+from mlperf_bert.start_signals import _QUIET_START, INTERRUPTED, TERMINATED
 
 
 def run_main(main, argv=None):

@@ -206,6 +206,79 @@ def test_a_stop_while_a_command_loads_its_modules_is_one_line(tmp_path, argv, mo
     assert (rc, out, err.count("\n")) == (want[0], "", 1) and err.startswith(want[1]), err
 
 
+# Each entry point: its argv, and whether it starts as the trainer (run_pretraining.py's stop) or as a command
+ENTRY_POINTS = {"to-hdf5": (["-m", "mlperf_bert", "to-hdf5"], False), "train": (["-m", "mlperf_bert", "train"], True),
+                "run_pretraining": (["run_pretraining.py"], True),
+                "create_pretraining_data": (["create_pretraining_data.py"], False),
+                "pick_eval_samples": (["pick_eval_samples.py"], False),
+                "convert_checkpoint": (["convert_checkpoint.py"], False),
+                "add_gradacc": (["checkpoint_add_gradacc.py"], False)}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS) + ["run_pretraining-torchrun"])
+def test_a_stop_while_absl_loads_is_one_line(tmp_path, entry, sig):
+    """Every entry point imported mlperf_bert.cli (and so absl, ~80 ms) before it set up its start
+    handler: Ctrl-C there was a KeyboardInterrupt traceback, SIGTERM a silent 143. The handler comes
+    first now: run_main's line and status (the trainer's: 79; a rank of torchrun's: the signal's
+    default action, no output)."""
+    argv, trainer = ENTRY_POINTS[entry.replace("-torchrun", "")]
+    (tmp_path / "sitecustomize.py").write_text(HOLD_IMPORT)
+    mark = tmp_path / "importing"
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark), HOLD="absl")
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    if entry.endswith("-torchrun"):
+        env["TORCHELASTIC_RUN_ID"] = "none"
+    got = signalled_at_mark([sys.executable] + argv + ["--help"], env, mark, sig)
+    if entry.endswith("-torchrun"):
+        want = (-sig, "", "")
+    elif trainer:
+        want = (79, "", "%s while the trainer started, before it had set up its stop: no checkpoint written (exit 79, "
+                "not 143); rerun the same command: it resumes from the newest checkpoint if there is one, else starts "
+                "again\n" % sig.name)
+    else:
+        want = (128 + sig, "", (cli.INTERRUPTED if sig == signal.SIGINT else cli.TERMINATED) + "\n")
+    assert got == want
+
+
+# sitecustomize that records the modules imported after Python's own start (site) up to the first
+# handler set for SIGTERM or SIGINT (the start handler), in the file $MODULES, and exits there
+RECORD_START = textwrap.dedent("""\
+    import os, signal, sys
+
+    before, set_handler = set(sys.modules), signal.signal
+
+    def record(sig, handler):
+        if sig in (signal.SIGTERM, signal.SIGINT):
+            with open(os.environ["MODULES"], "w") as f:
+                f.write("".join(name + "\\n" for name in sorted(set(sys.modules) - before)))
+            os._exit(0)
+        return set_handler(sig, handler)
+    signal.signal = record
+""")
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS) + ["run_pretraining-torchrun"])
+def test_the_start_handler_comes_before_any_module_outside_the_standard_library(tmp_path, entry):
+    """The guard of the test above: up to the start handler, an entry point imports the standard
+    library, mlperf_bert/__init__.py, start_signals and errors only, so that no stop is a traceback
+    from a slower import (absl, numpy, torch, the rest of mlperf_bert) added there later."""
+    argv, _ = ENTRY_POINTS[entry.replace("-torchrun", "")]
+    (tmp_path / "sitecustomize.py").write_text(RECORD_START)
+    record = tmp_path / "modules"
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MODULES=str(record))
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    if entry.endswith("-torchrun"):
+        env["TORCHELASTIC_RUN_ID"] = "none"
+    r = subprocess.run([sys.executable] + argv + ["--help"], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), r.stdout + r.stderr  # (no handler set: the --help)
+    modules = record.read_text().split()
+    ours = {"mlperf_bert", "mlperf_bert.start_signals", "mlperf_bert.errors"}
+    assert [m for m in modules if m not in ours and m.partition(".")[0] not in sys.stdlib_module_names] == []
+    assert "mlperf_bert.start_signals" in modules, modules
+
+
 def _as_a_user(argv):
     """``argv`` as run by a user whom file permissions bind: as root, with the capabilities that
     override them dropped (setpriv, util-linux)."""

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH
+from slurm.test_sbatch import job  # noqa: F401 (a fixture: the sbatch with stand-ins for srun and scontrol)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "train_model.sh")
@@ -1070,7 +1071,8 @@ def test_a_node_whose_peer_never_comes_says_it_waits_then_gives_up_in_one_line(t
     """A multi-node launch waited silently at torchrun's rendezvous (its static TCPStore: 900 s by
     default) for a node that never came, then printed torch's DistStoreError traceback, exit 1. Node 0
     of 2 alone, RDZV_TIMEOUT=2: a line on stderr as it starts waiting (what for, where, for how long),
-    then, the peer never coming, one line naming what to check, exit 75; stdout is train_model.sh's."""
+    then, the peer never coming, one line naming what to check, exit 78 (the nodes never met: not 75,
+    a rank's lost peer, which a job's summary took it for); stdout is train_model.sh's."""
     import select
     import socket
     with socket.socket() as s:
@@ -1095,7 +1097,7 @@ def test_a_node_whose_peer_never_comes_says_it_waits_then_gives_up_in_one_line(t
             proc.wait()
     assert waiting == ("torchrun: node 0 of 2: waiting for the other node at the rendezvous this node hosts, "
                        "127.0.0.1:%d (MASTER_ADDR:MASTER_PORT); gives up after about 2 s (RDZV_TIMEOUT)\n" % port)
-    assert proc.returncode == 75 and waited >= 1.5, (proc.returncode, waited, err)
+    assert proc.returncode == 78 and waited >= 1.5, (proc.returncode, waited, err)
     assert re.fullmatch(
         r"error: node 0 of 2: the other node did not come to the rendezvous at 127\.0\.0\.1:%d in \d+ s \(Timed out "
         r"after \d+ seconds waiting for clients\. 1/2 clients joined\.\): check that every node runs the same command "
@@ -1106,3 +1108,41 @@ def test_a_node_whose_peer_never_comes_says_it_waits_then_gives_up_in_one_line(t
     assert len(lines) == 2 and lines[1].startswith("train_model.sh: preset demo_cpu: ") and \
         " --nnodes=2 --node_rank=0 --nproc_per_node=1 --master_addr=127.0.0.1 --master_port=%d --rdzv_conf=timeout=2 " \
         % port in lines[1], out
+
+
+# A node's start_training.sh that ends with FAKE_<rank>, in order whatever the load: node 0 once every
+# node has started (and ignores the SIGTERM srun's --kill-on-bad-exit stand-in then sends), the others
+# once node 0's status is recorded (they gave up later, or were stopped by that SIGTERM).
+RDZV_NODE = r"""#!/bin/bash
+trap '' TERM
+echo "$NODE_RANK" >> "$FAKE_RECORD"
+if (( NODE_RANK == 0 )); then
+  until (( $(wc -l < "$FAKE_RECORD") == SLURM_NNODES )); do sleep 0.05; done
+else
+  until [[ -f "$NODE_STATUS_DIR/node_0" ]]; do sleep 0.05; done
+fi
+v="FAKE_$NODE_RANK"
+exit "${!v}"
+"""
+
+
+@pytest.mark.parametrize("other", ["rendezvous", "stopped"])
+def test_a_job_whose_nodes_never_met_says_so_not_that_a_peer_was_lost(job, tmp_path, other):
+    """Every node of a job with an unreachable MASTER_ADDR gave up at the rendezvous with 75, and the
+    job's last line said "node 0 lost contact with another rank first, status 75": no node had met
+    another. The launcher's status for it is its own, and the job's last line says what happened and
+    what to check; the others' (given up too, or SIGTERMed meanwhile: nothing saved) do not hide it."""
+    import socket
+    from mlperf_bert.trainer import launch
+    assert launch.RDZV_FAILED_STATUS not in (launch.PEER_LOST_STATUS, launch.NOT_SAVED_STATUS, 2, 143, 130)
+    (tmp_path / "submit" / "start_training.sh").write_text(RDZV_NODE)
+    second = launch.RDZV_FAILED_STATUS if other == "rendezvous" else launch.NOT_SAVED_STATUS
+    proc, record = job(FAKE_0=str(launch.RDZV_FAILED_STATUS), FAKE_1=str(second), RDZV_TIMEOUT="60")
+    assert proc.returncode == launch.RDZV_FAILED_STATUS and sorted(record) == ["0", "1"], proc.stdout + proc.stderr
+    host = socket.gethostname()
+    assert proc.stdout.splitlines()[-1] == (
+        "slurm_multinode.sbatch: no node met the others at the rendezvous n1:20007 (MASTER_ADDR:MASTER_PORT) within "
+        "RDZV_TIMEOUT (60 s): check that every node reaches n1 by that name and port 20007 on it (a firewall), and "
+        "that every node's task started in that time; then resubmit. Node 0 gave up first, status %d (node 0 (%s) %d "
+        "node 1 (%s) %d; srun %d)" % (launch.RDZV_FAILED_STATUS, host, launch.RDZV_FAILED_STATUS, host, second,
+                                      max(second, launch.RDZV_FAILED_STATUS))), proc.stdout

@@ -904,6 +904,37 @@ def test_an_output_dir_outside_every_mount_is_refused_in_the_image(fake, tmp_pat
     assert proc.returncode == 2 and "LOGDIR=/elsewhere/logs is not in a mounted folder" in proc.stderr, proc.stderr
 
 
+def test_the_mount_check_resolves_dot_dot_and_symbolic_links(fake, tmp_path):
+    """The mount check compared the paths as text: OUTPUT_DIR=/output/../tmp passed as inside /output,
+    as did a symbolic link out of the mount, and a link into it was refused. It compares the resolved
+    path (as realpath -m gives it), names it in its one line, and leaves the working folder as it was
+    (a relative TRAIN_MODEL still found)."""
+    base = tmp_path.resolve()
+    mnt, out = base / "mnt", base / "elsewhere"
+    mnt.mkdir()
+    out.mkdir()
+    (mnt / "link").symlink_to(out)
+    (base / "inlink").symlink_to(mnt)
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("1 0 0:50 / / rw - overlay overlay rw\n3 1 8:1 /srv/out %s rw - ext4 /dev/sda1 rw\n" % mnt)
+    env = dict(fake.env, REQUIRE_MOUNT="1", MLPERF_MOUNTINFO_FILE=str(mountinfo), TRAIN_MODEL="./fake_train.sh")
+
+    def start(**extra):
+        return subprocess.run([START], capture_output=True, text=True, cwd=tmp_path, env=dict(env, **extra), timeout=60)
+    for var, path, resolved in (("OUTPUT_DIR", "%s/../elsewhere/run" % mnt, out / "run"),
+                                ("OUTPUT_DIR", "%s/link/run" % mnt, out / "run"),
+                                ("LOGDIR", "%s/link/new/../logs" % mnt, out / "logs")):
+        proc = start(**dict({"OUTPUT_DIR": str(mnt / "run")}, **{var: path}))
+        assert (proc.returncode, proc.stdout) == (2, ""), proc.stdout + proc.stderr
+        assert proc.stderr == ("error: start_training.sh: %s=%s (resolved: %s) is not in a mounted folder: what the run "
+                               "writes there would be lost with the container; mount a host folder there (docker run "
+                               "-v \"$PWD/out\":%s ...), or set REQUIRE_MOUNT=0\n" % (var, path, resolved, resolved))
+    assert calls(fake) == [] and os.listdir(out) == []
+    proc = start(OUTPUT_DIR=str(base / "inlink" / "run"))
+    assert proc.returncode == 0 and len(result_lines(proc)) == 1, proc.stdout + proc.stderr
+    assert (mnt / "run" / "run_finished.json").exists()
+
+
 def test_the_image_asks_for_a_mount_and_runs_its_scripts_by_name():
     """The Dockerfile sets REQUIRE_MOUNT=1, and puts its code folder on PATH: `docker run IMAGE
     start_training.sh --help` (or train_model.sh) was "'start_training.sh' is neither a flag nor a command"."""

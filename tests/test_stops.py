@@ -826,7 +826,7 @@ def test_the_first_of_two_signals_names_the_stop_when_the_second_runs_inside_its
     """Left by issue 45's sixteenth stop: under load a Ctrl-C through start_training.sh (SIGINT, then
     SIGTERM) was named SIGTERM, exit 143 for 130: CPython ran SIGTERM's handler inside SIGINT's, at
     its entry, so SIGTERM came first to the handler. The first signal names it, in the loop and in
-    the untimed init; the torchrun wrapper, the start handler (cli.quiet_start) and the demo ask the
+    the untimed init; the torchrun wrapper, the start handler (start_signals.quiet_start) and the demo ask the
     same helper, tested here too."""
     from mlperf_bert.errors import Terminated, first_signal
     from mlperf_bert.trainer import training

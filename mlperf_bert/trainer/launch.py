@@ -25,7 +25,8 @@ of its own and:
   ``--master_port``): a line when the node starts waiting for the others (torchrun says nothing, for
   up to its rendezvous timeout, ``--rdzv_conf=timeout=`` [900 s]); when they do not come in that
   time, one line naming what to check instead of torch's traceback (and, on a node other than 0,
-  its connection retries' C++ backtraces), exit PEER_LOST_STATUS (rerun once every node is there);
+  its connection retries' C++ backtraces), exit RDZV_FAILED_STATUS (the nodes never met: no peer was
+  lost; rerun once every node is there);
 - a ``--nproc_per_node`` that is not a number of processes, or ``gpu`` on a host without a GPU:
   one line, exit 2;
 - torchrun's log folder (without ``--log_dir``, a ``torchelastic_*`` folder in $TMPDIR that torchrun
@@ -44,6 +45,8 @@ import time
 
 from mlperf_bert.errors import UserError, die_with_parent, first_signal
 from mlperf_bert.fileio import proc_stat
+# NOT_SAVED_STATUS (a stop that saved nothing) and its line are the start handler's too: there, stdlib only
+from mlperf_bert.start_signals import NOT_SAVED_STATUS, not_saved_line
 
 SHUTDOWN_TIMEOUT = "300"
 # A rank whose collective failed because another rank went away says so with this and exits
@@ -51,10 +54,11 @@ SHUTDOWN_TIMEOUT = "300"
 # only when no rank of this node explains the failure. Here, not there: this process needs no torch.
 PEER_LOST = "lost contact with another rank"
 PEER_LOST_STATUS = 75
-# A stop (SIGTERM, SIGINT) after which no checkpoint holds the run: a fresh run stopped before
-# run_start, ranks that never started or failed to checkpoint. 143 (130) says "stopped, a checkpoint
-# holds it, resume": a script that resubmits on it must not loop on a run that saves nothing.
-NOT_SAVED_STATUS = 79  # unused by sysexits (64-78), bash (126-128+) and Python (1, 2)
+# The static rendezvous ended without every node: the nodes never met (a setting: MASTER_ADDR,
+# MASTER_PORT, NNODES; the network: a firewall; a node that did not start). Not PEER_LOST_STATUS, which
+# says a run lost a peer it had: a job's summary (examples/slurm_multinode.sbatch) tells them apart by
+# it. EX_CONFIG: fix the setup, then rerun.
+RDZV_FAILED_STATUS = 78
 USAGE = """usage: python -m mlperf_bert torchrun [torchrun options] SCRIPT [SCRIPT flags]
 
 torchrun (python -m torch.distributed.run, the same options) with one line instead of its
@@ -62,10 +66,12 @@ tracebacks and the trainer's exit status: SIGTERM or Ctrl-C -> every rank checkp
 (130), or %d when the stop saved nothing; a rank killed by signal N -> one line naming it, exit
 128+N; a busy --master_port -> one line, exit 2; several nodes (--nnodes=N --node_rank=R
 --master_addr=A --master_port=P) -> a line while it waits for the others, and one line and exit %d
-when they do not come within --rdzv_conf=timeout=SECONDS [torchrun's: 900]. The ranks get
-TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to checkpoint [%s].
+(the nodes never met; %d is a rank that lost a peer mid-run) when they do not come within
+--rdzv_conf=timeout=SECONDS [torchrun's: 900]. The ranks get TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to
+checkpoint [%s].
 e.g. python -m mlperf_bert torchrun --standalone --nproc_per_node=8 run_pretraining.py --do_train ...
-torchrun's options: python -m torch.distributed.run --help""" % (NOT_SAVED_STATUS, PEER_LOST_STATUS, SHUTDOWN_TIMEOUT)
+torchrun's options: python -m torch.distributed.run --help""" % (
+    NOT_SAVED_STATUS, RDZV_FAILED_STATUS, PEER_LOST_STATUS, SHUTDOWN_TIMEOUT)
 
 # torchrun's own logging lines ("W1122 11:57:17.099000 13773 torch/distributed/run.py:874] ...")
 _AGENT_LOG = re.compile(r"^[IWEF]\d{4} [\d:.]+ \d+ \S*torch/distributed/\S+\] ")
@@ -185,25 +191,6 @@ def killed_line(who, sig):
         name = "signal %d" % sig
     return ("error: %s was killed by %s: the checkpoints written so far are kept; rerun the same command to "
             "resume from the newest\n" % (who, name))
-
-
-def not_saved_line(name, when):
-    return ("%s %s: no checkpoint written (exit %d, not 143); rerun the same command: it resumes from the "
-            "newest checkpoint if there is one, else starts again\n" % (name, when, NOT_SAVED_STATUS))
-
-
-def stopped_while_starting(name):
-    """run_pretraining.py's (line, status) for a stop that came while it imported torch (seconds,
-    before run_main set up its stop): nothing of this start is saved, so NOT_SAVED_STATUS, not 143,
-    with the line a launcher gives for ranks stopped then."""
-    return not_saved_line(name, "while the trainer started, before it had set up its stop"), NOT_SAVED_STATUS
-
-
-def trainer_start_stop(environ=os.environ):
-    """What a stop during the trainer's start does (``quiet_start``'s argument): run alone, the line
-    and status of ``stopped_while_starting``; a rank of torchrun (which sets TORCHELASTIC_RUN_ID)
-    ends by the signal (None), and torchrun says it once for every rank."""
-    return None if "TORCHELASTIC_RUN_ID" in environ else stopped_while_starting
 
 
 def _stop_status(sig, ranks):
@@ -335,7 +322,7 @@ def agent():
         run.main()
     except RendezvousFailed as e:
         sys.stderr.write(str(e))
-        return PEER_LOST_STATUS
+        return RDZV_FAILED_STATUS
     except api.SignalException as e:
         ranks = {local: (h.proc.pid, h.proc.returncode) for ctx in contexts
                  for local, h in getattr(ctx, "subprocess_handlers", {}).items() if h.proc.returncode is not None}

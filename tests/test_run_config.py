@@ -324,6 +324,31 @@ def test_a_flag_that_changes_no_number_of_the_run_may_change_on_a_resume_and_is_
                                   "out/model.ckpt-6.pt")
 
 
+def test_a_tfrecord_of_the_same_size_and_first_record_is_another_file_to_a_resume(tmp_path):
+    """An earlier sweep: a TFRecord's tag in the identity was its first record's CRC alone, so a file
+    of the same name and size whose first record was the same but not the others (its records in
+    another order) resumed a run on other data. Now the tag digests bytes from across the file too:
+    the resume is refused naming the file. A checkpoint of the earlier versions (the tag of record 0
+    alone) resumes on its own file, and is still refused one whose first record differs."""
+    from mlperf_bert.dataset.tfrecord import read_records, write_records
+    d = _fixture_data(tmp_path)
+    argv = _argv(d, "out")
+    saved = _identity(argv)
+    records = list(read_records(str(d / "train.tfrecord")))
+    write_records(str(d / "train.tfrecord"), records[:1] + records[1:][::-1])
+    with pytest.raises(UserError, match=r"^the training files \(%s: another content of the same size, "
+                                        % (d / "train.tfrecord")):
+        checkpoint.check_same_run(saved, _identity(argv), "out/model.ckpt-6.pt")
+    write_records(str(d / "train.tfrecord"), records)
+    (tag,) = {entry[2] for entry in saved["input_file"]}
+    assert tag.startswith("record0:") and ";sampled:" in tag and _identity(argv) == saved
+    earlier = dict(saved, input_file=[[p, n, t.split(";")[0]] for p, n, t in saved["input_file"]])
+    checkpoint.check_same_run(earlier, _identity(argv), "out/model.ckpt-6.pt")
+    write_records(str(d / "train.tfrecord"), records[::-1])
+    with pytest.raises(UserError, match=r"^the training files \(.*another content of the same size"):
+        checkpoint.check_same_run(earlier, _identity(argv), "out/model.ckpt-6.pt")
+
+
 def test_eval_frequency_and_the_division_stay_in_the_identity_without_an_eval_set(tmp_path):
     """Without an eval set --eval_frequency still names the log's blocks (block_start and block_stop's
     epoch_count, the eval_frequency line), and --submission_division is what the checkers judge the log

@@ -127,11 +127,16 @@ def own_checksums(path):
     return None
 
 
+TAG_WINDOWS = 8  # a TFRecord's content tag: this many 64-byte windows across the file, the last at its end
+
+
 def content_tag(path):
     """A tag of a data file's content that costs a read of a few bytes, for a run's identity (its
     name and size alone let a file of the same size be swapped in): an HDF5 or packed file's
-    dataset CRC-32Cs (what to-hdf5 and pack record), a TFRecord's first record's data CRC; None
-    when the file carries neither (the identity keeps name and size)."""
+    dataset CRC-32Cs (what to-hdf5 and pack record); a TFRecord's first record's data CRC and a
+    digest of TAG_WINDOWS windows of its bytes spread over the file (``record0:CRC;sampled:DIGEST``;
+    checkpoint._same_file compares a tag of the first record alone, as earlier versions wrote it, by
+    that part); None when the file carries neither (the identity keeps name and size)."""
     import h5py
     try:
         if path.endswith((".hdf5", ".h5")):  # the loaders' rule (an HDF5 file may begin with a user block)
@@ -145,7 +150,14 @@ def content_tag(path):
             if len(head) < 12 or end + 4 > size:
                 return None
             f.seek(end)
-            return "record0:" + f.read(4).hex()
+            tag = "record0:" + f.read(4).hex()
+            # record 0 alone let a file of the same size and first record resume (another order of
+            # its records: weights 0.012 apart); the last window holds the last record's CRC
+            digest = hashlib.sha256()
+            for i in range(1, TAG_WINDOWS + 1):
+                f.seek(max(0, size * i // TAG_WINDOWS - 64))
+                digest.update(f.read(64))
+            return "%s;sampled:%s" % (tag, digest.hexdigest()[:16])
     except (OSError, ValueError):  # what the readers refuse, in their words, before or after this
         return None
 

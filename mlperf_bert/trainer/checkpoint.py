@@ -353,8 +353,11 @@ def _same_file(entry, was):
     """Whether a data file's [path, bytes, content tag] is the one a run recorded: by its name, size
     and tag, not its folder, so that the same files mounted elsewhere (a requeued job's, a symbolic
     link) resume; a run recorded before tags were ([path, bytes]), or a file without one: by name
-    and size."""
+    and size; a TFRecord's tag of record 0 alone (before the sampled bytes, checksums.content_tag):
+    by that part."""
     tags = entry[2:3] + was[2:3]
+    if len(tags) == 2 and None not in tags and (";" in tags[0]) != (";" in tags[1]):
+        tags = [t.split(";")[0] for t in tags]
     return (os.path.basename(entry[0]) == os.path.basename(was[0]) and entry[1] == was[1]
             and (len(tags) < 2 or None in tags or tags[0] == tags[1]))
 

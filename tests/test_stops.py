@@ -408,11 +408,13 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
     assert_bit_identical(os.path.join(full, "model.ckpt-10.pt"), os.path.join(out, "model.ckpt-10.pt"))
 
 
-# Two moments at which the two ranks stand on either side of a line when the stop comes (sys.argv[2]):
+# Three moments at which the two ranks stand on either side of a line when the stop comes (sys.argv[2]):
 # "run_start": rank 1 still in its untimed init (a stop there ends it at once), rank 0 just past
 # run_start (a stop there is acted on at the next update, with every rank); "end": rank 0 about to
 # write the finished marker (a stop there ends it at once, the run's end not written), rank 1 done,
-# in its teardown, where the stop reaches it after rank 0 has left (its signals held until then).
+# in its teardown, where the stop reaches it after rank 0 has left (its signals held until then);
+# "finishing": rank 1 just in its finishing state (a stop there ends it at once), rank 0 about to
+# write run_stopped.json (not yet finishing: it goes on, writes it, then finds rank 1 gone).
 # Each rank marks MARKS/WHERE.RANK and waits for its signal.
 STRADDLE = textwrap.dedent("""\
     import os, signal, sys, time
@@ -420,6 +422,7 @@ STRADDLE = textwrap.dedent("""\
     from mlperf_bert.trainer import checkpoint, distributed, training
     got, handle, started, finished, teardown = ([], training._Stop._handle, training._Stop.started,
                                                 checkpoint.write_finished, distributed.teardown)
+    stopped = checkpoint.write_stopped
     rank, where = os.environ["RANK"], sys.argv[2]
 
     def on_signal(self, signum, frame):
@@ -441,8 +444,19 @@ STRADDLE = textwrap.dedent("""\
             wait("started")
 
     def at_finished(out, record):
-        wait("end")
+        if where == "end":
+            wait("end")
         finished(out, record)
+
+    def at_stopped(out, record):
+        if where == "finishing":
+            wait("stopped")
+        stopped(out, record)
+
+    def set_in_init(self, value):  # the finishing state is entered by setting in_init after finishing
+        self.__dict__["in_init"] = value
+        if where == "finishing" and rank == "1" and value and getattr(self, "finishing", False):
+            wait("finishing")
 
     def at_teardown(clean):
         if where == "end" and rank == "1":  # the stop has not reached it (yet): rank 0 leaves first
@@ -457,7 +471,8 @@ STRADDLE = textwrap.dedent("""\
                 time.sleep(0.01)  # rank 0 has left
         teardown(clean)
     training._Stop._handle, training._Stop.started, checkpoint.write_finished = on_signal, at_start, at_finished
-    distributed.teardown = at_teardown
+    distributed.teardown, checkpoint.write_stopped = at_teardown, at_stopped
+    training._Stop.in_init = property(lambda self: self.__dict__["in_init"], set_in_init)
     run_main(training.main, ["run_pretraining.py"] + sys.argv[3:])
 """)
 
@@ -469,7 +484,10 @@ STRADDLE = textwrap.dedent("""\
      "checkpoint written (exit 79, not 143: no checkpoint holds the run); rerun the same command to start again\n"),
     ("end", ("teardown.1", "end.0"), 143,
      "SIGTERM while the end of a run that ended earlier was written (its log is complete): stopped at once; rerun "
-     "the same command to finish it\n")], ids=["run_start", "end"])
+     "the same command to finish it\n"),
+    ("finishing", ("finishing.1", "stopped.0"), 143,
+     "SIGTERM while the end of a run that ended earlier was written (its log is complete): stopped at once; rerun "
+     "the same command to finish it\n")], ids=["run_start", "end", "finishing"])
 def test_a_stop_while_the_ranks_straddle_run_start_or_the_runs_end_is_one_line_and_its_status(
         files, tmp_path, short_tmpdir, where, marks, status, line):
     """2-rank stop stress: SIGTERM to every process as the run started, rank 1 still in its untimed init
@@ -479,7 +497,10 @@ def test_a_stop_while_the_ranks_straddle_run_start_or_the_runs_end_is_one_line_a
     SIGKILL", 137. Now the group is made in the init, and a rank that loses its peer after a stop
     ends as the stop: one line, nothing saved, 79. And a stop of rank 0 while it wrote the run's
     end, rank 1 done and leaving: rank 1's teardown barrier found rank 0 gone, a RuntimeError
-    traceback and exit 1. Now the ended rank leaves quietly: 143, the stop's one line."""
+    traceback and exit 1. Now the ended rank leaves quietly: 143, the stop's one line. And a stop while
+    rank 1 had just entered its finishing state (it stops at once) and rank 0 had not yet written
+    run_stopped.json: rank 0 wrote it, then lost rank 1 at its next collective: "lost contact with
+    another rank", 75 (the rerun finished the run). Now that loss is the stop's end: 143, its line."""
     from test_training import flags_for
     marks_dir = tmp_path / "marks"
     marks_dir.mkdir()
@@ -499,7 +520,7 @@ def test_a_stop_while_the_ranks_straddle_run_start_or_the_runs_end_is_one_line_a
     lines = [l for l in stdout.splitlines(True) if not l.startswith(("trained ", str(out)))]
     assert (proc.returncode, "".join(lines), stderr) == (status, line, ""), (proc.returncode, stdout, stderr)
     assert not (out / "run_finished.json").exists()
-    assert os.path.exists(out / "run_stopped.json") == (where == "end")
+    assert os.path.exists(out / "run_stopped.json") == (where != "run_start")
 
 
 # A rank as the trainer answers a stop (FAKE_STATUS: the status it ends with instead of 128 + the signal)
@@ -910,11 +931,13 @@ def test_a_signal_while_a_failed_rank_exits_changes_neither_line_nor_status(file
             signal.signal(sig, handler)
 
 
-def test_a_peer_lost_after_a_stop_is_the_stops_end_only_before_the_ranks_met_in_a_vote():
+def test_a_peer_lost_after_a_stop_is_the_stops_end_before_the_ranks_met_in_a_vote_or_as_they_finish():
     """The straddle's end (a rank past run_start whose peer stopped in its init) is for a peer lost
     before the ranks' first vote: one lost later (killed mid-run, after a scheduler's SIGTERM too) is
     distributed.peer_loss_is_one_line's line and status, whose "the checkpoints written so far are
-    kept" is true there, not "no checkpoint written"."""
+    kept" is true there, not "no checkpoint written". Once the rank is finishing, a peer lost after
+    a stop is that stop again (the peer entered the state first and stopped at once), whichever rank
+    entered it first (the straddle's "finishing" is rank 1)."""
     from types import SimpleNamespace
     from mlperf_bert.errors import Terminated
     from mlperf_bert.trainer import training
@@ -927,6 +950,11 @@ def test_a_peer_lost_after_a_stop_is_the_stops_end_only_before_the_ranks_met_in_
     assert isinstance(stop.peer_lost(), Terminated)
     stop.vote.met = True
     assert stop.peer_lost() is None
+    stop.finishing = stop.in_init = True
+    ended = stop.peer_lost()
+    assert isinstance(ended, Terminated) and ended.status == 143 and "a run that ended earlier" in ended.line
+    stop.signum = None
+    assert stop.peer_lost() is None  # no signal here: the peer's loss is the news
 
 
 def test_a_signal_in_the_teardown_of_a_finished_run_leaves_it_finished(files, tmp_path, monkeypatch):

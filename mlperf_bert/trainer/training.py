@@ -206,9 +206,11 @@ class _Stop:
     def peer_lost(self):
         """A collective failed because another rank left: after a stop signal, before the ranks have
         met in a vote (the other rank had it in its untimed init, where it stops at once, while this
-        one was past run_start) the stop's end (``Terminated``), not a failure; else None (a rank lost
-        later is the news, whatever the signals: distributed.peer_loss_is_one_line's line)."""
-        if self.signum is None or (self.vote is not None and self.vote.met):
+        one was past run_start) or once this rank is finishing (the other entered that state first
+        and stopped at once: rank 0 writes run_stopped.json before it does, rank 1 does not wait for
+        it) the stop's end (``Terminated``), not a failure; else None (a rank lost in the training
+        is the news, whatever the signals: distributed.peer_loss_is_one_line's line)."""
+        if self.signum is None or (self.vote is not None and self.vote.met and not self.finishing):
             return None
         return self._terminated(peer_lost=True)
 

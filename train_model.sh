@@ -5,10 +5,11 @@
 #
 # usage: train_model.sh [--preset=NAME] [--dry_run] [--trainer_flag=value ...]
 # Trainer flags given here replace the preset's flag of the same name, and so do those a --config
-# file sets (not --output_dir, --mlperf_log: OUTPUT_DIR, LOGDIR). Before it runs it says what
-# the preset asks of each GPU (sequences per GPU per micro-step = --train_batch_size / GPUs; global
-# batch = that x GPUs x --steps_per_update) and warns above MAX_PER_GPU_BATCH sequences per GPU,
-# naming the --steps_per_update that fits (the memory plan: mlperf_bert/trainer/memory_plan.py).
+# file sets (one file; not --output_dir, --mlperf_log: OUTPUT_DIR, LOGDIR). Before it runs it says
+# what the run asks of each GPU, its flags and file read as the trainer reads them (sequences per GPU
+# per micro-step = --train_batch_size / GPUs; global batch = that x GPUs x --steps_per_update) and
+# warns above MAX_PER_GPU_BATCH sequences per GPU, naming the --steps_per_update that fits (the
+# memory plan: mlperf_bert/trainer/memory_plan.py).
 # Environment (defaults in brackets):
 #   PRESET          reference_gpu | tpu_8192 | demo_cpu | rcp_<global batch>     [reference_gpu]
 #   MAX_PER_GPU_BATCH  largest per-GPU micro-batch: rcp_* choose their accumulation
@@ -151,10 +152,15 @@ for arg in "$@"; do
 done
 # A --config file's values come before the command line's flags (the trainer's order), so a preset
 # flag would beat the file: what the file sets replaces the preset's flags, as an argument does, and
-# counts in the checks and the batch said below (file_sets: its flags as the command line gives them).
+# counts in the checks below (file_sets: its flags as the command line gives them). One file: the
+# trainer reads the last --config only, and a first file's values replaced the preset's flags unread.
 file_sets=()
+config=""
 for arg in "${overrides[@]+"${overrides[@]}"}"; do
   [[ "$arg" == --config=* ]] || continue
+  [[ -z "$config" ]] || die "$arg: a second --config (after $config): the trainer reads the last one only (the" \
+    "first's values would be lost): give one file"
+  config="$arg"
   set_by_file="$(PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -S -m mlperf_bert.trainer.run_config \
       "${arg#--config=}" 2>&1)" || { set_by_file="${set_by_file##*$'\n'}"; die "${set_by_file#error: }"; }
   while IFS= read -r flag; do
@@ -340,32 +346,6 @@ else
   cmd=("${launcher[@]}" "$HERE/run_pretraining.py" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}")
 fi
 
-# What the preset asks of each GPU: the trainer's --train_batch_size is the global batch of one
-# micro-step, split over the ranks; --steps_per_update micro-steps make one update.
-gpus=$((NUM_GPUS * NNODES))
-micro="$(flag_value train_batch_size 32)"
-accum="$(flag_value steps_per_update 1)"
-seq_len="$(flag_value max_seq_length 128)"
-plan=""
-if [[ "$micro" =~ ^[0-9]{1,9}$ && "$accum" =~ ^[0-9]{1,9}$ ]] && (( micro % gpus == 0 && accum > 0 )); then
-  per_gpu=$((micro / gpus))
-  unit=GPU
-  [[ "$PRESET" == demo_cpu || "$(flag_value device auto)" == cpu ]] && unit="CPU process"
-  plan="global batch $((micro * accum)) = $gpus ${unit}(s) x $per_gpu sequences of $seq_len per $unit per micro-step x $accum micro-step(s) per update"
-  if (( per_gpu > MAX_PER_GPU_BATCH )); then
-    global=$((micro * accum))
-    warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; the memory plan: python -m mlperf_bert.trainer.memory_plan, docs/training.md)"
-    # the smallest accumulation that fits, among sane ones (a prime global batch has none but itself)
-    for (( n = accum + 1; n <= global && n <= 64 * accum; n++ )); do
-      if (( global % (gpus * n) == 0 && global / (gpus * n) <= MAX_PER_GPU_BATCH )); then
-        ratio=$((n / accum)); (( n % accum == 0 )) || ratio="$n/$accum"
-        warning+="; to keep the global batch $global use --train_batch_size=$((global / n)) --steps_per_update=$n and multiply --num_train_steps, --num_warmup_steps and --start_warmup_step by $ratio (they count micro-steps)"
-        break
-      fi
-    done
-  fi
-fi
-
 # Processes per node against what this host has (not for --dry_run: a command to read, maybe for
 # another host): GPUs as torch counts them; without one, the trainer runs on the CPU, where more
 # processes than cores only slow each other down.
@@ -429,6 +409,38 @@ for which, spec in zip(("train", "eval"), sys.argv[1:]):
     die "INIT_CHECKPOINT=$INIT_CHECKPOINT not found: give a .pt file or a TF checkpoint prefix whose .index exists"
   fi
   exit 0
+fi
+
+# What the run asks of each GPU: the trainer's --train_batch_size is the global batch of one micro-step,
+# split over the ranks; --steps_per_update micro-steps make one update. Its figures as the trainer reads
+# its flags and the --config file (run_config.launch_figures: absl's parsers, no torch, 0.1 s of CPU):
+# bash's own reading took 064 as octal and left 0x40 or a string of the file unsaid.
+if ! figures="$("$PYTHON" -m mlperf_bert.trainer.run_config --figures "${kept[@]}" "${overrides[@]+"${overrides[@]}"}" \
+    2>&1)"; then
+  figures="${figures##*$'\n'}"
+  [[ "$figures" == "error: "* ]] && die "${figures#error: }"
+  die "cannot read the trainer's flags with PYTHON=$PYTHON ($figures): set PYTHON to the project's interpreter" \
+    "(make venv makes .venv/bin/python)"
+fi
+read -r micro accum global seq_len device <<< "${figures##*$'\n'}"
+gpus=$((NUM_GPUS * NNODES))
+plan=""
+if [[ "$micro" =~ ^[0-9]{1,9}$ && "$accum" =~ ^[0-9]{1,9}$ ]] && (( micro % gpus == 0 && accum > 0 )); then
+  per_gpu=$((micro / gpus))
+  unit=GPU
+  [[ "$PRESET" == demo_cpu || "$device" == cpu ]] && unit="CPU process"
+  plan="global batch $global = $gpus ${unit}(s) x $per_gpu sequences of $seq_len per $unit per micro-step x $accum micro-step(s) per update"
+  if (( per_gpu > MAX_PER_GPU_BATCH )); then
+    warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; the memory plan: python -m mlperf_bert.trainer.memory_plan, docs/training.md)"
+    # the smallest accumulation that fits, among sane ones (a prime global batch has none but itself)
+    for (( n = accum + 1; n <= global && n <= 64 * accum; n++ )); do
+      if (( global % (gpus * n) == 0 && global / (gpus * n) <= MAX_PER_GPU_BATCH )); then
+        ratio=$((n / accum)); (( n % accum == 0 )) || ratio="$n/$accum"
+        warning+="; to keep the global batch $global use --train_batch_size=$((global / n)) --steps_per_update=$n and multiply --num_train_steps, --num_warmup_steps and --start_warmup_step by $ratio (they count micro-steps)"
+        break
+      fi
+    done
+  fi
 fi
 
 if [[ "$DRY_RUN" == 1 ]]; then

@@ -271,6 +271,8 @@ COST = {
     "test_rcp_presets_are_the_installed_rcps": 1.1,
     "test_clipping_modes_train_differently": 1.1,
     "test_save_checkpoints_steps_0_checkpoints_at_the_end_and_on_sigterm_only": 1.0,
+    "test_launch_figures_are_the_trainers_resolution": 1.2,
+    "test_the_batch_line_is_the_trainers_reading_of_the_flags_and_the_config_file": 1.0,
 }
 DEFAULT, SLOW_DEFAULT = 0.1, 3.0  # the other 681 tests: 0.11 s on average
 

@@ -149,6 +149,98 @@ def test_what_a_config_file_sets_counts_in_the_launchers_checks_and_its_global_b
     assert (proc.returncode, proc.stderr) == (0, "")
 
 
+def _batch_lines(*args, **env):
+    """train_model.sh --dry_run's lines about the batch (the line and any warning)."""
+    e = {k: v for k, v in os.environ.items() if k not in ("PRESET", "INIT_CHECKPOINT", "NNODES", "DRY_RUN")}
+    e.update(DATA_DIR="/data", PYTHON=sys.executable, NUM_GPUS="1", MAX_PER_GPU_BATCH="120", **env)
+    proc = subprocess.run([TRAIN, "--dry_run", *args], capture_output=True, text=True, env=e)
+    assert proc.returncode == 0, proc.stderr
+    return [line for line in proc.stderr.splitlines() if "batch" in line]
+
+
+def test_the_batch_line_is_the_trainers_reading_of_the_flags_and_the_config_file(tmp_path):
+    """The line and the per-GPU check read the values with bash: --train_batch_size=064 was 52
+    (octal; the trainer's 64), 0150 passed MAX_PER_GPU_BATCH=120 as 104 (the run's 150 per GPU,
+    unwarned), and a file's "0x30" (the trainer's 48) left the line out. Now the trainer's own
+    reading of its flags and the --config file, start_training.sh's runs included."""
+    line = "train_model.sh: preset %s: global batch %d = 1 %s(s) x %d sequences of %d per %s per micro-step x %d " \
+           "micro-step(s) per update"
+    cpu = lambda g, b, s, n: line % ("demo_cpu", g, "CPU process", b, s, "CPU process", n)  # noqa: E731
+    assert _batch_lines("--preset=demo_cpu") == [cpu(32, 16, 32, 2)]
+    assert _batch_lines("--preset=demo_cpu", "--train_batch_size=064") == [cpu(128, 64, 32, 2)]
+    got = _batch_lines("--preset=reference_gpu", "--train_batch_size=0150")
+    assert got[0] == line % ("reference_gpu", 150, "GPU", 150, 512, "GPU", 1), got
+    assert got[1].startswith("warning: train_model.sh: 150 sequences per GPU per micro-step is above "
+                             "MAX_PER_GPU_BATCH=120") and "--train_batch_size=75 --steps_per_update=2" in got[1], got
+    conf = tmp_path / "run.json"
+    conf.write_text('{"train_batch_size": "0x30", "optim": {"steps_per_update": 3}}')
+    assert _batch_lines("--preset=demo_cpu", "--config=%s" % conf) == [cpu(144, 48, 32, 3)]
+    # the command line beats the file; the file beats the preset
+    assert _batch_lines("--preset=demo_cpu", "--config=%s" % conf, "--steps_per_update=1", "--max_seq_length=0040") \
+        == [cpu(48, 48, 40, 1)]
+    # through start_training.sh: its run's train_model.sh says it (a stand-in PYTHON ends the trainer)
+    (tmp_path / "part-0").touch()
+    (tmp_path / "eval_10k").touch()
+    python = tmp_path / "python"
+    python.write_text('#!/usr/bin/env bash\n[[ "$1" == */run_pretraining.py ]] && exit 3\nexec %s "$@"\n'
+                      % shlex.quote(sys.executable))
+    python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "PRESET", "INIT_CHECKPOINT", "NNODES", "SEED", "NUM_RUNS", "LOGDIR", "INPUT_FILES", "EVAL_FILE", "TRAIN_MODEL",
+        "CHECK_ONLY", "DRY_RUN", "REQUIRE_MOUNT")}
+    env.update(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), PYTHON=str(python), NUM_GPUS="1",
+               DROP_CACHES="0", CHECK_LOG="0")
+    proc = subprocess.run([START, "--preset=demo_cpu", "--config=%s" % conf], capture_output=True, text=True,
+                          env=env, cwd=str(tmp_path), timeout=120)
+    assert proc.returncode == 3 and cpu(144, 48, 32, 3) in proc.stdout.splitlines(), proc.stdout + proc.stderr
+
+
+def test_launch_figures_are_the_trainers_resolution(tmp_path):
+    """run_config.launch_figures (train_model.sh's figures, without torch) gives what the trainer's
+    flags and RunConfig.from_flags give, and refuses what they refuse with their line."""
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer import run_config, training
+    conf, toml, bad = tmp_path / "c.json", tmp_path / "c.toml", tmp_path / "bad.toml"
+    conf.write_text('{"train_batch_size": "0x30", "optim": {"steps_per_update": 3}, "device": "cpu"}')
+    toml.write_text("max_seq_length = 64\n[data]\ntrain_batch_size = 8\n")
+
+    def trainer(argv):
+        fv = training.define_flags()
+        fv(["run_pretraining.py"] + argv)
+        cfg = run_config.RunConfig.from_flags(fv)
+        return [cfg.data.train_batch_size, cfg.optim.steps_per_update, cfg.global_batch, cfg.data.max_seq_length,
+                cfg.runtime.device]
+    for argv in ([], ["--train_batch_size=064", "--steps_per_update=02", "--noshuffle", "--device=cpu"],
+                 ["--config=%s" % conf], ["--config=%s" % conf, "--train_batch_size=12", "--device=auto"],
+                 ["--config=%s" % toml, "--max_seq_length=128"], ["--train_batch_size=9", "--train_batch_size=10"]):
+        assert run_config.launch_figures(argv) == trainer(argv), argv
+    for text in ("train_batch_size = 64.0\n", 'shuffle = "maybe"\n', "steps_per_update = true\n"):
+        bad.write_text(text)
+        with pytest.raises(UserError) as theirs:
+            trainer(["--config=%s" % bad])
+        with pytest.raises(UserError) as ours:
+            run_config.launch_figures(["--config=%s" % bad])
+        assert str(ours.value) == str(theirs.value), text
+
+
+def test_a_second_config_file_is_refused_before_any_run(tmp_path):
+    """`--config=A --config=B`: the trainer reads B only, but A's values had replaced the preset's
+    flags (its train_batch_size = 8 dropped demo_cpu's 16: the run trained at the default 32, the
+    line said 8); through start_training.sh the series started. Refused, by both, before a run."""
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    a.write_text("train_batch_size = 8\n")
+    b.write_text("steps_per_update = 4\n")
+    why = ("error: train_model.sh: --config=%s: a second --config (after --config=%s): the trainer reads the last one "
+           "only (the first's values would be lost): give one file\n" % (b, a))
+    env = dict(os.environ, DATA_DIR=str(tmp_path), PYTHON=sys.executable, OUTPUT_DIR=str(tmp_path / "out"),
+               DROP_CACHES="0", CHECK_LOG="0")
+    for script, extra in ((TRAIN, ["--dry_run"]), (START, [])):
+        proc = subprocess.run([script, "--preset=demo_cpu", "--config=%s" % a, "--config=%s" % b] + extra,
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", why), script
+    assert not (tmp_path / "out").exists()
+
+
 def test_dry_run_command_is_accepted_by_the_trainer_flags():
     from mlperf_bert.trainer import training
     for preset in ("reference_gpu", "tpu_8192", "demo_cpu"):

@@ -366,6 +366,42 @@ import torch; print(torch.cuda.device_count())' 2>/dev/null)" || found=0
     (( NUM_GPUS <= cores )) || die "NUM_GPUS=$NUM_GPUS processes per node, but this host has no GPU and $cores CPU cores (nproc), one process each at most: set NUM_GPUS=$cores or fewer"
   fi
 fi
+# What the run asks of each GPU (sets plan and warning): the trainer's --train_batch_size is the global
+# batch of one micro-step, split over the ranks; --steps_per_update micro-steps make one update. Its
+# figures as the trainer reads its flags and the --config file (run_config.launch_figures: absl's
+# parsers, no torch, 0.1 s of CPU): bash's own reading took 064 as octal and left 0x40 or a string of
+# the file unsaid. CHECK_ONLY reads them too, so a value the trainer cannot read is refused before a
+# series' first run, not after its STARTING TIMING RUN.
+read_figures() {
+  if ! figures="$("$PYTHON" -m mlperf_bert.trainer.run_config --figures "${kept[@]}" "${overrides[@]+"${overrides[@]}"}" \
+      2>&1)"; then
+    figures="${figures##*$'\n'}"
+    [[ "$figures" == "error: "* ]] && die "${figures#error: }"
+    die "cannot read the trainer's flags with PYTHON=$PYTHON ($figures): set PYTHON to the project's interpreter" \
+      "(make venv makes .venv/bin/python)"
+  fi
+  read -r micro accum global seq_len device <<< "${figures##*$'\n'}"
+  gpus=$((NUM_GPUS * NNODES))
+  plan=""
+  if [[ "$micro" =~ ^[0-9]{1,9}$ && "$accum" =~ ^[0-9]{1,9}$ ]] && (( micro % gpus == 0 && accum > 0 )); then
+    per_gpu=$((micro / gpus))
+    unit=GPU
+    [[ "$PRESET" == demo_cpu || "$device" == cpu ]] && unit="CPU process"
+    plan="global batch $global = $gpus ${unit}(s) x $per_gpu sequences of $seq_len per $unit per micro-step x $accum micro-step(s) per update"
+    if (( per_gpu > MAX_PER_GPU_BATCH )); then
+      warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; the memory plan: python -m mlperf_bert.trainer.memory_plan, docs/training.md)"
+      # the smallest accumulation that fits, among sane ones (a prime global batch has none but itself)
+      for (( n = accum + 1; n <= global && n <= 64 * accum; n++ )); do
+        if (( global % (gpus * n) == 0 && global / (gpus * n) <= MAX_PER_GPU_BATCH )); then
+          ratio=$((n / accum)); (( n % accum == 0 )) || ratio="$n/$accum"
+          warning+="; to keep the global batch $global use --train_batch_size=$((global / n)) --steps_per_update=$n and multiply --num_train_steps, --num_warmup_steps and --start_warmup_step by $ratio (they count micro-steps)"
+          break
+        fi
+      done
+    fi
+  fi
+}
+
 if [[ "${CHECK_ONLY:-0}" == 1 || "${CHECK_ONLY:-0}" == files ]]; then  # the settings checked as a run checks them, nothing run
   # the trainer's packages, found without importing them (torch's import: 1.5 s of CPU); else a
   # started run's ModuleNotFoundError traceback
@@ -374,6 +410,7 @@ print(" ".join(m for m in ("absl", "numpy", "torch", "mlperf_logging", "tqdm", "
     2>/dev/null)" || missing="everything (it did not run)"
   [[ -z "$missing" ]] || die "PYTHON=$PYTHON lacks the trainer's packages ($missing): set PYTHON to the project's" \
     "interpreter (make venv makes .venv/bin/python), or install requirements.txt into it"
+  read_figures
   # $TMPDIR against the loader workers' socket paths: the trainer's preflight check itself
   # (mlperf_bert/fileio.py check_tmpdir, torch-free), with the --num_workers the run gets
   if given do_train; then
@@ -411,38 +448,7 @@ for which, spec in zip(("train", "eval"), sys.argv[1:]):
   exit 0
 fi
 
-# What the run asks of each GPU: the trainer's --train_batch_size is the global batch of one micro-step,
-# split over the ranks; --steps_per_update micro-steps make one update. Its figures as the trainer reads
-# its flags and the --config file (run_config.launch_figures: absl's parsers, no torch, 0.1 s of CPU):
-# bash's own reading took 064 as octal and left 0x40 or a string of the file unsaid.
-if ! figures="$("$PYTHON" -m mlperf_bert.trainer.run_config --figures "${kept[@]}" "${overrides[@]+"${overrides[@]}"}" \
-    2>&1)"; then
-  figures="${figures##*$'\n'}"
-  [[ "$figures" == "error: "* ]] && die "${figures#error: }"
-  die "cannot read the trainer's flags with PYTHON=$PYTHON ($figures): set PYTHON to the project's interpreter" \
-    "(make venv makes .venv/bin/python)"
-fi
-read -r micro accum global seq_len device <<< "${figures##*$'\n'}"
-gpus=$((NUM_GPUS * NNODES))
-plan=""
-if [[ "$micro" =~ ^[0-9]{1,9}$ && "$accum" =~ ^[0-9]{1,9}$ ]] && (( micro % gpus == 0 && accum > 0 )); then
-  per_gpu=$((micro / gpus))
-  unit=GPU
-  [[ "$PRESET" == demo_cpu || "$device" == cpu ]] && unit="CPU process"
-  plan="global batch $global = $gpus ${unit}(s) x $per_gpu sequences of $seq_len per $unit per micro-step x $accum micro-step(s) per update"
-  if (( per_gpu > MAX_PER_GPU_BATCH )); then
-    warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; the memory plan: python -m mlperf_bert.trainer.memory_plan, docs/training.md)"
-    # the smallest accumulation that fits, among sane ones (a prime global batch has none but itself)
-    for (( n = accum + 1; n <= global && n <= 64 * accum; n++ )); do
-      if (( global % (gpus * n) == 0 && global / (gpus * n) <= MAX_PER_GPU_BATCH )); then
-        ratio=$((n / accum)); (( n % accum == 0 )) || ratio="$n/$accum"
-        warning+="; to keep the global batch $global use --train_batch_size=$((global / n)) --steps_per_update=$n and multiply --num_train_steps, --num_warmup_steps and --start_warmup_step by $ratio (they count micro-steps)"
-        break
-      fi
-    done
-  fi
-fi
-
+read_figures
 if [[ "$DRY_RUN" == 1 ]]; then
   [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan" >&2
   [[ -n "${warning:-}" ]] && echo "$warning" >&2

@@ -241,6 +241,22 @@ def test_a_second_config_file_is_refused_before_any_run(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_value_the_trainer_cannot_read_is_refused_before_a_series_first_run(tmp_path):
+    """`start_training.sh --num_train_steps=abc`: the trainer's own line came only once the first run
+    had started (after STARTING TIMING RUN, a run folder made), then "... failed with status 2". Its
+    check (CHECK_ONLY) now reads the flags as the trainer does: its line, before any run."""
+    for name in ("part-00000-of-00500", "eval_10k"):  # what the check looks for (not read before the trainer)
+        (tmp_path / name).write_bytes(b"")
+    env = dict(os.environ, DATA_DIR=str(tmp_path), PYTHON=sys.executable, OUTPUT_DIR=str(tmp_path / "out"),
+               DROP_CACHES="0", CHECK_LOG="0", NUM_RUNS="2")
+    proc = subprocess.run([START, "--preset=demo_cpu", "--num_train_steps=abc"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr == ("error: train_model.sh: flag --num_train_steps=abc: invalid literal for int() with base "
+                           "10: 'abc'\n")
+    assert not (tmp_path / "out").exists()
+
+
 def test_dry_run_command_is_accepted_by_the_trainer_flags():
     from mlperf_bert.trainer import training
     for preset in ("reference_gpu", "tpu_8192", "demo_cpu"):

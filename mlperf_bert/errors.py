@@ -117,7 +117,8 @@ def worker_pool(workers, start_method=None):
     """A multiprocessing pool of ``init_worker`` workers. On success it is closed and joined:
     ``Pool.__exit__`` terminates instead, and a worker killed while it holds the task queue's
     lock leaves any worker that then waits on that lock (one the pool just started) hanging the
-    join for ever. On an error or a signal the workers are terminated."""
+    join for ever. On an error or a signal, in the block or in that join, the workers are
+    terminated."""
     import multiprocessing
     # Ctrl-C reaches the whole process group: a worker still starting (spawn: seconds of imports)
     # printed a KeyboardInterrupt traceback. SIGINT stays blocked in the workers until init_worker
@@ -137,6 +138,9 @@ def worker_pool(workers, start_method=None):
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         yield pool
+        # guarded too: a stop in the join (the jobs done) left the pool's semaphores to the tracker
+        pool.close()
+        pool.join()
     except BaseException as e:
         terminate_pool(pool)
         if isinstance(e, Terminated) and context.get_start_method() != "fork":
@@ -146,8 +150,6 @@ def worker_pool(workers, start_method=None):
             from multiprocessing import util
             util._run_finalizers(0)
         raise
-    pool.close()
-    pool.join()
 
 
 def terminate_pool(pool, grace=10.0, stuck=1.0, repeat=0.5):

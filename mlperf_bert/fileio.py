@@ -20,7 +20,7 @@ import json
 import os
 import re
 
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import Terminated, UserError
 
 # errno -> what the user should do about it (the error line ends with it)
 WRITE_ERRNOS = {
@@ -55,13 +55,60 @@ def temporary_name(path):
 def remove_own_temporaries():
     """Remove the temporaries this process made and has not renamed or removed yet: called when
     the process ends on a signal or an error. A temporary is registered before it can exist, so
-    none escapes, wherever the signal lands."""
+    none escapes, wherever the signal lands. While a ``Terminated`` is handled (run_main then leaves
+    by ``os._exit``, which runs no finalizer) multiprocessing's too (``_remove_multiprocessing_own``);
+    any other end is an exit, whose finalizers remove them."""
+    import sys
     pid = os.getpid()
     for tmp, owner in list(_own.items()):
         if owner == pid:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
             _own.pop(tmp, None)
+    if isinstance(sys.exc_info()[1], Terminated):
+        _remove_multiprocessing_own()
+
+
+def _remove_multiprocessing_own(grace=2.0):
+    """What multiprocessing's exit removes for this process, removed its way (this process's
+    finalizers only: a forked child holds copies of its parent's): the named semaphores of spawn
+    pools' queues (a stop once a pool was joined, its object still held, left them to the resource
+    tracker's warning of 6 "leaked"); and $TMPDIR/pymp-* (the trainer's, for its DataLoader workers'
+    sockets) once the daemonic children (those workers) are terminated and joined: removed under a
+    live one, it printed a FileNotFoundError traceback as that one bound a socket there (c288af2).
+    The folder stays where a child lives on (not daemonic, or past ``grace`` seconds)."""
+    import sys
+    import time
+    util = sys.modules.get("multiprocessing.util")
+    if util is None:
+        return
+    pid = os.getpid()
+    synchronize = sys.modules.get("multiprocessing.synchronize")
+    tempdir = util.process.current_process()._config.get("tempdir")
+    semaphores, folder = [], []
+    for f in list(util._finalizer_registry.values()):  # (Finalize's attributes: no public ones)
+        if getattr(f, "_pid", None) != pid:
+            continue
+        if synchronize is not None and f._callback is synchronize.SemLock._cleanup:
+            semaphores.append(f)
+        elif f._callback is util._remove_temp_dir and tempdir and f._args[1:] == (tempdir,):
+            folder.append(f)
+    for f in semaphores:
+        with contextlib.suppress(OSError):
+            f()
+    if not folder:
+        return
+    children = util.process.active_children()
+    if any(not p.daemon for p in children):
+        return
+    for p in children:
+        p.terminate()  # (a loader worker's kills it: trainer/loader.py, _kill_not_terminate)
+    deadline = time.monotonic() + grace
+    for p in children:
+        p.join(max(0.0, deadline - time.monotonic()))
+    if all(p.exitcode is not None for p in children):
+        with contextlib.suppress(OSError):
+            folder[0]()
 
 
 def free_bytes(path):

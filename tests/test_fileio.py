@@ -684,6 +684,113 @@ def test_a_sigterm_while_spawned_workers_run_is_one_line(tmp_path):
     assert (proc.returncode, out, err) == (143, "", cli.TERMINATED + "\n")
 
 
+SIGTERM_AS_A_SPAWNED_POOL_ENDS = """\
+import signal, sys
+from multiprocessing import pool as mp_pool
+from mlperf_bert import errors
+from mlperf_bert.cli import run_main
+
+join, terminate_pool = mp_pool.Pool.join, errors.terminate_pool
+
+
+def stop_then_join(self):
+    signal.raise_signal(signal.SIGTERM)  # its handler runs in the next call: the join
+    join(self)
+
+
+def said_terminate_pool(pool):
+    print("pool terminated", flush=True)
+    terminate_pool(pool)
+
+
+def main(argv):
+    errors.terminate_pool = said_terminate_pool
+    with errors.worker_pool(2, "spawn") as pool:  # as pack's
+        print(pool.map(abs, [-1, -2]), flush=True)
+        if sys.argv[1] == "join":
+            mp_pool.Pool.join = stop_then_join
+    if sys.argv[1] == "after":
+        signal.raise_signal(signal.SIGTERM)  # the pool joined and still held (pack closes its progress bar)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main, ["stop"])
+"""
+
+
+@pytest.mark.parametrize("where", ["join", "after"])
+def test_a_sigterm_as_a_spawned_pool_ends_is_one_line(tmp_path, where):
+    """A hostile sweep: pack SIGTERMed once its files were packed said its line, then the resource
+    tracker's "6 leaked semaphore objects" warning (4 of 90 tries): worker_pool closed and joined
+    the pool after its guarded block, so a stop in the join neither terminated the pool nor ran its
+    finalizers; and once the pool was joined, its object still held, run_main's os._exit left its
+    semaphores named. The stop comes in the join (which ends the pool as a stop in its jobs does),
+    then just after it."""
+    from mlperf_bert import cli
+    script = tmp_path / "ends.py"
+    script.write_text(SIGTERM_AS_A_SPAWNED_POOL_ENDS)
+    proc = subprocess.run([PY, str(script), where], capture_output=True, text=True, env=ENV, timeout=120)
+    out = "[1, 2]\n" + ("pool terminated\n" if where == "join" else "")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (143, out, cli.TERMINATED + "\n")
+
+
+STOP_AT_ONCE_WITH_A_WORKER_IN_THE_FOLDER = """\
+import multiprocessing, os, signal, sys, time
+from multiprocessing import connection, util
+from mlperf_bert.cli import run_main
+
+
+def bind_sockets(mark):
+    # as a DataLoader worker hands over a batch: a socket bound in its parent's pymp-* folder, again
+    # and again (it neither ignores SIGTERM nor dies with its parent: a removal under it is its traceback)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    while True:
+        with connection.Listener(family="AF_UNIX"):
+            if not os.path.exists(mark):
+                with open(mark + ".tmp", "w") as f:
+                    f.write(str(os.getpid()))
+                os.rename(mark + ".tmp", mark)
+
+
+def main(argv):
+    util.get_temp_dir()  # the folder, before the workers (as the trainer's make_loader)
+    multiprocessing.get_context("fork").Process(target=bind_sockets, args=(sys.argv[1],), daemon=True).start()
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.01)
+    signal.raise_signal(signal.SIGTERM)  # a stop at once (--do_eval alone, a run that ended earlier)
+    time.sleep(60)
+
+
+if __name__ == "__main__":
+    run_main(main, ["stop"])
+"""
+
+
+def test_a_stop_at_once_removes_the_pymp_folder_once_its_workers_are_gone(tmp_path, short_tmpdir):
+    """A hostile sweep: the trainer stopped at once (--do_eval alone: 19 of 20 stops; a run that
+    ended earlier, as its end was written: 5 of 5) left $TMPDIR/pymp-* (its DataLoader workers'):
+    run_main leaves by os._exit, which runs no finalizer. Removed before, it raced a worker still
+    binding its sockets there (a FileNotFoundError traceback, c288af2): the daemonic children are
+    now terminated and joined first, as the exit does. Here a child binds sockets there at the stop."""
+    from mlperf_bert import cli
+    script, mark = tmp_path / "at_once.py", tmp_path / "bound"
+    script.write_text(STOP_AT_ONCE_WITH_A_WORKER_IN_THE_FOLDER)
+    proc = subprocess.Popen([PY, str(script), str(mark)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(ENV, TMPDIR=short_tmpdir))
+    try:
+        proc.wait(timeout=120)
+        left = os.listdir(short_tmpdir)
+    finally:
+        child = int(mark.read_text()) if mark.exists() else None
+        alive = child is not None and procs.alive(child)
+        if alive:  # (before: it lived on, binding)
+            os.kill(child, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (143, "", cli.TERMINATED + "\n")
+    assert left == [] and not alive
+
+
 def _outlive_sigterm(path):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a worker that outlives pool.terminate()'s SIGTERM
     with open(path, "w") as f:

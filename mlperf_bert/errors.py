@@ -91,7 +91,7 @@ def init_worker(parent_pid):
     from multiprocessing import util
     signal.signal(signal.SIGTERM, _exit_quietly)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which ends the pool
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by worker_pool until now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # blocked by worker_pool until now
     # Once its task loop has ended (the first thing its exit runs), a SIGTERM (pool.terminate()
     # after an error can reach a worker already leaving) ends it at once: raised in an atexit
     # callback of a spawned worker, SystemExit was printed as "Exception ignored in atexit callback".
@@ -125,11 +125,16 @@ def worker_pool(workers, start_method=None):
     # ignores it (the mask is inherited through fork and exec, and by the pool's threads, which
     # start the workers that replace others); the parent's own comes once they are started. The
     # resource tracker of spawned workers starts first: its start unblocks SIGINT when it is done.
+    # A forked worker also has this process's SIGTERM handler until init_worker sets its own: a SIGTERM
+    # there raised this process's Terminated in the worker's start ("Exception ignored"). Blocked too,
+    # it comes under init_worker's. (A spawned worker's is the default action until then, which
+    # call_in_worker relies on.)
     context = multiprocessing.get_context(start_method)
-    if context.get_start_method() != "fork":
+    forked = context.get_start_method() == "fork"
+    if not forked:
         from multiprocessing import resource_tracker
         resource_tracker.ensure_running()
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM} if forked else {signal.SIGINT})
     try:
         pool = context.Pool(workers, init_worker, (os.getpid(),))
     except BaseException:
@@ -171,7 +176,13 @@ def terminate_pool(pool, grace=10.0, stuck=1.0, repeat=0.5):
 
     def unended():  # with any worker the pool started in the place of one that ended
         return [w for w in dict.fromkeys(workers + list(getattr(pool, "_pool", None) or [])) if w.exitcode is None]
-    done = threading.Thread(target=pool.terminate, name="pool-terminate", daemon=True)
+    def terminate():
+        # A stop while the pool's task handler wrote a task: the pool's own drain of the task queue
+        # read the half-written message (EOFError, a traceback of this thread after the stop's line)
+        # and ended before it ended the workers; those are killed below.
+        with contextlib.suppress(Exception):
+            pool.terminate()
+    done = threading.Thread(target=terminate, name="pool-terminate", daemon=True)
     done.start()
     deadline = time.monotonic() + grace
     while done.is_alive() and time.monotonic() < deadline:
@@ -194,6 +205,11 @@ def terminate_pool(pool, grace=10.0, stuck=1.0, repeat=0.5):
         elif time.monotonic() - gone_since > stuck:
             return
         done.join(min(0.25, stuck))
+    left = unended()  # (pool.terminate() failed before it ended them)
+    for w in left:
+        w.kill()
+    for w in left:  # gone before this process says it stopped
+        w.join(stuck)
 
 
 def call_in_worker(task):

@@ -3,6 +3,7 @@ pool workers and children. Imports nothing of mlperf_bert, so that every module 
 ``run_main``, the wrapper of the command-line entry points that turns these into one line and an
 exit status, is mlperf_bert/cli.py, above fileio and flags."""
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -96,12 +97,24 @@ def init_worker(parent_pid):
     # after an error can reach a worker already leaving) ends it at once: raised in an atexit
     # callback of a spawned worker, SystemExit was printed as "Exception ignored in atexit callback".
     util.Finalize(None, signal.signal, (signal.SIGTERM, _exit_now), exitpriority=1000)
-    die_with_parent(parent_pid, signal.SIGTERM, 143)
+    # PR_SET_PDEATHSIG also fires when only the thread that forked the worker ends (prctl(2)): the pool
+    # starts a worker in the place of one that died from its worker-handler thread, which ends as the
+    # pool closes. As SIGTERM, that worker ended in its wait for a task, holding the task queue's lock,
+    # and the pool's finalizer waited on the lock for ever. SIGUSR1 and a look at the parent instead
+    # (the kernel sends it again when the parent process itself ends).
+    signal.signal(signal.SIGUSR1, functools.partial(_parent_death_signal, parent_pid))
+    die_with_parent(parent_pid, signal.SIGUSR1, 143)
+
+
+def _parent_death_signal(parent_pid, signum, frame):
+    if os.getppid() != parent_pid:  # the parent process is gone, not only the thread that forked this one
+        _exit_quietly(signum, frame)
 
 
 def die_with_parent(parent_pid, sig, status):
     """In a child (a pool initializer, a ``preexec_fn``): the death of ``parent_pid``, even by
-    SIGKILL, sends this process ``sig`` (Linux); if the parent is already gone, exit ``status``."""
+    SIGKILL, sends this process ``sig`` (Linux; so does the end of the thread that forked it, see
+    init_worker); if the parent is already gone, exit ``status``."""
     if sys.platform.startswith("linux"):
         import ctypes
         try:

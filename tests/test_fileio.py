@@ -844,6 +844,95 @@ def test_a_sigterm_before_a_forked_workers_initializer_is_the_commands_one_line(
     assert (proc.returncode, proc.stdout, proc.stderr) == (143, "", cli.TERMINATED + "\n")
 
 
+A_WORKER_THE_POOL_REPLACED = """\
+import os, sys
+from mlperf_bert import errors
+from mlperf_bert.cli import run_main
+
+init_worker = errors.init_worker
+
+
+def ends_once_then_init(parent_pid):
+    # the first worker ends in its start (an OOM kill, someone's kill of one pid): the pool's worker
+    # handler thread starts another in its place
+    try:
+        os.close(os.open(sys.argv[1], os.O_CREAT | os.O_EXCL))
+        sys.exit(3)
+    except FileExistsError:
+        pass
+    init_worker(parent_pid)
+
+
+def main(argv):
+    errors.init_worker = ends_once_then_init
+    with errors.worker_pool(2, "fork") as pool:
+        print(pool.map(abs, [-1, -2, -3]), flush=True)
+        workers = list(pool._pool)
+    print([w.exitcode for w in workers], flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main, ["replaced"])
+"""
+
+
+def test_a_worker_the_pool_started_in_anothers_place_ends_with_the_pool_not_before(tmp_path):
+    """A hostile sweep: make-dataset, text-pipeline or check-log, one of whose fork pool's workers
+    had died (an OOM kill), hung for ever at its end, 12 of 40 tries beside busy processes: the worker
+    the pool started in its place is forked by the pool's worker-handler thread, and init_worker's
+    PR_SET_PDEATHSIG fires when the thread that forked it exits (prctl(2)), not the process: that
+    thread ends as the pool closes, so the worker was SIGTERMed in its wait for a task, holding the
+    task queue's lock, and the pool's finalizer waited on that lock. A worker now watches its parent
+    process itself; every worker ends by the pool's close (status 0)."""
+    script, mark = tmp_path / "replaced.py", tmp_path / "ended"
+    script.write_text(A_WORKER_THE_POOL_REPLACED)
+    proc = subprocess.run([PY, str(script), str(mark)], capture_output=True, text=True, env=ENV, timeout=120)
+    assert mark.exists()
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "[1, 2, 3]\n[0, 0]\n", "")
+
+
+A_WORKER_FORKED_BY_A_THREAD_THAT_ENDS = """\
+import os, threading
+from mlperf_bert import errors
+
+parent, child = os.getpid(), []
+ready_r, ready_w = os.pipe()
+go_r, go_w = os.pipe()
+
+
+def fork_then_end():  # as the pool's worker-handler thread starts a worker, then ends at the pool's close
+    pid = os.fork()
+    if pid == 0:
+        errors.init_worker(parent)
+        os.write(ready_w, b"x")
+        try:
+            os.read(go_r, 1)
+        except SystemExit:  # a signal's handler ended it (init_worker's SIGTERM one)
+            os._exit(5)
+        os._exit(0)
+    child.append(pid)
+    os.read(ready_r, 1)
+
+
+thread = threading.Thread(target=fork_then_end)
+thread.start()
+thread.join()
+os.write(go_w, b"x")
+print(os.waitstatus_to_exitcode(os.waitpid(child[0], 0)[1]))
+"""
+
+
+def test_a_worker_outlives_the_thread_that_forked_it_and_not_its_parent_process(tmp_path):
+    """The mechanism of the hang above, without a pool's timing: a worker whose forking thread ends
+    (its parent process alive) goes on (exit 0; it was SIGTERMed, 5 here); the parent process's
+    death still ends it (test_killed_make_dataset_ends_its_workers)."""
+    script = tmp_path / "thread.py"
+    script.write_text(A_WORKER_FORKED_BY_A_THREAD_THAT_ENDS)
+    proc = subprocess.run([PY, str(script)], capture_output=True, text=True, env=ENV, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "0\n", "")
+
+
 A_POOLS_DRAIN_CUT_SHORT = """\
 import os, signal, sys
 from multiprocessing import pool as mp_pool

@@ -368,12 +368,12 @@ import torch; print(torch.cuda.device_count())' 2>/dev/null)" || found=0
 fi
 # What the run asks of each GPU (sets plan and warning): the trainer's --train_batch_size is the global
 # batch of one micro-step, split over the ranks; --steps_per_update micro-steps make one update. Its
-# figures as the trainer reads its flags and the --config file (run_config.launch_figures: absl's
+# figures as the trainer reads its flags and the --config file (trainer_flags.launch_figures: absl's
 # parsers, no torch, 0.1 s of CPU): bash's own reading took 064 as octal and left 0x40 or a string of
 # the file unsaid. CHECK_ONLY reads them too, so a value the trainer cannot read is refused before a
 # series' first run, not after its STARTING TIMING RUN.
 read_figures() {
-  if ! figures="$("$PYTHON" -m mlperf_bert.trainer.run_config --figures "${kept[@]}" "${overrides[@]+"${overrides[@]}"}" \
+  if ! figures="$("$PYTHON" -m mlperf_bert.trainer.trainer_flags --figures "${kept[@]}" "${overrides[@]+"${overrides[@]}"}" \
       2>&1)"; then
     figures="${figures##*$'\n'}"
     [[ "$figures" == "error: "* ]] && die "${figures#error: }"

@@ -41,7 +41,7 @@ cache of the last stage that ended by itself.
   until the GPU runs out of memory or the stage's time: rows/s, real sequences/s, MFU (the
   attention counted as its kernel computes it, the GPU's peak by its exact model:
   mlperf_bert/trainer/throughput.py), peak memory and the memory plan's prediction beside it;
-- levers: every speed lever of mlperf_bert/trainer/levers.py (``LEVERS``, or --levers) alone, and
+- levers: every speed lever of mlperf_bert/trainer/trainer_flags.py (``LEVERS``, or --levers) alone, and
   all those a mode accepts together (or --lever_all's, less those a mode refuses), eager and with
   --compile, against the plain step of each, at a model of BERT-Large width and --lever_layers
   layers: the plain step and all together first, then each alone; rows/s (the median of 3 timed
@@ -166,7 +166,7 @@ def define():
     B("compile", True, "The levers stage's runs with --compile, and the trainer stage's --compile (--nocompile: "
       "eager only, the quick CPU test).", flag_values=fv)
     S("levers", None, "The levers of the levers and trainer stages (default: all of "
-      "mlperf_bert/trainer/levers.py's LEVERS; empty: none alone).", flag_values=fv)
+      "mlperf_bert/trainer/trainer_flags.py's LEVERS; empty: none alone).", flag_values=fv)
     S("lever_all", None, "The levers of the levers stage's run of all together, in each mode less those the "
       "trainer's flag checks refuse in it (default: --levers').", flag_values=fv)
     S("compile_backend", "inductor", "torch.compile backend (eager or aot_eager: the CPU test).", flag_values=fv)
@@ -342,8 +342,8 @@ class GraphRecordings:
 
 
 def trainer_flags(fv, b, extra=()):
-    from mlperf_bert.trainer import training
-    tf = training.define_flags()
+    from mlperf_bert.trainer.trainer_flags import define_flags
+    tf = define_flags()
     tf(["x", "--bert_config_file=" + fv.bert_config_file, "--input_file=unused", "--output_dir=unused",
         "--train_batch_size=%d" % b, "--max_seq_length=%d" % fv.max_seq_length, "--dtype=bf16",
         "--max_predictions_per_seq=%d" % fv.max_predictions_per_seq, "--optimizer=lamb", "--learning_rate=1e-4",
@@ -615,7 +615,7 @@ def stage_eager(ctx, save):
 def chosen_levers(fv, flag="levers"):
     """--levers (or --lever_all), or every lever of mlperf_bert/trainer/levers.py."""
     from mlperf_bert.errors import UserError
-    from mlperf_bert.trainer.levers import LEVERS
+    from mlperf_bert.trainer.trainer_flags import LEVERS
     spec = getattr(fv, flag)
     if spec is None:
         return list(LEVERS)
@@ -737,6 +737,7 @@ def stage_trainer(ctx, save):
     --compile and the levers this device takes, two evals, a checkpoint; the rates it logs."""
     from mlperf_bert.errors import UserError
     from mlperf_bert.trainer import training
+    from mlperf_bert.trainer.trainer_flags import define_flags
     from mlperf_bert.trainer.config import BertConfig
     fv, device, graphs, work = ctx["fv"], ctx["device"], ctx["graphs"], ctx["work"]
     b = fv.lever_batch
@@ -757,7 +758,7 @@ def stage_trainer(ctx, save):
             "--%scompile" % ("" if fv.compile else "no"), "--seed=0"]
     levers, refused = [], {}
     for x in chosen_levers(fv):  # the levers this device takes, each asked alone
-        fvx = training.define_flags()
+        fvx = define_flags()
         fvx(base + ["--" + x])
         try:
             from mlperf_bert.trainer import levers as levers_mod, preflight
@@ -816,10 +817,11 @@ def stage_eval(ctx, save):
     from mlperf_bert.dataset import tfrecord
     from mlperf_bert.trainer import evaluation, loader, training
     from mlperf_bert.trainer.model import BertForPreTraining
+    from mlperf_bert.trainer.trainer_flags import CPU_MICRO_BATCH, MAX_MICRO_BATCH
     fv, config, device, recs, deadline = ctx["fv"], ctx["config"], ctx["device"], ctx["recs"], ctx["deadline"]
     # the trainer's online eval micro-batch (--eval_micro_batch_size=0): 32 on CPU; on CUDA the largest
     # that fits, at most 256
-    default_eval = evaluation.CPU_MICRO_BATCH if device.type == "cpu" else evaluation.MAX_MICRO_BATCH
+    default_eval = CPU_MICRO_BATCH if device.type == "cpu" else MAX_MICRO_BATCH
     out = {}
     for b in ints(fv.eval_batches) or sorted({1, default_eval, 256}):
         if out and time.time() > deadline - ctx["cap"] / 4:

@@ -29,7 +29,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mlperf_bert.trainer import loader, preflight, training  # noqa: E402
+from mlperf_bert.trainer import loader, preflight, trainer_flags, training  # noqa: E402
 from mlperf_bert import flags
 from mlperf_bert.trainer.accumulation import GradientAccumulator  # noqa: E402
 from mlperf_bert.trainer.config import BertConfig  # noqa: E402
@@ -57,13 +57,13 @@ def ours(cfg, device, autocast, compile=False):
     return model, step
 
 
-from mlperf_bert.trainer.levers import LEVERS  # noqa: E402  (the flag names of the speed levers)
+from mlperf_bert.trainer.trainer_flags import LEVERS  # noqa: E402  (the flag names of the speed levers)
 from mlperf_bert.trainer.run_config import RunConfig  # noqa: E402
 
 
 def trainer_step(config_file, cfg, device, dtype, compile, levers):
     """The trainer's step (training.Trainer) with the flags --``levers``; UserError if refused."""
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     flags.parse(fv, ["train_throughput", "--bert_config_file=" + config_file, "--input_file=unused",
                      "--output_dir=unused", "--do_train", "--optimizer=lamb", "--learning_rate=1e-4",
                      "--dtype=" + dtype, "--%scompile" % ("" if compile else "no")] + ["--" + x for x in levers],

@@ -14,7 +14,7 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 from mlperf_bert import flags
-from mlperf_bert.trainer import accumulation, optimizer, step, training
+from mlperf_bert.trainer import accumulation, optimizer, step, trainer_flags, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.run_config import RunConfig
 
@@ -70,7 +70,7 @@ def _batch(gen, packed):
 def _trainer(tmp_path, compile, clip_after, steps_per_update=2):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     flags.parse(fv, ["x", "--bert_config_file=%s" % config, "--input_file=unused", "--output_dir=unused",
                      "--do_train", "--optimizer=lamb", "--learning_rate=1e-2", "--num_train_steps=100",
                      "--num_warmup_steps=10",  # the learning rate changes every update

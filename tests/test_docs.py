@@ -744,14 +744,14 @@ def launcher_problems(where, env, args):
     checks (preflight.check_flags) on the command its --dry_run prints."""
     from mlperf_bert import flags
     from mlperf_bert.errors import UserError
-    from mlperf_bert.trainer import preflight, training
+    from mlperf_bert.trainer import preflight, trainer_flags
     from mlperf_bert.trainer.run_config import RunConfig
     if "NUM_GPUS" in env and not re.match(r"^[1-9][0-9]*$", env["NUM_GPUS"]):
         return ["%s: NUM_GPUS=%s is not a number of processes" % (where, env["NUM_GPUS"])]
     checked = _launch(env, args, CHECK_ONLY="1")
     if checked.returncode != 0:
         return ["%s: refused as written: %s" % (where, checked.stderr.strip().splitlines()[-1])]
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     try:
         flags.parse(fv, ["run_pretraining.py"] + trainer_flags_of(env, args), positional=False)
         preflight.check_flags(RunConfig.from_flags(fv))
@@ -873,8 +873,8 @@ def test_the_trainer_flags_added_to_the_references_are_all_in_the_flag_list():
     """Issue 37 (20): training.md's "Flags added to the reference's" lacked --submission_status (and
     --check_data): every flag of run_pretraining.py that the reference trainer lacks is in it."""
     from test_training import REFERENCE_FLAGS
-    from mlperf_bert.trainer import training
-    ours = [n for n in training.define_flags()._flags() if n not in REFERENCE_FLAGS]
+    from mlperf_bert.trainer import trainer_flags
+    ours = [n for n in trainer_flags.define_flags()._flags() if n not in REFERENCE_FLAGS]
     text = _section(open(os.path.join(ROOT, "docs", "training.md"), encoding="utf-8").read(),
                     "## Flags added to the reference's")
     assert len(ours) > 20 and "submission_status" in ours
@@ -1142,9 +1142,9 @@ def test_the_trainers_flag_help_and_the_docs_agree():
     """Issue 47 (11): a lever's help said "not measured on a GPU" while docs/training.md gave its
     GPU figures. Every trainer flag's help against the docs' statements of it (flag_doc_problems):
     the GPU status, the defaults and the choices; a disagreement of each kind is reported."""
-    from mlperf_bert.trainer import training
+    from mlperf_bert.trainer import trainer_flags
     docs = {d: open(os.path.join(ROOT, d), encoding="utf-8").read() for d in ("docs/training.md", "docs/running.md")}
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     assert not flag_doc_problems(fv, docs), "\n".join(flag_doc_problems(fv, docs))
     checked = [n for n in fv if re.search(r"`--%s`(?: [\w|.-]+)? \(" % n, docs["docs/training.md"])]
     assert len(checked) >= 10, checked

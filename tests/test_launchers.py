@@ -42,7 +42,7 @@ def dry_run(*args, **env):
     return shlex.split(proc.stdout.strip().splitlines()[-1])  # the command (after the export lines)
 
 
-def trainer_flags(cmd):
+def command_flags(cmd):
     i = next(k for k, a in enumerate(cmd) if a.endswith("run_pretraining.py"))
     out = {}
     for a in cmd[i + 1:]:
@@ -55,7 +55,7 @@ def trainer_flags(cmd):
 @pytest.mark.parametrize("preset,expected,gpus", [("reference_gpu", REFERENCE_GPU, "8"),
                                                   ("tpu_8192", TPU_8192, "8")])
 def test_presets_are_the_reference_hyperparameters(preset, expected, gpus):
-    launcher, fl = trainer_flags(dry_run("--preset=" + preset))
+    launcher, fl = command_flags(dry_run("--preset=" + preset))
     n = int(fl.get("steps_per_update", 1))
     for k, v in expected.items():
         assert float(fl[k]) * n ** PER_UPDATE.get(k, 0) == float(v) if k != "optimizer" else fl[k] == v, k
@@ -73,7 +73,7 @@ def test_bert_large_config_is_the_reference_file():
 
 
 def test_overrides_replace_preset_flags_and_env_is_used():
-    launcher, fl = trainer_flags(dry_run(
+    launcher, fl = command_flags(dry_run(
         "--preset=reference_gpu", "--train_batch_size=48", "--noshuffle",
         NNODES="2", NODE_RANK="1", MASTER_ADDR="node0", NUM_GPUS="4", OUTPUT_DIR="/out",
         LOGDIR="/logs", INIT_CHECKPOINT="/ckpt/model.ckpt-28252", SEED="7"))
@@ -91,14 +91,14 @@ def test_a_config_file_given_to_the_launcher_beats_the_presets_flags(tmp_path):
     line, beat the file), status success, no word; `--output_dir=DIR` left the log in OUTPUT_DIR
     (./output), and the next run was refused on a path never given. What the file sets replaces the
     preset's flags, as an argument does; the run's folders are set by OUTPUT_DIR and LOGDIR alone."""
-    from mlperf_bert.trainer import run_config, training
+    from mlperf_bert.trainer import run_config, trainer_flags
     conf = tmp_path / "run.toml"
     conf.write_text('learning_rate = 0.5\nnum_train_steps = 20\n[eval]\neval_batch_size = 4\n')
     for preset in ("reference_gpu", "demo_cpu"):
-        _, fl = trainer_flags(dry_run("--preset=" + preset, "--config=%s" % conf, "--max_eval_steps=3"))
+        _, fl = command_flags(dry_run("--preset=" + preset, "--config=%s" % conf, "--max_eval_steps=3"))
         assert fl["config"] == str(conf) and fl["max_eval_steps"] == "3"
         assert not {"learning_rate", "num_train_steps", "eval_batch_size"} & set(fl), fl
-        fv = training.define_flags()
+        fv = trainer_flags.define_flags()
         fv(["run_pretraining.py"] + ["--%s=%s" % (k, v) if v else "--" + k for k, v in fl.items()])
         cfg = run_config.RunConfig.from_flags(fv, required=["bert_config_file", "input_file", "output_dir"])
         assert [cfg.flag(n) for n in ("learning_rate", "num_train_steps", "eval_batch_size", "max_eval_steps")] == [
@@ -196,16 +196,16 @@ def test_the_batch_line_is_the_trainers_reading_of_the_flags_and_the_config_file
 
 
 def test_launch_figures_are_the_trainers_resolution(tmp_path):
-    """run_config.launch_figures (train_model.sh's figures, without torch) gives what the trainer's
+    """trainer_flags.launch_figures (train_model.sh's figures, without torch) gives what the trainer's
     flags and RunConfig.from_flags give, and refuses what they refuse with their line."""
     from mlperf_bert.errors import UserError
-    from mlperf_bert.trainer import run_config, training
+    from mlperf_bert.trainer import run_config, trainer_flags
     conf, toml, bad = tmp_path / "c.json", tmp_path / "c.toml", tmp_path / "bad.toml"
     conf.write_text('{"train_batch_size": "0x30", "optim": {"steps_per_update": 3}, "device": "cpu"}')
     toml.write_text("max_seq_length = 64\n[data]\ntrain_batch_size = 8\n")
 
     def trainer(argv):
-        fv = training.define_flags()
+        fv = trainer_flags.define_flags()
         fv(["run_pretraining.py"] + argv)
         cfg = run_config.RunConfig.from_flags(fv)
         return [cfg.data.train_batch_size, cfg.optim.steps_per_update, cfg.global_batch, cfg.data.max_seq_length,
@@ -213,13 +213,13 @@ def test_launch_figures_are_the_trainers_resolution(tmp_path):
     for argv in ([], ["--train_batch_size=064", "--steps_per_update=02", "--noshuffle", "--device=cpu"],
                  ["--config=%s" % conf], ["--config=%s" % conf, "--train_batch_size=12", "--device=auto"],
                  ["--config=%s" % toml, "--max_seq_length=128"], ["--train_batch_size=9", "--train_batch_size=10"]):
-        assert run_config.launch_figures(argv) == trainer(argv), argv
+        assert trainer_flags.launch_figures(argv) == trainer(argv), argv
     for text in ("train_batch_size = 64.0\n", 'shuffle = "maybe"\n', "steps_per_update = true\n"):
         bad.write_text(text)
         with pytest.raises(UserError) as theirs:
             trainer(["--config=%s" % bad])
         with pytest.raises(UserError) as ours:
-            run_config.launch_figures(["--config=%s" % bad])
+            trainer_flags.launch_figures(["--config=%s" % bad])
         assert str(ours.value) == str(theirs.value), text
 
 
@@ -253,15 +253,45 @@ def test_a_value_the_trainer_cannot_read_is_refused_before_a_series_first_run(tm
                           env=env, timeout=120)
     assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
     assert proc.stderr == ("error: train_model.sh: flag --num_train_steps=abc: invalid literal for int() with base "
-                           "10: 'abc'\n")
+                           "10: 'abc' (see --help)\n")
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("flag", ["--device=tpu", "--train_batchsize=8", "--bf16_weights", "--dtype=fp16"])
+def test_the_launch_refuses_what_the_trainers_flags_refuse_with_its_line(tmp_path, flag):
+    """The launcher's figures were read from a second definition of the flags (run_config's fields:
+    no enum choices, unknown flags skipped): `--device=tpu`, a misspelt flag or a removed one passed
+    its check, and the trainer refused them only after a series' STARTING TIMING RUN. The figures now
+    come from the trainer's own definitions and parser (trainer_flags.py): its line, before any run."""
+    from mlperf_bert import flags
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer import trainer_flags
+    with pytest.raises(UserError) as theirs:
+        flags.parse(trainer_flags.define_flags(), ["run_pretraining.py", flag], positional=False)
+    for name in ("part-00000-of-00500", "eval_10k"):
+        (tmp_path / name).write_bytes(b"")
+    env = dict(os.environ, DATA_DIR=str(tmp_path), PYTHON=sys.executable, OUTPUT_DIR=str(tmp_path / "out"),
+               DROP_CACHES="0", CHECK_LOG="0", NUM_RUNS="2")
+    proc = subprocess.run([START, "--preset=demo_cpu", flag], capture_output=True, text=True, env=env, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr == "error: train_model.sh: %s\n" % theirs.value
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_trainers_flags_load_without_torch():
+    """train_model.sh reads its figures from trainer_flags.py before each run: torch's import
+    (1.2-1.8 s of CPU) is the trainer's, not the launcher's."""
+    code = ("import sys; from mlperf_bert.trainer import trainer_flags; print(trainer_flags.launch_figures("
+            "['--train_batch_size=48', '--steps_per_update=2']), sorted(m for m in sys.modules if m.startswith('torch')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out == "[48, 2, 96, 128, 'auto'] []\n"
+
+
 def test_dry_run_command_is_accepted_by_the_trainer_flags():
-    from mlperf_bert.trainer import training
+    from mlperf_bert.trainer import trainer_flags
     for preset in ("reference_gpu", "tpu_8192", "demo_cpu"):
-        _, fl = trainer_flags(dry_run("--preset=" + preset))
-        fv = training.define_flags()
+        _, fl = command_flags(dry_run("--preset=" + preset))
+        fv = trainer_flags.define_flags()
         argv = ["run_pretraining.py"] + ["--%s=%s" % (k, v) if v else "--" + k for k, v in fl.items()]
         fv(argv)  # raises on an unknown flag or a bad value
         assert fv.do_train and fv.do_eval
@@ -282,7 +312,7 @@ def test_dry_run_without_data_dir_shows_a_marked_placeholder():
     proc = subprocess.run([TRAIN, "--dry_run", "--preset=reference_gpu"], capture_output=True, text=True,
                           env=_env())
     assert proc.returncode == 0, proc.stderr
-    _, fl = trainer_flags(shlex.split(proc.stdout))
+    _, fl = command_flags(shlex.split(proc.stdout))
     assert fl["input_file"] == "/DATA_DIR-not-set/part-*" and fl["eval_input_file"] == "/DATA_DIR-not-set/eval_10k"
     assert "DATA_DIR is not set: the command shows /DATA_DIR-not-set in its place" in proc.stderr
     # a closed preset without INIT_CHECKPOINT: the same kind of marked placeholder (a run is refused)
@@ -783,7 +813,7 @@ def test_num_gpus_is_decimal_and_checked_against_the_host(tmp_path):
 
 
 def test_one_process_runs_the_trainer_directly():
-    launcher, _ = trainer_flags(dry_run("--preset=demo_cpu"))
+    launcher, _ = command_flags(dry_run("--preset=demo_cpu"))
     assert len(launcher) == 1 and "torchrun" not in launcher[0] and "python" in os.path.basename(launcher[0])
 
 
@@ -956,7 +986,7 @@ def test_rcp_presets_are_the_installed_rcps(gpus):
     for bs, hp in rcps.items():
         if bs % int(gpus):
             continue
-        _, fl = trainer_flags(dry_run("--preset=rcp_%d" % bs, NUM_GPUS=gpus))
+        _, fl = command_flags(dry_run("--preset=rcp_%d" % bs, NUM_GPUS=gpus))
         n, micro = int(fl["steps_per_update"]), int(fl["train_batch_size"])
         assert micro * n == bs and micro % int(gpus) == 0 and micro // int(gpus) <= MAX_PER_GPU_BATCH
         # the fewest micro-steps that fit: one fewer would not split or not fit

@@ -24,7 +24,7 @@ import torch._dynamo
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer import (attention, checkpoint, distributed, levers, preflight, run_config, step,
-                                 tf_checkpoint, training)
+                                 tf_checkpoint, trainer_flags, training)
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.trainer.model import BertForPreTraining
@@ -55,7 +55,7 @@ def compiled(monkeypatch):
 def _trainer(tmp_path, *extra, steps_per_update=2, cfg=DROPOUT, dtype="bf16", rank=0, world=1):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(cfg))
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     flags.parse(fv, ["x", "--bert_config_file=%s" % config, "--input_file=unused", "--output_dir=unused",
                      "--do_train", "--optimizer=lamb", "--learning_rate=1e-2", "--num_train_steps=100",
                      "--num_warmup_steps=10", "--steps_per_update=%d" % steps_per_update, "--dtype=" + dtype]
@@ -142,7 +142,7 @@ def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files,
     with pytest.raises(UserError, match=r"--cuda_graphs needs a CUDA device \(this run is on cpu\): drop") as e:
         training.main(flags_for(files, str(tmp_path / "b"), cuda_graphs=True, compile=True, num_workers=0))
     assert "\n" not in str(e.value)
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     flags.parse(fv, ["x", "--cuda_graphs", "--compile", "--clip_by_global_norm_after_gradient_allreduce"],
                 required=[])
     with pytest.raises(UserError, match=r"--cuda_graphs on several ranks \(this run has 2\) needs per-replica "
@@ -161,10 +161,10 @@ def test_a_removed_lever_says_it_was_removed_and_why_in_one_line():
     "Did you mean: lamb_weight_decay_rate?"; every spelling, every command (flags.REMOVED_FLAGS)."""
     for arg in ("--bf16_weights", "--bf16_weights=true", "--nobf16_weights"):
         with pytest.raises(UserError, match=r"^flag --bf16_weights was removed \(issue 36.3\): .*--fused_qkv") as e:
-            flags.parse(training.define_flags(), ["run_pretraining.py", "--dtype=bf16", arg], required=[])
+            flags.parse(trainer_flags.define_flags(), ["run_pretraining.py", "--dtype=bf16", arg], required=[])
         assert "\n" not in str(e.value) and "Did you mean" not in str(e.value)
     # after "--" it is a positional, not a flag
-    assert flags.parse(training.define_flags(), ["x", "--", "--bf16_weights"], required=[]) == ["--bf16_weights"]
+    assert flags.parse(trainer_flags.define_flags(), ["x", "--", "--bf16_weights"], required=[]) == ["--bf16_weights"]
 
 
 def test_pad_vocab_is_removed_and_an_old_command_line_is_told_why():
@@ -174,9 +174,9 @@ def test_pad_vocab_is_removed_and_an_old_command_line_is_told_why():
     for arg in ("--pad_vocab", "--pad_vocab=true", "--nopad_vocab"):
         with pytest.raises(UserError, match=r"^flag --pad_vocab was removed \(issue 46.7\): .*0.91x eager and "
                                             r"1.01x compiled.*; drop it$") as e:
-            flags.parse(training.define_flags(), ["run_pretraining.py", "--compile", arg], required=[])
+            flags.parse(trainer_flags.define_flags(), ["run_pretraining.py", "--compile", arg], required=[])
         assert "\n" not in str(e.value)
-    assert "pad_vocab" not in levers.LEVERS and "pad_vocab" not in run_config.RUN_FLAGS
+    assert "pad_vocab" not in trainer_flags.LEVERS and "pad_vocab" not in run_config.RUN_FLAGS
     assert not hasattr(BertForPreTraining, "vocab_pad") and not hasattr(levers, "enable_pad_vocab")
 
 
@@ -411,7 +411,7 @@ def _fp8_model(recipe, cfg=FP8_CFG):
     return model
 
 
-@pytest.mark.parametrize("recipe", levers.RECIPES)
+@pytest.mark.parametrize("recipe", trainer_flags.RECIPES)
 def test_fp8_is_torchaos_float8_training_on_the_encoders_dense_layers_only(recipe):
     """Each of the encoder's six dense layers, and nothing else (not the embeddings, the pooler,
     the MLM transform or decoder, the NSP head), gets torchao's Float8Linear with the recipe's
@@ -439,7 +439,7 @@ def test_fp8_is_torchaos_float8_training_on_the_encoders_dense_layers_only(recip
     assert all(torch.equal(twins[n].weight, other[n + ".weight"]) for n in twins)
 
 
-@pytest.mark.parametrize("recipe", levers.RECIPES)
+@pytest.mark.parametrize("recipe", trainer_flags.RECIPES)
 def test_fp8_trains_in_float8_within_cudas_rules_and_evaluates_in_bf16(recipe, scaled_mm_calls):
     """A training micro-step multiplies each dense layer in float8 three times (output, input
     gradient, weight gradient: 18 torch._scaled_mm calls, each with operands CUDA's kernel takes,
@@ -463,7 +463,7 @@ def test_fp8_trains_in_float8_within_cudas_rules_and_evaluates_in_bf16(recipe, s
     assert got == evaluation.evaluate(plain, [batch], torch.device("cpu"), autocast)
 
 
-@pytest.mark.parametrize("recipe", levers.RECIPES)
+@pytest.mark.parametrize("recipe", trainer_flags.RECIPES)
 def test_fp8_with_fused_qkv_is_one_float8_gemm_over_the_stacked_weights(recipe, scaled_mm_calls):
     """Issue 46.3: with --fused_qkv, --fp8 trained the three float8 layers of q, k and v (three
     casts of one input, three GEMMs of N = h). Now a micro-step makes one float8 GEMM of N = 3h in
@@ -505,7 +505,7 @@ def test_fp8_with_fp32_is_refused_in_one_line(tmp_path):
     """Issue 46.3: float8's GEMM outputs the layer's input dtype; with --dtype=fp32 that is fp32,
     which CUDA's row-wise kernel refuses on every GPU but sm90 (a CPU runs it): refused at the
     start, for both recipes."""
-    for recipe in levers.RECIPES:
+    for recipe in trainer_flags.RECIPES:
         with pytest.raises(UserError, match=r"^--fp8 multiplies in float8 under bf16 autocast \(row-wise scaling "
                                             r"needs a bf16 output on every GPU but sm90\): add --dtype=bf16, or "
                                             r"drop --fp8$"):
@@ -536,7 +536,7 @@ def _scaled_mm_graphs(fn, *args, **kwargs):
 
 
 @pytest.mark.slow  # dynamo traces torchao's tensor subclass: 30-40 s a recipe on this machine
-@pytest.mark.parametrize("recipe", levers.RECIPES)
+@pytest.mark.parametrize("recipe", trainer_flags.RECIPES)
 def test_fp8_compiles_with_operands_cudas_scaled_mm_takes_and_eval_compiles_without(recipe):
     """torch.compile (dynamo and aot_autograd, as --compile traces before inductor) of the
     training forward and backward: 6 float8 matmuls in the forward graph and 12 in the backward's,
@@ -556,7 +556,7 @@ def test_fp8_compiles_with_operands_cudas_scaled_mm_takes_and_eval_compiles_with
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("recipe", levers.RECIPES)
+@pytest.mark.parametrize("recipe", trainer_flags.RECIPES)
 def test_fp8_layer_is_within_fp8_tolerance_of_bf16(recipe):
     """One dense layer under bf16 autocast, its float8 twin against bf16: output within 6% (norm),
     input and weight gradients within 10%, bias gradient within 1%; the gradients reach the fp32
@@ -584,7 +584,7 @@ def test_fp8_layer_is_within_fp8_tolerance_of_bf16(recipe):
     assert 0 < rel(gx8, gx) < 0.1 and 0 < rel(gw8, gw) < 0.1 and rel(gb8, gb) < 0.01
 
 
-@pytest.mark.parametrize("recipe", levers.RECIPES)
+@pytest.mark.parametrize("recipe", trainer_flags.RECIPES)
 def test_fp8_trains_close_to_bf16(tmp_path, recipe):
     """--fp8 through the Trainer, 3 updates of 2 micro-steps: the losses within 0.1% of bf16's;
     each weight's change within 15% of bf16's (norm of the difference over the norm of bf16's
@@ -740,12 +740,12 @@ def test_a_run_resumed_with_fused_qkv_switched_is_refused(tmp_path):
 
 
 def test_levers_lists_every_lever_flag():
-    """levers.LEVERS (what bench/ tries) is every bool flag levers.py defines, each off by default."""
+    """trainer_flags.LEVERS (what bench/ tries) is every bool flag define_lever_flags defines, each off by default."""
     fv = flags.FlagValues()
-    levers.define_flags(fv)
+    trainer_flags.define_lever_flags(fv)
     names = [n for n in fv if isinstance(fv[n].value, bool)]  # --fp8_recipe: a setting of --fp8
-    assert sorted(levers.LEVERS) == sorted(names)
-    assert all(fv[n].value is False for n in levers.LEVERS)
+    assert sorted(trainer_flags.LEVERS) == sorted(names)
+    assert all(fv[n].value is False for n in trainer_flags.LEVERS)
 
 
 def test_casts_per_update_with_cudas_autocast_policy():

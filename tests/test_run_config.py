@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import checkpoint, levers, training
+from mlperf_bert.trainer import checkpoint, levers, trainer_flags, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.run_config import FIELDS, RESOLVED, SECTIONS, Optim, RunConfig, Schedule
 from test_training import _same_log, assert_bit_identical, one_thread  # noqa: F401  (module fixture)
@@ -267,7 +267,7 @@ def _packed_input(d):
 
 def _identity(argv, world=1):
     """The run identity of the command ``argv`` on ``world`` ranks."""
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     fv(argv)
     cfg = RunConfig.from_flags(fv)
     return cfg.identity(7, [cfg.data.input_file], [cfg.eval.eval_input_file] if cfg.eval.eval_input_file else [],
@@ -370,7 +370,7 @@ def test_presets_identity_and_launch_flags_are_the_old_codes_byte_for_byte(prese
         want = json.loads(f.read().replace("<ROOT>", ROOT))[preset]
     for name in ("MLPERF_BERT_PRESET", "MLPERF_BERT_OVERRIDES", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     fv(want["argv"])
     cfg = RunConfig.from_flags(fv)
     ident = cfg.identity(5, [], [], None, {"hidden_size": 8}, world=8)
@@ -381,6 +381,9 @@ def test_presets_identity_and_launch_flags_are_the_old_codes_byte_for_byte(prese
     got = {k: rec[k] for k in want["launch"]}
     assert json.dumps(got) == json.dumps(want["launch"])
     assert "config" not in rec  # no --config: the record's keys are today's
+
+
+DEFINES = ("define_flags", "define_lever_flags")  # trainer_flags.py's
 
 
 def test_the_trainer_reads_the_flag_object_only_in_run_config():
@@ -396,7 +399,7 @@ def test_the_trainer_reads_the_flag_object_only_in_run_config():
         tree = ast.parse(path.read_text(), str(path))
         for fn in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Lambda))]:
             name = getattr(fn, "name", "<lambda>")
-            if name == "define_flags" or (name == "main" and path.name in own_flags):
+            if name in DEFINES or (name == "main" and path.name in own_flags):
                 continue
             if name != "main" and any(a.arg == "fv" for a in fn.args.args + fn.args.kwonlyargs):
                 found.append("%s: %s(fv)" % (path.name, name))
@@ -409,9 +412,9 @@ def test_the_trainer_reads_the_flag_object_only_in_run_config():
 
 
 def _inside_define(tree, node, own_flags, filename):
-    """Whether ``node`` is in a define_flags function (or a main of a command with its own flags)."""
+    """Whether ``node`` is in a flag-defining function (or a main of a command with its own flags)."""
     for fn in ast.walk(tree):
-        if isinstance(fn, ast.FunctionDef) and (fn.name == "define_flags" or (fn.name == "main"
+        if isinstance(fn, ast.FunctionDef) and (fn.name in DEFINES or (fn.name == "main"
                                                                                and filename in own_flags)):
             if any(n is node for n in ast.walk(fn)):
                 return True
@@ -421,7 +424,7 @@ def _inside_define(tree, node, own_flags, filename):
 def test_the_fields_are_the_flags_with_their_defaults_and_one_identity_class_each():
     """Every flag of run_pretraining.py is a field of RunConfig, under its name, with the flag's
     default; and nothing else is."""
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     assert set(FIELDS) == set(fv)
     default = RunConfig()
     for name, (section, field) in FIELDS.items():
@@ -453,7 +456,7 @@ def test_a_trainer_from_a_small_run_config_literal_is_the_flags_trainer():
                     schedule=Schedule(num_train_steps=10, num_warmup_steps=2))
     literal, updated = _two_updates(cfg)
     assert updated == [False, True, False, True]
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     fv(["x", "--optimizer=lamb", "--learning_rate=1e-2", "--steps_per_update=2", "--num_train_steps=10",
         "--num_warmup_steps=2"])
     assert RunConfig.from_flags(fv) == dataclasses.replace(cfg, given=RunConfig.from_flags(fv).given)
@@ -490,7 +493,7 @@ def _write(path, text):
 
 def test_a_config_file_is_under_the_flags_and_over_the_defaults(tmp_path):
     toml = _write(tmp_path / "run.toml", 'train_batch_size = 8\n[optim]\nlearning_rate = 2e-2\noptimizer = "lamb"\n')
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     fv(["x", "--config=" + toml, "--learning_rate=3e-2"])
     cfg = RunConfig.from_flags(fv)
     assert (cfg.data.train_batch_size, cfg.optim.learning_rate, cfg.optim.optimizer) == (8, 3e-2, "lamb")
@@ -499,7 +502,7 @@ def test_a_config_file_is_under_the_flags_and_over_the_defaults(tmp_path):
         assert cfg.config_file == (toml, hashlib.sha256(f.read()).hexdigest())
     assert cfg.given_flags() == {"config": toml, "learning_rate": 3e-2}  # the file's values are not given flags
     js = _write(tmp_path / "run.json", json.dumps({"data": {"train_batch_size": 8, "input_file": "a"}, "seed": 3}))
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     fv(["x", "--config=" + js])
     cfg = RunConfig.from_flags(fv, required=["input_file"])  # a required flag the file gives
     assert (cfg.data.train_batch_size, cfg.runtime.seed, cfg.data.input_file) == (8, 3, "a")
@@ -515,7 +518,7 @@ def test_a_config_file_is_under_the_flags_and_over_the_defaults(tmp_path):
 ])
 def test_a_bad_config_file_is_one_line_naming_it(tmp_path, text, message):
     path = _write(tmp_path / "bad.toml", text)
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     fv(["x", "--config=" + path])
     with pytest.raises(UserError, match=r"^--config %s: .*%s" % (path, message) if "valid" not in message
                        else r"^--config %s %s" % (path, message)) as e:

@@ -1004,9 +1004,9 @@ def test_a_run_killed_after_its_run_stop_is_packaged_with_the_launch_its_run_sto
 def test_the_trainer_records_its_launch(monkeypatch):
     """What run_finished.json keeps for launch.json: train_model.sh's preset and overrides, the flags
     given, processes and nodes (torchrun's), the code."""
-    from mlperf_bert.trainer import checkpoint, training
+    from mlperf_bert.trainer import checkpoint, trainer_flags
     from mlperf_bert.trainer.run_config import RunConfig
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     fv(["run_pretraining.py", "--train_batch_size=96", "--output_dir=/x", "--noshuffle"])
     monkeypatch.setenv("MLPERF_BERT_PRESET", "rcp_768")
     monkeypatch.setenv("MLPERF_BERT_OVERRIDES", "--train_batch_size=96")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mlperf_bert.trainer import throughput, training
+from mlperf_bert.trainer import throughput, trainer_flags, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.trainer.model import BertForPreTraining
@@ -100,7 +100,7 @@ def test_trainer_counts_varlen_attention_where_the_kernel_runs(files, tmp_path, 
     from mlperf_bert.trainer import attention
     cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=256, max_position_embeddings=128)
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     fv(["x", "--bert_config_file=unused", "--input_file=unused", "--output_dir=unused", "--max_seq_length=128",
         "--dtype=bf16"])
     trainer = training.Trainer(RunConfig.from_flags(fv), cfg, torch.device("cpu"), 0, 1, seed=0)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from mlperf_bert.dataset import tfrecord
-from mlperf_bert.trainer import preflight, run_config, throughput, training
+from mlperf_bert.trainer import preflight, run_config, throughput, trainer_flags, training
 from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.errors import UserError
 import procs
@@ -1078,7 +1078,7 @@ def test_help_lists_every_reference_flag_with_the_reference_defaults(capsys):
     text = capsys.readouterr().out
     for name in REFERENCE_FLAGS:
         assert "--%s" % name in text or "--[no]%s" % name in text, name
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     defaults = {name: fv[name].default for name in REFERENCE_FLAGS}
     assert defaults["max_seq_length"] == 128 and defaults["max_predictions_per_seq"] == 20
     assert defaults["train_batch_size"] == 32 and defaults["eval_batch_size"] == 8
@@ -1209,7 +1209,7 @@ def test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers(file
     fails here until it is put in one. Each RUN_FLAGS flag changed is refused on a resume."""
     import itertools
     from mlperf_bert.trainer import checkpoint
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     lists = {"RUN_FLAGS": set(run_config.RUN_FLAGS), "IDENTITY_BY_CONTENT": set(run_config.IDENTITY_BY_CONTENT),
              "SAME_NUMBERS": set(run_config.SAME_NUMBERS)}
     defined = set(fv)
@@ -1225,7 +1225,7 @@ def test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers(file
     fv(base)  # several ranks (run_config.RunConfig._unused_flags)
     saved = RunConfig.from_flags(fv).identity(7, [files["train"]], [files["eval"]], None, {}, world=2)
     for name in run_config.RUN_FLAGS:
-        changed = training.define_flags()
+        changed = trainer_flags.define_flags()
         changed(base)
         changed[name].value = _other_value(changed[name])
         with pytest.raises(UserError, match=r"^--%s=.* differs from the run being resumed in out \(it has " % name):
@@ -1714,7 +1714,7 @@ def test_closed_division_hyperparameters_of_published_runs_are_accepted(files, t
             continue
         import math
         n = hp.get("gradient_accumulation_steps", 1)
-        fv = training.define_flags()
+        fv = trainer_flags.define_flags()
         fv(flags_for(files, str(tmp_path / "o"), submission_division="closed", eval_input_file=eval_10k,
                      init_checkpoint="phase1/model.ckpt-28252", submission_org="ACME", submission_platform="cpu1",
                      train_batch_size=hp["global_batch_size"] // n, steps_per_update=n,

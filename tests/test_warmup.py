@@ -17,7 +17,7 @@ from torch._dynamo.utils import counters
 
 from mlperf_bert import flags
 from mlperf_bert.harness.mlperf_log import MLPerfLog
-from mlperf_bert.trainer import evaluation, loader, training, warmup
+from mlperf_bert.trainer import evaluation, loader, trainer_flags, training, warmup
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.run_config import RunConfig
 from test_training import ROOT, assert_bit_identical, files, flags_for, one_thread, weights  # noqa: F401
@@ -27,7 +27,7 @@ T, P = 128, 20
 
 
 def _trainer(files, **kw):  # noqa: F811
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     argv = flags_for(files, "unused", **{"steps_per_update": 2, **kw})
     flags.parse(fv, argv, required=[])
     config = BertConfig.from_json_file(files["config"], T)
@@ -96,12 +96,12 @@ def test_eval_metrics_are_the_same_at_any_micro_batch(files):  # noqa: F811
     for i, batch in enumerate(loader.PretrainingBatches([files["train"]], T, P, 8, seed=1, max_batches=16)):
         trainer.step(batch, i)  # predicting some masked tokens: accuracy 0 would prove nothing
     got = {}
-    for micro in (1, 7, evaluation.CPU_MICRO_BATCH):
+    for micro in (1, 7, trainer_flags.CPU_MICRO_BATCH):
         eval_set = evaluation.EvalSet([files["eval"]], T, P, micro, 0, 1, torch.device("cpu"), 30522)
         assert {b["input_ids"].shape for b in eval_set} == {(eval_set.micro_batch, T)}  # one shape: one graph
         got[micro] = trainer.evaluate(eval_set)
     assert evaluation.EvalSet([files["eval"]], T, P, 32, 0, 1, "cpu").micro_batch == 20  # 40 in 2 even batches
-    base = got[evaluation.CPU_MICRO_BATCH]
+    base = got[trainer_flags.CPU_MICRO_BATCH]
     assert base["samples"] == 40 and 0 < base["masked_lm_accuracy"] < 1
     for micro, m in got.items():
         assert m["samples"] == 40

@@ -6,6 +6,7 @@ import torch
 
 from mlperf_bert.fileio import atomic_open
 from mlperf_bert.trainer import distributed, loader
+from mlperf_bert.trainer.trainer_flags import MAX_MICRO_BATCH
 
 EVAL_KEYS = ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy", "next_sentence_loss")
 _SUMS = ("mlm_correct", "mlm_weight", "mlm_nll_sum", "nsp_correct", "nsp_count", "nsp_nll_sum")
@@ -28,8 +29,6 @@ def reference_expectation(step, samples):
             "before any training%s)" % (PHASE1_MLM_ACCURACY, PHASE1_STEP, PHASE1_EVAL_SAMPLES, other))
 
 
-CPU_MICRO_BATCH = 32  # per-rank eval rows a forward on CPU, where larger batches gain little
-MAX_MICRO_BATCH = 256  # on a GPU: seq-512 BERT-Large eval ran no faster per row at 256 than at 64 (issue 30)
 ALLOWANCE = 2 * 2 ** 30  # CUDA context, cuBLAS workspaces, the allocator's fragmentation
 
 

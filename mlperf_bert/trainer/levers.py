@@ -23,27 +23,8 @@ A lever that does not pay is removed (its flag then says so: flags.REMOVED_FLAGS
 """
 import torch
 
-from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-
-# The lever flags, for tools that try each (bench/): each is a bool flag defined here, off by default.
-LEVERS = ("cuda_graphs", "fused_update", "fp8", "fused_qkv")
-
-
-def define_flags(fv):
-    B = flags.DEFINE_bool
-    B("cuda_graphs", False, "With --compile: replay the compiled forward, backward and update as CUDA graphs "
-      "(torch.compile mode reduce-overhead); several ranks with per-replica clipping only; measured on a GPU "
-      "only at a 2-layer model (docs/training.md).", flag_values=fv)
-    B("fused_update", False, "Compile the clipping, accumulation and LAMB/AdamW update (also without --compile) "
-      "with inductor's combo kernels; measured on a GPU only at a 2-layer model.", flag_values=fv)
-    B("fp8", False, "The encoder's dense layers multiply in float8 in training (torchao's float8 training, "
-      "--fp8_recipe); the eval stays bf16. Needs a convergence run within the RCPs before a closed submission; "
-      "measured on a GPU only at a 2-layer model.", flag_values=fv)
-    flags.DEFINE_enum("fp8_recipe", "tensorwise", list(RECIPES), "With --fp8: torchao's float8 recipe: tensorwise "
-                      "(one scale a tensor) or rowwise (a scale a row; e4m3 gradients).", flag_values=fv)
-    B("fused_qkv", False, "Each layer's query, key and value projections as one GEMM over their stacked weights "
-      "(the checkpoints keep the reference's three); measured on a GPU only at a 2-layer model.", flag_values=fv)
+from mlperf_bert.trainer.trainer_flags import RECIPES
 
 
 # The order the levers are applied in (``Trainer.__init__``): every refusal first (``refuse``), then
@@ -119,9 +100,6 @@ def enable_fused_qkv(model):
 
 
 # ---------------------------------------------------------------- float8 matmuls (torchao)
-
-RECIPES = ("tensorwise", "rowwise")  # torchao.float8's recipe names
-
 
 def _torchao_float8():
     """``torchao.float8``, imported on first use: only --fp8 needs it. The torchao wheel also

@@ -14,8 +14,7 @@ from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import check_tmpdir, check_writable_dir, host_memory, remove_stale_temporaries, same_file
 from mlperf_bert.harness.mlperf_log import check_prefix, is_mlperf_log
 from mlperf_bert.trainer import checkpoint, distributed, levers, loader
-
-TPU_FLAGS = ("tpu_name", "tpu_zone", "gcp_project", "master")
+from mlperf_bert.trainer.trainer_flags import TPU_FLAGS
 
 
 def check_flags(cfg):

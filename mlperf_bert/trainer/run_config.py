@@ -389,37 +389,14 @@ def as_flag(name, value):
     return "--%s=%s" % (name, str(value).replace("\n", "\\n"))
 
 
-def launch_figures(argv):
-    """[train_batch_size, steps_per_update, global batch, max_seq_length, device] of the trainer's
-    flags ``argv`` (its command after the program) as ``from_flags`` resolves them, the ``--config``
-    file included, without torch: for train_model.sh's batch line and per-GPU check. Each field is
-    a flag of its annotation's type; an enum's value and unknown flags are left to the trainer."""
-    from absl import flags as absl
-    fv = absl.FlagValues()
-    define = {bool: absl.DEFINE_bool, int: absl.DEFINE_integer, float: absl.DEFINE_float, str: absl.DEFINE_string}
-    for name, (_, f) in FIELDS.items():
-        define[(typing.get_args(f.type) or (f.type,))[0]](name, f.default, "", flag_values=fv)  # Optional[X]: X
-    try:
-        fv(["run_pretraining.py"] + list(argv), known_only=True)
-    except absl.Error as e:
-        raise UserError(str(e).splitlines()[0])
-    cfg = RunConfig.from_flags(fv)
-    return [cfg.data.train_batch_size, cfg.optim.steps_per_update, cfg.global_batch, cfg.data.max_seq_length,
-            cfg.runtime.device]
-
-
 def main(argv):
     """``python -S -m mlperf_bert.trainer.run_config FILE``: the flags the ``--config`` FILE gives a
     value, one a line as ``as_flag`` writes them, read as the trainer reads it (train_model.sh's
     preset flags they replace; start_training.sh refuses a file's seed: every run of a series would
-    have it); a file the trainer refuses: its one line, status 2. ``--figures FLAG...`` (absl: not
-    -S): ``launch_figures`` on one line."""
+    have it); a file the trainer refuses: its one line, status 2."""
     try:
-        if argv[1:2] == ["--figures"]:
-            print(*launch_figures(argv[2:]))
-            return 0
         if len(argv) != 2:
-            print("usage: python -m mlperf_bert.trainer.run_config CONFIG_FILE | --figures FLAG...", file=sys.stderr)
+            print("usage: python -m mlperf_bert.trainer.run_config CONFIG_FILE", file=sys.stderr)
             return 2
         values, _ = read_config_file(argv[1])
     except UserError as e:

@@ -29,111 +29,11 @@ from mlperf_bert import flags
 from mlperf_bert.errors import Terminated, UserError, first_signal
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
 from mlperf_bert.trainer import (checkpoint, cpu_memory, distributed, evaluation, levers, loader, preflight,
-                                 run_config, tensorboard, throughput)
+                                 run_config, tensorboard, throughput, trainer_flags)
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
 from mlperf_logging.mllog import constants as C
 
-
-
-def define_flags():
-    fv = flags.FlagValues()
-    S, I, F, B = flags.DEFINE_string, flags.DEFINE_integer, flags.DEFINE_float, flags.DEFINE_bool
-    # The reference trainer's flags, same names and defaults.
-    S("bert_config_file", None, "bert_config.json of the model.", flag_values=fv)
-    S("input_file", None, "Training TFRecord/HDF5 files: glob or comma-separated list.", flag_values=fv)
-    S("output_dir", None, "Where checkpoints (model.ckpt-<step>.pt) and eval_results.txt go.", flag_values=fv)
-    S("init_checkpoint", None, "Initial weights: TF checkpoint prefix or a .pt of this project.", flag_values=fv)
-    I("max_seq_length", 128, "Sequence length of the data.", flag_values=fv)
-    I("max_predictions_per_seq", 20, "Masked positions per sequence in the data.", flag_values=fv)
-    B("do_train", False, "Train.", flag_values=fv)
-    B("do_eval", False, "Evaluate (alone: --init_checkpoint on --input_file).", flag_values=fv)
-    I("train_batch_size", 32, "Global batch per micro-step, over all ranks.", flag_values=fv)
-    I("eval_batch_size", 8, "Global eval batch, over all ranks, of --do_eval alone (the online eval's is "
-      "--eval_micro_batch_size).", flag_values=fv)
-    flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "The optimizer.", flag_values=fv)
-    F("learning_rate", 5e-5, "Initial learning rate.", flag_values=fv)
-    F("poly_power", 1.0, "Power of the polynomial decay.", flag_values=fv)
-    I("num_train_steps", 100000, "Training micro-steps.", flag_values=fv)
-    I("num_warmup_steps", 10000, "Warmup steps.", flag_values=fv)
-    I("start_warmup_step", 0, "Step at which warmup starts.", flag_values=fv)
-    I("save_checkpoints_steps", 1000, "Checkpoint every this many micro-steps; 0: only at the end and on "
-      "SIGTERM (a run killed otherwise starts over).", flag_values=fv)
-    I("iterations_per_loop", 1000, "Accepted for compatibility (TPU estimator loop); no effect.",
-      flag_values=fv)
-    I("max_eval_steps", 100, "Batches of --do_eval alone.", flag_values=fv)
-    I("steps_per_update", 1, "Micro-steps accumulated per optimizer update.", flag_values=fv)
-    I("keep_checkpoint_max", 5, "Newest checkpoints kept.", flag_values=fv)
-    # (--optimizer=adamw: the reference's AdamW has these four fixed at their defaults; others are refused)
-    F("lamb_weight_decay_rate", 0.01, "LAMB's weight decay rate (AdamW's: fixed at 0.01).", flag_values=fv)
-    F("lamb_beta_1", 0.9, "LAMB's beta_1 (AdamW's: fixed at 0.9).", flag_values=fv)
-    F("lamb_beta_2", 0.999, "LAMB's beta_2 (AdamW's: fixed at 0.999).", flag_values=fv)
-    F("log_epsilon", -6.0, "LAMB's epsilon = 10 ** log_epsilon (AdamW's: fixed at 1e-6).", flag_values=fv)
-    I("num_gpus", 0, "Accepted; use python -m mlperf_bert torchrun --nproc_per_node for several GPUs.", flag_values=fv)
-    # TPU flags of the reference: accepted, refused if used.
-    B("use_tpu", False, "Not supported (TPU).", flag_values=fv)
-    for name in preflight.TPU_FLAGS:
-        S(name, None, "Not supported (TPU).", flag_values=fv)
-    I("num_tpu_cores", 8, "Not supported (TPU); ignored.", flag_values=fv)
-    # This harness.
-    S("eval_input_file", None, "Online eval set (eval_10k): evaluate every eval_frequency samples.",
-      flag_values=fv)
-    F("target_mlm_accuracy", 0.720, "Stop at the first eval with masked LM accuracy >= this.",
-      flag_values=fv)
-    I("max_samples_termination", 0, "Stop (aborted) after this many training samples; 0: none.",
-      flag_values=fv)
-    I("eval_frequency", 0, "Samples between evals; 0: the MLPerf formula of the global batch.",
-      flag_values=fv)
-    B("eval_at_start", False, "Also evaluate before training (at 0 samples).", flag_values=fv)
-    I("seed", None, "Random seed (model init, dropout, data order); default: random, logged.",
-      flag_values=fv)
-    B("shuffle", True, "Shuffle files and records (seeded); --noshuffle reads them in order.",
-      flag_values=fv)
-    I("shuffle_buffer", 1000, "Records in the shuffle buffer.", flag_values=fv)
-    I("num_workers", 2, "DataLoader worker processes per rank.", flag_values=fv)
-    I("log_frequency", 50, "Log train_loss, learning rate and throughput every this many steps.",
-      flag_values=fv)
-    S("mlperf_log", None, "MLPerf log file; default output_dir/mlperf.log. A resume cuts it back to its "
-      "checkpoint's point; an existing file that is not this run's MLPerf log is refused.",
-      flag_values=fv)
-    S("tensorboard_dir", None, "Also write the MLPerf log's loss, learning rate, throughput and eval values as "
-      "TensorBoard scalars here (rank 0; trainer/tensorboard.py); default: none.", flag_values=fv)
-    flags.DEFINE_enum("submission_division", "open", ["open", "closed"], "MLPerf division.",
-                      flag_values=fv)
-    S("submission_org", "unknown", "MLPerf submitter.", flag_values=fv)
-    S("submission_platform", "unknown", "MLPerf platform.", flag_values=fv)
-    flags.DEFINE_enum("submission_status", "onprem", ["onprem", "cloud", "research"], "MLPerf system status"
-                      " (package's --status: onprem for 'Available on-premise', cloud for 'Available cloud',"
-                      " research for RDI).", flag_values=fv)
-    flags.DEFINE_enum("dtype", "fp32", ["fp32", "bf16"], "Compute dtype (bf16: autocast).",
-                      flag_values=fv)
-    flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"], "auto: cuda if available.",
-                      flag_values=fv)
-    B("clip_by_global_norm_after_gradient_allreduce", False,
-      "The reference's LAMB option: clip the accumulated, all-reduced gradient once per update (DDP "
-      "overlaps the reduction with backward) instead of each micro-batch gradient of each replica.",
-      flag_values=fv)
-    flags.DEFINE_enum("grad_exchange_dtype", "fp32", ["fp32", "bf16"], "Per-replica clipping on several ranks: "
-                      "the type the clipped sums are all-reduced in (bf16: half the bytes, rounded to bfloat16 "
-                      "and summed in it); no effect on one rank; not measured on a GPU.", flag_values=fv)
-    B("compile", False, "torch.compile the model, its eval and the clipping/accumulation/optimizer step "
-      "(trainer/step.py), compiled before run_start by the warm-up.", flag_values=fv)
-    B("warm_up", True, "With --compile or on CUDA: before run_start (untimed init), run two updates and an "
-      "eval of two batches on synthetic batches of the run's shapes, compiling (and with --cuda_graphs "
-      "recording) every graph, then restore weights, optimizer and RNG exactly (trainer/warmup.py).",
-      flag_values=fv)
-    I("eval_micro_batch_size", 0, "Online eval rows per rank per forward; 0: the largest that fits the GPU "
-      "(at most %d), %d on CPU. The metrics are exact sums: any value gives the same." % (
-          evaluation.MAX_MICRO_BATCH, evaluation.CPU_MICRO_BATCH), flag_values=fv)
-    B("progress", True, "Show a progress bar.", flag_values=fv)
-    flags.DEFINE_enum("check_data", "headers", ["none", "headers", "full"],
-                      "Before training, read every record's header (and with full its CRC-checked "
-                      "data) so a damaged file fails at once.", flag_values=fv)
-    S("config", None, "A TOML (or .json) file of flag values, flat or in the sections of trainer/run_config.py "
-      "([optim] learning_rate = 1e-4); the flags given on the command line override it. The resolved "
-      "config is written to output_dir/%s." % run_config.RESOLVED, flag_values=fv)
-    levers.define_flags(fv)  # speed levers, off by default: measured on a GPU only at a 2-layer model
-    return fv
 
 
 class _Stop:
@@ -259,7 +159,7 @@ class _Stop:
 
 
 def main(argv):
-    fv = define_flags()
+    fv = trainer_flags.define_flags()
     # no positional arguments: one would be dropped unread (``--input_file=a, b``: b not trained on)
     flags.parse(fv, argv, positional=False)
     # required here, not by parse: a --config file may give them
@@ -402,7 +302,7 @@ class Trainer:
         if self.cfg.eval.eval_micro_batch_size:
             return self.cfg.eval.eval_micro_batch_size
         if self.device.type != "cuda":
-            return evaluation.CPU_MICRO_BATCH
+            return trainer_flags.CPU_MICRO_BATCH
         params = sum(p.numel() * p.element_size() for p in self.accumulator.params)
         reserve = params * (2 if not self.optimizer.state else 0)
         if self.accumulator.n > 1 and not self.accumulator.clip_after_reduce and self.accumulator.buffers is None:

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mlperf_bert.dataset import example, tfrecord  # noqa: E402
-from mlperf_bert.trainer import checkpoint, training  # noqa: E402
+from mlperf_bert.trainer import checkpoint, trainer_flags, training  # noqa: E402
 
 TINY = {"vocab_size": 128, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
         "intermediate_size": 16, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
@@ -93,7 +93,7 @@ def preset_argv(preset):
 
 def record(preset):
     """The identity and the given flags of ``preset``'s command, by today's code."""
-    fv = training.define_flags()
+    fv = trainer_flags.define_flags()
     fv(preset_argv(preset))
     ident = checkpoint.run_identity(fv, 5, [], [], None, {"hidden_size": 8})
     given = checkpoint.launch_record(fv, 8)

@@ -144,7 +144,8 @@ def test_a_refused_input_leaves_no_folder_this_run_made(golden_dir, corrupt_deep
     """pick_eval_samples.py with a missing input, too few records, records of another
     --max_seq_length or a record corrupt deep in the file made the output's folder (with its
     parents) before it read the input, and left it empty. The count and the first record are now
-    checked before anything is made; a record found corrupt later removes the folders this run made."""
+    checked before anything is made; a record found corrupt later, past the last pick too, removes
+    the folders this run made."""
     src = os.path.join(golden_dir, "part-00000.s128.tfrecord")
     corrupt = str(tmp_path / "corrupt")
     corrupt_deep(corrupt)  # record 4's data, not its header: only the full read finds it
@@ -155,6 +156,10 @@ def test_a_refused_input_leaves_no_folder_this_run_made(golden_dir, corrupt_deep
                        ([src, "--max_seq_length=512", "--max_predictions_per_seq=76"],
                         "%s: record 0: feature input_mask has 128 values, expected 512" % src),
                        ([corrupt, "--max_seq_length=8", "--max_predictions_per_seq=2", "--num_examples_to_pick=6"],
+                        "%s: record 4 is corrupt (data CRC mismatch)" % corrupt),
+                       # picks record 0: the damaged record 4 is past the last pick, and the reference
+                       # reads all N records (REFERENCE.md): it was written, 1 record, status 0
+                       ([corrupt, "--max_seq_length=8", "--max_predictions_per_seq=2", "--num_examples_to_pick=1"],
                         "%s: record 4 is corrupt (data CRC mismatch)" % corrupt)):
         with pytest.raises(UserError) as e:
             main(["p", "--input_tfrecord=" + flags[0], "--output_tfrecord=%s" % out, "--num_examples_to_pick=10",

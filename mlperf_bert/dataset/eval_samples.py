@@ -57,12 +57,11 @@ def _pick(input_file, output_file, total, num_examples_to_pick, max_seq_length, 
         bar = progress_bar(total=total, unit="rec", desc="picking")
     k = 0
     with TFRecordWriter(output_file) as writer:
+        # every record is read, its CRC checked, past the last pick too: the reference reads all N
         for index, data in enumerate(read_records(input_file)):
-            if k >= len(wanted):
-                break
             if bar is not None and index % 1024 == 1023:
                 bar.update(1024)
-            if index != wanted[k]:
+            if k >= len(wanted) or index != wanted[k]:
                 continue
             feats = decode_pretraining_example(data, max_seq_length, max_predictions_per_seq,
                                                where="%s: record %d" % (input_file, index))

@@ -709,6 +709,32 @@ def test_check_log_json_reports_a_missing_log_as_json(tmp_path, capsys):
         compliance.main(["check-log", "nothere"])
 
 
+def test_a_log_given_twice_is_checked_once_and_a_folder_link_loop_read_once(tmp_path, capsys):
+    """A hostile sweep: `check-log DIR DIR/result_0.txt` (or one log twice) checked result_0.txt twice
+    and counted it twice, exit 0; a link in a results folder to a folder holding it (up -> ..) made
+    check-log read the same log over and over (41 times), down to the path length limit. A log given
+    again is one error line (exit 2), the others still get their verdicts; each folder is read once."""
+    runs = tmp_path / "runs"
+    (runs / "a").mkdir(parents=True)
+    log = write_log(runs / "result_0.txt")
+    write_log(runs / "a" / "result_1.txt")
+    os.symlink("..", runs / "a" / "up")
+    assert compliance.main(["check-log", "--noofficial", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "2 logs: 2 pass, 0 warn, 0 fail"
+    other = "%s/../%s/result_0.txt" % (runs, runs.name)
+    assert compliance.main(["check-log", "--noofficial", str(runs), str(log), other]) == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines() == ["error: %s is given twice: give each log once" % log,
+                                "error: %s is given twice (also as %s): give each log once" % (other, log)]
+    assert out.splitlines()[-1] == "4 logs: 2 pass, 0 warn, 0 fail, 2 unreadable (see the error lines)"
+    assert compliance.main(["check-log", "--json", "--noofficial", str(log), str(runs)]) == 2
+    got = json.loads(capsys.readouterr().out)
+    assert [(l["log"], l["verdict"], l["error"]) for l in got["logs"]] == [
+        (str(log), "PASS", None), (str(runs / "a" / "result_1.txt"), "PASS", None),
+        (str(runs), "ERROR", "%s holds 1 log given already (%s): give each log once" % (runs, log))]
+
+
 def test_train_samples_logged_after_training_is_not_called_before_it(tmp_path):
     """Issue 33: a run with no eval logs train_samples at its end; check-log said 'logged before training'."""
     r = results(write_log(tmp_path / "noeval.txt", accs=(), status="aborted"))["train_samples"]

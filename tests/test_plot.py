@@ -36,6 +36,30 @@ def test_without_output_the_png_goes_next_to_the_log(tmp_path):
         plot.main(["plot-log", str(other)])
 
 
+def test_without_output_a_refusal_says_it_is_the_default_path_and_how_to_choose_another(tmp_path):
+    """A hostile sweep: `plot-log LOG.png` (a log named so) was refused as "--output LOG.png is the input
+    log", and a directory or another file where the default PNG goes as "--output ... ", naming a flag
+    the user did not give and not the way out (--output=PNG). Nothing is written or replaced."""
+    log = write_log(tmp_path / "run.png")
+    before = log.read_bytes()
+    why = "plot-log writes the PNG of %s there when no --output is given; give --output=PNG"
+    with pytest.raises(UserError) as e:
+        plot.main(["plot-log", str(log)])
+    assert str(e.value) == "%s is the input log: %s" % (log, why % log)
+    other = write_log(tmp_path / "run_1.txt")
+    (tmp_path / "run_1.png").mkdir()
+    with pytest.raises(UserError) as e:
+        plot.main(["plot-log", str(other)])
+    assert str(e.value) == "%s is a directory: %s" % (tmp_path / "run_1.png", why % other)
+    (tmp_path / "run_1.png").rmdir()
+    (tmp_path / "run_1.png").write_text("notes")
+    with pytest.raises(UserError) as e:
+        plot.main(["plot-log", str(other)])
+    assert str(e.value) == "%s exists and is not a PNG: %s (or move it away)" % (tmp_path / "run_1.png", why % other)
+    assert log.read_bytes() == before and (tmp_path / "run_1.png").read_text() == "notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.png", "run_1.png", "run_1.txt"]
+
+
 def _demo_defaults(capsys):
     """{flag: default} of the demo command, from its --help."""
     from mlperf_bert import demo

@@ -229,6 +229,51 @@ def test_plots_go_beside_the_package_never_into_it(package, tmp_path):
                                                     str(package) + ".score_convergence.png")
 
 
+def test_a_plot_path_taken_by_something_else_is_refused_before_the_work(package, tmp_path, capsys, monkeypatch):
+    """A hostile sweep: a note at PACKAGE.score_times.png (or a directory at the convergence plot's
+    path, or a --plots_dir that is a file) was found only after the official tools had run: the
+    report was lost, `score --json` left stdout empty (no {verdict: error} object), and the line
+    named --output, a flag score does not have. Now refused before any work, one line, exit 2."""
+    monkeypatch.setattr(score, "score", lambda p: pytest.fail("scored before the plot paths were checked"))
+    note = tmp_path / (package.name + ".score_times.png")
+    note.write_text("my notes\n")
+    plots_file = tmp_path / "plots.txt"
+    plots_file.write_text("a file\n")
+    cases = [([], "score: %s exists and is not a PNG, where score writes a plot: move it away, or give"
+              " --plots_dir=DIR (or --noplots)" % note),
+             (["--plots_dir=%s" % plots_file], "--plots_dir %s is a file: give a directory for the plots (or"
+                                               " --noplots)" % plots_file)]
+    for flags_, line in cases:
+        with pytest.raises(UserError) as e:
+            score.main(["score", "--json"] + flags_ + [str(package)])
+        assert str(e.value) == line
+        assert json.loads(capsys.readouterr().out) == {"verdict": "error", "error": line}
+    note.unlink()
+    folder = tmp_path / (package.name + ".score_convergence.png")
+    folder.mkdir()
+    with pytest.raises(UserError) as e:
+        score.main(["score", str(package)])
+    assert str(e.value) == ("score: %s is a directory, where score writes a plot: move it away, or give"
+                            " --plots_dir=DIR (or --noplots)" % folder)
+    assert capsys.readouterr().out == "" and plots_file.read_text() == "a file\n" and not list(folder.iterdir())
+    assert not note.exists()
+
+
+def test_a_named_pipe_in_the_package_is_one_line_with_the_way_out(package):
+    """A hostile sweep: a result log that is a named pipe ended score in "cannot copy package ...:
+    ('SRC', '/tmp/mlperf_bert_score-PID-XXXX/...', '`SRC` is a named pipe')": a tuple's repr, naming the
+    temporary copy, and no fix. Now the file, what it is and what to do; no copy is left."""
+    log = package / BERT / "result_4.txt"
+    log.unlink()
+    os.mkfifo(log)
+    with pytest.raises(UserError) as e:
+        score.main(["score", "--noplots", str(package)])
+    assert str(e.value) == ("cannot copy package %s: %s: is a named pipe; a package holds plain files and folders:"
+                            " put the file itself there, or remove it" % (package / "NVIDIA", log))
+    assert not [d for d in os.listdir(score.tempfile.gettempdir())
+                if d.startswith("%s%d-" % (score._COPY_PREFIX, os.getpid()))]
+
+
 @pytest.mark.parametrize("target", ["loop", ".."])
 def test_symlink_loop_is_one_line(package, target):
     """Issue 23: a symlink loop gave a 51 KB message."""
@@ -381,8 +426,8 @@ def test_package_names_stay_inside_the_output(two_runs, tmp_path, flag, value):
 
 
 def test_one_run_given_twice_or_a_seed_reused_is_warned(two_runs, tmp_path, capsys):
-    """A hostile sweep: result_01.txt a copy of result_1.txt (or --runs=runs,runs) packaged with no
-    word; score then failed it ("Seed checker failed"). package warns, naming the copies. Another:
+    """A hostile sweep: result_01.txt a copy of result_1.txt packaged with no word (--runs=runs,runs
+    is refused: test_package_refuses_a_run_named_twice_and_an_output_among_its_runs); score then failed it ("Seed checker failed"). package warns, naming the copies. Another:
     two runs of one seed (other bytes) were compared by their md5 alone: no word, score failed them.
     A log over the repo checker's 50 MiB is warned of too (it was packaged without a word)."""
     from mlperf_bert.harness.compliance import read_log
@@ -405,6 +450,31 @@ def test_one_run_given_twice_or_a_seed_reused_is_warned(two_runs, tmp_path, caps
     assert " share seed %s: the official package checker fails" % seed in err
     assert "warning: package: %s is over 50 MiB: the official repo checker fails a package holding a file that " \
            "large" % (two_runs / "result_01.txt") in err
+
+
+def test_package_refuses_a_run_named_twice_and_an_output_among_its_runs(two_runs, tmp_path):
+    """A hostile sweep: --runs=runs,runs/result_1.txt packaged result_1.txt twice (3 runs, exit 0, a
+    seed warning; the official checker then fails the package), and --output=runs wrote ORG/ into the
+    folder of the run logs (exit 0; check-log of that folder then read every log twice). Each is one
+    line now, nothing written."""
+    log = two_runs / "result_1.txt"
+    other = "%s/../%s/result_1.txt" % (two_runs, two_runs.name)
+    argv = [a for a in nyx_argv(two_runs, tmp_path / "pkg") if not a.startswith("--runs=")]
+    for runs, line in (("%s,%s" % (two_runs, log), "--runs names the run log %s twice: give each run once" % log),
+                       ("%s,%s" % (log, other), "--runs names the run log %s twice (also as %s): give each run"
+                                                " once" % (log, other))):
+        with pytest.raises(UserError) as e:
+            pkg_mod.main(argv + ["--runs=%s" % runs])
+        assert str(e.value) == line
+    assert not (tmp_path / "pkg").exists()
+    before = sorted(p.name for p in two_runs.iterdir())
+    for out in (str(two_runs), str(two_runs) + "/"):
+        argv = [a for a in nyx_argv(two_runs, tmp_path / "pkg") if not a.startswith("--output=")]
+        with pytest.raises(UserError) as e:
+            pkg_mod.main(argv + ["--output=%s" % out])
+        assert str(e.value) == ("--output %s is a folder of the run logs (--runs): the package would be written"
+                                " among its inputs; give another --output" % out)
+    assert sorted(p.name for p in two_runs.iterdir()) == before
 
 
 def test_package_refuses_a_log_without_run_stop(two_runs, tmp_path):

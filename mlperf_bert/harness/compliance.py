@@ -8,7 +8,7 @@ nothing fails.  docs/compliance.md quotes the rule text behind each check.
 import collections
 import copy
 import datetime
-import glob
+import fnmatch
 import json
 import logging
 import os
@@ -719,12 +719,29 @@ def format_result(r, indent=""):
     return text
 
 
+def _result_logs(top):
+    """The ``result_*.txt`` under ``top`` at any depth, sorted, as ``glob("**/result_*.txt")`` finds
+    them (no hidden names; linked folders followed), each folder read once: a link to a folder
+    holding it (``up -> ..``) made glob read the same logs again and again, down to the path limit."""
+    found, visited = [], set()
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in visited:
+            dirnames[:] = []
+            continue
+        visited.add(real)
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        found += [os.path.join(dirpath, n) for n in dirnames + filenames
+                  if not n.startswith(".") and fnmatch.fnmatch(n, "result_*.txt")]
+    return sorted(found)
+
+
 def expand(paths):
     """Log files from paths: files as given, directories by their ``result_*.txt`` (any depth)."""
     logs = []
     for p in paths:
         if os.path.isdir(p):
-            found = sorted(glob.glob(os.path.join(p, "**", "result_*.txt"), recursive=True))
+            found = _result_logs(p)
             if not found:
                 raise UserError("%s holds no result_*.txt logs: pass log files or a results/<system>/bert/"
                                 " directory" % p)
@@ -765,13 +782,27 @@ def main(argv):
         raise UserError("%s (MLPerf logs, or a results/<system>/bert/ directory)"
                         % flags.usage("check-log", USAGE_ARGS))
     groups = []  # per argument: its logs, or (with --json) why it has none
+    seen = {}  # each log's real path: the path it was first given as
     for p in rest:
         try:
-            groups.append((p, expand([p]), None))
+            logs = expand([p])
         except UserError as e:
             if not fv.json and len(rest) == 1:
                 raise
             groups.append((p, [], str(e)))  # the other logs still get their verdicts
+            continue
+        fresh, again = [], []
+        for f in logs:
+            (again if os.path.realpath(f) in seen else fresh).append(f)
+            seen.setdefault(os.path.realpath(f), f)
+        groups.append((p, fresh, None))
+        if again:  # one log counted as two: its verdict said twice, the total wrong
+            first = seen[os.path.realpath(again[0])]
+            groups.append((p, [], "%s is given twice%s: give each log once" % (
+                p, "" if first == p else " (also as %s)" % first) if again == [p] else
+                "%s holds %d log%s given already (%s%s): give each log once" % (
+                    p, len(again), "" if len(again) == 1 else "s", again[0],
+                    "" if first == again[0] else ", first as %s" % first)))
     done = iter(check_logs([f for _, logs, _ in groups for f in logs], official=fv.official))
     checked = []
     for p, logs, error in groups:

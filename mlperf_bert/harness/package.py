@@ -121,6 +121,26 @@ def find_logs(specs):
     return logs
 
 
+def check_inputs(specs, logs, output):
+    """Refuse a run log that ``specs`` reach twice (the same file: its run would be packaged twice, and
+    the official package checker fails a package whose runs share a seed), and an ``output`` that is
+    a folder of the runs (the package would go in among its inputs: check-log of that folder then
+    reads every log twice)."""
+    seen = {}
+    for log in logs:
+        key = os.path.realpath(log)
+        if key in seen:
+            raise UserError("--runs names the run log %s twice%s: give each run once" % (
+                seen[key], "" if log == seen[key] else " (also as %s)" % log))
+        seen[key] = log
+    if output is None:
+        return
+    folders = {os.path.realpath(p) for p in specs if os.path.isdir(p)} | {os.path.dirname(k) for k in seen}
+    if os.path.realpath(output) in folders:
+        raise UserError("--output %s is a folder of the run logs (--runs): the package would be written among"
+                        " its inputs; give another --output" % output)
+
+
 def _run_number(path):
     # ASCII digits: str.isdigit also takes "²", which int() refuses (a traceback)
     digits = "".join(c for c in os.path.basename(path.rstrip("/")) if c in "0123456789") or \
@@ -747,6 +767,7 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
     check_name("system", system)
     check_name("implementation", implementation)
     logs = find_logs(run_specs)
+    check_inputs(run_specs, logs, output)
     runs = read_runs(logs)
     divisions = {division_of(records) for records in runs}
     if len(divisions) != 1 or None in divisions:

@@ -71,20 +71,26 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 METADATA_KEY = "mlperf_bert plot-log"
 
 
-def check_output(output, inputs=()):
+def check_output(output, inputs=(), default_of=None):
     """Refuse an ``output`` that would overwrite one of ``inputs`` or any existing file that is not a
-    PNG (a log, a config: a typo must not turn it into a picture; an empty file loses nothing)."""
+    PNG (a log, a config: a typo must not turn it into a picture; an empty file loses nothing).
+    ``default_of``: the log whose default PNG ``output`` is (no --output given: the line says so)."""
     if not os.path.lexists(output):
         return
+    by_default = "plot-log writes the PNG of %s there when no --output is given; give --output=PNG" % default_of
     if os.path.isdir(output):
-        raise UserError("--output %s is a directory: give the PNG file to write" % output)
+        raise UserError("%s is a directory: %s" % (output, by_default) if default_of else
+                        "--output %s is a directory: give the PNG file to write" % output)
     for path in inputs:
         if os.path.exists(path) and os.path.samefile(output, path):
-            raise UserError("--output %s is the input log: choose another file for the PNG" % output)
-    refuse_replacing_another_kind(output, _is_png, "a PNG")
+            raise UserError("%s is the input log: %s" % (output, by_default) if default_of else
+                            "--output %s is the input log: choose another file for the PNG" % output)
+    if default_of and os.path.isfile(output) and os.path.getsize(output) and not is_png(output):
+        raise UserError("%s exists and is not a PNG: %s (or move it away)" % (output, by_default))
+    refuse_replacing_another_kind(output, is_png, "a PNG")
 
 
-def _is_png(path):
+def is_png(path):
     try:
         with open(path, "rb") as f:
             return f.read(len(PNG_MAGIC)) == PNG_MAGIC
@@ -110,7 +116,7 @@ def main(argv):
         raise UserError("plot-log: %s is a directory: pass one MLPerf log file%s"
                         % (rest[0], " (e.g. %s)" % logs[0] if logs else ", such as a run's result_*.txt or mlperf.log"))
     output = fv.output or default_output(rest[0])
-    check_output(output, rest)
+    check_output(output, rest, default_of=None if fv.output else rest[0])
     if fv.output is not None and not fv.output.lower().endswith(".png"):
         # savefig writes PNG bytes whatever the name says
         raise UserError("--output=%s: plot-log writes PNG only: give a file name ending in .png" % fv.output)

@@ -44,7 +44,7 @@ from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_lo
                                             worst_level)
 from mlperf_bert.harness.package import (MADE_BY, implementation_dir, load_system_json, read_made_by,
                                          system_json_problems)
-from mlperf_bert.harness.plot import check_output, curves
+from mlperf_bert.harness.plot import is_png, curves
 
 _OK = "PACKAGE CHECKER FOUND NO ERRORS"
 USAGE_ARGS = "PACKAGE_DIR"
@@ -411,6 +411,11 @@ def run_official(root, org):
             shutil.copytree(os.path.join(root, org), os.path.join(tmp, org))
         except (OSError, shutil.Error) as e:
             first = e.args[0][0] if isinstance(e, shutil.Error) and e.args and e.args[0] else e
+            if isinstance(first, tuple) and len(first) == 3:  # (source, the copy's path, why)
+                raise UserError("cannot copy package %s: %s: %s; a package holds plain files and folders:"
+                                " put the file itself there, or remove it" % (
+                                    os.path.join(root, org), first[0], str(first[2]).replace("`%s` " % first[0],
+                                                                                             "")))
             raise UserError("cannot copy package %s: %s" % (os.path.join(root, org), first))
         params = checker_params(os.path.join(root, org, _PARAMS), tmp)
         outs["package_checker"] = _official(tmp, "package_checker", org, params)
@@ -695,6 +700,8 @@ def plot_paths(root, plots_dir, system=None):
     root = os.path.abspath(root)
     tag = "%s." % system if system else ""
     if plots_dir:
+        if os.path.exists(plots_dir) and not os.path.isdir(plots_dir):
+            raise UserError("--plots_dir %s is a file: give a directory for the plots (or --noplots)" % plots_dir)
         real = os.path.realpath(plots_dir)
         if (real + os.sep).startswith(os.path.realpath(root) + os.sep):
             raise UserError("--plots_dir %s is inside the package %s: a package stays as submitted; choose"
@@ -704,6 +711,17 @@ def plot_paths(root, plots_dir, system=None):
     return base + "." + tag + "score_times.png", base + "." + tag + "score_convergence.png"
 
 
+def check_plot_path(path):
+    """Refuse a plot path that holds a directory or a file that is not a PNG (a log, a note: score
+    replaces a PNG only), naming the way out; score checks them before its work and again here."""
+    if os.path.isdir(path):
+        raise UserError("score: %s is a directory, where score writes a plot: move it away, or give"
+                        " --plots_dir=DIR (or --noplots)" % path)
+    if os.path.isfile(path) and os.path.getsize(path) and not is_png(path):
+        raise UserError("score: %s exists and is not a PNG, where score writes a plot: move it away, or give"
+                        " --plots_dir=DIR (or --noplots)" % path)
+
+
 def plot(s, paths):
     """A bar chart of the runs' minutes (the runs the olympic mean drops hatched) and their eval
     curves with the target line."""
@@ -711,7 +729,7 @@ def plot(s, paths):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     for p in paths:
-        check_output(p)
+        check_plot_path(p)
     names = [os.path.basename(r[0])[:-4] for r in s["runs"]]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     bars = ax.bar(names, [r[3] or 0 for r in s["runs"]],
@@ -834,9 +852,12 @@ def main(argv):
         if len(rest) != 1:
             raise UserError("%s (a directory holding ORG/results and ORG/systems)" % flags.usage("score", USAGE_ARGS))
         check_package_arg(rest[0])
-        root = find_org(rest[0])[0]
-        if fv.plots:
-            plot_paths(root, fv.plots_dir)  # a --plots_dir inside the package is refused before the work
+        root, org = find_org(rest[0])
+        if fv.plots:  # a --plots_dir inside the package, a plot path held by another file: refused before the work
+            systems = bert_systems(os.path.join(root, org))
+            for system in systems if len(systems) > 1 else [None]:
+                for p in plot_paths(root, fv.plots_dir, system):
+                    check_plot_path(p)
         s = score(rest[0])
     except UserError as e:
         if fv.json:  # a reader of stdout gets an object here too, beside the error line (exit 2)

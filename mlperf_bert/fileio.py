@@ -367,11 +367,13 @@ def atomic_path(path, needed=None, _owns=None):
 class _Recorder:
     """The file ``atomic_open`` yields: a real file whose write errors are kept, so that an
     error is told apart from another file's, and found again when a library (torch.save)
-    turns it into a RuntimeError without the errno ("unexpected pos ...")."""
+    turns it into a RuntimeError without the errno ("unexpected pos ..."); a stop raised as it
+    wrote (a signal handler's Terminated, Ctrl-C) is kept too (``stop``), for the same reason."""
 
     def __init__(self, f):
         self._f = f
         self.error = None
+        self.stop = None
         self.closing = False
 
     def write(self, data):
@@ -379,6 +381,9 @@ class _Recorder:
             return self._f.write(data)
         except OSError as e:
             self.error = self.error or e
+            raise
+        except BaseException as e:
+            self.stop = self.stop or e
             raise
 
     def writelines(self, lines):
@@ -427,6 +432,8 @@ def atomic_save(path, save, needed=None):
         try:
             save(f)
         except Exception as e:
+            if f.stop is not None:  # torch.save: "unexpected pos ...", a traceback, where a stop was raised
+                raise f.stop from None
             if f.error is not None:  # the real cause, which ``save`` replaced
                 raise f.error from e
             raise

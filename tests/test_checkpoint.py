@@ -377,6 +377,103 @@ def test_convert_to_a_pt_on_a_full_disk_is_one_line(tmp_path, disk_full):
     assert os.listdir(out) == []
 
 
+def test_a_stop_inside_torch_save_is_the_stop_not_a_traceback(tf1_ckpt, tmp_path, monkeypatch):
+    """A hostile sweep: a SIGTERM (or Ctrl-C) while convert_checkpoint.py wrote its .pt raised in
+    the file's write inside torch.save, whose zip writer's end then failed: "RuntimeError: [enforce
+    fail at inline_container.cc:672] . unexpected pos 14912 vs 14806", a traceback, exit 1. The stop
+    comes out as itself (fileio.atomic_save, which the training checkpoints' writes share; run_main: one
+    line, 143 or 130), the temporary and the new folder removed."""
+    from mlperf_bert import fileio
+    from mlperf_bert.errors import Terminated
+    prefix, _ = tf1_ckpt
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    real, calls = fileio._Recorder.__init__, []
+
+    class Raising:  # the temporary file, whose write a signal's handler interrupts the third time
+        def __init__(self, f, stop):
+            self.f, self.stop = f, stop
+
+        def write(self, data):
+            calls.append(len(data))
+            if len(calls) == 3:  # in the file's write, torch.save below it
+                raise self.stop()
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+    for stop in (Terminated, KeyboardInterrupt):
+        monkeypatch.setattr(fileio._Recorder, "__init__", lambda self, f, stop=stop: real(self, Raising(f, stop)))
+        del calls[:]
+        with pytest.raises(stop):
+            checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + prefix,
+                                     "--output=%s" % (tmp_path / "new" / "m.pt")])
+        assert len(calls) == 3 and os.listdir(tmp_path) == ["bert_config.json"]
+
+
+def test_a_failed_or_stopped_write_leaves_no_new_empty_folder(tf1_ckpt, tmp_path, disk_full):
+    """A hostile sweep: --output=new/m.pt (or a TF prefix in a new folder, or --format=hf new_dir) on
+    a full disk removed its temporary but left the folder it made, empty, an output that looked
+    started; checkpoint_add_gradacc.py --new=new/m of a damaged input alike. A folder made by the run
+    goes with it; one that existed is kept."""
+    prefix, _ = tf1_ckpt
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for ext in (".index", ".data-00000-of-00001"):
+        data = open(prefix + ext, "rb").read()
+        (damaged / ("model.ckpt" + ext)).write_bytes(data if ext == ".index" else data[:1000])
+    with pytest.raises(UserError, match=r"^cannot read variable .* its data file is truncated or damaged"):
+        gradacc.main(["x", "--old=%s" % (damaged / "model.ckpt"), "--new=%s" % (tmp_path / "new" / "ga" / "m")])
+    assert sorted(os.listdir(tmp_path)) == ["bert_config.json", "damaged"]
+    disk_full(room=4096)
+    out = str(tmp_path / "new" / "sub" / "m.pt")
+    with pytest.raises(UserError) as e:
+        checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + prefix, "--output=" + out])
+    assert str(e.value).startswith("cannot write %s: no space left on device" % out)
+    assert sorted(os.listdir(tmp_path)) == ["bert_config.json", "damaged"]
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(UserError, match="no space left on device"):
+        checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + prefix,
+                                 "--output=%s" % (tmp_path / "kept" / "m.pt")])
+    assert sorted(os.listdir(tmp_path)) == ["bert_config.json", "damaged", "kept"]
+
+
+def test_a_rewrite_of_a_prefix_keeps_files_beside_its_shards(tmp_path):
+    """A hostile sweep: writing a TF checkpoint over an existing prefix removed every file named
+    PREFIX.data-*, not only its old shards: a user's copy model.ckpt-28.data-00000-of-00001.bak (kept
+    before converting again) or model.ckpt-28.data-notes.txt was deleted without a word; and such a
+    copy changed the checkpoint's fingerprint (its bytes), so a resume of a run started from it was
+    refused as another --init_checkpoint."""
+    prefix = str(tmp_path / "model.ckpt-28")
+    small = {"global_step": np.array(5, np.int64), "w": np.ones((3, 2), np.float32)}
+    tf_checkpoint.write_tf_checkpoint(small, prefix)
+    before = tf_checkpoint.fingerprint(prefix)
+    backup = tmp_path / "model.ckpt-28.data-00000-of-00001.bak"
+    backup.write_bytes((tmp_path / "model.ckpt-28.data-00000-of-00001").read_bytes())
+    (tmp_path / "model.ckpt-28.data-notes.txt").write_text("notes")
+    (tmp_path / "model.ckpt-28.data-00000-of-00002").write_bytes(b"an old shard of another count")
+    tf_checkpoint.write_tf_checkpoint(small, prefix)
+    assert sorted(os.listdir(tmp_path)) == ["model.ckpt-28.data-00000-of-00001", "model.ckpt-28.data-00000-of-00001.bak",
+                                            "model.ckpt-28.data-notes.txt", "model.ckpt-28.index"]
+    assert (tmp_path / "model.ckpt-28.data-notes.txt").read_text() == "notes"
+    assert tf_checkpoint.fingerprint(prefix) == before
+
+
+def test_add_gradacc_refuses_a_new_prefix_named_pt(tf1_ckpt, tmp_path):
+    """A hostile sweep: --new=model.pt wrote the TF checkpoint model.pt.index and .data-*, which
+    convert_checkpoint.py and the trainer's --init_checkpoint then read as a .pt ("checkpoint
+    model.pt not found")."""
+    prefix, _ = tf1_ckpt
+    new = str(tmp_path / "model.pt")
+    with pytest.raises(UserError) as e:
+        gradacc.main(["x", "--old=" + prefix, "--new=" + new])
+    assert str(e.value) == ("--new=%s ends in .pt, the name of a .pt checkpoint: this tool writes a TF checkpoint; "
+                            "give a TF prefix (e.g. model.ckpt-28252)" % new)
+    assert os.listdir(tmp_path) == []
+
+
 def test_add_gradacc_variable_set(tf1_ckpt, tmp_path):
     prefix, _ = tf1_ckpt
     new = str(tmp_path / "ga" / "model.ckpt-28")
@@ -541,6 +638,28 @@ def test_bad_pt_inputs_are_one_line_errors(tmp_path):
     torch.save({"model": sd}, str(bad))
     with pytest.raises(UserError, match=r"word_embeddings \[40, 16\] \(model expects \[40, 32\]\)"):
         tf_checkpoint.load_init_checkpoint(model, str(bad))
+
+
+def test_a_pt_of_another_kind_or_a_folder_is_one_line(tmp_path):
+    """A hostile sweep: a .pt whose "model" is no state dict of tensors (another project's
+    {"model": {"module": {...}}}, a list) was an AttributeError traceback ("'dict' object has no
+    attribute 'detach'"); a folder named x.pt was "checkpoint x.pt not found"."""
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    bad = str(tmp_path / "other.pt")
+    for weights in ({"module": {"w": torch.ones(2)}}, [torch.ones(2)], {"w": 1}):
+        torch.save({"model": weights}, bad)
+        with pytest.raises(UserError) as e:
+            checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + bad,
+                                     "--output=%s" % (tmp_path / "out" / "model.ckpt")])
+        assert str(e.value) == ("checkpoint %s is not a checkpoint of this project (its 'model' is not a dict of "
+                                "tensors): give a .pt written by this project or a TF checkpoint prefix" % bad)
+    (tmp_path / "dir.pt").mkdir()
+    with pytest.raises(UserError) as e:
+        checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=%s" % (tmp_path / "dir.pt"),
+                                 "--output=%s" % (tmp_path / "out" / "model.ckpt")])
+    assert str(e.value) == "checkpoint %s is a directory: give a .pt file written by this project" % (tmp_path / "dir.pt")
+    assert sorted(os.listdir(tmp_path)) == ["bert_config.json", "dir.pt", "other.pt"]
 
 
 # ---------------------------------------------------------------- the training checkpoints' host copy

@@ -155,3 +155,20 @@ def test_a_tf_output_that_is_a_folder_is_refused(exported, tmp_path):
         assert str(e.value) == ("%s is a directory: a TF checkpoint is written at a prefix, e.g. %s (its .index "
                                 "and .data-* files)" % (output, folder / "model.ckpt-N"))
     assert os.listdir(tmp_path) == ["tfdir"] and os.listdir(folder) == []
+
+
+def test_an_export_over_its_own_bert_config_is_refused(exported, tmp_path):
+    """A hostile sweep: --bert_config_file=DIR/config.json --format=hf --output=DIR removed that
+    config.json and wrote Hugging Face's in its place, exit 0: the input was gone, and the file left
+    is no bert_config.json ("unknown key 'architectures'"). An output that is an input is refused."""
+    _, pt, _ = exported
+    d = tmp_path / "run"
+    d.mkdir()
+    config = d / "config.json"
+    config.write_bytes(open(CONFIG, "rb").read())
+    with pytest.raises(UserError) as e:
+        checkpoint_convert.main(["convert_checkpoint.py", "--bert_config_file=%s" % config, "--input=" + pt,
+                                 "--output=%s" % d, "--format=hf"])
+    assert str(e.value) == ("--output %s is the input %s: writing it would destroy the input; give another output "
+                            "path" % (config, config))
+    assert os.listdir(d) == ["config.json"] and config.read_bytes() == open(CONFIG, "rb").read()

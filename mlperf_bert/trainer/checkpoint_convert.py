@@ -16,7 +16,8 @@ from mlperf_bert import flags
 from mlperf_bert.trainer import tf_checkpoint
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer.config import BertConfig
-from mlperf_bert.fileio import atomic_open, atomic_save, check_writable_dir, write_json
+from mlperf_bert.fileio import (atomic_open, atomic_save, check_writable_dir, new_dirs_removed_on_error,
+                                refuse_overwriting_inputs, write_json)
 from mlperf_bert.trainer import model as modeling
 from mlperf_bert.trainer.model import BertForPreTraining
 
@@ -84,6 +85,15 @@ def save_hf(model, directory):
                sort_keys=True)
 
 
+def _files(path, fmt):
+    """The files of checkpoint ``path`` (a .pt, a TF prefix, or with ``fmt`` hf an export directory)."""
+    if fmt == "hf":
+        return [os.path.join(path, "config.json"), os.path.join(path, "model.safetensors")]
+    if path.endswith(".pt"):
+        return [path]
+    return [path + ".index", path + ".data-00000-of-00001"] + tf_checkpoint.shard_files(path)
+
+
 def convert(bert_config_file, src, dst, fmt="auto"):
     cfg = BertConfig.from_json_file(bert_config_file)
     with torch.device("meta"):  # weights come from the checkpoint: skip the random init
@@ -122,7 +132,11 @@ def main(argv):
         kind = ".pt" if src.endswith(".pt") else "TF"
         raise UserError("--input and --output are both %s checkpoints: one of them must end in .pt "
                               "and the other be a TF prefix" % kind)
-    info = convert(fv.bert_config_file, src, dst, fv.format)
+    # (the bert_config.json too: --format=hf into its folder replaced a config.json given as it)
+    refuse_overwriting_inputs(_files(dst, fv.format), [fv.bert_config_file] + _files(src, "auto"), "--output")
+    # a new folder of the output, left empty by an error or a stop, goes with it
+    with new_dirs_removed_on_error(dst if fv.format == "hf" else os.path.dirname(os.path.abspath(dst))):
+        info = convert(fv.bert_config_file, src, dst, fv.format)
     print("wrote %s (%sglobal_step %s, %d non-model variable(s) dropped)"
           % (dst, "Hugging Face BertForPreTraining; " if fv.format == "hf" else "", info["global_step"],
              len(info["ignored"])))

@@ -8,7 +8,7 @@ import numpy as np
 from mlperf_bert import flags
 from mlperf_bert.trainer import tf_checkpoint
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import same_file
+from mlperf_bert.fileio import new_dirs_removed_on_error, same_file
 
 
 class WithAccumulators(collections.abc.Mapping):
@@ -62,10 +62,14 @@ def main(argv):
     if fv.old.endswith(".pt") and os.path.isfile(fv.old):
         raise UserError("--old=%s is a .pt checkpoint: this tool adds accumulators to a TF checkpoint; give its "
                         "prefix (e.g. model.ckpt-28252; convert_checkpoint.py makes one from a .pt)" % fv.old)
+    if fv.new.endswith(".pt"):  # written as a TF prefix a.pt (a.pt.index): every reader takes a *.pt for a .pt file
+        raise UserError("--new=%s ends in .pt, the name of a .pt checkpoint: this tool writes a TF checkpoint; give "
+                        "a TF prefix (e.g. model.ckpt-28252)" % fv.new)
     # compared as paths (ck/./model.ckpt, a link to the folder): writing the input over itself destroys it
     if os.path.realpath(fv.old) == os.path.realpath(fv.new) or same_file(fv.old + ".index", fv.new + ".index"):
         raise UserError("--new=%s is --old=%s: writing it would destroy the input; give another prefix"
                         % (fv.new, fv.old))
-    n = add_gradacc(fv.old, fv.new)
+    with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(fv.new))):  # left empty by an error or a stop
+        n = add_gradacc(fv.old, fv.new)
     print("wrote %s: %d variables + %d GradientAccumulator" % (fv.new, n, n))
     return 0

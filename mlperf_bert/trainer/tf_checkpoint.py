@@ -247,9 +247,9 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
         for f in sorted(files, key=lambda f: f.endswith(".index")):
             os.replace(os.path.join(d, f), os.path.join(d, base + f[len(tmp):]))
         written = {base + f[len(tmp):] for f in files}
-        for f in os.listdir(d):
-            if f.startswith(base + ".data-") and f not in written:
-                os.remove(os.path.join(d, f))
+        for f in shard_files(os.path.join(d, base)):
+            if os.path.basename(f) not in written:
+                os.remove(f)
     except BaseException:
         for f in os.listdir(d):
             if f.startswith(tmp + ".") and f != tmp + ".parts":
@@ -367,6 +367,19 @@ def load_state_from_arrays(model, arrays, source, carried=()):
     return ignored
 
 
+def shard_files(prefix):
+    """The data shards of TF prefix ``prefix`` there now (PREFIX.data-NNNNN-of-NNNNN), sorted: not a
+    user's copy beside them (PREFIX.data-00000-of-00001.bak), which a rewrite keeps and a fingerprint
+    leaves out."""
+    d, base = os.path.split(prefix)
+    shard = re.compile(re.escape(base) + r"\.data-\d{5}-of-\d{5}\Z")
+    try:
+        names = os.listdir(d or ".")
+    except OSError:
+        return []
+    return sorted(os.path.join(d, n) for n in names if shard.match(n))
+
+
 def fingerprint(path):
     """[absolute path, bytes, sha256] of a checkpoint, cheap for files of gigabytes: the sha256 of
     a .pt's zip directory (every entry's name, size and CRC-32) or of a TF prefix's .index (which
@@ -386,8 +399,7 @@ def fingerprint(path):
     else:
         if not is_tf_prefix(path):
             raise not_a_prefix(path)
-        import glob
-        files = [path + ".index"] + sorted(glob.glob(glob.escape(path) + ".data-*"))
+        files = [path + ".index"] + shard_files(path)
         with open(files[0], "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
     return [os.path.abspath(path), sum(os.path.getsize(f) for f in files), digest]
@@ -395,6 +407,8 @@ def fingerprint(path):
 
 def load_pt(path):
     """The dict of a ``.pt`` checkpoint of this project (``{"model": state_dict, ...}``)."""
+    if os.path.isdir(path):
+        raise UserError("checkpoint %s is a directory: give a .pt file written by this project" % path)
     if not os.path.isfile(path):
         raise UserError("checkpoint %s not found" % path)
     if not zipfile.is_zipfile(path):
@@ -445,6 +459,11 @@ def load_init_checkpoint(model, path, carried=()):
     (``carried``: variables the caller keeps, neither logged nor returned as ignored)."""
     if path.endswith(".pt"):
         ckpt = load_pt(path)
+        weights = ckpt["model"]
+        if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+            # (another project's {"model": ...}: an AttributeError traceback at the first value)
+            raise UserError("checkpoint %s is not a checkpoint of this project (its 'model' is not a dict of "
+                            "tensors): give a .pt written by this project or a TF checkpoint prefix" % path)
         _check_saved_config(path, ckpt.get("config"), getattr(model, "config", None))
         arrays = to_tf_arrays(ckpt["model"])
         ignored = load_state_from_arrays(model, arrays, path, carried)

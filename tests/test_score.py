@@ -665,7 +665,7 @@ def test_package_killed_midway_leaves_nothing_the_rerun_trips_on(package, tmp_pa
     assert len(list((out / "NVIDIA" / "results" / NYX / "bert").iterdir())) == 10
     assert score.find_org(str(out)) == (str(out), "NVIDIA")
     with pytest.raises(UserError, match="already holds a package of %s" % NYX):
-        pkg_mod.main(argv)  # a complete package is not replaced
+        pkg_mod.main(argv + ["--system_field=hw_notes=other"])  # a complete package is not replaced
     # a second system into the same ORG/, killed while its pieces were moved in: the rerun redoes it
     real_rename = os.rename
     calls = []
@@ -692,6 +692,111 @@ def test_package_killed_midway_leaves_nothing_the_rerun_trips_on(package, tmp_pa
     assert os.listdir(impl) == ["pytorch"]
     assert {NYX: "pytorch", "nyx2": "pytorch"} == pkg_mod.read_made_by(str(out / "NVIDIA"))
     assert (impl / "pytorch" / pkg_mod.launch_name(NYX)).exists() and (impl / "pytorch" / "launch_nyx2.json").exists()
+
+
+def test_package_stopped_once_it_had_finished_is_rerun_to_nothing_to_do(package, tmp_path, monkeypatch, capsys):
+    """A SIGTERM or Ctrl-C that lands after package moved its package into place (a new ORG/ renamed
+    in; a second system moved in and its marker removed) ends it with "terminated ...: rerun the same
+    command to go on"; the rerun was refused: "already holds a package of SYSTEM (...): remove ... or
+    choose another --output", a complete package to be thrown away. The same command, making the same
+    bytes, says that ORG/ holds it and exits 0, writing nothing; another package of the system is still
+    refused."""
+    out = tmp_path / "pkg"
+    argv = nyx_argv(package / BERT, out)
+    second = [a.replace("--system=%s" % NYX, "--system=nyx2") for a in argv]
+    org = out / "NVIDIA"
+
+    def files():
+        return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    rename, remove = os.rename, os.remove
+
+    def rename_then_stop(a, b):
+        rename(a, b)
+        if b == str(org):  # the build is ORG/ now: the package is complete
+            raise KeyboardInterrupt
+
+    def remove_then_stop(path):
+        remove(path)
+        if str(path).endswith(".package-nyx2.incomplete"):  # nyx2's move is complete
+            raise KeyboardInterrupt
+    for args, stop in ((argv, ("rename", rename_then_stop)), (second, ("remove", remove_then_stop))):
+        with monkeypatch.context() as m:
+            m.setattr(os, *stop)
+            with pytest.raises(KeyboardInterrupt):
+                pkg_mod.main(args)
+        system = args[2][len("--system="):]
+        made = files()
+        assert (org / "results" / system / "bert" / "result_9.txt").exists() and not [
+            n for n in os.listdir(out) if n.startswith(".NVIDIA")]
+        capsys.readouterr()
+        assert pkg_mod.main(args) == 0
+        assert ("package %s: %s already holds this package of %s, byte for byte (a package stopped once it had"
+                " finished, rerun): nothing to do" % (out, org, system)) in capsys.readouterr().out.splitlines()
+        assert files() == made and not [n for n in os.listdir(out) if n.startswith(".NVIDIA")]
+        with pytest.raises(UserError, match=r"^%s already holds a package of %s \(" % (re.escape(str(org)), system)):
+            pkg_mod.main(args + ["--system_field=hw_notes=other"])
+        assert files() == made
+    assert {NYX: "pytorch", "nyx2": "pytorch"} == pkg_mod.read_made_by(str(org))
+
+
+def _killed_at_rename(argv, nth):
+    """Run package in a forked child that SIGKILLs itself as it renames the ``nth`` time (os.rename:
+    the build, or its pieces, moved into place)."""
+    import multiprocessing
+
+    def child():
+        rename, n = os.rename, [0]
+
+        def dying_rename(a, b):
+            n[0] += 1
+            if n[0] == nth:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return rename(a, b)
+        os.rename = dying_rename
+        pkg_mod.main(argv)
+    p = multiprocessing.get_context("fork").Process(target=child)
+    p.start()
+    p.join(60)
+    assert p.exitcode == -signal.SIGKILL
+
+
+def test_score_of_a_package_stopped_midway_names_the_package_command_to_rerun(package, tmp_path):
+    """A package SIGKILLed while it moved a second system into ORG/ (its systems JSON and launch record
+    there, its results not) was scored: the official repo checker failed on the marker
+    ORG/.package-SYSTEM.incomplete, "Files with git-unfriendly name ... make sure they do not start
+    with '.'" (removing it leaves half a system). Killed before the move: score said the output "is
+    not a submission package", or scored ORG/ without the system being added. Each is one line naming
+    the package command to rerun, before any official tool runs."""
+    out = tmp_path / "pkg"
+    argv = nyx_argv(package / BERT, out)
+    _killed_at_copy(argv, 20)  # a new ORG/: its build only
+    build = next(p for p in out.iterdir() if p.name.startswith(".NVIDIA.tmp-"))
+    with pytest.raises(UserError) as e:
+        score.main(["score", "--noplots", str(out)])
+    assert str(e.value) == (
+        "%s holds the unfinished build of NVIDIA's package of %s (%s: a package command was stopped before it"
+        " moved the package into place, or is still running): rerun that package command, which finishes it,"
+        " then score (or remove %s)" % (out, NYX, build, build))
+    assert pkg_mod.main(argv) == 0 and score.find_org(str(out)) == (str(out), "NVIDIA")
+    second = [a.replace("--system=%s" % NYX, "--system=nyx2") for a in argv]
+    _killed_at_copy(second, 20)  # into the existing ORG/: nyx2's build beside it
+    build = next(p for p in out.iterdir() if p.name.startswith(".NVIDIA.tmp-"))
+    for given in (out, out / "NVIDIA"):
+        with pytest.raises(UserError, match=r"^%s holds the unfinished build of NVIDIA's package of nyx2 \(%s: "
+                           % (re.escape(str(out)), re.escape(str(build)))):
+            score.main(["score", "--noplots", str(given)])
+    _killed_at_rename(second, 3)  # the launch record and systems JSON moved in, not the results
+    org = out / "NVIDIA"
+    assert (org / "systems" / "nyx2.json").exists() and not (org / "results" / "nyx2").exists()
+    marker = org / ".package-nyx2.incomplete"
+    for given in (out, org):
+        with pytest.raises(UserError) as e:
+            score.main(["score", "--noplots", str(given)])
+        assert str(e.value) == (
+            "%s holds the unfinished package of nyx2 (%s: a package command was stopped while it moved the system"
+            " in, or is still running): rerun that package command, which finishes it, then score" % (org, marker))
+    assert pkg_mod.main(second) == 0  # the rerun finishes it: score takes the package again
+    assert score.find_org(str(out)) == (str(out), "NVIDIA") and score.find_org(str(org)) == (str(out), "NVIDIA")
 
 
 def test_a_marker_package_did_not_write_is_refused_not_followed(package, tmp_path):

@@ -495,6 +495,33 @@ def _incomplete_marker(top, system):
 _MARKER = re.compile(r"^\.package-(?P<system>.+)\.incomplete\Z")
 
 
+def unfinished_package(root, org=None):
+    """What ``score`` says of a package that ``package`` has not finished (a ``package`` stopped, or
+    still running), one line naming the command to rerun, or None: ORG/.package-SYSTEM.incomplete
+    (its move of SYSTEM into an existing ORG/ stopped half-way: its pieces, less the results, look
+    like a package), or ``root``/.ORG.tmp-PID, its build, holding a system's results that ORG/ lacks
+    (stopped before the move). ``org`` None: any ORG's build (``root`` holds no ORG/)."""
+    top = os.path.join(root, org) if org else None
+    markers = sorted(n for n in os.listdir(top) if _MARKER.match(n)) if top and os.path.isdir(top) else []
+    if markers:
+        return ("%s holds the unfinished package of %s (%s: a package command was stopped while it moved the"
+                " system in, or is still running): rerun that package command, which finishes it, then score" % (
+                    top, _MARKER.match(markers[0]).group("system"), os.path.join(top, markers[0])))
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+        m = _TMP.match(name)
+        results = os.path.join(root, name, "results")
+        if not m or (org and m.group("org") != org) or not os.path.isdir(results):
+            continue
+        missing = [s for s in sorted(os.listdir(results))
+                   if not (top and os.path.lexists(os.path.join(top, "results", s)))]
+        if missing:
+            return ("%s holds the unfinished build of %s's package of %s (%s: a package command was stopped before"
+                    " it moved the package into place, or is still running): rerun that package command, which"
+                    " finishes it, then score (or remove %s)" % (
+                        root, m.group("org"), missing[0], os.path.join(root, name), os.path.join(root, name)))
+    return None
+
+
 def read_made_by(top):
     """The systems ``package`` put in ORG/ (``top``): {system: implementation} from ORG/MADE_BY;
     {} without it (a package made otherwise: a published one); a UserError naming it when it
@@ -551,6 +578,35 @@ def _marked_pieces(top, system, marker):
     return lines
 
 
+class _Held(UserError):
+    """ORG/ holds the system already (``_check_free``): refused unless it is what this package makes."""
+
+
+def _files(top):
+    """{path relative to ``top``: its bytes' md5} of the files under ``top``; {} when it is none."""
+    out = {}
+    for d, _, names in os.walk(top):
+        for name in names:
+            path = os.path.join(d, name)
+            out[os.path.relpath(path, top)] = file_md5(path) if not os.path.islink(path) else "link"
+    return out
+
+
+def _same_package(build, top, system, implementation):
+    """Whether ORG/ (``top``) holds ``system``'s package as ``build`` makes it, byte for byte: its
+    results, systems JSON, launch record and implementation (the other systems' launch records
+    aside), and ORG/MADE_BY names it (a package stopped after it finished, rerun)."""
+    impl = implementation_dir(implementation)
+    theirs = _files(os.path.join(top, impl))
+    ours = _files(os.path.join(build, impl))
+    extra = [f for f in theirs if f not in ours and not re.match(r"^launch_.+\.json\Z", f)]
+    return (not extra and all(theirs.get(f) == h for f, h in ours.items())
+            and _files(os.path.join(top, "results", system)) == _files(os.path.join(build, "results", system))
+            and _files(os.path.join(top, "systems")).get(system + ".json")
+            == _files(os.path.join(build, "systems")).get(system + ".json")
+            and read_made_by(top).get(system) == implementation)
+
+
 def _check_free(top, system, implementation, source_sha256):
     """The pieces a package of ``system`` adds to ``top`` (ORG/, existing or not); refuse when ORG/
     already holds this system, or holds an implementation of that name with other code, or another
@@ -575,8 +631,8 @@ def _check_free(top, system, implementation, source_sha256):
     held = [p for p in pieces[1:] + [os.path.join(implementation_dir(implementation), launch_name(system))]
             if os.path.lexists(os.path.join(top, p))]
     if held:
-        raise UserError("%s already holds a package of %s (%s): remove %s or choose another --output"
-                        % (top, system, held[-1], ", ".join(os.path.join(top, p) for p in held)))
+        raise _Held("%s already holds a package of %s (%s): remove %s or choose another --output"
+                    % (top, system, held[-1], ", ".join(os.path.join(top, p) for p in held)))
     if os.path.lexists(impl):
         theirs = source_identity(impl)["source_sha256"]
         if theirs is None or theirs != source_sha256:
@@ -761,8 +817,10 @@ def package_warnings(logs, entries, source):
 
 
 def make_package(org, system, run_specs, output, system_json=None, fields=(), status=None, nodes=None,
-                 platform_=None, root=ROOT, implementation=IMPLEMENTATION):
-    """Lay the package out; return (logs, fields left empty, source files, warnings)."""
+                 platform_=None, root=ROOT, implementation=IMPLEMENTATION, notes=None):
+    """Lay the package out; return (logs, fields left empty, source files, warnings). ORG/ holding
+    the system's package already is refused, unless it is the one this call makes, byte for byte:
+    then nothing is written, and ``notes`` (a list) gets a line saying so."""
     check_name("org", org)
     check_name("system", system)
     check_name("implementation", implementation)
@@ -787,7 +845,10 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
     top = os.path.join(output, org)
     with locking.lock_dir(output, "--output"):  # the loser of two packages on one output writes nothing
         remove_stale_builds(output, org)
-        pieces = _check_free(top, system, implementation, source["source_sha256"])
+        try:
+            pieces, held = _check_free(top, system, implementation, source["source_sha256"]), None
+        except _Held as e:  # this command's own package, finished, when it is the same bytes (below)
+            pieces, held = None, e
         build = os.path.join(output, ".%s.tmp-%d" % (org, os.getpid()))
         shutil.rmtree(build, ignore_errors=True)
         try:
@@ -802,7 +863,15 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
             write_json(os.path.join(impl, launch_name(system)), launch_file(system, entries, source, logs, root),
                        newline=True, indent=2, default=str)
             _write_made_by(build, {system: implementation})
-            _move_into_place(build, top, system, pieces)
+            if held is not None:
+                if not _same_package(build, top, system, implementation):
+                    raise held
+                shutil.rmtree(build)
+                if notes is not None:
+                    notes.append("%s already holds this package of %s, byte for byte (a package stopped once it"
+                                 " had finished, rerun): nothing to do" % (top, system))
+            else:
+                _move_into_place(build, top, system, pieces)
         except BaseException:
             shutil.rmtree(build, ignore_errors=True)
             raise
@@ -856,9 +925,12 @@ def main(argv):
                   fv.system_template, fv.system_template))
         return 0
     flags.check_required(fv, REQUIRED, " (package --help marks the required flags)")
+    notes = []
     logs, empty, n, warnings = make_package(fv.org, fv.system, fv.runs, fv.output, fv.system_json,
                                             fv.system_field, fv.status, fv.nodes, fv.platform,
-                                            implementation=fv.implementation)
+                                            implementation=fv.implementation, notes=notes)
+    for note in notes:
+        print("package %s: %s" % (fv.output, note))
     print("package %s: %d runs in %s/results/%s/bert, %d source files and %s in %s, systems/%s.json"
           % (fv.output, len(logs), fv.org, fv.system, n, launch_name(fv.system),
              implementation_dir(fv.implementation), fv.system))

@@ -43,7 +43,7 @@ from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_lo
                                             read_log, samples_of, speed_up_official_parse, target_of,
                                             worst_level)
 from mlperf_bert.harness.package import (MADE_BY, implementation_dir, load_system_json, read_made_by,
-                                         system_json_problems)
+                                         system_json_problems, unfinished_package)
 from mlperf_bert.harness.plot import is_png, curves
 
 _OK = "PACKAGE CHECKER FOUND NO ERRORS"
@@ -56,15 +56,23 @@ _NOT_CONVERGED_RULES = {"official_checker", "stop_at_target"}
 
 
 def find_org(package):
-    """(root, org) of a package given as its root (holding ORG/) or as ORG itself."""
+    """(root, org) of a package given as its root (holding ORG/) or as ORG itself; a UserError
+    naming the package command to rerun when ``package`` has not finished it (stopped, or running)."""
     package = os.path.abspath(package)
     if os.path.isdir(os.path.join(package, "results")) and os.path.isdir(os.path.join(package, "systems")):
-        return os.path.dirname(package), os.path.basename(package)
+        root, org = os.path.dirname(package), os.path.basename(package)
+        problem = unfinished_package(root, org)
+        if problem:
+            raise UserError(problem)
+        return root, org
     try:
         orgs = [d for d in sorted(os.listdir(package)) if os.path.isdir(os.path.join(package, d, "results"))
                 and not d.startswith(".")]  # .ORG.tmp-PID: a package being built, or killed while it was
     except OSError as e:
         raise UserError("cannot read package %s: %s" % (package, e.strerror))
+    problem = unfinished_package(package, orgs[0] if len(orgs) == 1 else None) if len(orgs) <= 1 else None
+    if problem:
+        raise UserError(problem)
     if len(orgs) != 1:
         raise UserError("%s is not a submission package: give the directory holding ORG/results/<system>/bert/"
                         " and ORG/systems/<system>.json (or ORG itself)" % package)

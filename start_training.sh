@@ -41,7 +41,8 @@
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512), but
 # not --seed (nor a --config file's seed), --output_dir or --mlperf_log (SEED, OUTPUT_DIR and LOGDIR: it
 # sets them for each run), nor --flagfile (give its flags as arguments);
-# --help prints this and the presets with what each asks of each GPU (as train_model.sh --help does).
+# --help prints this and the presets with what each asks of each GPU (as train_model.sh --help does);
+# --helpfull (--helpshort) the trainer's flags.
 set -uo pipefail
 ME=start_training.sh
 
@@ -127,6 +128,9 @@ for arg in "$@"; do
       sed -n '2,/^set -/p' "$SELF" | sed -e '/^set -/d' -e 's/^# \{0,1\}//'
       "${TRAIN_MODEL:-$HERE/train_model.sh}" --help | sed -n '/^presets: /,$p'  # with the rcp_<B> installed
       exit 0 ;;
+    # the trainer's flags (train_model.sh lists them): passed on, a series started, its trainer printed
+    # them and ended, and the run was said to have finished (a RESULT line, then no log to keep: exit 2)
+    --helpfull|--helpshort) exec "${TRAIN_MODEL:-$HERE/train_model.sh}" "$arg" ;;
     # what it sets for each run itself: given as a flag, every run of a series would share it (one
     # seed for ten runs, which the package checker's seed check fails; one output folder), and
     # its checkpoints, state and log would be looked for where the trainer did not put them
@@ -167,7 +171,7 @@ export PYTHON
 # every run would have it. The flags the file sets, read as the trainer reads it (a file it refuses:
 # that line, before any run); a signal meanwhile: the first run's check says the stop.
 for arg; do
-  [[ "$arg" == --config=* ]] || continue
+  [[ "$arg" == --config=?* ]] || continue  # (an empty --config: the trainer reads no file)
   if ! set_by_file="$(PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -S -m mlperf_bert.trainer.run_config \
       "${arg#--config=}" 2>&1)"; then
     [[ -n "$got_signal" ]] && break

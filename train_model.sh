@@ -40,7 +40,7 @@
 #   CHECK_ONLY=1    check the settings as a run does (an error line, status 2; NUM_GPUS against
 #                   the host included) and run nothing; CHECK_ONLY=files: also that the data files
 #                   and INIT_CHECKPOINT exist (start_training.sh's check before its first run)
-#   --help          print this and the presets, and exit
+#   --help          print this and the presets, and exit; --helpfull (--helpshort): the trainer's flags
 set -euo pipefail
 HERE="$(cd "$(dirname "$(readlink -f -- "${BASH_SOURCE[0]}")")" && pwd)"  # (started through a link: the checkout's)
 
@@ -139,6 +139,9 @@ for arg in "$@"; do
     # absl takes what follows a bare -- as arguments, not flags (refused by the trainer, after its start)
     --) die "'--': give the trainer's flags without it (--name=value; after '--' they are arguments, which the trainer refuses)" ;;
     -h|--help) usage; exit 0 ;;
+    # the trainer's flags, as the trainer lists them (passed on, its help came after the batch line and
+    # the command, and only with DATA_DIR set; start_training.sh started a series of it)
+    --helpfull|--helpshort) exec "$PYTHON" "$HERE/run_pretraining.py" "$arg" ;;
     # absl reads a flag file where it stands: its flags would pass the checks below unseen
     --flagfile|--flagfile=*) die "$arg: give the file's flags as arguments instead (the trainer reads a flag file" \
       "past this script's checks of the closed division and the preset)" ;;
@@ -161,6 +164,8 @@ for arg in "${overrides[@]+"${overrides[@]}"}"; do
   [[ -z "$config" ]] || die "$arg: a second --config (after $config): the trainer reads the last one only (the" \
     "first's values would be lost): give one file"
   config="$arg"
+  # (an empty --config: the trainer reads no file, as with none)
+  [[ -n "${arg#--config=}" ]] || continue
   set_by_file="$(PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -S -m mlperf_bert.trainer.run_config \
       "${arg#--config=}" 2>&1)" || { set_by_file="${set_by_file##*$'\n'}"; die "${set_by_file#error: }"; }
   while IFS= read -r flag; do
@@ -287,7 +292,7 @@ flag_value() {  # NAME DEFAULT: the value the trainer gets (the last one given w
   for a in "${kept[@]}" "${file_sets[@]+"${file_sets[@]}"}" "${overrides[@]+"${overrides[@]}"}"; do
     [[ "$a" == "--$1="* ]] && v="${a#--$1=}"
   done
-  echo "$v"
+  printf '%s\n' "$v"  # (echo took a value -n or -e for its option: printed nothing)
 }
 given() {  # NAME: whether the trainer gets --NAME=... or --NAME (the last one given wins)
   local a got=1
@@ -309,7 +314,7 @@ if given do_train && given submission_division=closed && ! given init_checkpoint
 fi
 # A closed run's log names the submitter and the system (package refuses one that does not, and a log
 # is never rewritten): refused here, before ten runs are made with 'unknown' (the trainer refuses it
-# too, as preflight.unnamed_submitter: empty or 'unknown' in any case). --dry_run says so instead.
+# too, as flag_checks.unnamed_submitter: empty or 'unknown' in any case). --dry_run says so instead.
 if given do_train && given submission_division=closed; then
   unnamed=()
   for name in org platform; do
@@ -368,30 +373,35 @@ import torch; print(torch.cuda.device_count())' 2>/dev/null)" || found=0
 fi
 # What the run asks of each GPU (sets plan and warning): the trainer's --train_batch_size is the global
 # batch of one micro-step, split over the ranks; --steps_per_update micro-steps make one update. Its
-# figures as the trainer reads its flags and the --config file (trainer_flags.launch_figures: absl's
+# figures as the trainer reads its flags and the --config file (flag_checks.launch_figures: absl's
 # parsers, no torch, 0.1 s of CPU): bash's own reading took 064 as octal and left 0x40 or a string of
 # the file unsaid. CHECK_ONLY reads them too, so a value the trainer cannot read is refused before a
-# series' first run, not after its STARTING TIMING RUN.
-read_figures() {
-  if ! figures="$("$PYTHON" -m mlperf_bert.trainer.trainer_flags --figures "${kept[@]}" "${overrides[@]+"${overrides[@]}"}" \
+# series' first run, not after its STARTING TIMING RUN; with --check (CHECK_ONLY) also the trainer's
+# refusals of its flags alone (flag_checks.check_flags, no torch either; this host's memory and cores
+# included, so not in --dry_run): --nodo_train, a --train_batch_size of 0, --optimizer=adamw with
+# accumulation were refused only by run 0's trainer.
+read_figures() {  # --figures | --check
+  gpus=$((NUM_GPUS * NNODES))
+  if ! figures="$("$PYTHON" -m mlperf_bert.trainer.flag_checks "$1" "$gpus" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}" \
       2>&1)"; then
     figures="${figures##*$'\n'}"
     [[ "$figures" == "error: "* ]] && die "${figures#error: }"
     die "cannot read the trainer's flags with PYTHON=$PYTHON ($figures): set PYTHON to the project's interpreter" \
       "(make venv makes .venv/bin/python)"
   fi
-  read -r micro accum global seq_len device <<< "${figures##*$'\n'}"
-  gpus=$((NUM_GPUS * NNODES))
+  read -r micro accum global seq_len device optimizer <<< "${figures##*$'\n'}"
   plan=""
-  if [[ "$micro" =~ ^[0-9]{1,9}$ && "$accum" =~ ^[0-9]{1,9}$ ]] && (( micro % gpus == 0 && accum > 0 )); then
+  if [[ "$micro" =~ ^[1-9][0-9]{0,8}$ && "$accum" =~ ^[1-9][0-9]{0,8}$ ]]; then
     per_gpu=$((micro / gpus))
     unit=GPU
     [[ "$PRESET" == demo_cpu || "$device" == cpu ]] && unit="CPU process"
     plan="global batch $global = $gpus ${unit}(s) x $per_gpu sequences of $seq_len per $unit per micro-step x $accum micro-step(s) per update"
     if (( per_gpu > MAX_PER_GPU_BATCH )); then
       warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; the memory plan: python -m mlperf_bert.trainer.memory_plan, docs/training.md)"
-      # the smallest accumulation that fits, among sane ones (a prime global batch has none but itself)
-      for (( n = accum + 1; n <= global && n <= 64 * accum; n++ )); do
+      # the smallest accumulation that fits, among sane ones (a prime global batch has none but itself);
+      # --optimizer=adamw takes none (the trainer refuses --steps_per_update above 1 with it)
+      [[ "$optimizer" == adamw ]] && warning+="; --optimizer=adamw cannot accumulate micro-steps (the trainer refuses --steps_per_update above 1 with it): give a smaller --train_batch_size, more GPUs, or --optimizer=lamb"
+      [[ "$optimizer" == adamw ]] || for (( n = accum + 1; n <= global && n <= 64 * accum; n++ )); do
         if (( global % (gpus * n) == 0 && global / (gpus * n) <= MAX_PER_GPU_BATCH )); then
           ratio=$((n / accum)); (( n % accum == 0 )) || ratio="$n/$accum"
           warning+="; to keep the global batch $global use --train_batch_size=$((global / n)) --steps_per_update=$n and multiply --num_train_steps, --num_warmup_steps and --start_warmup_step by $ratio (they count micro-steps)"
@@ -410,7 +420,7 @@ print(" ".join(m for m in ("absl", "numpy", "torch", "mlperf_logging", "tqdm", "
     2>/dev/null)" || missing="everything (it did not run)"
   [[ -z "$missing" ]] || die "PYTHON=$PYTHON lacks the trainer's packages ($missing): set PYTHON to the project's" \
     "interpreter (make venv makes .venv/bin/python), or install requirements.txt into it"
-  read_figures
+  read_figures --check
   # $TMPDIR against the loader workers' socket paths: the trainer's preflight check itself
   # (mlperf_bert/fileio.py check_tmpdir, torch-free), with the --num_workers the run gets
   if given do_train; then
@@ -424,6 +434,14 @@ except UserError as e:
   fi
   # files: also the files the run reads, as the trainer's first check looks for them (comma lists of globs):
   # start_training.sh's check, on the node that runs (a login node may not see a node's local data)
+  # (the files the trainer gets: a --input_file, --eval_input_file or --init_checkpoint given, or set by the
+  # --config file, replaces the environment's; the environment's were checked instead, and run 0 refused them)
+  train_spec="$(flag_value input_file "$INPUT_FILES")" eval_spec="$(flag_value eval_input_file "$EVAL_FILE")"
+  init="$(flag_value init_checkpoint "")"
+  train_from="INPUT_FILES, or DATA_DIR's part-*" eval_from="EVAL_FILE, or DATA_DIR's eval_10k"
+  train_fix="set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)"
+  [[ "$train_spec" == "$INPUT_FILES" ]] || train_from="the --input_file given" train_fix="give it the TFRecords"
+  [[ "$eval_spec" == "$EVAL_FILE" ]] || eval_from="the --eval_input_file given"
   if [[ "$CHECK_ONLY" == files ]] && given do_train; then
     # the trainer's own reading of the lists (mlperf_bert/fileio.py glob_parts): a path with a
     # backslash or a newline is the trainer's to read as it is
@@ -432,23 +450,23 @@ from mlperf_bert.fileio import glob_parts
 for which, spec in zip(("train", "eval"), sys.argv[1:]):
     bad = [part for part, matches in glob_parts(spec) if not matches]
     if bad:
-        sys.exit(print(which, bad[0], end="") or 1)' "$INPUT_FILES" "$EVAL_FILE" 2>&1)" && rc=0 || rc=$?
+        sys.exit(print(which, bad[0], end="") or 1)' "$train_spec" "$eval_spec" 2>&1)" && rc=0 || rc=$?
     case "$rc,$unmatched" in
       0,) ;;
-      1,"train "*) die "no training file matches ${unmatched#train } (INPUT_FILES, or DATA_DIR's part-*): set" \
-          "DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)" ;;
-      1,"eval "*) die "no eval file matches ${unmatched#eval } (EVAL_FILE, or DATA_DIR's eval_10k): give the eval" \
+      1,"train "*) die "no training file matches ${unmatched#train } ($train_from): $train_fix" ;;
+      1,"eval "*) die "no eval file matches ${unmatched#eval } ($eval_from): give the eval" \
           "set make-dataset (pick-eval-samples) made" ;;
       *) die "cannot check the files the run reads with PYTHON=$PYTHON: $unmatched" ;;
     esac
   fi
-  if [[ "$CHECK_ONLY" == files && -n "${INIT_CHECKPOINT:-}" && ! -f "$INIT_CHECKPOINT" && ! -f "$INIT_CHECKPOINT.index" ]]; then
-    die "INIT_CHECKPOINT=$INIT_CHECKPOINT not found: give a .pt file or a TF checkpoint prefix whose .index exists"
+  if [[ "$CHECK_ONLY" == files && -n "$init" && ! -f "$init" && ! -f "$init.index" ]]; then
+    what="INIT_CHECKPOINT=$init"; [[ "$init" == "${INIT_CHECKPOINT:-}" ]] || what="--init_checkpoint=$init"
+    die "$what not found: give a .pt file or a TF checkpoint prefix whose .index exists"
   fi
   exit 0
 fi
 
-read_figures
+read_figures --figures
 if [[ "$DRY_RUN" == 1 ]]; then
   [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan" >&2
   [[ -n "${warning:-}" ]] && echo "$warning" >&2

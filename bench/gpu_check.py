@@ -353,10 +353,10 @@ def trainer_flags(fv, b, extra=()):
 
 def trainer(fv, config, device, b, extra=()):
     """The trainer's Trainer with ``extra`` flags; UserError where a flag is refused."""
-    from mlperf_bert.trainer import preflight, training
+    from mlperf_bert.trainer import flag_checks, training
     from mlperf_bert.trainer.run_config import RunConfig
     tf = RunConfig.from_flags(trainer_flags(fv, b, extra))
-    preflight.check_flags(tf)
+    flag_checks.check_flags(tf)
     return training.Trainer(tf, config, device, 0, 1, seed=0)
 
 
@@ -629,11 +629,11 @@ def chosen_levers(fv, flag="levers"):
 def lever_refusal(fv, device, b, lever, compiled):
     """The trainer's one-line refusal of ``lever`` in a mode by its flag checks, or None."""
     from mlperf_bert.errors import UserError
-    from mlperf_bert.trainer import levers, preflight
+    from mlperf_bert.trainer import flag_checks, levers
     from mlperf_bert.trainer.run_config import RunConfig
     tf = RunConfig.from_flags(trainer_flags(fv, b, ["--" + lever] + (["--compile"] if compiled else [])))
     try:
-        preflight.check_flags(tf)
+        flag_checks.check_flags(tf)
         levers.check_device(tf, device, 1)
     except UserError as e:
         return str(e)
@@ -761,10 +761,10 @@ def stage_trainer(ctx, save):
         fvx = define_flags()
         fvx(base + ["--" + x])
         try:
-            from mlperf_bert.trainer import levers as levers_mod, preflight
+            from mlperf_bert.trainer import flag_checks, levers as levers_mod
             from mlperf_bert.trainer.run_config import RunConfig
             rc = RunConfig.from_flags(fvx)
-            preflight.check_flags(rc)
+            flag_checks.check_flags(rc)
             levers_mod.check_device(rc, device, 1)
             levers.append(x)
         except UserError as e:

@@ -29,7 +29,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mlperf_bert.trainer import loader, preflight, trainer_flags, training  # noqa: E402
+from mlperf_bert.trainer import flag_checks, loader, trainer_flags, training  # noqa: E402
 from mlperf_bert import flags
 from mlperf_bert.trainer.accumulation import GradientAccumulator  # noqa: E402
 from mlperf_bert.trainer.config import BertConfig  # noqa: E402
@@ -69,7 +69,7 @@ def trainer_step(config_file, cfg, device, dtype, compile, levers):
                      "--dtype=" + dtype, "--%scompile" % ("" if compile else "no")] + ["--" + x for x in levers],
                 required=[])
     run_cfg = RunConfig.from_flags(fv)
-    preflight.check_flags(run_cfg)
+    flag_checks.check_flags(run_cfg)
     trainer = training.Trainer(run_cfg, cfg, device, 0, 1, seed=0)
     return trainer.model, lambda batch, i: trainer.step(batch, i)
 

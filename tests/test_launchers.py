@@ -93,7 +93,7 @@ def test_a_config_file_given_to_the_launcher_beats_the_presets_flags(tmp_path):
     preset's flags, as an argument does; the run's folders are set by OUTPUT_DIR and LOGDIR alone."""
     from mlperf_bert.trainer import run_config, trainer_flags
     conf = tmp_path / "run.toml"
-    conf.write_text('learning_rate = 0.5\nnum_train_steps = 20\n[eval]\neval_batch_size = 4\n')
+    conf.write_text('learning_rate = 0.5\nnum_train_steps = 20\n[eval]\neval_batch_size = 16\n')
     for preset in ("reference_gpu", "demo_cpu"):
         _, fl = command_flags(dry_run("--preset=" + preset, "--config=%s" % conf, "--max_eval_steps=3"))
         assert fl["config"] == str(conf) and fl["max_eval_steps"] == "3"
@@ -102,7 +102,7 @@ def test_a_config_file_given_to_the_launcher_beats_the_presets_flags(tmp_path):
         fv(["run_pretraining.py"] + ["--%s=%s" % (k, v) if v else "--" + k for k, v in fl.items()])
         cfg = run_config.RunConfig.from_flags(fv, required=["bert_config_file", "input_file", "output_dir"])
         assert [cfg.flag(n) for n in ("learning_rate", "num_train_steps", "eval_batch_size", "max_eval_steps")] == [
-            0.5, 20, 4, 3], preset
+            0.5, 20, 16, 3], preset
     for args, why in (
             (["--output_dir=/x"], "--output_dir=/x: set OUTPUT_DIR instead (the run's checkpoints and state; its log "
                                   "goes to LOGDIR/mlperf.log, LOGDIR being OUTPUT_DIR unless set)"),
@@ -196,10 +196,10 @@ def test_the_batch_line_is_the_trainers_reading_of_the_flags_and_the_config_file
 
 
 def test_launch_figures_are_the_trainers_resolution(tmp_path):
-    """trainer_flags.launch_figures (train_model.sh's figures, without torch) gives what the trainer's
+    """flag_checks.launch_figures (train_model.sh's figures, without torch) gives what the trainer's
     flags and RunConfig.from_flags give, and refuses what they refuse with their line."""
     from mlperf_bert.errors import UserError
-    from mlperf_bert.trainer import run_config, trainer_flags
+    from mlperf_bert.trainer import flag_checks, run_config, trainer_flags
     conf, toml, bad = tmp_path / "c.json", tmp_path / "c.toml", tmp_path / "bad.toml"
     conf.write_text('{"train_batch_size": "0x30", "optim": {"steps_per_update": 3}, "device": "cpu"}')
     toml.write_text("max_seq_length = 64\n[data]\ntrain_batch_size = 8\n")
@@ -209,17 +209,17 @@ def test_launch_figures_are_the_trainers_resolution(tmp_path):
         fv(["run_pretraining.py"] + argv)
         cfg = run_config.RunConfig.from_flags(fv)
         return [cfg.data.train_batch_size, cfg.optim.steps_per_update, cfg.global_batch, cfg.data.max_seq_length,
-                cfg.runtime.device]
+                cfg.runtime.device, cfg.optim.optimizer]
     for argv in ([], ["--train_batch_size=064", "--steps_per_update=02", "--noshuffle", "--device=cpu"],
                  ["--config=%s" % conf], ["--config=%s" % conf, "--train_batch_size=12", "--device=auto"],
                  ["--config=%s" % toml, "--max_seq_length=128"], ["--train_batch_size=9", "--train_batch_size=10"]):
-        assert trainer_flags.launch_figures(argv) == trainer(argv), argv
+        assert flag_checks.launch_figures(argv) == trainer(argv), argv
     for text in ("train_batch_size = 64.0\n", 'shuffle = "maybe"\n', "steps_per_update = true\n"):
         bad.write_text(text)
         with pytest.raises(UserError) as theirs:
             trainer(["--config=%s" % bad])
         with pytest.raises(UserError) as ours:
-            trainer_flags.launch_figures(["--config=%s" % bad])
+            flag_checks.launch_figures(["--config=%s" % bad])
         assert str(ours.value) == str(theirs.value), text
 
 
@@ -278,13 +278,146 @@ def test_the_launch_refuses_what_the_trainers_flags_refuse_with_its_line(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+def _series_env(tmp_path, **kw):
+    """start_training.sh's environment over empty data files, with a stand-in PYTHON whose trainer (and
+    torchrun wrapper) say they started and exit 3: a series that starts a run is seen without training."""
+    for name in ("part-00000-of-00500", "eval_10k"):
+        (tmp_path / name).write_bytes(b"")
+    python = tmp_path / "python"
+    python.write_text('#!/usr/bin/env bash\nfor a; do [[ "$a" == */run_pretraining.py || "$a" == torchrun ]] && '
+                      '{ echo "trainer started"; exit 3; }; done\nexec %s "$@"\n' % shlex.quote(sys.executable))
+    python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "PRESET", "INIT_CHECKPOINT", "NNODES", "NODE_RANK", "SEED", "LOGDIR", "INPUT_FILES", "EVAL_FILE",
+        "TRAIN_MODEL", "CHECK_ONLY", "DRY_RUN", "REQUIRE_MOUNT", "NUM_GPUS", "MAX_PER_GPU_BATCH")}
+    env.update(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), PYTHON=str(python), DROP_CACHES="0",
+               CHECK_LOG="0", NUM_RUNS="2", **kw)
+    return env
+
+
+@pytest.mark.parametrize("flag,line", [
+    ("--nodo_train", "--do_eval without --do_train needs --init_checkpoint (the weights to evaluate)"),
+    ("--optimizer=adamw", "--optimizer=adamw with --steps_per_update=2: the reference's AdamW counts each micro-step "
+                          "twice in its global step (optimization.py adds 1 besides the accumulation's own), and its "
+                          "updates race with that count, so no run can match it; use --optimizer=lamb, or "
+                          "--steps_per_update=1")])
+def test_what_the_trainers_flag_check_refuses_is_refused_before_a_series_first_run(tmp_path, flag, line):
+    """A hostile sweep: the launcher's check read the flags with the trainer's parser but not its
+    check of them (flag_checks.check_flags): `start_training.sh --preset=demo_cpu --nodo_train` (or
+    --train_batch_size=0, --learning_rate=-1, --cuda_graphs, --optimizer=adamw over the preset's
+    accumulation) said STARTING TIMING RUN, made run_0, and only its trainer refused. Now the check's
+    line is the trainer's, before any run."""
+    proc = subprocess.run([START, "--preset=demo_cpu", flag], capture_output=True, text=True, timeout=120,
+                          env=_series_env(tmp_path))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: train_model.sh: %s\n" % line)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_batch_the_ranks_cannot_split_is_refused_before_a_series_first_run(tmp_path):
+    """A hostile sweep: NNODES=2 (or NUM_GPUS=3) with demo_cpu's --train_batch_size=16 printed no batch
+    line and no word, and the trainer refused it (preflight.check_start: "--train_batch_size=15 is not
+    a multiple of the 2 ranks") only once the ranks had met, after a series' STARTING TIMING RUN; the
+    same for --eval_batch_size. Now the trainer's line (flag_checks.check_ranks), before any run (and
+    in --dry_run)."""
+    env = _series_env(tmp_path, NNODES="2", NODE_RANK="0", NUM_GPUS="1", MASTER_ADDR="127.0.0.1")
+    for flag, why in (("--train_batch_size=15", "--train_batch_size=15"), ("--eval_batch_size=7", "--eval_batch_size=7")):
+        line = "error: train_model.sh: %s is not a multiple of the 2 ranks: give a multiple of 2\n" % why
+        dry = subprocess.run([TRAIN, "--preset=demo_cpu", "--dry_run", flag], capture_output=True, text=True,
+                             timeout=60, env=env)
+        assert (dry.returncode, dry.stdout, dry.stderr) == (2, "", line)
+    proc = subprocess.run([START, "--preset=demo_cpu", "--train_batch_size=15"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line.replace("eval_batch_size=7", "train_batch_size=15"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_flags_of_the_trainer_list_its_flags_and_start_no_run(tmp_path):
+    """A hostile sweep: `start_training.sh --preset=demo_cpu --helpfull` (or --helpshort) passed the
+    check, said STARTING TIMING RUN, its trainer printed its flags and ended 0: ENDING TIMING RUN, a
+    RESULT line, then "cp: cannot stat .../run_0/mlperf.log", status 2; train_model.sh printed the batch
+    line and the command before the help, and only with DATA_DIR set. Both now print the trainer's help
+    alone, status 0, nothing made."""
+    env = _series_env(tmp_path)
+    python = tmp_path / "python"  # the trainer's help, without torch's import
+    python.write_text('#!/usr/bin/env bash\n[[ "$1" == */run_pretraining.py ]] && { echo "trainer help: $2"; exit 0; }\n'
+                      'exec %s "$@"\n' % shlex.quote(sys.executable))
+    for script, flag in ((START, "--helpfull"), (START, "--helpshort"), (TRAIN, "--helpfull")):
+        proc = subprocess.run([script, "--preset=demo_cpu", "--num_train_steps=4", flag], capture_output=True,
+                              text=True, timeout=60, env=env)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "trainer help: %s\n" % flag, ""), script
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_file_check_looks_for_the_files_the_trainer_gets(tmp_path):
+    """A hostile sweep: start_training.sh's check looked for DATA_DIR's files and INIT_CHECKPOINT, but an
+    --input_file, --eval_input_file or --init_checkpoint given, or set by the --config file, replaces
+    them: `--config=FILE` with input_file = "/nonexistent/part-*" passed, and run 0's trainer refused it
+    after STARTING TIMING RUN. Now those are checked, before any run."""
+    conf = tmp_path / "in.toml"
+    conf.write_text('input_file = "%s/none/part-*"\n' % tmp_path)
+    proc = subprocess.run([START, "--preset=demo_cpu", "--config=%s" % conf], capture_output=True, text=True,
+                          timeout=120, env=_series_env(tmp_path))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", "error: train_model.sh: no training file matches %s/none/part-* (the --input_file given): give it the "
+               "TFRecords\n" % tmp_path)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_file_check_looks_for_the_init_checkpoint_the_trainer_gets(tmp_path):
+    """As above, for a --init_checkpoint given as a flag (INIT_CHECKPOINT's was the only one looked for)."""
+    proc = subprocess.run([START, "--preset=demo_cpu", "--init_checkpoint=%s/ckpt" % tmp_path], capture_output=True,
+                          text=True, timeout=120, env=_series_env(tmp_path))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", "error: train_model.sh: --init_checkpoint=%s/ckpt not found: give a .pt file or a TF checkpoint prefix "
+               "whose .index exists\n" % tmp_path)
+    assert not (tmp_path / "out").exists()
+
+
+def test_odd_flag_forms_get_the_trainers_reading(tmp_path):
+    """A hostile sweep: `--noshuffle=1` (absl's ValueError, not its flag error) was "cannot read the
+    trainer's flags with PYTHON=...: set PYTHON to the project's interpreter"; an empty `--config=`,
+    which the trainer takes as no file, was refused ("cannot read --config : No such file or
+    directory"), by start_training.sh too; a --submission_org of "-n" was read as empty by bash's echo
+    (a closed run said SUBMISSION_ORG not set); with --optimizer=adamw the per-GPU warning named a
+    --steps_per_update=2 the trainer refuses."""
+    env = _env(DATA_DIR="/data", NUM_GPUS="1")
+    proc = subprocess.run([TRAIN, "--preset=demo_cpu", "--dry_run", "--noshuffle=1"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", "error: train_model.sh: --noshuffle=1 does not take an argument (see --help)\n")
+    proc = subprocess.run([TRAIN, "--preset=demo_cpu", "--dry_run", "--config="], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0 and "--config= " in proc.stdout, proc.stderr
+    (tmp_path / "part-0").write_bytes(b"")
+    own = tmp_path / "train.sh"  # one's own training script: start_training.sh's own reading of the args alone
+    own.write_text("#!/usr/bin/env bash\nexit 0\n")
+    own.chmod(0o755)
+    proc = subprocess.run([START, "--preset=demo_cpu", "--config="], capture_output=True, text=True, timeout=60,
+                          env=dict(env, DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), CHECK_ONLY="1",
+                                   TRAIN_MODEL=str(own)))
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    proc = subprocess.run([TRAIN, "--preset=demo_cpu", "--dry_run", "--submission_division=closed",
+                           "--submission_org=-n", "--target_mlm_accuracy=0.72"], capture_output=True, text=True,
+                          timeout=60, env=dict(env, SUBMISSION_PLATFORM="cpu1", INIT_CHECKPOINT="/c/model.ckpt-28252"))
+    assert proc.returncode == 0 and "not set" not in proc.stderr, proc.stderr
+    proc = subprocess.run([TRAIN, "--preset=reference_gpu", "--dry_run", "--optimizer=adamw", "--submission_division=open",
+                           "--train_batch_size=256"], capture_output=True, text=True, timeout=60,
+                          env=dict(env, NUM_GPUS="8", MAX_PER_GPU_BATCH="16"))
+    warning = proc.stderr.splitlines()[1]
+    assert warning.startswith("warning: train_model.sh: 32 sequences per GPU per micro-step is above "
+                              "MAX_PER_GPU_BATCH=16") and "--steps_per_update=2" not in warning, proc.stderr
+    assert warning.endswith("; --optimizer=adamw cannot accumulate micro-steps (the trainer refuses --steps_per_update "
+                            "above 1 with it): give a smaller --train_batch_size, more GPUs, or --optimizer=lamb")
+
+
 def test_the_trainers_flags_load_without_torch():
-    """train_model.sh reads its figures from trainer_flags.py before each run: torch's import
-    (1.2-1.8 s of CPU) is the trainer's, not the launcher's."""
-    code = ("import sys; from mlperf_bert.trainer import trainer_flags; print(trainer_flags.launch_figures("
-            "['--train_batch_size=48', '--steps_per_update=2']), sorted(m for m in sys.modules if m.startswith('torch')))")
+    """train_model.sh reads and checks its flags (flag_checks.py, trainer_flags.py) before each run:
+    torch's import (1.2-1.8 s of CPU) is the trainer's, not the launcher's."""
+    code = ("import sys; from mlperf_bert.trainer import flag_checks; print(flag_checks.launch_figures("
+            "['--train_batch_size=48', '--steps_per_update=2', '--optimizer=lamb', '--do_train'], check=True), "
+            "sorted(m for m in sys.modules if m.startswith('torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
-    assert out == "[48, 2, 96, 128, 'auto'] []\n"
+    assert out == "[48, 2, 96, 128, 'auto', 'lamb'] []\n"
 
 
 def test_dry_run_command_is_accepted_by_the_trainer_flags():
@@ -689,10 +822,12 @@ def test_settings_the_trainer_or_torchrun_would_trip_on_are_refused_in_the_check
             proc = subprocess.run([TRAIN, "--num_train_steps=2"], capture_output=True, text=True, cwd=tmp_path, env=env,
                                   timeout=60)
             assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: %s\n" % why), (extra, proc.stderr)
-    proc = subprocess.run([TRAIN, "--train_batch_size=100000007", "--steps_per_update=1"], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=120, env=_env(PRESET="demo_cpu", INPUT_FILES=str(afile),
-                                                                         EVAL_FILE=str(afile), CHECK_ONLY="1"))
-    assert proc.returncode == 0, proc.stderr
+    # (--dry_run: CHECK_ONLY=1 also asks the trainer's check_flags, which refuses a batch above this
+    # host's memory)
+    proc = subprocess.run([TRAIN, "--dry_run", "--train_batch_size=100000007", "--steps_per_update=1"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env=_env(PRESET="demo_cpu", INPUT_FILES=str(afile), EVAL_FILE=str(afile)))
+    assert proc.returncode == 0 and "is above MAX_PER_GPU_BATCH" in proc.stderr, proc.stderr
 
 
 def test_a_missing_data_folder_or_checkpoint_is_refused_before_the_first_run(tmp_path):

@@ -23,7 +23,7 @@ import torch._dynamo
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import (attention, checkpoint, distributed, levers, preflight, run_config, step,
+from mlperf_bert.trainer import (attention, checkpoint, distributed, flag_checks, levers, run_config, step,
                                  tf_checkpoint, trainer_flags, training)
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.run_config import RunConfig
@@ -61,7 +61,7 @@ def _trainer(tmp_path, *extra, steps_per_update=2, cfg=DROPOUT, dtype="bf16", ra
                      "--num_warmup_steps=10", "--steps_per_update=%d" % steps_per_update, "--dtype=" + dtype]
                 + list(extra), required=[])
     cfg = RunConfig.from_flags(fv)
-    preflight.check_flags(cfg)
+    flag_checks.check_flags(cfg)
     return training.Trainer(cfg, BertConfig.from_json_file(str(config), T), torch.device("cpu"), rank, world, seed=1)
 
 

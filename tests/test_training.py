@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from mlperf_bert.dataset import tfrecord
-from mlperf_bert.trainer import preflight, run_config, throughput, trainer_flags, training
+from mlperf_bert.trainer import flag_checks, preflight, run_config, throughput, trainer_flags, training
 from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.errors import UserError
 import procs
@@ -1723,7 +1723,7 @@ def test_closed_division_hyperparameters_of_published_runs_are_accepted(files, t
                      log_epsilon=math.log10(hp["opt_lamb_epsilon"]),
                      num_train_steps=int(hp["opt_learning_rate_training_steps"] * n),
                      num_warmup_steps=int(hp["num_warmup_steps"] * n), start_warmup_step=int(hp["start_warmup_step"] * n)))
-        preflight.check_flags(RunConfig.from_flags(fv))
+        flag_checks.check_flags(RunConfig.from_flags(fv))
         preflight.check_closed_data(RunConfig.from_flags(fv), [eval_10k], hp["global_batch_size"], 0)  # no refusal
         seen[name] = (hp["global_batch_size"], capsys.readouterr().err)
     assert len(seen) >= 8

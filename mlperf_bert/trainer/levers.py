@@ -24,27 +24,13 @@ A lever that does not pay is removed (its flag then says so: flags.REMOVED_FLAGS
 import torch
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.trainer import flag_checks
 from mlperf_bert.trainer.trainer_flags import RECIPES
 
 
 # The order the levers are applied in (``Trainer.__init__``): every refusal first (``refuse``), then
 # the model's conversions (``convert_model``: float8, fused QKV; the model keeps its Parameters),
 # then the step's wrappers (``ddp``, then ``wrap_step``: compile, the compiled update, CUDA graphs).
-
-def check_flags(cfg):
-    """Refusals that need no device: one line each. ``cfg``: the RunConfig."""
-    lv = cfg.levers
-    if lv.cuda_graphs and not lv.compile:
-        raise UserError("--cuda_graphs replays the compiled step: add --compile, or drop --cuda_graphs")
-    if lv.fp8_recipe != "tensorwise" and not lv.fp8:
-        raise UserError("--fp8_recipe=%s chooses the recipe of --fp8: add --fp8, or drop --fp8_recipe" % lv.fp8_recipe)
-    if lv.fp8 and cfg.model.dtype == "fp32":
-        # torch._scaled_mm's output is the layer's input dtype: fp32 here, which the CUDA kernel
-        # refuses for row-wise scales unless cuBLAS runs them, on sm90 only ("Only bf16 high precision
-        # output types are supported for row-wise scaling", aten/src/ATen/native/cuda): float8 is a bf16 lever
-        raise UserError("--fp8 multiplies in float8 under bf16 autocast (row-wise scaling needs a bf16 output on "
-                        "every GPU but sm90): add --dtype=bf16, or drop --fp8")
-
 
 def check_device(cfg, device, world):
     """Refusals that need the device and rank count."""
@@ -66,7 +52,7 @@ def check_device(cfg, device, world):
 
 def refuse(cfg, device, world):
     """1. Every refusal of the levers, before anything is built."""
-    check_flags(cfg)
+    flag_checks.check_lever_flags(cfg)
     check_device(cfg, device, world)
 
 

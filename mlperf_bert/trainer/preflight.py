@@ -4,179 +4,16 @@ group), then inputs, closed-division data, output directory and log path (``chec
 when a run goes on, the log's owner and the resume's identity (``check_log_owner``,
 ``finished_before``, ``check_resume``)."""
 import collections
-import math
 import glob
 import os
 import sys
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import check_tmpdir, check_writable_dir, host_memory, remove_stale_temporaries, same_file
+from mlperf_bert.fileio import check_tmpdir, check_writable_dir, remove_stale_temporaries, same_file
 from mlperf_bert.harness.mlperf_log import check_prefix, is_mlperf_log
-from mlperf_bert.trainer import checkpoint, distributed, levers, loader
-from mlperf_bert.trainer.trainer_flags import TPU_FLAGS
-
-
-def check_flags(cfg):
-    """The flags alone, before any device, process group or file is touched."""
-    if cfg.runtime.use_tpu or any(cfg.flag(n) for n in TPU_FLAGS):
-        raise UserError("TPU flags (--use_tpu, --tpu_name, --tpu_zone, --gcp_project, --master) are "
-                        "not supported: this trainer runs on CPUs and GPUs; drop them")
-    if not (cfg.runtime.do_train or cfg.eval.do_eval):
-        raise UserError("nothing to do: give --do_train and/or --do_eval")
-    for name in ("train_batch_size", "eval_batch_size", "steps_per_update", "num_train_steps", "max_eval_steps",
-                 "max_seq_length", "max_predictions_per_seq", "log_frequency", "shuffle_buffer"):
-        if cfg.flag(name) <= 0:
-            raise UserError("--%s must be positive, got %d" % (name, cfg.flag(name)))
-    for name in ("keep_checkpoint_max", "num_warmup_steps", "num_workers", "eval_frequency",
-                 "max_samples_termination", "save_checkpoints_steps", "eval_micro_batch_size"):
-        if cfg.flag(name) < 0:
-            raise UserError("--%s must be >= 0, got %d" % (name, cfg.flag(name)))
-    if cfg.runtime.seed is not None and not 0 <= cfg.runtime.seed < 2 ** 64:  # (torch's manual_seed: a traceback)
-        raise UserError("--seed must be >= 0 and below 2**64, got %d" % cfg.runtime.seed)
-    _check_numbers(cfg)
-    if cfg.mlperf.submission_division == "closed" and (cfg.eval.eval_frequency
-                                                       or cfg.eval.target_mlm_accuracy != 0.720):
-        raise UserError("--submission_division=closed needs the MLPerf eval frequency and target: "
-                        "drop --eval_frequency and --target_mlm_accuracy, or use open")
-    if cfg.mlperf.submission_division == "closed" and cfg.runtime.do_train:
-        _check_closed_flags(cfg)
-    if cfg.eval.do_eval and not cfg.runtime.do_train and not cfg.model.init_checkpoint:
-        raise UserError("--do_eval without --do_train needs --init_checkpoint (the weights to evaluate)")
-    if cfg.eval.do_eval and not cfg.runtime.do_train and cfg.eval.eval_input_file:
-        raise UserError("--do_eval alone evaluates --input_file, as the reference does; --eval_input_file is a training "
-                        "run's online eval set and would be ignored: give the eval set (eval_10k) as --input_file and "
-                        "drop --eval_input_file")
-    if cfg.optim.optimizer == "adamw":
-        _check_adamw(cfg.optim)
-    if cfg.optim.clip_by_global_norm_after_gradient_allreduce and cfg.optim.optimizer != "lamb":
-        raise UserError("--clip_by_global_norm_after_gradient_allreduce is an option of LAMB (with "
-                        "--optimizer=adamw the reference clips nothing): use --optimizer=lamb")
-    if cfg.optim.grad_exchange_dtype != "fp32" and cfg.optim.clip_by_global_norm_after_gradient_allreduce:
-        raise UserError("--grad_exchange_dtype=%s exchanges per-replica clipping's clipped sums; with "
-                        "--clip_by_global_norm_after_gradient_allreduce DDP all-reduces fp32 gradients: drop "
-                        "one of the two flags" % cfg.optim.grad_exchange_dtype)
-    levers.check_flags(cfg)
-
-
-# The reference's --optimizer=adamw (its optimization.py) is AdamWeightDecayOptimizer with these
-# fixed: the four flags are its LAMB's, which it ignores then. Given other values, this trainer
-# would train other numbers than the reference from the same command line.
-ADAMW_FIXED = (("lamb_beta_1", 0.9), ("lamb_beta_2", 0.999), ("log_epsilon", -6.0), ("lamb_weight_decay_rate", 0.01))
-
-
-def _check_adamw(o):
-    other = ["--%s=%r" % (name, getattr(o, name)) for name, value in ADAMW_FIXED if getattr(o, name) != value]
-    if other:
-        raise UserError("--optimizer=adamw is the reference's AdamWeightDecayOptimizer, whose beta_1 0.9, beta_2 "
-                        "0.999, epsilon 1e-6 and weight decay rate 0.01 are fixed (those flags are LAMB's), but "
-                        "this run has %s (given, or by a preset): drop %s, or use --optimizer=lamb"
-                        % (", ".join(other), "it" if len(other) == 1 else "them"))
-    # Its create_optimizer adds 1 to the global step after AdamW's update, with no ordering against
-    # the reads of that step, also when GradientAggregationOptimizer already adds 1 a micro-step:
-    # the step counts micro-steps twice, and which micro-steps update, at which learning rate,
-    # varies from run to run (the reference run three times by TF 2.21: three different results).
-    if o.steps_per_update > 1:
-        raise UserError("--optimizer=adamw with --steps_per_update=%d: the reference's AdamW counts each micro-step "
-                        "twice in its global step (optimization.py adds 1 besides the accumulation's own), and its "
-                        "updates race with that count, so no run can match it; use --optimizer=lamb, or "
-                        "--steps_per_update=1" % o.steps_per_update)
-
-
-FLOAT32_MAX = 3.4028234663852886e38
-
-
-def _check_numbers(cfg):
-    """Values that train on nonsense without an error (a negative or NaN learning rate, a target no
-    eval can miss, an update that never comes), or end in a traceback (10 ** --log_epsilon, a fork per
-    --num_workers). --start_warmup_step may be below 0 (the reference convergence points start it there)."""
-    o, lr = cfg.optim, cfg.optim.learning_rate
-    target = cfg.eval.target_mlm_accuracy
-    if not math.isfinite(lr) or lr <= 0:
-        raise UserError("--learning_rate must be a number > 0, got %s" % lr)
-    if lr > FLOAT32_MAX:  # (the update's float32 arithmetic: a traceback, "cannot be converted ... overflow")
-        raise UserError("--learning_rate=%s is more than a float32 holds (%.4g): give a learning rate" % (lr, FLOAT32_MAX))
-    sched = cfg.schedule
-    if sched.num_warmup_steps and sched.start_warmup_step > 0:  # the RCPs' start below 0; above, the
-        # warmup's rate (step - start) / warmup is below 0 until the start: a run that descends uphill
-        raise UserError("--start_warmup_step=%d starts the warmup after step 0: the learning rate would be below 0 "
-                        "until step %d; give 0 (the reference's) or less" % (sched.start_warmup_step,
-                                                                              sched.start_warmup_step))
-    d = cfg.data
-    if d.max_predictions_per_seq > d.max_seq_length:  # (the decoder sizes its arrays by it before the data's
-        # own length is compared: a huge value was "out of memory", not the mismatch)
-        raise UserError("--max_predictions_per_seq=%d is more than the --max_seq_length=%d tokens a sequence has: "
-                        "give the value the data was made with" % (d.max_predictions_per_seq, d.max_seq_length))
-    batch_bytes = d.train_batch_size * (8 * (3 * d.max_seq_length + 2 * d.max_predictions_per_seq + 1)
-                                        + 4 * d.max_predictions_per_seq)  # its decoded arrays alone
-    memory = host_memory()
-    if cfg.runtime.do_train and memory and batch_bytes > memory:
-        raise UserError("--train_batch_size=%d: one micro-batch's data alone is %.3g GB, more than this host's %.3g "
-                        "GB of memory; give a smaller --train_batch_size (with --steps_per_update raised for the "
-                        "same global batch)" % (d.train_batch_size, batch_bytes / 1e9, memory / 1e9))
-    for name in ("lamb_beta_1", "lamb_beta_2"):
-        if not 0 <= cfg.flag(name) < 1:
-            raise UserError("--%s must be in [0, 1), got %s" % (name, cfg.flag(name)))
-    if not (math.isfinite(o.lamb_weight_decay_rate) and o.lamb_weight_decay_rate >= 0):
-        raise UserError("--lamb_weight_decay_rate must be >= 0, got %s" % o.lamb_weight_decay_rate)
-    if not (math.isfinite(cfg.schedule.poly_power) and cfg.schedule.poly_power >= 0):  # (0: a constant rate)
-        raise UserError("--poly_power must be >= 0 (the decay's exponent), got %s" % cfg.schedule.poly_power)
-    if not (math.isfinite(o.log_epsilon) and -300 <= o.log_epsilon <= 0):
-        raise UserError("--log_epsilon must be in [-300, 0] (epsilon = 10 ** it; the reference's -6), got %s"
-                        % o.log_epsilon)
-    if not (math.isfinite(target) and 0 <= target <= 1):  # an accuracy (0: stop at the first eval)
-        raise UserError("--target_mlm_accuracy must be in [0, 1], got %s" % target)
-    if cfg.runtime.do_train and cfg.schedule.num_train_steps < o.steps_per_update:
-        raise UserError("--num_train_steps=%d is fewer micro-steps than one update (--steps_per_update=%d): no "
-                        "update would be made; give at least %d" % (cfg.schedule.num_train_steps,
-                                                                    o.steps_per_update, o.steps_per_update))
-    cores = os.cpu_count() or 1
-    if cfg.data.num_workers > max(64, 4 * cores):
-        raise UserError("--num_workers=%d loader processes a rank on %d cores: give at most %d"
-                        % (cfg.data.num_workers, cores, max(64, 4 * cores)))
-
-
-_CLOSED_FIX = "use --submission_division=open, or a train_model.sh --preset=rcp_<B>"
-_OPEN = "or use --submission_division=open"  # where a preset would not fix it
-# The one line a closed run without the phase-1 checkpoint gets (train_model.sh says the same).
-CLOSED_NEEDS_INIT = (
-    "--submission_division=closed starts from the reference's phase-1 checkpoint: download tf1_ckpt/model.ckpt-28252.* "
-    "(the MLCommons BERT files, README 'From text to verified TFRecords'), check it with "
-    "`python -m mlperf_bert verify DIR/tf1_ckpt` and give --init_checkpoint=DIR/tf1_ckpt/model.ckpt-28252 "
-    "(INIT_CHECKPOINT= for train_model.sh and start_training.sh)")
-
-
-def _check_closed_flags(cfg):
-    """What the closed BERT rules fix before training: LAMB, its polynomial decay of power 1.0, and
-    the online eval on eval_10k (the eval frequency and target: ``check_flags``); and what the log
-    must say before package takes it: the submitter and the platform."""
-    if cfg.optim.optimizer != "lamb":
-        raise UserError("--submission_division=closed trains BERT with LAMB, not --optimizer=%s: use "
-                        "--optimizer=lamb, or %s" % (cfg.optim.optimizer, _CLOSED_FIX))
-    if cfg.schedule.poly_power != 1.0:
-        raise UserError("--submission_division=closed decays the learning rate linearly (poly power 1.0), "
-                        "not --poly_power=%s: drop it, or %s" % (cfg.schedule.poly_power, _CLOSED_FIX))
-    if not cfg.eval.eval_input_file:
-        raise UserError("--submission_division=closed evaluates on the 10,000-sample eval set while training: "
-                        "give --eval_input_file (eval_10k), or %s" % _CLOSED_FIX)
-    if not cfg.model.init_checkpoint:
-        raise UserError(CLOSED_NEEDS_INIT + ", or use --submission_division=open")
-    unnamed = unnamed_submitter(cfg.mlperf.submission_org, cfg.mlperf.submission_platform)
-    if unnamed:
-        raise UserError("--submission_division=closed logs who submits the run and on which system, and package "
-                        "refuses a log without them (a log cannot be fixed after the run): %s left %s; give %s (the "
-                        "package's --org and system name; SUBMISSION_ORG= and SUBMISSION_PLATFORM= for "
-                        "train_model.sh and start_training.sh), or use --submission_division=open"
-                        % (" and ".join("--" + n for n in unnamed),
-                           " and ".join(repr(cfg.flag(n)) for n in unnamed), " and ".join("--" + n for n in unnamed)))
-
-
-def unnamed_submitter(org, platform):
-    """Which of ``submission_org``/``submission_platform`` are left as nobody's (the default
-    'unknown', or empty), as package sees them (harness/compliance.py's PLACEHOLDERS)."""
-    from mlperf_bert.harness.compliance import PLACEHOLDERS
-    return [name for name, value in (("submission_org", org), ("submission_platform", platform))
-            if value is None or value.strip().lower() in PLACEHOLDERS]
+from mlperf_bert.trainer import checkpoint, distributed, flag_checks, loader
+from mlperf_bert.trainer.flag_checks import OPEN as _OPEN
 
 
 def check_closed_data(cfg, eval_files, global_batch, rank):
@@ -306,9 +143,7 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     elif init:
         init_ckpt = tf_checkpoint.fingerprint(init)
     check_writable_dir(checkpoint.path_for(cfg.checkpoint.output_dir, 0))
-    for name in ("train_batch_size", "eval_batch_size"):
-        if cfg.flag(name) % world:
-            raise UserError("--%s=%d is not a multiple of the %d ranks" % (name, cfg.flag(name), world))
+    flag_checks.check_ranks(cfg, world)
     log_path = cfg.mlperf.mlperf_log or os.path.join(cfg.checkpoint.output_dir, "mlperf.log")
     if cfg.runtime.do_train and rank == 0:  # rank 0 alone writes the log (on its disk)
         _check_log_path(cfg, log_path, train_files, eval_files)

@@ -1,11 +1,7 @@
 """run_pretraining.py's flags, defined once, without torch: the trainer parses them
-(trainer/training.py) and train_model.sh reads its batch figures with them (``launch_figures``,
-``python -m mlperf_bert.trainer.trainer_flags --figures FLAG...``, ~0.1 s of CPU) before a run
-starts. RunConfig (trainer/run_config.py) is where their values are read."""
-import sys
-
+(trainer/training.py), and train_model.sh reads and checks them before a run starts
+(trainer/flag_checks.py). RunConfig (trainer/run_config.py) is where their values are read."""
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError
 from mlperf_bert.trainer import run_config
 
 # The reference's TPU flags, accepted and refused if given (trainer/preflight.py).
@@ -135,33 +131,3 @@ def define_lever_flags(fv):
                       "(one scale a tensor) or rowwise (a scale a row; e4m3 gradients).", flag_values=fv)
     B("fused_qkv", False, "Each layer's query, key and value projections as one GEMM over their stacked weights "
       "(the checkpoints keep the reference's three); measured on a GPU only at a 2-layer model.", flag_values=fv)
-
-
-def launch_figures(argv):
-    """[train_batch_size, steps_per_update, global batch, max_seq_length, device] of the trainer's
-    flags ``argv`` (its command after the program) as the trainer resolves them (``define_flags``,
-    ``flags.parse``, ``RunConfig.from_flags`` with the ``--config`` file), refusing what it refuses
-    with its line: train_model.sh's batch line and per-GPU check. A help flag is left to the trainer."""
-    argv = ["run_pretraining.py"] + [a for a in argv if not flags.asks_help(["", a])]
-    fv = define_flags()
-    flags.parse(fv, argv, positional=False)
-    cfg = run_config.RunConfig.from_flags(fv)
-    return [cfg.data.train_batch_size, cfg.optim.steps_per_update, cfg.global_batch, cfg.data.max_seq_length,
-            cfg.runtime.device]
-
-
-def main(argv):
-    """``--figures FLAG...``: ``launch_figures`` on one line; the trainer's refusal: its one line, status 2."""
-    if argv[1:2] != ["--figures"]:
-        print("usage: python -m mlperf_bert.trainer.trainer_flags --figures FLAG...", file=sys.stderr)
-        return 2
-    try:
-        print(*launch_figures(argv[2:]))
-    except UserError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -28,7 +28,7 @@ import torch
 from mlperf_bert import flags
 from mlperf_bert.errors import Terminated, UserError, first_signal
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
-from mlperf_bert.trainer import (checkpoint, cpu_memory, distributed, evaluation, levers, loader, preflight,
+from mlperf_bert.trainer import (checkpoint, cpu_memory, distributed, evaluation, flag_checks, levers, loader, preflight,
                                  run_config, tensorboard, throughput, trainer_flags)
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
@@ -164,7 +164,7 @@ def main(argv):
     flags.parse(fv, argv, positional=False)
     # required here, not by parse: a --config file may give them
     cfg = run_config.RunConfig.from_flags(fv, required=["bert_config_file", "input_file", "output_dir"])
-    preflight.check_flags(cfg)
+    flag_checks.check_flags(cfg)
     with _Stop() as stop, contextlib.ExitStack() as held:
         clean = False
         try:

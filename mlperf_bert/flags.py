@@ -80,8 +80,19 @@ def asks_help(argv):
 def check_required(fv, names, hint=""):
     """A one-line error for the first of ``names`` that has no value (``hint`` ends the line)."""
     for name in names:
-        if fv[name].value is None:
-            raise UserError("flag --%s is required%s" % (name, hint))
+        missing = missing_value(name, fv[name].value)
+        if missing:
+            raise UserError(missing + hint)
+
+
+def missing_value(name, value):
+    """The line for a required flag ``name`` without a value: none, or an empty text (``--input=``,
+    an unset shell variable: read as a path it was "TF checkpoint  not found"); None when it has one."""
+    if value is None:
+        return "flag --%s is required" % name
+    if isinstance(value, str) and not value.strip():
+        return "flag --%s is required, and was given empty (--%s=%s)" % (name, name, value)
+    return None
 
 
 def _undecodable_flagfile(argv):

@@ -590,8 +590,10 @@ def test_add_gradacc_bad_arguments_and_a_full_disk_are_one_line(tf1_ckpt, tmp_pa
     as users run it."""
     prefix, _ = tf1_ckpt
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(UserError, match=r"^an empty path is not a TF checkpoint prefix: give one"):
+    with pytest.raises(UserError, match=r"^flag --new is required, and was given empty \(--new=\)$"):
         gradacc.main(["x", "--old=" + prefix, "--new="])
+    with pytest.raises(UserError, match=r"^an empty path is not a TF checkpoint prefix: give one"):
+        tf_checkpoint.write_tf_checkpoint({"w": np.ones(2, np.float32)}, "")
     assert os.listdir(tmp_path) == [] and not os.path.exists(str(tmp_path) + ".index")
     pt = tmp_path / "model.ckpt-4.pt"
     pt.write_bytes(b"a .pt")
@@ -660,6 +662,10 @@ def test_a_pt_of_another_kind_or_a_folder_is_one_line(tmp_path):
                                  "--output=%s" % (tmp_path / "out" / "model.ckpt")])
     assert str(e.value) == "checkpoint %s is a directory: give a .pt file written by this project" % (tmp_path / "dir.pt")
     assert sorted(os.listdir(tmp_path)) == ["bert_config.json", "dir.pt", "other.pt"]
+    with pytest.raises(UserError) as e:  # the trainer's --init_checkpoint, read first for the run's identity
+        tf_checkpoint.fingerprint(str(tmp_path / "dir.pt"))
+    assert str(e.value) == ("--init_checkpoint %s is a directory: give a .pt file written by this project"
+                            % (tmp_path / "dir.pt"))
 
 
 # ---------------------------------------------------------------- the training checkpoints' host copy

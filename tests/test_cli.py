@@ -404,3 +404,24 @@ def test_records_given_for_text_are_called_records(golden_dir, tmp_path):
                                                  os.path.join(ROOT, "tests", "data", "vocab.txt"), progress=False)
     assert str(e.value) == ("input file %s is a TFRecord file, not text: give the text shards (part-XXXXX-of-XXXXX)"
                             % src)
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["convert-checkpoint", "--bert_config_file=c.json", "--input=", "--output=m.pt"], "input"),
+    (["add-gradacc", "--old=  ", "--new=new/m"], "old"),
+    (["create-pretraining-data", "--input_file=", "--output_file=o.tfrecord", "--vocab_file=v.txt"], "input_file"),
+    (["to-hdf5", "--input=", "--output=o.hdf5"], "input"),
+    (["train", "--bert_config_file=c.json", "--input_file=", "--output_dir=out", "--do_train"], "input_file")])
+def test_a_required_flag_given_empty_is_named_as_such(tmp_path, monkeypatch, argv, flag):
+    """`--old=` (or `--input=$UNSET`) passed the required check as a value: "TF checkpoint  not
+    found", "no --input file given", "no input file given", each command its own words. A required
+    flag given empty is refused by the one check, naming it, before any file is read."""
+    import importlib
+    from mlperf_bert.errors import UserError
+    monkeypatch.chdir(tmp_path)
+    value = argv[[a.split("=")[0] for a in argv].index("--" + flag)].split("=", 1)[1]
+    command = importlib.import_module("mlperf_bert." + entry.COMMANDS[argv[0]][0])
+    with pytest.raises(UserError) as e:
+        command.main(argv)
+    assert str(e.value) == "flag --%s is required, and was given empty (--%s=%s)" % (flag, flag, value)
+    assert os.listdir(tmp_path) == []

@@ -228,9 +228,11 @@ class RunConfig:
             from_file, digest = read_config_file(path, fv)
             values.update((k, v) for k, v in from_file.items() if k not in given)
             config_file = (path, digest)
+        from mlperf_bert.flags import missing_value  # (absl: this module also runs under python -S)
         for name in required:
-            if values[name] is None:
-                raise UserError("flag --%s is required" % name)
+            missing = missing_value(name, values[name])
+            if missing:
+                raise UserError(missing)
         sections = {s: cls_(**{f.name: values[f.name] for f in dataclasses.fields(cls_)})
                     for s, cls_ in SECTIONS.items()}
         return cls(given=given, config_file=config_file, **sections)

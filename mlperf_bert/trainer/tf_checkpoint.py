@@ -387,6 +387,8 @@ def fingerprint(path):
     files = [path]
     if path.endswith(".pt"):
         load_what = "--init_checkpoint %s" % path
+        if os.path.isdir(path):
+            raise UserError("%s is a directory: give a .pt file written by this project" % load_what)
         if not os.path.isfile(path):
             raise UserError("%s not found: give an existing .pt or TF checkpoint prefix" % load_what)
         try:

@@ -1087,3 +1087,19 @@ def test_keys_the_official_checker_warns_of_repeating_are_not_failed_here(real_l
         official = got["official_checker"].level
         assert official == ("FAIL" if name in ("stop_other", "samples_other") else "WARN" if name.endswith("2")
                             else "PASS"), (name, got["official_checker"])
+
+
+@pytest.mark.parametrize("status,said", [('""', "run_stop status is ''"), ("null", "run_stop status is None"),
+                                         ('" success"', "run_stop status is ' success'"),
+                                         (None, "run_stop logs no status"), ('"failed"', "run_stop status is failed")])
+def test_stop_at_target_quotes_a_status_that_is_no_plain_word(real_logs, tmp_path, status, said):
+    """A differential fuzz: nyx run 0 with its run_stop status "" failed stop_at_target as "eval reached
+    0.72 (line 501) but run_stop status is " (the reason cut short), a run_stop without status said
+    "status is None"; run_stop's rule quotes the status. The verdict (FAIL) is unchanged."""
+    text = _nyx(real_logs)
+    stop = '"lineno": 2168, "status": "success"}'
+    assert stop in text
+    log = tmp_path / "status.txt"
+    log.write_text(text.replace(stop, '"lineno": 2168}' if status is None else '"lineno": 2168, "status": %s}' % status))
+    r = results(log)["stop_at_target"]
+    assert (r.level, r.detail) == ("FAIL", "eval reached 0.72 (line 501) but " + said)

@@ -283,6 +283,18 @@ def target_of(records, division):
     return value if finite(value) else None
 
 
+def _status_said(stop):
+    """What ``stop`` (the run_stop line, or None) says of the run's status, in words: a status other than
+    a plain word quoted (an empty one read "run_stop status is ", a missing one "status is None")."""
+    if stop is None:
+        return "no run_stop line"  # (a log cut off)
+    if "status" not in stop.metadata:
+        return "run_stop logs no status"
+    status = stop.metadata["status"]
+    plain = isinstance(status, str) and status.isprintable() and status and status.strip() == status
+    return "run_stop status is %s" % (status if plain else repr(status))
+
+
 def rule_stop_at_target(records, division):
     target = target_of(records, division)
     if target is None:  # another harness's open run: the official checker asks no target of it
@@ -293,7 +305,7 @@ def rule_stop_at_target(records, division):
     stops = _find(records, "run_stop")
     stop = stops[-1] if stops else None
     status = stop.metadata.get("status") if stop else None
-    said = "run_stop status is %s" % (status,) if stop else "no run_stop line"  # (a log cut off)
+    said = _status_said(stop)
     hit = next((r for r in evals if _number(r.value) and r.value >= target), None)
     if hit is None:
         if status == "success":

@@ -923,3 +923,15 @@ def test_a_checkpoint_path_that_is_no_prefix_says_what_it_is(files, tmp_path):  
                                      "--output=" + str(tmp_path / "x.pt")])
         assert str(e.value) == message
     assert not (tmp_path / "out").exists() and not (tmp_path / "x.pt").exists()
+
+
+def test_a_log_owner_record_that_names_no_path_is_none(tmp_path):
+    """A hostile sweep: mlperf_log_path.json edited to hold a number was read as that number, which
+    the resume's check then took for a file descriptor (os.path.exists(5)); a record that names no
+    path (a number, an empty path, a list, no JSON) is no record."""
+    from mlperf_bert.trainer import checkpoint
+    for text in ('{"mlperf_log": 5}', '{"mlperf_log": ""}', '{"mlperf_log": ["a"]}', '[1, 2]', '', '{"x": 1}'):
+        (tmp_path / checkpoint.LOG_OWNER).write_text(text)
+        assert checkpoint.read_log_owner(str(tmp_path)) is None, text
+    checkpoint.write_log_owner(str(tmp_path), str(tmp_path / "mlperf.log"))
+    assert checkpoint.read_log_owner(str(tmp_path)) == str(tmp_path / "mlperf.log")

@@ -915,7 +915,7 @@ def test_damaged_newest_checkpoint_is_a_one_line_error(files, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "model.ckpt-5.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(UserError, match=r"model\.ckpt-5\.pt is not a PyTorch .*delete it") as e:
+    with pytest.raises(UserError, match=r"model\.ckpt-5\.pt is not a PyTorch .*only checkpoint: restore it") as e:
         training.main(flags_for(files, str(out)))
     assert "\n" not in str(e.value)
 
@@ -924,7 +924,8 @@ def test_a_checkpoint_with_damaged_bytes_is_refused_not_loaded(files, uninterrup
     """A hostile sweep: 16 bytes of a tensor of the newest checkpoint inverted, and the resume
     trained on with four word embeddings of -206..450 (torch.load checks no CRC); the same damage in
     an --init_checkpoint .pt was taken too. Each is one error naming the file and the damaged entry
-    (its zip CRC-32); the resume's says to delete it to resume from the one before."""
+    (its zip CRC-32); the resume's says to delete it to resume from the one before, naming it, or, where
+    it is the only one (a sweep: deleting it started the run over from step 0), to restore it."""
     import zipfile
     full, names = uninterrupted
     newest = sorted((n for n in names if n.startswith("model.ckpt-")), key=lambda n: int(n.split("-")[1][:-3]))[-1]
@@ -940,7 +941,12 @@ def test_a_checkpoint_with_damaged_bytes_is_refused_not_loaded(files, uninterrup
     data[start:start + 16] = bytes(b ^ 0xFF for b in data[start:start + 16])
     damaged.write_bytes(bytes(data))
     why = r"checkpoint %s is damaged: its entry %s fails its CRC-32" % (re.escape(str(damaged)), entry.filename)
-    with pytest.raises(UserError, match="^%s; delete it to resume from the one before$" % why):
+    with pytest.raises(UserError, match="^%s; it is the run's only checkpoint: restore it from a copy \\(deleted, the "
+                                        "run would start over from step 0\\)$" % why):
+        training.main(flags_for(files, str(out)))
+    before = sorted((n for n in names if n.startswith("model.ckpt-")), key=lambda n: int(n.split("-")[1][:-3]))[-2]
+    shutil.copy(os.path.join(full, before), out / before)
+    with pytest.raises(UserError, match="^%s; delete it to resume from the one before, %s$" % (why, re.escape(before))):
         training.main(flags_for(files, str(out)))
     with pytest.raises(UserError, match="^%s: give an undamaged copy$" % why):
         training.main(flags_for(files, str(tmp_path / "fresh"), init_checkpoint=str(damaged)))
@@ -1851,3 +1857,147 @@ def test_a_run_whose_weights_are_no_longer_finite_ends_at_the_next_eval(files, u
     got = {r.rule: r.level for r in compliance.check_log(os.path.join(out, "mlperf.log"), official=False)}
     assert {k: v for k, v in got.items() if v == "FAIL"} == {"stop_at_target": "FAIL"}, got  # not converged, nothing else
     assert training.main(argv) == 0 and "nothing to do" in capsys.readouterr().out.lower()
+
+
+# ---------------------------------------------------------------- a hostile sweep of --output_dir and the log
+
+
+def _stopped_at_27(full, out):
+    """``out`` as a run stopped after its checkpoint of step 27 leaves it: that checkpoint, the log (the
+    resume cuts it back) and the record of the log it writes, ``out``/mlperf.log."""
+    from mlperf_bert.trainer import checkpoint
+    os.makedirs(out)
+    shutil.copy(os.path.join(full, "model.ckpt-27.pt"), out)
+    shutil.copy(os.path.join(full, "mlperf.log"), out)
+    checkpoint.write_log_owner(out, os.path.join(out, "mlperf.log"))
+
+
+def test_a_resume_through_a_symbolic_link_to_its_output_dir_is_the_same_run(files, uninterrupted, tmp_path):
+    """A hostile sweep: a stopped run resumed with --output_dir spelt through a symbolic link to its
+    folder (a scratch link, another mount) was refused, "this run's MLPerf log is OUT/mlperf.log, not
+    --mlperf_log LINK/mlperf.log: resume with the same log": the same file. It resumes and ends as the
+    uninterrupted run, bit for bit."""
+    full, _ = uninterrupted
+    out = str(tmp_path / "out")
+    _stopped_at_27(full, out)
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    assert training.main(flags_for(files, str(link))) == 0
+    assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
+    assert open(os.path.join(out, "mlperf.log"), "rb").read().count(b'"key": "run_stop"') == 1
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devnull"])
+def test_a_log_path_that_is_no_regular_file_is_refused_at_once(files, tmp_path, kind):
+    """A hostile sweep: --mlperf_log naming a FIFO waited for ever in the untimed init (its check
+    read the FIFO), and /dev/null was refused only once the log was opened ("Invalid argument"),
+    after mlperf_log_path.json had recorded /dev/null. Both are one line at the start, nothing written."""
+    log = "/dev/null"
+    if kind == "fifo":
+        log = str(tmp_path / "fifo")
+        os.mkfifo(log)
+        # a writer that holds it open with what an MLPerf log begins with (so the old check neither
+        # waited for ever here nor called it another file)
+        held = os.open(log, os.O_RDWR | os.O_NONBLOCK)
+        os.write(held, b":::MLLOG {}\n")
+    out = str(tmp_path / "out")
+    try:
+        with pytest.raises(UserError) as e:
+            training.main(flags_for(files, out, mlperf_log=log, num_train_steps=2))
+    finally:
+        if kind == "fifo":
+            os.close(held)
+    assert str(e.value) == ("--mlperf_log %s is not a regular file (%s): give a file path (default "
+                            "OUTPUT_DIR/mlperf.log); it was left as it is"
+                            % (log, "a FIFO" if kind == "fifo" else "a character device"))
+    assert not os.path.isdir(out) or os.listdir(out) == []
+
+
+def test_a_run_naming_another_runs_log_is_refused_while_that_run_starts(files, tmp_path, monkeypatch):
+    """A hostile sweep: a run given --mlperf_log=A/mlperf.log while run A was in its untimed init (A's
+    log lines held in memory, the file not made yet) wrote its whole log there; A then emptied it and
+    wrote its own (the other run's exit 0, its result gone; overlapping, one file of two runs' lines).
+    A holds its log's lock from its start: the other run is refused in one line naming it, and A's
+    log is A's alone."""
+    first, second = str(tmp_path / "a"), str(tmp_path / "b")
+    kw = dict(num_train_steps=4, save_checkpoints_steps=0)
+    real, refused = preflight.check_log_owner, []
+
+    def while_a_starts(output_dir, log_path):  # A's fresh start: its locks taken, its log not made yet
+        if output_dir == first and not refused:
+            assert not os.path.exists(os.path.join(first, "mlperf.log"))
+            with pytest.raises(UserError) as e:
+                training.main(flags_for(files, second, seed=9, mlperf_log=os.path.join(first, "mlperf.log"), **kw))
+            refused.append(str(e.value))
+        return real(output_dir, log_path)
+    monkeypatch.setattr(preflight, "check_log_owner", while_a_starts)
+    assert training.main(flags_for(files, first, **kw)) == 0
+    assert len(refused) == 1 and re.match(r"--mlperf_log %s is in use by another run \(pid %d .*\): wait for it to "
+                                          r"end or stop it" % (re.escape(os.path.join(first, "mlperf.log")),
+                                                               os.getpid()), refused[0]), refused
+    assert "\n" not in refused[0] and not os.path.exists(os.path.join(second, "run_finished.json"))
+    recs = _records(os.path.join(first, "mlperf.log"))
+    assert [r["key"] for r in recs].count("init_start") == 1
+    assert [r["value"] for r in recs if r["key"] == "seed"] == [7]
+
+
+def test_a_log_in_output_dir_that_links_to_another_runs_log_is_not_emptied(files, uninterrupted, tmp_path):
+    """A hostile sweep: OUTPUT_DIR/mlperf.log a symbolic link to a stopped run's log: a fresh start
+    took it for its own (in its output_dir), emptied it and wrote its run there, the stopped run no
+    longer resumable. By its real path it is another run's log: refused, left as it was."""
+    full, _ = uninterrupted
+    other = str(tmp_path / "other")
+    _stopped_at_27(full, other)
+    before = open(os.path.join(other, "mlperf.log"), "rb").read()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mlperf.log").symlink_to(os.path.join(other, "mlperf.log"))
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(out), seed=9, num_train_steps=2))
+    assert str(e.value) == ("--mlperf_log %s holds an MLPerf log that no run in --output_dir %s wrote: it was left as "
+                            "it is; give a new path, or delete it to start this run's log there"
+                            % (out / "mlperf.log", out))
+    assert open(os.path.join(other, "mlperf.log"), "rb").read() == before
+
+
+def test_a_run_in_an_output_dir_that_cannot_be_written_says_to_make_it_writable(files, uninterrupted, tmp_path,
+                                                                                 monkeypatch):
+    """A hostile sweep: a stopped run's folder on a file system remounted read-only was refused with
+    "output directory ... is not writable: choose another output path", which starts the run over
+    elsewhere. The line names what holds the run and says to make the folder writable; an empty or
+    new folder keeps the old line."""
+    full, _ = uninterrupted
+    out = str(tmp_path / "out")
+    _stopped_at_27(full, out)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if (
+        mode & os.W_OK and os.path.realpath(p) == os.path.realpath(out)) else real(p, mode, **kw))
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, out))
+    assert str(e.value) == ("--output_dir %s holds a run (model.ckpt-27.pt) but cannot be written (output directory %s "
+                            "is not writable): make it writable (a read-only mount remounted read-write, its "
+                            "permissions), then rerun the same command; another --output_dir would start a new run"
+                            % (out, out))
+    for name in os.listdir(out):
+        os.remove(os.path.join(out, name))
+    with pytest.raises(UserError, match=r"^output directory %s is not writable: choose another output path$" % out):
+        training.main(flags_for(files, out))
+
+
+def test_the_launch_record_is_taken_before_run_stop_is_logged(files, tmp_path, monkeypatch):
+    """A hostile sweep: the end's record (run_stopped.json) was built after run_stop was logged, and
+    building it runs git and hashes the source (~30 ms): a kill in that window left a finished log
+    without the record, and the rerun started the finished run over, emptying its log (exit 0). The
+    launch record is now taken in the untimed init, before run_start: after run_stop only the record's
+    write is left."""
+    from mlperf_bert.trainer import checkpoint
+    out, real, seen = tmp_path / "out", checkpoint.launch_record, []
+
+    def launch_record(cfg, world):
+        log = out / "mlperf.log"
+        seen.append(log.exists() and any('"run_stop"' in line or '"run_start"' in line for line in open(log)))
+        return real(cfg, world)
+    monkeypatch.setattr(checkpoint, "launch_record", launch_record)
+    assert training.main(flags_for(files, str(out), num_train_steps=4)) == 0
+    assert seen == [False]  # once, before run_start (its lines held or written: neither there yet)
+    assert json.load(open(out / checkpoint.FINISHED))["launch"]["flags"]["num_train_steps"] == 4

@@ -292,7 +292,10 @@ def load(path):
     try:
         ckpt = load_pt(path)
     except UserError as e:  # a damaged file: name it, and how to go on
-        raise UserError("%s; delete it to resume from the one before" % str(e).split(": give ")[0])
+        earlier = [p for _, p in list_checkpoints(os.path.dirname(path)) if os.path.abspath(p) != os.path.abspath(path)]
+        raise UserError("%s; %s" % (str(e).split(": give ")[0], (
+            "delete it to resume from the one before, %s" % os.path.basename(earlier[-1]) if earlier else
+            "it is the run's only checkpoint: restore it from a copy (deleted, the run would start over from step 0)")))
     lacks = [k for k in TRAINING_STATE if k not in ckpt]
     if lacks:  # e.g. convert_checkpoint.py's .pt, given a training checkpoint's name (a KeyError traceback)
         raise UserError("checkpoint %s holds weights but no training state (no %s): a run did not write it while "
@@ -412,9 +415,10 @@ def read_log_owner(output_dir):
     """The MLPerf log path this output_dir's run writes, or None."""
     try:
         with open(os.path.join(output_dir, LOG_OWNER), encoding="utf-8") as f:
-            return json.load(f).get("mlperf_log")
+            owned = json.load(f).get("mlperf_log")
     except (OSError, ValueError, AttributeError):
         return None
+    return owned if isinstance(owned, str) and owned else None  # (an int would be taken for a descriptor)
 
 
 def _read_marker(output_dir, name):

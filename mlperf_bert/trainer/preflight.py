@@ -6,6 +6,7 @@ when a run goes on, the log's owner and the resume's identity (``check_log_owner
 import collections
 import glob
 import os
+import stat
 import sys
 
 from mlperf_bert import locking
@@ -142,7 +143,15 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
         init_ckpt = [os.path.abspath(init), None, None]
     elif init:
         init_ckpt = tf_checkpoint.fingerprint(init)
-    check_writable_dir(checkpoint.path_for(cfg.checkpoint.output_dir, 0))
+    try:
+        check_writable_dir(checkpoint.path_for(cfg.checkpoint.output_dir, 0))
+    except UserError as e:  # another output path would start the run over: name what holds it
+        held = _run_held_in(out) if os.path.isdir(out) else None
+        if held is None:
+            raise
+        raise UserError("--output_dir %s holds a run (%s) but cannot be written (%s): make it writable (a read-only "
+                        "mount remounted read-write, its permissions), then rerun the same command; another "
+                        "--output_dir would start a new run" % (out, held, str(e).split(": choose ")[0])) from None
     flag_checks.check_ranks(cfg, world)
     log_path = cfg.mlperf.mlperf_log or os.path.join(cfg.checkpoint.output_dir, "mlperf.log")
     if cfg.runtime.do_train and rank == 0:  # rank 0 alone writes the log (on its disk)
@@ -151,13 +160,23 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
         locks.enter_context(locking.lock_dir(cfg.checkpoint.output_dir, "--output_dir"))
         # a checkpoint of a killed run's write, cut off (a temporary name: never taken for one)
         remove_stale_temporaries(cfg.checkpoint.output_dir)
-        if os.path.dirname(os.path.abspath(log_path)) != os.path.abspath(cfg.checkpoint.output_dir):
-            locks.enter_context(locking.lock_file(log_path, "--mlperf_log"))
+        # and its log, wherever it lies (by its real path): another run's --mlperf_log naming it is
+        # refused, also while this run's log is not made yet (its lines held until the start checks pass)
+        locks.enter_context(locking.lock_file(os.path.realpath(log_path), "--mlperf_log"))
     if cfg.data.check_data != "none":  # each rank a share of the files, in parallel
         loader.check_records(train_files[rank::world], full=cfg.data.check_data == "full")
         if eval_files:  # read whole at the start anyway: checked as the training files are
             loader.check_records(eval_files[rank::world], full=cfg.data.check_data == "full")
     return Start(train_files, eval_files, packed, global_batch, init_ckpt, log_path)
+
+
+def _run_held_in(out):
+    """The file that holds a run in ``out`` (its end's record, else its newest checkpoint), or None."""
+    for name in (checkpoint.FINISHED, checkpoint.STOPPED):
+        if os.path.lexists(os.path.join(out, name)):
+            return name
+    found = checkpoint.list_checkpoints(out)
+    return os.path.basename(found[-1][1]) if found else None
 
 
 def _check_log_path(cfg, log_path, train_files, eval_files):
@@ -175,12 +194,30 @@ def _check_log_path(cfg, log_path, train_files, eval_files):
     if os.path.isdir(log_path):
         raise UserError("--mlperf_log %s is a directory: give a file path (default OUTPUT_DIR/mlperf.log)" % log_path)
     try:
+        mode = os.stat(log_path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):  # a FIFO's read waited forever; /dev/null cannot be cut
+        raise UserError("--mlperf_log %s is not a regular file (%s): give a file path (default OUTPUT_DIR/mlperf.log); "
+                        "it was left as it is" % (log_path, _KINDS.get(stat.S_IFMT(mode), "not a file")))
+    try:
         ours = not os.path.exists(log_path) or is_mlperf_log(log_path)
     except OSError as e:
         raise UserError("cannot read --mlperf_log %s: %s; give a readable path" % (log_path, e.strerror))
     if not ours:
         raise UserError("--mlperf_log %s exists and is not an MLPerf log (it does not start with an :::MLLOG "
                         "line): it was left as it is; give a new path (default OUTPUT_DIR/mlperf.log)" % log_path)
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket"}
+
+
+def _owns(output_dir, log_path):
+    """Whether ``output_dir``'s record names ``log_path``'s file (any spelling of it: a symbolic link,
+    another mount of the folder)."""
+    owned = checkpoint.read_log_owner(output_dir)
+    return owned is not None and same_file(owned, log_path)
 
 
 def check_log_owner(output_dir, log_path):
@@ -190,9 +227,11 @@ def check_log_owner(output_dir, log_path):
             return
     except FileNotFoundError:
         return
-    if os.path.dirname(os.path.abspath(log_path)) == os.path.abspath(output_dir):
-        return  # in the locked output_dir of this run, which has no checkpoint: restarted from scratch
-    if checkpoint.read_log_owner(output_dir) == os.path.abspath(log_path):
+    if os.path.dirname(os.path.realpath(log_path)) == os.path.realpath(output_dir):
+        # in the locked output_dir of this run, which has no checkpoint: restarted from scratch (by its real
+        # path: OUTPUT_DIR/mlperf.log as a symbolic link to another run's log is that run's)
+        return
+    if _owns(output_dir, log_path):
         return  # this run's, written before its first checkpoint
     raise UserError("--mlperf_log %s holds an MLPerf log that no run in --output_dir %s wrote: it was left as it "
                     "is; give a new path, or delete it to start this run's log there" % (log_path, output_dir))
@@ -300,7 +339,8 @@ def check_run_log(output_dir, log_path, mark, what):
     that ``what`` recorded; the log somewhere else (another LOGDIR) is said as such, not as a log
     "that does not begin with" it."""
     owned = checkpoint.read_log_owner(output_dir)
-    if owned and owned != os.path.abspath(log_path) and os.path.exists(owned):
+    # the same file by another spelling (--output_dir through a symbolic link) is the same log
+    if owned and os.path.exists(owned) and not same_file(owned, log_path):
         raise UserError("this run's MLPerf log is %s (%s), not --mlperf_log %s: resume with the same log "
                         "(start_training.sh: the same LOGDIR)" % (owned, os.path.join(output_dir, checkpoint.LOG_OWNER),
                                                                   log_path))

@@ -557,6 +557,10 @@ class Loop:
         # its group made in the untimed init: made past run_start, a rank whose peer had stopped in
         # its init (and left) waited in new_group for it until torchrun's SIGKILL
         self.vote = self.stop.vote = distributed.StopVote()
+        # how the run was started (git, the source's digest: ~30 ms), for its end's record: taken here, in the
+        # untimed init, so that at the end only a small write follows run_stop (a kill after run_stop and
+        # before that record made the rerun start the finished run over)
+        self.launch = checkpoint.launch_record(cfg, trainer.world) if trainer.rank == 0 else None
         self.stop.started()  # from here a signal checkpoints (before: it stopped the init at once)
         if not s.continues:
             log.start(C.RUN_START)
@@ -719,9 +723,7 @@ class Loop:
         # --do_eval's eval of these final weights, when the last online eval saw them
         known = cfg.eval.do_eval and self.eval_set and self.metrics is not None and s.evals[-1][0] == s.samples
         if rank == 0:  # the result is the log's from here: a kill now leaves a rerun nothing to train again
-            # (rank 0's alone: the launch record runs git and hashes the source)
-            record = checkpoint.end_record(self.status, s.step, s.samples, self.extra["run"],
-                                           checkpoint.launch_record(cfg, world))
+            record = checkpoint.end_record(self.status, s.step, s.samples, self.extra["run"], self.launch)
             checkpoint.write_stopped(cfg.checkpoint.output_dir, dict(
                 record, mlperf_log=list(log.mark()), metrics=self.metrics if known else None, world=world))
         # ended, its record written: a signal now stops at once, and the same command finishes what is left

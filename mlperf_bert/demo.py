@@ -19,7 +19,7 @@ import sys
 import textwrap
 import time
 
-from mlperf_bert import flags
+from mlperf_bert import flags, locking
 from mlperf_bert.dataset import vocab
 from mlperf_bert.errors import UserError, first_signal
 from mlperf_bert.fileio import atomic_open, write_json
@@ -65,19 +65,32 @@ def write_text_shards(text_dir, num_shards=2, eval_every=8):
 DEMO_THREADS = "1"
 ORG, SYSTEM = "mlperf_bert-demo", "cpu_demo"  # the --runs submission's identity, logged by every run
 SETTINGS = "demo_settings.json"  # in the training folder: what a rerun must match to resume it
+# SETTINGS once the demo has ended: a rerun then trains afresh, while one after a stop in a step after the
+# training (check-log, plot-log, package, score) keeps the finished training and goes on from that step
+DEMO_FINISHED = "demo_finished"
 
 
 class Stopped(Exception):
-    """SIGTERM or SIGINT while a step ran; the step got SIGTERM and has ended."""
+    """SIGTERM or SIGINT while a step ran; the step got SIGTERM and has ended. ``rerun``: what
+    rerunning the same command then does."""
 
-    def __init__(self, signum, what, status=None):
+    def __init__(self, signum, what, status=None, rerun="go on"):
         Exception.__init__(self, what)
-        self.signum, self.what, self.status = signum, what, status
+        self.signum, self.what, self.status, self.rerun = signum, what, status, rerun
 
 
-def _run(cmd, what, env=None):
+def _ignore_sigint():
+    # In the step, before its exec: a terminal's Ctrl-C goes to the whole process group, the step
+    # included, and the demo passes it on as SIGTERM; a step that got both (make-dataset's pool)
+    # could end in a traceback, the SIGTERM cutting into its handling of the KeyboardInterrupt.
+    # Ignored, the SIGINT leaves the stop to the SIGTERM alone (the trainer, which sets its own
+    # handler for SIGINT, checkpoints on the first of the two, as under start_training.sh).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run(cmd, what, env=None, rerun="go on"):
     """Run one step; SIGTERM/SIGINT meanwhile go on to it as SIGTERM (the trainer checkpoints on
-    SIGTERM), and once it has ended raise Stopped."""
+    SIGTERM; the step ignores SIGINT, see _ignore_sigint), and once it has ended raise Stopped."""
     print("demo: %s\n  $ %s" % (what, " ".join(cmd)), flush=True)
     t = time.time()
     got, proc = [], None
@@ -91,8 +104,8 @@ def _run(cmd, what, env=None):
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         if got:  # a stop before it: the step is not started
-            raise Stopped(got[0], what)
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+            raise Stopped(got[0], what, rerun=rerun)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, preexec_fn=_ignore_sigint)
         if got:
             proc.send_signal(signal.SIGTERM)
         status = proc.wait()
@@ -101,7 +114,7 @@ def _run(cmd, what, env=None):
             signal.signal(s, handler)
     print("demo: %s took %.0f s (exit %d)" % (what, time.time() - t, status), flush=True)
     if got:
-        raise Stopped(got[0], what, status)
+        raise Stopped(got[0], what, status, rerun)
     return status
 
 
@@ -159,21 +172,31 @@ def _finished(train_dir, runs):
 
 
 def prepare_training_dir(train_dir, settings, runs):
-    """Keep ``train_dir`` when it holds a stopped run of these settings (the rerun resumes it),
-    else start it afresh (a finished demo runs again; other settings start over)."""
+    """Keep ``train_dir`` when it holds the training of a stopped demo of these settings (the rerun
+    resumes it, or goes on after it when it had finished), else start it afresh (a finished demo runs
+    again; other settings start over)."""
     path = os.path.join(train_dir, SETTINGS)
     try:
         with open(path, encoding="utf-8") as f:
             same = json.load(f) == settings
     except (OSError, ValueError):
         same = False
-    if same and not _finished(train_dir, runs):
-        print("demo: resuming the stopped run in %s" % train_dir, flush=True)
+    if same:
+        if _finished(train_dir, runs):
+            print("demo: the training in %s had finished in a demo that did not end: kept, not run again"
+                  % train_dir, flush=True)
+        else:
+            print("demo: resuming the stopped run in %s" % train_dir, flush=True)
         return True
     shutil.rmtree(train_dir, ignore_errors=True)
     os.makedirs(train_dir)
     write_json(path, settings)
     return False
+
+
+def demo_finished(train_dir, settings):
+    """Mark the demo of ``settings`` ended: its rerun starts the training afresh."""
+    write_json(os.path.join(train_dir, SETTINGS), dict(settings, **{DEMO_FINISHED: True}))
 
 
 def main(argv):
@@ -188,9 +211,16 @@ def main(argv):
                          "package, score)", flag_values=fv)
     flags.DEFINE_bool("packed", False, "pack the training records (pack, up to 3 sequences a row) and train "
                       "on the packed rows", flag_values=fv)
-    flags.parse(fv, argv)
+    flags.parse(fv, argv, positional=False)
     check_flags(fv)
     out = os.path.abspath(fv.output_dir)
+    # one demo at a time in ``out``: a second one remade the data under the first's training, and
+    # took its running training for a stopped one to resume
+    with locking.lock_dir(out, "--output_dir"):
+        return _stopped_is_one_line(fv, out)
+
+
+def _stopped_is_one_line(fv, out):
     try:
         return _demo(fv, out)
     except Stopped as e:
@@ -198,8 +228,8 @@ def main(argv):
             print("demo: stopped by %s during %s before its first checkpoint: nothing was saved; rerun the "
                   "same command to start it again" % (signal.Signals(e.signum).name, e.what), flush=True)
             return NOT_SAVED_STATUS
-        print("demo: stopped by %s during %s; rerun the same command to resume (%s keeps the training's "
-              "checkpoints)" % (signal.Signals(e.signum).name, e.what, os.path.join(out, "train")), flush=True)
+        print("demo: stopped by %s during %s; rerun the same command to %s" % (signal.Signals(e.signum).name,
+                                                                                e.what, e.rerun), flush=True)
         return 128 + e.signum
 
 
@@ -207,9 +237,15 @@ def check_flags(fv):
     """Refused before the vocab and the data are made (a --target of 2 failed only in the trainer,
     minutes later; --runs=-1 ran once)."""
     import math
-    for name, low in (("runs", 1), ("dupe_factor", 1), ("eval_frequency", 1), ("max_samples", 1), ("seed", 0)):
+    if not fv.output_dir:  # was the current folder, its tfrecords/, packed/ and train/ deleted and remade
+        raise UserError("--output_dir is empty: give the folder the demo writes to (default demo_out)")
+    # --dupe_factor=1: make-dataset's eval set has fewer records than the demo's 500, and make-dataset
+    # named its own --num_eval_examples, which the demo does not take
+    for name, low in (("runs", 1), ("dupe_factor", 2), ("eval_frequency", 1), ("max_samples", 1), ("seed", 0)):
         if fv[name].value < low:
             raise UserError("--%s=%d must be at least %d" % (name, fv[name].value, low))
+    if fv.seed >= 2 ** 64:  # the trainer's limit (torch's manual_seed), found after the data were made
+        raise UserError("--seed=%d must be below 2**64" % fv.seed)
     if not (math.isfinite(fv.target) and 0 < fv.target <= 1):
         raise UserError("--target=%s must be a masked-LM accuracy in (0, 1] (the demo's: 0.14)" % fv.target)
 
@@ -225,17 +261,24 @@ def _demo(fv, out):
     prepare_training_dir(train_dir, settings, fv.runs)
     env = training_env(data_dir, train_dir, packed_dir, py)
     flags_ = run_flags(fv.eval_frequency, fv.max_samples, fv.target)
+    resume = "resume (%s keeps the training's checkpoints)" % train_dir
+    after = "go on (%s keeps the finished training: it is not run again)" % train_dir
     if fv.runs > 1:
-        return submission(fv, out, env, flags_, py, t0)
-    status = _run([os.path.join(ROOT, "train_model.sh"), "--eval_at_start", "--seed=%d" % fv.seed] + flags_,
-                  "train_model.sh --preset=demo_cpu", env=env)
-    if status:
-        raise UserError("demo: training failed with status %d (see above)" % status)
+        status = submission(fv, out, env, flags_, py, t0, resume, after)
+        demo_finished(train_dir, settings)
+        return status
+    if not _finished(train_dir, 1):
+        status = _run([os.path.join(ROOT, "train_model.sh"), "--eval_at_start", "--seed=%d" % fv.seed] + flags_,
+                      "train_model.sh --preset=demo_cpu", env=env, rerun=resume)
+        if status:
+            raise UserError("demo: training failed with status %d (see above)" % status)
 
     log = os.path.join(train_dir, "mlperf.log")
-    check = _run([py, "-m", "mlperf_bert", "check-log", log], "check-log (official checker + BERT rules)")
+    check = _run([py, "-m", "mlperf_bert", "check-log", log], "check-log (official checker + BERT rules)",
+                 rerun=after)
     figure = os.path.join(out, "demo_curve.png")
-    _run([py, "-m", "mlperf_bert", "plot-log", log, "--output=" + figure], "plot-log")
+    _run([py, "-m", "mlperf_bert", "plot-log", log, "--output=" + figure], "plot-log", rerun=after)
+    demo_finished(train_dir, settings)
     print("\ndemo finished in %.0f s:" % (time.time() - t0))
     for what, path in [("vocab", os.path.join(out, "vocab.txt")), ("text shards", os.path.join(out, "text")),
                        ("TFRecords + manifest", data_dir)] + ([("packed rows", packed_dir)] if fv.packed else []) + [
@@ -245,11 +288,12 @@ def _demo(fv, out):
     return 0 if check == 0 else 1
 
 
-def submission(fv, out, env, run_flags_, py, t0):
+def submission(fv, out, env, run_flags_, py, t0, resume="go on", after="go on"):
     """--runs=N: N runs through start_training.sh (NUM_RUNS), a package, its official score."""
     runs_dir = env["OUTPUT_DIR"]
     env = dict(env, NUM_RUNS=str(fv.runs), CHECK_LOG="0", DROP_CACHES="0")
-    if _run([os.path.join(ROOT, "start_training.sh")] + run_flags_, "start_training.sh NUM_RUNS=%d" % fv.runs, env=env):
+    if _run([os.path.join(ROOT, "start_training.sh")] + run_flags_, "start_training.sh NUM_RUNS=%d" % fv.runs, env=env,
+            rerun=resume):
         raise UserError("demo: the runs failed (see above); rerun to go on")
     package = os.path.join(out, "package")
     shutil.rmtree(package, ignore_errors=True)
@@ -260,10 +304,10 @@ def submission(fv, out, env, run_flags_, py, t0):
     write_json(system_json, desc, indent=4)
     print("demo: systems JSON of this machine (the runs ran here): %s" % system_json, flush=True)
     if _run([py, "-m", "mlperf_bert", "package", "--org=" + ORG, "--system=" + SYSTEM, "--runs=" + runs_dir,
-             "--output=" + package, "--system_json=" + system_json], "package"):
+             "--output=" + package, "--system_json=" + system_json], "package", rerun=after):
         raise UserError("demo: package failed (see above)")
     status = _run([py, "-m", "mlperf_bert", "score", package],
-                  "score (the official package checker, result summarizer and repo checker)")
+                  "score (the official package checker, result summarizer and repo checker)", rerun=after)
     print("\nsubmission demo finished in %.0f s: %d runs in %s, package %s (score plots beside it)"
           % (time.time() - t0, fv.runs, runs_dir, package))
     return status

@@ -30,7 +30,10 @@ def test_training_folder_is_kept_only_for_a_stopped_run_of_the_same_settings(tmp
     assert not (train / "model.ckpt-4.pt").exists()
     assert json.loads((train / demo.SETTINGS).read_text()) == dict(settings, seed=2)
     (train / "model.ckpt-4.pt").write_bytes(b"x")
-    finish(train)  # finished: the demo runs again
+    finish(train)  # the training finished, the demo did not (a stop in check-log): kept, not trained again
+    assert demo.prepare_training_dir(str(train), dict(settings, seed=2), 1)
+    assert (train / "model.ckpt-4.pt").exists()
+    demo.demo_finished(str(train), dict(settings, seed=2))  # the demo ended: it runs again
     assert not demo.prepare_training_dir(str(train), dict(settings, seed=2), 1)
     assert not (train / "model.ckpt-4.pt").exists()
     # --runs: resumed while one run of the series has not finished
@@ -96,7 +99,7 @@ time.sleep(60)
 
 
 @pytest.mark.parametrize("status", [79, 143])
-def test_a_step_stopped_with_nothing_saved_is_the_demos_status(status, monkeypatch, capsys):
+def test_a_step_stopped_with_nothing_saved_is_the_demos_status(status, tmp_path, monkeypatch, capsys):
     """Issue 45.2: 143 means a checkpoint holds the run. The demo said 143 for any stop; a training
     stopped before its first checkpoint (the trainer's 79) is 79 with a line saying nothing was saved.
     The step here is a stand-in that signals the demo and exits with the trainer's status when the
@@ -105,7 +108,7 @@ def test_a_step_stopped_with_nothing_saved_is_the_demos_status(status, monkeypat
         demo._run([sys.executable, "-c", _STEP_STOPPED_IN_ITS_INIT % status], "train")
         raise AssertionError("a stopped step must raise Stopped")
     monkeypatch.setattr(demo, "_demo", one_step)
-    assert demo.main(["demo", "--output_dir=unused"]) == status
+    assert demo.main(["demo", "--output_dir=%s" % tmp_path]) == status
     out = capsys.readouterr().out
     assert ("nothing was saved" in out) == (status == 79), out
     assert "rerun the same command" in out
@@ -143,16 +146,104 @@ def test_a_signal_before_a_step_starts_starts_no_step(monkeypatch):
     assert not started and stopped.value.signum == signal.SIGTERM and stopped.value.status is None
 
 
+def _no_data(*a, **k):
+    raise AssertionError("the demo went on to make its data")
+
+
 @pytest.mark.parametrize("flag,message", [("--runs=-1", "--runs=-1 must be at least 1"),
                                           ("--seed=-1", "--seed=-1 must be at least 0"),
                                           ("--target=2", "--target=2.0 must be a masked-LM accuracy in (0, 1] (the "
                                                          "demo's: 0.14)"),
-                                          ("--dupe_factor=0", "--dupe_factor=0 must be at least 1")])
-def test_a_demo_flag_out_of_range_is_refused_before_anything_is_made(tmp_path, flag, message):
+                                          ("--dupe_factor=0", "--dupe_factor=0 must be at least 2"),
+                                          ("--dupe_factor=1", "--dupe_factor=1 must be at least 2"),
+                                          ("--seed=%d" % 2 ** 64, "--seed=%d must be below 2**64" % 2 ** 64),
+                                          ("extra", "unexpected argument 'extra': this command takes only "
+                                                    "--flag=value arguments (lists are comma-separated, without "
+                                                    "spaces)")])
+def test_a_demo_flag_out_of_range_is_refused_before_anything_is_made(tmp_path, monkeypatch, flag, message):
     """A hostile sweep: --runs=-1 ran once; --target=2 and --seed=-1 failed only in the trainer, after
-    the vocab and the dataset were made, in 2 error lines."""
-    from mlperf_bert import demo
+    the vocab and the dataset were made, in 2 error lines. A second sweep: --dupe_factor=1 failed in
+    make-dataset (eval_intermediate has 254 records, fewer than the demo's 500) naming make-dataset's
+    --num_eval_examples, which the demo has not; --seed=2**64 failed in the trainer; an argument that is
+    no flag (``--packed true``) was dropped."""
     from mlperf_bert.errors import UserError
+    monkeypatch.setattr(demo, "make_data", _no_data)
     with pytest.raises(UserError) as e:
         demo.main(["demo", "--output_dir=%s" % (tmp_path / "out"), flag])
     assert str(e.value) == message and not (tmp_path / "out").exists()
+
+
+def test_an_empty_output_dir_is_refused_not_the_current_folder(tmp_path, monkeypatch):
+    """--output_dir= was the current folder: its tfrecords/, packed/ and train/ deleted and the demo's
+    files written among the user's."""
+    from mlperf_bert.errors import UserError
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(demo, "make_data", _no_data)
+    with pytest.raises(UserError) as e:
+        demo.main(["demo", "--output_dir="])
+    assert str(e.value) == "--output_dir is empty: give the folder the demo writes to (default demo_out)"
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_second_demo_on_the_same_output_is_refused(tmp_path, monkeypatch):
+    """Two demos at once on one --output_dir: the second remade the TFRecords under the first's running
+    training, said "resuming the stopped run" of it, and failed only in the trainer's lock of train/."""
+    from mlperf_bert import locking
+    from mlperf_bert.errors import UserError
+    monkeypatch.setattr(demo, "make_data", _no_data)
+    with locking.lock_dir(str(tmp_path), "--output_dir"):  # the first demo, running
+        with pytest.raises(UserError) as e:
+            demo.main(["demo", "--output_dir=%s" % tmp_path])
+    assert str(e.value).startswith("--output_dir %s is in use by another run (pid %d " % (tmp_path, os.getpid()))
+
+
+_STEP_GETS_A_TERMINALS_CTRL_C = """
+import os, signal, time
+signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+os.kill(os.getpid(), signal.SIGINT)  # a terminal's Ctrl-C goes to the whole process group: the step
+os.kill(os.getppid(), signal.SIGINT)  # and the demo
+time.sleep(60)
+"""
+
+
+def test_a_terminals_ctrl_c_stops_a_step_once(capfd):
+    """Ctrl-C at a terminal reaches the demo and its step, and the demo passed it on as SIGTERM: the
+    step got SIGINT and SIGTERM, and make-dataset, its pool's wait cut by the second, ended in
+    tracebacks ("RuntimeError: release unlocked lock", "Exception ignored in atexit callback"). The
+    step ignores SIGINT: the demo's SIGTERM is its one stop. Here the step plays the terminal."""
+    with pytest.raises(demo.Stopped) as stopped:
+        demo._run([sys.executable, "-c", _STEP_GETS_A_TERMINALS_CTRL_C], "make-dataset")
+    assert stopped.value.signum == signal.SIGINT and stopped.value.status == 143
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_stop_after_the_training_keeps_it_and_the_rerun_goes_on(tmp_path, monkeypatch, capsys):
+    """A stop in check-log or plot-log said "rerun the same command to resume (train keeps the
+    training's checkpoints)", and the rerun deleted the finished training and ran it again from the
+    start. Now the rerun goes on from check-log; once the demo has ended, a rerun trains afresh. The
+    steps are stand-ins (the training writes its finished marker)."""
+    monkeypatch.setattr(demo, "make_data", lambda out, *a: (None, None, str(tmp_path / "tfrecords"), None))
+    ran, stop_in = [], ["check-log"]
+
+    def step(cmd, what, env=None, rerun="go on"):
+        name = os.path.basename(cmd[0]) if cmd[0].endswith(".sh") else cmd[3]
+        ran.append(name)
+        if name == "train_model.sh":
+            finish(tmp_path / "train")
+        if name in stop_in:
+            stopped = demo.Stopped(signal.SIGINT, what, -signal.SIGTERM)
+            stopped.rerun = rerun
+            raise stopped
+        return 0
+    monkeypatch.setattr(demo, "_run", step)
+    argv = ["demo", "--output_dir=%s" % tmp_path]
+    assert demo.main(argv) == 130 and ran == ["train_model.sh", "check-log"]
+    assert ("demo: stopped by SIGINT during check-log (official checker + BERT rules); rerun the same command to "
+            "go on (%s keeps the finished training: it is not run again)" % (tmp_path / "train")
+            ) in capsys.readouterr().out
+    ran[:], stop_in[:] = [], []
+    assert demo.main(argv) == 0 and ran == ["check-log", "plot-log"]
+    assert "demo: the training in %s had finished in a demo that did not end" % (tmp_path / "train") in (
+        capsys.readouterr().out)
+    ran[:] = []
+    assert demo.main(argv) == 0 and ran == ["train_model.sh", "check-log", "plot-log"]

@@ -1,10 +1,11 @@
 """The wrapper every command-line entry point uses: ``run_main`` turns a UserError, a signal or
 a disk-full error into one line and an exit status."""
+import contextlib
 import os
 import signal
 import sys
 
-from mlperf_bert.errors import Terminated, UserError, install_sigterm_handler, sigterm_lost
+from mlperf_bert.errors import Terminated, UserError, install_sigterm_handler, raise_interrupt, sigterm_lost
 from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 # The start's handler (quiet_start) is there, stdlib only: the entry points set it up before this
@@ -17,9 +18,12 @@ def run_main(main, argv=None):
     it with one line (143, 130) after the atomic writers removed their temporaries; a disk-full
     or I/O error elsewhere is one line too (exit 2)."""
     argv = sys.argv if argv is None else argv
-    if _QUIET_START:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Ctrl-C raises KeyboardInterrupt, as Python's own handler does, but not while a stop is being
+    # handled (errors.raise_interrupt); a SIGINT ignored (a background job's) stays ignored
+    if _QUIET_START or signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         del _QUIET_START[:]
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(signal.SIGINT, raise_interrupt)
     # The record of dropped stops is this command's: one raised and caught before it in this process
     # (a test running commands in-process) made its end a stop, an os._exit(143) of the test process.
     sigterm_lost()
@@ -32,10 +36,14 @@ def run_main(main, argv=None):
         if sigterm_lost():  # the signal's exception was dropped and the command ran to its end
             raise Terminated()
     except UserError as e:
+        _ignore_stops()  # ended, by its error: a stop now would replace its line and status
         _end_progress_bars()
         print("error: %s" % e, file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
+        # ended by the Ctrl-C: a SIGTERM after it (a wrapper passing the stop on) changes nothing, also
+        # once the interpreter's exit has put the default action back on the handlers it set (killed, -15)
+        _ignore_stops()
         remove_own_temporaries()
         _end_progress_bars()
         print(INTERRUPTED, file=sys.stderr)

@@ -27,14 +27,28 @@ class Terminated(BaseException):
 _received = []  # the SIGTERMs _raise_terminated raised
 
 
+def _stopping():
+    """Whether a stop (Terminated, a Ctrl-C's KeyboardInterrupt) is being handled here: its except
+    and finally blocks, the __exit__s it runs through, run_main's one line."""
+    return isinstance(sys.exc_info()[1], (Terminated, KeyboardInterrupt))
+
+
 def _raise_terminated(signum, frame):
-    # A repeat while a Terminated is being handled (the except and finally blocks, the __exit__s it
-    # runs through, run_main's one line: a scheduler may SIGTERM every process again, a storm) must
-    # not cut that way out with a second one, a traceback "during handling of the above exception".
-    if isinstance(sys.exc_info()[1], Terminated):
+    # A repeat while a stop is being handled (a scheduler may SIGTERM every process again, a storm; a
+    # wrapper passes a SIGTERM on after a terminal's Ctrl-C reached the whole group) must not cut that
+    # way out with a second one: a traceback "during handling of the above exception", a clean-up
+    # (a pool's end, a lock's release) cut half-way.
+    if _stopping():
         return
     _received.append(signum)
     raise Terminated()
+
+
+def raise_interrupt(signum, frame):
+    """SIGINT's handler: KeyboardInterrupt, as Python's own, but not while a stop is being handled."""
+    if _stopping():
+        return
+    raise KeyboardInterrupt
 
 
 def sigterm_lost():

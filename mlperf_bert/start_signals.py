@@ -9,7 +9,7 @@ import sys
 
 from mlperf_bert.errors import first_signal
 
-_QUIET_START = []  # quiet_start() changed SIGINT's handler: cli.run_main puts Python's back
+_QUIET_START = []  # quiet_start() changed SIGINT's handler: cli.run_main puts a KeyboardInterrupt's back
 INTERRUPTED = "error: interrupted"
 TERMINATED = "error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on"
 # A stop (SIGTERM, SIGINT) after which no checkpoint holds the run: a fresh run stopped before

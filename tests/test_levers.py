@@ -156,6 +156,25 @@ def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files,
     levers.check_device(RunConfig.from_flags(fv), torch.device("cuda", 0), 8)  # per-replica clipping: the all-reduce between graphs
 
 
+def test_fp8_is_refused_where_a_ranks_tokens_are_no_multiple_of_16(monkeypatch):
+    """CUDA's _scaled_mm wants the inner dimension of each float8 GEMM a multiple of 16; the weight
+    gradient's (grad_out^T @ input) is a rank's tokens a micro-step, which --fp8 did not check (a
+    helper's review: at batch 1, seq 20 the six weight-gradient GEMMs of the tiny model break the rule,
+    which the CPU kernel does not check). Refused on CUDA before anything is built; not on the CPU."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    fv = trainer_flags.define_flags()
+    flags.parse(fv, ["x", "--fp8", "--dtype=bf16", "--train_batch_size=6", "--max_seq_length=20"], required=[])
+    cfg = RunConfig.from_flags(fv)
+    with pytest.raises(UserError) as e:
+        levers.check_device(cfg, torch.device("cuda", 0), 2)
+    assert str(e.value) == ("--fp8 multiplies each rank's 60 tokens a micro-step (--train_batch_size=6 over 2 ranks x "
+                            "--max_seq_length=20) in float8 GEMMs that need a multiple of 16: give a batch or sequence "
+                            "length that makes one, or drop --fp8")
+    levers.check_device(cfg, torch.device("cpu"), 2)  # the CPU kernel takes any
+    fv.train_batch_size = 8  # 4 rows x 20 = 80 tokens a rank
+    levers.check_device(RunConfig.from_flags(fv), torch.device("cuda", 0), 2)
+
+
 def test_a_removed_lever_says_it_was_removed_and_why_in_one_line():
     """An old command line with --bf16_weights (removed in issue 36.3) is told so, not absl's
     "Did you mean: lamb_weight_decay_rate?"; every spelling, every command (flags.REMOVED_FLAGS)."""

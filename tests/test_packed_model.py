@@ -164,3 +164,28 @@ def test_flash_varlen_call_matches_the_installed_torch_schema():
         cu = torch.zeros(2 * 4 + 1, dtype=torch.int32, device="cuda")
         out = attention.flash_varlen(q, q, q, cu, 16, 0.1, 0.125)
         assert out.shape == q.shape and out.dtype == torch.bfloat16 and out.device.type == "cuda"
+
+
+def test_deciding_on_flash_on_cuda_breaks_no_compiled_graph(monkeypatch):
+    """On CUDA the choice of the variable-length kernel is made inside the compiled forward.
+    ``torch.backends.cuda.flash_sdp_enabled()`` returns a Python bool, which dynamo cannot put in
+    a graph ("Unsupported torch.* op returned non-Tensor"): called there, it broke the forward of
+    packed rows in two on a GPU, while a CPU returns before it. Here the device is only named
+    (its compute capability faked): the decision must trace as a constant, no graph break."""
+    import collections
+    import torch._dynamo
+    props = collections.namedtuple("Props", "major minor")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props(9, 0))
+
+    def forward(x):
+        return x + (attention.varlen_kernel(torch.device("cuda"), torch.bfloat16, 64) is attention.flash_varlen)
+
+    torch._dynamo.reset()
+    try:
+        explained = torch._dynamo.explain(forward)(torch.ones(2))
+        assert torch.equal(torch.compile(forward, backend="eager", fullgraph=True)(torch.ones(2)), torch.full((2,), 2.0))
+    finally:
+        torch._dynamo.reset()
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props(7, 5))
+    assert attention.varlen_kernel(torch.device("cuda"), torch.bfloat16, 64) is None

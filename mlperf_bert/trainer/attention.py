@@ -62,14 +62,22 @@ def reference_varlen(q, k, v, cu_seqlens, max_len, dropout_p, scale):
     return torch.cat(parts)
 
 
+@torch.compiler.assume_constant_result
+def _flash_runs(device):
+    """Whether FlashAttention runs on the CUDA ``device`` (enabled, compute capability 8.0+).
+    torch.compile takes the answer as a constant of the trace: dynamo cannot put the Python bool
+    of ``torch.backends.cuda.flash_sdp_enabled()`` in a graph ("Unsupported torch.* op returned
+    non-Tensor"), so calling it in the traced forward broke the compiled forward of packed rows
+    on CUDA into several graphs (a CPU returns before it; tests/test_packed_model.py)."""
+    return torch.backends.cuda.flash_sdp_enabled() and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def varlen_kernel(device, dtype, head_dim):
     """The variable-length kernel for attention computed on ``device`` in ``dtype``, or None
     where FlashAttention does not run (then packed rows use the dense mask)."""
     if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
         return None
-    if not torch.backends.cuda.flash_sdp_enabled() or head_dim % 8 or head_dim > 256:
-        return None
-    if torch.cuda.get_device_capability(device) < (8, 0):
+    if head_dim % 8 or head_dim > 256 or not _flash_runs(device):
         return None
     return flash_varlen
 

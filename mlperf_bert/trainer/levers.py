@@ -48,6 +48,15 @@ def check_device(cfg, device, world):
     if lv.fp8 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         raise UserError("--fp8 needs float8 matmuls (compute capability 8.9+, e.g. H100; this GPU has %d.%d): "
                         "drop --fp8" % torch.cuda.get_device_capability(device))
+    tokens = cfg.data.train_batch_size // world * cfg.data.max_seq_length  # a rank's micro-batch, rows x sequence
+    if lv.fp8 and device.type == "cuda" and tokens % 16:
+        # the weight gradient's float8 GEMM (grad_out^T @ input) has the tokens as its inner dimension, and
+        # CUDA's _scaled_mm wants it a multiple of 16 ("Expected trailing dimension of mat1 to be divisible
+        # by 16", aten/src/ATen/native/cuda/ScaledBlas.cpp); the CPU kernel takes any (not measured on a GPU)
+        raise UserError("--fp8 multiplies each rank's %d tokens a micro-step (--train_batch_size=%d over %d rank%s x "
+                        "--max_seq_length=%d) in float8 GEMMs that need a multiple of 16: give a batch or sequence "
+                        "length that makes one, or drop --fp8" % (tokens, cfg.data.train_batch_size, world,
+                                                                 "" if world == 1 else "s", cfg.data.max_seq_length))
 
 
 def refuse(cfg, device, world):

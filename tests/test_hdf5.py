@@ -409,7 +409,7 @@ def test_a_flipped_byte_is_caught_as_it_is_read(made, tmp_path, kind, dataset, i
                         "damaged: pack it again (python -m mlperf_bert pack)"),
     ("plain", "position", "{path}: record 0 has a masked_lm_positions outside its 128 tokens: the file is damaged, "
                           "or not BERT pre-training data of this --max_seq_length: make it again"),
-    ("packed", "position", "{path}: a row has a nsp_positions outside its 128 tokens: the file is damaged, pack it "
+    ("packed", "position", "{path}: row 0 has a nsp_positions outside its 128 tokens: the file is damaged, pack it "
                            "again"),
     ("plain", "segment", "{path}: record 0 has segment_ids 5, where BERT pre-training data holds 0 or 1: the file is "
                          "damaged, or not made by create_pretraining_data: make it again"),

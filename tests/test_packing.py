@@ -145,6 +145,28 @@ def test_one_input_into_a_directory_not_yet_made(small, tmp_path, capsys):
         pack_here("--input=" + small[0], "--output_dir=%s" % (tmp_path / "file"))
 
 
+def test_an_output_name_holding_another_kind_of_file_is_not_replaced(small, tmp_path):
+    """A hostile sweep: --output_dir=notes with notes/part-00000.packed.hdf5 a text file (or a link to
+    a TFRecord) was replaced by packed rows, exit 0 (to-hdf5 refuses this). An HDF5 file there, a
+    former pack's output, is packed again."""
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "part-00000.packed.hdf5"
+    for make in (lambda: target.write_text("my notes\n"), lambda: os.symlink(small[1], str(target))):
+        make()
+        before = target.read_bytes()
+        with pytest.raises(UserError) as e:
+            pack_here("--input=" + small[0], "--output_dir=%s" % out)
+        assert str(e.value) == ("%s exists and is not an HDF5 file: refusing to overwrite it with packed rows (give "
+                                "another --output_dir, or remove it)" % target)
+        assert target.read_bytes() == before and os.listdir(out) == [target.name]
+        target.unlink()
+    target.write_bytes(b"")  # empty (a touch): nothing to lose
+    assert pack_here("--input=" + small[0], "--output_dir=%s" % out) == 0
+    assert pack_here("--input=" + small[0], "--output_dir=%s" % out) == 0  # over its own output: a rerun
+    assert packing.read_attrs(str(target))["num_sequences"] == 300
+
+
 def test_an_input_whose_name_is_not_utf8_is_packed(small, tmp_path):
     """A TFRecord named in Latin-1 (b'caf\\xe9') was a UnicodeEncodeError traceback (its name seeds the
     row order and is stored in the file); a UTF-8 name keeps its row order (the same seed bytes)."""
@@ -470,3 +492,43 @@ def test_a_pack_job_imports_nothing_its_worker_did_not_import_first(small, tmp_p
     proc = subprocess.run([sys.executable, "-c", code, small[1], str(tmp_path / "x.packed.hdf5")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stdout) == (0, "[]\n"), proc.stderr
+
+
+@pytest.mark.parametrize("change,message", [
+    ("masked_lm_positions", "row 5 has a masked_lm_positions outside its 128 tokens"),
+    ("nsp_positions", "row 9 has a nsp_positions outside its 128 tokens"),
+    ("masked_lm_weights", "row 7 has 60 predictions, more than the {slots} its packed file(s) allow "
+                          "(max_predictions_per_row)")])
+def test_a_row_that_does_not_fit_is_named_by_its_file_and_row(packed_small, tmp_path, change, message):
+    """A hostile sweep: a position past the row or more predictions than the file's
+    max_predictions_per_row (in a file without row checksums, or one written so) was 'a row has ...'
+    naming every file of the batch ('b.packed.hdf5,a.packed.hdf5: ...'), not the file and row."""
+    def edit(h):
+        del h[hdf5.ROW_CHECKSUMS]
+        values = h[change][:]
+        if change == "masked_lm_weights":
+            values[7, :] = 1
+        elif change == "nsp_positions":
+            values[9, 0] = 300
+        else:
+            values[5, np.flatnonzero(h["masked_lm_weights"][5] != 0)[0]] = 200
+        h[change][:] = values
+    first = _edited_copy(packed_small, str(tmp_path / "a.packed.hdf5"), lambda h: None)
+    bad = _edited_copy(packed_small, str(tmp_path / "b.packed.hdf5"), edit)
+    slots = packing.read_attrs(packed_small)["max_predictions_per_row"]
+    with pytest.raises(UserError) as e:
+        list(PackedBatches([first, bad], 4096, shuffle=False, repeat=False, vocab_size=30522))
+    assert str(e.value) == "%s: %s: the file is damaged, pack it again" % (bad, message.format(slots=slots))
+
+
+def test_packed_files_of_other_pack_sizes_are_named_two_not_all(small, packed_small, tmp_path):
+    """A hostile sweep: files of K=3 and K=1 were refused in a line listing every file of
+    --input_file (a glob of thousands) without saying which differ or how."""
+    from mlperf_bert.trainer import packed_loader
+    assert pack_here("--input=" + small[1], "--output_dir=%s" % tmp_path, "--max_sequences_per_pack=1") == 0
+    other = str(tmp_path / "part-00001.packed.hdf5")
+    same = _edited_copy(packed_small, str(tmp_path / "c.packed.hdf5"), lambda h: None)
+    with pytest.raises(UserError) as e:
+        packed_loader.check_files([packed_small, same, other], 128, 20)
+    assert str(e.value) == ("packed files %s and %s differ in max_sequences_per_pack (3 and 1): pack them alike"
+                            % (packed_small, other))

@@ -327,7 +327,7 @@ def output_paths(files, output_dir):
 
 def main(argv):
     from mlperf_bert import flags
-    from mlperf_bert.dataset.hdf5 import check_first_records, refuse_hdf5_inputs
+    from mlperf_bert.dataset.hdf5 import check_first_records, is_hdf5_file, refuse_hdf5_inputs
     from mlperf_bert.dataset.tfrecord import expand_paths
     from mlperf_bert.fileio import new_dirs_removed_on_error, refuse_overwriting_inputs
     from mlperf_bert.locking import lock_dir
@@ -369,6 +369,10 @@ def main(argv):
     refuse_hdf5_inputs(files, "pack")
     outputs = output_paths(files, fv.output_dir)
     refuse_overwriting_inputs(outputs, files, "--output_dir")
+    for o in outputs:  # a mistyped --output_dir's own files (notes, a TFRecord of that name) are not replaced
+        if os.path.isfile(o) and os.path.getsize(o) and not is_hdf5_file(o):
+            raise UserError("%s exists and is not an HDF5 file: refusing to overwrite it with packed rows (give "
+                            "another --output_dir, or remove it)" % o)
     # before anything is made: an empty input, a file of another kind, records of another shape
     check_first_records(files, fv.max_seq_length, fv.max_predictions_per_seq)
     # one run per output directory (made if missing, and removed again by a refusal if this run made it)

@@ -29,8 +29,12 @@ def check_files(files, max_seq_length, max_predictions_per_seq):
         if held != a["num_sequences"]:  # (the logged global batch size and the eval frequency come from it)
             raise UserError("%s: attribute num_sequences is %s, but its next_sentence_labels hold %d sequences: the "
                             "file is damaged, %s" % (f, a["num_sequences"], held, hdf5.remake_hint(f, True)))
-    if len({a["max_sequences_per_pack"] for a in attrs}) > 1:
-        raise UserError("packed files %s differ in max_sequences_per_pack: pack them alike" % ",".join(files))
+    other = next((i for i, a in enumerate(attrs) if a["max_sequences_per_pack"] != attrs[0]["max_sequences_per_pack"]),
+                 None)
+    if other is not None:  # (the two that show it: a glob may match thousands)
+        raise UserError("packed files %s and %s differ in max_sequences_per_pack (%d and %d): pack them alike"
+                        % (files[0], files[other], attrs[0]["max_sequences_per_pack"],
+                           attrs[other]["max_sequences_per_pack"]))
     return attrs
 
 
@@ -122,11 +126,14 @@ class PackedBatches(torch.utils.data.IterableDataset):
             for name in packing.PACKED_FEATURES:
                 for (_, j), i in zip(pairs, inverse.tolist()):
                     out[name][j] = block[name][i]
-        try:
-            out = packing.compact_predictions({name: np.stack(v) for name, v in out.items()}, self.slots)
-        except ValueError as e:
-            raise UserError("%s: %s, as its max_predictions_per_row says: the file is damaged, pack it again"
-                            % (",".join(sorted({self.files[fi] for fi, _ in items})), e))
+        out = {name: np.stack(v) for name, v in out.items()}
+        real = (out["masked_lm_weights"] != 0).sum(axis=1)
+        if real.size and real.max() > self.slots:  # the file and the row, as the checks below name them
+            j = int(np.flatnonzero(real > self.slots)[0])
+            raise UserError("%s: row %d has %d predictions, more than the %d its packed file(s) allow "
+                            "(max_predictions_per_row): the file is damaged, pack it again"
+                            % (self.files[items[j][0]], items[j][1], real[j], self.slots))
+        out = packing.compact_predictions(out, self.slots)
         batch = {name: torch.from_numpy(v.astype(np.float32 if name == "masked_lm_weights" else np.int64))
                  for name, v in out.items()}
         if self.vocab_size is not None:
@@ -144,9 +151,11 @@ class PackedBatches(torch.utils.data.IterableDataset):
                             "pack it again" % (self.files[items[j][0]], items[j][1], name, value, allowed))
         seq = batch["input_ids"].shape[1]
         for name in ("position_ids", "masked_lm_positions", "nsp_positions"):  # indices into a row
-            if batch[name].numel() and not (0 <= int(batch[name].min()) and int(batch[name].max()) < seq):
-                raise UserError("%s: a row has a %s outside its %d tokens: the file is damaged, pack it again"
-                                % (",".join(sorted({self.files[fi] for fi, _ in items})), name, seq))
+            outside = ((batch[name] < 0) | (batch[name] >= seq)).any(1)
+            if outside.any():
+                j = int(torch.nonzero(outside)[0])
+                raise UserError("%s: row %d has a %s outside its %d tokens: the file is damaged, pack it again"
+                                % (self.files[items[j][0]], items[j][1], name, seq))
         batch["global_sequences"] = torch.tensor(total)
         return batch
 

@@ -794,7 +794,8 @@ def main(argv):
         raise UserError("%s (MLPerf logs, or a results/<system>/bert/ directory)"
                         % flags.usage("check-log", USAGE_ARGS))
     groups = []  # per argument: its logs, or (with --json) why it has none
-    seen = {}  # each log's real path: the path it was first given as
+    seen = {}  # each log's real path: the path it was first given as, and the argument that gave it
+    repeats = set()  # the errors that are a log given again (not counted as logs)
     for p in rest:
         try:
             logs = expand([p])
@@ -806,15 +807,19 @@ def main(argv):
         fresh, again = [], []
         for f in logs:
             (again if os.path.realpath(f) in seen else fresh).append(f)
-            seen.setdefault(os.path.realpath(f), f)
+            seen.setdefault(os.path.realpath(f), (f, p))
         groups.append((p, fresh, None))
         if again:  # one log counted as two: its verdict said twice, the total wrong
-            first = seen[os.path.realpath(again[0])]
-            groups.append((p, [], "%s is given twice%s: give each log once" % (
-                p, "" if first == p else " (also as %s)" % first) if again == [p] else
-                "%s holds %d log%s given already (%s%s): give each log once" % (
-                    p, len(again), "" if len(again) == 1 else "s", again[0],
-                    "" if first == again[0] else ", first as %s" % first)))
+            first, through = seen[os.path.realpath(again[0])]
+            where = ["as %s" % first] if first != again[0] else []
+            where += ["in %s" % through] if through not in (first, p) else []  # the folder that gave it first
+            if again == [p]:
+                error = "%s is given twice%s: give each log once" % (p, " (also %s)" % ", ".join(where) if where else "")
+            else:
+                error = "%s holds %d log%s given already (%s%s): give each log once" % (
+                    p, len(again), "" if len(again) == 1 else "s", again[0], "".join(", first " + w for w in where))
+            groups.append((p, [], error))
+            repeats.add(error)
     done = iter(check_logs([f for _, logs, _ in groups for f in logs], official=fv.official))
     checked = []
     for p, logs, error in groups:
@@ -825,7 +830,7 @@ def main(argv):
     report = []
     for path, results, error in checked:
         verdict = ERROR if error else worst_level(results)
-        verdicts[verdict] += 1
+        verdicts["repeat" if error in repeats else verdict] += 1
         report.append({"log": path, "verdict": verdict, "error": error,
                        "rules": [r._asdict() for r in results]})
         if fv.json:
@@ -842,9 +847,15 @@ def main(argv):
             for r in results:
                 if r.level != PASS:
                     print(format_result(r, indent="    "))
-    total = "%d logs: %d pass, %d warn, %d fail" % (len(checked), verdicts[PASS], verdicts[WARN], verdicts[FAIL])
+    total = "%d logs: %d pass, %d warn, %d fail" % (len(checked) - verdicts["repeat"], verdicts[PASS], verdicts[WARN],
+                                                     verdicts[FAIL])
     if verdicts[ERROR]:
         total += ", %d unreadable (see the error lines)" % verdicts[ERROR]
+    if verdicts["repeat"]:
+        total += "; %d given again, not checked twice (see the error lines)" % verdicts["repeat"]
+    if verdicts["repeat"]:  # (--json: an ERROR entry each, as an unreadable one)
+        verdicts[ERROR] += verdicts["repeat"]
+    del verdicts["repeat"]
     if fv.json:
         json.dump({"logs": report, "total": dict(verdicts), "ok": not (verdicts[FAIL] or verdicts[ERROR])},
                   sys.stdout)

@@ -379,6 +379,9 @@ run_one() {
   if [[ -n "$run_status" ]]; then
     # its seed is read from its log: under another LOGDIR there is none to compare, and none to check
     if [[ ! -f "$log" ]] && log_node; then
+      # a series' run logs in its own folder, whatever LOGDIR is: there, its log was removed
+      (( NUM_RUNS > 1 )) && die "$name in $dir finished earlier, but its MLPerf log $log is missing: put it back" \
+        "(LOGDIR's result file of the run is a copy), or move $dir away to run it again"
       die "$name in $dir finished earlier, but its MLPerf log is not $log: rerun with the LOGDIR it had (the log's" \
         "path is in $dir/mlperf_log_path.json), or use another OUTPUT_DIR for a new run"
     fi
@@ -435,7 +438,9 @@ run_one() {
   child=$!
   [[ -n "$got_signal" ]] && pass_on  # arrived before $child was known
   interrupted=
-  wait "$child"
+  # (stderr dropped: bash's own report of a child a signal killed, "line N: PID Killed  OUTPUT_DIR=...",
+  # the line below says it)
+  wait "$child" 2>/dev/null
   status=$?
   # `wait` returns early (128 + the signal) when a trapped signal arrives (on_signal then runs): wait
   # again for the trainer's own exit status, also when it has ended meanwhile (bash keeps it; an older
@@ -516,10 +521,15 @@ run_one() {
   elif [[ -n "$stopped" ]]; then  # also 143 from a trainer the signal killed before its handlers
     status=$NOT_SAVED
     echo "$ME: $name stopped by $stopped after $elapsed s, before its first checkpoint: nothing saved (exit $NOT_SAVED, not 143); rerun the same command to start it again"
-  elif [[ -n "$ckpt" ]]; then
-    echo "$ME: $name failed with status $status after $elapsed s (see above): $ckpt holds it; fix the cause and rerun the same command to resume"
   else
-    echo "$ME: $name failed with status $status after $elapsed s (see above)"
+    # 128 + N: a signal ended it or a rank (a trainer run alone, one process, killed says nothing itself)
+    local why="see above"
+    (( status > 128 && status < 193 )) && why+="; $status = 128 + SIG$(kill -l $((status - 128)) 2>/dev/null)"
+    if [[ -n "$ckpt" ]]; then
+      echo "$ME: $name failed with status $status after $elapsed s ($why): $ckpt holds it; fix the cause and rerun the same command to resume"
+    else
+      echo "$ME: $name failed with status $status after $elapsed s ($why)"
+    fi
   fi
 }
 
@@ -547,6 +557,33 @@ if [[ -n "$newest" || -e "$OUTPUT_DIR/run_finished.json" || -e "$OUTPUT_DIR/mlpe
   die "OUTPUT_DIR=$OUTPUT_DIR holds a single run (NUM_RUNS=1): unset NUM_RUNS to go on with it, or use another" \
     "OUTPUT_DIR for a series of $NUM_RUNS runs"
 fi
+# What the series' folder holds, checked before run 0 trains (each found only at its run, after the
+# runs before it had trained): a run_K folder past NUM_RUNS (a series started with more runs: told
+# it was finished, its later runs left unfinished or unseen), a run_I that is not a folder (a file
+# read as "finished earlier"), a result_I.txt that is not run I's log (another series' in a shared
+# LOGDIR, or run I's folder changed since: removed, its log cut).
+for run_dir in "$OUTPUT_DIR"/run_*; do
+  [[ "${run_dir##*/}" =~ ^run_(0|[1-9][0-9]{0,8})$ && -d "$run_dir" ]] || continue
+  (( BASH_REMATCH[1] < NUM_RUNS )) || die "OUTPUT_DIR=$OUTPUT_DIR holds $run_dir, past NUM_RUNS=$NUM_RUNS: set NUM_RUNS" \
+    "as when the series was started (more than ${BASH_REMATCH[1]}) to go on with it, or use another OUTPUT_DIR"
+done
+for (( i = 0; i < NUM_RUNS; i++ )); do
+  run_dir="$OUTPUT_DIR/run_$i"
+  [[ ! -e "$run_dir" && ! -L "$run_dir" || -d "$run_dir" ]] || die "$run_dir is not a directory: the series keeps" \
+    "run $i there; move it away, or use another OUTPUT_DIR"
+  result="$LOGDIR/result_$i.txt"
+  # a result_i.txt that is not this run's log: copied over, it was lost
+  if log_node && [[ -f "$result" ]] && ! cmp -s -- "$result" "$run_dir/mlperf.log" 2>/dev/null; then
+    stop_if_signalled "run 0 of $NUM_RUNS" "$OUTPUT_DIR/run_0"  # (a signal ended cmp)
+    if [[ -f "$run_dir/mlperf.log" ]]; then what="differs from it"; else what="is missing"; fi
+    [[ "$LOGDIR" == "$OUTPUT_DIR" ]] && die "$result is the log of run $i of the series in $OUTPUT_DIR, but" \
+      "$run_dir/mlperf.log $what (the run's folder changed since it finished): put $run_dir back as it was, or" \
+      "move both away to run run $i again"
+    die "$result is not the log of run $i of the series in $OUTPUT_DIR ($run_dir/mlperf.log $what): LOGDIR=$LOGDIR" \
+      "holds another series' results, or $run_dir changed since it finished; give each series its own LOGDIR," \
+      "or put $run_dir back as it was"
+  fi
+done
 make_dirs "$LOGDIR"
 # the later runs start only with run 0's settings, its seed aside (the trainer compares them with its
 # finished marker: trainer/preflight.py's check_series)
@@ -554,13 +591,7 @@ export MLPERF_SERIES_RUN0="$OUTPUT_DIR/run_0"
 for (( i = 0; i < NUM_RUNS; i++ )); do
   stop_if_signalled "run $i of $NUM_RUNS" "$OUTPUT_DIR/run_$i"
   run_dir="$OUTPUT_DIR/run_$i"
-  result="$LOGDIR/result_$i.txt"
-  # a result_i.txt that is not this run's log is another series' (a LOGDIR shared): copied over, it was lost
-  if log_node && [[ -f "$result" ]] && ! cmp -s -- "$result" "$run_dir/mlperf.log" 2>/dev/null; then
-    stop_if_signalled "run $i of $NUM_RUNS" "$run_dir"
-    die "$result is not the log of run $i of the series in $OUTPUT_DIR ($run_dir/mlperf.log): LOGDIR=$LOGDIR" \
-      "holds another series' results; give each series its own LOGDIR"
-  fi
+  result="$LOGDIR/result_$i.txt"  # (checked above: absent, or this run's log)
   run_one "$run_dir" "$run_dir" "${SEED:+$((SEED + i))}" "run $i of $NUM_RUNS" "$@"
   (( status == 0 )) || exit "$status"
   seeds+=("${run_seed:-?}")
@@ -569,7 +600,14 @@ for (( i = 0; i < NUM_RUNS; i++ )); do
     continue
   fi
   if [[ ! -f "$result" ]] || (( ! finished_before )); then
-    cp "$run_dir/mlperf.log" "$LOGDIR/.result_$i.txt.tmp" && mv "$LOGDIR/.result_$i.txt.tmp" "$result" || exit 2
+    # under a name of its own (two starts on one series), renamed when complete; a full or read-only
+    # LOGDIR: one line naming the file (cp's own was two raw lines, a partial .tmp left)
+    tmp="$LOGDIR/.result_$i.txt.tmp-$$"
+    if ! err="$(cp -- "$run_dir/mlperf.log" "$tmp" 2>&1 && mv -f -- "$tmp" "$result" 2>&1)"; then
+      rm -f -- "$tmp"
+      die "cannot write $result: ${err##*: }; run $i is finished and kept in $run_dir: free space" \
+        "(or fix the disk), then rerun the same command"
+    fi
   fi
   if (( finished_before )); then
     echo "$ME: run $i of $NUM_RUNS finished earlier ($run_status, seed ${run_seed:-?}): $result"

@@ -36,7 +36,8 @@
 #   SUBMISSION_ORG, SUBMISSION_PLATFORM, SUBMISSION_STATUS  MLPerf log fields    [trainer defaults;
 #                   a closed run without SUBMISSION_ORG or SUBMISSION_PLATFORM is refused]
 #   PYTHON          interpreter                                                  [.venv/bin/python, else python3]
-#   DRY_RUN=1       print the command instead of running it (same as --dry_run)
+#   DRY_RUN=1       print the command instead of running it (same as --dry_run; a batch the ranks
+#                   cannot split, or a flag the trainer cannot read, is refused as a run refuses it)
 #   CHECK_ONLY=1    check the settings as a run does (an error line, status 2; NUM_GPUS against
 #                   the host included) and run nothing; CHECK_ONLY=files: also that the data files
 #                   and INIT_CHECKPOINT exist (start_training.sh's check before its first run)
@@ -294,6 +295,12 @@ flag_value() {  # NAME DEFAULT: the value the trainer gets (the last one given w
   done
   printf '%s\n' "$v"  # (echo took a value -n or -e for its option: printed nothing)
 }
+source_of() {  # NAME: where the value of --NAME the trainer gets comes from: given, file (--config), or "" (the
+  local a from=""  # environment's or the preset's)
+  for a in "${file_sets[@]+"${file_sets[@]}"}"; do [[ "$a" == "--$1="* ]] && from=file; done
+  for a in "${overrides[@]+"${overrides[@]}"}"; do [[ "$a" == "--$1="* ]] && from=given; done
+  printf '%s\n' "$from"
+}
 given() {  # NAME: whether the trainer gets --NAME=... or --NAME (the last one given wins)
   local a got=1
   for a in "${kept[@]}" "${file_sets[@]+"${file_sets[@]}"}" "${overrides[@]+"${overrides[@]}"}"; do
@@ -440,8 +447,14 @@ except UserError as e:
   init="$(flag_value init_checkpoint "")"
   train_from="INPUT_FILES, or DATA_DIR's part-*" eval_from="EVAL_FILE, or DATA_DIR's eval_10k"
   train_fix="set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)"
-  [[ "$train_spec" == "$INPUT_FILES" ]] || train_from="the --input_file given" train_fix="give it the TFRecords"
-  [[ "$eval_spec" == "$EVAL_FILE" ]] || eval_from="the --eval_input_file given"
+  case "$(source_of input_file)" in
+    given) train_from="the --input_file given" train_fix="give it the TFRecords" ;;
+    file) train_from="input_file of ${config#--config=}" train_fix="set it there to the TFRecords" ;;
+  esac
+  case "$(source_of eval_input_file)" in
+    given) eval_from="the --eval_input_file given" ;;
+    file) eval_from="eval_input_file of ${config#--config=}" ;;
+  esac
   if [[ "$CHECK_ONLY" == files ]] && given do_train; then
     # the trainer's own reading of the lists (mlperf_bert/fileio.py glob_parts): a path with a
     # backslash or a newline is the trainer's to read as it is
@@ -460,7 +473,11 @@ for which, spec in zip(("train", "eval"), sys.argv[1:]):
     esac
   fi
   if [[ "$CHECK_ONLY" == files && -n "$init" && ! -f "$init" && ! -f "$init.index" ]]; then
-    what="INIT_CHECKPOINT=$init"; [[ "$init" == "${INIT_CHECKPOINT:-}" ]] || what="--init_checkpoint=$init"
+    case "$(source_of init_checkpoint)" in
+      given) what="--init_checkpoint=$init" ;;
+      file) what="init_checkpoint $init (${config#--config=})" ;;
+      *) what="INIT_CHECKPOINT=$init" ;;
+    esac
     die "$what not found: give a .pt file or a TF checkpoint prefix whose .index exists"
   fi
   exit 0

@@ -358,8 +358,8 @@ def test_the_file_check_looks_for_the_files_the_trainer_gets(tmp_path):
     proc = subprocess.run([START, "--preset=demo_cpu", "--config=%s" % conf], capture_output=True, text=True,
                           timeout=120, env=_series_env(tmp_path))
     assert (proc.returncode, proc.stdout, proc.stderr) == (
-        2, "", "error: train_model.sh: no training file matches %s/none/part-* (the --input_file given): give it the "
-               "TFRecords\n" % tmp_path)
+        2, "", "error: train_model.sh: no training file matches %s/none/part-* (input_file of %s): set it there to "
+               "the TFRecords\n" % (tmp_path, conf))  # (a review: it said "the --input_file given", "give it")
     assert not (tmp_path / "out").exists()
 
 

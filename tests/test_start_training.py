@@ -285,7 +285,8 @@ def test_a_stops_status_is_143_only_when_a_checkpoint_holds_the_run(fake, tmp_pa
                          "nothing saved (exit 79, not 143); rerun the same command to start it again" % elapsed], out
     elif trainer == "failed":
         assert proc.returncode == 137, out + err
-        assert lines == ["start_training.sh: the run failed with status 137 after %s s (see above)" % elapsed], out
+        assert lines == ["start_training.sh: the run failed with status 137 after %s s (see above; 137 = 128 + "
+                         "SIGKILL)" % elapsed], out
     else:
         assert proc.returncode == 143, out + err
         assert lines == ["start_training.sh: the run stopped by SIGTERM after %s s: %s holds it; rerun the same "
@@ -876,6 +877,73 @@ def test_a_finished_runs_results_are_never_mixed_with_another_runs(fake, tmp_pat
     _one_error(fake(NUM_RUNS="2", SEED="5"), "error: start_training.sh: OUTPUT_DIR=%s holds a single run (NUM_RUNS=1)"
                % fake.out)
     assert len(calls(fake)) == n + 1 and not (fake.out / "run_0").exists()
+
+
+def test_a_series_folder_changed_between_reruns_is_refused_before_any_run(fake, tmp_path):
+    """A hostile sweep of series reruns. Before: a series of 3 rerun with NUM_RUNS=2 said "the series
+    of 2 runs ... is finished", its run_2 left aside; a stray file run_1 let run 0 train, then was
+    taken for a run that had "finished earlier"; a run folder deleted (or its log cut) was refused as
+    "another series' results; give each series its own LOGDIR" (LOGDIR was the series' own); a
+    series run's log removed said "rerun with the LOGDIR it had" (a series' runs log in their own
+    folders). Each is one line naming the file and the fix, exit 2, nothing of the series lost."""
+    assert fake(NUM_RUNS="3", SEED="5").returncode == 0
+    n = len(calls(fake))
+    assert _one_error(fake(NUM_RUNS="2", SEED="5"), "error: start_training.sh: ") == (
+        "error: start_training.sh: OUTPUT_DIR=%s holds %s, past NUM_RUNS=2: set NUM_RUNS as when the series was "
+        "started (more than 2) to go on with it, or use another OUTPUT_DIR" % (fake.out, fake.out / "run_2"))
+    shutil.rmtree(fake.out / "run_1")
+    assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
+        "error: start_training.sh: %s is the log of run 1 of the series in %s, but %s is missing (the run's folder "
+        "changed since it finished): put %s back as it was, or move both away to run run 1 again"
+        % (fake.out / "result_1.txt", fake.out, fake.out / "run_1" / "mlperf.log", fake.out / "run_1"))
+    (fake.out / "result_1.txt").unlink()
+    (fake.out / "run_2" / "mlperf.log").unlink()
+    (fake.out / "result_2.txt").unlink()
+    assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
+        "error: start_training.sh: run 2 of 3 in %s finished earlier, but its MLPerf log %s is missing: put it back "
+        "(LOGDIR's result file of the run is a copy), or move %s away to run it again"
+        % (fake.out / "run_2", fake.out / "run_2" / "mlperf.log", fake.out / "run_2"))
+    assert len(calls(fake)) == n + 1  # run 1, moved away, ran again; nothing else did
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "run_1").write_text("")
+    assert _one_error(fake(NUM_RUNS="2", SEED="5", OUTPUT_DIR=str(other)), "error: start_training.sh: ") == (
+        "error: start_training.sh: %s is not a directory: the series keeps run 1 there; move it away, or use another "
+        "OUTPUT_DIR" % (other / "run_1"))
+    assert len(calls(fake)) == n + 1 and sorted(p.name for p in other.iterdir()) == ["run_1"]
+
+
+def test_a_result_that_cannot_be_written_is_one_line_and_the_rerun_keeps_the_run(fake, tmp_path):
+    """A full LOGDIR (a 2 MB tmpfs in the sweep): cp's own two lines and exit 2, its partial
+    .result_0.txt.tmp left. Now one line naming the file and the fix; the rerun copies it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "cp").write_text('#!/bin/sh\nfor a; do last=$a; done\n: > "$last"\n'
+                                'echo "cp: error writing \'$last\': No space left on device" >&2\nexit 1\n')
+    (bin_dir / "cp").chmod(0o755)
+    path = "%s:%s" % (bin_dir, fake.env["PATH"])
+    line = _one_error(fake(NUM_RUNS="2", SEED="5", PATH=path), "error: start_training.sh: ")
+    assert line == ("error: start_training.sh: cannot write %s: No space left on device; run 0 is finished and kept "
+                    "in %s: free space (or fix the disk), then rerun the same command"
+                    % (fake.out / "result_0.txt", fake.out / "run_0")), line
+    assert sorted(p.name for p in fake.out.iterdir()) == ["run_0"]
+    again = fake(NUM_RUNS="2", SEED="5")
+    assert again.returncode == 0 and [c.split()[0] for c in calls(fake)] == ["5", "6"], again.stdout + again.stderr
+    assert "run 0 of 2 finished earlier (success, seed 5)" in again.stdout
+    assert (fake.out / "result_0.txt").read_bytes() == (fake.out / "run_0" / "mlperf.log").read_bytes()
+
+
+def test_a_trainer_killed_by_a_signal_is_named_without_bashs_job_report(fake, tmp_path):
+    """The sweep: a trainer run alone (one process) killed with SIGKILL left bash's own report on
+    stderr, "start_training.sh: line 438: PID Killed  OUTPUT_DIR=... train_model.sh ...", as the line
+    that "see above" pointed to. Now the run's one line names the signal its status stands for."""
+    killed = tmp_path / "killed.sh"
+    killed.write_text('#!/usr/bin/env bash\nmkdir -p "$OUTPUT_DIR"\nkill -KILL $$\n')
+    killed.chmod(0o755)
+    proc = fake(NUM_RUNS="2", TRAIN_MODEL=str(killed))
+    assert proc.returncode == 137 and proc.stderr == "", proc.stderr
+    assert proc.stdout.splitlines()[1:] == ["start_training.sh: run 0 of 2 failed with status 137 after %s s (see "
+                                            "above; 137 = 128 + SIGKILL)" % proc.stdout.split("after ")[1].split(" s")[0]]
 
 
 def test_an_output_dir_outside_every_mount_is_refused_in_the_image(fake, tmp_path):

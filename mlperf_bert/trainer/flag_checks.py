@@ -1,6 +1,6 @@
 """The trainer's refusals of its flags alone (``check_flags``: before any device, process group
 or file; run_pretraining.py's first check), and train_model.sh's reading of them before a run
-starts (``launch_figures``, ``python -m mlperf_bert.trainer.flag_checks --figures|--check FLAG...``:
+starts (``launch_figures``, ``python -m mlperf_bert.trainer.flag_checks --figures|--check RANKS FLAG...``:
 the batch figures of its line and per-GPU check; ~0.1 s of CPU, no torch)."""
 import math
 import os

@@ -30,6 +30,16 @@ def path_for(output_dir, step):
     return os.path.join(output_dir, "model.ckpt-%d.pt" % step)
 
 
+def run_held_in(output_dir):
+    """The file that shows a training run in ``output_dir`` (its end's record, else its newest
+    checkpoint), or None."""
+    for name in (FINISHED, STOPPED):
+        if os.path.exists(os.path.join(output_dir, name)):
+            return name
+    found = list_checkpoints(output_dir)
+    return os.path.basename(found[-1][1]) if found else None
+
+
 def list_checkpoints(output_dir):
     """[(global step, path)] of complete checkpoints, oldest first (temp files never match)."""
     if not os.path.isdir(output_dir):

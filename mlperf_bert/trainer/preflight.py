@@ -146,7 +146,7 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     try:
         check_writable_dir(checkpoint.path_for(cfg.checkpoint.output_dir, 0))
     except UserError as e:  # another output path would start the run over: name what holds it
-        held = _run_held_in(out) if os.path.isdir(out) else None
+        held = checkpoint.run_held_in(out) if os.path.isdir(out) else None
         if held is None:
             raise
         raise UserError("--output_dir %s holds a run (%s) but cannot be written (%s): make it writable (a read-only "
@@ -168,15 +168,6 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
         if eval_files:  # read whole at the start anyway: checked as the training files are
             loader.check_records(eval_files[rank::world], full=cfg.data.check_data == "full")
     return Start(train_files, eval_files, packed, global_batch, init_ckpt, log_path)
-
-
-def _run_held_in(out):
-    """The file that holds a run in ``out`` (its end's record, else its newest checkpoint), or None."""
-    for name in (checkpoint.FINISHED, checkpoint.STOPPED):
-        if os.path.lexists(os.path.join(out, name)):
-            return name
-    found = checkpoint.list_checkpoints(out)
-    return os.path.basename(found[-1][1]) if found else None
 
 
 def _check_log_path(cfg, log_path, train_files, eval_files):

@@ -809,22 +809,13 @@ def _postfix(loss, lr, rates):
     return out
 
 
-def _training_run_in(out):
-    """What shows a training run in ``out`` (its end's record, its newest checkpoint), or None."""
-    for name in (checkpoint.FINISHED, checkpoint.STOPPED):
-        if os.path.exists(os.path.join(out, name)):
-            return name
-    found = checkpoint.list_checkpoints(out)
-    return os.path.basename(found[-1][1]) if found else None
-
-
 def run_eval_only(cfg, config, files, device, rank, world, stop):
     """--do_eval alone: the reference's eval of --init_checkpoint on --input_file."""
     from mlperf_bert.trainer import model as modeling
     from mlperf_bert.trainer import tf_checkpoint
     out = cfg.checkpoint.output_dir
     # a training run's folder: its eval_results.txt (its final weights' eval) would be replaced
-    run_there = distributed.broadcast_object(_training_run_in(out) if rank == 0 else None)
+    run_there = distributed.broadcast_object(checkpoint.run_held_in(out) if rank == 0 else None)
     if run_there:
         raise UserError("--output_dir %s holds a training run (%s): --do_eval alone would replace its %s; give another "
                         "--output_dir" % (out, run_there, evaluation.RESULTS))

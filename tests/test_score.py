@@ -630,24 +630,29 @@ def test_package_needs_a_system_description_and_says_which_fields(two_runs, tmp_
     assert "--status: <Available on-premise|" in help_text and "--nodes: number of nodes" in help_text
 
 
-def _killed_at_copy(argv, after):
-    """Run package in a forked child that SIGKILLs itself after ``after`` source files were copied."""
+def _killed_at(argv, owner, name, nth):
+    """Run package in a forked child that SIGKILLs itself as it calls ``owner.name`` (shutil.copy2: a
+    source file copied; os.rename: the build, or its pieces, moved into place) the ``nth`` time."""
     import multiprocessing
 
     def child():
-        copy2, n = shutil.copy2, [0]
+        real, n = getattr(owner, name), [0]
 
-        def dying_copy(*a, **k):
+        def dying(*a, **k):
             n[0] += 1
-            if n[0] > after:
+            if n[0] == nth:
                 os.kill(os.getpid(), signal.SIGKILL)
-            return copy2(*a, **k)
-        shutil.copy2 = dying_copy
+            return real(*a, **k)
+        setattr(owner, name, dying)
         pkg_mod.main(argv)
     p = multiprocessing.get_context("fork").Process(target=child)
     p.start()
     p.join(60)
     assert p.exitcode == -signal.SIGKILL
+
+
+def _killed_at_copy(argv, after):
+    _killed_at(argv, shutil, "copy2", after + 1)
 
 
 def test_package_killed_midway_leaves_nothing_the_rerun_trips_on(package, tmp_path, capsys):
@@ -740,24 +745,7 @@ def test_package_stopped_once_it_had_finished_is_rerun_to_nothing_to_do(package,
 
 
 def _killed_at_rename(argv, nth):
-    """Run package in a forked child that SIGKILLs itself as it renames the ``nth`` time (os.rename:
-    the build, or its pieces, moved into place)."""
-    import multiprocessing
-
-    def child():
-        rename, n = os.rename, [0]
-
-        def dying_rename(a, b):
-            n[0] += 1
-            if n[0] == nth:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return rename(a, b)
-        os.rename = dying_rename
-        pkg_mod.main(argv)
-    p = multiprocessing.get_context("fork").Process(target=child)
-    p.start()
-    p.join(60)
-    assert p.exitcode == -signal.SIGKILL
+    _killed_at(argv, os, "rename", nth)
 
 
 def test_score_of_a_package_stopped_midway_names_the_package_command_to_rerun(package, tmp_path):

@@ -68,6 +68,9 @@ SETTINGS = "demo_settings.json"  # in the training folder: what a rerun must mat
 # SETTINGS once the demo has ended: a rerun then trains afresh, while one after a stop in a step after the
 # training (check-log, plot-log, package, score) keeps the finished training and goes on from that step
 DEMO_FINISHED = "demo_finished"
+# In --output_dir: the folder is the demo's, whose reruns delete and remake its tfrecords/, packed/,
+# train/ and package/ (a folder of a user's, given by mistake, lost its own folders of those names)
+OWN_MARKER = ".mlperf_bert_demo"
 
 
 class Stopped(Exception):
@@ -217,7 +220,22 @@ def main(argv):
     # one demo at a time in ``out``: a second one remade the data under the first's training, and
     # took its running training for a stopped one to resume
     with locking.lock_dir(out, "--output_dir"):
+        claim_output_dir(out)
         return _stopped_is_one_line(fv, out)
+
+
+def claim_output_dir(out):
+    """Mark ``out`` the demo's, or refuse it when it holds files the demo did not make."""
+    marker = os.path.join(out, OWN_MARKER)
+    if os.path.isfile(marker):
+        return
+    held = sorted(name for name in os.listdir(out) if not locking.is_lock_file(name))
+    # a demo's folder from before the marker: its training folder holds the demo's settings
+    if held and not os.path.isfile(os.path.join(out, "train", SETTINGS)):
+        raise UserError("--output_dir %s holds files the demo did not make (%s): give a new or empty folder (the "
+                        "demo deletes and remakes the tfrecords/, packed/, train/ and package/ of its folder)"
+                        % (out, ", ".join(held[:3] + ["..."] * (len(held) > 3))))
+    write_json(marker, {"made_by": "python -m mlperf_bert demo"})
 
 
 def _stopped_is_one_line(fv, out):

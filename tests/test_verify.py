@@ -489,3 +489,36 @@ def test_an_eval_pair_that_is_not_utf8_is_a_mismatch(tmp_path):
         assert proc.returncode == 1 and proc.stderr == "", proc.stderr
         assert "MISMATCH %s is not UTF-8 text (byte %d): damaged, regenerate it\n" % (tmp_path / damaged, size) \
             in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("flag", ["manifest", "results_dir"])
+def test_an_empty_manifest_or_results_dir_is_refused_not_taken_as_none(tmp_path, flag):
+    """A hostile sweep: `verify --manifest=$OTHER_SITE DIR` with the variable unset ran as plain `verify
+    DIR`: a folder that agrees with its own manifest passed (exit 0, "every file checked matches"),
+    as if the two sites' datasets were the same. An empty --results_dir read the tables from the
+    working directory."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    write_records(str(mine / "part-00001-of-00500"), [b"ours"])
+    checksums.write_manifest(str(mine / checksums.MANIFEST_NAME), [
+        ("part-00001-of-00500", os.path.getsize(mine / "part-00001-of-00500"), 1, md5_of(mine / "part-00001-of-00500"))])
+    assert checksums.main(["verify", str(mine)]) == 0  # its own manifest: intact
+    for empty in ("", " "):
+        with pytest.raises(UserError) as e:
+            checksums.main(["verify", "--%s=%s" % (flag, empty), str(mine)])
+        assert str(e.value).startswith("--%s was given empty (--%s=%s; an unset variable?): give the " % (
+            flag, flag, empty)), str(e.value)
+
+
+def test_a_killed_writes_temporary_is_a_mismatch_not_ok_by_its_crcs(tmp_path):
+    """A hostile sweep: `verify tfrecords/part-*` after make-dataset was killed passed ("every file
+    checked matches"): the shell's glob gave the killed writer's part-N.tmp-PID too, whose records,
+    cut off at a record's end, all pass their CRCs: "OK ... its own: the CRCs of its 3 records"."""
+    done, tmp = tmp_path / "part-00001-of-00500", tmp_path / "part-00002-of-00500.tmp-4242"
+    write_records(str(done), [b"one", b"two"])
+    write_records(str(tmp), [b"three", b"four", b"five"])
+    ok, lines = run_verify([str(done), str(tmp)])
+    assert not ok and lines == [
+        "OK %s (no published checksum; its own: the CRCs of its 2 records)" % done,
+        "MISMATCH %s (the temporary of an unfinished write of part-00002-of-00500, process 4242: still running, or "
+        "killed; not a finished file: let it end, or rerun the command that makes part-00002-of-00500)" % tmp], lines

@@ -17,7 +17,7 @@ import re
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, md5_many, read_lines
+from mlperf_bert.fileio import _TMP, atomic_open, md5_many, read_lines
 from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset import hdf5
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records
@@ -422,6 +422,13 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
         out("%s %s" % (verdict, line))
     for f, exps in sorted(p.files.items()):
         size = os.path.getsize(f)
+        tmp = _TMP.match(os.path.basename(f))
+        if tmp:  # its records, cut off where a kill fell, pass their CRCs: it was "OK"
+            ok = False
+            say("MISMATCH", "%s (the temporary of an unfinished write of %s, process %s: still running, or killed; "
+                            "not a finished file: let it end, or rerun the command that makes %s)"
+                % (f, tmp.group("name"), tmp.group("pid"), tmp.group("name")))
+            continue
         if f in p.unlisted:
             ok = False
             say("MISMATCH", "%s (named as a make-dataset output, but %s does not list it: the folder holds more than "
@@ -495,6 +502,13 @@ def main(argv):
     flags.DEFINE_string("results_dir", RESULTS_DIR, "directory of the known md5/size tables", flag_values=fv)
     flags.DEFINE_workers("hashing threads (default: all cores)", flag_values=fv)
     paths = flags.parse(fv, argv, positional="FILE|DIR|MANIFEST ...")
+    for name in ("manifest", "results_dir"):
+        # "--manifest=$OTHER_SITE" with the variable unset was no --manifest: the folder passed
+        # against its own manifest, as if the two sites agreed
+        if fv[name].value is not None and not fv[name].value.strip():
+            raise UserError("--%s was given empty (--%s=%s; an unset variable?): give the %s, or leave the flag out"
+                            % (name, name, fv[name].value, "make-dataset manifest to check against"
+                               if name == "manifest" else "directory of the md5 and size tables"))
     if not paths:
         raise UserError("give at least one file, directory or manifest.tsv to verify")
     manifest = read_manifest(fv.manifest) if fv.manifest else None

@@ -13,14 +13,16 @@ The ``row_crc32c`` dataset holds one CRC-32C per example (row): its stored bytes
 feature in file order. The loaders check every row they read against it (``check_rows``), so
 damage is caught mid-run under the default ``--check_data=headers``, as a TFRecord's is.
 """
+import contextlib
 import os
+import re
 
 import numpy as np
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import PRETRAINING_FEATURES, check_shape, decode_pretraining_batch, feature_lengths
-from mlperf_bert.fileio import (atomic_path, new_dirs_removed_on_error, refuse_overwriting_inputs,
+from mlperf_bert.fileio import (_TMP, atomic_path, new_dirs_removed_on_error, refuse_overwriting_inputs,
                                 refuse_repeated_files, refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_file
 from mlperf_bert.dataset.tfrecord import count_records, expand_paths, read_records
@@ -234,6 +236,19 @@ def refuse_hdf5_inputs(files, command):
                             "create_pretraining_data.py write" % (f, command))
 
 
+def refuse_temporaries(files, what="--input"):
+    """A write that did not finish leaves its temporary ``NAME.tmp-PID`` (a killed make-dataset's
+    ``part-00007-of-00500.tmp-4242``), which a glob such as ``part-*`` matches: its records, cut off
+    (at a record's end, they all pass their CRCs), were converted as a shard of the set."""
+    for f in files:
+        m = _TMP.match(os.path.basename(f))
+        if m:
+            raise UserError("%s %s is the temporary of an unfinished write of %s (process %s: still running, or "
+                            "killed): let it end, or rerun the command that makes %s (make-dataset goes on where "
+                            "it stopped); or narrow the glob" % (what, f, m.group("name"), m.group("pid"),
+                                                                  m.group("name")))
+
+
 def check_first_records(files, max_seq_length, max_predictions_per_seq):
     """Before a command makes its output: each of ``files`` holds a first record, whole, and it
     decodes at this shape. A wrong path, a file of another kind or a --max_seq_length the records
@@ -277,6 +292,43 @@ def verify_checksums(path, packed=False, block_bytes=1 << 24):
     return True
 
 
+_H5_ERRNO = re.compile(r"\berrno = (\d+)")
+
+
+def _as_os_error(e, path):
+    """h5py's failed write as the OSError it wraps, naming ``path`` (a flush or a close raises
+    RuntimeError, with ``errno = N`` in its message only), so that the atomic writer says it in one
+    line (a full disk); ``e`` itself when it holds no errno."""
+    if isinstance(e, OSError) and e.errno:
+        return e
+    m = _H5_ERRNO.search(str(e)) if isinstance(e, RuntimeError) else None
+    return OSError(int(m.group(1)), os.strerror(int(m.group(1))), path) if m else e
+
+
+@contextlib.contextmanager
+def new_temporary_file(tmp):
+    """``h5py.File(tmp, "w")`` for an atomic writer's temporary ``tmp``: flushed at the end of the
+    block, then closed. HDF5 writes its metadata as it flushes or closes: a disk that filled there
+    raised a RuntimeError (a traceback), and the close after it left the library to crash as the
+    interpreter freed the file (SIGSEGV, exit -11). On any error the temporary, about to be removed,
+    is emptied first, so that the close finds room for what HDF5 writes again."""
+    import h5py
+    h = h5py.File(tmp, "w")
+    try:
+        yield h
+        h.flush()
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.truncate(tmp, 0)
+        with contextlib.suppress(Exception):  # the first error is the one to tell
+            h.close()
+        err = _as_os_error(e, tmp)
+        if err is not e:
+            raise err from e
+        raise
+    h.close()
+
+
 def _store(name, values, where):
     dtype = STORAGE_DTYPES[name]
     if name != "masked_lm_weights":
@@ -290,6 +342,10 @@ def _store(name, values, where):
 def tfrecords_to_hdf5(input_files, output_file, max_seq_length, max_predictions_per_seq, block=4096,
                       progress=True):
     """Convert ``input_files`` (in order) into ``output_file``; return the number of examples."""
+    if not os.path.basename(output_file):  # "out/": h5py's traceback on the temporary "out/.tmp-PID"
+        bare = output_file.rstrip(os.sep) or os.sep
+        raise UserError("--output=%s ends in '/', a folder's path: give the HDF5 file's path (e.g. %s)"
+                        % (output_file, bare if os.path.isfile(bare) else os.path.join(output_file, "train.hdf5")))
     refuse_repeated_files(input_files, "--input")  # (its examples would be written twice)
     refuse_overwriting_inputs([output_file], input_files, "--output")
     refuse_replacing_another_kind(output_file, is_hdf5_file, "an HDF5 file")
@@ -303,12 +359,11 @@ def tfrecords_to_hdf5(input_files, output_file, max_seq_length, max_predictions_
 
 
 def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress, total):
-    import h5py
     from mlperf_bert.progress import bar as progress_bar
     lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
     needed = total * sum(np.dtype(STORAGE_DTYPES[n]).itemsize * (1 if n == "next_sentence_labels" else lengths[n])
                          for n in FEATURE_NAMES) + total * 4  # + row_crc32c
-    with atomic_path(output_file, needed) as tmp, h5py.File(tmp, "w") as h:
+    with atomic_path(output_file, needed) as tmp, new_temporary_file(tmp) as h:
         h.attrs["max_seq_length"] = max_seq_length
         h.attrs["max_predictions_per_seq"] = max_predictions_per_seq
         h.attrs["source_files"] = [name_attr(p) for p in input_files]  # not where they were: same bytes anywhere
@@ -425,6 +480,7 @@ def main(argv):
                             % (name, fv[name].value))
     check_shape(fv.max_seq_length, fv.max_predictions_per_seq)  # 2**40 was a "no space left" for petabytes
     files = expand_paths(fv.input, "--input file")
+    refuse_temporaries(files)
     refuse_hdf5_inputs(files, "to-hdf5")
     n = tfrecords_to_hdf5(files, fv.output, fv.max_seq_length, fv.max_predictions_per_seq)
     print("wrote %d examples from %d file(s) to %s" % (n, len(files), fv.output))

@@ -56,8 +56,21 @@ def find_text_shards(text_dir):
         raise UserError("%s holds no part-XXXXX-of-XXXXX text shard: give the text-pipeline output "
                         "or the downloaded results4/ directory" % text_dir)
     _check_one_set(text_dir, parts, pipeline_wrote)
+    return [os.path.join(text_dir, p) for p in parts], find_eval_txt(text_dir)
+
+
+def find_eval_txt(text_dir):
+    """``text_dir``'s eval.txt, or None when there is none or it is empty (``text-pipeline
+    --num_test_articles=0`` writes it so: it was refused as a shard of no document, and no
+    TFRecord was made). One that is there but cannot be read (a link to a disk not mounted, a
+    folder) is refused: it was taken for none, and the run "finished" without the eval set."""
     eval_txt = os.path.join(text_dir, "eval.txt")
-    return [os.path.join(text_dir, p) for p in parts], (eval_txt if os.path.isfile(eval_txt) else None)
+    if not os.path.lexists(eval_txt):
+        return None
+    if not os.path.isfile(eval_txt):
+        raise UserError("%s is %s: restore the file, or remove it to make the training TFRecords alone" % (
+            eval_txt, "a link to a file that does not exist" if not os.path.exists(eval_txt) else "not a file"))
+    return eval_txt if os.path.getsize(eval_txt) else None
 
 
 def _check_one_set(text_dir, parts, pipeline_wrote):
@@ -359,5 +372,7 @@ def main(argv):
     print("wrote %d outputs (%d records) and %s to %s" % (
         len(rows), sum(r[2] for r in rows), MANIFEST_NAME, fv.output_dir))
     if not any(r[0] == "eval_10k" for r in rows):
-        print("note: %s has no eval.txt, so eval_intermediate and eval_10k were not made" % fv.text_dir)
+        print("note: %s %s, so eval_intermediate and eval_10k were not made" % (
+            fv.text_dir, "has an empty eval.txt" if os.path.lexists(os.path.join(fv.text_dir, "eval.txt"))
+            else "has no eval.txt"))
     return 0

@@ -14,7 +14,9 @@
 # 143 after SIGTERM (130 after SIGINT) when a checkpoint holds the run, 79 when the stop came before
 # anything was saved (no checkpoint: the same command starts it again), a failure's own status (a
 # rank killed: 128 + its signal) also when it came with a stop. A run that finished
-# earlier is not run again. With DATA_DIR unset and no arguments it runs the built-in demo.
+# earlier is not run again; one whose end marker and log disagree (its log cut since, a status
+# edited) is refused in one line, a series' before run 0 trains. With DATA_DIR unset and no arguments
+# it runs the built-in demo.
 #
 # Environment: everything train_model.sh reads (PRESET, DATA_DIR, INPUT_FILES, EVAL_FILE,
 # INIT_CHECKPOINT, BERT_CONFIG, OUTPUT_DIR [./output], LOGDIR [$OUTPUT_DIR], NUM_GPUS, NNODES,
@@ -99,6 +101,8 @@ esac
 
 die() { echo "error: $ME: $*" >&2; exit 2; }
 seeds=()  # the seeds of the runs of a series finished so far
+later_runs=()  # DIR LOG pairs of a series' later runs, whose state run_one reads with run 0's
+run_index=  # the series' run run_one is given
 stop_if_signalled() {  # NAME DIR: after a signal, a stop before that run's trainer started; 143 (130)
   # where a checkpoint in DIR or an earlier run of the series holds what was done, else NOT_SAVED, as
   # a trainer's stop says
@@ -316,18 +320,21 @@ make_dirs() {  # DIR...: mkdir -p; a failure is a one-line error, unless a signa
 }
 now() { printf -v "$1" "%($2)T" -1; }  # VAR FORMAT: the time now, as date +FORMAT (a builtin)
 
-run_state() {  # DIR LOG: sets run_seed (the seed its log records), run_status (its finished marker's),
-  # run_cache_clear (the cache_clear its log records), run_seconds (its run_start to run_stop), and
+run_state() {  # DIR LOG [DIR LOG...]: sets run_seed (the seed its log records), run_status (its finished
+  # marker's), run_cache_clear (the cache_clear its log records), run_seconds (its run_start to run_stop),
+  # run_problem ("K WHAT": how the end marker and the log of pair K, from 0, disagree; or empty) and
   # state_rc (0: they were read; else the reader's status, all of them empty)
   local state try
   for try in 1 2 3; do
     # -S: without site (it reads the log with the standard library alone), a third of Python's start
-    state="$(cd "$HERE" && "$PYTHON" -S -m mlperf_bert.harness.run_state "$1" "$2" 2>/dev/null)"
+    state="$(cd "$HERE" && "$PYTHON" -S -m mlperf_bert.harness.run_state "$@" 2>/dev/null)"
     state_rc=$?
     (( state_rc > 128 )) || break  # 128 + N: a signal ended it (a scheduler signals every process), not the log: again
   done
   (( state_rc == 0 )) || state="- - - -"
-  read -r run_seed run_status run_cache_clear run_seconds <<<"$state"
+  run_problem=
+  [[ "$state" == *$'\n'* ]] && run_problem=${state#*$'\n'}
+  read -r run_seed run_status run_cache_clear run_seconds <<<"${state%%$'\n'*}"
   [[ "$run_seed" == - ]] && run_seed=
   [[ "$run_status" == - ]] && run_status=
   [[ "$run_cache_clear" == - ]] && run_cache_clear=
@@ -368,13 +375,25 @@ run_one() {
   shift 4
   launching=
   [[ -n "$got_signal" ]] || catch_signals  # (after one, the next are ignored until the stop)
-  run_state "$dir" "$log"
+  run_state "$dir" "$log" "${later_runs[@]+"${later_runs[@]}"}"
+  later_runs=()
   if (( state_rc )); then
     # Unread, a run that finished earlier would look unfinished: its trainer started again, and its
     # old finished marker taken for this start's end (a RESULT line of 0 s). Signals in quick
     # succession end every try: that is a stop, before this run does anything.
     stop_if_signalled "$name" "$dir"
     die "cannot read the state of $name in $dir (python -S -m mlperf_bert.harness.run_state ended with status $state_rc): check PYTHON=$PYTHON"
+  fi
+  # A run whose end marker and log disagree (its log cut since it finished, its result_N.txt gone with
+  # it; a marker's status edited): taken as finished, its log was kept as its result, which package
+  # then refused (or said other than how it ended). A series' later runs are looked at with run 0
+  # (later_runs), before it trains; node 0's alone (rank 0 writes the log).
+  if [[ -n "$run_problem" ]] && log_node; then
+    local k=$((${run_problem%% *} + ${run_index:-0}))
+    (( NUM_RUNS == 1 )) && die "$name in $dir: ${run_problem#* }: put them back as the run left them, or use" \
+      "another OUTPUT_DIR to run it again"
+    die "run $k of $NUM_RUNS in $OUTPUT_DIR/run_$k: ${run_problem#* }: put them back as the run left them, or move" \
+      "$OUTPUT_DIR/run_$k away to run run $k again"
   fi
   if [[ -n "$run_status" ]]; then
     # its seed is read from its log: under another LOGDIR there is none to compare, and none to check
@@ -535,8 +554,12 @@ run_one() {
 
 if (( NUM_RUNS == 1 )); then
   # a series' folder, rerun without its NUM_RUNS: a run of its own would start beside the series' runs
-  [[ -d "$OUTPUT_DIR/run_0" ]] && die "OUTPUT_DIR=$OUTPUT_DIR holds a series of runs (run_0, ...): set NUM_RUNS as" \
-    "when it was started to go on with it, or use another OUTPUT_DIR for one run"
+  # (any run_N folder of one, as the series' look below reads them: run_0 may have been moved away)
+  for run_dir in "$OUTPUT_DIR"/run_*; do
+    [[ "${run_dir##*/}" =~ ^run_(0|[1-9][0-9]{0,8})$ && -d "$run_dir" ]] || continue
+    die "OUTPUT_DIR=$OUTPUT_DIR holds a series of runs (${run_dir##*/}, ...): set NUM_RUNS as" \
+      "when it was started to go on with it, or use another OUTPUT_DIR for one run"
+  done
   run_one "$OUTPUT_DIR" "$LOGDIR" "${SEED:-}" "the run" "$@"
   if (( finished_before )); then
     echo "$ME: the run in $OUTPUT_DIR finished earlier (${run_status}${run_seed:+, seed $run_seed}): nothing to do;" \
@@ -588,10 +611,15 @@ make_dirs "$LOGDIR"
 # the later runs start only with run 0's settings, its seed aside (the trainer compares them with its
 # finished marker: trainer/preflight.py's check_series)
 export MLPERF_SERIES_RUN0="$OUTPUT_DIR/run_0"
+# run 0's state is read with the later runs' (one process): one whose end marker and log disagree is
+# refused before run 0 trains
+later_runs=()
+for (( i = 1; i < NUM_RUNS; i++ )); do later_runs+=("$OUTPUT_DIR/run_$i" "$OUTPUT_DIR/run_$i/mlperf.log"); done
 for (( i = 0; i < NUM_RUNS; i++ )); do
   stop_if_signalled "run $i of $NUM_RUNS" "$OUTPUT_DIR/run_$i"
   run_dir="$OUTPUT_DIR/run_$i"
   result="$LOGDIR/result_$i.txt"  # (checked above: absent, or this run's log)
+  run_index=$i
   run_one "$run_dir" "$run_dir" "${SEED:+$((SEED + i))}" "run $i of $NUM_RUNS" "$@"
   (( status == 0 )) || exit "$status"
   seeds+=("${run_seed:-?}")

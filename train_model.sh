@@ -5,7 +5,9 @@
 #
 # usage: train_model.sh [--preset=NAME] [--dry_run] [--trainer_flag=value ...]
 # Trainer flags given here replace the preset's flag of the same name, and so do those a --config
-# file sets (one file; not --output_dir, --mlperf_log: OUTPUT_DIR, LOGDIR). Before it runs it says
+# file sets (one file; not --output_dir, --mlperf_log: OUTPUT_DIR, LOGDIR); a setting of the
+# environment below (SEED, SUBMISSION_ORG, INIT_CHECKPOINT, ...) beats the file, a flag given beats
+# it: preset < --config file < environment < command line. Before it runs it says
 # what the run asks of each GPU, its flags and file read as the trainer reads them (sequences per GPU
 # per micro-step = --train_batch_size / GPUs; global batch = that x GPUs x --steps_per_update) and
 # warns above MAX_PER_GPU_BATCH sequences per GPU, naming the --steps_per_update that fits (the
@@ -39,8 +41,10 @@
 #   DRY_RUN=1       print the command instead of running it (same as --dry_run; a batch the ranks
 #                   cannot split, or a flag the trainer cannot read, is refused as a run refuses it)
 #   CHECK_ONLY=1    check the settings as a run does (an error line, status 2; NUM_GPUS against
-#                   the host included) and run nothing; CHECK_ONLY=files: also that the data files
-#                   and INIT_CHECKPOINT exist (start_training.sh's check before its first run)
+#                   the host included, not the micro-batch against its memory nor --num_workers
+#                   against its cores: the training host's, as a line says) and run nothing;
+#                   CHECK_ONLY=files: also those, and that the data files and INIT_CHECKPOINT exist
+#                   (start_training.sh's check before its first run, on the host that trains)
 #   --help          print this and the presets, and exit; --helpfull (--helpshort): the trainer's flags
 set -euo pipefail
 HERE="$(cd "$(dirname "$(readlink -f -- "${BASH_SOURCE[0]}")")" && pwd)"  # (started through a link: the checkout's)
@@ -202,6 +206,10 @@ if [[ -n "${DATA_DIR:-}" && ( -z "${INPUT_FILES:-}" || -z "${EVAL_FILE:-}" ) && 
   die "DATA_DIR=$DATA_DIR holds one of * ? [ ] , which the trainer's file lists read as a pattern or a separator:" \
       "give the folder through a path (a symbolic link) without them"
 fi
+# What the environment sets itself (not the defaults below, DATA_DIR's files and the preset's config,
+# which a --config file replaces as it replaces the preset's flags): it beats the file
+from_env=" "
+for var in INPUT_FILES EVAL_FILE BERT_CONFIG; do [[ -z "${!var:-}" ]] || from_env+="$var "; done
 INPUT_FILES="${INPUT_FILES:-$DATA_DIR/part-*}"
 [[ -n "${EVAL_FILE:-}" || -n "${DATA_DIR:-}" ]] || die "set EVAL_FILE (the eval_10k TFRecord) when DATA_DIR is not set"
 EVAL_FILE="${EVAL_FILE:-$DATA_DIR/eval_10k}"
@@ -253,17 +261,21 @@ fi
 # flag name of --name=value / --name / --noname, to let an override replace the preset's flag; in
 # $REPLY, not printed: a $(...) forks a shell, and this runs for each flag and override
 flag_name() { REPLY="${1#--}"; REPLY="${REPLY%%=*}"; }
-overridden() {
-  local name o
+overridden() {  # FLAG [given]: whether a flag given (or, without "given", one the --config file sets) replaces FLAG
+  local name o by=("${overrides[@]+"${overrides[@]}"}")
+  [[ "${2:-}" == given ]] || by+=("${file_sets[@]+"${file_sets[@]}"}")
   flag_name "$1"
   name="$REPLY"
-  for o in "${overrides[@]+"${overrides[@]}"}" "${file_sets[@]+"${file_sets[@]}"}"; do
+  for o in "${by[@]+"${by[@]}"}"; do
     flag_name "$o"
     [[ "$REPLY" == "$name" || "$REPLY" == "no$name" || "no$REPLY" == "$name" ]] && return 0
   done
   return 1
 }
 
+# The order: the preset's flags (and this script's defaults) < the --config file < the environment's
+# settings < the flags given. The trainer reads the file before its command line: the preset's flags
+# the file sets are left out, the environment's stay and beat it (env_kept: theirs, kept).
 flags=(
   "--bert_config_file=$BERT_CONFIG"
   "--input_file=$INPUT_FILES"
@@ -273,24 +285,39 @@ flags=(
   --do_train
   --do_eval
 )
-[[ -n "${INIT_CHECKPOINT:-}" ]] && flags+=("--init_checkpoint=$INIT_CHECKPOINT")
-[[ -n "${SEED:-}" ]] && flags+=("--seed=$SEED")
-[[ -n "${SUBMISSION_ORG:-}" ]] && flags+=("--submission_org=$SUBMISSION_ORG")
-[[ -n "${SUBMISSION_PLATFORM:-}" ]] && flags+=("--submission_platform=$SUBMISSION_PLATFORM")
+env_flags=" "  # the names of flags above set by the environment
+[[ "$from_env" == *" BERT_CONFIG "* ]] && env_flags+="bert_config_file "
+[[ "$from_env" == *" INPUT_FILES "* ]] && env_flags+="input_file "
+[[ "$from_env" == *" EVAL_FILE "* ]] && env_flags+="eval_input_file "
+env_flag() { flags+=("--$1=$2"); env_flags+="$1 "; }  # NAME VALUE
+[[ -n "${INIT_CHECKPOINT:-}" ]] && env_flag init_checkpoint "$INIT_CHECKPOINT"
+[[ -n "${SEED:-}" ]] && env_flag seed "$SEED"
+[[ -n "${SUBMISSION_ORG:-}" ]] && env_flag submission_org "$SUBMISSION_ORG"
+[[ -n "${SUBMISSION_PLATFORM:-}" ]] && env_flag submission_platform "$SUBMISSION_PLATFORM"
 case "${SUBMISSION_STATUS:-onprem}" in onprem|cloud|research) ;; *)
   die "SUBMISSION_STATUS=$SUBMISSION_STATUS must be onprem, cloud or research (the MLPerf log's status)" ;; esac
-[[ -n "${SUBMISSION_STATUS:-}" ]] && flags+=("--submission_status=$SUBMISSION_STATUS")
+[[ -n "${SUBMISSION_STATUS:-}" ]] && env_flag submission_status "$SUBMISSION_STATUS"
 kept=()
-for f in "${flags[@]}" "${PRESET_FLAGS[@]}"; do
+env_kept=()
+for f in "${flags[@]}"; do
+  flag_name "$f"
+  if [[ "$env_flags" == *" $REPLY "* ]]; then
+    overridden "$f" given || { kept+=("$f"); env_kept+=("$f"); }
+  else
+    overridden "$f" || kept+=("$f")
+  fi
+done
+for f in "${PRESET_FLAGS[@]}"; do
   overridden "$f" || kept+=("$f")
 done
 
 # A closed-division run starts from the reference's phase-1 checkpoint (the trainer refuses it
 # too; said here, before a launcher starts). --dry_run shows a marked placeholder instead.
-# (the trainer's order: the preset's flags it keeps < the --config file < the command line's flags)
+# (the trainer's order: the --config file < its command line, where the flags kept (the file left out the
+# preset's flags it sets, not the environment's) come before those given)
 flag_value() {  # NAME DEFAULT: the value the trainer gets (the last one given wins)
   local v="$2" a
-  for a in "${kept[@]}" "${file_sets[@]+"${file_sets[@]}"}" "${overrides[@]+"${overrides[@]}"}"; do
+  for a in "${file_sets[@]+"${file_sets[@]}"}" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}"; do
     [[ "$a" == "--$1="* ]] && v="${a#--$1=}"
   done
   printf '%s\n' "$v"  # (echo took a value -n or -e for its option: printed nothing)
@@ -298,12 +325,13 @@ flag_value() {  # NAME DEFAULT: the value the trainer gets (the last one given w
 source_of() {  # NAME: where the value of --NAME the trainer gets comes from: given, file (--config), or "" (the
   local a from=""  # environment's or the preset's)
   for a in "${file_sets[@]+"${file_sets[@]}"}"; do [[ "$a" == "--$1="* ]] && from=file; done
+  for a in "${env_kept[@]+"${env_kept[@]}"}"; do [[ "$a" == "--$1="* ]] && from=; done
   for a in "${overrides[@]+"${overrides[@]}"}"; do [[ "$a" == "--$1="* ]] && from=given; done
   printf '%s\n' "$from"
 }
 given() {  # NAME: whether the trainer gets --NAME=... or --NAME (the last one given wins)
   local a got=1
-  for a in "${kept[@]}" "${file_sets[@]+"${file_sets[@]}"}" "${overrides[@]+"${overrides[@]}"}"; do
+  for a in "${file_sets[@]+"${file_sets[@]}"}" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}"; do
     if [[ "$a" == "--$1" || "$a" == "--$1="* ]]; then got=0
     elif [[ "$1" != *=* && "$a" == "--no$1" ]]; then got=1
     elif [[ "$1" == *=* && "$a" == "--${1%%=*}="* ]]; then got=1
@@ -384,10 +412,12 @@ fi
 # parsers, no torch, 0.1 s of CPU): bash's own reading took 064 as octal and left 0x40 or a string of
 # the file unsaid. CHECK_ONLY reads them too, so a value the trainer cannot read is refused before a
 # series' first run, not after its STARTING TIMING RUN; with --check (CHECK_ONLY) also the trainer's
-# refusals of its flags alone (flag_checks.check_flags, no torch either; this host's memory and cores
-# included, so not in --dry_run): --nodo_train, a --train_batch_size of 0, --optimizer=adamw with
-# accumulation were refused only by run 0's trainer.
-read_figures() {  # --figures | --check
+# refusals of its flags alone (flag_checks.check_flags, no torch either): --nodo_train, a
+# --train_batch_size of 0, --optimizer=adamw with accumulation were refused only by run 0's trainer.
+# Its checks of this host's memory (the micro-batch) and cores (--num_workers) are the training host's:
+# CHECK_ONLY=files (start_training.sh's, there) runs them, CHECK_ONLY=1 (a login node's check before a
+# job is submitted) leaves them out (--check_off_host), as --dry_run does (a command maybe for another host).
+read_figures() {  # --figures | --check | --check_off_host
   gpus=$((NUM_GPUS * NNODES))
   if ! figures="$("$PYTHON" -m mlperf_bert.trainer.flag_checks "$1" "$gpus" "${kept[@]}" "${overrides[@]+"${overrides[@]}"}" \
       2>&1)"; then
@@ -427,7 +457,7 @@ print(" ".join(m for m in ("absl", "numpy", "torch", "mlperf_logging", "tqdm", "
     2>/dev/null)" || missing="everything (it did not run)"
   [[ -z "$missing" ]] || die "PYTHON=$PYTHON lacks the trainer's packages ($missing): set PYTHON to the project's" \
     "interpreter (make venv makes .venv/bin/python), or install requirements.txt into it"
-  read_figures --check
+  if [[ "$CHECK_ONLY" == files ]]; then read_figures --check; else read_figures --check_off_host; fi
   # $TMPDIR against the loader workers' socket paths: the trainer's preflight check itself
   # (mlperf_bert/fileio.py check_tmpdir, torch-free), with the --num_workers the run gets
   if given do_train; then
@@ -480,6 +510,9 @@ for which, spec in zip(("train", "eval"), sys.argv[1:]):
     esac
     die "$what not found: give a .pt file or a TF checkpoint prefix whose .index exists"
   fi
+  [[ "$CHECK_ONLY" == files ]] || echo "train_model.sh: CHECK_ONLY=1: the settings pass; left to the host that" \
+    "trains (start_training.sh's check before its first run, and the trainer, check them there): the micro-batch" \
+    "against its memory and --num_workers against its cores"
   exit 0
 fi
 

@@ -1419,3 +1419,68 @@ def test_a_job_whose_nodes_never_met_says_so_not_that_a_peer_was_lost(job, tmp_p
         "that every node's task started in that time; then resubmit. Node 0 gave up first, status %d (node 0 (%s) %d "
         "node 1 (%s) %d; srun %d)" % (launch.RDZV_FAILED_STATUS, host, launch.RDZV_FAILED_STATUS, host, second,
                                       max(second, launch.RDZV_FAILED_STATUS))), proc.stdout
+
+
+def _trainer_config(cmd):
+    """The RunConfig the trainer makes of a command train_model.sh --dry_run printed."""
+    from mlperf_bert import flags
+    from mlperf_bert.trainer import run_config, trainer_flags
+    i = next(k for k, a in enumerate(cmd) if a.endswith("run_pretraining.py"))
+    fv = trainer_flags.define_flags()
+    flags.parse(fv, ["run_pretraining.py"] + cmd[i + 1:], positional=False)
+    return run_config.RunConfig.from_flags(fv)
+
+
+def test_the_environment_beats_a_config_file_and_a_flag_given_beats_both(tmp_path):
+    """A review: SEED=7 and SUBMISSION_ORG=ENV with a --config file setting seed 3 and submission_org
+    "FILE" trained with seed 3 for FILE (train_model.sh left out the environment's flags the file
+    set, as it leaves out the preset's), while a flag given beat the file. The order is preset <
+    --config file < environment < command line; what the environment leaves unset the file still
+    sets, as it does over DATA_DIR's files."""
+    conf = tmp_path / "run.toml"
+    conf.write_text('seed = 3\nsubmission_org = "FILE"\nsubmission_platform = "FILEPLATFORM"\n'
+                    'input_file = "/elsewhere/part-*"\nlearning_rate = 0.5\n')
+    env = dict(SEED="7", SUBMISSION_ORG="ENV", INIT_CHECKPOINT="/ckpt/env.pt")
+    cfg = _trainer_config(dry_run("--preset=demo_cpu", "--config=%s" % conf, **env))
+    assert (cfg.runtime.seed, cfg.mlperf.submission_org, cfg.mlperf.submission_platform) == (7, "ENV", "FILEPLATFORM")
+    assert (cfg.data.input_file, cfg.model.init_checkpoint, cfg.optim.learning_rate) == (
+        "/elsewhere/part-*", "/ckpt/env.pt", 0.5)
+    cfg = _trainer_config(dry_run("--preset=demo_cpu", "--config=%s" % conf, "--seed=9", "--submission_org=GIVEN",
+                                  **env))
+    assert (cfg.runtime.seed, cfg.mlperf.submission_org) == (9, "GIVEN")
+    # INPUT_FILES set beats the file's input_file; the file check names where the value came from
+    (tmp_path / "part-0").write_bytes(b"")
+    conf.write_text('input_file = "%s/none/part-*"\n' % tmp_path)
+    proc = subprocess.run([TRAIN, "--preset=demo_cpu", "--config=%s" % conf], capture_output=True, text=True,
+                          timeout=60, env=_env(DATA_DIR=str(tmp_path), NUM_GPUS="1", CHECK_ONLY="files",
+                                               INPUT_FILES=str(tmp_path / "nothing-*")))
+    assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: no training file matches %s/nothing-* "
+                                                 "(INPUT_FILES, or DATA_DIR's part-*): set DATA_DIR to the folder of "
+                                                 "the TFRecords (or INPUT_FILES to them)\n" % tmp_path)
+
+
+def test_check_only_leaves_this_hosts_memory_and_cores_to_the_training_host(tmp_path):
+    """A review: `CHECK_ONLY=1 train_model.sh` (a login node's check before a job is submitted) refused a
+    micro-batch above the login node's memory and a --num_workers above its cores: the training host's
+    to judge. CHECK_ONLY=1 leaves them out and says so; start_training.sh's check before a series (on the
+    host that trains: CHECK_ONLY=files) still refuses them, with the trainer's line."""
+    from mlperf_bert.fileio import host_memory
+    memory = host_memory()
+    assert memory
+    # demo_cpu's micro-batch: 8 * (3 * 32 + 2 * 5 + 1) + 4 * 5 bytes a sequence (flag_checks._check_numbers)
+    batch = "--train_batch_size=%d" % (memory // 876 + 1)
+    workers = "--num_workers=%d" % (max(64, 4 * (os.cpu_count() or 1)) + 1)
+    env = _series_env(tmp_path)
+    for args in ([batch, "--eval_batch_size=1"], [workers]):
+        proc = subprocess.run([TRAIN, "--preset=demo_cpu"] + args, capture_output=True, text=True, timeout=60,
+                              env=dict(env, CHECK_ONLY="1", NUM_GPUS="1"))
+        assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+        assert proc.stdout == ("train_model.sh: CHECK_ONLY=1: the settings pass; left to the host that trains "
+                               "(start_training.sh's check before its first run, and the trainer, check them there): "
+                               "the micro-batch against its memory and --num_workers against its cores\n")
+        series = subprocess.run([START, "--preset=demo_cpu"] + args, capture_output=True, text=True, timeout=60,
+                                env=env)
+        assert (series.returncode, series.stdout) == (2, ""), series.stdout + series.stderr
+        assert series.stderr.startswith("error: train_model.sh: %s" % args[0].split("=")[0]), series.stderr
+        assert "this host's" in series.stderr or "cores" in series.stderr
+    assert not (tmp_path / "out").exists()

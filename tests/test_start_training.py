@@ -1049,3 +1049,79 @@ def test_the_data_the_readme_makes_stays_out_of_the_image():
         assert _docker_ignored(patterns, path), path
     from mlperf_bert.harness.package import source_files
     assert [p for p in source_files() if _docker_ignored(patterns, p)] == []
+
+
+def _mllog(*records):
+    """Lines of an MLPerf log: (time_ms, key, value, metadata)."""
+    return "".join(':::MLLOG {"namespace": "", "time_ms": %d, "event_type": "POINT_IN_TIME", "key": "%s", "value": %s, '
+                   '"metadata": %s}\n' % r for r in records)
+
+
+def test_a_finished_run_whose_log_was_cut_is_refused_before_any_run(fake):
+    """A review: a series' run_1 whose mlperf.log was cut (its run_stop gone) and whose result_1.txt was
+    deleted was taken as "finished earlier" on a rerun, its cut log copied as result_1.txt (which
+    package then refused); a single run's the same. A finished run is one whose log ends with its
+    run_stop: each is one line naming the run's folder and the fix, before any run, nothing copied.
+    And a single run's command (NUM_RUNS=1) on a series' folder holding run_1 alone (run_0 moved away)
+    started a run beside it: refused as a series' folder is."""
+    assert fake(NUM_RUNS="3", SEED="5").returncode == 0
+    n, run_1 = len(calls(fake)), fake.out / "run_1"
+    log = run_1 / "mlperf.log"
+    log.write_text("".join(line for line in log.read_text().splitlines(True) if '"run_stop"' not in line))
+    (fake.out / "result_1.txt").unlink()
+    assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
+        "error: start_training.sh: run 1 of 3 in %s: %s says the run ended (status success), but its MLPerf log %s "
+        "does not end with its run_stop (cut, or written to, since): put them back as the run left them, or move %s "
+        "away to run run 1 again" % (run_1, run_1 / "run_finished.json", log, run_1))
+    assert len(calls(fake)) == n and not (fake.out / "result_1.txt").exists()
+    shutil.move(str(fake.out / "run_0"), str(fake.out.parent / "run_0_moved"))
+    assert _one_error(fake(SEED="5"), "error: start_training.sh: ") == (
+        "error: start_training.sh: OUTPUT_DIR=%s holds a series of runs (run_1, ...): set NUM_RUNS as when it was "
+        "started to go on with it, or use another OUTPUT_DIR for one run" % fake.out)
+    assert len(calls(fake)) == n and not (fake.out / "mlperf.log").exists()
+    one = fake.out.parent / "one"
+    assert fake(SEED="5", OUTPUT_DIR=str(one)).returncode == 0
+    (one / "mlperf.log").write_text((one / "mlperf.log").read_text()[:-30])  # cut mid-line
+    assert _one_error(fake(SEED="5", OUTPUT_DIR=str(one)), "error: start_training.sh: ") == (
+        "error: start_training.sh: the run in %s: %s says the run ended (status success), but its MLPerf log %s does "
+        "not end with its run_stop (cut, or written to, since): put them back as the run left them, or use another "
+        "OUTPUT_DIR to run it again" % (one, one / "run_finished.json", one / "mlperf.log"))
+    assert len(calls(fake)) == n + 1
+
+
+def test_an_end_marker_whose_status_is_not_its_logs_is_refused_naming_both(fake, tmp_path, capsys):
+    """A review: a run_stopped.json whose status was edited ("success"; the log's run_stop says "aborted")
+    was not compared with the log: the rerun finished the run as a success (the trainer copies that
+    record into run_finished.json), and a run_finished.json edited so was reported "finished earlier
+    (success)". The status is the two files' agreement; a disagreement is one line naming both, before
+    any run (a series' later run too)."""
+    from mlperf_bert.harness import run_state
+    log = _mllog((1, "seed", 5, "{}"), (1000, "run_start", "null", "{}"),
+                 (80300, "run_stop", "null", '{"status": "aborted", "samples_count": 120}'))
+    for marker in ("run_stopped.json", "run_finished.json"):
+        out = tmp_path / marker.split(".")[0]
+        out.mkdir()
+        (out / "mlperf.log").write_text(log)
+        (out / marker).write_text('{"status": "success", "global_step": 30, "samples": 120}')
+        assert run_state.main(["run_state", str(out), str(out / "mlperf.log")]) == 0
+        assert capsys.readouterr().out == "5 %s - 79.3\n0 %s says the run ended with status success, but the " \
+            "run_stop of its MLPerf log %s says aborted (one of them was changed since)\n" % (
+                "success" if marker == "run_finished.json" else "-", out / marker, out / "mlperf.log")
+        (out / marker).write_text('{"status": "aborted", "global_step": 30, "samples": 120}')
+        assert run_state.disagreement(str(out), str(out / "mlperf.log")) is None
+    stopped = tmp_path / "run_stopped"
+    (stopped / "run_stopped.json").write_text('{"status": "success", "global_step": 30, "samples": 120}')
+    assert _one_error(fake(SEED="5", OUTPUT_DIR=str(stopped)), "error: start_training.sh: ") == (
+        "error: start_training.sh: the run in %s: %s says the run ended with status success, but the run_stop of its "
+        "MLPerf log %s says aborted (one of them was changed since): put them back as the run left them, or use "
+        "another OUTPUT_DIR to run it again" % (stopped, stopped / "run_stopped.json", stopped / "mlperf.log"))
+    assert not calls(fake)
+    assert fake(NUM_RUNS="2", SEED="5").returncode == 0
+    run_1 = fake.out / "run_1"
+    for path in (run_1 / "mlperf.log", fake.out / "result_1.txt"):  # (the stand-in's run_stop logs no status)
+        path.write_text(log)
+    assert _one_error(fake(NUM_RUNS="2", SEED="5"), "error: start_training.sh: ") == (
+        "error: start_training.sh: run 1 of 2 in %s: %s says the run ended with status success, but the run_stop of "
+        "its MLPerf log %s says aborted (one of them was changed since): put them back as the run left them, or move "
+        "%s away to run run 1 again" % (run_1, run_1 / "run_finished.json", run_1 / "mlperf.log", run_1))
+    assert len(calls(fake)) == 2

@@ -5,9 +5,12 @@ what its log says of the page cache and of its time.
 ``SEED STATUS CACHE_CLEAR SECONDS``: the last ``seed`` the log records, the status of
 ``OUTPUT_DIR/run_finished.json`` (the trainer writes it when the run ends), the first
 ``cache_clear`` the log records (a resumed run keeps its first start's) and the seconds from the
-log's ``run_start`` to its ``run_stop`` (what MLPerf scores), ``-`` for what is not there yet.
-Always exit 0: a launcher asks this to word its message, and a missing or partial log is an
-answer, not an error.
+log's ``run_start`` to its ``run_stop`` (what MLPerf scores), ``-`` for what is not there yet;
+then, where the run's end marker (run_finished.json, or the run_stopped.json written at its
+run_stop) and its log disagree (``disagreement``), a second line ``0 WHAT``. More ``DIR LOG`` pairs
+(start_training.sh's other runs of a series, looked at with run 0's, before it trains): the second
+line is ``K WHAT`` for the first pair K (from 0) whose marker and log disagree. Always exit 0: a
+launcher asks this to word its message, and a missing or partial log is an answer, not an error.
 """
 import json
 import os
@@ -16,7 +19,9 @@ import sys
 from mlperf_bert.errors import UserError
 from mlperf_bert.harness.records import finite, read_log
 
-FINISHED = "run_finished.json"  # trainer/checkpoint.py's marker (not imported: it pulls in torch)
+# trainer/checkpoint.py's markers (not imported: it pulls in torch)
+FINISHED = "run_finished.json"
+STOPPED = "run_stopped.json"  # written at run_stop, before the finished marker
 
 
 def _records(log):
@@ -56,15 +61,63 @@ def finished_status(output_dir):
         return "unreadable"
 
 
+def _marker_status(output_dir, name):
+    """The status ``output_dir/name`` records: None without the file, "" where it cannot be read (the
+    trainer refuses such a marker in its own line)."""
+    try:
+        with open(os.path.join(output_dir, name), encoding="utf-8") as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return ""
+    status = record.get("status") if isinstance(record, dict) else None
+    return status if isinstance(status, str) else ""
+
+
+def disagreement(output_dir, log, records=None):
+    """What is wrong, in words naming both files, when the run in ``output_dir`` has ended (its
+    run_finished.json, else the run_stopped.json written at its run_stop) but ``log`` does not end with
+    that run_stop (a finished run's log cut since: package refuses it), or its run_stop's status is not
+    the marker's (one of them edited: the run would be reported, and its log kept, as what it was not);
+    else None. A log that is not there is the launcher's to say (a node other than rank 0's has none)."""
+    for name in (FINISHED, STOPPED):
+        status = _marker_status(output_dir, name)
+        if status is not None:
+            break
+    else:
+        return None
+    if not status or not os.path.exists(log):
+        return None
+    marker = os.path.join(output_dir, name)
+    if records is None:
+        records = _records(log)
+    if not records or records[-1].key != "run_stop":
+        if name == STOPPED:  # the trainer's rerun compares the log with the bytes its record holds (preflight's
+            return None  # check_stopped) and refuses another in its line: the series' runs before it trained nothing
+        return ("%s says the run ended (status %s), but its MLPerf log %s does not end with its run_stop (cut, or "
+                "written to, since)" % (marker, status, log))
+    logged = records[-1].metadata.get("status")
+    if logged is not None and logged != status:  # (a trainer of one's own may log no status: nothing to compare)
+        return ("%s says the run ended with status %s, but the run_stop of its MLPerf log %s says %s (one of them "
+                "was changed since)" % (marker, status, log, logged))
+    return None
+
+
 def main(argv):
-    if len(argv) != 3:
-        print("usage: python -m mlperf_bert.harness.run_state OUTPUT_DIR LOG", file=sys.stderr)
+    if len(argv) < 3 or len(argv) % 2 == 0:
+        print("usage: python -m mlperf_bert.harness.run_state OUTPUT_DIR LOG [DIR LOG ...]", file=sys.stderr)
         return 2
     records = _records(argv[2])
     seed, status = logged_seed(argv[2], records), finished_status(argv[1])
     cleared, seconds = logged_cache_clear(records), time_to_train(records)
     print("%s %s %s %s" % ("-" if seed is None else seed, status or "-", "-" if cleared is None else cleared,
                            "-" if seconds is None else "%.1f" % seconds))
+    for k, (output_dir, log) in enumerate(zip(argv[1::2], argv[2::2])):
+        problem = disagreement(output_dir, log, records if k == 0 else None)
+        if problem:
+            print(k, problem)
+            break
     return 0
 
 

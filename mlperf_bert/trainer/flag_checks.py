@@ -1,7 +1,7 @@
 """The trainer's refusals of its flags alone (``check_flags``: before any device, process group
 or file; run_pretraining.py's first check), and train_model.sh's reading of them before a run
-starts (``launch_figures``, ``python -m mlperf_bert.trainer.flag_checks --figures|--check RANKS FLAG...``:
-the batch figures of its line and per-GPU check; ~0.1 s of CPU, no torch)."""
+starts (``launch_figures``, ``python -m mlperf_bert.trainer.flag_checks --figures|--check|--check_off_host
+RANKS FLAG...``: the batch figures of its line and per-GPU check; ~0.1 s of CPU, no torch)."""
 import math
 import os
 import sys
@@ -13,8 +13,10 @@ from mlperf_bert.trainer import run_config, trainer_flags
 from mlperf_bert.trainer.trainer_flags import TPU_FLAGS
 
 
-def check_flags(cfg):
-    """The flags alone, before any device, process group or file is touched."""
+def check_flags(cfg, host=True):
+    """The flags alone, before any device, process group or file is touched. ``host``: also those that
+    depend on the host (the micro-batch against its memory, --num_workers against its cores); without,
+    train_model.sh's CHECK_ONLY=1, run where the job is submitted, not where it trains."""
     if cfg.runtime.use_tpu or any(cfg.flag(n) for n in TPU_FLAGS):
         raise UserError("TPU flags (--use_tpu, --tpu_name, --tpu_zone, --gcp_project, --master) are "
                         "not supported: this trainer runs on CPUs and GPUs; drop them")
@@ -30,7 +32,7 @@ def check_flags(cfg):
             raise UserError("--%s must be >= 0, got %d" % (name, cfg.flag(name)))
     if cfg.runtime.seed is not None and not 0 <= cfg.runtime.seed < 2 ** 64:  # (torch's manual_seed: a traceback)
         raise UserError("--seed must be >= 0 and below 2**64, got %d" % cfg.runtime.seed)
-    _check_numbers(cfg)
+    _check_numbers(cfg, host)
     if cfg.mlperf.submission_division == "closed" and (cfg.eval.eval_frequency
                                                        or cfg.eval.target_mlm_accuracy != 0.720):
         raise UserError("--submission_division=closed needs the MLPerf eval frequency and target: "
@@ -82,10 +84,11 @@ def _check_adamw(o):
 FLOAT32_MAX = 3.4028234663852886e38
 
 
-def _check_numbers(cfg):
+def _check_numbers(cfg, host=True):
     """Values that train on nonsense without an error (a negative or NaN learning rate, a target no
     eval can miss, an update that never comes), or end in a traceback (10 ** --log_epsilon, a fork per
-    --num_workers). --start_warmup_step may be below 0 (the reference convergence points start it there)."""
+    --num_workers: ``host``, as the memory a micro-batch needs). --start_warmup_step may be below 0 (the
+    reference convergence points start it there)."""
     o, lr = cfg.optim, cfg.optim.learning_rate
     target = cfg.eval.target_mlm_accuracy
     if not math.isfinite(lr) or lr <= 0:
@@ -105,7 +108,7 @@ def _check_numbers(cfg):
                         "give the value the data was made with" % (d.max_predictions_per_seq, d.max_seq_length))
     batch_bytes = d.train_batch_size * (8 * (3 * d.max_seq_length + 2 * d.max_predictions_per_seq + 1)
                                         + 4 * d.max_predictions_per_seq)  # its decoded arrays alone
-    memory = host_memory()
+    memory = host_memory() if host else None
     if cfg.runtime.do_train and memory and batch_bytes > memory:
         raise UserError("--train_batch_size=%d: one micro-batch's data alone is %.3g GB, more than this host's %.3g "
                         "GB of memory; give a smaller --train_batch_size (with --steps_per_update raised for the "
@@ -127,7 +130,7 @@ def _check_numbers(cfg):
                         "update would be made; give at least %d" % (cfg.schedule.num_train_steps,
                                                                     o.steps_per_update, o.steps_per_update))
     cores = os.cpu_count() or 1
-    if cfg.data.num_workers > max(64, 4 * cores):
+    if host and cfg.data.num_workers > max(64, 4 * cores):
         raise UserError("--num_workers=%d loader processes a rank on %d cores: give at most %d"
                         % (cfg.data.num_workers, cores, max(64, 4 * cores)))
 
@@ -198,12 +201,13 @@ def check_ranks(cfg, world):
                             % (name, cfg.flag(name), world, world))
 
 
-def launch_figures(argv, check=False, ranks=1):
+def launch_figures(argv, check=False, ranks=1, host=True):
     """[train_batch_size, steps_per_update, global batch, max_seq_length, device, optimizer] of the trainer's flags ``argv`` (its command after the program) as the trainer resolves
     them (``define_flags``, ``flags.parse``, ``RunConfig.from_flags`` with the ``--config`` file),
     refusing what it refuses with its line: train_model.sh's batch line and per-GPU check. ``check``:
     also the trainer's refusals of the flags alone (``check_flags``, this host's memory and cores
-    included: start_training.sh's check before a series). The batches are checked against the
+    included unless not ``host``: start_training.sh's check before a series, on the host that trains;
+    train_model.sh's CHECK_ONLY=1 leaves those to it). The batches are checked against the
     ``ranks`` the launch starts (``check_ranks``: the trainer's refusal once its ranks have met, after
     a series' STARTING TIMING RUN). A help flag is left to the trainer."""
     argv = ["run_pretraining.py"] + [a for a in argv if not flags.asks_help(["", a])]
@@ -211,20 +215,25 @@ def launch_figures(argv, check=False, ranks=1):
     flags.parse(fv, argv, positional=False)
     cfg = run_config.RunConfig.from_flags(fv)
     if check:
-        check_flags(cfg)
+        check_flags(cfg, host)
     check_ranks(cfg, ranks)
     return [cfg.data.train_batch_size, cfg.optim.steps_per_update, cfg.global_batch, cfg.data.max_seq_length,
             cfg.runtime.device, cfg.optim.optimizer]
 
 
+MODES = ("--figures", "--check", "--check_off_host")
+
+
 def main(argv):
     """``--figures RANKS FLAG...``: ``launch_figures`` on one line (``--check RANKS FLAG...``: with the
-    trainer's ``check_flags``); the trainer's refusal: its one line, status 2."""
-    if argv[1:2] not in (["--figures"], ["--check"]) or not argv[2:3] or not argv[2].isdigit() or argv[2] == "0":
-        print("usage: python -m mlperf_bert.trainer.flag_checks --figures|--check RANKS FLAG...", file=sys.stderr)
+    trainer's ``check_flags``; ``--check_off_host``: without its checks of this host's memory and
+    cores, for a check run off the host that trains); the trainer's refusal: its one line, status 2."""
+    if argv[1:2] not in [[m] for m in MODES] or not argv[2:3] or not argv[2].isdigit() or argv[2] == "0":
+        print("usage: python -m mlperf_bert.trainer.flag_checks %s RANKS FLAG..." % "|".join(MODES), file=sys.stderr)
         return 2
     try:
-        print(*launch_figures(argv[3:], check=argv[1] == "--check", ranks=int(argv[2])))
+        print(*launch_figures(argv[3:], check=argv[1] != "--figures", ranks=int(argv[2]),
+                              host=argv[1] != "--check_off_host"))
     except UserError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

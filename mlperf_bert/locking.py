@@ -22,7 +22,7 @@ import sys
 import time
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import make_output_dir, pid_alive
+from mlperf_bert.fileio import WRITE_ERRNOS, make_output_dir, new_dirs_removed_on_error, pid_alive
 
 DIR_LOCK_NAME = ".mlperf_bert.lock"
 # How long a refused run waits when the lock file names a holder that is not alive (its file is
@@ -170,9 +170,13 @@ class OutputLock:
         info = {"host": socket.gethostname(), "pid": os.getpid(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                 "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])[:300]}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         self.fd = fd
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        except OSError:  # a full disk: the file is ours (locked), and goes as a release removes it
+            self.release()
+            raise
         _held.append(self)
         return self
 
@@ -197,14 +201,31 @@ class OutputLock:
         return False
 
 
+def _mount_point(path):
+    """The mount point of the file system holding ``path`` (an existing path)."""
+    path = os.path.realpath(path)
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
 def _lock(path, is_dir, what):
     target = path if is_dir else os.path.dirname(os.path.abspath(path))
-    make_output_dir(target)
-    try:
-        return OutputLock(path, is_dir, what).acquire()
-    except OSError as e:
-        raise UserError("cannot create the lock file in %s: %s; choose a writable output path"
-                        % (target, e.strerror))
+    # the folders made for the lock go again when it cannot be taken: a folder holding nothing but
+    # an empty lock file looked like a started output
+    with new_dirs_removed_on_error(target):
+        make_output_dir(target)
+        lock = OutputLock(path, is_dir, what)
+        try:
+            return lock.acquire()
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):  # the path is writable: "choose a writable path" misled
+                full = "the file system mounted at %s is full" if e.errno == errno.ENOSPC else \
+                    "your disk quota on the file system mounted at %s is used up"
+                raise UserError("cannot create the lock file %s: %s: %s" % (
+                    lock.lock_file, full % _mount_point(target), WRITE_ERRNOS[e.errno]))
+            raise UserError("cannot create the lock file in %s: %s; choose a writable output path"
+                            % (target, e.strerror))
 
 
 def lock_dir(directory, what="output directory"):

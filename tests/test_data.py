@@ -218,3 +218,29 @@ def test_batch_decoding_equals_record_by_record_python_decoding(shards, monkeypa
             for k in ("input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
                 assert np.array_equal(b[k][i].numpy(), want[k]), k
             assert b["next_sentence_labels"][i].item() == int(want["next_sentence_labels"][0])
+
+
+def test_a_killed_writes_temporary_or_a_named_pipe_the_glob_matches_is_refused(shards, tmp_path):
+    """A hostile sweep: --input_file='tfrecords/part-*' took a killed make-dataset's
+    part-00001-of-00002.tmp-4242 as a shard (its records, cut at a record's end, pass their CRCs: it
+    was trained on), and a named pipe no process writes to made the run wait for ever as it opened it.
+    The trainer's reading of --input_file and --eval_input_file refuses both, naming the file."""
+    paths, recs = shards
+    d = tmp_path / "tfrecords"
+    d.mkdir()
+    tfrecord.write_records(str(d / "part-00000-of-00002"), recs[:20])
+    tmp = d / "part-00001-of-00002.tmp-4242"
+    tfrecord.write_records(str(tmp), recs[20:27])
+    for flag in ("--input_file", "--eval_input_file"):
+        with pytest.raises(UserError) as e:
+            loader.input_files(str(d / "part-*"), flag)
+        assert str(e.value) == (
+            "%s %s is the temporary of an unfinished write of part-00001-of-00002 (process 4242: still running, or "
+            "killed): let it end, or rerun the command that makes part-00001-of-00002 (make-dataset goes on where it "
+            "stopped); or narrow the glob" % (flag, tmp))
+    os.remove(tmp)
+    os.mkfifo(str(d / "part-00001-of-00002"))
+    with pytest.raises(UserError) as e:
+        loader.input_files(str(d / "part-*"))
+    assert str(e.value) == ("--input_file %s is a named pipe (FIFO), not a regular file: give the path of a regular "
+                            "file" % (d / "part-00001-of-00002"))

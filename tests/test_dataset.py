@@ -561,3 +561,43 @@ def test_an_empty_eval_txt_makes_the_training_records_alone(golden_dir, vocab_fi
     assert sorted(checksums.read_manifest(str(out / checksums.MANIFEST_NAME))) == ["part-00000-of-00001"]
     assert capsys.readouterr().out.splitlines()[-1] == (
         "note: %s has an empty eval.txt, so eval_intermediate and eval_10k were not made" % text)
+
+
+def test_a_full_disk_at_the_lock_says_so_and_leaves_nothing(golden_dir, vocab_file, tmp_path):
+    """A hostile sweep: make-dataset into a new folder on a completely full disk (a real tmpfs) said
+    "cannot create the lock file in DIR: No space left on device; choose a writable output path" (the
+    path is writable: the disk is full), and left DIR holding an empty .mlperf_bert.lock. Now the
+    line says which file system is full and the fix; the lock file and the folder made for it go."""
+    import textwrap
+    from test_fileio import _real_tmpfs_available
+    if not _real_tmpfs_available():
+        pytest.skip("cannot mount a tmpfs in a user namespace here (unshare -rm)")
+    text = _small_text(golden_dir, tmp_path / "text")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = textwrap.dedent("""\
+        mount -t tmpfs -o size=64k none {m}
+        head -c 65536 /dev/zero >{m}/fill 2>/dev/null
+        {py} -m mlperf_bert make-dataset --text_dir={text} --output_dir={m}/new/out --vocab_file={v} --workers=1 \
+            {tiny} 2>{t}/err; echo $? >{t}/rc
+        ls -A {m} >{t}/left
+        """).format(m=mnt, t=tmp_path, py=sys.executable, text=text, v=vocab_file, tiny=" ".join(TINY))
+    subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                   check=True, timeout=120)
+    assert (tmp_path / "err").read_text() == (
+        "error: cannot create the lock file %s/new/out/.mlperf_bert.lock: the file system mounted at %s is full: free "
+        "space, then rerun the same command\n" % (mnt, mnt))
+    assert (tmp_path / "rc").read_text().strip() == "2"
+    assert (tmp_path / "left").read_text() == "fill\n"
+
+
+def test_a_named_pipe_as_vocab_is_named_as_such_not_missing(golden_dir, tmp_path):
+    """A hostile sweep: make-dataset --vocab_file=FIFO said "does not exist: run fetch-vocab
+    --output=FIFO" (whose write would have gone into the pipe); it is one line naming the pipe."""
+    from test_tfrecord import writerless_fifo
+    text = _small_text(golden_dir, tmp_path / "text")
+    with writerless_fifo(str(tmp_path / "vocab.txt")) as fifo:
+        with pytest.raises(UserError) as e:
+            make_dataset.main(cmd(str(text), str(tmp_path / "out"), fifo, workers=1))
+    assert str(e.value) == "--vocab_file=%s is a named pipe (FIFO), not a file: give the path of vocab.txt" % fifo
+    assert not (tmp_path / "out").exists()

@@ -249,3 +249,23 @@ def test_an_output_ending_in_a_slash_is_named_as_a_directory(tmp_path):
     assert str(e.value) == ("--output=%s names a directory: give a file path, or --output_dir=%s for the URL's file "
                             "name" % (out, out))
     assert os.listdir(str(tmp_path)) == ["vocab.txt"]
+
+
+@pytest.mark.parametrize("flag, fix", [("output", "the file's path"),
+                                       ("output_dir", "the directory for the URL's file name")])
+def test_an_empty_output_or_output_dir_is_refused_not_the_current_directory(tmp_path, monkeypatch, flag, fix):
+    """A hostile sweep: `download --output=$DEST` (or --output_dir=) with the variable unset wrote the
+    URL's file name into the current directory: exit 0, the file where no one looks for it."""
+    src = tmp_path / "src" / "notes.txt"
+    src.parent.mkdir()
+    src.write_bytes(b"x")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for empty in ("", " "):
+        with pytest.raises(UserError) as e:
+            download.main(["download", "--url=file://%s" % src, "--%s=%s" % (flag, empty), "--noprogress",
+                           "--md5=%s" % hashlib.md5(b"x").hexdigest()])
+        assert str(e.value) == ("--%s was given empty (--%s=%s; an unset variable?): give %s, or leave the flag out"
+                                % (flag, flag, empty, fix))
+    assert os.listdir(str(here)) == []

@@ -810,7 +810,20 @@ def test_a_killed_writes_temporary_matched_by_the_glob_is_refused(golden_tfrecor
     with pytest.raises(UserError) as e:
         hdf5.main(["to-hdf5", "--input=%s" % (tmp_path / "tfrecords" / "part-*"), "--output=%s" % out,
                    "--max_seq_length=128", "--max_predictions_per_seq=20"])
-    assert str(e.value).startswith("--input %s is the temporary of an unfinished write of part-00001-of-00002 "
+    assert str(e.value).startswith("--input file %s is the temporary of an unfinished write of part-00001-of-00002 "
                                    "(process 4242: still running, or killed): " % (
                                        tmp_path / "tfrecords" / "part-00001-of-00002.tmp-4242"))
     assert not out.exists()
+
+
+def test_a_named_pipe_as_input_is_refused_at_once_not_waited_on(tmp_path):
+    """A hostile sweep: `to-hdf5 --input=FIFO` (a named pipe no process writes to) waited for ever as
+    it opened it. It is one line naming the file, before anything is made."""
+    from test_tfrecord import writerless_fifo
+    out = tmp_path / "new" / "x.hdf5"
+    with writerless_fifo(str(tmp_path / "fifo")) as fifo, pytest.raises(UserError) as e:
+        hdf5.main(["to-hdf5", "--input=%s" % fifo, "--output=%s" % out, "--max_seq_length=128",
+                   "--max_predictions_per_seq=20"])
+    assert str(e.value) == "--input file %s is a named pipe (FIFO), not a regular file: give the path of a regular " \
+                           "file" % fifo
+    assert not (tmp_path / "new").exists()

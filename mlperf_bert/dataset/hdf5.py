@@ -22,7 +22,7 @@ import numpy as np
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import PRETRAINING_FEATURES, check_shape, decode_pretraining_batch, feature_lengths
-from mlperf_bert.fileio import (_TMP, atomic_path, new_dirs_removed_on_error, refuse_overwriting_inputs,
+from mlperf_bert.fileio import (atomic_path, new_dirs_removed_on_error, refuse_overwriting_inputs,
                                 refuse_repeated_files, refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_file
 from mlperf_bert.dataset.tfrecord import count_records, expand_paths, read_records
@@ -234,19 +234,6 @@ def refuse_hdf5_inputs(files, command):
         if is_hdf5_file(f):
             raise UserError("%s is an HDF5 file, not TFRecords: %s reads the TFRecords that make-dataset or "
                             "create_pretraining_data.py write" % (f, command))
-
-
-def refuse_temporaries(files, what="--input"):
-    """A write that did not finish leaves its temporary ``NAME.tmp-PID`` (a killed make-dataset's
-    ``part-00007-of-00500.tmp-4242``), which a glob such as ``part-*`` matches: its records, cut off
-    (at a record's end, they all pass their CRCs), were converted as a shard of the set."""
-    for f in files:
-        m = _TMP.match(os.path.basename(f))
-        if m:
-            raise UserError("%s %s is the temporary of an unfinished write of %s (process %s: still running, or "
-                            "killed): let it end, or rerun the command that makes %s (make-dataset goes on where "
-                            "it stopped); or narrow the glob" % (what, f, m.group("name"), m.group("pid"),
-                                                                  m.group("name")))
 
 
 def check_first_records(files, max_seq_length, max_predictions_per_seq):
@@ -479,8 +466,7 @@ def main(argv):
             raise UserError("--%s=%d must be at least 1: give the records' (make-dataset's default: 512 and 76)"
                             % (name, fv[name].value))
     check_shape(fv.max_seq_length, fv.max_predictions_per_seq)  # 2**40 was a "no space left" for petabytes
-    files = expand_paths(fv.input, "--input file")
-    refuse_temporaries(files)
+    files = expand_paths(fv.input, "--input file")  # (a killed write's NAME.tmp-PID, a FIFO: refused there)
     refuse_hdf5_inputs(files, "to-hdf5")
     n = tfrecords_to_hdf5(files, fv.output, fv.max_seq_length, fv.max_predictions_per_seq)
     print("wrote %d examples from %d file(s) to %s" % (n, len(files), fv.output))

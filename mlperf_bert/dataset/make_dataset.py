@@ -24,7 +24,7 @@ from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, new_dirs
 from mlperf_bert.locking import lock_dir, remove_stale_locks
 from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
 from mlperf_bert.dataset.tokenization import load_vocab
-from mlperf_bert.dataset.vocab import VOCAB_MD5
+from mlperf_bert.dataset.vocab import VOCAB_MD5, refuse_special_vocab
 from mlperf_bert.dataset.tfrecord import count_records, read_records
 
 SETTINGS_NAME = "make_dataset_settings.json"
@@ -267,6 +267,7 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     settings["vocab_file"] = os.path.abspath(vocab_file)
     if os.path.isdir(vocab_file):
         raise UserError("--vocab_file=%s is a directory: give the path of vocab.txt" % vocab_file)
+    refuse_special_vocab(vocab_file)  # (a named pipe is no regular file: it was called missing)
     if not os.path.isfile(vocab_file):
         raise UserError("--vocab_file=%s does not exist: run `python -m mlperf_bert fetch-vocab --output=%s` "
                         "or give the path of vocab.txt" % (vocab_file, vocab_file))

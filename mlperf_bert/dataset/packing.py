@@ -194,9 +194,8 @@ def row_bytes(max_seq_length, max_predictions_per_seq, max_sequences_per_pack):
 def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, max_sequences_per_pack, seed):
     """Pack one TFRecord file into one packed HDF5 file (rows in a seeded random order); return
     (sequences, rows, real tokens)."""
-    import h5py
     from mlperf_bert.dataset.example import decode_pretraining_batch
-    from mlperf_bert.dataset.hdf5 import ROW_CHECKSUMS, Checksums, name_attr, row_checksums
+    from mlperf_bert.dataset.hdf5 import ROW_CHECKSUMS, Checksums, name_attr, new_temporary_file, row_checksums
     from mlperf_bert.dataset.tfrecord import read_records
     from mlperf_bert.fileio import atomic_path
     try:
@@ -218,7 +217,8 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
     shapes.update({name: (n, k * p) for name in PREDICTION_FEATURES})
     shapes.update(next_sentence_labels=(n, k), nsp_positions=(n, k))
     needed = n * row_bytes(max_seq_length, max_predictions_per_seq, max_sequences_per_pack)
-    with atomic_path(output_path, needed) as tmp, h5py.File(tmp, "w") as h:
+    # (HDF5 writes its metadata as the file closes: a disk full there is new_temporary_file's one line)
+    with atomic_path(output_path, needed) as tmp, new_temporary_file(tmp) as h:
         dsets = {name: h.create_dataset(name, shape=shapes[name], dtype=STORAGE[name]) for name in PACKED_FEATURES}
         dsets[ROW_CHECKSUMS] = h.create_dataset(ROW_CHECKSUMS, shape=(n,), dtype=np.uint32)
         sums, most_predictions = Checksums(), 0

@@ -23,6 +23,7 @@ from mlperf_bert.fileio import (check_writable_dir, ensure_space, new_dirs_remov
 from mlperf_bert.locking import lock_files
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, expand_paths, frame
 from mlperf_bert.dataset.tokenization import FastTokenizer, FullTokenizer, load_vocab
+from mlperf_bert.dataset.vocab import refuse_special_vocab
 
 _fastrng = fastrng()  # the optional C accelerator (None: not built)
 
@@ -319,8 +320,19 @@ class _NoBar:
         return False
 
 
+# The longest sequence the generator makes. Every record is padded to --max_seq_length tokens and the
+# kernel takes 13 bytes a token at its start: 2,000,000,000 (allowed by check_shape, which the
+# readers share) was a worker's MemoryError traceback. BERT's position embeddings take 512 (MLPerf's
+# length), long-context BERTs a few thousand; to-hdf5 and pack store positions in 16 bits.
+MAX_GENERATED_SEQ_LENGTH = 1 << 16
+
+
 def check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob):
     check_shape(max_seq_length, max_predictions_per_seq)
+    if max_seq_length > MAX_GENERATED_SEQ_LENGTH:
+        raise UserError("--max_seq_length=%d is longer than any BERT's sequences: give at most %d (MLPerf uses 512; "
+                        "every record is padded to this length, and to-hdf5 and pack store positions in 16 bits)"
+                        % (max_seq_length, MAX_GENERATED_SEQ_LENGTH))
     if not 0.0 <= masked_lm_prob <= 1.0:
         raise UserError("--masked_lm_prob=%g must be between 0 and 1" % masked_lm_prob)
     if not 0.0 <= short_seq_prob <= 1.0:
@@ -341,10 +353,11 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
     ``reference_tokenizer``: tokenize with the plain reference transcription (slow; for benchmarks).
     ``preserve_unused_tokens``: the reference's flag (tokenization.preserved_tokens).
     """
+    # (a pipe of text is read once, as the reference reads it: --input_file=<(zcat part.gz) works)
     if isinstance(input_files, str):
-        input_files = expand_paths(input_files, "input file")
+        input_files = expand_paths(input_files, "input file", pipes=True)
     else:
-        input_files = [p for spec in input_files for p in expand_paths(spec, "input file")]
+        input_files = [p for spec in input_files for p in expand_paths(spec, "input file", pipes=True)]
     if isinstance(output_files, str):
         output_files = [p.strip() for p in output_files.split(",")]
         if len(output_files) > 1 and not all(output_files):
@@ -358,6 +371,7 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
     if len(set(map(os.path.abspath, output_files))) != len(output_files):
         raise UserError("--output_file names a file twice: give distinct output files")
     check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob)
+    refuse_special_vocab(vocab_file)
     vocab = load_vocab(vocab_file)  # a missing or wrong vocab is refused before an output folder is made
     for path in output_files:
         if os.path.isdir(path):

@@ -8,12 +8,13 @@ import errno
 import glob
 import mmap
 import os
+import stat
 import struct
 
 from crc32c import crc32c
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, glob_parts
+from mlperf_bert.fileio import _TMP, atomic_open, glob_parts  # (_TMP: fileio has no public name for it yet)
 
 _MASK_DELTA = 0xA282EAD8
 _U64 = struct.Struct("<Q")
@@ -279,16 +280,57 @@ def count_records(path):
     return sum(1 for _ in scan_records(path))
 
 
-def expand_paths(spec, what="input file"):
-    """Expand a comma-separated list of paths and globs, in order; error if any part matches nothing."""
+FIFO = "a named pipe (FIFO)"
+_SPECIAL = ((stat.S_ISFIFO, FIFO), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"))
+
+
+def special_kind(path):
+    """What ``path`` is when it is no regular file nor directory ("a named pipe (FIFO)", a socket, a
+    device), else None (also when it cannot be stat'ed: its reader says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return next((kind for test, kind in _SPECIAL if test(mode)), None)
+
+
+def refuse_special_file(path, what, fix="give the path of a regular file", pipes=False):
+    """One line for an input ``path`` that is a named pipe (unless ``pipes``), a socket or a device:
+    opening a FIFO no process writes to waits for ever (a command that hung), and the readers take a
+    file's size and read it more than once. ``what`` (the flag) starts the line, when given."""
+    kind = special_kind(path)
+    if kind and not (pipes and kind == FIFO):
+        raise UserError("%s is %s, not a regular file: %s" % ("%s %s" % (what, path) if what else path, kind, fix))
+
+
+def refuse_temporary(path, what, globbed=True):
+    """One line for an input ``path`` that is an atomic writer's temporary ``NAME.tmp-PID``: a write
+    that did not finish leaves it (a killed make-dataset's ``part-00007-of-00500.tmp-4242``), and a
+    glob such as ``part-*`` matches it; its records, cut off at a record's end by the kill, all pass
+    their CRCs, so it was read (trained on, packed, converted) as a shard of the set."""
+    m = _TMP.match(os.path.basename(path))
+    if m:
+        raise UserError("%s %s is the temporary of an unfinished write of %s (process %s: still running, or "
+                        "killed): let it end, or rerun the command that makes %s (make-dataset goes on where it "
+                        "stopped)%s" % (what, path, m.group("name"), m.group("pid"), m.group("name"),
+                                        "; or narrow the glob" if globbed else ""))
+
+
+def expand_paths(spec, what="input file", pipes=False):
+    """Expand a comma-separated list of paths and globs, in order; error if any part matches nothing,
+    and for a match that is a directory, a killed write's temporary or (unless ``pipes``: text the
+    generator reads once) no regular file: every reader of a list of inputs refuses them here."""
     out = []
     for part, matches in glob_parts(spec):
         if not matches:
             raise UserError("%s %s does not exist (check the path or glob)" % (what, part))
-        out.extend(matches)
+        out.extend((p, p != part) for p in matches)
     if not out:
         raise UserError("no %s given" % what)
-    for p in out:
+    for p, globbed in out:
         if os.path.isdir(p):
             raise UserError("%s %s is a directory: give files or a glob such as %s/*" % (what, p, glob.escape(p)))
-    return out
+        refuse_temporary(p, what, globbed)
+        refuse_special_file(p, what, pipes=pipes)
+    return [p for p, _ in out]

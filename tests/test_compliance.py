@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -1104,3 +1105,65 @@ def test_stop_at_target_quotes_a_status_that_is_no_plain_word(real_logs, tmp_pat
     log.write_text(text.replace(stop, '"lineno": 2168}' if status is None else '"lineno": 2168, "status": %s}' % status))
     r = results(log)["stop_at_target"]
     assert (r.level, r.detail) == ("FAIL", "eval reached 0.72 (line 501) but " + said)
+
+
+@pytest.mark.parametrize("sig,handler,stop", [
+    ("SIGINT", "default_int_handler", KeyboardInterrupt),  # Ctrl-C
+    ("SIGTERM", "_raise_terminated", "Terminated"),  # run_main's handler
+    ("SIGTERM", "_exit_quietly", SystemExit),  # a check-log pool worker's (init_worker)
+])
+def test_a_stop_during_the_official_checkers_rules_is_not_a_failed_rule(real_logs, monkeypatch, sig, handler, stop):
+    """A hostile sweep: the official checker evaluates its rules under bare ``except:`` clauses, which
+    took a Ctrl-C (or SIGTERM) arriving then for a failed rule: nyx run 0, accepted, printed FAIL
+    ("Failed executing CHECK code"), a Ctrl-C was lost (exit 1), a pool worker checked on until its
+    SIGKILL (10 s). The stop now ends the check. The signal is sent as the first rule is evaluated."""
+    from mlperf_bert import errors
+    from mlperf_logging.compliance_checker import mlp_compliance
+    sig = getattr(signal, sig)
+    handler = getattr(signal, handler, None) or getattr(errors, handler)
+    stop = getattr(errors, stop) if isinstance(stop, str) else stop
+    sent = []
+
+    def eval_(*args):  # (the checker calls the builtin eval: this one, found first in its module)
+        if not sent:  # once (noted first: the handler runs before the next line)
+            sent.append(sig)
+            os.kill(os.getpid(), sig)
+        return eval(*args)
+    monkeypatch.setattr(mlp_compliance, "eval", eval_, raising=False)
+    saved = signal.signal(sig, handler)
+    try:
+        with pytest.raises(stop):
+            compliance.official_check(str(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt"))
+    finally:
+        signal.signal(sig, saved)
+        errors.sigterm_lost()  # (the record of the Terminated raised: this test's)
+    assert sent
+    monkeypatch.undo()  # the next check starts clean
+    assert compliance.official_check(str(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt")).level == "PASS"
+
+
+def test_a_symbolic_link_loop_is_called_so(tmp_path):
+    """A hostile sweep: check-log of a link loop (a -> b -> a) said "No such file or directory", which
+    sends the user looking for a file that is there; plot-log said "Too many levels of symbolic links"."""
+    os.symlink("b", str(tmp_path / "a"))
+    os.symlink("a", str(tmp_path / "b"))
+    with pytest.raises(UserError) as e:
+        compliance.main(["check-log", str(tmp_path / "a")])
+    assert str(e.value) == "cannot read log %s: Too many levels of symbolic links" % (tmp_path / "a")
+
+
+def test_a_device_given_as_a_log_is_one_line_not_all_memory(tmp_path):
+    """A hostile sweep: check-log /dev/zero (plot-log too) read the device whole: all the host's memory,
+    then a MemoryError traceback (here under a 1 GiB limit; without one, the OOM killer); /dev/urandom
+    alike, /dev/tty waited for input. A device is refused; /dev/null is still an empty log."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "check-log", "/dev/zero"], capture_output=True,
+                          text=True, timeout=60, preexec_fn=limit)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == ("error: cannot read log /dev/zero: it is a device, not a file: save the log to a file and"
+                           " pass that\n")
+    with pytest.raises(UserError, match="/dev/null has no :::MLLOG lines"):
+        compliance.main(["check-log", "--noofficial", os.devnull])

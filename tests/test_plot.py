@@ -117,3 +117,35 @@ def test_a_directory_is_refused_naming_a_log_in_it(tmp_path):
         plot.main(["plot-log", str(empty)])
     assert str(e.value) == ("plot-log: %s is a directory: pass one MLPerf log file, such as a run's result_*.txt "
                             "or mlperf.log" % empty)
+
+
+def test_a_run_still_writing_its_log_is_plotted_to_its_last_whole_line(tmp_path):
+    """A hostile sweep: plot-log of a run in progress, whose logger had written half of a line (a
+    stdout written in 4 KiB blocks leaves one there most of the time), was refused as "malformed
+    MLLOG line (truncated log?)". The line being written is left out; a half line anywhere else,
+    or in check-log (which judges a finished log), is still refused."""
+    text = write_log(tmp_path / "full.txt").read_text()
+    lines = text.splitlines(keepends=True)
+    third = [i for i, line in enumerate(lines) if '"eval_accuracy"' in line][2]
+    log = tmp_path / "result_0.txt"
+    log.write_text("".join(lines[:third]) + lines[third][:70])  # two evals, the third half written
+    assert plot.main(["plot-log", str(log)]) == 0
+    got = drawn(tmp_path / "result_0.png")
+    assert (len(got["evals"]), got["status"]) == (2, "running")
+    with pytest.raises(UserError, match=r"result_0.txt:%d: malformed MLLOG line \(truncated log\?\)" % (third + 1)):
+        compliance.main(["check-log", "--noofficial", str(log)])
+    log.write_text("".join(lines[:third]) + lines[third][:70] + "\n" + "".join(lines[third + 1:]))
+    with pytest.raises(UserError, match=r"result_0.txt:%d: malformed MLLOG line" % (third + 1)):
+        plot.main(["plot-log", str(log), "--output=%s" % (tmp_path / "cut.png")])
+
+
+def test_a_position_matplotlib_cannot_draw_is_one_line_and_no_file(tmp_path):
+    """A hostile sweep: a log whose epoch_num reads 1e308 (a corrupt logger) stopped plot-log with
+    matplotlib's traceback ("ValueError: arange: cannot compute length", in its ticks). One line
+    now, and no PNG nor temporary left."""
+    log = write_log(tmp_path / "result_0.txt")
+    log.write_text(re.sub(r'"(epoch_num|samples_count)": \d+', r'"\1": 1e308', log.read_text()))
+    with pytest.raises(UserError, match=r"result_0.txt: matplotlib cannot draw its curves \(ValueError: .*\): a"
+                       r" training position or value in it is out of range \(up to 1e\+308\)"):
+        plot.main(["plot-log", str(log)])
+    assert sorted(os.listdir(tmp_path)) == ["result_0.txt"]

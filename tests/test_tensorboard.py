@@ -2,6 +2,8 @@
 own EventAccumulator."""
 import json
 import os
+import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -91,3 +93,27 @@ def test_a_directory_it_cannot_write_is_refused_before_the_log_is_opened(files, 
     with pytest.raises(training.UserError, match="cannot write --tensorboard_dir .*tb: File exists"):
         training.main(flags_for(files, out, tensorboard_dir=str(tmp_path / "tb")))
     assert not os.path.exists(os.path.join(out, "mlperf.log"))
+
+
+def test_a_write_that_fails_is_one_warning_naming_the_directory_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    """A hostile sweep: a failed write of the events file (a full disk; here the folder removed under
+    the running job, as a cluster's clean-up does) printed TensorBoard's writer thread's traceback
+    ("Exception in thread Thread-1", 15 lines) and then an OSError traceback that named no
+    --tensorboard_dir, and the run died. Now: one warning naming the directory, the thread's error not
+    printed, and the run goes on (the scalars are a view of the MLPerf log)."""
+    printed = []
+    monkeypatch.setattr(threading, "excepthook", printed.append)  # what prints a thread's traceback
+    tb = tmp_path / "tb"
+    scalars = tensorboard.Scalars(str(tb))
+    scalars.train(8, 1.0, 0.5, {"seq_per_s": 10.0})
+    scalars.writer.flush()
+    shutil.rmtree(tb)
+    for samples in (16, 24, 32):  # the writer's thread meets the error: a later write (or the close) says it
+        scalars.train(samples, 1.0, 0.5, {"seq_per_s": 10.0})
+    scalars.eval(40, {"masked_lm_accuracy": 0.5, "masked_lm_loss": 2.0})
+    scalars.close()
+    assert printed == [] and scalars.writer is None
+    assert capsys.readouterr().err == (
+        "warning: cannot write --tensorboard_dir %s: no such file or directory; the run goes on without TensorBoard "
+        "scalars (its MLPerf log has every value: plot-log draws them)\n" % tb)
+    scalars.close()  # (closed: nothing more)

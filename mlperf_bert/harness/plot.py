@@ -7,6 +7,7 @@ samples position) are drawn on a second axis when present.
 import glob
 import json
 import os
+import warnings
 
 from mlperf_bert import flags
 from mlperf_bert.harness.compliance import CLOSED_TARGET, division_of, read_log, samples_of, target_of
@@ -25,7 +26,7 @@ def curves(records):
 
 
 def plot_log(log, output):
-    records = read_log(log)
+    records = read_log(log, in_progress=True)  # a run's log as it trains: its last line may be half written
     data = curves(records)
     if "eval_accuracy" not in data:
         raise UserError("%s has no eval_accuracy lines to plot: no eval reached yet, or no --eval_input_file" % log)
@@ -34,6 +35,25 @@ def plot_log(log, output):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, drawn = _figure(plt, log, records, data, target)
+    try:
+        with warnings.catch_warnings():  # numpy's overflow warnings on the way to the error below
+            warnings.simplefilter("ignore", RuntimeWarning)
+            fig.tight_layout()
+            with atomic_path(output) as tmp:
+                fig.savefig(tmp, format="png", metadata={METADATA_KEY: json.dumps(drawn)})
+    except (ValueError, OverflowError) as e:
+        # the ticks' arithmetic overflows on a position or value near the float limit (a corrupt epoch_num)
+        far = max(abs(v) for pts in data.values() for pt in pts for v in pt)
+        raise UserError("%s: matplotlib cannot draw its curves (%s: %s): a training position or value in it is"
+                        " out of range (up to %g)" % (log, type(e).__name__, e, far))
+    finally:
+        plt.close(fig)
+    return output
+
+
+def _figure(plt, log, records, data, target):
+    """(the figure of ``data``, what it shows: the PNG's text)."""
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     xs, ys = zip(*data["eval_accuracy"])
     ax.plot(xs, ys, "o-", color="tab:blue", label="eval masked-LM accuracy")
@@ -55,15 +75,11 @@ def plot_log(log, output):
     status = stop.metadata.get("status") if stop else "running"
     ax.set_title("%s: %d evals, run %s" % (os.path.basename(log), len(xs), status))
     ax.grid(alpha=0.3)
-    fig.tight_layout()
     # what the figure shows, in the PNG's text (tests/test_plot.py compares the README's demo figure with its words)
     trained = next((r.value for r in records if r.key == "train_samples"), None)
     drawn = {"log": os.path.basename(log), "evals": data["eval_accuracy"], "status": status,
              "samples": (samples_of(stop) if stop else None) or trained}  # where the run stopped
-    with atomic_path(output) as tmp:
-        fig.savefig(tmp, format="png", metadata={METADATA_KEY: json.dumps(drawn)})
-    plt.close(fig)
-    return output
+    return fig, drawn
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -17,23 +17,33 @@ _MARK = ":::MLLOG "
 Record = collections.namedtuple("Record", "lineno line key value metadata event_type time_ms")
 
 
-def read_log(path):
+def read_log(path, in_progress=False):
     """Parse the ``:::MLLOG`` lines of ``path`` into Records (other lines are ignored).
 
     A line this project cannot check (not JSON, metadata that is not an object, a non-numeric
-    eval_accuracy or time_ms, another benchmark's log) is a UserError naming the file and line."""
+    eval_accuracy or time_ms, another benchmark's log) is a UserError naming the file and line.
+    ``in_progress``: the log of a run that may still be writing it (plot-log): a last line without
+    its newline that is no JSON is one still being written (a logger that writes stdout in 4 KiB
+    blocks leaves one there most of the time), left out."""
     if os.path.isdir(path):
         raise UserError("cannot read log %s: it is a directory (pass a log file, or a directory holding"
                         " result_*.txt)" % path)
     try:
-        mode = os.stat(path).st_mode
+        st = os.stat(path)
+        mode = st.st_mode
         if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):  # waited on for a writer; the checkers each read it
             raise UserError("cannot read log %s: it is a pipe: save the log to a file and pass that" % path)
+        if (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) and not _is_null(st):
+            # read whole, /dev/zero and /dev/urandom took all memory (a MemoryError traceback, or the
+            # host's OOM killer); a terminal waited for input
+            raise UserError("cannot read log %s: it is a device, not a file: save the log to a file and pass that"
+                            % path)
         with open(path, encoding="utf-8", errors="replace") as f:
             # lines as the official parser iterates its file: ends at \n, \r\n and \r alone
             # (str.splitlines also cut at U+2028, U+0085, \f..., which a JSON string may hold raw)
             lines = f.read().split("\n")
-        if lines[-1] == "":
+        ended = lines[-1] == ""  # the last line has its newline
+        if ended:
             lines.pop()
     except OSError as e:
         raise UserError("cannot read log %s: %s" % (path, e.strerror))
@@ -47,6 +57,8 @@ def read_log(path):
             rec = Record(i, line.strip(), d["key"], d.get("value"), d.get("metadata") or {},
                          d.get("event_type"), _time(d.get("time_ms")))
         except (ValueError, KeyError, TypeError, RecursionError):  # (JSON nested past the parser's depth)
+            if in_progress and not ended and i == len(lines):
+                break
             raise UserError("%s:%d: malformed MLLOG line (truncated log?): %s" % (path, i, line[:200]))
         problem = _malformed(rec) or _missing(d)
         if problem:
@@ -65,6 +77,15 @@ def read_log(path):
             raise UserError("%s is UTF-16 text: convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)" % path)
         raise UserError("%s has no :::MLLOG lines: pass the MLPerf log written by --mlperf_log" % path)
     return records
+
+
+def _is_null(st):
+    """Whether ``st`` (an os.stat) is the null device's: an empty log, as the file it stands for."""
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and stat.S_ISCHR(null.st_mode) and st.st_rdev == null.st_rdev
 
 
 def _time(v):

@@ -14,10 +14,14 @@ more is read from the device), on the training-samples axis of the log (``sample
 
 A resume starts its events file with TensorBoard's purge at the checkpoint's samples + 1, so the
 points the stopped run logged after its checkpoint are dropped, as the log is cut back there.
+A write that fails later (disk full, the directory removed) is one warning naming the directory;
+the run goes on without scalars.
 """
+import contextlib
 import errno
 import os
 import sys
+import threading
 import types
 
 from mlperf_bert.errors import UserError
@@ -37,13 +41,33 @@ def _summary_writer():
     return SummaryWriter
 
 
+def _quiet_writer_threads():
+    """Let TensorBoard's writer thread fail without its traceback: an OSError it meets (disk full)
+    ends it and was printed as "Exception in thread Thread-1: Traceback ..." (15 lines) before the
+    trainer's own line; the writer raises that error again in the thread that writes next, where
+    ``Scalars`` makes it one line. Other threads' exceptions go to the hook that was there."""
+    try:
+        from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+    except ImportError:  # another TensorBoard: its threads' errors are printed as they were
+        return
+    hook = threading.excepthook
+    if getattr(hook, "mlperf_bert_tensorboard", False):
+        return
+
+    def excepthook(args):
+        if not (isinstance(args.thread, _AsyncWriterThread) and isinstance(args.exc_value, OSError)):
+            hook(args)
+    excepthook.mlperf_bert_tensorboard = True
+    threading.excepthook = excepthook
+
+
 class Scalars:
     """The run's scalars in ``logdir`` (None, or a rank other than 0: nothing is written).
     ``resumed_at``: the samples of the checkpoint a resume starts from (None: a fresh start,
     which purges every earlier point of ``logdir``)."""
 
     def __init__(self, logdir, rank=0, resumed_at=None):
-        self.writer = None
+        self.writer, self.logdir = None, logdir
         if logdir and rank == 0:
             try:  # checked here: TensorFlow's file layer, where it is loaded, raises its own errors
                 os.makedirs(logdir, exist_ok=True)
@@ -52,24 +76,56 @@ class Scalars:
             except OSError as e:
                 raise UserError("cannot write --tensorboard_dir %s: %s: give a directory you can write"
                                 % (logdir, e.strerror))
-            self.writer = _summary_writer()(logdir, purge_step=0 if resumed_at is None else resumed_at + 1)
+            _quiet_writer_threads()
+            with self._writing(starting=True):
+                self.writer = _summary_writer()(logdir, purge_step=0 if resumed_at is None else resumed_at + 1)
+
+    @contextlib.contextmanager
+    def _writing(self, starting=False, quiet=False):
+        """An OSError of the events file's writes (the writer's thread's, raised again here): at the
+        start, one line naming --tensorboard_dir (the run does not start); later, one warning, and
+        the run goes on without scalars (they are a view of the MLPerf log, which has every value: a
+        clean-up that removed the folder must not stop a run hours in)."""
+        try:
+            yield
+        except OSError as e:
+            writer, self.writer = self.writer, None
+            if writer is not None:
+                with contextlib.suppress(OSError):
+                    writer.close()
+            reason = os.strerror(e.errno).lower() if e.errno else str(e)
+            if starting:
+                from mlperf_bert.fileio import WRITE_ERRNOS
+                raise UserError("cannot write --tensorboard_dir %s: %s; the run did not start: %s" % (
+                    self.logdir, reason, WRITE_ERRNOS.get(e.errno, "fix that (or leave --tensorboard_dir out), "
+                                                                    "then rerun the same command")))
+            if quiet:
+                return
+            print("warning: cannot write --tensorboard_dir %s: %s; the run goes on without TensorBoard scalars (its "
+                  "MLPerf log has every value: plot-log draws them)" % (self.logdir, reason), file=sys.stderr,
+                  flush=True)
 
     def train(self, samples, loss, learning_rate, rates):
         """The values of a ``train_loss`` line."""
         if self.writer is not None:
-            self.writer.add_scalar(TAGS["train_loss"], loss, samples)
-            self.writer.add_scalar(TAGS["learning_rate"], learning_rate, samples)
-            for name, value in rates.items():
-                self.writer.add_scalar("throughput/" + name, value, samples)
+            with self._writing():
+                self.writer.add_scalar(TAGS["train_loss"], loss, samples)
+                self.writer.add_scalar(TAGS["learning_rate"], learning_rate, samples)
+                for name, value in rates.items():
+                    self.writer.add_scalar("throughput/" + name, value, samples)
 
     def eval(self, samples, metrics):
         """The values of an eval's ``eval_accuracy`` and ``eval_mlm_loss`` lines."""
         if self.writer is not None:
-            self.writer.add_scalar(TAGS["eval_accuracy"], metrics["masked_lm_accuracy"], samples)
-            self.writer.add_scalar(TAGS["eval_mlm_loss"], metrics["masked_lm_loss"], samples)
+            with self._writing():
+                self.writer.add_scalar(TAGS["eval_accuracy"], metrics["masked_lm_accuracy"], samples)
+                self.writer.add_scalar(TAGS["eval_mlm_loss"], metrics["masked_lm_loss"], samples)
 
     def close(self):
-        """Flush the events and end the writer's thread."""
+        """Flush the events and end the writer's thread; a write that fails is the warning, unless the
+        run is ending on an error or a stop of its own (that one is its line)."""
         if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+            with self._writing(quiet=sys.exc_info()[1] is not None):  # (a with block an exception leaves)
+                self.writer.flush()  # raises what the thread met (its close does not look)
+                self.writer.close()
+                self.writer = None

@@ -134,7 +134,7 @@ int_env() {  # NAME MIN: the variable must be a whole number >= MIN; set to it i
 PRESET="${PRESET:-reference_gpu}"
 DRY_RUN="${DRY_RUN:-0}"
 case "$DRY_RUN" in 0|1) ;; *) die "DRY_RUN=$DRY_RUN must be 0 or 1 (1: print the trainer's command, run nothing)" ;; esac
-case "${CHECK_ONLY:-0}" in 0|1|files) ;; *) die "CHECK_ONLY=$CHECK_ONLY must be 0 or 1 (1: check the settings, run nothing)" ;; esac
+case "${CHECK_ONLY:-0}" in 0|1|files) ;; *) die "CHECK_ONLY=$CHECK_ONLY must be 0, 1 or files (1: check the settings, run nothing; files: also that the data files and INIT_CHECKPOINT exist)" ;; esac
 overrides=()
 for arg in "$@"; do
   case "$arg" in

@@ -820,7 +820,7 @@ def test_settings_a_launcher_sweep_found_taken_or_dropped_are_one_line(fake, tmp
     del env["TRAIN_MODEL"]
     for extra, args, prefix in (({}, ["--", "--num_train_steps=4"], "error: train_model.sh: '--': give"),
                                 ({"DRY_RUN": "true"}, [], "error: train_model.sh: DRY_RUN=true must be 0 or 1"),
-                                ({"CHECK_ONLY": "yes"}, [], "error: train_model.sh: CHECK_ONLY=yes must be 0 or 1"),
+                                ({"CHECK_ONLY": "yes"}, [], "error: train_model.sh: CHECK_ONLY=yes must be 0, 1 or files"),
                                 ({}, ["--dry_run=1"], "error: train_model.sh: --dry_run=1: give --dry_run alone")):
         proc = subprocess.run([os.path.join(ROOT, "train_model.sh"), "--preset=demo_cpu"] + args, capture_output=True,
                               text=True, env=dict(env, **extra), cwd=ROOT, timeout=120)

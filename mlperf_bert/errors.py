@@ -13,6 +13,19 @@ class UserError(Exception):
     """A problem with the user's input: printed as one line, exit status 2."""
 
 
+class FixableError(UserError):
+    """A UserError in two parts: ``reason``, what is wrong (naming the file), and ``fix``, what to do;
+    its line is "REASON: FIX". A caller that words the way on its own (a resume that names the
+    checkpoint before; a run's folder) takes ``reason`` alone."""
+
+    def __init__(self, reason, fix):
+        super().__init__(reason, fix)  # (the arguments pickled: raised in a pool's worker, it comes back whole)
+        self.reason, self.fix = reason, fix
+
+    def __str__(self):
+        return "%s: %s" % (self.reason, self.fix)
+
+
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread so ``finally`` blocks (and the atomic writer's
     removal of its temporary) run before the process exits. Not an Exception: nothing

@@ -20,7 +20,7 @@ import json
 import os
 import re
 
-from mlperf_bert.errors import Terminated, UserError
+from mlperf_bert.errors import FixableError, Terminated, UserError
 
 # errno -> what the user should do about it (the error line ends with it)
 WRITE_ERRNOS = {
@@ -168,21 +168,58 @@ def ensure_space(needs):
             raise write_error(first, OSError(errno.ENOSPC, "no space"), needed=total)
 
 
+class OutputDirError(FixableError):
+    """An output directory that cannot be made or written (``make_output_dir``, ``check_writable_dir``)."""
+
+
+def _broken_link(path):
+    """``(link, target, errno)`` of the symbolic link on ``path`` (``path`` itself or a folder above
+    it) that leads nowhere: to a path that does not exist (ENOENT), or round in a loop (ELOOP); None
+    where the first part of ``path`` that does not exist is no link."""
+    parts, p = [], os.path.abspath(path)
+    while True:
+        parts.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for p in reversed(parts):  # from the root down to the first part that is not there
+        try:
+            os.stat(p)
+        except OSError as e:
+            broken = os.path.islink(p) and e.errno in (errno.ENOENT, errno.ELOOP)
+            return (p, os.path.realpath(p), e.errno) if broken else None
+    return None
+
+
 def make_output_dir(d):
-    """``os.makedirs(d, exist_ok=True)``; a failure is a UserError naming ``d`` and the fix."""
+    """``os.makedirs(d, exist_ok=True)``; a failure is an OutputDirError naming ``d`` and the fix (a
+    symbolic link to a missing path, ``d`` or a folder above, is said as such: mkdir calls it a file
+    that exists, or a path that does not)."""
     try:
         os.makedirs(d, exist_ok=True)
     except OSError as e:
-        raise UserError("cannot create output directory %s: %s: %s" % (
-            d, e.strerror, PATH_ERRNOS.get(e.errno, "give an output path that can be made")))
+        broken = _broken_link(d)
+        if broken is None:
+            raise OutputDirError("cannot create output directory %s: %s" % (d, e.strerror),
+                                 PATH_ERRNOS.get(e.errno, "give an output path that can be made"))
+        link, target, why = broken
+        where = "it" if link == os.path.abspath(d) else link
+        if why == errno.ELOOP:
+            raise OutputDirError("cannot create output directory %s: %s is a symbolic link in a loop" % (d, where),
+                                 "fix the link, or give another output path") from None
+        # (not made here: a link to a folder of a file system that is not mounted would write the run elsewhere)
+        raise OutputDirError("cannot create output directory %s: %s is a symbolic link to %s, which does not exist"
+                             % (d, where, target), "make that folder (or mount the file system it is on), or "
+                             "give another output path") from None
 
 
 def check_writable_dir(path):
-    """Raise a UserError unless ``path``'s directory exists (or can be made) and is writable."""
+    """Raise an OutputDirError unless ``path``'s directory exists (or can be made) and is writable."""
     d = os.path.dirname(os.path.abspath(path))
     make_output_dir(d)
     if not os.access(d, os.W_OK):
-        raise UserError("output directory %s is not writable: choose another output path" % d)
+        raise OutputDirError("output directory %s is not writable" % d, "choose another output path")
 
 
 def check_tmpdir(num_workers):

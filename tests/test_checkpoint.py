@@ -935,3 +935,117 @@ def test_a_log_owner_record_that_names_no_path_is_none(tmp_path):
         assert checkpoint.read_log_owner(str(tmp_path)) is None, text
     checkpoint.write_log_owner(str(tmp_path), str(tmp_path / "mlperf.log"))
     assert checkpoint.read_log_owner(str(tmp_path)) == str(tmp_path / "mlperf.log")
+
+
+# ---------------------------------------------------------------- a training checkpoint a resume cannot take
+
+def _training_ckpt(path, **keys):
+    """A .pt with the keys a resume reads (checkpoint.TRAINING_STATE) beside weights of one tensor."""
+    state = {"model": {"w": torch.ones(2)}, "optimizer": {}, "ranks": [{}], "seed": 7, "global_step": 6}
+    state.update(keys)
+    torch.save(state, str(path))
+
+
+_ONLY = "it is the run's only checkpoint: restore it from a copy (deleted, the run would start over from step 0)"
+
+
+@pytest.mark.parametrize("step,said", [
+    (3.5, "global_step 3.5, a float"), ("12", "global_step '12', a str"), (None, "global_step None, no value"),
+    ([6], "global_step [6], a list"), (True, "global_step True, a bool"), (-3, "global_step -3, below 0"),
+    (torch.tensor(6), "global_step tensor(6), a Tensor"),
+    ("x" * 100, "global_step '%s..., a str" % ("x" * 56))])  # (a long value cut)
+def test_a_checkpoint_whose_global_step_is_no_step_count_is_one_line(tmp_path, step, said):
+    """A review: a hand-edited or foreign .pt whose global_step is no whole number was resumed from: a
+    string or a list ended in a TypeError traceback where the loop compared it, None in one where the
+    samples were counted, a float hung the data loader for ever, a bool or a number below 0 trained from
+    there. Each is one line naming the file and its value, and what to do, as for a damaged one."""
+    from mlperf_bert.trainer import checkpoint
+    path = tmp_path / "model.ckpt-6.pt"
+    _training_ckpt(path, global_step=step)
+    what = ("checkpoint %s holds %s, not a step count (a whole number >= 0, which the trainer writes): it was "
+            "edited, or written by another program; " % (path, said))
+    with pytest.raises(UserError) as e:
+        checkpoint.load(str(path))
+    assert str(e.value) == what + _ONLY
+    _training_ckpt(tmp_path / "model.ckpt-3.pt", global_step=3)
+    with pytest.raises(UserError) as e:
+        checkpoint.load(str(path))
+    assert str(e.value) == what + "delete it to resume from the one before, model.ckpt-3.pt"
+    assert checkpoint.load(str(tmp_path / "model.ckpt-3.pt"))["global_step"] == 3
+
+
+def test_a_truncated_training_checkpoint_is_said_to_be_truncated(tmp_path):
+    """A review: a checkpoint cut short (truncate -s 50%, a copy that ended early) was "not a PyTorch
+    (.pt) file", which sends the user looking for another kind of file. It is said truncated, with
+    the resume's way on (the one before, or a copy where it is the only one); a file that is no .pt
+    at all keeps its line."""
+    from mlperf_bert.trainer import checkpoint
+    whole = tmp_path / "whole.pt"
+    _training_ckpt(whole)
+    data = whole.read_bytes()
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / "model.ckpt-6.pt"
+    for size in (len(data) // 2, len(data) - 1, 4):
+        path.write_bytes(data[:size])
+        what = ("checkpoint %s is truncated (%s bytes): it begins as a PyTorch .pt, but the end of its zip archive "
+                "is missing; " % (path, format(size, ",")))
+        with pytest.raises(UserError) as e:
+            checkpoint.load(str(path))
+        assert str(e.value) == what + _ONLY
+    _training_ckpt(out / "model.ckpt-3.pt", global_step=3)
+    with pytest.raises(UserError) as e:
+        checkpoint.load(str(path))
+    assert str(e.value) == what + "delete it to resume from the one before, model.ckpt-3.pt"
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError) as e:
+        checkpoint.load(str(path))
+    assert str(e.value) == ("checkpoint %s is not a PyTorch (.pt) file; delete it to resume from the one before, "
+                            "model.ckpt-3.pt" % path)
+
+
+def test_a_resume_refused_for_another_runs_settings_names_the_checkpoint():
+    """A review: a checkpoint of another run in --output_dir (a flag of its identity differs) was
+    refused naming the folder alone; the checkpoint that holds the other value is named too, as the
+    refusals of another model config or data name it."""
+    from mlperf_bert.trainer import checkpoint
+    with pytest.raises(UserError) as e:
+        checkpoint.check_same_run({"seed": 7, "learning_rate": 0.01}, {"seed": 8, "learning_rate": 0.01},
+                                  "out/model.ckpt-27.pt")
+    assert str(e.value) == ("--seed=8 differs from the run being resumed in out (it has 7), as its checkpoint "
+                            "model.ckpt-27.pt records: rerun with the same value, or use another --output_dir for "
+                            "a new run")
+    with pytest.raises(UserError) as e:
+        checkpoint.check_same_run({"config": {"hidden_size": 16}}, {"config": {"hidden_size": 32}},
+                                  "out/model.ckpt-27.pt")
+    assert str(e.value) == ("the model config of --bert_config_file: hidden_size=32 (was 16) differs from the run "
+                            "being resumed in out (checkpoint model.ckpt-27.pt): rerun with the same value, or use "
+                            "another --output_dir for a new run")
+
+
+def test_an_init_checkpoint_or_a_conversion_of_a_pt_with_no_step_count_is_one_line(tmp_path):
+    """A review: convert_checkpoint.py (and --init_checkpoint) read a .pt's global_step as it was: a
+    string was a ValueError traceback, None, a list or 3.5 were written into the TF checkpoint; a .pt
+    cut short was "not a PyTorch (.pt) file" there too (tf_checkpoint.load_pt, every reader's)."""
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    pt = tmp_path / "m.pt"
+    for step, said in (("abc", "global_step 'abc', a str"), ([1], "global_step [1], a list"),
+                       (3.5, "global_step 3.5, a float")):
+        torch.save({"model": model.state_dict(), "global_step": step}, str(pt))
+        with pytest.raises(UserError) as e:
+            checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=%s" % pt,
+                                     "--output=%s" % (tmp_path / "tf" / "model.ckpt")])
+        assert str(e.value) == ("checkpoint %s holds %s, not a step count (a whole number >= 0, which the trainer "
+                                "writes): give a .pt written by this project" % (pt, said))
+        assert not (tmp_path / "tf").exists()
+    torch.save({"model": model.state_dict()}, str(pt))  # (a .pt of weights alone has no step: taken)
+    assert tf_checkpoint.load_init_checkpoint(model, str(pt))["global_step"] is None
+    data = pt.read_bytes()
+    pt.write_bytes(data[:len(data) // 2])
+    with pytest.raises(UserError) as e:
+        tf_checkpoint.load_init_checkpoint(model, str(pt))
+    assert str(e.value) == ("checkpoint %s is truncated (%s bytes): it begins as a PyTorch .pt, but the end of its "
+                            "zip archive is missing: give a whole copy (a copy or transfer cut short leaves one so)"
+                            % (pt, format(len(data) // 2, ",")))

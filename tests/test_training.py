@@ -2001,3 +2001,129 @@ def test_the_launch_record_is_taken_before_run_stop_is_logged(files, tmp_path, m
     assert training.main(flags_for(files, str(out), num_train_steps=4)) == 0
     assert seen == [False]  # once, before run_start (its lines held or written: neither there yet)
     assert json.load(open(out / checkpoint.FINISHED))["launch"]["flags"]["num_train_steps"] == 4
+
+
+def _with_step(src, dst, step):
+    """``src``'s checkpoint written as ``dst`` with ``global_step`` ``step`` (a hand-edited one)."""
+    ckpt = torch.load(src, map_location="cpu", weights_only=True)
+    ckpt["global_step"] = step
+    torch.save(ckpt, dst)
+
+
+def test_a_resume_from_a_checkpoint_whose_global_step_is_no_integer_is_one_line(files, uninterrupted, tmp_path):
+    """A review: a stopped run's newest checkpoint with its global_step edited to a float hung the
+    resume for ever (its data loader), one of a string ended in a TypeError traceback. Each is one
+    line naming the file and its value, exit 2, and the folder is left as it was; with a checkpoint
+    before it, the line says to delete it to resume from that one."""
+    full, _ = uninterrupted
+    out = str(tmp_path / "out")
+    _stopped_at_27(full, out)
+    path = os.path.join(out, "model.ckpt-27.pt")
+    _with_step(path, path, 27.0)
+    before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    r = subprocess.run([PY] + flags_for(files, out), cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT,
+                                                                        OMP_NUM_THREADS="1"),
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr[-3000:]
+    assert r.stderr == ("error: checkpoint %s holds global_step 27.0, a float, not a step count (a whole number >= 0, "
+                        "which the trainer writes): it was edited, or written by another program; it is the run's only "
+                        "checkpoint: restore it from a copy (deleted, the run would start over from step 0)\n" % path)
+    assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
+    _with_step(path, path, "27")
+    shutil.copy(os.path.join(full, "model.ckpt-24.pt"), out)
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, out))
+    assert str(e.value) == ("checkpoint %s holds global_step '27', a str, not a step count (a whole number >= 0, "
+                            "which the trainer writes): it was edited, or written by another program; delete it to "
+                            "resume from the one before, model.ckpt-24.pt" % path)
+
+
+def test_a_resume_from_a_truncated_checkpoint_says_it_is_truncated(files, uninterrupted, tmp_path):
+    """A review: the newest checkpoint cut to half its size (truncate -s 50%: a copy that ended early)
+    was refused as "not a PyTorch (.pt) file". It is said truncated, with what to do: restore it
+    (the run's only one), or delete it to resume from the one before."""
+    full, _ = uninterrupted
+    out = str(tmp_path / "out")
+    _stopped_at_27(full, out)
+    path = os.path.join(out, "model.ckpt-27.pt")
+    size = os.path.getsize(path) // 2
+    os.truncate(path, size)
+    what = ("checkpoint %s is truncated (%s bytes): it begins as a PyTorch .pt, but the end of its zip archive is "
+            "missing; " % (path, format(size, ",")))
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, out))
+    assert str(e.value) == what + ("it is the run's only checkpoint: restore it from a copy (deleted, the run would "
+                                   "start over from step 0)")
+    shutil.copy(os.path.join(full, "model.ckpt-24.pt"), out)
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, out))
+    assert str(e.value) == what + "delete it to resume from the one before, model.ckpt-24.pt"
+
+
+def test_a_checkpoint_of_another_run_in_output_dir_is_refused_naming_it(files, uninterrupted, tmp_path):
+    """A review: a checkpoint of another run (its seed) in --output_dir was refused naming the folder
+    alone, "--seed=8 differs from the run being resumed in OUT (it has 7)"; the line names the
+    checkpoint, and nothing is written."""
+    full, _ = uninterrupted
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(os.path.join(full, "model.ckpt-27.pt"), out)
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(out), seed=8))
+    assert str(e.value) == ("--seed=8 differs from the run being resumed in %s (it has 7), as its checkpoint "
+                            "model.ckpt-27.pt records: rerun with the same value, or use another --output_dir for a "
+                            "new run" % out)
+    assert os.listdir(out) == ["model.ckpt-27.pt"]
+
+
+def test_an_output_dir_that_is_a_link_to_a_missing_path_is_said_to_be_one(files, tmp_path):
+    """A review: --output_dir a symbolic link to a path that does not exist (a scratch link whose
+    file system is not mounted) was "a file stands where a directory is expected", and a folder below
+    it "it does not exist ... check the path". Each names the link and its target and says what to
+    do; nothing is made at the target (the run would go where the link's file system is not), and a
+    link in a loop is said as such."""
+    target = tmp_path / "unmounted" / "out"
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    fix = "make that folder (or mount the file system it is on), or give another output path"
+    for out, what in ((link, "it"), (link / "run_1", str(link))):
+        with pytest.raises(UserError) as e:
+            training.main(flags_for(files, str(out)))
+        assert str(e.value) == ("cannot create output directory %s: %s is a symbolic link to %s, which does not "
+                                "exist: %s" % (out, what, target, fix))
+    relative = tmp_path / "relative"
+    relative.symlink_to("missing")
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(relative)))
+    assert str(e.value) == ("cannot create output directory %s: it is a symbolic link to %s, which does not exist: %s"
+                            % (relative, tmp_path / "missing", fix))
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(loop / "out")))
+    assert str(e.value) == ("cannot create output directory %s: %s is a symbolic link in a loop: fix the link, or give "
+                            "another output path" % (loop / "out", loop))
+    assert sorted(os.listdir(tmp_path)) == ["link", "loop", "relative"]
+
+
+def test_an_output_dir_that_cannot_be_written_is_refused_with_its_reason_apart(tmp_path, monkeypatch):
+    """check_writable_dir's refusal carries what is wrong and what to do apart (preflight words the
+    refusal of a run's folder with the first: it split the line at ": choose "), its line as before;
+    raised in a pool's worker, it comes back whole."""
+    import pickle
+    from mlperf_bert import fileio
+    out = str(tmp_path / "out")
+    os.mkdir(out)
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False)
+    with pytest.raises(fileio.OutputDirError) as e:
+        fileio.check_writable_dir(os.path.join(out, "model.ckpt-0.pt"))
+    assert (e.value.reason, e.value.fix) == ("output directory %s is not writable" % out, "choose another output path")
+    assert str(e.value) == "output directory %s is not writable: choose another output path" % out
+    back = pickle.loads(pickle.dumps(e.value))
+    assert (type(back), str(back), back.reason, back.fix) == (fileio.OutputDirError, str(e.value), e.value.reason,
+                                                              e.value.fix)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(fileio.OutputDirError) as e:
+        fileio.check_writable_dir(str(tmp_path / "file" / "out.txt"))
+    assert str(e.value) == ("cannot create output directory %s: File exists: a file stands where a directory is "
+                            "expected: give another path, or move the file away" % (tmp_path / "file"))

@@ -296,21 +296,30 @@ class BackgroundWriter:
 TRAINING_STATE = ("optimizer", "ranks", "seed", "global_step")  # what a resume reads beside the weights
 
 
+def _how_to_go_on(path):
+    """What to do about checkpoint ``path`` of ``output_dir`` that cannot be resumed from: delete it,
+    naming the one before that the resume then takes, or, where it is the only one, restore it."""
+    earlier = [p for _, p in list_checkpoints(os.path.dirname(path)) if os.path.abspath(p) != os.path.abspath(path)]
+    return ("delete it to resume from the one before, %s" % os.path.basename(earlier[-1]) if earlier else
+            "it is the run's only checkpoint: restore it from a copy (deleted, the run would start over from step 0)")
+
+
 def load(path):
     """A training checkpoint of ``output_dir`` (``model.ckpt-N.pt``), to resume from."""
-    from mlperf_bert.trainer.tf_checkpoint import load_pt
+    from mlperf_bert.trainer.tf_checkpoint import load_pt, step_problem
     try:
         ckpt = load_pt(path)
     except UserError as e:  # a damaged file: name it, and how to go on
-        earlier = [p for _, p in list_checkpoints(os.path.dirname(path)) if os.path.abspath(p) != os.path.abspath(path)]
-        raise UserError("%s; %s" % (str(e).split(": give ")[0], (
-            "delete it to resume from the one before, %s" % os.path.basename(earlier[-1]) if earlier else
-            "it is the run's only checkpoint: restore it from a copy (deleted, the run would start over from step 0)")))
+        raise UserError("%s; %s" % (getattr(e, "reason", e), _how_to_go_on(path))) from None
     lacks = [k for k in TRAINING_STATE if k not in ckpt]
     if lacks:  # e.g. convert_checkpoint.py's .pt, given a training checkpoint's name (a KeyError traceback)
         raise UserError("checkpoint %s holds weights but no training state (no %s): a run did not write it while "
                         "training (a converted checkpoint?); give it as --init_checkpoint, or move it out of "
                         "--output_dir" % (path, ", ".join(lacks)))
+    problem = step_problem(ckpt["global_step"])
+    if problem:  # a hand-edited or foreign .pt: a traceback where the loop compared it, a float hung the loader
+        raise UserError("checkpoint %s holds %s, not a step count (a whole number >= 0, which the trainer writes): "
+                        "it was edited, or written by another program; %s" % (path, problem, _how_to_go_on(path)))
     return ckpt
 
 
@@ -405,14 +414,15 @@ def differences(saved, ident):
 
 def check_same_run(saved, ident, ckpt_path):
     """Refuse a resume whose defining flags, model config or data differ from the checkpoint's,
-    in one line."""
+    in one line that names the checkpoint (one of another run, put in this folder, is found by it)."""
     for name, value, was in _differing(saved, ident)[:1]:
         what = _described(name, value, was)
-        raise UserError("%s %s from the run being resumed in %s (%s): rerun with the same value, "
-                        "or use another --output_dir for a new run"
-                        % (what or "--%s=%s" % (name, value), "differ" if name in _FILES else "differs",
-                           os.path.dirname(ckpt_path),
-                           "checkpoint %s" % os.path.basename(ckpt_path) if what else "it has %s" % (was,)))
+        folder, ckpt_name = os.path.dirname(ckpt_path), os.path.basename(ckpt_path)
+        where = ("%s (checkpoint %s)" % (folder, ckpt_name) if what else
+                 "%s (it has %s), as its checkpoint %s records" % (folder, was, ckpt_name))
+        raise UserError("%s %s from the run being resumed in %s: rerun with the same value, or use another "
+                        "--output_dir for a new run" % (what or "--%s=%s" % (name, value),
+                                                        "differ" if name in _FILES else "differs", where))
 
 
 def write_log_owner(output_dir, log_path):

@@ -11,7 +11,8 @@ import sys
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import check_tmpdir, check_writable_dir, remove_stale_temporaries, same_file
+from mlperf_bert.fileio import (OutputDirError, check_tmpdir, check_writable_dir, remove_stale_temporaries,
+                                 same_file)
 from mlperf_bert.harness.mlperf_log import check_prefix, is_mlperf_log
 from mlperf_bert.trainer import checkpoint, distributed, flag_checks, loader
 from mlperf_bert.trainer.flag_checks import OPEN as _OPEN
@@ -145,13 +146,13 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
         init_ckpt = tf_checkpoint.fingerprint(init)
     try:
         check_writable_dir(checkpoint.path_for(cfg.checkpoint.output_dir, 0))
-    except UserError as e:  # another output path would start the run over: name what holds it
+    except OutputDirError as e:  # another output path would start the run over: name what holds it
         held = checkpoint.run_held_in(out) if os.path.isdir(out) else None
         if held is None:
             raise
         raise UserError("--output_dir %s holds a run (%s) but cannot be written (%s): make it writable (a read-only "
                         "mount remounted read-write, its permissions), then rerun the same command; another "
-                        "--output_dir would start a new run" % (out, held, str(e).split(": choose ")[0])) from None
+                        "--output_dir would start a new run" % (out, held, e.reason)) from None
     flag_checks.check_ranks(cfg, world)
     log_path = cfg.mlperf.mlperf_log or os.path.join(cfg.checkpoint.output_dir, "mlperf.log")
     if cfg.runtime.do_train and rank == 0:  # rank 0 alone writes the log (on its disk)

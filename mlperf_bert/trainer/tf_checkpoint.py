@@ -17,7 +17,7 @@ import zipfile
 import numpy as np
 import torch
 
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import FixableError, UserError
 from mlperf_bert.fileio import check_writable_dir, pid_alive
 
 log = logging.getLogger(__name__)
@@ -407,27 +407,45 @@ def fingerprint(path):
     return [os.path.abspath(path), sum(os.path.getsize(f) for f in files), digest]
 
 
+def step_problem(step):
+    """What is wrong with a checkpoint's ``global_step`` (this trainer writes an int >= 0), or None."""
+    if type(step) is int:  # (not a bool, which is an int to isinstance)
+        return None if step >= 0 else "global_step %d, below 0" % step
+    shown = " ".join(repr(step).split())  # (a tensor's repr has several lines)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return "global_step %s, %s" % (shown, "no value" if step is None else "a %s" % type(step).__name__)
+
+
 def load_pt(path):
-    """The dict of a ``.pt`` checkpoint of this project (``{"model": state_dict, ...}``)."""
+    """The dict of a ``.pt`` checkpoint of this project (``{"model": state_dict, ...}``). A file that is
+    not one, or is damaged, is a FixableError (its reason names the file: a resume words the way on)."""
     if os.path.isdir(path):
-        raise UserError("checkpoint %s is a directory: give a .pt file written by this project" % path)
+        raise FixableError("checkpoint %s is a directory" % path, "give a .pt file written by this project")
     if not os.path.isfile(path):
         raise UserError("checkpoint %s not found" % path)
     if not zipfile.is_zipfile(path):
-        raise UserError("checkpoint %s is not a PyTorch (.pt) file: give a .pt written by this project "
-                        "or a TF checkpoint prefix" % path)
+        with open(path, "rb") as f:
+            cut = f.read(4) == b"PK\x03\x04"  # torch.save's zip begun, its directory (at the end) missing
+        if cut:
+            raise FixableError("checkpoint %s is truncated (%s bytes): it begins as a PyTorch .pt, but the end of its "
+                               "zip archive is missing" % (path, format(os.path.getsize(path), ",")),
+                               "give a whole copy (a copy or transfer cut short leaves one so)")
+        raise FixableError("checkpoint %s is not a PyTorch (.pt) file" % path,
+                           "give a .pt written by this project or a TF checkpoint prefix")
     try:  # torch.load checks no CRC: damaged bytes of a tensor would load as the values they now read
         with zipfile.ZipFile(path) as z:
             bad = z.testzip()
             names = z.namelist()
     except Exception as e:  # a damaged directory or header: zipfile raises several kinds
-        raise UserError("checkpoint %s is damaged (%s): give an undamaged copy" % (path, str(e)[:200]))
+        raise FixableError("checkpoint %s is damaged (%s)" % (path, str(e)[:200]), "give an undamaged copy")
     if bad is not None:
-        raise UserError("checkpoint %s is damaged: its entry %s fails its CRC-32: give an undamaged copy" % (path, bad))
+        raise FixableError("checkpoint %s is damaged: its entry %s fails its CRC-32" % (path, bad),
+                           "give an undamaged copy")
     if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):  # (torch.save's archive holds one;
         # torch.load said "[enforce fail at inline_container.cc:180] ." of another zip)
-        raise UserError("checkpoint %s is a zip archive, not one torch.save wrote (no data.pkl in it): give a .pt "
-                        "written by this project or a TF checkpoint prefix" % path)
+        raise FixableError("checkpoint %s is a zip archive, not one torch.save wrote (no data.pkl in it)" % path,
+                           "give a .pt written by this project or a TF checkpoint prefix")
     try:
         # mmap: the tensors stay in the page cache until copied where they go (a BERT-Large
         # checkpoint with LAMB state is 4 GB, which rank 0 would otherwise hold twice on resume)
@@ -469,7 +487,12 @@ def load_init_checkpoint(model, path, carried=()):
         _check_saved_config(path, ckpt.get("config"), getattr(model, "config", None))
         arrays = to_tf_arrays(ckpt["model"])
         ignored = load_state_from_arrays(model, arrays, path, carried)
-        return {"global_step": ckpt.get("global_step"), "ignored": ignored}
+        step = ckpt.get("global_step")
+        problem = step is not None and step_problem(step)
+        if problem:  # (convert_checkpoint.py wrote it into the TF checkpoint, or a ValueError traceback)
+            raise UserError("checkpoint %s holds %s, not a step count (a whole number >= 0, which the trainer "
+                            "writes): give a .pt written by this project" % (path, problem))
+        return {"global_step": step, "ignored": ignored}
     arrays = LazyCheckpoint(path, variable_names=True)
     ignored = load_state_from_arrays(model, arrays, path, carried)
     step = arrays["global_step"] if "global_step" in arrays.shapes else None

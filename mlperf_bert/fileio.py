@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 
 from mlperf_bert.errors import FixableError, Terminated, UserError
 
@@ -44,6 +45,28 @@ PATH_ERRNOS = {
     errno.ENAMETOOLONG: "give a shorter path",
 }
 _TMP = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)\Z")
+
+
+def unfinished_write(path):
+    """``(name, pid)`` when ``path`` is an atomic writer's temporary ``NAME.tmp-PID`` (a write that has
+    not finished: running, or killed), else None."""
+    m = _TMP.match(os.path.basename(path))
+    return (m.group("name"), m.group("pid")) if m else None
+
+
+FIFO = "a named pipe (FIFO)"
+_SPECIAL = ((stat.S_ISFIFO, FIFO), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"))
+
+
+def special_kind(path):
+    """What ``path`` is when it is no regular file nor directory ("a named pipe (FIFO)", a socket, a
+    device), else None (also when it cannot be stat'ed: its reader says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return next((kind for test, kind in _SPECIAL if test(mode)), None)
 _own = {}  # temporary path -> pid of the process that made it (forked children inherit the dict)
 
 

@@ -17,7 +17,7 @@ import re
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import _TMP, atomic_open, md5_many, read_lines
+from mlperf_bert.fileio import atomic_open, md5_many, read_lines, unfinished_write
 from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset import hdf5
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records, refuse_special_file
@@ -430,12 +430,12 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
         out("%s %s" % (verdict, line))
     for f, exps in sorted(p.files.items()):
         size = os.path.getsize(f)
-        tmp = _TMP.match(os.path.basename(f))
+        tmp = unfinished_write(f)
         if tmp:  # its records, cut off where a kill fell, pass their CRCs: it was "OK"
             ok = False
             say("MISMATCH", "%s (the temporary of an unfinished write of %s, process %s: still running, or killed; "
                             "not a finished file: let it end, or rerun the command that makes %s)"
-                % (f, tmp.group("name"), tmp.group("pid"), tmp.group("name")))
+                % (f, tmp[0], tmp[1], tmp[0]))
             continue
         if f in p.unlisted:
             ok = False

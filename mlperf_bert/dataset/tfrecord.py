@@ -8,13 +8,12 @@ import errno
 import glob
 import mmap
 import os
-import stat
 import struct
 
 from crc32c import crc32c
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import _TMP, atomic_open, glob_parts  # (_TMP: fileio has no public name for it yet)
+from mlperf_bert.fileio import FIFO, atomic_open, glob_parts, special_kind, unfinished_write
 
 _MASK_DELTA = 0xA282EAD8
 _U64 = struct.Struct("<Q")
@@ -280,21 +279,6 @@ def count_records(path):
     return sum(1 for _ in scan_records(path))
 
 
-FIFO = "a named pipe (FIFO)"
-_SPECIAL = ((stat.S_ISFIFO, FIFO), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-            (stat.S_ISBLK, "a block device"))
-
-
-def special_kind(path):
-    """What ``path`` is when it is no regular file nor directory ("a named pipe (FIFO)", a socket, a
-    device), else None (also when it cannot be stat'ed: its reader says why)."""
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return None
-    return next((kind for test, kind in _SPECIAL if test(mode)), None)
-
-
 def refuse_special_file(path, what, fix="give the path of a regular file", pipes=False):
     """One line for an input ``path`` that is a named pipe (unless ``pipes``), a socket or a device:
     opening a FIFO no process writes to waits for ever (a command that hung), and the readers take a
@@ -309,11 +293,11 @@ def refuse_temporary(path, what, globbed=True):
     that did not finish leaves it (a killed make-dataset's ``part-00007-of-00500.tmp-4242``), and a
     glob such as ``part-*`` matches it; its records, cut off at a record's end by the kill, all pass
     their CRCs, so it was read (trained on, packed, converted) as a shard of the set."""
-    m = _TMP.match(os.path.basename(path))
+    m = unfinished_write(path)
     if m:
         raise UserError("%s %s is the temporary of an unfinished write of %s (process %s: still running, or "
                         "killed): let it end, or rerun the command that makes %s (make-dataset goes on where it "
-                        "stopped)%s" % (what, path, m.group("name"), m.group("pid"), m.group("name"),
+                        "stopped)%s" % (what, path, m[0], m[1], m[0],
                                         "; or narrow the glob" if globbed else ""))
 
 

@@ -62,7 +62,7 @@ def refuse_special_vocab(path, flag="--vocab_file"):
     """One line for a vocab file (``flag``'s) that is a named pipe, a socket or a device: a FIFO no
     process writes to was read for ever (create-pretraining-data hung), and make-dataset called it
     missing (its "does not exist" and the fetch-vocab hint, which would write over it)."""
-    from mlperf_bert.dataset.tfrecord import special_kind
+    from mlperf_bert.fileio import special_kind
     kind = special_kind(path)
     if kind:
         raise UserError("%s=%s is %s, not a file: give the path of vocab.txt" % (flag, path, kind))

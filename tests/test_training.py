@@ -309,7 +309,7 @@ def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_n
     trains nothing: it evaluates the final checkpoint (the uninterrupted run's weights) for
     --do_eval, or says the final weights are lost, and writes run_finished.json. A hostile sweep's
     cases: an eval_results.txt of another step is not taken for the final weights'; another rank
-    count, a log with bytes after run_stop and a damaged marker are one line each, the marker's line
+    count, a log with bytes after run_stop, a marker's status edited and a damaged marker are one line each, the marker's line
     not advising its deletion (the run would train again over its log); an --init_checkpoint gone
     since (nothing reads it) is no refusal."""
     full, _ = uninterrupted
@@ -367,6 +367,13 @@ def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_n
                 log_path, why)
         with open(log_path, "wb") as f:
             f.write(log)
+        # its status edited (the log's run_stop says aborted): run_finished.json took the record's
+        with open(marker, "w") as f:
+            json.dump(dict(json.loads(record), status="success"), f)
+        refused("%s says the run ended with status success, but the run_stop of its MLPerf log %s says aborted (one of "
+                "them was changed since): restore it, or use another --output_dir for a new run" % (marker, log_path))
+        with open(marker, "w") as f:
+            f.write(record)
     else:  # --do_eval alone into this folder: another step's results
         with open(os.path.join(out, "eval_results.txt"), "w") as f:
             f.write("global_step = 18\nloss = 1.0\n")

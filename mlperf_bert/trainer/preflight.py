@@ -280,6 +280,11 @@ def check_stopped(cfg, stopped, rank, world, config, train_files, eval_files, in
                                   checkpoint.STOPPED))
             except UserError as e:
                 problem = str(e)
+        if not problem:  # the record's status edited since (the log is its bytes): the finished marker took it
+            from mlperf_bert.harness.run_state import disagreement
+            problem = disagreement(out, log_path)
+            if problem:
+                problem += ": restore it, or use another --output_dir for a new run"
     problem = distributed.broadcast_object(problem)
     if problem:
         raise UserError(problem)

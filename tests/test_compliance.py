@@ -1022,6 +1022,13 @@ def test_a_log_without_run_stop_is_not_said_to_have_status_none(real_logs, tmp_p
     log.write_text("".join(l for l in _nyx(real_logs).splitlines(True) if '"key": "run_stop"' not in l))
     res = results(log)
     assert res["stop_at_target"].detail.endswith("but no run_stop line") and res["run_stop"].level == "FAIL"
+    # a run still training, before any eval reaches the target: not "did not converge ... a submission may
+    # drop one such run" (a hostile sweep), but a run not ended
+    log.write_text("".join(l for l in _nyx(real_logs).splitlines(True)
+                           if '"key": "run_stop"' not in l and '"key": "eval_accuracy"' not in l))
+    res = results(log)
+    assert res["stop_at_target"].detail == ("no eval reached 0.72 yet and no run_stop line: the run has not ended "
+                                            "(still training, or its log was cut off)")
 
 
 @pytest.mark.parametrize("which", [2, -1])

@@ -312,6 +312,9 @@ def rule_stop_at_target(records, division):
     if hit is None:
         if status == "success":
             return _res("stop_at_target", FAIL, "status success but no eval reached %.4g" % target, stop)
+        if stop is None:  # a run still training (or its log cut off): not one that did not converge
+            return _res("stop_at_target", FAIL, "no eval reached %.4g yet and no run_stop line: the run has not"
+                        " ended (still training, or its log was cut off)" % target)
         return _res("stop_at_target", FAIL, "did not converge: no eval reached %.4g, %s (a submission"
                     " may drop one such run of its set)" % (target, said), stop)
     later = [r for r in records if r.lineno > hit.lineno and r.key in ("eval_accuracy", "block_start", "epoch_start")]

@@ -393,7 +393,7 @@ run_one() {
     (( NUM_RUNS == 1 )) && die "$name in $dir: ${run_problem#* }: put them back as the run left them, or use" \
       "another OUTPUT_DIR to run it again"
     die "run $k of $NUM_RUNS in $OUTPUT_DIR/run_$k: ${run_problem#* }: put them back as the run left them, or move" \
-      "$OUTPUT_DIR/run_$k away to run run $k again"
+      "$OUTPUT_DIR/run_$k and $LOGDIR/result_$k.txt (where there) away to run run $k again"
   fi
   if [[ -n "$run_status" ]]; then
     # its seed is read from its log: under another LOGDIR there is none to compare, and none to check

@@ -310,6 +310,18 @@ done
 for f in "${PRESET_FLAGS[@]}"; do
   overridden "$f" || kept+=("$f")
 done
+# An environment setting that replaces a value the --config file sets: said (under a launcher that
+# exports a default, e.g. an sbatch's SUBMISSION_STATUS, the file's value was lost unsaid)
+for f in "${env_kept[@]+"${env_kept[@]}"}"; do
+  flag_name "$f"
+  for a in "${file_sets[@]+"${file_sets[@]}"}"; do
+    [[ "$a" == "--$REPLY="* ]] || continue
+    case "$REPLY" in input_file) var=INPUT_FILES ;; eval_input_file) var=EVAL_FILE ;; bert_config_file) var=BERT_CONFIG ;;
+      *) var="${REPLY^^}" ;; esac
+    echo "train_model.sh: note: $var=${f#*=} (the environment) replaces ${config#--config=}'s $REPLY (${a#*=}): the" \
+      "environment beats a --config file, a flag given beats both" >&2
+  done
+done
 
 # A closed-division run starts from the reference's phase-1 checkpoint (the trainer refuses it
 # too; said here, before a launcher starts). --dry_run shows a marked placeholder instead.

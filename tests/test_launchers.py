@@ -1454,9 +1454,21 @@ def test_the_environment_beats_a_config_file_and_a_flag_given_beats_both(tmp_pat
     proc = subprocess.run([TRAIN, "--preset=demo_cpu", "--config=%s" % conf], capture_output=True, text=True,
                           timeout=60, env=_env(DATA_DIR=str(tmp_path), NUM_GPUS="1", CHECK_ONLY="files",
                                                INPUT_FILES=str(tmp_path / "nothing-*")))
-    assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: no training file matches %s/nothing-* "
+    assert (proc.returncode, proc.stderr) == (2, "train_model.sh: note: INPUT_FILES=%s/nothing-* (the environment) "
+                                                 "replaces %s's input_file (%s/none/part-*): the environment beats a "
+                                                 "--config file, a flag given beats both\n"
+                                                 "error: train_model.sh: no training file matches %s/nothing-* "
                                                  "(INPUT_FILES, or DATA_DIR's part-*): set DATA_DIR to the folder of "
-                                                 "the TFRecords (or INPUT_FILES to them)\n" % tmp_path)
+                                                 "the TFRecords (or INPUT_FILES to them)\n"
+                                                 % (tmp_path, conf, tmp_path, tmp_path))
+    # said where the file's value is lost (a review: an sbatch's exported SUBMISSION_STATUS default took
+    # a file's submission_status unsaid); nothing said where the file does not set it
+    conf.write_text('submission_status = "cloud"\n')
+    proc = subprocess.run([TRAIN, "--dry_run", "--preset=demo_cpu", "--config=%s" % conf], capture_output=True,
+                          text=True, timeout=60, env=_env(DATA_DIR=str(tmp_path), SUBMISSION_STATUS="onprem", SEED="4"))
+    assert proc.returncode == 0 and proc.stderr.splitlines(True)[0] == (
+        "train_model.sh: note: SUBMISSION_STATUS=onprem (the environment) replaces %s's submission_status (cloud): the "
+        "environment beats a --config file, a flag given beats both\n" % conf) and "SEED" not in proc.stderr, proc.stderr
 
 
 def test_check_only_leaves_this_hosts_memory_and_cores_to_the_training_host(tmp_path):

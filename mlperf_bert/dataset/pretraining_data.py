@@ -23,7 +23,6 @@ from mlperf_bert.fileio import (check_writable_dir, ensure_space, new_dirs_remov
 from mlperf_bert.locking import lock_files
 from mlperf_bert.dataset.tfrecord import TFRecordWriter, expand_paths, frame
 from mlperf_bert.dataset.tokenization import FastTokenizer, FullTokenizer, load_vocab
-from mlperf_bert.dataset.vocab import refuse_special_vocab
 
 _fastrng = fastrng()  # the optional C accelerator (None: not built)
 
@@ -353,7 +352,8 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
     ``reference_tokenizer``: tokenize with the plain reference transcription (slow; for benchmarks).
     ``preserve_unused_tokens``: the reference's flag (tokenization.preserved_tokens).
     """
-    # (a pipe of text is read once, as the reference reads it: --input_file=<(zcat part.gz) works)
+    # (a pipe of text, or of the vocab, is read once, as the reference reads it: --input_file=<(zcat
+    # part.gz) and --vocab_file=<(unzip -p wheel vocab.txt) work)
     if isinstance(input_files, str):
         input_files = expand_paths(input_files, "input file", pipes=True)
     else:
@@ -371,7 +371,6 @@ def create_pretraining_data(input_files, output_files, vocab_file, do_lower_case
     if len(set(map(os.path.abspath, output_files))) != len(output_files):
         raise UserError("--output_file names a file twice: give distinct output files")
     check_settings(max_seq_length, max_predictions_per_seq, masked_lm_prob, dupe_factor, short_seq_prob)
-    refuse_special_vocab(vocab_file)
     vocab = load_vocab(vocab_file)  # a missing or wrong vocab is refused before an output folder is made
     for path in output_files:
         if os.path.isdir(path):

@@ -288,17 +288,17 @@ def refuse_special_file(path, what, fix="give the path of a regular file", pipes
         raise UserError("%s is %s, not a regular file: %s" % ("%s %s" % (what, path) if what else path, kind, fix))
 
 
-def refuse_temporary(path, what, globbed=True):
-    """One line for an input ``path`` that is an atomic writer's temporary ``NAME.tmp-PID``: a write
-    that did not finish leaves it (a killed make-dataset's ``part-00007-of-00500.tmp-4242``), and a
-    glob such as ``part-*`` matches it; its records, cut off at a record's end by the kill, all pass
-    their CRCs, so it was read (trained on, packed, converted) as a shard of the set."""
+def refuse_temporary(path, what):
+    """One line for an input ``path`` a glob matched that is an atomic writer's temporary
+    ``NAME.tmp-PID``: a write that did not finish leaves it (a killed make-dataset's
+    ``part-00007-of-00500.tmp-4242``), and a glob such as ``part-*`` matches it; its records, cut off
+    at a record's end by the kill, all pass their CRCs, so it was read (trained on, packed,
+    converted) as a shard of the set. A file named so and given by its name is the user's own."""
     m = unfinished_write(path)
     if m:
         raise UserError("%s %s is the temporary of an unfinished write of %s (process %s: still running, or "
                         "killed): let it end, or rerun the command that makes %s (make-dataset goes on where it "
-                        "stopped)%s" % (what, path, m[0], m[1], m[0],
-                                        "; or narrow the glob" if globbed else ""))
+                        "stopped); or narrow the glob" % (what, path, m[0], m[1], m[0]))
 
 
 def expand_paths(spec, what="input file", pipes=False):
@@ -315,6 +315,7 @@ def expand_paths(spec, what="input file", pipes=False):
     for p, globbed in out:
         if os.path.isdir(p):
             raise UserError("%s %s is a directory: give files or a glob such as %s/*" % (what, p, glob.escape(p)))
-        refuse_temporary(p, what, globbed)
+        if globbed:
+            refuse_temporary(p, what)
         refuse_special_file(p, what, pipes=pipes)
     return [p for p, _ in out]

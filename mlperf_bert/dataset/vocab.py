@@ -59,9 +59,10 @@ def download_wheel(cache_dir=None, pip_args=()):
 
 
 def refuse_special_vocab(path, flag="--vocab_file"):
-    """One line for a vocab file (``flag``'s) that is a named pipe, a socket or a device: a FIFO no
-    process writes to was read for ever (create-pretraining-data hung), and make-dataset called it
-    missing (its "does not exist" and the fetch-vocab hint, which would write over it)."""
+    """One line for a vocab file (``flag``'s) that is a named pipe, a socket or a device, where it is
+    read more than once (make-dataset: each worker reads it; it called a pipe missing, with the
+    fetch-vocab hint, which would write into it). create-pretraining-data reads it once: a pipe is
+    read there, as the reference reads it."""
     from mlperf_bert.fileio import special_kind
     kind = special_kind(path)
     if kind:

@@ -709,15 +709,19 @@ def _stops_held():
     worker checked on until terminate_pool's SIGKILL, 10 s later. A signal ignored or left to its
     default action (no Python handler) is left as it is."""
     held, saved = [], {}
+
+    def hold(signum, frame):
+        held.append(signum)
     with contextlib.suppress(ValueError):  # not the main thread: no Python handler runs here
         for sig in (signal.SIGINT, signal.SIGTERM):
             if callable(signal.getsignal(sig)):
-                saved[sig] = signal.signal(sig, lambda signum, frame: held.append(signum))
+                saved[sig] = signal.signal(sig, hold)
     try:
         yield
     finally:
         for sig, handler in saved.items():
-            signal.signal(sig, handler)
+            if signal.getsignal(sig) is hold:  # (a handler set meanwhile, a worker's exit's, stays)
+                signal.signal(sig, handler)
         for sig in dict.fromkeys(held):
             signal.raise_signal(sig)  # its own handler acts on it now
 

@@ -30,7 +30,8 @@ def pick_eval_samples(input_file, output_file, num_examples_to_pick, max_seq_len
     if os.path.isdir(output_file):
         raise UserError("--output_tfrecord %s is a directory: give a file path" % output_file)
     from mlperf_bert.dataset.checksums import is_tfrecord
-    from mlperf_bert.dataset.hdf5 import check_first_records, refuse_hdf5_inputs
+    from mlperf_bert.dataset.example import check_first_records
+    from mlperf_bert.dataset.hdf5 import refuse_hdf5_inputs
     refuse_overwriting_inputs([output_file], [input_file], "--output_tfrecord")
     refuse_replacing_another_kind(output_file, is_tfrecord, "a TFRecord file", "--output_tfrecord")
     refuse_hdf5_inputs([input_file], "pick-eval-samples")

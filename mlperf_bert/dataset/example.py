@@ -8,6 +8,7 @@ import struct
 
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.native import fastrng
+from mlperf_bert.dataset.tfrecord import read_records
 
 _fastrng = fastrng()  # the optional C accelerator (None: not built)
 
@@ -429,3 +430,20 @@ def _decode_batch_py(records, max_seq_length, max_predictions_per_seq, where):
             arr = arr.astype(np.int32)
         out[name] = arr.reshape(n_records, n)
     return out
+
+
+def check_first_records(files, max_seq_length, max_predictions_per_seq):
+    """Before a command makes its output: each of ``files`` holds a first record, whole, and it
+    decodes at this shape. A wrong path, a file of another kind or a --max_seq_length the records
+    do not have is then refused, with the line the full read would give, before anything is
+    created; one record a file is read, whatever the files' size."""
+    for path in files:
+        records = read_records(path)
+        try:
+            first = next(records, None)
+        finally:
+            records.close()
+        if first is None:  # an input of no record is a wrong path or a failed run's
+            raise UserError("%s holds no records: check --input" % path)
+        decode_pretraining_batch([first], max_seq_length, max_predictions_per_seq,
+                                 where=lambda i: "%s: record 0" % path)

@@ -21,7 +21,8 @@ import numpy as np
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.dataset.example import PRETRAINING_FEATURES, check_shape, decode_pretraining_batch, feature_lengths
+from mlperf_bert.dataset.example import (PRETRAINING_FEATURES, check_first_records, check_shape, decode_pretraining_batch,
+                                         feature_lengths)
 from mlperf_bert.fileio import (atomic_path, new_dirs_removed_on_error, refuse_overwriting_inputs,
                                 refuse_repeated_files, refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_file
@@ -234,23 +235,6 @@ def refuse_hdf5_inputs(files, command):
         if is_hdf5_file(f):
             raise UserError("%s is an HDF5 file, not TFRecords: %s reads the TFRecords that make-dataset or "
                             "create_pretraining_data.py write" % (f, command))
-
-
-def check_first_records(files, max_seq_length, max_predictions_per_seq):
-    """Before a command makes its output: each of ``files`` holds a first record, whole, and it
-    decodes at this shape. A wrong path, a file of another kind or a --max_seq_length the records
-    do not have is then refused, with the line the full read would give, before anything is
-    created; one record a file is read, whatever the files' size."""
-    for path in files:
-        records = read_records(path)
-        try:
-            first = next(records, None)
-        finally:
-            records.close()
-        if first is None:  # an input of no record is a wrong path or a failed run's
-            raise UserError("%s holds no records: check --input" % path)
-        decode_pretraining_batch([first], max_seq_length, max_predictions_per_seq,
-                                 where=lambda i: "%s: record 0" % path)
 
 
 def verify_checksums(path, packed=False, block_bytes=1 << 24):

@@ -327,7 +327,8 @@ def output_paths(files, output_dir):
 
 def main(argv):
     from mlperf_bert import flags
-    from mlperf_bert.dataset.hdf5 import check_first_records, is_hdf5_file, refuse_hdf5_inputs
+    from mlperf_bert.dataset.example import check_first_records
+    from mlperf_bert.dataset.hdf5 import is_hdf5_file, refuse_hdf5_inputs
     from mlperf_bert.dataset.tfrecord import expand_paths
     from mlperf_bert.fileio import new_dirs_removed_on_error, refuse_overwriting_inputs
     from mlperf_bert.locking import lock_dir

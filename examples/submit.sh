@@ -1,8 +1,10 @@
 #!/bin/bash
 # usage: examples/submit.sh [sbatch options] [-- trainer flags]
 # Checks a multi-node job's settings and files here, before it waits for nodes (the job's own
-# checks, SBATCH_CHECK_ONLY=1, with the paths as this host sees them), then submits
-# examples/slurm_multinode.sbatch with sbatch, from the repository root. JOB_SCRIPT: another job
+# checks, SBATCH_CHECK_ONLY=1, with the paths as this host sees them; start_training.sh's and
+# train_model.sh's over the job's --nodes; a --time within the job's warning before its limit
+# refused), then submits examples/slurm_multinode.sbatch with sbatch, from the repository root.
+# JOB_SCRIPT: another job
 # script (examples/slurm_multinode_pyxis.sbatch: the image, with pyxis/enroot). GPUS_PER_NODE, when
 # set, is also the job's --gpus-per-node (0: a CPU run, e.g. PRESET=demo_cpu). The settings are the
 # job script's (its header; docs/running.md, "SLURM"), e.g.
@@ -27,8 +29,62 @@ while (( $# )); do
   shift
 done
 [[ -f "$JOB_SCRIPT" ]] || die "JOB_SCRIPT=$JOB_SCRIPT does not exist"
-SBATCH_CHECK_ONLY=1 SBATCH_CHECK_FILES=1 ME="$(basename "$JOB_SCRIPT")" \
-  bash "$JOB_SCRIPT" ${flags[@]+"${flags[@]}"} || exit 2
 [[ -n "${GPUS_PER_NODE:-}" ]] && opts=("--gpus-per-node=$GPUS_PER_NODE" ${opts[@]+"${opts[@]}"})
+
+# An sbatch option as sbatch will read it: the last of the options given (--NAME=V, --NAME V, -S V,
+# -SV), else the environment's SBATCH_ variable, else the job script's #SBATCH line; sets opt (or empty).
+sbatch_opt() {  # NAME SHORT ENV
+  local i a
+  opt=
+  for (( i = 0; i < ${#opts[@]}; i++ )); do
+    a="${opts[i]}"
+    case "$a" in
+      "--$1="*) opt="${a#*=}" ;;
+      "--$1") opt="${opts[i + 1]:-}" ;;
+      "-$2") [[ -n "$2" ]] && opt="${opts[i + 1]:-}" ;;
+      "-$2"?*) [[ -n "$2" ]] && opt="${a#-"$2"}" ;;
+    esac
+  done
+  [[ -n "$opt" ]] && return
+  [[ -n "$3" && -n "${!3:-}" ]] && { opt="${!3}"; return; }
+  opt="$(sed -n "s/^#SBATCH --$1=\([^ ]*\).*/\1/p" "$JOB_SCRIPT" | tail -n 1)"
+}
+# The time limit against the warning the job script asks for before it (--signal=B:USR1@600): a
+# limit within it sends the warning at once, every run stops at the start (and with
+# REQUEUE_AT_TIME_LIMIT=1 requeues, to be stopped again, without end).
+seconds_of() {  # a SLURM time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S): sets secs; 1: not one
+  local t="$1" d=0 f
+  [[ "$t" =~ ^[0-9]{1,7}(-[0-9]{1,7})?(:[0-9]{1,7}){0,2}$ ]] || return 1
+  [[ "$t" == *-* ]] && { d=$((10#${t%%-*})); t="${t#*-}"; }
+  IFS=: read -r -a f <<< "$t"
+  if (( d )) || [[ "$1" == *-* ]]; then  # D-H[:M[:S]]
+    secs=$(( d * 86400 + 10#${f[0]} * 3600 + 10#${f[1]:-0} * 60 + 10#${f[2]:-0} ))
+  else
+    case ${#f[@]} in
+      1) secs=$(( 10#${f[0]} * 60 )) ;;
+      2) secs=$(( 10#${f[0]} * 60 + 10#${f[1]} )) ;;
+      *) secs=$(( 10#${f[0]} * 3600 + 10#${f[1]} * 60 + 10#${f[2]} )) ;;
+    esac
+  fi
+}
+sbatch_opt time t SBATCH_TIMELIMIT
+time_limit="$opt"
+sbatch_opt signal "" SBATCH_SIGNAL
+lead=60  # sbatch's default @sig_time
+[[ "$opt" == *@* ]] && lead="${opt##*@}"
+if [[ -n "$time_limit" && "$opt" == *USR1* && "$lead" =~ ^[0-9]{1,7}$ ]] && seconds_of "$time_limit" \
+    && (( secs > 0 && secs <= 10#$lead )); then
+  die "--time=$time_limit ($secs s) is within the $lead s before the limit at which SLURM's warning" \
+      "(--signal=$opt) stops the runs: each would stop as it starts (and with REQUEUE_AT_TIME_LIMIT=1 requeue" \
+      "again and again); give a --time above $(( (10#$lead + 59) / 60 )) minutes"
+fi
+# The job's shape as its nodes will see it, for its checks here (the world the batch is split over):
+# a node count sbatch may choose from a range is left to the job.
+check_env=(SBATCH_CHECK_ONLY=1 SBATCH_CHECK_FILES=1 "ME=$(basename "$JOB_SCRIPT")")
+sbatch_opt nodes N SBATCH_NUM_NODES
+[[ "$opt" =~ ^[0-9]{1,6}$ ]] && check_env+=("SBATCH_CHECK_NNODES=$opt")
+sbatch_opt gpus-per-node "" SBATCH_GPUS_PER_NODE
+[[ -n "$opt" ]] && check_env+=("SLURM_GPUS_PER_NODE=$opt")
+env "${check_env[@]}" bash "$JOB_SCRIPT" ${flags[@]+"${flags[@]}"} || exit 2
 command -v sbatch > /dev/null || die "no sbatch here: run this on a SLURM login node"
 exec sbatch ${opts[@]+"${opts[@]}"} "$JOB_SCRIPT" ${flags[@]+"${flags[@]}"}

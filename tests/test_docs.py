@@ -955,7 +955,9 @@ def test_the_slurm_example_is_the_readme_submission_command_on_every_node(tmp_pa
     (submit / "start_training.sh").write_text('#!/usr/bin/env bash\nexec %s %s "$@"\n' % (
         sys.executable, tmp_path / "record.py"))
     (submit / "start_training.sh").chmod(0o755)
-    given = dict(SUBMISSION_ORG="ORG", SUBMISSION_PLATFORM="NAME", DATA_DIR="/d/tfrecords",
+    # (SUBMISSION_STATUS as README sets it: the sbatch passes it only where set, the trainer's default
+    # being the same onprem, so that a --config file's submission_status holds)
+    given = dict(SUBMISSION_ORG="ORG", SUBMISSION_PLATFORM="NAME", SUBMISSION_STATUS="onprem", DATA_DIR="/d/tfrecords",
                  INIT_CHECKPOINT="/d/tf1_ckpt/model.ckpt-28252")
     env = {k: v for k, v in os.environ.items() if k not in _launcher_env_names() and not k.startswith("SLURM")}
     env.update(PATH="%s:%s" % (bin_dir, os.environ["PATH"]), SLURM_NNODES="2", SLURM_JOB_NODELIST="node-[a-b]",

@@ -22,6 +22,18 @@ done
 term_all() { for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; }
 if [[ -n "${FAKE_SCANCEL:-}" ]]; then  # once every node has started
   until [[ -f "$FAKE_RECORD" ]] && (( $(wc -l < "$FAKE_RECORD") == SLURM_NNODES )); do sleep 0.05; done
+  if [[ "$FAKE_SCANCEL" == plain ]]; then
+    # a plain scancel (or scontrol requeue): SIGTERM to the batch shell and to srun too, which
+    # then ends at once, its tasks still stopping
+    p=$PPID  # the batch shell: the outermost of the script's processes (run_on_nodes's subshell is one too)
+    until [[ "$(tr '\0' ' ' < /proc/$p/cmdline)" == *slurm_multinode.sbatch* ]]; do p=$(ps -o ppid= -p "$p"); done
+    while q=$(ps -o ppid= -p "$p") && [[ "$(tr '\0' ' ' < /proc/${q// /}/cmdline)" == *slurm_multinode.sbatch* ]]; do
+      p=${q// /}
+    done
+    kill -TERM "$p"
+    term_all
+    exit 143
+  fi
   term_all
 fi
 worst=0
@@ -39,7 +51,7 @@ START = r"""#!/bin/bash
 echo "$NODE_RANK $MASTER_ADDR $MASTER_PORT $NUM_GPUS $*" >> "$FAKE_RECORD"
 v="FAKE_$NODE_RANK"
 if [[ -n "${!v:-}" ]]; then trap '' TERM; sleep "${!v#*:}"; exit "${!v%%:*}"; fi
-trap 'exit 143' TERM
+trap 'sleep "${FAKE_STOP_SECONDS:-0}"; exit 143' TERM
 sleep 60 &
 wait
 """
@@ -51,6 +63,7 @@ def job(tmp_path):
     bin_dir.mkdir()
     cwd.mkdir()
     for name, body in (("srun", SRUN), ("scontrol", 'printf "n1\\nn2\\n"\n'),
+                       ("squeue", 'printf "40007.0\\n40007.batch\\n"\n'),  # the job's step is there
                        ("sbatch", '#!/bin/bash\necho "sbatch $*" >> "$FAKE_RECORD"\necho "Submitted batch job 7"\n')):
         (bin_dir / name).write_text(body if body.startswith("#!") else "#!/bin/bash\n" + body)
         (bin_dir / name).chmod(0o755)
@@ -60,7 +73,8 @@ def job(tmp_path):
     data.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "FAKE_", "SBATCH"))
            and k not in ("PRESET", "DATA_DIR", "INPUT_FILES", "EVAL_FILE", "MASTER_PORT", "GPUS_PER_NODE",
-                         "EXTRA_FLAGS", "OUTPUT_DIR", "SUBMISSION_ORG", "SUBMISSION_PLATFORM", "INIT_CHECKPOINT")}
+                         "EXTRA_FLAGS", "OUTPUT_DIR", "SUBMISSION_ORG", "SUBMISSION_PLATFORM", "SUBMISSION_STATUS",
+                         "INIT_CHECKPOINT")}
     env.update(PATH="%s:%s" % (bin_dir, os.environ["PATH"]), SLURM_NNODES="2", SLURM_JOB_NODELIST="n[1-2]",
                SLURM_JOB_ID="40007", PRESET="demo_cpu", GPUS_PER_NODE="0", DATA_DIR=str(data),
                FAKE_RECORD=str(tmp_path / "record"))
@@ -82,7 +96,11 @@ def job(tmp_path):
                                                    "(node 0 (%s) 75 node 1 (%s) 137; srun 137)"),
     # scancel --signal=TERM: every node stopped (its run checkpointed)
     (dict(FAKE_SCANCEL="1"), 143, "stopped: status 143 (node 0 (%s) 143 node 1 (%s) 143; srun 143)"),
-], ids=["config-error", "rank-killed", "scancel-TERM"])
+    # scancel --signal=TERM before the ranks trained: every node stopped with nothing saved (a review: "node 0
+    # failed first, with status 79")
+    (dict(FAKE_0="79:0.1", FAKE_1="79:0.3"), 79, "stopped before anything was saved (the same job starts the runs "
+                                                 "again): status 79 (node 0 (%s) 79 node 1 (%s) 79; srun 79)"),
+], ids=["config-error", "rank-killed", "scancel-TERM", "scancel-before-training"])
 def test_the_job_exits_with_the_first_failing_nodes_status(job, case, status, last):
     """Issue 45 (2): under --kill-on-bad-exit a configuration error on one node ended the job 143,
     the SIGTERM the other node then got, the documented "stopped, resume" status (a script that
@@ -101,23 +119,23 @@ def test_submit_checks_the_settings_before_sbatch(job, tmp_path):
     """Issue 45 (3): a mistake is said before the job waits for nodes: submit.sh runs the job's
     checks with the paths as the login node sees them, and calls sbatch only when they pass (with
     GPUS_PER_NODE as --gpus-per-node, sbatch's options before --, trainer flags after it)."""
-    proc, record = job("--time=5", "--", "--num_workers=3", script=SUBMIT)
+    proc, record = job("--time=30", "--", "--num_workers=3", script=SUBMIT)
     assert proc.returncode == 2 and record == [], proc.stdout + proc.stderr
     assert proc.stderr == "error: slurm_multinode.sbatch: DATA_DIR=%s holds no part-* TFRecords: set DATA_DIR to " \
                           "the folder make-dataset wrote\n" % job.data
     (job.data / "part-00000").write_text("")
     (job.data / "eval_10k").write_text("")
-    proc, record = job("--time=5", "--", "--num_workers=3", "--preset=tpu_8192", script=SUBMIT)
+    proc, record = job("--time=30", "--", "--num_workers=3", "--preset=tpu_8192", script=SUBMIT)
     assert proc.returncode == 2 and record == [] and proc.stderr.startswith(
         "error: slurm_multinode.sbatch: set the preset with PRESET=tpu_8192, not --preset=tpu_8192"), proc.stderr
     # a flag start_training.sh sets for each run (the header's example was --seed=3: ten runs, one seed)
-    proc, record = job("--time=5", "--", "--seed=3", script=SUBMIT)
+    proc, record = job("--time=30", "--", "--seed=3", script=SUBMIT)
     assert proc.returncode == 2 and record == [] and proc.stderr == (
         "error: slurm_multinode.sbatch: --seed=3: set SEED, OUTPUT_DIR or LOGDIR instead: start_training.sh sets "
         "them for each run (run i gets SEED+i)\n"), proc.stderr
-    proc, record = job("--time=5", "--", "--num_workers=3", script=SUBMIT)
+    proc, record = job("--time=30", "--", "--num_workers=3", script=SUBMIT)
     assert proc.returncode == 0 and proc.stdout == "Submitted batch job 7\n", proc.stdout + proc.stderr
-    assert record == ["sbatch --gpus-per-node=0 --time=5 %s --num_workers=3" % SBATCH]
+    assert record == ["sbatch --gpus-per-node=0 --time=30 %s --num_workers=3" % SBATCH]
     closed, record = job(script=SUBMIT, PRESET="rcp_3072", GPUS_PER_NODE="8")
     assert closed.returncode == 2 and len(record) == 1 and closed.stderr.startswith(
         "error: slurm_multinode.sbatch: set SUBMISSION_ORG SUBMISSION_PLATFORM INIT_CHECKPOINT ")
@@ -203,10 +221,100 @@ def test_submit_refuses_a_flag_file_and_a_config_files_seed_before_sbatch(job, t
     for flag, why in (("--flagfile=%s" % plain, "--flagfile=%s: give the file's flags as arguments instead" % plain),
                       ("--config=%s" % seeded, "--config=%s sets seed: leave it out of the file and set SEED" % seeded),
                       ("--config=%s" % bad, "--config %s: unknown key sed (did you mean seed?)" % bad)):
-        proc, record = job("--time=5", "--", flag, script=SUBMIT)
+        proc, record = job("--time=30", "--", flag, script=SUBMIT)
         assert proc.returncode == 2 and record == [], proc.stdout + proc.stderr
         assert proc.stderr.startswith("error: slurm_multinode.sbatch: " + why), proc.stderr
         assert len(proc.stderr.splitlines()) == 1, proc.stderr
-    proc, record = job("--time=5", "--", "--config=%s" % plain, script=SUBMIT)
-    assert proc.returncode == 0 and record == ["sbatch --gpus-per-node=0 --time=5 %s --config=%s" % (SBATCH, plain)], \
+    proc, record = job("--time=30", "--", "--config=%s" % plain, script=SUBMIT)
+    assert proc.returncode == 0 and record == ["sbatch --gpus-per-node=0 --time=30 %s --config=%s" % (SBATCH, plain)], \
         proc.stdout + proc.stderr
+
+
+def test_a_plain_scancel_waits_for_the_nodes_statuses(job):
+    """A hostile sweep under the real Slurm: a plain ``scancel`` (or ``scontrol requeue``) of a
+    running job signals srun too, which ends at once while the tasks still stop (their checkpoint
+    written): the job's last line said "srun ended with status 143, not every node with one of its
+    own (node 0 no status (killed, or never started) ...)" before both nodes said their run stopped.
+    The statuses are waited for while the job's step is there."""
+    proc, record = job(FAKE_SCANCEL="plain", FAKE_STOP_SECONDS="0.5")
+    host = socket.gethostname()
+    assert proc.returncode == 143, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "slurm_multinode.sbatch: stopped by SIGTERM: status 143 (node 0 (%s) " \
+                                           "143 node 1 (%s) 143; srun 143)" % (host, host), proc.stdout
+    assert len(record) == 2
+
+
+def test_extra_flags_on_several_lines_are_every_ones(job):
+    """A hostile sweep: EXTRA_FLAGS written over several lines (a script's quoted block) was read up
+    to its first newline, the flags after it left out unsaid; every line's are passed now."""
+    proc, record = job(EXTRA_FLAGS="--num_workers=3\n  --num_warmup_steps=5 \n--nodo_eval", FAKE_SCANCEL="1")
+    assert proc.returncode == 143, proc.stdout + proc.stderr
+    assert sorted(record) == ["%d n1 %d 1 --preset=demo_cpu --device=cpu --num_workers=3 --num_warmup_steps=5 "
+                              "--nodo_eval" % (n, 20000 + 40007 % 20000) for n in (0, 1)]
+
+
+@pytest.mark.parametrize("opts,env,said", [
+    (["--time=5"], {}, "--time=5 (300 s)"),
+    (["-t", "0-0:10"], {}, "--time=0-0:10 (600 s)"),
+    (["--hold"], dict(SBATCH_TIMELIMIT="9:59"), "--time=9:59 (599 s)"),
+], ids=["minutes", "days-hours:minutes", "SBATCH_TIMELIMIT"])
+def test_submit_refuses_a_time_limit_within_the_warning(job, opts, env, said):
+    """A hostile sweep under the real Slurm: with --time=3 SLURM's warning (the script's
+    --signal=B:USR1@600) came at the job's first check, every run stopped as it started, and with
+    REQUEUE_AT_TIME_LIMIT=1 the job requeued itself, to be stopped again, without end (attempt 2,
+    3, ...). submit.sh refuses such a limit (sbatch's own reading: its option, SBATCH_TIMELIMIT, the
+    script's line) in one line; one above the warning, or none (0), goes to sbatch."""
+    (job.data / "part-00000").write_text("")
+    (job.data / "eval_10k").write_text("")
+    proc, record = job(*opts, script=SUBMIT, REQUEUE_AT_TIME_LIMIT="1", **env)
+    assert (proc.returncode, record) == (2, []), proc.stdout + proc.stderr
+    assert proc.stderr == (
+        "error: submit.sh: %s is within the 600 s before the limit at which SLURM's warning (--signal=B:USR1@600) "
+        "stops the runs: each would stop as it starts (and with REQUEUE_AT_TIME_LIMIT=1 requeue again and again); "
+        "give a --time above 10 minutes\n" % said)
+    for ok in ("--time=11", "--time=0", "--time=1-0"):
+        proc, record = job(ok, script=SUBMIT)
+        assert proc.returncode == 0 and record[-1] == "sbatch --gpus-per-node=0 %s %s" % (ok, SBATCH), proc.stderr
+
+
+def test_submit_checks_the_nodes_settings_before_sbatch(job, tmp_path):
+    """A hostile sweep under the real Slurm: NUM_RUNS=abc, SEED=abc, a mistyped PRESET or a trainer
+    flag the trainer cannot read went to sbatch: the job waited for its nodes, then each refused it.
+    submit.sh runs start_training.sh's and train_model.sh's own checks (CHECK_ONLY=1, the one for
+    another host) with this checkout's scripts, over the job's ranks (--nodes, GPUS_PER_NODE): one
+    line, before sbatch."""
+    (job.data / "part-00000").write_text("")
+    (job.data / "eval_10k").write_text("")
+    import sys
+    cwd = tmp_path / "submit"
+    (cwd / "start_training.sh").unlink()
+    for name in ("start_training.sh", "train_model.sh"):  # the checkout's (they find it through the link)
+        os.symlink(os.path.join(ROOT, name), cwd / name)
+    checkout = dict(PYTHON=sys.executable)
+    for opts, env, said in (
+            ([], dict(NUM_RUNS="abc"), "error: start_training.sh: NUM_RUNS=abc must be a whole number >= 1"),
+            ([], dict(SEED="abc"), "error: start_training.sh: SEED=abc must be a whole number >= 0 (decimal)"),
+            ([], dict(PRESET="demo_cpux", SUBMISSION_ORG="O", SUBMISSION_PLATFORM="P",
+                      INIT_CHECKPOINT=str(job.data / "eval_10k")), "error: train_model.sh: unknown preset 'demo_cpux'"),
+            (["--", "--num_workers=abc"], {}, "error: train_model.sh: flag --num_workers=abc: invalid literal"),
+            # the world of the job's --nodes: 3 ranks do not split the preset's batch of 16
+            (["--nodes=3"], {}, "error: train_model.sh: --train_batch_size=16 is not a multiple of the 3 ranks")):
+        proc, record = job("--time=30", *opts, script=SUBMIT, **checkout, **env)
+        assert (proc.returncode, record) == (2, []), proc.stdout + proc.stderr
+        assert proc.stderr.startswith(said) and len(proc.stderr.splitlines()) == 1, proc.stderr
+    proc, record = job("--time=30", "--nodes=4", "--", "--num_workers=1", script=SUBMIT, **checkout)
+    assert proc.returncode == 0 and record == ["sbatch --gpus-per-node=0 --time=30 --nodes=4 %s --num_workers=1"
+                                               % SBATCH], proc.stdout + proc.stderr
+
+
+def test_submission_status_reaches_the_nodes_only_where_set(job):
+    """A review: the sbatch exported SUBMISSION_STATUS=onprem where it was unset, and train_model.sh's
+    environment beats a --config file: a file's submission_status (cloud) was replaced by the default,
+    unsaid. Unset, the nodes get none (the trainer's default is onprem); set, they get it."""
+    start = job.data.parent / "submit" / "start_training.sh"
+    start.write_text('#!/bin/bash\necho "$NODE_RANK ${SUBMISSION_STATUS-unset}" >> "$FAKE_RECORD"\n')
+    proc, record = job()
+    assert proc.returncode == 0 and sorted(record) == ["0 unset", "1 unset"], proc.stdout + proc.stderr
+    os.remove(str(job.data.parent / "record"))
+    proc, record = job(SUBMISSION_STATUS="cloud")
+    assert proc.returncode == 0 and sorted(record) == ["0 cloud", "1 cloud"], proc.stdout + proc.stderr

@@ -63,7 +63,9 @@ def job(tmp_path):
     bin_dir.mkdir()
     cwd.mkdir()
     for name, body in (("srun", SRUN), ("scontrol", 'printf "n1\\nn2\\n"\n'),
-                       ("squeue", 'printf "40007.0\\n40007.batch\\n"\n'),  # the job's step is there
+                       # the job's step is there; its lines written apart, as a real squeue may write them (a
+                       # reader that ends at its first line then fails its second write: SIGPIPE)
+                       ("squeue", 'echo 40007.0\nsleep 0.05\necho 40007.batch\n'),
                        ("sbatch", '#!/bin/bash\necho "sbatch $*" >> "$FAKE_RECORD"\necho "Submitted batch job 7"\n')):
         (bin_dir / name).write_text(body if body.startswith("#!") else "#!/bin/bash\n" + body)
         (bin_dir / name).chmod(0o755)

@@ -315,7 +315,7 @@ done
 for f in "${env_kept[@]+"${env_kept[@]}"}"; do
   flag_name "$f"
   for a in "${file_sets[@]+"${file_sets[@]}"}"; do
-    [[ "$a" == "--$REPLY="* ]] || continue
+    [[ "$a" == "--$REPLY="* && "${a#*=}" != "${f#*=}" ]] || continue  # (the same value: nothing replaced)
     case "$REPLY" in input_file) var=INPUT_FILES ;; eval_input_file) var=EVAL_FILE ;; bert_config_file) var=BERT_CONFIG ;;
       *) var="${REPLY^^}" ;; esac
     echo "train_model.sh: note: $var=${f#*=} (the environment) replaces ${config#--config=}'s $REPLY (${a#*=}): the" \

@@ -1469,6 +1469,9 @@ def test_the_environment_beats_a_config_file_and_a_flag_given_beats_both(tmp_pat
     assert proc.returncode == 0 and proc.stderr.splitlines(True)[0] == (
         "train_model.sh: note: SUBMISSION_STATUS=onprem (the environment) replaces %s's submission_status (cloud): the "
         "environment beats a --config file, a flag given beats both\n" % conf) and "SEED" not in proc.stderr, proc.stderr
+    proc = subprocess.run([TRAIN, "--dry_run", "--preset=demo_cpu", "--config=%s" % conf], capture_output=True,
+                          text=True, timeout=60, env=_env(DATA_DIR=str(tmp_path), SUBMISSION_STATUS="cloud"))
+    assert proc.returncode == 0 and "note:" not in proc.stderr, proc.stderr  # the same value: nothing replaced
 
 
 def test_check_only_leaves_this_hosts_memory_and_cores_to_the_training_host(tmp_path):

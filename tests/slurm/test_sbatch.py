@@ -100,8 +100,8 @@ def job(tmp_path):
     (dict(FAKE_SCANCEL="1"), 143, "stopped: status 143 (node 0 (%s) 143 node 1 (%s) 143; srun 143)"),
     # scancel --signal=TERM before the ranks trained: every node stopped with nothing saved (a review: "node 0
     # failed first, with status 79")
-    (dict(FAKE_0="79:0.1", FAKE_1="79:0.3"), 79, "stopped before anything was saved (the same job starts the runs "
-                                                 "again): status 79 (node 0 (%s) 79 node 1 (%s) 79; srun 79)"),
+    (dict(FAKE_0="79:0.1", FAKE_1="79:0.3"), 79, "stopped before anything was saved (resubmit the same job to start "
+                                                 "the runs): status 79 (node 0 (%s) 79 node 1 (%s) 79; srun 79)"),
 ], ids=["config-error", "rank-killed", "scancel-TERM", "scancel-before-training"])
 def test_the_job_exits_with_the_first_failing_nodes_status(job, case, status, last):
     """Issue 45 (2): under --kill-on-bad-exit a configuration error on one node ended the job 143,
@@ -307,6 +307,19 @@ def test_submit_checks_the_nodes_settings_before_sbatch(job, tmp_path):
     proc, record = job("--time=30", "--nodes=4", "--", "--num_workers=1", script=SUBMIT, **checkout)
     assert proc.returncode == 0 and record == ["sbatch --gpus-per-node=0 --time=30 --nodes=4 %s --num_workers=1"
                                                % SBATCH], proc.stdout + proc.stderr
+    # a review: a login node whose Python lacks the trainer's packages (here: without its site-packages)
+    # refused the default rcp preset (its reading imports absl: a ModuleNotFoundError line) and a --config
+    # file: both are the job's to check, on the nodes' Python (the image's /opt/venv)
+    bare = tmp_path / "bare_python"
+    bare.write_text('#!/bin/sh\nexec %s -S "$@"\n' % sys.executable)
+    bare.chmod(0o755)
+    conf = tmp_path / "run.toml"
+    conf.write_text("learning_rate = 0.002\n")
+    os.remove(str(job.data.parent / "record"))
+    proc, record = job("--time=30", "--", "--config=%s" % conf, script=SUBMIT, PYTHON=str(bare), PRESET="rcp_3072",
+                       SUBMISSION_ORG="O", SUBMISSION_PLATFORM="P", INIT_CHECKPOINT=str(job.data / "eval_10k"))
+    assert proc.returncode == 0 and record == ["sbatch --gpus-per-node=0 --time=30 %s --config=%s" % (SBATCH, conf)], \
+        proc.stdout + proc.stderr
 
 
 def test_submission_status_reaches_the_nodes_only_where_set(job):

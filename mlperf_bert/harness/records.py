@@ -9,6 +9,7 @@ import os
 import stat
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import FIFO, special_kind
 
 # mlperf_logging's parser (training 5.0.0) takes a line from its last ":::MLLOG " (a line that two
 # processes wrote into each other holds two) and no line without the space after it
@@ -28,12 +29,11 @@ def read_log(path, in_progress=False):
     if os.path.isdir(path):
         raise UserError("cannot read log %s: it is a directory (pass a log file, or a directory holding"
                         " result_*.txt)" % path)
+    kind = special_kind(path)
     try:
-        st = os.stat(path)
-        mode = st.st_mode
-        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):  # waited on for a writer; the checkers each read it
+        if kind in (FIFO, "a socket"):  # waited on for a writer; the checkers each read it
             raise UserError("cannot read log %s: it is a pipe: save the log to a file and pass that" % path)
-        if (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) and not _is_null(st):
+        if kind and not _is_null(path):
             # read whole, /dev/zero and /dev/urandom took all memory (a MemoryError traceback, or the
             # host's OOM killer); a terminal waited for input
             raise UserError("cannot read log %s: it is a device, not a file: save the log to a file and pass that"
@@ -79,10 +79,11 @@ def read_log(path, in_progress=False):
     return records
 
 
-def _is_null(st):
-    """Whether ``st`` (an os.stat) is the null device's: an empty log, as the file it stands for."""
+def _is_null(path):
+    """Whether ``path`` is the null device (its device number: a copy made by mknod too): an empty
+    log, as the file it stands for."""
     try:
-        null = os.stat(os.devnull)
+        st, null = os.stat(path), os.stat(os.devnull)
     except OSError:
         return False
     return stat.S_ISCHR(st.st_mode) and stat.S_ISCHR(null.st_mode) and st.st_rdev == null.st_rdev

@@ -320,12 +320,13 @@ def compressed(path):
     return "%s is %s: %s it first" % ((path,) + found) if found else None
 
 
-def refuse_replacing_another_kind(path, is_kind, kind, what="--output"):
+def refuse_replacing_another_kind(path, is_kind, kind, what="--output", fix="choose another file, or remove it"):
     """UserError when ``path`` is a file with bytes that ``is_kind(path)`` says is not ``kind`` (what
-    the command writes): a mistyped output (vocab.txt, a text shard) is not replaced."""
+    the command writes): a mistyped output (vocab.txt, a text shard) is not replaced. ``what``: the
+    flag that named it ("": an output a command names itself)."""
     if os.path.isfile(path) and os.path.getsize(path) and not is_kind(path):
-        raise UserError("%s %s exists and is not %s: refusing to overwrite it (choose another file, or remove it)"
-                        % (what, path, kind))
+        raise UserError("%s exists and is not %s: refusing to overwrite it (%s)"
+                        % ("%s %s" % (what, path) if what else path, kind, fix))
 
 
 def proc_stat(pid):

@@ -95,6 +95,16 @@ def missing_value(name, value):
     return None
 
 
+def refuse_given_empty(fv, gives):
+    """An optional flag of ``fv`` given an empty text (``--manifest=$UNSET``) is refused, not read as
+    left out (a default then took its place unsaid); ``gives``: {flag name: what to give instead}."""
+    for name, give in gives.items():
+        value = fv[name].value
+        if value is not None and not value.strip():
+            raise UserError("--%s was given empty (--%s=%s; an unset variable?): give %s, or leave the flag out"
+                            % (name, name, value, give))
+
+
 def _undecodable_flagfile(argv):
     """Which --flagfile of ``argv`` is not UTF-8 (one it names may be: then absl's position)."""
     for arg in argv[1:]:

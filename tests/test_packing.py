@@ -157,7 +157,7 @@ def test_an_output_name_holding_another_kind_of_file_is_not_replaced(small, tmp_
         before = target.read_bytes()
         with pytest.raises(UserError) as e:
             pack_here("--input=" + small[0], "--output_dir=%s" % out)
-        assert str(e.value) == ("%s exists and is not an HDF5 file: refusing to overwrite it with packed rows (give "
+        assert str(e.value) == ("%s exists and is not an HDF5 file: refusing to overwrite it (give "
                                 "another --output_dir, or remove it)" % target)
         assert target.read_bytes() == before and os.listdir(out) == [target.name]
         target.unlink()

@@ -510,13 +510,10 @@ def main(argv):
     flags.DEFINE_string("results_dir", RESULTS_DIR, "directory of the known md5/size tables", flag_values=fv)
     flags.DEFINE_workers("hashing threads (default: all cores)", flag_values=fv)
     paths = flags.parse(fv, argv, positional="FILE|DIR|MANIFEST ...")
-    for name in ("manifest", "results_dir"):
-        # "--manifest=$OTHER_SITE" with the variable unset was no --manifest: the folder passed
-        # against its own manifest, as if the two sites agreed
-        if fv[name].value is not None and not fv[name].value.strip():
-            raise UserError("--%s was given empty (--%s=%s; an unset variable?): give the %s, or leave the flag out"
-                            % (name, name, fv[name].value, "make-dataset manifest to check against"
-                               if name == "manifest" else "directory of the md5 and size tables"))
+    # "--manifest=$OTHER_SITE" with the variable unset was no --manifest: the folder passed against
+    # its own manifest, as if the two sites agreed
+    flags.refuse_given_empty(fv, {"manifest": "the make-dataset manifest to check against",
+                                  "results_dir": "the directory of the md5 and size tables"})
     if not paths:
         raise UserError("give at least one file, directory or manifest.tsv to verify")
     if fv.manifest:

@@ -203,11 +203,8 @@ def main(argv):
         raise UserError("--md5=%s is %s: give the file's md5 (32 hex digits), or leave --md5 out to check the md5 "
                         "results/ lists for its name"
                         % (fv.md5, "a sha256" if re.fullmatch(r"[0-9a-fA-F]{64}", fv.md5) else "not an md5"))
-    for name, fix in (("output", "the file's path"), ("output_dir", "the directory for the URL's file name")):
-        # "--output=$DEST" with the variable unset fell back to the current directory, silently
-        if fv[name].value is not None and not fv[name].value.strip():
-            raise UserError("--%s was given empty (--%s=%s; an unset variable?): give %s, or leave the flag out"
-                            % (name, name, fv[name].value, fix))
+    # "--output=$DEST" with the variable unset fell back to the current directory, silently
+    flags.refuse_given_empty(fv, {"output": "the file's path", "output_dir": "the directory for the URL's file name"})
     output = fv.output or os.path.join(fv.output_dir, os.path.basename(urllib.parse.urlparse(fv.url).path))
     if fv.output and not os.path.basename(output):  # (the error below blamed the URL)
         raise UserError("--output=%s names a directory: give a file path, or --output_dir=%s for the URL's file name"

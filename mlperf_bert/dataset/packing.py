@@ -330,7 +330,7 @@ def main(argv):
     from mlperf_bert.dataset.example import check_first_records
     from mlperf_bert.dataset.hdf5 import is_hdf5_file, refuse_hdf5_inputs
     from mlperf_bert.dataset.tfrecord import expand_paths
-    from mlperf_bert.fileio import new_dirs_removed_on_error, refuse_overwriting_inputs
+    from mlperf_bert.fileio import new_dirs_removed_on_error, refuse_overwriting_inputs, refuse_replacing_another_kind
     from mlperf_bert.locking import lock_dir
     fv = flags.FlagValues()
     flags.DEFINE_string("input", None, "TFRecord file(s) of unpacked sequences: comma list or glob", flag_values=fv)
@@ -371,9 +371,7 @@ def main(argv):
     outputs = output_paths(files, fv.output_dir)
     refuse_overwriting_inputs(outputs, files, "--output_dir")
     for o in outputs:  # a mistyped --output_dir's own files (notes, a TFRecord of that name) are not replaced
-        if os.path.isfile(o) and os.path.getsize(o) and not is_hdf5_file(o):
-            raise UserError("%s exists and is not an HDF5 file: refusing to overwrite it with packed rows (give "
-                            "another --output_dir, or remove it)" % o)
+        refuse_replacing_another_kind(o, is_hdf5_file, "an HDF5 file", "", "give another --output_dir, or remove it")
     # before anything is made: an empty input, a file of another kind, records of another shape
     check_first_records(files, fv.max_seq_length, fv.max_predictions_per_seq)
     # one run per output directory (made if missing, and removed again by a refusal if this run made it)

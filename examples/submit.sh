@@ -31,23 +31,41 @@ done
 [[ -f "$JOB_SCRIPT" ]] || die "JOB_SCRIPT=$JOB_SCRIPT does not exist"
 [[ -n "${GPUS_PER_NODE:-}" ]] && opts=("--gpus-per-node=$GPUS_PER_NODE" ${opts[@]+"${opts[@]}"})
 
-# An sbatch option as sbatch will read it: the last of the options given (--NAME=V, --NAME V, -S V,
-# -SV), else the environment's SBATCH_ variable, else the job script's #SBATCH line; sets opt (or empty).
-sbatch_opt() {  # NAME SHORT ENV
-  local i a
+# The job script's #SBATCH options, as sbatch reads them: those before its first command (a
+# line neither blank nor a comment), each line's words up to a "#" word.
+script_opts=()
+while IFS= read -r line || [[ -n "$line" ]]; do
+  [[ "$line" =~ ^[[:space:]]*(#|$) ]] || break
+  [[ "$line" =~ ^#SBATCH[[:space:]]+(.*)$ ]] || continue
+  read -r -a words <<< "${BASH_REMATCH[1]}"
+  for w in ${words[@]+"${words[@]}"}; do
+    [[ "$w" == \#* ]] && break
+    script_opts+=("$w")
+  done
+done < "$JOB_SCRIPT"
+# The last of an option in the words given (--NAME=V, --NAME V, -S V, -SV); sets opt (or empty).
+last_opt() {  # NAME SHORT WORD...
+  local name="$1" short="$2" i
+  shift 2
+  local a=("$@")
   opt=
-  for (( i = 0; i < ${#opts[@]}; i++ )); do
-    a="${opts[i]}"
-    case "$a" in
-      "--$1="*) opt="${a#*=}" ;;
-      "--$1") opt="${opts[i + 1]:-}" ;;
-      "-$2") [[ -n "$2" ]] && opt="${opts[i + 1]:-}" ;;
-      "-$2"?*) [[ -n "$2" ]] && opt="${a#-"$2"}" ;;
+  for (( i = 0; i < ${#a[@]}; i++ )); do
+    case "${a[i]}" in
+      "--$name="*) opt="${a[i]#*=}" ;;
+      "--$name") opt="${a[i + 1]:-}" ;;
+      "-$short") [[ -n "$short" ]] && opt="${a[i + 1]:-}" ;;
+      "-$short"?*) [[ -n "$short" ]] && opt="${a[i]#-"$short"}" ;;
     esac
   done
+  return 0
+}
+# An sbatch option as sbatch will read it: the options given, else the environment's SBATCH_
+# variable, else the job script's; sets opt (or empty).
+sbatch_opt() {  # NAME SHORT ENV
+  last_opt "$1" "$2" ${opts[@]+"${opts[@]}"}
   [[ -n "$opt" ]] && return
   [[ -n "$3" && -n "${!3:-}" ]] && { opt="${!3}"; return; }
-  opt="$(sed -n "s/^#SBATCH --$1=\([^ ]*\).*/\1/p" "$JOB_SCRIPT" | tail -n 1)"
+  last_opt "$1" "$2" ${script_opts[@]+"${script_opts[@]}"}
 }
 # The time limit against the warning the job script asks for before it (--signal=B:USR1@600): a
 # limit within it sends the warning at once, every run stops at the start (and with
@@ -72,7 +90,9 @@ time_limit="$opt"
 sbatch_opt signal "" SBATCH_SIGNAL
 lead=60  # sbatch's default @sig_time
 [[ "$opt" == *@* ]] && lead="${opt##*@}"
-if [[ -n "$time_limit" && "$opt" == *USR1* && "$lead" =~ ^[0-9]{1,7}$ ]] && seconds_of "$time_limit" \
+warning="${opt%%@*}"
+warning="${warning##*:}"  # [R][B:]SIGNAL: USR1, SIGUSR1 or its number, 10
+if [[ -n "$time_limit" && "$warning" =~ ^(SIG)?USR1$|^10$ && "$lead" =~ ^[0-9]{1,7}$ ]] && seconds_of "$time_limit" \
     && (( secs > 0 && secs <= 10#$lead )); then
   die "--time=$time_limit ($secs s) is within the $lead s before the limit at which SLURM's warning" \
       "(--signal=$opt) stops the runs: each would stop as it starts (and with REQUEUE_AT_TIME_LIMIT=1 requeue" \

@@ -279,6 +279,35 @@ def test_submit_refuses_a_time_limit_within_the_warning(job, opts, env, said):
         assert proc.returncode == 0 and record[-1] == "sbatch --gpus-per-node=0 %s %s" % (ok, SBATCH), proc.stderr
 
 
+@pytest.mark.parametrize("lines,opts,said,signal", [
+    (["#SBATCH -t 5", "#SBATCH --signal=B:USR1@600"], [], "--time=5 (300 s)", "B:USR1@600"),
+    (["#SBATCH --time 0-0:10  # ten minutes", "#SBATCH --signal=B:USR1@600"], [], "--time=0-0:10 (600 s)",
+     "B:USR1@600"),
+    (["#SBATCH --signal=B:10@600"], ["--time=9"], "--time=9 (540 s)", "B:10@600"),
+    (["#SBATCH --signal B:SIGUSR1@900", "#SBATCH -t14"], [], "--time=14 (840 s)", "B:SIGUSR1@900"),
+], ids=["short", "spaced", "numeric-signal", "SIGUSR1"])
+def test_submit_reads_the_job_scripts_options_in_every_spelling_sbatch_takes(job, tmp_path, lines, opts, said,
+                                                                            signal):
+    """The last stop's "left": submit.sh read the job script's #SBATCH lines only as --NAME=VALUE, and
+    a warning signal only by its name: a script with `#SBATCH -t 5`, `--time 5` or
+    `--signal=B:10@600` (SIGUSR1's number) skipped the time check and queued a job whose every run
+    stops as it starts (with REQUEUE_AT_TIME_LIMIT=1, for ever). Lines after the script's first
+    command are not sbatch's and are not read."""
+    (job.data / "part-00000").write_text("")
+    (job.data / "eval_10k").write_text("")
+    script = tmp_path / "job.sbatch"
+    head, rest = open(SBATCH).read().split("#SBATCH --time=12:00:00\n#SBATCH --signal=B:USR1@600\n")
+    script.write_text(head + "".join(line + "\n" for line in lines) + rest)
+    proc, record = job(*opts, script=SUBMIT, JOB_SCRIPT=str(script))
+    assert (proc.returncode, record) == (2, []), proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: submit.sh: %s is within the %s s before the limit at which SLURM's warning "
+                                  "(--signal=%s) stops the runs" % (said, signal.split("@")[1], signal)), proc.stderr
+    # an #SBATCH line after the first command is a comment to sbatch
+    script.write_text(head + "#SBATCH --signal=B:USR1@600\ntrue\n#SBATCH -t 5\n" + rest)
+    proc, record = job(script=SUBMIT, JOB_SCRIPT=str(script))
+    assert proc.returncode == 0 and record[-1] == "sbatch --gpus-per-node=0 %s" % script, proc.stderr
+
+
 def test_submit_checks_the_nodes_settings_before_sbatch(job, tmp_path):
     """A hostile sweep under the real Slurm: NUM_RUNS=abc, SEED=abc, a mistyped PRESET or a trainer
     flag the trainer cannot read went to sbatch: the job waited for its nodes, then each refused it.

@@ -783,6 +783,29 @@ def test_a_disk_that_fills_as_hdf5_writes_its_metadata_is_one_line_not_a_crash(g
     assert (tmp_path / "left").read_text() == ""
 
 
+def test_a_file_size_limit_reached_as_hdf5_writes_its_metadata_is_one_line_not_a_crash(golden_tfrecord, converted,
+                                                                                       tmp_path):
+    """The last stop's "left": under ``ulimit -f`` (RLIMIT_FSIZE) just below the file's size, HDF5's
+    last writes at the close failed (EFBIG), the error was one line, and then the interpreter crashed
+    freeing the file (SIGSEGV, exit -11): emptying the temporary gave room on a full disk, not under
+    a per-file limit. Its writes now go to /dev/null once a write failed: exit 2, nothing left."""
+    import resource
+    import subprocess
+    import sys
+    limit = os.path.getsize(converted) - 1
+    out = tmp_path / "x.hdf5"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlperf_bert", "to-hdf5", "--input=%s" % golden_tfrecord, "--output=%s" % out,
+         "--max_seq_length=128", "--max_predictions_per_seq=20"], capture_output=True, text=True, timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    assert "Traceback" not in proc.stderr and "Fatal" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: cannot write %s: file too large; no partial file was left: write to a file system that allows "
+        "larger files (or raise ulimit -f), then rerun the same command" % out), proc.stderr
+    assert proc.returncode == 2
+    assert os.listdir(tmp_path) == []
+
+
 def test_an_output_ending_in_a_slash_is_one_line_naming_a_file_path(golden_tfrecord, tmp_path):
     """A hostile sweep: --output=DIR/ (a folder meant, or a file's path with a '/' typed after it) was
     h5py's 20-line traceback on the temporary DIR/.tmp-PID (NotADirectoryError, FileNotFoundError)."""

@@ -280,17 +280,17 @@ def _as_os_error(e, path):
 def new_temporary_file(tmp):
     """``h5py.File(tmp, "w")`` for an atomic writer's temporary ``tmp``: flushed at the end of the
     block, then closed. HDF5 writes its metadata as it flushes or closes: a disk that filled there
-    raised a RuntimeError (a traceback), and the close after it left the library to crash as the
-    interpreter freed the file (SIGSEGV, exit -11). On any error the temporary, about to be removed,
-    is emptied first, so that the close finds room for what HDF5 writes again."""
+    (or a write past ``ulimit -f``) raised a RuntimeError (a traceback), and the close after it left
+    the library to crash as the interpreter freed the file (SIGSEGV, exit -11). On any error the
+    temporary, about to be removed, gets no more writes: HDF5's file descriptor is pointed at
+    /dev/null (no disk, no size limit), so that the close succeeds."""
     import h5py
     h = h5py.File(tmp, "w")
     try:
         yield h
         h.flush()
     except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.truncate(tmp, 0)
+        _discard_writes(h, tmp)
         with contextlib.suppress(Exception):  # the first error is the one to tell
             h.close()
         err = _as_os_error(e, tmp)
@@ -298,6 +298,22 @@ def new_temporary_file(tmp):
             raise err from e
         raise
     h.close()
+
+
+def _discard_writes(h, tmp):
+    """Send what HDF5 writes to ``h`` from now on to /dev/null (emptying the file frees the disk but
+    not room under a per-file size limit: a write's offset counts there)."""
+    try:
+        fd = h.id.get_vfd_handle()
+        null = os.open(os.devnull, os.O_WRONLY)
+    except Exception:  # not the sec2 driver's descriptor: free the disk at least
+        with contextlib.suppress(OSError):
+            os.truncate(tmp, 0)
+        return
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 def _store(name, values, where):

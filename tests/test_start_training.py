@@ -1090,6 +1090,29 @@ def test_a_finished_run_whose_log_was_cut_is_refused_before_any_run(fake):
     assert len(calls(fake)) == n + 1
 
 
+def test_a_later_runs_missing_log_is_refused_before_run_0_trains(fake):
+    """The last stop's "left": a series' run_2 that finished (or checkpointed) and whose mlperf.log and
+    result_2.txt were removed was refused only when the series reached it, after run 0 (rerun, its folder moved away)
+    had trained again. Now one line naming run_2's marker or checkpoint and the log, before any run."""
+    assert fake(NUM_RUNS="3", SEED="5").returncode == 0
+    n, run_2 = len(calls(fake)), fake.out / "run_2"
+    (run_2 / "mlperf.log").unlink()
+    (fake.out / "result_2.txt").unlink()  # (with it, the comparison of the two refuses it before run 0)
+    shutil.rmtree(fake.out / "run_0")
+    (fake.out / "result_0.txt").unlink()
+    fix = ": put them back as the run left them, or move %s and %s (where there) away to run run 2 again" % (
+        run_2, fake.out / "result_2.txt")
+    assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
+        "error: start_training.sh: run 2 of 3 in %s: %s says the run ended, but its MLPerf log %s is missing%s"
+        % (run_2, run_2 / "run_finished.json", run_2 / "mlperf.log", fix))
+    (run_2 / "run_finished.json").unlink()  # a run stopped at its checkpoint
+    (run_2 / "model.ckpt-3.pt").write_bytes(b"")
+    assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
+        "error: start_training.sh: run 2 of 3 in %s: %s holds the run so far, but its MLPerf log %s is missing%s"
+        % (run_2, run_2 / "model.ckpt-3.pt", run_2 / "mlperf.log", fix))
+    assert len(calls(fake)) == n and not (fake.out / "run_0").exists()
+
+
 def test_an_end_marker_whose_status_is_not_its_logs_is_refused_naming_both(fake, tmp_path, capsys):
     """A review: a run_stopped.json whose status was edited ("success"; the log's run_stop says "aborted")
     was not compared with the log: the rerun finished the run as a success (the trainer copies that

@@ -9,7 +9,8 @@ log's ``run_start`` to its ``run_stop`` (what MLPerf scores), ``-`` for what is 
 then, where the run's end marker (run_finished.json, or the run_stopped.json written at its
 run_stop) and its log disagree (``disagreement``), a second line ``0 WHAT``. More ``DIR LOG`` pairs
 (start_training.sh's other runs of a series, looked at with run 0's, before it trains): the second
-line is ``K WHAT`` for the first pair K (from 0) whose marker and log disagree. Always exit 0: a
+line is ``K WHAT`` for the first pair K (from 0) whose marker and log disagree, or K (from 1) whose
+run ended or checkpointed and whose log is missing (``missing_log``). Always exit 0: a
 launcher asks this to word its message, and a missing or partial log is an answer, not an error.
 """
 import json
@@ -104,6 +105,24 @@ def disagreement(output_dir, log, records=None):
     return None
 
 
+def missing_log(output_dir, log):
+    """Where a series' later run in ``output_dir`` has ended or checkpointed (its end marker, a
+    ``model.ckpt-<step>.pt``) but ``log``, in its own folder, is gone: what is wrong, in words naming
+    both; else None. (The series would train its runs before it, then be refused there.)"""
+    if os.path.exists(log):
+        return None
+    for name in (FINISHED, STOPPED):
+        if os.path.exists(os.path.join(output_dir, name)):
+            return "%s says the run ended, but its MLPerf log %s is missing" % (os.path.join(output_dir, name), log)
+    try:
+        ckpts = sorted(n for n in os.listdir(output_dir) if n.startswith("model.ckpt-") and n.endswith(".pt"))
+    except OSError:
+        return None
+    if ckpts:
+        return "%s holds the run so far, but its MLPerf log %s is missing" % (os.path.join(output_dir, ckpts[-1]), log)
+    return None
+
+
 def main(argv):
     if len(argv) < 3 or len(argv) % 2 == 0:
         print("usage: python -m mlperf_bert.harness.run_state OUTPUT_DIR LOG [DIR LOG ...]", file=sys.stderr)
@@ -115,6 +134,8 @@ def main(argv):
                            "-" if seconds is None else "%.1f" % seconds))
     for k, (output_dir, log) in enumerate(zip(argv[1::2], argv[2::2])):
         problem = disagreement(output_dir, log, records if k == 0 else None)
+        if not problem and k:  # (run 0's own missing log: the launcher's words, which know its LOGDIR)
+            problem = missing_log(output_dir, log)
         if problem:
             print(k, problem)
             break

@@ -900,17 +900,18 @@ def test_a_series_folder_changed_between_reruns_is_refused_before_any_run(fake, 
     (fake.out / "run_2" / "mlperf.log").unlink()
     (fake.out / "result_2.txt").unlink()
     assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
-        "error: start_training.sh: run 2 of 3 in %s finished earlier, but its MLPerf log %s is missing: put it back "
-        "(LOGDIR's result file of the run is a copy), or move %s away to run it again"
-        % (fake.out / "run_2", fake.out / "run_2" / "mlperf.log", fake.out / "run_2"))
-    assert len(calls(fake)) == n + 1  # run 1, moved away, ran again; nothing else did
+        "error: start_training.sh: run 2 of 3 in %s: %s says the run ended, but its MLPerf log %s is missing: put "
+        "them back as the run left them, or move %s and %s (where there) away to run run 2 again"
+        % (fake.out / "run_2", fake.out / "run_2" / "run_finished.json", fake.out / "run_2" / "mlperf.log",
+           fake.out / "run_2", fake.out / "result_2.txt"))
+    assert len(calls(fake)) == n  # before run 1, moved away, trained again (test_a_later_runs_missing_log_...)
     other = tmp_path / "other"
     other.mkdir()
     (other / "run_1").write_text("")
     assert _one_error(fake(NUM_RUNS="2", SEED="5", OUTPUT_DIR=str(other)), "error: start_training.sh: ") == (
         "error: start_training.sh: %s is not a directory: the series keeps run 1 there; move it away, or use another "
         "OUTPUT_DIR" % (other / "run_1"))
-    assert len(calls(fake)) == n + 1 and sorted(p.name for p in other.iterdir()) == ["run_1"]
+    assert len(calls(fake)) == n and sorted(p.name for p in other.iterdir()) == ["run_1"]
 
 
 def test_a_result_that_cannot_be_written_is_one_line_and_the_rerun_keeps_the_run(fake, tmp_path):

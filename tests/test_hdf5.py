@@ -783,12 +783,15 @@ def test_a_disk_that_fills_as_hdf5_writes_its_metadata_is_one_line_not_a_crash(g
     assert (tmp_path / "left").read_text() == ""
 
 
+@pytest.mark.parametrize("driver", [None, "stdio"])
 def test_a_file_size_limit_reached_as_hdf5_writes_its_metadata_is_one_line_not_a_crash(golden_tfrecord, converted,
-                                                                                       tmp_path):
+                                                                                       tmp_path, driver):
     """The last stop's "left": under ``ulimit -f`` (RLIMIT_FSIZE) just below the file's size, HDF5's
     last writes at the close failed (EFBIG), the error was one line, and then the interpreter crashed
     freeing the file (SIGSEGV, exit -11): emptying the temporary gave room on a full disk, not under
-    a per-file limit. Its writes now go to /dev/null once a write failed: exit 2, nothing left."""
+    a per-file limit. Its writes now go to /dev/null once a write failed: exit 2, nothing left. The
+    same under HDF5_DRIVER=stdio (whose handle is no descriptor: a review): the writer's driver is
+    the default one whatever HDF5_DRIVER says."""
     import resource
     import subprocess
     import sys
@@ -797,6 +800,7 @@ def test_a_file_size_limit_reached_as_hdf5_writes_its_metadata_is_one_line_not_a
     proc = subprocess.run(
         [sys.executable, "-m", "mlperf_bert", "to-hdf5", "--input=%s" % golden_tfrecord, "--output=%s" % out,
          "--max_seq_length=128", "--max_predictions_per_seq=20"], capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, **({"HDF5_DRIVER": driver} if driver else {})),
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
     assert "Traceback" not in proc.stderr and "Fatal" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (

@@ -285,7 +285,7 @@ def new_temporary_file(tmp):
     temporary, about to be removed, gets no more writes: HDF5's file descriptor is pointed at
     /dev/null (no disk, no size limit), so that the close succeeds."""
     import h5py
-    h = h5py.File(tmp, "w")
+    h = h5py.File(tmp, "w", driver="sec2")  # (not HDF5_DRIVER's: a descriptor _discard_writes can redirect)
     try:
         yield h
         h.flush()
@@ -302,18 +302,22 @@ def new_temporary_file(tmp):
 
 def _discard_writes(h, tmp):
     """Send what HDF5 writes to ``h`` from now on to /dev/null (emptying the file frees the disk but
-    not room under a per-file size limit: a write's offset counts there)."""
+    not room under a per-file size limit: a write's offset counts there). Only the default driver's
+    handle is a descriptor (another's, HDF5_DRIVER=core or stdio, is some other number): the file
+    is emptied there."""
     try:
-        fd = h.id.get_vfd_handle()
-        null = os.open(os.devnull, os.O_WRONLY)
-    except Exception:  # not the sec2 driver's descriptor: free the disk at least
-        with contextlib.suppress(OSError):
-            os.truncate(tmp, 0)
-        return
-    try:
-        os.dup2(null, fd)
-    finally:
-        os.close(null)
+        fd = h.id.get_vfd_handle() if h.driver == "sec2" else None
+        if fd is not None and os.path.samestat(os.fstat(fd), os.stat(tmp)):
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, fd)
+            finally:
+                os.close(null)
+            return
+    except Exception:
+        pass
+    with contextlib.suppress(OSError):
+        os.truncate(tmp, 0)
 
 
 def _store(name, values, where):

@@ -637,7 +637,8 @@ def test_series_on_a_node_other_than_0_leaves_the_logs_to_node_0(fake, local_dis
 def test_run_state_reads_the_trainers_marker_and_log(tmp_path):
     from mlperf_bert.harness import run_state
     from mlperf_bert.trainer import checkpoint
-    assert run_state.FINISHED == checkpoint.FINISHED
+    assert (run_state.FINISHED, run_state.STOPPED, run_state.LOG_OWNER, run_state.CKPT_RE.pattern) == (
+        checkpoint.FINISHED, checkpoint.STOPPED, checkpoint.LOG_OWNER, checkpoint.CKPT_RE.pattern)
     assert run_state.finished_status(str(tmp_path)) is None
     (tmp_path / checkpoint.FINISHED).write_text('{"status": "aborted", "global_step": 3}')
     assert run_state.finished_status(str(tmp_path)) == "aborted"
@@ -1106,12 +1107,22 @@ def test_a_later_runs_missing_log_is_refused_before_run_0_trains(fake):
     assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
         "error: start_training.sh: run 2 of 3 in %s: %s says the run ended, but its MLPerf log %s is missing%s"
         % (run_2, run_2 / "run_finished.json", run_2 / "mlperf.log", fix))
-    (run_2 / "run_finished.json").unlink()  # a run stopped at its checkpoint
-    (run_2 / "model.ckpt-3.pt").write_bytes(b"")
+    (run_2 / "run_finished.json").unlink()  # a run stopped at its checkpoint (the newest named)
+    for name in ("model.ckpt-3.pt", "model.ckpt-12.pt", "model.ckpt-best.pt"):
+        (run_2 / name).write_bytes(b"")
+    (run_2 / "mlperf_log_path.json").write_text('{"mlperf_log": "%s"}' % (run_2 / "mlperf.log"))
     assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
         "error: start_training.sh: run 2 of 3 in %s: %s holds the run so far, but its MLPerf log %s is missing%s"
-        % (run_2, run_2 / "model.ckpt-3.pt", run_2 / "mlperf.log", fix))
+        % (run_2, run_2 / "model.ckpt-12.pt", run_2 / "mlperf.log", fix))
     assert len(calls(fake)) == n and not (fake.out / "run_0").exists()
+    # a checkpoint of a version before the log's record resumes onto a new log; a name the trainer
+    # does not write is no checkpoint: the series goes on
+    (run_2 / "mlperf_log_path.json").unlink()
+    assert fake(NUM_RUNS="3", SEED="5").returncode == 0 and len(calls(fake)) == n + 2  # runs 0 and 2
+    (run_2 / "mlperf_log_path.json").write_text("{}")
+    for name in ("model.ckpt-3.pt", "model.ckpt-12.pt", "run_finished.json", "mlperf.log", "../result_2.txt"):
+        (run_2 / name).unlink()
+    assert fake(NUM_RUNS="3", SEED="5").returncode == 0 and len(calls(fake)) == n + 3  # run 2
 
 
 def test_an_end_marker_whose_status_is_not_its_logs_is_refused_naming_both(fake, tmp_path, capsys):

@@ -15,6 +15,7 @@ launcher asks this to word its message, and a missing or partial log is an answe
 """
 import json
 import os
+import re
 import sys
 
 from mlperf_bert.errors import UserError
@@ -23,6 +24,8 @@ from mlperf_bert.harness.records import finite, read_log
 # trainer/checkpoint.py's markers (not imported: it pulls in torch)
 FINISHED = "run_finished.json"
 STOPPED = "run_stopped.json"  # written at run_stop, before the finished marker
+LOG_OWNER = "mlperf_log_path.json"
+CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt\Z")
 
 
 def _records(log):
@@ -114,12 +117,17 @@ def missing_log(output_dir, log):
     for name in (FINISHED, STOPPED):
         if os.path.exists(os.path.join(output_dir, name)):
             return "%s says the run ended, but its MLPerf log %s is missing" % (os.path.join(output_dir, name), log)
+    # A checkpoint resumes onto the log it marks: one of a version before the log's record
+    # (LOG_OWNER, written with those marks) appended its resume to a new log.
+    if not os.path.exists(os.path.join(output_dir, LOG_OWNER)):
+        return None
     try:
-        ckpts = sorted(n for n in os.listdir(output_dir) if n.startswith("model.ckpt-") and n.endswith(".pt"))
+        steps = [(int(m.group(1)), n) for n in os.listdir(output_dir) for m in [CKPT_RE.match(n)] if m]
     except OSError:
         return None
-    if ckpts:
-        return "%s holds the run so far, but its MLPerf log %s is missing" % (os.path.join(output_dir, ckpts[-1]), log)
+    if steps:
+        return "%s holds the run so far, but its MLPerf log %s is missing" % (os.path.join(output_dir, max(steps)[1]),
+                                                                             log)
     return None
 
 

@@ -32,14 +32,15 @@ done
 [[ -n "${GPUS_PER_NODE:-}" ]] && opts=("--gpus-per-node=$GPUS_PER_NODE" ${opts[@]+"${opts[@]}"})
 
 # The job script's #SBATCH options, as sbatch reads them: those before its first command (a
-# line neither blank nor a comment), each line's words up to a "#" word.
+# line neither blank nor a comment), each line's words up to a "#" (a comment), quotes removed.
 script_opts=()
 while IFS= read -r line || [[ -n "$line" ]]; do
   [[ "$line" =~ ^[[:space:]]*(#|$) ]] || break
-  [[ "$line" =~ ^#SBATCH[[:space:]]+(.*)$ ]] || continue
+  [[ "$line" =~ ^#SBATCH(.*)$ ]] || continue
   read -r -a words <<< "${BASH_REMATCH[1]}"
   for w in ${words[@]+"${words[@]}"}; do
-    [[ "$w" == \#* ]] && break
+    w="${w//[\"\']/}"
+    [[ "$w" == *\#* ]] && { [[ -n "${w%%#*}" ]] && script_opts+=("${w%%#*}"); break; }
     script_opts+=("$w")
   done
 done < "$JOB_SCRIPT"
@@ -91,8 +92,10 @@ sbatch_opt signal "" SBATCH_SIGNAL
 lead=60  # sbatch's default @sig_time
 [[ "$opt" == *@* ]] && lead="${opt##*@}"
 warning="${opt%%@*}"
-warning="${warning##*:}"  # [R][B:]SIGNAL: USR1, SIGUSR1 or its number, 10
-if [[ -n "$time_limit" && "$warning" =~ ^(SIG)?USR1$|^10$ && "$lead" =~ ^[0-9]{1,7}$ ]] && seconds_of "$time_limit" \
+warning="${warning##*:}"  # [R][B:]SIGNAL: USR1, SIGUSR1 (in any case) or its number, 10
+warning="${warning^^}"
+[[ "$warning" =~ ^[0-9]{1,7}$ ]] && (( 10#$warning == 10 )) && warning=USR1
+if [[ -n "$time_limit" && "$warning" =~ ^(SIG)?USR1$ && "$lead" =~ ^[0-9]{1,7}$ ]] && seconds_of "$time_limit" \
     && (( secs > 0 && secs <= 10#$lead )); then
   die "--time=$time_limit ($secs s) is within the $lead s before the limit at which SLURM's warning" \
       "(--signal=$opt) stops the runs: each would stop as it starts (and with REQUEUE_AT_TIME_LIMIT=1 requeue" \

@@ -285,13 +285,18 @@ def test_submit_refuses_a_time_limit_within_the_warning(job, opts, env, said):
      "B:USR1@600"),
     (["#SBATCH --signal=B:10@600"], ["--time=9"], "--time=9 (540 s)", "B:10@600"),
     (["#SBATCH --signal B:SIGUSR1@900", "#SBATCH -t14"], [], "--time=14 (840 s)", "B:SIGUSR1@900"),
-], ids=["short", "spaced", "numeric-signal", "SIGUSR1"])
+    # a review: quotes, a "#" in a word, no space after #SBATCH, the signal's case and a leading 0
+    (["#SBATCH --time=\"5\"", "#SBATCH --signal='B:usr1@600'"], [], "--time=5 (300 s)", "B:usr1@600"),
+    (["#SBATCH--time=5#five", "#SBATCH --signal=B:010@600"], [], "--time=5 (300 s)", "B:010@600"),
+    (["#SBATCH --signal=B:USR1@600"], ["--time=5", "--signal=b:Usr1@900"], "--time=5 (300 s)", "b:Usr1@900"),
+], ids=["short", "spaced", "numeric-signal", "SIGUSR1", "quoted", "comment-in-word", "signal-case"])
 def test_submit_reads_the_job_scripts_options_in_every_spelling_sbatch_takes(job, tmp_path, lines, opts, said,
                                                                             signal):
     """The last stop's "left": submit.sh read the job script's #SBATCH lines only as --NAME=VALUE, and
     a warning signal only by its name: a script with `#SBATCH -t 5`, `--time 5` or
     `--signal=B:10@600` (SIGUSR1's number) skipped the time check and queued a job whose every run
-    stops as it starts (with REQUEUE_AT_TIME_LIMIT=1, for ever). Lines after the script's first
+    stops as it starts (with REQUEUE_AT_TIME_LIMIT=1, for ever); a review found quotes, a "#" comment
+    in a word, `#SBATCH--time`, `usr1` and `010` skipped it too. Lines after the script's first
     command are not sbatch's and are not read."""
     (job.data / "part-00000").write_text("")
     (job.data / "eval_10k").write_text("")

@@ -36,6 +36,20 @@ from mlperf_logging.mllog import constants as C
 
 
 
+# Truthy while this process forks, from the first of the fork's hooks to the last (os.register_at_fork:
+# ours, registered after the libraries', run first before it and last after it). They are list methods,
+# not Python functions: no handler can run inside them.
+_FORKING = []
+_fork_hooks_registered = []
+
+
+def _hold_raises_while_forking():
+    if not _fork_hooks_registered and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=functools.partial(_FORKING.append, True), after_in_parent=_FORKING.clear,
+                            after_in_child=_FORKING.clear)
+        _fork_hooks_registered.append(True)
+
+
 class _Stop:
     """SIGTERM or SIGINT (Ctrl-C; the launchers pass it on as itself). In the untimed init, before
     run_start, nothing has been trained: the signal stops the run at once (``Terminated``, raised
@@ -43,7 +57,11 @@ class _Stop:
     the signal when a checkpoint holds the run (``resumable``), else launch.NOT_SAVED_STATUS (143
     says a checkpoint holds it). From run_start on (``started``) it sets ``requested``: the loop
     checkpoints at the next update and exits 128 + the signal. The first signal decides
-    (start_training.sh sends SIGTERM after a SIGINT, in case the trainer had not started yet)."""
+    (start_training.sh sends SIGTERM after a SIGINT, in case the trainer had not started yet). A
+    signal whose handler runs inside a fork's hooks (another thread took it, which the loader's
+    block does not cover) is not raised there: Python drops an exception of a fork hook ("Exception
+    ignored in: <function _releaseLock>", logging's, whose lock then stayed held); it is raised at
+    the next eval batch (``checked``) or at run_start (``started``)."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -59,6 +77,7 @@ class _Stop:
         self._old = {}
 
     def __enter__(self):
+        _hold_raises_while_forking()
         for sig in self.SIGNALS:
             with contextlib.suppress(ValueError):  # not the main thread: no handler
                 self._old[sig] = signal.signal(sig, self._handle)
@@ -70,7 +89,7 @@ class _Stop:
             return
         self.requested = True  # first: a signal that comes while first_signal runs returns above
         self.signum = first_signal(signum, frame, self._handle)
-        if self.in_init:
+        if self.in_init and not _FORKING:
             raise self._terminated()
 
     def _terminated(self, peer_lost=False):
@@ -123,7 +142,10 @@ class _Stop:
             yield batch
 
     def started(self):
-        """run_start: from here a signal checkpoints at the next update."""
+        """run_start: from here a signal checkpoints at the next update (one that came in the init,
+        its raise held by a fork or lost in a finalizer, stops the run here, before run_start)."""
+        if self.requested and self.in_init:
+            raise self._terminated()
         self.in_init = False
 
     def asked(self):

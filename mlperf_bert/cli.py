@@ -5,7 +5,8 @@ import os
 import signal
 import sys
 
-from mlperf_bert.errors import Terminated, UserError, install_sigterm_handler, raise_interrupt, sigterm_lost
+from mlperf_bert.errors import (Terminated, UserError, install_sigterm_handler, raise_held, raise_interrupt,
+                               sigterm_lost)
 from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 # The start's handler (quiet_start) is there, stdlib only: the entry points set it up before this
@@ -33,6 +34,7 @@ def run_main(main, argv=None):
         # The command has ended: a signal now would change nothing of what it did, only turn its
         # status into a traceback in its exit (a scheduler's SIGTERM to a trainer that finished).
         _ignore_stops()
+        raise_held()  # a stop whose raise waited for a fork's end, which no point of the command raised
         if sigterm_lost():  # the signal's exception was dropped and the command ran to its end
             raise Terminated()
     except UserError as e:

@@ -38,6 +38,40 @@ class Terminated(BaseException):
 
 
 _received = []  # the SIGTERMs _raise_terminated raised
+_held = []  # the stop signals whose raise waits for a fork's end (raise_held)
+
+# Truthy while this process forks, from the first of the fork's hooks to the last (os.register_at_fork:
+# ours, registered after the libraries', run first before it and last after it). They are list methods,
+# not Python functions: no handler can run inside them. A handler that raised inside another
+# library's hook (logging's lock release) had its raise dropped ("Exception ignored in ...") and left
+# that library's lock held; a stop signal's handler runs there when another thread took the signal.
+_FORKING = []
+_fork_hooks_registered = []
+
+
+def hold_raises_while_forking():
+    """From now on, ``forking()`` is true while this process runs its fork hooks."""
+    if not _fork_hooks_registered and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=functools.partial(_FORKING.append, True), after_in_parent=_FORKING.clear,
+                            after_in_child=_FORKING.clear)
+        _fork_hooks_registered.append(True)
+
+
+def forking():
+    """Whether this process is inside its fork hooks, where a raise would be dropped."""
+    return bool(_FORKING)
+
+
+def raise_held():
+    """Raise the stop a signal asked for inside a fork's hooks (Terminated, or KeyboardInterrupt for
+    SIGINT), if any: called where the process has forked (a pool started)."""
+    if _held:
+        signum = _held[0]
+        del _held[:]
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        _received.append(signum)
+        raise Terminated()
 
 
 def _stopping():
@@ -53,6 +87,9 @@ def _raise_terminated(signum, frame):
     # (a pool's end, a lock's release) cut half-way.
     if _stopping():
         return
+    if forking():
+        _held.append(signum)
+        return
     _received.append(signum)
     raise Terminated()
 
@@ -61,6 +98,9 @@ def raise_interrupt(signum, frame):
     """SIGINT's handler: KeyboardInterrupt, as Python's own, but not while a stop is being handled."""
     if _stopping():
         return
+    if forking():
+        _held.append(signum)
+        return
     raise KeyboardInterrupt
 
 
@@ -68,8 +108,8 @@ def sigterm_lost():
     """Whether a SIGTERM raised Terminated where Python drops exceptions (a finalizer, a
     generator closed by the garbage collector: "Exception ignored in ..."), so that the command
     went on; ``run_main`` then still ends with 143. Reset by the call."""
-    lost = bool(_received)
-    del _received[:]
+    lost = bool(_received or _held)
+    del _received[:], _held[:]
     return lost
 
 
@@ -175,6 +215,7 @@ def worker_pool(workers, start_method=None):
         from multiprocessing import resource_tracker
         resource_tracker.ensure_running()
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM} if forked else {signal.SIGINT})
+    hold_raises_while_forking()  # (the block does not cover a signal another thread takes)
     try:
         pool = context.Pool(workers, init_worker, (os.getpid(),))
     except BaseException:
@@ -182,6 +223,7 @@ def worker_pool(workers, start_method=None):
         raise
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        raise_held()
         yield pool
         # guarded too: a stop in the join (the jobs done) left the pool's semaphores to the tracker
         pool.close()

@@ -735,6 +735,54 @@ def test_a_sigterm_as_a_spawned_pool_ends_is_one_line(tmp_path, where):
     assert (proc.returncode, proc.stdout, proc.stderr) == (143, out, cli.TERMINATED + "\n")
 
 
+A_STOP_INSIDE_A_FORKS_HOOK = """\
+import os, signal, sys, threading, time
+from mlperf_bert import errors
+from mlperf_bert.cli import run_main
+
+armed = []
+
+
+def library_hook():  # another library's hook, registered before the pool's (logging's lock release)
+    if armed:
+        armed.clear()
+        signal.pthread_kill(other.ident, getattr(signal, sys.argv[1]))  # the thread takes it, not the main one
+        start = time.monotonic()
+        while time.monotonic() - start < 30 and not getattr(errors, "_held", ()):
+            pass  # its handler runs here, in the hook (which it ends, where it raises)
+
+
+def main(argv):
+    armed.append(1)
+    with errors.worker_pool(2, "fork") as pool:  # as make-dataset's
+        print(pool.map(abs, [-1, -2]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    other = threading.Thread(target=threading.Event().wait, daemon=True)  # a progress bar's monitor, a pool's thread
+    other.start()
+    os.register_at_fork(after_in_parent=library_hook)
+    run_main(main, ["stop"])
+"""
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_stop_whose_handler_runs_inside_a_forks_hook_stops_the_command_after_the_fork(tmp_path, signame):
+    """The dataset commands' pool forks its workers with the stop signals blocked in the main thread,
+    but another thread alive (a progress bar's monitor, an earlier pool's) can take a SIGTERM or a
+    Ctrl-C; its handler then ran inside another library's fork hook (logging's lock release), where
+    Python drops the raise: "Exception ignored in ..." and a traceback, the lock left held, and the
+    command did all its work before its stop. The raise waits for the fork's end: the pool is ended
+    before any job, one line, 143 (130)."""
+    from mlperf_bert import cli
+    script = tmp_path / "hook.py"
+    script.write_text(A_STOP_INSIDE_A_FORKS_HOOK)
+    proc = subprocess.run([PY, str(script), signame], capture_output=True, text=True, env=ENV, timeout=120)
+    line, status = (cli.TERMINATED, 143) if signame == "SIGTERM" else (cli.INTERRUPTED, 130)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (status, "", line + "\n")
+
+
 STOP_AT_ONCE_WITH_A_WORKER_IN_THE_FOLDER = """\
 import multiprocessing, os, signal, sys, time
 from multiprocessing import connection, util

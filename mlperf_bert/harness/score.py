@@ -37,7 +37,7 @@ import traceback
 import warnings
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError, die_with_parent
+from mlperf_bert.errors import UserError, die_with_parent, hold_raises_while_forking, raise_held
 from mlperf_bert.fileio import atomic_path, compression, pid_alive, read_lines
 from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
                                             read_log, samples_of, speed_up_official_parse, target_of,
@@ -201,10 +201,12 @@ def _official(cwd, tool, org, extra=()):
     sys.stderr.flush()  # nothing buffered here may reach the child's output
     parent = os.getpid()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        hold_raises_while_forking()
         pid = os.fork()
         if pid == 0:
             _tool_child(parent, cwd, tool, [org, "training", RULESET] + list(extra), out.fileno(), err.fileno())
         try:
+            raise_held()  # a stop whose handler ran inside the fork's hooks
             status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         except BaseException:  # SIGTERM, Ctrl-C: the tool does not outlive the call (as subprocess.run)
             os.kill(pid, signal.SIGKILL)

@@ -26,28 +26,13 @@ import numpy as np
 import torch
 
 from mlperf_bert import flags
-from mlperf_bert.errors import Terminated, UserError, first_signal
+from mlperf_bert.errors import Terminated, UserError, first_signal, forking, hold_raises_while_forking
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
 from mlperf_bert.trainer import (checkpoint, cpu_memory, distributed, evaluation, flag_checks, levers, loader, preflight,
                                  run_config, tensorboard, throughput, trainer_flags)
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
 from mlperf_logging.mllog import constants as C
-
-
-
-# Truthy while this process forks, from the first of the fork's hooks to the last (os.register_at_fork:
-# ours, registered after the libraries', run first before it and last after it). They are list methods,
-# not Python functions: no handler can run inside them.
-_FORKING = []
-_fork_hooks_registered = []
-
-
-def _hold_raises_while_forking():
-    if not _fork_hooks_registered and hasattr(os, "register_at_fork"):
-        os.register_at_fork(before=functools.partial(_FORKING.append, True), after_in_parent=_FORKING.clear,
-                            after_in_child=_FORKING.clear)
-        _fork_hooks_registered.append(True)
 
 
 class _Stop:
@@ -77,7 +62,7 @@ class _Stop:
         self._old = {}
 
     def __enter__(self):
-        _hold_raises_while_forking()
+        hold_raises_while_forking()
         for sig in self.SIGNALS:
             with contextlib.suppress(ValueError):  # not the main thread: no handler
                 self._old[sig] = signal.signal(sig, self._handle)
@@ -89,7 +74,7 @@ class _Stop:
             return
         self.requested = True  # first: a signal that comes while first_signal runs returns above
         self.signum = first_signal(signum, frame, self._handle)
-        if self.in_init and not _FORKING:
+        if self.in_init and not forking():
             raise self._terminated()
 
     def _terminated(self, peer_lost=False):

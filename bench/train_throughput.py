@@ -47,6 +47,8 @@ def ours(cfg, device, autocast, compile=False):
     model = BertForPreTraining(cfg).to(device)
     opt = create_optimizer(model, "lamb", 1e-4, 0.9, 0.999, 1e-6, 0.01)
     acc = GradientAccumulator(model, opt, 1, lambda s: 1e-4)
+    if compile:
+        attention.trace_as_constants()
     forward = torch.compile(model) if compile else model
 
     def step(batch, i):

@@ -171,9 +171,19 @@ def test_deciding_on_flash_on_cuda_breaks_no_compiled_graph(monkeypatch):
     ``torch.backends.cuda.flash_sdp_enabled()`` returns a Python bool, which dynamo cannot put in
     a graph ("Unsupported torch.* op returned non-Tensor"): called there, it broke the forward of
     packed rows in two on a GPU, while a CPU returns before it. Here the device is only named
-    (its compute capability faked): the decision must trace as a constant, no graph break."""
+    (its compute capability faked): the decision must trace as a constant, no graph break. It is
+    marked so where the trainer compiles (levers.wrap_step under --compile), not at the model's
+    import, which imported torch's compiler (~1 s of CPU) in every trainer, compiled or not."""
     import collections
     import torch._dynamo
+    from mlperf_bert.trainer import levers, optimizer, run_config
+    from mlperf_bert.trainer.accumulation import GradientAccumulator
+    marked, mark = [], torch.compiler.assume_constant_result
+    monkeypatch.setattr(torch.compiler, "assume_constant_result", lambda fn: mark(marked.append(fn) or fn))
+    linear = torch.nn.Linear(2, 2)
+    levers.wrap_step(linear, None, GradientAccumulator(linear, optimizer.create_optimizer(linear), 1, lambda s: 1e-4),
+                     run_config.Levers(compile=True))
+    assert marked == [attention._flash_runs]
     props = collections.namedtuple("Props", "major minor")
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props(9, 0))
 

@@ -380,7 +380,11 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
     # one worker a rank; the stop's model.ckpt-8.pt, then one update (2 micro-steps) to the end
     argv = flags_for(files, out, num_train_steps=10, save_checkpoints_steps=100)[1:]
     wrapper = [PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2"]
-    env = dict(ENV, TMPDIR=short_tmpdir)
+    # Not the compile cache this worker's os.environ names (torch's compiler, once imported here by any
+    # test, sets TORCHINDUCTOR_CACHE_DIR in it): a rank that imports the compiler (it did at the model's
+    # import, ~1 s of CPU) makes its default, TMPDIR/torchinductor_USER, which the check below sees
+    env = {k: v for k, v in ENV.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["TMPDIR"] = short_tmpdir
     script = tmp_path / "stop_at_4.py"
     script.write_text(STOP_AT_STEP_4)
     with open(tmp_path / "stdout", "w+") as stdout, open(tmp_path / "stderr", "w+") as stderr:

@@ -62,14 +62,21 @@ def reference_varlen(q, k, v, cu_seqlens, max_len, dropout_p, scale):
     return torch.cat(parts)
 
 
-@torch.compiler.assume_constant_result
 def _flash_runs(device):
     """Whether FlashAttention runs on the CUDA ``device`` (enabled, compute capability 8.0+).
-    torch.compile takes the answer as a constant of the trace: dynamo cannot put the Python bool
-    of ``torch.backends.cuda.flash_sdp_enabled()`` in a graph ("Unsupported torch.* op returned
-    non-Tensor"), so calling it in the traced forward broke the compiled forward of packed rows
-    on CUDA into several graphs (a CPU returns before it; tests/test_packed_model.py)."""
+    torch.compile takes the answer as a constant of the trace (``trace_as_constants``): dynamo
+    cannot put the Python bool of ``torch.backends.cuda.flash_sdp_enabled()`` in a graph
+    ("Unsupported torch.* op returned non-Tensor"), so calling it in the traced forward broke the
+    compiled forward of packed rows on CUDA into several graphs (a CPU returns before it;
+    tests/test_packed_model.py)."""
     return torch.backends.cuda.flash_sdp_enabled() and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def trace_as_constants():
+    """Mark what torch.compile's traces of the model take as constants (``_flash_runs``): called
+    where the model is compiled, not as a decorator at import, since assume_constant_result
+    imports torch._dynamo (~1 s of CPU) in every trainer process, compiled or not."""
+    torch.compiler.assume_constant_result(_flash_runs)  # marks the function object itself
 
 
 def varlen_kernel(device, dtype, head_dim):

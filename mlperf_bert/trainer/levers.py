@@ -24,7 +24,7 @@ A lever that does not pay is removed (its flag then says so: flags.REMOVED_FLAGS
 import torch
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import flag_checks
+from mlperf_bert.trainer import attention, flag_checks
 from mlperf_bert.trainer.trainer_flags import RECIPES
 
 
@@ -195,6 +195,7 @@ def wrap_step(model, ddp_model, accumulator, lv):
     compiled, the update compiled (trainer/step.py), the compiled forward replayed as CUDA graphs."""
     forward, eval_forward, after_backward = ddp_model or model, None, accumulator.after_backward
     if lv.compile:  # trainer/step.py: no graph breaks, no recompiles after the first update/eval
+        attention.trace_as_constants()
         # static shapes: the warm-up compiles the run's (training and eval differ in batch;
         # automatic dynamic shapes would recompile the second as a dynamic graph)
         forward = torch.compile(forward, dynamic=False, **compile_options(lv))

@@ -7,6 +7,7 @@ import functools
 import os
 import signal
 import sys
+import threading
 
 
 class UserError(Exception):
@@ -40,26 +41,28 @@ class Terminated(BaseException):
 _received = []  # the SIGTERMs _raise_terminated raised
 _held = []  # the stop signals whose raise waits for a fork's end (raise_held)
 
-# Truthy while this process forks, from the first of the fork's hooks to the last (os.register_at_fork:
-# ours, registered after the libraries', run first before it and last after it). They are list methods,
-# not Python functions: no handler can run inside them. A handler that raised inside another
-# library's hook (logging's lock release) had its raise dropped ("Exception ignored in ...") and left
-# that library's lock held; a stop signal's handler runs there when another thread took the signal.
-_FORKING = []
+# ``forking`` is True in the thread that forks, from the first of the fork's hooks to the last
+# (os.register_at_fork: ours, registered after the libraries', run first before it and last after it),
+# and only there: a thread-local's attribute set by setattr, C code, so no handler runs inside our
+# hooks, and another thread's fork (a pool replacing a worker) holds nothing of the main thread's,
+# where the handlers run. A handler that raised inside another library's hook (logging's lock release)
+# had its raise dropped ("Exception ignored in ...") and left that library's lock held; a stop
+# signal's handler runs there when another thread took the signal.
+_FORKING = threading.local()
 _fork_hooks_registered = []
 
 
 def hold_raises_while_forking():
-    """From now on, ``forking()`` is true while this process runs its fork hooks."""
+    """From now on, ``forking()`` is true while this thread runs this process's fork hooks."""
     if not _fork_hooks_registered and hasattr(os, "register_at_fork"):
-        os.register_at_fork(before=functools.partial(_FORKING.append, True), after_in_parent=_FORKING.clear,
-                            after_in_child=_FORKING.clear)
+        on, off = (functools.partial(setattr, _FORKING, "forking", value) for value in (True, False))
+        os.register_at_fork(before=on, after_in_parent=off, after_in_child=off)
         _fork_hooks_registered.append(True)
 
 
 def forking():
-    """Whether this process is inside its fork hooks, where a raise would be dropped."""
-    return bool(_FORKING)
+    """Whether this thread is inside its fork's hooks, where a raise would be dropped."""
+    return getattr(_FORKING, "forking", False)
 
 
 def raise_held():

@@ -783,6 +783,54 @@ def test_a_stop_whose_handler_runs_inside_a_forks_hook_stops_the_command_after_t
     assert (proc.returncode, proc.stdout, proc.stderr) == (status, "", line + "\n")
 
 
+A_STOP_WHILE_ANOTHER_THREAD_FORKS = """\
+import os, signal, threading
+from mlperf_bert import errors
+from mlperf_bert.cli import run_main
+
+in_hook, release = threading.Event(), threading.Event()
+
+
+def library_hook():  # another library's hook, slow, in the thread that forks (a pool's, replacing a worker)
+    if threading.current_thread() is not threading.main_thread():
+        in_hook.set()
+        release.wait(60)
+
+
+def fork():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def main(argv):
+    errors.hold_raises_while_forking()
+    threading.Thread(target=fork, daemon=True).start()
+    in_hook.wait(60)
+    signal.raise_signal(signal.SIGTERM)  # its handler runs in the main thread, in no fork hook of its own
+    release.set()
+    print("went on", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.register_at_fork(before=library_hook)
+    run_main(main, ["stop"])
+"""
+
+
+def test_a_stop_while_another_thread_forks_stops_the_command_at_once(tmp_path):
+    """The hold of a stop signal's raise covers the fork hooks of the thread whose handler would raise
+    (the main thread), not another thread's fork (a pool replacing a worker): there the main thread
+    goes on with its work, which must stop at once, not when the command is done."""
+    from mlperf_bert import cli
+    script = tmp_path / "thread.py"
+    script.write_text(A_STOP_WHILE_ANOTHER_THREAD_FORKS)
+    proc = subprocess.run([PY, str(script)], capture_output=True, text=True, env=ENV, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (143, "", cli.TERMINATED + "\n")
+
+
 STOP_AT_ONCE_WITH_A_WORKER_IN_THE_FOLDER = """\
 import multiprocessing, os, signal, sys, time
 from multiprocessing import connection, util

@@ -947,6 +947,15 @@ def _training_ckpt(path, **keys):
 
 
 _ONLY = "it is the run's only checkpoint: restore it from a copy (deleted, the run would start over from step 0)"
+_BEFORE = "delete it to resume from the one before, model.ckpt-3.pt"
+
+
+def _refused(path, line):
+    """The resume's load of ``path`` is refused with ``line``."""
+    from mlperf_bert.trainer import checkpoint
+    with pytest.raises(UserError) as e:
+        checkpoint.load(str(path))
+    assert str(e.value) == line
 
 
 @pytest.mark.parametrize("step,said", [
@@ -964,13 +973,9 @@ def test_a_checkpoint_whose_global_step_is_no_step_count_is_one_line(tmp_path, s
     _training_ckpt(path, global_step=step)
     what = ("checkpoint %s holds %s, not a step count (a whole number >= 0, which the trainer writes): it was "
             "edited, or written by another program; " % (path, said))
-    with pytest.raises(UserError) as e:
-        checkpoint.load(str(path))
-    assert str(e.value) == what + _ONLY
+    _refused(path, what + _ONLY)
     _training_ckpt(tmp_path / "model.ckpt-3.pt", global_step=3)
-    with pytest.raises(UserError) as e:
-        checkpoint.load(str(path))
-    assert str(e.value) == what + "delete it to resume from the one before, model.ckpt-3.pt"
+    _refused(path, what + _BEFORE)
     assert checkpoint.load(str(tmp_path / "model.ckpt-3.pt"))["global_step"] == 3
 
 
@@ -979,7 +984,6 @@ def test_a_truncated_training_checkpoint_is_said_to_be_truncated(tmp_path):
     (.pt) file", which sends the user looking for another kind of file. It is said truncated, with
     the resume's way on (the one before, or a copy where it is the only one); a file that is no .pt
     at all keeps its line."""
-    from mlperf_bert.trainer import checkpoint
     whole = tmp_path / "whole.pt"
     _training_ckpt(whole)
     data = whole.read_bytes()
@@ -990,18 +994,11 @@ def test_a_truncated_training_checkpoint_is_said_to_be_truncated(tmp_path):
         path.write_bytes(data[:size])
         what = ("checkpoint %s is truncated (%s bytes): it begins as a PyTorch .pt, but the end of its zip archive "
                 "is missing; " % (path, format(size, ",")))
-        with pytest.raises(UserError) as e:
-            checkpoint.load(str(path))
-        assert str(e.value) == what + _ONLY
+        _refused(path, what + _ONLY)
     _training_ckpt(out / "model.ckpt-3.pt", global_step=3)
-    with pytest.raises(UserError) as e:
-        checkpoint.load(str(path))
-    assert str(e.value) == what + "delete it to resume from the one before, model.ckpt-3.pt"
+    _refused(path, what + _BEFORE)
     path.write_bytes(b"not a checkpoint")
-    with pytest.raises(UserError) as e:
-        checkpoint.load(str(path))
-    assert str(e.value) == ("checkpoint %s is not a PyTorch (.pt) file; delete it to resume from the one before, "
-                            "model.ckpt-3.pt" % path)
+    _refused(path, "checkpoint %s is not a PyTorch (.pt) file; %s" % (path, _BEFORE))
 
 
 def test_a_resume_refused_for_another_runs_settings_names_the_checkpoint():

@@ -369,6 +369,38 @@ def test_the_forked_tool_says_what_python_m_says(package):
     assert said[2][0] == 2 and "unrecognized arguments: --no_such_flag" in said[2][1]
 
 
+A_SIGTERM_TO_THE_TOOL_AS_IT_STARTS = """\
+import os, signal, sys, time
+from mlperf_bert import errors
+from mlperf_bert.harness import score
+
+parent = os.getpid()
+
+
+def library_hook():  # another library's after-fork hook, in the tool's child
+    if os.getpid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)  # to the tool's process alone, as it starts (ps names it)
+        start = time.monotonic()
+        while time.monotonic() - start < 0.5 and not getattr(errors, "_held", ()):
+            pass  # a handler that runs here raises (dropped) or holds it
+
+
+os.register_at_fork(after_in_child=library_hook)
+errors.install_sigterm_handler()
+print(score._official(sys.argv[1], "package_checker", "org")[0])
+"""
+
+
+def test_a_sigterm_to_the_official_tool_as_it_starts_ends_it(tmp_path):
+    """A review: a SIGTERM to score's forked tool while its child ran its fork hooks found score's own
+    handler there, whose raise Python drops (or holds, never to be raised): the tool ignored it and
+    ran to its end. The child starts with the stop signals blocked until SIGTERM is its default
+    action, as a new interpreter's: it ends by the signal."""
+    proc = subprocess.run([sys.executable, "-c", A_SIGTERM_TO_THE_TOOL_AS_IT_STARTS, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=pkg_mod.ROOT))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "%d\n" % -signal.SIGTERM, "")
+
+
 def _stop_a_child(proc, comms):
     """SIGSTOP a child of proc named in comms, seen stopped ('T'): it cannot finish on its own, only
     its parent's death may end it. None when proc ended first."""

@@ -382,7 +382,8 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
     wrapper = [PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2"]
     # Not the compile cache this worker's os.environ names (torch's compiler, once imported here by any
     # test, sets TORCHINDUCTOR_CACHE_DIR in it): a rank that imports the compiler (it did at the model's
-    # import, ~1 s of CPU) makes its default, TMPDIR/torchinductor_USER, which the check below sees
+    # import, ~1 s of CPU; DDP's constructor still does, clipping after the reduction, not run here) makes
+    # its default, TMPDIR/torchinductor_USER, which the check below sees
     env = {k: v for k, v in ENV.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env["TMPDIR"] = short_tmpdir
     script = tmp_path / "stop_at_4.py"

@@ -202,11 +202,20 @@ def _official(cwd, tool, org, extra=()):
     parent = os.getpid()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         hold_raises_while_forking()
-        pid = os.fork()
-        if pid == 0:
-            _tool_child(parent, cwd, tool, [org, "training", RULESET] + list(extra), out.fileno(), err.fileno())
+        # blocked until the child has the default SIGTERM of a new interpreter: one sent to the child as
+        # it starts found this process's handler in its fork's hooks and was held there for ever
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
-            raise_held()  # a stop whose handler ran inside the fork's hooks
+            pid = os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            raise
+        if pid == 0:
+            _tool_child(parent, cwd, tool, [org, "training", RULESET] + list(extra), out.fileno(), err.fileno(),
+                        blocked)
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            raise_held()  # a stop whose handler ran inside the fork's hooks (another thread took it)
             status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         except BaseException:  # SIGTERM, Ctrl-C: the tool does not outlive the call (as subprocess.run)
             os.kill(pid, signal.SIGKILL)
@@ -219,13 +228,15 @@ def _official(cwd, tool, org, extra=()):
     return status, "".join(text)
 
 
-def _tool_child(parent, cwd, tool, args, out_fd, err_fd):
-    """The forked child of ``_official``: runs the tool, never returns."""
+def _tool_child(parent, cwd, tool, args, out_fd, err_fd, mask):
+    """The forked child of ``_official``: runs the tool, never returns. ``mask``: the signal mask to
+    restore (the stop signals are blocked until SIGTERM is the default action here)."""
     status = 1
     inherited = (sys.stdout, sys.stderr)  # kept alive: collected, they would flush the parent's buffers here
     try:
         die_with_parent(parent, signal.SIGKILL, 1)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         try:
             import ctypes
             ctypes.CDLL(None).prctl(15, tool[:15].encode(), 0, 0, 0)  # PR_SET_NAME: ps shows the tool

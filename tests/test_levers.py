@@ -110,8 +110,9 @@ def test_fp8_and_fused_qkv_compile_without_graph_breaks(tmp_path):
 @pytest.mark.parametrize("clip_after", [False, True], ids=["clip_each", "clip_after"])
 def test_fused_update_equals_the_eager_lamb(tmp_path, compiled, clip_after):
     """--fused_update without --compile: the eager model, the update functions of --compile
-    (trainer/step.py) compiled with inductor's combo kernels. Their arithmetic is within 1e-7 of
-    the eager optimizer's weights (about 0.02; a float32 ulp there is 2e-9) after 3 updates: the
+    (trainer/step.py) compiled with inductor's combo kernels. Their weights are within two float32
+    roundings of the eager optimizer's after 3 updates (at each weight's magnitude, or the
+    learning rate's where the weight is smaller; not bit-identical): the
     learning rate is a tensor there (no recompile at each update), so where the eager step adds
     ``-lr * update`` in one rounding (add with alpha) they multiply, then subtract. Inductor's
     own rounding of the compiled update is test_compiled_step.py's (its C++ kernels, 1e-6 against
@@ -129,8 +130,13 @@ def test_fused_update_equals_the_eager_lamb(tmp_path, compiled, clip_after):
     assert le[:2] == lf[:2]
     assert lf[2:] == pytest.approx(le[2:], rel=1e-6, abs=0)
     a, b = eager.model.state_dict(), fused.model.state_dict()
-    worst = max((a[k] - b[k]).abs().max().item() for k in a)
-    assert 0 < worst < 1e-7, worst  # rounding apart, as said
+    # in float32 spacings (eps) at the weight's magnitude, or the learning rate's for a weight
+    # smaller than the step that moved it: an Intel Xeon here differs by one spacing at a
+    # LayerNorm gain near 1 (1.2e-7), an AMD EPYC by less than 1e-7 everywhere
+    lr = torch.tensor(1e-2)
+    spacings = max(((a[k] - b[k]).abs() / torch.maximum(torch.maximum(a[k].abs(), b[k].abs()), lr)).max().item()
+                   for k in a) / torch.finfo(torch.float32).eps
+    assert 0 < spacings <= 2, spacings  # rounding apart, as said
 
 
 # ---------------------------------------------------------------- --cuda_graphs

@@ -77,6 +77,21 @@ def raise_held():
         raise Terminated()
 
 
+@contextlib.contextmanager
+def stops_held_over_fork(signals):
+    """Around a fork from this thread (a pool's start, ``os.fork``): ``signals`` blocked here, and a
+    stop that another thread takes while this one runs the fork's hooks held (the block does not
+    cover it). On leaving, the mask is restored; then, if the block ended without an error, the
+    held stop is raised. Yields the mask a forked child restores once its own handlers are set."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    hold_raises_while_forking()
+    try:
+        yield blocked
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    raise_held()
+
+
 def _stopping():
     """Whether a stop (Terminated, a Ctrl-C's KeyboardInterrupt) is being handled here: its except
     and finally blocks, the __exit__s it runs through, run_main's one line."""
@@ -217,21 +232,17 @@ def worker_pool(workers, start_method=None):
     if not forked:
         from multiprocessing import resource_tracker
         resource_tracker.ensure_running()
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM} if forked else {signal.SIGINT})
-    hold_raises_while_forking()  # (the block does not cover a signal another thread takes)
+    pool = None
     try:
-        pool = context.Pool(workers, init_worker, (os.getpid(),))
-    except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        raise
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        raise_held()
+        with stops_held_over_fork({signal.SIGINT, signal.SIGTERM} if forked else {signal.SIGINT}):
+            pool = context.Pool(workers, init_worker, (os.getpid(),))
         yield pool
         # guarded too: a stop in the join (the jobs done) left the pool's semaphores to the tracker
         pool.close()
         pool.join()
     except BaseException as e:
+        if pool is None:
+            raise
         terminate_pool(pool)
         if isinstance(e, Terminated) and context.get_start_method() != "fork":
             # the semaphores of its queues, registered with the resource tracker: unlinked now, as

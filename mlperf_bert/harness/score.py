@@ -37,7 +37,7 @@ import traceback
 import warnings
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError, die_with_parent, hold_raises_while_forking, raise_held
+from mlperf_bert.errors import UserError, die_with_parent, stops_held_over_fork
 from mlperf_bert.fileio import atomic_path, compression, pid_alive, read_lines
 from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
                                             read_log, samples_of, speed_up_official_parse, target_of,
@@ -201,25 +201,20 @@ def _official(cwd, tool, org, extra=()):
     sys.stderr.flush()  # nothing buffered here may reach the child's output
     parent = os.getpid()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        hold_raises_while_forking()
-        # blocked until the child has the default SIGTERM of a new interpreter: one sent to the child as
-        # it starts found this process's handler in its fork's hooks and was held there for ever
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        pid = None
         try:
-            pid = os.fork()
-        except BaseException:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            raise
-        if pid == 0:
-            _tool_child(parent, cwd, tool, [org, "training", RULESET] + list(extra), out.fileno(), err.fileno(),
-                        blocked)
-        try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            raise_held()  # a stop whose handler ran inside the fork's hooks (another thread took it)
+            # blocked until the child has the default SIGTERM of a new interpreter: one sent to the child
+            # as it starts found this process's handler in its fork's hooks and was held there for ever
+            with stops_held_over_fork({signal.SIGINT, signal.SIGTERM}) as blocked:
+                pid = os.fork()
+                if pid == 0:
+                    _tool_child(parent, cwd, tool, [org, "training", RULESET] + list(extra), out.fileno(),
+                                err.fileno(), blocked)
             status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         except BaseException:  # SIGTERM, Ctrl-C: the tool does not outlive the call (as subprocess.run)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             raise
         text = []
         for f in (out, err):

@@ -92,6 +92,30 @@ def stops_held_over_fork(signals):
     raise_held()
 
 
+@contextlib.contextmanager
+def stops_held():
+    """SIGINT and SIGTERM wait for the end of the block, then act as they would have there: the
+    first of them, with the handler of then. Only a signal with a Python handler is held; one
+    ignored or left to its default action is left as it is, and outside the main thread (where no
+    handler can be set) nothing is held. A handler set inside the block stays."""
+    held, saved = [], {}
+
+    def hold(signum, frame):
+        held.append(first_signal(signum, frame, hold))
+    with contextlib.suppress(ValueError):  # not the main thread
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if callable(signal.getsignal(sig)):
+                saved[sig] = signal.signal(sig, hold)  # (a stop already pending acts here, unheld)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if signal.getsignal(sig) is hold:
+                signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])  # its handler's own act: KeyboardInterrupt, Terminated, ...
+
+
 def _stopping():
     """Whether a stop (Terminated, a Ctrl-C's KeyboardInterrupt) is being handled here: its except
     and finally blocks, the __exit__s it runs through, run_main's one line."""

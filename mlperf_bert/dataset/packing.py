@@ -21,11 +21,10 @@ that many slots per row (``compact_predictions``), so the MLM head does not comp
 """
 import contextlib
 import os
-import signal
 
 import numpy as np
 
-from mlperf_bert.errors import UserError, first_signal
+from mlperf_bert.errors import UserError
 
 PACKED_FEATURES = ("input_ids", "segment_ids", "input_mask", "position_ids", "masked_lm_positions",
                    "masked_lm_ids", "masked_lm_weights", "next_sentence_labels", "nsp_positions")
@@ -405,10 +404,14 @@ def _pack_all(files, outputs, fv):
                 results.append(_pack_job(job))
                 bar.update(1)
         else:
-            from mlperf_bert.errors import call_in_worker
-            from mlperf_bert.errors import worker_pool
+            from mlperf_bert.errors import call_in_worker, stops_held, worker_pool
             with contextlib.ExitStack() as stack:
-                with stops_held():  # the pool is whole before a stop ends it (terminating its workers)
+                # Each spawned worker is started by a fork and exec, then told what to run through a pipe.
+                # A Ctrl-C between the two cut the pool's constructor: the worker, never recorded as the
+                # pool's (never terminated), read the pipe's end after the one line ("EOFError: Ran out
+                # of input"), and a SIGTERM there left the semaphores to the resource tracker's warning.
+                # Held, the stop waits for the whole pool, then ends it as any later stop does.
+                with stops_held():
                     pool = stack.enter_context(worker_pool(workers, "spawn"))
                 for r in pool.imap(call_in_worker, [("mlperf_bert.dataset.packing", "_pack_job", job)
                                                     for job in jobs]):
@@ -416,36 +419,3 @@ def _pack_all(files, outputs, fv):
                     bar.update(1)
     return results
 
-
-@contextlib.contextmanager
-def stops_held():
-    """SIGINT and SIGTERM wait for the end of the block, then act as they would have there (the
-    handlers of then; the first of two signals only). Around the start of a pool of spawned
-    workers: each is started by a fork and exec, then its parent writes it what to run through a
-    pipe. A Ctrl-C between the two (to the whole process group, as a terminal sends it) raised
-    KeyboardInterrupt out of the pool's constructor: the worker, started but never told, and never
-    recorded as the pool's (so never terminated), read the pipe's end once the command had
-    printed its one line, and printed "EOFError: Ran out of input" with a traceback after it (4
-    to 6 of 60 trials with Ctrl-C 0.1-0.35 s after the start, on this project's 2-core machine);
-    a SIGTERM there also left the pool's semaphores to the resource tracker's warning. Held, the
-    stop ends a whole pool as any later stop does. Outside the main thread (where no handler can
-    be set) it holds nothing."""
-    held = []
-
-    def hold(signum, frame):
-        held.append(first_signal(signum, frame, hold))
-    saved = {}
-    try:
-        try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                handler = signal.getsignal(sig)
-                if handler not in (None, signal.SIG_IGN):  # (ignored stays ignored; None: not Python's to restore)
-                    saved[sig] = signal.signal(sig, hold)  # (a stop already pending acts here, unheld)
-        except ValueError:  # not the main thread
-            pass
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        if held:
-            signal.raise_signal(held[0])  # its handler's own act: KeyboardInterrupt, Terminated, ...

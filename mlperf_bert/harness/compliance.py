@@ -6,18 +6,16 @@ WARN (legal, worth a look) or FAIL with the log line it is about; the exit statu
 nothing fails.  docs/compliance.md quotes the rule text behind each check.
 """
 import collections
-import contextlib
 import copy
 import datetime
 import fnmatch
 import json
 import logging
 import os
-import signal
 import sys
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError, worker_pool
+from mlperf_bert.errors import UserError, stops_held, worker_pool
 from mlperf_bert.harness.mlperf_log import eval_frequency  # the formula of the reference README's "Stopping criteria"
 from mlperf_bert.harness.records import Record, finite, number as _number, read_log  # noqa: F401 (Record, read_log: this module's API)
 
@@ -681,7 +679,11 @@ def official_check(path):
         if errors:
             checker.put_message("Log lines had parsing errors.")
         # an OSError from here on is the checker's own: no rule file for the division the log names
-        with _stops_held():
+        # Its rules run under bare ``except:`` clauses that took a stop's exception (Ctrl-C's
+        # KeyboardInterrupt, SIGTERM's Terminated, a pool worker's SystemExit) for a failed rule: the log
+        # was given FAIL, a Ctrl-C was lost (exit 1), a pool worker checked on until its SIGKILL. Held,
+        # the stop acts once the rules are done (~1 s later for a log of 10^6 lines).
+        with stops_held():
             checker.check_loglines(loglines, "training_%s/common.yaml" % RULESET)
         valid = not checker.has_messages()
     except UserError:
@@ -698,32 +700,6 @@ def official_check(path):
         logging.disable(logging.NOTSET)
         root.setLevel(level)
     return checker_result(checker, valid)
-
-
-@contextlib.contextmanager
-def _stops_held():
-    """SIGINT and SIGTERM held while the official checker runs its rules, acted on when they are done
-    (at most ~1 s later, for a log of 10^6 lines). Its rules run under bare ``except:`` clauses that
-    took a stop's exception (Ctrl-C's KeyboardInterrupt, SIGTERM's Terminated, a pool worker's
-    SystemExit) for a failed rule: the log was given FAIL, a Ctrl-C was lost (exit 1), and a pool
-    worker checked on until terminate_pool's SIGKILL, 10 s later. A signal ignored or left to its
-    default action (no Python handler) is left as it is."""
-    held, saved = [], {}
-
-    def hold(signum, frame):
-        held.append(signum)
-    with contextlib.suppress(ValueError):  # not the main thread: no Python handler runs here
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            if callable(signal.getsignal(sig)):
-                saved[sig] = signal.signal(sig, hold)
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            if signal.getsignal(sig) is hold:  # (a handler set meanwhile, a worker's exit's, stays)
-                signal.signal(sig, handler)
-        for sig in dict.fromkeys(held):
-            signal.raise_signal(sig)  # its own handler acts on it now
 
 
 def checker_result(checker, valid):

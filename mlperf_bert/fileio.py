@@ -99,22 +99,27 @@ def _remove_multiprocessing_own(grace=2.0):
     tracker's warning of 6 "leaked"); and $TMPDIR/pymp-* (the trainer's, for its DataLoader workers'
     sockets) once the daemonic children (those workers) are terminated and joined: removed under a
     live one, it printed a FileNotFoundError traceback as that one bound a socket there (c288af2).
-    The folder stays where a child lives on (not daemonic, or past ``grace`` seconds)."""
+    The folder stays where a child lives on (not daemonic, or past ``grace`` seconds). These are
+    multiprocessing's private names (the same in Python 3.10 to 3.13); where one is missing, what it
+    names is left to multiprocessing's own exit, as before this removal existed."""
     import sys
     import time
     util = sys.modules.get("multiprocessing.util")
-    if util is None:
+    registry = getattr(util, "_finalizer_registry", None)
+    if registry is None:
         return
     pid = os.getpid()
-    synchronize = sys.modules.get("multiprocessing.synchronize")
-    tempdir = util.process.current_process()._config.get("tempdir")
+    cleanup = getattr(getattr(sys.modules.get("multiprocessing.synchronize"), "SemLock", None), "_cleanup", None)
+    remove_dir = getattr(util, "_remove_temp_dir", None)
+    tempdir = getattr(util.process.current_process(), "_config", {}).get("tempdir")
     semaphores, folder = [], []
-    for f in list(util._finalizer_registry.values()):  # (Finalize's attributes: no public ones)
+    for f in list(registry.values()):  # (Finalize's attributes: no public ones)
         if getattr(f, "_pid", None) != pid:
             continue
-        if synchronize is not None and f._callback is synchronize.SemLock._cleanup:
+        callback = getattr(f, "_callback", None)
+        if cleanup is not None and callback is cleanup:
             semaphores.append(f)
-        elif f._callback is util._remove_temp_dir and tempdir and f._args[1:] == (tempdir,):
+        elif remove_dir is not None and callback is remove_dir and tempdir and getattr(f, "_args", ())[1:] == (tempdir,):
             folder.append(f)
     for f in semaphores:
         with contextlib.suppress(OSError):

@@ -925,6 +925,30 @@ if __name__ == "__main__":
 """
 
 
+MULTIPROCESSINGS_OWN = """
+import multiprocessing, os, sys
+from multiprocessing import synchronize, util
+from mlperf_bert import fileio
+folder = util.get_temp_dir()
+lock = multiprocessing.get_context("spawn").Lock()  # a named semaphore, removed at exit
+if sys.argv[1] == "renamed":  # a later Python without these private names
+    del util._remove_temp_dir, synchronize.SemLock._cleanup
+fileio._remove_multiprocessing_own()
+print(os.path.isdir(folder))
+"""
+
+
+@pytest.mark.parametrize("names,kept", [("as_today", "False"), ("renamed", "True")])
+def test_multiprocessings_own_are_removed_and_a_later_pythons_renames_leave_them_to_its_exit(tmp_path, names, kept):
+    """A stop's removal of multiprocessing's temporaries reads its private names (Python 3.10-3.13
+    have them): the folder goes; where a later Python renamed them, the removal is skipped without
+    an error in the stop's path, and multiprocessing's own exit removes them."""
+    proc = subprocess.run([PY, "-c", MULTIPROCESSINGS_OWN, names], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, kept + "\n", "")
+    assert not glob.glob(str(tmp_path / "pymp-*"))  # (the exit's, in the second case)
+
+
 def test_a_sigterm_before_a_forked_workers_initializer_is_the_commands_one_line(tmp_path):
     """A hostile sweep: check-log SIGTERMed 0.1-0.2 s after its start printed "Process ForkPoolWorker-1"
     and a Terminated traceback before its line (1-3 % of such stops; 10 of 60 at 0.08-0.3 s): a forked

@@ -1013,8 +1013,10 @@ def test_a_worker_the_pool_started_in_anothers_place_ends_with_the_pool_not_befo
 
 
 A_WORKER_FORKED_BY_A_THREAD_THAT_ENDS = """\
-import os, threading
+import os, threading, warnings
 from mlperf_bert import errors
+# (Python 3.12 warns of this very fork, made here in __main__, where its DeprecationWarnings show)
+warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
 
 parent, child = os.getpid(), []
 ready_r, ready_w = os.pipe()

@@ -116,11 +116,15 @@ def test_packed_gradients_equal_unpacked(sequences, kernel):
         m(**batch).loss.backward()
         grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
     # the key bias's gradient is zero in exact arithmetic (softmax ignores a per-query constant):
-    # its rounding noise (1e-13) is measured against the largest gradient of all
+    # its rounding noise (1e-13) is measured against the largest gradient of all. Rounding alone
+    # (the two batches' matmuls have other shapes) was at most 3.1e-6 of that under torch 2.13 (this
+    # project's pin) and 1.8e-5 under torch 2.11+cu130 (the GPU machine's, on this CPU: the NSP head's
+    # bias, a sum of terms of both signs); sequences that attend across their row's boundary
+    # (one segment a row) differ by 0.08-0.4 at the worst parameter
     scale = max(g.abs().max().item() for g in grads[0].values())
     for name in grads[0]:
         diff = (grads[1][name].double() - grads[0][name].double()).abs().max().item()
-        assert diff <= 1e-5 * max(grads[0][name].abs().max().item(), 1e-3 * scale), name
+        assert diff <= 1e-4 * max(grads[0][name].abs().max().item(), 1e-3 * scale), name
 
 
 def test_no_cross_contamination_and_positions_restart(sequences):

@@ -126,7 +126,9 @@ def test_demo_runs_packed(tmp_path):
     """The built-in demo with --packed: packs its records, trains on the rows, its log passes.
     Its own data (the default dupe factor), a lower target: it stops at its second eval (after
     258 sequences, accuracy 0.017; the first, at the start, is 0.0) instead of training 12,808 to
-    the default 0.14."""
+    the default 0.14. The demo's corpus is the interpreter's own pydoc topics: these figures are
+    Python 3.11's (the image's and CI's); under 3.12 the rows trained before its target (480) each
+    hold one sequence, a log no checker can tell from an unpacked run's."""
     r = subprocess.run([sys.executable, "-m", "mlperf_bert", "demo", "--packed", "--output_dir=%s" % tmp_path,
                         "--eval_frequency=240", "--target=0.01", "--max_samples=4800"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -134,7 +136,7 @@ def test_demo_runs_packed(tmp_path):
     assert "--input_file=%s/packed/*.packed.hdf5" % tmp_path in r.stdout
     assert "log checker            PASSED" in r.stdout
     grid = [line for line in r.stdout.splitlines() if line.startswith("PASS eval_grid")]
-    assert len(grid) == 1 and "packed" in grid[0]
+    assert len(grid) == 1 and grid[0].endswith(", packed)"), grid  # (the rule's word: not "unpacked")
     with open(tmp_path / "train" / "mlperf.log") as f:
         samples = [json.loads(line.split(":::MLLOG ", 1)[1])["value"] for line in f
                    if '"key": "train_samples"' in line]

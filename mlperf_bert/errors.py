@@ -250,7 +250,11 @@ def worker_pool(workers, start_method=None):
     # A forked worker also has this process's SIGTERM handler until init_worker sets its own: a SIGTERM
     # there raised this process's Terminated in the worker's start ("Exception ignored"). Blocked too,
     # it comes under init_worker's. (A spawned worker's is the default action until then, which
-    # call_in_worker relies on.)
+    # call_in_worker relies on: so its SIGTERM is not blocked; this process's own is held instead.
+    # A spawned worker is started by a fork and exec, then told what to run through a pipe; a stop
+    # between the two cut the pool's constructor: the worker, never the pool's (never terminated),
+    # read the pipe's end after the one line, "EOFError: Ran out of input", and the semaphores were
+    # left to the resource tracker's warning. Held, the stop ends the whole pool as later stops do.)
     context = multiprocessing.get_context(start_method)
     forked = context.get_start_method() == "fork"
     if not forked:
@@ -258,7 +262,8 @@ def worker_pool(workers, start_method=None):
         resource_tracker.ensure_running()
     pool = None
     try:
-        with stops_held_over_fork({signal.SIGINT, signal.SIGTERM} if forked else {signal.SIGINT}):
+        with contextlib.nullcontext() if forked else stops_held(), \
+                stops_held_over_fork({signal.SIGINT, signal.SIGTERM} if forked else {signal.SIGINT}):
             pool = context.Pool(workers, init_worker, (os.getpid(),))
         yield pool
         # guarded too: a stop in the join (the jobs done) left the pool's semaphores to the tracker

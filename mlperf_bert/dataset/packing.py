@@ -19,7 +19,6 @@ A file's ``max_predictions_per_row`` attribute bounds the real predictions of an
 (at most about 0.15 * S + K/2 for the reference's generator, far below K*P): the loader keeps
 that many slots per row (``compact_predictions``), so the MLM head does not compute K*P.
 """
-import contextlib
 import os
 
 import numpy as np
@@ -404,15 +403,8 @@ def _pack_all(files, outputs, fv):
                 results.append(_pack_job(job))
                 bar.update(1)
         else:
-            from mlperf_bert.errors import call_in_worker, stops_held, worker_pool
-            with contextlib.ExitStack() as stack:
-                # Each spawned worker is started by a fork and exec, then told what to run through a pipe.
-                # A Ctrl-C between the two cut the pool's constructor: the worker, never recorded as the
-                # pool's (never terminated), read the pipe's end after the one line ("EOFError: Ran out
-                # of input"), and a SIGTERM there left the semaphores to the resource tracker's warning.
-                # Held, the stop waits for the whole pool, then ends it as any later stop does.
-                with stops_held():
-                    pool = stack.enter_context(worker_pool(workers, "spawn"))
+            from mlperf_bert.errors import call_in_worker, worker_pool
+            with worker_pool(workers, "spawn") as pool:
                 for r in pool.imap(call_in_worker, [("mlperf_bert.dataset.packing", "_pack_job", job)
                                                     for job in jobs]):
                     results.append(r)

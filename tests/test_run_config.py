@@ -108,6 +108,8 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     for entry in today["run"]["input_file"] + (today["run"]["eval_input_file"] or []):
         assert len(entry) == 3 and entry.pop().startswith("record0:")
     old_leaves, today_leaves = dict(_leaves(ckpt)), dict(_leaves(today))
+    # and the torch that wrote it (a resume under another says so: the next test)
+    assert ("torch",) not in old_leaves and today_leaves.pop(("torch",)) == torch.__version__
     # what it leaves out where unused (RunConfig.identity): this run has one rank and no eval set; the
     # resume below from the old identity, which has them, does not compare them
     unused = [("run", "grad_exchange_dtype"), ("run", "target_mlm_accuracy")]
@@ -149,6 +151,42 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     keys = ("global_step", "samples", "next_eval", "evals", "mlperf_log", "block", "loss")
     assert state.checkpoint(ckpt["mlperf_log"]) == {k: ckpt[k] for k in keys}
     assert list(state.checkpoint(ckpt["mlperf_log"])) == [k for k in ckpt if k in keys]
+
+
+def test_a_resume_under_another_torch_says_so_once_and_goes_on_from_the_checkpoints_state(tmp_path, capsys):
+    """A checkpoint names the torch that wrote it. Resumed under another (edited here: this machine
+    has one), the run goes on, as on another GPU, with one warning line naming both versions; here,
+    where the arithmetic is in fact the same, it ends bit-identical to the uninterrupted run. Under
+    the same torch, or from a checkpoint that names none (an older version's), nothing is said."""
+    d = _fixture_data(tmp_path)
+    full = tmp_path / "full"
+    assert training.main(_argv(d, full)) == 0
+    ckpt = torch.load(full / "model.ckpt-6.pt", map_location="cpu", weights_only=False)
+    assert ckpt["torch"] == torch.__version__
+    capsys.readouterr()
+    for name, written in (("other", "2.11.0+cu130"), ("same", str(torch.__version__)), ("older", None)):
+        out = tmp_path / name
+        out.mkdir()
+        if written is None:
+            del ckpt["torch"]
+        else:
+            ckpt["torch"] = written
+        torch.save(ckpt, out / "model.ckpt-6.pt")
+        shutil.copy(full / "mlperf.log", out / "mlperf.log")  # the resume cuts it back to the checkpoint's mark
+        assert training.main(_argv(d, out)) == 0
+        err = capsys.readouterr().err
+        warned = [line for line in err.splitlines() if "was written under torch" in line]
+        if name == "other":
+            assert warned == ["warning: checkpoint %s was written under torch 2.11.0+cu130, this run has torch %s: "
+                              "the resume goes on from its state, but its sums may round otherwise than the "
+                              "uninterrupted run's (not bit-identical), and a submission's runs name one software "
+                              "stack; resume under torch 2.11.0+cu130 for the same arithmetic"
+                              % (out / "model.ckpt-6.pt", torch.__version__)], err
+        else:
+            assert warned == [], err
+        assert_bit_identical(str(out / "model.ckpt-12.pt"), str(full / "model.ckpt-12.pt"))
+        # the resumed run's own checkpoints name the torch it ran under
+        assert torch.load(out / "model.ckpt-12.pt", map_location="cpu", weights_only=False)["torch"] == torch.__version__
 
 
 class _Killed(Exception):

@@ -329,6 +329,20 @@ def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_pat
                         "the same number" % (path, n, "" if n == 1 else "s", world))
     if ckpt.get("mlperf_log"):
         check_run_log(os.path.dirname(path), log_path, ckpt["mlperf_log"], "checkpoint %s" % os.path.basename(path))
+    warn_other_torch(ckpt.get("torch"), path)
+
+
+def warn_other_torch(written, path):
+    """A resume under another torch than the one that wrote checkpoint ``path`` goes on from the same
+    state, as one on another GPU does (neither is refused), but it is not the uninterrupted run's
+    arithmetic: its kernels, and so its sums, may round otherwise; it says so, once. (A checkpoint
+    of an older version does not name its torch: nothing to say.)"""
+    import torch
+    if isinstance(written, str) and written != torch.__version__:
+        print("warning: checkpoint %s was written under torch %s, this run has torch %s: the resume goes on from "
+              "its state, but its sums may round otherwise than the uninterrupted run's (not bit-identical), and a "
+              "submission's runs name one software stack; resume under torch %s for the same arithmetic"
+              % (path, written, torch.__version__, written), file=sys.stderr, flush=True)
 
 
 def check_run_log(output_dir, log_path, mark, what):

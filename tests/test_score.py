@@ -1211,6 +1211,37 @@ def test_the_trainer_records_its_launch(monkeypatch):
         "preset": "rcp_768", "overrides": "--train_batch_size=96", "processes": 8, "processes_per_node": 4,
         "nodes": 2, "flags": {"train_batch_size": 96, "output_dir": "/x", "shuffle": False}}
     assert rec["source_sha256"] == pkg_mod.source_identity()["source_sha256"] is not None
+    import torch
+    assert rec["torch"] == str(torch.__version__) and type(rec["torch"]) is str
+
+
+def test_package_warns_of_runs_launched_under_several_torches(two_runs, tmp_path, capsys):
+    """Each launch record names the torch the run ran under; runs under two versions (a container
+    upgraded between runs) are one package's runs of two software stacks: package says so, naming
+    each version's runs. Under one version, or where a record names none (an older version's), it
+    says nothing of torch."""
+    from mlperf_bert.harness.compliance import read_log
+    for versions, warned in ((("2.11.0+cu130", "2.13.0+cpu"), True), (("2.13.0+cpu", "2.13.0+cpu"), False),
+                             ((None, "2.13.0+cpu"), False)):
+        for i, version in enumerate(versions):
+            seed = [r.value for r in read_log(str(two_runs / ("result_%d.txt" % i))) if r.key == "seed"][-1]
+            launch = {"preset": None, "overrides": None, "flags": {}, "processes": 8, "processes_per_node": 8,
+                      "nodes": 1, "source_sha256": pkg_mod.source_identity()["source_sha256"]}
+            if version:
+                launch["torch"] = version
+            (two_runs / ("run_%d" % i)).mkdir(exist_ok=True)
+            (two_runs / ("run_%d" % i) / "run_finished.json").write_text(json.dumps(
+                {"status": "success", "run": {"seed": seed}, "launch": launch}))
+        out = tmp_path / ("pkg_%s" % "_".join(map(str, versions)))
+        assert pkg_mod.main(nyx_argv(two_runs, out)) == 0
+        err = capsys.readouterr().err
+        torches = [line for line in err.splitlines() if "versions of torch" in line]
+        if warned:
+            assert torches == ["warning: package: the runs ran under 2 versions of torch (torch 2.11.0+cu130: "
+                               "result_0.txt; torch 2.13.0+cpu: result_1.txt): a submission's runs share one software"
+                               " stack, the one its system description names; package the runs of one"], err
+        else:
+            assert torches == [], err
 
 
 def test_two_packages_on_one_output_the_loser_writes_nothing(package, tmp_path):

@@ -776,7 +776,7 @@ def _unfinished_runs(logs):
 
 def package_warnings(logs, entries, source):
     """What package says but does not refuse: a count of logs other than the ruleset's, runs
-    without a launch record, runs made with other code than the packaged."""
+    without a launch record, runs made with other code than the packaged or under several torches."""
     from mlperf_logging.benchmark_meta import get_result_file_counts
     need = get_result_file_counts("training")["bert"]
     warnings = []
@@ -813,6 +813,16 @@ def package_warnings(logs, entries, source):
         names = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
         warnings.append("%d run%s (%s) ran other code than the implementation packaged (source_sha256 differs):"
                         " package the commit the runs ran" % (len(other), "" if len(other) == 1 else "s", names))
+    by_torch = {}
+    for e in entries:
+        version = (e["launch"] or {}).get("torch")
+        if isinstance(version, str):  # (a record of an older version names none)
+            by_torch.setdefault(version, []).append(e["result"])
+    if len(by_torch) > 1:
+        warnings.append("the runs ran under %d versions of torch (%s): a submission's runs share one software stack,"
+                        " the one its system description names; package the runs of one" % (len(by_torch), "; ".join(
+                            "torch %s: %s" % (v, ", ".join(r[:3]) + (", ..." if len(r) > 3 else ""))
+                            for v, r in sorted(by_torch.items()))))
     return warnings
 
 

@@ -11,7 +11,8 @@ first) it sends the signal 1 to 3 times, at random spacings, to the whole proces
 `kill -TERM -PGID`, systemd or Slurm's linuxproc do), then reruns the same command. Every trial
 must show:
 
-- a status that says what happened: 0 only for a series that finished; 143 (130 after SIGINT)
+- a status that says what happened: 0 only for a series that finished, and not after a signal sent
+  before its run_start (a stop in the untimed init ends the run at once); 143 (130 after SIGINT)
   only where a checkpoint of the stopped run, or a finished earlier run of the series, holds
   what was done; 79 only where the stopped run has no checkpoint;
 - no Python traceback, no error of bash's own ("start_training.sh: line N: ..."), and no hang (300 s);
@@ -25,6 +26,7 @@ The scratch folder is removed after a pass (kept after a failure, and with STOP_
 import argparse
 import collections
 import glob
+import json
 import os
 import random
 import re
@@ -64,8 +66,21 @@ def run_dir(out, runs, i):
     return os.path.join(out, "run_%d" % i) if runs > 1 else out
 
 
-def verdict(status, sig, out, runs, text):
-    """What is wrong with how a stopped start_training.sh ended (a list, empty when nothing is)."""
+def run_start_time(log):
+    """The time (s since the epoch) of the first run_start in MLPerf log ``log``, or None."""
+    try:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if '"key": "run_start"' in line:
+                    return json.loads(line.split(":::MLLOG ", 1)[1])["time_ms"] / 1000.0
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    return None
+
+
+def verdict(status, sig, out, runs, text, signalled=None):
+    """What is wrong with how a stopped start_training.sh ended (a list, empty when nothing is);
+    ``signalled``: when the first signal was sent (time.time())."""
     stopped = 128 + sig
     started = [i for i in range(runs) if os.path.exists(run_dir(out, runs, i))]
     current = max(started) if started else 0
@@ -76,6 +91,11 @@ def verdict(status, sig, out, runs, text):
         wrong.append("status %s (0, %d or 79 expected)" % (status, stopped))
     if status == 0 and len(finished) < runs:
         wrong.append("status 0 but runs %s did not finish" % sorted(set(range(runs)) - set(finished)))
+    started_at = run_start_time(os.path.join(run_dir(out, runs, 0), "mlperf.log"))
+    if status == 0 and signalled is not None and started_at is not None and signalled < started_at:
+        # a stop in the untimed init ends the run at once: a series that then finished lost the signal
+        wrong.append("status 0 (finished) though the signal came %.2f s before run 0's run_start" % (
+            started_at - signalled))
     if status == stopped and not checkpoints and not (finished and " before run " in text):
         wrong.append("status %d without a checkpoint of run %d or a finished run before it" % (status, current))
     if status == 79 and checkpoints:
@@ -95,6 +115,12 @@ def main():
     if args.trials < 1:
         print("error: check_stops.py: --trials=%d: give 1 or more" % args.trials, file=sys.stderr)
         return 2
+    # Started as a background job of a shell without job control (`make stop-stress &`, a CI step),
+    # this process has SIGINT ignored, and so would each start_training.sh: bash cannot trap a signal
+    # ignored at its entry, so a SIGINT before the trainer set its handler was lost (the run finished,
+    # status 0). The trials are a terminal's Ctrl-C: a handler of our own is the default in each child.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     work = tempfile.mkdtemp(prefix="stop_stress.")
@@ -121,11 +147,13 @@ def main():
                                 text=True, start_new_session=True)
         delay, count = rng.uniform(0, reference[gpus, runs][1]), rng.choice((1, 1, 2, 3))
         time.sleep(delay)
-        sent = 0
+        sent, signalled = 0, None
         for _ in range(count):
             try:
+                signalled = signalled or time.time()
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
+                signalled = None if not sent else signalled
                 break
             sent += 1
             time.sleep(rng.choice((0, 0.001, 0.05, 0.3, 1.0)))
@@ -136,7 +164,7 @@ def main():
             stdout, stderr = proc.communicate()
             wrong = ["a hang: no end 300 s after the signals (killed)"]
         else:
-            wrong = verdict(proc.returncode, sig, out, runs, stdout + stderr)
+            wrong = verdict(proc.returncode, sig, out, runs, stdout + stderr, signalled)
         status = proc.returncode
         again = subprocess.run(command(work), env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
         if again.returncode:

@@ -448,8 +448,12 @@ if "--multiprocessing-fork" in sys.argv:  # a spawned pool worker
             if name == "numpy":  # its first job's imports begin: what would a SIGTERM do now?
                 sys.meta_path.remove(self)
                 handler = signal.getsignal(signal.SIGTERM)
-                with open(os.path.join(os.environ["PROBE_DIR"], str(os.getpid())), "w") as f:
+                # written whole or not at all: the other worker, ended by the pool's SIGTERM while it
+                # wrote, left an empty file (a busy machine's run failed on it)
+                seen = os.path.join(os.environ["PROBE_DIR"], str(os.getpid()))
+                with open(seen + ".tmp", "w") as f:
                     f.write("default" if handler == signal.SIG_DFL else repr(handler))
+                os.rename(seen + ".tmp", seen)
                 os.killpg(0, signal.SIGINT)  # and Ctrl-C comes
             return None
     sys.meta_path.insert(0, Probe())
@@ -473,7 +477,7 @@ def test_a_spawned_worker_imports_its_job_where_a_sigterm_ends_it_at_once(small,
                            "--output_dir=%s" % out, "--noprogress", "--num_workers=2"] + S128[:2], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, start_new_session=True,
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(probe), ROOT]), PROBE_DIR=str(seen)))
-    handlers = [(seen / n).read_text() for n in os.listdir(seen)]
+    handlers = [(seen / n).read_text() for n in os.listdir(seen) if not n.endswith(".tmp")]
     assert handlers and set(handlers) == {"default"}, handlers
     assert (proc.returncode, proc.stderr, proc.stdout) == (130, "error: interrupted\n", "")
     assert not out.exists()

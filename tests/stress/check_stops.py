@@ -26,7 +26,6 @@ The scratch folder is removed after a pass (kept after a failure, and with STOP_
 import argparse
 import collections
 import glob
-import json
 import os
 import random
 import re
@@ -68,14 +67,12 @@ def run_dir(out, runs, i):
 
 def run_start_time(log):
     """The time (s since the epoch) of the first run_start in MLPerf log ``log``, or None."""
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.harness.records import read_log
     try:
-        with open(log, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if '"key": "run_start"' in line:
-                    return json.loads(line.split(":::MLLOG ", 1)[1])["time_ms"] / 1000.0
-    except (OSError, ValueError, KeyError, IndexError):
-        pass
-    return None
+        return next((r.time_ms / 1000.0 for r in read_log(log) if r.key == "run_start"), None)
+    except (OSError, UserError):
+        return None
 
 
 def verdict(status, sig, out, runs, text, signalled=None):
@@ -150,11 +147,10 @@ def main():
         sent, signalled = 0, None
         for _ in range(count):
             try:
-                signalled = signalled or time.time()
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
-                signalled = None if not sent else signalled
                 break
+            signalled = signalled or time.time()  # (just after: the first signal was sent by then)
             sent += 1
             time.sleep(rng.choice((0, 0.001, 0.05, 0.3, 1.0)))
         try:

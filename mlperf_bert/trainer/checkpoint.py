@@ -26,6 +26,12 @@ STOPPED = "run_stopped.json"  # written at run_stop; gives way to FINISHED once 
 LOG_OWNER = "mlperf_log_path.json"
 
 
+def torch_version():
+    """The torch this process runs, as checkpoints and launch records name it (a plain str:
+    torch's ``TorchVersion`` does not pass a weights-only load)."""
+    return str(torch.__version__)
+
+
 def path_for(output_dir, step):
     return os.path.join(output_dir, "model.ckpt-%d.pt" % step)
 
@@ -507,7 +513,7 @@ def launch_record(cfg, world):
     record = {"preset": os.environ.get("MLPERF_BERT_PRESET"), "overrides": os.environ.get("MLPERF_BERT_OVERRIDES"),
               "flags": cfg.given_flags(),
               "processes": world, "processes_per_node": local, "nodes": max(1, world // max(1, local)),
-              "torch": str(torch.__version__)}  # (package warns of a submission's runs under several)
+              "torch": torch_version()}  # (package warns of a submission's runs under several)
     if cfg.config_file:  # --config: the file given, and the resolved config the run wrote at its start
         given, digest = cfg.config_file
         record["config"] = {"file": os.path.abspath(given), "sha256": digest,

@@ -337,12 +337,12 @@ def warn_other_torch(written, path):
     state, as one on another GPU does (neither is refused), but it is not the uninterrupted run's
     arithmetic: its kernels, and so its sums, may round otherwise; it says so, once. (A checkpoint
     of an older version does not name its torch: nothing to say.)"""
-    import torch
-    if isinstance(written, str) and written != torch.__version__:
+    running = checkpoint.torch_version()
+    if isinstance(written, str) and written != running:
         print("warning: checkpoint %s was written under torch %s, this run has torch %s: the resume goes on from "
               "its state, but its sums may round otherwise than the uninterrupted run's (not bit-identical), and a "
               "submission's runs name one software stack; resume under torch %s for the same arithmetic"
-              % (path, written, torch.__version__, written), file=sys.stderr, flush=True)
+              % (path, written, running, written), file=sys.stderr, flush=True)
 
 
 def check_run_log(output_dir, log_path, mark, what):

@@ -499,7 +499,7 @@ def run(cfg, stop, held):
             checkpoint.write_log_owner(output_dir, log_path)
             log.open()
     # the torch that wrote a checkpoint: a resume under another says its sums may round otherwise
-    extra = {"seed": seed, "config": config.to_dict(), "run": identity, "torch": str(torch.__version__)}
+    extra = {"seed": seed, "config": config.to_dict(), "run": identity, "torch": checkpoint.torch_version()}
     loop = Loop(cfg, trainer, log, stop, eval_set, freq, extra)
     try:
         return loop.train(state, train_files, packed, seed, held)

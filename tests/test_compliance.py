@@ -1174,3 +1174,32 @@ def test_a_device_given_as_a_log_is_one_line_not_all_memory(tmp_path):
                            " pass that\n")
     with pytest.raises(UserError, match="/dev/null has no :::MLLOG lines"):
         compliance.main(["check-log", "--noofficial", os.devnull])
+
+
+def test_training_on_after_the_hit_or_a_run_timed_below_zero_fails(real_logs, tmp_path):
+    """A hostile sweep, on nyx run 0 (its eval at 0.7203 at 2,550,982 samples): a line at 2,650,000
+    samples after that eval (training went on inside the block; no new eval or block) passed
+    stop_at_target; a run_stop 526 s before run_start, or at time_ms 1e400, passed run_stop (the
+    official tools pass both: score timed the run -8.8 minutes, or inf). The 3,231 published BERT logs
+    of v1.0-v5.0 get the same verdicts as before (docs/compliance.md)."""
+    text = _nyx(real_logs)
+    stats = (':::MLLOG {"namespace": "", "time_ms": 1745139746569, "event_type": "POINT_IN_TIME", "key": '
+             '"tracked_stats", "value": {"throughput": 1.0}, "metadata": {"file": "f", "lineno": 1, "epoch_num": %d}}\n')
+    cut = text.index(':::MLLOG {"namespace": "", "time_ms": 1745139746', text.index('"key": "eval_accuracy", "value": 0.7203'))
+    for position, level in ((2650000, "FAIL"), (2550982, "PASS"), (2550000, "PASS")):
+        log = tmp_path / ("after_%d.txt" % position)
+        log.write_text(text[:cut] + stats % position + text[cut:])
+        r = results(log)["stop_at_target"]
+        assert r.level == level, (position, r)
+        if level == "FAIL":
+            assert r.detail.startswith("run went on after the first eval >= 0.72") and '"epoch_num": 2650000' in r.line
+    stop = re.search(r'"time_ms": (\d+), "event_type": "INTERVAL_END", "key": "run_stop"', text)
+    for name, ms, detail in (("early", "1745139000000", "run_stop (time_ms 1745139000000) is 526.3 s before run_start"),
+                             ("inf", "1e400", "the run's time cannot be taken: run_start time_ms 1745139526306, run_stop"
+                                              " time_ms inf")):
+        log = tmp_path / (name + ".txt")
+        log.write_text(text[:stop.start(1)] + ms + text[stop.end(1):])
+        got = results(log, official=True)
+        assert got["official_checker"].level == "PASS" and got["run_stop"].level == "FAIL", name
+        assert got["run_stop"].detail.startswith(detail) and '"key": "run_stop"' in got["run_stop"].line
+    assert results(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt")["run_stop"].level == "PASS"

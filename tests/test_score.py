@@ -1581,9 +1581,12 @@ def test_a_runs_minutes_are_those_the_official_summarizer_times(tmp_path):
     """A hostile sweep: with a second run_start in NVIDIA's v5.0 nyx result_0 (the package checker finds
     no error), score's table gave result_0 3.6711 minutes (the first run_start to the last run_stop)
     where the official summarizer times 2.6711 (the last run_start before the first run_stop), and
-    "olympic mean: drops" named the wrong runs. Each edit's minutes are the summarizer's own."""
+    "olympic mean: drops" named the wrong runs. Each edit's minutes are the summarizer's own. A second
+    sweep: start_training.sh's RESULT line (harness.run_state, "what MLPerf scores") still timed the
+    first run_start to the last run_stop: the same pair now."""
     from mlperf_logging.compliance_checker.mlp_parser import parse_file
     from mlperf_logging.result_summarizer import result_summarizer
+    from mlperf_bert.harness import run_state
     from mlperf_bert.harness.records import read_log
     with gzip.open(os.path.join(DATA, "mlperf_logs", "v5.0_NVIDIA_nyx_n1_result_0.txt.gz"), "rt") as f:
         lines = f.read().splitlines()
@@ -1603,6 +1606,7 @@ def test_a_runs_minutes_are_those_the_official_summarizer_times(tmp_path):
         begin, end = result_summarizer._query_run_start_stop(parse_file(str(path), ruleset="5.0.0")[0])
         minutes = score.run_summary(read_log(str(path)))[2]
         assert minutes == pytest.approx((end - begin) / 60000.0, abs=1e-9), name
+        assert run_state.time_to_train(read_log(str(path))) == pytest.approx((end - begin) / 1000.0, abs=1e-9), name
         seen.add(round(minutes, 4))
     assert seen == {2.6711, 3.6711}  # the edits move it, as they move the summarizer's
 
@@ -1625,3 +1629,23 @@ def test_a_runs_samples_are_those_the_rcp_checker_reads(tmp_path):
         not_converged, official, _, _ = read_submission_file(str(path), "5.0.0", False)
         if status == "success":
             assert (not_converged, samples) == (0, official), name
+
+
+def test_result_and_system_names_that_are_not_utf8_are_drawn(tmp_path):
+    """A hostile sweep: a result file (or system folder) named with a byte that is not UTF-8, which
+    Python keeps as a surrogate, stopped score's plots with matplotlib's TypeError traceback and exit
+    1, score's "a system fails" status (the official tools had passed it); plot-log's title too."""
+    s = _summary([1, 2, 3])
+    bad = os.fsdecode(b"result_\xff.txt")
+    s["runs"][2] = (os.path.join("NVIDIA", "results", os.fsdecode(b"nyx\xfe"), "bert", bad),) + s["runs"][2][1:]
+    s["evals"][bad] = s["evals"].pop("result_2.txt")
+    paths = (str(tmp_path / "t.png"), str(tmp_path / "c.png"))
+    score.plot(s, paths)
+    assert all(open(p, "rb").read(4) == b"\x89PNG" for p in paths)
+    from mlperf_bert.harness import plot
+    assert plot.shown(bad) == "result_\ufffd.txt"
+    log = tmp_path / os.fsdecode(b"bad\xffname.txt")
+    with gzip.open(os.path.join(DATA, "mlperf_logs", "v5.0_NVIDIA_nyx_n1_result_0.txt.gz"), "rb") as f:
+        log.write_bytes(f.read())
+    assert plot.main(["plot-log", str(log), "--output=%s" % (tmp_path / "x.png")]) == 0
+    assert open(tmp_path / "x.png", "rb").read(4) == b"\x89PNG"

@@ -17,7 +17,8 @@ import sys
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, stops_held, worker_pool
 from mlperf_bert.harness.mlperf_log import eval_frequency  # the formula of the reference README's "Stopping criteria"
-from mlperf_bert.harness.records import Record, finite, number as _number, read_log  # noqa: F401 (Record, read_log: this module's API)
+from mlperf_bert.harness.records import (Record, finite, number as _number, read_log,  # noqa: F401 (Record, read_log: this module's API)
+                                         run_seconds, run_start_stop)
 
 RULESET = "5.0.0"
 CLOSED_TARGET = 0.720
@@ -315,7 +316,12 @@ def rule_stop_at_target(records, division):
                         " ended (still training, or its log was cut off)" % target)
         return _res("stop_at_target", FAIL, "did not converge: no eval reached %.4g, %s (a submission"
                     " may drop one such run of its set)" % (target, said), stop)
-    later = [r for r in records if r.lineno > hit.lineno and r.key in ("eval_accuracy", "block_start", "epoch_start")]
+    # an eval or a block begun after the hit, or any line at a later position (training went on inside
+    # the block: the 590 accepted BERT logs of v3.1-v5.0 read here end at the hit's position)
+    reached = samples_of(hit)
+    later = [r for r in records if r.lineno > hit.lineno and (
+        r.key in ("eval_accuracy", "block_start", "epoch_start")
+        or reached is not None and (samples_of(r) or 0) > reached)]
     if later:
         return _res("stop_at_target", FAIL, "run went on after the first eval >= %.4g (line %d)"
                     % (target, hit.lineno), later[0])
@@ -338,6 +344,14 @@ def rule_run_stop(records):
     stop, status = stops[0], stops[0].metadata.get("status")
     if status not in ("success", "aborted"):
         return _res("run_stop", FAIL, "run_stop status is %r, expected success or aborted" % status, stop)
+    start, timed = run_start_stop(records)  # the pair the result summarizer times
+    if start is not None and run_seconds(records) is None:
+        return _res("run_stop", FAIL, "the run's time cannot be taken: run_start time_ms %r, run_stop time_ms %r"
+                    " (a finite number of milliseconds each)" % (start.time_ms, timed.time_ms), timed)
+    if start is not None and run_seconds(records) < 0:
+        return _res("run_stop", FAIL, "run_stop (time_ms %r) is %.1f s before run_start (line %d, time_ms %r): a"
+                    " negative time to train" % (timed.time_ms, -run_seconds(records), start.lineno, start.time_ms),
+                    timed)
     after = [r for r in records if r.lineno > stop.lineno and r.key != "run_stop" and samples_of(r) is not None]
     if after:
         return _res("run_stop", FAIL, "training or eval logged after run_stop (line %d)" % stop.lineno, after[0])

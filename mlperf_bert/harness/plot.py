@@ -15,6 +15,12 @@ from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_path, refuse_replacing_another_kind
 
 
+def shown(name):
+    """``name`` (a file name) as text a figure can draw: bytes that are not UTF-8, which Python keeps
+    as surrogates in a file name, become U+FFFD (matplotlib refused them with a traceback)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def curves(records):
     """{key: [(samples, value), ...]} for eval_accuracy and every numeric *loss* key."""
     out = {}
@@ -73,11 +79,11 @@ def _figure(plt, log, records, data, target):
     ax.legend(handles, labels, loc="center right")
     stop = next((r for r in records if r.key == "run_stop"), None)
     status = stop.metadata.get("status") if stop else "running"
-    ax.set_title("%s: %d evals, run %s" % (os.path.basename(log), len(xs), status))
+    ax.set_title("%s: %d evals, run %s" % (shown(os.path.basename(log)), len(xs), status))
     ax.grid(alpha=0.3)
     # what the figure shows, in the PNG's text (tests/test_plot.py compares the README's demo figure with its words)
     trained = next((r.value for r in records if r.key == "train_samples"), None)
-    drawn = {"log": os.path.basename(log), "evals": data["eval_accuracy"], "status": status,
+    drawn = {"log": shown(os.path.basename(log)), "evals": data["eval_accuracy"], "status": status,
              "samples": (samples_of(stop) if stop else None) or trained}  # where the run stopped
     return fig, drawn
 

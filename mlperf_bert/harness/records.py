@@ -129,3 +129,27 @@ def finite(v):
     """Whether ``v`` is a finite JSON number: Python's json reads NaN, Infinity and 1e400 (inf), which
     compare false with every bound (NaN) or fail int() and the clock's conversions."""
     return number(v) and math.isfinite(v)
+
+
+def run_start_stop(records):
+    """The run_start and run_stop records the official result summarizer times a run by
+    (``_query_run_start_stop``): read in order until both were seen, so the last run_start before the
+    first run_stop, which a later one does not move. Either is None where the log has none."""
+    start = stop = None
+    for r in records:
+        if r.key == "run_start":
+            start = r
+        if r.key == "run_stop":
+            stop = r
+        if start and stop:
+            break
+    return start, stop
+
+
+def run_seconds(records):
+    """Seconds from the run_start to the run_stop the result summarizer times (``run_start_stop``), or
+    None where either is missing or its time_ms is not a finite number (a logger's null, NaN, 1e400)."""
+    start, stop = run_start_stop(records)
+    if start is None or stop is None or not (finite(start.time_ms) and finite(stop.time_ms)):
+        return None
+    return (stop.time_ms - start.time_ms) / 1000.0

@@ -19,7 +19,7 @@ import re
 import sys
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.harness.records import finite, read_log
+from mlperf_bert.harness.records import read_log, run_seconds
 
 # trainer/checkpoint.py's markers (not imported: it pulls in torch)
 FINISHED = "run_finished.json"
@@ -47,11 +47,9 @@ def logged_cache_clear(records):
 
 
 def time_to_train(records):
-    """Seconds from the first ``run_start`` to the last ``run_stop`` of a log's records, or None (also
-    where their time_ms is not a finite number: a logger's null, which read_log lets through)."""
-    starts = [r.time_ms for r in records if r.key == "run_start" and finite(r.time_ms)]
-    stops = [r.time_ms for r in records if r.key == "run_stop" and finite(r.time_ms)]
-    return (stops[-1] - starts[0]) / 1000.0 if starts and stops else None
+    """Seconds from a log's run_start to its run_stop as the official result summarizer times them
+    (``records.run_seconds``: the last run_start before the first run_stop), or None."""
+    return run_seconds(records)
 
 
 def finished_status(output_dir):

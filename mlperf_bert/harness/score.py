@@ -44,7 +44,8 @@ from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_lo
                                             worst_level)
 from mlperf_bert.harness.package import (MADE_BY, implementation_dir, load_system_json, read_made_by,
                                          system_json_problems, unfinished_package)
-from mlperf_bert.harness.plot import is_png, curves
+from mlperf_bert.harness.plot import curves, is_png, shown
+from mlperf_bert.harness.records import run_seconds, run_start_stop
 
 _OK = "PACKAGE CHECKER FOUND NO ERRORS"
 USAGE_ARGS = "PACKAGE_DIR"
@@ -120,30 +121,14 @@ def remove_stale_copies(tmpdir=None):
     return removed
 
 
-def _run_start_stop(records):
-    """The run_start and run_stop lines the official result summarizer times a run by
-    (``_query_run_start_stop``): read in order until both were seen, so the last run_start before the
-    first run_stop, which a later one does not move."""
-    start = stop = None
-    for r in records:
-        if r.key == "run_start":
-            start = r
-        if r.key == "run_stop":
-            stop = r
-        if start and stop:
-            break
-    return start, stop
-
-
 def run_summary(records):
     """(seed, samples to converge, minutes, status) of one result log's records."""
     by_key = {}
     for r in records:
         by_key.setdefault(r.key, []).append(r)
     seed = by_key["seed"][0].value if "seed" in by_key else None
-    start, stop = _run_start_stop(records)
-    minutes = (stop.time_ms - start.time_ms) / 60000.0 if start and stop and None not in (
-        start.time_ms, stop.time_ms) else None
+    seconds, (_, stop) = run_seconds(records), run_start_stop(records)
+    minutes = None if seconds is None else seconds / 60.0
     # the samples to converge as the official RCP checker reads them (without --rcp-bert-train-samples):
     # the last eval's epoch_num; train_samples only where no eval gives one (a log may state its
     # budget there, before training: tinycorp's 3,600,000 for 3,148,992 converged)
@@ -673,7 +658,7 @@ def plot_title(s):
     the division and the verdict."""
     system = s.get("system_name") or s.get("system") or next(
         (r[0].split(os.sep)[2] for r in s["runs"] if r[0].count(os.sep) >= 3), "?")
-    return "%s, %s division: %d runs, submission %s" % (system, s.get("division") or "unknown", len(s["runs"]),
+    return "%s, %s division: %d runs, submission %s" % (shown(system), s.get("division") or "unknown", len(s["runs"]),
                                                        s["verdict"].upper())
 
 
@@ -746,7 +731,7 @@ def plot(s, paths):
     import matplotlib.pyplot as plt
     for p in paths:
         check_plot_path(p)
-    names = [os.path.basename(r[0])[:-4] for r in s["runs"]]
+    names = [shown(os.path.basename(r[0])[:-4]) for r in s["runs"]]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     bars = ax.bar(names, [r[3] or 0 for r in s["runs"]],
                   color=["tab:blue" if r[4] == "success" else "tab:red" for r in s["runs"]])
@@ -770,7 +755,7 @@ def plot(s, paths):
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for name, points in s["evals"].items():
         if points:
-            ax.plot(*zip(*points), ".-", label=name[:-4])
+            ax.plot(*zip(*points), ".-", label=shown(name[:-4]))
     if s["target"] is not None:
         ax.axhline(s["target"], ls="--", color="black", label="target %.3f" % s["target"])
     ax.set_xlabel("training samples")

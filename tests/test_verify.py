@@ -155,6 +155,35 @@ def test_a_file_of_another_kind_in_a_folder_of_tfrecords_is_a_mismatch(tmp_path)
     assert ok and lines[0].startswith("UNKNOWN ")
 
 
+def test_an_hdf5_file_or_a_sample_folders_shards_of_another_kind_are_a_mismatch(made, tmp_path):
+    """A second sweep: a to-hdf5 file named part-00001-of-00500 in a folder of TFRecords was OK by its
+    own CRCs; in a sample's folder without a manifest (part-*-of-00004) a text shard and an empty one
+    were UNKNOWN and the folder passed. A folder is one of TFRecords when its first shard is one."""
+    d = tmp_path / "tfrecords"
+    d.mkdir()
+    shutil.copy(made["tfrecord"], d / "part-00000-of-00500")
+    shutil.copy(made["plain"], d / "part-00001-of-00500")
+    ok, lines = run_verify([str(d)])
+    assert not ok and "MISMATCH %s (in a folder of TFRecords, but not a TFRecord file: an HDF5 file)" % (
+        d / "part-00001-of-00500") in lines, lines
+    s = tmp_path / "sample"
+    s.mkdir()
+    shutil.copy(made["tfrecord"], s / "part-00000-of-00004")
+    (s / "part-00001-of-00004").write_bytes(b"A text shard's sentence.\n\n")
+    (s / "part-00002-of-00004").write_bytes(b"")
+    shutil.copy(made["tfrecord"], s / "part-00003-of-00004")
+    ok, lines = run_verify([str(s)])
+    assert not ok and lines == [
+        "OK %s (no published checksum; its own: the CRCs of its 500 records)" % (s / "part-00000-of-00004"),
+        "MISMATCH %s (in a folder of TFRecords, but not a TFRecord file)" % (s / "part-00001-of-00004"),
+        "MISMATCH %s (in a folder of TFRecords, but not a TFRecord file: empty)" % (s / "part-00002-of-00004"),
+        "OK %s (no published checksum; its own: the CRCs of its 500 records)" % (s / "part-00003-of-00004")], lines
+    for name in ("part-00000-of-00004", "part-00003-of-00004"):  # a folder of text shards: as before
+        os.remove(s / name)
+    ok, lines = run_verify([str(s)])
+    assert ok and [l.split(" ")[0] for l in lines] == ["UNKNOWN", "UNKNOWN"], lines
+
+
 def test_eval_txt_checked_article_by_article(tmp_path):
     articles = ["\nFirst article.\nSecond line.", "", "Third one.  \n"]
     (tmp_path / "eval.txt").write_text("".join(a + "\n\n" for a in articles), encoding="utf-8")
@@ -369,8 +398,17 @@ def test_a_file_named_as_make_datasets_output_but_not_in_its_manifest_is_a_misma
         "OK %s (%s, md5+size)" % (tmp_path / names[0], manifest),
         "MISMATCH %s (named as a make-dataset output, but manifest.tsv does not list it: the folder holds more than "
         "make-dataset made; remove it, or rerun make-dataset to list it)" % (tmp_path / names[1])], lines
+    # a second sweep: given as --manifest (a sample's folder, another site's manifest), the folder
+    # passed with the extra shard OK by its own CRCs
+    table = checksums.read_manifest(manifest)
+    ok, lines = run_verify([str(tmp_path)], manifest=table)
+    assert not ok and lines[2] == (
+        "MISMATCH %s (named as a make-dataset output, but --manifest does not list it: the folder holds more than "
+        "that manifest's set, and a trainer given part-* reads it too; remove it)" % (tmp_path / names[1])), lines
     os.remove(tmp_path / names[1])
     ok, lines = run_verify([str(tmp_path)])
+    assert ok and len(lines) == 2, lines
+    ok, lines = run_verify([str(tmp_path)], manifest=table)
     assert ok and len(lines) == 2, lines
 
 

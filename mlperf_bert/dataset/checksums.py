@@ -264,7 +264,7 @@ class _Plan:
         self.missing = []
         self.eval_pairs = []
         self.tfrecords = set()  # files that must be TFRecords (named so in a folder of TFRecords)
-        self.unlisted = []  # named as make-dataset's outputs in its folder, but not in its manifest
+        self.unlisted = {}  # path -> the manifest that does not list it (named as make-dataset's output)
         self.published = {}  # path -> results/'s expectations, checked beside its manifest's
 
 
@@ -342,7 +342,7 @@ def plan(paths, tables, manifest=None):
                         if name in table:  # its own manifest proves it intact, not that it is the reference's
                             p.published[f] = expectations(f, tables)
                         if name not in table and OUTPUT_NAME.match(name):
-                            p.unlisted.append(f)
+                            p.unlisted[f] = own
                 p.missing += [os.path.join(path, n) for n in sorted(table) if n not in names]
                 continue
             if manifest is not None:
@@ -350,16 +350,24 @@ def plan(paths, tables, manifest=None):
                     if name != MANIFEST_NAME:
                         exp = manifest.get(name)
                         p.files[os.path.join(path, name)] = [("--manifest",) + exp] if exp else []
+                        if not exp and OUTPUT_NAME.match(name):  # as in make-dataset's folder: more than the set
+                            p.unlisted[os.path.join(path, name)] = "--manifest"
                 p.missing += [os.path.join(path, n) for n in sorted(manifest) if n not in names]
                 continue
             sets = _dir_sets(path, names, tables)
+            # shards of another count than the reference's (a sample's part-*-of-00004): a folder of
+            # TFRecords too when its first is one, as _dir_sets tells the reference's
+            others = [n for n in names if n.startswith("part-") and OUTPUT_NAME.match(n) and n not in PART_NAMES]
+            other_tfrecords = bool(others) and "text" not in sets and is_tfrecord(os.path.join(path, others[0]))
             for name in names:
                 f = os.path.join(path, name)
                 exps = expectations(f, tables)
                 if sets & {"tfrecord", "text"} == {"tfrecord"} and name in SETS["tfrecord"][2]:
                     # a folder of TFRecords: a shard of another kind (a text shard, an error page, an
-                    # empty file) is not one of the set, whatever another table says of its name
+                    # empty file, an HDF5 file) is not one of the set, whatever another table says of its name
                     exps = [("tfrecord",) + tables["tfrecord"][name]] if name in tables["tfrecord"] else []
+                    p.tfrecords.add(f)
+                elif other_tfrecords and name in others:
                     p.tfrecords.add(f)
                 if name.startswith("model.ckpt-28252.") and sets & {"checkpoint_tf1", "checkpoint_tf2"}:
                     exps = [e for e in exps if e[0] in sets]
@@ -437,6 +445,11 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
                             "not a finished file: let it end, or rerun the command that makes %s)"
                 % (f, tmp[0], tmp[1], tmp[0]))
             continue
+        if f in p.unlisted and p.unlisted[f] == "--manifest":
+            ok = False
+            say("MISMATCH", "%s (named as a make-dataset output, but --manifest does not list it: the folder holds more "
+                            "than that manifest's set, and a trainer given part-* reads it too; remove it)" % f)
+            continue
         if f in p.unlisted:
             ok = False
             say("MISMATCH", "%s (named as a make-dataset output, but %s does not list it: the folder holds more than "
@@ -452,10 +465,10 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
                     % (f, same[1], _source(same[0]), os.path.basename(f)))
             elif same:
                 say("OK", "%s (by content: the published %s of %s, md5+size)" % (f, same[1], _source(same[0])))
-            elif own is None and f in p.tfrecords:
+            elif f in p.tfrecords and (own is None or own[0] and not is_tfrecord(f)):
                 ok = False
                 say("MISMATCH", "%s (in a folder of TFRecords, but not a TFRecord file%s)" % (
-                    f, ": empty" if not size else ""))
+                    f, ": empty" if not size else ": an HDF5 file" if hdf5.is_hdf5_file(f) else ""))
             elif own is None:
                 say("UNKNOWN", "%s (no published checksum%s; not checked)" % (
                     f, ", and it carries none of its own" if hdf5.is_hdf5_file(f) else ""))

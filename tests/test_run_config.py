@@ -110,6 +110,9 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     old_leaves, today_leaves = dict(_leaves(ckpt)), dict(_leaves(today))
     # and the torch that wrote it (a resume under another says so: the next test)
     assert ("torch",) not in old_leaves and today_leaves.pop(("torch",)) == torch.__version__
+    # and whether an eval diverged (a resume from its checkpoint ends there: test_training.py); an old
+    # checkpoint without it resumes as one whose evals were finite
+    assert ("diverged",) not in old_leaves and today_leaves.pop(("diverged",)) is False
     # what it leaves out where unused (RunConfig.identity): this run has one rank and no eval set; the
     # resume below from the old identity, which has them, does not compare them
     unused = [("run", "grad_exchange_dtype"), ("run", "target_mlm_accuracy")]
@@ -149,8 +152,8 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     # the loop's state, read back from the old checkpoint, is written under the same keys and values
     state = training.TrainState.from_checkpoint(ckpt, 4, torch.device("cpu"))
     keys = ("global_step", "samples", "next_eval", "evals", "mlperf_log", "block", "loss")
-    assert state.checkpoint(ckpt["mlperf_log"]) == {k: ckpt[k] for k in keys}
-    assert list(state.checkpoint(ckpt["mlperf_log"])) == [k for k in ckpt if k in keys]
+    assert state.checkpoint(ckpt["mlperf_log"]) == dict({k: ckpt[k] for k in keys}, diverged=False)
+    assert list(state.checkpoint(ckpt["mlperf_log"])) == [k for k in ckpt if k in keys] + ["diverged"]
 
 
 def test_a_resume_under_another_torch_says_so_once_and_goes_on_from_the_checkpoints_state(tmp_path, capsys):
@@ -546,6 +549,23 @@ def test_a_config_file_is_under_the_flags_and_over_the_defaults(tmp_path):
     assert (cfg.data.train_batch_size, cfg.runtime.seed, cfg.data.input_file) == (8, 3, "a")
     with pytest.raises(UserError, match=r"^flag --output_dir is required$"):
         RunConfig.from_flags(fv, required=["input_file", "output_dir"])
+
+
+def test_a_null_in_a_json_config_file_is_the_flags_default(tmp_path):
+    """A hostile sweep: JSON's null in --config was taken as the value (train_model.sh's reading,
+    run_config.main, takes it as the flag's default): {"learning_rate": null} a TypeError traceback,
+    {"shuffle": null} trained as --noshuffle. Each is the flag's default, as absent."""
+    js = _write(tmp_path / "run.json", json.dumps({"learning_rate": None, "data": {"shuffle": None},
+                                                   "train_batch_size": 8, "seed": None}))
+    fv = trainer_flags.define_flags()
+    fv(["x", "--config=" + js])
+    cfg = RunConfig.from_flags(fv)
+    base = trainer_flags.define_flags()
+    base(["x"])
+    default = RunConfig.from_flags(base)
+    assert (cfg.optim.learning_rate, cfg.data.shuffle, cfg.runtime.seed) == (
+        default.optim.learning_rate, default.data.shuffle, default.runtime.seed) and default.data.shuffle is True
+    assert cfg.data.train_batch_size == 8 and cfg.config_file[0] == js
 
 
 @pytest.mark.parametrize("text,message", [

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from mlperf_bert.dataset import tfrecord
-from mlperf_bert.trainer import flag_checks, preflight, run_config, throughput, trainer_flags, training
+from mlperf_bert.trainer import checkpoint, flag_checks, preflight, run_config, throughput, trainer_flags, training
 from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.errors import UserError
 import procs
@@ -191,7 +191,6 @@ def test_checkpoints_written_while_training_goes_on_hold_their_step_and_resume_b
     their checkpoint is written. Each file holds its step's state (the uninterrupted run's
     checkpoint of that step, bit for bit), and a resume from one ends bit-identical."""
     import threading
-    from mlperf_bert.trainer import checkpoint
     steps, overlapped, real_save, real_step = [0], [], checkpoint.save, training.Trainer.step
 
     def slow_save(path, state, keep):
@@ -897,6 +896,11 @@ def _no_checkpoints(path):
     ({"learning_rate": -0.01}, r"--learning_rate must be a number > 0, got -0.01"),
     ({"lamb_beta_1": 1.5}, r"--lamb_beta_1 must be in \[0, 1\), got 1.5"),
     ({"lamb_beta_2": -1.0}, r"--lamb_beta_2 must be in \[0, 1\), got -1.0"),
+    # a second sweep: below 1, but 1.0 in the optimizer's float32: every weight NaN, exit 0
+    ({"lamb_beta_1": 0.99999999}, r"^--lamb_beta_1=0.99999999 is 1.0 in float32, in which the optimizer computes it "
+                                  r"\(its bias correction would divide by 0 and train on NaN\): give at most "
+                                  r"0.9999999403953552 \(the largest float32 below 1\)$"),
+    ({"lamb_beta_2": 0.99999998}, r"^--lamb_beta_2=0.99999998 is 1.0 in float32"),
     ({"lamb_weight_decay_rate": -1.0}, r"--lamb_weight_decay_rate must be >= 0, got -1.0"),
     ({"poly_power": -1.0}, r"--poly_power must be >= 0 \(the decay's exponent\), got -1.0"),
     ({"log_epsilon": 1000.0}, r"--log_epsilon must be in \[-300, 0\] .*got 1000.0"),  # OverflowError
@@ -1271,7 +1275,6 @@ def test_every_trainer_flag_is_in_the_identity_or_said_to_leave_the_numbers(file
     value), IDENTITY_BY_CONTENT (compared by what it names) or SAME_NUMBERS (with why); a new flag
     fails here until it is put in one. Each RUN_FLAGS flag changed is refused on a resume."""
     import itertools
-    from mlperf_bert.trainer import checkpoint
     fv = trainer_flags.define_flags()
     lists = {"RUN_FLAGS": set(run_config.RUN_FLAGS), "IDENTITY_BY_CONTENT": set(run_config.IDENTITY_BY_CONTENT),
              "SAME_NUMBERS": set(run_config.SAME_NUMBERS)}
@@ -1818,7 +1821,6 @@ def test_resumed_run_does_not_keep_the_checkpoint(files, uninterrupted, tmp_path
     into the model, not held for the rest of the run."""
     import shutil
     import weakref
-    from mlperf_bert.trainer import checkpoint
     full, _ = uninterrupted
     out = str(tmp_path / "out")
     os.makedirs(out)
@@ -1914,6 +1916,23 @@ def test_a_run_whose_weights_are_no_longer_finite_ends_at_the_next_eval(files, u
     got = {r.rule: r.level for r in compliance.check_log(os.path.join(out, "mlperf.log"), official=False)}
     assert {k: v for k, v in got.items() if v == "FAIL"} == {"stop_at_target": "FAIL"}, got  # not converged, nothing else
     assert training.main(argv) == 0 and "nothing to do" in capsys.readouterr().out.lower()
+    # a second sweep: killed after its last checkpoint (model.ckpt-4.pt, the eval's), before its end was
+    # recorded (or stopped by a signal in that eval), the run resumed with its eval's divergence
+    # forgotten and trained on in NaN to step 8, a second eval, another log. It ends as it did.
+    keys = [(r["key"], r["value"] if r["key"] != "eval_mlm_loss" else None, r["metadata"].get("epoch_num"))
+            for r in recs if r["key"] not in ("train_loss",)]
+    for marker in (checkpoint.FINISHED, checkpoint.STOPPED):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out, marker))
+    assert training.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "warning: resumed after the eval at 16 samples, whose masked_lm_loss was not finite (the model diverged):" \
+           " the run ends here, status aborted\n" in err, err
+    again, evals = _evals(os.path.join(out, "mlperf.log"))
+    assert [s for s, _ in evals] == [16] and [(r["key"], r["value"] if r["key"] != "eval_mlm_loss" else None,
+                                              r["metadata"].get("epoch_num"))
+                                             for r in again if r["key"] != "train_loss"] == keys
+    assert not os.path.exists(os.path.join(out, "model.ckpt-5.pt"))
 
 
 # ---------------------------------------------------------------- a hostile sweep of --output_dir and the log
@@ -1922,7 +1941,6 @@ def test_a_run_whose_weights_are_no_longer_finite_ends_at_the_next_eval(files, u
 def _stopped_at_27(full, out):
     """``out`` as a run stopped after its checkpoint of step 27 leaves it: that checkpoint, the log (the
     resume cuts it back) and the record of the log it writes, ``out``/mlperf.log."""
-    from mlperf_bert.trainer import checkpoint
     os.makedirs(out)
     shutil.copy(os.path.join(full, "model.ckpt-27.pt"), out)
     shutil.copy(os.path.join(full, "mlperf.log"), out)
@@ -2047,7 +2065,6 @@ def test_the_launch_record_is_taken_before_run_stop_is_logged(files, tmp_path, m
     without the record, and the rerun started the finished run over, emptying its log (exit 0). The
     launch record is now taken in the untimed init, before run_start: after run_stop only the record's
     write is left."""
-    from mlperf_bert.trainer import checkpoint
     out, real, seen = tmp_path / "out", checkpoint.launch_record, []
 
     def launch_record(cfg, world):
@@ -2184,3 +2201,21 @@ def test_an_output_dir_that_cannot_be_written_is_refused_with_its_reason_apart(t
         fileio.check_writable_dir(str(tmp_path / "file" / "out.txt"))
     assert str(e.value) == ("cannot create output directory %s: File exists: a file stands where a directory is "
                             "expected: give another path, or move the file away" % (tmp_path / "file"))
+
+
+def test_every_seed_the_flag_takes_seeds_every_rank():
+    """A hostile sweep: --seed takes 0 to 2**64 - 1, but rank r seeds torch with seed + 7919 r: from
+    2**64 - 7919 on, every rank but 0 stopped in a traceback ("Overflow when unpacking long long").
+    The sum wraps at 2**64: a seed below that bound seeds each rank as before."""
+    import random
+    import types
+    import numpy as np
+    gen, held = torch.random.default_generator, (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    try:
+        for seed, rank, expected in ((2 ** 64 - 1, 1, 7918), (2 ** 64 - 1, 3, 3 * 7919 - 1), (27912, 2, 27912 + 2 * 7919)):
+            training.Trainer.seed_ranks(types.SimpleNamespace(rank=rank, device=torch.device("cpu")), seed)
+            assert gen.initial_seed() == expected, (seed, rank)
+    finally:  # this worker's other tests draw from the generators as they did
+        torch.set_rng_state(held[0])
+        np.random.set_state(held[1])
+        random.setstate(held[2])

@@ -4,6 +4,7 @@ starts (``launch_figures``, ``python -m mlperf_bert.trainer.flag_checks --figure
 RANKS FLAG...``: the batch figures of its line and per-GPU check; ~0.1 s of CPU, no torch)."""
 import math
 import os
+import struct
 import sys
 
 from mlperf_bert import flags
@@ -116,6 +117,11 @@ def _check_numbers(cfg, host=True):
     for name in ("lamb_beta_1", "lamb_beta_2"):
         if not 0 <= cfg.flag(name) < 1:
             raise UserError("--%s must be in [0, 1), got %s" % (name, cfg.flag(name)))
+        if struct.unpack("f", struct.pack("f", cfg.flag(name)))[0] == 1.0:  # the optimizer's float32: 1 - beta**t
+            # is 0 there, and every update NaN
+            raise UserError("--%s=%r is 1.0 in float32, in which the optimizer computes it (its bias correction "
+                            "would divide by 0 and train on NaN): give at most %r (the largest float32 below 1)"
+                            % (name, cfg.flag(name), 1 - 2.0 ** -24))
     if not (math.isfinite(o.lamb_weight_decay_rate) and o.lamb_weight_decay_rate >= 0):
         raise UserError("--lamb_weight_decay_rate must be >= 0, got %s" % o.lamb_weight_decay_rate)
     if not (math.isfinite(cfg.schedule.poly_power) and cfg.schedule.poly_power >= 0):  # (0: a constant rate)

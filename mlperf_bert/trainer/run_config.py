@@ -226,7 +226,9 @@ class RunConfig:
         if fv["config"].value:
             path = fv["config"].value
             from_file, digest = read_config_file(path, fv)
-            values.update((k, v) for k, v in from_file.items() if k not in given)
+            # JSON's null: the flag's default, as resolved_text (train_model.sh) reads it (it was the
+            # value: --learning_rate a traceback, --shuffle trained as --noshuffle)
+            values.update((k, v) for k, v in from_file.items() if k not in given and v is not None)
             config_file = (path, digest)
         from mlperf_bert.flags import missing_value  # (absl: this module also runs under python -S)
         for name in required:

@@ -382,7 +382,7 @@ class Trainer:
 
     def seed_ranks(self, seed, ckpt=None):
         """Dropout differs between ranks; a resume restores each rank's RNG exactly."""
-        torch.manual_seed(seed + 7919 * self.rank)
+        torch.manual_seed((seed + 7919 * self.rank) % 2**64)  # (--seed may be up to 2**64 - 1 on any rank)
         np.random.seed((seed + self.rank) % 2**32)
         random.seed(seed + self.rank)
         if ckpt:
@@ -522,6 +522,9 @@ class TrainState:
     loss_sum: typing.Any = None  # the train_loss interval's sum of losses (a device scalar: no sync)
     loss_n: int = 0  # and its micro-steps
     continues: bool = False  # the log goes on from a checkpoint's point (not written)
+    # an eval's loss not finite: the weights are not (on every rank); the run ends there. Checkpointed:
+    # a run stopped at that eval (or killed after its last checkpoint) resumed and trained on in NaN
+    diverged: bool = False
 
     @staticmethod
     def log_continues(ckpt):
@@ -534,7 +537,7 @@ class TrainState:
         block, loss = ckpt.get("block") or (False, 0), ckpt.get("loss")
         state = cls(step=ckpt["global_step"], samples=ckpt.get("samples", ckpt["global_step"] * batch_size),
                     next_eval=ckpt["next_eval"], evals=ckpt["evals"], block_open=block[0], block_first=block[1],
-                    continues=cls.log_continues(ckpt))
+                    continues=cls.log_continues(ckpt), diverged=bool(ckpt.get("diverged")))
         if loss:
             state.loss_sum = torch.full((), loss[0], device=device)
             state.loss_n = loss[1]
@@ -544,7 +547,7 @@ class TrainState:
         """The checkpoint's keys of the loop (``mlperf_log``: the log's mark)."""
         return dict(global_step=self.step, samples=self.samples, next_eval=self.next_eval, evals=list(self.evals),
                     mlperf_log=list(mlperf_log), block=[self.block_open, self.block_first],
-                    loss=[self.loss_sum.item(), self.loss_n])
+                    loss=[self.loss_sum.item(), self.loss_n], diverged=self.diverged)
 
 
 class Loop:
@@ -554,7 +557,6 @@ class Loop:
         self.cfg, self.trainer, self.log, self.stop = cfg, trainer, log, stop
         self.eval_set, self.freq, self.extra = eval_set, freq, extra
         self.status, self.metrics, self.last, self.bar = C.ABORTED, None, None, None
-        self.diverged = False  # an eval's loss not finite: the weights are not (the same on every rank)
 
     def train(self, state, train_files, packed, seed, held):
         """From ``state`` to the target, the step budget or a SIGTERM/SIGINT; ``held``: the run's
@@ -575,6 +577,9 @@ class Loop:
         self.t_run, clock_start = time.time(), time.perf_counter()
         if s.evals and s.evals[-1][1] >= cfg.eval.target_mlm_accuracy:  # resumed after reaching the target
             self.status = C.SUCCESS
+        if s.diverged and trainer.rank == 0:  # resumed after the eval that said so: it ends here, as it did
+            print("warning: resumed after the eval at %d samples, whose masked_lm_loss was not finite (the model "
+                  "diverged): the run ends here, status aborted" % s.evals[-1][0], file=sys.stderr, flush=True)
         max_steps = cfg.schedule.num_train_steps
         max_samples = cfg.schedule.max_samples_termination or float("inf")
         self.meter = trainer.meter(packed, start=clock_start)
@@ -588,7 +593,7 @@ class Loop:
         self.step0, self.samples0 = s.step, s.samples
         if s.loss_sum is None:
             s.loss_sum = torch.zeros((), device=trainer.device)
-        while self.status != C.SUCCESS and not self.diverged and s.step < max_steps and s.samples < max_samples:
+        while self.status != C.SUCCESS and not s.diverged and s.step < max_steps and s.samples < max_samples:
             if not s.block_open:
                 # BERT counts "epochs" in samples: a block is the eval interval starting here.
                 s.block_first = s.samples
@@ -614,7 +619,7 @@ class Loop:
                     s.next_eval += self.freq
             # diverged: every later step and eval would be NaN (LAMB's update of a NaN gradient is NaN),
             # and the run would train on to its step budget; it ends here, status aborted, as it would then
-            end = end or self.diverged
+            end = end or s.diverged
             # ranks agree on a stop at update boundaries, by a vote of the host that waits for no device
             halt = self.stop.requested
             if trainer.world > 1:
@@ -681,7 +686,7 @@ class Loop:
         self.state.evals.append((samples, m["masked_lm_accuracy"]))
         self.metrics = m
         if not math.isfinite(m["masked_lm_loss"]):  # all-reduced: every rank sees it
-            self.diverged = True
+            self.state.diverged = True
             if self.trainer.rank == 0:
                 print("warning: the eval at %d samples has masked_lm_loss %s: the model diverged (its weights are no "
                       "longer finite); the run ends here, status aborted, instead of training on in NaN"

@@ -314,6 +314,16 @@ def test_a_checkpoint_of_another_model_that_fits_the_shapes_is_refused(tmp_path)
     with pytest.raises(UserError, match=r"^checkpoint %s: variables \S+ and \S+ both read as the model's \S+, with "
                                         r"other values: give a checkpoint of the weights alone" % re.escape(prefix)):
         tf_checkpoint.load_init_checkpoint(model, prefix)
+    # a second sweep: a TF2 layout carries its heads in its shapes ([hidden, heads, head_dim]); reshaped
+    # to the reference's, 4 heads loaded into a config of 2 (exit 0, another model)
+    root = tf.Module()
+    root.layers = [tf.Variable(a, name=n) for n, a in v2.items()]
+    prefix = tf.train.Checkpoint(encoder=root).write(str(tmp_path / "v2heads" / "ckpt"))
+    with pytest.raises(UserError, match=r"^checkpoint %s: variable transformer/layer_0/self_attention/\w+/\w+ "
+                                        r"\[[\d, ]+\] holds 4 attention heads, the model \(bert_config.json\) has 2: "
+                                        r"use the bert_config.json this checkpoint was made with$" % re.escape(prefix)):
+        tf_checkpoint.load_init_checkpoint(two, prefix)
+    tf_checkpoint.load_init_checkpoint(model, prefix)  # its own 4
 
 
 def test_convert_round_trip_tf_pt_tf_is_exact(tf1_ckpt, tmp_path):
@@ -359,6 +369,43 @@ def test_convert_says_one_count_of_dropped_variables(tmp_path, caplog, capsys):
                           ["checkpoint %s: ignored %d non-model variable(s): 1 x adam_m, 1 x adam_v"
                            % (prefix, dropped)]), logged
         assert torch.load(str(tmp_path / (name + ".pt")), weights_only=True)["global_step"] == 7
+
+
+def test_bfloat16_variables_older_layernorm_names_and_a_training_pts_optimizer_state(tmp_path, capsys):
+    """A hostile sweep: a TF checkpoint of bfloat16 variables stopped convert_checkpoint.py and
+    --init_checkpoint in a TypeError traceback (torch.from_numpy takes no ml_dtypes.bfloat16); a .pt
+    whose LayerNorms are named gamma and beta (older PyTorch BERTs) in a KeyError traceback; a
+    training .pt converted to TF said "0 non-model variable(s) dropped" and left out its LAMB state."""
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    arrays = random_weights(CFG, seed=5)
+    prefix = str(tmp_path / "bf16" / "model.ckpt-3")
+    names = sorted(arrays)
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tf.cast(tf.constant(arrays[n]), tf.bfloat16) for n in names])
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    tf_checkpoint.load_init_checkpoint(model, prefix)
+    for pname, t in model.state_dict().items():
+        want = tf.cast(tf.cast(tf.constant(arrays[tf_checkpoint.tf_name(pname)]), tf.bfloat16), tf.float32).numpy()
+        got = t.numpy().T if tf_checkpoint.is_kernel(pname) else t.numpy()
+        assert np.array_equal(got, want), pname
+    older = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+             for k, v in model.state_dict().items()}
+    assert any("LayerNorm.gamma" in k for k in older)
+    pt = str(tmp_path / "older.pt")
+    torch.save({"model": older}, pt)
+    again = BertForPreTraining(BertConfig.from_dict(CFG))
+    tf_checkpoint.load_init_checkpoint(again, pt)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
+    trained = str(tmp_path / "trained.pt")
+    sd = model.state_dict()
+    torch.save({"model": sd, "global_step": 3, "optimizer": {"state": {i: {"adam_m": torch.zeros(1)} for i in
+                                                                        range(len(sd))}, "param_groups": []}}, trained)
+    capsys.readouterr()
+    assert checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + trained,
+                                    "--output=" + str(tmp_path / "tf" / "model.ckpt-3")]) == 0
+    assert "(global_step 3, 0 non-model variable(s) dropped, the optimizer state of %d parameter(s) not converted)" \
+        % len(sd) in capsys.readouterr().out
 
 
 def test_convert_to_a_pt_on_a_full_disk_is_one_line(tmp_path, disk_full):

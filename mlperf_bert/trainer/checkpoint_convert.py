@@ -137,7 +137,8 @@ def main(argv):
     # a new folder of the output, left empty by an error or a stop, goes with it
     with new_dirs_removed_on_error(dst if fv.format == "hf" else os.path.dirname(os.path.abspath(dst))):
         info = convert(fv.bert_config_file, src, dst, fv.format)
-    print("wrote %s (%sglobal_step %s, %d non-model variable(s) dropped)"
+    slots = info.get("optimizer_states", 0)
+    print("wrote %s (%sglobal_step %s, %d non-model variable(s) dropped%s)"
           % (dst, "Hugging Face BertForPreTraining; " if fv.format == "hf" else "", info["global_step"],
-             len(info["ignored"])))
+             len(info["ignored"]), ", the optimizer state of %d parameter(s) not converted" % slots if slots else ""))
     return 0

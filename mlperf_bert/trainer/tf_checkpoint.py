@@ -62,8 +62,8 @@ def tf_name(torch_name):
         out.append(p)
         i += 1
     last = out[-1]
-    if len(out) > 1 and out[-2] == "LayerNorm":
-        out[-1] = {"weight": "gamma", "bias": "beta"}[last]
+    if len(out) > 1 and out[-2] == "LayerNorm":  # (another name, an older BERT's gamma or a stray buffer: kept,
+        out[-1] = {"weight": "gamma", "bias": "beta"}.get(last, last)  # so that the load names it, not a KeyError)
     elif last == "weight":
         out[-1] = "kernel"
     return "/".join(out)
@@ -285,6 +285,17 @@ def _canonical(name):
     return m.group(1) if m else name
 
 
+def _heads(tname, a):
+    """The attention heads a TF2 (Model Garden) layout of ``tname`` holds, or None: its query, key and
+    value kernels are [hidden, heads, head_dim], their biases [heads, head_dim], the output's kernel
+    [heads, head_dim, hidden] (the reference's: [hidden, hidden] and [hidden], no heads)."""
+    if "/attention/self/" in tname and a.ndim == (2 if tname.endswith("/bias") else 3):
+        return a.shape[1] if a.ndim == 3 else a.shape[0]
+    if tname.endswith("/attention/output/dense/kernel") and a.ndim == 3:
+        return a.shape[0]
+    return None
+
+
 def _fit(tname, a, shape):
     """TF2 layouts that hold the same numbers in another shape, brought to the reference's."""
     if a.shape == shape:
@@ -344,8 +355,16 @@ def load_state_from_arrays(model, arrays, source, carried=()):
             continue
         orig = by_name[tname]
         a = np.asarray(arrays[orig])
+        if a.dtype.kind not in "fiub":  # bfloat16 (ml_dtypes'), which torch.from_numpy does not take
+            a = a.astype(np.float32)
         used.add(orig)
         want = tuple(p.shape[::-1]) if is_kernel(pname) else tuple(p.shape)
+        heads, have = _heads(tname, a), getattr(getattr(model, "config", None), "num_attention_heads", None)
+        if heads is not None and have is not None and heads != have and a.size == int(np.prod(want)):
+            # the same numbers reshaped would load, split into other heads: another model
+            raise UserError("checkpoint %s: variable %s %s holds %d attention heads, the model (bert_config.json) has "
+                            "%d: use the bert_config.json this checkpoint was made with"
+                            % (source, orig, list(a.shape), heads, have))
         a = _fit(tname, a, want)
         if tuple(a.shape) != want:
             misshaped.append("%s %s (model expects %s)" % (tname, list(a.shape), list(want)))
@@ -492,7 +511,10 @@ def load_init_checkpoint(model, path, carried=()):
         if problem:  # (convert_checkpoint.py wrote it into the TF checkpoint, or a ValueError traceback)
             raise UserError("checkpoint %s holds %s, not a step count (a whole number >= 0, which the trainer "
                             "writes): give a .pt written by this project" % (path, problem))
-        return {"global_step": step, "ignored": ignored}
+        # a training checkpoint's optimizer state (LAMB's moments, a parameter each): not the weights, and
+        # not read; counted, as a TF checkpoint's adam_m and adam_v are (ignored)
+        state = ckpt.get("optimizer", {}).get("state") if isinstance(ckpt.get("optimizer"), dict) else None
+        return {"global_step": step, "ignored": ignored, "optimizer_states": len(state) if isinstance(state, dict) else 0}
     arrays = LazyCheckpoint(path, variable_names=True)
     ignored = load_state_from_arrays(model, arrays, path, carried)
     step = arrays["global_step"] if "global_step" in arrays.shapes else None

@@ -170,6 +170,9 @@ fi
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi
+# a relative PYTHON (venv/bin/python) names the caller's file: made absolute, so the steps run from the
+# checkout (cd "$HERE") find it too (they ended "No such file or directory", blamed on PYTHON)
+if [[ "$PYTHON" == */* && "$PYTHON" != /* ]]; then PYTHON="$PWD/$PYTHON"; fi
 export PYTHON
 # A --config file's seed is refused as --seed is: unless SEED is set (its --seed beats the file),
 # every run would have it. The flags the file sets, read as the trainer reads it (a file it refuses:

@@ -53,6 +53,9 @@ die() { echo "error: train_model.sh: $*" >&2; exit 2; }
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi
+# a relative PYTHON (venv/bin/python) names the caller's file: made absolute, so the steps run from the
+# checkout (cd "$HERE") find it too (they ended "No such file or directory", blamed on PYTHON)
+if [[ "$PYTHON" == */* && "$PYTHON" != /* ]]; then PYTHON="$PWD/$PYTHON"; fi
 # the package importable with any PYTHON, without changing the directory relative paths are in
 export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"
 # MAX_PER_GPU_BATCH's one definition: mlperf_bert/trainer/memory_plan.py (no torch import); --help shows it.
@@ -243,7 +246,10 @@ fi
   [[ -L "${!var}" && ! -e "${!var}" ]] && die "$var=${!var} is a symbolic link to a path that does not exist:" \
     "make its target, or give another path"
   above="${!var}"
-  while [[ -n "$above" && ! -e "$above" ]]; do above="${above%/*}"; done
+  # (a relative path's first part: its parent is this folder, not itself, which looped for ever)
+  while [[ -n "$above" && ! -e "$above" ]]; do
+    if [[ "$above" == */* ]]; then above="${above%/*}"; else above=.; fi
+  done
   [[ -z "$above" || -d "$above" ]] || die "$var=${!var}: $above is not a directory: give a directory (made if missing)"
   # (writable where the run makes it: not asked of CHECK_ONLY=1, a check maybe elsewhere, as a login node)
   [[ -z "$above" || -w "$above" || "${CHECK_ONLY:-0}" == 1 ]] || die "$var=${!var}: $above is not writable: give a" \

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START = os.path.join(ROOT, "start_training.sh")
+TRAIN = os.path.join(ROOT, "train_model.sh")
 ENTRY = os.path.join(ROOT, "docker-entrypoint.sh")
 
 # Stands in for train_model.sh: records SEED and its arguments, logs the seed it runs with as
@@ -1162,3 +1163,31 @@ def test_an_end_marker_whose_status_is_not_its_logs_is_refused_naming_both(fake,
         "%s and %s (where there) away to run run 1 again" % (run_1, run_1 / "run_finished.json", run_1 / "mlperf.log",
                                                             run_1, fake.out / "result_1.txt"))
     assert len(calls(fake)) == 2
+
+
+def test_relative_paths_in_python_output_dir_and_logdir_are_the_callers(fake, tmp_path):
+    """A hostile sweep: OUTPUT_DIR=newout (or LOGDIR=logs, the default's form ./output) whose first
+    folder did not exist looped for ever in train_model.sh's check of the folders above it (bash at
+    100% CPU, no line; examples/submit.sh hung with it); a relative PYTHON passed the checks, then
+    each step run from the checkout ended "No such file or directory": start_training.sh "cannot read
+    the state of the run ... check PYTHON", an rcp preset bash's own error line. Each is relative to
+    the caller's folder, as a user reads it."""
+    (tmp_path / "venv").symlink_to(os.path.dirname(os.path.dirname(sys.executable)))
+    python = os.path.join("venv", "bin", os.path.basename(sys.executable))
+    env = dict(fake.env, SEED="5")
+    proc = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env=dict(env, PYTHON=python))
+    assert proc.returncode == 0 and len(result_lines(proc)) == 1, proc.stdout + proc.stderr
+    proc = subprocess.run([TRAIN, "--preset=rcp_256", "--dry_run"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=60, env=dict(env, PYTHON=python, NUM_GPUS="8"))
+    assert proc.returncode == 0 and "--train_batch_size=256" in proc.stdout, proc.stderr
+    for var, value in (("OUTPUT_DIR", "newout"), ("OUTPUT_DIR", "new/out"), ("LOGDIR", "logs/a")):
+        proc = subprocess.run([TRAIN, "--preset=demo_cpu"], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                              env=dict(env, CHECK_ONLY="1", **{var: value}))
+        assert proc.returncode == 0 and "the settings pass" in proc.stdout + proc.stderr, (var, proc.stderr)
+        assert not (tmp_path / value.split("/")[0]).exists()  # a check makes nothing
+    (tmp_path / "afile").write_text("")
+    proc = subprocess.run([TRAIN, "--preset=demo_cpu"], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                          env=dict(env, CHECK_ONLY="1", OUTPUT_DIR="afile/out"))
+    assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: OUTPUT_DIR=afile/out: afile is not a directory: "
+                                                 "give a directory (made if missing)\n")

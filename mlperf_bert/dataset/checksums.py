@@ -264,7 +264,7 @@ class _Plan:
         self.missing = []
         self.eval_pairs = []
         self.tfrecords = set()  # files that must be TFRecords (named so in a folder of TFRecords)
-        self.unlisted = {}  # path -> the manifest that does not list it (named as make-dataset's output)
+        self.unlisted = {}  # path -> how the manifest that does not list it is named (make-dataset's output)
         self.published = {}  # path -> results/'s expectations, checked beside its manifest's
 
 
@@ -342,7 +342,7 @@ def plan(paths, tables, manifest=None):
                         if name in table:  # its own manifest proves it intact, not that it is the reference's
                             p.published[f] = expectations(f, tables)
                         if name not in table and OUTPUT_NAME.match(name):
-                            p.unlisted[f] = own
+                            p.unlisted[f] = MANIFEST_NAME
                 p.missing += [os.path.join(path, n) for n in sorted(table) if n not in names]
                 continue
             if manifest is not None:
@@ -445,15 +445,12 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
                             "not a finished file: let it end, or rerun the command that makes %s)"
                 % (f, tmp[0], tmp[1], tmp[0]))
             continue
-        if f in p.unlisted and p.unlisted[f] == "--manifest":
-            ok = False
-            say("MISMATCH", "%s (named as a make-dataset output, but --manifest does not list it: the folder holds more "
-                            "than that manifest's set, and a trainer given part-* reads it too; remove it)" % f)
-            continue
         if f in p.unlisted:
             ok = False
-            say("MISMATCH", "%s (named as a make-dataset output, but %s does not list it: the folder holds more than "
-                            "make-dataset made; remove it, or rerun make-dataset to list it)" % (f, MANIFEST_NAME))
+            say("MISMATCH", "%s (named as a make-dataset output, but %s does not list it: %s)" % (
+                f, p.unlisted[f], "the folder holds more than that manifest's set, and a trainer given part-* reads it "
+                "too; remove it" if p.unlisted[f] == "--manifest" else "the folder holds more than make-dataset made; "
+                "remove it, or rerun make-dataset to list it"))
             continue
         if not exps:
             same = None if f in p.tfrecords else known.get((size, md5s.get(f)))  # no TFRecord's md5 is published

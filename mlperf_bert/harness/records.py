@@ -146,10 +146,9 @@ def run_start_stop(records):
     return start, stop
 
 
-def run_seconds(records):
-    """Seconds from the run_start to the run_stop the result summarizer times (``run_start_stop``), or
-    None where either is missing or its time_ms is not a finite number (a logger's null, NaN, 1e400)."""
-    start, stop = run_start_stop(records)
+def run_seconds(start, stop):
+    """Seconds from ``start`` to ``stop`` (the records ``run_start_stop`` gives), or None where either is
+    missing or its time_ms is not a finite number (a logger's null, NaN, 1e400)."""
     if start is None or stop is None or not (finite(start.time_ms) and finite(stop.time_ms)):
         return None
     return (stop.time_ms - start.time_ms) / 1000.0

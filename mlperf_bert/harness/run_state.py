@@ -19,7 +19,7 @@ import re
 import sys
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.harness.records import read_log, run_seconds
+from mlperf_bert.harness.records import read_log, run_seconds, run_start_stop
 
 # trainer/checkpoint.py's markers (not imported: it pulls in torch)
 FINISHED = "run_finished.json"
@@ -44,12 +44,6 @@ def logged_seed(log, records=None):
 def logged_cache_clear(records):
     """The first ``cache_clear`` of a log's records (True/False), or None."""
     return next((r.value for r in records if r.key == "cache_clear"), None)
-
-
-def time_to_train(records):
-    """Seconds from a log's run_start to its run_stop as the official result summarizer times them
-    (``records.run_seconds``: the last run_start before the first run_stop), or None."""
-    return run_seconds(records)
 
 
 def finished_status(output_dir):
@@ -135,7 +129,8 @@ def main(argv):
         return 2
     records = _records(argv[2])
     seed, status = logged_seed(argv[2], records), finished_status(argv[1])
-    cleared, seconds = logged_cache_clear(records), time_to_train(records)
+    # (the run_start and run_stop the official result summarizer times: what MLPerf scores)
+    cleared, seconds = logged_cache_clear(records), run_seconds(*run_start_stop(records))
     print("%s %s %s %s" % ("-" if seed is None else seed, status or "-", "-" if cleared is None else cleared,
                            "-" if seconds is None else "%.1f" % seconds))
     for k, (output_dir, log) in enumerate(zip(argv[1::2], argv[2::2])):

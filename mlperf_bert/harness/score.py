@@ -127,7 +127,8 @@ def run_summary(records):
     for r in records:
         by_key.setdefault(r.key, []).append(r)
     seed = by_key["seed"][0].value if "seed" in by_key else None
-    seconds, (_, stop) = run_seconds(records), run_start_stop(records)
+    start, stop = run_start_stop(records)
+    seconds = run_seconds(start, stop)
     minutes = None if seconds is None else seconds / 60.0
     # the samples to converge as the official RCP checker reads them (without --rcp-bert-train-samples):
     # the last eval's epoch_num; train_samples only where no eval gives one (a log may state its

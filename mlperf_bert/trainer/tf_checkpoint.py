@@ -513,7 +513,8 @@ def load_init_checkpoint(model, path, carried=()):
                             "writes): give a .pt written by this project" % (path, problem))
         # a training checkpoint's optimizer state (LAMB's moments, a parameter each): not the weights, and
         # not read; counted, as a TF checkpoint's adam_m and adam_v are (ignored)
-        state = ckpt.get("optimizer", {}).get("state") if isinstance(ckpt.get("optimizer"), dict) else None
+        optimizer = ckpt.get("optimizer")
+        state = optimizer.get("state") if isinstance(optimizer, dict) else None
         return {"global_step": step, "ignored": ignored, "optimizer_states": len(state) if isinstance(state, dict) else 0}
     arrays = LazyCheckpoint(path, variable_names=True)
     ignored = load_state_from_arrays(model, arrays, path, carried)

@@ -883,6 +883,7 @@ def _no_checkpoints(path):
     ({"use_tpu": True}, "TPU flags"),
     ({"submission_division": "closed", "eval_frequency": 16}, "closed needs the MLPerf"),
     ({"init_checkpoint": "wrong-config"}, "hidden_size|shape|config"),
+    ({"init_checkpoint": "wrong-config", "mlperf_log": "new-folder"}, "hidden_size|shape|config"),
     ({"output_dir": "unwritable"}, "not writable|cannot create"),
     ({"eval_frequency": -5}, "--eval_frequency must be >= 0"),  # was an endless loop
     ({"log_frequency": 0}, "--log_frequency must be positive"),
@@ -943,6 +944,8 @@ def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tm
         change["bert_config_file"] = str(tmp_path / "wide.json")
         with open(change["bert_config_file"], "w") as f:
             json.dump(wide, f)
+    if change.get("mlperf_log") == "new-folder":
+        change["mlperf_log"] = str(tmp_path / "logs" / "run" / "mlperf.log")
     if change.get("output_dir") == "unwritable":
         blocker = tmp_path / "file"
         blocker.write_text("x")
@@ -950,7 +953,10 @@ def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tm
     with pytest.raises(UserError, match=message) as e:
         training.main(flags_for(files, out, **change))
     assert "\n" not in str(e.value)
-    assert _no_checkpoints(out)
+    # nothing at all: a new, empty --output_dir left by a refusal (the init checkpoint's, after the
+    # lock had made it) looked like a started output
+    assert not os.path.exists(out), os.listdir(out)
+    assert not os.path.exists(tmp_path / "logs")
 
 
 def test_a_file_named_twice_is_refused_as_pack_refuses_it(files, tmp_path):

@@ -25,7 +25,7 @@ import typing
 import numpy as np
 import torch
 
-from mlperf_bert import flags
+from mlperf_bert import fileio, flags
 from mlperf_bert.errors import Terminated, UserError, first_signal, forking, hold_raises_while_forking
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
 from mlperf_bert.trainer import (checkpoint, cpu_memory, distributed, evaluation, flag_checks, levers, loader, preflight,
@@ -172,7 +172,11 @@ def main(argv):
     # required here, not by parse: a --config file may give them
     cfg = run_config.RunConfig.from_flags(fv, required=["bert_config_file", "input_file", "output_dir"])
     flag_checks.check_flags(cfg)
-    with _Stop() as stop, contextlib.ExitStack() as held:
+    made = [cfg.checkpoint.output_dir] + [os.path.dirname(os.path.abspath(p)) for p in [cfg.mlperf.mlperf_log] if p]
+    # outermost: the locks (in ``held``) are released and their files gone before the folders they
+    # made are looked at; a refusal after the lock (an --init_checkpoint of another model) left them
+    with fileio.new_dirs_removed_on_error(*made), \
+            _Stop() as stop, contextlib.ExitStack() as held:
         clean = False
         try:
             with distributed.peer_loss_is_one_line(lambda: stop.received, stop.peer_lost), \

@@ -246,13 +246,27 @@ def test_a_plain_scancel_waits_for_the_nodes_statuses(job):
     assert len(record) == 2
 
 
-def test_extra_flags_on_several_lines_are_every_ones(job):
+def test_extra_flags_on_several_lines_are_every_ones(job, tmp_path):
     """A hostile sweep: EXTRA_FLAGS written over several lines (a script's quoted block) was read up
     to its first newline, the flags after it left out unsaid; every line's are passed now."""
     proc, record = job(EXTRA_FLAGS="--num_workers=3\n  --num_warmup_steps=5 \n--nodo_eval", FAKE_SCANCEL="1")
     assert proc.returncode == 143, proc.stdout + proc.stderr
     assert sorted(record) == ["%d n1 %d 1 --preset=demo_cpu --device=cpu --num_workers=3 --num_warmup_steps=5 "
                               "--nodo_eval" % (n, 20000 + 40007 % 20000) for n in (0, 1)]
+    # no shell reads EXTRA_FLAGS again: its quotes were passed as characters ('"My' a flag of its own,
+    # --submission_platform='"My'); refused, naming the word and the way that passes spaces
+    before = record
+    proc, record = job(EXTRA_FLAGS='--num_workers=3 --submission_platform="My System"')
+    assert (proc.returncode, record) == (2, before), proc.stdout + proc.stderr
+    assert proc.stderr == (
+        "error: slurm_multinode.sbatch: EXTRA_FLAGS word --submission_platform=\"My holds a quote, which would be part "
+        "of the value: EXTRA_FLAGS is split at white space, without quoting; give a value with spaces as one argument "
+        "after the script (sbatch ... slurm_multinode.sbatch '--name=a b')\n")
+    (tmp_path / "record").unlink()  # (the fake srun's scancel waits for one line a node)
+    proc, record = job("--submission_platform=My System", EXTRA_FLAGS="--num_workers=3", FAKE_SCANCEL="1")
+    assert proc.returncode == 143 and sorted(record) == [
+        "%d n1 %d 1 --preset=demo_cpu --device=cpu --num_workers=3 --submission_platform=My System"
+        % (n, 20000 + 40007 % 20000) for n in (0, 1)], record
 
 
 @pytest.mark.parametrize("opts,env,said", [

@@ -683,7 +683,7 @@ def test_start_training_times_logs_checks_and_keeps_status(fake_env):
     # DROP_CACHES=0: tests never drop the host's page cache, and the trainer is told so
     assert (out / "cleared.txt").read_text().strip() == "False"
     # check-log ran on the combined log and it passes (both checkers)
-    assert "PASS official_checker" in proc.stdout and "(8 pass, 0 warn, 0 fail)" in proc.stdout
+    assert "PASS official_checker" in proc.stdout and "(9 pass, 0 warn, 0 fail)" in proc.stdout
 
 
 def test_start_training_forwards_sigterm(fake_env):

@@ -42,12 +42,14 @@ SEED_REQUIRED_FROM = datetime.datetime(2024, 7, 1, tzinfo=datetime.timezone.utc)
 #   - the packing phase: the real count after n updates wanders around n x G by up to
 #     PACKED_PHASE_UPDATES updates either way (2.75 in the 30 published eos_n434 runs: rows hold 1 to
 #     3 sequences, and how full the rows of the next updates are is not known when the step is chosen);
-#   - the drift: the average packing rate differs from the nominal one by up to PACKED_DRIFT (0.1% in
-#     the published runs), a fraction of k x F that grows with k.
+#   - the drift: the average packing rate differs from the nominal one, a fraction of k x F that grows
+#     with k: PACKED_DRIFT, about twice what the accepted packed logs of v1.0-v5.0 need (0.107%:
+#     GIGABYTE's v3.0 G593-SD0; bench/published_logs.py). 1% passed every eval of a run moved 0.9%
+#     early, 8 updates at 3,000,000 samples, which is no packing.
 # A wrong frequency (e.g. 200,000 for 225,000 at G = 6,912) or a skipped eval sits outside it:
-# F is more than 11 x G for every G, the band at most 7 x G + 2% of k x F wide.
+# F is more than 11 x G for every G, the band at most 7 x G + 0.4% of k x F wide.
 PACKED_PHASE_UPDATES = 3
-PACKED_DRIFT = 0.01
+PACKED_DRIFT = 0.002
 # Custom key (not in mllog.constants) with which our trainer states an open-division target.
 TARGET_KEY = "target_accuracy"
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -269,8 +271,9 @@ def rule_eval_grid(records, division):
                         % (trained, point), last)
     detail = "%d evals every %d samples (global_batch_size %d, %s)" % (len(evals), freq, gbs, kind)
     if late:
-        return _res("eval_grid", WARN, detail + "; evals up to %s samples after the first update past"
-                    " their grid point (legal: rounded up)%s" % (late, note), late_rec)
+        return _res("eval_grid", WARN, detail + "; evals up to %s samples after the first update past their"
+                    " grid point, to which the rules round up (accepted logs are that late: a warning)%s"
+                    % (late, note), late_rec)
     if note:
         return _res("eval_grid", WARN, detail + note, note_rec)
     return _res("eval_grid", PASS, detail)
@@ -296,18 +299,22 @@ def _status_said(stop):
     return "run_stop status is %s" % (status if plain else repr(status))
 
 
+def first_at_target(records, target):
+    """The first eval_accuracy line at or above ``target``, or None."""
+    return next((r for r in _find(records, "eval_accuracy") if _number(r.value) and r.value >= target), None)
+
+
 def rule_stop_at_target(records, division):
     target = target_of(records, division)
     if target is None:  # another harness's open run: the official checker asks no target of it
         return _res("stop_at_target", WARN, "open-division log states no single %s line (this project's"
                     " trainer logs it): the stop at a target is not checked" % TARGET_KEY,
                     (_find(records, TARGET_KEY) or [None])[0])
-    evals = _find(records, "eval_accuracy")
     stops = _find(records, "run_stop")
     stop = stops[-1] if stops else None
     status = stop.metadata.get("status") if stop else None
     said = _status_said(stop)
-    hit = next((r for r in evals if _number(r.value) and r.value >= target), None)
+    hit = first_at_target(records, target)
     if hit is None:
         if status == "success":
             return _res("stop_at_target", FAIL, "status success but no eval reached %.4g" % target, stop)
@@ -362,6 +369,51 @@ def rule_run_stop(records):
                     " the run, status %s, as the result summarizer reads it%s" % (
                         len(stops), status, "; a later one says %s" % ", ".join(later) if later else ""), stops[1])
     return _res("run_stop", PASS, "run_stop status %s" % status)
+
+
+# lines of the timed run: each must be stamped at or after the run_start it is timed from (run_stop's
+# own order with it is rule_run_stop's)
+_TIMED_KEYS = ("block_start", "block_stop", "epoch_start", "epoch_stop", "eval_start", "eval_stop", "eval_accuracy")
+
+
+def rule_time_order(records, division):
+    """The clock runs one way through what the rules time: the init (limited from the first init_start
+    to init_stop, common.yaml), run_start, the training, run_stop (the time to train, as the result
+    summarizer takes it). A log stamped otherwise has times that do not measure its run: a run_start
+    stamped after training began, or a second one, shortened the score. No accepted BERT log of
+    v1.0-v5.0 breaks these (bench/published_logs.py; an eval before run_start in the init, as PCL's
+    v1.0 logs, is no part of the timed run). run_stop stamped before the eval that reached the target
+    is a warning: four accepted v3.1 xFusion logs have it."""
+    def ms(r):
+        return r.time_ms if r is not None and finite(r.time_ms) else None
+    inits = [r for r in _find(records, "init_start") if ms(r) is not None]
+    first_init = min(inits, key=ms) if inits else None
+    init_stop = next((r for r in _find(records, "init_stop") if ms(r) is not None), None)
+    if first_init and init_stop and ms(init_stop) < ms(first_init):
+        return _res("time_order", FAIL, "init_stop is stamped %.3f s before init_start (line %d): the init's time,"
+                    " which the rules limit from the first init_start, cannot be taken"
+                    % ((ms(first_init) - ms(init_stop)) / 1000, first_init.lineno), init_stop)
+    start, stop = run_start_stop(records)  # the pair the result summarizer times
+    if ms(start) is None:
+        return _res("time_order", PASS, "no run_start time to order by (rule run_stop)")
+    if init_stop and ms(init_stop) > ms(start):
+        return _res("time_order", FAIL, "run_start (line %d) is stamped %.3f s before init_stop: the init would"
+                    " be part of the time to train and escape its own limit"
+                    % (start.lineno, (ms(init_stop) - ms(start)) / 1000), init_stop)
+    first_start = _find(records, "run_start")[0]
+    early = next((r for r in records if r.lineno > first_start.lineno and r.key in _TIMED_KEYS
+                  and ms(r) is not None and ms(r) < ms(start)), None)
+    if early:
+        return _res("time_order", FAIL, "%s is stamped %.3f s before run_start (line %d), from which the result"
+                    " summarizer times the run: training outside the time to train"
+                    % (early.key, (ms(start) - ms(early)) / 1000, start.lineno), early)
+    target = target_of(records, division)
+    hit = first_at_target(records, target) if target is not None else None
+    if ms(stop) is not None and ms(hit) is not None and ms(stop) < ms(hit):
+        return _res("time_order", WARN, "run_stop is stamped %.3f s before the eval that reached %.4g (line %d):"
+                    " the time to train (run_stop - run_start) leaves out the end of the run"
+                    % ((ms(hit) - ms(stop)) / 1000, target, hit.lineno), stop)
+    return _res("time_order", PASS, "init, run_start, training and run_stop stamped in that order")
 
 
 def rule_samples_monotonic(records, division):
@@ -571,6 +623,7 @@ def bert_rules(records):
         rule_eval_grid(records, division),
         rule_stop_at_target(records, division),
         rule_run_stop(records),
+        rule_time_order(records, division),
         rule_samples_monotonic(records, division),
         rule_train_samples(records, division),
     ]

@@ -66,6 +66,21 @@ def test_presets_are_the_reference_hyperparameters(preset, expected, gpus):
     assert "do_train" in fl and "do_eval" in fl
 
 
+@pytest.mark.parametrize("preset", ["reference_gpu", "tpu_8192", "rcp_3072", "demo_cpu"])
+def test_every_preset_evaluates_before_its_run_ends(preset):
+    """A hostile sweep (a user's journey through docs/running.md): `start_training.sh
+    --preset=demo_cpu` and the sbatch's `PRESET=demo_cpu` trained 2,000 micro-steps without one
+    eval (the demo passed --eval_frequency itself; the preset left the formula's 150,000 samples,
+    after its 32,000), and their logs failed three checks. Each preset's first eval (its
+    --eval_frequency, else the rules' formula for its global batch) comes before its last update."""
+    from mlperf_bert.harness.mlperf_log import eval_frequency
+    _, fl = command_flags(dry_run("--preset=" + preset, NUM_GPUS="1" if preset == "demo_cpu" else "8"))
+    n, batch = int(fl.get("steps_per_update", 1)), int(fl["train_batch_size"])  # a micro-step's, all ranks
+    last = int(fl["num_train_steps"]) // n * n * batch
+    first = int(fl["eval_frequency"]) if "eval_frequency" in fl else eval_frequency(n * batch)
+    assert "do_eval" in fl and first <= last, (first, last)
+
+
 def test_bert_large_config_is_the_reference_file():
     import hashlib
     with open(os.path.join(ROOT, "configs", "bert_config_large.json"), "rb") as f:

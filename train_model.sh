@@ -467,6 +467,52 @@ read_figures() {  # --figures | --check | --check_off_host
   fi
 }
 
+# The files the run reads, as the trainer's first check looks for them (comma lists of globs), each
+# refusal naming the setting that gave it (DATA_DIR, INPUT_FILES, a flag, the --config file): by
+# start_training.sh's check (CHECK_ONLY=files), on the node that runs (a login node may not see a
+# node's local data), and before a run this script starts itself
+check_files() {
+  # (the files the trainer gets: a --input_file, --eval_input_file or --init_checkpoint given, or set by the
+  # --config file, replaces the environment's; the environment's were checked instead, and run 0 refused them)
+  train_spec="$(flag_value input_file "$INPUT_FILES")" eval_spec="$(flag_value eval_input_file "$EVAL_FILE")"
+  init="$(flag_value init_checkpoint "")"
+  train_from="INPUT_FILES, or DATA_DIR's part-*" eval_from="EVAL_FILE, or DATA_DIR's eval_10k"
+  train_fix="set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)"
+  case "$(source_of input_file)" in
+    given) train_from="the --input_file given" train_fix="give it the TFRecords" ;;
+    file) train_from="input_file of ${config#--config=}" train_fix="set it there to the TFRecords" ;;
+  esac
+  case "$(source_of eval_input_file)" in
+    given) eval_from="the --eval_input_file given" ;;
+    file) eval_from="eval_input_file of ${config#--config=}" ;;
+  esac
+  if given do_train; then
+    # the trainer's own reading of the lists (mlperf_bert/fileio.py glob_parts): a path with a
+    # backslash or a newline is the trainer's to read as it is
+    unmatched="$("$PYTHON" -S -c 'import sys
+from mlperf_bert.fileio import glob_parts
+for which, spec in zip(("train", "eval"), sys.argv[1:]):
+    bad = [part for part, matches in glob_parts(spec) if not matches]
+    if bad:
+        sys.exit(print(which, bad[0], end="") or 1)' "$train_spec" "$eval_spec" 2>&1)" && rc=0 || rc=$?
+    case "$rc,$unmatched" in
+      0,) ;;
+      1,"train "*) die "no training file matches ${unmatched#train } ($train_from): $train_fix" ;;
+      1,"eval "*) die "no eval file matches ${unmatched#eval } ($eval_from): give the eval" \
+          "set make-dataset (pick-eval-samples) made" ;;
+      *) die "cannot check the files the run reads with PYTHON=$PYTHON: $unmatched" ;;
+    esac
+  fi
+  if [[ -n "$init" && ! -f "$init" && ! -f "$init.index" ]]; then
+    case "$(source_of init_checkpoint)" in
+      given) what="--init_checkpoint=$init" ;;
+      file) what="init_checkpoint $init (${config#--config=})" ;;
+      *) what="INIT_CHECKPOINT=$init" ;;
+    esac
+    die "$what not found: give a .pt file or a TF checkpoint prefix whose .index exists"
+  fi
+}
+
 if [[ "${CHECK_ONLY:-0}" == 1 || "${CHECK_ONLY:-0}" == files ]]; then  # the settings checked as a run checks them, nothing run
   # the trainer's packages, found without importing them (torch's import: 1.5 s of CPU); else a
   # started run's ModuleNotFoundError traceback
@@ -487,47 +533,7 @@ try:
 except UserError as e:
     sys.exit(print(e) or 1)' "$(flag_value num_workers 2)" 2>&1)" || die "$tmp_error"
   fi
-  # files: also the files the run reads, as the trainer's first check looks for them (comma lists of globs):
-  # start_training.sh's check, on the node that runs (a login node may not see a node's local data)
-  # (the files the trainer gets: a --input_file, --eval_input_file or --init_checkpoint given, or set by the
-  # --config file, replaces the environment's; the environment's were checked instead, and run 0 refused them)
-  train_spec="$(flag_value input_file "$INPUT_FILES")" eval_spec="$(flag_value eval_input_file "$EVAL_FILE")"
-  init="$(flag_value init_checkpoint "")"
-  train_from="INPUT_FILES, or DATA_DIR's part-*" eval_from="EVAL_FILE, or DATA_DIR's eval_10k"
-  train_fix="set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)"
-  case "$(source_of input_file)" in
-    given) train_from="the --input_file given" train_fix="give it the TFRecords" ;;
-    file) train_from="input_file of ${config#--config=}" train_fix="set it there to the TFRecords" ;;
-  esac
-  case "$(source_of eval_input_file)" in
-    given) eval_from="the --eval_input_file given" ;;
-    file) eval_from="eval_input_file of ${config#--config=}" ;;
-  esac
-  if [[ "$CHECK_ONLY" == files ]] && given do_train; then
-    # the trainer's own reading of the lists (mlperf_bert/fileio.py glob_parts): a path with a
-    # backslash or a newline is the trainer's to read as it is
-    unmatched="$("$PYTHON" -S -c 'import sys
-from mlperf_bert.fileio import glob_parts
-for which, spec in zip(("train", "eval"), sys.argv[1:]):
-    bad = [part for part, matches in glob_parts(spec) if not matches]
-    if bad:
-        sys.exit(print(which, bad[0], end="") or 1)' "$train_spec" "$eval_spec" 2>&1)" && rc=0 || rc=$?
-    case "$rc,$unmatched" in
-      0,) ;;
-      1,"train "*) die "no training file matches ${unmatched#train } ($train_from): $train_fix" ;;
-      1,"eval "*) die "no eval file matches ${unmatched#eval } ($eval_from): give the eval" \
-          "set make-dataset (pick-eval-samples) made" ;;
-      *) die "cannot check the files the run reads with PYTHON=$PYTHON: $unmatched" ;;
-    esac
-  fi
-  if [[ "$CHECK_ONLY" == files && -n "$init" && ! -f "$init" && ! -f "$init.index" ]]; then
-    case "$(source_of init_checkpoint)" in
-      given) what="--init_checkpoint=$init" ;;
-      file) what="init_checkpoint $init (${config#--config=})" ;;
-      *) what="INIT_CHECKPOINT=$init" ;;
-    esac
-    die "$what not found: give a .pt file or a TF checkpoint prefix whose .index exists"
-  fi
+  [[ "$CHECK_ONLY" == files ]] && check_files
   [[ "$CHECK_ONLY" == files ]] || echo "train_model.sh: CHECK_ONLY=1: the settings pass; left to the host that" \
     "trains (start_training.sh's check before its first run, and the trainer, check them there): the micro-batch" \
     "against its memory and --num_workers against its cores"
@@ -542,6 +548,7 @@ if [[ "$DRY_RUN" == 1 ]]; then
   printf '%q ' "${cmd[@]}"; echo
   exit 0
 fi
+check_files
 made="$(mkdir -p "$OUTPUT_DIR" "$LOGDIR" 2>&1)" || die "cannot make OUTPUT_DIR=$OUTPUT_DIR or LOGDIR=$LOGDIR" \
   "(${made%%$'\n'*}): give directories you can write"
 [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan"

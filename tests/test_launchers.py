@@ -849,8 +849,9 @@ def test_a_missing_data_folder_or_checkpoint_is_refused_before_the_first_run(tmp
     """A hostile sweep: DATA_DIR missing, empty or a file, an INIT_CHECKPOINT that does not exist and
     SUBMISSION_STATUS=bogus passed start_training.sh's settings check and failed only in run 0, after
     "STARTING TIMING RUN", an empty OUTPUT_DIR left behind (docs/running.md: "before the first
-    run"). Its check (train_model.sh CHECK_ONLY=files) looks for the files the run reads; a bare
-    CHECK_ONLY=1 (submit.sh's, on a login node that may not see a node's disk) does not."""
+    run"). Its check (train_model.sh CHECK_ONLY=files) looks for the files the run reads, as
+    train_model.sh does before a run of its own; a bare CHECK_ONLY=1 (submit.sh's, on a login node
+    that may not see a node's disk) does not."""
     data = tmp_path / "data"
     data.mkdir()
     (data / "part-00000-of-00001").write_bytes(b"")
@@ -875,6 +876,11 @@ def test_a_missing_data_folder_or_checkpoint_is_refused_before_the_first_run(tmp
         if "SUBMISSION_STATUS" not in extra:
             check = subprocess.run([TRAIN], capture_output=True, text=True, env=dict(env, CHECK_ONLY="1"), timeout=60)
             assert check.returncode == 0, check.stderr
+            # train_model.sh run alone (a user's journey): the trainer said "--input_file .../part-* does
+            # not exist (check the path or glob)", naming no DATA_DIR; the same check now comes first
+            alone = subprocess.run([TRAIN], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+            assert (alone.returncode, alone.stderr) == (2, "error: train_model.sh: %s\n" % why), extra
+            assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("name", ["back\\slash", "new\nline"])

@@ -129,7 +129,11 @@ def test_a_value_no_pretraining_record_holds_is_refused_by_every_tool(tiny_recor
                      (tiny_record(next_sentence_labels=[7]), "has next_sentence_labels 7, where BERT pre-training "
                                                              "data holds 0 or 1"),
                      (tiny_record(input_ids=[-3] + [5] * 7), "has input_ids -3, where BERT pre-training data holds "
-                                                             ">= 0")):
+                                                             ">= 0"),
+                     # another sweep: pack took the length from the mask's sum and cut a token, exit 0
+                     (tiny_record(input_mask=[0, 1, 1, 1, 1, 0, 0, 0]), "has an input_mask with a 0 before a 1, "
+                                                                        "where BERT pre-training data holds its "
+                                                                        "tokens' 1s first, then 0s")):
         write_records(src, [tiny_record(), bad, tiny_record()])
         for run in (lambda: pick_eval_samples(src, str(tmp_path / "eval"), 3, 8, 2, progress=False),
                     lambda: hdf5.tfrecords_to_hdf5([src], str(tmp_path / "x.hdf5"), 8, 2, progress=False),

@@ -349,6 +349,14 @@ def values_refusal(batch, where, max_seq_length):
         name, row, value, allowed = problem
         return UserError("%s has %s %s, where BERT pre-training data holds %s: the file is damaged, or not made by "
                          "create_pretraining_data: make it again" % (where(row), name, value, allowed))
+    # a sequence's tokens are its mask's leading 1s: pack took the length from the mask's sum, and cut
+    # the last token of a record whose mask had a 0 before a 1 (exit 0)
+    mask = np.asarray(batch["input_mask"])  # (uint8 in an HDF5 file: compared, not subtracted)
+    gap = (mask[:, 1:] > mask[:, :-1]).any(1)
+    if gap.any():
+        return UserError("%s has an input_mask with a 0 before a 1, where BERT pre-training data holds its tokens' "
+                         "1s first, then 0s: the file is damaged, or not made by create_pretraining_data: make it "
+                         "again" % where(int(np.flatnonzero(gap)[0])))
     return None
 
 

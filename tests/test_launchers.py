@@ -1376,6 +1376,8 @@ def test_a_node_whose_peer_never_comes_says_it_waits_then_gives_up_in_one_line(t
                OUTPUT_DIR=str(tmp_path / "out"), NNODES="2", NODE_RANK="0", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(port), RDZV_TIMEOUT="2", OMP_NUM_THREADS="1")
     env.pop("PET_RDZV_CONF", None)  # torchrun's own form of --rdzv_conf
+    for name in ("train", "eval"):  # there (train_model.sh looks): the ranks never read them
+        (tmp_path / name).touch()
     proc = subprocess.Popen([TRAIN, "--device=cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=tmp_path, start_new_session=True)
     try:

@@ -318,8 +318,56 @@ def test_the_checkers_params_never_write_outside_the_package(package, tmp_path):
                                                                                             re.escape(line))):
             score.score(str(package))
         assert not pwned.exists()
-    params.write_text("rcp-bypass\n\nlog_output=inside.log\n")
+    params.write_text("rcp-bypass\nlog_output=inside.log\n")
     assert score.checker_params(str(params), str(tmp_path)) == ["--rcp-bypass", "--log_output=inside.log"]
+    params.write_text("rcp-bypass\nlog_output ../../PWNED.log\n")  # its value as the next word
+    with pytest.raises(UserError, match=r"line 2: log_output \.\./\.\./PWNED\.log writes outside the package"):
+        score.checker_params(str(params), str(tmp_path))
+
+
+def test_a_scaling_file_shipped_in_an_open_result_is_named(tmp_path):
+    """A hostile sweep: results/SYS/bert/scaling.json {"scaling_factor": 0.25} in an open-division
+    copy of nyx's package: the official summarizer gave 0.8731 minutes for 3.4923 (the checker makes
+    or removes the file for a closed result's RCP check only), and score passed it without a word."""
+    bert = tmp_path / "ORG" / "results" / "SYS" / "bert"
+    bert.mkdir(parents=True)
+    desc = {"submitter": "ORG", "division": "open", "status": "Available on-premise"}
+    assert not any("scaling.json" in w for w in score.identity_reasons(str(tmp_path), "ORG", "SYS", desc, [])[1])
+    (bert / "scaling.json").write_text('{"scaling_factor": 0.25}')
+    warned = score.identity_reasons(str(tmp_path), "ORG", "SYS", desc, [])[1]
+    assert "ORG/results/SYS/bert/scaling.json in an open-division result: the result summarizer multiplies its " \
+           "time by the file's scaling_factor" in " ".join(warned)
+    closed = dict(desc, division="closed")  # the checker's own, made or removed by its RCP check
+    assert not any("scaling.json" in w for w in score.identity_reasons(str(tmp_path), "ORG", "SYS", closed, [])[1])
+
+
+# MLCommons' verify_for_v5.0_training.sh builds the checker's options so (its loop as written there),
+# then passes them unquoted: bash itself reads the lines and splits the words
+VERIFY_LOOP = """P=""
+while IFS= read -r line
+do
+  P="$P --$line"
+done < "$1"
+printf '%s\\n' $P"""
+
+
+@pytest.mark.parametrize("text", ["rcp-bypass\n", "rcp-bypass", "rcp-bypass \n", "\nrcp-bypass\n",
+                                  "rcp-bypass\r\n", "rcp-bert-train-samples  seed-checker-bypass\n\t\n",
+                                  "rcp-bypass\nlog_output=x.log"], ids=repr)
+def test_the_checkers_options_are_the_verify_scripts_words(tmp_path, text, capsys):
+    """A hostile sweep: score read every line of package_checker_params, stripped, blank ones
+    skipped; the verify script's read drops a last line without its newline, and its unquoted
+    expansion splits at blanks and passes an empty line as a bare `--`. On a package whose runs fail
+    the RCP check, `rcp-bypass` without a newline scored PASS where the script fails it, a blank first
+    line too (the script's checker stops: unrecognized arguments), and `rcp-bypass ` failed where
+    the script passes it. The options are now the words bash gives the script's loop."""
+    params = tmp_path / "package_checker_params"
+    params.write_bytes(text.encode())
+    words = subprocess.run(["bash", "-c", VERIFY_LOOP, "loop", str(params)], capture_output=True,
+                           check=True).stdout.decode().split("\n")[:-1]  # (bytes: a word's \r kept)
+    assert score.checker_params(str(params), str(tmp_path)) == [w for w in words if w]
+    warned = capsys.readouterr().err
+    assert ("has no newline, and the verify script's read leaves it out" in warned) == (not text.endswith("\n"))
 
 
 def test_sigkill_leaves_no_official_tool_running_and_no_copy(package, tmp_path):
@@ -628,6 +676,10 @@ def test_nvidias_runs_repackaged_with_their_systems_json_are_the_published_packa
     (None, ["--system_field=division=open"], r"says division='open', but the package is closed"),
     (None, ["--system_field=cooling"], r"--system_field=cooling: give KEY=VALUE"),
     (None, ["--system_field=accelerator_model_name="], r"needs accelerator_model_name: give them in --system_json"),
+    # a hostile sweep: one run of another learning rate was packaged, and scored, without a word
+    (('"opt_base_learning_rate", "value": 0.00096', '"opt_base_learning_rate", "value": 0.5'), [],
+     r"the logs' opt_base_learning_rate differs: 0.00096 in result_0.txt; 0.5 in result_1.txt; the runs of a "
+     r"result share their hyperparameters \(package runs of one setting\)"),
 ])
 def test_package_refuses_runs_that_are_not_the_packages_system(two_runs, tmp_path, change, flags_, match):
     """Issue 31: package took logs of org mlperf_bert-demo, platform cpu as ACME's h100x8 without a word."""

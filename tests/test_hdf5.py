@@ -478,7 +478,7 @@ def test_a_file_made_before_row_checksums_is_named(made, tmp_path, capsys):
         loader.check_records([path], full=False)
         assert capsys.readouterr().err == (
             "warning: %s has no row checksums (made before they were written): damage in it is not caught while "
-            "training; %s to add them\n" % (path, fix + (" (python -m mlperf_bert pack)" if kind == "packed" else "")))
+            "training, and a resume tells it from another file of its size only by its name; %s to add them\n" % (path, fix + (" (python -m mlperf_bert pack)" if kind == "packed" else "")))
 
 
 @pytest.mark.parametrize("lengths", [dict(), dict(max_seq_length=128, max_predictions_per_seq=20)])

@@ -265,7 +265,7 @@ def worker_pool(workers, start_method=None):
         with contextlib.nullcontext() if forked else stops_held(), \
                 stops_held_over_fork({signal.SIGINT, signal.SIGTERM} if forked else {signal.SIGINT}):
             pool = context.Pool(workers, init_worker, (os.getpid(),))
-        yield pool
+        yield WatchedPool(pool)
         # guarded too: a stop in the join (the jobs done) left the pool's semaphores to the tracker
         pool.close()
         pool.join()
@@ -280,6 +280,46 @@ def worker_pool(workers, start_method=None):
             from multiprocessing import util
             util._run_finalizers(0)
         raise
+
+
+class WatchedPool:
+    """A pool whose ``imap``, ``imap_unordered`` and ``map`` end in one UserError when one of its
+    workers dies (the out-of-memory killer, a SIGKILL or SIGTERM to that process alone): the pool
+    starts another, but the task the dead one held is never done, and the results waited for ever
+    (make-dataset, text-pipeline and pack hung, their locks held). Other attributes are the pool's."""
+
+    def __init__(self, pool):
+        self._real = pool
+        self._workers = list(pool._pool)  # (no public attribute lists them; terminate_pool reads it too)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def _watched(self, results):
+        import multiprocessing
+        while True:
+            try:
+                yield results.next(timeout=0.25)
+            except StopIteration:
+                return
+            except multiprocessing.TimeoutError:
+                dead = next((w for w in self._workers if w.exitcode is not None), None)
+                if dead is not None:
+                    code = dead.exitcode
+                    how = ("killed by %s" % signal.Signals(-code).name if code < 0 and -code in signal.valid_signals()
+                           else "exited with status %s" % code)
+                    raise UserError("a worker process (pid %s) ended (%s) before its task was done: the "
+                                    "out-of-memory killer, or a signal to that process alone? Finished outputs are "
+                                    "kept; rerun the same command to go on" % (dead.pid, how))
+
+    def imap(self, func, iterable, chunksize=1):
+        return self._watched(self._real.imap(func, iterable, chunksize))
+
+    def imap_unordered(self, func, iterable, chunksize=1):
+        return self._watched(self._real.imap_unordered(func, iterable, chunksize))
+
+    def map(self, func, iterable, chunksize=1):
+        return list(self.imap(func, iterable, chunksize))
 
 
 def terminate_pool(pool, grace=10.0, stuck=1.0, repeat=0.5):

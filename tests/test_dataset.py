@@ -1,5 +1,6 @@
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -102,6 +103,41 @@ def test_killed_run_resumes_to_identical_outputs(full_run, text_dir, vocab_file,
     for n in finished:  # finished outputs were kept, not redone
         assert os.stat(os.path.join(out, n)).st_mtime_ns == before[n]
     assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))  # no temporaries left
+    for n in os.listdir(full_run):
+        if n != "make_dataset_settings.json":
+            assert md5(os.path.join(out, n)) == md5(os.path.join(full_run, n)), n
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_pool_worker_killed_alone_ends_the_run_in_one_line_and_the_rerun_goes_on(full_run, text_dir, vocab_file,
+                                                                                     tmp_path, sig):
+    """A hostile sweep: one worker of make-dataset's pool killed (the out-of-memory killer) or
+    SIGTERMed alone: the pool started another, the dead one's shard was never made, and the run
+    waited for it for ever, its locks held (text-pipeline and pack too: errors.WatchedPool, which
+    all of them use). Now one line, exit 2; the rerun makes the rest, equal to an uninterrupted run."""
+    out = str(tmp_path / "out")
+    # the worker that takes part-00001 signals itself as it starts it (forked: it has the patch)
+    script = ("import os, signal, sys\n"
+              "from mlperf_bert.dataset import make_dataset\n"
+              "from mlperf_bert.cli import run_main\n"
+              "real = make_dataset._run_job\n"
+              "def job(j):\n"
+              "    if os.path.basename(j[1]).startswith('part-00001'):\n"
+              "        os.kill(os.getpid(), %d)\n"
+              "    return real(j)\n"
+              "make_dataset._run_job = job\n"
+              "sys.argv = ['make-dataset'] + sys.argv[1:]\n"
+              "run_main(make_dataset.main)\n" % sig)
+    proc = subprocess.run([sys.executable, "-c", script] + cmd(text_dir, out, vocab_file)[1:], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    how = "killed by SIGKILL" if sig == signal.SIGKILL else "exited with status 143"
+    assert re.fullmatch(r"error: a worker process \(pid \d+\) ended \(%s\) before its task was done: the "
+                        r"out-of-memory killer, or a signal to that process alone\? Finished outputs are kept; rerun "
+                        r"the same command to go on\n" % how, proc.stderr), proc.stderr
+    assert not os.path.exists(os.path.join(out, "manifest.tsv"))
+    assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
+    assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))
     for n in os.listdir(full_run):
         if n != "make_dataset_settings.json":
             assert md5(os.path.join(out, n)) == md5(os.path.join(full_run, n)), n

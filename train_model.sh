@@ -503,7 +503,9 @@ for which, spec in zip(("train", "eval"), sys.argv[1:]):
       *) die "cannot check the files the run reads with PYTHON=$PYTHON: $unmatched" ;;
     esac
   fi
-  if [[ -n "$init" && ! -f "$init" && ! -f "$init.index" ]]; then
+  # the init checkpoint by start_training.sh's check alone: run here, a resume whose --init_checkpoint is
+  # gone (a scratch disk cleaned) goes on, holding the one it recorded, as the trainer decides
+  if [[ "${CHECK_ONLY:-0}" == files && -n "$init" && ! -f "$init" && ! -f "$init.index" ]]; then
     case "$(source_of init_checkpoint)" in
       given) what="--init_checkpoint=$init" ;;
       file) what="init_checkpoint $init (${config#--config=})" ;;
@@ -549,8 +551,7 @@ if [[ "$DRY_RUN" == 1 ]]; then
   exit 0
 fi
 check_files
-made="$(mkdir -p "$OUTPUT_DIR" "$LOGDIR" 2>&1)" || die "cannot make OUTPUT_DIR=$OUTPUT_DIR or LOGDIR=$LOGDIR" \
-  "(${made%%$'\n'*}): give directories you can write"
+# OUTPUT_DIR and LOGDIR are the trainer's to make (and to remove again, empty, when it refuses the run)
 [[ -n "$plan" ]] && echo "train_model.sh: preset $PRESET: $plan"
 [[ -n "${warning:-}" ]] && echo "$warning" >&2
 echo "train_model.sh: preset $PRESET: ${cmd[*]}"

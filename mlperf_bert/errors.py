@@ -282,6 +282,19 @@ def worker_pool(workers, start_method=None):
         raise
 
 
+def signal_name(sig):
+    """SIGTERM for 15; "signal 35" for one the enum does not name (the real-time signals)."""
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "signal %d" % sig
+
+
+def ended(code):
+    """How a child whose exit code (``Popen.returncode``, ``Process.exitcode``) is ``code`` ended, in words."""
+    return "was killed by %s" % signal_name(-code) if code < 0 else "exited with status %d" % code
+
+
 class WatchedPool:
     """A pool whose ``imap``, ``imap_unordered`` and ``map`` end in one UserError when one of its
     workers dies (the out-of-memory killer, a SIGKILL or SIGTERM to that process alone): the pool
@@ -303,23 +316,33 @@ class WatchedPool:
             except StopIteration:
                 return
             except multiprocessing.TimeoutError:
+                # (any death: an idle worker killed may hold the task queue's lock, which hangs the join)
                 dead = next((w for w in self._workers if w.exitcode is not None), None)
                 if dead is not None:
-                    code = dead.exitcode
-                    how = ("killed by %s" % signal.Signals(-code).name if code < 0 and -code in signal.valid_signals()
-                           else "exited with status %s" % code)
-                    raise UserError("a worker process (pid %s) ended (%s) before its task was done: the "
-                                    "out-of-memory killer, or a signal to that process alone? Finished outputs are "
-                                    "kept; rerun the same command to go on" % (dead.pid, how))
+                    raise UserError("a worker process (pid %s) of this run %s, the out-of-memory killer or a "
+                                    "signal to that process alone, and its work is lost: rerun the same command "
+                                    "(a dataset command keeps its finished outputs)" % (dead.pid, ended(dead.exitcode)))
+
+    def _chunked(self, method, func, iterable, chunksize):
+        # the pool's own chunking yields from a generator, which has no next(timeout): chunks are tasks here
+        if chunksize == 1:
+            return self._watched(method(func, iterable, 1))
+        items = list(iterable)
+        chunks = [items[i:i + chunksize] for i in range(0, len(items), chunksize)]
+        return (r for done in self._watched(method(functools.partial(_map_chunk, func), chunks, 1)) for r in done)
 
     def imap(self, func, iterable, chunksize=1):
-        return self._watched(self._real.imap(func, iterable, chunksize))
+        return self._chunked(self._real.imap, func, iterable, chunksize)
 
     def imap_unordered(self, func, iterable, chunksize=1):
-        return self._watched(self._real.imap_unordered(func, iterable, chunksize))
+        return self._chunked(self._real.imap_unordered, func, iterable, chunksize)
 
     def map(self, func, iterable, chunksize=1):
         return list(self.imap(func, iterable, chunksize))
+
+
+def _map_chunk(func, chunk):
+    return [func(item) for item in chunk]
 
 
 def terminate_pool(pool, grace=10.0, stuck=1.0, repeat=0.5):

@@ -560,14 +560,19 @@ def md5_many(paths, workers=None, desc="md5", progress=True):
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def read_lines(path, what):
-    """The lines of the UTF-8 text file ``path`` (a ``what``, named in the error): an unreadable file,
-    or one that is not UTF-8, is a one-line UserError."""
+def read_text(path, what):
+    """The text of the UTF-8 file ``path`` as it is (no newline translated; a ``what``, named in the
+    error): an unreadable file, or one that is not UTF-8, is a one-line UserError."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise UserError("cannot read %s %s: %s" % (what, path, getattr(e, "strerror", None) or e))
+
+
+def read_lines(path, what):
+    """The lines of the UTF-8 text file ``path`` (``read_text``'s, split as str.splitlines splits)."""
+    return read_text(path, what).splitlines()
 
 
 def write_json(path, obj, newline=False, **dump_kwargs):

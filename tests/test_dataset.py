@@ -131,10 +131,10 @@ def test_a_pool_worker_killed_alone_ends_the_run_in_one_line_and_the_rerun_goes_
     proc = subprocess.run([sys.executable, "-c", script] + cmd(text_dir, out, vocab_file)[1:], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    how = "killed by SIGKILL" if sig == signal.SIGKILL else "exited with status 143"
-    assert re.fullmatch(r"error: a worker process \(pid \d+\) ended \(%s\) before its task was done: the "
-                        r"out-of-memory killer, or a signal to that process alone\? Finished outputs are kept; rerun "
-                        r"the same command to go on\n" % how, proc.stderr), proc.stderr
+    how = "was killed by SIGKILL" if sig == signal.SIGKILL else "exited with status 143"
+    assert re.fullmatch(r"error: a worker process \(pid \d+\) of this run %s, the out-of-memory killer or a signal "
+                        r"to that process alone, and its work is lost: rerun the same command \(a dataset command "
+                        r"keeps its finished outputs\)\n" % how, proc.stderr), proc.stderr
     assert not os.path.exists(os.path.join(out, "manifest.tsv"))
     assert make_dataset.main(cmd(text_dir, out, vocab_file)) == 0
     assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))

@@ -314,8 +314,8 @@ def test_the_checkers_params_never_write_outside_the_package(package, tmp_path):
     pwned = tmp_path / "PWNED.log"
     for line in ("log_output=%s" % pwned, "log_out=../../PWNED.log", "log_output="):
         params.write_text("rcp-bypass\n" + line + "\n")
-        with pytest.raises(UserError, match=r"^%s line 2: %s writes outside the package" % (re.escape(str(params)),
-                                                                                            re.escape(line))):
+        why = "names no file for the official checker's log" if line == "log_output=" else "writes outside the package"
+        with pytest.raises(UserError, match=r"^%s line 2: %s %s" % (re.escape(str(params)), re.escape(line), why)):
             score.score(str(package))
         assert not pwned.exists()
     params.write_text("rcp-bypass\nlog_output=inside.log\n")
@@ -353,7 +353,7 @@ printf '%s\\n' $P"""
 
 @pytest.mark.parametrize("text", ["rcp-bypass\n", "rcp-bypass", "rcp-bypass \n", "\nrcp-bypass\n",
                                   "rcp-bypass\r\n", "rcp-bert-train-samples  seed-checker-bypass\n\t\n",
-                                  "rcp-bypass\nlog_output=x.log"], ids=repr)
+                                  "rcp-bypass\nlog_output=x.log", "log_output *.log\nrcp-by[p]ass\n"], ids=repr)
 def test_the_checkers_options_are_the_verify_scripts_words(tmp_path, text, capsys):
     """A hostile sweep: score read every line of package_checker_params, stripped, blank ones
     skipped; the verify script's read drops a last line without its newline, and its unquoted
@@ -363,7 +363,9 @@ def test_the_checkers_options_are_the_verify_scripts_words(tmp_path, text, capsy
     the script passes it. The options are now the words bash gives the script's loop."""
     params = tmp_path / "package_checker_params"
     params.write_bytes(text.encode())
-    words = subprocess.run(["bash", "-c", VERIFY_LOOP, "loop", str(params)], capture_output=True,
+    for name in ("b.log", "a.log", ".hidden.log"):  # bash expands an unquoted pattern where the tools run
+        (tmp_path / name).write_text("")
+    words = subprocess.run(["bash", "-c", VERIFY_LOOP, "loop", str(params)], capture_output=True, cwd=tmp_path,
                            check=True).stdout.decode().split("\n")[:-1]  # (bytes: a word's \r kept)
     assert score.checker_params(str(params), str(tmp_path)) == [w for w in words if w]
     warned = capsys.readouterr().err

@@ -38,7 +38,7 @@ import warnings
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, die_with_parent, stops_held_over_fork
-from mlperf_bert.fileio import atomic_path, compression, pid_alive
+from mlperf_bert.fileio import atomic_path, compression, pid_alive, read_text
 from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
                                             read_log, samples_of, speed_up_official_parse, target_of,
                                             worst_level)
@@ -387,28 +387,32 @@ def checker_params(path, cwd):
     """The package checker's options from ORG/package_checker_params, as MLCommons' verify script
     builds them: ``while IFS= read -r line`` adds `` --LINE`` for each line it reads (a last line
     without its newline is not read), and the unquoted result is split at blanks (a trailing space
-    goes, ``a b`` is two words, an empty line a bare ``--``, after which argparse takes no option).
-    The option that names a file (--log_output, or a prefix argparse takes for it) must stay inside
-    the copy the tools run in (``cwd``): the package is only read."""
+    goes, ``a b`` is two words, an empty line a bare ``--``, after which argparse takes no option)
+    and its patterns expanded to the names they match in ``cwd``, where the tools run (bash's: sorted,
+    hidden names left out, a pattern that matches nothing kept as it is). The option that names a
+    file (--log_output, or a prefix argparse takes for it) must stay inside that copy: the package is
+    only read."""
     if not os.path.isfile(path):
         return []
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            lines = f.read().split("\n")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError("cannot read package checker parameters %s: %s" % (path, getattr(e, "strerror", None) or e))
+    lines = read_text(path, "package checker parameters").split("\n")
     if lines[-1].strip():
         print("warning: score: %s: its last line, %r, has no newline, and the verify script's read leaves it out: so"
               " does this score; end the file with a newline" % (path, lines[-1]), file=sys.stderr)
     params = []
     for n, line in enumerate(lines[:-1], 1):
-        words = [w for w in re.split(r"[ \t\n]+", "--" + line) if w]
+        words = []
+        for word in (w for w in re.split(r"[ \t\n]+", "--" + line) if w):
+            matches = sorted(glob.glob(word, root_dir=cwd)) if glob.escape(word) != word else []
+            words += matches or [word]
         for i, word in enumerate(words):
             name, eq, value = word[2:].partition("=") if word.startswith("--") else ("", "", "")
             if name and "log_output".startswith(name):
                 value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+                if not value:
+                    raise UserError("%s line %d: %s names no file for the official checker's log: remove the "
+                                    "line, or name a file inside the package" % (path, n, line.strip()))
                 target = os.path.normpath(os.path.join(cwd, value))
-                if not value or os.path.isabs(value) or os.path.commonpath([target, cwd]) != cwd:
+                if os.path.isabs(value) or os.path.commonpath([target, cwd]) != cwd:
                     raise UserError("%s line %d: %s writes outside the package (the official checker would write "
                                     "there): remove the line, or name a file inside the package"
                                     % (path, n, line.strip()))
@@ -699,7 +703,7 @@ def identity_reasons(root, org, system, desc, parsed):
         # the checker writes (or removes) it for a closed result's RCP check alone: a shipped one stays
         warnings.append("%s in an open-division result: the result summarizer multiplies its time by the file's"
                         " scaling_factor (the package checker makes one only for a closed result's RCP check;"
-                        " otherwise only the review committee adds one): remove it" % scaling)
+                        " otherwise only the review committee adds one): remove it unless the committee did" % scaling)
     return fails, warnings
 
 

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from mlperf_bert.errors import UserError, die_with_parent, first_signal
+from mlperf_bert.errors import UserError, die_with_parent, first_signal, signal_name
 from mlperf_bert.fileio import proc_stat
 # NOT_SAVED_STATUS (a stop that saved nothing) and its line are the start handler's too: there, stdlib only
 from mlperf_bert.start_signals import NOT_SAVED_STATUS, not_saved_line
@@ -185,12 +185,8 @@ class Filter:
 
 def killed_line(who, sig):
     """The line for a rank (``who``) killed by signal ``sig``."""
-    try:
-        name = signal.Signals(sig).name
-    except ValueError:
-        name = "signal %d" % sig
     return ("error: %s was killed by %s: the checkpoints written so far are kept; rerun the same command to "
-            "resume from the newest\n" % (who, name))
+            "resume from the newest\n" % (who, signal_name(sig)))
 
 
 def _stop_status(sig, ranks):

@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 import torch
 
-from mlperf_bert.errors import UserError, die_with_parent
+from mlperf_bert.errors import UserError, die_with_parent, ended
 from mlperf_bert.fileio import check_tmpdir
 from mlperf_bert.dataset.example import (decode_pretraining_batch, decode_pretraining_example, value_problem,  # noqa: F401
                                          values_refusal)  # (value_problem: packed_loader's too)
@@ -419,7 +419,7 @@ def worker_death_is_one_line():
         for it in list(_iterators):  # no SIGCHLD report of the same death later, while leaving
             with contextlib.suppress(Exception):
                 _end_workers(it)
-        how = "was killed by %s" % signal.Signals(-code).name if code < 0 else "exited with status %d" % code
+        how = ended(code)
         dist = torch.distributed
         who = "rank %d: its" % dist.get_rank() if dist.is_available() and dist.is_initialized() else "the"
         print("error: %s data loader worker (pid %d) %s: the checkpoints written so far are kept; rerun the "

@@ -263,10 +263,12 @@ def test_extra_flags_on_several_lines_are_every_ones(job, tmp_path):
         "of the value: EXTRA_FLAGS is split at white space, without quoting; give a value with spaces as one argument "
         "after the script (sbatch ... slurm_multinode.sbatch '--name=a b')\n")
     (tmp_path / "record").unlink()  # (the fake srun's scancel waits for one line a node)
-    proc, record = job("--submission_platform=My System", EXTRA_FLAGS="--num_workers=3", FAKE_SCANCEL="1")
+    # a value with spaces as an argument after the script; a quote inside a word is the value's own
+    proc, record = job("--submission_platform=My System", EXTRA_FLAGS="--num_workers=3 --submission_org=O'Brien",
+                       FAKE_SCANCEL="1")
     assert proc.returncode == 143 and sorted(record) == [
-        "%d n1 %d 1 --preset=demo_cpu --device=cpu --num_workers=3 --submission_platform=My System"
-        % (n, 20000 + 40007 % 20000) for n in (0, 1)], record
+        "%d n1 %d 1 --preset=demo_cpu --device=cpu --num_workers=3 --submission_org=O'Brien --submission_platform=My "
+        "System" % (n, 20000 + 40007 % 20000) for n in (0, 1)], record
 
 
 @pytest.mark.parametrize("opts,env,said", [

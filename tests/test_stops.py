@@ -373,12 +373,15 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
     saved (the rcp_* presets checkpoint only on a stop). SIGTERM to all six processes at once (the
     wrapper, torchrun, 2 ranks, their workers), before any periodic checkpoint: torchrun and the
     wrapper pass it on once, the ranks checkpoint, one line, exit 143; the same command resumes and
-    ends bit-identical to a run never stopped (run in the same launch, RUNS_IN_ONE_LAUNCH)."""
+    ends bit-identical to a run never stopped (run in the same launch, RUNS_IN_ONE_LAUNCH). Two
+    training files, one a rank's start check: the checkpoint's identity holds the CRCs of every
+    record of both (rank 1's gathered), as a scan here reads them."""
     from test_training import RUNS_IN_ONE_LAUNCH, assert_bit_identical, flags_for
     marks, out, full = tmp_path / "marks", str(tmp_path / "run"), str(tmp_path / "full")
     marks.mkdir()
     # one worker a rank; the stop's model.ckpt-8.pt, then one update (2 micro-steps) to the end
-    argv = flags_for(files, out, num_train_steps=10, save_checkpoints_steps=100)[1:]
+    inputs = [files["train"], files["eval"]]
+    argv = flags_for(files, out, num_train_steps=10, save_checkpoints_steps=100, input_file=",".join(inputs))[1:]
     wrapper = [PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2"]
     # Not the compile cache this worker's os.environ names (torch's compiler, once imported here by any
     # test, sets TORCHINDUCTOR_CACHE_DIR in it): a rank that imports the compiler (it did at the model's
@@ -403,6 +406,9 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
         assert _read(stderr) == ""
     assert os.path.exists(os.path.join(out, "model.ckpt-8.pt"))
     assert os.listdir(short_tmpdir) == []
+    from mlperf_bert.trainer import loader
+    tags = [tag for _, _, tag in torch.load(os.path.join(out, "model.ckpt-8.pt"), weights_only=False)["run"]["input_file"]]
+    assert [t.split(";crcs:")[1] for t in tags] == [loader.check_records([f])[os.path.abspath(f)][1] for f in inputs]
     runs = tmp_path / "runs.py"
     runs.write_text(RUNS_IN_ONE_LAUNCH)
     full_argv = ["run_pretraining.py"] + [a if not a.startswith("--output_dir=") else "--output_dir=" + full

@@ -1221,6 +1221,10 @@ REFUSED_CHANGES = [
     # records in another order) resumed, the run ending on other data: its content's tag is compared
     ({"input_file": "swapped"}, r"the training files \(.*swapped/train.tfrecord: another content of the same size, "
                                 r"where the run had .*/train.tfrecord\) differ from the run being resumed"),
+    # another: two records of equal size swapped in place outside the tag's sampled windows resumed
+    # (weights 0.02 from both files' runs); the start's scan digests every record's CRC
+    ({"input_file": "swapped_in_place"}, r"the training files \(.*swapped_in_place/train.tfrecord: another content "
+                                         r"of the same size, where the run had .*/train.tfrecord\) differ"),
     ({"bert_config_file": "config_nodrop"}, r"the model config of --bert_config_file: attention_probs_dropout_prob=0.0 "
                                             r"\(was 0.1\), hidden_dropout_prob=0.0 \(was 0.1\) differs from the run "
                                             r"being resumed in .* \(checkpoint model.ckpt-18.pt\)"),
@@ -1250,6 +1254,10 @@ def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_p
             change["input_file"] = str(tmp_path / "swapped" / "train.tfrecord")
             tfrecord.write_records(change["input_file"], list(tfrecord.read_records(files["train"]))[::-1])
             assert os.path.getsize(change["input_file"]) == os.path.getsize(files["train"])
+        if change.get("input_file") == "swapped_in_place":
+            (tmp_path / "swapped_in_place").mkdir()
+            change["input_file"] = str(tmp_path / "swapped_in_place" / "train.tfrecord")
+            _swap_outside_the_tags_windows(files["train"], change["input_file"])
         with pytest.raises(UserError, match=message) as e:
             training.main(flags_for(files, str(out), **change))
         assert "\n" not in str(e.value) and "another --output_dir" in str(e.value), change
@@ -1261,6 +1269,27 @@ def test_resume_with_other_defining_flags_is_refused(files, uninterrupted, tmp_p
     elsewhere.symlink_to(os.path.dirname(os.path.abspath(files["train"])))
     moved = str(elsewhere / os.path.basename(files["train"]))
     assert training.main(flags_for(files, str(out), num_train_steps=30, input_file=moved)) == 0
+
+
+def _swap_outside_the_tags_windows(src, dst):
+    """``src`` with two records of equal size swapped, neither touching record 0 or a window of the
+    sampled content tag: the same bytes there, so the tag's sampled parts are the same."""
+    from mlperf_bert.dataset import checksums
+    records = list(tfrecord.read_records(src))
+    size = os.path.getsize(src)
+    windows = [(max(0, size * i // checksums.TAG_WINDOWS - 64),) * 2 for i in range(1, checksums.TAG_WINDOWS + 1)]
+    windows = [(a, a + 64) for a, _ in windows]
+    spans, pos = [], 0
+    for r in records:
+        spans.append((pos, pos + 16 + len(r)))
+        pos += 16 + len(r)
+    free = [i for i, (a, b) in enumerate(spans) if i and all(b <= wa or a >= wb for wa, wb in windows)]
+    i, j = next((i, j) for i in free for j in free if i < j and len(records[i]) == len(records[j])
+                and records[i] != records[j])
+    records[i], records[j] = records[j], records[i]
+    tfrecord.write_records(dst, records)
+    sampled = [checksums.content_tag(p).split(";")[:2] for p in (src, dst)]
+    assert sampled[0] == sampled[1]
 
 
 def _other_value(flag):

@@ -240,8 +240,9 @@ def check_data(path, index, data, tail):
                         "damaged, regenerate or re-download it" % (path, index))
 
 
-def read_records(path, verify=True):
-    """Yield the data of every record in ``path``, checking lengths and CRCs."""
+def read_records(path, verify=True, crcs=None):
+    """Yield the data of every record in ``path``, checking lengths and CRCs. ``crcs``: a hash
+    updated with each record's data CRC as stored (``scan_records``)."""
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
         pos = index = 0
@@ -250,8 +251,12 @@ def read_records(path, verify=True):
             if pos + 16 + n > size:  # also keeps a corrupt length from asking for a huge read
                 raise _truncated(path, index)
             data = f.read(n)
-            if verify:
-                check_data(path, index, data, f.read(4))
+            if verify or crcs is not None:
+                tail = f.read(4)
+                if verify:
+                    check_data(path, index, data, tail)
+                if crcs is not None:
+                    crcs.update(tail)
             else:
                 f.seek(4, os.SEEK_CUR)
             yield data
@@ -259,18 +264,25 @@ def read_records(path, verify=True):
             index += 1
 
 
-def scan_records(path):
-    """Yield (offset of the data, length) of every record of ``path``, reading only the headers."""
+def scan_records(path, crcs=None):
+    """Yield (offset of the data, length) of every record of ``path``, reading only the headers.
+    ``crcs``: a hash updated with each record's data CRC as stored, not checked against the data
+    (the 4 bytes before the next header: no read more), a digest of every record in its order."""
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
         pos = index = 0
+        head = f.read(12)
         while pos < size:
-            n = _check_head(path, index, f.read(12), True)
+            n = _check_head(path, index, head, True)
             if pos + 16 + n > size:
                 raise _truncated(path, index)
             yield pos + 12, n
+            f.seek(pos + 12 + n)
+            tail = f.read(16)
+            if crcs is not None:
+                crcs.update(tail[:4])
+            head = tail[4:]
             pos += 16 + n
-            f.seek(pos)
             index += 1
 
 

@@ -381,13 +381,19 @@ def _same_file(entry, was):
     """Whether a data file's [path, bytes, content tag] is the one a run recorded: by its name, size
     and tag, not its folder, so that the same files mounted elsewhere (a requeued job's, a symbolic
     link) resume; a run recorded before tags were ([path, bytes]), or a file without one: by name
-    and size; a TFRecord's tag of record 0 alone (before the sampled bytes, checksums.content_tag):
-    by that part."""
+    and size; tags by the parts both have (checksums.content_tag: a TFRecord's record 0 alone, as
+    earlier versions wrote it; its CRCs of every record, where a start's scan read them)."""
     tags = entry[2:3] + was[2:3]
-    if len(tags) == 2 and None not in tags and (";" in tags[0]) != (";" in tags[1]):
-        tags = [t.split(";")[0] for t in tags]
     return (os.path.basename(entry[0]) == os.path.basename(was[0]) and entry[1] == was[1]
-            and (len(tags) < 2 or None in tags or tags[0] == tags[1]))
+            and (len(tags) < 2 or None in tags or _same_tag(*tags)))
+
+
+def _same_tag(tag, was):
+    if not isinstance(tag, str) or not isinstance(was, str):
+        return tag == was
+    parts, before = (dict(p.partition(":")[::2] for p in t.split(";")) for t in (tag, was))
+    common = parts.keys() & before.keys()
+    return all(parts[k] == before[k] for k in common) if common else tag == was
 
 
 def _same_init(entry, was):

@@ -53,20 +53,20 @@ def _hdf5_count(path):
         return int(h["input_ids"].shape[0])
 
 
-def scan(path):
+def scan(path, crcs=None):
     """Descriptors of the records of one file: (offset, length) for TFRecords, (index, 0) for HDF5.
-    A file of none is refused (hdf5.check_layout for HDF5)."""
+    A file of none is refused (hdf5.check_layout for HDF5). ``crcs``: tfrecord.scan_records'."""
     if is_hdf5(path):
         return ((i, 0) for i in range(_hdf5_count(path)))
-    return _scan_tfrecords(path)
+    return _scan_tfrecords(path, crcs)
 
 
-def _scan_tfrecords(path):
+def _scan_tfrecords(path, crcs=None):
     from mlperf_bert.dataset import hdf5
     if hdf5.is_hdf5_file(path):  # (its first bytes read as a record: "corrupt length")
         raise UserError("%s is an HDF5 file (it starts with HDF5's signature), but the trainer reads files not named "
                         "*.hdf5 or *.h5 as TFRecords: rename it *.hdf5" % path)
-    records = scan_records(path)
+    records = scan_records(path, crcs)
     first = next(records, None)
     if first is None:  # as to-hdf5 and pack refuse it: a wrong path or a failed run's output, not an epoch's share
         raise UserError("%s holds no records: check the paths, or make it again" % path)
@@ -483,20 +483,24 @@ def check_records(files, full=False):
     """Read every record's header (TFRecord length and its CRC, truncation; HDF5 shapes), and with
     ``full`` every record's data CRC too (HDF5 and packed files: each dataset's CRC-32C written when
     it was made), so a damaged file fails before training, not hours in. Without ``full``, the data
-    is checked as the loaders read it (TFRecord CRCs, HDF5 row checksums)."""
+    is checked as the loaders read it (TFRecord CRCs, HDF5 row checksums). Returns
+    ``checksums.record_crcs``' digest of each TFRecord file, {path: (bytes, digest)}: what the reads
+    saw of every record, for the run's identity (an HDF5 file's tag is its datasets' CRC-32Cs)."""
     import sys
-    from mlperf_bert.dataset import hdf5
+    from mlperf_bert.dataset import checksums, hdf5
+    seen = {}
     for f in files:
+        crcs = None if is_hdf5(f) else checksums.record_crcs()
         if full and is_hdf5(f):
             packed = _is_packed_file(f)
             if not hdf5.verify_checksums(f, packed):
                 print("warning: %s has no checksums (made before they were written): --check_data=full cannot "
                       "check its contents; %s to add them" % (f, hdf5.remake_hint(f, packed)), file=sys.stderr)
         elif full:
-            for _ in read_records(f, verify=True):
+            for _ in read_records(f, verify=True, crcs=crcs):
                 pass
         else:
-            for _ in scan(f):
+            for _ in scan(f, crcs):
                 pass
             if is_hdf5(f):
                 packed, rows_checked = _is_packed_file(f, with_row_checksums=True)
@@ -504,6 +508,9 @@ def check_records(files, full=False):
                     print("warning: %s has no row checksums (made before they were written): damage in it is not "
                           "caught while training, and a resume tells it from another file of its size only by its "
                           "name; %s to add them" % (f, hdf5.remake_hint(f, packed)), file=sys.stderr)
+        if crcs is not None:
+            seen[os.path.abspath(f)] = (os.path.getsize(f), crcs.hexdigest()[:16])
+    return seen
 
 
 def _is_packed_file(path, with_row_checksums=False):

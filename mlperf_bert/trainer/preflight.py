@@ -164,10 +164,14 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
         # and its log, wherever it lies (by its real path): another run's --mlperf_log naming it is
         # refused, also while this run's log is not made yet (its lines held until the start checks pass)
         locks.enter_context(locking.lock_file(os.path.realpath(log_path), "--mlperf_log"))
+    seen = {}
     if cfg.data.check_data != "none":  # each rank a share of the files, in parallel
-        loader.check_records(train_files[rank::world], full=cfg.data.check_data == "full")
+        seen = loader.check_records(train_files[rank::world], full=cfg.data.check_data == "full")
         if eval_files:  # read whole at the start anyway: checked as the training files are
-            loader.check_records(eval_files[rank::world], full=cfg.data.check_data == "full")
+            seen.update(loader.check_records(eval_files[rank::world], full=cfg.data.check_data == "full"))
+    # the record CRCs each share's scan read, on rank 0, whose identity a checkpoint keeps
+    from mlperf_bert.dataset import checksums
+    checksums.remember_record_crcs(distributed.gather_objects(seen) or [])
     return Start(train_files, eval_files, packed, global_batch, init_ckpt, log_path)
 
 

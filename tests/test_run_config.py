@@ -103,10 +103,11 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     full = tmp_path / "full"
     assert training.main(_argv(d, full)) == 0
     today = torch.load(full / "model.ckpt-6.pt", map_location="cpu", weights_only=False)
-    # what today's identity adds: each data file's content tag (checksums.content_tag), which a
-    # resume compares only where both have one (the old identity's [path, size] resumes: below)
+    # what today's identity adds: each data file's content tag (checksums.content_tag) and the
+    # digest of its records' CRCs the start's scan read (checksums.scanned_crcs), which a resume
+    # compares only where both have them (the old identity's [path, size] resumes: below)
     for entry in today["run"]["input_file"] + (today["run"]["eval_input_file"] or []):
-        assert len(entry) == 3 and entry.pop().startswith("record0:")
+        assert len(entry) == 4 and len(entry.pop()) == 16 and entry.pop().startswith("record0:")
     old_leaves, today_leaves = dict(_leaves(ckpt)), dict(_leaves(today))
     # and the torch that wrote it (a resume under another says so: the next test)
     assert ("torch",) not in old_leaves and today_leaves.pop(("torch",)) == torch.__version__
@@ -388,6 +389,28 @@ def test_a_tfrecord_of_the_same_size_and_first_record_is_another_file_to_a_resum
     write_records(str(d / "train.tfrecord"), records[::-1])
     with pytest.raises(UserError, match=r"^the training files \(.*another content of the same size"):
         checkpoint.check_same_run(earlier, _identity(argv), "out/model.ckpt-6.pt")
+
+
+def test_the_record_crcs_a_nodes_scan_read_reach_rank_0s_identity_by_the_path_as_given(tmp_path, monkeypatch):
+    """A review: the start's scan (each rank a share of the files) keyed each file's record-CRC
+    digest by its absolute path on the rank that read it; on nodes each in its own working directory
+    with a relative --input_file, rank 0 found none of the other nodes' files, whose records swapped
+    in place then resumed. By the path as given, the same string on every node, they are found."""
+    from mlperf_bert.dataset import checksums
+    from mlperf_bert.trainer import loader
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    for node in nodes:
+        node.mkdir()
+        _fixture_data(node)  # each node's disk (or its mount of the same files)
+    monkeypatch.chdir(nodes[1])
+    share = loader.check_records(["data/train.tfrecord"])  # rank 1's, in its folder
+    monkeypatch.chdir(nodes[0])
+    checksums.remember_record_crcs([{}, share])  # rank 0's gather: its own share empty
+    (entry,) = _identity(_argv("data", "out"))["input_file"]
+    assert entry[:2] == [str(nodes[0] / "data" / "train.tfrecord"), os.path.getsize("data/train.tfrecord")]
+    assert entry[3] == share["data/train.tfrecord"][1]
+    checksums.remember_record_crcs([])  # a start without the scan (--check_data=none): none
+    assert len(_identity(_argv("data", "out"))["input_file"][0]) == 3
 
 
 def test_eval_frequency_and_the_division_stay_in_the_identity_without_an_eval_set(tmp_path):

@@ -407,8 +407,8 @@ def test_sigterm_to_every_process_of_two_ranks_with_workers_checkpoints_once_and
     assert os.path.exists(os.path.join(out, "model.ckpt-8.pt"))
     assert os.listdir(short_tmpdir) == []
     from mlperf_bert.trainer import loader
-    tags = [tag for _, _, tag in torch.load(os.path.join(out, "model.ckpt-8.pt"), weights_only=False)["run"]["input_file"]]
-    assert [t.split(";crcs:")[1] for t in tags] == [loader.check_records([f])[os.path.abspath(f)][1] for f in inputs]
+    recorded = torch.load(os.path.join(out, "model.ckpt-8.pt"), weights_only=False)["run"]["input_file"]
+    assert [entry[3] for entry in recorded] == [loader.check_records([f])[f][1] for f in inputs]
     runs = tmp_path / "runs.py"
     runs.write_text(RUNS_IN_ONE_LAUNCH)
     full_argv = ["run_pretraining.py"] + [a if not a.startswith("--output_dir=") else "--output_dir=" + full

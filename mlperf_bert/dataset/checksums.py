@@ -128,7 +128,7 @@ def own_checksums(path):
 
 
 TAG_WINDOWS = 8  # a TFRecord's content tag: this many 64-byte windows across the file, the last at its end
-_SCANNED = {}  # abspath -> (bytes, digest of its record CRCs): what this process's start checks read
+_SCANNED = {}  # path as given -> (bytes, digest of its record CRCs): what this process's start checks read
 
 
 def record_crcs():
@@ -137,24 +137,31 @@ def record_crcs():
 
 
 def remember_record_crcs(shares):
-    """Keep the record-CRC digests a start's scan took (each a share's {abspath: (bytes, digest)}:
-    loader.check_records, every rank's gathered; none under --check_data=none), for ``content_tag``,
-    in place of an earlier start's in this process: a scan that reads every header anyway reads the
-    CRCs beside them at no cost, where a tag of its own would read the file again."""
+    """Keep the record-CRC digests a start's scan took (each a share's {path: (bytes, digest)},
+    by the path as given, the same string on every rank and node whatever its working directory:
+    loader.check_records, every rank's gathered; none under --check_data=none), in place of an
+    earlier start's in this process: a scan that reads every header anyway reads the CRCs beside
+    them at no cost, where a digest of its own would read the file again."""
     _SCANNED.clear()
     for seen in shares:
         _SCANNED.update(seen)
+
+
+def scanned_crcs(path, size):
+    """The digest of every record's CRC in order that this process's start scan took of ``path``
+    (a TFRecord file of ``size`` bytes), or None (not scanned: --check_data=none, an HDF5 file)."""
+    seen = _SCANNED.get(path)
+    return seen[1] if seen and seen[0] == size else None
 
 
 def content_tag(path):
     """A tag of a data file's content that costs a read of a few bytes, for a run's identity (its
     name and size alone let a file of the same size be swapped in): an HDF5 or packed file's
     dataset CRC-32Cs (what to-hdf5 and pack record); a TFRecord's first record's data CRC and a
-    digest of TAG_WINDOWS windows of its bytes spread over the file (``record0:CRC;sampled:DIGEST``),
-    and, where this process's start checks scanned the file (``remember_record_crcs``), a digest of
-    every record's CRC in order (``;crcs:DIGEST``: records swapped or edited outside the windows);
-    None when the file carries neither (the identity keeps name and size). checkpoint._same_file
-    compares the parts both tags have (an earlier version's record 0 alone, a run without the scan)."""
+    digest of TAG_WINDOWS windows of its bytes spread over the file (``record0:CRC;sampled:DIGEST``;
+    checkpoint._same_file compares a tag of the first record alone, as earlier versions wrote it, by
+    that part); None when the file carries neither (the identity keeps name and size). Records
+    swapped or edited outside the windows: ``scanned_crcs``."""
     import h5py
     try:
         if path.endswith((".hdf5", ".h5")):  # the loaders' rule (an HDF5 file may begin with a user block)
@@ -175,9 +182,7 @@ def content_tag(path):
             for i in range(1, TAG_WINDOWS + 1):
                 f.seek(max(0, size * i // TAG_WINDOWS - 64))
                 digest.update(f.read(64))
-            tag = "%s;sampled:%s" % (tag, digest.hexdigest()[:16])
-            scanned = _SCANNED.get(os.path.abspath(path))
-            return tag + (";crcs:%s" % scanned[1] if scanned and scanned[0] == size else "")
+            return "%s;sampled:%s" % (tag, digest.hexdigest()[:16])
     except (OSError, ValueError):  # what the readers refuse, in their words, before or after this
         return None
 

@@ -378,22 +378,34 @@ def _described(name, value, was):
 
 
 def _same_file(entry, was):
-    """Whether a data file's [path, bytes, content tag] is the one a run recorded: by its name, size
-    and tag, not its folder, so that the same files mounted elsewhere (a requeued job's, a symbolic
-    link) resume; a run recorded before tags were ([path, bytes]), or a file without one: by name
-    and size; tags by the parts both have (checksums.content_tag: a TFRecord's record 0 alone, as
-    earlier versions wrote it; its CRCs of every record, where a start's scan read them)."""
+    """Whether a data file's [path, bytes, content tag(, record CRCs)] is the one a run recorded: by
+    its name, size and tag, not its folder, so that the same files mounted elsewhere (a requeued
+    job's, a symbolic link) resume; a run recorded before tags were ([path, bytes]), or a file
+    without one: by name and size; a TFRecord's tag of record 0 alone (before the sampled bytes,
+    checksums.content_tag): by that part; the digest of every record's CRC (checksums.scanned_crcs)
+    where both sides have it (a run started or resumed under --check_data=none, or by a version
+    before it, has none; an earlier version, which compares the first three, resumes a checkpoint
+    that has it)."""
     tags = entry[2:3] + was[2:3]
+    if len(tags) == 2 and None not in tags and (";" in tags[0]) != (";" in tags[1]):
+        tags = [t.split(";")[0] for t in tags]
+    crcs = entry[3:4] + was[3:4]
     return (os.path.basename(entry[0]) == os.path.basename(was[0]) and entry[1] == was[1]
-            and (len(tags) < 2 or None in tags or _same_tag(*tags)))
+            and (len(tags) < 2 or None in tags or tags[0] == tags[1])
+            and (len(crcs) < 2 or None in crcs or crcs[0] == crcs[1]))
 
 
-def _same_tag(tag, was):
-    if not isinstance(tag, str) or not isinstance(was, str):
-        return tag == was
-    parts, before = (dict(p.partition(":")[::2] for p in t.split(";")) for t in (tag, was))
-    common = parts.keys() & before.keys()
-    return all(parts[k] == before[k] for k in common) if common else tag == was
+def with_recorded_crcs(ident, saved):
+    """``ident`` with the record-CRC digests of the files ``saved`` (the resumed checkpoint's
+    identity) has and this start did not scan (--check_data=none): kept for the next resume, which
+    one resume without the scan would otherwise drop from every later checkpoint."""
+    ident = dict(ident)
+    for name in _FILES:
+        now, was = ident.get(name), saved.get(name)
+        if isinstance(now, list) and isinstance(was, list) and len(now) == len(was):
+            ident[name] = [v[:3] + w[3:4] if len(v) == 3 and len(w) > 3 and _same_file(v, w) else v
+                           for v, w in zip(now, was)]
+    return ident
 
 
 def _same_init(entry, was):

@@ -484,8 +484,9 @@ def check_records(files, full=False):
     ``full`` every record's data CRC too (HDF5 and packed files: each dataset's CRC-32C written when
     it was made), so a damaged file fails before training, not hours in. Without ``full``, the data
     is checked as the loaders read it (TFRecord CRCs, HDF5 row checksums). Returns
-    ``checksums.record_crcs``' digest of each TFRecord file, {path: (bytes, digest)}: what the reads
-    saw of every record, for the run's identity (an HDF5 file's tag is its datasets' CRC-32Cs)."""
+    ``checksums.record_crcs``' digest of each TFRecord file, {path as given: (bytes, digest)}: what
+    the reads saw of every record, for the run's identity (an HDF5 file's tag is its datasets'
+    CRC-32Cs)."""
     import sys
     from mlperf_bert.dataset import checksums, hdf5
     seen = {}
@@ -509,7 +510,7 @@ def check_records(files, full=False):
                           "caught while training, and a resume tells it from another file of its size only by its "
                           "name; %s to add them" % (f, hdf5.remake_hint(f, packed)), file=sys.stderr)
         if crcs is not None:
-            seen[os.path.abspath(f)] = (os.path.getsize(f), crcs.hexdigest()[:16])
+            seen[f] = (os.path.getsize(f), crcs.hexdigest()[:16])
     return seen
 
 

@@ -264,13 +264,20 @@ class RunConfig:
     def identity(self, seed, train_files, eval_files, init_checkpoint=None, config=None, world=None):
         """What a resumed run must share with the checkpoint: defining flags (those where they are
         used), seed, the model config (``BertConfig.to_dict()``), data files ([path, bytes,
-        ``checksums.content_tag``]), the initial checkpoint (``tf_checkpoint.fingerprint``: path,
+        ``checksums.content_tag``, and where this start's scan read them the digest of every record's
+        CRC, ``checksums.scanned_crcs``]), the initial checkpoint (``tf_checkpoint.fingerprint``: path,
         bytes, digest) and, where --do_eval evaluates the final weights on the training files, that
         eval's batches. ``world``: the rank count (default: the process group's). (An entry that one
         side lacks is not compared: checkpoint._differing.)"""
-        from mlperf_bert.dataset.checksums import content_tag
-        files = lambda paths: [[os.path.abspath(p), os.path.getsize(p), content_tag(p)]  # noqa: E731
-                               for p in paths or []]
+        from mlperf_bert.dataset.checksums import content_tag, scanned_crcs
+
+        def files(paths):
+            entries = []
+            for p in paths or []:
+                size = os.path.getsize(p)
+                crcs = scanned_crcs(p, size)  # (rank 0's: the shares' scans gathered)
+                entries.append([os.path.abspath(p), size, content_tag(p)] + ([crcs] if crcs else []))
+            return entries
         unused = self._unused_flags(train_files, world)
         ident = {name: self.flag(name) for name in RUN_FLAGS if name not in unused}
         ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),

@@ -451,6 +451,8 @@ def run(cfg, stop, held):
     if seed is None:
         seed = distributed.broadcast_object(int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF)
     identity = cfg.identity(seed, train_files, eval_files, init_ckpt, config.to_dict())
+    if ckpt:
+        identity = checkpoint.with_recorded_crcs(identity, ckpt.get("run") or {})
     # without a checkpoint that continues the log (a fresh start) the log is written from its first line
     continues = TrainState.log_continues(ckpt)
 

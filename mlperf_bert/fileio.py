@@ -67,6 +67,27 @@ def special_kind(path):
     except (OSError, ValueError):
         return None
     return next((kind for test, kind in _SPECIAL if test(mode)), None)
+
+
+def open_input(path, mode="r", what=None, fix="give the path of a regular file", **kwargs):
+    """``open(path, mode, **kwargs)`` for reading, refusing in one line (``what``, the flag or kind,
+    starts it) a named pipe, a socket or a device: opening a FIFO that no process writes to waits for
+    ever (a command that hung), and the readers take a file's size and read it more than once. Opened
+    without blocking, then looked at (no moment between the look and the open); OSError as open's."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode_bits = os.fstat(fd).st_mode
+        kind = next((kind for test, kind in _SPECIAL if test(mode_bits)), None)
+        if kind:
+            raise UserError("%s is %s, not a regular file: %s" % ("%s %s" % (what, path) if what else path, kind, fix))
+        os.set_blocking(fd, True)
+        return open(fd, mode, **kwargs)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+
+
 _own = {}  # temporary path -> pid of the process that made it (forked children inherit the dict)
 
 
@@ -511,7 +532,7 @@ def atomic_save(path, save, needed=None):
 def file_md5(path, progress=None, chunk=1 << 22):
     """The md5 of ``path``'s bytes (hex), read in chunks; ``progress``: a bar updated by bytes read."""
     h = hashlib.md5()
-    with open(path, "rb") as f:
+    with open_input(path, "rb") as f:
         while True:
             buf = f.read(chunk)
             if not buf:
@@ -564,15 +585,23 @@ def read_text(path, what):
     """The text of the UTF-8 file ``path`` as it is (no newline translated; a ``what``, named in the
     error): an unreadable file, or one that is not UTF-8, is a one-line UserError."""
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        with open_input(path, encoding="utf-8", newline="", what=what) as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise UserError("cannot read %s %s: %s" % (what, path, getattr(e, "strerror", None) or e))
 
 
 def read_lines(path, what):
-    """The lines of the UTF-8 text file ``path`` (``read_text``'s, split as str.splitlines splits)."""
-    return read_text(path, what).splitlines()
+    """The lines of the UTF-8 text file ``path`` (``read_text``'s), split at "\n" or "\r\n" alone:
+    not at the other characters str.splitlines splits at (U+0085, U+2028, \x1c...), which a file
+    name may hold (a list line "a<U+0085>b" was read as two names)."""
+    return split_lines(read_text(path, what))
+
+
+def split_lines(text):
+    """``text``'s lines, split at "\n" or "\r\n" alone (read_lines)."""
+    lines = re.split(r"\r?\n", text)
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def write_json(path, obj, newline=False, **dump_kwargs):

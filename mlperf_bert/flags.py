@@ -8,6 +8,7 @@ import sys
 from absl import flags as _absl
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import special_kind
 
 FlagValues = _absl.FlagValues
 DEFINE_string = _absl.DEFINE_string
@@ -137,6 +138,11 @@ def parse(fv, argv, required=(), positional=True):
             quiet_stdout()
         raise SystemExit(0)
     check_removed(fv, argv)
+    for arg in argv[1:]:  # absl opens a --flagfile as it is: a FIFO that no process writes to waited for ever
+        if arg.startswith(("--flagfile=", "-flagfile=")):
+            kind = special_kind(arg.split("=", 1)[1])
+            if kind:
+                raise UserError("%s is %s, not a regular file: a --flagfile holds --flag=value lines" % (arg, kind))
     try:
         rest = fv(list(argv))
     except _absl.Error as e:

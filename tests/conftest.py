@@ -206,6 +206,7 @@ TENSORFLOW = {
     "test_a_tf_write_killed_leaves_what_the_next_write_of_its_prefix_removes",
     "test_an_eval_set_that_is_also_a_training_file_is_refused_in_closed_and_warned_of_in_open",
     "test_bfloat16_variables_older_layernorm_names_and_a_training_pts_optimizer_state",
+    "test_a_checkpoint_already_at_the_output_is_not_written_over",
 }
 
 # seconds per test, for a run without .pytest_cache (a fresh clone): the larger of CPU seconds

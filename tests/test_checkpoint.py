@@ -9,6 +9,7 @@ torch.cuda's streams and events faked, and the files it writes against those of 
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -292,8 +293,8 @@ def test_a_checkpoint_of_another_model_that_fits_the_shapes_is_refused(tmp_path)
     was loaded as the weight)."""
     model = BertForPreTraining(BertConfig.from_dict(CFG))
     prefix = write_tf1(str(tmp_path / "deep"), random_weights(dict(CFG, num_hidden_layers=4)), 1)
-    with pytest.raises(UserError, match=r"^checkpoint %s holds encoder layer 3, the model \(bert_config.json\) has 2 "
-                                        r"layers: use the bert_config.json this checkpoint was made with$"
+    with pytest.raises(UserError, match=r"^checkpoint %s holds encoder layer 3, the model \(--bert_config_file\) has 2 "
+                                        r"layers: give the bert_config.json this checkpoint was made with$"
                        % re.escape(prefix)):
         tf_checkpoint.load_init_checkpoint(model, prefix)
     pt = str(tmp_path / "heads4.pt")
@@ -320,8 +321,8 @@ def test_a_checkpoint_of_another_model_that_fits_the_shapes_is_refused(tmp_path)
     root.layers = [tf.Variable(a, name=n) for n, a in v2.items()]
     prefix = tf.train.Checkpoint(encoder=root).write(str(tmp_path / "v2heads" / "ckpt"))
     with pytest.raises(UserError, match=r"^checkpoint %s: variable transformer/layer_0/self_attention/\w+/\w+ "
-                                        r"\[[\d, ]+\] holds 4 attention heads, the model \(bert_config.json\) has 2: "
-                                        r"use the bert_config.json this checkpoint was made with$" % re.escape(prefix)):
+                                        r"\[[\d, ]+\] holds 4 attention heads, the model \(--bert_config_file\) has 2: "
+                                        r"give the bert_config.json this checkpoint was made with$" % re.escape(prefix)):
         tf_checkpoint.load_init_checkpoint(two, prefix)
     tf_checkpoint.load_init_checkpoint(model, prefix)  # its own 4
 
@@ -343,6 +344,39 @@ def test_convert_round_trip_tf_pt_tf_is_exact(tf1_ckpt, tmp_path):
     assert not [f for f in os.listdir(tmp_path / "back") if ".tmp-" in f]
     with pytest.raises(UserError, match="both"):
         checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + pt, "--output=b.pt"])
+
+
+def test_a_checkpoint_already_at_the_output_is_not_written_over(tf1_ckpt, tmp_path):
+    """A hostile sweep: convert_checkpoint.py and checkpoint_add_gradacc.py replaced a checkpoint at
+    their output without a word (the README's conversion with --input and --output swapped would
+    replace the official model.ckpt-28252 by the .pt's 31 variables, its optimizer slots gone), and
+    --format=hf at a TF prefix made a folder there that hid that checkpoint from every reader. Each is
+    refused in one line naming what is there, which is left as it was."""
+    prefix, _ = tf1_ckpt
+    d = tmp_path / "ck"
+    d.mkdir()
+    for name in os.listdir(os.path.dirname(prefix)):
+        shutil.copy(os.path.join(os.path.dirname(prefix), name), d / name)
+    tf_prefix = str(d / os.path.basename(prefix))
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    pt = str(tmp_path / "m.pt")
+    convert = ["x", "--bert_config_file=%s" % cfg]
+    assert checkpoint_convert.main(convert + ["--input=" + tf_prefix, "--output=" + pt]) == 0
+    before = {n: (d / n).read_bytes() for n in os.listdir(d)}
+    pt_bytes = open(pt, "rb").read()
+    fix = ": writing over it would lose that checkpoint; give another path, or remove it first$"
+    for argv, there in ((convert + ["--input=" + pt, "--output=" + tf_prefix], tf_prefix + ".index"),
+                        (convert + ["--input=" + tf_prefix, "--output=" + tf_prefix, "--format=hf"], tf_prefix + ".index"),
+                        (convert + ["--input=" + tf_prefix, "--output=" + pt], pt)):
+        output = next(a for a in argv if a.startswith("--output="))
+        with pytest.raises(UserError, match="^%s: %s is there%s" % (re.escape(output), re.escape(there), fix)):
+            checkpoint_convert.main(argv)
+    new = str(tmp_path / "ga" / "model.ckpt-28")
+    assert gradacc.main(["x", "--old=" + tf_prefix, "--new=" + new]) == 0
+    with pytest.raises(UserError, match="^--new=%s: %s is there%s" % (re.escape(new), re.escape(new + ".index"), fix)):
+        gradacc.main(["x", "--old=" + tf_prefix, "--new=" + new])
+    assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before and open(pt, "rb").read() == pt_bytes
 
 
 def test_convert_says_one_count_of_dropped_variables(tmp_path, caplog, capsys):

@@ -892,11 +892,15 @@ def test_a_marker_package_did_not_write_is_refused_not_followed(package, tmp_pat
     second = [a.replace("--system=%s" % NYX, "--system=nyx2") for a in argv]
     marker = org / ".package-nyx2.incomplete"
     for text in ("../../victim\n", "\n", "results/%s\n" % NYX, "systems/nyx2.json\n../../victim\n", "",
-                 "benchmarks/bert/implementations/..\n", "benchmarks/bert/implementations/pytorch/x\n"):
+                 "benchmarks/bert/implementations/..\n", "benchmarks/bert/implementations/pytorch/x\n",
+                 # (another sweep) the implementation folder whole, a part of nyx2's move only were it new: here
+                 # it holds NYX's code and launch record, which the rerun deleted (score then said nothing)
+                 "benchmarks/bert/implementations/pytorch\nsystems/nyx2.json\nresults/nyx2\n"):
         marker.write_text(text)
-        with pytest.raises(UserError, match=r"^%s (lists .*, not a part of %s that package adds there|lists nothing)"
+        with pytest.raises(UserError, match=r"^%s (lists .*, not a part of %s that package adds there( \(the "
+                           r"implementation of %s too, in mlperf_bert_package.json\))?|lists nothing)"
                            r": package did not write this marker; check %s by hand and remove the marker$"
-                           % (re.escape(str(marker)), re.escape(str(org)), re.escape(str(org)))):
+                           % (re.escape(str(marker)), re.escape(str(org)), re.escape(NYX), re.escape(str(org)))):
             pkg_mod.main(second)
         assert victim.is_dir() and listing() == before, text
     # a marker as package writes it, of nyx2's pieces: another system waits for its rerun
@@ -908,6 +912,26 @@ def test_a_marker_package_did_not_write_is_refused_not_followed(package, tmp_pat
     assert pkg_mod.main(second) == 0 and not marker.exists()  # its own rerun finishes it
     assert pkg_mod.main(third) == 0
     assert {NYX: "pytorch", "nyx2": "pytorch", "nyx3": "pytorch"} == pkg_mod.read_made_by(str(org))
+
+
+def test_a_package_stopped_before_its_move_leaves_no_new_output_folder(package, tmp_path, monkeypatch):
+    """A hostile sweep: a SIGTERM to package at ~0.2 s left an empty --output folder, which looks like
+    a package made (score: "not a submission package"). A new --output is removed again when the
+    command stops before its package is in place (here: a stop at the move); one that existed stays."""
+    from mlperf_bert.errors import Terminated
+
+    def stopped(*args):
+        raise Terminated()
+    monkeypatch.setattr(pkg_mod, "_move_into_place", stopped)
+    out = tmp_path / "new" / "pkg"
+    argv = [a if not a.startswith("--output=") else "--output=%s" % out for a in nyx_argv(package / BERT, package)]
+    with pytest.raises(Terminated):
+        pkg_mod.main(argv)
+    assert not (tmp_path / "new").exists()
+    out.mkdir(parents=True)
+    with pytest.raises(Terminated):
+        pkg_mod.main(argv)
+    assert os.listdir(out) == []
 
 
 def _summary(seeds):
@@ -1380,6 +1404,17 @@ def test_manifest_lines_that_name_no_file_are_refused_naming_the_line(two_runs, 
         pkg_mod.make_package("NVIDIA", NYX, [str(two_runs)], str(out), str(nyx_json(two_runs.parent)),
                              platform_=NYX_PLATFORM, root=str(repo))
     assert not out.exists()
+
+
+def test_a_manifest_line_is_split_at_line_ends_alone(tmp_path):
+    """A hostile sweep: MANIFEST.txt was split as str.splitlines splits, at U+0085, U+2028, \\x1c too:
+    a line "mlperf_bert/a.py<U+0085>tests/test_a.py" (a name git may list) was read as two files
+    and packaged, exit 0. Lines end at "\\n" (or "\\r\\n") alone: that line names one file, missing."""
+    repo = tiny_repo(tmp_path, "MANIFEST.txt\r\nmlperf_bert/a.py\u0085tests/test_a.py\n")
+    assert (repo / "tests" / "test_a.py").is_file()
+    with pytest.raises(UserError, match=r"^1 file of MANIFEST.txt is missing from %s \(%s\)" % (
+            re.escape(str(repo)), re.escape("mlperf_bert/a.py\u0085tests/test_a.py"))):
+        pkg_mod.source_files(str(repo))
 
 
 def test_a_manifest_not_text_or_a_directory_is_one_line(two_runs, tmp_path):

@@ -1030,9 +1030,15 @@ def test_a_converted_checkpoint_named_as_a_training_one_is_refused_in_one_line(f
     torch.save({"model": ckpt["model"], "config": ckpt["config"], "global_step": 99}, out / "model.ckpt-99.pt")
     with pytest.raises(UserError) as e:
         training.main(flags_for(files, str(out), seed=7))
-    assert str(e.value) == ("checkpoint %s holds weights but no training state (no optimizer, ranks, seed): a run "
-                            "did not write it while training (a converted checkpoint?); give it as --init_checkpoint, "
-                            "or move it out of --output_dir" % (out / "model.ckpt-99.pt"))
+    expected = ("checkpoint %s holds weights but no training state (no optimizer, ranks, seed): a run did not write "
+                "it while training (a converted checkpoint?), and --output_dir's checkpoints are what a run resumes "
+                "from: move it out of --output_dir (to start from its weights, give its new path as "
+                "--init_checkpoint)" % (out / "model.ckpt-99.pt"))
+    assert str(e.value) == expected
+    # (another sweep) given as --init_checkpoint where it lies, the fix said "give it as --init_checkpoint"
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(out), seed=7, init_checkpoint=str(out / "model.ckpt-99.pt")))
+    assert str(e.value) == expected
 
 
 def test_an_eval_set_that_is_also_a_training_file_is_refused_in_closed_and_warned_of_in_open(files, phase1, tmp_path,

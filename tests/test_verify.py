@@ -585,3 +585,100 @@ def test_a_named_pipe_to_check_is_refused_at_once_not_waited_on(tmp_path):
             with pytest.raises(UserError) as e:
                 checksums.main(["verify"] + argv)
             assert str(e.value) == line
+
+
+def _fifo_readers(tmp_path):
+    from mlperf_bert import flags
+    from mlperf_bert.dataset import download, make_dataset
+    from mlperf_bert.harness import package
+    return {
+        "flagfile": lambda p: flags.parse(flags.FlagValues(), ["verify", "--flagfile=" + p]),
+        "systems.json": package.load_system_json,
+        "org/" + package.MADE_BY: lambda p: package.read_made_by(os.path.dirname(p)),
+        "root/" + package.MANIFEST: lambda p: package.manifest_lines(os.path.dirname(p)),
+        "out/" + make_dataset.SETTINGS_NAME: lambda p: make_dataset.read_settings(os.path.dirname(p)),
+        "part-00000-of-00500": make_dataset.output_stats,
+        "vocab.txt": lambda p: download.download("file://" + os.path.join(checksums.RESULTS_DIR, "README.md"), p,
+                                                 progress=False),
+        "source": lambda p: download.download("file://" + p, str(tmp_path / "fetched"), md5="0" * 32, progress=False),
+        "results/bert_reference_results_text_sizes.txt": lambda p: checksums.known_tables(os.path.dirname(p)),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_fifo_readers(None)))
+def test_a_named_pipe_wherever_a_command_reads_a_file_is_one_line_not_a_wait(tmp_path, name):
+    """A hostile sweep: a FIFO no process writes to, where a command reads a file, waited for ever:
+    a --flagfile (absl's own open), a systems JSON (package, score), ORG/'s package record, MANIFEST.txt,
+    make-dataset's settings and an output it keeps, download's --output and a file:// source, a table
+    of --results_dir. Each is now one line naming it (fileio.open_input: opened without blocking)."""
+    from test_tfrecord import writerless_fifo
+    for d in ("org", "root", "out"):
+        (tmp_path / d).mkdir()
+    shutil.copytree(checksums.RESULTS_DIR, tmp_path / "results")
+    os.remove(tmp_path / "results" / "bert_reference_results_text_sizes.txt")
+    with writerless_fifo(str(tmp_path / name)) as fifo:
+        with pytest.raises(UserError) as e:
+            _fifo_readers(tmp_path)[name](fifo)
+        assert "%s is a named pipe (FIFO), not a regular file: " % fifo in str(e.value) and "\n" not in str(e.value)
+    assert not os.path.exists(tmp_path / "fetched")
+
+
+def test_a_make_dataset_folder_its_run_did_not_finish_fails(tmp_path):
+    """A hostile sweep: a make-dataset killed before its manifest (written last) left a folder of its
+    settings and some outputs, each passing its own CRCs: `verify` said "every file checked matches",
+    exit 0, also of a folder with no output at all. The folder is a MISMATCH naming the rerun."""
+    d = tmp_path / "tf"
+    d.mkdir()
+    (d / checksums.SETTINGS_NAME).write_text("{}")
+    why = "MISMATCH %s (make-dataset's folder, with its %s but no %s, which it writes when it is done: a run that " \
+          "did not finish, or is running; rerun the same make-dataset command to finish it)" % (
+              d, checksums.SETTINGS_NAME, checksums.MANIFEST_NAME)
+    ok, lines = run_verify([str(d)])
+    assert not ok and why in lines
+    write_records(str(d / "part-00000-of-00002"), [b"one", b"two"])
+    ok, lines = run_verify([str(d)])
+    assert not ok and why in lines and "OK %s/part-00000-of-00002 (no published checksum; its own: the CRCs of its 2 " \
+        "records)" % d in lines
+    checksums.write_manifest(str(d / checksums.MANIFEST_NAME), [
+        ("part-00000-of-00002", os.path.getsize(d / "part-00000-of-00002"), 2, md5_of(d / "part-00000-of-00002"))])
+    ok, lines = run_verify([str(d)])
+    assert ok and why not in lines
+
+
+def test_a_manifests_file_that_is_a_link_out_of_its_folder_is_not_read(tmp_path):
+    """A hostile sweep: a file a manifest lists that is a symbolic link out of the folder (to
+    ../outside, to /etc/passwd) was read and said OK or a size mismatch: the folder does not hold it.
+    It is a MISMATCH naming where it leads, in each way a manifest is given, and is not read."""
+    d, outside = tmp_path / "tf", tmp_path / "outside"
+    d.mkdir()
+    outside.mkdir()
+    for n in ("part-00000-of-00002", "part-00001-of-00002"):
+        write_records(str(d / n), [n.encode()])
+    checksums.write_manifest(str(d / checksums.MANIFEST_NAME), [
+        (n, os.path.getsize(d / n), 1, md5_of(d / n)) for n in ("part-00000-of-00002", "part-00001-of-00002")])
+    os.rename(d / "part-00001-of-00002", outside / "real")
+    os.symlink("../outside/real", d / "part-00001-of-00002")
+    link = d / "part-00001-of-00002"
+    for args, manifest in (([str(d)], None), ([str(d / checksums.MANIFEST_NAME)], None),
+                           ([str(d)], checksums.read_manifest(str(d / checksums.MANIFEST_NAME)))):
+        ok, lines = run_verify(args, manifest=manifest)
+        assert not ok and "MISMATCH %s (a symbolic link to %s, outside the folder its manifest lists: the folder does " \
+            "not hold that file, and it was not read; put the file itself there, or verify the folder it is in)" % (
+                link if args[0] == str(d) else os.path.abspath(link), outside / "real") in lines, lines
+        assert sum(l.startswith("OK ") for l in lines) == 1, lines
+    # a link within the folder is the folder's own file
+    os.rename(outside / "real", d / "real")
+    os.remove(link)
+    os.symlink("real", link)
+    ok, lines = run_verify([str(d)])
+    assert ok, lines
+
+
+def test_a_file_name_with_a_line_break_cannot_print_a_verdict_line_of_its_own(tmp_path):
+    """A hostile sweep: a file named "evil\\nOK vocab.txt (...)" printed an OK line that no file earned
+    (a script reading the lines counts it). Control characters of a name are printed escaped."""
+    d = tmp_path / "n"
+    d.mkdir()
+    (d / "evil\nOK vocab.txt (md5+size)").write_text("hello")
+    ok, lines = run_verify([str(d)])
+    assert lines == ["UNKNOWN %s/evil\\x0aOK vocab.txt (md5+size) (no published checksum; not checked)" % d]

@@ -17,13 +17,14 @@ import re
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, md5_many, read_lines, unfinished_write
+from mlperf_bert.fileio import atomic_open, md5_many, open_input, read_lines, unfinished_write
 from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset import hdf5
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records, refuse_special_file
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results")
 MANIFEST_NAME = "manifest.tsv"
+SETTINGS_NAME = "make_dataset_settings.json"  # make-dataset writes it first, its manifest last
 MANIFEST_HEADER = "name\tbytes\trecords\tmd5"
 NUM_PARTS = 500
 PART_NAMES = ["part-%05d-of-%05d" % (i, NUM_PARTS) for i in range(NUM_PARTS)]
@@ -79,7 +80,7 @@ def known_tables(results_dir=RESULTS_DIR):
 
 def is_tfrecord(path):
     """True when the file starts with a valid TFRecord header (length + its masked CRC)."""
-    with open(path, "rb") as f:
+    with open_input(path, "rb") as f:
         head = f.read(12)
     return len(head) == 12 and _U32.unpack_from(head, 8)[0] == masked_crc32c(head[:8])
 
@@ -90,7 +91,7 @@ def laid_out_as_tfrecords(path):
     file does not chain so)."""
     size = os.path.getsize(path)
     pos = 0
-    with open(path, "rb") as f:
+    with open_input(path, "rb") as f:
         while pos < size:
             head = f.read(8)
             if len(head) < 8:
@@ -169,7 +170,7 @@ def content_tag(path):
                 crcs = [[n, int(h[n].attrs[hdf5.CHECKSUM_ATTR])] for n in sorted(h)
                         if isinstance(h[n], h5py.Dataset) and hdf5.CHECKSUM_ATTR in h[n].attrs]
             return "crc32c:" + hashlib.sha256(repr(crcs).encode()).hexdigest()[:16] if crcs else None
-        with open(path, "rb") as f:
+        with open_input(path, "rb") as f:
             head, size = f.read(12), os.fstat(f.fileno()).st_size
             end = 12 + int.from_bytes(head[:8], "little")
             if len(head) < 12 or end + 4 > size:
@@ -227,7 +228,7 @@ def check_eval_articles(eval_txt, eval_md5):
     """One result line comparing eval.txt article by article with eval.md5."""
     texts = {}
     for path in (eval_txt, eval_md5):
-        with open(path, "rb") as f:
+        with open_input(path, "rb") as f:
             data = f.read()
         try:
             texts[path] = data.decode("utf-8")  # as read, "\r\n" kept: an article's md5 is of its bytes
@@ -277,7 +278,7 @@ def read_manifest(path):
 def _is_manifest(path):
     if not os.path.isfile(path):
         return False
-    with open(path, "rb") as f:
+    with open_input(path, "rb") as f:
         return f.read(len(MANIFEST_HEADER)) == MANIFEST_HEADER.encode()
 
 
@@ -291,6 +292,19 @@ class _Plan:
         self.tfrecords = set()  # files that must be TFRecords (named so in a folder of TFRecords)
         self.unlisted = {}  # path -> how the manifest that does not list it is named (make-dataset's output)
         self.published = {}  # path -> results/'s expectations, checked beside its manifest's
+        self.unfinished = []  # make-dataset's folders without their manifest (a run that did not finish)
+        self.leaving = {}  # path a manifest lists -> where it leads, outside the manifest's folder
+
+    def listed(self, f, folder, expectations):
+        """``f``, a file a manifest of ``folder`` lists, to be checked against ``expectations``, unless
+        a symbolic link (it, or a folder on its way) leads out of ``folder``: a manifest's name never
+        reaches outside its folder (read, it was any file: /etc/passwd)."""
+        real = os.path.realpath(f)
+        if os.path.commonpath([real, os.path.realpath(folder)]) != os.path.realpath(folder):
+            self.leaving[f] = real
+            return False
+        self.files[f] = expectations
+        return True
 
 
 def expectations(path, tables, name=None):
@@ -345,8 +359,8 @@ def plan(paths, tables, manifest=None):
                 f = os.path.join(d, name)
                 if os.path.exists(f):
                     _refuse_special(f)
-                    p.files[f] = [(path, size, md5)]
-                    p.published[f] = expectations(f, tables)
+                    if p.listed(f, d, [(path, size, md5)]):
+                        p.published[f] = expectations(f, tables)
                 else:
                     p.missing.append(f)
             continue
@@ -363,18 +377,27 @@ def plan(paths, tables, manifest=None):
                 for name in names:
                     if name != MANIFEST_NAME:
                         f = os.path.join(path, name)
-                        p.files[f] = [(own,) + table[name]] if name in table else expectations(f, tables)
-                        if name in table:  # its own manifest proves it intact, not that it is the reference's
+                        if name not in table:
+                            p.files[f] = expectations(f, tables)
+                        elif p.listed(f, path, [(own,) + table[name]]):
+                            # its own manifest proves it intact, not that it is the reference's
                             p.published[f] = expectations(f, tables)
                         if name not in table and OUTPUT_NAME.match(name):
                             p.unlisted[f] = MANIFEST_NAME
                 p.missing += [os.path.join(path, n) for n in sorted(table) if n not in names]
                 continue
+            if manifest is None and SETTINGS_NAME in names:
+                # make-dataset's folder that its run has not finished (killed, or still running): what
+                # it holds passed its CRCs one by one, a folder with no output at all passed
+                p.unfinished.append(path)
             if manifest is not None:
                 for name in names:
                     if name != MANIFEST_NAME:
                         exp = manifest.get(name)
-                        p.files[os.path.join(path, name)] = [("--manifest",) + exp] if exp else []
+                        if exp:
+                            p.listed(os.path.join(path, name), path, [("--manifest",) + exp])
+                        else:
+                            p.files[os.path.join(path, name)] = []
                         if not exp and OUTPUT_NAME.match(name):  # as in make-dataset's folder: more than the set
                             p.unlisted[os.path.join(path, name)] = "--manifest"
                 p.missing += [os.path.join(path, n) for n in sorted(manifest) if n not in names]
@@ -444,7 +467,7 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
     present and expected is OK."""
     tables = known_tables(results_dir)
     p = plan(paths, tables, manifest)
-    if not p.files and not p.missing:
+    if not p.files and not p.missing and not p.unfinished and not p.leaving:
         raise UserError("nothing to verify in %s: give the files or a directory holding them"
                         % ", ".join(paths))
     known = by_content(tables)
@@ -460,7 +483,8 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
 
     def say(verdict, line):
         counts[verdict] += 1
-        out("%s %s" % (verdict, line))
+        # a file name's control characters escaped: a name holding "\nOK x" printed a verdict line of its own
+        out("%s %s" % (verdict, re.sub(r"[\x00-\x1f\x7f]", lambda m: "\\x%02x" % ord(m.group()), line)))
     for f, exps in sorted(p.files.items()):
         size = os.path.getsize(f)
         tmp = unfinished_write(f)
@@ -525,6 +549,16 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
         else:
             ok = False
             say("MISMATCH", "%s: %s" % (f, mismatch(size, md5s.get(f), exps)))
+    for f, real in sorted(p.leaving.items()):
+        ok = False
+        say("MISMATCH", "%s (a symbolic link to %s, outside the folder its manifest lists: the folder does not hold "
+                        "that file, and it was not read; put the file itself there, or verify the folder it is in)"
+            % (f, real))
+    for d in p.unfinished:
+        ok = False
+        say("MISMATCH", "%s (make-dataset's folder, with its %s but no %s, which it writes when it is done: a run "
+                        "that did not finish, or is running; rerun the same make-dataset command to finish it)"
+            % (d, SETTINGS_NAME, MANIFEST_NAME))
     for f in p.missing:
         ok = False
         say("MISSING", f)

@@ -21,7 +21,7 @@ import urllib.request
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import RESULTS_DIR, expectations, known_tables
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import file_md5, is_write_error, new_dirs_removed_on_error, write_error, write_json
+from mlperf_bert.fileio import file_md5, is_write_error, open_input, new_dirs_removed_on_error, write_error, write_json
 from mlperf_bert.locking import lock_file
 
 CHUNK = 1 << 20
@@ -41,7 +41,7 @@ def _open_from(url, offset):
     if parsed.scheme == "file":
         path = urllib.request.url2pathname(parsed.path)
         try:
-            f = open(path, "rb")
+            f = open_input(path, "rb", fix="give the URL of a regular file")
         except OSError as e:
             raise UserError("cannot read %s: %s" % (url, e.strerror))
         size = os.fstat(f.fileno()).st_size

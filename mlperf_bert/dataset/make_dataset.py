@@ -16,10 +16,10 @@ import sys
 import time
 
 from mlperf_bert import flags
-from mlperf_bert.dataset.checksums import MANIFEST_NAME, OUTPUT_NAME, read_manifest, write_manifest
+from mlperf_bert.dataset.checksums import MANIFEST_NAME, OUTPUT_NAME, SETTINGS_NAME, read_manifest, write_manifest
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
-from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, new_dirs_removed_on_error,
+from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, new_dirs_removed_on_error, open_input,
                                 refuse_overwriting_inputs, remove_stale_temporaries, write_json)
 from mlperf_bert.locking import lock_dir, remove_stale_locks
 from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
@@ -27,7 +27,6 @@ from mlperf_bert.dataset.tokenization import load_vocab
 from mlperf_bert.dataset.vocab import VOCAB_MD5, refuse_special_vocab
 from mlperf_bert.dataset.tfrecord import count_records, read_records
 
-SETTINGS_NAME = "make_dataset_settings.json"
 STANDARD = dict(do_lower_case=True, max_seq_length=512, max_predictions_per_seq=76, masked_lm_prob=0.15,
                 random_seed=12345, dupe_factor=10, short_seq_prob=0.1)
 _PART = re.compile(r"^part-\d+-of-\d+\Z")  # \Z: "$" also matches before a final newline
@@ -182,7 +181,7 @@ def read_settings(out_dir):
     if not os.path.exists(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, encoding="utf-8", fix="delete it only if %s holds no outputs" % out_dir) as f:
             settings = json.load(f)
     except (OSError, ValueError) as e:
         raise UserError("cannot read %s (%s): delete it only if %s holds no outputs" % (path, e, out_dir))

@@ -13,7 +13,7 @@ import struct
 from crc32c import crc32c
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import FIFO, atomic_open, glob_parts, special_kind, unfinished_write
+from mlperf_bert.fileio import FIFO, atomic_open, glob_parts, open_input, special_kind, unfinished_write
 
 _MASK_DELTA = 0xA282EAD8
 _U64 = struct.Struct("<Q")
@@ -191,7 +191,7 @@ def write_records(path, records):
 
 def _open(path):
     try:
-        return open(path, "rb")
+        return open_input(path, "rb", fix="give the path of a TFRecord file")
     except OSError as e:
         raise UserError("cannot read TFRecord file %s: %s" % (path, e.strerror))
 

@@ -30,7 +30,8 @@ import sys
 
 from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, file_md5, host_memory, pid_alive, read_lines, write_json
+from mlperf_bert.fileio import (atomic_open, file_md5, host_memory, new_dirs_removed_on_error, open_input, pid_alive,
+                                read_lines, special_kind, split_lines, write_json)
 from mlperf_bert.harness.compliance import RULESET, SYSTEM_STATUSES, division_of, identity_problems, read_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -111,7 +112,9 @@ def find_logs(specs):
             logs.append(spec)
             continue
         if not os.path.isdir(spec):
-            raise UserError("--runs: %s does not exist" % spec)
+            kind = special_kind(spec)
+            raise UserError("--runs: %s %s" % (spec, "is %s, not a run's log or folder" % kind if kind else
+                                               "does not exist: give a run's log or folder"))
         found = (sorted(glob.glob(os.path.join(spec, "result_*.txt")), key=_run_number)
                  or ([os.path.join(spec, "mlperf.log")] if os.path.isfile(os.path.join(spec, "mlperf.log")) else [])
                  or sorted(glob.glob(os.path.join(spec, "run_*", "mlperf.log")), key=_run_number))
@@ -157,7 +160,7 @@ def load_system_json(path, null_ok=False):
     def no_constant(name):  # NaN, Infinity: not JSON, and no value of a field
         raise ValueError("%s is not a JSON value" % name)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, encoding="utf-8", what="systems JSON", fix="give the JSON file") as f:
             desc = json.load(f, parse_constant=no_constant)
     except OSError as e:
         raise UserError("cannot read systems JSON %s: %s" % (path, e.strerror))
@@ -331,8 +334,8 @@ def manifest_lines(root=ROOT):
     if os.path.isdir(path):
         raise UserError("%s is a directory: %s" % (path, remake))
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        with open_input(path, encoding="utf-8", fix=remake) as f:
+            lines = split_lines(f.read())
     except UnicodeDecodeError as e:
         raise UserError("%s is not UTF-8 text (byte %d): %s" % (path, e.start, remake))
     except OSError:
@@ -528,7 +531,7 @@ def read_made_by(top):
     cannot be read."""
     path = os.path.join(top, MADE_BY)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, encoding="utf-8", fix="package writes it; remake the package") as f:
             made = json.load(f)
     except FileNotFoundError:
         return {}
@@ -563,15 +566,22 @@ def _marked_pieces(top, system, marker):
     lines = read_lines(marker, "package's marker of an unfinished move")
     impl = implementation_dir("")
     allowed = {os.path.join("systems", system + ".json"), os.path.join("results", system)}
+    made = read_made_by(top)
     for line in lines:
         name = line[len(impl):].split("/")
         ok = line in allowed or (line.startswith(impl) and _NAME.match(name[0]) is not None
                                  and (len(name) == 1 or name[1:] == [launch_name(system)]))
         parents = [os.path.join(top, *line.split("/")[:k]) for k in range(1, line.count("/") + 1)] if ok else []
-        if not ok or any(os.path.islink(d) for d in parents):
+        # a whole implementation folder is listed only when this move brought it in, new: one that
+        # MADE_BY gives to another system too holds that system's code and launch record
+        others = sorted(s for s, i in made.items() if s != system and i == name[0]) \
+            if ok and line.startswith(impl) and len(name) == 1 else []
+        if not ok or others or any(os.path.islink(d) for d in parents):
             raise UserError("%s lists %r, not a part of %s that package adds there%s: package did not write this "
                             "marker; check %s by hand and remove the marker" % (
-                                marker, line, top, " (under a symbolic link)" if ok else "", top))
+                                marker, line, top, " (under a symbolic link)" if parents and not others else
+                                " (the implementation of %s too, in %s)" % (", ".join(others), MADE_BY) if others
+                                else "", top))
     if not lines:
         raise UserError("%s lists nothing: package did not write this marker; check %s by hand and remove the "
                         "marker" % (marker, top))
@@ -682,7 +692,7 @@ def launch_records(logs, runs):
         candidates = [os.path.join(f, name) for f in folders for name in (FINISHED, STOPPED)]
         for path in candidates:
             try:
-                with open(path, encoding="utf-8") as f:
+                with open_input(path, encoding="utf-8") as f:
                     rec = json.load(f)
             except (OSError, ValueError):
                 continue
@@ -853,7 +863,9 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
     source = source_identity(root)
     warnings = package_warnings(logs, entries, source)
     top = os.path.join(output, org)
-    with locking.lock_dir(output, "--output"):  # the loser of two packages on one output writes nothing
+    # the loser of two packages on one output writes nothing; a package stopped before its move leaves
+    # no new, empty --output that looks like one made
+    with new_dirs_removed_on_error(output), locking.lock_dir(output, "--output"):
         remove_stale_builds(output, org)
         try:
             pieces, held = _check_free(top, system, implementation, source["source_sha256"]), None

@@ -320,8 +320,9 @@ def load(path):
     lacks = [k for k in TRAINING_STATE if k not in ckpt]
     if lacks:  # e.g. convert_checkpoint.py's .pt, given a training checkpoint's name (a KeyError traceback)
         raise UserError("checkpoint %s holds weights but no training state (no %s): a run did not write it while "
-                        "training (a converted checkpoint?); give it as --init_checkpoint, or move it out of "
-                        "--output_dir" % (path, ", ".join(lacks)))
+                        "training (a converted checkpoint?), and --output_dir's checkpoints are what a run resumes from: move it "
+                        "out of --output_dir (to start from its weights, give its new path as --init_checkpoint)"
+                        % (path, ", ".join(lacks)))
     problem = step_problem(ckpt["global_step"])
     if problem:  # a hand-edited or foreign .pt: a traceback where the loop compared it, a float hung the loader
         raise UserError("checkpoint %s holds %s, not a step count (a whole number >= 0, which the trainer writes): "

@@ -134,6 +134,7 @@ def main(argv):
                               "and the other be a TF prefix" % kind)
     # (the bert_config.json too: --format=hf into its folder replaced a config.json given as it)
     refuse_overwriting_inputs(_files(dst, fv.format), [fv.bert_config_file] + _files(src, "auto"), "--output")
+    tf_checkpoint.refuse_existing_output(dst, "--output", fv.format == "hf")
     # a new folder of the output, left empty by an error or a stop, goes with it
     with new_dirs_removed_on_error(dst if fv.format == "hf" else os.path.dirname(os.path.abspath(dst))):
         info = convert(fv.bert_config_file, src, dst, fv.format)

@@ -86,6 +86,9 @@ def to_tf_arrays(state_dict):
 def _import_tf():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # silences a startup banner; TF only does I/O here
+    # TF's import of keras imports matplotlib, which warned of its cache folder before the tool's own
+    # lines where HOME cannot be written (a container run with --user)
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
     try:
         import tensorflow as tf
     except ImportError:
@@ -344,7 +347,7 @@ def load_state_from_arrays(model, arrays, source, carried=()):
         by_name.setdefault(tname, n)
     deeper = _layers_beyond(by_name, wanted)
     if deeper:  # its other variables load, and the layers past the config's would be dropped unseen
-        raise UserError("checkpoint %s holds encoder layer %d, the model (bert_config.json) has %d layers: use the "
+        raise UserError("checkpoint %s holds encoder layer %d, the model (--bert_config_file) has %d layers: give the "
                         "bert_config.json this checkpoint was made with" % (source, deeper, _layer_count(wanted)))
     missing, misshaped, new = [], [], {}
     used = set()
@@ -362,8 +365,8 @@ def load_state_from_arrays(model, arrays, source, carried=()):
         heads, have = _heads(tname, a), getattr(getattr(model, "config", None), "num_attention_heads", None)
         if heads is not None and have is not None and heads != have and a.size == int(np.prod(want)):
             # the same numbers reshaped would load, split into other heads: another model
-            raise UserError("checkpoint %s: variable %s %s holds %d attention heads, the model (bert_config.json) has "
-                            "%d: use the bert_config.json this checkpoint was made with"
+            raise UserError("checkpoint %s: variable %s %s holds %d attention heads, the model (--bert_config_file) has "
+                            "%d: give the bert_config.json this checkpoint was made with"
                             % (source, orig, list(a.shape), heads, have))
         a = _fit(tname, a, want)
         if tuple(a.shape) != want:
@@ -384,6 +387,20 @@ def load_state_from_arrays(model, arrays, source, carried=()):
         log.info("checkpoint %s: ignored %d non-model variable(s): %s", source, len(ignored),
                  _summarize(ignored))
     return ignored
+
+
+def refuse_existing_output(path, flag, hf=False):
+    """One line when the checkpoint to write, ``path`` (a TF prefix, a .pt file, with ``hf`` an export
+    folder), is a checkpoint there already, or a TF checkpoint's prefix: written over, it was lost
+    without a word (the official model.ckpt-28252, given as --output by a swapped command), and an
+    export folder at a TF prefix hid that checkpoint from every reader ("Couldn't find 'checkpoint'
+    file"). An earlier export, made from a checkpoint kept elsewhere, is replaced (checkpoint_convert)."""
+    held = [p for p in [path + ".index"] + shard_files(path) if os.path.lexists(p)]
+    if not hf and path.endswith(".pt") and os.path.lexists(path):
+        held.append(path)
+    if held:
+        raise UserError("%s=%s: %s is there: writing over it would lose that checkpoint; give another path, or remove "
+                        "it first" % (flag, path, held[0]))
 
 
 def shard_files(prefix):

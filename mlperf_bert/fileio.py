@@ -81,7 +81,10 @@ def open_input(path, mode="r", what=None, fix="give the path of a regular file",
         if kind:
             raise UserError("%s is %s, not a regular file: %s" % ("%s %s" % (what, path) if what else path, kind, fix))
         os.set_blocking(fd, True)
-        return open(fd, mode, **kwargs)
+        try:
+            return open(fd, mode, **kwargs)
+        except OSError as e:  # named by the path, as open(path) names it, not by the descriptor
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -592,15 +595,15 @@ def read_text(path, what):
 
 
 def read_lines(path, what):
-    """The lines of the UTF-8 text file ``path`` (``read_text``'s), split at "\n" or "\r\n" alone:
-    not at the other characters str.splitlines splits at (U+0085, U+2028, \x1c...), which a file
-    name may hold (a list line "a<U+0085>b" was read as two names)."""
+    """The lines of the UTF-8 text file ``path`` (``read_text``'s), split at "\n", "\r\n" or "\r"
+    alone: not at the other characters str.splitlines splits at (U+0085, U+2028, \x1c...), which a
+    file name may hold (a list line "a<U+0085>b" was read as two names)."""
     return split_lines(read_text(path, what))
 
 
 def split_lines(text):
-    """``text``'s lines, split at "\n" or "\r\n" alone (read_lines)."""
-    lines = re.split(r"\r?\n", text)
+    """``text``'s lines, split at "\n", "\r\n" or "\r" alone (read_lines)."""
+    lines = re.split(r"\r\n|\r|\n", text)
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 

@@ -3,6 +3,7 @@
 Each command defines its flags on its own ``FlagValues`` so several commands can run
 in one process (tests) and so a bad flag becomes one UserError line.
 """
+import os
 import sys
 
 from absl import flags as _absl
@@ -121,6 +122,25 @@ def _undecodable_flagfile(argv):
     return "a file named by a --flagfile"
 
 
+def _refuse_special_flagfiles(argv):
+    """absl opens a --flagfile (=PATH or PATH after it, "~" expanded) as it is: a named pipe that no
+    process writes to waited for ever. Refused in one line, as a socket or a device; a pipe a process
+    holds, as ``--flagfile=<(...)`` or ``/dev/stdin`` give, is read. (A --flagfile inside a flagfile
+    is absl's alone.)"""
+    for i, arg in enumerate(argv[1:], 1):
+        if arg in ("--flagfile", "-flagfile") and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith(("--flagfile=", "-flagfile=")):
+            path = arg.split("=", 1)[1]
+        else:
+            continue
+        path = os.path.expanduser(path)
+        kind = special_kind(path)
+        if kind and "pipe:[" not in os.path.realpath(path):  # (an inherited pipe: /proc/PID/fd/pipe:[N])
+            raise UserError("--flagfile=%s is %s, not a regular file: a --flagfile holds --flag=value lines"
+                            % (path, kind))
+
+
 def parse(fv, argv, required=(), positional=True):
     """Parse ``argv`` (argv[0] is the program) into ``fv``; return the leftover positionals.
 
@@ -138,11 +158,7 @@ def parse(fv, argv, required=(), positional=True):
             quiet_stdout()
         raise SystemExit(0)
     check_removed(fv, argv)
-    for arg in argv[1:]:  # absl opens a --flagfile as it is: a FIFO that no process writes to waited for ever
-        if arg.startswith(("--flagfile=", "-flagfile=")):
-            kind = special_kind(arg.split("=", 1)[1])
-            if kind:
-                raise UserError("%s is %s, not a regular file: a --flagfile holds --flag=value lines" % (arg, kind))
+    _refuse_special_flagfiles(argv)
     try:
         rest = fv(list(argv))
     except _absl.Error as e:

@@ -377,6 +377,12 @@ def test_a_checkpoint_already_at_the_output_is_not_written_over(tf1_ckpt, tmp_pa
     with pytest.raises(UserError, match="^--new=%s: %s is there%s" % (re.escape(new), re.escape(new + ".index"), fix)):
         gradacc.main(["x", "--old=" + tf_prefix, "--new=" + new])
     assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before and open(pt, "rb").read() == pt_bytes
+    # (a review) the data shard of a write stopped before its .index is no checkpoint: the rerun goes on
+    stopped = tmp_path / "stopped" / "model.ckpt-28"
+    stopped.parent.mkdir()
+    (tmp_path / "stopped" / "model.ckpt-28.data-00000-of-00001").write_bytes(b"partial")
+    assert checkpoint_convert.main(convert + ["--input=" + pt, "--output=%s" % stopped]) == 0
+    assert tf_checkpoint.is_tf_prefix(str(stopped))
 
 
 def test_convert_says_one_count_of_dropped_variables(tmp_path, caplog, capsys):

@@ -1,5 +1,6 @@
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -589,10 +590,15 @@ def test_a_named_pipe_to_check_is_refused_at_once_not_waited_on(tmp_path):
 
 def _fifo_readers(tmp_path):
     from mlperf_bert import flags
-    from mlperf_bert.dataset import download, make_dataset
+    from mlperf_bert.dataset import download, make_dataset, text_pipeline
     from mlperf_bert.harness import package
+    from mlperf_bert.trainer import config, run_config
     return {
         "flagfile": lambda p: flags.parse(flags.FlagValues(), ["verify", "--flagfile=" + p]),
+        "flagfile_after": lambda p: flags.parse(flags.FlagValues(), ["verify", "--flagfile", p]),
+        "config.toml": run_config.read_config_file,
+        "bert_config.json": config.BertConfig.from_json_file,
+        "wiki_00": text_pipeline.read_wiki_file,
         "systems.json": package.load_system_json,
         "org/" + package.MADE_BY: lambda p: package.read_made_by(os.path.dirname(p)),
         "root/" + package.MANIFEST: lambda p: package.manifest_lines(os.path.dirname(p)),
@@ -608,9 +614,12 @@ def _fifo_readers(tmp_path):
 @pytest.mark.parametrize("name", sorted(_fifo_readers(None)))
 def test_a_named_pipe_wherever_a_command_reads_a_file_is_one_line_not_a_wait(tmp_path, name):
     """A hostile sweep: a FIFO no process writes to, where a command reads a file, waited for ever:
-    a --flagfile (absl's own open), a systems JSON (package, score), ORG/'s package record, MANIFEST.txt,
-    make-dataset's settings and an output it keeps, download's --output and a file:// source, a table
-    of --results_dir. Each is now one line naming it (fileio.open_input: opened without blocking)."""
+    a --flagfile (absl's own open; =PATH or PATH after it), a systems JSON (package, score), ORG/'s
+    package record, MANIFEST.txt, make-dataset's settings and an output it keeps, download's --output
+    and a file:// source, a table of --results_dir, and (a review) the trainer's --config and
+    --bert_config_file and text-pipeline's WikiExtractor files. Each is now one line naming it
+    (fileio.open_input: opened without blocking). (create-pretraining-data reads named pipes, as the
+    reference does: tests/test_pretraining_data.py.)"""
     from test_tfrecord import writerless_fifo
     for d in ("org", "root", "out"):
         (tmp_path / d).mkdir()
@@ -621,6 +630,26 @@ def test_a_named_pipe_wherever_a_command_reads_a_file_is_one_line_not_a_wait(tmp
             _fifo_readers(tmp_path)[name](fifo)
         assert "%s is a named pipe (FIFO), not a regular file: " % fifo in str(e.value) and "\n" not in str(e.value)
     assert not os.path.exists(tmp_path / "fetched")
+
+
+def test_a_pipe_a_process_holds_is_a_flagfile_and_an_unreadable_file_is_named_by_its_path(tmp_path):
+    """A review: the FIFO check refused --flagfile=<(echo ...) and /dev/stdin, which absl reads whole
+    (a pipe with its writer); and open_input's errors named the descriptor ("Is a directory: 3")."""
+    from mlperf_bert import flags
+    from mlperf_bert.harness import package
+    r, w = os.pipe()
+    os.write(w, b"--workers=3\n")
+    os.close(w)
+    try:
+        fv = flags.FlagValues()
+        flags.DEFINE_integer("workers", 1, "", flag_values=fv)
+        flags.parse(fv, ["verify", "--flagfile=/proc/self/fd/%d" % r])
+        assert fv.workers == 3
+    finally:
+        os.close(r)
+    (tmp_path / package.MADE_BY).mkdir()
+    with pytest.raises(UserError, match=r"Is a directory: '%s'" % re.escape(str(tmp_path / package.MADE_BY))):
+        package.read_made_by(str(tmp_path))
 
 
 def test_a_make_dataset_folder_its_run_did_not_finish_fails(tmp_path):
@@ -646,9 +675,10 @@ def test_a_make_dataset_folder_its_run_did_not_finish_fails(tmp_path):
 
 
 def test_a_manifests_file_that_is_a_link_out_of_its_folder_is_not_read(tmp_path):
-    """A hostile sweep: a file a manifest lists that is a symbolic link out of the folder (to
-    ../outside, to /etc/passwd) was read and said OK or a size mismatch: the folder does not hold it.
-    It is a MISMATCH naming where it leads, in each way a manifest is given, and is not read."""
+    """A hostile sweep: a file a manifest names that is a symbolic link out of the manifest's folder
+    (to ../outside, to /etc/passwd) was read and said OK or a size mismatch: the folder does not hold
+    it. It is a MISMATCH naming where it leads, and is not read. With --manifest=FILE DIR (another
+    site's list), DIR's own files are checked, links into a shared store among them (a review)."""
     d, outside = tmp_path / "tf", tmp_path / "outside"
     d.mkdir()
     outside.mkdir()
@@ -659,13 +689,14 @@ def test_a_manifests_file_that_is_a_link_out_of_its_folder_is_not_read(tmp_path)
     os.rename(d / "part-00001-of-00002", outside / "real")
     os.symlink("../outside/real", d / "part-00001-of-00002")
     link = d / "part-00001-of-00002"
-    for args, manifest in (([str(d)], None), ([str(d / checksums.MANIFEST_NAME)], None),
-                           ([str(d)], checksums.read_manifest(str(d / checksums.MANIFEST_NAME)))):
-        ok, lines = run_verify(args, manifest=manifest)
+    for args in ([str(d)], [str(d / checksums.MANIFEST_NAME)]):
+        ok, lines = run_verify(args)
         assert not ok and "MISMATCH %s (a symbolic link to %s, outside the folder its manifest lists: the folder does " \
             "not hold that file, and it was not read; put the file itself there, or verify the folder it is in)" % (
                 link if args[0] == str(d) else os.path.abspath(link), outside / "real") in lines, lines
         assert sum(l.startswith("OK ") for l in lines) == 1, lines
+    ok, lines = run_verify([str(d)], manifest=checksums.read_manifest(str(d / checksums.MANIFEST_NAME)))
+    assert ok and "OK %s (--manifest, md5+size)" % link in lines, lines
     # a link within the folder is the folder's own file
     os.rename(outside / "real", d / "real")
     os.remove(link)
@@ -682,3 +713,12 @@ def test_a_file_name_with_a_line_break_cannot_print_a_verdict_line_of_its_own(tm
     (d / "evil\nOK vocab.txt (md5+size)").write_text("hello")
     ok, lines = run_verify([str(d)])
     assert lines == ["UNKNOWN %s/evil\\x0aOK vocab.txt (md5+size) (no published checksum; not checked)" % d]
+    # (a review) and the eval articles' line, of a folder so named; a line separator too
+    e = tmp_path / "evdir\nOK fake\u2028x"
+    e.mkdir()
+    (e / "eval.txt").write_text("abc\n\n")
+    (e / "eval.md5").write_text("0" * 32 + "\n")
+    ok, lines = run_verify([str(e)])
+    assert not ok and all("\n" not in l and "\u2028" not in l for l in lines), lines
+    assert any(l.startswith("MISMATCH %s/evdir\\x0aOK fake\\u2028x/eval.txt article 0: md5 " % tmp_path)
+               for l in lines), lines

@@ -393,11 +393,9 @@ def plan(paths, tables, manifest=None):
             if manifest is not None:
                 for name in names:
                     if name != MANIFEST_NAME:
-                        exp = manifest.get(name)
-                        if exp:
-                            p.listed(os.path.join(path, name), path, [("--manifest",) + exp])
-                        else:
-                            p.files[os.path.join(path, name)] = []
+                        exp = manifest.get(name)  # (a name of this folder's listing, not the manifest's text:
+                        # a link into a shared store is the folder's file, as a trainer reads it)
+                        p.files[os.path.join(path, name)] = [("--manifest",) + exp] if exp else []
                         if not exp and OUTPUT_NAME.match(name):  # as in make-dataset's folder: more than the set
                             p.unlisted[os.path.join(path, name)] = "--manifest"
                 p.missing += [os.path.join(path, n) for n in sorted(manifest) if n not in names]
@@ -462,6 +460,13 @@ def mismatch(size, md5, exps):
     return "; or ".join(why)
 
 
+def _escaped(line):
+    """``line`` with its control and line-separator characters escaped: a file name holding "\\nOK x"
+    printed a verdict line of its own (a script counting OK lines counted it)."""
+    return re.sub("[\x00-\x1f\x7f-\x9f\u2028\u2029]", lambda m: "\\x%02x" % ord(m.group()) if ord(m.group()) < 256
+                  else "\\u%04x" % ord(m.group()), line)
+
+
 def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=print):
     """Check ``paths``; print one line per file and a summary line; return True when everything
     present and expected is OK."""
@@ -483,8 +488,7 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
 
     def say(verdict, line):
         counts[verdict] += 1
-        # a file name's control characters escaped: a name holding "\nOK x" printed a verdict line of its own
-        out("%s %s" % (verdict, re.sub(r"[\x00-\x1f\x7f]", lambda m: "\\x%02x" % ord(m.group()), line)))
+        out("%s %s" % (verdict, _escaped(line)))
     for f, exps in sorted(p.files.items()):
         size = os.path.getsize(f)
         tmp = unfinished_write(f)
@@ -566,7 +570,7 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
         good, line = check_eval_articles(txt, md5)
         ok = ok and good
         counts["OK" if good else "MISMATCH"] += 1
-        out(line)
+        out(_escaped(line))
     out("verify: %s: %s" % (", ".join("%d %s" % (n, k) for k, n in counts.items()),
                             "every file checked matches" if ok else "FAILED"))
     return ok

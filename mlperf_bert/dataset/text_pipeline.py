@@ -24,8 +24,8 @@ import shutil
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import article_md5
 from mlperf_bert.errors import UserError, worker_pool
-from mlperf_bert.fileio import (atomic_open, check_writable_dir, new_dirs_removed_on_error, refuse_overwriting_inputs,
-                                remove_stale_temporaries, write_json)
+from mlperf_bert.fileio import (atomic_open, check_writable_dir, new_dirs_removed_on_error, open_input,
+                                refuse_overwriting_inputs, remove_stale_temporaries, write_json)
 from mlperf_bert.locking import lock_dir
 from mlperf_bert.dataset.sentences import sent_tokenize
 from mlperf_bert.dataset.wiki_cleanup import clean_text, universal_lines
@@ -39,7 +39,7 @@ NUM_OUTPUTS = 500  # do_gather.py's --num_outputs: in every shard name, whatever
 def read_wiki_file(path):
     """One WikiExtractor file's text (UTF-8, newlines untranslated: the clean-up translates them)."""
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        with open_input(path, encoding="utf-8", newline="", fix="give WikiExtractor output files") as f:
             text = f.read()
     except UnicodeDecodeError:
         from mlperf_bert.fileio import compressed

@@ -21,6 +21,7 @@ import sys
 import typing
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import open_input
 from mlperf_bert.trainer import schedule as lr_schedule
 
 RUN, CONTENT, SAME = "run", "content", "same"
@@ -325,7 +326,7 @@ def read_config_file(path, fv=None):
     ``RunConfig``'s) and the file's sha256. Values are checked as the flags' parsers check them
     (``fv``); an unknown name is refused with the nearest one."""
     try:
-        with open(path, "rb") as f:
+        with open_input(path, "rb", what="--config", fix="give the TOML or JSON file") as f:
             data = f.read()
     except OSError as e:
         raise UserError("cannot read --config %s: %s" % (path, e.strerror or e))

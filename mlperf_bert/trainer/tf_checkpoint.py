@@ -394,8 +394,9 @@ def refuse_existing_output(path, flag, hf=False):
     folder), is a checkpoint there already, or a TF checkpoint's prefix: written over, it was lost
     without a word (the official model.ckpt-28252, given as --output by a swapped command), and an
     export folder at a TF prefix hid that checkpoint from every reader ("Couldn't find 'checkpoint'
-    file"). An earlier export, made from a checkpoint kept elsewhere, is replaced (checkpoint_convert)."""
-    held = [p for p in [path + ".index"] + shard_files(path) if os.path.lexists(p)]
+    file"). An earlier export, made from a checkpoint kept elsewhere, is replaced (checkpoint_convert),
+    and so are the data shards of a write stopped before its .index (no checkpoint: its rerun goes on)."""
+    held = [p for p in [path + ".index"] if os.path.lexists(p)]
     if not hf and path.endswith(".pt") and os.path.lexists(path):
         held.append(path)
     if held:

@@ -403,6 +403,31 @@ def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_n
     assert "this run already finished" in said and "nothing to do" in said, said
 
 
+def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, uninterrupted, tmp_path, capsys):
+    """Left by the thirty-sixth stop: a finished run rerun with --do_eval said "nothing to do", and its
+    final weights' eval (the reference's eval_results.txt) could be had only by an eval-only run
+    into another folder. The rerun evaluates the final checkpoint, as --do_eval at the start would
+    have, trains nothing and leaves the log; a rerun after that has nothing to do."""
+    full, _ = uninterrupted
+    out = tmp_path / "run"
+    shutil.copytree(full, out)
+    before = {n: (out / n).read_bytes() for n in os.listdir(out)}
+    ref = str(tmp_path / "ref")
+    assert training.main(["run_pretraining.py", "--bert_config_file=" + files["config"], "--do_eval",
+                          "--input_file=" + files["train"], "--output_dir=" + ref, "--num_workers=0",
+                          "--max_eval_steps=4", "--init_checkpoint=" + os.path.join(full, "model.ckpt-30.pt")]) == 0
+    capsys.readouterr()
+    argv = flags_for(files, str(out), do_eval=True, max_eval_steps=4)
+    assert training.main(argv) == 0
+    said = capsys.readouterr().out
+    assert said == ("%s: this run finished earlier (status aborted after 120 samples); done now, nothing trained: "
+                    "--do_eval's eval of its final weights: eval_results.txt\n" % out), said
+    assert (out / "eval_results.txt").read_text() == open(os.path.join(ref, "eval_results.txt")).read()
+    assert {n: (out / n).read_bytes() for n in os.listdir(out) if n != "eval_results.txt"} == before
+    assert training.main(argv) == 0
+    assert "this run already finished" in capsys.readouterr().out
+
+
 def test_a_signal_while_a_run_that_ended_is_finished_says_the_same_command_finishes_it():
     """The sweep: a SIGTERM during the rerun's eval of a run that had ended said "in the untimed
     init, before run_start: ... rerun the same command to resume"."""

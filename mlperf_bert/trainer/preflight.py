@@ -244,15 +244,16 @@ def _other_settings(cfg, record, config, train_files, eval_files, init_ckpt, wha
     return None
 
 
-def finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt):
+def finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt, left=False):
     """A rerun of a finished run: nothing to do with the same settings (model config included),
-    refused with others."""
+    unless ``left`` (--do_eval's eval of its final weights, not written: the caller does it); refused
+    with others."""
     problem = None
     if rank == 0:
         what = "%s: this run already finished (status %s after %d samples, %s)" % (
             cfg.checkpoint.output_dir, finished.get("status"), finished.get("samples", 0), checkpoint.FINISHED)
         problem = _other_settings(cfg, finished, config, train_files, eval_files, init_ckpt, what)
-        if not problem:
+        if not problem and not left:
             print("%s: nothing to do; use another --output_dir for a new run" % what)
     problem = distributed.broadcast_object(problem)
     if problem:

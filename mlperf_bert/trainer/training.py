@@ -428,7 +428,18 @@ def run(cfg, stop, held):
          checkpoint.list_checkpoints(output_dir)) if rank == 0 else None)
     stop.resumable = bool(found)
     if finished:
-        return preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt)
+        # --do_eval given to a finished run whose final weights' eval was not written, its final
+        # checkpoint kept: done now (rank 0 decides from its disk)
+        step = finished.get("global_step")
+        written = distributed.broadcast_object(evaluation.results_step(output_dir) == step if rank == 0 else None)
+        left = cfg.eval.do_eval and not written and any(s == step for s, _ in found)
+        status = preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt, left)
+        if left:
+            done = final_eval_left(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files)
+            if rank == 0:
+                print("%s: this run finished earlier (status %s after %d samples); done now, nothing trained: %s"
+                      % (output_dir, finished.get("status"), finished.get("samples", 0), done), flush=True)
+        return status
     if stopped:
         return finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train_files, eval_files,
                               init_ckpt, log_path)
@@ -788,22 +799,7 @@ def finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train
     if cfg.eval.do_eval and written:
         done.append("--do_eval's eval of its final weights: %s (written before the stop)" % evaluation.RESULTS)
     elif cfg.eval.do_eval:
-        metrics = stopped.get("metrics")
-        if metrics is None and kept:
-            trainer = Trainer(cfg, config, device, rank, world, stopped["run"]["seed"])
-            trainer.resume(checkpoint.load_on_every_rank(final, rank, device, lambda ckpt: None), final)
-            eval_set = None
-            if eval_files:
-                eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,
-                                              trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
-            metrics = trainer.evaluate(stop.checked(final_eval_batches(cfg, eval_set, train_files, rank, world,
-                                                                       config.vocab_size)))
-        if metrics is not None:
-            if rank == 0:
-                evaluation.write_eval_results(out, metrics, step)
-            done.append("--do_eval's eval of its final weights: %s" % evaluation.RESULTS)
-        else:
-            done.append("not --do_eval's eval: its final weights are lost")
+        done.append(final_eval_left(cfg, stop, stopped, found, config, device, rank, world, train_files, eval_files))
     if rank == 0:
         checkpoint.write_finished(out, stopped)
         lost = "" if kept else ("; its final checkpoint %s is not there (the stop came while it was written, or it "
@@ -814,6 +810,30 @@ def finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train
               % (out, stopped.get("status"), stopped.get("samples", 0), lost, log_path,
                  "; ".join(done + [checkpoint.FINISHED])), flush=True)
     return 0
+
+
+def final_eval_left(cfg, stop, record, found, config, device, rank, world, train_files, eval_files):
+    """--do_eval's eval of the final weights of an ended run (``record``: its marker), not written:
+    from the metrics its last online eval recorded, else from its final checkpoint; what was done."""
+    out, step = cfg.checkpoint.output_dir, record["global_step"]
+    final = checkpoint.path_for(out, step)
+    stop.finishing = True  # a signal now: stopped at once, and the same command finishes it
+    metrics = record.get("metrics")
+    if metrics is None and any(s == step for s, _ in found):
+        trainer = Trainer(cfg, config, device, rank, world, record["run"]["seed"])
+        trainer.resume(checkpoint.load_on_every_rank(final, rank, device, lambda ckpt: None), final)
+        eval_set = None
+        if eval_files:
+            eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,
+                                          trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
+        metrics = trainer.evaluate(stop.checked(final_eval_batches(cfg, eval_set, train_files, rank, world,
+                                                                   config.vocab_size)))
+    if metrics is None:
+        return "not --do_eval's eval: its final weights are lost (its final checkpoint %s is not there)" % (
+            os.path.basename(final))
+    if rank == 0:
+        evaluation.write_eval_results(out, metrics, step)
+    return "--do_eval's eval of its final weights: %s" % evaluation.RESULTS
 
 
 def _postfix(loss, lr, rates):

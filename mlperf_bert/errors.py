@@ -265,10 +265,11 @@ def worker_pool(workers, start_method=None):
         with contextlib.nullcontext() if forked else stops_held(), \
                 stops_held_over_fork({signal.SIGINT, signal.SIGTERM} if forked else {signal.SIGINT}):
             pool = context.Pool(workers, init_worker, (os.getpid(),))
-        yield WatchedPool(pool)
+        watched = WatchedPool(pool)
+        yield watched
         # guarded too: a stop in the join (the jobs done) left the pool's semaphores to the tracker
         pool.close()
-        pool.join()
+        _join_watched(pool, watched._workers)
     except BaseException as e:
         if pool is None:
             raise
@@ -339,6 +340,25 @@ class WatchedPool:
 
     def map(self, func, iterable, chunksize=1):
         return list(self.imap(func, iterable, chunksize))
+
+
+def _join_watched(pool, started):
+    """``pool.join()`` of a closed pool whose work is done, watched: a worker killed while idle (the
+    out-of-memory killer, a signal to it alone) may have held the task queue's lock, on which the
+    others wait for their end-of-work message: the join waited for ever, the command's locks held.
+    Such a death ends the pool (``terminate_pool``): every result was in. ``started``: the workers
+    the pool began with (one it replaced is no longer in its list)."""
+    from multiprocessing import connection
+    while True:
+        workers = list(dict.fromkeys(list(started) + list(getattr(pool, "_pool", None) or [])))
+        if any(w.exitcode not in (None, 0) for w in workers):
+            terminate_pool(pool)
+            return
+        alive = [w for w in workers if w.exitcode is None]
+        if not alive:
+            break
+        connection.wait([w.sentinel for w in alive], timeout=0.25)
+    pool.join()
 
 
 def _map_chunk(func, chunk):

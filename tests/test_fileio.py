@@ -7,6 +7,7 @@ import errno
 import glob
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -1316,3 +1317,52 @@ def test_a_pool_keeps_map_order_and_a_dead_worker_ends_it_in_one_line():
     assert time.monotonic() - t < 30
     assert errors.ended(-signal.SIGTERM) == "was killed by SIGTERM" and errors.ended(3) == "exited with status 3"
     assert errors.ended(-(signal.SIGRTMIN + 1)) == "was killed by signal %d" % (signal.SIGRTMIN + 1)  # no enum name
+
+
+AN_IDLE_WORKER_KILLED_AFTER_THE_WORK = """\
+import os, platform, signal, sys, time
+from mlperf_bert import errors
+from mlperf_bert.cli import run_main
+
+READ, FUTEX = {"x86_64": ("0", "202"), "aarch64": ("63", "98")}[platform.machine()]
+
+
+def syscall(pid):
+    with open("/proc/%d/syscall" % pid) as f:
+        return f.read().split()[0]
+
+
+def main(argv):
+    with errors.worker_pool(2, sys.argv[1]) as pool:
+        print(pool.map(abs, [-1, -2]), flush=True)
+        pids = [w.pid for w in pool._pool]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # both idle: one reads the task pipe, holding its lock
+            calls = {p: syscall(p) for p in pids}
+            reader = [p for p, c in calls.items() if c == READ]
+            if len(reader) == 1 and sorted(calls.values()) == sorted([READ, FUTEX]):
+                break
+            time.sleep(0.05)
+        os.kill(reader[0], signal.SIGKILL)  # (the out-of-memory killer's choice, or a kill of it alone)
+        time.sleep(0.5)
+    print("done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main, ["stop"])
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="the script tells the lock's holder by "
+                    "its system call's number, which differs by architecture")
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_an_idle_worker_killed_after_the_work_does_not_hang_the_end(tmp_path, start_method):
+    """Left by the thirty-sixth stop: a pool worker killed once every result was in, while it waited
+    for work holding the task queue's lock, left the other worker waiting on that lock for its
+    end-of-work message: the pool's join, and the command (make-dataset's fork pool, pack's spawn
+    pool), waited for ever. The join is watched: such a death ends the pool, the work done."""
+    script = tmp_path / "idle_killed.py"
+    script.write_text(AN_IDLE_WORKER_KILLED_AFTER_THE_WORK)
+    proc = subprocess.run([PY, str(script), start_method], capture_output=True, text=True, env=ENV, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "[1, 2]\ndone\n", "")

@@ -163,8 +163,12 @@ def training_env(data_dir, train_dir, packed_dir=None, py=sys.executable):
 
 
 def run_flags(eval_frequency, max_samples, target):
-    return ["--preset=demo_cpu", "--device=cpu", "--eval_frequency=%d" % eval_frequency,
-            "--max_samples_termination=%d" % max_samples, "--target_mlm_accuracy=%g" % target,
+    """The training's flags over the demo_cpu preset (configs/presets/demo_cpu.sh), which holds the
+    eval frequency and the target: ``eval_frequency`` or ``target`` None keeps the preset's."""
+    return ["--preset=demo_cpu", "--device=cpu"] + (
+        [] if eval_frequency is None else ["--eval_frequency=%d" % eval_frequency]) + (
+        [] if target is None else ["--target_mlm_accuracy=%g" % target]) + [
+            "--max_samples_termination=%d" % max_samples,
             "--num_workers=1", "--submission_org=%s" % ORG, "--submission_platform=%s" % SYSTEM,
             "--submission_status=research"]
 
@@ -206,9 +210,11 @@ def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_string("output_dir", "demo_out", "where everything goes", flag_values=fv)
     flags.DEFINE_integer("dupe_factor", 5, "create_pretraining_data passes over the corpus", flag_values=fv)
-    flags.DEFINE_integer("eval_frequency", 1600, "samples between online evals", flag_values=fv)
+    flags.DEFINE_integer("eval_frequency", None, "samples between online evals (default: the demo_cpu preset's, "
+                         "configs/presets/demo_cpu.sh)", flag_values=fv)
     flags.DEFINE_integer("max_samples", 32000, "stop (aborted) after this many samples", flag_values=fv)
-    flags.DEFINE_float("target", 0.14, "masked-LM accuracy target of the open-division run", flag_values=fv)
+    flags.DEFINE_float("target", None, "masked-LM accuracy target of the open-division run (default: the demo_cpu "
+                       "preset's, configs/presets/demo_cpu.sh)", flag_values=fv)
     flags.DEFINE_integer("seed", 12345, "training seed (with --runs > 1: each run draws its own)", flag_values=fv)
     flags.DEFINE_integer("runs", 1, "runs; more than 1: a submission (start_training.sh NUM_RUNS, "
                          "package, score)", flag_values=fv)
@@ -260,12 +266,13 @@ def check_flags(fv):
     # --dupe_factor=1: make-dataset's eval set has fewer records than the demo's 500, and make-dataset
     # named its own --num_eval_examples, which the demo does not take
     for name, low in (("runs", 1), ("dupe_factor", 2), ("eval_frequency", 1), ("max_samples", 1), ("seed", 0)):
-        if fv[name].value < low:
+        if fv[name].value is not None and fv[name].value < low:
             raise UserError("--%s=%d must be at least %d" % (name, fv[name].value, low))
     if fv.seed >= 2 ** 64:  # the trainer's limit (torch's manual_seed), found after the data were made
         raise UserError("--seed=%d must be below 2**64" % fv.seed)
-    if not (math.isfinite(fv.target) and 0 < fv.target <= 1):
-        raise UserError("--target=%s must be a masked-LM accuracy in (0, 1] (the demo's: 0.14)" % fv.target)
+    if fv.target is not None and not (math.isfinite(fv.target) and 0 < fv.target <= 1):
+        raise UserError("--target=%s must be a masked-LM accuracy in (0, 1] (leave it out for the demo_cpu "
+                        "preset's)" % fv.target)
 
 
 def _demo(fv, out):

@@ -133,7 +133,12 @@ def test_a_value_no_pretraining_record_holds_is_refused_by_every_tool(tiny_recor
                      # another sweep: pack took the length from the mask's sum and cut a token, exit 0
                      (tiny_record(input_mask=[0, 1, 1, 1, 1, 0, 0, 0]), "has an input_mask with a 0 before a 1, "
                                                                         "where BERT pre-training data holds its "
-                                                                        "tokens' 1s first, then 0s")):
+                                                                        "tokens' 1s first, then 0s"),
+                     # another: pack put a prediction in a record's padding on the next sequence's tokens
+                     # (its label read where only that sequence attends), exit 0; no token: a traceback
+                     (tiny_record(masked_lm_positions=[1, 6]), "has a masked position (6) past its 4 tokens (its "
+                                                               "input_mask's 1s)"),
+                     (tiny_record(input_mask=[0] * 8), "has no token (an input_mask of 0s)")):
         write_records(src, [tiny_record(), bad, tiny_record()])
         for run in (lambda: pick_eval_samples(src, str(tmp_path / "eval"), 3, 8, 2, progress=False),
                     lambda: hdf5.tfrecords_to_hdf5([src], str(tmp_path / "x.hdf5"), 8, 2, progress=False),

@@ -336,8 +336,9 @@ def value_problem(batch, packed=False):
 
 def values_refusal(batch, where, max_seq_length):
     """The one-line UserError of the first record of ``batch`` (unpacked arrays) holding a value no
-    BERT pre-training record holds (a masked position past its ``max_seq_length`` tokens, and
-    ``value_problem``'s), named by ``where(row)``; or None. The decoder's, the loader's of HDF5
+    BERT pre-training record holds (a masked position past ``max_seq_length``, ``value_problem``'s,
+    an input_mask with a hole or no token, a weighted masked position past its tokens), named by
+    ``where(row)``; or None. The decoder's, the loader's of HDF5
     rows and the tools' (to-hdf5, pack, pick-eval-samples), which copied such values on."""
     bad = ((batch["masked_lm_positions"] < 0) | (batch["masked_lm_positions"] >= max_seq_length)).any(1)
     if bad.any():
@@ -357,6 +358,22 @@ def values_refusal(batch, where, max_seq_length):
         return UserError("%s has an input_mask with a 0 before a 1, where BERT pre-training data holds its tokens' "
                          "1s first, then 0s: the file is damaged, or not made by create_pretraining_data: make it "
                          "again" % where(int(np.flatnonzero(gap)[0])))
+    # pack places a sequence's predictions by its length: one in its padding landed on the next
+    # sequence's tokens (its label read where only that sequence attends); no tokens: a traceback
+    length = mask.sum(1, dtype=np.int64)
+    empty = length == 0
+    if empty.any():
+        return UserError("%s has no token (an input_mask of 0s), where BERT pre-training data holds [CLS] and [SEP] "
+                         "at least: the file is damaged, or not made by create_pretraining_data: make it again"
+                         % where(int(np.flatnonzero(empty)[0])))
+    positions = np.asarray(batch["masked_lm_positions"])
+    past = (np.asarray(batch["masked_lm_weights"]) != 0) & (positions >= length[:, None])
+    if past.any():
+        row = int(np.flatnonzero(past.any(1))[0])
+        return UserError("%s has a masked position (%d) past its %d tokens (its input_mask's 1s), where BERT "
+                         "pre-training data predicts only its own tokens: the file is damaged, or not made by "
+                         "create_pretraining_data: make it again"
+                         % (where(row), int(positions[row][past[row]][0]), int(length[row])))
     return None
 
 

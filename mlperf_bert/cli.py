@@ -1,6 +1,7 @@
 """The wrapper every command-line entry point uses: ``run_main`` turns a UserError, a signal or
 a disk-full error into one line and an exit status."""
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -83,7 +84,9 @@ def run_main(main, argv=None):
         if e.errno not in PATH_ERRNOS or not e.filename:
             raise
         remove_own_temporaries()
-        print("error: cannot use %s: %s: %s" % (e.filename, os.strerror(e.errno).lower(), PATH_ERRNOS[e.errno]),
+        # a rename onto a directory: the directory in the way, not the temporary (gone now) it came from
+        where = e.filename2 if e.filename2 and e.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST) else e.filename
+        print("error: cannot use %s: %s: %s" % (where, os.strerror(e.errno).lower(), PATH_ERRNOS[e.errno]),
               file=sys.stderr)
         sys.exit(2)
     _leave_lightly()

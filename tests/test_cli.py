@@ -470,3 +470,25 @@ def test_a_sigterm_as_an_interrupted_command_exits_changes_nothing():
         """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "error: interrupted\n")
+
+
+def test_a_rename_onto_a_directory_names_the_directory_in_the_way(tmp_path):
+    """A hostile sweep: checkpoint_add_gradacc.py --new=q/m with a folder at q/m.data-00000-of-00001
+    said "cannot use q/m.tmp-PID.data-00000-of-00001: is a directory", naming its temporary (removed
+    by then), not the folder in the way. An error of a rename onto a directory names its target."""
+    code = textwrap.dedent("""\
+        import os, sys
+        from mlperf_bert import cli
+
+        def main(argv):
+            with open(sys.argv[1], "w") as f:
+                f.write("new")
+            os.replace(sys.argv[1], sys.argv[2])
+        cli.run_main(main)
+        """)
+    target = tmp_path / "m.data-00000-of-00001"
+    target.mkdir()
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.tmp-1.data"), str(target)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.startswith("error: cannot use %s: is a directory: " % target), proc.stderr

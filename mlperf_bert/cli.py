@@ -79,14 +79,20 @@ def run_main(main, argv=None):
                   % (os.strerror(e.errno).lower(), " (%s)" % e.filename if e.filename else "",
                      WRITE_ERRNOS[e.errno]), file=sys.stderr)
             sys.exit(2)
+        # A rename onto what stands in the way (a folder for a file, a file or a full folder for a
+        # folder): name that, not the temporary it came from (removed by now)
+        if e.filename2 and e.errno in (errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY, errno.EEXIST):
+            remove_own_temporaries()
+            print("error: cannot use %s: %s: something else stands there (a folder where a file goes, or a file or a "
+                  "folder with files where a folder goes): move it away, or give another path"
+                  % (e.filename2, os.strerror(e.errno).lower()), file=sys.stderr)
+            sys.exit(2)
         # A path the user gave (or one found through it) that cannot be used as it is: unreadable,
         # a directory for a file, ... Where no path is known it is not theirs to fix: a traceback.
         if e.errno not in PATH_ERRNOS or not e.filename:
             raise
         remove_own_temporaries()
-        # a rename onto a directory: the directory in the way, not the temporary (gone now) it came from
-        where = e.filename2 if e.filename2 and e.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST) else e.filename
-        print("error: cannot use %s: %s: %s" % (where, os.strerror(e.errno).lower(), PATH_ERRNOS[e.errno]),
+        print("error: cannot use %s: %s: %s" % (e.filename, os.strerror(e.errno).lower(), PATH_ERRNOS[e.errno]),
               file=sys.stderr)
         sys.exit(2)
     _leave_lightly()

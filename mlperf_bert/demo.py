@@ -12,6 +12,7 @@ vocab wheel.  Each topic is one document; every 8th topic goes to eval.txt.
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -162,13 +163,23 @@ def training_env(data_dir, train_dir, packed_dir=None, py=sys.executable):
     return env
 
 
+PRESET = os.path.join(ROOT, "configs", "presets", "demo_cpu.sh")
+
+
+def preset_value(name):
+    """--NAME's value in the demo_cpu preset's flags (configs/presets/demo_cpu.sh): the demo's eval
+    frequency and target are the preset's, kept there alone."""
+    with open(PRESET, encoding="utf-8") as f:
+        m = re.search(r"^\s*--%s=(\S+)\s*$" % re.escape(name), f.read(), re.M)
+    if not m:
+        raise UserError("%s sets no --%s: restore the file (git checkout)" % (PRESET, name))
+    return m.group(1)
+
+
 def run_flags(eval_frequency, max_samples, target):
-    """The training's flags over the demo_cpu preset (configs/presets/demo_cpu.sh), which holds the
-    eval frequency and the target: ``eval_frequency`` or ``target`` None keeps the preset's."""
-    return ["--preset=demo_cpu", "--device=cpu"] + (
-        [] if eval_frequency is None else ["--eval_frequency=%d" % eval_frequency]) + (
-        [] if target is None else ["--target_mlm_accuracy=%g" % target]) + [
-            "--max_samples_termination=%d" % max_samples,
+    """The training's flags over the demo_cpu preset."""
+    return ["--preset=demo_cpu", "--device=cpu", "--eval_frequency=%d" % eval_frequency,
+            "--target_mlm_accuracy=%g" % target, "--max_samples_termination=%d" % max_samples,
             "--num_workers=1", "--submission_org=%s" % ORG, "--submission_platform=%s" % SYSTEM,
             "--submission_status=research"]
 
@@ -206,7 +217,8 @@ def demo_finished(train_dir, settings):
     write_json(os.path.join(train_dir, SETTINGS), dict(settings, **{DEMO_FINISHED: True}))
 
 
-def main(argv):
+def define_flags():
+    """The demo command's flags (unparsed)."""
     fv = flags.FlagValues()
     flags.DEFINE_string("output_dir", "demo_out", "where everything goes", flag_values=fv)
     flags.DEFINE_integer("dupe_factor", 5, "create_pretraining_data passes over the corpus", flag_values=fv)
@@ -220,6 +232,11 @@ def main(argv):
                          "package, score)", flag_values=fv)
     flags.DEFINE_bool("packed", False, "pack the training records (pack, up to 3 sequences a row) and train "
                       "on the packed rows", flag_values=fv)
+    return fv
+
+
+def main(argv):
+    fv = define_flags()
     flags.parse(fv, argv, positional=False)
     check_flags(fv)
     out = os.path.abspath(fv.output_dir)
@@ -275,17 +292,29 @@ def check_flags(fv):
                         "preset's)" % fv.target)
 
 
+def settings_of(fv):
+    """What a demo's training is made with, which its rerun must match to resume it: its flags, the
+    eval frequency and target the preset's where not given (a demo stopped by an earlier version,
+    which recorded them, resumes; so does one given them spelt out)."""
+    settings = {name: fv[name].value for name in ("dupe_factor", "eval_frequency", "max_samples", "target",
+                                                  "seed", "runs", "packed")}
+    if settings["eval_frequency"] is None:
+        settings["eval_frequency"] = int(preset_value("eval_frequency"))
+    if settings["target"] is None:
+        settings["target"] = float(preset_value("target_mlm_accuracy"))
+    return settings
+
+
 def _demo(fv, out):
     t0 = time.time()
     py = sys.executable
     _, _, data_dir, packed_dir = make_data(out, fv.dupe_factor, fv.packed, py)
     train_dir = os.path.join(out, "train")
-    settings = {name: fv[name].value for name in ("dupe_factor", "eval_frequency", "max_samples", "target",
-                                                  "seed", "runs", "packed")}
+    settings = settings_of(fv)
     settings["python"] = "%d.%d" % sys.version_info[:2]  # the corpus changes with it
     prepare_training_dir(train_dir, settings, fv.runs)
     env = training_env(data_dir, train_dir, packed_dir, py)
-    flags_ = run_flags(fv.eval_frequency, fv.max_samples, fv.target)
+    flags_ = run_flags(settings["eval_frequency"], fv.max_samples, settings["target"])
     resume = "resume (%s keeps the training's checkpoints)" % train_dir
     after = "go on (%s keeps the finished training: it is not run again)" % train_dir
     if fv.runs > 1:

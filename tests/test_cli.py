@@ -491,4 +491,14 @@ def test_a_rename_onto_a_directory_names_the_directory_in_the_way(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.tmp-1.data"), str(target)], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr.startswith("error: cannot use %s: is a directory: " % target), proc.stderr
+    assert proc.stderr == ("error: cannot use %s: is a directory: something else stands there (a folder where a file "
+                           "goes, or a file or a folder with files where a folder goes): move it away, or give another "
+                           "path\n" % target), proc.stderr
+    # (a review) a folder renamed onto a folder with files: a traceback before; onto a file
+    code = code.replace('with open(sys.argv[1], "w") as f:\n        f.write("new")', 'os.mkdir(sys.argv[1])')
+    (target / "x").write_text("held")
+    for i, (dest, why) in enumerate(((target, "directory not empty"), (tmp_path / "afile", "not a directory"))):
+        (tmp_path / "afile").write_text("a file")
+        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / ("d.tmp-%d" % i)), str(dest)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.startswith("error: cannot use %s: %s: " % (dest, why)), proc.stderr

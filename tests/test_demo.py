@@ -278,3 +278,24 @@ def test_a_folder_the_demo_did_not_make_is_refused_and_its_folders_are_kept(tmp_
     (users / demo.OWN_MARKER).write_text("{}")  # once the demo's, its rerun goes on
     with pytest.raises(AssertionError, match="the demo went on to make its data"):
         demo.main(["demo", "--output_dir=%s" % users])
+
+
+def test_the_demos_eval_frequency_and_target_are_its_presets_and_a_rerun_spelling_them_out_resumes():
+    """The demo's eval frequency and target were written twice, in demo.py and in the demo_cpu preset;
+    they are the preset's alone now, as train_model.sh passes them (its dry run). A review of that
+    change: the settings a stopped demo's rerun must match held null where earlier versions (and a
+    rerun given them spelt out) held the values, so that demo started over: they hold the values."""
+    from mlperf_bert import flags
+    from test_launchers import command_flags, dry_run
+    _, fl = command_flags(dry_run("--preset=demo_cpu", NUM_GPUS="1"))
+    settings = []
+    spelt = ["--eval_frequency=" + fl["eval_frequency"], "--target=" + fl["target_mlm_accuracy"]]
+    for argv in (["demo"], ["demo"] + spelt):
+        fv = demo.define_flags()
+        flags.parse(fv, argv, positional=False)
+        settings.append(demo.settings_of(fv))
+    assert settings[0] == settings[1]
+    assert (settings[0]["eval_frequency"], settings[0]["target"]) == (int(fl["eval_frequency"]),
+                                                                    float(fl["target_mlm_accuracy"]))
+    run = demo.run_flags(settings[0]["eval_frequency"], 100, settings[0]["target"])
+    assert {"--eval_frequency=" + fl["eval_frequency"], "--target_mlm_accuracy=" + fl["target_mlm_accuracy"]} <= set(run)

@@ -419,7 +419,11 @@ def test_a_flipped_byte_is_caught_as_it_is_read(made, tmp_path, kind, dataset, i
                          "the file is damaged, pack it again"),
     # a sweep: a row's input_mask numbering more sequences than its K slots trained silently
     ("packed", "mask", "{path}: row 0 has input_mask 9, where packed BERT pre-training data holds 0 to {k} (the "
-                       "row's sequences, numbered): the file is damaged, pack it again")])
+                       "row's sequences, numbered): the file is damaged, pack it again"),
+    # another: pack put a record's prediction in its padding on the row (or on the next sequence's tokens)
+    ("packed", "padding", "{path}: row {row} has a masked position on its padding, where packed BERT pre-training data "
+                          "predicts only its sequences' tokens: the file is damaged, or packed from damaged records: "
+                          "pack it again")])
 def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, kind, change, message):
     """A hostile sweep: a dataset cut shorter than the others ended the trainer in h5py's IndexError
     ("Fancy indexing out of range"); a position past the row, in a file without row checksums (made
@@ -428,9 +432,16 @@ def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, ki
     import h5py
     from mlperf_bert.trainer import loader, packed_loader
     path = _copy(made[kind], str(tmp_path / os.path.basename(made[kind])))
+    row = 0
     with h5py.File(path, "r+") as h:
         rows, k = len(h["input_ids"]), h["next_sentence_labels"].shape[-1]
-        if change == "short":
+        if change == "padding":  # the first row with padding: its first prediction moved onto it
+            del h[hdf5.ROW_CHECKSUMS]
+            mask, positions = h["input_mask"][...], h["masked_lm_positions"][...]
+            row = next(r for r in range(rows) if (mask[r] == 0).any() and h["masked_lm_weights"][r, 0] != 0)
+            positions[row, 0] = np.flatnonzero(mask[row] == 0)[0]
+            h["masked_lm_positions"][...] = positions
+        elif change == "short":
             name = "segment_ids" if kind == "plain" else "position_ids"
             data = h[name][:10 if kind == "plain" else 5]
             del h[name]
@@ -447,7 +458,7 @@ def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, ki
         ds = packed_loader.PackedBatches([path], 8, repeat=False) if kind == "packed" else \
             loader.PretrainingBatches([path], 128, 20, 8, repeat=False, shuffle=False)
         sum(len(b["input_ids"]) for b in ds)
-    assert str(e.value) == message.format(path=path, rows=rows, k=k)
+    assert str(e.value) == message.format(path=path, rows=rows, k=k, row=row)
 
 
 def test_the_trainer_stops_on_a_damaged_packed_file_under_default_checks(made, tmp_path):

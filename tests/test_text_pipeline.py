@@ -484,6 +484,18 @@ def test_a_link_to_a_missing_wiki_file_is_refused_not_skipped(wiki_files, tmp_pa
     assert str(e.value) == ("--wiki_glob=%s matches %s, a link to a file that does not exist: restore the file, or "
                             "remove the link" % (wiki / "wiki_*", wiki / "wiki_01"))
     assert not out.exists()
+    # another sweep: a named pipe or a folder among the matches was skipped too (exit 0, the shards and
+    # the eval draw of the other files); the reference opens every match
+    os.remove(wiki / "wiki_01")
+    for make, kind in ((os.mkfifo, "a named pipe (FIFO)"), (os.mkdir, "a directory")):
+        make(str(wiki / "wiki_01"))
+        with pytest.raises(UserError) as e:
+            text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % (wiki / "wiki_*"), "--output_dir=%s" % out,
+                                "--num_test_articles=2", "--workers=1", "--noprogress"])
+        assert str(e.value) == ("--wiki_glob=%s matches %s, %s, not a file: narrow the glob to the WikiExtractor "
+                                "files, e.g. 'text/*/wiki_??'" % (wiki / "wiki_*", wiki / "wiki_01", kind))
+        assert not out.exists()
+        os.rmdir(wiki / "wiki_01") if kind == "a directory" else os.remove(wiki / "wiki_01")
 
 
 def test_an_output_dir_that_is_a_file_says_the_fix(wiki_files, tmp_path):

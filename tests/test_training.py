@@ -418,14 +418,38 @@ def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, unin
                           "--max_eval_steps=4", "--init_checkpoint=" + os.path.join(full, "model.ckpt-30.pt")]) == 0
     capsys.readouterr()
     argv = flags_for(files, str(out), do_eval=True, max_eval_steps=4)
+    # (a review) a checkpoint of another rank count: one line (its ranks' state was scattered, a crash)
+    ckpt = torch.load(str(out / "model.ckpt-30.pt"), weights_only=False)
+    torch.save(dict(ckpt, ranks=ckpt["ranks"] * 2), str(out / "model.ckpt-30.pt"))
+    with pytest.raises(UserError, match=r"^checkpoint %s was written by 2 ranks, this run has 1: rerun with the same "
+                                        r"number for --do_eval's eval of its final weights$"
+                       % re.escape(str(out / "model.ckpt-30.pt"))):
+        training.main(argv)
+    (out / "model.ckpt-30.pt").write_bytes(before["model.ckpt-30.pt"])
+    capsys.readouterr()
     assert training.main(argv) == 0
     said = capsys.readouterr().out
-    assert said == ("%s: this run finished earlier (status aborted after 120 samples); done now, nothing trained: "
-                    "--do_eval's eval of its final weights: eval_results.txt\n" % out), said
+    assert said.splitlines()[-1] == ("%s: this run finished earlier (status aborted after 120 samples); done now, "
+                                     "nothing trained: --do_eval's eval of its final weights: eval_results.txt"
+                                     % out), said
     assert (out / "eval_results.txt").read_text() == open(os.path.join(ref, "eval_results.txt")).read()
-    assert {n: (out / n).read_bytes() for n in os.listdir(out) if n != "eval_results.txt"} == before
+    assert {n: (out / n).read_bytes() for n in os.listdir(out)
+            if n not in ("eval_results.txt", "run_finished.json")} == {n: b for n, b in before.items()
+                                                                        if n != "run_finished.json"}
     assert training.main(argv) == 0
     assert "this run already finished" in capsys.readouterr().out
+    # (a review) the eval's batches are the finished run's now: another count is refused, not "done"
+    with pytest.raises(UserError, match=r"with other settings than this command's: --max_eval_steps=2 \(was 4\)"):
+        training.main(flags_for(files, str(out), do_eval=True, max_eval_steps=2))
+    # (a review) its final checkpoint gone: said, where "nothing to do" was all
+    lost = tmp_path / "lost"
+    shutil.copytree(full, lost)
+    os.remove(lost / "model.ckpt-30.pt")
+    assert training.main(flags_for(files, str(lost), do_eval=True, max_eval_steps=4)) == 0
+    assert capsys.readouterr().out == (
+        "%s: this run already finished (status aborted after 120 samples, run_finished.json): nothing to do; "
+        "--do_eval's eval of its final weights cannot be made: its final checkpoint model.ckpt-30.pt is not there; use "
+        "another --output_dir for a new run\n" % lost)
 
 
 def test_a_signal_while_a_run_that_ended_is_finished_says_the_same_command_finishes_it():

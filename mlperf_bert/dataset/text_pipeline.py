@@ -25,7 +25,7 @@ from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import article_md5
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.fileio import (atomic_open, check_writable_dir, new_dirs_removed_on_error, open_input,
-                                refuse_overwriting_inputs, remove_stale_temporaries, write_json)
+                                refuse_overwriting_inputs, remove_stale_temporaries, special_kind, write_json)
 from mlperf_bert.locking import lock_dir
 from mlperf_bert.dataset.sentences import sent_tokenize
 from mlperf_bert.dataset.wiki_cleanup import clean_text, universal_lines
@@ -288,7 +288,13 @@ def main(argv):
     if dangling:
         raise UserError("--wiki_glob=%s matches %s, a link to a file that does not exist: restore the file, or "
                         "remove the link" % (fv.wiki_glob, dangling[0]))
-    files = [f for f in files if os.path.isfile(f)]
+    # so is a named pipe or a folder among the matches (skipped, its articles missing; the reference
+    # opens each match: it waits on a pipe, fails on a folder)
+    other = next((f for f in files if not os.path.isfile(f)), None)
+    if other is not None:
+        raise UserError("--wiki_glob=%s matches %s, %s, not a file: narrow the glob to the WikiExtractor files, e.g. "
+                        "'text/*/wiki_??'" % (fv.wiki_glob, other, "a directory" if os.path.isdir(other)
+                                              else special_kind(other) or "not a regular file"))
     if not files:
         raise UserError("--wiki_glob=%s matches no file: give the WikiExtractor output, e.g. 'text/*/wiki_??'"
                         % fv.wiki_glob)

@@ -513,6 +513,14 @@ def write_stopped(output_dir, record):
     write_json(os.path.join(output_dir, STOPPED), record, default=str)
 
 
+def add_to_finished(output_dir, record, run_entries):
+    """Rewrite the finished marker ``record`` (as read) with ``run_entries`` added to its run's
+    identity (--do_eval's eval batches, its eval done after the run finished), the rest as it was."""
+    if run_entries and isinstance(record.get("run"), dict):
+        write_json(os.path.join(output_dir, FINISHED), dict(record, run=dict(record["run"], **run_entries)),
+                   default=str)
+
+
 def write_finished(output_dir, record):
     """The finished marker (``end_record``'s and when), which replaces the run_stop record."""
     record = {k: v for k, v in record.items() if k not in ("mlperf_log", "metrics", "world")}

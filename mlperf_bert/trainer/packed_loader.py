@@ -156,6 +156,15 @@ class PackedBatches(torch.utils.data.IterableDataset):
                 j = int(torch.nonzero(outside)[0])
                 raise UserError("%s: row %d has a %s outside its %d tokens: the file is damaged, pack it again"
                                 % (self.files[items[j][0]], items[j][1], name, seq))
+        # a weighted prediction on the row's padding: a file packed from a record whose masked position
+        # lay in its padding, before pack refused one (example.values_refusal)
+        on = torch.gather(batch["input_mask"], 1, batch["masked_lm_positions"])
+        astray = ((batch["masked_lm_weights"] != 0) & (on == 0)).any(1)
+        if astray.any():
+            j = int(torch.nonzero(astray)[0])
+            raise UserError("%s: row %d has a masked position on its padding, where packed BERT pre-training data "
+                            "predicts only its sequences' tokens: the file is damaged, or packed from damaged "
+                            "records: pack it again" % (self.files[items[j][0]], items[j][1]))
         batch["global_sequences"] = torch.tensor(total)
         return batch
 

@@ -244,17 +244,17 @@ def _other_settings(cfg, record, config, train_files, eval_files, init_ckpt, wha
     return None
 
 
-def finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt, left=False):
+def finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt, left=False, lost=None):
     """A rerun of a finished run: nothing to do with the same settings (model config included),
-    unless ``left`` (--do_eval's eval of its final weights, not written: the caller does it); refused
-    with others."""
+    unless ``left`` (--do_eval's eval of its final weights, not written: the caller does it; ``lost``:
+    why it cannot be, said with "nothing to do"); refused with others."""
     problem = None
     if rank == 0:
         what = "%s: this run already finished (status %s after %d samples, %s)" % (
             cfg.checkpoint.output_dir, finished.get("status"), finished.get("samples", 0), checkpoint.FINISHED)
         problem = _other_settings(cfg, finished, config, train_files, eval_files, init_ckpt, what)
         if not problem and not left:
-            print("%s: nothing to do; use another --output_dir for a new run" % what)
+            print("%s: nothing to do%s; use another --output_dir for a new run" % (what, "; " + lost if lost else ""))
     problem = distributed.broadcast_object(problem)
     if problem:
         raise UserError(problem)

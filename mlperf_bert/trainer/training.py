@@ -432,11 +432,21 @@ def run(cfg, stop, held):
         # checkpoint kept: done now (rank 0 decides from its disk)
         step = finished.get("global_step")
         written = distributed.broadcast_object(evaluation.results_step(output_dir) == step if rank == 0 else None)
-        left = cfg.eval.do_eval and not written and any(s == step for s, _ in found)
-        status = preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt, left)
+        kept = any(s == step for s, _ in found)
+        left = cfg.eval.do_eval and not written and kept
+        lost = ("--do_eval's eval of its final weights cannot be made: its final checkpoint %s is not there"
+                % os.path.basename(checkpoint.path_for(output_dir, step))
+                if cfg.eval.do_eval and not written and not kept else None)
+        status = preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt, left, lost)
         if left:
             done = final_eval_left(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files)
             if rank == 0:
+                # the eval's batches into the marker, as a run started with --do_eval keeps them: a rerun
+                # with others is refused, not told the eval of these is done
+                ident = cfg.identity((finished.get("run") or {}).get("seed"), train_files, eval_files, init_ckpt,
+                                     config.to_dict())
+                checkpoint.add_to_finished(output_dir, finished, {k: ident[k] for k in ("eval_batch_size",
+                                                                                       "max_eval_steps") if k in ident})
                 print("%s: this run finished earlier (status %s after %d samples); done now, nothing trained: %s"
                       % (output_dir, finished.get("status"), finished.get("samples", 0), done), flush=True)
         return status
@@ -819,9 +829,16 @@ def final_eval_left(cfg, stop, record, found, config, device, rank, world, train
     final = checkpoint.path_for(out, step)
     stop.finishing = True  # a signal now: stopped at once, and the same command finishes it
     metrics = record.get("metrics")
+
+    def same_ranks(ckpt):  # its ranks' own state is scattered to this run's
+        if len(ckpt["ranks"]) != world:
+            raise UserError("checkpoint %s was written by %d rank%s, this run has %d: rerun with the same number for "
+                            "--do_eval's eval of its final weights" % (final, len(ckpt["ranks"]),
+                                                                       "" if len(ckpt["ranks"]) == 1 else "s", world))
     if metrics is None and any(s == step for s, _ in found):
-        trainer = Trainer(cfg, config, device, rank, world, record["run"]["seed"])
-        trainer.resume(checkpoint.load_on_every_rank(final, rank, device, lambda ckpt: None), final)
+        # (the seed: the run's dropout draws, which an eval makes none of; a marker of an older version lacks it)
+        trainer = Trainer(cfg, config, device, rank, world, (record.get("run") or {}).get("seed", 0))
+        trainer.resume(checkpoint.load_on_every_rank(final, rank, device, same_ranks), final)
         eval_set = None
         if eval_files:
             eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,
@@ -832,7 +849,7 @@ def final_eval_left(cfg, stop, record, found, config, device, rank, world, train
         return "not --do_eval's eval: its final weights are lost (its final checkpoint %s is not there)" % (
             os.path.basename(final))
     if rank == 0:
-        evaluation.write_eval_results(out, metrics, step)
+        print(evaluation.write_eval_results(out, metrics, step))
     return "--do_eval's eval of its final weights: %s" % evaluation.RESULTS
 
 

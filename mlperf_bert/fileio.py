@@ -66,7 +66,17 @@ def special_kind(path):
         mode = os.stat(path).st_mode
     except (OSError, ValueError):
         return None
+    return _kind(mode)
+
+
+def _kind(mode):
     return next((kind for test, kind in _SPECIAL if test(mode)), None)
+
+
+def special_file_refusal(path, kind, what=None, fix="give the path of a regular file"):
+    """The one-line UserError for ``path``, a file of special ``kind`` (``special_kind``'s) where a
+    regular file is read; ``what`` (the flag or kind) starts it."""
+    return UserError("%s is %s, not a regular file: %s" % ("%s %s" % (what, path) if what else path, kind, fix))
 
 
 def open_input(path, mode="r", what=None, fix="give the path of a regular file", **kwargs):
@@ -76,10 +86,9 @@ def open_input(path, mode="r", what=None, fix="give the path of a regular file",
     without blocking, then looked at (no moment between the look and the open); OSError as open's."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        mode_bits = os.fstat(fd).st_mode
-        kind = next((kind for test, kind in _SPECIAL if test(mode_bits)), None)
+        kind = _kind(os.fstat(fd).st_mode)
         if kind:
-            raise UserError("%s is %s, not a regular file: %s" % ("%s %s" % (what, path) if what else path, kind, fix))
+            raise special_file_refusal(path, kind, what, fix)
         os.set_blocking(fd, True)
         try:
             return open(fd, mode, **kwargs)

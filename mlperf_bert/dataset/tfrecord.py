@@ -13,7 +13,8 @@ import struct
 from crc32c import crc32c
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import FIFO, atomic_open, glob_parts, open_input, special_kind, unfinished_write
+from mlperf_bert.fileio import (FIFO, atomic_open, glob_parts, open_input, special_file_refusal, special_kind,
+                                unfinished_write)
 
 _MASK_DELTA = 0xA282EAD8
 _U64 = struct.Struct("<Q")
@@ -297,7 +298,7 @@ def refuse_special_file(path, what, fix="give the path of a regular file", pipes
     file's size and read it more than once. ``what`` (the flag) starts the line, when given."""
     kind = special_kind(path)
     if kind and not (pipes and kind == FIFO):
-        raise UserError("%s is %s, not a regular file: %s" % ("%s %s" % (what, path) if what else path, kind, fix))
+        raise special_file_refusal(path, kind, what, fix)
 
 
 def refuse_temporary(path, what):

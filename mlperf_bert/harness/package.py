@@ -576,12 +576,12 @@ def _marked_pieces(top, system, marker):
         # MADE_BY gives to another system too holds that system's code and launch record
         others = sorted(s for s, i in made.items() if s != system and i == name[0]) \
             if ok and line.startswith(impl) and len(name) == 1 else []
-        if not ok or others or any(os.path.islink(d) for d in parents):
+        linked = any(os.path.islink(d) for d in parents)
+        if not ok or others or linked:
+            why = (" (the implementation of %s too, in %s)" % (", ".join(others), MADE_BY) if others
+                   else " (under a symbolic link)" if linked else "")
             raise UserError("%s lists %r, not a part of %s that package adds there%s: package did not write this "
-                            "marker; check %s by hand and remove the marker" % (
-                                marker, line, top, " (under a symbolic link)" if parents and not others else
-                                " (the implementation of %s too, in %s)" % (", ".join(others), MADE_BY) if others
-                                else "", top))
+                            "marker; check %s by hand and remove the marker" % (marker, line, top, why, top))
     if not lines:
         raise UserError("%s lists nothing: package did not write this marker; check %s by hand and remove the "
                         "marker" % (marker, top))

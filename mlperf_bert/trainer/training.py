@@ -428,28 +428,8 @@ def run(cfg, stop, held):
          checkpoint.list_checkpoints(output_dir)) if rank == 0 else None)
     stop.resumable = bool(found)
     if finished:
-        # --do_eval given to a finished run whose final weights' eval was not written, its final
-        # checkpoint kept: done now (rank 0 decides from its disk)
-        step = finished.get("global_step")
-        written = distributed.broadcast_object(evaluation.results_step(output_dir) == step if rank == 0 else None)
-        kept = any(s == step for s, _ in found)
-        left = cfg.eval.do_eval and not written and kept
-        lost = ("--do_eval's eval of its final weights cannot be made: its final checkpoint %s is not there"
-                % os.path.basename(checkpoint.path_for(output_dir, step))
-                if cfg.eval.do_eval and not written and not kept else None)
-        status = preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt, left, lost)
-        if left:
-            done = final_eval_left(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files)
-            if rank == 0:
-                # the eval's batches into the marker, as a run started with --do_eval keeps them: a rerun
-                # with others is refused, not told the eval of these is done
-                ident = cfg.identity((finished.get("run") or {}).get("seed"), train_files, eval_files, init_ckpt,
-                                     config.to_dict())
-                checkpoint.add_to_finished(output_dir, finished, {k: ident[k] for k in ("eval_batch_size",
-                                                                                       "max_eval_steps") if k in ident})
-                print("%s: this run finished earlier (status %s after %d samples); done now, nothing trained: %s"
-                      % (output_dir, finished.get("status"), finished.get("samples", 0), done), flush=True)
-        return status
+        return finished_rerun(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files,
+                              init_ckpt)
     if stopped:
         return finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train_files, eval_files,
                               init_ckpt, log_path)
@@ -791,6 +771,31 @@ def final_eval_batches(cfg, eval_set, train_files, rank, world, vocab_size):
     return evaluation.reference_eval_batches(cfg.data, cfg.eval, train_files, rank, world, vocab_size)
 
 
+def finished_rerun(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files, init_ckpt):
+    """A rerun of a finished run (``finished``: its marker): nothing to do, unless --do_eval was
+    given and its eval of the final weights is not written while its final checkpoint is kept: done
+    now, and what identifies that eval (its batches, RunConfig.identity) added to the marker, as a
+    run started with --do_eval has it, so that a rerun with others is refused (rank 0 decides from
+    its disk)."""
+    out, step = cfg.checkpoint.output_dir, finished.get("global_step")
+    written = distributed.broadcast_object(evaluation.results_step(out) == step if rank == 0 else None)
+    kept = any(s == step for s, _ in found)
+    left = cfg.eval.do_eval and not written and kept
+    lost = ("--do_eval's eval of its final weights cannot be made: its final checkpoint %s is not there"
+            % os.path.basename(checkpoint.path_for(out, step)) if cfg.eval.do_eval and not written and not kept
+            else None)
+    status = preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt, left, lost)
+    if left:
+        done = final_eval_left(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files)
+        if rank == 0:
+            saved = finished.get("run") or {}
+            ident = cfg.identity(saved.get("seed"), train_files, eval_files, init_ckpt, config.to_dict())
+            checkpoint.add_to_finished(out, finished, {k: v for k, v in ident.items() if k not in saved})
+            print("%s: this run finished earlier (status %s after %d samples); done now, nothing trained: %s"
+                  % (out, finished.get("status"), finished.get("samples", 0), done), flush=True)
+    return status
+
+
 def finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train_files, eval_files, init_ckpt,
                    log_path):
     """A rerun of a run stopped after its run_stop, before its finished marker (killed while its
@@ -845,9 +850,8 @@ def final_eval_left(cfg, stop, record, found, config, device, rank, world, train
                                           trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
         metrics = trainer.evaluate(stop.checked(final_eval_batches(cfg, eval_set, train_files, rank, world,
                                                                    config.vocab_size)))
-    if metrics is None:
-        return "not --do_eval's eval: its final weights are lost (its final checkpoint %s is not there)" % (
-            os.path.basename(final))
+    if metrics is None:  # (its caller says the final checkpoint is not there)
+        return "not --do_eval's eval: its final weights are lost"
     if rank == 0:
         print(evaluation.write_eval_results(out, metrics, step))
     return "--do_eval's eval of its final weights: %s" % evaluation.RESULTS

@@ -1157,7 +1157,8 @@ def test_an_argument_that_is_not_a_flag_is_refused_not_dropped(files, tmp_path):
 def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninterrupted, tmp_path, capsys):
     """pre_eval.sh of the reference (paths, sizes and seq 128 changed) on a TF1-layout prefix. A
     checkpoint of the phase-1 step prints the reference's expected masked-LM accuracy beside its
-    own, with the eval's sample count when it is not eval_10k's (issue 47.6); another step, nothing."""
+    own, with the eval's sample count when it is not eval_10k's (issue 47.6); another step, nothing.
+    Every eval prints its sample count."""
     from mlperf_bert.trainer import tf_checkpoint
     prefix = str(tmp_path / "tf1_ckpt" / "model.ckpt-28252")
     os.makedirs(os.path.dirname(prefix))
@@ -1174,7 +1175,11 @@ def test_reference_eval_command_runs_as_written_on_a_tf_checkpoint(files, uninte
     assert training.main(argv) == 0
     got = dict(l.strip().split(" = ") for l in open(os.path.join(out, "eval_results.txt")))
     assert got["global_step"] == "28252"
-    acc = [l for l in capsys.readouterr().out.splitlines() if l.startswith("masked_lm_accuracy = ")]
+    printed = capsys.readouterr().out.splitlines()
+    # (a sweep: the defaults, 100 batches of 8, evaluate 800 of eval_10k's records without a word)
+    assert ("samples = 40 (5 batches of 8, --input_file read in order and repeated; eval_10k's 10000 are "
+            "--eval_batch_size=8 --max_eval_steps=1250)") in printed, printed
+    acc = [l for l in printed if l.startswith("masked_lm_accuracy = ")]
     assert acc == ["masked_lm_accuracy = %.6f (the reference: ~0.34085 for its phase-1 checkpoint "
                    "model.ckpt-28252 on eval_10k's 10000 samples, before any training; this eval: 40 samples)"
                    % float(got["masked_lm_accuracy"])], acc

@@ -29,6 +29,16 @@ def reference_expectation(step, samples):
             "before any training%s)" % (PHASE1_MLM_ACCURACY, PHASE1_STEP, PHASE1_EVAL_SAMPLES, other))
 
 
+def samples_line(samples, ev):
+    """How many samples --do_eval alone evaluated: its defaults (100 batches of 8, the reference
+    trainer's) cover 800, not eval_10k's 10,000; the input is repeated where it holds fewer."""
+    line = "samples = %d (%d batches of %d, --input_file read in order and repeated" % (
+        samples, ev.max_eval_steps, ev.eval_batch_size)
+    if samples != PHASE1_EVAL_SAMPLES:
+        line += "; eval_10k's %d are --eval_batch_size=8 --max_eval_steps=1250" % PHASE1_EVAL_SAMPLES
+    return line + ")"
+
+
 ALLOWANCE = 2 * 2 ** 30  # CUDA context, cuBLAS workspaces, the allocator's fragmentation
 
 

@@ -897,6 +897,7 @@ def run_eval_only(cfg, config, files, device, rank, world, stop):
         note = evaluation.reference_expectation(int(step), metrics["samples"])
         for key in evaluation.EVAL_KEYS:
             print("%s = %.6f%s" % (key, metrics[key], note if key == "masked_lm_accuracy" else ""))
+        print(evaluation.samples_line(metrics["samples"], cfg.eval))
         print("wrote %s" % path)
     return 0
 

@@ -308,6 +308,11 @@ OLDER_LOGS = {
     "v1.1_NVIDIA_dgxa100_ngc21.09_pytorch_result_0": ("FAIL", {               # epoch_num 1 at each eval
         "official_checker": "FAIL", "hyperparameters_once": "FAIL", "eval_grid": "FAIL", "train_samples": "WARN"}),
     "v3.0_Dell_8xR750xax4A100-PCIE-80GB_result_0": ("FAIL", {"eval_grid": "FAIL"}),  # every 175,000 at GBS 1536
+    # not converged: trained out its train_samples budget, no run_stop (published with its set, which
+    # drops it); and the closed frequency rule's floor(F/GBS), as its v5.0 tinybox_red above
+    "v4.1_tinycorp_tinybox_green_result_2": ("FAIL", {
+        "official_checker": "FAIL", "eval_grid": "FAIL", "eval_samples": "WARN", "stop_at_target": "FAIL",
+        "run_stop": "FAIL", "train_samples": "WARN"}),
 }
 
 
@@ -334,6 +339,12 @@ def test_older_published_logs_fail_only_what_a_rule_says(tmp_path, name):
         assert '"epoch_num": 1050624' in got["eval_grid"].line
     if name.startswith("v2.0_Graphcore"):
         assert got["train_samples"].detail.startswith("train_samples 2800680, the last eval's epoch_num 2800000")
+    if name.startswith("v4.1_tinycorp"):  # (it said "the run has not ended (still training, or its log was cut off)")
+        assert got["stop_at_target"].detail == (
+            "did not converge: no eval reached 0.72 within its train_samples budget of 3630000, and no run_stop line"
+            " (a submission may drop one such run of its set)")
+        assert compliance.not_converged(compliance.read_log(str(log)), "closed") == \
+            "no run_stop line after its train_samples budget of 3630000"
 
 
 def test_real_log_reasons(real_logs):
@@ -1029,6 +1040,29 @@ def test_a_log_without_run_stop_is_not_said_to_have_status_none(real_logs, tmp_p
     res = results(log)
     assert res["stop_at_target"].detail == ("no eval reached 0.72 yet and no run_stop line: the run has not ended "
                                             "(still training, or its log was cut off)")
+
+
+def test_an_eval_accuracy_of_1_reaches_no_target(tmp_path):
+    """A sweep: without the official checker (--noofficial) an eval of 1.0 passed stop_at_target; the
+    official rule (closed_bert.yaml) asks of the eval at the target a value below 1."""
+    res = results(write_log(tmp_path / "log.txt", accs=(0.5, 0.6, 1.0)))
+    assert (res["stop_at_target"].level, res["stop_at_target"].detail) == ("FAIL", "status success but no eval reached 0.72")
+    assert results(write_log(tmp_path / "ok.txt", accs=(0.5, 0.6, 0.9999)))["stop_at_target"].level == "PASS"
+
+
+@pytest.mark.parametrize("statuses", [("success", "aborted"), ("aborted", "success")])
+def test_two_run_stops_of_two_statuses_after_the_target_are_one_warning(tmp_path, statuses):
+    """A sweep: of two run_stop lines, run_stop read the first, stop_at_target the last: success then
+    aborted failed stop_at_target ("but run_stop status is aborted"); the official tools pass both
+    orders (the summarizer times the run to the first, the RCP checker reads the last's status).
+    Both are run_stop's warning now."""
+    log = edit(write_log(tmp_path / "log.txt", status=statuses[0]), lambda ls: ls + [
+        ls[-1].replace('"status": "%s"' % statuses[0], '"status": "%s"' % statuses[1])])
+    got = results(log, official=True)
+    assert {rule: r.level for rule, r in got.items() if r.level != "PASS"} == {
+        "official_checker": "WARN", "run_stop": "WARN"}, got
+    assert got["run_stop"].detail.endswith("status %s, as the result summarizer reads it; a later one says %s"
+                                           % statuses)
 
 
 @pytest.mark.parametrize("which", [2, -1])

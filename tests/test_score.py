@@ -221,6 +221,26 @@ def test_a_run_the_summarizer_counts_is_not_reported_dropped(official_tools, pac
     assert s["dropped"] == [order[0], order[-1]] and 3 not in s["dropped"], (s["dropped"], minutes)
 
 
+def test_a_run_that_trained_out_its_budget_without_run_stop_is_the_one_not_converged(official_tools, package):
+    """A sweep: a run that did not converge and logged no run_stop after its train_samples budget (as
+    tinycorp's v4.1 tinybox_green result_2.txt, published with its set) failed the system ("run_stop:
+    0 run_stop lines"); the official package checker accepts one such log (olympic scoring) and the
+    summarizer drops it (its time, measured with the official tools alone: 3.5457708333). It is the
+    set's one run that did not converge. (A log cut off before its budget still breaks the rules:
+    test_truncated_log_among_ten_gets_no_score.)"""
+    log = package / BERT / "result_3.txt"
+    text = re.sub(r'("key": "eval_accuracy", "value": )0\.72\d*', r"\g<1>0.7199", log.read_text())
+    log.write_text("".join(l for l in text.splitlines(True) if '"key": "run_stop"' not in l))
+    s = score.score(str(package))
+    assert s["steps"]["package_checker"][0] == "pass"  # what the official checker says
+    s = s["systems"][0]
+    verdict, kind, why = s["run_verdicts"][3]
+    assert (verdict, kind) == ("FAIL", "not converged") and re.fullmatch(
+        r"no run_stop line after its train_samples budget of \d+", why), s["run_verdicts"][3]
+    assert s["verdict"] == "pass" and s["reasons"] == [] and 3 in s["dropped"]
+    assert s["time_to_train_min"] == pytest.approx(3.5457708333, rel=1e-9)
+
+
 def test_plots_go_beside_the_package_never_into_it(package, tmp_path):
     """Issue 23/27: score wrote its PNGs into the package it scored."""
     with pytest.raises(UserError, match="inside the package"):

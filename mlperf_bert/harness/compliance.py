@@ -301,8 +301,42 @@ def _status_said(stop):
 
 
 def first_at_target(records, target):
-    """The first eval_accuracy line at or above ``target``, or None."""
-    return next((r for r in _find(records, "eval_accuracy") if _number(r.value) and r.value >= target), None)
+    """The first eval_accuracy line at or above ``target`` and below 1.0 (the official checker's
+    ATLEAST_ONE_CHECK, closed_bert.yaml: an accuracy of 1 reaches no target), or None."""
+    return next((r for r in _find(records, "eval_accuracy") if _number(r.value) and target <= r.value < 1.0), None)
+
+
+def _stop_of(records):
+    """The run_stop line whose status is the run's, or None. Of several (the official checker warns,
+    rule_run_stop too; the result summarizer times the run to the first, the RCP checker takes the
+    last one's status), one that says success: the official tools pass either order."""
+    stops = _find(records, "run_stop")
+    return next((r for r in stops if r.metadata.get("status") == "success"), stops[0] if stops else None)
+
+
+def ended_at_budget(records):
+    """The train_samples budget a log with no run_stop trained out, its evals still below the target
+    (the next eval would have been past it: tinycorp's v4.1 result_2.txt, published with its set),
+    or None: a log that ends earlier was cut off, and whether it would have converged is unknown."""
+    budget = _find(records, "train_samples")
+    evals = [s for s in (samples_of(r) for r in _find(records, "eval_accuracy")) if s is not None]
+    if not budget or not _number(budget[-1].value) or len(evals) < 2:
+        return None
+    return budget[-1].value if evals[-1] + (evals[-1] - evals[-2]) > budget[-1].value else None
+
+
+def not_converged(records, division):
+    """Why the run of a log whose evals never reached its target did not converge, in words (its
+    run_stop status aborted, or no run_stop after its budget), or None: it reached the target, its
+    log does not say it ended so (a log cut off, a run_stop of another status), or has no target."""
+    target = target_of(records, division)
+    if target is None or first_at_target(records, target) is not None:
+        return None
+    stop = _stop_of(records)
+    if stop is not None:
+        return "run_stop status aborted" if stop.metadata.get("status") == "aborted" else None
+    budget = ended_at_budget(records)
+    return None if budget is None else "no run_stop line after its train_samples budget of %s" % budget
 
 
 def rule_stop_at_target(records, division):
@@ -311,14 +345,18 @@ def rule_stop_at_target(records, division):
         return _res("stop_at_target", WARN, "open-division log states no single %s line (this project's"
                     " trainer logs it): the stop at a target is not checked" % TARGET_KEY,
                     (_find(records, TARGET_KEY) or [None])[0])
-    stops = _find(records, "run_stop")
-    stop = stops[-1] if stops else None
+    stop = _stop_of(records)
     status = stop.metadata.get("status") if stop else None
     said = _status_said(stop)
     hit = first_at_target(records, target)
     if hit is None:
         if status == "success":
             return _res("stop_at_target", FAIL, "status success but no eval reached %.4g" % target, stop)
+        budget = ended_at_budget(records) if stop is None else None
+        if budget is not None:
+            return _res("stop_at_target", FAIL, "did not converge: no eval reached %.4g within its train_samples"
+                        " budget of %s, and no run_stop line (a submission may drop one such run of its set)"
+                        % (target, budget))
         if stop is None:  # a run still training (or its log cut off): not one that did not converge
             return _res("stop_at_target", FAIL, "no eval reached %.4g yet and no run_stop line: the run has not"
                         " ended (still training, or its log was cut off)" % target)

@@ -40,8 +40,8 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError, die_with_parent, stops_held_over_fork
 from mlperf_bert.fileio import atomic_path, compression, pid_alive, read_text
 from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
-                                            read_log, samples_of, speed_up_official_parse, target_of,
-                                            worst_level)
+                                            not_converged, read_log, samples_of, speed_up_official_parse,
+                                            target_of, worst_level)
 from mlperf_bert.harness.package import (MADE_BY, implementation_dir, load_system_json, read_made_by,
                                          system_json_problems, unfinished_package)
 from mlperf_bert.harness.plot import curves, is_png, shown
@@ -52,8 +52,9 @@ USAGE_ARGS = "PACKAGE_DIR"
 # The copy the official tools work on: <tmp>/mlperf_bert_score-<pid>-XXXX, removed by the next
 # score when its process is gone (a SIGKILL skips every cleanup).
 _COPY_PREFIX = "mlperf_bert_score-"
-# Rules an aborted run fails by not converging; any other failure makes its log invalid.
-_NOT_CONVERGED_RULES = {"official_checker", "stop_at_target"}
+# Rules a run fails by not converging (run_stop: a run that trained out its budget and logged no
+# run_stop, as tinycorp's published v4.1 result_2.txt); any other failure makes its log invalid.
+_NOT_CONVERGED_RULES = {"official_checker", "stop_at_target", "run_stop"}
 
 
 def find_org(package):
@@ -138,13 +139,15 @@ def run_summary(records):
     return seed, samples, minutes, stop.metadata.get("status") if stop else None
 
 
-def run_verdict(path, status, records=None):
-    """((verdict, kind, reason), counted) of one run's log (its run_stop ``status``; ``records``: its
-    read_log) under check-log: kind is "ok", "not converged" (aborted, no eval at the target: the
-    official checker fails it for that alone, and a submission may drop one such run) or "invalid"
-    (the log breaks a rule or cannot be read: no score); counted: whether the official result
-    summarizer counts its time (it drops a log the official checker fails)."""
+def run_verdict(path, records=None):
+    """((verdict, kind, reason), counted) of one run's log (``records``: its read_log) under
+    check-log: kind is "ok", "not converged" (no eval at the target, its run_stop aborted or none
+    after its train_samples budget: the official checker fails it for that alone, and a submission
+    may drop one such run) or "invalid" (the log breaks a rule or cannot be read: no score);
+    counted: whether the official result summarizer counts its time (it drops a log the official
+    checker fails)."""
     try:
+        records = read_log(path) if records is None else records
         results = check_log(path, official=True, records=records)
     except UserError as e:
         return (FAIL, "invalid", str(e)), False
@@ -153,8 +156,10 @@ def run_verdict(path, status, records=None):
     counted = "official_checker" not in {r.rule for r in failed}
     if not failed:
         return (verdict, "ok", ""), counted
-    if status == "aborted" and not counted and {r.rule for r in failed} <= _NOT_CONVERGED_RULES:
-        return (verdict, "not converged", "run_stop status aborted"), counted
+    why = None if counted or {r.rule for r in failed} - _NOT_CONVERGED_RULES else \
+        not_converged(records, division_of(records) or "closed")
+    if why:
+        return (verdict, "not converged", why), counted
     # run_stop first: a log without its end (cut off) is what most often fails many rules at once
     first = next((r for r in failed if r.rule == "run_stop"),
                  next((r for r in failed if r.rule != "official_checker"), failed[0]))
@@ -605,7 +610,7 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
             continue
         parsed.append((p, records))
         row_ = (rel,) + run_summary(records)
-        verdict, counts = run_verdict(p, row_[4], records)
+        verdict, counts = run_verdict(p, records)
         verdicts.append(verdict)
         counted.append(counts)
         runs.append(row_)

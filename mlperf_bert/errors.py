@@ -260,16 +260,15 @@ def worker_pool(workers, start_method=None):
     if not forked:
         from multiprocessing import resource_tracker
         resource_tracker.ensure_running()
-    pool = None
+    pool, started = None, []
     try:
         with contextlib.nullcontext() if forked else stops_held(), \
                 stops_held_over_fork({signal.SIGINT, signal.SIGTERM} if forked else {signal.SIGINT}):
-            pool = context.Pool(workers, init_worker, (os.getpid(),))
-        watched = WatchedPool(pool)
-        yield watched
+            pool = _recording_pool(context, started, workers, init_worker, (os.getpid(),))
+        yield WatchedPool(pool, started)
         # guarded too: a stop in the join (the jobs done) left the pool's semaphores to the tracker
         pool.close()
-        _join_watched(pool, watched._workers)
+        _join_watched(pool, started)
     except BaseException as e:
         if pool is None:
             raise
@@ -296,17 +295,40 @@ def ended(code):
     return "was killed by %s" % signal_name(-code) if code < 0 else "exited with status %d" % code
 
 
+def _recording_pool(context, started, *args):
+    """A ``context`` Pool(*args) that appends each worker process it makes to ``started``, the first
+    ones and each it starts in the place of one that ended (its handler thread, at any time): a copy
+    of ``Pool._pool`` taken after the constructor missed a worker the handler was replacing just
+    then, 7 pools in 300 with one worker dying in its start, and a death of its replacement, in a
+    map or idle before the close, hung the command (a sweep)."""
+    from multiprocessing import pool as mp_pool
+
+    class RecordingPool(mp_pool.Pool):
+        @staticmethod
+        def Process(ctx, *a, **kw):  # the pool's own hook: every worker is made here
+            process = ctx.Process(*a, **kw)
+            started.append(process)
+            return process
+    return RecordingPool(*args, context=context)
+
+
 class WatchedPool:
     """A pool whose ``imap``, ``imap_unordered`` and ``map`` end in one UserError when one of its
     workers dies (the out-of-memory killer, a SIGKILL or SIGTERM to that process alone): the pool
     starts another, but the task the dead one held is never done, and the results waited for ever
-    (make-dataset, text-pipeline and pack hung, their locks held). Other attributes are the pool's."""
+    (make-dataset, text-pipeline and pack hung, their locks held). ``started``: every worker the
+    pool made (_recording_pool). Its other ways of giving work are refused (unwatched, a death there
+    hangs the close as well); other attributes are the pool's."""
 
-    def __init__(self, pool):
+    _UNWATCHED = ("apply", "apply_async", "map_async", "starmap", "starmap_async")
+
+    def __init__(self, pool, started):
         self._real = pool
-        self._workers = list(pool._pool)  # (no public attribute lists them; terminate_pool reads it too)
+        self._workers = started
 
     def __getattr__(self, name):
+        if name in self._UNWATCHED:
+            raise AttributeError("%s is not watched for a worker's death: use map, imap or imap_unordered" % name)
         return getattr(self._real, name)
 
     def _watched(self, results):
@@ -346,11 +368,11 @@ def _join_watched(pool, started):
     """``pool.join()`` of a closed pool whose work is done, watched: a worker killed while idle (the
     out-of-memory killer, a signal to it alone) may have held the task queue's lock, on which the
     others wait for their end-of-work message: the join waited for ever, the command's locks held.
-    Such a death ends the pool (``terminate_pool``): every result was in. ``started``: the workers
-    the pool began with (one it replaced is no longer in its list)."""
+    Such a death ends the pool (``terminate_pool``): every result was in. ``started``: every worker
+    the pool made (one it replaced is no longer in its ``_pool``)."""
     from multiprocessing import connection
     while True:
-        workers = list(dict.fromkeys(list(started) + list(getattr(pool, "_pool", None) or [])))
+        workers = list(started)
         if any(w.exitcode not in (None, 0) for w in workers):
             terminate_pool(pool)
             return

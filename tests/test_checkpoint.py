@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from mlperf_bert import locking
 from mlperf_bert.trainer import checkpoint_convert
 from mlperf_bert.trainer import gradacc
 from mlperf_bert.trainer import tf_checkpoint
@@ -383,6 +384,18 @@ def test_a_checkpoint_already_at_the_output_is_not_written_over(tf1_ckpt, tmp_pa
     (tmp_path / "stopped" / "model.ckpt-28.data-00000-of-00001").write_bytes(b"partial")
     assert checkpoint_convert.main(convert + ["--input=" + pt, "--output=%s" % stopped]) == 0
     assert tf_checkpoint.is_tf_prefix(str(stopped))
+    # (a sweep) two writers of one prefix at once both passed the look above, and each removed the
+    # other's data shards: an .index alone, or a mixture, and "wrote" twice. The output is held from
+    # the look to the write's end: the second is one line naming the first, and writes nothing.
+    busy = tmp_path / "busy" / "model.ckpt-28"
+    with locking.lock_file(str(busy), "a test"):
+        for main, argv in ((gradacc.main, ["x", "--old=" + tf_prefix, "--new=%s" % busy]),
+                           (checkpoint_convert.main, convert + ["--input=" + pt, "--output=%s" % busy])):
+            with pytest.raises(UserError, match=r"^output checkpoint %s is in use by another run \(pid %d on host "
+                                                r".*: wait for it to end or stop it" % (re.escape(str(busy)), os.getpid())):
+                main(argv)
+            assert os.listdir(busy.parent) == [".model.ckpt-28.lock"]
+    assert os.listdir(busy.parent) == []
 
 
 def test_convert_says_one_count_of_dropped_variables(tmp_path, caplog, capsys):

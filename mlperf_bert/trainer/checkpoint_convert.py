@@ -134,9 +134,9 @@ def main(argv):
                               "and the other be a TF prefix" % kind)
     # (the bert_config.json too: --format=hf into its folder replaced a config.json given as it)
     refuse_overwriting_inputs(_files(dst, fv.format), [fv.bert_config_file] + _files(src, "auto"), "--output")
-    tf_checkpoint.refuse_existing_output(dst, "--output", fv.format == "hf")
     # a new folder of the output, left empty by an error or a stop, goes with it
-    with new_dirs_removed_on_error(dst if fv.format == "hf" else os.path.dirname(os.path.abspath(dst))):
+    with new_dirs_removed_on_error(dst if fv.format == "hf" else os.path.dirname(os.path.abspath(dst))), \
+            tf_checkpoint.output_held(dst, "--output", fv.format == "hf"):
         info = convert(fv.bert_config_file, src, dst, fv.format)
     slots = info.get("optimizer_states", 0)
     print("wrote %s (%sglobal_step %s, %d non-model variable(s) dropped%s)"

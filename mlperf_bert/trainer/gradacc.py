@@ -69,8 +69,8 @@ def main(argv):
     if os.path.realpath(fv.old) == os.path.realpath(fv.new) or same_file(fv.old + ".index", fv.new + ".index"):
         raise UserError("--new=%s is --old=%s: writing it would destroy the input; give another prefix"
                         % (fv.new, fv.old))
-    tf_checkpoint.refuse_existing_output(fv.new, "--new")
-    with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(fv.new))):  # left empty by an error or a stop
+    with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(fv.new))), \
+            tf_checkpoint.output_held(fv.new, "--new"):  # (folders left empty by an error or a stop go)
         n = add_gradacc(fv.old, fv.new)
     print("wrote %s: %d variables + %d GradientAccumulator" % (fv.new, n, n))
     return 0

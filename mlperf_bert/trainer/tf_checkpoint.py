@@ -404,6 +404,18 @@ def refuse_existing_output(path, flag, hf=False):
                         "it first" % (flag, path, held[0]))
 
 
+@contextlib.contextmanager
+def output_held(path, flag, hf=False):
+    """The checkpoint ``path`` to write, locked (``.NAME.lock`` beside it) from refuse_existing_output's
+    look until the write's end: two commands writing one prefix at once both passed the look, their
+    renames interleaved, and each removed the other's data shards, leaving a mixture or an .index
+    alone that no reader could load, while both said "wrote" (a sweep). The second is one line."""
+    from mlperf_bert import locking
+    with locking.lock_file(path, "output checkpoint"):
+        refuse_existing_output(path, flag, hf)
+        yield
+
+
 def shard_files(prefix):
     """The data shards of TF prefix ``prefix`` there now (PREFIX.data-NNNNN-of-NNNNN), sorted: not a
     user's copy beside them (PREFIX.data-00000-of-00001.bak), which a rewrite keeps and a fingerprint

@@ -403,7 +403,8 @@ def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_n
     assert "this run already finished" in said and "nothing to do" in said, said
 
 
-def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, uninterrupted, tmp_path, capsys):
+def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, uninterrupted, tmp_path, capsys,
+                                                                      monkeypatch):
     """Left by the thirty-sixth stop: a finished run rerun with --do_eval said "nothing to do", and its
     final weights' eval (the reference's eval_results.txt) could be had only by an eval-only run
     into another folder. The rerun evaluates the final checkpoint, as --do_eval at the start would
@@ -426,6 +427,24 @@ def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, unin
                        % re.escape(str(out / "model.ckpt-30.pt"))):
         training.main(argv)
     (out / "model.ckpt-30.pt").write_bytes(before["model.ckpt-30.pt"])
+    # (a sweep) a SIGTERM in that eval said "while the end of a run that ended earlier was written"; and
+    # one after its results, before the marker had the eval's batches, left a rerun with other batches
+    # "nothing to do". Its own line; the batches are in the marker before the eval runs.
+    from mlperf_bert.errors import Terminated
+    real = training.final_eval_batches
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(training, "final_eval_batches", signalled)
+    with pytest.raises(Terminated) as e:
+        training.main(argv)
+    monkeypatch.setattr(training, "final_eval_batches", real)
+    assert (e.value.status, e.value.line) == (143, (
+        "SIGTERM in the rerun of a run that finished earlier: stopped at once, nothing changed (its log, checkpoints "
+        "and results are as they were); rerun the same command for --do_eval's eval of its final weights"))
+    assert not (out / "eval_results.txt").exists()
+    assert json.loads((out / "run_finished.json").read_text())["run"]["max_eval_steps"] == 4
     capsys.readouterr()
     assert training.main(argv) == 0
     said = capsys.readouterr().out

@@ -56,6 +56,7 @@ class _Stop:
         self.received = 0  # every signal, the first and any after it
         self.in_init = True
         self.finishing = False  # finish_stopped: a run that ended earlier, its end being written
+        self.finished = None  # finished_rerun: "eval" (--do_eval given), else "rerun"
         self.eval_only = False  # --do_eval alone: nothing is trained, nothing saved but its results
         self.resumable = False  # a checkpoint of the run is there (set once rank 0 has looked)
         self.vote = None  # the loop's StopVote, once made
@@ -82,7 +83,12 @@ class _Stop:
         ``peer_lost``: another rank left before the ranks met in a vote (``peer_lost()``'s case)."""
         name = signal.Signals(self.signum).name
         # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
-        if self.finishing:
+        if self.finished:
+            line, status = ("%s in the rerun of a run that finished earlier: stopped at once, nothing changed (its "
+                            "log, checkpoints and results are as they were)%s" % (
+                                name, "; rerun the same command for --do_eval's eval of its final weights"
+                                if self.finished == "eval" else "")), 128 + self.signum
+        elif self.finishing:
             line, status = ("%s while the end of a run that ended earlier was written (its log is complete): "
                             "stopped at once; rerun the same command to finish it" % name), 128 + self.signum
         elif self.eval_only:
@@ -428,6 +434,7 @@ def run(cfg, stop, held):
          checkpoint.list_checkpoints(output_dir)) if rank == 0 else None)
     stop.resumable = bool(found)
     if finished:
+        stop.finished = "eval" if cfg.eval.do_eval else "rerun"
         return finished_rerun(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files,
                               init_ckpt)
     if stopped:
@@ -786,11 +793,12 @@ def finished_rerun(cfg, stop, finished, found, config, device, rank, world, trai
             else None)
     status = preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt, left, lost)
     if left:
-        done = final_eval_left(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files)
-        if rank == 0:
+        if rank == 0:  # first: a stop between the eval's results and this left a rerun of other batches "done"
             saved = finished.get("run") or {}
             ident = cfg.identity(saved.get("seed"), train_files, eval_files, init_ckpt, config.to_dict())
             checkpoint.add_to_finished(out, finished, {k: v for k, v in ident.items() if k not in saved})
+        done = final_eval_left(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files)
+        if rank == 0:
             print("%s: this run finished earlier (status %s after %d samples); done now, nothing trained: %s"
                   % (out, finished.get("status"), finished.get("samples", 0), done), flush=True)
     return status

@@ -161,15 +161,22 @@ def content_tag(path):
     dataset CRC-32Cs (what to-hdf5 and pack record); a TFRecord's first record's data CRC and a
     digest of TAG_WINDOWS windows of its bytes spread over the file (``record0:CRC;sampled:DIGEST``;
     checkpoint._same_file compares a tag of the first record alone, as earlier versions wrote it, by
-    that part); None when the file carries neither (the identity keeps name and size). Records
-    swapped or edited outside the windows: ``scanned_crcs``."""
+    that part); an HDF5 file without CRC-32Cs: those windows (``sampled:DIGEST``); None for a file
+    none of these can be read of (the identity keeps name and size). TFRecords swapped or edited
+    outside the windows: ``scanned_crcs``."""
     import h5py
     try:
         if path.endswith((".hdf5", ".h5")):  # the loaders' rule (an HDF5 file may begin with a user block)
             with h5py.File(path, "r") as h:  # its attributes alone: the readers check its layout
                 crcs = [[n, int(h[n].attrs[hdf5.CHECKSUM_ATTR])] for n in sorted(h)
                         if isinstance(h[n], h5py.Dataset) and hdf5.CHECKSUM_ATTR in h[n].attrs]
-            return "crc32c:" + hashlib.sha256(repr(crcs).encode()).hexdigest()[:16] if crcs else None
+            if crcs:
+                return "crc32c:" + hashlib.sha256(repr(crcs).encode()).hexdigest()[:16]
+            # Without them (the reference's or NVIDIA's files, or ours of an older version), files of
+            # one row count are of one size whatever they hold: a regenerated shard resumed a run
+            # (a sweep). Its bytes sampled, as a TFRecord's.
+            with open_input(path, "rb") as f:
+                return "sampled:" + _sampled(f, os.fstat(f.fileno()).st_size)
         with open_input(path, "rb") as f:
             head, size = f.read(12), os.fstat(f.fileno()).st_size
             end = 12 + int.from_bytes(head[:8], "little")
@@ -179,13 +186,19 @@ def content_tag(path):
             tag = "record0:" + f.read(4).hex()
             # record 0 alone let a file of the same size and first record resume (another order of
             # its records: weights 0.012 apart); the last window holds the last record's CRC
-            digest = hashlib.sha256()
-            for i in range(1, TAG_WINDOWS + 1):
-                f.seek(max(0, size * i // TAG_WINDOWS - 64))
-                digest.update(f.read(64))
-            return "%s;sampled:%s" % (tag, digest.hexdigest()[:16])
+            return "%s;sampled:%s" % (tag, _sampled(f, size))
     except (OSError, ValueError):  # what the readers refuse, in their words, before or after this
         return None
+
+
+def _sampled(f, size):
+    """A digest of TAG_WINDOWS 64-byte windows of open file ``f`` (``size`` bytes) spread over it,
+    the last at its end."""
+    digest = hashlib.sha256()
+    for i in range(1, TAG_WINDOWS + 1):
+        f.seek(max(0, size * i // TAG_WINDOWS - 64))
+        digest.update(f.read(64))
+    return digest.hexdigest()[:16]
 
 
 def article_md5(article):

@@ -507,8 +507,7 @@ def check_records(files, full=False):
                 packed, rows_checked = _is_packed_file(f, with_row_checksums=True)
                 if not rows_checked:
                     print("warning: %s has no row checksums (made before they were written): damage in it is not "
-                          "caught while training, and a resume tells it from another file of its size only by its "
-                          "name; %s to add them" % (f, hdf5.remake_hint(f, packed)), file=sys.stderr)
+                          "caught while training; %s to add them" % (f, hdf5.remake_hint(f, packed)), file=sys.stderr)
         if crcs is not None:
             seen[f] = (os.path.getsize(f), crcs.hexdigest()[:16])
     return seen

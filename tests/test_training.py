@@ -728,6 +728,20 @@ def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
     assert rc == 0, text
     from mlperf_bert.harness import compliance
     assert compliance.main(["check-log", "--noofficial", os.path.join(second, "mlperf.log")]) == 0
+    # (a sweep) a target the eval at 0 reaches: the run ends there, status success, and its log had no
+    # block, which the official checker requires (block_start: AT_LEAST_ONE_OR(epoch_start)): that
+    # eval is in the first block now
+    third = str(tmp_path / "third")
+    assert training.main(flags_for(files, third, target_mlm_accuracy=evals[0][1], **kw)) == 0
+    recs3, evals3 = _evals(os.path.join(third, "mlperf.log"))
+    assert evals3 == evals[:1]
+    keys = {r["key"]: r for r in recs3}
+    assert (keys["run_stop"]["metadata"]["status"], keys["train_samples"]["value"]) == ("success", 0)
+    assert [r["key"] for r in recs3 if r["key"] in ("block_start", "block_stop", "eval_accuracy")] == [
+        "block_start", "eval_accuracy", "block_stop"]
+    rc, text = _official_checker(os.path.join(third, "mlperf.log"), str(tmp_path))
+    assert rc == 0, text
+    assert compliance.main(["check-log", "--noofficial", os.path.join(third, "mlperf.log")]) == 0
 
 
 @pytest.mark.parametrize("steps, freq, max_samples, evals", [

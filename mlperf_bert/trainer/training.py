@@ -598,6 +598,9 @@ class Loop:
         max_samples = cfg.schedule.max_samples_termination or float("inf")
         self.meter = trainer.meter(packed, start=clock_start)
         if self.eval_set and cfg.eval.eval_at_start and s.step == 0 and not s.evals:
+            # in the first block: an eval at 0 that reached the target ended a log with none, which
+            # the official checker fails (block_start: AT_LEAST_ONE_OR(epoch_start)), status success
+            self.open_block()
             self.online_eval()
         if self.eval_set and s.next_eval == 0:
             s.next_eval = self.freq
@@ -609,10 +612,7 @@ class Loop:
             s.loss_sum = torch.zeros((), device=trainer.device)
         while self.status != C.SUCCESS and not s.diverged and s.step < max_steps and s.samples < max_samples:
             if not s.block_open:
-                # BERT counts "epochs" in samples: a block is the eval interval starting here.
-                s.block_first = s.samples
-                log.start(C.BLOCK_START, metadata={C.FIRST_EPOCH_NUM: s.block_first, C.EPOCH_COUNT: self.freq})
-                s.block_open = True
+                self.open_block()
             batch = next(self.batches)
             # packed rows hold several sequences: the loader counts the real ones of the global batch
             s.samples += int(batch.pop("global_sequences", batch_size))
@@ -707,6 +707,12 @@ class Loop:
                       % (samples, m["masked_lm_loss"]), file=sys.stderr, flush=True)
         if m["masked_lm_accuracy"] >= self.cfg.eval.target_mlm_accuracy:
             self.status = C.SUCCESS
+
+    def open_block(self):
+        s = self.state
+        s.block_first = s.samples  # BERT counts "epochs" in samples: a block is the eval interval starting here
+        self.log.start(C.BLOCK_START, metadata={C.FIRST_EPOCH_NUM: s.block_first, C.EPOCH_COUNT: self.freq})
+        s.block_open = True
 
     def close_block(self):
         s = self.state

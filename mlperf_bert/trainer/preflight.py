@@ -50,8 +50,8 @@ def check_closed_data(cfg, eval_files, global_batch, rank):
 
 def warn_schedule(cfg, packed, freq, evaluates):
     """Warnings (rank 0, at the start) for flags the reference takes but that waste the run: micro-steps
-    after the last update (trained, never applied) and, unpacked, an online eval set that no eval
-    reaches before the run ends (a log without eval_accuracy, which the checkers fail)."""
+    after the last update (trained, never applied), no online eval set, and, unpacked, an online eval
+    set that no eval reaches before the run ends (a log without eval_accuracy, which the checkers fail)."""
     sc, n = cfg.schedule, cfg.optim.steps_per_update
     steps = sc.num_train_steps
     if steps % n:
@@ -59,7 +59,12 @@ def warn_schedule(cfg, packed, freq, evaluates):
               "are trained but never applied (as in the reference), and the log's opt_learning_rate_training_steps "
               "is %s updates; give a multiple (%d)" % (steps, n, steps % n, cfg.updates(steps), steps - steps % n),
               file=sys.stderr, flush=True)
-    if not evaluates or packed or cfg.eval.eval_at_start:  # packed: a step's samples are known only as it runs
+    if not evaluates:  # (a sweep: said nothing, and logged eval_frequency for evals that never came)
+        print("warning: no --eval_input_file: no online eval and no stop at the target; the log will have no "
+              "eval_accuracy (the checkers fail it): give the eval set (eval_10k) for a log that can be checked",
+              file=sys.stderr, flush=True)
+        return
+    if packed or cfg.eval.eval_at_start:  # packed: a step's samples are known only as it runs
         return
     batch, update = cfg.data.train_batch_size, cfg.global_batch
     end = steps * batch  # the samples count at the end, then at the last update (where an eval can come)

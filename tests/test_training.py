@@ -152,6 +152,21 @@ def test_a_later_run_of_a_series_starts_only_with_run_0s_settings(files, uninter
                                    "--learning_rate=0.02 (was 0.01); a series' runs differ in their seed alone"
                                    % (out, full)), str(e.value)
     assert not out.exists() or not os.listdir(str(out))
+    # (a launcher sweep) continued logging another submitter, or on another process count: both went on,
+    # "the series ... is finished", its logs of two orgs or two systems
+    with pytest.raises(UserError, match=r"other settings than this command's: --submission_org=Other \(was unknown\); "
+                                        r"a series' runs differ in their seed alone"):
+        training.main(flags_for(files, str(out), seed=9, submission_org="Other"))
+    two = tmp_path / "run_0"
+    shutil.copytree(full, two)
+    marker = json.loads((two / "run_finished.json").read_text())
+    marker["launch"]["processes"] = 2
+    (two / "run_finished.json").write_text(json.dumps(marker))
+    monkeypatch.setenv(preflight.SERIES_ENV, str(two))
+    with pytest.raises(UserError, match=r"other settings than this command's: processes: 1 \(was 2\); a series'"):
+        training.main(flags_for(files, str(out), seed=9))
+    assert not out.exists() or not os.listdir(str(out))
+    monkeypatch.setenv(preflight.SERIES_ENV, full)
 
     class Started(Exception):
         pass

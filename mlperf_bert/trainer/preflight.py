@@ -16,6 +16,7 @@ from mlperf_bert.fileio import (OutputDirError, check_tmpdir, check_writable_dir
 from mlperf_bert.harness.mlperf_log import check_prefix, is_mlperf_log
 from mlperf_bert.trainer import checkpoint, distributed, flag_checks, loader
 from mlperf_bert.trainer.flag_checks import OPEN as _OPEN
+from mlperf_bert.trainer.run_config import FIELDS
 
 
 def check_closed_data(cfg, eval_files, global_batch, rank):
@@ -303,18 +304,30 @@ def check_stopped(cfg, stopped, rank, world, config, train_files, eval_files, in
 SERIES_ENV = "MLPERF_SERIES_RUN0"  # start_training.sh's: run 0's folder, for the later runs of a series
 
 
-def check_series(cfg, rank, config, train_files, eval_files, init_ckpt):
+_SUBMITTER = ("submission_org", "submission_platform", "submission_status")
+
+
+def check_series(cfg, rank, world, config, train_files, eval_files, init_ckpt):
     """A later run of a series (start_training.sh's NUM_RUNS, which names run 0's folder in
-    MLPERF_SERIES_RUN0) starts only with the settings run 0 finished with, its seed aside: a
-    series continued with other flags (a learning rate changed between run 1 and run 2) would be a
-    submission of mixed runs, each check of its own passing."""
+    MLPERF_SERIES_RUN0) starts only with the settings run 0 finished with, its seed aside, on as
+    many processes, for the same submitter, platform and status: a series continued with other
+    flags (a learning rate changed between run 1 and run 2), on other GPUs, or logging another
+    submitter would be a submission of mixed runs, each check of its own passing."""
     first, problem = os.environ.get(SERIES_ENV), None
     if rank == 0 and first and os.path.abspath(first) != os.path.abspath(cfg.checkpoint.output_dir):
-        saved = dict((checkpoint.read_finished(first) or {}).get("run") or {})
+        finished = checkpoint.read_finished(first) or {}
+        saved = dict(finished.get("run") or {})
         if saved:
             ident = cfg.identity(cfg.runtime.seed, train_files, eval_files, init_ckpt, config.to_dict())
             saved["seed"] = ident["seed"]
             diff = checkpoint.differences(saved, ident)
+            launch = finished.get("launch") if isinstance(finished.get("launch"), dict) else {}
+            given = launch.get("flags") if isinstance(launch.get("flags"), dict) else {}
+            if "flags" in launch:  # (a marker of an older version may lack them)
+                diff += ["--%s=%s (was %s)" % (n, cfg.flag(n), given.get(n, FIELDS[n][1].default)) for n in _SUBMITTER
+                         if cfg.flag(n) != given.get(n, FIELDS[n][1].default)]
+            if isinstance(launch.get("processes"), int) and launch["processes"] != world:
+                diff.append("processes: %d (was %d)" % (world, launch["processes"]))
             if diff:
                 problem = ("%s: run 0 of this series (%s) finished with other settings than this command's: %s; "
                            "a series' runs differ in their seed alone: rerun with its settings, or use another "

@@ -450,7 +450,7 @@ def run(cfg, stop, held):
             tf_checkpoint.fingerprint(cfg.model.init_checkpoint)  # a start reads it: its "not found" line
         init_ckpt = ckpt.get("run", {}).get("init_checkpoint", init_ckpt)
     if not ckpt:
-        preflight.check_series(cfg, rank, config, train_files, eval_files, init_ckpt)
+        preflight.check_series(cfg, rank, world, config, train_files, eval_files, init_ckpt)
     if rank == 0 and not ckpt:
         preflight.check_log_owner(output_dir, log_path)
     if rank == 0 and cfg.config_file:  # what the run is, file and flags together (the launch record names

@@ -100,6 +100,10 @@ case "$SELF" in
 esac
 
 die() { echo "error: $ME: $*" >&2; exit 2; }
+# (a missing or non-executable one was bash's "line 294: ...: Permission denied", and --help exit 0)
+[[ -n "${TRAIN_MODEL:-}" || ( -f "$HERE/train_model.sh" && -x "$HERE/train_model.sh" ) ]] || die "$HERE/train_model.sh" \
+  "is missing or not executable: restore it (git checkout train_model.sh; chmod +x train_model.sh), or set" \
+  "TRAIN_MODEL to a training script"
 seeds=()  # the seeds of the runs of a series finished so far
 later_runs=()  # DIR LOG pairs of a series' later runs, whose state run_one reads with run 0's
 run_index=  # the series' run run_one is given
@@ -278,6 +282,13 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
     "set DATA_DIR (or INPUT_FILES) to check a run's"
   [[ -z "${SEED:-}" && "$NUM_RUNS" == 1 ]] || die "SEED or NUM_RUNS set but no DATA_DIR: the built-in demo runs" \
     "once with its own seed; set DATA_DIR (or INPUT_FILES) for a run or a series"
+  # a run's settings with DATA_DIR given empty (a job's DATA_DIR=$TYPO) ran the demo and exited 0
+  [[ ! -v DATA_DIR && ! -v INPUT_FILES ]] || die "DATA_DIR${INPUT_FILES+ and INPUT_FILES} set but empty: set" \
+    "DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them), or unset it for the built-in demo"
+  for name in PRESET INIT_CHECKPOINT SUBMISSION_ORG SUBMISSION_PLATFORM SUBMISSION_STATUS; do
+    [[ -z "${!name:-}" ]] || die "$name set but no DATA_DIR: the built-in demo takes none of a run's settings; set" \
+      "DATA_DIR (or INPUT_FILES) for a run, or unset $name for the demo"
+  done
   check_mounted
   launching=1
   stop_if_signalled "the demo" "$OUTPUT_DIR/demo/train"  # (where it keeps its checkpoints)
@@ -453,7 +464,11 @@ run_one() {
     say_drop "dropped the page cache (sync; echo 3 > $DROP_CACHES_FILE)" True
   else
     stop_if_signalled "$name" "$dir"  # a signal ended sync: a stop, not a file we cannot write
-    say_drop "cannot drop the page cache ($DROP_CACHES_FILE is not writable: run the container with --privileged)" False
+    if [[ "$EUID" != 0 ]]; then  # (DROP_CACHES=1 as a user: --privileged was the advice)
+      say_drop "cannot drop the page cache ($DROP_CACHES_FILE is not writable: not root; run as root, in a container with --privileged)" False
+    else
+      say_drop "cannot drop the page cache ($DROP_CACHES_FILE is not writable: run the container with --privileged)" False
+    fi
   fi
   OUTPUT_DIR="$dir" LOGDIR="$logdir" SEED="$seed" MLPERF_CACHE_CLEARED=$cleared \
     "${TRAIN_MODEL:-$HERE/train_model.sh}" "$@" &

@@ -815,6 +815,22 @@ def test_settings_a_launcher_sweep_found_taken_or_dropped_are_one_line(fake, tmp
     _one_error(fake(DATA_DIR="", CHECK_ONLY="1"), "error: start_training.sh: CHECK_ONLY=1 but no DATA_DIR: the built-in "
                "demo has no settings to check")
     _one_error(fake(DATA_DIR="", SEED="5"), "error: start_training.sh: SEED or NUM_RUNS set but no DATA_DIR")
+    # (a sweep) without its train_model.sh (or one not executable): bash's "line 294: ... Permission denied"
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy2(START, alone / "start_training.sh")
+    (alone / "train_model.sh").write_text("#!/bin/sh\n")
+    for args in ([], ["--help"]):
+        _one_error(subprocess.run([str(alone / "start_training.sh")] + args, capture_output=True, text=True,
+                                  env={k: v for k, v in fake.env.items() if k != "TRAIN_MODEL"}, cwd=ROOT, timeout=120),
+                   "error: start_training.sh: %s is missing or not executable: restore it" % (alone / "train_model.sh"))
+    # (a sweep) a job's DATA_DIR=$TYPO, empty, with a run's settings: the demo ran, exit 0
+    _one_error(fake(DATA_DIR=""), "error: start_training.sh: DATA_DIR set but empty: set DATA_DIR to the folder")
+    unset = {k: v for k, v in fake.env.items() if k != "DATA_DIR"}
+    for name, value in (("PRESET", "rcp_3072"), ("INIT_CHECKPOINT", "/data/tf1_ckpt/model.ckpt-28252")):
+        _one_error(subprocess.run([START], capture_output=True, text=True, env=dict(unset, **{name: value}), cwd=ROOT,
+                                  timeout=120),
+                   "error: start_training.sh: %s set but no DATA_DIR: the built-in demo takes none of a run's" % name)
     _one_error(fake(TRAIN_MODEL=str(tmp_path / "nowhere.sh")), "error: start_training.sh: TRAIN_MODEL=%s is not a "
                "command or executable file" % (tmp_path / "nowhere.sh"))
     assert calls(fake) == [] and not (fake.out / "demo").exists()

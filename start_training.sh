@@ -307,6 +307,39 @@ else  # one's own script: its settings are its own to check; that it runs, ours 
   command -v -- "$TRAIN_MODEL" >/dev/null && [[ ! -d "$TRAIN_MODEL" ]] || die "TRAIN_MODEL=$TRAIN_MODEL is not a" \
     "command or executable file: give the training script's path, or unset it for train_model.sh"
 fi
+# OUTPUT_DIR's layout against NUM_RUNS, before run 0 trains (each found only at its run, after the runs
+# before it had trained) and by CHECK_ONLY=1 (it passed commands the run then refused): a series'
+# folder rerun without its NUM_RUNS (any run_N folder: run_0 may have been moved away), a single run's
+# folder started again as a series, a run_K folder past NUM_RUNS (a series started with more runs:
+# told it was finished, its later runs left unfinished or unseen), a run_I that is not a folder (a
+# file read as "finished earlier"). Builtins, and newest_checkpoint's.
+check_layout() {
+  local run_dir i
+  if (( NUM_RUNS == 1 )); then
+    for run_dir in "$OUTPUT_DIR"/run_*; do
+      [[ "${run_dir##*/}" =~ ^run_(0|[1-9][0-9]{0,8})$ && -d "$run_dir" ]] || continue
+      die "OUTPUT_DIR=$OUTPUT_DIR holds a series of runs (${run_dir##*/}, ...): set NUM_RUNS as" \
+        "when it was started to go on with it, or use another OUTPUT_DIR for one run"
+    done
+    return 0
+  fi
+  newest_checkpoint "$OUTPUT_DIR"
+  if [[ -n "$newest" || -e "$OUTPUT_DIR/run_finished.json" || -e "$OUTPUT_DIR/mlperf_log_path.json" ]]; then
+    die "OUTPUT_DIR=$OUTPUT_DIR holds a single run (NUM_RUNS=1): unset NUM_RUNS to go on with it, or use another" \
+      "OUTPUT_DIR for a series of $NUM_RUNS runs"
+  fi
+  for run_dir in "$OUTPUT_DIR"/run_*; do
+    [[ "${run_dir##*/}" =~ ^run_(0|[1-9][0-9]{0,8})$ && -d "$run_dir" ]] || continue
+    (( BASH_REMATCH[1] < NUM_RUNS )) || die "OUTPUT_DIR=$OUTPUT_DIR holds $run_dir, past NUM_RUNS=$NUM_RUNS: set" \
+      "NUM_RUNS as when the series was started (more than ${BASH_REMATCH[1]}) to go on with it, or use another OUTPUT_DIR"
+  done
+  for (( i = 0; i < NUM_RUNS; i++ )); do
+    run_dir="$OUTPUT_DIR/run_$i"
+    [[ ! -e "$run_dir" && ! -L "$run_dir" || -d "$run_dir" ]] || die "$run_dir is not a directory: the series keeps" \
+      "run $i there; move it away, or use another OUTPUT_DIR"
+  done
+}
+check_layout
 if [[ "$CHECK_ONLY" != 0 ]]; then
   stop_if_signalled "the check's end" "$OUTPUT_DIR"
   if [[ -n "${TRAIN_MODEL:-}" ]]; then
@@ -571,13 +604,6 @@ run_one() {
 }
 
 if (( NUM_RUNS == 1 )); then
-  # a series' folder, rerun without its NUM_RUNS: a run of its own would start beside the series' runs
-  # (any run_N folder of one, as the series' look below reads them: run_0 may have been moved away)
-  for run_dir in "$OUTPUT_DIR"/run_*; do
-    [[ "${run_dir##*/}" =~ ^run_(0|[1-9][0-9]{0,8})$ && -d "$run_dir" ]] || continue
-    die "OUTPUT_DIR=$OUTPUT_DIR holds a series of runs (${run_dir##*/}, ...): set NUM_RUNS as" \
-      "when it was started to go on with it, or use another OUTPUT_DIR for one run"
-  done
   run_one "$OUTPUT_DIR" "$LOGDIR" "${SEED:-}" "the run" "$@"
   if (( finished_before )); then
     echo "$ME: the run in $OUTPUT_DIR finished earlier (${run_status}${run_seed:+, seed $run_seed}): nothing to do;" \
@@ -592,26 +618,10 @@ fi
 # A submission's runs, one after the other: run i in $OUTPUT_DIR/run_i with its own seed (SEED+i
 # when SEED is set, else the trainer's random one, kept in its checkpoints), its log copied to
 # $LOGDIR/result_i.txt once the run has finished.
-# a single run's folder, started again as a series: the series' runs would start beside its files
-newest_checkpoint "$OUTPUT_DIR"
-if [[ -n "$newest" || -e "$OUTPUT_DIR/run_finished.json" || -e "$OUTPUT_DIR/mlperf_log_path.json" ]]; then
-  die "OUTPUT_DIR=$OUTPUT_DIR holds a single run (NUM_RUNS=1): unset NUM_RUNS to go on with it, or use another" \
-    "OUTPUT_DIR for a series of $NUM_RUNS runs"
-fi
-# What the series' folder holds, checked before run 0 trains (each found only at its run, after the
-# runs before it had trained): a run_K folder past NUM_RUNS (a series started with more runs: told
-# it was finished, its later runs left unfinished or unseen), a run_I that is not a folder (a file
-# read as "finished earlier"), a result_I.txt that is not run I's log (another series' in a shared
-# LOGDIR, or run I's folder changed since: removed, its log cut).
-for run_dir in "$OUTPUT_DIR"/run_*; do
-  [[ "${run_dir##*/}" =~ ^run_(0|[1-9][0-9]{0,8})$ && -d "$run_dir" ]] || continue
-  (( BASH_REMATCH[1] < NUM_RUNS )) || die "OUTPUT_DIR=$OUTPUT_DIR holds $run_dir, past NUM_RUNS=$NUM_RUNS: set NUM_RUNS" \
-    "as when the series was started (more than ${BASH_REMATCH[1]}) to go on with it, or use another OUTPUT_DIR"
-done
+# (OUTPUT_DIR's layout: check_layout) a result_I.txt that is not run I's log (another series' in a
+# shared LOGDIR, or run I's folder changed since: removed, its log cut), checked before run 0 trains.
 for (( i = 0; i < NUM_RUNS; i++ )); do
   run_dir="$OUTPUT_DIR/run_$i"
-  [[ ! -e "$run_dir" && ! -L "$run_dir" || -d "$run_dir" ]] || die "$run_dir is not a directory: the series keeps" \
-    "run $i there; move it away, or use another OUTPUT_DIR"
   result="$LOGDIR/result_$i.txt"
   # a result_i.txt that is not this run's log: copied over, it was lost
   if log_node && [[ -f "$result" ]] && ! cmp -s -- "$result" "$run_dir/mlperf.log" 2>/dev/null; then

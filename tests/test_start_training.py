@@ -792,6 +792,8 @@ def test_a_series_folder_rerun_without_num_runs_is_refused(fake):
     assert (proc.returncode, proc.stdout) == (2, "") and calls(fake) == before, proc.stdout
     assert proc.stderr == "error: start_training.sh: OUTPUT_DIR=%s holds a series of runs (run_0, ...): set NUM_RUNS " \
                           "as when it was started to go on with it, or use another OUTPUT_DIR for one run\n" % fake.out
+    # (a sweep) CHECK_ONLY=1 said "the settings pass" for what the run then refuses
+    assert fake(SEED="5", CHECK_ONLY="1").stderr == proc.stderr
     assert fake(NUM_RUNS="2", SEED="5").returncode == 0  # the series' own command: nothing to do
 
 
@@ -906,9 +908,10 @@ def test_a_series_folder_changed_between_reruns_is_refused_before_any_run(fake, 
     folders). Each is one line naming the file and the fix, exit 2, nothing of the series lost."""
     assert fake(NUM_RUNS="3", SEED="5").returncode == 0
     n = len(calls(fake))
-    assert _one_error(fake(NUM_RUNS="2", SEED="5"), "error: start_training.sh: ") == (
-        "error: start_training.sh: OUTPUT_DIR=%s holds %s, past NUM_RUNS=2: set NUM_RUNS as when the series was "
-        "started (more than 2) to go on with it, or use another OUTPUT_DIR" % (fake.out, fake.out / "run_2"))
+    for check in ("0", "1"):  # (a sweep: CHECK_ONLY=1 passed it)
+        assert _one_error(fake(NUM_RUNS="2", SEED="5", CHECK_ONLY=check), "error: start_training.sh: ") == (
+            "error: start_training.sh: OUTPUT_DIR=%s holds %s, past NUM_RUNS=2: set NUM_RUNS as when the series was "
+            "started (more than 2) to go on with it, or use another OUTPUT_DIR" % (fake.out, fake.out / "run_2"))
     shutil.rmtree(fake.out / "run_1")
     assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
         "error: start_training.sh: %s is the log of run 1 of the series in %s, but %s is missing (the run's folder "

@@ -209,6 +209,26 @@ def test_the_pyxis_variant_refuses_a_path_its_mounts_would_split(job, tmp_path):
                               "without them\n" % path
 
 
+def test_the_pyxis_variant_mounts_each_folder_of_a_comma_list_and_of_a_glob(job, tmp_path):
+    """A sweep: INPUT_FILES as the docs allow it, a comma list, was one path to the variant (realpath
+    of "a/part-*,b/part-*": a folder "a/part-*,b" refused for its ','), and a glob in a folder's name
+    was mounted as it is ("/data/*:/data/*:ro", which fails once the job runs). Each part's folder,
+    above any glob, is mounted once, and the parts go on made absolute."""
+    pyxis = os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch")
+    bin_srun = tmp_path / "bin" / "srun"
+    bin_srun.write_text('#!/bin/bash\na="$*"\nprintf "%s\\n" "${a//$\'\\n\'/ }" "$INPUT_FILES" >> "$FAKE_RECORD"\n')
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b / "x1", b / "x2"):
+        d.mkdir(parents=True)
+        (d / "part-00000").write_text("")
+    out = tmp_path / "out"
+    proc, record = job(script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out), EVAL_FILE=str(a / "part-00000"),
+                       INPUT_FILES="%s/part-*,%s/x*/part-0000*,%s/part-00000" % (a, b, a))
+    srun, given = record
+    assert "--container-mounts=%s:%s,%s:%s:ro,%s:%s:ro,%s:%s:ro " % (out, out, job.data, job.data, a, a, b, b) in srun, srun
+    assert given == "%s/part-*,%s/x*/part-0000*,%s/part-00000" % (a, b, a), given
+
+
 def test_submit_refuses_a_flag_file_and_a_config_files_seed_before_sbatch(job, tmp_path):
     """start_training.sh refuses --flagfile and a --config file that sets seed (every run of the
     series would have it), but on the nodes, once the job had waited for them: submit.sh says so

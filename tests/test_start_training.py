@@ -496,6 +496,26 @@ def test_signals_before_a_runs_trainer_starts_start_no_trainer(fake, tmp_path, a
     assert ("finished earlier" in again.stdout) == finished and len(calls(fake)) == len(trained) + (not finished) * int(runs)
 
 
+def test_a_stop_during_the_settings_check_is_one_line_not_bashs_terminated(fake, tmp_path):
+    """A launcher sweep: SIGTERM in the first 0.2 s (6 of 6), while train_model.sh checked the
+    settings (CHECK_ONLY=files), printed bash's "Terminated" for that check beside the stop's line.
+    Its own stderr still comes through (test_settings_a_launcher_sweep_found_taken_or_dropped_are_one_line)."""
+    shim, ready = tmp_path / "python", tmp_path / "checking"
+    shim.write_text('#!/bin/sh\n: > "%s"\nexec sleep 3\n' % ready)  # the check's first Python, held (its signals ignored)
+    shim.chmod(0o755)
+    env = {k: v for k, v in fake.env.items() if k != "TRAIN_MODEL"}
+    proc = subprocess.Popen([START, "--preset=demo_cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(env, PYTHON=str(shim)), cwd=ROOT, start_new_session=True)
+    deadline = time.time() + 60
+    while not ready.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (79, "start_training.sh: stopped by SIGTERM before the run started: nothing "
+                                           "saved (exit 79, not 143); rerun the same command to start it\n", "")
+
+
 def test_the_settings_are_read_by_bash_alone_before_the_demo(tmp_path):
     """From its first line to the demo's start, start_training.sh starts no process (PATH holds no
     command: any would be "command not found"): a scheduler's signals in quick succession cannot end one

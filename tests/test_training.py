@@ -786,8 +786,21 @@ def test_a_run_that_no_eval_reaches_or_that_ends_mid_update_is_warned_at_its_sta
         assert "the first comes at %d samples" % freq in warned[0], warned
     partial = [line for line in err.splitlines() if line.startswith("warning: --num_train_steps=")]
     assert len(partial) == (steps % 2), err
+    assert not [line for line in err.splitlines() if "warmup" in line], err
     if partial:
         assert "the last 1 micro-step(s) are trained but never applied" in partial[0] and "(6)" in partial[0]
+
+
+def test_warm_up_steps_that_are_no_whole_update_are_warned(files, tmp_path, capsys):
+    """A sweep: --num_warmup_steps or --start_warmup_step not a multiple of --steps_per_update logged
+    fractional updates (opt_learning_rate_warmup_steps 1.3333333333333333) without a word, where
+    --num_train_steps's is warned."""
+    out = str(tmp_path / "run")
+    assert training.main(flags_for(files, out, num_train_steps=6, num_warmup_steps=3, start_warmup_step=-1,
+                                   save_checkpoints_steps=100, num_workers=0)) == 0
+    assert [l for l in capsys.readouterr().err.splitlines() if "warmup" in l] == [
+        "warning: --num_warmup_steps=3 and --start_warmup_step=-1 not a multiple of --steps_per_update=2: the log has "
+        "1.5 and -0.5 updates, a fraction"]
 
 
 def test_a_run_without_an_eval_set_is_warned_that_its_log_cannot_pass(files, tmp_path, capsys):

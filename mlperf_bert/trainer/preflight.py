@@ -60,6 +60,11 @@ def warn_schedule(cfg, packed, freq, evaluates):
               "are trained but never applied (as in the reference), and the log's opt_learning_rate_training_steps "
               "is %s updates; give a multiple (%d)" % (steps, n, steps % n, cfg.updates(steps), steps - steps % n),
               file=sys.stderr, flush=True)
+    odd = [(name, getattr(sc, name)) for name in ("num_warmup_steps", "start_warmup_step") if getattr(sc, name) % n]
+    if odd:  # (a sweep: the log's 1.3333333333333333 warm-up updates, without a word)
+        print("warning: %s not a multiple of --steps_per_update=%d: the log has %s updates, a fraction" % (
+            " and ".join("--%s=%d" % kv for kv in odd), n, " and ".join(str(cfg.updates(v)) for _, v in odd)),
+            file=sys.stderr, flush=True)
     if not evaluates:  # (a sweep: said nothing, and logged eval_frequency for evals that never came)
         print("warning: no --eval_input_file: no online eval and no stop at the target; the log will have no "
               "eval_accuracy (the checkers fail it): give the eval set (eval_10k) for a log that can be checked",

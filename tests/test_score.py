@@ -230,15 +230,31 @@ def test_a_run_that_trained_out_its_budget_without_run_stop_is_the_one_not_conve
     test_truncated_log_among_ten_gets_no_score.)"""
     log = package / BERT / "result_3.txt"
     text = re.sub(r'("key": "eval_accuracy", "value": )0\.72\d*', r"\g<1>0.7199", log.read_text())
-    log.write_text("".join(l for l in text.splitlines(True) if '"key": "run_stop"' not in l))
+    lines = [l for l in text.splitlines(True) if '"key": "run_stop"' not in l and '"key": "train_samples"' not in l]
+    last = max(json.loads(l.split(":::MLLOG ", 1)[1])["metadata"]["epoch_num"] for l in lines
+               if '"key": "eval_accuracy"' in l)
+    # its budget, logged before training as tinycorp's is: the next eval would have been past it
+    at = next(i for i, l in enumerate(lines) if '"key": "run_start"' in l)
+    lines.insert(at, lines[at].replace('"key": "run_start", "value": null', '"key": "train_samples", "value": %d'
+                                       % (last + 1000)).replace("INTERVAL_START", "POINT_IN_TIME"))
+    log.write_text("".join(lines))
     s = score.score(str(package))
     assert s["steps"]["package_checker"][0] == "pass"  # what the official checker says
     s = s["systems"][0]
     verdict, kind, why = s["run_verdicts"][3]
-    assert (verdict, kind) == ("FAIL", "not converged") and re.fullmatch(
-        r"no run_stop line after its train_samples budget of \d+", why), s["run_verdicts"][3]
+    assert (verdict, kind, why) == ("FAIL", "not converged", "no run_stop line after its train_samples budget of %d"
+                                    % (last + 1000)), s["run_verdicts"][3]
     assert s["verdict"] == "pass" and s["reasons"] == [] and 3 in s["dropped"]
     assert s["time_to_train_min"] == pytest.approx(3.5457708333, rel=1e-9)
+    # (a review) the count logged at the end, the log cut before its run_stop: no budget, a log cut off; and a
+    # run_stop that breaks its rule (before run_start) is no droppable run either
+    log.write_text("".join(l for l in text.splitlines(True) if '"key": "run_stop"' not in l))
+    assert score.run_verdict(str(log))[0][1] == "invalid"
+    start = next(json.loads(l.split(":::MLLOG ", 1)[1])["time_ms"] for l in text.splitlines() if '"run_start"' in l)
+    log.write_text(re.sub(r'"time_ms": \d+(, "event_type": "INTERVAL_END", "key": "run_stop")',
+                          r'"time_ms": %d\1' % (start - 1000), text.replace('"status": "success"', '"status": "aborted"')))
+    kind, why = score.run_verdict(str(log))[0][1:]
+    assert kind == "invalid" and why.startswith("run_stop: run_stop (time_ms %d) is 1.0 s before run_start" % (start - 1000))
 
 
 def test_plots_go_beside_the_package_never_into_it(package, tmp_path):

@@ -315,14 +315,17 @@ def _stop_of(records):
 
 
 def ended_at_budget(records):
-    """The train_samples budget a log with no run_stop trained out, its evals still below the target
-    (the next eval would have been past it: tinycorp's v4.1 result_2.txt, published with its set),
-    or None: a log that ends earlier was cut off, and whether it would have converged is unknown."""
+    """The train_samples budget a log with no run_stop trained out, its evals still below the target:
+    a train_samples line before its first eval (a count logged at the end is no budget), no eval past
+    it, and the next eval would have been (tinycorp's v4.1 result_2.txt, published with its set); or
+    None: a log that ends earlier was cut off, and whether it would have converged is unknown."""
     budget = _find(records, "train_samples")
-    evals = [s for s in (samples_of(r) for r in _find(records, "eval_accuracy")) if s is not None]
-    if not budget or not _number(budget[-1].value) or len(evals) < 2:
+    evals = _find(records, "eval_accuracy")
+    at = [s for s in (samples_of(r) for r in evals) if s is not None]
+    if len(budget) != 1 or not _number(budget[0].value) or len(at) < 2 or budget[0].lineno > evals[0].lineno:
         return None
-    return budget[-1].value if evals[-1] + (evals[-1] - evals[-2]) > budget[-1].value else None
+    value = budget[0].value
+    return value if max(at) <= value < at[-1] + (at[-1] - at[-2]) else None
 
 
 def not_converged(records, division):

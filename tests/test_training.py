@@ -166,7 +166,16 @@ def test_a_later_run_of_a_series_starts_only_with_run_0s_settings(files, uninter
     with pytest.raises(UserError, match=r"other settings than this command's: processes: 1 \(was 2\); a series'"):
         training.main(flags_for(files, str(out), seed=9))
     assert not out.exists() or not os.listdir(str(out))
-    monkeypatch.setenv(preflight.SERIES_ENV, full)
+    # (a review) run 0's submitter as it ran, from a --config file: its log's, not its given flags' (it was refused
+    # "--submission_org=Acme (was unknown)")
+    marker["launch"]["processes"] = 1
+    (two / "run_finished.json").write_text(json.dumps(marker))
+    log = (two / "mlperf.log").read_text()
+    assert '"submission_org", "value": "unknown"' in log
+    (two / "mlperf.log").write_text(log.replace('"submission_org", "value": "unknown"', '"submission_org", "value": "Acme"'))
+    (two / "mlperf_log_path.json").write_text(json.dumps({"mlperf_log": str(two / "mlperf.log")}))
+    config = tmp_path / "acme.toml"
+    config.write_text('[mlperf]\nsubmission_org = "Acme"\n')
 
     class Started(Exception):
         pass
@@ -174,6 +183,11 @@ def test_a_later_run_of_a_series_starts_only_with_run_0s_settings(files, uninter
     def started(*args):
         raise Started()
     monkeypatch.setattr(preflight, "check_log_owner", started)  # the next step of a fresh start
+    with pytest.raises(Started):
+        training.main(flags_for(files, str(out), seed=9) + ["--config=%s" % config])
+    with pytest.raises(UserError, match=r"--submission_org=unknown \(was Acme\)"):
+        training.main(flags_for(files, str(out), seed=9))
+    monkeypatch.setenv(preflight.SERIES_ENV, full)
     with pytest.raises(Started):
         training.main(flags_for(files, str(out), seed=9))
 

@@ -16,7 +16,6 @@ from mlperf_bert.fileio import (OutputDirError, check_tmpdir, check_writable_dir
 from mlperf_bert.harness.mlperf_log import check_prefix, is_mlperf_log
 from mlperf_bert.trainer import checkpoint, distributed, flag_checks, loader
 from mlperf_bert.trainer.flag_checks import OPEN as _OPEN
-from mlperf_bert.trainer.run_config import FIELDS
 
 
 def check_closed_data(cfg, eval_files, global_batch, rank):
@@ -326,11 +325,10 @@ def check_series(cfg, rank, world, config, train_files, eval_files, init_ckpt):
             ident = cfg.identity(cfg.runtime.seed, train_files, eval_files, init_ckpt, config.to_dict())
             saved["seed"] = ident["seed"]
             diff = checkpoint.differences(saved, ident)
+            logged = _logged_submitter(first)
+            diff += ["--%s=%s (was %s)" % (n, cfg.flag(n), logged[n]) for n in _SUBMITTER
+                     if n in logged and cfg.flag(n) != logged[n]]
             launch = finished.get("launch") if isinstance(finished.get("launch"), dict) else {}
-            given = launch.get("flags") if isinstance(launch.get("flags"), dict) else {}
-            if "flags" in launch:  # (a marker of an older version may lack them)
-                diff += ["--%s=%s (was %s)" % (n, cfg.flag(n), given.get(n, FIELDS[n][1].default)) for n in _SUBMITTER
-                         if cfg.flag(n) != given.get(n, FIELDS[n][1].default)]
             if isinstance(launch.get("processes"), int) and launch["processes"] != world:
                 diff.append("processes: %d (was %d)" % (world, launch["processes"]))
             if diff:
@@ -340,6 +338,23 @@ def check_series(cfg, rank, world, config, train_files, eval_files, init_ckpt):
     problem = distributed.broadcast_object(problem)
     if problem:
         raise UserError(problem)
+
+
+def _logged_submitter(run_dir):
+    """{submission_*: value} that the run in ``run_dir`` logged (its log named by its
+    mlperf_log_path.json): what it ran with, given by a flag, a --config file or the default; {}
+    where its log cannot be read (nothing to compare)."""
+    from mlperf_bert.harness.records import read_log
+    path = checkpoint.read_log_owner(run_dir)
+    try:
+        records = read_log(path) if path else []
+    except UserError:
+        return {}
+    logged = {}
+    for r in records:
+        if r.key in _SUBMITTER:
+            logged.setdefault(r.key, r.value)
+    return logged
 
 
 def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):

@@ -283,8 +283,9 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   [[ -z "${SEED:-}" && "$NUM_RUNS" == 1 ]] || die "SEED or NUM_RUNS set but no DATA_DIR: the built-in demo runs" \
     "once with its own seed; set DATA_DIR (or INPUT_FILES) for a run or a series"
   # a run's settings with DATA_DIR given empty (a job's DATA_DIR=$TYPO) ran the demo and exited 0
-  [[ ! -v DATA_DIR && ! -v INPUT_FILES ]] || die "DATA_DIR${INPUT_FILES+ and INPUT_FILES} set but empty: set" \
-    "DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them), or unset it for the built-in demo"
+  empty=; [[ -v DATA_DIR ]] && empty=DATA_DIR; [[ -v INPUT_FILES ]] && empty="${empty:+$empty and }INPUT_FILES"
+  [[ -z "$empty" ]] || die "$empty set but empty: set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to" \
+    "them), or unset $empty for the built-in demo"
   for name in PRESET INIT_CHECKPOINT SUBMISSION_ORG SUBMISSION_PLATFORM SUBMISSION_STATUS; do
     [[ -z "${!name:-}" ]] || die "$name set but no DATA_DIR: the built-in demo takes none of a run's settings; set" \
       "DATA_DIR (or INPUT_FILES) for a run, or unset $name for the demo"

@@ -1048,6 +1048,9 @@ def test_an_eval_accuracy_of_1_reaches_no_target(tmp_path):
     res = results(write_log(tmp_path / "log.txt", accs=(0.5, 0.6, 1.0)))
     assert (res["stop_at_target"].level, res["stop_at_target"].detail) == ("FAIL", "status success but no eval reached 0.72")
     assert results(write_log(tmp_path / "ok.txt", accs=(0.5, 0.6, 0.9999)))["stop_at_target"].level == "PASS"
+    # (a review) the trainer's stop reads it the same way: one predicate for both
+    from mlperf_bert.harness.mlperf_log import reaches_target
+    assert [reaches_target(a, 0.72) for a in (0.7199, 0.72, 0.9999, 1.0)] == [False, True, True, False]
 
 
 @pytest.mark.parametrize("statuses", [("success", "aborted"), ("aborted", "success")])

@@ -994,10 +994,10 @@ def main(argv):
         while any(w.exitcode is not None for w in pool._pool):
             time.sleep(0.01)
         workers = pool._workers + list(pool._pool)
-    # each worker ended: the one that died (3, the pool may have replaced it before the watch saw it),
-    # the others by the pool's close (0) or, the watched join having seen the dead one (it may have
-    # held the task queue's lock), by the pool's terminate (143); none is left running
-    print(sorted({w.exitcode for w in workers} - {0, 3, 143}), flush=True)
+    # each worker ended: the one that died (3), the others by the pool's close (0) or, the watched join
+    # having seen the dead one (it may have held the task queue's lock), by the pool's terminate (143;
+    # -9 after its grace); none is left running
+    print(sorted({w.exitcode for w in workers} - {0, 3, 143, -9}), flush=True)
     return 0
 
 
@@ -1016,7 +1016,8 @@ def test_a_worker_the_pool_started_in_anothers_place_ends_with_the_pool_not_befo
     process itself (test_a_worker_outlives_the_thread_that_forked_it_and_not_its_parent_process), and
     the pool's join is watched: the command ends, every worker ended.
     (It asserted status 0 for each: the watched join ends the pool at the sight of the dead one, so a
-    worker could end 143, once in CI at 95432ab.)"""
+    worker could end 143, once in CI at 95432ab; a worker SIGTERMed by the thread's end is no longer
+    told apart here, which the test named above covers.)"""
     script, mark = tmp_path / "replaced.py", tmp_path / "ended"
     script.write_text(A_WORKER_THE_POOL_REPLACED)
     proc = subprocess.run([PY, str(script), str(mark)], capture_output=True, text=True, env=ENV, timeout=120)

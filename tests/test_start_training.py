@@ -849,6 +849,8 @@ def test_settings_a_launcher_sweep_found_taken_or_dropped_are_one_line(fake, tmp
     # (a sweep) a job's DATA_DIR=$TYPO, empty, with a run's settings: the demo ran, exit 0
     _one_error(fake(DATA_DIR=""), "error: start_training.sh: DATA_DIR set but empty: set DATA_DIR to the folder")
     unset = {k: v for k, v in fake.env.items() if k != "DATA_DIR"}
+    _one_error(subprocess.run([START], capture_output=True, text=True, env=dict(unset, INPUT_FILES=""), cwd=ROOT,
+                              timeout=120), "error: start_training.sh: INPUT_FILES set but empty: set DATA_DIR")
     for name, value in (("PRESET", "rcp_3072"), ("INIT_CHECKPOINT", "/data/tf1_ckpt/model.ckpt-28252")):
         _one_error(subprocess.run([START], capture_output=True, text=True, env=dict(unset, **{name: value}), cwd=ROOT,
                                   timeout=120),

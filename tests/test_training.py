@@ -466,7 +466,7 @@ def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, unin
     (out / "model.ckpt-30.pt").write_bytes(before["model.ckpt-30.pt"])
     # (a sweep) a SIGTERM in that eval said "while the end of a run that ended earlier was written"; and
     # one after its results, before the marker had the eval's batches, left a rerun with other batches
-    # "nothing to do". Its own line; the batches are in the marker before the eval runs.
+    # "nothing to do". Its own line, nothing changed; the batches go into the marker just before the results.
     from mlperf_bert.errors import Terminated
     real = training.final_eval_batches
 
@@ -481,7 +481,7 @@ def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, unin
         "SIGTERM in the rerun of a run that finished earlier: stopped at once, nothing changed (its log, checkpoints "
         "and results are as they were); rerun the same command for --do_eval's eval of its final weights"))
     assert not (out / "eval_results.txt").exists()
-    assert json.loads((out / "run_finished.json").read_text())["run"]["max_eval_steps"] == 4
+    assert "max_eval_steps" not in json.loads((out / "run_finished.json").read_text())["run"]  # (a review: pinned)
     capsys.readouterr()
     assert training.main(argv) == 0
     said = capsys.readouterr().out

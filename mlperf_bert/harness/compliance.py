@@ -16,7 +16,8 @@ import sys
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, stops_held, worker_pool
-from mlperf_bert.harness.mlperf_log import eval_frequency  # the formula of the reference README's "Stopping criteria"
+# eval_frequency: the formula of the reference README's "Stopping criteria"
+from mlperf_bert.harness.mlperf_log import eval_frequency, reaches_target
 from mlperf_bert.harness.records import (Record, finite, number as _number, read_log,  # noqa: F401 (Record, read_log: this module's API)
                                          run_seconds, run_start_stop)
 
@@ -303,7 +304,8 @@ def _status_said(stop):
 def first_at_target(records, target):
     """The first eval_accuracy line at or above ``target`` and below 1.0 (the official checker's
     ATLEAST_ONE_CHECK, closed_bert.yaml: an accuracy of 1 reaches no target), or None."""
-    return next((r for r in _find(records, "eval_accuracy") if _number(r.value) and target <= r.value < 1.0), None)
+    return next((r for r in _find(records, "eval_accuracy") if _number(r.value) and reaches_target(r.value, target)),
+                None)
 
 
 def _stop_of(records):

@@ -27,7 +27,7 @@ import torch
 
 from mlperf_bert import fileio, flags
 from mlperf_bert.errors import Terminated, UserError, first_signal, forking, hold_raises_while_forking
-from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency
+from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency, reaches_target
 from mlperf_bert.trainer import (checkpoint, cpu_memory, distributed, evaluation, flag_checks, levers, loader, preflight,
                                  run_config, tensorboard, throughput, trainer_flags)
 from mlperf_bert.trainer.config import BertConfig
@@ -589,7 +589,7 @@ class Loop:
         if not s.continues:
             log.start(C.RUN_START)
         self.t_run, clock_start = time.time(), time.perf_counter()
-        if s.evals and s.evals[-1][1] >= cfg.eval.target_mlm_accuracy:  # resumed after reaching the target
+        if s.evals and reaches_target(s.evals[-1][1], cfg.eval.target_mlm_accuracy):  # resumed after reaching it
             self.status = C.SUCCESS
         if s.diverged and trainer.rank == 0:  # resumed after the eval that said so: it ends here, as it did
             print("warning: resumed after the eval at %d samples, whose masked_lm_loss was not finite (the model "
@@ -705,7 +705,7 @@ class Loop:
                 print("warning: the eval at %d samples has masked_lm_loss %s: the model diverged (its weights are no "
                       "longer finite); the run ends here, status aborted, instead of training on in NaN"
                       % (samples, m["masked_lm_loss"]), file=sys.stderr, flush=True)
-        if m["masked_lm_accuracy"] >= self.cfg.eval.target_mlm_accuracy:
+        if reaches_target(m["masked_lm_accuracy"], self.cfg.eval.target_mlm_accuracy):
             self.status = C.SUCCESS
 
     def open_block(self):
@@ -799,11 +799,12 @@ def finished_rerun(cfg, stop, finished, found, config, device, rank, world, trai
             else None)
     status = preflight.finished_before(cfg, finished, rank, config, train_files, eval_files, init_ckpt, left, lost)
     if left:
-        if rank == 0:  # first: a stop between the eval's results and this left a rerun of other batches "done"
+        def record_batches():  # before the results: a stop between the two left a rerun of other batches "done"
             saved = finished.get("run") or {}
             ident = cfg.identity(saved.get("seed"), train_files, eval_files, init_ckpt, config.to_dict())
             checkpoint.add_to_finished(out, finished, {k: v for k, v in ident.items() if k not in saved})
-        done = final_eval_left(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files)
+        done = final_eval_left(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files,
+                               record_batches)
         if rank == 0:
             print("%s: this run finished earlier (status %s after %d samples); done now, nothing trained: %s"
                   % (out, finished.get("status"), finished.get("samples", 0), done), flush=True)
@@ -841,9 +842,10 @@ def finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train
     return 0
 
 
-def final_eval_left(cfg, stop, record, found, config, device, rank, world, train_files, eval_files):
+def final_eval_left(cfg, stop, record, found, config, device, rank, world, train_files, eval_files, before=None):
     """--do_eval's eval of the final weights of an ended run (``record``: its marker), not written:
-    from the metrics its last online eval recorded, else from its final checkpoint; what was done."""
+    from the metrics its last online eval recorded, else from its final checkpoint; what was done.
+    ``before``: what rank 0 does just before it writes the results."""
     out, step = cfg.checkpoint.output_dir, record["global_step"]
     final = checkpoint.path_for(out, step)
     stop.finishing = True  # a signal now: stopped at once, and the same command finishes it
@@ -867,6 +869,8 @@ def final_eval_left(cfg, stop, record, found, config, device, rank, world, train
     if metrics is None:  # (its caller says the final checkpoint is not there)
         return "not --do_eval's eval: its final weights are lost"
     if rank == 0:
+        if before is not None:
+            before()
         print(evaluation.write_eval_results(out, metrics, step))
     return "--do_eval's eval of its final weights: %s" % evaluation.RESULTS
 

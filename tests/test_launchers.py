@@ -1186,6 +1186,11 @@ def test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters(tiny_run, t
                                    SUBMISSION_ORG="Test", SUBMISSION_PLATFORM="cpu_tiny"),
                           cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # (a sweep) a closed run of another model or length went on without a word: its log records neither
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("warning: closed division")]
+    assert warned == ["warning: closed division trains the reference's BERT-Large on sequences of 512 with 76 "
+                      "predictions, and this run's hidden_size 16 (BERT-Large: 1024); intermediate_size 32 (BERT-Large: "
+                      "4096); max_position_embeddings 128 (BERT-Large: 512) and 4 more: its result is no closed result"], proc.stderr
     logged = {}
     for line in open(out / "mlperf.log"):
         if ":::MLLOG" in line:

@@ -83,6 +83,30 @@ def warn_schedule(cfg, packed, freq, evaluates):
               file=sys.stderr, flush=True)
 
 
+def warn_closed_model(cfg, config, packed):
+    """Closed division trains the reference's BERT-Large (configs/bert_config_large.json) on sequences
+    of 512 with 76 predictions (REFERENCE.md, 3-4): another model or length is said at the start; the
+    log records neither, so no checker can tell (a sweep: a 1-layer model's closed run passed every
+    structural rule)."""
+    if cfg.mlperf.submission_division != "closed":
+        return
+    from mlperf_bert.trainer.config import BERT_LARGE, BertConfig
+    try:
+        large = BertConfig.from_json_file(BERT_LARGE).to_dict()
+    except UserError:  # (a copy of the implementation without configs/: the lengths alone)
+        large = {}
+    other = ["%s %s (BERT-Large: %s)" % (k, v, large[k]) for k, v in sorted(config.to_dict().items())
+             if k in large and v != large[k]]
+    if not packed:  # (a packed row's slots are its own)
+        other += ["--%s=%s (the reference: %d)" % (n, cfg.flag(n), want)
+                  for n, want in (("max_seq_length", 512), ("max_predictions_per_seq", 76)) if cfg.flag(n) != want]
+    if other:
+        print("warning: closed division trains the reference's BERT-Large on sequences of 512 with 76 predictions, "
+              "and this run's %s%s: its result is no closed result" % (
+                  "; ".join(other[:3]), " and %d more" % (len(other) - 3) if len(other) > 3 else ""),
+              file=sys.stderr, flush=True)
+
+
 def _packed_input(files):
     from mlperf_bert.dataset.packing import is_packed
     kinds = {is_packed(f) for f in files}

@@ -782,12 +782,14 @@ def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
 
 
 @pytest.mark.parametrize("steps, freq, max_samples, evals", [
-    (8, 32, 0, [32]), (8, 33, 0, []), (30, 16, 13, [16]), (30, 16, 12, []), (7, 8, 0, [8, 16, 24])])
+    (8, 32, 0, [32]), (8, 33, 0, []), (30, 16, 13, [16]), (30, 16, 12, [16]), (30, 24, 12, []), (7, 8, 0, [8, 16, 24])])
 def test_a_run_that_no_eval_reaches_or_that_ends_mid_update_is_warned_at_its_start(
         files, tmp_path, capsys, steps, freq, max_samples, evals):
     """An eval set no eval reaches before the end (the log then has no eval_accuracy) and micro-steps
     after the last update (trained, never applied) are warned before run_start; what the warning
-    says is what the run then does (batch 4, 2 micro-steps an update)."""
+    says is what the run then does (batch 4, 2 micro-steps an update). --max_samples_termination ends
+    at the update that reaches it (a sweep: at 12 it stopped mid-update, its train_samples 12 counting
+    a micro-step never applied; now at 16, where an eval comes)."""
     out = str(tmp_path / "run")
     assert training.main(flags_for(files, out, eval_input_file=files["eval"], eval_frequency=freq,
                                    num_train_steps=steps, max_samples_termination=max_samples,
@@ -801,6 +803,9 @@ def test_a_run_that_no_eval_reaches_or_that_ends_mid_update_is_warned_at_its_sta
     partial = [line for line in err.splitlines() if line.startswith("warning: --num_train_steps=")]
     assert len(partial) == (steps % 2), err
     assert not [line for line in err.splitlines() if "warmup" in line], err
+    if max_samples:
+        recs = _evals(os.path.join(out, "mlperf.log"))[0]
+        assert [r["value"] for r in recs if r["key"] == "train_samples"] == [-(-max_samples // 8) * 8]
     if partial:
         assert "the last 1 micro-step(s) are trained but never applied" in partial[0] and "(6)" in partial[0]
 

@@ -73,8 +73,8 @@ def warn_schedule(cfg, packed, freq, evaluates):
         return
     batch, update = cfg.data.train_batch_size, cfg.global_batch
     end = steps * batch  # the samples count at the end, then at the last update (where an eval can come)
-    if sc.max_samples_termination:  # the loop stops at the micro-step that reaches it
-        end = min(end, -(-sc.max_samples_termination // batch) * batch)
+    if sc.max_samples_termination:  # the loop stops at the update that reaches it
+        end = min(end, -(-sc.max_samples_termination // update) * update)
     last = end // update * update
     if last < freq:
         print("warning: no online eval before the run ends: the first comes at %s samples (eval_frequency), the "

@@ -611,7 +611,11 @@ class Loop:
         self.step0, self.samples0 = s.step, s.samples
         if s.loss_sum is None:
             s.loss_sum = torch.zeros((), device=trainer.device)
-        while self.status != C.SUCCESS and not s.diverged and s.step < max_steps and s.samples < max_samples:
+        n = cfg.optim.steps_per_update
+        # --max_samples_termination ends at an update: micro-steps past it, never applied, were in the
+        # log's train_samples (a sweep), as NVIDIA's checks it after an optimizer step
+        while self.status != C.SUCCESS and not s.diverged and s.step < max_steps and (
+                s.samples < max_samples or s.step % n):
             if not s.block_open:
                 self.open_block()
             batch = next(self.batches)
@@ -622,7 +626,7 @@ class Loop:
             s.step += 1
             s.loss_sum += self.last
             s.loss_n += 1
-            end = s.step == max_steps or s.samples >= max_samples
+            end = s.step == max_steps or (s.samples >= max_samples and s.step % n == 0)
             if s.step % cfg.mlperf.log_frequency == 0 or end:
                 self.log_interval()
             if self.bar is not None:

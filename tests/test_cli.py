@@ -128,7 +128,9 @@ def test_a_second_sigterm_while_the_first_is_handled_does_not_cut_its_way_out(tm
                            "on\n"), proc.stderr
 
 
-# sitecustomize for a command whose import of module $HOLD waits (marked) until a signal comes
+# sitecustomize for a command whose import of module $HOLD waits (marked) until a signal comes; in
+# short sleeps: the signal may go to a thread numpy's import started (OpenBLAS's), which interrupts
+# no sleep of the main thread, whose handler then ran after one of 60 s (`make test` timed out once)
 HOLD_IMPORT = textwrap.dedent("""\
     import importlib.abc, os, sys, time
 
@@ -137,7 +139,8 @@ HOLD_IMPORT = textwrap.dedent("""\
             if name == os.environ["HOLD"]:
                 sys.meta_path.remove(self)
                 open(os.environ["MARK"], "w").close()
-                time.sleep(60)
+                for _ in range(600):
+                    time.sleep(0.1)
             return None
     sys.meta_path.insert(0, Hold())
 """)

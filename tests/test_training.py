@@ -782,7 +782,8 @@ def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
 
 
 @pytest.mark.parametrize("steps, freq, max_samples, evals", [
-    (8, 32, 0, [32]), (8, 33, 0, []), (30, 16, 13, [16]), (30, 16, 12, [16]), (30, 24, 12, []), (7, 8, 0, [8, 16, 24])])
+    (8, 32, 0, [32]), (8, 33, 0, []), (30, 16, 13, [16]), (30, 16, 12, [16]), (30, 24, 12, []), (7, 8, 0, [8, 16, 24]),
+    (7, 8, 12, [8, 16])])
 def test_a_run_that_no_eval_reaches_or_that_ends_mid_update_is_warned_at_its_start(
         files, tmp_path, capsys, steps, freq, max_samples, evals):
     """An eval set no eval reaches before the end (the log then has no eval_accuracy) and micro-steps
@@ -801,13 +802,36 @@ def test_a_run_that_no_eval_reaches_or_that_ends_mid_update_is_warned_at_its_sta
     if not evals:
         assert "the first comes at %d samples" % freq in warned[0], warned
     partial = [line for line in err.splitlines() if line.startswith("warning: --num_train_steps=")]
-    assert len(partial) == (steps % 2), err
+    # (a review) where --max_samples_termination ends the run first, at an update, nothing is left unapplied
+    assert len(partial) == (steps % 2 and not (max_samples and -(-max_samples // 8) * 8 < steps * 4)), err
     assert not [line for line in err.splitlines() if "warmup" in line], err
     if max_samples:
         recs = _evals(os.path.join(out, "mlperf.log"))[0]
         assert [r["value"] for r in recs if r["key"] == "train_samples"] == [-(-max_samples // 8) * 8]
     if partial:
         assert "the last 1 micro-step(s) are trained but never applied" in partial[0] and "(6)" in partial[0]
+
+
+def test_a_closed_runs_model_and_lengths_are_bert_larges_or_warned(files, capsys):
+    """A sweep: a closed run of any model or length ran without a word (its log records neither). The
+    warning compares with BertConfig's defaults, which are configs/bert_config_large.json's (a
+    review: a copy without configs/ warned of nothing), and packed runs' flags too (a review: pack
+    keeps the records' lengths, which the flags must give)."""
+    from mlperf_bert.trainer import preflight, run_config, trainer_flags
+    from mlperf_bert.trainer.config import BERT_LARGE, BertConfig
+    assert BertConfig().to_dict() == BertConfig.from_json_file(BERT_LARGE).to_dict()
+    fv = trainer_flags.define_flags()
+    fv(flags_for(files, "out", submission_division="closed", max_seq_length=512, max_predictions_per_seq=76))
+    closed = run_config.RunConfig.from_flags(fv)
+    preflight.warn_closed_model(closed, BertConfig())
+    assert capsys.readouterr().err == ""
+    fv = trainer_flags.define_flags()
+    fv(flags_for(files, "out", submission_division="closed"))
+    preflight.warn_closed_model(run_config.RunConfig.from_flags(fv), BertConfig(num_hidden_layers=1))
+    assert capsys.readouterr().err == (
+        "warning: closed division trains the reference's BERT-Large on sequences of 512 with 76 predictions, and this "
+        "run's num_hidden_layers 1 (BERT-Large: 24); --max_seq_length=128 (the reference: 512); "
+        "--max_predictions_per_seq=20 (the reference: 76): its result is no closed result\n")
 
 
 def test_warm_up_steps_that_are_no_whole_update_are_warned(files, tmp_path, capsys):

@@ -54,7 +54,10 @@ def warn_schedule(cfg, packed, freq, evaluates):
     set that no eval reaches before the run ends (a log without eval_accuracy, which the checkers fail)."""
     sc, n = cfg.schedule, cfg.optim.steps_per_update
     steps = sc.num_train_steps
-    if steps % n:
+    batch, update = cfg.data.train_batch_size, cfg.global_batch
+    # where --max_samples_termination ends the run first (at an update): no micro-step is left unapplied
+    ends_first = sc.max_samples_termination and -(-sc.max_samples_termination // update) * update < steps * batch
+    if steps % n and not ends_first:
         print("warning: --num_train_steps=%d is not a multiple of --steps_per_update=%d: the last %d micro-step(s) "
               "are trained but never applied (as in the reference), and the log's opt_learning_rate_training_steps "
               "is %s updates; give a multiple (%d)" % (steps, n, steps % n, cfg.updates(steps), steps - steps % n),
@@ -71,7 +74,6 @@ def warn_schedule(cfg, packed, freq, evaluates):
         return
     if packed or cfg.eval.eval_at_start:  # packed: a step's samples are known only as it runs
         return
-    batch, update = cfg.data.train_batch_size, cfg.global_batch
     end = steps * batch  # the samples count at the end, then at the last update (where an eval can come)
     if sc.max_samples_termination:  # the loop stops at the update that reaches it
         end = min(end, -(-sc.max_samples_termination // update) * update)
@@ -83,23 +85,20 @@ def warn_schedule(cfg, packed, freq, evaluates):
               file=sys.stderr, flush=True)
 
 
-def warn_closed_model(cfg, config, packed):
+def warn_closed_model(cfg, config):
     """Closed division trains the reference's BERT-Large (configs/bert_config_large.json) on sequences
     of 512 with 76 predictions (REFERENCE.md, 3-4): another model or length is said at the start; the
     log records neither, so no checker can tell (a sweep: a 1-layer model's closed run passed every
     structural rule)."""
     if cfg.mlperf.submission_division != "closed":
         return
-    from mlperf_bert.trainer.config import BERT_LARGE, BertConfig
-    try:
-        large = BertConfig.from_json_file(BERT_LARGE).to_dict()
-    except UserError:  # (a copy of the implementation without configs/: the lengths alone)
-        large = {}
+    from mlperf_bert.trainer.config import BertConfig
+    large = BertConfig().to_dict()  # (its defaults: configs/bert_config_large.json's, which a test compares)
     other = ["%s %s (BERT-Large: %s)" % (k, v, large[k]) for k, v in sorted(config.to_dict().items())
-             if k in large and v != large[k]]
-    if not packed:  # (a packed row's slots are its own)
-        other += ["--%s=%s (the reference: %d)" % (n, cfg.flag(n), want)
-                  for n, want in (("max_seq_length", 512), ("max_predictions_per_seq", 76)) if cfg.flag(n) != want]
+             if v != large.get(k)]
+    # (packed files too: pack keeps the records' lengths, which the flags must give)
+    other += ["--%s=%s (the reference: %d)" % (n, cfg.flag(n), want)
+              for n, want in (("max_seq_length", 512), ("max_predictions_per_seq", 76)) if cfg.flag(n) != want]
     if other:
         print("warning: closed division trains the reference's BERT-Large on sequences of 512 with 76 predictions, "
               "and this run's %s%s: its result is no closed result" % (

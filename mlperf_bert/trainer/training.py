@@ -500,7 +500,7 @@ def run(cfg, stop, held):
     freq = cfg.eval.eval_frequency or eval_frequency(global_batch)
     if rank == 0 and not resumed:
         preflight.warn_schedule(cfg, packed, freq, eval_set is not None)
-        preflight.warn_closed_model(cfg, trainer.model.config, packed)
+        preflight.warn_closed_model(cfg, trainer.model.config)
     if not continues:
         log.event("eval_frequency", freq)
         log.event(C.EVAL_SAMPLES, eval_set.num_records if eval_set else 0)

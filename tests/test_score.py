@@ -225,7 +225,8 @@ def test_a_run_that_trained_out_its_budget_without_run_stop_is_the_one_not_conve
     """A sweep: a run that did not converge and logged no run_stop after its train_samples budget (as
     tinycorp's v4.1 tinybox_green result_2.txt, published with its set) failed the system ("run_stop:
     0 run_stop lines"); the official package checker accepts one such log (olympic scoring) and the
-    summarizer drops it (its time, measured with the official tools alone: 3.5457708333). It is the
+    summarizer drops it (the set's time, as the official tools gave it to a sweep for this run dropped:
+    3.5457708333). It is the
     set's one run that did not converge. (A log cut off before its budget still breaks the rules:
     test_truncated_log_among_ten_gets_no_score.)"""
     log = package / BERT / "result_3.txt"

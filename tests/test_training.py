@@ -818,8 +818,9 @@ def test_a_closed_runs_model_and_lengths_are_bert_larges_or_warned(files, capsys
     review: a copy without configs/ warned of nothing), and packed runs' flags too (a review: pack
     keeps the records' lengths, which the flags must give)."""
     from mlperf_bert.trainer import preflight, run_config, trainer_flags
-    from mlperf_bert.trainer.config import BERT_LARGE, BertConfig
-    assert BertConfig().to_dict() == BertConfig.from_json_file(BERT_LARGE).to_dict()
+    from mlperf_bert.trainer.config import BertConfig
+    from mlperf_bert.trainer.memory_plan import CONFIG  # configs/bert_config_large.json
+    assert BertConfig().to_dict() == BertConfig.from_json_file(CONFIG).to_dict()
     fv = trainer_flags.define_flags()
     fv(flags_for(files, "out", submission_division="closed", max_seq_length=512, max_predictions_per_seq=76))
     closed = run_config.RunConfig.from_flags(fv)

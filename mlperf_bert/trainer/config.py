@@ -4,17 +4,11 @@ import dataclasses
 import difflib
 import json
 import math
-import os
 
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import open_input
 
 HIDDEN_ACTS = ("gelu", "relu", "tanh", "linear")  # the activations model.py implements
-
-
-# The reference's bert_config.json (BERT-Large), which closed division trains (REFERENCE.md, 4)
-BERT_LARGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                          "configs", "bert_config_large.json")
 
 
 @dataclasses.dataclass

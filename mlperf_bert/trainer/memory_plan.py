@@ -26,8 +26,7 @@ GPU). For one card, ``card_bytes`` reads its memory (80 GB H100, 141 GB H200, 18
 behind it, for this machine's GPU or ``--card_gib``.
 """
 import contextlib
-
-from mlperf_bert.trainer.config import BERT_LARGE
+import os
 
 GIB = 2.0 ** 30
 # An 80 GB H100: 81,559 MiB as nvidia-smi gives it (79.6 GiB): MAX_PER_GPU_BATCH's card, the
@@ -57,7 +56,8 @@ FRAGMENTATION = 0.05
 # buckets, whose planned peak and margin fit CARD: ``Plan.largest_batch`` (tests/test_memory_plan.py
 # recomputes it). Kept as a number so that launchers need not import torch; train_model.sh reads it.
 MAX_PER_GPU_BATCH = 117
-CONFIG = BERT_LARGE
+CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                      "configs", "bert_config_large.json")
 
 
 def fake_batch(b, seq, pred, packed, k=3):

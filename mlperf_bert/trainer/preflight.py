@@ -55,9 +55,9 @@ def warn_schedule(cfg, packed, freq, evaluates):
     sc, n = cfg.schedule, cfg.optim.steps_per_update
     steps = sc.num_train_steps
     batch, update = cfg.data.train_batch_size, cfg.global_batch
-    # where --max_samples_termination ends the run first (at an update): no micro-step is left unapplied
-    ends_first = sc.max_samples_termination and -(-sc.max_samples_termination // update) * update < steps * batch
-    if steps % n and not ends_first:
+    # the samples count at the end: --max_samples_termination's update, or the last micro-step's
+    end = min(steps * batch, -(-sc.max_samples_termination // update) * update or steps * batch)
+    if steps % n and end == steps * batch:  # (ended first by the former: no micro-step is left unapplied)
         print("warning: --num_train_steps=%d is not a multiple of --steps_per_update=%d: the last %d micro-step(s) "
               "are trained but never applied (as in the reference), and the log's opt_learning_rate_training_steps "
               "is %s updates; give a multiple (%d)" % (steps, n, steps % n, cfg.updates(steps), steps - steps % n),
@@ -74,10 +74,7 @@ def warn_schedule(cfg, packed, freq, evaluates):
         return
     if packed or cfg.eval.eval_at_start:  # packed: a step's samples are known only as it runs
         return
-    end = steps * batch  # the samples count at the end, then at the last update (where an eval can come)
-    if sc.max_samples_termination:  # the loop stops at the update that reaches it
-        end = min(end, -(-sc.max_samples_termination // update) * update)
-    last = end // update * update
+    last = end // update * update  # the last update's (where an eval can come)
     if last < freq:
         print("warning: no online eval before the run ends: the first comes at %s samples (eval_frequency), the "
               "last update at %s; the log will have no eval_accuracy (the checkers fail it): lower "

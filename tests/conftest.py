@@ -37,6 +37,10 @@ if not os.environ.get("PYTEST_XDIST_WORKER") and sys.dont_write_bytecode:
     import compileall
     for _part in ("mlperf_bert", "bench", "tests"):
         compileall.compile_dir(os.path.join(ROOT, _part), quiet=2)
+# pytest keeps the test modules it rewrote for its assertion messages only where this process may
+# write bytecode: without, each worker rewrote all of them at every run (~5 s of CPU each). The
+# variable stays set for the processes the tests start.
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture(autouse=True)
@@ -181,10 +185,13 @@ def pytest_configure(config):
 CHEAP_SHARED = {"one_thread", "test_training.py::files", "test_training.py::uninterrupted",
                 "test_training.py::uninterrupted_clip_after", "test_stops.py::uninterrupted"}
 
-# module fixtures whose tests join a unit across files: the 2-rank launches of test_host_syncs.py
-# and test_levers.py fork their ranks from one fork server per worker (test_host_syncs.run_ranks),
-# which imports torch once for both; the TF checkpoints' users join the tensorflow unit below
-ACROSS_FILES = {"two_ranks": "two ranks", "tf1_ckpt": "tensorflow", "phase1": "tensorflow"}
+# module fixtures whose tests join a unit across files: the 2-rank launches of test_host_syncs.py,
+# test_levers.py and test_grad_exchange.py (its DDP launch too) fork their ranks from one fork
+# server per worker (test_host_syncs.run_ranks), which imports torch and the test modules once for
+# all (3.7 s of CPU a server: on one worker, not on both); the TF checkpoints' users join the
+# tensorflow unit below
+ACROSS_FILES = {"two_ranks": "two ranks", "two_ranks_ddp": "two ranks", "tf1_ckpt": "tensorflow",
+                "phase1": "tensorflow"}
 
 # tests that import tensorflow in the worker (5-6 s of CPU, once per worker that does): one unit,
 # with the users of the module fixtures that write TF checkpoints (ACROSS_FILES). A test that
@@ -207,6 +214,7 @@ TENSORFLOW = {
     "test_an_eval_set_that_is_also_a_training_file_is_refused_in_closed_and_warned_of_in_open",
     "test_bfloat16_variables_older_layernorm_names_and_a_training_pts_optimizer_state",
     "test_a_checkpoint_already_at_the_output_is_not_written_over",
+    "test_a_rewrite_of_a_prefix_keeps_files_beside_its_shards",
 }
 
 # seconds per test, for a run without .pytest_cache (a fresh clone): the larger of CPU seconds

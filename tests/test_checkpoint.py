@@ -682,6 +682,18 @@ def test_add_gradacc_refuses_to_write_over_its_input_under_another_name(tmp_path
     assert all((d / n).read_bytes() == b"the input's bytes" for n in os.listdir(d))
 
 
+def test_the_tf_to_tf_tool_loads_without_torch():
+    """checkpoint_add_gradacc.py reads and writes TF checkpoints only: torch's import (~1.6 s of CPU)
+    is the trainer's and the converters' (tf_checkpoint imports it in the functions that make tensors)."""
+    code = ("import runpy, sys; sys.argv = ['checkpoint_add_gradacc.py', '--help']\n"
+            "try:\n    runpy.run_path('checkpoint_add_gradacc.py', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'tensorflow', 'mlperf_bert.trainer.tf_checkpoint') if m in sys.modules))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
+    assert out.splitlines()[-1] == "['mlperf_bert.trainer.tf_checkpoint']", out
+
+
 def test_add_gradacc_bad_arguments_and_a_full_disk_are_one_line(tf1_ckpt, tmp_path, monkeypatch):
     """A hostile sweep of checkpoint_add_gradacc.py: a full disk was a 20-line TensorFlow traceback
     (docs/running.md promises "cannot write FILE", exit 2); an empty --new= wrote the checkpoint

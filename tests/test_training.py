@@ -337,7 +337,7 @@ training.main(["run_pretraining.py"] + argv)
 
 @pytest.mark.parametrize("where", ["checkpoint", "eval"])
 def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_nothing(
-        files, uninterrupted, tmp_path, capsys, where):
+        files, uninterrupted, tmp_path, tmp_path_factory, capsys, where):
     """A kill after run_stop, while the final checkpoint or --do_eval's results were written, left a
     log that said the run had ended. Its rerun trained again: from the checkpoint before, or, with no
     periodic checkpoint (the rcp presets), from the start, the finished log emptied; a resume from the
@@ -413,12 +413,9 @@ def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_n
     else:  # --do_eval alone into this folder: another step's results
         with open(os.path.join(out, "eval_results.txt"), "w") as f:
             f.write("global_step = 18\nloss = 1.0\n")
+        # the reference's evaluation of the uninterrupted run's final weights: what --do_eval gives
+        final_eval_results = _final_eval_results(files, uninterrupted, tmp_path_factory)
 
-    # the reference's evaluation of the uninterrupted run's final weights: what --do_eval gives
-    ref = str(tmp_path / "ref")
-    assert training.main(["run_pretraining.py", "--bert_config_file=" + files["config"], "--do_eval",
-                          "--input_file=" + files["train"], "--output_dir=" + ref, "--num_workers=0",
-                          "--max_eval_steps=4", "--init_checkpoint=" + os.path.join(full, "model.ckpt-30.pt")]) == 0
     capsys.readouterr()
     assert training.main(argv) == 0
     said = capsys.readouterr().out
@@ -433,15 +430,28 @@ def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_n
         assert not os.path.exists(os.path.join(out, "eval_results.txt"))
     else:
         assert "is not there" not in line and "--do_eval's eval of its final weights" in line, line
-        assert open(os.path.join(out, "eval_results.txt")).read() == \
-            open(os.path.join(ref, "eval_results.txt")).read()
+        assert open(os.path.join(out, "eval_results.txt")).read() == final_eval_results
     assert training.main(argv) == 0
     said = capsys.readouterr().out
     assert "this run already finished" in said and "nothing to do" in said, said
 
 
-def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, uninterrupted, tmp_path, capsys,
-                                                                      monkeypatch):
+def _final_eval_results(files, uninterrupted, tmp_path_factory):
+    """eval_results.txt of --do_eval alone (4 steps on the training file) on the uninterrupted run's final
+    weights: the reference's evaluation of them, what --do_eval gives a run that ended earlier. Made once per
+    test process (_once; a plain function, not a module fixture: its tests stay free to move, conftest._unit)."""
+    def final_eval_results():
+        ref = str(tmp_path_factory.mktemp("final_eval"))
+        assert training.main(["run_pretraining.py", "--bert_config_file=" + files["config"], "--do_eval",
+                              "--input_file=" + files["train"], "--output_dir=" + ref, "--num_workers=0",
+                              "--max_eval_steps=4",
+                              "--init_checkpoint=" + os.path.join(uninterrupted[0], "model.ckpt-30.pt")]) == 0
+        return open(os.path.join(ref, "eval_results.txt")).read()
+    return _once("final_eval_results", final_eval_results)
+
+
+def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, uninterrupted, tmp_path, tmp_path_factory,
+                                                                      capsys, monkeypatch):
     """Left by the thirty-sixth stop: a finished run rerun with --do_eval said "nothing to do", and its
     final weights' eval (the reference's eval_results.txt) could be had only by an eval-only run
     into another folder. The rerun evaluates the final checkpoint, as --do_eval at the start would
@@ -450,10 +460,7 @@ def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, unin
     out = tmp_path / "run"
     shutil.copytree(full, out)
     before = {n: (out / n).read_bytes() for n in os.listdir(out)}
-    ref = str(tmp_path / "ref")
-    assert training.main(["run_pretraining.py", "--bert_config_file=" + files["config"], "--do_eval",
-                          "--input_file=" + files["train"], "--output_dir=" + ref, "--num_workers=0",
-                          "--max_eval_steps=4", "--init_checkpoint=" + os.path.join(full, "model.ckpt-30.pt")]) == 0
+    final_eval_results = _final_eval_results(files, uninterrupted, tmp_path_factory)
     capsys.readouterr()
     argv = flags_for(files, str(out), do_eval=True, max_eval_steps=4)
     # (a review) a checkpoint of another rank count: one line (its ranks' state was scattered, a crash)
@@ -488,7 +495,7 @@ def test_do_eval_given_to_a_finished_run_evaluates_its_final_weights(files, unin
     assert said.splitlines()[-1] == ("%s: this run finished earlier (status aborted after 120 samples); done now, "
                                      "nothing trained: --do_eval's eval of its final weights: eval_results.txt"
                                      % out), said
-    assert (out / "eval_results.txt").read_text() == open(os.path.join(ref, "eval_results.txt")).read()
+    assert (out / "eval_results.txt").read_text() == final_eval_results
     assert {n: (out / n).read_bytes() for n in os.listdir(out)
             if n not in ("eval_results.txt", "run_finished.json")} == {n: b for n, b in before.items()
                                                                         if n != "run_finished.json"}
@@ -943,7 +950,7 @@ def test_a_stop_signal_whose_handler_runs_inside_a_fork_hook_is_raised_after_the
 
 
 @pytest.mark.slow
-def test_a_signal_during_do_evals_eval_stops_at_once_and_the_rerun_finishes(files, uninterrupted, tmp_path):
+def test_a_signal_during_do_evals_eval_stops_at_once_and_the_rerun_finishes(files, uninterrupted, tmp_path, capsys):
     """A hostile sweep: SIGTERM during the eval --do_eval runs after training was ignored: the eval ran
     on (27 s there; a BERT-Large eval runs to the scheduler's SIGKILL) and the run exited 0. During
     --do_eval alone it said "in the untimed init, before run_start". The run has ended (run_stop is
@@ -988,9 +995,11 @@ def test_a_signal_during_do_evals_eval_stops_at_once_and_the_rerun_finishes(file
         assert line in out + err and "Traceback" not in err, (out, err)
     assert not (tmp_path / "alone" / "eval_results.txt").exists()
     assert not (tmp_path / "run" / "eval_results.txt").exists()
-    rerun = subprocess.run(trained, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
-    assert "done now, nothing trained: --do_eval's eval of its final weights: eval_results.txt" in rerun.stdout
+    # the same command again, here (the stops above are its processes'; the rerun's status is main's)
+    capsys.readouterr()
+    assert training.main(["run_pretraining.py"] + trained[2:]) == 0
+    said = capsys.readouterr().out
+    assert "done now, nothing trained: --do_eval's eval of its final weights: eval_results.txt" in said, said
     assert open(tmp_path / "run" / "eval_results.txt").readline() == "global_step = 6\n"
 
 

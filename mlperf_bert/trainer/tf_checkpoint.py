@@ -1,7 +1,9 @@
 """TF checkpoints in the reference (google BERT) layout: name mapping, reading, writing.
 
 TensorFlow is imported lazily, only by the functions that read or write TF files, so the
-rest of the project (and training from a ``.pt``) does not need it.
+rest of the project (and training from a ``.pt``) does not need it; torch too, only by the
+functions that make or read tensors, so a TF-to-TF tool (checkpoint_add_gradacc.py) does not
+pay its import (~1.6 s of CPU a process).
 """
 import collections
 import collections.abc
@@ -15,7 +17,6 @@ import shutil
 import zipfile
 
 import numpy as np
-import torch
 
 from mlperf_bert.errors import FixableError, UserError
 from mlperf_bert.fileio import check_writable_dir, pid_alive
@@ -266,6 +267,7 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
 def save_tf_checkpoint(model_or_state_dict, prefix, global_step=None, extra=None):
     """Save model weights under their reference names, plus ``global_step`` if given and
     ``extra`` {TF name: array} (e.g. ``BertOptimizer.slot_arrays()``)."""
+    import torch
     sd = model_or_state_dict
     if isinstance(sd, torch.nn.Module):
         sd = sd.state_dict()
@@ -333,6 +335,7 @@ def load_state_from_arrays(model, arrays, source, carried=()):
     """Copy reference-named arrays into ``model``; return the names that were not used, less
     ``carried`` (names the caller reads itself, e.g. a converter's ``global_step``), so the one
     line logged here and the caller's count are of the same variables."""
+    import torch
     sd = model.state_dict()
     wanted = {tf_name(pname) for pname in sd}
     by_name = {}
@@ -495,6 +498,7 @@ def load_pt(path):
         # torch.load said "[enforce fail at inline_container.cc:180] ." of another zip)
         raise FixableError("checkpoint %s is a zip archive, not one torch.save wrote (no data.pkl in it)" % path,
                            "give a .pt written by this project or a TF checkpoint prefix")
+    import torch
     try:
         # mmap: the tensors stay in the page cache until copied where they go (a BERT-Large
         # checkpoint with LAMB state is 4 GB, which rank 0 would otherwise hold twice on resume)
@@ -526,6 +530,7 @@ def _check_saved_config(path, saved, config):
 def load_init_checkpoint(model, path, carried=()):
     """Load weights from a TF prefix (TF1 or TF2) or a ``.pt``; return {"global_step", "ignored"}
     (``carried``: variables the caller keeps, neither logged nor returned as ignored)."""
+    import torch
     if path.endswith(".pt"):
         ckpt = load_pt(path)
         weights = ckpt["model"]

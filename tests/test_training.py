@@ -192,6 +192,31 @@ def test_a_later_run_of_a_series_starts_only_with_run_0s_settings(files, uninter
         training.main(flags_for(files, str(out), seed=9))
 
 
+def test_a_resume_or_rerun_with_another_submitter_is_refused(files, uninterrupted, tmp_path):
+    """Left by the thirty-eighth stop: a run resumed with another SUBMISSION_ORG (or platform, status)
+    went on under the submitter its log's start names, and a finished run rerun with one said "nothing
+    to do": the log holds them once, at its start, and neither said so. Refused in one line, the
+    folder as it was; a series' later run is refused the same (test_a_later_run_of_a_series_...)."""
+    full, _ = uninterrupted
+    out = tmp_path / "out"
+    shutil.copytree(full, out)
+    (out / "mlperf_log_path.json").write_text(json.dumps({"mlperf_log": str(out / "mlperf.log")}))
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(out), submission_platform="Other"))
+    assert str(e.value) == ("%s: this run already finished (status aborted after 120 samples, run_finished.json) with "
+                            "other settings than this command's: --submission_platform=Other (was unknown); rerun "
+                            "with its settings, or use another --output_dir for a new run" % out), str(e.value)
+    for name in ("run_finished.json", "model.ckpt-30.pt"):  # stopped after step 27's checkpoint, killed
+        (out / name).unlink()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(out), submission_org="Other", submission_status="research"))
+    assert str(e.value) == ("--submission_org=Other (was unknown); --submission_status=research (was onprem): not "
+                            "what the run being resumed in %s logged at its start (checkpoint model.ckpt-27.pt): "
+                            "resume with the same, or use another --output_dir for a new run" % out), str(e.value)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_a_resume_with_its_log_elsewhere_names_the_log_it_wrote(files, uninterrupted, tmp_path):
     """The launcher sweep: a stopped run resumed with another LOGDIR was told its new log "does not
     begin with the 5662 bytes ... recorded: restore that log", naming neither the log the run wrote

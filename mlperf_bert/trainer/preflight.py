@@ -268,6 +268,7 @@ def _other_settings(cfg, record, config, train_files, eval_files, init_ckpt, wha
     saved = record.get("run") or {}
     seed = cfg.runtime.seed if cfg.runtime.seed is not None else saved.get("seed")
     diff = checkpoint.differences(saved, cfg.identity(seed, train_files, eval_files, init_ckpt, config.to_dict()))
+    diff += _submitter_changed(cfg, checkpoint.read_log_owner(cfg.checkpoint.output_dir))
     if diff:
         return ("%s with other settings than this command's: %s; rerun with its settings, or use another "
                 "--output_dir for a new run" % (what, "; ".join(diff)))
@@ -345,9 +346,7 @@ def check_series(cfg, rank, world, config, train_files, eval_files, init_ckpt):
             ident = cfg.identity(cfg.runtime.seed, train_files, eval_files, init_ckpt, config.to_dict())
             saved["seed"] = ident["seed"]
             diff = checkpoint.differences(saved, ident)
-            logged = _logged_submitter(first)
-            diff += ["--%s=%s (was %s)" % (n, cfg.flag(n), logged[n]) for n in _SUBMITTER
-                     if n in logged and cfg.flag(n) != logged[n]]
+            diff += _submitter_changed(cfg, checkpoint.read_log_owner(first))
             launch = finished.get("launch") if isinstance(finished.get("launch"), dict) else {}
             if isinstance(launch.get("processes"), int) and launch["processes"] != world:
                 diff.append("processes: %d (was %d)" % (world, launch["processes"]))
@@ -360,21 +359,22 @@ def check_series(cfg, rank, world, config, train_files, eval_files, init_ckpt):
         raise UserError(problem)
 
 
-def _logged_submitter(run_dir):
-    """{submission_*: value} that the run in ``run_dir`` logged (its log named by its
-    mlperf_log_path.json): what it ran with, given by a flag, a --config file or the default; {}
-    where its log cannot be read (nothing to compare)."""
+def _submitter_changed(cfg, log_path):
+    """["--submission_org=B (was A)", ...]: the submitter, platform and status this command gives
+    (by a flag, a --config file or the default) that differ from those the log at ``log_path``
+    recorded; [] where it cannot be read (nothing to compare). The log has them once, at its start:
+    a resume, a rerun or a later run of a series with others would log nothing of them."""
     from mlperf_bert.harness.records import read_log
-    path = checkpoint.read_log_owner(run_dir)
     try:
-        records = read_log(path) if path else []
+        records = read_log(log_path) if log_path else []
     except UserError:
-        return {}
+        return []
     logged = {}
     for r in records:
         if r.key in _SUBMITTER:
             logged.setdefault(r.key, r.value)
-    return logged
+    return ["--%s=%s (was %s)" % (n, cfg.flag(n), logged[n]) for n in _SUBMITTER
+            if n in logged and cfg.flag(n) != logged[n]]
 
 
 def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):
@@ -392,6 +392,11 @@ def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_pat
                         "the same number" % (path, n, "" if n == 1 else "s", world))
     if ckpt.get("mlperf_log"):
         check_run_log(os.path.dirname(path), log_path, ckpt["mlperf_log"], "checkpoint %s" % os.path.basename(path))
+        changed = _submitter_changed(cfg, log_path)  # (a log the resume continues: its start is kept)
+        if changed:
+            raise UserError("%s: not what the run being resumed in %s logged at its start (checkpoint %s): resume "
+                            "with the same, or use another --output_dir for a new run"
+                            % ("; ".join(changed), os.path.dirname(path), os.path.basename(path)))
     warn_other_torch(ckpt.get("torch"), path)
 
 

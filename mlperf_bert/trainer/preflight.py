@@ -365,8 +365,8 @@ def _submitter_changed(cfg, log_path):
     recorded; [] where it cannot be read (nothing to compare). The log has them once, at its start:
     a resume, a rerun or a later run of a series with others would log nothing of them."""
     from mlperf_bert.harness.records import read_log
-    try:
-        records = read_log(log_path) if log_path else []
+    try:  # (in progress: a resume's log may end in a line a full disk cut, which the resume cuts off)
+        records = read_log(log_path, in_progress=True) if log_path else []
     except UserError:
         return []
     logged = {}
@@ -378,8 +378,9 @@ def _submitter_changed(cfg, log_path):
 
 
 def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):
-    """Refuse, in one line, a resume from a checkpoint of another run, config or rank count, or
-    onto a log that no longer begins with what the checkpoint's run had written."""
+    """Refuse, in one line, a resume from a checkpoint of another run, config or rank count, onto a
+    log that no longer begins with what the checkpoint's run had written, or with another submitter,
+    platform or status than that log's start holds."""
     seed = cfg.runtime.seed if cfg.runtime.seed is not None else ckpt["seed"]
     saved = dict(ckpt.get("run", {}))
     if ckpt.get("config") is not None:  # a checkpoint of an older version has it beside its identity

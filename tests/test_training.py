@@ -766,6 +766,34 @@ def _official_checker(log_path, cwd):
 
 
 @pytest.mark.slow
+def test_an_adamw_run_logs_adamws_keys_and_passes_as_open(files, tmp_path, capsys):
+    """Left by the thirty-eighth stop: an open run with the reference's AdamW logged its beta_1, beta_2,
+    epsilon and weight decay as opt_lamb_*: its log said LAMB. It logs opt_name adamw and mllog's
+    opt_adamw_* keys, each once; check-log takes them for LAMB's in an open log (a closed run trains
+    with LAMB: refused, test_closed_division_refuses_...), and the official checker passes it."""
+    from mlperf_bert.harness import compliance
+    out = str(tmp_path / "adamw")
+    assert training.main(flags_for(files, out, optimizer="adamw", learning_rate=1e-3, steps_per_update=1,
+                                   num_train_steps=4, eval_input_file=files["eval"], eval_frequency=16,
+                                   save_checkpoints_steps=100, num_workers=0, max_eval_steps=2, target_mlm_accuracy=0.0)) == 0
+    log = os.path.join(out, "mlperf.log")
+    recs = [json.loads(line.split(":::MLLOG", 1)[1]) for line in open(log) if ":::MLLOG" in line]
+    keys = [r["key"] for r in recs]
+    assert not [k for k in keys if k.startswith("opt_lamb")], keys
+    assert {k: keys.count(k) for k in ("opt_name", "opt_adamw_beta_1", "opt_adamw_beta_2", "opt_adamw_epsilon",
+                                       "opt_adamw_weight_decay")} == dict.fromkeys(
+        ("opt_name", "opt_adamw_beta_1", "opt_adamw_beta_2", "opt_adamw_epsilon", "opt_adamw_weight_decay"), 1)
+    values = {r["key"]: r["value"] for r in recs}
+    assert (values["opt_name"], values["opt_adamw_beta_1"], values["opt_adamw_beta_2"], values["opt_adamw_weight_decay"],
+            values["opt_adamw_epsilon"]) == ("adamw", 0.9, 0.999, 0.01, pytest.approx(1e-6))
+    capsys.readouterr()
+    assert compliance.main(["check-log", "--noofficial", log]) == 0
+    said = capsys.readouterr().out
+    assert "WARN" not in said and "hyperparameters and the seed each logged once" in said, said
+    rc, text = _official_checker(log, str(tmp_path))
+    assert rc == 0, text
+
+
 def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
     kw = dict(eval_input_file=files["eval"], eval_frequency=16, eval_at_start=True,
               steps_per_update=1, num_train_steps=16, save_checkpoints_steps=100,

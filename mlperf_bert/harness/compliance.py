@@ -17,7 +17,7 @@ import sys
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, stops_held, worker_pool
 # eval_frequency: the formula of the reference README's "Stopping criteria"
-from mlperf_bert.harness.mlperf_log import eval_frequency, reaches_target
+from mlperf_bert.harness.mlperf_log import OPTIMIZER_KEYS, eval_frequency, reaches_target
 from mlperf_bert.harness.records import (Record, finite, number as _number, read_log,  # noqa: F401 (Record, read_log: this module's API)
                                          run_seconds, run_start_stop)
 
@@ -112,10 +112,21 @@ def _run_time(records):
         return None
 
 
+def _hyperparameter_keys(records, division):
+    """HYPERPARAMETERS, with AdamW's optimizer keys in place of LAMB's for an open log whose opt_name
+    is adamw (this trainer's --optimizer=adamw); a closed log's are LAMB's, its rules'."""
+    names = [r.value for r in records if r.key == "opt_name"]
+    if division != "closed" and names and str(names[0]).lower() == "adamw":
+        lamb = OPTIMIZER_KEYS["lamb"]
+        return tuple(OPTIMIZER_KEYS["adamw"][lamb.index(k)] if k in lamb else k for k in HYPERPARAMETERS)
+    return HYPERPARAMETERS
+
+
 def rule_hyperparameters(records, division):
     counts = collections.Counter(r.key for r in records)
     repeated = None
-    for key in HYPERPARAMETERS + ("eval_samples",):
+    keys = _hyperparameter_keys(records, division)
+    for key in keys + ("eval_samples",):
         if counts[key] > 1 and _one_value(records, key) is None:
             return _res("hyperparameters_once", FAIL, "%s logged %d times with different values, expected once"
                         % (key, counts[key]), _find(records, key)[1])
@@ -146,7 +157,7 @@ def rule_hyperparameters(records, division):
     if len(seeds) > 1:
         return _res("hyperparameters_once", WARN, "seed logged %d times (the rules warn)" % len(seeds), seeds[1])
     return _res("hyperparameters_once", PASS, "%d hyperparameters and the seed each logged once"
-                % len(HYPERPARAMETERS + ("eval_samples",)))
+                % len(keys + ("eval_samples",)))
 
 
 def rule_eval_samples(records, division):
@@ -610,7 +621,7 @@ def identity_findings(logs, org, division, status, platforms=None):
         found.append(("platform", "the logs name %d platforms (%s): a package holds the runs of one system"
                       % (len(platforms_seen), ", ".join(repr(p) for p in platforms_seen))))
     # the runs of a result are one setting (none of the 324 accepted BERT systems of v1.0-v5.0 varies one)
-    for key in HYPERPARAMETERS:
+    for key in HYPERPARAMETERS + OPTIMIZER_KEYS["adamw"]:
         by_value = collections.defaultdict(list)
         for name, records in logs:
             first = _find(records, key)
@@ -635,7 +646,7 @@ def _names(names):
 
 
 # The keys whose lines these rules count or place (a verbatim repeat of one is worth a warning)
-_COUNTED_KEYS = frozenset(HYPERPARAMETERS + ("eval_samples", "seed", "eval_accuracy", "eval_frequency", "run_start",
+_COUNTED_KEYS = frozenset(HYPERPARAMETERS + OPTIMIZER_KEYS["adamw"] + ("eval_samples", "seed", "eval_accuracy", "eval_frequency", "run_start",
                                              "run_stop", "train_samples", "submission_division", TARGET_KEY))
 
 

@@ -71,6 +71,14 @@ class _Handler(logging.Handler):
         self._log._write(self.format(record) + "\n")
 
 
+# An optimizer's epsilon, beta_1, beta_2 and weight decay keys (mllog's constants): LAMB's are the
+# closed rules'; an open run with the reference's AdamW (its AdamWeightDecayOptimizer) logs AdamW's.
+OPTIMIZER_KEYS = {
+    "lamb": (C.OPT_LAMB_EPSILON, C.OPT_LAMB_BETA_1, C.OPT_LAMB_BETA_2, C.OPT_LAMB_WEIGHT_DECAY),
+    "adamw": (C.OPT_ADAMW_EPSILON, C.OPT_ADAMW_BETA_1, C.OPT_ADAMW_BETA_2, C.OPT_ADAMW_WEIGHT_DECAY),
+}
+
+
 class MLPerfLog:
     """``event``/``start``/``end`` log ``:::MLLOG`` lines on rank 0; no-ops elsewhere."""
 
@@ -186,19 +194,23 @@ class MLPerfLog:
 
     def hyperparameters(self, global_batch_size, learning_rate, epsilon, train_steps, warmup_steps,
                         start_warmup_step, beta_1, beta_2, weight_decay_rate, accumulation_steps,
-                        seed, max_sequence_length, target_accuracy):
-        """Every hyperparameter key of the closed BERT rules, each exactly once."""
+                        seed, max_sequence_length, target_accuracy, optimizer="lamb"):
+        """Every hyperparameter key of the closed BERT rules, each exactly once; an (open) AdamW run's
+        optimizer keys are AdamW's, with its ``opt_name`` (OPTIMIZER_KEYS), not LAMB's."""
         event = functools.partial(self.event, depth=1)
+        keys = OPTIMIZER_KEYS[optimizer]
+        if optimizer != "lamb":
+            event(C.OPT_NAME, optimizer)
         event(C.GLOBAL_BATCH_SIZE, global_batch_size)
         event(C.OPT_BASE_LR, learning_rate)
-        event(C.OPT_LAMB_EPSILON, epsilon)
+        event(keys[0], epsilon)
         event(C.OPT_LR_TRAINING_STEPS, train_steps)
         event(C.OPT_LR_WARMUP_STEPS, warmup_steps)
         event(C.NUM_WARMUP_STEPS, warmup_steps)
         event(C.START_WARMUP_STEP, start_warmup_step)
-        event(C.OPT_LAMB_BETA_1, beta_1)
-        event(C.OPT_LAMB_BETA_2, beta_2)
-        event(C.OPT_LAMB_WEIGHT_DECAY, weight_decay_rate)
+        event(keys[1], beta_1)
+        event(keys[2], beta_2)
+        event(keys[3], weight_decay_rate)
         event(C.GRADIENT_ACCUMULATION_STEPS, accumulation_steps)
         event(C.SEED, seed)
         event("max_sequence_length", max_sequence_length)

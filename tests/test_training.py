@@ -765,7 +765,6 @@ def _official_checker(log_path, cwd):
     return r.returncode, r.stdout + r.stderr
 
 
-@pytest.mark.slow
 def test_an_adamw_run_logs_adamws_keys_and_passes_as_open(files, tmp_path, capsys):
     """Left by the thirty-eighth stop: an open run with the reference's AdamW logged its beta_1, beta_2,
     epsilon and weight decay as opt_lamb_*: its log said LAMB. It logs opt_name adamw and mllog's
@@ -794,6 +793,7 @@ def test_an_adamw_run_logs_adamws_keys_and_passes_as_open(files, tmp_path, capsy
     assert rc == 0, text
 
 
+@pytest.mark.slow
 def test_online_eval_stops_at_first_eval_reaching_target(files, tmp_path):
     kw = dict(eval_input_file=files["eval"], eval_frequency=16, eval_at_start=True,
               steps_per_update=1, num_train_steps=16, save_checkpoints_steps=100,

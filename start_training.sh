@@ -422,7 +422,7 @@ check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
 # status, elapsed, finished_before, run_seed and run_status; prints one line when the run stops
 # or fails; when it finishes or had finished earlier, the caller says so.
 run_one() {
-  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt end end_fmt ckpt resumed ended=
+  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt end end_fmt ckpt resumed ended= fix
   shift 4
   launching=
   [[ -n "$got_signal" ]] || catch_signals  # (after one, the next are ignored until the stop)
@@ -501,11 +501,9 @@ run_one() {
     say_drop "dropped the page cache (sync; echo 3 > $DROP_CACHES_FILE)" True
   else
     stop_if_signalled "$name" "$dir"  # a signal ended sync: a stop, not a file we cannot write
-    if [[ "$EUID" != 0 ]]; then  # (DROP_CACHES=1 as a user: --privileged was the advice)
-      say_drop "cannot drop the page cache ($DROP_CACHES_FILE is not writable: not root; run as root, in a container with --privileged)" False
-    else
-      say_drop "cannot drop the page cache ($DROP_CACHES_FILE is not writable: run the container with --privileged)" False
-    fi
+    fix="run the container with --privileged"
+    [[ "$EUID" == 0 ]] || fix="not root; run as root, in a container with --privileged"  # (as a user: --privileged was the advice)
+    say_drop "cannot drop the page cache ($DROP_CACHES_FILE is not writable: $fix)" False
   fi
   OUTPUT_DIR="$dir" LOGDIR="$logdir" SEED="$seed" MLPERF_CACHE_CLEARED=$cleared \
     "${TRAIN_MODEL:-$HERE/train_model.sh}" "$@" &

@@ -198,19 +198,19 @@ class MLPerfLog:
         """Every hyperparameter key of the closed BERT rules, each exactly once; an (open) AdamW run's
         optimizer keys are AdamW's, with its ``opt_name`` (OPTIMIZER_KEYS), not LAMB's."""
         event = functools.partial(self.event, depth=1)
-        keys = OPTIMIZER_KEYS[optimizer]
+        epsilon_key, beta_1_key, beta_2_key, decay_key = OPTIMIZER_KEYS[optimizer]
         if optimizer != "lamb":
             event(C.OPT_NAME, optimizer)
         event(C.GLOBAL_BATCH_SIZE, global_batch_size)
         event(C.OPT_BASE_LR, learning_rate)
-        event(keys[0], epsilon)
+        event(epsilon_key, epsilon)
         event(C.OPT_LR_TRAINING_STEPS, train_steps)
         event(C.OPT_LR_WARMUP_STEPS, warmup_steps)
         event(C.NUM_WARMUP_STEPS, warmup_steps)
         event(C.START_WARMUP_STEP, start_warmup_step)
-        event(keys[1], beta_1)
-        event(keys[2], beta_2)
-        event(keys[3], weight_decay_rate)
+        event(beta_1_key, beta_1)
+        event(beta_2_key, beta_2)
+        event(decay_key, weight_decay_rate)
         event(C.GRADIENT_ACCUMULATION_STEPS, accumulation_steps)
         event(C.SEED, seed)
         event("max_sequence_length", max_sequence_length)

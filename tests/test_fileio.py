@@ -1065,7 +1065,7 @@ def slow(x):
 def main(argv):
     errors.init_worker = ends_once_then_init
     with errors.worker_pool(2, "fork") as pool:
-        while len(made) < 3:  # the replacement made
+        while len(made) < 3 or made[2].pid is None:  # the replacement made and started (a pid only then)
             time.sleep(0.01)
         threading.Timer(0.2, os.kill, (made[2].pid, signal.SIGKILL)).start()  # in the map
         print(pool.map(slow, range(6)), flush=True)

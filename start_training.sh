@@ -15,7 +15,8 @@
 # anything was saved (no checkpoint: the same command starts it again), a failure's own status (a
 # rank killed: 128 + its signal) also when it came with a stop. A run that finished
 # earlier is not run again; one whose end marker and log disagree (its log cut since, a status
-# edited) is refused in one line, a series' before run 0 trains. With DATA_DIR unset and no arguments
+# edited) is refused in one line, a series' before run 0 trains, and so is a finished run, or one a
+# checkpoint holds, given another SEED. With DATA_DIR unset and no arguments
 # it runs the built-in demo.
 #
 # Environment: everything train_model.sh reads (PRESET, DATA_DIR, INPUT_FILES, EVAL_FILE,
@@ -29,8 +30,8 @@
 #                  /proc/sys/vm/drop_caches), 1 = try even when not root, 0 = never (a shared
 #                  host whose cache must stay)                                [auto; 1 in the image]
 #   CHECK_LOG      1 = run the log checker after a finished run                [1]
-#   CHECK_ONLY     1 = only check the settings as train_model.sh does (one line, no run); its
-#                  DRY_RUN is refused here                                      [0]
+#   CHECK_ONLY     1 = only check the settings as train_model.sh does, and OUTPUT_DIR's runs as
+#                  each run does (one line, no run); its DRY_RUN is refused here [0]
 #   NUM_RUNS       runs in a row, each in $OUTPUT_DIR/run_N with its own seed, its log kept as
 #                  $LOGDIR/result_N.txt (a submission has 10); a rerun skips finished runs and
 #                  resumes the one that stopped                                [1]
@@ -209,7 +210,25 @@ absolute() {  # VAR PATH: sets VAR to PATH made absolute against $PWD, without `
 }
 absolute OUTPUT_DIR "${OUTPUT_DIR:-$PWD/output}"
 absolute LOGDIR "${LOGDIR:-$OUTPUT_DIR}"
+# Linux's limits on a path (PATH_MAX, with its NUL) and on each of its names (NAME_MAX), in bytes, and
+# the room kept below OUTPUT_DIR and LOGDIR for what the runs write there (run_999999999/
+# model.ckpt-999999999.pt.tmp-4194304, .result_N.txt.tmp-PID: 50 at most). Past them the trainer's
+# first write was refused after STARTING TIMING RUN ("file name too long"), or the run's state, unread,
+# was taken for a finished run's ("finished earlier, but its MLPerf log is not ...").
+PATH_MAX=4095 NAME_MAX=255 PATH_ROOM=64
+check_length() {  # VAR: its path within those limits (bytes: LC_ALL=C)
+  local LC_ALL=C path=${!1} rest=${!1} name
+  (( ${#path} + PATH_ROOM <= PATH_MAX )) || die "$1=$path is ${#path} bytes long: the files the run writes in it" \
+    "would pass the $PATH_MAX bytes a path may have: give a path of at most $((PATH_MAX - PATH_ROOM)) bytes (a" \
+    "symbolic link to the folder from a shorter path will do)"
+  while [[ -n "$rest" ]]; do
+    rest=${rest#/} name=${rest%%/*} rest=${rest#"$name"}
+    (( ${#name} <= NAME_MAX )) || die "$1=$path has a name of ${#name} bytes (${name:0:20}...), more than the" \
+      "$NAME_MAX a file system takes: give a path with shorter names"
+  done
+}
 for var in OUTPUT_DIR LOGDIR; do  # a file there (or above) read as "finished earlier (unreadable)": exit 0
+  check_length "$var"
   [[ -L "${!var}" && ! -e "${!var}" ]] && die "$var=${!var} is a symbolic link to a path that does not exist:" \
     "make its target, or give another path"
   above="${!var}"
@@ -344,7 +363,8 @@ check_layout() {
   done
 }
 check_layout
-if [[ "$CHECK_ONLY" != 0 ]]; then
+# CHECK_ONLY=1's end, once the runs' own refusals before their trainers (check_run) have passed
+check_passed() {
   stop_if_signalled "the check's end" "$OUTPUT_DIR"
   if [[ -n "${TRAIN_MODEL:-}" ]]; then
     echo "$ME: CHECK_ONLY=$CHECK_ONLY: TRAIN_MODEL=$TRAIN_MODEL runs instead of train_model.sh: its settings are not" \
@@ -353,7 +373,7 @@ if [[ "$CHECK_ONLY" != 0 ]]; then
     echo "$ME: CHECK_ONLY=$CHECK_ONLY: the settings pass train_model.sh's checks; no run started"
   fi
   exit 0
-fi
+}
 
 # Once a trainer has ended, what is left of its run (the verdict, the RESULT line, the log check, the
 # log kept) is done with SIGTERM and SIGINT ignored (ignore_signals), by this shell and by what it starts: a scheduler
@@ -418,14 +438,14 @@ check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
 }
 
 
-# One timed run: run_one DIR LOGDIR SEED NAME ("the run", "run 1 of 10") TRAIN_MODEL_ARGS... Sets
-# status, elapsed, finished_before, run_seed and run_status; prints one line when the run stops
-# or fails; when it finishes or had finished earlier, the caller says so.
-run_one() {
-  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt end end_fmt ckpt resumed ended= fix
-  shift 4
-  launching=
-  [[ -n "$got_signal" ]] || catch_signals  # (after one, the next are ignored until the stop)
+# The refusals of run_one's run before anything of it is written (its state, read with a series' later
+# runs for run 0, and its seed against SEED's), which CHECK_ONLY=1 makes too: check_run DIR LOG SEED NAME.
+# Sets finished_before, and those run_state sets; not finished: resumed (its newest checkpoint) and
+# ended (run_stopped.json there: killed after its run_stop).
+check_run() {
+  local dir=$1 log=$2 seed=$3 name=$4 want="SEED=$3" held fix
+  (( ${run_index:-0} )) && want="$seed (SEED+$run_index)"  # (run i of a series gets SEED+i)
+  resumed= ended=
   run_state "$dir" "$log" "${later_runs[@]+"${later_runs[@]}"}"
   later_runs=()
   if (( state_rc )); then
@@ -433,6 +453,9 @@ run_one() {
     # old finished marker taken for this start's end (a RESULT line of 0 s). Signals in quick
     # succession end every try: that is a stop, before this run does anything.
     stop_if_signalled "$name" "$dir"
+    # (CHECK_ONLY=1: examples/submit.sh's, with a login node's python3, which may not run it: the nodes'
+    # runs read it; where train_model.sh's check ran, it ran with this PYTHON)
+    if (( CHECK_ONLY )); then finished_before=0; return; fi
     die "cannot read the state of $name in $dir (python -S -m mlperf_bert.harness.run_state ended with status $state_rc): check PYTHON=$PYTHON"
   fi
   # A run whose end marker and log disagree (its log cut since it finished, its result_N.txt gone with
@@ -456,25 +479,51 @@ run_one() {
         "path is in $dir/mlperf_log_path.json), or use another OUTPUT_DIR for a new run"
     fi
     if [[ -n "$seed" && -n "$run_seed" && "$seed" != "$run_seed" ]]; then
-      die "$name in $dir finished earlier with seed $run_seed, not SEED=$seed: use another OUTPUT_DIR for a new run"
+      die "$name in $dir finished earlier with seed $run_seed, not $want: use another OUTPUT_DIR for a new run"
     fi
     finished_before=1
     status=0
-    if [[ -n "${TRAIN_MODEL:-}" ]]; then  # a trainer of one's own: its settings are not ours to compare
-      ignore_signals  # what is left of a run that ended earlier (its log kept), as after a trainer's end
-      return
-    fi
     # Ours compares this command's settings with the finished run's (trainer/preflight.py
     # finished_before): the same have nothing to do, others are refused in one line; its ranks meet
     # as a run's do, and rank 0 decides for every node.
-  else
-    finished_before=0
+    return
   fi
+  finished_before=0
   # a checkpoint there: the trainer resumes it, and the log goes on from it (its first lines kept)
   newest_checkpoint "$dir"
   resumed=$newest
   # killed after its run_stop (run_stopped.json): the trainer writes what was left, trains nothing
   [[ -f "$dir/run_stopped.json" ]] && ended=1
+  # Either goes on with the seed it started with (its checkpoint's; the last its log records), which
+  # the trainer compared with another SEED's only after STARTING TIMING RUN, the page cache dropped
+  # (preflight.check_resume, check_stopped), and its status 2 said "rerun the same command to resume".
+  if [[ -n "$seed" && -n "$run_seed" && "$seed" != "$run_seed" ]] && [[ -n "$resumed" || -n "$ended" ]]; then
+    held="${resumed##*/}"
+    [[ -n "$held" ]] || held=run_stopped.json
+    if [[ "$run_seed" =~ ^[0-9]{1,18}$ ]] && (( run_seed >= ${run_index:-0} )); then
+      fix="SEED=$((run_seed - ${run_index:-0}))"
+    else
+      fix="the SEED it was started with"
+    fi
+    die "$name in $dir was started with seed $run_seed ($held holds it), not $want: rerun with $fix to go on" \
+      "with it, or use another OUTPUT_DIR for a new run"
+  fi
+}
+
+# One timed run: run_one DIR LOGDIR SEED NAME ("the run", "run 1 of 10") TRAIN_MODEL_ARGS... Sets
+# status, elapsed, finished_before, run_seed and run_status; prints one line when the run stops
+# or fails; when it finishes or had finished earlier, the caller says so.
+run_one() {
+  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt end end_fmt ckpt resumed ended fix
+  shift 4
+  launching=
+  [[ -n "$got_signal" ]] || catch_signals  # (after one, the next are ignored until the stop)
+  check_run "$dir" "$log" "$seed" "$name"
+  if (( finished_before )) && [[ -n "${TRAIN_MODEL:-}" ]]; then
+    # a trainer of one's own: its settings are not ours to compare
+    ignore_signals  # what is left of a run that ended earlier (its log kept), as after a trainer's end
+    return
+  fi
   make_dirs "$dir" "$logdir"
   # Another start's trainer on this folder holds its lock (locking.DIR_LOCK_NAME): this start's
   # trainer would be refused, but only after this drop of the page cache under that timed run
@@ -606,6 +655,10 @@ run_one() {
 }
 
 if (( NUM_RUNS == 1 )); then
+  if (( CHECK_ONLY )); then
+    check_run "$OUTPUT_DIR" "$LOGDIR/mlperf.log" "${SEED:-}" "the run"
+    check_passed
+  fi
   run_one "$OUTPUT_DIR" "$LOGDIR" "${SEED:-}" "the run" "$@"
   if (( finished_before )); then
     echo "$ME: the run in $OUTPUT_DIR finished earlier (${run_status}${run_seed:+, seed $run_seed}): nothing to do;" \
@@ -637,14 +690,22 @@ for (( i = 0; i < NUM_RUNS; i++ )); do
       "or put $run_dir back as it was"
   fi
 done
-make_dirs "$LOGDIR"
-# the later runs start only with run 0's settings, its seed aside (the trainer compares them with its
-# finished marker: trainer/preflight.py's check_series)
-export MLPERF_SERIES_RUN0="$OUTPUT_DIR/run_0"
 # run 0's state is read with the later runs' (one process): one whose end marker and log disagree is
 # refused before run 0 trains
 later_runs=()
 for (( i = 1; i < NUM_RUNS; i++ )); do later_runs+=("$OUTPUT_DIR/run_$i" "$OUTPUT_DIR/run_$i/mlperf.log"); done
+if (( CHECK_ONLY )); then  # each run there, as the series comes to it (a later one's refusal: after run 0 trained)
+  for (( i = 0; i < NUM_RUNS; i++ )); do
+    (( i == 0 )) || [[ -d "$OUTPUT_DIR/run_$i" ]] || continue
+    run_index=$i
+    check_run "$OUTPUT_DIR/run_$i" "$OUTPUT_DIR/run_$i/mlperf.log" "${SEED:+$((SEED + i))}" "run $i of $NUM_RUNS"
+  done
+  check_passed
+fi
+make_dirs "$LOGDIR"
+# the later runs start only with run 0's settings, its seed aside (the trainer compares them with its
+# finished marker: trainer/preflight.py's check_series)
+export MLPERF_SERIES_RUN0="$OUTPUT_DIR/run_0"
 for (( i = 0; i < NUM_RUNS; i++ )); do
   stop_if_signalled "run $i of $NUM_RUNS" "$OUTPUT_DIR/run_$i"
   run_dir="$OUTPUT_DIR/run_$i"

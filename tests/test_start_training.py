@@ -606,6 +606,79 @@ def test_a_finished_run_is_not_run_again(fake):
     assert len(calls(fake)) == 1
 
 
+def test_check_only_refuses_another_seed_as_the_run_does(fake, tmp_path):
+    """CHECK_ONLY=1 said "the settings pass" for a SEED other than the one a run in OUTPUT_DIR finished
+    with (a single run, a series' run 0 or later run), which the run then refused; and a run stopped
+    with a checkpoint, resumed with another SEED, printed STARTING TIMING RUN and dropped the page
+    cache before its trainer refused it (preflight.check_resume), after which "rerun the same command
+    to resume". Both now give the run's one line, exit 2, before any trainer starts."""
+    def refused(line, said="", **env):  # said: what the run says (on stdout) before it refuses
+        for check, out in (("1", ""), ("0", said)):
+            proc = fake(CHECK_ONLY=check, **env)
+            assert (_one_error(proc, "error: "), proc.stdout) == ("error: start_training.sh: " + line, out), check
+        assert calls(fake) == made
+    assert fake(SEED="5").returncode == 0
+    made = calls(fake)
+    refused("the run in %s finished earlier with seed 5, not SEED=6: use another OUTPUT_DIR for a new run" % fake.out,
+            SEED="6")
+    series = tmp_path / "series"
+    assert fake(NUM_RUNS="2", SEED="5", OUTPUT_DIR=str(series)).returncode == 0
+    made = calls(fake)
+    refused("run 0 of 2 in %s finished earlier with seed 5, not SEED=6: use another OUTPUT_DIR for a new run"
+            % (series / "run_0"), NUM_RUNS="2", SEED="6", OUTPUT_DIR=str(series))
+    # a series whose seeds the trainer drew (SEED unset): run 1's is not run 0's plus 1
+    for log in (series / "run_1" / "mlperf.log", series / "result_1.txt"):
+        log.write_text(log.read_text().replace('"key": "seed", "value": 6', '"key": "seed", "value": 9'))
+    refused("run 1 of 2 in %s finished earlier with seed 9, not 6 (SEED+1): use another OUTPUT_DIR for a new run"
+            % (series / "run_1"), "start_training.sh: run 0 of 2 finished earlier (success, seed 5): %s\n"
+            % (series / "result_0.txt"), NUM_RUNS="2", SEED="5", OUTPUT_DIR=str(series))
+    stopped = tmp_path / "stopped"  # a checkpoint there, and the seed its log records
+    assert fake(SEED="5", FAKE_STATUS="3", OUTPUT_DIR=str(stopped)).returncode == 3
+    made = calls(fake)
+    refused("the run in %s was started with seed 5 (model.ckpt-12.pt holds it), not SEED=6: rerun with SEED=5 to go "
+            "on with it, or use another OUTPUT_DIR for a new run" % stopped, SEED="6", OUTPUT_DIR=str(stopped))
+    for name in ("model.ckpt-3.pt", "model.ckpt-12.pt"):  # killed after its run_stop: its record holds it
+        (stopped / name).unlink()
+    (stopped / "run_stopped.json").write_text('{"status": "success", "global_step": 30, "samples": 120}')
+    refused("the run in %s was started with seed 5 (run_stopped.json holds it), not SEED=6: rerun with SEED=5 to go "
+            "on with it, or use another OUTPUT_DIR for a new run" % stopped, SEED="6", OUTPUT_DIR=str(stopped))
+    for env in ({"SEED": "5"}, {}):  # its own seed, or the one it keeps
+        assert fake(CHECK_ONLY="1", OUTPUT_DIR=str(stopped), **env).returncode == 0
+    (stopped / "run_stopped.json").unlink()  # nothing holds it: a new start, with any seed
+    assert fake(CHECK_ONLY="1", SEED="6", OUTPUT_DIR=str(stopped)).returncode == 0
+
+
+def test_a_path_too_long_for_the_runs_files_is_refused_before_the_run(fake, tmp_path):
+    """An OUTPUT_DIR of 4,075 bytes (PATH_MAX is 4,096 with its NUL) passed CHECK_ONLY=1, and the run
+    printed STARTING TIMING RUN before the trainer's first write in it was refused ("cannot use
+    .../mlperf_log_path.json.tmp-PID: file name too long", status 2); a longer one, or one with a
+    name past 255 bytes, was said to hold a run that "finished earlier" (its state unread). One
+    line, exit 2, from CHECK_ONLY=1 too, nothing written; 4,031 bytes (64 left for the runs' files)
+    pass."""
+    def deep(n):
+        path = str(tmp_path / "o")
+        while len(path) + 201 < n:
+            path += "/" + "d" * 200
+        return path + "/" + "e" * (n - len(path) - 1)
+    for var, path, line in (
+            ("OUTPUT_DIR", deep(4075), "is 4075 bytes long: the files the run writes in it would pass the 4095 bytes "
+                                       "a path may have: give a path of at most 4031 bytes (a symbolic link to the "
+                                       "folder from a shorter path will do)"),
+            ("LOGDIR", deep(4032), "is 4032 bytes long: the files the run writes in it would pass the 4095 bytes a "
+                                   "path may have: give a path of at most 4031 bytes (a symbolic link to the folder "
+                                   "from a shorter path will do)"),
+            # 128 characters, 256 bytes
+            ("OUTPUT_DIR", str(tmp_path / "o" / ("\u00e9" * 128) / "x"), "has a name of 256 bytes (%s...), more than "
+             "the 255 a file system takes: give a path with shorter names" % ("\u00e9" * 10))):
+        for check in ("1", "0"):
+            proc = fake(CHECK_ONLY=check, **{var: path})
+            assert (_one_error(proc, "error: "), proc.stdout) == (
+                "error: start_training.sh: %s=%s %s" % (var, path, line), ""), (var, check)
+        assert calls(fake) == [] and not (tmp_path / "o").exists()
+    proc = fake(CHECK_ONLY="1", OUTPUT_DIR=deep(4031))
+    assert proc.returncode == 0 and "no run started" in proc.stdout, proc.stderr
+
+
 def test_series_stopped_in_run_1_resumes_there_and_keeps_its_seeds(fake):
     proc = _start_and_wait(fake, fake.out / "run_1" / "ready", FAKE_WAIT="run_1", NUM_RUNS="3", SEED="20")
     proc.send_signal(signal.SIGTERM)
@@ -935,18 +1008,20 @@ def test_a_series_folder_changed_between_reruns_is_refused_before_any_run(fake, 
             "error: start_training.sh: OUTPUT_DIR=%s holds %s, past NUM_RUNS=2: set NUM_RUNS as when the series was "
             "started (more than 2) to go on with it, or use another OUTPUT_DIR" % (fake.out, fake.out / "run_2"))
     shutil.rmtree(fake.out / "run_1")
-    assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
-        "error: start_training.sh: %s is the log of run 1 of the series in %s, but %s is missing (the run's folder "
-        "changed since it finished): put %s back as it was, or move both away to run run 1 again"
-        % (fake.out / "result_1.txt", fake.out, fake.out / "run_1" / "mlperf.log", fake.out / "run_1"))
+    for check in ("0", "1"):  # (CHECK_ONLY=1 passed these two)
+        assert _one_error(fake(NUM_RUNS="3", SEED="5", CHECK_ONLY=check), "error: start_training.sh: ") == (
+            "error: start_training.sh: %s is the log of run 1 of the series in %s, but %s is missing (the run's "
+            "folder changed since it finished): put %s back as it was, or move both away to run run 1 again"
+            % (fake.out / "result_1.txt", fake.out, fake.out / "run_1" / "mlperf.log", fake.out / "run_1"))
     (fake.out / "result_1.txt").unlink()
     (fake.out / "run_2" / "mlperf.log").unlink()
     (fake.out / "result_2.txt").unlink()
-    assert _one_error(fake(NUM_RUNS="3", SEED="5"), "error: start_training.sh: ") == (
-        "error: start_training.sh: run 2 of 3 in %s: %s says the run ended, but its MLPerf log %s is missing: put "
-        "them back as the run left them, or move %s and %s (where there) away to run run 2 again"
-        % (fake.out / "run_2", fake.out / "run_2" / "run_finished.json", fake.out / "run_2" / "mlperf.log",
-           fake.out / "run_2", fake.out / "result_2.txt"))
+    for check in ("0", "1"):
+        assert _one_error(fake(NUM_RUNS="3", SEED="5", CHECK_ONLY=check), "error: start_training.sh: ") == (
+            "error: start_training.sh: run 2 of 3 in %s: %s says the run ended, but its MLPerf log %s is missing: "
+            "put them back as the run left them, or move %s and %s (where there) away to run run 2 again"
+            % (fake.out / "run_2", fake.out / "run_2" / "run_finished.json", fake.out / "run_2" / "mlperf.log",
+               fake.out / "run_2", fake.out / "result_2.txt"))
     assert len(calls(fake)) == n  # before run 1, moved away, trained again (test_a_later_runs_missing_log_...)
     other = tmp_path / "other"
     other.mkdir()

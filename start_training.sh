@@ -216,15 +216,18 @@ absolute LOGDIR "${LOGDIR:-$OUTPUT_DIR}"
 # first write was refused after STARTING TIMING RUN ("file name too long"), or the run's state, unread,
 # was taken for a finished run's ("finished earlier, but its MLPerf log is not ...").
 PATH_MAX=4095 NAME_MAX=255 PATH_ROOM=64
-check_length() {  # VAR: its path within those limits (bytes: LC_ALL=C)
-  local LC_ALL=C path=${!1} rest=${!1} name
-  (( ${#path} + PATH_ROOM <= PATH_MAX )) || die "$1=$path is ${#path} bytes long: the files the run writes in it" \
+n_bytes() { local LC_ALL=C; n=${#1}; }  # sets n (bash counts characters in the caller's locale)
+check_length() {  # VAR: its path within those limits
+  local path=${!1} rest=${!1} name n
+  n_bytes "$path"
+  (( n + PATH_ROOM <= PATH_MAX )) || die "$1=$path is $n bytes long: the files the run writes in it" \
     "would pass the $PATH_MAX bytes a path may have: give a path of at most $((PATH_MAX - PATH_ROOM)) bytes (a" \
     "symbolic link to the folder from a shorter path will do)"
   while [[ -n "$rest" ]]; do
     rest=${rest#/} name=${rest%%/*} rest=${rest#"$name"}
-    (( ${#name} <= NAME_MAX )) || die "$1=$path has a name of ${#name} bytes (${name:0:20}...), more than the" \
-      "$NAME_MAX a file system takes: give a path with shorter names"
+    n_bytes "$name"
+    (( n <= NAME_MAX )) || die "$1=$path has a name of $n bytes, more than the $NAME_MAX a" \
+      "file system takes: give a path with shorter names"
   done
 }
 for var in OUTPUT_DIR LOGDIR; do  # a file there (or above) read as "finished earlier (unreadable)": exit 0
@@ -366,6 +369,8 @@ check_layout
 # CHECK_ONLY=1's end, once the runs' own refusals before their trainers (check_run) have passed
 check_passed() {
   stop_if_signalled "the check's end" "$OUTPUT_DIR"
+  [[ -n "${runs_unchecked:-}" ]] && echo "$ME: note: CHECK_ONLY=$CHECK_ONLY: PYTHON=$PYTHON cannot read the state of" \
+    "the runs in $OUTPUT_DIR: their seeds, logs and end markers are left to the run's own check"
   if [[ -n "${TRAIN_MODEL:-}" ]]; then
     echo "$ME: CHECK_ONLY=$CHECK_ONLY: TRAIN_MODEL=$TRAIN_MODEL runs instead of train_model.sh: its settings are not" \
          "checked (only that it is there); no run started"
@@ -455,7 +460,7 @@ check_run() {
     stop_if_signalled "$name" "$dir"
     # (CHECK_ONLY=1: examples/submit.sh's, with a login node's python3, which may not run it: the nodes'
     # runs read it; where train_model.sh's check ran, it ran with this PYTHON)
-    if (( CHECK_ONLY )); then finished_before=0; return; fi
+    if (( CHECK_ONLY )); then finished_before=0 runs_unchecked=1; return; fi
     die "cannot read the state of $name in $dir (python -S -m mlperf_bert.harness.run_state ended with status $state_rc): check PYTHON=$PYTHON"
   fi
   # A run whose end marker and log disagree (its log cut since it finished, its result_N.txt gone with
@@ -500,8 +505,12 @@ check_run() {
   if [[ -n "$seed" && -n "$run_seed" && "$seed" != "$run_seed" ]] && [[ -n "$resumed" || -n "$ended" ]]; then
     held="${resumed##*/}"
     [[ -n "$held" ]] || held=run_stopped.json
-    if [[ "$run_seed" =~ ^[0-9]{1,18}$ ]] && (( run_seed >= ${run_index:-0} )); then
-      fix="SEED=$((run_seed - ${run_index:-0}))"
+    # (a later run of a series is checked only once run 0 passed, SEED being its seed: this run's
+    # seed is no SEED+i, so the series was started without SEED, each run drawing its own)
+    if (( ${run_index:-0} )); then
+      fix="SEED unset, as the series was started (each run keeps its own seed),"
+    elif [[ "$run_seed" =~ ^[0-9]{1,18}$ ]]; then
+      fix="SEED=$run_seed"
     else
       fix="the SEED it was started with"
     fi

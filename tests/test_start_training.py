@@ -646,6 +646,36 @@ def test_check_only_refuses_another_seed_as_the_run_does(fake, tmp_path):
         assert fake(CHECK_ONLY="1", OUTPUT_DIR=str(stopped), **env).returncode == 0
     (stopped / "run_stopped.json").unlink()  # nothing holds it: a new start, with any seed
     assert fake(CHECK_ONLY="1", SEED="6", OUTPUT_DIR=str(stopped)).returncode == 0
+    # where PYTHON cannot read the runs' state (a login node's python3), CHECK_ONLY says it left them
+    proc = fake(CHECK_ONLY="1", SEED="6", OUTPUT_DIR=str(fake.out), PYTHON="/bin/false")
+    assert proc.returncode == 0 and proc.stdout.startswith(
+        "start_training.sh: note: CHECK_ONLY=1: PYTHON=/bin/false cannot read the state of the runs in %s: their "
+        "seeds, logs and end markers are left to the run's own check\n" % fake.out), proc.stdout + proc.stderr
+
+
+def test_a_later_run_of_a_series_with_drawn_seeds_is_told_to_leave_seed_unset(fake):
+    """A series started without SEED (each run draws its seed), stopped in run 1 and rerun with SEED set to
+    run 0's seed: run 1 was told "rerun with SEED=<its seed - 1>", which run 0 then refused. It is told to
+    leave SEED unset, which resumes it."""
+    proc = _start_and_wait(fake, fake.out / "run_1" / "ready", FAKE_WAIT="run_1", NUM_RUNS="2")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143, proc.communicate()
+    proc.communicate()
+    seeds = [c.split()[0] for c in calls(fake)]
+    assert seeds == ["unset", "unset"]
+    run0 = (fake.out / "result_0.txt").read_text().split('"key": "seed", "value": ')[1].split(",")[0]
+    run1 = (fake.out / "run_1" / "mlperf.log").read_text().split('"key": "seed", "value": ')[1].split(",")[0]
+    if int(run1) == int(run0) + 1:
+        pytest.skip("run 1 drew run 0's seed + 1 (1 in 1,000)")
+    for check in ("1", "0"):
+        proc = fake("--preset=demo_cpu", CHECK_ONLY=check, NUM_RUNS="2", SEED=run0)
+        assert _one_error(proc, "error: ") == (
+            "error: start_training.sh: run 1 of 2 in %s was started with seed %s (model.ckpt-15.pt holds it), not %d "
+            "(SEED+1): rerun with SEED unset, as the series was started (each run keeps its own seed), to go on with "
+            "it, or use another OUTPUT_DIR for a new run" % (fake.out / "run_1", run1, int(run0) + 1)), check
+    proc = fake("--preset=demo_cpu", NUM_RUNS="2")
+    assert proc.returncode == 0 and len(result_lines(proc)) == 1, proc.stdout + proc.stderr
+    assert calls(fake)[2:] == ["unset --preset=demo_cpu"]
 
 
 def test_a_path_too_long_for_the_runs_files_is_refused_before_the_run(fake, tmp_path):
@@ -667,9 +697,9 @@ def test_a_path_too_long_for_the_runs_files_is_refused_before_the_run(fake, tmp_
             ("LOGDIR", deep(4032), "is 4032 bytes long: the files the run writes in it would pass the 4095 bytes a "
                                    "path may have: give a path of at most 4031 bytes (a symbolic link to the folder "
                                    "from a shorter path will do)"),
-            # 128 characters, 256 bytes
-            ("OUTPUT_DIR", str(tmp_path / "o" / ("\u00e9" * 128) / "x"), "has a name of 256 bytes (%s...), more than "
-             "the 255 a file system takes: give a path with shorter names" % ("\u00e9" * 10))):
+            # 86 characters, 258 bytes (the path in full: a cut of its bytes would split one)
+            ("OUTPUT_DIR", str(tmp_path / "o" / ("\u20ac" * 86) / "x"), "has a name of 258 bytes, more than "
+             "the 255 a file system takes: give a path with shorter names")):
         for check in ("1", "0"):
             proc = fake(CHECK_ONLY=check, **{var: path})
             assert (_one_error(proc, "error: "), proc.stdout) == (

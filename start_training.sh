@@ -87,6 +87,13 @@ catch_signals() { trap 'on_signal TERM' TERM; trap 'on_signal INT' INT; }
 # no line) or, as a container's process 1, a signal the kernel drops (pid_namespaces(7): process 1
 # gets only the signals it has a handler for). The settings are read by bash alone (no process).
 catch_signals
+# `start_training.sh ... 2>&1 | tee run.log`, then Ctrl-C: the terminal's SIGINT ends tee with the run,
+# and every line written after it (the stop's, its verdict) meets a broken pipe, whose SIGPIPE ended
+# this script at that line: 141, not the stop's 130 that a script resubmits on. Caught (what it starts
+# gets the default action back), a line nobody reads is dropped, and so is bash's "echo: write error"
+# for it (on a terminal when only stdout went to tee): every line of this script is an echo.
+trap : PIPE
+echo() { builtin echo "$@" 2>/dev/null; }
 signal_status() { if [[ "$got_signal" == INT ]]; then sig_status=130; else sig_status=143; fi; }  # sets sig_status
 # A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
 # mlperf_bert/trainer/launch.py's NOT_SAVED_STATUS

@@ -3,6 +3,7 @@ signal's default action, until ``cli.run_main`` sets up its own handling. Stdlib
 is too), so that the entry points call it before they import absl (~80 ms), torch (seconds) or
 the rest of mlperf_bert. Python's own start (site and the .pth files, tens of ms before any of our
 code runs) cannot be covered from here: a stop there is still Python's traceback or silent 143."""
+import io
 import os
 import signal
 import sys
@@ -42,6 +43,60 @@ def trainer_start_stop(environ=os.environ):
     and status of ``stopped_while_starting``; a rank of torchrun (which sets TORCHELASTIC_RUN_ID)
     ends by the signal (None), and torchrun says it once for every rank."""
     return None if "TORCHELASTIC_RUN_ID" in environ else stopped_while_starting
+
+
+def _drop(fd):
+    """/dev/null on output file descriptor ``fd`` (its reader has gone)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+class _ReaderlessOutput(io.FileIO):
+    """An output file descriptor whose writes go on when its reader has gone: the first write that
+    meets a broken pipe puts /dev/null on the descriptor (this process's; what it starts from then
+    on inherits it) and counts as written."""
+
+    def write(self, b):
+        try:
+            return super().write(b)
+        except BrokenPipeError:
+            _drop(self.fileno())
+            return memoryview(b).nbytes
+
+
+def outlive_readers():
+    """stdout and stderr that outlive their reader, for the processes of a run (the trainer, the
+    torchrun wrapper, torchrun). ``start_training.sh ... 2>&1 | tee run.log`` and Ctrl-C: the
+    terminal's SIGINT ends tee as it reaches the run, and each write after it meets a broken pipe.
+    A BrokenPipeError out of the stop's line ended the trainer 141 after its checkpoint; out of a
+    progress bar's redraw before it, with no checkpoint of the stop; out of the wrapper's, at once,
+    its torchrun and ranks left running. From here what cannot be written is dropped (/dev/null)
+    and the process goes on to its own end and status: the MLPerf log and the checkpoints are
+    files. The streams are remade with their settings (``-u``'s unbuffered ones too) over such a
+    descriptor; the entry points call this before their imports, so that a logging handler made
+    there holds the new stream."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, io.TextIOWrapper) or isinstance(getattr(stream.buffer, "raw", stream.buffer),
+                                                                  _ReaderlessOutput):
+            continue  # none, a test's capture, or made here already
+        try:
+            fd = stream.fileno()
+        except (ValueError, OSError):  # closed, or not a file
+            continue
+        try:
+            stream.flush()
+        except BrokenPipeError:  # gone already: what it holds goes to /dev/null
+            _drop(fd)
+            stream.flush()
+        raw = _ReaderlessOutput(fd, "w", closefd=False)
+        raw.name = "<%s>" % name
+        buffered = raw if isinstance(stream.buffer, io.RawIOBase) else io.BufferedWriter(raw)  # -u: unbuffered
+        setattr(sys, name, io.TextIOWrapper(buffered, encoding=stream.encoding, errors=stream.errors,
+                                            line_buffering=stream.line_buffering, write_through=stream.write_through))
 
 
 def quiet_start(on_stop=None):

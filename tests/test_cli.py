@@ -282,6 +282,47 @@ def test_the_start_handler_comes_before_any_module_outside_the_standard_library(
     assert "mlperf_bert.start_signals" in modules, modules
 
 
+# A run's process whose reader has gone (`... 2>&1 | tee run.log`, Ctrl-C): a long line and a short one
+# to each stream, through print and a write; what the streams and their descriptors are then, in $OUT
+READERLESS = textwrap.dedent("""\
+    import io, os, sys
+    from mlperf_bert.start_signals import outlive_readers
+    outlive_readers()
+    print("x" * 100000)
+    print("the stop's line", flush=True)
+    sys.stderr.write("a bar's redraw\\n")
+    sys.stderr.flush()
+    with open(os.environ["OUT"], "w") as f:
+        f.write(" ".join(["raw" if isinstance(sys.stdout.buffer, io.RawIOBase) else "buffered",
+                          str(sys.stdout.write_through), sys.stderr.errors]
+                         + [os.readlink("/proc/self/fd/%d" % fd) for fd in (1, 2)]))
+    sys.exit(130)
+""")
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "-u"])
+def test_a_runs_process_outlives_the_reader_of_its_output(tmp_path, unbuffered):
+    """`start_training.sh ... 2>&1 | tee run.log` and Ctrl-C: the terminal's SIGINT ends tee with the
+    run, and a BrokenPipeError out of the stop's line ended the trainer 141, not 130 (out of a
+    progress bar's redraw, before its checkpoint; out of the torchrun wrapper's, with its ranks left
+    running). After outlive_readers (the trainer, the wrapper and torchrun call it first) what
+    cannot be written goes to /dev/null and the process ends with its own status; the streams keep
+    their settings (a rank of torchrun's runs -u: unbuffered)."""
+    r, w = os.pipe()
+    os.close(r)  # the reader has gone
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update(PYTHONPATH=ROOT, OUT=str(tmp_path / "out"))
+    try:
+        proc = subprocess.run([sys.executable] + (["-u"] if unbuffered else []) + ["-c", READERLESS], stdout=w,
+                              stderr=w, env=env, timeout=60)
+    finally:
+        os.close(w)
+    assert proc.returncode == 130
+    kind, write_through, errors, out, err = (tmp_path / "out").read_text().split()
+    assert (kind, write_through) == (("raw", "True") if unbuffered else ("buffered", "False"))
+    assert (errors, out, err) == ("backslashreplace", os.devnull, os.devnull)
+
+
 def _as_a_user(argv):
     """``argv`` as run by a user whom file permissions bind: as root, with the capabilities that
     override them dropped (setpriv, util-linux)."""

@@ -1106,14 +1106,25 @@ def tiny_run(golden_dir, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("group", [True])  # the root process alone: test_start_training_forwards_sigterm
-def test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical(tiny_run, tmp_path, group):
+def test_sigterm_or_ctrl_c_through_tee_to_start_training_checkpoints_and_resumes_bit_identical(tiny_run, tmp_path,
+                                                                                              group):
+    """SIGTERM to the job (docker stop), then the rerun stopped by Ctrl-C as a user runs it,
+    `start_training.sh 2>&1 | tee run.log`: the terminal's SIGINT ends tee with the run, and every
+    line written after it met a broken pipe. The trainer ended 141 (a BrokenPipeError out of its
+    stop's line; out of a progress bar's redraw, before its checkpoint), and so did the launcher
+    (bash's SIGPIPE at its verdict's line), not the 130 a script resubmits on. Now: 130, the
+    stop's checkpoint complete, nothing of the run left, and the next rerun resumes from it and ends
+    bit-identical."""
     import torch
+    from mlperf_bert.trainer import checkpoint
+    from procs import group as group_of
     args, env, full = tiny_run
-    env = dict(env, OUTPUT_DIR=str(tmp_path / "run"), SEED=TINY_SEED)
+    run = tmp_path / "run"
+    env = dict(env, OUTPUT_DIR=str(run), SEED=TINY_SEED)
     proc = subprocess.Popen([START] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=ROOT, start_new_session=True)
     deadline = time.time() + 120
-    while not (tmp_path / "run" / "model.ckpt-3.pt").exists():
+    while not (run / "model.ckpt-3.pt").exists():
         assert proc.poll() is None and time.time() < deadline, proc.stdout.read()
         time.sleep(0.05)
     if group:  # docker stop / scancel style: every process of the job gets it
@@ -1125,10 +1136,39 @@ def test_sigterm_to_start_training_checkpoints_and_resumes_bit_identical(tiny_ru
     # a stop, not a failure: where the run is and how to go on; the unfinished log is not checked
     assert "start_training.sh: the run stopped by SIGTERM after " in out and "holds it; rerun the same command" in out
     assert "FAIL" not in out and "RESULT," not in out, out
+    first = checkpoint.list_checkpoints(str(run))[-1][0]
+    # The rerun as an interactive shell runs `start_training.sh ... 2>&1 | tee run.log`: both in a process
+    # group of their own (the launcher's pid), which Ctrl-C signals; this process, the shell, keeps no
+    # end of the pipe. Stopped once it has trained past its resume (a checkpoint of its own).
+    launcher = subprocess.Popen([START] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                process_group=0)
+    tee = subprocess.Popen(["tee", str(tmp_path / "run.log")], stdin=launcher.stdout, stdout=subprocess.DEVNULL,
+                           process_group=launcher.pid)
+    launcher.stdout.close()
+    try:
+        deadline = time.time() + 120
+        while checkpoint.list_checkpoints(str(run))[-1][0] <= first:
+            assert launcher.poll() is None and time.time() < deadline, (tmp_path / "run.log").read_text()
+            time.sleep(0.05)
+        os.killpg(launcher.pid, signal.SIGINT)
+        assert tee.wait(timeout=60) == -signal.SIGINT
+        # ${PIPESTATUS[0]}: 141 before (bash's SIGPIPE), the trainer's 141 behind it
+        assert launcher.wait(timeout=120) == 130, (tmp_path / "run.log").read_text()
+        t = time.time()
+        while group_of(launcher.pid):  # the trainer and its loader worker ended with it
+            assert time.time() - t < 10, group_of(launcher.pid)
+            time.sleep(0.05)
+        step, newest = checkpoint.list_checkpoints(str(run))[-1]
+        assert step > first and torch.load(newest, weights_only=False)["global_step"] == step
+    finally:  # a failure above leaves no run behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert "Traceback" not in (tmp_path / "run.log").read_text()
     again = subprocess.run([START] + args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
+    assert ",resumed from model.ckpt-%d.pt: " % step in again.stdout, again.stdout
     a = torch.load(full / ("model.ckpt-%d.pt" % TINY_STEPS), weights_only=False)
-    b = torch.load(tmp_path / "run" / ("model.ckpt-%d.pt" % TINY_STEPS), weights_only=False)
+    b = torch.load(run / ("model.ckpt-%d.pt" % TINY_STEPS), weights_only=False)
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 

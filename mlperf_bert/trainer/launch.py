@@ -46,7 +46,7 @@ import time
 from mlperf_bert.errors import UserError, die_with_parent, first_signal, signal_name
 from mlperf_bert.fileio import proc_stat
 # NOT_SAVED_STATUS (a stop that saved nothing) and its line are the start handler's too: there, stdlib only
-from mlperf_bert.start_signals import NOT_SAVED_STATUS, not_saved_line
+from mlperf_bert.start_signals import NOT_SAVED_STATUS, not_saved_line, outlive_readers
 
 SHUTDOWN_TIMEOUT = "300"
 # A rank whose collective failed because another rank went away says so with this and exits
@@ -332,6 +332,7 @@ def agent_main():
     as at any exit (logging's flush among them), then the streams are flushed and the process
     ends, from the first one registered, which runs last."""
     import atexit
+    outlive_readers()  # its stdout, which the ranks inherit, may lose its reader (`| tee` and Ctrl-C)
     status = [1]  # an exception out of agent(): its traceback, then Python's status for it
 
     def leave():

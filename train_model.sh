@@ -49,6 +49,10 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$(readlink -f -- "${BASH_SOURCE[0]}")")" && pwd)"  # (started through a link: the checkout's)
 
+# A reader of this script's output that has gone (`... | tee log` and Ctrl-C, `| head`) ends neither it (141
+# at its next line: the run never started) nor, under set -e, a failed echo: what start_training.sh does
+trap : PIPE
+echo() { builtin echo "$@" 2>/dev/null || :; }
 die() { echo "error: train_model.sh: $*" >&2; exit 2; }
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi

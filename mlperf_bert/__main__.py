@@ -8,7 +8,7 @@ if __name__ == "__main__":  # first: a stop while the modules below load (absl's
         quiet_start(trainer_start_stop())
     else:
         quiet_start(command_start_stop)
-    if sys.argv[1:2] in (["train"], ["torchrun"]):  # a run's processes go on when the reader of their output has gone
+    if sys.argv[1:2] in (["train"], ["torchrun"], ["demo"]):  # a run's processes go on when the reader of their output has gone
         outlive_readers()
 
 import difflib  # noqa: E402

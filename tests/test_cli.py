@@ -323,6 +323,24 @@ def test_a_runs_process_outlives_the_reader_of_its_output(tmp_path, unbuffered):
     assert (errors, out, err) == ("backslashreplace", os.devnull, os.devnull)
 
 
+@pytest.mark.parametrize("argv", [["train_model.sh", "--preset=demo_cpu"], ["-m", "mlperf_bert", "demo", "--help"]],
+                         ids=["train_model.sh", "demo"])
+def test_the_launcher_and_the_demo_outlive_the_reader_of_their_output(tmp_path, argv):
+    """The same for train_model.sh's lines before it starts the trainer (bash's SIGPIPE ended it 141, the
+    run never started: start_training.sh's `| tee` and Ctrl-C, or a `| head` that had read enough) and
+    for the demo, which start_training.sh runs without DATA_DIR (its end ended 1 or 141 after its
+    checkpoint): one a check's line, the other its help, into a pipe whose reader has gone."""
+    r, w = os.pipe()
+    os.close(r)
+    env = dict(os.environ, CHECK_ONLY="1", DATA_DIR=str(tmp_path), PYTHON=sys.executable)
+    cmd = [os.path.join(ROOT, argv[0])] + argv[1:] if argv[0].endswith(".sh") else [sys.executable] + argv
+    try:
+        proc = subprocess.run(cmd, stdout=w, stderr=w, env=env, cwd=ROOT, timeout=60)
+    finally:
+        os.close(w)
+    assert proc.returncode == 0
+
+
 def _as_a_user(argv):
     """``argv`` as run by a user whom file permissions bind: as root, with the capabilities that
     override them dropped (setpriv, util-linux)."""

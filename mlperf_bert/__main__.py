@@ -86,7 +86,11 @@ def main(argv=None):
         return 2
     module = importlib.import_module("." + COMMANDS[name][0], __package__)
     if asks_help(name, argv[2:]):  # what the command does, then its own help (usage and flags)
-        print("%s: %s" % (name, COMMANDS[name][1]), flush=True)
+        try:
+            print("%s: %s" % (name, COMMANDS[name][1]), flush=True)
+        except BrokenPipeError:  # ``check-log --help | head -0``: its help, which follows, goes nowhere
+            from mlperf_bert.flags import quiet_stdout
+            quiet_stdout()
     run_main(module.main, ["%s %s" % ("mlperf_bert", name)] + argv[2:])
 
 

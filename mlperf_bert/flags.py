@@ -44,10 +44,8 @@ def usage(prog, positional=True):
 def quiet_stdout():
     """After a reader closed our stdout (``--help | head``): send the rest to /dev/null, so that
     neither later prints nor the interpreter's last flush raise BrokenPipeError."""
-    import os
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    from mlperf_bert.start_signals import drop_output
+    drop_output(sys.stdout.fileno())
 
 
 def check_removed(fv, argv):

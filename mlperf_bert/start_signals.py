@@ -45,7 +45,7 @@ def trainer_start_stop(environ=os.environ):
     return None if "TORCHELASTIC_RUN_ID" in environ else stopped_while_starting
 
 
-def _drop(fd):
+def drop_output(fd):
     """/dev/null on output file descriptor ``fd`` (its reader has gone)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
@@ -63,7 +63,7 @@ class _ReaderlessOutput(io.FileIO):
         try:
             return super().write(b)
         except BrokenPipeError:
-            _drop(self.fileno())
+            drop_output(self.fileno())
             return memoryview(b).nbytes
 
 
@@ -90,7 +90,7 @@ def outlive_readers():
         try:
             stream.flush()
         except BrokenPipeError:  # gone already: what it holds goes to /dev/null
-            _drop(fd)
+            drop_output(fd)
             stream.flush()
         raw = _ReaderlessOutput(fd, "w", closefd=False)
         raw.name = "<%s>" % name

@@ -69,7 +69,7 @@ class _ReaderlessOutput(io.FileIO):
 
 def outlive_readers():
     """stdout and stderr that outlive their reader, for the processes of a run (the trainer, the
-    torchrun wrapper, torchrun). ``start_training.sh ... 2>&1 | tee run.log`` and Ctrl-C: the
+    torchrun wrapper, torchrun's agent, the demo). ``start_training.sh ... 2>&1 | tee run.log`` and Ctrl-C: the
     terminal's SIGINT ends tee as it reaches the run, and each write after it meets a broken pipe.
     A BrokenPipeError out of the stop's line ended the trainer 141 after its checkpoint; out of a
     progress bar's redraw before it, with no checkpoint of the stop; out of the wrapper's, at once,

@@ -6,7 +6,7 @@ from mlperf_bert.start_signals import outlive_readers, quiet_start, trainer_star
 quiet_start(trainer_start_stop())
 outlive_readers()  # `... | tee run.log` and Ctrl-C, which ends tee: the stop goes on to its checkpoint and status
 from mlperf_bert.cli import run_main  # noqa: E402
-from mlperf_bert.trainer.training import main  # noqa: E402
+from mlperf_bert.trainer.entry import main  # noqa: E402
 
 if __name__ == "__main__":
     run_main(main)

@@ -27,7 +27,7 @@ COMMANDS = {
     "verify": ("dataset.checksums", "check files or a directory against results/ md5s and sizes, or a make-dataset manifest"),
     "to-hdf5": ("dataset.hdf5", "TFRecords -> HDF5 for the PyTorch loader"),
     "pack": ("dataset.packing", "TFRecords -> packed HDF5 rows (sequences per row: up to --max_sequences_per_pack=3)"),
-    "train": ("trainer.training", "train BERT: online eval, MLPerf log, checkpoints, exact resume (run_pretraining.py)"),
+    "train": ("trainer.entry", "train BERT: online eval, MLPerf log, checkpoints, exact resume (run_pretraining.py)"),
     "torchrun": ("trainer.launch", "torchrun for several ranks: one line and exit 143 on SIGTERM, no tracebacks"),
     "convert-checkpoint": ("trainer.checkpoint_convert", "TF checkpoint <-> .pt (convert_checkpoint.py)"),
     "add-gradacc": ("trainer.gradacc", "add zero GradientAccumulator variables (checkpoint_add_gradacc.py)"),

@@ -3,6 +3,7 @@ signal's default action, until ``cli.run_main`` sets up its own handling. Stdlib
 is too), so that the entry points call it before they import absl (~80 ms), torch (seconds) or
 the rest of mlperf_bert. Python's own start (site and the .pth files, tens of ms before any of our
 code runs) cannot be covered from here: a stop there is still Python's traceback or silent 143."""
+import contextlib
 import io
 import os
 import signal
@@ -99,6 +100,34 @@ def outlive_readers():
                                             line_buffering=stream.line_buffering, write_through=stream.write_through))
 
 
+def _stop_handler(on_stop):
+    """A handler that prints ``on_stop``'s line for the signal and exits with its status."""
+    def stop(signum, frame):
+        line, status = on_stop(signal.Signals(first_signal(signum, frame, stop)).name)
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        os._exit(status)
+    return stop
+
+
+@contextlib.contextmanager
+def starting(on_stop):
+    """Inside ``run_main``: the start's handling of a stop (``quiet_start``'s: ``on_stop``'s line and
+    status, or, given None, the signal's default action) while the block runs (the trainer reading its
+    flags, then importing torch: seconds), ``run_main``'s again after it. A signal SIG_IGN'd (a
+    background job's SIGINT) stays ignored."""
+    saved = {}
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to change
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                saved[sig] = signal.signal(sig, signal.SIG_DFL if on_stop is None else _stop_handler(on_stop))
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def quiet_start(on_stop=None):
     """Until ``run_main``: Ctrl-C ends the process as the signal's default action does, not with a
     KeyboardInterrupt traceback out of whichever import it came in (torch's take seconds, and a
@@ -106,11 +135,7 @@ def quiet_start(on_stop=None):
     status)), SIGTERM and SIGINT there print that line and exit with that status instead. Called
     first by the entry points, before they import anything else of ours."""
     if on_stop is not None:
-        def stop(signum, frame):
-            line, status = on_stop(signal.Signals(first_signal(signum, frame, stop)).name)
-            sys.stderr.write(line)
-            sys.stderr.flush()
-            os._exit(status)
+        stop = _stop_handler(on_stop)
         signal.signal(signal.SIGTERM, stop)
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # (a background job's stays ignored)
             signal.signal(signal.SIGINT, stop)

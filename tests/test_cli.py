@@ -158,6 +158,45 @@ def signalled_at_mark(argv, env, mark, sig):
     return proc.returncode, out, err
 
 
+# sitecustomize that makes the file $MARK when the process first looks for torch
+MARK_TORCH = textwrap.dedent("""\
+    import importlib.abc, os, sys
+
+    class Mark(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "torch":
+                open(os.environ["MARK"], "w").close()
+            return None
+    sys.meta_path.insert(0, Mark())
+""")
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["run_pretraining.py", "--bogus_flag=1"], "error: Unknown command line flag 'bogus_flag'"),
+    (["-m", "mlperf_bert", "train", "--do_train", "--bert_config_file=c", "--input_file=i", "--output_dir=o",
+      "--train_batch_size=0"], "error: --train_batch_size must be positive, got 0"),
+    (["run_pretraining.py", "--do_train", "--input_file=i", "--output_dir=o"],
+     "error: flag --bert_config_file is required"),
+    (["run_pretraining.py", "--do_train", "--bert_config_file=MISSING", "--input_file=i", "--output_dir=o"], None)],
+    ids=["unknown-flag", "bad-value", "missing-flag", "missing-file"])
+def test_the_trainers_refusal_of_its_flags_comes_before_torch_loads(tmp_path, argv, line):
+    """A mistyped flag was said after the trainer had imported torch (~1.2 s of CPU here, tens of seconds
+    on a cluster's shared disk): its flags are read and refused first now. A missing file is found after
+    the import (the hook's own check: it sees torch loaded there)."""
+    (tmp_path / "sitecustomize.py").write_text(MARK_TORCH)
+    mark = tmp_path / "torch-looked-for"
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark))
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    argv = [os.path.join(ROOT, argv[0])] + argv[1:] if argv[0].endswith(".py") else argv
+    proc = subprocess.run([sys.executable] + argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    if line is None:
+        assert (proc.returncode, proc.stderr.count("\n"), mark.exists()) == (2, 1, True), proc.stderr
+        assert proc.stderr.startswith("error: ") and "MISSING" in proc.stderr, proc.stderr
+    else:
+        assert (proc.returncode, proc.stderr.count("\n"), mark.exists()) == (2, 1, False), proc.stderr
+        assert proc.stderr.startswith(line), proc.stderr
+
+
 @pytest.mark.parametrize("sig,torchrun", [(signal.SIGINT, True), (signal.SIGTERM, True), (signal.SIGINT, False),
                                           (signal.SIGTERM, False)],
                          ids=["SIGINT-torchrun", "SIGTERM-torchrun", "SIGINT-alone", "SIGTERM-alone"])
@@ -174,8 +213,10 @@ def test_a_stop_while_the_trainer_imports_torch_is_one_line_or_the_launchers(tmp
     env.pop("TORCHELASTIC_RUN_ID", None)
     if torchrun:
         env["TORCHELASTIC_RUN_ID"] = "none"
-    rc, out, err = signalled_at_mark([sys.executable, os.path.join(ROOT, "run_pretraining.py"), "--help"], env, mark,
-                                     sig)
+    # flags the trainer reads without torch (flag_checks.read_flags): it imports torch after them
+    flags = ["--do_train", "--bert_config_file=%s" % tmp_path, "--input_file=%s" % tmp_path,
+             "--output_dir=%s" % (tmp_path / "out")]
+    rc, out, err = signalled_at_mark([sys.executable, os.path.join(ROOT, "run_pretraining.py")] + flags, env, mark, sig)
     if torchrun:
         assert (rc, out, err) == (-sig, "", "")
     else:
@@ -187,7 +228,7 @@ def test_a_stop_while_the_trainer_imports_torch_is_one_line_or_the_launchers(tmp
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("argv,module", [
-    (["-m", "mlperf_bert", "to-hdf5"], "dataset.hdf5"), (["-m", "mlperf_bert", "train"], "trainer.training"),
+    (["-m", "mlperf_bert", "to-hdf5"], "dataset.hdf5"), (["-m", "mlperf_bert", "train"], "trainer.entry"),
     (["create_pretraining_data.py"], "dataset.pretraining_data"), (["pick_eval_samples.py"], "dataset.eval_samples"),
     (["convert_checkpoint.py"], "trainer.checkpoint_convert"), (["checkpoint_add_gradacc.py"], "trainer.gradacc")],
     ids=["to-hdf5", "train", "create_pretraining_data", "pick_eval_samples", "convert_checkpoint", "add_gradacc"])

@@ -14,6 +14,18 @@ from mlperf_bert.trainer import run_config, trainer_flags
 from mlperf_bert.trainer.trainer_flags import TPU_FLAGS
 
 
+def read_flags(argv):
+    """The RunConfig of run_pretraining.py's command line ``argv``, refused as the trainer refuses
+    its flags alone (``check_flags``): no torch, so the trainer's start says these at once."""
+    fv = trainer_flags.define_flags()
+    # no positional arguments: one would be dropped unread (``--input_file=a, b``: b not trained on)
+    flags.parse(fv, argv, positional=False)
+    # required here, not by parse: a --config file may give them
+    cfg = run_config.RunConfig.from_flags(fv, required=["bert_config_file", "input_file", "output_dir"])
+    check_flags(cfg)
+    return cfg
+
+
 def check_flags(cfg, host=True):
     """The flags alone, before any device, process group or file is touched. ``host``: also those that
     depend on the host (the micro-batch against its memory, --num_workers against its cores); without,

@@ -25,7 +25,7 @@ import typing
 import numpy as np
 import torch
 
-from mlperf_bert import fileio, flags
+from mlperf_bert import fileio
 from mlperf_bert.errors import Terminated, UserError, first_signal, forking, hold_raises_while_forking
 from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency, reaches_target
 from mlperf_bert.trainer import (checkpoint, cpu_memory, distributed, evaluation, flag_checks, levers, loader, preflight,
@@ -172,12 +172,11 @@ class _Stop:
 
 
 def main(argv):
-    fv = trainer_flags.define_flags()
-    # no positional arguments: one would be dropped unread (``--input_file=a, b``: b not trained on)
-    flags.parse(fv, argv, positional=False)
-    # required here, not by parse: a --config file may give them
-    cfg = run_config.RunConfig.from_flags(fv, required=["bert_config_file", "input_file", "output_dir"])
-    flag_checks.check_flags(cfg)
+    return train(flag_checks.read_flags(argv))
+
+
+def train(cfg):
+    """The run of ``cfg`` (flag_checks.read_flags'): its exit status."""
     made = [cfg.checkpoint.output_dir] + [os.path.dirname(os.path.abspath(p)) for p in [cfg.mlperf.mlperf_log] if p]
     # outermost: the locks (in ``held``) are released and their files gone before the folders they
     # made are looked at; a refusal after the lock (an --init_checkpoint of another model) left them

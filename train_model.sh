@@ -47,12 +47,28 @@
 #                   (start_training.sh's check before its first run, on the host that trains)
 #   --help          print this and the presets, and exit; --helpfull (--helpshort): the trainer's flags
 set -euo pipefail
-HERE="$(cd "$(dirname "$(readlink -f -- "${BASH_SOURCE[0]}")")" && pwd)"  # (started through a link: the checkout's)
-
 # A reader of this script's output that has gone (`... | tee log` and Ctrl-C, `| head`) ends neither it (141
 # at its next line: the run never started) nor, under set -e, a failed echo: what start_training.sh does
 trap : PIPE
 echo() { builtin echo "$@" 2>/dev/null || :; }
+# A stop (SIGTERM, SIGINT) while this script reads its settings, before the trainer starts (a second or
+# less): nothing of this start is saved, so exit 79, as the trainer's own start says, not bash's death by
+# the signal, 143 (130), which says a checkpoint holds the run (a script resubmits on it). Once: a SIGTERM
+# after the SIGINT (start_training.sh sends both) adds nothing. exec gives the trainer the default back.
+# A check (CHECK_ONLY) starts no trainer: the signal ends it as it would any command (start_training.sh's
+# check before its first run: its own line says the stop).
+stopped_early() {
+  trap '' TERM INT
+  echo "train_model.sh: $1 before the trainer started: no checkpoint written (exit 79, not 143); rerun the same" \
+       "command: it resumes from the newest checkpoint if there is one, else starts again" >&2
+  exit 79
+}
+if [[ "${CHECK_ONLY:-0}" == 0 ]]; then
+  trap 'stopped_early SIGTERM' TERM
+  trap 'stopped_early SIGINT' INT
+fi
+HERE="$(cd "$(dirname "$(readlink -f -- "${BASH_SOURCE[0]}")")" && pwd)"  # (started through a link: the checkout's)
+
 die() { echo "error: train_model.sh: $*" >&2; exit 2; }
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi

@@ -1571,3 +1571,29 @@ def test_check_only_leaves_this_hosts_memory_and_cores_to_the_training_host(tmp_
         assert series.stderr.startswith("error: train_model.sh: %s" % args[0].split("=")[0]), series.stderr
         assert "this host's" in series.stderr or "cores" in series.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_train_model_stopped_before_it_starts_the_trainer_says_nothing_was_saved(tmp_path, sig):
+    """train_model.sh run directly (as run_and_time.sh and Slurm jobs run it) and stopped while it read its
+    settings, before it started the trainer: bash died by the signal, 143 (130), the status that says a
+    checkpoint holds the run, with nothing said. Now its line and 79, as the trainer's own start says.
+    Its first Python step is held (a PYTHON that marks, then waits) and its process group signalled, as
+    a terminal's Ctrl-C or a scheduler's signal to every process of the job does."""
+    mark = tmp_path / "mark"
+    slow = tmp_path / "python"
+    slow.write_text('#!/bin/bash\ntouch "%s"\nsleep 60\nexec "%s" "$@"\n' % (mark, sys.executable))
+    slow.chmod(0o755)
+    env = dict(os.environ, DATA_DIR=str(tmp_path), PYTHON=str(slow), PRESET="demo_cpu")
+    env.pop("MAX_PER_GPU_BATCH", None)  # read with PYTHON: its first step
+    proc = subprocess.Popen([TRAIN], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.time() + 60
+    while not mark.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.01)
+    os.killpg(proc.pid, sig)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (79, "", (
+        "train_model.sh: %s before the trainer started: no checkpoint written (exit 79, not 143); rerun the same "
+        "command: it resumes from the newest checkpoint if there is one, else starts again\n" % sig.name))

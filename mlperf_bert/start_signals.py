@@ -115,15 +115,27 @@ def starting(on_stop):
     """Inside ``run_main``: the start's handling of a stop (``quiet_start``'s: ``on_stop``'s line and
     status, or, given None, the signal's default action) while the block runs (the trainer reading its
     flags, then importing torch: seconds), ``run_main``'s again after it. A signal SIG_IGN'd (a
-    background job's SIGINT) stays ignored."""
-    saved = {}
+    background job's SIGINT) stays ignored. One handler serves both signals and the block's end is one
+    step: restored one by one, a SIGTERM raised by run_main's handler as the first came back left
+    SIGINT on the start's, and the SIGINT after it ended the stop 79, not 143."""
+    start = _stop_handler(on_stop) if on_stop is not None else None
+    saved, starting_now = {}, [True]
+
+    def on_signal(signum, frame):
+        handler = start if starting_now else saved[signum]
+        if callable(handler):
+            handler(signum, frame)
+        else:  # the default action (SIG_IGN is not saved: never handled here)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
     with contextlib.suppress(ValueError):  # not the main thread: nothing to change
         for sig in (signal.SIGTERM, signal.SIGINT):
             if signal.getsignal(sig) is not signal.SIG_IGN:
-                saved[sig] = signal.signal(sig, signal.SIG_DFL if on_stop is None else _stop_handler(on_stop))
+                saved[sig] = signal.signal(sig, on_signal)
     try:
         yield
     finally:
+        del starting_now[:]
         for sig, handler in saved.items():
             signal.signal(sig, handler)
 

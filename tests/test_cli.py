@@ -197,25 +197,30 @@ def test_the_trainers_refusal_of_its_flags_comes_before_torch_loads(tmp_path, ar
         assert proc.stderr.startswith(line), proc.stderr
 
 
+@pytest.mark.parametrize("hold", ["torch", "tomllib"], ids=["importing-torch", "reading-its-config"])
 @pytest.mark.parametrize("sig,torchrun", [(signal.SIGINT, True), (signal.SIGTERM, True), (signal.SIGINT, False),
                                           (signal.SIGTERM, False)],
                          ids=["SIGINT-torchrun", "SIGTERM-torchrun", "SIGINT-alone", "SIGTERM-alone"])
-def test_a_stop_while_the_trainer_imports_torch_is_one_line_or_the_launchers(tmp_path, sig, torchrun):
+def test_a_stop_while_the_trainer_imports_torch_is_one_line_or_the_launchers(tmp_path, sig, torchrun, hold):
     """A launcher's SIGINT reached the ranks while they imported torch (seconds): each printed a
     KeyboardInterrupt traceback from somewhere in torch's modules. Until run_main, a rank of torchrun's
     ends as the signal's default action does: no output (the launcher says what it ended, once). Run
     alone, the trainer SIGTERMed there died silently with 143, the status that says a checkpoint holds
-    the run: now the launcher's line and 79 (nothing of this start saved)."""
+    the run: now the launcher's line and 79 (nothing of this start saved). The same while it reads its
+    flags (here its --config file), which it does before torch now: that was run_main's 143 (130) and
+    its line, as if a checkpoint held the run."""
     from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
     (tmp_path / "sitecustomize.py").write_text(HOLD_IMPORT)
     mark = tmp_path / "importing"
-    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark), HOLD="torch")
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark), HOLD=hold)
     env.pop("TORCHELASTIC_RUN_ID", None)
     if torchrun:
         env["TORCHELASTIC_RUN_ID"] = "none"
-    # flags the trainer reads without torch (flag_checks.read_flags): it imports torch after them
+    # flags the trainer reads without torch (flag_checks.read_flags): it imports torch after them; a
+    # --config file in TOML imports tomllib as it is read
+    (tmp_path / "run.toml").write_text("seed = 3\n")
     flags = ["--do_train", "--bert_config_file=%s" % tmp_path, "--input_file=%s" % tmp_path,
-             "--output_dir=%s" % (tmp_path / "out")]
+             "--output_dir=%s" % (tmp_path / "out"), "--config=%s" % (tmp_path / "run.toml")]
     rc, out, err = signalled_at_mark([sys.executable, os.path.join(ROOT, "run_pretraining.py")] + flags, env, mark, sig)
     if torchrun:
         assert (rc, out, err) == (-sig, "", "")
@@ -224,6 +229,44 @@ def test_a_stop_while_the_trainer_imports_torch_is_one_line_or_the_launchers(tmp
             "%s while the trainer started, before it had set up its stop: no checkpoint written (exit 79, not 143); "
             "rerun the same command: it resumes from the newest checkpoint if there is one, else starts again\n"
             % sig.name))
+
+
+# the trainer's entry with its training replaced: what handles a stop once the start is done
+AFTER_THE_START = textwrap.dedent("""\
+    import os, signal, sys, types
+    from mlperf_bert import errors
+    from mlperf_bert.cli import run_main
+    from mlperf_bert.trainer import entry
+
+    def train(cfg):
+        handlers = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
+        print(handlers == [errors._raise_terminated, errors.raise_interrupt], flush=True)
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+        return 0
+    stub = types.ModuleType("mlperf_bert.trainer.training")
+    stub.train = train
+    sys.modules[stub.__name__] = stub
+    import mlperf_bert.trainer
+    mlperf_bert.trainer.training = stub
+    run_main(entry.main, ["run_pretraining.py", "--do_train", "--bert_config_file=c", "--input_file=i",
+                          "--output_dir=o"])
+""")
+
+
+@pytest.mark.parametrize("torchrun", [False, True], ids=["alone", "torchrun"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_once_the_trainer_has_started_a_stop_is_the_runs_own(tmp_path, sig, torchrun):
+    """The start's handling (79, or the signal's default in a rank) ends where the training starts:
+    from there run_main's handlers are back (the training's own stop, trainer/training.py's _Stop,
+    saves what it keeps them to restore), and a stop there is run_main's line and 128 + the signal."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RUN_ID"}
+    env["PYTHONPATH"] = ROOT
+    if torchrun:
+        env["TORCHELASTIC_RUN_ID"] = "none"
+    proc = subprocess.run([sys.executable, "-c", AFTER_THE_START, sig.name], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (128 + sig, "True\n"), proc.stderr
+    assert proc.stderr == "%s\n" % (cli.INTERRUPTED if sig == signal.SIGINT else cli.TERMINATED)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

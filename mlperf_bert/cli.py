@@ -12,7 +12,7 @@ from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 # The start's handler (quiet_start) is there, stdlib only: the entry points set it up before this
 # module's imports (absl's ~80 ms).
-from mlperf_bert.start_signals import _QUIET_START, INTERRUPTED, TERMINATED
+from mlperf_bert.start_signals import _QUIET_START, INTERRUPTED, TERMINATED, outlive_readers
 
 
 def run_main(main, argv=None):
@@ -31,7 +31,7 @@ def run_main(main, argv=None):
     sigterm_lost()
     install_sigterm_handler()
     try:
-        status = main(argv)
+        status = _stops_over_broken_pipes(main, argv)
         # The command has ended: a signal now would change nothing of what it did, only turn its
         # status into a traceback in its exit (a scheduler's SIGTERM to a trainer that finished).
         _ignore_stops()
@@ -47,12 +47,16 @@ def run_main(main, argv=None):
         # ended by the Ctrl-C: a SIGTERM after it (a wrapper passing the stop on) changes nothing, also
         # once the interpreter's exit has put the default action back on the handlers it set (killed, -15)
         _ignore_stops()
+        # `... 2>&1 | tee log` and Ctrl-C ends tee too: the stop's line goes nowhere, its status stays 130
+        # (a BrokenPipeError out of the line was a traceback into the same pipe, exit 1)
+        outlive_readers()
         remove_own_temporaries()
         _end_progress_bars()
         print(INTERRUPTED, file=sys.stderr)
         sys.exit(130)
     except Terminated as e:
         sigterm_lost()
+        outlive_readers()  # (`kill -- -PGID` of such a pipeline)
         _end_progress_bars()
         if e.line is None:
             print(TERMINATED, file=sys.stderr)
@@ -67,6 +71,9 @@ def run_main(main, argv=None):
         os._exit(e.status)
     except BrokenPipeError:
         # The reader of our output went away (``... | head``): stop quietly, as a pipeline expects.
+        # Ended by it: a stop now (Ctrl-C on `... | tee log` reaches tee and us; tee's end may come
+        # first) changes nothing; raised here it was a traceback, exit 1.
+        _ignore_stops()
         quiet_stdout()
         remove_own_temporaries()
         sys.exit(141)  # 128 + SIGPIPE, what a tool killed by SIGPIPE reports
@@ -97,6 +104,21 @@ def run_main(main, argv=None):
         sys.exit(2)
     _leave_lightly()
     sys.exit(status or 0)
+
+
+def _stops_over_broken_pipes(main, argv):
+    """``main(argv)``; a BrokenPipeError met while a stop unwound it is that stop: Ctrl-C on
+    ``... 2>&1 | tee log`` ends tee too, and a progress bar's last redraw on the way out (its ``with``
+    block's end) met the broken pipe: 141, as if the reader had gone alone, not the stop's 130."""
+    try:
+        return main(argv)
+    except BrokenPipeError as e:
+        stop = e.__context__
+        while stop is not None and not isinstance(stop, (KeyboardInterrupt, Terminated)):
+            stop = stop.__context__
+        if stop is None:
+            raise
+        raise stop from None
 
 
 def _end_progress_bars():

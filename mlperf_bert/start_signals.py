@@ -104,8 +104,11 @@ def _stop_handler(on_stop):
     """A handler that prints ``on_stop``'s line for the signal and exits with its status."""
     def stop(signum, frame):
         line, status = on_stop(signal.Signals(first_signal(signum, frame, stop)).name)
-        sys.stderr.write(line)
-        sys.stderr.flush()
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except OSError:  # its reader gone (Ctrl-C on `... | tee log` ends tee too): the status says it
+            pass
         os._exit(status)
     return stop
 

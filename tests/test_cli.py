@@ -293,6 +293,33 @@ def test_a_stop_while_a_command_loads_its_modules_is_one_line(tmp_path, argv, mo
     assert (rc, out, err.count("\n")) == (want[0], "", 1) and err.startswith(want[1]), err
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("argv,module", [(["-m", "mlperf_bert", "to-hdf5"], "dataset.hdf5"),
+                                         (["run_pretraining.py"], "trainer.entry")], ids=["to-hdf5", "trainer"])
+def test_a_stop_while_a_command_loads_into_a_reader_gone_keeps_its_status(tmp_path, argv, module, sig):
+    """The same stop with the reader of the output gone (Ctrl-C on `... 2>&1 | tee log` ends tee too): the
+    stop's line met the broken pipe, a traceback into it, exit 1. Now its status alone (the trainer, whose
+    outputs outlive their reader since 7a8df54, kept its 79 already)."""
+    from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
+    (tmp_path / "sitecustomize.py").write_text(HOLD_IMPORT)
+    mark = tmp_path / "importing"
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark), HOLD="mlperf_bert." + module)
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    argv = [os.path.join(ROOT, argv[0])] if argv[0].endswith(".py") else argv
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable] + argv + ["--help"], env=env, cwd=ROOT, stdout=w, stderr=w)
+    os.close(w)
+    try:
+        deadline = time.time() + 60
+        while not mark.exists():
+            assert proc.poll() is None and time.time() < deadline, os.read(r, 100000)
+            time.sleep(0.02)
+    finally:
+        os.close(r)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == (NOT_SAVED_STATUS if module == "trainer.entry" else 128 + sig)
+
+
 # Each entry point: its argv, and whether it starts as the trainer (run_pretraining.py's stop) or as a command
 ENTRY_POINTS = {"to-hdf5": (["-m", "mlperf_bert", "to-hdf5"], False), "train": (["-m", "mlperf_bert", "train"], True),
                 "run_pretraining": (["run_pretraining.py"], True),

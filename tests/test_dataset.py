@@ -637,3 +637,38 @@ def test_a_named_pipe_as_vocab_is_named_as_such_not_missing(golden_dir, tmp_path
             make_dataset.main(cmd(str(text), str(tmp_path / "out"), fifo, workers=1))
     assert str(e.value) == "--vocab_file=%s is a named pipe (FIFO), not a file: give the path of vocab.txt" % fifo
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_of_a_command_whose_reader_has_gone_is_the_stops_status(text_dir, vocab_file, tmp_path, sig):
+    """`python -m mlperf_bert make-dataset ... 2>&1 | tee log` and Ctrl-C: the terminal's SIGINT ends tee
+    too, and the progress bar's last redraw, as the stop left its block, met the broken pipe: 141, as if
+    the reader had gone alone, or (the signal while the command loaded its modules) a traceback into
+    the pipe, exit 1; not the stop's 130 (143). Here the reader goes, then the signal comes while a
+    worker holds a shard (progress bar on, the default)."""
+    out, mark = str(tmp_path / "out"), tmp_path / "working"
+    script = ("import os, sys, time\n"
+              "from mlperf_bert.dataset import make_dataset\n"
+              "from mlperf_bert import __main__ as entry\n"
+              "real = make_dataset._run_job\n"
+              "def job(j):\n"
+              "    if os.path.basename(j[1]).startswith('part-00001'):\n"
+              "        open(%r, 'w').close()\n"
+              "        time.sleep(60)\n"
+              "    return real(j)\n"
+              "make_dataset._run_job = job\n"
+              "entry.main(['mlperf_bert'] + sys.argv[1:])\n" % str(mark))
+    argv = [a for a in cmd(text_dir, out, vocab_file) if a != "--noprogress"]
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", script] + argv, cwd=ROOT, stdout=w, stderr=w)
+    os.close(w)
+    try:
+        deadline = time.time() + 60
+        while not mark.exists():
+            assert proc.poll() is None and time.time() < deadline, os.read(r, 100000)
+            time.sleep(0.01)
+    finally:
+        os.close(r)  # the reader has gone (tee, ended by the same Ctrl-C)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 128 + sig
+    assert not os.path.exists(os.path.join(out, "manifest.tsv"))

@@ -7,12 +7,12 @@ import signal
 import sys
 
 from mlperf_bert.errors import (Terminated, UserError, install_sigterm_handler, raise_held, raise_interrupt,
-                               sigterm_lost)
+                               sigterm_lost, stop_of)
 from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 # The start's handler (quiet_start) is there, stdlib only: the entry points set it up before this
 # module's imports (absl's ~80 ms).
-from mlperf_bert.start_signals import _QUIET_START, INTERRUPTED, TERMINATED, outlive_readers
+from mlperf_bert.start_signals import _QUIET_START, INTERRUPTED, TERMINATED, drop_output, outlive_readers
 
 
 def run_main(main, argv=None):
@@ -47,27 +47,21 @@ def run_main(main, argv=None):
         # ended by the Ctrl-C: a SIGTERM after it (a wrapper passing the stop on) changes nothing, also
         # once the interpreter's exit has put the default action back on the handlers it set (killed, -15)
         _ignore_stops()
-        # `... 2>&1 | tee log` and Ctrl-C ends tee too: the stop's line goes nowhere, its status stays 130
-        # (a BrokenPipeError out of the line was a traceback into the same pipe, exit 1)
-        outlive_readers()
         remove_own_temporaries()
         _end_progress_bars()
-        print(INTERRUPTED, file=sys.stderr)
+        _say_stop(INTERRUPTED, "stderr")
         sys.exit(130)
     except Terminated as e:
         sigterm_lost()
-        outlive_readers()  # (`kill -- -PGID` of such a pipeline)
+        remove_own_temporaries()  # those whose ``with`` block the signal did not reach
         _end_progress_bars()
         if e.line is None:
-            print(TERMINATED, file=sys.stderr)
-        elif e.line:  # the command's own line (the trainer's stop in its init)
-            print(e.line)
+            _say_stop(TERMINATED, "stderr")
+        else:  # the command's own line (the trainer's stop in its init), or none ("")
+            _say_stop(e.line, "stdout")
         # The finally blocks (temporaries removed, locks released) ran on the way here. Leave now:
         # a half-built object the signal interrupted (a progress bar) must not add its own noise
         # when the interpreter tears it down.
-        remove_own_temporaries()  # those whose ``with`` block the signal did not reach
-        sys.stdout.flush()
-        sys.stderr.flush()
         os._exit(e.status)
     except BrokenPipeError:
         # The reader of our output went away (``... | head``): stop quietly, as a pipeline expects.
@@ -106,6 +100,24 @@ def run_main(main, argv=None):
     sys.exit(status or 0)
 
 
+def _say_stop(line, name):
+    """A stop's ``line`` ("": none) on sys.``name``, then both outputs flushed; what cannot be written
+    is dropped, so that the status stays the stop's: `... 2>&1 | tee log` and Ctrl-C, which ends tee
+    too (the line into the broken pipe was a traceback, exit 1), an output on a full disk (a failed
+    flush at exit: 120)."""
+    with contextlib.suppress(OSError):
+        outlive_readers()
+    for stream, text in ((getattr(sys, name), line), (sys.stdout, ""), (sys.stderr, "")):
+        try:
+            if text:
+                print(text, file=stream)
+            stream.flush()
+        except (OSError, ValueError):  # (ValueError: closed)
+            with contextlib.suppress(OSError, ValueError):
+                drop_output(stream.fileno())
+                stream.flush()
+
+
 def _stops_over_broken_pipes(main, argv):
     """``main(argv)``; a BrokenPipeError met while a stop unwound it is that stop: Ctrl-C on
     ``... 2>&1 | tee log`` ends tee too, and a progress bar's last redraw on the way out (its ``with``
@@ -113,9 +125,7 @@ def _stops_over_broken_pipes(main, argv):
     try:
         return main(argv)
     except BrokenPipeError as e:
-        stop = e.__context__
-        while stop is not None and not isinstance(stop, (KeyboardInterrupt, Terminated)):
-            stop = stop.__context__
+        stop = stop_of(e)
         if stop is None:
             raise
         raise stop from None

@@ -116,10 +116,23 @@ def stops_held():
             signal.raise_signal(held[0])  # its handler's own act: KeyboardInterrupt, Terminated, ...
 
 
+def stop_of(exc):
+    """The stop (Terminated, a Ctrl-C's KeyboardInterrupt) ``exc`` is, or was raised while handling
+    (its ``__context__``s), or None: a progress bar's last redraw under ``... | tee log`` met the pipe
+    the same Ctrl-C broke, a BrokenPipeError over the stop."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (Terminated, KeyboardInterrupt)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__context__
+    return None
+
+
 def _stopping():
-    """Whether a stop (Terminated, a Ctrl-C's KeyboardInterrupt) is being handled here: its except
-    and finally blocks, the __exit__s it runs through, run_main's one line."""
-    return isinstance(sys.exc_info()[1], (Terminated, KeyboardInterrupt))
+    """Whether a stop is being handled here (``stop_of``): its except and finally blocks, the
+    __exit__s it runs through, run_main's one line."""
+    return stop_of(sys.exc_info()[1]) is not None
 
 
 def _raise_terminated(signum, frame):

@@ -2,7 +2,10 @@
 logs``, torchrun's pipe) an ASCII line of its own per redraw, at most every ``FILE_INTERVAL_S``
 seconds: a log never holds a bar's carriage-return redraws run together on one endless line, and
 what is written after a bar starts a line of its own."""
+import functools
 import sys
+
+from mlperf_bert.errors import stop_of
 
 FILE_INTERVAL_S = 30
 
@@ -24,10 +27,27 @@ class BarLines:
         self.out.flush()
 
 
+@functools.cache
+def _tqdm():
+    from tqdm import tqdm
+
+    class Bar(tqdm):
+        def close(self):
+            """tqdm's, but its last redraw's error does not replace a stop it was closed in: under
+            ``... 2>&1 | tee log`` the same Ctrl-C ended tee, and the BrokenPipeError of that redraw was
+            taken for a failure (make-dataset removed its settings file, exit 141, not 130)."""
+            try:
+                super().close()
+            except OSError:
+                if stop_of(sys.exc_info()[1]) is None:
+                    raise
+    return Bar
+
+
 def bar(iterable=None, file=None, **kwargs):
     """A tqdm bar on ``file`` (default stderr) as the module says; tqdm's other arguments
     (``total``, ``desc``, ``disable`` ...) pass through."""
-    from tqdm import tqdm
+    tqdm = _tqdm()
     out = file or sys.stderr
     try:
         tty = out.isatty()

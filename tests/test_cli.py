@@ -128,6 +128,67 @@ def test_a_second_sigterm_while_the_first_is_handled_does_not_cut_its_way_out(tm
                            "on\n"), proc.stderr
 
 
+def test_a_sigterm_after_a_ctrl_c_whose_output_broke_does_not_cut_its_way_out(tmp_path):
+    """Ctrl-C on `... 2>&1 | tee log` ends tee too: a write on the stop's way out (a progress bar's last
+    redraw) raised a BrokenPipeError over the KeyboardInterrupt, and a wrapper's SIGTERM after the Ctrl-C
+    then raised Terminated in the clean-up the BrokenPipeError ran through (a review: a lock left, status
+    143). The first stop decides, whatever was raised over it: the clean-up done, 130."""
+    script = tmp_path / "cmd.py"
+    script.write_text(textwrap.dedent("""\
+        import os, signal, time
+        from mlperf_bert.cli import run_main
+
+        def main(argv):
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(30)
+            finally:
+                try:
+                    raise BrokenPipeError(32, "Broken pipe")
+                finally:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    for _ in range(1000):  # the handler runs at the next bytecode boundaries
+                        pass
+                    print("cleaned up", flush=True)
+        run_main(main)
+        """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "cleaned up\n", cli.INTERRUPTED + "\n")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_removes_its_temporaries_whatever_its_output_does(tmp_path, sig):
+    """A review: the stop's branches remade stdout (for a reader gone) before they removed the command's
+    temporaries, and an output on a full disk (stdout to /dev/full, its buffer not empty) raised there:
+    a traceback, the temporary left. Removed first now, and the output that cannot be written dropped:
+    the stop's line and status (a failed flush at exit was 120, before os._exit a traceback)."""
+    script = tmp_path / "cmd.py"
+    script.write_text(textwrap.dedent("""\
+        import os, signal, sys, time
+        from mlperf_bert import fileio
+        from mlperf_bert.cli import run_main
+
+        def main(argv):
+            global held
+            held = fileio.atomic_path(sys.argv[1])  # its with block never left: a stop's to remove
+            tmp = held.__enter__()
+            open(tmp, "w").close()
+            print("TEMPORARY", tmp, file=sys.stderr, flush=True)
+            print("pending", end="")
+            os.kill(os.getpid(), signal.%s)
+            time.sleep(30)
+        run_main(main)
+        """ % sig.name))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with open(os.devnull if not os.path.exists("/dev/full") else "/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, str(script), str(tmp_path / "out.bin")], stdout=full, stderr=subprocess.PIPE,
+                              text=True, cwd=ROOT, env=env, timeout=60)
+    assert proc.stderr.startswith("TEMPORARY "), proc.stderr
+    assert os.listdir(tmp_path) == ["cmd.py"], proc.stderr
+    line = cli.INTERRUPTED if sig == signal.SIGINT else cli.TERMINATED
+    assert (proc.returncode, proc.stderr.split("\n", 1)[1]) == (128 + sig, line + "\n")
+
+
 # sitecustomize for a command whose import of module $HOLD waits (marked) until a signal comes; in
 # short sleeps: the signal may go to a thread numpy's import started (OpenBLAS's), which interrupts
 # no sleep of the main thread, whose handler then ran after one of 60 s (`make test` timed out once)

@@ -70,6 +70,7 @@ def run_main(main, argv=None):
         _ignore_stops()
         quiet_stdout()
         remove_own_temporaries()
+        _say_stop("", "stderr")  # (stderr's reader gone too, `2>&1 | head`: its failed flush at exit was 120)
         sys.exit(141)  # 128 + SIGPIPE, what a tool killed by SIGPIPE reports
     except OSError as e:
         _end_progress_bars()
@@ -101,13 +102,14 @@ def run_main(main, argv=None):
 
 
 def _say_stop(line, name):
-    """A stop's ``line`` ("": none) on sys.``name``, then both outputs flushed; what cannot be written
+    """A stop's ``line`` ("": none) on sys.``name``, both outputs flushed; what cannot be written
     is dropped, so that the status stays the stop's: `... 2>&1 | tee log` and Ctrl-C, which ends tee
     too (the line into the broken pipe was a traceback, exit 1), an output on a full disk (a failed
     flush at exit: 120)."""
     with contextlib.suppress(OSError):
         outlive_readers()
-    for stream, text in ((getattr(sys, name), line), (sys.stdout, ""), (sys.stderr, "")):
+    # stdout first: what it holds was written before the line (in a `>log 2>&1` file, before it)
+    for stream, text in ((sys.stdout, ""), (getattr(sys, name), line), (sys.stderr, "")):
         try:
             if text:
                 print(text, file=stream)

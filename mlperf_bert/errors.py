@@ -139,8 +139,10 @@ def _raise_terminated(signum, frame):
     # A repeat while a stop is being handled (a scheduler may SIGTERM every process again, a storm; a
     # wrapper passes a SIGTERM on after a terminal's Ctrl-C reached the whole group) must not cut that
     # way out with a second one: a traceback "during handling of the above exception", a clean-up
-    # (a pool's end, a lock's release) cut half-way.
+    # (a pool's end, a lock's release) cut half-way. Recorded still (sigterm_lost): where the stop
+    # being handled is swallowed and the command goes on to its end, that end is this one's, 143.
     if _stopping():
+        _received.append(signum)
         return
     if forking():
         _held.append(signum)

@@ -55,19 +55,31 @@ echo() { builtin echo "$@" 2>/dev/null || :; }
 # less): nothing of this start is saved, so exit 79, as the trainer's own start says, not bash's death by
 # the signal, 143 (130), which says a checkpoint holds the run (a script resubmits on it). Once: a SIGTERM
 # after the SIGINT (start_training.sh sends both) adds nothing. exec gives the trainer the default back.
-# A check (CHECK_ONLY) starts no trainer: the signal ends it as it would any command (start_training.sh's
-# check before its first run: its own line says the stop).
+# A check (CHECK_ONLY), --dry_run and --help start no trainer: the signal ends them as it would any
+# command (start_training.sh's check before its first run: its own line says the stop).
 stopped_early() {
   trap '' TERM INT
   echo "train_model.sh: $1 before the trainer started: no checkpoint written (exit 79, not 143); rerun the same" \
        "command: it resumes from the newest checkpoint if there is one, else starts again" >&2
   exit 79
 }
-if [[ "${CHECK_ONLY:-0}" == 0 ]]; then
+# While the trap is set, one `$(...)` a statement: bash 5.2 running a
+# trap as it reads a statement's second (or a nested) one misreads it ("trap: unexpected EOF while
+# looking for matching `)'", exit 2, the stop said as a failure; a review's signal storm, 5 of 800).
+stop_trap=1
+[[ "${CHECK_ONLY:-0}" == 0 && "${DRY_RUN:-0}" == 0 ]] || stop_trap=0
+for arg in "$@"; do case "$arg" in --dry_run|-h|--help) stop_trap=0 ;; esac; done
+if (( stop_trap )); then
   trap 'stopped_early SIGTERM' TERM
   trap 'stopped_early SIGINT' INT
 fi
-HERE="$(cd "$(dirname "$(readlink -f -- "${BASH_SOURCE[0]}")")" && pwd)"  # (started through a link: the checkout's)
+# this script's folder (the checkout's, started through a link too), by builtins
+SELF=${BASH_SOURCE[0]}
+[[ -L "$SELF" ]] && SELF="$(readlink -f -- "$SELF")"
+HERE=$PWD
+case "$SELF" in
+  */*) CDPATH='' cd -- "${SELF%/*}" && HERE=$PWD && CDPATH='' cd -- "$OLDPWD" || exit 2 ;;
+esac
 
 die() { echo "error: train_model.sh: $*" >&2; exit 2; }
 if [[ -z "${PYTHON:-}" ]]; then
@@ -279,8 +291,9 @@ if [[ "$PRESET" =~ ^rcp_([0-9]+)$ ]]; then
   # generated from mlperf_logging's rcps_bert.json for this number of GPUs (harness/rcp.py)
   rcp_batch="${BASH_REMATCH[1]}"
   # (its one line said with this script's name, as every refusal here is; it writes nothing else there)
+  world=$((NUM_GPUS * NNODES))
   rcp="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.rcp "--batch_size=$rcp_batch" \
-        "--world=$((NUM_GPUS * NNODES))" "--max_per_gpu=$MAX_PER_GPU_BATCH" 2>&1)" || die "${rcp#error: }"
+        "--world=$world" "--max_per_gpu=$MAX_PER_GPU_BATCH" 2>&1)" || die "${rcp#error: }"
   eval "$rcp"
 fi
 
@@ -494,7 +507,8 @@ read_figures() {  # --figures | --check | --check_off_host
 check_files() {
   # (the files the trainer gets: a --input_file, --eval_input_file or --init_checkpoint given, or set by the
   # --config file, replaces the environment's; the environment's were checked instead, and run 0 refused them)
-  train_spec="$(flag_value input_file "$INPUT_FILES")" eval_spec="$(flag_value eval_input_file "$EVAL_FILE")"
+  train_spec="$(flag_value input_file "$INPUT_FILES")"
+  eval_spec="$(flag_value eval_input_file "$EVAL_FILE")"
   init="$(flag_value init_checkpoint "")"
   train_from="INPUT_FILES, or DATA_DIR's part-*" eval_from="EVAL_FILE, or DATA_DIR's eval_10k"
   train_fix="set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to them)"

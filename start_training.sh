@@ -104,7 +104,11 @@ SELF=${BASH_SOURCE[0]}
 # started through a symbolic link (one in PATH): the checkout's folder (a process, on this path alone)
 [[ -L "$SELF" ]] && SELF="$(readlink -f -- "$SELF")"
 case "$SELF" in
-  */*) CDPATH='' cd -- "${SELF%/*}" && HERE=$PWD && CDPATH='' cd -- "$OLDPWD" || exit 2 ;;
+  # -P: the folder the kernel found the script in (`../start_training.sh` from inside a linked folder: the link's
+  # parent was taken, the wrong checkout); back to the caller's folder as it named it
+  */*) CDPATH='' cd -P -- "${SELF%/*}" && HERE=$PWD || exit 2
+       CDPATH='' cd -- "$OLDPWD" 2>/dev/null || { echo "error: start_training.sh: cannot return to the current folder $OLDPWD" \
+         "(removed since?): run it from a folder that exists" >&2; exit 2; } ;;
 esac
 
 die() { echo "error: $ME: $*" >&2; exit 2; }

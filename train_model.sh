@@ -68,7 +68,7 @@ stopped_early() {
 # looking for matching `)'", exit 2, the stop said as a failure; a review's signal storm, 5 of 800).
 stop_trap=1
 [[ "${CHECK_ONLY:-0}" == 0 && "${DRY_RUN:-0}" == 0 ]] || stop_trap=0
-for arg in "$@"; do case "$arg" in --dry_run|-h|--help) stop_trap=0 ;; esac; done
+for arg in "$@"; do case "$arg" in --dry_run|-h|--help|--helpfull|--helpshort) stop_trap=0 ;; esac; done
 if (( stop_trap )); then
   trap 'stopped_early SIGTERM' TERM
   trap 'stopped_early SIGINT' INT
@@ -78,7 +78,11 @@ SELF=${BASH_SOURCE[0]}
 [[ -L "$SELF" ]] && SELF="$(readlink -f -- "$SELF")"
 HERE=$PWD
 case "$SELF" in
-  */*) CDPATH='' cd -- "${SELF%/*}" && HERE=$PWD && CDPATH='' cd -- "$OLDPWD" || exit 2 ;;
+  # -P: the folder the kernel found the script in (`../train_model.sh` from inside a linked folder: the link's
+  # parent was taken, the wrong checkout); back to the caller's folder as it named it
+  */*) CDPATH='' cd -P -- "${SELF%/*}" && HERE=$PWD || exit 2
+       CDPATH='' cd -- "$OLDPWD" 2>/dev/null || { echo "error: train_model.sh: cannot return to the current folder $OLDPWD" \
+         "(removed since?): run it from a folder that exists" >&2; exit 2; } ;;
 esac
 
 die() { echo "error: train_model.sh: $*" >&2; exit 2; }

@@ -1608,3 +1608,32 @@ def test_train_model_expands_one_command_substitution_a_statement():
     joined = "".join(lines).replace("\\\n", " ").splitlines()
     assert [line for line in joined if line.count("$(") > 1] == []
     assert sum(line.count("$(") for line in joined) > 20  # (the check sees them)
+
+
+@pytest.mark.parametrize("script", ["train_model.sh", "start_training.sh"])
+def test_a_launcher_started_by_a_relative_path_through_a_linked_folder_finds_its_checkout(tmp_path, script):
+    """A review: `../train_model.sh` from inside a symbolic link to a folder of the checkout took the link's
+    parent for the checkout (bash's logical `cd` drops the link's name for `..`; the kernel went up from
+    the real folder): "cannot read MAX_PER_GPU_BATCH ...", exit 2 (start_training.sh: "train_model.sh is
+    missing"). Its folder is the one the kernel found it in; the caller's folder stays as it named it."""
+    link = tmp_path / "linked"
+    link.symlink_to(os.path.join(ROOT, "tests"))
+    env = {k: v for k, v in os.environ.items() if k not in ("CDPATH", "PRESET", "DATA_DIR", "MAX_PER_GPU_BATCH")}
+    env.update(PYTHON=sys.executable, PWD=str(link))
+    proc = subprocess.run(["bash", "-c", 'cd "$0" && ../%s --help' % script, str(link)], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "usage:" in proc.stdout.lower() or "train_model.sh" in proc.stdout, proc.stdout
+
+
+def test_train_model_from_a_removed_folder_is_one_line(tmp_path):
+    """Its folder found by builtins, it goes back to the caller's folder: a removed one is its one line."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), PRESET="demo_cpu")
+    proc = subprocess.run(["bash", "-c", 'cd "$0" && rmdir "$0" && "$1" --dry_run', str(gone), TRAIN],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    # (before it, bash's own "shell-init: error retrieving current directory" as it starts there)
+    assert proc.stderr.splitlines()[-1] == ("error: train_model.sh: cannot return to the current folder %s (removed "
+                                            "since?): run it from a folder that exists" % gone), proc.stderr

@@ -63,7 +63,7 @@ stopped_early() {
        "command: it resumes from the newest checkpoint if there is one, else starts again" >&2
   exit 79
 }
-# While the trap is set, one `$(...)` a statement: bash 5.2 running a
+# While the trap is set, one `$(...)` a simple command (a line): bash 5.2 running a
 # trap as it reads a statement's second (or a nested) one misreads it ("trap: unexpected EOF while
 # looking for matching `)'", exit 2, the stop said as a failure; a review's signal storm, 5 of 800).
 stop_trap=1
@@ -294,8 +294,8 @@ done
 if [[ "$PRESET" =~ ^rcp_([0-9]+)$ ]]; then
   # generated from mlperf_logging's rcps_bert.json for this number of GPUs (harness/rcp.py)
   rcp_batch="${BASH_REMATCH[1]}"
-  # (its one line said with this script's name, as every refusal here is; it writes nothing else there)
   world=$((NUM_GPUS * NNODES))
+  # (its one line said with this script's name, as every refusal here is; it writes nothing else there)
   rcp="$(cd "$HERE" && "$PYTHON" -m mlperf_bert.harness.rcp "--batch_size=$rcp_batch" \
         "--world=$world" "--max_per_gpu=$MAX_PER_GPU_BATCH" 2>&1)" || die "${rcp#error: }"
   eval "$rcp"

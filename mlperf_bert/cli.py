@@ -7,7 +7,7 @@ import signal
 import sys
 
 from mlperf_bert.errors import (Terminated, UserError, install_sigterm_handler, raise_held, raise_interrupt,
-                               sigterm_lost, stop_of)
+                               stop_lost, stop_of)
 from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 # The start's handler (quiet_start) is there, stdlib only: the entry points set it up before this
@@ -28,7 +28,7 @@ def run_main(main, argv=None):
             signal.signal(signal.SIGINT, raise_interrupt)
     # The record of dropped stops is this command's: one raised and caught before it in this process
     # (a test running commands in-process) made its end a stop, an os._exit(143) of the test process.
-    sigterm_lost()
+    stop_lost()
     install_sigterm_handler()
     try:
         status = _stops_over_broken_pipes(main, argv)
@@ -36,7 +36,10 @@ def run_main(main, argv=None):
         # status into a traceback in its exit (a scheduler's SIGTERM to a trainer that finished).
         _ignore_stops()
         raise_held()  # a stop whose raise waited for a fork's end, which no point of the command raised
-        if sigterm_lost():  # the signal's exception was dropped and the command ran to its end
+        lost = stop_lost()  # the signal's exception was dropped, or never raised, and the command ran to its end
+        if lost == signal.SIGINT:
+            raise KeyboardInterrupt
+        if lost:
             raise Terminated()
     except UserError as e:
         _ignore_stops()  # ended, by its error: a stop now would replace its line and status
@@ -52,7 +55,7 @@ def run_main(main, argv=None):
         _say_stop(INTERRUPTED, "stderr")
         sys.exit(130)
     except Terminated as e:
-        sigterm_lost()
+        stop_lost()
         remove_own_temporaries()  # those whose ``with`` block the signal did not reach
         _end_progress_bars()
         if e.line is None:
@@ -110,6 +113,8 @@ def _say_stop(line, name):
         outlive_readers()
     # stdout first: what it holds was written before the line (in a `>log 2>&1` file, before it)
     for stream, text in ((sys.stdout, ""), (getattr(sys, name), line), (sys.stderr, "")):
+        if stream is None:  # (started with that descriptor closed: `>&-`)
+            continue
         try:
             if text:
                 print(text, file=stream)
@@ -122,8 +127,9 @@ def _say_stop(line, name):
 
 def _stops_over_broken_pipes(main, argv):
     """``main(argv)``; a BrokenPipeError met while a stop unwound it is that stop: Ctrl-C on
-    ``... 2>&1 | tee log`` ends tee too, and a progress bar's last redraw on the way out (its ``with``
-    block's end) met the broken pipe: 141, as if the reader had gone alone, not the stop's 130."""
+    ``... 2>&1 | tee log`` ends tee too, and a write on the way out (a ``finally`` block's print; a
+    progress bar's last redraw, which progress.Bar now drops) met the broken pipe: that was 141, as
+    if the reader had gone alone, not the stop's 130."""
     try:
         return main(argv)
     except BrokenPipeError as e:

@@ -38,7 +38,7 @@ class Terminated(BaseException):
         self.line, self.status = line, status
 
 
-_received = []  # the SIGTERMs _raise_terminated raised
+_received = []  # the stop signals raised by their handlers, or not raised while a stop was handled (stop_lost)
 _held = []  # the stop signals whose raise waits for a fork's end (raise_held)
 
 # ``forking`` is True in the thread that forks, from the first of the fork's hooks to the last
@@ -139,7 +139,7 @@ def _raise_terminated(signum, frame):
     # A repeat while a stop is being handled (a scheduler may SIGTERM every process again, a storm; a
     # wrapper passes a SIGTERM on after a terminal's Ctrl-C reached the whole group) must not cut that
     # way out with a second one: a traceback "during handling of the above exception", a clean-up
-    # (a pool's end, a lock's release) cut half-way. Recorded still (sigterm_lost): where the stop
+    # (a pool's end, a lock's release) cut half-way. Recorded still (stop_lost): where the stop
     # being handled is swallowed and the command goes on to its end, that end is this one's, 143.
     if _stopping():
         _received.append(signum)
@@ -152,8 +152,10 @@ def _raise_terminated(signum, frame):
 
 
 def raise_interrupt(signum, frame):
-    """SIGINT's handler: KeyboardInterrupt, as Python's own, but not while a stop is being handled."""
+    """SIGINT's handler: KeyboardInterrupt, as Python's own, but not while a stop is being handled
+    (recorded then, as _raise_terminated's)."""
     if _stopping():
+        _received.append(signum)
         return
     if forking():
         _held.append(signum)
@@ -161,11 +163,12 @@ def raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def sigterm_lost():
-    """Whether a SIGTERM raised Terminated where Python drops exceptions (a finalizer, a
-    generator closed by the garbage collector: "Exception ignored in ..."), so that the command
-    went on; ``run_main`` then still ends with 143. Reset by the call."""
-    lost = bool(_received or _held)
+def stop_lost():
+    """The stop signal (its number; None if none) whose Terminated was raised where Python drops
+    exceptions (a finalizer, a generator closed by the garbage collector: "Exception ignored in ..."),
+    or that came while a stop was handled, so that the command may have gone on to its end;
+    ``run_main`` then still ends as the stop (143, 130). Reset by the call."""
+    lost = (_received or _held or [None])[0]
     del _received[:], _held[:]
     return lost
 

@@ -1,5 +1,6 @@
 """A stop while an entry point starts (``quiet_start``): one line and an exit status, or the
-signal's default action, until ``cli.run_main`` sets up its own handling. Stdlib only (errors.py
+signal's default action, until ``cli.run_main`` sets up its own handling (the trainer's start has it
+again inside run_main, ``starting``, while it reads its flags and imports torch). Stdlib only (errors.py
 is too), so that the entry points call it before they import absl (~80 ms), torch (seconds) or
 the rest of mlperf_bert. Python's own start (site and the .pth files, tens of ms before any of our
 code runs) cannot be covered from here: a stop there is still Python's traceback or silent 143."""
@@ -33,8 +34,8 @@ def not_saved_line(name, when):
 
 
 def stopped_while_starting(name):
-    """run_pretraining.py's (line, status) for a stop that came while it imported torch (seconds,
-    before run_main set up its stop): nothing of this start is saved, so NOT_SAVED_STATUS, not 143,
+    """run_pretraining.py's (line, status) for a stop that came while it started: its modules, its
+    flags, torch's import (seconds; ``quiet_start``, then ``starting``): nothing of this start is saved, so NOT_SAVED_STATUS, not 143,
     with the line a launcher gives for ranks stopped then."""
     return not_saved_line(name, "while the trainer started, before it had set up its stop"), NOT_SAVED_STATUS
 
@@ -125,6 +126,7 @@ def starting(on_stop):
     saved, starting_now = {}, [True]
 
     def on_signal(signum, frame):
+        signum = first_signal(signum, frame, on_signal)  # (a SIGTERM run inside a SIGINT's call: the SIGINT)
         handler = start if starting_now else saved[signum]
         if callable(handler):
             handler(signum, frame)

@@ -191,7 +191,7 @@ def test_a_stop_removes_its_temporaries_whatever_its_output_does(tmp_path, sig):
     assert (proc.returncode, proc.stderr.split("\n", 1)[1]) == (128 + sig, line + "\n")
 
 
-# A command that runs its own main after a stop it swallowed ($1 "swallowed"), or prints, then stops
+# A command that runs its own main after a stop it swallowed ($1 "swallowed", $2 the signal then), or prints, then stops
 # ($1 "SIGINT"/"SIGTERM"), or draws a progress bar ($1 "bar")
 WRAPPED = textwrap.dedent("""\
     import os, signal, sys, time
@@ -206,7 +206,7 @@ WRAPPED = textwrap.dedent("""\
                 except KeyboardInterrupt:
                     raise RuntimeError("converted")
             except RuntimeError:  # its work goes on here
-                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), getattr(signal, argv[2]))
                 time.sleep(1)
             print("ran to the end")
         elif argv[1] == "bar":
@@ -220,13 +220,15 @@ WRAPPED = textwrap.dedent("""\
 """)
 
 
-def test_a_sigterm_while_a_swallowed_stop_was_handled_still_ends_the_command_143():
-    """A review: a SIGTERM that came while an error raised over a stop was handled (that stop caught and
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_while_a_swallowed_stop_was_handled_still_ends_the_command_as_a_stop(sig):
+    """A review: a signal that came while an error raised over a stop was handled (that stop caught and
     dropped, the work going on) was not a new stop, and not recorded either: the command ran to its end,
-    status 0. It ends 143 now, as a SIGTERM whose raise a finalizer dropped does (sigterm_lost)."""
-    proc = subprocess.run([sys.executable, "-c", WRAPPED, "swallowed"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=60)
-    assert (proc.returncode, proc.stderr) == (143, cli.TERMINATED + "\n")
+    status 0. It ends as that stop now (143, 130), as one whose raise a finalizer dropped does (stop_lost)."""
+    proc = subprocess.run([sys.executable, "-c", WRAPPED, "swallowed", sig.name], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    line = cli.INTERRUPTED if sig == signal.SIGINT else cli.TERMINATED
+    assert (proc.returncode, proc.stdout, proc.stderr) == (128 + sig, "ran to the end\n", line + "\n")
 
 
 def test_a_progress_bars_reader_gone_is_141_not_a_failed_flush():
@@ -240,6 +242,16 @@ def test_a_progress_bars_reader_gone_is_141_not_a_failed_flush():
     finally:
         os.close(w)
     assert proc.returncode == 141
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_of_a_command_started_without_stdout_is_its_line(sig):
+    """A review: started with stdout closed (`>&-`: Python's sys.stdout is None), a stop's flush of
+    stdout was an AttributeError, a traceback and exit 1."""
+    proc = subprocess.run(["bash", "-c", '"$0" -c "$1" "$2" >&-', sys.executable, WRAPPED, sig.name],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    line = cli.INTERRUPTED if sig == signal.SIGINT else cli.TERMINATED
+    assert (proc.returncode, proc.stderr) == (128 + sig, line + "\n")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -387,7 +399,7 @@ AFTER_THE_START = textwrap.dedent("""\
 def test_once_the_trainer_has_started_a_stop_is_the_runs_own(tmp_path, sig, torchrun):
     """The start's handling (79, or the signal's default in a rank) ends where the training starts:
     from there run_main's handlers are back (the training's own stop, trainer/training.py's _Stop,
-    saves what it keeps them to restore), and a stop there is run_main's line and 128 + the signal."""
+    saves them to restore them), and a stop there is run_main's line and 128 + the signal."""
     env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RUN_ID"}
     env["PYTHONPATH"] = ROOT
     if torchrun:

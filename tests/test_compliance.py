@@ -1178,7 +1178,7 @@ def test_a_stop_during_the_official_checkers_rules_is_not_a_failed_rule(real_log
             compliance.official_check(str(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt"))
     finally:
         signal.signal(sig, saved)
-        errors.sigterm_lost()  # (the record of the Terminated raised: this test's)
+        errors.stop_lost()  # (the record of the Terminated raised: this test's)
     assert sent
     monkeypatch.undo()  # the next check starts clean
     assert compliance.official_check(str(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt")).level == "PASS"

@@ -1602,7 +1602,8 @@ def test_train_model_stopped_before_it_starts_the_trainer_says_nothing_was_saved
 def test_train_model_expands_one_command_substitution_a_statement():
     """A review's signal storm: bash 5.2 running train_model.sh's stop trap while it read a statement's
     second `$(...)` (two on one line, or one nested in another) misread the trap ("trap: line 2: unexpected
-    EOF while looking for matching `)'"), exit 2: a stop said as a failure (5 of 800). One a statement."""
+    EOF while looking for matching `)'"), exit 2: a stop said as a failure (5 of 800). One a simple command,
+    checked line by line (continuations joined; `$((` counted too: arithmetic is set apart as well)."""
     with open(TRAIN) as f:
         lines = [line for line in f if not line.lstrip().startswith("#")]
     joined = "".join(lines).replace("\\\n", " ").splitlines()

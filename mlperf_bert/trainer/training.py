@@ -1,7 +1,8 @@
-"""run_pretraining.py: train BERT with online evaluation, MLPerf logging, exact resume and torchrun.
+"""The run of run_pretraining.py (its entry, which reads and refuses the flags before torch loads:
+trainer/entry.py): train BERT with online evaluation, MLPerf logging, exact resume and torchrun.
 
-Read top to bottom: flags and ``main`` (the flags read once: trainer/run_config.py's RunConfig)
--> ``Trainer`` (model, optimizer, accumulator, the levers in trainer/levers.py's order; ``step``,
+Read top to bottom: ``train(cfg)`` (the flags read once: trainer/run_config.py's RunConfig; ``main``,
+flags to the end, for tests) -> ``Trainer`` (model, optimizer, accumulator, the levers in trainer/levers.py's order; ``step``,
 ``evaluate``, ``save``, ``resume``) -> ``run`` (the start: devices, inputs, resume decision,
 MLPerf init) -> ``Loop.train`` (the loop: micro-step, maybe update, maybe eval, maybe checkpoint,
 each a hook of ``Loop``; where it stands: ``TrainState``).
@@ -923,7 +924,3 @@ def run_eval_only(cfg, config, files, device, rank, world, stop):
         print("wrote %s" % path)
     return 0
 
-
-if __name__ == "__main__":
-    from mlperf_bert.cli import run_main
-    run_main(main)

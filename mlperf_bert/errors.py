@@ -142,7 +142,7 @@ def _raise_terminated(signum, frame):
     # (a pool's end, a lock's release) cut half-way. Recorded still (stop_lost): where the stop
     # being handled is swallowed and the command goes on to its end, that end is this one's, 143.
     if _stopping():
-        _received.append(signum)
+        _record_during_stop(signum)
         return
     if forking():
         _held.append(signum)
@@ -151,11 +151,22 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
+def _record_during_stop(signum):
+    """A stop signal that came while a stop was handled: recorded after that stop (the first decides,
+    should the command swallow it and go on to its end: a Ctrl-C, then a wrapper's SIGTERM, is 130)."""
+    if not _received:
+        stop = stop_of(sys.exc_info()[1])
+        first = signal.SIGINT if isinstance(stop, KeyboardInterrupt) or getattr(stop, "status", 143) == 130 \
+            else signal.SIGTERM
+        _received.append(first)
+    _received.append(signum)
+
+
 def raise_interrupt(signum, frame):
     """SIGINT's handler: KeyboardInterrupt, as Python's own, but not while a stop is being handled
     (recorded then, as _raise_terminated's)."""
     if _stopping():
-        _received.append(signum)
+        _record_during_stop(signum)
         return
     if forking():
         _held.append(signum)
@@ -164,10 +175,12 @@ def raise_interrupt(signum, frame):
 
 
 def stop_lost():
-    """The stop signal (its number; None if none) whose Terminated was raised where Python drops
-    exceptions (a finalizer, a generator closed by the garbage collector: "Exception ignored in ..."),
-    or that came while a stop was handled, so that the command may have gone on to its end;
-    ``run_main`` then still ends as the stop (143, 130). Reset by the call."""
+    """The first stop signal (its number; None if none) of those recorded: a SIGTERM whose Terminated
+    was raised where Python drops exceptions (a finalizer, a generator closed by the garbage collector:
+    "Exception ignored in ..."), or a signal that came while a stop was handled (after that stop), so
+    that the command may have gone on to its end; ``run_main`` then still ends as that stop (143, 130).
+    A Ctrl-C alone that the command caught is its own to handle, as in Python (not recorded). Reset by
+    the call."""
     lost = (_received or _held or [None])[0]
     del _received[:], _held[:]
     return lost

@@ -321,8 +321,8 @@ MARK_TORCH = textwrap.dedent("""\
     (["run_pretraining.py", "--do_train", "--bert_config_file=MISSING", "--input_file=i", "--output_dir=o"], None)],
     ids=["unknown-flag", "bad-value", "missing-flag", "missing-file"])
 def test_the_trainers_refusal_of_its_flags_comes_before_torch_loads(tmp_path, argv, line):
-    """A mistyped flag was said after the trainer had imported torch (~1.2 s of CPU here, tens of seconds
-    on a cluster's shared disk): its flags are read and refused first now. A missing file is found after
+    """A mistyped flag was said after the trainer had imported torch (~1.2 s of CPU
+    here): its flags are read and refused first now. A missing file is found after
     the import (the hook's own check: it sees torch loaded there)."""
     (tmp_path / "sitecustomize.py").write_text(MARK_TORCH)
     mark = tmp_path / "torch-looked-for"

@@ -1,6 +1,6 @@
 """run_pretraining.py's entry (``python -m mlperf_bert train``'s too): its flags read and refused
 (flag_checks.read_flags) before torch is imported, so that a mistyped flag is one line at once,
-not after the seconds torch takes to load (tens on a cluster's shared disk); then the run
+not after the second or more torch takes to load; then the run
 (trainer/training.py). No torch here."""
 from mlperf_bert.start_signals import starting, trainer_start_stop
 from mlperf_bert.trainer import flag_checks

@@ -14,14 +14,20 @@ from mlperf_bert.trainer import run_config, trainer_flags
 from mlperf_bert.trainer.trainer_flags import TPU_FLAGS
 
 
-def read_flags(argv):
-    """The RunConfig of run_pretraining.py's command line ``argv``, refused as the trainer refuses
-    its flags alone (``check_flags``): no torch, so the trainer's start says these at once."""
+def _run_config(argv, required=()):
+    """The RunConfig of run_pretraining.py's command line ``argv`` (the program, then its flags), as
+    the trainer reads it: absl's parse, then the ``--config`` file. ``required``: the flags that flags
+    and file together must give (not parse's to ask: the file may give them)."""
     fv = trainer_flags.define_flags()
     # no positional arguments: one would be dropped unread (``--input_file=a, b``: b not trained on)
     flags.parse(fv, argv, positional=False)
-    # required here, not by parse: a --config file may give them
-    cfg = run_config.RunConfig.from_flags(fv, required=["bert_config_file", "input_file", "output_dir"])
+    return run_config.RunConfig.from_flags(fv, required=required)
+
+
+def read_flags(argv):
+    """The trainer's RunConfig of ``argv``, refused as the trainer refuses its flags alone
+    (``check_flags``): no torch, so the trainer's start says these at once."""
+    cfg = _run_config(argv, required=["bert_config_file", "input_file", "output_dir"])
     check_flags(cfg)
     return cfg
 
@@ -228,10 +234,7 @@ def launch_figures(argv, check=False, ranks=1, host=True):
     train_model.sh's CHECK_ONLY=1 leaves those to it). The batches are checked against the
     ``ranks`` the launch starts (``check_ranks``: the trainer's refusal once its ranks have met, after
     a series' STARTING TIMING RUN). A help flag is left to the trainer."""
-    argv = ["run_pretraining.py"] + [a for a in argv if not flags.asks_help(["", a])]
-    fv = trainer_flags.define_flags()
-    flags.parse(fv, argv, positional=False)
-    cfg = run_config.RunConfig.from_flags(fv)
+    cfg = _run_config(["run_pretraining.py"] + [a for a in argv if not flags.asks_help(["", a])])
     if check:
         check_flags(cfg, host)
     check_ranks(cfg, ranks)

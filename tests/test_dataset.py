@@ -337,6 +337,40 @@ def test_a_settings_file_not_make_datasets_is_refused_not_taken_as_none(full_run
         assert {n: md5(str(out / n)) for n in os.listdir(out) if n != make_dataset.SETTINGS_NAME} == before
 
 
+def _stopped_job(job):  # (the pool's workers take it by its name)
+    raise UserError("stopped")
+
+
+def test_a_rerun_with_a_shard_added_stopped_before_its_end_does_not_pass_verify(full_run, text_dir, vocab_file,
+                                                                                tmp_path, monkeypatch):
+    """A sweep: a finished folder rerun with a text shard added (its settings recorded anew) and
+    stopped before any new output was made kept the last run's manifest.tsv, so `verify DIR` took
+    the folder for a finished run. The manifest goes when other settings are recorded; the rerun
+    finishes it, its manifest listing the new output."""
+    from mlperf_bert.dataset.checksums import verify
+    out, text = tmp_path / "out", tmp_path / "text"
+    shutil.copytree(full_run, out)
+    shutil.copytree(text_dir, text)
+    shard = open(os.path.join(text_dir, "part-00001-of-00002"), encoding="utf-8").read()
+    (text / "part-00002-of-00002").write_text(shard[:shard.index("\n\n", 20000) + 2], encoding="utf-8")
+
+    def unfinished():  # (the tiny set's eval_10k fails the reference's published size whatever happens)
+        lines = []
+        verify([str(out)], out=lines.append)
+        return [line for line in lines if line.startswith("MISMATCH %s (make-dataset's folder" % out)
+                and "a run that did not finish" in line]
+    assert unfinished() == []
+
+    monkeypatch.setattr(make_dataset, "_run_job", _stopped_job)
+    with pytest.raises(UserError, match="stopped"):
+        make_dataset.main(cmd(str(text), str(out), vocab_file, workers=1))
+    assert len(unfinished()) == 1
+    monkeypatch.undo()
+    assert make_dataset.main(cmd(str(text), str(out), vocab_file, workers=1)) == 0
+    assert "part-00002-of-00002" in checksums.read_manifest(str(out / checksums.MANIFEST_NAME))
+    assert unfinished() == []
+
+
 def test_a_text_shard_that_is_not_a_file_is_a_user_error(text_dir, vocab_file, tmp_path):
     """A hostile sweep: a directory named part-00002-of-00003 in --text_dir ended in an
     IsADirectoryError traceback (from hashing it)."""

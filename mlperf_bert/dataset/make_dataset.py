@@ -243,6 +243,11 @@ def _check_settings(out_dir, old, record):
         if total < record["num_eval_examples"]:
             raise eval_count_error(inter, total, record["num_eval_examples"])
     if old != record:  # accepted: only now is anything written
+        # the manifest says the recorded run finished: one of other settings (inputs added) would
+        # let a run of these stopped before its end pass `verify` as the last one's finished set
+        manifest = os.path.join(out_dir, MANIFEST_NAME)
+        if os.path.lexists(manifest):
+            os.remove(manifest)
         write_json(os.path.join(out_dir, SETTINGS_NAME), record, indent=1, sort_keys=True)
 
 
@@ -323,11 +328,11 @@ def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, pro
     from mlperf_bert.progress import bar as progress_bar
     remove_stale_temporaries(output_dir, names)
     remove_stale_locks(output_dir, names)  # per-file locks of a killed run's generators
-    _check_settings(output_dir, old, record)
     try:  # what the last finished run listed (written again at the end, so not needed whole)
         listed = read_manifest(os.path.join(output_dir, MANIFEST_NAME))
     except (UserError, OSError):
         listed = {}
+    _check_settings(output_dir, old, record)
 
     def rows_of(src):
         return {n: listed[n] for n in _outputs_of(src) if n in listed}

@@ -544,6 +544,23 @@ def test_a_log_is_cut_into_lines_where_the_official_parser_cuts_it(real_logs, tm
         assert levels(log, official=True)["official_checker"] == "PASS", name
 
 
+def test_white_space_after_a_lines_json_is_cut_as_the_official_parser_cuts_it(real_logs, tmp_path):
+    """The official parser strips each line (str.strip() of its latin-1 text) before json.loads: a
+    form feed, vertical tab, \\x1e or a latin-1 NBSP/NEL byte after a line's JSON passes its checker
+    (and the result summarizer scores the run), where check-log called the log "malformed MLLOG line"
+    (exit 2) and score withheld the system's time to train. A UTF-8 NBSP (\\xc2\\xa0) leaves a
+    character strip() keeps: malformed for both."""
+    raw = _nyx(real_logs).encode("utf-8")
+    for name, tail in (("ff", b"\x0c"), ("vt", b"\x0b"), ("rs", b"\x1e"), ("nbsp", b"\xa0"), ("nel", b"\x85")):
+        log = tmp_path / (name + ".txt")
+        log.write_bytes(raw.replace(b"}}\n", b"}}" + tail + b"\n", 3))
+        assert compliance.worst_level(compliance.check_log(str(log))) == "PASS", name
+    log = tmp_path / "nbsp_utf8.txt"
+    log.write_bytes(raw.replace(b"}}\n", b"}}\xc2\xa0\n", 1))
+    with pytest.raises(UserError, match=r"nbsp_utf8\.txt:\d+: malformed MLLOG line"):
+        compliance.main(["check-log", str(log)])
+
+
 def test_a_compressed_or_utf16_log_is_named_as_such(real_logs, tmp_path):
     """A hostile sweep: a real log gzipped (as the packages and tests/data ship them) or in UTF-16
     got "has no :::MLLOG lines: pass the MLPerf log written by --mlperf_log", a fix that is wrong.

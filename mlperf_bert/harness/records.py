@@ -38,7 +38,9 @@ def read_log(path, in_progress=False):
             # host's OOM killer); a terminal waited for input
             raise UserError("cannot read log %s: it is a device, not a file: save the log to a file and pass that"
                             % path)
-        with open(path, encoding="utf-8", errors="replace") as f:
+        # read as the official parser reads it (latin-1: one character a byte), each line then
+        # decoded as the UTF-8 it is (``_utf8``)
+        with open(path, encoding="latin-1") as f:
             # lines as the official parser iterates its file: ends at \n, \r\n and \r alone
             # (str.splitlines also cut at U+2028, U+0085, \f..., which a JSON string may hold raw)
             lines = f.read().split("\n")
@@ -52,8 +54,12 @@ def read_log(path, in_progress=False):
         at = line.rfind(_MARK)
         if at < 0:
             continue  # launcher and progress output may be interleaved with the log
+        # the official parser strips the line from its marker with str.strip() of its latin-1 text: white
+        # space after the JSON (\f, \v, \x1c-\x1f, \x85, \xa0 too, which JSON's grammar refuses) is cut
+        body = _utf8(line[at:].strip()[len(_MARK):])
+        line = _utf8(line)
         try:
-            d = json.loads(line[at + len(_MARK):])
+            d = json.loads(body)
             rec = Record(i, line.strip(), d["key"], d.get("value"), d.get("metadata") or {},
                          d.get("event_type"), _time(d.get("time_ms")))
         except (ValueError, KeyError, TypeError, RecursionError):  # (JSON nested past the parser's depth)
@@ -77,6 +83,11 @@ def read_log(path, in_progress=False):
             raise UserError("%s is UTF-16 text: convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)" % path)
         raise UserError("%s has no :::MLLOG lines: pass the MLPerf log written by --mlperf_log" % path)
     return records
+
+
+def _utf8(text):
+    """``text`` read as latin-1 (its bytes, one a character), decoded as UTF-8 (a byte that is no UTF-8: U+FFFD)."""
+    return text.encode("latin-1").decode("utf-8", errors="replace")
 
 
 def _is_null(path):

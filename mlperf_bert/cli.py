@@ -6,8 +6,8 @@ import os
 import signal
 import sys
 
-from mlperf_bert.errors import (Terminated, UserError, install_sigterm_handler, raise_held, raise_interrupt,
-                               stop_lost, stop_of)
+from mlperf_bert.errors import (Terminated, UserError, install_sigterm_handler, quiet_dropped_stops, raise_held,
+                               raise_interrupt, stop_lost, stop_of)
 from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 # The start's handler (quiet_start) is there, stdlib only: the entry points set it up before this
@@ -30,6 +30,7 @@ def run_main(main, argv=None):
     # (a test running commands in-process) made its end a stop, an os._exit(143) of the test process.
     stop_lost()
     install_sigterm_handler()
+    quiet_dropped_stops()
     try:
         status = _stops_over_broken_pipes(main, argv)
         # The command has ended: a signal now would change nothing of what it did, only turn its

@@ -186,6 +186,25 @@ def stop_lost():
     return lost
 
 
+def quiet_dropped_stops():
+    """From now on a stop (Terminated, KeyboardInterrupt) that its handler raised where Python drops
+    exceptions (a finalizer, an import lock's weakref callback: sys.unraisablehook) prints nothing:
+    it was "Exception ignored in ..." and a traceback beside the stop's one line. The stop is not
+    lost: a SIGTERM's is recorded (stop_lost), a Ctrl-C's is recorded here, and the trainer's raises
+    it again at its next point (training._Stop). Anything else goes to the hook there was."""
+    hook = sys.unraisablehook
+    if getattr(hook, "drops_stops", False):
+        return
+
+    def drop_stops(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _received.append(signal.SIGINT)
+        elif not isinstance(unraisable.exc_value, Terminated):
+            hook(unraisable)
+    drop_stops.drops_stops = True
+    sys.unraisablehook = drop_stops
+
+
 def install_sigterm_handler():
     """Make SIGTERM raise Terminated in this process (and in children it forks, such as pool
     workers: their temporaries are removed too when the pool terminates them)."""

@@ -11,6 +11,7 @@ import pytest
 
 import mlperf_bert
 from mlperf_bert import __main__ as entry, cli
+from mlperf_bert.start_signals import INTERRUPTED, TERMINATED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -816,3 +817,59 @@ def test_a_rename_onto_a_directory_names_the_directory_in_the_way(tmp_path):
         proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / ("d.tmp-%d" % i)), str(dest)], cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and proc.stderr.startswith("error: cannot use %s: %s: " % (dest, why)), proc.stderr
+
+
+@pytest.mark.parametrize("sig,status,line", [("SIGTERM", 143, TERMINATED), ("SIGINT", 130, INTERRUPTED)])
+def test_a_stop_raised_where_python_drops_it_is_one_line_and_the_commands_end(sig, status, line):
+    """A suite run beside a sweep: a SIGTERM's handler ran in an import lock's weakref callback,
+    where Python drops what it raises: "Exception ignored in: <function _get_module_lock.<locals>.cb>"
+    and a traceback beside the stop's line. Such a stop prints nothing there; the command ends as
+    that stop (a Ctrl-C's KeyboardInterrupt dropped so was lost: exit 0)."""
+    code = textwrap.dedent("""\
+        import os, signal
+        from mlperf_bert import cli
+
+        class Finalized:
+            def __del__(self):  # the handler runs at a bytecode of the loop: inside the finalizer
+                os.kill(os.getpid(), signal.%s)
+                for _ in range(100000):
+                    pass
+
+        def main(argv):
+            Finalized()
+            print("went on")
+            return 0
+        cli.run_main(main)
+        """ % sig)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (status, "went on\n", line + "\n")
+
+
+def test_the_trainers_stop_dropped_in_a_finalizer_of_its_eval_is_its_line_alone():
+    """The trainer's own handler (training._Stop) raised in a finalizer during --do_eval alone: the
+    raise was dropped with its traceback printed ("Exception ignored in ..."), then the next eval batch
+    raised it again (its line). Now its line alone."""
+    code = textwrap.dedent("""\
+        import os, signal
+        from mlperf_bert import cli
+        from mlperf_bert.trainer.training import _Stop
+
+        class Finalized:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(100000):
+                    pass
+
+        def main(argv):
+            with _Stop() as stop:
+                stop.eval_only = True
+                Finalized()
+                for batch in stop.checked(range(3)):
+                    print("batch", batch)
+            return 0
+        cli.run_main(main)
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        79, "SIGTERM: --do_eval alone stopped at once, no eval_results.txt written (exit 79, not 143: nothing to "
+            "resume); rerun the same command to evaluate\n", "")

@@ -111,7 +111,8 @@ case "$SELF" in
          "(removed since?): run it from a folder that exists" >&2; exit 2; } ;;
 esac
 
-die() { echo "error: $ME: $*" >&2; exit 2; }
+# one line: a value's newline (SEED=$'5\n', a path) written \n, not a second line of the error
+die() { local line="error: $ME: $*"; line=${line//$'\r'/\\r}; echo "${line//$'\n'/\\n}" >&2; exit 2; }
 # (a missing or non-executable one was bash's "line 294: ...: Permission denied", and --help exit 0)
 [[ -n "${TRAIN_MODEL:-}" || ( -f "$HERE/train_model.sh" && -x "$HERE/train_model.sh" ) ]] || die "$HERE/train_model.sh" \
   "is missing or not executable: restore it (git checkout train_model.sh; chmod +x train_model.sh), or set" \
@@ -172,7 +173,17 @@ case "${REQUIRE_MOUNT:=0}" in 0|1) ;; *) die "REQUIRE_MOUNT=$REQUIRE_MOUNT must 
 DROP_CACHES_FILE="${MLPERF_DROP_CACHES_FILE:-/proc/sys/vm/drop_caches}"  # another file: the tests only
 MOUNTINFO_FILE="${MLPERF_MOUNTINFO_FILE:-/proc/self/mountinfo}"  # another file: the tests only
 # Decimal whole numbers (bash would read 010 as octal and fail on 08 or abc).
+# set but empty (a job's NUM_RUNS=$TYPO): it ran one run, not the series, in OUTPUT_DIR itself, exit 0
+[[ -v NUM_RUNS && -z "$NUM_RUNS" ]] && die "NUM_RUNS= is set but empty: give the number of runs (10 for a" \
+  "submission), or unset it for one run"
 [[ "${NUM_RUNS:=1}" =~ ^[0-9]{1,9}$ ]] && (( 10#$NUM_RUNS >= 1 )) || die "NUM_RUNS=$NUM_RUNS must be a whole number >= 1"
+# At most MAX_RUNS: a series' runs are looked at before run 0 trains, every one in bash loops and in
+# one run_state command line (DIR LOG per run). NUM_RUNS=100000 passed the kernel's limit on a
+# command line (E2BIG, status 126: "cannot read the state of run 0 ... check PYTHON"); 999999999
+# looped in bash for hours before any run, its SIGTERM ignored until then.
+MAX_RUNS=100
+(( 10#$NUM_RUNS <= MAX_RUNS )) || die "NUM_RUNS=$NUM_RUNS is more than the $MAX_RUNS runs a series takes (a BERT" \
+  "submission has 10): give a smaller NUM_RUNS"
 NUM_RUNS=$((10#$NUM_RUNS))
 if [[ -n "${SEED:-}" ]]; then
   [[ "$SEED" =~ ^[0-9]{1,18}$ ]] || die "SEED=$SEED must be a whole number >= 0 (decimal) of at most 18 digits, or unset for a random seed"

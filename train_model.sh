@@ -85,7 +85,8 @@ case "$SELF" in
          "(removed since?): run it from a folder that exists" >&2; exit 2; } ;;
 esac
 
-die() { echo "error: train_model.sh: $*" >&2; exit 2; }
+# one line: a value's newline (NUM_GPUS=$'8\n', a path) written \n, not a second line of the error
+die() { local line="error: train_model.sh: $*"; line=${line//$'\r'/\\r}; echo "${line//$'\n'/\\n}" >&2; exit 2; }
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$HERE/.venv/bin/python" ]]; then PYTHON="$HERE/.venv/bin/python"; else PYTHON=python3; fi
 fi

@@ -15,6 +15,7 @@ import difflib  # noqa: E402
 import importlib  # noqa: E402
 
 from mlperf_bert.cli import run_main  # noqa: E402
+from mlperf_bert.errors import error_line  # noqa: E402
 
 # command -> (module, help). Each module has main(argv) taking absl-style flags.
 COMMANDS = {
@@ -82,7 +83,7 @@ def main(argv=None):
         return 0
     name = argv[1]
     if name not in COMMANDS:
-        print("error: %s" % unknown_command(name), file=sys.stderr)
+        print(error_line(unknown_command(name)), file=sys.stderr)
         return 2
     module = importlib.import_module("." + COMMANDS[name][0], __package__)
     if asks_help(name, argv[2:]):  # what the command does, then its own help (usage and flags)

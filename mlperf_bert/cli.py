@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 
-from mlperf_bert.errors import (Terminated, UserError, install_sigterm_handler, quiet_dropped_stops, raise_held,
+from mlperf_bert.errors import (Terminated, UserError, error_line, install_sigterm_handler, quiet_dropped_stops, raise_held,
                                raise_interrupt, stop_lost, stop_of)
 from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
@@ -45,7 +45,7 @@ def run_main(main, argv=None):
     except UserError as e:
         _ignore_stops()  # ended, by its error: a stop now would replace its line and status
         _end_progress_bars()
-        print("error: %s" % e, file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         # ended by the Ctrl-C: a SIGTERM after it (a wrapper passing the stop on) changes nothing, also

@@ -64,6 +64,7 @@ def write_text_shards(text_dir, num_shards=2, eval_every=8):
 # The demo's tiny model (hidden 32) trains fastest on one thread, and one thread is what load
 # elsewhere on the machine costs least: bench/demo_threads.py measures both (docs/running.md).
 DEMO_THREADS = "1"
+MAX_RUNS = 100  # start_training.sh's MAX_RUNS
 ORG, SYSTEM = "mlperf_bert-demo", "cpu_demo"  # the --runs submission's identity, logged by every run
 SETTINGS = "demo_settings.json"  # in the training folder: what a rerun must match to resume it
 # SETTINGS once the demo has ended: a rerun then trains afresh, while one after a stop in a step after the
@@ -285,6 +286,9 @@ def check_flags(fv):
     for name, low in (("runs", 1), ("dupe_factor", 2), ("eval_frequency", 1), ("max_samples", 1), ("seed", 0)):
         if fv[name].value is not None and fv[name].value < low:
             raise UserError("--%s=%d must be at least %d" % (name, fv[name].value, low))
+    if fv.runs > MAX_RUNS:  # start_training.sh's limit, found after the data were made
+        raise UserError("--runs=%d is more than the %d runs a series takes (a BERT submission has 10)"
+                        % (fv.runs, MAX_RUNS))
     if fv.seed >= 2 ** 64:  # the trainer's limit (torch's manual_seed), found after the data were made
         raise UserError("--seed=%d must be below 2**64" % fv.seed)
     if fv.target is not None and not (math.isfinite(fv.target) and 0 < fv.target <= 1):

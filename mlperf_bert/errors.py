@@ -11,7 +11,13 @@ import threading
 
 
 class UserError(Exception):
-    """A problem with the user's input: printed as one line, exit status 2."""
+    """A problem with the user's input: printed as one line (error_line), exit status 2."""
+
+
+def error_line(text):
+    """``error: TEXT`` as one line: a value's line break (SEED=$'5\\n6', --org=$'a\\nb', a path) written
+    ``\\n`` (``\\r``), not a second line of the error."""
+    return "error: " + str(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
 class FixableError(UserError):

@@ -873,3 +873,18 @@ def test_the_trainers_stop_dropped_in_a_finalizer_of_its_eval_is_its_line_alone(
     assert (proc.returncode, proc.stdout, proc.stderr) == (
         79, "SIGTERM: --do_eval alone stopped at once, no eval_results.txt written (exit 79, not 143: nothing to "
             "resume); rerun the same command to evaluate\n", "")
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["-m", "mlperf_bert", "score", "/no\nsuch"], "error: score: /no\\nsuch does not exist: pass the package "
+     "directory (the folder holding ORG/results and ORG/systems)"),
+    (["-m", "mlperf_bert", "check-log", "/no\nsuch"], "error: cannot read log /no\\nsuch: No such file or directory"),
+    (["-m", "mlperf_bert", "bad\ncmd"], "error: unknown command 'bad\\ncmd': python -m mlperf_bert --help lists "
+     "the commands"),
+    (["-m", "mlperf_bert.trainer.run_config", "/no\nsuch"], "error: cannot read --config /no\\nsuch: No such file "
+     "or directory")])
+def test_a_user_error_with_a_newline_is_one_line(argv, line):
+    """package --org=$'a\\nb', score $'/no\\nsuch': the value's newline split the error line in two
+    (errors.error_line, every "error:" printer of a UserError)."""
+    proc = subprocess.run([sys.executable] + argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert (proc.returncode, proc.stderr) == (2, line + "\n"), proc.stderr

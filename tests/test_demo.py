@@ -151,6 +151,8 @@ def _no_data(*a, **k):
 
 
 @pytest.mark.parametrize("flag,message", [("--runs=-1", "--runs=-1 must be at least 1"),
+                                          ("--runs=101", "--runs=101 is more than the 100 runs a series takes (a "
+                                                         "BERT submission has 10)"),
                                           ("--seed=-1", "--seed=-1 must be at least 0"),
                                           ("--target=2", "--target=2.0 must be a masked-LM accuracy in (0, 1] (leave "
                                                          "it out for the demo_cpu preset's)"),

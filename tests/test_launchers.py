@@ -894,7 +894,8 @@ def test_the_file_check_reads_the_data_folder_as_the_trainer_does(tmp_path, name
     """The launcher sweep: a DATA_DIR with a backslash or a newline, which the trainer reads as it
     is, was refused before the first run as "no training file matches" (bash's glob took the
     backslash for an escape, and its read split the list at the newline). The check is now the
-    trainer's own reading of the lists; a folder without the files is still refused."""
+    trainer's own reading of the lists; a folder without the files is still refused (in one line: the
+    path's newline written \\n)."""
     data = tmp_path / name
     data.mkdir()
     for f in ("part-00000-of-00001", "eval_10k"):
@@ -906,7 +907,7 @@ def test_the_file_check_reads_the_data_folder_as_the_trainer_does(tmp_path, name
     proc = subprocess.run([TRAIN], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: no eval file matches %s/eval_10k (EVAL_FILE, "
                                               "or DATA_DIR's eval_10k): give the eval set make-dataset "
-                                              "(pick-eval-samples) made\n" % data)
+                                              "(pick-eval-samples) made\n" % str(data).replace("\n", "\\n"))
 
 
 def test_help_never_evaluates_the_environment_and_lists_every_preset(tmp_path):

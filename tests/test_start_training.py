@@ -87,7 +87,8 @@ def test_seed_is_decimal(fake, seed, expected):
 
 
 @pytest.mark.parametrize("name,value", [("SEED", "abc"), ("SEED", "-1"), ("SEED", "1e3"), ("NUM_RUNS", "0"),
-                                        ("NUM_RUNS", "two"), ("DROP_CACHES", "yes"), ("CHECK_ONLY", "yes"),
+                                        ("NUM_RUNS", "two"), ("NUM_RUNS", "101"), ("NUM_RUNS", "100000"),
+                                        ("NUM_RUNS", ""), ("DROP_CACHES", "yes"), ("CHECK_ONLY", "yes"),
                                         ("CHECK_LOG", "yes")])
 def test_bad_settings_are_one_line(fake, name, value):
     proc = fake("--preset=demo_cpu", **{name: value})
@@ -1337,3 +1338,25 @@ def test_relative_paths_in_python_output_dir_and_logdir_are_the_callers(fake, tm
                           env=dict(env, CHECK_ONLY="1", OUTPUT_DIR="afile/out"))
     assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: OUTPUT_DIR=afile/out: afile is not a directory: "
                                                  "give a directory (made if missing)\n")
+
+
+def test_the_demos_run_limit_is_the_launchers():
+    """demo --runs refuses, before it makes its data, what start_training.sh's NUM_RUNS refuses."""
+    import re
+    from mlperf_bert.demo import MAX_RUNS
+    text = open(os.path.join(ROOT, "start_training.sh")).read()
+    assert re.findall(r"^MAX_RUNS=(\d+)$", text, re.M) == [str(MAX_RUNS)]
+
+
+@pytest.mark.parametrize("name,script", [("SEED", START), ("NUM_RUNS", START), ("NUM_GPUS", TRAIN), ("DATA_DIR", START)])
+def test_a_value_with_a_newline_is_a_one_line_error(fake, tmp_path, name, script):
+    """A sweep of the series path: SEED=$'5\\n6' (NUM_RUNS, NUM_GPUS, DATA_DIR) was refused in an error
+    of two lines, the value's newline splitting it. The value's newline is written \\n."""
+    env = dict(fake.env, **{name: "5\n6"})
+    env.pop("TRAIN_MODEL")
+    env.update(OUTPUT_DIR=str(tmp_path / "o"), CHECK_ONLY="1")
+    if name == "DATA_DIR":
+        env["DATA_DIR"] = str(tmp_path / "no\nsuch")
+    proc = subprocess.run([script, "--preset=demo_cpu"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: ") and "\\n" in proc.stderr, proc.stderr

@@ -15,7 +15,7 @@ import os
 import sys
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError, stops_held, worker_pool
+from mlperf_bert.errors import UserError, error_line, stops_held, worker_pool
 # eval_frequency: the formula of the reference README's "Stopping criteria"
 from mlperf_bert.harness.mlperf_log import OPTIMIZER_KEYS, eval_frequency, reaches_target
 from mlperf_bert.harness.records import (Record, finite, number as _number, read_log,  # noqa: F401 (Record, read_log: this module's API)
@@ -978,7 +978,7 @@ def main(argv):
         if fv.json:
             continue
         if error:
-            print("error: %s" % error, file=sys.stderr)
+            print(error_line(error), file=sys.stderr)
             continue
         if len(checked) == 1:
             for r in results:

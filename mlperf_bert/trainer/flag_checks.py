@@ -8,7 +8,7 @@ import struct
 import sys
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import UserError, error_line
 from mlperf_bert.fileio import host_memory
 from mlperf_bert.trainer import run_config, trainer_flags
 from mlperf_bert.trainer.trainer_flags import TPU_FLAGS
@@ -256,7 +256,7 @@ def main(argv):
         print(*launch_figures(argv[3:], check=argv[1] != "--figures", ranks=int(argv[2]),
                               host=argv[1] != "--check_off_host"))
     except UserError as e:
-        print("error: %s" % e, file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         return 2
     return 0
 

@@ -20,7 +20,7 @@ import os
 import sys
 import typing
 
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import UserError, error_line
 from mlperf_bert.fileio import open_input
 from mlperf_bert.trainer import schedule as lr_schedule
 
@@ -412,7 +412,7 @@ def main(argv):
             return 2
         values, _ = read_config_file(argv[1])
     except UserError as e:
-        print("error: %s" % e, file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         return 2
     for name in sorted(values):
         if values[name] is not None:  # JSON's null: the flag's default (the trainer's random seed)

@@ -103,7 +103,8 @@ def test_packed_run_killed_and_rerun_ends_bit_identical(files, uninterrupted, tm
 
 
 @pytest.mark.parametrize("change,message", [
-    (dict(input_file="{train},{unpacked}"), "mixes packed files (pack) with unpacked records"),
+    (dict(input_file="{train},{unpacked}"), "mixes packed files (pack) with unpacked records: {train} is packed, "
+                                            "{unpacked} is not: use one kind"),
     (dict(max_seq_length=128, max_predictions_per_seq=20), "was packed with --max_seq_length=512"),
 ])
 def test_packed_input_that_does_not_fit_is_one_line(files, tmp_path, change, message, capsys, monkeypatch):
@@ -116,7 +117,7 @@ def test_packed_input_that_does_not_fit_is_one_line(files, tmp_path, change, mes
     with pytest.raises(SystemExit) as e:
         run_main(training.main, packed_flags(files, out, **kw))
     err = capsys.readouterr().err
-    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert e.value.code == 2 and message.format(**files) in err and len(err.strip().splitlines()) == 1, err
     assert not [n for n in os.listdir(out) if n.endswith(".pt")] if os.path.isdir(out) else True
 
 

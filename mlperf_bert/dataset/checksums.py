@@ -187,7 +187,8 @@ def content_tag(path):
             # record 0 alone let a file of the same size and first record resume (another order of
             # its records: weights 0.012 apart); the last window holds the last record's CRC
             return "%s;sampled:%s" % (tag, _sampled(f, size))
-    except (OSError, ValueError):  # what the readers refuse, in their words, before or after this
+    # what the readers refuse, in their words, before or after this (h5py's errors of damaged metadata too)
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError):
         return None
 
 

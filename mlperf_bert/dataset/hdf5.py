@@ -130,6 +130,10 @@ def open_file(path):
     """An open ``h5py.File`` for reading, or one UserError saying what is wrong and which
     command makes the file again."""
     import h5py
+
+    def damaged(e):
+        return UserError("cannot read HDF5 file %s (%s): it is truncated or damaged: %s"
+                         % (path, (str(e).splitlines() or [type(e).__name__])[0], remake_hint(path)))
     try:
         h = h5py.File(path, "r")
     except OSError as e:
@@ -137,15 +141,27 @@ def open_file(path):
             raise UserError("cannot read %s: no such file: check the path" % path)
         if os.path.isfile(path) and not is_hdf5_file(path):
             raise UserError("%s is not an HDF5 file: give a file that to-hdf5 or pack made" % path)
-        raise UserError("cannot read HDF5 file %s (%s): it is truncated or damaged: %s"
-                        % (path, str(e).splitlines()[0], remake_hint(path)))
+        raise damaged(e)
     try:
         _refuse_data_elsewhere(h, path)
         check_layout(h, path)
+        _look_up_attributes(h)
+    except (OSError, KeyError, RuntimeError, ValueError, TypeError) as e:
+        # h5py's error of damaged metadata (an object header, a link table, a datatype, an attribute
+        # message: a flipped byte), found as the datasets are listed and opened: was its traceback
+        h.close()
+        raise damaged(e) from None
     except BaseException:
         h.close()
         raise
     return h
+
+
+def _look_up_attributes(h):
+    """Whether each dataset carries its checksum, and whether the file is packed: what the readers
+    ask next, asked here where h5py's error of a damaged attribute message is the file's one line
+    (whether they are there only: a value read from a damaged message can crash the HDF5 library)."""
+    return [CHECKSUM_ATTR in h[name].attrs for name in h], "max_sequences_per_pack" in h.attrs
 
 
 def _refuse_data_elsewhere(h, path):

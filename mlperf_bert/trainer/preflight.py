@@ -105,10 +105,11 @@ def warn_closed_model(cfg, config):
 
 def _packed_input(files):
     from mlperf_bert.dataset.packing import is_packed
-    kinds = {is_packed(f) for f in files}
-    if len(kinds) > 1:
-        raise UserError("--input_file mixes packed files (pack) with unpacked records: use one kind")
-    return kinds.pop()
+    kinds = [is_packed(f) for f in files]
+    if len(set(kinds)) > 1:  # (the two that show it: a glob may match thousands)
+        raise UserError("--input_file mixes packed files (pack) with unpacked records: %s is packed, %s is not: use "
+                        "one kind" % (files[kinds.index(True)], files[kinds.index(False)]))
+    return kinds[0]
 
 
 def _check_eval_apart(cfg, train_files, eval_files, rank):

@@ -22,6 +22,8 @@ def main():
     ap.add_argument("--copies", type=int, default=100, help="copies of the ten logs checked")
     ap.add_argument("--noofficial", action="store_true", help="BERT rules only")
     args = ap.parse_args()
+    if args.copies < 1:
+        sys.exit("error: check_logs.py: --copies=%d: give 1 or more" % args.copies)
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
         for src in sorted(glob.glob(os.path.join(DATA, "*.txt.gz"))):

@@ -11,8 +11,10 @@ Without --input_file it makes seq-512 records from tests/data/golden/input/part-
 generator (the MLPerf flags, dupe factor 10: 7,343 records). Shuffled, one process, no workers;
 the last line is JSON with the rates and their ratios.
 """
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,7 +30,9 @@ from mlperf_bert.trainer import loader  # noqa: E402
 
 def make_records():
     text = unpacked("golden", "input")[0]
-    out = os.path.join(tempfile.mkdtemp(prefix="bench_loader_"), "s512.tfrecord")
+    d = tempfile.mkdtemp(prefix="bench_loader_")
+    atexit.register(shutil.rmtree, d, True)  # ~19 MB of records, not left behind
+    out = os.path.join(d, "s512.tfrecord")
     subprocess.run([sys.executable, os.path.join(ROOT, "create_pretraining_data.py"), "--input_file=" + text,
                     "--output_file=" + out, "--vocab_file=" + VOCAB, "--do_lower_case=True", "--max_seq_length=512",
                     "--max_predictions_per_seq=76", "--masked_lm_prob=0.15", "--random_seed=12345",
@@ -58,10 +62,10 @@ def rate(files, batch, reader_cls):
 
 def hdf5_files(files):
     """A to-hdf5 file and a packed file of ``files`` (the first), each with a copy without row checksums."""
-    import shutil
     import h5py
     from mlperf_bert.dataset import hdf5, packing
     d = tempfile.mkdtemp(prefix="bench_loader_h5_")
+    atexit.register(shutil.rmtree, d, True)  # ~90 MB of HDF5 files, not left behind
     plain = os.path.join(d, "plain.hdf5")
     hdf5.tfrecords_to_hdf5(files, plain, 512, 76, progress=False)
     packing.main(["pack", "--input=" + files[0], "--output_dir=" + d, "--num_workers=1", "--noprogress"])

@@ -44,10 +44,19 @@ def after_check(path):
     return r.level, r.line
 
 
+def extra_folders(logs):
+    """The folders of --logs (comma-separated); one that holds no log is said, not passed over."""
+    extra = [d for d in logs.split(",") if d]
+    for d in extra:
+        if not glob.glob(os.path.join(d, "**", "*.txt*"), recursive=True):
+            sys.exit("error: official_parse.py: --logs: %s holds no .txt or .txt.gz log" % d)
+    return extra
+
+
 def real_logs(tmp, extra):
     paths = []
     for src in sorted(glob.glob(os.path.join(DATA, "**", "*.txt*"), recursive=True)) + \
-            [p for d in extra for p in sorted(glob.glob(os.path.join(d, "**", "*.txt"), recursive=True))]:
+            [p for d in extra for p in sorted(glob.glob(os.path.join(d, "**", "*.txt*"), recursive=True))]:
         if src.endswith(".gz"):
             dest = os.path.join(tmp, os.path.basename(src)[:-3])
             with gzip.open(src, "rb") as f, open(dest, "wb") as out:
@@ -69,9 +78,10 @@ def main():
     ap.add_argument("--size", type=int, default=400_000, help="bytes of the long MLLOG line")
     ap.add_argument("--logs", default="", help="more directories of real logs, comma-separated")
     args = ap.parse_args()
+    extra = extra_folders(args.logs)
     with tempfile.TemporaryDirectory() as tmp:
         same = 0
-        logs = real_logs(tmp, [d for d in args.logs.split(",") if d])
+        logs = real_logs(tmp, extra)
         for src, path in logs:
             parsed = mlp_parser.parse_file(path, ruleset=compliance.RULESET) == compliance.official_loglines(path)
             before, after = before_check(path), after_check(path)

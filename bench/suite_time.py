@@ -175,12 +175,17 @@ def main():
             for kind in ("full", "slowed"):
                 with slower_cpus(args.slowdown) if kind == "slowed" else contextlib.nullcontext() as busy:
                     wall, cpu, before, after, last, took = run(commit, work, "%s%d" % (kind, r), busy)
-                times[kind].append(wall)
+                if not last.startswith("FAILED"):  # a failed suite's wall is no time of the suite
+                    times[kind].append(wall)
                 print("%s %s: make test %.1f s, CPU %.1f s%s, loop %.3f / %.3f s: %s"
                       % (time.strftime("%H:%M"), kind, wall, cpu,
                          " (the busy loops took %.1f CPU s: %.0f %% of the CPUs)"
                          % (took, 100 * took / (wall * len(os.sched_getaffinity(0)))) if busy else "",
                          before, after, last), flush=True)
+    failed = [kind for kind in ("full", "slowed") if len(times[kind]) < args.rounds]
+    if failed:
+        print("median: not computed: `make test` failed in %s run(s) (above)" % " and ".join(failed))
+        sys.exit(1)
     full, slowed = statistics.median(times["full"]), statistics.median(times["slowed"])
     print("median: full speed %.1f s, each CPU %.2fx slower %.1f s: %.2fx the time"
           % (full, args.slowdown, slowed, slowed / full))

@@ -144,8 +144,8 @@ def timed(step, batches, device, steps, warmup=1):
         step(batches[i % len(batches)], i)
     sync()
     t = time.perf_counter()
-    for i in range(steps):
-        step(batches[i % len(batches)], warmup + i)
+    for i in range(warmup, warmup + steps):  # step i on batch i, as the report counts them
+        step(batches[i % len(batches)], i)
     sync()
     return time.perf_counter() - t
 

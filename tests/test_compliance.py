@@ -1321,3 +1321,26 @@ def test_a_log_stamped_out_of_order_or_evaluated_off_the_packed_band_fails(real_
     check("early_packed", early, "eval_grid", "FAIL", r"packed run: eval at 147121 samples, outside 147396\.\.153372 "
           r"around the grid point 150000 \(3 updates \+ 0.2% below, 4 \+ 0.2% above")
     assert results(real_logs / "v5.0_NVIDIA_nyx_n1_result_0.txt")["time_order"].level == "PASS"
+
+
+def test_official_parse_bench_reads_the_logs_folders_it_is_given_or_says_so(tmp_path):
+    """bench/official_parse.py --logs globbed *.txt alone (a folder of .txt.gz logs, the form of
+    tests/data's, gave nothing) and passed over a folder that held no log: "26 of 26 real logs"."""
+    import gzip
+    import shutil
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "bench"))
+    import official_parse
+    with pytest.raises(SystemExit) as e:
+        official_parse.extra_folders(str(tmp_path / "absent"))
+    assert str(e.value) == "error: official_parse.py: --logs: %s holds no .txt or .txt.gz log" % (tmp_path / "absent")
+    src = os.path.join(root, "tests", "data", "mlperf_logs", "v5.0_NVIDIA_nyx_n1_result_0.txt.gz")
+    (tmp_path / "logs").mkdir()
+    shutil.copy(src, tmp_path / "logs" / "extra.txt.gz")
+    with gzip.open(src, "rb") as f:
+        (tmp_path / "logs" / "plain.txt").write_bytes(f.read())
+    (tmp_path / "tmp").mkdir()
+    ours = official_parse.real_logs(str(tmp_path / "tmp"), official_parse.extra_folders(str(tmp_path / "logs")))
+    assert [src for src, _ in ours][-2:] == [str(tmp_path / "logs" / "extra.txt.gz"), str(tmp_path / "logs" / "plain.txt")]
+    assert open(ours[-2][1], "rb").read() == (tmp_path / "logs" / "plain.txt").read_bytes()

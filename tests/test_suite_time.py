@@ -52,3 +52,24 @@ def test_each_cpu_gets_a_pinned_busy_loop_held_to_its_share_and_nothing_is_left(
         assert busy() >= 0
     assert not any(os.path.exists("/proc/%d" % p) for p in loops)  # killed and reaped
     assert not any(os.path.exists(g) for g in groups)
+
+
+def test_a_failed_make_test_is_no_time_of_the_suite(monkeypatch, capsys):
+    """A `make test` that failed (a collection error ends it in seconds) was a wall time like any
+    other: its seconds went into the medians and their ratio ("0.06x the time"), exit 0."""
+    import contextlib
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import suite_time
+    monkeypatch.setattr(suite_time.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(suite_time, "slower_cpus", lambda factor: contextlib.nullcontext(lambda: 0.0))
+
+    def run(commit, work, name, busy=None):
+        if name.startswith("full"):
+            return 200.0, 400.0, 0.2, 0.2, "1063 passed in 200.0s", 0
+        return 12.0, 20.0, 0.2, 0.2, "FAILED (status 2): ERROR tests/test_x.py; 1 error in 12.0s", 0
+    monkeypatch.setattr(suite_time, "run", run)
+    monkeypatch.setattr(sys, "argv", ["suite_time.py"])
+    with pytest.raises(SystemExit) as e:
+        suite_time.main()
+    out = capsys.readouterr().out
+    assert e.value.code == 1 and "0.06x" not in out and "median: not computed" in out, out

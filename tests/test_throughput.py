@@ -202,3 +202,44 @@ def test_train_throughput_reports_tflops_mfu_and_peak_memory_on_cuda(tmp_path, m
         assert res[key + "model_tflops"] == pytest.approx(row * res[key + "seq_per_s"] / 1e12)
         assert res[key + "mfu"] == pytest.approx(res[key + "model_tflops"] / 756.0)  # the PCIe card's peak
         assert res[key + "peak_memory_gib"] == most  # the most of its rounds
+
+
+def test_train_throughput_counts_the_real_sequences_of_the_batches_it_timed(tmp_path, monkeypatch, capsys):
+    """The bench timed steps on batches 0, 1, ... but counted the real sequences of batches
+    warmup, warmup + 1, ...: with packed batches of different sequence counts, real sequences/s
+    was that of other batches (steps=1: batch 1's count over batch 0's time)."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import train_throughput
+    cfg_d = {"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+             "intermediate_size": 64, "max_position_embeddings": 64, "hidden_act": "gelu",
+             "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "type_vocab_size": 2,
+             "initializer_range": 0.02}
+    (tmp_path / "c.json").write_text(json.dumps(cfg_d))
+    (tmp_path / "in.tfrecord").write_bytes(b"")
+    cfg = BertConfig.from_dict(cfg_d)
+    gen = torch.Generator().manual_seed(0)
+    batches = [dict(synthetic_batch(cfg, 2, 64, 4, gen), global_sequences=torch.tensor(n)) for n in (1, 4, 2, 3)]
+    # (the bench pops each batch's global_sequences: a fresh dict each run)
+    monkeypatch.setattr(train_throughput, "packed_batches", lambda *a: [dict(b) for b in batches])
+    timed_batches = []
+    real_ours = train_throughput.ours
+
+    def ours(*a, **k):
+        model, step = real_ours(*a, **k)
+
+        def recording(batch, i):
+            timed_batches.append(next(j for j, b in enumerate(batches) if torch.equal(b["input_ids"],
+                                                                                    batch["input_ids"].cpu())))
+            return step(batch, i)
+        return model, recording
+    monkeypatch.setattr(train_throughput, "ours", ours)
+    for steps in (1, 2, 3):
+        timed_batches.clear()
+        assert train_throughput.main(["x", "--bert_config_file=%s" % (tmp_path / "c.json"), "--max_seq_length=64",
+                                      "--max_predictions_per_seq=4", "--train_batch_size=2", "--steps=%d" % steps,
+                                      "--rounds=1", "--device=cpu", "--input_file=%s" % (tmp_path / "in.tfrecord"),
+                                      "--packed", "--nocompare"]) == 0
+        res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        real = sum((1, 4, 2, 3)[j] for j in timed_batches[1:])  # after the one warm-up step
+        assert res["real_seq_per_s"] / res["seq_per_s"] == pytest.approx(real / (2 * steps)), (steps, timed_batches)

@@ -35,14 +35,16 @@ def main(argv):
         paths = round_logs(root)
         if not paths:
             sys.exit("error: %s holds no ORG/results/SYSTEM/bert/result_N.txt: give a round's results folder" % root)
-        verdicts, official, stricter = collections.Counter(), collections.Counter(), {}
+        verdicts, official, stricter, unread = collections.Counter(), collections.Counter(), {}, []
         for path, results, error in compliance.check_logs(paths, official=not args.noofficial):
-            if error:
+            if error:  # said below, each with its reason (counted alone, it named no log)
                 verdicts[compliance.ERROR] += 1
+                unread.append((path, error))
                 continue
             verdicts[compliance.worst_level(results)] += 1
             off = next((r.level for r in results if r.rule == "official_checker"), None)
-            official[off] += 1
+            if off is not None:  # (--noofficial: not run, not counted as "None")
+                official[off] += 1
             if off != compliance.FAIL:  # (None: --noofficial, not run)
                 system = os.path.relpath(path, root).split(os.sep)
                 for r in results:
@@ -53,7 +55,9 @@ def main(argv):
         print("%s: %d logs; check-log %s; official checker %s" % (
             os.path.basename(os.path.normpath(root)), len(paths),
             ", ".join("%s %d" % kv for kv in sorted(verdicts.items())),
-            ", ".join("%s %d" % kv for kv in sorted(official.items()))))
+            ", ".join("%s %d" % kv for kv in sorted(official.items())) or "not run"))
+        for path, error in unread:
+            print("    %s: not read: %s" % (os.path.relpath(path, root), error[:200]))
         for (system, rule), (n, detail) in sorted(stricter.items()):
             print("    %s: %s FAIL in %d log(s) %s: %s" % (
                 system, rule, n, "(the official checker not run)" if args.noofficial else

@@ -1344,3 +1344,24 @@ def test_official_parse_bench_reads_the_logs_folders_it_is_given_or_says_so(tmp_
     ours = official_parse.real_logs(str(tmp_path / "tmp"), official_parse.extra_folders(str(tmp_path / "logs")))
     assert [src for src, _ in ours][-2:] == [str(tmp_path / "logs" / "extra.txt.gz"), str(tmp_path / "logs" / "plain.txt")]
     assert open(ours[-2][1], "rb").read() == (tmp_path / "logs" / "plain.txt").read_bytes()
+
+
+def test_published_logs_bench_names_each_log_it_could_not_read(tmp_path, capsys):
+    """A sweep of the benches: bench/published_logs.py counted a log it could not read as ERROR
+    and said neither which nor why; with --noofficial it printed "official checker None 1"."""
+    import gzip
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "bench"))
+    import published_logs
+    good = tmp_path / "NVIDIA" / "results" / "nyx" / "bert"
+    bad = tmp_path / "Bad" / "results" / "sys" / "bert"
+    good.mkdir(parents=True)
+    bad.mkdir(parents=True)
+    with gzip.open(os.path.join(root, "tests", "data", "mlperf_logs", "v5.0_NVIDIA_nyx_n1_result_0.txt.gz"), "rb") as f:
+        (good / "result_0.txt").write_bytes(f.read())
+    (bad / "result_0.txt").write_text(":::MLLOG {cut\n")
+    published_logs.main([str(tmp_path), "--noofficial"])
+    out = capsys.readouterr().out.splitlines()
+    assert "official checker not run" in out[0] and "ERROR 1" in out[0], out
+    assert "    Bad/results/sys/bert/result_0.txt: not read: %s:1: malformed MLLOG line" % (bad / "result_0.txt") in out[1], out

@@ -170,6 +170,9 @@ def main(argv):
     flags.DEFINE_list("levers", [], "time the trainer's step plain and with each of these levers (%s, or all)"
                       % ", ".join(LEVERS), flag_values=fv)
     flags.parse(fv, argv, required=["bert_config_file"])
+    for name in ("max_seq_length", "max_predictions_per_seq", "train_batch_size", "steps", "rounds"):
+        if fv[name].value < 1:  # (--steps=0 printed 0.00 seq/s as a result; a batch of 0 was a traceback)
+            raise UserError("--%s=%d: give 1 or more" % (name, fv[name].value))
     levers = list(LEVERS) if fv.levers == ["all"] else fv.levers
     if set(levers) - set(LEVERS):
         raise UserError("--levers: unknown %s; choose from %s, or all"

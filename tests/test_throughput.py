@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from mlperf_bert.errors import UserError
 from mlperf_bert.trainer import throughput, trainer_flags, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.run_config import RunConfig
@@ -243,3 +244,14 @@ def test_train_throughput_counts_the_real_sequences_of_the_batches_it_timed(tmp_
         res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         real = sum((1, 4, 2, 3)[j] for j in timed_batches[1:])  # after the one warm-up step
         assert res["real_seq_per_s"] / res["seq_per_s"] == pytest.approx(real / (2 * steps)), (steps, timed_batches)
+
+
+@pytest.mark.parametrize("flag", ["--steps=0", "--train_batch_size=0", "--rounds=0", "--max_seq_length=0"])
+def test_train_throughput_refuses_a_size_below_one_in_one_line(flag):
+    """A sweep of the benches: --steps=0 printed 0.00 seq/s and its JSON as a result (exit 0), and
+    --train_batch_size=0 ended in torch's traceback."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import train_throughput
+    with pytest.raises(UserError, match="^%s: give 1 or more$" % flag):
+        train_throughput.main(["x", "--bert_config_file=unread.json", "--device=cpu", flag])

@@ -1,4 +1,6 @@
-"""The benches' real inputs: tests/data (gzipped, shipped with the repository) unpacked once."""
+"""The benches' real inputs: tests/data (gzipped, shipped with the repository) unpacked once; their
+flags read in one way (``parse``, ``OneLineParser``)."""
+import argparse
 import gzip
 import os
 import shutil
@@ -50,3 +52,11 @@ def parse(fv, argv, doc, required=()):
             flags.quiet_stdout()
             raise SystemExit(0)
     return flags.parse(fv, argv, required, positional=False)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for the benches that use it: a bad flag is one line, ``error: PROG: MESSAGE``, exit 2
+    (argparse printed its usage line first, two or more lines in all)."""
+
+    def error(self, message):
+        self.exit(2, "error: %s: %s\n" % (self.prog, message))

@@ -30,11 +30,11 @@ checkpoint per 100 updates (the rcp presets' interval before issue 31), and the 
 clock (waiting for the last write). Needs about 11 GB of
 memory (model, gradients, LAMB moments and one host copy).
 """
-import argparse
 import os
 import sys
 import tempfile
 import time
+from _data import OneLineParser  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -164,7 +164,7 @@ def train_compare(args, config):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary folder in /tmp)")
     ap.add_argument("--repeats", type=int, default=3, help="saves (without --train)")
     ap.add_argument("--ranks", type=int, default=8, help="ranks whose RNG state the checkpoint holds")

@@ -8,7 +8,6 @@ Makes the demo's data once (mlperf_bert.demo.make_data), then runs ``train_model
 and with ``cpu_memory.keep_freed_memory`` replaced by a no-op (glibc's defaults), alternating,
 each ``--repeats`` times. Prints the median wall, user and system seconds of each and their ratios.
 """
-import argparse
 import os
 import statistics
 import sys
@@ -17,6 +16,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _demo  # noqa: E402
 from mlperf_bert import demo  # noqa: E402
+from _data import OneLineParser  # noqa: E402
 
 DEFAULTS = "import mlperf_bert.trainer.cpu_memory as m\nm.keep_freed_memory = lambda: False\n"
 
@@ -29,7 +29,7 @@ def train_once(data_dir, out, steps, glibc_defaults, site):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100, help="training steps of each demo run")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each setting (the median is shown)")
     args = ap.parse_args()

@@ -9,16 +9,16 @@ DDP's 1 MiB). This runs that splitter itself on BERT-Large's forward traced by d
 device (no memory, no GPU, no process group; ~10 s of CPU a cap) and prints the graphs and each
 one's MiB of parameters, in forward order: the figures of levers.DDP_BUCKET_MB's comment.
 """
-import argparse
 import os
 import sys
 import time
+from _data import OneLineParser  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--caps_mb", default="25,64,128,256",
                     help="DDP bucket caps to split at, in MB, comma-separated")
     args = ap.parse_args(argv[1:])

@@ -8,7 +8,6 @@ and with it unset, alternating, each ``--repeats`` times, first on the machine a
 with each extra load of ``--load`` busy processes (a machine others are using). Prints the
 median seconds of each and their ratio, with the load average before and after.
 """
-import argparse
 import os
 import statistics
 import subprocess
@@ -18,6 +17,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _demo  # noqa: E402
 from mlperf_bert import demo  # noqa: E402
+from _data import OneLineParser  # noqa: E402
 
 BUSY = "import time\nend = time.time() + %d\nwhile time.time() < end: pass\n"
 
@@ -36,7 +36,7 @@ def train_once(data_dir, out, steps, threads):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100, help="training steps of each demo run")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each thread setting (the median is shown)")
     ap.add_argument("--load", default="0,2", help="busy processes added, comma list")

@@ -9,7 +9,6 @@ Usage: .venv/bin/python bench/official_parse.py [--size=400000] [--logs=DIR,...]
 2. On the v5.0 NVIDIA nyx log with one extra MLLOG line of --size bytes: wall seconds of each parse
    and of check-log's official check, side by side, with the ratio.
 """
-import argparse
 import glob
 import gzip
 import logging
@@ -17,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+from _data import OneLineParser  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -74,7 +74,7 @@ def timed(fn, *args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=400_000, help="bytes of the long MLLOG line")
     ap.add_argument("--logs", default="", help="more directories of real logs, comma-separated")
     args = ap.parse_args()

@@ -250,7 +250,7 @@ def script_help(script):
 def bench_help(path):
     """A bench script's --help; '' for one that takes no flags (it is then not run at all)."""
     src = open(os.path.join(ROOT, path), encoding="utf-8").read()
-    if os.path.basename(path).startswith("_") or not re.search(r"argparse|DEFINE_|help_requested", src):
+    if os.path.basename(path).startswith("_") or not re.search(r"argparse|OneLineParser|DEFINE_|help_requested", src):
         return ""
     saved, saved_path, saved_env = list(sys.argv), list(sys.path), dict(os.environ)
     sys.argv = [path, "--help"]

@@ -254,6 +254,33 @@ def test_a_rank_that_only_lost_its_peer_on_another_node_says_so():
     assert f.status(1) == PEER_LOST_STATUS and out.getvalue() == report[0]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_sent_to_one_rank_as_it_starts_is_a_stop_that_saved_nothing(sig):
+    """A sweep: SIGTERM to rank 1 alone (a scheduler or an operator signalling one process) while it
+    started (its imports; the process group's making), before it had set up its stop: the signal's
+    default action ended it, and the wrapper said "rank 1 ... was killed by SIGTERM: the checkpoints
+    written so far are kept; rerun the same command to resume" and exited 143, which says a checkpoint
+    holds the run, for a fresh run that saved nothing (3 s later, in its untimed init, the same stop
+    was 79). Now the stop that saved nothing: its line, 79, as a stop through the wrapper then."""
+    import io
+    from mlperf_bert.trainer.launch import NOT_SAVED_STATUS, Filter
+    out = io.StringIO()
+    f = Filter(out)
+    report = ["Traceback (most recent call last):\n", "  File x\n",
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n", "Failures:\n", "[1]:\n",
+              "  host      : localhost\n", "  rank      : 0 (local_rank: 0)\n",
+              "  exitcode  : -15 (pid: 8) (SIGTERM)\n", "Root Cause (first observed failure):\n", "[0]:\n",
+              "  host      : localhost\n", "  rank      : 1 (local_rank: 1)\n",
+              "  exitcode  : %d (pid: 9) (%s)\n" % (-sig, sig.name)]
+    for line in report:
+        f.feed(line)
+    assert f.status(1) == NOT_SAVED_STATUS
+    assert out.getvalue() == (
+        "%s before rank 1 (local rank 1, pid 9 on host localhost) had set up its stop: no checkpoint written (exit "
+        "79, not 143); rerun the same command: it resumes from the newest checkpoint if there is one, else starts "
+        "again\n" % sig.name)
+
+
 def _tiny_args(files, out, progress=False):
     return ["--preset=demo_cpu", "--bert_config_file=%s" % files["config"], "--max_seq_length=128",
             "--max_predictions_per_seq=20", "--train_batch_size=4", "--num_train_steps=3000",
@@ -567,6 +594,41 @@ def test_sigterm_to_torchrun_alone_is_the_ranks_stop(tmp_path, short_tmpdir, sta
     os.kill(torchrun, signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == status and out == "" and err == "", (proc.returncode, out, err)
+
+
+# Rank 1 refuses its share of the files (a damaged one) in the untimed init, where rank 0 is still busy
+# (its locks, its own share's scan: not waiting in a collective) when torchrun SIGTERMs it
+RANK_1_FAILS_IN_THE_INIT = textwrap.dedent("""\
+    import os, sys, time
+    from mlperf_bert.cli import run_main
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer import training
+
+    def main(argv):
+        with training._Stop():
+            if os.environ["RANK"] == "1":
+                time.sleep(1)  # rank 0 in its init by now
+                raise UserError("part-1.tfrecord: record 35 is truncated: the file is incomplete")
+            time.sleep(120)
+    run_main(main, sys.argv)
+""")
+
+
+def test_a_rank_failing_in_its_init_is_the_runs_one_line_not_a_stop_of_the_other(tmp_path, short_tmpdir):
+    """A sweep: rank 1's share of --input_file held a truncated file, found by its start's scan while
+    rank 0 still scanned its own; torchrun SIGTERMed rank 0, which printed "SIGTERM in the untimed init,
+    before run_start: stopped at once, nothing trained and nothing saved (exit 79 ...); rerun the same
+    command to start again" after rank 1's line: no one had stopped the run, and a rerun fails again.
+    torchrun's agent now marks the failure before it ends the ranks left, and they leave without a line."""
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_1_FAILS_IN_THE_INIT)
+    proc = subprocess.Popen([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2", str(script)],
+                            env=dict(ENV, TMPDIR=short_tmpdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, out, err) == (
+        2, "", "error: part-1.tfrecord: record 35 is truncated: the file is incomplete\n"), (proc.returncode, out, err)
+    assert os.listdir(short_tmpdir) == []
 
 
 # A rank still in its start (its imports), SIGTERM's handler not set up yet

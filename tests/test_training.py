@@ -2149,6 +2149,19 @@ def test_resumed_run_does_not_keep_the_checkpoint(files, uninterrupted, tmp_path
     assert loaded and alive == [0, 0, 0]
 
 
+def test_do_eval_alone_on_ranks_that_do_not_split_the_training_batch_is_not_refused_for_it(files, tmp_path):
+    """A sweep: --do_eval alone on 3 ranks (--eval_batch_size=9) was refused with "--train_batch_size=32
+    is not a multiple of the 3 ranks": the default of a flag it does not use (it trains nothing). A
+    training run is still refused for it, and --do_eval alone for its own batch."""
+    argv = ["run_pretraining.py", "--bert_config_file=" + files["config"], "--input_file=" + files["eval"],
+            "--output_dir=" + str(tmp_path / "out"), "--nodo_train", "--do_eval", "--eval_batch_size=9"]
+    flag_checks.check_ranks(flag_checks._run_config(argv), 3)
+    with pytest.raises(UserError, match=r"^--eval_batch_size=8 is not a multiple of the 3 ranks"):
+        flag_checks.check_ranks(flag_checks._run_config(argv[:-1]), 3)
+    with pytest.raises(UserError, match=r"^--train_batch_size=32 is not a multiple of the 3 ranks"):
+        flag_checks.check_ranks(flag_checks._run_config(argv[:4] + ["--do_train", "--eval_batch_size=9"]), 3)
+
+
 def test_num_gpus_in_one_process_points_to_the_wrapper_not_bare_torchrun(files, tmp_path):
     """Issue 33: the error said "launch with torchrun --nproc_per_node=2"; README says not to use bare
     torchrun (its SIGTERM traceback): the wrapper is python -m mlperf_bert torchrun."""

@@ -218,8 +218,10 @@ def check_lever_flags(cfg):
 
 
 def check_ranks(cfg, world):
-    """The global batches split evenly over the ``world`` ranks (each reads its share)."""
-    for name in ("train_batch_size", "eval_batch_size"):
+    """The global batches split evenly over the ``world`` ranks (each reads its share); the training
+    batch only where the run trains (--do_eval alone reads none: its default, 32, refused a run of
+    --eval_batch_size=9 on 3 ranks)."""
+    for name in ("train_batch_size", "eval_batch_size")[0 if cfg.runtime.do_train else 1:]:
         if cfg.flag(name) % world:
             raise UserError("--%s=%d is not a multiple of the %d ranks: give a multiple of %d"
                             % (name, cfg.flag(name), world, world))

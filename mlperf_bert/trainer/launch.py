@@ -34,6 +34,7 @@ of its own and:
 
 If this process is killed (SIGKILL), torchrun gets SIGTERM (Linux: the parent-death signal).
 """
+import contextlib
 import os
 import re
 import shutil
@@ -54,6 +55,12 @@ SHUTDOWN_TIMEOUT = "300"
 # only when no rank of this node explains the failure. Here, not there: this process needs no torch.
 PEER_LOST = "lost contact with another rank"
 PEER_LOST_STATUS = 75
+# The ranks' environment names a file (in the wrapper's folder) that torchrun's agent makes before it
+# SIGTERMs the ranks left after one failed (its own line out; not a stop signal): a rank that gets
+# that SIGTERM in its untimed init, where a stop ends it at once, leaves without a stop's line ("SIGTERM
+# in the untimed init ... rerun the same command": the failed rank's line is the news) and with
+# PEER_LOST_STATUS (training._Stop).
+RANK_FAILED_ENV = "MLPERF_BERT_RANK_FAILED"
 # The static rendezvous ended without every node: the nodes never met (a setting: MASTER_ADDR,
 # MASTER_PORT, NNODES; the network: a firewall; a node that did not start). Not PEER_LOST_STATUS, which
 # says a run lost a peer it had: a job's summary (examples/slurm_multinode.sbatch) tells them apart by
@@ -175,6 +182,14 @@ class Filter:
                 self._write(self.lost[0])
             return returncode
         f = sorted(failures, key=cause)[0]  # stable: torchrun's root cause first among equals
+        if f["code"] in (-signal.SIGTERM, -signal.SIGINT) and f is failures[0]:
+            # the first to end (torchrun's SIGTERM comes after a failure): a stop sent to the rank itself
+            # while it started, before it had set up its stop (its imports, the process group's making):
+            # the signal's default action ended it, and nothing of this start was saved: not 143, which
+            # says a checkpoint holds the run
+            self._write(not_saved_line(signal.Signals(-f["code"]).name, "before %s, pid %s on host %s) had set up "
+                                       "its stop" % (f["who"], f["pid"], f.get("host", "?"))))
+            return NOT_SAVED_STATUS
         if f["code"] < 0:
             self._write(killed_line("%s, pid %s on host %s)" % (f["who"], f["pid"], f.get("host", "?")), -f["code"]))
             return 128 - f["code"]
@@ -311,6 +326,8 @@ def agent():
 
     def closing(self, *args, **kwargs):
         contexts.append(self)  # the ranks it closes: their exit codes after
+        if not got:  # not a stop: the ranks left are ended because one failed (or all have ended)
+            _mark_rank_failed(self)
         return close(self, *args, **kwargs)
     api.PContext.close = closing
     agent_api.SimpleElasticAgent._rendezvous = _announced_rendezvous(agent_api.SimpleElasticAgent._rendezvous)
@@ -324,6 +341,31 @@ def agent():
                  for local, h in getattr(ctx, "subprocess_handlers", {}).items() if h.proc.returncode is not None}
         return _stop_status(e.sigval, ranks)
     return 0
+
+
+def _mark_rank_failed(ctx):
+    """Before torchrun SIGTERMs the ranks of ``ctx`` still running: where one of them failed (an exit
+    status that is not a stop's), the file RANK_FAILED_ENV names, holding the pids of those ranks (not
+    those of ranks a restart starts after), so that they do not take that SIGTERM for a stop of the run."""
+    path = os.environ.get(RANK_FAILED_ENV)
+    stops = (0, NOT_SAVED_STATUS, 128 + signal.SIGTERM, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT)
+    procs = [h.proc for h in getattr(ctx, "subprocess_handlers", {}).values()]
+    codes = [p.poll() for p in procs]
+    if path and any(code is not None and code not in stops for code in codes):
+        with contextlib.suppress(OSError), open(path, "w") as f:
+            f.write("".join("%d\n" % p.pid for p, code in zip(procs, codes) if code is None))
+
+
+def rank_failed(environ=os.environ):
+    """Whether torchrun's agent is ending this rank because another failed (``_mark_rank_failed``)."""
+    path = environ.get(RANK_FAILED_ENV)
+    if not path:
+        return False
+    try:
+        with open(path) as f:
+            return str(os.getpid()) in f.read().split()
+    except OSError:
+        return False
 
 
 def agent_main():
@@ -426,16 +468,16 @@ def main(argv):
     check_nproc(args, os.environ)
     env = dict(os.environ)
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT)
-    log_dir = None
+    # the wrapper's folder: the agent's mark of a failed rank, and torchrun's logs
+    log_dir = tempfile.mkdtemp(prefix="mlperf_bert_torchrun_")
+    env[RANK_FAILED_ENV] = os.path.join(log_dir, "rank_failed")
     if _torchrun_option(args, re.compile(r"^--log[-_]dir(=|$)")) is None and "PET_LOG_DIR" not in env:
         # torchrun's own would be a torchelastic_* folder in $TMPDIR that nothing removes: one per job
-        log_dir = tempfile.mkdtemp(prefix="mlperf_bert_torchrun_")
         args = ["--log-dir=" + log_dir] + args
     try:
         return _run(args, env)
     finally:
-        if log_dir:
-            shutil.rmtree(log_dir, ignore_errors=True)
+        shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def _run(args, env):

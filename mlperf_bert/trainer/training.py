@@ -32,7 +32,7 @@ from mlperf_bert.harness.mlperf_log import MLPerfLog, eval_frequency, reaches_ta
 from mlperf_bert.trainer import (checkpoint, cpu_memory, distributed, evaluation, flag_checks, levers, loader, preflight,
                                  run_config, tensorboard, throughput, trainer_flags)
 from mlperf_bert.trainer.config import BertConfig
-from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
+from mlperf_bert.trainer.launch import NOT_SAVED_STATUS, PEER_LOST_STATUS, rank_failed
 from mlperf_logging.mllog import constants as C
 
 
@@ -82,6 +82,8 @@ class _Stop:
     def _terminated(self, peer_lost=False):
         """The stop of a signal in the init or after the run's end: its line and status.
         ``peer_lost``: another rank left before the ranks met in a vote (``peer_lost()``'s case)."""
+        if rank_failed():  # torchrun's SIGTERM after another rank failed: not a stop
+            return Terminated("", PEER_LOST_STATUS)  # that rank's line and status are the run's
         name = signal.Signals(self.signum).name
         # one line for the run (rank 0's; torchrun sets RANK), as the checkpoint's line is
         if self.finished:

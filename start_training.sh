@@ -180,7 +180,7 @@ MOUNTINFO_FILE="${MLPERF_MOUNTINFO_FILE:-/proc/self/mountinfo}"  # another file:
 # At most MAX_RUNS: a series' runs are looked at before run 0 trains, every one in bash loops and in
 # one run_state command line (DIR LOG per run). NUM_RUNS=100000 passed the kernel's limit on a
 # command line (E2BIG, status 126: "cannot read the state of run 0 ... check PYTHON"); 999999999
-# looped in bash for hours before any run, its SIGTERM ignored until then.
+# looped in bash over 10 minutes (then killed) before any run, its SIGTERM ignored until then.
 MAX_RUNS=100
 (( 10#$NUM_RUNS <= MAX_RUNS )) || die "NUM_RUNS=$NUM_RUNS is more than the $MAX_RUNS runs a series takes (a BERT" \
   "submission has 10): give a smaller NUM_RUNS"

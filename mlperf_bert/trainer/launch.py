@@ -61,6 +61,8 @@ PEER_LOST_STATUS = 75
 # in the untimed init ... rerun the same command": the failed rank's line is the news) and with
 # PEER_LOST_STATUS (training._Stop).
 RANK_FAILED_ENV = "MLPERF_BERT_RANK_FAILED"
+# a rank's status after a stop with its checkpoint (its own handler's exit: 143, 130)
+STOPPED = (128 + signal.SIGTERM, 128 + signal.SIGINT)
 # The static rendezvous ended without every node: the nodes never met (a setting: MASTER_ADDR,
 # MASTER_PORT, NNODES; the network: a firewall; a node that did not start). Not PEER_LOST_STATUS, which
 # says a run lost a peer it had: a job's summary (examples/slurm_multinode.sbatch) tells them apart by
@@ -215,9 +217,8 @@ def _stop_status(sig, ranks):
     codes = [code for _, code in ranks.values()]
     if all(code == 0 for code in codes):
         return 0  # they had finished
-    stopped = (128 + signal.SIGTERM, 128 + signal.SIGINT)
     failed = sorted((code >= 0, local, pid, code) for local, (pid, code) in ranks.items()
-                    if code not in (0,) + stopped)
+                    if code not in (0,) + STOPPED)
     if not failed:
         return next(code for code in codes if code)
     _, local, pid, code = failed[0]  # a killed rank first
@@ -348,7 +349,7 @@ def _mark_rank_failed(ctx):
     status that is not a stop's), the file RANK_FAILED_ENV names, holding the pids of those ranks (not
     those of ranks a restart starts after), so that they do not take that SIGTERM for a stop of the run."""
     path = os.environ.get(RANK_FAILED_ENV)
-    stops = (0, NOT_SAVED_STATUS, 128 + signal.SIGTERM, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT)
+    stops = (0, NOT_SAVED_STATUS, -signal.SIGTERM, -signal.SIGINT) + STOPPED
     procs = [h.proc for h in getattr(ctx, "subprocess_handlers", {}).values()]
     codes = [p.poll() for p in procs]
     if path and any(code is not None and code not in stops for code in codes):

@@ -12,7 +12,7 @@ import torch
 from mlperf_bert.dataset import hdf5, packing, tfrecord
 from mlperf_bert.dataset.example import decode_pretraining_batch
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer.packed_loader import PackedBatches, packing_rate
+from mlperf_bert.trainer.packed_loader import PackedBatches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -292,7 +292,7 @@ def test_packed_loader_ranks_resume_and_sequence_counts(packed_small):
     loader = torch.utils.data.DataLoader(PackedBatches(f, 8, shuffle=True, seed=4, repeat=False), batch_size=None,
                                          num_workers=2)
     assert rows_of(loader) == rows_of(one)
-    assert packing_rate(f) == pytest.approx(300 / len(rows_of(one)))
+    assert packing.packing_rate(f) == pytest.approx(300 / len(rows_of(one)))
 
 
 def test_packed_loader_keeps_every_prediction_in_fewer_slots(packed_s512):

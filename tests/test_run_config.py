@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.harness import mlperf_log
 from mlperf_bert.trainer import checkpoint, levers, trainer_flags, training
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.run_config import FIELDS, RESOLVED, SECTIONS, Optim, RunConfig, Schedule
@@ -423,6 +424,23 @@ def test_eval_frequency_and_the_division_stay_in_the_identity_without_an_eval_se
         with pytest.raises(UserError, match=r"^--%s=%s differs from the run being resumed" % (flag, other)):
             checkpoint.check_same_run(saved, _identity(_argv(d, "out", "--%s=%s" % (flag, other))),
                                       "out/model.ckpt-6.pt")
+
+
+def test_eval_frequency_given_as_its_defaults_value_is_the_same_run(tmp_path):
+    """--eval_frequency=150000, what 0 resolves to at this global batch of 8 (the log's eval_frequency
+    line), is the run 0 makes: a resume may give either (it was refused, "--eval_frequency=150000
+    differs"), from a checkpoint of the code before this change too; another value is refused."""
+    d = _fixture_data(tmp_path)
+    formula = mlperf_log.eval_frequency(8)
+    assert formula == 150000
+    default, given = _identity(_argv(d, "out")), _identity(_argv(d, "out", "--eval_frequency=%d" % formula))
+    old = {k: v for k, v in _fixture_checkpoint()["run"].items() if k not in ("config", "input_file")}
+    assert old["eval_frequency"] == 0
+    for saved, ident in ((default, given), (given, default), (old, given)):
+        checkpoint.check_same_run(saved, ident, "out/model.ckpt-6.pt")
+    with pytest.raises(UserError, match=r"^--eval_frequency=175000 differs"):
+        checkpoint.check_same_run(default, _identity(_argv(d, "out", "--eval_frequency=175000")),
+                                  "out/model.ckpt-6.pt")
 
 
 @pytest.mark.parametrize("preset", ["demo_cpu", "reference_gpu", "tpu_8192", "rcp_3072"])

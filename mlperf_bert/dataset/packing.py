@@ -260,6 +260,12 @@ def is_packed(path):
         return "max_sequences_per_pack" in h.attrs
 
 
+def packing_rate(files):
+    """Real sequences per row over all the packed ``files``."""
+    attrs = [read_attrs(f) for f in files]
+    return sum(a["num_sequences"] for a in attrs) / sum(a["num_rows"] for a in attrs)
+
+
 def read_attrs(path):
     """The attributes of a packed file (dict), or a one-line UserError."""
     from mlperf_bert.dataset.hdf5 import open_file

@@ -43,12 +43,6 @@ def sequences_per_row(h):
     return (h["next_sentence_labels"][:] >= 0).sum(axis=1)
 
 
-def packing_rate(files):
-    """Real sequences per row over all ``files``."""
-    attrs = [packing.read_attrs(f) for f in files]
-    return sum(a["num_sequences"] for a in attrs) / sum(a["num_rows"] for a in attrs)
-
-
 def row_shape(files):
     """(prediction slots, sequences) of a batch's rows: the real predictions of the fullest row of
     any file (the slots the loader keeps, dataset/packing.py) and the files' K."""

@@ -140,7 +140,6 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     if packed:  # rows of up to K sequences (pack): samples are counted in real sequences
         from mlperf_bert.trainer import packed_loader
         packed_loader.check_files(train_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq)
-        rate = packed_loader.packing_rate(train_files)
     else:
         loader.check_seq_length(train_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq, vocab_size)
     eval_files = None
@@ -158,9 +157,7 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
                         "(eval_10k), or --nodo_eval")
     # The flags count micro-steps (as the reference's); the log counts optimizer updates at the
     # global batch, the unit of the RCPs (docs/training.md)
-    global_batch = cfg.global_batch
-    if packed:  # NVIDIA's convention: rows x average sequences per row
-        global_batch = int(round(global_batch * rate))
+    global_batch = cfg.samples_per_update(train_files)
     if cfg.mlperf.submission_division == "closed" and cfg.runtime.do_train:
         check_closed_data(cfg, eval_files, global_batch, rank)
     from mlperf_bert.trainer import tf_checkpoint

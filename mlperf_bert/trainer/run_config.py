@@ -256,6 +256,20 @@ class RunConfig:
         """Rows an update (packed data: times its sequences a row, trainer/preflight.py)."""
         return self.data.train_batch_size * self.optim.steps_per_update
 
+    def samples_per_update(self, train_files):
+        """The global batch in samples, the log's and the RCPs' unit: ``global_batch``, times the real
+        sequences a row of packed ``train_files`` (NVIDIA's convention)."""
+        from mlperf_bert.dataset.packing import is_packed, packing_rate
+        if train_files and is_packed(train_files[0]):
+            return int(round(self.global_batch * packing_rate(train_files)))
+        return self.global_batch
+
+    def default_eval_frequency(self, train_files):
+        """The samples between evals that ``--eval_frequency=0`` means: the MLPerf formula of the
+        global batch."""
+        from mlperf_bert.harness.mlperf_log import eval_frequency
+        return eval_frequency(self.samples_per_update(train_files))
+
     def learning_rate(self, step):
         """The learning rate at micro-step ``step`` (trainer/schedule.py)."""
         s = self.schedule
@@ -281,6 +295,8 @@ class RunConfig:
             return entries
         unused = self._unused_flags(train_files, world)
         ident = {name: self.flag(name) for name in RUN_FLAGS if name not in unused}
+        if ident["eval_frequency"] and ident["eval_frequency"] == self.default_eval_frequency(train_files):
+            ident["eval_frequency"] = 0  # the default's own value given: the run 0 makes (a resume may give either)
         ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
                      init_checkpoint=init_checkpoint, config=config)
         if self.eval.do_eval and not self.eval.eval_input_file:  # --do_eval's batches (final_eval_batches)

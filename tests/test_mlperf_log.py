@@ -38,7 +38,7 @@ def test_only_rank_zero_writes_and_runs_do_not_mix(tmp_path):
 def test_hyperparameters_each_key_once(tmp_path):
     p = tmp_path / "h.log"
     log = MLPerfLog(str(p))
-    log.hyperparameters(256, 0.00035, 1e-6, 13700, 0, 0, 0.9, 0.999, 0.01, 1, 42, 512, 0.72)
+    log.hyperparameters(256, 0.00035, 1e-6, 13700, 0, 0, 0.9, 0.999, 0.01, 1, 42, 512, 0.72, 1.0)
     log.close()
     keys = [r["key"] for r in _lines(p)]
     required = ["global_batch_size", "opt_base_learning_rate", "opt_lamb_epsilon",
@@ -48,3 +48,18 @@ def test_hyperparameters_each_key_once(tmp_path):
     assert sorted(k for k in keys if k in required) == sorted(required)
     values = {r["key"]: r["value"] for r in _lines(p)}
     assert values["global_batch_size"] == 256 and values["opt_lamb_epsilon"] == 1e-6
+
+
+@pytest.mark.parametrize("optimizer,key", [("lamb", "opt_lamb_learning_rate_decay_poly_power"),
+                                           ("adamw", "opt_learning_rate_decay_poly_power")])
+def test_hyperparameters_log_the_decays_power(tmp_path, optimizer, key):
+    """A hostile sweep: --poly_power=0.5 trained on a square-root decay, but the log said nothing of
+    it (the reference's log and the accepted ones carry opt_lamb_learning_rate_decay_poly_power): a
+    reader took the run for the linear decay. An AdamW run's key has no "lamb" (mllog has none of its own)."""
+    p = tmp_path / "h.log"
+    log = MLPerfLog(str(p))
+    log.hyperparameters(256, 0.00035, 1e-6, 13700, 0, 0, 0.9, 0.999, 0.01, 1, 42, 512, 0.72, 0.5, optimizer)
+    log.close()
+    keys = [r["key"] for r in _lines(p)]
+    assert keys.count(key) == 1 and {r["key"]: r["value"] for r in _lines(p)}[key] == 0.5
+    assert (optimizer == "lamb") == any(k.startswith("opt_lamb") for k in keys)

@@ -77,6 +77,9 @@ OPTIMIZER_KEYS = {
     "lamb": (C.OPT_LAMB_EPSILON, C.OPT_LAMB_BETA_1, C.OPT_LAMB_BETA_2, C.OPT_LAMB_WEIGHT_DECAY),
     "adamw": (C.OPT_ADAMW_EPSILON, C.OPT_ADAMW_BETA_1, C.OPT_ADAMW_BETA_2, C.OPT_ADAMW_WEIGHT_DECAY),
 }
+# The learning-rate decay's power (--poly_power), which the reference's log and the accepted ones carry
+# (mllog's LAMB key); mllog has no AdamW key for it, so an AdamW run's is an extra key without "lamb".
+POLY_POWER_KEYS = {"lamb": C.OPT_LAMB_LR_DECAY_POLY_POWER, "adamw": "opt_learning_rate_decay_poly_power"}
 
 
 class MLPerfLog:
@@ -194,9 +197,10 @@ class MLPerfLog:
 
     def hyperparameters(self, global_batch_size, learning_rate, epsilon, train_steps, warmup_steps,
                         start_warmup_step, beta_1, beta_2, weight_decay_rate, accumulation_steps,
-                        seed, max_sequence_length, target_accuracy, optimizer="lamb"):
-        """Every hyperparameter key of the closed BERT rules, each exactly once; an (open) AdamW run's
-        optimizer keys are AdamW's, with its ``opt_name`` (OPTIMIZER_KEYS), not LAMB's."""
+                        seed, max_sequence_length, target_accuracy, poly_power, optimizer="lamb"):
+        """Every hyperparameter key of the closed BERT rules, each exactly once, and the decay's
+        ``poly_power`` (POLY_POWER_KEYS); an (open) AdamW run's optimizer keys are AdamW's, with its
+        ``opt_name`` (OPTIMIZER_KEYS), not LAMB's."""
         event = functools.partial(self.event, depth=1)
         epsilon_key, beta_1_key, beta_2_key, decay_key = OPTIMIZER_KEYS[optimizer]
         if optimizer != "lamb":
@@ -211,6 +215,7 @@ class MLPerfLog:
         event(beta_1_key, beta_1)
         event(beta_2_key, beta_2)
         event(decay_key, weight_decay_rate)
+        event(POLY_POWER_KEYS[optimizer], poly_power)
         event(C.GRADIENT_ACCUMULATION_STEPS, accumulation_steps)
         event(C.SEED, seed)
         event("max_sequence_length", max_sequence_length)

@@ -477,7 +477,7 @@ def run(cfg, stop, held):
         log.hyperparameters(global_batch, o.learning_rate, o.epsilon, cfg.updates(sc.num_train_steps),
                             cfg.updates(sc.num_warmup_steps), cfg.updates(sc.start_warmup_step), o.lamb_beta_1,
                             o.lamb_beta_2, o.lamb_weight_decay_rate, o.steps_per_update, seed,
-                            cfg.data.max_seq_length, cfg.eval.target_mlm_accuracy, o.optimizer)
+                            cfg.data.max_seq_length, cfg.eval.target_mlm_accuracy, sc.poly_power, o.optimizer)
 
     trainer = Trainer(cfg, config, device, rank, world, seed, None if ckpt else cfg.model.init_checkpoint)
     eval_set = None

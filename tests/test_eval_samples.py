@@ -158,8 +158,17 @@ def test_a_refused_input_leaves_no_folder_this_run_made(golden_dir, corrupt_deep
     src = os.path.join(golden_dir, "part-00000.s128.tfrecord")
     corrupt = str(tmp_path / "corrupt")
     corrupt_deep(corrupt)  # record 4's data, not its header: only the full read finds it
+    garbage = str(tmp_path / "garbage")
+    write_records(garbage, [b"\x0a\x05"])  # a Features field that overruns the message
     out = tmp_path / "new" / "eval" / "eval_10k"
-    for flags, why in (([str(tmp_path / "none")], "cannot read TFRecord file %s" % (tmp_path / "none")),
+    for flags, why in (([str(tmp_path / "none")], "cannot read TFRecord file %s: No such file or directory: check "
+                                                  "the path" % (tmp_path / "none")),
+                       # a hostile sweep: a folder, or a record that is no Example, named no fix
+                       ([str(tmp_path)], "cannot read TFRecord file %s: Is a directory: give the path of a TFRecord "
+                                         "file in it" % tmp_path),
+                       ([garbage, "--max_seq_length=8", "--max_predictions_per_seq=2", "--num_examples_to_pick=1"],
+                        "%s: record 0: malformed tf.train.Example: the file is damaged, or not BERT pre-training "
+                        "TFRecords: make it again" % garbage),
                        ([src, "--num_examples_to_pick=5000"], "%s has 4366 records, fewer than "
                                                               "--num_examples_to_pick=5000" % src),
                        ([src, "--max_seq_length=512", "--max_predictions_per_seq=76"],

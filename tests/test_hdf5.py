@@ -108,12 +108,36 @@ def test_values_that_do_not_fit_are_refused(tmp_path):
              "next_sentence_labels": [0]}
     src = str(tmp_path / "big")
     write_records(src, [encode_example([(n, k, feats[n]) for n, k, _ in PRETRAINING_FEATURES])])
-    with pytest.raises(UserError, match="input_ids holds 0..70000"):
+    with pytest.raises(UserError, match="feature input_ids holds 70000, outside uint16"):
         hdf5.tfrecords_to_hdf5([src], str(tmp_path / "big.hdf5"), 8, 2, progress=False)
     assert not os.path.exists(tmp_path / "big.hdf5")
     with pytest.raises(UserError, match=re.escape("%s: record 0: feature input_ids has 8 values, expected 16"
                                                   % src)):
         hdf5.tfrecords_to_hdf5([src], str(tmp_path / "x.hdf5"), 16, 2, progress=False)
+
+
+def test_a_value_past_the_storage_type_names_its_input_and_record_and_the_fix(tiny_record, tmp_path):
+    """A hostile sweep: a token id past uint16 (a vocabulary of over 65,536 tokens) in record 5 of the
+    second input was 'OUT.hdf5: records 3..6: input_ids holds 0..70000, outside uint16: this data cannot
+    be stored compactly', naming the output (never written) and a block of its rows, and no fix; pack
+    named the input but not the record. Both now name the input, the record and what to do."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    write_records(a, [tiny_record()] * 3)
+    for name in ("input_ids", "masked_lm_ids"):
+        bad = tiny_record(input_ids=[2, 70000, 6, 3, 0, 0, 0, 0]) if name == "input_ids" \
+            else tiny_record(masked_lm_ids=[7, 70000])
+        write_records(b, [tiny_record()] * 5 + [bad, tiny_record()])
+        want = ("%s: record 5: feature %s holds 70000, outside uint16, the type to-hdf5 and pack store it as: train "
+                "on the TFRecords themselves (the trainer reads them)" % (b, name))
+        with pytest.raises(UserError) as e:
+            hdf5.tfrecords_to_hdf5([a, b], str(tmp_path / "out.hdf5"), 8, 2, block=4, progress=False)
+        assert str(e.value) == want
+        from mlperf_bert.dataset import packing
+        with pytest.raises(UserError) as e:
+            packing.main(["pack", "--max_seq_length=8", "--max_predictions_per_seq=2", "--noprogress",
+                          "--num_workers=1", "--input=" + b, "--output_dir=%s" % (tmp_path / "p")])
+        assert str(e.value) == want
+        assert sorted(os.listdir(tmp_path)) == ["a", "b"]
 
 
 def test_a_bad_record_is_refused_naming_its_file_and_its_index_there(tiny_record, tmp_path):

@@ -295,7 +295,8 @@ def _refusal(where, index, why, name=None, found=None, expected=None):
     ``found``: for KIND the kind field, LENGTH the count, RANGE the value, MALFORMED a detail."""
     place = where(index)
     if why == MALFORMED:
-        return UserError("%s: malformed tf.train.Example%s" % (place, " (%s)" % found if found else ""))
+        return UserError("%s: malformed tf.train.Example%s: the file is damaged, or not BERT pre-training "
+                         "TFRecords: make it again" % (place, " (%s)" % found if found else ""))
     if why == KIND:
         kind = _KINDS.get(found, "unknown")
         what = "holds %s values, not %s" % (kind, expected) if kind else "is missing"

@@ -336,13 +336,24 @@ def _discard_writes(h, tmp):
         os.truncate(tmp, 0)
 
 
+def refuse_unstorable(name, values, dtype, where):
+    """One UserError naming ``where(row)``, the record that holds it, for the first value of ``values``
+    ([rows, ...], decoded records) that the integer ``dtype`` it is stored as cannot hold (a vocabulary
+    of over 65,536 tokens): refused, never truncated. (It named the output and a block of its rows.)"""
+    info = np.iinfo(dtype)
+    values = np.asarray(values).reshape(len(values), -1)
+    bad = (values < info.min) | (values > info.max)
+    if bad.any():
+        row = int(np.flatnonzero(bad.any(1))[0])
+        raise UserError("%s: feature %s holds %d, outside %s, the type to-hdf5 and pack store it as: train on the "
+                        "TFRecords themselves (the trainer reads them)"
+                        % (where(row), name, values[row][bad[row]][0], np.dtype(dtype).name))
+
+
 def _store(name, values, where):
     dtype = STORAGE_DTYPES[name]
     if name != "masked_lm_weights":
-        info = np.iinfo(dtype)
-        if values.size and (values.min() < info.min or values.max() > info.max):
-            raise UserError("%s: %s holds %d..%d, outside %s: this data cannot be stored compactly"
-                            % (where, name, values.min(), values.max(), np.dtype(dtype).name))
+        refuse_unstorable(name, values, dtype, where)
     return values.astype(dtype)
 
 
@@ -387,11 +398,10 @@ def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, 
                 return
             n = len(records)
             feats = _decode_block(path, first, records, max_seq_length, max_predictions_per_seq)
-            where = "%s: records %d..%d" % (output_file, pos, pos + n - 1)
             block = {}
             for name in FEATURE_NAMES:
                 arr = feats[name].reshape(-1) if name == "next_sentence_labels" else feats[name]
-                block[name] = stored = _store(name, arr, where)
+                block[name] = stored = _store(name, arr, lambda row: "%s: record %d" % (path, first + row))
                 dsets[name][pos:pos + n] = stored
                 sums.update(name, stored)
             dsets[ROW_CHECKSUMS][pos:pos + n] = crcs = row_checksums(block, FEATURE_NAMES)

@@ -193,7 +193,8 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
     """Pack one TFRecord file into one packed HDF5 file (rows in a seeded random order); return
     (sequences, rows, real tokens)."""
     from mlperf_bert.dataset.example import decode_pretraining_batch
-    from mlperf_bert.dataset.hdf5 import ROW_CHECKSUMS, Checksums, name_attr, new_temporary_file, row_checksums
+    from mlperf_bert.dataset.hdf5 import (ROW_CHECKSUMS, Checksums, name_attr, new_temporary_file, refuse_unstorable,
+                                          row_checksums)
     from mlperf_bert.dataset.tfrecord import read_records
     from mlperf_bert.fileio import atomic_path
     try:
@@ -202,6 +203,8 @@ def pack_file(input_path, output_path, max_seq_length, max_predictions_per_seq, 
             raise UserError("%s holds no records: check --input" % input_path)
         arrays = decode_pretraining_batch(records, max_seq_length, max_predictions_per_seq,
                                           where=lambda i: "%s: record %d" % (input_path, i))
+        for name in ("input_ids", "masked_lm_ids"):  # named by its record here, not by the row it lands in
+            refuse_unstorable(name, arrays[name], STORAGE[name], lambda i: "%s: record %d" % (input_path, i))
     except UserError as e:
         raise InputRefused(str(e)) from None
     del records

@@ -193,8 +193,10 @@ def write_records(path, records):
 def _open(path):
     try:
         return open_input(path, "rb", fix="give the path of a TFRecord file")
-    except OSError as e:
-        raise UserError("cannot read TFRecord file %s: %s" % (path, e.strerror))
+    except OSError as e:  # (a path given alone, not through expand_paths: pick-eval-samples' input)
+        fix = {errno.ENOENT: "check the path", errno.EISDIR: "give the path of a TFRecord file in it"}
+        raise UserError("cannot read TFRecord file %s: %s: %s"
+                        % (path, e.strerror, fix.get(e.errno, "check the path and its permissions")))
 
 
 def _truncated(path, index):

@@ -43,7 +43,7 @@
 #   CHECK_ONLY=1    check the settings as a run does (an error line, status 2; NUM_GPUS against
 #                   the host included, not the micro-batch against its memory nor --num_workers
 #                   against its cores: the training host's, as a line says) and run nothing;
-#                   CHECK_ONLY=files: also those, and that the data files and INIT_CHECKPOINT exist
+#                   CHECK_ONLY=files: also those, and that the data files, INIT_CHECKPOINT and BERT_CONFIG exist
 #                   (start_training.sh's check before its first run, on the host that trains)
 #   --help          print this and the presets, and exit; --helpfull (--helpshort): the trainer's flags
 set -euo pipefail
@@ -528,17 +528,32 @@ check_files() {
   if given do_train; then
     # the trainer's own reading of the lists (mlperf_bert/fileio.py glob_parts): a path with a
     # backslash or a newline is the trainer's to read as it is
-    unmatched="$("$PYTHON" -S -c 'import sys
-from mlperf_bert.fileio import glob_parts
-for which, spec in zip(("train", "eval"), sys.argv[1:]):
+    # A list that takes what the run writes (OUTPUT_DIR=$DATA_DIR/part-run, INPUT_FILES=$DATA_DIR/* with
+    # OUTPUT_DIR=$DATA_DIR/out): its trainer refused "OUTPUT_DIR/run_0 is a directory", after STARTING
+    # TIMING RUN and the runs before it, or read the run's own files as records
+    unmatched="$("$PYTHON" -S -c 'import os, sys
+from mlperf_bert.fileio import glob_parts, glob_part_takes
+out, log = sys.argv[3:]
+ours = [("OUTPUT_DIR", p) for p in (out, os.path.join(out, "run_0"), os.path.join(out, "model.ckpt-1.pt"))]
+ours += [("LOGDIR", p) for p in (log, os.path.join(log, "mlperf.log"))]
+ours += [(var, os.path.realpath(p)) for var, p in ours]  # (through a symbolic link too)
+for which, spec in zip(("train", "eval"), sys.argv[1:3]):
     bad = [part for part, matches in glob_parts(spec) if not matches]
     if bad:
-        sys.exit(print(which, bad[0], end="") or 1)' "$train_spec" "$eval_spec" 2>&1)" && rc=0 || rc=$?
+        sys.exit(print(which, bad[0], end="") or 1)
+    taken = [(var, part) for part, _ in glob_parts(spec) for var, p in ours if glob_part_takes(part, p)]
+    if taken:
+        sys.exit(print(which, *taken[0], end="") or 3)' "$train_spec" "$eval_spec" "$OUTPUT_DIR" "$LOGDIR" 2>&1)" \
+      && rc=0 || rc=$?
     case "$rc,$unmatched" in
       0,) ;;
       1,"train "*) die "no training file matches ${unmatched#train } ($train_from): $train_fix" ;;
       1,"eval "*) die "no eval file matches ${unmatched#eval } ($eval_from): give the eval" \
           "set make-dataset (pick-eval-samples) made" ;;
+      3,*) which=${unmatched%% *} var=${unmatched#* } && part=${var#* } && var=${var%% *}  # (a part may hold \n)
+        from=$train_from; [[ "$which" == train ]] || from=$eval_from
+        die "$var=${!var} is where the run writes, and ${part} ($from) takes what it writes there (its" \
+          "folders, checkpoints, log) as records: give $var outside what the run reads" ;;
       *) die "cannot check the files the run reads with PYTHON=$PYTHON: $unmatched" ;;
     esac
   fi
@@ -551,6 +566,19 @@ for which, spec in zip(("train", "eval"), sys.argv[1:]):
       *) what="INIT_CHECKPOINT=$init" ;;
     esac
     die "$what not found: give a .pt file or a TF checkpoint prefix whose .index exists"
+  fi
+  # the model's config, which the trainer reads first (a resume too): missing, run 0 failed after STARTING
+  # TIMING RUN, a job after its wait for nodes
+  bert="$(flag_value bert_config_file "")"
+  if [[ "${CHECK_ONLY:-0}" == files && -n "$bert" && ! -f "$bert" ]]; then
+    case "$(source_of bert_config_file)" in
+      given) what="--bert_config_file=$bert" ;;
+      file) what="bert_config_file $bert (${config#--config=})" ;;
+      *) what="BERT_CONFIG=$bert" ;;
+    esac
+    [[ "$from_env" == *" BERT_CONFIG "* || -n "$(source_of bert_config_file)" ]] ||
+      die "preset $PRESET's BERT config $bert is not a file: restore it (git checkout configs), or set BERT_CONFIG"
+    die "$what is not a file: give the model's bert_config.json"
   fi
 }
 

@@ -156,8 +156,12 @@ def training_env(data_dir, train_dir, packed_dir=None, py=sys.executable):
     """The environment of train_model.sh / start_training.sh for the demo's run."""
     env = dict(os.environ, DATA_DIR=data_dir, OUTPUT_DIR=train_dir, LOGDIR=train_dir, PYTHON=py,
                NUM_GPUS="1", NNODES="1")
-    for name in ("INPUT_FILES", "EVAL_FILE", "INIT_CHECKPOINT", "BERT_CONFIG", "DRY_RUN", "SEED", "NUM_RUNS"):
-        env.pop(name, None)  # a real run's settings (e.g. the container's) must not reach the tiny model
+    # A real run's settings (e.g. the container's) must not reach the tiny model. CHECK_ONLY (exported
+    # for a check) made its training a check that ran nothing: the demo then "finished", its log missing;
+    # TRAIN_MODEL ran one's own script for --runs; NODE_RANK is another node's, and the demo has one.
+    for name in ("INPUT_FILES", "EVAL_FILE", "INIT_CHECKPOINT", "BERT_CONFIG", "DRY_RUN", "SEED", "NUM_RUNS",
+                 "CHECK_ONLY", "TRAIN_MODEL", "NODE_RANK"):
+        env.pop(name, None)
     env.setdefault("OMP_NUM_THREADS", DEMO_THREADS)
     if packed_dir:  # the eval set stays unpacked eval_10k, as in NVIDIA's packed runs
         env["INPUT_FILES"] = os.path.join(packed_dir, "*.packed.hdf5")

@@ -14,6 +14,7 @@ two rules are implemented once:
 """
 import contextlib
 import errno
+import fnmatch
 import glob
 import hashlib
 import json
@@ -632,6 +633,14 @@ def glob_parts(spec):
     parts = [p.strip() for p in (spec or "").split(",") if p.strip()]
     # a file named with a glob's characters ("part[1].tfrecord") is that file, not a pattern that misses it
     return [(p, [p] if glob.escape(p) != p and os.path.lexists(p) else sorted(glob.glob(p))) for p in parts]
+
+
+def glob_part_takes(part, path):
+    """Whether ``part`` of a file list (glob_parts) matches ``path`` once it exists, as glob.glob would:
+    part by part (a * never takes a /), a leading . only where the pattern has one."""
+    names, pattern = os.path.abspath(path).split(os.sep), os.path.abspath(part).split(os.sep)
+    return len(names) == len(pattern) and all(
+        fnmatch.fnmatchcase(n, p) and (n[:1] != "." or p[:1] == ".") for n, p in zip(names, pattern))
 
 
 def missing_dirs(path):

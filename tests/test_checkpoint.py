@@ -398,6 +398,30 @@ def test_a_checkpoint_already_at_the_output_is_not_written_over(tf1_ckpt, tmp_pa
     assert os.listdir(busy.parent) == []
 
 
+def test_an_output_whose_dot_dot_the_kernel_reads_otherwise_neither_overwrites_nor_lands_elsewhere(tf1_ckpt, tmp_path,
+                                                                                                  monkeypatch):
+    """A hostile sweep: the look for a checkpoint at --new read gone/../ck/m as the kernel does (no gone/:
+    nothing there) while the write took it as ck/m (os.path.abspath): checkpoint_add_gradacc.py wrote over
+    the checkpoint at ck/m and said "wrote". And --new=ck/.. went above the working folder (ck/../..index
+    taken as ../NAME.index). Each is one line; nothing written, ck/m kept as it was."""
+    prefix, _ = tf1_ckpt
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("ck")
+    for name in os.listdir(os.path.dirname(prefix)):
+        if name.startswith(os.path.basename(prefix) + "."):
+            shutil.copy(os.path.join(os.path.dirname(prefix), name), "ck/m" + name[len(os.path.basename(prefix)):])
+    before = {n: (tmp_path / "ck" / n).read_bytes() for n in os.listdir("ck")}
+    index = re.escape(str(tmp_path / "ck" / "m.index"))
+    for new, error in (("gone/../ck/m", "^--new=gone/../ck/m: %s is there: writing over it" % index),
+                       ("ck/..", "^ck/.. is a directory: a TF checkpoint is written at a prefix"),
+                       ("ck/.", "^ck/. is a directory")):
+        with pytest.raises(UserError, match=error):
+            gradacc.main(["x", "--old=" + prefix, "--new=" + new])
+    assert {n: (tmp_path / "ck" / n).read_bytes() for n in os.listdir("ck")} == before
+    assert sorted(os.listdir(tmp_path)) == ["ck"]
+    assert not [n for n in os.listdir(tmp_path.parent) if n.lstrip(".").startswith(tmp_path.name + ".")]
+
+
 def test_convert_says_one_count_of_dropped_variables(tmp_path, caplog, capsys):
     """Issue 37 (20): TF -> .pt logged "ignored 1 non-model variable(s): 1 x global_step" and printed
     "0 non-model variable(s) dropped" for the same run: global_step is carried to the output, so

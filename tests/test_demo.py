@@ -51,6 +51,16 @@ def test_training_runs_on_one_thread_unless_told(tmp_path, monkeypatch):
     assert demo.training_env("/d", "/t")["OMP_NUM_THREADS"] == "2"
 
 
+@pytest.mark.parametrize("name,value", [("CHECK_ONLY", "1"), ("CHECK_ONLY", "files"), ("TRAIN_MODEL", "/bin/true"),
+                                        ("NODE_RANK", "1")])
+def test_a_launch_setting_of_the_environment_does_not_reach_the_demos_training(name, value, monkeypatch):
+    """A hostile sweep: an exported CHECK_ONLY=1 made the demo's train_model.sh a check that ran
+    nothing; the demo then printed "demo finished", its log and curve missing, and marked itself
+    ended. TRAIN_MODEL replaced --runs' training script; NODE_RANK=1 refused its one node."""
+    monkeypatch.setenv(name, value)
+    assert name not in demo.training_env("/d", "/t")
+
+
 @pytest.mark.slow
 def test_sigterm_checkpoints_and_the_rerun_resumes(tmp_path):
     """docker stop on the demo (SIGTERM to it alone, process 1 of its container): the training

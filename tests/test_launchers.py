@@ -389,6 +389,49 @@ def test_the_file_check_looks_for_the_init_checkpoint_the_trainer_gets(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_the_file_check_looks_for_the_bert_config_the_trainer_gets(tmp_path):
+    """A hostile sweep: a BERT_CONFIG (or --bert_config_file, or a --config file's) that is not there
+    passed start_training.sh's check, and run 0's trainer refused it after STARTING TIMING RUN (a job:
+    after its wait for nodes). One line naming the setting, before any run."""
+    conf = tmp_path / "in.toml"
+    conf.write_text('bert_config_file = "%s/c.json"\n' % tmp_path)
+    for args, extra, what in (([], {"BERT_CONFIG": str(tmp_path / "none.json")}, "BERT_CONFIG=%s/none.json"),
+                              (["--bert_config_file=%s" % tmp_path], {}, "--bert_config_file=%s"),
+                              (["--config=%s" % conf], {}, "bert_config_file %%s/c.json (%s)" % conf)):
+        proc = subprocess.run([START, "--preset=demo_cpu"] + args, capture_output=True, text=True, timeout=120,
+                              env=_series_env(tmp_path, **extra))
+        assert (proc.returncode, proc.stdout, proc.stderr) == (
+            2, "", "error: train_model.sh: %s is not a file: give the model's bert_config.json\n" % (what % tmp_path))
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_the_runs_file_lists_would_read_is_refused_before_any_run(tmp_path):
+    """A hostile sweep: an OUTPUT_DIR (or LOGDIR) that the run's file lists match, as DATA_DIR/part-out
+    or INPUT_FILES=DATA_DIR/* with OUTPUT_DIR=DATA_DIR/out, passed the check; its trainer then refused
+    "--input_file .../run_0 is a directory: give ... run_0/*" (its own folder) after STARTING TIMING RUN,
+    or read the run's checkpoints as records. One line naming the variable, no folder made; an
+    OUTPUT_DIR that is DATA_DIR itself, which part-* and eval_10k do not take, still passes."""
+    for extra, var, part in (({"OUTPUT_DIR": str(tmp_path / "part-out")}, "OUTPUT_DIR", "%s/part-*"),
+                             ({"INPUT_FILES": str(tmp_path / "*"), "OUTPUT_DIR": str(tmp_path / "out")}, "OUTPUT_DIR",
+                              "%s/*"),
+                             ({"LOGDIR": str(tmp_path / "part-logs")}, "LOGDIR", "%s/part-*")):
+        proc = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, timeout=120,
+                              env=dict(_series_env(tmp_path), **extra))
+        assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+        assert proc.stderr == ("error: train_model.sh: %s=%s is where the run writes, and %s (INPUT_FILES, or DATA_DIR's "
+                               "part-*) takes what it writes there (its folders, checkpoints, log) as records: give %s "
+                               "outside what the run reads\n" % (var, extra[var], part % tmp_path, var))
+        assert sorted(os.listdir(tmp_path)) == ["eval_10k", "part-00000-of-00500", "python"]
+    (tmp_path / "lnk").symlink_to(tmp_path)  # (through a link to the data folder: where it is written)
+    proc = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, timeout=120,
+                          env=dict(_series_env(tmp_path), OUTPUT_DIR=str(tmp_path / "lnk" / "part-o"), CHECK_ONLY="1"))
+    assert proc.stderr.startswith("error: train_model.sh: OUTPUT_DIR=%s/lnk/part-o is where the run writes" % tmp_path)
+    (tmp_path / "lnk").unlink()
+    proc = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, timeout=120,
+                          env=dict(_series_env(tmp_path), OUTPUT_DIR=str(tmp_path), CHECK_ONLY="1"))
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_odd_flag_forms_get_the_trainers_reading(tmp_path):
     """A hostile sweep: `--noshuffle=1` (absl's ValueError, not its flag error) was "cannot read the
     trainer's flags with PYTHON=...: set PYTHON to the project's interpreter"; an empty `--config=`,

@@ -218,7 +218,8 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
     """
     if not prefix:  # os.path.abspath("") is the working folder: its files went beside it
         raise UserError("an empty path is not a TF checkpoint prefix: give one, e.g. model.ckpt-28252")
-    if prefix.endswith(os.sep) or os.path.isdir(prefix):  # its files went beside the folder, as PREFIX.index
+    # (a last part . or .. names a folder too: ck/.. went above the working folder, as ck/../../NAME.index)
+    if prefix.endswith(os.sep) or os.path.basename(prefix) in (".", "..") or os.path.isdir(prefix):
         raise UserError("%s is a directory: a TF checkpoint is written at a prefix, e.g. %s (its .index and "
                         ".data-* files)" % (prefix, os.path.join(prefix.rstrip(os.sep) or os.sep, "model.ckpt-N")))
     tf = _import_tf()
@@ -399,12 +400,14 @@ def refuse_existing_output(path, flag, hf=False):
     export folder at a TF prefix hid that checkpoint from every reader ("Couldn't find 'checkpoint'
     file"). An earlier export, made from a checkpoint kept elsewhere, is replaced (checkpoint_convert),
     and so are the data shards of a write stopped before its .index (no checkpoint: its rerun goes on)."""
-    held = [p for p in [path + ".index"] if os.path.lexists(p)]
-    if not hf and path.endswith(".pt") and os.path.lexists(path):
-        held.append(path)
+    # where the writers put it (os.path.abspath: gone/../ck/m is ck/m, where the kernel finds no gone/),
+    # else a checkpoint there was written over unseen
+    where = os.path.abspath(path)
+    held = [s for s in [".index"] + [""] * (not hf and path.endswith(".pt")) if os.path.lexists(where + s)]
     if held:
+        shown = (path if os.path.normpath(path) == path else where) + held[0]
         raise UserError("%s=%s: %s is there: writing over it would lose that checkpoint; give another path, or remove "
-                        "it first" % (flag, path, held[0]))
+                        "it first" % (flag, path, shown))
 
 
 @contextlib.contextmanager

@@ -705,24 +705,25 @@ def official_loglines(path):
     one character ``.`` does not match, so the greedy ``.*`` ends at the last marker.
     bench/official_parse.py compares the two on every real log."""
     from mlperf_logging.compliance_checker.mlp_parser import ruleset_500 as parser
-    with open(path, encoding="latin-1") as f:
-        lines = _strip_and_dedup(f)
     loglines, errors = [], []
-    for lineno, line in enumerate(lines):
-        line = line.strip()
-        try:
-            loglines.append(parser.string_to_logline(lineno, line))
-        except ValueError as e:
-            errors.append((line, str(e)))
+    with open(path, encoding="latin-1") as f:
+        for lineno, line in enumerate(_strip_and_dedup(f)):
+            line = line.strip()
+            try:
+                loglines.append(parser.string_to_logline(lineno, line))
+            except ValueError as e:
+                errors.append((line, str(e)))
     return loglines, errors
 
 
 def _strip_and_dedup(gen):
     """``ruleset_500.strip_and_dedup`` without its quadratic ``re.sub(".*:::MLLOG ", ...)``: each line
-    cut at its last marker, the same lines (``official_loglines`` says why)."""
+    cut at its last marker, the same lines (``official_loglines`` says why), as a generator."""
     from mlperf_logging.compliance_checker.mlp_parser import ruleset_500 as parser
     token = parser.TOKEN
-    return [line[line.rfind(token):] for line in gen if token in line]
+    # lazily: the parser enumerates them once; a list of every line, held beside the LogLines made
+    # of them, was the log's size again
+    return (line[line.rfind(token):] for line in gen if token in line)
 
 
 class _MarkerCut:

@@ -334,16 +334,20 @@ def test_a_batch_the_ranks_cannot_split_is_refused_before_a_series_first_run(tmp
     line and no word, and the trainer refused it (preflight.check_start: "--train_batch_size=15 is not
     a multiple of the 2 ranks") only once the ranks had met, after a series' STARTING TIMING RUN; the
     same for --eval_batch_size. Now the trainer's line (flag_checks.check_ranks), before any run (and
-    in --dry_run)."""
+    in --dry_run). Its runs evaluate EVAL_FILE online, which --eval_batch_size does not cut: that one
+    is not refused."""
     env = _series_env(tmp_path, NNODES="2", NODE_RANK="0", NUM_GPUS="1", MASTER_ADDR="127.0.0.1")
-    for flag, why in (("--train_batch_size=15", "--train_batch_size=15"), ("--eval_batch_size=7", "--eval_batch_size=7")):
-        line = "error: train_model.sh: %s is not a multiple of the 2 ranks: give a multiple of 2\n" % why
+    line = "error: train_model.sh: --train_batch_size=15 is not a multiple of the 2 ranks: give a multiple of 2\n"
+    for flag, refused in (("--train_batch_size=15", True), ("--eval_batch_size=7", False)):
         dry = subprocess.run([TRAIN, "--preset=demo_cpu", "--dry_run", flag], capture_output=True, text=True,
                              timeout=60, env=env)
-        assert (dry.returncode, dry.stdout, dry.stderr) == (2, "", line)
+        if refused:
+            assert (dry.returncode, dry.stdout, dry.stderr) == (2, "", line)
+        else:  # the batch line and the command
+            assert dry.returncode == 0 and dry.stdout.endswith(" --eval_batch_size=7 \n"), (dry.stdout, dry.stderr)
     proc = subprocess.run([START, "--preset=demo_cpu", "--train_batch_size=15"], capture_output=True, text=True,
                           timeout=120, env=env)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line.replace("eval_batch_size=7", "train_batch_size=15"))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line)
     assert not (tmp_path / "out").exists()
 
 

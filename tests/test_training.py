@@ -2162,6 +2162,20 @@ def test_do_eval_alone_on_ranks_that_do_not_split_the_training_batch_is_not_refu
         flag_checks.check_ranks(flag_checks._run_config(argv[:4] + ["--do_train", "--eval_batch_size=9"]), 3)
 
 
+def test_a_training_run_with_an_online_eval_set_is_not_refused_for_the_eval_batch(files, tmp_path):
+    """A sweep: --do_train --eval_input_file on 3 ranks was refused with "--eval_batch_size=8 is not
+    a multiple of the 3 ranks" (and reference_gpu's 8 on 3, 6, 12 or 24 GPUs): the default of a flag
+    it does not read (its eval set is cut by --eval_micro_batch_size). Where --do_eval evaluates
+    --input_file it is read, and still refused."""
+    argv = ["run_pretraining.py", "--bert_config_file=" + files["config"], "--input_file=" + files["train"],
+            "--output_dir=" + str(tmp_path / "out"), "--do_train", "--do_eval", "--train_batch_size=6"]
+    for online in (["--eval_input_file=" + files["eval"]], ["--eval_input_file=" + files["eval"], "--nodo_eval"],
+                   ["--nodo_eval"]):
+        flag_checks.check_ranks(flag_checks._run_config(argv + online), 3)
+    with pytest.raises(UserError, match=r"^--eval_batch_size=8 is not a multiple of the 3 ranks"):
+        flag_checks.check_ranks(flag_checks._run_config(argv), 3)
+
+
 def test_num_gpus_in_one_process_points_to_the_wrapper_not_bare_torchrun(files, tmp_path):
     """Issue 33: the error said "launch with torchrun --nproc_per_node=2"; README says not to use bare
     torchrun (its SIGTERM traceback): the wrapper is python -m mlperf_bert torchrun."""

@@ -218,10 +218,14 @@ def check_lever_flags(cfg):
 
 
 def check_ranks(cfg, world):
-    """The global batches split evenly over the ``world`` ranks (each reads its share); the training
-    batch only where the run trains (--do_eval alone reads none: its default, 32, refused a run of
-    --eval_batch_size=9 on 3 ranks)."""
-    for name in ("train_batch_size", "eval_batch_size")[0 if cfg.runtime.do_train else 1:]:
+    """The global batches split evenly over the ``world`` ranks (each reads its share); each only where
+    the run reads it: the training batch where it trains (--do_eval alone reads none: its default, 32,
+    refused a run of --eval_batch_size=9 on 3 ranks), the eval batch where --do_eval evaluates
+    --input_file (an online eval set is cut by --eval_micro_batch_size: the default 8 refused a
+    training run on 3 ranks)."""
+    used = (("train_batch_size",) if cfg.runtime.do_train else ()) + (
+        ("eval_batch_size",) if cfg.reads_eval_batches else ())
+    for name in used:
         if cfg.flag(name) % world:
             raise UserError("--%s=%d is not a multiple of the %d ranks: give a multiple of %d"
                             % (name, cfg.flag(name), world, world))

@@ -256,6 +256,12 @@ class RunConfig:
         """Rows an update (packed data: times its sequences a row, trainer/preflight.py)."""
         return self.data.train_batch_size * self.optim.steps_per_update
 
+    @property
+    def reads_eval_batches(self):
+        """Whether --eval_batch_size and --max_eval_steps are read: --do_eval's batches of --input_file
+        (evaluation.reference_eval_batches), where no --eval_input_file is its eval set."""
+        return self.eval.do_eval and not self.eval.eval_input_file
+
     def samples_per_update(self, train_files):
         """The global batch in samples, the log's and the RCPs' unit: ``global_batch``, times the real
         sequences a row of packed ``train_files`` (NVIDIA's convention)."""
@@ -299,7 +305,7 @@ class RunConfig:
             ident["eval_frequency"] = 0  # the default's own value given: the run 0 makes (a resume may give either)
         ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
                      init_checkpoint=init_checkpoint, config=config)
-        if self.eval.do_eval and not self.eval.eval_input_file:  # --do_eval's batches (final_eval_batches)
+        if self.reads_eval_batches:  # --do_eval's batches (final_eval_batches)
             ident.update(eval_batch_size=self.eval.eval_batch_size, max_eval_steps=self.eval.max_eval_steps)
         return ident
 

@@ -29,8 +29,8 @@ def define_flags():
     B("do_train", False, "Train.", flag_values=fv)
     B("do_eval", False, "Evaluate (alone: --init_checkpoint on --input_file).", flag_values=fv)
     I("train_batch_size", 32, "Global batch per micro-step, over all ranks.", flag_values=fv)
-    I("eval_batch_size", 8, "Global eval batch, over all ranks, of --do_eval alone (the online eval's is "
-      "--eval_micro_batch_size).", flag_values=fv)
+    I("eval_batch_size", 8, "Global eval batch, over all ranks, of --do_eval's eval of --input_file (no "
+      "--eval_input_file; the online eval's is --eval_micro_batch_size).", flag_values=fv)
     flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "The optimizer.", flag_values=fv)
     F("learning_rate", 5e-5, "Initial learning rate.", flag_values=fv)
     F("poly_power", 1.0, "Power of the polynomial decay.", flag_values=fv)
@@ -41,7 +41,7 @@ def define_flags():
       "SIGTERM (a run killed otherwise starts over).", flag_values=fv)
     I("iterations_per_loop", 1000, "Accepted for compatibility (TPU estimator loop); no effect.",
       flag_values=fv)
-    I("max_eval_steps", 100, "Batches of --do_eval alone.", flag_values=fv)
+    I("max_eval_steps", 100, "Batches of --do_eval's eval of --input_file (no --eval_input_file).", flag_values=fv)
     I("steps_per_update", 1, "Micro-steps accumulated per optimizer update.", flag_values=fv)
     I("keep_checkpoint_max", 5, "Newest checkpoints kept.", flag_values=fv)
     # (--optimizer=adamw: the reference's AdamW has these four fixed at their defaults; others are refused)

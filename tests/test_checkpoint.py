@@ -218,6 +218,34 @@ def test_tf1_checkpoint_loads_and_matches_numpy_reference(tf1_ckpt, caplog):
     assert out.mlm_weight.item() == 11.0
 
 
+def test_edge_rows_match_numpy_reference(tf1_ckpt):
+    """Rows the reference computes as it does any other, each alone and all together: one real
+    token; input_mask all 0 (every key at -10000, a shift softmax ignores: attention as if
+    unmasked, where -1e9 would make it uniform); max_seq_length equal to max_position_embeddings
+    with token_type_ids all 1; predictions on padding and repeated; weights all 0 (an MLM loss
+    of 0 / (0 + 1e-5))."""
+    prefix, arrays = tf1_ckpt
+    model = BertForPreTraining(BertConfig.from_dict(CFG))
+    tf_checkpoint.load_init_checkpoint(model, prefix)
+    t = CFG["max_position_embeddings"]
+    ids, seg, _, _, lab, w, nsp = make_batch(CFG, seed=5, b=3, t=t)
+    ids, seg, lab, w, nsp = (np.concatenate([a, a[:2]]) for a in (ids, seg, lab, w, nsp))
+    mask = np.ones((5, t), np.int64)
+    pos = np.tile(np.arange(1, 5), (5, 1))
+    mask[0, 1:], pos[0], w[0] = 0, 0, [1, 0, 0, 0]
+    mask[1] = 0
+    seg[2] = 1
+    mask[3, 10:], pos[3] = 0, [12, 15, 4, 4]
+    w[4] = 0
+    for rows in [slice(None)] + [slice(r, r + 1) for r in range(5)]:
+        batch = tuple(a[rows] for a in (ids, seg, mask, pos, lab, w, nsp))
+        out = run_model(model, batch)
+        with np.errstate(invalid="ignore"):  # the accuracy of a row of weights 0
+            mlm, nsp_loss, _ = numpy_bert(arrays, CFG, batch)
+        assert out.mlm_loss.item() == pytest.approx(mlm, rel=2e-5, abs=1e-6), rows
+        assert out.nsp_loss.item() == pytest.approx(nsp_loss, rel=2e-5), rows
+
+
 def test_tf2_object_checkpoint_loads(tmp_path):
     arrays = random_weights(CFG, seed=3)
     prefix = write_tf2(str(tmp_path / "tf2" / "ckpt"), arrays)

@@ -63,3 +63,32 @@ def test_hyperparameters_log_the_decays_power(tmp_path, optimizer, key):
     keys = [r["key"] for r in _lines(p)]
     assert keys.count(key) == 1 and {r["key"]: r["value"] for r in _lines(p)}[key] == 0.5
     assert (optimizer == "lamb") == any(k.startswith("opt_lamb") for k in keys)
+
+
+def test_a_log_deleted_while_written_is_written_back_and_one_replaced_stops_the_run(tmp_path, capsys):
+    """The output-folder sweep: mlperf.log deleted while a run went on took every later line into the
+    deleted file, and the run ended "finished" (exit 0, run_finished.json) with no log at all; one
+    replaced (mv over it) went unnoticed alike. Checked at each checkpoint's mark and at the close."""
+    from mlperf_bert.errors import UserError
+    p = tmp_path / "mlperf.log"
+    log = MLPerfLog(str(p), held=True)
+    log.open()
+    log.event("seed", 1)
+    p.unlink()
+    size, digest = log.mark()
+    assert p.stat().st_size == size and "was deleted or moved away while this run wrote it" in capsys.readouterr().err
+    log.event("seed", 2)
+    log.close()
+    assert [r["value"] for r in _lines(p)] == [1, 2]
+    q = tmp_path / "q.log"
+    log = MLPerfLog(str(q), held=True)
+    log.open()
+    log.event("seed", 1)
+    other = tmp_path / "other.log"
+    other.write_text(":::MLLOG {}\n")
+    other.replace(q)
+    with pytest.raises(UserError, match="^MLPerf log %s was replaced while this run wrote it: .*rerun" % q):
+        log.mark()
+    with pytest.raises(UserError, match="was replaced"):
+        log.close()
+    assert q.read_text() == ":::MLLOG {}\n"

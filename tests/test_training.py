@@ -237,6 +237,23 @@ def test_a_resume_with_its_log_elsewhere_names_the_log_it_wrote(files, uninterru
                                                                       out / "mlperf_log_path.json", elsewhere))
 
 
+def test_a_runs_folder_copied_with_its_log_resumes_there_onto_the_copys_log(files, uninterrupted, tmp_path):
+    """The output-folder sweep: a stopped run's folder copied (cp -a) and resumed there was refused:
+    "this run's MLPerf log is OLD/mlperf.log ...: resume with the same log", which would have written
+    the copy's run into the original's log. The copy's log, which begins with the checkpoint's bytes,
+    is the run's; the resume ends as the uninterrupted run, and the record names the copy's log."""
+    full, _ = uninterrupted
+    out = tmp_path / "copy"
+    out.mkdir()
+    for name in ("model.ckpt-27.pt", "mlperf_log_path.json", "mlperf.log"):
+        shutil.copy2(os.path.join(full, name), str(out))
+    before = open(os.path.join(full, "mlperf.log"), "rb").read()
+    assert training.main(flags_for(files, str(out))) == 0
+    assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), str(out / "model.ckpt-30.pt"))
+    assert open(os.path.join(full, "mlperf.log"), "rb").read() == before
+    assert checkpoint.read_log_owner(str(out)) == str(out / "mlperf.log")
+
+
 def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
     out, names = uninterrupted
     # save every 3 of 30 micro-steps, keep the newest 5; nothing temporary left
@@ -1767,6 +1784,34 @@ def test_disk_full_at_a_checkpoint_keeps_the_last_one_and_the_rerun_resumes(file
     assert not set(multiprocessing.active_children()) - before
     assert sorted(n for n in os.listdir(out) if "ckpt" in n) == ["model.ckpt-3.pt", "model.ckpt-6.pt"]
     monkeypatch.setattr(torch, "save", real_save)  # space freed: the same command goes on
+    assert training.main(argv) == 0
+    assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
+
+
+def test_an_output_dir_made_unwritable_mid_run_says_to_make_it_writable_not_to_change_it(files, uninterrupted,
+                                                                                         tmp_path, monkeypatch):
+    """The output-folder sweep: the folder made read-only between two checkpoints (chattr +i, a
+    read-only remount) ended the run with "output directory OUT is not writable: choose another output
+    path", which would start the run over; it names the checkpoint that holds the run and the fix that
+    keeps it, as the start's check does."""
+    from mlperf_bert import fileio
+    full, _ = uninterrupted
+    out = str(tmp_path / "run")
+    argv = flags_for(files, out)
+    real = fileio.check_writable_dir
+
+    def check(path):
+        if path.endswith("model.ckpt-9.pt"):
+            raise fileio.OutputDirError("output directory %s is not writable" % out, "choose another output path")
+        return real(path)
+    monkeypatch.setattr(fileio, "check_writable_dir", check)
+    with pytest.raises(UserError) as e:
+        training.main(argv)
+    assert str(e.value) == (
+        "--output_dir %s holds a run (model.ckpt-6.pt) but cannot be written (output directory %s is not writable): "
+        "make it writable (a read-only mount remounted read-write, its permissions), then rerun the same command; "
+        "another --output_dir would start a new run" % (out, out))
+    monkeypatch.setattr(fileio, "check_writable_dir", real)
     assert training.main(argv) == 0
     assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
 

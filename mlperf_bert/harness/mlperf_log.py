@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import logging
 import os
+import sys
 
 from mlperf_logging.mllog.mllog import MLLogger
 from mlperf_logging.mllog import constants as C
@@ -133,7 +134,40 @@ class MLPerfLog:
 
     def mark(self):
         """(bytes written, their sha256): where a resume from this moment cuts the log."""
+        self._still_there()
         return self._size, self._sha.hexdigest()
+
+    def _still_there(self):
+        """The file at ``path`` is the one written, as written (at each checkpoint's mark and the close).
+        Deleted or moved away while the run went on (its lines went to a file no one saw, and the run
+        ended "finished" without a log), its bytes are written back there and the writing goes on;
+        replaced, or cut or added to by another process, the run stops in one line (a resume refuses a
+        log its checkpoint does not begin)."""
+        if self._fd is None:
+            return
+        ours = os.fstat(self._fd)
+        try:
+            there = os.stat(self.path)
+        except FileNotFoundError:
+            there = None
+        if there is None and ours.st_size == self._size:
+            from mlperf_bert.fileio import atomic_save
+            atomic_save(self.path, lambda f: f.write(os.pread(self._fd, self._size, 0)))
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+            os.close(self._fd)
+            self._fd = fd
+            print("warning: MLPerf log %s was deleted or moved away while this run wrote it: its %d bytes were "
+                  "written back there, and the run goes on" % (self.path, self._size), file=sys.stderr, flush=True)
+            return
+        if there is None or (there.st_dev, there.st_ino) != (ours.st_dev, ours.st_ino):
+            what = "replaced"
+        elif ours.st_size != self._size:
+            what = "cut or added to by another process"
+        else:
+            return
+        raise UserError("MLPerf log %s was %s while this run wrote it: the run stopped (its checkpoints are kept); "
+                        "restore the log it wrote and rerun the same command to resume, or use another --output_dir "
+                        "for a new run" % (self.path, what))
 
     def _write(self, line):
         if self._error is not None:
@@ -179,13 +213,16 @@ class MLPerfLog:
             self._check()
 
     def close(self):
-        if self._mllogger:
-            self._logger.removeHandler(self._handler)
-        self._mllogger = None
-        self._pending = []
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        try:
+            self._still_there()
+        finally:
+            if self._mllogger:
+                self._logger.removeHandler(self._handler)
+            self._mllogger = None
+            self._pending = []
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def submission(self, division, org, platform, status="onprem"):
         event = functools.partial(self.event, depth=1)  # file/lineno of our caller, not of this file

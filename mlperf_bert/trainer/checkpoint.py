@@ -18,7 +18,7 @@ import torch
 
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer import distributed, run_config
-from mlperf_bert.fileio import atomic_save, write_json
+from mlperf_bert.fileio import OutputDirError, atomic_save, write_json
 
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt\Z")
 FINISHED = "run_finished.json"
@@ -107,9 +107,32 @@ def load_optimizer(optimizer, state):
             optimizer.state[p] = {k: v.zero_() if torch.is_tensor(v) else 0 for k, v in was.items()}
 
 
+def unwritable(output_dir, reason):
+    """The one-line UserError for ``output_dir`` holding a run and not writable (``reason``: why), or None
+    where it holds none: another --output_dir would start the run over, so the fix is to make it writable."""
+    held = run_held_in(output_dir) if os.path.isdir(output_dir) else None
+    if held is None:
+        return None
+    return UserError("--output_dir %s holds a run (%s) but cannot be written (%s): make it writable (a read-only "
+                     "mount remounted read-write, its permissions), then rerun the same command; another "
+                     "--output_dir would start a new run" % (output_dir, held, reason))
+
+
+@contextlib.contextmanager
+def _writing_in(output_dir):
+    """Around a write into the folder of a run going on: one made unwritable since the start (a read-only
+    remount, its permissions) is said as ``unwritable`` says it (check_writable_dir's "choose another
+    output path" would start the run over)."""
+    try:
+        yield
+    except OutputDirError as e:
+        raise (unwritable(output_dir, e.reason) or e) from None
+
+
 def save(path, state, keep):
     """Write ``state`` atomically, then drop all but the newest ``keep`` checkpoints."""
-    atomic_save(path, lambda f: torch.save(state, f))
+    with _writing_in(os.path.dirname(path)):
+        atomic_save(path, lambda f: torch.save(state, f))
     if keep > 0:
         for _, old in list_checkpoints(os.path.dirname(path))[:-keep]:
             with contextlib.suppress(OSError):
@@ -510,7 +533,8 @@ def end_record(status, step, samples, run=None, launch=None):
 def write_stopped(output_dir, record):
     """At run_stop: ``record`` (``end_record``'s, with the log's mark) says the result is the log's
     as it stands, so a rerun after a kill finishes what is left instead of training again."""
-    write_json(os.path.join(output_dir, STOPPED), record, default=str)
+    with _writing_in(output_dir):
+        write_json(os.path.join(output_dir, STOPPED), record, default=str)
 
 
 def add_to_finished(output_dir, record, run_entries):
@@ -525,7 +549,8 @@ def write_finished(output_dir, record):
     """The finished marker (``end_record``'s and when), which replaces the run_stop record."""
     record = {k: v for k, v in record.items() if k not in ("mlperf_log", "metrics", "world")}
     record["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    write_json(os.path.join(output_dir, FINISHED), record, default=str)
+    with _writing_in(output_dir):
+        write_json(os.path.join(output_dir, FINISHED), record, default=str)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(output_dir, STOPPED))
 

@@ -175,12 +175,10 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     try:
         check_writable_dir(checkpoint.path_for(cfg.checkpoint.output_dir, 0))
     except OutputDirError as e:  # another output path would start the run over: name what holds it
-        held = checkpoint.run_held_in(out) if os.path.isdir(out) else None
+        held = checkpoint.unwritable(out, e.reason)
         if held is None:
             raise
-        raise UserError("--output_dir %s holds a run (%s) but cannot be written (%s): make it writable (a read-only "
-                        "mount remounted read-write, its permissions), then rerun the same command; another "
-                        "--output_dir would start a new run" % (out, held, e.reason)) from None
+        raise held from None
     flag_checks.check_ranks(cfg, world)
     log_path = cfg.mlperf.mlperf_log or os.path.join(cfg.checkpoint.output_dir, "mlperf.log")
     if cfg.runtime.do_train and rank == 0:  # rank 0 alone writes the log (on its disk)
@@ -417,8 +415,12 @@ def check_run_log(output_dir, log_path, mark, what):
     that ``what`` recorded; the log somewhere else (another LOGDIR) is said as such, not as a log
     "that does not begin with" it."""
     owned = checkpoint.read_log_owner(output_dir)
-    # the same file by another spelling (--output_dir through a symbolic link) is the same log
-    if owned and os.path.exists(owned) and not same_file(owned, log_path):
+    # the same file by another spelling (--output_dir through a symbolic link) is the same log; so is the
+    # log in the run's folder when the folder was copied or moved with it (cp -a, mv: the record names
+    # where it was), which check_prefix then holds to the checkpoint's bytes
+    copied = (os.path.dirname(os.path.realpath(log_path)) == os.path.realpath(output_dir)
+              and os.path.exists(log_path))
+    if owned and os.path.exists(owned) and not same_file(owned, log_path) and not copied:
         raise UserError("this run's MLPerf log is %s (%s), not --mlperf_log %s: resume with the same log "
                         "(start_training.sh: the same LOGDIR)" % (owned, os.path.join(output_dir, checkpoint.LOG_OWNER),
                                                                   log_path))

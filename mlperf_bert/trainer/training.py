@@ -510,6 +510,8 @@ def run(cfg, stop, held):
     if rank == 0:
         if continues:
             log.open(*log_record, what="checkpoint %s" % os.path.basename(ckpt_path))
+            # where the log is now: the folder copied or moved with it (cp -a, mv), the record named the old place
+            checkpoint.write_log_owner(output_dir, log_path)
         elif resumed:  # a checkpoint of an older version, which appended its resumes to the log
             log.open(append=True)
         else:

@@ -1,5 +1,6 @@
 """MLPerf logger: the eval-frequency formula, one writer (rank 0), lines the official parser reads."""
 import json
+import os
 
 import pytest
 
@@ -92,3 +93,18 @@ def test_a_log_deleted_while_written_is_written_back_and_one_replaced_stops_the_
     with pytest.raises(UserError, match="was replaced"):
         log.close()
     assert q.read_text() == ":::MLLOG {}\n"
+
+
+def test_a_mark_is_on_the_disk_before_a_checkpoint_records_it(tmp_path, monkeypatch):
+    """A checkpoint (fsynced) records the log's length and sha256; the log's lines were left in the page
+    cache, so after a machine's crash the checkpoint could outlive the log's last lines and every
+    resume be refused (its log no longer begins with what it records)."""
+    p = tmp_path / "mlperf.log"
+    log = MLPerfLog(str(p), held=True)
+    log.open()
+    log.event("seed", 1)
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.fstat(fd).st_size))
+    size, _ = log.mark()
+    log.close()
+    assert synced == [size] == [p.stat().st_size]

@@ -133,8 +133,16 @@ class MLPerfLog:
         self._check()
 
     def mark(self):
-        """(bytes written, their sha256): where a resume from this moment cuts the log."""
+        """(bytes written, their sha256): where a resume from this moment cuts the log, on the disk
+        before a checkpoint records it (after a machine's crash a checkpoint whose log lost its last
+        lines could never be resumed: its log no longer begins with what it records)."""
         self._still_there()
+        if self._fd is not None:
+            try:
+                os.fsync(self._fd)
+            except OSError as e:
+                self._error = e
+                self._check()
         return self._size, self._sha.hexdigest()
 
     def _still_there(self):

@@ -841,8 +841,8 @@ def finish_stopped(cfg, stop, stopped, found, config, device, rank, world, train
         done.append(final_eval_left(cfg, stop, stopped, found, config, device, rank, world, train_files, eval_files))
     if rank == 0:
         checkpoint.write_finished(out, stopped)
-        lost = "" if kept else ("; its final checkpoint %s is not there (the stop came while it was written, or it "
-                                "was deleted since), so the weights after its last step are lost"
+        lost = "" if kept else ("; its final checkpoint %s is not there (its write was stopped or failed, a full "
+                                "disk, or it was deleted since), so the weights after its last step are lost"
                                 % os.path.basename(final))
         print("%s: this run ended earlier (run_stop logged: status %s after %d samples) and was stopped before its "
               "end was written%s; its result is its log %s, kept as it was; done now, nothing trained: %s"

@@ -596,6 +596,20 @@ def test_package_refuses_a_run_named_twice_and_an_output_among_its_runs(two_runs
     assert sorted(p.name for p in two_runs.iterdir()) == before
 
 
+def test_package_refuses_an_empty_runs_list_or_item(two_runs, tmp_path):
+    """A hostile sweep: --runs= went on to "the runs' logs name divisions []", and a trailing ',' to
+    "--runs:  does not exist"; each is one line saying what to give now."""
+    argv = [a for a in nyx_argv(two_runs, tmp_path / "pkg") if not a.startswith("--runs=")]
+    for runs, why in (("", "--runs names no run: give the runs' logs or folders (result_*.txt, mlperf.log, run_*/),"
+                           " separated by ','"),
+                      ("%s," % two_runs, "--runs has an empty item (a ',' doubled, or at an end): give each run's log"
+                                         " or folder once, separated by ','")):
+        with pytest.raises(UserError) as e:
+            pkg_mod.main(argv + ["--runs=%s" % runs])
+        assert str(e.value) == why
+    assert not (tmp_path / "pkg").exists()
+
+
 def test_package_refuses_a_log_without_run_stop(two_runs, tmp_path):
     log = two_runs / "result_1.txt"
     log.write_text("".join(l for l in log.read_text().splitlines(keepends=True) if '"run_stop"' not in l))
@@ -713,6 +727,10 @@ def test_nvidias_runs_repackaged_with_their_systems_json_are_the_published_packa
     (None, ["--status=Research, Development, or Internal (RDI)"], r"--status=Research.* but .* says status="),
     (None, ["--system_field=status=Available cloud"], r"2 logs .*submission_status 'onprem', .*'Available cloud'"),
     (None, ["--system_field=division=open"], r"says division='open', but the package is closed"),
+    # a hostile sweep: "divisions ['closed', 'open']" named neither log ('None' for one without the line)
+    (('"submission_division", "value": "closed"', '"submission_division", "value": "open"'), [],
+     r"^the runs' logs name no one division \(closed: \S+/result_0.txt; open: \S+/result_1.txt\): a package holds"
+     r" runs of one division \(leave the others out of --runs\)$"),
     (None, ["--system_field=cooling"], r"--system_field=cooling: give KEY=VALUE"),
     (None, ["--system_field=accelerator_model_name="], r"needs accelerator_model_name: give them in --system_json"),
     # a hostile sweep: one run of another learning rate was packaged, and scored, without a word
@@ -820,6 +838,26 @@ def test_package_killed_midway_leaves_nothing_the_rerun_trips_on(package, tmp_pa
     assert os.listdir(impl) == ["pytorch"]
     assert {NYX: "pytorch", "nyx2": "pytorch"} == pkg_mod.read_made_by(str(out / "NVIDIA"))
     assert (impl / "pytorch" / pkg_mod.launch_name(NYX)).exists() and (impl / "pytorch" / "launch_nyx2.json").exists()
+
+
+def test_a_file_or_link_where_package_makes_a_folder_is_refused_before_anything_moves(two_runs, tmp_path):
+    """A hostile sweep: ORG/systems a symbolic link to another folder: package wrote the systems JSON
+    there (exit 0; score then refused the link that leaves the package); ORG/results a file: package
+    failed half-way through its move, the implementation and systems JSON in, a marker left."""
+    top = tmp_path / "pkg" / "NVIDIA"
+    top.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (top / "systems").symlink_to(elsewhere)
+    for name, kind in (("systems", "a symbolic link"), ("results", "a file")):
+        if name == "results":
+            (top / "systems").unlink()
+            (top / "results").write_text("x")
+        with pytest.raises(UserError) as e:
+            pkg_mod.main(nyx_argv(two_runs, tmp_path / "pkg"))
+        assert str(e.value) == "%s is %s, not a folder: package puts %s in it; move it away or choose another" \
+            " --output" % (top / name, kind, top / name / (NYX + ("" if name == "results" else ".json")))
+        assert os.listdir(top) == [name] and not os.listdir(elsewhere)
 
 
 def test_package_stopped_once_it_had_finished_is_rerun_to_nothing_to_do(package, tmp_path, monkeypatch, capsys):
@@ -1701,6 +1739,26 @@ def test_a_null_field_the_official_tools_pass_is_not_failed_here(official_tools,
     system_json.write_text(json.dumps(dict(desc, hw_notes=None)))
     with pytest.raises(UserError, match="hw_notes is a null: give it as text"):
         pkg_mod.load_system_json(str(system_json))
+
+
+def test_a_number_the_official_checker_joins_as_text_is_refused_a_field_it_does_not_read_is_its_own(
+        official_tools, package, tmp_path):
+    """A hostile sweep: "accelerators_per_node": 8 (a number, not "8") was packaged (exit 0), and the
+    official package checker then ended in a TypeError (its system-description checker joins the
+    results table's row as text). And score failed a list in a field the official tools do not read
+    ("cooling": ["air"], a field of the submitter's own), which they pass."""
+    desc = json.loads(nyx_json(tmp_path).read_text())
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(dict(desc, accelerators_per_node=8)))
+    argv = [a for a in nyx_argv(package / BERT, tmp_path / "pkg") if not a.startswith("--system_json")]
+    with pytest.raises(UserError) as e:
+        pkg_mod.main(argv + ["--system_json=%s" % bad])
+    assert str(e.value) == "systems JSON %s: accelerators_per_node is a number: give it as text (\"...\")" % bad
+    assert not (tmp_path / "pkg").exists()
+    nyx_json(tmp_path).write_text(json.dumps(dict(desc, cooling=["air"], rack={"u": [4]}, number_of_nodes=1)))
+    s = score.score(str(package))["systems"][0]
+    assert s["verdict"] == "pass", s["reasons"]
+    assert s["time_to_train_min"] == pytest.approx(3.5022071145, abs=1e-9)
 
 
 def test_a_runs_minutes_are_those_the_official_summarizer_times(tmp_path):

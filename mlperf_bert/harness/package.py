@@ -96,6 +96,11 @@ FIELD_MEANINGS = {
     "sw_notes": "anything else about the software; the results table's notes column (may be left empty)",
 }
 TEMPLATE_MARK = "FILL IN: "  # a value --system_template wrote that was not replaced
+# The fields read as text: the system-description checker joins these into the results table's row
+# (a number ends it in a TypeError), and score compares division and status with the logs'.
+TEXT_FIELDS = ("submitter", "system_name", "host_processor_model_name", "host_processor_core_count",
+               "accelerator_model_name", "accelerators_per_node", "framework", "division", "status")
+NOTES_FIELDS = ("hw_notes", "sw_notes")  # the result summarizer joins them, when not empty, as text
 # The fields package will not leave empty: the results table's columns (the result summarizer's)
 # and the identity the logs are checked against. Published packages leave others empty.
 WHOLE_NUMBERS = ("number_of_nodes", "host_processors_per_node", "accelerators_per_node")
@@ -108,6 +113,9 @@ def find_logs(specs):
     """The run logs named by ``specs`` (files; directories with result_*.txt, mlperf.log or run_*/)."""
     logs = []
     for spec in specs:
+        if not spec:  # (a "" reads as the current folder to some calls, as nothing to others)
+            raise UserError("--runs has an empty item (a ',' doubled, or at an end): give each run's log or folder"
+                            " once, separated by ','")
         if os.path.isfile(spec):
             logs.append(spec)
             continue
@@ -121,6 +129,9 @@ def find_logs(specs):
         if not found:
             raise UserError("--runs: %s holds no result_*.txt, mlperf.log or run_*/mlperf.log" % spec)
         logs += found
+    if not logs:
+        raise UserError("--runs names no run: give the runs' logs or folders (result_*.txt, mlperf.log, run_*/),"
+                        " separated by ','")
     return logs
 
 
@@ -153,10 +164,12 @@ def _run_number(path):
 
 # ---- the system description: the submitter's, checked
 
-def load_system_json(path, null_ok=False):
-    """The JSON object in ``path``; a UserError naming the file when it is not one. ``null_ok``
-    (score): a null field is left to the official tools, which pass one they do not read (a null
-    hw_notes) and fail one they do (a null node count); package writes none."""
+def load_system_json(path, score=False):
+    """The JSON object in ``path``; a UserError naming the file when it is not one, or when a field
+    the official tools read as text (TEXT_FIELDS, NOTES_FIELDS) is not. package (not ``score``) takes
+    text (a number too), other_software_stack an object, in every other field, and no null; ``score``
+    leaves the fields the official tools do not read as text to them: they pass a null hw_notes and
+    a list in a field they do not read, and fail a null node count."""
     def no_constant(name):  # NaN, Infinity: not JSON, and no value of a field
         raise ValueError("%s is not a JSON value" % name)
     try:
@@ -169,15 +182,19 @@ def load_system_json(path, null_ok=False):
         raise UserError("systems JSON %s is not JSON (%s): fix the file" % (path, why))
     if not isinstance(desc, dict):
         raise UserError("systems JSON %s holds a %s, not an object of fields" % (path, type(desc).__name__))
-    # as the published ones hold them: text (a number taken too), other_software_stack an object; a
-    # list or null passed here and broke the official tools at score time
     for key, value in desc.items():
-        ok = (str, int, float, dict) if key == "other_software_stack" else (str, int, float)
-        if value is None and null_ok:
+        if value is None and score:
             continue
+        if key in TEXT_FIELDS or key in NOTES_FIELDS and value:
+            ok = (str,)  # a number here ended the official checker in a TypeError (package passed it)
+        elif score:
+            continue
+        else:  # as the published ones hold them; a list or null broke the official tools at score time
+            ok = (str, int, float, dict) if key == "other_software_stack" else (str, int, float)
         if not isinstance(value, ok) or isinstance(value, bool):
             raise UserError("systems JSON %s: %s is a %s: give it as text (\"...\")%s" % (
-                path, key, "null" if value is None else type(value).__name__,
+                path, key, "null" if value is None else "number" if isinstance(value, (int, float))
+                and not isinstance(value, bool) else type(value).__name__,
                 ", or an object" if key == "other_software_stack" else ""))
     return desc
 
@@ -638,6 +655,15 @@ def _check_free(top, system, implementation, source_sha256):
                             top, _MARKER.match(others[0]).group("system"), os.path.join(top, others[0])))
     impl = os.path.join(top, implementation_dir(implementation))
     pieces = _pieces(system, implementation, not os.path.lexists(impl))
+    # a file (or a link) where the move makes a folder stopped it half-way, the pieces before moved in
+    for piece in pieces:
+        parts = piece.split(os.sep)
+        for k in range(1, len(parts)):
+            folder = os.path.join(top, *parts[:k])
+            if os.path.islink(folder) or os.path.lexists(folder) and not os.path.isdir(folder):
+                raise UserError("%s is %s, not a folder: package puts %s in it; move it away or choose another"
+                                " --output" % (folder, "a symbolic link" if os.path.islink(folder) else
+                                               special_kind(folder) or "a file", os.path.join(top, piece)))
     held = [p for p in pieces[1:] + [os.path.join(implementation_dir(implementation), launch_name(system))]
             if os.path.lexists(os.path.join(top, p))]
     if held:
@@ -847,11 +873,16 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
     logs = find_logs(run_specs)
     check_inputs(run_specs, logs, output)
     runs = read_runs(logs)
-    divisions = {division_of(records) for records in runs}
-    if len(divisions) != 1 or None in divisions:
-        raise UserError("the runs' logs name divisions %s: a package holds runs of one division"
-                        % sorted(str(d) for d in divisions))
-    division = divisions.pop()
+    by_division = {}
+    for log, records in zip(logs, runs):
+        by_division.setdefault(division_of(records), []).append(log)
+    if len(by_division) != 1 or None in by_division:  # each named, with its logs: which ones to leave out
+        raise UserError("the runs' logs name no one division (%s): a package holds runs of one division (leave the"
+                        " others out of --runs)" % "; ".join("%s: %s" % (
+                            "no single submission_division line of closed or open" if d is None else d,
+                            ", ".join(names[:3]) + (", ... (%d logs)" % len(names) if len(names) > 3 else ""))
+                            for d, names in sorted(by_division.items(), key=lambda kv: str(kv[0]))))
+    division, = by_division
     desc, empty = describe_system(org, system, division, system_json, fields, status, nodes)
     platforms = [platform_] if platform_ else [system] + ([desc["system_name"]] if desc["system_name"] != system else [])
     problems = identity_problems(list(zip(logs, runs)), org, division, desc["status"], platforms)

@@ -493,7 +493,7 @@ def score(package):
     descs, names = {}, {}
     for system in systems:
         try:
-            descs[system] = load_system_json(os.path.join(top, "systems", system + ".json"), null_ok=True)
+            descs[system] = load_system_json(os.path.join(top, "systems", system + ".json"), score=True)
             names[system] = descs[system].get("system_name")
         except UserError as e:
             descs[system] = e

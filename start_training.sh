@@ -453,6 +453,8 @@ say_drop() {  # WHAT CACHE_CLEAR: run_one's page cache line, ending with the cac
 # Rank 0, on node 0, writes the MLPerf log: the other nodes of a multi-node run neither copy nor
 # check it (on shared storage they would read it while rank 0 may still be writing its last lines).
 log_node() { [[ "${NODE_RANK:-0}" =~ ^0*$ ]]; }
+# DIR: another start's trainer holds its lock (locking.DIR_LOCK_NAME), which this start's trainer is refused
+in_use() { [[ -e "$1/.mlperf_bert.lock" ]] && command -v flock >/dev/null && ! flock -n "$1/.mlperf_bert.lock" true 2>/dev/null; }
 
 check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
   if [[ "$CHECK_LOG" == 1 && -f "$1" ]] && log_node; then
@@ -560,10 +562,10 @@ run_one() {
   make_dirs "$dir" "$logdir"
   # Another start's trainer on this folder holds its lock (locking.DIR_LOCK_NAME): this start's
   # trainer would be refused, but only after this drop of the page cache under that timed run
-  local lock="$dir/.mlperf_bert.lock"
-  if [[ -e "$lock" ]] && command -v flock >/dev/null && ! flock -n "$lock" true 2>/dev/null; then
+  if in_use "$dir"; then
     stop_if_signalled "$name" "$dir"
-    die "$dir is in use by another run (its trainer holds $lock): wait for it to end, or use another OUTPUT_DIR"
+    die "$dir is in use by another run (its trainer holds $dir/.mlperf_bert.lock): wait for it to end, or use" \
+      "another OUTPUT_DIR"
   fi
   launching=1
   stop_if_signalled "$name" "$dir"  # nothing of the run started: no trainer to stop
@@ -679,7 +681,10 @@ run_one() {
     # 128 + N: a signal ended it or a rank (a trainer run alone, one process, killed says nothing itself)
     local why="see above"
     (( status > 128 && status < 193 )) && why+="; $status = 128 + SIG$(kill -l $((status - 128)) 2>/dev/null)"
-    if [[ -n "$ckpt" ]]; then
+    if in_use "$dir"; then  # (two starts at once, both past the check before: the checkpoints are the other's)
+      echo "$ME: $name failed with status $status after $elapsed s ($why): $dir is in use by another run (its" \
+           "trainer holds $dir/.mlperf_bert.lock): wait for it to end, or use another OUTPUT_DIR"
+    elif [[ -n "$ckpt" ]]; then
       echo "$ME: $name failed with status $status after $elapsed s ($why): $ckpt holds it; fix the cause and rerun the same command to resume"
     else
       echo "$ME: $name failed with status $status after $elapsed s ($why)"

@@ -47,6 +47,11 @@ if [[ "$(basename "$OUTPUT_DIR")" == "${FAKE_WAIT:-none}" ]]; then
   wait
   exit 0
 fi
+if [[ -n "${FAKE_LOCKED:-}" ]]; then  # another start's trainer takes the folder's lock meanwhile
+  ( exec 9>>"$OUTPUT_DIR/.mlperf_bert.lock"; flock -n 9; echo $BASHPID > "$FAKE_LOCKED.tmp"
+    mv "$FAKE_LOCKED.tmp" "$FAKE_LOCKED"; exec sleep 60 ) &
+  until [[ -e "$FAKE_LOCKED" ]]; do sleep 0.05; done
+fi
 (( ${FAKE_STATUS:-0} )) && exit "$FAKE_STATUS"
 logline 80300 run_stop null
 echo '{"status": "success", "global_step": 30, "samples": 120}' > "$OUTPUT_DIR/run_finished.json"
@@ -591,6 +596,22 @@ def test_a_failed_run_is_one_line_and_not_checked(fake):
     assert len(lines) == 2 and lines[0].startswith("STARTING TIMING RUN AT"), proc.stdout
     assert lines[1].startswith("start_training.sh: the run failed with status 3 after ")
     assert "model.ckpt-12.pt holds it" in lines[1] and "FAIL" not in proc.stdout and "RESULT" not in proc.stdout
+
+
+def test_a_run_refused_by_another_starts_lock_names_that_run_not_its_checkpoint(fake, tmp_path):
+    """A sweep: two series started at once into one OUTPUT_DIR both passed the lock check before the
+    cache drop; the one whose trainer the lock refused said "run 0 failed ... model.ckpt-12.pt holds
+    it; ... rerun the same command to resume": a checkpoint of the other run's."""
+    held = tmp_path / "held"
+    proc = fake("--preset=demo_cpu", FAKE_STATUS="2", FAKE_LOCKED=str(held))
+    try:
+        assert proc.returncode == 2
+        line = proc.stdout.splitlines()[-1]
+        assert line.startswith("start_training.sh: the run failed with status 2 after ") and line.endswith(
+            "(see above): %s is in use by another run (its trainer holds %s): wait for it to end, or use another "
+            "OUTPUT_DIR" % (fake.out, fake.out / ".mlperf_bert.lock")), proc.stdout
+    finally:
+        os.kill(int(held.read_text()), signal.SIGKILL)
 
 
 def test_a_finished_run_is_not_run_again(fake):

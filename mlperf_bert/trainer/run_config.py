@@ -270,6 +270,14 @@ class RunConfig:
             return int(round(self.global_batch * packing_rate(train_files)))
         return self.global_batch
 
+    def last_step(self, samples_per_update):
+        """The micro-step the flags end the run at: --num_train_steps, or the update whose samples
+        (``samples_per_update`` of them an update) reach --max_samples_termination."""
+        sc, n = self.schedule, self.optim.steps_per_update
+        if not sc.max_samples_termination:
+            return sc.num_train_steps
+        return min(sc.num_train_steps, -(-sc.max_samples_termination // samples_per_update) * n)
+
     def default_eval_frequency(self, train_files):
         """The samples between evals that ``--eval_frequency=0`` means: the MLPerf formula of the
         global batch."""

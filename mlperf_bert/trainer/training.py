@@ -519,7 +519,7 @@ def run(cfg, stop, held):
             log.open()
     # the torch that wrote a checkpoint: a resume under another says its sums may round otherwise
     extra = {"seed": seed, "config": config.to_dict(), "run": identity, "torch": checkpoint.torch_version()}
-    loop = Loop(cfg, trainer, log, stop, eval_set, freq, extra)
+    loop = Loop(cfg, trainer, log, stop, eval_set, freq, extra, global_batch)
     try:
         return loop.train(state, train_files, packed, seed, held)
     finally:  # an error mid-run: the checkpoint being written is completed, not cut off
@@ -572,9 +572,10 @@ class TrainState:
 class Loop:
     """The training loop of a run and its hooks: log, eval, checkpoint, stop, finish."""
 
-    def __init__(self, cfg, trainer, log, stop, eval_set, freq, extra):
+    def __init__(self, cfg, trainer, log, stop, eval_set, freq, extra, samples_per_update):
         self.cfg, self.trainer, self.log, self.stop = cfg, trainer, log, stop
         self.eval_set, self.freq, self.extra = eval_set, freq, extra
+        self.samples_per_update = samples_per_update
         self.status, self.metrics, self.last, self.bar = C.ABORTED, None, None, None
 
     def train(self, state, train_files, packed, seed, held):
@@ -676,7 +677,10 @@ class Loop:
         if self.trainer.rank != 0 or not self.cfg.runtime.progress:
             return None
         from mlperf_bert.progress import bar
-        return bar(total=self.cfg.schedule.num_train_steps, initial=step, unit="step", leave=False)
+        # (to --max_samples_termination's update where that ends the run first: the demo's bar ended at 10 %;
+        # packed rows hold sequences by the files' mean rate, so it may end a little off its total)
+        total = self.cfg.last_step(self.samples_per_update)
+        return bar(total=max(total, step), initial=step, unit="step", leave=False)
 
     def log_interval(self):
         """train_loss and the interval's rates. Host syncs (.item(), collectives) only at log,

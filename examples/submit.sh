@@ -108,6 +108,23 @@ sbatch_opt nodes N SBATCH_NUM_NODES
 [[ "$opt" =~ ^[0-9]{1,6}$ ]] && check_env+=("SBATCH_CHECK_NNODES=$opt")
 sbatch_opt gpus-per-node "" SBATCH_GPUS_PER_NODE
 [[ -n "$opt" ]] && check_env+=("SLURM_GPUS_PER_NODE=$opt")
-env "${check_env[@]}" bash "$JOB_SCRIPT" ${flags[@]+"${flags[@]}"} || exit 2
+# Settings given as sbatch's --export=ALL,NAME=VALUE,... (or SBATCH_EXPORT) are the job's: checked as
+# such (they were this host's, so a DATA_DIR given there was "set DATA_DIR"). Split as sbatch splits
+# them: at commas outside quotes (a ' and a " each counted apart), an item wholly quoted unquoted.
+sbatch_opt export "" SBATCH_EXPORT
+exported=() rest="$opt"
+while [[ -n "$rest" ]]; do
+  item= single=0 double=0
+  while [[ -n "$rest" ]]; do
+    c="${rest:0:1}" rest="${rest:1}"
+    [[ "$c" == , ]] && (( !single && !double )) && break
+    [[ "$c" == "'" ]] && single=$(( !single ))
+    [[ "$c" == '"' ]] && double=$(( !double ))
+    item+="$c"
+  done
+  [[ "$item" =~ ^([\'\"])(.*)([\'\"])$ && "${BASH_REMATCH[1]}" == "${BASH_REMATCH[3]}" ]] && item="${BASH_REMATCH[2]}"
+  [[ "$item" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] && exported+=("$item")
+done
+env ${exported[@]+"${exported[@]}"} "${check_env[@]}" bash "$JOB_SCRIPT" ${flags[@]+"${flags[@]}"} || exit 2
 command -v sbatch > /dev/null || die "no sbatch here: run this on a SLURM login node"
 exec sbatch ${opts[@]+"${opts[@]}"} "$JOB_SCRIPT" ${flags[@]+"${flags[@]}"}

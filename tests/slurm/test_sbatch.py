@@ -161,7 +161,7 @@ def test_the_pyxis_variant_runs_the_images_script_with_the_folders_mounted_at_th
     # srun ran nothing: no node's status, which the job's status says
     assert proc.returncode == 1 and "not every node with one of its own" in proc.stdout, proc.stdout + proc.stderr
     srun, python = record
-    assert srun.startswith("--ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=/images/bert.sqsh "
+    assert srun.startswith("--export=ALL --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=/images/bert.sqsh "
                            "--container-mounts=%s:%s,%s:%s:ro --container-workdir=/workspace/bert "
                            "--container-env=OUTPUT_DIR,DROP_CACHES,PYTHON,REQUIRE_MOUNT bash -c "
                            % (out, out, job.data, job.data)), srun
@@ -231,6 +231,26 @@ def test_the_pyxis_variant_mounts_each_folder_of_a_comma_list_and_of_a_glob(job,
     assert given == "%s/part-*,%s/x*/part-0000*,%s/part-00000" % (a, b, a), given
 
 
+def test_the_pyxis_variant_mounts_logdir_and_node_status_dir_where_set_apart(job, tmp_path):
+    """A hostile sweep: only OUTPUT_DIR was mounted writable, so a LOGDIR (relative: the container's
+    /workspace/bert) or a NODE_STATUS_DIR outside it was the container's own: the log lost with it (or
+    refused by the image's REQUIRE_MOUNT=1 once the job had its nodes), and no node's status could be
+    written, so a job whose every node finished ended 1. Each is made absolute, made and mounted; one
+    inside OUTPUT_DIR goes with it."""
+    pyxis = os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch")
+    bin_srun = tmp_path / "bin" / "srun"
+    bin_srun.write_text('#!/bin/bash\na="$*"\nprintf "%s\\n" "${a//$\'\\n\'/ }" "$LOGDIR $NODE_STATUS_DIR" >> "$FAKE_RECORD"\n')
+    out, status, logs = tmp_path / "out", tmp_path / "status", tmp_path / "submit" / "logs"
+    proc, record = job(script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out), LOGDIR="logs",
+                       NODE_STATUS_DIR=str(status))
+    srun, given = record
+    assert "--container-mounts=%s:%s,%s:%s,%s:%s,%s:%s:ro " % (out, out, logs, logs, status, status, job.data,
+                                                              job.data) in srun, srun
+    assert given == "%s %s/40007.0" % (logs, status) and logs.is_dir() and status.is_dir(), given
+    os.remove(str(tmp_path / "record"))
+    proc, record = job(script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out), LOGDIR=str(out / "l"))
+    assert "--container-mounts=%s:%s,%s:%s:ro " % (out, out, job.data, job.data) in record[0], record
+
 def test_submit_refuses_a_flag_file_and_a_config_files_seed_before_sbatch(job, tmp_path):
     """start_training.sh refuses --flagfile and a --config file that sets seed (every run of the
     series would have it), but on the nodes, once the job had waited for them: submit.sh says so
@@ -267,6 +287,28 @@ def test_a_plain_scancel_waits_for_the_nodes_statuses(job):
                                            "143 node 1 (%s) 143; srun 143)" % (host, host), proc.stdout
     assert len(record) == 2
 
+
+def test_srun_passes_the_jobs_environment_as_the_script_set_it(job, tmp_path):
+    """A hostile sweep: sbatch --export=LIST (not ALL alone) leaves SLURM_EXPORT_ENV=LIST in the job,
+    which srun reads as its own --export: with ALL,NODE_STATUS_DIR=D srun set D again over the
+    script's D/JOBID.ATTEMPT, every node wrote its status where the job did not look, and a job
+    whose nodes all finished ended 1 ("not every node with one of its own"); with NONE the nodes
+    got no NNODES or MASTER_ADDR. srun is given --export=ALL. (The stand-in applies the variable as
+    srun does where no --export is given.)"""
+    srun = tmp_path / "bin" / "srun"
+    os.rename(str(srun), str(tmp_path / "bin" / "srun_nodes"))
+    srun.write_text('#!/bin/bash\nexport_env="${SLURM_EXPORT_ENV:-ALL}"\n'
+                    'for a in "$@"; do [[ "$a" == --export=* ]] && export_env="${a#--export=}"; done\n'
+                    'IFS=, read -ra items <<< "$export_env"\n'
+                    'for i in "${items[@]}"; do [[ "$i" == *=* ]] && export "${i?}"; done\n'
+                    'exec "${0}_nodes" "$@"\n')
+    srun.chmod(0o755)
+    status = tmp_path / "status"
+    proc, record = job(SLURM_EXPORT_ENV="ALL,NODE_STATUS_DIR=%s" % status, NODE_STATUS_DIR=str(status),
+                       FAKE_0="0:0", FAKE_1="0:0")
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1].startswith(
+        "slurm_multinode.sbatch: every node finished"), proc.stdout + proc.stderr
+    assert sorted(os.listdir(str(status / "40007.0"))) == ["node_0", "node_1"]
 
 def test_extra_flags_on_several_lines_are_every_ones(job, tmp_path):
     """A hostile sweep: EXTRA_FLAGS written over several lines (a script's quoted block) was read up
@@ -350,6 +392,23 @@ def test_submit_reads_the_job_scripts_options_in_every_spelling_sbatch_takes(job
     proc, record = job(script=SUBMIT, JOB_SCRIPT=str(script))
     assert proc.returncode == 0 and record[-1] == "sbatch --gpus-per-node=0 %s" % script, proc.stderr
 
+
+def test_submit_checks_the_settings_given_with_export_as_the_jobs(job):
+    """A hostile sweep: settings given as sbatch's --export=ALL,NAME=VALUE (the job's environment)
+    were checked with this host's: a DATA_DIR given so was refused ("set DATA_DIR"), a bad value so
+    went to sbatch. They are the job's to the checks, split as sbatch splits them (commas outside
+    quotes, an item wholly quoted unquoted; SBATCH_EXPORT alike)."""
+    (job.data / "part-00000").write_text("")
+    (job.data / "eval_10k").write_text("")
+    export = "--export=ALL,DATA_DIR=%s" % job.data
+    proc, record = job(export, script=SUBMIT, DATA_DIR="")
+    assert proc.returncode == 0 and record == ["sbatch --gpus-per-node=0 %s %s" % (export, SBATCH)], proc.stderr
+    for opts, env, said in ((["--export", "ALL,REQUEUE_AT_TIME_LIMIT=2"], {}, "REQUEUE_AT_TIME_LIMIT=2 must be 0 or 1"),
+                            ([], dict(SBATCH_EXPORT="ALL,'GPUS_PER_NODE=4,x'"), "GPUS_PER_NODE=4,x must be a whole")):
+        before = record
+        proc, record = job(*opts, script=SUBMIT, **env)
+        assert (proc.returncode, record) == (2, before), proc.stderr  # (no sbatch)
+        assert proc.stderr.startswith("error: slurm_multinode.sbatch: " + said), proc.stderr
 
 def test_submit_checks_the_nodes_settings_before_sbatch(job, tmp_path):
     """A hostile sweep under the real Slurm: NUM_RUNS=abc, SEED=abc, a mistyped PRESET or a trainer

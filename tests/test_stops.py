@@ -1076,6 +1076,21 @@ def test_a_bad_nproc_per_node_is_one_line_and_2(value):
     assert len(r.stderr.splitlines()) == 1, r.stderr
 
 
+@pytest.mark.parametrize("how", ["--nnodes=0", "--nnodes abc", "--nnodes=3:2", "PET_NNODES=1:x"])
+def test_a_bad_nnodes_is_one_line(how):
+    """A hostile sweep: torchrun answered --nnodes=0 and 3:2 with an AssertionError traceback, abc with a
+    ValueError one (exit 1); N and MIN:MAX pass on."""
+    from mlperf_bert.trainer import launch
+    env = dict([how.split("=")]) if how.startswith("PET_") else {}
+    args = ([] if env else how.split(" ")) + ["--standalone", "run_pretraining.py", "--nnodes=0"]
+    value = how.replace(" ", "=").split("=", 1)[1]
+    with pytest.raises(UserError, match=r"^--nnodes=%s is not a number of nodes \(a whole number >= 1, or MIN:MAX "
+                                        r"with 1 <= MIN <= MAX\): fix it" % value):
+        launch.check_nproc(args, env)
+    for good in ("2", "1:4", "1"):
+        launch.check_nproc(["--nnodes=" + good, "run_pretraining.py"], {})
+
+
 @pytest.mark.parametrize("how", ["--nproc_per_node=gpu", "--nproc-per-node gpu", "PET_NPROC_PER_NODE=gpu"])
 def test_nproc_per_node_gpu_without_a_gpu_is_one_line(how, monkeypatch):
     """Issue 37 (14): `python -m mlperf_bert torchrun --nproc_per_node=gpu` on a host without CUDA

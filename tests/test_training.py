@@ -755,6 +755,58 @@ def test_a_checkpoint_of_two_ranks_is_not_resumed_by_one(files, two_nodes, tmp_p
                             % (out / "model.ckpt-3.pt"))
 
 
+def _started_apart(rank, world, argvs):
+    """In a spawned rank: the trainer on ``argvs[rank]`` -> its refusal's line, or None."""
+    try:
+        training.main(argvs[rank])
+    except UserError as e:
+        return str(e)
+    return None
+
+
+def test_ranks_started_with_other_flags_or_seeds_are_refused_in_one_line(files, tmp_path):
+    """A hostile sweep: rank 1 started with another --learning_rate, or another --seed (a launcher that
+    gives each node its own command or environment), trained on without a word, each rank its own
+    weights (the seed: its own initial ones and data order) averaged into the other's gradients. Every
+    rank now refuses at its start, in the same line naming the rank, the flag and both values, before
+    anything is written."""
+    from test_host_syncs import free_ports, piece, run_pieces, run_ranks
+    pieces = []
+    for name, other in (("lr", "--learning_rate=0.02"), ("seed", "--seed=8")):
+        argv = flags_for(files, str(tmp_path / name), num_workers=0, num_train_steps=2)
+        pieces.append((name, _started_apart, ([argv, argv + [other]],)))
+    ranks = run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=str(tmp_path))
+    for name, flag in (("lr", "--learning_rate=0.02 (was 0.01)"), ("seed", "--seed=8 (was 7)")):
+        assert piece(ranks, name) == ["rank 1 was started with other settings than rank 0 (rank 1's, was rank "
+                                      "0's): %s; start every rank with the same flags" % flag] * 2
+        assert not os.path.exists(str(tmp_path / name))
+
+
+def _eval_rows(rank, world, eval_file, micro_batches):
+    """In a spawned rank: the real rows (input_ids) of its share of an EvalSet cut at ``micro_batches[rank]``."""
+    from mlperf_bert.trainer import distributed, evaluation
+    distributed.setup("cpu")
+    rows = [tuple(ids.tolist()) for b in evaluation.EvalSet([eval_file], 128, 20, micro_batches[rank], rank, world,
+                                                             torch.device("cpu"))
+            for ids, label in zip(b["input_ids"], b["next_sentence_labels"]) if label >= 0]
+    distributed.teardown()
+    return rows
+
+
+def test_ranks_with_other_eval_micro_batches_evaluate_every_record_once(files, tmp_path):
+    """A hostile sweep: each rank cut the eval set at its own micro-batch (--eval_micro_batch_size 8 on
+    rank 0 and 4 on rank 1, as a node given another value or, automatically, a GPU with less memory
+    free), each taking its slice of a global batch the other did not use: records of the 40 evaluated
+    twice and others never, eval_accuracy 0.0095 instead of the run's 0.0151, without a word. The
+    ranks now cut it at the smallest: together they evaluate each record once."""
+    from mlperf_bert.trainer import evaluation
+    from test_host_syncs import run_ranks
+    ranks = run_ranks(_eval_rows, files["eval"], [8, 4], tmp=str(tmp_path))
+    one = [tuple(ids.tolist()) for b in evaluation.EvalSet([files["eval"]], 128, 20, 8, 0, 1, torch.device("cpu"))
+           for ids in b["input_ids"]]
+    assert len(one) == 40 and sorted(ranks[0] + ranks[1]) == sorted(one)
+
+
 @pytest.mark.slow
 def test_two_ranks_whose_weights_are_no_longer_finite_end_at_the_same_eval(two_nodes):
     """Left by issue 45's sixteenth stop: the stop of a diverged run (below) on 2 ranks, untested. The

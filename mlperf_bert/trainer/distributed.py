@@ -252,6 +252,12 @@ def broadcast_object(obj):
     return box[0]
 
 
+def smallest(value):
+    """The smallest of the ranks' ``value``, on every rank."""
+    values = gather_objects(value)
+    return broadcast_object(min(values) if values else None)
+
+
 def scatter_objects(objs):
     """``objs[i]`` (given on rank 0) on rank i: each rank receives only its own."""
     if not active():

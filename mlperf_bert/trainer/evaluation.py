@@ -48,10 +48,13 @@ class EvalSet:
     rows (the eval micro-batch, capped at what balances the share: ceil(share / batches)). The
     last batch is padded to that shape with copies of a row whose predictions and NSP label do
     not count (weight 0, label -1), so every batch runs one compiled graph; the metric sums are
-    those of the real records whatever the batching."""
+    those of the real records whatever the batching. The ranks cut the set at the smallest of their
+    micro-batches: a rank that cut it at its own (--eval_micro_batch_size, or the automatic one of a
+    GPU with less memory free) read records of another rank's share, the eval's metrics wrong."""
 
     def __init__(self, files, max_seq_length, max_predictions_per_seq, micro_batch, rank, world, device,
                  vocab_size=None):
+        micro_batch = distributed.smallest(micro_batch)
         self.num_records = loader.count_records(files)
         share = -(-self.num_records // world)
         batches = -(-share // micro_batch)

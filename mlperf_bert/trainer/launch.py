@@ -27,8 +27,8 @@ of its own and:
   time, one line naming what to check instead of torch's traceback (and, on a node other than 0,
   its connection retries' C++ backtraces), exit RDZV_FAILED_STATUS (the nodes never met: no peer was
   lost; rerun once every node is there);
-- a ``--nproc_per_node`` that is not a number of processes, or ``gpu`` on a host without a GPU:
-  one line, exit 2;
+- a ``--nproc_per_node`` that is not a number of processes, or ``gpu`` on a host without a GPU, or an
+  ``--nnodes`` that is not N or MIN:MAX (1 <= MIN <= MAX): one line, exit 2;
 - torchrun's log folder (without ``--log_dir``, a ``torchelastic_*`` folder in $TMPDIR that torchrun
   leaves behind) is a temporary folder of this process, removed when torchrun ends.
 
@@ -400,6 +400,7 @@ def _in_own_group(parent):
 
 
 _NPROC = re.compile(r"^--nproc[-_]per[-_]node(=|$)")
+_NNODES = re.compile(r"^--nnodes(=|$)")
 
 
 def _torchrun_option(args, pattern):
@@ -416,7 +417,16 @@ def _torchrun_option(args, pattern):
 
 
 def check_nproc(args, environ):
-    """Refuse, in one line, a ``--nproc_per_node`` that torchrun would answer with a traceback."""
+    """Refuse, in one line, a ``--nproc_per_node`` or ``--nnodes`` that torchrun would answer with a traceback."""
+    nodes = _torchrun_option(args, _NNODES)
+    if nodes is None:
+        nodes = environ.get("PET_NNODES")
+    if nodes is not None:  # N, or MIN:MAX (elastic): torchrun's int() ValueError, or its assertion of 1 <= MIN <= MAX
+        bounds = nodes.strip().split(":")
+        if not (len(bounds) <= 2 and all(re.fullmatch(r"\d+", b) for b in bounds)
+                and 1 <= int(bounds[0]) <= int(bounds[-1])):
+            raise UserError("--nnodes=%s is not a number of nodes (a whole number >= 1, or MIN:MAX with 1 <= MIN <= MAX): "
+                            "fix it (train_model.sh: the NNODES setting)" % nodes)
     value = _torchrun_option(args, _NPROC)
     if value is None:
         value = environ.get("PET_NPROC_PER_NODE")  # torchrun reads its options from PET_* too

@@ -200,6 +200,27 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     return Start(train_files, eval_files, packed, global_batch, init_ckpt, log_path)
 
 
+def check_same_settings(cfg, rank, world, config, train_files, eval_files, init_ckpt):
+    """Every rank started with rank 0's settings (its identity, --seed included, and whether it trains
+    or evaluates), or every rank refuses in one line naming the first rank that differs: nothing else
+    compares them, and a rank with another --learning_rate or --seed (a launcher that gives each node
+    its own command or environment) trained weights of its own into the exchange without a word."""
+    if world == 1:
+        return
+    mine = dict(cfg.identity(cfg.runtime.seed, train_files, eval_files, init_ckpt, config.to_dict()),
+                do_train=cfg.runtime.do_train, do_eval=cfg.eval.do_eval)
+    problem = None
+    for r, ident in enumerate((distributed.gather_objects(mine) or [])[1:], 1):  # (rank 0 gets them all)
+        diff = checkpoint.differences(mine, ident)
+        if diff:
+            problem = ("rank %d was started with other settings than rank 0 (rank %d's, was rank 0's): %s; start "
+                       "every rank with the same flags" % (r, r, "; ".join(diff)))
+            break
+    problem = distributed.broadcast_object(problem)
+    if problem:
+        raise UserError(problem)
+
+
 def _check_log_path(cfg, log_path, train_files, eval_files):
     """Refuse a log path that is an input or an existing file other than an MLPerf log: nothing
     may be appended to, or cut from, a file that is not this run's log."""

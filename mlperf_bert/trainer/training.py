@@ -426,6 +426,7 @@ def run(cfg, stop, held):
     config = BertConfig.from_json_file(cfg.model.bert_config_file, cfg.data.max_seq_length)
     train_files, eval_files, packed, global_batch, init_ckpt, log_path = preflight.check_start(
         cfg, rank, world, held, config.vocab_size)
+    preflight.check_same_settings(cfg, rank, world, config, train_files, eval_files, init_ckpt)
     if not rt.do_train:
         return run_eval_only(cfg, config, train_files, device, rank, world, stop)
     output_dir = cfg.checkpoint.output_dir

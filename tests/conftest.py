@@ -471,6 +471,27 @@ def short_tmpdir():
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.fixture
+def few_open_files():
+    """``with few_open_files() as room:`` lowers this process's open-file limit (RLIMIT_NOFILE's soft
+    value) to twice the files open now and 32 more, until the block ends; ``room``: how many more
+    files it may then hold open."""
+    import contextlib
+    import resource
+
+    @contextlib.contextmanager
+    def lowered():
+        old = resource.getrlimit(resource.RLIMIT_NOFILE)
+        held = len(os.listdir("/proc/self/fd"))
+        soft = 2 * held + 32
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, old[1]))
+        try:
+            yield soft - held
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, old)
+    return lowered
+
+
 def pytest_collection_finish(session):
     # What the test modules imported (torch, its compiler, mlperf_logging: ~750,000 objects) lives
     # as long as the worker: out of the collector's full passes, which walked all of it (~0.25 s

@@ -129,6 +129,19 @@ def test_an_empty_file_among_others_is_refused_naming_it(shards, tmp_path):
         assert str(e.value) == "%s holds no records: check the paths, or make it again" % empty
 
 
+def test_an_input_of_more_files_than_the_process_may_open_is_read_in_order(tiny_record, tmp_path, few_open_files):
+    """A hostile sweep: the reader kept every input file open, so an input of more files than the
+    open-file limit (RLIMIT_NOFILE; 1024 on many hosts) ended the run mid-way: a traceback, 'OSError:
+    [Errno 24] Too many open files' (an HDF5 file's: '... is not an HDF5 file'). It keeps a quarter of
+    the limit open, the least recently read closed first."""
+    with few_open_files() as room:
+        paths = [str(tmp_path / ("part-%03d.tfrecord" % i)) for i in range(room + 8)]
+        for i, p in enumerate(paths):
+            tfrecord.write_records(p, [tiny_record(input_ids=[2, 5 + i, 6, 3, 0, 0, 0, 0])])
+        batches = list(loader.PretrainingBatches(paths, 8, 2, 8, shuffle=False, repeat=False))
+    assert [row[1] for b in batches for row in b["input_ids"].tolist()] == [5 + i for i in range(len(paths))]
+
+
 def test_an_hdf5_file_named_as_tfrecords_is_named_as_such(shards, tmp_path):
     """A hostile review: an HDF5 file named *.tfrecord was 'record 0 has a corrupt length (CRC mismatch):
     the file is damaged': the trainer tells HDF5 files by their name."""

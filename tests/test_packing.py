@@ -295,6 +295,23 @@ def test_packed_loader_ranks_resume_and_sequence_counts(packed_small):
     assert packing.packing_rate(f) == pytest.approx(300 / len(rows_of(one)))
 
 
+def test_packed_files_more_than_the_process_may_open_are_read(tiny_record, tmp_path, few_open_files):
+    """A hostile sweep: the packed loader opened every file at once, so more files than the open-file
+    limit (RLIMIT_NOFILE) ended the run: '... is not an HDF5 file: give a file that to-hdf5 or pack
+    made'. It keeps loader.OpenFiles' share of the limit open."""
+    src = str(tmp_path / "part")
+    tfrecord.write_records(src, [tiny_record(input_ids=[2, 5 + i, 6, 3, 0, 0, 0, 0]) for i in range(3)])
+    assert packing.main(["pack", "--max_seq_length=8", "--max_predictions_per_seq=2", "--noprogress",
+                         "--num_workers=1", "--input=" + src, "--output_dir=%s" % tmp_path]) == 0
+    one = rows_of(PackedBatches([src + ".packed.hdf5"], 1, shuffle=False, repeat=False))
+    with few_open_files() as room:
+        files = [str(tmp_path / ("part-%03d.packed.hdf5" % i)) for i in range(room + 8)]
+        for f in files:
+            shutil.copy(src + ".packed.hdf5", f)
+        rows = rows_of(PackedBatches(files, 4, shuffle=False, repeat=False))
+    assert rows == one * len(files)
+
+
 def test_packed_loader_keeps_every_prediction_in_fewer_slots(packed_s512):
     """The loader cuts the K*P = 228 prediction slots to the file's max_predictions_per_row (78
     here): the MLM head then computes 78 slots a row, and no real prediction is dropped."""

@@ -12,6 +12,7 @@ Resuming at batch ``k`` replays the stream of descriptors, which only reads the 
 record headers, and decodes nothing before batch ``k``. DataLoader worker ``w`` of ``W``
 builds batches ``w, w+W, ...``; PyTorch hands them out round-robin, i.e. in order.
 """
+import collections
 import contextlib
 import functools
 import os
@@ -74,30 +75,60 @@ def _scan_tfrecords(path, crcs=None):
     yield from records
 
 
+def open_file_cap():
+    """How many input files a reader keeps open: a quarter of this process's limit (RLIMIT_NOFILE),
+    at least 16. Kept open, every file of an input of more files than the limit ended the run mid-way
+    ('Too many open files'; an HDF5 file's 'is not an HDF5 file')."""
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(soft // 4, 4096))
+
+
+class OpenFiles:
+    """Open files by path, made by ``open_one(path)``: at most ``open_file_cap()`` at once, the least
+    recently used closed first (reopened when read again)."""
+
+    def __init__(self, open_one):
+        self.open_one, self.cap = open_one, open_file_cap()
+        self.files = collections.OrderedDict()
+
+    def get(self, path):
+        f = self.files.pop(path, None)
+        if f is None:
+            while len(self.files) >= self.cap:
+                self.files.popitem(last=False)[1].close()
+            f = self.open_one(path)
+        self.files[path] = f
+        return f
+
+    def close(self):
+        while self.files:
+            self.files.popitem()[1].close()
+
+
 class _Reader:
-    """Reads and decodes records by descriptor; keeps files open."""
+    """Reads and decodes records by descriptor; keeps files open (OpenFiles)."""
 
     def __init__(self, max_seq_length, max_predictions_per_seq, vocab_size=None):
         self.seq, self.pred, self.vocab_size = max_seq_length, max_predictions_per_seq, vocab_size
-        self.files = {}
+        self.files = OpenFiles(self._open_new)
 
     def _open(self, path):
-        f = self.files.get(path)
-        if f is None:
-            if is_hdf5(path):
-                from mlperf_bert.dataset import hdf5
-                f = hdf5.open_file(path)
-                try:
-                    hdf5.check_unpacked(f, path)
-                except UserError:
-                    f.close()
-                    raise
-                if f["input_ids"].shape[1] != self.seq:
-                    raise UserError("%s holds sequences of length %d, not --max_seq_length=%d: use "
-                                    "matching data" % (path, f["input_ids"].shape[1], self.seq))
-            else:
-                f = open(path, "rb")
-            self.files[path] = f
+        return self.files.get(path)
+
+    def _open_new(self, path):
+        if not is_hdf5(path):
+            return open(path, "rb")
+        from mlperf_bert.dataset import hdf5
+        f = hdf5.open_file(path)
+        try:
+            hdf5.check_unpacked(f, path)
+            if f["input_ids"].shape[1] != self.seq:
+                raise UserError("%s holds sequences of length %d, not --max_seq_length=%d: use "
+                                "matching data" % (path, f["input_ids"].shape[1], self.seq))
+        except UserError:
+            f.close()
+            raise
         return f
 
     def read(self, path, offset, length, index):
@@ -165,9 +196,7 @@ class _Reader:
         return out
 
     def close(self):
-        for f in self.files.values():
-            f.close()
-        self.files = {}
+        self.files.close()
 
 
 def _check_lengths(feats, seq, pred, where):

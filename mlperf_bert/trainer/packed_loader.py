@@ -81,11 +81,12 @@ class PackedBatches(torch.utils.data.IterableDataset):
             epoch += 1
 
     def _batches(self, worker, num_workers):
-        handles = []
+        counts = []
+        for f in self.files:
+            with hdf5.open_file(f) as h:
+                counts.append(sequences_per_row(h))
+        handles = loader.OpenFiles(hdf5.open_file)  # (not every file at once: the process's limit)
         try:
-            for f in self.files:
-                handles.append(hdf5.open_file(f))
-            counts = [sequences_per_row(h) for h in handles]
             if not sum(len(c) for c in counts):
                 raise UserError("packed files %s hold no rows: check the paths" % ",".join(self.files))
             per_rank = self.global_batch // self.world_size
@@ -105,8 +106,7 @@ class PackedBatches(torch.utils.data.IterableDataset):
             if mine:
                 yield self._read(handles, mine, total)
         finally:
-            for h in handles:
-                h.close()
+            handles.close()
 
     def _read(self, handles, items, total):
         out = {name: [None] * len(items) for name in packing.PACKED_FEATURES}
@@ -116,7 +116,7 @@ class PackedBatches(torch.utils.data.IterableDataset):
         for fi, pairs in by_file.items():
             # h5py reads increasing indices; each row is checked against its checksum as it is read
             uniq, inverse = np.unique([r for r, _ in pairs], return_inverse=True)
-            block = hdf5.read_rows(handles[fi], self.files[fi], packing.PACKED_FEATURES, uniq, "row")
+            block = hdf5.read_rows(handles.get(self.files[fi]), self.files[fi], packing.PACKED_FEATURES, uniq, "row")
             for name in packing.PACKED_FEATURES:
                 for (_, j), i in zip(pairs, inverse.tolist()):
                     out[name][j] = block[name][i]

@@ -924,3 +924,26 @@ def test_a_flipped_byte_in_the_metadata_is_one_line_not_a_traceback(made, tmp_pa
         except Exception as e:
             odd.setdefault(type(e).__name__, (off, str(e)[:150]))
     assert not odd, odd
+
+
+def test_a_good_file_opened_past_the_open_file_limit_is_not_called_damaged(tmp_path, few_open_files):
+    """A sweep: h5py's open failing for the process's open-file limit (EMFILE) made open_file read the
+    signature, which failed alike and was taken for "not an HDF5 file: give a file that to-hdf5 or
+    pack made" (a file that is fine)."""
+    path = str(tmp_path / "a.hdf5")
+    with h5py.File(path, "w") as h:
+        h.create_dataset("x", data=np.zeros(2))
+    fds = []
+    try:
+        with few_open_files():
+            with pytest.raises(OSError):  # every descriptor the limit leaves taken
+                while True:
+                    fds.append(os.open(os.devnull, os.O_RDONLY))
+            with pytest.raises(UserError) as e:
+                hdf5.open_file(path)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert str(e.value) == ("cannot open %s: Too many open files: raise the open-file limit (ulimit -n), or give "
+                            "fewer files" % path)
+    hdf5.open_file(path).close()

@@ -14,6 +14,7 @@ feature in file order. The loaders check every row they read against it (``check
 damage is caught mid-run under the default ``--check_data=headers``, as a TFRecord's is.
 """
 import contextlib
+import errno
 import os
 import re
 
@@ -118,11 +119,15 @@ def name_attr(path):
 
 
 def is_hdf5_file(path):
-    """Whether ``path`` starts with the HDF5 signature (whatever its name)."""
+    """Whether ``path`` starts with the HDF5 signature (whatever its name); a UserError where this
+    process may open no more files (that said "not an HDF5 file" of a good one)."""
     try:
         with open(path, "rb") as f:
             return f.read(8) == HDF5_SIGNATURE
-    except OSError:
+    except OSError as e:
+        if e.errno in (errno.EMFILE, errno.ENFILE):
+            raise UserError("cannot open %s: %s: raise the open-file limit (ulimit -n), or give fewer files"
+                            % (path, e.strerror)) from None
         return False
 
 

@@ -38,7 +38,8 @@
 #   TRAIN_MODEL    the training script                                       [./train_model.sh]
 #   REQUIRE_MOUNT  1 = refuse an OUTPUT_DIR or LOGDIR outside every mounted folder, links and ..
 #                  resolved (in a container: on its own filesystem, lost with it; mount one,
-#                  docker run -v "$PWD/out":/output)                          [0; 1 in the image]
+#                  docker run -v "$PWD/out":/output); and a DATA_DIR that is missing and in no
+#                  mounted folder (the data's -v forgotten)                   [0; 1 in the image]
 #   TORCHINDUCTOR_CACHE_DIR  torch.compile's cache (--compile), shared by every run of a series,
 #                  so only the first compiles from scratch (in its untimed init) [$OUTPUT_DIR/compile_cache]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512), but
@@ -277,21 +278,34 @@ export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$OUTPUT_DIR/compile_c
 # (no process): a mount point of /proc/self/mountinfo at or above each, other than /, compared with
 # the path resolved (mountinfo's are): as text, /output/../tmp passed as inside /output, a symbolic
 # link out of a mount passed and one into a mount was refused.
+# A DATA_DIR that is missing and in no mounted folder is the data's -v forgotten: train_model.sh's
+# "no training file matches /data/tfrecords/part-* ... set DATA_DIR ..." named the wrong fix.
+mount_of() {  # PATH (absolute): sets resolved (resolve_path's) and best, a mount point at or above it other than / (none: empty)
+  local point _a _b _c _d _rest
+  resolve_path "$1"
+  best=
+  while read -r _a _b _c _d point _rest; do
+    point=${point//\\040/ }
+    [[ "$point" != / && ( "$resolved" == "$point" || "$resolved" == "$point"/* ) ]] && best=$point
+  done < "$MOUNTINFO_FILE"
+}
 check_mounted() {
   (( REQUIRE_MOUNT )) && [[ -r "$MOUNTINFO_FILE" ]] || return 0
-  local var point best shown _a _b _c _d _rest
+  local var best shown data top
   for var in OUTPUT_DIR LOGDIR; do
-    resolve_path "${!var}"
-    best=
-    while read -r _a _b _c _d point _rest; do
-      point=${point//\\040/ }
-      [[ "$point" != / && ( "$resolved" == "$point" || "$resolved" == "$point"/* ) ]] && best=$point
-    done < "$MOUNTINFO_FILE"
+    mount_of "${!var}"
     shown=
     [[ "$resolved" == "${!var}" ]] || shown=" (resolved: $resolved)"
     [[ -n "$best" ]] || die "$var=${!var}$shown is not in a mounted folder: what the run writes there would be lost" \
       "with the container; mount a host folder there (docker run -v \"\$PWD/out\":$resolved ...), or set REQUIRE_MOUNT=0"
   done
+  [[ -n "${DATA_DIR:-}" && ! -e "$DATA_DIR" ]] || return 0
+  absolute data "$DATA_DIR"
+  mount_of "$data"
+  [[ -z "$best" ]] || return 0
+  top=${resolved#/} top=/${top%%/*}
+  die "DATA_DIR=$DATA_DIR does not exist, and no folder is mounted at or above it: mount the host folder that holds" \
+    "the data (docker run -v /path/to/bert_data:$top:ro ...), or set DATA_DIR to where it is mounted"
 }
 # PATH (absolute): sets resolved to it as `realpath -m` gives it, by builtins (a process here would be
 # ended by a scheduler's signal storm, a `$(...)` left empty): `cd -P` into its deepest existing folder

@@ -1022,6 +1022,55 @@ def test_transformers_is_pinned_where_the_hugging_face_comparison_finds_it(tmp_p
     assert "make hf" in _section(readme, "## Have a GPU?")
 
 
+def test_a_docker_run_as_the_user_mounts_a_folder_made_before():
+    """A sweep of the image: the docs' demo as you, `docker run --rm --user "$(id -u):$(id -g)" -v
+    "$PWD/out":/output mlperf-bert`, in a folder without out/: docker makes the -v folder as root, and
+    the demo, as you, ended "cannot create output directory /output/demo: Permission denied"
+    (make container-test makes its folders first). Each such command follows a `mkdir -p` of its
+    folder in the same block."""
+    bad = []
+    for doc in DOCS:
+        for start, text in _snippets(doc, inline=False):
+            made = set()
+            for line in _logical_lines(text):
+                for cmd in _split_commands(line):
+                    if cmd[:2] == ["mkdir", "-p"]:
+                        made.update(p.replace("$PWD/", "").rstrip("/") for p in cmd[2:])
+                    if cmd[:2] != ["docker", "run"] or "--user" not in cmd:
+                        continue
+                    hosts = [v.split(":")[0] for f, v in zip(cmd, cmd[1:]) if f == "-v"]
+                    bad += ["%s:%d: %s" % (doc, start, h) for h in hosts
+                            if h.replace("$PWD/", "").rstrip("/") not in made]
+    assert bad == []
+
+
+def test_the_oldest_python_pyproject_admits_installs_every_pin():
+    """A sweep of the pins: pyproject.toml said requires-python >=3.10 while requirements.txt pins
+    numpy and matplotlib versions that need 3.11 (and the code imports tomllib, 3.11's): on 3.10 `make
+    venv` ended in pip's "no matching distribution found for numpy==...". The oldest Python it admits
+    must be one that every pin (as installed here, its Requires-Python) installs on."""
+    import importlib.metadata
+    import tomllib
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    oldest = re.fullmatch(r">=(3\.\d+)", project["project"]["requires-python"]).group(1)
+    assert project["tool"]["ruff"]["target-version"] == "py" + oldest.replace(".", "")
+    checked = []
+    for line in open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8").read().splitlines():
+        if not line.strip() or line.startswith("#") or line in _hf_pins():
+            continue
+        req = Requirement(line)
+        meta = importlib.metadata.metadata(req.name)
+        if not req.specifier.contains(meta["Version"].split("+")[0]):
+            continue  # another version installed here: its metadata is not the pin's
+        if meta["Requires-Python"]:
+            checked.append(req.name)
+            assert SpecifierSet(meta["Requires-Python"]).contains(oldest + ".0"), (req.name, meta["Requires-Python"])
+    assert "numpy" in checked and "matplotlib" in checked, checked
+
+
 def test_the_readme_tells_a_gpu_owner_what_to_run_and_send_back():
     """Issue 37 (19): README never pointed a GPU owner to bench/gpu_check.py. Its "Have a GPU?"
     section runs it (the command's flags are checked with every documented command), says how long,

@@ -1143,6 +1143,27 @@ def test_an_output_dir_outside_every_mount_is_refused_in_the_image(fake, tmp_pat
     assert proc.returncode == 2 and "LOGDIR=/elsewhere/logs is not in a mounted folder" in proc.stderr, proc.stderr
 
 
+def test_a_data_dir_not_mounted_in_the_image_names_the_mount(fake, tmp_path):
+    """A sweep of the image: `docker run -e DATA_DIR=/data/tfrecords ...` without the data's `-v` was
+    train_model.sh's "no training file matches /data/tfrecords/part-*: set DATA_DIR to the folder of the
+    TFRecords", the wrong fix (DATA_DIR was right). With REQUIRE_MOUNT=1 a missing DATA_DIR under no mount
+    is one line naming the mount; one missing inside a mount (a wrong path) is left to train_model.sh."""
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("1 0 0:50 / / rw - overlay overlay rw\n3 1 8:1 /srv/out %s rw - ext4 /dev/sda1 rw\n"
+                         % fake.out)
+    fake.out.mkdir()
+    env = dict(REQUIRE_MOUNT="1", MLPERF_MOUNTINFO_FILE=str(mountinfo))
+    proc = fake(DATA_DIR="/nonexistent_bert_data/tfrecords", **env)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stdout + proc.stderr
+    assert proc.stderr == ("error: start_training.sh: DATA_DIR=/nonexistent_bert_data/tfrecords does not exist, and no "
+                           "folder is mounted at or above it: mount the host folder that holds the data (docker run -v "
+                           "/path/to/bert_data:/nonexistent_bert_data:ro ...), or set DATA_DIR to where it is mounted\n")
+    assert calls(fake) == []
+    proc = fake(DATA_DIR=str(fake.out / "missing"), **env)  # in the mount: not the mount's fault
+    assert "not exist, and no folder is mounted" not in proc.stderr, proc.stderr
+    assert fake(DATA_DIR="/nonexistent_bert_data/tfrecords").stderr.count("no folder is mounted") == 0  # REQUIRE_MOUNT=0
+
+
 def test_the_mount_check_resolves_dot_dot_and_symbolic_links(fake, tmp_path):
     """The mount check compared the paths as text: OUTPUT_DIR=/output/../tmp passed as inside /output,
     as did a symbolic link out of the mount, and a link into it was refused. It compares the resolved

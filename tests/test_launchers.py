@@ -1279,6 +1279,10 @@ def test_a_closed_run_on_an_rcp_preset_logs_the_rcps_hyperparameters(tiny_run, t
     assert warned == ["warning: closed division trains the reference's BERT-Large on sequences of 512 with 76 "
                       "predictions, and this run's hidden_size 16 (BERT-Large: 1024); intermediate_size 32 (BERT-Large: "
                       "4096); max_position_embeddings 128 (BERT-Large: 512) and 4 more: its result is no closed result"], proc.stderr
+    # (a sweep of the image: a container started without --gpus trained a GPU preset on the CPU without a word)
+    assert [line for line in proc.stderr.splitlines() if "sized for GPUs" in line] == [
+        "warning: preset rcp_256 is sized for GPUs, but torch sees none (a container: docker run --gpus all): this run "
+        "trains on the CPU (--device=cpu says so; PRESET=demo_cpu is sized for one)"], proc.stderr
     logged = {}
     for line in open(out / "mlperf.log"):
         if ":::MLLOG" in line:

@@ -415,6 +415,12 @@ def run(cfg, stop, held):
         raise UserError("--num_gpus=%d in one process: launch with python -m mlperf_bert torchrun "
                         "--nproc_per_node=%d run_pretraining.py ... (or NUM_GPUS=%d train_model.sh)"
                         % (rt.num_gpus, rt.num_gpus, rt.num_gpus))
+    preset = os.environ.get("MLPERF_BERT_PRESET")  # (train_model.sh's)
+    if rt.device == "auto" and kind == "cpu" and preset not in (None, "demo_cpu") and rank == 0:
+        # (a container started without --gpus: a preset for GPUs trained on the CPU without a word)
+        print("warning: preset %s is sized for GPUs, but torch sees none (a container: docker run --gpus all): this "
+              "run trains on the CPU (--device=cpu says so; PRESET=demo_cpu is sized for one)" % preset,
+              file=sys.stderr, flush=True)
     device = torch.device(kind, local_rank) if kind == "cuda" else torch.device("cpu")
     if kind == "cuda":  # TF32 for what stays fp32 (the bf16 presets autocast the rest)
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -162,6 +162,43 @@ def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files,
     levers.check_device(RunConfig.from_flags(fv), torch.device("cuda", 0), 8)  # per-replica clipping: the all-reduce between graphs
 
 
+def test_lever_refusals_of_the_device_and_ranks_come_before_torch_or_the_inputs(files, tmp_path):
+    """A hostile sweep: --device=cpu --cuda_graphs passed the trainer's start (flag_checks.read_flags)
+    and the launchers' checks (launch_figures: train_model.sh, a series' check before run 0), and so did
+    --cuda_graphs with clipping after the all-reduce on 2 ranks and --device=cuda --fp8 with a rank's
+    tokens no multiple of 16: each was refused by every rank's Trainer only, after torch, the ranks'
+    meeting and the inputs' checks. Now the flags' refusal before torch, the launchers' with their ranks,
+    and the trainer's before it reads any input (--device=auto resolved to this CPU)."""
+    base = flags_for(files, str(tmp_path / "a"), compile=True, cuda_graphs=True)
+    with pytest.raises(UserError, match=r"^--cuda_graphs needs a CUDA device \(this run is on cpu\): drop"):
+        flag_checks.read_flags(base + ["--device=cpu"])
+    argv = base[1:] + ["--device=cuda", "--clip_by_global_norm_after_gradient_allreduce"]
+    with pytest.raises(UserError, match=r"^--cuda_graphs on several ranks \(this run has 2\) needs per-replica"):
+        flag_checks.launch_figures(argv, ranks=2)
+    assert flag_checks.launch_figures(argv, ranks=1)[:2] == [4, 2]
+    fp8 = base[1:3] + ["--do_train", "--fp8", "--dtype=bf16", "--train_batch_size=6", "--max_seq_length=20"]
+    with pytest.raises(UserError, match=r"^--fp8 multiplies each rank's 60 tokens a micro-step"):
+        flag_checks.launch_figures(fp8 + ["--device=cuda"], ranks=2)
+    flag_checks.launch_figures(fp8, ranks=2)  # auto: maybe this CPU, whose kernel takes any
+    with pytest.raises(UserError, match=r"^--cuda_graphs needs a CUDA device \(this run is on cpu\)") as e:
+        training.main(base + ["--input_file=%s" % (tmp_path / "absent.tfrecord")])  # not its "not found"
+    assert "\n" not in str(e.value)
+
+
+def test_levers_with_do_eval_alone_are_refused_in_one_line(files, tmp_path):
+    """A hostile sweep: --do_eval alone (run_eval_only) evaluates the plain model eagerly, and took
+    --compile, --fused_qkv, --fp8, even --cuda_graphs --device=cpu, printed its metrics and ended 0
+    with none applied. Refused as its ignored --eval_input_file is."""
+    argv = flags_for(files, str(tmp_path / "e"), do_train=False, do_eval=True, init_checkpoint="x.pt")
+    flag_checks.read_flags(argv + ["--nocompile", "--nofused_qkv"])
+    with pytest.raises(UserError) as e:
+        flag_checks.read_flags(argv + ["--compile", "--cuda_graphs", "--fused_qkv", "--device=cpu"])
+    assert str(e.value) == ("--do_eval alone evaluates the plain model, eagerly; --compile, --cuda_graphs, --fused_qkv "
+                            "(the training step's) would be ignored: drop them")
+    with pytest.raises(UserError, match=r"; --fp8 \(the training step's\) would be ignored: drop it$"):
+        flag_checks.read_flags(argv + ["--fp8", "--dtype=bf16"])
+
+
 def test_fp8_is_refused_where_a_ranks_tokens_are_no_multiple_of_16(monkeypatch):
     """CUDA's _scaled_mm wants the inner dimension of each float8 GEMM a multiple of 16; the weight
     gradient's (grad_out^T @ input) is a rank's tokens a micro-step, which --fp8 did not check (a

@@ -64,6 +64,10 @@ def check_flags(cfg, host=True):
         raise UserError("--do_eval alone evaluates --input_file, as the reference does; --eval_input_file is a training "
                         "run's online eval set and would be ignored: give the eval set (eval_10k) as --input_file and "
                         "drop --eval_input_file")
+    levers = ["--" + name for name in ("compile",) + trainer_flags.LEVERS if getattr(cfg.levers, name)]
+    if levers and not cfg.runtime.do_train:  # (run_eval_only builds no Trainer: no lever reaches its eval)
+        raise UserError("--do_eval alone evaluates the plain model, eagerly; %s (the training step's) would be "
+                        "ignored: drop %s" % (", ".join(levers), "it" if len(levers) == 1 else "them"))
     if cfg.optim.optimizer == "adamw":
         _check_adamw(cfg.optim)
     if cfg.optim.clip_by_global_norm_after_gradient_allreduce and cfg.optim.optimizer != "lamb":
@@ -205,6 +209,8 @@ def unnamed_submitter(org, platform):
 def check_lever_flags(cfg):
     """The speed levers' refusals that need no device (trainer/levers.py has the others)."""
     lv = cfg.levers
+    if lv.cuda_graphs and cfg.runtime.device == "cpu":
+        raise UserError(cuda_graphs_needs_cuda("cpu"))
     if lv.cuda_graphs and not lv.compile:
         raise UserError("--cuda_graphs replays the compiled step: add --compile, or drop --cuda_graphs")
     if lv.fp8_recipe != "tensorwise" and not lv.fp8:
@@ -215,6 +221,36 @@ def check_lever_flags(cfg):
         # output types are supported for row-wise scaling", aten/src/ATen/native/cuda): float8 is a bf16 lever
         raise UserError("--fp8 multiplies in float8 under bf16 autocast (row-wise scaling needs a bf16 output on "
                         "every GPU but sm90): add --dtype=bf16, or drop --fp8")
+
+
+def cuda_graphs_needs_cuda(device_type):
+    """The line of --cuda_graphs on a device of ``device_type`` other than CUDA (the flags' --device=cpu,
+    or --device=auto resolved)."""
+    return "--cuda_graphs needs a CUDA device (this run is on %s): drop --cuda_graphs" % device_type
+
+
+def check_lever_ranks(cfg, world, device_type=None):
+    """The speed levers' refusals that need the rank count ``world`` and where known the device type
+    (``device_type``: "cuda", "cpu", or None where --device=auto has not resolved it): the trainer's
+    (levers.check_device) and the launchers' before a run starts (``launch_figures``), no torch."""
+    lv = cfg.levers
+    if lv.cuda_graphs and world > 1 and cfg.optim.clip_by_global_norm_after_gradient_allreduce:
+        # Per-replica clipping all-reduces the clipped sums after the backward, between the
+        # graphs, into buffers of their own. DDP all-reduces inside the backward, from autograd
+        # hooks between the per-bucket graphs torch.compile splits it into (no collective is
+        # captured: pytorch/pytorch#108966), with gradients in DDP's buckets: not built here.
+        raise UserError("--cuda_graphs on several ranks (this run has %d) needs per-replica clipping: with "
+                        "--clip_by_global_norm_after_gradient_allreduce DDP all-reduces from hooks inside the "
+                        "backward, which CUDA graphs cannot capture: drop one of the two flags" % world)
+    tokens = cfg.data.train_batch_size // world * cfg.data.max_seq_length  # a rank's micro-batch, rows x sequence
+    if lv.fp8 and device_type == "cuda" and tokens % 16:
+        # the weight gradient's float8 GEMM (grad_out^T @ input) has the tokens as its inner dimension, and
+        # CUDA's _scaled_mm wants it a multiple of 16 ("Expected trailing dimension of mat1 to be divisible
+        # by 16", aten/src/ATen/native/cuda/ScaledBlas.cpp); the CPU kernel takes any (not measured on a GPU)
+        raise UserError("--fp8 multiplies each rank's %d tokens a micro-step (--train_batch_size=%d over %d rank%s x "
+                        "--max_seq_length=%d) in float8 GEMMs that need a multiple of 16: give a batch or sequence "
+                        "length that makes one, or drop --fp8" % (tokens, cfg.data.train_batch_size, world,
+                                                                 "" if world == 1 else "s", cfg.data.max_seq_length))
 
 
 def check_ranks(cfg, world):
@@ -244,6 +280,8 @@ def launch_figures(argv, check=False, ranks=1, host=True):
     if check:
         check_flags(cfg, host)
     check_ranks(cfg, ranks)
+    if cfg.runtime.do_train:  # (--do_eval alone: its levers are refused by check_flags)
+        check_lever_ranks(cfg, ranks, None if cfg.runtime.device == "auto" else cfg.runtime.device)
     return [cfg.data.train_batch_size, cfg.optim.steps_per_update, cfg.global_batch, cfg.data.max_seq_length,
             cfg.runtime.device, cfg.optim.optimizer]
 

@@ -33,30 +33,14 @@ from mlperf_bert.trainer.trainer_flags import RECIPES
 # then the step's wrappers (``ddp``, then ``wrap_step``: compile, the compiled update, CUDA graphs).
 
 def check_device(cfg, device, world):
-    """Refusals that need the device and rank count."""
+    """Refusals that need the device and rank count (those without torch: flag_checks.check_lever_ranks)."""
     lv = cfg.levers
     if lv.cuda_graphs and device.type != "cuda":
-        raise UserError("--cuda_graphs needs a CUDA device (this run is on %s): drop --cuda_graphs" % device.type)
-    if lv.cuda_graphs and world > 1 and cfg.optim.clip_by_global_norm_after_gradient_allreduce:
-        # Per-replica clipping all-reduces the clipped sums after the backward, between the
-        # graphs, into buffers of their own. DDP all-reduces inside the backward, from autograd
-        # hooks between the per-bucket graphs torch.compile splits it into (no collective is
-        # captured: pytorch/pytorch#108966), with gradients in DDP's buckets: not built here.
-        raise UserError("--cuda_graphs on several ranks (this run has %d) needs per-replica clipping: with "
-                        "--clip_by_global_norm_after_gradient_allreduce DDP all-reduces from hooks inside the "
-                        "backward, which CUDA graphs cannot capture: drop one of the two flags" % world)
+        raise UserError(flag_checks.cuda_graphs_needs_cuda(device.type))
+    flag_checks.check_lever_ranks(cfg, world, device.type)
     if lv.fp8 and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         raise UserError("--fp8 needs float8 matmuls (compute capability 8.9+, e.g. H100; this GPU has %d.%d): "
                         "drop --fp8" % torch.cuda.get_device_capability(device))
-    tokens = cfg.data.train_batch_size // world * cfg.data.max_seq_length  # a rank's micro-batch, rows x sequence
-    if lv.fp8 and device.type == "cuda" and tokens % 16:
-        # the weight gradient's float8 GEMM (grad_out^T @ input) has the tokens as its inner dimension, and
-        # CUDA's _scaled_mm wants it a multiple of 16 ("Expected trailing dimension of mat1 to be divisible
-        # by 16", aten/src/ATen/native/cuda/ScaledBlas.cpp); the CPU kernel takes any (not measured on a GPU)
-        raise UserError("--fp8 multiplies each rank's %d tokens a micro-step (--train_batch_size=%d over %d rank%s x "
-                        "--max_seq_length=%d) in float8 GEMMs that need a multiple of 16: give a batch or sequence "
-                        "length that makes one, or drop --fp8" % (tokens, cfg.data.train_batch_size, world,
-                                                                 "" if world == 1 else "s", cfg.data.max_seq_length))
 
 
 def refuse(cfg, device, world):

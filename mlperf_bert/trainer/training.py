@@ -427,6 +427,8 @@ def run(cfg, stop, held):
         torch.backends.cudnn.allow_tf32 = True
     else:
         cpu_memory.keep_freed_memory()
+    # the levers' refusals of this device and rank count (the Trainer's first), before the inputs are read
+    levers.refuse(cfg, device, world)
 
     # ---- inputs, checked before anything is written
     config = BertConfig.from_json_file(cfg.model.bert_config_file, cfg.data.max_seq_length)

@@ -106,5 +106,8 @@ def test_a_mark_is_on_the_disk_before_a_checkpoint_records_it(tmp_path, monkeypa
     synced = []
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.fstat(fd).st_size))
     size, _ = log.mark()
-    log.close()
     assert synced == [size] == [p.stat().st_size]
+    # a review: the run_stop record takes its mark after the close, which left run_stop's lines unsynced
+    log.event("run_stop")
+    log.close()
+    assert synced == [size, log.mark()[0]] == [size, p.stat().st_size]

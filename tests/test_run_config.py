@@ -431,6 +431,24 @@ def test_eval_frequency_and_the_division_stay_in_the_identity_without_an_eval_se
                                       "out/model.ckpt-6.pt")
 
 
+def test_a_checkpoint_recording_the_defaults_eval_frequency_as_given_resumes(tmp_path):
+    """A review: a checkpoint (or a series' run 0) of the version before the normalisation records
+    --eval_frequency=150000 as given; the same command, or --eval_frequency=0, resumed it refused
+    ("--eval_frequency=0 differs ... (it has 150000)"); another value is still refused."""
+    d = _fixture_data(tmp_path)
+
+    def ident(saved, *extra):
+        fv = trainer_flags.define_flags()
+        fv(_argv(d, "out", *extra))
+        cfg = RunConfig.from_flags(fv)
+        return cfg.identity(7, [cfg.data.input_file], [], None, {}, world=1, saved=saved)
+    old = dict(_identity(_argv(d, "out")), eval_frequency=150000)
+    for extra in ((), ("--eval_frequency=150000",)):
+        checkpoint.check_same_run(old, ident(old, *extra), "out/model.ckpt-6.pt")
+    with pytest.raises(UserError, match=r"^--eval_frequency=175000 differs"):
+        checkpoint.check_same_run(old, ident(old, "--eval_frequency=175000"), "out/model.ckpt-6.pt")
+
+
 def test_eval_frequency_given_as_its_defaults_value_is_the_same_run(tmp_path):
     """--eval_frequency=150000, what 0 resolves to at this global batch of 8 (the log's eval_frequency
     line), is the run 0 makes: a resume may give either (it was refused, "--eval_frequency=150000

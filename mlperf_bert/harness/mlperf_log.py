@@ -222,7 +222,8 @@ class MLPerfLog:
 
     def close(self):
         try:
-            self._still_there()
+            # on the disk too: the run_stop record (checkpoint.write_stopped) records the mark after the close
+            self.mark()
         finally:
             if self._mllogger:
                 self._logger.removeHandler(self._handler)

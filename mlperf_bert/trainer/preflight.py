@@ -283,7 +283,8 @@ def _other_settings(cfg, record, config, train_files, eval_files, init_ckpt, wha
     """The refusal of a rerun whose settings differ from those ``record`` (a marker) holds, or None."""
     saved = record.get("run") or {}
     seed = cfg.runtime.seed if cfg.runtime.seed is not None else saved.get("seed")
-    diff = checkpoint.differences(saved, cfg.identity(seed, train_files, eval_files, init_ckpt, config.to_dict()))
+    diff = checkpoint.differences(saved, cfg.identity(seed, train_files, eval_files, init_ckpt, config.to_dict(),
+                                                      saved=saved))
     diff += _submitter_changed(cfg, checkpoint.read_log_owner(cfg.checkpoint.output_dir))
     if diff:
         return ("%s with other settings than this command's: %s; rerun with its settings, or use another "
@@ -359,7 +360,7 @@ def check_series(cfg, rank, world, config, train_files, eval_files, init_ckpt):
         finished = checkpoint.read_finished(first) or {}
         saved = dict(finished.get("run") or {})
         if saved:
-            ident = cfg.identity(cfg.runtime.seed, train_files, eval_files, init_ckpt, config.to_dict())
+            ident = cfg.identity(cfg.runtime.seed, train_files, eval_files, init_ckpt, config.to_dict(), saved=saved)
             saved["seed"] = ident["seed"]
             diff = checkpoint.differences(saved, ident)
             diff += _submitter_changed(cfg, checkpoint.read_log_owner(first))
@@ -402,7 +403,7 @@ def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_pat
     if ckpt.get("config") is not None:  # a checkpoint of an older version has it beside its identity
         saved.setdefault("config", ckpt["config"])
     checkpoint.check_same_run(saved, cfg.identity(seed, train_files, eval_files, init_ckpt,
-                                                             config.to_dict()), path)
+                                                             config.to_dict(), saved=saved), path)
     if len(ckpt["ranks"]) != world:
         n = len(ckpt["ranks"])
         raise UserError("checkpoint %s was written by %d rank%s, this run has %d: resume with "

@@ -290,14 +290,16 @@ class RunConfig:
         return lr_schedule.learning_rate(step, self.optim.learning_rate, s.num_train_steps, s.num_warmup_steps,
                                          s.start_warmup_step, s.poly_power)
 
-    def identity(self, seed, train_files, eval_files, init_checkpoint=None, config=None, world=None):
+    def identity(self, seed, train_files, eval_files, init_checkpoint=None, config=None, world=None, saved=None):
         """What a resumed run must share with the checkpoint: defining flags (those where they are
         used), seed, the model config (``BertConfig.to_dict()``), data files ([path, bytes,
         ``checksums.content_tag``, and where this start's scan read them the digest of every record's
         CRC, ``checksums.scanned_crcs``]), the initial checkpoint (``tf_checkpoint.fingerprint``: path,
         bytes, digest) and, where --do_eval evaluates the final weights on the training files, that
-        eval's batches. ``world``: the rank count (default: the process group's). (An entry that one
-        side lacks is not compared: checkpoint._differing.)"""
+        eval's batches. ``world``: the rank count (default: the process group's). ``saved``: the identity
+        it is compared with, where that holds --eval_frequency as the value 0 resolves to (a version
+        before this normalisation recorded it as given), that value. (An entry that one side lacks is
+        not compared: checkpoint._differing.)"""
         from mlperf_bert.dataset.checksums import content_tag, scanned_crcs
 
         def files(paths):
@@ -309,8 +311,10 @@ class RunConfig:
             return entries
         unused = self._unused_flags(train_files, world)
         ident = {name: self.flag(name) for name in RUN_FLAGS if name not in unused}
-        if ident["eval_frequency"] and ident["eval_frequency"] == self.default_eval_frequency(train_files):
-            ident["eval_frequency"] = 0  # the default's own value given: the run 0 makes (a resume may give either)
+        default = self.default_eval_frequency(train_files)
+        if ident["eval_frequency"] == default or not ident["eval_frequency"]:
+            # the default's own value given: the run 0 makes (a resume may give either), as recorded
+            ident["eval_frequency"] = default if (saved or {}).get("eval_frequency") == default else 0
         ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
                      init_checkpoint=init_checkpoint, config=config)
         if self.reads_eval_batches:  # --do_eval's batches (final_eval_batches)

@@ -285,7 +285,7 @@ mount_of() {  # PATH (absolute): sets resolved (resolve_path's) and best, a moun
   resolve_path "$1"
   best=
   while read -r _a _b _c _d point _rest; do
-    point=${point//\\040/ }
+    point=${point//\\040/ } point=${point//\\011/$'\t'} point=${point//\\012/$'\n'} point=${point//\\134/\\}  # (its escapes)
     [[ "$point" != / && ( "$resolved" == "$point" || "$resolved" == "$point"/* ) ]] && best=$point
   done < "$MOUNTINFO_FILE"
 }
@@ -299,7 +299,8 @@ check_mounted() {
     [[ -n "$best" ]] || die "$var=${!var}$shown is not in a mounted folder: what the run writes there would be lost" \
       "with the container; mount a host folder there (docker run -v \"\$PWD/out\":$resolved ...), or set REQUIRE_MOUNT=0"
   done
-  [[ -n "${DATA_DIR:-}" && ! -e "$DATA_DIR" ]] || return 0
+  # (only where the run reads it: INPUT_FILES and EVAL_FILE given, train_model.sh reads no DATA_DIR)
+  [[ -n "${DATA_DIR:-}" && ( -z "${INPUT_FILES:-}" || -z "${EVAL_FILE:-}" ) && ! -e "$DATA_DIR" ]] || return 0
   absolute data "$DATA_DIR"
   mount_of "$data"
   [[ -z "$best" ]] || return 0

@@ -532,11 +532,11 @@ check_files() {
     # OUTPUT_DIR=$DATA_DIR/out): its trainer refused "OUTPUT_DIR/run_0 is a directory", after STARTING
     # TIMING RUN and the runs before it, or read the run's own files as records
     unmatched="$("$PYTHON" -S -c 'import os, sys
-from mlperf_bert.fileio import glob_parts, glob_part_takes
+from mlperf_bert.fileio import glob_parts, glob_part_takes, missing_dirs
 out, log = sys.argv[3:]
 ours = [("OUTPUT_DIR", p) for p in (out, os.path.join(out, "run_0"), os.path.join(out, "model.ckpt-1.pt"))]
 ours += [("LOGDIR", p) for p in (log, os.path.join(log, "mlperf.log"))]
-ours += [(var, os.path.realpath(p)) for var, p in ours]  # (through a symbolic link too)
+ours += [(var, d) for var, p in (("OUTPUT_DIR", out), ("LOGDIR", log)) for d in missing_dirs(p)]  # (the folders made above)
 for which, spec in zip(("train", "eval"), sys.argv[1:3]):
     bad = [part for part, matches in glob_parts(spec) if not matches]
     if bad:

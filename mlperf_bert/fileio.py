@@ -637,10 +637,15 @@ def glob_parts(spec):
 
 def glob_part_takes(part, path):
     """Whether ``part`` of a file list (glob_parts) matches ``path`` once it exists, as glob.glob would:
-    part by part (a * never takes a /), a leading . only where the pattern has one."""
-    names, pattern = os.path.abspath(path).split(os.sep), os.path.abspath(part).split(os.sep)
-    return len(names) == len(pattern) and all(
-        fnmatch.fnmatchcase(n, p) and (n[:1] != "." or p[:1] == ".") for n, p in zip(names, pattern))
+    part by part (a * never takes a /), a leading . only where the pattern has one; also with symbolic
+    links resolved, in ``path`` and in the pattern's folders before its first glob (glob follows them)."""
+    pattern = os.path.abspath(part).split(os.sep)
+    first = next(i for i, p in enumerate(pattern + ["*"]) if glob.escape(p) != p)
+    resolved = os.path.realpath(os.sep.join(pattern[:first]) or os.sep).split(os.sep) + pattern[first:]
+    return any(len(names) == len(pat) and all(
+        fnmatch.fnmatchcase(n, p) and (n[:1] != "." or p[:1] == ".") for n, p in zip(names, pat))
+        for names, pat in ((os.path.abspath(path).split(os.sep), pattern),
+                           (os.path.realpath(path).split(os.sep), resolved)))
 
 
 def missing_dirs(path):

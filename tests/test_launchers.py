@@ -393,6 +393,30 @@ def test_the_file_check_looks_for_the_init_checkpoint_the_trainer_gets(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_an_output_whose_new_parent_the_file_lists_would_read_is_refused_before_any_run(tmp_path):
+    """A hostile review: the check took OUTPUT_DIR and LOGDIR and what they hold, not the folders the run
+    makes above them: INPUT_FILES=DATA_DIR/* with OUTPUT_DIR=DATA_DIR/results/exp passed, and run 0's trainer
+    refused "--input_file DATA_DIR/results is a directory" after STARTING TIMING RUN."""
+    for var in ("OUTPUT_DIR", "LOGDIR"):
+        env = dict(_series_env(tmp_path), OUTPUT_DIR=str(tmp_path) + "-out")  # (beside the data: not read)
+        env.update({"INPUT_FILES": str(tmp_path / "*"), var: str(tmp_path / "results" / "exp")})
+        proc = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, timeout=120, env=env)
+        assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+        assert proc.stderr.startswith("error: train_model.sh: %s=%s/results/exp is where the run writes, and %s/* "
+                                      % (var, tmp_path, tmp_path)), proc.stderr
+        assert sorted(os.listdir(tmp_path)) == ["eval_10k", "part-00000-of-00500", "python"]
+
+
+def test_a_file_list_through_a_symbolic_link_to_the_output_is_refused_before_any_run(tmp_path):
+    """A hostile review: a list reached through a link (INPUT_FILES=LINK/* with LINK to DATA_DIR) that takes
+    OUTPUT_DIR=DATA_DIR/out, as glob follows the link, passed the check (only OUTPUT_DIR was resolved)."""
+    (tmp_path / "lnk").symlink_to(tmp_path)
+    proc = subprocess.run([START, "--preset=demo_cpu"], capture_output=True, text=True, timeout=120,
+                          env=dict(_series_env(tmp_path), INPUT_FILES=str(tmp_path / "lnk" / "*"), CHECK_ONLY="1"))
+    assert proc.stderr.startswith("error: train_model.sh: OUTPUT_DIR=%s/out is where the run writes, and %s/lnk/* "
+                                  % (tmp_path, tmp_path)), proc.stderr
+
+
 def test_the_file_check_looks_for_the_bert_config_the_trainer_gets(tmp_path):
     """A hostile sweep: a BERT_CONFIG (or --bert_config_file, or a --config file's) that is not there
     passed start_training.sh's check, and run 0's trainer refused it after STARTING TIMING RUN (a job:

@@ -1164,6 +1164,28 @@ def test_a_data_dir_not_mounted_in_the_image_names_the_mount(fake, tmp_path):
     assert fake(DATA_DIR="/nonexistent_bert_data/tfrecords").stderr.count("no folder is mounted") == 0  # REQUIRE_MOUNT=0
 
 
+def test_a_data_dir_the_run_does_not_read_is_not_refused_for_its_mount(fake, tmp_path):
+    """A hostile review: with INPUT_FILES and EVAL_FILE both given (train_model.sh reads no DATA_DIR), a
+    missing DATA_DIR left in the environment was refused under REQUIRE_MOUNT=1 ("mount the host folder that
+    holds the data"), the data mounted and given elsewhere."""
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("1 0 0:50 / / rw - overlay overlay rw\n3 1 8:1 /srv %s rw - ext4 /dev/sda1 rw\n" % tmp_path)
+    proc = fake(DATA_DIR="/nonexistent_bert_data/tfrecords", INPUT_FILES=str(tmp_path / "part-*"),
+                EVAL_FILE=str(tmp_path / "eval_10k"), REQUIRE_MOUNT="1", MLPERF_MOUNTINFO_FILE=str(mountinfo))
+    assert proc.returncode == 0 and len(result_lines(proc)) == 1, proc.stdout + proc.stderr
+
+
+def test_the_mount_check_reads_mountinfos_escapes(fake, tmp_path):
+    """A hostile review: of mountinfo's escapes only \\040 (a space) was read, so an OUTPUT_DIR under a mount
+    point with a tab, newline or backslash in its name (\\011, \\012, \\134) was refused as in no mount."""
+    for name, escaped in (("a\\b", "a\\134b"), ("a\tb", "a\\011b"), ("a\nb", "a\\012b")):
+        mountinfo = tmp_path / "mountinfo"
+        mountinfo.write_text("1 0 0:50 / / rw - overlay overlay rw\n3 1 8:1 /srv %s/%s rw - ext4 /dev/sda1 rw\n"
+                             % (tmp_path, escaped))
+        proc = fake(OUTPUT_DIR=str(tmp_path / name / "out"), REQUIRE_MOUNT="1", MLPERF_MOUNTINFO_FILE=str(mountinfo))
+        assert proc.returncode == 0 and len(result_lines(proc)) == 1, (name, proc.stdout + proc.stderr)
+
+
 def test_the_mount_check_resolves_dot_dot_and_symbolic_links(fake, tmp_path):
     """The mount check compared the paths as text: OUTPUT_DIR=/output/../tmp passed as inside /output,
     as did a symbolic link out of the mount, and a link into it was refused. It compares the resolved

@@ -251,6 +251,17 @@ def test_the_pyxis_variant_mounts_logdir_and_node_status_dir_where_set_apart(job
     proc, record = job(script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out), LOGDIR=str(out / "l"))
     assert "--container-mounts=%s:%s,%s:%s:ro " % (out, out, job.data, job.data) in record[0], record
 
+def test_the_pyxis_variant_mounts_a_folder_before_those_inside_it(job, tmp_path):
+    """A hostile review: the written folders were mounted first, the read-only ones after, and pyxis mounts
+    in order: a LOGDIR (or OUTPUT_DIR) inside DATA_DIR was hidden by DATA_DIR's read-only mount, its writes
+    refused. A folder now comes before those inside it, the rest in their order."""
+    pyxis = os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch")
+    bin_srun = tmp_path / "bin" / "srun"
+    bin_srun.write_text('#!/bin/bash\na="$*"\nprintf "%s\\n" "${a//$\'\\n\'/ }" >> "$FAKE_RECORD"\n')
+    out, logs = tmp_path / "out", job.data / "logs"
+    proc, record = job(script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out), LOGDIR=str(logs))
+    assert "--container-mounts=%s:%s,%s:%s:ro,%s:%s " % (out, out, job.data, job.data, logs, logs) in record[0], record
+
 def test_submit_refuses_a_flag_file_and_a_config_files_seed_before_sbatch(job, tmp_path):
     """start_training.sh refuses --flagfile and a --config file that sets seed (every run of the
     series would have it), but on the nodes, once the job had waited for them: submit.sh says so

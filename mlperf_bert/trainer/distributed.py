@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
+from mlperf_bert.errors import UserError
 from mlperf_bert.trainer.launch import PEER_LOST, PEER_LOST_STATUS
 
 PEER_LOST_GRACE_S = 3.0  # a failed rank's interpreter teardown takes about a second (torch's)
@@ -250,6 +251,13 @@ def broadcast_object(obj):
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def refuse_on_every_rank(problem):
+    """Rank 0's refusal ``problem`` (its line, or None), raised as one UserError on every rank."""
+    problem = broadcast_object(problem)
+    if problem:
+        raise UserError(problem)
 
 
 def smallest(value):

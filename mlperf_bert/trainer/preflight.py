@@ -216,9 +216,7 @@ def check_same_settings(cfg, rank, world, config, train_files, eval_files, init_
             problem = ("rank %d was started with other settings than rank 0 (rank %d's, was rank 0's): %s; start "
                        "every rank with the same flags" % (r, r, "; ".join(diff)))
             break
-    problem = distributed.broadcast_object(problem)
-    if problem:
-        raise UserError(problem)
+    distributed.refuse_on_every_rank(problem)
 
 
 def _check_log_path(cfg, log_path, train_files, eval_files):
@@ -303,9 +301,7 @@ def finished_before(cfg, finished, rank, config, train_files, eval_files, init_c
         problem = _other_settings(cfg, finished, config, train_files, eval_files, init_ckpt, what)
         if not problem and not left:
             print("%s: nothing to do%s; use another --output_dir for a new run" % (what, "; " + lost if lost else ""))
-    problem = distributed.broadcast_object(problem)
-    if problem:
-        raise UserError(problem)
+    distributed.refuse_on_every_rank(problem)
     return 0
 
 
@@ -338,9 +334,7 @@ def check_stopped(cfg, stopped, rank, world, config, train_files, eval_files, in
             problem = disagreement(out, log_path)
             if problem:
                 problem += ": restore it, or use another --output_dir for a new run"
-    problem = distributed.broadcast_object(problem)
-    if problem:
-        raise UserError(problem)
+    distributed.refuse_on_every_rank(problem)
 
 
 SERIES_ENV = "MLPERF_SERIES_RUN0"  # start_training.sh's: run 0's folder, for the later runs of a series
@@ -371,9 +365,7 @@ def check_series(cfg, rank, world, config, train_files, eval_files, init_ckpt):
                 problem = ("%s: run 0 of this series (%s) finished with other settings than this command's: %s; "
                            "a series' runs differ in their seed alone: rerun with its settings, or use another "
                            "OUTPUT_DIR for a new series" % (cfg.checkpoint.output_dir, first, "; ".join(diff)))
-    problem = distributed.broadcast_object(problem)
-    if problem:
-        raise UserError(problem)
+    distributed.refuse_on_every_rank(problem)
 
 
 def _submitter_changed(cfg, log_path):

@@ -311,10 +311,12 @@ class RunConfig:
             return entries
         unused = self._unused_flags(train_files, world)
         ident = {name: self.flag(name) for name in RUN_FLAGS if name not in unused}
-        default = self.default_eval_frequency(train_files)
-        if ident["eval_frequency"] == default or not ident["eval_frequency"]:
-            # the default's own value given: the run 0 makes (a resume may give either), as recorded
-            ident["eval_frequency"] = default if (saved or {}).get("eval_frequency") == default else 0
+        was = (saved or {}).get("eval_frequency")
+        if ident["eval_frequency"] or was:  # (0 on both sides: no file read for what 0 resolves to)
+            default = self.default_eval_frequency(train_files)
+            if ident["eval_frequency"] in (0, default):
+                # the default's own value given: the run 0 makes (a resume may give either), as recorded
+                ident["eval_frequency"] = default if was == default else 0
         ident.update(seed=seed, input_file=files(train_files), eval_input_file=files(eval_files),
                      init_checkpoint=init_checkpoint, config=config)
         if self.reads_eval_batches:  # --do_eval's batches (final_eval_batches)

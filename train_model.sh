@@ -509,6 +509,13 @@ read_figures() {  # --figures | --check | --check_off_host
 # refusal naming the setting that gave it (DATA_DIR, INPUT_FILES, a flag, the --config file): by
 # start_training.sh's check (CHECK_ONLY=files), on the node that runs (a login node may not see a
 # node's local data), and before a run this script starts itself
+said_as() {  # FLAG VALUE VAR: sets what to where the run got FLAG's VALUE (the command line, the --config file, VAR)
+  case "$(source_of "$1")" in
+    given) what="--$1=$2" ;;
+    file) what="$1 $2 (${config#--config=})" ;;
+    *) what="$3=$2" ;;
+  esac
+}
 check_files() {
   # (the files the trainer gets: a --input_file, --eval_input_file or --init_checkpoint given, or set by the
   # --config file, replaces the environment's; the environment's were checked instead, and run 0 refused them)
@@ -560,22 +567,14 @@ for which, spec in zip(("train", "eval"), sys.argv[1:3]):
   # the init checkpoint by start_training.sh's check alone: run here, a resume whose --init_checkpoint is
   # gone (a scratch disk cleaned) goes on, holding the one it recorded, as the trainer decides
   if [[ "${CHECK_ONLY:-0}" == files && -n "$init" && ! -f "$init" && ! -f "$init.index" ]]; then
-    case "$(source_of init_checkpoint)" in
-      given) what="--init_checkpoint=$init" ;;
-      file) what="init_checkpoint $init (${config#--config=})" ;;
-      *) what="INIT_CHECKPOINT=$init" ;;
-    esac
+    said_as init_checkpoint "$init" INIT_CHECKPOINT
     die "$what not found: give a .pt file or a TF checkpoint prefix whose .index exists"
   fi
   # the model's config, which the trainer reads first (a resume too): missing, run 0 failed after STARTING
   # TIMING RUN, a job after its wait for nodes
   bert="$(flag_value bert_config_file "")"
   if [[ "${CHECK_ONLY:-0}" == files && -n "$bert" && ! -f "$bert" ]]; then
-    case "$(source_of bert_config_file)" in
-      given) what="--bert_config_file=$bert" ;;
-      file) what="bert_config_file $bert (${config#--config=})" ;;
-      *) what="BERT_CONFIG=$bert" ;;
-    esac
+    said_as bert_config_file "$bert" BERT_CONFIG
     [[ "$from_env" == *" BERT_CONFIG "* || -n "$(source_of bert_config_file)" ]] ||
       die "preset $PRESET's BERT config $bert is not a file: restore it (git checkout configs), or set BERT_CONFIG"
     die "$what is not a file: give the model's bert_config.json"

@@ -110,9 +110,13 @@ sbatch_opt gpus-per-node "" SBATCH_GPUS_PER_NODE
 [[ -n "$opt" ]] && check_env+=("SLURM_GPUS_PER_NODE=$opt")
 # Settings given as sbatch's --export=ALL,NAME=VALUE,... (or SBATCH_EXPORT) are the job's: checked as
 # such (they were this host's, so a DATA_DIR given there was "set DATA_DIR"). Split as sbatch splits
-# them: at commas outside quotes (a ' and a " each counted apart), an item wholly quoted unquoted.
+# them: at commas outside quotes (a ' and a " each counted apart), an item wholly quoted unquoted. A
+# list without ALL (NONE,NAME=VALUE; NAME: this host's value) gives the job those and the SLURM_ ones
+# alone: checked with those (this host's PRESET or DATA_DIR passed, and the job, without, was refused
+# on its node), and PATH and HOME to run the checks.
 sbatch_opt export "" SBATCH_EXPORT
-exported=() rest="$opt"
+exported=() rest="$opt" all=1 environ=" $(compgen -e | tr '\n' ' ') "  # (the names this host exports)
+[[ -n "$opt" ]] && all=0
 while [[ -n "$rest" ]]; do
   item= single=0 double=0
   while [[ -n "$rest" ]]; do
@@ -123,8 +127,18 @@ while [[ -n "$rest" ]]; do
     item+="$c"
   done
   [[ "$item" =~ ^([\'\"])(.*)([\'\"])$ && "${BASH_REMATCH[1]}" == "${BASH_REMATCH[3]}" ]] && item="${BASH_REMATCH[2]}"
-  [[ "$item" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] && exported+=("$item")
+  if [[ "${item^^}" == ALL ]]; then
+    all=1
+  elif [[ "$item" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then
+    exported+=("$item")
+  elif [[ "$item" =~ ^[A-Za-z_][A-Za-z0-9_]*$ && "$environ" == *" $item "* ]]; then
+    exported+=("$item=${!item}")
+  fi
 done
+if (( !all )); then
+  for name in $environ; do [[ "$name" == SLURM_* ]] && exported=("$name=${!name}" "${exported[@]}"); done
+  exported=(-i "PATH=$PATH" "HOME=${HOME:-/}" ${exported[@]+"${exported[@]}"})
+fi
 env ${exported[@]+"${exported[@]}"} "${check_env[@]}" bash "$JOB_SCRIPT" ${flags[@]+"${flags[@]}"} || exit 2
 command -v sbatch > /dev/null || die "no sbatch here: run this on a SLURM login node"
 exec sbatch ${opts[@]+"${opts[@]}"} "$JOB_SCRIPT" ${flags[@]+"${flags[@]}"}

@@ -2,6 +2,7 @@
 sbatch (the real SLURM: ``make slurm-test``, tests/slurm/check_slurm.py). The srun stand-in runs
 each node's task at once in a process group of its own and, as --kill-on-bad-exit does, sends the
 other tasks' groups SIGTERM when one fails (SLURM signals every process of a task)."""
+import contextlib
 import os
 import socket
 import subprocess
@@ -262,6 +263,46 @@ def test_the_pyxis_variant_mounts_a_folder_before_those_inside_it(job, tmp_path)
     proc, record = job(script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out), LOGDIR=str(logs))
     assert "--container-mounts=%s:%s,%s:%s:ro,%s:%s " % (out, out, job.data, job.data, logs, logs) in record[0], record
 
+def test_the_pyxis_variant_mounts_a_config_files_folder_and_gives_its_path_absolute(job, tmp_path):
+    """A review: a --config=FILE (an argument or in EXTRA_FLAGS) was passed on as given and not
+    mounted: the nodes' start_training.sh, in the container, could not read it (or read the image's
+    file of a relative path's name, the container's working folder being /workspace/bert). Its folder
+    is mounted read-only at itself, the flag made absolute; one in OUTPUT_DIR goes with it."""
+    pyxis = os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch")
+    bin_srun = tmp_path / "bin" / "srun"
+    bin_srun.write_text('#!/bin/bash\na="$*"\nprintf "%s\\n" "${a//$\'\\n\'/ }" >> "$FAKE_RECORD"\n')
+    out, conf = tmp_path / "out", tmp_path / "submit" / "cfg"
+    conf.mkdir()
+    (conf / "run.toml").write_text("learning_rate = 1e-3\n")
+    for args, extra in ((["--config=cfg/run.toml"], ""), ([], "--num_workers=2 --config=cfg/run.toml")):
+        proc, record = job(*args, script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out),
+                           EXTRA_FLAGS=extra)
+        assert "--container-mounts=%s:%s,%s:%s:ro,%s:%s:ro " % (out, out, job.data, job.data, conf, conf) in record[0], \
+            record
+        assert record[0].endswith(" --config=%s/run.toml" % conf), record
+        os.remove(str(tmp_path / "record"))
+    (out / "run.toml").write_text("learning_rate = 1e-3\n")
+    proc, record = job("--config=%s/run.toml" % out, script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR=str(out))
+    assert "--container-mounts=%s:%s,%s:%s:ro " % (out, out, job.data, job.data) in record[0], record
+
+
+def test_the_pyxis_variant_leaves_out_a_read_only_mount_of_a_folder_it_writes(job, tmp_path):
+    """A hostile review: a read-only folder at the path of a written one (OUTPUT_DIR=DATA_DIR, which
+    train_model.sh takes; INIT_CHECKPOINT in OUTPUT_DIR) was mounted after it, at the same path: the
+    output read-only in the container, every write refused. The written mount reads it too."""
+    pyxis = os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch")
+    bin_srun = tmp_path / "bin" / "srun"
+    bin_srun.write_text('#!/bin/bash\na="$*"\nprintf "%s\\n" "${a//$\'\\n\'/ }" >> "$FAKE_RECORD"\n')
+    out = tmp_path / "out"
+    for extra, mounts in (({"OUTPUT_DIR": str(job.data)}, "%s:%s " % (job.data, job.data)),
+                          ({"OUTPUT_DIR": str(out), "INIT_CHECKPOINT": str(out / "model.ckpt-28252")},
+                           "%s:%s,%s:%s:ro " % (out, out, job.data, job.data))):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(str(tmp_path / "record"))
+        proc, record = job(script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", **extra)
+        assert "--container-mounts=" + mounts in record[0], record
+
+
 def test_submit_refuses_a_flag_file_and_a_config_files_seed_before_sbatch(job, tmp_path):
     """start_training.sh refuses --flagfile and a --config file that sets seed (every run of the
     series would have it), but on the nodes, once the job had waited for them: submit.sh says so
@@ -420,6 +461,23 @@ def test_submit_checks_the_settings_given_with_export_as_the_jobs(job):
         proc, record = job(*opts, script=SUBMIT, **env)
         assert (proc.returncode, record) == (2, before), proc.stderr  # (no sbatch)
         assert proc.stderr.startswith("error: slurm_multinode.sbatch: " + said), proc.stderr
+
+def test_submit_checks_a_job_exported_without_all_with_what_it_gets(job):
+    """A hostile review: --export=NONE,NAME=VALUE (or a list without ALL) gives the job those and the
+    SLURM_ variables alone, but the check ran with this host's whole environment: the host's PRESET
+    (demo_cpu) passed it, and the job, given the closed preset, was refused on its node. Without ALL the
+    check has the job's variables (a name alone: the host's value); with ALL (any case) this host's too."""
+    (job.data / "part-00000").write_text("")
+    (job.data / "eval_10k").write_text("")
+    for export in ("--export=NONE,DATA_DIR=%s" % job.data, "--export=DATA_DIR"):
+        proc, record = job(export, script=SUBMIT)
+        assert (proc.returncode, record) == (2, []), proc.stderr  # (no sbatch)
+        assert proc.stderr.startswith("error: slurm_multinode.sbatch: set SUBMISSION_ORG "), proc.stderr
+    for opts in (["--export=DATA_DIR,PRESET,GPUS_PER_NODE"], ["--export", "all,DATA_DIR=%s" % job.data]):
+        proc, record = job(*opts, script=SUBMIT)
+        assert proc.returncode == 0 and record[-1] == "sbatch --gpus-per-node=0 %s %s" % (" ".join(opts), SBATCH), \
+            proc.stderr
+
 
 def test_submit_checks_the_nodes_settings_before_sbatch(job, tmp_path):
     """A hostile sweep under the real Slurm: NUM_RUNS=abc, SEED=abc, a mistyped PRESET or a trainer

@@ -38,8 +38,9 @@
 #   TRAIN_MODEL    the training script                                       [./train_model.sh]
 #   REQUIRE_MOUNT  1 = refuse an OUTPUT_DIR or LOGDIR outside every mounted folder, links and ..
 #                  resolved (in a container: on its own filesystem, lost with it; mount one,
-#                  docker run -v "$PWD/out":/output); and a DATA_DIR that is missing and in no
-#                  mounted folder (the data's -v forgotten)                   [0; 1 in the image]
+#                  docker run -v "$PWD/out":/output); and a folder the run reads (DATA_DIR, or
+#                  that of an --input_file, --eval_input_file, --init_checkpoint, INPUT_FILES, ...)
+#                  missing and in no mounted folder (the data's -v forgotten) [0; 1 in the image]
 #   TORCHINDUCTOR_CACHE_DIR  torch.compile's cache (--compile), shared by every run of a series,
 #                  so only the first compiles from scratch (in its untimed init) [$OUTPUT_DIR/compile_cache]
 # Arguments are passed to train_model.sh (e.g. --preset=tpu_8192 --train_batch_size=512), but
@@ -299,14 +300,41 @@ check_mounted() {
     [[ -n "$best" ]] || die "$var=${!var}$shown is not in a mounted folder: what the run writes there would be lost" \
       "with the container; mount a host folder there (docker run -v \"\$PWD/out\":$resolved ...), or set REQUIRE_MOUNT=0"
   done
-  # (only where the run reads it: INPUT_FILES and EVAL_FILE given, train_model.sh reads no DATA_DIR)
-  [[ -n "${DATA_DIR:-}" && ( -z "${INPUT_FILES:-}" || -z "${EVAL_FILE:-}" ) && ! -e "$DATA_DIR" ]] || return 0
-  absolute data "$DATA_DIR"
-  mount_of "$data"
-  [[ -z "$best" ]] || return 0
-  top=${resolved#/} top=/${top%%/*}
-  die "DATA_DIR=$DATA_DIR does not exist, and no folder is mounted at or above it: mount the host folder that holds" \
-    "the data (docker run -v /path/to/bert_data:$top:ro ...), or set DATA_DIR to where it is mounted"
+}
+# The paths a run reads (ARGS: train_model.sh's): train_model.sh's reading of them (CHECK_ONLY=reads: a
+# --input_file, --eval_input_file, --init_checkpoint or --bert_config_file given, or set by the --config
+# file, over the environment's and DATA_DIR's), else (one's own TRAIN_MODEL) DATA_DIR
+# where INPUT_FILES or EVAL_FILE leaves it read. A part whose folder (above any glob) is missing and in no
+# mounted folder: the data's -v forgotten, named (train_model.sh's "no training file matches ... give it
+# the TFRecords" named the wrong fix; a DATA_DIR that --input_file and --eval_input_file left unread was refused).
+check_reads_mounted() {
+  (( REQUIRE_MOUNT )) && [[ -r "$MOUNTINFO_FILE" ]] || return 0
+  local reads=() i part parts dir top
+  if [[ -z "${TRAIN_MODEL:-}" ]]; then
+    # (its refusal, or a note, is said once, by its check that follows; so is a signal's end of it)
+    mapfile -d '' reads < <(CHECK_ONLY=reads "$HERE/train_model.sh" "$@" 2>/dev/null; printf '%s' "$?")
+    [[ "${reads[-1]}" == 0 ]] || return 0
+    unset 'reads[-1]'
+  elif [[ -n "${DATA_DIR:-}" && ( -z "${INPUT_FILES:-}" || -z "${EVAL_FILE:-}" ) ]]; then
+    reads=("DATA_DIR=$DATA_DIR" "$DATA_DIR/part-*")
+  fi
+  for (( i = 0; i + 1 < ${#reads[@]}; i += 2 )); do
+    IFS=, read -ra parts <<< "${reads[i + 1]}"
+    for part in "${parts[@]}"; do
+      [[ -n "$part" ]] || continue
+      absolute dir "$part"
+      dir=${dir%%[*?[]*} dir=${dir%/*}  # its folder, above any glob
+      [[ -e "${dir:-/}" ]] && continue
+      mount_of "$dir"
+      [[ -z "$best" ]] || continue
+      top=${resolved#/} top=/${top%%/*}
+      [[ "${reads[i]}" == "DATA_DIR=$DATA_DIR" ]] && die "DATA_DIR=$DATA_DIR does not exist, and no folder is" \
+        "mounted at or above it: mount the host folder that holds the data (docker run -v /path/to/bert_data:$top:ro" \
+        "...), or set DATA_DIR to where it is mounted"
+      die "${reads[i]}: $dir does not exist, and no folder is mounted at or above it: mount the host folder that" \
+        "holds it (docker run -v /path/to/it:$top:ro ...), or give its path where it is mounted"
+    done
+  done
 }
 # PATH (absolute): sets resolved to it as `realpath -m` gives it, by builtins (a process here would be
 # ended by a scheduler's signal storm, a `$(...)` left empty): `cd -P` into its deepest existing folder
@@ -358,6 +386,7 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
 fi
 
 check_mounted
+check_reads_mounted "$@"
 # The settings (preset, environment, a closed run's INIT_CHECKPOINT) checked once, before the first
 # timed run: a mistake is train_model.sh's one error line, not a started and failed run.
 if [[ -z "${TRAIN_MODEL:-}" ]]; then

@@ -44,7 +44,8 @@
 #                   the host included, not the micro-batch against its memory nor --num_workers
 #                   against its cores: the training host's, as a line says) and run nothing;
 #                   CHECK_ONLY=files: also those, and that the data files, INIT_CHECKPOINT and BERT_CONFIG exist
-#                   (start_training.sh's check before its first run, on the host that trains)
+#                   (start_training.sh's check before its first run, on the host that trains);
+#                   CHECK_ONLY=reads: the paths the run reads, for start_training.sh's mount check
 #   --help          print this and the presets, and exit; --helpfull (--helpshort): the trainer's flags
 set -euo pipefail
 # A reader of this script's output that has gone (`... | tee log` and Ctrl-C, `| head`) ends neither it (141
@@ -174,7 +175,7 @@ int_env() {  # NAME MIN: the variable must be a whole number >= MIN; set to it i
 PRESET="${PRESET:-reference_gpu}"
 DRY_RUN="${DRY_RUN:-0}"
 case "$DRY_RUN" in 0|1) ;; *) die "DRY_RUN=$DRY_RUN must be 0 or 1 (1: print the trainer's command, run nothing)" ;; esac
-case "${CHECK_ONLY:-0}" in 0|1|files) ;; *) die "CHECK_ONLY=$CHECK_ONLY must be 0, 1 or files (1: check the settings, run nothing; files: also that the data files and INIT_CHECKPOINT exist)" ;; esac
+case "${CHECK_ONLY:-0}" in 0|1|files|reads) ;; *) die "CHECK_ONLY=$CHECK_ONLY must be 0, 1 or files (1: check the settings, run nothing; files: also that the data files and INIT_CHECKPOINT exist)" ;; esac
 overrides=()
 for arg in "$@"; do
   case "$arg" in
@@ -445,7 +446,7 @@ fi
 # Processes per node against what this host has (not for --dry_run: a command to read, maybe for
 # another host): GPUs as torch counts them; without one, the trainer runs on the CPU, where more
 # processes than cores only slow each other down.
-if [[ "$DRY_RUN" != 1 ]] && (( NUM_GPUS > 1 )); then
+if [[ "$DRY_RUN" != 1 && "${CHECK_ONLY:-0}" != reads ]] && (( NUM_GPUS > 1 )); then
   device="$(flag_value device auto)"
   found=0
   if [[ "$device" != cpu ]]; then
@@ -581,6 +582,23 @@ for which, spec in zip(("train", "eval"), sys.argv[1:3]):
   fi
 }
 
+# CHECK_ONLY=reads (start_training.sh's mount check, REQUIRE_MOUNT=1): the paths the run reads, as the
+# trainer gets them, each NUL-ended after where it came from (said_as; DATA_DIR where its default gave it):
+# WHAT, then a comma list of globs (the --config file: start_training.sh reads it before)
+if [[ "${CHECK_ONLY:-0}" == reads ]]; then
+  for pair in input_file:INPUT_FILES eval_input_file:EVAL_FILE init_checkpoint:INIT_CHECKPOINT \
+              bert_config_file:BERT_CONFIG; do
+    name=${pair%%:*} var=${pair#*:}
+    spec="$(flag_value "$name" "")"
+    [[ -n "$spec" ]] || continue
+    said_as "$name" "$spec" "$var"
+    # (INPUT_FILES' and EVAL_FILE's defaults: DATA_DIR's part-* and eval_10k)
+    if [[ ( "$var" == INPUT_FILES || "$var" == EVAL_FILE ) && -z "$(source_of "$name")" && "$from_env" != *" $var "* ]]
+    then what="DATA_DIR=$DATA_DIR"; fi
+    printf '%s\0%s\0' "$what" "$spec"
+  done
+  exit 0
+fi
 if [[ "${CHECK_ONLY:-0}" == 1 || "${CHECK_ONLY:-0}" == files ]]; then  # the settings checked as a run checks them, nothing run
   # the trainer's packages, found without importing them (torch's import: 1.5 s of CPU); else a
   # started run's ModuleNotFoundError traceback

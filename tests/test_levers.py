@@ -185,6 +185,27 @@ def test_lever_refusals_of_the_device_and_ranks_come_before_torch_or_the_inputs(
     assert "\n" not in str(e.value)
 
 
+def test_fp8_widths_of_the_bert_config_are_refused_before_torch_or_the_inputs(tmp_path):
+    """A review: --fp8 with a config whose hidden_size or intermediate_size is no multiple of 16 was
+    refused by the Trainer's enable_fp8 only, after torch, the ranks' meeting and the inputs' checks.
+    Now by the trainer's start (read_flags, with the flags' refusals) and start_training.sh's check
+    (launch_figures), naming the config; a config not there is left to the launcher's own line."""
+    config = tmp_path / "odd.json"
+    config.write_text(json.dumps(dict(TINY, intermediate_size=24)))
+    argv = ["--bert_config_file=%s" % config, "--input_file=%s" % (tmp_path / "absent"), "--output_dir=%s" % tmp_path,
+            "--do_train", "--fp8", "--dtype=bf16", "--train_batch_size=4"]
+    line = ("--fp8 multiplies matrices whose sizes are multiples of 16, and BERT config %s has intermediate_size 24: "
+            "give a config whose widths are multiples of 16, or drop --fp8" % config)
+    with pytest.raises(UserError) as e:
+        flag_checks.read_flags(["run_pretraining.py"] + argv)
+    assert str(e.value) == line
+    with pytest.raises(UserError) as e:
+        flag_checks.launch_figures(argv, check=True)
+    assert str(e.value) == line
+    flag_checks.launch_figures(argv[:-3] + ["--train_batch_size=4"], check=True)  # no --fp8: any width
+    flag_checks.launch_figures(["--bert_config_file=%s" % (tmp_path / "gone.json")] + argv[1:], check=True)
+
+
 def test_levers_with_do_eval_alone_are_refused_in_one_line(files, tmp_path):
     """A hostile sweep: --do_eval alone (run_eval_only) evaluates the plain model eagerly, and took
     --compile, --fused_qkv, --fp8, even --cuda_graphs --device=cpu, printed its metrics and ended 0

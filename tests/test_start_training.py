@@ -1175,6 +1175,40 @@ def test_a_data_dir_the_run_does_not_read_is_not_refused_for_its_mount(fake, tmp
     assert proc.returncode == 0 and len(result_lines(proc)) == 1, proc.stdout + proc.stderr
 
 
+def test_the_mount_check_looks_at_the_paths_the_run_reads(fake, tmp_path):
+    """A review: REQUIRE_MOUNT's data check looked at DATA_DIR alone, as the environment left it read: a
+    missing DATA_DIR was refused ("mount the host folder that holds the data") when --input_file and
+    --eval_input_file, given as arguments, read the mounted data instead, and an --input_file (or
+    INPUT_FILES) under no mount got train_model.sh's "no training file matches ...: give it the
+    TFRecords", the wrong fix. It now looks at what train_model.sh gives the trainer, naming its source."""
+    mnt = tmp_path / "mnt"
+    (mnt / "data").mkdir(parents=True)
+    for name in ("part-0", "eval_10k"):
+        (mnt / "data" / name).write_text("")
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("1 0 0:50 / / rw - overlay overlay rw\n3 1 8:1 /srv %s rw - ext4 /dev/sda1 rw\n" % mnt)
+    env = {k: v for k, v in fake.env.items() if k != "TRAIN_MODEL"}
+    env.update(CHECK_ONLY="1", REQUIRE_MOUNT="1", MLPERF_MOUNTINFO_FILE=str(mountinfo), PRESET="demo_cpu",
+               OUTPUT_DIR=str(mnt / "out"), DATA_DIR=str(mnt / "data"))
+
+    def start(*args, **extra):
+        return subprocess.run([START, *args], capture_output=True, text=True, cwd=ROOT, env=dict(env, **extra),
+                              timeout=60)
+    proc = start("--input_file=%s/data/part-0" % mnt, "--eval_input_file=%s/data/eval_10k" % mnt,
+                 DATA_DIR="/nonexistent_bert_data/tfrecords")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for args, extra, what in ((["--input_file=/nonexistent_bert_data/x/part-*"], {},
+                               "--input_file=/nonexistent_bert_data/x/part-*"),
+                              ([], dict(INPUT_FILES="%s/data/part-0,/nonexistent_bert_data/x/part-0" % mnt),
+                               "INPUT_FILES=%s/data/part-0,/nonexistent_bert_data/x/part-0" % mnt)):
+        proc = start(*args, **extra)
+        assert (proc.returncode, proc.stdout) == (2, ""), proc.stdout + proc.stderr
+        assert proc.stderr == ("error: start_training.sh: %s: /nonexistent_bert_data/x does not exist, and no folder is "
+                               "mounted at or above it: mount the host folder that holds it (docker run -v "
+                               "/path/to/it:/nonexistent_bert_data:ro ...), or give its path where it is mounted\n"
+                               % what), proc.stderr
+
+
 def test_the_mount_check_reads_mountinfos_escapes(fake, tmp_path):
     """A hostile review: of mountinfo's escapes only \\040 (a space) was read, so an OUTPUT_DIR under a mount
     point with a tab, newline or backslash in its name (\\011, \\012, \\134) was refused as in no mount."""

@@ -11,6 +11,7 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError, error_line
 from mlperf_bert.fileio import host_memory
 from mlperf_bert.trainer import run_config, trainer_flags
+from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.trainer_flags import TPU_FLAGS
 
 
@@ -29,6 +30,7 @@ def read_flags(argv):
     (``check_flags``): no torch, so the trainer's start says these at once."""
     cfg = _run_config(argv, required=["bert_config_file", "input_file", "output_dir"])
     check_flags(cfg)
+    check_fp8_widths(cfg)
     return cfg
 
 
@@ -223,6 +225,22 @@ def check_lever_flags(cfg):
                         "every GPU but sm90): add --dtype=bf16, or drop --fp8")
 
 
+def check_fp8_widths(cfg, absent_ok=False):
+    """--fp8's widths, from --bert_config_file: the encoder's dense layers are hidden_size and
+    intermediate_size wide, and torch._scaled_mm takes sizes that are multiples of 16 only (else
+    levers.enable_fp8 refused them once the model was built: after torch, the ranks' meeting and the
+    inputs' checks). ``absent_ok``: a config not there is left unread (a launcher's check, which says
+    so with the setting that named it)."""
+    path = cfg.model.bert_config_file
+    if not (cfg.levers.fp8 and cfg.runtime.do_train and path) or (absent_ok and not os.path.isfile(path)):
+        return
+    config = BertConfig.from_json_file(path)
+    odd = ["%s %d" % (k, getattr(config, k)) for k in ("hidden_size", "intermediate_size") if getattr(config, k) % 16]
+    if odd:
+        raise UserError("--fp8 multiplies matrices whose sizes are multiples of 16, and BERT config %s has %s: give "
+                        "a config whose widths are multiples of 16, or drop --fp8" % (path, " and ".join(odd)))
+
+
 def cuda_graphs_needs_cuda(device_type):
     """The line of --cuda_graphs on a device of ``device_type`` other than CUDA (the flags' --device=cpu,
     or --device=auto resolved)."""
@@ -273,12 +291,13 @@ def launch_figures(argv, check=False, ranks=1, host=True):
     refusing what it refuses with its line: train_model.sh's batch line and per-GPU check. ``check``:
     also the trainer's refusals of the flags alone (``check_flags``, this host's memory and cores
     included unless not ``host``: start_training.sh's check before a series, on the host that trains;
-    train_model.sh's CHECK_ONLY=1 leaves those to it). The batches are checked against the
+    train_model.sh's CHECK_ONLY=1 leaves those to it), and --fp8's widths where the config is here. The batches are checked against the
     ``ranks`` the launch starts (``check_ranks``: the trainer's refusal once its ranks have met, after
     a series' STARTING TIMING RUN). A help flag is left to the trainer."""
     cfg = _run_config(["run_pretraining.py"] + [a for a in argv if not flags.asks_help(["", a])])
     if check:
         check_flags(cfg, host)
+        check_fp8_widths(cfg, absent_ok=True)
     check_ranks(cfg, ranks)
     if cfg.runtime.do_train:  # (--do_eval alone: its levers are refused by check_flags)
         check_lever_ranks(cfg, ranks, None if cfg.runtime.device == "auto" else cfg.runtime.device)

@@ -340,3 +340,16 @@ def test_a_resume_and_the_warm_up_keep_the_checkpoint_and_the_snapshot_off_the_d
     assert made.total == 0
     assert {t.device.type for t in snap["weights"].values()} == {"cpu"}
     assert {t.device.type for st in snap["opt_state"].values() for t in st.values() if torch.is_tensor(t)} == {"cpu"}
+
+
+def test_below_seq_512_the_plan_fits_its_line_where_the_rows_are_the_peak(traced):
+    """A hostile sweep: the plan fitted its line to 8 and 16 rows at any sequence length; at seq 128
+    both peaks were the backward's end (weights and gradients, no row's), so it planned 0 GiB a row
+    and 246,109,916 rows a GPU (``python -m mlperf_bert.trainer.memory_plan --max_seq_length=128``).
+    Now a 1-layer BERT-Large at seq 128 is planned as traced at 64 and 256 rows."""
+    from mlperf_bert.trainer.config import BertConfig
+    cfg = dataclasses.replace(BertConfig.from_json_file(memory_plan.CONFIG, 128), num_hidden_layers=1)
+    plan = memory_plan.Plan(cfg, 128, 20)
+    for b in (64, 256):
+        traced_peak = memory_plan.trace(cfg, b, 128, 20)["Total"]
+        assert abs(plan.fixed + b * plan.per_row - traced_peak) < 1e-3 * traced_peak, b

@@ -149,3 +149,17 @@ def test_a_position_matplotlib_cannot_draw_is_one_line_and_no_file(tmp_path):
                        r" training position or value in it is out of range \(up to 1e\+308\)"):
         plot.main(["plot-log", str(log)])
     assert sorted(os.listdir(tmp_path)) == ["result_0.txt"]
+
+
+def test_a_train_samples_budget_logged_before_training_is_not_where_the_run_stopped(tmp_path):
+    """A hostile sweep: tinycorp's v5.0 log states train_samples 3,600,000 before run_start (its
+    budget) and no position in run_stop; the PNG's text said the run stopped there, 451,008 samples
+    past its last eval and line, at 3,148,992."""
+    import gzip
+    from test_compliance import DATA
+    name = "v5.0_tinycorp_tinybox_red_result_0.txt"
+    with gzip.open(os.path.join(DATA, "mlperf_logs", name + ".gz"), "rb") as f:
+        (tmp_path / name).write_bytes(f.read())
+    assert plot.main(["plot-log", str(tmp_path / name), "--output=%s" % (tmp_path / "tiny.png")]) == 0
+    got = drawn(tmp_path / "tiny.png")
+    assert got["status"] == "success" and got["samples"] == got["evals"][-1][0] == 3148992

@@ -82,9 +82,13 @@ def _figure(plt, log, records, data, target):
     ax.set_title("%s: %d evals, run %s" % (shown(os.path.basename(log)), len(xs), status))
     ax.grid(alpha=0.3)
     # what the figure shows, in the PNG's text (tests/test_plot.py compares the README's demo figure with its words)
-    trained = next((r.value for r in records if r.key == "train_samples"), None)
+    # a train_samples before the first eval is a budget, not where the run stopped (tinycorp's v5.0
+    # log: 3,600,000 after run_start, its last line at 3,148,992): then its last position
+    first = next(r.lineno for r in records if r.key == "eval_accuracy")
+    trained = next((r.value for r in records if r.key == "train_samples" and r.lineno > first), None)
+    last = max((s for s in map(samples_of, records) if s is not None), default=None)
     drawn = {"log": shown(os.path.basename(log)), "evals": data["eval_accuracy"], "status": status,
-             "samples": (samples_of(stop) if stop else None) or trained}  # where the run stopped
+             "samples": (samples_of(stop) if stop else None) or trained or last}  # where the run stopped
     return fig, drawn
 
 

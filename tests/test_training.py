@@ -2206,6 +2206,25 @@ def test_closed_division_hyperparameters_of_published_runs_are_accepted(files, t
     assert all(b in (256, 448, 1536, 3072, 4096, 4608, 6144, 6912, 8192, 8704, 12288, 13056, 16384) for b in warned)
 
 
+def test_an_rcp_presets_batch_of_packed_rows_says_the_rcp_check_interpolates(files, tmp_path, capsys):
+    """A sweep: --preset=rcp_3072 on packed rows (1.0455 sequences a row: 3,212 samples an update, the
+    log's global_batch_size) said nothing, though the RCP check then compares the run with RCPs
+    interpolated at 3,212, not with bert_ref_3072 whose hyperparameters it has."""
+    eval_10k = str(tmp_path / "eval_10k.tfrecord")
+    tfrecord.write_records(eval_10k, (list(tfrecord.read_records(files["eval"])) * 250)[:10000])
+    fv = trainer_flags.define_flags()
+    fv(flags_for(files, str(tmp_path / "o"), submission_division="closed", eval_input_file=eval_10k,
+                 train_batch_size=768, steps_per_update=4))
+    cfg = RunConfig.from_flags(fv)
+    for samples, rank, said in ((3212, 0, True), (3072, 0, False), (3212, 1, False)):
+        preflight.check_closed_data(cfg, [eval_10k], samples, rank)
+        err = capsys.readouterr().err
+        assert err.startswith("warning: packed rows: 3072 rows an update, 3212 samples (sequences) in the log's "
+                              "global_batch_size, the RCP check's unit: it compares this run with RCPs interpolated "
+                              "at 3212, not with bert_ref_3072") == said, err
+        assert said or "packed rows" not in err
+
+
 def test_a_log_outside_output_dir_is_emptied_only_by_the_run_that_wrote_it(files, tmp_path):
     log = str(tmp_path / "logs" / "mlperf.log")
     os.makedirs(os.path.dirname(log))

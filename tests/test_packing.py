@@ -610,3 +610,33 @@ def test_a_killed_writes_temporary_or_a_named_pipe_the_glob_matches_is_refused(s
     assert str(e.value) == "--input file %s is a named pipe (FIFO), not a regular file: give the path of a regular " \
                            "file" % fifo
     assert not out.exists()
+
+
+
+def test_a_packed_run_ended_by_max_samples_is_not_warned_of_micro_steps_it_never_trains(tiny_record, tmp_path,
+                                                                                       capsys):
+    """A hostile sweep: the start's warning took a packed run's --max_samples_termination (sequences)
+    in rows: a run of 2 sequences a row, ended by its samples at micro-step 2 of 3 (its first update),
+    was told that its last micro-step "is trained but never applied". It now counts the update in
+    sequences, as the run and its progress bar do."""
+    import json
+    from mlperf_bert.trainer import training
+    src = str(tmp_path / "part")
+    tfrecord.write_records(src, [tiny_record(input_ids=[2, 5 + i, 6, 3, 0, 0, 0, 0]) for i in range(32)])
+    assert packing.main(["pack", "--max_seq_length=8", "--max_predictions_per_seq=2", "--noprogress",
+                         "--num_workers=1", "--input=" + src, "--output_dir=%s" % tmp_path]) == 0
+    assert packing.packing_rate([src + ".packed.hdf5"]) == 2
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1,
+                                  "num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "gelu",
+                                  "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+                                  "max_position_embeddings": 8, "type_vocab_size": 2, "initializer_range": 0.02}))
+    # 2 micro-steps of 2 rows an update: 8 sequences, reached at micro-step 2 (4 rows: 2 updates' rows)
+    argv = ["run_pretraining.py", "--do_train", "--input_file=%s.packed.hdf5" % src, "--output_dir=%s" % (tmp_path / "o"),
+            "--bert_config_file=%s" % config, "--train_batch_size=2", "--steps_per_update=2", "--num_train_steps=3",
+            "--num_warmup_steps=0", "--max_samples_termination=5", "--save_checkpoints_steps=0", "--seed=1",
+            "--optimizer=lamb",
+            "--max_seq_length=8", "--max_predictions_per_seq=2", "--noprogress", "--num_workers=0"]
+    assert training.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "trained 2 steps" in out and "never applied" not in err, err

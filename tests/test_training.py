@@ -2672,3 +2672,34 @@ def test_every_seed_the_flag_takes_seeds_every_rank():
         torch.set_rng_state(held[0])
         np.random.set_state(held[1])
         random.setstate(held[2])
+
+
+def _started_in(rank, world, disks, argv):
+    """In a spawned rank: _started_apart's line of ``argv`` run from ``disks[rank]`` (a node's own disk)."""
+    os.chdir(disks[rank])
+    return _started_apart(rank, world, [argv, argv])
+
+
+def _removed_on_rank_0(rank, world, path):
+    if rank == 0:
+        os.remove(path)
+
+
+def test_a_rerun_whose_init_checkpoint_is_gone_on_rank_0s_node_alone_is_not_refused(files, uninterrupted, tmp_path):
+    """A hostile sweep: the rerun of a finished 2-rank run on two nodes with disks of their own, its
+    --init_checkpoint (which a rerun or resume does not read) deleted on rank 0's node but still on
+    rank 1's, was refused as "rank 1 was started with other settings than rank 0": rank 0 holds the
+    checkpoint gone by its name alone, rank 1 fingerprinted its copy. It says the run is done."""
+    from test_host_syncs import free_ports, piece, run_pieces, run_ranks
+    disks = [tmp_path / ("node%d" % n) for n in (0, 1)]
+    for disk in disks:
+        disk.mkdir()
+        shutil.copy(os.path.join(uninterrupted[0], "model.ckpt-30.pt"), str(disk / "init.pt"))
+    argv = flags_for(files, "out", init_checkpoint="init.pt", num_workers=0, num_train_steps=2)
+    pieces = [("run", _started_in, ([str(d) for d in disks], argv)),
+              ("gone", _removed_on_rank_0, (str(disks[0] / "init.pt"),)),
+              ("rerun", _started_in, ([str(d) for d in disks], argv))]
+    ranks = run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=str(tmp_path))
+    assert piece(ranks, "run") == [None, None]
+    assert os.path.exists(str(disks[0] / "out" / checkpoint.FINISHED))
+    assert piece(ranks, "rerun") == [None, None]

@@ -433,8 +433,11 @@ def with_recorded_crcs(ident, saved):
 def _same_init(entry, was):
     """Whether an --init_checkpoint's [path, bytes, digest] is the one a run recorded: by its name,
     size and content, not its folder (a resume does not read it, and a requeued job may see it
-    mounted elsewhere); by its name alone once it is gone ([path, None, None]: preflight.check_start)."""
-    return os.path.basename(entry[0]) == os.path.basename(was[0]) and (entry[1] is None or entry[1:] == was[1:])
+    mounted elsewhere); by its name alone once it is gone on either side ([path, None, None]:
+    preflight.check_start; the ranks of nodes with disks of their own, preflight.check_same_settings,
+    may see it gone on one and not another)."""
+    return os.path.basename(entry[0]) == os.path.basename(was[0]) and (
+        None in (entry[1], was[1]) or entry[1:] == was[1:])
 
 
 def _differing(saved, ident):

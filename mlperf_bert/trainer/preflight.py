@@ -57,15 +57,19 @@ def check_closed_data(cfg, eval_files, global_batch, rank):
               file=sys.stderr, flush=True)
 
 
-def warn_schedule(cfg, packed, freq, evaluates):
+def warn_schedule(cfg, packed, freq, evaluates, samples_per_update):
     """Warnings (rank 0, at the start) for flags the reference takes but that waste the run: micro-steps
     after the last update (trained, never applied), no online eval set, and, unpacked, an online eval
-    set that no eval reaches before the run ends (a log without eval_accuracy, which the checkers fail)."""
+    set that no eval reaches before the run ends (a log without eval_accuracy, which the checkers fail).
+    ``samples_per_update``: the log's global batch (packed: in sequences, as --max_samples_termination)."""
     sc, n = cfg.schedule, cfg.optim.steps_per_update
     steps = sc.num_train_steps
     batch, update = cfg.data.train_batch_size, cfg.global_batch
-    end = cfg.last_step(update) * batch  # the samples count at the end
-    if steps % n and end == steps * batch:  # (ended first by the former: no micro-step is left unapplied)
+    # (in sequences: an update counted in rows put a packed run's end past --max_samples_termination's
+    # update, and the warning named micro-steps that the run never trains)
+    last_step = cfg.last_step(samples_per_update)
+    end = last_step * batch  # the samples count at the end (unpacked)
+    if steps % n and last_step == steps:  # (ended first by the former: no micro-step is left unapplied)
         print("warning: --num_train_steps=%d is not a multiple of --steps_per_update=%d: the last %d micro-step(s) "
               "are trained but never applied (as in the reference), and the log's opt_learning_rate_training_steps "
               "is %s updates; give a multiple (%d)" % (steps, n, steps % n, cfg.updates(steps), steps - steps % n),

@@ -510,7 +510,7 @@ def run(cfg, stop, held):
     ckpt = None
     freq = cfg.eval.eval_frequency or eval_frequency(global_batch)
     if rank == 0 and not resumed:
-        preflight.warn_schedule(cfg, packed, freq, eval_set is not None)
+        preflight.warn_schedule(cfg, packed, freq, eval_set is not None, global_batch)
         preflight.warn_closed_model(cfg, trainer.model.config)
     if not continues:
         log.event("eval_frequency", freq)

@@ -309,7 +309,7 @@ check_mounted() {
 # the TFRecords" named the wrong fix; a DATA_DIR that --input_file and --eval_input_file left unread was refused).
 check_reads_mounted() {
   (( REQUIRE_MOUNT )) && [[ -r "$MOUNTINFO_FILE" ]] || return 0
-  local reads=() i part parts dir top
+  local reads=() i part dir top
   if [[ -z "${TRAIN_MODEL:-}" ]]; then
     # (its refusal, or a note, is said once, by its check that follows; so is a signal's end of it)
     mapfile -d '' reads < <(CHECK_ONLY=reads "$HERE/train_model.sh" "$@" 2>/dev/null; printf '%s' "$?")
@@ -318,22 +318,21 @@ check_reads_mounted() {
   elif [[ -n "${DATA_DIR:-}" && ( -z "${INPUT_FILES:-}" || -z "${EVAL_FILE:-}" ) ]]; then
     reads=("DATA_DIR=$DATA_DIR" "$DATA_DIR/part-*")
   fi
+  # (each a part of a file list as the trainer splits it, or a checkpoint or config path whole:
+  # train_model.sh's, so a space after a list's comma or a comma in a checkpoint's folder is no other path)
   for (( i = 0; i + 1 < ${#reads[@]}; i += 2 )); do
-    IFS=, read -ra parts <<< "${reads[i + 1]}"
-    for part in "${parts[@]}"; do
-      [[ -n "$part" ]] || continue
-      absolute dir "$part"
-      dir=${dir%%[*?[]*} dir=${dir%/*}  # its folder, above any glob
-      [[ -e "${dir:-/}" ]] && continue
-      mount_of "$dir"
-      [[ -z "$best" ]] || continue
-      top=${resolved#/} top=/${top%%/*}
-      [[ "${reads[i]}" == "DATA_DIR=$DATA_DIR" ]] && die "DATA_DIR=$DATA_DIR does not exist, and no folder is" \
-        "mounted at or above it: mount the host folder that holds the data (docker run -v /path/to/bert_data:$top:ro" \
-        "...), or set DATA_DIR to where it is mounted"
-      die "${reads[i]}: $dir does not exist, and no folder is mounted at or above it: mount the host folder that" \
-        "holds it (docker run -v /path/to/it:$top:ro ...), or give its path where it is mounted"
-    done
+    part=${reads[i + 1]}
+    absolute dir "$part"
+    dir=${dir%%[*?[]*} dir=${dir%/*}  # its folder, above any glob
+    [[ -e "${dir:-/}" ]] && continue
+    mount_of "$dir"
+    [[ -z "$best" ]] || continue
+    top=${resolved#/} top=/${top%%/*}
+    [[ "${reads[i]}" == "DATA_DIR=$DATA_DIR" ]] && die "DATA_DIR=$DATA_DIR does not exist, and no folder is" \
+      "mounted at or above it: mount the host folder that holds the data (docker run -v /path/to/bert_data:$top:ro" \
+      "...), or set DATA_DIR to where it is mounted"
+    die "${reads[i]}: $dir does not exist, and no folder is mounted at or above it: mount the host folder that" \
+      "holds it (docker run -v /path/to/it:$top:ro ...), or give its path where it is mounted"
   done
 }
 # PATH (absolute): sets resolved to it as `realpath -m` gives it, by builtins (a process here would be

@@ -15,8 +15,8 @@
 # Environment (defaults in brackets):
 #   PRESET          reference_gpu | tpu_8192 | demo_cpu | rcp_<global batch>     [reference_gpu]
 #   MAX_PER_GPU_BATCH  largest per-GPU micro-batch: rcp_* choose their accumulation
-#                   by it; above it any preset is warned about (left unset: at seq 512 on GPUs
-#                   alone) [the memory plan's: BERT-Large seq 512 bf16 on an 80 GB GPU with a
+#                   by it; above it any preset is warned about (left unset: at seq 512 or more
+#                   on GPUs) [the memory plan's: BERT-Large seq 512 bf16 on an 80 GB GPU with a
 #                   margin, mlperf_bert/trainer/memory_plan.py]
 #   PYTORCH_CUDA_ALLOC_CONF  torch's caching allocator settings        [expandable_segments:True,
 #                   unless it or PYTORCH_ALLOC_CONF is set]
@@ -494,8 +494,9 @@ read_figures() {  # --figures | --check | --check_off_host
     [[ "$PRESET" == demo_cpu || "$device" == cpu ]] && unit="CPU process"
     plan="global batch $global = $gpus ${unit}(s) x $per_gpu sequences of $seq_len per $unit per micro-step x $accum micro-step(s) per update"
     # (the plan's default is BERT-Large at seq 512 on an 80 GB GPU: at seq 128 it holds 467 rows, and a
-    # CPU's memory is the trainer's own check)
-    if (( per_gpu > MAX_PER_GPU_BATCH )) && [[ "$max_given" == 1 || ( "$seq_len" == 512 && "$unit" == GPU ) ]]; then
+    # CPU's memory is the trainer's own check; a longer sequence holds fewer rows still: warned too)
+    if (( per_gpu > MAX_PER_GPU_BATCH )) && [[ "$max_given" == 1 || ( "$unit" == GPU && "$seq_len" =~ ^[0-9]{1,9}$ ) ]] \
+        && (( max_given || seq_len >= 512 )); then
       warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; the memory plan: python -m mlperf_bert.trainer.memory_plan, docs/training.md)"
       # the smallest accumulation that fits, among sane ones (a prime global batch has none but itself);
       # --optimizer=adamw takes none (the trainer refuses --steps_per_update above 1 with it)
@@ -589,7 +590,9 @@ for which, spec in zip(("train", "eval"), sys.argv[1:3]):
 
 # CHECK_ONLY=reads (start_training.sh's mount check, REQUIRE_MOUNT=1): the paths the run reads, as the
 # trainer gets them, each NUL-ended after where it came from (said_as; DATA_DIR where its default gave it):
-# WHAT, then a comma list of globs (the --config file: start_training.sh reads it before)
+# WHAT, then a path or glob; the file lists part by part as the trainer splits them (fileio.glob_parts: at
+# commas, white space around a part dropped), the checkpoint and the config whole (one path each, which a
+# comma is part of) (the --config file: start_training.sh reads it before)
 if [[ "${CHECK_ONLY:-0}" == reads ]]; then
   for pair in input_file:INPUT_FILES eval_input_file:EVAL_FILE init_checkpoint:INIT_CHECKPOINT \
               bert_config_file:BERT_CONFIG; do
@@ -600,7 +603,12 @@ if [[ "${CHECK_ONLY:-0}" == reads ]]; then
     # (INPUT_FILES' and EVAL_FILE's defaults: DATA_DIR's part-* and eval_10k)
     if [[ ( "$var" == INPUT_FILES || "$var" == EVAL_FILE ) && -z "$(source_of "$name")" && "$from_env" != *" $var "* ]]
     then what="DATA_DIR=$DATA_DIR"; fi
-    printf '%s\0%s\0' "$what" "$spec"
+    if [[ "$var" == INPUT_FILES || "$var" == EVAL_FILE ]]; then rest="$spec,"; else rest=; printf '%s\0%s\0' "$what" "$spec"; fi
+    while [[ -n "$rest" ]]; do
+      part=${rest%%,*} rest=${rest#*,}
+      part=${part#"${part%%[![:space:]]*}"} part=${part%"${part##*[![:space:]]}"}
+      [[ -z "$part" ]] || printf '%s\0%s\0' "$what" "$part"
+    done
   done
   exit 0
 fi

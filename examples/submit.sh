@@ -113,10 +113,15 @@ sbatch_opt gpus-per-node "" SBATCH_GPUS_PER_NODE
 # them: at commas outside quotes (a ' and a " each counted apart), an item wholly quoted unquoted. A
 # list without ALL (NONE,NAME=VALUE; NAME: this host's value) gives the job those and the SLURM_ ones
 # alone: checked with those (this host's PRESET or DATA_DIR passed, and the job, without, was refused
-# on its node), and PATH and HOME to run the checks.
+# on its node), and PATH and HOME to run the checks. NONE alone (sbatch(1): "as if --get-user-env was
+# specified"), or such a list with --get-user-env, starts the job in this user's login environment (slurmd's
+# `su - USER`, the profile read): checked in a login shell's (a PRESET or DATA_DIR the profile sets was refused).
 sbatch_opt export "" SBATCH_EXPORT
 exported=() rest="$opt" all=1 environ=" $(compgen -e | tr '\n' ' ') "  # (the names this host exports)
 [[ -n "$opt" ]] && all=0
+user_env=0
+[[ "${opt^^}" == NONE || -n "${SBATCH_GET_USER_ENV:-}" ]] && user_env=1
+for o in ${opts[@]+"${opts[@]}"} ${script_opts[@]+"${script_opts[@]}"}; do [[ "$o" == --get-user-env* ]] && user_env=1; done
 while [[ -n "$rest" ]]; do
   item= single=0 double=0
   while [[ -n "$rest" ]]; do
@@ -137,7 +142,12 @@ while [[ -n "$rest" ]]; do
 done
 if (( !all )); then
   for name in $environ; do [[ "$name" == SLURM_* ]] && exported=("$name=${!name}" "${exported[@]}"); done
-  exported=(-i "PATH=$PATH" "HOME=${HOME:-/}" ${exported[@]+"${exported[@]}"})
+  if (( user_env )); then
+    exported=(-i "HOME=${HOME:-/}" "USER=${USER:-}" "LOGNAME=${LOGNAME:-${USER:-}}" bash -l -c 'exec env "$@"' login
+              ${exported[@]+"${exported[@]}"})
+  else
+    exported=(-i "PATH=$PATH" "HOME=${HOME:-/}" ${exported[@]+"${exported[@]}"})
+  fi
 fi
 env ${exported[@]+"${exported[@]}"} "${check_env[@]}" bash "$JOB_SCRIPT" ${flags[@]+"${flags[@]}"} || exit 2
 command -v sbatch > /dev/null || die "no sbatch here: run this on a SLURM login node"

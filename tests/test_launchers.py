@@ -919,6 +919,20 @@ def test_settings_the_trainer_or_torchrun_would_trip_on_are_refused_in_the_check
         assert proc.returncode == 0 and ("is above MAX_PER_GPU_BATCH" in proc.stderr) == warned, proc.stderr
 
 
+def test_the_default_max_per_gpu_batch_warns_above_seq_512_too(tmp_path):
+    """A hostile review: the default MAX_PER_GPU_BATCH (seq 512's) warned at seq 512 alone, so 200 rows
+    of seq 1024 a GPU (a config with 1024 positions), which hold fewer rows than seq 512's 117, went
+    unwarned while 200 of seq 512 were; seq 128 (467 rows a GPU) stays unwarned."""
+    with open(os.path.join(ROOT, "configs", "bert_config_large.json")) as f:
+        config = dict(json.load(f), max_position_embeddings=1024)
+    (tmp_path / "bert_config.json").write_text(json.dumps(config))
+    for seq, warned in ((128, False), (512, True), (1024, True)):
+        proc = subprocess.run([TRAIN, "--dry_run", "--max_seq_length=%d" % seq, "--train_batch_size=1600"],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                              env=_env(BERT_CONFIG=str(tmp_path / "bert_config.json")))
+        assert proc.returncode == 0 and ("is above MAX_PER_GPU_BATCH" in proc.stderr) == warned, (seq, proc.stderr)
+
+
 def test_a_missing_data_folder_or_checkpoint_is_refused_before_the_first_run(tmp_path):
     """A hostile sweep: DATA_DIR missing, empty or a file, an INIT_CHECKPOINT that does not exist and
     SUBMISSION_STATUS=bogus passed start_training.sh's settings check and failed only in run 0, after

@@ -1209,6 +1209,27 @@ def test_the_mount_check_looks_at_the_paths_the_run_reads(fake, tmp_path):
                                % what), proc.stderr
 
 
+def test_the_mount_check_reads_a_file_list_as_the_trainer_and_a_checkpoint_whole(fake, tmp_path):
+    """A hostile review: the mount check split every path it read at commas, and kept a list's white
+    space: INPUT_FILES="A, B" (the trainer strips " B") and an INIT_CHECKPOINT in a folder named with a
+    comma (one path to the trainer) were refused under REQUIRE_MOUNT=1, the image's default, as a
+    relative path under the working folder ("/workspace/bert/ /data does not exist")."""
+    mnt = tmp_path / "mnt"
+    for folder in ("data", "ck,pt"):
+        (mnt / folder).mkdir(parents=True)
+    for name in ("data/part-0", "data/eval_10k", "ck,pt/model.ckpt-28252.index"):
+        (mnt / name).write_text("")
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("1 0 0:50 / / rw - overlay overlay rw\n3 1 8:1 /srv %s rw - ext4 /dev/sda1 rw\n" % mnt)
+    env = {k: v for k, v in fake.env.items() if k != "TRAIN_MODEL"}
+    env.update(CHECK_ONLY="1", REQUIRE_MOUNT="1", MLPERF_MOUNTINFO_FILE=str(mountinfo), PRESET="demo_cpu",
+               OUTPUT_DIR=str(mnt / "out"), DATA_DIR=str(mnt / "data"))
+    for extra in (dict(INPUT_FILES="%s/data/part-0, %s/data/part-0" % (mnt, mnt)),
+                  dict(INIT_CHECKPOINT="%s/ck,pt/model.ckpt-28252" % mnt)):
+        proc = subprocess.run([START], capture_output=True, text=True, cwd=ROOT, env=dict(env, **extra), timeout=60)
+        assert proc.returncode == 0, (extra, proc.stdout + proc.stderr)
+
+
 def test_the_mount_check_reads_mountinfos_escapes(fake, tmp_path):
     """A hostile review: of mountinfo's escapes only \\040 (a space) was read, so an OUTPUT_DIR under a mount
     point with a tab, newline or backslash in its name (\\011, \\012, \\134) was refused as in no mount."""

@@ -289,17 +289,23 @@ def test_the_pyxis_variant_mounts_a_config_files_folder_and_gives_its_path_absol
 def test_the_pyxis_variant_leaves_out_a_read_only_mount_of_a_folder_it_writes(job, tmp_path):
     """A hostile review: a read-only folder at the path of a written one (OUTPUT_DIR=DATA_DIR, which
     train_model.sh takes; INIT_CHECKPOINT in OUTPUT_DIR) was mounted after it, at the same path: the
-    output read-only in the container, every write refused. The written mount reads it too."""
+    output read-only in the container, every write refused. The written mount reads it too. So inside
+    it (a second review): a --config file in a LOGDIR inside OUTPUT_DIR mounted LOGDIR read-only over
+    OUTPUT_DIR's mount, the run's log refused."""
     pyxis = os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch")
     bin_srun = tmp_path / "bin" / "srun"
     bin_srun.write_text('#!/bin/bash\na="$*"\nprintf "%s\\n" "${a//$\'\\n\'/ }" >> "$FAKE_RECORD"\n')
     out = tmp_path / "out"
-    for extra, mounts in (({"OUTPUT_DIR": str(job.data)}, "%s:%s " % (job.data, job.data)),
-                          ({"OUTPUT_DIR": str(out), "INIT_CHECKPOINT": str(out / "model.ckpt-28252")},
-                           "%s:%s,%s:%s:ro " % (out, out, job.data, job.data))):
+    (out / "logs").mkdir(parents=True)
+    (out / "logs" / "run.toml").write_text("learning_rate = 1e-3\n")
+    for args, extra, mounts in (([], {"OUTPUT_DIR": str(job.data)}, "%s:%s " % (job.data, job.data)),
+                                ([], {"OUTPUT_DIR": str(out), "INIT_CHECKPOINT": str(out / "model.ckpt-28252")},
+                                 "%s:%s,%s:%s:ro " % (out, out, job.data, job.data)),
+                                (["--config=%s/logs/run.toml" % out], {"OUTPUT_DIR": str(out), "LOGDIR": str(out / "logs")},
+                                 "%s:%s,%s:%s:ro " % (out, out, job.data, job.data))):
         with contextlib.suppress(FileNotFoundError):
             os.remove(str(tmp_path / "record"))
-        proc, record = job(script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", **extra)
+        proc, record = job(*args, script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", **extra)
         assert "--container-mounts=" + mounts in record[0], record
 
 
@@ -477,6 +483,23 @@ def test_submit_checks_a_job_exported_without_all_with_what_it_gets(job):
         proc, record = job(*opts, script=SUBMIT)
         assert proc.returncode == 0 and record[-1] == "sbatch --gpus-per-node=0 %s %s" % (" ".join(opts), SBATCH), \
             proc.stderr
+
+
+def test_submit_checks_a_job_exported_with_none_in_the_users_login_environment(job, tmp_path):
+    """A hostile review: sbatch's --export=NONE starts the job "as if --get-user-env was specified"
+    (sbatch(1)): in the user's login environment, the profile read. The check ran with PATH and HOME
+    alone, so a PRESET and DATA_DIR the profile sets were refused ("set SUBMISSION_ORG ...") though the
+    job gets them; this host's own (not the job's) still do not pass."""
+    (job.data / "part-00000").write_text("")
+    (job.data / "eval_10k").write_text("")
+    home = tmp_path / "home"
+    home.mkdir()
+    proc, record = job("--export=NONE", script=SUBMIT, HOME=str(home))
+    assert (proc.returncode, record) == (2, []), proc.stderr  # (the fixture's PRESET and DATA_DIR: this host's)
+    assert proc.stderr.startswith("error: slurm_multinode.sbatch: set SUBMISSION_ORG "), proc.stderr
+    (home / ".bash_profile").write_text("export PRESET=demo_cpu DATA_DIR=%s\n" % job.data)
+    proc, record = job("--export=NONE", script=SUBMIT, HOME=str(home))
+    assert proc.returncode == 0 and record[-1] == "sbatch --gpus-per-node=0 --export=NONE %s" % SBATCH, proc.stderr
 
 
 def test_submit_checks_the_nodes_settings_before_sbatch(job, tmp_path):

@@ -359,10 +359,20 @@ def compressed(path):
     return "%s is %s: %s it first" % ((path,) + found) if found else None
 
 
+def refuse_special_output(path, what="output"):
+    """UserError when the output ``path`` is a named pipe, a socket or a device: the rename that ends
+    every write would replace it by a regular file (``--output_file=/dev/null``, run as root, replaced
+    the system's /dev/null with the records)."""
+    kind = special_kind(path)
+    if kind:
+        raise special_file_refusal(path, kind, what, "give the path of a regular file (it would be replaced by one)")
+
+
 def refuse_replacing_another_kind(path, is_kind, kind, what="--output", fix="choose another file, or remove it"):
     """UserError when ``path`` is a file with bytes that ``is_kind(path)`` says is not ``kind`` (what
     the command writes): a mistyped output (vocab.txt, a text shard) is not replaced. ``what``: the
     flag that named it ("": an output a command names itself)."""
+    refuse_special_output(path, what)
     if os.path.isfile(path) and os.path.getsize(path) and not is_kind(path):
         raise UserError("%s exists and is not %s: refusing to overwrite it (%s)"
                         % ("%s %s" % (what, path) if what else path, kind, fix))
@@ -441,6 +451,7 @@ def atomic_path(path, needed=None, _owns=None):
     """
     if os.path.isdir(path):
         raise UserError("output %s is a directory: give a file path" % path)
+    refuse_special_output(path, "output")
     check_writable_dir(path)
     remove_stale_temporaries(os.path.dirname(os.path.abspath(path)), [os.path.basename(path)])
     if needed is not None:

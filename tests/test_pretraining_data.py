@@ -464,6 +464,28 @@ def test_output_that_is_an_input_is_refused(tmp_path, golden_dir, vocab_file):
     assert src.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["link", "part-00000"]
 
 
+def test_an_output_that_is_a_pipe_or_a_device_is_refused_not_replaced(tmp_path, vocab_file):
+    """A hostile sweep: --output_file naming a FIFO (or a device: /dev/null, as root) was replaced by
+    a regular file holding the records (the final rename); the reference writes into it. Refused in
+    one line, left as it was, as to-hdf5's --output is."""
+    import stat
+    from mlperf_bert.dataset import hdf5
+    text = tmp_path / "in.txt"
+    text.write_text("Hello world, one sentence.\nA second one.\n\nAnother document.\n", encoding="utf-8")
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    assert _run_error(["--input_file=%s" % text, "--output_file=%s" % fifo, "--vocab_file=%s" % vocab_file]) == (
+        "--output_file %s is a named pipe (FIFO), not a regular file: give the path of a regular file "
+        "(it would be replaced by one)" % fifo)
+    records = str(tmp_path / "records")
+    create_pretraining_data(str(text), records, vocab_file, max_seq_length=8, max_predictions_per_seq=1,
+                            dupe_factor=1, progress=False)
+    with pytest.raises(UserError, match="--output %s is a named pipe" % fifo):
+        hdf5.main(["to-hdf5", "--input=%s" % records, "--output=%s" % fifo, "--max_seq_length=8",
+                   "--max_predictions_per_seq=1"])
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and sorted(os.listdir(tmp_path)) == ["fifo", "in.txt", "records"]
+
+
 @pytest.mark.skipif(len(KERNELS) < 2, reason="the C kernel is not built")
 def test_c_kernel_random_stream_is_pythons():
     """The C Mersenne Twister (tempered a block at a time, rejection sampling two words at a

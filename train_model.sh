@@ -273,8 +273,10 @@ int_env MAX_PER_GPU_BATCH 1
 (( NODE_RANK < NNODES )) || die "NODE_RANK=$NODE_RANK must be below NNODES=$NNODES"
 (( MASTER_PORT <= 65535 )) || die "MASTER_PORT=$MASTER_PORT is not a port number (1..65535): fix the environment setting"
 # (unresolved, torch's rendezvous ended in a 26-line traceback); on the node that runs, not in a check
-# elsewhere (CHECK_ONLY=1: a login node need not resolve the nodes' names)
-if (( NNODES > 1 )) && [[ "$DRY_RUN" != 1 && "${CHECK_ONLY:-0}" != 1 ]] && command -v getent > /dev/null \
+# elsewhere (CHECK_ONLY=1: a login node need not resolve the nodes' names; CHECK_ONLY=reads: the files check
+# after it asks, and a name that times out is waited for once)
+if (( NNODES > 1 )) && [[ "$DRY_RUN" != 1 && "${CHECK_ONLY:-0}" != 1 && "${CHECK_ONLY:-0}" != reads ]] \
+    && command -v getent > /dev/null \
     && ! getent hosts "${MASTER_ADDR:-127.0.0.1}" > /dev/null; then
   die "MASTER_ADDR=${MASTER_ADDR:-} does not resolve on this node: give the first node's host name or address"
 fi

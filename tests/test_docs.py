@@ -1229,3 +1229,17 @@ def test_the_readme_gives_the_time_of_make_submission_demo():
 if __name__ == "__main__":
     for p in problems(doc_commands()):
         print(p)
+
+
+def test_the_demo_rows_train_command_evaluates_at_0_as_the_row_says():
+    """A new user's run: running.md's demo table gave the training as `train_model.sh
+    --preset=demo_cpu` with an "online eval (at 0 and every 1,600 samples)"; that command, run as
+    written, logs no eval at 0: the demo adds `--eval_at_start` to the preset. The row's command
+    names every flag behind what the row says."""
+    text = open(os.path.join(ROOT, "docs", "running.md"), encoding="utf-8").read()
+    row = next(l for l in text.splitlines() if l.startswith("| train |"))
+    command = re.search(r"`(train_model\.sh [^`]*)`", row).group(1).split()
+    preset = open(os.path.join(ROOT, "configs", "presets", "demo_cpu.sh"), encoding="utf-8").read()
+    demo = inspect.getsource(importlib.import_module("mlperf_bert.demo"))
+    assert "at 0" in row and '"--eval_at_start"' in demo and "--eval_at_start" not in preset
+    assert "--eval_at_start" in command, row

@@ -58,7 +58,8 @@ def bar(iterable=None, file=None, **kwargs):
         return tqdm(iterable, file=out, **kwargs)
     kwargs.pop("dynamic_ncols", None)
     # a line at most every FILE_INTERVAL_S s, at a real update: tqdm's monitor thread would redraw the
-    # last line again, with its old rate, after maxinterval
+    # last line again, with its old rate, after maxinterval. A bar that a terminal erases at its end
+    # (leave=False) keeps its last line here: else a log shows its 0 % line alone, the last it heard of it
     kwargs.update(mininterval=max(kwargs.get("mininterval") or 0, FILE_INTERVAL_S), maxinterval=float("inf"),
-                  ascii=True)
+                  ascii=True, leave=True)
     return tqdm(iterable, file=BarLines(out), **kwargs)

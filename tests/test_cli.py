@@ -662,6 +662,18 @@ def test_an_error_in_the_middle_of_a_progress_bar_starts_its_own_line_and_ends_t
     assert error.startswith("%s: record 29 is corrupt" % records), error
 
 
+def test_a_bar_a_terminal_erases_leaves_its_last_state_in_a_file():
+    """A user's walk through the docs: a bar that erases itself at its end on a terminal (the trainer's,
+    verify's md5: leave=False) left its 0 % line alone in a log file or a pipe, the last it said."""
+    import io
+    from mlperf_bert.progress import bar
+    out = io.StringIO()
+    for _ in bar(range(5), file=out, desc="hashing", leave=False):
+        pass
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("hashing:   0%") and lines[-1].startswith("hashing: 100%") and "5/5" in lines[-1], lines
+
+
 def test_a_compressed_input_is_called_compressed_not_damaged(golden_dir, tmp_path):
     """A hostile sweep: a downloaded file not decompressed was "record 0 has a corrupt length (CRC
     mismatch): the file is damaged" (TFRecords: pick_eval_samples, the trainer, to-hdf5, pack), "is

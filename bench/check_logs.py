@@ -38,7 +38,7 @@ def main():
         wall = time.perf_counter() - t
     verdicts = {}
     for _, results, error in checked:
-        v = "FAIL" if error else compliance.worst_level(results)
+        v = compliance.ERROR if error else compliance.worst_level(results)  # check-log's verdict: not checked
         verdicts[v] = verdicts.get(v, 0) + 1
     print("%d logs in %.1f s: %.1f ms per log on %d cores; verdicts %s"
           % (len(paths), wall, 1e3 * wall / len(paths), os.cpu_count(), verdicts))

@@ -65,7 +65,8 @@ def save_only(args, config):
     state = {"global_step": 1000, "samples": 1000, "next_eval": 0, "evals": [], "model": model.state_dict(),
              "optimizer": opt.state_dict(), "ranks": ranks_state(args.ranks), "world_size": args.ranks}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="checkpoint_save.") as d:
-        print("BERT-Large: %d parameters (%.2f GB fp32) + LAMB moments; writing to %s" % (params, params * 4 / 1e9, d))
+        print("%s: %d parameters (%.2f GB fp32) + LAMB moments; writing to %s"
+              % (os.path.basename(args.config), params, params * 4 / 1e9, d))
         for r in range(args.repeats):
             path = checkpoint.path_for(d, r)
             t = time.time()

@@ -47,10 +47,16 @@ TINY = {"vocab_size": 30522, "hidden_size": 128, "num_hidden_layers": 2, "num_at
 
 def preset_flags(preset, gpus):
     """The trainer flags train_model.sh runs for ``preset`` on ``gpus`` GPUs."""
-    env = dict(os.environ, DATA_DIR="/data", NUM_GPUS=str(gpus))
-    out = subprocess.run([os.path.join(ROOT, "train_model.sh"), "--preset=" + preset, "--dry_run"], env=env,
-                         capture_output=True, text=True, check=True).stdout
-    return dict(m.groups() for m in re.finditer(r"--(\w+)=(\S+)", out))
+    # train_model.sh reads its flags with PYTHON (else a checkout's .venv, else python3): this
+    # bench's interpreter, which has the packages (without it, a CalledProcessError traceback)
+    env = dict(os.environ, DATA_DIR="/data", NUM_GPUS=str(gpus), PYTHON=sys.executable)
+    proc = subprocess.run([os.path.join(ROOT, "train_model.sh"), "--preset=" + preset, "--dry_run"], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode:
+        from mlperf_bert.errors import UserError
+        last = (proc.stderr.strip().splitlines() or ["exit status %d" % proc.returncode])[-1]
+        raise UserError("train_model.sh --preset=%s --dry_run failed: %s" % (preset, last.replace("error: ", "", 1)))
+    return dict(m.groups() for m in re.finditer(r"--(\w+)=(\S+)", proc.stdout))
 
 
 def gpu_presets():

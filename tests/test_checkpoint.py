@@ -1210,3 +1210,18 @@ def test_an_init_checkpoint_or_a_conversion_of_a_pt_with_no_step_count_is_one_li
     assert str(e.value) == ("checkpoint %s is truncated (%s bytes): it begins as a PyTorch .pt, but the end of its "
                             "zip archive is missing: give a whole copy (a copy or transfer cut short leaves one so)"
                             % (pt, format(len(data) // 2, ",")))
+
+
+def test_checkpoint_save_bench_names_the_config_it_saves(tmp_path, capsys):
+    """A sweep of the benches: bench/checkpoint_save.py --config=X (no --train) printed "BERT-Large:
+    1036028 parameters (0.00 GB fp32)" for the demo's config; it names the config, as --train does."""
+    import argparse
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "bench"))
+    import checkpoint_save
+    config = os.path.join(root, "configs", "bert_config_demo.json")
+    args = argparse.Namespace(dir=str(tmp_path), repeats=1, ranks=1, config=config)
+    checkpoint_save.save_only(args, BertConfig.from_json_file(config))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("bert_config_demo.json: 1036028 parameters (0.00 GB fp32)"), out
+    assert out[1].startswith("save 0: ") and os.listdir(tmp_path) == [], out

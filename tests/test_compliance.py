@@ -1384,3 +1384,23 @@ def test_published_logs_bench_names_each_log_it_could_not_read(tmp_path, capsys)
     out = capsys.readouterr().out.splitlines()
     assert "official checker not run" in out[0] and "ERROR 1" in out[0], out
     assert "    Bad/results/sys/bert/result_0.txt: not read: %s:1: malformed MLLOG line" % (bad / "result_0.txt") in out[1], out
+
+
+def test_check_logs_bench_counts_a_log_it_could_not_read_as_error(tmp_path, monkeypatch, capsys):
+    """A sweep of the benches: bench/check_logs.py counted a log it could not read as FAIL, a
+    verdict on rules never run, where check-log (and bench/published_logs.py) say ERROR."""
+    import gzip
+    import shutil
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "bench"))
+    import check_logs
+    shutil.copy(os.path.join(root, "tests", "data", "mlperf_logs", "v5.0_NVIDIA_nyx_n1_result_0.txt.gz"),
+                tmp_path / "good.txt.gz")
+    with gzip.open(tmp_path / "bad.txt.gz", "wb") as f:
+        f.write(b":::MLLOG {cut\n")
+    monkeypatch.setattr(check_logs, "DATA", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["check_logs.py", "--copies=1", "--noofficial"])
+    check_logs.main()
+    out = capsys.readouterr().out
+    assert out.startswith("2 logs in ") and "verdicts {'ERROR': 1, 'PASS': 1}" in out, out

@@ -257,3 +257,27 @@ def test_a_killed_writes_temporary_or_a_named_pipe_the_glob_matches_is_refused(s
         loader.input_files(str(d / "part-*"))
     assert str(e.value) == ("--input_file %s is a named pipe (FIFO), not a regular file: give the path of a regular "
                             "file" % (d / "part-00001-of-00002"))
+
+
+def test_loader_bench_times_the_pure_python_record_by_record_reader(shards, monkeypatch):
+    """A sweep of the benches: bench/loader_throughput.py's "record by record pure-Python decoding
+    (the loader before)" read each record with ``_read_one``, which since 2026-12-04 runs the C batch
+    decoder on one record: it timed C against C (4.7x printed, docs/training.md's 12.0x against the
+    pure-Python loader). Its reader decodes with the pure-Python ``decode_example``, no batch decoder,
+    to the same values."""
+    import sys
+    from mlperf_bert.dataset import example
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import loader_throughput
+    paths, _ = shards
+    want = list(loader.PretrainingBatches(paths, SEQ, PRED, 8, shuffle=False, repeat=False))
+
+    def no_batch_decoder(*args, **kwargs):
+        raise AssertionError("the batch decoder in the pure-Python baseline")
+    monkeypatch.setattr(example, "_decode_batch_c", no_batch_decoder)
+    monkeypatch.setattr(example, "_decode_batch_py", no_batch_decoder)
+    monkeypatch.setattr(loader, "_Reader", loader_throughput.RecordByRecord)
+    got = list(loader.PretrainingBatches(paths, SEQ, PRED, 8, shuffle=False, repeat=False))
+    assert len(got) == len(want) == 13
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys() and all(torch.equal(a[k].to(b[k].dtype), b[k]) for k in a)

@@ -472,3 +472,17 @@ def test_help_into_a_closed_pipe_exits_quietly(name):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0 and not err, err
+
+
+def test_gpu_plan_reads_the_presets_flags_with_its_own_interpreter(monkeypatch):
+    """A sweep of the benches: gpu_plan ran ``train_model.sh --dry_run`` with the caller's PYTHON (else
+    the checkout's .venv, else python3): from a checkout without .venv (a worktree) or with another
+    PYTHON set, the plan ended in a CalledProcessError traceback before its first line. It passes its
+    own interpreter; a failed dry run is one line naming the preset."""
+    import gpu_plan
+    from mlperf_bert.errors import UserError
+    monkeypatch.setenv("PYTHON", os.path.join(ROOT, "no-such-python"))
+    flags = gpu_plan.preset_flags("reference_gpu", 8)
+    assert flags["max_seq_length"] == "512" and int(flags["train_batch_size"]) % 8 == 0, flags
+    with pytest.raises(UserError, match=r"^train_model.sh --preset=no_such_preset --dry_run failed: "):
+        gpu_plan.preset_flags("no_such_preset", 8)

@@ -3,7 +3,7 @@
 Usage: .venv/bin/python bench/train_throughput.py --bert_config_file=CONFIG --max_seq_length=128
          --max_predictions_per_seq=20 --train_batch_size=8 --steps=10 [--dtype=bf16] [--device=cuda]
          [--input_file=TFRECORDS [--packed | --compare_packed]] [--compile | --compare_compile]
---levers=LIST (comma-separated: fused_update, fp8, cuda_graphs; or all) times the
+--levers=LIST (comma-separated: fused_update, fused_qkv, fp8, cuda_graphs; or all) times the
 trainer's own step (training.Trainer, at this --dtype and --compile) plain and with each lever
 (trainer/levers.py), then with all those this device and dtype take, in alternation, and prints
 each one's ratio to the plain step; a lever refused is skipped with its one-line reason.

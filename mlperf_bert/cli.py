@@ -101,6 +101,11 @@ def run_main(main, argv=None):
         print("error: cannot use %s: %s: %s" % (e.filename, os.strerror(e.errno).lower(), PATH_ERRNOS[e.errno]),
               file=sys.stderr)
         sys.exit(2)
+    except BaseException:
+        # Python's own end (a bug's traceback; a SystemExit after the command's line, as a killed loader
+        # worker's): a bar still open (the trainer's) would draw its last state after it at the teardown
+        _end_progress_bars()
+        raise
     _leave_lightly()
     sys.exit(status or 0)
 

@@ -674,6 +674,35 @@ def test_a_bar_a_terminal_erases_leaves_its_last_state_in_a_file():
     assert lines[0].startswith("hashing:   0%") and lines[-1].startswith("hashing: 100%") and "5/5" in lines[-1], lines
 
 
+# A command ended with its bar open (the trainer's, closed only at the run's end) by its own line and a
+# SystemExit ($1 "exit": the loader's for a killed worker), or by a bug's traceback ($1 "crash")
+OPEN_BAR = textwrap.dedent("""\
+    import sys
+    from mlperf_bert.cli import run_main
+    from mlperf_bert.progress import bar
+
+    def main(argv):
+        b = bar(total=100, unit="step", leave=False)
+        b.update(5)
+        if argv[1] == "exit":
+            print("error: the data loader worker (pid 1) was killed by SIGKILL", file=sys.stderr, flush=True)
+            raise SystemExit(137)
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    run_main(main)
+""")
+
+
+@pytest.mark.parametrize("how,status,last", [
+    ("exit", 137, "error: the data loader worker (pid 1) was killed by SIGKILL"),
+    ("crash", 1, "RuntimeError: CUDA error: an illegal memory access was encountered")])
+def test_a_bar_left_open_by_an_exit_or_a_traceback_draws_nothing_after_it(how, status, last):
+    """A review: since a bar keeps its last state in a file or a pipe, the trainer's (open until the run's
+    end) drew it at the interpreter's teardown, after the error: a killed loader worker's one line, a
+    crash's traceback, were no longer the last line of the log. The bar is ended before Python's exit."""
+    proc = subprocess.run([sys.executable, "-c", OPEN_BAR, how], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == status and proc.stderr.splitlines()[-1] == last, proc.stderr
+
+
 def test_a_compressed_input_is_called_compressed_not_damaged(golden_dir, tmp_path):
     """A hostile sweep: a downloaded file not decompressed was "record 0 has a corrupt length (CRC
     mismatch): the file is damaged" (TFRecords: pick_eval_samples, the trainer, to-hdf5, pack), "is

@@ -1226,6 +1226,30 @@ def test_the_readme_gives_the_time_of_make_submission_demo():
     assert "--runs=%s " % said.group(1) in target.split("\n\n")[0], said.group(0)
 
 
+def _number_word(word):
+    """20 for "twenty", 26 for "twenty-six" (the docs' counts of published logs)."""
+    units = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen " \
+            "fifteen sixteen seventeen eighteen nineteen".split()
+    tens, _, unit = word.lower().partition("-")
+    if tens in units:
+        return units.index(tens)
+    return {"twenty": 20, "thirty": 30, "forty": 40}[tens] + (units.index(unit) if unit else 0)
+
+
+def test_the_counts_of_published_logs_the_docs_give_are_the_tests_logs():
+    """The README said "twenty-five published MLPerf logs" and compliance.md "Five logs of earlier
+    rounds" once test_compliance judged a sixth older log (tinycorp's v4.1 tinybox_green): each count
+    is the logs in tests/data/mlperf_logs/ (the older ones in older/)."""
+    logs = glob.glob(os.path.join(ROOT, "tests", "data", "mlperf_logs", "**", "*.gz"), recursive=True)
+    older = [p for p in logs if os.sep + "older" + os.sep in p]
+    readme = re.sub(r"\s+", " ", open(os.path.join(ROOT, "README.md"), encoding="utf-8").read())
+    compliance = re.sub(r"\s+", " ", open(os.path.join(ROOT, "docs", "compliance.md"), encoding="utf-8").read())
+    said = [(re.search(r"([a-z-]+) published MLPerf logs get the verdicts", readme), len(logs)),
+            (re.search(r"checker on ([a-z-]+) closed-division logs published", compliance), len(logs) - len(older)),
+            (re.search(r"([A-Za-z-]+) logs of earlier rounds", compliance), len(older))]
+    for m, want in said:
+        assert m and _number_word(m.group(1)) == want, (m and m.group(0), want)
+
 if __name__ == "__main__":
     for p in problems(doc_commands()):
         print(p)

@@ -139,7 +139,13 @@ class OutputLock:
         import fcntl
         deadline = None
         while True:
-            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+            except PermissionError:
+                if not os.path.isfile(self.lock_file):
+                    raise
+                self._refuse_foreign()
+                continue  # it was removed meanwhile (its holder released it)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
@@ -151,10 +157,7 @@ class OutputLock:
                         if time.monotonic() < deadline:
                             time.sleep(0.1)
                             continue
-                    raise UserError(
-                        "%s %s is in use by another run (%s): wait for it to end or stop it; two runs on "
-                        "one output would mix their results" % (self.what, self.path,
-                                                                _holder_text(self.lock_file, h)))
+                    raise self._in_use(h)
                 print("warning: cannot lock %s (%s): this file system has no locks, so a second run on "
                       "%s would not be detected" % (self.lock_file, e.strerror, self.path), file=sys.stderr)
                 return self
@@ -179,6 +182,39 @@ class OutputLock:
             raise
         _held.append(self)
         return self
+
+    def _in_use(self, h):
+        return UserError("%s %s is in use by another run (%s): wait for it to end or stop it; two runs on one "
+                         "output would mix their results" % (self.what, self.path, _holder_text(self.lock_file, h)))
+
+    def _refuse_foreign(self):
+        """Refuse, in one line, a lock file this user cannot write: another user's (root's), in use
+        by a run of theirs or left by one that was killed. Its folder may well be writable, so
+        "choose a writable output path" misled; the way out is removing that one file."""
+        import fcntl
+        busy = False
+        with contextlib.suppress(OSError):
+            fd = os.open(self.lock_file, os.O_RDONLY)  # flock needs no write access
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as e:
+                busy = e.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+            finally:
+                os.close(fd)
+        if busy:
+            raise self._in_use(_read_holder(self.lock_file))
+        try:
+            uid = os.stat(self.lock_file).st_uid
+        except FileNotFoundError:
+            return
+        try:
+            import pwd
+            owner = pwd.getpwuid(uid).pw_name
+        except (ImportError, KeyError):
+            owner = "uid %d" % uid
+        raise UserError("cannot take the lock %s of %s %s: it is %s's and this user cannot write it (left by a run "
+                        "of theirs that was killed): remove it, or run as %s"
+                        % (self.lock_file, self.what, self.path, owner, owner))
 
     def release(self):
         if self.fd is None:

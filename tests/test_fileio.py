@@ -271,6 +271,44 @@ def test_the_lock_excludes_within_one_process_too(tmp_path):
     locking.lock_file(str(tmp_path / "x")).release()
 
 
+TRY_LOCK = textwrap.dedent("""\
+    import sys
+    from mlperf_bert import errors, locking
+    try:
+        locking.lock_dir(sys.argv[1])
+    except errors.UserError as e:
+        print(e)
+    """)
+
+
+def test_another_users_lock_file_is_named_with_the_way_out(tmp_path):
+    """A hostile sweep as a non-root user: a root run killed in a shared output folder left its
+    .mlperf_bert.lock (root's, 644), and the user's rerun said "cannot create the lock file in DIR:
+    Permission denied; choose a writable output path" of a folder the user can write. Now the line
+    names the file and the fix; while a run holds such a file, it is in use, as any other."""
+    import fcntl
+    import pwd
+    from test_cli import _as_a_user
+    if os.geteuid() == 0 and subprocess.run(_as_a_user(["true"])).returncode != 0:
+        pytest.skip("running as root and setpriv cannot drop the permission override here")
+    d = tmp_path / "out"
+    d.mkdir()
+    lock = d / locking.DIR_LOCK_NAME
+    lock.write_text("{}\n")
+    lock.chmod(0o444)  # what another user's 644 file is to this one
+
+    def try_lock():
+        return subprocess.run(_as_a_user([PY, "-c", TRY_LOCK, str(d)]), capture_output=True, text=True, env=ENV,
+                              timeout=60).stdout
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert try_lock() == ("cannot take the lock %s of output directory %s: it is %s's and this user cannot write it"
+                          " (left by a run of theirs that was killed): remove it, or run as %s\n" % (lock, d, me, me))
+    with open(lock) as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # that run, alive
+        assert try_lock().startswith("output directory %s is in use by another run (pid %d, which keeps its lock "
+                                     "file open" % (d, os.getpid()))
+
+
 @pytest.mark.slow
 def test_two_make_datasets_on_one_directory(full_run, text_dir, vocab_file, tmp_path):
     """The second is refused at once; the first completes untouched and its manifest verifies."""

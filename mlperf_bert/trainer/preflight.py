@@ -30,14 +30,14 @@ def check_closed_data(cfg, eval_files, global_batch, rank):
                             compliance.CLOSED_EVAL_SAMPLES, cfg.eval.eval_input_file, n, _OPEN))
     if rank != 0:
         return
-    rows = rcp.rcp_entry(cfg.global_batch)
-    if global_batch != cfg.global_batch and rows is not None and rcp.rcp_entry(global_batch) is None:
+    entry = rcp.rcp_entry(global_batch)
+    rows = rcp.rcp_entry(cfg.global_batch) if global_batch != cfg.global_batch else None
+    if rows is not None and entry is None:
         # (a sweep: --preset=rcp_3072 on rows of 1.0455 sequences logged 3,212 without a word)
         print("warning: packed rows: %d rows an update, %d samples (sequences) in the log's global_batch_size, the"
               " RCP check's unit: it compares this run with RCPs interpolated at %d, not with %s, whose hyperparameters"
               " it has; for that RCP's own batch train on unpacked records" % (
                   cfg.global_batch, global_batch, global_batch, rows[0]), file=sys.stderr, flush=True)
-    entry = rcp.rcp_entry(global_batch)
     if entry is None:
         return
     name, hp = entry

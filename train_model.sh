@@ -497,8 +497,9 @@ read_figures() {  # --figures | --check | --check_off_host
     plan="global batch $global = $gpus ${unit}(s) x $per_gpu sequences of $seq_len per $unit per micro-step x $accum micro-step(s) per update"
     # (the plan's default is BERT-Large at seq 512 on an 80 GB GPU: at seq 128 it holds 467 rows, and a
     # CPU's memory is the trainer's own check; a longer sequence holds fewer rows still: warned too)
-    if (( per_gpu > MAX_PER_GPU_BATCH )) && [[ "$max_given" == 1 || ( "$unit" == GPU && "$seq_len" =~ ^[0-9]{1,9}$ ) ]] \
-        && (( max_given || seq_len >= 512 )); then
+    warn_max=$max_given
+    [[ "$unit" == GPU && "$seq_len" =~ ^[0-9]{1,9}$ ]] && (( seq_len >= 512 )) && warn_max=1
+    if (( warn_max && per_gpu > MAX_PER_GPU_BATCH )); then
       warning="warning: train_model.sh: $per_gpu sequences per GPU per micro-step is above MAX_PER_GPU_BATCH=$MAX_PER_GPU_BATCH (what one GPU is taken to hold; the memory plan: python -m mlperf_bert.trainer.memory_plan, docs/training.md)"
       # the smallest accumulation that fits, among sane ones (a prime global batch has none but itself);
       # --optimizer=adamw takes none (the trainer refuses --steps_per_update above 1 with it)

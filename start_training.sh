@@ -292,7 +292,7 @@ mount_of() {  # PATH (absolute): sets resolved (resolve_path's) and best, a moun
 }
 check_mounted() {
   (( REQUIRE_MOUNT )) && [[ -r "$MOUNTINFO_FILE" ]] || return 0
-  local var best shown data top
+  local var best shown
   for var in OUTPUT_DIR LOGDIR; do
     mount_of "${!var}"
     shown=

@@ -496,8 +496,14 @@ say_drop() {  # WHAT CACHE_CLEAR: run_one's page cache line, ending with the cac
 # Rank 0, on node 0, writes the MLPerf log: the other nodes of a multi-node run neither copy nor
 # check it (on shared storage they would read it while rank 0 may still be writing its last lines).
 log_node() { [[ "${NODE_RANK:-0}" =~ ^0*$ ]]; }
-# DIR: another start's trainer holds its lock (locking.DIR_LOCK_NAME), which this start's trainer is refused
-in_use() { [[ -e "$1/.mlperf_bert.lock" ]] && command -v flock >/dev/null && ! flock -n "$1/.mlperf_bert.lock" true 2>/dev/null; }
+# DIR: another start's trainer holds its lock (locking.DIR_LOCK_NAME), which this start's trainer is refused.
+# (Only a held lock: one this user cannot open, another user's under umask 077, is the trainer's to
+# refuse, naming its owner, locking.OutputLock; flock(1) ends 66 there, not 75.)
+in_use() {
+  [[ -e "$1/.mlperf_bert.lock" ]] && command -v flock >/dev/null || return 1
+  flock -n -E 75 "$1/.mlperf_bert.lock" true 2>/dev/null
+  (( $? == 75 ))
+}
 
 check_log() {  # LOG: the log checker on a finished run's log (CHECK_LOG=1)
   if [[ "$CHECK_LOG" == 1 && -f "$1" ]] && log_node; then

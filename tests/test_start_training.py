@@ -614,6 +614,25 @@ def test_a_run_refused_by_another_starts_lock_names_that_run_not_its_checkpoint(
         os.kill(int(held.read_text()), signal.SIGKILL)
 
 
+def test_a_lock_file_this_user_cannot_open_is_not_called_in_use(fake):
+    """A sweep as a non-root user: a root run killed in a shared output folder under umask 077 left
+    its lock file (root's, 600); flock(1) cannot open it, and the start said "in use by another run:
+    wait for it to end" of a run that does not exist. Not in use: the start goes on (its trainer
+    refuses such a file in one line naming its owner, test_fileio's
+    test_another_users_lock_file_is_named_with_the_way_out)."""
+    from test_cli import _as_a_user
+    if os.geteuid() == 0 and subprocess.run(_as_a_user(["true"])).returncode != 0:
+        pytest.skip("running as root and setpriv cannot drop the permission override here")
+    fake.out.mkdir()
+    lock = fake.out / ".mlperf_bert.lock"
+    lock.write_text("{}\n")
+    lock.chmod(0)  # what another user's 600 file is to this one
+    proc = subprocess.run(_as_a_user([START, "--preset=demo_cpu"]), capture_output=True, text=True,
+                          env=dict(fake.env, SEED="5"), cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and "in use" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert len(calls(fake)) == 1 and len(result_lines(proc)) == 1, proc.stdout
+
+
 def test_a_finished_run_is_not_run_again(fake):
     first = fake("--preset=demo_cpu", SEED="5")
     assert first.returncode == 0 and len(result_lines(first)) == 1

@@ -110,17 +110,18 @@ sbatch_opt gpus-per-node "" SBATCH_GPUS_PER_NODE
 [[ -n "$opt" ]] && check_env+=("SLURM_GPUS_PER_NODE=$opt")
 # Settings given as sbatch's --export=ALL,NAME=VALUE,... (or SBATCH_EXPORT) are the job's: checked as
 # such (they were this host's, so a DATA_DIR given there was "set DATA_DIR"). Split as sbatch splits
-# them: at commas outside quotes (a ' and a " each counted apart), an item wholly quoted unquoted. A
-# list without ALL (NONE,NAME=VALUE; NAME: this host's value) gives the job those and the SLURM_ ones
-# alone: checked with those (this host's PRESET or DATA_DIR passed, and the job, without, was refused
-# on its node), and PATH and HOME to run the checks. NONE alone (sbatch(1): "as if --get-user-env was
-# specified"), or such a list with --get-user-env, starts the job in this user's login environment (slurmd's
-# `su - USER`, the profile read): checked in a login shell's (a PRESET or DATA_DIR the profile sets was refused).
+# them: at commas outside quotes (a ' and a " each counted apart), an item wholly quoted unquoted. Any
+# --export but ALL alone (NONE, a list NAME=VALUE,NAME with or without ALL), or --get-user-env, starts
+# the job in this user's login environment (slurmd's `su - USER`, the profile read; sbatch sets
+# get_user_env for each, as seen under Slurm 22.05) with the job's variables over it: a list without ALL
+# gives the job those (NAME: this host's value) and the SLURM_ ones; with ALL, this host's whole
+# environment. Checked so: with this host's, a PRESET or DATA_DIR it alone had passed a job that its
+# nodes then refused; without the profile's, one the profile sets was refused.
 sbatch_opt export "" SBATCH_EXPORT
 exported=() rest="$opt" all=1 environ=" $(compgen -e | tr '\n' ' ') "  # (the names this host exports)
 [[ -n "$opt" ]] && all=0
 user_env=0
-[[ "${opt^^}" == NONE || -n "${SBATCH_GET_USER_ENV:-}" ]] && user_env=1
+[[ -n "$opt" && "${opt^^}" != ALL || -n "${SBATCH_GET_USER_ENV:-}" ]] && user_env=1
 for o in ${opts[@]+"${opts[@]}"} ${script_opts[@]+"${script_opts[@]}"}; do [[ "$o" == --get-user-env* ]] && user_env=1; done
 while [[ -n "$rest" ]]; do
   item= single=0 double=0
@@ -140,14 +141,12 @@ while [[ -n "$rest" ]]; do
     exported+=("$item=${!item}")
   fi
 done
-if (( !all )); then
-  for name in $environ; do [[ "$name" == SLURM_* ]] && exported=("$name=${!name}" "${exported[@]}"); done
-  if (( user_env )); then
-    exported=(-i "HOME=${HOME:-/}" "USER=${USER:-}" "LOGNAME=${LOGNAME:-${USER:-}}" bash -l -c 'exec env "$@"' login
-              ${exported[@]+"${exported[@]}"})
-  else
-    exported=(-i "PATH=$PATH" "HOME=${HOME:-/}" ${exported[@]+"${exported[@]}"})
-  fi
+if (( user_env )); then
+  for name in $environ; do
+    (( all )) || [[ "$name" == SLURM_* ]] && exported=("$name=${!name}" ${exported[@]+"${exported[@]}"})
+  done
+  exported=(-i "HOME=${HOME:-/}" "USER=${USER:-}" "LOGNAME=${LOGNAME:-${USER:-}}" bash -l -c 'exec env "$@"' login
+            ${exported[@]+"${exported[@]}"})
 fi
 env ${exported[@]+"${exported[@]}"} "${check_env[@]}" bash "$JOB_SCRIPT" ${flags[@]+"${flags[@]}"} || exit 2
 command -v sbatch > /dev/null || die "no sbatch here: run this on a SLURM login node"

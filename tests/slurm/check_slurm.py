@@ -5,6 +5,8 @@ apt-get when missing; proctrack/linuxproc, so Slurm signals every process of a t
 the sbatch through examples/submit.sh on the demo preset (PRESET=demo_cpu, GPUS_PER_NODE=0, one
 rank a node, a tiny BERT on the reference's s128 records of tests/data), and checks:
 
+0. what sbatch's --export gives a job, as examples/submit.sh checks its settings (``--export=NONE``
+   or a list, with ALL or without: the user's login environment beneath the job's variables);
 1. an unstopped job: both nodes meet at the rendezvous (a world of 2 ranks, one on n1, one on n2)
    and finish; its final checkpoint is the reference;
 2. ``scancel --signal=TERM`` mid-run: every node says its run stopped by SIGTERM and which
@@ -160,6 +162,26 @@ class Test:
         return j, text
 
     # ---- the checks
+
+    @step("0. sbatch's --export as examples/submit.sh checks a job's settings")
+    def exports(self):
+        """submit.sh checks the settings a job gets: with NONE or any list but ALL alone, the user's
+        login environment under the job's variables (sbatch sets get_user_env for them); without
+        --export, this host's alone. A variable only the submitting shell has (MB_HOST_ONLY) and one
+        only a login shell sets (SHELL: su -'s) tell them apart."""
+        env = {k: v for k, v in self.slurm.env.items() if k != "SHELL"}
+        env["MB_HOST_ONLY"] = "1"
+        show = " ".join("%s=${%s-unset}" % (v, v) for v in ("FOO", "MB_HOST_ONLY", "SHELL", "SLURM_GET_USER_ENV"))
+        show = "echo " + show  # (--wrap's script is sh's)
+        for i, (opts, login, host, foo) in enumerate(((["--export=NONE"], True, False, "unset"), (["--export=FOO=bar"], True, False, "bar"),
+                                       (["--export=ALL,FOO=bar"], True, True, "bar"), ([], False, True, "unset"))):
+            out = os.path.join(self.dir, "export-%d.out" % i)
+            jobid = self.slurm.run(["sbatch", "--parsable", "--output=" + out] + opts + ["--wrap", show],
+                                   env=env, cwd=self.dir).stdout.strip().split(";")[0]
+            self.slurm.wait_job(jobid, 60)
+            got = dict(line.split("=", 1) for line in read(out).split())
+            expect((got["SHELL"] != "unset", got["MB_HOST_ONLY"] != "unset", got["FOO"]) == (login, host, foo),
+                   "sbatch %s: %s" % (" ".join(opts) or "(no --export)", got))
 
     @step("1. an unstopped job on two nodes (the reference)")
     def unstopped(self):
@@ -319,6 +341,7 @@ class Test:
         self.tmp = os.path.join(self.dir, "tmp")
         os.makedirs(self.tmp)
         step("set up: data, a two-node Slurm (munged, slurmctld, slurmd n1 and n2)")(self.setup)()
+        self.exports()
         full = self.unstopped()
         self.scancel_and_requeue(full)
         self.time_limit()

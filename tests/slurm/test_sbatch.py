@@ -469,8 +469,8 @@ def test_submit_checks_the_settings_given_with_export_as_the_jobs(job):
         assert proc.stderr.startswith("error: slurm_multinode.sbatch: " + said), proc.stderr
 
 def test_submit_checks_a_job_exported_without_all_with_what_it_gets(job):
-    """A hostile review: --export=NONE,NAME=VALUE (or a list without ALL) gives the job those and the
-    SLURM_ variables alone, but the check ran with this host's whole environment: the host's PRESET
+    """A hostile review: --export=NAME=VALUE,NAME (a list without ALL) gives the job those, the SLURM_
+    variables and the login profile's, but the check ran with this host's whole environment: the host's PRESET
     (demo_cpu) passed it, and the job, given the closed preset, was refused on its node. Without ALL the
     check has the job's variables (a name alone: the host's value); with ALL (any case) this host's too."""
     (job.data / "part-00000").write_text("")
@@ -485,7 +485,7 @@ def test_submit_checks_a_job_exported_without_all_with_what_it_gets(job):
             proc.stderr
 
 
-def test_submit_checks_a_job_exported_with_none_in_the_users_login_environment(job, tmp_path):
+def test_submit_checks_a_job_exported_with_none_or_a_list_in_the_users_login_environment(job, tmp_path):
     """A hostile review: sbatch's --export=NONE starts the job "as if --get-user-env was specified"
     (sbatch(1)): in the user's login environment, the profile read. The check ran with PATH and HOME
     alone, so a PRESET and DATA_DIR the profile sets were refused ("set SUBMISSION_ORG ...") though the
@@ -500,6 +500,18 @@ def test_submit_checks_a_job_exported_with_none_in_the_users_login_environment(j
     (home / ".bash_profile").write_text("export PRESET=demo_cpu DATA_DIR=%s\n" % job.data)
     proc, record = job("--export=NONE", script=SUBMIT, HOME=str(home))
     assert proc.returncode == 0 and record[-1] == "sbatch --gpus-per-node=0 --export=NONE %s" % SBATCH, proc.stderr
+    # A list, with ALL or without, does as NONE (sbatch sets get_user_env for every --export but ALL
+    # alone: under Slurm 22.05 a job given --export=FOO=bar had the profile's variables too): the list
+    # without ALL was checked with PATH and HOME alone (the profile's PRESET refused), the list with
+    # ALL without the profile's (its REQUEUE_AT_TIME_LIMIT=2, which the job gets, passed)
+    proc, record = job("--export=GPUS_PER_NODE", script=SUBMIT, HOME=str(home))
+    assert proc.returncode == 0 and record[-1] == "sbatch --gpus-per-node=0 --export=GPUS_PER_NODE %s" % SBATCH, \
+        proc.stderr
+    (home / ".bash_profile").write_text("export PRESET=nonsense REQUEUE_AT_TIME_LIMIT=2\n")
+    sent = len(record)
+    proc, record = job("--export=ALL,SEED=5", script=SUBMIT, HOME=str(home))  # (this host's PRESET over the profile's)
+    assert (proc.returncode, len(record)) == (2, sent) and proc.stderr.startswith(
+        "error: slurm_multinode.sbatch: REQUEUE_AT_TIME_LIMIT=2 must be 0 or 1"), proc.stderr
 
 
 def test_submit_checks_the_nodes_settings_before_sbatch(job, tmp_path):

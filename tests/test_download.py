@@ -1,6 +1,7 @@
 import hashlib
 import http.client
 import os
+import re
 import shutil
 
 import pytest
@@ -39,7 +40,7 @@ def interrupted(monkeypatch, url, out, after, error=ConnectionResetError(104, "C
     download. Returns the error's line."""
     real = download._open_from
     with monkeypatch.context() as m:
-        m.setattr(download, "_open_from", lambda u, offset: (lambda s, t, r: (_Dropped(s, after, error), t, r))(
+        m.setattr(download, "_open_from", lambda u, offset: (lambda s, t, r, v: (_Dropped(s, after, error), t, r, v))(
             *real(u, offset)))
         with pytest.raises(UserError) as e:
             download.download(url, str(out), progress=False)
@@ -118,6 +119,38 @@ def test_a_partial_download_from_another_source_starts_over(ref_data, tmp_path, 
     interrupted(monkeypatch, url["b"], out, 100000)
     srv["b"].write_bytes(text[:-10])  # the same URL, another file since
     fetched_b("came from a %d-byte file, but %s is now %d bytes" % (len(text), url["b"], len(text) - 10))
+
+
+def test_a_partial_download_of_a_file_changed_since_at_the_same_size_starts_over(ref_data, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """A hostile sweep: a download killed at 301,989,888 of 400,000,000 bytes, its source then
+    rewritten at the same size, was resumed: exit 0, `OK`, a file of the old version's bytes and the
+    new one's remainder (no md5 is published for 494 of the text shards). The record now holds the
+    source's version (a file's inode and mtime, a server's ETag or Last-Modified)."""
+    text = open(os.path.join(ref_data, "data", "vocab.txt"), "rb").read()
+    src = tmp_path / "mirror" / "part-00123-of-00500"
+    src.parent.mkdir()
+    src.write_bytes(text)
+    out = tmp_path / "dl" / src.name
+    monkeypatch.setattr(download, "CHUNK", 10000)
+    interrupted(monkeypatch, "file://%s" % src, out, 100000)
+    st = os.stat(str(src))
+    src.write_bytes(bytes(reversed(text)))  # regenerated: the same size, other bytes
+    os.utime(str(src), ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))  # (a coarse clock could give the same mtime)
+    offsets = opened_at(monkeypatch)
+    assert download.main(["download", "--url=file://%s" % src, "--output_dir=%s" % out.parent, "--noprogress"]) == 0
+    assert out.read_bytes() == src.read_bytes() and os.listdir(str(out.parent)) == [out.name]
+    assert offsets[-1] == 0
+    assert re.fullmatch(r"warning: %s\.partial came from file://%s as it was then \(inode \d+ mtime_ns \d+\), but it "
+                        r"has changed since \(inode \d+ mtime_ns \d+\): starting over\n" % (re.escape(str(out)),
+                                                                                      re.escape(str(src))),
+                        capsys.readouterr().err)
+
+
+def test_a_servers_validator_names_the_version_a_weak_etag_does_not():
+    assert download._version({"ETag": '"abc"', "Last-Modified": "Mon"}) == '"abc"'
+    assert download._version({"ETag": 'W/"abc"', "Last-Modified": "Mon"}) == "Mon"
+    assert download._version({}) is None
 
 
 def test_wrong_content_is_rejected_and_not_kept(tmp_path):

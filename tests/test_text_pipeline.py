@@ -278,6 +278,23 @@ def test_a_nul_character_is_a_user_error(tmp_path):
         text_pipeline.run([str(wiki)], str(tmp_path / "out"), num_test_articles=0, workers=1, progress=False)
 
 
+def test_a_file_with_no_doc_line_is_refused_not_taken_for_articles(wiki_files, tmp_path):
+    """A hostile sweep: the XML dump itself (wikiextractor not run), or notes a wide glob matched
+    beside the wiki_nn files, went through the clean-up as text: its lines in the shards and the
+    eval set, exit 0. A file that holds no <doc line is not WikiExtractor output: refused, named."""
+    notes = tmp_path / "in" / "notes"
+    notes.parent.mkdir()
+    notes.write_text("<mediawiki>\n  <page>\n    <title>A</title>\n  </page>\n\nSome notes. More of them.\n")
+    out = tmp_path / "out"
+    with pytest.raises(UserError) as e:
+        text_pipeline.run(wiki_files[:1] + [str(notes)], str(out), num_test_articles=0, workers=1, progress=False)
+    assert str(e.value) == (
+        "%s holds no <doc ...> line, so it is not WikiExtractor output (the XML dump itself? run wikiextractor on it "
+        "first, docs/dataset.md section 3): narrow --wiki_glob to the WikiExtractor files, e.g. 'text/*/wiki_??'"
+        % notes)
+    assert not any(n.startswith("part-") for n in (os.listdir(out) if out.exists() else []))
+
+
 def test_rerun_with_another_block_size_leaves_only_the_new_shards(wiki_files, tmp_path):
     d = tmp_path / "rerun"
     runs = []

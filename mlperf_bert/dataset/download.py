@@ -1,7 +1,8 @@
 """``download``: fetch reference files, resuming interrupted transfers, and check their md5.
 
-Bytes go to ``NAME.partial`` beside the target, and ``NAME.partial.source`` records the URL and
-size they come from; a rerun from that URL and size continues from the partial file's size (HTTP
+Bytes go to ``NAME.partial`` beside the target, and ``NAME.partial.source`` records the URL, size
+and version (a file's inode and mtime, a server's ETag or Last-Modified) they come from; a rerun from
+that URL, size and version continues from the partial file's size (HTTP
 ``Range`` request, or a seek for ``file://`` URLs), any other (or a partial file with no record)
 starts over: joined to another source's remainder, its bytes would make a file of the right size
 that no md5 check catches where none is published. When the transfer is complete the file
@@ -35,8 +36,16 @@ def expected_for(name, path, results_dir=RESULTS_DIR):
     return [e[1:] for e in expectations(path, known_tables(results_dir), name)]
 
 
+def _version(headers):
+    """A server's validator of the file's bytes: a strong ETag, else Last-Modified (None: neither)."""
+    etag = headers.get("ETag") if headers is not None else None
+    if etag and not etag.startswith("W/"):  # a weak ETag promises equivalent content, not the same bytes
+        return etag
+    return headers.get("Last-Modified") if headers is not None else None
+
+
 def _open_from(url, offset):
-    """(stream, total size or None, whether the stream starts at ``offset``)."""
+    """(stream, total size or None, whether the stream starts at ``offset``, the file's version or None)."""
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme == "file":
         path = urllib.request.url2pathname(parsed.path)
@@ -44,9 +53,9 @@ def _open_from(url, offset):
             f = open_input(path, "rb", fix="give the URL of a regular file")
         except OSError as e:
             raise UserError("cannot read %s: %s" % (url, e.strerror))
-        size = os.fstat(f.fileno()).st_size
-        f.seek(min(offset, size))
-        return f, size, True
+        st = os.fstat(f.fileno())
+        f.seek(min(offset, st.st_size))
+        return f, st.st_size, True, "inode %d mtime_ns %d" % (st.st_ino, st.st_mtime_ns)
     if parsed.scheme not in ("http", "https"):
         raise UserError("unsupported URL %s: use http://, https:// or file://" % url)
     req = urllib.request.Request(url, headers={"Range": "bytes=%d-" % offset} if offset else {})
@@ -54,14 +63,14 @@ def _open_from(url, offset):
         resp = urllib.request.urlopen(req, timeout=60)
     except urllib.error.HTTPError as e:
         if e.code == 416:  # nothing left to fetch
-            return None, offset, True
+            return None, offset, True, _version(e.headers)
         raise UserError("download of %s failed: HTTP %d %s" % (url, e.code, e.reason))
     except urllib.error.URLError as e:
         raise UserError("cannot reach %s: %s (check the URL and the network)" % (url, e.reason))
     resumed = resp.status == 206
     length = resp.headers.get("Content-Length")
     total = (int(length) + (offset if resumed else 0)) if length else None
-    return resp, total, resumed
+    return resp, total, resumed, _version(resp.headers)
 
 
 def download(url, output, md5=None, size=None, progress=True, results_dir=RESULTS_DIR):
@@ -108,18 +117,23 @@ def _mismatch(got_size, got_md5, wanted):
                                             "" if md5 is None else "md5 %s" % md5) if w) for size, md5 in wanted)
 
 
-def _source_change(partial, url, total):
-    """Why ``partial`` cannot be resumed from ``url`` (of ``total`` bytes, None if unknown), or None."""
+def _source_change(partial, url, total, version):
+    """Why ``partial`` cannot be resumed from ``url`` (of ``total`` bytes and ``version``, None if
+    unknown), or None."""
     try:
         with open(partial + SOURCE_SUFFIX, encoding="utf-8") as f:
             source = json.load(f)
-        was_url, was_size = source["url"], source["bytes"]
-    except (OSError, ValueError, KeyError, TypeError):
+        was_url, was_size, was_version = source["url"], source["bytes"], source.get("version")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "has no readable record of the URL it came from (%s)" % (partial + SOURCE_SUFFIX)
     if was_url != url:
         return "came from %s, not %s" % (was_url, url)
     if None not in (total, was_size) and total != was_size:
         return "came from a %d-byte file, but %s is now %d bytes" % (was_size, url, total)
+    # the same size is no proof of the same bytes: a file rewritten since (a mirror regenerating
+    # its shards) was joined to the partial file's bytes, a file no check caught where no md5 is published
+    if None not in (version, was_version) and version != was_version:
+        return "came from %s as it was then (%s), but it has changed since (%s)" % (url, was_version, version)
     return None
 
 
@@ -127,18 +141,18 @@ def _fetch(url, output, name, expected, progress, damaged):
     from mlperf_bert.progress import bar as progress_bar
     partial = output + ".partial"
     offset = os.path.getsize(partial) if os.path.exists(partial) else 0
-    stream, total, resumed = _open_from(url, offset)
-    why = _source_change(partial, url, total) if offset and resumed else None
+    stream, total, resumed, version = _open_from(url, offset)
+    why = _source_change(partial, url, total, version) if offset and resumed else None
     if why:
         print("warning: %s %s: starting over" % (partial, why), file=sys.stderr)
         if stream is not None:
             stream.close()
-        stream, total, resumed = _open_from(url, 0)
+        stream, total, resumed, version = _open_from(url, 0)
     if why or not resumed:  # (or the server ignored the Range request)
         offset = 0
     if not offset:  # the record names the bytes to come: no other source's are left under it
         _remove_partial(partial)
-        write_json(partial + SOURCE_SUFFIX, {"url": url, "bytes": total})
+        write_json(partial + SOURCE_SUFFIX, {"url": url, "bytes": total, "version": version})
     cut = None  # why the source broke off mid-transfer
     if stream is not None:
         try:

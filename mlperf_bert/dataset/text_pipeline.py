@@ -49,6 +49,13 @@ def read_wiki_file(path):
         raise UserError("%s line %d holds a NUL character, which the reference's clean.sh (grep) takes for a "
                         "binary file and drops text of: remove it (tr -d '\\000'); WikiExtractor never writes one"
                         % (path, text.count("\n", 0, nul) + 1))
+    if "<doc" not in text and text.strip():
+        # not WikiExtractor output (the XML dump itself, notes a wide glob matched): cleaned as text,
+        # its lines went into the shards and the eval set, exit 0. (An empty file is WikiExtractor's
+        # for a dump of no article: no article, said as such.)
+        raise UserError("%s holds no <doc ...> line, so it is not WikiExtractor output (the XML dump itself? run "
+                        "wikiextractor on it first, docs/dataset.md section 3): narrow --wiki_glob to the "
+                        "WikiExtractor files, e.g. 'text/*/wiki_??'" % path)
     return text
 
 

@@ -2680,26 +2680,56 @@ def _started_in(rank, world, disks, argv):
     return _started_apart(rank, world, [argv, argv])
 
 
-def _removed_on_rank_0(rank, world, path):
-    if rank == 0:
+def _init_made(rank, world, disks, how):
+    """In a spawned rank: the --init_checkpoint on this rank's node as ``how[rank]`` says: "gone",
+    "other" (another content of it) or "as" (as it is)."""
+    path = os.path.join(disks[rank], "init.pt")
+    if how[rank] == "gone":
         os.remove(path)
+    elif how[rank] == "other":
+        with open(path, "ab") as f:
+            f.write(b"\0")
 
 
-def test_a_rerun_whose_init_checkpoint_is_gone_on_rank_0s_node_alone_is_not_refused(files, uninterrupted, tmp_path):
+def _stopped_before_its_end(rank, world, disks):
+    """In a spawned rank: rank 0's finished run made one stopped at its checkpoint before the final one."""
+    if rank == 0:
+        for name in (checkpoint.FINISHED, "model.ckpt-4.pt"):
+            os.remove(os.path.join(disks[0], "out", name))
+
+
+def test_a_rerun_or_resume_whose_init_checkpoint_is_gone_on_any_nodes_disk_is_not_refused(files, uninterrupted,
+                                                                                         tmp_path):
     """A hostile sweep: the rerun of a finished 2-rank run on two nodes with disks of their own, its
     --init_checkpoint (which a rerun or resume does not read) deleted on rank 0's node but still on
     rank 1's, was refused as "rank 1 was started with other settings than rank 0": rank 0 holds the
-    checkpoint gone by its name alone, rank 1 fingerprinted its copy. It says the run is done."""
+    checkpoint gone by its name alone, rank 1 fingerprinted its copy. Deleted on rank 1's node, or on
+    every node (also before a resume of a stopped run), rank 1, whose disk lacks the run, took it for a
+    start: "--init_checkpoint init.pt not found" on rank 1 alone, and rank 0 "lost contact with another
+    rank ... rerun the same command" (exit 75), again at each rerun. Rank 0 decides the resume for every
+    rank now; the rerun says the run is done, the resume ends it; another content on one node is refused."""
     from test_host_syncs import free_ports, piece, run_pieces, run_ranks
-    disks = [tmp_path / ("node%d" % n) for n in (0, 1)]
-    for disk in disks:
-        disk.mkdir()
-        shutil.copy(os.path.join(uninterrupted[0], "model.ckpt-30.pt"), str(disk / "init.pt"))
-    argv = flags_for(files, "out", init_checkpoint="init.pt", num_workers=0, num_train_steps=2)
-    pieces = [("run", _started_in, ([str(d) for d in disks], argv)),
-              ("gone", _removed_on_rank_0, (str(disks[0] / "init.pt"),)),
-              ("rerun", _started_in, ([str(d) for d in disks], argv))]
+    cases = {"gone0": ("gone", "as"), "gone1": ("as", "gone"), "gone": ("gone", "gone"),
+             "resume": ("gone", "gone"), "other": ("as", "other")}
+    pieces = []
+    for name, how in cases.items():
+        disks = [str(tmp_path / name / ("node%d" % n)) for n in (0, 1)]
+        for disk in disks:
+            os.makedirs(disk)
+            shutil.copy(os.path.join(uninterrupted[0], "model.ckpt-30.pt"), os.path.join(disk, "init.pt"))
+        steps = dict(num_train_steps=4, save_checkpoints_steps=2) if name == "resume" else dict(num_train_steps=2)
+        argv = flags_for(files, "out", init_checkpoint="init.pt", num_workers=0, **steps)
+        pieces.append(("run_" + name, _started_in, (disks, argv)))
+        if name == "resume":
+            pieces.append(("stop_" + name, _stopped_before_its_end, (disks,)))
+        pieces += [("init_" + name, _init_made, (disks, how)), ("rerun_" + name, _started_in, (disks, argv))]
     ranks = run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=str(tmp_path))
-    assert piece(ranks, "run") == [None, None]
-    assert os.path.exists(str(disks[0] / "out" / checkpoint.FINISHED))
-    assert piece(ranks, "rerun") == [None, None]
+    for name in cases:
+        assert piece(ranks, "run_" + name) == [None, None]
+    for name in ("gone0", "gone1", "gone", "resume"):
+        assert piece(ranks, "rerun_" + name) == [None, None], name
+        assert os.path.exists(str(tmp_path / name / "node0" / "out" / checkpoint.FINISHED))
+    assert os.path.exists(str(tmp_path / "resume" / "node0" / "out" / "model.ckpt-4.pt"))
+    assert piece(ranks, "rerun_other") == ["rank 1 was started with other settings than rank 0 (rank 1's, was rank "
+                                           "0's): --init_checkpoint (its name, size or content); start every rank "
+                                           "with the same flags"] * 2

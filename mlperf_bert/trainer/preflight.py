@@ -176,9 +176,12 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     init = cfg.model.init_checkpoint
     init_ckpt = None
     out = cfg.checkpoint.output_dir
-    if init and not os.path.exists(init) and not glob.glob(glob.escape(init) + ".*") and (
-            checkpoint.list_checkpoints(out) or os.path.exists(os.path.join(out, checkpoint.FINISHED))
-            or os.path.exists(os.path.join(out, checkpoint.STOPPED))):
+    # a run to resume here, as rank 0 sees it: rank 0 decides the resume from its disk (training.run),
+    # and the other ranks of nodes with disks of their own, which lack the run, took it for a start
+    resumes = distributed.broadcast_object(bool(
+        checkpoint.list_checkpoints(out) or os.path.exists(os.path.join(out, checkpoint.FINISHED))
+        or os.path.exists(os.path.join(out, checkpoint.STOPPED))) if rank == 0 else None)
+    if init and resumes and not os.path.exists(init) and not glob.glob(glob.escape(init) + ".*"):
         # gone, and a run to resume here: a resume, which does not read it, holds it by the name it
         # recorded (a start, which reads it, gets fingerprint's "not found" line)
         init_ckpt = [os.path.abspath(init), None, None]

@@ -1345,7 +1345,8 @@ def test_package_records_how_each_run_was_launched_and_warns_of_a_short_series(t
         {"status": "success", "run": {"seed": seed, "train_batch_size": 96}, "launch": launch}))
     (two_runs / "run_1").mkdir()  # another run's record: not taken
     (two_runs / "run_1" / "run_finished.json").write_text(json.dumps({"run": {"seed": -1}, "launch": launch}))
-    (two_runs / "run_1" / "mlperf.log").write_text("")  # finished: its result_1.txt is there
+    # finished: its result_1.txt is there, a copy of its log
+    (two_runs / "run_1" / "mlperf.log").write_bytes((two_runs / "result_1.txt").read_bytes())
     (two_runs / "run_2").mkdir()  # the series' run 2, still running: a log, no result_2.txt yet
     (two_runs / "run_2" / "mlperf.log").write_text(":::MLLOG {}\n")
     out = tmp_path / "pkg"
@@ -1365,6 +1366,25 @@ def test_package_records_how_each_run_was_launched_and_warns_of_a_short_series(t
     assert [(r["result"], r["seed"], r["launch"]) for r in record["runs"]] == [
         ("result_0.txt", seed, launch), ("result_1.txt", record["runs"][1]["seed"], None)]
     assert record["runs"][0]["run"] == {"seed": seed, "train_batch_size": 96}
+
+
+def test_a_result_that_is_not_its_runs_log_is_refused(two_runs, tmp_path):
+    """A hostile sweep: result_1.txt edited after its run finished (its run_stop 30 s earlier), beside
+    run_1/mlperf.log, the log that run wrote, and its run_finished.json: packaged without a word, the
+    launch record vouching for it, and score gave a better time to train. start_training.sh refuses
+    such a series; package now does too, naming both files."""
+    (two_runs / "run_1").mkdir()
+    (two_runs / "run_1" / "mlperf.log").write_bytes((two_runs / "result_1.txt").read_bytes())
+    text = (two_runs / "result_1.txt").read_text()
+    stop = re.search(r'"time_ms": (\d+), "event_type": "INTERVAL_END", "key": "run_stop"', text)
+    (two_runs / "result_1.txt").write_text(text.replace(stop.group(1), str(int(stop.group(1)) - 30000)))
+    with pytest.raises(UserError) as e:
+        pkg_mod.main(nyx_argv(two_runs, tmp_path / "pkg"))
+    assert str(e.value).startswith("%s is not the log of its run: %s, the log that run wrote, differs from it" % (
+        two_runs / "result_1.txt", two_runs / "run_1" / "mlperf.log"))
+    assert not (tmp_path / "pkg").exists()
+    (two_runs / "result_1.txt").write_bytes((two_runs / "run_1" / "mlperf.log").read_bytes())  # put back: packaged
+    assert pkg_mod.main(nyx_argv(two_runs, tmp_path / "pkg")) == 0
 
 
 def test_a_run_killed_after_its_run_stop_is_packaged_with_the_launch_its_run_stopped_json_holds(two_runs, tmp_path,

@@ -155,6 +155,19 @@ def check_inputs(specs, logs, output):
                         " its inputs; give another --output" % output)
 
 
+def check_series_logs(logs):
+    """Refuse a ``result_N.txt`` whose series folder holds ``run_N/mlperf.log`` with other bytes: the
+    result is no longer its run's log (one edited or cut since the run finished, or the run's folder
+    changed), yet run_N/'s launch record would vouch for it; start_training.sh refuses such a series too."""
+    for log in logs:
+        m = re.match(r"^result_(\d+)\.txt$", os.path.basename(log))
+        own = os.path.join(os.path.dirname(log), "run_%s" % m.group(1), "mlperf.log") if m else None
+        if own and os.path.isfile(own) and file_md5(own) != file_md5(log):
+            raise UserError("%s is not the log of its run: %s, the log that run wrote, differs from it (one of them"
+                            " was edited or cut since the run finished); put back the run's log as it was (or leave"
+                            " the run out of --runs)" % (log, own))
+
+
 def _run_number(path):
     # ASCII digits: str.isdigit also takes "²", which int() refuses (a traceback)
     digits = "".join(c for c in os.path.basename(path.rstrip("/")) if c in "0123456789") or \
@@ -872,6 +885,7 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
     check_name("implementation", implementation)
     logs = find_logs(run_specs)
     check_inputs(run_specs, logs, output)
+    check_series_logs(logs)
     runs = read_runs(logs)
     by_division = {}
     for log, records in zip(logs, runs):

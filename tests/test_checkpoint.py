@@ -1143,6 +1143,42 @@ def test_a_checkpoint_whose_global_step_is_no_step_count_is_one_line(tmp_path, s
     assert checkpoint.load(str(tmp_path / "model.ckpt-3.pt"))["global_step"] == 3
 
 
+def test_a_tf_checkpoint_whose_global_step_is_no_step_count_or_whose_index_is_damaged_is_one_line(tf1_ckpt, tmp_path):
+    """A hostile sweep: a TF checkpoint's global_step of another shape or type was a TypeError or
+    ValueError traceback (int() of it) in convert_checkpoint.py, --init_checkpoint and the eval, 28.5 was
+    taken as 28, and -5 was written into a .pt that every reader then refused, as the .pt's own step
+    is; a truncated or damaged .index was "not an sstable (bad magic number)", with no fix."""
+    prefix, arrays = tf1_ckpt
+    cfg = tmp_path / "bert_config.json"
+    cfg.write_text(BertConfig.from_dict(CFG).to_json_string())
+    bad, pt = str(tmp_path / "bad" / "model.ckpt"), tmp_path / "m.pt"
+    for step, said in ((np.array([3, 4]), "[3, 4], a list"), (np.array(b"x"), "b'x', a bytes"),
+                       (np.float32(28.5), "28.5, a float"), (np.int64(-5), "-5, below 0")):
+        shutil.rmtree(tmp_path / "bad", ignore_errors=True)
+        tf_checkpoint.write_tf_checkpoint(dict(arrays, global_step=np.asarray(step)), bad)
+        with pytest.raises(UserError) as e:
+            checkpoint_convert.main(["x", "--bert_config_file=%s" % cfg, "--input=" + bad, "--output=%s" % pt])
+        assert str(e.value) == ("TF checkpoint %s holds global_step %s, not a step count (a whole number >= 0, a "
+                                "scalar int64 in the reference's): give the reference's checkpoint or one this "
+                                "project wrote" % (bad, said))
+        assert not pt.exists()
+    shutil.rmtree(tmp_path / "bad")
+    tf_checkpoint.write_tf_checkpoint(dict(arrays, global_step=np.int32(7)), bad)  # (an int32 step is one)
+    assert tf_checkpoint.load_init_checkpoint(BertForPreTraining(BertConfig.from_dict(CFG)), bad)["global_step"] == 7
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    for f in (prefix + ".index", prefix + ".data-00000-of-00001"):
+        shutil.copy(f, cut)
+    cut_prefix = str(cut / os.path.basename(prefix))
+    with open(cut_prefix + ".index", "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(UserError) as e:
+        gradacc.main(["x", "--old=" + cut_prefix, "--new=%s" % (tmp_path / "ga" / "m")])
+    assert str(e.value) == ("cannot read TF checkpoint %s (not an sstable (bad magic number)): its %s.index is "
+                            "truncated or damaged; copy the checkpoint's .index and .data-* files again"
+                            % (cut_prefix, cut_prefix))
+
+
 def test_a_truncated_training_checkpoint_is_said_to_be_truncated(tmp_path):
     """A review: a checkpoint cut short (truncate -s 50%, a copy that ended early) was "not a PyTorch
     (.pt) file", which sends the user looking for another kind of file. It is said truncated, with

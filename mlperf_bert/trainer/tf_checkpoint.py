@@ -150,20 +150,24 @@ class LazyCheckpoint(collections.abc.Mapping):
             self.reader = tf.train.load_checkpoint(prefix)
             shapes = self.reader.get_variable_to_shape_map()
             dtypes = self.reader.get_variable_to_dtype_map()
-            rename = {}
-            if variable_names and OBJECT_GRAPH in shapes:
-                rename = _object_graph_names(self.reader.get_tensor(OBJECT_GRAPH))
-                del shapes[OBJECT_GRAPH]
-        except (tf.errors.OpError, ValueError) as e:
-            raise UserError("cannot read TF checkpoint %s: %s" % (prefix, str(e).splitlines()[0]))
+        except (tf.errors.OpError, ValueError) as e:  # (the .index alone is read here; the data, by _read)
+            raise UserError("cannot read TF checkpoint %s (%s): its %s.index is truncated or damaged; copy the "
+                            "checkpoint's .index and .data-* files again" % (prefix, str(e).splitlines()[0], prefix))
         self._read_errors = (tf.errors.OpError, IndexError, ValueError, RuntimeError)
+        rename = {}
+        if variable_names and OBJECT_GRAPH in shapes:
+            rename = _object_graph_names(self._read(OBJECT_GRAPH, OBJECT_GRAPH))
+            del shapes[OBJECT_GRAPH]
         self.keys_ = {rename.get(k, k): k for k in shapes}
         self.shapes = {n: shapes[k] for n, k in self.keys_.items()}
         self.dtypes = {n: dtypes[k].as_numpy_dtype for n, k in self.keys_.items()}
 
     def __getitem__(self, name):
+        return np.asarray(self._read(self.keys_[name], name))
+
+    def _read(self, key, name):
         try:
-            return np.asarray(self.reader.get_tensor(self.keys_[name]))
+            return self.reader.get_tensor(key)
         except self._read_errors as e:  # TF's reader: IndexError for a short data file
             raise UserError("cannot read variable %s of TF checkpoint %s (%s): its data file is truncated or "
                             "damaged; copy the checkpoint's .index and .data-* files again"
@@ -557,4 +561,11 @@ def load_init_checkpoint(model, path, carried=()):
     arrays = LazyCheckpoint(path, variable_names=True)
     ignored = load_state_from_arrays(model, arrays, path, carried)
     step = arrays["global_step"] if "global_step" in arrays.shapes else None
-    return {"global_step": None if step is None else int(step), "ignored": ignored}
+    if step is not None:  # TF's is a scalar int64: anything else was a traceback (int()) or taken cut (28.7: 28)
+        step = step.item() if step.ndim == 0 else step.tolist()
+        problem = step_problem(step)
+        if problem:  # (or the converter wrote it into a .pt that every reader then refused)
+            raise UserError("TF checkpoint %s holds %s, not a step count (a whole number >= 0, a scalar int64 in "
+                            "the reference's): give the reference's checkpoint or one this project wrote"
+                            % (path, problem))
+    return {"global_step": step, "ignored": ignored}

@@ -215,6 +215,7 @@ TENSORFLOW = {
     "test_bfloat16_variables_older_layernorm_names_and_a_training_pts_optimizer_state",
     "test_a_checkpoint_already_at_the_output_is_not_written_over",
     "test_a_rewrite_of_a_prefix_keeps_files_beside_its_shards",
+    "test_a_tf_checkpoint_whose_global_step_is_no_step_count_or_whose_index_is_damaged_is_one_line",
 }
 
 # seconds per test, for a run without .pytest_cache (a fresh clone): the larger of CPU seconds

@@ -1062,7 +1062,8 @@ def test_a_checkpoint_path_that_is_no_prefix_says_what_it_is(files, tmp_path):  
     from test_training import flags_for
     tf = tmp_path / "tf"
     tf.mkdir()
-    for name in ("model.ckpt-6.index", "model.ckpt-6.data-00000-of-00001"):
+    # (and a killed write's temporary prefix, which the folder's e.g. once named)
+    for name in ("model.ckpt-6.index", "model.ckpt-6.data-00000-of-00001", "model.ckpt-7.tmp-123.index"):
         (tf / name).write_bytes(b"x")
     (tmp_path / "pytorch_model.bin").write_bytes(b"PK\x03\x04x")
     prefix = str(tf / "model.ckpt-6")

@@ -113,7 +113,8 @@ def not_a_prefix(path):
         return UserError("%s is a file of the TF checkpoint %s: give its prefix, %s" % (
             path, m.group("prefix"), m.group("prefix")))
     if os.path.isdir(path):
-        found = sorted(n[:-len(".index")] for n in os.listdir(path) if n.endswith(".index"))
+        # (not a killed write's temporary prefix, _TF_TMP: no checkpoint to give)
+        found = sorted(n[:-len(".index")] for n in os.listdir(path) if n.endswith(".index") and not _TF_TMP.match(n))
         return UserError("%s is a directory: give the prefix of a TF checkpoint in it%s" % (
             path, ", e.g. %s" % os.path.join(path, found[-1]) if found else " (it holds none: no .index file)"))
     if os.path.isfile(path):

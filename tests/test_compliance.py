@@ -1128,6 +1128,45 @@ def test_a_seed_int_cannot_read_is_a_warning_in_open_division(real_logs, tmp_pat
     assert "is not an integer" in got["hyperparameters_once"].detail
 
 
+@pytest.mark.parametrize("later_ms", [0, 5])
+def test_one_seed_logged_twice_from_one_line_fails_closed_division(real_logs, tmp_path, later_ms):
+    """A gap: nyx run 0 with its seed line repeated (verbatim: a tee; or 5 ms later from the same
+    file:line) was repeated_lines' or the rules' WARN, and package said nothing; the package checker's
+    seed check (_assert_unique_seed_per_run) fails the set on one (file, lineno, seed) twice within one
+    log. FAIL in closed division now, WARN in open (that check runs for closed systems alone)."""
+    text = _nyx(real_logs)
+    line = re.search(r'.*"key": "seed".*\n', text).group(0)
+    again = line.replace('"time_ms": 1745139513677', '"time_ms": %d' % (1745139513677 + later_ms))
+    for division, level in (("closed", "FAIL"), ("open", "WARN")):
+        log = tmp_path / ("%s_%d.txt" % (division, later_ms))
+        log.write_text(text.replace(line, line + again, 1).replace(
+            '"submission_division", "value": "closed"', '"submission_division", "value": "%s"' % division, 1))
+        got = results(log, official=True)
+        assert got["official_checker"].level == "PASS" and got["hyperparameters_once"].level == level, got
+        assert got["hyperparameters_once"].detail == (
+            "seed 27912 logged twice from /workspace/bert/run_pretraining.py:1399 (lines 15 and 16): the package"
+            " checker's seed check, closed division only, fails a set that logs one seed from one file and line"
+            " twice")
+
+
+@pytest.mark.parametrize("seed,detail", [(None, "no seed line (required from Training v4.1 on)"),
+                                         ('"abc"', "seed 'abc' is not an integer")])
+def test_a_hyperparameter_repeated_hides_no_seed_failure(real_logs, tmp_path, seed, detail):
+    """A gap: nyx run 0 with global_batch_size logged again 1 ms later (the official checker's
+    warning) and its seed line gone, or not an integer, was hyperparameters_once's WARN for the
+    repeat: the seed's FAIL was never reached; the package checker's seed check fails the set."""
+    lines = _nyx(real_logs).splitlines(True)
+    i = [k for k, line in enumerate(lines) if '"key": "global_batch_size"' in line][0]
+    lines.insert(i + 1, re.sub(r'"time_ms": (\d+)', lambda m: '"time_ms": %d' % (int(m.group(1)) + 1), lines[i],
+                               count=1))
+    k = [k for k, line in enumerate(lines) if '"key": "seed"' in line][0]
+    lines[k] = lines[k].replace('"value": 27912', '"value": %s' % seed) if seed else ""
+    log = tmp_path / "repeat_noseed.txt"
+    log.write_text("".join(lines))
+    got = results(log)["hyperparameters_once"]
+    assert got.level == "FAIL" and got.detail.startswith(detail), got
+
+
 def test_keys_the_official_checker_warns_of_repeating_are_not_failed_here(real_logs, tmp_path):
     """A hostile sweep: on NVIDIA's v5.0 nyx log, a second run_stop 1 ms after the first failed
     run_stop ("2 run_stop lines, expected 1"), and with it the system's score; a second

@@ -122,7 +122,8 @@ def _hyperparameter_keys(records, division):
     return HYPERPARAMETERS
 
 
-def rule_hyperparameters(records, division):
+def rule_hyperparameters(records, division, raw=None):
+    """``raw``: the log's records before ``verbatim_repeats`` (the seed checker reads every line)."""
     counts = collections.Counter(r.key for r in records)
     repeated = None
     keys = _hyperparameter_keys(records, division)
@@ -137,14 +138,13 @@ def rule_hyperparameters(records, division):
         if counts[key] == 0:
             return _res("hyperparameters_once", FAIL if division == "closed" else WARN,
                         "%s is not logged" % key)
-    if repeated:
-        return repeated
     seeds = _find(records, "seed")
+    when = _run_time(records)
+    before_v41 = when is not None and when < SEED_REQUIRED_FROM
     if not seeds:
-        when = _run_time(records)
-        if when and when < SEED_REQUIRED_FROM:
-            return _res("hyperparameters_once", WARN, "no seed line: allowed for a run of %s, before"
-                        " Training v4.1 made seeds mandatory" % when.date())
+        if before_v41:
+            return repeated or _res("hyperparameters_once", WARN, "no seed line: allowed for a run of %s,"
+                                    " before Training v4.1 made seeds mandatory" % when.date())
         return _res("hyperparameters_once", FAIL, "no seed line (required from Training v4.1 on)")
     for rec in seeds:
         try:
@@ -154,6 +154,21 @@ def rule_hyperparameters(records, division):
             return _res("hyperparameters_once", FAIL if division == "closed" else WARN, "seed %r is not an"
                         " integer (the package checker's seed check, closed division only, reads each seed"
                         " with int() and fails the set)" % (rec.value,), rec)
+    # The seed check (seed_checker.py, _assert_unique_seed_per_run) fails the set when one
+    # (file, lineno, int(seed)) is logged twice, within one log too: a verbatim repeat (a tee) as
+    # much as a seed logged again from its line. None of the 3,190 closed BERT logs of v1.0-v5.0 does.
+    seen = {}
+    for rec in (r for r in (records if raw is None else raw) if r.key == "seed"):
+        where = json.dumps([rec.metadata.get("file"), rec.metadata.get("lineno"), int(rec.value)])
+        if where in seen:
+            return _res("hyperparameters_once", FAIL if division == "closed" and not before_v41 else WARN,
+                        "seed %s logged twice from %s:%s (lines %d and %d): the package checker's seed check,"
+                        " closed division only, fails a set that logs one seed from one file and line twice"
+                        % (int(rec.value), rec.metadata.get("file"), rec.metadata.get("lineno"),
+                           seen[where].lineno, rec.lineno), rec)
+        seen[where] = rec
+    if repeated:
+        return repeated
     if len(seeds) > 1:
         return _res("hyperparameters_once", WARN, "seed logged %d times (the rules warn)" % len(seeds), seeds[1])
     return _res("hyperparameters_once", PASS, "%d hyperparameters and the seed each logged once"
@@ -669,6 +684,7 @@ def verbatim_repeats(records):
 
 def bert_rules(records):
     """All BERT rules on parsed records, in a fixed order."""
+    raw = records
     records, repeats = verbatim_repeats(records)
     division = division_of(records)
     results = []
@@ -684,7 +700,7 @@ def bert_rules(records):
                             (_find(records, "submission_division") or [None])[0]))
         division = "closed"  # check the strictest rules
     return results + [
-        rule_hyperparameters(records, division),
+        rule_hyperparameters(records, division, raw),
         rule_eval_samples(records, division),
         rule_eval_grid(records, division),
         rule_stop_at_target(records, division),

@@ -329,6 +329,8 @@ UNUSED = {
     "packed": ("shuffle_buffer", 16, 5, "packed", [], 1),
     "one_rank": ("grad_exchange_dtype", "fp32", "bf16", [], [], 2),
     "no_eval_set": ("target_mlm_accuracy", 0.72, 0.5, [], "eval", 1),
+    # one rank, one micro-step an update, eager: both modes clip the one gradient once (used: 2 micro-steps)
+    "one_micro_step": ("clip_by_global_norm_after_gradient_allreduce", False, True, ["--steps_per_update=1"], [], 1),
 }
 
 
@@ -470,7 +472,8 @@ def test_eval_frequency_given_as_its_defaults_value_is_the_same_run(tmp_path):
 def test_presets_identity_and_launch_flags_are_the_old_codes_byte_for_byte(preset, monkeypatch):
     """Each preset's command gives the run identity and the launch record's flags that the code
     before this rebuild gave (tests/data/refactor48/presets.json), keys in the same order, on
-    several ranks; on one, less --grad_exchange_dtype (no exchange)."""
+    several ranks; on one, less --grad_exchange_dtype (no exchange) and, at one micro-step an update
+    and an eager update, the clipping mode (either clips the one gradient once)."""
     with open(os.path.join(FIXTURES, "presets.json")) as f:
         want = json.loads(f.read().replace("<ROOT>", ROOT))[preset]
     for name in ("MLPERF_BERT_PRESET", "MLPERF_BERT_OVERRIDES", "LOCAL_WORLD_SIZE"):
@@ -481,6 +484,8 @@ def test_presets_identity_and_launch_flags_are_the_old_codes_byte_for_byte(prese
     ident = cfg.identity(5, [], [], None, {"hidden_size": 8}, world=8)
     assert json.dumps(ident) == json.dumps(want["identity"])
     del want["identity"]["grad_exchange_dtype"]
+    if cfg.optim.steps_per_update == 1 and not (cfg.levers.compile or cfg.levers.fused_update):
+        del want["identity"]["clip_by_global_norm_after_gradient_allreduce"]
     assert json.dumps(cfg.identity(5, [], [], None, {"hidden_size": 8})) == json.dumps(want["identity"])
     rec = checkpoint.launch_record(cfg, 8)
     got = {k: rec[k] for k in want["launch"]}

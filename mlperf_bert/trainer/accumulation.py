@@ -152,7 +152,8 @@ class GradientAccumulator:
         if state["steps_per_update"] != self.n:
             raise ValueError("accumulator state has steps_per_update %d, this run %d"
                              % (state["steps_per_update"], self.n))
-        if state.get("clip_after_reduce", False) != self.clip_after_reduce:
+        # (no micro-batch pending: no sums of either mode to load, RunConfig.identity decides)
+        if state["pending"] and state.get("clip_after_reduce", False) != self.clip_after_reduce:
             raise ValueError("accumulator state was saved with another clipping mode")
         self.pending = state["pending"]
         bufs = state["buffers"]

@@ -81,7 +81,7 @@ class Optim:
     lamb_beta_2: float = run(0.999)
     log_epsilon: float = run(-6.0)
     steps_per_update: int = run(1)
-    clip_by_global_norm_after_gradient_allreduce: bool = run(False)
+    clip_by_global_norm_after_gradient_allreduce: bool = run(False)  # not on one rank, eager, at one micro-step
     # bf16 rounds the clipped sums (trainer/distributed.py); several ranks only (RunConfig.identity)
     grad_exchange_dtype: str = run("fp32")
 
@@ -326,16 +326,22 @@ class RunConfig:
     def _unused_flags(self, train_files, world):
         """The flags of RUN_FLAGS that change no number of this run, left out of its identity, so that
         a resume may change them. What decides is itself compared (--shuffle, the data files by content,
-        --eval_input_file; the rank count on its own: preflight.check_resume), so a checkpoint that
-        lacks one of them is never resumed where it is used; one written with it resumes."""
+        --eval_input_file, --steps_per_update, the levers; the rank count on its own: preflight.check_resume),
+        so a checkpoint that lacks one of them is never resumed where it is used; one written with it resumes."""
         from mlperf_bert.dataset.packing import is_packed
         unused = set()
         # no buffer: unshuffled records pass in order (loader.record_stream), packed rows are permuted
         # whole (packed_loader; a mix of packed and unpacked files is refused before)
         if not self.data.shuffle or (train_files and is_packed(train_files[0])):
             unused.add("shuffle_buffer")
-        if (world or _world()) == 1:  # one rank exchanges no gradient (distributed.GradientExchange)
+        one_rank = (world or _world()) == 1
+        if one_rank:  # one rank exchanges no gradient (distributed.GradientExchange)
             unused.add("grad_exchange_dtype")
+        # one rank and one micro-step an update, eager: either mode clips the one gradient once, by the same
+        # operations (accumulation.GradientAccumulator); compiled (trainer/step.py) they are two functions
+        # whose kernels may round otherwise
+        if one_rank and self.optim.steps_per_update == 1 and not (self.levers.compile or self.levers.fused_update):
+            unused.add("clip_by_global_norm_after_gradient_allreduce")
         # no online eval to reach it: only the log's target_accuracy line, written at the start (a resume
         # continues that log; a log without evals fails the checkers whatever its target)
         if not self.eval.eval_input_file:

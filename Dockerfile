@@ -25,7 +25,6 @@ ENV DEBIAN_FRONTEND=noninteractive \
     OUTPUT_DIR=/output \
     DROP_CACHES=1 \
     MLPERF_BERT_CACHE=/opt/cache \
-    MPLCONFIGDIR=/tmp/matplotlib \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 

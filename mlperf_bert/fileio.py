@@ -284,14 +284,28 @@ def check_writable_dir(path):
         raise OutputDirError("output directory %s is not writable" % d, "choose another output path")
 
 
+def usable_tempdir(needs, tmpdir_fix="set TMPDIR to a writable folder"):
+    """``tempfile.gettempdir()``, or a UserError naming the fix where none of the folders it tries
+    can be written (``needs``: what needs one): a read-only container without a /tmp of its own
+    (docker run --read-only), whose FileNotFoundError was a traceback."""
+    import tempfile
+    try:
+        return tempfile.gettempdir()
+    except FileNotFoundError:
+        raise UserError("no writable temporary folder for %s ($TMPDIR, /tmp, /var/tmp, /usr/tmp and the current "
+                        "folder %s are not writable): %s, or mount one at /tmp (a read-only container: docker run "
+                        "--tmpfs /tmp)" % (needs, os.getcwd(), tmpdir_fix)) from None
+
+
 def check_tmpdir(num_workers):
     """Refuse a $TMPDIR too long for the workers' sockets (preflight checks it before the run writes
-    anything). They hand batches over through a Unix socket, $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX:
+    anything), or none writable. They hand batches over through a Unix socket, $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX:
     past the 107 bytes a socket path may have, a worker cannot bind it and the loader waits forever.
     Torch-free, so that train_model.sh's CHECK_ONLY runs this same check (``python -S``)."""
-    import tempfile
-    base = tempfile.gettempdir()
-    if num_workers > 0 and len(base) + len("/pymp-12345678/listener-12345678") > 107:
+    if num_workers <= 0:
+        return  # (no worker, no socket: a run without a writable temporary folder trains)
+    base = usable_tempdir("the data loader workers' sockets", "give --num_workers=0, set TMPDIR to a writable folder")
+    if len(base) + len("/pymp-12345678/listener-12345678") > 107:
         raise UserError("$TMPDIR %s is too long (%d characters) for the data loader workers' sockets, "
                         "whose paths may have 107: set TMPDIR to a shorter folder (e.g. /tmp), or give "
                         "--num_workers=0" % (base, len(base)))

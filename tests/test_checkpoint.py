@@ -1262,3 +1262,17 @@ def test_checkpoint_save_bench_names_the_config_it_saves(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("bert_config_demo.json: 1036028 parameters (0.00 GB fp32)"), out
     assert out[1].startswith("save 0: ") and os.listdir(tmp_path) == [], out
+
+
+def test_no_writable_temporary_folder_for_tensorflow_is_one_line(tmp_path, monkeypatch):
+    """A hostile sweep (a read-only container without a /tmp of its own, an INIT_CHECKPOINT to read):
+    TensorFlow's import asks for the temporary folder (absl's testing module), and tempfile's
+    "No usable temporary directory" was its traceback. One line naming the fixes, before the import."""
+    import tempfile
+    from mlperf_bert.errors import UserError
+    (tmp_path / "model.ckpt-1.index").write_bytes(b"")
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [str(tmp_path / "missing")])
+    with pytest.raises(UserError, match=r"^no writable temporary folder for TensorFlow, which reads and writes TF "
+                                        r"checkpoints \(.*\): set TMPDIR to a writable folder, or mount one at /tmp"):
+        tf_checkpoint.LazyCheckpoint(str(tmp_path / "model.ckpt-1"))

@@ -44,13 +44,13 @@ PLACEHOLDER_FLAGS = {"flag", "trainer_flag", "name"}
 NOT_VARIABLES = {"PASS", "WARN", "FAIL", "OK", "UNKNOWN", "MISSING", "MISMATCH", "RESULT", "NAME", "ORG"}
 # Variables the docs name that belong to other programs: Docker's predefined build arguments.
 OTHERS_VARIABLES = {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "TORCHINDUCTOR_CACHE_DIR",  # read by pip, torch,
-                    "PYTHONDONTWRITEBYTECODE",  # Python,
+                    "PYTHONDONTWRITEBYTECODE", "TMPDIR",  # Python,
                     "ENROOT_DATA_PATH", "ENROOT_RUNTIME_PATH", "FORCE_GLIBC"}  # and enroot (its config, its build)
 
 # Flags of other programs that the docs show (the union check below knows only ours).
 OTHERS_FLAGS = {
     "docker/podman": {"build-arg", "gpus", "ipc", "rm", "ulimit", "user", "privileged", "format", "name",
-                      "env", "network", "runtime"},
+                      "env", "network", "runtime", "read-only", "tmpfs"},
     "md5sum": {"check", "ignore-missing"},
     "pip": {"no-deps", "dry-run", "report"},
     "hadolint": {"failure-threshold"},

@@ -1469,3 +1469,23 @@ def test_an_idle_worker_killed_after_the_work_does_not_hang_the_end(tmp_path, st
     script.write_text(AN_IDLE_WORKER_KILLED_AFTER_THE_WORK)
     proc = subprocess.run([PY, str(script), start_method], capture_output=True, text=True, env=ENV, timeout=120)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "[1, 2]\ndone\n", "")
+
+
+def test_no_writable_temporary_folder_is_one_line_naming_the_fix(tmp_path, monkeypatch):
+    """A hostile sweep (a read-only container without a /tmp of its own: docker run --read-only,
+    Kubernetes' readOnlyRootFilesystem): tempfile's FileNotFoundError "No usable temporary directory
+    found" was a traceback from the trainer's preflight (also with --num_workers=0, which needs no
+    temporary folder and trains) and from score. One line naming the fixes; no worker, no check."""
+    import tempfile
+    from mlperf_bert.harness import score
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [str(tmp_path / "missing")])
+    fileio.check_tmpdir(0)
+    with pytest.raises(UserError) as workers:
+        fileio.check_tmpdir(1)
+    assert str(workers.value).startswith("no writable temporary folder for the data loader workers' sockets (")
+    assert str(workers.value).endswith("give --num_workers=0, set TMPDIR to a writable folder, or mount one at /tmp "
+                                       "(a read-only container: docker run --tmpfs /tmp)"), workers.value
+    with pytest.raises(UserError, match=r"^no writable temporary folder for score's copy of the package .*: set "
+                                        r"TMPDIR to a writable folder, or mount one at /tmp"):
+        score.remove_stale_copies()

@@ -3,6 +3,8 @@ figure against the README's words."""
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 from PIL import Image
@@ -163,3 +165,33 @@ def test_a_train_samples_budget_logged_before_training_is_not_where_the_run_stop
     assert plot.main(["plot-log", str(tmp_path / name), "--output=%s" % (tmp_path / "tiny.png")]) == 0
     got = drawn(tmp_path / "tiny.png")
     assert got["status"] == "success" and got["samples"] == got["evals"][-1][0] == 3148992
+
+
+def _plot_in_subprocess(tmp_path, prelude="", **env):
+    log = write_log(tmp_path / "result_0.txt")
+    code = prelude + "import sys; from mlperf_bert.__main__ import main; sys.argv[1:] = %r; main()" % [
+        "plot-log", str(log), "--output=" + str(tmp_path / "c.png")]
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=ROOT, **env))
+
+
+def test_an_unwritable_matplotlib_folder_is_a_private_temporary_one_without_warnings(tmp_path):
+    """A hostile sweep (the image run as an HPC site runs it: Apptainer gives the host's /tmp, which
+    every user shares): the image's MPLCONFIGDIR=/tmp/matplotlib, made by the first user, is not the
+    next one's, and a --user container's HOME (/) cannot be written either: matplotlib wrote two
+    lines of warning on every plot ("... is not a writable directory", "Matplotlib created a
+    temporary cache directory ..."). Now a private temporary folder, silently, removed at exit; with
+    no temporary folder either, one line naming the fixes (matplotlib's OSError traceback)."""
+    (tmp_path / "a_file").write_text("")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = _plot_in_subprocess(tmp_path, MPLCONFIGDIR=str(tmp_path / "a_file" / "mpl"), TMPDIR=str(tmp))
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    assert (tmp_path / "c.png").read_bytes()[:8] == plot.PNG_MAGIC and list(tmp.iterdir()) == []
+    no_tmp = "import tempfile; tempfile._candidate_tempdir_list = lambda: [%r]; " % str(tmp_path / "missing")
+    proc = _plot_in_subprocess(tmp_path, no_tmp, MPLCONFIGDIR=str(tmp_path / "a_file" / "mpl"))
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "error: no writable temporary folder for matplotlib's font cache, whose own (%s) cannot be written either "
+        "($TMPDIR, /tmp, /var/tmp, /usr/tmp and the current folder %s are not writable): set MPLCONFIGDIR or TMPDIR "
+        "to a writable folder, or mount one at /tmp (a read-only container: docker run --tmpfs /tmp)"
+        % (tmp_path / "a_file" / "mpl", ROOT)], proc.stderr

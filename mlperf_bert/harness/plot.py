@@ -7,18 +7,54 @@ samples position) are drawn on a second axis when present.
 import glob
 import json
 import os
+import sys
 import warnings
 
 from mlperf_bert import flags
 from mlperf_bert.harness.compliance import CLOSED_TARGET, division_of, read_log, samples_of, target_of
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_path, refuse_replacing_another_kind
+from mlperf_bert.fileio import atomic_path, refuse_replacing_another_kind, usable_tempdir
 
 
 def shown(name):
     """``name`` (a file name) as text a figure can draw: bytes that are not UTF-8, which Python keeps
     as surrogates in a file name, become U+FFFD (matplotlib refused them with a traceback)."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _writable_dir(d):
+    """Whether folder ``d`` exists or can be made, and can be written (matplotlib's own test)."""
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError:
+        return False
+    return os.path.isdir(d) and os.access(d, os.W_OK)
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend. Where the folders of its font cache cannot be written
+    (MPLCONFIGDIR, else ~/.config/matplotlib and ~/.cache/matplotlib: a read-only container, the
+    HOME of a container's --user, another user's folder in a /tmp shared by every user of an HPC
+    host), they become a private temporary one, removed at exit: matplotlib did the same, with a
+    two-line warning on each plot; none writable is one line naming the fix (its OSError traceback)."""
+    if "matplotlib" not in sys.modules:
+        home = os.path.expanduser("~")
+        dirs = [os.environ.get("MPLCONFIGDIR")] if os.environ.get("MPLCONFIGDIR") else [
+            os.path.join(os.environ.get(var) or os.path.join(home, sub), "matplotlib")
+            for var, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache"))]
+        if not all(os.path.isabs(d) and _writable_dir(d) for d in dirs):  # (no HOME: "~" stays relative)
+            import atexit
+            import shutil
+            import tempfile
+            tmp = tempfile.mkdtemp(prefix="matplotlib-", dir=usable_tempdir(
+                "matplotlib's font cache, whose own (%s) cannot be written either" % ", ".join(dirs),
+                "set MPLCONFIGDIR or TMPDIR to a writable folder"))
+            atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+            os.environ["MPLCONFIGDIR"] = tmp
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def curves(records):
@@ -37,10 +73,7 @@ def plot_log(log, output):
     if "eval_accuracy" not in data:
         raise UserError("%s has no eval_accuracy lines to plot: no eval reached yet, or no --eval_input_file" % log)
     target = target_of(records, division_of(records)) or CLOSED_TARGET
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, drawn = _figure(plt, log, records, data, target)
     try:
         with warnings.catch_warnings():  # numpy's overflow warnings on the way to the error below

@@ -39,13 +39,13 @@ import warnings
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, die_with_parent, stops_held_over_fork
 from mlperf_bert.fileio import (OutputDirError, atomic_path, check_writable_dir, compression, pid_alive,
-                                read_text)
+                                read_text, usable_tempdir)
 from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
                                             not_converged, read_log, samples_of, speed_up_official_parse,
                                             target_of, worst_level)
 from mlperf_bert.harness.package import (MADE_BY, implementation_dir, load_system_json, read_made_by,
                                          system_json_problems, unfinished_package)
-from mlperf_bert.harness.plot import curves, is_png, shown
+from mlperf_bert.harness.plot import curves, is_png, pyplot, shown
 from mlperf_bert.harness.records import run_seconds, run_start_stop
 
 _OK = "PACKAGE CHECKER FOUND NO ERRORS"
@@ -111,7 +111,7 @@ def check_links(top):
 def remove_stale_copies(tmpdir=None):
     """Remove package copies left in the temp folder by a score that was killed; return them."""
     removed = []
-    for d in glob.glob(os.path.join(tmpdir or tempfile.gettempdir(), _COPY_PREFIX + "*")):
+    for d in glob.glob(os.path.join(tmpdir or usable_tempdir("score's copy of the package"), _COPY_PREFIX + "*")):
         pid = os.path.basename(d)[len(_COPY_PREFIX):].split("-", 1)[0]
         try:
             mine = os.lstat(d).st_uid == os.getuid()
@@ -775,9 +775,7 @@ def check_plot_path(path):
 def plot(s, paths):
     """A bar chart of the runs' minutes (the runs the olympic mean drops hatched) and their eval
     curves with the target line."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     for p in paths:
         check_plot_path(p)
     names = [shown(os.path.basename(r[0])[:-4]) for r in s["runs"]]

@@ -45,7 +45,7 @@ import tempfile
 import time
 
 from mlperf_bert.errors import UserError, die_with_parent, first_signal, signal_name
-from mlperf_bert.fileio import proc_stat
+from mlperf_bert.fileio import proc_stat, usable_tempdir
 # NOT_SAVED_STATUS (a stop that saved nothing) and its line are the start handler's too: there, stdlib only
 from mlperf_bert.start_signals import NOT_SAVED_STATUS, not_saved_line, outlive_readers
 
@@ -480,7 +480,7 @@ def main(argv):
     env = dict(os.environ)
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT)
     # the wrapper's folder: the agent's mark of a failed rank, and torchrun's logs
-    log_dir = tempfile.mkdtemp(prefix="mlperf_bert_torchrun_")
+    log_dir = tempfile.mkdtemp(prefix="mlperf_bert_torchrun_", dir=usable_tempdir("the torchrun wrapper's logs"))
     env[RANK_FAILED_ENV] = os.path.join(log_dir, "rank_failed")
     if _torchrun_option(args, re.compile(r"^--log[-_]dir(=|$)")) is None and "PET_LOG_DIR" not in env:
         # torchrun's own would be a torchelastic_* folder in $TMPDIR that nothing removes: one per job

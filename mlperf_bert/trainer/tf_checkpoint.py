@@ -19,7 +19,7 @@ import zipfile
 import numpy as np
 
 from mlperf_bert.errors import FixableError, UserError
-from mlperf_bert.fileio import check_writable_dir, pid_alive
+from mlperf_bert.fileio import check_writable_dir, pid_alive, usable_tempdir
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,9 @@ def _import_tf():
     # TF's import of keras imports matplotlib, which warned of its cache folder before the tool's own
     # lines where HOME cannot be written (a container run with --user)
     logging.getLogger("matplotlib").setLevel(logging.ERROR)
+    # its import (absl's testing module) asks for the temporary folder: none writable (a read-only
+    # container) was tempfile's traceback there
+    usable_tempdir("TensorFlow, which reads and writes TF checkpoints")
     try:
         import tensorflow as tf
     except ImportError:

@@ -1,11 +1,12 @@
 """``make container-test``: build the image and use it as a user would (not part of ``make test``).
 
 1. build it (the README's ``docker build -t mlperf-bert .``) and print its size and torch build;
-2. the demo as a non-root user (``docker run --rm --user UID:GID -v OUT:/output mlperf-bert``),
-   and the same demo outside the image for comparison;
+2. the demo as a non-root user on the image read-only, as HPC sites run images (``docker run --rm
+   --read-only --tmpfs /tmp --user UID:GID -v OUT:/output mlperf-bert``: nothing may be written inside
+   it), and the same demo outside the image for comparison;
 3. the entrypoint: flags go to start_training.sh, a command runs (start_training.sh by name too), a
    wrong word is explained, a run without /output mounted is refused;
-4. a short training on read-only mounted data with NUM_RUNS=2, stopped with ``docker stop`` in
+4. a short training (the image read-only too) on read-only mounted data with NUM_RUNS=2, stopped with ``docker stop`` in
    the middle of run 2 and rerun to the end; each run's checkpoints must be bit-identical to
    those of an uninterrupted series (run in the image too);
 5. ``package`` and ``score`` on the results, inside the image.
@@ -74,8 +75,10 @@ def run(cmd, expect=0, tail=40, **kw):
     return proc.returncode, proc.stdout
 
 
-def docker_run(*args, user=None, mounts=(), env=(), name=None):
+def docker_run(*args, user=None, mounts=(), env=(), name=None, read_only=False):
     cmd = ENGINE + ["run", "--rm"] + RUN_FLAGS
+    if read_only:  # (Apptainer's way, and Kubernetes' readOnlyRootFilesystem; /tmp its own, as Apptainer gives)
+        cmd += ["--read-only", "--tmpfs", "/tmp"]
     if name:
         cmd += ["--name", name]
     if user:
@@ -117,7 +120,7 @@ def user_and_dir(path):
 def demo_in_image(work):
     out = os.path.join(work, "demo")
     user = user_and_dir(out)
-    _, text = run(docker_run(user=user, mounts=[(out, "/output")]), tail=14)
+    _, text = run(docker_run(user=user, mounts=[(out, "/output")], read_only=True), tail=14)
     expect_in(text, "running the built-in demo", "log checker            PASSED")
     owner = os.stat(os.path.join(out, "demo", "train", "mlperf.log")).st_uid
     if "%d" % owner != user.split(":")[0]:
@@ -149,7 +152,7 @@ def entrypoint():
 
 def series(data, out, user, name=None):
     return docker_run(*TRAIN_FLAGS, user=user, name=name, mounts=[(data, "/data:ro"), (out, "/output")],
-                      env=["DATA_DIR=/data", "NUM_RUNS=2", "SEED=100", "OMP_NUM_THREADS=1"] + SUBMITTER)
+                      env=["DATA_DIR=/data", "NUM_RUNS=2", "SEED=100", "OMP_NUM_THREADS=1"] + SUBMITTER, read_only=True)
 
 
 @step("training series, uninterrupted (NUM_RUNS=2, data read-only)")

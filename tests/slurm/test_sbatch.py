@@ -171,10 +171,10 @@ def test_the_pyxis_variant_runs_the_images_script_with_the_folders_mounted_at_th
 
 
 # The Dockerfile's ENV that the job leaves to the image: its own interpreter's setup (PATH, the venv,
-# pip and apt quiet, unbuffered output), paths of its own (a host's MLPERF_BERT_CACHE or
-# MPLCONFIGDIR would name folders not mounted), and the GPUs, which enroot's hook and Slurm set.
+# pip and apt quiet, unbuffered output), paths of its own (a host's MLPERF_BERT_CACHE would
+# name a folder not mounted), and the GPUs, which enroot's hook and Slurm set.
 IMAGE_OWN_ENV = {"DEBIAN_FRONTEND", "PYTHONUNBUFFERED", "PIP_DISABLE_PIP_VERSION_CHECK", "VIRTUAL_ENV", "PATH",
-                 "MLPERF_BERT_CACHE", "MPLCONFIGDIR", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
+                 "MLPERF_BERT_CACHE", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
 
 
 def test_the_pyxis_variant_gives_the_jobs_settings_precedence_over_the_images_env():

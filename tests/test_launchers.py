@@ -1586,6 +1586,20 @@ def test_a_job_whose_nodes_never_met_says_so_not_that_a_peer_was_lost(job, tmp_p
                                       max(second, launch.RDZV_FAILED_STATUS))), proc.stdout
 
 
+def test_a_job_whose_node_refused_its_start_names_that_node_not_the_one_that_lost_it(job, tmp_path):
+    """Node 1 refused its start (status 2) after node 0, whose rank lost it before training, had ended
+    80 (launch.PEER_FAILED_AT_START_STATUS): a follower's status, as 75 is, so the job's status and last
+    line are node 1's refusal."""
+    import socket
+    from mlperf_bert.trainer import launch
+    (tmp_path / "submit" / "start_training.sh").write_text(RDZV_NODE)
+    proc, record = job(FAKE_0=str(launch.PEER_FAILED_AT_START_STATUS), FAKE_1="2")
+    host = socket.gethostname()
+    assert proc.returncode == 2 and proc.stdout.splitlines()[-1] == (
+        "slurm_multinode.sbatch: node 1 failed first, with status 2 (node 0 (%s) %d node 1 (%s) 2; srun %d)"
+        % (host, launch.PEER_FAILED_AT_START_STATUS, host, launch.PEER_FAILED_AT_START_STATUS)), proc.stdout
+
+
 def _trainer_config(cmd):
     """The RunConfig the trainer makes of a command train_model.sh --dry_run printed."""
     from mlperf_bert import flags

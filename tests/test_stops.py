@@ -254,6 +254,27 @@ def test_a_rank_that_only_lost_its_peer_on_another_node_says_so():
     assert f.status(1) == PEER_LOST_STATUS and out.getvalue() == report[0]
 
 
+def test_a_rank_whose_peer_failed_at_its_start_is_a_follower_as_a_lost_peer_is():
+    """Rank 0's line and status 80 (its peer failed at its start) are shown only on a node where no
+    rank explains the failure: there, rank 1's refusal (2) is the run's."""
+    import io
+    from mlperf_bert.trainer.launch import PEER_FAILED_AT_START_STATUS, PEER_LOST, Filter
+    lost = "error: rank 0 %s (Connection closed by peer) before the training began: ...\n" % PEER_LOST
+    for other, status, shown in ((None, PEER_FAILED_AT_START_STATUS, lost),
+                                 ("error: --input_file x does not exist\n", 2, "error: --input_file x does not exist\n")):
+        out = io.StringIO()
+        f = Filter(out)
+        report = [lost] + ([other] if other else []) + [
+            "Traceback (most recent call last):\n", "  File x\n",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n", "Root Cause (first observed failure):\n",
+            "[0]:\n", "  rank      : 0 (local_rank: 0)\n", "  exitcode  : %d (pid: 7)\n" % PEER_FAILED_AT_START_STATUS]
+        if other:
+            report += ["Other Failures:\n", "[1]:\n", "  rank      : 1 (local_rank: 1)\n", "  exitcode  : 2 (pid: 8)\n"]
+        for line in report:
+            f.feed(line)
+        assert f.status(1) == status and out.getvalue() == shown
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stop_sent_to_one_rank_as_it_starts_is_a_stop_that_saved_nothing(sig):
     """A sweep: SIGTERM to rank 1 alone (a scheduler or an operator signalling one process) while it
@@ -1017,6 +1038,8 @@ def test_a_peer_lost_after_a_stop_is_the_stops_end_before_the_ranks_met_in_a_vot
     from mlperf_bert.trainer import training
     stop = training._Stop()
     assert stop.peer_lost() is None  # no signal: a failure
+    assert stop.starting and not (stop.started() or stop.starting)  # a peer lost from run_start on: 75
+    stop.starting = stop.in_init = True
     stop.signum, stop.in_init = signal.SIGTERM, False
     ended = stop.peer_lost()  # no vote made yet
     assert isinstance(ended, Terminated) and ended.status == 79 and "as the run started" in ended.line

@@ -782,6 +782,70 @@ def test_ranks_started_with_other_flags_or_seeds_are_refused_in_one_line(files, 
         assert not os.path.exists(str(tmp_path / name))
 
 
+def _ended_apart(rank, world, argvs):
+    """In a spawned rank: _started_apart's, or for a rank that exits (one whose peer left) its status
+    and error lines; it waits no grace time for a signal from torchrun (there is none)."""
+    import io
+    from mlperf_bert.trainer import distributed
+    err, grace = io.StringIO(), distributed.PEER_LOST_GRACE_S
+    distributed.PEER_LOST_GRACE_S = 0
+    try:
+        with contextlib.redirect_stderr(err):
+            return _started_apart(rank, world, argvs)
+    except SystemExit as e:
+        return e.code, [l for l in err.getvalue().splitlines() if l.startswith("error: ")]
+    finally:
+        distributed.PEER_LOST_GRACE_S = grace
+
+
+def _lost_while(rank, world, starting):
+    """In a spawned rank: rank 1 leaves the group; rank 0's next collective, under
+    peer_loss_is_one_line with ``starting``, -> its status and line."""
+    import io
+    from mlperf_bert.trainer import distributed
+    distributed.setup("cpu")
+    if rank == 1:
+        distributed.teardown(clean=False)
+        return None
+    err, grace = io.StringIO(), distributed.PEER_LOST_GRACE_S
+    distributed.PEER_LOST_GRACE_S = 0
+    try:
+        with contextlib.redirect_stderr(err), distributed.peer_loss_is_one_line(starting=lambda: starting):
+            distributed.broadcast_object(None)
+    except SystemExit as e:
+        return e.code, err.getvalue()
+    finally:
+        distributed.PEER_LOST_GRACE_S = grace
+        distributed.teardown(clean=False)
+
+
+def test_a_peer_that_refused_its_start_alone_is_not_a_lost_peer_to_resume(files, tmp_path):
+    """A hostile sweep: rank 1 alone refused its start (its --input_file missing on its node's disk,
+    or given another there): rank 0 said "lost contact with another rank ...: the checkpoints written
+    so far are kept; rerun the same command to resume from the newest" and exited 75 (rerunning
+    resumes), so a script that resubmits on 75 looped on a refusal that every rerun repeats. Before
+    its training began, rank 0 now says the other rank ended at its start (its line says why) and
+    exits 80; a peer lost once the training began is still 75 and its line."""
+    from test_host_syncs import free_ports, piece, run_pieces, run_ranks
+    from mlperf_bert.trainer.launch import PEER_FAILED_AT_START_STATUS, PEER_LOST, PEER_LOST_STATUS
+    argv = flags_for(files, str(tmp_path / "out"), num_workers=0, num_train_steps=2)
+    missing = str(tmp_path / "none.tfrecord")
+    pieces = [("start", _ended_apart, ([argv, argv + ["--input_file=" + missing]],)),
+              ("training", _lost_while, (False,))]
+    ranks = run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=str(tmp_path))
+    (status, lines), refusal = piece(ranks, "start")
+    assert refusal == "--input_file %s does not exist (check the path or glob)" % missing
+    assert status == PEER_FAILED_AT_START_STATUS and len(lines) == 1, (status, lines)
+    assert lines[0].startswith("error: rank 0 %s (" % PEER_LOST) and lines[0].endswith(
+        ") before the training began: that rank ended at its start, and its own line (on its node) says why (e.g. an "
+        "input missing on its node, flags other than this rank's); nothing of this start was trained: fix what it "
+        "names, then rerun (exit 80, not 75: a rerun as it is ends the same way)"), lines
+    assert not os.path.exists(str(tmp_path / "out"))
+    (status, line), _ = piece(ranks, "training")
+    assert status == PEER_LOST_STATUS and line.endswith(
+        "the checkpoints written so far are kept; rerun the same command to resume from the newest\n"), line
+
+
 def _eval_rows(rank, world, eval_file, micro_batches):
     """In a spawned rank: the real rows (input_ids) of its share of an EvalSet cut at ``micro_batches[rank]``."""
     from mlperf_bert.trainer import distributed, evaluation

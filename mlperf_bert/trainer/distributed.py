@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer.launch import PEER_LOST, PEER_LOST_STATUS
+from mlperf_bert.trainer.launch import PEER_FAILED_AT_START_STATUS, PEER_LOST, PEER_LOST_STATUS
 
 PEER_LOST_GRACE_S = 3.0  # a failed rank's interpreter teardown takes about a second (torch's)
 
@@ -107,12 +107,14 @@ def _peer_lost(e):
 
 
 @contextlib.contextmanager
-def peer_loss_is_one_line(signals=lambda: 0, stopped=lambda: None):
+def peer_loss_is_one_line(signals=lambda: 0, stopped=lambda: None, starting=lambda: False):
     """In a run of several ranks, a collective that fails because another rank died (killed, out of
     memory, its node gone) ends this rank with one line and PEER_LOST_STATUS, not a traceback:
     the dead rank is the news, and the launcher names it. ``signals``: how many stop signals this
     process has had (training._Stop.received); ``stopped()``: after a stop signal, the stop's own
-    end (a Terminated, raised instead: the other rank left on the stop), else None."""
+    end (a Terminated, raised instead: the other rank left on the stop), else None; ``starting()``:
+    this rank's training has not begun (training._Stop.starting): the other rank ended at its start,
+    mostly a refusal that a rerun repeats, so PEER_FAILED_AT_START_STATUS and a line that says so."""
     try:
         yield
     except Exception as e:
@@ -121,9 +123,18 @@ def peer_loss_is_one_line(signals=lambda: 0, stopped=lambda: None):
         end = stopped()
         if end is not None:
             raise end from None
-        print("error: rank %d %s (%s): the checkpoints written so far are kept; rerun the same command to "
-              "resume from the newest" % (dist.get_rank(), PEER_LOST, str(e).strip().splitlines()[0][:200]),
-              file=sys.stderr, flush=True)
+        why = str(e).strip().splitlines()[0][:200]
+        if starting():
+            status = PEER_FAILED_AT_START_STATUS
+            print("error: rank %d %s (%s) before the training began: that rank ended at its start, and its own line "
+                  "(on its node) says why (e.g. an input missing on its node, flags other than this rank's); nothing "
+                  "of this start was trained: fix what it names, then rerun (exit %d, not %d: a rerun as it is "
+                  "ends the same way)" % (dist.get_rank(), PEER_LOST, why, status, PEER_LOST_STATUS),
+                  file=sys.stderr, flush=True)
+        else:
+            status = PEER_LOST_STATUS
+            print("error: rank %d %s (%s): the checkpoints written so far are kept; rerun the same command to "
+                  "resume from the newest" % (dist.get_rank(), PEER_LOST, why), file=sys.stderr, flush=True)
         # The rank that failed has printed its line and is leaving (its group torn down first, which
         # is how this rank learnt of it): let it exit with its own status before this one. torchrun
         # SIGTERMs the ranks still alive when one exits, and a failed rank SIGTERMed in its
@@ -133,7 +144,7 @@ def peer_loss_is_one_line(signals=lambda: 0, stopped=lambda: None):
         before, deadline = signals(), time.monotonic() + PEER_LOST_GRACE_S
         while signals() == before and time.monotonic() < deadline:
             time.sleep(0.02)
-        raise SystemExit(PEER_LOST_STATUS) from None
+        raise SystemExit(status) from None
 
 
 class GradientExchange:

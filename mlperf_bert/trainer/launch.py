@@ -55,12 +55,19 @@ SHUTDOWN_TIMEOUT = "300"
 # only when no rank of this node explains the failure. Here, not there: this process needs no torch.
 PEER_LOST = "lost contact with another rank"
 PEER_LOST_STATUS = 75
+# The same loss before this rank's training began (its start: the checks, the untimed init): the other
+# rank ended at its start, most often refusing it (an input missing on its node's disk, other flags),
+# which a rerun repeats: not "rerunning resumes" (a script that resubmits on 75 looped on it). A
+# follower's status, as 75 is: the failed rank's own status and line are the run's.
+PEER_FAILED_AT_START_STATUS = 80
 # The ranks' environment names a file (in the wrapper's folder) that torchrun's agent makes before it
 # SIGTERMs the ranks left after one failed (its own line out; not a stop signal): a rank that gets
 # that SIGTERM in its untimed init, where a stop ends it at once, leaves without a stop's line ("SIGTERM
 # in the untimed init ... rerun the same command": the failed rank's line is the news) and with
 # PEER_LOST_STATUS (training._Stop).
 RANK_FAILED_ENV = "MLPERF_BERT_RANK_FAILED"
+# the statuses of a rank that only lost another
+FOLLOWERS = (PEER_LOST_STATUS, PEER_FAILED_AT_START_STATUS)
 # a rank's status after a stop with its checkpoint (its own handler's exit: 143, 130)
 STOPPED = (128 + signal.SIGTERM, 128 + signal.SIGINT)
 # The static rendezvous ended without every node: the nodes never met (a setting: MASTER_ADDR,
@@ -75,12 +82,12 @@ tracebacks and the trainer's exit status: SIGTERM or Ctrl-C -> every rank checkp
 (130), or %d when the stop saved nothing; a rank killed by signal N -> one line naming it, exit
 128+N; a busy --master_port -> one line, exit 2; several nodes (--nnodes=N --node_rank=R
 --master_addr=A --master_port=P) -> a line while it waits for the others, and one line and exit %d
-(the nodes never met; %d is a rank that lost a peer mid-run) when they do not come within
---rdzv_conf=timeout=SECONDS [torchrun's: 900]. The ranks get TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to
-checkpoint [%s].
+(the nodes never met; %d is a rank that lost a peer mid-run, %d one whose peer failed at its start)
+when they do not come within --rdzv_conf=timeout=SECONDS [torchrun's: 900]. The ranks get
+TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to checkpoint [%s].
 e.g. python -m mlperf_bert torchrun --standalone --nproc_per_node=8 run_pretraining.py --do_train ...
 torchrun's options: python -m torch.distributed.run --help""" % (
-    NOT_SAVED_STATUS, RDZV_FAILED_STATUS, PEER_LOST_STATUS, SHUTDOWN_TIMEOUT)
+    NOT_SAVED_STATUS, RDZV_FAILED_STATUS, PEER_LOST_STATUS, PEER_FAILED_AT_START_STATUS, SHUTDOWN_TIMEOUT)
 
 # torchrun's own logging lines ("W1122 11:57:17.099000 13773 torch/distributed/run.py:874] ...")
 _AGENT_LOG = re.compile(r"^[IWEF]\d{4} [\d:.]+ \d+ \S*torch/distributed/\S+\] ")
@@ -176,9 +183,9 @@ class Filter:
             code = f["code"]
             if code < 0 and code != -signal.SIGTERM:
                 return 0  # killed: nobody else will say so
-            if code not in (PEER_LOST_STATUS, 128 + signal.SIGTERM, -signal.SIGTERM):
+            if code not in FOLLOWERS + (128 + signal.SIGTERM, -signal.SIGTERM):
                 return 1  # failed with its own line
-            return 2 if code != PEER_LOST_STATUS else 3
+            return 2 if code not in FOLLOWERS else 3
         if not failures:
             if self.lost and not self.shown_error:
                 self._write(self.lost[0])
@@ -195,7 +202,7 @@ class Filter:
         if f["code"] < 0:
             self._write(killed_line("%s, pid %s on host %s)" % (f["who"], f["pid"], f.get("host", "?")), -f["code"]))
             return 128 - f["code"]
-        if f["code"] == PEER_LOST_STATUS and self.lost:
+        if f["code"] in FOLLOWERS and self.lost:
             self._write(self.lost[0])  # another node's rank failed: this node only saw it go
         return f["code"]
 

@@ -56,6 +56,9 @@ class _Stop:
         self.signum = None
         self.received = 0  # every signal, the first and any after it
         self.in_init = True
+        # before this start's work began (run_start; --do_eval alone's eval; ``finishing``, a run that
+        # ended earlier): a peer lost here ended at its start (distributed.peer_loss_is_one_line)
+        self.starting = True
         self.finishing = False  # finish_stopped: a run that ended earlier, its end being written
         self.finished = None  # finished_rerun: "eval" (--do_eval given), else "rerun"
         self.eval_only = False  # --do_eval alone: nothing is trained, nothing saved but its results
@@ -140,7 +143,7 @@ class _Stop:
         its raise held by a fork or lost in a finalizer, stops the run here, before run_start)."""
         if self.requested and self.in_init:
             raise self._terminated()
-        self.in_init = False
+        self.in_init = self.starting = False
 
     def asked(self):
         """This rank's vote: its signal's number, 0 if none came (SIGTERM for one still in its handler)."""
@@ -187,7 +190,7 @@ def train(cfg):
             _Stop() as stop, contextlib.ExitStack() as held:
         clean = False
         try:
-            with distributed.peer_loss_is_one_line(lambda: stop.received, stop.peer_lost), \
+            with distributed.peer_loss_is_one_line(lambda: stop.received, stop.peer_lost, lambda: stop.starting and not stop.finishing), \
                     loader.worker_death_is_one_line(), \
                     out_of_memory_is_one_line(cfg):
                 rc = run(cfg, stop, held)
@@ -927,6 +930,7 @@ def run_eval_only(cfg, config, files, device, rank, world, stop):
         m = re.search(r"ckpt-(\d+)", os.path.basename(init))
         step = int(m.group(1)) if m else 0
     from mlperf_bert.progress import bar
+    stop.starting = False  # its checks passed: a peer lost from here failed in the eval
     # the reference's eval of BERT-Large: minutes to hours
     with bar(evaluation.reference_eval_batches(cfg.data, cfg.eval, files, rank, world, config.vocab_size),
              total=cfg.eval.max_eval_steps, desc="eval", unit="batch",

@@ -104,7 +104,7 @@ def run_main(main, argv=None):
     except BaseException:
         # Python's own end (a bug's traceback; a SystemExit after the command's line, as a killed loader
         # worker's): a bar still open (the trainer's) would draw its last state after it at the teardown
-        _end_progress_bars()
+        _end_progress_bars(last_state=False)
         raise
     _leave_lightly()
     sys.exit(status or 0)
@@ -145,15 +145,21 @@ def _stops_over_broken_pipes(main, argv):
         raise stop from None
 
 
-def _end_progress_bars():
-    """Clear the progress bars still drawn (a command's error ends it in the middle of one): the
-    error line then starts a line of its own, and no bar is drawn again after it."""
+def _end_progress_bars(last_state=True):
+    """End the progress bars still open (a command's error or stop ends it in the middle of one),
+    before its line: a terminal's is cleared, so that the line starts a line of its own, and no bar is
+    drawn again after it. A log's (progress.bar) writes its last state first, where the command was when
+    it ended (its line before may be 30 s old: a command stopped in its first 30 s showed its 0 % line
+    alone), unless ``last_state`` is False (the command's line may be out already)."""
     tqdm = sys.modules.get("tqdm")
     if tqdm is None:
         return
+    # a rank of several (torchrun's WORLD_SIZE): another rank's same error may come first and this one's
+    # be dropped as its repeat (trainer/launch.py's Filter): the bar's line would follow the error
+    last_state = last_state and os.environ.get("WORLD_SIZE", "1") == "1"
     for bar in list(getattr(tqdm.tqdm, "_instances", ())):
         try:
-            bar.leave = False
+            bar.leave = last_state and getattr(bar, "in_log", False)
             bar.close()
         except Exception:  # a bar half torn down must not hide the error
             pass

@@ -62,4 +62,6 @@ def bar(iterable=None, file=None, **kwargs):
     # (leave=False) keeps its last line here: else a log shows its 0 % line alone, the last it heard of it
     kwargs.update(mininterval=max(kwargs.get("mininterval") or 0, FILE_INTERVAL_S), maxinterval=float("inf"),
                   ascii=True, leave=True)
-    return tqdm(iterable, file=BarLines(out), **kwargs)
+    shown = tqdm(iterable, file=BarLines(out), **kwargs)
+    shown.in_log = True  # (cli: a command's error or stop writes its last state, as this keeps it)
+    return shown

@@ -112,7 +112,7 @@ def test_a_second_sigterm_while_the_first_is_handled_does_not_cut_its_way_out(tm
             for _ in range(1000):  # the handler runs at the next bytecode boundaries
                 pass
         real = cli._end_progress_bars
-        cli._end_progress_bars = lambda: again() or real()
+        cli._end_progress_bars = lambda **kw: again() or real(**kw)
 
         def main(argv):
             try:
@@ -675,15 +675,24 @@ def test_a_bar_a_terminal_erases_leaves_its_last_state_in_a_file():
 
 
 # A command ended with its bar open (the trainer's, closed only at the run's end) by its own line and a
-# SystemExit ($1 "exit": the loader's for a killed worker), or by a bug's traceback ($1 "crash")
+# SystemExit ($1 "exit": the loader's for a killed worker), by a bug's traceback ($1 "crash"), by its
+# error ($1 "error"), by a SIGTERM ($1 "stop") or by torchrun's SIGTERM after another rank failed ($1 "peer")
 OPEN_BAR = textwrap.dedent("""\
-    import sys
+    import os, signal, sys, time
     from mlperf_bert.cli import run_main
+    from mlperf_bert.errors import Terminated, UserError
     from mlperf_bert.progress import bar
 
     def main(argv):
         b = bar(total=100, unit="step", leave=False)
         b.update(5)
+        if argv[1] == "error":
+            raise UserError("record 6035 is corrupt")
+        if argv[1] == "peer":
+            raise Terminated("", 75)
+        if argv[1] == "stop":
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
         if argv[1] == "exit":
             print("error: the data loader worker (pid 1) was killed by SIGKILL", file=sys.stderr, flush=True)
             raise SystemExit(137)
@@ -701,6 +710,25 @@ def test_a_bar_left_open_by_an_exit_or_a_traceback_draws_nothing_after_it(how, s
     crash's traceback, were no longer the last line of the log. The bar is ended before Python's exit."""
     proc = subprocess.run([sys.executable, "-c", OPEN_BAR, how], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == status and proc.stderr.splitlines()[-1] == last, proc.stderr
+
+
+@pytest.mark.parametrize("how,world,status,last", [
+    ("error", "1", 2, "error: record 6035 is corrupt"), ("stop", "1", 143, TERMINATED), ("peer", "2", 75, None),
+    ("error", "2", 2, "error: record 6035 is corrupt")])
+def test_a_bar_an_error_or_a_stop_ends_leaves_its_last_state_in_a_log(how, world, status, last):
+    """A sweep of what a log file holds: the trainer (`> log 2>&1`) ended by a damaged record 24 s in,
+    or by a SIGTERM to a data tool, left its bar's 0 % line and the error: how far it had come was
+    nowhere (a bar's line comes at most every 30 s in a log). Its last state comes before the line; not
+    in a rank of several (rank 0 ended by torchrun after rank 1 failed has no line; rank 1's same error
+    may come first, rank 0's then dropped as its repeat): it would follow that rank's error."""
+    proc = subprocess.run([sys.executable, "-c", OPEN_BAR, how], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          env=dict(os.environ, WORLD_SIZE=world))
+    lines = proc.stderr.splitlines()
+    if world != "1":
+        assert proc.returncode == status and " 0/100 " in lines[0] and lines[1:] == ([last] if last else []), \
+            proc.stderr
+    else:
+        assert proc.returncode == status and len(lines) == 3 and " 5/100 " in lines[1] and lines[2] == last, proc.stderr
 
 
 def test_a_compressed_input_is_called_compressed_not_damaged(golden_dir, tmp_path):

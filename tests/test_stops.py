@@ -617,6 +617,32 @@ def test_sigterm_to_torchrun_alone_is_the_ranks_stop(tmp_path, short_tmpdir, sta
     assert proc.returncode == status and out == "" and err == "", (proc.returncode, out, err)
 
 
+# A rank as the trainer ends a stop: its bar's last state (stderr), then its stop's line (stdout), at once
+BAR_THEN_LINE = textwrap.dedent("""\
+    import sys
+    for i in range(20):
+        sys.stderr.write(" 5%%|#  | %d/3000 [00:30<09:30, 5.00step/s]\\n" % i)
+        sys.stderr.flush()
+        print("SIGTERM: checkpoint model.ckpt-%d.pt written; rerun the same command to resume" % i, flush=True)
+""")
+
+
+def test_a_ranks_lines_reach_one_log_in_the_order_written(tmp_path, short_tmpdir):
+    """A sweep of log files: 2 ranks under the wrapper, `> log 2>&1`, SIGTERM: the log's last line was
+    the bar's state at the stop, after the stop's line (1 of 4 tries): a rank's stdout went to the log
+    at once, its stderr through the wrapper's filter, a process later. Where the wrapper's stdout and
+    stderr are one, the ranks' are one pipe."""
+    script = tmp_path / "rank.py"
+    script.write_text(BAR_THEN_LINE)
+    log = tmp_path / "log"
+    with open(log, "w") as f:
+        proc = subprocess.run([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=1", str(script)],
+                              env=dict(ENV, TMPDIR=short_tmpdir), stdout=f, stderr=subprocess.STDOUT, timeout=120)
+    lines = log.read_text().splitlines()
+    assert proc.returncode == 0 and len(lines) == 40, lines
+    assert [l.startswith("SIGTERM") for l in lines] == [False, True] * 20, lines
+
+
 # Rank 1 refuses its share of the files (a damaged one) in the untimed init, where rank 0 is still busy
 # (its locks, its own share's scan: not waiting in a collective) when torchrun SIGTERMs it
 RANK_1_FAILS_IN_THE_INIT = textwrap.dedent("""\

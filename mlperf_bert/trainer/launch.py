@@ -18,6 +18,8 @@ of its own and:
   seconds (300 unless set; torchrun's own default is 30) to write it before torchrun kills them;
 - drops torchrun's log lines and tracebacks, shows an error line the ranks print once (every rank
   says the same) and exits with the failed rank's status (2 for bad input);
+- where its stdout and stderr are one (``> log 2>&1``, ``2>&1 | tee log``), passes the ranks' through
+  one pipe: in the order they wrote them;
 - a rank killed by a signal: one line naming the rank, its pid and host and the signal, exit
   128 + the signal's number; lines of ranks that only lost contact with it are not shown;
 - a busy ``--master_port``: one line naming the port and the fix, exit 2;
@@ -471,6 +473,14 @@ def _has_children(pid):
     return False
 
 
+def _one_output():
+    """Whether our stdout and stderr are one file, pipe or terminal."""
+    try:
+        return os.path.sameopenfile(1, 2)
+    except OSError:  # one of them closed
+        return False
+
+
 def _send(proc, signum):
     try:
         proc.send_signal(signum)
@@ -515,9 +525,16 @@ def _run(args, env):
     # ended while Popen started it, and train to the end
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # One pipe for the ranks' stdout and stderr where ours go to one place (`> log 2>&1`, `2>&1 | tee log`):
+    # rank 0's stop line (stdout) went there at once, its bar's last state (stderr) through the filter
+    # after it, and the log ended with the bar
+    merged = _one_output()
+    if merged and os.isatty(1):  # a terminal's lines as it showed them, not held in a pipe's buffer
+        env.setdefault("PYTHONUNBUFFERED", "1")
     if not got:  # a stop before it: torchrun is not started
-        proc = subprocess.Popen([sys.executable, "-c", _AGENT] + args, env=env,
-                                stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-c", _AGENT] + args, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE if merged else None,
+                                stderr=subprocess.STDOUT if merged else subprocess.PIPE,
                                 preexec_fn=_in_own_group(os.getpid()))
     if proc is None:
         sys.stderr.write(not_saved_line(signal.Signals(got[0]).name, "before torchrun started"))
@@ -525,7 +542,7 @@ def _run(args, env):
     if got:  # it came while Popen started torchrun
         _send(proc, signal.SIGTERM)
     filt = Filter(sys.stderr)
-    for raw in proc.stderr:
+    for raw in proc.stdout if merged else proc.stderr:
         filt.feed(raw.decode("utf-8", "replace"))
     returncode = proc.wait()
     if returncode < 0:  # torchrun killed by a signal (before it set its handlers: no rank started)

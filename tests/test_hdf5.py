@@ -947,3 +947,27 @@ def test_a_good_file_opened_past_the_open_file_limit_is_not_called_damaged(tmp_p
     assert str(e.value) == ("cannot open %s: Too many open files: raise the open-file limit (ulimit -n), or give "
                             "fewer files" % path)
     hdf5.open_file(path).close()
+
+
+@pytest.mark.parametrize("attr,value,message", [
+    ("max_seq_length", np.array([128, 128]), "attribute max_seq_length is array([128, 128]), not an integer"),
+    ("num_sequences", np.array([500]), "attribute num_sequences is array([500]), not an integer"),
+    ("max_predictions_per_row", "20", "attribute max_predictions_per_row is '20', not an integer"),
+    ("packing_rate", np.array([1.0, 1.0]), "attribute packing_rate is array([1., 1.]), not a number"),
+    ("max_predictions_per_row", 20 + (1 << 32), "attribute max_predictions_per_row is 4294967316, but its rows "
+                                                "hold 60 prediction slots"),
+    ("max_predictions_per_row", 0, "attribute max_predictions_per_row is 0, but its rows hold 60 prediction slots")])
+def test_a_packed_attribute_that_is_not_one_fitting_integer_is_one_line(made, tmp_path, attr, value, message):
+    """A hostile sweep: a packed file's attribute made an array (its dataspace damaged) was numpy's
+    ValueError traceback at the trainer's start, one of text its UFuncNoLoopError, and a
+    max_predictions_per_row past the rows' slots (a flipped high byte) trained on, the warm-up
+    shaped by it."""
+    from mlperf_bert.trainer import packed_loader
+    path = _copy(made["packed"], str(tmp_path / os.path.basename(made["packed"])))
+    with h5py.File(path, "r+") as h:
+        h.attrs[attr] = value
+    for read in (lambda: packed_loader.check_files([path], 128, 20), lambda: packed_loader.row_shape([path]),
+                 lambda: next(iter(packed_loader.PackedBatches([path], 8)))):
+        with pytest.raises(UserError) as e:
+            read()
+        assert str(e.value).startswith("%s: %s" % (path, message)) and "pack it again" in str(e.value), str(e.value)

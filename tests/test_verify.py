@@ -442,8 +442,8 @@ def test_a_file_damaged_where_its_kind_is_told_is_a_mismatch_not_unknown(made, t
     """A hostile sweep: one byte of a TFRecord's first header (its length's CRC), or the first bytes
     of an HDF5 file, and verify said ``UNKNOWN ... not checked`` and "every file checked matches",
     exit 0 (the file no longer looked like either kind); to-hdf5 on the same file said "record 0 has
-    a corrupt length". A file still laid out as TFRecords, or named as its kind, is a MISMATCH; a
-    text file and an empty one stay UNKNOWN."""
+    a corrupt length". A file still laid out as TFRecords, or named as its kind, is a MISMATCH (an
+    empty HDF5 file too: no HDF5 file is empty); a text file and an empty TFRecord file stay UNKNOWN."""
     copies = {name: tmp_path / name for name in ("hdrcorr", "named.tfrecord", "rows.hdf5")}
     for name, src in (("hdrcorr", "tfrecord"), ("named.tfrecord", "tfrecord"), ("rows.hdf5", "plain")):
         data = bytearray(open(made[src], "rb").read())
@@ -454,8 +454,10 @@ def test_a_file_damaged_where_its_kind_is_told_is_a_mismatch_not_unknown(made, t
         copies[name].write_bytes(bytes(data))
     (tmp_path / "notes.txt").write_text("a text file of no kind\n")
     (tmp_path / "empty.tfrecord").write_bytes(b"")
+    (tmp_path / "empty.hdf5").write_bytes(b"")  # (a later sweep: it was UNKNOWN, exit 0)
     ok, lines = run_verify([str(p) for p in copies.values()] + [str(tmp_path / "notes.txt"),
-                                                                 str(tmp_path / "empty.tfrecord")])
+                                                                 str(tmp_path / "empty.tfrecord"),
+                                                                 str(tmp_path / "empty.hdf5")])
     assert not ok
     verdicts = {line.split()[1]: line for line in lines}
     assert verdicts[str(copies["hdrcorr"])] == (
@@ -467,6 +469,8 @@ def test_a_file_damaged_where_its_kind_is_told_is_a_mismatch_not_unknown(made, t
                                                          "HDF5 file" % copies["rows.hdf5"])
     assert verdicts[str(tmp_path / "notes.txt")].startswith("UNKNOWN ")
     assert verdicts[str(tmp_path / "empty.tfrecord")].startswith("UNKNOWN ")
+    assert verdicts[str(tmp_path / "empty.hdf5")].startswith("MISMATCH %s (no published checksum; its own: named as "
+                                                             "an HDF5 file" % (tmp_path / "empty.hdf5"))
     assert checksums.main(["verify", str(copies["hdrcorr"])]) == 1
 
 
@@ -730,3 +734,31 @@ def test_a_file_name_with_a_line_break_cannot_print_a_verdict_line_of_its_own(tm
     assert not ok and all("\n" not in l and "\u2028" not in l for l in lines), lines
     assert any(l.startswith("MISMATCH %s/evdir\\x0aOK fake\\u2028x/eval.txt article 0: md5 " % tmp_path)
                for l in lines), lines
+
+
+@pytest.mark.parametrize("kind,damage,says", [
+    ("plain", "dataset", "{path} has no dataset input_ids: it is not a to-hdf5 file; convert the TFRecords with to-hdf5"),
+    ("plain", "checksum", "{path}: dataset input_ids carries no checksum, where its other datasets do: the file is "
+                          "damaged, convert it again with to-hdf5"),
+    ("packed", "dataset", "{path}: packed file without dataset input_ids: it is damaged, pack it again"),
+    ("packed", "attribute", "{path}: packed file without its attributes (\"Unable to synchronously open attribute "
+                            "(can't locate attribute: 'num_rows')\"): it is damaged, pack it again")])
+def test_a_damaged_name_in_an_hdf5_file_is_a_mismatch_not_ok(made, tmp_path, kind, damage, says):
+    """A hostile sweep: a byte flipped in a dataset's or an attribute's name (the file's metadata)
+    leaves every dataset's CRC-32C whole: verify said OK (or UNKNOWN, 'carries none of its own', for
+    one dataset's checksum attribute), exit 0, for a file the trainer then refused."""
+    import h5py
+    from mlperf_bert.dataset import hdf5
+    path = str(tmp_path / os.path.basename(made[kind]))
+    shutil.copy(made[kind], path)
+    with h5py.File(path, "r+") as h:
+        if damage == "dataset":
+            h.move("input_ids", "inpwt_ids")
+        elif damage == "checksum":
+            del h["input_ids"].attrs[hdf5.CHECKSUM_ATTR]
+        else:
+            h.attrs["num_rowr"] = h.attrs["num_rows"]
+            del h.attrs["num_rows"]
+    ok, lines = run_verify([path])
+    assert not ok and lines == ["MISMATCH %s (no published checksum; its own: %s)" % (path, says.format(path=path))], \
+        lines

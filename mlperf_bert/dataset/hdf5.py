@@ -239,6 +239,13 @@ def check_layout(h, path):
     if n == 0:  # as to-hdf5 and pack refuse an input of no record: a wrong path or a failed run's output
         raise UserError("%s holds no %s: check the paths, or make it again" % (path, "rows" if packed else "records"))
     if packed:
+        most = h.attrs.get("max_predictions_per_row")
+        if _PREDICTIONS in widths and np.ndim(most) == 0 and np.asarray(most).dtype.kind in "iu" \
+                and not 0 < most <= widths[_PREDICTIONS][1]:
+            # the loader keeps that many slots a row, and the warm-up allocates them: a flipped high
+            # byte trained on (extra empty slots) or asked the device for terabytes
+            raise UserError("%s: attribute max_predictions_per_row is %s, but its rows hold %d prediction slots: the "
+                            "file is damaged, %s" % (path, most, widths[_PREDICTIONS][1], remake_hint(path, packed)))
         found = {attr: widths[count][1] for attr, count in _SHAPE_ATTRS.items() if count in widths}
         if found.get("max_sequences_per_pack") and _PREDICTIONS in widths:
             found["max_predictions_per_seq"] = widths[_PREDICTIONS][1] / found["max_sequences_per_pack"]
@@ -265,8 +272,12 @@ def verify_checksums(path, packed=False, block_bytes=1 << 24):
     from crc32c import crc32c
     with open_file(path) as h:
         names = sorted(h)
-        if not names or any(CHECKSUM_ATTR not in h[n].attrs for n in names):
+        bare = [n for n in names if CHECKSUM_ATTR not in h[n].attrs]
+        if not names or bare == names:
             return False
+        if bare:  # to-hdf5 and pack give every dataset one: a damaged attribute name (a flipped byte)
+            raise UserError("%s: dataset %s carries no checksum, where its other datasets do: the file is damaged, %s"
+                            % (path, bare[0], remake_hint(path, packed)))
         for name in names:
             ds = h[name]
             row = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize)

@@ -277,10 +277,17 @@ def read_attrs(path):
             raise UserError("%s is not a packed file (no max_sequences_per_pack attribute): make packed rows "
                             "with python -m mlperf_bert pack" % path)
         try:
-            attrs = {name: h.attrs[name].item() if hasattr(h.attrs[name], "item") else h.attrs[name]
-                     for name in ATTRS}
+            attrs = {name: h.attrs[name] for name in ATTRS}
         except (OSError, KeyError) as e:
             raise UserError("%s: packed file without its attributes (%s): it is damaged, pack it again" % (path, e))
+        for name, value in attrs.items():
+            # pack writes each as one number (packing_rate a float, the others integers): an array, a
+            # string (a damaged or hand-made file) was numpy's traceback where the value was used
+            kinds = "iuf" if name == "packing_rate" else "iu"
+            if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in kinds:
+                raise UserError("%s: attribute %s is %r, not %s: the file is damaged, pack it again"
+                                % (path, name, value, "a number" if name == "packing_rate" else "an integer"))
+            attrs[name] = np.asarray(value).item()
         missing = [n for n in PACKED_FEATURES if n not in h]
     if missing:
         raise UserError("%s: packed file without dataset %s: it is damaged, pack it again"

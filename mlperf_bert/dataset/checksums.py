@@ -19,7 +19,7 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open, md5_many, open_input, read_lines, unfinished_write
 from mlperf_bert.locking import is_lock_file
-from mlperf_bert.dataset import hdf5
+from mlperf_bert.dataset import hdf5, packing
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records, refuse_special_file
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results")
@@ -314,7 +314,7 @@ class _Plan:
         self.tfrecords = set()  # files that must be TFRecords (named so in a folder of TFRecords)
         self.unlisted = {}  # path -> how the manifest that does not list it is named (make-dataset's output)
         self.published = {}  # path -> results/'s expectations, checked beside its manifest's
-        self.unfinished = []  # make-dataset's folders without their manifest (a run that did not finish)
+        self.unfinished = []  # (folder, why) of a run that did not finish: make-dataset's, pack's
         self.leaving = {}  # path a manifest lists -> where it leads, outside the manifest's folder
 
     def listed(self, f, folder, expectations):
@@ -395,7 +395,8 @@ def plan(paths, tables, manifest=None):
             continue
         if os.path.isdir(path):
             names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n))
-                           and not is_lock_file(n))  # a run's lock, or one a killed run left
+                           and not is_lock_file(n)  # a run's lock, or one a killed run left
+                           and n != packing.RECORD_NAME)  # pack's record: checked as the run it records (below)
             own = os.path.join(path, MANIFEST_NAME)
             if manifest is None and MANIFEST_NAME in names:
                 # make-dataset's folder: its manifest says what it holds (the reference publishes
@@ -418,7 +419,9 @@ def plan(paths, tables, manifest=None):
             if manifest is None and SETTINGS_NAME in names:
                 # make-dataset's folder that its run has not finished (killed, or still running): what
                 # it holds passed its CRCs one by one, a folder with no output at all passed
-                p.unfinished.append(path)
+                p.unfinished.append((path, "make-dataset's folder, with its %s but no %s, which it writes when it "
+                                           "is done: a run that did not finish, or is running; rerun the same "
+                                           "make-dataset command to finish it" % (SETTINGS_NAME, MANIFEST_NAME)))
             if manifest is not None:
                 for name in names:
                     if name != MANIFEST_NAME:
@@ -459,6 +462,14 @@ def plan(paths, tables, manifest=None):
                     p.unlisted[path] = "--manifest"
             else:
                 p.files[path] = expectations(path, tables)
+    # the folder of packed files (given, or their folder given) whose pack run did not finish: each
+    # file is complete and passes, but not all of the run's are there (a trainer took them for the set)
+    folders = {os.path.normpath(os.path.dirname(f) or ".") for f in p.files if f.endswith(packing.OUTPUT_SUFFIX)}
+    folders |= {os.path.normpath(d) for d in paths if os.path.isfile(os.path.join(d, packing.RECORD_NAME))}
+    for folder in sorted(folders):
+        why = packing.unfinished_run(folder)
+        if why:
+            p.unfinished.append((folder, "holds " + why))
     names = {os.path.basename(f): f for f in p.files}
     if "eval.txt" in names and "eval.md5" in names:
         pair = (names["eval.txt"], names["eval.md5"])
@@ -589,11 +600,9 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
         say("MISMATCH", "%s (a symbolic link to %s, outside the folder its manifest lists: the folder does not hold "
                         "that file, and it was not read; put the file itself there, or verify the folder it is in)"
             % (f, real))
-    for d in p.unfinished:
+    for d, why in p.unfinished:
         ok = False
-        say("MISMATCH", "%s (make-dataset's folder, with its %s but no %s, which it writes when it is done: a run "
-                        "that did not finish, or is running; rerun the same make-dataset command to finish it)"
-            % (d, SETTINGS_NAME, MANIFEST_NAME))
+        say("MISMATCH", "%s (%s)" % (d, why))
     for f in p.missing:
         ok = False
         say("MISSING", f)

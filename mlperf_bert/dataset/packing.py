@@ -324,6 +324,37 @@ WORKER_IMPORTS = ("h5py", "numpy.random", "numpy.ma", "mlperf_bert.dataset.examp
                   "mlperf_bert.dataset.tfrecord", "mlperf_bert.fileio")
 
 
+OUTPUT_SUFFIX = ".packed.hdf5"
+RECORD_NAME = ".pack.json"  # run_record: what pack runs wrote in --output_dir, and whether the last finished
+
+
+def _load_record(output_dir):
+    from mlperf_bert.dataset import run_record
+    return run_record.load(output_dir, RECORD_NAME, "pack", lambda name: name.endswith(OUTPUT_SUFFIX),
+                           "remove it and rerun the pack command that wrote %s" % output_dir)
+
+
+def unfinished_run(folder):
+    """Why the packed files of ``folder`` are not those of a finished pack run, with the fix (a
+    phrase), or None: the run that wrote them was killed or stopped midway (each of its files is
+    complete, but not all of them are there), or a file it wrote is missing. A folder no pack run
+    wrote into (packed files of an older version, or copied alone) has no record and passes."""
+    from mlperf_bert.dataset import run_record
+    names, finished = _load_record(folder)
+    # (pack's record always says whether its run finished: one that does not was not written by it)
+    why = run_record.unfinished(folder, RECORD_NAME, names, finished is True)
+    return "an unfinished pack run: %s: rerun the same pack command to finish it" % why if why else None
+
+
+def refuse_unfinished(files):
+    """UserError when a packed file of ``files`` lies in the folder of a pack run that did not finish:
+    the files there would be taken for the whole set (training on a part of the data without a word)."""
+    for folder in sorted({os.path.normpath(os.path.dirname(f) or ".") for f in files}):
+        why = unfinished_run(folder)
+        if why:
+            raise UserError("--input_file: folder %s holds %s" % (folder, why))
+
+
 def output_paths(files, output_dir):
     """One ``<input name>.packed.hdf5`` per input in ``output_dir``; an input given twice, or two
     inputs of one name (whose outputs would overwrite each other), is a UserError."""
@@ -336,7 +367,7 @@ def output_paths(files, output_dir):
             raise UserError("--input files %s and %s have one name, so both would be packed into %s: pack each "
                             "folder into its own --output_dir" % (seen[name], f, name + ".packed.hdf5"))
         seen[name] = f
-    return [os.path.join(output_dir, os.path.basename(p) + ".packed.hdf5") for p in files]
+    return [os.path.join(output_dir, os.path.basename(p) + OUTPUT_SUFFIX) for p in files]
 
 
 def main(argv):
@@ -391,13 +422,7 @@ def main(argv):
     # one run per output directory (made if missing, and removed again by a refusal if this run made it)
     with new_dirs_removed_on_error(fv.output_dir), lock_dir(fv.output_dir, "--output_dir"):
         new = [o for o in outputs if not os.path.lexists(o)]
-        try:
-            results = _pack_all(files, outputs, fv)
-        except InputRefused:
-            for o in new:
-                if os.path.lexists(o):
-                    os.remove(o)
-            raise
+        results = _pack_recorded(files, outputs, new, fv)
     seqs, rows, tokens = (sum(r[i] for r in results) for i in range(3))
     slots = fv.max_seq_length
     print("packed %d sequences into %d rows of %d tokens: %.4f sequences per row; padding %.1f%% of token "
@@ -405,6 +430,37 @@ def main(argv):
           % (seqs, rows, slots, seqs / rows, 100 * (1 - tokens / (seqs * slots)), 100 * (1 - tokens / (rows * slots)),
              len(outputs), fv.output_dir))
     return 0
+
+
+def _pack_recorded(files, outputs, new, fv):
+    """``_pack_all`` with the run's record (``RECORD_NAME``) saying, from before its first output,
+    that it has not finished, and at its end that it has."""
+    import contextlib
+    from mlperf_bert.dataset import run_record
+    record = os.path.join(fv.output_dir, RECORD_NAME)
+    had, (wrote, finished) = os.path.exists(record), _load_record(fv.output_dir)
+    # an earlier run's files still there are the set's too (one removed since is no longer)
+    names = {n for n in wrote if os.path.lexists(os.path.join(fv.output_dir, n))}
+    names |= {os.path.basename(o) for o in outputs}
+    run_record.write(fv.output_dir, RECORD_NAME, names, finished=False)
+    try:
+        results = _pack_all(files, outputs, fv)
+    except BaseException as e:
+        if isinstance(e, InputRefused):
+            for o in new:
+                if os.path.lexists(o):
+                    os.remove(o)
+        if len(new) == len(outputs) and not any(os.path.lexists(o) for o in new):
+            # stopped before its first output (or its outputs removed again): the folder is as it was,
+            # an earlier run's finished set usable, a folder this run made empty (and removed)
+            with contextlib.suppress(OSError, UserError):  # (the error that stopped the run is the one to tell)
+                if had:
+                    run_record.write(fv.output_dir, RECORD_NAME, wrote, finished)
+                else:
+                    os.remove(record)
+        raise
+    run_record.write(fv.output_dir, RECORD_NAME, names, finished=True)
+    return results
 
 
 def _pack_all(files, outputs, fv):

@@ -15,17 +15,17 @@ It also says whether the last run finished: from its first output to its end it 
 ``make-dataset`` refuses the shards of a run killed midway (``refuse_unfinished``).
 """
 import glob
-import json
 import math
 import os
 import random
 import shutil
 
 from mlperf_bert import flags
+from mlperf_bert.dataset import run_record
 from mlperf_bert.dataset.checksums import article_md5
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.fileio import (atomic_open, check_writable_dir, new_dirs_removed_on_error, open_input,
-                                refuse_overwriting_inputs, remove_stale_temporaries, special_kind, write_json)
+                                refuse_overwriting_inputs, remove_stale_temporaries, special_kind)
 from mlperf_bert.locking import lock_dir
 from mlperf_bert.dataset.sentences import sent_tokenize
 from mlperf_bert.dataset.wiki_cleanup import clean_text, universal_lines
@@ -159,22 +159,7 @@ def _load_record(output_dir, fix="give an empty --output_dir"):
     """(names of the files text-pipeline runs wrote in ``output_dir``, whether the last run finished:
     None in an older version's record, which does not say); (empty, True) when none ran there.
     ``fix``: what a damaged record's error tells the user to do."""
-    path = os.path.join(output_dir, RECORD_NAME)
-    if not os.path.exists(path):
-        return set(), True
-    try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-        names, finished = record["outputs"], record.get("finished")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UserError("cannot read %s (%s): %s" % (path, e, fix))
-    # a rerun removes the files it names: only this command's own names, in this folder
-    bad = [n for n in names if not isinstance(n, str) or os.path.basename(n) != n or not _is_output_name(n)] \
-        if isinstance(names, list) else [names]
-    if bad:
-        raise UserError("%s names %r, not a file text-pipeline writes in %s: %s (nothing it names is removed)"
-                        % (path, bad[0], output_dir, fix))
-    return set(names), finished if isinstance(finished, bool) else None
+    return run_record.load(output_dir, RECORD_NAME, "text-pipeline", _is_output_name, fix)
 
 
 def read_record(output_dir):
@@ -183,7 +168,7 @@ def read_record(output_dir):
 
 
 def write_record(output_dir, names, finished):
-    write_json(os.path.join(output_dir, RECORD_NAME), {"outputs": sorted(names), "finished": finished}, indent=1)
+    run_record.write(output_dir, RECORD_NAME, names, finished)
 
 
 def refuse_unfinished(text_dir, what="--text_dir"):
@@ -191,20 +176,15 @@ def refuse_unfinished(text_dir, what="--text_dir"):
     or stopped by an error) or lacks a file its run wrote: its shards would be taken for the whole
     text. A folder no text-pipeline run wrote (the reference's scripts, downloaded shards) has no
     record and passes. Returns the names the record lists (empty without one)."""
-    fix = "rerun text-pipeline with the same flags to finish it"
     names, finished = _load_record(text_dir, "make the text shards again with text-pipeline into an empty "
                                              "--output_dir")
-    missing = sorted(n for n in names if not os.path.exists(os.path.join(text_dir, n)))
-    # An older version's record does not say whether its run finished: a killed one left its work folder.
-    if not missing and (finished or (finished is None and not os.path.isdir(os.path.join(text_dir, WORK_NAME)))):
-        return names
-    if missing:
-        shown = ", ".join(missing[:3] + (["..."] if len(missing) > 3 else []))
-        why = "%d of the %d files its record %s lists are missing (%s)" % (len(missing), len(names), RECORD_NAME,
-                                                                          shown)
-    else:
-        why = "its record %s says its last run did not finish (its files may mix two runs)" % RECORD_NAME
-    raise UserError("%s %s holds an unfinished text-pipeline run: %s: %s" % (what, text_dir, why, fix))
+    if finished is None:  # an older version's record does not say: a killed run left its work folder
+        finished = not os.path.isdir(os.path.join(text_dir, WORK_NAME))
+    why = run_record.unfinished(text_dir, RECORD_NAME, names, finished)
+    if why:
+        raise UserError("%s %s holds an unfinished text-pipeline run: %s: rerun text-pipeline with the same flags to "
+                        "finish it" % (what, text_dir, why))
+    return names
 
 
 def refuse_foreign_outputs(output_dir, recorded):

@@ -17,7 +17,9 @@ from mlperf_bert.trainer import loader
 
 def check_files(files, max_seq_length, max_predictions_per_seq):
     """Attributes of every packed file, checked against the flags, each other and (the sequences'
-    count; the shapes: hdf5.check_layout) the file's data."""
+    count; the shapes: hdf5.check_layout) the file's data; the files of a pack run that did not
+    finish are refused."""
+    packing.refuse_unfinished(files)
     attrs = [packing.read_attrs(f) for f in files]
     for f, a in zip(files, attrs):
         if (a["max_seq_length"], a["max_predictions_per_seq"]) != (max_seq_length, max_predictions_per_seq):

@@ -12,6 +12,12 @@ import sys
 
 from mlperf_bert.errors import first_signal
 
+# Set by the torchrun wrapper where the ranks' output reaches a terminal through its one pipe (beside
+# PYTHONUNBUFFERED, for a script of another's): outlive_readers makes this process's stdout and stderr
+# line-buffered, one write a line. Unbuffered, a print is two writes (its text, then the newline): the
+# same error line of several ranks at once ran together in the pipe ("error: ...error: ..."), where the
+# wrapper shows it once.
+LINES_ENV = "MLPERF_BERT_LINE_BUFFERED"
 _QUIET_START = []  # quiet_start() changed SIGINT's handler: cli.run_main puts a KeyboardInterrupt's back
 INTERRUPTED = "error: interrupted"
 TERMINATED = "error: terminated (SIGTERM); finished outputs are kept, rerun the same command to go on"
@@ -77,9 +83,10 @@ def outlive_readers():
     progress bar's redraw before it, with no checkpoint of the stop; out of the wrapper's, at once,
     its torchrun and ranks left running. From here what cannot be written is dropped (/dev/null)
     and the process goes on to its own end and status: the MLPerf log and the checkpoints are
-    files. The streams are remade with their settings (``-u``'s unbuffered ones too) over such a
-    descriptor; the entry points call this before their imports, so that a logging handler made
-    there holds the new stream."""
+    files. The streams are remade with their settings (``-u``'s unbuffered ones too; line-buffered
+    where LINES_ENV is set) over such a descriptor; the entry points call this before their imports,
+    so that a logging handler made there holds the new stream."""
+    lines = os.environ.get(LINES_ENV) == "1"
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if not isinstance(stream, io.TextIOWrapper) or isinstance(getattr(stream.buffer, "raw", stream.buffer),
@@ -96,9 +103,11 @@ def outlive_readers():
             stream.flush()
         raw = _ReaderlessOutput(fd, "w", closefd=False)
         raw.name = "<%s>" % name
-        buffered = raw if isinstance(stream.buffer, io.RawIOBase) else io.BufferedWriter(raw)  # -u: unbuffered
+        unbuffered = isinstance(stream.buffer, io.RawIOBase) and not lines  # -u
+        buffered = raw if unbuffered else io.BufferedWriter(raw)
         setattr(sys, name, io.TextIOWrapper(buffered, encoding=stream.encoding, errors=stream.errors,
-                                            line_buffering=stream.line_buffering, write_through=stream.write_through))
+                                            line_buffering=stream.line_buffering or lines,
+                                            write_through=stream.write_through and not lines))
 
 
 def _stop_handler(on_stop):

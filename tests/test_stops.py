@@ -643,6 +643,55 @@ def test_a_ranks_lines_reach_one_log_in_the_order_written(tmp_path, short_tmpdir
     assert [l.startswith("SIGTERM") for l in lines] == [False, True] * 20, lines
 
 
+# A rank as the trainer starts (run_pretraining.py: outlive_readers first), counting the writes that
+# reach its stdout and stderr
+COUNTED_WRITES = textwrap.dedent("""\
+    import sys
+    from mlperf_bert import start_signals
+    writes = []
+    class Counted(start_signals._ReaderlessOutput):
+        def write(self, b):
+            writes.append(bytes(b))
+            return super().write(b)
+    start_signals._ReaderlessOutput = Counted
+    start_signals.outlive_readers()
+    for i in range(3):
+        print("error: record %d is corrupt" % i, file=sys.stderr, flush=True)
+        print("line %d" % i, flush=True)
+    print("writes %d: %r" % (len(writes) + 1, writes), flush=True)
+""")
+
+
+def test_a_ranks_line_reaches_a_terminal_in_one_write(tmp_path, short_tmpdir):
+    """A review: under the wrapper on a terminal (NUM_GPUS=4, a flag every rank refused at once),
+    the ranks' lines ran together in its one pipe, "error: ...error: ..." and empty lines, 2 of 3 lines
+    in a try of 4 ranks: PYTHONUNBUFFERED made each print two writes, its text and its newline. The
+    trainer's lines are one write each, as a line-buffered stream writes them."""
+    pty = pytest.importorskip("pty")
+    script = tmp_path / "rank.py"
+    script.write_text(COUNTED_WRITES)
+    pid, fd = pty.fork()
+    if pid == 0:  # (the child: the wrapper on a terminal, stdout and stderr one)
+        os.environ.update(ENV, TMPDIR=short_tmpdir)
+        try:
+            os.execv(PY, [PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=1", str(script)])
+        finally:
+            os._exit(127)
+    out = b""
+    with contextlib.suppress(OSError):  # (EIO: the terminal's last process gone)
+        while True:
+            got = os.read(fd, 65536)
+            if not got:
+                break
+            out += got
+    os.close(fd)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    lines = out.decode().replace("\r\n", "\n").splitlines()
+    assert status == 0 and lines[:6] == ["error: record 0 is corrupt", "line 0", "error: record 1 is corrupt",
+                                         "line 1", "error: record 2 is corrupt", "line 2"], lines
+    assert lines[6].startswith("writes 7: "), lines
+
+
 # Rank 1 refuses its share of the files (a damaged one) in the untimed init, where rank 0 is still busy
 # (its locks, its own share's scan: not waiting in a collective) when torchrun SIGTERMs it
 RANK_1_FAILS_IN_THE_INIT = textwrap.dedent("""\

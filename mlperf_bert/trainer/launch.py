@@ -49,7 +49,7 @@ import time
 from mlperf_bert.errors import UserError, die_with_parent, first_signal, signal_name
 from mlperf_bert.fileio import proc_stat, usable_tempdir
 # NOT_SAVED_STATUS (a stop that saved nothing) and its line are the start handler's too: there, stdlib only
-from mlperf_bert.start_signals import NOT_SAVED_STATUS, not_saved_line, outlive_readers
+from mlperf_bert.start_signals import LINES_ENV, NOT_SAVED_STATUS, not_saved_line, outlive_readers
 
 SHUTDOWN_TIMEOUT = "300"
 # A rank whose collective failed because another rank went away says so with this and exits
@@ -529,8 +529,10 @@ def _run(args, env):
     # rank 0's stop line (stdout) went there at once, its bar's last state (stderr) through the filter
     # after it, and the log ended with the bar
     merged = _one_output()
-    if merged and os.isatty(1):  # a terminal's lines as it showed them, not held in a pipe's buffer
-        env.setdefault("PYTHONUNBUFFERED", "1")
+    if merged:  # the trainer's lines, each in one write (not run together with another rank's), in order
+        env[LINES_ENV] = "1"
+        if os.isatty(1):  # a terminal's lines as it showed them, not held in a pipe's buffer (another's script)
+            env.setdefault("PYTHONUNBUFFERED", "1")
     if not got:  # a stop before it: torchrun is not started
         proc = subprocess.Popen([sys.executable, "-c", _AGENT] + args, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE if merged else None,

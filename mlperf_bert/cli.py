@@ -156,7 +156,8 @@ def _end_progress_bars(last_state=True):
         return
     # a rank of several (torchrun's WORLD_SIZE): another rank's same error may come first and this one's
     # be dropped as its repeat (trainer/launch.py's Filter): the bar's line would follow the error
-    last_state = last_state and os.environ.get("WORLD_SIZE", "1") == "1"
+    # (torchrun's ranks alone: a WORLD_SIZE a cluster's environment exports reaches the data tools too)
+    last_state = last_state and (os.environ.get("WORLD_SIZE", "1") == "1" or "TORCHELASTIC_RUN_ID" not in os.environ)
     for bar in list(getattr(tqdm.tqdm, "_instances", ())):
         try:
             bar.leave = last_state and getattr(bar, "in_log", False)

@@ -195,3 +195,12 @@ def test_an_unwritable_matplotlib_folder_is_a_private_temporary_one_without_warn
         "($TMPDIR, /tmp, /var/tmp, /usr/tmp and the current folder %s are not writable): set MPLCONFIGDIR or TMPDIR "
         "to a writable folder, or mount one at /tmp (a read-only container: docker run --tmpfs /tmp)"
         % (tmp_path / "a_file" / "mpl", ROOT)], proc.stderr
+
+
+def test_a_relative_mplconfigdir_that_can_be_written_is_kept(tmp_path):
+    """A review: a relative MPLCONFIGDIR (matplotlib takes one) was swapped for a temporary folder,
+    and a matplotlibrc in it ignored."""
+    proc = subprocess.run([sys.executable, "-c", "import os; from mlperf_bert.harness import plot; plot.pyplot(); "
+                           "print(os.environ['MPLCONFIGDIR'])"], capture_output=True, text=True, cwd=str(tmp_path),
+                          timeout=120, env=dict(os.environ, PYTHONPATH=ROOT, MPLCONFIGDIR="mpl"))
+    assert (proc.returncode, proc.stdout) == (0, "mpl\n"), proc.stderr

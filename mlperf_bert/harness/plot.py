@@ -42,7 +42,8 @@ def pyplot():
         dirs = [os.environ.get("MPLCONFIGDIR")] if os.environ.get("MPLCONFIGDIR") else [
             os.path.join(os.environ.get(var) or os.path.join(home, sub), "matplotlib")
             for var, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache"))]
-        if not all(os.path.isabs(d) and _writable_dir(d) for d in dirs):  # (no HOME: "~" stays relative)
+        # (no HOME: "~" stays relative, which matplotlib does not take; a relative MPLCONFIGDIR it takes)
+        if not all((os.path.isabs(d) or os.environ.get("MPLCONFIGDIR")) and _writable_dir(d) for d in dirs):
             import atexit
             import shutil
             import tempfile

@@ -150,6 +150,25 @@ def test_the_plan_reads_the_cards_memory_and_counts_the_graph_pools_for_cuda_gra
                                                    plan.largest_batch(card=h200, cuda_graphs=False)) in out
 
 
+@pytest.mark.parametrize("flag,message", [
+    ("--max_seq_length=0", r"^--max_seq_length=0 is too small: it must be at least 5"),  # an IndexError
+    ("--max_seq_length=-1", r"^--max_seq_length=-1 is too small"),  # "negative dimension"
+    ("--max_predictions_per_seq=-1", r"^--max_predictions_per_seq=-1 is below 0 for --max_seq_length=512"),
+    ("--max_predictions_per_seq=%d" % 2 ** 63, r"^--max_predictions_per_seq=9223372036854775808 is too large"),
+    ("--card_gib=inf", r"^--card_gib must be a number >= 0 \(the card's memory in GiB; 0: this machine's\), got inf$"),
+    # read as 0 (this machine's card), unsaid
+    ("--card_gib=nan", r"^--card_gib must be a number >= 0 .*got nan$"),
+    ("--card_gib=-1", r"^--card_gib must be a number >= 0 .*got -1.0$"),
+])
+def test_a_hostile_flag_value_is_one_line_before_any_plan(flag, message, capsys):
+    """A hostile sweep of the flags' values: each was a traceback from the fake tensors, or a card
+    below 0 silently taken for this machine's; now the one line of the data commands' check_shape."""
+    from mlperf_bert.errors import UserError
+    with pytest.raises(UserError, match=message):
+        memory_plan.main(["memory_plan", flag])
+    assert capsys.readouterr().out == ""
+
+
 def test_training_md_states_the_margin_as_the_code_has_it():
     """docs/training.md's margin table: each term with its GiB, fragmentation's share, the card."""
     m = memory_plan

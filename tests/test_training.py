@@ -1334,6 +1334,20 @@ def test_bad_input_is_one_line_and_writes_no_checkpoint(files, uninterrupted, tm
     assert not os.path.exists(tmp_path / "logs")
 
 
+@pytest.mark.parametrize("flag", ["init_checkpoint", "eval_input_file", "mlperf_log", "tensorboard_dir"])
+def test_an_optional_path_given_empty_is_refused_not_read_as_left_out(flag, tmp_path):
+    """A hostile sweep of the flags' values: --init_checkpoint= (an unset variable) trained from random
+    weights, --eval_input_file= without its online eval, each with exit 0, also through train_model.sh;
+    now the one line the data commands give (flags.refuse_given_empty), before torch or any file."""
+    argv = flags_for({"config": "c.json", "train": "t.tfrecord"}, str(tmp_path / "out"), **{flag: ""})
+    with pytest.raises(UserError, match=r"^--%s was given empty \(--%s=; an unset variable\?\): give .*, or leave "
+                                        r"the flag out$" % (flag, flag)):
+        flag_checks.read_flags(argv)
+    with pytest.raises(UserError, match="--%s was given empty" % flag):  # train_model.sh's check
+        flag_checks.launch_figures(argv[1:], check=True)
+    assert not os.path.exists(tmp_path / "out")
+
+
 def test_a_file_named_twice_is_refused_as_pack_refuses_it(files, tmp_path):
     """Issue 33: --input_file=X,X (or X and a symlink to X) trained, reading X twice every epoch,
     where pack refused the same list (one check now: fileio.refuse_repeated_files)."""

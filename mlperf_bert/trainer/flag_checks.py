@@ -22,6 +22,7 @@ def _run_config(argv, required=()):
     fv = trainer_flags.define_flags()
     # no positional arguments: one would be dropped unread (``--input_file=a, b``: b not trained on)
     flags.parse(fv, argv, positional=False)
+    flags.refuse_given_empty(fv, trainer_flags.GIVEN_EMPTY)
     return run_config.RunConfig.from_flags(fv, required=required)
 
 

@@ -253,6 +253,14 @@ def main(argv):
                       "without", flag_values=fv)
     flags.parse(fv, argv, positional=False)
     seq, pred, graphs = fv.max_seq_length, fv.max_predictions_per_seq, fv.cuda_graphs
+    import math
+    from mlperf_bert.dataset.example import check_shape
+    from mlperf_bert.errors import UserError
+    check_shape(seq, pred)  # (0 or below: a traceback from the fake tensors)
+    if not (math.isfinite(fv.card_gib) and fv.card_gib >= 0):  # (below 0 or NaN: this machine's card, unsaid;
+        # inf: a traceback)
+        raise UserError("--card_gib must be a number >= 0 (the card's memory in GiB; 0: this machine's), got %s"
+                        % fv.card_gib)
     card = fv.card_gib * GIB if fv.card_gib > 0 else card_bytes()
     print("BERT-Large, seq %d, bf16, LAMB, on a card of %.1f GiB; the margin for what the plan leaves out "
           "(allowances, not measured on a GPU):" % (seq, card / GIB))

@@ -13,6 +13,15 @@ MAX_MICRO_BATCH = 256  # on a GPU: seq-512 BERT-Large eval ran no faster per row
 # ``define_lever_flags``, off by default; measured on a GPU only at a 2-layer model.
 LEVERS = ("cuda_graphs", "fused_update", "fp8", "fused_qkv")
 RECIPES = ("tensorwise", "rowwise")  # torchao.float8's recipe names
+# Optional paths given empty (``--init_checkpoint=$UNSET``), refused by flags.refuse_given_empty: read
+# as left out, they trained from random weights or without the online eval, with exit 0 and no word.
+# (``--config=`` is no file, as train_model.sh reads it: tests/test_launchers.py.) {flag: what to give}
+GIVEN_EMPTY = {
+    "init_checkpoint": "the TF checkpoint prefix or .pt to start from",
+    "eval_input_file": "the online eval set (eval_10k)",
+    "mlperf_log": "the MLPerf log's path (default output_dir/mlperf.log)",
+    "tensorboard_dir": "the directory for the TensorBoard scalars",
+}
 
 
 def define_flags():

@@ -74,7 +74,7 @@ def test_real_package_gets_its_official_score(nvidia_scored):
         "verdict": "pass"}
     assert got["systems"][0] == {
         "system": NYX, "system_name": "Nyx (1x NVIDIA DGX B200)", "division": "closed",
-        "time_to_train_min": pytest.approx(3.5022071145, abs=1e-9),
+        "time_to_train_min": pytest.approx(3.5022071145, abs=1e-9), "energy_j": None,
         "rcp_scaling_factor": pytest.approx(1.0028470154, abs=1e-9),
         "samples_to_converge": 2436995.375, "rcp": "Pass", "package_check": "pass", "verdict": "pass",
         "reasons": [], "warnings": [NO_CODE]}
@@ -190,6 +190,30 @@ def test_score_says_why_it_fails_one_line_per_reason(official_tools, package, ca
     assert reasons[1] == "  %s holds no result_*.txt logs" % (package / BERT)
     assert reasons[2].startswith("  the official package checker did not finish; its last line: ")
     assert reasons[3].startswith("  the official result summarizer failed (exit status 1; its last line: ")
+
+
+def test_power_logs_get_the_official_energy_to_train(official_tools, package, capsys):
+    """A power submission's score was lost: Lenovo's published v5.0 SR780aV3 package (bert/power/
+    beside the logs) has the official summarizer's bert:Energy, 1949215.9 J, and score printed its
+    minutes alone. Here nyx's runs, each with Lenovo's real power log of its run 0 (vendored): the
+    summarizer's energy, 1909106.1423672757 J (mlperf-logging 4.1.68 run on this package), in the
+    JSON and the report; none where the system fails."""
+    bert = package / BERT
+    with gzip.open(os.path.join(DATA, "power_v5.0_Lenovo_SR780aV3-8xB200_bert_result_0_node_0.txt.gz"), "rb") as f:
+        power = f.read()
+    for i in range(10):
+        (bert / "power" / ("result_%d" % i)).mkdir(parents=True)
+        (bert / "power" / ("result_%d" % i) / "node_0.txt").write_bytes(power)
+    assert score.main(["score", "--json", str(package)]) == 0
+    out = capsys.readouterr()
+    s = json.loads(out.out)["systems"][0]
+    assert s["energy_j"] == pytest.approx(1909106.1423672757, rel=1e-12)
+    assert s["time_to_train_min"] == pytest.approx(3.5022071145, abs=1e-9)
+    assert "energy to train: 1909106.14236" in out.err
+    (bert / "result_3.txt").write_text("")  # an empty log: no score, so no energy either
+    assert score.main(["score", "--json", str(package)]) == 1
+    s = json.loads(capsys.readouterr().out)["systems"][0]
+    assert s["verdict"] == "fail" and s["energy_j"] is None
 
 
 def test_all_runs_aborted_get_no_time_to_train(official_tools, package, capsys):

@@ -672,6 +672,8 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
             "json_reasons": [x for r in reasons for x in [r] + lines.get(r, [])],
             "warnings": warnings, "runs": runs, "run_verdicts": verdicts,
             "time_to_train_min": time_to_train if passed else None,
+            # a power submission's score (bert/power/ logs): the summarizer's olympic mean, in joules
+            "energy_j": row.get("bert:Energy") if passed else None,
             "rcp_scaling_factor": row.get("bert:rcp_scaling_factor") if closed else None,
             "samples_to_converge": row.get("bert:samples_to_converge") if closed else None,
             "rcp": (row.get("bert:RCP") or None) if closed else None, "evals": evals, "notes": notes,
@@ -816,8 +818,8 @@ def plot(s, paths):
     return list(paths)
 
 
-JSON_KEYS = ("system", "system_name", "division", "time_to_train_min", "rcp_scaling_factor", "samples_to_converge",
-             "rcp", "package_check", "verdict", "reasons", "warnings")
+JSON_KEYS = ("system", "system_name", "division", "time_to_train_min", "energy_j", "rcp_scaling_factor",
+             "samples_to_converge", "rcp", "package_check", "verdict", "reasons", "warnings")
 
 
 def report(s, plots_dir=None, plots=True):
@@ -844,6 +846,8 @@ def report(s, plots_dir=None, plots=True):
         lines += ["warning: " + w for w in sys_["warnings"]]
         if sys_["verdict"] == "pass":
             lines.append("time to train: %s minutes" % sys_["time_to_train_min"])
+            if sys_["energy_j"] is not None:
+                lines.append("energy to train: %s J (the runs' power logs, bert/power/)" % sys_["energy_j"])
         else:
             lines.append("time to train: none:")
             lines += ["  " + r for r in sys_["reasons"]]

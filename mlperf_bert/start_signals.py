@@ -12,11 +12,11 @@ import sys
 
 from mlperf_bert.errors import first_signal
 
-# Set by the torchrun wrapper where the ranks' output reaches a terminal through its one pipe (beside
-# PYTHONUNBUFFERED, for a script of another's): outlive_readers makes this process's stdout and stderr
-# line-buffered, one write a line. Unbuffered, a print is two writes (its text, then the newline): the
-# same error line of several ranks at once ran together in the pipe ("error: ...error: ..."), where the
-# wrapper shows it once.
+# Set by the torchrun wrapper where the ranks' stdout and stderr share its one pipe (beside
+# PYTHONUNBUFFERED on a terminal, for a script of another's): outlive_readers makes this process's
+# stdout and stderr line-buffered, one write a line, in the order written. Unbuffered, a print is two
+# writes (its text, then the newline): the same error line of several ranks at once ran together in
+# the pipe ("error: ...error: ..."), where the wrapper shows it once.
 LINES_ENV = "MLPERF_BERT_LINE_BUFFERED"
 _QUIET_START = []  # quiet_start() changed SIGINT's handler: cli.run_main puts a KeyboardInterrupt's back
 INTERRUPTED = "error: interrupted"

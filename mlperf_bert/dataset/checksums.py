@@ -114,7 +114,6 @@ def own_checksums(path):
             # every CRC whole, but a dataset or attribute the readers need may be gone (its name's
             # byte flipped): their own checks, else OK here and refused by the trainer
             if packed:
-                from mlperf_bert.dataset import packing
                 packing.read_attrs(path)
             else:
                 with hdf5.open_file(path) as h:

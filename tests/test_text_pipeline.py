@@ -431,7 +431,17 @@ def test_make_dataset_refuses_the_shards_of_a_text_pipeline_run_that_did_not_fin
     assert str(e.value) == ("--text_dir %s holds an unfinished text-pipeline run: 1 of the 4 files its record "
                             ".text_pipeline.json lists are missing (part-00001-of-00500): %s" % (tk, fix))
     assert not (tmp_path / "ds").exists()
+    # verify said of the folder (or its files) what it said of any text shards, the unfinished run unsaid
+    from mlperf_bert.dataset import checksums
+    for given in ([str(tk)], [str(tk / "part-00000-of-00500")]):
+        lines = []
+        assert not checksums.verify(given, out=lines.append)
+        assert "MISMATCH %s (holds an unfinished text-pipeline run: 1 of the 4 files its record .text_pipeline.json " \
+               "lists are missing (part-00001-of-00500): %s)" % (tk, fix) in lines, lines
     assert text_pipeline.main(argv) == 0  # the same flags finish it
+    lines = []
+    checksums.verify([str(tk)], out=lines.append)
+    assert not [line for line in lines if "unfinished" in line], lines
     assert listing(tk) == ["eval.md5", "eval.txt", "part-00000-of-00500", "part-00001-of-00500"]
     assert len(make_dataset.find_text_shards(str(tk))[0]) == 2
     # a rerun stopped before its first output changed nothing: the finished set stays usable

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mlperf_bert.dataset import checksums
+from mlperf_bert.dataset import checksums, eval_articles
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.tfrecord import write_records
 from test_hdf5 import golden_tfrecord, made  # noqa: F401 (fixtures)
@@ -190,11 +190,11 @@ def test_eval_txt_checked_article_by_article(tmp_path):
     (tmp_path / "eval.txt").write_text("".join(a + "\n\n" for a in articles), encoding="utf-8")
     md5s = [hashlib.md5(a.rstrip().encode("utf-8")).hexdigest() for a in articles]
     (tmp_path / "eval.md5").write_text("".join(m + "\n" for m in md5s))
-    good, line = checksums.check_eval_articles(str(tmp_path / "eval.txt"), str(tmp_path / "eval.md5"))
+    good, line = eval_articles.check_eval_articles(str(tmp_path / "eval.txt"), str(tmp_path / "eval.md5"))
     assert good and "(3)" in line
     md5s[2] = "0" * 32
     (tmp_path / "eval.md5").write_text("".join(m + "\n" for m in md5s))
-    good, line = checksums.check_eval_articles(str(tmp_path / "eval.txt"), str(tmp_path / "eval.md5"))
+    good, line = eval_articles.check_eval_articles(str(tmp_path / "eval.txt"), str(tmp_path / "eval.md5"))
     assert not good and "article 2" in line
 
 
@@ -207,13 +207,13 @@ def test_eval_txt_with_a_blank_last_piece_matches_its_eval_md5(tmp_path):
     (tmp_path / "eval.txt").write_text(x + "\n\n\n\n\n" + x + "\n\n", encoding="utf-8")
     (tmp_path / "eval.md5").write_text("5cf1b85820f04db9b9cc94e919f27f42\nd41d8cd98f00b204e9800998ecf8427e\n"
                                        "5cf1b85820f04db9b9cc94e919f27f42\n")
-    good, line = checksums.check_eval_articles(str(tmp_path / "eval.txt"), str(tmp_path / "eval.md5"))
+    good, line = eval_articles.check_eval_articles(str(tmp_path / "eval.txt"), str(tmp_path / "eval.md5"))
     assert good and "(3)" in line, line
     # the other cut, when eval.md5 says so; and no cut fits a wrong md5
-    assert checksums.article_md5s(x + "\n\n\n\n\nY\n\n", [checksums.article_md5(a) for a in (x, "", "\nY")]) == [
-        checksums.article_md5(a) for a in (x, "", "\nY")]
-    assert checksums.article_md5s(x + "\n\n\n\n\nY\n\n", ["0" * 32]) == [
-        checksums.article_md5(a) for a in (x, "", "\nY")]
+    assert eval_articles.article_md5s(x + "\n\n\n\n\nY\n\n", [eval_articles.article_md5(a) for a in (x, "", "\nY")]) == [
+        eval_articles.article_md5(a) for a in (x, "", "\nY")]
+    assert eval_articles.article_md5s(x + "\n\n\n\n\nY\n\n", ["0" * 32]) == [
+        eval_articles.article_md5(a) for a in (x, "", "\nY")]
 
 
 def test_manifest_round_trip(tmp_path):
@@ -531,7 +531,7 @@ def test_an_eval_pair_that_is_not_utf8_is_a_mismatch(tmp_path):
     articles = ["First article.", "Second one."]
     for damaged in ("eval.txt", "eval.md5"):
         (tmp_path / "eval.txt").write_text("".join(a + "\n\n" for a in articles), encoding="utf-8")
-        (tmp_path / "eval.md5").write_text("".join(checksums.article_md5(a) + "\n" for a in articles))
+        (tmp_path / "eval.md5").write_text("".join(eval_articles.article_md5(a) + "\n" for a in articles))
         size = (tmp_path / damaged).stat().st_size
         with open(tmp_path / damaged, "ab") as f:
             f.write(b"\xff\xfe")

@@ -20,6 +20,7 @@ from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open, md5_many, open_input, read_lines, unfinished_write
 from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset import hdf5, packing
+from mlperf_bert.dataset.eval_articles import check_eval_articles
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records, refuse_special_file
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results")
@@ -207,63 +208,6 @@ def _sampled(f, size):
         f.seek(max(0, size * i // TAG_WINDOWS - 64))
         digest.update(f.read(64))
     return digest.hexdigest()[:16]
-
-
-def article_md5(article):
-    """An eval article's ``eval.md5`` line: md5 of the rstripped text, UTF-8 (the reference's seperate_test_set.py)."""
-    return hashlib.md5(article.rstrip().encode("utf-8")).hexdigest()
-
-
-def article_md5s(text, want=()):
-    """md5 of each article of an ``eval.txt`` text, as ``eval.md5`` lists them.
-
-    The reference writes each article and a blank line. An article holds no blank line but may
-    start with a newline, or be one (a file's last piece), so a run of newlines can be cut more
-    than one way (five: ``X``, ``"\n"``, ``Y`` or ``X``, ``""``, ``"\nY"``): the cut whose md5s
-    are ``want``'s (eval.md5's) is taken; from an article no cut fits on, the leftmost cuts.
-    """
-    frontier, layers = {0: None}, []  # position after i articles -> (position before, md5)
-    for w in want:
-        nxt = {}
-        for p in frontier:
-            q = text.find("\n\n", p)
-            cuts = [] if q < 0 else [(text[p:q], q + 2)] + ([("\n", p + 3)] if text.startswith("\n\n\n", p) else [])
-            for article, end in cuts:
-                md5 = article_md5(article)
-                if md5 == w and end not in nxt:
-                    nxt[end] = (p, md5)
-        if not nxt:
-            break
-        layers.append(nxt)
-        frontier = nxt
-    end = pos = len(text) if len(text) in frontier else min(frontier)
-    got = []
-    for layer in reversed(layers):
-        pos, md5 = layer[pos]
-        got.append(md5)
-    got.reverse()
-    return got + [article_md5(a) for a in text[end:].split("\n\n")[:-1]]
-
-
-def check_eval_articles(eval_txt, eval_md5):
-    """One result line comparing eval.txt article by article with eval.md5."""
-    texts = {}
-    for path in (eval_txt, eval_md5):
-        with open_input(path, "rb") as f:
-            data = f.read()
-        try:
-            texts[path] = data.decode("utf-8")  # as read, "\r\n" kept: an article's md5 is of its bytes
-        except UnicodeDecodeError as e:  # the reference writes both as UTF-8: damaged
-            return False, "MISMATCH %s is not UTF-8 text (byte %d): damaged, regenerate it" % (path, e.start)
-    want = texts[eval_md5].split()
-    got = article_md5s(texts[eval_txt], want)
-    for i, (g, w) in enumerate(zip(got, want)):
-        if g != w:
-            return False, "MISMATCH %s article %d: md5 %s, eval.md5 line %d says %s" % (
-                eval_txt, i, g, i + 1, w)
-    if len(got) != len(want):
-        return False, "MISMATCH %s has %d articles, %s lists %d" % (eval_txt, len(got), eval_md5, len(want))
-    return True, "OK %s articles match %s (%d)" % (eval_txt, eval_md5, len(got))
 
 
 def write_manifest(path, rows):
@@ -469,6 +413,14 @@ def plan(paths, tables, manifest=None):
         why = packing.unfinished_run(folder)
         if why:
             p.unfinished.append((folder, "holds " + why))
+    # the same of text-pipeline's shards (make-dataset refuses them): only a folder it wrote has its record
+    from mlperf_bert.dataset import text_pipeline  # (it imports this module)
+    folders = {os.path.normpath(os.path.dirname(f) or ".") for f in p.files} | {os.path.normpath(d) for d in paths}
+    for folder in sorted(folders):
+        if os.path.isfile(os.path.join(folder, text_pipeline.RECORD_NAME)):
+            why = text_pipeline.unfinished_run(folder)[1]
+            if why:
+                p.unfinished.append((folder, "holds " + why))
     names = {os.path.basename(f): f for f in p.files}
     if "eval.txt" in names and "eval.md5" in names:
         pair = (names["eval.txt"], names["eval.md5"])

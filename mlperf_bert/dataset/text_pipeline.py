@@ -22,7 +22,7 @@ import shutil
 
 from mlperf_bert import flags
 from mlperf_bert.dataset import run_record
-from mlperf_bert.dataset.checksums import article_md5
+from mlperf_bert.dataset.eval_articles import article_md5
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.fileio import (atomic_open, check_writable_dir, new_dirs_removed_on_error, open_input,
                                 refuse_overwriting_inputs, remove_stale_temporaries, special_kind)
@@ -171,19 +171,26 @@ def write_record(output_dir, names, finished):
     run_record.write(output_dir, RECORD_NAME, names, finished)
 
 
-def refuse_unfinished(text_dir, what="--text_dir"):
-    """UserError when ``text_dir`` holds the outputs of a text-pipeline run that did not finish (killed,
-    or stopped by an error) or lacks a file its run wrote: its shards would be taken for the whole
-    text. A folder no text-pipeline run wrote (the reference's scripts, downloaded shards) has no
-    record and passes. Returns the names the record lists (empty without one)."""
+def unfinished_run(text_dir):
+    """(the names the record of ``text_dir`` lists, empty without one; why its files are not those of a
+    finished text-pipeline run, with the fix (a phrase), or None). A folder no text-pipeline run wrote
+    (the reference's scripts, downloaded shards) has no record and passes."""
     names, finished = _load_record(text_dir, "make the text shards again with text-pipeline into an empty "
                                              "--output_dir")
     if finished is None:  # an older version's record does not say: a killed run left its work folder
         finished = not os.path.isdir(os.path.join(text_dir, WORK_NAME))
     why = run_record.unfinished(text_dir, RECORD_NAME, names, finished)
+    return names, ("an unfinished text-pipeline run: %s: rerun text-pipeline with the same flags to finish it" % why
+                   if why else None)
+
+
+def refuse_unfinished(text_dir, what="--text_dir"):
+    """UserError when ``text_dir`` holds the outputs of a text-pipeline run that did not finish (killed,
+    or stopped by an error) or lacks a file its run wrote: its shards would be taken for the whole
+    text. Returns the names the record lists (empty without one)."""
+    names, why = unfinished_run(text_dir)
     if why:
-        raise UserError("%s %s holds an unfinished text-pipeline run: %s: rerun text-pipeline with the same flags to "
-                        "finish it" % (what, text_dir, why))
+        raise UserError("%s %s holds %s" % (what, text_dir, why))
     return names
 
 

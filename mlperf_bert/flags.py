@@ -160,12 +160,12 @@ def parse(fv, argv, required=(), positional=True):
     try:
         rest = fv(list(argv))
     except _absl.Error as e:
-        raise UserError("%s (see --help)" % str(e).splitlines()[0])
+        raise UserError("%s (see --help)" % e)  # the whole message: a value's newline is escaped, not a cut
     except UnicodeDecodeError as e:  # absl reads a --flagfile as UTF-8 text, and raises this as it is
         raise UserError("%s is not UTF-8 text (%s): a --flagfile holds --flag=value lines" % (
             _undecodable_flagfile(argv), e.reason))
     except ValueError as e:  # absl's own for --noflag=value ("does not take an argument"), not an absl Error
-        raise UserError("%s (see --help)" % str(e).splitlines()[0])
+        raise UserError("%s (see --help)" % e)  # the whole message: a value's newline is escaped, not a cut
     check_required(fv, required)
     _check_workers(fv)
     if positional is False and rest[1:]:

@@ -954,9 +954,14 @@ def test_the_trainers_stop_dropped_in_a_finalizer_of_its_eval_is_its_line_alone(
     (["-m", "mlperf_bert", "bad\ncmd"], "error: unknown command 'bad\\ncmd': python -m mlperf_bert --help lists "
      "the commands"),
     (["-m", "mlperf_bert.trainer.run_config", "/no\nsuch"], "error: cannot read --config /no\\nsuch: No such file "
-     "or directory")])
+     "or directory"),
+    (["run_pretraining.py", "--num_train_steps=5\nx"], "error: flag --num_train_steps=5\\nx: invalid literal for "
+     "int() with base 10: '5\\nx' (see --help)"),
+    (["-m", "mlperf_bert", "verify", "--workers=2\n3", "x"], "error: flag --workers=2\\n3: invalid literal for "
+     "int() with base 10: '2\\n3' (see --help)")])
 def test_a_user_error_with_a_newline_is_one_line(argv, line):
     """package --org=$'a\\nb', score $'/no\\nsuch': the value's newline split the error line in two
-    (errors.error_line, every "error:" printer of a UserError)."""
+    (errors.error_line, every "error:" printer of a UserError); a flag's value the flags' parser refused
+    was cut at its newline (``--num_train_steps=5``: the value shown not the value given)."""
     proc = subprocess.run([sys.executable] + argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert (proc.returncode, proc.stderr) == (2, line + "\n"), proc.stderr

@@ -53,9 +53,11 @@ stop-stress: $(STAMP)
 	$(PY) tests/stress/check_stops.py --trials=$(TRIALS)
 
 # MANIFEST.txt: the files `package` copies as the implementation (git is not needed there, e.g. in
-# the image); remake it after adding, moving or removing a tracked file (tests/test_score.py checks it)
+# the image); remake it after adding, moving or removing a tracked file (tests/test_score.py checks it).
+# Written under another name, renamed when git succeeded: a failed `git ls-files` (no .git, as in the
+# image) emptied the list, and package then had nothing to copy
 manifest:
-	git ls-files > MANIFEST.txt
+	git ls-files > MANIFEST.txt.tmp && mv -f MANIFEST.txt.tmp MANIFEST.txt || { rm -f MANIFEST.txt.tmp; exit 1; }
 
 clean:
 	rm -rf build *.egg-info mlperf_bert/*/*.so

@@ -55,6 +55,19 @@ def unfinished_write(path):
     return (m.group("name"), m.group("pid")) if m else None
 
 
+PARTIAL_SUFFIX = ".partial"  # download's NAME.partial: the bytes of a transfer not finished yet
+SOURCE_SUFFIX = ".source"  # NAME.partial.source: where they come from
+_PARTIAL = re.compile(r"^(?P<name>.+)%s(?:%s)?\Z" % (re.escape(PARTIAL_SUFFIX), re.escape(SOURCE_SUFFIX)))
+
+
+def unfinished_download(path):
+    """NAME when ``path`` is ``download``'s ``NAME.partial`` (a transfer cut off, killed or still
+    running) or its record ``NAME.partial.source``, else None: a glob such as ``part-*`` matches
+    them, and a partial TFRecord cut at a record's end passes its CRCs."""
+    m = _PARTIAL.match(os.path.basename(path))
+    return m.group("name") if m else None
+
+
 FIFO = "a named pipe (FIFO)"
 _SPECIAL = ((stat.S_ISFIFO, FIFO), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
             (stat.S_ISBLK, "a block device"))

@@ -88,6 +88,34 @@ def test_resumes_a_partial_file_url_download_and_checks_md5(ref_data, tmp_path, 
     assert out.read_bytes() == data and os.listdir(str(tmp_path)) == ["vocab.txt"]  # no .partial, no record
 
 
+class _Killed(BaseException):
+    """A SIGKILL: nothing of the command's own runs after it."""
+
+
+@pytest.mark.parametrize("renamed", [False, True])
+def test_a_download_killed_at_its_rename_leaves_no_record_a_rerun_keeps(ref_data, tmp_path, monkeypatch, renamed):
+    """A hostile sweep: killed after its rename, before its record went, a download left
+    part-N.partial.source beside the finished part-N for ever (the rerun: "OK", nothing to do), and a
+    trainer given part-* refused the folder for it ("not a TFRecord or HDF5 file"). The record goes
+    first: killed before the rename, the rerun fetches the file again."""
+    src = os.path.join(ref_data, "data", "vocab.txt")
+    out = tmp_path / "vocab.txt"
+    real = os.replace
+
+    def killed(a, b):
+        if str(a).endswith(".partial"):
+            if renamed:
+                real(a, b)
+            raise _Killed()
+        real(a, b)
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", killed)
+        with pytest.raises(_Killed):
+            download.download("file://" + src, str(out), progress=False)
+    assert download.download("file://" + src, str(out), progress=False) == "64800d5d8528ce344256daf115d4965e"
+    assert sorted(n for n in os.listdir(str(tmp_path)) if not n.startswith(".")) == ["vocab.txt"]
+
+
 def test_a_partial_download_from_another_source_starts_over(ref_data, tmp_path, monkeypatch, capsys):
     """A hostile sweep: a part-00123-of-00500.partial cut off from one server was joined to
     another's remainder, exit 0, a file of the right size starting with the first server's bytes

@@ -759,6 +759,24 @@ def test_manifest_is_git_ls_files():
     assert sorted(listed) == sorted(tracked), "MANIFEST.txt is not `git ls-files`: run `make manifest` and commit it"
 
 
+def test_a_failed_make_manifest_keeps_the_list(tmp_path):
+    """A hostile sweep: `make manifest` where `git ls-files` fails (no .git, as in the image) exited 2
+    with MANIFEST.txt emptied: package then had no implementation to copy ("lists no file to package:
+    remake the list with `make manifest`", which fails again there)."""
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    shutil.copy(os.path.join(pkg_mod.ROOT, "Makefile"), str(tmp_path))
+    (tmp_path / pkg_mod.MANIFEST).write_text("Makefile\n")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "git").write_text("#!/bin/sh\necho 'fatal: not a git repository' >&2\nexit 128\n")
+    os.chmod(str(tmp_path / "bin" / "git"), 0o755)
+    env = dict(os.environ, PATH="%s:%s" % (tmp_path / "bin", os.environ["PATH"]))
+    proc = subprocess.run(["make", "-s", "-C", str(tmp_path), "manifest"], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "not a git repository" in proc.stderr
+    assert sorted(os.listdir(str(tmp_path))) == sorted(["Makefile", pkg_mod.MANIFEST, "bin"])  # no temporary left
+    assert (tmp_path / pkg_mod.MANIFEST).read_text() == "Makefile\n"
+
+
 def test_nvidias_runs_repackaged_with_their_systems_json_are_the_published_package(package, tmp_path, capsys):
     """The real v5.0 package: its ten logs and NVIDIA's own systems JSON through package give the
     published results and description (and the implementation: every file of MANIFEST.txt)."""

@@ -161,3 +161,18 @@ def test_a_killed_writes_temporary_is_refused_where_globs_are_expanded(tmp_path)
     os.remove(tmp)
     tfrecord.write_records(str(d / "part-00001-of-00002.tmp-x"), [b"y"])  # not a temporary's name: an input
     assert len(tfrecord.expand_paths(str(d / "part-*"))) == 2
+
+
+def test_a_killed_downloads_partial_file_is_refused_where_globs_are_expanded(tmp_path):
+    """A hostile sweep: a killed `download` leaves part-N.partial (and its record part-N.partial.source)
+    beside the finished shards; part-* took the partial file, cut at a record's end, for a shard (its
+    CRCs pass) where its record was gone, and called the record "not a TFRecord" (narrow the glob)."""
+    tfrecord.write_records(str(tmp_path / "part-00000-of-00002"), [b"x"])
+    partial = str(tmp_path / "part-00001-of-00002.partial")
+    tfrecord.write_records(partial, [b"y"])
+    with pytest.raises(UserError) as e:
+        tfrecord.expand_paths(str(tmp_path / "part-*"))
+    assert str(e.value) == ("input file %s is the file of an unfinished download of part-00001-of-00002 (cut off, "
+                            "killed or still running): run the same download again to finish it; or narrow the "
+                            "glob" % partial)
+    assert tfrecord.expand_paths(partial) == [partial]  # given by its name: the user's own

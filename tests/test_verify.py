@@ -575,6 +575,21 @@ def test_a_killed_writes_temporary_is_a_mismatch_not_ok_by_its_crcs(tmp_path):
         "killed; not a finished file: let it end, or rerun the command that makes part-00002-of-00500)" % tmp], lines
 
 
+def test_a_killed_downloads_partial_file_is_a_mismatch_not_ok_or_unknown(tmp_path):
+    """A hostile sweep: after a killed `download`, `verify tfrecords/part-*` passed (exit 0, "every file
+    checked matches"): its part-N.partial, cut at a record's end, was "OK" by its CRCs (a text shard's:
+    "UNKNOWN"), its record part-N.partial.source "UNKNOWN"."""
+    done, partial = tmp_path / "part-00001-of-00500", tmp_path / "part-00002-of-00500.partial"
+    write_records(str(done), [b"one", b"two"])
+    write_records(str(partial), [b"three"])
+    (tmp_path / "part-00002-of-00500.partial.source").write_text('{"url": "file:///x", "bytes": 9}')
+    ok, lines = run_verify([str(done), str(partial), str(partial) + ".source"])
+    why = ("(the file of an unfinished download of part-00002-of-00500: cut off, killed or still running; not a "
+           "finished file: run the same download again to finish it)")
+    assert not ok and lines == ["OK %s (no published checksum; its own: the CRCs of its 2 records)" % done,
+                                "MISMATCH %s %s" % (partial, why), "MISMATCH %s.source %s" % (partial, why)], lines
+
+
 def test_a_named_pipe_to_check_is_refused_at_once_not_waited_on(tmp_path):
     """A hostile sweep: `verify FIFO` (a named pipe no process writes to, given as a path, as
     --manifest, or named by a manifest) waited for ever as it opened it to read. A file to check that

@@ -17,7 +17,7 @@ import re
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import atomic_open, md5_many, open_input, read_lines, unfinished_write
+from mlperf_bert.fileio import atomic_open, md5_many, open_input, read_lines, unfinished_download, unfinished_write
 from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset import hdf5, packing
 from mlperf_bert.dataset.eval_articles import check_eval_articles
@@ -490,6 +490,12 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
             say("MISMATCH", "%s (the temporary of an unfinished write of %s, process %s: still running, or killed; "
                             "not a finished file: let it end, or rerun the command that makes %s)"
                 % (f, tmp[0], tmp[1], tmp[0]))
+            continue
+        download = unfinished_download(f)
+        if download:  # a partial TFRecord cut at a record's end passes its CRCs ("OK"), a text one is "UNKNOWN"
+            ok = False
+            say("MISMATCH", "%s (the file of an unfinished download of %s: cut off, killed or still running; not a "
+                            "finished file: run the same download again to finish it)" % (f, download))
             continue
         if f in p.unlisted:
             ok = False

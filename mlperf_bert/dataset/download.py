@@ -10,6 +10,7 @@ is checked against the md5 and size that results/ lists for its name (a ``part-`
 kind, TFRecord or text, the two sets sharing names) or ``--md5``, and only then renamed to
 ``NAME``. A file already present that matches is kept.
 """
+import contextlib
 import http.client
 import json
 import os
@@ -22,11 +23,11 @@ import urllib.request
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import RESULTS_DIR, expectations, known_tables, own_checksums
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import file_md5, is_write_error, open_input, new_dirs_removed_on_error, write_error, write_json
+from mlperf_bert.fileio import (PARTIAL_SUFFIX, SOURCE_SUFFIX, file_md5, is_write_error, open_input,
+                                new_dirs_removed_on_error, write_error, write_json)
 from mlperf_bert.locking import lock_file
 
 CHUNK = 1 << 20
-SOURCE_SUFFIX = ".source"  # NAME.partial.source: where NAME.partial's bytes come from
 
 
 def expected_for(name, path, results_dir=RESULTS_DIR):
@@ -139,7 +140,7 @@ def _source_change(partial, url, total, version):
 
 def _fetch(url, output, name, expected, progress, damaged):
     from mlperf_bert.progress import bar as progress_bar
-    partial = output + ".partial"
+    partial = output + PARTIAL_SUFFIX
     offset = os.path.getsize(partial) if os.path.exists(partial) else 0
     stream, total, resumed, version = _open_from(url, offset)
     why = _source_change(partial, url, total, version) if offset and resumed else None
@@ -197,8 +198,12 @@ def _fetch(url, output, name, expected, progress, damaged):
         _remove_partial(partial)
         raise UserError("%s: got %d bytes md5 %s, expected %s; the partial file was removed, "
                         "check the URL and run again" % (output, got_size, got, wanted))
+    # the record first: a kill between leaves the partial file without one, which a rerun fetches
+    # again; a record left beside the finished file stayed for ever (the rerun found nothing to do),
+    # and a trainer given part-* refused the folder for it
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(partial + SOURCE_SUFFIX)
     os.replace(partial, output)
-    _remove_partial(partial)  # its record
     return got
 
 

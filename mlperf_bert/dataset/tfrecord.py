@@ -14,7 +14,7 @@ from crc32c import crc32c
 
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import (FIFO, atomic_open, glob_parts, open_input, special_file_refusal, special_kind,
-                                unfinished_write)
+                                unfinished_download, unfinished_write)
 
 _MASK_DELTA = 0xA282EAD8
 _U64 = struct.Struct("<Q")
@@ -308,12 +308,17 @@ def refuse_temporary(path, what):
     ``NAME.tmp-PID``: a write that did not finish leaves it (a killed make-dataset's
     ``part-00007-of-00500.tmp-4242``), and a glob such as ``part-*`` matches it; its records, cut off
     at a record's end by the kill, all pass their CRCs, so it was read (trained on, packed,
-    converted) as a shard of the set. A file named so and given by its name is the user's own."""
+    converted) as a shard of the set. So is ``download``'s ``NAME.partial`` (and its record). A file
+    named so and given by its name is the user's own."""
     m = unfinished_write(path)
     if m:
         raise UserError("%s %s is the temporary of an unfinished write of %s (process %s: still running, or "
                         "killed): let it end, or rerun the command that makes %s (make-dataset goes on where it "
                         "stopped); or narrow the glob" % (what, path, m[0], m[1], m[0]))
+    name = unfinished_download(path)
+    if name:  # (a partial file cut at a record's end passes its CRCs too)
+        raise UserError("%s %s is the file of an unfinished download of %s (cut off, killed or still running): run "
+                        "the same download again to finish it; or narrow the glob" % (what, path, name))
 
 
 def expand_paths(spec, what="input file", pipes=False):

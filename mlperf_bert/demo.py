@@ -11,7 +11,6 @@ vocab wheel.  Each topic is one document; every 8th topic goes to eval.txt.
 """
 import contextlib
 import glob
-import json
 import os
 import platform
 import re
@@ -25,7 +24,7 @@ import time
 from mlperf_bert import flags, locking
 from mlperf_bert.dataset import vocab
 from mlperf_bert.errors import UserError, first_signal
-from mlperf_bert.fileio import atomic_open, write_json
+from mlperf_bert.fileio import atomic_open, load_json, write_json
 from mlperf_bert.dataset.sentences import split_sentences
 from mlperf_bert.harness import package as pkg, run_state
 from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
@@ -205,7 +204,7 @@ def prepare_training_dir(train_dir, settings, runs):
     path = os.path.join(train_dir, SETTINGS)
     try:
         with open(path, encoding="utf-8") as f:
-            same = json.load(f) == settings
+            same = load_json(f) == settings
     except (OSError, ValueError):
         same = False
     if same:

@@ -655,6 +655,15 @@ def split_lines(text):
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
+def load_json(f, **kwargs):
+    """``json.load(f, **kwargs)``; JSON nested past the parser's depth (a record of 100,000 ``[``) is a ValueError,
+    as any other bad JSON, where json raises RecursionError (a traceback past every reader's ``except``)."""
+    try:
+        return json.load(f, **kwargs)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def write_json(path, obj, newline=False, **dump_kwargs):
     """``json.dump(obj, f, **dump_kwargs)`` into ``path`` as ``atomic_open`` writes (UTF-8), and a
     final newline when ``newline``."""

@@ -1144,6 +1144,26 @@ def test_a_checkpoint_whose_global_step_is_no_step_count_is_one_line(tmp_path, s
     assert checkpoint.load(str(tmp_path / "model.ckpt-3.pt"))["global_step"] == 3
 
 
+def test_a_prefix_that_is_also_a_folder_is_read_as_that_prefix_not_the_checkpoint_its_folder_names(tf1_ckpt,
+                                                                                                    tmp_path):
+    """A hostile sweep: given the prefix run/model.ckpt-28 (its .index beside it) where a folder of that
+    name holds a 'checkpoint' file, tf.train.load_checkpoint took the folder for a folder of checkpoints
+    and loaded the one that file names, anywhere (here ../elsewhere/), while the run recorded the
+    fingerprint of the prefix given."""
+    prefix, arrays = tf1_ckpt
+    elsewhere = str(tmp_path / "elsewhere" / "other.ckpt-5")
+    tf_checkpoint.write_tf_checkpoint({"global_step": np.int64(5), "x": np.zeros(2, np.float32)}, elsewhere)
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in (prefix + ".index", prefix + ".data-00000-of-00001"):
+        shutil.copy(f, run)
+    given = run / os.path.basename(prefix)
+    given.mkdir()
+    (given / "checkpoint").write_text('model_checkpoint_path: "../../elsewhere/other.ckpt-5"\n')
+    ckpt = tf_checkpoint.LazyCheckpoint(str(given))
+    assert int(ckpt["global_step"]) == 28 and "x" not in ckpt.shapes
+
+
 def test_a_tf_checkpoint_whose_global_step_is_no_step_count_or_whose_index_is_damaged_is_one_line(tf1_ckpt, tmp_path):
     """A hostile sweep: a TF checkpoint's global_step of another shape or type was a TypeError or
     ValueError traceback (int() of it) in convert_checkpoint.py, --init_checkpoint and the eval, 28.5 was
@@ -1276,3 +1296,17 @@ def test_no_writable_temporary_folder_for_tensorflow_is_one_line(tmp_path, monke
     with pytest.raises(UserError, match=r"^no writable temporary folder for TensorFlow, which reads and writes TF "
                                         r"checkpoints \(.*\): set TMPDIR to a writable folder, or mount one at /tmp"):
         tf_checkpoint.LazyCheckpoint(str(tmp_path / "model.ckpt-1"))
+
+
+def test_markers_nested_past_the_json_parser_are_one_line(tmp_path):
+    """A hostile sweep: run_stopped.json, run_finished.json or mlperf_log_path.json of JSON nested past
+    the parser's depth was a RecursionError traceback at the trainer's start."""
+    from mlperf_bert.trainer import checkpoint
+    deep = "[" * 100000 + "]" * 100000
+    for name in (checkpoint.STOPPED, checkpoint.FINISHED):
+        (tmp_path / name).write_text(deep)
+        with pytest.raises(UserError, match=r"^cannot read .*%s \(JSON nested too deeply" % re.escape(name)):
+            checkpoint.read_stopped(str(tmp_path)) if name == checkpoint.STOPPED else \
+                checkpoint.read_finished(str(tmp_path))
+    (tmp_path / checkpoint.LOG_OWNER).write_text(deep)
+    assert checkpoint.read_log_owner(str(tmp_path)) is None

@@ -71,6 +71,15 @@ def test_out_of_range_values_are_one_line_errors(tmp_path, key, value, allowed):
     assert str(e.value) == "BERT config %s: %s must be %s, got %r" % (path, key, allowed, value)
 
 
+def test_a_config_nested_past_the_json_parser_is_one_line(tmp_path):
+    """A hostile sweep: a bert_config.json of 100,000 '[' was a RecursionError traceback at the start."""
+    path = tmp_path / "bert_config.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(UserError) as e:
+        BertConfig.from_json_file(str(path))
+    assert str(e.value) == "BERT config %s is not valid JSON: JSON nested too deeply" % path
+
+
 def test_zero_dropout_is_accepted(tmp_path):
     assert BertConfig.from_json_file(write(tmp_path, dict(demo(), hidden_dropout_prob=0.0))).hidden_dropout_prob == 0
 

@@ -705,3 +705,12 @@ def test_a_stop_of_a_command_whose_reader_has_gone_is_the_stops_status(text_dir,
     # what a stop keeps (a failure removes it): the settings, with every input's md5 (a review: the
     # redraw's error, taken for a failure, removed it and the new folder)
     assert os.listdir(out) == ["make_dataset_settings.json"]
+
+
+def test_settings_nested_past_the_json_parser_are_one_line(tmp_path):
+    """A hostile sweep: make_dataset_settings.json of JSON nested past the parser's depth was a
+    RecursionError traceback."""
+    (tmp_path / checksums.SETTINGS_NAME).write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(UserError, match=r"^cannot read .*%s \(JSON nested too deeply.*delete it only if"
+                       % re.escape(checksums.SETTINGS_NAME)):
+        make_dataset.read_settings(str(tmp_path))

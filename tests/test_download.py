@@ -356,3 +356,12 @@ def test_an_empty_output_or_output_dir_is_refused_not_the_current_directory(tmp_
         assert str(e.value) == ("--%s was given empty (--%s=%s; an unset variable?): give %s, or leave the flag out"
                                 % (flag, flag, empty, fix))
     assert os.listdir(str(here)) == []
+
+
+def test_a_source_record_nested_past_the_json_parser_is_no_record(tmp_path):
+    """A hostile sweep: a partial download's record of JSON nested past the parser's depth was a
+    RecursionError traceback, not "no readable record" (the download starts over)."""
+    partial = str(tmp_path / "x.partial")
+    with open(partial + download.SOURCE_SUFFIX, "w") as f:
+        f.write("[" * 100000 + "]" * 100000)
+    assert download._source_change(partial, "http://x/x", 1, None).startswith("has no readable record")

@@ -739,7 +739,7 @@ def test_a_count_that_is_no_whole_number_is_refused(two_runs, tmp_path, field, v
 def test_a_systems_json_that_is_not_json_says_so(tmp_path):
     """NaN (Python's json reads it) and nesting past the parser's depth (a RecursionError traceback)."""
     for text, why in (('{"system_name": NaN}', "NaN is not a JSON value"), ("[" * 100000 + "]" * 100000,
-                                                                           "nested too deeply")):
+                                                                           "JSON nested too deeply")):
         (tmp_path / "s.json").write_text(text)
         with pytest.raises(UserError, match=r"^systems JSON %s is not JSON \(%s\): fix the file$"
                                             % (re.escape(str(tmp_path / "s.json")), why)):
@@ -1936,3 +1936,22 @@ def test_result_and_system_names_that_are_not_utf8_are_drawn(tmp_path):
         log.write_bytes(f.read())
     assert plot.main(["plot-log", str(log), "--output=%s" % (tmp_path / "x.png")]) == 0
     assert open(tmp_path / "x.png", "rb").read(4) == b"\x89PNG"
+
+
+def test_records_nested_past_the_json_parser_are_one_line(tmp_path):
+    """A hostile sweep: ORG/mlperf_bert_package.json, a run's run_finished.json or run_stopped.json of JSON
+    nested past the parser's depth was a RecursionError traceback in score, package and start_training.sh's
+    run_state."""
+    from mlperf_bert.harness import run_state
+    deep = "[" * 100000 + "]" * 100000
+    (tmp_path / pkg_mod.MADE_BY).write_text(deep)
+    with pytest.raises(UserError, match=r"^cannot read .*%s \(JSON nested too deeply" % re.escape(pkg_mod.MADE_BY)):
+        pkg_mod.read_made_by(str(tmp_path))
+    for name in (run_state.FINISHED, run_state.STOPPED):
+        (tmp_path / name).write_text(deep)
+    assert run_state.finished_status(str(tmp_path)) == "unreadable"
+    assert run_state.disagreement(str(tmp_path), str(tmp_path / "mlperf.log")) is None
+    log = tmp_path / "mlperf.log"
+    log.write_text(':::MLLOG {"key": "seed", "value": 1, "time_ms": 1, "namespace": "", "event_type": "POINT_IN_TIME", '
+                   '"metadata": {}}\n')
+    assert pkg_mod.launch_records([str(log)], [[]])[0]["run_finished"] is None

@@ -777,3 +777,12 @@ def test_a_damaged_name_in_an_hdf5_file_is_a_mismatch_not_ok(made, tmp_path, kin
     ok, lines = run_verify([path])
     assert not ok and lines == ["MISMATCH %s (no published checksum; its own: %s)" % (path, says.format(path=path))], \
         lines
+
+
+def test_a_run_record_nested_past_the_json_parser_is_one_line(tmp_path):
+    """A hostile sweep: a ``.pack.json`` (or ``.text_pipeline.json``) of JSON nested past the parser's
+    depth was a RecursionError traceback in verify, pack, text-pipeline and the trainer's file check."""
+    (tmp_path / ".pack.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(UserError, match=r"^cannot read %s \(JSON nested too deeply" % re.escape(
+            str(tmp_path / ".pack.json"))):
+        checksums.verify([str(tmp_path)], out=lambda line: None)

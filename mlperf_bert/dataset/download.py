@@ -12,7 +12,6 @@ kind, TFRecord or text, the two sets sharing names) or ``--md5``, and only then 
 """
 import contextlib
 import http.client
-import json
 import os
 import re
 import sys
@@ -23,7 +22,7 @@ import urllib.request
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import RESULTS_DIR, expectations, known_tables, own_checksums
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import (PARTIAL_SUFFIX, SOURCE_SUFFIX, file_md5, is_write_error, open_input,
+from mlperf_bert.fileio import (PARTIAL_SUFFIX, SOURCE_SUFFIX, file_md5, is_write_error, load_json, open_input,
                                 new_dirs_removed_on_error, write_error, write_json)
 from mlperf_bert.locking import lock_file
 
@@ -123,7 +122,7 @@ def _source_change(partial, url, total, version):
     unknown), or None."""
     try:
         with open(partial + SOURCE_SUFFIX, encoding="utf-8") as f:
-            source = json.load(f)
+            source = load_json(f)
         was_url, was_size, was_version = source["url"], source["bytes"], source.get("version")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "has no readable record of the URL it came from (%s)" % (partial + SOURCE_SUFFIX)

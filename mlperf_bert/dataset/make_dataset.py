@@ -9,7 +9,6 @@ with the same flags produces the rest. At the end ``manifest.tsv`` lists name, b
 records and md5 of every output; ``verify`` checks a directory against it.
 """
 import contextlib
-import json
 import os
 import re
 import sys
@@ -19,8 +18,8 @@ from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import MANIFEST_NAME, OUTPUT_NAME, SETTINGS_NAME, read_manifest, write_manifest
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
-from mlperf_bert.fileio import (check_writable_dir, file_md5, md5_many, new_dirs_removed_on_error, open_input,
-                                refuse_overwriting_inputs, remove_stale_temporaries, write_json)
+from mlperf_bert.fileio import (check_writable_dir, file_md5, load_json, md5_many, new_dirs_removed_on_error,
+                                open_input, refuse_overwriting_inputs, remove_stale_temporaries, write_json)
 from mlperf_bert.locking import lock_dir, remove_stale_locks
 from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
 from mlperf_bert.dataset.tokenization import load_vocab
@@ -182,7 +181,7 @@ def read_settings(out_dir):
         return None
     try:
         with open_input(path, encoding="utf-8", fix="delete it only if %s holds no outputs" % out_dir) as f:
-            settings = json.load(f)
+            settings = load_json(f)
     except (OSError, ValueError) as e:
         raise UserError("cannot read %s (%s): delete it only if %s holds no outputs" % (path, e, out_dir))
     inputs = settings.get("inputs", {}) if isinstance(settings, dict) else None

@@ -6,11 +6,10 @@ midway (SIGKILL, a crash: nothing else can say so) leaves files, each complete, 
 of the folder refuse rather than take for the whole set. A folder without a record (no run of the
 command wrote it, or an older version's) is taken as it is.
 """
-import json
 import os
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import write_json
+from mlperf_bert.fileio import load_json, write_json
 
 
 def load(directory, record_name, command, is_output, fix):
@@ -22,7 +21,7 @@ def load(directory, record_name, command, is_output, fix):
         return set(), True
     try:
         with open(path, encoding="utf-8") as f:
-            record = json.load(f)
+            record = load_json(f)
         names, finished = record["outputs"], record.get("finished")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UserError("cannot read %s (%s): %s" % (path, e, fix))

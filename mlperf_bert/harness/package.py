@@ -20,7 +20,6 @@ nothing its rerun trips on. ``score`` then checks it with the official tools.
 """
 import glob
 import hashlib
-import json
 import os
 import platform
 import re
@@ -30,8 +29,8 @@ import sys
 
 from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import (atomic_open, file_md5, host_memory, new_dirs_removed_on_error, open_input, pid_alive,
-                                read_lines, special_kind, split_lines, write_json)
+from mlperf_bert.fileio import (atomic_open, file_md5, host_memory, load_json, new_dirs_removed_on_error, open_input,
+                                pid_alive, read_lines, special_kind, split_lines, write_json)
 from mlperf_bert.harness.compliance import RULESET, SYSTEM_STATUSES, division_of, identity_problems, read_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -187,11 +186,11 @@ def load_system_json(path, score=False):
         raise ValueError("%s is not a JSON value" % name)
     try:
         with open_input(path, encoding="utf-8", what="systems JSON", fix="give the JSON file") as f:
-            desc = json.load(f, parse_constant=no_constant)
+            desc = load_json(f, parse_constant=no_constant)
     except OSError as e:
         raise UserError("cannot read systems JSON %s: %s" % (path, e.strerror))
-    except (ValueError, RecursionError) as e:
-        why = "nested too deeply" if isinstance(e, RecursionError) else str(e).splitlines()[0]
+    except ValueError as e:
+        why = str(e).splitlines()[0]
         raise UserError("systems JSON %s is not JSON (%s): fix the file" % (path, why))
     if not isinstance(desc, dict):
         raise UserError("systems JSON %s holds a %s, not an object of fields" % (path, type(desc).__name__))
@@ -562,7 +561,7 @@ def read_made_by(top):
     path = os.path.join(top, MADE_BY)
     try:
         with open_input(path, encoding="utf-8", fix="package writes it; remake the package") as f:
-            made = json.load(f)
+            made = load_json(f)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as e:
@@ -732,7 +731,7 @@ def launch_records(logs, runs):
         for path in candidates:
             try:
                 with open_input(path, encoding="utf-8") as f:
-                    rec = json.load(f)
+                    rec = load_json(f)
             except (OSError, ValueError):
                 continue
             run = rec.get("run") if isinstance(rec, dict) else None

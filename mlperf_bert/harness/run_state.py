@@ -13,12 +13,12 @@ line is ``K WHAT`` for the first pair K (from 0) whose marker and log disagree, 
 run ended or checkpointed and whose log is missing (``missing_log``). Always exit 0: a
 launcher asks this to word its message, and a missing or partial log is an answer, not an error.
 """
-import json
 import os
 import re
 import sys
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import load_json
 from mlperf_bert.harness.records import read_log, run_seconds, run_start_stop
 
 # trainer/checkpoint.py's markers (not imported: it pulls in torch)
@@ -50,7 +50,7 @@ def finished_status(output_dir):
     """The status of the finished marker in ``output_dir``, or None while the run has not ended."""
     try:
         with open(os.path.join(output_dir, FINISHED), encoding="utf-8") as f:
-            return str(json.load(f).get("status", "unknown"))
+            return str(load_json(f).get("status", "unknown"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, AttributeError):
@@ -62,7 +62,7 @@ def _marker_status(output_dir, name):
     trainer refuses such a marker in its own line)."""
     try:
         with open(os.path.join(output_dir, name), encoding="utf-8") as f:
-            record = json.load(f)
+            record = load_json(f)
     except FileNotFoundError:
         return None
     except (OSError, ValueError):

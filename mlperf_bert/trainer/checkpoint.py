@@ -6,7 +6,6 @@ flags, seed and data files), so a resume continues bit for bit or is refused in 
 Only rank 0 reads and writes these files (other nodes may have other disks).
 """
 import contextlib
-import json
 import os
 import random
 import re
@@ -18,7 +17,7 @@ import torch
 
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer import distributed, run_config
-from mlperf_bert.fileio import OutputDirError, atomic_save, write_json
+from mlperf_bert.fileio import OutputDirError, atomic_save, load_json, write_json
 
 CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt\Z")
 FINISHED = "run_finished.json"
@@ -484,7 +483,7 @@ def read_log_owner(output_dir):
     """The MLPerf log path this output_dir's run writes, or None."""
     try:
         with open(os.path.join(output_dir, LOG_OWNER), encoding="utf-8") as f:
-            owned = json.load(f).get("mlperf_log")
+            owned = load_json(f).get("mlperf_log")
     except (OSError, ValueError, AttributeError):
         return None
     return owned if isinstance(owned, str) and owned else None  # (an int would be taken for a descriptor)
@@ -496,7 +495,7 @@ def _read_marker(output_dir, name):
     path = os.path.join(output_dir, name)
     try:
         with open(path, encoding="utf-8") as f:
-            record = json.load(f)
+            record = load_json(f)
         # (an older version's finished marker may lack the run's identity)
         keys = ("status", "global_step", "samples", "run", "mlperf_log") if name == STOPPED else ("status",)
         if not isinstance(record, dict) or any(k not in record for k in keys):

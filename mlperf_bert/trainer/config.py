@@ -6,7 +6,7 @@ import json
 import math
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import open_input
+from mlperf_bert.fileio import load_json, open_input
 
 HIDDEN_ACTS = ("gelu", "relu", "tanh", "linear")  # the activations model.py implements
 
@@ -39,7 +39,7 @@ class BertConfig:
         """The config at ``path``, checked (and, given ``max_seq_length``, that it has positions for it)."""
         try:
             with open_input(path, encoding="utf-8", what="BERT config", fix="give the bert_config.json") as f:
-                d = json.load(f)
+                d = load_json(f)
         except OSError as e:
             raise UserError("cannot read BERT config %s: %s" % (path, e.strerror))
         except ValueError as e:

@@ -151,7 +151,9 @@ class LazyCheckpoint(collections.abc.Mapping):
         tf = _import_tf()
         self.prefix = prefix
         try:
-            self.reader = tf.train.load_checkpoint(prefix)
+            # the prefix itself: tf.train.load_checkpoint takes a folder of that name (beside its .index) for
+            # a folder of checkpoints and loads the one its 'checkpoint' file names, anywhere (../, /abs)
+            self.reader = tf.compat.v1.train.NewCheckpointReader(prefix)
             shapes = self.reader.get_variable_to_shape_map()
             dtypes = self.reader.get_variable_to_dtype_map()
         except (tf.errors.OpError, ValueError) as e:  # (the .index alone is read here; the data, by _read)

@@ -2643,6 +2643,24 @@ def test_a_resume_from_a_checkpoint_whose_global_step_is_no_integer_is_one_line(
                             "resume from the one before, model.ckpt-24.pt" % path)
 
 
+def test_a_resume_from_a_checkpoint_past_num_train_steps_is_one_line(files, uninterrupted, tmp_path):
+    """A hostile sweep: a stopped run's checkpoint with its global_step edited past --num_train_steps
+    (36 of 30) resumed without a word and ended "trained 36 steps", exit 0, its log's train_samples past
+    the run's budget. No run writes one: it is refused in one line naming the file, the folder as it was."""
+    full, _ = uninterrupted
+    out = str(tmp_path / "out")
+    _stopped_at_27(full, out)
+    path = os.path.join(out, "model.ckpt-36.pt")
+    _with_step(os.path.join(out, "model.ckpt-27.pt"), path, 36)
+    before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, out))
+    assert str(e.value) == ("checkpoint %s holds global_step 36, beyond --num_train_steps=30, the run's last step: it "
+                            "was edited, or written by another program; delete it to resume from the one before, "
+                            "model.ckpt-27.pt" % path)
+    assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
+
+
 def test_a_resume_from_a_truncated_checkpoint_says_it_is_truncated(files, uninterrupted, tmp_path):
     """A review: the newest checkpoint cut to half its size (truncate -s 50%: a copy that ended early)
     was refused as "not a PyTorch (.pt) file". It is said truncated, with what to do: restore it
@@ -2663,6 +2681,27 @@ def test_a_resume_from_a_truncated_checkpoint_says_it_is_truncated(files, uninte
     with pytest.raises(UserError) as e:
         training.main(flags_for(files, out))
     assert str(e.value) == what + "delete it to resume from the one before, model.ckpt-24.pt"
+
+
+def test_a_damaged_final_checkpoint_of_an_ended_run_says_to_restore_it_not_to_resume(files, uninterrupted, tmp_path):
+    """A hostile sweep: a finished run rerun with --do_eval, its final checkpoint truncated, was told
+    "delete it to resume from the one before, model.ckpt-27.pt"; deleted, nothing resumed (a run that
+    ended trains nothing again): the eval was never made, its final weights gone, exit 0. The line says
+    to restore it, and what deleting it loses; the folder is left as it was."""
+    full, _ = uninterrupted
+    out = str(tmp_path / "out")
+    shutil.copytree(full, out)
+    path = os.path.join(out, "model.ckpt-30.pt")
+    size = os.path.getsize(path) // 2
+    os.truncate(path, size)
+    before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, out, do_eval=True))
+    assert str(e.value) == ("checkpoint %s is truncated (%s bytes): it begins as a PyTorch .pt, but the end of its zip "
+                            "archive is missing; it holds the final weights of a run that ended (its run_stop is "
+                            "logged; no rerun trains them again): restore it from a copy for --do_eval's eval of them "
+                            "(deleted, that eval cannot be made)" % (path, format(size, ",")))
+    assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
 
 
 def test_a_checkpoint_of_another_run_in_output_dir_is_refused_naming_it(files, uninterrupted, tmp_path):

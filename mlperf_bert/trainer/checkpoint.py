@@ -324,21 +324,27 @@ class BackgroundWriter:
 TRAINING_STATE = ("optimizer", "ranks", "seed", "global_step")  # what a resume reads beside the weights
 
 
-def _how_to_go_on(path):
+def _how_to_go_on(path, ended=False):
     """What to do about checkpoint ``path`` of ``output_dir`` that cannot be resumed from: delete it,
-    naming the one before that the resume then takes, or, where it is the only one, restore it."""
+    naming the one before that the resume then takes, or, where it is the only one, restore it.
+    ``ended``: the final checkpoint of a run that ended, read for --do_eval's eval: no rerun trains it
+    again (its run_stop is logged), so deleted, that eval is lost (it said to delete it "to resume")."""
+    if ended:
+        return ("it holds the final weights of a run that ended (its run_stop is logged; no rerun trains them again): "
+                "restore it from a copy for --do_eval's eval of them (deleted, that eval cannot be made)")
     earlier = [p for _, p in list_checkpoints(os.path.dirname(path)) if os.path.abspath(p) != os.path.abspath(path)]
     return ("delete it to resume from the one before, %s" % os.path.basename(earlier[-1]) if earlier else
             "it is the run's only checkpoint: restore it from a copy (deleted, the run would start over from step 0)")
 
 
-def load(path):
-    """A training checkpoint of ``output_dir`` (``model.ckpt-N.pt``), to resume from."""
+def load(path, ended=False):
+    """A training checkpoint of ``output_dir`` (``model.ckpt-N.pt``), to resume from (``ended``: the
+    final one of a run that ended, to evaluate: ``_how_to_go_on``)."""
     from mlperf_bert.trainer.tf_checkpoint import load_pt, step_problem
     try:
         ckpt = load_pt(path)
     except UserError as e:  # a damaged file: name it, and how to go on
-        raise UserError("%s; %s" % (getattr(e, "reason", e), _how_to_go_on(path))) from None
+        raise UserError("%s; %s" % (getattr(e, "reason", e), _how_to_go_on(path, ended))) from None
     lacks = [k for k in TRAINING_STATE if k not in ckpt]
     if lacks:  # e.g. convert_checkpoint.py's .pt, given a training checkpoint's name (a KeyError traceback)
         raise UserError("checkpoint %s holds weights but no training state (no %s): a run did not write it while "
@@ -348,12 +354,21 @@ def load(path):
     problem = step_problem(ckpt["global_step"])
     if problem:  # a hand-edited or foreign .pt: a traceback where the loop compared it, a float hung the loader
         raise UserError("checkpoint %s holds %s, not a step count (a whole number >= 0, which the trainer writes): "
-                        "it was edited, or written by another program; %s" % (path, problem, _how_to_go_on(path)))
+                        "it was edited, or written by another program; %s" % (path, problem, _how_to_go_on(path, ended)))
     return ckpt
 
 
-def load_on_every_rank(path, rank, device, check):
-    """The checkpoint at ``path`` (on rank 0's disk) on every rank, read by rank 0 alone.
+def check_step_within(ckpt, path, num_train_steps):
+    """Refuse checkpoint ``path`` whose step is past the run's last (--num_train_steps, which a resume
+    keeps): no run writes one, and its resume went on from it without a word (a log past its budget)."""
+    if ckpt["global_step"] > num_train_steps:
+        raise UserError("checkpoint %s holds global_step %d, beyond --num_train_steps=%d, the run's last step: it was "
+                        "edited, or written by another program; %s"
+                        % (path, ckpt["global_step"], num_train_steps, _how_to_go_on(path)))
+
+
+def load_on_every_rank(path, rank, device, check, ended=False):
+    """The checkpoint at ``path`` (on rank 0's disk) on every rank, read by rank 0 alone (``ended``: ``load``'s).
 
     Rank 0 loads it and calls ``check(ckpt)``; a UserError there is raised on every rank.
     Every rank gets the step and eval state, the model and optimizer state (their tensors
@@ -363,7 +378,7 @@ def load_on_every_rank(path, rank, device, check):
     ckpt, problem = None, None
     if rank == 0:
         try:
-            ckpt = load(path)
+            ckpt = load(path, ended)
             check(ckpt)
         except UserError as e:
             problem = str(e)

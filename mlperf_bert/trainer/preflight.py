@@ -412,6 +412,7 @@ def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_pat
         saved.setdefault("config", ckpt["config"])
     checkpoint.check_same_run(saved, cfg.identity(seed, train_files, eval_files, init_ckpt,
                                                              config.to_dict(), saved=saved), path)
+    checkpoint.check_step_within(ckpt, path, cfg.schedule.num_train_steps)
     if len(ckpt["ranks"]) != world:
         n = len(ckpt["ranks"])
         raise UserError("checkpoint %s was written by %d rank%s, this run has %d: resume with "

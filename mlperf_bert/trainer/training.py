@@ -884,7 +884,7 @@ def final_eval_left(cfg, stop, record, found, config, device, rank, world, train
     if metrics is None and any(s == step for s, _ in found):
         # (the seed: the run's dropout draws, which an eval makes none of; a marker of an older version lacks it)
         trainer = Trainer(cfg, config, device, rank, world, (record.get("run") or {}).get("seed", 0))
-        trainer.resume(checkpoint.load_on_every_rank(final, rank, device, same_ranks), final)
+        trainer.resume(checkpoint.load_on_every_rank(final, rank, device, same_ranks, ended=True), final)
         eval_set = None
         if eval_files:
             eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,

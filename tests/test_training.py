@@ -1922,6 +1922,42 @@ def test_disk_full_at_a_checkpoint_keeps_the_last_one_and_the_rerun_resumes(file
     assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
 
 
+def test_disk_full_at_the_final_checkpoint_says_the_weights_are_lost_not_just_rerun(files, uninterrupted, tmp_path,
+                                                                                  monkeypatch):
+    """A hostile sweep: the disk full at the final checkpoint (written after run_stopped.json, the rcp
+    presets' only one) said "free space, then rerun the same command" alone; the rerun trains nothing
+    again (the run has ended) and finished without the weights. The line says so; the rerun as it said."""
+    import errno
+    out = str(tmp_path / "run")
+    argv = flags_for(files, out)
+    real_save = torch.save
+
+    class Full:  # the real file, full at once: the kernel's ENOSPC
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    def save(state, f, *a, **k):
+        if state.get("global_step") == 30:
+            f._f = Full(f._f)  # under the atomic writer's file
+        return real_save(state, f, *a, **k)
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(UserError) as e:
+        training.main(argv)
+    assert re.fullmatch(r"cannot write .*model\.ckpt-30\.pt: no space left on device .*free space, then rerun the same "
+                        r"command; the run has ended \(run_stop logged, its log is complete\): its final weights are "
+                        r"lost with this checkpoint, and the rerun finishes the run's record without them", str(e.value))
+    monkeypatch.setattr(torch, "save", real_save)
+    assert training.main(argv) == 0
+    assert not os.path.exists(os.path.join(out, "model.ckpt-30.pt"))
+    assert os.path.exists(os.path.join(out, "run_finished.json"))
+
+
 def test_an_output_dir_made_unwritable_mid_run_says_to_make_it_writable_not_to_change_it(files, uninterrupted,
                                                                                          tmp_path, monkeypatch):
     """The output-folder sweep: the folder made read-only between two checkpoints (chattr +i, a

@@ -795,7 +795,11 @@ class Loop:
                 final_eval_batches(cfg, self.eval_set, train_files, rank, world, trainer.model.config.vocab_size)))
             if rank == 0:
                 print(evaluation.write_eval_results(cfg.checkpoint.output_dir, metrics, s.step))
-        trainer.flush()  # the last checkpoint, written while the above ran, is complete
+        try:
+            trainer.flush()  # the last checkpoint, written while the above ran, is complete
+        except UserError as e:  # (its fix, "rerun", alone read as if the rerun saved the weights)
+            raise UserError("%s; the run has ended (run_stop logged, its log is complete): its final weights are "
+                            "lost with this checkpoint, and the rerun finishes the run's record without them" % e) from None
         if rank == 0:  # a rerun of this command now says so and changes nothing
             checkpoint.write_finished(cfg.checkpoint.output_dir, record)
         return 0

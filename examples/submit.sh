@@ -13,7 +13,8 @@
 #   PRESET=demo_cpu GPUS_PER_NODE=0 NUM_RUNS=1 DATA_DIR=demo_out/tfrecords examples/submit.sh \
 #     --cpus-per-task=4 -- --max_samples_termination=4096
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# (CDPATH='': a CDPATH made cd go to another folder's examples/, and print it: HERE was two lines)
+HERE="$(CDPATH='' cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 JOB_SCRIPT="${JOB_SCRIPT:-$HERE/slurm_multinode.sbatch}"
 die() { echo "error: submit.sh: $*" >&2; exit 2; }
 

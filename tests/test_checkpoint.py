@@ -1164,6 +1164,23 @@ def test_a_prefix_that_is_also_a_folder_is_read_as_that_prefix_not_the_checkpoin
     assert int(ckpt["global_step"]) == 28 and "x" not in ckpt.shapes
 
 
+@pytest.mark.parametrize("name", ["ckpt [v1]", "back\\slash"])
+def test_a_tf_checkpoint_in_a_folder_named_with_glob_characters_is_read(tf1_ckpt, tmp_path, name):
+    """A hostile sweep of paths: TF finds a checkpoint's .index by a glob, so a prefix in a folder named
+    "ckpt [v1]" (or with a backslash) was "cannot read TF checkpoint ... Failed to find any matching files: its
+    .index is truncated or damaged; copy the checkpoint's .index and .data-* files again" (convert_checkpoint.py,
+    --init_checkpoint): a 4 GB copy for nothing. It is read as any other."""
+    prefix, arrays = tf1_ckpt
+    folder = tmp_path / name
+    folder.mkdir()
+    for f in (prefix + ".index", prefix + ".data-00000-of-00001"):
+        shutil.copy(f, folder)
+    ckpt = tf_checkpoint.LazyCheckpoint(str(folder / os.path.basename(prefix)))
+    assert int(ckpt["global_step"]) == 28
+    name, value = next(iter(arrays.items()))
+    np.testing.assert_array_equal(ckpt[name], value)
+
+
 def test_a_tf_checkpoint_whose_global_step_is_no_step_count_or_whose_index_is_damaged_is_one_line(tf1_ckpt, tmp_path):
     """A hostile sweep: a TF checkpoint's global_step of another shape or type was a TypeError or
     ValueError traceback (int() of it) in convert_checkpoint.py, --init_checkpoint and the eval, 28.5 was

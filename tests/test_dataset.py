@@ -390,6 +390,10 @@ def test_wrong_paths_and_a_damaged_output_say_the_fix_that_works(full_run, text_
     the damaged output, deleted, is remade as it was."""
     with pytest.raises(UserError, match=r"^--vocab_file=%s is a directory: give the path of vocab.txt$" % tmp_path):
         make_dataset.main(cmd(text_dir, str(tmp_path / "o"), str(tmp_path)))
+    # (a path with a space: the fetch-vocab command offered is one to paste, the path quoted in it)
+    with pytest.raises(UserError) as e:
+        make_dataset.main(cmd(text_dir, str(tmp_path / "o"), str(tmp_path / "my vocab.txt")))
+    assert "run `python -m mlperf_bert fetch-vocab --output='%s'` or" % (tmp_path / "my vocab.txt") in str(e.value)
     (tmp_path / "afile").write_text("x\n")
     with pytest.raises(UserError, match=r"^cannot create output directory %s: File exists: a file stands where a "
                                         r"directory is expected" % (tmp_path / "afile")):

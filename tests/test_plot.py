@@ -105,14 +105,18 @@ def test_an_output_not_ending_in_png_is_refused(tmp_path, name):
     assert plot.main(["plot-log", str(log), "--output=%s" % (tmp_path / "curve.PNG")]) == 0
 
 
-def test_a_directory_is_refused_naming_a_log_in_it(tmp_path):
-    """read_log's message said to pass 'a directory holding result_*.txt' while refusing one."""
-    write_log(tmp_path / "result_1.txt")
-    write_log(tmp_path / "result_0.txt")
+@pytest.mark.parametrize("name", ["runs", "runs [0]"])
+def test_a_directory_is_refused_naming_a_log_in_it(tmp_path, name):
+    """read_log's message said to pass 'a directory holding result_*.txt' while refusing one (a
+    folder named with a glob's characters, "runs [0]", was said to hold none: its name read as a pattern)."""
+    runs = tmp_path / name
+    runs.mkdir()
+    write_log(runs / "result_1.txt")
+    write_log(runs / "result_0.txt")
     with pytest.raises(UserError) as e:
-        plot.main(["plot-log", str(tmp_path)])
+        plot.main(["plot-log", str(runs)])
     assert str(e.value) == "plot-log: %s is a directory: pass one MLPerf log file (e.g. %s)" % (
-        tmp_path, tmp_path / "result_0.txt")
+        runs, runs / "result_0.txt")
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(UserError) as e:

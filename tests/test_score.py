@@ -684,6 +684,19 @@ def test_package_refuses_a_log_without_run_stop(two_runs, tmp_path):
     assert not (tmp_path / "pkg").exists()
 
 
+def test_runs_and_a_package_in_folders_named_with_glob_characters_are_found(official_tools, two_runs, tmp_path):
+    """A hostile sweep of paths: package --runs of a folder named "runs [0]" was "holds no result_*.txt"
+    (its name read as a glob pattern), and score of a package in a folder "pkg [1]*" FAILED it: "... holds
+    no result_*.txt logs", the official tools (on a copy) passing it."""
+    runs = two_runs.rename(tmp_path / "runs [0]")
+    assert pkg_mod.main(nyx_argv(runs, tmp_path / "pkg")) == 0
+    assert sorted(p.name for p in (tmp_path / "pkg").glob("NVIDIA/results/*/bert/*")) == ["result_0.txt",
+                                                                                         "result_1.txt"]
+    root = (tmp_path / "submission_v5.0_NVIDIA_nyx_n1").rename(tmp_path / "pkg [1]*")
+    s = score.score(str(root))["systems"][0]
+    assert (s["verdict"], s["time_to_train_min"]) == ("pass", 3.5022071145), s["reasons"]
+
+
 def nyx_json(package_root):
     return package_root / "submission_v5.0_NVIDIA_nyx_n1" / "NVIDIA" / "systems" / (NYX + ".json")
 

@@ -368,6 +368,21 @@ def test_a_make_dataset_output_the_reference_publishes_a_size_for_is_held_to_it_
     assert "MISMATCH" in capsys.readouterr().out
 
 
+def test_the_command_a_mismatch_offers_names_a_folder_with_spaces_and_quotes_whole(tmp_path):
+    """A hostile sweep of paths: the `verify --manifest=...` a MISMATCH offers named "/data/My Set/..."
+    unquoted, so pasted it verified other paths ("/data/My" and "Set/..."); it is quoted as a shell reads it."""
+    import shlex
+    folder = tmp_path / "My Set 'q\" $x"
+    folder.mkdir()
+    write_records(str(folder / "eval_10k"), [b"record"])
+    manifest = str(folder / checksums.MANIFEST_NAME)
+    checksums.write_manifest(manifest, [("eval_10k", os.path.getsize(folder / "eval_10k"), 1,
+                                         md5_of(folder / "eval_10k"))])
+    ok, lines = run_verify([str(folder)])
+    assert not ok and lines[0].startswith("MISMATCH "), lines
+    assert shlex.split(lines[0].split("`")[1]) == ["verify", "--manifest=" + manifest, str(folder)], lines[0]
+
+
 def test_a_shard_holding_another_published_file_is_a_mismatch_not_ok_by_content(tmp_path, ref_data):
     """A hostile sweep: a file found by its content was OK whatever its name, so a text shard holding
     another published file (a shard copied over a missing one) passed as "OK ... by content". A name

@@ -14,6 +14,7 @@ value); the last line counts the verdicts.
 import hashlib
 import os
 import re
+import shlex
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError
@@ -536,7 +537,8 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
             say("MISMATCH", "%s: intact as %s lists it, but %s: not the reference's file (made from other text, "
                             "vocab or flags); `verify --manifest=%s %s` checks the folder against its manifest "
                             "alone" % (f, os.path.basename(good[0][0]), mismatch(size, md5s.get(f), published),
-                                       good[0][0], os.path.dirname(good[0][0]) or "."))
+                                       # (quoted: a command to paste, "My Data/manifest.tsv" one word)
+                                       shlex.quote(good[0][0]), shlex.quote(os.path.dirname(good[0][0]) or ".")))
             continue
         if good and not good[0][2] and good[0][0] == "tfrecord":
             # a size alone passes a file of zeros (a preallocated download cut off): its records too

@@ -11,6 +11,7 @@ records and md5 of every output; ``verify`` checks a directory against it.
 import contextlib
 import os
 import re
+import shlex
 import sys
 import time
 
@@ -273,7 +274,7 @@ def make_dataset(text_dir, output_dir, vocab_file, workers=None, num_eval_exampl
     refuse_special_vocab(vocab_file)  # (a named pipe is no regular file: it was called missing)
     if not os.path.isfile(vocab_file):
         raise UserError("--vocab_file=%s does not exist: run `python -m mlperf_bert fetch-vocab --output=%s` "
-                        "or give the path of vocab.txt" % (vocab_file, vocab_file))
+                        "or give the path of vocab.txt" % (vocab_file, shlex.quote(vocab_file)))
     parts, eval_txt = find_text_shards(text_dir)
     if os.path.realpath(output_dir) == os.path.realpath(text_dir):
         raise UserError("--output_dir is --text_dir: the TFRecords take the text shards' names, give another "

@@ -122,9 +122,10 @@ def find_logs(specs):
             kind = special_kind(spec)
             raise UserError("--runs: %s %s" % (spec, "is %s, not a run's log or folder" % kind if kind else
                                                "does not exist: give a run's log or folder"))
-        found = (sorted(glob.glob(os.path.join(spec, "result_*.txt")), key=_run_number)
+        # (escaped: a folder named with a glob's characters, "runs [0]", is that folder, not a pattern)
+        found = (sorted(glob.glob(os.path.join(glob.escape(spec), "result_*.txt")), key=_run_number)
                  or ([os.path.join(spec, "mlperf.log")] if os.path.isfile(os.path.join(spec, "mlperf.log")) else [])
-                 or sorted(glob.glob(os.path.join(spec, "run_*", "mlperf.log")), key=_run_number))
+                 or sorted(glob.glob(os.path.join(glob.escape(spec), "run_*", "mlperf.log")), key=_run_number))
         if not found:
             raise UserError("--runs: %s holds no result_*.txt, mlperf.log or run_*/mlperf.log" % spec)
         logs += found
@@ -816,7 +817,7 @@ def _unfinished_runs(logs):
     result_N.txt beside them (start_training.sh copies a run's log there when it finishes)."""
     dirs = {os.path.dirname(os.path.abspath(p)) for p in logs if re.match(r"result_\d+\.txt$", os.path.basename(p))}
     for d in sorted(dirs):
-        for log in glob.glob(os.path.join(d, "run_*", "mlperf.log")):
+        for log in glob.glob(os.path.join(glob.escape(d), "run_*", "mlperf.log")):
             n = os.path.basename(os.path.dirname(log))[len("run_"):]
             if n.isascii() and n.isdigit() and not os.path.exists(os.path.join(d, "result_%s.txt" % n)):
                 yield log

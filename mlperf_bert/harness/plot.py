@@ -172,7 +172,7 @@ def main(argv):
     if len(rest) != 1:
         raise UserError("%s [--output=PNG] (one MLPerf log file)" % flags.usage("plot-log", "LOG"))
     if os.path.isdir(rest[0]):  # read_log's message offers directories, which plot-log does not take
-        logs = sorted(glob.glob(os.path.join(rest[0], "result_*.txt")))
+        logs = sorted(glob.glob(os.path.join(glob.escape(rest[0]), "result_*.txt")))
         raise UserError("plot-log: %s is a directory: pass one MLPerf log file%s"
                         % (rest[0], " (e.g. %s)" % logs[0] if logs else ", such as a run's result_*.txt or mlperf.log"))
     output = fv.output or default_output(rest[0])

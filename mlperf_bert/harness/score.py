@@ -111,7 +111,8 @@ def check_links(top):
 def remove_stale_copies(tmpdir=None):
     """Remove package copies left in the temp folder by a score that was killed; return them."""
     removed = []
-    for d in glob.glob(os.path.join(tmpdir or usable_tempdir("score's copy of the package"), _COPY_PREFIX + "*")):
+    for d in glob.glob(os.path.join(glob.escape(tmpdir or usable_tempdir("score's copy of the package")),
+                                   _COPY_PREFIX + "*")):
         pid = os.path.basename(d)[len(_COPY_PREFIX):].split("-", 1)[0]
         try:
             mine = os.lstat(d).st_uid == os.getuid()
@@ -586,7 +587,8 @@ def shared_logs(top, systems, names):
     same runs scored as two systems (the official tools do not compare systems)."""
     digests = {}
     for system in systems:
-        for p in sorted(glob.glob(os.path.join(top, "results", system, "bert", "result_*.txt"))):
+        bert = glob.escape(os.path.join(top, "results", system, "bert"))
+        for p in sorted(glob.glob(os.path.join(bert, "result_*.txt"))):
             with open(p, "rb") as f:
                 digests.setdefault(system, {}).setdefault(hashlib.sha256(f.read()).hexdigest(), os.path.basename(p))
     out = {}
@@ -613,7 +615,9 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
     step that failed on the whole package), each with the tool's ERROR lines it stands for;
     ``checker_failed``: the package checker among them; ``code_fails``, ``more_warnings``: what
     implementation_findings and shared_logs say of the system."""
-    logs = sorted(glob.glob(os.path.join(root, org, "results", system, "bert", "result_*.txt")))
+    # (escaped: a package in a folder named with a glob's characters, "pkg [1]", is that folder)
+    bert = glob.escape(os.path.join(root, org, "results", system, "bert"))
+    logs = sorted(glob.glob(os.path.join(bert, "result_*.txt")))
     runs, verdicts, counted, evals, divisions, targets, parsed = [], [], [], {}, set(), set(), []
     for p in logs:
         rel = os.path.relpath(p, root)

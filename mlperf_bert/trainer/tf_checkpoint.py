@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import shutil
+import weakref
 import zipfile
 
 import numpy as np
@@ -105,6 +106,8 @@ def is_tf_prefix(path):
     return os.path.exists(path + ".index")
 
 
+# the characters of a pattern to TF's file matching (tensorflow/core/platform/file_system_helper.cc kGlobChars)
+_TF_GLOB = "*?[\\"
 _TF_FILE = re.compile(r"^(?P<prefix>.+)\.(index|meta|data-\d{5}-of-\d{5})\Z")
 
 
@@ -150,10 +153,20 @@ class LazyCheckpoint(collections.abc.Mapping):
             raise not_a_prefix(prefix)
         tf = _import_tf()
         self.prefix = prefix
+        path = prefix
+        folder = os.path.dirname(os.path.abspath(prefix))
+        if any(c in folder for c in _TF_GLOB):
+            # TF looks for the .index by a glob (GetMatchingPaths): in a folder named with its pattern's
+            # characters ("/data/ckpt [v1]") it found none and read the prefix as a V1 pattern, "Failed to
+            # find any matching files", said to be damaged. Read through the folder's descriptor instead,
+            # held open while the data files are read.
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            weakref.finalize(self, os.close, fd)
+            path = "/proc/self/fd/%d/%s" % (fd, os.path.basename(prefix))
         try:
             # the prefix itself: tf.train.load_checkpoint takes a folder of that name (beside its .index) for
             # a folder of checkpoints and loads the one its 'checkpoint' file names, anywhere (../, /abs)
-            self.reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+            self.reader = tf.compat.v1.train.NewCheckpointReader(path)
             shapes = self.reader.get_variable_to_shape_map()
             dtypes = self.reader.get_variable_to_dtype_map()
         except (tf.errors.OpError, ValueError) as e:  # (the .index alone is read here; the data, by _read)

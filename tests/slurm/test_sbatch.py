@@ -212,6 +212,37 @@ def test_the_pyxis_variant_refuses_a_path_its_mounts_would_split(job, tmp_path):
                               "without them\n" % path
 
 
+def test_paths_with_a_backslash_or_a_leading_dash_pass_the_check_and_run(job, tmp_path):
+    """A hostile sweep of paths: the login node's check refused a DATA_DIR with a backslash that holds the
+    files ("holds no part-* TFRecords": compgen -G read the backslash as an escape; the trainer reads it as
+    it is); OUTPUT_DIR=-out (relative) ended the job 1 with mkdir's "invalid option", once it had its
+    nodes, and the pyxis variant's check passed it with realpath's "invalid option" (OUTPUT_DIR then
+    empty: the job's mkdir failed)."""
+    data = tmp_path / "back\\slash"
+    data.mkdir()
+    for f in ("part-00000", "eval_10k"):
+        (data / f).write_text("")
+    proc, record = job(DATA_DIR=str(data), SBATCH_CHECK_ONLY="1", SBATCH_CHECK_FILES="1")
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    proc, record = job(OUTPUT_DIR="-out", FAKE_0="0:0", FAKE_1="0:0")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stdout + proc.stderr
+    assert sorted(os.listdir(tmp_path / "submit" / "-out" / "slurm" / "40007.0")) == ["node_0", "node_1"]
+    pyxis = os.path.join(ROOT, "examples", "slurm_multinode_pyxis.sbatch")
+    proc, record = job(script=pyxis, CONTAINER_IMAGE="/images/bert.sqsh", OUTPUT_DIR="-out", SBATCH_CHECK_ONLY="1")
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+
+
+def test_submit_started_by_a_relative_path_under_a_cdpath_finds_its_job_script(tmp_path):
+    """A hostile sweep of paths: with CDPATH set (a shell user's), `examples/submit.sh` run from the
+    checkout went to CDPATH's examples/ and took cd's echo of it too: "JOB_SCRIPT=<two lines> does not
+    exist". It finds its own job script, whose check then runs."""
+    (tmp_path / "examples").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "INPUT_FILES", "JOB_SCRIPT")}
+    proc = subprocess.run(["bash", os.path.join("examples", "submit.sh")], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(env, CDPATH=str(tmp_path), PRESET="demo_cpu", GPUS_PER_NODE="0"), timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: slurm_multinode.sbatch: set DATA_DIR "), proc.stderr
+
+
 def test_the_pyxis_variant_mounts_each_folder_of_a_comma_list_and_of_a_glob(job, tmp_path):
     """A sweep: INPUT_FILES as the docs allow it, a comma list, was one path to the variant (realpath
     of "a/part-*,b/part-*": a folder "a/part-*,b" refused for its ','), and a glob in a folder's name

@@ -906,6 +906,30 @@ def test_the_docs_give_the_train_samples_warnings_check_log_gives(tmp_path):
         assert [s for s in said if s not in row] == [], doc
 
 
+def test_the_status_table_puts_each_flag_refusal_where_start_training_says_it(tmp_path):
+    """A sweep of the docs: running.md's status table said an unknown flag or a value outside a
+    flag's choices was the trainer's to refuse, after STARTING TIMING RUN; start_training.sh refuses
+    both before any run, in the trainer's words (train_model.sh reads the flags as the trainer does).
+    The clause of the row that places a refusal after the timing line names neither, and each flag
+    refusal the row names is start_training.sh's one line, exit 2, no run started."""
+    text = open(os.path.join(ROOT, "docs/running.md"), encoding="utf-8").read()
+    row = re.search(r"^\| a configuration error .*$", text, re.M).group(0)
+    after = [c for c in row.split(";") if "STARTING TIMING RUN" in c]
+    assert len(after) == 1 and "unknown flag" not in after[0] and "choices" not in after[0], after
+    named = re.findall(r"`(--\w+=\w+)`", row.replace(after[0], ""))
+    assert "unknown flag" in row and {"--num_train_steps=abc", "--device=tpu"} <= set(named), row
+    for name in ("part-00000-of-00500", "eval_10k"):
+        (tmp_path / name).write_bytes(b"")
+    env = dict(os.environ, DATA_DIR=str(tmp_path), PYTHON=sys.executable, OUTPUT_DIR=str(tmp_path / "out"),
+               DROP_CACHES="0", CHECK_LOG="0", PRESET="demo_cpu")
+    for flag in named + ["--bogus_flag=1"]:
+        proc = subprocess.run([os.path.join(ROOT, "start_training.sh"), flag], capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert (proc.returncode, proc.stdout) == (2, ""), (flag, proc.stdout, proc.stderr)
+        assert proc.stderr.startswith("error: train_model.sh: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def _submission_block(doc):
     """The docs' code block with the ten-run submission command (NUM_RUNS=10 ./start_training.sh)."""
     blocks = [b for _, b in _snippets(doc, inline=False) if "NUM_RUNS=10" in b and "start_training.sh" in b]

@@ -1181,6 +1181,20 @@ def test_a_tf_checkpoint_in_a_folder_named_with_glob_characters_is_read(tf1_ckpt
     np.testing.assert_array_equal(ckpt[name], value)
 
 
+def test_a_tf_checkpoint_whose_own_name_holds_glob_characters_is_not_called_damaged(tf1_ckpt, tmp_path):
+    """A review: the prefix's own name is TF's pattern too, where no folder's descriptor helps: model[1].ckpt-28
+    (which matches model1.ckpt-28) was "its .index is truncated or damaged; copy ... again". It says to rename it."""
+    prefix, _ = tf1_ckpt
+    given = str(tmp_path / "model[1].ckpt-28")
+    for suffix in (".index", ".data-00000-of-00001"):
+        shutil.copy(prefix + suffix, given + suffix)
+    with pytest.raises(UserError) as e:
+        tf_checkpoint.LazyCheckpoint(given)
+    assert str(e.value) == ("cannot read TF checkpoint %s: TensorFlow reads its name as a file pattern, which %s.index "
+                            "does not match; rename the checkpoint's .index and .data-* files to a prefix without "
+                            "* ? [ \\" % (given, given))
+
+
 def test_a_tf_checkpoint_whose_global_step_is_no_step_count_or_whose_index_is_damaged_is_one_line(tf1_ckpt, tmp_path):
     """A hostile sweep: a TF checkpoint's global_step of another shape or type was a TypeError or
     ValueError traceback (int() of it) in convert_checkpoint.py, --init_checkpoint and the eval, 28.5 was

@@ -694,3 +694,17 @@ def test_a_refused_rerun_leaves_the_resolved_config_as_it_was(tmp_path):
     with pytest.raises(UserError, match="--learning_rate=0.05 differs from the run being resumed"):  # from step 6
         training.main(argv + ["--config=" + lr5])
     assert (out / RESOLVED).read_bytes() == before
+
+
+@pytest.mark.parametrize("name,text", [("deep.json", "[" * 100000 + "]" * 100000),
+                                       ("deep.toml", "a = " + "[" * 100000 + "]" * 100000)])
+def test_a_config_file_nested_past_the_parser_is_one_line(tmp_path, name, text):
+    """A review: a --config of JSON or TOML nested past the parser's depth was a RecursionError traceback,
+    exit 1, where fileio.load_json made every other reader's one line."""
+    path = _write(tmp_path / name, text)
+    fv = trainer_flags.define_flags()
+    fv(["x", "--config=" + path])
+    kind = "JSON" if name.endswith(".json") else "TOML"
+    with pytest.raises(UserError) as e:
+        RunConfig.from_flags(fv)
+    assert str(e.value) == "--config %s is not valid %s: %s nested too deeply" % (path, kind, kind)

@@ -1,6 +1,7 @@
 import gzip
 import hashlib
 import io
+import glob
 import os
 import random
 
@@ -572,3 +573,17 @@ def test_an_input_refused_once_read_leaves_no_output_dir_it_made(wiki_files, tmp
     assert (proc.returncode, proc.stdout) == (2, "") and proc.stderr.startswith("error: %s line 3 holds a NUL" % (
         inputs / "wiki_nul")) and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_a_shard_given_as_input_is_refused_as_such_in_a_folder_named_with_glob_characters(tmp_path):
+    """A review: --output_dir's shards were found by a glob of its name unescaped, so in "o [1]" a shard
+    also given as input was not seen as one (the refusal came, later, as a file text-pipeline did not write)."""
+    out = tmp_path / "o [1]"
+    out.mkdir()
+    shard = out / "part-00000-of-00500"
+    shard.write_text('<doc id="1" url="u" title="T">\nT\n\nOne sentence. And a second one.\n</doc>\n')
+    with pytest.raises(UserError) as e:
+        text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % glob.escape(str(shard)), "--output_dir=%s" % out,
+                            "--num_test_articles=0", "--workers=1", "--noprogress"])
+    assert str(e.value) == ("output %s is the input %s: writing it would destroy the input; give another output path"
+                            % (shard, shard))

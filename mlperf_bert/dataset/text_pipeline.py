@@ -297,7 +297,7 @@ def main(argv):
                         % fv.block_size_mb)
     if fv.num_test_articles < 0:
         raise UserError("--num_test_articles=%d: give a count >= 0" % fv.num_test_articles)
-    outputs = glob.glob(os.path.join(fv.output_dir, "part-*-of-*")) + [
+    outputs = glob.glob(os.path.join(glob.escape(fv.output_dir), "part-*-of-*")) + [
         os.path.join(fv.output_dir, n) for n in ("eval.txt", "eval.md5")]
     refuse_overwriting_inputs(outputs, files)
     # What only reading the files finds (a file not UTF-8, a NUL, too few articles) refuses the run

@@ -379,9 +379,10 @@ def read_config_file(path, fv=None):
         else:
             import tomllib
             tree = tomllib.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # (nested past the parser's depth: a traceback)
+        kind = "JSON" if path.endswith(".json") else "TOML"
         raise UserError("--config %s is not valid %s: %s" % (
-            path, "JSON" if path.endswith(".json") else "TOML", str(e).splitlines()[0]))
+            path, kind, "%s nested too deeply" % kind if isinstance(e, RecursionError) else str(e).splitlines()[0]))
     if not isinstance(tree, dict):
         raise UserError("--config %s: expected a table of flag = value" % path)
     flat = {}

@@ -170,6 +170,11 @@ class LazyCheckpoint(collections.abc.Mapping):
             shapes = self.reader.get_variable_to_shape_map()
             dtypes = self.reader.get_variable_to_dtype_map()
         except (tf.errors.OpError, ValueError) as e:  # (the .index alone is read here; the data, by _read)
+            if any(c in os.path.basename(prefix) for c in _TF_GLOB):
+                # the prefix's own name is TF's pattern too ("model[1]" matches "model1"): no descriptor helps
+                raise UserError("cannot read TF checkpoint %s: TensorFlow reads its name as a file pattern, which "
+                                "%s.index does not match; rename the checkpoint's .index and .data-* files to a prefix "
+                                "without %s" % (prefix, prefix, " ".join(_TF_GLOB)))
             raise UserError("cannot read TF checkpoint %s (%s): its %s.index is truncated or damaged; copy the "
                             "checkpoint's .index and .data-* files again" % (prefix, str(e).splitlines()[0], prefix))
         self._read_errors = (tf.errors.OpError, IndexError, ValueError, RuntimeError)

@@ -20,7 +20,7 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open, md5_many, open_input, read_lines, unfinished_download, unfinished_write
 from mlperf_bert.locking import is_lock_file
-from mlperf_bert.dataset import hdf5, packing, text_pipeline
+from mlperf_bert.dataset import hdf5, packing
 from mlperf_bert.dataset.eval_articles import check_eval_articles
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records, refuse_special_file
 
@@ -415,6 +415,7 @@ def plan(paths, tables, manifest=None):
         if why:
             p.unfinished.append((folder, "holds " + why))
     # the same of text-pipeline's shards (make-dataset refuses them): only a folder it wrote has its record
+    from mlperf_bert.dataset import text_pipeline  # (here: its sentence splitter's import is verify's alone, not the trainer's)
     folders = {os.path.normpath(os.path.dirname(f) or ".") for f in p.files} | {os.path.normpath(d) for d in paths}
     for folder in sorted(folders):
         if os.path.isfile(os.path.join(folder, text_pipeline.RECORD_NAME)):

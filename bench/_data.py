@@ -54,6 +54,32 @@ def parse(fv, argv, doc, required=()):
     return flags.parse(fv, argv, required, positional=False)
 
 
+def count(text):
+    """argparse type of a count flag: a whole number of 1 or more (0 or less ran nothing and
+    ended in a traceback, or divided by it)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError("%r: give a whole number of 1 or more" % text)
+    return n
+
+
+def counts(flag, values, least=1):
+    """The whole numbers of the comma-separated flag --``flag`` (a string or absl's list), at least
+    one, each ``least`` or more; else a UserError naming the flag."""
+    from mlperf_bert.errors import UserError
+    items = [x.strip() for x in (values.split(",") if isinstance(values, str) else values)]
+    try:
+        out = [int(x) for x in items if x]
+    except ValueError:
+        out = []
+    if not out or min(out) < least:
+        raise UserError("--%s=%s: give comma-separated whole numbers of %d or more" % (flag, ",".join(items), least))
+    return out
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse for the benches that use it: a bad flag is one line, ``error: PROG: MESSAGE``, exit 2
     (argparse printed its usage line first, two or more lines in all)."""

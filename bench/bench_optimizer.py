@@ -32,11 +32,14 @@ def main(argv):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _data
     from mlperf_bert import flags
+    from mlperf_bert.errors import UserError
     fv = flags.FlagValues()
     flags.DEFINE_enum("device", "cpu", ["cpu", "cuda"], "Where to time.", flag_values=fv)
     flags.DEFINE_bool("large", False, "BERT-Large (default: 6 layers, hidden 512).", flag_values=fv)
     _data.parse(fv, argv, __doc__)
     device = fv.device
+    if device == "cuda" and not torch.cuda.is_available():  # torch's AssertionError traceback, else
+        raise UserError("--device=cuda, but this host has no CUDA GPU: run it on a GPU machine, or drop --device")
     cfg = BertConfig() if fv.large else BertConfig(hidden_size=512, num_hidden_layers=6,
                                                                 num_attention_heads=8, intermediate_size=2048)
     model = BertForPreTraining(cfg).to(device)

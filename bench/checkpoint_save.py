@@ -34,7 +34,7 @@ import os
 import sys
 import tempfile
 import time
-from _data import OneLineParser  # noqa: E402
+from _data import OneLineParser, count  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -164,20 +164,22 @@ def train_compare(args, config):
     print("load average: %s (%d cores)" % (load, os.cpu_count()))
 
 
-def main():
+def main(argv):
     ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary folder in /tmp)")
-    ap.add_argument("--repeats", type=int, default=3, help="saves (without --train)")
-    ap.add_argument("--ranks", type=int, default=8, help="ranks whose RNG state the checkpoint holds")
+    ap.add_argument("--repeats", type=count, default=3, help="saves (without --train)")
+    ap.add_argument("--ranks", type=count, default=8, help="ranks whose RNG state the checkpoint holds")
     ap.add_argument("--train", action="store_true", help="the side-by-side run comparison")
-    ap.add_argument("--updates", type=int, default=6, help="--train: LAMB updates of each mode")
-    ap.add_argument("--every", type=int, default=2, help="--train: updates between periodic checkpoints")
-    ap.add_argument("--rounds", type=int, default=1, help="--train: times the four modes are run")
-    ap.add_argument("--batch", type=int, default=1, help="--train: sequences a batch")
-    ap.add_argument("--seq", type=int, default=128, help="--train: sequence length")
+    ap.add_argument("--updates", type=count, default=6, help="--train: LAMB updates of each mode")
+    ap.add_argument("--every", type=count, default=2, help="--train: updates between periodic checkpoints")
+    ap.add_argument("--rounds", type=count, default=1, help="--train: times the four modes are run")
+    ap.add_argument("--batch", type=count, default=1, help="--train: sequences a batch")
+    ap.add_argument("--seq", type=count, default=128, help="--train: sequence length")
     ap.add_argument("--config", default=os.path.join(ROOT, "configs", "bert_config_large.json"),
                     help="bert_config.json (default BERT-Large)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv[1:])
+    if args.dir and not (os.path.isdir(args.dir) and os.access(args.dir, os.W_OK | os.X_OK)):
+        ap.error("--dir=%s is not a folder this user can write: make it, or give another" % args.dir)
     config = BertConfig.from_json_file(args.config)
     if args.train:
         train_compare(args, config)
@@ -188,4 +190,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from mlperf_bert.cli import run_main  # a UserError (an unreadable --config) is one line
+    run_main(main)

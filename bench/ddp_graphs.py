@@ -25,7 +25,9 @@ def main(argv):
     try:
         caps = [float(c) for c in args.caps_mb.split(",")]
     except ValueError:
-        ap.error("--caps_mb=%s: give numbers of MB, e.g. --caps_mb=64,128" % args.caps_mb)
+        caps = [0]
+    if min(caps) <= 0:  # a cap of 0 ended in dynamo's AssertionError about bucket sizes
+        ap.error("--caps_mb=%s: give numbers of MB above 0, e.g. --caps_mb=64,128" % args.caps_mb)
     import torch
     import torch._dynamo
     from torch._dynamo.backends.distributed import DDPOptimizer

@@ -17,7 +17,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _demo  # noqa: E402
 from mlperf_bert import demo  # noqa: E402
-from _data import OneLineParser  # noqa: E402
+from mlperf_bert.errors import UserError  # noqa: E402
+from _data import OneLineParser, count, counts  # noqa: E402
 
 BUSY = "import time\nend = time.time() + %d\nwhile time.time() < end: pass\n"
 
@@ -37,14 +38,18 @@ def train_once(data_dir, out, steps, threads):
 
 def main():
     ap = OneLineParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=100, help="training steps of each demo run")
-    ap.add_argument("--repeats", type=int, default=3, help="runs of each thread setting (the median is shown)")
+    ap.add_argument("--steps", type=count, default=100, help="training steps of each demo run")
+    ap.add_argument("--repeats", type=count, default=3, help="runs of each thread setting (the median is shown)")
     ap.add_argument("--load", default="0,2", help="busy processes added, comma list")
     args = ap.parse_args()
+    try:
+        loads = counts("load", args.load, least=0)  # --load=x was a ValueError traceback, -1 ran as 0
+    except UserError as e:
+        ap.error(str(e))
     with tempfile.TemporaryDirectory(prefix="demo_threads.") as tmp:
         _, _, data_dir, _ = demo.make_data(os.path.join(tmp, "demo"), 5, False)
         print("cores %d, load average before: %s" % (os.cpu_count(), uptime()))
-        for load in [int(x) for x in args.load.split(",")]:
+        for load in loads:
             busy = [subprocess.Popen([sys.executable, "-c", BUSY % 3600]) for _ in range(load)]
             try:
                 times = {"1": [], None: []}

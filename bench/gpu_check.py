@@ -58,8 +58,9 @@ cache of the last stage that ended by itself.
 - hf: Hugging Face ``BertForPreTraining`` (bench/train_throughput.py's), eager, unpacked, at
   --hf_batch: sequences/s and peak memory (skipped, with a note, without transformers: make hf).
 
-Then, from the eager rates and the eval: the projected time to train on --gpus GPUs (mlperf_logging's
-reference convergence points, split by the memory plan's MAX_PER_GPU_BATCH; no all-reduce cost).
+Then, on a GPU, from the eager rates and the eval: the projected time to train on --gpus GPUs
+(mlperf_logging's reference convergence points, split by the memory plan's MAX_PER_GPU_BATCH; no
+all-reduce cost).
 
 CUDA-graph recordings (inductor's CUDA-graph trees, --cuda_graphs) are counted per stage and phase:
 the warm-up, the first steps, the timed steps, the first and the second eval; a recording outside
@@ -123,7 +124,10 @@ TINY_FLAGS = {"records": 200, "batches": "2", "eval_batches": "2", "eval_samples
 def define():
     from mlperf_bert import flags
     fv = flags.FlagValues()
-    S, I, B = flags.DEFINE_string, flags.DEFINE_integer, flags.DEFINE_bool
+    S, B = flags.DEFINE_string, flags.DEFINE_bool
+
+    def I(*a, **k):  # a count: 0 or less looped forever (--batches=0), divided by 0 or measured nothing
+        return flags.DEFINE_integer(*a, lower_bound=k.pop("lower_bound", 1), **k)
     I("budget_s", 420, "Seconds the whole check may take; each stage gets its share of what is left.",
       flag_values=fv)
     S("json", "gpu_check.json", "Where the JSON goes (rewritten as each stage ends).", flag_values=fv)
@@ -138,7 +142,7 @@ def define():
     I("max_seq_length", 512, "Sequence length of the records.", flag_values=fv)
     I("max_predictions_per_seq", 76, "Masked positions of the records.", flag_values=fv)
     I("full_batch", 0, "Per-GPU batch (packed rows) of the full_depth stage (0: the memory plan's "
-      "MAX_PER_GPU_BATCH, what the presets put on one GPU).", flag_values=fv)
+      "MAX_PER_GPU_BATCH, what the presets put on one GPU).", lower_bound=0, flag_values=fv)
     I("full_windows", TIMED_WINDOWS, "Timed windows of each full_depth run (at least %d)." % TIMED_WINDOWS,
       flag_values=fv)
     I("full_steps", 3, "Micro-steps of each timed window of the full_depth stage.", flag_values=fv)
@@ -1406,8 +1410,11 @@ def tables(res, refs=()):
     return "\n".join(lines)
 
 
-def projection(fv, eager, evals):
-    """Per GPU count, the RCP global batch with the shortest projected time, or a note."""
+def projection(fv, eager, evals, kind):
+    """Per GPU count, the RCP global batch with the shortest projected time, or a note (on a CPU:
+    a time to train on GPUs at a CPU's rate would read as a GPU's)."""
+    if kind != "cuda":
+        return {"note": "not measured on a GPU (this run: %s): none projected" % kind}
     try:
         import mlperf_logging  # noqa: F401
     except ImportError:
@@ -1471,6 +1478,11 @@ def main(argv):
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     check_dependencies()
     chosen_levers(fv), chosen_levers(fv, "lever_all")  # an unknown lever is refused before anything runs
+    for name in ("batches", "gpus") + (("eval_batches",) if fv.eval_batches.strip() else ()):
+        _data.counts(name, fv[name].value)  # so is a batch of 0 (it looped forever) or a GPU count of 0
+    from mlperf_bert.fileio import check_writable_dir
+    for path in (fv.json, fv.markdown or os.path.splitext(fv.json)[0] + ".md"):
+        check_writable_dir(path)  # and an output it cannot write (refused after the first stage's minutes)
     import shutil
     import torch
     work = tempfile.mkdtemp(prefix="gpu_check_")
@@ -1510,7 +1522,7 @@ def main(argv):
                   file=sys.stderr, flush=True)
             write(fv, res, refs)
         res["projection"] = projection(fv, res["stages"].get("eager", {}).get("steps", []),
-                                       res["stages"].get("eval", {}).get("s_per_10k", {}))
+                                       res["stages"].get("eval", {}).get("s_per_10k", {}), kind)
         text = write(fv, res, refs)
     finally:
         shutil.rmtree(work, ignore_errors=True)

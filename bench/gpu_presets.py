@@ -132,6 +132,12 @@ def main(argv):
                       "unpacked:clip_each, ...).", flag_values=fv)
     flags.DEFINE_bool("keep", False, "Keep the work directory.", flag_values=fv)
     _data.parse(fv, argv, __doc__)
+    runs = ["unpacked:clip_each", "packed:clip_after"] + (["unpacked:clip_after", "packed:clip_each"] if fv.modes == "4"
+                                                          else [])
+    if set(fv.only or ()) - set(runs):  # else nothing ran, "total 0 s" and exit 0
+        from mlperf_bert.errors import UserError
+        raise UserError("--only: no run %s with --modes=%s; its runs are %s" % (
+            ", ".join(sorted(set(fv.only) - set(runs))), fv.modes, ", ".join(runs)))
     presets = fv.presets or ["reference_gpu", "tpu_8192"] + rcp_presets()
     seq = int(fv.seq)
     work = tempfile.mkdtemp(prefix="gpu_presets_")

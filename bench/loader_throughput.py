@@ -98,8 +98,9 @@ def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_string("input_file", None, "Seq-512 TFRecords (default: made from tests/data's golden input).",
                         flag_values=fv)
-    flags.DEFINE_integer("batch", 32, "Records (rows) a batch.", flag_values=fv)
-    flags.DEFINE_integer("rounds", 3, "Alternated rounds of each pair (the best is kept).", flag_values=fv)
+    flags.DEFINE_integer("batch", 32, "Records (rows) a batch.", lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("rounds", 3, "Alternated rounds of each pair (the best is kept).", lower_bound=1,
+                         flag_values=fv)
     parse(fv, argv, __doc__)
     files = loader.input_files(fv.input_file) if fv.input_file else [make_records()]
     batch, rounds = fv.batch, fv.rounds

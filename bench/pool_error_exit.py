@@ -30,8 +30,10 @@ TINY = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=1
 
 def main(argv):
     fv = flags.FlagValues()
-    flags.DEFINE_integer("errors", 100, "make-dataset runs ending in the error, per side", flag_values=fv)
-    flags.DEFINE_integer("busy", 3, "busy loops (`while :; do :; done`) beside the runs", flag_values=fv)
+    flags.DEFINE_integer("errors", 100, "make-dataset runs ending in the error, per side", lower_bound=1,
+                         flag_values=fv)
+    flags.DEFINE_integer("busy", 3, "busy loops (`while :; do :; done`) beside the runs", lower_bound=0,
+                         flag_values=fv)
     parse(fv, argv, __doc__)
     work = tempfile.mkdtemp(prefix="bench_pool_error_")
     text = os.path.join(work, "text")

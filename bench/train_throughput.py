@@ -177,10 +177,15 @@ def main(argv):
     if set(levers) - set(LEVERS):
         raise UserError("--levers: unknown %s; choose from %s, or all"
                         % (", ".join(sorted(set(levers) - set(LEVERS))), ", ".join(LEVERS)))
+    if levers and (fv.compare_compile or fv.compare_packed):  # it timed one mode on one input, silently
+        raise UserError("--levers times the trainer's step at --compile on one input: drop --compare_compile and "
+                        "--compare_packed (use --compile or --packed)")
     if (fv.packed or fv.compare_packed) and not fv.input_file:
         raise UserError("--packed and --compare_packed need --input_file=TFRECORDS (real sequences to pack)")
     cfg = BertConfig.from_json_file(fv.bert_config_file, fv.max_seq_length)
     kind = fv.device if fv.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if kind == "cuda" and not torch.cuda.is_available():  # torch's AssertionError traceback, else
+        raise UserError("--device=cuda, but this host has no CUDA GPU: run it on a GPU machine, or drop --device")
     device = torch.device(kind)
     gpu = Cuda(device)
     autocast = training.autocast(device, fv.dtype)

@@ -123,9 +123,8 @@ def test_every_stage_runs_on_the_tiny_config_inside_its_budget(golden_s512, tmp_
     if "hf" not in failed:
         hf = st["hf"]
         assert hf.get("note") == "skipped: transformers is not installed (make hf)" or hf["seq_per_s"] > 0
-    if "eager" not in failed:
-        for gpus in ("8", "64"):
-            assert res["projection"][gpus]["total_s"] > 0
+    # no time to train on GPUs at a CPU's rate (the GPU case: test_the_projection_is_a_gpus_alone)
+    assert res["projection"] == {"note": "not measured on a GPU (this run: cpu): none projected"}
     assert "(H100 " not in md  # the records' figures are BERT-Large's: none is this tiny model's
 
 
@@ -472,6 +471,51 @@ def test_help_into_a_closed_pipe_exits_quietly(name):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0 and not err, err
+
+
+def test_the_projection_is_a_gpus_alone():
+    """A sweep of the benches: ``--tiny`` on a CPU printed "projected time to train, 8 GPUs: ... at 75
+    real seq/s a GPU: train 4000 s", a CPU's rate read as a GPU's. On a CPU it says none is projected."""
+    fv = types.SimpleNamespace(gpus="8")
+    eager = [{"batch": 2, "real_seq_per_s": 75.0}]
+    assert gpu_check.projection(fv, eager, {}, "cpu") == {"note": "not measured on a GPU (this run: cpu): none projected"}
+    assert gpu_check.projection(fv, eager, {}, "cuda")["8"]["total_s"] > 0
+
+
+BAD_INPUTS = [  # (bench, argv): each was a traceback, a hang or a run of nothing ending in exit 0
+    ("gpu_check.py", ["--tiny", "--budget_s=0"]),  # ran no stage, exit 0
+    ("gpu_check.py", ["--tiny", "--stages=eval", "--gpus=0"]),  # ZeroDivisionError in the projection
+    ("gpu_check.py", ["--tiny", "--stages=eager", "--budget_s=20", "--batches=0"]),  # looped until its cap
+    ("gpu_check.py", ["--tiny", "--stages=packed", "--json=/proc/no_such_dir/g.json"]),  # after the stage
+    ("train_throughput.py", ["--bert_config_file=" + DEMO_CONFIG, "--max_seq_length=32", "--device=cuda"]),
+    ("train_throughput.py", ["--bert_config_file=" + DEMO_CONFIG, "--max_seq_length=32", "--max_predictions_per_seq=5",
+                             "--steps=1", "--rounds=1", "--levers=fused_qkv", "--compare_compile"]),  # ignored
+    ("bench_optimizer.py", ["--device=cuda"]),
+    ("checkpoint_save.py", ["--config=" + os.path.join(ROOT, "no_such_config.json")]),
+    ("checkpoint_save.py", ["--config=" + DEMO_CONFIG, "--dir=/proc/no_such_dir"]),
+    ("checkpoint_save.py", ["--config=" + DEMO_CONFIG, "--repeats=0"]),  # printed nothing, exit 0
+    ("cpu_memory.py", ["--repeats=0"]),
+    ("demo_threads.py", ["--repeats=0"]),
+    ("demo_threads.py", ["--load=-1"]),  # "-1 busy processes added"
+    ("ddp_graphs.py", ["--caps_mb=0"]),
+    ("gpu_presets.py", ["--only=packed:clip_before"]),  # ran nothing: "total 0 s", exit 0
+    ("loader_throughput.py", ["--rounds=0"]),
+    ("bench_make_dataset.py", ["--cores=0"]),
+    ("pool_error_exit.py", ["--errors=0"]),
+]
+
+
+@pytest.mark.parametrize("name,argv", BAD_INPUTS, ids=["%s %s" % (n, a[-1]) for n, a in BAD_INPUTS])
+def test_every_bench_refuses_a_bad_count_or_path_in_one_line_before_it_runs(name, argv, tmp_path, monkeypatch,
+                                                                             capsys):
+    """A sweep of the benches: a count of 0, --device=cuda on a host without CUDA, a --config or
+    --dir or --json it cannot use, a flag it would ignore: one line naming the flag, exit 2."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    status, out, err = _run_bench(name, argv, monkeypatch, capsys)
+    assert status == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, (status, err[-2000:])
+    assert err.startswith("error: ") and not out and not list(tmp_path.iterdir()), (err, out[-500:])
 
 
 def test_gpu_plan_reads_the_presets_flags_with_its_own_interpreter(monkeypatch):

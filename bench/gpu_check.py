@@ -1521,6 +1521,9 @@ def main(argv):
             print("gpu_check: %s: %s (%.0f s of %.0f)" % (name, headline(name, r), r["seconds"], cap),
                   file=sys.stderr, flush=True)
             write(fv, res, refs)
+        if not res["stages"]:  # (a record of nothing, exit 0, read as a check that passed)
+            raise UserError("--budget_s=%d left no time for any stage (%.0f s went to reading the records and "
+                            "packing them): give more seconds (the default: 420)" % (fv.budget_s, time.time() - started))
         res["projection"] = projection(fv, res["stages"].get("eager", {}).get("steps", []),
                                        res["stages"].get("eval", {}).get("s_per_10k", {}), kind)
         text = write(fv, res, refs)

@@ -518,6 +518,17 @@ def test_every_bench_refuses_a_bad_count_or_path_in_one_line_before_it_runs(name
     assert err.startswith("error: ") and not out and not list(tmp_path.iterdir()), (err, out[-500:])
 
 
+def test_a_budget_that_leaves_no_stage_time_is_an_error_not_an_empty_record(tmp_path, monkeypatch, capsys):
+    """A sweep of the benches: --budget_s=1 to 4 (past the count check) ran no stage, wrote a record of
+    nothing and exited 0, as a check that passed."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    status, out, err = _run_bench("gpu_check.py", ["--tiny", "--budget_s=1"], monkeypatch, capsys)
+    assert status == 2 and err.splitlines()[-1].startswith("error: --budget_s=1 left no time for any stage ("), err
+    assert not out and not list(tmp_path.iterdir())
+
+
 def test_gpu_plan_reads_the_presets_flags_with_its_own_interpreter(monkeypatch):
     """A sweep of the benches: gpu_plan ran ``train_model.sh --dry_run`` with the caller's PYTHON (else
     the checkout's .venv, else python3): from a checkout without .venv (a worktree) or with another

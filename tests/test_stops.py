@@ -221,6 +221,28 @@ def test_a_killed_rank_is_one_line_with_its_signals_status():
         "was killed by SIGKILL" in lines[0] and "rerun the same command to resume" in lines[0], lines
 
 
+def test_a_rank_killed_after_it_hung_is_named_as_stopped():
+    """A hang sweep: rank 1 stopped (kill -STOP, a debugger) mid-run or before it joined the process
+    group: rank 0 waited 30 min in a collective (torch's timeout), left, and torchrun killed rank 1,
+    said to be "killed by SIGKILL" as if someone had, after c10d's C++ warnings of rank 0's wait. The
+    agent notes the rank it ends that could not act (STUCK_MARK); the line says so, the warnings go."""
+    import io
+    from mlperf_bert.trainer.launch import STUCK_MARK, Filter
+    out = io.StringIO()
+    f = Filter(out)
+    f.feed("[W1207 14:01:44.352842614 socket.cpp:494] [c10d] waitForInput: socket SocketImpl(fd=3, addr=[::ffff:127."
+           "0.0.1]:41664, remote=[::ffff:127.0.0.1]:33113) timed out after 1800000ms\n")
+    f.feed(STUCK_MARK + "1 stopped (state T: SIGSTOP or a debugger)\n")
+    with open(os.path.join(TORCHRUN, "torchrun_rank_killed.txt")) as lines:
+        for line in lines:
+            f.feed(line)
+    assert f.status(1) == 137
+    assert out.getvalue() == ("error: rank 1 (local rank 1, pid 19477 on host localhost), stopped (state T: SIGSTOP "
+                              "or a debugger) as another rank ended (its collectives wait for this one up to torch's "
+                              "process-group timeout: 30 min, NCCL's 10), was killed by SIGKILL: the checkpoints written so far "
+                              "are kept; rerun the same command to resume from the newest\n")
+
+
 def test_a_ranks_killed_loader_worker_is_the_ranks_one_line():
     """The rank whose worker died says so (exit 137); rank 0, SIGTERMed by torchrun after it lost
     its peer, is not the news."""
@@ -840,6 +862,39 @@ def test_a_stop_that_saved_nothing_is_not_143():
                                                     "command: it resumes from the newest checkpoint if there is one, "
                                                     "else starts again\n")
     assert status({0: (10, launch.NOT_SAVED_STATUS), 1: (11, launch.NOT_SAVED_STATUS)}) == (79, "")
+
+
+def test_a_stop_killed_past_the_shutdown_timeout_names_the_rank_that_hung(tmp_path):
+    """A hang sweep: SIGTERM to the job while rank 1 (or its DataLoader worker) was stopped (kill -STOP,
+    a debugger; a stalled NFS mount: state D): rank 0 waited for it in a collective, torchrun killed
+    both past TORCH_ELASTIC_SHUTDOWN_TIMEOUT, and the line blamed local rank 0 ("stopping after
+    SIGTERM, was killed"). The agent notes, as the stop comes, which rank cannot act on it."""
+    import io
+    from mlperf_bert.trainer import launch
+    sleeper = subprocess.Popen([PY, "-c", "import subprocess, sys; subprocess.Popen(['sleep', '30']); "
+                                "sys.stdout.write('x'); sys.stdout.flush(); import time; time.sleep(30)"],
+                               stdout=subprocess.PIPE)
+    sleeper.stdout.read(1)
+    (worker,) = children(sleeper.pid)
+    try:
+        assert launch._stuck(sleeper.pid) is None
+        os.kill(worker, signal.SIGSTOP)
+        wait_until(lambda: launch._stuck(sleeper.pid), what="the stopped worker")
+        assert launch._stuck(sleeper.pid) == ("whose data loader worker (pid %d) was stopped (state T: SIGSTOP or a "
+                                              "debugger)" % worker)
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        wait_until(lambda: launch._stuck(sleeper.pid).startswith("stopped"), what="the stopped rank")
+    finally:
+        for pid in (sleeper.pid, worker):
+            os.kill(pid, signal.SIGKILL)
+        sleeper.wait()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = launch._stop_status(signal.SIGTERM, {0: (10, -9), 1: (11, -9)}, {1: launch._STUCK[b"T"]})
+    assert (status, err.getvalue()) == (137, "error: local rank 1 (pid 11), stopped (state T: SIGSTOP or a debugger) "
+                                             "when SIGTERM came (the other ranks wait for it in their collectives), "
+                                             "was killed by SIGKILL: the checkpoints written so far are kept; rerun "
+                                             "the same command to resume from the newest\n")
 
 
 def test_a_signal_while_torchrun_starts_reaches_it(monkeypatch, capfd):

@@ -846,6 +846,29 @@ def test_a_peer_that_refused_its_start_alone_is_not_a_lost_peer_to_resume(files,
         "the checkpoints written so far are kept; rerun the same command to resume from the newest\n"), line
 
 
+def test_a_peer_that_never_joins_the_process_group_is_one_line_not_a_traceback(monkeypatch, capsys):
+    """A hang sweep: rank 1 stopped (kill -STOP, a debugger, a stalled NFS read) before it joined the
+    process group: after torch's timeout (30 min) rank 0 ended with DistStoreError's traceback of
+    40 lines (peer_loss_is_one_line needs a group made). Now one line naming what hangs, exit 75."""
+    import torch.distributed as dist
+    from mlperf_bert.trainer import distributed
+    from mlperf_bert.trainer.launch import PEER_LOST, PEER_LOST_STATUS
+
+    def timed_out(**kwargs):
+        raise dist.DistStoreError("wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/1")
+    monkeypatch.setattr(dist, "init_process_group", timed_out)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(SystemExit) as e:
+        distributed.setup("cpu")
+    assert e.value.code == PEER_LOST_STATUS
+    assert capsys.readouterr().err == (
+        "error: rank 0 %s (wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/1) as the ranks joined the "
+        "process group: a rank did not join in that time: it hangs in its start (stopped: kill -STOP, a debugger; its "
+        "input on a stalled file system) or its node is gone; nothing of this start was trained and the checkpoints "
+        "written so far are kept: end that rank, then rerun the same command\n" % PEER_LOST)
+
+
 def _eval_rows(rank, world, eval_file, micro_batches):
     """In a spawned rank: the real rows (input_ids) of its share of an EvalSet cut at ``micro_batches[rank]``."""
     from mlperf_bert.trainer import distributed, evaluation

@@ -38,12 +38,30 @@ def setup(device_kind):
     global _HOST_GROUP
     with signals_end_the_process():
         if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+            try:
+                dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+            except Exception as e:  # no group yet, which peer_loss_is_one_line needs: its traceback came out
+                if not _peer_lost(e):
+                    raise
+                _never_joined(e)
         # NCCL's object collectives pickle into a CUDA tensor and read it back (a device sync, at
         # each checkpoint); a gloo group keeps them in host memory. new_group is a collective: here,
         # where every rank comes, in the same order
         _HOST_GROUP = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
     return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def _never_joined(e):
+    """A rank's wait for its peers to join the process group ended (torch's process-group timeout: gloo's 30 min, NCCL's 10;
+    its store gone): a peer hangs in its start or its node is gone (a peer that failed is ended by
+    torchrun, which then ends this rank): one line, PEER_LOST_STATUS, not torch's DistStoreError traceback.
+    On one node torchrun's line for the hung rank, killed after this one left, is the run's."""
+    print("error: rank %s %s (%s) as the ranks joined the process group: a rank did not join in that time: it "
+          "hangs in its start (stopped: kill -STOP, a debugger; its input on a stalled file system) or its node is "
+          "gone; nothing of this start was trained and the checkpoints written so far are kept: end that rank, then "
+          "rerun the same command" % (os.environ.get("RANK", "?"), PEER_LOST, str(e).strip().splitlines()[0][:200]),
+          file=sys.stderr, flush=True)
+    raise SystemExit(PEER_LOST_STATUS) from None
 
 
 @contextlib.contextmanager

@@ -96,6 +96,12 @@ _AGENT_LOG = re.compile(r"^[IWEF]\d{4} [\d:.]+ \d+ \S*torch/distributed/\S+\] ")
 _TORCHRUN_END = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
                  "torch.distributed.elastic.multiprocessing.api.SignalException")
 _PORT_IN_USE = re.compile(r"DistNetworkError: .*port: (\d+).*(EADDRINUSE|address already in use)")
+# c10d's C++ warnings of a rank's wait that timed out ("[W1207 14:01:44.352090410 socket.cpp:469] [c10d] ..."):
+# the rank's one line says it
+_C10D_LOG = re.compile(r"^\[[IWEF]\d{4} [\d:.]+ \S+:\d+\] \[c10d\] ")
+# The agent's note, as it ends the ranks left after one failed, of a rank that could not act on it (``_stuck``):
+# "STUCK_MARK<local rank> <why>"; the others waited for it in a collective until one gave up (torch's timeout)
+STUCK_MARK = "mlperf_bert torchrun: stuck local rank "
 _ENTRY = re.compile(r"^\[\d+\]:")
 _FIELD = re.compile(r"^\s+(rank|exitcode|host)\s*:\s*(.*?)\s*$")
 
@@ -109,6 +115,7 @@ class Filter:
         self.failures = []  # torchrun's report: root cause first, then the others
         self.lost = []      # "lost contact" lines: shown only if nothing else explains the failure
         self.port = None
+        self.stuck = {}  # {local rank: why}: the agent's STUCK_MARK lines
         self.shown_error = False
         self._root = False  # in the report's "Root Cause" part
 
@@ -132,7 +139,11 @@ class Filter:
                 entry = self.failures[0] if self._root else self.failures[-1]
                 entry[m.group(1)] = m.group(2)
             return
-        if _AGENT_LOG.match(line):
+        if _AGENT_LOG.match(line) or _C10D_LOG.match(line):
+            return
+        if line.startswith(STUCK_MARK):
+            local, _, why = line[len(STUCK_MARK):].rstrip("\n").partition(" ")
+            self.stuck[local] = why
             return
         if line.startswith("Traceback (most recent call last):"):
             self.block = [line]
@@ -180,6 +191,7 @@ class Filter:
             f["pid"] = m.group(1) if m else "?"
             m = re.match(r"(\d+) \(local_rank: (\d+)\)", f.get("rank", ""))
             f["who"] = "rank %s (local rank %s" % m.groups() if m else "rank %s (" % f.get("rank", "?")
+            f["local"] = m.group(2) if m else None
 
         def cause(f):  # which failure explains the others (torchrun SIGTERMs the ranks left)
             code = f["code"]
@@ -202,7 +214,10 @@ class Filter:
                                        "its stop" % (f["who"], f["pid"], f.get("host", "?"))))
             return NOT_SAVED_STATUS
         if f["code"] < 0:
-            self._write(killed_line("%s, pid %s on host %s)" % (f["who"], f["pid"], f.get("host", "?")), -f["code"]))
+            why = self.stuck.get(f["local"])
+            self._write(killed_line("%s, pid %s on host %s)%s" % (
+                f["who"], f["pid"], f.get("host", "?"), ", %s as another rank ended (its collectives wait for this one up to "
+                "torch's process-group timeout: 30 min, NCCL's 10)," % why if why else ""), -f["code"]))
             return 128 - f["code"]
         if f["code"] in FOLLOWERS and self.lost:
             self._write(self.lost[0])  # another node's rank failed: this node only saw it go
@@ -215,10 +230,36 @@ def killed_line(who, sig):
             "resume from the newest\n" % (who, signal_name(sig)))
 
 
-def _stop_status(sig, ranks):
+# /proc states of a process that cannot act on a stop signal: stopped (SIGSTOP, SIGTSTP, a debugger),
+# or in an uninterruptible wait (a stalled NFS mount)
+_STUCK = {b"T": "stopped (state T: SIGSTOP or a debugger)", b"t": "stopped (state t: a debugger)",
+          b"D": "in an uninterruptible wait (state D: a stalled file system)"}
+
+
+def _stuck(pid):
+    """Why rank ``pid`` cannot act on a stop now: it, or its DataLoader worker (a child), is stopped or
+    in an uninterruptible wait; None where neither is."""
+    kids = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/%d/task" % pid):  # each thread's children: a worker's maker is any
+            with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+                kids += [int(k) for k in f.read().split()]
+    for p in [pid] + kids:
+        with contextlib.suppress(OSError, IndexError):
+            state = _STUCK.get(proc_stat(p)[0])
+            if state:
+                return state if p == pid else "whose data loader worker (pid %d) was %s" % (p, state)
+    return None
+
+
+def _stop_status(sig, ranks, stuck=None):
     """torchrun's status after a stop signal ``sig``, from its ranks' {local rank: (pid, exit code)}
     (none: it stopped before starting them): 128 + the signal (the ranks' own: 130 or 143) when every
-    rank stopped with its checkpoint, else why not, with its line where no rank printed one."""
+    rank stopped with its checkpoint, else why not, with its line where no rank printed one.
+    ``stuck``: {local rank: why it could not act on the stop when it came (``_stuck``)}: of the ranks
+    torchrun killed past its shutdown timeout, such a rank is the cause (the others waited for it in a
+    collective), and is named instead of local rank 0."""
+    stuck = stuck or {}
     name = signal.Signals(sig).name
     if not ranks:
         sys.stderr.write(not_saved_line(name, "before the ranks started"))
@@ -226,15 +267,19 @@ def _stop_status(sig, ranks):
     codes = [code for _, code in ranks.values()]
     if all(code == 0 for code in codes):
         return 0  # they had finished
-    failed = sorted((code >= 0, local, pid, code) for local, (pid, code) in ranks.items()
+    failed = sorted((code >= 0, local not in stuck, local, pid, code) for local, (pid, code) in ranks.items()
                     if code not in (0,) + STOPPED)
     if not failed:
         return next(code for code in codes if code)
-    _, local, pid, code = failed[0]  # a killed rank first
+    _, _, local, pid, code = failed[0]  # a killed rank first, a stuck one first among them
     if code == -sig:  # the stop's own signal ended it: it came before the rank had set up its handler
         sys.stderr.write(not_saved_line(name, "before local rank %d (pid %d) had set up its stop" % (local, pid)))
         return NOT_SAVED_STATUS
     if code < 0:  # killed (torchrun's SIGKILL past the shutdown timeout, the OOM killer): nobody said so
+        if local in stuck:
+            sys.stderr.write(killed_line("local rank %d (pid %d), %s when %s came (the other ranks wait for it in "
+                                         "their collectives)," % (local, pid, stuck[local], name), -code))
+            return 128 - code
         sys.stderr.write(killed_line("local rank %d (pid %d), stopping after %s," % (local, pid, name), -code))
         return 128 - code
     return code  # its own line is out
@@ -325,7 +370,7 @@ def agent():
     from torch.distributed import run
     from torch.distributed.elastic.agent.server import api as agent_api
     from torch.distributed.elastic.multiprocessing import api
-    handler, got, contexts = api._terminate_process_handler, [], []
+    handler, got, contexts, stuck = api._terminate_process_handler, [], [], {}
 
     def once(signum, frame):
         if not got:
@@ -338,6 +383,14 @@ def agent():
         contexts.append(self)  # the ranks it closes: their exit codes after
         if not got:  # not a stop: the ranks left are ended because one failed (or all have ended)
             _mark_rank_failed(self)
+        # a rank that cannot act on the stop, or on the SIGTERM after a failure, which torchrun will kill
+        for local, h in getattr(self, "subprocess_handlers", {}).items():
+            why = _stuck(h.proc.pid) if h.proc.poll() is None else None
+            if why and got:
+                stuck[local] = why
+            elif why:  # for the wrapper's Filter
+                sys.stderr.write("%s%s %s\n" % (STUCK_MARK, local, why))
+                sys.stderr.flush()
         return close(self, *args, **kwargs)
     api.PContext.close = closing
     agent_api.SimpleElasticAgent._rendezvous = _announced_rendezvous(agent_api.SimpleElasticAgent._rendezvous)
@@ -349,7 +402,7 @@ def agent():
     except api.SignalException as e:
         ranks = {local: (h.proc.pid, h.proc.returncode) for ctx in contexts
                  for local, h in getattr(ctx, "subprocess_handlers", {}).items() if h.proc.returncode is not None}
-        return _stop_status(e.sigval, ranks)
+        return _stop_status(e.sigval, ranks, stuck)
     return 0
 
 

@@ -20,6 +20,7 @@ def run_main(main, argv=None):
     it with one line (143, 130) after the atomic writers removed their temporaries; a disk-full
     or I/O error elsewhere is one line too (exit 2)."""
     argv = sys.argv if argv is None else argv
+    _printable_outputs()
     # Ctrl-C raises KeyboardInterrupt, as Python's own handler does, but not while a stop is being
     # handled (errors.raise_interrupt); a SIGINT ignored (a background job's) stays ignored
     if _QUIET_START or signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -108,6 +109,17 @@ def run_main(main, argv=None):
         raise
     _leave_lightly()
     sys.exit(status or 0)
+
+
+def _printable_outputs():
+    """stdout and stderr escape what their encoding cannot write (backslashreplace, stderr's own):
+    a system_name "Nyx™" in an ISO-8859-1 locale, a path with "é" under PYTHONIOENCODING=ascii,
+    was a UnicodeEncodeError traceback in the middle of the report. A UTF-8 locale's stdout
+    (surrogateescape: a file name's undecodable bytes written back as they were) is kept."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError):  # (closed; not ours to remake)
+                stream.reconfigure(errors="backslashreplace")
 
 
 def _say_stop(line, name):

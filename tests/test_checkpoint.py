@@ -1181,6 +1181,25 @@ def test_a_tf_checkpoint_in_a_folder_named_with_glob_characters_is_read(tf1_ckpt
     np.testing.assert_array_equal(ckpt[name], value)
 
 
+def test_a_tf_checkpoint_in_a_folder_named_beyond_ascii_is_written_and_read(tf1_ckpt, tmp_path):
+    """An environment sweep: TF encodes a str path as UTF-8, not in the file system's encoding. In an
+    ISO-8859-1 locale a folder "é" was "No such file or directory" (convert_checkpoint.py's write) and
+    "not found" (its read); the same folder's bytes in a UTF-8 locale (b"\\xe9", a surrogate here) fail
+    so too. Written in shards (merged by TF) and read back, through the folder's descriptor."""
+    prefix, arrays = tf1_ckpt
+    folder = os.path.join(str(tmp_path), os.fsdecode(b"\xe9"))
+    os.mkdir(folder)
+    target = os.path.join(folder, "model.ckpt-28")
+    tf_checkpoint.write_tf_checkpoint(tf_checkpoint.LazyCheckpoint(prefix), target, shard_bytes=200000)
+    names = os.listdir(folder)  # the checkpoint's files alone: no temporary left
+    assert "model.ckpt-28.index" in names and all(re.match(r"model\.ckpt-28\.(index|data-\d{5}-of-\d{5})$", n)
+                                                  for n in names), names
+    ckpt = tf_checkpoint.LazyCheckpoint(target)
+    assert int(ckpt["global_step"]) == 28
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(ckpt[name], value)
+
+
 def test_a_tf_checkpoint_whose_own_name_holds_glob_characters_is_not_called_damaged(tf1_ckpt, tmp_path):
     """A review: the prefix's own name is TF's pattern too, where no folder's descriptor helps: model[1].ckpt-28
     (which matches model1.ckpt-28) was "its .index is truncated or damaged; copy ... again". It says to rename it."""
@@ -1270,6 +1289,18 @@ def test_a_resume_refused_for_another_runs_settings_names_the_checkpoint():
     assert str(e.value) == ("the model config of --bert_config_file: hidden_size=32 (was 16) differs from the run "
                             "being resumed in out (checkpoint model.ckpt-27.pt): rerun with the same value, or use "
                             "another --output_dir for a new run")
+
+
+def test_a_pt_under_a_name_beyond_ascii_loads_in_any_locale(tmp_path):
+    """An environment sweep: torch's mmap load encodes a str path as UTF-8, not in the file system's
+    encoding. A checkpoint in a folder "é" under an ISO-8859-1 locale was "No such file", and a resume
+    said "restore it from a copy"; the same folder's bytes in a UTF-8 locale (b"\\xe9", a surrogate
+    here) were "surrogates not allowed"."""
+    folder = os.path.join(str(tmp_path), os.fsdecode(b"\xe9"))
+    os.mkdir(folder)
+    path = os.path.join(folder, "model.ckpt-1.pt")
+    torch.save({"model": {"w": torch.ones(2)}}, path)
+    assert torch.equal(tf_checkpoint.load_pt(path)["model"]["w"], torch.ones(2))
 
 
 def test_an_init_checkpoint_or_a_conversion_of_a_pt_with_no_step_count_is_one_line(tmp_path):

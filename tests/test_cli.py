@@ -68,6 +68,19 @@ def test_a_flagfile_that_is_not_utf8_is_one_line_naming_it(tmp_path):
                                                "--flagfile holds --flag=value lines\n" % bad), argv
 
 
+def test_what_the_outputs_encoding_cannot_write_is_escaped_not_a_traceback(tmp_path):
+    """An environment sweep: under PYTHONIOENCODING=ascii (or an ISO-8859-1 locale and a "Nyx™")
+    a path with "é" on stdout was a UnicodeEncodeError traceback, exit 1, after the first line."""
+    folder = tmp_path / "é"
+    folder.mkdir()
+    (folder / "x").write_text("x")
+    r = subprocess.run([sys.executable, "-m", "mlperf_bert", "verify", str(folder)], cwd=ROOT, capture_output=True,
+                       env=dict(os.environ, PYTHONIOENCODING="ascii"), timeout=60)
+    shown = str(tmp_path).encode("ascii") + b"/\\xe9/x"
+    assert (r.returncode, r.stdout, r.stderr) == (0, b"UNKNOWN %s (no published checksum; not checked)\nverify: 0 OK, 0 "
+                                                  b"MISMATCH, 0 MISSING, 1 UNKNOWN: every file checked matches\n" % shown, b"")
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_a_signal_while_a_finished_command_exits_keeps_its_status(tmp_path, sig):
     """A scheduler's SIGTERM that came as a finished trainer left (its run_finished.json written)

@@ -117,6 +117,23 @@ def test_two_aborted_runs_fail(official_tools, package, capsys):
     assert reasons[at + 1].startswith("package checker: RCP Test Failed: Insufficient convergence"), reasons
 
 
+def test_a_non_ascii_system_name_scores_as_under_a_utf8_locale(official_tools, package, capsys):
+    """An environment sweep: the official tools open the package's UTF-8 files in the locale's
+    encoding. Under an ASCII one (LC_ALL=C PYTHONUTF8=0) "Nyx™" was a UnicodeDecodeError in both
+    (the package failed, exit 1); under ISO-8859-1 the system_name came back "Nyxâ\x84¢"."""
+    import locale
+    path = package / "NVIDIA" / "systems" / "nyx_n1_ngc25.04_pytorch.json"
+    path.write_text(path.read_text(encoding="utf-8").replace('"Nyx (', '"Nyx™ ('), encoding="utf-8")
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")  # what the forked tools inherit: open()'s encoding, ASCII
+    try:
+        status = score.main(["score", "--noplots", "--json", str(package)])
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+    report = json.loads(capsys.readouterr().out)
+    assert (status, report["verdict"], report["systems"][0]["system_name"]) == (0, "pass", "Nyx™ (1x NVIDIA DGX B200)")
+
+
 def test_open_division_says_the_rcp_check_does_not_apply(official_tools, package, capsys):
     """Issue 23: an open-division package printed "RCP: , scaling factor 1.0; samples to
     converge None" (what the summarizer gives there); the same package declared open here."""

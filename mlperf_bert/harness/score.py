@@ -19,11 +19,13 @@ did not make; logs that are byte for byte another system's) is a warning line; a
 JSON object alone goes to stdout, the report to stderr. The package is only read: plots go beside
 it or to --plots_dir.
 """
+import contextlib
 import errno
 import glob
 import hashlib
 import importlib
 import json
+import locale
 import math
 import os
 import re
@@ -235,8 +237,13 @@ def _tool_child(parent, cwd, tool, args, out_fd, err_fd, mask):
         os.chdir(cwd)
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
-        sys.stdout = open(1, "w", closefd=False)
-        sys.stderr = open(2, "w", closefd=False, errors="backslashreplace", buffering=1)
+        # The package's files are UTF-8 (a system_name "Nyx™"): the tools open them in the locale's
+        # encoding, which in an ISO-8859-1 locale made "Nyxâ\x84¢" of it and in LC_ALL=C PYTHONUTF8=0 a
+        # UnicodeDecodeError (the package failed): they read and write UTF-8 here, as under the usual locale.
+        with contextlib.suppress(locale.Error):  # (no C.UTF-8 locale: the user's, as the verify script has it)
+            locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # decoded so by _official
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False, errors="backslashreplace", buffering=1)
         import logging
         logging.disable(logging.NOTSET)
         root = logging.getLogger()
@@ -357,7 +364,7 @@ def _summary_rows(tmp):
     path = os.path.join(tmp, "summary.json")
     if not os.path.exists(path):
         return {}
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:  # the summarizer's (UTF-8: _tool_child)
         rows = json.load(f)
     out = {}
     for r in rows if isinstance(rows, list) else []:

@@ -111,6 +111,13 @@ _TF_GLOB = "*?[\\"
 _TF_FILE = re.compile(r"^(?P<prefix>.+)\.(index|meta|data-\d{5}-of-\d{5})\Z")
 
 
+def _tf_unsafe(folder):
+    """Whether TensorFlow cannot be given ``folder`` by its name: one with its pattern's characters,
+    or beyond ASCII (TF encodes a str path as UTF-8, not in the file system's encoding: in an
+    ISO-8859-1 locale a folder "é" was "No such file or directory"). Such a folder goes by a descriptor."""
+    return any(c in folder for c in _TF_GLOB) or not folder.isascii()
+
+
 def not_a_prefix(path):
     """The one-line UserError for ``path``, given as a TF checkpoint prefix that is none: one of a
     checkpoint's files (its prefix named), a folder, a file of another kind, or nothing."""
@@ -155,7 +162,7 @@ class LazyCheckpoint(collections.abc.Mapping):
         self.prefix = prefix
         path = prefix
         folder = os.path.dirname(os.path.abspath(prefix))
-        if any(c in folder for c in _TF_GLOB):
+        if _tf_unsafe(folder):
             # TF looks for the .index by a glob (GetMatchingPaths): in a folder named with its pattern's
             # characters ("/data/ckpt [v1]") it found none and read the prefix as a V1 pattern, "Failed to
             # find any matching files", said to be damaged. Read through the folder's descriptor instead,
@@ -256,16 +263,18 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
     _remove_stale_temporaries(d, base)
     tmp = "%s.tmp-%d" % (base, os.getpid())
     parts = os.path.join(d, tmp + ".parts")
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY) if _tf_unsafe(d) else None
+    tf_d = d if fd is None else "/proc/self/fd/%d" % fd  # the folder as TF's writes are given it
     try:
         shards = _shards(arrays, shard_bytes)
-        targets = [os.path.join(d, tmp)] if len(shards) == 1 else [
-            os.path.join(parts, "part-%05d" % i) for i in range(len(shards))]
+        targets = [os.path.join(tf_d, tmp)] if len(shards) == 1 else [
+            os.path.join(tf_d, tmp + ".parts", "part-%05d" % i) for i in range(len(shards))]
         try:
             for target, names in zip(targets, shards):
                 tf.raw_ops.SaveV2(prefix=target, tensor_names=names, shape_and_slices=[""] * len(names),
                                   tensors=[tf.convert_to_tensor(arrays[n]) for n in names])
             if len(shards) > 1:
-                tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=targets, destination_prefix=os.path.join(d, tmp),
+                tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=targets, destination_prefix=os.path.join(tf_d, tmp),
                                               delete_old_dirs=True)
         except tf.errors.OpError as e:  # TF's own write error (a full disk: ResourceExhaustedError), a traceback
             why = (e.message or type(e).__name__).strip().splitlines()[0]
@@ -291,6 +300,8 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
         raise
     finally:
         shutil.rmtree(parts, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
 
 
 def save_tf_checkpoint(model_or_state_dict, prefix, global_step=None, extra=None):
@@ -531,9 +542,14 @@ def load_pt(path):
                            "give a .pt written by this project or a TF checkpoint prefix")
     import torch
     try:
-        # mmap: the tensors stay in the page cache until copied where they go (a BERT-Large
-        # checkpoint with LAMB state is 4 GB, which rank 0 would otherwise hold twice on resume)
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with open(path, "rb") as f:
+            # torch's mmap opens a str path encoded as UTF-8, not in the file system's encoding: in an
+            # ISO-8859-1 locale a checkpoint under "é" was "No such file" (and called lost). Beyond
+            # ASCII the path goes by this open descriptor.
+            name = path if os.fspath(path).isascii() else "/proc/self/fd/%d" % f.fileno()
+            # mmap: the tensors stay in the page cache until copied where they go (a BERT-Large
+            # checkpoint with LAMB state is 4 GB, which rank 0 would otherwise hold twice on resume)
+            ckpt = torch.load(name, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # torch raises many kinds for a corrupt file
         raise UserError("cannot read checkpoint %s: %s" % (path, str(e).split(". ")[0][:200]))
     if not isinstance(ckpt, dict) or "model" not in ckpt:

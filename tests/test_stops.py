@@ -897,6 +897,64 @@ def test_a_stop_killed_past_the_shutdown_timeout_names_the_rank_that_hung(tmp_pa
                                              "the same command to resume from the newest\n")
 
 
+def test_a_rank_in_state_d_an_instant_as_the_stop_came_is_not_named_as_the_hung_one(monkeypatch, capfd):
+    """A review: the agent judged each rank as the stop came: rank 0 in state D for an instant then (an
+    fsync: half the samples of a process writing with fsync) was named "in an uninterruptible wait (a
+    stalled file system)" instead of rank 1, stopped, for whom it waited until torchrun killed both.
+    Judged as torchrun kills a rank (its real close here, a 0.3 s shutdown timeout)."""
+    from torch.distributed import run
+    from torch.distributed.elastic.agent.server import api as agent_api
+    from torch.distributed.elastic.multiprocessing import api
+    from mlperf_bert.trainer import launch
+    for owner, name in ((api, "_terminate_process_handler"), (api.PContext, "close"),
+                        (agent_api.SimpleElasticAgent, "_rendezvous")):
+        monkeypatch.setattr(owner, name, getattr(owner, name))  # agent() patches them: put back after
+    # rank 0 waits in a collective for rank 1 (a SIGTERM cannot end it), rank 1 is stopped
+    ranks = [subprocess.Popen([PY, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                               "print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE) for _ in range(2)]
+    for r in ranks:
+        r.stdout.readline()
+    os.kill(ranks[1].pid, signal.SIGSTOP)
+    sent = []
+
+    def state(pid):  # rank 0: in state D (an fsync) until the SIGTERM, then waiting in its collective
+        if pid == ranks[1].pid:
+            return launch._STUCK[b"T"]
+        return None if sent else launch._STUCK[b"D"]
+    monkeypatch.setattr(launch, "_stuck", state)
+
+    class Handler:
+        def __init__(self, proc):
+            self.proc = proc
+
+        def close(self, death_sig=None):
+            sent.append(death_sig)
+            self.proc.send_signal(death_sig)
+
+    real_handler = api._terminate_process_handler
+
+    def stop(signum, frame):  # torchrun's handler raises; its agent closes the ranks (its real close)
+        try:
+            real_handler(signum, frame)
+        except api.SignalException:
+            ctx = object.__new__(api.SubprocessContext)
+            ctx.subprocess_handlers = {i: Handler(r) for i, r in enumerate(ranks)}
+            ctx._tail_logs, ctx.filtered_stdout, ctx.filtered_stderr = [], None, None
+            api.PContext.close(ctx, signal.SIGTERM, timeout=0.3)
+            raise
+    monkeypatch.setattr(api, "_terminate_process_handler", stop)
+    monkeypatch.setattr(run, "main", lambda: api._terminate_process_handler(signal.SIGTERM, None))  # the stop
+    try:
+        assert launch.agent() == 137
+    finally:
+        for r in ranks:
+            with contextlib.suppress(OSError):
+                r.kill()
+            r.wait()
+    assert capfd.readouterr().err.startswith(
+        "error: local rank 1 (pid %d), stopped (state T: SIGSTOP or a debugger) when SIGTERM came" % ranks[1].pid)
+
+
 def test_a_signal_while_torchrun_starts_reaches_it(monkeypatch, capfd):
     """The wrapper set its pass-on after Popen started torchrun (in a group of its own): a SIGTERM in
     between found no handler, ended the wrapper, and torchrun trained on to the end. Here the signal

@@ -869,6 +869,26 @@ def test_a_peer_that_never_joins_the_process_group_is_one_line_not_a_traceback(m
         "written so far are kept: end that rank, then rerun the same command\n" % PEER_LOST)
 
 
+@pytest.mark.parametrize("error", [
+    "[enforce fail at third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: bogus0",
+    "DistNetworkError: The server socket has failed to listen on any local network address. port: 29500, name: EADDRINUSE"])
+def test_a_setting_the_process_group_refuses_is_not_a_peer_that_never_joined(monkeypatch, error):
+    """A review: GLOO_SOCKET_IFNAME naming no interface (or a busy MASTER_PORT), refused within a second,
+    was "lost contact with another rank ... a rank did not join in that time", exit 75 (a job resubmits
+    it): torch's error, which names the setting, stays."""
+    import torch.distributed as dist
+    from mlperf_bert.trainer import distributed
+    kind = dist.DistNetworkError if "EADDRINUSE" in error else RuntimeError
+
+    def refused(**kwargs):
+        raise kind(error)
+    monkeypatch.setattr(dist, "init_process_group", refused)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(kind, match="bogus0|EADDRINUSE"):
+        distributed.setup("cpu")
+
+
 def _eval_rows(rank, world, eval_file, micro_batches):
     """In a spawned rank: the real rows (input_ids) of its share of an EvalSet cut at ``micro_batches[rank]``."""
     from mlperf_bert.trainer import distributed, evaluation

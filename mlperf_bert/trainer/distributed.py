@@ -41,7 +41,7 @@ def setup(device_kind):
             try:
                 dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
             except Exception as e:  # no group yet, which peer_loss_is_one_line needs: its traceback came out
-                if not _peer_lost(e):
+                if not _join_waited_out(e):
                     raise
                 _never_joined(e)
         # NCCL's object collectives pickle into a CUDA tensor and read it back (a device sync, at
@@ -49,6 +49,15 @@ def setup(device_kind):
         # where every rank comes, in the same order
         _HOST_GROUP = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
     return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def _join_waited_out(e):
+    """Whether init_process_group's ``e`` ended a wait for a peer (torch's timeout: a DistStoreError;
+    the store's connection gone), not a setting refused at once (a busy MASTER_PORT, a GLOO_SOCKET_IFNAME
+    naming no interface: their traceback says what to fix; "a rank did not join", 75, had a job resubmit it)."""
+    return isinstance(e, getattr(dist, "DistStoreError", ())) or (_peer_lost(e) and any(
+        s in str(e) for s in ("timed out", "Timed out", "timeout", "Connection closed by peer",
+                              "Connection reset by peer", "Broken pipe")))
 
 
 def _never_joined(e):

@@ -252,11 +252,33 @@ def _stuck(pid):
     return None
 
 
+def _note_stuck_at_kill(handler, local, got, stuck):
+    """Wrap torchrun's ``handler`` of local rank ``local`` so that, as torchrun kills it (SIGKILL, past
+    its shutdown timeout), why it could not act on the stop or on the SIGTERM after a failure
+    (``_stuck``) is noted: in ``stuck`` after a stop (``got``), else a STUCK_MARK line for the wrapper's
+    Filter. Judged then, not as the stop came: a rank in state D for an instant (an fsync, a page
+    fault on its data) was named as the hung one instead of the rank that was stopped."""
+    close = handler.close
+    if getattr(close, "notes_stuck", False):  # (torchrun may close a context twice)
+        return
+
+    def closing(death_sig=None):
+        why = _stuck(handler.proc.pid) if death_sig == signal.SIGKILL and handler.proc.poll() is None else None
+        if why and got:
+            stuck[local] = why
+        elif why:
+            sys.stderr.write("%s%s %s\n" % (STUCK_MARK, local, why))
+            sys.stderr.flush()
+        return close(death_sig=death_sig)
+    closing.notes_stuck = True
+    handler.close = closing
+
+
 def _stop_status(sig, ranks, stuck=None):
     """torchrun's status after a stop signal ``sig``, from its ranks' {local rank: (pid, exit code)}
     (none: it stopped before starting them): 128 + the signal (the ranks' own: 130 or 143) when every
     rank stopped with its checkpoint, else why not, with its line where no rank printed one.
-    ``stuck``: {local rank: why it could not act on the stop when it came (``_stuck``)}: of the ranks
+    ``stuck``: {local rank: why it could not act on the stop when torchrun killed it (``_stuck``)}: of the ranks
     torchrun killed past its shutdown timeout, such a rank is the cause (the others waited for it in a
     collective), and is named instead of local rank 0."""
     stuck = stuck or {}
@@ -383,14 +405,8 @@ def agent():
         contexts.append(self)  # the ranks it closes: their exit codes after
         if not got:  # not a stop: the ranks left are ended because one failed (or all have ended)
             _mark_rank_failed(self)
-        # a rank that cannot act on the stop, or on the SIGTERM after a failure, which torchrun will kill
         for local, h in getattr(self, "subprocess_handlers", {}).items():
-            why = _stuck(h.proc.pid) if h.proc.poll() is None else None
-            if why and got:
-                stuck[local] = why
-            elif why:  # for the wrapper's Filter
-                sys.stderr.write("%s%s %s\n" % (STUCK_MARK, local, why))
-                sys.stderr.flush()
+            _note_stuck_at_kill(h, local, got, stuck)
         return close(self, *args, **kwargs)
     api.PContext.close = closing
     agent_api.SimpleElasticAgent._rendezvous = _announced_rendezvous(agent_api.SimpleElasticAgent._rendezvous)

@@ -114,8 +114,9 @@ def run_main(main, argv=None):
 def _printable_outputs():
     """stdout and stderr escape what their encoding cannot write (backslashreplace, stderr's own):
     a system_name "Nyx™" in an ISO-8859-1 locale, a path with "é" under PYTHONIOENCODING=ascii,
-    was a UnicodeEncodeError traceback in the middle of the report. A UTF-8 locale's stdout
-    (surrogateescape: a file name's undecodable bytes written back as they were) is kept."""
+    was a UnicodeEncodeError traceback in the middle of the report (so was a file name's undecodable
+    byte, a surrogate, under a UTF-8 locale such as en_US.UTF-8, whose stdout is strict). A stream
+    that is not strict is kept (C.UTF-8's and UTF-8 mode's surrogateescape: those bytes as they were)."""
     for stream in (sys.stdout, sys.stderr):
         if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
             with contextlib.suppress(ValueError, OSError):  # (closed; not ours to remake)

@@ -955,6 +955,35 @@ def test_a_rank_in_state_d_an_instant_as_the_stop_came_is_not_named_as_the_hung_
         "error: local rank 1 (pid %d), stopped (state T: SIGSTOP or a debugger) when SIGTERM came" % ranks[1].pid)
 
 
+def test_a_stop_gives_the_ranks_the_shutdown_timeout_under_a_torchrun_that_does_not_read_it(monkeypatch, capfd):
+    """torch 2.11's torchrun (the GPU machines') never reads TORCH_ELASTIC_SHUTDOWN_TIMEOUT: its agent
+    answers a stop with ``PContext.close(death_sig)`` (LocalElasticAgent._shutdown), close's own 30 s
+    before SIGKILL, so a checkpoint that takes longer was lost where the wrapper promised 300 s. Here
+    the stop is closed as 2.11's agent closes it; 2.13's passes the timeout itself and is unchanged."""
+    from torch.distributed import run
+    from torch.distributed.elastic.agent.server import api as agent_api
+    from torch.distributed.elastic.multiprocessing import api
+    from mlperf_bert.trainer import launch
+    for owner, name in ((api, "_terminate_process_handler"), (agent_api.SimpleElasticAgent, "_rendezvous")):
+        monkeypatch.setattr(owner, name, getattr(owner, name))  # agent() patches them: put back after
+    timeouts = []
+    monkeypatch.setattr(api.PContext, "close", lambda self, death_sig=None, timeout=30: timeouts.append(timeout))
+    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "450")
+    ctx = object.__new__(api.SubprocessContext)
+    ctx.subprocess_handlers = {}
+
+    def stop(signum, frame):  # torchrun's handler raises; 2.11's agent then closes the ranks
+        api.PContext.close(ctx, signal.SIGTERM)  # 2.11; 2.13: close(ctx, signal.SIGTERM, 450)
+        api.PContext.close(ctx, signal.SIGTERM, 450)
+        raise api.SignalException("stop", sigval=signal.SIGTERM)
+    monkeypatch.setattr(api, "_terminate_process_handler", stop)
+    monkeypatch.setattr(run, "main", lambda: api._terminate_process_handler(signal.SIGTERM, None))
+    launch.agent()
+    capfd.readouterr()
+    assert timeouts == [450, 450]
+    assert launch.shutdown_timeout({}) == 300 and launch.shutdown_timeout({"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "x"}) == 300
+
+
 def test_a_signal_while_torchrun_starts_reaches_it(monkeypatch, capfd):
     """The wrapper set its pass-on after Popen started torchrun (in a group of its own): a SIGTERM in
     between found no handler, ended the wrapper, and torchrun trained on to the end. Here the signal

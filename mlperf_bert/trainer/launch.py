@@ -407,6 +407,10 @@ def agent():
             _mark_rank_failed(self)
         for local, h in getattr(self, "subprocess_handlers", {}).items():
             _note_stuck_at_kill(h, local, got, stuck)
+        if len(args) < 2 and "timeout" not in kwargs:
+            # torchrun that does not read TORCH_ELASTIC_SHUTDOWN_TIMEOUT (2.11: its agent closes the
+            # ranks with close's own 30 s; 2.13 passes the variable's seconds): the ranks get them too
+            kwargs["timeout"] = shutdown_timeout()
         return close(self, *args, **kwargs)
     api.PContext.close = closing
     agent_api.SimpleElasticAgent._rendezvous = _announced_rendezvous(agent_api.SimpleElasticAgent._rendezvous)
@@ -420,6 +424,13 @@ def agent():
                  for local, h in getattr(ctx, "subprocess_handlers", {}).items() if h.proc.returncode is not None}
         return _stop_status(e.sigval, ranks, stuck)
     return 0
+
+
+def shutdown_timeout(environ=os.environ):
+    """The seconds torchrun gives the ranks between its SIGTERM and its SIGKILL: TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+    (``main`` sets SHUTDOWN_TIMEOUT where it is unset; a value that is not a whole number: that)."""
+    value = environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "").strip()
+    return int(value) if value.isdigit() else int(SHUTDOWN_TIMEOUT)
 
 
 def _mark_rank_failed(ctx):

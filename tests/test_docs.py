@@ -63,7 +63,8 @@ OTHERS_FLAGS = {
     "sbatch/srun/scancel/scontrol (SLURM), pyxis": {"nodes", "time", "cpus-per-task", "gpus-per-node", "signal",
                                                     "requeue", "open-mode", "exclusive", "mem", "test-only",
                                                     "kill-on-bad-exit", "container-image", "container-mounts",
-                                                    "container-env", "export", "get-user-env"},
+                                                    "container-env", "export", "get-user-env", "ntasks",
+                                                    "ntasks-per-node"},
 }
 
 # Flags other helpers are adding on their branches at the same time (issue 27). Each entry is

@@ -243,6 +243,29 @@ def test_a_rank_killed_after_it_hung_is_named_as_stopped():
                               "are kept; rerun the same command to resume from the newest\n")
 
 
+def test_c10d_warnings_backtrace_is_dropped_with_it():
+    """A Slurm sweep: a resumed two-node job that finished printed 16 lines of a C++ backtrace (rank 1's
+    store wait as rank 0 ended): c10d's warning line went, the backtrace it quotes stayed. Both go; the
+    rank's own lines before and after are kept."""
+    import io
+    from mlperf_bert.trainer.launch import Filter
+    out = io.StringIO()
+    f = Filter(out)
+    for line in ["trained 120 steps\n",
+                 "[W1207 14:14:04.353101021 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=3, addr=[n2]:4,"
+                 " remote=[n1]:20001): Failed to recv, got 0 bytes. Connection was likely closed.\n",
+                 "Exception raised from recvBytes at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/Utils.hpp:787 "
+                 "(most recent call first):\n",
+                 "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7f88e6379b8d in libc10.so)\n",
+                 "frame #9: <unknown function> + 0x3d2825 (0x7f88e4dd2825 in libtorch_python.so)\n",
+                 "<omitting python frames>\n",
+                 "frame #31: _start + 0x21 (0x5585e5f83081 in /tmp/wtA2/.venv/bin/python)\n",
+                 "\n", "\n", "ENDING TIMING RUN AT 2026-12-07 02:14:04 PM\n"]:
+        f.feed(line)
+    assert f.status(0) == 0
+    assert out.getvalue() == "trained 120 steps\n\nENDING TIMING RUN AT 2026-12-07 02:14:04 PM\n"
+
+
 def test_a_ranks_killed_loader_worker_is_the_ranks_one_line():
     """The rank whose worker died says so (exit 137); rank 0, SIGTERMed by torchrun after it lost
     its peer, is not the news."""

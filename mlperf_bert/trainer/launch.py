@@ -99,6 +99,10 @@ _PORT_IN_USE = re.compile(r"DistNetworkError: .*port: (\d+).*(EADDRINUSE|address
 # c10d's C++ warnings of a rank's wait that timed out ("[W1207 14:01:44.352090410 socket.cpp:469] [c10d] ..."):
 # the rank's one line says it
 _C10D_LOG = re.compile(r"^\[[IWEF]\d{4} [\d:.]+ \S+:\d+\] \[c10d\] ")
+# the C++ backtrace such a warning may quote, its lines after it up to a blank one (a rank's store wait as the
+# store's rank ended: "recvValue failed on SocketImpl(...)", then "Exception raised from recvBytes at ...",
+# "frame #0: ...", ..., "<omitting python frames>": 16 lines in a finished job's output)
+_C10D_TRACE = re.compile(r"^(Exception raised from \S+ at .* \(most recent call first\):$|frame #\d+: |<omitting python frames>$)")
 # The agent's note, as it ends the ranks left after one failed, of a rank that could not act on it (``_stuck``):
 # "STUCK_MARK<local rank> <why>"; the others waited for it in a collective until one gave up (torch's timeout)
 STUCK_MARK = "mlperf_bert torchrun: stuck local rank "
@@ -117,6 +121,7 @@ class Filter:
         self.port = None
         self.stuck = {}  # {local rank: why}: the agent's STUCK_MARK lines
         self.shown_error = False
+        self.c10d = None  # after c10d's warning ("warning") and in its backtrace ("trace"): _C10D_TRACE's lines go
         self._root = False  # in the report's "Root Cause" part
 
     def feed(self, line):
@@ -139,7 +144,12 @@ class Filter:
                 entry = self.failures[0] if self._root else self.failures[-1]
                 entry[m.group(1)] = m.group(2)
             return
+        if self.c10d and (_C10D_TRACE.match(line) or (self.c10d == "trace" and not line.strip())):
+            self.c10d = "trace" if line.strip() else None  # (the blank line ends it)
+            return
+        self.c10d = None
         if _AGENT_LOG.match(line) or _C10D_LOG.match(line):
+            self.c10d = "warning" if _C10D_LOG.match(line) else None
             return
         if line.startswith(STUCK_MARK):
             local, _, why = line[len(STUCK_MARK):].rstrip("\n").partition(" ")

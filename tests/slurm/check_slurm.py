@@ -20,13 +20,15 @@ rank a node, a tiny BERT on the reference's s128 records of tests/data), and che
    comes during the run whatever the load; check 2 proves a resume bit-identical);
 4. one node's rank killed with SIGKILL: the job ends (nothing hangs, nothing of it is left) and its
    status is the killed rank's (137), named in the job's last line;
-5. the finished job of check 1 resubmitted: every node says it finished earlier, nothing to do, exit
-   0, its files untouched; resubmitted with another flag: refused in one line a node naming the
-   flag, exit 2, its files untouched (rank 0 compares the settings for every node);
+5. the finished job of check 1 resubmitted (with ``--ntasks-per-node=2``, a habit: still one task a
+   node): every node says it finished earlier, nothing to do, exit 0, its files untouched;
+   resubmitted with another flag: refused in one line a node naming the flag, exit 2, its files
+   untouched (rank 0 compares the settings for every node);
 6. a series of 2 runs (NUM_RUNS=2, SEED unset: the trainer draws each run's seed on rank 0)
-   stopped with ``scancel --signal=TERM`` in run 1, then requeued: run 0 is not run again, run 1
-   resumes; both nodes name the same two seeds, distinct; node 0 keeps result_0.txt and
-   result_1.txt, each its run's log; each run's final checkpoint holds both ranks' state.
+   stopped with ``scancel --batch --signal=TERM`` (the batch shell alone, which passes it on) in
+   run 1, then requeued: run 0 is not run again, run 1 resumes; both nodes name the same two seeds,
+   distinct; node 0 keeps result_0.txt and result_1.txt, each its run's log; each run's final
+   checkpoint holds both ranks' state.
 Every job's output holds no traceback (a stop or a failure is one line a node).
 
 ``SLURM_TEST_PYXIS=IMAGE.sqsh``: the same checks with examples/slurm_multinode_pyxis.sbatch in the
@@ -267,13 +269,14 @@ class Test:
         left = [p for p in self.slurm.marked_pids() if environ(p).get("SLURM_JOB_ID") == jobid]
         expect(not left, "nothing of the job is left running (%s)" % ", ".join(cmdline(p) for p in left))
 
-    @step("5. the finished job resubmitted: nothing to do on every node; with another flag: refused")
+    @step("5. the finished job resubmitted (--ntasks-per-node=2): nothing to do on every node; with another flag: refused")
     def finished_resubmitted(self, full):
         # (slurm/: each job's node statuses, the sbatch's NODE_STATUS_DIR)
         files = lambda: {n: (os.stat(os.path.join(full, n)).st_size, mtime(os.path.join(full, n)))  # noqa: E731
                          for n in os.listdir(full) if n != "slurm"}
         before = files()
-        jobid, out, output = self.submit("full")
+        # (SLURM_NTASKS=4 in the job: srun took it over its --ntasks-per-node=1, two tasks a node)
+        jobid, out, output = self.submit("full", "--ntasks-per-node=2", "--cpus-per-task=1")
         j, text = self.ended(jobid, output)
         expect(j["JobState"] == "COMPLETED" and j["ExitCode"] == "0:0", "the resubmitted job completed, exit 0")
         said = re.findall(r"the run in %s finished earlier \(\w+, seed 7\): nothing to do" % re.escape(out), text)
@@ -292,11 +295,12 @@ class Test:
                % (len(refused), refused[:1]))
         expect(files() == before, "the finished run's files are still untouched")
 
-    @step("6. a series of 2 runs, the trainer's own seeds: stopped in run 1, requeued: run 0 kept, run 1 resumed")
+    @step("6. a series of 2 runs, the trainer's own seeds: stopped in run 1 (scancel --batch), requeued: run 0 kept, run 1 resumed")
     def series(self):
         jobid, out, output = self.submit("series", NUM_RUNS="2", SEED=None)
         self.wait_for(lambda: os.path.exists(os.path.join(out, "run_1", FIRST)), jobid, "run_1/" + FIRST)
-        self.slurm.run(["scancel", "--signal=TERM", jobid])
+        # the batch shell alone (its trap had noted the stop, the runs went on to their end)
+        self.slurm.run(["scancel", "--batch", "--signal=TERM", jobid])
         j, first = self.ended(jobid, output)
         expect(j["ExitCode"] == "143:0", "the job stopped in run 1 exits 143")
         expect(re.search(r"run 0 of 2 finished \(\w+\) in \d+ s: %s" % re.escape(os.path.join(out, "result_0.txt")), first)

@@ -4,6 +4,7 @@ each node's task at once in a process group of its own and, as --kill-on-bad-exi
 other tasks' groups SIGTERM when one fails (SLURM signals every process of a task)."""
 import contextlib
 import os
+import re
 import socket
 import subprocess
 
@@ -14,28 +15,41 @@ SBATCH = os.path.join(ROOT, "examples", "slurm_multinode.sbatch")
 SUBMIT = os.path.join(ROOT, "examples", "submit.sh")
 
 SRUN = r"""#!/bin/bash
-while [[ "$1" == -* ]]; do shift; done
+ntasks="${SLURM_NTASKS:-$SLURM_NNODES}"  # (the job's, as srun reads it, unless --ntasks says otherwise)
+while [[ "$1" == -* ]]; do [[ "$1" == --ntasks=* ]] && ntasks="${1#*=}"; shift; done
 pids=()
-for (( n = 0; n < SLURM_NNODES; n++ )); do
-  SLURM_NODEID=$n setsid "$@" &
+for (( t = 0; t < ntasks; t++ )); do  # the tasks spread over the nodes, as many on each
+  SLURM_NODEID=$(( t * SLURM_NNODES / ntasks )) setsid "$@" &
   pids+=($!)
 done
 term_all() { for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; }
+echo "${pids[*]}" > "$FAKE_RECORD.pids"  # (for the scancel stand-in)
+term_batch() {  # the batch shell: the outermost of the script's processes (run_on_nodes's subshell is one too)
+  p=$PPID
+  until [[ "$(tr '\0' ' ' < /proc/$p/cmdline)" == *slurm_multinode.sbatch* ]]; do p=$(ps -o ppid= -p "$p"); done
+  while q=$(ps -o ppid= -p "$p") && [[ "$(tr '\0' ' ' < /proc/${q// /}/cmdline)" == *slurm_multinode.sbatch* ]]; do
+    p=${q// /}
+  done
+  kill -TERM "$p"
+}
 if [[ -n "${FAKE_SCANCEL:-}" ]]; then  # once every node has started
   until [[ -f "$FAKE_RECORD" ]] && (( $(wc -l < "$FAKE_RECORD") == SLURM_NNODES )); do sleep 0.05; done
   if [[ "$FAKE_SCANCEL" == plain ]]; then
     # a plain scancel (or scontrol requeue): SIGTERM to the batch shell and to srun too, which
     # then ends at once, its tasks still stopping
-    p=$PPID  # the batch shell: the outermost of the script's processes (run_on_nodes's subshell is one too)
-    until [[ "$(tr '\0' ' ' < /proc/$p/cmdline)" == *slurm_multinode.sbatch* ]]; do p=$(ps -o ppid= -p "$p"); done
-    while q=$(ps -o ppid= -p "$p") && [[ "$(tr '\0' ' ' < /proc/${q// /}/cmdline)" == *slurm_multinode.sbatch* ]]; do
-      p=${q// /}
-    done
-    kill -TERM "$p"
+    term_batch
     term_all
     exit 143
+  elif [[ "$FAKE_SCANCEL" == batch ]]; then  # scancel --batch --signal=TERM: the batch shell alone
+    term_batch
+  else
+    term_all
   fi
-  term_all
+fi
+if [[ -n "${FAKE_LOST:-}" ]]; then  # node FAKE_LOST lost once every node has started: its task gone, no status
+  until [[ -f "$FAKE_RECORD" ]] && (( $(wc -l < "$FAKE_RECORD") == SLURM_NNODES )); do sleep 0.05; done
+  kill -KILL -- "-${pids[FAKE_LOST]}"
+  [[ -n "${FAKE_LOST_TERM:-}" ]] && term_batch  # the job ended (a requeue after the node failure): SIGTERM
 fi
 worst=0
 for (( left = ${#pids[@]}; left > 0; left-- )); do
@@ -55,7 +69,7 @@ echo "$NODE_RANK $MASTER_ADDR $MASTER_PORT $NUM_GPUS $*" >> "$FAKE_RECORD"
 v="FAKE_$NODE_RANK"
 if [[ -n "${!v:-}" ]]; then trap '' TERM; sleep "${!v#*:}"; exit "${!v%%:*}"; fi
 trap 'kill $! 2>/dev/null; sleep "${FAKE_STOP_SECONDS:-0}"; exit 143' TERM
-sleep 60 >/dev/null 2>&1 &
+sleep "${FAKE_RUN_SECONDS:-60}" >/dev/null 2>&1 &
 wait
 """
 
@@ -68,8 +82,14 @@ def job(tmp_path):
     for name, body in (("srun", SRUN), ("scontrol", 'printf "n1\\nn2\\n"\n'),
                        # the job's step is there; its lines written apart, as a real squeue may write them (a
                        # reader that ends at its first line then fails its second write: SIGPIPE)
-                       ("squeue", 'echo 40007.0\nsleep 0.05\necho 40007.batch\n'),
-                       ("sbatch", '#!/bin/bash\necho "sbatch $*" >> "$FAKE_RECORD"\necho "Submitted batch job 7"\n')):
+                       ("squeue", '[[ "$*" == *%T* ]] && { echo "${FAKE_JOB_STATE:-RUNNING}"; exit; }\n'
+                                  'echo 40007.0\nsleep 0.05\necho 40007.batch\n'),
+                       ("sbatch", '#!/bin/bash\necho "sbatch $*" >> "$FAKE_RECORD"\necho "Submitted batch job 7"\n'),
+                       # a node SLURM has down, not responding: FAKE_DOWN (sinfo -h -N -n NODE -o %t)
+                       ("sinfo", '[[ -n "${FAKE_DOWN:-}" && "$*" == *" $FAKE_DOWN "* ]] && echo "down*" || echo alloc\n'),
+                       # scancel --signal=TERM JOBID: SIGTERM to every task's group (the srun stand-in's pids)
+                       ("scancel", 'echo "scancel $*" >> "$FAKE_RECORD.scancel"\n'
+                                   'for p in $(cat "$FAKE_RECORD.pids"); do kill -TERM -- "-$p" 2>/dev/null; done\n')):
         (bin_dir / name).write_text(body if body.startswith("#!") else "#!/bin/bash\n" + body)
         (bin_dir / name).chmod(0o755)
     (cwd / "start_training.sh").write_text(START)
@@ -162,7 +182,8 @@ def test_the_pyxis_variant_runs_the_images_script_with_the_folders_mounted_at_th
     # srun ran nothing: no node's status, which the job's status says
     assert proc.returncode == 1 and "not every node with one of its own" in proc.stdout, proc.stdout + proc.stderr
     srun, python = record
-    assert srun.startswith("--export=ALL --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=/images/bert.sqsh "
+    assert srun.startswith("--export=ALL --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 "
+                           "--container-image=/images/bert.sqsh "
                            "--container-mounts=%s:%s,%s:%s:ro --container-workdir=/workspace/bert "
                            "--container-env=OUTPUT_DIR,DROP_CACHES,PYTHON,REQUIRE_MOUNT bash -c "
                            % (out, out, job.data, job.data)), srun
@@ -375,6 +396,48 @@ def test_a_plain_scancel_waits_for_the_nodes_statuses(job):
     assert proc.stdout.splitlines()[-1] == "slurm_multinode.sbatch: stopped by SIGTERM: status 143 (node 0 (%s) " \
                                            "143 node 1 (%s) 143; srun 143)" % (host, host), proc.stdout
     assert len(record) == 2
+
+
+def test_a_sigterm_to_the_batch_shell_alone_stops_every_node(job, tmp_path):
+    """A Slurm sweep: ``scancel --batch --signal=TERM JOBID`` (a --signal=B:TERM) signals the batch
+    shell alone: it noted the stop and waited, the runs went on to their end, and the job said "every
+    node finished", exit 0. The shell passes it on to every node, as the time limit's warning."""
+    proc, record = job(FAKE_SCANCEL="batch", FAKE_RUN_SECONDS="3")
+    host = socket.gethostname()
+    assert proc.returncode == 143, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "slurm_multinode.sbatch: stopped by SIGTERM: status 143 (node 0 (%s) " \
+                                           "143 node 1 (%s) 143; srun 143)" % (host, host), proc.stdout
+    assert (tmp_path / "record.scancel").read_text() == "scancel --signal=TERM 40007\n"
+    # a job being ended or requeued (SLURM signals its tasks itself): no scancel, which would wait for it
+    (tmp_path / "record.scancel").unlink()
+    proc, record = job(FAKE_SCANCEL="plain", FAKE_JOB_STATE="COMPLETING")
+    assert proc.returncode == 143 and not (tmp_path / "record.scancel").exists(), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["srun-ended", "job-ended"])
+def test_a_lost_node_is_named_and_not_waited_for(job, stopped):
+    """A Slurm sweep: node 1's slurmd and task killed (a node lost). The job, requeued by SLURM after
+    the node failure, signalled the batch shell, which waited for node 1's status until KillWait's
+    SIGKILL: no last line (or, had srun ended first, "node 0 lost contact with another rank first", node 1
+    "no status (killed, or never started)"). The line names the lost node; nothing waits for it."""
+    extra = dict(FAKE_LOST_TERM="1") if stopped else {}
+    proc, record = job(FAKE_0="75:0.5", FAKE_LOST="1", FAKE_DOWN="n2", **extra)
+    host = socket.gethostname()
+    last = proc.stdout.splitlines()[-1]
+    assert last.startswith("slurm_multinode.sbatch: node 1 (n2) was lost: SLURM has it down or not responding"), \
+        proc.stdout + proc.stderr
+    m = re.search(r"\(node 0 \(%s\) 75 node 1 \(n2\) lost: down or not responding; srun (\d+)\)$" % re.escape(host), last)
+    assert m and proc.returncode == int(m.group(1)) != 0, (last, proc.returncode)  # srun's (SLURM: NODE_FAIL)
+
+
+def test_one_task_a_node_whatever_tasks_the_job_asked_for(job):
+    """A Slurm sweep: ``submit.sh --ntasks-per-node=2`` (a habit) gave the job SLURM_NTASKS=4, which srun
+    took over the script's --ntasks-per-node=1: two start_training.sh a node, the second torchrun's port
+    busy (exit 2), its node status overwritten by the other's 79, and the job said "stopped before
+    anything was saved (resubmit the same job ...)". srun runs one task a node."""
+    proc, record = job(SLURM_NTASKS="4", SLURM_NTASKS_PER_NODE="2", FAKE_0="0:0.1", FAKE_1="0:0.1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(r.split()[0] for r in record) == ["0", "1"], record
 
 
 def test_srun_passes_the_jobs_environment_as_the_script_set_it(job, tmp_path):

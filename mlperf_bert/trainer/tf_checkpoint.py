@@ -111,11 +111,16 @@ _TF_GLOB = "*?[\\"
 _TF_FILE = re.compile(r"^(?P<prefix>.+)\.(index|meta|data-\d{5}-of-\d{5})\Z")
 
 
-def _tf_unsafe(folder):
-    """Whether TensorFlow cannot be given ``folder`` by its name: one with its pattern's characters,
-    or beyond ASCII (TF encodes a str path as UTF-8, not in the file system's encoding: in an
-    ISO-8859-1 locale a folder "é" was "No such file or directory"). Such a folder goes by a descriptor."""
-    return any(c in folder for c in _TF_GLOB) or not folder.isascii()
+def _folder_for_tf(folder):
+    """(an open descriptor of ``folder``, or None; the name TensorFlow is given for it). TF cannot be
+    given by its name a folder with its pattern's characters (it looks for the .index by a glob:
+    "/data/ckpt [v1]" found none, "damaged") or beyond ASCII (it encodes a str path as UTF-8, not in
+    the file system's encoding: in an ISO-8859-1 locale "é" was "No such file or directory"): such a
+    folder goes by its descriptor, which the caller closes when TF is done with it."""
+    if not any(c in folder for c in _TF_GLOB) and folder.isascii():
+        return None, folder
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    return fd, "/proc/self/fd/%d" % fd
 
 
 def not_a_prefix(path):
@@ -160,16 +165,10 @@ class LazyCheckpoint(collections.abc.Mapping):
             raise not_a_prefix(prefix)
         tf = _import_tf()
         self.prefix = prefix
-        path = prefix
-        folder = os.path.dirname(os.path.abspath(prefix))
-        if _tf_unsafe(folder):
-            # TF looks for the .index by a glob (GetMatchingPaths): in a folder named with its pattern's
-            # characters ("/data/ckpt [v1]") it found none and read the prefix as a V1 pattern, "Failed to
-            # find any matching files", said to be damaged. Read through the folder's descriptor instead,
-            # held open while the data files are read.
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        fd, folder = _folder_for_tf(os.path.dirname(os.path.abspath(prefix)))
+        if fd is not None:  # held open while the data files are read
             weakref.finalize(self, os.close, fd)
-            path = "/proc/self/fd/%d/%s" % (fd, os.path.basename(prefix))
+        path = prefix if fd is None else os.path.join(folder, os.path.basename(prefix))
         try:
             # the prefix itself: tf.train.load_checkpoint takes a folder of that name (beside its .index) for
             # a folder of checkpoints and loads the one its 'checkpoint' file names, anywhere (../, /abs)
@@ -263,8 +262,7 @@ def write_tf_checkpoint(arrays, prefix, shard_bytes=1 << 30):
     _remove_stale_temporaries(d, base)
     tmp = "%s.tmp-%d" % (base, os.getpid())
     parts = os.path.join(d, tmp + ".parts")
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY) if _tf_unsafe(d) else None
-    tf_d = d if fd is None else "/proc/self/fd/%d" % fd  # the folder as TF's writes are given it
+    fd, tf_d = _folder_for_tf(d)  # the folder as TF's writes are given it
     try:
         shards = _shards(arrays, shard_bytes)
         targets = [os.path.join(tf_d, tmp)] if len(shards) == 1 else [

@@ -372,7 +372,8 @@ if [[ -z "${DATA_DIR:-}" && -z "${INPUT_FILES:-}" ]]; then
   empty=; [[ -v DATA_DIR ]] && empty=DATA_DIR; [[ -v INPUT_FILES ]] && empty="${empty:+$empty and }INPUT_FILES"
   [[ -z "$empty" ]] || die "$empty set but empty: set DATA_DIR to the folder of the TFRecords (or INPUT_FILES to" \
     "them), or unset $empty for the built-in demo"
-  for name in PRESET INIT_CHECKPOINT SUBMISSION_ORG SUBMISSION_PLATFORM SUBMISSION_STATUS; do
+  # (DATADIR, DATADIR_PHASE2: NVIDIA's name of DATA_DIR; their run ran the demo)
+  for name in PRESET INIT_CHECKPOINT SUBMISSION_ORG SUBMISSION_PLATFORM SUBMISSION_STATUS DATADIR DATADIR_PHASE2; do
     [[ -z "${!name:-}" ]] || die "$name set but no DATA_DIR: the built-in demo takes none of a run's settings; set" \
       "DATA_DIR (or INPUT_FILES) for a run, or unset $name for the demo"
   done

@@ -48,6 +48,8 @@
 #                   (start_training.sh's check before its first run, on the host that trains);
 #                   CHECK_ONLY=reads: the paths the run reads, for start_training.sh's mount check
 #   --help          print this and the presets, and exit; --helpfull (--helpshort): the trainer's flags
+# NVIDIA's config_*.sh variables (BATCHSIZE, LR, MAX_STEPS, GRADIENT_STEPS, DGXNGPU, DATADIR, ...) are
+# refused, each in one line naming what to use here.
 set -euo pipefail
 # A reader of this script's output that has gone (`... | tee log` and Ctrl-C, `| head`) ends neither it (141
 # at its next line: the run never started) nor, under set -e, a failed echo: what start_training.sh does
@@ -202,6 +204,39 @@ for arg in "$@"; do
     *) die "unexpected argument '$arg': pass trainer flags as --name=value" ;;
   esac
 done
+# NVIDIA's run_and_time.sh and config_*.sh variables, which this script does not read: set (a config_*.sh
+# sourced), each was ignored and the preset's numbers trained, exit 0. NAME what-to-use-instead, one a line.
+nvidia_env="BATCHSIZE --train_batch_size=BATCHSIZE x GPUs x nodes (the global batch of a micro-step, not a GPU's)
+GRADIENT_STEPS --steps_per_update
+LR --learning_rate
+MAX_STEPS --num_train_steps=MAX_STEPS x --steps_per_update (micro-steps, not updates)
+MAX_SAMPLES_TERMINATION --max_samples_termination
+OPT_LAMB_BETA_1 --lamb_beta_1
+OPT_LAMB_BETA_2 --lamb_beta_2
+WEIGHT_DECAY_RATE --lamb_weight_decay_rate
+WARMUP_PROPORTION --num_warmup_steps=WARMUP_PROPORTION x --num_train_steps
+WARMUP_STEPS --num_warmup_steps (micro-steps)
+START_WARMUP_STEP --start_warmup_step (micro-steps)
+TARGET_MLM_ACCURACY --target_mlm_accuracy
+EVAL_ITER_START_SAMPLES --eval_frequency (samples between evals; 0: the MLPerf formula) and --eval_at_start
+EVAL_ITER_SAMPLES --eval_frequency (samples between evals; 0: the MLPerf formula)
+NUM_EVAL_EXAMPLES EVAL_FILE (the eval set is all of its records)
+INIT_LOSS_SCALE --dtype=bf16 (no fp16, no loss scale)
+EXTRA_PARAMS this project's flags as arguments (train_model.sh --helpfull lists them)
+DGXNGPU NUM_GPUS
+DGXNNODES NNODES
+NEXP NUM_RUNS (start_training.sh)
+DATADIR DATA_DIR
+DATADIR_PHASE2 DATA_DIR
+EVALDIR EVAL_FILE
+CHECKPOINTDIR_PHASE1 INIT_CHECKPOINT
+PACKING_FACTOR INPUT_FILES (the files python -m mlperf_bert pack made; docs/dataset.md)
+MLPERF_SUBMISSION_ORG SUBMISSION_ORG
+MLPERF_SUBMISSION_PLATFORM SUBMISSION_PLATFORM"
+while read -r name instead; do
+  [[ -z "${!name:-}" ]] || die "$name=${!name} is NVIDIA's variable, which this script does not read: use $instead," \
+    "then unset $name"
+done <<< "$nvidia_env"
 # A --config file's values come before the command line's flags (the trainer's order), so a preset
 # flag would beat the file: what the file sets replaces the preset's flags, as an argument does, and
 # counts in the checks below (file_sets: its flags as the command line gives them). One file: the

@@ -187,10 +187,11 @@ def _remove_multiprocessing_own(grace=2.0):
 
 
 def free_bytes(path):
-    """Bytes an unprivileged user may still write on the file system holding ``path``."""
+    """Bytes an unprivileged user may still write on the file system holding ``path``; None where it
+    does not say (a size of 0 blocks: a FUSE file system without statfs, libfuse's default answer)."""
     d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     st = os.statvfs(d)
-    return st.f_bavail * st.f_frsize
+    return st.f_bavail * st.f_frsize if st.f_blocks else None
 
 
 def host_memory():
@@ -218,7 +219,9 @@ def write_error(path, e, needed=None, written=None, left="no partial file was le
         elif written is not None:
             detail.append("needs more than the %s it wrote before the disk filled" % _size(written))
         with contextlib.suppress(OSError):
-            detail.append("%s free in %s" % (_size(free_bytes(path)), os.path.dirname(os.path.abspath(path))))
+            free = free_bytes(path)
+            if free is not None:
+                detail.append("%s free in %s" % (_size(free), os.path.dirname(os.path.abspath(path))))
     return UserError("cannot write %s: %s%s; %s: %s"
                      % (path, what, " (%s)" % ", ".join(detail) if detail else "", left, WRITE_ERRNOS[e.errno]))
 
@@ -239,7 +242,8 @@ def ensure_space(needs):
         first, total = per_dev.get(dev, (path, 0))
         per_dev[dev] = (first, total + n)
     for first, total in per_dev.values():
-        if total > free_bytes(first):
+        free = free_bytes(first)
+        if free is not None and total > free:
             raise write_error(first, OSError(errno.ENOSPC, "no space"), needed=total)
 
 
@@ -454,13 +458,24 @@ def _mentions(e, tmp):
     return tmp in (e.filename, getattr(e, "filename2", None)) or tmp in str(e)
 
 
+def sync_fd(fd):
+    """``os.fsync(fd)`` where the file system can sync: one that cannot (EINVAL: CIFS, VirtualBox
+    shared folders, some FUSE file systems) has the bytes all the same, only a crash of the machine
+    may lose them; refusing it made every output on it, and so every run, fail."""
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+
+
 def _sync(tmp):
     """Its bytes on the disk before the rename names it: what another library wrote into it (h5py,
     torch.save, savefig) as ``atomic_open``'s own; after a crash of the machine the output is whole
     or absent. An error is about ``tmp``."""
     fd = os.open(tmp, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        sync_fd(fd)
     except OSError as e:
         raise OSError(e.errno, e.strerror, tmp) from e
     finally:
@@ -558,7 +573,7 @@ def atomic_open(path, mode="wb", needed=None, **kwargs):
         try:
             rec.closing = True  # errors from here on (flush, fsync, close) are this file's
             f.flush()
-            os.fsync(f.fileno())
+            sync_fd(f.fileno())
         finally:
             f.close()
 

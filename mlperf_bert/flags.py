@@ -48,9 +48,11 @@ def quiet_stdout():
     drop_output(sys.stdout.fileno())
 
 
-def check_removed(fv, argv):
-    """A UserError naming the first flag of ``argv`` that ``REMOVED_FLAGS`` lists and ``fv`` does
-    not define (``--name``, ``--name=value``, ``--noname``; nothing after ``--``)."""
+def check_removed(fv, argv, foreign=None):
+    """A UserError naming the first flag of ``argv`` that ``REMOVED_FLAGS`` lists, or ``foreign``
+    ({name: (whose flag it is, what to use instead)}: another implementation's spelling), and ``fv``
+    does not define (``--name``, ``--name=value``, ``--noname``; nothing after ``--``)."""
+    foreign = foreign or {}
     for arg in list(argv)[1:]:
         if arg == "--":
             return
@@ -58,8 +60,12 @@ def check_removed(fv, argv):
             continue
         name = arg.lstrip("-").split("=", 1)[0]
         for cand in (name, name[2:] if name.startswith("no") else None):
-            if cand in REMOVED_FLAGS and cand not in fv:
+            if cand in fv:
+                continue
+            if cand in REMOVED_FLAGS:
                 raise UserError("flag --%s was %s" % (cand, REMOVED_FLAGS[cand]))
+            if cand in foreign:
+                raise UserError("flag --%s is %s, not this command's: %s" % ((cand,) + foreign[cand]))
 
 
 def DEFINE_workers(help, flag_values):
@@ -139,13 +145,13 @@ def _refuse_special_flagfiles(argv):
                             % (path, kind))
 
 
-def parse(fv, argv, required=(), positional=True):
+def parse(fv, argv, required=(), positional=True, foreign=None):
     """Parse ``argv`` (argv[0] is the program) into ``fv``; return the leftover positionals.
 
     ``--help`` / ``-h`` print the usage line and every flag with its help and default, and exit 0.
     ``positional``: a string names the positional arguments in the usage line (``"LOG ..."``);
     False: a leftover argument is an error (e.g. ``--input_file=a, b`` would otherwise drop ``b``
-    silently).
+    silently). ``foreign``: other implementations' flags, refused naming what to use (check_removed).
     """
     if asks_help(argv):
         try:
@@ -155,7 +161,7 @@ def parse(fv, argv, required=(), positional=True):
         except BrokenPipeError:
             quiet_stdout()
         raise SystemExit(0)
-    check_removed(fv, argv)
+    check_removed(fv, argv, foreign)
     _refuse_special_flagfiles(argv)
     try:
         rest = fv(list(argv))

@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from mlperf_bert.__main__ import COMMANDS  # noqa: E402
+from mlperf_bert.trainer.trainer_flags import NVIDIA_FLAGS  # noqa: E402
 
 DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))) \
     + ["tests/data/README.md"]
@@ -60,6 +61,7 @@ OTHERS_FLAGS = {
     "tensorboard": {"logdir"},
     "mlperf_logging": {"usage", "ruleset", "rcp-bert-train-samples"},
     "the reference's do_gather.py": {"block_size"},
+    "NVIDIA's run_pretraining.py (refused, naming ours)": set(NVIDIA_FLAGS),
     "sbatch/srun/scancel/scontrol (SLURM), pyxis": {"nodes", "time", "cpus-per-task", "gpus-per-node", "signal",
                                                     "requeue", "open-mode", "exclusive", "mem", "test-only",
                                                     "kill-on-bad-exit", "container-image", "container-mounts",

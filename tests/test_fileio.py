@@ -113,6 +113,35 @@ def test_a_file_another_library_wrote_is_on_the_disk_before_its_rename(tmp_path,
     assert torch.load(str(out))["w"].tolist() == [1, 1, 1] and no_temporaries(tmp_path)
 
 
+def test_a_file_system_that_cannot_sync_keeps_its_outputs(tmp_path, monkeypatch):
+    """A storage sweep: fsync fails with EINVAL where the file system cannot sync (CIFS, VirtualBox
+    shared folders, some FUSE file systems): every output there was a traceback, the trainer's first
+    one included. The bytes are written all the same: the outputs are made; EIO stays an error."""
+    def cannot_sync(fd):
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+    monkeypatch.setattr(os, "fsync", cannot_sync)
+    with fileio.atomic_open(str(tmp_path / "a"), "w") as f:
+        f.write("opened")
+    with fileio.atomic_path(str(tmp_path / "b")) as tmp:
+        with open(tmp, "w") as f:
+            f.write("by path")
+    assert (tmp_path / "a").read_text() == "opened" and (tmp_path / "b").read_text() == "by path"
+    assert no_temporaries(tmp_path)
+
+
+def test_a_file_system_that_reports_no_size_is_not_called_full(tmp_path, monkeypatch):
+    """A storage sweep: a FUSE file system without statfs reports 0 blocks, 0 free (libfuse's default
+    answer; df shows its size as 0): every output of a known size was refused there, "no space left
+    on device (needs 96.5 KiB, 0 bytes free)". Its free space is unknown: not checked, nor named."""
+    real = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result((512, 512, 0, 0, 0, 0, 0, 0) + tuple(real(p))[8:]))
+    with fileio.atomic_open(str(tmp_path / "x"), "wb", needed=2048) as f:
+        f.write(b"x" * 2048)
+    assert (tmp_path / "x").stat().st_size == 2048
+    msg = str(fileio.write_error(str(tmp_path / "x"), OSError(errno.ENOSPC, "no space"), needed=2048))
+    assert msg.startswith("cannot write %s: no space left on device (needs 2.0 KiB); " % (tmp_path / "x")), msg
+
+
 def test_write_json_keeps_the_older_file_when_the_object_does_not_serialise(tmp_path, disk_full):
     """write_json, the writer of every JSON output (settings, systems JSON, launch.json, FINISHED...):
     what json.dump writes, a newline when asked; an object json cannot write half-way, or a full

@@ -294,6 +294,42 @@ def test_the_launch_refuses_what_the_trainers_flags_refuse_with_its_line(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("arg,instead", [("--max_steps=3680", "--num_train_steps=max_steps x --steps_per_update"),
+                                         ("--gradient_accumulation_steps=2", "--steps_per_update"),
+                                         ("--opt_lamb_beta_1=0.60466", "--lamb_beta_1"),
+                                         ("--nofp16", "--dtype=bf16"), ("--dwu-num-rs-pg=1", "drop it")])
+def test_nvidias_trainer_flags_are_refused_naming_what_to_use(arg, instead):
+    """A hostile sweep: NVIDIA's run_and_time.sh spellings were absl's "Unknown command line flag" with no
+    replacement, or a wrong guess (--max_steps: "Did you mean: max_samples_termination")."""
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer import flag_checks
+    name = arg.lstrip("-").split("=")[0].replace("nofp16", "fp16")
+    with pytest.raises(UserError) as e:
+        flag_checks.read_flags(["run_pretraining.py", "--do_train", arg])
+    assert str(e.value).startswith("flag --%s is NVIDIA's run_pretraining.py flag, not this command's: " % name)
+    assert instead in str(e.value) and "Did you mean" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_nvidias_environment_variables_are_refused_naming_ours(tmp_path):
+    """A hostile sweep: NVIDIA's config_*.sh variables (BATCHSIZE, LR, MAX_STEPS, ...) were ignored: the
+    preset's batch, learning rate and steps trained, exit 0. Each is one line naming its replacement; and
+    DATADIR without DATA_DIR ran the built-in demo."""
+    for name in ("part-00000-of-00500", "eval_10k"):
+        (tmp_path / name).write_bytes(b"")
+    env = dict(os.environ, DATA_DIR=str(tmp_path), PYTHON=sys.executable, OUTPUT_DIR=str(tmp_path / "out"),
+               LR="0.00096")
+    proc = subprocess.run([TRAIN, "--dry_run"], capture_output=True, text=True, env=env, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr == ("error: train_model.sh: LR=0.00096 is NVIDIA's variable, which this script does not read: "
+                           "use --learning_rate, then unset LR\n")
+    env = dict(os.environ, PYTHON=sys.executable, OUTPUT_DIR=str(tmp_path / "out"), DATADIR=str(tmp_path))
+    env.pop("DATA_DIR", None), env.pop("INPUT_FILES", None)
+    proc = subprocess.run([START], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: start_training.sh: DATADIR set but no DATA_DIR"), \
+        proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def _series_env(tmp_path, **kw):
     """start_training.sh's environment over empty data files, with a stand-in PYTHON whose trainer (and
     torchrun wrapper) say they started and exit 3: a series that starts a run is seen without training."""

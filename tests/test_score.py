@@ -653,6 +653,35 @@ def test_one_run_given_twice_or_a_seed_reused_is_warned(two_runs, tmp_path, caps
            "large" % (two_runs / "result_01.txt") in err
 
 
+def test_an_org_folder_on_another_file_system_is_refused_before_the_build(two_runs, tmp_path, monkeypatch):
+    """A storage sweep: ORG/ a symbolic link to another mount (the organization's submission folder
+    kept on shared storage): package built beside it and renamed its pieces in, OSError EXDEV, a
+    traceback, a half-made move left in ORG/. It is refused in one line naming the --output to give.
+    (The other mount here: st_dev told apart for the paths under it.)"""
+    other = tmp_path / "mnt2"
+    (other / "NVIDIA").mkdir(parents=True)
+    out = tmp_path / "pkg"
+    out.mkdir()
+    (out / "NVIDIA").symlink_to(other / "NVIDIA")
+    real_stat = os.stat
+
+    def stat(path, *a, **kw):
+        st = real_stat(path, *a, **kw)
+        if isinstance(path, (str, os.PathLike)) and os.path.realpath(path).startswith(str(other)):
+            extra = {k: getattr(st, k) for k in ("st_atime", "st_mtime", "st_ctime", "st_atime_ns", "st_mtime_ns",
+                                                 "st_ctime_ns", "st_blksize", "st_blocks", "st_rdev")}
+            return os.stat_result(tuple(st)[:2] + (st.st_dev + 1,) + tuple(st)[3:], extra)
+        return st
+    monkeypatch.setattr(os, "stat", stat)
+    with pytest.raises(UserError) as e:
+        pkg_mod.main(nyx_argv(two_runs, out))
+    assert str(e.value) == ("%s is on another file system than --output %s (a symbolic link to %s): package builds in "
+                            "--output and renames the package into ORG/, which cannot cross file systems; give "
+                            "--output=%s (where %s is)" % (out / "NVIDIA", out, other / "NVIDIA", other,
+                                                           other / "NVIDIA"))
+    assert os.listdir(other / "NVIDIA") == [] and os.listdir(out) == ["NVIDIA"]
+
+
 def test_package_refuses_a_run_named_twice_and_an_output_among_its_runs(two_runs, tmp_path):
     """A hostile sweep: --runs=runs,runs/result_1.txt packaged result_1.txt twice (3 runs, exit 0, a
     seed warning; the official checker then fails the package), and --output=runs wrote ORG/ into the

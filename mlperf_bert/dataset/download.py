@@ -23,7 +23,7 @@ from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import RESULTS_DIR, expectations, known_tables, own_checksums
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import (PARTIAL_SUFFIX, SOURCE_SUFFIX, file_md5, is_write_error, load_json, open_input,
-                                new_dirs_removed_on_error, write_error, write_json)
+                                new_dirs_removed_on_error, sync_fd, write_error, write_json)
 from mlperf_bert.locking import lock_file
 
 CHUNK = 1 << 20
@@ -176,7 +176,7 @@ def _fetch(url, output, name, expected, progress, damaged):
                     out.write(buf)
                     bar.update(len(buf))
                 out.flush()
-                os.fsync(out.fileno())
+                sync_fd(out.fileno())
         except OSError as e:
             if not is_write_error(e):
                 raise

@@ -138,8 +138,9 @@ class MLPerfLog:
         lines could never be resumed: its log no longer begins with what it records)."""
         self._still_there()
         if self._fd is not None:
+            from mlperf_bert.fileio import sync_fd
             try:
-                os.fsync(self._fd)
+                sync_fd(self._fd)
             except OSError as e:
                 self._error = e
                 self._check()

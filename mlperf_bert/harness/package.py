@@ -647,6 +647,27 @@ def _same_package(build, top, system, implementation):
             and read_made_by(top).get(system) == implementation)
 
 
+def _refuse_another_file_system(top, pieces):
+    """Refuse an ORG/ (or a folder in it that the pieces go into) on another file system than
+    --output: a symbolic link to another mount, or a mount point. The build in --output is renamed
+    into place, which cannot cross file systems (EXDEV: a traceback, a half-made move left in ORG/)."""
+    output = os.path.dirname(top)
+    dev = os.stat(output).st_dev
+    folders = [top] + [os.path.join(top, *piece.split(os.sep)[:k]) for piece in pieces
+                       for k in range(1, len(piece.split(os.sep)))]
+    for folder in folders:
+        if not os.path.isdir(folder) or os.stat(folder).st_dev == dev:
+            continue
+        real = os.path.realpath(folder)
+        beside = os.path.dirname(real)
+        fix = ("give --output=%s (where %s is)" % (beside, real)
+               if folder == top and os.stat(beside).st_dev == os.stat(real).st_dev else
+               "give an --output on one file system with it (%s is a mount point)" % real)
+        raise UserError("%s is on another file system than --output %s%s: package builds in --output and renames "
+                        "the package into ORG/, which cannot cross file systems; %s" % (
+                            folder, output, " (a symbolic link to %s)" % real if os.path.islink(folder) else "", fix))
+
+
 def _check_free(top, system, implementation, source_sha256):
     """The pieces a package of ``system`` adds to ``top`` (ORG/, existing or not); refuse when ORG/
     already holds this system, or holds an implementation of that name with other code, or another
@@ -677,6 +698,7 @@ def _check_free(top, system, implementation, source_sha256):
                 raise UserError("%s is %s, not a folder: package puts %s in it; move it away or choose another"
                                 " --output" % (folder, "a symbolic link" if os.path.islink(folder) else
                                                special_kind(folder) or "a file", os.path.join(top, piece)))
+    _refuse_another_file_system(top, pieces)
     held = [p for p in pieces[1:] + [os.path.join(implementation_dir(implementation), launch_name(system))]
             if os.path.lexists(os.path.join(top, p))]
     if held:

@@ -21,7 +21,7 @@ def _run_config(argv, required=()):
     and file together must give (not parse's to ask: the file may give them)."""
     fv = trainer_flags.define_flags()
     # no positional arguments: one would be dropped unread (``--input_file=a, b``: b not trained on)
-    flags.parse(fv, argv, positional=False)
+    flags.parse(fv, argv, positional=False, foreign=trainer_flags.NVIDIA_FLAGS)
     flags.refuse_given_empty(fv, trainer_flags.GIVEN_EMPTY)
     return run_config.RunConfig.from_flags(fv, required=required)
 

@@ -1,4 +1,5 @@
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -285,6 +286,29 @@ def test_resume_with_a_text_shard_changed_to_the_same_size_is_refused(full_run, 
     os.utime(shard, ns=(1, 1))
     os.remove(os.path.join(out, "manifest.tsv"))
     assert make_dataset.main(cmd(str(changed), out, vocab_file)) == 0
+
+
+def test_a_same_size_change_within_the_hashs_clock_tick_is_seen(full_run, text_dir, vocab_file, tmp_path):
+    """A storage sweep: a shard rewritten to the same size within the clock tick of its hash (1-2 s
+    ticks on FAT, SMB, some NFS servers) kept its size and mtime, so its recorded md5 was trusted and
+    the stale TFRecord kept, exit 0. An md5 hashed within 2 s of the file's last write is not trusted."""
+    out = _copy_run(full_run, tmp_path)
+    changed = tmp_path / "text"
+    shutil.copytree(text_dir, changed)
+    shard = changed / "part-00001-of-00002"
+    st = shard.stat()
+    settings_path = os.path.join(out, "make_dataset_settings.json")
+    with open(settings_path) as f:
+        settings = json.load(f)
+    settings["inputs"]["part-00001-of-00002"]["hashed_ns"] = st.st_mtime_ns + 10 ** 9  # hashed in that tick
+    with open(settings_path, "w") as f:
+        json.dump(settings, f)
+    data = shard.read_bytes()
+    i = data.index(b"the ")
+    shard.write_bytes(data[:i] + b"The " + data[i + 4:])  # the same size, and (the tick) the same mtime
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(UserError, match=r"input part-00001-of-00002 changed \(md5 \w{32}, was \w{32}; same size\)"):
+        make_dataset.main(cmd(str(changed), out, vocab_file))
 
 
 def test_too_few_eval_records_says_the_fix_and_the_corrected_rerun_goes_on(full_run, text_dir, vocab_file, tmp_path,

@@ -155,20 +155,30 @@ def _outputs_of(src):
     return ["eval_intermediate", "eval_10k"] if name == "eval.txt" else [name]
 
 
+# A write within the clock tick of a recorded stat leaves the size and mtime as they were (ticks of
+# 1-2 s on FAT, SMB, some NFS servers): a recorded md5 stands only for a file last written this long
+# before it was hashed (git's "racy" rule)
+RACY_NS = 2 * 10 ** 9
+
+
 def input_stats(paths, old_inputs, workers=None):
-    """``{name: {"bytes", "mtime_ns", "md5"}}`` of the inputs. An input whose size and mtime are
-    those recorded keeps its recorded md5; the others are hashed (in threads: hashlib releases the
-    GIL), so a rerun reads only what was touched and a content change of the same size is seen."""
+    """``{name: {"bytes", "mtime_ns", "hashed_ns", "md5"}}`` of the inputs. An input whose size and
+    mtime are those recorded keeps its recorded md5, unless it was written within ``RACY_NS`` of that
+    hash; the others are hashed (in threads: hashlib releases the GIL), so a rerun reads only what
+    was touched and a content change of the same size is seen."""
     stats, to_hash = {}, []
     for p in paths:
+        now = time.time_ns()  # before the stat: the hash is of the file at this time or later
         st = os.stat(p)
         name = os.path.basename(p)
         stats[name] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
         old = old_inputs.get(name)
         if isinstance(old, dict) and old.get("md5") and (old.get("bytes"), old.get("mtime_ns")) == (
-                st.st_size, st.st_mtime_ns):
-            stats[name]["md5"] = old["md5"]
+                st.st_size, st.st_mtime_ns) and isinstance(old.get("hashed_ns"), int) and \
+                old["hashed_ns"] - st.st_mtime_ns >= RACY_NS:
+            stats[name].update(md5=old["md5"], hashed_ns=old["hashed_ns"])
         else:
+            stats[name]["hashed_ns"] = now
             to_hash.append(p)
     for p, digest in md5_many(to_hash, max(1, min(workers or os.cpu_count() or 1, 32)), progress=False).items():
         stats[os.path.basename(p)]["md5"] = digest
@@ -206,6 +216,15 @@ def _input_change(name, old, new):
     return None
 
 
+def _identity(record):
+    """``record`` without its inputs' hash times, which change where no input did."""
+    inputs = record.get("inputs") if isinstance(record, dict) else None
+    if not isinstance(inputs, dict):
+        return record
+    return dict(record, inputs={n: {k: v for k, v in i.items() if k != "hashed_ns"} if isinstance(i, dict) else i
+                                for n, i in inputs.items()})
+
+
 def _check_settings(out_dir, old, record):
     """Refuse a resume that would mix settings, before anything is written; then record ``record``.
 
@@ -222,7 +241,7 @@ def _check_settings(out_dir, old, record):
             raise UserError("--output_dir %s holds %d output(s) of no make-dataset run (%s; no %s): they are not "
                             "remade, so settings could mix; use a new --output_dir (`verify` checks downloaded "
                             "files)" % (out_dir, len(foreign), shown, SETTINGS_NAME))
-    if old is not None and old != record:
+    if old is not None and _identity(old) != _identity(record):
         made = [n for n in record["inputs"] if any(exists(o) for o in _outputs_of(n))]
         diffs = []
         if made:
@@ -242,12 +261,14 @@ def _check_settings(out_dir, old, record):
         total = count_records(inter)
         if total < record["num_eval_examples"]:
             raise eval_count_error(inter, total, record["num_eval_examples"])
-    if old != record:  # accepted: only now is anything written
+    if _identity(old) != _identity(record):  # accepted: only now is anything written
         # the manifest says the recorded run finished: one of other settings (inputs added) would
         # let a run of these stopped before its end pass `verify` as the last one's finished set
         manifest = os.path.join(out_dir, MANIFEST_NAME)
         if os.path.lexists(manifest):
             os.remove(manifest)
+        write_json(os.path.join(out_dir, SETTINGS_NAME), record, indent=1, sort_keys=True)
+    elif old != record:  # inputs hashed again (input_stats), the same: the manifest stands
         write_json(os.path.join(out_dir, SETTINGS_NAME), record, indent=1, sort_keys=True)
 
 

@@ -806,6 +806,116 @@ def test_bad_pt_inputs_are_one_line_errors(tmp_path):
         tf_checkpoint.load_init_checkpoint(model, str(bad))
 
 
+def nvidia_state_dict(arrays, vocab_size):
+    """A state dict as NVIDIA's MLPerf BERT convert_tf_checkpoint.py makes it of the reference's TF
+    variables (training_results_v2.1 to v5.0, e.g. v5.0's NVIDIA/benchmarks/bert/implementations/
+    tyche_ngpu8_ngc25.04_pytorch: convert_tf_checkpoint.py and modeling.py's load_tf_weights_in_bert),
+    transcribed from that code: its BertForPretraining (pytorch-pretrained-BERT's names, every fusion
+    off) with the vocabulary padded to a multiple of 8; layer_N -> layer.N, kernel and gamma -> weight,
+    output_bias and beta -> bias, output_weights -> weight, *_embeddings -> *_embeddings.weight,
+    kernels transposed, a smaller array copied into the zeroed corner of a padded one; the MLM
+    decoder's weight is the word embeddings' parameter (torch.save stores it under both names)."""
+    padded = vocab_size + (-vocab_size % 8)
+    sd = {}
+    for name, a in arrays.items():
+        parts = []
+        for m in name.split("/"):
+            l = re.split(r"_(\d+)", m) if re.fullmatch(r"[A-Za-z]+_\d+", m) else [m]
+            parts.append({"kernel": "weight", "gamma": "weight", "output_weights": "weight", "output_bias": "bias",
+                          "beta": "bias"}.get(l[0], l[0]))
+            parts += l[1:2]
+        if m.endswith("_embeddings"):
+            parts.append("weight")
+        elif m == "kernel":
+            a = a.T
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        if t.shape[0] == vocab_size < padded and name.startswith(("bert/embeddings/word", "cls/predictions/output")):
+            t = torch.cat([t, t.new_zeros((padded - vocab_size,) + t.shape[1:])])
+        sd[".".join(parts)] = t
+    sd["cls.predictions.decoder.weight"] = sd["bert.embeddings.word_embeddings.weight"]
+    return sd
+
+
+def test_nvidia_converted_pt_loads_bit_for_bit(tmp_path, caplog):
+    """The .pt of NVIDIA's convert_tf_checkpoint.py (its MLPerf BERT, from the reference's
+    model.ckpt-28252) was "lacks N model variable(s), e.g. bert/embeddings/word_embeddings: use ... the
+    matching bert_config.json" (the config was right). Its names are Hugging Face's (HF_NAMES, the
+    export's), its tied decoder equal to the word embeddings and its vocabulary padded with zeros to a
+    multiple of 8: it loads exactly, with DistributedDataParallel's "module." prefix too."""
+    cfg = dict(CFG, vocab_size=37)  # padded to 40 by the converter
+    arrays = random_weights(cfg, seed=5)
+    sd = nvidia_state_dict(arrays, 37)
+    assert sd["bert.embeddings.word_embeddings.weight"].shape == (40, 32)
+    for name, weights in (("nv.pt", sd), ("ddp.pt", {"module." + k: v for k, v in sd.items()})):
+        pt = str(tmp_path / name)
+        torch.save({"model": weights}, pt)
+        model = BertForPreTraining(BertConfig.from_dict(cfg))
+        with caplog.at_level("INFO", logger=tf_checkpoint.log.name):
+            caplog.clear()
+            info = tf_checkpoint.load_init_checkpoint(model, pt)
+        assert info["ignored"] == [] and info["global_step"] is None
+        got = tf_checkpoint.to_tf_arrays(model.state_dict())
+        assert got.keys() == arrays.keys()
+        for k in arrays:
+            assert got[k].tobytes() == arrays[k].tobytes(), k
+        assert caplog.messages == ["checkpoint %s: Hugging Face's names (NVIDIA's convert_tf_checkpoint.py .pt); "
+                                   "cls.predictions.decoder.weight dropped (tied, equal to bert.embeddings."
+                                   "word_embeddings.weight); 3 zero rows of vocabulary padding (40 -> 37) dropped" % pt]
+
+
+def test_a_pt_in_another_layout_of_nvidias_is_one_line_naming_the_tf_prefix(tmp_path):
+    """What does not map exactly onto this model is refused naming the layout and the TF prefix to give:
+    NVIDIA's training checkpoints (BertForPreTrainingSegmented, fused QKV), a decoder other than the
+    word embeddings, padded rows that are not zero (trained), a name this model has no place for."""
+    cfg = dict(CFG, vocab_size=37)
+    model = BertForPreTraining(BertConfig.from_dict(cfg))
+    fix = ("give the reference's TF checkpoint prefix (--init_checkpoint=DIR/tf1_ckpt/model.ckpt-28252), which NVIDIA's "
+           "convert_tf_checkpoint.py itself reads")
+    pt = str(tmp_path / "nv.pt")
+
+    def refused(sd):
+        torch.save({"model": sd}, pt)
+        with pytest.raises(UserError) as e:
+            tf_checkpoint.load_init_checkpoint(model, pt)
+        return str(e.value)
+
+    sd = nvidia_state_dict(random_weights(cfg, seed=6), 37)
+    segmented = {("heads_only_segment." if k.startswith("cls") else "bert_model_segment.") + k: v for k, v in sd.items()}
+    assert refused(segmented) == ("checkpoint %s holds NVIDIA's MLPerf BERT weights in its training model's fused or "
+                                  "renamed layout (bert_model_segment.bert.embeddings.word_embeddings.weight), not one "
+                                  "this model reads exactly: %s" % (pt, fix))
+    fused = dict(sd)
+    fused["bert.encoder.layer.0.attention.qkv_weight"] = torch.cat([fused.pop("bert.encoder.layer.0.attention.self.%s."
+                                                                              "weight" % w) for w in ("query", "key", "value")])
+    assert "(bert.encoder.layer.0.attention.qkv_weight)" in refused(fused)
+    untied = dict(sd, **{"cls.predictions.decoder.weight": sd["cls.predictions.decoder.weight"] + 1})
+    assert refused(untied) == ("checkpoint %s (Hugging Face's names): its cls.predictions.decoder.weight is not its "
+                               "bert.embeddings.word_embeddings.weight, which this model ties it to: %s" % (pt, fix))
+    trained = dict(sd, **{"cls.predictions.bias": sd["cls.predictions.bias"] + 1})
+    assert refused(trained) == ("checkpoint %s (Hugging Face's names): its vocabulary is padded to 40 and the rows past "
+                                "--bert_config_file's 37 are not zero, which this model has no place for: %s" % (pt, fix))
+    extra = dict(sd, **{"bert.embeddings.position_ids": torch.arange(16)})
+    assert refused(extra) == ("checkpoint %s (Hugging Face's names) holds 1 tensor(s) this model has no place for, "
+                              "e.g. bert.embeddings.position_ids: %s" % (pt, fix))
+
+
+def test_training_from_nvidias_converted_pt_is_training_from_the_same_weights(files, tmp_path):
+    """A run from NVIDIA's converted .pt (BERT's real vocabulary, 30522, padded to 30528) trains as one
+    from a .pt of this project holding the same weights: the same checkpoint, bit for bit."""
+    from mlperf_bert.trainer import training
+    from test_training import TINY, assert_bit_identical, flags_for
+    arrays = random_weights(TINY, seed=7)
+    model = BertForPreTraining(BertConfig.from_dict(TINY))
+    tf_checkpoint.load_state_from_arrays(model, arrays, "arrays")
+    torch.save({"model": model.state_dict()}, str(tmp_path / "ours.pt"))
+    torch.save({"model": nvidia_state_dict(arrays, TINY["vocab_size"])}, str(tmp_path / "nv.pt"))
+    for name in ("ours", "nv"):
+        assert training.main(flags_for(files, str(tmp_path / ("out_" + name)), num_train_steps=2,
+                                       save_checkpoints_steps=0,
+                                       init_checkpoint=str(tmp_path / (name + ".pt")))) == 0
+    assert_bit_identical(str(tmp_path / "out_ours" / "model.ckpt-2.pt"), str(tmp_path / "out_nv" / "model.ckpt-2.pt"))
+
+
 def test_a_pt_of_another_kind_or_a_folder_is_one_line(tmp_path):
     """A hostile sweep: a .pt whose "model" is no state dict of tensors (another project's
     {"model": {"module": {...}}}, a list) was an AttributeError traceback ("'dict' object has no

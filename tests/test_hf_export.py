@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer import checkpoint_convert, model as modeling
+from mlperf_bert.trainer import checkpoint_convert, model as modeling, tf_checkpoint
 from mlperf_bert.trainer.config import BertConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,7 +68,7 @@ def test_the_export_holds_every_weight_under_hugging_faces_name(exported):
     ours = model.state_dict()
     assert len(tensors) == len(ours)
     for name, value in ours.items():
-        hf_name = checkpoint_convert.HF_NAMES.get(name, name)
+        hf_name = tf_checkpoint.HF_NAMES.get(name, name)
         assert np.array_equal(tensors[hf_name], value.numpy()), name
     assert "cls.seq_relationship.weight" in tensors and "cls.predictions.bias" in tensors
     assert "cls.predictions.decoder.weight" not in tensors  # tied: loaded from the word embeddings

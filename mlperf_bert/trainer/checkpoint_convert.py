@@ -22,18 +22,6 @@ from mlperf_bert.trainer import model as modeling
 from mlperf_bert.trainer.model import BertForPreTraining
 
 
-# Hugging Face BertForPreTraining's names of the parameters whose names here differ (model.py keeps
-# the TF names; HF's nn.Embedding and nn.Linear add ".weight"); every other name is the same. Its
-# MLM decoder (cls.predictions.decoder) is tied to the word embeddings and its bias to
-# cls.predictions.bias, as here: neither is stored (config.json's tie_word_embeddings).
-HF_NAMES = {
-    "bert.embeddings.word_embeddings": "bert.embeddings.word_embeddings.weight",
-    "bert.embeddings.token_type_embeddings": "bert.embeddings.token_type_embeddings.weight",
-    "bert.embeddings.position_embeddings": "bert.embeddings.position_embeddings.weight",
-    "cls.predictions.output_bias": "cls.predictions.bias",
-    "cls.seq_relationship.output_weights": "cls.seq_relationship.weight",
-    "cls.seq_relationship.output_bias": "cls.seq_relationship.bias",
-}
 # model.py's activations by their Hugging Face names: its gelu is the tanh approximation (the
 # reference's), which HF's "gelu" (erf) is not; "gelu_pytorch_tanh" is the same torch op.
 HF_ACTS = {"gelu": "gelu_pytorch_tanh", "relu": "relu", "tanh": "tanh", "linear": "linear"}
@@ -78,7 +66,7 @@ def save_hf(model, directory):
     # leaves a directory without one (incomplete), not new weights beside the old config
     with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(directory, "config.json"))
-    tensors = {HF_NAMES.get(k, k): v.float() for k, v in model.state_dict().items()}
+    tensors = {tf_checkpoint.HF_NAMES.get(k, k): v.float() for k, v in model.state_dict().items()}
     with atomic_open(os.path.join(directory, "model.safetensors")) as f:
         write_safetensors(f, tensors)
     write_json(os.path.join(directory, "config.json"), hf_config(model.config), newline=True, indent=2,

@@ -50,6 +50,29 @@ V2_NAMES = [(re.compile(r"(?:^|/)" + a + "$"), b) for a, b in [
 ]]
 
 
+# Hugging Face BertForPreTraining's names of the parameters whose names here differ (model.py keeps
+# the TF names; HF's nn.Embedding and nn.Linear add ".weight"); every other name is the same. They
+# are pytorch-pretrained-BERT's, whose module tree NVIDIA's MLPerf BERT keeps: the HF export writes
+# them (checkpoint_convert), and a .pt of NVIDIA's convert_tf_checkpoint.py is read by them.
+HF_NAMES = {
+    "bert.embeddings.word_embeddings": "bert.embeddings.word_embeddings.weight",
+    "bert.embeddings.token_type_embeddings": "bert.embeddings.token_type_embeddings.weight",
+    "bert.embeddings.position_embeddings": "bert.embeddings.position_embeddings.weight",
+    "cls.predictions.output_bias": "cls.predictions.bias",
+    "cls.seq_relationship.output_weights": "cls.seq_relationship.weight",
+    "cls.seq_relationship.output_bias": "cls.seq_relationship.bias",
+}
+# Their MLM decoder (cls.predictions.decoder) is tied to the word embeddings and its bias to
+# cls.predictions.bias, as here: HF's export stores neither (config.json's tie_word_embeddings),
+# torch.save of NVIDIA's model stores the weight beside the embeddings (one tensor).
+HF_TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings",
+           "cls.predictions.decoder.bias": "cls.predictions.output_bias"}
+# Names of NVIDIA's training-time modules, which hold the weights in another layout: its
+# run_pretraining.py's BertForPreTrainingSegmented (every checkpoint it writes), fused QKV
+# (TransformerEngine, apex's multi-head attention), fused GEMM-GELU.
+NVIDIA_FUSED = re.compile(r"^(?:bert_model_segment|heads_only_segment)\.|qkv|multi_head_attention|self_attention\."
+                          r"|layernorm_mlp|_extra_state|\.(?:weight|bias)[12]$")
+
 def tf_name(torch_name):
     """Reference TF variable name of a parameter of ``model.BertForPreTraining``."""
     parts = torch_name.split(".")
@@ -572,6 +595,54 @@ def _check_saved_config(path, saved, config):
                         % (path, ", ".join(other)))
 
 
+def _from_hf_names(weights, model, path):
+    """``weights`` in this model's names: a state dict in Hugging Face's (NVIDIA's MLPerf BERT
+    convert_tf_checkpoint.py writes one, from the reference's TF checkpoint) renamed, its tied decoder
+    dropped, and the zero rows its converter pads the vocabulary with (to a multiple of 8) cut; one of
+    ours as it is. A layout that does not map exactly is one line naming the TF prefix to give."""
+    import torch
+    if weights and all(n.startswith("module.") for n in weights):  # DistributedDataParallel's wrapper
+        weights = {n[len("module."):]: t for n, t in weights.items()}
+    if any(n in HF_NAMES for n in weights):  # this model's own names (its checks are load_state_from_arrays')
+        return weights
+    fix = ("give the reference's TF checkpoint prefix (--init_checkpoint=DIR/tf1_ckpt/model.ckpt-28252), which NVIDIA's "
+           "convert_tf_checkpoint.py itself reads")
+    fused = [n for n in weights if NVIDIA_FUSED.search(n)]
+    if fused:
+        raise UserError("checkpoint %s holds NVIDIA's MLPerf BERT weights in its training model's fused or renamed "
+                        "layout (%s), not one this model reads exactly: %s" % (path, fused[0], fix))
+    ours = {hf: own for own, hf in HF_NAMES.items()}
+    if not any(n in ours or n in HF_TIED for n in weights):
+        return weights
+    new = {ours.get(n, n): t for n, t in weights.items()}
+    taken = ["Hugging Face's names (NVIDIA's convert_tf_checkpoint.py .pt)"]
+    for hf, own in HF_TIED.items():
+        if hf in new:
+            if own not in new or not torch.equal(new[hf], new[own]):
+                raise UserError("checkpoint %s (Hugging Face's names): its %s is not its %s, which this model ties "
+                                "it to: %s" % (path, hf, HF_NAMES[own], fix))
+            del new[hf]
+            taken.append("%s dropped (tied, equal to %s)" % (hf, HF_NAMES[own]))
+    sd = model.state_dict()
+    vocab = sd["bert.embeddings.word_embeddings"].shape[0]
+    emb, bias = new.get("bert.embeddings.word_embeddings"), new.get("cls.predictions.output_bias")
+    if emb is not None and bias is not None and vocab % 8 and emb.shape[0] == bias.shape[0] == vocab + 8 - vocab % 8:
+        if emb[vocab:].count_nonzero() or bias[vocab:].count_nonzero():  # (trained: the tied decoder's gradient)
+            raise UserError("checkpoint %s (Hugging Face's names): its vocabulary is padded to %d and the rows past "
+                            "--bert_config_file's %d are not zero, which this model has no place for: %s"
+                            % (path, emb.shape[0], vocab, fix))
+        new["bert.embeddings.word_embeddings"], new["cls.predictions.output_bias"] = emb[:vocab], bias[:vocab]
+        taken.append("%d zero rows of vocabulary padding (%d -> %d) dropped" % (emb.shape[0] - vocab, emb.shape[0],
+                                                                                 vocab))
+    known = {tf_name(n) for n in sd}
+    unknown = [n for n in new if tf_name(n) not in known]
+    if unknown:
+        raise UserError("checkpoint %s (Hugging Face's names) holds %d tensor(s) this model has no place for, e.g. %s: "
+                        "%s" % (path, len(unknown), unknown[0], fix))
+    log.info("checkpoint %s: %s", path, "; ".join(taken))
+    return new
+
+
 def load_init_checkpoint(model, path, carried=()):
     """Load weights from a TF prefix (TF1 or TF2) or a ``.pt``; return {"global_step", "ignored"}
     (``carried``: variables the caller keeps, neither logged nor returned as ignored)."""
@@ -584,7 +655,7 @@ def load_init_checkpoint(model, path, carried=()):
             raise UserError("checkpoint %s is not a checkpoint of this project (its 'model' is not a dict of "
                             "tensors): give a .pt written by this project or a TF checkpoint prefix" % path)
         _check_saved_config(path, ckpt.get("config"), getattr(model, "config", None))
-        arrays = to_tf_arrays(ckpt["model"])
+        arrays = to_tf_arrays(_from_hf_names(weights, model, path))
         ignored = load_state_from_arrays(model, arrays, path, carried)
         step = ckpt.get("global_step")
         problem = step is not None and step_problem(step)

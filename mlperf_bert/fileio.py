@@ -469,6 +469,18 @@ def sync_fd(fd):
             raise
 
 
+def evict_from_page_cache(paths):
+    """Drop what the page cache holds of each file of ``paths`` (clean pages: inputs), where the file
+    system allows it (``posix_fadvise`` DONTNEED; nothing where it does not)."""
+    for path in paths:
+        with contextlib.suppress(OSError, AttributeError):  # (AttributeError: a platform without it)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
 def _sync(tmp):
     """Its bytes on the disk before the rename names it: what another library wrote into it (h5py,
     torch.save, savefig) as ``atomic_open``'s own; after a crash of the machine the output is whole

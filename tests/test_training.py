@@ -302,6 +302,56 @@ def test_checkpoints_written_while_training_goes_on_hold_their_step_and_resume_b
     assert_bit_identical(os.path.join(full, "model.ckpt-30.pt"), os.path.join(out, "model.ckpt-30.pt"))
 
 
+def _resident_pages(path):
+    """Pages of ``path`` in the page cache (mincore over a private mapping of it)."""
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    try:
+        buf = ctypes.c_char.from_buffer(mm)
+        vec = (ctypes.c_ubyte * ((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE))()
+        assert libc.mincore(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(size), vec) == 0, ctypes.get_errno()
+        del buf
+        return sum(v & 1 for v in vec)
+    finally:
+        mm.close()
+
+
+def test_a_run_after_a_cache_drop_starts_with_its_training_data_out_of_the_page_cache(files, tmp_path, monkeypatch):
+    """A sweep of the rules: after start_training.sh dropped the page cache (cache_clear true), the start
+    checks read every record's header, which brought every page of the training files back: the run
+    began with its data in RAM, which training_rules.adoc ("Data State at Start of Run") excludes. Each
+    rank drops them again in the untimed init; without a drop the cache is left as it is."""
+    from mlperf_bert.harness.mlperf_log import MLPerfLog
+    from mlperf_bert.fileio import evict_from_page_cache
+    train = str(tmp_path / "train.tfrecord")
+    shutil.copyfile(files["train"], train)
+    with open(train, "rb+") as f:
+        os.fsync(f.fileno())
+    evict_from_page_cache([train])
+    if _resident_pages(train):  # (tmpfs: the page cache is the file's storage)
+        pytest.skip("%s cannot leave the page cache (tmpfs?)" % train)
+    at_run_start = []
+    start = MLPerfLog.start
+
+    def spy(log, key, *a, **kw):
+        if key == "run_start":
+            at_run_start.append(_resident_pages(train))
+        return start(log, key, *a, **kw)
+    monkeypatch.setattr(MLPerfLog, "start", spy)
+    argv = lambda out: flags_for(dict(files, train=train), str(tmp_path / out), num_train_steps=2,  # noqa: E731
+                                 save_checkpoints_steps=0)
+    monkeypatch.setenv("MLPERF_CACHE_CLEARED", "True")
+    assert training.main(argv("cleared")) == 0
+    evict_from_page_cache([train])
+    monkeypatch.setenv("MLPERF_CACHE_CLEARED", "False")
+    assert training.main(argv("kept")) == 0
+    assert at_run_start[0] == 0 and at_run_start[1] > 0, at_run_start
+
+
 def test_a_resumes_end_line_gives_its_time_to_the_steps_it_trained(files, uninterrupted, tmp_path, capsys):
     """A long-run sweep: a run resumed at step 285 of 300 ended "trained 300 steps (1200 samples) in
     0.8 s", the time of 15 steps given to 300 (375 steps/s read off a run of 20). The line says which

@@ -482,7 +482,8 @@ def run(cfg, stop, held):
     log = MLPerfLog(log_path, rank, held=True)
     if not continues:
         # start_training.sh drops the page cache when it may and says so; run directly, nothing was.
-        log.event(C.CACHE_CLEAR, os.environ.get("MLPERF_CACHE_CLEARED", "False") in ("True", "true", "1"))
+        cache_cleared = os.environ.get("MLPERF_CACHE_CLEARED", "False") in ("True", "true", "1")
+        log.event(C.CACHE_CLEAR, cache_cleared)
         log.start(C.INIT_START)
         m, o, sc = cfg.mlperf, cfg.optim, cfg.schedule
         log.submission(m.submission_division, m.submission_org, m.submission_platform, m.submission_status)
@@ -516,6 +517,11 @@ def run(cfg, stop, held):
         preflight.warn_schedule(cfg, packed, freq, eval_set is not None, global_batch)
         preflight.warn_closed_model(cfg, trainer.model.config)
     if not continues:
+        if cache_cleared:
+            # the start checks read every record's header (--check_data), so every page of the training
+            # files came back into the page cache just dropped, and the run began with its data in RAM, which
+            # the rules exclude (training_rules.adoc, "Data State at Start of Run"): each rank drops them again
+            fileio.evict_from_page_cache(train_files)
         log.event("eval_frequency", freq)
         log.event(C.EVAL_SAMPLES, eval_set.num_records if eval_set else 0)
         log.end(C.INIT_STOP)

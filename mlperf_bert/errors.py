@@ -3,6 +3,7 @@ pool workers and children. Imports nothing of mlperf_bert, so that every module 
 ``run_main``, the wrapper of the command-line entry points that turns these into one line and an
 exit status, is mlperf_bert/cli.py, above fileio and flags."""
 import contextlib
+import errno
 import functools
 import os
 import signal
@@ -320,7 +321,12 @@ def worker_pool(workers, start_method=None):
     try:
         with contextlib.nullcontext() if forked else stops_held(), \
                 stops_held_over_fork({signal.SIGINT, signal.SIGTERM} if forked else {signal.SIGINT}):
-            pool = _recording_pool(context, started, workers, init_worker, (os.getpid(),))
+            try:
+                pool = _recording_pool(context, started, workers, init_worker, (os.getpid(),))
+            except OSError as e:  # its queues' semaphores: "no space left on device", then "free space"
+                if e.errno == errno.ENOSPC:
+                    raise UserError(shm_full("the worker pool's semaphores live there")) from None
+                raise
         yield WatchedPool(pool, started)
         # guarded too: a stop in the join (the jobs done) left the pool's semaphores to the tracker
         pool.close()
@@ -336,6 +342,19 @@ def worker_pool(workers, start_method=None):
             from multiprocessing import util
             util._run_finalizers(0)
         raise
+
+
+def shm_full(why, alternative=""):
+    """The one line for a full /dev/shm: ``why`` this process needs it, ``alternative``: a fix
+    without it (", or ..."). A container's is 64 MB unless given more."""
+    try:
+        st = os.statvfs("/dev/shm")
+        size = " (%d kB)" % (st.f_blocks * st.f_frsize >> 10)
+    except OSError:
+        size = ""
+    return ("/dev/shm%s is full: %s (a container's is 64 MB unless given more): run the container with "
+            "--shm-size=1g (or --ipc=host; Kubernetes: an emptyDir of medium Memory at /dev/shm)%s"
+            % (size, why, alternative))
 
 
 def signal_name(sig):

@@ -281,3 +281,39 @@ def test_loader_bench_times_the_pure_python_record_by_record_reader(shards, monk
     assert len(got) == len(want) == 13
     for a, b in zip(got, want):
         assert a.keys() == b.keys() and all(torch.equal(a[k].to(b[k].dtype), b[k]) for k in a)
+
+
+def test_a_full_dev_shm_is_one_line_not_a_hang(shards, monkeypatch):
+    """A container's /dev/shm is 64 MB unless given more: full, the worker's batch could not be moved
+    to shared memory in its queue's feeder thread, which printed a traceback and dropped it, and
+    the trainer waited for it forever (SIGTERM too). Full before the workers, the iterator's
+    semaphores failed it half made: "no space left on device ... free space", and __del__'s traceback."""
+    import errno
+    import signal
+
+    paths, _ = shards
+
+    def full(*a, **k):
+        raise RuntimeError("unable to allocate shared memory(shm) for file </torch_1_2_3>: No space left on device (28)")
+
+    def timeout(signum, frame):
+        raise TimeoutError("the loader hung")
+
+    monkeypatch.setattr(torch.UntypedStorage, "_share_fd_cpu_", full)  # the workers are forked with it
+    old = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(20)
+    try:
+        with pytest.raises(UserError, match=r"^/dev/shm \(\d+ kB\) is full: .*--shm-size=1g \(or --ipc=host.*"
+                                            r"--num_workers=0$"):
+            next(iter(loader.make_loader(loader.PretrainingBatches(paths, SEQ, PRED, 6), num_workers=1)))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    monkeypatch.undo()
+
+    def no_semaphore():
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(multiprocessing, "Lock", no_semaphore)
+    with pytest.raises(UserError, match=r"^/dev/shm \(\d+ kB\) is full: .*--shm-size=1g"):
+        loader.make_loader(loader.PretrainingBatches(paths, SEQ, PRED, 6), num_workers=2)

@@ -1133,6 +1133,18 @@ def test_a_worker_that_died_while_the_pool_replaced_it_is_seen(tmp_path):
                         r"SIGKILL), the out-of-memory killer .*: rerun the same command .*\n", proc.stderr), proc.stderr
 
 
+def test_a_pool_whose_semaphores_dev_shm_cannot_hold_is_one_line_naming_it(monkeypatch):
+    """A full /dev/shm (a container's is 64 MB unless given more) failed the pool's semaphores:
+    make-dataset said "no space left on device ... free space", naming no file, on a disk with room."""
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(errors, "_recording_pool", full)
+    with pytest.raises(UserError, match=r"^/dev/shm \(\d+ kB\) is full: the worker pool's semaphores .*--shm-size=1g"):
+        with errors.worker_pool(2, "fork"):
+            pass
+
+
 def test_a_watched_pool_refuses_the_ways_of_giving_work_it_does_not_watch():
     """A sweep: apply_async (and apply, map_async, starmap) went to the pool unwatched: a worker's death
     in such a task left the pool's cache unemptied and its join waited for ever. Refused, naming

@@ -14,6 +14,7 @@ builds batches ``w, w+W, ...``; PyTorch hands them out round-robin, i.e. in orde
 """
 import collections
 import contextlib
+import errno
 import functools
 import os
 import re
@@ -25,7 +26,7 @@ import weakref
 import numpy as np
 import torch
 
-from mlperf_bert.errors import UserError, die_with_parent, ended
+from mlperf_bert.errors import UserError, die_with_parent, ended, shm_full
 from mlperf_bert.fileio import check_tmpdir
 from mlperf_bert.dataset.example import (decode_pretraining_batch, decode_pretraining_example, value_problem,  # noqa: F401
                                          values_refusal)  # (value_problem: packed_loader's too)
@@ -478,6 +479,25 @@ def _worker_init(trainer_pid, worker_id):
     die_with_parent(trainer_pid, signal.SIGKILL, 1)
 
 
+LOADER_SHM = ("the data loader workers hand batches over through its shared memory", ", or give --num_workers=0")
+
+
+def _in_shared_memory(batch):
+    """A worker's batch (``batch_size=None``: one of the dataset's dicts) moved to shared memory in
+    the worker itself, where failing is the worker's error: in its queue's feeder thread, where
+    PyTorch moves it, a full /dev/shm was a printed traceback, the batch dropped, and the trainer
+    waited for it forever, deaf to SIGTERM."""
+    for t in (batch.values() if isinstance(batch, dict) else (batch,)):
+        if isinstance(t, torch.Tensor):
+            try:
+                t.share_memory_()
+            except RuntimeError as e:  # "unable to allocate shared memory(shm) for file </torch_...>: No space ..."
+                if "</torch_" in str(e):
+                    raise UserError(shm_full(*LOADER_SHM)) from None
+                raise
+    return batch
+
+
 def make_loader(dataset, num_workers):
     """DataLoader over ready-made batches; workers prefetch so the accelerator never waits."""
     # Its own generator: creating an iterator must not draw from the global RNG (dropout),
@@ -485,13 +505,22 @@ def make_loader(dataset, num_workers):
     kwargs = dict(batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available(),
                   generator=torch.Generator(), worker_init_fn=functools.partial(_worker_init, os.getpid()))
     if num_workers > 0:
-        kwargs.update(prefetch_factor=4, persistent_workers=False)
+        kwargs.update(prefetch_factor=4, persistent_workers=False, collate_fn=_in_shared_memory)
         # multiprocessing's folder (pymp-* in $TMPDIR, where a worker's resource-sharing socket
         # goes) made here, before the workers: theirs would be their own, left behind by a worker
         # that the loader ends on an error; this process removes its own when it exits.
+        import multiprocessing
         from multiprocessing import util
         check_tmpdir(num_workers)
         util.get_temp_dir()
+        # the iterator's queues' semaphores (4 + 3 per worker) live in /dev/shm too: made here first,
+        # since a full one fails the iterator half made (its __del__'s traceback after our line)
+        try:
+            [multiprocessing.Lock() for _ in range(4 + 3 * num_workers)]
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise UserError(shm_full(*LOADER_SHM)) from None
+            raise
     return _Loader(torch.utils.data.DataLoader(dataset, **kwargs))
 
 

@@ -142,6 +142,36 @@ def test_an_input_of_more_files_than_the_process_may_open_is_read_in_order(tiny_
     assert [row[1] for b in batches for row in b["input_ids"].tolist()] == [5 + i for i in range(len(paths))]
 
 
+@pytest.mark.parametrize("suffix", [".tfrecord", ".hdf5"])
+def test_an_input_file_replaced_while_the_run_reads_it_is_refused_naming_it(shards, tmp_path, suffix):
+    """A hostile sweep (two commands at once): the trainer opens each input file as the stream reaches
+    it, so one that make-dataset, to-hdf5 or pack rewrote into the run's --input_file meanwhile (renamed
+    over it) was read as it is now: its new records silently trained on, or, the old one still open,
+    "record 13 is corrupt (data CRC mismatch): the file is damaged" (it is not). Now one line naming it."""
+    from mlperf_bert.dataset import hdf5
+    paths, _ = shards
+    a, b = str(tmp_path / ("a" + suffix)), str(tmp_path / ("b" + suffix))
+    for path, src in ((a, paths[:1]), (b, paths[1:2])):
+        if suffix == ".hdf5":
+            hdf5.tfrecords_to_hdf5(src, path, SEQ, PRED, progress=False)
+        else:
+            tfrecord.write_records(path, list(tfrecord.read_records(src[0])))
+    it = iter(loader.PretrainingBatches([a, b], SEQ, PRED, 8, shuffle=False, repeat=False))
+    next(it)  # a is being read; b is not opened yet
+    new = str(tmp_path / ("new" + suffix))  # another command's output, renamed over b
+    if suffix == ".hdf5":
+        hdf5.tfrecords_to_hdf5(paths[2:], new, SEQ, PRED, progress=False)
+    else:
+        tfrecord.write_records(new, list(tfrecord.read_records(paths[2])))
+    os.replace(new, b)
+    with pytest.raises(UserError) as e:
+        list(it)
+    assert str(e.value) == (
+        "%s was replaced or rewritten while this run read it (by another command, since the run started): a run "
+        "trains on the data it started with; put that file back, or write new data elsewhere and start a new run in "
+        "another --output_dir" % b)
+
+
 def test_an_hdf5_file_named_as_tfrecords_is_named_as_such(shards, tmp_path):
     """A hostile review: an HDF5 file named *.tfrecord was 'record 0 has a corrupt length (CRC mismatch):
     the file is damaged': the trainer tells HDF5 files by their name."""

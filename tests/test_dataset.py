@@ -266,6 +266,32 @@ def test_rerun_removes_lock_files_a_killed_run_left(full_run, text_dir, vocab_fi
     assert sorted(os.listdir(out)) == sorted(os.listdir(full_run))
 
 
+def test_readers_refuse_the_folder_of_a_make_dataset_run_not_finished(full_run, tmp_path):
+    """A hostile sweep (two commands at once): `to-hdf5 --input='DIR/part-*'`, `pack` or the trainer
+    started while make-dataset still wrote DIR (or after it was killed) took the shards made so far for
+    the whole set: "wrote 63216 examples from 1 file(s)", exit 0. verify already failed such a folder."""
+    from mlperf_bert.dataset import hdf5, packing
+    from mlperf_bert.trainer import loader
+    out = _copy_run(full_run, tmp_path)
+    os.remove(os.path.join(out, "manifest.tsv"))  # its settings, no manifest: running, or killed
+    glob_ = os.path.join(out, "part-*")
+    flags = TINY[:2]
+    want = ("folder %s is make-dataset's folder, with its make_dataset_settings.json but no manifest.tsv, which it "
+            "writes when it is done: a run that did not finish, or is running; rerun the same make-dataset command to "
+            "finish it" % out)
+    for what, read in (("--input_file", lambda: loader.input_files(glob_)),
+                       ("--eval_input_file", lambda: loader.input_files(os.path.join(out, "eval_10k"),
+                                                                        "--eval_input_file")),
+                       ("--input file", lambda: hdf5.main(["to-hdf5", "--input=" + glob_,
+                                                           "--output=%s" % (tmp_path / "x.hdf5")] + flags)),
+                       ("--input file", lambda: packing.main(["pack", "--input=" + glob_,
+                                                              "--output_dir=%s" % (tmp_path / "pk")] + flags))):
+        with pytest.raises(UserError) as e:
+            read()
+        assert str(e.value) == "%s: %s" % (what, want)
+    assert sorted(os.listdir(tmp_path)) == ["copy"]  # nothing written
+
+
 def test_resume_with_a_text_shard_changed_to_the_same_size_is_refused(full_run, text_dir, vocab_file, tmp_path):
     """Issue 23: only the name and size of a shard were recorded, so a changed shard of the same
     size kept its stale TFRecord."""

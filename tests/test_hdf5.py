@@ -746,6 +746,26 @@ def test_a_file_of_no_rows_among_others_is_refused_naming_it(made, tmp_path, kin
         assert str(e.value) == want
 
 
+def test_a_packed_file_replaced_while_the_run_reads_it_is_refused_naming_it(made, tmp_path):
+    """A hostile sweep (two commands at once): a packed input that a second `pack` renamed over the
+    run's --input_file once the run had started was read as it is now: its row counts the old file's,
+    "cannot read HDF5 file ...: it is truncated or damaged: pack it again" (it is not), or its new rows
+    trained on."""
+    from mlperf_bert.trainer import packed_loader
+    a, b = (_copy(made["packed"], str(tmp_path / name)) for name in ("a.packed.hdf5", "b.packed.hdf5"))
+    it = iter(packed_loader.PackedBatches([a, b], 8, shuffle=False, repeat=False))
+    next(it)  # a is being read; b's rows are not
+    new = _copy(made["packed"], str(tmp_path / "new.packed.hdf5"))
+    with h5py.File(new, "r+") as h:  # another pack's rows: one fewer
+        for name in list(h):
+            _rewrite(h, name, h[name][1:])
+        h.attrs["num_rows"] -= 1
+    os.replace(new, b)
+    with pytest.raises(UserError) as e:
+        list(it)
+    assert str(e.value).startswith("%s was replaced or rewritten while this run read it (by another command" % b)
+
+
 def test_an_input_whose_name_is_not_utf8_is_converted(golden_tfrecord, tmp_path):
     """A TFRecord named in Latin-1 (b'caf\\xe9') was a UnicodeEncodeError traceback: h5py cannot
     store the name as str. Its bytes that are not UTF-8 are written as \\xNN."""

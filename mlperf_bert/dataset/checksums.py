@@ -20,13 +20,13 @@ from mlperf_bert import flags
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import atomic_open, md5_many, open_input, read_lines, unfinished_download, unfinished_write
 from mlperf_bert.locking import is_lock_file
-from mlperf_bert.dataset import hdf5, packing
+from mlperf_bert.dataset import hdf5, packing, run_record
 from mlperf_bert.dataset.eval_articles import check_eval_articles
 from mlperf_bert.dataset.tfrecord import _U32, masked_crc32c, read_records, refuse_special_file
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "results")
-MANIFEST_NAME = "manifest.tsv"
-SETTINGS_NAME = "make_dataset_settings.json"  # make-dataset writes it first, its manifest last
+# make-dataset writes its settings first, its manifest last
+SETTINGS_NAME, MANIFEST_NAME = run_record.MAKE_DATASET_SETTINGS, run_record.MAKE_DATASET_MANIFEST
 MANIFEST_HEADER = "name\tbytes\trecords\tmd5"
 NUM_PARTS = 500
 PART_NAMES = ["part-%05d-of-%05d" % (i, NUM_PARTS) for i in range(NUM_PARTS)]
@@ -363,9 +363,7 @@ def plan(paths, tables, manifest=None):
             if manifest is None and SETTINGS_NAME in names:
                 # make-dataset's folder that its run has not finished (killed, or still running): what
                 # it holds passed its CRCs one by one, a folder with no output at all passed
-                p.unfinished.append((path, "make-dataset's folder, with its %s but no %s, which it writes when it "
-                                           "is done: a run that did not finish, or is running; rerun the same "
-                                           "make-dataset command to finish it" % (SETTINGS_NAME, MANIFEST_NAME)))
+                p.unfinished.append((path, run_record.unfinished_make_dataset(path)))
             if manifest is not None:
                 for name in names:
                     if name != MANIFEST_NAME:

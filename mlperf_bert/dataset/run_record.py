@@ -34,6 +34,20 @@ def load(directory, record_name, command, is_output, fix):
     return set(names), finished if isinstance(finished, bool) else None
 
 
+# make-dataset's own record: its settings, written before its first output, and its manifest, written last
+MAKE_DATASET_SETTINGS, MAKE_DATASET_MANIFEST = "make_dataset_settings.json", "manifest.tsv"
+
+
+def unfinished_make_dataset(directory):
+    """Why ``directory`` is the folder of a make-dataset run that has not finished (a phrase), or None."""
+    if os.path.isfile(os.path.join(directory, MAKE_DATASET_SETTINGS)) and \
+            not os.path.exists(os.path.join(directory, MAKE_DATASET_MANIFEST)):
+        return ("make-dataset's folder, with its %s but no %s, which it writes when it is done: a run that did not "
+                "finish, or is running; rerun the same make-dataset command to finish it"
+                % (MAKE_DATASET_SETTINGS, MAKE_DATASET_MANIFEST))
+    return None
+
+
 def write(directory, record_name, names, finished):
     write_json(os.path.join(directory, record_name), {"outputs": sorted(names), "finished": finished}, indent=1)
 

@@ -13,6 +13,7 @@ import struct
 from crc32c import crc32c
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.dataset.run_record import unfinished_make_dataset
 from mlperf_bert.fileio import (FIFO, atomic_open, glob_parts, open_input, special_file_refusal, special_kind,
                                 unfinished_download, unfinished_write)
 
@@ -338,4 +339,9 @@ def expand_paths(spec, what="input file", pipes=False):
         if globbed:
             refuse_temporary(p, what)
         refuse_special_file(p, what, pipes=pipes)
+    if not pipes:  # records: a make-dataset run still writing (or killed) has not made all of its set
+        for folder in sorted({os.path.dirname(p) or "." for p, _ in out}):
+            why = unfinished_make_dataset(folder)
+            if why:
+                raise UserError("%s: folder %s is %s" % (what, folder, why))
     return [p for p, _ in out]

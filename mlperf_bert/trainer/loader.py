@@ -85,12 +85,40 @@ def open_file_cap():
     return 4096 if soft == resource.RLIM_INFINITY else max(16, min(soft // 4, 4096))
 
 
+def stamps(files):
+    """{path: what identifies the file it names now}: a file renamed over it or rewritten differs. Size
+    and modification time, not the inode: a FUSE mount (without use_ino) may number one file anew."""
+    out = {}
+    for path in files:
+        st = os.stat(path)
+        out[path] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def check_unchanged(path, taken):
+    """Refuse ``path`` when it is no longer the file of ``taken`` (``stamps``, at the run's start).
+    Files are opened as the stream reaches them, hours into a run: one that another command replaced
+    meanwhile (make-dataset, to-hdf5 or pack rerun into the input's folder) was read as "corrupt
+    (data CRC mismatch)", or worse, its new records silently trained on."""
+    if path not in taken:
+        return
+    try:
+        now = stamps([path])[path]
+    except FileNotFoundError:
+        now = None
+    if now != taken[path]:
+        raise UserError("%s was %s while this run read it (by another command, since the run started): a run trains "
+                        "on the data it started with; put that file back, or write new data elsewhere and start a new "
+                        "run in another --output_dir" % (path, "removed" if now is None else "replaced or rewritten"))
+
+
 class OpenFiles:
     """Open files by path, made by ``open_one(path)``: at most ``open_file_cap()`` at once, the least
-    recently used closed first (reopened when read again)."""
+    recently used closed first (reopened when read again); each checked against ``taken`` (``stamps``)
+    as it is opened."""
 
-    def __init__(self, open_one):
-        self.open_one, self.cap = open_one, open_file_cap()
+    def __init__(self, open_one, taken=None):
+        self.open_one, self.cap, self.taken = open_one, open_file_cap(), taken or {}
         self.files = collections.OrderedDict()
 
     def get(self, path):
@@ -98,7 +126,13 @@ class OpenFiles:
         if f is None:
             while len(self.files) >= self.cap:
                 self.files.popitem(last=False)[1].close()
+            check_unchanged(path, self.taken)  # (before the open: its checks would call the new file damaged)
             f = self.open_one(path)
+            try:
+                check_unchanged(path, self.taken)  # (and after: replaced in between, it opened the new one)
+            except UserError:
+                f.close()
+                raise
         self.files[path] = f
         return f
 
@@ -110,9 +144,9 @@ class OpenFiles:
 class _Reader:
     """Reads and decodes records by descriptor; keeps files open (OpenFiles)."""
 
-    def __init__(self, max_seq_length, max_predictions_per_seq, vocab_size=None):
+    def __init__(self, max_seq_length, max_predictions_per_seq, vocab_size=None, taken=None):
         self.seq, self.pred, self.vocab_size = max_seq_length, max_predictions_per_seq, vocab_size
-        self.files = OpenFiles(self._open_new)
+        self.files = OpenFiles(self._open_new, taken)
 
     def _open(self, path):
         return self.files.get(path)
@@ -210,14 +244,16 @@ def _check_lengths(feats, seq, pred, where):
     return feats
 
 
-def record_stream(files, seed, shuffle, buffer_size, repeat=True):
-    """Yield (path, offset, length, index in file) of the global record stream, epoch after epoch."""
+def record_stream(files, seed, shuffle, buffer_size, repeat=True, taken=None):
+    """Yield (path, offset, length, index in file) of the global record stream, epoch after epoch;
+    each file checked against ``taken`` (``stamps``) before it is scanned."""
     epoch = 0
     while True:
         rng = np.random.Generator(np.random.PCG64([seed, epoch]))
         order = rng.permutation(len(files)) if shuffle else range(len(files))
         buf, seen = [], 0
         for fi in order:
+            check_unchanged(files[fi], taken or {})
             for index, (off, n) in enumerate(scan(files[fi])):
                 seen += 1
                 item = (files[fi], off, n, index)
@@ -270,12 +306,13 @@ class PretrainingBatches(torch.utils.data.IterableDataset):
         self.global_batch, self.rank, self.world_size = global_batch, rank, world_size
         self.shuffle, self.seed, self.buffer_size = shuffle, seed, buffer_size
         self.start_batch, self.repeat, self.max_batches = start_batch, repeat, max_batches
+        self.taken = stamps(self.files)  # the files as the run starts (read as the stream reaches them)
 
     def _batches(self, worker, num_workers):
         per_rank = self.global_batch // self.world_size
         lo, hi = self.rank * per_rank, (self.rank + 1) * per_rank
-        reader = _Reader(self.seq, self.pred, self.vocab_size)
-        stream = record_stream(self.files, self.seed, self.shuffle, self.buffer_size, self.repeat)
+        reader = _Reader(self.seq, self.pred, self.vocab_size, self.taken)
+        stream = record_stream(self.files, self.seed, self.shuffle, self.buffer_size, self.repeat, self.taken)
         try:
             i, pos, mine = 0, 0, []
             for item in stream:

@@ -65,6 +65,7 @@ class PackedBatches(torch.utils.data.IterableDataset):
         self.global_batch, self.rank, self.world_size = global_batch, rank, world_size
         self.shuffle, self.seed, self.start_batch, self.repeat = shuffle, seed, start_batch, repeat
         self.vocab_size = vocab_size
+        self.taken = loader.stamps(self.files)  # the files as the run starts (read as the stream reaches them)
         # real predictions of the fullest row: the slots kept per row (dataset/packing.py)
         self.slots = row_shape(self.files)[0]
 
@@ -85,9 +86,10 @@ class PackedBatches(torch.utils.data.IterableDataset):
     def _batches(self, worker, num_workers):
         counts = []
         for f in self.files:
+            loader.check_unchanged(f, self.taken)
             with hdf5.open_file(f) as h:
                 counts.append(sequences_per_row(h))
-        handles = loader.OpenFiles(hdf5.open_file)  # (not every file at once: the process's limit)
+        handles = loader.OpenFiles(hdf5.open_file, self.taken)  # (not every file at once: the process's limit)
         try:
             if not sum(len(c) for c in counts):
                 raise UserError("packed files %s hold no rows: check the paths" % ",".join(self.files))

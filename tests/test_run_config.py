@@ -115,6 +115,8 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     old_leaves, today_leaves = dict(_leaves(ckpt)), dict(_leaves(today))
     # and the torch that wrote it (a resume under another says so: the next test)
     assert ("torch",) not in old_leaves and today_leaves.pop(("torch",)) == torch.__version__
+    # and its arithmetic revision (a resume from code of another, or from this one, says so: the next test)
+    assert ("arithmetic",) not in old_leaves and today_leaves.pop(("arithmetic",)) == checkpoint.ARITHMETIC
     # and whether an eval diverged (a resume from its checkpoint ends there: test_training.py); an old
     # checkpoint without it resumes as one whose evals were finite
     assert ("diverged",) not in old_leaves and today_leaves.pop(("diverged",)) is False
@@ -167,20 +169,26 @@ def test_a_resume_under_another_torch_says_so_once_and_goes_on_from_the_checkpoi
     """A checkpoint names the torch that wrote it. Resumed under another (edited here: this machine
     has one), the run goes on, as on another GPU, with one warning line naming both versions; here,
     where the arithmetic is in fact the same, it ends bit-identical to the uninterrupted run. Under
-    the same torch, or from a checkpoint that names none (an older version's), nothing is said."""
+    the same torch, or from a checkpoint that names none (an older version's), nothing is said of torch.
+    So does a checkpoint of code of another arithmetic revision, or of a version that names neither
+    its torch nor its revision (a hostile sweep: a run stopped under the code of 2026-12-04, whose
+    LAMB rounded otherwise, resumed under today's without a word and ended 3e-8 from both versions'
+    uninterrupted runs); one that names its torch alone was written at revision 1."""
     d = _fixture_data(tmp_path)
     full = tmp_path / "full"
     assert training.main(_argv(d, full)) == 0
     ckpt = torch.load(full / "model.ckpt-6.pt", map_location="cpu", weights_only=False)
-    assert ckpt["torch"] == torch.__version__
+    assert (ckpt["torch"], ckpt["arithmetic"]) == (torch.__version__, checkpoint.ARITHMETIC)
     capsys.readouterr()
-    for name, written in (("other", "2.11.0+cu130"), ("same", str(torch.__version__)), ("older", None)):
+    for name, written, arithmetic in (("other", "2.11.0+cu130", checkpoint.ARITHMETIC),
+                                      ("same", str(torch.__version__), None), ("revision", None, 0),
+                                      ("older", None, None)):
         out = tmp_path / name
         out.mkdir()
-        if written is None:
-            del ckpt["torch"]
-        else:
-            ckpt["torch"] = written
+        for key, value in (("torch", written), ("arithmetic", arithmetic)):
+            ckpt.pop(key, None)
+            if value is not None:
+                ckpt[key] = value
         torch.save(ckpt, out / "model.ckpt-6.pt")
         shutil.copy(full / "mlperf.log", out / "mlperf.log")  # the resume cuts it back to the checkpoint's mark
         assert training.main(_argv(d, out)) == 0
@@ -194,6 +202,14 @@ def test_a_resume_under_another_torch_says_so_once_and_goes_on_from_the_checkpoi
                               % (out / "model.ckpt-6.pt", torch.__version__)], err
         else:
             assert warned == [], err
+        warned = [line for line in err.splitlines() if "was written by" in line]
+        which = {"revision": "by code of arithmetic revision 0, this code's is %d" % checkpoint.ARITHMETIC,
+                 "older": "by a version of before 2026-12-06, which does not record its arithmetic (that of before "
+                          "2026-12-04 rounds LAMB's update otherwise)"}.get(name)
+        assert warned == ([] if which is None else [
+            "warning: checkpoint %s was written %s: the resume goes on from its state, but its sums may round "
+            "otherwise than the uninterrupted run's (not bit-identical); resume with the code that wrote it for "
+            "the same arithmetic" % (out / "model.ckpt-6.pt", which)]), err
         assert_bit_identical(str(out / "model.ckpt-12.pt"), str(full / "model.ckpt-12.pt"))
         # the resumed run's own checkpoints name the torch it ran under
         assert torch.load(out / "model.ckpt-12.pt", map_location="cpu", weights_only=False)["torch"] == torch.__version__

@@ -25,6 +25,22 @@ STOPPED = "run_stopped.json"  # written at run_stop; gives way to FINISHED once 
 LOG_OWNER = "mlperf_log_path.json"
 
 
+# The trainer's arithmetic: raised by a change to the code that makes a run's sums round otherwise
+# (1: LAMB's 1 - beta and bias corrections in float32, 2026-12-04), so that a resume from a checkpoint
+# of another says it will end bit-identical to neither version's uninterrupted run, as one under
+# another torch does
+ARITHMETIC = 1
+
+
+def arithmetic_of(ckpt):
+    """The ARITHMETIC of the code that wrote ``ckpt``; None for a checkpoint that does not say and
+    names no torch (written before 2026-12-06; its code may round as this one or as the code before
+    revision 1). One that names its torch but no revision was written at revision 1."""
+    if "arithmetic" in ckpt:
+        return ckpt["arithmetic"]
+    return 1 if "torch" in ckpt else None
+
+
 def torch_version():
     """The torch this process runs, as checkpoints and launch records name it (a plain str:
     torch's ``TorchVersion`` does not pass a weights-only load)."""

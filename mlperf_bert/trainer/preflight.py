@@ -425,19 +425,35 @@ def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_pat
                             "with the same, or use another --output_dir for a new run"
                             % ("; ".join(changed), os.path.dirname(path), os.path.basename(path)))
     warn_other_torch(ckpt.get("torch"), path)
+    warn_other_arithmetic(checkpoint.arithmetic_of(ckpt), path)
 
 
 def warn_other_torch(written, path):
     """A resume under another torch than the one that wrote checkpoint ``path`` goes on from the same
     state, as one on another GPU does (neither is refused), but it is not the uninterrupted run's
     arithmetic: its kernels, and so its sums, may round otherwise; it says so, once. (A checkpoint
-    of an older version does not name its torch: nothing to say.)"""
+    of an older version does not name its torch: nothing to say of it; warn_other_arithmetic does.)"""
     running = checkpoint.torch_version()
     if isinstance(written, str) and written != running:
         print("warning: checkpoint %s was written under torch %s, this run has torch %s: the resume goes on from "
               "its state, but its sums may round otherwise than the uninterrupted run's (not bit-identical), and a "
               "submission's runs name one software stack; resume under torch %s for the same arithmetic"
               % (path, written, running, written), file=sys.stderr, flush=True)
+
+
+def warn_other_arithmetic(written, path):
+    """A resume from a checkpoint of code whose arithmetic is not this code's (``written``:
+    checkpoint.arithmetic_of) goes on from its state, as one under another torch does, and says once
+    that it ends bit-identical to neither version's uninterrupted run (a hostile sweep: a run stopped
+    under the code of 2026-12-04 and resumed under today's ended 3e-8 from both, nothing said)."""
+    if written == checkpoint.ARITHMETIC:
+        return
+    which = ("by a version of before 2026-12-06, which does not record its arithmetic (that of before "
+             "2026-12-04 rounds LAMB's update otherwise)" if written is None
+             else "by code of arithmetic revision %s, this code's is %d" % (written, checkpoint.ARITHMETIC))
+    print("warning: checkpoint %s was written %s: the resume goes on from its state, but its sums may round "
+          "otherwise than the uninterrupted run's (not bit-identical); resume with the code that wrote it for "
+          "the same arithmetic" % (path, which), file=sys.stderr, flush=True)
 
 
 def check_run_log(output_dir, log_path, mark, what):

@@ -535,8 +535,9 @@ def run(cfg, stop, held):
         else:
             checkpoint.write_log_owner(output_dir, log_path)
             log.open()
-    # the torch that wrote a checkpoint: a resume under another says its sums may round otherwise
-    extra = {"seed": seed, "config": config.to_dict(), "run": identity, "torch": checkpoint.torch_version()}
+    # the torch and the arithmetic that wrote a checkpoint: a resume under others says its sums may round otherwise
+    extra = {"seed": seed, "config": config.to_dict(), "run": identity, "torch": checkpoint.torch_version(),
+             "arithmetic": checkpoint.ARITHMETIC}
     loop = Loop(cfg, trainer, log, stop, eval_set, freq, extra, global_batch)
     try:
         return loop.train(state, train_files, packed, seed, held)

@@ -658,7 +658,7 @@ def _rewrite(h, name, data):
 @pytest.mark.parametrize("kind,change,message", [
     ("plain", "ids1d", "dataset input_ids has shape (64000,), expected (rows, tokens)"),
     ("plain", "ids3d", "dataset input_ids has shape (500, 128, 1), expected (rows, tokens)"),
-    # NVIDIA's variable-length files (convert_fixed2variable.py, its packed_data scripts)
+    # a vlen input_ids beside fixed-length datasets (NVIDIA's files, all vlen and without input_mask: below)
     ("plain", "vlen", "dataset input_ids has shape ({rows},), expected (rows, tokens)"),
     ("plain", "scalar", "dataset segment_ids is a scalar, expected (rows, tokens)"),
     ("plain", "group", "segment_ids is a group, expected a dataset (rows, tokens)"),
@@ -991,3 +991,65 @@ def test_a_packed_attribute_that_is_not_one_fitting_integer_is_one_line(made, tm
         with pytest.raises(UserError) as e:
             read()
         assert str(e.value).startswith("%s: %s" % (path, message)) and "pack it again" in str(e.value), str(e.value)
+
+
+def _nvidia_files(made, d):
+    """NVIDIA's MLPerf BERT layouts (training_results v2.1-v5.0 input_preprocessing/) of the first 12
+    golden records: convert_fixed2variable.py's (one unpadded vlen row a record, int16/int8, no
+    input_mask or weights) and packed_data/create_packed_trainset.py's (two records a row, positions
+    counted in the row, packed_input_len and packed_masked_lm_len; its shards named part_00000)."""
+    ex = hdf5.read_examples(made["plain"], 0, 12)
+    lens, preds = ex["input_mask"].sum(1), (ex["masked_lm_positions"] != 0).sum(1)
+    row = {"input_ids": [ex["input_ids"][i, :lens[i]] for i in range(12)],
+           "segment_ids": [ex["segment_ids"][i, :lens[i]] for i in range(12)],
+           "masked_lm_positions": [ex["masked_lm_positions"][i, :preds[i]] for i in range(12)],
+           "masked_lm_ids": [ex["masked_lm_ids"][i, :preds[i]] for i in range(12)]}
+    kinds = {"input_ids": "int16", "segment_ids": "int8", "masked_lm_positions": "int16", "masked_lm_ids": "int16",
+             "packed_input_len": "int16", "packed_masked_lm_len": "int16", "next_sentence_labels": "int8"}
+
+    def write(path, rows):
+        with h5py.File(path, "w") as h:
+            for name, values in rows.items():
+                ds = h.create_dataset(name, (len(values),), dtype=h5py.vlen_dtype(np.dtype(kinds[name])))
+                for i, v in enumerate(values):
+                    ds[i] = np.asarray(v, kinds[name])
+        return path
+    varlength = str(d / "part_00000_of_00002.hdf5")
+    write(varlength, row)
+    with h5py.File(varlength, "a") as h:
+        h.create_dataset("next_sentence_labels", data=ex["next_sentence_labels"].reshape(-1).astype("i1"))
+    pairs = [(2 * i, 2 * i + 1) for i in range(6)]
+    packed = {name: [np.concatenate([row[name][a], row[name][b]]) for a, b in pairs] for name in row}
+    packed["masked_lm_positions"] = [np.concatenate([row["masked_lm_positions"][a], row["masked_lm_positions"][b] +
+                                                     lens[a]]) for a, b in pairs]
+    packed.update(packed_input_len=[lens[[a, b]] for a, b in pairs], packed_masked_lm_len=[preds[[a, b]] for a, b in pairs],
+                  next_sentence_labels=[ex["next_sentence_labels"][[a, b], 0] for a, b in pairs])
+    return varlength, write(str(d / "part_00000"), packed)
+
+
+def test_nvidias_varlength_and_packed_files_are_refused_naming_them(made, tmp_path):
+    """NVIDIA's shards (hdf5_4320_shards_varlength, eval_varlength, packed_data) were called damaged
+    ('dataset input_ids has shape (12,) ... convert it again with to-hdf5', MISMATCH in verify), and a
+    packed shard, named part_00000, a TFRecord to rename *.hdf5 (then refused as damaged)."""
+    from mlperf_bert.dataset import checksums
+    from mlperf_bert.trainer import training
+    from test_training import TINY, flags_for
+    import json
+    config = str(tmp_path / "config.json")
+    with open(config, "w") as f:
+        json.dump(TINY, f)
+    varlength, packed = _nvidia_files(made, tmp_path)
+    what = {varlength: "NVIDIA's MLPerf BERT variable-length HDF5 (convert_fixed2variable.py: one unpadded row a "
+                       "record, no input_mask), which this project does not read: convert the TFRecords with python "
+                       "-m mlperf_bert to-hdf5 (docs/dataset.md section 5)",
+            packed: "NVIDIA's MLPerf BERT packed data (create_packed_trainset.py: variable-length rows, sequences "
+                    "told apart by packed_input_len), which this project does not read: pack the TFRecords with "
+                    "python -m mlperf_bert pack (docs/dataset.md section 6)"}
+    for kw, path in [(dict(input_file=varlength), varlength), (dict(input_file=packed), packed),
+                     (dict(input_file=made["tfrecord"], eval_input_file=varlength, do_eval=True), varlength)]:
+        kw = dict(dict(max_seq_length=128, max_predictions_per_seq=20, num_train_steps=2, num_workers=0), **kw)
+        with pytest.raises(UserError) as e:
+            training.main(flags_for({"config": config, "train": None}, str(tmp_path / "out"), **kw))
+        assert str(e.value) == "%s is %s" % (path, what[path])
+    for path in what:  # intact, carrying no checksums: verify's UNKNOWN, as for the reference's HDF5
+        assert checksums.own_checksums(path) is None

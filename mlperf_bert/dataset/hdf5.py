@@ -200,6 +200,43 @@ PACKED_LAYOUT = dict(UNPACKED_LAYOUT, position_ids=(_TOKENS, True), next_sentenc
 _SHAPE_ATTRS = {"max_seq_length": _TOKENS, "max_sequences_per_pack": _SEQUENCES}
 
 
+# NVIDIA's MLPerf BERT (training_results v2.1-v5.0, input_preprocessing/) stores a record as one
+# variable-length row a dataset (h5py vlen int16/int8: its tokens unpadded, its filled prediction
+# slots; no input_mask, no weights): convert_fixed2variable.py and chop_hdf5_files_to_varlength.py
+# (hdf5_*_shards_varlength, eval_varlength), and packed_data/create_packed_trainset.py, several
+# records a row, told apart by packed_input_len. Its shards exist on users' storage; the checks
+# below called them damaged (shape (rows,)) and a packed one, named part_00000, a TFRecord to rename.
+class NvidiaLayout(UserError):
+    """A file of NVIDIA's variable-length or packed layout: intact, but not one this project reads."""
+
+
+def refuse_nvidia_layout(h, path):
+    """Refuse an open file of NVIDIA's layout in one line naming it and this project's command."""
+    import h5py
+    ds = h.get("input_ids")
+    if "input_mask" in h or not isinstance(ds, h5py.Dataset) or h5py.check_vlen_dtype(ds.dtype) is None:
+        return  # (a vlen input_ids beside an input_mask is no layout of theirs: check_layout's damaged file)
+    if "packed_input_len" in h:
+        raise NvidiaLayout("%s is NVIDIA's MLPerf BERT packed data (create_packed_trainset.py: variable-length "
+                           "rows, sequences told apart by packed_input_len), which this project does not read: "
+                           "pack the TFRecords with python -m mlperf_bert pack (docs/dataset.md section 6)" % path)
+    raise NvidiaLayout("%s is NVIDIA's MLPerf BERT variable-length HDF5 (convert_fixed2variable.py: one unpadded "
+                       "row a record, no input_mask), which this project does not read: convert the TFRecords "
+                       "with python -m mlperf_bert to-hdf5 (docs/dataset.md section 5)" % path)
+
+
+def refuse_nvidia_file(path):
+    """``refuse_nvidia_layout`` for an HDF5 file not yet opened as one (named as no HDF5 file is)."""
+    import h5py
+    try:
+        h = h5py.File(path, "r")
+    except OSError:
+        return
+    # damaged metadata (open_file's errors of it): the caller's own line
+    with h, contextlib.suppress(OSError, KeyError, RuntimeError, ValueError, TypeError):
+        refuse_nvidia_layout(h, path)
+
+
 def check_layout(h, path):
     """Refuse, in one line naming the file and the dataset, an open file whose datasets are not laid
     out as to-hdf5 or pack writes them (``UNPACKED_LAYOUT``, ``PACKED_LAYOUT``: their dimensions,
@@ -207,6 +244,7 @@ def check_layout(h, path):
     that holds no rows. Only metadata is read. Missing datasets are left to the readers, which name
     the command that makes the file."""
     import h5py
+    refuse_nvidia_layout(h, path)
     packed = "max_sequences_per_pack" in h.attrs or any(n in h for n in PACKED_ONLY)
     layout = PACKED_LAYOUT if packed else UNPACKED_LAYOUT
     fix = "it is damaged, or not made by %s: %s" % ("pack" if packed else "to-hdf5", remake_hint(path, packed))

@@ -66,6 +66,7 @@ def scan(path, crcs=None):
 def _scan_tfrecords(path, crcs=None):
     from mlperf_bert.dataset import hdf5
     if hdf5.is_hdf5_file(path):  # (its first bytes read as a record: "corrupt length")
+        hdf5.refuse_nvidia_file(path)  # NVIDIA's packed shards are named part_00000: a rename would not do
         raise UserError("%s is an HDF5 file (it starts with HDF5's signature), but the trainer reads files not named "
                         "*.hdf5 or *.h5 as TFRecords: rename it *.hdf5" % path)
     records = scan_records(path, crcs)

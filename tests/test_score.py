@@ -653,6 +653,34 @@ def test_one_run_given_twice_or_a_seed_reused_is_warned(two_runs, tmp_path, caps
            "large" % (two_runs / "result_01.txt") in err
 
 
+def test_more_than_one_run_that_did_not_converge_is_warned(two_runs, tmp_path, capsys):
+    """A hostile sweep of the training rules ("A benchmark result is invalid if there is more than one
+    non-converging run"): package made a package of two such runs without a word, which score fails.
+    One such run is allowed (dropped as the slowest): nothing said."""
+    for n in (0, 1):
+        log = two_runs / ("result_%d.txt" % n)
+        text = re.sub(r'("key": "eval_accuracy", "value": )0\.7[2-9]\d*', r"\g<1>0.71", log.read_text())
+        log.write_text(text.replace('"status": "success"', '"status": "aborted"'))
+        assert pkg_mod.main(nyx_argv(two_runs, tmp_path / ("pkg%d" % n))) == 0
+        lines = [l for l in capsys.readouterr().err.splitlines() if "did not converge" in l]
+        assert lines == ([] if n == 0 else [
+            "warning: package: 2 runs did not converge (result_0.txt, result_1.txt): the training rules ('Benchmark"
+            " Results') make a result with more than one non-converging run invalid, and score fails this package"])
+
+
+def test_a_run_that_logged_no_cache_flush_is_warned(two_runs, tmp_path, capsys):
+    """A hostile sweep of the training rules ("You must flush the cache or restart the system prior to
+    benchmarking"): a log saying cache_clear false (the trainer run without start_training.sh's drop) was
+    packaged without a word; the official tools ask only that the key is there."""
+    assert pkg_mod.main(nyx_argv(two_runs, tmp_path / "pkg0")) == 0
+    assert "cache_clear" not in capsys.readouterr().err  # NVIDIA's logs say true
+    log = two_runs / "result_1.txt"
+    log.write_text(log.read_text().replace('"key": "cache_clear", "value": true', '"key": "cache_clear", "value": false'))
+    assert pkg_mod.main(nyx_argv(two_runs, tmp_path / "pkg1")) == 0
+    assert "warning: package: 1 run (result_1.txt) logged no cache_clear true: the training rules ('Data State at" \
+           " Start of Run') ask for the cache flushed or the system restarted before each run" in capsys.readouterr().err
+
+
 def test_an_org_folder_on_another_file_system_is_refused_before_the_build(two_runs, tmp_path, monkeypatch):
     """A storage sweep: ORG/ a symbolic link to another mount (the organization's submission folder
     kept on shared storage): package built beside it and renamed its pieces in, OSError EXDEV, a

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from mlperf_bert.dataset import tfrecord
-from mlperf_bert.trainer import checkpoint, flag_checks, preflight, run_config, throughput, trainer_flags, training
+from mlperf_bert.trainer import (checkpoint, flag_checks, loader, preflight, run_config, throughput, trainer_flags,
+                                  training)
 from mlperf_bert.trainer.run_config import RunConfig
 from mlperf_bert.errors import UserError
 import procs
@@ -350,6 +351,30 @@ def test_a_run_after_a_cache_drop_starts_with_its_training_data_out_of_the_page_
     monkeypatch.setenv("MLPERF_CACHE_CLEARED", "False")
     assert training.main(argv("kept")) == 0
     assert at_run_start[0] == 0 and at_run_start[1] > 0, at_run_start
+
+
+def test_the_eval_sets_records_are_read_on_the_clock(files, tmp_path, monkeypatch):
+    """A sweep of the rules ("The clock must start before any part of the system touches the dataset",
+    training_rules.adoc, Run Results): the online eval set was read and decoded in the untimed init,
+    before run_start. Its records are read after run_start now, once; its count before (metadata)."""
+    from mlperf_bert.harness.mlperf_log import MLPerfLog
+    started, reads = [], []
+    start, batches = MLPerfLog.start, loader.PretrainingBatches._batches
+
+    def spy_start(log, key, *a, **kw):
+        started.append(key == "run_start" or bool(started and started[-1]))
+        return start(log, key, *a, **kw)
+
+    def spy_batches(ds, *a, **kw):
+        if ds.files == [files["eval"]]:
+            reads.append(bool(started and started[-1]))
+        return batches(ds, *a, **kw)
+    monkeypatch.setattr(MLPerfLog, "start", spy_start)
+    monkeypatch.setattr(loader.PretrainingBatches, "_batches", spy_batches)
+    argv = flags_for(files, str(tmp_path / "run"), num_train_steps=4, save_checkpoints_steps=0,
+                     eval_input_file=files["eval"], eval_frequency=8, num_workers=0)
+    assert training.main(argv) == 0
+    assert reads == [True], reads
 
 
 def test_a_resumes_end_line_gives_its_time_to_the_steps_it_trained(files, uninterrupted, tmp_path, capsys):

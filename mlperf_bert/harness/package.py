@@ -31,7 +31,9 @@ from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import (atomic_open, file_md5, host_memory, load_json, new_dirs_removed_on_error, open_input,
                                 pid_alive, read_lines, special_kind, split_lines, write_json)
-from mlperf_bert.harness.compliance import RULESET, SYSTEM_STATUSES, division_of, identity_problems, read_log
+from mlperf_bert.harness.compliance import (RULESET, SYSTEM_STATUSES, division_of, identity_problems, not_converged,
+                                            read_log)
+from mlperf_bert.harness.run_state import logged_cache_clear
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = "MANIFEST.txt"  # `git ls-files` of the implementation (tests/test_score.py keeps it equal)
@@ -845,8 +847,9 @@ def _unfinished_runs(logs):
                 yield log
 
 
-def package_warnings(logs, entries, source):
-    """What package says but does not refuse: a count of logs other than the ruleset's, runs
+def package_warnings(logs, entries, source, runs=(), division="closed"):
+    """What package says but does not refuse: a count of logs other than the ruleset's, more than one
+    run that did not converge (``runs``: each log's records), runs that logged no cache flush, runs
     without a launch record, runs made with other code than the packaged or under several torches."""
     from mlperf_logging.benchmark_meta import get_result_file_counts
     need = get_result_file_counts("training")["bert"]
@@ -855,6 +858,17 @@ def package_warnings(logs, entries, source):
         warnings.append("%d run log%s, the ruleset (training %s) needs exactly %d for BERT: the official package"
                         " checker fails this package (add the missing runs to --runs, or leave the extra out)"
                         % (len(logs), "" if len(logs) == 1 else "s", RULESET, need))
+    failed = [os.path.basename(log) for log, records in zip(logs, runs) if not_converged(records, division)]
+    if len(failed) > 1:  # (score's reason too; one may be dropped as the slowest)
+        warnings.append("%d runs did not converge (%s): the training rules ('Benchmark Results') make a result with"
+                        " more than one non-converging run invalid, and score fails this package"
+                        % (len(failed), ", ".join(failed[:3]) + (", ..." if len(failed) > 3 else "")))
+    kept = [os.path.basename(log) for log, records in zip(logs, runs) if logged_cache_clear(records) is not True]
+    if kept:  # (the official tools ask only that the key is there; every published BERT log says true)
+        warnings.append("%d run%s (%s) logged no cache_clear true: the training rules ('Data State at Start of Run')"
+                        " ask for the cache flushed or the system restarted before each run (start_training.sh drops"
+                        " it, as root, and logs true)" % (len(kept), "" if len(kept) == 1 else "s",
+                                                          ", ".join(kept[:3]) + (", ..." if len(kept) > 3 else "")))
     for log in sorted(_unfinished_runs(logs), key=_run_number):  # a series still running, or stopped
         d = os.path.dirname(os.path.dirname(log))
         warnings.append("%s: no result_%d.txt in %s: that run of the series did not finish (still running, or"
@@ -928,7 +942,7 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
     source_files(root)  # a MANIFEST.txt that is wrong is refused before anything is written
     entries = launch_records(logs, runs)
     source = source_identity(root)
-    warnings = package_warnings(logs, entries, source)
+    warnings = package_warnings(logs, entries, source, runs, division)
     top = os.path.join(output, org)
     # the loser of two packages on one output writes nothing; a package stopped before its move leaves
     # no new, empty --output that looks like one made

@@ -613,6 +613,8 @@ class Loop:
         self.stop.started()  # from here a signal checkpoints (before: it stopped the init at once)
         if not s.continues:
             log.start(C.RUN_START)
+        if self.eval_set:  # the eval set's records, read on the clock (evaluation.EvalSet), before the meter's
+            self.eval_set.load()
         self.t_run, clock_start = time.time(), time.perf_counter()
         if s.evals and reaches_target(s.evals[-1][1], cfg.eval.target_mlm_accuracy):  # resumed after reaching it
             self.status = C.SUCCESS

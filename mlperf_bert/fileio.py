@@ -194,6 +194,25 @@ def free_bytes(path):
     return st.f_bavail * st.f_frsize if st.f_blocks else None
 
 
+def mount_point(path, mountinfo="/proc/self/mountinfo"):
+    """The mount point of the mount holding ``path`` (an existing path): the deepest of ``mountinfo``
+    at or above it resolved, where that is readable; else the first folder up that ``os.path.ismount``
+    calls one, which misses a bind mount of the same file system (the same st_dev)."""
+    path = os.path.realpath(path)
+    try:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
+            points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split(" ")[4])
+                      for line in f if line.count(" ") >= 4]
+    except OSError:
+        points = []
+    inside = [p for p in points if path == p or path.startswith(p.rstrip("/") + "/")]
+    if inside:
+        return max(inside, key=len)
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
 def host_memory():
     """Bytes of memory this host has, or None where the system does not say."""
     try:

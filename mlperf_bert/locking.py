@@ -22,7 +22,7 @@ import sys
 import time
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import WRITE_ERRNOS, make_output_dir, new_dirs_removed_on_error, pid_alive
+from mlperf_bert.fileio import WRITE_ERRNOS, make_output_dir, mount_point, new_dirs_removed_on_error, pid_alive
 
 DIR_LOCK_NAME = ".mlperf_bert.lock"
 # How long a refused run waits when the lock file names a holder that is not alive (its file is
@@ -241,14 +241,6 @@ class OutputLock:
         return False
 
 
-def _mount_point(path):
-    """The mount point of the file system holding ``path`` (an existing path)."""
-    path = os.path.realpath(path)
-    while not os.path.ismount(path):
-        path = os.path.dirname(path)
-    return path
-
-
 def _lock(path, is_dir, what):
     target = path if is_dir else os.path.dirname(os.path.abspath(path))
     # the folders made for the lock go again when it cannot be taken: a folder holding nothing but
@@ -263,7 +255,7 @@ def _lock(path, is_dir, what):
                 full = "the file system mounted at %s is full" if e.errno == errno.ENOSPC else \
                     "your disk quota on the file system mounted at %s is used up"
                 raise UserError("cannot create the lock file %s: %s: %s" % (
-                    lock.lock_file, full % _mount_point(target), WRITE_ERRNOS[e.errno]))
+                    lock.lock_file, full % mount_point(target), WRITE_ERRNOS[e.errno]))
             raise UserError("cannot create the lock file in %s: %s; choose a writable output path"
                             % (target, e.strerror))
 

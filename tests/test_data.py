@@ -1,6 +1,7 @@
 """The trainer's input pipeline on the golden seq-128 file: order, sharding, resume, workers."""
 import multiprocessing
 import os
+import shutil
 
 import pytest
 import torch
@@ -170,6 +171,34 @@ def test_an_input_file_replaced_while_the_run_reads_it_is_refused_naming_it(shar
         "%s was replaced or rewritten while this run read it (by another command, since the run started): a run "
         "trains on the data it started with; put that file back, or write new data elsewhere and start a new run in "
         "another --output_dir" % b)
+
+
+def test_an_input_file_with_only_new_times_is_read_on(shards, tmp_path, monkeypatch):
+    """A hostile review: the same bytes under a new mtime (the data folder synced again by rsync without
+    -t, which renames a new copy over each file; a touch) stopped a good run as "replaced or rewritten".
+    Records with the CRCs the start's scan saw are the run's data: read on; other records of the same
+    size are still refused."""
+    from mlperf_bert.dataset import checksums
+    paths, _ = shards
+    a, b = str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")
+    for path, src in ((a, paths[0]), (b, paths[1])):
+        tfrecord.write_records(path, list(tfrecord.read_records(src)))
+    monkeypatch.setattr(checksums, "_SCANNED", {})
+    checksums.remember_record_crcs([loader.check_records([a, b])])
+    want = list(loader.PretrainingBatches([a, b], SEQ, PRED, 8, shuffle=False, repeat=False))
+    it = iter(loader.PretrainingBatches([a, b], SEQ, PRED, 8, shuffle=False, repeat=False))
+    got = [next(it)]
+    shutil.copyfile(b, b + ".new")  # the same bytes, a new mtime, renamed over it
+    os.utime(b + ".new", ns=(10 ** 18, 10 ** 18))
+    os.replace(b + ".new", b)
+    got += list(it)
+    assert len(got) == len(want) and all(torch.equal(x[k], y[k]) for x, y in zip(got, want) for k in x)
+    records = list(tfrecord.read_records(b))  # other records, the same size: refused
+    it = iter(loader.PretrainingBatches([a, b], SEQ, PRED, 8, shuffle=False, repeat=False))
+    next(it)
+    tfrecord.write_records(b, records[1:] + records[:1])
+    with pytest.raises(UserError, match="was replaced or rewritten while this run read it"):
+        list(it)
 
 
 def test_an_hdf5_file_named_as_tfrecords_is_named_as_such(shards, tmp_path):

@@ -337,6 +337,28 @@ def test_a_same_size_change_within_the_hashs_clock_tick_is_seen(full_run, text_d
         make_dataset.main(cmd(str(changed), out, vocab_file))
 
 
+def test_a_rerun_over_inputs_only_touched_keeps_the_manifest_of_the_finished_set(full_run, text_dir, vocab_file,
+                                                                                  tmp_path, monkeypatch):
+    """A hostile review: text shards copied without their times (cp -r, rsync without -t) or touched, the
+    same bytes, made a rerun remove the finished set's manifest.tsv first, as for other settings: stopped
+    before its end (here its last write fails), it left a folder that the trainer, to-hdf5 and pack refuse
+    as a make-dataset run not finished. A new mtime, like a new hash time, is no new input."""
+    out = _copy_run(full_run, tmp_path)
+    touched = tmp_path / "text"
+    shutil.copytree(text_dir, touched)
+    for name in os.listdir(touched):
+        os.utime(touched / name, ns=(10 ** 18, 10 ** 18))
+
+    def stopped(*a, **k):
+        raise UserError("stopped")
+    monkeypatch.setattr(make_dataset, "write_manifest", stopped)
+    with pytest.raises(UserError, match="^stopped$"):
+        make_dataset.main(cmd(str(touched), out, vocab_file))
+    assert os.path.exists(os.path.join(out, "manifest.tsv"))
+    with open(os.path.join(out, "make_dataset_settings.json")) as f:  # the new times recorded: not hashed again
+        assert json.load(f)["inputs"]["part-00000-of-00002"]["mtime_ns"] == 10 ** 18
+
+
 def test_too_few_eval_records_says_the_fix_and_the_corrected_rerun_goes_on(full_run, text_dir, vocab_file, tmp_path,
                                                                            monkeypatch):
     """Issue 27: make-dataset as the README shows it (10,000 eval records) on a small corpus failed,

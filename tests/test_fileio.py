@@ -1530,3 +1530,18 @@ def test_no_writable_temporary_folder_is_one_line_naming_the_fix(tmp_path, monke
     with pytest.raises(UserError, match=r"^no writable temporary folder for score's copy of the package .*: set "
                                         r"TMPDIR to a writable folder, or mount one at /tmp"):
         score.remove_stale_copies()
+
+
+def test_mount_point_sees_a_bind_mount_of_the_same_file_system(tmp_path):
+    """A hostile review: os.path.ismount (st_dev) calls a bind mount of the same file system no mount, so
+    package renamed across it (EXDEV). mountinfo's deepest mount point at or above the path is its mount
+    (its escapes read: a space is \\040)."""
+    from mlperf_bert.fileio import mount_point
+    org = tmp_path / "out dir" / "ORG"
+    (org / "sub").mkdir(parents=True)
+    esc = str(org).replace(" ", "\\040")
+    info = tmp_path / "mountinfo"
+    info.write_text("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+                    "30 22 8:1 /shared/ORG %s rw - ext4 /dev/sda1 rw\n" % esc)
+    assert mount_point(str(org / "sub"), str(info)) == str(org)
+    assert mount_point(str(org.parent), str(info)) == "/"

@@ -710,6 +710,25 @@ def test_an_org_folder_on_another_file_system_is_refused_before_the_build(two_ru
     assert os.listdir(other / "NVIDIA") == [] and os.listdir(out) == ["NVIDIA"]
 
 
+def test_an_org_folder_bind_mounted_from_its_own_file_system_is_refused_before_the_build(two_runs, tmp_path,
+                                                                                        monkeypatch):
+    """A hostile review: ORG/ a bind mount of the same file system (docker run -v /shared/NVIDIA:/out/NVIDIA:
+    the same st_dev) passed the st_dev check; the rename of the first piece into it was OSError EXDEV, a
+    traceback, exit 1, ORG/benchmarks and the incomplete marker left (seen with a real mount --bind). (The
+    mount here: mount_point, which reads /proc/self/mountinfo, says ORG/ is one.)"""
+    out = tmp_path / "pkg"
+    (out / "NVIDIA").mkdir(parents=True)
+    org = str(out / "NVIDIA")
+    monkeypatch.setattr(pkg_mod, "mount_point", lambda p: org if os.path.realpath(p).startswith(org) else "/")
+    with pytest.raises(UserError) as e:
+        pkg_mod.main(nyx_argv(two_runs, out))
+    assert str(e.value) == ("%s is on another mount than --output %s: package builds in --output and renames the "
+                            "package into ORG/, which cannot cross mounts; %s is a mount point: mount the folder "
+                            "above it instead (a container's -v of --output, not of ORG/), or give an --output on "
+                            "one mount with it" % (org, out, org))
+    assert os.listdir(org) == [] and os.listdir(out) == ["NVIDIA"]
+
+
 def test_package_refuses_a_run_named_twice_and_an_output_among_its_runs(two_runs, tmp_path):
     """A hostile sweep: --runs=runs,runs/result_1.txt packaged result_1.txt twice (3 runs, exit 0, a
     seed warning; the official checker then fails the package), and --output=runs wrote ORG/ into the

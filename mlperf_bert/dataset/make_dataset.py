@@ -217,12 +217,13 @@ def _input_change(name, old, new):
 
 
 def _identity(record):
-    """``record`` without its inputs' hash times, which change where no input did."""
+    """``record`` without its inputs' mtimes and hash times, which only say when to hash again and
+    change where no input did (a copy without its times: cp -r, rsync without -t; a touch)."""
     inputs = record.get("inputs") if isinstance(record, dict) else None
     if not isinstance(inputs, dict):
         return record
-    return dict(record, inputs={n: {k: v for k, v in i.items() if k != "hashed_ns"} if isinstance(i, dict) else i
-                                for n, i in inputs.items()})
+    return dict(record, inputs={n: {k: v for k, v in i.items() if k not in ("mtime_ns", "hashed_ns")}
+                                if isinstance(i, dict) else i for n, i in inputs.items()})
 
 
 def _check_settings(out_dir, old, record):
@@ -268,7 +269,7 @@ def _check_settings(out_dir, old, record):
         if os.path.lexists(manifest):
             os.remove(manifest)
         write_json(os.path.join(out_dir, SETTINGS_NAME), record, indent=1, sort_keys=True)
-    elif old != record:  # inputs hashed again (input_stats), the same: the manifest stands
+    elif old != record:  # inputs hashed again (input_stats), the same bytes: the manifest stands
         write_json(os.path.join(out_dir, SETTINGS_NAME), record, indent=1, sort_keys=True)
 
 

@@ -29,8 +29,8 @@ import sys
 
 from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import (atomic_open, file_md5, host_memory, load_json, new_dirs_removed_on_error, open_input,
-                                pid_alive, read_lines, special_kind, split_lines, write_json)
+from mlperf_bert.fileio import (atomic_open, file_md5, host_memory, load_json, mount_point, new_dirs_removed_on_error,
+                                open_input, pid_alive, read_lines, special_kind, split_lines, write_json)
 from mlperf_bert.harness.compliance import (RULESET, SYSTEM_STATUSES, division_of, identity_problems, not_converged,
                                             read_log)
 from mlperf_bert.harness.run_state import logged_cache_clear
@@ -650,24 +650,32 @@ def _same_package(build, top, system, implementation):
 
 
 def _refuse_another_file_system(top, pieces):
-    """Refuse an ORG/ (or a folder in it that the pieces go into) on another file system than
-    --output: a symbolic link to another mount, or a mount point. The build in --output is renamed
-    into place, which cannot cross file systems (EXDEV: a traceback, a half-made move left in ORG/)."""
+    """Refuse an ORG/ (or a folder in it that the pieces go into) on another file system or mount than
+    --output: a symbolic link to another mount, a mount point, a bind mount of the same file system (a
+    container's -v of ORG/: the same st_dev). The build in --output is renamed into place, which
+    cannot cross mounts (EXDEV: a traceback, a half-made move left in ORG/)."""
     output = os.path.dirname(top)
-    dev = os.stat(output).st_dev
+    dev, mount = os.stat(output).st_dev, mount_point(output)
     folders = [top] + [os.path.join(top, *piece.split(os.sep)[:k]) for piece in pieces
                        for k in range(1, len(piece.split(os.sep)))]
     for folder in folders:
-        if not os.path.isdir(folder) or os.stat(folder).st_dev == dev:
+        if not os.path.isdir(folder):
+            continue
+        other_fs = os.stat(folder).st_dev != dev
+        if not other_fs and mount_point(folder) == mount:
             continue
         real = os.path.realpath(folder)
         beside = os.path.dirname(real)
         fix = ("give --output=%s (where %s is)" % (beside, real)
-               if folder == top and os.stat(beside).st_dev == os.stat(real).st_dev else
-               "give an --output on one file system with it (%s is a mount point)" % real)
-        raise UserError("%s is on another file system than --output %s%s: package builds in --output and renames "
-                        "the package into ORG/, which cannot cross file systems; %s" % (
-                            folder, output, " (a symbolic link to %s)" % real if os.path.islink(folder) else "", fix))
+               if folder == top and os.stat(beside).st_dev == os.stat(real).st_dev
+               and mount_point(beside) == mount_point(real) else
+               "%s is a mount point: mount the folder above it instead (a container's -v of --output, not of ORG/), "
+               "or give an --output on one mount with it" % mount_point(real))
+        raise UserError("%s is on another %s than --output %s%s: package builds in --output and renames the package "
+                        "into ORG/, which cannot cross %ss; %s" % (
+                            folder, "file system" if other_fs else "mount", output,
+                            " (a symbolic link to %s)" % real if os.path.islink(folder) else "",
+                            "file system" if other_fs else "mount", fix))
 
 
 def _check_free(top, system, implementation, source_sha256):

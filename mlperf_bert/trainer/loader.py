@@ -100,7 +100,8 @@ def check_unchanged(path, taken):
     """Refuse ``path`` when it is no longer the file of ``taken`` (``stamps``, at the run's start).
     Files are opened as the stream reaches them, hours into a run: one that another command replaced
     meanwhile (make-dataset, to-hdf5 or pack rerun into the input's folder) was read as "corrupt
-    (data CRC mismatch)", or worse, its new records silently trained on."""
+    (data CRC mismatch)", or worse, its new records silently trained on. A TFRecord with new times
+    alone (its records' CRCs those the start's scan read) is the run's data, read on."""
     if path not in taken:
         return
     try:
@@ -108,9 +109,33 @@ def check_unchanged(path, taken):
     except FileNotFoundError:
         now = None
     if now != taken[path]:
+        if now is not None and now[0] == taken[path][0] and _same_records(path, now[0]):
+            taken[path] = now  # new times alone (copied without them: rsync without -t, cp -r; touched)
+            return
         raise UserError("%s was %s while this run read it (by another command, since the run started): a run trains "
                         "on the data it started with; put that file back, or write new data elsewhere and start a new "
                         "run in another --output_dir" % (path, "removed" if now is None else "replaced or rewritten"))
+
+
+def _same_records(path, size):
+    """Whether TFRecord ``path`` (``size`` bytes) holds the records this process's start scan saw,
+    each record's CRC in order (checksums.scanned_crcs); False where it took none (HDF5,
+    --check_data=none). One scan of the file's headers, as the start's."""
+    from mlperf_bert.dataset import checksums
+    digest = checksums.scanned_crcs(path, size)
+    if digest is None or is_hdf5(path):
+        return False
+    crcs = checksums.record_crcs()
+    try:
+        for _ in scan(path, crcs):
+            pass
+    except (UserError, OSError):
+        return False
+    return _digest(crcs) == digest
+
+
+def _digest(crcs):
+    return crcs.hexdigest()[:16]
 
 
 class OpenFiles:
@@ -605,7 +630,7 @@ def check_records(files, full=False):
                     print("warning: %s has no row checksums (made before they were written): damage in it is not "
                           "caught while training; %s to add them" % (f, hdf5.remake_hint(f, packed)), file=sys.stderr)
         if crcs is not None:
-            seen[f] = (os.path.getsize(f), crcs.hexdigest()[:16])
+            seen[f] = (os.path.getsize(f), _digest(crcs))
     return seen
 
 

@@ -210,9 +210,10 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
         seen = loader.check_records(train_files[rank::world], full=cfg.data.check_data == "full")
         if eval_files:  # read whole at the start anyway: checked as the training files are
             seen.update(loader.check_records(eval_files[rank::world], full=cfg.data.check_data == "full"))
-    # the record CRCs each share's scan read, on rank 0, whose identity a checkpoint keeps
+    # the record CRCs each share's scan read: rank 0's identity a checkpoint keeps; and every rank's loader,
+    # which reads every file, tells by them a file with only new times (loader.check_unchanged)
     from mlperf_bert.dataset import checksums
-    checksums.remember_record_crcs(distributed.gather_objects(seen) or [])
+    checksums.remember_record_crcs(distributed.broadcast_object(distributed.gather_objects(seen)) or [])
     return Start(train_files, eval_files, packed, global_batch, init_ckpt, log_path)
 
 

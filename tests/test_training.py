@@ -325,32 +325,35 @@ def test_a_run_after_a_cache_drop_starts_with_its_training_data_out_of_the_page_
     """A sweep of the rules: after start_training.sh dropped the page cache (cache_clear true), the start
     checks read every record's header, which brought every page of the training files back: the run
     began with its data in RAM, which training_rules.adoc ("Data State at Start of Run") excludes. Each
-    rank drops them again in the untimed init; without a drop the cache is left as it is."""
+    rank drops them again in the untimed init; without a drop the cache is left as it is. Another sweep:
+    the eval files' pages too, whose records are read on the clock (they stayed 100 % resident)."""
     from mlperf_bert.harness.mlperf_log import MLPerfLog
     from mlperf_bert.fileio import evict_from_page_cache
-    train = str(tmp_path / "train.tfrecord")
-    shutil.copyfile(files["train"], train)
-    with open(train, "rb+") as f:
-        os.fsync(f.fileno())
-    evict_from_page_cache([train])
-    if _resident_pages(train):  # (tmpfs: the page cache is the file's storage)
-        pytest.skip("%s cannot leave the page cache (tmpfs?)" % train)
+    inputs = {name: str(tmp_path / ("%s.tfrecord" % name)) for name in ("train", "eval")}
+    for name, path in inputs.items():
+        shutil.copyfile(files[name], path)
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
+    evict_from_page_cache(inputs.values())
+    if _resident_pages(inputs["train"]):  # (tmpfs: the page cache is the file's storage)
+        pytest.skip("%s cannot leave the page cache (tmpfs?)" % inputs["train"])
     at_run_start = []
     start = MLPerfLog.start
 
     def spy(log, key, *a, **kw):
         if key == "run_start":
-            at_run_start.append(_resident_pages(train))
+            at_run_start.append([_resident_pages(path) for path in inputs.values()])
         return start(log, key, *a, **kw)
     monkeypatch.setattr(MLPerfLog, "start", spy)
-    argv = lambda out: flags_for(dict(files, train=train), str(tmp_path / out), num_train_steps=2,  # noqa: E731
-                                 save_checkpoints_steps=0)
+    argv = lambda out: flags_for(dict(files, train=inputs["train"]), str(tmp_path / out), num_train_steps=2,  # noqa: E731
+                                 save_checkpoints_steps=0, eval_input_file=inputs["eval"], eval_frequency=8,
+                                 num_workers=0)
     monkeypatch.setenv("MLPERF_CACHE_CLEARED", "True")
     assert training.main(argv("cleared")) == 0
-    evict_from_page_cache([train])
+    evict_from_page_cache(inputs.values())
     monkeypatch.setenv("MLPERF_CACHE_CLEARED", "False")
     assert training.main(argv("kept")) == 0
-    assert at_run_start[0] == 0 and at_run_start[1] > 0, at_run_start
+    assert at_run_start[0] == [0, 0] and all(at_run_start[1]), at_run_start
 
 
 def test_the_eval_sets_records_are_read_on_the_clock(files, tmp_path, monkeypatch):
@@ -2270,7 +2273,8 @@ def test_a_resume_needs_no_init_checkpoint_file_and_a_start_does(files, uninterr
     """A hostile sweep: once the --init_checkpoint file was gone (a scratch disk cleaned), the stopped
     run could never resume ("not found"), though a resume does not read it. A resume now holds it by
     the name it recorded and ends bit-identical, its checkpoints keeping the recorded fingerprint; a
-    start (nothing to resume) is still refused, writing nothing; another name is still another run."""
+    start (nothing to resume) is still refused, writing nothing; another name is still another run. A
+    .pt's sibling (start.pt.bak) is no TF prefix's file: the resume was refused "not found" beside it."""
     init = tmp_path / "init" / "start.pt"
     init.parent.mkdir()
     init.write_bytes(open(os.path.join(uninterrupted[0], "model.ckpt-30.pt"), "rb").read())
@@ -2282,6 +2286,8 @@ def test_a_resume_needs_no_init_checkpoint_file_and_a_start_does(files, uninterr
     for name in ("model.ckpt-3.pt", "mlperf.log"):  # a run stopped at step 3
         (out / name).write_bytes(open(os.path.join(full, name), "rb").read())
     os.remove(init)
+    # a file beside it named as a TF prefix's are (a sweep: "start.pt not found" on the resume)
+    (init.parent / "start.pt.bak").write_bytes(b"a copy kept")
     fresh = tmp_path / "fresh"
     with pytest.raises(UserError, match=r"^--init_checkpoint %s not found" % re.escape(str(init))):
         training.main(flags_for(files, str(fresh), **kw))

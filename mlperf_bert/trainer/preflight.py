@@ -181,7 +181,8 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     resumes = distributed.broadcast_object(bool(
         checkpoint.list_checkpoints(out) or os.path.exists(os.path.join(out, checkpoint.FINISHED))
         or os.path.exists(os.path.join(out, checkpoint.STOPPED))) if rank == 0 else None)
-    if init and resumes and not os.path.exists(init) and not glob.glob(glob.escape(init) + ".*"):
+    # (a TF prefix is its .index and data files; a .pt, the file: a .pt.bak beside a removed .pt is no checkpoint)
+    if init and resumes and not os.path.exists(init) and not os.path.exists(init + ".index"):
         # gone, and a run to resume here: a resume, which does not read it, holds it by the name it
         # recorded (a start, which reads it, gets fingerprint's "not found" line)
         init_ckpt = [os.path.abspath(init), None, None]

@@ -519,9 +519,10 @@ def run(cfg, stop, held):
     if not continues:
         if cache_cleared:
             # the start checks read every record's header (--check_data), so every page of the training
-            # files came back into the page cache just dropped, and the run began with its data in RAM, which
-            # the rules exclude (training_rules.adoc, "Data State at Start of Run"): each rank drops them again
-            fileio.evict_from_page_cache(train_files)
+            # and eval files came back into the page cache just dropped, and the run began with its data in RAM,
+            # which the rules exclude (training_rules.adoc, "Data State at Start of Run"; the eval set's records
+            # are read on the clock): each rank drops them again
+            fileio.evict_from_page_cache(train_files + list(eval_files or ()))
         log.event("eval_frequency", freq)
         log.event(C.EVAL_SAMPLES, eval_set.num_records if eval_set else 0)
         log.end(C.INIT_STOP)

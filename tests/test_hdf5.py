@@ -766,6 +766,43 @@ def test_a_packed_file_replaced_while_the_run_reads_it_is_refused_naming_it(made
     assert str(e.value).startswith("%s was replaced or rewritten while this run read it (by another command" % b)
 
 
+@pytest.mark.parametrize("kind", ["plain", "packed"])
+def test_an_hdf5_input_with_only_new_times_is_read_on(made, tmp_path, monkeypatch, kind):
+    """A hostile sweep: a to-hdf5 or packed input with the same bytes under a new mtime (rsync without
+    -t, which renames a new copy over it; a touch) stopped a good run as "replaced or rewritten": only
+    TFRecords' CRCs were compared. The datasets' CRC-32Cs its start's identity read are compared now
+    (checksums.content_tag): the same are read on; a file of other rows, the same size, refused."""
+    from mlperf_bert.dataset import checksums
+    from mlperf_bert.trainer import loader, packed_loader
+    a, b = (_copy(made[kind], str(tmp_path / ("%s.%s.hdf5" % (name, kind)))) for name in "ab")
+    monkeypatch.setattr(checksums, "_TAGGED", {})
+    for path in (a, b):  # what the run's identity reads at its start (RunConfig.identity)
+        checksums.remembered_content_tag(path, os.path.getsize(path))
+    batches = ((lambda: packed_loader.PackedBatches([a, b], 8, shuffle=False, repeat=False)) if kind == "packed" else
+               (lambda: loader.PretrainingBatches([a, b], 128, 20, 8, shuffle=False, repeat=False)))
+    want = list(batches())
+    it = iter(batches())
+    got = [next(it)]
+    _copy(b, b + ".new")  # the same bytes, a new mtime, renamed over it
+    os.utime(b + ".new", ns=(10 ** 18, 10 ** 18))
+    os.replace(b + ".new", b)
+    got += list(it)
+    assert len(got) == len(want) and all(np.array_equal(x[k], y[k]) for x, y in zip(got, want) for k in x)
+    it = iter(batches())  # other rows, the same size (a row's values swapped with the next's): refused
+    next(it)
+    with h5py.File(b, "r+") as h:
+        for name in h:
+            h[name][:2] = h[name][:2][::-1]
+        sums = hdf5.Checksums()  # (their CRC-32Cs as another to-hdf5 of these rows writes them)
+        for name in h:
+            sums.update(name, h[name][()])
+        sums.write(h)
+    assert checksums.content_tag(b) != checksums.content_tag(a)
+    os.utime(b, ns=(10 ** 18 + 1, 10 ** 18 + 1))
+    with pytest.raises(UserError, match="was replaced or rewritten while this run read it"):
+        list(it)
+
+
 def test_an_input_whose_name_is_not_utf8_is_converted(golden_tfrecord, tmp_path):
     """A TFRecord named in Latin-1 (b'caf\\xe9') was a UnicodeEncodeError traceback: h5py cannot
     store the name as str. Its bytes that are not UTF-8 are written as \\xNN."""

@@ -141,6 +141,7 @@ def own_checksums(path):
 
 TAG_WINDOWS = 8  # a TFRecord's content tag: this many 64-byte windows across the file, the last at its end
 _SCANNED = {}  # path as given -> (bytes, digest of its record CRCs): what this process's start checks read
+_TAGGED = {}  # path as given -> (bytes, content_tag): what this process's run identity read
 
 
 def record_crcs():
@@ -163,6 +164,19 @@ def scanned_crcs(path, size):
     """The digest of every record's CRC in order that this process's start scan took of ``path``
     (a TFRecord file of ``size`` bytes), or None (not scanned: --check_data=none, an HDF5 file)."""
     seen = _SCANNED.get(path)
+    return seen[1] if seen and seen[0] == size else None
+
+
+def remembered_content_tag(path, size):
+    """``content_tag`` of ``path`` (``size`` bytes), kept as what this process's start read of it
+    (``tagged``): an HDF5 file's datasets' CRC-32Cs are what tells its new times alone later."""
+    _TAGGED[path] = (size, content_tag(path))
+    return _TAGGED[path][1]
+
+
+def tagged(path, size):
+    """The ``content_tag`` this process's start read of ``path`` (``size`` bytes then), or None."""
+    seen = _TAGGED.get(path)
     return seen[1] if seen and seen[0] == size else None
 
 

@@ -100,8 +100,8 @@ def check_unchanged(path, taken):
     """Refuse ``path`` when it is no longer the file of ``taken`` (``stamps``, at the run's start).
     Files are opened as the stream reaches them, hours into a run: one that another command replaced
     meanwhile (make-dataset, to-hdf5 or pack rerun into the input's folder) was read as "corrupt
-    (data CRC mismatch)", or worse, its new records silently trained on. A TFRecord with new times
-    alone (its records' CRCs those the start's scan read) is the run's data, read on."""
+    (data CRC mismatch)", or worse, its new records silently trained on. A file with new times alone
+    (its checksums those the start read: ``_same_records``) is the run's data, read on."""
     if path not in taken:
         return
     try:
@@ -118,12 +118,17 @@ def check_unchanged(path, taken):
 
 
 def _same_records(path, size):
-    """Whether TFRecord ``path`` (``size`` bytes) holds the records this process's start scan saw,
-    each record's CRC in order (checksums.scanned_crcs); False where it took none (HDF5,
-    --check_data=none). One scan of the file's headers, as the start's."""
+    """Whether ``path`` (``size`` bytes) holds the records this process's start saw: a TFRecord's
+    each record's CRC in order (checksums.scanned_crcs; one scan of its headers, as the start's), an
+    HDF5 or packed file's datasets' CRC-32Cs (checksums.tagged: its attributes, as the identity read
+    them; its rows are checked against their own as they are read). False where the start took none
+    (--check_data=none; an HDF5 file made without them)."""
     from mlperf_bert.dataset import checksums
+    if is_hdf5(path):
+        tag = checksums.tagged(path, size)
+        return bool(tag) and tag.startswith("crc32c:") and checksums.content_tag(path) == tag
     digest = checksums.scanned_crcs(path, size)
-    if digest is None or is_hdf5(path):
+    if digest is None:
         return False
     crcs = checksums.record_crcs()
     try:

@@ -300,14 +300,14 @@ class RunConfig:
         it is compared with, where that holds --eval_frequency as the value 0 resolves to (a version
         before this normalisation recorded it as given), that value. (An entry that one side lacks is
         not compared: checkpoint._differing.)"""
-        from mlperf_bert.dataset.checksums import content_tag, scanned_crcs
+        from mlperf_bert.dataset.checksums import remembered_content_tag, scanned_crcs
 
         def files(paths):
             entries = []
             for p in paths or []:
                 size = os.path.getsize(p)
                 crcs = scanned_crcs(p, size)  # (rank 0's: the shares' scans gathered)
-                entries.append([os.path.abspath(p), size, content_tag(p)] + ([crcs] if crcs else []))
+                entries.append([os.path.abspath(p), size, remembered_content_tag(p, size)] + ([crcs] if crcs else []))
             return entries
         unused = self._unused_flags(train_files, world)
         ident = {name: self.flag(name) for name in RUN_FLAGS if name not in unused}

@@ -231,9 +231,9 @@ COST = {
     "test_ten_runs_from_an_initial_checkpoint_packaged_without_git_score_pass_and_fail": 19.5,  # (its 8 checks: 2026-12-05)
     "test_a_finished_run_rerun_with_another_setting_is_refused_and_nothing_is_written": 3.4,
     "test_a_signal_during_do_evals_eval_stops_at_once_and_the_rerun_finishes": 7.3,  # (2026-12-05)
-    "test_a_stop_signal_whose_handler_runs_inside_a_fork_hook_is_raised_after_the_fork": 1.7,  # (2026-12-05)
+    "test_a_stop_signal_whose_handler_runs_inside_a_fork_hook_is_raised_after_the_fork": 2.1,  # (2026-12-07: both phases in one process)
     "test_deciding_on_flash_on_cuda_breaks_no_compiled_graph": 1.9,  # (2026-12-06: imports torch._dynamo itself)
-    "test_a_sigterm_to_the_official_tool_as_it_starts_ends_it": 1.5,  # (2026-12-06)
+    "test_a_sigterm_to_the_official_tool_as_it_starts_ends_it": 0.8,  # (2026-12-07: repo_checker, no scipy import)
     "test_a_signal_while_a_finished_runs_settings_are_compared_leaves_it_finished": 2.1,
     "test_a_tf_write_killed_leaves_what_the_next_write_of_its_prefix_removes": 9.0,  # (not in the mean above)
     "test_ddp_under_dynamo_splits_at_its_buckets_and_trains_as_eager_ddp": 9.6,

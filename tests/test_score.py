@@ -556,7 +556,7 @@ def library_hook():  # another library's after-fork hook, in the tool's child
 
 os.register_at_fork(after_in_child=library_hook)
 errors.install_sigterm_handler()
-print(score._official(sys.argv[1], "package_checker", "org")[0])
+print(score._official(sys.argv[1], "repo_checker", "org")[0])  # (the tool whose import takes no second)
 """
 
 

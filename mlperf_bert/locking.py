@@ -260,6 +260,26 @@ def _lock(path, is_dir, what):
                             % (target, e.strerror))
 
 
+def dir_holder(directory):
+    """The holder of output directory ``directory``'s lock (as a refusal names it), or None when no
+    run holds it. Takes nothing: a tool writing one file there asks before it writes."""
+    import fcntl
+    lock_file = lock_path_for(directory, True)
+    try:
+        fd = os.open(lock_file, os.O_RDONLY)  # flock needs no write access
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None  # no locks on this file system: nothing to ask
+        return _holder_text(lock_file, _read_holder(lock_file))
+    finally:
+        os.close(fd)
+
+
 def lock_dir(directory, what="output directory"):
     """Take the exclusive lock of output directory ``directory`` (made if missing), or refuse with
     one line naming the holder. Held until ``release()``, the end of a ``with`` block, or the

@@ -424,6 +424,21 @@ def test_a_checkpoint_already_at_the_output_is_not_written_over(tf1_ckpt, tmp_pa
                 main(argv)
             assert os.listdir(busy.parent) == [".model.ckpt-28.lock"]
     assert os.listdir(busy.parent) == []
+    # (a sweep) a running trainer holds its --output_dir, not each file: a checkpoint written there
+    # (OUT/model.ckpt-99.pt) would be taken by its rotation or a resume as the run's own. One line naming
+    # the trainer; nothing of the tool's there. Once the trainer is gone, the folder is written as before.
+    out = tmp_path / "out"
+    with locking.lock_dir(str(out), "--output_dir"):  # the trainer, running
+        for main, argv, flag, dst in (
+                (gradacc.main, ["x", "--old=" + tf_prefix], "--new", out / "model.ckpt-99"),
+                (checkpoint_convert.main, convert + ["--input=" + tf_prefix], "--output", out / "model.ckpt-99.pt"),
+                (checkpoint_convert.main, convert + ["--input=" + tf_prefix, "--format=hf"], "--output", out)):
+            with pytest.raises(UserError, match=r"^%s=%s: %s is the --output_dir of a running trainer \(pid %d on host "
+                                                r".*; write it to another folder, or wait for that run to end$"
+                                                % (flag, re.escape(str(dst)), re.escape(str(out)), os.getpid())):
+                main(argv + ["%s=%s" % (flag, dst)])
+            assert os.listdir(out) == [locking.DIR_LOCK_NAME]
+    assert checkpoint_convert.main(convert + ["--input=" + tf_prefix, "--output=%s" % (out / "model.ckpt-99.pt")]) == 0
 
 
 def test_an_output_whose_dot_dot_the_kernel_reads_otherwise_neither_overwrites_nor_lands_elsewhere(tf1_ckpt, tmp_path,

@@ -1498,3 +1498,47 @@ def test_the_wait_for_a_pinned_batch_is_a_wait_too():
     finally:
         signal.signal(signal.SIGUSR1, old)
     assert waiting == [True, False]
+
+
+# Rank 1 held in its untimed init past the last collective (its page-cache drop), marking its pid
+RANK_1_IN_ITS_EVICT = textwrap.dedent("""\
+    import os, sys, time
+    from mlperf_bert.cli import run_main
+    from mlperf_bert.trainer import training
+    evict = training.fileio.evict_from_page_cache
+
+    def held(paths):
+        if os.environ["RANK"] == "1":
+            with open(os.path.join(sys.argv[1], "evict.tmp"), "w") as f:
+                f.write(str(os.getpid()))
+            os.rename(f.name, os.path.join(sys.argv[1], "evict"))
+            time.sleep(120)
+        evict(paths)
+    training.fileio.evict_from_page_cache = held
+    run_main(training.main, ["run_pretraining.py"] + sys.argv[2:])
+""")
+
+
+def test_a_stop_of_rank_1_alone_in_its_untimed_init_is_one_line_and_79(files, tmp_path, short_tmpdir):
+    """A sweep: SIGTERM to rank 1 alone in its untimed init past the last collective (its page-cache drop
+    under MLPERF_CACHE_CLEARED): rank 1 stopped at once with 79 and no line (only rank 0 speaks), and rank 0,
+    waiting for it to make the stop vote's group, was ended by torchrun without one: exit 79, nothing said.
+    Now the wrapper says it: one line, 79."""
+    from test_training import flags_for
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_1_IN_ITS_EVICT)
+    argv = flags_for(files, str(tmp_path / "run"), num_train_steps=4, save_checkpoints_steps=0)[1:]
+    proc = subprocess.Popen([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2", str(script),
+                             str(marks)] + argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=dict(ENV, TMPDIR=short_tmpdir, MLPERF_CACHE_CLEARED="true"))
+    wait_until(lambda: (marks / "evict").exists(), proc, what="rank 1 in its page-cache drop")
+    os.kill(int((marks / "evict").read_text()), signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stdout) == (79, ""), (proc.returncode, stdout, stderr)
+    assert re.fullmatch(r"a stop signal to rank 1 \(local rank 1, pid %s on host \S+\) alone, in its start: no checkpoint "
+                        r"written \(exit 79, not 143\); rerun the same command: it resumes from the newest checkpoint "
+                        r"if there is one, else starts again\n" % (marks / "evict").read_text(),
+                        without_no_eval_warning(stderr)), stderr
+    assert os.listdir(short_tmpdir) == []

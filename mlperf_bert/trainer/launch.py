@@ -231,6 +231,12 @@ class Filter:
             return 128 - f["code"]
         if f["code"] in FOLLOWERS and self.lost:
             self._write(self.lost[0])  # another node's rank failed: this node only saw it go
+        if f["code"] == NOT_SAVED_STATUS and not any(g["code"] == NOT_SAVED_STATUS and g["who"].startswith("rank 0 ")
+                                                     for g in failures):
+            # a stop sent to another rank alone in its start, which stops at once: only rank 0 says a stop's
+            # line, and it was ended by torchrun (waiting for that rank in a collective) without one
+            self._write(not_saved_line("a stop signal", "to %s, pid %s on host %s) alone, in its start" % (
+                f["who"], f["pid"], f.get("host", "?"))))
         return f["code"]
 
 

@@ -477,9 +477,24 @@ def output_held(path, flag, hf=False):
     renames interleaved, and each removed the other's data shards, leaving a mixture or an .index
     alone that no reader could load, while both said "wrote" (a sweep). The second is one line."""
     from mlperf_bert import locking
+    refuse_in_trainer_dir(path, flag, hf)  # before its lock file: nothing of ours goes into a trainer's folder
     with locking.lock_file(path, "output checkpoint"):
         refuse_existing_output(path, flag, hf)
         yield
+
+
+def refuse_in_trainer_dir(path, flag, hf=False):
+    """One line when the checkpoint to write lies in a folder a running trainer holds (its --output_dir,
+    locked by lock_dir for the run): its own lock is the file's, not the folder's, so it was written there,
+    and the trainer's rotation or a resume would take model.ckpt-99.pt as the run's own (a sweep)."""
+    from mlperf_bert import locking
+    where = os.path.abspath(path)
+    for d in [os.path.dirname(where)] + [where] * hf:  # an export folder may be that folder itself
+        holder = locking.dir_holder(d)
+        if holder:
+            raise UserError("%s=%s: %s is the --output_dir of a running trainer (%s): a checkpoint written there "
+                            "would be taken by its rotation or a resume as the run's own; write it to another "
+                            "folder, or wait for that run to end" % (flag, path, d, holder))
 
 
 def shard_files(prefix):

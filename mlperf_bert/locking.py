@@ -191,17 +191,8 @@ class OutputLock:
         """Refuse, in one line, a lock file this user cannot write: another user's (root's), in use
         by a run of theirs or left by one that was killed. Its folder may well be writable, so
         "choose a writable output path" misled; the way out is removing that one file."""
-        import fcntl
-        busy, seen = False, False
-        with contextlib.suppress(OSError):
-            fd = os.open(self.lock_file, os.O_RDONLY)  # flock needs no write access
-            seen = True
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except OSError as e:
-                busy = e.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
-            finally:
-                os.close(fd)
+        held = _is_held(self.lock_file)
+        busy, seen = held is True, held is not None
         if busy:
             raise self._in_use(_read_holder(self.lock_file))
         try:
@@ -260,24 +251,28 @@ def _lock(path, is_dir, what):
                             % (target, e.strerror))
 
 
-def dir_holder(directory):
-    """The holder of output directory ``directory``'s lock (as a refusal names it), or None when no
-    run holds it. Takes nothing: a tool writing one file there asks before it writes."""
+def _is_held(lock_file):
+    """Whether a live process holds ``lock_file`` (a shared lock cannot be taken at once; taken, it
+    is let go); None where the file cannot be opened to ask. No locks on its file system: False."""
     import fcntl
-    lock_file = lock_path_for(directory, True)
     try:
         fd = os.open(lock_file, os.O_RDONLY)  # flock needs no write access
     except OSError:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return None
+        return False
     except OSError as e:
-        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return None  # no locks on this file system: nothing to ask
-        return _holder_text(lock_file, _read_holder(lock_file))
+        return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
     finally:
         os.close(fd)
+
+
+def dir_holder(directory):
+    """The holder of output directory ``directory``'s lock (as a refusal names it), or None when no
+    run holds it. Takes nothing: a tool writing one file there asks before it writes."""
+    lock_file = lock_path_for(directory, True)
+    return _holder_text(lock_file, _read_holder(lock_file)) if _is_held(lock_file) else None
 
 
 def lock_dir(directory, what="output directory"):

@@ -73,6 +73,7 @@ HF_TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings",
 NVIDIA_FUSED = re.compile(r"^(?:bert_model_segment|heads_only_segment)\.|qkv|multi_head_attention|self_attention\."
                           r"|layernorm_mlp|_extra_state|\.(?:weight|bias)[12]$")
 
+
 def tf_name(torch_name):
     """Reference TF variable name of a parameter of ``model.BertForPreTraining``."""
     parts = torch_name.split(".")

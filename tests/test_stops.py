@@ -1537,8 +1537,43 @@ def test_a_stop_of_rank_1_alone_in_its_untimed_init_is_one_line_and_79(files, tm
     os.kill(int((marks / "evict").read_text()), signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
     assert (proc.returncode, stdout) == (79, ""), (proc.returncode, stdout, stderr)
-    assert re.fullmatch(r"a stop signal to rank 1 \(local rank 1, pid %s on host \S+\) alone, in its start: no checkpoint "
+    assert re.fullmatch(r"a stop signal to rank 1 \(local rank 1, pid %s on host \S+\) alone, in its untimed init: no checkpoint "
                         r"written \(exit 79, not 143\); rerun the same command: it resumes from the newest checkpoint "
                         r"if there is one, else starts again\n" % (marks / "evict").read_text(),
                         without_no_eval_warning(stderr)), stderr
     assert os.listdir(short_tmpdir) == []
+
+
+@pytest.mark.parametrize("code", [143, 130, 79])
+def test_a_stop_of_one_rank_alone_in_its_init_is_said_only_where_this_node_shows_it_alone(code):
+    """A sweep: SIGTERM to rank 1 alone in the untimed init of a resumed run (held in Trainer.resume; its
+    handler: 143, no line, rank 1's) ended the job 143 with nothing said: torchrun's report was rank 1 143
+    (the root cause), rank 0 -15 (ended by torchrun). Now its line. The line of 88d712c for a fresh run (79)
+    said "alone" wherever no local rank 0 stopped too: on a second node (one rank a node, or every local
+    rank stopped) a whole job's stop, which rank 0's node says, got a second line calling it alone; and a
+    stop through this wrapper (the whole tree's) is not one rank's alone either."""
+    import io
+    from mlperf_bert.trainer.launch import Filter
+    report = ["Traceback (most recent call last):\n", "  File x\n",
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n", "Failures:\n", "[1]:\n",
+              "  host      : localhost\n", "  rank      : 0 (local_rank: 0)\n",
+              "  exitcode  : -15 (pid: 8) (SIGTERM)\n", "Root Cause (first observed failure):\n", "[0]:\n",
+              "  host      : localhost\n", "  rank      : 1 (local_rank: 1)\n", "  exitcode  : %d (pid: 9)\n" % code]
+
+    def said(lines, signalled=False):
+        out = io.StringIO()
+        f = Filter(out)
+        for line in lines:
+            f.feed(line)
+        assert f.status(1, signalled) == code
+        return out.getvalue()
+    where = "to rank 1 (local rank 1, pid 9 on host localhost) alone, in its untimed init"
+    assert said(report) == ({79: "a stop signal %s: no checkpoint written (exit 79, not 143); rerun the same command: "
+                                 "it resumes from the newest checkpoint if there is one, else starts again\n" % where}
+                            .get(code, "%s %s: stopped at once, nothing trained; rerun the same command to resume\n" % (
+                                {143: "SIGTERM", 130: "SIGINT"}.get(code), where)))
+    assert said(report, signalled=True) == ""  # the whole tree's stop, this wrapper's too: rank 0 says it
+    one_a_node = report[:3] + ["Failures:\n", "  <NO_OTHER_FAILURES>\n"] + report[8:]
+    assert said(one_a_node) == ""  # a second node's rank 1 alone: a whole job's stop looks the same there
+    both = report[:7] + ["  exitcode  : %d (pid: 8)\n" % code] + report[8:]
+    assert said(both) == ""  # every local rank stopped: the job's stop

@@ -185,8 +185,9 @@ class Filter:
         self.out.write(text)
         self.out.flush()
 
-    def status(self, returncode):
-        """Say what the report means, in one line where needed; the exit status."""
+    def status(self, returncode, signalled=False):
+        """Say what the report means, in one line where needed; the exit status. ``signalled``: the
+        wrapper itself got a stop signal (and passed it on)."""
         if self.block:
             self._write("".join(self.block))
         if self.port is not None:
@@ -231,12 +232,18 @@ class Filter:
             return 128 - f["code"]
         if f["code"] in FOLLOWERS and self.lost:
             self._write(self.lost[0])  # another node's rank failed: this node only saw it go
-        if f["code"] == NOT_SAVED_STATUS and not any(g["code"] == NOT_SAVED_STATUS and g["who"].startswith("rank 0 ")
-                                                     for g in failures):
-            # a stop sent to another rank alone in its start, which stops at once: only rank 0 says a stop's
-            # line, and it was ended by torchrun (waiting for that rank in a collective) without one
-            self._write(not_saved_line("a stop signal", "to %s, pid %s on host %s) alone, in its start" % (
-                f["who"], f["pid"], f.get("host", "?"))))
+        # a stop sent to one rank alone (not through this wrapper) in its untimed init, which stops at once:
+        # only rank 0 says a stop's line, and a rank of this node that torchrun ended as this one left
+        # (waiting for it in a collective) said none. Not said where no rank of this node shows it was alone
+        # (one rank a node): there a whole job's stop ends the same way, and rank 0's node says it
+        alone = not signalled and any(g is not f and (g["code"] == -signal.SIGTERM or g["code"] in FOLLOWERS)
+                                      for g in failures)
+        where = "to %s, pid %s on host %s) alone, in its untimed init" % (f["who"], f["pid"], f.get("host", "?"))
+        if alone and f["code"] == NOT_SAVED_STATUS:
+            self._write(not_saved_line("a stop signal", where))
+        elif alone and f["code"] in STOPPED:
+            self._write("%s %s: stopped at once, nothing trained; rerun the same command to resume\n" % (
+                signal.Signals(f["code"] - 128).name, where))
         return f["code"]
 
 
@@ -649,4 +656,4 @@ def _run(args, env):
             return NOT_SAVED_STATUS
         sys.stderr.write(killed_line("torchrun (pid %d)" % proc.pid, -returncode))
         return 128 - returncode
-    return filt.status(returncode)  # the agent's: 143 (130) only when every rank checkpointed
+    return filt.status(returncode, bool(got))  # the agent's: 143 (130) only when every rank checkpointed

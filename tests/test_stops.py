@@ -1575,5 +1575,6 @@ def test_a_stop_of_one_rank_alone_in_its_init_is_said_only_where_this_node_shows
     assert said(report, signalled=True) == ""  # the whole tree's stop, this wrapper's too: rank 0 says it
     one_a_node = report[:3] + ["Failures:\n", "  <NO_OTHER_FAILURES>\n"] + report[8:]
     assert said(one_a_node) == ""  # a second node's rank 1 alone: a whole job's stop looks the same there
-    both = report[:7] + ["  exitcode  : %d (pid: 8)\n" % code] + report[8:]
-    assert said(both) == ""  # every local rank stopped: the job's stop
+    both = [line.replace(": 0 (local_rank: 0)", ": 2 (local_rank: 0)").replace(": 1 (local_rank: 1)", ": 3 (local_rank: 1)")
+            for line in report[:7] + ["  exitcode  : %d (pid: 8)\n" % code] + report[8:]]
+    assert said(both) == ""  # a second node's ranks, every one stopped: the job's stop

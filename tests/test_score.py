@@ -1577,6 +1577,29 @@ def test_the_trainer_records_its_launch(monkeypatch):
     assert rec["torch"] == str(torch.__version__) and type(rec["torch"]) is str
 
 
+def test_package_warns_of_a_run_stopped_and_resumed(two_runs, tmp_path, capsys):
+    """A sweep: a run stopped (a time limit, a preemption) and resumed by its rerun was packaged as any,
+    its time from run_start to run_stop holding the pause and the rerun's init: no timed result. Its launch
+    record names the steps it resumed at (test_training checks the trainer writes them); package says so.
+    A record of one session ([]) or of an older version (no key) says nothing."""
+    from mlperf_bert.harness.compliance import read_log
+    for resumes, warned in (([[21, 27], []], True), ([[], []], False), ([None, []], False)):
+        for i, steps in enumerate(resumes):
+            seed = [r.value for r in read_log(str(two_runs / ("result_%d.txt" % i))) if r.key == "seed"][-1]
+            launch = {"flags": {}, "source_sha256": pkg_mod.source_identity()["source_sha256"]}
+            if steps is not None:
+                launch["resumed_at_steps"] = steps
+            (two_runs / ("run_%d" % i)).mkdir(exist_ok=True)
+            (two_runs / ("run_%d" % i) / "run_finished.json").write_text(json.dumps(
+                {"status": "success", "run": {"seed": seed}, "launch": launch}))
+        out = tmp_path / ("pkg_%s" % len(os.listdir(tmp_path)))
+        assert pkg_mod.main(nyx_argv(two_runs, out)) == 0
+        said = [line for line in capsys.readouterr().err.splitlines() if "resumed" in line]
+        assert said == (["warning: package: 1 run stopped and resumed (result_0.txt (at step 21, 27)): its time from "
+                         "run_start to run_stop holds the pause and the rerun's init, so it is not a timed result; "
+                         "rerun it uninterrupted (with its seed) for the package"] if warned else []), said
+
+
 def test_package_warns_of_runs_launched_under_several_torches(two_runs, tmp_path, capsys):
     """Each launch record names the torch the run ran under; runs under two versions (a container
     upgraded between runs) are one package's runs of two software stacks: package says so, naming

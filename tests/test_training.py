@@ -383,13 +383,21 @@ def test_the_eval_sets_records_are_read_on_the_clock(files, tmp_path, monkeypatc
 def test_a_resumes_end_line_gives_its_time_to_the_steps_it_trained(files, uninterrupted, tmp_path, capsys):
     """A long-run sweep: a run resumed at step 285 of 300 ended "trained 300 steps (1200 samples) in
     0.8 s", the time of 15 steps given to 300 (375 steps/s read off a run of 20). The line says which
-    steps were this process's."""
+    steps were this process's. The launch record names the resumes: a resumed run's time from
+    run_start to run_stop holds the pause and the rerun's init (package warns of it)."""
     out = str(tmp_path / "run")
     shutil.copytree(uninterrupted[0], out)
     for name in ("model.ckpt-24.pt", "model.ckpt-27.pt", "model.ckpt-30.pt", "run_finished.json"):
         os.remove(os.path.join(out, name))
     assert training.main(flags_for(files, out)) == 0  # resumes from model.ckpt-21.pt
     assert "trained 30 steps (9 here, resumed at step 21) (120 samples) in " in capsys.readouterr().out
+    # the launch record keeps every resume (package says such a run is no timed result): none in one session
+    launch = lambda d: json.load(open(os.path.join(d, "run_finished.json")))["launch"]["resumed_at_steps"]
+    assert (launch(uninterrupted[0]), launch(out)) == ([], [21])
+    for name in ("model.ckpt-30.pt", "run_finished.json"):
+        os.remove(os.path.join(out, name))
+    assert training.main(flags_for(files, out)) == 0  # from model.ckpt-27.pt, itself of the resumed session
+    assert launch(out) == [21, 27]
 
 
 CLIP_AFTER = "clip_by_global_norm_after_gradient_allreduce"
@@ -2764,10 +2772,10 @@ def test_the_launch_record_is_taken_before_run_stop_is_logged(files, tmp_path, m
     write is left."""
     out, real, seen = tmp_path / "out", checkpoint.launch_record, []
 
-    def launch_record(cfg, world):
+    def launch_record(cfg, world, resumes):
         log = out / "mlperf.log"
         seen.append(log.exists() and any('"run_stop"' in line or '"run_start"' in line for line in open(log)))
-        return real(cfg, world)
+        return real(cfg, world, resumes)
     monkeypatch.setattr(checkpoint, "launch_record", launch_record)
     assert training.main(flags_for(files, str(out), num_train_steps=4)) == 0
     assert seen == [False]  # once, before run_start (its lines held or written: neither there yet)

@@ -858,7 +858,8 @@ def _unfinished_runs(logs):
 def package_warnings(logs, entries, source, runs=(), division="closed"):
     """What package says but does not refuse: a count of logs other than the ruleset's, more than one
     run that did not converge (``runs``: each log's records), runs that logged no cache flush, runs
-    without a launch record, runs made with other code than the packaged or under several torches."""
+    without a launch record, runs stopped and resumed, runs made with other code than the packaged or
+    under several torches."""
     from mlperf_logging.benchmark_meta import get_result_file_counts
     need = get_result_file_counts("training")["bert"]
     warnings = []
@@ -906,6 +907,14 @@ def package_warnings(logs, entries, source, runs=(), division="closed"):
         names = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
         warnings.append("%d run%s (%s) ran other code than the implementation packaged (source_sha256 differs):"
                         " package the commit the runs ran" % (len(other), "" if len(other) == 1 else "s", names))
+    resumed = ["%s (at step %s)" % (e["result"], ", ".join(map(str, e["launch"]["resumed_at_steps"])))
+               for e in entries if isinstance(e["launch"], dict) and e["launch"].get("resumed_at_steps")]
+    if resumed:  # (an uninterrupted run's record says []; one of an older version says nothing)
+        warnings.append("%d run%s stopped and resumed (%s): %s time from run_start to run_stop holds the pause and the"
+                        " rerun's init, so it is not a timed result; rerun %s uninterrupted (with its seed) for the"
+                        " package" % (len(resumed), "" if len(resumed) == 1 else "s", "; ".join(resumed[:3]) +
+                                      ("; ..." if len(resumed) > 3 else ""), "its" if len(resumed) == 1 else "their",
+                                      "it" if len(resumed) == 1 else "them"))
     by_torch = {}
     for e in entries:
         version = (e["launch"] or {}).get("torch")

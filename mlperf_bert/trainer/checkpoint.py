@@ -586,17 +586,19 @@ def write_finished(output_dir, record):
         os.unlink(os.path.join(output_dir, STOPPED))
 
 
-def launch_record(cfg, world):
+def launch_record(cfg, world, resumes=()):
     """How this run was started: train_model.sh's preset and the flags given over it
     (MLPERF_BERT_PRESET, MLPERF_BERT_OVERRIDES; None when the trainer was started otherwise), every
-    flag the trainer was given, its processes and nodes (torchrun's LOCAL_WORLD_SIZE), its torch, and the code
-    (``harness.package.source_identity``: git commit, modified, digest of the implementation)."""
+    flag the trainer was given, its processes and nodes (torchrun's LOCAL_WORLD_SIZE), its torch, the code
+    (``harness.package.source_identity``: git commit, modified, digest of the implementation) and
+    ``resumed_at_steps``, the steps a stop's rerun resumed it at (none: one uninterrupted session)."""
     from mlperf_bert.harness.package import source_identity
     local = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
     record = {"preset": os.environ.get("MLPERF_BERT_PRESET"), "overrides": os.environ.get("MLPERF_BERT_OVERRIDES"),
               "flags": cfg.given_flags(),
               "processes": world, "processes_per_node": local, "nodes": max(1, world // max(1, local)),
-              "torch": torch_version()}  # (package warns of a submission's runs under several)
+              "torch": torch_version(),  # (package warns of a submission's runs under several)
+              "resumed_at_steps": list(resumes)}
     if cfg.config_file:  # --config: the file given, and the resolved config the run wrote at its start
         given, digest = cfg.config_file
         record["config"] = {"file": os.path.abspath(given), "sha256": digest,

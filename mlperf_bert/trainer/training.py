@@ -564,6 +564,9 @@ class TrainState:
     # an eval's loss not finite: the weights are not (on every rank); the run ends there. Checkpointed:
     # a run stopped at that eval (or killed after its last checkpoint) resumed and trained on in NaN
     diverged: bool = False
+    # the steps this run was resumed at (a stop and a rerun): its time from run_start to run_stop holds
+    # the pause and a second init; the launch record keeps them, and package says so
+    resumes: list = dataclasses.field(default_factory=list)
 
     @staticmethod
     def log_continues(ckpt):
@@ -576,7 +579,8 @@ class TrainState:
         block, loss = ckpt.get("block") or (False, 0), ckpt.get("loss")
         state = cls(step=ckpt["global_step"], samples=ckpt.get("samples", ckpt["global_step"] * batch_size),
                     next_eval=ckpt["next_eval"], evals=ckpt["evals"], block_open=block[0], block_first=block[1],
-                    continues=cls.log_continues(ckpt), diverged=bool(ckpt.get("diverged")))
+                    continues=cls.log_continues(ckpt), diverged=bool(ckpt.get("diverged")),
+                    resumes=list(ckpt.get("resumes") or []) + [ckpt["global_step"]])
         if loss:
             state.loss_sum = torch.full((), loss[0], device=device)
             state.loss_n = loss[1]
@@ -586,7 +590,7 @@ class TrainState:
         """The checkpoint's keys of the loop (``mlperf_log``: the log's mark)."""
         return dict(global_step=self.step, samples=self.samples, next_eval=self.next_eval, evals=list(self.evals),
                     mlperf_log=list(mlperf_log), block=[self.block_open, self.block_first],
-                    loss=[self.loss_sum.item(), self.loss_n], diverged=self.diverged)
+                    loss=[self.loss_sum.item(), self.loss_n], diverged=self.diverged, resumes=list(self.resumes))
 
 
 class Loop:
@@ -610,7 +614,7 @@ class Loop:
         # how the run was started (git, the source's digest: ~30 ms), for its end's record: taken here, in the
         # untimed init, so that at the end only a small write follows run_stop (a kill after run_stop and
         # before that record made the rerun start the finished run over)
-        self.launch = checkpoint.launch_record(cfg, trainer.world) if trainer.rank == 0 else None
+        self.launch = checkpoint.launch_record(cfg, trainer.world, s.resumes) if trainer.rank == 0 else None
         self.stop.started()  # from here a signal checkpoints (before: it stopped the init at once)
         if not s.continues:
             log.start(C.RUN_START)

@@ -4,7 +4,8 @@ and every ``--flag`` it uses, exists in that command's own ``--help``; every env
 the docs set for the launchers is read by them; every make target named exists; the md5 table of
 docs/dataset.md is the one of ``results/``, and the counts and sizes the docs quote from ``results/``
 are its files'; each command's one-line help agrees with its --help (flags, defaults, scripts); no
-message or doc sends users to bare torchrun; eval_results.txt's keys are the ones written.
+message or doc sends users to bare torchrun; eval_results.txt's keys are the ones written; a
+check-log verdict line the docs quote counts the rules check-log gives.
 
 ``--help`` runs in-process for Python commands (``main([prog, "--help"])``) and as ``bash SCRIPT
 --help`` for the launchers, so the whole file takes a few seconds."""
@@ -672,6 +673,42 @@ def test_a_number_quoted_wrongly_from_results_is_reported():
         "x.md: 'the other 493 text shards': results/ says 494",
         "x.md: 'of the 500 text shards, parts 0-2 and 497-498': results/ has parts 0-2 and 497-499",
         "x.md: '365 GB': the 500 TFRecords of results/ are 391 GB (364.6 GiB)"]
+
+
+def check_log_rule_count(tmp_path):
+    """How many rules check-log's verdict line counts for a published log: the official checker's
+    and every BERT rule (a log's repeated lines or a missing division add one each)."""
+    import gzip
+    from mlperf_bert.harness.compliance import bert_rules
+    from mlperf_bert.harness.records import read_log
+    log = tmp_path / "result_0.txt"
+    with gzip.open(os.path.join(ROOT, "tests", "data", "mlperf_logs", "v5.0_NVIDIA_nyx_n1_result_0.txt.gz")) as f:
+        log.write_bytes(f.read())
+    return 1 + len(bert_rules(read_log(str(log))))
+
+
+def verdict_count_problems(doc, text, rules):
+    """Each verdict line ``doc`` quotes (``(N pass, N warn, N fail)``) whose counts no log gives:
+    ``rules`` of every log, up to two more (repeated lines, no division)."""
+    return ["%s: %r counts %d rules: check-log counts %d (up to %d)" % (doc, m.group(0), total, rules, rules + 2)
+            for m in re.finditer(r"\((\d+) pass, (\d+) warn, (\d+) fail\)", text)
+            for total in [sum(int(n) for n in m.groups())] if not rules <= total <= rules + 2]
+
+
+def test_the_verdict_lines_the_docs_quote_count_every_rule(tmp_path):
+    """A sweep of the docs: running.md's example verdict `WARN out/mlperf.log (5 pass, 3 warn, 0 fail)`
+    counted 8 rules; check-log gives every log 9 (the official checker and eight BERT rules)."""
+    rules = check_log_rule_count(tmp_path)
+    assert rules == 9
+    bad, seen = [], 0
+    for doc in DOCS:
+        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
+        seen += len(re.findall(r"\d+ pass, \d+ warn, \d+ fail\)", text))
+        bad += verdict_count_problems(doc, text, rules)
+    assert seen >= 1
+    assert not bad, "\n".join(bad)
+    assert verdict_count_problems("x.md", "`WARN out/mlperf.log (5 pass, 3 warn, 0 fail)`", rules) == [
+        "x.md: '(5 pass, 3 warn, 0 fail)' counts 8 rules: check-log counts 9 (up to 11)"]
 
 
 # ---- issue 37: the docs' commands as the launchers and the writers take them ---------------------

@@ -2,8 +2,8 @@
 from mlperf_bert.start_signals import command_start_stop, quiet_start
 
 quiet_start(command_start_stop)  # a stop while the modules load (absl's too): one line, not a traceback
-from mlperf_bert.cli import run_main  # noqa: E402
-from mlperf_bert.dataset.eval_samples import main  # noqa: E402
+from mlperf_bert.cli import import_main, run_main  # noqa: E402
+main = import_main("mlperf_bert.dataset.eval_samples")  # noqa: E402
 
 if __name__ == "__main__":
     run_main(main)

@@ -6,8 +6,8 @@ from mlperf_bert.start_signals import outlive_readers, quiet_start, trainer_star
 # start saved), not a silent 143; under torchrun the launcher says it, once for every rank.
 quiet_start(trainer_start_stop())
 outlive_readers()  # `... | tee run.log` and Ctrl-C, which ends tee: the stop goes on to its checkpoint and status
-from mlperf_bert.cli import run_main  # noqa: E402
-from mlperf_bert.trainer.entry import main  # noqa: E402
+from mlperf_bert.cli import import_main, run_main  # noqa: E402
+main = import_main("mlperf_bert.trainer.entry")  # noqa: E402
 
 if __name__ == "__main__":
     run_main(main)

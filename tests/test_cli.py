@@ -978,3 +978,30 @@ def test_a_user_error_with_a_newline_is_one_line(argv, line):
     was cut at its newline (``--num_train_steps=5``: the value shown not the value given)."""
     proc = subprocess.run([sys.executable] + argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert (proc.returncode, proc.stderr) == (2, line + "\n"), proc.stderr
+
+
+@pytest.mark.parametrize("module,package,argv", [
+    ("crc32c", "crc32c", ["-m", "mlperf_bert", "verify", "x"]),  # imported with the command's module
+    ("crc32c", "crc32c", ["pick_eval_samples.py", "--help"]),  # a script's import
+    ("mlperf_logging", "mlperf-logging", ["-m", "mlperf_bert", "demo", "--help"]),
+    ("h5py", "h5py", ["-m", "mlperf_bert", "to-hdf5", "--input=IN", "--max_seq_length=128",
+                      "--max_predictions_per_seq=20", "--output=OUT"])])  # imported where it is used
+def test_a_missing_dependency_is_one_line_naming_its_pip_install(tmp_path, golden_dir, module, package, argv):
+    """An environment sweep: a pinned package that does not import (crc32c and mlperf-logging are not
+    on a bare GPU machine) was an ImportError traceback, exit 1, whether its module imported it at
+    the start (make-dataset, verify, check-log, the demo, the scripts) or where it is used (to-hdf5's
+    h5py, train --tensorboard_dir's tensorboard): one line with its pip install now."""
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / (module + ".py")).write_text("raise ModuleNotFoundError(\"No module named '%s'\", name='%s')\n"
+                                            % (module, module))
+    argv = [a.replace("IN", os.path.join(golden_dir, "part-00000.s128.tfrecord")).replace("OUT", str(tmp_path / "o"))
+            for a in argv]
+    r = subprocess.run([sys.executable] + argv, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocked), ROOT])))
+    assert (r.returncode, r.stderr) == (2, "error: %s does not import (No module named '%s'): pip install %s (pip "
+                                           "install -r requirements.txt installs every dependency)\n"
+                                        % (package, module, cli.pinned(package))), r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["blocked"]
+    with open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8") as f:
+        assert cli.pinned(package) in f.read().split()  # requirements.txt's version

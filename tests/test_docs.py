@@ -239,8 +239,8 @@ def module_help(name):
 
 def _script_module(script):
     src = open(os.path.join(ROOT, script), encoding="utf-8").read()
-    m = re.search(r"^from mlperf_bert\.([\w.]+) import main", src, re.M)
-    assert m, "%s: no `from mlperf_bert.X import main`" % script
+    m = re.search(r"^main = import_main\(\"mlperf_bert\.([\w.]+)\"\)", src, re.M)
+    assert m, "%s: no `main = import_main(\"mlperf_bert.X\")`" % script
     return m.group(1)
 
 

@@ -7,8 +7,8 @@ import os
 import signal
 import sys
 
-from mlperf_bert.errors import (Terminated, UserError, error_line, install_sigterm_handler, quiet_dropped_stops, raise_held,
-                               raise_interrupt, stop_lost, stop_of)
+from mlperf_bert.errors import (Terminated, UserError, error_line, install_sigterm_handler, is_process_limit, process_limit,
+                               quiet_dropped_stops, raise_held, raise_interrupt, stop_lost, stop_of)
 from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
 from mlperf_bert.flags import quiet_stdout
 # The start's handler (quiet_start) is there, stdlib only: the entry points set it up before this
@@ -60,7 +60,8 @@ def import_main(module):
 def run_main(main, argv=None):
     """Run ``main(argv)``: a UserError is one line on stderr and exit 2; SIGTERM and Ctrl-C end
     it with one line (143, 130) after the atomic writers removed their temporaries; a disk-full
-    or I/O error elsewhere, or a missing dependency (missing_package), is one line too (exit 2)."""
+    or I/O error elsewhere, a missing dependency (missing_package), or a thread or process the process
+    limit refused, is one line too (exit 2)."""
     argv = sys.argv if argv is None else argv
     _printable_outputs()
     # Ctrl-C raises KeyboardInterrupt, as Python's own handler does, but not while a stop is being
@@ -208,6 +209,11 @@ def _stops_over_broken_pipes(main, argv):
         if stop is None:
             raise
         raise stop from None
+    except (RuntimeError, OSError) as e:  # a traceback before, and some of those hung (the loader's)
+        if is_process_limit(e):
+            raise UserError(process_limit("a thread or a process", ", or run fewer workers (the command's --workers or "
+                                                                     "--num_workers)")) from None
+        raise
 
 
 def _end_progress_bars(last_state=True):

@@ -357,6 +357,62 @@ def shm_full(why, alternative=""):
             % (size, why, alternative))
 
 
+def _pids_limit():
+    """This process's control-group limit on processes and threads, in words ("pids.max 16, 16 in use"),
+    or "" where none is set or readable (cgroup v1's pids controller, or v2's unified hierarchy)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return ""
+    for _, controllers, path in lines:
+        if "pids" not in controllers.split(",") and controllers != "":
+            continue
+        for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
+            group = path
+            while True:  # the group's own limit, else its nearest ancestor's
+                try:
+                    with open(root + group.rstrip("/") + "/pids.max") as f:
+                        limit = f.read().strip()
+                    with open(root + group.rstrip("/") + "/pids.current") as f:
+                        current = f.read().strip()
+                except OSError:
+                    break
+                if limit != "max":
+                    return " (pids.max %s, %s in use)" % (limit, current)
+                if group in ("/", ""):
+                    break
+                group = os.path.dirname(group.rstrip("/")) or "/"
+    return ""
+
+
+def process_limit(what, alternative):
+    """The one line for a thread or process that could not be started (``what``): the limit on
+    processes and threads (a container's --pids-limit, a cgroup's pids.max) is reached, and the kernel
+    says only EAGAIN. ``alternative``: the fix needing fewer of them (", or ...")."""
+    return ("cannot start %s: the limit on processes and threads is reached%s: raise it (podman/docker "
+            "--pids-limit, Kubernetes' pod pids limit, the cgroup's pids.max)%s"
+            % (what, _pids_limit(), alternative))
+
+
+# What the trainer and the loader's workers need threads and processes for: the fewer the workers,
+# the fewer of them
+LOADER_PROCESSES = ", or give fewer --num_workers (0: the data is read in the trainer)"
+
+
+def is_process_limit(e):
+    """Whether ``e`` is a thread or process start refused by that limit: threading's "can't start
+    new thread", or EAGAIN from a fork (multiprocessing's, subprocess's)."""
+    if isinstance(e, RuntimeError):
+        return str(e) == "can't start new thread"
+    if not isinstance(e, OSError) or e.errno != errno.EAGAIN or e.filename:
+        return False
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name in ("_launch", "_execute_child")
+
+
 def signal_name(sig):
     """SIGTERM for 15; "signal 35" for one the enum does not name (the real-time signals)."""
     try:

@@ -213,6 +213,16 @@ def mount_point(path, mountinfo="/proc/self/mountinfo"):
     return path
 
 
+def usable_cores():
+    """The cores this process may run on (its CPU affinity: taskset, a container's --cpuset-cpus, Kubernetes'
+    static CPU manager), not the host's os.cpu_count(): the default number of workers. Under taskset -c 0
+    on a 2-core host make-dataset and pack started 2 workers competing for the one core."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # (no affinity on this system)
+        return os.cpu_count() or 1
+
+
 def host_memory():
     """Bytes of memory this host has, or None where the system does not say."""
     try:

@@ -1059,6 +1059,23 @@ def test_host_copy_from_cuda_pins_copies_on_a_side_stream_and_writes_the_same_fi
     assert (tmp_path / "async" / "model.pt").read_bytes() == ref == (tmp_path / "cpu" / "model.pt").read_bytes()
 
 
+def test_a_checkpoint_whose_writer_thread_the_process_limit_refuses_is_written_at_once(tmp_path, monkeypatch):
+    """A writer thread the process limit (a container's --pids-limit) refuses: the checkpoint is written
+    in the training thread instead; it was lost, a traceback, and the end's wait a second one ("cannot
+    join thread before it is started")."""
+    import threading
+    from mlperf_bert.trainer import checkpoint
+
+    def refused(self):
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    writer = checkpoint.BackgroundWriter()
+    path = checkpoint.path_for(str(tmp_path), 3)
+    writer.submit(path, {"model": {"w": torch.ones(2)}}, keep=2)
+    writer.wait()
+    assert torch.equal(torch.load(path)["model"]["w"], torch.ones(2))
+
+
 def test_host_copy_elsewhere_is_a_plain_copy(monkeypatch):
     """On a CPU (or no device given) nothing is pinned, no stream is made, no event returned,
     and the copy owns its memory."""

@@ -81,6 +81,35 @@ def test_what_the_outputs_encoding_cannot_write_is_escaped_not_a_traceback(tmp_p
                                                   b"MISMATCH, 0 MISSING, 1 UNKNOWN: every file checked matches\n" % shown, b"")
 
 
+@pytest.mark.parametrize("what", ["thread", "fork"])
+def test_a_thread_or_fork_refused_by_the_process_limit_is_one_line_naming_it(what, capsys, monkeypatch):
+    """A container's --pids-limit (a cgroup's pids.max) reached: "can't start new thread" (make-dataset's
+    pool, at a limit of 8) or a fork's EAGAIN was a traceback and exit 1; now one line naming the limit
+    and the fixes, exit 2."""
+    import errno
+    import subprocess
+    import threading
+
+    def _execute_child(*args):  # (the name is the fork's own frame, as is_process_limit reads it)
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    def refused(*args):
+        raise RuntimeError("can't start new thread")
+    if what == "fork":
+        monkeypatch.setattr(subprocess.Popen, "_execute_child", _execute_child)
+    else:
+        monkeypatch.setattr(threading, "_start_new_thread", refused)
+
+    def main(argv):
+        subprocess.run(["true"]) if what == "fork" else threading.Thread(target=print).start()
+    with pytest.raises(SystemExit) as e:
+        cli.run_main(main, ["cmd"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: cannot start a thread or a process: the limit on processes and threads is reached")
+    assert "--pids-limit" in err and "--workers or --num_workers" in err
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_a_signal_while_a_finished_command_exits_keeps_its_status(tmp_path, sig):
     """A scheduler's SIGTERM that came as a finished trainer left (its run_finished.json written)

@@ -70,6 +70,19 @@ def no_temporaries(d):
     return [n for n in os.listdir(d) if ".tmp-" in n] == []
 
 
+def test_the_default_worker_count_is_the_cores_this_process_may_run_on(monkeypatch, capsys):
+    """Under taskset -c 0 (a container's --cpuset-cpus) the tools' default worker counts were the host's
+    os.cpu_count(): pack's --num_workers 64 on a 64-core host for one core (its --help shows the default)."""
+    from mlperf_bert.dataset import packing
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    with pytest.raises(SystemExit):
+        packing.main(["pack", "--help"])
+    out = capsys.readouterr().out
+    assert re.search(r"--num_workers: input files packed in parallel\s+\(default: '1'\)", out), out
+    assert fileio.usable_cores() == 1
+
+
 @pytest.mark.parametrize("code,fix", [(errno.ENOSPC, "free space, then rerun the same command"),
                                       (errno.EDQUOT, "quota"), (errno.EIO, "dmesg"),
                                       (errno.EROFS, "writable file system")])

@@ -1469,6 +1469,83 @@ def test_a_loader_worker_killed_while_the_trainer_waits_for_it_is_found_at_once(
     assert os.listdir(short_tmpdir) == []
 
 
+class _ThreadsRefused(torch.utils.data.IterableDataset):
+    """Endless batches from a worker that may start ``allowed`` more threads, then no more, as under a
+    process limit (a container's --pids-limit, a cgroup's pids.max): 0 refuses its queue's feeder
+    thread, 1 the fd-passing thread the feeder starts to hand a batch over."""
+    def __init__(self, allowed):
+        self.allowed = allowed
+
+    def __iter__(self):
+        import threading
+        start, left = threading._start_new_thread, [self.allowed]
+
+        def refused(*args):
+            if not left[0]:
+                raise RuntimeError("can't start new thread")
+            left[0] -= 1
+            return start(*args)
+        threading._start_new_thread = refused
+        while True:
+            yield {"x": torch.zeros(4)}
+
+
+@pytest.mark.parametrize("allowed", [0, 1], ids=["feeder", "fd-passing"])
+def test_a_loader_workers_thread_refused_by_the_process_limit_is_one_line_naming_it(short_tmpdir, monkeypatch, allowed):
+    """The trainer waited forever for the batch whose fd-passing thread the limit refused (a traceback
+    in the worker's feeder thread, the batch dropped); a refused feeder thread was the worker's traceback
+    and its "exited with status 1". Now one UserError naming the limit and --num_workers. A hang is
+    ended by killing the worker after 20 s (then the line names the SIGKILL)."""
+    import tempfile
+    import threading
+    from mlperf_bert.trainer import loader
+    multiprocessing.util.get_temp_dir()
+    monkeypatch.setattr(tempfile, "tempdir", short_tmpdir)
+    before = set(multiprocessing.active_children())
+    batches = iter(loader.make_loader(_ThreadsRefused(allowed), 1))
+    hang = threading.Timer(20, lambda: [p.kill() for p in set(multiprocessing.active_children()) - before])
+    hang.start()
+    try:
+        with pytest.raises(UserError) as e, loader.worker_death_is_one_line():
+            next(batches)
+    finally:
+        hang.cancel()
+    assert re.match(r"cannot start a thread in data loader worker \(pid \d+\): the limit on processes and threads is "
+                    r"reached.*--pids-limit.*, or give fewer --num_workers", str(e.value)), str(e.value)
+    del batches
+    gc.collect()
+    assert set(multiprocessing.active_children()) - before == set()
+
+
+def test_a_worker_fork_refused_by_the_process_limit_is_one_line_and_leaves_no_worker(short_tmpdir, monkeypatch):
+    """The second worker's fork refused (EAGAIN) in the DataLoader iterator's construction: the first
+    worker, which ignores SIGTERM, was left running (the exit's terminate and join of it hung the trainer)
+    and the half-made iterator's __del__ printed an AttributeError's traceback. Now one line, no worker left."""
+    import errno
+    import tempfile
+    from multiprocessing import popen_fork
+    from mlperf_bert.trainer import loader
+    multiprocessing.util.get_temp_dir()
+    monkeypatch.setattr(tempfile, "tempdir", short_tmpdir)
+    launch, forks = popen_fork.Popen._launch, []
+
+    def _launch(self, process_obj):  # (the name is the fork's own frame, as is_process_limit reads it)
+        forks.append(1)
+        if len(forks) == 2:
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        return launch(self, process_obj)
+    monkeypatch.setattr(popen_fork.Popen, "_launch", _launch)
+    before = set(multiprocessing.active_children())
+    try:
+        with pytest.raises(UserError) as e, loader.worker_death_is_one_line():
+            next(iter(loader.make_loader(_Endless(), 2)))
+        assert "cannot start a thread or a process: the limit on processes and threads" in str(e.value)
+        assert set(multiprocessing.active_children()) - before == set()
+    finally:
+        for p in set(multiprocessing.active_children()) - before:
+            p.kill()
+
+
 def test_the_wait_for_a_pinned_batch_is_a_wait_too():
     """On CUDA (pin_memory) the DataLoader waits in a queue.Queue's get, fed by its pin-memory
     thread (torch's source, read here), not a multiprocessing queue's: a signal there is in the

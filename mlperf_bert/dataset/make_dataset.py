@@ -20,7 +20,8 @@ from mlperf_bert.dataset.checksums import MANIFEST_NAME, OUTPUT_NAME, SETTINGS_N
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.dataset.eval_samples import pick_eval_samples
 from mlperf_bert.fileio import (check_writable_dir, file_md5, load_json, md5_many, new_dirs_removed_on_error,
-                                open_input, refuse_overwriting_inputs, remove_stale_temporaries, write_json)
+                                open_input, refuse_overwriting_inputs, remove_stale_temporaries, usable_cores,
+                                write_json)
 from mlperf_bert.locking import lock_dir, remove_stale_locks
 from mlperf_bert.dataset.pretraining_data import check_settings, create_pretraining_data
 from mlperf_bert.dataset.tokenization import load_vocab
@@ -363,7 +364,7 @@ def _make(parts, eval_txt, output_dir, settings, num_eval_examples, workers, pro
         # The eval text is the largest input: start it first so it does not finish last alone.
         jobs.insert(0, ("eval", eval_txt, output_dir, settings, num_eval_examples, rows_of(eval_txt)))
     sizes = {j[1]: os.path.getsize(j[1]) for j in jobs}
-    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    workers = max(1, min(workers or usable_cores(), len(jobs)))
     rows = []
     with progress_bar(total=sum(sizes.values()), unit="B", unit_scale=True, desc="make-dataset",
               disable=not progress, smoothing=0.05) as bar:

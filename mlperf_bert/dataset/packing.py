@@ -375,7 +375,8 @@ def main(argv):
     from mlperf_bert.dataset.example import check_first_records
     from mlperf_bert.dataset.hdf5 import is_hdf5_file, refuse_hdf5_inputs
     from mlperf_bert.dataset.tfrecord import expand_paths
-    from mlperf_bert.fileio import new_dirs_removed_on_error, refuse_overwriting_inputs, refuse_replacing_another_kind
+    from mlperf_bert.fileio import (new_dirs_removed_on_error, refuse_overwriting_inputs, refuse_replacing_another_kind,
+                                    usable_cores)
     from mlperf_bert.locking import lock_dir
     fv = flags.FlagValues()
     flags.DEFINE_string("input", None, "TFRecord file(s) of unpacked sequences: comma list or glob", flag_values=fv)
@@ -387,7 +388,7 @@ def main(argv):
     flags.DEFINE_integer("max_sequences_per_pack", 3, "at most this many sequences per row (1..%d)"
                          % MAX_SEQUENCES_PER_PACK, flag_values=fv)
     flags.DEFINE_integer("seed", 12345, "seed of the row order (>= 0)", flag_values=fv)
-    flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "input files packed in parallel", flag_values=fv)
+    flags.DEFINE_integer("num_workers", usable_cores(), "input files packed in parallel", flag_values=fv)
     flags.DEFINE_bool("progress", True, "show a progress bar", flag_values=fv)
     flags.parse(fv, argv, positional=False)
     if fv.output is not None:

@@ -25,7 +25,7 @@ from mlperf_bert.dataset import run_record
 from mlperf_bert.dataset.eval_articles import article_md5
 from mlperf_bert.errors import UserError, worker_pool
 from mlperf_bert.fileio import (atomic_open, check_writable_dir, new_dirs_removed_on_error, open_input,
-                                refuse_overwriting_inputs, remove_stale_temporaries, special_kind)
+                                refuse_overwriting_inputs, remove_stale_temporaries, special_kind, usable_cores)
 from mlperf_bert.locking import lock_dir
 from mlperf_bert.dataset.sentences import sent_tokenize
 from mlperf_bert.dataset.wiki_cleanup import clean_text, universal_lines
@@ -232,7 +232,7 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
     os.makedirs(work_dir, exist_ok=True)
     n = len(input_files)
     jobs = [(k, p, n, num_test_articles, seed, work_dir) for k, p in enumerate(input_files)]
-    workers = max(1, min(workers or os.cpu_count() or 1, n))
+    workers = max(1, min(workers or usable_cores(), n))
     train_files, eval_articles = [], []
     try:
         with worker_pool(workers) as pool:

@@ -937,7 +937,8 @@ def check_logs(paths, official=True, workers=None):
     jobs = [(p, official) for p in paths]
     if len(jobs) < 4:
         return [_check_one(j) for j in jobs]
-    with worker_pool(workers or os.cpu_count(), "fork") as pool:
+    from mlperf_bert.fileio import usable_cores
+    with worker_pool(workers or usable_cores(), "fork") as pool:
         return pool.map(_check_one, jobs, chunksize=8)
 
 

@@ -324,8 +324,13 @@ class BackgroundWriter:
                 self._error = e
 
         self.path = path
-        self._thread = threading.Thread(target=write, name="checkpoint-writer", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=write, name="checkpoint-writer", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # "can't start new thread" (the process limit): written now instead
+            write()
+            return
+        self._thread = thread
 
     def wait(self, raise_error=True):
         if self._thread is not None:

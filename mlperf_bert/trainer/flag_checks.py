@@ -9,7 +9,7 @@ import sys
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, error_line
-from mlperf_bert.fileio import host_memory
+from mlperf_bert.fileio import host_memory, usable_cores
 from mlperf_bert.trainer import run_config, trainer_flags
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.trainer_flags import TPU_FLAGS
@@ -160,7 +160,7 @@ def _check_numbers(cfg, host=True):
         raise UserError("--num_train_steps=%d is fewer micro-steps than one update (--steps_per_update=%d): no "
                         "update would be made; give at least %d" % (cfg.schedule.num_train_steps,
                                                                     o.steps_per_update, o.steps_per_update))
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if host and cfg.data.num_workers > max(64, 4 * cores):
         raise UserError("--num_workers=%d loader processes a rank on %d cores: give at most %d"
                         % (cfg.data.num_workers, cores, max(64, 4 * cores)))

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import errno
 import functools
+import multiprocessing
 import os
 import re
 import signal
@@ -26,7 +27,7 @@ import weakref
 import numpy as np
 import torch
 
-from mlperf_bert.errors import UserError, die_with_parent, ended, shm_full
+from mlperf_bert.errors import LOADER_PROCESSES, UserError, die_with_parent, ended, is_process_limit, process_limit, shm_full
 from mlperf_bert.fileio import check_tmpdir
 from mlperf_bert.dataset.example import (decode_pretraining_batch, decode_pretraining_example, value_problem,  # noqa: F401
                                          values_refusal)  # (value_problem: packed_loader's too)
@@ -380,8 +381,12 @@ class _Loader:
             # the workers are forked with the stop signals blocked, until they ignore them
             # (_worker_init); this process gets one that came meanwhile when they are unblocked
             old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            before = set(multiprocessing.active_children())
             try:
                 it = iter(self.loader)
+            except BaseException as e:
+                _abandon(e, set(multiprocessing.active_children()) - before)
+                raise
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
             _kill_not_terminate(it)
@@ -413,6 +418,22 @@ class _Loader:
         except BaseException:  # closed by its consumer (GeneratorExit), a stop signal
             _end_workers(it)
             raise
+
+
+def _abandon(e, workers):
+    """An iterator half made when ``e`` came (a worker or a queue's thread the process limit refused):
+    its ``workers`` ignore SIGTERM, and the exit's terminate and join of them hung; killed here. Its
+    own shutdown, at its __del__, then does nothing: made before its workers' status, it was an
+    AttributeError's traceback after the error's line."""
+    for worker in workers:
+        worker.kill()
+        worker.join()
+    tb = e.__traceback__
+    while tb is not None:
+        it = tb.tb_frame.f_locals.get("self")
+        if isinstance(it, torch.utils.data.dataloader._MultiProcessingDataLoaderIter):
+            it._shutdown = True
+        tb = tb.tb_next
 
 
 def _end_workers(it):
@@ -506,6 +527,8 @@ def worker_death_is_one_line():
     except UserError:
         raise
     except Exception as e:
+        if is_process_limit(e):  # the trainer's: a worker's fork, a queue's thread
+            raise UserError(process_limit("a thread or a process", LOADER_PROCESSES)) from None
         # no SIGCHLD handler (PyTorch's, if set, raises at any bytecode) raises a death again
         # while we look and leave: the process is ending with an error anyway
         with contextlib.suppress(ValueError):
@@ -517,6 +540,8 @@ def worker_death_is_one_line():
         for it in list(_iterators):  # no SIGCHLD report of the same death later, while leaving
             with contextlib.suppress(Exception):
                 _end_workers(it)
+        if code == THREADS_REFUSED:
+            raise UserError(process_limit("a thread in data loader worker (pid %d)" % pid, LOADER_PROCESSES)) from None
         how = ended(code)
         dist = torch.distributed
         who = "rank %d: its" % dist.get_rank() if dist.is_available() and dist.is_initialized() else "the"
@@ -541,10 +566,34 @@ def _worker_init(trainer_pid, worker_id):
     for sig in _STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    from multiprocessing import queues, resource_sharer
     # A killed trainer's workers die with it, not when PyTorch's watchdog looks (every 5 s): they
     # held its output pipe open and competed with the rerun. (The signal comes when the thread that
     # started them ends: the trainer's main thread.)
     die_with_parent(trainer_pid, signal.SIGKILL, 1)
+    for cls, name in ((queues.Queue, "_start_thread"), (resource_sharer._ResourceSharer, "_start")):
+        setattr(cls, name, _exit_if_refused(getattr(cls, name)))
+
+
+# A worker's exit status where the process limit refused it a thread (sysexits' "can't fork")
+THREADS_REFUSED = os.EX_OSERR
+
+
+def _exit_if_refused(start):
+    """``start`` (of a worker's thread) ending the worker with THREADS_REFUSED, which the trainer names
+    (worker_death_is_one_line), where the process limit refuses the thread: the fd-passing thread (started
+    as a batch is pickled, in the queue's feeder thread) printed a traceback there, the batch was dropped
+    and the trainer waited for it forever; the feeder thread (the first put) was the worker's traceback
+    and its exit status 1. (Reporting it through the queue needs that thread.)"""
+    @functools.wraps(start)
+    def started(*args, **kwargs):
+        try:
+            return start(*args, **kwargs)
+        except RuntimeError as e:
+            if not is_process_limit(e):
+                raise
+            os._exit(THREADS_REFUSED)  # from the feeder thread too: the whole worker
+    return started
 
 
 LOADER_SHM = ("the data loader workers hand batches over through its shared memory", ", or give --num_workers=0")
@@ -577,7 +626,6 @@ def make_loader(dataset, num_workers):
         # multiprocessing's folder (pymp-* in $TMPDIR, where a worker's resource-sharing socket
         # goes) made here, before the workers: theirs would be their own, left behind by a worker
         # that the loader ends on an error; this process removes its own when it exits.
-        import multiprocessing
         from multiprocessing import util
         check_tmpdir(num_workers)
         util.get_temp_dir()

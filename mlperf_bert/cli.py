@@ -46,7 +46,10 @@ def missing_package(e):
 
 def import_main(module):
     """``module``'s main, for an entry point: a dependency its import needs that is missing is
-    one line and exit 2, as run_main makes it of one imported later."""
+    one line and exit 2, as run_main makes it of one imported later; so is a current folder that is gone."""
+    if _lost_folder():
+        print(error_line(_lost_folder()), file=sys.stderr)
+        sys.exit(2)
     try:
         return importlib.import_module(module).main
     except ImportError as e:
@@ -76,6 +79,8 @@ def run_main(main, argv=None):
     install_sigterm_handler()
     quiet_dropped_stops()
     try:
+        if _lost_folder():
+            raise UserError(_lost_folder())
         status = _stops_over_broken_pipes(main, argv)
         # The command has ended: a signal now would change nothing of what it did, only turn its
         # status into a traceback in its exit (a scheduler's SIGTERM to a trainer that finished).
@@ -162,6 +167,18 @@ def run_main(main, argv=None):
         raise
     _leave_lightly()
     sys.exit(status or 0)
+
+
+def _lost_folder():
+    """The line for a current folder that is gone (removed, its mount lost), else None: each relative
+    path, the temporary folder's search and torch's import (oneMKL: "Cannot load libtorch_cpu.so",
+    exit 2) failed on it, mostly as a traceback of a FileNotFoundError naming no path."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return ("the current folder %s no longer exists (removed since?): run it from a folder that exists"
+                % os.environ.get("PWD", ""))
+    return None
 
 
 def _printable_outputs():

@@ -357,6 +357,28 @@ def check_tmpdir(num_workers):
                         "--num_workers=0" % (base, len(base)))
 
 
+def check_compile_cache():
+    """Refuse torch.compile's cache folder on a file system mounted noexec (docker's ``--tmpfs /tmp``,
+    a hardened host's /tmp): inductor builds its kernels there as shared objects and loads them, which
+    failed after the first compile's minute as torch's traceback (exit 1)."""
+    where = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    whose = "TORCHINDUCTOR_CACHE_DIR" if where else "torch's default, in the temporary folder: TMPDIR"
+    where = os.path.abspath(where or usable_tempdir("torch.compile's cache (--compile)",
+                                                    "set TORCHINDUCTOR_CACHE_DIR (or TMPDIR) to a writable folder"))
+    mount = where
+    while not os.path.exists(mount) and os.path.dirname(mount) != mount:  # (made by the compile)
+        mount = os.path.dirname(mount)
+    try:
+        noexec = os.statvfs(mount).f_flag & os.ST_NOEXEC
+    except OSError:
+        return  # (the compile says what is wrong with it)
+    if noexec:
+        raise UserError("torch.compile's cache (--compile) would be in %s (%s), on a file system mounted noexec, "
+                        "where inductor cannot load the kernels it builds: set TORCHINDUCTOR_CACHE_DIR to a folder "
+                        "on one that allows running programs (start_training.sh's: OUTPUT_DIR/compile_cache), or "
+                        "mount it with exec" % (where, whose))
+
+
 def same_file(a, b):
     """Whether paths ``a`` and ``b`` name one file (real paths, or the same inode)."""
     if os.path.realpath(a) == os.path.realpath(b):

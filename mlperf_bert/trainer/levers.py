@@ -24,6 +24,7 @@ A lever that does not pay is removed (its flag then says so: flags.REMOVED_FLAGS
 import torch
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.fileio import check_compile_cache
 from mlperf_bert.trainer import attention, flag_checks
 from mlperf_bert.trainer.trainer_flags import RECIPES
 
@@ -47,6 +48,8 @@ def refuse(cfg, device, world):
     """1. Every refusal of the levers, before anything is built."""
     flag_checks.check_lever_flags(cfg)
     check_device(cfg, device, world)
+    if cfg.levers.compile or cfg.levers.fused_update:  # (inductor's: the levers that compile)
+        check_compile_cache()
 
 
 def convert_model(model, lv):

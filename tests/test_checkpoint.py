@@ -1514,3 +1514,41 @@ def test_markers_nested_past_the_json_parser_are_one_line(tmp_path):
                 checkpoint.read_finished(str(tmp_path))
     (tmp_path / checkpoint.LOG_OWNER).write_text(deep)
     assert checkpoint.read_log_owner(str(tmp_path)) is None
+
+
+def test_a_resumes_checkpoint_is_let_go_before_the_checkpoint_buffers_are_reserved(files, tmp_path, monkeypatch):
+    """A hostile review of the CUDA paths: rank 0 reserved the pinned checkpoint buffers (weights and
+    slots, 3.76 GiB of BERT-Large's) while a resume's checkpoint (as much again, in host memory) was
+    still held, both at once. Now the checkpoint's tensors are freed first (a CUDA run's gate lifted)."""
+    import gc
+    import signal
+    import weakref
+    from mlperf_bert.trainer import checkpoint, training
+    from test_training import flags_for
+    argv = flags_for(files, str(tmp_path / "out"), num_train_steps=12, num_workers=0)
+    real_save = training.Loop.save
+
+    def save(loop, final=False):  # a SIGTERM after the first checkpoint: the run checkpoints and stops
+        real_save(loop, final)
+        os.kill(os.getpid(), signal.SIGTERM)
+    monkeypatch.setattr(training.Loop, "save", save)
+    assert training.main(argv) == 143
+    monkeypatch.setattr(training.Loop, "save", real_save)
+
+    loaded, held = [], []
+    real_load = checkpoint.load_on_every_rank
+
+    def load_on_every_rank(*a, **k):
+        ckpt = real_load(*a, **k)
+        if ckpt is not None:
+            loaded.extend(weakref.ref(t) for t in ckpt["model"].values())
+        return ckpt
+    monkeypatch.setattr(checkpoint, "load_on_every_rank", load_on_every_rank)
+    monkeypatch.setattr(checkpoint, "pinned_copies", lambda device: not held)  # the run's gate; the copies the CPU's
+    monkeypatch.setattr(checkpoint, "_pinned", lambda n: torch.empty(n, dtype=torch.uint8))
+    real_reserve = training.Trainer.reserve_checkpoint_buffers
+    monkeypatch.setattr(training.Trainer, "reserve_checkpoint_buffers",
+                        lambda self: (held.append(sum(r() is not None for r in loaded)), real_reserve(self)))
+    gc.collect()
+    assert training.main(argv) == 0
+    assert loaded and held == [0]

@@ -2,11 +2,12 @@
 import multiprocessing
 import os
 import shutil
+import types
 
 import pytest
 import torch
 
-from mlperf_bert.trainer import loader
+from mlperf_bert.trainer import evaluation, loader
 from mlperf_bert.dataset import tfrecord
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.example import decode_pretraining_example
@@ -88,6 +89,21 @@ def test_resume_position_and_workers_give_the_same_stream(shards):
     workers = loader.make_loader(loader.PretrainingBatches(paths, SEQ, PRED, 6, start_batch=17,
                                                            max_batches=30, **kw), num_workers=2)
     assert ids_of(workers) == ids_of(full[17:])
+
+
+def test_only_a_cuda_run_pins_its_batches(shards, monkeypatch):
+    """A run on the CPU of a GPU machine (--device=cpu) pinned its batches: torch's pin thread made a
+    CUDA context on the current GPU (GPU 0, every rank) and copied each batch for nothing. The run's
+    device decides, not whether the machine has CUDA (faked here)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    ds = loader.PretrainingBatches(shards[0], SEQ, PRED, 6, max_batches=1)
+    assert loader.make_loader(ds, 0).loader.pin_memory is False
+    assert loader.make_loader(ds, 0, pin=True).loader.pin_memory is True
+    for kind in ("cpu", "cuda"):  # --do_eval's reference batches
+        data = types.SimpleNamespace(max_seq_length=SEQ, max_predictions_per_seq=PRED, num_workers=0)
+        ev = types.SimpleNamespace(eval_batch_size=6, max_eval_steps=1)
+        batches = evaluation.reference_eval_batches(data, ev, shards[0], 0, 1, None, torch.device(kind))
+        assert batches.loader.pin_memory is (kind == "cuda")
 
 
 def test_bad_inputs_are_one_line_errors(shards, tmp_path):

@@ -61,10 +61,10 @@ def _count_syncs(monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, counted)
     real_make = loader.make_loader
 
-    def make_loader(ds, n):
+    def make_loader(ds, n, **kwargs):
         # The loader (worker processes on a GPU machine) reads host memory: it waits for no
         # device, and neither does the loop reading the batch it hands over.
-        batches = iter(real_make(ds, n))
+        batches = iter(real_make(ds, n, **kwargs))
         while True:
             was, window[0] = window[0], False
             try:

@@ -2557,6 +2557,22 @@ def test_num_gpus_in_one_process_points_to_the_wrapper_not_bare_torchrun(files, 
                             "--nproc_per_node=2 run_pretraining.py ... (or NUM_GPUS=2 train_model.sh)")
 
 
+def test_more_ranks_a_node_than_gpus_is_one_line(monkeypatch):
+    """torchrun --nproc_per_node=8 on a node of 4 GPUs: local rank 5's set_device raised CUDA's
+    "invalid device ordinal", a traceback. Faked here (4 GPUs; set_device raises as CUDA's does):
+    one line naming the rank and the GPUs, before set_device and the process group."""
+    from mlperf_bert.trainer import distributed
+
+    def set_device(i):
+        raise RuntimeError("CUDA error: invalid device ordinal")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    with pytest.raises(UserError, match=r"^local rank 5 has no GPU: this node has 4 .*start at most 4 ranks a node"):
+        distributed.setup("cuda")
+
+
 
 @pytest.mark.parametrize("name,value,allowed", [("input_ids", -5, ">= 0"), ("masked_lm_ids", -3, ">= 0"),
                                                 ("segment_ids", 5, "0 or 1"), ("next_sentence_labels", 7, "0 or 1"),

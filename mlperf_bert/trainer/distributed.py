@@ -34,6 +34,13 @@ def setup(device_kind):
         return 0, 1, 0
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device_kind == "cuda":
+        # more ranks a node than GPUs (torchrun's --nproc_per_node given directly): set_device's
+        # "CUDA error: invalid device ordinal" was a traceback on each rank past the last GPU
+        gpus = torch.cuda.device_count()
+        if local_rank >= gpus:
+            raise UserError("local rank %d has no GPU: this node has %d (CUDA_VISIBLE_DEVICES and the container "
+                            "decide which); start at most %d ranks a node (python -m mlperf_bert torchrun "
+                            "--nproc_per_node=%d, or NUM_GPUS=%d train_model.sh)" % (local_rank, gpus, gpus, gpus, gpus))
         torch.cuda.set_device(local_rank)
     global _HOST_GROUP
     with signals_end_the_process():

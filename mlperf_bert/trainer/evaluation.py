@@ -151,14 +151,14 @@ def _batch_sums(forward, batch, autocast, one):
     return torch.stack([getattr(out, k).double() for k in _SUMS] + [out.loss.double(), one])
 
 
-def reference_eval_batches(data, ev, files, rank, world, vocab_size):
+def reference_eval_batches(data, ev, files, rank, world, vocab_size, device):
     """The reference's --do_eval input: files in order, repeated, ``max_eval_steps`` full batches
-    (``data``, ``ev``: the RunConfig's sections); a token id of ``vocab_size`` or more is one line
-    naming its record, as in training (the embedding's IndexError, or CUDA's device-side assert)."""
+    (``data``, ``ev``: the RunConfig's sections) for ``device``; a token id of ``vocab_size`` or more is
+    one line naming its record, as in training (the embedding's IndexError, or CUDA's device-side assert)."""
     ds = loader.PretrainingBatches(files, data.max_seq_length, data.max_predictions_per_seq, ev.eval_batch_size,
                                    rank, world, shuffle=False, repeat=True, max_batches=ev.max_eval_steps,
                                    vocab_size=vocab_size)
-    return loader.make_loader(ds, min(data.num_workers, 1))
+    return loader.make_loader(ds, min(data.num_workers, 1), pin=device.type == "cuda")
 
 
 RESULTS = "eval_results.txt"

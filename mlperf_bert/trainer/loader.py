@@ -615,11 +615,14 @@ def _in_shared_memory(batch):
     return batch
 
 
-def make_loader(dataset, num_workers):
-    """DataLoader over ready-made batches; workers prefetch so the accelerator never waits."""
+def make_loader(dataset, num_workers, pin=False):
+    """DataLoader over ready-made batches; workers prefetch so the accelerator never waits.
+    ``pin``: batches in page-locked memory, for a CUDA run's non_blocking copies to its device (a
+    run on the CPU of a GPU machine pinned them too: torch's pin thread made a CUDA context on the
+    current GPU, GPU 0 for every rank, and copied each batch for nothing)."""
     # Its own generator: creating an iterator must not draw from the global RNG (dropout),
     # or a resumed run would see a different dropout stream.
-    kwargs = dict(batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available(),
+    kwargs = dict(batch_size=None, num_workers=num_workers, pin_memory=pin,
                   generator=torch.Generator(), worker_init_fn=functools.partial(_worker_init, os.getpid()))
     if num_workers > 0:
         kwargs.update(prefetch_factor=4, persistent_workers=False, collate_fn=_in_shared_memory)

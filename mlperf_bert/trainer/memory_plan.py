@@ -162,9 +162,12 @@ def host_side(n, largest, optimizer="lamb"):
     - a resume's checkpoint: weights and the optimizer's two slots a parameter, received in host
       memory (rank 0 reads it with map_location cpu; the others receive it through the device one
       tensor at a time: distributed.broadcast_state) and copied in place into the model and the
-      slots the warm-up made (checkpoint.load_optimizer), after the warm-up."""
+      slots the warm-up made (checkpoint.load_optimizer), after the warm-up;
+    - the checkpoints' copies (rank 0 on CUDA: checkpoint.HostBuffers): weights and slots in pinned
+      host memory, reserved before run_start and held for the whole run."""
     slots = 8 * n if optimizer in ("lamb", "adam", "adamw") else 0
-    return {"warm-up snapshot": (4 * n, 0), "checkpoint of a resume": (4 * n + slots, largest)}
+    return {"warm-up snapshot": (4 * n, 0), "checkpoint of a resume": (4 * n + slots, largest),
+            "checkpoints' copies": (4 * n + slots, 0)}
 
 
 def budget_for(card=CARD, seq=512, pred=76, cuda_graphs=True):

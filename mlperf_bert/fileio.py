@@ -697,7 +697,7 @@ def md5_many(paths, workers=None, desc="md5", progress=True):
     import concurrent.futures
     import threading
     from mlperf_bert.progress import bar
-    workers = workers or min(32, os.cpu_count() or 1)
+    workers = workers or min(32, usable_cores())
     stop = threading.Event()
     pool = concurrent.futures.ThreadPoolExecutor(workers)
     with bar(total=sum(os.path.getsize(p) for p in paths), unit="B", unit_scale=True, desc=desc, leave=False,

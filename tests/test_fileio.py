@@ -83,6 +83,24 @@ def test_the_default_worker_count_is_the_cores_this_process_may_run_on(monkeypat
     assert fileio.usable_cores() == 1
 
 
+def test_md5_many_hashes_on_the_cores_this_process_may_run_on(monkeypatch, tmp_path):
+    """A review of the test above: md5_many (verify, make-dataset's manifest) still started min(32,
+    os.cpu_count()) threads, 32 for one core on a 64-core host, each a thread the process limit counts."""
+    import concurrent.futures
+    made = []
+
+    class Pool(concurrent.futures.ThreadPoolExecutor):
+        def __init__(self, workers):
+            made.append(workers)
+            super().__init__(workers)
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", Pool)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    (tmp_path / "a").write_bytes(b"a")
+    assert fileio.md5_many([str(tmp_path / "a")], progress=False) == {str(tmp_path / "a"): fileio.file_md5(str(tmp_path / "a"))}
+    assert made == [1]
+
+
 @pytest.mark.parametrize("code,fix", [(errno.ENOSPC, "free space, then rerun the same command"),
                                       (errno.EDQUOT, "quota"), (errno.EIO, "dmesg"),
                                       (errno.EROFS, "writable file system")])

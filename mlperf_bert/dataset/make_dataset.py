@@ -181,7 +181,7 @@ def input_stats(paths, old_inputs, workers=None):
         else:
             stats[name]["hashed_ns"] = now
             to_hash.append(p)
-    for p, digest in md5_many(to_hash, max(1, min(workers or os.cpu_count() or 1, 32)), progress=False).items():
+    for p, digest in md5_many(to_hash, workers and min(workers, 32), progress=False).items():
         stats[os.path.basename(p)]["md5"] = digest
     return stats
 

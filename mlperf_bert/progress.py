@@ -4,6 +4,7 @@ seconds: a log never holds a bar's carriage-return redraws run together on one e
 what is written after a bar starts a line of its own."""
 import functools
 import sys
+import time
 
 from mlperf_bert.errors import stop_of
 
@@ -41,13 +42,19 @@ def _tqdm():
             except OSError:
                 if stop_of(sys.exc_info()[1]) is None:
                     raise
-    return Bar
+
+    class LogBar(Bar):
+        # timed on time.monotonic, not tqdm's time.time, which NTP steps: an hour back, a bar in a log
+        # wrote no line for that hour and ended "[-43:30<00:00, -0.04it/s]" (tqdm's __init__ sets
+        # _time: ignored). Its monitor thread, on time.time, never redraws it (maxinterval inf).
+        _time = property(lambda self: time.monotonic, lambda self, value: None)
+    return Bar, LogBar
 
 
 def bar(iterable=None, file=None, **kwargs):
     """A tqdm bar on ``file`` (default stderr) as the module says; tqdm's other arguments
     (``total``, ``desc``, ``disable`` ...) pass through."""
-    tqdm = _tqdm()
+    tqdm, log_tqdm = _tqdm()
     out = file or sys.stderr
     try:
         tty = out.isatty()
@@ -62,6 +69,6 @@ def bar(iterable=None, file=None, **kwargs):
     # (leave=False) keeps its last line here: else a log shows its 0 % line alone, the last it heard of it
     kwargs.update(mininterval=max(kwargs.get("mininterval") or 0, FILE_INTERVAL_S), maxinterval=float("inf"),
                   ascii=True, leave=True)
-    shown = tqdm(iterable, file=BarLines(out), **kwargs)
+    shown = log_tqdm(iterable, file=BarLines(out), **kwargs)
     shown.in_log = True  # (cli: a command's error or stop writes its last state, as this keeps it)
     return shown

@@ -347,6 +347,27 @@ def test_a_bar_on_a_terminal_is_tqdms_and_in_a_file_a_line_per_redraw():
         assert (b.mininterval, b.maxinterval, b.ascii) == (progress.FILE_INTERVAL_S, float("inf"), True)
 
 
+def test_a_bar_in_a_file_keeps_its_lines_and_times_when_the_wall_clock_steps_back(monkeypatch):
+    """A clock sweep: NTP stepping the clock an hour back mid-bar (tqdm timed on time.time) left a log
+    without a bar line for that hour and ended it "[-43:30<00:00, -0.04it/s]"."""
+    import io
+    import time
+    import tqdm.std
+    from mlperf_bert import progress
+    wall, steady = [1000.0], [50.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: wall[0])
+    monkeypatch.setattr(time, "monotonic", lambda: steady[0])
+    out = io.StringIO()
+    with progress.bar(total=100, desc="t", file=out) as b:
+        for i in range(100):
+            wall[0] += -3600 if i == 50 else 10
+            steady[0] += 10
+            b.update(1)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 35 and "-" not in lines[-1], lines[-3:]
+    assert lines[-1].endswith("100/100 [16:40<00:00, 10.00s/it]"), lines[-1]
+
+
 @pytest.mark.skipif(len(KERNELS) < 2, reason="the C kernel is not built")
 def test_c_kernel_equals_python_kernel(tmp_path, golden_dir, vocab_file):
     outs = []

@@ -400,6 +400,22 @@ def test_a_resumes_end_line_gives_its_time_to_the_steps_it_trained(files, uninte
     assert launch(out) == [21, 27]
 
 
+def test_the_end_line_is_timed_on_a_steady_clock_not_the_wall_clock(files, uninterrupted, tmp_path, capsys,
+                                                                      monkeypatch):
+    """A clock sweep: NTP stepping the wall clock back an hour during a run ended it "trained 30 steps
+    ... in -3600.0 s" (the warm-up line likewise): both are timed on a clock that no step moves."""
+    out = str(tmp_path / "run")
+    shutil.copytree(uninterrupted[0], out)
+    for name in ("model.ckpt-30.pt", "run_finished.json"):
+        os.remove(os.path.join(out, name))
+    wall = iter(range(10 ** 9, 0, -3600))  # each reading an hour before the last
+    monkeypatch.setattr(training, "time", type(sys)("time"))
+    training.time.__dict__.update(vars(time), time=lambda: float(next(wall)))
+    assert training.main(flags_for(files, out)) == 0  # resumes from model.ckpt-27.pt
+    seconds = re.search(r"trained 30 steps .* in (\S+) s", capsys.readouterr().out).group(1)
+    assert 0 <= float(seconds) < 600, seconds
+
+
 CLIP_AFTER = "clip_by_global_norm_after_gradient_allreduce"
 
 

@@ -341,13 +341,13 @@ class Trainer:
         if packed_files:
             from mlperf_bert.trainer import packed_loader
             shape = shape[:2] + packed_loader.row_shape(packed_files)
-        t = time.time()
+        t = time.perf_counter()  # (time.time: a step of the clock made it negative)
         warmup.warm_up(self, shape, eval_set.shape if eval_set else None)
         if self.rank == 0:
             print("warm-up (untimed init): %d updates and an eval of %d batches on synthetic batches%s in %.1f s" % (
                 warmup.ROUNDS, warmup.ROUNDS,
                 ", every graph compiled," if lv.compile else ", the update compiled," if lv.fused_update else "",
-                time.time() - t), flush=True)
+                time.perf_counter() - t), flush=True)
 
     def evaluate(self, batches):
         return evaluation.evaluate(self.model, batches, self.device, self.autocast, self.eval_forward)
@@ -621,7 +621,8 @@ class Loop:
             log.start(C.RUN_START)
         if self.eval_set:  # the eval set's records, read on the clock (evaluation.EvalSet), before the meter's
             self.eval_set.load()
-        self.t_run, clock_start = time.time(), time.perf_counter()
+        # (the run's time on time.time: an NTP step back ended it "trained 300 steps ... in -3590.2 s")
+        self.t_run = clock_start = time.perf_counter()
         if s.evals and reaches_target(s.evals[-1][1], cfg.eval.target_mlm_accuracy):  # resumed after reaching it
             self.status = C.SUCCESS
         if s.diverged and trainer.rank == 0:  # resumed after the eval that said so: it ends here, as it did
@@ -808,7 +809,7 @@ class Loop:
             here = (" (%d here, resumed at step %d)" % (s.step - self.start_step, self.start_step)
                     if self.start_step else "")
             print("trained %d steps%s (%d samples) in %.1f s; final loss %s; status %s"
-                  % (s.step, here, s.samples, time.time() - self.t_run,
+                  % (s.step, here, s.samples, time.perf_counter() - self.t_run,
                      "n/a" if self.last is None else "%.4f" % self.last.item(), self.status), flush=True)
         if cfg.eval.do_eval:
             metrics = self.metrics if known else trainer.evaluate(self.stop.checked(

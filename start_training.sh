@@ -599,7 +599,7 @@ check_run() {
 # status, elapsed, finished_before, run_seed and run_status; prints one line when the run stops
 # or fails; when it finishes or had finished earlier, the caller says so.
 run_one() {
-  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt end end_fmt ckpt resumed ended fix
+  local dir=$1 logdir=$2 seed=$3 name=$4 log="$2/mlperf.log" start start_fmt end end_fmt ckpt resumed ended fix oom_before oom
   shift 4
   launching=
   [[ -n "$got_signal" ]] || catch_signals  # (after one, the next are ignored until the stop)
@@ -617,6 +617,9 @@ run_one() {
     die "$dir is in use by another run (its trainer holds $dir/.mlperf_bert.lock): wait for it to end, or use" \
       "another OUTPUT_DIR"
   fi
+  # The out-of-memory killer's count in our memory control group (fileio.oom_kills; empty: not readable),
+  # to say after a SIGKILL whether the memory limit ended the trainer (a trainer run alone says nothing)
+  { oom_before="$(cd "$HERE" && "$PYTHON" -S -m mlperf_bert.fileio oom_kills 2>/dev/null)"; } 2>/dev/null
   launching=1
   stop_if_signalled "$name" "$dir"  # nothing of the run started: no trainer to stop
   now start %s
@@ -731,6 +734,10 @@ run_one() {
     # 128 + N: a signal ended it or a rank (a trainer run alone, one process, killed says nothing itself)
     local why="see above"
     (( status > 128 && status < 193 )) && why+="; $status = 128 + SIG$(kill -l $((status - 128)) 2>/dev/null)"
+    if (( status == 137 )) && [[ "$oom_before" =~ ^[0-9]+$ ]]; then
+      { oom="$(cd "$HERE" && "$PYTHON" -S -m mlperf_bert.fileio oom_killed "$oom_before" 2>/dev/null)"; } 2>/dev/null
+      [[ -n "$oom" ]] && why+=", $oom"
+    fi
     if in_use "$dir"; then  # (two starts at once, both past the check before: the checkpoints are the other's)
       echo "$ME: $name failed with status $status after $elapsed s ($why): $dir is in use by another run (its" \
            "trainer holds $dir/.mlperf_bert.lock): wait for it to end, or use another OUTPUT_DIR"

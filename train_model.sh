@@ -511,7 +511,8 @@ fi
 # series' first run, not after its STARTING TIMING RUN; with --check (CHECK_ONLY) also the trainer's
 # refusals of its flags alone (flag_checks.check_flags, no torch either): --nodo_train, a
 # --train_batch_size of 0, --optimizer=adamw with accumulation were refused only by run 0's trainer.
-# Its checks of this host's memory (the micro-batch) and cores (--num_workers) are the training host's:
+# Its checks of this host's memory (its container's limit where smaller: the micro-batch) and cores
+# (--num_workers) are the training host's:
 # CHECK_ONLY=files (start_training.sh's, there) runs them, CHECK_ONLY=1 (a login node's check before a
 # job is submitted) leaves them out (--check_off_host), as --dry_run does (a command maybe for another host).
 read_figures() {  # --figures | --check | --check_off_host

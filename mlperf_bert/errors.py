@@ -357,32 +357,47 @@ def shm_full(why, alternative=""):
             % (size, why, alternative))
 
 
+# This process's control groups and where their hierarchies are mounted (tests give fake ones)
+PROC_CGROUP = "/proc/self/cgroup"
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def cgroup_dirs(controller):
+    """The folders of this process's control group for ``controller`` ("pids", "memory"), then of each
+    ancestor's, nearest first (a group's limits hold for the groups below it): cgroup v1's hierarchy of
+    that controller, v2's unified one. A folder that is not there is passed over: in a container the
+    mount's root is often the container's own group (docker's v1: /proc/self/cgroup names /docker/ID,
+    which is not below it). Nothing where /proc/self/cgroup is unreadable."""
+    try:
+        with open(PROC_CGROUP) as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return
+    for line in lines:
+        if len(line) != 3 or (line[1] and controller not in line[1].split(",")):
+            continue
+        root, group = os.path.join(CGROUP_ROOT, controller) if line[1] else CGROUP_ROOT, line[2]
+        while True:
+            if os.path.isdir(root + group.rstrip("/")):
+                yield root + group.rstrip("/")
+            if group in ("/", ""):
+                break
+            group = os.path.dirname(group.rstrip("/")) or "/"
+
+
 def _pids_limit():
     """This process's control-group limit on processes and threads, in words ("pids.max 16, 16 in use"),
     or "" where none is set or readable (cgroup v1's pids controller, or v2's unified hierarchy)."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = [line.rstrip("\n").split(":", 2) for line in f]
-    except OSError:
-        return ""
-    for _, controllers, path in lines:
-        if "pids" not in controllers.split(",") and controllers != "":
+    for group in cgroup_dirs("pids"):  # the group's own limit, else its nearest ancestor's
+        try:
+            with open(group + "/pids.max") as f:
+                limit = f.read().strip()
+            with open(group + "/pids.current") as f:
+                current = f.read().strip()
+        except OSError:
             continue
-        for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
-            group = path
-            while True:  # the group's own limit, else its nearest ancestor's
-                try:
-                    with open(root + group.rstrip("/") + "/pids.max") as f:
-                        limit = f.read().strip()
-                    with open(root + group.rstrip("/") + "/pids.current") as f:
-                        current = f.read().strip()
-                except OSError:
-                    break
-                if limit != "max":
-                    return " (pids.max %s, %s in use)" % (limit, current)
-                if group in ("/", ""):
-                    break
-                group = os.path.dirname(group.rstrip("/")) or "/"
+        if limit != "max":
+            return " (pids.max %s, %s in use)" % (limit, current)
     return ""
 
 

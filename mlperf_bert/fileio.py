@@ -22,7 +22,7 @@ import os
 import re
 import stat
 
-from mlperf_bert.errors import FixableError, Terminated, UserError
+from mlperf_bert.errors import FixableError, Terminated, UserError, cgroup_dirs
 
 # errno -> what the user should do about it (the error line ends with it)
 WRITE_ERRNOS = {
@@ -224,11 +224,65 @@ def usable_cores():
 
 
 def host_memory():
-    """Bytes of memory this host has, or None where the system does not say."""
+    """Bytes of memory this host has, or None where the system does not say (the system description's;
+    what this process may use is ``usable_memory``)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return None
+
+
+def memory_limit():
+    """This process's control-group limit on memory (a container's --memory, Slurm's --mem under
+    task/cgroup, Kubernetes' limit): (bytes, the file that sets it), the smallest of its group's and its
+    ancestors' (each holds for the groups below it), or None where none is readable. v2's "max" is none;
+    v1's none is a huge number, which the callers' min with the host's memory drops."""
+    found = []
+    for group in cgroup_dirs("memory"):
+        for name in ("memory.max", "memory.limit_in_bytes"):  # v2's, v1's
+            with contextlib.suppress(OSError, ValueError):
+                with open(os.path.join(group, name)) as f:
+                    found.append((int(f.read()), name))
+    return min(found) if found else None
+
+
+def usable_memory():
+    """(bytes, None) of the host's memory, or (bytes, its file) of ``memory_limit`` where that is smaller:
+    what this process may use, as ``usable_cores``. The checks of what fits read the host's: on a 1 TB host
+    in a 16 GB container they passed, and the out-of-memory killer ended the run later. None where the
+    system says neither."""
+    host, limit = host_memory(), memory_limit()
+    if limit and (host is None or limit[0] < host):
+        return limit
+    return (host, None) if host else None
+
+
+def oom_kills():
+    """How many processes the out-of-memory killer ended in this process's memory control group (v2's
+    memory.events, which counts the groups below it too; v1's memory.oom_control, kernel 4.13 on), or
+    None where no count is readable: compared before and after a child's SIGKILL (``oom_killed``)."""
+    for group in cgroup_dirs("memory"):  # the nearest: the one its children are in
+        for name in ("memory.events", "memory.oom_control"):
+            with contextlib.suppress(OSError):
+                with open(os.path.join(group, name)) as f:
+                    m = re.search(r"^oom_kill (\d+)$", f.read(), re.M)
+                if m:
+                    return int(m.group(1))
+    return None
+
+
+def oom_killed(before):
+    """Who sent a child's SIGKILL, in words ("sent by the out-of-memory killer: ..."), where ``oom_kills`` has
+    grown since it was ``before`` (a process of this control group was ended for memory), else ""."""
+    after = oom_kills()
+    if before is None or after is None or after <= before:
+        return ""
+    memory = usable_memory()
+    if memory and memory[1]:
+        return ("sent by the out-of-memory killer: the memory limit was reached, %s (this process's control group's "
+                "%s): give it more (a container's --memory, Slurm's --mem) or use less (a smaller --train_batch_size, "
+                "fewer --num_workers)" % (_size(memory[0]), memory[1]))
+    return "sent by the out-of-memory killer: the host's memory%s ran out" % (", %s," % _size(memory[0]) if memory else "")
 
 
 def _size(n):
@@ -802,3 +856,12 @@ def new_dirs_removed_on_error(*paths):
             with contextlib.suppress(OSError):  # not empty, or not ours to remove: kept
                 os.rmdir(d)
         raise
+
+
+if __name__ == "__main__":  # start_training.sh's (python -S): `oom_kills` before a run, `oom_killed N` after it
+    import sys
+    if sys.argv[1:2] == ["oom_kills"]:
+        count = oom_kills()
+        print("" if count is None else count)
+    elif sys.argv[1:2] == ["oom_killed"] and sys.argv[2:] and sys.argv[2].isdigit():
+        print(oom_killed(int(sys.argv[2])))

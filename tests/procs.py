@@ -1,6 +1,6 @@
 """The tests' view of the process table, read from /proc (Linux): one parser of /proc/PID/stat for
-the tests that signal trees, stop tools or wait for a group to be gone; and a stop timed to the
-moment code under test sets its signal handlers."""
+the tests that signal trees, stop tools or wait for a group to be gone; a stop timed to the
+moment code under test sets its signal handlers; and a stand-in for this process's control groups."""
 import contextlib
 import os
 import signal
@@ -82,3 +82,18 @@ def stop_as_handlers_are_set(monkeypatch, module):
     finally:
         for s, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
             real(s, handler)
+
+
+def fake_cgroup(monkeypatch, root, groups, files):
+    """This process's control groups as ``groups`` (/proc/self/cgroup's text), their files ``files``
+    ({path below /sys/fs/cgroup: text}), written under ``root`` (a pathlib.Path) and given to
+    errors.cgroup_dirs: a container's limits on a test host. Returns (/proc/self/cgroup, /sys/fs/cgroup)."""
+    from mlperf_bert import errors
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "cgroup").write_text(groups)
+    for path, text in files.items():
+        (root / "sys" / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / "sys" / path).write_text(text)
+    monkeypatch.setattr(errors, "PROC_CGROUP", str(root / "cgroup"), raising=False)  # (not there before: ignored)
+    monkeypatch.setattr(errors, "CGROUP_ROOT", str(root / "sys"), raising=False)
+    return str(root / "cgroup"), str(root / "sys")

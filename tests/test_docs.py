@@ -52,7 +52,7 @@ OTHERS_VARIABLES = {"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "TORCHINDUCTOR_CACH
 # Flags of other programs that the docs show (the union check below knows only ours).
 OTHERS_FLAGS = {
     "docker/podman": {"build-arg", "gpus", "ipc", "shm-size", "rm", "ulimit", "user", "privileged", "format", "name",
-                      "env", "network", "runtime", "read-only", "tmpfs", "pids-limit", "cpuset-cpus"},
+                      "env", "network", "runtime", "read-only", "tmpfs", "pids-limit", "cpuset-cpus", "memory"},
     "md5sum": {"check", "ignore-missing"},
     "pip": {"no-deps", "dry-run", "report"},
     "hadolint": {"failure-threshold"},

@@ -101,6 +101,41 @@ def test_md5_many_hashes_on_the_cores_this_process_may_run_on(monkeypatch, tmp_p
     assert made == [1]
 
 
+# cgroup v1 as docker shows it (no cgroup namespace: /proc/self/cgroup names /docker/ID, and the mounts'
+# roots are that group) and v2 (Slurm's task/cgroup: the limit is the job's, the step's group below it)
+V1 = ("12:pids:/docker/0123\n4:memory:/docker/0123\n0::/\n",
+      {"memory/memory.limit_in_bytes": "17179869184\n", "memory/memory.oom_control": "oom_kill_disable 0\n"
+       "under_oom 0\noom_kill 2\n", "pids/pids.max": "16\n", "pids/pids.current": "16\n"})
+V2 = ("0::/slurm/job_5/step_0\n",
+      {"memory.max": "max\n", "slurm/memory.max": "max\n", "slurm/job_5/memory.max": "17179869184\n",
+       "slurm/job_5/step_0/memory.max": "max\n", "slurm/job_5/step_0/memory.events": "low 0\nhigh 0\nmax 9\n"
+       "oom 1\noom_kill 2\noom_group_kill 0\n", "slurm/job_5/step_0/pids.max": "16\n",
+       "slurm/job_5/step_0/pids.current": "16\n"})
+
+
+@pytest.mark.parametrize("groups,files", [V1, V2], ids=["v1", "v2"])
+def test_the_memory_a_process_may_use_is_its_control_groups_limit(groups, files, tmp_path, monkeypatch):
+    """A sweep: the trainer's check that a micro-batch fits read the host's memory (fileio.host_memory),
+    so on a 1 TB host in a 16 GB container it passed and the out-of-memory killer ended the run later.
+    usable_memory is the smaller of the host's and the control group's limit, from the process's group up
+    (v2: the step's "max" is none, the job's holds); the OOM killer's count is readable (launch.killed_line);
+    the limit on processes is found by the same walk (in docker's v1, /docker/ID is not below the mount:
+    it was not found)."""
+    procs.fake_cgroup(monkeypatch, tmp_path, groups, files)
+    monkeypatch.setattr(fileio, "host_memory", lambda: 1 << 40)
+    limit = "memory.limit_in_bytes" if "memory:" in groups else "memory.max"
+    assert fileio.usable_memory() == (16 << 30, limit)
+    assert fileio.oom_kills() == 2 and fileio.oom_killed(2) == ""
+    assert fileio.oom_killed(1) == (
+        "sent by the out-of-memory killer: the memory limit was reached, 16.0 GiB (this process's control group's "
+        "%s): give it more (a container's --memory, Slurm's --mem) or use less (a smaller --train_batch_size, fewer "
+        "--num_workers)" % limit)
+    assert "(pids.max 16, 16 in use)" in errors.process_limit("a thread", "")
+    monkeypatch.setattr(fileio, "host_memory", lambda: 8 << 30)  # a limit above the host's: the host's
+    assert fileio.usable_memory() == (8 << 30, None)
+    assert fileio.oom_killed(1) == "sent by the out-of-memory killer: the host's memory, 8.0 GiB, ran out"
+
+
 @pytest.mark.parametrize("code,fix", [(errno.ENOSPC, "free space, then rerun the same command"),
                                       (errno.EDQUOT, "quota"), (errno.EIO, "dmesg"),
                                       (errno.EROFS, "writable file system")])

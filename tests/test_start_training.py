@@ -598,6 +598,36 @@ def test_a_failed_run_is_one_line_and_not_checked(fake):
     assert "model.ckpt-12.pt holds it" in lines[1] and "FAIL" not in proc.stdout and "RESULT" not in proc.stdout
 
 
+def test_a_run_the_out_of_memory_killer_ended_names_the_memory_limit(fake, tmp_path, monkeypatch):
+    """A sweep: a trainer run alone (one process) over its container's memory limit (here 200 MB, a tiny
+    run) ended 137 and the line said only "137 = 128 + SIGKILL". Where the memory control group's count
+    of out-of-memory kills grew during the run (cgroup v1's memory.oom_control here; PYTHON's stand-in
+    reads a fake group), it says the limit was reached and names it; a SIGKILL from another, as before."""
+    from procs import fake_cgroup
+    groups, root = fake_cgroup(monkeypatch, tmp_path / "cg", "4:memory:/job\n", {
+        "memory/job/memory.limit_in_bytes": "314572800\n", "memory/job/memory.oom_control": "oom_kill 3\n"})
+    python = tmp_path / "python"
+    python.write_text('#!/usr/bin/env bash\n[[ "$*" == "-S -m mlperf_bert.fileio "* ]] && exec %s -S -c "import runpy; '
+                      'from mlperf_bert import errors; errors.PROC_CGROUP, errors.CGROUP_ROOT = %r, %r; '
+                      'runpy.run_module(\'mlperf_bert.fileio\', run_name=\'__main__\')" "${@:4}"\nexec %s "$@"\n'
+                      % (sys.executable, groups, root, sys.executable))
+    python.chmod(0o755)
+    killed = tmp_path / "killed.sh"  # the trainer: killed, by the out-of-memory killer where FAKE_OOM is set
+    killed.write_text('#!/usr/bin/env bash\n[[ -n "${FAKE_OOM:-}" ]] && echo "oom_kill 4" > %s\nexec %s "$@"\n'
+                      % (os.path.join(root, "memory/job/memory.oom_control"), fake.env["TRAIN_MODEL"]))
+    killed.chmod(0o755)
+    plain = fake("--preset=demo_cpu", FAKE_STATUS="137", PYTHON=str(python), TRAIN_MODEL=str(killed))
+    assert plain.returncode == 137 and plain.stdout.splitlines()[-1].endswith(
+        "(see above; 137 = 128 + SIGKILL): %s holds it; fix the cause and rerun the same command to resume"
+        % (fake.out / "model.ckpt-12.pt")), plain.stdout
+    proc = fake("--preset=demo_cpu", FAKE_STATUS="137", PYTHON=str(python), TRAIN_MODEL=str(killed), FAKE_OOM="1")
+    assert proc.returncode == 137 and proc.stdout.splitlines()[-1].endswith(
+        "(see above; 137 = 128 + SIGKILL, sent by the out-of-memory killer: the memory limit was reached, 300.0 MiB "
+        "(this process's control group's memory.limit_in_bytes): give it more (a container's --memory, Slurm's "
+        "--mem) or use less (a smaller --train_batch_size, fewer --num_workers)): %s holds it; fix the cause and "
+        "rerun the same command to resume" % (fake.out / "model.ckpt-12.pt")), proc.stdout
+
+
 def test_a_run_refused_by_another_starts_lock_names_that_run_not_its_checkpoint(fake, tmp_path):
     """A sweep: two series started at once into one OUTPUT_DIR both passed the lock check before the
     cache drop; the one whose trainer the lock refused said "run 0 failed ... model.ckpt-12.pt holds

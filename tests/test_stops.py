@@ -19,7 +19,7 @@ import torch
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-from procs import alive, children, stop_as_handlers_are_set, tree
+from procs import alive, children, fake_cgroup, stop_as_handlers_are_set, tree
 from test_training import files, one_thread, uninterrupted, without_no_eval_warning  # noqa: F401 (fixtures; one thread, as there)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -180,12 +180,13 @@ def test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical(files, u
 TORCHRUN = os.path.join(ROOT, "tests", "data", "torchrun")
 
 
-def filtered(name):
-    """torchrun's real stderr of a case (tests/data/torchrun) through the wrapper's filter."""
+def filtered(name, ooms=None):
+    """torchrun's real stderr of a case (tests/data/torchrun) through the wrapper's filter (``ooms``: the
+    out-of-memory killer's count as torchrun started)."""
     import io
     from mlperf_bert.trainer.launch import Filter
     out = io.StringIO()
-    f = Filter(out)
+    f = Filter(out, ooms)
     with open(os.path.join(TORCHRUN, "torchrun_%s.txt" % name)) as lines:
         for line in lines:
             f.feed(line)
@@ -219,6 +220,24 @@ def test_a_killed_rank_is_one_line_with_its_signals_status():
     assert status == 137
     assert len(lines) == 1 and lines[0].startswith("error: rank 1 (local rank 1, pid ") and \
         "was killed by SIGKILL" in lines[0] and "rerun the same command to resume" in lines[0], lines
+
+
+def test_a_rank_the_out_of_memory_killer_ended_names_the_memory_limit(tmp_path, monkeypatch):
+    """A sweep: a trainer over its container's memory limit (a control group's memory.max; a tiny trainer
+    under 200 MB) ended 137 with "killed by SIGKILL" alone. Where the group's count of out-of-memory kills
+    grew since torchrun started, the line says the limit was reached and names it; unchanged (another's
+    SIGKILL), the line is as it was."""
+    from mlperf_bert import fileio
+    fake_cgroup(monkeypatch, tmp_path, "0::/\n", {"memory.max": "209715200\n", "memory.events": "oom 0\noom_kill 0\n"})
+    monkeypatch.setattr(fileio, "host_memory", lambda: 1 << 40)
+    ooms = fileio.oom_kills()  # as the wrapper starts torchrun
+    plain, status = filtered("rank_killed", ooms)
+    assert status == 137 and len(plain) == 1 and "was killed by SIGKILL: the checkpoints" in plain[0], plain
+    (tmp_path / "sys" / "memory.events").write_text("oom 1\noom_kill 1\n")
+    assert filtered("rank_killed", ooms) == ([plain[0].replace(
+        "was killed by SIGKILL: ", "was killed by SIGKILL, sent by the out-of-memory killer: the memory limit was "
+        "reached, 200.0 MiB (this process's control group's memory.max): give it more (a container's --memory, "
+        "Slurm's --mem) or use less (a smaller --train_batch_size, fewer --num_workers): ")], 137)
 
 
 def test_a_rank_killed_after_it_hung_is_named_as_stopped():

@@ -1403,6 +1403,24 @@ def _no_checkpoints(path):
     return not os.path.isdir(path) or not [n for n in os.listdir(path) if ".pt" in n]
 
 
+@pytest.mark.parametrize("groups,limit", [("4:memory:/docker/0123\n0::/\n", "memory/memory.limit_in_bytes"),
+                                          ("0::/kubepods/pod1/c2\n", "kubepods/pod1/memory.max")], ids=["v1", "v2"])
+def test_a_micro_batch_above_the_containers_memory_limit_is_refused(files, tmp_path, monkeypatch, groups, limit):
+    """A sweep: the check that a micro-batch's data fits compared it with the host's memory, not the
+    container's limit (its control group's), and passed: the out-of-memory killer ended the run later
+    (a tiny trainer killed at 200 MB, 137, no word of memory). Now the limit is named; a limit above the
+    host's memory, or none ("max"), leaves the host's."""
+    procs.fake_cgroup(monkeypatch, tmp_path, groups, {limit: "1048576\n", "kubepods/pod1/c2/memory.max": "max\n"})
+    out = str(tmp_path / "out")
+    with pytest.raises(UserError) as e:  # 1000 sequences: 3.48 MB of decoded arrays, above 1 MiB
+        training.main(flags_for(files, out, train_batch_size=1000, num_train_steps=2))
+    assert str(e.value) == ("--train_batch_size=1000: one micro-batch's data alone is 0.00348 GB, more than this "
+                            "process's memory limit, 0.00105 GB (its control group's %s: a container's --memory, "
+                            "Slurm's --mem); give a smaller --train_batch_size (with --steps_per_update raised for the "
+                            "same global batch)" % os.path.basename(limit))
+    assert not os.path.exists(out)
+
+
 @pytest.mark.parametrize("change,message", [
     ({"max_seq_length": 512, "max_predictions_per_seq": 76, "config": "big"}, "expected 512"),
     ({"eval_input_file": "/nonexistent/eval_10k/*"}, "eval_input_file /nonexistent"),

@@ -9,7 +9,7 @@ import sys
 
 from mlperf_bert import flags
 from mlperf_bert.errors import UserError, error_line
-from mlperf_bert.fileio import host_memory, usable_cores
+from mlperf_bert.fileio import usable_cores, usable_memory
 from mlperf_bert.trainer import run_config, trainer_flags
 from mlperf_bert.trainer.config import BertConfig
 from mlperf_bert.trainer.trainer_flags import TPU_FLAGS
@@ -134,11 +134,13 @@ def _check_numbers(cfg, host=True):
                         "give the value the data was made with" % (d.max_predictions_per_seq, d.max_seq_length))
     batch_bytes = d.train_batch_size * (8 * (3 * d.max_seq_length + 2 * d.max_predictions_per_seq + 1)
                                         + 4 * d.max_predictions_per_seq)  # its decoded arrays alone
-    memory = host_memory() if host else None
-    if cfg.runtime.do_train and memory and batch_bytes > memory:
-        raise UserError("--train_batch_size=%d: one micro-batch's data alone is %.3g GB, more than this host's %.3g "
-                        "GB of memory; give a smaller --train_batch_size (with --steps_per_update raised for the "
-                        "same global batch)" % (d.train_batch_size, batch_bytes / 1e9, memory / 1e9))
+    memory = usable_memory() if host else None  # (a container's limit, where smaller than the host's)
+    if cfg.runtime.do_train and memory and batch_bytes > memory[0]:
+        raise UserError("--train_batch_size=%d: one micro-batch's data alone is %.3g GB, more than %s; give a smaller "
+                        "--train_batch_size (with --steps_per_update raised for the same global batch)"
+                        % (d.train_batch_size, batch_bytes / 1e9, "this host's %.3g GB of memory" % (memory[0] / 1e9)
+                           if memory[1] is None else "this process's memory limit, %.3g GB (its control group's %s: "
+                           "a container's --memory, Slurm's --mem)" % (memory[0] / 1e9, memory[1])))
     for name in ("lamb_beta_1", "lamb_beta_2"):
         if not 0 <= cfg.flag(name) < 1:
             raise UserError("--%s must be in [0, 1), got %s" % (name, cfg.flag(name)))

@@ -20,8 +20,9 @@ of its own and:
   says the same) and exits with the failed rank's status (2 for bad input);
 - where its stdout and stderr are one (``> log 2>&1``, ``2>&1 | tee log``), passes the ranks' through
   one pipe: in the order they wrote them;
-- a rank killed by a signal: one line naming the rank, its pid and host and the signal, exit
-  128 + the signal's number; lines of ranks that only lost contact with it are not shown;
+- a rank killed by a signal: one line naming the rank, its pid and host and the signal (a SIGKILL of
+  the out-of-memory killer: that, and the memory limit reached), exit 128 + the signal's number; lines
+  of ranks that only lost contact with it are not shown;
 - a busy ``--master_port``: one line naming the port and the fix, exit 2;
 - a multi-node launch (torchrun's static rendezvous: ``--nnodes`` above 1 with ``--master_addr`` and
   ``--master_port``): a line when the node starts waiting for the others (torchrun says nothing, for
@@ -47,7 +48,7 @@ import tempfile
 import time
 
 from mlperf_bert.errors import UserError, die_with_parent, first_signal, signal_name
-from mlperf_bert.fileio import proc_stat, usable_tempdir
+from mlperf_bert.fileio import oom_killed, oom_kills, proc_stat, usable_tempdir
 # NOT_SAVED_STATUS (a stop that saved nothing) and its line are the start handler's too: there, stdlib only
 from mlperf_bert.start_signals import LINES_ENV, NOT_SAVED_STATUS, not_saved_line, outlive_readers
 
@@ -113,8 +114,9 @@ _FIELD = re.compile(r"^\s+(rank|exitcode|host)\s*:\s*(.*?)\s*$")
 class Filter:
     """torchrun's stderr in (``feed`` each line), the ranks' own lines out; ``status`` at the end."""
 
-    def __init__(self, out):
+    def __init__(self, out, ooms=None):
         self.out = out
+        self.ooms = ooms  # the out-of-memory killer's count as torchrun started (oom_kills)
         self.seen, self.block, self.report = set(), None, False
         self.failures = []  # torchrun's report: root cause first, then the others
         self.lost = []      # "lost contact" lines: shown only if nothing else explains the failure
@@ -228,7 +230,7 @@ class Filter:
             why = self.stuck.get(f["local"])
             self._write(killed_line("%s, pid %s on host %s)%s" % (
                 f["who"], f["pid"], f.get("host", "?"), ", %s as another rank ended (its collectives wait for this one up to "
-                "torch's process-group timeout: 30 min, NCCL's 10)," % why if why else ""), -f["code"]))
+                "torch's process-group timeout: 30 min, NCCL's 10)," % why if why else ""), -f["code"], self.ooms))
             return 128 - f["code"]
         if f["code"] in FOLLOWERS and self.lost:
             self._write(self.lost[0])  # another node's rank failed: this node only saw it go
@@ -247,10 +249,12 @@ class Filter:
         return f["code"]
 
 
-def killed_line(who, sig):
-    """The line for a rank (``who``) killed by signal ``sig``."""
-    return ("error: %s was killed by %s: the checkpoints written so far are kept; rerun the same command to "
-            "resume from the newest\n" % (who, signal_name(sig)))
+def killed_line(who, sig, ooms=None):
+    """The line for a rank (``who``) killed by signal ``sig``; a SIGKILL says whether the out-of-memory killer
+    sent it, where its count (``oom_kills``) was ``ooms`` before (a limit's kill said only "SIGKILL", 137)."""
+    oom = oom_killed(ooms) if sig == signal.SIGKILL else ""
+    return ("error: %s was killed by %s%s: the checkpoints written so far are kept; rerun the same command to "
+            "resume from the newest\n" % (who, signal_name(sig), ", " + oom if oom else ""))
 
 
 # /proc states of a process that cannot act on a stop signal: stopped (SIGSTOP, SIGTSTP, a debugger),
@@ -297,13 +301,13 @@ def _note_stuck_at_kill(handler, local, got, stuck):
     handler.close = closing
 
 
-def _stop_status(sig, ranks, stuck=None):
+def _stop_status(sig, ranks, stuck=None, ooms=None):
     """torchrun's status after a stop signal ``sig``, from its ranks' {local rank: (pid, exit code)}
     (none: it stopped before starting them): 128 + the signal (the ranks' own: 130 or 143) when every
     rank stopped with its checkpoint, else why not, with its line where no rank printed one.
     ``stuck``: {local rank: why it could not act on the stop when torchrun killed it (``_stuck``)}: of the ranks
     torchrun killed past its shutdown timeout, such a rank is the cause (the others waited for it in a
-    collective), and is named instead of local rank 0."""
+    collective), and is named instead of local rank 0. ``ooms``: ``killed_line``'s."""
     stuck = stuck or {}
     name = signal.Signals(sig).name
     if not ranks:
@@ -323,9 +327,9 @@ def _stop_status(sig, ranks, stuck=None):
     if code < 0:  # killed (torchrun's SIGKILL past the shutdown timeout, the OOM killer): nobody said so
         if local in stuck:
             sys.stderr.write(killed_line("local rank %d (pid %d), %s when %s came (the other ranks wait for it in "
-                                         "their collectives)," % (local, pid, stuck[local], name), -code))
+                                         "their collectives)," % (local, pid, stuck[local], name), -code, ooms))
             return 128 - code
-        sys.stderr.write(killed_line("local rank %d (pid %d), stopping after %s," % (local, pid, name), -code))
+        sys.stderr.write(killed_line("local rank %d (pid %d), stopping after %s," % (local, pid, name), -code, ooms))
         return 128 - code
     return code  # its own line is out
 
@@ -416,6 +420,7 @@ def agent():
     from torch.distributed.elastic.agent.server import api as agent_api
     from torch.distributed.elastic.multiprocessing import api
     handler, got, contexts, stuck = api._terminate_process_handler, [], [], {}
+    ooms = oom_kills()  # before the ranks start
 
     def once(signum, frame):
         if not got:
@@ -445,7 +450,7 @@ def agent():
     except api.SignalException as e:
         ranks = {local: (h.proc.pid, h.proc.returncode) for ctx in contexts
                  for local, h in getattr(ctx, "subprocess_handlers", {}).items() if h.proc.returncode is not None}
-        return _stop_status(e.sigval, ranks, stuck)
+        return _stop_status(e.sigval, ranks, stuck, ooms)
     return 0
 
 
@@ -612,7 +617,7 @@ def main(argv):
 
 
 def _run(args, env):
-    got, proc = [], None
+    got, proc, ooms = [], None, oom_kills()
 
     def on_signal(signum, frame):
         # once (start_training.sh sends SIGTERM after a SIGINT), as itself: torchrun sends the ranks
@@ -646,7 +651,7 @@ def _run(args, env):
         return NOT_SAVED_STATUS
     if got:  # it came while Popen started torchrun
         _send(proc, signal.SIGTERM)
-    filt = Filter(sys.stderr)
+    filt = Filter(sys.stderr, ooms)
     for raw in proc.stdout if merged else proc.stderr:
         filt.feed(raw.decode("utf-8", "replace"))
     returncode = proc.wait()
@@ -654,6 +659,6 @@ def _run(args, env):
         if got:
             sys.stderr.write(not_saved_line(signal.Signals(got[0]).name, "before torchrun started the ranks"))
             return NOT_SAVED_STATUS
-        sys.stderr.write(killed_line("torchrun (pid %d)" % proc.pid, -returncode))
+        sys.stderr.write(killed_line("torchrun (pid %d)" % proc.pid, -returncode, ooms))
         return 128 - returncode
     return filt.status(returncode, bool(got))  # the agent's: 143 (130) only when every rank checkpointed

@@ -452,6 +452,7 @@ def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_pat
     assert os.listdir(short_tmpdir) == []
 
 
+
 # Each rank waits before its micro-step 4 (0-based) until it has the stop signal itself, saying so in
 # MARKS/at4.RANK first: the stop's update is then known (2 micro-steps an update, the ranks' vote
 # read an update later: model.ckpt-8.pt).
@@ -680,6 +681,35 @@ def test_sigterm_to_torchrun_alone_is_the_ranks_stop(tmp_path, short_tmpdir, sta
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == status and out == "" and err == "", (proc.returncode, out, err)
 
+
+
+def test_torchrun_killed_with_a_rank_ends_the_rank_left_and_says_so(tmp_path, short_tmpdir):
+    """Sweep: torchrun's agent and one rank SIGKILLed (the out-of-memory killer took both, NUM_GPUS=2): the
+    other rank, hung in a collective in a session of its own, kept the wrapper's pipe open, and the wrapper
+    waited for it (10 min and more, deaf to a stop: it went to the dead torchrun), then said "SIGTERM before
+    torchrun started the ranks", exit 79. Now it ends the rank left (SIGTERM, then SIGKILL past
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT) and names torchrun's death, 137."""
+    from mlperf_bert.trainer.launch import killed_line
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "rank.py"
+    script.write_text(FAKE_RANK)
+    proc = subprocess.Popen([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2", str(script),
+                             str(marks)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=dict(ENV, TMPDIR=short_tmpdir))
+    wait_until(lambda: len(os.listdir(marks)) == 2, proc, what="both ranks")
+    (agent,) = children(proc.pid)
+    ranks = children(agent)
+    os.kill(agent, signal.SIGKILL)
+    os.kill(ranks[-1], signal.SIGKILL)
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        for pid in ranks + [proc.pid]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert (proc.returncode, stdout, stderr) == (137, "", killed_line("torchrun (pid %d)" % agent, signal.SIGKILL))
+    assert not any(alive(pid) for pid in ranks)
 
 # A rank as the trainer ends a stop: its bar's last state (stderr), then its stop's line (stdout), at once
 BAR_THEN_LINE = textwrap.dedent("""\

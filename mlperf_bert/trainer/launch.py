@@ -36,6 +36,9 @@ of its own and:
   leaves behind) is a temporary folder of this process, removed when torchrun ends.
 
 If this process is killed (SIGKILL), torchrun gets SIGTERM (Linux: the parent-death signal).
+If torchrun itself is killed (the out-of-memory killer), the ranks it leaves (each in a session of its own)
+get a stop signal this process gets, and SIGTERM, then SIGKILL after ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``
+seconds; one line names torchrun's death, exit 128 + its signal.
 """
 import contextlib
 import os
@@ -45,6 +48,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from mlperf_bert.errors import UserError, die_with_parent, first_signal, signal_name
@@ -596,6 +600,40 @@ def _send(proc, signum):
         pass
 
 
+def _ranks_left(marker, among=None):
+    """The pids of this launch's ranks running now (torchrun starts each in a session of its own: they
+    outlive its agent): the processes whose environment holds ``marker`` (our RANK_FAILED_ENV entry, a
+    folder of this launch, which the agent passes on) and whose parent's does not (a rank's own child, a
+    data loader worker, ends with it); with ``among``: only those of them."""
+    marked = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc: none found
+        return []
+    for entry in entries:
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError), open("/proc/%s/environ" % entry, "rb") as f:
+                if marker in f.read().split(b"\0"):  # (a zombie's is empty)
+                    marked[int(entry)] = int(proc_stat(int(entry))[1])
+    return [pid for pid, parent in marked.items() if parent not in marked and (among is None or pid in among)]
+
+
+def _signal_ranks(marker, ranks, signum):
+    for pid in _ranks_left(marker, ranks):  # still ranks of this launch: a pid may have been reused
+        with contextlib.suppress(OSError):
+            os.kill(pid, signum)
+
+
+def _end_ranks(marker, ranks, timeout):
+    """End the ranks a killed agent left (nothing else will): SIGTERM, so that one that can checkpoint
+    does, and SIGKILL to those left after ``timeout`` seconds (torchrun's own shutdown timeout)."""
+    for signum, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10)):
+        _signal_ranks(marker, ranks, signum)
+        deadline = time.monotonic() + wait
+        while _ranks_left(marker, ranks) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+
 def main(argv):
     args = list(argv[1:])
     if not args or args[0] in ("-h", "--help", "help"):
@@ -618,6 +656,8 @@ def main(argv):
 
 def _run(args, env):
     got, proc, ooms = [], None, oom_kills()
+    # the ranks torchrun's agent left as it was killed (the OOM killer): they hold our pipe open
+    left, marker = [], ("%s=%s" % (RANK_FAILED_ENV, env.get(RANK_FAILED_ENV))).encode()
 
     def on_signal(signum, frame):
         # once (start_training.sh sends SIGTERM after a SIGINT), as itself: torchrun sends the ranks
@@ -626,7 +666,9 @@ def _run(args, env):
         if not got:
             got.append(signum)  # first, so a signal whose handler runs inside this call returns above
             got[0] = first_signal(signum, frame, on_signal)
-            if proc is not None:
+            if left:  # torchrun's agent is gone: to its ranks
+                _signal_ranks(marker, left, got[0])
+            elif proc is not None:
                 _send(proc, got[0] if _has_children(proc.pid) else signal.SIGTERM)
 
     # set before torchrun starts: in its own group, it would outlive a wrapper that a signal
@@ -651,12 +693,20 @@ def _run(args, env):
         return NOT_SAVED_STATUS
     if got:  # it came while Popen started torchrun
         _send(proc, signal.SIGTERM)
+
+    def reap():  # a normal end of torchrun's comes after its ranks', and the pipe closes with it
+        if proc.wait() < 0:
+            left.extend(_ranks_left(marker))
+            _end_ranks(marker, left, shutdown_timeout(env))
+    reaper = threading.Thread(target=reap, name="torchrun-reaper", daemon=True)
+    reaper.start()
     filt = Filter(sys.stderr, ooms)
     for raw in proc.stdout if merged else proc.stderr:
         filt.feed(raw.decode("utf-8", "replace"))
+    reaper.join()
     returncode = proc.wait()
-    if returncode < 0:  # torchrun killed by a signal (before it set its handlers: no rank started)
-        if got:
+    if returncode < 0:  # torchrun killed by a signal (before it set its handlers: no rank started, or the OOM killer)
+        if got and not left:
             sys.stderr.write(not_saved_line(signal.Signals(got[0]).name, "before torchrun started the ranks"))
             return NOT_SAVED_STATUS
         sys.stderr.write(killed_line("torchrun (pid %d)" % proc.pid, -returncode, ooms))

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import functools
 import os
+import re
 import signal
 import sys
 import threading
@@ -19,6 +20,13 @@ def error_line(text):
     """``error: TEXT`` as one line: a value's line break (SEED=$'5\\n6', --org=$'a\\nb', a path) written
     ``\\n`` (``\\r``), not a second line of the error."""
     return "error: " + str(text).replace("\r", "\\r").replace("\n", "\\n")
+
+
+def escaped(line):
+    """``line`` with its control and line-separator characters escaped: a file name holding "\\nOK x"
+    printed a verdict line of its own (verify's, check-log's: a script counting OK lines counted it)."""
+    return re.sub("[\x00-\x1f\x7f-\x9f\u2028\u2029]", lambda m: "\\x%02x" % ord(m.group()) if ord(m.group()) < 256
+                  else "\\u%04x" % ord(m.group()), line)
 
 
 class FixableError(UserError):

@@ -122,6 +122,44 @@ def temporary_name(path):
     return "%s.tmp-%d" % (path, os.getpid())
 
 
+# What the longest name derived from an output's adds to it: its temporary's ``.tmp-PID`` with a PID
+# of 7 digits (Linux's largest, 4194304), so that a name is taken or refused whatever the PID (a
+# 248-byte name was written under PID 1420 and failed under PID 14200)
+DERIVED_NAME_BYTES = len(".tmp-4194304")
+PATH_MAX = 4095  # bytes a path may have on Linux (4096 with the final NUL)
+
+
+def name_max(directory):
+    """The bytes a file name may have in ``directory`` (or the first folder above it that exists):
+    the file system's NAME_MAX, 255 where it does not say."""
+    d = os.path.abspath(directory)
+    while not os.path.isdir(d) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)
+    try:
+        return os.pathconf(d, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def refuse_long_name(path, what="output", extra=DERIVED_NAME_BYTES, derived="NAME.tmp-PID, the temporary it is "
+                     "written under", shown=None):
+    """UserError naming ``path`` (``what``: the flag or kind; ``shown``: what to name, if not the path) when
+    its file name, ``extra`` bytes longer (``derived``: by default its temporary ``NAME.tmp-PID``, longer than
+    its lock ``.NAME.lock``), would pass NAME_MAX, which counts bytes (a UTF-8 letter may take 4), or the
+    path itself the 4095 bytes of PATH_MAX: the write failed only there, as h5py's traceback (to-hdf5,
+    pack), or named the temporary or the lock ("choose a writable output path"), not the output."""
+    size = len(os.fsencode(os.path.basename(path)))
+    limit = name_max(os.path.dirname(path) or ".")
+    if size + extra > limit:
+        raise UserError("%s %s: its name is %d bytes, too long for %s (a file name may have %d bytes): give a name "
+                        "of at most %d bytes" % (what, shown or path, size, derived, limit, limit - extra))
+    size = len(os.fsencode(path))  # (as given: the kernel takes a relative path from the current folder)
+    if size + extra > PATH_MAX:
+        raise UserError("%s %s: its path%s is %d bytes, too long for %s (a path may have %d bytes): give a path of "
+                        "at most %d bytes" % (what, shown or path, " " + path if shown else "", size, derived,
+                                              PATH_MAX, PATH_MAX - extra))
+
+
 def remove_own_temporaries():
     """Remove the temporaries this process made and has not renamed or removed yet: called when
     the process ends on a signal or an error. A temporary is registered before it can exist, so
@@ -401,14 +439,16 @@ def check_tmpdir(num_workers):
     """Refuse a $TMPDIR too long for the workers' sockets (preflight checks it before the run writes
     anything), or none writable. They hand batches over through a Unix socket, $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX:
     past the 107 bytes a socket path may have, a worker cannot bind it and the loader waits forever.
+    Bytes, not characters: a $TMPDIR of 43 characters, 78 bytes in UTF-8, passed and the run hung.
     Torch-free, so that train_model.sh's CHECK_ONLY runs this same check (``python -S``)."""
     if num_workers <= 0:
         return  # (no worker, no socket: a run without a writable temporary folder trains)
     base = usable_tempdir("the data loader workers' sockets", "give --num_workers=0, set TMPDIR to a writable folder")
-    if len(base) + len("/pymp-12345678/listener-12345678") > 107:
-        raise UserError("$TMPDIR %s is too long (%d characters) for the data loader workers' sockets, "
+    size = len(os.fsencode(base))
+    if size + len("/pymp-12345678/listener-12345678") > 107:
+        raise UserError("$TMPDIR %s is too long (%d bytes) for the data loader workers' sockets, "
                         "whose paths may have 107: set TMPDIR to a shorter folder (e.g. /tmp), or give "
-                        "--num_workers=0" % (base, len(base)))
+                        "--num_workers=0" % (base, size))
 
 
 def check_compile_cache():
@@ -611,6 +651,7 @@ def atomic_path(path, needed=None, _owns=None):
     if os.path.isdir(path):
         raise UserError("output %s is a directory: give a file path" % path)
     refuse_special_output(path, "output")
+    refuse_long_name(path)
     check_writable_dir(path)
     remove_stale_temporaries(os.path.dirname(os.path.abspath(path)), [os.path.basename(path)])
     if needed is not None:
@@ -812,6 +853,20 @@ def glob_parts(spec):
     parts = [p.strip() for p in (spec or "").split(",") if p.strip()]
     # a file named with a glob's characters ("part[1].tfrecord") is that file, not a pattern that misses it
     return [(p, [p] if glob.escape(p) != p and os.path.lexists(p) else sorted(glob.glob(p))) for p in parts]
+
+
+def comma_in_name(spec, k):
+    """Where part ``k`` of the comma list ``spec`` (glob_parts') matched nothing: the existing file whose
+    name holds a ',' that the list split into that part and its neighbours (a file "a,b" was "a does not
+    exist", though it does), else None."""
+    pieces = (spec or "").split(",")
+    k = [i for i, p in enumerate(pieces) if p.strip()][k]
+    for i in range(max(0, k - 8), k + 1):
+        for j in range(max(i + 1, k), min(len(pieces), i + 9)):
+            name = ",".join(pieces[i:j + 1]).strip()
+            if os.path.lexists(name):
+                return name
+    return None
 
 
 def glob_part_takes(part, path):

@@ -22,7 +22,8 @@ import sys
 import time
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import WRITE_ERRNOS, make_output_dir, mount_point, new_dirs_removed_on_error, pid_alive
+from mlperf_bert.fileio import (WRITE_ERRNOS, make_output_dir, mount_point, new_dirs_removed_on_error, pid_alive,
+                                refuse_long_name)
 
 DIR_LOCK_NAME = ".mlperf_bert.lock"
 # How long a refused run waits when the lock file names a holder that is not alive (its file is
@@ -234,6 +235,8 @@ class OutputLock:
 
 def _lock(path, is_dir, what):
     target = path if is_dir else os.path.dirname(os.path.abspath(path))
+    if not is_dir:  # (a file locked is written under NAME.tmp-PID, longer than .NAME.lock: the MLPerf log too)
+        refuse_long_name(path, what)
     # the folders made for the lock go again when it cannot be taken: a folder holding nothing but
     # an empty lock file looked like a started output
     with new_dirs_removed_on_error(target):

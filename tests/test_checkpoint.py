@@ -628,6 +628,24 @@ def test_a_rewrite_of_a_prefix_keeps_files_beside_its_shards(tmp_path):
     assert tf_checkpoint.fingerprint(prefix) == before
 
 
+def test_a_tf_prefix_too_long_for_tensorflows_temporaries_is_refused_before_anything(tmp_path):
+    """A hostile sweep: a TF --output prefix of 230 bytes passed every check, then TensorFlow's write failed
+    on its NAME.tmp-PID.data-00000-of-00001.tempstateN: "cannot write ...: {{function_node
+    __wrapped__SaveV2...}} ...; File name too long [Op:SaveV2]", no fix, after the conversion's work."""
+    prefix = str(tmp_path / ("c" * 194))
+    with pytest.raises(UserError) as e:
+        with tf_checkpoint.output_held(prefix, "--output"):
+            pass
+    assert str(e.value) == ("--output %s: its name is 194 bytes, too long for NAME.tmp-PID.data-00000-of-00001."
+                            "tempstateN, TensorFlow's temporary of its data (a file name may have 255 bytes): give a "
+                            "name of at most 193 bytes" % prefix)
+    with tf_checkpoint.output_held(prefix[:-1], "--output"):  # a .pt of that length is written
+        pass
+    with tf_checkpoint.output_held(prefix + ".pt", "--output"):
+        pass
+    assert os.listdir(tmp_path) == []
+
+
 def test_add_gradacc_refuses_a_new_prefix_named_pt(tf1_ckpt, tmp_path):
     """A hostile sweep: --new=model.pt wrote the TF checkpoint model.pt.index and .data-*, which
     convert_checkpoint.py and the trainer's --init_checkpoint then read as a .pt ("checkpoint

@@ -489,6 +489,17 @@ def test_legal_but_worth_a_look_is_a_warning(tmp_path, kwargs, rule, level):
     assert compliance.main(["check-log", "--noofficial", str(log)]) == 0
 
 
+def test_a_log_named_with_a_line_break_gives_one_verdict_line(tmp_path, capsys):
+    """A hostile sweep: check-log of a log named "x\nPASS y" printed its name as it is: a second line
+    "PASS y (9 pass, ...)" that a script counting verdict lines counted (verify escapes them: \x0a)."""
+    log = write_log(tmp_path / "log.txt")
+    named = tmp_path / "x\nPASS y\u2028"
+    os.rename(log, named)
+    assert compliance.main(["check-log", "--noofficial", str(named)]) == 0
+    verdicts = [l for l in capsys.readouterr().out.splitlines() if re.match(r"(PASS|WARN|FAIL) /", l)]
+    assert verdicts == ["PASS %s/x\\x0aPASS y\\u2028 (8 pass, 0 warn, 0 fail)" % tmp_path], verdicts
+
+
 def test_train_samples_optional_budget_warned(tmp_path):
     log = edit(write_log(tmp_path / "none.txt"), lambda ls: [l for l in ls if '"train_samples"' not in l])
     assert levels(log)["train_samples"] == "WARN"

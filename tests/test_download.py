@@ -233,6 +233,21 @@ def test_an_uppercase_md5_matches(tmp_path, capsys):
     assert download.main(argv) == 0  # the file now present is checked against the same --md5
 
 
+def test_an_output_name_too_long_for_the_record_of_a_partial_download_is_one_line_naming_it(tmp_path):
+    """A hostile sweep: --output of 232 bytes was "cannot use NAME.partial.source.tmp-3190: file name too
+    long" (the record of a download not finished, past NAME_MAX), not the --output and the length that fits."""
+    src = tmp_path / "blob.bin"
+    src.write_bytes(b"0123456789")
+    out = tmp_path / "dl" / ("b" * 229)
+    with pytest.raises(UserError) as e:
+        download.main(["download", "--url=file://%s" % src, "--output=%s" % out, "--noprogress",
+                       "--md5=" + hashlib.md5(b"0123456789").hexdigest()])
+    assert str(e.value) == ("--output %s: its name is 229 bytes, too long for NAME.partial.source.tmp-PID, the record "
+                            "of a download not finished (a file name may have 255 bytes): give a name of at most 228 "
+                            "bytes" % out)
+    assert os.listdir(tmp_path) == ["blob.bin"]
+
+
 @pytest.mark.parametrize("md5, what", [
     (hashlib.sha256(b"0123456789").hexdigest(), "a sha256"),
     ("0" * 31, "not an md5"),

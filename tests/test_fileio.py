@@ -1598,6 +1598,55 @@ def test_no_writable_temporary_folder_is_one_line_naming_the_fix(tmp_path, monke
         score.remove_stale_copies()
 
 
+def test_a_tmpdir_of_few_characters_but_too_many_bytes_for_a_socket_is_refused(short_tmpdir, monkeypatch):
+    """A hostile sweep: the check counted characters, a socket path's limit bytes: a $TMPDIR of 43
+    characters, 78 bytes in UTF-8 ("é" is 2), passed, and the loader's worker could not bind its socket
+    ("AF_UNIX path too long", a traceback in the worker): the run waited for ever at its first batch."""
+    import tempfile
+    import pathlib
+    tmp = pathlib.Path(short_tmpdir) / ("\u00e9" * (40 - len(short_tmpdir) // 2))  # (pytest's tmp_path: too long)
+    tmp.mkdir()
+    assert len(str(tmp)) + len("/pymp-12345678/listener-12345678") <= 107 < len(os.fsencode(str(tmp))) + 32
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    with pytest.raises(UserError) as e:
+        fileio.check_tmpdir(1)
+    assert str(e.value) == ("$TMPDIR %s is too long (%d bytes) for the data loader workers' sockets, whose paths may "
+                            "have 107: set TMPDIR to a shorter folder (e.g. /tmp), or give --num_workers=0"
+                            % (tmp, len(os.fsencode(str(tmp)))))
+
+
+def test_an_output_whose_temporary_would_pass_the_kernels_limits_is_one_line_naming_it(tmp_path):
+    """A hostile sweep: an output name of 244 to 250 bytes (NAME_MAX is 255, counting bytes: 124 "é"
+    are 248) was written, or not, by the length of the writer's PID (its temporary NAME.tmp-PID), and
+    refused as "cannot use NAME.tmp-1420: file name too long" (the temporary, not the output), by h5py
+    as a traceback, or at the lock as "cannot create the lock file in DIR: File name too long; choose a
+    writable output path" (a writable one). One line naming the output and the length that fits, for
+    every PID (7 digits at most), the path's 4095 bytes too; nothing is left."""
+    for name in ("n" * 244, "\u00e9" * 124):
+        path = str(tmp_path / name)
+        why = ("output %s: its name is %d bytes, too long for NAME.tmp-PID, the temporary it is written under (a "
+               "file name may have 255 bytes): give a name of at most 243 bytes" % (path, len(os.fsencode(name))))
+        with pytest.raises(UserError) as e:
+            with fileio.atomic_open(path) as f:
+                f.write(b"x")
+        assert str(e.value) == why
+        with pytest.raises(UserError) as e:
+            locking.lock_file(path + "xxxxx", "--output")
+        assert str(e.value).startswith("--output %sxxxxx: its name is " % path)
+    with fileio.atomic_open(str(tmp_path / ("n" * 243))) as f:  # the longest that fits whatever the PID
+        f.write(b"x")
+    deep = str(tmp_path) + "/" + "/".join(["d" * 200] * ((4080 - len(str(tmp_path))) // 201))
+    os.makedirs(deep)
+    path = os.path.join(deep, "n" * (4089 - len(deep)))
+    with pytest.raises(UserError) as e:
+        with fileio.atomic_open(path) as f:
+            f.write(b"x")
+    assert str(e.value) == ("output %s: its path is 4090 bytes, too long for NAME.tmp-PID, the temporary it is "
+                            "written under (a path may have 4095 bytes): give a path of at most 4083 bytes" % path)
+    assert sorted(os.listdir(tmp_path)) == ["d" * 200, "n" * 243]
+    assert os.listdir(deep) == []
+
+
 def test_mount_point_sees_a_bind_mount_of_the_same_file_system(tmp_path):
     """A hostile review: os.path.ismount (st_dev) calls a bind mount of the same file system no mount, so
     package renamed across it (EXDEV). mountinfo's deepest mount point at or above the path is its mount

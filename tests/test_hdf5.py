@@ -158,6 +158,37 @@ def test_a_bad_record_is_refused_naming_its_file_and_its_index_there(tiny_record
         assert not os.path.exists(out)
 
 
+def test_names_past_the_kernels_limits_are_one_line_naming_the_file_not_h5pys_traceback(tiny_record, tmp_path):
+    """A hostile sweep: to-hdf5 --output of 248 bytes (124 "é": NAME_MAX counts bytes), pack of an input of
+    240 (its NAME.packed.hdf5.tmp-PID past 255), and pack into a folder of 4060 bytes (its temporary's path
+    past 4095) each ended in h5py's traceback, "OSError: [Errno 36] Unable to synchronously create file
+    (... name = '...tmp-1597' ...)", exit 1. One line naming the file and the length that fits; nothing
+    is left."""
+    from mlperf_bert.dataset import packing
+    src = str(tmp_path / ("r" * 240))
+    write_records(src, [tiny_record()] * 3)
+    out = str(tmp_path / "h" / ("\u00e9" * 124))
+    with pytest.raises(UserError) as e:
+        hdf5.main(["to-hdf5", "--input=" + src, "--output=" + out, "--max_seq_length=8", "--max_predictions_per_seq=2"])
+    assert str(e.value) == ("--output %s: its name is 248 bytes, too long for NAME.tmp-PID, the temporary it is "
+                            "written under (a file name may have 255 bytes): give a name of at most 243 bytes" % out)
+    pack = ["pack", "--max_seq_length=8", "--max_predictions_per_seq=2", "--noprogress", "--num_workers=1"]
+    with pytest.raises(UserError) as e:
+        packing.main(pack + ["--input=" + src, "--output_dir=%s" % (tmp_path / "p")])
+    assert str(e.value) == ("--input file %s: its name is 240 bytes, too long for NAME.packed.hdf5.tmp-PID, the "
+                            "temporary its output is written under (a file name may have 255 bytes): give a name of "
+                            "at most 231 bytes" % src)
+    short = str(tmp_path / ("r" * 40))
+    os.rename(src, short)
+    deep = str(tmp_path / "p") + "/" + "/".join(["d" * 200] * ((4060 - len(str(tmp_path / "p"))) // 201))
+    deep += "/" + "d" * (4060 - len(deep) - 1)
+    with pytest.raises(UserError) as e:
+        packing.main(pack + ["--input=" + short, "--output_dir=" + deep])
+    assert str(e.value).startswith("output %s/%s.packed.hdf5: its path is 4113 bytes, too long for NAME.tmp-PID"
+                                   % (deep, "r" * 40)), str(e.value)
+    assert os.listdir(tmp_path) == ["r" * 40]
+
+
 def test_trainer_batches_from_hdf5_equal_those_from_the_tfrecord(golden_tfrecord, converted):
     torch = pytest.importorskip("torch")
     from mlperf_bert.trainer.loader import PretrainingBatches

@@ -626,6 +626,33 @@ def test_package_names_stay_inside_the_output(two_runs, tmp_path, flag, value):
     assert not (tmp_path / "out").exists() and not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("flag,size,fits", [("system", 232, 231), ("org", 243, 242)])
+def test_package_names_too_long_for_the_files_made_of_them_are_one_line(two_runs, tmp_path, flag, size, fits):
+    """A hostile sweep: --system of 232 bytes was "cannot use OUT/.NVIDIA.tmp-3816/systems/SYS.json.tmp-3816:
+    file name too long" (inside the build folder, about a temporary), --org of 243 the same of .ORG.tmp-PID."""
+    argv = {"org": "Org", "system": "sys"}
+    argv[flag] = "n" * size
+    with pytest.raises(UserError) as e:
+        pkg_mod.main(["package", "--org=%s" % argv["org"], "--system=%s" % argv["system"],
+                      "--runs=%s" % two_runs, "--output=%s" % (tmp_path / "out" / "pkg")])
+    assert str(e.value).startswith("--%s %s: its name is %d bytes, too long for " % (flag, "n" * size, size))
+    assert str(e.value).endswith("(a file name may have 255 bytes): give a name of at most %d bytes" % fits)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_runs_folder_named_with_a_comma_is_said_with_the_quotes_that_give_it(two_runs, tmp_path):
+    """A hostile sweep: --runs=DIR/runs,1 (a folder of that name) was "--runs: DIR/runs does not exist: give a
+    run's log or folder", though the folder given does: absl splits the list at each ',' outside double quotes."""
+    runs = str(two_runs.rename(tmp_path / "runs,1"))
+    argv = [a for a in nyx_argv(two_runs, tmp_path / "pkg") if not a.startswith("--runs=")]
+    with pytest.raises(UserError) as e:
+        pkg_mod.main(argv + ["--runs=" + runs])
+    assert str(e.value) == ("--runs: %s does not exist; %s does, but --runs is split at each ',' outside double "
+                            "quotes: quote it, --runs='\"%s\"'" % (tmp_path / "runs", runs, runs))
+    assert not (tmp_path / "pkg").exists()
+    assert pkg_mod.main(argv + ['--runs="%s"' % runs]) == 0
+
+
 def test_one_run_given_twice_or_a_seed_reused_is_warned(two_runs, tmp_path, capsys):
     """A hostile sweep: result_01.txt a copy of result_1.txt packaged with no word (--runs=runs,runs
     is refused: test_package_refuses_a_run_named_twice_and_an_output_among_its_runs); score then failed it ("Seed checker failed"). package warns, naming the copies. Another:

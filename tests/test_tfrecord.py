@@ -163,6 +163,29 @@ def test_a_killed_writes_temporary_is_refused_where_globs_are_expanded(tmp_path)
     assert len(tfrecord.expand_paths(str(d / "part-*"))) == 2
 
 
+def test_a_file_whose_name_holds_a_comma_is_named_with_the_glob_that_gives_it(tmp_path):
+    """A hostile sweep: --input_file=DIR/a,b (a file of that name; the lists split at ',') was "input file
+    DIR/a does not exist", though the file the user gave does: said, with a glob that gives it (each ','
+    a '?'; other glob characters escaped), which reads it."""
+    for name in ("a,b", "x,[1],y"):
+        path = str(tmp_path / name)
+        tfrecord.write_records(path, [b"x"])
+        other = str(tmp_path / "other")
+        tfrecord.write_records(other, [b"y"])
+        for spec in (path, other + "," + path, path + ", " + other):
+            with pytest.raises(UserError) as e:
+                tfrecord.expand_paths(spec)
+            fix = str(tmp_path / name.replace(",", "?").replace("[", "[[]"))
+            assert str(e.value) == ("input file %s does not exist (check the path or glob); %s exists, but the list "
+                                    "is split at each ',': give it by a glob, e.g. %s"
+                                    % (path.split(",")[0], path, fix)), spec
+            assert tfrecord.expand_paths(fix) == [path]
+        os.remove(path)
+    with pytest.raises(UserError) as e:
+        tfrecord.expand_paths(str(tmp_path / "a") + "," + other)
+    assert str(e.value) == "input file %s does not exist (check the path or glob)" % (tmp_path / "a")
+
+
 def test_a_killed_downloads_partial_file_is_refused_where_globs_are_expanded(tmp_path):
     """A hostile sweep: a killed `download` leaves part-N.partial (and its record part-N.partial.source)
     beside the finished shards; part-* took the partial file, cut at a record's end, for a shard (its

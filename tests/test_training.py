@@ -2045,7 +2045,7 @@ def test_a_tmpdir_too_long_for_the_loaders_sockets_is_one_line_before_anything_i
     out = tmp_path / "out"
     with pytest.raises(UserError) as e:
         training.main(flags_for(files, str(out), num_train_steps=4))
-    assert str(e.value).startswith("$TMPDIR %s is too long (%d characters) for the data loader workers' sockets"
+    assert str(e.value).startswith("$TMPDIR %s is too long (%d bytes) for the data loader workers' sockets"
                                    % (tmp, len(str(tmp)))) and "\n" not in str(e.value)
     assert not out.exists() or os.listdir(out) == [], os.listdir(out)
     assert os.listdir(tmp) == []

@@ -17,7 +17,7 @@ import re
 import shlex
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError
+from mlperf_bert.errors import UserError, escaped
 from mlperf_bert.fileio import atomic_open, md5_many, open_input, read_lines, unfinished_download, unfinished_write
 from mlperf_bert.locking import is_lock_file
 from mlperf_bert.dataset import hdf5, packing, run_record
@@ -468,13 +468,6 @@ def mismatch(size, md5, exps):
     return "; or ".join(why)
 
 
-def _escaped(line):
-    """``line`` with its control and line-separator characters escaped: a file name holding "\\nOK x"
-    printed a verdict line of its own (a script counting OK lines counted it)."""
-    return re.sub("[\x00-\x1f\x7f-\x9f\u2028\u2029]", lambda m: "\\x%02x" % ord(m.group()) if ord(m.group()) < 256
-                  else "\\u%04x" % ord(m.group()), line)
-
-
 def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=print):
     """Check ``paths``; print one line per file and a summary line; return True when everything
     present and expected is OK."""
@@ -496,7 +489,7 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
 
     def say(verdict, line):
         counts[verdict] += 1
-        out("%s %s" % (verdict, _escaped(line)))
+        out("%s %s" % (verdict, escaped(line)))
     for f, exps in sorted(p.files.items()):
         size = os.path.getsize(f)
         tmp = unfinished_write(f)
@@ -583,7 +576,7 @@ def verify(paths, results_dir=RESULTS_DIR, manifest=None, workers=None, out=prin
         good, line = check_eval_articles(txt, md5)
         ok = ok and good
         counts["OK" if good else "MISMATCH"] += 1
-        out(_escaped(line))
+        out(escaped(line))
     out("verify: %s: %s" % (", ".join("%d %s" % (n, k) for k, n in counts.items()),
                             "every file checked matches" if ok else "FAILED"))
     return ok

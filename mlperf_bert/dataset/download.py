@@ -22,8 +22,9 @@ import urllib.request
 from mlperf_bert import flags
 from mlperf_bert.dataset.checksums import RESULTS_DIR, expectations, known_tables, own_checksums
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import (PARTIAL_SUFFIX, SOURCE_SUFFIX, file_md5, is_write_error, load_json, open_input,
-                                new_dirs_removed_on_error, sync_fd, write_error, write_json)
+from mlperf_bert.fileio import (DERIVED_NAME_BYTES, PARTIAL_SUFFIX, SOURCE_SUFFIX, file_md5, is_write_error, load_json,
+                                new_dirs_removed_on_error, open_input, refuse_long_name, sync_fd, write_error,
+                                write_json)
 from mlperf_bert.locking import lock_file
 
 CHUNK = 1 << 20
@@ -99,6 +100,9 @@ def download(url, output, md5=None, size=None, progress=True, results_dir=RESULT
         mismatch = mismatch or "a TFRecord file whose records pass their CRCs (%s)" % bad
         raise UserError("%s exists with %d bytes md5 %s, expected %s: delete it and run again"
                         % (output, size_now, have, mismatch))
+    # its longest derived name, the record of a transfer not finished (a name past it named that record)
+    refuse_long_name(output, "--output", len(PARTIAL_SUFFIX + SOURCE_SUFFIX) + DERIVED_NAME_BYTES,
+                     "NAME%s%s.tmp-PID, the record of a download not finished" % (PARTIAL_SUFFIX, SOURCE_SUFFIX))
     # A URL refused, a source that cannot be read, or bytes that are not the file: the folders made
     # go again (a transfer cut short keeps its bytes there, for the rerun to resume from).
     with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(output))):

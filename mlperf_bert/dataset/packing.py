@@ -358,11 +358,14 @@ def refuse_unfinished(files):
 def output_paths(files, output_dir):
     """One ``<input name>.packed.hdf5`` per input in ``output_dir``; an input given twice, or two
     inputs of one name (whose outputs would overwrite each other), is a UserError."""
-    from mlperf_bert.fileio import refuse_repeated_files
+    from mlperf_bert.fileio import DERIVED_NAME_BYTES, refuse_long_name, refuse_repeated_files
     refuse_repeated_files(files, "--input")
     seen = {}
     for f in files:
         name = os.path.basename(f)
+        # its output's name is its own: refused before anything is packed (a worker's h5py traceback)
+        refuse_long_name(f, "--input file", len(OUTPUT_SUFFIX) + DERIVED_NAME_BYTES,
+                         "NAME%s.tmp-PID, the temporary its output is written under" % OUTPUT_SUFFIX)
         if name in seen:
             raise UserError("--input files %s and %s have one name, so both would be packed into %s: pack each "
                             "folder into its own --output_dir" % (seen[name], f, name + ".packed.hdf5"))

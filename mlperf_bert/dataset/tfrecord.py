@@ -14,8 +14,8 @@ from crc32c import crc32c
 
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.run_record import unfinished_make_dataset
-from mlperf_bert.fileio import (FIFO, atomic_open, glob_parts, open_input, special_file_refusal, special_kind,
-                                unfinished_download, unfinished_write)
+from mlperf_bert.fileio import (FIFO, atomic_open, comma_in_name, glob_parts, open_input, special_file_refusal,
+                                special_kind, unfinished_download, unfinished_write)
 
 _MASK_DELTA = 0xA282EAD8
 _U64 = struct.Struct("<Q")
@@ -327,9 +327,12 @@ def expand_paths(spec, what="input file", pipes=False):
     and for a match that is a directory, a killed write's temporary or (unless ``pipes``: text the
     generator reads once) no regular file: every reader of a list of inputs refuses them here."""
     out = []
-    for part, matches in glob_parts(spec):
+    for k, (part, matches) in enumerate(glob_parts(spec)):
         if not matches:
-            raise UserError("%s %s does not exist (check the path or glob)" % (what, part))
+            name = comma_in_name(spec, k)
+            raise UserError("%s %s does not exist (check the path or glob)%s" % (what, part, "" if name is None else
+                            "; %s exists, but the list is split at each ',': give it by a glob, e.g. %s"
+                            % (name, glob.escape(name).replace(",", "?"))))
         out.extend((p, p != part) for p in matches)
     if not out:
         raise UserError("no %s given" % what)

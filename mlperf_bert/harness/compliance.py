@@ -15,7 +15,7 @@ import os
 import sys
 
 from mlperf_bert import flags
-from mlperf_bert.errors import UserError, error_line, stops_held, worker_pool
+from mlperf_bert.errors import UserError, error_line, escaped, stops_held, worker_pool
 # eval_frequency: the formula of the reference README's "Stopping criteria"
 from mlperf_bert.harness.mlperf_log import OPTIMIZER_KEYS, eval_frequency, reaches_target
 from mlperf_bert.harness.records import (Record, finite, number as _number, read_log,  # noqa: F401 (Record, read_log: this module's API)
@@ -1002,7 +1002,8 @@ def main(argv):
             for r in results:
                 print(format_result(r))
         counts = collections.Counter(r.level for r in results)
-        print("%s %s (%d pass, %d warn, %d fail)" % (verdict, path, counts[PASS], counts[WARN], counts[FAIL]))
+        print("%s %s (%d pass, %d warn, %d fail)" % (verdict, escaped(path), counts[PASS], counts[WARN],
+                                                     counts[FAIL]))
         if len(checked) > 1:
             for r in results:
                 if r.level != PASS:

@@ -29,8 +29,9 @@ import sys
 
 from mlperf_bert import flags, locking
 from mlperf_bert.errors import UserError
-from mlperf_bert.fileio import (atomic_open, file_md5, host_memory, load_json, mount_point, new_dirs_removed_on_error,
-                                open_input, pid_alive, read_lines, special_kind, split_lines, write_json)
+from mlperf_bert.fileio import (DERIVED_NAME_BYTES, atomic_open, comma_in_name, file_md5, host_memory, load_json,
+                                mount_point, new_dirs_removed_on_error, open_input, pid_alive, read_lines,
+                                refuse_long_name, special_kind, split_lines, write_json)
 from mlperf_bert.harness.compliance import (RULESET, SYSTEM_STATUSES, division_of, identity_problems, not_converged,
                                             read_log)
 from mlperf_bert.harness.run_state import logged_cache_clear
@@ -113,7 +114,7 @@ NEEDED_VALUES = ("submitter", "division", "status", "system_name", "number_of_no
 def find_logs(specs):
     """The run logs named by ``specs`` (files; directories with result_*.txt, mlperf.log or run_*/)."""
     logs = []
-    for spec in specs:
+    for k, spec in enumerate(specs):
         if not spec:  # (a "" reads as the current folder to some calls, as nothing to others)
             raise UserError("--runs has an empty item (a ',' doubled, or at an end): give each run's log or folder"
                             " once, separated by ','")
@@ -122,8 +123,11 @@ def find_logs(specs):
             continue
         if not os.path.isdir(spec):
             kind = special_kind(spec)
+            name = None if kind else comma_in_name(",".join(specs), k)  # (absl's list: split at ',' unless quoted)
             raise UserError("--runs: %s %s" % (spec, "is %s, not a run's log or folder" % kind if kind else
-                                               "does not exist: give a run's log or folder"))
+                                               "does not exist: give a run's log or folder" if name is None else
+                                               "does not exist; %s does, but --runs is split at each ',' outside "
+                                               "double quotes: quote it, --runs='\"%s\"'" % (name, name)))
         # (escaped: a folder named with a glob's characters, "runs [0]", is that folder, not a pattern)
         found = (sorted(glob.glob(os.path.join(glob.escape(spec), "result_*.txt")), key=_run_number)
                  or ([os.path.join(spec, "mlperf.log")] if os.path.isfile(os.path.join(spec, "mlperf.log")) else [])
@@ -936,6 +940,12 @@ def make_package(org, system, run_specs, output, system_json=None, fields=(), st
     check_name("org", org)
     check_name("system", system)
     check_name("implementation", implementation)
+    # the longest names made of them, in the folder the package is built in (past 255 bytes: a line naming that)
+    for flag, name, extra, derived in (
+            ("org", org, len(".") + DERIVED_NAME_BYTES, ".ORG.tmp-PID, the folder the package is built in"),
+            ("system", system, len(LAUNCH % "") + DERIVED_NAME_BYTES,
+             "%s.tmp-PID, the temporary of its launch record" % (LAUNCH % "SYSTEM"))):
+        refuse_long_name(os.path.join(output, name), "--" + flag, extra, derived, name)
     logs = find_logs(run_specs)
     check_inputs(run_specs, logs, output)
     check_series_logs(logs)

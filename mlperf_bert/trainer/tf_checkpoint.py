@@ -20,7 +20,7 @@ import zipfile
 import numpy as np
 
 from mlperf_bert.errors import FixableError, UserError
-from mlperf_bert.fileio import check_writable_dir, pid_alive, usable_tempdir
+from mlperf_bert.fileio import DERIVED_NAME_BYTES, check_writable_dir, pid_alive, refuse_long_name, usable_tempdir
 
 log = logging.getLogger(__name__)
 
@@ -479,6 +479,9 @@ def output_held(path, flag, hf=False):
     alone that no reader could load, while both said "wrote" (a sweep). The second is one line."""
     from mlperf_bert import locking
     refuse_in_trainer_dir(path, flag, hf)  # before its lock file: nothing of ours goes into a trainer's folder
+    if not hf and not path.endswith(".pt"):  # a TF prefix: its longest name is TensorFlow's temporary of a shard's
+        refuse_long_name(path, flag, DERIVED_NAME_BYTES + len(".data-00000-of-00001.tempstate18446744073709551615"),
+                         "NAME.tmp-PID.data-00000-of-00001.tempstateN, TensorFlow's temporary of its data")
     with locking.lock_file(path, "output checkpoint"):
         refuse_existing_output(path, flag, hf)
         yield

@@ -464,6 +464,7 @@ now() { printf -v "$1" "%($2)T" -1; }  # VAR FORMAT: the time now, as date +FORM
 
 run_state() {  # DIR LOG [DIR LOG...]: sets run_seed (the seed its log records), run_status (its finished
   # marker's), run_cache_clear (the cache_clear its log records), run_seconds (its run_start to run_stop),
+  # run_resumed (the steps its end marker's launch record says it was resumed at, "17,40"),
   # run_problem ("K WHAT": how the end marker and the log of pair K, from 0, disagree; or empty) and
   # state_rc (0: they were read; else the reader's status, all of them empty)
   local state try
@@ -475,14 +476,15 @@ run_state() {  # DIR LOG [DIR LOG...]: sets run_seed (the seed its log records),
     state_rc=$?
     (( state_rc > 128 )) || break  # 128 + N: a signal ended it (a scheduler signals every process), not the log: again
   done
-  (( state_rc == 0 )) || state="- - - -"
+  (( state_rc == 0 )) || state="- - - - -"
   run_problem=
   [[ "$state" == *$'\n'* ]] && run_problem=${state#*$'\n'}
-  read -r run_seed run_status run_cache_clear run_seconds <<<"${state%%$'\n'*}"
+  read -r run_seed run_status run_cache_clear run_seconds run_resumed <<<"${state%%$'\n'*}"
   [[ "$run_seed" == - ]] && run_seed=
   [[ "$run_status" == - ]] && run_status=
   [[ "$run_cache_clear" == - ]] && run_cache_clear=
   [[ "$run_seconds" == - ]] && run_seconds=
+  [[ "$run_resumed" == - ]] && run_resumed=
 }
 
 say_drop() {  # WHAT CACHE_CLEAR: run_one's page cache line, ending with the cache_clear the log holds
@@ -699,6 +701,9 @@ run_one() {
     local note=
     if [[ -n "$ended" ]]; then
       note=",ended earlier at its run_stop: $elapsed s counts this invocation only (it wrote what was left and trained nothing); MLPerf scores the log's run_start to run_stop: ${run_seconds:-?} s"
+      # resumed by an earlier invocation (killed after its run_stop since): that span holds the pause too
+      # (no comma: the RESULT line's fields are comma-separated)
+      [[ -n "$run_resumed" ]] && note+=" over every invocation of the run and the pauses between them (resumed at step ${run_resumed//,/ and step })"
     elif [[ -n "$resumed" ]]; then
       note=",resumed from ${resumed##*/}: $elapsed s counts this invocation only; MLPerf scores the log's run_start to run_stop: ${run_seconds:-?} s over every invocation of the run and the pauses between them"
     fi

@@ -1622,9 +1622,10 @@ def test_package_warns_of_a_run_stopped_and_resumed(two_runs, tmp_path, capsys):
         out = tmp_path / ("pkg_%s" % len(os.listdir(tmp_path)))
         assert pkg_mod.main(nyx_argv(two_runs, out)) == 0
         said = [line for line in capsys.readouterr().err.splitlines() if "resumed" in line]
-        assert said == (["warning: package: 1 run stopped and resumed (result_0.txt (at step 21, 27)): its time from "
-                         "run_start to run_stop holds the pause and the rerun's init, so it is not a timed result; "
-                         "rerun it uninterrupted (with its seed) for the package"] if warned else []), said
+        seed = [r.value for r in read_log(str(two_runs / "result_0.txt")) if r.key == "seed"][-1]
+        assert said == (["warning: package: 1 run stopped and resumed (result_0.txt (seed %s, resumed at step 21, 27)): "
+                         "its time from run_start to run_stop holds the pause and the rerun's init, so it is not a timed "
+                         "result; rerun it uninterrupted (with its seed) for the package" % seed] if warned else []), said
 
 
 def test_package_warns_of_runs_launched_under_several_torches(two_runs, tmp_path, capsys):

@@ -54,7 +54,9 @@ if [[ -n "${FAKE_LOCKED:-}" ]]; then  # another start's trainer takes the folder
 fi
 (( ${FAKE_STATUS:-0} )) && exit "$FAKE_STATUS"
 logline 80300 run_stop null
-echo '{"status": "success", "global_step": 30, "samples": 120}' > "$OUTPUT_DIR/run_finished.json"
+# FAKE_FINISHED: the end marker the trainer writes (a launch record's)
+finished='{"status": "success", "global_step": 30, "samples": 120}'
+echo "${FAKE_FINISHED:-$finished}" > "$OUTPUT_DIR/run_finished.json"
 """
 
 
@@ -589,6 +591,28 @@ def test_a_rerun_of_a_run_killed_after_its_run_stop_says_this_invocation_trained
         "nothing); MLPerf scores the log's run_start to run_stop: 79.3 s" % fields[3]), result
 
 
+def test_a_rerun_of_a_resumed_run_killed_after_its_run_stop_says_its_time_holds_the_pause(fake):
+    """A sweep: a run stopped, resumed, then killed after its run_stop: its rerun's RESULT line said
+    only "MLPerf scores the log's run_start to run_stop: 79.3 s", a span that holds the pause, which no
+    RESULT line of the run had said (the resuming invocation was killed before its own). It says so
+    from the launch record's resumed_at_steps."""
+    fake.out.mkdir()
+    record = ('{"status": "success", "global_step": 30, "samples": 120, "launch": {"resumed_at_steps": [17, 24]}}')
+    (fake.out / "run_stopped.json").write_text(record)
+    (fake.out / "model.ckpt-12.pt").write_text("")
+    proc = fake("--preset=demo_cpu", SEED="5", FAKE_FINISHED=record)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = result_lines(proc)
+    fields = result.split(",")
+    assert len(fields) == 7 and fields[6].endswith(
+        "MLPerf scores the log's run_start to run_stop: 79.3 s over every invocation of the run and the pauses "
+        "between them (resumed at step 17 and step 24)"), result
+    from mlperf_bert.harness import run_state
+    assert run_state.resumed_steps(str(fake.out)) == [17, 24]
+    (fake.out / "run_finished.json").write_text('{"status": "success", "launch": {"resumed_at_steps": []}}')
+    assert run_state.resumed_steps(str(fake.out)) == []
+
+
 def test_a_failed_run_is_one_line_and_not_checked(fake):
     proc = fake("--preset=demo_cpu", FAKE_STATUS="3", CHECK_LOG="1")
     assert proc.returncode == 3
@@ -844,9 +868,9 @@ def test_run_state_reads_the_trainers_marker_and_log(tmp_path):
                                (5, "cache_clear", "true"), (10, "seed", "3"), (1000, "run_start", "null"),
                                (2000, "seed", "4"), (3000, "cache_clear", "false"), (80300, "run_stop", "null"))))
     assert subprocess.run([sys.executable, "-m", "mlperf_bert.harness.run_state", str(tmp_path), str(log)], cwd=ROOT,
-                          capture_output=True, text=True).stdout == "4 aborted True 79.3\n"
+                          capture_output=True, text=True).stdout == "4 aborted True 79.3 -\n"
     assert subprocess.run([sys.executable, "-m", "mlperf_bert.harness.run_state", str(tmp_path / "none"),
-                           str(tmp_path / "none.log")], cwd=ROOT, capture_output=True, text=True).stdout == "- - - -\n"
+                           str(tmp_path / "none.log")], cwd=ROOT, capture_output=True, text=True).stdout == "- - - - -\n"
     # start_training.sh asks it twice a run, a process each time: it imported the log checker's
     # absl, mllog and numpy, four times Python's own start (0.12 s of CPU a call, 70% of this file's)
     heavy = subprocess.run([sys.executable, "-c", "import sys, mlperf_bert.harness.run_state; print(sorted(m for m in "
@@ -868,7 +892,7 @@ def test_run_state_answers_for_a_log_whose_times_are_not_numbers(tmp_path, capsy
                                (10, "seed", "77"), ("null", "run_start", "null"), (80300, "run_stop", "null"))))
     (tmp_path / run_state.FINISHED).write_text('{"status": "success"}')
     assert run_state.main(["run_state", str(tmp_path), str(log)]) == 0
-    assert capsys.readouterr().out == "77 success - -\n"
+    assert capsys.readouterr().out == "77 success - - -\n"
 
 
 # ---- the image's entrypoint, run outside the image
@@ -1456,7 +1480,7 @@ def test_an_end_marker_whose_status_is_not_its_logs_is_refused_naming_both(fake,
         (out / "mlperf.log").write_text(log)
         (out / marker).write_text('{"status": "success", "global_step": 30, "samples": 120}')
         assert run_state.main(["run_state", str(out), str(out / "mlperf.log")]) == 0
-        assert capsys.readouterr().out == "5 %s - 79.3\n0 %s says the run ended with status success, but the " \
+        assert capsys.readouterr().out == "5 %s - 79.3 -\n0 %s says the run ended with status success, but the " \
             "run_stop of its MLPerf log %s says aborted (one of them was changed since)\n" % (
                 "success" if marker == "run_finished.json" else "-", out / marker, out / "mlperf.log")
         (out / marker).write_text('{"status": "aborted", "global_step": 30, "samples": 120}')

@@ -911,14 +911,14 @@ def package_warnings(logs, entries, source, runs=(), division="closed"):
         names = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
         warnings.append("%d run%s (%s) ran other code than the implementation packaged (source_sha256 differs):"
                         " package the commit the runs ran" % (len(other), "" if len(other) == 1 else "s", names))
-    resumed = ["%s (at step %s)" % (e["result"], ", ".join(map(str, e["launch"]["resumed_at_steps"])))
+    resumed = ["%s (seed %s, resumed at step %s)" % (e["result"], e["seed"], ", ".join(map(str, e["launch"]["resumed_at_steps"])))
                for e in entries if isinstance(e["launch"], dict) and e["launch"].get("resumed_at_steps")]
     if resumed:  # (an uninterrupted run's record says []; one of an older version says nothing)
         warnings.append("%d run%s stopped and resumed (%s): %s time from run_start to run_stop holds the pause and the"
-                        " rerun's init, so it is not a timed result; rerun %s uninterrupted (with its seed) for the"
+                        " rerun's init, so it is not a timed result; rerun %s uninterrupted (with %s seed) for the"
                         " package" % (len(resumed), "" if len(resumed) == 1 else "s", "; ".join(resumed[:3]) +
                                       ("; ..." if len(resumed) > 3 else ""), "its" if len(resumed) == 1 else "their",
-                                      "it" if len(resumed) == 1 else "them"))
+                                      "it" if len(resumed) == 1 else "them", "its" if len(resumed) == 1 else "each one's"))
     by_torch = {}
     for e in entries:
         version = (e["launch"] or {}).get("torch")

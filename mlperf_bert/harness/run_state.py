@@ -2,10 +2,11 @@
 what its log says of the page cache and of its time.
 
 ``python -m mlperf_bert.harness.run_state OUTPUT_DIR LOG`` prints one line,
-``SEED STATUS CACHE_CLEAR SECONDS``: the last ``seed`` the log records, the status of
+``SEED STATUS CACHE_CLEAR SECONDS RESUMED``: the last ``seed`` the log records, the status of
 ``OUTPUT_DIR/run_finished.json`` (the trainer writes it when the run ends), the first
-``cache_clear`` the log records (a resumed run keeps its first start's) and the seconds from the
-log's ``run_start`` to its ``run_stop`` (what MLPerf scores), ``-`` for what is not there yet;
+``cache_clear`` the log records (a resumed run keeps its first start's), the seconds from the
+log's ``run_start`` to its ``run_stop`` (what MLPerf scores) and the steps the run was resumed at
+(its end marker's launch record, comma-separated), ``-`` for what is not there yet (or none);
 then, where the run's end marker (run_finished.json, or the run_stopped.json written at its
 run_stop) and its log disagree (``disagreement``), a second line ``0 WHAT``. More ``DIR LOG`` pairs
 (start_training.sh's other runs of a series, looked at with run 0's, before it trains): the second
@@ -55,6 +56,21 @@ def finished_status(output_dir):
         return None
     except (OSError, ValueError, AttributeError):
         return "unreadable"
+
+
+def resumed_steps(output_dir):
+    """The steps the launch record of the run's end marker (run_finished.json, else run_stopped.json)
+    says it was resumed at ([] when none, or no marker can be read)."""
+    for name in (FINISHED, STOPPED):
+        try:
+            with open(os.path.join(output_dir, name), encoding="utf-8") as f:
+                record = load_json(f)
+        except (OSError, ValueError):
+            continue
+        launch = record.get("launch") if isinstance(record, dict) else None
+        steps = launch.get("resumed_at_steps") if isinstance(launch, dict) else None
+        return [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else []
+    return []
 
 
 def _marker_status(output_dir, name):
@@ -131,8 +147,9 @@ def main(argv):
     seed, status = logged_seed(argv[2], records), finished_status(argv[1])
     # (the run_start and run_stop the official result summarizer times: what MLPerf scores)
     cleared, seconds = logged_cache_clear(records), run_seconds(*run_start_stop(records))
-    print("%s %s %s %s" % ("-" if seed is None else seed, status or "-", "-" if cleared is None else cleared,
-                           "-" if seconds is None else "%.1f" % seconds))
+    resumed = ",".join(map(str, resumed_steps(argv[1])))
+    print("%s %s %s %s %s" % ("-" if seed is None else seed, status or "-", "-" if cleared is None else cleared,
+                              "-" if seconds is None else "%.1f" % seconds, resumed or "-"))
     for k, (output_dir, log) in enumerate(zip(argv[1::2], argv[2::2])):
         problem = disagreement(output_dir, log, records if k == 0 else None)
         if not problem and k:  # (run 0's own missing log: the launcher's words, which know its LOGDIR)

@@ -131,14 +131,16 @@ PATH_MAX = 4095  # bytes a path may have on Linux (4096 with the final NUL)
 
 def name_max(directory):
     """The bytes a file name may have in ``directory`` (or the first folder above it that exists):
-    the file system's NAME_MAX, 255 where it does not say."""
+    the file system's NAME_MAX, 255 where it does not say (pathconf's -1, no limit known, or a FUSE or
+    network file system's 0: every output was refused, "a file name may have 0 bytes")."""
     d = os.path.abspath(directory)
     while not os.path.isdir(d) and os.path.dirname(d) != d:
         d = os.path.dirname(d)
     try:
-        return os.pathconf(d, "PC_NAME_MAX")
+        limit = os.pathconf(d, "PC_NAME_MAX")
     except (OSError, ValueError):
         return 255
+    return limit if limit > 0 else 255
 
 
 def refuse_long_name(path, what="output", extra=DERIVED_NAME_BYTES, derived="NAME.tmp-PID, the temporary it is "

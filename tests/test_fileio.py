@@ -1647,6 +1647,18 @@ def test_an_output_whose_temporary_would_pass_the_kernels_limits_is_one_line_nam
     assert os.listdir(deep) == []
 
 
+def test_a_file_system_that_gives_no_name_max_refuses_no_output(tmp_path, monkeypatch):
+    """A hostile review: pathconf's NAME_MAX of -1 (no limit known) or 0 (a FUSE or network file system
+    that fills in none) was taken as the limit: every output was refused, "its name is 7 bytes, too long
+    ... (a file name may have -1 bytes)". 255, as where pathconf fails."""
+    for value in (-1, 0):
+        monkeypatch.setattr(os, "pathconf", lambda path, name, value=value: value)
+        assert fileio.name_max(str(tmp_path)) == 255
+        with fileio.atomic_open(str(tmp_path / "ckpt.pt")) as f:
+            f.write(b"x")
+    assert (tmp_path / "ckpt.pt").read_bytes() == b"x"
+
+
 def test_mount_point_sees_a_bind_mount_of_the_same_file_system(tmp_path):
     """A hostile review: os.path.ismount (st_dev) calls a bind mount of the same file system no mount, so
     package renamed across it (EXDEV). mountinfo's deepest mount point at or above the path is its mount

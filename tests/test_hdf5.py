@@ -184,9 +184,25 @@ def test_names_past_the_kernels_limits_are_one_line_naming_the_file_not_h5pys_tr
     deep += "/" + "d" * (4060 - len(deep) - 1)
     with pytest.raises(UserError) as e:
         packing.main(pack + ["--input=" + short, "--output_dir=" + deep])
-    assert str(e.value).startswith("output %s/%s.packed.hdf5: its path is 4113 bytes, too long for NAME.tmp-PID"
-                                   % (deep, "r" * 40)), str(e.value)
+    assert str(e.value).startswith("--input file %s: its path %s/%s is 4101 bytes, too long for NAME.packed.hdf5"
+                                   ".tmp-PID" % (short, deep, "r" * 40)), str(e.value)
     assert os.listdir(tmp_path) == ["r" * 40]
+
+
+def test_pack_of_an_input_in_a_deep_folder_is_checked_where_its_output_goes(tmp_path):
+    """A hostile review: pack's check of an input's NAME.packed.hdf5.tmp-PID took the input's own path and
+    folder, not --output_dir's: an input 4081 bytes deep was refused ("its path is 4081 bytes, too long"),
+    its output's path short; the input's name, in --output_dir's path, is what is checked."""
+    from mlperf_bert.dataset import packing
+    deep = str(tmp_path / "in") + "/" + "/".join(["d" * 200] * ((4040 - len(str(tmp_path / "in"))) // 201))
+    os.makedirs(deep)
+    f = os.path.join(deep, "r" * (4081 - len(deep) - 1))
+    out = str(tmp_path / "p")
+    assert packing.output_paths([f], out) == [os.path.join(out, os.path.basename(f) + ".packed.hdf5")]
+    long_out = out + "/" + "/".join(["d" * 200] * 20)
+    with pytest.raises(UserError) as e:
+        packing.output_paths([str(tmp_path / "r")], long_out)
+    assert str(e.value).startswith("--input file %s: its path %s/r is " % (tmp_path / "r", long_out))
 
 
 def test_trainer_batches_from_hdf5_equal_those_from_the_tfrecord(golden_tfrecord, converted):

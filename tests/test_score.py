@@ -653,6 +653,17 @@ def test_a_runs_folder_named_with_a_comma_is_said_with_the_quotes_that_give_it(t
     assert pkg_mod.main(argv + ['--runs="%s"' % runs]) == 0
 
 
+def test_a_missing_run_after_a_quoted_one_with_a_comma_is_not_said_to_need_quotes(two_runs, tmp_path):
+    """A hostile review: --runs='"DIR/runs,1"',DIR/nope (the first quoted, and found) said "DIR/nope does not
+    exist; DIR/runs,1 does, but --runs is split at each ',' ...: quote it": the quoted item's ',' shifted the
+    missing one's place among the pieces."""
+    runs = str(two_runs.rename(tmp_path / "runs,1"))
+    argv = [a for a in nyx_argv(two_runs, tmp_path / "pkg") if not a.startswith("--runs=")]
+    with pytest.raises(UserError) as e:
+        pkg_mod.main(argv + ['--runs="%s",%s' % (runs, tmp_path / "nope")])
+    assert str(e.value) == "--runs: %s does not exist: give a run's log or folder" % (tmp_path / "nope")
+
+
 def test_one_run_given_twice_or_a_seed_reused_is_warned(two_runs, tmp_path, capsys):
     """A hostile sweep: result_01.txt a copy of result_1.txt packaged with no word (--runs=runs,runs
     is refused: test_package_refuses_a_run_named_twice_and_an_output_among_its_runs); score then failed it ("Seed checker failed"). package warns, naming the copies. Another:

@@ -363,9 +363,10 @@ def output_paths(files, output_dir):
     seen = {}
     for f in files:
         name = os.path.basename(f)
-        # its output's name is its own: refused before anything is packed (a worker's h5py traceback)
-        refuse_long_name(f, "--input file", len(OUTPUT_SUFFIX) + DERIVED_NAME_BYTES,
-                         "NAME%s.tmp-PID, the temporary its output is written under" % OUTPUT_SUFFIX)
+        # its output's name is its own: refused before anything is packed (a worker's h5py traceback). In
+        # output_dir, where it is written (an input's own deep folder was refused, its output's path short)
+        refuse_long_name(os.path.join(output_dir, name), "--input file", len(OUTPUT_SUFFIX) + DERIVED_NAME_BYTES,
+                         "NAME%s.tmp-PID, the temporary its output is written under" % OUTPUT_SUFFIX, f)
         if name in seen:
             raise UserError("--input files %s and %s have one name, so both would be packed into %s: pack each "
                             "folder into its own --output_dir" % (seen[name], f, name + ".packed.hdf5"))

@@ -123,7 +123,10 @@ def find_logs(specs):
             continue
         if not os.path.isdir(spec):
             kind = special_kind(spec)
-            name = None if kind else comma_in_name(",".join(specs), k)  # (absl's list: split at ',' unless quoted)
+            # (absl's list: split at ',' unless quoted. Its place among the pieces: an item before it, quoted, may
+            # hold a ',' too; --runs='"x,y"',c said "c does not exist; x,y does ...: quote it")
+            piece = len([p for p in ",".join(specs[:k]).split(",") if p.strip()])
+            name = None if kind else comma_in_name(",".join(specs), piece)
             raise UserError("--runs: %s %s" % (spec, "is %s, not a run's log or folder" % kind if kind else
                                                "does not exist: give a run's log or folder" if name is None else
                                                "does not exist; %s does, but --runs is split at each ',' outside "

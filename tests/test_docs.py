@@ -655,13 +655,20 @@ def test_numbers_the_docs_quote_from_results_are_the_files():
     checksums" (results/ has 6 of 500 text shards, 2 of 500 TFRecords) and "~365 GB" for 391 GB."""
     facts = results_facts()
     assert facts["total_bytes"] == 391434110129 and len(facts["shards"]) == 6
-    bad, seen = [], 0
-    for doc in DOCS:
-        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
-        seen += len(re.findall(r"of the 500 (?:text shards|TFRecords)|\d GB \(", text))
-        bad += quoted_number_problems(doc, text, facts)
+    seen, bad = over_docs(r"of the 500 (?:text shards|TFRecords)|\d GB \(",
+                          lambda doc, text: quoted_number_problems(doc, text, facts))
     assert seen >= 4
     assert not bad, "\n".join(bad)
+
+
+def over_docs(pattern, problems):
+    """(how many quotes ``pattern`` finds in the docs, ``problems(doc, text)`` of every doc)."""
+    seen, bad = 0, []
+    for doc in DOCS:
+        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
+        seen += len(re.findall(pattern, text))
+        bad += problems(doc, text)
+    return seen, bad
 
 
 def test_a_number_quoted_wrongly_from_results_is_reported():
@@ -700,11 +707,7 @@ def test_the_verdict_lines_the_docs_quote_count_every_rule(tmp_path):
     counted 8 rules; check-log gives every log 9 (the official checker and eight BERT rules)."""
     rules = check_log_rule_count(tmp_path)
     assert rules == 9
-    bad, seen = [], 0
-    for doc in DOCS:
-        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
-        seen += len(re.findall(r"\d+ pass, \d+ warn, \d+ fail\)", text))
-        bad += verdict_count_problems(doc, text, rules)
+    seen, bad = over_docs(r"\d+ pass, \d+ warn, \d+ fail\)", lambda doc, text: verdict_count_problems(doc, text, rules))
     assert seen >= 1
     assert not bad, "\n".join(bad)
     assert verdict_count_problems("x.md", "`WARN out/mlperf.log (5 pass, 3 warn, 0 fail)`", rules) == [

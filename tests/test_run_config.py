@@ -161,8 +161,10 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     # the loop's state, read back from the old checkpoint, is written under the same keys and values
     state = training.TrainState.from_checkpoint(ckpt, 4, torch.device("cpu"))
     keys = ("global_step", "samples", "next_eval", "evals", "mlperf_log", "block", "loss")
-    assert state.checkpoint(ckpt["mlperf_log"]) == dict({k: ckpt[k] for k in keys}, diverged=False)
-    assert list(state.checkpoint(ckpt["mlperf_log"])) == [k for k in ckpt if k in keys] + ["diverged"]
+    # (and the step it was resumed at: an old checkpoint has no resumes of its own)
+    assert state.checkpoint(ckpt["mlperf_log"]) == dict({k: ckpt[k] for k in keys}, diverged=False,
+                                                        resumes=[ckpt["global_step"]])
+    assert list(state.checkpoint(ckpt["mlperf_log"])) == [k for k in ckpt if k in keys] + ["diverged", "resumes"]
 
 
 def test_a_resume_under_another_torch_says_so_once_and_goes_on_from_the_checkpoints_state(tmp_path, capsys):

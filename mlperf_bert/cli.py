@@ -7,9 +7,9 @@ import os
 import signal
 import sys
 
-from mlperf_bert.errors import (Terminated, UserError, error_line, install_sigterm_handler, is_process_limit, process_limit,
+from mlperf_bert.errors import (Terminated, UserError, error_line, install_sigterm_handler, is_process_limit,
                                quiet_dropped_stops, raise_held, raise_interrupt, stop_lost, stop_of)
-from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, remove_own_temporaries
+from mlperf_bert.fileio import PATH_ERRNOS, WRITE_ERRNOS, process_limit, remove_own_temporaries
 # The start's handler (quiet_start) is there, stdlib only: the entry points set it up before this
 # module's imports (absl's ~80 ms).
 from mlperf_bert.start_signals import _QUIET_START, INTERRUPTED, TERMINATED, drop_output, outlive_readers

@@ -365,65 +365,6 @@ def shm_full(why, alternative=""):
             % (size, why, alternative))
 
 
-# This process's control groups and where their hierarchies are mounted (tests give fake ones)
-PROC_CGROUP = "/proc/self/cgroup"
-CGROUP_ROOT = "/sys/fs/cgroup"
-
-
-def cgroup_dirs(controller):
-    """The folders of this process's control group for ``controller`` ("pids", "memory"), then of each
-    ancestor's, nearest first (a group's limits hold for the groups below it): cgroup v1's hierarchy of
-    that controller, v2's unified one. A folder that is not there is passed over: in a container the
-    mount's root is often the container's own group (docker's v1: /proc/self/cgroup names /docker/ID,
-    which is not below it). Nothing where /proc/self/cgroup is unreadable."""
-    try:
-        with open(PROC_CGROUP) as f:
-            lines = [line.rstrip("\n").split(":", 2) for line in f]
-    except OSError:
-        return
-    for line in lines:
-        if len(line) != 3 or (line[1] and controller not in line[1].split(",")):
-            continue
-        root, group = os.path.join(CGROUP_ROOT, controller) if line[1] else CGROUP_ROOT, line[2]
-        while True:
-            if os.path.isdir(root + group.rstrip("/")):
-                yield root + group.rstrip("/")
-            if group in ("/", ""):
-                break
-            group = os.path.dirname(group.rstrip("/")) or "/"
-
-
-def _pids_limit():
-    """This process's control-group limit on processes and threads, in words ("pids.max 16, 16 in use"),
-    or "" where none is set or readable (cgroup v1's pids controller, or v2's unified hierarchy)."""
-    for group in cgroup_dirs("pids"):  # the group's own limit, else its nearest ancestor's
-        try:
-            with open(group + "/pids.max") as f:
-                limit = f.read().strip()
-            with open(group + "/pids.current") as f:
-                current = f.read().strip()
-        except OSError:
-            continue
-        if limit != "max":
-            return " (pids.max %s, %s in use)" % (limit, current)
-    return ""
-
-
-def process_limit(what, alternative):
-    """The one line for a thread or process that could not be started (``what``): the limit on
-    processes and threads (a container's --pids-limit, a cgroup's pids.max; a user's ulimit -u, an HPC
-    node's most often) is reached, and the kernel says only EAGAIN. ``alternative``: the fix needing
-    fewer of them (", or ...")."""
-    return ("cannot start %s: the limit on processes and threads is reached%s: raise it (podman/docker "
-            "--pids-limit, Kubernetes' pod pids limit, the cgroup's pids.max, the user's ulimit -u)%s"
-            % (what, _pids_limit(), alternative))
-
-
-# What the trainer and the loader's workers need threads and processes for: the fewer the workers,
-# the fewer of them
-LOADER_PROCESSES = ", or give fewer --num_workers (0: the data is read in the trainer)"
-
-
 def is_process_limit(e):
     """Whether ``e`` is a thread or process start refused by that limit: threading's "can't start
     new thread", or EAGAIN from a fork (multiprocessing's, subprocess's)."""

@@ -22,7 +22,8 @@ import os
 import re
 import stat
 
-from mlperf_bert.errors import FixableError, Terminated, UserError, cgroup_dirs
+from mlperf_bert import cgroups
+from mlperf_bert.errors import FixableError, Terminated, UserError
 
 # errno -> what the user should do about it (the error line ends with it)
 WRITE_ERRNOS = {
@@ -263,6 +264,22 @@ def usable_cores():
         return os.cpu_count() or 1
 
 
+def process_limit(what, alternative):
+    """The one line for a thread or process that could not be started (``what``; errors.is_process_limit):
+    the limit on processes and threads (a container's --pids-limit, a cgroup's pids.max; a user's ulimit -u,
+    an HPC node's most often) is reached, and the kernel says only EAGAIN. ``alternative``: the fix needing
+    fewer of them (", or ...")."""
+    pids = cgroups.pids_limit()
+    return ("cannot start %s: the limit on processes and threads is reached%s: raise it (podman/docker "
+            "--pids-limit, Kubernetes' pod pids limit, the cgroup's pids.max, the user's ulimit -u)%s"
+            % (what, " (pids.max %s, %s in use)" % pids if pids else "", alternative))
+
+
+# What the trainer and the loader's workers need threads and processes for: the fewer the workers,
+# the fewer of them
+LOADER_PROCESSES = ", or give fewer --num_workers (0: the data is read in the trainer)"
+
+
 def host_memory():
     """Bytes of memory this host has, or None where the system does not say (the system description's;
     what this process may use is ``usable_memory``)."""
@@ -272,49 +289,21 @@ def host_memory():
         return None
 
 
-def memory_limit():
-    """This process's control-group limit on memory (a container's --memory, Slurm's --mem under
-    task/cgroup, Kubernetes' limit): (bytes, the file that sets it), the smallest of its group's and its
-    ancestors' (each holds for the groups below it), or None where none is readable. v2's "max" is none;
-    v1's none is a huge number, which the callers' min with the host's memory drops."""
-    found = []
-    for group in cgroup_dirs("memory"):
-        for name in ("memory.max", "memory.limit_in_bytes"):  # v2's, v1's
-            with contextlib.suppress(OSError, ValueError):
-                with open(os.path.join(group, name)) as f:
-                    found.append((int(f.read()), name))
-    return min(found) if found else None
-
-
 def usable_memory():
-    """(bytes, None) of the host's memory, or (bytes, its file) of ``memory_limit`` where that is smaller:
+    """(bytes, None) of the host's memory, or (bytes, its file) of ``cgroups.memory_limit`` where that is smaller:
     what this process may use, as ``usable_cores``. The checks of what fits read the host's: on a 1 TB host
     in a 16 GB container they passed, and the out-of-memory killer ended the run later. None where the
     system says neither."""
-    host, limit = host_memory(), memory_limit()
+    host, limit = host_memory(), cgroups.memory_limit()
     if limit and (host is None or limit[0] < host):
         return limit
     return (host, None) if host else None
 
 
-def oom_kills():
-    """How many processes the out-of-memory killer ended in this process's memory control group (v2's
-    memory.events, which counts the groups below it too; v1's memory.oom_control, kernel 4.13 on), or
-    None where no count is readable: compared before and after a child's SIGKILL (``oom_killed``)."""
-    for group in cgroup_dirs("memory"):  # the nearest: the one its children are in
-        for name in ("memory.events", "memory.oom_control"):
-            with contextlib.suppress(OSError):
-                with open(os.path.join(group, name)) as f:
-                    m = re.search(r"^oom_kill (\d+)$", f.read(), re.M)
-                if m:
-                    return int(m.group(1))
-    return None
-
-
 def oom_killed(before):
-    """Who sent a child's SIGKILL, in words ("sent by the out-of-memory killer: ..."), where ``oom_kills`` has
+    """Who sent a child's SIGKILL, in words ("sent by the out-of-memory killer: ..."), where ``cgroups.oom_kills`` has
     grown since it was ``before`` (a process of this control group was ended for memory), else ""."""
-    after = oom_kills()
+    after = cgroups.oom_kills()
     if before is None or after is None or after <= before:
         return ""
     memory = usable_memory()
@@ -918,7 +907,7 @@ def new_dirs_removed_on_error(*paths):
 if __name__ == "__main__":  # start_training.sh's (python -S): `oom_kills` before a run, `oom_killed N` after it
     import sys
     if sys.argv[1:2] == ["oom_kills"]:
-        count = oom_kills()
+        count = cgroups.oom_kills()
         print("" if count is None else count)
     elif sys.argv[1:2] == ["oom_killed"] and sys.argv[2:] and sys.argv[2].isdigit():
         print(oom_killed(int(sys.argv[2])))

@@ -87,13 +87,13 @@ def stop_as_handlers_are_set(monkeypatch, module):
 def fake_cgroup(monkeypatch, root, groups, files):
     """This process's control groups as ``groups`` (/proc/self/cgroup's text), their files ``files``
     ({path below /sys/fs/cgroup: text}), written under ``root`` (a pathlib.Path) and given to
-    errors.cgroup_dirs: a container's limits on a test host. Returns (/proc/self/cgroup, /sys/fs/cgroup)."""
-    from mlperf_bert import errors
+    cgroups.dirs: a container's limits on a test host. Returns (/proc/self/cgroup, /sys/fs/cgroup)."""
+    from mlperf_bert import cgroups
     root.mkdir(parents=True, exist_ok=True)
     (root / "cgroup").write_text(groups)
     for path, text in files.items():
         (root / "sys" / path).parent.mkdir(parents=True, exist_ok=True)
         (root / "sys" / path).write_text(text)
-    monkeypatch.setattr(errors, "PROC_CGROUP", str(root / "cgroup"), raising=False)  # (not there before: ignored)
-    monkeypatch.setattr(errors, "CGROUP_ROOT", str(root / "sys"), raising=False)
+    monkeypatch.setattr(cgroups, "PROC_CGROUP", str(root / "cgroup"))
+    monkeypatch.setattr(cgroups, "CGROUP_ROOT", str(root / "sys"))
     return str(root / "cgroup"), str(root / "sys")

@@ -19,7 +19,7 @@ import types
 
 import pytest
 
-from mlperf_bert import errors, fileio, locking
+from mlperf_bert import cgroups, errors, fileio, locking
 from mlperf_bert.errors import UserError
 import procs
 
@@ -125,12 +125,12 @@ def test_the_memory_a_process_may_use_is_its_control_groups_limit(groups, files,
     monkeypatch.setattr(fileio, "host_memory", lambda: 1 << 40)
     limit = "memory.limit_in_bytes" if "memory:" in groups else "memory.max"
     assert fileio.usable_memory() == (16 << 30, limit)
-    assert fileio.oom_kills() == 2 and fileio.oom_killed(2) == ""
+    assert cgroups.oom_kills() == 2 and fileio.oom_killed(2) == ""
     assert fileio.oom_killed(1) == (
         "sent by the out-of-memory killer: the memory limit was reached, 16.0 GiB (this process's control group's "
         "%s): give it more (a container's --memory, Slurm's --mem) or use less (a smaller --train_batch_size, fewer "
         "--num_workers)" % limit)
-    assert "(pids.max 16, 16 in use)" in errors.process_limit("a thread", "")
+    assert "(pids.max 16, 16 in use)" in fileio.process_limit("a thread", "")
     monkeypatch.setattr(fileio, "host_memory", lambda: 8 << 30)  # a limit above the host's: the host's
     assert fileio.usable_memory() == (8 << 30, None)
     assert fileio.oom_killed(1) == "sent by the out-of-memory killer: the host's memory, 8.0 GiB, ran out"

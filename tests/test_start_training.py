@@ -632,7 +632,7 @@ def test_a_run_the_out_of_memory_killer_ended_names_the_memory_limit(fake, tmp_p
         "memory/job/memory.limit_in_bytes": "314572800\n", "memory/job/memory.oom_control": "oom_kill 3\n"})
     python = tmp_path / "python"
     python.write_text('#!/usr/bin/env bash\n[[ "$*" == "-S -m mlperf_bert.fileio "* ]] && exec %s -S -c "import runpy; '
-                      'from mlperf_bert import errors; errors.PROC_CGROUP, errors.CGROUP_ROOT = %r, %r; '
+                      'from mlperf_bert import cgroups; cgroups.PROC_CGROUP, cgroups.CGROUP_ROOT = %r, %r; '
                       'runpy.run_module(\'mlperf_bert.fileio\', run_name=\'__main__\')" "${@:4}"\nexec %s "$@"\n'
                       % (sys.executable, groups, root, sys.executable))
     python.chmod(0o755)

@@ -227,10 +227,10 @@ def test_a_rank_the_out_of_memory_killer_ended_names_the_memory_limit(tmp_path, 
     under 200 MB) ended 137 with "killed by SIGKILL" alone. Where the group's count of out-of-memory kills
     grew since torchrun started, the line says the limit was reached and names it; unchanged (another's
     SIGKILL), the line is as it was."""
-    from mlperf_bert import fileio
+    from mlperf_bert import cgroups, fileio
     fake_cgroup(monkeypatch, tmp_path, "0::/\n", {"memory.max": "209715200\n", "memory.events": "oom 0\noom_kill 0\n"})
     monkeypatch.setattr(fileio, "host_memory", lambda: 1 << 40)
-    ooms = fileio.oom_kills()  # as the wrapper starts torchrun
+    ooms = cgroups.oom_kills()  # as the wrapper starts torchrun
     plain, status = filtered("rank_killed", ooms)
     assert status == 137 and len(plain) == 1 and "was killed by SIGKILL: the checkpoints" in plain[0], plain
     (tmp_path / "sys" / "memory.events").write_text("oom 1\noom_kill 1\n")

@@ -52,7 +52,8 @@ import threading
 import time
 
 from mlperf_bert.errors import UserError, die_with_parent, first_signal, signal_name
-from mlperf_bert.fileio import oom_killed, oom_kills, proc_stat, usable_tempdir
+from mlperf_bert.cgroups import oom_kills
+from mlperf_bert.fileio import oom_killed, proc_stat, usable_tempdir
 # NOT_SAVED_STATUS (a stop that saved nothing) and its line are the start handler's too: there, stdlib only
 from mlperf_bert.start_signals import LINES_ENV, NOT_SAVED_STATUS, not_saved_line, outlive_readers
 

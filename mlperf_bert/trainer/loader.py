@@ -27,8 +27,8 @@ import weakref
 import numpy as np
 import torch
 
-from mlperf_bert.errors import LOADER_PROCESSES, UserError, die_with_parent, ended, is_process_limit, process_limit, shm_full
-from mlperf_bert.fileio import check_tmpdir
+from mlperf_bert.errors import UserError, die_with_parent, ended, is_process_limit, shm_full
+from mlperf_bert.fileio import LOADER_PROCESSES, check_tmpdir, process_limit
 from mlperf_bert.dataset.example import (decode_pretraining_batch, decode_pretraining_example, value_problem,  # noqa: F401
                                          values_refusal)  # (value_problem: packed_loader's too)
 from mlperf_bert.dataset.tfrecord import check_data, expand_paths, read_records, scan_records

@@ -194,8 +194,9 @@ class _TorchNeedsAFolder:
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name == "torch" and _lost_folder():
-            raise UserError(_lost_folder())
+        lost = name == "torch" and _lost_folder()
+        if lost:
+            raise UserError(lost)
         return None  # (the other finders find it)
 
 
@@ -248,8 +249,9 @@ def _stops_over_broken_pipes(main, argv):
         if is_process_limit(e):
             raise UserError(process_limit("a thread or a process", ", or run fewer workers (the command's --workers or "
                                                                      "--num_workers)")) from None
-        if isinstance(e, FileNotFoundError) and not os.path.isabs(e.filename or "") and _lost_folder():
-            raise UserError(_lost_folder()) from None  # (a relative path's, or os.getcwd's own naming none)
+        lost = isinstance(e, FileNotFoundError) and not os.path.isabs(e.filename or "") and _lost_folder()
+        if lost:
+            raise UserError(lost) from None  # (a relative path's, or os.getcwd's own naming none)
         raise
 
 

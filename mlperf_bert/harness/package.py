@@ -878,13 +878,12 @@ def package_warnings(logs, entries, source, runs=(), division="closed"):
     if len(failed) > 1:  # (score's reason too; one may be dropped as the slowest)
         warnings.append("%d runs did not converge (%s): the training rules ('Benchmark Results') make a result with"
                         " more than one non-converging run invalid, and score fails this package"
-                        % (len(failed), ", ".join(failed[:3]) + (", ..." if len(failed) > 3 else "")))
+                        % (len(failed), _first_three(failed)))
     kept = [os.path.basename(log) for log, records in zip(logs, runs) if logged_cache_clear(records) is not True]
     if kept:  # (the official tools ask only that the key is there; published logs say true, one null: Habana v3.1)
         warnings.append("%d run%s (%s) logged no cache_clear true: the training rules ('Data State at Start of Run')"
                         " ask for the cache flushed or the system restarted before each run (start_training.sh drops"
-                        " it, as root, and logs true)" % (len(kept), "" if len(kept) == 1 else "s",
-                                                          ", ".join(kept[:3]) + (", ..." if len(kept) > 3 else "")))
+                        " it, as root, and logs true)" % (len(kept), "" if len(kept) == 1 else "s", _first_three(kept)))
     for log in sorted(_unfinished_runs(logs), key=_run_number):  # a series still running, or stopped
         d = os.path.dirname(os.path.dirname(log))
         warnings.append("%s: no result_%d.txt in %s: that run of the series did not finish (still running, or"
@@ -905,22 +904,21 @@ def package_warnings(logs, entries, source, runs=(), division="closed"):
     if missing:
         warnings.append("%d run%s without a launch record (%s): no %s (or %s) of the same seed in run_N/ beside"
                         " result_N.txt or beside mlperf.log; the launch record says null for %s" % (
-                            len(missing), "" if len(missing) == 1 else "s", ", ".join(missing[:3]) +
-                            (", ..." if len(missing) > 3 else ""), FINISHED, STOPPED,
+                            len(missing), "" if len(missing) == 1 else "s", _first_three(missing), FINISHED, STOPPED,
                             "it" if len(missing) == 1 else "them"))
     other = [e["result"] for e in entries if e["launch"] and source.get("source_sha256")
              and e["launch"].get("source_sha256") not in (None, source["source_sha256"])]
     if other:
-        names = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
         warnings.append("%d run%s (%s) ran other code than the implementation packaged (source_sha256 differs):"
-                        " package the commit the runs ran" % (len(other), "" if len(other) == 1 else "s", names))
+                        " package the commit the runs ran" % (len(other), "" if len(other) == 1 else "s",
+                                                              _first_three(other)))
     resumed = ["%s (seed %s, resumed at step %s)" % (e["result"], e["seed"], ", ".join(map(str, e["launch"]["resumed_at_steps"])))
                for e in entries if isinstance(e["launch"], dict) and e["launch"].get("resumed_at_steps")]
     if resumed:  # (an uninterrupted run's record says []; one of an older version says nothing)
         warnings.append("%d run%s stopped and resumed (%s): %s time from run_start to run_stop holds the pause and the"
                         " rerun's init, so it is not a timed result; rerun %s uninterrupted (with %s seed) for the"
-                        " package" % (len(resumed), "" if len(resumed) == 1 else "s", "; ".join(resumed[:3]) +
-                                      ("; ..." if len(resumed) > 3 else ""), "its" if len(resumed) == 1 else "their",
+                        " package" % (len(resumed), "" if len(resumed) == 1 else "s", _first_three(resumed, "; "),
+                                      "its" if len(resumed) == 1 else "their",
                                       "it" if len(resumed) == 1 else "them", "its" if len(resumed) == 1 else "each one's"))
     by_torch = {}
     for e in entries:
@@ -930,9 +928,14 @@ def package_warnings(logs, entries, source, runs=(), division="closed"):
     if len(by_torch) > 1:
         warnings.append("the runs ran under %d versions of torch (%s): a submission's runs share one software stack,"
                         " the one its system description names; package the runs of one" % (len(by_torch), "; ".join(
-                            "torch %s: %s" % (v, ", ".join(r[:3]) + (", ..." if len(r) > 3 else ""))
+                            "torch %s: %s" % (v, _first_three(r))
                             for v, r in sorted(by_torch.items()))))
     return warnings
+
+
+def _first_three(names, sep=", "):
+    """``names`` in a warning: the first three, then "..." where there are more."""
+    return sep.join(names[:3]) + (sep + "..." if len(names) > 3 else "")
 
 
 def make_package(org, system, run_specs, output, system_json=None, fields=(), status=None, nodes=None,

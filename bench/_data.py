@@ -39,6 +39,14 @@ def golden_records(out, seq=512, pred=76, dupe_factor=10):
     return out
 
 
+def doc(path):
+    """The docstring of the script at ``path``, read from its source: ``python -OO`` drops
+    ``__doc__``, which the benches' ``--help`` and descriptions print."""
+    import ast
+    with open(path, encoding="utf-8") as f:
+        return ast.get_docstring(ast.parse(f.read())) or ""
+
+
 def parse(fv, argv, doc, required=()):
     """Parse a bench's flags (mlperf_bert.flags): ``--help`` prints its docstring, the usage line and
     every flag with its help and default, and exits 0, quietly where the reader went away

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mlperf_bert.dataset import make_dataset  # noqa: E402
 from mlperf_bert.dataset import text_pipeline
 
-from _data import VOCAB, counts, parse, unpacked  # noqa: E402
+from _data import VOCAB, counts, doc, parse, unpacked  # noqa: E402
 from mlperf_bert import flags  # noqa: E402
 SHARD_BYTES = 27150902  # part-00000-of-00500
 EVAL_BYTES = 32851144   # eval.txt
@@ -24,7 +24,7 @@ def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_list("cores", ["2", "64"], "Core counts of the projected wall time of 500 shards + eval.",
                       flag_values=fv)
-    parse(fv, argv, __doc__)
+    parse(fv, argv, doc(__file__))
     cores = counts("cores", fv.cores)
     wiki = unpacked("wiki_sample")
     text = "".join(text_pipeline.segment_file(p) for p in wiki)

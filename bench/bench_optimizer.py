@@ -36,7 +36,7 @@ def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_enum("device", "cpu", ["cpu", "cuda"], "Where to time.", flag_values=fv)
     flags.DEFINE_bool("large", False, "BERT-Large (default: 6 layers, hidden 512).", flag_values=fv)
-    _data.parse(fv, argv, __doc__)
+    _data.parse(fv, argv, _data.doc(__file__))
     device = fv.device
     if device == "cuda" and not torch.cuda.is_available():  # torch's AssertionError traceback, else
         raise UserError("--device=cuda, but this host has no CUDA GPU: run it on a GPU machine, or drop --device")

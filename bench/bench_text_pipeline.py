@@ -22,7 +22,7 @@ from mlperf_bert.dataset import sentences, text_pipeline, wiki_cleanup  # noqa: 
 def main(argv):
     fv = flags.FlagValues()
     flags.DEFINE_integer("workers", 2, "Processes of the whole text-pipeline run.", flag_values=fv)
-    _data.parse(fv, argv, __doc__)
+    _data.parse(fv, argv, _data.doc(__file__))
     workers = fv.workers
     with tempfile.TemporaryDirectory() as tmp:
         paths = []

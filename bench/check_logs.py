@@ -12,13 +12,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mlperf_bert.harness import compliance  # noqa: E402
-from _data import OneLineParser  # noqa: E402
+from _data import OneLineParser, doc  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data", "mlperf_logs")
 
 
 def main():
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=doc(__file__).splitlines()[0])
     ap.add_argument("--copies", type=int, default=100, help="copies of the ten logs checked")
     ap.add_argument("--noofficial", action="store_true", help="BERT rules only")
     args = ap.parse_args()

@@ -34,7 +34,7 @@ import os
 import sys
 import tempfile
 import time
-from _data import OneLineParser, count  # noqa: E402
+from _data import OneLineParser, count, doc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -165,7 +165,7 @@ def train_compare(args, config):
 
 
 def main(argv):
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=doc(__file__).splitlines()[0])
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary folder in /tmp)")
     ap.add_argument("--repeats", type=count, default=3, help="saves (without --train)")
     ap.add_argument("--ranks", type=count, default=8, help="ranks whose RNG state the checkpoint holds")

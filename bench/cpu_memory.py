@@ -16,7 +16,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _demo  # noqa: E402
 from mlperf_bert import demo  # noqa: E402
-from _data import OneLineParser, count  # noqa: E402
+from _data import OneLineParser, count, doc  # noqa: E402
 
 DEFAULTS = "import mlperf_bert.trainer.cpu_memory as m\nm.keep_freed_memory = lambda: False\n"
 
@@ -29,7 +29,7 @@ def train_once(data_dir, out, steps, glibc_defaults, site):
 
 
 def main():
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=doc(__file__).splitlines()[0])
     ap.add_argument("--steps", type=count, default=100, help="training steps of each demo run")
     ap.add_argument("--repeats", type=count, default=3, help="runs of each setting (the median is shown)")
     args = ap.parse_args()

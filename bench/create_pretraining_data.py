@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from _data import OneLineParser  # noqa: E402
+from _data import OneLineParser, doc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -165,7 +165,7 @@ def load():
 
 
 def main():
-    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(description=doc(__file__), formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3, help="runs of each generator on the 27 MB shard (median)")
     ap.add_argument("--against", metavar="REV", help="an earlier revision to run side by side")
     ap.add_argument("--reference", metavar="DIR", help="directory of the reference create_pretraining_data.py")

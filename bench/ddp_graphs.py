@@ -12,13 +12,13 @@ one's MiB of parameters, in forward order: the figures of levers.DDP_BUCKET_MB's
 import os
 import sys
 import time
-from _data import OneLineParser  # noqa: E402
+from _data import OneLineParser, doc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv):
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=doc(__file__).splitlines()[0])
     ap.add_argument("--caps_mb", default="25,64,128,256",
                     help="DDP bucket caps to split at, in MB, comma-separated")
     args = ap.parse_args(argv[1:])

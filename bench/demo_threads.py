@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _demo  # noqa: E402
 from mlperf_bert import demo  # noqa: E402
 from mlperf_bert.errors import UserError  # noqa: E402
-from _data import OneLineParser, count, counts  # noqa: E402
+from _data import OneLineParser, count, counts, doc  # noqa: E402
 
 BUSY = "import time\nend = time.time() + %d\nwhile time.time() < end: pass\n"
 
@@ -37,7 +37,7 @@ def train_once(data_dir, out, steps, threads):
 
 
 def main():
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=doc(__file__).splitlines()[0])
     ap.add_argument("--steps", type=count, default=100, help="training steps of each demo run")
     ap.add_argument("--repeats", type=count, default=3, help="runs of each thread setting (the median is shown)")
     ap.add_argument("--load", default="0,2", help="busy processes added, comma list")

@@ -1460,7 +1460,7 @@ def planned_caps(order, seconds):
 def main(argv):
     from mlperf_bert.errors import UserError
     fv = define()
-    _data.parse(fv, argv, __doc__)
+    _data.parse(fv, argv, _data.doc(__file__))
     order = [s.strip() for s in fv.stages.split(",") if s.strip()]
     if set(order) - set(STAGES):
         raise UserError("--stages: unknown %s; the stages are %s" % (

@@ -242,7 +242,7 @@ def main(argv):
                          flag_values=fv)
     flags.DEFINE_bool("check", True, "Also check the tracing against real steps on this CPU (--nocheck: "
                       "the plan alone).", flag_values=fv)
-    _data.parse(fv, argv, __doc__)
+    _data.parse(fv, argv, _data.doc(__file__))
     gpus = fv.gpus
     t = time.time()
     n, rows = plan(gpus)

@@ -131,7 +131,7 @@ def main(argv):
     flags.DEFINE_list("only", None, "Only these runs, as input:clipping (packed:clip_after, "
                       "unpacked:clip_each, ...).", flag_values=fv)
     flags.DEFINE_bool("keep", False, "Keep the work directory.", flag_values=fv)
-    _data.parse(fv, argv, __doc__)
+    _data.parse(fv, argv, _data.doc(__file__))
     runs = ["unpacked:clip_each", "packed:clip_after"] + (["unpacked:clip_after", "packed:clip_each"] if fv.modes == "4"
                                                           else [])
     if set(fv.only or ()) - set(runs):  # else nothing ran, "total 0 s" and exit 0

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench._data import ROOT, VOCAB, parse, unpacked  # noqa: E402
+from bench._data import ROOT, VOCAB, doc, parse, unpacked  # noqa: E402
 from mlperf_bert import flags  # noqa: E402
 from mlperf_bert.dataset.example import decode_example  # noqa: E402
 from mlperf_bert.trainer import loader  # noqa: E402
@@ -101,7 +101,7 @@ def main(argv):
     flags.DEFINE_integer("batch", 32, "Records (rows) a batch.", lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("rounds", 3, "Alternated rounds of each pair (the best is kept).", lower_bound=1,
                          flag_values=fv)
-    parse(fv, argv, __doc__)
+    parse(fv, argv, doc(__file__))
     files = loader.input_files(fv.input_file) if fv.input_file else [make_records()]
     batch, rounds = fv.batch, fv.rounds
     from mlperf_bert.dataset.example import _fastrng

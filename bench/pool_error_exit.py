@@ -20,7 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _data import VOCAB, parse, unpacked  # noqa: E402
+from _data import VOCAB, doc, parse, unpacked  # noqa: E402
 from mlperf_bert import errors, flags  # noqa: E402
 from mlperf_bert.dataset import make_dataset  # noqa: E402
 from mlperf_bert.errors import UserError  # noqa: E402
@@ -34,7 +34,7 @@ def main(argv):
                          flag_values=fv)
     flags.DEFINE_integer("busy", 3, "busy loops (`while :; do :; done`) beside the runs", lower_bound=0,
                          flag_values=fv)
-    parse(fv, argv, __doc__)
+    parse(fv, argv, doc(__file__))
     work = tempfile.mkdtemp(prefix="bench_pool_error_")
     text = os.path.join(work, "text")
     os.mkdir(text)

@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mlperf_bert.harness import compliance  # noqa: E402
-from _data import OneLineParser  # noqa: E402
+from _data import OneLineParser, doc  # noqa: E402
 
 
 def round_logs(root):
@@ -25,7 +25,7 @@ def round_logs(root):
 
 
 def main(argv):
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=doc(__file__).splitlines()[0])
     ap.add_argument("rounds", nargs="*", metavar="ROUND_DIR", help="a round's results folder, named for the round")
     ap.add_argument("--noofficial", action="store_true", help="BERT rules only (no official verdicts)")
     args = ap.parse_args(argv)

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from _data import OneLineParser  # noqa: E402
+from _data import OneLineParser, doc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOOP = ("import time\nt = time.perf_counter(); s = 0\nfor i in range(3_000_000): s += i\n"
@@ -151,7 +151,7 @@ def run(commit, work, name, busy=None):
 
 
 def main():
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=doc(__file__).splitlines()[0])
     ap.add_argument("--slowdown", type=float, default=1.27, help="how many times slower each CPU is in the slowed runs")
     ap.add_argument("--rounds", type=int, default=1, help="pairs of runs (full speed, slowed)")
     ap.add_argument("--commit", default="HEAD", help="the commit whose suite is timed")

@@ -251,8 +251,9 @@ def script_help(script):
 
 
 @functools.lru_cache(maxsize=None)
-def bench_help(path):
-    """A bench script's --help; '' for one that takes no flags (it is then not run at all)."""
+def bench_help(path, optimize=0):
+    """A bench script's --help; '' for one that takes no flags (it is then not run at all). ``optimize=2``
+    compiles the script as ``python -OO`` does (no docstrings)."""
     src = open(os.path.join(ROOT, path), encoding="utf-8").read()
     if os.path.basename(path).startswith("_") or not re.search(r"argparse|OneLineParser|DEFINE_|help_requested", src):
         return ""
@@ -260,7 +261,11 @@ def bench_help(path):
     sys.argv = [path, "--help"]
     sys.path.insert(0, os.path.dirname(os.path.join(ROOT, path)))  # as `python bench/x.py` has it
     try:  # a bench script may put its folder on sys.path: the other tests of this process must not see it
-        ns = runpy.run_path(os.path.join(ROOT, path), run_name="docs_help")
+        if optimize:
+            ns = {"__name__": "docs_help", "__file__": os.path.join(ROOT, path)}
+            exec(compile(src, ns["__file__"], "exec", optimize=optimize), ns)
+        else:
+            ns = runpy.run_path(os.path.join(ROOT, path), run_name="docs_help")
         main = ns["main"]
         takes_argv = bool(inspect.signature(main).parameters)
         return _capture_help(lambda: main([path, "--help"]) if takes_argv else main())
@@ -448,6 +453,16 @@ def test_every_flag_the_docs_name_is_a_flag_of_ours_or_of_the_program_named():
                     unknown.append("%s:%d: --%s" % (doc, line, flag))
     assert seen > 300
     assert not unknown, "\n".join(unknown)
+
+
+def test_every_bench_prints_the_same_help_under_python_OO():
+    """A sweep: ``python -OO bench/X.py --help`` (docstrings dropped) was an AttributeError on
+    ``__doc__`` in every bench that has flags; they read their docstring from their source."""
+    benches = [os.path.relpath(p, ROOT) for p in sorted(glob.glob(os.path.join(ROOT, "bench", "*.py")))]
+    helped = [b for b in benches if bench_help(b)]
+    assert len(helped) > 10
+    for bench in helped:
+        assert bench_help(bench, optimize=2) == bench_help(bench), bench
 
 
 def _results_table():

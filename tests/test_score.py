@@ -99,6 +99,20 @@ def test_a_missing_log_fails_with_the_checkers_reason(official_tools, package):
     assert any("found 9, expected 10" in e for e in s["systems"][0]["errors"]), s["systems"][0]["errors"]
 
 
+def test_runs_are_listed_in_their_numbers_order(official_tools, package, tmp_path):
+    """score's table and its shared-log warning listed result_10 before result_2 (a string sort)."""
+    shutil.copy(package / BERT / "result_9.txt", package / BERT / "result_10.txt")
+    runs = [os.path.basename(r[0]) for r in score.score(str(package))["systems"][0]["runs"]]
+    assert runs == ["result_%d.txt" % n for n in range(11)]
+    for system in ("a", "b"):
+        bert = tmp_path / "results" / system / "bert"
+        bert.mkdir(parents=True)
+        for n in (10, 2):
+            shutil.copy(package / BERT / ("result_%d.txt" % n), bert / ("result_%d.txt" % n))
+    said = score.shared_logs(str(tmp_path), ["a", "b"], {})["a"][0]
+    assert "(result_2.txt, result_10.txt)" in said, said
+
+
 def test_two_aborted_runs_fail(official_tools, package, capsys):
     """In this process: `python -m mlperf_bert` exits with main's status (test_launchers runs score's
     command, test_compliance check-log's with status 1). Issue 45: --json's reasons said "its 1 ERROR

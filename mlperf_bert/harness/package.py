@@ -132,9 +132,9 @@ def find_logs(specs):
                                                "does not exist; %s does, but --runs is split at each ',' outside "
                                                "double quotes: quote it, --runs='\"%s\"'" % (name, name)))
         # (escaped: a folder named with a glob's characters, "runs [0]", is that folder, not a pattern)
-        found = (sorted(glob.glob(os.path.join(glob.escape(spec), "result_*.txt")), key=_run_number)
+        found = (sorted(glob.glob(os.path.join(glob.escape(spec), "result_*.txt")), key=run_number)
                  or ([os.path.join(spec, "mlperf.log")] if os.path.isfile(os.path.join(spec, "mlperf.log")) else [])
-                 or sorted(glob.glob(os.path.join(glob.escape(spec), "run_*", "mlperf.log")), key=_run_number))
+                 or sorted(glob.glob(os.path.join(glob.escape(spec), "run_*", "mlperf.log")), key=run_number))
         if not found:
             raise UserError("--runs: %s holds no result_*.txt, mlperf.log or run_*/mlperf.log" % spec)
         logs += found
@@ -177,7 +177,9 @@ def check_series_logs(logs):
                             " the run out of --runs)" % (log, own))
 
 
-def _run_number(path):
+def run_number(path):
+    """The number in a run's name (result_N.txt, run_N/mlperf.log; 0 if none): runs are listed in its
+    order, result_2 before result_10."""
     # ASCII digits: str.isdigit also takes "²", which int() refuses (a traceback)
     digits = "".join(c for c in os.path.basename(path.rstrip("/")) if c in "0123456789") or \
         "".join(c for c in os.path.basename(os.path.dirname(path)) if c in "0123456789")
@@ -884,11 +886,11 @@ def package_warnings(logs, entries, source, runs=(), division="closed"):
         warnings.append("%d run%s (%s) logged no cache_clear true: the training rules ('Data State at Start of Run')"
                         " ask for the cache flushed or the system restarted before each run (start_training.sh drops"
                         " it, as root, and logs true)" % (len(kept), "" if len(kept) == 1 else "s", _first_three(kept)))
-    for log in sorted(_unfinished_runs(logs), key=_run_number):  # a series still running, or stopped
+    for log in sorted(_unfinished_runs(logs), key=run_number):  # a series still running, or stopped
         d = os.path.dirname(os.path.dirname(log))
         warnings.append("%s: no result_%d.txt in %s: that run of the series did not finish (still running, or"
                         " stopped: rerun the same start_training.sh command to finish it), and is not in this"
-                        " package" % (log, _run_number(log), d))
+                        " package" % (log, run_number(log), d))
     by_seed = {}
     for log, e in zip(logs, entries):  # the same run twice (a copy, a folder given twice), or a seed reused
         by_seed.setdefault(("seed", e["seed"]) if e["seed"] is not None else ("md5", file_md5(log)), []).append(log)

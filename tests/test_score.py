@@ -1587,6 +1587,30 @@ def test_a_result_that_is_not_its_runs_log_is_refused(two_runs, tmp_path):
     assert pkg_mod.main(nyx_argv(two_runs, tmp_path / "pkg")) == 0
 
 
+def test_a_series_logdir_apart_from_its_output_dir_is_pointed_to_the_output_dir(two_runs, tmp_path, capsys):
+    """start_training.sh's series with LOGDIR apart from OUTPUT_DIR: `package --runs=$LOGDIR` found
+    no launch record (they are in OUTPUT_DIR/run_N/) and said only where it had looked."""
+    from mlperf_bert.harness.compliance import read_log
+    output = tmp_path / "output"
+    launch = {"preset": "rcp_768", "overrides": "", "flags": {}, "processes": 8, "processes_per_node": 8,
+              "nodes": 1, "commit": "abc", "modified": False, "source_sha256": pkg_mod.source_identity()["source_sha256"]}
+    for i in (0, 1):
+        log = two_runs / ("result_%d.txt" % i)
+        seed = [r.value for r in read_log(str(log)) if r.key == "seed"][-1]
+        (output / ("run_%d" % i)).mkdir(parents=True)
+        (output / ("run_%d" % i) / "mlperf.log").write_bytes(log.read_bytes())
+        (output / ("run_%d" % i) / "run_finished.json").write_text(json.dumps(
+            {"status": "success", "global_step": 30, "samples": 120, "run": {"seed": seed}, "launch": launch}))
+    assert pkg_mod.main(nyx_argv(two_runs, tmp_path / "a")) == 0
+    assert "the launch record says null for them (a series' LOGDIR apart from its OUTPUT_DIR holds no run_N/: give" \
+        " --runs=OUTPUT_DIR, whose run_N/ hold the logs and their records)" in capsys.readouterr().err
+    assert pkg_mod.main(nyx_argv(output, tmp_path / "b")) == 0
+    assert "launch record" not in capsys.readouterr().err
+    (two_runs / "run_0").mkdir()  # a folder of the series itself: its run_1 is missing, not apart
+    assert pkg_mod.main(nyx_argv(two_runs, tmp_path / "c")) == 0
+    assert "the launch record says null for them\n" in capsys.readouterr().err
+
+
 def test_a_run_killed_after_its_run_stop_is_packaged_with_the_launch_its_run_stopped_json_holds(two_runs, tmp_path,
                                                                                                  capsys):
     """A run killed after its run_stop (its log complete, its end not written) has run_stopped.json,

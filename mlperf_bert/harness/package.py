@@ -902,12 +902,17 @@ def package_warnings(logs, entries, source, runs=(), division="closed"):
     if big:  # (the repo checker's _check_file_sizes: git's limit)
         warnings.append("%s %s over 50 MiB: the official repo checker fails a package holding a file that large"
                         % (", ".join(big), "is" if len(big) == 1 else "are"))
-    missing = [e["result"] for e in entries if e["launch"] is None]
+    missing = [e for e in entries if e["launch"] is None]
     if missing:
+        # start_training.sh's series with LOGDIR apart: result_N.txt there, run_N/ in OUTPUT_DIR
+        apart = all(re.match(r"^result_\d+\.txt$", os.path.basename(e["log"]))
+                    and not glob.glob(os.path.join(glob.escape(os.path.dirname(e["log"])), "run_*", "")) for e in missing)
         warnings.append("%d run%s without a launch record (%s): no %s (or %s) of the same seed in run_N/ beside"
-                        " result_N.txt or beside mlperf.log; the launch record says null for %s" % (
-                            len(missing), "" if len(missing) == 1 else "s", _first_three(missing), FINISHED, STOPPED,
-                            "it" if len(missing) == 1 else "them"))
+                        " result_N.txt or beside mlperf.log; the launch record says null for %s%s" % (
+                            len(missing), "" if len(missing) == 1 else "s", _first_three([e["result"] for e in missing]),
+                            FINISHED, STOPPED, "it" if len(missing) == 1 else "them",
+                            " (a series' LOGDIR apart from its OUTPUT_DIR holds no run_N/: give --runs=OUTPUT_DIR,"
+                            " whose run_N/ hold the logs and their records)" if apart else ""))
     other = [e["result"] for e in entries if e["launch"] and source.get("source_sha256")
              and e["launch"].get("source_sha256") not in (None, source["source_sha256"])]
     if other:

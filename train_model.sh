@@ -585,24 +585,27 @@ check_files() {
     # OUTPUT_DIR=$DATA_DIR/out): its trainer refused "OUTPUT_DIR/run_0 is a directory", after STARTING
     # TIMING RUN and the runs before it, or read the run's own files as records
     unmatched="$("$PYTHON" -S -c 'import os, sys
-from mlperf_bert.fileio import glob_parts, glob_part_takes, missing_dirs
+from mlperf_bert.fileio import comma_hint, glob_parts, glob_part_takes, missing_dirs
 out, log = sys.argv[3:]
 ours = [("OUTPUT_DIR", p) for p in (out, os.path.join(out, "run_0"), os.path.join(out, "model.ckpt-1.pt"))]
 ours += [("LOGDIR", p) for p in (log, os.path.join(log, "mlperf.log"))]
 ours += [(var, d) for var, p in (("OUTPUT_DIR", out), ("LOGDIR", log)) for d in missing_dirs(p)]  # (the folders made above)
 for which, spec in zip(("train", "eval"), sys.argv[1:3]):
-    bad = [part for part, matches in glob_parts(spec) if not matches]
+    bad = [(part, k) for k, (part, matches) in enumerate(glob_parts(spec)) if not matches]
     if bad:
-        sys.exit(print(which, bad[0], end="") or 1)
+        sys.exit(print(which, bad[0][0] + "\x1f" + comma_hint(spec, bad[0][1]), end="") or 1)
     taken = [(var, part) for part, _ in glob_parts(spec) for var, p in ours if glob_part_takes(part, p)]
     if taken:
         sys.exit(print(which, *taken[0], end="") or 3)' "$train_spec" "$eval_spec" "$OUTPUT_DIR" "$LOGDIR" 2>&1)" \
       && rc=0 || rc=$?
     case "$rc,$unmatched" in
       0,) ;;
-      1,"train "*) die "no training file matches ${unmatched#train } ($train_from): $train_fix" ;;
-      1,"eval "*) die "no eval file matches ${unmatched#eval } ($eval_from): give the eval" \
-          "set make-dataset (pick-eval-samples) made" ;;
+      1,*) which=${unmatched%% *} part=${unmatched#* } && hint=${part##*$'\x1f'} && part=${part%$'\x1f'*}
+        # (the hint: a file whose name holds a ',' that the list split, given by a glob)
+        if [[ "$which" == train ]]; then
+          die "no training file matches $part ($train_from)${hint:-: $train_fix}"
+        fi
+        die "no eval file matches $part ($eval_from)${hint:-: give the eval set make-dataset (pick-eval-samples) made}" ;;
       3,*) which=${unmatched%% *} var=${unmatched#* } && part=${var#* } && var=${var%% *}  # (a part may hold \n)
         from=$train_from; [[ "$which" == train ]] || from=$eval_from
         die "$var=${!var} is where the run writes, and ${part} ($from) takes what it writes there (its" \

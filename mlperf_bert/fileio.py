@@ -442,26 +442,33 @@ def check_tmpdir(num_workers):
                         "--num_workers=0" % (base, size))
 
 
-def check_compile_cache():
-    """Refuse torch.compile's cache folder on a file system mounted noexec (docker's ``--tmpfs /tmp``,
+def check_compile_cache(device_type="cpu"):
+    """Refuse torch.compile's cache folders on a file system mounted noexec (docker's ``--tmpfs /tmp``,
     a hardened host's /tmp): inductor builds its kernels there as shared objects and loads them, which
-    failed after the first compile's minute as torch's traceback (exit 1)."""
+    failed after the first compile's minute as torch's traceback (exit 1). On CUDA, Triton builds and
+    loads its launchers in its own cache, inductor's ``triton/`` unless TRITON_CACHE_DIR names another."""
     where = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     whose = "TORCHINDUCTOR_CACHE_DIR" if where else "torch's default, in the temporary folder: TMPDIR"
     where = os.path.abspath(where or usable_tempdir("torch.compile's cache (--compile)",
                                                     "set TORCHINDUCTOR_CACHE_DIR (or TMPDIR) to a writable folder"))
-    mount = where
-    while not os.path.exists(mount) and os.path.dirname(mount) != mount:  # (made by the compile)
-        mount = os.path.dirname(mount)
-    try:
-        noexec = os.statvfs(mount).f_flag & os.ST_NOEXEC
-    except OSError:
-        return  # (the compile says what is wrong with it)
-    if noexec:
-        raise UserError("torch.compile's cache (--compile) would be in %s (%s), on a file system mounted noexec, "
-                        "where inductor cannot load the kernels it builds: set TORCHINDUCTOR_CACHE_DIR to a folder "
-                        "on one that allows running programs (start_training.sh's: OUTPUT_DIR/compile_cache), or "
-                        "mount it with exec" % (where, whose))
+    folders = [(where, whose, "set TORCHINDUCTOR_CACHE_DIR to a folder on one that allows running programs "
+                               "(start_training.sh's: OUTPUT_DIR/compile_cache)")]
+    if device_type == "cuda" and os.environ.get("TRITON_CACHE_DIR"):
+        folders.append((os.path.abspath(os.environ["TRITON_CACHE_DIR"]), "TRITON_CACHE_DIR",
+                        "set TRITON_CACHE_DIR to a folder on one that allows running programs (or unset it: "
+                        "inductor's cache holds Triton's then)"))
+    for where, whose, fix in folders:
+        mount = where
+        while not os.path.exists(mount) and os.path.dirname(mount) != mount:  # (made by the compile)
+            mount = os.path.dirname(mount)
+        try:
+            noexec = os.statvfs(mount).f_flag & os.ST_NOEXEC
+        except OSError:
+            continue  # (the compile says what is wrong with it)
+        if noexec:
+            raise UserError("torch.compile's cache (--compile) would be in %s (%s), on a file system mounted noexec, "
+                            "where inductor cannot load the kernels it builds: %s, or mount it with exec"
+                            % (where, whose, fix))
 
 
 def same_file(a, b):
@@ -858,6 +865,14 @@ def comma_in_name(spec, k):
             if os.path.lexists(name):
                 return name
     return None
+
+
+def comma_hint(spec, k):
+    """What a list reader adds where part ``k`` of ``spec`` matched nothing (glob_parts): where a file's
+    name holds a ',' (comma_in_name), the glob that gives it; else ''."""
+    name = comma_in_name(spec, k)
+    return "" if name is None else "; %s exists, but the list is split at each ',': give it by a glob, e.g. %s" % (
+        name, glob.escape(name).replace(",", "?"))
 
 
 def glob_part_takes(part, path):

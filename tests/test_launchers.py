@@ -1012,6 +1012,27 @@ def test_a_missing_data_folder_or_checkpoint_is_refused_before_the_first_run(tmp
             assert not (tmp_path / "out").exists()
 
 
+def test_a_file_named_with_a_comma_is_given_the_glob_that_names_it(tmp_path):
+    """The trainer's own check says a file whose name the comma list split exists and which glob gives
+    it; train_model.sh's check, which comes first, said only "no training file matches"."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in ("a,b", "eval,10k"):
+        (data / f).write_bytes(b"")
+    hint = "; %s exists, but the list is split at each ',': give it by a glob, e.g. %s"
+    for var, kind, name, glob_ in (("INPUT_FILES", "training", "a,b", "a?b"), ("EVAL_FILE", "eval", "eval,10k", "eval?10k")):
+        env = _env(PRESET="demo_cpu", DATA_DIR=str(data), CHECK_ONLY="files", INPUT_FILES=str(data / "a?b"),
+                   EVAL_FILE=str(data / "eval?10k"))
+        env[var] = str(data / name)
+        proc = subprocess.run([TRAIN], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+        assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: no %s file matches %s (%s, or DATA_DIR's %s)"
+                                                  % (kind, data / name.split(",")[0], var, name.replace("a,b", "part-*")
+                                                     .replace("eval,10k", "eval_10k")) + hint % (data / name, data / glob_)
+                                                  + "\n"), proc.stderr
+        env[var] = str(data / glob_)
+        assert subprocess.run([TRAIN], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60).returncode == 0
+
+
 @pytest.mark.parametrize("name", ["back\\slash", "new\nline"])
 def test_the_file_check_reads_the_data_folder_as_the_trainer_does(tmp_path, name):
     """The launcher sweep: a DATA_DIR with a backslash or a newline, which the trainer reads as it

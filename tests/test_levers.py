@@ -184,6 +184,31 @@ def test_a_compile_cache_on_a_noexec_mount_is_one_line_before_the_compile(tmp_pa
     levers.refuse(RunConfig.from_flags(fv), torch.device("cpu"), 1)
 
 
+def test_tritons_own_cache_on_a_noexec_mount_is_refused_on_cuda_alone(tmp_path, monkeypatch):
+    """On CUDA Triton builds its launchers' shared objects in TRITON_CACHE_DIR and loads them (inductor
+    points it at its own cache's triton/ only where it is unset: torch/_inductor/runtime/
+    triton_heuristics.py); a TRITON_CACHE_DIR on a noexec mount passed the check. A CPU run does not
+    use it."""
+    statvfs, noexec = os.statvfs, str(tmp_path / "noexec")
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result(
+        statvfs(p)[:8] + (statvfs(p).f_flag | (os.ST_NOEXEC if str(p).startswith(noexec) else 0),
+                          statvfs(p).f_namemax)))
+    os.mkdir(noexec)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", os.path.join(noexec, "triton"))
+    fv = trainer_flags.define_flags()
+    flags.parse(fv, ["x", "--compile"], required=[])
+    levers.refuse(RunConfig.from_flags(fv), torch.device("cpu"), 1)
+    with pytest.raises(UserError) as e:
+        levers.refuse(RunConfig.from_flags(fv), torch.device("cuda", 0), 1)
+    assert str(e.value) == (
+        "torch.compile's cache (--compile) would be in %s/triton (TRITON_CACHE_DIR), on a file system mounted noexec,"
+        " where inductor cannot load the kernels it builds: set TRITON_CACHE_DIR to a folder on one that allows running"
+        " programs (or unset it: inductor's cache holds Triton's then), or mount it with exec" % noexec)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    levers.refuse(RunConfig.from_flags(fv), torch.device("cuda", 0), 1)
+
+
 def test_lever_refusals_of_the_device_and_ranks_come_before_torch_or_the_inputs(files, tmp_path):
     """A hostile sweep: --device=cpu --cuda_graphs passed the trainer's start (flag_checks.read_flags)
     and the launchers' checks (launch_figures: train_model.sh, a series' check before run 0), and so did

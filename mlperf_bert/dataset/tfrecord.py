@@ -14,7 +14,7 @@ from crc32c import crc32c
 
 from mlperf_bert.errors import UserError
 from mlperf_bert.dataset.run_record import unfinished_make_dataset
-from mlperf_bert.fileio import (FIFO, atomic_open, comma_in_name, glob_parts, open_input, special_file_refusal,
+from mlperf_bert.fileio import (FIFO, atomic_open, comma_hint, glob_parts, open_input, special_file_refusal,
                                 special_kind, unfinished_download, unfinished_write)
 
 _MASK_DELTA = 0xA282EAD8
@@ -329,10 +329,7 @@ def expand_paths(spec, what="input file", pipes=False):
     out = []
     for k, (part, matches) in enumerate(glob_parts(spec)):
         if not matches:
-            name = comma_in_name(spec, k)
-            raise UserError("%s %s does not exist (check the path or glob)%s" % (what, part, "" if name is None else
-                            "; %s exists, but the list is split at each ',': give it by a glob, e.g. %s"
-                            % (name, glob.escape(name).replace(",", "?"))))
+            raise UserError("%s %s does not exist (check the path or glob)%s" % (what, part, comma_hint(spec, k)))
         out.extend((p, p != part) for p in matches)
     if not out:
         raise UserError("no %s given" % what)

@@ -49,7 +49,7 @@ def refuse(cfg, device, world):
     flag_checks.check_lever_flags(cfg)
     check_device(cfg, device, world)
     if cfg.levers.compile or cfg.levers.fused_update:  # (inductor's: the levers that compile)
-        check_compile_cache()
+        check_compile_cache(device.type)
 
 
 def convert_model(model, lv):

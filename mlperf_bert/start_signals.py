@@ -56,6 +56,8 @@ def trainer_start_stop(environ=os.environ):
 def drop_output(fd):
     """/dev/null on output file descriptor ``fd`` (its reader has gone)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
+    if devnull == fd:  # ``fd`` was closed: the open took it
+        return
     try:
         os.dup2(devnull, fd)
     finally:
@@ -154,12 +156,31 @@ def starting(on_stop):
             signal.signal(sig, handler)
 
 
+def writable_outputs():
+    """/dev/null on stdout or stderr where it is closed or read-only, and a stream over it. Started
+    with `2>&-`, the first file opened took descriptor 2 (the trainer's lock file), and whatever wrote
+    to stderr wrote into it; a launcher so started gave the trainer its own script there, read-only
+    (bash), and the first line a command wrote to it (a progress bar) ended it, exit 1, silently,
+    nothing done."""
+    import fcntl
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            writable = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+        except OSError:  # closed
+            writable = False
+        if not writable:
+            drop_output(fd)
+            setattr(sys, name, open(fd, "w", buffering=1, errors="backslashreplace", closefd=False))
+
+
 def quiet_start(on_stop=None):
     """Until ``run_main``: Ctrl-C ends the process as the signal's default action does, not with a
     KeyboardInterrupt traceback out of whichever import it came in (torch's take seconds, and a
     launcher's SIGINT reaches every rank there). Given ``on_stop`` (the signal's name -> (line, exit
     status)), SIGTERM and SIGINT there print that line and exit with that status instead. Called
-    first by the entry points, before they import anything else of ours."""
+    first by the entry points, before they import anything else of ours; first, it makes their
+    outputs writable (``writable_outputs``)."""
+    writable_outputs()
     if on_stop is not None:
         stop = _stop_handler(on_stop)
         signal.signal(signal.SIGTERM, stop)

@@ -1070,3 +1070,32 @@ def test_a_missing_dependency_is_one_line_naming_its_pip_install(tmp_path, golde
     assert sorted(os.listdir(tmp_path)) == ["blocked"]
     with open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8") as f:
         assert cli.pinned(package) in f.read().split()  # requirements.txt's version
+
+
+CLOSED_OUTPUT = textwrap.dedent("""\
+    import os, sys
+    from mlperf_bert.start_signals import quiet_start, command_start_stop
+    quiet_start(command_start_stop)  # as every entry point starts
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)  # a file the command opens (the trainer's lock)
+    from mlperf_bert.progress import bar
+    for _ in bar(range(3), desc="work"):
+        pass
+    print("error: a line", file=sys.stderr)
+    print("done")
+    """)
+
+
+@pytest.mark.parametrize("redirect", ["2>&-", "2<\"$0\"", ">&- 2>&-"], ids=["closed", "read-only", "both-closed"])
+def test_a_command_started_with_stderr_closed_or_read_only_does_its_work(tmp_path, redirect):
+    """`train_model.sh ... 2>&-` (a daemon's closed descriptor): bash left the launcher's own script on
+    the trainer's descriptor 2, read-only, and its progress bar's first write ended it, exit 1, nothing
+    trained and nothing said; a Python command started with it closed ended so too (its bar on a None
+    stderr: make-dataset, create_pretraining_data.py), and the first file it opened took descriptor 2,
+    where stderr's writes went."""
+    opened, script = tmp_path / "opened", tmp_path / "script"
+    script.write_text("#!/bin/bash\n")  # (read-only: what bash leaves there)
+    proc = subprocess.run(["bash", "-c", '"$1" -c "$2" "$3" %s' % redirect, str(script), sys.executable,
+                           CLOSED_OUTPUT, str(opened)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc
+    assert proc.stdout == ("" if redirect.startswith(">&-") else "done\n")
+    assert opened.read_text() == ""

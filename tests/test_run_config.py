@@ -392,6 +392,26 @@ def test_a_flag_that_changes_no_number_of_the_run_may_change_on_a_resume_and_is_
                                   "out/model.ckpt-6.pt")
 
 
+def test_a_resume_on_another_rank_count_names_the_settings_and_the_new_run_and_changes_nothing(tmp_path):
+    """A hostile sweep: a run requeued onto fewer nodes (a 2-rank checkpoint resumed by one process)
+    was refused with "resume with the same number", naming no setting that makes the rank count and
+    not the other way out that every other refusal of a resume names. Now the line names both, and
+    the output folder is left byte for byte as it was."""
+    d = _fixture_data(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    ckpt = _fixture_checkpoint()
+    torch.save(dict(ckpt, ranks=ckpt["ranks"] * 2), out / "model.ckpt-6.pt")
+    before = {n: (out / n).read_bytes() for n in os.listdir(out)}
+    with pytest.raises(UserError) as e:
+        training.main(_argv(d, out))
+    assert str(e.value) == (
+        "checkpoint %s was written by 2 ranks, this run has 1: rerun on 2 ranks (torchrun's --nnodes x "
+        "--nproc_per_node; train_model.sh's NNODES x NUM_GPUS), or use another --output_dir for a new run"
+        % (out / "model.ckpt-6.pt"))
+    assert {n: (out / n).read_bytes() for n in os.listdir(out)} == before
+
+
 def test_a_tfrecord_of_the_same_size_and_first_record_is_another_file_to_a_resume(tmp_path):
     """An earlier sweep: a TFRecord's tag in the identity was its first record's CRC alone, so a file
     of the same name and size whose first record was the same but not the others (its records in

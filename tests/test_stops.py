@@ -19,7 +19,7 @@ import torch
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-from procs import alive, children, fake_cgroup, stop_as_handlers_are_set, tree
+from procs import alive, children, fake_cgroup, state, stop_as_handlers_are_set, tree
 from test_training import files, one_thread, uninterrupted, without_no_eval_warning  # noqa: F401 (fixtures; one thread, as there)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -449,6 +449,28 @@ def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_pat
     assert lines == ["error: rank 1: its data loader worker (pid %d) was killed by SIGKILL: the checkpoints "
                      "written so far are kept; rerun the same command to resume from the newest" % worker]
     assert (out / "model.ckpt-3.pt").exists()
+    assert os.listdir(short_tmpdir) == []
+
+
+@pytest.mark.slow
+def test_ctrl_z_under_two_ranks_suspends_every_rank_and_fg_resumes_them(files, tmp_path, short_tmpdir):
+    """Ctrl-Z (SIGTSTP to the job's process group) of `NUM_GPUS=2 ./train_model.sh`: the wrapper
+    stood stopped while torchrun and its ranks, each in a group of its own, trained on (checkpoints
+    10 to 160 written while "suspended"). Now every process of the run stops, goes on after SIGCONT
+    (`fg`), and a SIGTERM then still checkpoints: 143, its one line."""
+    proc, out, stdout, stderr = _launch(files, tmp_path, short_tmpdir)
+    wait_until(lambda: os.path.exists(out / "model.ckpt-3.pt"), proc, what="model.ckpt-3.pt")
+    run = tree(proc.pid)  # the wrapper, torchrun's agent, the ranks and their loader workers
+    assert len(run) >= 6, run
+    os.killpg(proc.pid, signal.SIGTSTP)
+    wait_until(lambda: all(state(pid) in ("T", None) for pid in run), what="every process of the run stopped")
+    os.killpg(proc.pid, signal.SIGCONT)
+    wait_until(lambda: all(state(pid) != "T" for pid in run), proc, what="every process of the run resumed")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 143, _read(stdout) + _read(stderr)
+    lines = [l for l in _read(stdout).splitlines() if not l.startswith("train_model.sh: preset")]
+    assert len(lines) == 1 and lines[0].startswith("SIGTERM: checkpoint model.ckpt-"), _read(stdout)
+    assert _read(stderr) == ""
     assert os.listdir(short_tmpdir) == []
 
 

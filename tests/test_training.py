@@ -539,7 +539,7 @@ def test_a_run_killed_after_its_run_stop_keeps_its_result_and_its_rerun_trains_n
                     kw, learning_rate=2e-2)))
         with open(marker, "w") as f:
             json.dump(dict(json.loads(record), world=2), f)
-        refused("%s on 2 ranks, this run has 1: rerun with the same number" % what)
+        refused("%s on 2 ranks, this run has 1: %s" % (what, preflight.same_ranks_fix(2)))
         for damaged, why in (("{\"status\": ", "Expecting value: line 1 column 12 (char 11)"),
                              ("{}", "not the trainer's record: it lacks status, global_step, samples, run, mlperf_log")):
             with open(marker, "w") as f:
@@ -865,8 +865,8 @@ def test_a_checkpoint_of_two_ranks_is_not_resumed_by_one(files, two_nodes, tmp_p
     shutil.copy(str(two_nodes["disks"][0] / "out" / "model.ckpt-3.pt"), str(out))
     with pytest.raises(UserError) as e:
         training.main(flags_for(files, str(out), bert_config_file=files["config"], **TWO_NODES))
-    assert str(e.value) == ("checkpoint %s was written by 2 ranks, this run has 1: resume with the same number"
-                            % (out / "model.ckpt-3.pt"))
+    assert str(e.value) == ("checkpoint %s was written by 2 ranks, this run has 1: %s"
+                            % (out / "model.ckpt-3.pt", preflight.same_ranks_fix(2)))
 
 
 def _started_apart(rank, world, argvs):

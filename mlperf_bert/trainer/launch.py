@@ -601,21 +601,28 @@ def _send(proc, signum):
         pass
 
 
-def _ranks_left(marker, among=None):
-    """The pids of this launch's ranks running now (torchrun starts each in a session of its own: they
-    outlive its agent): the processes whose environment holds ``marker`` (our RANK_FAILED_ENV entry, a
-    folder of this launch, which the agent passes on) and whose parent's does not (a rank's own child, a
-    data loader worker, ends with it); with ``among``: only those of them."""
+def _marked(marker):
+    """{pid: parent pid} of this launch's processes running now (torchrun's agent, its ranks, their data
+    loader workers): those whose environment holds ``marker`` (our RANK_FAILED_ENV entry, a folder of
+    this launch, which the agent passes on)."""
     marked = {}
     try:
         entries = os.listdir("/proc")
     except OSError:  # no /proc: none found
-        return []
+        return marked
     for entry in entries:
         if entry.isdigit():
             with contextlib.suppress(OSError, IndexError, ValueError), open("/proc/%s/environ" % entry, "rb") as f:
                 if marker in f.read().split(b"\0"):  # (a zombie's is empty)
                     marked[int(entry)] = int(proc_stat(int(entry))[1])
+    return marked
+
+
+def _ranks_left(marker, among=None):
+    """The pids of this launch's ranks running now (torchrun starts each in a session of its own: they
+    outlive its agent): the ``_marked`` processes whose parent is not (a rank's own child, a data loader
+    worker, ends with it); with ``among``: only those of them."""
+    marked = _marked(marker)
     return [pid for pid, parent in marked.items() if parent not in marked and (among is None or pid in among)]
 
 
@@ -676,6 +683,22 @@ def _run(args, env):
     # ended while Popen started it, and train to the end
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+
+    def on_suspend(signum, frame):
+        # Ctrl-Z (SIGTSTP to the terminal's foreground group, `kill -TSTP -PGID`): torchrun and each rank,
+        # in groups of their own, trained on while the launchers stood stopped. They stop first, then
+        # this process: SIGSTOP, as SIGTSTP's default action is discarded in an orphaned group
+        for pid in _marked(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def on_resume(signum, frame):  # fg, bg, `kill -CONT`: they go on with this process
+        for pid in _marked(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+    signal.signal(signal.SIGTSTP, on_suspend)
+    signal.signal(signal.SIGCONT, on_resume)
     # One pipe for the ranks' stdout and stderr where ours go to one place (`> log 2>&1`, `2>&1 | tee log`):
     # rank 0's stop line (stdout) went there at once, its bar's last state (stderr) through the filter
     # after it, and the log ended with the bar

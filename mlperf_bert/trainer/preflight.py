@@ -334,8 +334,8 @@ def check_stopped(cfg, stopped, rank, world, config, train_files, eval_files, in
         problem = _other_settings(cfg, stopped, config, train_files, eval_files, init_ckpt, what)
         ranks = stopped.get("world", world)
         if not problem and ranks != world:
-            problem = ("%s on %d rank%s, this run has %d: rerun with the same number"
-                       % (what, ranks, "" if ranks == 1 else "s", world))
+            problem = "%s on %d rank%s, this run has %d: %s" % (what, ranks, "" if ranks == 1 else "s", world,
+                                                                 same_ranks_fix(ranks))
         if not problem:
             try:
                 check_run_log(out, log_path, stopped["mlperf_log"], checkpoint.STOPPED)
@@ -404,6 +404,14 @@ def _submitter_changed(cfg, log_path):
             if n in logged and cfg.flag(n) != logged[n]]
 
 
+def same_ranks_fix(n):
+    """The fix of a rerun on another rank count than the run's ``n`` (a job requeued onto fewer or more
+    nodes): the settings that make it, named, or a new run (each rank's data share, RNG and accumulated
+    gradients are the run's: it cannot go on on another count)."""
+    return ("rerun on %d rank%s (torchrun's --nnodes x --nproc_per_node; train_model.sh's NNODES x NUM_GPUS), "
+            "or use another --output_dir for a new run" % (n, "" if n == 1 else "s"))
+
+
 def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):
     """Refuse, in one line, a resume from a checkpoint of another run, config or rank count, onto a
     log that no longer begins with what the checkpoint's run had written, or with another submitter,
@@ -417,8 +425,8 @@ def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_pat
     checkpoint.check_step_within(ckpt, path, cfg.schedule.num_train_steps)
     if len(ckpt["ranks"]) != world:
         n = len(ckpt["ranks"])
-        raise UserError("checkpoint %s was written by %d rank%s, this run has %d: resume with "
-                        "the same number" % (path, n, "" if n == 1 else "s", world))
+        raise UserError("checkpoint %s was written by %d rank%s, this run has %d: %s" % (
+            path, n, "" if n == 1 else "s", world, same_ranks_fix(n)))
     if ckpt.get("mlperf_log"):
         check_run_log(os.path.dirname(path), log_path, ckpt["mlperf_log"], "checkpoint %s" % os.path.basename(path))
         changed = _submitter_changed(cfg, log_path)  # (a log the resume continues: its start is kept)

@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 import time
-from _data import OneLineParser, doc  # noqa: E402
+from _data import OneLineParser, count, doc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -75,7 +75,7 @@ def timed(fn, *args):
 
 def main():
     ap = OneLineParser(description=doc(__file__).splitlines()[0])
-    ap.add_argument("--size", type=int, default=400_000, help="bytes of the long MLLOG line")
+    ap.add_argument("--size", type=count, default=400_000, help="bytes of the long MLLOG line")
     ap.add_argument("--logs", default="", help="more directories of real logs, comma-separated")
     args = ap.parse_args()
     extra = extra_folders(args.logs)

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import stat
 
 from mlperf_bert import cgroups
@@ -526,11 +527,21 @@ def compression(path):
     return None
 
 
+# the name ending each tool wants (gunzip, unxz, unzstd skip any other name: "unknown suffix -- ignored")
+_SUFFIXES = {"gunzip": (".gz", ".tgz"), "unxz": (".xz", ".txz"), "unzstd": (".zst", ".tzst")}
+
+
 def compressed(path):
     """``"PATH is gzip-compressed: gunzip it first"`` (bzip2, xz, zstd, zip alike), or None: a reader's
-    error says so instead of calling a compressed file damaged or not text."""
+    error says so instead of calling a compressed file damaged or not text. A name without the tool's
+    ending (a TFRecord that TensorFlow wrote with compression_type GZIP) gets ``gunzip -c PATH > FILE``."""
     found = compression(path)
-    return "%s is %s: %s it first" % ((path,) + found) if found else None
+    if not found:
+        return None
+    kind, tool = found
+    if not path.endswith(_SUFFIXES.get(tool, ("",))):
+        return "%s is %s: decompress it first (%s -c %s > FILE)" % (path, kind, tool, shlex.quote(path))
+    return "%s is %s: %s it first" % (path, kind, tool)
 
 
 def refuse_special_output(path, what="output"):

@@ -502,6 +502,7 @@ BAD_INPUTS = [  # (bench, argv): each was a traceback, a hang or a run of nothin
     ("loader_throughput.py", ["--rounds=0"]),
     ("bench_make_dataset.py", ["--cores=0"]),
     ("pool_error_exit.py", ["--errors=0"]),
+    ("official_parse.py", ["--size=-1"]),  # read every real log, then a ValueError: negative count
 ]
 
 

@@ -102,6 +102,20 @@ def test_an_input_given_twice_is_refused_as_pack_refuses_it(golden_tfrecord, tmp
         assert not out.exists()
 
 
+def test_a_copy_of_an_input_beside_it_is_refused(golden_tfrecord, tmp_path):
+    """A hostile sweep: a shard copied to another folder and given beside its original (the same
+    records, another file) was written twice, exit 0, where the same file named twice was refused."""
+    src, copy = tmp_path / "part-00000", tmp_path / "copy" / "part-00000"
+    copy.parent.mkdir()
+    write_records(str(src), list(read_records(golden_tfrecord))[:5])
+    copy.write_bytes(src.read_bytes())
+    with pytest.raises(UserError) as e:
+        hdf5.tfrecords_to_hdf5([str(src), str(copy)], str(tmp_path / "out.hdf5"), 128, 20, progress=False)
+    assert str(e.value) == ("--input names two files of the same records: %s and %s (a copy of it?): give each "
+                            "file once" % (src, copy))
+    assert not (tmp_path / "out.hdf5").exists()
+
+
 def test_values_that_do_not_fit_are_refused(tmp_path):
     feats = {"input_ids": [70000] + [0] * 7, "input_mask": [1] * 8, "segment_ids": [0] * 8,
              "masked_lm_positions": [0, 0], "masked_lm_ids": [0, 0], "masked_lm_weights": [0.0, 0.0],
@@ -478,6 +492,9 @@ def test_a_flipped_byte_is_caught_as_it_is_read(made, tmp_path, kind, dataset, i
                        "convert it again with to-hdf5"),
     ("packed", "short", "cannot read HDF5 file {path} (its datasets have 5 and {rows} rows): it is truncated or "
                         "damaged: pack it again (python -m mlperf_bert pack)"),
+    # a sweep: a dataset another tool added, of other rows, was called a truncated file's
+    ("plain", "extra", "{path}: dataset notes has 3 rows, the records' datasets 500: it is no dataset to-hdf5 writes: "
+                       "remove it, or convert it again with to-hdf5"),
     ("plain", "position", "{path}: record 0 has a masked_lm_positions outside its 128 tokens: the file is damaged, "
                           "or not BERT pre-training data of this --max_seq_length: make it again"),
     ("packed", "position", "{path}: row 0 has a nsp_positions outside its 128 tokens: the file is damaged, pack it "
@@ -512,6 +529,8 @@ def test_rows_that_do_not_fit_are_one_line_not_an_index_error(made, tmp_path, ki
             row = next(r for r in range(rows) if (mask[r] == 0).any() and h["masked_lm_weights"][r, 0] != 0)
             positions[row, 0] = np.flatnonzero(mask[row] == 0)[0]
             h["masked_lm_positions"][...] = positions
+        elif change == "extra":
+            h["notes"] = np.zeros(3)
         elif change == "short":
             name = "segment_ids" if kind == "plain" else "position_ids"
             data = h[name][:10 if kind == "plain" else 5]

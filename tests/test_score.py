@@ -1870,6 +1870,17 @@ def test_a_package_package_made_without_its_code_fails_a_published_one_is_warned
     assert fails == {} and warnings == {NYX: [NO_CODE]}
 
 
+def test_a_published_packages_code_outside_implementations_is_its_code(package):
+    """Lenovo's v5.0 BERT package, accepted, holds its code in benchmarks/bert/ itself (Dockerfile,
+    run_pretraining.py, ...; no implementations/IMPL/): score warned that it held no implementation.
+    Folders without a file are still no code."""
+    bert = package / "NVIDIA" / "benchmarks" / "bert"
+    (bert / "implementations" / "pytorch").mkdir(parents=True)
+    assert score.implementation_findings(str(package / "NVIDIA"), [NYX]) == ({}, {NYX: [NO_CODE]})
+    (bert / "run_pretraining.py").write_text("import torch\n")
+    assert score.implementation_findings(str(package / "NVIDIA"), [NYX]) == ({}, {})
+
+
 def test_the_launch_record_holds_no_absolute_path_of_the_submitter(two_runs, tmp_path):
     """Issue 47 (2): launch.json held the submitter's absolute paths (log, run_finished,
     bert_config_file, input_file, output_dir, mlperf_log); a package is published. Each is written

@@ -97,6 +97,34 @@ def test_a_json_file_caught_by_a_glob_is_named_as_no_tfrecord(golden_dir, tmp_pa
         list(tfrecord.scan_records(bad))
 
 
+def test_tensorflows_compressed_tfrecords_are_named_with_a_fix_that_works(tmp_path):
+    """A hostile sweep: a TFRecord file TensorFlow wrote with compression_type ZLIB (a zlib stream, no
+    magic number) was "record 0 has a corrupt length: the file is damaged, regenerate or re-download it",
+    and one with GZIP (named as the writer's user chose, no .gz) "gunzip it first", which gunzip refuses
+    ("unknown suffix -- ignored"). Each says what it is and a command that unpacks it as named."""
+    import gzip
+    import subprocess
+    import sys
+    import zlib
+    plain = tmp_path / "plain"
+    tfrecord.write_records(str(plain), [b"a" * 40, b"b" * 7])
+    zl, gz = tmp_path / "part-00000 z", tmp_path / "part-00001"
+    zl.write_bytes(zlib.compress(plain.read_bytes()))
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    with pytest.raises(UserError) as e:
+        list(tfrecord.scan_records(str(zl)))
+    assert str(e.value).startswith("%s is a ZLIB-compressed TFRecord file (TensorFlow's compression_type ZLIB), "
+                                   "which this project does not read: decompress it first (python3 -c " % zl)
+    command = str(e.value).split("first (", 1)[1][:-1].replace("python3", sys.executable, 1)
+    assert command.endswith(" > FILE")
+    out = tmp_path / "FILE"
+    subprocess.run(command.replace("> FILE", "> %s" % out), shell=True, check=True, cwd=tmp_path)
+    assert out.read_bytes() == plain.read_bytes()
+    with pytest.raises(UserError) as e:
+        list(tfrecord.read_records(str(gz)))
+    assert str(e.value) == "%s is gzip-compressed: decompress it first (gunzip -c %s > FILE)" % (gz, gz)
+
+
 @contextlib.contextmanager
 def writerless_fifo(path, patience=5.0):
     """A named pipe at ``path`` that no process writes to: opening it to read waits for a writer (the

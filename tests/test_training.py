@@ -883,16 +883,23 @@ def test_ranks_started_with_other_flags_or_seeds_are_refused_in_one_line(files, 
     gives each node its own command or environment), trained on without a word, each rank its own
     weights (the seed: its own initial ones and data order) averaged into the other's gradients. Every
     rank now refuses at its start, in the same line naming the rank, the flag and both values, before
-    anything is written."""
+    anything is written. So is a flag a resume may change but every rank acts on with the others: another
+    --save_checkpoints_steps hung both ranks in the checkpoint's gather (torch's 30 min), --eval_at_start on
+    one node alone crashed both (SIGABRT, and "rerun the same command to resume", 75). (Here the values
+    differ where nothing would collide yet: the refusal comes first.)"""
     from test_host_syncs import free_ports, piece, run_pieces, run_ranks
+    apart = (("lr", "--learning_rate=0.02", "--learning_rate=0.02 (was 0.01)"), ("seed", "--seed=8", "--seed=8 (was 7)"),
+             ("save", "--save_checkpoints_steps=4", "--save_checkpoints_steps=4 (was 3)"),
+             ("evst", "--eval_at_start", "--eval_at_start=True (was False)"))
     pieces = []
-    for name, other in (("lr", "--learning_rate=0.02"), ("seed", "--seed=8")):
+    for name, other, _ in apart:
         argv = flags_for(files, str(tmp_path / name), num_workers=0, num_train_steps=2)
         pieces.append((name, _started_apart, ([argv, argv + [other]],)))
     ranks = run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=str(tmp_path))
-    for name, flag in (("lr", "--learning_rate=0.02 (was 0.01)"), ("seed", "--seed=8 (was 7)")):
+    for name, _, flag in apart:
         assert piece(ranks, name) == ["rank 1 was started with other settings than rank 0 (rank 1's, was rank "
-                                      "0's): %s; start every rank with the same flags" % flag] * 2
+                                      "0's): %s; start every rank with the same flags, and every node with the same "
+                                      "files" % flag] * 2
         assert not os.path.exists(str(tmp_path / name))
 
 
@@ -1533,6 +1540,25 @@ def test_a_file_named_twice_is_refused_as_pack_refuses_it(files, tmp_path):
         with pytest.raises(UserError, match=message) as e:
             training.main(flags_for(files, out, **{flag: value}))
         assert "\n" not in str(e.value)
+        assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize("check_data", ["headers", "full"])
+def test_a_copy_of_a_file_beside_it_is_refused_before_training(files, tmp_path, check_data):
+    """A hostile sweep: a shard copied to another folder and given beside its original (the same records,
+    another file: refuse_repeated_files does not see it) was trained on twice every epoch, exit 0. The
+    start's scan already digests every record's CRC: two files of one digest are refused in one line."""
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(files["train"], str(copy / "train.tfrecord"))
+    out = str(tmp_path / "out")
+    for flag, first in (("input_file", files["train"]), ("eval_input_file", files["eval"])):
+        shutil.copy(first, str(copy / os.path.basename(first)))
+        value = "%s,%s" % (first, copy / os.path.basename(first))
+        with pytest.raises(UserError) as e:
+            training.main(flags_for(files, out, check_data=check_data, **{flag: value}))
+        assert str(e.value) == ("--%s names two files of the same records: %s and %s (a copy of it?): give each "
+                                "file once" % (flag, first, copy / os.path.basename(first)))
         assert not os.path.exists(out)
 
 
@@ -3073,4 +3099,4 @@ def test_a_rerun_or_resume_whose_init_checkpoint_is_gone_on_any_nodes_disk_is_no
     assert os.path.exists(str(tmp_path / "resume" / "node0" / "out" / "model.ckpt-4.pt"))
     assert piece(ranks, "rerun_other") == ["rank 1 was started with other settings than rank 0 (rank 1's, was rank "
                                            "0's): --init_checkpoint (its name, size or content); start every rank "
-                                           "with the same flags"] * 2
+                                           "with the same flags, and every node with the same files"] * 2

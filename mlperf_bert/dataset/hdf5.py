@@ -15,6 +15,7 @@ damage is caught mid-run under the default ``--check_data=headers``, as a TFReco
 """
 import contextlib
 import errno
+import hashlib
 import os
 import re
 
@@ -27,7 +28,7 @@ from mlperf_bert.dataset.example import (PRETRAINING_FEATURES, check_first_recor
 from mlperf_bert.fileio import (atomic_path, new_dirs_removed_on_error, refuse_overwriting_inputs,
                                 refuse_repeated_files, refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_file
-from mlperf_bert.dataset.tfrecord import count_records, expand_paths, read_records
+from mlperf_bert.dataset.tfrecord import expand_paths, read_records, refuse_copies, scan_records
 
 # Storage types: ids fit uint16 for any vocab of up to 65,536 tokens; values are checked.
 STORAGE_DTYPES = {
@@ -270,6 +271,12 @@ def check_layout(h, path):
             if ds.shape[1] != first[1]:
                 raise UserError("%s: dataset %s has %d %s a row, %s has %d: %s"
                                 % (path, name, ds.shape[1], count, first[0], first[1], fix))
+    ours = {rows[name] for name in rows if name in layout}
+    if len(ours) == 1 and len(set(rows.values())) > 1:  # a dataset another tool added: not a damaged file
+        other = next(name for name in rows if rows[name] not in ours)
+        raise UserError("%s: dataset %s has %d rows, the records' datasets %d: it is no dataset %s writes: remove it, "
+                        "or %s" % (path, other, rows[other], ours.pop(), "pack" if packed else "to-hdf5",
+                                   remake_hint(path, packed)))
     if len(set(rows.values())) > 1:  # (h5py's fancy read of a row past a shorter dataset: an IndexError)
         raise UserError("cannot read HDF5 file %s (its datasets have %s rows): it is truncated or damaged: %s"
                         % (path, " and ".join(map(str, sorted(set(rows.values())))), remake_hint(path, packed)))
@@ -423,7 +430,12 @@ def tfrecords_to_hdf5(input_files, output_file, max_seq_length, max_predictions_
     refuse_replacing_another_kind(output_file, is_hdf5_file, "an HDF5 file")
     # Before the lock makes the output's folder, what can be checked without reading every record:
     # a refused input leaves nothing behind (one damaged further in: the folders made go again).
-    counts = [count_records(p) for p in input_files]
+    counts, tags = [], {}
+    for p in input_files:
+        crcs = hashlib.sha256()
+        counts.append(sum(1 for _ in scan_records(p, crcs)))
+        tags[p] = (os.path.getsize(p), crcs.digest())
+    refuse_copies(input_files, tags, "--input")
     check_first_records(input_files, max_seq_length, max_predictions_per_seq)
     with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(output_file))), lock_file(output_file, "--output"):
         return _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress,

@@ -8,6 +8,7 @@ import errno
 import glob
 import mmap
 import os
+import shlex
 import struct
 
 from crc32c import crc32c
@@ -220,12 +221,29 @@ def _not_records(path, head):
                      "glob to the data files" % (path, head.decode("utf-8")))
 
 
+def _zlib_records(path):
+    """The line for a TFRecord file TensorFlow wrote with compression_type ZLIB (a zlib stream, which has
+    no magic number: it is one when its first bytes inflate to a record header), or None. It was called
+    damaged, to be re-downloaded."""
+    import zlib
+    try:
+        with open(path, "rb") as f:
+            head = zlib.decompressobj().decompress(f.read(1 << 16), 12)
+    except (OSError, zlib.error):
+        return None
+    if len(head) < 12 or _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8]):
+        return None
+    return ("%s is a ZLIB-compressed TFRecord file (TensorFlow's compression_type ZLIB), which this project does "
+            "not read: decompress it first (python3 -c 'import sys, zlib; sys.stdout.buffer.write(zlib.decompress("
+            "sys.stdin.buffer.read()))' < %s > FILE)" % (path, shlex.quote(path)))
+
+
 def _check_head(path, index, head, verify):
     """The data length of a record header, after checking the header is whole (and its CRC)."""
     if index == 0 and (len(head) < 12 or _U32.unpack_from(head, 8)[0] != masked_crc32c(head[:8])):
         from mlperf_bert.fileio import compressed
-        packed = compressed(path)
-        if packed:  # (a downloaded .gz not unpacked: not a damaged file)
+        packed = compressed(path) or _zlib_records(path)
+        if packed:  # (a downloaded .gz not unpacked, or TensorFlow's compressed TFRecords: not a damaged file)
             raise UserError(packed)
         if _is_text(head):
             raise _not_records(path, head)
@@ -288,6 +306,22 @@ def scan_records(path, crcs=None):
             head = tail[4:]
             pos += 16 + n
             index += 1
+
+
+def refuse_copies(files, tags, what):
+    """UserError when two of ``files`` hold the same records: their ``tags`` ({path: (bytes, digest of
+    its records' CRCs)}, from a scan that reads every header anyway) agree. A shard copied to another
+    folder and given beside the original was read twice every epoch (or written twice) without a word;
+    ``refuse_repeated_files`` sees one file by two paths only. A file without a tag is not compared."""
+    first = {}
+    for f in files:
+        tag = tags.get(f)
+        if tag is None:
+            continue
+        if tag in first:
+            raise UserError("%s names two files of the same records: %s and %s (a copy of it?): give each file "
+                            "once" % (what, first[tag], f))
+        first[tag] = f
 
 
 def count_records(path):

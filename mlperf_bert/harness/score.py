@@ -563,7 +563,7 @@ def implementation_findings(top, systems):
     which the official tools do not check: a system that ``package`` put in the package
     (ORG/mlperf_bert_package.json) fails when its implementation folder is missing or empty; a
     package made otherwise (published ones, vendored without their code) gets a warning when
-    benchmarks/bert/implementations/ holds no implementation at all."""
+    benchmarks/bert/ holds no file at all."""
     org = os.path.basename(top)
     try:
         made = read_made_by(top)
@@ -574,6 +574,8 @@ def implementation_findings(top, systems):
     for name in sorted(os.listdir(impls)) if os.path.isdir(impls) else ():
         if any(files for _, _, files in os.walk(os.path.join(impls, name))):
             present.add(name)
+    # Lenovo's accepted v5.0 package has its code in benchmarks/bert/ itself, without implementations/IMPL/
+    loose = not present and any(files for _, _, files in os.walk(os.path.dirname(impls.rstrip(os.sep))))
     fails, warnings = {}, {}
     for system in systems:
         if system in made:
@@ -582,7 +584,7 @@ def implementation_findings(top, systems):
                                  " empty: MLCommons' review does not accept results without their code; make the"
                                  " package again" % (os.path.join(org, implementation_dir(made[system])),
                                                      os.path.join(org, MADE_BY))]
-        elif not present:
+        elif not present and not loose:
             warnings[system] = ["%s holds no implementation: MLCommons' review does not accept results without"
                                 " the code that made them (the official tools do not check it); add it before"
                                 " submitting" % os.path.join(org, implementation_dir("")).rstrip(os.sep)]

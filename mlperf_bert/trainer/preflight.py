@@ -13,6 +13,7 @@ from mlperf_bert import locking
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import (OutputDirError, check_tmpdir, check_writable_dir, remove_stale_temporaries,
                                  same_file)
+from mlperf_bert.dataset.tfrecord import refuse_copies
 from mlperf_bert.harness.mlperf_log import check_prefix, is_mlperf_log
 from mlperf_bert.trainer import checkpoint, distributed, flag_checks, loader
 from mlperf_bert.trainer.flag_checks import OPEN as _OPEN
@@ -214,25 +215,38 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     # the record CRCs each share's scan read: rank 0's identity a checkpoint keeps; and every rank's loader,
     # which reads every file, tells by them a file with only new times (loader.check_unchanged)
     from mlperf_bert.dataset import checksums
-    checksums.remember_record_crcs(distributed.broadcast_object(distributed.gather_objects(seen)) or [])
+    shares = distributed.broadcast_object(distributed.gather_objects(seen)) or []
+    checksums.remember_record_crcs(shares)
+    scanned = {path: tag for share in shares for path, tag in share.items()}
+    refuse_copies(train_files, scanned, "--input_file")
+    refuse_copies(eval_files or [], scanned, "--eval_input_file")
     return Start(train_files, eval_files, packed, global_batch, init_ckpt, log_path)
+
+
+# Flags of the class "same" (a resume may change them) that every rank acts on with the others at
+# the same step: the checkpoint's gather of each rank's state, the eval at 0, the warm-up's updates.
+COLLECTIVE_FLAGS = ("save_checkpoints_steps", "eval_at_start", "warm_up")
 
 
 def check_same_settings(cfg, rank, world, config, train_files, eval_files, init_ckpt):
     """Every rank started with rank 0's settings (its identity, --seed included, and whether it trains
     or evaluates), or every rank refuses in one line naming the first rank that differs: nothing else
     compares them, and a rank with another --learning_rate or --seed (a launcher that gives each node
-    its own command or environment) trained weights of its own into the exchange without a word."""
+    its own command or environment) trained weights of its own into the exchange without a word.
+    The flags outside the identity that decide when every rank takes part in a collective are compared
+    too (``COLLECTIVE_FLAGS``): a rank with another --save_checkpoints_steps waited in its checkpoint's
+    gather for good (torch's 30 min), and one with --eval_at_start alone crashed both (SIGABRT, 75)."""
     if world == 1:
         return
     mine = dict(cfg.identity(cfg.runtime.seed, train_files, eval_files, init_ckpt, config.to_dict()),
-                do_train=cfg.runtime.do_train, do_eval=cfg.eval.do_eval)
+                do_train=cfg.runtime.do_train, do_eval=cfg.eval.do_eval,
+                **{name: cfg.flag(name) for name in COLLECTIVE_FLAGS})
     problem = None
     for r, ident in enumerate((distributed.gather_objects(mine) or [])[1:], 1):  # (rank 0 gets them all)
         diff = checkpoint.differences(mine, ident)
         if diff:
             problem = ("rank %d was started with other settings than rank 0 (rank %d's, was rank 0's): %s; start "
-                       "every rank with the same flags" % (r, r, "; ".join(diff)))
+                       "every rank with the same flags, and every node with the same files" % (r, r, "; ".join(diff)))
             break
     distributed.refuse_on_every_rank(problem)
 

@@ -600,7 +600,7 @@ for which, spec in zip(("train", "eval"), sys.argv[1:3]):
       && rc=0 || rc=$?
     case "$rc,$unmatched" in
       0,) ;;
-      1,*) which=${unmatched%% *} part=${unmatched#* } && hint=${part##*$'\x1f'} && part=${part%$'\x1f'*}
+      1,"train "*|1,"eval "*) which=${unmatched%% *} part=${unmatched#* } && hint=${part##*$'\x1f'} && part=${part%$'\x1f'*}
         # (the hint: a file whose name holds a ',' that the list split, given by a glob)
         if [[ "$which" == train ]]; then
           die "no training file matches $part ($train_from)${hint:-: $train_fix}"

@@ -401,6 +401,17 @@ def test_check_log_takes_many_logs_and_directories(real_logs, tmp_path, capsys):
     assert proc.returncode == 2 and "holds no result_*.txt" in proc.stderr
 
 
+def test_check_log_lists_a_folders_runs_in_their_numbers_order(tmp_path):
+    """A review: check-log of a folder listed result_10 before result_2 (a string sort), as score did;
+    each system's folder stays together."""
+    for system in ("a", "b"):
+        (tmp_path / system).mkdir()
+        for n in (10, 2, 0):
+            (tmp_path / system / ("result_%d.txt" % n)).write_text("")
+    assert compliance.expand([str(tmp_path)]) == [str(tmp_path / s / ("result_%d.txt" % n))
+                                                  for s in ("a", "b") for n in (0, 2, 10)]
+
+
 def _packed(ks, off, gbs=768):
     """Eval positions of a packed run: k x 150,000 moved by ``off`` (a fraction of k x F)."""
     return [int(k * 150000 * (1 + off)) + 7 for k in ks]

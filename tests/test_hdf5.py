@@ -116,6 +116,17 @@ def test_a_copy_of_an_input_beside_it_is_refused(golden_tfrecord, tmp_path):
     assert not (tmp_path / "out.hdf5").exists()
 
 
+def test_two_empty_inputs_are_refused_as_empty_not_as_copies(tmp_path):
+    """A review: two files of no records (a failed run's outputs) were "two files of the same records
+    (a copy of it?)", where one alone is "holds no records"."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(b"")
+    b.write_bytes(b"")
+    with pytest.raises(UserError) as e:
+        hdf5.tfrecords_to_hdf5([str(a), str(b)], str(tmp_path / "out.hdf5"), 128, 20, progress=False)
+    assert str(e.value) == "%s holds no records: check --input" % a
+
+
 def test_values_that_do_not_fit_are_refused(tmp_path):
     feats = {"input_ids": [70000] + [0] * 7, "input_mask": [1] * 8, "segment_ids": [0] * 8,
              "masked_lm_positions": [0, 0], "masked_lm_ids": [0, 0], "masked_lm_weights": [0.0, 0.0],

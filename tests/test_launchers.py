@@ -1033,6 +1033,23 @@ def test_a_file_named_with_a_comma_is_given_the_glob_that_names_it(tmp_path):
         assert subprocess.run([TRAIN], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60).returncode == 0
 
 
+def test_a_file_check_that_fails_otherwise_is_not_called_a_missing_file(tmp_path):
+    """A review: the file check's status 1 with any output (its Python's traceback) was read as a
+    missing eval file, "no eval file matches (most recent call last):...", the traceback twice."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in ("part-0", "eval_10k"):
+        (data / f).write_bytes(b"")
+    python = tmp_path / "python"
+    python.write_text("#!/bin/bash\ncase \"$*\" in *glob_part_takes*) echo 'ImportError: no' >&2; exit 1;; esac\n"
+                      "exec %s \"$@\"\n" % shlex.quote(sys.executable))
+    python.chmod(0o755)
+    env = _env(PRESET="demo_cpu", DATA_DIR=str(data), CHECK_ONLY="files", PYTHON=str(python))
+    proc = subprocess.run([TRAIN], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+    assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: cannot check the files the run reads with "
+                                                 "PYTHON=%s: ImportError: no\n" % python), proc.stderr
+
+
 @pytest.mark.parametrize("name", ["back\\slash", "new\nline"])
 def test_the_file_check_reads_the_data_folder_as_the_trainer_does(tmp_path, name):
     """The launcher sweep: a DATA_DIR with a backslash or a newline, which the trainer reads as it

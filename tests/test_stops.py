@@ -452,6 +452,32 @@ def test_a_ranks_loader_worker_killed_under_two_ranks_is_one_line(files, tmp_pat
     assert os.listdir(short_tmpdir) == []
 
 
+def test_a_sigcont_while_the_wrapper_stops_the_ranks_leaves_every_process_running(monkeypatch):
+    """A review: a SIGCONT (fg right after Ctrl-Z) handled while the wrapper was stopping the ranks
+    continued those stopped so far; the rest were stopped after it, and the wrapper stopped itself:
+    ranks stood stopped (or trained on) with nothing left to continue them. Now such a suspension
+    continues the ranks again and the wrapper goes on."""
+    from mlperf_bert.trainer import launch
+    monkeypatch.setattr(launch, "_marked", lambda marker: {11: 1, 12: 11, 13: 1})
+    sent, fg = [], [True]  # fg: one SIGCONT
+    suspension = launch.Suspension(b"X")
+
+    def kill(pid, signum):
+        sent.append((pid, signum))
+        if (pid, signum) == (12, signal.SIGSTOP) and fg:
+            fg.clear()
+            suspension.resume()  # the SIGCONT's handler, run between two of the wrapper's kills
+    monkeypatch.setattr(os, "kill", kill)
+    suspension.suspend()
+    last = {}
+    for pid, signum in sent:
+        last[pid] = signum
+    assert last == {11: signal.SIGCONT, 12: signal.SIGCONT, 13: signal.SIGCONT}, sent  # not os.getpid()'s SIGSTOP
+    sent.clear()
+    suspension.suspend()  # a Ctrl-Z alone: the ranks, then the wrapper
+    assert sent == [(11, signal.SIGSTOP), (12, signal.SIGSTOP), (13, signal.SIGSTOP), (os.getpid(), signal.SIGSTOP)]
+
+
 @pytest.mark.slow
 def test_ctrl_z_under_two_ranks_suspends_every_rank_and_fg_resumes_them(files, tmp_path, short_tmpdir):
     """Ctrl-Z (SIGTSTP to the job's process group) of `NUM_GPUS=2 ./train_model.sh`: the wrapper

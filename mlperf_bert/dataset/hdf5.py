@@ -435,8 +435,8 @@ def tfrecords_to_hdf5(input_files, output_file, max_seq_length, max_predictions_
         crcs = hashlib.sha256()
         counts.append(sum(1 for _ in scan_records(p, crcs)))
         tags[p] = (os.path.getsize(p), crcs.digest())
-    refuse_copies(input_files, tags, "--input")
     check_first_records(input_files, max_seq_length, max_predictions_per_seq)
+    refuse_copies(input_files, tags, "--input")  # (after: two empty files hold no records, not the same ones)
     with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(output_file))), lock_file(output_file, "--output"):
         return _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress,
                         sum(counts))

@@ -890,10 +890,25 @@ def format_result(r, indent=""):
     return text
 
 
+def run_number(path):
+    """The number in a run's name (result_N.txt, run_N/mlperf.log; 0 if none): runs are listed in its
+    order, result_2 before result_10."""
+    # ASCII digits: str.isdigit also takes "²", which int() refuses (a traceback)
+    digits = "".join(c for c in os.path.basename(path.rstrip("/")) if c in "0123456789") or \
+        "".join(c for c in os.path.basename(os.path.dirname(path)) if c in "0123456789")
+    return int(digits or 0)
+
+
+def in_run_order(paths):
+    """``paths`` folder by folder, each folder's runs in their numbers' order (``run_number``)."""
+    return sorted(paths, key=lambda p: (os.path.dirname(p), run_number(p), p))
+
+
 def _result_logs(top):
-    """The ``result_*.txt`` under ``top`` at any depth, sorted, as ``glob("**/result_*.txt")`` finds
-    them (no hidden names; linked folders followed), each folder read once: a link to a folder
-    holding it (``up -> ..``) made glob read the same logs again and again, down to the path limit."""
+    """The ``result_*.txt`` under ``top`` at any depth, as ``glob("**/result_*.txt")`` finds them (no
+    hidden names; linked folders followed), in run order (``in_run_order``), each folder read once: a
+    link to a folder holding it (``up -> ..``) made glob read the same logs again and again, down to
+    the path limit."""
     found, visited = [], set()
     for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
         real = os.path.realpath(dirpath)
@@ -904,7 +919,7 @@ def _result_logs(top):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         found += [os.path.join(dirpath, n) for n in dirnames + filenames
                   if not n.startswith(".") and fnmatch.fnmatch(n, "result_*.txt")]
-    return sorted(found)
+    return in_run_order(found)
 
 
 def expand(paths):

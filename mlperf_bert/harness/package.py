@@ -33,7 +33,7 @@ from mlperf_bert.fileio import (DERIVED_NAME_BYTES, atomic_open, comma_in_name, 
                                 mount_point, new_dirs_removed_on_error, open_input, pid_alive, read_lines,
                                 refuse_long_name, special_kind, split_lines, write_json)
 from mlperf_bert.harness.compliance import (RULESET, SYSTEM_STATUSES, division_of, identity_problems, not_converged,
-                                            read_log)
+                                            read_log, run_number)
 from mlperf_bert.harness.run_state import logged_cache_clear
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -175,15 +175,6 @@ def check_series_logs(logs):
             raise UserError("%s is not the log of its run: %s, the log that run wrote, differs from it (one of them"
                             " was edited or cut since the run finished); put back the run's log as it was (or leave"
                             " the run out of --runs)" % (log, own))
-
-
-def run_number(path):
-    """The number in a run's name (result_N.txt, run_N/mlperf.log; 0 if none): runs are listed in its
-    order, result_2 before result_10."""
-    # ASCII digits: str.isdigit also takes "²", which int() refuses (a traceback)
-    digits = "".join(c for c in os.path.basename(path.rstrip("/")) if c in "0123456789") or \
-        "".join(c for c in os.path.basename(os.path.dirname(path)) if c in "0123456789")
-    return int(digits or 0)
 
 
 # ---- the system description: the submitter's, checked

@@ -43,9 +43,9 @@ from mlperf_bert.errors import UserError, die_with_parent, stops_held_over_fork
 from mlperf_bert.fileio import (OutputDirError, atomic_path, check_writable_dir, compression, pid_alive,
                                 read_text, usable_tempdir)
 from mlperf_bert.harness.compliance import (FAIL, RULESET, SCORE_FAILS, check_log, division_of, identity_findings,
-                                            not_converged, read_log, samples_of, speed_up_official_parse,
-                                            target_of, worst_level)
-from mlperf_bert.harness.package import (MADE_BY, implementation_dir, load_system_json, read_made_by, run_number,
+                                            in_run_order, not_converged, read_log, run_number, samples_of,
+                                            speed_up_official_parse, target_of, worst_level)
+from mlperf_bert.harness.package import (MADE_BY, implementation_dir, load_system_json, read_made_by,
                                          system_json_problems, unfinished_package)
 from mlperf_bert.harness.plot import curves, is_png, pyplot, shown
 from mlperf_bert.harness.records import run_seconds, run_start_stop
@@ -591,17 +591,13 @@ def implementation_findings(top, systems):
     return fails, warnings
 
 
-def _in_run_order(paths):
-    return sorted(paths, key=lambda p: (run_number(p), p))
-
-
 def shared_logs(top, systems, names):
     """{system: [warning]} for systems whose result logs are byte for byte another system's: the
     same runs scored as two systems (the official tools do not compare systems)."""
     digests = {}
     for system in systems:
         bert = glob.escape(os.path.join(top, "results", system, "bert"))
-        for p in _in_run_order(glob.glob(os.path.join(bert, "result_*.txt"))):
+        for p in in_run_order(glob.glob(os.path.join(bert, "result_*.txt"))):
             with open(p, "rb") as f:
                 digests.setdefault(system, {}).setdefault(hashlib.sha256(f.read()).hexdigest(), os.path.basename(p))
     out = {}
@@ -631,7 +627,7 @@ def score_system(root, org, system, desc, errors, row, notes, org_reasons, check
     implementation_findings and shared_logs say of the system."""
     # (escaped: a package in a folder named with a glob's characters, "pkg [1]", is that folder)
     bert = glob.escape(os.path.join(root, org, "results", system, "bert"))
-    logs = _in_run_order(glob.glob(os.path.join(bert, "result_*.txt")))
+    logs = in_run_order(glob.glob(os.path.join(bert, "result_*.txt")))
     runs, verdicts, counted, evals, divisions, targets, parsed = [], [], [], {}, set(), set(), []
     for p in logs:
         rel = os.path.relpath(p, root)

@@ -618,6 +618,33 @@ def _marked(marker):
     return marked
 
 
+class Suspension:
+    """The wrapper's SIGTSTP and SIGCONT handlers. Ctrl-Z (SIGTSTP to the terminal's foreground group,
+    `kill -TSTP -PGID`): torchrun and each rank, in groups of their own, trained on while the launchers
+    stood stopped. They stop first, then this process (SIGSTOP: SIGTSTP's default action is discarded
+    in an orphaned group); fg, bg or `kill -CONT` continues them with it."""
+
+    def __init__(self, marker):
+        self.marker, self.resumed = marker, 0
+
+    def _send(self, signum):
+        for pid in _marked(self.marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+
+    def suspend(self, signum=None, frame=None):
+        resumed = self.resumed
+        self._send(signal.SIGSTOP)
+        if self.resumed != resumed:  # a SIGCONT came while they were being stopped: it continued those
+            self._send(signal.SIGCONT)  # stopped before it, not those after; this process stays running
+            return
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def resume(self, signum=None, frame=None):
+        self.resumed += 1
+        self._send(signal.SIGCONT)
+
+
 def _ranks_left(marker, among=None):
     """The pids of this launch's ranks running now (torchrun starts each in a session of its own: they
     outlive its agent): the ``_marked`` processes whose parent is not (a rank's own child, a data loader
@@ -684,21 +711,9 @@ def _run(args, env):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    def on_suspend(signum, frame):
-        # Ctrl-Z (SIGTSTP to the terminal's foreground group, `kill -TSTP -PGID`): torchrun and each rank,
-        # in groups of their own, trained on while the launchers stood stopped. They stop first, then
-        # this process: SIGSTOP, as SIGTSTP's default action is discarded in an orphaned group
-        for pid in _marked(marker):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGSTOP)
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-    def on_resume(signum, frame):  # fg, bg, `kill -CONT`: they go on with this process
-        for pid in _marked(marker):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGCONT)
-    signal.signal(signal.SIGTSTP, on_suspend)
-    signal.signal(signal.SIGCONT, on_resume)
+    suspension = Suspension(marker)
+    signal.signal(signal.SIGTSTP, suspension.suspend)
+    signal.signal(signal.SIGCONT, suspension.resume)
     # One pipe for the ranks' stdout and stderr where ours go to one place (`> log 2>&1`, `2>&1 | tee log`):
     # rank 0's stop line (stdout) went there at once, its bar's last state (stderr) through the filter
     # after it, and the log ended with the bar

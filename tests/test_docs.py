@@ -67,7 +67,7 @@ OTHERS_FLAGS = {
                                                     "requeue", "open-mode", "exclusive", "mem", "test-only",
                                                     "kill-on-bad-exit", "container-image", "container-mounts",
                                                     "container-env", "export", "get-user-env", "ntasks",
-                                                    "ntasks-per-node"},
+                                                    "ntasks-per-node", "array"},
 }
 
 # Flags other helpers are adding on their branches at the same time (issue 27). Each entry is

@@ -28,7 +28,10 @@ rank a node, a tiny BERT on the reference's s128 records of tests/data), and che
    stopped with ``scancel --batch --signal=TERM`` (the batch shell alone, which passes it on) in
    run 1, then requeued: run 0 is not run again, run 1 resumes; both nodes name the same two seeds,
    distinct; node 0 keeps result_0.txt and result_1.txt, each its run's log; each run's final
-   checkpoint holds both ranks' state.
+   checkpoint holds both ranks' state;
+7. a job array of two one-node tasks (``--array=0-1 --nodes=1``: both at once, one on each node): each
+   task's run is its own (OUTPUT_DIR/array_T, seed SEED + T), both finish (before, they shared
+   OUTPUT_DIR and SEED: the second was refused, "in use by another run", exit 2).
 Every job's output holds no traceback (a stop or a failure is one line a node).
 
 ``SLURM_TEST_PYXIS=IMAGE.sqsh``: the same checks with examples/slurm_multinode_pyxis.sbatch in the
@@ -328,6 +331,19 @@ class Test:
             ranks = load(os.path.join(out, "run_%d" % i, LAST)).get("ranks")
             expect(isinstance(ranks, list) and len(ranks) == 2, "run %d's final checkpoint holds 2 ranks' state" % i)
 
+    @step("7. a job array of two one-node tasks at once: each task's run its own, both finish")
+    def array(self):
+        jobid, out, _ = self.submit("array", "--array=0-1", "--nodes=1")
+        for t in (0, 1):
+            j = self.slurm.wait_job("%s_%d" % (jobid, t), JOB_TIMEOUT)
+            text = read("%s/array-%s.out" % (self.dir, j["JobId"]))
+            expect(j["JobState"] == "COMPLETED" and j["ExitCode"] == "0:0" and "every node finished" in text,
+                   "array task %d completed, exit 0 (%s %s, %s)" % (t, j["JobState"], j["ExitCode"],
+                                                                  text.rstrip().splitlines()[-1:]))
+            log = read(os.path.join(out, "array_%d" % t, "mlperf.log"))
+            expect('"key": "seed", "value": %d,' % (7 + t) in log,
+                   "task %d ran in %s/array_%d with seed %d" % (t, os.path.basename(out), t, 7 + t))
+
     def rank_pid(self, node):
         """The trainer rank of the node (RANK in its environment; its loader worker is its child)."""
         found = {}
@@ -352,6 +368,7 @@ class Test:
         self.killed_rank()
         self.finished_resubmitted(full)
         self.series()
+        self.array()
         return time.time() - t0
 
     def setup(self):

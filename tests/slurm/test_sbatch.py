@@ -665,3 +665,39 @@ def test_submission_status_reaches_the_nodes_only_where_set(job):
     os.remove(str(job.data.parent / "record"))
     proc, record = job(SUBMISSION_STATUS="cloud")
     assert proc.returncode == 0 and sorted(record) == ["0 cloud", "1 cloud"], proc.stdout + proc.stderr
+
+
+def test_each_task_of_a_job_array_has_its_own_runs(job, tmp_path):
+    """A Slurm sweep: the tasks of ``sbatch --array=0-1`` shared OUTPUT_DIR and SEED (MASTER_PORT is the
+    job id's, each task's own): the second task found the first's run finished, nothing done, exit 0, or
+    ran beside it and was refused ("in use by another run", exit 2). Task T runs in OUTPUT_DIR/array_T
+    (LOGDIR/array_T), its run i with seed SEED + T x NUM_RUNS + i; a job that is no array is unchanged."""
+    start = tmp_path / "submit" / "start_training.sh"
+    start.write_text('#!/bin/bash\necho "$NODE_RANK $OUTPUT_DIR ${SEED-unset} ${LOGDIR-unset}" >> "$FAKE_RECORD"\n')
+    out = tmp_path / "out"
+    proc, record = job(OUTPUT_DIR=str(out), SEED="7", NUM_RUNS="3", LOGDIR="logs", SLURM_ARRAY_TASK_ID="1")
+    assert proc.returncode == 0 and sorted(record) == ["%d %s/array_1 10 logs/array_1" % (n, out) for n in (0, 1)], \
+        proc.stdout + proc.stderr
+    assert "array task 1: OUTPUT_DIR=%s/array_1 SEED=10," % out in proc.stdout
+    os.remove(str(tmp_path / "record"))
+    proc, record = job(OUTPUT_DIR=str(out), NUM_RUNS="3", SLURM_ARRAY_TASK_ID="0")
+    assert proc.returncode == 0 and sorted(record) == ["%d %s/array_0 unset unset" % (n, out) for n in (0, 1)], \
+        proc.stdout + proc.stderr
+    os.remove(str(tmp_path / "record"))
+    proc, record = job(OUTPUT_DIR=str(out), SEED="7")
+    assert proc.returncode == 0 and sorted(record) == ["%d %s 7 unset" % (n, out) for n in (0, 1)], \
+        proc.stdout + proc.stderr
+
+
+def test_a_node_without_status_is_named_before_the_peer_that_lost_it(job):
+    """A Slurm sweep: node 1's slurmd and task killed (its host lost) before SLURM had it down or not
+    responding (SlurmdTimeout: minutes): the job ended 75, "node 0 lost contact with another rank first",
+    the node that failed named only as "no status". Its line names node 1; the status is srun's."""
+    proc, record = job(FAKE_0="75:0.5", FAKE_LOST="1")
+    host = socket.gethostname()
+    last = proc.stdout.splitlines()[-1]
+    assert last == ("slurm_multinode.sbatch: node 1 (n2) left no status (its task killed, or its node lost: SLURM does "
+                    "not have it down yet) and node 0 lost contact with it; the checkpoints written so far are kept: a "
+                    "requeue or a resubmission resumes (node 0 (%s) 75 node 1 no status (killed, or never started); "
+                    "srun 137)" % host), proc.stdout + proc.stderr
+    assert proc.returncode == 137, proc.returncode

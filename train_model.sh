@@ -61,8 +61,17 @@ echo() { builtin echo "$@" 2>/dev/null || :; }
 # after the SIGINT (start_training.sh sends both) adds nothing. exec gives the trainer the default back.
 # A check (CHECK_ONLY), --dry_run and --help start no trainer: the signal ends them as it would any
 # command (start_training.sh's check before its first run: its own line says the stop).
+# Where OUTPUT_DIR holds a checkpoint (a resumed run), 128 + the signal instead, as the trainer's start
+# and start_training.sh say: a script that resubmits on 143 stopped resubmitting a run stopped here.
 stopped_early() {
   trap '' TERM INT
+  local f
+  for f in "${OUTPUT_DIR:-$PWD/output}"/model.ckpt-*.pt; do
+    [[ "$f" =~ /model\.ckpt-[0-9]+\.pt$ && -f "$f" ]] || continue
+    echo "train_model.sh: $1 before the trainer started: nothing trained; rerun the same command to resume" >&2
+    [[ $1 == SIGINT ]] && exit 130
+    exit 143
+  done
   echo "train_model.sh: $1 before the trainer started: no checkpoint written (exit 79, not 143); rerun the same" \
        "command: it resumes from the newest checkpoint if there is one, else starts again" >&2
   exit 79

@@ -27,6 +27,7 @@ from mlperf_bert.errors import UserError, first_signal
 from mlperf_bert.fileio import atomic_open, load_json, write_json
 from mlperf_bert.dataset.sentences import split_sentences
 from mlperf_bert.harness import package as pkg, run_state
+from mlperf_bert.start_signals import holds_checkpoint
 from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -346,8 +347,15 @@ def _demo(fv, out):
         demo_finished(train_dir, settings)
         return status
     if not _finished(train_dir, 1):
-        status = _run([os.path.join(ROOT, "train_model.sh"), "--eval_at_start", "--seed=%d" % fv.seed] + flags_,
-                      "train_model.sh --preset=demo_cpu", env=env, rerun=resume)
+        try:
+            status = _run([os.path.join(ROOT, "train_model.sh"), "--eval_at_start", "--seed=%d" % fv.seed] + flags_,
+                          "train_model.sh --preset=demo_cpu", env=env, rerun=resume)
+        except Stopped as e:
+            # stopped before train_model.sh started (or in its first milliseconds, before its trap: killed by
+            # the signal) a training started afresh: it said 143, "train/ keeps the checkpoints", of none
+            if not holds_checkpoint(train_dir):
+                e.status = NOT_SAVED_STATUS
+            raise
         if status:
             raise UserError("demo: training failed with status %d (see above)" % status)
 

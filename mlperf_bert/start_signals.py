@@ -7,6 +7,7 @@ code runs) cannot be covered from here: a stop there is still Python's traceback
 import contextlib
 import io
 import os
+import re
 import signal
 import sys
 
@@ -25,6 +26,15 @@ TERMINATED = "error: terminated (SIGTERM); finished outputs are kept, rerun the 
 # run_start, ranks that never started or failed to checkpoint. 143 (130) says "stopped, a checkpoint
 # holds it, resume": a script that resubmits on it must not loop on a run that saves nothing.
 NOT_SAVED_STATUS = 79  # unused by sysexits (64-78), bash (126-128+) and Python (1, 2)
+CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt\Z")  # a complete training checkpoint's name (temp files never match)
+
+
+def holds_checkpoint(output_dir):
+    """Whether ``output_dir`` holds a training checkpoint (a run a rerun resumes)."""
+    try:
+        return any(CKPT_RE.match(n) for n in os.listdir(output_dir))
+    except OSError:  # none yet, or unreadable: the run's own checks say so
+        return False
 
 
 def command_start_stop(name):
@@ -39,18 +49,27 @@ def not_saved_line(name, when):
             "newest checkpoint if there is one, else starts again\n" % (name, when, NOT_SAVED_STATUS))
 
 
-def stopped_while_starting(name):
+def stopped_while_starting(name, output_dir=None):
     """run_pretraining.py's (line, status) for a stop that came while it started: its modules, its
     flags, torch's import (seconds; ``quiet_start``, then ``starting``): nothing of this start is saved, so NOT_SAVED_STATUS, not 143,
-    with the line a launcher gives for ranks stopped then."""
-    return not_saved_line(name, "while the trainer started, before it had set up its stop"), NOT_SAVED_STATUS
+    with the line a launcher gives for ranks stopped then. Where ``output_dir`` (known once the flags
+    are read) holds a checkpoint, 128 + the signal, as a resumed run's untimed init: 143 says a checkpoint
+    holds the run (a script that resubmits on it stopped resubmitting a resumed run stopped here)."""
+    when = "while the trainer started, before it had set up its stop"
+    if output_dir and holds_checkpoint(output_dir):
+        return ("%s %s: stopped at once, nothing trained; rerun the same command to resume\n" % (name, when),
+                128 + signal.Signals[name])
+    return not_saved_line(name, when), NOT_SAVED_STATUS
 
 
-def trainer_start_stop(environ=os.environ):
+def trainer_start_stop(environ=os.environ, where=None):
     """What a stop during the trainer's start does (``quiet_start``'s argument): run alone, the line
-    and status of ``stopped_while_starting``; a rank of torchrun (which sets TORCHELASTIC_RUN_ID)
-    ends by the signal (None), and torchrun says it once for every rank."""
-    return None if "TORCHELASTIC_RUN_ID" in environ else stopped_while_starting
+    and status of ``stopped_while_starting`` for ``where["output_dir"]`` (set once the flags are read);
+    a rank of torchrun (which sets TORCHELASTIC_RUN_ID) ends by the signal (None), and torchrun says it
+    once for every rank."""
+    if "TORCHELASTIC_RUN_ID" in environ:
+        return None
+    return lambda name: stopped_while_starting(name, (where or {}).get("output_dir"))
 
 
 def drop_output(fd):

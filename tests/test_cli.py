@@ -537,6 +537,26 @@ def test_a_stop_while_a_command_loads_into_a_reader_gone_keeps_its_status(tmp_pa
     assert proc.wait(timeout=60) == (NOT_SAVED_STATUS if module == "trainer.entry" else 128 + sig)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_while_a_resumed_trainer_imports_torch_is_the_resumes_status(tmp_path, sig):
+    """A hostile sweep (a run stopped and rerun 25 times, the trainer run alone): a stop while a resumed run's
+    trainer imported torch (its first seconds, after its flags) exited 79, "nothing saved", beside the
+    checkpoint that holds the run, where a second later (its untimed init) it is 143: a script that
+    resubmits on 143 stopped resubmitting it (start_training.sh alone mapped it). Now 128 + the signal."""
+    (tmp_path / "sitecustomize.py").write_text(HOLD_IMPORT)
+    mark, out_dir = tmp_path / "importing", tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "model.ckpt-6.pt").write_bytes(b"")
+    (tmp_path / "config.json").write_text("{}")
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark), HOLD="mlperf_bert.trainer.training")
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    argv = [sys.executable, "-m", "mlperf_bert", "train", "--bert_config_file=%s" % (tmp_path / "config.json"),
+            "--input_file=%s" % (tmp_path / "config.json"), "--output_dir=%s" % out_dir, "--do_train"]
+    assert signalled_at_mark(argv, env, mark, sig) == (128 + sig, "", (
+        "%s while the trainer started, before it had set up its stop: stopped at once, nothing trained; rerun the "
+        "same command to resume\n" % sig.name))
+
+
 # Each entry point: its argv, and whether it starts as the trainer (run_pretraining.py's stop) or as a command
 ENTRY_POINTS = {"to-hdf5": (["-m", "mlperf_bert", "to-hdf5"], False), "train": (["-m", "mlperf_bert", "train"], True),
                 "run_pretraining": (["run_pretraining.py"], True),

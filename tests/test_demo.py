@@ -272,7 +272,8 @@ def test_a_training_started_afresh_and_stopped_leaves_nothing_the_last_demo_made
     def step(cmd, what, env=None, rerun="go on"):
         name = os.path.basename(cmd[0]) if cmd[0].endswith(".sh") else cmd[3]
         if name in stop_in:
-            raise demo.Stopped(signal.SIGTERM, what, -signal.SIGTERM, rerun)
+            (tmp_path / "train" / "model.ckpt-2.pt").write_bytes(b"x")  # the stop's checkpoint
+            raise demo.Stopped(signal.SIGTERM, what, 143, rerun)
         if name == "train_model.sh":
             finish(tmp_path / "train")
         if name == "plot-log":
@@ -291,6 +292,24 @@ def test_a_training_started_afresh_and_stopped_leaves_nothing_the_last_demo_made
     assert [p.name for p in earlier if p.exists()] == []
     (tmp_path / "demo_curve.png").write_bytes(b"png")  # a stop in the resumed training keeps what the rerun made
     assert demo.main(argv) == 143 and (tmp_path / "demo_curve.png").exists()
+
+
+@pytest.mark.parametrize("status", [None, -signal.SIGTERM, 143])
+def test_a_training_stopped_before_its_first_checkpoint_is_79_whatever_the_step_said(tmp_path, monkeypatch, capsys,
+                                                                                    status):
+    """A hostile sweep (a demo stopped and rerun 16 times): a training started afresh and stopped before
+    train_model.sh had set its trap (killed by the signal: -15), or before it started (None), was 143,
+    "train/ keeps the training's checkpoints", with none there. Now 79 and "nothing was saved", as the
+    trainer's own 79 is; a stop with a checkpoint stays 143. The steps are stand-ins."""
+    monkeypatch.setattr(demo, "make_data", lambda out, *a: (None, None, str(tmp_path / "tfrecords"), None))
+
+    def step(cmd, what, env=None, rerun="go on"):
+        if status == 143:
+            (tmp_path / "train" / "model.ckpt-2.pt").write_bytes(b"x")
+        raise demo.Stopped(signal.SIGTERM, what, status, rerun)
+    monkeypatch.setattr(demo, "_run", step)
+    assert demo.main(["demo", "--output_dir=%s" % tmp_path]) == (143 if status == 143 else 79)
+    assert ("nothing was saved" in capsys.readouterr().out) == (status != 143)
 
 
 def test_a_folder_the_demo_did_not_make_is_refused_and_its_folders_are_kept(tmp_path, monkeypatch):

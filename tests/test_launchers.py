@@ -1753,13 +1753,16 @@ def test_check_only_leaves_this_hosts_memory_and_cores_to_the_training_host(tmp_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_train_model_stopped_before_it_starts_the_trainer_says_nothing_was_saved(tmp_path, sig):
+def test_train_model_stopped_before_it_starts_the_trainer_says_nothing_was_saved(tmp_path, sig, resumed):
     """train_model.sh run directly (as run_and_time.sh and Slurm jobs run it) and stopped while it read its
     settings, before it started the trainer: bash died by the signal, 143 (130), the status that says a
     checkpoint holds the run, with nothing said. Now its line and 79, as the trainer's own start says.
     Its first Python step is held (a PYTHON that marks, then waits) and its process group signalled, as
-    a terminal's Ctrl-C or a scheduler's signal to every process of the job does."""
+    a terminal's Ctrl-C or a scheduler's signal to every process of the job does. A resumed run (a
+    checkpoint in OUTPUT_DIR; a hostile sweep's run stopped and rerun 25 times) is 143 (130): it was 79,
+    "nothing saved", and a script that resubmits on 143 stopped resubmitting it."""
     mark = tmp_path / "mark"
     slow = tmp_path / "python"
     # Marked and held with no child of its own: a group's signal that came while bash waited on one (a
@@ -1777,8 +1780,15 @@ def test_train_model_stopped_before_it_starts_the_trainer_says_nothing_was_saved
     while not mark.exists():
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.01)
+    if resumed:
+        (tmp_path / "output").mkdir()
+        (tmp_path / "output" / "model.ckpt-6.pt").write_bytes(b"")
     os.killpg(proc.pid, sig)
     out, err = proc.communicate(timeout=60)
+    if resumed:
+        assert (proc.returncode, out, err) == (128 + sig, "", "train_model.sh: %s before the trainer started: "
+                                               "nothing trained; rerun the same command to resume\n" % sig.name)
+        return
     assert (proc.returncode, out, err) == (79, "", (
         "train_model.sh: %s before the trainer started: no checkpoint written (exit 79, not 143); rerun the same "
         "command: it resumes from the newest checkpoint if there is one, else starts again\n" % sig.name))

@@ -8,7 +8,6 @@ Only rank 0 reads and writes these files (other nodes may have other disks).
 import contextlib
 import os
 import random
-import re
 import threading
 import time
 
@@ -18,8 +17,8 @@ import torch
 from mlperf_bert.errors import UserError
 from mlperf_bert.trainer import distributed, run_config
 from mlperf_bert.fileio import OutputDirError, atomic_save, load_json, write_json
+from mlperf_bert.start_signals import CKPT_RE
 
-CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt\Z")
 FINISHED = "run_finished.json"
 STOPPED = "run_stopped.json"  # written at run_stop; gives way to FINISHED once the run's end is written
 LOG_OWNER = "mlperf_log_path.json"

@@ -10,8 +10,10 @@ def main(argv):
     # A stop while the flags are read and torch loads is the start's (nothing of this start is
     # saved: run alone, one line and exit 79; a rank of torchrun's ends by the signal), as it is
     # before run_main; the run's own handling of it starts with the run.
-    with starting(trainer_start_stop()):
+    where = {}  # a stop once the flags are read: 143 (130) where --output_dir holds a checkpoint
+    with starting(trainer_start_stop(where=where)):
         cfg = flag_checks.read_flags(argv)
+        where["output_dir"] = cfg.checkpoint.output_dir
         from mlperf_bert.trainer import training
     return training.train(cfg)
 

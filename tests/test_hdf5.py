@@ -367,6 +367,30 @@ def test_check_data_full_finds_a_flipped_byte(made, tmp_path, kind, dataset, fix
                                                                        if kind == "packed" else ""))
 
 
+@pytest.mark.parametrize("kind", ["plain", "packed"])
+def test_the_trainer_refuses_a_copy_of_an_hdf5_file_beside_it(made, tmp_path, kind):
+    """A review of a sweep: two TFRecord files of the same records are refused by the start scan's
+    digests, but an HDF5 or packed file copied to another folder and given beside it trained twice,
+    exit 0. Their datasets' CRC-32Cs (to-hdf5's, pack's attributes) tell a copy."""
+    from mlperf_bert.trainer import training
+    from test_training import TINY, flags_for
+    import json
+    import shutil
+    copy = tmp_path / "copy" / os.path.basename(made[kind])
+    copy.parent.mkdir()
+    shutil.copy(made[kind], str(copy))
+    config = str(tmp_path / "config.json")
+    with open(config, "w") as f:
+        json.dump(TINY, f)
+    out = str(tmp_path / "out")
+    with pytest.raises(UserError) as e:
+        training.main(flags_for({"config": config, "train": "%s,%s" % (made[kind], copy)}, out, max_seq_length=128,
+                                max_predictions_per_seq=20, check_data="none"))
+    assert str(e.value) == ("--input_file names two files of the same records: %s and %s (a copy of it?): give each "
+                            "file once" % (made[kind], copy))
+    assert not os.path.exists(out)
+
+
 def test_the_trainer_refuses_a_flipped_packed_file_before_training(made, tmp_path):
     from mlperf_bert.trainer import training
     from test_training import TINY, flags_for

@@ -310,7 +310,8 @@ def scan_records(path, crcs=None):
 
 def refuse_copies(files, tags, what):
     """UserError when two of ``files`` hold the same records: their ``tags`` ({path: (bytes, digest of
-    its records' CRCs)}, from a scan that reads every header anyway) agree. A shard copied to another
+    its records' CRCs)}, from a scan that reads every header anyway; an HDF5 file's: its datasets'
+    CRC-32Cs) agree. A shard copied to another
     folder and given beside the original was read twice every epoch (or written twice) without a word;
     ``refuse_repeated_files`` sees one file by two paths only. A file without a tag is not compared."""
     first = {}

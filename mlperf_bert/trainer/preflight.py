@@ -218,6 +218,12 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
     shares = distributed.broadcast_object(distributed.gather_objects(seen)) or []
     checksums.remember_record_crcs(shares)
     scanned = {path: tag for share in shares for path, tag in share.items()}
+    for path in set(train_files) | set(eval_files or []):  # HDF5 and packed: their datasets' CRC-32Cs (attributes)
+        if loader.is_hdf5(path):
+            size = os.path.getsize(path)
+            tag = checksums.remembered_content_tag(path, size)
+            if tag and tag.startswith("crc32c:"):
+                scanned[path] = (size, tag)
     refuse_copies(train_files, scanned, "--input_file")
     refuse_copies(eval_files or [], scanned, "--eval_input_file")
     return Start(train_files, eval_files, packed, global_batch, init_ckpt, log_path)

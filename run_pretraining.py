@@ -3,7 +3,8 @@ from mlperf_bert.start_signals import outlive_readers, quiet_start, trainer_star
 
 # A stop while absl's modules load, and then (trainer/entry.py: start_signals.starting) while the flags
 # are read and torch's load (seconds): no traceback; run alone, one line and exit 79 (nothing of this
-# start saved), not a silent 143; under torchrun the launcher says it, once for every rank.
+# start saved), not a silent 143, or 143 (130) where the command line's --output_dir holds a checkpoint
+# (a resumed run); under torchrun the launcher says it, once for every rank.
 quiet_start(trainer_start_stop())
 outlive_readers()  # `... | tee run.log` and Ctrl-C, which ends tee: the stop goes on to its checkpoint and status
 from mlperf_bert.cli import import_main, run_main  # noqa: E402

@@ -67,7 +67,7 @@ stopped_early() {
   trap '' TERM INT
   local f
   for f in "${OUTPUT_DIR:-$PWD/output}"/model.ckpt-*.pt; do
-    [[ "$f" =~ /model\.ckpt-[0-9]+\.pt$ && -f "$f" ]] || continue
+    [[ "$f" =~ /model\.ckpt-[0-9]+\.pt$ && -f "$f" ]] || continue  # (start_signals.CKPT_RE's names: no Python in a trap)
     echo "train_model.sh: $1 before the trainer started: nothing trained; rerun the same command to resume" >&2
     [[ $1 == SIGINT ]] && exit 130
     exit 143

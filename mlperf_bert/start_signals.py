@@ -49,17 +49,81 @@ def not_saved_line(name, when):
             "newest checkpoint if there is one, else starts again\n" % (name, when, NOT_SAVED_STATUS))
 
 
-def stopped_while_starting(name, output_dir=None):
-    """run_pretraining.py's (line, status) for a stop that came while it started: its modules, its
-    flags, torch's import (seconds; ``quiet_start``, then ``starting``): nothing of this start is saved, so NOT_SAVED_STATUS, not 143,
-    with the line a launcher gives for ranks stopped then. Where ``output_dir`` (known once the flags
-    are read) holds a checkpoint, 128 + the signal, as a resumed run's untimed init: 143 says a checkpoint
-    holds the run (a script that resubmits on it stopped resubmitting a resumed run stopped here)."""
-    when = "while the trainer started, before it had set up its stop"
+def stopped_at_start(name, when, output_dir):
+    """(line, status) of a stop signal ``name`` that came ``when``, before a start had set up its stop
+    (nothing of it trained or saved): NOT_SAVED_STATUS with ``not_saved_line``; where ``output_dir``
+    holds a checkpoint (a resumed run), 128 + the signal, as a resumed run's untimed init: 143 says a
+    checkpoint holds the run, and a script that resubmits on it stopped resubmitting a resumed run
+    stopped there. The trainer run alone and the torchrun wrapper say it."""
     if output_dir and holds_checkpoint(output_dir):
         return ("%s %s: stopped at once, nothing trained; rerun the same command to resume\n" % (name, when),
                 128 + signal.Signals[name])
     return not_saved_line(name, when), NOT_SAVED_STATUS
+
+
+_FLAG = re.compile(r"--?(output_dir|config|flagfile)(?:=(.*))?\Z", re.S)
+
+
+def _given(argv, depth=0):
+    """(name, value) of each --output_dir and --config the trainer's arguments ``argv`` give, in order,
+    as absl reads them: ``--name=V``, ``--name V``, one dash too, a --flagfile's lines in its place
+    (``~`` expanded; a regular file's: a pipe is absl's to read, once), up to ``--``."""
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":
+            return
+        m = _FLAG.match(arg)
+        if not m:
+            continue
+        value = m.group(2) if m.group(2) is not None else next(args, None)
+        if value is None:
+            return
+        if m.group(1) != "flagfile":
+            yield m.group(1), value
+        elif depth < 10 and os.path.isfile(os.path.expanduser(value)):
+            with open(os.path.expanduser(value), encoding="utf-8") as f:
+                lines = [line.strip() for line in f]
+            yield from _given([line for line in lines if line and not line.startswith(("#", "//"))], depth + 1)
+
+
+def argv_output_dir(argv):
+    """The --output_dir of the trainer's arguments ``argv`` (a torchrun command line's too: torchrun
+    has no option of these names), read without absl, for a stop before the trainer has read its
+    flags: the last given (a --flagfile's included), else its --config file's; None where neither
+    gives it or a file cannot be read (the flags' reading says why). Relative to the working directory,
+    as the trainer's."""
+    try:
+        given = dict(_given(argv))
+        path = given.get("config")
+        if given.get("output_dir") or not path or not os.path.isfile(path):  # (a pipe is the flags' to read)
+            return given.get("output_dir") or None
+        with open(path, "rb") as f:
+            tree = config_tree(f.read(), path)
+        section = tree.get("checkpoint")  # (flat, or in RunConfig's sections)
+        return tree.get("output_dir") or (section.get("output_dir") if isinstance(section, dict) else None) or None
+    except Exception:  # in a signal's handler: an unreadable file is an unknown folder (a fresh run's 79)
+        return None
+
+
+def config_tree(data, path):
+    """The table a --config file's bytes ``data`` hold: JSON where ``path`` ends in .json, else TOML
+    (run_config.read_config_file's reading, which checks it; here, stdlib only, for argv_output_dir).
+    ValueError or UnicodeDecodeError where it is neither."""
+    if path.endswith(".json"):
+        import json  # (here: the entry points' start imports only what its handler needs)
+        return json.loads(data.decode("utf-8"))
+    import tomllib
+    return tomllib.loads(data.decode("utf-8"))
+
+
+def stopped_while_starting(name, output_dir=None):
+    """run_pretraining.py's (line, status) for a stop that came while it started: its modules, its
+    flags, torch's import (seconds; ``quiet_start``, then ``starting``): ``stopped_at_start``'s, with
+    the line a launcher gives for ranks stopped then, for ``output_dir`` (the flags', once read), else
+    the one its command line gives (``argv_output_dir``)."""
+    if output_dir is None:
+        output_dir = argv_output_dir(sys.argv[1:])
+    return stopped_at_start(name, "while the trainer started, before it had set up its stop", output_dir)
 
 
 def trainer_start_stop(environ=os.environ, where=None):

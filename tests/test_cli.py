@@ -592,6 +592,51 @@ def test_a_stop_while_absl_loads_is_one_line(tmp_path, entry, sig):
     assert got == want
 
 
+def test_the_output_dir_of_a_trainers_argv_is_read_as_absl_reads_it(tmp_path, monkeypatch):
+    """start_signals.argv_output_dir: the --output_dir the trainer's (or torchrun's) arguments give, for a
+    stop before the flags are read: each form absl takes, the last given, a --flagfile's lines in its
+    place (nested), else the --config file's; flags over the file; none after ``--``; unreadable: None."""
+    from mlperf_bert.start_signals import argv_output_dir
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "flags").write_text("# a comment\n--do_train\n--flagfile=%s\n" % (tmp_path / "inner"))
+    (tmp_path / "inner").write_text("  --output_dir=from_file  \n")
+    (tmp_path / "run.toml").write_text('[checkpoint]\noutput_dir = "toml_dir"\n')
+    (tmp_path / "run.json").write_text('{"output_dir": "json_dir"}')
+    cases = {("--output_dir", "a"): "a", ("--output_dir=a",): "a", ("-output_dir", "a"): "a",
+             ("--output_dir=a", "--do_train", "--output_dir=b"): "b", ("--flagfile", "flags"): "from_file",
+             ("--output_dir=a", "--flagfile=flags"): "from_file", ("--flagfile=flags", "--output_dir=a"): "a",
+             ("--config=run.toml",): "toml_dir", ("-config", "run.json"): "json_dir",
+             ("--config=run.toml", "--output_dir=a"): "a", ("--", "--output_dir=a"): None, ("--output_dir",): None,
+             ("--config=missing.toml",): None, ("--flagfile=missing",): None, ("--standalone", "x.py"): None,
+             ("--nproc_per_node=2", "run_pretraining.py", "--output_dir", "a"): "a"}
+    assert {argv: argv_output_dir(list(argv)) for argv in cases} == cases
+
+
+@pytest.mark.parametrize("entry", ["train", "run_pretraining"])
+@pytest.mark.parametrize("given", ["separate", "equals", "flagfile", "config"])
+def test_a_stop_while_absl_loads_in_a_resumed_trainer_is_the_resumes_status(tmp_path, entry, given):
+    """A sweep: a resumed run's trainer run alone, stopped in the ~100 ms before it had read its flags
+    (absl's load), exited 79, "nothing saved", beside the checkpoint its --output_dir holds, where once
+    they were read the same stop is 143 (130): a script that resubmits on 143 stopped resubmitting it.
+    Its command line's --output_dir (relative here: to the working directory) is read without absl."""
+    (tmp_path / "sitecustomize.py").write_text(HOLD_IMPORT)
+    mark, out_dir = tmp_path / "importing", tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "model.ckpt-6.pt").write_bytes(b"")
+    rel = os.path.relpath(out_dir, ROOT)  # (signalled_at_mark runs it in ROOT)
+    (tmp_path / "flags").write_text("--do_train\n--output_dir=%s\n" % rel)
+    (tmp_path / "run.toml").write_text('[checkpoint]\noutput_dir = "%s"\n' % out_dir)
+    flags = {"separate": ["--output_dir", rel], "equals": ["--output_dir=%s" % out_dir],
+             "flagfile": ["--flagfile=%s" % (tmp_path / "flags")], "config": ["--config=%s" % (tmp_path / "run.toml")]}
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (tmp_path, ROOT), MARK=str(mark), HOLD="absl")
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        mark.unlink(missing_ok=True)
+        got = signalled_at_mark([sys.executable] + ENTRY_POINTS[entry][0] + flags[given], env, mark, sig)
+        assert got == (128 + sig, "", "%s while the trainer started, before it had set up its stop: stopped at once, "
+                       "nothing trained; rerun the same command to resume\n" % sig.name)
+
+
 # sitecustomize that records the modules imported after Python's own start (site) up to the first
 # handler set for SIGTERM or SIGINT (the start handler), in the file $MODULES, and exits there
 RECORD_START = textwrap.dedent("""\

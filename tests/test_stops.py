@@ -877,19 +877,26 @@ RANK_IN_ITS_START = textwrap.dedent("""\
 """)
 
 
-def test_sigterm_to_every_process_while_the_ranks_start_is_a_stop_that_saved_nothing(tmp_path, short_tmpdir):
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
+def test_sigterm_to_every_process_while_the_ranks_start_is_a_stop_that_saved_nothing(tmp_path, short_tmpdir, resumed):
     """A scheduler's SIGTERM to every process of the job while the ranks still import (their
     handler not set up: the signal ends them): the wrapper said "error: local rank 0 ... was killed
     by SIGTERM: the checkpoints written so far are kept; ... resume from the newest" and exited 143,
     which says a checkpoint holds the run, for a fresh run that saved nothing (train_model.sh's own
     status: start_training.sh corrects it by the checkpoints it finds). Now one line that it saved
-    nothing, exit 79, as a stop before the ranks started."""
+    nothing, exit 79, as a stop before the ranks started. A resumed run's (a checkpoint in the ranks'
+    --output_dir, read from their command line) is 143, "rerun the same command to resume": it was 79 too
+    (a sweep), and a script that resubmits on 143 stopped resubmitting it."""
     marks = tmp_path / "marks"
     marks.mkdir()
     script = tmp_path / "rank.py"
     script.write_text(RANK_IN_ITS_START)
+    if resumed:
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "model.ckpt-6.pt").write_bytes(b"")
     proc = subprocess.Popen([PY, "-m", "mlperf_bert", "torchrun", "--standalone", "--nproc_per_node=2", str(script),
-                             str(marks)], env=dict(ENV, TMPDIR=short_tmpdir), stdout=subprocess.PIPE,
+                             str(marks), "--output_dir", str(tmp_path / "out")], env=dict(ENV, TMPDIR=short_tmpdir),
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     wait_until(lambda: len(os.listdir(marks)) == 2, proc, what="both ranks")
     pids = tree(proc.pid)
@@ -898,6 +905,11 @@ def test_sigterm_to_every_process_while_the_ranks_start_is_a_stop_that_saved_not
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
+    if resumed:
+        assert (proc.returncode, out) == (143, ""), (proc.returncode, out, err)
+        assert re.fullmatch(r"SIGTERM before local rank [01] \(pid \d+\) had set up its stop: stopped at once, "
+                            r"nothing trained; rerun the same command to resume\n", err), err
+        return
     assert (proc.returncode, out) == (79, ""), (proc.returncode, out, err)
     assert re.fullmatch(r"SIGTERM before local rank [01] \(pid \d+\) had set up its stop: no checkpoint written "
                         r"\(exit 79, not 143\); rerun the same command: it resumes from the newest checkpoint if "
@@ -982,6 +994,46 @@ def test_a_stop_that_saved_nothing_is_not_143():
                                                     "command: it resumes from the newest checkpoint if there is one, "
                                                     "else starts again\n")
     assert status({0: (10, launch.NOT_SAVED_STATUS), 1: (11, launch.NOT_SAVED_STATUS)}) == (79, "")
+
+
+def test_a_resumed_runs_stop_before_its_ranks_had_set_up_theirs_is_143(tmp_path, monkeypatch, capfd):
+    """A sweep: with several ranks, a resumed run (its --output_dir holds a checkpoint) stopped before
+    torchrun started, before it started the ranks or while they started (before their handlers) said
+    79, "nothing saved", beside the checkpoint that holds it, where a second later (their untimed init)
+    the same stop is 143: a script that resubmits on 143 stopped resubmitting it. Now 128 + the signal
+    and "rerun the same command to resume", for each of the wrapper's and torchrun's verdicts; a fresh
+    run's stays 79 (test_a_stop_that_saved_nothing_is_not_143)."""
+    import io
+    from mlperf_bert.trainer import launch
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.ckpt-6.pt").write_bytes(b"")
+    resume = "; rerun the same command to resume\n"
+
+    def status(sig, ranks):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            return launch._stop_status(sig, ranks, output_dir=str(out)), err.getvalue()
+    assert status(signal.SIGTERM, {}) == (143, "SIGTERM before the ranks started: stopped at once, nothing trained" + resume)
+    assert status(signal.SIGINT, {0: (10, -2), 1: (11, -2)}) == (
+        130, "SIGINT before local rank 0 (pid 10) had set up its stop: stopped at once, nothing trained" + resume)
+    # torchrun's report of a rank the signal ended in its start
+    shown = io.StringIO()
+    f = launch.Filter(shown, output_dir=str(out))
+    for line in ["Traceback (most recent call last):\n", "  File x\n",
+                 "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n", "Failures:\n", "  <NO_OTHER_FAILURES>\n",
+                 "Root Cause (first observed failure):\n", "[0]:\n", "  host      : h\n",
+                 "  rank      : 1 (local_rank: 1)\n", "  exitcode  : -15 (pid: 9) (SIGTERM)\n"]:
+        f.feed(line)
+    assert (f.status(1), shown.getvalue()) == (143, "SIGTERM before rank 1 (local rank 1, pid 9 on host h) had set "
+                                               "up its stop: stopped at once, nothing trained" + resume)
+    # the wrapper's own, before torchrun started (its --output_dir as train_model.sh gives it)
+    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: pytest.fail("torchrun started"))
+    with stop_as_handlers_are_set(monkeypatch, launch):
+        got = launch._run(["--standalone", "--nproc_per_node=2", "run_pretraining.py", "--output_dir=%s" % out],
+                          dict(os.environ))
+    assert (got, capfd.readouterr().err) == (143, "SIGTERM before torchrun started: stopped at once, nothing "
+                                             "trained" + resume)
 
 
 def test_a_stop_killed_past_the_shutdown_timeout_names_the_rank_that_hung(tmp_path):

@@ -10,7 +10,8 @@ def main(argv):
     # A stop while the flags are read and torch loads is the start's (nothing of this start is
     # saved: run alone, one line and exit 79; a rank of torchrun's ends by the signal), as it is
     # before run_main; the run's own handling of it starts with the run.
-    where = {}  # a stop once the flags are read: 143 (130) where --output_dir holds a checkpoint
+    # 143 (130) where --output_dir holds a checkpoint: the command line's (argv_output_dir), then the flags'
+    where = {}
     with starting(trainer_start_stop(where=where)):
         cfg = flag_checks.read_flags(argv)
         where["output_dir"] = cfg.checkpoint.output_dir

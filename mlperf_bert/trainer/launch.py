@@ -13,8 +13,9 @@ of its own and:
   once, and the ranks checkpoint. Exit 143 (130 after SIGINT) when every rank stopped with its
   checkpoint, also after a signal to torchrun alone; the one line is rank 0's ``SIGTERM: checkpoint
   ... written`` (``SIGINT: ...``). A stop that saved nothing (before run_start in a fresh run,
-  before the ranks started) exits NOT_SAVED_STATUS with a line saying so, a rank that failed or was
-  killed meanwhile with its status; never 143. The ranks have ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``
+  before the ranks started) exits NOT_SAVED_STATUS with a line saying so (a resumed run's, its
+  ``--output_dir`` holding a checkpoint, 143 or 130), a rank that failed or was killed meanwhile with
+  its status; never 143 otherwise. The ranks have ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``
   seconds (300 unless set; torchrun's own default is 30) to write it before torchrun kills them;
 - drops torchrun's log lines and tracebacks, shows an error line the ranks print once (every rank
   says the same) and exits with the failed rank's status (2 for bad input);
@@ -55,7 +56,8 @@ from mlperf_bert.errors import UserError, die_with_parent, first_signal, signal_
 from mlperf_bert.cgroups import oom_kills
 from mlperf_bert.fileio import oom_killed, proc_stat, usable_tempdir
 # NOT_SAVED_STATUS (a stop that saved nothing) and its line are the start handler's too: there, stdlib only
-from mlperf_bert.start_signals import LINES_ENV, NOT_SAVED_STATUS, not_saved_line, outlive_readers
+from mlperf_bert.start_signals import (LINES_ENV, NOT_SAVED_STATUS, argv_output_dir, not_saved_line,
+                                      outlive_readers, stopped_at_start)
 
 SHUTDOWN_TIMEOUT = "300"
 # A rank whose collective failed because another rank went away says so with this and exits
@@ -119,9 +121,10 @@ _FIELD = re.compile(r"^\s+(rank|exitcode|host)\s*:\s*(.*?)\s*$")
 class Filter:
     """torchrun's stderr in (``feed`` each line), the ranks' own lines out; ``status`` at the end."""
 
-    def __init__(self, out, ooms=None):
+    def __init__(self, out, ooms=None, output_dir=None):
         self.out = out
         self.ooms = ooms  # the out-of-memory killer's count as torchrun started (oom_kills)
+        self.output_dir = output_dir  # the ranks' --output_dir (argv_output_dir): a resumed run's stop at start is 143
         self.seen, self.block, self.report = set(), None, False
         self.failures = []  # torchrun's report: root cause first, then the others
         self.lost = []      # "lost contact" lines: shown only if nothing else explains the failure
@@ -227,10 +230,11 @@ class Filter:
             # the first to end (torchrun's SIGTERM comes after a failure): a stop sent to the rank itself
             # while it started, before it had set up its stop (its imports, the process group's making):
             # the signal's default action ended it, and nothing of this start was saved: not 143, which
-            # says a checkpoint holds the run
-            self._write(not_saved_line(signal.Signals(-f["code"]).name, "before %s, pid %s on host %s) had set up "
-                                       "its stop" % (f["who"], f["pid"], f.get("host", "?"))))
-            return NOT_SAVED_STATUS
+            # says a checkpoint holds the run, unless one does (a resumed run)
+            line, status = stopped_at_start(signal.Signals(-f["code"]).name, "before %s, pid %s on host %s) had set "
+                                            "up its stop" % (f["who"], f["pid"], f.get("host", "?")), self.output_dir)
+            self._write(line)
+            return status
         if f["code"] < 0:
             why = self.stuck.get(f["local"])
             self._write(killed_line("%s, pid %s on host %s)%s" % (
@@ -306,18 +310,20 @@ def _note_stuck_at_kill(handler, local, got, stuck):
     handler.close = closing
 
 
-def _stop_status(sig, ranks, stuck=None, ooms=None):
+def _stop_status(sig, ranks, stuck=None, ooms=None, output_dir=None):
     """torchrun's status after a stop signal ``sig``, from its ranks' {local rank: (pid, exit code)}
     (none: it stopped before starting them): 128 + the signal (the ranks' own: 130 or 143) when every
-    rank stopped with its checkpoint, else why not, with its line where no rank printed one.
+    rank stopped with its checkpoint, else why not, with its line where no rank printed one (ranks
+    stopped before their handlers: ``stopped_at_start``'s for their ``output_dir``).
     ``stuck``: {local rank: why it could not act on the stop when torchrun killed it (``_stuck``)}: of the ranks
     torchrun killed past its shutdown timeout, such a rank is the cause (the others waited for it in a
     collective), and is named instead of local rank 0. ``ooms``: ``killed_line``'s."""
     stuck = stuck or {}
     name = signal.Signals(sig).name
     if not ranks:
-        sys.stderr.write(not_saved_line(name, "before the ranks started"))
-        return NOT_SAVED_STATUS
+        line, status = stopped_at_start(name, "before the ranks started", output_dir)
+        sys.stderr.write(line)
+        return status
     codes = [code for _, code in ranks.values()]
     if all(code == 0 for code in codes):
         return 0  # they had finished
@@ -327,8 +333,10 @@ def _stop_status(sig, ranks, stuck=None, ooms=None):
         return next(code for code in codes if code)
     _, _, local, pid, code = failed[0]  # a killed rank first, a stuck one first among them
     if code == -sig:  # the stop's own signal ended it: it came before the rank had set up its handler
-        sys.stderr.write(not_saved_line(name, "before local rank %d (pid %d) had set up its stop" % (local, pid)))
-        return NOT_SAVED_STATUS
+        line, status = stopped_at_start(name, "before local rank %d (pid %d) had set up its stop" % (local, pid),
+                                        output_dir)
+        sys.stderr.write(line)
+        return status
     if code < 0:  # killed (torchrun's SIGKILL past the shutdown timeout, the OOM killer): nobody said so
         if local in stuck:
             sys.stderr.write(killed_line("local rank %d (pid %d), %s when %s came (the other ranks wait for it in "
@@ -455,7 +463,7 @@ def agent():
     except api.SignalException as e:
         ranks = {local: (h.proc.pid, h.proc.returncode) for ctx in contexts
                  for local, h in getattr(ctx, "subprocess_handlers", {}).items() if h.proc.returncode is not None}
-        return _stop_status(e.sigval, ranks, stuck, ooms)
+        return _stop_status(e.sigval, ranks, stuck, ooms, argv_output_dir(sys.argv[1:]))
     return 0
 
 
@@ -727,9 +735,13 @@ def _run(args, env):
                                 stdout=subprocess.PIPE if merged else None,
                                 stderr=subprocess.STDOUT if merged else subprocess.PIPE,
                                 preexec_fn=_in_own_group(os.getpid()))
+    # the ranks' --output_dir: a stop before they had set up theirs is a resumed run's (143, 130) where it
+    # holds a checkpoint, else NOT_SAVED_STATUS
+    output_dir = argv_output_dir(args)
     if proc is None:
-        sys.stderr.write(not_saved_line(signal.Signals(got[0]).name, "before torchrun started"))
-        return NOT_SAVED_STATUS
+        line, status = stopped_at_start(signal.Signals(got[0]).name, "before torchrun started", output_dir)
+        sys.stderr.write(line)
+        return status
     if got:  # it came while Popen started torchrun
         _send(proc, signal.SIGTERM)
 
@@ -739,15 +751,16 @@ def _run(args, env):
             _end_ranks(marker, left, shutdown_timeout(env))
     reaper = threading.Thread(target=reap, name="torchrun-reaper", daemon=True)
     reaper.start()
-    filt = Filter(sys.stderr, ooms)
+    filt = Filter(sys.stderr, ooms, output_dir)
     for raw in proc.stdout if merged else proc.stderr:
         filt.feed(raw.decode("utf-8", "replace"))
     reaper.join()
     returncode = proc.wait()
     if returncode < 0:  # torchrun killed by a signal (before it set its handlers: no rank started, or the OOM killer)
         if got and not left:
-            sys.stderr.write(not_saved_line(signal.Signals(got[0]).name, "before torchrun started the ranks"))
-            return NOT_SAVED_STATUS
+            line, status = stopped_at_start(signal.Signals(got[0]).name, "before torchrun started the ranks", output_dir)
+            sys.stderr.write(line)
+            return status
         sys.stderr.write(killed_line("torchrun (pid %d)" % proc.pid, -returncode, ooms))
         return 128 - returncode
     return filt.status(returncode, bool(got))  # the agent's: 143 (130) only when every rank checkpointed

@@ -22,6 +22,7 @@ import typing
 
 from mlperf_bert.errors import UserError, error_line
 from mlperf_bert.fileio import open_input
+from mlperf_bert.start_signals import config_tree
 from mlperf_bert.trainer import schedule as lr_schedule
 
 RUN, CONTENT, SAME = "run", "content", "same"
@@ -374,11 +375,7 @@ def read_config_file(path, fv=None):
         raise UserError("cannot read --config %s: %s" % (path, e.strerror or e))
     digest = hashlib.sha256(data).hexdigest()
     try:
-        if path.endswith(".json"):
-            tree = json.loads(data.decode("utf-8"))
-        else:
-            import tomllib
-            tree = tomllib.loads(data.decode("utf-8"))
+        tree = config_tree(data, path)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:  # (nested past the parser's depth: a traceback)
         kind = "JSON" if path.endswith(".json") else "TOML"
         raise UserError("--config %s is not valid %s: %s" % (

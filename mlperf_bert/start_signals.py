@@ -90,17 +90,22 @@ def argv_output_dir(argv):
     """The --output_dir of the trainer's arguments ``argv`` (a torchrun command line's too: torchrun
     has no option of these names), read without absl, for a stop before the trainer has read its
     flags: the last given (a --flagfile's included), else its --config file's; None where neither
-    gives it or a file cannot be read (the flags' reading says why). Relative to the working directory,
-    as the trainer's."""
+    gives it, one given is empty or no string, or a file cannot be read (the flags' reading says why).
+    Relative to the working directory, as the trainer's."""
     try:
         given = dict(_given(argv))
         path = given.get("config")
-        if given.get("output_dir") or not path or not os.path.isfile(path):  # (a pipe is the flags' to read)
-            return given.get("output_dir") or None
-        with open(path, "rb") as f:
-            tree = config_tree(f.read(), path)
-        section = tree.get("checkpoint")  # (flat, or in RunConfig's sections)
-        return tree.get("output_dir") or (section.get("output_dir") if isinstance(section, dict) else None) or None
+        value = given.get("output_dir")
+        # (given, even empty, it beats the file's: the trainer refuses `--output_dir=`; a pipe is the flags' to read)
+        if "output_dir" not in given and path and os.path.isfile(path):
+            with open(path, "rb") as f:
+                tree = config_tree(f.read(), path)
+            for key, item in tree.items():  # flat, or in RunConfig's sections: the last given, as read_config_file
+                item = item.get("output_dir") if key == "checkpoint" and isinstance(item, dict) else \
+                    item if key == "output_dir" else None
+                value = value if item is None else item
+        # (a file's number or list is the flags' to refuse: os.listdir took an int as a descriptor, a list raised)
+        return value if isinstance(value, str) and value else None
     except Exception:  # in a signal's handler: an unreadable file is an unknown folder (a fresh run's 79)
         return None
 

@@ -612,6 +612,24 @@ def test_the_output_dir_of_a_trainers_argv_is_read_as_absl_reads_it(tmp_path, mo
     assert {argv: argv_output_dir(list(argv)) for argv in cases} == cases
 
 
+def test_the_output_dir_of_a_trainers_argv_is_the_one_its_flags_give_or_none(tmp_path, monkeypatch):
+    """A review: a --config file's output_dir that is no string (a TOML list) made the start's stop
+    handler raise (TypeError out of os.listdir: a traceback, exit 1, for a stop that said 79); an
+    `--output_dir=` given empty (refused by the trainer) read the file's instead, 143 beside its checkpoint;
+    a file giving output_dir flat and in [checkpoint] gave the first, where the trainer takes the last."""
+    from mlperf_bert.start_signals import NOT_SAVED_STATUS, argv_output_dir, stopped_while_starting
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "model.ckpt-6.pt").write_bytes(b"")
+    (tmp_path / "list.toml").write_text('output_dir = ["out"]\n')
+    (tmp_path / "run.toml").write_text('output_dir = "flat"\n[checkpoint]\noutput_dir = "out"\n')
+    assert argv_output_dir(["--config=run.toml"]) == "out"
+    assert argv_output_dir(["--output_dir=", "--config=run.toml"]) is None
+    assert argv_output_dir(["--config=list.toml"]) is None
+    monkeypatch.setattr(sys, "argv", ["run_pretraining.py", "--config=list.toml"])
+    assert stopped_while_starting("SIGTERM")[1] == NOT_SAVED_STATUS
+
+
 @pytest.mark.parametrize("entry", ["train", "run_pretraining"])
 @pytest.mark.parametrize("given", ["separate", "equals", "flagfile", "config"])
 def test_a_stop_while_absl_loads_in_a_resumed_trainer_is_the_resumes_status(tmp_path, entry, given):

@@ -132,9 +132,9 @@ def find_logs(specs):
                                                "does not exist; %s does, but --runs is split at each ',' outside "
                                                "double quotes: quote it, --runs='\"%s\"'" % (name, name)))
         # (escaped: a folder named with a glob's characters, "runs [0]", is that folder, not a pattern)
-        found = (sorted(glob.glob(os.path.join(glob.escape(spec), "result_*.txt")), key=run_number)
+        found = (sorted(glob.glob(os.path.join(glob.escape(spec), "result_*.txt")), key=_by_run)
                  or ([os.path.join(spec, "mlperf.log")] if os.path.isfile(os.path.join(spec, "mlperf.log")) else [])
-                 or sorted(glob.glob(os.path.join(glob.escape(spec), "run_*", "mlperf.log")), key=run_number))
+                 or sorted(glob.glob(os.path.join(glob.escape(spec), "run_*", "mlperf.log")), key=_by_run))
         if not found:
             raise UserError("--runs: %s holds no result_*.txt, mlperf.log or run_*/mlperf.log" % spec)
         logs += found
@@ -175,6 +175,12 @@ def check_series_logs(logs):
             raise UserError("%s is not the log of its run: %s, the log that run wrote, differs from it (one of them"
                             " was edited or cut since the run finished); put back the run's log as it was (or leave"
                             " the run out of --runs)" % (log, own))
+
+
+def _by_run(path):
+    # one folder's runs (result_N.txt, run_N/mlperf.log: compliance.in_run_order keeps folders apart, which
+    # run_N/ are): by number, then name (result_01 and result_1 in a fixed order)
+    return run_number(path), path
 
 
 # ---- the system description: the submitter's, checked
@@ -877,7 +883,7 @@ def package_warnings(logs, entries, source, runs=(), division="closed"):
         warnings.append("%d run%s (%s) logged no cache_clear true: the training rules ('Data State at Start of Run')"
                         " ask for the cache flushed or the system restarted before each run (start_training.sh drops"
                         " it, as root, and logs true)" % (len(kept), "" if len(kept) == 1 else "s", _first_three(kept)))
-    for log in sorted(_unfinished_runs(logs), key=run_number):  # a series still running, or stopped
+    for log in sorted(_unfinished_runs(logs), key=_by_run):  # a series still running, or stopped
         d = os.path.dirname(os.path.dirname(log))
         warnings.append("%s: no result_%d.txt in %s: that run of the series did not finish (still running, or"
                         " stopped: rerun the same start_training.sh command to finish it), and is not in this"

@@ -15,18 +15,17 @@ run ended or checkpointed and whose log is missing (``missing_log``). Always exi
 launcher asks this to word its message, and a missing or partial log is an answer, not an error.
 """
 import os
-import re
 import sys
 
 from mlperf_bert.errors import UserError
 from mlperf_bert.fileio import load_json
 from mlperf_bert.harness.records import read_log, run_seconds, run_start_stop
+from mlperf_bert.start_signals import CKPT_RE  # (stdlib only: no torch)
 
 # trainer/checkpoint.py's markers (not imported: it pulls in torch)
 FINISHED = "run_finished.json"
 STOPPED = "run_stopped.json"  # written at run_stop, before the finished marker
 LOG_OWNER = "mlperf_log_path.json"
-CKPT_RE = re.compile(r"^model\.ckpt-(\d+)\.pt\Z")
 
 
 def _records(log):

@@ -687,6 +687,12 @@ def test_each_task_of_a_job_array_has_its_own_runs(job, tmp_path):
     proc, record = job(OUTPUT_DIR=str(out), SEED="7")
     assert proc.returncode == 0 and sorted(record) == ["%d %s 7 unset" % (n, out) for n in (0, 1)], \
         proc.stdout + proc.stderr
+    # a review: past start_training.sh's 18 digits, its nodes refused a SEED never set ("SEED=1000000000000000002")
+    os.remove(str(tmp_path / "record"))
+    proc, record = job(OUTPUT_DIR=str(out), SEED="999999999999999990", NUM_RUNS="3", SLURM_ARRAY_TASK_ID="4")
+    assert (proc.returncode, record, proc.stderr) == (2, [], (
+        "error: slurm_multinode.sbatch: SEED=999999999999999990 with NUM_RUNS=3: array task 4's seeds, from SEED + 4 x "
+        "NUM_RUNS = 1000000000000000002, pass 18 digits: give a smaller SEED\n")), proc.stdout + proc.stderr
 
 
 def test_a_node_without_status_is_named_before_the_peer_that_lost_it(job):

@@ -471,6 +471,35 @@ def test_eval_frequency_and_the_division_stay_in_the_identity_without_an_eval_se
                                       "out/model.ckpt-6.pt")
 
 
+def test_a_refusal_for_a_flag_the_command_does_not_give_says_its_preset_or_default_gave_it(tmp_path, monkeypatch):
+    """A hostile sweep (a git pull between a stop and its rerun): the demo_cpu preset gained
+    --eval_frequency=1600 on 2026-12-06; a run stopped under the code before and rerun with the same
+    command was refused as "--eval_frequency=1600 differs ...: rerun with the same value", a flag the
+    command never gave (a series' finished run 0: "--eval_frequency=1600 (was 0)"). Where train_model.sh
+    started it and the flag is not given over the preset, the refusal says so and names the flag that
+    keeps the run's; one the command gives (or may, by --config) keeps its line, and ranks compared too."""
+    d = _fixture_data(tmp_path)
+    saved, ident = _identity(_argv(d, "out", "--eval_frequency=0")), _identity(_argv(d, "out", "--eval_frequency=8"))
+    note = ("not given by this command: preset demo_cpu's value or the trainer's default, which an update of the "
+            "code since the run started can change; add --eval_frequency=0 to the command to keep the run's")
+    monkeypatch.setenv("MLPERF_BERT_PRESET", "demo_cpu")
+    monkeypatch.setenv("MLPERF_BERT_OVERRIDES", "--seed=7 --submission_org=J")
+    with pytest.raises(UserError) as e:
+        checkpoint.check_same_run(saved, ident, "out/model.ckpt-6.pt")
+    assert str(e.value) == ("--eval_frequency=8 differs from the run being resumed in out (it has 0), as its "
+                            "checkpoint model.ckpt-6.pt records: %s, or use another --output_dir for a new run" % note)
+    assert checkpoint.differences(saved, ident, rerun=True) == ["--eval_frequency=8 (was 0; %s)" % note]
+    assert checkpoint.differences(saved, ident) == ["--eval_frequency=8 (was 0)"]
+    for given in ("--eval_frequency=8", "--config=run.json"):
+        monkeypatch.setenv("MLPERF_BERT_OVERRIDES", "--seed=7 " + given)
+        with pytest.raises(UserError, match=r": rerun with the same value, or use another"):
+            checkpoint.check_same_run(saved, ident, "out/model.ckpt-6.pt")
+        assert checkpoint.differences(saved, ident, rerun=True) == ["--eval_frequency=8 (was 0)"]
+    monkeypatch.delenv("MLPERF_BERT_PRESET")
+    with pytest.raises(UserError, match=r": rerun with the same value, or use another"):
+        checkpoint.check_same_run(saved, ident, "out/model.ckpt-6.pt")
+
+
 def test_a_checkpoint_recording_the_defaults_eval_frequency_as_given_resumes(tmp_path):
     """A review: a checkpoint (or a series' run 0) of the version before the normalisation records
     --eval_frequency=150000 as given; the same command, or --eval_frequency=0, resumed it refused

@@ -8,6 +8,7 @@ Only rank 0 reads and writes these files (other nodes may have other disks).
 import contextlib
 import os
 import random
+import shlex
 import threading
 import time
 
@@ -488,11 +489,30 @@ def _differing(saved, ident):
             and not same(name, value, saved[name])]
 
 
-def differences(saved, ident):
+def not_given(name, was):
+    """Where train_model.sh started this run (MLPERF_BERT_PRESET) and --NAME is not among the flags given
+    over its preset (MLPERF_BERT_OVERRIDES), the note that its value is the preset's or the trainer's default
+    and the flag that keeps the run's ``was``, else "": an update of the code between a run's stop and its
+    rerun (a git pull) can change either, and the refusal named a flag the command never gave."""
+    preset = os.environ.get("MLPERF_BERT_PRESET")
+    try:
+        given = shlex.split(os.environ.get("MLPERF_BERT_OVERRIDES") or "")
+    except ValueError:
+        return ""
+    names = {a[2:].split("=", 1)[0] for a in given if a.startswith("--")}
+    if not preset or {name, "no" + name, "config"} & names:  # (a --config file's flags are given too)
+        return ""
+    return ("not given by this command: preset %s's value or the trainer's default, which an update of the "
+            "code since the run started can change; add --%s=%s to the command to keep the run's" % (preset, name, was))
+
+
+def differences(saved, ident, rerun=False):
     """The entries of ``ident`` that ``saved`` (an older identity) has with another value, as
-    ``--flag=now (was then)`` or a description of what changed."""
-    return [_described(name, value, was) or "--%s=%s (was %s)" % (name, value, was)
-            for name, value, was in _differing(saved, ident)]
+    ``--flag=now (was then)`` or a description of what changed; ``rerun``: ``saved`` is the run's that
+    this command reruns, and a flag this command does not give says so (``not_given``)."""
+    return [_described(name, value, was) or "--%s=%s (was %s%s)" % (
+        name, value, was, rerun and not_given(name, was) and "; " + not_given(name, was) or "")
+        for name, value, was in _differing(saved, ident)]
 
 
 def check_same_run(saved, ident, ckpt_path):
@@ -503,9 +523,9 @@ def check_same_run(saved, ident, ckpt_path):
         folder, ckpt_name = os.path.dirname(ckpt_path), os.path.basename(ckpt_path)
         where = ("%s (checkpoint %s)" % (folder, ckpt_name) if what else
                  "%s (it has %s), as its checkpoint %s records" % (folder, was, ckpt_name))
-        raise UserError("%s %s from the run being resumed in %s: rerun with the same value, or use another "
-                        "--output_dir for a new run" % (what or "--%s=%s" % (name, value),
-                                                        "differ" if name in _FILES else "differs", where))
+        fix = (not what and not_given(name, was)) or "rerun with the same value"
+        raise UserError("%s %s from the run being resumed in %s: %s, or use another --output_dir for a new run"
+                        % (what or "--%s=%s" % (name, value), "differ" if name in _FILES else "differs", where, fix))
 
 
 def write_log_owner(output_dir, log_path):

@@ -320,7 +320,7 @@ def _other_settings(cfg, record, config, train_files, eval_files, init_ckpt, wha
     saved = record.get("run") or {}
     seed = cfg.runtime.seed if cfg.runtime.seed is not None else saved.get("seed")
     diff = checkpoint.differences(saved, cfg.identity(seed, train_files, eval_files, init_ckpt, config.to_dict(),
-                                                      saved=saved))
+                                                      saved=saved), rerun=True)
     diff += _submitter_changed(cfg, checkpoint.read_log_owner(cfg.checkpoint.output_dir))
     if diff:
         return ("%s with other settings than this command's: %s; rerun with its settings, or use another "
@@ -394,7 +394,7 @@ def check_series(cfg, rank, world, config, train_files, eval_files, init_ckpt):
         if saved:
             ident = cfg.identity(cfg.runtime.seed, train_files, eval_files, init_ckpt, config.to_dict(), saved=saved)
             saved["seed"] = ident["seed"]
-            diff = checkpoint.differences(saved, ident)
+            diff = checkpoint.differences(saved, ident, rerun=True)
             diff += _submitter_changed(cfg, checkpoint.read_log_owner(first))
             launch = finished.get("launch") if isinstance(finished.get("launch"), dict) else {}
             if isinstance(launch.get("processes"), int) and launch["processes"] != world:

@@ -990,6 +990,49 @@ def test_a_peer_that_never_joins_the_process_group_is_one_line_not_a_traceback(m
         "written so far are kept: end that rank, then rerun the same command\n" % PEER_LOST)
 
 
+def test_a_rank_that_ended_before_the_others_joined_ends_their_wait_naming_its_node(monkeypatch, capsys):
+    """A sweep of more than two nodes: node 1's rank killed (or stopped alone, or refusing a flag only its node's
+    command has) before every rank had joined the process group left the ranks of the other nodes waiting for it,
+    silently, up to torch's timeout (30 min; 3 nodes of one CPU rank each, a kill -9 1 s into the start). Its
+    node's agent now says so in the rendezvous store (the first rank's end, not a follower's), and a rank joining
+    ends at once with one line naming that node, 75 (80 after the rank's own error); node 0's agent gone (the store
+    with it): its join's "Failed to recv" is one line, not a traceback."""
+    import threading
+    from types import SimpleNamespace
+    import torch.distributed as dist
+    from test_host_syncs import free_ports
+    from mlperf_bert.trainer import distributed, launch
+    from mlperf_bert.trainer.launch import PEER_FAILED_AT_START_STATUS, PEER_LOST, PEER_LOST_STATUS
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    environ = {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
+               "RANK": "2"}
+
+    def ctx(code):
+        return SimpleNamespace(subprocess_handlers={0: SimpleNamespace(proc=SimpleNamespace(pid=4242, poll=lambda: code))})
+
+    def watched(**kw):
+        ends = []
+        distributed._watch_rank_ended(threading.Event(), environ=kw.pop("environ", environ), end=ends.append, **kw)
+        return ends, capsys.readouterr().err
+
+    for node, code in ((0, PEER_LOST_STATUS), (1, -9), (0, 143)):  # a follower's, the kill, a stop after it
+        monkeypatch.setattr(launch, "_RDZV", [(store, node)])
+        launch._say_rank_ended(ctx(code))
+    assert watched() == ([PEER_LOST_STATUS], "error: rank 2 %s (local rank 0 (pid 4242) of node 1 ended with exit code "
+                         "-9) as the ranks joined the process group: nothing of this start was trained; rerun the same "
+                         "command to resume from the newest checkpoint\n" % PEER_LOST)
+    store.delete_key(launch.RANK_ENDED_KEY)
+    launch._say_rank_ended(ctx(2))
+    ends, err = watched()
+    assert ends == [PEER_FAILED_AT_START_STATUS] and err.endswith(
+        "of node 0 ended with exit code 2) as the ranks joined the process group: nothing of this start was trained; "
+        "its own line (on its node) says why: fix it, then rerun\n"), err
+    # a store not reached (node 0's agent gone, or slow with many nodes) ends nothing: the join judges it
+    assert watched(environ=dict(environ, MASTER_PORT=str(free_ports(1)[0])), connect_s=1) == ([], "")
+    assert distributed._join_waited_out(dist.DistNetworkError(
+        "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?"))
+
+
 @pytest.mark.parametrize("error", [
     "[enforce fail at third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: bogus0",
     "DistNetworkError: The server socket has failed to listen on any local network address. port: 29500, name: EADDRINUSE"])

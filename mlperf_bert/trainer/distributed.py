@@ -10,14 +10,16 @@ import gc
 import os
 import signal
 import sys
+import threading
 import time
+from datetime import timedelta
 from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer.launch import PEER_FAILED_AT_START_STATUS, PEER_LOST, PEER_LOST_STATUS
+from mlperf_bert.trainer.launch import PEER_FAILED_AT_START_STATUS, PEER_LOST, PEER_LOST_STATUS, RANK_ENDED_KEY
 
 PEER_LOST_GRACE_S = 3.0  # a failed rank's interpreter teardown takes about a second (torch's)
 
@@ -45,12 +47,16 @@ def setup(device_kind):
     global _HOST_GROUP
     with signals_end_the_process():
         if not dist.is_initialized():
+            joined = threading.Event()
+            threading.Thread(target=_watch_rank_ended, args=(joined,), name="rank-ended-watch", daemon=True).start()
             try:
                 dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
             except Exception as e:  # no group yet, which peer_loss_is_one_line needs: its traceback came out
                 if not _join_waited_out(e):
                     raise
                 _never_joined(e)
+            finally:
+                joined.set()
         # NCCL's object collectives pickle into a CUDA tensor and read it back (a device sync, at
         # each checkpoint); a gloo group keeps them in host memory. new_group is a collective: here,
         # where every rank comes, in the same order
@@ -64,7 +70,35 @@ def _join_waited_out(e):
     naming no interface: their traceback says what to fix; "a rank did not join", 75, had a job resubmit it)."""
     return isinstance(e, getattr(dist, "DistStoreError", ())) or (_peer_lost(e) and any(
         s in str(e) for s in ("timed out", "Timed out", "timeout", "Connection closed by peer",
-                              "Connection reset by peer", "Broken pipe")))
+                              "Connection reset by peer", "Broken pipe",
+                              # the store's node 0 gone as this rank waited in it (its rank ended at its start)
+                              "Connection was likely closed")))
+
+
+def _watch_rank_ended(joined, environ=os.environ, poll_s=0.5, connect_s=10, end=os._exit):
+    """Until ``joined`` is set: end this rank at once, in one line, where torchrun's agent of another node says
+    (RANK_ENDED_KEY in the rendezvous store, torchrun's static one) that one of its ranks ended while this one joins the
+    process group, which would wait for it up to torch's timeout (30 min), with the status the agent chose. Only that
+    key ends it: a store not reached (node 0's agent gone, or slow with many nodes) is the join's to judge."""
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not environ.get("MASTER_ADDR"):
+        return  # not under torchrun's agent store
+    try:
+        store = dist.TCPStore(environ["MASTER_ADDR"], int(environ.get("MASTER_PORT", "0")), is_master=False,
+                              timeout=timedelta(seconds=connect_s))
+    except Exception:
+        return
+    status = why = None
+    while status is None and not joined.wait(poll_s):
+        with contextlib.suppress(Exception):
+            if store.check([RANK_ENDED_KEY]):
+                status, _, why = store.get(RANK_ENDED_KEY).decode("utf-8", "replace").partition(" ")
+                status = int(status)
+    if status is not None and not joined.is_set():
+        then = ("its own line (on its node) says why: fix it, then rerun" if status == PEER_FAILED_AT_START_STATUS
+                else "rerun the same command to resume from the newest checkpoint")
+        print("error: rank %s %s (%s) as the ranks joined the process group: nothing of this start was trained; %s"
+              % (environ.get("RANK", "?"), PEER_LOST, why, then), file=sys.stderr, flush=True)
+        end(status)  # os._exit: the main thread waits in torch's C++ join
 
 
 def _never_joined(e):

@@ -76,6 +76,13 @@ PEER_FAILED_AT_START_STATUS = 80
 # in the untimed init ... rerun the same command": the failed rank's line is the news) and with
 # PEER_LOST_STATUS (training._Stop).
 RANK_FAILED_ENV = "MLPERF_BERT_RANK_FAILED"
+# A rank that ended before every rank had joined the process group (killed or stopped in its start, a flag
+# only its node's command has) left the others waiting for its address in the rendezvous store up to torch's
+# process-group timeout (30 min; tested with 3 nodes). Its node's agent sets this key in that
+# store (node 0's): "STATUS WHO", STATUS the follower's (PEER_FAILED_AT_START_STATUS after its own error,
+# else PEER_LOST_STATUS: a rerun resumes); each rank watches it while it joins (distributed.setup).
+RANK_ENDED_KEY = "mlperf_bert/rank_ended"
+_RDZV = []  # (the static rendezvous's store, this node's rank) once the nodes met (_announced_rendezvous)
 # the statuses of a rank that only lost another
 FOLLOWERS = (PEER_LOST_STATUS, PEER_FAILED_AT_START_STATUS)
 # a rank's status after a stop with its checkpoint (its own handler's exit: 143, 130)
@@ -406,7 +413,9 @@ def _announced_rendezvous(rendezvous):
             saved = os.dup(2)
             os.dup2(held.fileno(), 2)
             try:
-                return rendezvous(self, worker_group)
+                met = rendezvous(self, worker_group)
+                _RDZV[:] = [(getattr(handler, "_store", None), rank)]
+                return met
             except dist.DistError as e:
                 if re.search("EADDRINUSE|address already in use", str(e)):
                     raise
@@ -446,6 +455,7 @@ def agent():
         contexts.append(self)  # the ranks it closes: their exit codes after
         if not got:  # not a stop: the ranks left are ended because one failed (or all have ended)
             _mark_rank_failed(self)
+            _say_rank_ended(self)
         for local, h in getattr(self, "subprocess_handlers", {}).items():
             _note_stuck_at_kill(h, local, got, stuck)
         if len(args) < 2 and "timeout" not in kwargs:
@@ -485,6 +495,20 @@ def _mark_rank_failed(ctx):
     if path and any(code is not None and code not in stops for code in codes):
         with contextlib.suppress(OSError), open(path, "w") as f:
             f.write("".join("%d\n" % p.pid for p, code in zip(procs, codes) if code is None))
+
+
+def _say_rank_ended(ctx):
+    """Where a rank of ``ctx`` ended other than with 0 (not after a stop of the whole launch): RANK_ENDED_KEY
+    in the rendezvous store, so that ranks of other nodes still joining the process group do not wait for it."""
+    ended = [(local, h.proc.pid, h.proc.poll()) for local, h in getattr(ctx, "subprocess_handlers", {}).items()
+             if h.proc.poll() and h.proc.poll() not in FOLLOWERS]  # (a follower's: the first rank's is the news)
+    if _RDZV and _RDZV[0][0] is not None and ended:
+        store, node = _RDZV[0]
+        local, pid, code = ended[0]
+        own_error = code > 0 and code not in (NOT_SAVED_STATUS,) + STOPPED
+        with contextlib.suppress(Exception):  # (the store's node gone: nothing waits on it)
+            store.compare_set(RANK_ENDED_KEY, "", "%d local rank %s (pid %d) of node %d ended with exit code %d" % (
+                PEER_FAILED_AT_START_STATUS if own_error else PEER_LOST_STATUS, local, pid, node, code))  # the first
 
 
 def rank_failed(environ=os.environ):

@@ -1,11 +1,14 @@
 """``python -m mlperf_bert <command> [flags]``: one entry point for every tool of the project."""
 import sys
 
-from mlperf_bert.start_signals import command_start_stop, outlive_readers, quiet_start, trainer_start_stop
+from mlperf_bert.start_signals import (command_start_stop, demo_start_stop, outlive_readers, quiet_start,
+                                      trainer_start_stop)
 
 if __name__ == "__main__":  # first: a stop while the modules below load (absl's ~80 ms) is one line, not a traceback
     if sys.argv[1:2] == ["train"]:  # run_pretraining.py's own start
         quiet_start(trainer_start_stop())
+    elif sys.argv[1:2] == ["demo"]:
+        quiet_start(demo_start_stop)
     else:
         quiet_start(command_start_stop)
     if sys.argv[1:2] in (["train"], ["torchrun"], ["demo"]):  # a run's processes go on when the reader of their output has gone

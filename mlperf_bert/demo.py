@@ -23,11 +23,11 @@ import time
 
 from mlperf_bert import flags, locking
 from mlperf_bert.dataset import vocab
-from mlperf_bert.errors import UserError, first_signal
+from mlperf_bert.errors import Terminated, UserError, first_signal
 from mlperf_bert.fileio import atomic_open, load_json, write_json
 from mlperf_bert.dataset.sentences import split_sentences
 from mlperf_bert.harness import package as pkg, run_state
-from mlperf_bert.start_signals import holds_checkpoint
+from mlperf_bert.start_signals import DEMO_OUT, demo_holds_checkpoint, demo_start_stop, holds_checkpoint
 from mlperf_bert.trainer.launch import NOT_SAVED_STATUS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -241,7 +241,7 @@ def demo_finished(train_dir, settings):
 def define_flags():
     """The demo command's flags (unparsed)."""
     fv = flags.FlagValues()
-    flags.DEFINE_string("output_dir", "demo_out", "where everything goes", flag_values=fv)
+    flags.DEFINE_string("output_dir", DEMO_OUT, "where everything goes", flag_values=fv)
     flags.DEFINE_integer("dupe_factor", 5, "create_pretraining_data passes over the corpus", flag_values=fv)
     flags.DEFINE_integer("eval_frequency", None, "samples between online evals (default: the demo_cpu preset's, "
                          "configs/presets/demo_cpu.sh)", flag_values=fv)
@@ -257,6 +257,18 @@ def define_flags():
 
 
 def main(argv):
+    try:
+        return _main(argv)
+    except (Terminated, KeyboardInterrupt) as e:
+        # a stop between its steps (its flags, its folder, the vocab): as one at its start, 79 where
+        # no checkpoint holds the demo (it was 143, or 130, "finished outputs are kept")
+        line, status = demo_start_stop("SIGINT" if isinstance(e, KeyboardInterrupt) else "SIGTERM", argv[1:])
+        if status != NOT_SAVED_STATUS:
+            raise
+        raise Terminated(line.rstrip("\n"), status) from None
+
+
+def _main(argv):
     fv = define_flags()
     flags.parse(fv, argv, positional=False)
     check_flags(fv)
@@ -332,8 +344,16 @@ def settings_of(fv):
 def _demo(fv, out):
     t0 = time.time()
     py = sys.executable
-    _, _, data_dir, packed_dir = make_data(out, fv.dupe_factor, fv.packed, py)
     train_dir = os.path.join(out, "train")
+    try:
+        _, _, data_dir, packed_dir = make_data(out, fv.dupe_factor, fv.packed, py)
+    except Stopped as e:
+        # a data step stopped: the rerun remakes the data, so only a training's checkpoint (a --runs
+        # series': one in a run's folder) holds the demo; 143 without one told a script that resubmits
+        # on it that one did (and 130 after Ctrl-C)
+        if not demo_holds_checkpoint(out):
+            e.status = NOT_SAVED_STATUS
+        raise
     settings = settings_of(fv)
     settings["python"] = "%d.%d" % sys.version_info[:2]  # the corpus changes with it
     if not prepare_training_dir(train_dir, settings, fv.runs):

@@ -5,6 +5,7 @@ is too), so that the entry points call it before they import absl (~80 ms), torc
 the rest of mlperf_bert. Python's own start (site and the .pth files, tens of ms before any of our
 code runs) cannot be covered from here: a stop there is still Python's traceback or silent 143."""
 import contextlib
+import glob
 import io
 import os
 import re
@@ -59,6 +60,25 @@ def stopped_at_start(name, when, output_dir):
         return ("%s %s: stopped at once, nothing trained; rerun the same command to resume\n" % (name, when),
                 128 + signal.Signals[name])
     return not_saved_line(name, when), NOT_SAVED_STATUS
+
+
+DEMO_OUT = "demo_out"  # the demo's --output_dir unless given
+
+
+def demo_holds_checkpoint(out):
+    """Whether a checkpoint of the demo in ``out`` holds its training (train/, a --runs series'
+    train/run_N): the rerun remakes its data, so nothing else does."""
+    train = os.path.join(out, "train")
+    return any(holds_checkpoint(d) for d in [train] + glob.glob(os.path.join(glob.escape(train), "run_*")))
+
+
+def demo_start_stop(name, argv=None):
+    """What a stop before the demo's first step does: ``command_start_stop``'s where a checkpoint holds
+    it, else 79 and ``not_saved_line`` (143 says one holds the run: a script resubmitting on it)."""
+    out = argv_output_dir(sys.argv[2:] if argv is None else argv) or DEMO_OUT
+    if demo_holds_checkpoint(out):
+        return command_start_stop(name)
+    return not_saved_line(name, "while the demo started"), NOT_SAVED_STATUS
 
 
 _FLAG = re.compile(r"--?(output_dir|config|flagfile)(?:=(.*))?\Z", re.S)

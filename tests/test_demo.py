@@ -312,6 +312,43 @@ def test_a_training_stopped_before_its_first_checkpoint_is_79_whatever_the_step_
     assert ("nothing was saved" in capsys.readouterr().out) == (status != 143)
 
 
+@pytest.mark.parametrize("checkpoint", ["", "train", "train/run_0"])
+def test_a_data_step_stopped_is_79_where_no_checkpoint_holds_the_demo(tmp_path, monkeypatch, capsys, checkpoint):
+    """A hostile sweep: a fresh demo stopped in make-dataset (`start_training.sh` without DATA_DIR,
+    SIGTERM a second in) was 143, the status that says a checkpoint holds the run, with none anywhere
+    (the rerun remakes the data). Now 79, as a training stopped before its first checkpoint; a
+    checkpoint of the training (a --runs series' in its run's folder) keeps 143."""
+    def stopped(out, *a):
+        if checkpoint:
+            (tmp_path / checkpoint).mkdir(parents=True, exist_ok=True)
+            (tmp_path / checkpoint / "model.ckpt-2.pt").write_bytes(b"x")
+        raise demo.Stopped(signal.SIGTERM, "make-dataset")
+    monkeypatch.setattr(demo, "make_data", stopped)
+    assert demo.main(["demo", "--output_dir=%s" % tmp_path]) == (143 if checkpoint else 79)
+    assert ("nothing was saved" in capsys.readouterr().out) == (not checkpoint)
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_stop_as_the_demo_starts_or_between_its_steps_is_79_where_no_checkpoint_holds_it(tmp_path, monkeypatch,
+                                                                                            checkpoint):
+    """A hostile sweep: a fresh demo stopped as it started (its modules, flags, folder, vocab: no step
+    running) said `error: terminated (SIGTERM); finished outputs are kept`, 143, with no checkpoint
+    anywhere. Now its start's handler and a stop between its steps say 79; a checkpoint keeps 143."""
+    from mlperf_bert.errors import Terminated
+    from mlperf_bert.start_signals import demo_start_stop
+    def stopped(out, *a):
+        if checkpoint:  # (the folder claimed: the demo's own)
+            (tmp_path / "train").mkdir()
+            (tmp_path / "train" / "model.ckpt-2.pt").write_bytes(b"x")
+        raise Terminated()
+    monkeypatch.setattr(demo, "make_data", stopped)
+    with pytest.raises(Terminated) as e:
+        demo.main(["demo", "--output_dir=%s" % tmp_path])
+    assert e.value.status == (143 if checkpoint else 79)
+    line, status = demo_start_stop("SIGTERM", ["--output_dir", str(tmp_path)])
+    assert status == (143 if checkpoint else 79) and ("exit 79" in line) != checkpoint
+
+
 def test_a_folder_the_demo_did_not_make_is_refused_and_its_folders_are_kept(tmp_path, monkeypatch):
     """The demo deletes and remakes tfrecords/, packed/, train/ and package/ of its --output_dir: given a
     user's folder by mistake (say a project holding its own train/), it deleted them. A folder of other

@@ -197,10 +197,7 @@ def test_the_batch_line_is_the_trainers_reading_of_the_flags_and_the_config_file
     # through start_training.sh: its run's train_model.sh says it (a stand-in PYTHON ends the trainer)
     (tmp_path / "part-0").touch()
     (tmp_path / "eval_10k").touch()
-    python = tmp_path / "python"
-    python.write_text('#!/usr/bin/env bash\n[[ "$1" == */run_pretraining.py ]] && exit 3\nexec %s "$@"\n'
-                      % shlex.quote(sys.executable))
-    python.chmod(0o755)
+    python = _python_stand_in(tmp_path / "python", '[[ "$1" == */run_pretraining.py ]] && exit 3\n')
     env = {k: v for k, v in os.environ.items() if k not in (
         "PRESET", "INIT_CHECKPOINT", "NNODES", "SEED", "NUM_RUNS", "LOGDIR", "INPUT_FILES", "EVAL_FILE", "TRAIN_MODEL",
         "CHECK_ONLY", "DRY_RUN", "REQUIRE_MOUNT")}
@@ -330,15 +327,20 @@ def test_nvidias_environment_variables_are_refused_naming_ours(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def _python_stand_in(path, first):
+    """An executable PYTHON at ``path`` that runs bash's ``first`` lines, then this Python."""
+    path.write_text("#!/usr/bin/env bash\n%sexec %s \"$@\"\n" % (first, shlex.quote(sys.executable)))
+    path.chmod(0o755)
+    return path
+
+
 def _series_env(tmp_path, **kw):
     """start_training.sh's environment over empty data files, with a stand-in PYTHON whose trainer (and
     torchrun wrapper) say they started and exit 3: a series that starts a run is seen without training."""
     for name in ("part-00000-of-00500", "eval_10k"):
         (tmp_path / name).write_bytes(b"")
-    python = tmp_path / "python"
-    python.write_text('#!/usr/bin/env bash\nfor a; do [[ "$a" == */run_pretraining.py || "$a" == torchrun ]] && '
-                      '{ echo "trainer started"; exit 3; }; done\nexec %s "$@"\n' % shlex.quote(sys.executable))
-    python.chmod(0o755)
+    python = _python_stand_in(tmp_path / "python", 'for a; do [[ "$a" == */run_pretraining.py || "$a" == torchrun ]] && '
+                              '{ echo "trainer started"; exit 3; }; done\n')
     env = {k: v for k, v in os.environ.items() if k not in (
         "PRESET", "INIT_CHECKPOINT", "NNODES", "NODE_RANK", "SEED", "LOGDIR", "INPUT_FILES", "EVAL_FILE",
         "TRAIN_MODEL", "CHECK_ONLY", "DRY_RUN", "REQUIRE_MOUNT", "NUM_GPUS", "MAX_PER_GPU_BATCH")}
@@ -1040,10 +1042,8 @@ def test_a_file_check_that_fails_otherwise_is_not_called_a_missing_file(tmp_path
     data.mkdir()
     for f in ("part-0", "eval_10k"):
         (data / f).write_bytes(b"")
-    python = tmp_path / "python"
-    python.write_text("#!/bin/bash\ncase \"$*\" in *glob_part_takes*) echo 'ImportError: no' >&2; exit 1;; esac\n"
-                      "exec %s \"$@\"\n" % shlex.quote(sys.executable))
-    python.chmod(0o755)
+    python = _python_stand_in(tmp_path / "python", "case \"$*\" in *glob_part_takes*) echo 'ImportError: no' >&2; "
+                              "exit 1;; esac\n")
     env = _env(PRESET="demo_cpu", DATA_DIR=str(data), CHECK_ONLY="files", PYTHON=str(python))
     proc = subprocess.run([TRAIN], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert (proc.returncode, proc.stderr) == (2, "error: train_model.sh: cannot check the files the run reads with "

@@ -73,8 +73,9 @@ def demo_holds_checkpoint(out):
 
 
 def demo_start_stop(name, argv=None):
-    """What a stop before the demo's first step does: ``command_start_stop``'s where a checkpoint holds
-    it, else 79 and ``not_saved_line`` (143 says one holds the run: a script resubmitting on it)."""
+    """What a stop as the demo starts, or between its steps, does: ``command_start_stop``'s where a
+    checkpoint holds it, else 79 and ``not_saved_line`` (143 says one holds the run: a script
+    resubmitting on it)."""
     out = argv_output_dir(sys.argv[2:] if argv is None else argv) or DEMO_OUT
     if demo_holds_checkpoint(out):
         return command_start_stop(name)

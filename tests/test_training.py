@@ -1007,12 +1007,16 @@ def test_a_rank_that_ended_before_the_others_joined_ends_their_wait_naming_its_n
     environ = {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
                "RANK": "2"}
 
-    def ctx(code):
-        return SimpleNamespace(subprocess_handlers={0: SimpleNamespace(proc=SimpleNamespace(pid=4242, poll=lambda: code))})
+    def ctx(code, attempt=None):
+        return SimpleNamespace(subprocess_handlers={0: SimpleNamespace(proc=SimpleNamespace(pid=4242, poll=lambda: code))},
+                               envs={0: {"TORCHELASTIC_RESTART_COUNT": attempt}} if attempt else {})
 
-    def watched(**kw):
-        ends = []
-        distributed._watch_rank_ended(threading.Event(), environ=kw.pop("environ", environ), end=ends.append, **kw)
+    def watched(joined_after=None, **kw):
+        ends, joined = [], threading.Event()
+        if joined_after:  # (the join completes then)
+            threading.Timer(joined_after, joined.set).start()
+        kw.setdefault("delay_s", 0)
+        distributed._watch_rank_ended(joined, environ=kw.pop("environ", environ), end=ends.append, **kw)
         return ends, capsys.readouterr().err
 
     for node, code in ((0, PEER_LOST_STATUS), (1, -9), (0, 143)):  # a follower's, the kill, a stop after it
@@ -1021,7 +1025,13 @@ def test_a_rank_that_ended_before_the_others_joined_ends_their_wait_naming_its_n
     assert watched() == ([PEER_LOST_STATUS], "error: rank 2 %s (local rank 0 (pid 4242) of node 1 ended with exit code "
                          "-9) as the ranks joined the process group: nothing of this start was trained; rerun the same "
                          "command to resume from the newest checkpoint\n" % PEER_LOST)
-    store.delete_key(launch.RANK_ENDED_KEY)
+    # a review: a restart (--max_restarts) reuses the store, and attempt 0's key ended the restarted ranks as they
+    # joined (2 nodes on one host, node 1's rank failing in attempt 0: its attempt 1 ended 80, was trained with)
+    restarted = dict(environ, TORCHELASTIC_RESTART_COUNT="1")
+    assert watched(joined_after=0.3, environ=restarted, poll_s=0.05) == ([], "")
+    launch._say_rank_ended(ctx(-9, attempt="1"))
+    assert watched(environ=restarted)[0] == [PEER_LOST_STATUS]
+    store.delete_key(launch.rank_ended_key({}))
     launch._say_rank_ended(ctx(2))
     ends, err = watched()
     assert ends == [PEER_FAILED_AT_START_STATUS] and err.endswith(
@@ -1029,6 +1039,14 @@ def test_a_rank_that_ended_before_the_others_joined_ends_their_wait_naming_its_n
         "its own line (on its node) says why: fix it, then rerun\n"), err
     # a store not reached (node 0's agent gone, or slow with many nodes) ends nothing: the join judges it
     assert watched(environ=dict(environ, MASTER_PORT=str(free_ports(1)[0])), connect_s=1) == ([], "")
+    # a review (a connection a rank doubled node 0's store's at scale): one rank a node watches (torchrun ends its
+    # node's others), and only a join that has taken delay_s: one done before it connects nothing
+    assert watched(environ=dict(environ, LOCAL_RANK="1")) == ([], "")
+    assert watched(environ=dict(environ, LOCAL_RANK="0"))[0] == [PEER_FAILED_AT_START_STATUS]
+    t0 = time.monotonic()  # (a watcher that tried to connect to this port waits connect_s for it)
+    assert watched(joined_after=0.2, delay_s=5, connect_s=3, environ=dict(environ, MASTER_PORT=str(free_ports(1)[0]))) \
+        == ([], "")
+    assert time.monotonic() - t0 < 2.5
     assert distributed._join_waited_out(dist.DistNetworkError(
         "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?"))
 

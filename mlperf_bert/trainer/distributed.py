@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.trainer.launch import PEER_FAILED_AT_START_STATUS, PEER_LOST, PEER_LOST_STATUS, RANK_ENDED_KEY
+from mlperf_bert.trainer.launch import PEER_FAILED_AT_START_STATUS, PEER_LOST, PEER_LOST_STATUS, rank_ended_key
 
 PEER_LOST_GRACE_S = 3.0  # a failed rank's interpreter teardown takes about a second (torch's)
 
@@ -75,23 +75,30 @@ def _join_waited_out(e):
                               "Connection was likely closed")))
 
 
-def _watch_rank_ended(joined, environ=os.environ, poll_s=0.5, connect_s=10, end=os._exit):
+def _watch_rank_ended(joined, environ=os.environ, poll_s=0.5, connect_s=10, end=os._exit, delay_s=5.0):
     """Until ``joined`` is set: end this rank at once, in one line, where torchrun's agent of another node says
-    (RANK_ENDED_KEY in the rendezvous store, torchrun's static one) that one of its ranks ended while this one joins the
+    (its attempt's RANK_ENDED_KEY in the rendezvous store, torchrun's static one) that one of its ranks ended while this one joins the
     process group, which would wait for it up to torch's timeout (30 min), with the status the agent chose. Only that
-    key ends it: a store not reached (node 0's agent gone, or slow with many nodes) is the join's to judge."""
-    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not environ.get("MASTER_ADDR"):
-        return  # not under torchrun's agent store
+    key ends it: a store not reached (node 0's agent gone, or slow with many nodes) is the join's to judge.
+    One rank a node watches (local rank 0: torchrun ends the node's others when it ends), and only once the
+    join has taken ``delay_s``: node 0's store holds a connection a rank already, and a watcher each
+    doubled them (512 ranks: ~1,100 descriptors, past a soft limit of 1,024), where joins take seconds."""
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not environ.get("MASTER_ADDR") \
+            or environ.get("LOCAL_RANK", "0") != "0":
+        return  # not under torchrun's agent store, or another rank of this node watches
+    if joined.wait(delay_s):
+        return
     try:
         store = dist.TCPStore(environ["MASTER_ADDR"], int(environ.get("MASTER_PORT", "0")), is_master=False,
                               timeout=timedelta(seconds=connect_s))
     except Exception:
         return
     status = why = None
+    key = rank_ended_key(environ)  # (this attempt's: a restart's ranks are not ended by an earlier attempt's)
     while status is None and not joined.wait(poll_s):
         with contextlib.suppress(Exception):
-            if store.check([RANK_ENDED_KEY]):
-                status, _, why = store.get(RANK_ENDED_KEY).decode("utf-8", "replace").partition(" ")
+            if store.check([key]):
+                status, _, why = store.get(key).decode("utf-8", "replace").partition(" ")
                 status = int(status)
     if status is not None and not joined.is_set():
         then = ("its own line (on its node) says why: fix it, then rerun" if status == PEER_FAILED_AT_START_STATUS

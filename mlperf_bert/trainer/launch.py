@@ -82,6 +82,15 @@ RANK_FAILED_ENV = "MLPERF_BERT_RANK_FAILED"
 # store (node 0's): "STATUS WHO", STATUS the follower's (PEER_FAILED_AT_START_STATUS after its own error,
 # else PEER_LOST_STATUS: a rerun resumes); each rank watches it while it joins (distributed.setup).
 RANK_ENDED_KEY = "mlperf_bert/rank_ended"
+
+
+def rank_ended_key(environ):
+    """RANK_ENDED_KEY of the torchrun attempt of the rank whose environment is ``environ``: a restart
+    (--max_restarts) reuses the static rendezvous's store, and the key of an earlier attempt's rank ended
+    the restarted ranks as they joined (a review: torchrun's own keys are per attempt too)."""
+    return "%s/%s" % (RANK_ENDED_KEY, environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
 _RDZV = []  # (the static rendezvous's store, this node's rank) once the nodes met (_announced_rendezvous)
 # the statuses of a rank that only lost another
 FOLLOWERS = (PEER_LOST_STATUS, PEER_FAILED_AT_START_STATUS)
@@ -498,16 +507,18 @@ def _mark_rank_failed(ctx):
 
 
 def _say_rank_ended(ctx):
-    """Where a rank of ``ctx`` ended other than with 0 (not after a stop of the whole launch): RANK_ENDED_KEY
-    in the rendezvous store, so that ranks of other nodes still joining the process group do not wait for it."""
+    """Where a rank of ``ctx`` ended other than with 0 (not after a stop of the whole launch): its attempt's
+    RANK_ENDED_KEY (``rank_ended_key``) in the rendezvous store, so that ranks of other nodes still joining
+    the process group do not wait for it."""
     ended = [(local, h.proc.pid, h.proc.poll()) for local, h in getattr(ctx, "subprocess_handlers", {}).items()
              if h.proc.poll() and h.proc.poll() not in FOLLOWERS]  # (a follower's: the first rank's is the news)
     if _RDZV and _RDZV[0][0] is not None and ended:
         store, node = _RDZV[0]
         local, pid, code = ended[0]
         own_error = code > 0 and code not in (NOT_SAVED_STATUS,) + STOPPED
+        key = rank_ended_key((getattr(ctx, "envs", None) or {}).get(local) or {})
         with contextlib.suppress(Exception):  # (the store's node gone: nothing waits on it)
-            store.compare_set(RANK_ENDED_KEY, "", "%d local rank %s (pid %d) of node %d ended with exit code %d" % (
+            store.compare_set(key, "", "%d local rank %s (pid %d) of node %d ended with exit code %d" % (
                 PEER_FAILED_AT_START_STATUS if own_error else PEER_LOST_STATUS, local, pid, node, code))  # the first
 
 

@@ -46,13 +46,18 @@ if [[ -n "${FAKE_SCANCEL:-}" ]]; then  # once every node has started
     term_all
   fi
 fi
+worst=0
 if [[ -n "${FAKE_LOST:-}" ]]; then  # node FAKE_LOST lost once every node has started: its task gone, no status
   until [[ -f "$FAKE_RECORD" ]] && (( $(wc -l < "$FAKE_RECORD") == SLURM_NNODES )); do sleep 0.05; done
   kill -KILL -- "-${pids[FAKE_LOST]}"
+  # its status now: once bash has reported the job ("Killed", sooner on a busy machine), `wait -n` no longer
+  # sees it, and the loop's last wait said 127 (no child)
+  wait "${pids[FAKE_LOST]}"
+  worst=$? gone=1
   [[ -n "${FAKE_LOST_TERM:-}" ]] && term_batch  # the job ended (a requeue after the node failure): SIGTERM
+  term_all
 fi
-worst=0
-for (( left = ${#pids[@]}; left > 0; left-- )); do
+for (( left = ${#pids[@]} - ${gone:-0}; left > 0; left-- )); do
   wait -n
   s=$?
   (( s > worst )) && worst=$s

@@ -27,6 +27,13 @@ def state(pid):
     return fields[0] if fields else None
 
 
+def start_time(pid):
+    """``pid``'s start time (clock ticks after boot), or None when it is gone: a pid taken again by
+    another process (pid_max is 32768 here: a busy suite goes round it in minutes) has another."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
 def alive(pid, parent=None):
     """Whether ``pid`` runs (not a zombie), and with ``parent``: as its child."""
     fields = _stat(pid)

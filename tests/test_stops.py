@@ -19,7 +19,7 @@ import torch
 
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
-from procs import alive, children, fake_cgroup, state, stop_as_handlers_are_set, tree
+from procs import alive, children, fake_cgroup, start_time, state, stop_as_handlers_are_set, tree
 from test_training import files, one_thread, uninterrupted, without_no_eval_warning  # noqa: F401 (fixtures; one thread, as there)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -486,12 +486,18 @@ def test_ctrl_z_under_two_ranks_suspends_every_rank_and_fg_resumes_them(files, t
     (`fg`), and a SIGTERM then still checkpoints: 143, its one line."""
     proc, out, stdout, stderr = _launch(files, tmp_path, short_tmpdir)
     wait_until(lambda: os.path.exists(out / "model.ckpt-3.pt"), proc, what="model.ckpt-3.pt")
-    run = tree(proc.pid)  # the wrapper, torchrun's agent, the ranks and their loader workers
+    run = {pid: start_time(pid) for pid in tree(proc.pid)}  # the wrapper, torchrun's agent, the ranks, their workers
+
+    def states():  # (a pid that ended may be taken by another test's process, maybe a stopped one)
+        return {pid: state(pid) for pid, started in run.items() if start_time(pid) == started}
     assert len(run) >= 6, run
     os.killpg(proc.pid, signal.SIGTSTP)
-    wait_until(lambda: all(state(pid) in ("T", None) for pid in run), what="every process of the run stopped")
+    wait_until(lambda: set(states().values()) <= {"T"}, what="every process of the run stopped")
     os.killpg(proc.pid, signal.SIGCONT)
-    wait_until(lambda: all(state(pid) != "T" for pid in run), proc, what="every process of the run resumed")
+    try:
+        wait_until(lambda: "T" not in states().values(), proc, what="every process of the run resumed")
+    except AssertionError as e:  # which stood stopped
+        raise AssertionError("%s: %s" % (e, states())) from None
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=300) == 143, _read(stdout) + _read(stderr)
     lines = [l for l in _read(stdout).splitlines() if not l.startswith("train_model.sh: preset")]

@@ -20,8 +20,8 @@ the per-rank batch (1 row a rank: --train_batch_size=2, MAX_PER_GPU_BATCH=1), th
 first, 4x slower), the eval batch and frequency (open division, an eval every update; closed
 refuses --eval_frequency) and NUM_GPUS=2. TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600 gives the ranks
 time to write a BERT-Large checkpoint (4 GB with the LAMB slots) after SIGTERM before torchrun
-kills them (its default is 30 s). Per run the wall times of the uninterrupted command, the
-stopped one and the resume are printed, then a table.
+kills them (the torchrun wrapper's default is 300 s, torchrun's own 30 s). Per run the wall
+times of the uninterrupted command, the stopped one and the resume are printed, then a table.
 """
 import os
 import shutil

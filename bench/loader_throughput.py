@@ -7,7 +7,7 @@
   ``row_crc32c`` dataset (read unchecked, as before the checksums; packed: rows/s).
 
 Usage: .venv/bin/python bench/loader_throughput.py [--input_file=RECORDS] [--batch=32] [--rounds=3]
-Without --input_file it makes seq-512 records from tests/data/golden/input/part-00000 with our
+Without --input_file it makes seq-512 records from tests/data/golden/input/part-00000-of-00004 with our
 generator (the MLPerf flags, dupe factor 10: 7,343 records). Shuffled, one process, no workers;
 the last line is JSON with the rates and their ratios.
 """

@@ -5,7 +5,8 @@ the docs set for the launchers is read by them; every make target named exists; 
 docs/dataset.md is the one of ``results/``, and the counts and sizes the docs quote from ``results/``
 are its files'; each command's one-line help agrees with its --help (flags, defaults, scripts); no
 message or doc sends users to bare torchrun; eval_results.txt's keys are the ones written; a
-check-log verdict line the docs quote counts the rules check-log gives.
+check-log verdict line the docs quote counts the rules check-log gives; every path of the repository
+the docs, the examples, the benches' and the launchers' help name exists.
 
 ``--help`` runs in-process for Python commands (``main([prog, "--help"])``) and as ``bash SCRIPT
 --help`` for the launchers, so the whole file takes a few seconds."""
@@ -72,9 +73,7 @@ OTHERS_FLAGS = {
 
 # Flags other helpers are adding on their branches at the same time (issue 27). Each entry is
 # (command, flag); remove it once that branch is merged (the test then checks the flag for real).
-PENDING_FLAGS = {
-    ("bench/gpu_check.py", "budget_s"),  # issue 37 (19): gpu_check in budgeted stages, another branch
-}
+PENDING_FLAGS = set()
 
 
 # ---- reading the docs -------------------------------------------------------------------------
@@ -354,7 +353,11 @@ def problems(found):
             out.append("%s: %s does not exist" % (where, name))
             continue
         for flag in flags:
-            if flag in PLACEHOLDER_FLAGS or (name, flag) in PENDING_FLAGS:
+            if flag in PLACEHOLDER_FLAGS:
+                continue
+            if (name, flag) in PENDING_FLAGS:
+                if flag_known(kind, name, flag):  # merged: the entry would only hide the check
+                    out.append("%s: %s --%s is a flag now: remove it from PENDING_FLAGS" % (where, name, flag))
                 continue
             if not flag_known(kind, name, flag):
                 out.append("%s: %s has no flag --%s (see its --help)" % (where, name, flag))
@@ -1349,3 +1352,102 @@ def test_the_demo_rows_train_command_evaluates_at_0_as_the_row_says():
     demo = inspect.getsource(importlib.import_module("mlperf_bert.demo"))
     assert "at 0" in row and '"--eval_at_start"' in demo and "--eval_at_start" not in preset
     assert "--eval_at_start" in command, row
+
+
+# Paths the docs name that are not this repository's: a submission package's layout (the
+# mlcommons/training_results_vX.Y repositories, `check-log results/SYSTEM/bert/`), not our results/.
+OTHERS_PATHS = {"results/*/bert"}
+PATH_PLACEHOLDERS = ("NAME", "SYSTEM", "ORG", "RUN", "DIR")
+# What the docs and the help texts a user reads name as files of the repository.
+PATH_TEXTS = DOCS + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "examples", "*"))
+                           + glob.glob(os.path.join(ROOT, "bench", "*.py"))) + list(LAUNCHERS)
+_REPO_PATH = re.compile(r"(?<![\w/.$~-])((?:trainer|dataset|harness)/\w+\.(?:py|c)"
+                        r"|(?:bench|configs|mlperf_bert|tests|examples|docs|results|\.ci)/[\w./*?\[\]{},$-]*[\w*}])")
+
+
+def _path_globs(path):
+    """The globs a path as the docs write it stands for: ``{a,b}`` each, a shell variable or a
+    placeholder (``NAME``, ``SYSTEM``) any name."""
+    m = re.search(r"\{([^{}]*,[^{}]*)\}", path)
+    if m:
+        return [g for alt in m.group(1).split(",") for g in _path_globs(path[:m.start()] + alt + path[m.end():])]
+    path = re.sub(r"\$\{?\w+\}?", "*", path)
+    return [re.sub(r"\b(%s)\b" % "|".join(PATH_PLACEHOLDERS), "*", path)]
+
+
+def path_problems(doc, text):
+    """Each repository path ``text`` names (``bench/X.py``, ``configs/...``, ``trainer/X.py``) that
+    matches no file: as written, as the stem of files (``docs/gpu/RUN`` for RUN.md and RUN.json) or
+    gzipped (tests/data keeps its inputs as ``NAME.gz``)."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        for m in _REPO_PATH.finditer(line):
+            path = m.group(1)
+            if path.split("/")[0] in ("trainer", "dataset", "harness"):
+                path = "mlperf_bert/" + path
+            pats = _path_globs(path)
+            if set(pats) <= OTHERS_PATHS:
+                continue
+            if not any(glob.glob(os.path.join(ROOT, p + tail)) for p in pats for tail in ("", ".*")):
+                out.append("%s:%d: %s: no such file in the repository" % (doc, n, m.group(1)))
+    return out
+
+
+def test_every_repository_path_the_docs_and_helps_name_exists():
+    """A sweep of the docs: bench/loader_throughput.py's --help said its records are made from
+    `tests/data/golden/input/part-00000`, a file no checkout has (the input is
+    part-00000-of-00004). Every path of the repository that README.md, docs/*.md, the examples,
+    the benches (their --help is their docstring) and the launchers name is a file or folder of it."""
+    seen, bad = 0, []
+    for doc in PATH_TEXTS:
+        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
+        seen += len(_REPO_PATH.findall(text))
+        bad += path_problems(doc, text)
+    assert seen > 200 and not bad, "\n".join(bad)
+
+
+def test_a_path_that_is_not_in_the_repository_is_reported():
+    text = ("`bench/gpu_check.py`, `bench/no_such.py`, trainer/cpu_memory.py, trainer/gone.py,\n"
+            "configs/presets/NAME.sh, docs/gpu/2026-11-27-h100, tests/data/golden/input/part-0000{0,1}-of-00004,\n"
+            "tests/data/golden/input/part-0000$i-of-00004.gz, tests/data/golden/input/part-00000, "
+            "results/SYSTEM/bert, results/*/bert, configs/presets/NAME.py\n")
+    assert [p.split(": ", 2)[1] for p in path_problems("x.md", text)] == [
+        "bench/no_such.py", "trainer/gone.py", "tests/data/golden/input/part-00000", "configs/presets/NAME.py"]
+
+
+def test_a_pending_flag_that_is_a_flag_now_is_reported(tmp_path, monkeypatch):
+    """PENDING_FLAGS lets the docs name a flag another branch is adding; `bench/gpu_check.py
+    --budget_s` stayed there after it was merged, its check skipped: an entry whose flag the
+    command accepts is reported, one it does not is still skipped."""
+    monkeypatch.setattr(sys.modules[__name__], "PENDING_FLAGS",
+                        {("bench/gpu_check.py", "budget_s"), ("bench/gpu_check.py", "not_yet_merged")})
+    doc = tmp_path / "pending.md"
+    doc.write_text("```sh\n.venv/bin/python bench/gpu_check.py --budget_s=420 --not_yet_merged=1\n```\n")
+    assert [p.split(": ", 1)[1] for p in problems(doc_commands([str(doc)]))] == [
+        "bench/gpu_check.py --budget_s is a flag now: remove it from PENDING_FLAGS"]
+
+
+def shutdown_timeout_problems(doc, text, default):
+    """Each paragraph of ``text`` that gives a default of TORCH_ELASTIC_SHUTDOWN_TIMEOUT but not
+    the torchrun wrapper's, ``default`` seconds (torchrun's own 30 is what bare torchrun gives)."""
+    return ["%s: %s..." % (doc, para.strip()[:80]) for para in re.split(r"\n\s*\n", text)
+            if "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" in para and "default" in para
+            and not re.search(r"(?<![\d.])%s(?![\d.])" % default, para)]
+
+
+def test_the_docs_give_the_wrappers_shutdown_timeout():
+    """A sweep of the docs: training.md and bench/gpu_presets.py's --help said of
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT "its default is 30 s" (bare torchrun's), while every run
+    through the torchrun wrapper (train_model.sh, start_training.sh) gets 300 s unless it is set."""
+    from mlperf_bert.trainer import launch
+    default = launch.SHUTDOWN_TIMEOUT
+    assert "[%s]" % default in module_help("torchrun")
+    bad, seen = [], 0
+    for doc in PATH_TEXTS:
+        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
+        seen += text.count("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+        bad += shutdown_timeout_problems(doc, text, default)
+    assert seen > 5 and not bad, "\n".join(bad)
+    assert shutdown_timeout_problems("x.md", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT (its default is 30 s)\n\n"
+                                     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds (300 unless set; torchrun's own default "
+                                     "is 30)\n", default) == ["x.md: TORCH_ELASTIC_SHUTDOWN_TIMEOUT (its default is 30 s)..."]

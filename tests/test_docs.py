@@ -1451,3 +1451,15 @@ def test_the_docs_give_the_wrappers_shutdown_timeout():
     assert shutdown_timeout_problems("x.md", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT (its default is 30 s)\n\n"
                                      "TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds (300 unless set; torchrun's own default "
                                      "is 30)\n", default) == ["x.md: TORCH_ELASTIC_SHUTDOWN_TIMEOUT (its default is 30 s)..."]
+
+
+def test_no_help_gives_a_default_of_this_machine(monkeypatch):
+    """A sweep of the docs: `pack --help` printed `--num_workers ... (default: '2')`, this machine's
+    core count, where the docs and every other command say "all cores". Each command's help is the
+    same on a 1-core and a 64-core machine."""
+    def helps(cores):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+        monkeypatch.setattr(os, "cpu_count", lambda: cores)
+        return {name: module_help.__wrapped__(name) for name in COMMANDS if name != "torchrun"}  # (uncached)
+    one, many = helps(1), helps(64)
+    assert len(one) > 10 and [n for n in one if one[n] != many[n]] == []

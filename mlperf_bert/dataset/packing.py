@@ -392,7 +392,8 @@ def main(argv):
     flags.DEFINE_integer("max_sequences_per_pack", 3, "at most this many sequences per row (1..%d)"
                          % MAX_SEQUENCES_PER_PACK, flag_values=fv)
     flags.DEFINE_integer("seed", 12345, "seed of the row order (>= 0)", flag_values=fv)
-    flags.DEFINE_integer("num_workers", usable_cores(), "input files packed in parallel", flag_values=fv)
+    flags.DEFINE_integer("num_workers", None, "input files packed in parallel (default: all usable cores)",
+                         flag_values=fv)
     flags.DEFINE_bool("progress", True, "show a progress bar", flag_values=fv)
     flags.parse(fv, argv, positional=False)
     if fv.output is not None:
@@ -403,7 +404,7 @@ def main(argv):
         if fv[name].value is None:
             raise UserError("flag --%s is required" % name)
     for name, low in (("max_seq_length", 1), ("max_predictions_per_seq", 1), ("seed", 0), ("num_workers", 1)):
-        if fv[name].value < low:
+        if fv[name].value is not None and fv[name].value < low:
             raise UserError("--%s=%d must be at least %d" % (name, fv[name].value, low))
     from mlperf_bert.dataset.example import check_shape
     check_shape(fv.max_seq_length, fv.max_predictions_per_seq)  # 2**40 was a MemoryError of the decoder
@@ -469,10 +470,11 @@ def _pack_recorded(files, outputs, new, fv):
 
 
 def _pack_all(files, outputs, fv):
+    from mlperf_bert.fileio import usable_cores
     from mlperf_bert.progress import bar as progress_bar
     jobs = [(p, o, fv.max_seq_length, fv.max_predictions_per_seq, fv.max_sequences_per_pack, fv.seed)
             for p, o in zip(files, outputs)]
-    workers = max(1, min(fv.num_workers, len(jobs)))
+    workers = max(1, min(fv.num_workers or usable_cores(), len(jobs)))
     results = []
     with progress_bar(total=len(jobs), unit="file", desc="pack", disable=not fv.progress) as bar:
         if workers == 1:

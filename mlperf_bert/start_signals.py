@@ -270,16 +270,33 @@ def writable_outputs():
     with `2>&-`, the first file opened took descriptor 2 (the trainer's lock file), and whatever wrote
     to stderr wrote into it; a launcher so started gave the trainer its own script there, read-only
     (bash), and the first line a command wrote to it (a progress bar) ended it, exit 1, silently,
-    nothing done."""
+    nothing done. A read-only stdout (`1<FILE` for `1>FILE`) is said in one line on a writable stderr;
+    a closed one (`>&-`) asked for no output, and a stderr that cannot be written has nowhere to be said."""
     import fcntl
+    read_only = None  # stdout's path where it is open read-only
     for fd, name in ((1, "stdout"), (2, "stderr")):
         try:
             writable = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
         except OSError:  # closed
-            writable = False
+            writable = None
         if not writable:
+            if writable is False and fd == 1:
+                read_only = _fd_path(fd)
             drop_output(fd)
             setattr(sys, name, open(fd, "w", buffering=1, errors="backslashreplace", closefd=False))
+    if read_only:  # (on a stderr that cannot be written: into /dev/null, put there above)
+        with contextlib.suppress(OSError, ValueError):  # (its reader gone)
+            sys.stderr.write("warning: stdout is open read-only (%s): what this command prints goes to /dev/null; "
+                             "open it for writing (>FILE) to keep it\n" % read_only)
+            sys.stderr.flush()
+
+
+def _fd_path(fd):
+    """What descriptor ``fd`` of this process names (/proc), or its number where that is not known."""
+    try:
+        return os.readlink("/proc/self/fd/%d" % fd)
+    except OSError:
+        return "descriptor %d" % fd
 
 
 def quiet_start(on_stop=None):

@@ -1182,3 +1182,23 @@ def test_a_command_started_with_stderr_closed_or_read_only_does_its_work(tmp_pat
     assert proc.returncode == 0, proc
     assert proc.stdout == ("" if redirect.startswith(">&-") else "done\n")
     assert opened.read_text() == ""
+
+
+@pytest.mark.parametrize("redirect, said", [("1<\"$0\"", True), ("1<\"$0\" 2<\"$0\"", False), (">&-", False),
+                                            ("2<\"$0\"", False)],
+                         ids=["stdout-read-only", "both-read-only", "stdout-closed", "stderr-read-only"])
+def test_a_read_only_stdout_is_said_on_stderr(tmp_path, redirect, said):
+    """`cmd 1<FILE` (for `1>FILE`): what the command printed went to /dev/null without a word. Where
+    stderr can be written, one line there now says stdout is read-only, naming what it is open on; a
+    closed stdout (`>&-`) asked for no output, and nothing can be said where stderr is the read-only one
+    (stdout is the command's output, not its messages')."""
+    opened, script = tmp_path / "opened", tmp_path / "script"
+    script.write_text("#!/bin/bash\n")
+    proc = subprocess.run(["bash", "-c", '"$1" -c "$2" "$3" %s' % redirect, str(script), sys.executable,
+                           CLOSED_OUTPUT, str(opened)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc
+    warning = ("warning: stdout is open read-only (%s): what this command prints goes to /dev/null; open it for "
+               "writing (>FILE) to keep it\n" % script)
+    stderr = "" if "2<" in redirect else warning * said + "error: a line\n"
+    assert "".join(l for l in proc.stderr.splitlines(True) if not l.startswith("work: ")) == stderr, proc.stderr
+    assert script.read_text() == "#!/bin/bash\n" and opened.read_text() == ""

@@ -116,6 +116,35 @@ def test_a_copy_of_an_input_beside_it_is_refused(golden_tfrecord, tmp_path):
     assert not (tmp_path / "out.hdf5").exists()
 
 
+def test_to_hdf5s_copy_tags_are_the_trainer_scans_digests(golden_tfrecord, tmp_path, monkeypatch):
+    """A review: to-hdf5 digested its inputs' record CRCs by a loop of its own beside the trainer's
+    start scan's (loader.check_records), whose digests checkpoints keep. One implementation now
+    (tfrecord.scan_digests): to-hdf5's tags are the trainer's digests, headers-only and full scan
+    alike, and their value is the sha256 of the records' stored CRCs in order, cut to 16 hex digits,
+    as earlier checkpoints hold it."""
+    import hashlib
+    from mlperf_bert.trainer import loader
+    src = str(tmp_path / "part-00000")
+    write_records(src, list(read_records(golden_tfrecord))[:50])
+    seen = []
+
+    def scan_digests(files):
+        seen.append(real(files))
+        return seen[-1]
+    real = hdf5.scan_digests
+    monkeypatch.setattr(hdf5, "scan_digests", scan_digests)
+    assert hdf5.tfrecords_to_hdf5([src], str(tmp_path / "out.hdf5"), 128, 20, progress=False) == 50
+    ((total, tags),) = seen
+    assert total == 50
+    assert tags == loader.check_records([src]) == loader.check_records([src], full=True)
+    data, pos, crcs = open(src, "rb").read(), 0, hashlib.sha256()
+    while pos < len(data):
+        end = pos + 12 + int.from_bytes(data[pos:pos + 8], "little")
+        crcs.update(data[end:end + 4])
+        pos = end + 4
+    assert tags == {src: (len(data), crcs.hexdigest()[:16])}
+
+
 def test_two_empty_inputs_are_refused_as_empty_not_as_copies(tmp_path):
     """A review: two files of no records (a failed run's outputs) were "two files of the same records
     (a copy of it?)", where one alone is "holds no records"."""

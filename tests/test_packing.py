@@ -701,3 +701,20 @@ def test_a_packed_run_ended_by_max_samples_is_not_warned_of_micro_steps_it_never
     assert training.main(argv) == 0
     out, err = capsys.readouterr()
     assert "trained 2 steps" in out and "never applied" not in err, err
+
+
+def test_a_copy_of_an_input_under_another_name_is_refused(small, tmp_path):
+    """A review: to-hdf5 and the trainer refuse a shard given beside a copy of it under another name
+    (the same records, another file), but pack packed both, so that the packed set trained on its
+    sequences twice an epoch. Refused by the same digests of the records' CRCs, before anything is
+    made; a file of other records packs."""
+    copy = tmp_path / "copy" / "part-00009"
+    copy.parent.mkdir()
+    shutil.copy(small[0], str(copy))
+    out = tmp_path / "out"
+    r = pack(*S128, "--input=%s,%s" % (small[0], copy), "--output_dir=%s" % out)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: --input names two files of the same records: %s and %s (a copy of it?): give each file once"
+        % (small[0], copy)), r.stderr
+    assert not out.exists()
+    assert pack_here("--input=%s,%s" % (small[1], copy), "--output_dir=%s" % out) == 0

@@ -775,3 +775,39 @@ def test_a_config_file_nested_past_the_parser_is_one_line(tmp_path, name, text):
     with pytest.raises(UserError) as e:
         RunConfig.from_flags(fv)
     assert str(e.value) == "--config %s is not valid %s: %s nested too deeply" % (path, kind, kind)
+
+
+def test_a_start_reads_each_hdf5_files_tag_once_and_a_later_start_anew(tmp_path, monkeypatch):
+    """A review: a start read each HDF5 input's datasets' CRC-32Cs twice, in preflight.check_start
+    (its copy check) and again in RunConfig.identity. The identity takes the start's (one read a
+    file); the next start reads them anew, so a file rewritten between two runs (another content,
+    the same size) is still told by the resume's identity."""
+    import contextlib
+    from mlperf_bert.dataset import checksums, hdf5
+    from mlperf_bert.dataset.tfrecord import read_records, write_records
+    from mlperf_bert.trainer import preflight
+    d = _fixture_data(tmp_path)
+    h5 = str(d / "train.hdf5")
+    hdf5.tfrecords_to_hdf5([str(d / "train.tfrecord")], h5, 128, 20, progress=False)
+    fv = trainer_flags.define_flags()
+    fv(_argv(d, tmp_path / "out", "--input_file=%s" % h5))
+    cfg = RunConfig.from_flags(fv)
+    reads, real = [], checksums.content_tag
+    monkeypatch.setattr(checksums, "content_tag", lambda path: reads.append(path) or real(path))
+
+    def start():
+        with contextlib.ExitStack() as locks:
+            s = preflight.check_start(cfg, 0, 1, locks)
+            return cfg.identity(7, s.train_files, s.eval_files, None, {}, world=1)
+    saved = start()
+    assert reads == [h5]
+    assert saved["input_file"] == [[h5, os.path.getsize(h5), real(h5)]] and real(h5).startswith("crc32c:")
+    size = os.path.getsize(h5)
+    write_records(str(d / "other.tfrecord"), list(read_records(str(d / "train.tfrecord")))[::-1])
+    hdf5.tfrecords_to_hdf5([str(d / "other.tfrecord")], h5, 128, 20, progress=False)
+    assert os.path.getsize(h5) == size
+    reads.clear()
+    ident = start()
+    assert reads == [h5] and ident["input_file"][0][2] == real(h5) != saved["input_file"][0][2]
+    with pytest.raises(UserError, match=r"^the training files \(%s: another content of the same size" % h5):
+        checkpoint.check_same_run(saved, ident, "out/model.ckpt-6.pt")

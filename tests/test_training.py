@@ -903,6 +903,25 @@ def test_ranks_started_with_other_flags_or_seeds_are_refused_in_one_line(files, 
         assert not os.path.exists(str(tmp_path / name))
 
 
+def test_ranks_with_another_warm_up_are_refused_only_where_it_acts(files, tmp_path):
+    """--warm_up acts where something compiles or on CUDA (RunConfig.warm_up_acts): on the CPU without
+    --compile or --fused_update it does nothing, and ranks started with and without it were refused all
+    the same. They now train to the end there; with --fused_update (which warms up on the CPU too) the
+    difference is refused as before, before anything is written."""
+    from test_host_syncs import free_ports, piece, run_pieces, run_ranks
+    cpu = flags_for(files, str(tmp_path / "cpu"), num_workers=0, num_train_steps=2)
+    fused = flags_for(files, str(tmp_path / "fused"), num_workers=0, num_train_steps=2, fused_update=True)
+    pieces = [("cpu", _started_apart, ([cpu, cpu + ["--nowarm_up"]],)),
+              ("fused", _started_apart, ([fused, fused + ["--nowarm_up"]],))]
+    ranks = run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=str(tmp_path))
+    assert piece(ranks, "cpu") == [None, None]
+    assert checkpoint.read_finished(str(tmp_path / "cpu"))["global_step"] == 2
+    assert piece(ranks, "fused") == ["rank 1 was started with other settings than rank 0 (rank 1's, was rank 0's): "
+                                     "--warm_up=False (was True); start every rank with the same flags, and every "
+                                     "node with the same files"] * 2
+    assert not os.path.exists(str(tmp_path / "fused"))
+
+
 def _ended_apart(rank, world, argvs):
     """In a spawned rank: _started_apart's, or for a rank that exits (one whose peer left) its status
     and error lines; it waits no grace time for a signal from torchrun (there is none)."""

@@ -141,12 +141,7 @@ def own_checksums(path):
 
 TAG_WINDOWS = 8  # a TFRecord's content tag: this many 64-byte windows across the file, the last at its end
 _SCANNED = {}  # path as given -> (bytes, digest of its record CRCs): what this process's start checks read
-_TAGGED = {}  # path as given -> (bytes, content_tag): what this process's run identity read
-
-
-def record_crcs():
-    """The hash a scan of a TFRecord file updates with each record's data CRC, in order."""
-    return hashlib.sha256()
+_TAGGED = {}  # path as given -> (bytes, content_tag): what this process's start read of its HDF5 files
 
 
 def remember_record_crcs(shares):
@@ -154,8 +149,10 @@ def remember_record_crcs(shares):
     by the path as given, the same string on every rank and node whatever its working directory:
     loader.check_records, every rank's gathered; none under --check_data=none), in place of an
     earlier start's in this process: a scan that reads every header anyway reads the CRCs beside
-    them at no cost, where a digest of its own would read the file again."""
+    them at no cost, where a digest of its own would read the file again. The content tags an earlier
+    start read (``tagged``) go too: what a start reads is its own."""
     _SCANNED.clear()
+    _TAGGED.clear()
     for seen in shares:
         _SCANNED.update(seen)
 
@@ -169,7 +166,8 @@ def scanned_crcs(path, size):
 
 def remembered_content_tag(path, size):
     """``content_tag`` of ``path`` (``size`` bytes), kept as what this process's start read of it
-    (``tagged``): an HDF5 file's datasets' CRC-32Cs are what tells its new times alone later."""
+    (``tagged``): an HDF5 file's datasets' CRC-32Cs are what tells its new times alone later, and
+    the run's identity takes them from there."""
     _TAGGED[path] = (size, content_tag(path))
     return _TAGGED[path][1]
 

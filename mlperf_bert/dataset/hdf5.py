@@ -15,7 +15,6 @@ damage is caught mid-run under the default ``--check_data=headers``, as a TFReco
 """
 import contextlib
 import errno
-import hashlib
 import os
 import re
 
@@ -28,7 +27,7 @@ from mlperf_bert.dataset.example import (PRETRAINING_FEATURES, check_first_recor
 from mlperf_bert.fileio import (atomic_path, new_dirs_removed_on_error, refuse_overwriting_inputs,
                                 refuse_repeated_files, refuse_replacing_another_kind)
 from mlperf_bert.locking import lock_file
-from mlperf_bert.dataset.tfrecord import expand_paths, read_records, refuse_copies, scan_records
+from mlperf_bert.dataset.tfrecord import expand_paths, read_records, refuse_copies, scan_digests
 
 # Storage types: ids fit uint16 for any vocab of up to 65,536 tokens; values are checked.
 STORAGE_DTYPES = {
@@ -430,16 +429,11 @@ def tfrecords_to_hdf5(input_files, output_file, max_seq_length, max_predictions_
     refuse_replacing_another_kind(output_file, is_hdf5_file, "an HDF5 file")
     # Before the lock makes the output's folder, what can be checked without reading every record:
     # a refused input leaves nothing behind (one damaged further in: the folders made go again).
-    counts, tags = [], {}
-    for p in input_files:
-        crcs = hashlib.sha256()
-        counts.append(sum(1 for _ in scan_records(p, crcs)))
-        tags[p] = (os.path.getsize(p), crcs.digest())
+    total, tags = scan_digests(input_files)
     check_first_records(input_files, max_seq_length, max_predictions_per_seq)
     refuse_copies(input_files, tags, "--input")  # (after: two empty files hold no records, not the same ones)
     with new_dirs_removed_on_error(os.path.dirname(os.path.abspath(output_file))), lock_file(output_file, "--output"):
-        return _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress,
-                        sum(counts))
+        return _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress, total)
 
 
 def _convert(input_files, output_file, max_seq_length, max_predictions_per_seq, block, progress, total):

@@ -378,9 +378,8 @@ def main(argv):
     from mlperf_bert import flags
     from mlperf_bert.dataset.example import check_first_records
     from mlperf_bert.dataset.hdf5 import is_hdf5_file, refuse_hdf5_inputs
-    from mlperf_bert.dataset.tfrecord import expand_paths
-    from mlperf_bert.fileio import (new_dirs_removed_on_error, refuse_overwriting_inputs, refuse_replacing_another_kind,
-                                    usable_cores)
+    from mlperf_bert.dataset.tfrecord import expand_paths, refuse_copies, scan_digests
+    from mlperf_bert.fileio import new_dirs_removed_on_error, refuse_overwriting_inputs, refuse_replacing_another_kind
     from mlperf_bert.locking import lock_dir
     fv = flags.FlagValues()
     flags.DEFINE_string("input", None, "TFRecord file(s) of unpacked sequences: comma list or glob", flag_values=fv)
@@ -425,6 +424,8 @@ def main(argv):
         refuse_replacing_another_kind(o, is_hdf5_file, "an HDF5 file", "", "give another --output_dir, or remove it")
     # before anything is made: an empty input, a file of another kind, records of another shape
     check_first_records(files, fv.max_seq_length, fv.max_predictions_per_seq)
+    # a shard and its copy under another name: its sequences packed twice, trained on twice an epoch
+    refuse_copies(files, scan_digests(files)[1], "--input")
     # one run per output directory (made if missing, and removed again by a refusal if this run made it)
     with new_dirs_removed_on_error(fv.output_dir), lock_dir(fv.output_dir, "--output_dir"):
         new = [o for o in outputs if not os.path.lexists(o)]

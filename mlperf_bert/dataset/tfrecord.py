@@ -6,6 +6,7 @@ corrupt or truncated record, so a damaged shard never trains silently.
 import concurrent.futures
 import errno
 import glob
+import hashlib
 import mmap
 import os
 import shlex
@@ -308,10 +309,33 @@ def scan_records(path, crcs=None):
             index += 1
 
 
+def record_crcs():
+    """The hash a scan of a TFRecord file updates with each record's data CRC, in order (``crcs`` of
+    ``scan_records`` and ``read_records``)."""
+    return hashlib.sha256()
+
+
+def crcs_digest(crcs):
+    """The digest of ``crcs`` (``record_crcs``, after a scan) that a run's identity keeps: checkpoints
+    store it, so its value stays what earlier versions wrote."""
+    return crcs.hexdigest()[:16]
+
+
+def scan_digests(files):
+    """(records in all, {path: (bytes, ``crcs_digest``)}) of TFRecord ``files`` by one scan of their
+    headers: the tags ``refuse_copies`` compares, as the trainer's start takes them."""
+    total, tags = 0, {}
+    for path in files:
+        crcs = record_crcs()
+        total += sum(1 for _ in scan_records(path, crcs))
+        tags[path] = (os.path.getsize(path), crcs_digest(crcs))
+    return total, tags
+
+
 def refuse_copies(files, tags, what):
     """UserError when two of ``files`` hold the same records: their ``tags`` ({path: (bytes, digest of
-    its records' CRCs)}, from a scan that reads every header anyway; an HDF5 file's: its datasets'
-    CRC-32Cs) agree. A shard copied to another
+    its records' CRCs)}, ``scan_digests`` or a scan that reads every header anyway; an HDF5 file's: its
+    datasets' CRC-32Cs) agree. A shard copied to another
     folder and given beside the original was read twice every epoch (or written twice) without a word;
     ``refuse_repeated_files`` sees one file by two paths only. A file without a tag is not compared."""
     first = {}

@@ -31,7 +31,8 @@ from mlperf_bert.errors import UserError, die_with_parent, ended, is_process_lim
 from mlperf_bert.fileio import LOADER_PROCESSES, check_tmpdir, process_limit
 from mlperf_bert.dataset.example import (decode_pretraining_batch, decode_pretraining_example, value_problem,  # noqa: F401
                                          values_refusal)  # (value_problem: packed_loader's too)
-from mlperf_bert.dataset.tfrecord import check_data, expand_paths, read_records, scan_records
+from mlperf_bert.dataset.tfrecord import (check_data, crcs_digest, expand_paths, read_records, record_crcs,
+                                          scan_records)
 
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids")
 HDF5_SUFFIXES = (".hdf5", ".h5")
@@ -121,7 +122,7 @@ def check_unchanged(path, taken):
 def _same_records(path, size):
     """Whether ``path`` (``size`` bytes) holds the records this process's start saw: a TFRecord's
     each record's CRC in order (checksums.scanned_crcs; one scan of its headers, as the start's), an
-    HDF5 or packed file's datasets' CRC-32Cs (checksums.tagged: its attributes, as the identity read
+    HDF5 or packed file's datasets' CRC-32Cs (checksums.tagged: its attributes, as the start read
     them; its rows are checked against their own as they are read). False where the start took none
     (--check_data=none; an HDF5 file made without them)."""
     from mlperf_bert.dataset import checksums
@@ -131,17 +132,13 @@ def _same_records(path, size):
     digest = checksums.scanned_crcs(path, size)
     if digest is None:
         return False
-    crcs = checksums.record_crcs()
+    crcs = record_crcs()
     try:
         for _ in scan(path, crcs):
             pass
     except (UserError, OSError):
         return False
-    return _digest(crcs) == digest
-
-
-def _digest(crcs):
-    return crcs.hexdigest()[:16]
+    return crcs_digest(crcs) == digest
 
 
 class OpenFiles:
@@ -661,14 +658,14 @@ def check_records(files, full=False):
     ``full`` every record's data CRC too (HDF5 and packed files: each dataset's CRC-32C written when
     it was made), so a damaged file fails before training, not hours in. Without ``full``, the data
     is checked as the loaders read it (TFRecord CRCs, HDF5 row checksums). Returns
-    ``checksums.record_crcs``' digest of each TFRecord file, {path as given: (bytes, digest)}: what
+    ``tfrecord.crcs_digest`` of each TFRecord file, {path as given: (bytes, digest)}: what
     the reads saw of every record, for the run's identity (an HDF5 file's tag is its datasets'
     CRC-32Cs)."""
     import sys
-    from mlperf_bert.dataset import checksums, hdf5
+    from mlperf_bert.dataset import hdf5
     seen = {}
     for f in files:
-        crcs = None if is_hdf5(f) else checksums.record_crcs()
+        crcs = None if is_hdf5(f) else record_crcs()
         if full and is_hdf5(f):
             packed = _is_packed_file(f)
             if not hdf5.verify_checksums(f, packed):
@@ -686,7 +683,7 @@ def check_records(files, full=False):
                     print("warning: %s has no row checksums (made before they were written): damage in it is not "
                           "caught while training; %s to add them" % (f, hdf5.remake_hint(f, packed)), file=sys.stderr)
         if crcs is not None:
-            seen[f] = (os.path.getsize(f), _digest(crcs))
+            seen[f] = (os.path.getsize(f), crcs_digest(crcs))
     return seen
 
 

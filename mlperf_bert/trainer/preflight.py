@@ -230,11 +230,13 @@ def check_start(cfg, rank, world, locks, vocab_size=None):
 
 
 # Flags of the class "same" (a resume may change them) that every rank acts on with the others at
-# the same step: the checkpoint's gather of each rank's state, the eval at 0, the warm-up's updates.
+# the same step: the checkpoint's gather of each rank's state, the eval at 0, the warm-up's updates
+# (compared only where it acts, RunConfig.warm_up_acts: on the CPU without a compiled lever it does
+# nothing, and a difference there was refused).
 COLLECTIVE_FLAGS = ("save_checkpoints_steps", "eval_at_start", "warm_up")
 
 
-def check_same_settings(cfg, rank, world, config, train_files, eval_files, init_ckpt):
+def check_same_settings(cfg, rank, world, config, train_files, eval_files, init_ckpt, device_type):
     """Every rank started with rank 0's settings (its identity, --seed included, and whether it trains
     or evaluates), or every rank refuses in one line naming the first rank that differs: nothing else
     compares them, and a rank with another --learning_rate or --seed (a launcher that gives each node
@@ -246,7 +248,8 @@ def check_same_settings(cfg, rank, world, config, train_files, eval_files, init_
         return
     mine = dict(cfg.identity(cfg.runtime.seed, train_files, eval_files, init_ckpt, config.to_dict()),
                 do_train=cfg.runtime.do_train, do_eval=cfg.eval.do_eval,
-                **{name: cfg.flag(name) for name in COLLECTIVE_FLAGS})
+                **{name: cfg.flag(name) for name in COLLECTIVE_FLAGS
+                   if name != "warm_up" or cfg.warm_up_acts(device_type)})
     problem = None
     for r, ident in enumerate((distributed.gather_objects(mine) or [])[1:], 1):  # (rank 0 gets them all)
         diff = checkpoint.differences(mine, ident)

@@ -263,6 +263,11 @@ class RunConfig:
         (evaluation.reference_eval_batches), where no --eval_input_file is its eval set."""
         return self.eval.do_eval and not self.eval.eval_input_file
 
+    def warm_up_acts(self, device_type):
+        """Whether --warm_up acts on a ``device_type`` device: where something compiles (--compile,
+        --fused_update) or on CUDA; elsewhere (the CPU, nothing compiled) it does nothing."""
+        return self.levers.compile or self.levers.fused_update or device_type == "cuda"
+
     def samples_per_update(self, train_files):
         """The global batch in samples, the log's and the RCPs' unit: ``global_batch``, times the real
         sequences a row of packed ``train_files`` (NVIDIA's convention)."""
@@ -301,14 +306,17 @@ class RunConfig:
         it is compared with, where that holds --eval_frequency as the value 0 resolves to (a version
         before this normalisation recorded it as given), that value. (An entry that one side lacks is
         not compared: checkpoint._differing.)"""
-        from mlperf_bert.dataset.checksums import remembered_content_tag, scanned_crcs
+        from mlperf_bert.dataset.checksums import content_tag, scanned_crcs, tagged
 
         def files(paths):
             entries = []
             for p in paths or []:
                 size = os.path.getsize(p)
                 crcs = scanned_crcs(p, size)  # (rank 0's: the shares' scans gathered)
-                entries.append([os.path.abspath(p), size, remembered_content_tag(p, size)] + ([crcs] if crcs else []))
+                # an HDF5 file's tag this start read (preflight.check_start), not read again; a file it
+                # did not tag is read each call (not kept: a later call, another start's, sees it anew)
+                tag = tagged(p, size) or content_tag(p)
+                entries.append([os.path.abspath(p), size, tag] + ([crcs] if crcs else []))
             return entries
         unused = self._unused_flags(train_files, world)
         ident = {name: self.flag(name) for name in RUN_FLAGS if name not in unused}

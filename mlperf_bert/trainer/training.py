@@ -437,7 +437,7 @@ def run(cfg, stop, held):
     config = BertConfig.from_json_file(cfg.model.bert_config_file, cfg.data.max_seq_length)
     train_files, eval_files, packed, global_batch, init_ckpt, log_path = preflight.check_start(
         cfg, rank, world, held, config.vocab_size)
-    preflight.check_same_settings(cfg, rank, world, config, train_files, eval_files, init_ckpt)
+    preflight.check_same_settings(cfg, rank, world, config, train_files, eval_files, init_ckpt, device.type)
     if not rt.do_train:
         return run_eval_only(cfg, config, train_files, device, rank, world, stop)
     output_dir = cfg.checkpoint.output_dir
@@ -497,7 +497,7 @@ def run(cfg, stop, held):
     if eval_files:
         eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,
                                       trainer.eval_micro_batch(), rank, world, device, config.vocab_size)
-    if rt.warm_up and (cfg.levers.compile or cfg.levers.fused_update or device.type == "cuda"):
+    if rt.warm_up and cfg.warm_up_acts(device.type):
         trainer.warm_up(train_files if packed else None, eval_set)
     state = TrainState()
     if ckpt:

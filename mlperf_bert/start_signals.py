@@ -38,6 +38,31 @@ def holds_checkpoint(output_dir):
         return False
 
 
+def node_rank(environ=os.environ):
+    """This node's rank in a run of several nodes (0 for one node): a rank's GROUP_RANK (torchrun's), its
+    agent's PET_NODE_RANK, else the launchers' NODE_RANK; 0 where none is a number."""
+    for key in ("GROUP_RANK", "PET_NODE_RANK", "NODE_RANK"):
+        value = environ.get(key, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def what_is_saved(output_dir, node=0):
+    """What a run that failed or was killed leaves, for the end of its line: the checkpoints kept where
+    ``output_dir`` holds one; nothing where it holds none on node 0 (or one node); a node other than 0
+    cannot tell from its own folder (rank 0 alone writes them: a disk of its own holds none), nor can
+    anyone where the folder is unknown (None)."""
+    if output_dir and holds_checkpoint(output_dir):
+        return "the checkpoints written so far are kept; rerun the same command to resume from the newest"
+    if output_dir and not node:
+        return "no checkpoint was written, nothing saved; rerun the same command to start again"
+    if output_dir:
+        return ("this node's --output_dir holds no checkpoint (rank 0 on node 0 writes them): rerun the same command on "
+                "every node, which resumes from node 0's newest checkpoint if there is one, else starts again")
+    return "rerun the same command: it resumes from the newest checkpoint if there is one, else starts again"
+
+
 def command_start_stop(name):
     """What a stop while a command's modules load does (``quiet_start``'s argument): ``run_main``'s
     line and status, where Ctrl-C was a KeyboardInterrupt traceback out of an import (torch's take
@@ -50,15 +75,21 @@ def not_saved_line(name, when):
             "newest checkpoint if there is one, else starts again\n" % (name, when, NOT_SAVED_STATUS))
 
 
-def stopped_at_start(name, when, output_dir):
+def stopped_at_start(name, when, output_dir, node=0):
     """(line, status) of a stop signal ``name`` that came ``when``, before a start had set up its stop
     (nothing of it trained or saved): NOT_SAVED_STATUS with ``not_saved_line``; where ``output_dir``
     holds a checkpoint (a resumed run), 128 + the signal, as a resumed run's untimed init: 143 says a
     checkpoint holds the run, and a script that resubmits on it stopped resubmitting a resumed run
-    stopped there. The trainer run alone and the torchrun wrapper say it."""
+    stopped there. The trainer run alone and the torchrun wrapper say it. On node ``node`` other than 0
+    a folder without one (a disk of its own: rank 0 alone writes them) cannot tell: still
+    NOT_SAVED_STATUS, with a line that says node 0's status tells (the Slurm job takes node 0's)."""
     if output_dir and holds_checkpoint(output_dir):
         return ("%s %s: stopped at once, nothing trained; rerun the same command to resume\n" % (name, when),
                 128 + signal.Signals[name])
+    if output_dir and node:
+        return ("%s %s: stopped at once, nothing trained; this node's --output_dir holds no checkpoint (rank 0 on node "
+                "0 writes them): node 0's status says whether one holds the run (exit %d here); rerun the same "
+                "command on every node\n" % (name, when, NOT_SAVED_STATUS), NOT_SAVED_STATUS)
     return not_saved_line(name, when), NOT_SAVED_STATUS
 
 

@@ -1655,9 +1655,11 @@ def test_a_job_whose_nodes_never_met_says_so_not_that_a_peer_was_lost(job, tmp_p
     assert proc.stdout.splitlines()[-1] == (
         "slurm_multinode.sbatch: no node met the others at the rendezvous n1:20007 (MASTER_ADDR:MASTER_PORT) within "
         "RDZV_TIMEOUT (60 s): check that every node reaches n1 by that name and port 20007 on it (a firewall), and "
-        "that every node's task started in that time; then resubmit. Node 0 gave up first, status %d (node 0 (%s) %d "
-        "node 1 (%s) %d; srun %d)" % (launch.RDZV_FAILED_STATUS, host, launch.RDZV_FAILED_STATUS, host, second,
-                                      max(second, launch.RDZV_FAILED_STATUS))), proc.stdout
+        "that every node's task started in that time; then resubmit. Node 0 gave up first, status %d; every node's task "
+        "started; gave up waiting there: %s (node 0 (%s) %d node 1 (%s) %d; srun %d)" % (
+            launch.RDZV_FAILED_STATUS, "node 0 (%s), node 1 (%s)" % (host, host) if other == "rendezvous" else
+            "node 0 (%s); ended otherwise (stopped meanwhile): node 1 (%s) %d" % (host, host, second), host,
+            launch.RDZV_FAILED_STATUS, host, second, max(second, launch.RDZV_FAILED_STATUS))), proc.stdout
 
 
 def test_a_job_whose_node_refused_its_start_names_that_node_not_the_one_that_lost_it(job, tmp_path):

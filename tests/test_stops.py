@@ -180,13 +180,13 @@ def test_sigkilled_trainer_rerun_at_once_resumes_and_ends_bit_identical(files, u
 TORCHRUN = os.path.join(ROOT, "tests", "data", "torchrun")
 
 
-def filtered(name, ooms=None):
+def filtered(name, ooms=None, output_dir=None, node=0):
     """torchrun's real stderr of a case (tests/data/torchrun) through the wrapper's filter (``ooms``: the
-    out-of-memory killer's count as torchrun started)."""
+    out-of-memory killer's count as torchrun started; ``output_dir``: the ranks', on node ``node``)."""
     import io
     from mlperf_bert.trainer.launch import Filter
     out = io.StringIO()
-    f = Filter(out, ooms)
+    f = Filter(out, ooms, output_dir, node)
     with open(os.path.join(TORCHRUN, "torchrun_%s.txt" % name)) as lines:
         for line in lines:
             f.feed(line)
@@ -214,12 +214,71 @@ def test_torchrun_sigterm_traceback_after_a_progress_bars_redraw_is_dropped():
     assert out.getvalue() == redraw
 
 
-def test_a_killed_rank_is_one_line_with_its_signals_status():
+def with_checkpoint(folder):
+    """``folder`` (made) holding a training checkpoint: a run a rerun resumes."""
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, "model.ckpt-3.pt"), "wb").close()
+    return str(folder)
+
+
+def test_a_killed_rank_is_one_line_with_its_signals_status(tmp_path):
     """Issue 23 sweep: 98 lines and exit 247 (bash's -9) for a rank SIGKILLed under NUM_GPUS=2."""
-    lines, status = filtered("rank_killed")
+    lines, status = filtered("rank_killed", output_dir=with_checkpoint(tmp_path / "out"))
     assert status == 137
     assert len(lines) == 1 and lines[0].startswith("error: rank 1 (local rank 1, pid ") and \
         "was killed by SIGKILL" in lines[0] and "rerun the same command to resume" in lines[0], lines
+
+
+def test_a_killed_ranks_line_says_what_its_output_dir_holds(tmp_path):
+    """A review: a rank (or torchrun, or a rank's DataLoader worker) killed before the first checkpoint
+    was said to leave "the checkpoints written so far are kept; rerun ... to resume from the newest":
+    nothing was saved, and the rerun starts again. The line now says what --output_dir holds; a node
+    other than 0 (rank 0 on node 0 writes the checkpoints: a disk of its own holds none) and an unknown
+    folder cannot tell, and say the rerun resumes if node 0's holds one."""
+    from mlperf_bert.trainer.launch import killed_line, node_of
+    fresh, resumed = str(tmp_path / "fresh"), with_checkpoint(tmp_path / "resumed")
+    os.makedirs(fresh)
+    head = "error: rank 1 (local rank 1, pid 19477 on host localhost) was killed by SIGKILL: "
+    assert filtered("rank_killed", output_dir=resumed) == (
+        [head + "the checkpoints written so far are kept; rerun the same command to resume from the newest"], 137)
+    assert filtered("rank_killed", output_dir=fresh) == (
+        [head + "no checkpoint was written, nothing saved; rerun the same command to start again"], 137)
+    assert filtered("rank_killed", output_dir=fresh, node=1) == (
+        [head + "this node's --output_dir holds no checkpoint (rank 0 on node 0 writes them): rerun the same command "
+         "on every node, which resumes from node 0's newest checkpoint if there is one, else starts again"], 137)
+    assert filtered("rank_killed", output_dir=resumed, node=1)[0][0].endswith("to resume from the newest")
+    assert filtered("rank_killed")[0] == [head + "rerun the same command: it resumes from the newest checkpoint if "
+                                                 "there is one, else starts again"]
+    assert killed_line("torchrun (pid 7)", signal.SIGTERM, None, fresh) == (
+        "error: torchrun (pid 7) was killed by SIGTERM: no checkpoint was written, nothing saved; rerun the same "
+        "command to start again\n")
+    # the node: torchrun's --node_rank (train_model.sh passes NODE_RANK so), else the environment's
+    assert node_of(["--nnodes=2", "--node_rank=1", "run_pretraining.py", "--node_rank=0"], {}) == 1
+    assert node_of(["--node-rank", "1", "run_pretraining.py"], {}) == 1
+    assert node_of(["run_pretraining.py"], {"NODE_RANK": "1"}) == 1
+    assert node_of(["run_pretraining.py"], {"GROUP_RANK": "2", "NODE_RANK": "1"}) == 2
+    assert node_of(["run_pretraining.py"], {}) == 0
+
+
+def test_a_stop_at_start_on_a_node_other_than_0_without_a_checkpoint_does_not_say_nothing_was_saved(tmp_path):
+    """A review: a resumed multi-node run with a node-local --output_dir stopped as it started: node 0
+    (its folder holds the checkpoint) said 143, "rerun the same command to resume", and node 1, whose
+    folder holds none (rank 0 alone writes them), "no checkpoint written" (79): it cannot know. Its
+    line now says node 0's status tells; its status stays 79 (the Slurm job takes node 0's 143 over
+    it); node 0, and a node whose folder holds one, are as they were."""
+    from mlperf_bert.start_signals import not_saved_line, stopped_at_start
+    fresh, resumed = str(tmp_path / "fresh"), with_checkpoint(tmp_path / "resumed")
+    os.makedirs(fresh)
+    when = "before the ranks started"
+    assert stopped_at_start("SIGTERM", when, resumed, 0) == (
+        "SIGTERM before the ranks started: stopped at once, nothing trained; rerun the same command to resume\n", 143)
+    assert stopped_at_start("SIGTERM", when, resumed, 1) == stopped_at_start("SIGTERM", when, resumed, 0)
+    assert stopped_at_start("SIGTERM", when, fresh, 0) == (not_saved_line("SIGTERM", when), 79)
+    assert stopped_at_start("SIGINT", when, fresh, 1) == (
+        "SIGINT before the ranks started: stopped at once, nothing trained; this node's --output_dir holds no "
+        "checkpoint (rank 0 on node 0 writes them): node 0's status says whether one holds the run (exit 79 here); "
+        "rerun the same command on every node\n", 79)
+    assert stopped_at_start("SIGTERM", when, None, 1) == (not_saved_line("SIGTERM", when), 79)
 
 
 def test_a_rank_the_out_of_memory_killer_ended_names_the_memory_limit(tmp_path, monkeypatch):
@@ -231,16 +290,17 @@ def test_a_rank_the_out_of_memory_killer_ended_names_the_memory_limit(tmp_path, 
     fake_cgroup(monkeypatch, tmp_path, "0::/\n", {"memory.max": "209715200\n", "memory.events": "oom 0\noom_kill 0\n"})
     monkeypatch.setattr(fileio, "host_memory", lambda: 1 << 40)
     ooms = cgroups.oom_kills()  # as the wrapper starts torchrun
-    plain, status = filtered("rank_killed", ooms)
+    out = with_checkpoint(tmp_path / "out")
+    plain, status = filtered("rank_killed", ooms, out)
     assert status == 137 and len(plain) == 1 and "was killed by SIGKILL: the checkpoints" in plain[0], plain
     (tmp_path / "sys" / "memory.events").write_text("oom 1\noom_kill 1\n")
-    assert filtered("rank_killed", ooms) == ([plain[0].replace(
+    assert filtered("rank_killed", ooms, out) == ([plain[0].replace(
         "was killed by SIGKILL: ", "was killed by SIGKILL, sent by the out-of-memory killer: the memory limit was "
         "reached, 200.0 MiB (this process's control group's memory.max): give it more (a container's --memory, "
         "Slurm's --mem) or use less (a smaller --train_batch_size, fewer --num_workers): ")], 137)
 
 
-def test_a_rank_killed_after_it_hung_is_named_as_stopped():
+def test_a_rank_killed_after_it_hung_is_named_as_stopped(tmp_path):
     """A hang sweep: rank 1 stopped (kill -STOP, a debugger) mid-run or before it joined the process
     group: rank 0 waited 30 min in a collective (torch's timeout), left, and torchrun killed rank 1,
     said to be "killed by SIGKILL" as if someone had, after c10d's C++ warnings of rank 0's wait. The
@@ -248,7 +308,7 @@ def test_a_rank_killed_after_it_hung_is_named_as_stopped():
     import io
     from mlperf_bert.trainer.launch import STUCK_MARK, Filter
     out = io.StringIO()
-    f = Filter(out)
+    f = Filter(out, output_dir=with_checkpoint(tmp_path / "out"))
     f.feed("[W1207 14:01:44.352842614 socket.cpp:494] [c10d] waitForInput: socket SocketImpl(fd=3, addr=[::ffff:127."
            "0.0.1]:41664, remote=[::ffff:127.0.0.1]:33113) timed out after 1800000ms\n")
     f.feed(STUCK_MARK + "1 stopped (state T: SIGSTOP or a debugger)\n")
@@ -972,7 +1032,7 @@ def test_a_stop_while_a_rank_waits_for_its_peers_to_join_ends_at_once(files, tmp
                         r"there is one, else starts again\n", err), err
 
 
-def test_a_stop_that_saved_nothing_is_not_143():
+def test_a_stop_that_saved_nothing_is_not_143(tmp_path):
     """torchrun's status after a stop (launch._stop_status): 143 (130) only when every rank stopped
     with its checkpoint; ranks that never started, one killed (torchrun's SIGKILL past the shutdown
     timeout) or one that failed say so, with their status."""
@@ -983,16 +1043,19 @@ def test_a_stop_that_saved_nothing_is_not_143():
     def status(ranks):
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            return launch._stop_status(term, ranks), err.getvalue()
+            return launch._stop_status(term, ranks, output_dir=output_dir), err.getvalue()
+    output_dir = None
     assert status({0: (10, 143), 1: (11, 143)}) == (143, "")
     assert status({0: (10, 130), 1: (11, 130)}) == (130, "")
     assert status({0: (10, 0), 1: (11, 0)}) == (0, "")  # they had finished
     assert status({}) == (launch.NOT_SAVED_STATUS, "SIGTERM before the ranks started: no checkpoint written (exit "
                           "79, not 143); rerun the same command: it resumes from the newest checkpoint if there "
                           "is one, else starts again\n")
+    output_dir = with_checkpoint(tmp_path / "out")
     assert status({0: (10, 143), 1: (11, -9)}) == (137, "error: local rank 1 (pid 11), stopping after SIGTERM, was "
                                                    "killed by SIGKILL: the checkpoints written so far are kept; "
                                                    "rerun the same command to resume from the newest\n")
+    output_dir = None
     assert status({0: (10, 2), 1: (11, 143)}) == (2, "")  # its own line is out
     # the stop's signal itself ended a rank (it came before the rank's handler): it saved nothing
     assert status({0: (10, -15), 1: (11, -15)}) == (79, "SIGTERM before local rank 0 (pid 10) had set up its stop: "
@@ -1068,7 +1131,8 @@ def test_a_stop_killed_past_the_shutdown_timeout_names_the_rank_that_hung(tmp_pa
         sleeper.wait()
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        status = launch._stop_status(signal.SIGTERM, {0: (10, -9), 1: (11, -9)}, {1: launch._STUCK[b"T"]})
+        status = launch._stop_status(signal.SIGTERM, {0: (10, -9), 1: (11, -9)}, {1: launch._STUCK[b"T"]},
+                                     output_dir=with_checkpoint(tmp_path / "out"))
     assert (status, err.getvalue()) == (137, "error: local rank 1 (pid 11), stopped (state T: SIGSTOP or a debugger) "
                                              "when SIGTERM came (the other ranks wait for it in their collectives), "
                                              "was killed by SIGKILL: the checkpoints written so far are kept; rerun "
@@ -1599,9 +1663,11 @@ def test_a_killed_loader_worker_comes_out_of_the_loader_not_at_any_bytecode(shor
     assert os.listdir(short_tmpdir) == []
 
 
-def test_a_loader_worker_killed_while_the_trainer_waits_for_it_is_found_at_once(short_tmpdir, monkeypatch, capsys):
+def test_a_loader_worker_killed_while_the_trainer_waits_for_it_is_found_at_once(short_tmpdir, monkeypatch, capsys,
+                                                                                tmp_path):
     """The death of the worker the trainer waits for comes into the wait (its SIGCHLD), not at
-    PyTorch's next status check of its workers, up to 5 s later; $TMPDIR stays empty."""
+    PyTorch's next status check of its workers, up to 5 s later; $TMPDIR stays empty. Before the run's
+    first checkpoint its line says nothing was saved (it said the checkpoints were kept)."""
     import tempfile
     import threading
     from mlperf_bert.trainer import loader
@@ -1612,13 +1678,16 @@ def test_a_loader_worker_killed_while_the_trainer_waits_for_it_is_found_at_once(
     it = _worker_of(batches, others)
     pid = it._workers[0].pid
     kill = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
+    for key in ("GROUP_RANK", "PET_NODE_RANK", "NODE_RANK"):  # node 0's
+        monkeypatch.delenv(key, raising=False)
     t = time.time()
     kill.start()
-    with pytest.raises(SystemExit) as e, loader.worker_death_is_one_line():
+    with pytest.raises(SystemExit) as e, loader.worker_death_is_one_line(str(tmp_path)):
         next(batches)
     kill.join()
     assert e.value.code == 128 + signal.SIGKILL and time.time() - t < 2.5  # the kill at 0.5 s
-    assert "data loader worker (pid %d) was killed by SIGKILL" % pid in capsys.readouterr().err
+    assert capsys.readouterr().err == ("error: the data loader worker (pid %d) was killed by SIGKILL: no checkpoint was "
+                                       "written, nothing saved; rerun the same command to start again\n" % pid)
     del batches, it
     gc.collect()
     assert os.listdir(short_tmpdir) == []

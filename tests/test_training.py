@@ -938,9 +938,9 @@ def _ended_apart(rank, world, argvs):
         distributed.PEER_LOST_GRACE_S = grace
 
 
-def _lost_while(rank, world, starting):
+def _lost_while(rank, world, starting, output_dir=None):
     """In a spawned rank: rank 1 leaves the group; rank 0's next collective, under
-    peer_loss_is_one_line with ``starting``, -> its status and line."""
+    peer_loss_is_one_line with ``starting`` and ``output_dir``, -> its status and line."""
     import io
     from mlperf_bert.trainer import distributed
     distributed.setup("cpu")
@@ -950,7 +950,8 @@ def _lost_while(rank, world, starting):
     err, grace = io.StringIO(), distributed.PEER_LOST_GRACE_S
     distributed.PEER_LOST_GRACE_S = 0
     try:
-        with contextlib.redirect_stderr(err), distributed.peer_loss_is_one_line(starting=lambda: starting):
+        with contextlib.redirect_stderr(err), distributed.peer_loss_is_one_line(starting=lambda: starting,
+                                                                                        output_dir=output_dir):
             distributed.broadcast_object(None)
     except SystemExit as e:
         return e.code, err.getvalue()
@@ -970,8 +971,12 @@ def test_a_peer_that_refused_its_start_alone_is_not_a_lost_peer_to_resume(files,
     from mlperf_bert.trainer.launch import PEER_FAILED_AT_START_STATUS, PEER_LOST, PEER_LOST_STATUS
     argv = flags_for(files, str(tmp_path / "out"), num_workers=0, num_train_steps=2)
     missing = str(tmp_path / "none.tfrecord")
+    resumed, fresh = tmp_path / "resumed", tmp_path / "fresh"
+    resumed.mkdir()
+    fresh.mkdir()
+    (resumed / "model.ckpt-3.pt").write_bytes(b"")
     pieces = [("start", _ended_apart, ([argv, argv + ["--input_file=" + missing]],)),
-              ("training", _lost_while, (False,))]
+              ("training", _lost_while, (False, str(resumed))), ("fresh", _lost_while, (False, str(fresh)))]
     ranks = run_ranks(run_pieces, free_ports(len(pieces)), pieces, tmp=str(tmp_path))
     (status, lines), refusal = piece(ranks, "start")
     assert refusal == "--input_file %s does not exist (check the path or glob)" % missing
@@ -984,6 +989,9 @@ def test_a_peer_that_refused_its_start_alone_is_not_a_lost_peer_to_resume(files,
     (status, line), _ = piece(ranks, "training")
     assert status == PEER_LOST_STATUS and line.endswith(
         "the checkpoints written so far are kept; rerun the same command to resume from the newest\n"), line
+    (status, line), _ = piece(ranks, "fresh")  # lost before the first checkpoint: it said they were kept
+    assert status == PEER_LOST_STATUS and line.endswith(
+        "no checkpoint was written, nothing saved; rerun the same command to start again\n"), line
 
 
 def test_a_peer_that_never_joins_the_process_group_is_one_line_not_a_traceback(monkeypatch, capsys):

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.start_signals import node_rank, what_is_saved
 from mlperf_bert.trainer.launch import PEER_FAILED_AT_START_STATUS, PEER_LOST, PEER_LOST_STATUS, rank_ended_key
 
 PEER_LOST_GRACE_S = 3.0  # a failed rank's interpreter teardown takes about a second (torch's)
@@ -182,14 +183,15 @@ def _peer_lost(e):
 
 
 @contextlib.contextmanager
-def peer_loss_is_one_line(signals=lambda: 0, stopped=lambda: None, starting=lambda: False):
+def peer_loss_is_one_line(signals=lambda: 0, stopped=lambda: None, starting=lambda: False, output_dir=None):
     """In a run of several ranks, a collective that fails because another rank died (killed, out of
     memory, its node gone) ends this rank with one line and PEER_LOST_STATUS, not a traceback:
     the dead rank is the news, and the launcher names it. ``signals``: how many stop signals this
     process has had (training._Stop.received); ``stopped()``: after a stop signal, the stop's own
     end (a Terminated, raised instead: the other rank left on the stop), else None; ``starting()``:
     this rank's training has not begun (training._Stop.starting): the other rank ended at its start,
-    mostly a refusal that a rerun repeats, so PEER_FAILED_AT_START_STATUS and a line that says so."""
+    mostly a refusal that a rerun repeats, so PEER_FAILED_AT_START_STATUS and a line that says so.
+    ``output_dir``: the run's, whose checkpoints the line says (``what_is_saved``)."""
     try:
         yield
     except Exception as e:
@@ -208,8 +210,8 @@ def peer_loss_is_one_line(signals=lambda: 0, stopped=lambda: None, starting=lamb
                   file=sys.stderr, flush=True)
         else:
             status = PEER_LOST_STATUS
-            print("error: rank %d %s (%s): the checkpoints written so far are kept; rerun the same command to "
-                  "resume from the newest" % (dist.get_rank(), PEER_LOST, why), file=sys.stderr, flush=True)
+            print("error: rank %d %s (%s): %s" % (dist.get_rank(), PEER_LOST, why, what_is_saved(output_dir, node_rank())),
+                  file=sys.stderr, flush=True)
         # The rank that failed has printed its line and is leaving (its group torn down first, which
         # is how this rank learnt of it): let it exit with its own status before this one. torchrun
         # SIGTERMs the ranks still alive when one exits, and a failed rank SIGTERMed in its

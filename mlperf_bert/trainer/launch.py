@@ -56,8 +56,8 @@ from mlperf_bert.errors import UserError, die_with_parent, first_signal, signal_
 from mlperf_bert.cgroups import oom_kills
 from mlperf_bert.fileio import oom_killed, proc_stat, usable_tempdir
 # NOT_SAVED_STATUS (a stop that saved nothing) and its line are the start handler's too: there, stdlib only
-from mlperf_bert.start_signals import (LINES_ENV, NOT_SAVED_STATUS, argv_output_dir, not_saved_line,
-                                      outlive_readers, stopped_at_start)
+from mlperf_bert.start_signals import (LINES_ENV, NOT_SAVED_STATUS, argv_output_dir, node_rank, not_saved_line,
+                                      outlive_readers, stopped_at_start, what_is_saved)
 
 SHUTDOWN_TIMEOUT = "300"
 # A rank whose collective failed because another rank went away says so with this and exits
@@ -137,10 +137,11 @@ _FIELD = re.compile(r"^\s+(rank|exitcode|host)\s*:\s*(.*?)\s*$")
 class Filter:
     """torchrun's stderr in (``feed`` each line), the ranks' own lines out; ``status`` at the end."""
 
-    def __init__(self, out, ooms=None, output_dir=None):
+    def __init__(self, out, ooms=None, output_dir=None, node=0):
         self.out = out
         self.ooms = ooms  # the out-of-memory killer's count as torchrun started (oom_kills)
         self.output_dir = output_dir  # the ranks' --output_dir (argv_output_dir): a resumed run's stop at start is 143
+        self.node = node  # this node's rank (node_of): only node 0's folder tells whether nothing was saved
         self.seen, self.block, self.report = set(), None, False
         self.failures = []  # torchrun's report: root cause first, then the others
         self.lost = []      # "lost contact" lines: shown only if nothing else explains the failure
@@ -248,14 +249,16 @@ class Filter:
             # the signal's default action ended it, and nothing of this start was saved: not 143, which
             # says a checkpoint holds the run, unless one does (a resumed run)
             line, status = stopped_at_start(signal.Signals(-f["code"]).name, "before %s, pid %s on host %s) had set "
-                                            "up its stop" % (f["who"], f["pid"], f.get("host", "?")), self.output_dir)
+                                            "up its stop" % (f["who"], f["pid"], f.get("host", "?")), self.output_dir,
+                                            self.node)
             self._write(line)
             return status
         if f["code"] < 0:
             why = self.stuck.get(f["local"])
             self._write(killed_line("%s, pid %s on host %s)%s" % (
                 f["who"], f["pid"], f.get("host", "?"), ", %s as another rank ended (its collectives wait for this one up to "
-                "torch's process-group timeout: 30 min, NCCL's 10)," % why if why else ""), -f["code"], self.ooms))
+                "torch's process-group timeout: 30 min, NCCL's 10)," % why if why else ""), -f["code"], self.ooms,
+                self.output_dir, self.node))
             return 128 - f["code"]
         if f["code"] in FOLLOWERS and self.lost:
             self._write(self.lost[0])  # another node's rank failed: this node only saw it go
@@ -274,12 +277,19 @@ class Filter:
         return f["code"]
 
 
-def killed_line(who, sig, ooms=None):
+def killed_line(who, sig, ooms=None, output_dir=None, node=0):
     """The line for a rank (``who``) killed by signal ``sig``; a SIGKILL says whether the out-of-memory killer
-    sent it, where its count (``oom_kills``) was ``ooms`` before (a limit's kill said only "SIGKILL", 137)."""
+    sent it, where its count (``oom_kills``) was ``ooms`` before (a limit's kill said only "SIGKILL", 137).
+    What is saved is ``what_is_saved``'s for the ranks' ``output_dir`` on node ``node``."""
     oom = oom_killed(ooms) if sig == signal.SIGKILL else ""
-    return ("error: %s was killed by %s%s: the checkpoints written so far are kept; rerun the same command to "
-            "resume from the newest\n" % (who, signal_name(sig), ", " + oom if oom else ""))
+    return "error: %s was killed by %s%s: %s\n" % (who, signal_name(sig), ", " + oom if oom else "",
+                                                   what_is_saved(output_dir, node))
+
+
+def node_of(args, environ=os.environ):
+    """This node's rank: torchrun's ``--node_rank`` among ``args`` (its options), else ``node_rank``'s."""
+    value = _torchrun_option(args, re.compile(r"^--node[-_]rank(=|$)"))
+    return int(value) if value is not None and value.strip().isdigit() else node_rank(environ)
 
 
 # /proc states of a process that cannot act on a stop signal: stopped (SIGSTOP, SIGTSTP, a debugger),
@@ -326,18 +336,18 @@ def _note_stuck_at_kill(handler, local, got, stuck):
     handler.close = closing
 
 
-def _stop_status(sig, ranks, stuck=None, ooms=None, output_dir=None):
+def _stop_status(sig, ranks, stuck=None, ooms=None, output_dir=None, node=0):
     """torchrun's status after a stop signal ``sig``, from its ranks' {local rank: (pid, exit code)}
     (none: it stopped before starting them): 128 + the signal (the ranks' own: 130 or 143) when every
     rank stopped with its checkpoint, else why not, with its line where no rank printed one (ranks
     stopped before their handlers: ``stopped_at_start``'s for their ``output_dir``).
     ``stuck``: {local rank: why it could not act on the stop when torchrun killed it (``_stuck``)}: of the ranks
     torchrun killed past its shutdown timeout, such a rank is the cause (the others waited for it in a
-    collective), and is named instead of local rank 0. ``ooms``: ``killed_line``'s."""
+    collective), and is named instead of local rank 0. ``ooms``, ``node``: ``killed_line``'s."""
     stuck = stuck or {}
     name = signal.Signals(sig).name
     if not ranks:
-        line, status = stopped_at_start(name, "before the ranks started", output_dir)
+        line, status = stopped_at_start(name, "before the ranks started", output_dir, node)
         sys.stderr.write(line)
         return status
     codes = [code for _, code in ranks.values()]
@@ -350,15 +360,17 @@ def _stop_status(sig, ranks, stuck=None, ooms=None, output_dir=None):
     _, _, local, pid, code = failed[0]  # a killed rank first, a stuck one first among them
     if code == -sig:  # the stop's own signal ended it: it came before the rank had set up its handler
         line, status = stopped_at_start(name, "before local rank %d (pid %d) had set up its stop" % (local, pid),
-                                        output_dir)
+                                        output_dir, node)
         sys.stderr.write(line)
         return status
     if code < 0:  # killed (torchrun's SIGKILL past the shutdown timeout, the OOM killer): nobody said so
         if local in stuck:
             sys.stderr.write(killed_line("local rank %d (pid %d), %s when %s came (the other ranks wait for it in "
-                                         "their collectives)," % (local, pid, stuck[local], name), -code, ooms))
+                                         "their collectives)," % (local, pid, stuck[local], name), -code, ooms,
+                                         output_dir, node))
             return 128 - code
-        sys.stderr.write(killed_line("local rank %d (pid %d), stopping after %s," % (local, pid, name), -code, ooms))
+        sys.stderr.write(killed_line("local rank %d (pid %d), stopping after %s," % (local, pid, name), -code, ooms,
+                                     output_dir, node))
         return 128 - code
     return code  # its own line is out
 
@@ -482,7 +494,7 @@ def agent():
     except api.SignalException as e:
         ranks = {local: (h.proc.pid, h.proc.returncode) for ctx in contexts
                  for local, h in getattr(ctx, "subprocess_handlers", {}).items() if h.proc.returncode is not None}
-        return _stop_status(e.sigval, ranks, stuck, ooms, argv_output_dir(sys.argv[1:]))
+        return _stop_status(e.sigval, ranks, stuck, ooms, argv_output_dir(sys.argv[1:]), node_of(sys.argv[1:]))
     return 0
 
 
@@ -772,9 +784,9 @@ def _run(args, env):
                                 preexec_fn=_in_own_group(os.getpid()))
     # the ranks' --output_dir: a stop before they had set up theirs is a resumed run's (143, 130) where it
     # holds a checkpoint, else NOT_SAVED_STATUS
-    output_dir = argv_output_dir(args)
+    output_dir, node = argv_output_dir(args), node_of(args)
     if proc is None:
-        line, status = stopped_at_start(signal.Signals(got[0]).name, "before torchrun started", output_dir)
+        line, status = stopped_at_start(signal.Signals(got[0]).name, "before torchrun started", output_dir, node)
         sys.stderr.write(line)
         return status
     if got:  # it came while Popen started torchrun
@@ -786,16 +798,17 @@ def _run(args, env):
             _end_ranks(marker, left, shutdown_timeout(env))
     reaper = threading.Thread(target=reap, name="torchrun-reaper", daemon=True)
     reaper.start()
-    filt = Filter(sys.stderr, ooms, output_dir)
+    filt = Filter(sys.stderr, ooms, output_dir, node)
     for raw in proc.stdout if merged else proc.stderr:
         filt.feed(raw.decode("utf-8", "replace"))
     reaper.join()
     returncode = proc.wait()
     if returncode < 0:  # torchrun killed by a signal (before it set its handlers: no rank started, or the OOM killer)
         if got and not left:
-            line, status = stopped_at_start(signal.Signals(got[0]).name, "before torchrun started the ranks", output_dir)
+            line, status = stopped_at_start(signal.Signals(got[0]).name, "before torchrun started the ranks", output_dir,
+                                            node)
             sys.stderr.write(line)
             return status
-        sys.stderr.write(killed_line("torchrun (pid %d)" % proc.pid, -returncode, ooms))
+        sys.stderr.write(killed_line("torchrun (pid %d)" % proc.pid, -returncode, ooms, output_dir, node))
         return 128 - returncode
     return filt.status(returncode, bool(got))  # the agent's: 143 (130) only when every rank checkpointed

@@ -29,6 +29,7 @@ import torch
 
 from mlperf_bert.errors import UserError, die_with_parent, ended, is_process_limit, shm_full
 from mlperf_bert.fileio import LOADER_PROCESSES, check_tmpdir, process_limit
+from mlperf_bert.start_signals import node_rank, what_is_saved
 from mlperf_bert.dataset.example import (decode_pretraining_batch, decode_pretraining_example, value_problem,  # noqa: F401
                                          values_refusal)  # (value_problem: packed_loader's too)
 from mlperf_bert.dataset.tfrecord import (check_data, crcs_digest, expand_paths, read_records, record_crcs,
@@ -515,10 +516,10 @@ def _dead_worker(e):
 
 
 @contextlib.contextmanager
-def worker_death_is_one_line():
+def worker_death_is_one_line(output_dir=None):
     """A loader worker killed (the OOM killer, a stray kill) ends the trainer with one line naming it,
     the signal and the rank, and exit status 128 + the signal (the worker's status if it exited),
-    instead of PyTorch's traceback; checkpoints written so far are kept."""
+    instead of PyTorch's traceback; the line says what the run's ``output_dir`` holds (``what_is_saved``)."""
     try:
         yield
     except UserError:
@@ -542,8 +543,8 @@ def worker_death_is_one_line():
         how = ended(code)
         dist = torch.distributed
         who = "rank %d: its" % dist.get_rank() if dist.is_available() and dist.is_initialized() else "the"
-        print("error: %s data loader worker (pid %d) %s: the checkpoints written so far are kept; rerun the "
-              "same command to resume from the newest" % (who, pid, how), file=sys.stderr, flush=True)
+        print("error: %s data loader worker (pid %d) %s: %s" % (who, pid, how, what_is_saved(output_dir, node_rank())),
+              file=sys.stderr, flush=True)
         raise SystemExit(128 - code if code < 0 else code) from None
 
 

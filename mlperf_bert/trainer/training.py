@@ -190,8 +190,9 @@ def train(cfg):
             _Stop() as stop, contextlib.ExitStack() as held:
         clean = False
         try:
-            with distributed.peer_loss_is_one_line(lambda: stop.received, stop.peer_lost, lambda: stop.starting and not stop.finishing), \
-                    loader.worker_death_is_one_line(), \
+            with distributed.peer_loss_is_one_line(lambda: stop.received, stop.peer_lost, lambda: stop.starting and not stop.finishing,
+                                                   cfg.checkpoint.output_dir), \
+                    loader.worker_death_is_one_line(cfg.checkpoint.output_dir), \
                     out_of_memory_is_one_line(cfg):
                 rc = run(cfg, stop, held)
             clean = True

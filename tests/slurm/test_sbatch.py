@@ -712,3 +712,33 @@ def test_a_node_without_status_is_named_before_the_peer_that_lost_it(job):
                     "requeue or a resubmission resumes (node 0 (%s) 75 node 1 no status (killed, or never started); "
                     "srun 137)" % host), proc.stdout + proc.stderr
     assert proc.returncode == 137, proc.returncode
+
+
+def test_a_rendezvous_that_failed_names_the_node_that_never_came(job):
+    """A review: a job that ended 78 (a node never came to the rendezvous) said "no node met the others
+    ... Node 0 gave up first", not which node never came. Node 1's task killed as node 0 waited (it
+    wrote no status): the line names it."""
+    proc, record = job(FAKE_0="78:0.5", FAKE_LOST="1")
+    host = socket.gethostname()
+    assert proc.returncode == 78, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == (
+        "slurm_multinode.sbatch: no node met the others at the rendezvous n1:20007 (MASTER_ADDR:MASTER_PORT) within "
+        "RDZV_TIMEOUT (900 s): check that every node reaches n1 by that name and port 20007 on it (a firewall), and "
+        "that every node's task started in that time; then resubmit. Node 0 gave up first, status 78; never came: "
+        "node 1 (n2), which left no status (its task never started, or was killed) (node 0 (%s) 78 node 1 no status "
+        "(killed, or never started); srun 137)" % host), proc.stdout
+
+
+def test_a_stop_at_start_is_node_0s_status_not_another_nodes_79(job):
+    """A review: a resumed job with a node-local OUTPUT_DIR stopped as it started: node 0, whose folder
+    holds the checkpoint, said 143; node 1, whose folder holds none (rank 0 alone writes them), 79
+    ("nothing saved"), first: the job ended 79, "stopped before anything was saved", and a script
+    that resubmits on 143 stopped resubmitting it. Node 0's status is the stop's."""
+    proc, record = job(FAKE_0="143:0.5", FAKE_1="79:0.1")
+    host = socket.gethostname()
+    assert proc.returncode == 143, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == ("slurm_multinode.sbatch: stopped: status 143 (node 0 (%s) 143 node 1 (%s) "
+                                            "79; srun 143)" % (host, host)), proc.stdout
+    # both 79 (a fresh job): nothing saved, as before
+    proc, record = job(FAKE_0="79:0.5", FAKE_1="79:0.1")
+    assert proc.returncode == 79 and "stopped before anything was saved" in proc.stdout.splitlines()[-1], proc.stdout

@@ -156,14 +156,22 @@ def _raise_terminated(signum, frame):
     # way out with a second one: a traceback "during handling of the above exception", a clean-up
     # (a pool's end, a lock's release) cut half-way. Recorded still (stop_lost): where the stop
     # being handled is swallowed and the command goes on to its end, that end is this one's, 143.
-    if _stopping():
-        _record_during_stop(signum)
-        return
-    if forking():
-        _held.append(signum)
+    if _deferred(signum):
         return
     _received.append(signum)
     raise Terminated()
+
+
+def _deferred(signum):
+    """Whether stop signal ``signum`` waits instead of raising now: recorded while a stop is handled
+    (``_record_during_stop``), held while a fork is under way (``forking``)."""
+    if _stopping():
+        _record_during_stop(signum)
+        return True
+    if forking():
+        _held.append(signum)
+        return True
+    return False
 
 
 def _record_during_stop(signum):
@@ -180,11 +188,7 @@ def _record_during_stop(signum):
 def raise_interrupt(signum, frame):
     """SIGINT's handler: KeyboardInterrupt, as Python's own, but not while a stop is being handled
     (recorded then, as _raise_terminated's)."""
-    if _stopping():
-        _record_during_stop(signum)
-        return
-    if forking():
-        _held.append(signum)
+    if _deferred(signum):
         return
     raise KeyboardInterrupt
 

@@ -39,13 +39,15 @@ def holds_checkpoint(output_dir):
 
 
 def node_rank(environ=os.environ):
-    """This node's rank in a run of several nodes (0 for one node): a rank's GROUP_RANK (torchrun's), its
-    agent's PET_NODE_RANK, else the launchers' NODE_RANK; 0 where none is a number."""
-    for key in ("GROUP_RANK", "PET_NODE_RANK", "NODE_RANK"):
-        value = environ.get(key, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
+    """This rank's node in a run of several nodes: its GROUP_RANK (torchrun's); 0 in a run of one process
+    (no WORLD_SIZE above 1: rank 0 is this process, whatever NODE_RANK a job's environment holds); else a
+    launcher's NODE_RANK; 0 where none is a number."""
+    group = environ.get("GROUP_RANK", "").strip()
+    if group.isdigit():
+        return int(group)
+    world = environ.get("WORLD_SIZE", "").strip()
+    value = environ.get("NODE_RANK", "").strip()
+    return int(value) if world.isdigit() and int(world) > 1 and value.isdigit() else 0
 
 
 def what_is_saved(output_dir, node=0):

@@ -252,12 +252,36 @@ def test_a_killed_ranks_line_says_what_its_output_dir_holds(tmp_path):
     assert killed_line("torchrun (pid 7)", signal.SIGTERM, None, fresh) == (
         "error: torchrun (pid 7) was killed by SIGTERM: no checkpoint was written, nothing saved; rerun the same "
         "command to start again\n")
-    # the node: torchrun's --node_rank (train_model.sh passes NODE_RANK so), else the environment's
+    # the node: torchrun's --node_rank (train_model.sh passes NODE_RANK so), else its PET_NODE_RANK
     assert node_of(["--nnodes=2", "--node_rank=1", "run_pretraining.py", "--node_rank=0"], {}) == 1
-    assert node_of(["--node-rank", "1", "run_pretraining.py"], {}) == 1
-    assert node_of(["run_pretraining.py"], {"NODE_RANK": "1"}) == 1
-    assert node_of(["run_pretraining.py"], {"GROUP_RANK": "2", "NODE_RANK": "1"}) == 2
-    assert node_of(["run_pretraining.py"], {}) == 0
+    assert node_of(["--nnodes", "1:4", "--node-rank", "1", "run_pretraining.py"], {}) == 1
+    assert node_of(["run_pretraining.py"], {"PET_NNODES": "2", "PET_NODE_RANK": "1"}) == 1
+    assert node_of(["--nnodes=2", "run_pretraining.py"], {}) == 0
+
+
+def test_a_wrapper_or_rank_alone_on_its_node_is_node_0_whatever_node_rank_says(tmp_path):
+    """A review: the wrapper took the environment's NODE_RANK (a job's, exported for other commands) as
+    its node where torchrun does not read it: `NODE_RANK=1 python -m mlperf_bert torchrun --standalone ...`
+    (the one node, rank 0 on it) said of a killed rank "this node's --output_dir holds no checkpoint
+    (rank 0 on node 0 writes them)", and its ranks (GROUP_RANK 0) "no checkpoint was written"; a trainer
+    run alone (one process, rank 0) with NODE_RANK=1 said the same. Both are node 0 there."""
+    from mlperf_bert.start_signals import node_rank
+    from mlperf_bert.trainer.launch import killed_line, node_of
+    fresh = str(tmp_path / "fresh")
+    os.makedirs(fresh)
+    job = {"NODE_RANK": "1", "PET_NODE_RANK": "1"}
+    for args in (["--standalone", "--nproc_per_node=2", "run_pretraining.py"], ["--nproc_per_node=2", "run_pretraining.py"],
+                 ["--nnodes=1", "--node_rank=1", "run_pretraining.py"]):
+        node = node_of(args, job)
+        assert killed_line("torchrun (pid 7)", signal.SIGKILL, None, fresh, node) == (
+            "error: torchrun (pid 7) was killed by SIGKILL: no checkpoint was written, nothing saved; rerun the same "
+            "command to start again\n"), args
+    assert node_of(["--nnodes=2", "run_pretraining.py"], {"PET_STANDALONE": "1", "PET_NODE_RANK": "1"}) == 0
+    # a rank: its GROUP_RANK (torchrun's); run alone, rank 0; under another launcher, its NODE_RANK
+    assert node_rank({"GROUP_RANK": "2", "NODE_RANK": "1", "WORLD_SIZE": "8"}) == 2
+    assert node_rank({"GROUP_RANK": "0", "NODE_RANK": "1", "WORLD_SIZE": "8"}) == 0
+    assert node_rank({"NODE_RANK": "1"}) == node_rank({"NODE_RANK": "1", "WORLD_SIZE": "1"}) == 0
+    assert node_rank({"NODE_RANK": "1", "WORLD_SIZE": "8"}) == 1
 
 
 def test_a_stop_at_start_on_a_node_other_than_0_without_a_checkpoint_does_not_say_nothing_was_saved(tmp_path):

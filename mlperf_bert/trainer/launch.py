@@ -56,7 +56,7 @@ from mlperf_bert.errors import UserError, die_with_parent, first_signal, signal_
 from mlperf_bert.cgroups import oom_kills
 from mlperf_bert.fileio import oom_killed, proc_stat, usable_tempdir
 # NOT_SAVED_STATUS (a stop that saved nothing) and its line are the start handler's too: there, stdlib only
-from mlperf_bert.start_signals import (LINES_ENV, NOT_SAVED_STATUS, argv_output_dir, node_rank, not_saved_line,
+from mlperf_bert.start_signals import (LINES_ENV, NOT_SAVED_STATUS, argv_output_dir, not_saved_line,
                                       outlive_readers, stopped_at_start, what_is_saved)
 
 SHUTDOWN_TIMEOUT = "300"
@@ -287,9 +287,18 @@ def killed_line(who, sig, ooms=None, output_dir=None, node=0):
 
 
 def node_of(args, environ=os.environ):
-    """This node's rank: torchrun's ``--node_rank`` among ``args`` (its options), else ``node_rank``'s."""
+    """This node's rank as torchrun takes it from its options ``args``: 0 for one node (--standalone, no
+    --nnodes above 1: rank 0 runs here, whatever NODE_RANK says, which torchrun does not read), else
+    ``--node_rank``, else PET_NODE_RANK (its default), else 0."""
+    if _torchrun_option(args, re.compile(r"^(--standalone)$")) is not None or environ.get("PET_STANDALONE", "0") != "0":
+        return 0
+    nodes = _torchrun_option(args, _NNODES)
+    nodes = (environ.get("PET_NNODES", "1") if nodes is None else nodes).strip().split(":")[-1]
+    if not nodes.isdigit() or int(nodes) <= 1:
+        return 0
     value = _torchrun_option(args, re.compile(r"^--node[-_]rank(=|$)"))
-    return int(value) if value is not None and value.strip().isdigit() else node_rank(environ)
+    value = (environ.get("PET_NODE_RANK", "") if value is None else value).strip()
+    return int(value) if value.isdigit() else 0
 
 
 # /proc states of a process that cannot act on a stop signal: stopped (SIGSTOP, SIGTSTP, a debugger),

@@ -12,7 +12,8 @@
 # checkpoints) or one that fails: one line saying so, which checkpoint holds it and that the same
 # command resumes (its log is not checked: the run has not ended). Exits with the training's status:
 # 143 after SIGTERM (130 after SIGINT) when a checkpoint holds the run, 79 when the stop came before
-# anything was saved (no checkpoint: the same command starts it again), a failure's own status (a
+# anything was saved (no checkpoint: the same command starts it again; on a node other than 0, whose
+# OUTPUT_DIR may be its own disk without them, the line says node 0's status tells), a failure's own status (a
 # rank killed: 128 + its signal) also when it came with a stop. A run that finished
 # earlier is not run again; one whose end marker and log disagree (its log cut since, a status
 # edited) is refused in one line, a series' before run 0 trains, and so is a finished run, or one a
@@ -100,6 +101,12 @@ signal_status() { if [[ "$got_signal" == INT ]]; then sig_status=130; else sig_s
 # A stop before anything was saved: no checkpoint to resume (143 says one holds the run);
 # mlperf_bert/trainer/launch.py's NOT_SAVED_STATUS
 NOT_SAVED=79
+# Rank 0, on node 0, writes the MLPerf log and the checkpoints: the other nodes of a multi-node run neither
+# copy nor check the log (on shared storage they would read it while rank 0 may still be writing its last lines)
+log_node() { [[ "${NODE_RANK:-0}" =~ ^0*$ ]]; }
+# A stop that found no checkpoint in this node's OUTPUT_DIR: nothing saved on node 0; another node's folder,
+# where it is its own disk, holds none whatever node 0's holds (start_signals.stopped_at_start's line)
+NODE0_TELLS="this node's OUTPUT_DIR holds no checkpoint (rank 0 on node 0 writes them): node 0's status says whether one holds the run (exit $NOT_SAVED here); rerun the same command on every node"
 # this script's folder, by builtins (no process a signal could end)
 HERE=$PWD
 SELF=${BASH_SOURCE[0]}
@@ -132,7 +139,11 @@ stop_if_signalled() {  # NAME DIR: after a signal, a stop before that run's trai
     echo "$ME: stopped by SIG$got_signal before $1; rerun the same command to go on"
     exit "$sig_status"
   fi
-  echo "$ME: stopped by SIG$got_signal before $1 started: nothing saved (exit $NOT_SAVED, not $sig_status); rerun the same command to start it"
+  if log_node; then
+    echo "$ME: stopped by SIG$got_signal before $1 started: nothing saved (exit $NOT_SAVED, not $sig_status); rerun the same command to start it"
+  else
+    echo "$ME: stopped by SIG$got_signal before $1 started: $NODE0_TELLS"
+  fi
   exit "$NOT_SAVED"
 }
 newest_checkpoint() {  # DIR: sets newest to its newest model.ckpt-<step>.pt, or empty
@@ -496,9 +507,6 @@ say_drop() {  # WHAT CACHE_CLEAR: run_one's page cache line, ending with the cac
   fi
 }
 
-# Rank 0, on node 0, writes the MLPerf log: the other nodes of a multi-node run neither copy nor
-# check it (on shared storage they would read it while rank 0 may still be writing its last lines).
-log_node() { [[ "${NODE_RANK:-0}" =~ ^0*$ ]]; }
 # DIR: another start's trainer holds its lock (locking.DIR_LOCK_NAME), which this start's trainer is refused.
 # (Only a held lock: one this user cannot open, another user's under umask 077, is the trainer's to
 # refuse, naming its owner, locking.OutputLock; flock(1) ends 66 there, not 75.)
@@ -734,7 +742,11 @@ run_one() {
     echo "$ME: $name stopped by $stopped after $elapsed s: $ckpt holds it; rerun the same command to resume"
   elif [[ -n "$stopped" ]]; then  # also 143 from a trainer the signal killed before its handlers
     status=$NOT_SAVED
-    echo "$ME: $name stopped by $stopped after $elapsed s, before its first checkpoint: nothing saved (exit $NOT_SAVED, not 143); rerun the same command to start it again"
+    if log_node; then
+      echo "$ME: $name stopped by $stopped after $elapsed s, before its first checkpoint: nothing saved (exit $NOT_SAVED, not 143); rerun the same command to start it again"
+    else
+      echo "$ME: $name stopped by $stopped after $elapsed s: $NODE0_TELLS"
+    fi
   else
     # 128 + N: a signal ended it or a rank (a trainer run alone, one process, killed says nothing itself)
     local why="see above"

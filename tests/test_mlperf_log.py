@@ -96,6 +96,40 @@ def test_a_log_deleted_while_written_is_written_back_and_one_replaced_stops_the_
     assert q.read_text() == ":::MLLOG {}\n"
 
 
+def test_a_replaced_log_says_whether_a_checkpoint_holds_the_run(tmp_path):
+    """A log replaced before the run's first checkpoint said "(its checkpoints are kept); restore the log
+    it wrote and rerun the same command to resume", with none to resume from. The line says what
+    --output_dir holds, once the checkpoint being written is complete (the error's way out completes it)."""
+    from mlperf_bert.errors import UserError
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def replaced(writes_done=None):
+        p = tmp_path / "mlperf.log"
+        log = MLPerfLog(str(p), held=True, output_dir=str(out))
+        if writes_done:
+            log.writes_done = writes_done
+        log.open()
+        log.event("seed", 1)
+        (tmp_path / "other.log").write_text(":::MLLOG {}\n")
+        (tmp_path / "other.log").replace(p)
+        with pytest.raises(UserError) as e:
+            log.mark()
+        return str(e.value)
+
+    said = replaced()
+    assert said == ("MLPerf log %s was replaced while this run wrote it: the run stopped (no checkpoint was written, "
+                    "nothing saved; rerun the same command to start again), or use another --output_dir for a new "
+                    "run" % (tmp_path / "mlperf.log")), said
+    from mlperf_bert.fileio import temporary_name
+    open(temporary_name(str(out / "model.ckpt-4.pt")), "w").close()  # one being written: not a checkpoint
+    assert "nothing saved" in replaced()
+    # the first checkpoint, in flight at the mark, completed before the line is said
+    said = replaced(lambda: (out / "model.ckpt-4.pt").write_text(""))
+    assert "(its checkpoints are kept; restore the log it wrote and rerun the same command to resume)" in said, said
+    assert "(its checkpoints are kept;" in replaced()
+
+
 def test_a_mark_is_on_the_disk_before_a_checkpoint_records_it(tmp_path, monkeypatch):
     """A checkpoint (fsynced) records the log's length and sha256; the log's lines were left in the page
     cache, so after a machine's crash the checkpoint could outlive the log's last lines and every

@@ -304,6 +304,31 @@ def test_a_stops_status_is_143_only_when_a_checkpoint_holds_the_run(fake, tmp_pa
     assert "\nNOT_SAVED=%d\n" % NOT_SAVED_STATUS in open(START).read()
 
 
+NODE0_TELLS = ("this node's OUTPUT_DIR holds no checkpoint (rank 0 on node 0 writes them): node 0's status says "
+               "whether one holds the run (exit 79 here); rerun the same command on every node")
+
+
+def test_a_stop_without_a_checkpoint_on_a_node_other_than_0_says_node_0_tells(fake, tmp_path):
+    """A stop of a run of two nodes, whose node 1 has an OUTPUT_DIR of its own (a local disk: rank 0
+    on node 0 writes the checkpoints, node 0's may hold the run): node 1 said "before its first
+    checkpoint: nothing saved". Its status is still 79 (the Slurm job takes node 0's 143 over it); its
+    line says its folder cannot tell and node 0's status does. Node 0 says nothing saved, as before."""
+    script = tmp_path / "trainer.sh"
+    script.write_text("#!/usr/bin/env bash\n" + NOT_SAVED_TRAINERS["killed"] + "\n")
+    script.chmod(0o755)
+    for node in ("1", "0"):
+        (fake.out / "ready").unlink(missing_ok=True)
+        proc = _start_and_wait(fake, fake.out / "ready", TRAIN_MODEL=str(script), NODE_RANK=node, NNODES="2")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        elapsed = out.split("after ")[1].split(" s")[0]
+        said = ("nothing saved (exit 79, not 143); rerun the same command to start it again" if node == "0"
+                else NODE0_TELLS)
+        assert proc.returncode == 79, out + err
+        assert out.splitlines()[1:] == ["start_training.sh: the run stopped by SIGTERM after %s s%s: %s" % (
+            elapsed, ", before its first checkpoint" if node == "0" else "", said)], out
+
+
 # Stand-ins for a trainer that a scheduler's SIGTERM has reached: they ignore the signals that
 # follow (as the trainer, checkpointing, acts on the first only) and end on their own once the storm
 # below has begun. "stopped": checkpointed, 143; "finished": a run that ended at the same moment.
@@ -504,7 +529,8 @@ def test_signals_before_a_runs_trainer_starts_start_no_trainer(fake, tmp_path, a
     assert ("finished earlier" in again.stdout) == finished and len(calls(fake)) == len(trained) + (not finished) * int(runs)
 
 
-def test_a_stop_during_the_settings_check_is_one_line_not_bashs_terminated(fake, tmp_path):
+@pytest.mark.parametrize("node", ["0", "1"])
+def test_a_stop_during_the_settings_check_is_one_line_not_bashs_terminated(fake, tmp_path, node):
     """A launcher sweep: SIGTERM in the first 0.2 s (6 of 6), while train_model.sh checked the
     settings (CHECK_ONLY=files), printed bash's "Terminated" for that check beside the stop's line.
     Its own stderr still comes through (test_settings_a_launcher_sweep_found_taken_or_dropped_are_one_line)."""
@@ -513,15 +539,18 @@ def test_a_stop_during_the_settings_check_is_one_line_not_bashs_terminated(fake,
     shim.chmod(0o755)
     env = {k: v for k, v in fake.env.items() if k != "TRAIN_MODEL"}
     proc = subprocess.Popen([START, "--preset=demo_cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(env, PYTHON=str(shim)), cwd=ROOT, start_new_session=True)
+                            env=dict(env, PYTHON=str(shim), NODE_RANK=node, NNODES="2"), cwd=ROOT,
+                            start_new_session=True)
     deadline = time.time() + 60
     while not ready.exists():
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
-    assert (proc.returncode, out, err) == (79, "start_training.sh: stopped by SIGTERM before the run started: nothing "
-                                           "saved (exit 79, not 143); rerun the same command to start it\n", "")
+    # node 1 (an OUTPUT_DIR of its own holds no checkpoint, node 0's may): node 0's status tells
+    said = "nothing saved (exit 79, not 143); rerun the same command to start it" if node == "0" else NODE0_TELLS
+    assert (proc.returncode, out, err) == (79, "start_training.sh: stopped by SIGTERM before the run started: %s\n"
+                                           % said, "")
 
 
 def test_the_settings_are_read_by_bash_alone_before_the_demo(tmp_path):

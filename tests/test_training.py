@@ -255,6 +255,45 @@ def test_a_runs_folder_copied_with_its_log_resumes_there_onto_the_copys_log(file
     assert checkpoint.read_log_owner(str(out)) == str(out / "mlperf.log")
 
 
+@pytest.mark.parametrize("at_mark", [1, 2])
+def test_a_log_replaced_mid_run_says_whether_a_checkpoint_holds_it(files, tmp_path, monkeypatch, at_mark):
+    """A log replaced while the run wrote it, found at a checkpoint's mark, said "(its checkpoints are
+    kept); ... rerun the same command to resume" at the first checkpoint too, with none written. Now
+    --output_dir's checkpoints say: none at the first mark; at the second the first one, which may
+    still be being written then, is waited for (the error's way out completes it anyway)."""
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.harness.mlperf_log import MLPerfLog
+    mark, marks, save, said_it = MLPerfLog.mark, [], checkpoint.save, threading.Event()
+
+    def replacing(log):
+        marks.append(log.path)
+        if len(marks) == at_mark:
+            (tmp_path / "other.log").write_text(":::MLLOG {}\n")
+            os.replace(tmp_path / "other.log", log.path)
+        try:
+            return mark(log)
+        finally:
+            if len(marks) == at_mark:
+                said_it.set()
+
+    def late(*a, **kw):  # the first checkpoint still being written at the second mark, until the line is made
+        said_it.wait(timeout=5)  # (or 5 s: the line waits for it)
+        return save(*a, **kw)
+    monkeypatch.setattr(MLPerfLog, "mark", replacing)
+    monkeypatch.setattr(checkpoint, "save", late)
+    out = tmp_path / "out"
+    with pytest.raises(UserError) as e:
+        training.main(flags_for(files, str(out), num_train_steps=9, save_checkpoints_steps=3, num_workers=0))
+    said = str(e.value)
+    assert said.startswith("MLPerf log %s was replaced while this run wrote it: the run stopped (" % marks[0]), said
+    if at_mark == 1:
+        assert "(no checkpoint was written, nothing saved; rerun the same command to start again)" in said, said
+        assert not [n for n in os.listdir(out) if n.endswith(".pt")]
+    else:
+        assert "(its checkpoints are kept; restore the log it wrote and rerun the same command to resume)" in said, said
+        assert [n for n in os.listdir(out) if n.endswith(".pt")] == ["model.ckpt-3.pt"]
+
+
 def test_checkpoints_every_n_steps_and_at_the_end(uninterrupted):
     out, names = uninterrupted
     # save every 3 of 30 micro-steps, keep the newest 5; nothing temporary left

@@ -19,6 +19,7 @@ from mlperf_logging.mllog.mllog import MLLogger
 from mlperf_logging.mllog import constants as C
 
 from mlperf_bert.errors import UserError
+from mlperf_bert.start_signals import holds_checkpoint, what_is_saved
 
 _ids = itertools.count()
 MARK = b":::MLLOG "
@@ -86,9 +87,14 @@ POLY_POWER_KEYS = {"lamb": C.OPT_LAMB_LR_DECAY_POLY_POWER, "adamw": "opt_learnin
 class MLPerfLog:
     """``event``/``start``/``end`` log ``:::MLLOG`` lines on rank 0; no-ops elsewhere."""
 
-    def __init__(self, path, rank=0, held=False):
-        """``held``: keep the lines in memory until ``open``; else open ``path`` now (appending)."""
+    def __init__(self, path, rank=0, held=False, output_dir=None):
+        """``held``: keep the lines in memory until ``open``; else open ``path`` now (appending).
+        ``output_dir``: the run's, whose checkpoints a stop on a replaced log says (rank 0 writes both)."""
         self.path = path
+        self.output_dir = output_dir
+        # the trainer's: waits for the checkpoint being written (an error mid-run completes it anyway),
+        # so that what a stop says is kept is what the folder holds
+        self.writes_done = lambda: None
         self.enabled = rank == 0 and path is not None
         self._fd, self._pending, self._error = None, [], None
         self._size, self._sha = 0, hashlib.sha256()
@@ -174,9 +180,17 @@ class MLPerfLog:
             what = "cut or added to by another process"
         else:
             return
-        raise UserError("MLPerf log %s was %s while this run wrote it: the run stopped (its checkpoints are kept); "
-                        "restore the log it wrote and rerun the same command to resume, or use another --output_dir "
-                        "for a new run" % (self.path, what))
+        raise UserError("MLPerf log %s was %s while this run wrote it: the run stopped (%s), or use another "
+                        "--output_dir for a new run" % (self.path, what, self._what_is_saved()))
+
+    def _what_is_saved(self):
+        """What the run leaves, for a stop on a replaced log: a resume needs the log its checkpoints record."""
+        if self.output_dir is None:  # (not told: the folder is unknown)
+            return "any checkpoint it wrote is kept; restore the log it wrote and rerun the same command to resume"
+        self.writes_done()
+        if holds_checkpoint(self.output_dir):
+            return "its checkpoints are kept; restore the log it wrote and rerun the same command to resume"
+        return what_is_saved(self.output_dir)  # on node 0: rank 0 writes the log
 
     def _write(self, line):
         if self._error is not None:

@@ -480,7 +480,7 @@ def run(cfg, stop, held):
     continues = TrainState.log_continues(ckpt)
 
     # ---- MLPerf init: lines held in memory until every start check has passed
-    log = MLPerfLog(log_path, rank, held=True)
+    log = MLPerfLog(log_path, rank, held=True, output_dir=output_dir)
     if not continues:
         # start_training.sh drops the page cache when it may and says so; run directly, nothing was.
         cache_cleared = os.environ.get("MLPERF_CACHE_CLEARED", "False") in ("True", "true", "1")
@@ -494,6 +494,7 @@ def run(cfg, stop, held):
                             cfg.data.max_seq_length, cfg.eval.target_mlm_accuracy, sc.poly_power, o.optimizer)
 
     trainer = Trainer(cfg, config, device, rank, world, seed, None if ckpt else cfg.model.init_checkpoint)
+    log.writes_done = functools.partial(trainer.writer.wait, raise_error=False)
     eval_set = None
     if eval_files:
         eval_set = evaluation.EvalSet(eval_files, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq,

@@ -423,17 +423,26 @@ def test_a_sigterm_to_the_batch_shell_alone_stops_every_node(job, tmp_path):
 
 
 @pytest.mark.parametrize("stopped", [False, True], ids=["srun-ended", "job-ended"])
-def test_a_lost_node_is_named_and_not_waited_for(job, stopped):
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["none", "checkpoint"])
+def test_a_lost_node_is_named_and_not_waited_for(job, tmp_path, stopped, checkpoint):
     """A Slurm sweep: node 1's slurmd and task killed (a node lost). The job, requeued by SLURM after
     the node failure, signalled the batch shell, which waited for node 1's status until KillWait's
     SIGKILL: no last line (or, had srun ended first, "node 0 lost contact with another rank first", node 1
-    "no status (killed, or never started)"). The line names the lost node; nothing waits for it."""
+    "no status (killed, or never started)"). The line names the lost node; nothing waits for it. It says
+    what OUTPUT_DIR (node 0's) holds: "the checkpoints written so far are kept" was said of none too."""
+    out = tmp_path / "submit" / "output"
+    if checkpoint:
+        (out / "run_3").mkdir(parents=True)
+        (out / "run_3" / "model.ckpt-40.pt").write_text("")
     extra = dict(FAKE_LOST_TERM="1") if stopped else {}
     proc, record = job(FAKE_0="75:0.5", FAKE_LOST="1", FAKE_DOWN="n2", **extra)
     host = socket.gethostname()
     last = proc.stdout.splitlines()[-1]
-    assert last.startswith("slurm_multinode.sbatch: node 1 (n2) was lost: SLURM has it down or not responding"), \
-        proc.stdout + proc.stderr
+    kept = ("the checkpoints written so far are kept: a requeue (--requeue, after a node failure) or a resubmission "
+            "resumes" if checkpoint else "no checkpoint was written, nothing saved (%s on node 0 holds none): a requeue "
+            "(--requeue, after a node failure) or a resubmission starts again" % out)
+    assert last.startswith("slurm_multinode.sbatch: node 1 (n2) was lost: SLURM has it down or not responding (its "
+                           "slurmd gone: the host failed or left the network); %s (" % kept), proc.stdout + proc.stderr
     m = re.search(r"\(node 0 \(%s\) 75 node 1 \(n2\) lost: down or not responding; srun (\d+)\)$" % re.escape(host), last)
     assert m and proc.returncode == int(m.group(1)) != 0, (last, proc.returncode)  # srun's (SLURM: NODE_FAIL)
 
@@ -700,17 +709,27 @@ def test_each_task_of_a_job_array_has_its_own_runs(job, tmp_path):
         "NUM_RUNS = 1000000000000000002, pass 18 digits: give a smaller SEED\n")), proc.stdout + proc.stderr
 
 
-def test_a_node_without_status_is_named_before_the_peer_that_lost_it(job):
+@pytest.mark.parametrize("checkpoint", ["", "model.ckpt-8.pt", "run_0/model.ckpt-8.pt"])
+def test_a_node_without_status_is_named_before_the_peer_that_lost_it(job, tmp_path, checkpoint):
     """A Slurm sweep: node 1's slurmd and task killed (its host lost) before SLURM had it down or not
     responding (SlurmdTimeout: minutes): the job ended 75, "node 0 lost contact with another rank first",
-    the node that failed named only as "no status". Its line names node 1; the status is srun's."""
+    the node that failed named only as "no status". Its line names node 1; the status is srun's. What is
+    kept is what OUTPUT_DIR (node 0's: the batch shell's) holds: a run's checkpoint, or a series' run's
+    (it said "the checkpoints written so far are kept" of an OUTPUT_DIR that held none)."""
+    out = tmp_path / "submit" / "output"
+    (out / "run_0").mkdir(parents=True)
+    (out / "run_0" / "model.ckpt-8.pt.tmp-99").write_text("")  # one being written: not a checkpoint
+    if checkpoint:
+        (out / checkpoint).write_text("")
     proc, record = job(FAKE_0="75:0.5", FAKE_LOST="1")
     host = socket.gethostname()
     last = proc.stdout.splitlines()[-1]
+    kept = ("the checkpoints written so far are kept: a requeue or a resubmission resumes" if checkpoint else
+            "no checkpoint was written, nothing saved (%s on node 0 holds none): a requeue or a resubmission starts "
+            "again" % out)
     assert last == ("slurm_multinode.sbatch: node 1 (n2) left no status (its task killed, or its node lost: SLURM does "
-                    "not have it down yet) and node 0 lost contact with it; the checkpoints written so far are kept: a "
-                    "requeue or a resubmission resumes (node 0 (%s) 75 node 1 no status (killed, or never started); "
-                    "srun 137)" % host), proc.stdout + proc.stderr
+                    "not have it down yet) and node 0 lost contact with it; %s (node 0 (%s) 75 node 1 no status "
+                    "(killed, or never started); srun 137)" % (kept, host)), proc.stdout + proc.stderr
     assert proc.returncode == 137, proc.returncode
 
 

@@ -1033,7 +1033,7 @@ def test_a_peer_that_refused_its_start_alone_is_not_a_lost_peer_to_resume(files,
         "no checkpoint was written, nothing saved; rerun the same command to start again\n"), line
 
 
-def test_a_peer_that_never_joins_the_process_group_is_one_line_not_a_traceback(monkeypatch, capsys):
+def test_a_peer_that_never_joins_the_process_group_is_one_line_not_a_traceback(monkeypatch, capsys, tmp_path):
     """A hang sweep: rank 1 stopped (kill -STOP, a debugger, a stalled NFS read) before it joined the
     process group: after torch's timeout (30 min) rank 0 ended with DistStoreError's traceback of
     40 lines (peer_loss_is_one_line needs a group made). Now one line naming what hangs, exit 75."""
@@ -1046,14 +1046,21 @@ def test_a_peer_that_never_joins_the_process_group_is_one_line_not_a_traceback(m
     monkeypatch.setattr(dist, "init_process_group", timed_out)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
-    with pytest.raises(SystemExit) as e:
-        distributed.setup("cpu")
-    assert e.value.code == PEER_LOST_STATUS
-    assert capsys.readouterr().err == (
-        "error: rank 0 %s (wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/1) as the ranks joined the "
-        "process group: a rank did not join in that time: it hangs in its start (stopped: kill -STOP, a debugger; its "
-        "input on a stalled file system) or its node is gone; nothing of this start was trained and the checkpoints "
-        "written so far are kept: end that rank, then rerun the same command\n" % PEER_LOST)
+    # what the line says is saved is what --output_dir holds (it said the checkpoints were kept of none)
+    fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
+    fresh.mkdir()
+    resumed.mkdir()
+    (resumed / "model.ckpt-8.pt").write_bytes(b"")
+    for out, saved in ((resumed, "the checkpoints written so far are kept; rerun the same command to resume from the newest"),
+                       (fresh, "no checkpoint was written, nothing saved; rerun the same command to start again")):
+        with pytest.raises(SystemExit) as e:
+            distributed.setup("cpu", str(out))
+        assert e.value.code == PEER_LOST_STATUS
+        assert capsys.readouterr().err == (
+            "error: rank 0 %s (wait timeout after 1800000ms, keys: /default_pg/0//cpu//0/1) as the ranks joined the "
+            "process group: a rank did not join in that time: it hangs in its start (stopped: kill -STOP, a debugger; "
+            "its input on a stalled file system) or its node is gone; nothing of this start was trained: end that rank "
+            "first; %s\n" % (PEER_LOST, saved))
 
 
 def test_a_rank_that_ended_before_the_others_joined_ends_their_wait_naming_its_node(monkeypatch, capsys):

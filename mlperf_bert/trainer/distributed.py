@@ -30,8 +30,9 @@ _BUCKET_BYTES = 32 << 20
 _HOST_GROUP = None
 
 
-def setup(device_kind):
-    """Join the torchrun process group if WORLD_SIZE > 1; return (rank, world_size, local_rank)."""
+def setup(device_kind, output_dir=None):
+    """Join the torchrun process group if WORLD_SIZE > 1; return (rank, world_size, local_rank).
+    ``output_dir``: the run's, whose checkpoints a join that waited out says (``what_is_saved``)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return 0, 1, 0
@@ -55,7 +56,7 @@ def setup(device_kind):
             except Exception as e:  # no group yet, which peer_loss_is_one_line needs: its traceback came out
                 if not _join_waited_out(e):
                     raise
-                _never_joined(e)
+                _never_joined(e, output_dir)
             finally:
                 joined.set()
         # NCCL's object collectives pickle into a CUDA tensor and read it back (a device sync, at
@@ -109,16 +110,16 @@ def _watch_rank_ended(joined, environ=os.environ, poll_s=0.5, connect_s=10, end=
         end(status)  # os._exit: the main thread waits in torch's C++ join
 
 
-def _never_joined(e):
+def _never_joined(e, output_dir=None):
     """A rank's wait for its peers to join the process group ended (torch's process-group timeout: gloo's 30 min, NCCL's 10;
     its store gone): a peer hangs in its start or its node is gone (a peer that failed is ended by
     torchrun, which then ends this rank): one line, PEER_LOST_STATUS, not torch's DistStoreError traceback.
     On one node torchrun's line for the hung rank, killed after this one left, is the run's."""
     print("error: rank %s %s (%s) as the ranks joined the process group: a rank did not join in that time: it "
           "hangs in its start (stopped: kill -STOP, a debugger; its input on a stalled file system) or its node is "
-          "gone; nothing of this start was trained and the checkpoints written so far are kept: end that rank, then "
-          "rerun the same command" % (os.environ.get("RANK", "?"), PEER_LOST, str(e).strip().splitlines()[0][:200]),
-          file=sys.stderr, flush=True)
+          "gone; nothing of this start was trained: end that rank first; %s" % (
+              os.environ.get("RANK", "?"), PEER_LOST, str(e).strip().splitlines()[0][:200],
+              what_is_saved(output_dir, node_rank())), file=sys.stderr, flush=True)
     raise SystemExit(PEER_LOST_STATUS) from None
 
 

@@ -414,7 +414,7 @@ def run(cfg, stop, held):
     if kind == "cuda" and not torch.cuda.is_available():
         raise UserError("--device=cuda but no CUDA device is available: use --device=cpu")
     stop.eval_only = not rt.do_train
-    rank, world, local_rank = distributed.setup(kind)
+    rank, world, local_rank = distributed.setup(kind, cfg.checkpoint.output_dir)
     if rt.num_gpus > 1 and world == 1:
         raise UserError("--num_gpus=%d in one process: launch with python -m mlperf_bert torchrun "
                         "--nproc_per_node=%d run_pretraining.py ... (or NUM_GPUS=%d train_model.sh)"

@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -761,3 +762,17 @@ def test_a_stop_at_start_is_node_0s_status_not_another_nodes_79(job):
     # both 79 (a fresh job): nothing saved, as before
     proc, record = job(FAKE_0="79:0.5", FAKE_1="79:0.1")
     assert proc.returncode == 79 and "stopped before anything was saved" in proc.stdout.splitlines()[-1], proc.stdout
+
+
+def test_a_nodes_status_line_has_its_time_without_epochrealtime(tmp_path):
+    """A review: a node's status line took its time from EPOCHREALTIME alone, which bash before 5.0
+    (RHEL 7's 4.2) does not have: the line read `143  n2`, the host name became the time, and the job's
+    summary ended on `set -u` (`n2: unbound variable`). Without it, the time is whole seconds."""
+    text = open(SBATCH, encoding="utf-8").read()
+    task = re.search(r"^node_task='(.*?)'$", text, re.S | re.M).group(1)
+    env = dict(os.environ, NODE_STATUS_DIR=str(tmp_path), SLURM_NODEID="1")
+    for unset in ("", "unset EPOCHREALTIME; "):  # (bash 5 unset: as bash 4 has none)
+        proc = subprocess.run(["bash", "-c", unset + task, "node_task", "bash", "-c", "exit 143"], env=env)
+        status, when, host = (tmp_path / "node_1").read_text().split()
+        assert (proc.returncode, status, host) == (143, "143", socket.gethostname()), unset
+        assert when.isdigit() and abs(int(when) / 1e6 - time.time()) < 60, (unset, when)

@@ -63,9 +63,6 @@ def write_text_shards(text_dir, num_shards=2, eval_every=8):
     return len(train), len(evals)
 
 
-# The demo's tiny model (hidden 32) trains fastest on one thread, and one thread is what load
-# elsewhere on the machine costs least: bench/demo_threads.py measures both (docs/running.md).
-DEMO_THREADS = "1"
 MAX_RUNS = 100  # start_training.sh's MAX_RUNS
 ORG, SYSTEM = "mlperf_bert-demo", "cpu_demo"  # the --runs submission's identity, logged by every run
 SETTINGS = "demo_settings.json"  # in the training folder: what a rerun must match to resume it
@@ -166,7 +163,6 @@ def training_env(data_dir, train_dir, packed_dir=None, py=sys.executable):
     for name in ("INPUT_FILES", "EVAL_FILE", "INIT_CHECKPOINT", "BERT_CONFIG", "DRY_RUN", "SEED", "NUM_RUNS",
                  "CHECK_ONLY", "TRAIN_MODEL", "NODE_RANK"):
         env.pop(name, None)
-    env.setdefault("OMP_NUM_THREADS", DEMO_THREADS)
     if packed_dir:  # the eval set stays unpacked eval_10k, as in NVIDIA's packed runs
         env["INPUT_FILES"] = os.path.join(packed_dir, "*.packed.hdf5")
     return env

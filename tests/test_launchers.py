@@ -1837,3 +1837,33 @@ def test_train_model_from_a_removed_folder_is_one_line(tmp_path):
     # (before it, bash's own "shell-init: error retrieving current directory" as it starts there)
     assert proc.stderr.splitlines()[-1] == ("error: train_model.sh: cannot return to the current folder %s (removed "
                                             "since?): run it from a folder that exists" % gone), proc.stderr
+
+
+def test_demo_cpu_preset_trains_on_one_thread_unless_told(tmp_path):
+    """train_model.sh --preset=demo_cpu runs the trainer with OMP_NUM_THREADS=1, as the demo does (torch's
+    default of a thread per core ran it 3-12x slower beside other jobs), and its dry run says so; a
+    setting of the user's is left as it is, and other presets get none."""
+    seen = tmp_path / "threads.txt"
+    python = tmp_path / "python"
+    python.write_text('#!/usr/bin/env bash\n[[ "$1" == */run_pretraining.py ]] && '
+                      '{ echo "${OMP_NUM_THREADS-unset}" > %s; exit 0; }\nexec %s "$@"\n' % (seen, sys.executable))
+    python.chmod(0o755)
+    for name in ("part-00000", "eval_10k"):
+        (tmp_path / name).touch()
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "PRESET", "NUM_GPUS", "DRY_RUN")}
+    base.update(DATA_DIR=str(tmp_path), OUTPUT_DIR=str(tmp_path / "out"), PYTHON=str(python))
+
+    def threads(*args, **env):
+        if seen.exists():
+            seen.unlink()
+        proc = subprocess.run([os.path.join(ROOT, "train_model.sh")] + list(args), capture_output=True, text=True,
+                              env=dict(base, **env), cwd=str(tmp_path), timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return seen.read_text().strip() if seen.exists() else proc.stdout
+
+    assert threads("--preset=demo_cpu") == "1"
+    assert threads("--preset=demo_cpu", OMP_NUM_THREADS="3") == "3"
+    assert "export OMP_NUM_THREADS=1\n" in threads("--preset=demo_cpu", "--dry_run")
+    assert "OMP_NUM_THREADS" not in threads("--preset=demo_cpu", "--dry_run", OMP_NUM_THREADS="3")
+    assert "OMP_NUM_THREADS" not in threads("--preset=reference_gpu", "--dry_run",
+                                            INIT_CHECKPOINT=str(tmp_path / "x"))

@@ -511,7 +511,7 @@ def test_a_signal_under_two_ranks_is_one_line_once_naming_it(files, tmp_path, sh
     err = _read(stderr)
     if progress:  # the bar, a line per redraw in a file, and nothing else
         import re
-        bar = [l for l in err.splitlines() if re.match(r"^ *\d+%\|.*\| \d+/3000 \[", l)]
+        bar = [l for l in err.splitlines() if re.match(r"^train: *\d+%\|.*\| \d+/3000 \[", l)]
         assert bar and err == "".join(l + "\n" for l in bar), err
     else:
         assert err == ""

@@ -587,3 +587,23 @@ def test_a_shard_given_as_input_is_refused_as_such_in_a_folder_named_with_glob_c
                             "--num_test_articles=0", "--workers=1", "--noprogress"])
     assert str(e.value) == ("output %s is the input %s: writing it would destroy the input; give another output path"
                             % (shard, shard))
+
+
+def test_verify_of_a_samples_text_folder_lists_only_what_its_run_made(tmp_path, wiki_files):
+    """The wiki sample makes one shard, named -of-00500 as every text-pipeline shard: verify of its folder
+    named the 499 others MISSING and its record UNKNOWN; now its record says the set (MISMATCH against
+    results/ stays: it is not the reference's text), and a shard the record lists that is gone is MISSING."""
+    from mlperf_bert.dataset import checksums
+    out = tmp_path / "results4"
+    glob = os.path.join(os.path.dirname(wiki_files[0]), "wiki_??")
+    assert text_pipeline.main(["text-pipeline", "--wiki_glob=%s" % glob, "--output_dir=%s" % out,
+                               "--num_test_articles=22", "--noprogress"]) == 0
+    assert listing(out) == ["eval.md5", "eval.txt", "part-00000-of-00500"]
+    lines = []
+    assert not checksums.verify([str(out)], out=lines.append)
+    assert lines[-1] == "verify: 1 OK, 3 MISMATCH, 0 MISSING, 0 UNKNOWN: FAILED", lines
+    assert not [line for line in lines if "MISSING" in line.split()[0] or text_pipeline.RECORD_NAME in line], lines
+    (out / "part-00000-of-00500").unlink()
+    lines = []
+    assert not checksums.verify([str(out)], out=lines.append)
+    assert [line for line in lines if line.startswith("MISSING")] == ["MISSING %s" % (out / "part-00000-of-00500")]

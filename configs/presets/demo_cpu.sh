@@ -3,6 +3,9 @@
 # (global batch 32 = 16 x 2), online eval every 1,600 samples (the rules' formula gives 150,000, after
 # this run's 32,000), open division with a target it can reach.
 PRESET_NUM_GPUS=1
+# one thread unless OMP_NUM_THREADS is set: the tiny model gains nothing from a second, and threads that
+# wait for each other are what load elsewhere on the machine costs most (docs/running.md, "Threads")
+PRESET_THREADS=1
 PRESET_BERT_CONFIG=configs/bert_config_demo.json
 PRESET_FLAGS=(
   --max_seq_length=32

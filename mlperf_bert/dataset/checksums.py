@@ -327,6 +327,7 @@ def _refuse_special(path):
 
 
 def plan(paths, tables, manifest=None):
+    from mlperf_bert.dataset import text_pipeline  # (here: its sentence splitter's import is verify's alone, not the trainer's)
     p = _Plan()
     for path in paths:
         if not os.path.exists(path):
@@ -354,7 +355,8 @@ def plan(paths, tables, manifest=None):
         if os.path.isdir(path):
             names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n))
                            and not is_lock_file(n)  # a run's lock, or one a killed run left
-                           and n != packing.RECORD_NAME)  # pack's record: checked as the run it records (below)
+                           # pack's and text-pipeline's records: checked as the run each records (below)
+                           and n not in (packing.RECORD_NAME, text_pipeline.RECORD_NAME))
             own = os.path.join(path, MANIFEST_NAME)
             if manifest is None and MANIFEST_NAME in names:
                 # make-dataset's folder: its manifest says what it holds (the reference publishes
@@ -406,8 +408,14 @@ def plan(paths, tables, manifest=None):
                 if name.startswith("model.ckpt-28252.") and sets & {"checkpoint_tf1", "checkpoint_tf2"}:
                     exps = [e for e in exps if e[0] in sets]
                 p.files[f] = exps
+            # text-pipeline's folder: its record lists the set its run made (a sample's text gives fewer than
+            # 500 shards, all named -of-00500): the others were 499 MISSING lines; one it lists that is gone is
+            # MISSING, and its run unfinished (below)
+            made = text_pipeline.unfinished_run(path)[0] if os.path.isfile(os.path.join(path, text_pipeline.RECORD_NAME)) \
+                else None
             for s in sorted(sets):
-                p.missing += [os.path.join(path, n) for n in SETS[s][2] if n not in names]
+                p.missing += [os.path.join(path, n) for n in SETS[s][2]
+                              if n not in names and not (s == "text" and made and n not in made)]
             if "eval.txt" in names and "eval.md5" in names:
                 p.eval_pairs.append((os.path.join(path, "eval.txt"), os.path.join(path, "eval.md5")))
         else:
@@ -427,7 +435,6 @@ def plan(paths, tables, manifest=None):
         if why:
             p.unfinished.append((folder, "holds " + why))
     # the same of text-pipeline's shards (make-dataset refuses them): only a folder it wrote has its record
-    from mlperf_bert.dataset import text_pipeline  # (here: its sentence splitter's import is verify's alone, not the trainer's)
     folders = {os.path.normpath(os.path.dirname(f) or ".") for f in p.files} | {os.path.normpath(d) for d in paths}
     for folder in sorted(folders):
         if os.path.isfile(os.path.join(folder, text_pipeline.RECORD_NAME)):

@@ -712,7 +712,8 @@ class Loop:
         # (to --max_samples_termination's update where that ends the run first: the demo's bar ended at 10 %;
         # packed rows hold sequences by the files' mean rate, so it may end a little off its total)
         total = self.cfg.last_step(self.samples_per_update)
-        return bar(total=max(total, step), initial=step, unit="step", leave=False)
+        # (named as every other bar is: a batch job's log showed "  5%|5  | 101/2000" among other output)
+        return bar(total=max(total, step), initial=step, unit="step", desc="train", leave=False)
 
     def log_interval(self):
         """train_loss and the interval's rates. Host syncs (.item(), collectives) only at log,

@@ -336,19 +336,20 @@ def test_files_it_did_not_write_are_never_removed_or_overwritten(wiki_files, tmp
 
 def test_articles_are_counted_as_they_are_and_noprogress_is_quiet(tmp_path):
     """Issue 33: an empty file 'has 1 articles' (the piece after the last blank line was counted);
-    there was no --noprogress."""
+    there was no --noprogress. A new user's journey: the line gave no count that fits (only the docs
+    said one for the sample); where one does, it says the largest."""
     import subprocess
     import sys
     empty, one = tmp_path / "wiki_00", tmp_path / "wiki_01"
     empty.write_bytes(b"")
     one.write_text('<doc id="1" url="u" title="T">\nT\n\nOne sentence. And a second one.\n</doc>\n')
-    for path, count in ((empty, "0 articles"), (one, "1 article")):
+    for path, count, fits in ((empty, "0 articles", ""), (one, "1 article", " (1 fits this file)")):
         proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "text-pipeline", "--wiki_glob=%s" % path,
                                "--output_dir=%s" % (tmp_path / "out"), "--workers=1", "--noprogress"],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and not proc.stdout
         assert proc.stderr == ("error: %s has %s but must give 10000 eval articles: give more input files or a "
-                               "smaller --num_test_articles\n" % (path, count))
+                               "smaller --num_test_articles%s\n" % (path, count, fits))
 
 
 def test_its_record_never_names_a_file_outside_its_folder(wiki_files, tmp_path):

@@ -365,7 +365,7 @@ def plan(paths, tables, manifest=None):
                 # One damaged (emptied, overwritten) is refused: the folder was checked by nothing.
                 table = read_manifest(own)
                 for name in names:
-                    if name != MANIFEST_NAME:
+                    if name not in (MANIFEST_NAME, SETTINGS_NAME):  # (make-dataset's own records: not outputs)
                         f = os.path.join(path, name)
                         if name not in table:
                             p.files[f] = expectations(f, tables)
@@ -382,7 +382,7 @@ def plan(paths, tables, manifest=None):
                 p.unfinished.append((path, run_record.unfinished_make_dataset(path)))
             if manifest is not None:
                 for name in names:
-                    if name != MANIFEST_NAME:
+                    if name not in (MANIFEST_NAME, SETTINGS_NAME):  # (make-dataset's own records: not outputs)
                         exp = manifest.get(name)  # (a name of this folder's listing, not the manifest's text:
                         # a link into a shared store is the folder's file, as a trainer reads it)
                         p.files[os.path.join(path, name)] = [("--manifest",) + exp] if exp else []

@@ -102,9 +102,13 @@ def separate(text, k, num_files, num_test_articles, seed, name="input"):
     # do_gather.py crashes (IndexError) on the file's empty training text.
     if num_tests >= len(articles):
         real = sum(1 for a in articles if a.strip())
+        # the largest count this file can give its share of (a new user's sample: only the docs said one)
+        fits = next((t for t in range(num_test_articles - 1, 0, -1)
+                     if num_eval_articles(k, num_files, t) < len(articles)), 0)
         raise UserError("%s has %d article%s but must give %d eval article%s: give more input files or a "
-                        "smaller --num_test_articles" % (name, real, "" if real == 1 else "s", num_tests,
-                                                         "" if num_tests == 1 else "s"))
+                        "smaller --num_test_articles%s" % (name, real, "" if real == 1 else "s", num_tests,
+                                                           "" if num_tests == 1 else "s",
+                                                           " (%d fits this file)" % fits if fits else ""))
     chosen = set(pick_eval_ids(len(articles), num_tests, seed + 13 * k))
     train = "".join(a + "\n\n" for i, a in enumerate(articles) if i not in chosen)
     return train, [a for i, a in enumerate(articles) if i in chosen]

@@ -17,12 +17,15 @@ class BarLines:
     written there (an error, another process's in the same pipe) would continue it."""
 
     def __init__(self, out):
-        self.out = out
+        self.out, self.last = out, None
 
     def write(self, text):
         text = text.replace("\r", "").rstrip()
-        if text:
+        # a redraw of what the last line says (a bar closed where it began, within its first second: an
+        # error's) is no news: a log showed its "0%" line twice before the error
+        if text and text != self.last:
             self.out.write(text + "\n")
+            self.last = text
 
     def flush(self):
         self.out.flush()

@@ -832,6 +832,18 @@ def test_a_bar_a_terminal_erases_leaves_its_last_state_in_a_file():
     assert lines[0].startswith("hashing:   0%") and lines[-1].startswith("hashing: 100%") and "5/5" in lines[-1], lines
 
 
+def test_a_bar_closed_where_it_began_is_one_line_in_a_file():
+    """A new user's journey: text-pipeline refusing its input in its first second wrote its bar's
+    "clean+split:   0%" line twice in a log, the close's redraw the same as the first."""
+    import io
+    from mlperf_bert.progress import bar
+    out = io.StringIO()
+    b = bar(total=2, file=out, desc="clean+split", unit="file")
+    b.close()
+    lines = out.getvalue().splitlines()  # (one line, or two where a second passed between: not the same line)
+    assert lines[0] == "clean+split:   0%|          | 0/2 [00:00<?, ?file/s]" and len(set(lines)) == len(lines), lines
+
+
 # A command ended with its bar open (the trainer's, closed only at the run's end) by its own line and a
 # SystemExit ($1 "exit": the loader's for a killed worker), by a bug's traceback ($1 "crash"), by its
 # error ($1 "error"), by a SIGTERM ($1 "stop") or by torchrun's SIGTERM after another rank failed ($1 "peer")

@@ -130,6 +130,36 @@ def test_a_replaced_log_says_whether_a_checkpoint_holds_the_run(tmp_path):
     assert "(its checkpoints are kept;" in replaced()
 
 
+def test_a_replaced_log_says_the_checkpoint_write_that_failed(tmp_path, monkeypatch):
+    """A review: the wait for the checkpoint being written took its error (a full disk) and nothing said
+    it: the line said "restore the log ... rerun", and the rerun's checkpoint failed the same way."""
+    import functools
+    from mlperf_bert.errors import UserError
+    from mlperf_bert.trainer import checkpoint
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.ckpt-2.pt").write_text("")
+
+    def full(path, state, keep):
+        raise UserError("cannot write %s: no space left on device; no partial file was left: free space" % path)
+
+    monkeypatch.setattr(checkpoint, "save", full)
+    writer = checkpoint.BackgroundWriter()
+    p = tmp_path / "mlperf.log"
+    log = MLPerfLog(str(p), held=True, output_dir=str(out))
+    log.writes_done = functools.partial(writer.wait, raise_error=False)
+    log.open()
+    writer.submit(str(out / "model.ckpt-4.pt"), {}, 0)
+    (tmp_path / "other.log").write_text(":::MLLOG {}\n")
+    (tmp_path / "other.log").replace(p)
+    with pytest.raises(UserError) as e:
+        log.mark()
+    assert ("the run stopped (the checkpoint being written failed: cannot write %s: no space left on device; no "
+            "partial file was left: free space; its checkpoints are kept; restore the log it wrote and rerun the same "
+            "command to resume)" % (out / "model.ckpt-4.pt")) in str(e.value), str(e.value)
+    assert writer.wait() is None  # said once
+
+
 def test_a_mark_is_on_the_disk_before_a_checkpoint_records_it(tmp_path, monkeypatch):
     """A checkpoint (fsynced) records the log's length and sha256; the log's lines were left in the page
     cache, so after a machine's crash the checkpoint could outlive the log's last lines and every

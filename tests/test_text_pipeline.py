@@ -334,6 +334,27 @@ def test_files_it_did_not_write_are_never_removed_or_overwritten(wiki_files, tmp
     assert len([n for n in os.listdir(own) if n.startswith("part-")]) == 5
 
 
+def test_the_count_it_says_fits_fits_every_file(wiki_files, tmp_path):
+    """A review: the line gave the count that fits the first short file, "(151 fits this file)" of the
+    sample's wiki_00, and the rerun with it was refused on wiki_03 ("must give 38", "(128 fits this file)").
+    It now says the count every file fits, which the rerun takes, and how many other files are short."""
+    with pytest.raises(UserError) as e:
+        text_pipeline.run(wiki_files, str(tmp_path / "a"), workers=2, progress=False)
+    assert str(e.value) == ("%s has 37 articles but must give 2500 eval articles: give more input files or a smaller "
+                            "--num_test_articles (3 other files too; 128 fits every file)" % wiki_files[0])
+    text_pipeline.run(wiki_files, str(tmp_path / "b"), num_test_articles=128, workers=1, progress=False)
+    assert len(open(tmp_path / "b" / "eval.md5").read().split()) == 128
+    with pytest.raises(UserError, match=r"wiki_03 has 32 articles but must give 33 eval articles: .* \(128 fits "
+                                        r"every file\)\Z"):
+        text_pipeline.run(wiki_files, str(tmp_path / "c"), num_test_articles=129, workers=1, progress=False)
+
+
+def test_the_largest_count_is_every_files_though_shares_are_not_monotonic():
+    """Four files of one article each: 4 gives each 1; 5, 6 and 7 give one of them 2, which it cannot."""
+    assert [text_pipeline.largest_fitting([2, 2, 2, 2], t) for t in (4, 5, 8, 9)] == [3, 4, 4, 4]
+    assert text_pipeline.largest_fitting([1, 40], 10) == 1  # a file with none: only a count giving it no share
+
+
 def test_articles_are_counted_as_they_are_and_noprogress_is_quiet(tmp_path):
     """Issue 33: an empty file 'has 1 articles' (the piece after the last blank line was counted);
     there was no --noprogress. A new user's journey: the line gave no count that fits (only the docs
@@ -343,7 +364,7 @@ def test_articles_are_counted_as_they_are_and_noprogress_is_quiet(tmp_path):
     empty, one = tmp_path / "wiki_00", tmp_path / "wiki_01"
     empty.write_bytes(b"")
     one.write_text('<doc id="1" url="u" title="T">\nT\n\nOne sentence. And a second one.\n</doc>\n')
-    for path, count, fits in ((empty, "0 articles", ""), (one, "1 article", " (1 fits this file)")):
+    for path, count, fits in ((empty, "0 articles", ""), (one, "1 article", " (1 fits every file)")):
         proc = subprocess.run([sys.executable, "-m", "mlperf_bert", "text-pipeline", "--wiki_glob=%s" % path,
                                "--output_dir=%s" % (tmp_path / "out"), "--workers=1", "--noprogress"],
                               capture_output=True, text=True)

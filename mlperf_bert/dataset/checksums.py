@@ -396,6 +396,8 @@ def plan(paths, tables, manifest=None):
             others = [n for n in names if n.startswith("part-") and OUTPUT_NAME.match(n) and n not in PART_NAMES]
             other_tfrecords = bool(others) and "text" not in sets and is_tfrecord(os.path.join(path, others[0]))
             for name in names:
+                if name == SETTINGS_NAME:  # an unfinished make-dataset's record: its folder's line says that run
+                    continue
                 f = os.path.join(path, name)
                 exps = expectations(f, tables)
                 if sets & {"tfrecord", "text"} == {"tfrecord"} and name in SETS["tfrecord"][2]:

@@ -93,6 +93,10 @@ def pick_eval_ids(num_articles, num_tests, seed):
     return ids
 
 
+class TooFewArticles(UserError):
+    """A file with too few articles for its share of the eval articles; ``pieces``: its count of pieces."""
+
+
 def separate(text, k, num_files, num_test_articles, seed, name="input"):
     """Split one segmented file's text into (training text, [eval articles]) as the reference does."""
     articles = text.split("\n\n")
@@ -102,16 +106,26 @@ def separate(text, k, num_files, num_test_articles, seed, name="input"):
     # do_gather.py crashes (IndexError) on the file's empty training text.
     if num_tests >= len(articles):
         real = sum(1 for a in articles if a.strip())
-        # the largest count this file can give its share of (a new user's sample: only the docs said one)
-        fits = next((t for t in range(num_test_articles - 1, 0, -1)
-                     if num_eval_articles(k, num_files, t) < len(articles)), 0)
-        raise UserError("%s has %d article%s but must give %d eval article%s: give more input files or a "
-                        "smaller --num_test_articles%s" % (name, real, "" if real == 1 else "s", num_tests,
-                                                           "" if num_tests == 1 else "s",
-                                                           " (%d fits this file)" % fits if fits else ""))
+        e = TooFewArticles("%s has %d article%s but must give %d eval article%s: give more input files or a "
+                           "smaller --num_test_articles" % (name, real, "" if real == 1 else "s", num_tests,
+                                                            "" if num_tests == 1 else "s"))
+        e.pieces = len(articles)
+        raise e
     chosen = set(pick_eval_ids(len(articles), num_tests, seed + 13 * k))
     train = "".join(a + "\n\n" for i, a in enumerate(articles) if i not in chosen)
     return train, [a for i, a in enumerate(articles) if i in chosen]
+
+
+def largest_fitting(pieces, num_test_articles):
+    """The largest count below ``num_test_articles`` every file gives its share of (``pieces[k]``: file k's
+    count of pieces), or 0. Every file's: a share is a file's own, and a count that fits one file may not
+    fit another (the sample's wiki_00 took 151, wiki_03 then refused it)."""
+    n = len(pieces)
+    # a share is at least count // n: larger counts cannot fit the smallest file
+    top = min(num_test_articles - 1, n * min(pieces) - 1)
+    # only a file with no more pieces than the largest share can refuse a count
+    tight = [k for k in range(n) if pieces[k] <= -(-top // n)]
+    return next((t for t in range(top, 0, -1) if all(num_eval_articles(k, n, t) < pieces[k] for k in tight)), 0)
 
 
 def gather_piece(train):
@@ -126,11 +140,15 @@ def gather_piece(train):
 
 def _process_one(job):
     k, path, num_files, num_test_articles, seed, work_dir = job
-    train, evals = separate(segment_file(path), k, num_files, num_test_articles, seed, path)
+    text = segment_file(path)
+    try:
+        train, evals = separate(text, k, num_files, num_test_articles, seed, path)
+    except TooFewArticles as e:  # counted with every other file's: the count that fits them all (run)
+        return None, e, e.pieces
     out = os.path.join(work_dir, "%08d.train" % k)
     with atomic_open(out, "w", encoding="utf-8", newline="\n") as f:
         f.write(gather_piece(train))
-    return out, evals
+    return out, evals, text.count("\n\n") + 1
 
 
 def gather_plan(sizes, block_size):
@@ -237,13 +255,22 @@ def run(input_files, output_dir, num_test_articles=10000, block_size_mb=26.92, s
     n = len(input_files)
     jobs = [(k, p, n, num_test_articles, seed, work_dir) for k, p in enumerate(input_files)]
     workers = max(1, min(workers or usable_cores(), n))
-    train_files, eval_articles = [], []
+    train_files, eval_articles, pieces, short = [], [], [], []
     try:
         with worker_pool(workers) as pool:
-            for out, evals in progress_bar(pool.imap(_process_one, jobs), total=n, desc="clean+split",
-                                   unit="file", disable=not progress):
+            for out, evals, count in progress_bar(pool.imap(_process_one, jobs), total=n, desc="clean+split",
+                                          unit="file", disable=not progress):
+                pieces.append(count)
+                if out is None:
+                    short.append(evals)
+                    continue
                 train_files.append(out)
                 eval_articles.extend(evals)
+        if short:  # the first file's line, and the count every file fits (one file's misled a rerun)
+            fits = largest_fitting(pieces, num_test_articles)
+            notes = (["%d other file%s too" % (len(short) - 1, "" if len(short) == 2 else "s")] if len(short) > 1
+                     else []) + (["%d fits every file" % fits] if fits else [])
+            raise UserError("%s%s" % (short[0], " (%s)" % "; ".join(notes) if notes else ""))
         # Before the first output (a killed run's files are ours too), not before: a run stopped
         # earlier has changed nothing, and the set an earlier run finished stays usable.
         write_record(output_dir, recorded | set(names), finished=False)

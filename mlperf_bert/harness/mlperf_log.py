@@ -93,7 +93,7 @@ class MLPerfLog:
         self.path = path
         self.output_dir = output_dir
         # the trainer's: waits for the checkpoint being written (an error mid-run completes it anyway),
-        # so that what a stop says is kept is what the folder holds
+        # so that what a stop says is kept is what the folder holds; returns that write's error, or None
         self.writes_done = lambda: None
         self.enabled = rank == 0 and path is not None
         self._fd, self._pending, self._error = None, [], None
@@ -187,10 +187,13 @@ class MLPerfLog:
         """What the run leaves, for a stop on a replaced log: a resume needs the log its checkpoints record."""
         if self.output_dir is None:  # (not told: the folder is unknown)
             return "any checkpoint it wrote is kept; restore the log it wrote and rerun the same command to resume"
-        self.writes_done()
+        failed = self.writes_done()
+        # (said here or never: the write's error is taken, and this line is the run's)
+        failed = "the checkpoint being written failed: %s; " % str(failed).strip() \
+            if isinstance(failed, BaseException) else ""
         if holds_checkpoint(self.output_dir):
-            return "its checkpoints are kept; restore the log it wrote and rerun the same command to resume"
-        return what_is_saved(self.output_dir)  # on node 0: rank 0 writes the log
+            return failed + "its checkpoints are kept; restore the log it wrote and rerun the same command to resume"
+        return failed + what_is_saved(self.output_dir)  # on node 0: rank 0 writes the log
 
     def _write(self, line):
         if self._error is not None:

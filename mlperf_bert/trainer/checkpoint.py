@@ -333,6 +333,7 @@ class BackgroundWriter:
         self._thread = thread
 
     def wait(self, raise_error=True):
+        """Without ``raise_error``: the last write's error, or None (the caller says it)."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -340,6 +341,7 @@ class BackgroundWriter:
         error, self._error = self._error, None
         if error is not None and raise_error:
             raise error
+        return error
 
 
 TRAINING_STATE = ("optimizer", "ranks", "seed", "global_step")  # what a resume reads beside the weights

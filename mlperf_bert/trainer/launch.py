@@ -14,7 +14,8 @@ of its own and:
   checkpoint, also after a signal to torchrun alone; the one line is rank 0's ``SIGTERM: checkpoint
   ... written`` (``SIGINT: ...``). A stop that saved nothing (before run_start in a fresh run,
   before the ranks started) exits NOT_SAVED_STATUS with a line saying so (a resumed run's, its
-  ``--output_dir`` holding a checkpoint, 143 or 130), a rank that failed or was killed meanwhile with
+  ``--output_dir`` holding a checkpoint, 143 or 130; on a node other than 0 (``node_of``) a folder
+  without one cannot tell, and the line says node 0's status does), a rank that failed or was killed meanwhile with
   its status; never 143 otherwise. The ranks have ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``
   seconds (300 unless set; torchrun's own default is 30) to write it before torchrun kills them;
 - drops torchrun's log lines and tracebacks, shows an error line the ranks print once (every rank
@@ -22,7 +23,8 @@ of its own and:
 - where its stdout and stderr are one (``> log 2>&1``, ``2>&1 | tee log``), passes the ranks' through
   one pipe: in the order they wrote them;
 - a rank killed by a signal: one line naming the rank, its pid and host and the signal (a SIGKILL of
-  the out-of-memory killer: that, and the memory limit reached), exit 128 + the signal's number; lines
+  the out-of-memory killer: that, and the memory limit reached) and what ``--output_dir`` holds
+  (``start_signals.what_is_saved``), exit 128 + the signal's number; lines
   of ranks that only lost contact with it are not shown;
 - a busy ``--master_port``: one line naming the port and the fix, exit 2;
 - a multi-node launch (torchrun's static rendezvous: ``--nnodes`` above 1 with ``--master_addr`` and
@@ -105,7 +107,8 @@ USAGE = """usage: python -m mlperf_bert torchrun [torchrun options] SCRIPT [SCRI
 
 torchrun (python -m torch.distributed.run, the same options) with one line instead of its
 tracebacks and the trainer's exit status: SIGTERM or Ctrl-C -> every rank checkpoints, exit 143
-(130), or %d when the stop saved nothing; a rank killed by signal N -> one line naming it, exit
+(130), or %d when the stop saved nothing (on a node other than 0: when its --output_dir holds no
+checkpoint); a rank killed by signal N -> one line naming it and what --output_dir holds, exit
 128+N; a busy --master_port -> one line, exit 2; several nodes (--nnodes=N --node_rank=R
 --master_addr=A --master_port=P) -> a line while it waits for the others, and one line and exit %d
 (the nodes never met; %d is a rank that lost a peer mid-run, %d one whose peer failed at its start)

@@ -117,6 +117,8 @@ def test_a_checkpoint_of_the_old_code_resumes_bit_exactly(tmp_path):
     assert ("torch",) not in old_leaves and today_leaves.pop(("torch",)) == torch.__version__
     # and its arithmetic revision (a resume from code of another, or from this one, says so: the next test)
     assert ("arithmetic",) not in old_leaves and today_leaves.pop(("arithmetic",)) == checkpoint.ARITHMETIC
+    # and on the CPU its thread count (a resume on another says so: test_a_cpu_resume_on_another_thread_count...)
+    assert ("cpu_threads",) not in old_leaves and today_leaves.pop(("cpu_threads",)) == torch.get_num_threads()
     # and whether an eval diverged (a resume from its checkpoint ends there: test_training.py); an old
     # checkpoint without it resumes as one whose evals were finite
     assert ("diverged",) not in old_leaves and today_leaves.pop(("diverged",)) is False
@@ -215,6 +217,35 @@ def test_a_resume_under_another_torch_says_so_once_and_goes_on_from_the_checkpoi
         assert_bit_identical(str(out / "model.ckpt-12.pt"), str(full / "model.ckpt-12.pt"))
         # the resumed run's own checkpoints name the torch it ran under
         assert torch.load(out / "model.ckpt-12.pt", map_location="cpu", weights_only=False)["torch"] == torch.__version__
+
+
+def test_a_cpu_resume_on_another_thread_count_says_so_once(tmp_path, capsys):
+    """A review: demo_cpu's one thread, which train_model.sh gives from 2026-12-08, resumed a run started on
+    one thread a core without a word; the threads split a CPU's sums (docs/training.md: 2 ulp apart with one
+    and two). A CPU checkpoint names its thread count; a resume on another says so once and goes on; on
+    the same, or from a checkpoint that names none (a GPU run's, an older version's), nothing is said."""
+    d = _fixture_data(tmp_path)
+    full = tmp_path / "full"
+    assert training.main(_argv(d, full)) == 0
+    ckpt = torch.load(full / "model.ckpt-6.pt", map_location="cpu", weights_only=False)
+    assert ckpt["cpu_threads"] == torch.get_num_threads()
+    capsys.readouterr()
+    for name, written in (("other", torch.get_num_threads() + 3), ("same", torch.get_num_threads()), ("none", None)):
+        out = tmp_path / name
+        out.mkdir()
+        ckpt.pop("cpu_threads", None)
+        if written is not None:
+            ckpt["cpu_threads"] = written
+        torch.save(ckpt, out / "model.ckpt-6.pt")
+        shutil.copy(full / "mlperf.log", out / "mlperf.log")
+        assert training.main(_argv(d, out)) == 0
+        warned = [line for line in capsys.readouterr().err.splitlines() if "CPU thread" in line]
+        assert warned == ([] if name != "other" else [
+            "warning: checkpoint %s was written on %d CPU threads, this run has %d: the resume goes on from its state, "
+            "but its sums may round otherwise than the uninterrupted run's (not bit-identical); resume with "
+            "OMP_NUM_THREADS=%d for the same arithmetic" % (out / "model.ckpt-6.pt", written, torch.get_num_threads(),
+                                                             written)]), name
+        assert_bit_identical(str(out / "model.ckpt-12.pt"), str(full / "model.ckpt-12.pt"))
 
 
 class _Killed(Exception):

@@ -435,7 +435,7 @@ def same_ranks_fix(n):
             "or use another --output_dir for a new run" % (n, "" if n == 1 else "s"))
 
 
-def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt):
+def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_path, path, ckpt, device_type="cpu"):
     """Refuse, in one line, a resume from a checkpoint of another run, config or rank count, onto a
     log that no longer begins with what the checkpoint's run had written, or with another submitter,
     platform or status than that log's start holds."""
@@ -459,6 +459,8 @@ def check_resume(cfg, config, world, train_files, eval_files, init_ckpt, log_pat
                             % ("; ".join(changed), os.path.dirname(path), os.path.basename(path)))
     warn_other_torch(ckpt.get("torch"), path)
     warn_other_arithmetic(checkpoint.arithmetic_of(ckpt), path)
+    if device_type == "cpu":
+        warn_other_threads(ckpt.get("cpu_threads"), path)
 
 
 def warn_other_torch(written, path):
@@ -472,6 +474,20 @@ def warn_other_torch(written, path):
               "its state, but its sums may round otherwise than the uninterrupted run's (not bit-identical), and a "
               "submission's runs name one software stack; resume under torch %s for the same arithmetic"
               % (path, written, running, written), file=sys.stderr, flush=True)
+
+
+def warn_other_threads(written, path):
+    """A CPU resume on another thread count than the one that wrote checkpoint ``path`` (``written``;
+    None: a GPU run's, or an older version's) goes on from its state, as one under another torch does,
+    and says so once: the threads split a CPU's sums (a review: demo_cpu's one thread, given by
+    train_model.sh from 2026-12-08, resumed a run started on one a core without a word)."""
+    import torch
+    running = torch.get_num_threads()
+    if isinstance(written, int) and written != running:
+        print("warning: checkpoint %s was written on %d CPU thread%s, this run has %d: the resume goes on from its "
+              "state, but its sums may round otherwise than the uninterrupted run's (not bit-identical); resume with "
+              "OMP_NUM_THREADS=%d for the same arithmetic" % (path, written, "" if written == 1 else "s", running,
+                                                              written), file=sys.stderr, flush=True)
 
 
 def warn_other_arithmetic(written, path):

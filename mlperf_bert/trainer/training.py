@@ -458,7 +458,8 @@ def run(cfg, stop, held):
     ckpt_path = found[-1][1] if found else None  # on rank 0's disk: only rank 0 reads it
     ckpt = checkpoint.load_on_every_rank(
         ckpt_path, rank, device, functools.partial(preflight.check_resume, cfg, config, world, train_files,
-                                                   eval_files, init_ckpt, log_path, ckpt_path)) if ckpt_path else None
+                                                   eval_files, init_ckpt, log_path, ckpt_path,
+                                                   device_type=device.type)) if ckpt_path else None
     if init_ckpt and init_ckpt[1] is None:  # the --init_checkpoint is gone: a resume keeps what it recorded
         from mlperf_bert.trainer import tf_checkpoint
         if not ckpt:
@@ -539,9 +540,11 @@ def run(cfg, stop, held):
         else:
             checkpoint.write_log_owner(output_dir, log_path)
             log.open()
-    # the torch and the arithmetic that wrote a checkpoint: a resume under others says its sums may round otherwise
+    # the torch and the arithmetic that wrote a checkpoint: a resume under others says its sums may round otherwise,
     extra = {"seed": seed, "config": config.to_dict(), "run": identity, "torch": checkpoint.torch_version(),
              "arithmetic": checkpoint.ARITHMETIC}
+    if device.type == "cpu":  # and on the CPU its thread count, which splits its sums (a GPU's kernels do not read it)
+        extra["cpu_threads"] = torch.get_num_threads()
     loop = Loop(cfg, trainer, log, stop, eval_set, freq, extra, global_batch)
     try:
         return loop.train(state, train_files, packed, seed, held)

@@ -118,9 +118,10 @@ def test_a_replaced_log_says_whether_a_checkpoint_holds_the_run(tmp_path):
         return str(e.value)
 
     said = replaced()
+    # (what replaced it stays: a start refuses a log path holding a file that is not an MLPerf log)
     assert said == ("MLPerf log %s was replaced while this run wrote it: the run stopped (no checkpoint was written, "
-                    "nothing saved; rerun the same command to start again), or use another --output_dir for a new "
-                    "run" % (tmp_path / "mlperf.log")), said
+                    "nothing saved; move what is now at %s away, then rerun the same command to start again), or use "
+                    "another --output_dir for a new run" % (tmp_path / "mlperf.log", tmp_path / "mlperf.log")), said
     from mlperf_bert.fileio import temporary_name
     open(temporary_name(str(out / "model.ckpt-4.pt")), "w").close()  # one being written: not a checkpoint
     assert "nothing saved" in replaced()

@@ -287,7 +287,8 @@ def test_a_log_replaced_mid_run_says_whether_a_checkpoint_holds_it(files, tmp_pa
     said = str(e.value)
     assert said.startswith("MLPerf log %s was replaced while this run wrote it: the run stopped (" % marks[0]), said
     if at_mark == 1:
-        assert "(no checkpoint was written, nothing saved; rerun the same command to start again)" in said, said
+        assert "(no checkpoint was written, nothing saved; move what is now at %s away, then rerun the same command " \
+               "to start again)" % marks[0] in said, said
         assert not [n for n in os.listdir(out) if n.endswith(".pt")]
     else:
         assert "(its checkpoints are kept; restore the log it wrote and rerun the same command to resume)" in said, said

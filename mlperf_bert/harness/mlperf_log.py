@@ -19,7 +19,7 @@ from mlperf_logging.mllog.mllog import MLLogger
 from mlperf_logging.mllog import constants as C
 
 from mlperf_bert.errors import UserError
-from mlperf_bert.start_signals import holds_checkpoint, what_is_saved
+from mlperf_bert.start_signals import holds_checkpoint
 
 _ids = itertools.count()
 MARK = b":::MLLOG "
@@ -193,7 +193,9 @@ class MLPerfLog:
             if isinstance(failed, BaseException) else ""
         if holds_checkpoint(self.output_dir):
             return failed + "its checkpoints are kept; restore the log it wrote and rerun the same command to resume"
-        return failed + what_is_saved(self.output_dir)  # on node 0: rank 0 writes the log
+        # (rank 0, on node 0, writes the log): a start refuses a log path that holds another file
+        return failed + "no checkpoint was written, nothing saved; move what is now at %s away, then rerun the same " \
+            "command to start again" % self.path
 
     def _write(self, line):
         if self._error is not None:

@@ -64,6 +64,7 @@ echo() { builtin echo "$@" 2>/dev/null || :; }
 # command (start_training.sh's check before its first run: its own line says the stop).
 # Where OUTPUT_DIR holds a checkpoint (a resumed run), 128 + the signal instead, as the trainer's start
 # and start_training.sh say: a script that resubmits on 143 stopped resubmitting a run stopped here.
+# On a node other than 0 without one, still 79, with a line saying node 0's status tells (a Slurm job takes it).
 stopped_early() {
   trap '' TERM INT
   local f
@@ -73,6 +74,14 @@ stopped_early() {
     [[ $1 == SIGINT ]] && exit 130
     exit 143
   done
+  # Node 1 and up: rank 0 alone writes the checkpoints, and this node's OUTPUT_DIR (a disk of its own) may hold
+  # none where node 0's holds the run: "no checkpoint written" was false there (start_signals.stopped_at_start's line)
+  if [[ "${NNODES:-1}" =~ ^[0-9]{1,6}$ && "${NODE_RANK:-0}" =~ ^[0-9]{1,6}$ ]] && (( 10#${NNODES:-1} > 1 && 10#${NODE_RANK:-0} > 0 )); then
+    echo "train_model.sh: $1 before the trainer started: stopped at once, nothing trained; this node's OUTPUT_DIR" \
+         "holds no checkpoint (rank 0 on node 0 writes them): node 0's status says whether one holds the run (exit 79" \
+         "here); rerun the same command on every node" >&2
+    exit 79
+  fi
   echo "train_model.sh: $1 before the trainer started: no checkpoint written (exit 79, not 143); rerun the same" \
        "command: it resumes from the newest checkpoint if there is one, else starts again" >&2
   exit 79

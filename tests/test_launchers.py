@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from mlperf_bert.start_signals import not_saved_line
+from mlperf_bert.start_signals import not_saved_line, stopped_at_start
 from mlperf_bert.trainer.memory_plan import MAX_PER_GPU_BATCH
 from slurm.test_sbatch import job  # noqa: F401 (a fixture: the sbatch with stand-ins for srun and scontrol)
 
@@ -1755,7 +1755,7 @@ def test_check_only_leaves_this_hosts_memory_and_cores_to_the_training_host(tmp_
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
+@pytest.mark.parametrize("resumed", [False, True, "node 1"], ids=["fresh", "resumed", "node1"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_train_model_stopped_before_it_starts_the_trainer_says_nothing_was_saved(tmp_path, sig, resumed):
     """train_model.sh run directly (as run_and_time.sh and Slurm jobs run it) and stopped while it read its
@@ -1764,7 +1764,9 @@ def test_train_model_stopped_before_it_starts_the_trainer_says_nothing_was_saved
     Its first Python step is held (a PYTHON that marks, then waits) and its process group signalled, as
     a terminal's Ctrl-C or a scheduler's signal to every process of the job does. A resumed run (a
     checkpoint in OUTPUT_DIR; a hostile sweep's run stopped and rerun 25 times) is 143 (130): it was 79,
-    "nothing saved", and a script that resubmits on 143 stopped resubmitting it."""
+    "nothing saved", and a script that resubmits on 143 stopped resubmitting it. Node 1 of a resumed run
+    whose OUTPUT_DIR is its own (rank 0 alone writes the checkpoints: node 0's holds them) said "no checkpoint
+    written": still 79, with the trainer's node line (node 0's status tells; a Slurm job takes node 0's 143)."""
     mark = tmp_path / "mark"
     slow = tmp_path / "python"
     # Marked and held with no child of its own: a group's signal that came while bash waited on one (a
@@ -1776,17 +1778,25 @@ def test_train_model_stopped_before_it_starts_the_trainer_says_nothing_was_saved
     slow.chmod(0o755)
     env = dict(os.environ, DATA_DIR=str(tmp_path), PYTHON=str(slow), PRESET="demo_cpu")
     env.pop("MAX_PER_GPU_BATCH", None)  # read with PYTHON: its first step
+    if resumed == "node 1":
+        env.update(NNODES="2", NODE_RANK="1", MASTER_ADDR="127.0.0.1")
     proc = subprocess.Popen([TRAIN], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     deadline = time.time() + 60
     while not mark.exists():
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.01)
-    if resumed:
+    if resumed is True:
         (tmp_path / "output").mkdir()
         (tmp_path / "output" / "model.ckpt-6.pt").write_bytes(b"")
     os.killpg(proc.pid, sig)
     out, err = proc.communicate(timeout=60)
+    if resumed == "node 1":
+        line, status = stopped_at_start(sig.name, "before the trainer started", str(tmp_path / "output"), node=1)
+        # (its copy of the trainer's line, OUTPUT_DIR being train_model.sh's name for the trainer's --output_dir)
+        assert (proc.returncode, out, err) == (status, "", "train_model.sh: " + line.replace("--output_dir",
+                                                                                             "OUTPUT_DIR"))
+        return
     if resumed:
         assert (proc.returncode, out, err) == (128 + sig, "", "train_model.sh: %s before the trainer started: "
                                                "nothing trained; rerun the same command to resume\n" % sig.name)

@@ -17,7 +17,7 @@ import pytest
 from mlperf_bert import locking
 from mlperf_bert.errors import UserError
 from mlperf_bert.harness import score
-from procs import alive, children, state
+from procs import alive, children, start_time, state
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 BERT = os.path.join("NVIDIA", "results", "nyx_n1_ngc25.04_pytorch", "bert")
@@ -519,12 +519,16 @@ def test_sigkill_leaves_no_official_tool_running_and_no_copy(package, tmp_path):
             break
         proc.wait()
     assert child is not None, "score never started an official tool that could be stopped"
+    started = start_time(child)  # (stopped: alive until its parent's death ends it)
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 60
-    while alive(child) and time.monotonic() < deadline:
+
+    def still():  # the tool, not a later process given its pid
+        return alive(child) and start_time(child) == started
+    while still() and time.monotonic() < deadline:
         time.sleep(0.05)
-    if alive(child):
+    if still():
         os.kill(child, signal.SIGKILL)
         pytest.fail("the official tool outlived score")
     copies = list(tmp_path.glob("mlperf_bert_score-*"))

@@ -228,9 +228,9 @@ for s in (signal.SIGINT, signal.SIGTERM):
 out = os.environ["OUTPUT_DIR"]
 os.makedirs(out, exist_ok=True)
 open(os.path.join(out, "ready"), "w").close()
-while not got:
+deadline = time.time() + 30
+while len(set(got)) < 2 and time.time() < deadline:  # the second signal (or, missing, a line without it)
     time.sleep(0.05)
-time.sleep(0.5)  # a second signal, if one follows
 got.sort()  # SIGINT (2) first
 open(os.path.join(out, "signals.txt"), "w").write(" ".join(s.name for s in got))
 open(os.path.join(out, "model.ckpt-15.pt"), "w").close()

@@ -317,7 +317,7 @@ def test_checkpoints_written_while_training_goes_on_hold_their_step_and_resume_b
 
     def slow_save(path, state, keep):
         assert threading.current_thread().name == "checkpoint-writer"
-        before, end = steps[0], time.time() + 0.3
+        before, end = steps[0], time.time() + 2  # (a loaded machine's 2 micro-steps; the last write waits it out)
         while steps[0] < before + 2 and time.time() < end:
             time.sleep(0.002)
         overlapped.append(steps[0] - before)
@@ -505,7 +505,7 @@ def logged_run_stop():
     end = time.time() + 60
     while "run_stop" not in open(os.path.join(out, "mlperf.log")).read() and time.time() < end:
         time.sleep(0.01)
-    end = time.time() + 2  # the marker of run_stop, where the trainer writes one
+    end = time.time() + 120  # the marker of run_stop, which the trainer writes as the final checkpoint is written
     while not os.path.exists(os.path.join(out, "run_stopped.json")) and time.time() < end:
         time.sleep(0.01)
 
@@ -1118,9 +1118,9 @@ def test_a_rank_that_ended_before_the_others_joined_ends_their_wait_naming_its_n
     assert watched(environ=dict(environ, LOCAL_RANK="1")) == ([], "")
     assert watched(environ=dict(environ, LOCAL_RANK="0"))[0] == [PEER_FAILED_AT_START_STATUS]
     t0 = time.monotonic()  # (a watcher that tried to connect to this port waits connect_s for it)
-    assert watched(joined_after=0.2, delay_s=5, connect_s=3, environ=dict(environ, MASTER_PORT=str(free_ports(1)[0]))) \
+    assert watched(joined_after=0.2, delay_s=60, connect_s=60, environ=dict(environ, MASTER_PORT=str(free_ports(1)[0]))) \
         == ([], "")
-    assert time.monotonic() - t0 < 2.5
+    assert time.monotonic() - t0 < 30  # a watcher that connected would wait connect_s (60 s) for it
     assert distributed._join_waited_out(dist.DistNetworkError(
         "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?"))
 

@@ -139,7 +139,7 @@ class LocalSlurm:
         self._procs = getattr(self, "_procs", {})
         self._procs[name] = proc
 
-    def _wait(self, cond, what, timeout=30):
+    def _wait(self, cond, what, timeout=120):
         t = time.time()
         while not cond():
             for name, proc in getattr(self, "_procs", {}).items():

@@ -58,9 +58,20 @@ if [[ -n "${FAKE_LOST:-}" ]]; then  # node FAKE_LOST lost once every node has st
   [[ -n "${FAKE_LOST_TERM:-}" ]] && term_batch  # the job ended (a requeue after the node failure): SIGTERM
   term_all
 fi
-for (( left = ${#pids[@]} - ${gone:-0}; left > 0; left-- )); do
-  wait -n
+# each task's status, the first to fail ending the others: `wait -n` sees only the jobs bash still holds, and
+# tasks that ended together (a busy machine) may be held no longer ("srun 127", every node 0); `wait PID`
+# then gives each one's saved status
+left=("${pids[@]}")
+[[ -n "${gone:-}" ]] && unset 'left[FAKE_LOST]'
+while (( ${#left[@]} )); do
+  done_pid=
+  wait -n -p done_pid "${left[@]}"
   s=$?
+  if [[ -z "$done_pid" ]]; then
+    for p in "${left[@]}"; do wait "$p"; s=$?; (( s > worst )) && worst=$s; done
+    break
+  fi
+  for i in "${!left[@]}"; do [[ "${left[i]}" == "$done_pid" ]] && unset 'left[i]'; done
   (( s > worst )) && worst=$s
   (( s )) && term_all
 done

@@ -50,6 +50,10 @@ def node_rank(environ=os.environ):
     return int(value) if world.isdigit() and int(world) > 1 and value.isdigit() else 0
 
 
+# A node other than 0 whose own --output_dir (a disk of its own) holds no checkpoint cannot tell what node 0's holds
+NONE_ON_THIS_NODE = "this node's --output_dir holds no checkpoint (rank 0 on node 0 writes them)"
+
+
 def what_is_saved(output_dir, node=0):
     """What a run that failed or was killed leaves, for the end of its line: the checkpoints kept where
     ``output_dir`` holds one; nothing where it holds none on node 0 (or one node); a node other than 0
@@ -60,8 +64,8 @@ def what_is_saved(output_dir, node=0):
     if output_dir and not node:
         return "no checkpoint was written, nothing saved; rerun the same command to start again"
     if output_dir:
-        return ("this node's --output_dir holds no checkpoint (rank 0 on node 0 writes them): rerun the same command on "
-                "every node, which resumes from node 0's newest checkpoint if there is one, else starts again")
+        return ("%s: rerun the same command on every node, which resumes from node 0's newest checkpoint if there is "
+                "one, else starts again" % NONE_ON_THIS_NODE)
     return "rerun the same command: it resumes from the newest checkpoint if there is one, else starts again"
 
 
@@ -89,9 +93,9 @@ def stopped_at_start(name, when, output_dir, node=0):
         return ("%s %s: stopped at once, nothing trained; rerun the same command to resume\n" % (name, when),
                 128 + signal.Signals[name])
     if output_dir and node:
-        return ("%s %s: stopped at once, nothing trained; this node's --output_dir holds no checkpoint (rank 0 on node "
-                "0 writes them): node 0's status says whether one holds the run (exit %d here); rerun the same "
-                "command on every node\n" % (name, when, NOT_SAVED_STATUS), NOT_SAVED_STATUS)
+        return ("%s %s: stopped at once, nothing trained; %s: node 0's status says whether one holds the run (exit %d "
+                "here); rerun the same command on every node\n" % (name, when, NONE_ON_THIS_NODE, NOT_SAVED_STATUS),
+                NOT_SAVED_STATUS)
     return not_saved_line(name, when), NOT_SAVED_STATUS
 
 
